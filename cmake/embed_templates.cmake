@@ -1,0 +1,21 @@
+# Writes OUTPUT: a C file holding every file of INPUTS as a NUL-terminated
+# byte array, plus a table of {name, text, length}. Bytes are emitted as hex so
+# any text survives unchanged.
+set(body "/* Generated from templates/ by cmake/embed_templates.cmake. Do not edit. */\n#include \"templates.h\"\n\n")
+set(table "")
+set(i 0)
+foreach(path IN LISTS INPUTS)
+  get_filename_component(name "${path}" NAME)
+  file(READ "${path}" hex HEX)
+  string(LENGTH "${hex}" hexlen)
+  math(EXPR len "${hexlen} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" hex "${hex}")
+  string(APPEND body "static const char fsa_tpl_${i}[] = {\n${hex}0x00};\n")
+  string(APPEND table "    {\"${name}\", fsa_tpl_${i}, ${len}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "\nconst fsa_template fsa_templates[] = {\n${table}};\nconst size_t fsa_template_count = ${i};\n")
+file(WRITE "${OUTPUT}.tmp" "${body}")
+file(COPY_FILE "${OUTPUT}.tmp" "${OUTPUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUTPUT}.tmp")

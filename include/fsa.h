@@ -1,0 +1,278 @@
+/*
+ * fsa-jit: shape-specialized sparse selected attention, compiled at run time.
+ *
+ * The whole public API. C11; no CUDA header is needed to include it. Device
+ * pointers are passed as uint64_t values (CUdeviceptr), streams as void *
+ * (CUstream; NULL is the legacy default stream).
+ *
+ * Conventions: every function that can fail returns fsa_status (0 = OK);
+ * outputs come first; structs that can grow carry `struct_size` and have an
+ * `..._INIT` macro; destroy functions accept NULL; what a function hands out
+ * through `**out` belongs to the caller. On failure, fsa_last_error() gives
+ * the detail for the calling thread.
+ */
+#ifndef FSA_H
+#define FSA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FSA_VERSION_MAJOR 0
+#define FSA_VERSION_MINOR 1
+#define FSA_VERSION_PATCH 0
+#define FSA_VERSION_STRING "0.1.0"
+
+#if defined(_WIN32)
+#define FSA_API
+#elif defined(__GNUC__)
+#define FSA_API __attribute__((visibility("default")))
+#else
+#define FSA_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One table makes the enum, the names and the messages. Append only: the
+ * numeric values are part of the ABI. */
+#define FSA_STATUS_MAP(X)                                                              \
+    X(OK, 0, "success")                                                                \
+    X(INVALID_ARGUMENT, 1, "invalid argument")                                         \
+    X(NULL_POINTER, 2, "a required pointer is NULL")                                   \
+    X(STRUCT_SIZE, 3, "struct_size does not match a known version of the struct")      \
+    X(OUT_OF_MEMORY, 4, "host memory allocation failed")                               \
+    X(NO_DRIVER, 5, "the CUDA driver (libcuda.so.1) could not be loaded")              \
+    X(NO_DEVICE, 6, "no usable CUDA device")                                           \
+    X(DRIVER_ERROR, 7, "a CUDA driver call failed")                                    \
+    X(NO_NVRTC, 8, "NVRTC could not be loaded; only cached kernels are available")     \
+    X(COMPILE_FAILED, 9, "NVRTC failed to compile a kernel")                           \
+    X(JIT_DISABLED, 10, "kernel is not cached and run-time compilation is off")        \
+    X(CACHE_IO, 11, "kernel cache input/output failed")                                \
+    X(RENDER_FAILED, 12, "kernel template could not be rendered")                      \
+    X(UNSUPPORTED, 13, "problem shape or option is not supported")                     \
+    X(UNSUPPORTED_DEVICE, 14, "device is older than sm_80 or otherwise unsupported")   \
+    X(MISALIGNED, 15, "pointer or stride does not meet the alignment requirement")     \
+    X(WORKSPACE_TOO_SMALL, 16, "workspace is smaller than required")                   \
+    X(NOT_FOUND, 17, "no such entry")                                                  \
+    X(INTERNAL, 18, "internal error")
+
+typedef enum fsa_status {
+#define FSA_STATUS_ENUM_(name, value, msg) FSA_STATUS_##name = value,
+    FSA_STATUS_MAP(FSA_STATUS_ENUM_)
+#undef FSA_STATUS_ENUM_
+    FSA_STATUS_COUNT_
+} fsa_status;
+
+/* "FSA_STATUS_OK", ... ; "FSA_STATUS_UNKNOWN" for values outside the table. */
+FSA_API const char *fsa_status_name(fsa_status status);
+/* A one-line message; never NULL. */
+FSA_API const char *fsa_status_string(fsa_status status);
+
+/* Detail of the last failure on the calling thread: the stage that failed
+ * (for example "compile"), kernel, key digest, target, a message and, for a
+ * compile failure, the NVRTC log. Valid until the next failing call on the
+ * same thread. Fields that do not apply are "". */
+typedef struct fsa_error_info {
+    fsa_status status;
+    const char *stage;
+    const char *kernel;
+    const char *key;
+    const char *target;
+    const char *message;
+    const char *log;
+} fsa_error_info;
+
+/* All of the above as one readable text; "" when nothing failed yet. */
+FSA_API const char *fsa_last_error(void);
+FSA_API const fsa_error_info *fsa_last_error_info(void);
+
+FSA_API const char *fsa_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Context: one device (or an offline target), cache settings, counters     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fsa_context fsa_context;
+
+typedef enum fsa_cache_mode {
+    FSA_CACHE_MODE_DEFAULT = 0, /* $FSA_CACHE_MODE, else read-write */
+    FSA_CACHE_MODE_READ_WRITE = 1,
+    FSA_CACHE_MODE_READ_ONLY = 2,
+    FSA_CACHE_MODE_OFF = 3
+} fsa_cache_mode;
+
+typedef enum fsa_jit_mode {
+    FSA_JIT_DEFAULT = 0, /* $FSA_JIT, else on */
+    FSA_JIT_ON = 1,
+    FSA_JIT_OFF = 2 /* a cache miss is an error */
+} fsa_jit_mode;
+
+/* device: a CUDA device ordinal, or FSA_DEVICE_NONE for a context that only
+ * compiles and caches kernels for `target` (no driver needed). */
+#define FSA_DEVICE_NONE (-1)
+
+typedef struct fsa_context_options {
+    size_t struct_size;
+    int device;             /* default 0 */
+    const char *target;     /* "sm_80", "sm_90a", ...; NULL = from the device. Required
+                               with FSA_DEVICE_NONE. */
+    const char *cache_dir;  /* NULL = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa */
+    fsa_cache_mode cache_mode;
+    fsa_jit_mode jit;
+    int log;                /* 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
+} fsa_context_options;
+
+#define FSA_CONTEXT_OPTIONS_INIT \
+    { sizeof(fsa_context_options), 0, NULL, NULL, FSA_CACHE_MODE_DEFAULT, FSA_JIT_DEFAULT, 0 }
+
+FSA_API fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *options);
+FSA_API void fsa_context_destroy(fsa_context *ctx);
+
+/* The compile target ("sm_90a") and the cache directory in use ("" when the
+ * disk cache is off). Owned by the context. */
+FSA_API const char *fsa_context_target(const fsa_context *ctx);
+FSA_API const char *fsa_context_cache_dir(const fsa_context *ctx);
+
+typedef struct fsa_cache_stats {
+    size_t struct_size;
+    uint64_t memory_hits;     /* kernel found in this process's table */
+    uint64_t disk_hits;       /* kernel read from the disk cache */
+    uint64_t compiles;        /* NVRTC compilations done by this context */
+    double compile_ms;        /* wall time spent in them */
+    uint64_t corrupt_entries; /* disk entries rejected (bad header, checksum, key, owner) */
+    uint64_t write_failures;  /* entries that could not be published (kept in memory) */
+} fsa_cache_stats;
+
+#define FSA_CACHE_STATS_INIT { sizeof(fsa_cache_stats), 0, 0, 0, 0.0, 0, 0 }
+
+FSA_API fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_context *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Disk cache maintenance (what tools/fsa-precompile uses)                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fsa_cache_entry_info {
+    const char *path;   /* full path */
+    const char *name;   /* readable kernel name, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
+    const char *target; /* directory target, e.g. sm_90a */
+    uint64_t bytes;     /* file size */
+    int64_t mtime;      /* seconds since the epoch */
+    int valid;          /* verify only: 1 when header, key and checksum are good */
+} fsa_cache_entry_info;
+
+/* Called once per entry; return non-zero to stop early. */
+typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user);
+
+/* Every entry of every target under the context's cache directory. */
+FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user);
+/* Re-reads and re-hashes every entry; with a device, also loads the entries
+ * of the context's target. Bad entries are deleted. *bad_out counts them. */
+FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, void *user,
+                                    uint64_t *bad_out);
+/* Deletes the least recently used entries until the total is <= max_bytes,
+ * and stale temporary files. */
+FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_t *removed_out,
+                                   uint64_t *bytes_left_out);
+
+/* ------------------------------------------------------------------------ */
+/* Fill: the smallest kernel of the library, through the whole JIT path    */
+/* ------------------------------------------------------------------------ */
+
+/* Sets `count` 32-bit words at `dst` (device, 4-byte aligned) to `value`,
+ * asynchronously on `stream`. Compiles or loads its kernel on first use. */
+FSA_API fsa_status fsa_fill_u32(fsa_context *ctx, uint64_t dst, uint32_t value, uint64_t count,
+                                void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Selected attention (Native Sparse Attention's top-k block branch)        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fsa_plan fsa_plan;
+
+typedef enum fsa_dtype { FSA_DTYPE_BF16 = 0, FSA_DTYPE_F16 = 1 } fsa_dtype;
+
+typedef enum fsa_algorithm {
+    FSA_ALGORITHM_AUTO = 0, /* per call, from measured crossovers */
+    FSA_ALGORITHM_FSA = 1,  /* KV blocks outer, query tokens inner */
+    FSA_ALGORITHM_NSA = 2   /* query tokens outer, selected blocks inner */
+} fsa_algorithm;
+
+typedef struct fsa_selected_attention_desc {
+    size_t struct_size;
+    fsa_dtype dtype;          /* of q, k, v, o (and do, dq, dk, dv) */
+    int head_dim;             /* multiple of 16, 16..256 */
+    int num_q_heads;          /* Hq */
+    int num_kv_heads;         /* Hkv; Hq % Hkv == 0, group G = Hq / Hkv */
+    int block_size;           /* keys per selectable block: 16, 32, 64, 128, 256 */
+    int top_k;                /* selected blocks per query token: 1..64 */
+    float scale;              /* softmax scale; 0 = 1/sqrt(head_dim) */
+    fsa_algorithm algorithm;
+    uint64_t workspace_limit; /* bytes; 0 = no limit. Larger problems run in token chunks. */
+    int backward;             /* 1 = also prepare the backward kernels */
+} fsa_selected_attention_desc;
+
+#define FSA_SELECTED_ATTENTION_DESC_INIT \
+    { sizeof(fsa_selected_attention_desc), FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 0.0f, \
+      FSA_ALGORITHM_AUTO, 0, 0 }
+
+/* Compiles or loads every kernel the descriptor can need. With an offline
+ * context (FSA_DEVICE_NONE) it only fills the cache; such a plan cannot run. */
+FSA_API fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx,
+                                   const fsa_selected_attention_desc *desc);
+FSA_API void fsa_plan_destroy(fsa_plan *plan);
+
+/* Bytes of device workspace a call needs for `total_tokens` packed tokens in
+ * `batch` sequences (0 when nothing is needed). With a workspace limit in the
+ * descriptor, the result does not exceed it unless even one token chunk
+ * needs more. */
+FSA_API fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan,
+                                           int64_t total_tokens, int batch);
+
+/* The path a forward call with this many tokens takes, and why. */
+FSA_API fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out,
+                                      const fsa_plan *plan, int64_t total_tokens);
+
+/* Tensors are device pointers; strides are in elements; the last dimension
+ * is contiguous. q and o: [T, Hq, D]; k and v: [T, Hkv, D]. Pointers must be
+ * 16-byte aligned and token/head strides multiples of 8 elements.
+ * Top-k indices: int32, element (h, t, s) at topk + h*topk_head_stride +
+ * t*topk_token_stride + s, so [Hkv, T, K] and [T, Hkv, K] both work.
+ * cu_seqlens: int32 [batch + 1] on the device, starts of the packed sequences,
+ * cu_seqlens[0] = 0 and cu_seqlens[batch] = total_tokens. */
+typedef struct fsa_fwd_args {
+    size_t struct_size;
+    int64_t total_tokens; /* T (host) */
+    int batch;            /* number of sequences (host) */
+    int max_seqlen;       /* longest sequence (host) or 0 when unknown; only checked against T */
+    uint64_t q, k, v, o;
+    int64_t q_token_stride, q_head_stride;
+    int64_t k_token_stride, k_head_stride;
+    int64_t v_token_stride, v_head_stride;
+    int64_t o_token_stride, o_head_stride;
+    uint64_t topk;
+    int64_t topk_head_stride, topk_token_stride;
+    uint64_t cu_seqlens;
+    uint64_t lse;         /* optional float [Hq, T] (natural log); 0 = not wanted */
+    uint64_t workspace;
+    size_t workspace_bytes;
+} fsa_fwd_args;
+
+#define FSA_FWD_ARGS_INIT                                                             \
+    { sizeof(fsa_fwd_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+      0 }
+
+/* Enqueues the forward on `stream` and returns: no allocation, no host
+ * synchronization; can be captured in a CUDA graph. */
+FSA_API fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args,
+                                              void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FSA_H */

@@ -1,0 +1,115 @@
+#include "compile.h"
+
+#include "status_internal.h"
+#include "templates.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fsa_target_supported(const char *target)
+{
+    if (target == NULL || strncmp(target, "sm_", 3) != 0) return 0;
+    const char *p = target + 3;
+    int digits = 0;
+    int value = 0;
+    while (*p >= '0' && *p <= '9') {
+        value = value * 10 + (*p - '0');
+        p++;
+        digits++;
+    }
+    if (digits < 2 || digits > 3 || value < 80) return 0;
+    if (*p == 'a' || *p == 'f') p++;
+    return *p == '\0';
+}
+
+fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target)
+{
+    memset(out, 0, sizeof *out);
+    if (!fsa_target_supported(target))
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED_DEVICE, "compile",
+                             "target '%s' is not supported (sm_80 or newer)", target ? target : "(null)");
+    snprintf(out->arch, sizeof out->arch, "--gpu-architecture=%s", target);
+    out->opts[out->count++] = out->arch;
+    out->opts[out->count++] = "--std=c++17";
+    out->opts[out->count++] = "--extra-device-vectorization";
+    /* Source lines in profiles; no effect on the generated code. */
+    out->opts[out->count++] = "--generate-line-info";
+    return FSA_STATUS_OK;
+}
+
+void fsa_cubin_free(fsa_cubin *c)
+{
+    if (c == NULL) return;
+    free(c->data);
+    free(c->log);
+    memset(c, 0, sizeof *c);
+}
+
+fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *source,
+                       const char *program_name, const fsa_compile_options *options)
+{
+    fsa_status st = FSA_STATUS_OK;
+    nvrtcProgram prog = NULL;
+    const char **header_names = NULL;
+    const char **header_texts = NULL;
+    size_t n_headers = 0;
+    memset(out, 0, sizeof *out);
+
+    header_names = calloc(fsa_template_count + 1, sizeof *header_names);
+    header_texts = calloc(fsa_template_count + 1, sizeof *header_texts);
+    FSA_CHECK_ALLOC(header_names, "compile");
+    FSA_CHECK_ALLOC(header_texts, "compile");
+    for (size_t i = 0; i < fsa_template_count; i++) {
+        const char *name = fsa_templates[i].name;
+        size_t len = strlen(name);
+        if (len > 4 && strcmp(name + len - 4, ".cuh") == 0) {
+            header_names[n_headers] = name;
+            header_texts[n_headers] = fsa_templates[i].text;
+            n_headers++;
+        }
+    }
+
+    double t0 = fsa_now_ms();
+    nvrtcResult r = nvrtc->CreateProgram(&prog, source, program_name, (int)n_headers, header_texts,
+                                         header_names);
+    if (r != NVRTC_SUCCESS)
+        FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcCreateProgram(%s): %s", program_name,
+                 nvrtc->GetErrorString(r));
+    nvrtcResult cr = nvrtc->CompileProgram(prog, (int)options->count, options->opts);
+    size_t log_size = 0;
+    if (nvrtc->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0) {
+        out->log = malloc(log_size + 1);
+        FSA_CHECK_ALLOC(out->log, "compile");
+        if (nvrtc->GetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
+        out->log[log_size] = '\0';
+    }
+    if (cr != NVRTC_SUCCESS) {
+        st = fsa_error_set(FSA_STATUS_COMPILE_FAILED, "compile", "%s: %s", program_name,
+                           nvrtc->GetErrorString(cr));
+        fsa_error_set_log(out->log);
+        goto cleanup;
+    }
+    r = nvrtc->GetCUBINSize(prog, &out->size);
+    if (r != NVRTC_SUCCESS || out->size == 0)
+        FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "%s: no cubin (%s)", program_name,
+                 nvrtc->GetErrorString(r));
+    out->data = malloc(out->size);
+    FSA_CHECK_ALLOC(out->data, "compile");
+    r = nvrtc->GetCUBIN(prog, (char *)out->data);
+    if (r != NVRTC_SUCCESS)
+        FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcGetCUBIN(%s): %s", program_name,
+                 nvrtc->GetErrorString(r));
+    out->ms = fsa_now_ms() - t0;
+    if (out->log == NULL) {
+        out->log = calloc(1, 1);
+        FSA_CHECK_ALLOC(out->log, "compile");
+    }
+cleanup:
+    if (prog) nvrtc->DestroyProgram(&prog);
+    free(header_names);
+    free(header_texts);
+    if (st != FSA_STATUS_OK) fsa_cubin_free(out);
+    return st;
+}

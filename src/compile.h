@@ -1,0 +1,41 @@
+/* NVRTC compilation of one rendered template to a cubin. */
+#ifndef FSA_COMPILE_H
+#define FSA_COMPILE_H
+
+#include "fsa.h"
+#include "nvrtc_loader.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FSA_MAX_COMPILE_OPTIONS 8
+
+/* The NVRTC options for a target, in a fixed order (they are part of the
+ * kernel key). `storage` holds the formatted ones and must outlive `opts`. */
+typedef struct fsa_compile_options {
+    char arch[48];
+    const char *opts[FSA_MAX_COMPILE_OPTIONS];
+    size_t count;
+} fsa_compile_options;
+
+fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target);
+
+/* 1 when `target` is a supported compile target ("sm_80", "sm_86", "sm_89",
+ * "sm_90", "sm_90a", "sm_100", ...: sm_<major><minor>[a] with major >= 8). */
+int fsa_target_supported(const char *target);
+
+typedef struct fsa_cubin {
+    uint8_t *data;
+    size_t size;
+    char *log; /* NVRTC log, possibly "" */
+    double ms; /* wall time of the compilation */
+} fsa_cubin;
+
+void fsa_cubin_free(fsa_cubin *c);
+
+/* Compiles `source` with every *.cuh template available as a header. On
+ * failure: FSA_STATUS_COMPILE_FAILED with the NVRTC log in the error record. */
+fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *source,
+                       const char *program_name, const fsa_compile_options *options);
+
+#endif

@@ -1,0 +1,285 @@
+#include "context.h"
+
+#include "compile.h"
+#include "status_internal.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void fsa_target_for_capability(char *out, size_t cap, int major, int minor)
+{
+    /* sm_90a unlocks Hopper-only instructions; its cubins run only on 9.0. */
+    snprintf(out, cap, "sm_%d%d%s", major, minor, (major == 9 && minor == 0) ? "a" : "");
+}
+
+int fsa_target_runs_on(const char *target, int major, int minor)
+{
+    if (!fsa_target_supported(target)) return 0;
+    int value = atoi(target + 3);
+    int t_major = value / 10, t_minor = value % 10;
+    size_t len = strlen(target);
+    int arch_specific = target[len - 1] == 'a' || target[len - 1] == 'f';
+    /* Cubins run on the same major version with an equal or newer minor;
+     * arch-specific ones only on exactly their own. */
+    if (t_major != major) return 0;
+    return arch_specific ? t_minor == minor : t_minor <= minor;
+}
+
+static fsa_status parse_cache_mode(fsa_cache_mode *out, fsa_cache_mode requested)
+{
+    if (requested != FSA_CACHE_MODE_DEFAULT) {
+        if (requested < FSA_CACHE_MODE_READ_WRITE || requested > FSA_CACHE_MODE_OFF)
+            return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "unknown cache mode %d",
+                                 (int)requested);
+        *out = requested;
+        return FSA_STATUS_OK;
+    }
+    const char *v = getenv("FSA_CACHE_MODE");
+    if (v == NULL || *v == '\0' || strcasecmp(v, "rw") == 0) {
+        *out = FSA_CACHE_MODE_READ_WRITE;
+    } else if (strcasecmp(v, "ro") == 0) {
+        *out = FSA_CACHE_MODE_READ_ONLY;
+    } else if (strcasecmp(v, "off") == 0) {
+        *out = FSA_CACHE_MODE_OFF;
+    } else {
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context",
+                             "FSA_CACHE_MODE=%s: expected rw, ro or off", v);
+    }
+    return FSA_STATUS_OK;
+}
+
+static fsa_status parse_jit(int *out, fsa_jit_mode requested)
+{
+    if (requested == FSA_JIT_ON || requested == FSA_JIT_OFF) {
+        *out = requested == FSA_JIT_ON;
+        return FSA_STATUS_OK;
+    }
+    if (requested != FSA_JIT_DEFAULT)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "unknown JIT mode %d",
+                             (int)requested);
+    int v = fsa_env_flag("FSA_JIT", -1);
+    const char *raw = getenv("FSA_JIT");
+    if (v < 0 && raw && *raw)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "FSA_JIT=%s: expected on or off",
+                             raw);
+    *out = v != 0;
+    return FSA_STATUS_OK;
+}
+
+/* $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else $HOME/.cache/fsa. */
+static char *default_cache_dir(void)
+{
+    const char *d = getenv("FSA_CACHE_DIR");
+    if (d && *d) return strdup(d);
+    char buf[4096];
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && xdg[0] == '/') {
+        snprintf(buf, sizeof buf, "%s/fsa", xdg);
+        return strdup(buf);
+    }
+    const char *home = getenv("HOME");
+    if (home && *home) {
+        snprintf(buf, sizeof buf, "%s/.cache/fsa", home);
+        return strdup(buf);
+    }
+    return NULL;
+}
+
+static fsa_status open_device(fsa_context *ctx, const char *requested_target)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_cu_api *cu = NULL;
+    FSA_CHECK(fsa_cu_load(&cu));
+    int count = 0;
+    FSA_CHECK_CU(cu, cu->DeviceGetCount(&count), "context");
+    if (ctx->device < 0 || ctx->device >= count)
+        FSA_FAIL(FSA_STATUS_NO_DEVICE, "context", "device %d requested, %d present", ctx->device, count);
+    FSA_CHECK_CU(cu, cu->DeviceGet(&ctx->cu_device, ctx->device), "context");
+    FSA_CHECK_CU(cu, cu->DeviceGetAttribute(&ctx->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->cu_device), "context");
+    FSA_CHECK_CU(cu, cu->DeviceGetAttribute(&ctx->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->cu_device), "context");
+    FSA_CHECK_CU(cu, cu->DeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->cu_device), "context");
+    FSA_CHECK_CU(cu, cu->DeviceGetAttribute(&ctx->max_smem_per_block, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->cu_device), "context");
+    if (ctx->cc_major < 8)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED_DEVICE, "context",
+                 "device %d has compute capability %d.%d; sm_80 or newer is required", ctx->device,
+                 ctx->cc_major, ctx->cc_minor);
+    if (requested_target) {
+        if (!fsa_target_runs_on(requested_target, ctx->cc_major, ctx->cc_minor))
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context",
+                     "target %s does not run on device %d (compute capability %d.%d)",
+                     requested_target, ctx->device, ctx->cc_major, ctx->cc_minor);
+        snprintf(ctx->target, sizeof ctx->target, "%s", requested_target);
+    } else {
+        fsa_target_for_capability(ctx->target, sizeof ctx->target, ctx->cc_major, ctx->cc_minor);
+    }
+    FSA_CHECK_CU(cu, cu->DevicePrimaryCtxRetain(&ctx->cu_context, ctx->cu_device), "context");
+    ctx->cu = cu;
+cleanup:
+    return st;
+}
+
+static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *requested_dir)
+{
+    if (mode == FSA_CACHE_MODE_OFF) return;
+    ctx->cache_dir = requested_dir ? strdup(requested_dir) : default_cache_dir();
+    if (ctx->cache_dir == NULL) {
+        fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
+        return;
+    }
+    fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);
+    if (st != FSA_STATUS_OK) {
+        /* A refused or unusable directory is not fatal: work from memory. */
+        fsa_log_warn(ctx->log, "kernel cache disabled: %s", fsa_last_error());
+        if (mode == FSA_CACHE_MODE_READ_WRITE) {
+            /* Nothing this context builds can be published: count that once. */
+            atomic_fetch_add(&ctx->counters.write_failures, 1);
+            atomic_store(&ctx->counters.warned_write, 1);
+        }
+        fsa_error_clear();
+        ctx->disk = NULL;
+    }
+}
+
+fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *options)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_context *ctx = NULL;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    if (out == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "out is NULL");
+    *out = NULL;
+    if (options) {
+        if (options->struct_size != sizeof(fsa_context_options))
+            return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
+                                 "fsa_context_options.struct_size is %zu, expected %zu",
+                                 options->struct_size, sizeof(fsa_context_options));
+        o = *options;
+    }
+    ctx = calloc(1, sizeof *ctx);
+    FSA_CHECK_ALLOC(ctx, "context");
+    pthread_mutex_init(&ctx->fill_lock, NULL);
+    ctx->device = o.device;
+    ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
+
+    fsa_cache_mode mode = FSA_CACHE_MODE_READ_WRITE;
+    int jit = 1;
+    FSA_CHECK(parse_cache_mode(&mode, o.cache_mode));
+    FSA_CHECK(parse_jit(&jit, o.jit));
+
+    if (o.device == FSA_DEVICE_NONE) {
+        if (o.target == NULL)
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "an offline context needs a target");
+        if (!fsa_target_supported(o.target) || strlen(o.target) >= sizeof ctx->target)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED_DEVICE, "context", "target '%s' is not supported (sm_80 or newer)",
+                     o.target);
+        snprintf(ctx->target, sizeof ctx->target, "%s", o.target);
+    } else {
+        if (o.device < 0)
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "device %d is not an ordinal", o.device);
+        FSA_CHECK(open_device(ctx, o.target));
+    }
+
+    const fsa_nvrtc_api *nvrtc = NULL;
+    if (fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) {
+        /* Cached kernels still work; a miss will report NO_NVRTC. */
+        fsa_log_warn(ctx->log, "%s", fsa_last_error());
+        fsa_error_clear();
+        nvrtc = NULL;
+    }
+    open_disk_cache(ctx, mode, o.cache_dir);
+    ctx->env.nvrtc = nvrtc;
+    ctx->env.target = ctx->target;
+    ctx->env.disk = ctx->disk;
+    ctx->env.jit = jit;
+    ctx->env.log = ctx->log;
+    ctx->env.counters = &ctx->counters;
+    *out = ctx;
+    ctx = NULL;
+cleanup:
+    fsa_context_destroy(ctx);
+    return st;
+}
+
+void fsa_context_destroy(fsa_context *ctx)
+{
+    if (ctx == NULL) return;
+    if (ctx->cu && ctx->cu_context) ctx->cu->DevicePrimaryCtxRelease(ctx->cu_device);
+    fsa_disk_cache_close(ctx->disk);
+    free(ctx->cache_dir);
+    pthread_mutex_destroy(&ctx->fill_lock);
+    free(ctx);
+}
+
+const char *fsa_context_target(const fsa_context *ctx) { return ctx ? ctx->target : ""; }
+
+const char *fsa_context_cache_dir(const fsa_context *ctx)
+{
+    return ctx && ctx->disk ? fsa_disk_cache_root(ctx->disk) : "";
+}
+
+fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_context *ctx)
+{
+    if (out == NULL || ctx == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "NULL stats or context");
+    if (out->struct_size != sizeof(fsa_cache_stats))
+        return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
+                             "fsa_cache_stats.struct_size is %zu, expected %zu", out->struct_size,
+                             sizeof(fsa_cache_stats));
+    fsa_jit_counters *c = (fsa_jit_counters *)&ctx->counters;
+    out->memory_hits = atomic_load(&c->memory_hits);
+    out->disk_hits = atomic_load(&c->disk_hits);
+    out->compiles = atomic_load(&c->compiles);
+    out->compile_ms = (double)atomic_load(&c->compile_us) / 1000.0;
+    out->corrupt_entries = atomic_load(&c->corrupt_entries);
+    out->write_failures = atomic_load(&c->write_failures);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_context_enter(const fsa_context *ctx)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (ctx->cu == NULL) return FSA_STATUS_OK;
+    FSA_CHECK_CU(ctx->cu, ctx->cu->CtxPushCurrent(ctx->cu_context), "context");
+cleanup:
+    return st;
+}
+
+void fsa_context_leave(const fsa_context *ctx)
+{
+    if (ctx->cu == NULL) return;
+    CUcontext popped;
+    ctx->cu->CtxPopCurrent(&popped);
+}
+
+fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
+                                    const fsa_kernel_request *req, const char *entry, int smem_bytes)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_module *m = NULL;
+    CUkernel kernel = NULL;
+    int entered = 0;
+    *fn_out = NULL;
+    FSA_CHECK(fsa_module_get(&m, &ctx->env, req));
+    if (ctx->cu == NULL) goto cleanup;
+    if (smem_bytes > ctx->max_smem_per_block)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, "load", "%s needs %d bytes of shared memory; the device allows %d",
+                 entry, smem_bytes, ctx->max_smem_per_block);
+    FSA_CHECK(fsa_module_kernel(&kernel, m, ctx->cu, entry));
+    FSA_CHECK(fsa_context_enter(ctx));
+    entered = 1;
+    FSA_CHECK_CU(ctx->cu, ctx->cu->KernelGetFunction(fn_out, kernel), "load");
+    if (smem_bytes > 0)
+        FSA_CHECK_CU(ctx->cu,
+                     ctx->cu->FuncSetAttribute(*fn_out, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               smem_bytes),
+                     "load");
+cleanup:
+    if (entered) fsa_context_leave(ctx);
+    if (st != FSA_STATUS_OK) {
+        *fn_out = NULL;
+        if (m) fsa_error_set_kernel(fsa_module_name(m), fsa_module_key_hex(m), ctx->target);
+    }
+    return st;
+}

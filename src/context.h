@@ -1,0 +1,51 @@
+/* Context internals: one device (or an offline target), options resolved
+ * from the API and the environment, the disk cache, counters. */
+#ifndef FSA_CONTEXT_H
+#define FSA_CONTEXT_H
+
+#include "cuda_driver.h"
+#include "disk_cache.h"
+#include "fsa.h"
+#include "module_cache.h"
+#include "nvrtc_loader.h"
+
+#include <pthread.h>
+
+struct fsa_context {
+    int device;               /* ordinal, or FSA_DEVICE_NONE */
+    const fsa_cu_api *cu;     /* NULL for an offline context */
+    CUdevice cu_device;
+    CUcontext cu_context;     /* the device's primary context, retained */
+    int cc_major, cc_minor;
+    int sm_count;
+    int max_smem_per_block;   /* opt-in maximum, bytes */
+    char target[16];
+    char *cache_dir;          /* resolved root, NULL when the disk cache is off */
+    fsa_disk_cache *disk;
+    fsa_jit_counters counters;
+    fsa_jit_env env;
+    int log;
+
+    pthread_mutex_t fill_lock; /* guards the lazily made fill kernel */
+    CUfunction fill_fn;
+};
+
+/* Makes the context's CUDA context current for the calling thread;
+ * fsa_context_leave restores the previous one. No-ops offline. */
+fsa_status fsa_context_enter(const fsa_context *ctx);
+void fsa_context_leave(const fsa_context *ctx);
+
+/* Compiles or loads one kernel and, with a device, returns its function
+ * handle for this context with `smem_bytes` of dynamic shared memory allowed
+ * (0 = default). Offline: *fn_out is NULL. */
+fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
+                                    const fsa_kernel_request *req, const char *entry,
+                                    int smem_bytes);
+
+/* "sm_90a" for compute capability 9.0, "sm_<major><minor>" otherwise. */
+void fsa_target_for_capability(char *out, size_t cap, int major, int minor);
+
+/* 1 when a cubin built for `target` runs on a device of that capability. */
+int fsa_target_runs_on(const char *target, int major, int minor);
+
+#endif

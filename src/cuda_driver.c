@@ -1,0 +1,124 @@
+#include "cuda_driver.h"
+
+#include "status_internal.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* cuGetProcAddress as of CUDA 12.5 (with the query result) and before. */
+typedef CUresult (*get_proc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                   CUdriverProcAddressQueryResult *);
+typedef CUresult (*get_proc_v1_fn)(const char *, void **, int, cuuint64_t);
+
+static struct {
+    pthread_once_t once;
+    fsa_status status;
+    char message[256];
+    fsa_cu_api api;
+} g_cu = {PTHREAD_ONCE_INIT, FSA_STATUS_OK, "", {0}};
+
+/* Entry points by base name with the CUDA version whose ABI the matching
+ * field's typedef describes. */
+#define FSA_CU_SYMBOLS(X)                         \
+    X(DriverGetVersion, "cuDriverGetVersion", 2020)   \
+    X(GetErrorName, "cuGetErrorName", 6000)           \
+    X(GetErrorString, "cuGetErrorString", 6000)       \
+    X(DeviceGet, "cuDeviceGet", 2000)                 \
+    X(DeviceGetCount, "cuDeviceGetCount", 2000)       \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", 2000) \
+    X(DeviceGetName, "cuDeviceGetName", 2000)         \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000) \
+    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000) \
+    X(CtxPushCurrent, "cuCtxPushCurrent", 4000)       \
+    X(CtxPopCurrent, "cuCtxPopCurrent", 4000)         \
+    X(CtxGetCurrent, "cuCtxGetCurrent", 4000)         \
+    X(LibraryLoadData, "cuLibraryLoadData", 12000)    \
+    X(LibraryUnload, "cuLibraryUnload", 12000)        \
+    X(LibraryGetKernel, "cuLibraryGetKernel", 12000)  \
+    X(KernelGetFunction, "cuKernelGetFunction", 12000) \
+    X(FuncSetAttribute, "cuFuncSetAttribute", 9000)   \
+    X(FuncGetAttribute, "cuFuncGetAttribute", 2020)   \
+    X(LaunchKernel, "cuLaunchKernel", 4000)           \
+    X(MemsetD32Async, "cuMemsetD32Async", 3020)       \
+    X(MemsetD8Async, "cuMemsetD8Async", 3020)         \
+    X(MemAlloc, "cuMemAlloc", 3020)                   \
+    X(MemFree, "cuMemFree", 3020)                     \
+    X(MemcpyHtoD, "cuMemcpyHtoD", 3020)               \
+    X(MemcpyDtoH, "cuMemcpyDtoH", 3020)               \
+    X(StreamSynchronize, "cuStreamSynchronize", 2000) \
+    X(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050) \
+    X(StreamCreate, "cuStreamCreate", 2000)           \
+    X(StreamDestroy, "cuStreamDestroy", 4000)         \
+    X(StreamBeginCapture, "cuStreamBeginCapture", 10010) \
+    X(StreamEndCapture, "cuStreamEndCapture", 10000)  \
+    X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040) \
+    X(GraphLaunch, "cuGraphLaunch", 10000)            \
+    X(GraphExecDestroy, "cuGraphExecDestroy", 10000)  \
+    X(GraphDestroy, "cuGraphDestroy", 10000)
+
+static void cu_load_once(void)
+{
+    fsa_cu_api *api = &g_cu.api;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        g_cu.status = FSA_STATUS_NO_DRIVER;
+        snprintf(g_cu.message, sizeof g_cu.message, "dlopen(libcuda.so.1): %s", dlerror());
+        return;
+    }
+    get_proc_v2_fn get_v2 = (get_proc_v2_fn)dlsym(lib, "cuGetProcAddress_v2");
+    get_proc_v1_fn get_v1 = get_v2 ? NULL : (get_proc_v1_fn)dlsym(lib, "cuGetProcAddress");
+    api->Init = (PFN_cuInit_v2000)dlsym(lib, "cuInit");
+    if ((get_v2 == NULL && get_v1 == NULL) || api->Init == NULL) {
+        g_cu.status = FSA_STATUS_NO_DRIVER;
+        snprintf(g_cu.message, sizeof g_cu.message,
+                 "libcuda.so.1 lacks cuGetProcAddress (driver older than CUDA 12)");
+        return;
+    }
+    CUresult r = api->Init(0);
+    if (r != CUDA_SUCCESS) {
+        g_cu.status = r == CUDA_ERROR_NO_DEVICE ? FSA_STATUS_NO_DEVICE : FSA_STATUS_DRIVER_ERROR;
+        snprintf(g_cu.message, sizeof g_cu.message, "cuInit failed with CUresult %d", (int)r);
+        return;
+    }
+#define FSA_CU_RESOLVE_(field, name, version)                                              \
+    do {                                                                                   \
+        void *fn = NULL;                                                                   \
+        CUresult rr = get_v2 ? get_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, NULL) \
+                             : get_v1(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT);    \
+        if (rr != CUDA_SUCCESS || fn == NULL) {                                            \
+            g_cu.status = FSA_STATUS_NO_DRIVER;                                            \
+            snprintf(g_cu.message, sizeof g_cu.message,                                    \
+                     "driver has no %s (ABI %d); CUDA 12 or newer is required", name,      \
+                     version);                                                             \
+            return;                                                                        \
+        }                                                                                  \
+        *(void **)&api->field = fn;                                                        \
+    } while (0);
+    FSA_CU_SYMBOLS(FSA_CU_RESOLVE_)
+#undef FSA_CU_RESOLVE_
+    if (api->DriverGetVersion(&api->driver_version) != CUDA_SUCCESS) api->driver_version = 0;
+    /* The library handle stays open for the life of the process. */
+}
+
+fsa_status fsa_cu_load(const fsa_cu_api **out)
+{
+    (void)pthread_once(&g_cu.once, cu_load_once);
+    if (g_cu.status != FSA_STATUS_OK) {
+        *out = NULL;
+        return fsa_error_set(g_cu.status, "driver", "%s", g_cu.message);
+    }
+    *out = &g_cu.api;
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_cu_error(const fsa_cu_api *cu, CUresult result, const char *stage, const char *what)
+{
+    const char *name = NULL;
+    const char *text = NULL;
+    if (cu && cu->GetErrorName) cu->GetErrorName(result, &name);
+    if (cu && cu->GetErrorString) cu->GetErrorString(result, &text);
+    return fsa_error_set(FSA_STATUS_DRIVER_ERROR, stage, "%s failed: %s (%d): %s", what,
+                         name ? name : "CUDA_ERROR", (int)result, text ? text : "");
+}

@@ -1,0 +1,85 @@
+/* The on-disk kernel cache (format: cache/README.md).
+ *
+ * Layout: <root>/v1/<target>/<name>.<hex>.cubin, one entry per kernel key.
+ * Readers never lock. Writers publish atomically (temporary file in the same
+ * directory, fsync, rename, fsync of the directory). A per-key lock file only
+ * keeps processes from compiling the same kernel twice. Any entry that fails
+ * validation is a miss: it is deleted (when the cache is writable) and the
+ * caller rebuilds it once. */
+#ifndef FSA_DISK_CACHE_H
+#define FSA_DISK_CACHE_H
+
+#include "fsa.h"
+#include "kernel_key.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FSA_CACHE_LAYOUT "v1"
+#define FSA_CACHE_FORMAT_VERSION 1u
+
+typedef struct fsa_disk_cache fsa_disk_cache;
+
+/* Opens (and, unless read_only, creates with mode 0700) <root>/v1. Refuses,
+ * with FSA_STATUS_CACHE_IO and a message, a root or v1 directory that other
+ * users can write or that another user owns; the caller then works in memory. */
+fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_only);
+void fsa_disk_cache_close(fsa_disk_cache *dc); /* NULL is fine */
+const char *fsa_disk_cache_root(const fsa_disk_cache *dc);
+int fsa_disk_cache_read_only(const fsa_disk_cache *dc);
+
+typedef struct fsa_disk_entry {
+    uint8_t *cubin;
+    size_t cubin_size;
+    char *entry_names; /* '\n'-separated kernel entry points */
+    char *key_text;    /* as stored in the entry */
+} fsa_disk_entry;
+
+void fsa_disk_entry_free(fsa_disk_entry *e); /* frees the members; NULL is fine */
+
+/* FSA_STATUS_OK with *out filled on a hit; FSA_STATUS_NOT_FOUND on a miss.
+ * A present but bad entry (short, bad magic or version, wrong key text,
+ * checksum mismatch, owned by another user, not a regular file) is a miss:
+ * *corrupt_out is incremented and the file deleted unless read-only.
+ * With any_nvrtc, an entry whose key text equals key->text except for the
+ * "nvrtc" line also hits (for processes that have no NVRTC); among several
+ * the newest file wins. Other failures: FSA_STATUS_CACHE_IO. */
+fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                 const char *target, int any_nvrtc, uint64_t *corrupt_out);
+
+/* Writes the entry atomically. FSA_STATUS_CACHE_IO when the cache is
+ * read-only or any write fails (nothing partial is ever visible). */
+fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
+                                  const void *cubin, size_t cubin_size, const char *entry_names);
+
+/* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
+ * descriptor, or -1 when no lock can be had (read-only cache, flock
+ * unsupported): callers then go on without it. */
+int fsa_disk_cache_lock(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target);
+void fsa_disk_cache_unlock(int fd); /* -1 is fine */
+
+/* Maintenance. Each visits every entry of every target directory. */
+fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user);
+
+/* Optional extra check of a valid entry (e.g. loading it on the GPU); returns
+ * 0 when the entry is good. */
+typedef int (*fsa_disk_check_fn)(const fsa_disk_entry *entry, const char *target, void *user);
+
+/* Re-reads every entry: header, key digest (the file name's hex must be the
+ * XXH3-128 of the stored key text), payload checksum, then `check` when given.
+ * Bad entries are deleted (unless read-only) and counted in *bad_out. `visit`
+ * sees every entry with info.valid set. */
+fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, void *check_user,
+                                 fsa_cache_visit_fn visit, void *user, uint64_t *bad_out);
+
+/* Deletes temporary files and unheld lock files older than an hour, then
+ * entries in order of last use (the later of atime and mtime) until the
+ * entries total <= max_bytes. *removed_out counts every deleted file. */
+fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
+                                uint64_t *bytes_left_out);
+
+/* The path of a key's entry (caller frees). For tests and messages. */
+char *fsa_disk_cache_entry_path(const fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                const char *target);
+
+#endif

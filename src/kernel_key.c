@@ -1,0 +1,132 @@
+#include "kernel_key.h"
+
+#include "status_internal.h"
+#include "templates.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+void fsa_digest128(uint8_t out[16], const void *data, size_t n)
+{
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, n));
+    memcpy(out, c.digest, 16);
+}
+
+static int safe_value(const char *v)
+{
+    /* Values end up in file names and one-line fields. */
+    if (*v == '\0') return 0;
+    for (const char *c = v; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == '-'))
+            return 0;
+    return 1;
+}
+
+fsa_status fsa_key_build(fsa_kernel_key *out, const fsa_key_inputs *in)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_strbuf text = {0};
+    fsa_strbuf name = {0};
+    size_t *order = NULL;
+    memset(out, 0, sizeof *out);
+    if (in == NULL || in->family == NULL || in->target == NULL || (in->n_params && !in->params) ||
+        (in->n_options && !in->options))
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, "key", "incomplete key inputs");
+    if (!safe_value(in->family) || !safe_value(in->target))
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "key", "family or target has characters outside [A-Za-z0-9_.-]");
+    order = malloc((in->n_params ? in->n_params : 1) * sizeof *order);
+    FSA_CHECK_ALLOC(order, "key");
+    /* Parameters sorted by name: the key does not depend on the caller's order. */
+    for (size_t i = 0; i < in->n_params; i++) {
+        const fsa_param *p = &in->params[i];
+        if (p->name == NULL || p->value == NULL || !safe_value(p->name) || !safe_value(p->value))
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "key", "parameter %zu of %s is empty or unsafe", i,
+                     in->family);
+        size_t j = i;
+        while (j > 0 && strcmp(in->params[order[j - 1]].name, p->name) > 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (size_t i = 1; i < in->n_params; i++)
+        if (strcmp(in->params[order[i - 1]].name, in->params[order[i]].name) == 0)
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "key", "parameter %s given twice",
+                     in->params[order[i]].name);
+
+    fsa_strbuf_appendf(&text, "fsa-kernel-key %d\nlibrary %s\ntemplates %s\nfamily %s\n",
+                       FSA_KEY_SCHEMA, FSA_VERSION_STRING, fsa_templates_digest(), in->family);
+    for (size_t i = 0; i < in->n_params; i++) {
+        const fsa_param *p = &in->params[order[i]];
+        fsa_strbuf_appendf(&text, "param %s %s\n", p->name, p->value);
+    }
+    fsa_strbuf_appendf(&text, "nvrtc %s\ntarget %s\n", in->nvrtc_version ? in->nvrtc_version : "none",
+                       in->target);
+    for (size_t i = 0; i < in->n_options; i++) {
+        if (in->options[i] == NULL || strchr(in->options[i], '\n'))
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "key", "option %zu is NULL or has a newline", i);
+        fsa_strbuf_appendf(&text, "option %s\n", in->options[i]);
+    }
+
+    fsa_strbuf_append(&name, in->family);
+    for (size_t i = 0; i < in->n_params; i++) {
+        const fsa_param *p = &in->params[i];
+        if (p->tag == NULL) continue;
+        fsa_strbuf_appendf(&name, "_%s%s", p->tag, p->value);
+    }
+
+    if (text.failed || name.failed) FSA_FAIL(FSA_STATUS_OUT_OF_MEMORY, "key", "out of host memory");
+    fsa_digest128(out->digest, text.data, text.len);
+    fsa_hex(out->hex, out->digest, 16);
+    out->text = fsa_strbuf_take(&text);
+    out->name = fsa_strbuf_take(&name);
+    if (out->text == NULL || out->name == NULL) {
+        fsa_key_free(out);
+        FSA_FAIL(FSA_STATUS_OUT_OF_MEMORY, "key", "out of host memory");
+    }
+cleanup:
+    fsa_strbuf_free(&text);
+    fsa_strbuf_free(&name);
+    free(order);
+    return st;
+}
+
+void fsa_key_free(fsa_kernel_key *key)
+{
+    if (key == NULL) return;
+    free(key->text);
+    free(key->name);
+    memset(key, 0, sizeof *key);
+}
+
+/* Advances *p past one line; returns its start and length through out. */
+static int next_line(const char **p, const char **start, size_t *len)
+{
+    if (**p == '\0') return 0;
+    *start = *p;
+    const char *nl = strchr(*p, '\n');
+    *len = nl ? (size_t)(nl - *p) : strlen(*p);
+    *p = nl ? nl + 1 : *p + *len;
+    return 1;
+}
+
+static int is_nvrtc_line(const char *s, size_t n) { return n >= 6 && memcmp(s, "nvrtc ", 6) == 0; }
+
+int fsa_key_text_equal_except_nvrtc(const char *a, const char *b)
+{
+    const char *sa, *sb;
+    size_t na, nb;
+    for (;;) {
+        int ha = next_line(&a, &sa, &na);
+        while (ha && is_nvrtc_line(sa, na)) ha = next_line(&a, &sa, &na);
+        int hb = next_line(&b, &sb, &nb);
+        while (hb && is_nvrtc_line(sb, nb)) hb = next_line(&b, &sb, &nb);
+        if (!ha || !hb) return ha == hb;
+        if (na != nb || memcmp(sa, sb, na) != 0) return 0;
+    }
+}

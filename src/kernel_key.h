@@ -1,0 +1,42 @@
+/* Kernel keys: everything that decides a cubin's bytes, as canonical text,
+ * its XXH3-128 digest, and a readable file name. Never paths, host names,
+ * device ordinals or compiler output. */
+#ifndef FSA_KERNEL_KEY_H
+#define FSA_KERNEL_KEY_H
+
+#include "fsa.h"
+#include "render.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FSA_KEY_SCHEMA 1
+
+typedef struct fsa_key_inputs {
+    const char *family;          /* template family, e.g. "sel_fwd_main" */
+    const fsa_param *params;
+    size_t n_params;
+    const char *nvrtc_version;   /* "13.0"; NULL when NVRTC is not available */
+    const char *target;          /* "sm_90a" */
+    const char *const *options;  /* NVRTC options, in order */
+    size_t n_options;
+} fsa_key_inputs;
+
+typedef struct fsa_kernel_key {
+    char *text;         /* canonical text, one "field value" per line */
+    char *name;         /* readable: family then tagged values, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
+    uint8_t digest[16]; /* XXH3-128 of text (canonical big-endian bytes) */
+    char hex[33];
+} fsa_kernel_key;
+
+fsa_status fsa_key_build(fsa_kernel_key *out, const fsa_key_inputs *in);
+void fsa_key_free(fsa_kernel_key *key);
+
+/* XXH3-128 of `n` bytes as 16 canonical bytes. */
+void fsa_digest128(uint8_t out[16], const void *data, size_t n);
+
+/* 1 when two key texts are equal apart from their "nvrtc" line: lets a
+ * process without NVRTC use kernels that some NVRTC version built. */
+int fsa_key_text_equal_except_nvrtc(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,60 @@
+/* The process-wide table of kernels: key -> cubin (and, once loaded, its
+ * CUlibrary). One table per process, shared by every context. Builds are
+ * single-flight per key: concurrent requests for one key wait for the first
+ * builder; no lock is held across disk I/O, compilation or loading. */
+#ifndef FSA_MODULE_CACHE_H
+#define FSA_MODULE_CACHE_H
+
+#include "cuda_driver.h"
+#include "disk_cache.h"
+#include "fsa.h"
+#include "nvrtc_loader.h"
+#include "render.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct fsa_jit_counters {
+    atomic_uint_fast64_t memory_hits;
+    atomic_uint_fast64_t disk_hits;
+    atomic_uint_fast64_t compiles;
+    atomic_uint_fast64_t compile_us;
+    atomic_uint_fast64_t corrupt_entries;
+    atomic_uint_fast64_t write_failures;
+    atomic_int warned_write; /* the "cache not writable" warning is given once */
+} fsa_jit_counters;
+
+/* What a build may use. Owned by the context. */
+typedef struct fsa_jit_env {
+    const fsa_nvrtc_api *nvrtc; /* NULL: cache hits only (FSA_STATUS_NO_NVRTC on a miss) */
+    const char *target;         /* "sm_90a" */
+    fsa_disk_cache *disk;       /* NULL: memory only */
+    int jit;                    /* 0: a miss is FSA_STATUS_JIT_DISABLED */
+    int log;
+    fsa_jit_counters *counters;
+} fsa_jit_env;
+
+typedef struct fsa_kernel_request {
+    const char *family;         /* templates/<family>.cu */
+    const fsa_param *params;
+    size_t n_params;
+    const char *entry_names;    /* '\n'-separated extern "C" kernels it defines */
+} fsa_kernel_request;
+
+typedef struct fsa_module fsa_module; /* lives until the process exits */
+
+fsa_status fsa_module_get(fsa_module **out, const fsa_jit_env *env, const fsa_kernel_request *req);
+
+const char *fsa_module_name(const fsa_module *m);
+const char *fsa_module_key_hex(const fsa_module *m);
+const void *fsa_module_cubin(const fsa_module *m, size_t *size_out);
+
+/* Loads the cubin into the driver (once per process) and looks up one entry
+ * point. CUkernel is context-independent; use cuKernelGetFunction for a
+ * context-specific handle. */
+fsa_status fsa_module_kernel(CUkernel *out, fsa_module *m, const fsa_cu_api *cu, const char *entry);
+
+/* The number of modules in the table (tests). */
+size_t fsa_module_count(void);
+
+#endif

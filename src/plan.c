@@ -1,0 +1,260 @@
+/* Plans: validate a selected-attention descriptor, decide which paths fit
+ * the target, compile or load their kernels, size workspaces. */
+#include "plan.h"
+
+#include "status_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE "plan"
+
+static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
+
+/* Shared memory a block may opt into, for targets known without a device. */
+static int target_max_smem(const char *target)
+{
+    int v = atoi(target + 3);
+    if (v == 80) return 166912;
+    if (v >= 86 && v < 90) return 101376;
+    return 232448;
+}
+
+static int main_smem_bytes(int d, int bk, int chunk)
+{
+    return (2 * bk + 2 * FSA_MAIN_ROWS) * (d + 8) * 2 + chunk * 4;
+}
+
+static int nsa_smem_bytes(int d) { return (16 + 4 * FSA_NSA_STAGE_KEYS) * (d + 8) * 2; }
+
+static fsa_status validate_desc(const fsa_selected_attention_desc *d)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (d->dtype != FSA_DTYPE_BF16 && d->dtype != FSA_DTYPE_F16)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "dtype %d is neither bf16 nor f16", (int)d->dtype);
+    if (d->head_dim < 16 || d->head_dim > 256 || d->head_dim % 16 != 0)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: must be a multiple of 16 from 16 to 256",
+                 d->head_dim);
+    if (d->num_q_heads < 1 || d->num_kv_heads < 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_q_heads %d and num_kv_heads %d must be positive",
+                 d->num_q_heads, d->num_kv_heads);
+    if (d->num_q_heads % d->num_kv_heads != 0)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_q_heads %d is not a multiple of num_kv_heads %d",
+                 d->num_q_heads, d->num_kv_heads);
+    if (d->num_q_heads / d->num_kv_heads > 128)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "group size %d: at most 128 query heads per KV head",
+                 d->num_q_heads / d->num_kv_heads);
+    int bk = d->block_size;
+    if (bk != 16 && bk != 32 && bk != 64 && bk != 128 && bk != 256)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "block_size %d: must be 16, 32, 64, 128 or 256", bk);
+    if (d->top_k < 1 || d->top_k > 64)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "top_k %d: must be 1..64", d->top_k);
+    if (!isfinite(d->scale) || d->scale < 0.0f)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+    if (d->algorithm != FSA_ALGORITHM_AUTO && d->algorithm != FSA_ALGORITHM_FSA &&
+        d->algorithm != FSA_ALGORITHM_NSA)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "unknown algorithm %d", (int)d->algorithm);
+    if (d->backward != 0 && d->backward != 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "backward must be 0 or 1");
+    if (d->backward)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "backward kernels are not part of this version");
+cleanup:
+    return st;
+}
+
+typedef struct kernel_params {
+    char dtype[8], d[8], g[8], bk[8];
+    fsa_param list[4];
+} kernel_params;
+
+static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
+{
+    snprintf(kp->dtype, sizeof kp->dtype, "%s", dtype_name(plan->desc.dtype));
+    snprintf(kp->d, sizeof kp->d, "%d", plan->desc.head_dim);
+    snprintf(kp->g, sizeof kp->g, "%d", plan->group);
+    snprintf(kp->bk, sizeof kp->bk, "%d", plan->desc.block_size);
+    kp->list[0] = (fsa_param){"DTYPE", kp->dtype, ""};
+    kp->list[1] = (fsa_param){"HEAD_DIM", kp->d, "d"};
+    kp->list[2] = (fsa_param){"GROUP", kp->g, "g"};
+    kp->list[3] = (fsa_param){"BLOCK_SIZE", kp->bk, "bk"};
+}
+
+static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_context *ctx = plan->ctx;
+    const fsa_kernel_request index = {"sel_index", &kp->list[3], 1, "fsa_sel_count\nfsa_sel_scatter"};
+    const fsa_kernel_request main = {"sel_fwd_main", kp->list, 4, "fsa_sel_fwd_main"};
+    const fsa_kernel_request reduce = {"sel_fwd_reduce", kp->list, 3, "fsa_sel_fwd_reduce"};
+    FSA_CHECK(fsa_context_get_function(&plan->fwd.count, ctx, &index, "fsa_sel_count", 0));
+    FSA_CHECK(fsa_context_get_function(&plan->fwd.scatter, ctx, &index, "fsa_sel_scatter", 0));
+    FSA_CHECK(fsa_context_get_function(&plan->fwd.main, ctx, &main, "fsa_sel_fwd_main", plan->main_smem));
+    FSA_CHECK(fsa_context_get_function(&plan->fwd.reduce, ctx, &reduce, "fsa_sel_fwd_reduce", 0));
+    plan->main_grid = 1;
+    if (ctx->cu) {
+        int per_sm = 0;
+        FSA_CHECK(fsa_context_enter(ctx));
+        CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan->fwd.main,
+                                                                        FSA_MAIN_THREADS, (size_t)plan->main_smem);
+        fsa_context_leave(ctx);
+        if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+        plan->main_grid = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
+    }
+cleanup:
+    return st;
+}
+
+static fsa_status load_nsa_kernels(fsa_plan *plan, const kernel_params *kp)
+{
+    const fsa_kernel_request nsa = {"sel_fwd_nsa", kp->list, 4, "fsa_sel_fwd_nsa"};
+    return fsa_context_get_function(&plan->fwd.nsa, plan->ctx, &nsa, "fsa_sel_fwd_nsa", plan->nsa_smem);
+}
+
+fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_attention_desc *desc)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_plan *plan = NULL;
+    if (out == NULL || ctx == NULL || desc == NULL)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
+    *out = NULL;
+    if (desc->struct_size != sizeof(fsa_selected_attention_desc))
+        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_selected_attention_desc.struct_size is %zu, expected %zu",
+                 desc->struct_size, sizeof(fsa_selected_attention_desc));
+    FSA_CHECK(validate_desc(desc));
+    plan = calloc(1, sizeof *plan);
+    FSA_CHECK_ALLOC(plan, STAGE);
+    plan->ctx = ctx;
+    plan->desc = *desc;
+    plan->group = desc->num_q_heads / desc->num_kv_heads;
+    plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
+
+    int max_smem = ctx->cu ? ctx->max_smem_per_block : target_max_smem(ctx->target);
+    plan->chunk_tokens = plan->group <= FSA_MAIN_ROWS ? (FSA_MAIN_ROWS / plan->group) * FSA_MAIN_TILES : 0;
+    plan->main_smem = main_smem_bytes(desc->head_dim, desc->block_size, plan->chunk_tokens);
+    plan->nsa_smem = nsa_smem_bytes(desc->head_dim);
+    plan->fsa_available = plan->chunk_tokens > 0 && plan->main_smem <= max_smem;
+    plan->nsa_available = plan->nsa_smem <= max_smem;
+
+    int want_fsa = desc->algorithm != FSA_ALGORITHM_NSA;
+    int want_nsa = desc->algorithm != FSA_ALGORITHM_FSA;
+    if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "the FSA path does not fit: group %d (at most %d), %d bytes of shared memory (target %s allows %d)",
+                 plan->group, FSA_MAIN_ROWS, plan->main_smem, ctx->target, max_smem);
+    if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %d bytes of shared memory; target %s allows %d",
+                 plan->nsa_smem, ctx->target, max_smem);
+    if (!plan->fsa_available && !plan->nsa_available)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s", ctx->target);
+
+    kernel_params kp;
+    kernel_params_init(&kp, plan);
+    if (want_fsa && plan->fsa_available) FSA_CHECK(load_fsa_kernels(plan, &kp));
+    else plan->fsa_available = 0;
+    if (want_nsa && plan->nsa_available) FSA_CHECK(load_nsa_kernels(plan, &kp));
+    else plan->nsa_available = 0;
+    *out = plan;
+    plan = NULL;
+cleanup:
+    free(plan);
+    return st;
+}
+
+void fsa_plan_destroy(fsa_plan *plan) { free(plan); }
+
+static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    out->nb_total = total_tokens / d->block_size + batch + 1;
+    const size_t n = hkv * (size_t)out->nb_total + 1;
+    size_t at = 0;
+    out->counts = at;
+    at = align_up(at + n * 4);
+    out->offsets = at;
+    at = align_up(at + n * 4);
+    out->work_offsets = at;
+    at = align_up(at + n * 4);
+    out->mask = at;
+    at = align_up(at + hkv * (size_t)tc * 8);
+    out->list = at;
+    at = align_up(at + hkv * (size_t)tc * k * 4);
+    out->lse_part = at;
+    at = align_up(at + hkv * (size_t)tc * k * g * 4);
+    out->o_part = at;
+    at = align_up(at + hkv * (size_t)tc * k * g * (size_t)d->head_dim * 2);
+    out->total = at;
+}
+
+int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    /* List entries are int32 and pack the token as (token << 6 | slot). */
+    int64_t tc = total_tokens;
+    int64_t pair_cap = (INT32_MAX - 1) / ((int64_t)d->num_kv_heads * d->top_k);
+    if (tc > pair_cap) tc = pair_cap;
+    if (tc > (1 << 25) - 1) tc = (1 << 25) - 1;
+    if (d->workspace_limit > 0) {
+        fsa_fsa_layout fixed;
+        fsa_fsa_layout_for(&fixed, plan, total_tokens, batch, 0);
+        const uint64_t hkv = (uint64_t)d->num_kv_heads, k = (uint64_t)d->top_k, g = (uint64_t)plan->group;
+        const uint64_t per_token = hkv * (8 + k * 4 + k * g * 4 + k * g * (uint64_t)d->head_dim * 2);
+        const uint64_t base = fixed.total + 4 * 256; /* the token arrays' alignment padding */
+        int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
+        if (fit < 1) fit = 1;
+        if (tc > fit) tc = fit;
+        /* Even chunks: the last one is not a sliver. */
+        int64_t n = (total_tokens + tc - 1) / tc;
+        tc = (total_tokens + n - 1) / n;
+    }
+    return tc > 0 ? tc : 1;
+}
+
+fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
+{
+    const char *why = "forced by the descriptor";
+    fsa_algorithm a = plan->desc.algorithm;
+    if (a == FSA_ALGORITHM_AUTO) {
+        if (!plan->nsa_available) {
+            a = FSA_ALGORITHM_FSA;
+            why = "only the FSA path fits this shape";
+        } else if (!plan->fsa_available) {
+            a = FSA_ALGORITHM_NSA;
+            why = "only the NSA path fits this shape";
+        } else {
+            (void)total_tokens;
+            a = plan->group >= 8 ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
+            why = "group size rule (no crossover measured yet)";
+        }
+    }
+    if (reason) *reason = why;
+    return a;
+}
+
+fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    if (total_tokens < 0 || batch < 0 || (total_tokens > 0 && batch < 1))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "total_tokens %lld with batch %d",
+                             (long long)total_tokens, batch);
+    *bytes_out = 0;
+    if (total_tokens == 0 || fsa_plan_choose(plan, total_tokens, NULL) != FSA_ALGORITHM_FSA) return FSA_STATUS_OK;
+    fsa_fsa_layout l;
+    fsa_fsa_layout_for(&l, plan, total_tokens, batch, fsa_fsa_chunk_tokens(plan, total_tokens, batch));
+    *bytes_out = l.total;
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
+                              int64_t total_tokens)
+{
+    if (algorithm_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
+    *algorithm_out = fsa_plan_choose(plan, total_tokens, reason_out);
+    return FSA_STATUS_OK;
+}

@@ -1,0 +1,35 @@
+/* Small host helpers shared by the library: a growable string, clocks,
+ * environment flags. */
+#ifndef FSA_UTIL_H
+#define FSA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct fsa_strbuf {
+    char *data;
+    size_t len;
+    size_t cap;
+    int failed; /* an allocation failed; data holds what fit */
+} fsa_strbuf;
+
+void fsa_strbuf_append(fsa_strbuf *b, const char *s);
+void fsa_strbuf_append_n(fsa_strbuf *b, const char *s, size_t n);
+void fsa_strbuf_appendf(fsa_strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Hands the buffer to the caller (NULL after a failed allocation). */
+char *fsa_strbuf_take(fsa_strbuf *b);
+void fsa_strbuf_free(fsa_strbuf *b);
+
+double fsa_now_ms(void); /* monotonic */
+
+/* "1", "on", "true", "yes" -> 1; "0", "off", "false", "no" -> 0; else `fallback`. */
+int fsa_env_flag(const char *name, int fallback);
+
+/* Lower-case hex of `n` bytes into `out` (2n + 1 chars). */
+void fsa_hex(char *out, const uint8_t *bytes, size_t n);
+
+#endif

@@ -1,0 +1,86 @@
+// Selection rules shared by the selected-attention kernels: which sequence a
+// token is in, global block ids, and which top-k slots are valid.
+#pragma once
+#include "fsa_device.cuh"
+#include "sel_params.cuh"
+
+namespace fsa {
+
+// The sequence holding packed token t: the largest b with cu[b] <= t (empty
+// sequences share their start with the next one and are skipped).
+__device__ __forceinline__ int find_sequence(const int *cu_seqlens, int batch, long long t) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (__ldg(cu_seqlens + mid) <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Bounds of the sequence holding token t, clamped so that even a malformed
+// cu_seqlens keeps every access inside [0, T): start <= t < end <= T.
+struct SeqBounds {
+    long long start, end;
+    int seq;
+};
+
+__device__ __forceinline__ SeqBounds seq_bounds(const int *cu_seqlens, int batch, long long total, long long t) {
+    SeqBounds s;
+    s.seq = find_sequence(cu_seqlens, batch, t);
+    s.start = min(max((long long)__ldg(cu_seqlens + s.seq), 0ll), t);
+    s.end = max(min((long long)__ldg(cu_seqlens + s.seq + 1), total), t + 1);
+    return s;
+}
+
+// Block j of sequence b has the global id first_block_id(start_b, b) + j: ids
+// of different sequences never overlap and stay below T / BK + batch + 1.
+__device__ __forceinline__ long long first_block_id(long long seq_start, int seq, int block_size) {
+    return seq_start / block_size + seq;
+}
+
+// Valid slots of one top-k row: 0 <= idx <= own block, first occurrence of a
+// repeated block only. Bit s set = slot s is used. K <= 64.
+__device__ __forceinline__ u64 row_valid_mask(const int *row, int top_k, int own_block) {
+    u64 mask = 0;
+    int seen[64];
+    for (int s = 0; s < top_k; s++) {
+        int v = __ldg(row + s);
+        seen[s] = v;
+        bool ok = v >= 0 && v <= own_block;
+        for (int s2 = 0; s2 < s && ok; s2++)
+            if (seen[s2] == v) ok = false;
+        if (ok) mask |= 1ull << s;
+    }
+    return mask;
+}
+
+// Exclusive scan over the block of one 64-bit value per thread; blockDim.x is
+// a multiple of 32 and at most 1024. `scratch` holds 32 values. Returns the
+// thread's exclusive prefix; *total gets the block total.
+__device__ __forceinline__ u64 block_exclusive_scan(u64 v, u64 *scratch, u64 *total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = blockDim.x >> 5;
+    u64 incl = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        u64 n = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += n;
+    }
+    if (lane == 31) scratch[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        u64 w = lane < nwarps ? scratch[lane] : 0;
+        for (int d = 1; d < 32; d <<= 1) {
+            u64 n = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w += n;
+        }
+        scratch[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    u64 warp_prefix = warp > 0 ? scratch[warp - 1] : 0;
+    *total = scratch[nwarps - 1];
+    __syncthreads();  // scratch may be reused right after
+    return warp_prefix + incl - v;
+}
+
+}  // namespace fsa

@@ -1,0 +1,34 @@
+/* Parameters of the selected-attention kernels, passed by value as the one
+ * kernel argument. Plain C read by both the host library and NVRTC, so the
+ * two always agree on the layout. Every field is 8 bytes: no padding. */
+#ifndef FSA_SEL_PARAMS_CUH
+#define FSA_SEL_PARAMS_CUH
+
+typedef struct fsa_sel_params {
+    /* Tensors (device addresses) and their strides in elements. */
+    long long q, k, v, o;
+    long long q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs;
+    long long topk, topk_hs, topk_ts;
+    long long cu_seqlens;
+    long long lse;          /* float [Hq, T] or 0 */
+    /* Problem. */
+    long long total_tokens; /* T */
+    long long batch;
+    long long num_kv_heads;
+    long long top_k;
+    double scale_log2;      /* softmax scale * log2(e) */
+    /* Token chunk [t0, t0 + tc) of this launch sequence. */
+    long long t0, tc;
+    /* Index inversion and partials (FSA path). */
+    long long nb_total;     /* block ids per KV head: T / BK + batch + 1 */
+    long long chunk_tokens; /* list entries per main-kernel work item */
+    long long counts;       /* int [Hkv * nb_total + 1]: counts, then cursors; last = ticket */
+    long long offsets;      /* int [Hkv * nb_total + 1]: exclusive scan of counts */
+    long long work_offsets; /* int [Hkv * nb_total + 1]: exclusive scan of work items */
+    long long mask;         /* u64 [Hkv, tc]: valid slots of each row */
+    long long list;         /* int [pairs]: (token - t0) << 6 | slot, grouped by (h, block) */
+    long long lse_part;     /* float [Hkv, tc, K, G]: log2-sum-exp of each partial */
+    long long o_part;       /* dtype [Hkv, tc, K, G, D]: normalized partial outputs */
+} fsa_sel_params;
+
+#endif

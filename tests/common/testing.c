@@ -1,0 +1,207 @@
+#include "testing.h"
+
+#include "context.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *fsa_test_mkdtemp(const char *prefix)
+{
+    const char *base = getenv("FSA_TEST_TMPDIR");
+    if (base == NULL || *base == '\0') base = "/tmp";
+    (void)mkdir(base, 0700);
+    size_t n = strlen(base) + strlen(prefix) + 16;
+    char *path = malloc(n);
+    if (path == NULL) return NULL;
+    snprintf(path, n, "%s/%s.XXXXXX", base, prefix);
+    if (mkdtemp(path) == NULL) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    /* Make read-only test directories removable again. */
+    (void)chmod(path, 0700);
+    return remove(path);
+}
+
+static int chmod_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    if (flag == FTW_D || flag == FTW_DNR || S_ISDIR(sb->st_mode)) (void)chmod(path, 0700);
+    return 0;
+}
+
+void fsa_test_rmtree(const char *path)
+{
+    if (path == NULL) return;
+    (void)nftw(path, chmod_one, 16, FTW_PHYS);
+    (void)nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+uint64_t fsa_rng_next(fsa_rng *r)
+{
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double fsa_rng_uniform(fsa_rng *r) { return (double)(fsa_rng_next(r) >> 11) * 0x1.0p-53; }
+
+double fsa_rng_normal(fsa_rng *r)
+{
+    double u1 = fsa_rng_uniform(r);
+    double u2 = fsa_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int fsa_rng_int(fsa_rng *r, int lo, int hi)
+{
+    uint64_t span = (uint64_t)((int64_t)hi - lo + 1);
+    return lo + (int)(fsa_rng_next(r) % span);
+}
+
+uint16_t fsa_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float fsa_bf16_to_f32(uint16_t x)
+{
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t fsa_f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+    if (absu < 0x38800000u) {                                   /* subnormal or zero */
+        float f;
+        memcpy(&f, &absu, 4);
+        /* Scale into the subnormal grid (2^-24 steps) and round to nearest even. */
+        float scaled = f * 16777216.0f;
+        uint32_t m = (uint32_t)nearbyintf(scaled);
+        return (uint16_t)(sign | m);
+    }
+    uint32_t e = ((absu >> 23) - 112u) << 10;
+    uint32_t m = (absu >> 13) & 0x3ffu;
+    uint32_t h = e | m;
+    uint32_t rest = absu & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+float fsa_f16_to_f32(uint16_t x)
+{
+    uint32_t sign = (uint32_t)(x & 0x8000u) << 16;
+    uint32_t e = (x >> 10) & 0x1fu;
+    uint32_t m = x & 0x3ffu;
+    float f;
+    if (e == 0) {
+        f = ldexpf((float)m, -24);
+        if (sign) f = -f;
+        return f;
+    }
+    uint32_t u;
+    if (e == 31)
+        u = sign | 0x7f800000u | (m << 13);
+    else
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = cache_dir;
+    fsa_context *ctx = NULL;
+    fsa_status st = fsa_context_create(&ctx, &o);
+    if (st == FSA_STATUS_NO_DRIVER || st == FSA_STATUS_NO_DEVICE || st == FSA_STATUS_UNSUPPORTED_DEVICE) {
+        fprintf(stderr, "skipping: no usable GPU (%s)\n", fsa_last_error());
+        exit(FSA_TEST_SKIP_CODE);
+    }
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, "context creation failed: %s\n", fsa_last_error());
+        exit(1);
+    }
+    /* Keep the device's primary context current for the test's own driver calls. */
+    if (fsa_context_enter(ctx) != FSA_STATUS_OK) {
+        fprintf(stderr, "cannot make the context current: %s\n", fsa_last_error());
+        exit(1);
+    }
+    return ctx;
+}
+
+static const fsa_cu_api *test_cu(void)
+{
+    const fsa_cu_api *cu = NULL;
+    if (fsa_cu_load(&cu) != FSA_STATUS_OK) {
+        fprintf(stderr, "driver: %s\n", fsa_last_error());
+        exit(1);
+    }
+    return cu;
+}
+
+static void cu_ok(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        test_cu()->GetErrorName(r, &name);
+        fail_msg("%s failed: %s (%d)", what, name, (int)r);
+    }
+}
+
+uint64_t fsa_test_dalloc(size_t bytes)
+{
+    CUdeviceptr p = 0;
+    cu_ok(test_cu()->MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return (uint64_t)p;
+}
+
+void fsa_test_dfree(uint64_t ptr)
+{
+    if (ptr) cu_ok(test_cu()->MemFree((CUdeviceptr)ptr), "cuMemFree");
+}
+
+void fsa_test_h2d(uint64_t dst, const void *src, size_t bytes)
+{
+    if (bytes) cu_ok(test_cu()->MemcpyHtoD((CUdeviceptr)dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void fsa_test_d2h(void *dst, uint64_t src, size_t bytes)
+{
+    if (bytes) cu_ok(test_cu()->MemcpyDtoH(dst, (CUdeviceptr)src, bytes), "cuMemcpyDtoH");
+}
+
+void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes)
+{
+    if (bytes) cu_ok(test_cu()->MemsetD8Async((CUdeviceptr)dst, byte, bytes, NULL), "cuMemsetD8Async");
+    fsa_test_sync();
+}
+
+void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSynchronize"); }

@@ -1,0 +1,51 @@
+/* Shared test helpers: temporary directories, seeded random numbers, host
+ * conversions to and from bf16/fp16, and the GPU-or-skip check. */
+#ifndef FSA_TESTING_H
+#define FSA_TESTING_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs these first. */
+#include <cmocka.h>
+
+#include "fsa.h"
+
+#define FSA_TEST_SKIP_CODE 77
+
+/* A fresh empty directory under $FSA_TEST_TMPDIR (else /tmp); caller frees
+ * the string and removes the tree with fsa_test_rmtree. */
+char *fsa_test_mkdtemp(const char *prefix);
+void fsa_test_rmtree(const char *path);
+
+/* Deterministic generator (splitmix64). */
+typedef struct fsa_rng {
+    uint64_t state;
+} fsa_rng;
+uint64_t fsa_rng_next(fsa_rng *r);
+double fsa_rng_uniform(fsa_rng *r); /* [0, 1) */
+double fsa_rng_normal(fsa_rng *r);
+int fsa_rng_int(fsa_rng *r, int lo, int hi); /* [lo, hi] */
+
+/* Round to nearest even; NaN stays NaN. */
+uint16_t fsa_f32_to_bf16(float x);
+float fsa_bf16_to_f32(uint16_t x);
+uint16_t fsa_f32_to_f16(float x);
+float fsa_f16_to_f32(uint16_t x);
+
+/* Device memory for GPU tests, through the library's driver loader. Each
+ * call fails the test on a driver error. The context made by
+ * fsa_test_gpu_context_or_skip is current on the calling thread. */
+uint64_t fsa_test_dalloc(size_t bytes);
+void fsa_test_dfree(uint64_t ptr);
+void fsa_test_h2d(uint64_t dst, const void *src, size_t bytes);
+void fsa_test_d2h(void *dst, uint64_t src, size_t bytes);
+void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes);
+void fsa_test_sync(void);
+
+/* Exits the process with 77 (CTest: skipped) unless a context can be made on
+ * device 0. Returns that context otherwise. */
+fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
+
+#endif

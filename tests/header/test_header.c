@@ -1,0 +1,73 @@
+/* The public header: compiles alone (see header_c11.c), every status has a
+ * distinct non-empty name and message, and the init macros set struct_size. */
+#include "testing.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int fsa_header_c11_probe(void);
+
+static void test_the_header_compiles_alone_in_strict_c11(void **state)
+{
+    (void)state;
+    size_t expected = sizeof(fsa_context_options) + sizeof(fsa_selected_attention_desc) + sizeof(fsa_fwd_args) +
+                      sizeof(fsa_cache_stats);
+    assert_int_equal(fsa_header_c11_probe(), (int)expected);
+}
+
+static void test_every_status_has_a_distinct_non_empty_name_and_message(void **state)
+{
+    (void)state;
+    for (int a = 0; a < FSA_STATUS_COUNT_; a++) {
+        const char *na = fsa_status_name((fsa_status)a), *ma = fsa_status_string((fsa_status)a);
+        assert_non_null(na);
+        assert_non_null(ma);
+        assert_true(strlen(na) > strlen("FSA_STATUS_"));
+        assert_true(strlen(ma) > 0);
+        assert_string_not_equal(na, "FSA_STATUS_UNKNOWN");
+        for (int b = 0; b < a; b++) {
+            assert_string_not_equal(na, fsa_status_name((fsa_status)b));
+            assert_string_not_equal(ma, fsa_status_string((fsa_status)b));
+        }
+    }
+}
+
+static void test_unknown_status_values_still_have_strings(void **state)
+{
+    (void)state;
+    assert_string_equal(fsa_status_name((fsa_status)9999), "FSA_STATUS_UNKNOWN");
+    assert_true(strlen(fsa_status_string((fsa_status)-1)) > 0);
+}
+
+static void test_status_values_are_stable(void **state)
+{
+    (void)state;
+    /* Append-only: these numbers are ABI. */
+    assert_int_equal(FSA_STATUS_OK, 0);
+    assert_int_equal(FSA_STATUS_INVALID_ARGUMENT, 1);
+    assert_int_equal(FSA_STATUS_NO_DRIVER, 5);
+    assert_int_equal(FSA_STATUS_NO_NVRTC, 8);
+    assert_int_equal(FSA_STATUS_JIT_DISABLED, 10);
+    assert_int_equal(FSA_STATUS_INTERNAL, 18);
+}
+
+static void test_version_string_matches_the_macros(void **state)
+{
+    (void)state;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d.%d.%d", FSA_VERSION_MAJOR, FSA_VERSION_MINOR, FSA_VERSION_PATCH);
+    assert_string_equal(fsa_version_string(), buf);
+    assert_string_equal(FSA_VERSION_STRING, buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_header_compiles_alone_in_strict_c11),
+        cmocka_unit_test(test_every_status_has_a_distinct_non_empty_name_and_message),
+        cmocka_unit_test(test_unknown_status_values_still_have_strings),
+        cmocka_unit_test(test_status_values_are_stable),
+        cmocka_unit_test(test_version_string_matches_the_macros),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,36 @@
+# Installs the build into a scratch prefix, then builds and runs a consumer
+# through find_package(fsa) and through pkg-config.
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+run(${CMAKE_COMMAND} --install "${FSA_BINARY_DIR}" --prefix "${prefix}")
+run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}/consumer" -B "${WORK_DIR}/build"
+    "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+file(GLOB libdirs "${prefix}/lib*")
+set(ENV{LD_LIBRARY_PATH} "${libdirs}")
+run("${WORK_DIR}/build/consumer")
+message(STATUS "find_package consumer: ${LAST_OUTPUT}")
+
+find_program(PKG_CONFIG pkg-config)
+find_program(CC NAMES cc gcc clang)
+if(PKG_CONFIG AND CC)
+  file(GLOB pcdirs "${prefix}/lib*/pkgconfig")
+  set(ENV{PKG_CONFIG_PATH} "${pcdirs}")
+  run(${PKG_CONFIG} --cflags --libs fsa)
+  string(STRIP "${LAST_OUTPUT}" flags)
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  run(${CC} -std=c11 "${CONSUMER_SOURCE_DIR}/consumer/main.c" ${flags} -o "${WORK_DIR}/consumer_pc")
+  run("${WORK_DIR}/consumer_pc")
+  message(STATUS "pkg-config consumer: ${LAST_OUTPUT}")
+else()
+  message(FATAL_ERROR "pkg-config and a C compiler are needed for this test")
+endif()

@@ -1,0 +1,133 @@
+/* Every template renders and compiles with NVRTC for sm_80 and sm_90a, on a
+ * machine without a GPU, over a spread of its parameters. A template added
+ * without an entry here fails the coverage test. */
+#include "testing.h"
+
+#include "compile.h"
+#include "nvrtc_loader.h"
+#include "render.h"
+#include "templates.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct variant {
+    const char *family;
+    const char *dtype, *d, *g, *bk, *unroll;
+} variant;
+
+static const variant variants[] = {
+    {"fill", NULL, NULL, NULL, NULL, "4"},
+    {"sel_index", NULL, NULL, NULL, "16", NULL},
+    {"sel_index", NULL, NULL, NULL, "256", NULL},
+    {"sel_fwd_main", "bf16", "128", "4", "64", NULL},
+    {"sel_fwd_main", "f16", "96", "3", "16", NULL},
+    {"sel_fwd_main", "bf16", "256", "1", "128", NULL},
+    {"sel_fwd_main", "f16", "32", "16", "32", NULL},
+    {"sel_fwd_reduce", "bf16", "128", "4", NULL, NULL},
+    {"sel_fwd_reduce", "f16", "192", "7", NULL, NULL},
+    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL},
+    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL},
+    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL},
+};
+#define N_VARIANTS (sizeof variants / sizeof variants[0])
+
+static const fsa_nvrtc_api *g_nvrtc;
+
+static size_t params_of(const variant *v, fsa_param *out)
+{
+    size_t n = 0;
+    if (v->dtype) out[n++] = (fsa_param){"DTYPE", v->dtype, ""};
+    if (v->d) out[n++] = (fsa_param){"HEAD_DIM", v->d, "d"};
+    if (v->g) out[n++] = (fsa_param){"GROUP", v->g, "g"};
+    if (v->bk) out[n++] = (fsa_param){"BLOCK_SIZE", v->bk, "bk"};
+    if (v->unroll) out[n++] = (fsa_param){"UNROLL", v->unroll, "u"};
+    return n;
+}
+
+static void compile_variant(const variant *v, const char *target)
+{
+    char file[64];
+    snprintf(file, sizeof file, "%s.cu", v->family);
+    const fsa_template *t = fsa_template_find(file);
+    assert_non_null(t);
+    fsa_param params[5];
+    size_t n = params_of(v, params);
+    char *src = NULL;
+    if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, target), FSA_STATUS_OK);
+    fsa_cubin cubin;
+    fsa_status st = fsa_compile(&cubin, g_nvrtc, src, file, &opts);
+    if (st != FSA_STATUS_OK) fail_msg("%s for %s: %s", file, target, fsa_last_error());
+    assert_true(cubin.size > 1000);
+    /* A cubin is an ELF image. */
+    assert_memory_equal(cubin.data, "\x7f" "ELF", 4);
+    print_message("  %-16s %-5s d=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family, v->dtype ? v->dtype : "-",
+                  v->d ? v->d : "-", v->g ? v->g : "-", v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
+    fsa_cubin_free(&cubin);
+    free(src);
+}
+
+static void test_every_template_variant_compiles_for_sm_80(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_80");
+}
+
+static void test_every_template_variant_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_90a");
+}
+
+static void test_every_kernel_template_has_a_compile_variant(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < fsa_template_count; i++) {
+        const char *name = fsa_templates[i].name;
+        size_t len = strlen(name);
+        if (len < 3 || strcmp(name + len - 3, ".cu") != 0) continue; /* headers compile through kernels */
+        int covered = 0;
+        for (size_t j = 0; j < N_VARIANTS; j++)
+            covered |= strlen(variants[j].family) == len - 3 && strncmp(variants[j].family, name, len - 3) == 0;
+        if (!covered) fail_msg("template %s has no compile variant in this test", name);
+    }
+}
+
+static void test_a_compile_error_returns_the_nvrtc_log(void **state)
+{
+    (void)state;
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, "sm_80"), FSA_STATUS_OK);
+    fsa_cubin cubin;
+    assert_int_equal(fsa_compile(&cubin, g_nvrtc, "extern \"C\" __global__ void k() { undeclared_thing(); }", "bad.cu", &opts),
+                     FSA_STATUS_COMPILE_FAILED);
+    const fsa_error_info *e = fsa_last_error_info();
+    assert_int_equal(e->status, FSA_STATUS_COMPILE_FAILED);
+    assert_string_equal(e->stage, "compile");
+    assert_non_null(strstr(e->log, "undeclared_thing"));
+    assert_non_null(strstr(fsa_last_error(), "undeclared_thing"));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (fsa_nvrtc_load(&g_nvrtc) != FSA_STATUS_OK) {
+        fprintf(stderr, "NVRTC is required for this test: %s\n", fsa_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_kernel_template_has_a_compile_variant),
+        cmocka_unit_test(test_a_compile_error_returns_the_nvrtc_log),
+        cmocka_unit_test(test_every_template_variant_compiles_for_sm_80),
+        cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

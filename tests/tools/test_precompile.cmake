@@ -1,0 +1,120 @@
+# fsa-precompile end to end, offline (no GPU; NVRTC needed): warm a fresh
+# cache for sm_80 and sm_90a, warm it again (all hits), list, verify, detect
+# a corrupted entry, prune, and the exit codes for bad and unsupported input.
+#
+#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> -P test_precompile.cmake
+
+cmake_minimum_required(VERSION 3.21)
+
+if(NOT PRECOMPILE OR NOT WORK)
+  message(FATAL_ERROR "usage: cmake -DPRECOMPILE=<tool> -DWORK=<dir> -P test_precompile.cmake")
+endif()
+
+set(CACHE_DIR "${WORK}/cache")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+# The tool sets its own cache and JIT modes; keep the user's log setting and
+# default cache out of the way all the same.
+unset(ENV{FSA_CACHE_DIR})
+
+# Kept small: every kernel is a real NVRTC compilation (about a second).
+set(GRID --dtype bf16 --head-dim 64 --group 1,8 --block-size 64)
+
+set(STEP 0)
+
+# run(<expected exit code> <args...>): runs the tool, fails the test on any
+# other exit code; the merged stdout and stderr are left in OUT.
+function(run expected)
+  math(EXPR step "${STEP} + 1")
+  set(STEP ${step} PARENT_SCOPE)
+  execute_process(COMMAND "${PRECOMPILE}" ${ARGN}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  string(REPLACE ";" " " shown "${ARGN}")
+  message(STATUS "[${step}] fsa-precompile ${shown} -> ${rc}\n${out}")
+  if(NOT "${rc}" STREQUAL "${expected}")
+    message(FATAL_ERROR "step ${step}: exit code ${rc}, expected ${expected}\n${out}")
+  endif()
+  set(OUT "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect_match regex what)
+  if(NOT OUT MATCHES "${regex}")
+    message(FATAL_ERROR "step ${STEP}: ${what}: no match for '${regex}' in:\n${OUT}")
+  endif()
+endfunction()
+
+function(cubins var target)
+  file(GLOB found "${CACHE_DIR}/v1/${target}/*.cubin")
+  list(SORT found)
+  set(${var} "${found}" PARENT_SCOPE)
+endfunction()
+
+# --- 1. fresh cache: everything compiles and lands on disk
+run(0 --arch sm_80,sm_90a ${GRID} -j 2 --cache-dir "${CACHE_DIR}")
+expect_match("cache: ${CACHE_DIR}" "cache directory printed")
+expect_match("\n[1-9][0-9]* kernels compiled, 0 already cached, 0 failed, 0 skipped" "summary of the first run")
+cubins(sm80 sm_80)
+cubins(sm90 sm_90a)
+if(NOT sm80 OR NOT sm90)
+  message(FATAL_ERROR "no cubins under ${CACHE_DIR}/v1/sm_80 or v1/sm_90a")
+endif()
+list(LENGTH sm80 n80)
+list(LENGTH sm90 n90)
+math(EXPR n_entries "${n80} + ${n90}")
+
+# --- 2. same grid again: all disk hits, nothing compiled
+run(0 --arch sm_80,sm_90a ${GRID} -j 2 --cache-dir "${CACHE_DIR}")
+expect_match("\n0 kernels compiled, ${n_entries} already cached, 0 failed, 0 skipped" "second run is all hits")
+expect_match("sm_80: 0 compiled" "sm_80 total")
+expect_match("sm_90a: 0 compiled" "sm_90a total")
+
+# --- 3. list: every entry by its readable name, and the total
+run(0 --list --cache-dir "${CACHE_DIR}")
+foreach(target sm_80 sm_90a)
+  foreach(name sel_index_bk64 sel_fwd_main_bf16_d64_g1_bk64 sel_fwd_main_bf16_d64_g8_bk64
+               sel_fwd_reduce_bf16_d64_g1 sel_fwd_reduce_bf16_d64_g8)
+    expect_match("${target} +${name} +[0-9]+ +[0-9-]+T[0-9:]+Z" "list entry ${target} ${name}")
+  endforeach()
+endforeach()
+expect_match("\n${n_entries} entries, [0-9]+ bytes" "list total")
+
+# --- 4. verify a good cache
+run(0 --verify --cache-dir "${CACHE_DIR}")
+expect_match("${n_entries} entries checked, 0 bad" "verify summary")
+
+# --- 5. a damaged entry is reported, counted and deleted
+list(GET sm80 0 victim)
+file(WRITE "${victim}" "this is not a cache entry")
+run(1 --verify --cache-dir "${CACHE_DIR}")
+expect_match("BAD +sm_80 " "bad entry reported")
+expect_match("${n_entries} entries checked, 1 bad" "verify summary with one bad entry")
+if(EXISTS "${victim}")
+  message(FATAL_ERROR "verify kept the damaged entry ${victim}")
+endif()
+
+# --- 6. prune to nothing
+run(0 --prune --max-bytes 0 --cache-dir "${CACHE_DIR}")
+expect_match("bytes \\(0 B\\) left" "prune summary")
+cubins(sm80 sm_80)
+cubins(sm90 sm_90a)
+if(sm80 OR sm90)
+  message(FATAL_ERROR "prune --max-bytes 0 left cubins: ${sm80} ${sm90}")
+endif()
+
+# --- 7. usage errors: exit 2, nothing compiled
+run(2 --arch sm_80 --head-dim 1x --cache-dir "${CACHE_DIR}")
+expect_match("--head-dim" "bad list named")
+run(2 --arch sm_80 --group 4- --cache-dir "${CACHE_DIR}")
+run(2 --arch sm_80 --no-such-option)
+run(2 --head-dim 64 --cache-dir "${CACHE_DIR}")
+expect_match("--arch" "missing target explained")
+run(2 --prune --cache-dir "${CACHE_DIR}")
+run(0 --help)
+expect_match("Usage: fsa-precompile" "help text")
+
+# --- 8. a shape the library does not support is skipped, not failed
+run(0 --arch sm_80 --head-dim 100 --group 1 -j 1 --cache-dir "${CACHE_DIR}")
+expect_match("d100 g1 bk64: skipped \\(unsupported: [^)]" "unsupported shape reported")
+expect_match("\n0 kernels compiled, 0 already cached, 0 failed, 1 skipped" "summary with a skipped shape")
+
+message(STATUS "fsa-precompile: all ${STEP} steps passed")

@@ -1,0 +1,1014 @@
+/* fsa-precompile: fills the fsa-jit kernel cache ahead of time for a grid of
+ * problem shapes, and lists, verifies or prunes that cache.
+ *
+ * It uses only the public API (fsa.h): a shape is "precompiled" by creating a
+ * plan for it, so the cache ends up holding exactly the kernels a later
+ * fsa_plan_create in an application will look up, under the same keys. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <fsa.h>
+
+#include <ctype.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROG "fsa-precompile"
+
+enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
+
+/* Caps that keep a typo such as 1-1000000000 from allocating or running for
+ * hours; real grids are far smaller. */
+#define MAX_LIST_VALUES 4096
+#define MAX_LIST_VALUE 1000000L
+#define MAX_COMBINATIONS 100000
+#define MAX_JOBS 1024
+
+/* ------------------------------------------------------------------ lists */
+
+typedef struct int_list {
+    int *v;
+    size_t n, cap;
+} int_list;
+
+typedef struct str_list {
+    char **v;
+    size_t n, cap;
+} str_list;
+
+static void int_list_free(int_list *l)
+{
+    free(l->v);
+    *l = (int_list){0};
+}
+
+static void str_list_free(str_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    *l = (str_list){0};
+}
+
+static int int_list_has(const int_list *l, int x)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i] == x) return 1;
+    return 0;
+}
+
+/* Appends x unless present (a repeated value would only plan a shape twice).
+ * -1 when out of memory. */
+static int int_list_add(int_list *l, int x)
+{
+    if (int_list_has(l, x)) return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 8;
+        int *v = realloc(l->v, cap * sizeof *v);
+        if (v == NULL) return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+    return 0;
+}
+
+/* Appends a copy of the first len bytes of s unless present; -1 when out of
+ * memory. */
+static int str_list_add(str_list *l, const char *s, size_t len)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strlen(l->v[i]) == len && strncmp(l->v[i], s, len) == 0) return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 4;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (v == NULL) return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    char *copy = malloc(len + 1);
+    if (copy == NULL) return -1;
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    l->v[l->n++] = copy;
+    return 0;
+}
+
+#if defined(__GNUC__)
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#endif
+
+static void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(PROG ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n" PROG ": try '" PROG " --help'\n", stderr);
+    va_end(ap);
+}
+
+/* A decimal number 0..MAX_LIST_VALUE at *p; advances *p. No sign, no
+ * spaces: a list is one shell word. */
+static int parse_number(const char **p, long *out)
+{
+    const char *s = *p;
+    long v = 0;
+    if (!isdigit((unsigned char)*s)) return -1;
+    for (; isdigit((unsigned char)*s); s++) {
+        v = v * 10 + (*s - '0');
+        if (v > MAX_LIST_VALUE) return -1;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+/* parse_number, but at least 1: no grid dimension or step can be 0. */
+static int parse_positive(const char **p, long *out)
+{
+    return parse_number(p, out) == 0 && *out >= 1 ? 0 : -1;
+}
+
+/* One item of a list: N, N-M or N-M:S, appended to out. */
+static int parse_range(int_list *out, const char **p, const char *option)
+{
+    const char *item = *p;
+    long lo, hi, step = 1;
+    if (parse_positive(p, &lo) != 0) goto bad;
+    hi = lo;
+    if (**p == '-') {
+        (*p)++;
+        if (parse_positive(p, &hi) != 0) goto bad;
+        if (**p == ':') {
+            (*p)++;
+            if (parse_positive(p, &step) != 0) goto bad;
+        }
+    }
+    if (**p != ',' && **p != '\0') goto bad;
+    if (hi < lo) {
+        usage_error("%s: range '%.*s' runs backwards", option, (int)(*p - item), item);
+        return -1;
+    }
+    for (long v = lo; v <= hi; v += step) {
+        if (out->n >= MAX_LIST_VALUES) {
+            usage_error("%s: more than %d values", option, MAX_LIST_VALUES);
+            return -1;
+        }
+        if (int_list_add(out, (int)v) != 0) {
+            usage_error("out of memory");
+            return -1;
+        }
+    }
+    return 0;
+bad:
+    usage_error("%s: '%s' is not a number list (numbers 1..%ld, e.g. 64,128 or 1-8 or 16-256:16)",
+                option, item, MAX_LIST_VALUE);
+    return -1;
+}
+
+/* "64,128", "1-8", "16-256:16" and comma-separated mixes of them. Replaces
+ * what an earlier occurrence of the option gave. */
+static int parse_int_list(int_list *out, const char *text, const char *option)
+{
+    out->n = 0;
+    if (*text == '\0') {
+        usage_error("%s: empty list", option);
+        return -1;
+    }
+    for (const char *p = text;;) {
+        if (parse_range(out, &p, option) != 0) return -1;
+        if (*p == '\0') return 0;
+        p++; /* the comma */
+        if (*p == '\0') {
+            usage_error("%s: '%s' ends with a comma", option, text);
+            return -1;
+        }
+    }
+}
+
+/* Comma-separated names, none empty. */
+static int parse_str_list(str_list *out, const char *text, const char *option)
+{
+    str_list_free(out);
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0) {
+            usage_error("%s: empty item in '%s'", option, text);
+            return -1;
+        }
+        if (str_list_add(out, p, len) != 0) {
+            usage_error("out of memory");
+            return -1;
+        }
+        if (p[len] == '\0') return 0;
+        p += len + 1;
+    }
+}
+
+/* A single number, min..max. */
+static int parse_one(long *out, const char *text, long min, long max, const char *option)
+{
+    const char *p = text;
+    if (parse_number(&p, out) != 0 || *p != '\0' || *out < min || *out > max) {
+        usage_error("%s: '%s' is not a number from %ld to %ld", option, text, min, max);
+        return -1;
+    }
+    return 0;
+}
+
+/* A byte count with an optional K, M, G or T suffix (powers of 1024). */
+static int parse_bytes(uint64_t *out, const char *text)
+{
+    const char *p = text;
+    uint64_t v = 0;
+    if (!isdigit((unsigned char)*p)) goto bad;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10) goto bad;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p != '\0') {
+        const char *units = "KMGT";
+        const char *u = strchr(units, toupper((unsigned char)*p));
+        if (u == NULL || p[1] != '\0') goto bad;
+        for (long i = 0; i <= u - units; i++) {
+            if (v > UINT64_MAX / 1024) goto bad;
+            v *= 1024;
+        }
+    }
+    *out = v;
+    return 0;
+bad:
+    usage_error("--max-bytes: '%s' is not a byte count (e.g. 500M, 2G, 0)", text);
+    return -1;
+}
+
+static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_F16 ? "f16" : "bf16"; }
+
+static int parse_dtypes(int_list *out, const char *text)
+{
+    str_list names = {0};
+    int rc = parse_str_list(&names, text, "--dtype");
+    out->n = 0;
+    for (size_t i = 0; rc == 0 && i < names.n; i++) {
+        int d;
+        if (strcmp(names.v[i], "bf16") == 0) d = FSA_DTYPE_BF16;
+        else if (strcmp(names.v[i], "f16") == 0) d = FSA_DTYPE_F16;
+        else {
+            usage_error("--dtype: unknown type '%s' (bf16 or f16)", names.v[i]);
+            rc = -1;
+            break;
+        }
+        if (int_list_add(out, d) != 0) {
+            usage_error("out of memory");
+            rc = -1;
+        }
+    }
+    str_list_free(&names);
+    return rc;
+}
+
+static int parse_algorithm(fsa_algorithm *out, const char *text)
+{
+    if (strcmp(text, "auto") == 0) *out = FSA_ALGORITHM_AUTO;
+    else if (strcmp(text, "fsa") == 0) *out = FSA_ALGORITHM_FSA;
+    else if (strcmp(text, "nsa") == 0) *out = FSA_ALGORITHM_NSA;
+    else {
+        usage_error("--algorithm: '%s' is not auto, fsa or nsa", text);
+        return -1;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- options */
+
+typedef enum tool_mode { MODE_COMPILE, MODE_LIST, MODE_VERIFY, MODE_PRUNE } tool_mode;
+
+typedef struct tool_options {
+    tool_mode mode;
+    int help;
+    str_list arches;
+    int detect;
+    int device, device_given;
+    int_list dtypes, head_dims, groups, block_sizes;
+    int top_k;
+    fsa_algorithm algorithm;
+    int grid_given; /* any grid option or -j: meaningless for maintenance */
+    int jobs;
+    const char *cache_dir;
+    uint64_t max_bytes;
+    int max_bytes_given;
+} tool_options;
+
+static void options_free(tool_options *o)
+{
+    str_list_free(&o->arches);
+    int_list_free(&o->dtypes);
+    int_list_free(&o->head_dims);
+    int_list_free(&o->groups);
+    int_list_free(&o->block_sizes);
+}
+
+static int online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) return 1;
+    return n > MAX_JOBS ? MAX_JOBS : (int)n;
+}
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " PROG " (--arch LIST | --detect [--device N]) [GRID] [-j N] [--cache-dir DIR]\n"
+            "       " PROG " (--list | --verify | --prune --max-bytes N) [--cache-dir DIR]\n"
+            "                      [--arch T | --detect [--device N]]\n"
+            "\n"
+            "Fills the fsa-jit kernel cache ahead of time: for every combination of the grid it\n"
+            "creates a plan (num_kv_heads 1, num_q_heads = group), which compiles or finds every\n"
+            "kernel that shape needs. Shapes the library does not support are skipped.\n"
+            "\n"
+            "Targets (one of them is required to compile):\n"
+            "  --arch LIST         offline targets, e.g. sm_80,sm_90a (no GPU needed)\n"
+            "  --detect            the target of the GPU chosen by --device\n"
+            "  --device N          CUDA device ordinal for --detect (default 0)\n"
+            "Grid (LIST: 64,128 or 1-8 or 16-256:16, or several joined by commas):\n"
+            "  --dtype LIST        bf16, f16 (default bf16)\n"
+            "  --head-dim LIST     default 128\n"
+            "  --group LIST        query heads per KV head (default 1,2,4,8,16)\n"
+            "  --block-size LIST   keys per selectable block (default 64)\n"
+            "  --top-k N           selected blocks per query token (default 16)\n"
+            "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
+            "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
+            "Cache:\n"
+            "  --cache-dir DIR     default $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else ~/.cache/fsa\n"
+            "  --list              print every entry (target, name, bytes, mtime) and the total\n"
+            "  --verify            re-check every entry and delete bad ones (with --detect, also\n"
+            "                      load the device target's entries on the GPU)\n"
+            "  --prune             delete least recently used entries until the cache holds at\n"
+            "                      most --max-bytes N (suffixes K, M, G, T: powers of 1024)\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "Exit status: 0 success; 1 a compile failed, --verify found bad entries or the cache\n"
+            "could not be used; 2 usage error.\n",
+            online_cpus());
+}
+
+enum {
+    OPT_ARCH = 256,
+    OPT_DETECT,
+    OPT_DEVICE,
+    OPT_DTYPE,
+    OPT_HEAD_DIM,
+    OPT_GROUP,
+    OPT_BLOCK_SIZE,
+    OPT_TOP_K,
+    OPT_ALGORITHM,
+    OPT_CACHE_DIR,
+    OPT_LIST,
+    OPT_VERIFY,
+    OPT_PRUNE,
+    OPT_MAX_BYTES
+};
+
+static const struct option long_options[] = {
+    {"arch", required_argument, NULL, OPT_ARCH},
+    {"detect", no_argument, NULL, OPT_DETECT},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"group", required_argument, NULL, OPT_GROUP},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"algorithm", required_argument, NULL, OPT_ALGORITHM},
+    {"jobs", required_argument, NULL, 'j'},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"list", no_argument, NULL, OPT_LIST},
+    {"verify", no_argument, NULL, OPT_VERIFY},
+    {"prune", no_argument, NULL, OPT_PRUNE},
+    {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int set_mode(tool_options *o, tool_mode mode)
+{
+    if (o->mode != MODE_COMPILE && o->mode != mode) {
+        usage_error("--list, --verify and --prune exclude each other");
+        return -1;
+    }
+    o->mode = mode;
+    return 0;
+}
+
+/* Applies one option; -1 on a usage error (already reported). */
+static int apply_option(tool_options *o, int c, const char *arg)
+{
+    long n;
+    switch (c) {
+    case 'h': o->help = 1; return 0;
+    case OPT_ARCH: return parse_str_list(&o->arches, arg, "--arch");
+    case OPT_DETECT: o->detect = 1; return 0;
+    case OPT_DEVICE:
+        if (parse_one(&n, arg, 0, 1023, "--device") != 0) return -1;
+        o->device = (int)n;
+        o->device_given = 1;
+        return 0;
+    case OPT_DTYPE: o->grid_given = 1; return parse_dtypes(&o->dtypes, arg);
+    case OPT_HEAD_DIM: o->grid_given = 1; return parse_int_list(&o->head_dims, arg, "--head-dim");
+    case OPT_GROUP: o->grid_given = 1; return parse_int_list(&o->groups, arg, "--group");
+    case OPT_BLOCK_SIZE: o->grid_given = 1; return parse_int_list(&o->block_sizes, arg, "--block-size");
+    case OPT_TOP_K:
+        o->grid_given = 1;
+        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--top-k") != 0) return -1;
+        o->top_k = (int)n;
+        return 0;
+    case OPT_ALGORITHM: o->grid_given = 1; return parse_algorithm(&o->algorithm, arg);
+    case 'j':
+        o->grid_given = 1;
+        if (parse_one(&n, arg, 1, MAX_JOBS, "-j") != 0) return -1;
+        o->jobs = (int)n;
+        return 0;
+    case OPT_CACHE_DIR:
+        if (*arg == '\0') {
+            usage_error("--cache-dir: empty path");
+            return -1;
+        }
+        o->cache_dir = arg;
+        return 0;
+    case OPT_LIST: return set_mode(o, MODE_LIST);
+    case OPT_VERIFY: return set_mode(o, MODE_VERIFY);
+    case OPT_PRUNE: return set_mode(o, MODE_PRUNE);
+    case OPT_MAX_BYTES:
+        o->max_bytes_given = 1;
+        return parse_bytes(&o->max_bytes, arg);
+    default: return -1;
+    }
+}
+
+/* Combinations of options that make no sense together. */
+static int check_options(const tool_options *o)
+{
+    if (o->arches.n > 0 && o->detect) {
+        usage_error("--arch and --detect exclude each other");
+        return -1;
+    }
+    if (o->device_given && !o->detect) {
+        usage_error("--device needs --detect");
+        return -1;
+    }
+    if (o->mode == MODE_PRUNE && !o->max_bytes_given) {
+        usage_error("--prune needs --max-bytes N");
+        return -1;
+    }
+    if (o->max_bytes_given && o->mode != MODE_PRUNE) {
+        usage_error("--max-bytes applies only to --prune");
+        return -1;
+    }
+    if (o->mode != MODE_COMPILE && o->grid_given) {
+        usage_error("grid options and -j apply only when compiling, not with --list, --verify or --prune");
+        return -1;
+    }
+    if (o->mode == MODE_COMPILE && o->arches.n == 0 && !o->detect) {
+        usage_error("say what to compile for: --arch LIST (e.g. sm_80,sm_90a) or --detect");
+        return -1;
+    }
+    return 0;
+}
+
+/* Defaults for the grid lists that were not given. */
+static int fill_defaults(tool_options *o)
+{
+    static const int default_groups[] = {1, 2, 4, 8, 16};
+    int rc = 0;
+    if (o->dtypes.n == 0) rc |= int_list_add(&o->dtypes, FSA_DTYPE_BF16);
+    if (o->head_dims.n == 0) rc |= int_list_add(&o->head_dims, 128);
+    if (o->block_sizes.n == 0) rc |= int_list_add(&o->block_sizes, 64);
+    if (o->groups.n == 0)
+        for (size_t i = 0; i < sizeof default_groups / sizeof *default_groups; i++)
+            rc |= int_list_add(&o->groups, default_groups[i]);
+    if (rc != 0) usage_error("out of memory");
+    return rc;
+}
+
+/* 0 to go on, EXIT_USAGE on a usage error (reported). */
+static int parse_args(tool_options *o, int argc, char **argv)
+{
+    *o = (tool_options){0};
+    o->top_k = 16;
+    o->algorithm = FSA_ALGORITHM_AUTO;
+    o->jobs = online_cpus();
+    opterr = 0; /* our own messages, and exit status 2 */
+    for (;;) {
+        int c = getopt_long(argc, argv, ":j:h", long_options, NULL);
+        if (c == -1) break;
+        if (c == '?' || c == ':') {
+            /* getopt sets optopt to the letter of a short option, and to
+             * 0 or our OPT_ value for a long one: name that from argv. */
+            const char *what = argv[optind - 1];
+            char short_opt[3] = {'-', (char)optopt, '\0'};
+            if (optopt > 0 && optopt < OPT_ARCH) what = short_opt;
+            if (c == ':') usage_error("option '%s' needs a value", what);
+            else if (strncmp(what, "--", 2) == 0 && strchr(what, '=') != NULL)
+                usage_error("unknown option, or one that takes no value: '%s'", what);
+            else usage_error("unknown option '%s'", what);
+            return EXIT_USAGE;
+        }
+        if (apply_option(o, c, optarg) != 0) return EXIT_USAGE;
+    }
+    if (o->help) return 0;
+    if (optind < argc) {
+        usage_error("unexpected argument '%s'", argv[optind]);
+        return EXIT_USAGE;
+    }
+    if (check_options(o) != 0 || fill_defaults(o) != 0) return EXIT_USAGE;
+    return 0;
+}
+
+/* --------------------------------------------------------------- helpers */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* "12.3 MiB": for people; exact byte counts are printed beside it. */
+static const char *human_bytes(char *buf, size_t cap, uint64_t bytes)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%" PRIu64 " B", bytes);
+    else snprintf(buf, cap, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+/* Opens a context for an offline target (arch != NULL) or the given device.
+ * The environment's FSA_CACHE_MODE and FSA_JIT are for applications; this
+ * tool exists to compile and to write (verify also deletes bad entries). */
+static fsa_status open_context(fsa_context **out, const tool_options *o, const char *arch)
+{
+    fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
+    co.device = arch ? FSA_DEVICE_NONE : o->device;
+    co.target = arch;
+    co.cache_dir = o->cache_dir;
+    co.cache_mode = FSA_CACHE_MODE_READ_WRITE;
+    co.jit = FSA_JIT_ON;
+    co.log = 1; /* an unusable cache directory must not pass silently */
+    return fsa_context_create(out, &co);
+}
+
+/* Reports a context that could not be created; a bad --arch value is a
+ * usage error, a missing GPU or driver is a failure. */
+static int context_error(fsa_status st, const char *arch, int device)
+{
+    if (arch) fprintf(stderr, PROG ": target %s: %s\n", arch, fsa_last_error());
+    else fprintf(stderr, PROG ": device %d: %s\n", device, fsa_last_error());
+    int usage = arch && (st == FSA_STATUS_UNSUPPORTED_DEVICE || st == FSA_STATUS_INVALID_ARGUMENT);
+    return usage ? EXIT_USAGE : EXIT_FAILED;
+}
+
+/* Precompiling or maintaining without a disk cache would do nothing. */
+static int require_disk_cache(const fsa_context *ctx)
+{
+    if (fsa_context_cache_dir(ctx)[0] != '\0') return 0;
+    fprintf(stderr, PROG ": no usable cache directory (see the warning above); nothing would be kept\n");
+    return EXIT_FAILED;
+}
+
+/* ------------------------------------------------------------ precompile */
+
+typedef struct target_state {
+    fsa_context *ctx;
+    fsa_cache_stats start; /* at the beginning, for the totals */
+    /* Counters are per context and all workers share it, so a plan's delta
+     * is its own only if no other plan on this context ran meanwhile. */
+    pthread_mutex_t lock;
+    int active;       /* plans being created now */
+    uint64_t started; /* plans ever started */
+} target_state;
+
+typedef struct run_state {
+    const tool_options *opts;
+    target_state *targets;
+    size_t n_targets;
+    size_t n_jobs;
+    atomic_size_t next_job;
+    atomic_size_t failed, skipped;
+    pthread_mutex_t print_lock; /* one combination's lines stay together */
+} run_state;
+
+typedef struct job {
+    target_state *target;
+    fsa_selected_attention_desc desc;
+} job;
+
+/* Job i of the grid: a mixed-radix decode, so the grid needs no array. The
+ * target varies fastest: neighbouring jobs, which run at the same time, then
+ * tend to use different contexts, and more plans get exact counts. */
+static void job_decode(job *j, const run_state *rs, size_t i)
+{
+    const tool_options *o = rs->opts;
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    j->target = &rs->targets[i % rs->n_targets];
+    i /= rs->n_targets;
+    d.block_size = o->block_sizes.v[i % o->block_sizes.n];
+    i /= o->block_sizes.n;
+    d.num_q_heads = o->groups.v[i % o->groups.n];
+    d.num_kv_heads = 1;
+    i /= o->groups.n;
+    d.head_dim = o->head_dims.v[i % o->head_dims.n];
+    i /= o->head_dims.n;
+    d.dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
+    d.top_k = o->top_k;
+    d.algorithm = o->algorithm;
+    j->desc = d;
+}
+
+/* Grid size, or 0 when it exceeds MAX_COMBINATIONS (reported). */
+static size_t count_jobs(const tool_options *o, size_t n_targets)
+{
+    const size_t dims[] = {n_targets, o->dtypes.n, o->head_dims.n, o->groups.n, o->block_sizes.n};
+    size_t n = 1;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        if (dims[i] != 0 && n > MAX_COMBINATIONS / dims[i]) {
+            usage_error("the grid has more than %d combinations", MAX_COMBINATIONS);
+            return 0;
+        }
+        n *= dims[i];
+    }
+    return n;
+}
+
+typedef struct plan_window {
+    uint64_t ticket;
+    int alone_at_start;
+    int stats_ok;
+    fsa_cache_stats before;
+} plan_window;
+
+static void window_open(target_state *t, plan_window *w)
+{
+    w->before = (fsa_cache_stats)FSA_CACHE_STATS_INIT;
+    pthread_mutex_lock(&t->lock);
+    t->active++;
+    w->ticket = ++t->started;
+    w->alone_at_start = t->active == 1;
+    w->stats_ok = fsa_context_cache_stats(&w->before, t->ctx) == FSA_STATUS_OK;
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* 1 with *delta filled when the plan had the context to itself: nobody was
+ * active when it started and nobody started since. */
+static int window_close(target_state *t, const plan_window *w, fsa_cache_stats *delta)
+{
+    fsa_cache_stats after = FSA_CACHE_STATS_INIT;
+    pthread_mutex_lock(&t->lock);
+    int ok = fsa_context_cache_stats(&after, t->ctx) == FSA_STATUS_OK;
+    int solo = ok && w->stats_ok && w->alone_at_start && t->started == w->ticket;
+    t->active--;
+    pthread_mutex_unlock(&t->lock);
+    if (!solo) return 0;
+    delta->compiles = after.compiles - w->before.compiles;
+    delta->compile_ms = after.compile_ms - w->before.compile_ms;
+    delta->disk_hits = after.disk_hits - w->before.disk_hits;
+    delta->memory_hits = after.memory_hits - w->before.memory_hits;
+    return 1;
+}
+
+static void job_label(char *buf, size_t cap, const job *j)
+{
+    snprintf(buf, cap, "%s %s d%d g%d bk%d", fsa_context_target(j->target->ctx), dtype_name(j->desc.dtype),
+             j->desc.head_dim, j->desc.num_q_heads, j->desc.block_size);
+}
+
+/* "compiled 3 (812.4 ms), cached 1, in memory 1"; when the plan shared its
+ * context with concurrent plans its own share is unknown, so only its wall
+ * time is given and the counts go to the target's total. */
+static void describe_counts(char *buf, size_t cap, const fsa_cache_stats *own, double wall_ms)
+{
+    if (own == NULL) {
+        snprintf(buf, cap, "ready in %.1f ms (alongside other plans: kernels counted in the total)", wall_ms);
+        return;
+    }
+    size_t n = 0;
+    buf[0] = '\0';
+    if (own->compiles > 0)
+        n += (size_t)snprintf(buf + n, cap - n, "compiled %" PRIu64 " (%.1f ms)", own->compiles, own->compile_ms);
+    if (own->disk_hits > 0 && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "%scached %" PRIu64, n ? ", " : "", own->disk_hits);
+    if (own->memory_hits > 0 && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "%sin memory %" PRIu64, n ? ", " : "", own->memory_hits);
+    if (n == 0) snprintf(buf, cap, "no kernels needed");
+}
+
+static void report_job(run_state *rs, const job *j, fsa_status st, double wall_ms, const fsa_cache_stats *own)
+{
+    char label[96], counts[160];
+    job_label(label, sizeof label, j);
+    pthread_mutex_lock(&rs->print_lock);
+    if (st == FSA_STATUS_OK) {
+        describe_counts(counts, sizeof counts, own, wall_ms);
+        printf("%s: %s\n", label, counts);
+    } else if (st == FSA_STATUS_UNSUPPORTED) {
+        /* The message alone: "unsupported" already names the status. */
+        const char *why = fsa_last_error_info()->message;
+        printf("%s: skipped (unsupported: %s)\n", label, why[0] ? why : fsa_last_error());
+        atomic_fetch_add(&rs->skipped, 1);
+    } else {
+        fflush(stdout);
+        fprintf(stderr, "%s: FAILED after %.1f ms: %s\n", label, wall_ms, fsa_last_error());
+        atomic_fetch_add(&rs->failed, 1);
+    }
+    fflush(stdout);
+    pthread_mutex_unlock(&rs->print_lock);
+}
+
+static void run_job(run_state *rs, size_t index)
+{
+    job j;
+    plan_window w;
+    fsa_cache_stats own = FSA_CACHE_STATS_INIT;
+    fsa_plan *plan = NULL;
+    job_decode(&j, rs, index);
+    window_open(j.target, &w);
+    double t0 = now_ms();
+    fsa_status st = fsa_plan_create(&plan, j.target->ctx, &j.desc);
+    double wall_ms = now_ms() - t0;
+    /* An offline plan cannot run; creating it was the whole point. */
+    fsa_plan_destroy(plan);
+    int solo = window_close(j.target, &w, &own);
+    /* fsa_last_error() still describes the plan: nothing failed since. */
+    report_job(rs, &j, st, wall_ms, solo ? &own : NULL);
+}
+
+static void *worker(void *arg)
+{
+    run_state *rs = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&rs->next_job, 1);
+        if (i >= rs->n_jobs) break;
+        run_job(rs, i);
+    }
+    return NULL;
+}
+
+/* Runs the grid on up to `jobs` threads. If no thread can be started the
+ * calling thread does the work: slower, never wrong. */
+static void run_pool(run_state *rs, int jobs)
+{
+    size_t want = (size_t)jobs < rs->n_jobs ? (size_t)jobs : rs->n_jobs;
+    pthread_t *threads = calloc(want, sizeof *threads);
+    size_t started = 0;
+    if (threads != NULL) {
+        for (; started < want; started++)
+            if (pthread_create(&threads[started], NULL, worker, rs) != 0) break;
+        if (started < want)
+            fprintf(stderr, PROG ": warning: started %zu of %zu threads\n", started, want);
+    }
+    if (started == 0) worker(rs);
+    for (size_t i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    free(threads);
+}
+
+typedef struct totals {
+    uint64_t compiles, disk_hits, memory_hits, corrupt, write_failures;
+    double compile_ms;
+} totals;
+
+/* Prints one target's counts since the start and adds them to *sum. */
+static void report_target(const target_state *t, totals *sum)
+{
+    fsa_cache_stats end = FSA_CACHE_STATS_INIT;
+    if (fsa_context_cache_stats(&end, t->ctx) != FSA_STATUS_OK) {
+        fprintf(stderr, PROG ": %s: no cache statistics: %s\n", fsa_context_target(t->ctx), fsa_last_error());
+        return;
+    }
+    totals d = {end.compiles - t->start.compiles, end.disk_hits - t->start.disk_hits,
+                end.memory_hits - t->start.memory_hits, end.corrupt_entries - t->start.corrupt_entries,
+                end.write_failures - t->start.write_failures, end.compile_ms - t->start.compile_ms};
+    printf("%s: %" PRIu64 " compiled (NVRTC %.1f ms), %" PRIu64 " already cached, %" PRIu64 " in memory",
+           fsa_context_target(t->ctx), d.compiles, d.compile_ms, d.disk_hits, d.memory_hits);
+    if (d.corrupt) printf(", %" PRIu64 " corrupt entries replaced", d.corrupt);
+    if (d.write_failures) printf(", %" PRIu64 " NOT written to the cache", d.write_failures);
+    printf("\n");
+    sum->compiles += d.compiles;
+    sum->disk_hits += d.disk_hits;
+    sum->memory_hits += d.memory_hits;
+    sum->corrupt += d.corrupt;
+    sum->write_failures += d.write_failures;
+    sum->compile_ms += d.compile_ms;
+}
+
+/* Creates one context per target; returns 0 or an exit status. */
+static int open_targets(target_state *targets, size_t *n_open, const tool_options *o)
+{
+    size_t n = o->detect ? 1 : o->arches.n;
+    for (*n_open = 0; *n_open < n; (*n_open)++) {
+        target_state *t = &targets[*n_open];
+        const char *arch = o->detect ? NULL : o->arches.v[*n_open];
+        fsa_status st = open_context(&t->ctx, o, arch);
+        if (st != FSA_STATUS_OK) return context_error(st, arch, o->device);
+        t->start = (fsa_cache_stats)FSA_CACHE_STATS_INIT;
+        if (fsa_context_cache_stats(&t->start, t->ctx) != FSA_STATUS_OK) {
+            fprintf(stderr, PROG ": cache statistics: %s\n", fsa_last_error());
+            fsa_context_destroy(t->ctx);
+            return EXIT_FAILED;
+        }
+        if (pthread_mutex_init(&t->lock, NULL) != 0) {
+            fprintf(stderr, PROG ": cannot create a mutex\n");
+            fsa_context_destroy(t->ctx);
+            return EXIT_FAILED;
+        }
+    }
+    return require_disk_cache(targets[0].ctx);
+}
+
+static void close_targets(target_state *targets, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_destroy(&targets[i].lock);
+        fsa_context_destroy(targets[i].ctx);
+    }
+}
+
+static void print_header(const run_state *rs, int threads)
+{
+    size_t per_target = rs->n_jobs / rs->n_targets;
+    printf(PROG " %s: %zu shape%s x %zu target%s (", fsa_version_string(), per_target,
+           per_target == 1 ? "" : "s", rs->n_targets, rs->n_targets == 1 ? "" : "s");
+    for (size_t i = 0; i < rs->n_targets; i++)
+        printf("%s%s", i ? ", " : "", fsa_context_target(rs->targets[i].ctx));
+    printf("), %d thread%s\ncache: %s\n", threads, threads == 1 ? "" : "s",
+           fsa_context_cache_dir(rs->targets[0].ctx));
+    fflush(stdout);
+}
+
+static int precompile(const tool_options *o)
+{
+    size_t n_targets = o->detect ? 1 : o->arches.n, n_open = 0;
+    target_state *targets = calloc(n_targets, sizeof *targets);
+    if (targets == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return EXIT_FAILED;
+    }
+    run_state rs = {.opts = o, .targets = targets, .n_targets = n_targets};
+    int rc = open_targets(targets, &n_open, o);
+    if (rc == 0) {
+        rs.n_jobs = count_jobs(o, n_targets);
+        if (rs.n_jobs == 0) rc = EXIT_USAGE;
+    }
+    if (rc == 0 && pthread_mutex_init(&rs.print_lock, NULL) != 0) {
+        fprintf(stderr, PROG ": cannot create a mutex\n");
+        rc = EXIT_FAILED;
+    }
+    if (rc == 0) {
+        int threads = (size_t)o->jobs < rs.n_jobs ? o->jobs : (int)rs.n_jobs;
+        atomic_init(&rs.next_job, 0);
+        atomic_init(&rs.failed, 0);
+        atomic_init(&rs.skipped, 0);
+        print_header(&rs, threads);
+        double t0 = now_ms();
+        run_pool(&rs, threads);
+        double wall_s = (now_ms() - t0) / 1e3;
+        totals sum = {0};
+        for (size_t i = 0; i < n_targets; i++) report_target(&targets[i], &sum);
+        size_t failed = atomic_load(&rs.failed), skipped = atomic_load(&rs.skipped);
+        printf("%" PRIu64 " kernels compiled, %" PRIu64 " already cached, %zu failed, %zu skipped"
+               " (%zu shape%s, %.1f s)\n",
+               sum.compiles, sum.disk_hits, failed, skipped, rs.n_jobs, rs.n_jobs == 1 ? "" : "s", wall_s);
+        if (sum.write_failures)
+            fprintf(stderr, PROG ": %" PRIu64 " kernels could not be written to the cache (see the warning above)\n",
+                    sum.write_failures);
+        rc = failed || sum.write_failures ? EXIT_FAILED : 0;
+        pthread_mutex_destroy(&rs.print_lock);
+    }
+    close_targets(targets, n_open);
+    free(targets);
+    return rc;
+}
+
+/* ----------------------------------------------------------- maintenance */
+
+typedef struct entry_totals {
+    uint64_t entries, bytes;
+} entry_totals;
+
+/* mtime in UTC, ISO 8601. */
+static void iso_time(char *buf, size_t cap, int64_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (gmtime_r(&tt, &tm) == NULL || strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, cap, "@%" PRId64, t);
+}
+
+static int list_visit(const fsa_cache_entry_info *e, void *user)
+{
+    entry_totals *sum = user;
+    char when[32];
+    iso_time(when, sizeof when, e->mtime);
+    printf("%-8s %-44s %10" PRIu64 "  %s\n", e->target, e->name, e->bytes, when);
+    sum->entries++;
+    sum->bytes += e->bytes;
+    return 0;
+}
+
+static int verify_visit(const fsa_cache_entry_info *e, void *user)
+{
+    entry_totals *sum = user;
+    printf("%-3s %-8s %s%s\n", e->valid ? "OK" : "BAD", e->target, e->name, e->valid ? "" : " (deleted)");
+    sum->entries++;
+    sum->bytes += e->bytes;
+    return 0;
+}
+
+static int cache_list(fsa_context *ctx)
+{
+    entry_totals sum = {0};
+    char human[32];
+    fsa_status st = fsa_cache_list(ctx, list_visit, &sum);
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, PROG ": list: %s\n", fsa_last_error());
+        return EXIT_FAILED;
+    }
+    printf("%" PRIu64 " entr%s, %" PRIu64 " bytes (%s)\n", sum.entries, sum.entries == 1 ? "y" : "ies",
+           sum.bytes, human_bytes(human, sizeof human, sum.bytes));
+    return 0;
+}
+
+static int cache_verify(fsa_context *ctx)
+{
+    entry_totals sum = {0};
+    uint64_t bad = 0;
+    fsa_status st = fsa_cache_verify(ctx, verify_visit, &sum, &bad);
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, PROG ": verify: %s\n", fsa_last_error());
+        return EXIT_FAILED;
+    }
+    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad (deleted)\n", sum.entries,
+           sum.entries == 1 ? "y" : "ies", bad);
+    return bad ? EXIT_FAILED : 0;
+}
+
+static int cache_prune(fsa_context *ctx, uint64_t max_bytes)
+{
+    uint64_t removed = 0, left = 0;
+    char human[32];
+    fsa_status st = fsa_cache_prune(ctx, max_bytes, &removed, &left);
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, PROG ": prune: %s\n", fsa_last_error());
+        return EXIT_FAILED;
+    }
+    printf("removed %" PRIu64 " file%s; %" PRIu64 " bytes (%s) left\n", removed, removed == 1 ? "" : "s", left,
+           human_bytes(human, sizeof human, left));
+    return 0;
+}
+
+/* Maintenance works on the directory, but a context is the only way to
+ * reach it: use the first --arch target, the device, or any valid target. */
+static int maintain(const tool_options *o)
+{
+    const char *arch = o->detect ? NULL : o->arches.n ? o->arches.v[0] : "sm_80";
+    fsa_context *ctx = NULL;
+    fsa_status st = open_context(&ctx, o, arch);
+    if (st != FSA_STATUS_OK) return context_error(st, arch, o->device);
+    int rc = require_disk_cache(ctx);
+    if (rc == 0) {
+        printf("cache: %s\n", fsa_context_cache_dir(ctx));
+        if (o->mode == MODE_LIST) rc = cache_list(ctx);
+        else if (o->mode == MODE_VERIFY) rc = cache_verify(ctx);
+        else rc = cache_prune(ctx, o->max_bytes);
+    }
+    fsa_context_destroy(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    tool_options o;
+    int rc = parse_args(&o, argc, argv);
+    if (rc == 0 && o.help) print_usage(stdout);
+    else if (rc == 0) rc = o.mode == MODE_COMPILE ? precompile(&o) : maintain(&o);
+    options_free(&o);
+    /* A full disk or closed pipe on stdout is a failure, not a success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, PROG ": cannot write the output\n");
+        if (rc == 0) rc = EXIT_FAILED;
+    }
+    return rc;
+}
