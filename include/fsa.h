@@ -271,6 +271,44 @@ typedef struct fsa_fwd_args {
 FSA_API fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args,
                                               void *stream);
 
+/* Backward: the gradients of o with respect to q, k and v. The plan must be
+ * created with desc.backward = 1. Inputs as in the forward plus o, lse (the
+ * forward's, required) and dout; outputs dq [T, Hq, D], dk and dv [T, Hkv, D]
+ * (summed over the G query heads of each group), written in the input dtype,
+ * accumulated in fp32. Deterministic: the same inputs give the same bits. */
+typedef struct fsa_bwd_args {
+    size_t struct_size;
+    int64_t total_tokens;
+    int batch;
+    int max_seqlen;
+    uint64_t q, k, v, o, dout;
+    uint64_t dq, dk, dv;
+    int64_t q_token_stride, q_head_stride;
+    int64_t k_token_stride, k_head_stride;
+    int64_t v_token_stride, v_head_stride;
+    int64_t o_token_stride, o_head_stride;
+    int64_t dout_token_stride, dout_head_stride;
+    int64_t dq_token_stride, dq_head_stride;
+    int64_t dk_token_stride, dk_head_stride;
+    int64_t dv_token_stride, dv_head_stride;
+    uint64_t topk;
+    int64_t topk_head_stride, topk_token_stride;
+    uint64_t cu_seqlens;
+    uint64_t lse; /* float [Hq, T], natural log, as the forward wrote it */
+    uint64_t workspace;
+    size_t workspace_bytes;
+} fsa_bwd_args;
+
+#define FSA_BWD_ARGS_INIT                                                                     \
+    { sizeof(fsa_bwd_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+FSA_API fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens,
+                                               int batch);
+
+/* Enqueues the backward on `stream`; no allocation, no host synchronization. */
+FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

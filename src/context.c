@@ -136,7 +136,7 @@ static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *r
         if (mode == FSA_CACHE_MODE_READ_WRITE) {
             /* Nothing this context builds can be published: count that once. */
             atomic_fetch_add(&ctx->counters.write_failures, 1);
-            atomic_store(&ctx->counters.warned_write, 1);
+            atomic_store(&ctx->counters.warned, 1);
         }
         fsa_error_clear();
         ctx->disk = NULL;

@@ -44,7 +44,9 @@ fsa_status fsa_key_build(fsa_kernel_key *out, const fsa_key_inputs *in)
     /* Parameters sorted by name: the key does not depend on the caller's order. */
     for (size_t i = 0; i < in->n_params; i++) {
         const fsa_param *p = &in->params[i];
-        if (p->name == NULL || p->value == NULL || !safe_value(p->name) || !safe_value(p->value))
+        /* Tags become part of file names too. */
+        if (p->name == NULL || p->value == NULL || !safe_value(p->name) || !safe_value(p->value) ||
+            (p->tag != NULL && p->tag[0] != '\0' && !safe_value(p->tag)))
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "key", "parameter %zu of %s is empty or unsafe", i,
                      in->family);
         size_t j = i;

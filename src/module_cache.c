@@ -113,7 +113,7 @@ static void publish(const fsa_module *m, const fsa_jit_env *env, const fsa_kerne
     if (st == FSA_STATUS_OK) return;
     /* The kernel stays usable from memory; say so once per context. */
     atomic_fetch_add(&env->counters->write_failures, 1);
-    if (atomic_exchange(&env->counters->warned_write, 1) == 0)
+    if (atomic_exchange(&env->counters->warned, 1) == 0)
         fsa_log_warn(env->log, "kernel cache not writable, keeping kernels in memory: %s",
                      fsa_last_error());
     fsa_error_clear();
@@ -147,7 +147,8 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_kernel_
             goto cleanup;
         }
         if (st != FSA_STATUS_NOT_FOUND) {
-            fsa_log_warn(env->log, "kernel cache lookup failed: %s", fsa_last_error());
+            if (atomic_exchange(&env->counters->warned, 1) == 0)
+                fsa_log_warn(env->log, "kernel cache lookup failed, compiling instead: %s", fsa_last_error());
             fsa_error_clear();
         }
         st = FSA_STATUS_OK;

@@ -21,7 +21,7 @@ typedef struct fsa_jit_counters {
     atomic_uint_fast64_t compile_us;
     atomic_uint_fast64_t corrupt_entries;
     atomic_uint_fast64_t write_failures;
-    atomic_int warned_write; /* the "cache not writable" warning is given once */
+    atomic_int warned; /* one warning per context about an unusable cache */
 } fsa_jit_counters;
 
 /* What a build may use. Owned by the context. */

@@ -22,12 +22,23 @@ static int target_max_smem(const char *target)
     return 232448;
 }
 
-static int main_smem_bytes(int d, int bk, int chunk)
+/* Row table (token and pair per tile row), K, V, the query tiles in flight,
+ * list entries: the main kernel's layout. */
+static int main_smem_bytes(int d, int bk, int item_entries)
 {
-    return (2 * bk + 2 * FSA_MAIN_ROWS) * (d + 8) * 2 + chunk * 4;
+    return 2 * 4 * FSA_MAIN_TILES * FSA_MAIN_ROWS + (2 * bk + fsa_main_q_stages(d) * FSA_MAIN_ROWS) * (d + 8) * 2 +
+           item_entries * 4;
 }
 
 static int nsa_smem_bytes(int d) { return (16 + 4 * FSA_NSA_STAGE_KEYS) * (d + 8) * 2; }
+
+/* The backward main kernel's layout: row tables (token, pair, lse, delta),
+ * K, V, two tiles of Q and dO, dS^T, list entries. */
+static int bwd_smem_bytes(int d, int bk, int item_entries)
+{
+    return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS + 2 * bk * (d + 8) * 2 + 4 * FSA_BWD_ROWS * (d + 8) * 2 +
+           bk * (FSA_BWD_ROWS + 8) * 2 + item_entries * 4;
+}
 
 static fsa_status validate_desc(const fsa_selected_attention_desc *d)
 {
@@ -58,15 +69,13 @@ static fsa_status validate_desc(const fsa_selected_attention_desc *d)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "unknown algorithm %d", (int)d->algorithm);
     if (d->backward != 0 && d->backward != 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "backward must be 0 or 1");
-    if (d->backward)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "backward kernels are not part of this version");
 cleanup:
     return st;
 }
 
 typedef struct kernel_params {
-    char dtype[8], d[8], g[8], bk[8];
-    fsa_param list[4];
+    char dtype[8], d[8], g[8], bk[8], k[8];
+    fsa_param list[5]; /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, TOP_K */
 } kernel_params;
 
 static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
@@ -75,17 +84,19 @@ static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
     snprintf(kp->d, sizeof kp->d, "%d", plan->desc.head_dim);
     snprintf(kp->g, sizeof kp->g, "%d", plan->group);
     snprintf(kp->bk, sizeof kp->bk, "%d", plan->desc.block_size);
+    snprintf(kp->k, sizeof kp->k, "%d", plan->desc.top_k);
     kp->list[0] = (fsa_param){"DTYPE", kp->dtype, ""};
     kp->list[1] = (fsa_param){"HEAD_DIM", kp->d, "d"};
     kp->list[2] = (fsa_param){"GROUP", kp->g, "g"};
     kp->list[3] = (fsa_param){"BLOCK_SIZE", kp->bk, "bk"};
+    kp->list[4] = (fsa_param){"TOP_K", kp->k, "k"};
 }
 
 static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_context *ctx = plan->ctx;
-    const fsa_kernel_request index = {"sel_index", &kp->list[3], 1, "fsa_sel_count\nfsa_sel_scatter"};
+    const fsa_kernel_request index = {"sel_index", &kp->list[3], 2, "fsa_sel_count\nfsa_sel_scatter"};
     const fsa_kernel_request main = {"sel_fwd_main", kp->list, 4, "fsa_sel_fwd_main"};
     const fsa_kernel_request reduce = {"sel_fwd_reduce", kp->list, 3, "fsa_sel_fwd_reduce"};
     FSA_CHECK(fsa_context_get_function(&plan->fwd.count, ctx, &index, "fsa_sel_count", 0));
@@ -101,6 +112,38 @@ static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
         fsa_context_leave(ctx);
         if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
         plan->main_grid = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
+    }
+cleanup:
+    return st;
+}
+
+static fsa_status load_bwd_kernels(fsa_plan *plan, const kernel_params *kp)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_context *ctx = plan->ctx;
+    const fsa_kernel_request index = {"sel_index", &kp->list[3], 2, "fsa_sel_count\nfsa_sel_scatter\nfsa_sel_sort"};
+    const fsa_kernel_request prep = {"sel_bwd_prep", kp->list, 2, "fsa_sel_bwd_prep"};
+    const fsa_kernel_request main = {"sel_bwd_main", kp->list, 4, "fsa_sel_bwd_main"};
+    const fsa_kernel_request reduce = {"sel_bwd_reduce", kp->list, 4,
+                                       "fsa_sel_bwd_dq\nfsa_sel_bwd_dkv_sum\nfsa_sel_bwd_dkv_store"};
+    fsa_bwd_kernels *k = &plan->bwd;
+    FSA_CHECK(fsa_context_get_function(&k->count, ctx, &index, "fsa_sel_count", 0));
+    FSA_CHECK(fsa_context_get_function(&k->scatter, ctx, &index, "fsa_sel_scatter", 0));
+    FSA_CHECK(fsa_context_get_function(&k->sort, ctx, &index, "fsa_sel_sort", 0));
+    FSA_CHECK(fsa_context_get_function(&k->prep, ctx, &prep, "fsa_sel_bwd_prep", 0));
+    FSA_CHECK(fsa_context_get_function(&k->main, ctx, &main, "fsa_sel_bwd_main", plan->bwd_smem));
+    FSA_CHECK(fsa_context_get_function(&k->dq, ctx, &reduce, "fsa_sel_bwd_dq", 0));
+    FSA_CHECK(fsa_context_get_function(&k->dkv_sum, ctx, &reduce, "fsa_sel_bwd_dkv_sum", 0));
+    FSA_CHECK(fsa_context_get_function(&k->dkv_store, ctx, &reduce, "fsa_sel_bwd_dkv_store", 0));
+    plan->bwd_grid = 1;
+    if (ctx->cu) {
+        int per_sm = 0;
+        const int threads = plan->desc.block_size / 16 * 32;
+        FSA_CHECK(fsa_context_enter(ctx));
+        CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k->main, threads, (size_t)plan->bwd_smem);
+        fsa_context_leave(ctx);
+        if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+        plan->bwd_grid = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
     }
 cleanup:
     return st;
@@ -131,10 +174,10 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
 
     int max_smem = ctx->cu ? ctx->max_smem_per_block : target_max_smem(ctx->target);
-    plan->chunk_tokens = plan->group <= FSA_MAIN_ROWS ? (FSA_MAIN_ROWS / plan->group) * FSA_MAIN_TILES : 0;
-    plan->main_smem = main_smem_bytes(desc->head_dim, desc->block_size, plan->chunk_tokens);
+    plan->item_entries = plan->group <= FSA_MAIN_ROWS ? (FSA_MAIN_ROWS / plan->group) * FSA_MAIN_TILES : 0;
+    plan->main_smem = main_smem_bytes(desc->head_dim, desc->block_size, plan->item_entries);
     plan->nsa_smem = nsa_smem_bytes(desc->head_dim);
-    plan->fsa_available = plan->chunk_tokens > 0 && plan->main_smem <= max_smem;
+    plan->fsa_available = plan->item_entries > 0 && plan->main_smem <= max_smem;
     plan->nsa_available = plan->nsa_smem <= max_smem;
 
     int want_fsa = desc->algorithm != FSA_ALGORITHM_NSA;
@@ -149,8 +192,20 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     if (!plan->fsa_available && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s", ctx->target);
 
+    if (desc->backward) {
+        plan->bwd_item_entries = plan->group <= FSA_BWD_ROWS ? (FSA_BWD_ROWS / plan->group) * FSA_BWD_TILES : 0;
+        plan->bwd_smem = bwd_smem_bytes(desc->head_dim, desc->block_size, plan->bwd_item_entries);
+        if (plan->bwd_item_entries == 0 || desc->block_size > 128 || plan->bwd_smem > max_smem)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                     "the backward needs group <= %d (got %d), block_size <= 128 (got %d) and %d bytes of shared "
+                     "memory (target %s allows %d)",
+                     FSA_BWD_ROWS, plan->group, desc->block_size, plan->bwd_smem, ctx->target, max_smem);
+        plan->bwd_available = 1;
+    }
+
     kernel_params kp;
     kernel_params_init(&kp, plan);
+    if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan, &kp));
     if (want_fsa && plan->fsa_available) FSA_CHECK(load_fsa_kernels(plan, &kp));
     else plan->fsa_available = 0;
     if (want_nsa && plan->nsa_available) FSA_CHECK(load_nsa_kernels(plan, &kp));
@@ -179,6 +234,9 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     at = align_up(at + n * 4);
     out->work_offsets = at;
     at = align_up(at + n * 4);
+    /* At most one partial work item per segment besides the full ones. */
+    out->work_seg = at;
+    at = align_up(at + (n + hkv * (size_t)tc * k / (size_t)plan->item_entries) * 4);
     out->mask = at;
     at = align_up(at + hkv * (size_t)tc * 8);
     out->list = at;
@@ -202,8 +260,8 @@ int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
         fsa_fsa_layout fixed;
         fsa_fsa_layout_for(&fixed, plan, total_tokens, batch, 0);
         const uint64_t hkv = (uint64_t)d->num_kv_heads, k = (uint64_t)d->top_k, g = (uint64_t)plan->group;
-        const uint64_t per_token = hkv * (8 + k * 4 + k * g * 4 + k * g * (uint64_t)d->head_dim * 2);
-        const uint64_t base = fixed.total + 4 * 256; /* the token arrays' alignment padding */
+        const uint64_t per_token = hkv * (8 + k * 4 + k * 4 + k * g * 4 + k * g * (uint64_t)d->head_dim * 2);
+        const uint64_t base = fixed.total + 5 * 256; /* the token arrays' alignment padding */
         int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
         if (fit < 1) fit = 1;
         if (tc > fit) tc = fit;
@@ -212,6 +270,76 @@ int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
         tc = (total_tokens + n - 1) / n;
     }
     return tc > 0 ? tc : 1;
+}
+
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
+    const size_t pairs = hkv * (size_t)tc * k;
+    const size_t e = (size_t)plan->bwd_item_entries;
+    out->nb_total = total_tokens / d->block_size + batch + 1;
+    const size_t n = hkv * (size_t)out->nb_total + 1;
+    size_t at = 0;
+#define FSA_PLACE_(field, bytes) \
+    out->field = at;            \
+    at = align_up(at + (bytes))
+    FSA_PLACE_(counts, n * 4);
+    FSA_PLACE_(offsets, n * 4);
+    FSA_PLACE_(work_offsets, n * 4);
+    FSA_PLACE_(part_offsets, n * 4);
+    FSA_PLACE_(work_seg, (n + pairs / e) * 4);
+    FSA_PLACE_(mask, hkv * (size_t)tc * 8);
+    FSA_PLACE_(list, pairs * 4);
+    FSA_PLACE_(list_sorted, pairs * 4);
+    FSA_PLACE_(delta, hkv * g * (size_t)tc * 4);
+    FSA_PLACE_(dq_part, pairs * g * dim * 2);
+    /* Split segments hold more than e entries each: at most 2 * pairs / e items. */
+    FSA_PLACE_(dkv_part, 2 * (pairs / e) * 2 * bk * dim * 4);
+    FSA_PLACE_(dkv_acc, (size_t)total_tokens * hkv * 2 * dim * 4);
+#undef FSA_PLACE_
+    out->total = at;
+}
+
+int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    int64_t tc = total_tokens;
+    int64_t pair_cap = (INT32_MAX - 1) / ((int64_t)d->num_kv_heads * d->top_k);
+    if (tc > pair_cap) tc = pair_cap;
+    if (tc > (1 << 25) - 1) tc = (1 << 25) - 1;
+    if (d->workspace_limit > 0) {
+        fsa_bwd_layout fixed, one;
+        fsa_bwd_layout_for(&fixed, plan, total_tokens, batch, 0);
+        fsa_bwd_layout_for(&one, plan, total_tokens, batch, 1024);
+        /* Per-token cost from a 1024-token layout, rounded up. */
+        const uint64_t per_token = (one.total - fixed.total) / 1024 + 1;
+        const uint64_t base = fixed.total + 12 * 256;
+        int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
+        if (fit < 1) fit = 1;
+        if (tc > fit) tc = fit;
+        int64_t n = (total_tokens + tc - 1) / tc;
+        tc = (total_tokens + n - 1) / n;
+    }
+    return tc > 0 ? tc : 1;
+}
+
+fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    if (!plan->bwd_available)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    if (total_tokens < 0 || batch < 0 || (total_tokens > 0 && batch < 1))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "total_tokens %lld with batch %d",
+                             (long long)total_tokens, batch);
+    *bytes_out = 0;
+    if (total_tokens == 0) return FSA_STATUS_OK;
+    fsa_bwd_layout l;
+    fsa_bwd_layout_for(&l, plan, total_tokens, batch, fsa_bwd_chunk_tokens(plan, total_tokens, batch));
+    *bytes_out = l.total;
+    return FSA_STATUS_OK;
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
@@ -226,9 +354,13 @@ fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const 
             a = FSA_ALGORITHM_NSA;
             why = "only the NSA path fits this shape";
         } else {
-            (void)total_tokens;
-            a = plan->group >= 8 ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
-            why = "group size rule (no crossover measured yet)";
+            /* Crossovers measured on an H200 (bench/RESULTS.md): the NSA order
+             * wins only for short inputs with large groups, where the FSA
+             * pipeline's fixed cost (five launches) dominates. */
+            const int64_t nsa_up_to = plan->group >= 16 ? 512 : plan->group >= 8 ? 256 : 0;
+            a = total_tokens <= nsa_up_to ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
+            why = a == FSA_ALGORITHM_NSA ? "measured crossover: NSA order for G >= 8 and short inputs"
+                                         : "measured crossover: FSA order";
         }
     }
     if (reason) *reason = why;

@@ -11,16 +11,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Must match the main kernel's CHUNK: (64 / G) tokens per tile, 4 tiles. */
+/* Must match the main kernel: tiles of 64 rows, (64 / G) tokens per tile,
+ * 8 tiles per work item, 2 query tiles in flight. */
 #define FSA_MAIN_ROWS 64
-#define FSA_MAIN_TILES 4
+#define FSA_MAIN_TILES 8
+static inline int fsa_main_q_stages(int head_dim)
+{
+    (void)head_dim;
+    return 2;
+}
 #define FSA_MAIN_THREADS 128
 #define FSA_NSA_THREADS 128
 #define FSA_NSA_STAGE_KEYS 64
 
+/* Rows of the reduction per 256-thread block: as in sel_fwd_reduce.cu, a row
+ * takes 8, 16 or 32 lanes for head dims up to 64, 128 and 256. */
+static inline int fsa_reduce_rows_per_block(int head_dim)
+{
+    return 8 * (head_dim <= 64 ? 4 : head_dim <= 128 ? 2 : 1);
+}
+
+/* Must match the backward main kernel: tiles of 32 rows, 32 tiles per work
+ * item, group at most 32, block size at most 128. */
+#define FSA_BWD_ROWS 32
+#define FSA_BWD_TILES 32
+
 typedef struct fsa_fwd_kernels {
     CUfunction count, scatter, main, reduce, nsa;
 } fsa_fwd_kernels;
+
+typedef struct fsa_bwd_kernels {
+    CUfunction count, scatter, sort, prep, main, dq, dkv_sum, dkv_store;
+} fsa_bwd_kernels;
 
 struct fsa_plan {
     fsa_context *ctx;
@@ -29,16 +51,21 @@ struct fsa_plan {
     float scale;          /* resolved softmax scale */
     int fsa_available;    /* shape fits the FSA kernels on this target */
     int nsa_available;
-    int chunk_tokens;     /* list entries per main-kernel work item */
+    int item_entries;     /* list entries per main-kernel work item */
     int main_smem, nsa_smem;
     int main_grid;        /* persistent grid of the main kernel */
     fsa_fwd_kernels fwd;
+    int bwd_available;
+    int bwd_item_entries;
+    int bwd_smem;
+    int bwd_grid;
+    fsa_bwd_kernels bwd;
 };
 
 /* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
     int64_t nb_total;
-    size_t counts, offsets, work_offsets, mask, list, lse_part, o_part;
+    size_t counts, offsets, work_offsets, work_seg, mask, list, lse_part, o_part;
     size_t total;
 } fsa_fsa_layout;
 
@@ -47,6 +74,17 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 
 /* Tokens per chunk for this problem under the plan's workspace limit. */
 int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
+
+/* Backward workspace for a chunk of `tc` tokens. */
+typedef struct fsa_bwd_layout {
+    int64_t nb_total;
+    size_t counts, offsets, work_offsets, part_offsets, work_seg, mask, list, list_sorted, delta, dq_part,
+        dkv_part, dkv_acc;
+    size_t total;
+} fsa_bwd_layout;
+
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
+int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
 
 /* The path a forward call with `total_tokens` tokens takes. */
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);

@@ -87,6 +87,7 @@ static void common_params(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd
     p->total_tokens = a->total_tokens;
     p->batch = a->batch;
     p->num_kv_heads = plan->desc.num_kv_heads;
+    p->num_q_heads = plan->desc.num_q_heads;
     p->top_k = plan->desc.top_k;
     p->scale_log2 = (double)plan->scale * 1.4426950408889634;
 }
@@ -127,10 +128,11 @@ static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
     common_params(&p, plan, a);
     const uint64_t ws = a->workspace;
     p.nb_total = l.nb_total;
-    p.chunk_tokens = plan->chunk_tokens;
+    p.item_entries = plan->item_entries;
     p.counts = (long long)(ws + l.counts);
     p.offsets = (long long)(ws + l.offsets);
     p.work_offsets = (long long)(ws + l.work_offsets);
+    p.work_seg = (long long)(ws + l.work_seg);
     p.mask = (long long)(ws + l.mask);
     p.list = (long long)(ws + l.list);
     p.lse_part = (long long)(ws + l.lse_part);
@@ -147,12 +149,14 @@ static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
         FSA_CHECK(launch(plan, plan->fwd.count, row_blocks, 1, 256, 0, stream, &p, "launch fsa_sel_count"));
         FSA_CHECK(launch(plan, plan->fwd.scatter, row_blocks, 1, 256, 0, stream, &p, "launch fsa_sel_scatter"));
         /* Work items: at most pairs / chunk + one partial item per (head, block). */
-        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)plan->chunk_tokens + n_counts;
+        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)plan->item_entries + n_counts;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
         FSA_CHECK(launch(plan, plan->fwd.main, grid, 1, FSA_MAIN_THREADS, (unsigned)plan->main_smem, stream, &p,
                          "launch fsa_sel_fwd_main"));
-        const uint64_t warps = (uint64_t)cur * (uint64_t)plan->desc.num_q_heads;
-        FSA_CHECK(launch(plan, plan->fwd.reduce, (warps + 7) / 8, 1, 256, 0, stream, &p, "launch fsa_sel_fwd_reduce"));
+        const uint64_t rows = (uint64_t)cur * (uint64_t)plan->desc.num_q_heads;
+        const uint64_t per_block = (uint64_t)fsa_reduce_rows_per_block(plan->desc.head_dim);
+        FSA_CHECK(launch(plan, plan->fwd.reduce, (rows + per_block - 1) / per_block, 1, 256, 0, stream, &p,
+                         "launch fsa_sel_fwd_reduce"));
     }
 cleanup:
     return st;

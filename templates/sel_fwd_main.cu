@@ -17,59 +17,68 @@ constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
 constexpr int WARPS = 4;
 constexpr int ROWS = 16 * WARPS;           // query rows per tile
 constexpr int TOK = ROWS / G;              // tokens per tile
-constexpr int TILES = 4;                   // tiles per work item
+constexpr int TILES = 8;                   // tiles per work item
 constexpr int CHUNK = TOK * TILES;         // list entries per work item (host uses the same)
+constexpr int STAGES = 2;                  // query tiles in flight (host sizes shared memory the same way)
 constexpr int KT = BK < 64 ? BK : 64;      // keys per softmax step
 constexpr int LD = D + 8;                  // smem pitch: +16 B keeps ldmatrix rows on distinct banks
 static_assert(TOK >= 1, "GROUP must be at most 64");
 static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
 
-struct Row {
-    long long t;      // packed token index, -1 for a padding row
-    long long pair;   // index of (h, token, slot) in the partial arrays
-    int g;
+// Per work item, one entry per tile row (CHUNK tokens x G heads): its token
+// (-1 for padding) and its (head, token, slot) pair index. Both fit in 32
+// bits: the host keeps chunks below 2^31 pairs.
+struct RowTable {
+    int token[TILES * ROWS];
+    int pair[TILES * ROWS];
 };
 
-// Which pair a tile row holds: row r = (token-in-tile, head-in-group).
-__device__ __forceinline__ Row tile_row(const fsa_sel_params &p, const int *ent, int n_ent, int tile,
-                                        int r, int h) {
-    Row out;
-    const int tk = r / G, e = tile * TOK + tk;
-    out.g = r - tk * G;
-    if (tk >= TOK || e >= n_ent) {
-        out.t = -1;
-        out.pair = 0;
-        return out;
+__device__ __forceinline__ void build_row_table(RowTable &rt, const fsa_sel_params &p, const int *ent, int n_ent,
+                                                int h) {
+    for (int i = threadIdx.x; i < TILES * ROWS; i += WARPS * 32) {
+        const int tile = i / ROWS, r = i - tile * ROWS;
+        const int tk = r / G, e = tile * TOK + tk;
+        if (tk >= TOK || e >= n_ent) {
+            rt.token[i] = -1;
+            rt.pair[i] = 0;
+            continue;
+        }
+        const int v = ent[e];
+        const long long tl = v >> 6;
+        rt.token[i] = (int)(p.t0 + tl);
+        rt.pair[i] = (int)(((long long)h * p.tc + tl) * p.top_k + (v & 63));
     }
-    const int v = ent[e];
-    const long long tl = v >> 6;
-    out.t = p.t0 + tl;
-    out.pair = ((long long)h * p.tc + tl) * p.top_k + (v & 63);
-    return out;
 }
 
-__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u16 *dst, const int *ent, int n_ent,
-                                            int tile, int h) {
+__device__ __forceinline__ long long part_row(const RowTable &rt, int i) {
+    return (long long)rt.pair[i] * G + (i % ROWS) % G;
+}
+
+__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u16 *dst, const RowTable &rt, int tile, int h) {
     const u16 *q = (const u16 *)p.q;
     for (int c = threadIdx.x; c < ROWS * (D / 8); c += WARPS * 32) {
         const int r = c / (D / 8), cc = c - r * (D / 8);
-        Row row = tile_row(p, ent, n_ent, tile, r, h);
-        const bool ok = row.t >= 0;
-        const u16 *src = ok ? q + row.t * p.q_ts + (long long)(h * G + row.g) * p.q_hs + cc * 8 : q;
-        cp_async16(smem_addr(dst + r * LD + cc * 8), src, ok);
+        const int t = rt.token[tile * ROWS + r];
+        const u16 *src = q;
+        if (t >= 0) src = q + t * p.q_ts + (long long)(h * G + r % G) * p.q_hs + cc * 8;
+        cp_async16(smem_addr(dst + r * LD + cc * 8), src, t >= 0);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const fsa_sel_params p) {
+// Up to D = 128, three blocks per SM (168 registers): the kernel is bound by
+// issue and latency, so resident warps matter more than prefetch depth.
+extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    u16 *Ks = (u16 *)smem;
+    RowTable &rt = *(RowTable *)smem;
+    u16 *Ks = (u16 *)(smem + sizeof(RowTable));
     u16 *Vs = Ks + BK * LD;
-    u16 *Qs = Vs + BK * LD;                 // two tiles: the next one loads while this one runs
-    int *ent = (int *)(Qs + 2 * ROWS * LD); // this work item's list entries
+    u16 *Qs = Vs + BK * LD;                      // STAGES tiles: later ones load while one runs
+    int *ent = (int *)(Qs + STAGES * ROWS * LD); // this work item's list entries
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (p.chunk_tokens != CHUNK) __trap();  // host and kernel disagree on the work split
+    if (p.item_entries != CHUNK) __trap();  // host and kernel disagree on the work split
     const int *work = (const int *)p.work_offsets;
+    const int *work_seg = (const int *)p.work_seg;
     const int *offs = (const int *)p.offsets;
     const int *cu = (const int *)p.cu_seqlens;
     const long long nseg = p.num_kv_heads * p.nb_total;
@@ -77,14 +86,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
     const float scale_log2 = (float)p.scale_log2;
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
-        // The segment (KV head, block) that owns work item w.
-        long long lo = 0, hi = nseg - 1;
-        while (lo < hi) {
-            long long mid = (lo + hi + 1) >> 1;
-            if (work[mid] <= w) lo = mid;
-            else hi = mid - 1;
-        }
-        const long long seg = lo;
+        const long long seg = work_seg[w];  // the (KV head, block) segment of work item w
         const int h = (int)(seg / p.nb_total);
         const long long gid = seg - (long long)h * p.nb_total;
         const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
@@ -93,6 +95,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
         __syncthreads();  // the previous work item is done with shared memory
         for (int i = tid; i < n_ent; i += WARPS * 32) ent[i] = ((const int *)p.list)[e0 + i];
         __syncthreads();
+        build_row_table(rt, p, ent, n_ent, h);
 
         // Key range of the block, from the sequence of any token in the list.
         const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + (ent[0] >> 6));
@@ -109,33 +112,43 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
             cp_async16(smem_addr(Ks + r * LD + cc * 8), kg + key * p.k_ts + cc * 8, ok);
             cp_async16(smem_addr(Vs + r * LD + cc * 8), vg + key * p.v_ts + cc * 8, ok);
         }
-        cp_async_commit();
-        load_q_tile(p, Qs, ent, n_ent, 0, h);
-        cp_async_commit();
-
+        __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
+        load_q_tile(p, Qs, rt, 0, h);
+        cp_async_commit();  // group 0: K, V and tile 0
+        int issued = 1;
+        for (; issued < ntiles && issued < STAGES - 1; issued++) {
+            load_q_tile(p, Qs + issued * ROWS * LD, rt, issued, h);
+            cp_async_commit();
+        }
+
         for (int tile = 0; tile < ntiles; tile++) {
-            u16 *Qb = Qs + (tile & 1) * ROWS * LD;
-            if (tile + 1 < ntiles) {
-                __syncthreads();  // every warp is done with the buffer the next tile fills
-                load_q_tile(p, Qs + ((tile + 1) & 1) * ROWS * LD, ent, n_ent, tile + 1, h);
+            u16 *Qb = Qs + (tile % STAGES) * ROWS * LD;
+            if (issued < ntiles) {
+                __syncthreads();  // every warp is done with the buffer this load reuses
+                load_q_tile(p, Qs + (issued % STAGES) * ROWS * LD, rt, issued, h);
                 cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
+                issued++;
             }
+            // Wait for this tile's group; the ones issued after it may still fly.
+            const int pending = issued - 1 - tile;
+            static_assert(STAGES <= 4, "wait depths below cover STAGES - 1 pending groups");
+            if (pending >= 3) cp_async_wait<3>();
+            else if (pending == 2) cp_async_wait<2>();
+            else if (pending == 1) cp_async_wait<1>();
+            else cp_async_wait<0>();
             __syncthreads();
 
             // This lane's accumulator rows: r_lo = warp*16 + lane/4 and r_lo + 8.
             const int r_lo = warp * 16 + (lane >> 2);
-            const Row row_lo = tile_row(p, ent, n_ent, tile, r_lo, h);
-            const Row row_hi = tile_row(p, ent, n_ent, tile, r_lo + 8, h);
+            const int t_lo = rt.token[tile * ROWS + r_lo], t_hi = rt.token[tile * ROWS + r_lo + 8];
 
             float o_acc[D / 8][4];
 #pragma unroll
             for (int i = 0; i < D / 8; i++) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
             float m_run[2] = {-FSA_INF, -FSA_INF}, l_run[2] = {0.f, 0.f};
 
+#pragma unroll 1
             for (int kt = 0; kt < BK; kt += KT) {
                 // S = Q K^T for 16 rows x KT keys.
                 float s[KT / 8][4];
@@ -155,16 +168,19 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
                         DT::mma(s[jn + 1], a, bk[2], bk[3]);
                     }
                 }
-                // Scale to log2 units; causal mask (keys after the token; this
-                // also hides keys past the end of the sequence).
+                // Scale to log2 units; causal mask: key column c is visible when
+                // c <= lim (the token's offset from the step's first key). This
+                // also hides keys past the end of the sequence and padding rows.
+                // Blocks wholly before every row's token skip the compare.
+                const int lim_lo = t_lo - (int)(kb0 + kt), lim_hi = t_hi - (int)(kb0 + kt);
+                const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float mx[2] = {-FSA_INF, -FSA_INF};
 #pragma unroll
                 for (int jn = 0; jn < KT / 8; jn++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const long long key = kb0 + kt + jn * 8 + 2 * (lane & 3) + (e & 1);
-                        const long long t = e < 2 ? row_lo.t : row_hi.t;
-                        const float x = key <= t ? s[jn][e] * scale_log2 : -FSA_INF;
+                        const int col = jn * 8 + 2 * (lane & 3) + (e & 1);
+                        const float x = (unmasked || col <= (e < 2 ? lim_lo : lim_hi)) ? s[jn][e] * scale_log2 : -FSA_INF;
                         s[jn][e] = x;
                         mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
@@ -178,12 +194,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
                     m_run[i] = m_new;
                     l_run[i] *= alpha[i];
                 }
+                if (kt > 0) {  // nothing to rescale before the first step
 #pragma unroll
-                for (int i = 0; i < D / 8; i++) {
-                    o_acc[i][0] *= alpha[0];
-                    o_acc[i][1] *= alpha[0];
-                    o_acc[i][2] *= alpha[1];
-                    o_acc[i][3] *= alpha[1];
+                    for (int i = 0; i < D / 8; i++) {
+                        o_acc[i][0] *= alpha[0];
+                        o_acc[i][1] *= alpha[0];
+                        o_acc[i][2] *= alpha[1];
+                        o_acc[i][3] *= alpha[1];
+                    }
                 }
 #pragma unroll
                 for (int jn = 0; jn < KT / 8; jn++) {
@@ -231,17 +249,16 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_main(const 
             }
             if ((lane & 3) == 0) {
                 float *lse_part = (float *)p.lse_part;
-                if (row_lo.t >= 0) lse_part[row_lo.pair * G + row_lo.g] = lse2[0];
-                if (row_hi.t >= 0) lse_part[row_hi.pair * G + row_hi.g] = lse2[1];
+                if (t_lo >= 0) lse_part[part_row(rt, tile * ROWS + r_lo)] = lse2[0];
+                if (t_hi >= 0) lse_part[part_row(rt, tile * ROWS + r_lo + 8)] = lse2[1];
             }
             __syncwarp();
             u16 *o_part = (u16 *)p.o_part;
             for (int c = lane; c < 16 * (D / 8); c += 32) {
                 const int rr = c / (D / 8), cc = c - rr * (D / 8);
-                const Row row = tile_row(p, ent, n_ent, tile, warp * 16 + rr, h);
-                if (row.t < 0) continue;
-                *(uint4 *)(o_part + (row.pair * G + row.g) * D + cc * 8) =
-                    *(const uint4 *)(Qb + (warp * 16 + rr) * LD + cc * 8);
+                const int i = tile * ROWS + warp * 16 + rr;
+                if (rt.token[i] < 0) continue;
+                *(uint4 *)(o_part + part_row(rt, i) * D + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LD + cc * 8);
             }
         }
     }

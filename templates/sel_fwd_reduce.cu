@@ -1,6 +1,7 @@
-// FSA forward, reduction: one warp per (token, query head) merges the
-// partials of the token's valid slots. Each partial carries its own
-// log2-sum-exp, so the merge is safe for any logit range.
+// FSA forward, reduction: merges the partials of each (token, query head)
+// over its valid slots. Each partial carries its own log2-sum-exp, so the
+// merge is safe for any logit range. A row takes LANES lanes, each holding
+// 16-byte pieces; up to four slots' loads are in flight per lane.
 #include "sel_common.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -10,56 +11,84 @@ typedef fsa::dtype_{{DTYPE}} DT;
 using namespace fsa;
 
 constexpr int D = HEAD_DIM, G = GROUP;
-constexpr int PIECES = D / 8;  // 16-byte pieces of a row; one per lane
+constexpr int PIECES = D / 8;                                   // 16-byte pieces per row
+constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;  // lanes per row
+constexpr int ROWS_PER_WARP = 32 / LANES;                       // the host sizes the grid the same way
+constexpr int UNROLL = 4;
 static_assert(PIECES <= 32, "head dim at most 256");
+
+__device__ __forceinline__ void accumulate(float acc[8], const uint4 &v, float w) {
+    const u32 w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        acc[2 * i] += w * DT::to_float((u16)(w4[i] & 0xffffu));
+        acc[2 * i + 1] += w * DT::to_float((u16)(w4[i] >> 16));
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(256) fsa_sel_fwd_reduce(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
-    const long long wid = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int sub = lane / LANES, l = lane - sub * LANES;  // which row of the warp, lane in the row
+    const long long row_id = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     const long long hq = p.num_kv_heads * G;
-    if (wid >= p.tc * hq) return;
-    const long long tl = wid / hq;
-    const int qh = (int)(wid - tl * hq);
+    const bool live = row_id < p.tc * hq;
+    const long long tl = live ? row_id / hq : 0;
+    const int qh = live ? (int)(row_id - tl * hq) : 0;
     const int h = qh / G, g = qh - h * G;
     const long long t = p.t0 + tl;
 
-    const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
+    const u64 mask = live ? ((const u64 *)p.mask)[(long long)h * p.tc + tl] : 0;
     const long long pair0 = ((long long)h * p.tc + tl) * p.top_k;
     const float *lse_part = (const float *)p.lse_part;
     const u16 *o_part = (const u16 *)p.o_part;
 
+    // Max over the row's partials: lanes of the row split the slots.
     float m = -FSA_INF;
-    for (int s = lane; s < p.top_k; s += 32)
+    for (int s = l; s < p.top_k; s += LANES)
         if ((mask >> s) & 1) m = fmaxf(m, lse_part[(pair0 + s) * G + g]);
-    m = warp_max(m);
-
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float wsum = 0.f;
-    for (u64 mm = mask; mm; mm &= mm - 1) {
-        const int s = __ffsll((long long)mm) - 1;
-        const long long row = (pair0 + s) * G + g;
-        const float wgt = fast_exp2(lse_part[row] - m);
-        wsum += wgt;
-        if (lane < PIECES) {
-            const uint4 v = *(const uint4 *)(o_part + row * D + lane * 8);
-            const u32 w4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                acc[2 * i] += wgt * DT::to_float((u16)(w4[i] & 0xffffu));
-                acc[2 * i + 1] += wgt * DT::to_float((u16)(w4[i] >> 16));
-            }
+    for (int o = LANES / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i] = 0.f;
+    float wsum = 0.f;
+    const bool has_piece = l < PIECES;
+    for (u64 mm = mask; mm;) {
+        int slots[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            slots[u] = mm ? __ffsll((long long)mm) - 1 : -1;
+            mm &= mm - 1;
+        }
+        uint4 v[UNROLL];
+        float w[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            w[u] = 0.f;
+            if (slots[u] < 0) continue;
+            const long long row = (pair0 + slots[u]) * G + g;
+            w[u] = fast_exp2(lse_part[row] - m);
+            if (has_piece) v[u] = *(const uint4 *)(o_part + row * D + l * 8);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            if (slots[u] < 0) continue;
+            wsum += w[u];
+            if (has_piece) accumulate(acc, v[u], w[u]);
         }
     }
+    if (!live) return;
     const float inv = mask ? 1.f / wsum : 0.f;
-    if (lane < PIECES) {
+    if (has_piece) {
         uint4 out;
         out.x = DT::pack(acc[0] * inv, acc[1] * inv);
         out.y = DT::pack(acc[2] * inv, acc[3] * inv);
         out.z = DT::pack(acc[4] * inv, acc[5] * inv);
         out.w = DT::pack(acc[6] * inv, acc[7] * inv);
-        *(uint4 *)((u16 *)p.o + t * p.o_ts + (long long)qh * p.o_hs + lane * 8) = out;
+        *(uint4 *)((u16 *)p.o + t * p.o_ts + (long long)qh * p.o_hs + l * 8) = out;
     }
-    if (lane == 0 && p.lse) {
+    if (l == 0 && p.lse) {
         const float ln2 = 0.69314718055994531f;
         ((float *)p.lse)[(long long)qh * p.total_tokens + t] = mask ? (m + fast_log2(wsum)) * ln2 : -FSA_INF;
     }

@@ -1,27 +1,42 @@
 // Index inversion for the FSA path: from per-token top-k rows to per-(KV
 // head, block) lists of (token, slot) pairs. No host sync and no dense
 // blocks-by-tokens matrix: count with atomics, scan in the last block to
-// finish, then scatter.
+// finish, then scatter. Lanes of a warp that hit the same block in the same
+// slot (block 0 and the own block, in sorted rows) share one atomic, so hot
+// blocks do not serialize on one address.
 #include "sel_common.cuh"
 
 #define BLOCK_SIZE {{BLOCK_SIZE}}
+#define TOPK {{TOP_K}}
 
 using namespace fsa;
 
-// One thread per (KV head, token of the chunk) row.
-struct RowInfo {
-    long long gid_base;  // global id of block 0 of the token's sequence
-    const int *row;
-    int own_block;
+static_assert(TOPK >= 1 && TOPK <= 64, "top-k is 1..64");
+
+// One thread per (KV head, token of the chunk) row; the row lives in registers.
+struct Row {
+    long long seg0;  // counts index of block 0 of the token's sequence for this head
+    int idx[TOPK];
+    u64 mask;        // valid slots
 };
 
-__device__ __forceinline__ RowInfo row_info(const fsa_sel_params &p, int h, long long t) {
+__device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
+    const int h = (int)(r / p.tc);
+    const long long t = p.t0 + (r - (long long)h * p.tc);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    RowInfo r;
-    r.gid_base = first_block_id(sb.start, sb.seq, BLOCK_SIZE);
-    r.own_block = (int)((t - sb.start) / BLOCK_SIZE);
-    r.row = (const int *)p.topk + h * p.topk_hs + t * p.topk_ts;
-    return r;
+    const int own_block = (int)((t - sb.start) / BLOCK_SIZE);
+    const int *src = (const int *)p.topk + h * p.topk_hs + t * p.topk_ts;
+    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BLOCK_SIZE);
+    row.mask = 0;
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        bool ok = row.idx[s] >= 0 && row.idx[s] <= own_block;
+#pragma unroll
+        for (int s2 = 0; s2 < s; s2++) ok = ok && row.idx[s2] != row.idx[s];
+        if (ok) row.mask |= 1ull << s;
+    }
 }
 
 // Counts pairs per (KV head, block) and records each row's valid slots; the
@@ -32,15 +47,24 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_count(const fsa_sel_pa
     __shared__ int is_last;
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x & 31;
     int *counts = (int *)p.counts;
+    Row row;
+    row.mask = 0;
+    row.seg0 = 0;
     if (r < rows) {
-        const int h = (int)(r / p.tc);
-        const long long tl = r - (long long)h * p.tc;
-        RowInfo info = row_info(p, h, p.t0 + tl);
-        u64 mask = row_valid_mask(info.row, (int)p.top_k, info.own_block);
-        ((u64 *)p.mask)[r] = mask;
-        int *seg = counts + (long long)h * p.nb_total + info.gid_base;
-        for (u64 m = mask; m; m &= m - 1) atomicAdd(seg + __ldg(info.row + __ffsll((long long)m) - 1), 1);
+        load_row(row, p, r);
+        ((u64 *)p.mask)[r] = row.mask;
+    }
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (v) {
+            const long long seg = row.seg0 + row.idx[s];
+            const unsigned same = __match_any_sync(active, seg);
+            if (lane == __ffs(same) - 1) atomicAdd(counts + seg, __popc(same));
+        }
     }
     __threadfence();
     __syncthreads();
@@ -52,12 +76,15 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_count(const fsa_sel_pa
 
     int *offsets = (int *)p.offsets;
     int *work = (int *)p.work_offsets;
-    const int chunk = (int)p.chunk_tokens;
+    int *parts = (int *)p.part_offsets;  // backward only
+    const int chunk = (int)p.item_entries;
     u64 carry = 0;  // low 32 bits: pairs so far; high 32 bits: work items so far
+    u64 part_carry = 0;
     for (long long base = 0; base < n; base += blockDim.x) {
         long long i = base + threadIdx.x;
         int c = i < n ? __ldcg(counts + i) : 0;
-        u64 v = (u64)(unsigned)c | ((u64)(unsigned)((c + chunk - 1) / chunk) << 32);
+        const int items = (c + chunk - 1) / chunk;
+        u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
         u64 total;
         u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;
         if (i < n) {
@@ -66,32 +93,154 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_count(const fsa_sel_pa
             counts[i] = 0;
         }
         carry += total;
+        if (parts) {
+            // Segments split over several work items keep per-item dK/dV partials.
+            u64 part_total;
+            u64 part_prefix = block_exclusive_scan(items > 1 ? items : 0, scratch, &part_total) + part_carry;
+            if (i < n) parts[i] = (int)part_prefix;
+            part_carry += part_total;
+        }
     }
     if (threadIdx.x == 0) {
         offsets[n] = (int)(unsigned)carry;
         work[n] = (int)(carry >> 32);
+        if (parts) parts[n] = (int)part_carry;
     }
 }
 
-// Writes each valid pair into its (KV head, block) list. Order inside a list
-// is not fixed; nothing downstream depends on it.
+// Writes each valid pair into its (KV head, block) list, and the segment of
+// every work item, so the main kernel needs no search. Order inside a list is
+// not fixed; nothing downstream depends on it.
 extern "C" __global__ void __launch_bounds__(256) fsa_sel_scatter(const fsa_sel_params p) {
+    {
+        const long long n = p.num_kv_heads * p.nb_total;
+        const int *work = (const int *)p.work_offsets;
+        int *work_seg = (int *)p.work_seg;
+        for (long long seg = (long long)blockIdx.x * blockDim.x + threadIdx.x; seg < n;
+             seg += (long long)gridDim.x * blockDim.x)
+            for (int w = work[seg]; w < work[seg + 1]; w++) work_seg[w] = (int)seg;
+    }
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    const int h = (int)(r / p.tc);
-    const long long tl = r - (long long)h * p.tc;
-    u64 mask = ((const u64 *)p.mask)[r];
-    if (mask == 0) return;
-    RowInfo info = row_info(p, h, p.t0 + tl);
-    const long long seg0 = (long long)h * p.nb_total + info.gid_base;
+    const int lane = threadIdx.x & 31;
     int *cursors = (int *)p.counts;
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
-    for (u64 m = mask; m; m &= m - 1) {
-        int s = __ffsll((long long)m) - 1;
-        long long seg = seg0 + __ldg(info.row + s);
-        int pos = offsets[seg] + atomicAdd(cursors + seg, 1);
-        list[pos] = (int)(tl << 6) | s;
+    Row row;
+    row.mask = 0;
+    row.seg0 = 0;
+    long long tl = 0;
+    if (r < rows) {
+        row.mask = ((const u64 *)p.mask)[r];
+        if (row.mask) load_row(row, p, r);
+        tl = r - (r / p.tc) * p.tc;
+    }
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (v) {
+            const long long seg = row.seg0 + row.idx[s];
+            const unsigned same = __match_any_sync(active, seg);
+            const int leader = __ffs(same) - 1;
+            int base = 0;
+            if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
+            base = __shfl_sync(same, base, leader);
+            list[base + __popc(same & ((1u << lane) - 1))] = (int)(tl << 6) | s;
+        }
+    }
+}
+
+// Backward only: sorts each (KV head, block) list by token into list_sorted,
+// so the work split and the summation order do not depend on the order the
+// scatter's atomics happened to take. A list is sorted in shared memory when
+// short, else by marking its tokens in a bitmap one window at a time (tokens
+// are unique within a list) and compacting the marks in order.
+constexpr int SORT_SMALL = 2048;
+constexpr int SORT_WINDOW = 16384;
+
+extern "C" __global__ void __launch_bounds__(256) fsa_sel_sort(const fsa_sel_params p) {
+    __shared__ int keys[SORT_SMALL];
+    __shared__ u32 bits[SORT_WINDOW / 32];
+    __shared__ unsigned char slots[SORT_WINDOW];
+    __shared__ u64 scratch[32];
+    __shared__ int range[2];
+    const int tid = threadIdx.x;
+    const long long n_seg = p.num_kv_heads * p.nb_total;
+    const int *offsets = (const int *)p.offsets;
+    for (long long seg = blockIdx.x; seg < n_seg; seg += gridDim.x) {
+        const int off = offsets[seg], n = offsets[seg + 1] - off;
+        if (n == 0) continue;
+        const int *src = (const int *)p.list + off;
+        int *dst = (int *)p.list_sorted + off;
+        __syncthreads();  // shared memory is free again
+        if (n <= SORT_SMALL) {
+            int size = 1;
+            while (size < n) size <<= 1;
+            for (int i = tid; i < size; i += blockDim.x) keys[i] = i < n ? src[i] : 0x7fffffff;
+            __syncthreads();
+            for (int k = 2; k <= size; k <<= 1) {
+                for (int j = k >> 1; j > 0; j >>= 1) {
+                    for (int i = tid; i < size; i += blockDim.x) {
+                        const int partner = i ^ j;
+                        if (partner > i) {
+                            const int a = keys[i], b = keys[partner];
+                            if ((a > b) == ((i & k) == 0)) {
+                                keys[i] = b;
+                                keys[partner] = a;
+                            }
+                        }
+                    }
+                    __syncthreads();
+                }
+            }
+            for (int i = tid; i < n; i += blockDim.x) dst[i] = keys[i];
+            continue;
+        }
+        if (tid == 0) range[0] = 0x7fffffff, range[1] = 0;
+        __syncthreads();
+        int lo = 0x7fffffff, hi = 0;
+        for (int i = tid; i < n; i += blockDim.x) {
+            const int tl = src[i] >> 6;
+            lo = min(lo, tl);
+            hi = max(hi, tl);
+        }
+        atomicMin(&range[0], lo);
+        atomicMax(&range[1], hi);
+        __syncthreads();
+        const int t_lo = range[0], t_hi = range[1];
+        int written = 0;
+        for (int w0 = t_lo; w0 <= t_hi; w0 += SORT_WINDOW) {
+            for (int i = tid; i < SORT_WINDOW / 32; i += blockDim.x) bits[i] = 0;
+            __syncthreads();
+            for (int i = tid; i < n; i += blockDim.x) {
+                const int e = src[i], x = (e >> 6) - w0;
+                if (x >= 0 && x < SORT_WINDOW) {
+                    atomicOr(&bits[x >> 5], 1u << (x & 31));
+                    slots[x] = (unsigned char)(e & 63);
+                }
+            }
+            __syncthreads();
+            // Each thread owns SORT_WINDOW / 32 / 256 = 2 consecutive words.
+            constexpr int WORDS = SORT_WINDOW / 32 / 256;
+            u32 mine[WORDS];
+            int count = 0;
+#pragma unroll
+            for (int k = 0; k < WORDS; k++) {
+                mine[k] = bits[tid * WORDS + k];
+                count += __popc(mine[k]);
+            }
+            u64 total;
+            int at = written + (int)block_exclusive_scan((u64)count, scratch, &total);
+#pragma unroll
+            for (int k = 0; k < WORDS; k++) {
+                for (u32 m = mine[k]; m; m &= m - 1) {
+                    const int x = (tid * WORDS + k) * 32 + __ffs(m) - 1;
+                    dst[at++] = ((w0 + x) << 6) | slots[x];
+                }
+            }
+            written += (int)total;
+            __syncthreads();  // before the next window clears the bitmap
+        }
     }
 }

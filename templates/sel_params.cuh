@@ -15,20 +15,32 @@ typedef struct fsa_sel_params {
     long long total_tokens; /* T */
     long long batch;
     long long num_kv_heads;
+    long long num_q_heads;
     long long top_k;
     double scale_log2;      /* softmax scale * log2(e) */
     /* Token chunk [t0, t0 + tc) of this launch sequence. */
     long long t0, tc;
     /* Index inversion and partials (FSA path). */
     long long nb_total;     /* block ids per KV head: T / BK + batch + 1 */
-    long long chunk_tokens; /* list entries per main-kernel work item */
+    long long item_entries; /* list entries per main-kernel work item */
     long long counts;       /* int [Hkv * nb_total + 1]: counts, then cursors; last = ticket */
     long long offsets;      /* int [Hkv * nb_total + 1]: exclusive scan of counts */
     long long work_offsets; /* int [Hkv * nb_total + 1]: exclusive scan of work items */
+    long long work_seg;     /* int [work items]: the (head, block) segment of each work item */
     long long mask;         /* u64 [Hkv, tc]: valid slots of each row */
     long long list;         /* int [pairs]: (token - t0) << 6 | slot, grouped by (h, block) */
     long long lse_part;     /* float [Hkv, tc, K, G]: log2-sum-exp of each partial */
     long long o_part;       /* dtype [Hkv, tc, K, G, D]: normalized partial outputs */
+    /* Backward. */
+    long long dout, dq, dk, dv;
+    long long do_ts, do_hs, dq_ts, dq_hs, dk_ts, dk_hs, dv_ts, dv_hs;
+    long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
+    long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
+    long long delta;        /* float [Hq, tc]: rowsum(dout * o) */
+    long long dq_part;      /* dtype [Hkv, tc, K, G, D]: dq contribution of each pair */
+    long long dkv_part;     /* float [parts, 2, BK, D]: dK and dV of one work item */
+    long long dkv_acc;      /* float [T, Hkv, 2, D]: dK and dV over all token chunks */
+    long long d_part;       /* head dims over 128: which half of D this launch accumulates */
 } fsa_sel_params;
 
 #endif

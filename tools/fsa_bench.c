@@ -63,6 +63,7 @@ typedef struct options {
     const char *cache_dir;
     uint64_t workspace_limit;
     int only; /* 0 = both paths, else the one fsa_algorithm to time */
+    int backward;
 } options;
 
 /* ------------------------------------------------------------ inputs */
@@ -229,6 +230,8 @@ typedef struct bench_row {
     double flops;
     double rel_diff;   /* FSA output vs NSA output */
     int reps[3];
+    double bwd_ms, fwd_bwd_ms; /* < 0 = not run */
+    size_t bwd_ws;
 } bench_row;
 
 static double now_ms(void)
@@ -238,20 +241,19 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* Median event time of one forward, rotating over the input sets. */
-static double time_forward(const fsa_plan *plan, fsa_fwd_args *a, const input_set *sets, int n_sets,
-                           const options *o, int *reps_out)
+/* One timed call: the forward, the backward, or both, on input set `set`. */
+typedef void (*call_fn)(void *user, int set);
+
+/* Median event time of one call, rotating over the input sets. */
+static double time_call(call_fn call, void *user, int n_sets, const options *o, int *reps_out)
 {
     CUevent e0, e1;
     CU(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CU(cuEventCreate(&e1, CU_EVENT_DEFAULT));
     int rep = 0;
     double start = now_ms();
-    /* Warm-up. */
-    do {
-        const input_set *s = &sets[rep++ % n_sets];
-        a->q = s->q, a->k = s->k, a->v = s->v, a->topk = s->topk;
-        FSA(fsa_selected_attention_fwd(plan, a, NULL));
+    do { /* warm-up */
+        call(user, rep++ % n_sets);
         CU(cuStreamSynchronize(NULL));
     } while (now_ms() - start < o->warmup_ms);
     enum { MAX_REPS = 4096 };
@@ -259,10 +261,9 @@ static double time_forward(const fsa_plan *plan, fsa_fwd_args *a, const input_se
     int n = 0;
     double total = 0;
     while (n < MAX_REPS && (total < o->min_ms || n < 10)) {
-        const input_set *s = &sets[rep++ % n_sets];
-        a->q = s->q, a->k = s->k, a->v = s->v, a->topk = s->topk;
+        const int set = rep++ % n_sets;
         CU(cuEventRecord(e0, NULL));
-        FSA(fsa_selected_attention_fwd(plan, a, NULL));
+        call(user, set);
         CU(cuEventRecord(e1, NULL));
         CU(cuEventSynchronize(e1));
         float ms;
@@ -278,6 +279,40 @@ static double time_forward(const fsa_plan *plan, fsa_fwd_args *a, const input_se
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
+typedef struct fwd_call {
+    const fsa_plan *plan;
+    fsa_fwd_args *args;
+    const input_set *sets;
+} fwd_call;
+
+static void call_forward(void *user, int set)
+{
+    fwd_call *c = user;
+    const input_set *s = &c->sets[set];
+    c->args->q = s->q, c->args->k = s->k, c->args->v = s->v, c->args->topk = s->topk;
+    FSA(fsa_selected_attention_fwd(c->plan, c->args, NULL));
+}
+
+typedef struct bwd_call {
+    const fsa_plan *plan;
+    fsa_fwd_args *fwd;
+    fsa_bwd_args *bwd;
+    const input_set *sets;
+    int with_forward;
+} bwd_call;
+
+static void call_backward(void *user, int set)
+{
+    bwd_call *c = user;
+    const input_set *s = &c->sets[set];
+    if (c->with_forward) {
+        c->fwd->q = s->q, c->fwd->k = s->k, c->fwd->v = s->v, c->fwd->topk = s->topk;
+        FSA(fsa_selected_attention_fwd(c->plan, c->fwd, NULL));
+    }
+    c->bwd->q = s->q, c->bwd->k = s->k, c->bwd->v = s->v, c->bwd->topk = s->topk;
+    FSA(fsa_selected_attention_bwd(c->plan, c->bwd, NULL));
+}
+
 static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype dt)
 {
     double num = 0, den = 0;
@@ -289,6 +324,77 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype
         den += y * y;
     }
     return sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+/* Backward and forward + backward of the AUTO plan, on the same inputs. */
+static void time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                          CUdeviceptr cu_dev)
+{
+    const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, K = o->top_k;
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.dtype = o->dtype;
+    d.head_dim = D;
+    d.num_q_heads = hq;
+    d.num_kv_heads = hkv;
+    d.block_size = o->block_size;
+    d.top_k = K;
+    d.workspace_limit = o->workspace_limit;
+    d.backward = 1;
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "fsa-bench: backward plan T=%d G=%d: %s\n", T, row->G, fsa_last_error());
+        return;
+    }
+    const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D;
+    size_t ws_f = 0, ws_b = 0;
+    FSA(fsa_plan_workspace_size(&ws_f, plan, T, 1));
+    FSA(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1));
+    row->bwd_ws = ws_b;
+    CUdeviceptr o_buf, lse, dout, dq, dk, dv, ws;
+    CU(cuMemAlloc(&o_buf, nq * 2));
+    CU(cuMemAlloc(&lse, (size_t)hq * T * 4));
+    CU(cuMemAlloc(&dout, nq * 2));
+    CU(cuMemAlloc(&dq, nq * 2));
+    CU(cuMemAlloc(&dk, nkv * 2));
+    CU(cuMemAlloc(&dv, nkv * 2));
+    CU(cuMemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
+    uint16_t *h = malloc(nq * 2);
+    fill_normal(h, nq, 777u + (uint64_t)T, o->dtype);
+    CU(cuMemcpyHtoD(dout, h, nq * 2));
+    free(h);
+    fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
+    fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
+    fa.o = o_buf, fa.lse = lse;
+    fa.q_token_stride = fa.o_token_stride = (int64_t)hq * D, fa.q_head_stride = fa.o_head_stride = D;
+    fa.k_token_stride = fa.v_token_stride = (int64_t)hkv * D, fa.k_head_stride = fa.v_head_stride = D;
+    fa.topk_head_stride = (int64_t)T * K, fa.topk_token_stride = K;
+    fa.cu_seqlens = cu_dev, fa.workspace = ws, fa.workspace_bytes = ws_f > ws_b ? ws_f : ws_b;
+    fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
+    ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
+    ba.o = o_buf, ba.dout = dout, ba.dq = dq, ba.dk = dk, ba.dv = dv, ba.lse = lse;
+    ba.q_token_stride = ba.o_token_stride = ba.dout_token_stride = ba.dq_token_stride = (int64_t)hq * D;
+    ba.q_head_stride = ba.o_head_stride = ba.dout_head_stride = ba.dq_head_stride = D;
+    ba.k_token_stride = ba.v_token_stride = ba.dk_token_stride = ba.dv_token_stride = (int64_t)hkv * D;
+    ba.k_head_stride = ba.v_head_stride = ba.dk_head_stride = ba.dv_head_stride = D;
+    ba.topk_head_stride = (int64_t)T * K, ba.topk_token_stride = K;
+    ba.cu_seqlens = cu_dev, ba.workspace = ws, ba.workspace_bytes = fa.workspace_bytes;
+    /* The forward's o and lse of set 0 feed every backward repeat. */
+    fa.q = sets[0].q, fa.k = sets[0].k, fa.v = sets[0].v, fa.topk = sets[0].topk;
+    FSA(fsa_selected_attention_fwd(plan, &fa, NULL));
+    CU(cuStreamSynchronize(NULL));
+    int reps = 0;
+    bwd_call bc = {plan, &fa, &ba, sets, 0};
+    row->bwd_ms = time_call(call_backward, &bc, 1, o, &reps);
+    bc.with_forward = 1;
+    row->fwd_bwd_ms = time_call(call_backward, &bc, n_sets, o, &reps);
+    CU(cuMemFree(o_buf));
+    CU(cuMemFree(lse));
+    CU(cuMemFree(dout));
+    CU(cuMemFree(dq));
+    CU(cuMemFree(dk));
+    CU(cuMemFree(dv));
+    CU(cuMemFree(ws));
+    fsa_plan_destroy(plan);
 }
 
 static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes)
@@ -383,7 +489,8 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         args.cu_seqlens = cu_dev;
         args.workspace = ws;
         args.workspace_bytes = ws_max;
-        row->ms[a] = time_forward(plans[a], &args, sets, n_sets, o, &row->reps[a]);
+        fwd_call fc = {plans[a], &args, sets};
+        row->ms[a] = time_call(call_forward, &fc, n_sets, o, &row->reps[a]);
         /* Leave the output of the last set's inputs for the comparison. */
         args.q = sets[0].q, args.k = sets[0].k, args.v = sets[0].v, args.topk = sets[0].topk;
         FSA(fsa_selected_attention_fwd(plans[a], &args, NULL));
@@ -402,6 +509,8 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         free(x);
         free(y);
     }
+    row->bwd_ms = row->fwd_bwd_ms = -1;
+    if (o->backward) time_backward(ctx, o, row, sets, n_sets, cu_dev);
     for (int a = 0; a < 3; a++) {
         if (out[a]) CU(cuMemFree(out[a]));
         fsa_plan_destroy(plans[a]);
@@ -423,18 +532,22 @@ static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "
 static void print_row(const bench_row *r, FILE *json, int first)
 {
     double best = r->ms[0];
-    printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |\n", r->T, r->G, r->D,
+    printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |", r->T, r->G, r->D,
            alg_name(r->chosen), best, r->flops / (best * 1e-3) / 1e12, r->ms[1], r->ms[2], r->ws[0], r->rel_diff);
+    if (r->bwd_ms >= 0)
+        printf(" %8.3f | %7.1f | %8.3f | %11zu |", r->bwd_ms, 2.5 * r->flops / (r->bwd_ms * 1e-3) / 1e12,
+               r->fwd_bwd_ms, r->bwd_ws);
+    printf("\n");
     fflush(stdout);
     if (json) {
         fprintf(json,
                 "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": \"%s\", \"ms_auto\": %.4f, "
                 "\"ms_fsa\": %.4f, \"ms_nsa\": %.4f, \"reps\": [%d, %d, %d], \"tflops_auto\": %.2f, "
                 "\"gflop\": %.3f, \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu, "
-                "\"rel_diff_fsa_vs_nsa\": %.3e}",
+                "\"rel_diff_fsa_vs_nsa\": %.3e, \"ms_bwd\": %.4f, \"ms_fwd_bwd\": %.4f, \"workspace_bytes_bwd\": %zu}",
                 first ? "" : ",\n", r->T, r->G, r->D, alg_name(r->chosen), r->reason, r->ms[0], r->ms[1], r->ms[2],
                 r->reps[0], r->reps[1], r->reps[2], r->flops / (r->ms[0] * 1e-3) / 1e12, r->flops / 1e9, r->ws[0],
-                r->ws[1], r->rel_diff);
+                r->ws[1], r->rel_diff, r->bwd_ms, r->fwd_bwd_ms, r->bwd_ws);
     }
 }
 
@@ -581,7 +694,9 @@ static void usage(void)
 {
     printf("usage: fsa-bench [--standard] [-T LIST] [-G LIST] [-D N] [--q-heads N] [--block-size N]\n"
            "                 [--top-k N] [--dtype bf16|f16] [--min-ms MS] [--warmup-ms MS]\n"
-           "                 [--workspace-limit BYTES] [--cache-dir DIR] [--json FILE] [--only fsa|nsa] [--jit]\n"
+           "                 [--workspace-limit BYTES] [--cache-dir DIR] [--json FILE] [--only fsa|nsa]\n"
+           "                 [--backward] [--jit]\n"
+           "  --backward  also time the backward and forward + backward (AUTO path; 2.5x the forward FLOPs)\n"
            "  --standard  the problem table of BENCHMARKS.md (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
            "              plus T 16384 G 4 at D 64 and 256)\n"
            "  --jit       cold compile, disk-hit and in-memory plan times, host time per launch\n");
@@ -602,6 +717,7 @@ int main(int argc, char **argv)
         int used = 1;
         if (!strcmp(a, "--standard")) o.standard = 1, used = 0;
         else if (!strcmp(a, "--jit")) o.jit = 1, used = 0;
+        else if (!strcmp(a, "--backward")) o.backward = 1, used = 0;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
         else if (!v) return usage(), 2;
         else if (!strcmp(a, "-T")) o.n_tokens = parse_list(v, o.tokens, 8);
@@ -654,8 +770,10 @@ int main(int argc, char **argv)
     if (json) fprintf(json, "{\"gpu\": \"%s\", \"target\": \"%s\", \"rows\": [\n", name, fsa_context_target(ctx));
     printf("Hq=%d BK=%d K=%d; ms = median CUDA-event time of one forward; TFLOP/s = selected FLOPs / time\n",
            o.q_heads, o.block_size, o.top_k);
-    printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |\n");
-    printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|\n");
+    printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |%s\n",
+           o.backward ? "   bwd ms | TFLOP/s | f+b ms   | bwd ws B    |" : "");
+    printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|%s\n",
+           o.backward ? "----------|---------|----------|-------------|" : "");
     int first = 1;
     bench_row row;
     if (o.standard) {

@@ -1,0 +1,287 @@
+// FSA backward, main kernel: a CTA takes one work item = one (KV head, key
+// block) and up to CHUNK list entries of that block, in token order. K and V
+// stay in shared memory; warp w owns keys 16w..16w+15 and accumulates their
+// dK and dV in registers over every tile of (token, head-in-group) rows:
+//   S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+//   dV += P^T dO, dK += dS^T Q, and dQ = dS K for the tile's pairs.
+// dQ goes out per (token, slot) pair and is summed per token by the reduction.
+// A block whose list fits one work item adds its dK/dV straight into the fp32
+// accumulator; longer lists leave one partial per work item, summed in item
+// order afterwards, so the result does not depend on scheduling.
+// Head dims over 128 run twice, each launch accumulating half of D.
+#include "sel_common.cuh"
+
+#define HEAD_DIM {{HEAD_DIM}}
+#define GROUP {{GROUP}}
+#define BLOCK_SIZE {{BLOCK_SIZE}}
+typedef fsa::dtype_{{DTYPE}} DT;
+
+using namespace fsa;
+
+constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
+constexpr int WARPS = BK / 16;             // a warp owns 16 keys
+constexpr int M = 32;                      // query rows per tile
+constexpr int TOK = M / G;                 // tokens per tile
+constexpr int TILES = 32;                  // tiles per work item
+constexpr int CHUNK = TOK * TILES;         // list entries per work item (host uses the same)
+constexpr int DP = D > 128 ? D / 2 : D;    // dK/dV columns accumulated per launch
+constexpr int LD = D + 8;                  // smem pitch: +16 B keeps ldmatrix rows on distinct banks
+constexpr int LDS = M + 8;                 // pitch of dS^T
+static_assert(BK <= 128 && TOK >= 1, "block size at most 128 and group at most 32");
+static_assert(D % 16 == 0 && DP % 16 == 0, "head dim is a multiple of 16");
+
+struct Tables {
+    int token[TILES * M];   // packed token, -1 for padding rows
+    int pair[TILES * M];    // (h, token, slot) pair index
+    float lse2[TILES * M];  // log2-sum-exp of the row (+inf for padding: P = 0)
+    float delta[TILES * M];
+};
+
+__device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
+    const float log2e = 1.4426950408889634f;
+    for (int i = threadIdx.x; i < TILES * M; i += WARPS * 32) {
+        const int tile = i / M, r = i - tile * M;
+        const int tk = r / G, g = r - tk * G, e = tile * TOK + tk;
+        if (tk >= TOK || e >= n_ent) {
+            tb.token[i] = -1;
+            tb.pair[i] = 0;
+            tb.lse2[i] = FSA_INF;
+            tb.delta[i] = 0.f;
+            continue;
+        }
+        const int v = ent[e];
+        const long long tl = v >> 6, t = p.t0 + tl;
+        const int qh = h * G + g;
+        tb.token[i] = (int)t;
+        tb.pair[i] = (int)(((long long)h * p.tc + tl) * p.top_k + (v & 63));
+        tb.lse2[i] = ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * log2e;
+        tb.delta[i] = ((const float *)p.delta)[(long long)qh * p.tc + tl];
+    }
+}
+
+// Query and dO rows of one tile.
+__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u16 *qdst, u16 *ddst, const Tables &tb, int tile,
+                                          int h) {
+    const u16 *q = (const u16 *)p.q, *dout = (const u16 *)p.dout;
+    for (int c = threadIdx.x; c < M * (D / 8); c += WARPS * 32) {
+        const int r = c / (D / 8), cc = c - r * (D / 8);
+        const int t = tb.token[tile * M + r];
+        const int qh = h * G + r % G;
+        const bool ok = t >= 0;
+        const u16 *qs = ok ? q + (long long)t * p.q_ts + (long long)qh * p.q_hs + cc * 8 : q;
+        const u16 *ds = ok ? dout + (long long)t * p.do_ts + (long long)qh * p.do_hs + cc * 8 : dout;
+        cp_async16(smem_addr(qdst + r * LD + cc * 8), qs, ok);
+        cp_async16(smem_addr(ddst + r * LD + cc * 8), ds, ok);
+    }
+}
+
+// acc (16 keys x M rows) += A (this warp's 16 rows of `rows16`) x B^T (M rows of `cols`), over D.
+__device__ __forceinline__ void gemm_rows_t(float acc[M / 8][4], const u16 *rows16, const u16 *cols, int lane) {
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++) {
+        u32 a[4];
+        ldmatrix_x4(a, smem_addr(rows16 + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kd * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int jn = 0; jn < M / 8; jn += 2) {
+            u32 b[4];
+            ldmatrix_x4(b, smem_addr(cols + (jn * 8 + (lane & 7) + (lane >> 4) * 8) * LD + kd * 16 + ((lane >> 3) & 1) * 8));
+            DT::mma(acc[jn], a, b[0], b[1]);
+            DT::mma(acc[jn + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// acc (16 keys x DP cols) += X^T (16 keys x M rows, in registers) x R (M rows x DP cols of `rows`).
+__device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M / 8][4], const u16 *rows, int d0,
+                                         int lane) {
+#pragma unroll
+    for (int kk = 0; kk < M / 16; kk++) {
+        u32 a[4];
+        a[0] = DT::pack(x[2 * kk][0], x[2 * kk][1]);
+        a[1] = DT::pack(x[2 * kk][2], x[2 * kk][3]);
+        a[2] = DT::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+        a[3] = DT::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+#pragma unroll
+        for (int dn = 0; dn < DP / 8; dn += 2) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, smem_addr(rows + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + d0 + dn * 8 +
+                                           (lane >> 4) * 8));
+            DT::mma(acc[dn], a, b[0], b[1]);
+            DT::mma(acc[dn + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const fsa_sel_params p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Tables &tb = *(Tables *)smem;
+    u16 *Ks = (u16 *)(smem + sizeof(Tables));
+    u16 *Vs = Ks + BK * LD;
+    u16 *Qs = Vs + BK * LD;    // [2][M][LD]
+    u16 *DOs = Qs + 2 * M * LD; // [2][M][LD]
+    u16 *dST = DOs + 2 * M * LD; // [BK][LDS]
+    int *ent = (int *)(dST + BK * LDS);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (p.item_entries != CHUNK) __trap();  // host and kernel disagree on the work split
+    const int *work = (const int *)p.work_offsets;
+    const int *work_seg = (const int *)p.work_seg;
+    const int *offs = (const int *)p.offsets;
+    const int *parts = (const int *)p.part_offsets;
+    const int *cu = (const int *)p.cu_seqlens;
+    const long long nseg = p.num_kv_heads * p.nb_total;
+    const int total_work = work[nseg];
+    const float scale = (float)(p.scale_log2 * 0.69314718055994531);
+    const float scale_log2 = (float)p.scale_log2;
+    const int d0 = (int)p.d_part * DP;
+    const bool do_dq = p.d_part == 0;
+
+    for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
+        const long long seg = work_seg[w];
+        const int h = (int)(seg / p.nb_total);
+        const long long gid = seg - (long long)h * p.nb_total;
+        const int item = w - work[seg];
+        const int n_items = work[seg + 1] - work[seg];
+        const int e0 = offs[seg] + item * CHUNK;
+        const int n_ent = min(offs[seg + 1] - e0, CHUNK);
+
+        __syncthreads();  // the previous work item is done with shared memory
+        for (int i = tid; i < n_ent; i += WARPS * 32) ent[i] = ((const int *)p.list_sorted)[e0 + i];
+        __syncthreads();
+        build_tables(tb, p, ent, n_ent, h);
+
+        const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + (ent[0] >> 6));
+        const long long kb0 = sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK;
+        const int nk = (int)min((long long)BK, sb.end - kb0);
+        const u16 *kg = (const u16 *)p.k + (long long)h * p.k_hs;
+        const u16 *vg = (const u16 *)p.v + (long long)h * p.v_hs;
+        for (int c = tid; c < BK * (D / 8); c += WARPS * 32) {
+            const int r = c / (D / 8), cc = c - r * (D / 8);
+            const bool ok = r < nk;
+            const long long key = kb0 + (ok ? r : 0);
+            cp_async16(smem_addr(Ks + r * LD + cc * 8), kg + key * p.k_ts + cc * 8, ok);
+            cp_async16(smem_addr(Vs + r * LD + cc * 8), vg + key * p.v_ts + cc * 8, ok);
+        }
+        __syncthreads();  // tables complete
+        load_rows(p, Qs, DOs, tb, 0, h);
+        cp_async_commit();
+
+        float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+        for (int i = 0; i < DP / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+
+        const int ntiles = (n_ent + TOK - 1) / TOK;
+        const int key_lo = warp * 16 + (lane >> 2);  // this lane's key rows: key_lo and key_lo + 8
+        for (int tile = 0; tile < ntiles; tile++) {
+            u16 *Qb = Qs + (tile & 1) * M * LD;
+            u16 *DOb = DOs + (tile & 1) * M * LD;
+            if (tile + 1 < ntiles) {
+                __syncthreads();  // the other buffers are free
+                load_rows(p, Qs + ((tile + 1) & 1) * M * LD, DOs + ((tile + 1) & 1) * M * LD, tb, tile + 1, h);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+
+            // P^T and dP^T for this warp's 16 keys x M rows.
+            float pt[M / 8][4], dpt[M / 8][4];
+#pragma unroll
+            for (int j = 0; j < M / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.f;
+            gemm_rows_t(pt, Ks + warp * 16 * LD, Qb, lane);
+            gemm_rows_t(dpt, Vs + warp * 16 * LD, DOb, lane);
+#pragma unroll
+            for (int jn = 0; jn < M / 8; jn++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = tile * M + jn * 8 + 2 * (lane & 3) + (e & 1);
+                    const long long key = kb0 + key_lo + (e >> 1) * 8;
+                    const int t = tb.token[i];
+                    const float pr = (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
+                    pt[jn][e] = pr;
+                    dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
+                }
+            }
+            gemm_acc(dv, pt, DOb, d0, lane);
+            gemm_acc(dk, dpt, Qb, d0, lane);
+            if (!do_dq) continue;
+
+            // dS^T to shared memory, then dQ = dS K for the tile (staged in Qb).
+#pragma unroll
+            for (int jn = 0; jn < M / 8; jn++) {
+                const int col = jn * 8 + 2 * (lane & 3);
+                *(u32 *)(dST + key_lo * LDS + col) = DT::pack(dpt[jn][0], dpt[jn][1]);
+                *(u32 *)(dST + (key_lo + 8) * LDS + col) = DT::pack(dpt[jn][2], dpt[jn][3]);
+            }
+            __syncthreads();  // dS^T complete; every warp is done reading Qb
+            for (int u = warp; u < (M / 16) * (D / 16); u += WARPS) {
+                const int rb = u / (D / 16), dg = u - rb * (D / 16);
+                float acc[2][4];
+#pragma unroll
+                for (int j = 0; j < 2; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++) {
+                    u32 a[4], b[4];
+                    ldmatrix_x4_trans(a, smem_addr(dST + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + rb * 16 +
+                                                   ((lane >> 3) & 1) * 8));
+                    ldmatrix_x4_trans(b, smem_addr(Ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dg * 16 +
+                                                   (lane >> 4) * 8));
+                    DT::mma(acc[0], a, b[0], b[1]);
+                    DT::mma(acc[1], a, b[2], b[3]);
+                }
+                const int row = rb * 16 + (lane >> 2);
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int col = dg * 16 + j * 8 + 2 * (lane & 3);
+                    *(u32 *)(Qb + row * LD + col) = DT::pack(acc[j][0] * scale, acc[j][1] * scale);
+                    *(u32 *)(Qb + (row + 8) * LD + col) = DT::pack(acc[j][2] * scale, acc[j][3] * scale);
+                }
+            }
+            __syncthreads();
+            u16 *dq_part = (u16 *)p.dq_part;
+            for (int c = tid; c < M * (D / 8); c += WARPS * 32) {
+                const int r = c / (D / 8), cc = c - r * (D / 8);
+                const int i = tile * M + r;
+                if (tb.token[i] < 0) continue;
+                const long long prow = (long long)tb.pair[i] * G + r % G;
+                *(uint4 *)(dq_part + prow * D + cc * 8) = *(const uint4 *)(Qb + r * LD + cc * 8);
+            }
+        }
+
+        // dK and dV of this warp's keys: into the accumulator, or a partial.
+        float *acc_base;
+        long long stride_key;
+        if (n_items == 1) {
+            acc_base = (float *)p.dkv_acc + ((kb0 * p.num_kv_heads + h) * 2) * D;
+            stride_key = p.num_kv_heads * 2 * D;
+        } else {
+            acc_base = (float *)p.dkv_part + ((long long)(parts[seg] + item) * 2) * BK * D;
+            stride_key = D;
+        }
+        const long long other = n_items == 1 ? D : (long long)BK * D;  // dK -> dV
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int r = key_lo + half * 8;
+            if (r >= nk) continue;
+            float *row = acc_base + r * stride_key + d0;
+#pragma unroll
+            for (int dn = 0; dn < DP / 8; dn++) {
+                const int col = dn * 8 + 2 * (lane & 3);
+                float2 kv = make_float2(dk[dn][2 * half] * scale, dk[dn][2 * half + 1] * scale);
+                float2 vv = make_float2(dv[dn][2 * half], dv[dn][2 * half + 1]);
+                float2 *pk = (float2 *)(row + col), *pv = (float2 *)(row + other + col);
+                if (n_items == 1) {
+                    const float2 a = *pk, b = *pv;
+                    kv.x += a.x, kv.y += a.y, vv.x += b.x, vv.y += b.y;
+                }
+                *pk = kv;
+                *pv = vv;
+            }
+        }
+    }
+}

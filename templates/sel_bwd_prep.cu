@@ -1,0 +1,45 @@
+// Backward, first step: delta = rowsum(dout * o) for every (query head,
+// token) of the chunk, in fp32. A row takes 8, 16 or 32 lanes, each holding
+// 16-byte pieces.
+#include "sel_common.cuh"
+
+#define HEAD_DIM {{HEAD_DIM}}
+typedef fsa::dtype_{{DTYPE}} DT;
+
+using namespace fsa;
+
+constexpr int D = HEAD_DIM;
+constexpr int PIECES = D / 8;
+constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;
+constexpr int ROWS_PER_WARP = 32 / LANES;  // the host sizes the grid the same way
+
+__device__ __forceinline__ float dot8(const uint4 &a, const uint4 &b) {
+    const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s += DT::to_float((u16)(x[i] & 0xffffu)) * DT::to_float((u16)(y[i] & 0xffffu));
+        s += DT::to_float((u16)(x[i] >> 16)) * DT::to_float((u16)(y[i] >> 16));
+    }
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_prep(const fsa_sel_params p) {
+    const int lane = threadIdx.x & 31;
+    const int sub = lane / LANES, l = lane - sub * LANES;
+    const long long row = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long hq = p.num_q_heads;
+    const bool live = row < p.tc * hq;
+    const long long tl = live ? row / hq : 0;
+    const int qh = live ? (int)(row - tl * hq) : 0;
+    const long long t = p.t0 + tl;
+    float s = 0.f;
+    if (live && l < PIECES) {
+        const uint4 o = *(const uint4 *)((const u16 *)p.o + t * p.o_ts + (long long)qh * p.o_hs + l * 8);
+        const uint4 d = *(const uint4 *)((const u16 *)p.dout + t * p.do_ts + (long long)qh * p.do_hs + l * 8);
+        s = dot8(o, d);
+    }
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (live && l == 0) ((float *)p.delta)[(long long)qh * p.tc + tl] = s;
+}

@@ -1,0 +1,106 @@
+// FSA backward, reductions:
+//   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot order;
+//   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
+//                         item order into the fp32 accumulator (once per token chunk);
+//   fsa_sel_bwd_dkv_store the accumulator written out as dk and dv in the input dtype.
+// Fixed summation orders make the result independent of scheduling.
+#include "sel_common.cuh"
+
+#define HEAD_DIM {{HEAD_DIM}}
+#define GROUP {{GROUP}}
+#define BLOCK_SIZE {{BLOCK_SIZE}}
+typedef fsa::dtype_{{DTYPE}} DT;
+
+using namespace fsa;
+
+constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
+constexpr int PIECES = D / 8;
+constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;
+constexpr int ROWS_PER_WARP = 32 / LANES;  // the host sizes the grids the same way
+
+__device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        acc[2 * i] += DT::to_float((u16)(w[i] & 0xffffu));
+        acc[2 * i + 1] += DT::to_float((u16)(w[i] >> 16));
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float a[8]) {
+    uint4 out;
+    out.x = DT::pack(a[0], a[1]);
+    out.y = DT::pack(a[2], a[3]);
+    out.z = DT::pack(a[4], a[5]);
+    out.w = DT::pack(a[6], a[7]);
+    return out;
+}
+
+// Rows of the chunk: (token, query head); empty rows give dq = 0.
+extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dq(const fsa_sel_params p) {
+    const int lane = threadIdx.x & 31;
+    const int sub = lane / LANES, l = lane - sub * LANES;
+    const long long row = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long hq = p.num_kv_heads * G;
+    if (row >= p.tc * hq || l >= PIECES) return;
+    const long long tl = row / hq;
+    const int qh = (int)(row - tl * hq), h = qh / G, g = qh - h * G;
+    const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
+    const long long pair0 = ((long long)h * p.tc + tl) * p.top_k;
+    const u16 *dq_part = (const u16 *)p.dq_part;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (u64 m = mask; m; m &= m - 1) {
+        const long long prow = (pair0 + __ffsll((long long)m) - 1) * G + g;
+        add8(acc, *(const uint4 *)(dq_part + prow * D + l * 8));
+    }
+    const long long t = p.t0 + tl;
+    *(uint4 *)((u16 *)p.dq + t * p.dq_ts + (long long)qh * p.dq_hs + l * 8) = pack8(acc);
+}
+
+// One warp per (key token, KV head): the key's block, if split over several
+// work items, contributes the sum of its items' partial rows.
+extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= p.total_tokens * p.num_kv_heads) return;
+    const long long t = row / p.num_kv_heads;
+    const int h = (int)(row - t * p.num_kv_heads);
+    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
+    const long long j = (t - sb.start) / BK;
+    const long long seg = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK) + j;
+    const int *work = (const int *)p.work_offsets;
+    const int n_items = work[seg + 1] - work[seg];
+    if (n_items <= 1) return;  // none, or added by the main kernel directly
+    const int r = (int)(t - sb.start - j * BK);
+    const int part0 = ((const int *)p.part_offsets)[seg];
+    const float *part = (const float *)p.dkv_part;
+    float4 *acc = (float4 *)((float *)p.dkv_acc + (t * p.num_kv_heads + h) * 2 * D);
+    for (int c = lane; c < 2 * D / 4; c += 32) {  // dK then dV, 4 floats per step
+        const int which = c / (D / 4), col = (c - which * (D / 4)) * 4;
+        float4 s = acc[c];
+        for (int it = 0; it < n_items; it++) {
+            const float4 v = *(const float4 *)(part + (((long long)(part0 + it) * 2 + which) * BK + r) * D + col);
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        acc[c] = s;
+    }
+}
+
+// One warp per (token, KV head): dk and dv from the accumulator.
+extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_store(const fsa_sel_params p) {
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= p.total_tokens * p.num_kv_heads) return;
+    const long long t = row / p.num_kv_heads;
+    const int h = (int)(row - t * p.num_kv_heads);
+    const float *acc = (const float *)p.dkv_acc + row * 2 * D;
+    for (int c = lane; c < 2 * PIECES; c += 32) {
+        const int which = c / PIECES, piece = c - which * PIECES;
+        const float4 a = *(const float4 *)(acc + which * D + piece * 8);
+        const float4 b = *(const float4 *)(acc + which * D + piece * 8 + 4);
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        u16 *dst = which == 0 ? (u16 *)p.dk + t * p.dk_ts + (long long)h * p.dk_hs
+                              : (u16 *)p.dv + t * p.dv_ts + (long long)h * p.dv_hs;
+        *(uint4 *)(dst + piece * 8) = pack8(v);
+    }
+}

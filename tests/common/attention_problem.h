@@ -1,0 +1,81 @@
+/* Selected-attention test problems shared by the GPU tests: case
+ * descriptions, random inputs with the benchmark selection plus junk, the
+ * float64 reference (multi-threaded), device images with padded strides,
+ * poisoning and download helpers. */
+#ifndef FSA_ATTENTION_PROBLEM_H
+#define FSA_ATTENTION_PROBLEM_H
+
+#include "reference.h"
+#include "testing.h"
+
+typedef struct attn_case {
+    const char *name;
+    fsa_dtype dtype;
+    int d, hq, hkv, bk, k;
+    int lens[6];
+    int nseq;
+    int layout_tkh;      /* 1: top-k as [T, Hkv, K]; 0: [Hkv, T, K] */
+    int strided;         /* q/k/v/o with padded head and token strides */
+    fsa_algorithm alg;
+    uint64_t ws_limit;
+    int junk;            /* -1 mid-row, future and out-of-range blocks, repeats, empty rows */
+    int big_logit;       /* one key scores about 1e4 above the rest */
+    int quick;           /* part of the FSA_TEST_QUICK subset */
+} attn_case;
+
+#define BF FSA_DTYPE_BF16
+#define HF FSA_DTYPE_F16
+#define A_AUTO FSA_ALGORITHM_AUTO
+#define A_FSA FSA_ALGORITHM_FSA
+#define A_NSA FSA_ALGORITHM_NSA
+
+int attn_group_of(const attn_case *c);
+fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward);
+
+typedef struct problem {
+    int T, B, G;
+    int32_t cu[8];
+    float *q, *k, *v;       /* logical, dtype-rounded */
+    int32_t *topk;
+    int64_t topk_hs, topk_ts;
+    int64_t q_ts, q_hs, kv_ts, kv_hs, o_ts, o_hs; /* device layouts (elements) */
+    double scale;
+    double *o_ref, *lse_ref;
+    int *empty_row;         /* [Hq, T]: 1 when the row has no visible key */
+} problem;
+
+float attn_round_to(fsa_dtype dt, float x);
+uint16_t attn_bits_of(fsa_dtype dt, float x);
+float attn_float_of(fsa_dtype dt, uint16_t x);
+
+/* Inputs, selection and the forward reference for a case. */
+void problem_make(problem *p, const attn_case *c, uint64_t seed);
+void problem_free(problem *p);
+fsa_ref_problem problem_ref(const problem *p, const attn_case *c);
+
+/* Logical [T, H, D] floats into a strided device image (gaps hold NaN). */
+uint64_t upload_strided(const float *src, int T, int H, int D, int64_t ts, int64_t hs, fsa_dtype dt);
+/* A strided device image back to logical floats; `img` (optional) keeps the raw image. */
+void download_strided(float *dst, uint16_t *img, uint64_t dev, int T, int H, int D, int64_t ts, int64_t hs,
+                      fsa_dtype dt);
+
+typedef struct device_problem {
+    uint64_t q, k, v, o, topk, cu, lse, ws;
+    size_t o_bytes, ws_bytes;
+} device_problem;
+
+void device_make(device_problem *dp, const problem *p, const attn_case *c, const fsa_plan *plan);
+void device_free(device_problem *dp);
+fsa_fwd_args fwd_args_of(const device_problem *dp, const problem *p);
+void poison_fwd(const device_problem *dp, const problem *p, const attn_case *c);
+
+typedef struct outputs {
+    uint16_t *o_img; /* device image of o */
+    float *o;        /* logical [T, Hq, D] */
+    float *lse;
+} outputs;
+
+void download_fwd(outputs *out, const device_problem *dp, const problem *p, const attn_case *c);
+void outputs_free(outputs *o);
+
+#endif

@@ -1,0 +1,377 @@
+/* Selected-attention backward on the GPU against the CPU float64 reference:
+ * dq, dk and dv over dtypes, head dims (both halves of D above 128), group
+ * sizes, block sizes, index layouts, strided tensors, varlen batches, junk in
+ * the top-k rows, long lists (bitmap sort, split blocks), token chunks under
+ * a workspace limit; bit-identical repeats; CUDA-graph replay. Outputs are
+ * poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
+#include "attention_problem.h"
+
+#include "context.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BF FSA_DTYPE_BF16
+#define HF FSA_DTYPE_F16
+#define A_AUTO FSA_ALGORITHM_AUTO
+
+static const attn_case cases[] = {
+    /* name                      dtype d   hq  hkv bk   k   lens                    n  tkh str alg     ws       junk big quick */
+    {"bf16_d128_g1_bk64",        BF, 128, 4,  4,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_AUTO, 0,       1, 0, 1},
+    {"bf16_d64_g2_bk32_strided", BF, 64,  4,  2,  32, 6,  {1, 63, 64, 65, 200},  5, 1, 1, A_AUTO, 0,       1, 0, 0},
+    {"f16_d128_g3_bk64",         HF, 128, 6,  2,  64, 8,  {5, 130, 250},         3, 0, 0, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d96_g5_bk16",         BF, 96,  5,  1,  16, 12, {40, 150},             2, 0, 0, A_AUTO, 0,       1, 0, 1},
+    {"f16_d192_g7_bk128",        HF, 192, 7,  1,  128, 3, {129, 300},            2, 1, 1, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d256_g8_bk64",        BF, 256, 16, 2,  64, 4,  {64, 200},             2, 0, 0, A_AUTO, 0,       1, 0, 1},
+    {"bf16_d32_g12_bk32",        BF, 32,  12, 1,  32, 5,  {33, 97, 100},         3, 1, 0, A_AUTO, 0,       1, 0, 0},
+    {"f16_d64_g16_bk64",         HF, 64,  32, 2,  64, 6,  {1, 63, 64, 65, 250},  5, 0, 1, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d64_g32_bk64",        BF, 64,  32, 1,  64, 4,  {90},                  1, 0, 0, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d128_g4_bk64_chunked", BF, 128, 8, 2,  64, 8,  {100, 400, 37},        3, 0, 0, A_AUTO, 3000000, 1, 0, 1},
+    {"bf16_d64_g1_long_lists",   BF, 64,  2,  2,  64, 16, {3000},                1, 0, 0, A_AUTO, 0,       0, 0, 1},
+    {"bf16_d64_g1_t1",           BF, 64,  2,  2,  64, 1,  {1},                   1, 0, 0, A_AUTO, 0,       0, 0, 0},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static fsa_context *g_ctx;
+static char *g_cache_dir;
+static fsa_plan *g_plans[N_CASES];
+static int g_quick;
+
+typedef struct bwd_device {
+    uint64_t dout, dq, dk, dv, ws;
+    size_t q_bytes, kv_bytes, ws_bytes;
+} bwd_device;
+
+typedef struct grads {
+    uint16_t *dq_img, *dk_img, *dv_img;
+    float *dq, *dk, *dv;
+} grads;
+
+static void bwd_make(bwd_device *bd, const float *dout, const problem *p, const attn_case *c, const fsa_plan *plan)
+{
+    memset(bd, 0, sizeof *bd);
+    bd->dout = upload_strided(dout, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
+    bd->q_bytes = (size_t)p->T * p->q_ts * 2;
+    bd->kv_bytes = (size_t)p->T * p->kv_ts * 2;
+    bd->dq = fsa_test_dalloc(bd->q_bytes);
+    bd->dk = fsa_test_dalloc(bd->kv_bytes);
+    bd->dv = fsa_test_dalloc(bd->kv_bytes);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&bd->ws_bytes, plan, p->T, p->B), FSA_STATUS_OK);
+    if (c->ws_limit) assert_true(bd->ws_bytes <= c->ws_limit);
+    bd->ws = fsa_test_dalloc(bd->ws_bytes);
+}
+
+static void bwd_free(bwd_device *bd)
+{
+    fsa_test_dfree(bd->dout);
+    fsa_test_dfree(bd->dq);
+    fsa_test_dfree(bd->dk);
+    fsa_test_dfree(bd->dv);
+    fsa_test_dfree(bd->ws);
+}
+
+static fsa_bwd_args bwd_args_of(const bwd_device *bd, const device_problem *dp, const problem *p)
+{
+    fsa_bwd_args a = FSA_BWD_ARGS_INIT;
+    a.total_tokens = p->T;
+    a.batch = p->B;
+    a.q = dp->q, a.k = dp->k, a.v = dp->v, a.o = dp->o, a.dout = bd->dout;
+    a.dq = bd->dq, a.dk = bd->dk, a.dv = bd->dv;
+    a.q_token_stride = a.dout_token_stride = a.dq_token_stride = p->q_ts;
+    a.q_head_stride = a.dout_head_stride = a.dq_head_stride = p->q_hs;
+    a.k_token_stride = a.v_token_stride = a.dk_token_stride = a.dv_token_stride = p->kv_ts;
+    a.k_head_stride = a.v_head_stride = a.dk_head_stride = a.dv_head_stride = p->kv_hs;
+    a.o_token_stride = p->o_ts;
+    a.o_head_stride = p->o_hs;
+    a.topk = dp->topk;
+    a.topk_head_stride = p->topk_hs;
+    a.topk_token_stride = p->topk_ts;
+    a.cu_seqlens = dp->cu;
+    a.lse = dp->lse;
+    a.workspace = bd->ws;
+    a.workspace_bytes = bd->ws_bytes;
+    return a;
+}
+
+static void poison_bwd(const bwd_device *bd)
+{
+    fsa_test_dfill(bd->dq, 0xff, bd->q_bytes);
+    fsa_test_dfill(bd->dk, 0xff, bd->kv_bytes);
+    fsa_test_dfill(bd->dv, 0xff, bd->kv_bytes);
+    fsa_test_dfill(bd->ws, 0xff, bd->ws_bytes);
+}
+
+static void download_grads(grads *g, const bwd_device *bd, const problem *p, const attn_case *c)
+{
+    const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    g->dq_img = malloc(bd->q_bytes);
+    g->dk_img = malloc(bd->kv_bytes);
+    g->dv_img = malloc(bd->kv_bytes);
+    g->dq = malloc(nq * sizeof(float));
+    g->dk = malloc(nkv * sizeof(float));
+    g->dv = malloc(nkv * sizeof(float));
+    assert_true(g->dq_img && g->dk_img && g->dv_img && g->dq && g->dk && g->dv);
+    download_strided(g->dq, g->dq_img, bd->dq, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
+    download_strided(g->dk, g->dk_img, bd->dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+    download_strided(g->dv, g->dv_img, bd->dv, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+}
+
+static void grads_free(grads *g)
+{
+    free(g->dq_img);
+    free(g->dk_img);
+    free(g->dv_img);
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/* Relative 2-norm error with a floor on the reference norm: a gradient that is
+ * exactly zero in float64 (a query whose only key is itself has dS = 0) comes
+ * out as rounding noise in fp32, which only an absolute bound can judge. */
+static double grad_error(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
+}
+
+static int row_is_zero(const double *row, int d)
+{
+    for (int i = 0; i < d; i++)
+        if (row[i] != 0.0) return 0;
+    return 1;
+}
+
+static void check_grads(const grads *g, const double *dq_ref, const double *dk_ref, const double *dv_ref,
+                        const problem *p, const attn_case *c)
+{
+    const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+    const double eq = grad_error(g->dq, dq_ref, nq), ek = grad_error(g->dk, dk_ref, nkv),
+                 ev = grad_error(g->dv, dv_ref, nkv);
+    print_message("  %-28s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, eq, ek, ev, tol);
+    assert_true(eq < tol);
+    assert_true(ek < tol);
+    assert_true(ev < tol);
+    /* Queries with no visible key and keys no query sees get exactly zero. */
+    for (int t = 0; t < p->T; t++) {
+        for (int h = 0; h < c->hq; h++)
+            if (p->empty_row[(size_t)h * p->T + t])
+                for (int d = 0; d < c->d; d++) assert_int_equal(g->dq_img[t * p->q_ts + h * p->q_hs + d] & 0x7fff, 0);
+        for (int h = 0; h < c->hkv; h++)
+            if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * c->d, c->d))
+                for (int d = 0; d < c->d; d++) assert_int_equal(g->dv_img[t * p->kv_ts + h * p->kv_hs + d] & 0x7fff, 0);
+    }
+}
+
+static void run_case(const attn_case *c, fsa_plan *plan)
+{
+    problem p;
+    problem_make(&p, c, 0xb00c0000u + (uint64_t)(c - cases));
+    device_problem dp;
+    device_make(&dp, &p, c, plan);
+    fsa_fwd_args fa = fwd_args_of(&dp, &p);
+    poison_fwd(&dp, &p, c);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+
+    fsa_rng rng = {0xd0d0u + (uint64_t)(c - cases)};
+    const size_t nq = (size_t)p.T * c->hq * c->d, nkv = (size_t)p.T * c->hkv * c->d;
+    float *dout = malloc(nq * sizeof(float));
+    double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
+           *dv_ref = malloc(nkv * sizeof(double));
+    assert_true(dout && dq_ref && dk_ref && dv_ref);
+    for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    fsa_ref_problem rp = problem_ref(&p, c);
+    fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
+
+    bwd_device bd;
+    bwd_make(&bd, dout, &p, c, plan);
+    fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
+    poison_bwd(&bd);
+    fsa_status st = fsa_selected_attention_bwd(plan, &ba, NULL);
+    if (st != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    grads first;
+    download_grads(&first, &bd, &p, c);
+    check_grads(&first, dq_ref, dk_ref, dv_ref, &p, c);
+
+    /* Same inputs, same bits. */
+    poison_bwd(&bd);
+    assert_int_equal(fsa_selected_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    grads second;
+    download_grads(&second, &bd, &p, c);
+    assert_memory_equal(first.dq_img, second.dq_img, bd.q_bytes);
+    assert_memory_equal(first.dk_img, second.dk_img, bd.kv_bytes);
+    assert_memory_equal(first.dv_img, second.dv_img, bd.kv_bytes);
+
+    grads_free(&first);
+    grads_free(&second);
+    bwd_free(&bd);
+    free(dout);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    device_free(&dp);
+    problem_free(&p);
+}
+
+static void test_backward_matches_the_reference_on_every_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) {
+        if (g_quick && !cases[i].quick) continue;
+        run_case(&cases[i], g_plans[i]);
+    }
+}
+
+static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **state)
+{
+    (void)state;
+    const attn_case *c = &cases[0];
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    problem p;
+    problem_make(&p, c, 4242);
+    device_problem dp;
+    device_make(&dp, &p, c, g_plans[0]);
+    fsa_fwd_args fa = fwd_args_of(&dp, &p);
+    assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &fa, NULL), FSA_STATUS_OK);
+    const size_t nq = (size_t)p.T * c->hq * c->d;
+    float *dout = malloc(nq * sizeof(float));
+    assert_non_null(dout);
+    fsa_rng rng = {7};
+    for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    bwd_device bd;
+    bwd_make(&bd, dout, &p, c, g_plans[0]);
+    fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
+    poison_bwd(&bd);
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &ba, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    grads direct;
+    download_grads(&direct, &bd, &p, c);
+
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &ba, s), FSA_STATUS_OK);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    for (int rep = 0; rep < 2; rep++) {
+        poison_bwd(&bd);
+        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        grads replay;
+        download_grads(&replay, &bd, &p, c);
+        assert_memory_equal(direct.dq_img, replay.dq_img, bd.q_bytes);
+        assert_memory_equal(direct.dk_img, replay.dk_img, bd.kv_bytes);
+        assert_memory_equal(direct.dv_img, replay.dv_img, bd.kv_bytes);
+        grads_free(&replay);
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    grads_free(&direct);
+    bwd_free(&bd);
+    free(dout);
+    device_free(&dp);
+    problem_free(&p);
+}
+
+static void test_backward_bad_arguments_return_statuses(void **state)
+{
+    (void)state;
+    const attn_case *c = &cases[0];
+    problem p;
+    problem_make(&p, c, 99);
+    device_problem dp;
+    device_make(&dp, &p, c, g_plans[0]);
+    float *dout = calloc((size_t)p.T * c->hq * c->d, sizeof(float));
+    assert_non_null(dout);
+    bwd_device bd;
+    bwd_make(&bd, dout, &p, c, g_plans[0]);
+    fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
+    fsa_bwd_args bad = ba;
+    bad.workspace_bytes = bd.ws_bytes - 1;
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    bad = ba;
+    bad.lse = 0;
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_NULL_POINTER);
+    bad = ba;
+    bad.dk += 4;
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
+    bad = ba;
+    bad.struct_size -= 8;
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_STRUCT_SIZE);
+    free(dout);
+    bwd_free(&bd);
+    device_free(&dp);
+    problem_free(&p);
+}
+
+typedef struct plan_job {
+    size_t next;
+    pthread_mutex_t lock;
+    int failed;
+} plan_job;
+
+static void *plan_worker(void *arg)
+{
+    plan_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        size_t i = j->next++;
+        pthread_mutex_unlock(&j->lock);
+        if (i >= N_CASES) return NULL;
+        fsa_selected_attention_desc d = attn_desc_of(&cases[i], 1);
+        if (fsa_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK) {
+            fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
+            j->failed = 1;
+        }
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_cache_dir = fsa_test_mkdtemp("bwd-cache");
+    g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    plan_job job = {0, PTHREAD_MUTEX_INITIALIZER, 0};
+    enum { THREADS = 8 };
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, plan_worker, &job);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    return job.failed ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) fsa_plan_destroy(g_plans[i]);
+    fsa_context_destroy(g_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backward_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_a_graph_captured_backward_replays_to_the_same_gradients),
+        cmocka_unit_test(test_backward_bad_arguments_return_statuses),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

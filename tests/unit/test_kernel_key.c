@@ -1,0 +1,514 @@
+/* Kernel keys (fsa_key_build): deterministic, independent of the caller's
+ * parameter order, sensitive to every field that decides a cubin's bytes,
+ * safe to use in file names. Also the compile-target helpers: which targets
+ * are accepted, which devices a target's cubin runs on, and which target a
+ * device gets. */
+#include "testing.h"
+
+#include "compile.h"
+#include "context.h"
+#include "kernel_key.h"
+#include "templates.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The inputs of one key, with room to change any field. */
+typedef struct key_spec {
+    const char *family;
+    fsa_param params[4];
+    size_t n_params;
+    const char *nvrtc;
+    const char *target;
+    const char *options[4];
+    size_t n_options;
+} key_spec;
+
+static key_spec base_spec(void)
+{
+    key_spec s = {
+        "sel_fwd_main",
+        {{"DTYPE", "bf16", ""}, {"HEAD_DIM", "128", "d"}, {"GROUP", "4", "g"}, {"BLOCK_SIZE", "64", "bk"}},
+        4,
+        "13.0",
+        "sm_90a",
+        {"--gpu-architecture=sm_90a", "--std=c++17", "--extra-device-vectorization", "--generate-line-info"},
+        4,
+    };
+    return s;
+}
+
+static fsa_status build(fsa_kernel_key *k, const key_spec *s)
+{
+    fsa_key_inputs in = {s->family, s->params, s->n_params, s->nvrtc, s->target, s->options, s->n_options};
+    return fsa_key_build(k, &in);
+}
+
+static void build_ok(fsa_kernel_key *k, const key_spec *s)
+{
+    fsa_status st = build(k, s);
+    if (st != FSA_STATUS_OK) fail_msg("fsa_key_build: %s", fsa_last_error());
+}
+
+static int is_lower_hex(const char *s, size_t n)
+{
+    if (strlen(s) != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+static void expect_rejected(const key_spec *s, fsa_status want)
+{
+    fsa_kernel_key k;
+    memset(&k, 0xab, sizeof k);
+    assert_int_equal(build(&k, s), want);
+    assert_int_equal(fsa_last_error_info()->status, want);
+    assert_true(fsa_last_error_info()->message[0] != '\0');
+    /* Nothing is handed out on failure. */
+    assert_null(k.text);
+    assert_null(k.name);
+}
+
+/* ------------------------------------------------------------ determinism */
+
+static void test_the_same_inputs_give_the_same_text_digest_hex_and_name(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, &s);
+    assert_string_equal(a.text, b.text);
+    assert_memory_equal(a.digest, b.digest, 16);
+    assert_string_equal(a.hex, b.hex);
+    assert_string_equal(a.name, b.name);
+    /* The hex is the digest, in lower case. */
+    assert_true(is_lower_hex(a.hex, 32));
+    char hex[33];
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", a.digest[i]);
+    assert_string_equal(a.hex, hex);
+    /* The digest is the XXH3-128 of the text. */
+    uint8_t d[16];
+    fsa_digest128(d, a.text, strlen(a.text));
+    assert_memory_equal(d, a.digest, 16);
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+    /* Freed keys are zeroed; freeing twice or NULL is harmless. */
+    assert_null(a.text);
+    fsa_key_free(&a);
+    fsa_key_free(NULL);
+}
+
+static void test_the_key_text_has_every_field_including_the_templates_digest(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    fsa_kernel_key k;
+    build_ok(&k, &s);
+    char line[64];
+    snprintf(line, sizeof line, "\ntemplates %s\n", fsa_templates_digest());
+    assert_non_null(strstr(k.text, line));
+    assert_true(strncmp(k.text, "fsa-kernel-key ", 15) == 0);
+    assert_non_null(strstr(k.text, "\nlibrary " FSA_VERSION_STRING "\n"));
+    assert_non_null(strstr(k.text, "\nfamily sel_fwd_main\n"));
+    assert_non_null(strstr(k.text, "\nparam HEAD_DIM 128\n"));
+    assert_non_null(strstr(k.text, "\nparam BLOCK_SIZE 64\n"));
+    assert_non_null(strstr(k.text, "\nnvrtc 13.0\n"));
+    assert_non_null(strstr(k.text, "\ntarget sm_90a\n"));
+    assert_non_null(strstr(k.text, "\noption --std=c++17\n"));
+    /* One field per line, and the text ends with a newline. */
+    assert_int_equal(k.text[strlen(k.text) - 1], '\n');
+    fsa_key_free(&k);
+}
+
+static void test_the_callers_parameter_order_does_not_change_the_key(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    key_spec r = s;
+    /* Reversed order. */
+    for (size_t i = 0; i < 4; i++) r.params[i] = s.params[3 - i];
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, &r);
+    assert_string_equal(a.text, b.text);
+    assert_memory_equal(a.digest, b.digest, 16);
+    assert_string_equal(a.hex, b.hex);
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
+static void test_the_readable_name_is_the_family_then_tagged_values(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    fsa_kernel_key k;
+    build_ok(&k, &s);
+    assert_string_equal(k.name, "sel_fwd_main_bf16_d128_g4_bk64");
+    fsa_key_free(&k);
+
+    /* A NULL tag keeps a parameter out of the name (not out of the key). */
+    key_spec t = s;
+    t.params[2].tag = NULL;
+    build_ok(&k, &t);
+    assert_string_equal(k.name, "sel_fwd_main_bf16_d128_bk64");
+    assert_non_null(strstr(k.text, "\nparam GROUP 4\n"));
+    fsa_key_free(&k);
+
+    /* No parameters: the family alone. */
+    key_spec n = s;
+    n.family = "sel_index";
+    n.n_params = 0;
+    build_ok(&k, &n);
+    assert_string_equal(k.name, "sel_index");
+    assert_null(strstr(k.text, "param "));
+    fsa_key_free(&k);
+}
+
+/* ------------------------------------------------------------ sensitivity */
+
+static void expect_digest_differs(const key_spec *changed, const char *what)
+{
+    key_spec s = base_spec();
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, changed);
+    if (memcmp(a.digest, b.digest, 16) == 0) fail_msg("changing %s did not change the digest", what);
+    assert_string_not_equal(a.hex, b.hex);
+    assert_string_not_equal(a.text, b.text);
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
+static void test_changing_any_one_field_changes_the_digest(void **state)
+{
+    (void)state;
+    key_spec c;
+
+    c = base_spec();
+    c.family = "sel_fwd_nsa";
+    expect_digest_differs(&c, "the family");
+
+    const char *other_values[] = {"f16", "64", "8", "128"};
+    for (size_t i = 0; i < 4; i++) {
+        c = base_spec();
+        c.params[i].value = other_values[i];
+        char what[64];
+        snprintf(what, sizeof what, "the value of %s", c.params[i].name);
+        expect_digest_differs(&c, what);
+    }
+
+    c = base_spec();
+    c.params[1].name = "HEAD_DIM2";
+    expect_digest_differs(&c, "a parameter name");
+
+    c = base_spec();
+    c.n_params = 3;
+    expect_digest_differs(&c, "dropping a parameter");
+
+    c = base_spec();
+    c.nvrtc = "12.9";
+    expect_digest_differs(&c, "the NVRTC version");
+
+    c = base_spec();
+    c.nvrtc = NULL;
+    expect_digest_differs(&c, "a NULL NVRTC version against 13.0");
+
+    c = base_spec();
+    c.target = "sm_90";
+    expect_digest_differs(&c, "the target");
+
+    for (size_t i = 0; i < 4; i++) {
+        c = base_spec();
+        c.options[i] = "--use_fast_math";
+        char what[64];
+        snprintf(what, sizeof what, "option %zu", i);
+        expect_digest_differs(&c, what);
+    }
+
+    c = base_spec();
+    c.options[1] = base_spec().options[2];
+    c.options[2] = base_spec().options[1];
+    expect_digest_differs(&c, "the option order");
+
+    c = base_spec();
+    c.n_options = 3;
+    expect_digest_differs(&c, "dropping an option");
+}
+
+static void test_a_tag_changes_the_name_but_not_the_key(void **state)
+{
+    (void)state;
+    /* Tags only make the name readable; they do not decide the cubin. */
+    key_spec s = base_spec(), t = base_spec();
+    t.params[1].tag = "hd";
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, &t);
+    assert_string_equal(a.text, b.text);
+    assert_string_equal(a.hex, b.hex);
+    assert_string_equal(b.name, "sel_fwd_main_bf16_hd128_g4_bk64");
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
+/* ------------------------------------------------------------ rejection */
+
+static void test_unsafe_values_are_rejected(void **state)
+{
+    (void)state;
+    const char *bad[] = {"a/b", "a b", "a\nb", "", "..\\x", "x;y", "x\ty"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        key_spec c = base_spec();
+        c.params[1].value = bad[i];
+        expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+
+        c = base_spec();
+        c.params[2].name = bad[i];
+        expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+
+        c = base_spec();
+        c.family = bad[i];
+        expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+
+        c = base_spec();
+        c.target = bad[i];
+        expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+    }
+    /* An option may hold spaces, but never a line break. */
+    key_spec c = base_spec();
+    c.options[3] = "--define-macro=X\nparam HEAD_DIM 64";
+    expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+    c = base_spec();
+    c.options[3] = NULL;
+    expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+}
+
+static void test_an_unsafe_tag_is_rejected_since_it_becomes_part_of_a_file_name(void **state)
+{
+    (void)state;
+    /* The readable name is the first part of the entry's file name
+     * (<name>.<hex>.cubin): a tag with a '/' would put the entry somewhere
+     * else, so tags need the same check as values. */
+    const char *bad[] = {"/", "../", "a b", "x\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        key_spec c = base_spec();
+        c.params[1].tag = bad[i];
+        fsa_kernel_key k;
+        fsa_status st = build(&k, &c);
+        if (st == FSA_STATUS_OK) {
+            char name[128];
+            snprintf(name, sizeof name, "%s", k.name);
+            fsa_key_free(&k);
+            fail_msg("tag \"%s\" accepted; readable name \"%s\"", bad[i], name);
+        }
+        assert_int_equal(st, FSA_STATUS_INVALID_ARGUMENT);
+    }
+}
+
+static void test_duplicate_parameter_names_are_rejected(void **state)
+{
+    (void)state;
+    key_spec c = base_spec();
+    c.params[3].name = "DTYPE";
+    expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error_info()->message, "DTYPE"));
+
+    /* Also with the same value, and when adjacent. */
+    c = base_spec();
+    c.params[1] = c.params[0];
+    expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+}
+
+static void test_missing_inputs_are_a_null_pointer(void **state)
+{
+    (void)state;
+    fsa_kernel_key k;
+    assert_int_equal(fsa_key_build(&k, NULL), FSA_STATUS_NULL_POINTER);
+    key_spec c = base_spec();
+    c.family = NULL;
+    expect_rejected(&c, FSA_STATUS_NULL_POINTER);
+    c = base_spec();
+    c.target = NULL;
+    expect_rejected(&c, FSA_STATUS_NULL_POINTER);
+    fsa_key_inputs in = {"fill", NULL, 1, "13.0", "sm_80", NULL, 0};
+    assert_int_equal(fsa_key_build(&k, &in), FSA_STATUS_NULL_POINTER);
+    fsa_key_inputs in2 = {"fill", NULL, 0, "13.0", "sm_80", NULL, 2};
+    assert_int_equal(fsa_key_build(&k, &in2), FSA_STATUS_NULL_POINTER);
+}
+
+/* ------------------------------------------------------------ nvrtc-relaxed equality */
+
+static void test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    fsa_kernel_key base, other_nvrtc, no_nvrtc, other_target, other_param, other_option;
+    build_ok(&base, &s);
+    key_spec c = s;
+    c.nvrtc = "12.8";
+    build_ok(&other_nvrtc, &c);
+    c = s;
+    c.nvrtc = NULL;
+    build_ok(&no_nvrtc, &c);
+    c = s;
+    c.target = "sm_90";
+    build_ok(&other_target, &c);
+    c = s;
+    c.params[0].value = "f16";
+    build_ok(&other_param, &c);
+    c = s;
+    c.n_options = 3;
+    build_ok(&other_option, &c);
+
+    assert_true(fsa_key_text_equal_except_nvrtc(base.text, base.text));
+    assert_true(fsa_key_text_equal_except_nvrtc(base.text, other_nvrtc.text));
+    assert_true(fsa_key_text_equal_except_nvrtc(other_nvrtc.text, base.text));
+    assert_true(fsa_key_text_equal_except_nvrtc(no_nvrtc.text, base.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(base.text, other_target.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(no_nvrtc.text, other_target.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(base.text, other_param.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(base.text, other_option.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(other_option.text, base.text));
+    /* A prefix is not equal, nor is a text with one line changed. */
+    char *prefix = strdup(base.text);
+    assert_non_null(prefix);
+    prefix[strlen(prefix) / 2] = '\0';
+    assert_false(fsa_key_text_equal_except_nvrtc(base.text, prefix));
+    assert_false(fsa_key_text_equal_except_nvrtc(prefix, base.text));
+    free(prefix);
+    assert_false(fsa_key_text_equal_except_nvrtc(base.text, ""));
+
+    fsa_key_free(&base);
+    fsa_key_free(&other_nvrtc);
+    fsa_key_free(&no_nvrtc);
+    fsa_key_free(&other_target);
+    fsa_key_free(&other_param);
+    fsa_key_free(&other_option);
+}
+
+/* ------------------------------------------------------------ targets */
+
+static void test_supported_targets_are_sm_80_and_newer(void **state)
+{
+    (void)state;
+    const char *good[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_100", "sm_120"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!fsa_target_supported(good[i])) fail_msg("%s rejected", good[i]);
+    const char *bad[] = {"sm_75", "sm_8", "sm_9x", "", "sm_", "sm_70", "compute_80", "SM_80", "sm_80 ", "sm_90b",
+                         "sm_90aa", "80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (fsa_target_supported(bad[i])) fail_msg("\"%s\" accepted", bad[i]);
+    assert_false(fsa_target_supported(NULL));
+}
+
+static void test_compile_options_name_the_target_first_and_reject_bad_targets(void **state)
+{
+    (void)state;
+    fsa_compile_options o;
+    assert_int_equal(fsa_compile_options_for(&o, "sm_90a"), FSA_STATUS_OK);
+    assert_true(o.count >= 1 && o.count <= FSA_MAX_COMPILE_OPTIONS);
+    assert_string_equal(o.opts[0], "--gpu-architecture=sm_90a");
+    for (size_t i = 0; i < o.count; i++) assert_non_null(o.opts[i]);
+
+    /* The same target gives the same list (it is part of every key). */
+    fsa_compile_options p;
+    assert_int_equal(fsa_compile_options_for(&p, "sm_90a"), FSA_STATUS_OK);
+    assert_int_equal(p.count, o.count);
+    for (size_t i = 0; i < o.count; i++) assert_string_equal(p.opts[i], o.opts[i]);
+
+    assert_int_equal(fsa_compile_options_for(&p, "sm_80"), FSA_STATUS_OK);
+    assert_string_equal(p.opts[0], "--gpu-architecture=sm_80");
+
+    const char *bad[] = {"sm_75", "sm_8", "sm_9x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(fsa_compile_options_for(&p, bad[i]), FSA_STATUS_UNSUPPORTED_DEVICE);
+        assert_int_equal(fsa_last_error_info()->status, FSA_STATUS_UNSUPPORTED_DEVICE);
+        assert_int_equal(p.count, 0);
+    }
+    assert_int_equal(fsa_compile_options_for(&p, NULL), FSA_STATUS_UNSUPPORTED_DEVICE);
+}
+
+static void test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor(void **state)
+{
+    (void)state;
+    assert_true(fsa_target_runs_on("sm_80", 8, 0));
+    assert_true(fsa_target_runs_on("sm_80", 8, 6));
+    assert_true(fsa_target_runs_on("sm_80", 8, 9));
+    assert_false(fsa_target_runs_on("sm_80", 9, 0));
+    assert_false(fsa_target_runs_on("sm_80", 7, 5));
+
+    assert_true(fsa_target_runs_on("sm_86", 8, 6));
+    assert_true(fsa_target_runs_on("sm_86", 8, 9));
+    assert_false(fsa_target_runs_on("sm_86", 8, 0));
+
+    assert_true(fsa_target_runs_on("sm_90", 9, 0));
+    assert_false(fsa_target_runs_on("sm_90", 10, 0));
+}
+
+static void test_an_arch_specific_target_runs_only_on_its_own_capability(void **state)
+{
+    (void)state;
+    assert_true(fsa_target_runs_on("sm_90a", 9, 0));
+    assert_false(fsa_target_runs_on("sm_90a", 8, 0));
+    assert_false(fsa_target_runs_on("sm_90a", 8, 9));
+    assert_false(fsa_target_runs_on("sm_90a", 10, 0));
+
+    assert_true(fsa_target_runs_on("sm_100a", 10, 0));
+    assert_false(fsa_target_runs_on("sm_100a", 10, 3));
+    assert_false(fsa_target_runs_on("sm_100a", 9, 0));
+
+    /* Unsupported targets run nowhere. */
+    assert_false(fsa_target_runs_on("sm_75", 7, 5));
+    assert_false(fsa_target_runs_on("sm_9x", 9, 0));
+    assert_false(fsa_target_runs_on(NULL, 9, 0));
+}
+
+static void test_the_target_for_a_capability_is_sm_90a_on_hopper_and_plain_elsewhere(void **state)
+{
+    (void)state;
+    char t[16];
+    fsa_target_for_capability(t, sizeof t, 9, 0);
+    assert_string_equal(t, "sm_90a");
+    fsa_target_for_capability(t, sizeof t, 8, 6);
+    assert_string_equal(t, "sm_86");
+    fsa_target_for_capability(t, sizeof t, 8, 0);
+    assert_string_equal(t, "sm_80");
+    fsa_target_for_capability(t, sizeof t, 8, 9);
+    assert_string_equal(t, "sm_89");
+    fsa_target_for_capability(t, sizeof t, 12, 0);
+    assert_string_equal(t, "sm_120");
+    /* What a device is given must run on it and be a supported target. */
+    const int caps[][2] = {{8, 0}, {8, 6}, {8, 7}, {8, 9}, {9, 0}, {10, 0}, {12, 0}};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        fsa_target_for_capability(t, sizeof t, caps[i][0], caps[i][1]);
+        assert_true(fsa_target_supported(t));
+        if (!fsa_target_runs_on(t, caps[i][0], caps[i][1]))
+            fail_msg("%s does not run on %d.%d", t, caps[i][0], caps[i][1]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_same_inputs_give_the_same_text_digest_hex_and_name),
+        cmocka_unit_test(test_the_key_text_has_every_field_including_the_templates_digest),
+        cmocka_unit_test(test_the_callers_parameter_order_does_not_change_the_key),
+        cmocka_unit_test(test_the_readable_name_is_the_family_then_tagged_values),
+        cmocka_unit_test(test_changing_any_one_field_changes_the_digest),
+        cmocka_unit_test(test_a_tag_changes_the_name_but_not_the_key),
+        cmocka_unit_test(test_unsafe_values_are_rejected),
+        cmocka_unit_test(test_an_unsafe_tag_is_rejected_since_it_becomes_part_of_a_file_name),
+        cmocka_unit_test(test_duplicate_parameter_names_are_rejected),
+        cmocka_unit_test(test_missing_inputs_are_a_null_pointer),
+        cmocka_unit_test(test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs),
+        cmocka_unit_test(test_supported_targets_are_sm_80_and_newer),
+        cmocka_unit_test(test_compile_options_name_the_target_first_and_reject_bad_targets),
+        cmocka_unit_test(test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor),
+        cmocka_unit_test(test_an_arch_specific_target_runs_only_on_its_own_capability),
+        cmocka_unit_test(test_the_target_for_a_capability_is_sm_90a_on_hopper_and_plain_elsewhere),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
