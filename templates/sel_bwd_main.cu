@@ -75,25 +75,31 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u16 *qdst, u1
     }
 }
 
-// acc (16 keys x M rows) += A (this warp's 16 rows of `rows16`) x B^T (M rows of `cols`), over D.
-__device__ __forceinline__ void gemm_rows_t(float acc[M / 8][4], const u16 *rows16, const u16 *cols, int lane) {
+// Lane offsets (bytes) of ldmatrix row addresses for a tile with pitch `ld`:
+// A operand (16 rows x 16), B operand from rows (n = row), B operand transposed.
+__device__ __forceinline__ u32 lane_a(int lane, int ld) { return (((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2; }
+__device__ __forceinline__ u32 lane_b(int lane, int ld) { return (((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2; }
+
+// acc (16 keys x M rows) += A (16 rows at a_addr) x B^T (M rows at b_addr), over D.
+// Both addresses include their lane offsets.
+__device__ __forceinline__ void gemm_rows_t(float acc[M / 8][4], u32 a_addr, u32 b_addr) {
 #pragma unroll
     for (int kd = 0; kd < D / 16; kd++) {
         u32 a[4];
-        ldmatrix_x4(a, smem_addr(rows16 + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kd * 16 + (lane >> 4) * 8));
+        ldmatrix_x4(a, a_addr + kd * 32);
 #pragma unroll
         for (int jn = 0; jn < M / 8; jn += 2) {
             u32 b[4];
-            ldmatrix_x4(b, smem_addr(cols + (jn * 8 + (lane & 7) + (lane >> 4) * 8) * LD + kd * 16 + ((lane >> 3) & 1) * 8));
+            ldmatrix_x4(b, b_addr + jn * 8 * LD * 2 + kd * 32);
             DT::mma(acc[jn], a, b[0], b[1]);
             DT::mma(acc[jn + 1], a, b[2], b[3]);
         }
     }
 }
 
-// acc (16 keys x DP cols) += X^T (16 keys x M rows, in registers) x R (M rows x DP cols of `rows`).
-__device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M / 8][4], const u16 *rows, int d0,
-                                         int lane) {
+// acc (16 keys x DP cols) += X^T (16 keys x M rows, in registers) x R (M rows x DP cols);
+// rows_addr is the tile with the transposed-B lane offset, d0 the first column.
+__device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M / 8][4], u32 rows_addr, int d0) {
 #pragma unroll
     for (int kk = 0; kk < M / 16; kk++) {
         u32 a[4];
@@ -104,8 +110,7 @@ __device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M /
 #pragma unroll
         for (int dn = 0; dn < DP / 8; dn += 2) {
             u32 b[4];
-            ldmatrix_x4_trans(b, smem_addr(rows + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + d0 + dn * 8 +
-                                           (lane >> 4) * 8));
+            ldmatrix_x4_trans(b, rows_addr + kk * 16 * LD * 2 + (d0 + dn * 8) * 2);
             DT::mma(acc[dn], a, b[0], b[1]);
             DT::mma(acc[dn + 1], a, b[2], b[3]);
         }
@@ -135,6 +140,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const 
     const float scale_log2 = (float)p.scale_log2;
     const int d0 = (int)p.d_part * DP;
     const bool do_dq = p.d_part == 0;
+    constexpr u32 TILE_BYTES = M * LD * 2;
+    const u32 ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs), qs_addr = smem_addr(Qs), dos_addr = smem_addr(DOs);
+    const u32 dst_addr = smem_addr(dST);
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
         const long long seg = work_seg[w];
@@ -176,7 +184,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const 
         const int key_lo = warp * 16 + (lane >> 2);  // this lane's key rows: key_lo and key_lo + 8
         for (int tile = 0; tile < ntiles; tile++) {
             u16 *Qb = Qs + (tile & 1) * M * LD;
-            u16 *DOb = DOs + (tile & 1) * M * LD;
             if (tile + 1 < ntiles) {
                 __syncthreads();  // the other buffers are free
                 load_rows(p, Qs + ((tile + 1) & 1) * M * LD, DOs + ((tile + 1) & 1) * M * LD, tb, tile + 1, h);
@@ -193,8 +200,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const 
             for (int j = 0; j < M / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.f;
-            gemm_rows_t(pt, Ks + warp * 16 * LD, Qb, lane);
-            gemm_rows_t(dpt, Vs + warp * 16 * LD, DOb, lane);
+            const u32 qb_addr = qs_addr + (tile & 1) * TILE_BYTES, dob_addr = dos_addr + (tile & 1) * TILE_BYTES;
+            gemm_rows_t(pt, ks_addr + warp * 16 * LD * 2 + lane_a(lane, LD), qb_addr + lane_b(lane, LD));
+            gemm_rows_t(dpt, vs_addr + warp * 16 * LD * 2 + lane_a(lane, LD), dob_addr + lane_b(lane, LD));
 #pragma unroll
             for (int jn = 0; jn < M / 8; jn++) {
 #pragma unroll
@@ -207,8 +215,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const 
                     dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
                 }
             }
-            gemm_acc(dv, pt, DOb, d0, lane);
-            gemm_acc(dk, dpt, Qb, d0, lane);
+            gemm_acc(dv, pt, dob_addr + lane_a(lane, LD), d0);
+            gemm_acc(dk, dpt, qb_addr + lane_a(lane, LD), d0);
             if (!do_dq) continue;
 
             // dS^T to shared memory, then dQ = dS K for the tile (staged in Qb).
@@ -227,10 +235,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const 
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; kk++) {
                     u32 a[4], b[4];
-                    ldmatrix_x4_trans(a, smem_addr(dST + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + rb * 16 +
-                                                   ((lane >> 3) & 1) * 8));
-                    ldmatrix_x4_trans(b, smem_addr(Ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dg * 16 +
-                                                   (lane >> 4) * 8));
+                    ldmatrix_x4_trans(a, dst_addr + lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
+                    ldmatrix_x4_trans(b, ks_addr + lane_a(lane, LD) + kk * 16 * LD * 2 + dg * 32);
                     DT::mma(acc[0], a, b[0], b[1]);
                     DT::mma(acc[1], a, b[2], b[3]);
                 }

@@ -54,14 +54,15 @@ __device__ __forceinline__ long long part_row(const RowTable &rt, int i) {
     return (long long)rt.pair[i] * G + (i % ROWS) % G;
 }
 
-__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u16 *dst, const RowTable &rt, int tile, int h) {
+// dst: shared-memory address of the tile buffer.
+__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, const RowTable &rt, int tile, int h) {
     const u16 *q = (const u16 *)p.q;
     for (int c = threadIdx.x; c < ROWS * (D / 8); c += WARPS * 32) {
         const int r = c / (D / 8), cc = c - r * (D / 8);
         const int t = rt.token[tile * ROWS + r];
         const u16 *src = q;
         if (t >= 0) src = q + t * p.q_ts + (long long)(h * G + r % G) * p.q_hs + cc * 8;
-        cp_async16(smem_addr(dst + r * LD + cc * 8), src, t >= 0);
+        cp_async16(dst + (u32)(r * LD + cc * 8) * 2, src, t >= 0);
     }
 }
 
@@ -84,6 +85,13 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
     const long long nseg = p.num_kv_heads * p.nb_total;
     const int total_work = work[nseg];
     const float scale_log2 = (float)p.scale_log2;
+
+    // Shared-memory addresses, once: the loops below only add constants.
+    constexpr u32 Q_TILE_BYTES = ROWS * LD * 2;
+    const u32 ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs), qs_addr = smem_addr(Qs);
+    const u32 a_off = ((warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;  // Q rows (A)
+    const u32 bk_off = (((lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2;            // K rows (B)
+    const u32 bv_off = (((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;            // V rows (B^T)
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
         const long long seg = work_seg[w];  // the (KV head, block) segment of work item w
@@ -109,24 +117,26 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
             const int r = c / (D / 8), cc = c - r * (D / 8);
             const bool ok = r < nk;
             const long long key = kb0 + (ok ? r : 0);
-            cp_async16(smem_addr(Ks + r * LD + cc * 8), kg + key * p.k_ts + cc * 8, ok);
-            cp_async16(smem_addr(Vs + r * LD + cc * 8), vg + key * p.v_ts + cc * 8, ok);
+            const u32 off = (u32)(r * LD + cc * 8) * 2;
+            cp_async16(ks_addr + off, kg + key * p.k_ts + cc * 8, ok);
+            cp_async16(vs_addr + off, vg + key * p.v_ts + cc * 8, ok);
         }
         __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
-        load_q_tile(p, Qs, rt, 0, h);
+        load_q_tile(p, qs_addr, rt, 0, h);
         cp_async_commit();  // group 0: K, V and tile 0
         int issued = 1;
         for (; issued < ntiles && issued < STAGES - 1; issued++) {
-            load_q_tile(p, Qs + issued * ROWS * LD, rt, issued, h);
+            load_q_tile(p, qs_addr + issued * Q_TILE_BYTES, rt, issued, h);
             cp_async_commit();
         }
 
         for (int tile = 0; tile < ntiles; tile++) {
             u16 *Qb = Qs + (tile % STAGES) * ROWS * LD;
+            const u32 qb_addr = qs_addr + (tile % STAGES) * Q_TILE_BYTES;
             if (issued < ntiles) {
                 __syncthreads();  // every warp is done with the buffer this load reuses
-                load_q_tile(p, Qs + (issued % STAGES) * ROWS * LD, rt, issued, h);
+                load_q_tile(p, qs_addr + (issued % STAGES) * Q_TILE_BYTES, rt, issued, h);
                 cp_async_commit();
                 issued++;
             }
@@ -157,18 +167,17 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
 #pragma unroll
                 for (int kd = 0; kd < D / 16; kd++) {
                     u32 a[4];
-                    ldmatrix_x4(a, smem_addr(Qb + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                             kd * 16 + (lane >> 4) * 8));
+                    ldmatrix_x4(a, qb_addr + a_off + kd * 32);
 #pragma unroll
                     for (int jn = 0; jn < KT / 8; jn += 2) {
                         u32 bk[4];
-                        ldmatrix_x4(bk, smem_addr(Ks + (kt + jn * 8 + (lane & 7) + (lane >> 4) * 8) * LD +
-                                                  kd * 16 + ((lane >> 3) & 1) * 8));
+                        ldmatrix_x4(bk, ks_addr + bk_off + (u32)((kt + jn * 8) * LD) * 2 + kd * 32);
                         DT::mma(s[jn], a, bk[0], bk[1]);
                         DT::mma(s[jn + 1], a, bk[2], bk[3]);
                     }
                 }
-                // Scale to log2 units; causal mask: key column c is visible when
+                // Causal mask on the raw scores (the scale goes into the exponent
+                // below, max commutes with it since it is positive): key column c is visible when
                 // c <= lim (the token's offset from the step's first key). This
                 // also hides keys past the end of the sequence and padding rows.
                 // Blocks wholly before every row's token skip the compare.
@@ -180,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int col = jn * 8 + 2 * (lane & 3) + (e & 1);
-                        const float x = (unmasked || col <= (e < 2 ? lim_lo : lim_hi)) ? s[jn][e] * scale_log2 : -FSA_INF;
+                        const float x = (unmasked || col <= (e < 2 ? lim_lo : lim_hi)) ? s[jn][e] : -FSA_INF;
                         s[jn][e] = x;
                         mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
@@ -188,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
                 float alpha[2], m_use[2];
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    const float m_new = fmaxf(m_run[i], quad_max(mx[i]));
+                    const float m_new = fmaxf(m_run[i], quad_max(mx[i]) * scale_log2);
                     m_use[i] = m_new == -FSA_INF ? 0.f : m_new;  // rows with nothing visible yet stay 0
                     alpha[i] = fast_exp2(m_run[i] - m_use[i]);
                     m_run[i] = m_new;
@@ -207,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
                 for (int jn = 0; jn < KT / 8; jn++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float pr = fast_exp2(s[jn][e] - m_use[e >> 1]);
+                        const float pr = fast_exp2(fmaf(s[jn][e], scale_log2, -m_use[e >> 1]));
                         s[jn][e] = pr;
                         l_run[e >> 1] += pr;
                     }
@@ -223,8 +232,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, D <= 128 ? 3 : 1) fsa_s
 #pragma unroll
                     for (int dn = 0; dn < D / 8; dn += 2) {
                         u32 bv[4];
-                        ldmatrix_x4_trans(bv, smem_addr(Vs + (kt + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                                        dn * 8 + (lane >> 4) * 8));
+                        ldmatrix_x4_trans(bv, vs_addr + bv_off + (u32)((kt + kk * 16) * LD) * 2 + dn * 16);
                         DT::mma(o_acc[dn], a, bv[0], bv[1]);
                         DT::mma(o_acc[dn + 1], a, bv[2], bv[3]);
                     }

@@ -95,6 +95,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
     cp_async_commit();
 
     const float scale_log2 = (float)p.scale_log2;
+    // Shared-memory addresses, once: the loop below only adds constants.
+    const u32 q_addr = smem_addr(Qs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;
+    const u32 k_addr = smem_addr(Ks) + ((warp * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2;
+    const u32 v_addr = smem_addr(Vs) + ((warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;
+    constexpr u32 STAGE_BYTES = STAGE * LD * 2;
     float o_acc[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.f;
@@ -112,8 +117,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
             cp_async_wait<0>();
         }
         __syncthreads();
-        const u16 *Kb = Ks + buf * STAGE * LD + warp * 16 * LD;  // this warp's 16 keys
-        const u16 *Vb = Vs + buf * STAGE * LD + warp * 16 * LD;
+        const u32 kb_addr = k_addr + buf * STAGE_BYTES;  // this warp's 16 keys
+        const u32 vb_addr = v_addr + buf * STAGE_BYTES;
         const int *keys = keyidx[buf] + warp * 16;
 
         float s[2][4];
@@ -122,8 +127,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
 #pragma unroll
         for (int kd = 0; kd < D / 16; kd++) {
             u32 a[4], bk[4];
-            ldmatrix_x4(a, smem_addr(Qs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kd * 16 + (lane >> 4) * 8));
-            ldmatrix_x4(bk, smem_addr(Kb + ((lane & 7) + (lane >> 4) * 8) * LD + kd * 16 + ((lane >> 3) & 1) * 8));
+            ldmatrix_x4(a, q_addr + kd * 32);
+            ldmatrix_x4(bk, kb_addr + kd * 32);
             DT::mma(s[0], a, bk[0], bk[1]);
             DT::mma(s[1], a, bk[2], bk[3]);
         }
@@ -133,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = keys[jn * 8 + 2 * (lane & 3) + (e & 1)];
-                const float x = key <= t ? s[jn][e] * scale_log2 : -FSA_INF;
+                const float x = key <= t ? s[jn][e] : -FSA_INF;  // the scale goes into the exponent
                 s[jn][e] = x;
                 mxr[e >> 1] = fmaxf(mxr[e >> 1], x);
             }
@@ -141,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
         float alpha[2], m_use[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            const float m_new = fmaxf(m_run[i], quad_max(mxr[i]));
+            const float m_new = fmaxf(m_run[i], quad_max(mxr[i]) * scale_log2);
             m_use[i] = m_new == -FSA_INF ? 0.f : m_new;
             alpha[i] = fast_exp2(m_run[i] - m_use[i]);
             m_run[i] = m_new;
@@ -158,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
         for (int jn = 0; jn < 2; jn++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float pr = fast_exp2(s[jn][e] - m_use[e >> 1]);
+                const float pr = fast_exp2(fmaf(s[jn][e], scale_log2, -m_use[e >> 1]));
                 s[jn][e] = pr;
                 l_run[e >> 1] += pr;
             }
@@ -171,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn += 2) {
             u32 bv[4];
-            ldmatrix_x4_trans(bv, smem_addr(Vb + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 8 + (lane >> 4) * 8));
+            ldmatrix_x4_trans(bv, vb_addr + dn * 16);
             DT::mma(o_acc[dn], a, bv[0], bv[1]);
             DT::mma(o_acc[dn + 1], a, bv[2], bv[3]);
         }
