@@ -300,6 +300,7 @@ typedef struct tool_options {
     int_list dtypes, head_dims, groups, block_sizes;
     int top_k;
     fsa_algorithm algorithm;
+    int backward;   /* also the backward kernels */
     int grid_given; /* any grid option or -j: meaningless for maintenance */
     int jobs;
     const char *cache_dir;
@@ -345,6 +346,7 @@ static void print_usage(FILE *f)
             "  --block-size LIST   keys per selectable block (default 64)\n"
             "  --top-k N           selected blocks per query token (default 16)\n"
             "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
+            "  --backward          also the backward kernels (training)\n"
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
             "Cache:\n"
             "  --cache-dir DIR     default $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else ~/.cache/fsa\n"
@@ -370,6 +372,7 @@ enum {
     OPT_BLOCK_SIZE,
     OPT_TOP_K,
     OPT_ALGORITHM,
+    OPT_BACKWARD,
     OPT_CACHE_DIR,
     OPT_LIST,
     OPT_VERIFY,
@@ -387,6 +390,7 @@ static const struct option long_options[] = {
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"top-k", required_argument, NULL, OPT_TOP_K},
     {"algorithm", required_argument, NULL, OPT_ALGORITHM},
+    {"backward", no_argument, NULL, OPT_BACKWARD},
     {"jobs", required_argument, NULL, 'j'},
     {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
     {"list", no_argument, NULL, OPT_LIST},
@@ -430,6 +434,10 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->top_k = (int)n;
         return 0;
     case OPT_ALGORITHM: o->grid_given = 1; return parse_algorithm(&o->algorithm, arg);
+    case OPT_BACKWARD:
+        o->grid_given = 1;
+        o->backward = 1;
+        return 0;
     case 'j':
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_JOBS, "-j") != 0) return -1;
@@ -634,6 +642,7 @@ static void job_decode(job *j, const run_state *rs, size_t i)
     d.dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
     d.top_k = o->top_k;
     d.algorithm = o->algorithm;
+    d.backward = o->backward;
     j->desc = d;
 }
 
