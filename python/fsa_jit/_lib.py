@@ -1,0 +1,409 @@
+"""Finding and loading libfsa, and the ctypes mirror of include/fsa.h.
+
+Nothing here imports torch: the offline parts of the package (precompile,
+cache inspection) work on a machine without it.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+from pathlib import Path
+
+# ---------------------------------------------------------------- constants
+
+FSA_DEVICE_NONE = -1
+
+# fsa_status: append-only table of the header (the numbers are ABI).
+FSA_STATUS_OK = 0
+FSA_STATUS_INVALID_ARGUMENT = 1
+FSA_STATUS_NULL_POINTER = 2
+FSA_STATUS_STRUCT_SIZE = 3
+FSA_STATUS_OUT_OF_MEMORY = 4
+FSA_STATUS_NO_DRIVER = 5
+FSA_STATUS_NO_DEVICE = 6
+FSA_STATUS_DRIVER_ERROR = 7
+FSA_STATUS_NO_NVRTC = 8
+FSA_STATUS_COMPILE_FAILED = 9
+FSA_STATUS_JIT_DISABLED = 10
+FSA_STATUS_CACHE_IO = 11
+FSA_STATUS_RENDER_FAILED = 12
+FSA_STATUS_UNSUPPORTED = 13
+FSA_STATUS_UNSUPPORTED_DEVICE = 14
+FSA_STATUS_MISALIGNED = 15
+FSA_STATUS_WORKSPACE_TOO_SMALL = 16
+FSA_STATUS_NOT_FOUND = 17
+FSA_STATUS_INTERNAL = 18
+
+FSA_CACHE_MODE_DEFAULT = 0
+FSA_CACHE_MODE_READ_WRITE = 1
+FSA_CACHE_MODE_READ_ONLY = 2
+FSA_CACHE_MODE_OFF = 3
+
+FSA_JIT_DEFAULT = 0
+FSA_JIT_ON = 1
+FSA_JIT_OFF = 2
+
+FSA_DTYPE_BF16 = 0
+FSA_DTYPE_F16 = 1
+
+FSA_ALGORITHM_AUTO = 0
+FSA_ALGORITHM_FSA = 1
+FSA_ALGORITHM_NSA = 2
+
+ALGORITHMS = {"auto": FSA_ALGORITHM_AUTO, "fsa": FSA_ALGORITHM_FSA, "nsa": FSA_ALGORITHM_NSA}
+
+# ------------------------------------------------------------------ structs
+# Same field order and types as fsa.h; enums are int, device pointers uint64.
+
+
+class fsa_error_info(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("stage", ctypes.c_char_p),
+        ("kernel", ctypes.c_char_p),
+        ("key", ctypes.c_char_p),
+        ("target", ctypes.c_char_p),
+        ("message", ctypes.c_char_p),
+        ("log", ctypes.c_char_p),
+    ]
+
+
+class fsa_context_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", ctypes.c_int),
+        ("target", ctypes.c_char_p),
+        ("cache_dir", ctypes.c_char_p),
+        ("cache_mode", ctypes.c_int),
+        ("jit", ctypes.c_int),
+        ("log", ctypes.c_int),
+    ]
+
+    def __init__(self, **fields):
+        # FSA_CONTEXT_OPTIONS_INIT
+        super().__init__(ctypes.sizeof(fsa_context_options), 0, None, None,
+                         FSA_CACHE_MODE_DEFAULT, FSA_JIT_DEFAULT, 0)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class fsa_cache_stats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("memory_hits", ctypes.c_uint64),
+        ("disk_hits", ctypes.c_uint64),
+        ("compiles", ctypes.c_uint64),
+        ("compile_ms", ctypes.c_double),
+        ("corrupt_entries", ctypes.c_uint64),
+        ("write_failures", ctypes.c_uint64),
+    ]
+
+    def __init__(self):
+        super().__init__(ctypes.sizeof(fsa_cache_stats))
+
+
+class fsa_cache_entry_info(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("target", ctypes.c_char_p),
+        ("bytes", ctypes.c_uint64),
+        ("mtime", ctypes.c_int64),
+        ("valid", ctypes.c_int),
+    ]
+
+
+fsa_cache_visit_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(fsa_cache_entry_info),
+                                      ctypes.c_void_p)
+
+
+class fsa_selected_attention_desc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("num_q_heads", ctypes.c_int),
+        ("num_kv_heads", ctypes.c_int),
+        ("block_size", ctypes.c_int),
+        ("top_k", ctypes.c_int),
+        ("scale", ctypes.c_float),
+        ("algorithm", ctypes.c_int),
+        ("workspace_limit", ctypes.c_uint64),
+        ("backward", ctypes.c_int),
+    ]
+
+    def __init__(self, **fields):
+        # FSA_SELECTED_ATTENTION_DESC_INIT
+        super().__init__(ctypes.sizeof(fsa_selected_attention_desc), FSA_DTYPE_BF16, 128, 0, 0,
+                         64, 16, 0.0, FSA_ALGORITHM_AUTO, 0, 0)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+def _strides(*names):
+    fields = []
+    for n in names:
+        fields += [(n + "_token_stride", ctypes.c_int64), (n + "_head_stride", ctypes.c_int64)]
+    return fields
+
+
+class fsa_fwd_args(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_size_t),
+            ("total_tokens", ctypes.c_int64),
+            ("batch", ctypes.c_int),
+            ("max_seqlen", ctypes.c_int),
+            ("q", ctypes.c_uint64),
+            ("k", ctypes.c_uint64),
+            ("v", ctypes.c_uint64),
+            ("o", ctypes.c_uint64),
+        ]
+        + _strides("q", "k", "v", "o")
+        + [
+            ("topk", ctypes.c_uint64),
+            ("topk_head_stride", ctypes.c_int64),
+            ("topk_token_stride", ctypes.c_int64),
+            ("cu_seqlens", ctypes.c_uint64),
+            ("lse", ctypes.c_uint64),
+            ("workspace", ctypes.c_uint64),
+            ("workspace_bytes", ctypes.c_size_t),
+        ]
+    )
+
+    def __init__(self, **fields):
+        super().__init__()  # FSA_FWD_ARGS_INIT: all zero but struct_size
+        self.struct_size = ctypes.sizeof(fsa_fwd_args)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class fsa_bwd_args(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_size_t),
+            ("total_tokens", ctypes.c_int64),
+            ("batch", ctypes.c_int),
+            ("max_seqlen", ctypes.c_int),
+            ("q", ctypes.c_uint64),
+            ("k", ctypes.c_uint64),
+            ("v", ctypes.c_uint64),
+            ("o", ctypes.c_uint64),
+            ("dout", ctypes.c_uint64),
+            ("dq", ctypes.c_uint64),
+            ("dk", ctypes.c_uint64),
+            ("dv", ctypes.c_uint64),
+        ]
+        + _strides("q", "k", "v", "o", "dout", "dq", "dk", "dv")
+        + [
+            ("topk", ctypes.c_uint64),
+            ("topk_head_stride", ctypes.c_int64),
+            ("topk_token_stride", ctypes.c_int64),
+            ("cu_seqlens", ctypes.c_uint64),
+            ("lse", ctypes.c_uint64),
+            ("workspace", ctypes.c_uint64),
+            ("workspace_bytes", ctypes.c_size_t),
+        ]
+    )
+
+    def __init__(self, **fields):
+        super().__init__()  # FSA_BWD_ARGS_INIT
+        self.struct_size = ctypes.sizeof(fsa_bwd_args)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+STRUCTS = {
+    "fsa_error_info": fsa_error_info,
+    "fsa_context_options": fsa_context_options,
+    "fsa_cache_stats": fsa_cache_stats,
+    "fsa_cache_entry_info": fsa_cache_entry_info,
+    "fsa_selected_attention_desc": fsa_selected_attention_desc,
+    "fsa_fwd_args": fsa_fwd_args,
+    "fsa_bwd_args": fsa_bwd_args,
+}
+
+# --------------------------------------------------------------- functions
+
+_c = ctypes
+_P = ctypes.POINTER
+_status = ctypes.c_int
+_vp = ctypes.c_void_p  # fsa_context *, fsa_plan *, streams
+
+# name -> (restype, argtypes)
+REQUIRED_FUNCTIONS = {
+    "fsa_status_name": (_c.c_char_p, [_c.c_int]),
+    "fsa_status_string": (_c.c_char_p, [_c.c_int]),
+    "fsa_last_error": (_c.c_char_p, []),
+    "fsa_last_error_info": (_P(fsa_error_info), []),
+    "fsa_version_string": (_c.c_char_p, []),
+    "fsa_context_create": (_status, [_P(_vp), _P(fsa_context_options)]),
+    "fsa_context_destroy": (None, [_vp]),
+    "fsa_context_target": (_c.c_char_p, [_vp]),
+    "fsa_context_cache_dir": (_c.c_char_p, [_vp]),
+    "fsa_context_cache_stats": (_status, [_P(fsa_cache_stats), _vp]),
+    "fsa_cache_list": (_status, [_vp, fsa_cache_visit_fn, _vp]),
+    "fsa_cache_verify": (_status, [_vp, fsa_cache_visit_fn, _vp, _P(_c.c_uint64)]),
+    "fsa_cache_prune": (_status, [_vp, _c.c_uint64, _P(_c.c_uint64), _P(_c.c_uint64)]),
+    "fsa_fill_u32": (_status, [_vp, _c.c_uint64, _c.c_uint32, _c.c_uint64, _vp]),
+    "fsa_plan_create": (_status, [_P(_vp), _vp, _P(fsa_selected_attention_desc)]),
+    "fsa_plan_destroy": (None, [_vp]),
+    "fsa_plan_workspace_size": (_status, [_P(_c.c_size_t), _vp, _c.c_int64, _c.c_int]),
+    "fsa_plan_algorithm": (_status, [_P(_c.c_int), _P(_c.c_char_p), _vp, _c.c_int64]),
+    "fsa_selected_attention_fwd": (_status, [_vp, _P(fsa_fwd_args), _vp]),
+}
+
+# Backward: newer than the rest; a library without it still loads, and only
+# a backward call fails (see Library.require_backward).
+OPTIONAL_FUNCTIONS = {
+    "fsa_plan_workspace_size_bwd": (_status, [_P(_c.c_size_t), _vp, _c.c_int64, _c.c_int]),
+    "fsa_selected_attention_bwd": (_status, [_vp, _P(fsa_bwd_args), _vp]),
+}
+
+# ------------------------------------------------------------------ errors
+
+
+class FsaLibraryNotFound(OSError):
+    """libfsa could not be found or loaded."""
+
+
+class FsaError(RuntimeError):
+    """A libfsa call returned a status other than FSA_STATUS_OK."""
+
+    def __init__(self, status, name, message, function=None, info=None):
+        self.status = status
+        self.name = name  # "FSA_STATUS_UNSUPPORTED"
+        self.message = message  # fsa_last_error()
+        self.function = function
+        self.info = info or {}  # fsa_last_error_info() fields
+        where = f"{function}: " if function else ""
+        super().__init__(f"{where}{name} ({status}): {message}")
+
+
+def _text(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+class Library:
+    """A loaded libfsa with every function's signature declared."""
+
+    def __init__(self, cdll, path):
+        self.cdll = cdll
+        self.path = path
+        missing = []
+        for name, (restype, argtypes) in REQUIRED_FUNCTIONS.items():
+            try:
+                fn = getattr(cdll, name)
+            except AttributeError:
+                missing.append(name)
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        if missing:
+            raise FsaLibraryNotFound(f"{path} is not a usable libfsa: missing {', '.join(missing)}")
+        for name, (restype, argtypes) in OPTIONAL_FUNCTIONS.items():
+            fn = getattr(cdll, name, None)
+            if fn is not None:
+                fn.restype = restype
+                fn.argtypes = argtypes
+            setattr(self, name, fn)
+
+    @property
+    def has_backward(self):
+        return self.fsa_selected_attention_bwd is not None and self.fsa_plan_workspace_size_bwd is not None
+
+    def require_backward(self):
+        if not self.has_backward:
+            raise RuntimeError(
+                f"{self.path} has no fsa_selected_attention_bwd / fsa_plan_workspace_size_bwd: this "
+                "build of libfsa only runs the forward; rebuild it from a version with the backward"
+            )
+
+    def version(self):
+        return _text(self.fsa_version_string())
+
+    def status_name(self, status):
+        return _text(self.fsa_status_name(status))
+
+    def error(self, status, function=None):
+        """FsaError for `status`; call right after the failing call (the record is per thread)."""
+        info = {}
+        p = self.fsa_last_error_info()
+        if p:
+            e = p.contents
+            info = {f: _text(getattr(e, f)) for f in ("stage", "kernel", "key", "target", "message", "log")}
+            info["status"] = e.status
+        return FsaError(status, self.status_name(status), _text(self.fsa_last_error()), function, info)
+
+    def check(self, status, function=None):
+        if status != FSA_STATUS_OK:
+            raise self.error(status, function)
+
+
+# --------------------------------------------------------------- discovery
+
+
+def _repo_root():
+    # python/fsa_jit/_lib.py -> the repository (when run from the source tree)
+    return Path(__file__).resolve().parents[2]
+
+
+def candidate_paths():
+    """Where libfsa is looked for, in order (without FSA_LIBRARY)."""
+    paths = []
+    here = Path(__file__).resolve().parent
+    paths += sorted(str(p) for p in here.glob("libfsa.so*"))
+    found = ctypes.util.find_library("fsa")
+    if found:
+        paths.append(found)
+    paths += ["libfsa.so.0", "libfsa.so"]  # the dynamic loader's own search path
+    root = _repo_root()
+    if (root / "include" / "fsa.h").is_file():
+        builds = glob.glob(str(root / "build*" / "libfsa.so*")) + glob.glob(str(root / "build*" / "*" / "libfsa.so*"))
+        # Newest build first: a stale build folder should not win.
+        builds.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+        paths += builds
+    unique = []
+    for p in paths:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def load_library(path=None):
+    """Loads libfsa: `path`, else $FSA_LIBRARY, else the first candidate that loads."""
+    explicit = path or os.environ.get("FSA_LIBRARY")
+    if explicit:
+        try:
+            return Library(ctypes.CDLL(explicit), explicit)
+        except OSError as e:
+            source = "path" if path else "FSA_LIBRARY"
+            raise FsaLibraryNotFound(f"libfsa could not be loaded from {source}={explicit}: {e}") from None
+    tried = []
+    for p in candidate_paths():
+        try:
+            return Library(ctypes.CDLL(p), p)
+        except OSError as e:
+            tried.append(f"  {p}: {e}")
+    raise FsaLibraryNotFound(
+        "libfsa was not found. Tried:\n" + "\n".join(tried) + "\n"
+        "Build it (cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build) and set "
+        "FSA_LIBRARY=/path/to/libfsa.so, or install it where the dynamic loader finds it."
+    )
+
+
+_library = None
+_library_lock = threading.Lock()
+
+
+def get():
+    """The process's Library, loaded on first use."""
+    global _library
+    if _library is None:
+        with _library_lock:
+            if _library is None:
+                _library = load_library()
+    return _library

@@ -1,0 +1,408 @@
+"""selected_attention: libfsa's forward and backward as a torch.autograd.Function.
+
+The call path does no host synchronisation and allocates only through torch's
+caching allocator, so it can be captured in a CUDA graph (after a first eager
+call has created the plan: plan creation compiles or loads kernels).
+"""
+
+import ctypes
+import math
+import numbers
+import threading
+
+import torch
+
+from . import _lib
+
+_DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+MAX_TOP_K = 64
+MAX_HEAD_DIM = 256
+_LAYOUTS = ("hkt", "thk")
+
+# ------------------------------------------------------------------ validation
+
+
+def _describe(t):
+    return f"{tuple(t.shape)} {t.dtype} on {t.device}"
+
+
+def _check_tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _topk_layout(topk_idx, hkv, t, layout):
+    """'hkt' ([Hkv, T, K]) or 'thk' ([T, Hkv, K]) from the shape, or the caller's word."""
+    shape = tuple(topk_idx.shape[:2])
+    if layout is not None:
+        if layout not in _LAYOUTS:
+            raise ValueError(f"topk_layout must be 'hkt' ([Hkv, T, K]), 'thk' ([T, Hkv, K]) or None, got {layout!r}")
+        want = (hkv, t) if layout == "hkt" else (t, hkv)
+        if shape != want:
+            raise ValueError(
+                f"topk_idx has shape {tuple(topk_idx.shape)}, but topk_layout={layout!r} with Hkv={hkv} "
+                f"and T={t} needs {want + (topk_idx.shape[2],)}"
+            )
+        return layout
+    if hkv == t:
+        raise ValueError(
+            f"topk_idx shape {tuple(topk_idx.shape)} is ambiguous because Hkv == T == {t}: "
+            "pass topk_layout='hkt' for [Hkv, T, K] or 'thk' for [T, Hkv, K]"
+        )
+    if shape == (hkv, t):
+        return "hkt"
+    if shape == (t, hkv):
+        return "thk"
+    raise ValueError(
+        f"topk_idx must be [Hkv, T, K] = [{hkv}, {t}, K] or [T, Hkv, K] = [{t}, {hkv}, K], "
+        f"got {tuple(topk_idx.shape)}"
+    )
+
+
+def validate(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
+             algorithm="auto", topk_layout=None, require_cuda=True):
+    """Checks the arguments of selected_attention without touching a device or libfsa.
+
+    Returns (layout, algorithm code). Raises TypeError or ValueError.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
+        _check_tensor(name, t)
+
+    # dtypes
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must have the same dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if topk_idx.dtype != torch.int32:
+        raise TypeError(f"topk_idx must be torch.int32, got {topk_idx.dtype} (use topk_idx.int())")
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"cu_seqlens must be torch.int32, got {cu_seqlens.dtype} (use cu_seqlens.int())")
+
+    # ranks and shapes
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D [T, heads, head_dim] (packed varlen layout), got shape {tuple(t.shape)}")
+    if topk_idx.dim() != 3:
+        raise ValueError(f"topk_idx must be 3-D, [Hkv, T, K] or [T, Hkv, K], got shape {tuple(topk_idx.shape)}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(
+            f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape {tuple(cu_seqlens.shape)}"
+        )
+    t_len, hq, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != t_len:
+        raise ValueError(f"q has T={t_len} tokens but k and v have {k.shape[0]}: all are packed over the same tokens")
+    hkv = k.shape[1]
+    if k.shape[2] != d:
+        raise ValueError(f"q has head_dim {d} but k and v have {k.shape[2]}")
+    if hkv < 1 or hq < 1:
+        raise ValueError(f"need at least one head: q has {hq}, k and v have {hkv}")
+    if hq % hkv != 0:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of KV heads ({hkv})")
+    if d % 16 != 0 or not 16 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}")
+    layout = _topk_layout(topk_idx, hkv, t_len, topk_layout)
+    top_k = topk_idx.shape[2]
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise ValueError(f"top-k (last dim of topk_idx) must be 1..{MAX_TOP_K}, got {top_k}")
+    batch = cu_seqlens.numel() - 1
+    if t_len > 0 and batch > t_len:
+        raise ValueError(f"cu_seqlens describes {batch} sequences for only {t_len} tokens")
+
+    # parameters
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+        if not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
+    if max_seqlen is not None:
+        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, numbers.Integral):
+            raise TypeError(f"max_seqlen must be a Python int or None (a tensor would need a host sync), got {type(max_seqlen).__name__}")
+        if not 0 <= max_seqlen <= t_len:
+            raise ValueError(f"max_seqlen must be in 0..T = 0..{t_len}, got {max_seqlen}")
+    if not isinstance(algorithm, str) or algorithm.lower() not in _lib.ALGORITHMS:
+        raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
+
+    # devices last, so that everything above can be checked on a CPU-only machine
+    if require_cuda:
+        for name, t in (("q", q), ("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
+            if t.device.type != "cuda":
+                raise ValueError(f"{name} must be a CUDA tensor, got {_describe(t)}")
+        for name, t in (("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
+            if t.device != q.device:
+                raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
+    return layout, _lib.ALGORITHMS[algorithm.lower()]
+
+
+# ------------------------------------------------------------ tensor layout
+
+
+def _head_strides(t):
+    """(token stride, head stride) in elements of a [T, H, D] tensor the kernels can read.
+
+    The stride of a dimension of size 1 is never used, so any such stride is
+    replaced by the contiguous one rather than forcing a copy.
+    """
+    ts = t.stride(0) if t.shape[0] != 1 else t.shape[1] * t.shape[2]
+    hs = t.stride(1) if t.shape[1] != 1 else t.shape[2]
+    return ts, hs
+
+
+def _kernel_ready(t):
+    """t itself when libfsa can read it in place, else a contiguous copy.
+
+    libfsa needs the last dim contiguous, a 16-byte aligned pointer and token
+    and head strides that are multiples of 8 elements.
+    """
+    ts, hs = _head_strides(t)
+    if t.stride(2) == 1 and t.data_ptr() % 16 == 0 and ts % 8 == 0 and hs % 8 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _topk_ready(topk_idx, layout):
+    """(tensor, head stride, token stride) with the slots contiguous."""
+    if topk_idx.shape[2] != 1 and topk_idx.stride(2) != 1:
+        topk_idx = topk_idx.contiguous()
+    if layout == "hkt":
+        return topk_idx, topk_idx.stride(0), topk_idx.stride(1)
+    return topk_idx, topk_idx.stride(1), topk_idx.stride(0)
+
+
+# ----------------------------------------------------------- contexts, plans
+
+_lock = threading.Lock()
+_contexts = {}  # device index -> fsa_context *
+_plans = {}  # plan key -> _Plan
+
+
+class _Plan:
+    def __init__(self, handle, key, backward):
+        self.handle = handle
+        self.key = key
+        self.backward = backward  # created with desc.backward = 1
+
+    def workspace_bytes(self, lib, total_tokens, batch, backward=False):
+        size = ctypes.c_size_t(0)
+        if backward:
+            st = lib.fsa_plan_workspace_size_bwd(ctypes.byref(size), self.handle, total_tokens, batch)
+            lib.check(st, "fsa_plan_workspace_size_bwd")
+        else:
+            st = lib.fsa_plan_workspace_size(ctypes.byref(size), self.handle, total_tokens, batch)
+            lib.check(st, "fsa_plan_workspace_size")
+        return size.value
+
+
+def _context(lib, device_index):
+    ctx = _contexts.get(device_index)
+    if ctx is None:
+        handle = ctypes.c_void_p()
+        options = _lib.fsa_context_options(device=device_index)
+        lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
+        ctx = _contexts[device_index] = handle.value
+    return ctx
+
+
+def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, backward):
+    # A library without the backward gets forward-only plans; the backward
+    # then fails with a clear message instead of the forward failing.
+    backward = bool(backward) and lib.has_backward
+    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm)
+    plan = _plans.get(base + (backward,))
+    if plan is None and not backward:
+        plan = _plans.get(base + (True,))  # a backward plan also runs the forward
+    if plan is not None:
+        return plan
+    with _lock:
+        plan = _plans.get(base + (backward,))
+        if plan is not None:
+            return plan
+        ctx = _context(lib, device_index)
+        desc = _lib.fsa_selected_attention_desc(
+            dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
+            block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
+            backward=int(backward),
+        )
+        handle = ctypes.c_void_p()
+        lib.check(lib.fsa_plan_create(ctypes.byref(handle), ctx, ctypes.byref(desc)), "fsa_plan_create")
+        plan = _plans[base + (backward,)] = _Plan(handle.value, base + (backward,), backward)
+        return plan
+
+
+def clear_plans():
+    """Destroys every cached plan (contexts stay); later calls create them again.
+
+    A captured CUDA graph that used one of them must not be replayed afterwards.
+    """
+    lib = _lib._library
+    with _lock:
+        plans = list(_plans.values())
+        _plans.clear()
+        if lib is not None:
+            for p in plans:
+                lib.fsa_plan_destroy(p.handle)
+
+
+def cached_plans():
+    """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm, backward)."""
+    return list(_plans)
+
+
+def _workspace(nbytes, device):
+    """(tensor keeping the memory alive, address); torch's allocator, so graph capture works."""
+    if nbytes == 0:
+        return None, 0
+    ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if ws.data_ptr() % 256 != 0:  # torch hands out 512-byte aligned blocks
+        raise RuntimeError(f"workspace at {ws.data_ptr():#x} is not 256-byte aligned")
+    return ws, ws.data_ptr()
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# ------------------------------------------------------------------ autograd
+
+
+class _Call:
+    """What the forward needs besides the tensors; kept on ctx for the backward."""
+
+    def __init__(self, block_size, scale, max_seqlen, algorithm, topk_head_stride, topk_token_stride,
+                 needs_backward):
+        self.block_size = block_size
+        self.scale = scale  # float32 value; 0.0 = 1/sqrt(head_dim)
+        self.max_seqlen = max_seqlen
+        self.algorithm = algorithm
+        self.topk_head_stride = topk_head_stride
+        self.topk_token_stride = topk_token_stride
+        self.needs_backward = needs_backward  # plan with backward kernels
+        self.plan = None
+
+
+class _SelectedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, topk_idx, cu_seqlens, call):
+        t_len, hq, d = q.shape
+        hkv = k.shape[1]
+        batch = cu_seqlens.numel() - 1
+        device = q.device
+        with torch.cuda.device(device):
+            o = torch.empty((t_len, hq, d), dtype=q.dtype, device=device)
+            lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
+            if t_len > 0:
+                lib = _lib.get()
+                plan = _get_plan(lib, device.index, q.dtype, d, hq, hkv, call.block_size, topk_idx.shape[2],
+                                 call.scale, call.algorithm, call.needs_backward)
+                call.plan = plan
+                ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch), device)
+                q_ts, q_hs = _head_strides(q)
+                k_ts, k_hs = _head_strides(k)
+                v_ts, v_hs = _head_strides(v)
+                o_ts, o_hs = _head_strides(o)
+                args = _lib.fsa_fwd_args(
+                    total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
+                    q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                    q_token_stride=q_ts, q_head_stride=q_hs,
+                    k_token_stride=k_ts, k_head_stride=k_hs,
+                    v_token_stride=v_ts, v_head_stride=v_hs,
+                    o_token_stride=o_ts, o_head_stride=o_hs,
+                    topk=topk_idx.data_ptr(),
+                    topk_head_stride=call.topk_head_stride, topk_token_stride=call.topk_token_stride,
+                    cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
+                    workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
+                )
+                st = lib.fsa_selected_attention_fwd(plan.handle, ctypes.byref(args), _stream(device))
+                lib.check(st, "fsa_selected_attention_fwd")
+        ctx.save_for_backward(q, k, v, o, lse, topk_idx, cu_seqlens)
+        ctx.call = call
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse, topk_idx, cu_seqlens = ctx.saved_tensors
+        call = ctx.call
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        if not (need_q or need_k or need_v):
+            return None, None, None, None, None, None
+        t_len = q.shape[0]
+        batch = cu_seqlens.numel() - 1
+        device = q.device
+        with torch.cuda.device(device):
+            dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+            dk = torch.empty(k.shape, dtype=k.dtype, device=device)
+            dv = torch.empty(v.shape, dtype=v.dtype, device=device)
+            if t_len > 0:
+                lib = _lib.get()
+                lib.require_backward()
+                # Looked up again rather than kept: clear_plans() may have run since the forward.
+                plan = _get_plan(lib, *call.plan.key)
+                if not plan.backward:
+                    raise RuntimeError("selected_attention: the forward ran with a plan without backward kernels")
+                do = _kernel_ready(do)
+                ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch, backward=True), device)
+                strides = {}
+                for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("dout", do),
+                                ("dq", dq), ("dk", dk), ("dv", dv)):
+                    ts, hs = _head_strides(t)
+                    strides[name + "_token_stride"] = ts
+                    strides[name + "_head_stride"] = hs
+                args = _lib.fsa_bwd_args(
+                    total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
+                    q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), dout=do.data_ptr(),
+                    dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+                    topk=topk_idx.data_ptr(),
+                    topk_head_stride=call.topk_head_stride, topk_token_stride=call.topk_token_stride,
+                    cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
+                    workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
+                    **strides,
+                )
+                st = lib.fsa_selected_attention_bwd(plan.handle, ctypes.byref(args), _stream(device))
+                lib.check(st, "fsa_selected_attention_bwd")
+            else:
+                dq.zero_()
+                dk.zero_()
+                dv.zero_()
+        return (dq if need_q else None, dk if need_k else None, dv if need_v else None, None, None, None)
+
+
+def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
+                       return_lse=False, algorithm="auto", topk_layout=None):
+    """Native Sparse Attention's selected (top-k block) attention over a packed varlen batch.
+
+    q [T, Hq, D], k and v [T, Hkv, D]: fp16 or bf16 on one CUDA device; the
+    last dim contiguous, other strides are passed through (a copy is made
+    only when libfsa cannot read a tensor in place).
+    topk_idx: int32 [Hkv, T, K] or [T, Hkv, K] (topk_layout 'hkt' / 'thk'
+    when Hkv == T makes the shape ambiguous); block indices inside each
+    token's sequence, -1 = unused; blocks after the token's own are ignored.
+    cu_seqlens: int32 [B + 1] on the same device, cu_seqlens[-1] == T.
+    block_size: keys per block (16, 32, 64, 128 or 256). scale: softmax
+    scale, None = 1/sqrt(D). max_seqlen: longest sequence, if known (host int).
+    algorithm: 'auto', 'fsa' or 'nsa'.
+
+    Returns o [T, Hq, D] (same dtype as q), and lse [Hq, T] fp32 (natural log;
+    -inf for rows with no visible key) when return_lse. Differentiable with
+    respect to q, k and v; lse carries no gradient.
+    """
+    layout, algo = validate(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    topk_idx, topk_hs, topk_ts = _topk_ready(topk_idx, layout)
+    if cu_seqlens.stride(0) != 1:
+        cu_seqlens = cu_seqlens.contiguous()
+    # The plan holds a float; key the cache on the value it will hold.
+    scale32 = 0.0 if scale is None else float(ctypes.c_float(float(scale)).value)
+    # Grad mode is off inside Function.forward: decide here.
+    needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    call = _Call(int(block_size), scale32, 0 if max_seqlen is None else int(max_seqlen), algo, topk_hs, topk_ts,
+                 needs_backward)
+    o, lse = _SelectedAttention.apply(q, k, v, topk_idx, cu_seqlens, call)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,35 @@
+"""Test inputs shared by the test files (imported as a plain module: pytest
+puts this folder on sys.path)."""
+
+import torch
+
+
+def cu_seqlens_of(seqlens):
+    cu = [0]
+    for n in seqlens:
+        cu.append(cu[-1] + n)
+    return cu
+
+
+def random_selection(cu, Hkv, K, BK, gen, duplicates=False):
+    """int32 [Hkv, T, K] on the CPU: distinct blocks of -1 .. own block + 2 in random
+    order (so -1 in the middle, future blocks and blocks past the sequence's end
+    all occur), a -1 tail when the row is short; with duplicates, some rows
+    repeat a block (the reference counts it once; kernels need not accept it)."""
+    T = cu[-1]
+    topk = torch.full((Hkv, T, K), -1, dtype=torch.int32)
+    for b in range(len(cu) - 1):
+        for t in range(cu[b], cu[b + 1]):
+            c = (t - cu[b]) // BK
+            for h in range(Hkv):
+                row = torch.randperm(c + 4, generator=gen)[:K] - 1
+                if duplicates and K >= 2 and torch.rand(1, generator=gen).item() < 0.3:
+                    row[-1] = row[0]
+                topk[h, t, : len(row)] = row
+    return topk
+
+
+def rel_err(a, b):
+    """||a - b|| / ||b|| in float64."""
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()

@@ -1,0 +1,102 @@
+"""Finding libfsa, its errors, and precompile (CPU only: offline targets)."""
+
+import ctypes
+
+import pytest
+
+import fsa_jit
+from fsa_jit import _lib
+
+
+def test_explicit_path_that_does_not_load(monkeypatch, tmp_path):
+    missing = tmp_path / "libfsa.so"
+    monkeypatch.setenv("FSA_LIBRARY", str(missing))
+    with pytest.raises(fsa_jit.FsaLibraryNotFound, match=f"FSA_LIBRARY={missing}"):
+        _lib.load_library()
+
+
+def test_nothing_found_says_how_to_fix(monkeypatch):
+    monkeypatch.delenv("FSA_LIBRARY", raising=False)
+    monkeypatch.setattr(_lib, "candidate_paths", lambda: ["/nonexistent/libfsa.so"])
+    with pytest.raises(fsa_jit.FsaLibraryNotFound) as e:
+        _lib.load_library()
+    assert "/nonexistent/libfsa.so" in str(e.value) and "FSA_LIBRARY" in str(e.value)
+    assert isinstance(e.value, OSError)
+
+
+def test_not_a_libfsa(monkeypatch):
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no libc found")
+    with pytest.raises(fsa_jit.FsaLibraryNotFound, match="missing fsa_"):
+        _lib.load_library(libc)
+
+
+def test_source_tree_build_folders_are_candidates():
+    paths = _lib.candidate_paths()
+    assert "libfsa.so.0" in paths
+
+
+def test_loaded(lib):
+    assert lib.version().count(".") == 2
+    assert fsa_jit.library_path() == lib.path
+
+
+def test_error_carries_status_name_and_detail(lib):
+    options = _lib.fsa_context_options(device=fsa_jit.FSA_DEVICE_NONE, target=None,
+                                       cache_mode=_lib.FSA_CACHE_MODE_OFF, log=-1)
+    ctx = ctypes.c_void_p()
+    st = lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options))
+    assert st != _lib.FSA_STATUS_OK  # an offline context needs a target
+    with pytest.raises(fsa_jit.FsaError) as e:
+        lib.check(st, "fsa_context_create")
+    err = e.value
+    assert err.status == st and err.name == lib.status_name(st)
+    assert err.name in str(err) and err.message and err.message in str(err)
+    assert "fsa_context_create" in str(err)
+
+
+def test_library_without_backward_still_loads(lib):
+    class NoBackward:
+        def __getattr__(self, name):
+            if name in _lib.OPTIONAL_FUNCTIONS:
+                raise AttributeError(name)
+            return getattr(lib.cdll, name)
+
+    stub = _lib.Library(NoBackward(), "stub")
+    assert not stub.has_backward
+    with pytest.raises(RuntimeError, match="fsa_selected_attention_bwd"):
+        stub.require_backward()
+
+
+def test_precompile_arguments():
+    with pytest.raises(ValueError, match="exclude"):
+        fsa_jit.precompile(arch="sm_80", detect=True)
+    with pytest.raises(ValueError, match="say what to compile for"):
+        fsa_jit.precompile()
+    with pytest.raises(ValueError, match="dtype"):
+        fsa_jit.precompile(arch="sm_80", dtypes=("fp8",))
+
+
+def test_precompile_offline(lib, tmp_path):
+    grid = dict(arch="sm_80", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16, 48), top_k=4,
+                cache_dir=str(tmp_path))
+    try:
+        first = fsa_jit.precompile(**grid)
+    except fsa_jit.FsaError as e:
+        pytest.skip(f"cannot compile here: {e}")
+    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
+        pytest.skip("NVRTC not available")
+    assert first["failed"] == 0, first["failures"]
+    assert first["plans"] == 1 and first["skipped"] == 1  # block size 48 is not supported
+    assert first["targets"] == ["sm_80"] and first["cache_dir"] == str(tmp_path)
+    assert first["compiled"] + first["cached"] + first["in_memory"] > 0
+    again = fsa_jit.precompile(**grid)
+    assert again["compiled"] == 0 and again["plans"] == 1
+    if first["compiled"]:
+        assert any(tmp_path.rglob("*.cubin"))
+
+
+def test_precompile_bad_target(lib, tmp_path):
+    with pytest.raises(fsa_jit.FsaError):
+        fsa_jit.precompile(arch="sm_10", cache_dir=str(tmp_path))

@@ -1,0 +1,174 @@
+"""selected_attention rejects bad arguments before any device or library call.
+
+Runs on a CPU-only machine: every check except the device check comes before
+it, so CPU tensors reach each of them."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fsa_jit  # noqa: E402
+from fsa_jit import _lib, attention  # noqa: E402
+
+
+def problem(T=10, Hq=4, Hkv=2, D=32, K=3, BK=16, dtype=torch.bfloat16, layout="hkt"):
+    q = torch.randn(T, Hq, D).to(dtype)
+    k = torch.randn(T, Hkv, D).to(dtype)
+    v = torch.randn(T, Hkv, D).to(dtype)
+    shape = (Hkv, T, K) if layout == "hkt" else (T, Hkv, K)
+    topk = torch.zeros(shape, dtype=torch.int32)
+    cu = torch.tensor([0, 4, T], dtype=torch.int32)
+    return dict(q=q, k=k, v=v, topk_idx=topk, cu_seqlens=cu, block_size=BK)
+
+
+@pytest.fixture(autouse=True)
+def no_library(monkeypatch):
+    """Any use of libfsa, or of the plan cache, fails the test."""
+
+    def reached(*args, **kwargs):
+        raise AssertionError("validation let a bad call through to libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    monkeypatch.setattr(attention, "_get_plan", reached)
+
+
+def expect(error, match, **call):
+    before = list(attention._plans)
+    with pytest.raises(error, match=match):
+        fsa_jit.selected_attention(**call)
+    assert list(attention._plans) == before
+
+
+def test_cpu_tensors_are_rejected():
+    expect(ValueError, r"q must be a CUDA tensor", **problem())
+
+
+def test_a_valid_cpu_call_fails_only_on_the_device():
+    # Every other check passes: the device check is the one that fires.
+    p = problem(layout="thk")
+    expect(ValueError, r"CUDA tensor", **p, scale=0.5, max_seqlen=6, return_lse=True, algorithm="NSA")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_unsupported_dtype(dtype):
+    p = problem()
+    p["q"] = p["q"].to(dtype)
+    expect(TypeError, r"q must be torch.float16 or torch.bfloat16", **p)
+
+
+def test_mixed_dtypes():
+    p = problem(dtype=torch.float16)
+    p["v"] = p["v"].to(torch.bfloat16)
+    expect(TypeError, r"same dtype", **p)
+
+
+@pytest.mark.parametrize("what", ["topk_idx", "cu_seqlens"])
+def test_indices_must_be_int32(what):
+    p = problem()
+    p[what] = p[what].long()
+    expect(TypeError, what + r" must be torch.int32", **p)
+
+
+def test_not_a_tensor():
+    p = problem()
+    p["k"] = p["k"].tolist()
+    expect(TypeError, r"k must be a torch.Tensor", **p)
+
+
+def test_heads_must_divide():
+    p = problem(Hq=6, Hkv=4)
+    expect(ValueError, r"multiple of the number of KV heads", **p)
+
+
+@pytest.mark.parametrize("D", [8, 40, 100, 272])
+def test_head_dim(D):
+    expect(ValueError, rf"head_dim {D} is not supported", **problem(D=D))
+
+
+def test_head_dims_differ():
+    p = problem()
+    p["k"] = torch.randn(10, 2, 64).to(torch.bfloat16)
+    p["v"] = p["k"].clone()
+    expect(ValueError, r"head_dim", **p)
+
+
+@pytest.mark.parametrize("BK", [0, 8, 48, 512])
+def test_block_size(BK):
+    expect(ValueError, r"block_size must be one of", **problem(BK=BK))
+
+
+def test_block_size_type():
+    p = problem()
+    p["block_size"] = 64.0
+    expect(TypeError, r"block_size must be an int", **p)
+
+
+@pytest.mark.parametrize("K", [0, 65])
+def test_top_k_range(K):
+    expect(ValueError, r"top-k .* must be 1..64", **problem(K=K))
+
+
+def test_token_counts_differ():
+    p = problem()
+    p["k"] = p["k"][:9]
+    p["v"] = p["v"][:9]
+    expect(ValueError, r"q has T=10 tokens but k and v have 9", **p)
+
+
+def test_k_v_shapes_differ():
+    p = problem()
+    p["v"] = p["v"][:, :1]
+    expect(ValueError, r"k and v must have the same shape", **p)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_rank(name):
+    p = problem()
+    p[name] = p[name].flatten(1)
+    expect(ValueError, name + r" must be 3-D", **p)
+
+
+def test_topk_shape():
+    p = problem()
+    p["topk_idx"] = torch.zeros(3, 10, 3, dtype=torch.int32)
+    expect(ValueError, r"topk_idx must be \[Hkv, T, K\]", **p)
+    p["topk_idx"] = torch.zeros(2, 10, dtype=torch.int32)
+    expect(ValueError, r"topk_idx must be 3-D", **p)
+
+
+def test_ambiguous_topk_layout():
+    p = problem(T=2, Hq=2, Hkv=2)
+    p["cu_seqlens"] = torch.tensor([0, 2], dtype=torch.int32)
+    expect(ValueError, r"ambiguous.*topk_layout", **p)
+    # Saying which layout passes every check up to the device one.
+    expect(ValueError, r"CUDA tensor", **p, topk_layout="thk")
+
+
+def test_topk_layout_checked():
+    p = problem(layout="thk")
+    expect(ValueError, r"topk_layout='hkt'", **p, topk_layout="hkt")
+    expect(ValueError, r"topk_layout must be", **p, topk_layout="khT")
+
+
+def test_cu_seqlens_shape():
+    p = problem()
+    p["cu_seqlens"] = torch.zeros(1, dtype=torch.int32)
+    expect(ValueError, r"cu_seqlens must be 1-D", **p)
+    p["cu_seqlens"] = torch.zeros(2, 2, dtype=torch.int32)
+    expect(ValueError, r"cu_seqlens must be 1-D", **p)
+    p["cu_seqlens"] = torch.zeros(12, dtype=torch.int32)
+    expect(ValueError, r"11 sequences for only 10 tokens", **p)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])
+def test_scale(scale):
+    expect(ValueError, r"scale must be a positive finite number", **problem(), scale=scale)
+
+
+def test_max_seqlen():
+    expect(ValueError, r"max_seqlen must be in 0..T", **problem(), max_seqlen=11)
+    expect(TypeError, r"max_seqlen must be a Python int", **problem(), max_seqlen=torch.tensor(4))
+
+
+def test_algorithm():
+    expect(ValueError, r"algorithm must be 'auto', 'fsa' or 'nsa'", **problem(), algorithm="fast")
