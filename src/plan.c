@@ -92,6 +92,22 @@ static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
     kp->list[4] = (fsa_param){"TOP_K", kp->k, "k"};
 }
 
+/* Blocks that fit on the device at once: the grid of a kernel that loops over its work items. */
+static fsa_status persistent_grid(int *grid_out, fsa_context *ctx, CUfunction fn, int threads, int smem)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int per_sm = 0;
+    *grid_out = 1;
+    if (ctx->cu == NULL) return FSA_STATUS_OK;
+    FSA_CHECK(fsa_context_enter(ctx));
+    CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, (size_t)smem);
+    fsa_context_leave(ctx);
+    if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+    *grid_out = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
+cleanup:
+    return st;
+}
+
 static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -103,16 +119,7 @@ static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
     FSA_CHECK(fsa_context_get_function(&plan->fwd.scatter, ctx, &index, "fsa_sel_scatter", 0));
     FSA_CHECK(fsa_context_get_function(&plan->fwd.main, ctx, &main, "fsa_sel_fwd_main", plan->main_smem));
     FSA_CHECK(fsa_context_get_function(&plan->fwd.reduce, ctx, &reduce, "fsa_sel_fwd_reduce", 0));
-    plan->main_grid = 1;
-    if (ctx->cu) {
-        int per_sm = 0;
-        FSA_CHECK(fsa_context_enter(ctx));
-        CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan->fwd.main,
-                                                                        FSA_MAIN_THREADS, (size_t)plan->main_smem);
-        fsa_context_leave(ctx);
-        if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
-        plan->main_grid = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
-    }
+    FSA_CHECK(persistent_grid(&plan->main_grid, ctx, plan->fwd.main, FSA_MAIN_THREADS, plan->main_smem));
 cleanup:
     return st;
 }
@@ -135,16 +142,7 @@ static fsa_status load_bwd_kernels(fsa_plan *plan, const kernel_params *kp)
     FSA_CHECK(fsa_context_get_function(&k->dq, ctx, &reduce, "fsa_sel_bwd_dq", 0));
     FSA_CHECK(fsa_context_get_function(&k->dkv_sum, ctx, &reduce, "fsa_sel_bwd_dkv_sum", 0));
     FSA_CHECK(fsa_context_get_function(&k->dkv_store, ctx, &reduce, "fsa_sel_bwd_dkv_store", 0));
-    plan->bwd_grid = 1;
-    if (ctx->cu) {
-        int per_sm = 0;
-        const int threads = plan->desc.block_size / 16 * 32;
-        FSA_CHECK(fsa_context_enter(ctx));
-        CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k->main, threads, (size_t)plan->bwd_smem);
-        fsa_context_leave(ctx);
-        if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
-        plan->bwd_grid = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
-    }
+    FSA_CHECK(persistent_grid(&plan->bwd_grid, ctx, k->main, plan->desc.block_size / 16 * 32, plan->bwd_smem));
 cleanup:
     return st;
 }
@@ -221,55 +219,28 @@ void fsa_plan_destroy(fsa_plan *plan) { free(plan); }
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
+#define FSA_PLACE_(field, bytes) \
+    out->field = at;            \
+    at = align_up(at + (bytes))
+
 void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    const size_t pairs = hkv * (size_t)tc * k;
     out->nb_total = total_tokens / d->block_size + batch + 1;
     const size_t n = hkv * (size_t)out->nb_total + 1;
     size_t at = 0;
-    out->counts = at;
-    at = align_up(at + n * 4);
-    out->offsets = at;
-    at = align_up(at + n * 4);
-    out->work_offsets = at;
-    at = align_up(at + n * 4);
+    FSA_PLACE_(counts, n * 4);
+    FSA_PLACE_(offsets, n * 4);
+    FSA_PLACE_(work_offsets, n * 4);
     /* At most one partial work item per segment besides the full ones. */
-    out->work_seg = at;
-    at = align_up(at + (n + hkv * (size_t)tc * k / (size_t)plan->item_entries) * 4);
-    out->mask = at;
-    at = align_up(at + hkv * (size_t)tc * 8);
-    out->list = at;
-    at = align_up(at + hkv * (size_t)tc * k * 4);
-    out->lse_part = at;
-    at = align_up(at + hkv * (size_t)tc * k * g * 4);
-    out->o_part = at;
-    at = align_up(at + hkv * (size_t)tc * k * g * (size_t)d->head_dim * 2);
+    FSA_PLACE_(work_seg, (n + pairs / (size_t)plan->item_entries) * 4);
+    FSA_PLACE_(mask, hkv * (size_t)tc * 8);
+    FSA_PLACE_(list, pairs * 4);
+    FSA_PLACE_(lse_part, pairs * g * 4);
+    FSA_PLACE_(o_part, pairs * g * (size_t)d->head_dim * 2);
     out->total = at;
-}
-
-int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
-{
-    const fsa_selected_attention_desc *d = &plan->desc;
-    /* List entries are int32 and pack the token as (token << 6 | slot). */
-    int64_t tc = total_tokens;
-    int64_t pair_cap = (INT32_MAX - 1) / ((int64_t)d->num_kv_heads * d->top_k);
-    if (tc > pair_cap) tc = pair_cap;
-    if (tc > (1 << 25) - 1) tc = (1 << 25) - 1;
-    if (d->workspace_limit > 0) {
-        fsa_fsa_layout fixed;
-        fsa_fsa_layout_for(&fixed, plan, total_tokens, batch, 0);
-        const uint64_t hkv = (uint64_t)d->num_kv_heads, k = (uint64_t)d->top_k, g = (uint64_t)plan->group;
-        const uint64_t per_token = hkv * (8 + k * 4 + k * 4 + k * g * 4 + k * g * (uint64_t)d->head_dim * 2);
-        const uint64_t base = fixed.total + 5 * 256; /* the token arrays' alignment padding */
-        int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
-        if (fit < 1) fit = 1;
-        if (tc > fit) tc = fit;
-        /* Even chunks: the last one is not a sliver. */
-        int64_t n = (total_tokens + tc - 1) / tc;
-        tc = (total_tokens + n - 1) / n;
-    }
-    return tc > 0 ? tc : 1;
 }
 
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
@@ -282,9 +253,6 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     out->nb_total = total_tokens / d->block_size + batch + 1;
     const size_t n = hkv * (size_t)out->nb_total + 1;
     size_t at = 0;
-#define FSA_PLACE_(field, bytes) \
-    out->field = at;            \
-    at = align_up(at + (bytes))
     FSA_PLACE_(counts, n * 4);
     FSA_PLACE_(offsets, n * 4);
     FSA_PLACE_(work_offsets, n * 4);
@@ -298,11 +266,30 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     /* Split segments hold more than e entries each: at most 2 * pairs / e items. */
     FSA_PLACE_(dkv_part, 2 * (pairs / e) * 2 * bk * dim * 4);
     FSA_PLACE_(dkv_acc, (size_t)total_tokens * hkv * 2 * dim * 4);
-#undef FSA_PLACE_
     out->total = at;
 }
+#undef FSA_PLACE_
 
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
+
+static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+{
+    fsa_fsa_layout l;
+    fsa_fsa_layout_for(&l, plan, total_tokens, batch, tc);
+    return l.total;
+}
+
+static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+{
+    fsa_bwd_layout l;
+    fsa_bwd_layout_for(&l, plan, total_tokens, batch, tc);
+    return l.total;
+}
+
+/* Tokens per chunk: all of them, unless int32 list entries (token << 6 | slot)
+ * or the workspace limit need fewer. The per-token cost comes from a
+ * 1024-token layout; 16 x 256 bytes cover the arrays' alignment padding. */
+static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, layout_total_fn total)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     int64_t tc = total_tokens;
@@ -310,19 +297,27 @@ int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
     if (tc > pair_cap) tc = pair_cap;
     if (tc > (1 << 25) - 1) tc = (1 << 25) - 1;
     if (d->workspace_limit > 0) {
-        fsa_bwd_layout fixed, one;
-        fsa_bwd_layout_for(&fixed, plan, total_tokens, batch, 0);
-        fsa_bwd_layout_for(&one, plan, total_tokens, batch, 1024);
-        /* Per-token cost from a 1024-token layout, rounded up. */
-        const uint64_t per_token = (one.total - fixed.total) / 1024 + 1;
-        const uint64_t base = fixed.total + 12 * 256;
+        const size_t fixed = total(plan, total_tokens, batch, 0);
+        const uint64_t per_token = (total(plan, total_tokens, batch, 1024) - fixed) / 1024 + 1;
+        const uint64_t base = fixed + 16 * 256;
         int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
         if (fit < 1) fit = 1;
         if (tc > fit) tc = fit;
+        /* Even chunks: the last one is not a sliver. */
         int64_t n = (total_tokens + tc - 1) / tc;
         tc = (total_tokens + n - 1) / n;
     }
     return tc > 0 ? tc : 1;
+}
+
+int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    return chunk_tokens(plan, total_tokens, batch, fsa_layout_total);
+}
+
+int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    return chunk_tokens(plan, total_tokens, batch, bwd_layout_total);
 }
 
 fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)

@@ -1,6 +1,7 @@
 #include "attention_problem.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,3 +283,40 @@ void outputs_free(outputs *o)
     free(o->lse);
 }
 
+
+typedef struct plan_job {
+    fsa_plan **plans;
+    fsa_context *ctx;
+    const attn_case *cases;
+    size_t n, next;
+    int backward, failed;
+    pthread_mutex_t lock;
+} plan_job;
+
+static void *plan_worker(void *arg)
+{
+    plan_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        size_t i = j->next++;
+        pthread_mutex_unlock(&j->lock);
+        if (i >= j->n) return NULL;
+        fsa_selected_attention_desc d = attn_desc_of(&j->cases[i], j->backward);
+        if (fsa_plan_create(&j->plans[i], j->ctx, &d) != FSA_STATUS_OK) {
+            fprintf(stderr, "plan %s: %s\n", j->cases[i].name, fsa_last_error());
+            pthread_mutex_lock(&j->lock);
+            j->failed = 1;
+            pthread_mutex_unlock(&j->lock);
+        }
+    }
+}
+
+int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases, size_t n, int backward)
+{
+    plan_job job = {plans, ctx, cases, n, 0, backward, 0, PTHREAD_MUTEX_INITIALIZER};
+    enum { THREADS = 8 };
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, plan_worker, &job);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    return job.failed ? -1 : 0;
+}

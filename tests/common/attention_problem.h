@@ -30,6 +30,10 @@ typedef struct attn_case {
 #define A_NSA FSA_ALGORITHM_NSA
 
 int attn_group_of(const attn_case *c);
+
+/* Creates one plan per case (8 threads, so the kernels compile in parallel);
+ * 0 on success, -1 (after printing why) if any fails. */
+int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases, size_t n, int backward);
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward);
 
 typedef struct problem {

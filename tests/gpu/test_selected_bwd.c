@@ -9,7 +9,6 @@
 #include "context.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,40 +319,13 @@ static void test_backward_bad_arguments_return_statuses(void **state)
     problem_free(&p);
 }
 
-typedef struct plan_job {
-    size_t next;
-    pthread_mutex_t lock;
-    int failed;
-} plan_job;
-
-static void *plan_worker(void *arg)
-{
-    plan_job *j = arg;
-    for (;;) {
-        pthread_mutex_lock(&j->lock);
-        size_t i = j->next++;
-        pthread_mutex_unlock(&j->lock);
-        if (i >= N_CASES) return NULL;
-        fsa_selected_attention_desc d = attn_desc_of(&cases[i], 1);
-        if (fsa_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK) {
-            fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
-            j->failed = 1;
-        }
-    }
-}
-
 static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
     g_cache_dir = fsa_test_mkdtemp("bwd-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    plan_job job = {0, PTHREAD_MUTEX_INITIALIZER, 0};
-    enum { THREADS = 8 };
-    pthread_t th[THREADS];
-    for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, plan_worker, &job);
-    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
-    return job.failed ? -1 : 0;
+    return attn_create_plans(g_plans, g_ctx, cases, N_CASES, 1);
 }
 
 static int teardown(void **state)
