@@ -108,11 +108,18 @@ cleanup:
     return st;
 }
 
+/* The index kernels, one module for the forward and the backward. */
+static fsa_kernel_request index_request(const kernel_params *kp)
+{
+    const fsa_kernel_request r = {"sel_index", &kp->list[3], 2, "fsa_sel_count\nfsa_sel_scatter\nfsa_sel_sort"};
+    return r;
+}
+
 static fsa_status load_fsa_kernels(fsa_plan *plan, const kernel_params *kp)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_context *ctx = plan->ctx;
-    const fsa_kernel_request index = {"sel_index", &kp->list[3], 2, "fsa_sel_count\nfsa_sel_scatter"};
+    const fsa_kernel_request index = index_request(kp);
     const fsa_kernel_request main = {"sel_fwd_main", kp->list, 4, "fsa_sel_fwd_main"};
     const fsa_kernel_request reduce = {"sel_fwd_reduce", kp->list, 3, "fsa_sel_fwd_reduce"};
     FSA_CHECK(fsa_context_get_function(&plan->fwd.count, ctx, &index, "fsa_sel_count", 0));
@@ -128,7 +135,7 @@ static fsa_status load_bwd_kernels(fsa_plan *plan, const kernel_params *kp)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_context *ctx = plan->ctx;
-    const fsa_kernel_request index = {"sel_index", &kp->list[3], 2, "fsa_sel_count\nfsa_sel_scatter\nfsa_sel_sort"};
+    const fsa_kernel_request index = index_request(kp);
     const fsa_kernel_request prep = {"sel_bwd_prep", kp->list, 2, "fsa_sel_bwd_prep"};
     const fsa_kernel_request main = {"sel_bwd_main", kp->list, 4, "fsa_sel_bwd_main"};
     const fsa_kernel_request reduce = {"sel_bwd_reduce", kp->list, 4,

@@ -10,7 +10,13 @@
 
 #define STAGE "backward"
 
-static fsa_status validate_args(const fsa_plan *plan, const fsa_bwd_args *a)
+/* The token chunk and workspace layout validation computed, reused by the launch. */
+typedef struct bwd_setup {
+    int64_t tc;
+    fsa_bwd_layout layout;
+} bwd_setup;
+
+static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
     if (a->struct_size != sizeof(fsa_bwd_args))
@@ -29,9 +35,9 @@ static fsa_status validate_args(const fsa_plan *plan, const fsa_bwd_args *a)
     FSA_CHECK(fsa_check_tensor(STAGE, "dq", a->dq, a->dq_token_stride, a->dq_head_stride));
     FSA_CHECK(fsa_check_tensor(STAGE, "dk", a->dk, a->dk_token_stride, a->dk_head_stride));
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", a->dv, a->dv_token_stride, a->dv_head_stride));
-    fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, a->total_tokens, a->batch, fsa_bwd_chunk_tokens(plan, a->total_tokens, a->batch));
-    FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, l.total));
+    su->tc = fsa_bwd_chunk_tokens(plan, a->total_tokens, a->batch);
+    fsa_bwd_layout_for(&su->layout, plan, a->total_tokens, a->batch, su->tc);
+    FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
     if (plan->ctx->cu == NULL)
         FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)", plan->ctx->target);
 cleanup:
@@ -72,15 +78,14 @@ static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_arg
     p->dkv_acc = (long long)(ws + l->dkv_acc);
 }
 
-static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, CUstream stream)
+static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_setup *su, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const fsa_bwd_kernels *k = &plan->bwd;
     const int64_t T = a->total_tokens;
-    const int64_t tc = fsa_bwd_chunk_tokens(plan, T, a->batch);
-    fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, T, a->batch, tc);
+    const int64_t tc = su->tc;
+    const fsa_bwd_layout l = su->layout;
     fsa_sel_params p;
     params_of(&p, plan, a, &l);
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
@@ -124,11 +129,12 @@ fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *
     fsa_status st = FSA_STATUS_OK;
     int entered = 0;
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    FSA_CHECK(validate_args(plan, args));
+    bwd_setup su;
+    FSA_CHECK(validate_args(&su, plan, args));
     if (args->total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
-    FSA_CHECK(run(plan, args, (CUstream)stream));
+    FSA_CHECK(run(plan, args, &su, (CUstream)stream));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);
     return st;

@@ -8,7 +8,15 @@
 
 #define STAGE "forward"
 
-static fsa_status validate_args(const fsa_plan *plan, const fsa_fwd_args *a)
+/* What validation decided, reused by the launch: the path, and for the FSA
+ * path the token chunk and workspace layout. */
+typedef struct fwd_setup {
+    fsa_algorithm algorithm;
+    int64_t tc;
+    fsa_fsa_layout layout;
+} fwd_setup;
+
+static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_fwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
     if (a->struct_size != sizeof(fsa_fwd_args))
@@ -21,11 +29,11 @@ static fsa_status validate_args(const fsa_plan *plan, const fsa_fwd_args *a)
     FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride));
     FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride));
     FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride));
-    if (fsa_plan_choose(plan, a->total_tokens, NULL) == FSA_ALGORITHM_FSA) {
-        fsa_fsa_layout l;
-        fsa_fsa_layout_for(&l, plan, a->total_tokens, a->batch,
-                           fsa_fsa_chunk_tokens(plan, a->total_tokens, a->batch));
-        FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, l.total));
+    su->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
+    if (su->algorithm == FSA_ALGORITHM_FSA) {
+        su->tc = fsa_fsa_chunk_tokens(plan, a->total_tokens, a->batch);
+        fsa_fsa_layout_for(&su->layout, plan, a->total_tokens, a->batch, su->tc);
+        FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
     }
     /* Arguments are checked first so that they can be checked without a GPU. */
     if (plan->ctx->cu == NULL)
@@ -69,13 +77,12 @@ static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
                   FSA_NSA_THREADS, (unsigned)plan->nsa_smem, stream, &p, "launch fsa_sel_fwd_nsa");
 }
 
-static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream stream)
+static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd_setup *su, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t T = a->total_tokens;
-    const int64_t tc = fsa_fsa_chunk_tokens(plan, T, a->batch);
-    fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, T, a->batch, tc);
+    const int64_t tc = su->tc;
+    const fsa_fsa_layout l = su->layout;
 
     fsa_sel_params p;
     common_params(&p, plan, a);
@@ -117,14 +124,15 @@ fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *
     fsa_status st = FSA_STATUS_OK;
     int entered = 0;
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    FSA_CHECK(validate_args(plan, args));
+    fwd_setup su;
+    FSA_CHECK(validate_args(&su, plan, args));
     if (args->total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
-    if (fsa_plan_choose(plan, args->total_tokens, NULL) == FSA_ALGORITHM_NSA)
+    if (su.algorithm == FSA_ALGORITHM_NSA)
         FSA_CHECK(run_nsa(plan, args, (CUstream)stream));
     else
-        FSA_CHECK(run_fsa(plan, args, (CUstream)stream));
+        FSA_CHECK(run_fsa(plan, args, &su, (CUstream)stream));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);
     return st;
