@@ -306,6 +306,13 @@ typedef struct fsa_bwd_args {
 FSA_API fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens,
                                                int batch);
 
+/* The path a backward call with this many tokens takes, and why: the order in
+ * which dq is computed (FSA: per (token, slot) partials summed per token; NSA:
+ * one CTA per token walking its selected blocks). dk and dv always go KV-block
+ * outer. FSA_STATUS_INVALID_ARGUMENT when the plan has no backward. */
+FSA_API fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **reason_out,
+                                          const fsa_plan *plan, int64_t total_tokens);
+
 /* Enqueues the backward on `stream`; no allocation, no host synchronization. */
 FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream);
 

@@ -11,6 +11,10 @@
 
 #define STAGE "plan"
 
+/* AUTO for the backward: NSA-order dq up to this many tokens (G >= 16, G >= 8). */
+#define FSA_BWD_NSA_UP_TO_G16 1024
+#define FSA_BWD_NSA_UP_TO_G8 512
+
 static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
 
 /* Shared memory a block may opt into, for targets known without a device. */
@@ -33,12 +37,15 @@ static int main_smem_bytes(int d, int bk, int item_entries)
 static int nsa_smem_bytes(int d) { return (16 + 4 * FSA_NSA_STAGE_KEYS) * (d + 8) * 2; }
 
 /* The backward main kernel's layout: row tables (token, pair, lse, delta),
- * K, V, two tiles of Q and dO, dS^T, list entries. */
-static int bwd_smem_bytes(int d, int bk, int item_entries)
+ * K and V of its key slice, two tiles of Q and dO, dS^T, list entries. */
+static int bwd_smem_bytes(int d, int keys, int item_entries)
 {
-    return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS + 2 * bk * (d + 8) * 2 + 4 * FSA_BWD_ROWS * (d + 8) * 2 +
-           bk * (FSA_BWD_ROWS + 8) * 2 + item_entries * 4;
+    return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS + 2 * keys * (d + 8) * 2 + 4 * FSA_BWD_ROWS * (d + 8) * 2 +
+           keys * (FSA_BWD_ROWS + 8) * 2 + item_entries * 4;
 }
+
+/* The NSA-order dq kernel: 16 rows of Q and dO, two 64-key stages of K and V. */
+static int bwd_nsa_smem_bytes(int d) { return (2 * 16 + 4 * FSA_NSA_STAGE_KEYS) * (d + 8) * 2; }
 
 static fsa_status validate_desc(const fsa_selected_attention_desc *d)
 {
@@ -74,8 +81,9 @@ cleanup:
 }
 
 typedef struct kernel_params {
-    char dtype[8], d[8], g[8], bk[8], k[8];
-    fsa_param list[5]; /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, TOP_K */
+    char dtype[8], d[8], g[8], bk[8], k[8], keys[8];
+    fsa_param list[5];     /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, TOP_K */
+    fsa_param bwd_main[5]; /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, KEYS */
 } kernel_params;
 
 static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
@@ -90,6 +98,9 @@ static void kernel_params_init(kernel_params *kp, const fsa_plan *plan)
     kp->list[2] = (fsa_param){"GROUP", kp->g, "g"};
     kp->list[3] = (fsa_param){"BLOCK_SIZE", kp->bk, "bk"};
     kp->list[4] = (fsa_param){"TOP_K", kp->k, "k"};
+    snprintf(kp->keys, sizeof kp->keys, "%d", plan->bwd_keys);
+    memcpy(kp->bwd_main, kp->list, 4 * sizeof(fsa_param));
+    kp->bwd_main[4] = (fsa_param){"KEYS", kp->keys, "ks"};
 }
 
 /* Blocks that fit on the device at once: the grid of a kernel that loops over its work items. */
@@ -137,19 +148,23 @@ static fsa_status load_bwd_kernels(fsa_plan *plan, const kernel_params *kp)
     fsa_context *ctx = plan->ctx;
     const fsa_kernel_request index = index_request(kp);
     const fsa_kernel_request prep = {"sel_bwd_prep", kp->list, 2, "fsa_sel_bwd_prep"};
-    const fsa_kernel_request main = {"sel_bwd_main", kp->list, 4, "fsa_sel_bwd_main"};
+    const fsa_kernel_request main = {"sel_bwd_main", kp->bwd_main, 5, "fsa_sel_bwd_main\nfsa_sel_bwd_main_kv"};
     const fsa_kernel_request reduce = {"sel_bwd_reduce", kp->list, 4,
                                        "fsa_sel_bwd_dq\nfsa_sel_bwd_dkv_sum\nfsa_sel_bwd_dkv_store"};
+    const fsa_kernel_request dq_nsa = {"sel_bwd_dq_nsa", kp->list, 4, "fsa_sel_bwd_dq_nsa"};
     fsa_bwd_kernels *k = &plan->bwd;
     FSA_CHECK(fsa_context_get_function(&k->count, ctx, &index, "fsa_sel_count", 0));
     FSA_CHECK(fsa_context_get_function(&k->scatter, ctx, &index, "fsa_sel_scatter", 0));
     FSA_CHECK(fsa_context_get_function(&k->sort, ctx, &index, "fsa_sel_sort", 0));
     FSA_CHECK(fsa_context_get_function(&k->prep, ctx, &prep, "fsa_sel_bwd_prep", 0));
     FSA_CHECK(fsa_context_get_function(&k->main, ctx, &main, "fsa_sel_bwd_main", plan->bwd_smem));
+    FSA_CHECK(fsa_context_get_function(&k->main_kv, ctx, &main, "fsa_sel_bwd_main_kv", plan->bwd_smem));
     FSA_CHECK(fsa_context_get_function(&k->dq, ctx, &reduce, "fsa_sel_bwd_dq", 0));
+    if (plan->bwd_nsa_available)
+        FSA_CHECK(fsa_context_get_function(&k->dq_nsa, ctx, &dq_nsa, "fsa_sel_bwd_dq_nsa", plan->bwd_nsa_smem));
     FSA_CHECK(fsa_context_get_function(&k->dkv_sum, ctx, &reduce, "fsa_sel_bwd_dkv_sum", 0));
     FSA_CHECK(fsa_context_get_function(&k->dkv_store, ctx, &reduce, "fsa_sel_bwd_dkv_store", 0));
-    FSA_CHECK(persistent_grid(&plan->bwd_grid, ctx, k->main, plan->desc.block_size / 16 * 32, plan->bwd_smem));
+    FSA_CHECK(persistent_grid(&plan->bwd_grid, ctx, k->main, plan->bwd_keys / 16 * 32, plan->bwd_smem));
 cleanup:
     return st;
 }
@@ -198,13 +213,24 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s", ctx->target);
 
     if (desc->backward) {
-        plan->bwd_item_entries = plan->group <= FSA_BWD_ROWS ? (FSA_BWD_ROWS / plan->group) * FSA_BWD_TILES : 0;
-        plan->bwd_smem = bwd_smem_bytes(desc->head_dim, desc->block_size, plan->bwd_item_entries);
-        if (plan->bwd_item_entries == 0 || desc->block_size > 128 || plan->bwd_smem > max_smem)
+        /* The main kernel takes the largest key slice of the block that fits. */
+        plan->bwd_round_entries = fsa_bwd_round_entries_for(plan->group);
+        plan->bwd_keys = desc->block_size < FSA_BWD_MAX_KEYS ? desc->block_size : FSA_BWD_MAX_KEYS;
+        plan->bwd_smem = bwd_smem_bytes(desc->head_dim, plan->bwd_keys, plan->bwd_round_entries);
+        while (plan->bwd_smem > max_smem && plan->bwd_keys > 16) {
+            plan->bwd_keys /= 2;
+            plan->bwd_smem = bwd_smem_bytes(desc->head_dim, plan->bwd_keys, plan->bwd_round_entries);
+        }
+        plan->bwd_nsa_smem = bwd_nsa_smem_bytes(desc->head_dim);
+        plan->bwd_nsa_available = plan->bwd_nsa_smem <= max_smem && desc->algorithm != FSA_ALGORITHM_FSA;
+        if (plan->bwd_smem > max_smem)
             FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                     "the backward needs group <= %d (got %d), block_size <= 128 (got %d) and %d bytes of shared "
-                     "memory (target %s allows %d)",
-                     FSA_BWD_ROWS, plan->group, desc->block_size, plan->bwd_smem, ctx->target, max_smem);
+                     "the backward needs %d bytes of shared memory even with 16-key slices; target %s allows %d",
+                     plan->bwd_smem, ctx->target, max_smem);
+        if (desc->algorithm == FSA_ALGORITHM_NSA && plan->bwd_nsa_smem > max_smem)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                     "the NSA-order backward needs %d bytes of shared memory; target %s allows %d", plan->bwd_nsa_smem,
+                     ctx->target, max_smem);
         plan->bwd_available = 1;
     }
 
@@ -250,13 +276,33 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     out->total = at;
 }
 
+/* List entries per backward work item for a chunk of tc tokens: whole rounds,
+ * doubled up to 8 rounds while that leaves at least 4 waves of items (fewer
+ * dK/dV partials), halved down to an eighth of a round while there are fewer
+ * than 2 waves (short inputs still fill the device). */
+static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
+{
+    const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
+                         (plan->desc.block_size / plan->bwd_keys);
+    const int64_t waves = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
+    const int round = plan->bwd_round_entries;
+    const int tok = plan->group <= FSA_BWD_ROWS ? FSA_BWD_ROWS / plan->group : 1;
+    int e = round;
+    while (e < 8 * round && work / (2 * e) >= 4 * waves) e *= 2;
+    while (e > round / 8 && (e / 2) % tok == 0 && e / 2 >= tok && work / e < 2 * waves) e /= 2;
+    return e;
+}
+
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t pairs = hkv * (size_t)tc * k;
-    const size_t e = (size_t)plan->bwd_item_entries;
+    out->item_entries = bwd_entries_per_item(plan, tc);
+    const size_t e = (size_t)out->item_entries;
+    const size_t slices = (size_t)(d->block_size / plan->bwd_keys);
+    out->algorithm = fsa_plan_choose_bwd(plan, total_tokens, NULL);
     out->nb_total = total_tokens / d->block_size + batch + 1;
     const size_t n = hkv * (size_t)out->nb_total + 1;
     size_t at = 0;
@@ -269,7 +315,7 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     FSA_PLACE_(list, pairs * 4);
     FSA_PLACE_(list_sorted, pairs * 4);
     FSA_PLACE_(delta, hkv * g * (size_t)tc * 4);
-    FSA_PLACE_(dq_part, pairs * g * dim * 2);
+    FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? pairs * slices * g * dim * 2 : 0);
     /* Split segments hold more than e entries each: at most 2 * pairs / e items. */
     FSA_PLACE_(dkv_part, 2 * (pairs / e) * 2 * bk * dim * 4);
     FSA_PLACE_(dkv_acc, (size_t)total_tokens * hkv * 2 * dim * 4);
@@ -294,8 +340,10 @@ static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int b
 }
 
 /* Tokens per chunk: all of them, unless int32 list entries (token << 6 | slot)
- * or the workspace limit need fewer. The per-token cost comes from a
- * 1024-token layout; 16 x 256 bytes cover the arrays' alignment padding. */
+ * or the workspace limit need fewer. Under a limit: the largest chunk whose
+ * layout fits (a bisection; 16 x 256 bytes cover the arrays' alignment
+ * padding), then even chunks so the last one is not a sliver, as long as they
+ * still fit. */
 static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, layout_total_fn total)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
@@ -304,15 +352,19 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
     if (tc > pair_cap) tc = pair_cap;
     if (tc > (1 << 25) - 1) tc = (1 << 25) - 1;
     if (d->workspace_limit > 0) {
-        const size_t fixed = total(plan, total_tokens, batch, 0);
-        const uint64_t per_token = (total(plan, total_tokens, batch, 1024) - fixed) / 1024 + 1;
-        const uint64_t base = fixed + 16 * 256;
-        int64_t fit = d->workspace_limit > base ? (int64_t)((d->workspace_limit - base) / per_token) : 1;
-        if (fit < 1) fit = 1;
-        if (tc > fit) tc = fit;
-        /* Even chunks: the last one is not a sliver. */
-        int64_t n = (total_tokens + tc - 1) / tc;
-        tc = (total_tokens + n - 1) / n;
+        const uint64_t budget = d->workspace_limit > 16 * 256 ? d->workspace_limit - 16 * 256 : 0;
+        if (total(plan, total_tokens, batch, tc) > budget) {
+            int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo + 1) / 2;
+                if (total(plan, total_tokens, batch, mid) <= budget) lo = mid;
+                else hi = mid - 1;
+            }
+            tc = lo;
+            const int64_t n = (total_tokens + tc - 1) / tc;
+            const int64_t even = (total_tokens + n - 1) / n;
+            if (total(plan, total_tokens, batch, even) <= budget) tc = even;
+        }
     }
     return tc > 0 ? tc : 1;
 }
@@ -369,6 +421,27 @@ fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const 
     return a;
 }
 
+fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
+{
+    const char *why = "forced by the descriptor";
+    fsa_algorithm a = plan->desc.algorithm;
+    if (a == FSA_ALGORITHM_AUTO && !plan->bwd_nsa_available) {
+        a = FSA_ALGORITHM_FSA;
+        why = "the NSA-order dq kernel does not fit this target";
+    } else if (a == FSA_ALGORITHM_AUTO) {
+        /* Crossovers measured on an H200 (bench/RESULTS.md): per-token dq
+         * reloads every selected K/V block, which pays off only while the
+         * group fills the rows and the input is short; otherwise the dq
+         * partials of the FSA order are cheaper. */
+        const int64_t nsa_up_to = plan->group >= 16 ? FSA_BWD_NSA_UP_TO_G16 : plan->group >= 8 ? FSA_BWD_NSA_UP_TO_G8 : 0;
+        a = total_tokens <= nsa_up_to ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
+        why = a == FSA_ALGORITHM_NSA ? "measured crossover: NSA-order dq for G >= 8 and short inputs"
+                                     : "measured crossover: FSA-order dq";
+    }
+    if (reason) *reason = why;
+    return a;
+}
+
 fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
 {
     if (bytes_out == NULL || plan == NULL)
@@ -390,5 +463,16 @@ fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_
     if (algorithm_out == NULL || plan == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
     *algorithm_out = fsa_plan_choose(plan, total_tokens, reason_out);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
+                                  int64_t total_tokens)
+{
+    if (algorithm_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
+    if (!plan->bwd_available)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    *algorithm_out = fsa_plan_choose_bwd(plan, total_tokens, reason_out);
     return FSA_STATUS_OK;
 }

@@ -31,17 +31,24 @@ static inline int fsa_reduce_rows_per_block(int head_dim)
     return 8 * (head_dim <= 64 ? 4 : head_dim <= 128 ? 2 : 1);
 }
 
-/* Must match the backward main kernel: tiles of 32 rows, 32 tiles per work
- * item, group at most 32, block size at most 128. */
+/* Must match the backward main kernel: tiles of 32 rows, 32 tiles per round
+ * (one row table); a token's rows fill whole tiles when the group is over 32. */
 #define FSA_BWD_ROWS 32
 #define FSA_BWD_TILES 32
+static inline int fsa_bwd_round_entries_for(int group)
+{
+    if (group <= FSA_BWD_ROWS) return FSA_BWD_ROWS / group * FSA_BWD_TILES;
+    return FSA_BWD_TILES / ((group + FSA_BWD_ROWS - 1) / FSA_BWD_ROWS);
+}
+#define FSA_BWD_MAX_KEYS 128 /* keys per backward CTA: larger blocks run in slices */
+#define FSA_BWD_NSA_THREADS 128
 
 typedef struct fsa_fwd_kernels {
     CUfunction count, scatter, main, reduce, nsa;
 } fsa_fwd_kernels;
 
 typedef struct fsa_bwd_kernels {
-    CUfunction count, scatter, sort, prep, main, dq, dkv_sum, dkv_store;
+    CUfunction count, scatter, sort, prep, main, main_kv, dq, dq_nsa, dkv_sum, dkv_store;
 } fsa_bwd_kernels;
 
 struct fsa_plan {
@@ -56,8 +63,10 @@ struct fsa_plan {
     int main_grid;        /* persistent grid of the main kernel */
     fsa_fwd_kernels fwd;
     int bwd_available;
-    int bwd_item_entries;
-    int bwd_smem;
+    int bwd_round_entries; /* list entries per round of the backward main kernel */
+    int bwd_keys;         /* keys per main-kernel CTA (block_size / bwd_keys slices) */
+    int bwd_smem, bwd_nsa_smem;
+    int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor allows it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
 };
@@ -75,8 +84,10 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* Tokens per chunk for this problem under the plan's workspace limit. */
 int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* Backward workspace for a chunk of `tc` tokens. */
+/* Backward workspace for a chunk of `tc` tokens; dq partials only on the FSA path. */
 typedef struct fsa_bwd_layout {
+    fsa_algorithm algorithm;
+    int item_entries; /* list entries per main-kernel work item */
     int64_t nb_total;
     size_t counts, offsets, work_offsets, part_offsets, work_seg, mask, list, list_sorted, delta, dq_part,
         dkv_part, dkv_acc;
@@ -88,5 +99,9 @@ int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
 
 /* The path a forward call with `total_tokens` tokens takes. */
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);
+
+/* The path a backward call with `total_tokens` tokens takes: the order dq is
+ * computed in (dK and dV always go KV-block-outer). */
+fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 
 #endif

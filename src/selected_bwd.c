@@ -1,8 +1,10 @@
 /* Backward launch sequence. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured.
  * Per token chunk: index inversion with lists sorted by token, delta, the
- * main kernel (twice for head dims over 128), dq per token, and the dK/dV
- * partials of split blocks; then dk and dv once from the fp32 accumulator. */
+ * main kernel (twice for head dims over 128), dq (FSA order: the sum of the
+ * main kernel's per-pair rows; NSA order: one token-major kernel), and the
+ * dK/dV partials of split blocks; then dk and dv once from the fp32
+ * accumulator. */
 #include "ops_common.h"
 #include "status_internal.h"
 
@@ -63,7 +65,8 @@ static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_arg
     p->lse = (long long)a->lse;
     fsa_params_problem(p, plan, a->total_tokens, a->batch);
     p->nb_total = l->nb_total;
-    p->item_entries = plan->bwd_item_entries;
+    p->item_entries = l->item_entries;
+    p->key_slices = plan->desc.block_size / plan->bwd_keys;
     p->counts = (long long)(ws + l->counts);
     p->offsets = (long long)(ws + l->offsets);
     p->work_offsets = (long long)(ws + l->work_offsets);
@@ -91,8 +94,11 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
     const size_t n_counts = (size_t)(hkv * l.nb_total + 1);
     const uint64_t rows_per_block = (uint64_t)fsa_reduce_rows_per_block((int)d);
-    const unsigned main_threads = (unsigned)(plan->desc.block_size / 16 * 32);
+    const unsigned main_threads = (unsigned)(plan->bwd_keys / 16 * 32);
     const int d_parts = d > 128 ? 2 : 1;
+    const int nsa = l.algorithm == FSA_ALGORITHM_NSA;
+    const CUfunction main = nsa ? k->main_kv : k->main;
+    const unsigned head_groups = (unsigned)((plan->group + 15) / 16);
 
     FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, (size_t)(T * hkv * 2 * d), stream),
                  "launch memset");
@@ -105,16 +111,21 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
         const uint64_t q_rows = (uint64_t)(cur * hq);
         FSA_CHECK(fsa_launch(plan, k->prep, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
                          "launch fsa_sel_bwd_prep"));
-        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)plan->bwd_item_entries + n_counts;
-        uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
+        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l.item_entries + n_counts) *
+                               (uint64_t)p.key_slices;
+        const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
         for (int part = 0; part < d_parts; part++) {
             p.d_part = part;
-            FSA_CHECK(fsa_launch(plan, k->main, grid, 1, main_threads, (unsigned)plan->bwd_smem, stream, &p,
-                             "launch fsa_sel_bwd_main"));
+            FSA_CHECK(fsa_launch(plan, main, grid, 1, main_threads, (unsigned)plan->bwd_smem, stream, &p,
+                                 nsa ? "launch fsa_sel_bwd_main_kv" : "launch fsa_sel_bwd_main"));
         }
         p.d_part = 0;
-        FSA_CHECK(fsa_launch(plan, k->dq, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
-                         "launch fsa_sel_bwd_dq"));
+        if (nsa)
+            FSA_CHECK(fsa_launch(plan, k->dq_nsa, (uint64_t)cur, (unsigned)hkv * head_groups, FSA_BWD_NSA_THREADS,
+                                 (unsigned)plan->bwd_nsa_smem, stream, &p, "launch fsa_sel_bwd_dq_nsa"));
+        else
+            FSA_CHECK(fsa_launch(plan, k->dq, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
+                                 "launch fsa_sel_bwd_dq"));
         FSA_CHECK(fsa_launch(plan, k->dkv_sum, (uint64_t)((T * hkv + 7) / 8), 1, 256, 0, stream, &p,
                          "launch fsa_sel_bwd_dkv_sum"));
     }

@@ -1,5 +1,6 @@
 // FSA backward, reductions:
-//   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot order;
+//   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot and
+//                         key-slice order;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         item order into the fp32 accumulator (once per token chunk);
 //   fsa_sel_bwd_dkv_store the accumulator written out as dk and dv in the input dtype.
@@ -47,11 +48,12 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dq(const fsa_sel_p
     const int qh = (int)(row - tl * hq), h = qh / G, g = qh - h * G;
     const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
     const long long pair0 = ((long long)h * p.tc + tl) * p.top_k;
+    const int slices = (int)p.key_slices;
     const u16 *dq_part = (const u16 *)p.dq_part;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (u64 m = mask; m; m &= m - 1) {
-        const long long prow = (pair0 + __ffsll((long long)m) - 1) * G + g;
-        add8(acc, *(const uint4 *)(dq_part + prow * D + l * 8));
+        const long long slot_row = (pair0 + __ffsll((long long)m) - 1) * slices;
+        for (int s = 0; s < slices; s++) add8(acc, *(const uint4 *)(dq_part + ((slot_row + s) * G + g) * D + l * 8));
     }
     const long long t = p.t0 + tl;
     *(uint4 *)((u16 *)p.dq + t * p.dq_ts + (long long)qh * p.dq_hs + l * 8) = pack8(acc);

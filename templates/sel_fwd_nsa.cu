@@ -3,7 +3,7 @@
 // blocks 64 keys per stage with online softmax; each of the 4 warps takes 16
 // keys of every stage, and the warps' partial results merge at the end.
 // No workspace. Wins when the group is large enough to fill the rows.
-#include "sel_common.cuh"
+#include "sel_nsa.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
 #define GROUP {{GROUP}}
@@ -17,25 +17,12 @@ constexpr int WARPS = 4;
 constexpr int STAGE = 16 * WARPS;          // keys per pipeline stage
 constexpr int HEAD_GROUPS = (G + 15) / 16; // CTAs per (token, KV head)
 constexpr int LD = D + 8;                  // smem pitch: +16 B keeps ldmatrix rows on distinct banks
-constexpr int MAX_TOPK = 64;
 static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
 static_assert(2 * 2 * STAGE * LD * 2 >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
 
-__device__ __forceinline__ void load_stage(const fsa_sel_params &p, u16 *Kb, u16 *Vb, int *keyb,
-                                           const int *block_start, int stage, int total_keys, int h,
-                                           long long seq_end) {
-    const u16 *kg = (const u16 *)p.k + (long long)h * p.k_hs;
-    const u16 *vg = (const u16 *)p.v + (long long)h * p.v_hs;
-    for (int c = threadIdx.x; c < STAGE * (D / 8); c += WARPS * 32) {
-        const int r = c / (D / 8), cc = c - r * (D / 8);
-        const int pos = stage * STAGE + r;
-        long long key = pos < total_keys ? (long long)block_start[pos / BK] + pos % BK : seq_end;
-        const bool ok = key < seq_end;
-        if (cc == 0) keyb[r] = ok ? (int)key : 0x7fffffff;  // masked as "after every token"
-        if (!ok) key = 0;
-        cp_async16(smem_addr(Kb + r * LD + cc * 8), kg + key * p.k_ts + cc * 8, ok);
-        cp_async16(smem_addr(Vb + r * LD + cc * 8), vg + key * p.v_ts + cc * 8, ok);
-    }
+__device__ __forceinline__ void load_stage(const fsa_sel_params &p, u16 *Kb, u16 *Vb, int *keyb, const int *block_start,
+                                           int stage, int total_keys, int h, long long seq_end) {
+    nsa_load_stage<STAGE, D, LD, BK, WARPS * 32>(p, Kb, Vb, keyb, block_start, stage, total_keys, h, seq_end);
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const fsa_sel_params p) {
@@ -43,9 +30,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
     u16 *Qs = (u16 *)smem;                 // [16][LD]
     u16 *Ks = Qs + 16 * LD;                // [2][STAGE][LD]
     u16 *Vs = Ks + 2 * STAGE * LD;         // [2][STAGE][LD]
-    __shared__ int raw[MAX_TOPK];
-    __shared__ int valid[MAX_TOPK];
-    __shared__ int block_start[MAX_TOPK];  // first key of each valid selected block
+    __shared__ int raw[NSA_MAX_TOPK];
+    __shared__ int valid[NSA_MAX_TOPK];
+    __shared__ int block_start[NSA_MAX_TOPK];  // first key of each valid selected block
     __shared__ int keyidx[2][STAGE];       // key index of each stage row
     __shared__ float ml[WARPS][16][2];     // per-warp row max and sum for the merge
 
@@ -53,32 +40,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
     const long long t = p.t0 + blockIdx.x;
     const int h = blockIdx.y / HEAD_GROUPS;
     const int hg = blockIdx.y - h * HEAD_GROUPS;
-    const int K = (int)p.top_k;
 
     const int *cu = (const int *)p.cu_seqlens;
     const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, t);
     const long long seq_start = sb.start, seq_end = sb.end;
-    const int own_block = (int)((t - seq_start) / BK);
-
-    // Valid slots (in range, not in the future, first occurrence), compacted in slot order.
-    const int *row = (const int *)p.topk + h * p.topk_hs + t * p.topk_ts;
-    if (tid < K) raw[tid] = __ldg(row + tid);
-    __syncthreads();
-    if (tid < K) {
-        const int v = raw[tid];
-        bool ok = v >= 0 && v <= own_block;
-        for (int s = 0; s < tid && ok; s++) ok = raw[s] != v;
-        valid[tid] = ok;
-    }
-    __syncthreads();
-    if (tid < K && valid[tid]) {
-        int pos = 0;
-        for (int s = 0; s < tid; s++) pos += valid[s];
-        block_start[pos] = (int)(seq_start + (long long)raw[tid] * BK);
-    }
-    int n_valid = 0;
-    for (int s = 0; s < K; s++) n_valid += valid[s];
-    __syncthreads();
+    const int n_valid = nsa_select_blocks(block_start, raw, valid, p, h, t, seq_start, BK);
 
     // Query rows: heads hg*16 .. hg*16+15 of the group; rows past G are zero.
     const u16 *q = (const u16 *)p.q;
@@ -109,8 +75,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_fwd_nsa(const f
         const int buf = st & 1;
         if (st + 1 < n_stages) {
             __syncthreads();  // everyone is done with the buffer the next stage fills
-            load_stage(p, Ks + (buf ^ 1) * STAGE * LD, Vs + (buf ^ 1) * STAGE * LD, keyidx[buf ^ 1],
-                       block_start, st + 1, total_keys, h, seq_end);
+            load_stage(p, Ks + (buf ^ 1) * STAGE * LD, Vs + (buf ^ 1) * STAGE * LD, keyidx[buf ^ 1], block_start,
+                       st + 1, total_keys, h, seq_end);
             cp_async_commit();
             cp_async_wait<1>();
         } else {

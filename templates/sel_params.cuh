@@ -37,10 +37,11 @@ typedef struct fsa_sel_params {
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
     long long delta;        /* float [Hq, tc]: rowsum(dout * o) */
-    long long dq_part;      /* dtype [Hkv, tc, K, G, D]: dq contribution of each pair */
+    long long dq_part;      /* dtype [Hkv, tc, K, slices, G, D]: dq contribution of each pair and key slice */
     long long dkv_part;     /* float [parts, 2, BK, D]: dK and dV of one work item */
     long long dkv_acc;      /* float [T, Hkv, 2, D]: dK and dV over all token chunks */
     long long d_part;       /* head dims over 128: which half of D this launch accumulates */
+    long long key_slices;   /* CTAs per backward work item: slices of the key block */
 } fsa_sel_params;
 
 #endif

@@ -230,8 +230,11 @@ typedef struct bench_row {
     double flops;
     double rel_diff;   /* FSA output vs NSA output */
     int reps[3];
-    double bwd_ms, fwd_bwd_ms; /* < 0 = not run */
-    size_t bwd_ws;
+    fsa_algorithm bwd_chosen;
+    double bwd_ms[3];  /* backward by fsa_algorithm as ms[]; < 0 = not run */
+    double fwd_bwd_ms; /* AUTO forward + backward */
+    size_t bwd_ws;     /* AUTO */
+    double bwd_rel_diff; /* dq of the FSA order vs the NSA order */
 } bench_row;
 
 static double now_ms(void)
@@ -326,9 +329,12 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype
     return sqrt(num / (den > 0 ? den : 1e-300));
 }
 
-/* Backward and forward + backward of the AUTO plan, on the same inputs. */
-static void time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
-                          CUdeviceptr cu_dev)
+static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
+
+/* Backward of one path (or AUTO): its time, optionally forward + backward,
+ * and dq left in dq_out for the comparison of the two paths. */
+static void time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                               CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
 {
     const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, K = o->top_k;
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
@@ -340,21 +346,20 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     d.top_k = K;
     d.workspace_limit = o->workspace_limit;
     d.backward = 1;
+    d.algorithm = alg;
     fsa_plan *plan = NULL;
     if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
-        fprintf(stderr, "fsa-bench: backward plan T=%d G=%d: %s\n", T, row->G, fsa_last_error());
+        fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
         return;
     }
     const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D;
     size_t ws_f = 0, ws_b = 0;
     FSA(fsa_plan_workspace_size(&ws_f, plan, T, 1));
     FSA(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1));
-    row->bwd_ws = ws_b;
-    CUdeviceptr o_buf, lse, dout, dq, dk, dv, ws;
+    CUdeviceptr o_buf, lse, dout, dk, dv, ws;
     CU(cuMemAlloc(&o_buf, nq * 2));
     CU(cuMemAlloc(&lse, (size_t)hq * T * 4));
     CU(cuMemAlloc(&dout, nq * 2));
-    CU(cuMemAlloc(&dq, nq * 2));
     CU(cuMemAlloc(&dk, nkv * 2));
     CU(cuMemAlloc(&dv, nkv * 2));
     CU(cuMemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
@@ -371,7 +376,7 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     fa.cu_seqlens = cu_dev, fa.workspace = ws, fa.workspace_bytes = ws_f > ws_b ? ws_f : ws_b;
     fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
     ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
-    ba.o = o_buf, ba.dout = dout, ba.dq = dq, ba.dk = dk, ba.dv = dv, ba.lse = lse;
+    ba.o = o_buf, ba.dout = dout, ba.dq = dq_out, ba.dk = dk, ba.dv = dv, ba.lse = lse;
     ba.q_token_stride = ba.o_token_stride = ba.dout_token_stride = ba.dq_token_stride = (int64_t)hq * D;
     ba.q_head_stride = ba.o_head_stride = ba.dout_head_stride = ba.dq_head_stride = D;
     ba.k_token_stride = ba.v_token_stride = ba.dk_token_stride = ba.dv_token_stride = (int64_t)hkv * D;
@@ -384,17 +389,52 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     CU(cuStreamSynchronize(NULL));
     int reps = 0;
     bwd_call bc = {plan, &fa, &ba, sets, 0};
-    row->bwd_ms = time_call(call_backward, &bc, 1, o, &reps);
-    bc.with_forward = 1;
-    row->fwd_bwd_ms = time_call(call_backward, &bc, n_sets, o, &reps);
+    row->bwd_ms[alg] = time_call(call_backward, &bc, 1, o, &reps);
+    if (alg == FSA_ALGORITHM_AUTO) {
+        FSA(fsa_plan_algorithm_bwd(&row->bwd_chosen, NULL, plan, T));
+        row->bwd_ws = ws_b;
+        bc.with_forward = 1;
+        row->fwd_bwd_ms = time_call(call_backward, &bc, n_sets, o, &reps);
+    }
+    /* dq of set 0 for the comparison. */
+    bc.with_forward = 0;
+    call_backward(&bc, 0);
+    CU(cuStreamSynchronize(NULL));
     CU(cuMemFree(o_buf));
     CU(cuMemFree(lse));
     CU(cuMemFree(dout));
-    CU(cuMemFree(dq));
     CU(cuMemFree(dk));
     CU(cuMemFree(dv));
     CU(cuMemFree(ws));
     fsa_plan_destroy(plan);
+}
+
+/* Backward of each path (as --only allows) and of AUTO with forward + backward;
+ * the two paths' dq compared. */
+static void time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                          CUdeviceptr cu_dev)
+{
+    const size_t nq = (size_t)row->T * o->q_heads * row->D;
+    CUdeviceptr dq[3] = {0, 0, 0};
+    for (int a = FSA_ALGORITHM_FSA; a <= FSA_ALGORITHM_NSA; a++) {
+        if (o->only && o->only != a) continue;
+        CU(cuMemAlloc(&dq[a], nq * 2));
+        time_backward_path(ctx, o, row, sets, n_sets, cu_dev, (fsa_algorithm)a, dq[a]);
+    }
+    CU(cuMemAlloc(&dq[0], nq * 2));
+    time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
+    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA]) {
+        uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
+        if (x && y) {
+            CU(cuMemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
+            CU(cuMemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
+            row->bwd_rel_diff = rel_diff(x, y, nq, o->dtype);
+        }
+        free(x);
+        free(y);
+    }
+    for (int a = 0; a < 3; a++)
+        if (dq[a]) CU(cuMemFree(dq[a]));
 }
 
 static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes)
@@ -509,7 +549,9 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         free(x);
         free(y);
     }
-    row->bwd_ms = row->fwd_bwd_ms = -1;
+    row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
+    row->bwd_rel_diff = NAN;
+    row->bwd_chosen = FSA_ALGORITHM_AUTO;
     if (o->backward) time_backward(ctx, o, row, sets, n_sets, cu_dev);
     for (int a = 0; a < 3; a++) {
         if (out[a]) CU(cuMemFree(out[a]));
@@ -527,16 +569,16 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     free(sel);
 }
 
-static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
 
 static void print_row(const bench_row *r, FILE *json, int first)
 {
     double best = r->ms[0];
     printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |", r->T, r->G, r->D,
            alg_name(r->chosen), best, r->flops / (best * 1e-3) / 1e12, r->ms[1], r->ms[2], r->ws[0], r->rel_diff);
-    if (r->bwd_ms >= 0)
-        printf(" %8.3f | %7.1f | %8.3f | %11zu |", r->bwd_ms, 2.5 * r->flops / (r->bwd_ms * 1e-3) / 1e12,
-               r->fwd_bwd_ms, r->bwd_ws);
+    if (r->bwd_ms[0] >= 0)
+        printf(" %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %8.3f | %11zu | %.2e |", alg_name(r->bwd_chosen), r->bwd_ms[0],
+               2.5 * r->flops / (r->bwd_ms[0] * 1e-3) / 1e12, r->bwd_ms[1], r->bwd_ms[2], r->fwd_bwd_ms, r->bwd_ws,
+               r->bwd_rel_diff);
     printf("\n");
     fflush(stdout);
     if (json) {
@@ -544,10 +586,13 @@ static void print_row(const bench_row *r, FILE *json, int first)
                 "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": \"%s\", \"ms_auto\": %.4f, "
                 "\"ms_fsa\": %.4f, \"ms_nsa\": %.4f, \"reps\": [%d, %d, %d], \"tflops_auto\": %.2f, "
                 "\"gflop\": %.3f, \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu, "
-                "\"rel_diff_fsa_vs_nsa\": %.3e, \"ms_bwd\": %.4f, \"ms_fwd_bwd\": %.4f, \"workspace_bytes_bwd\": %zu}",
+                "\"rel_diff_fsa_vs_nsa\": %.3e, \"bwd_auto\": \"%s\", \"ms_bwd\": %.4f, \"ms_bwd_fsa\": %.4f, "
+                "\"ms_bwd_nsa\": %.4f, \"ms_fwd_bwd\": %.4f, \"workspace_bytes_bwd\": %zu, "
+                "\"rel_diff_bwd_dq_fsa_vs_nsa\": %.3e}",
                 first ? "" : ",\n", r->T, r->G, r->D, alg_name(r->chosen), r->reason, r->ms[0], r->ms[1], r->ms[2],
                 r->reps[0], r->reps[1], r->reps[2], r->flops / (r->ms[0] * 1e-3) / 1e12, r->flops / 1e9, r->ws[0],
-                r->ws[1], r->rel_diff, r->bwd_ms, r->fwd_bwd_ms, r->bwd_ws);
+                r->ws[1], r->rel_diff, alg_name(r->bwd_chosen), r->bwd_ms[0], r->bwd_ms[1], r->bwd_ms[2],
+                r->fwd_bwd_ms, r->bwd_ws, r->bwd_rel_diff);
     }
 }
 
@@ -822,9 +867,9 @@ int main(int argc, char **argv)
     printf("Hq=%d BK=%d K=%d; ms = median CUDA-event time of one forward; TFLOP/s = selected FLOPs / time\n",
            o.q_heads, o.block_size, o.top_k);
     printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |%s\n",
-           o.backward ? "   bwd ms | TFLOP/s | f+b ms   | bwd ws B    |" : "");
+           o.backward ? " bwd  |   bwd ms | TFLOP/s | bwd fsa  | bwd nsa  |   f+b ms | bwd ws B    | dq fsa-nsa |" : "");
     printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|%s\n",
-           o.backward ? "----------|---------|----------|-------------|" : "");
+           o.backward ? "------|----------|---------|----------|----------|----------|-------------|------------|" : "");
     int first = 1;
     bench_row row;
     if (o.standard) {

@@ -1,9 +1,10 @@
 /* Selected-attention backward on the GPU against the CPU float64 reference:
  * dq, dk and dv over dtypes, head dims (both halves of D above 128), group
- * sizes, block sizes, index layouts, strided tensors, varlen batches, junk in
- * the top-k rows, long lists (bitmap sort, split blocks), token chunks under
- * a workspace limit; bit-identical repeats; CUDA-graph replay. Outputs are
- * poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
+ * sizes up to 128, block sizes up to 256 (key slices), both dq orders, index
+ * layouts, strided tensors, varlen batches, junk in the top-k rows, long
+ * lists (bitmap sort, split blocks), token chunks under a workspace limit;
+ * bit-identical repeats; CUDA-graph replay. Outputs are poisoned before every
+ * run. FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 
 #include "context.h"
@@ -13,9 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BF FSA_DTYPE_BF16
-#define HF FSA_DTYPE_F16
-#define A_AUTO FSA_ALGORITHM_AUTO
 
 static const attn_case cases[] = {
     /* name                      dtype d   hq  hkv bk   k   lens                    n  tkh str alg     ws       junk big quick */
@@ -31,6 +29,20 @@ static const attn_case cases[] = {
     {"bf16_d128_g4_bk64_chunked", BF, 128, 8, 2,  64, 8,  {100, 400, 37},        3, 0, 0, A_AUTO, 3000000, 1, 0, 1},
     {"bf16_d64_g1_long_lists",   BF, 64,  2,  2,  64, 16, {3000},                1, 0, 0, A_AUTO, 0,       0, 0, 1},
     {"bf16_d64_g1_t1",           BF, 64,  2,  2,  64, 1,  {1},                   1, 0, 0, A_AUTO, 0,       0, 0, 0},
+    /* NSA-order dq (forced, and AUTO on short inputs with large groups). */
+    {"bf16_d128_g16_bk64_nsa",   BF, 128, 32, 2,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_NSA,  0,       1, 0, 1},
+    {"f16_d64_g4_bk32_nsa_str",  HF, 64,  8,  2,  32, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 0},
+    {"bf16_d256_g8_bk256_nsa",   BF, 256, 8,  1,  256, 3, {300, 520},            2, 0, 0, A_NSA,  0,       1, 0, 1},
+    {"bf16_d96_g24_bk64_nsa_chunked", BF, 96, 24, 1, 64, 6, {200, 333},          2, 0, 0, A_NSA,  1500000, 1, 0, 0},
+    {"bf16_d64_g64_bk64_auto",   BF, 64,  64, 1,  64, 4,  {200},                 1, 0, 0, A_AUTO, 0,       1, 0, 0},
+    /* FSA-order dq over the support matrix: split key blocks, groups over 32. */
+    {"bf16_d64_g16_bk64_fsa",    BF, 64,  32, 2,  64, 6,  {1, 63, 64, 65, 250},  5, 0, 1, A_FSA,  0,       1, 0, 1},
+    {"bf16_d128_g1_bk256_slices", BF, 128, 2, 2,  256, 4, {600, 100},            2, 0, 0, A_AUTO, 0,       1, 0, 1},
+    {"f16_d256_g2_bk256_slices", HF, 256, 4,  2,  256, 2, {513},                 1, 1, 1, A_AUTO, 0,       1, 0, 0},
+    {"f16_d96_g48_bk128_fsa",    HF, 96,  48, 1,  128, 4, {260},                 1, 0, 0, A_FSA,  0,       1, 0, 0},
+    {"bf16_d64_g64_bk64_fsa",    BF, 64,  64, 1,  64, 4,  {150, 90},             2, 0, 0, A_FSA,  0,       1, 0, 1},
+    /* Group 128 has no FSA forward; over 1024 tokens AUTO takes the FSA-order dq. */
+    {"bf16_d64_g128_bk16_long",  BF, 64, 128, 1,  16, 2,  {1100},                1, 0, 0, A_AUTO, 0,       1, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -150,13 +162,17 @@ static int row_is_zero(const double *row, int d)
 }
 
 static void check_grads(const grads *g, const double *dq_ref, const double *dk_ref, const double *dv_ref,
-                        const problem *p, const attn_case *c)
+                        const problem *p, const attn_case *c, const fsa_plan *plan)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = grad_error(g->dq, dq_ref, nq), ek = grad_error(g->dk, dk_ref, nkv),
                  ev = grad_error(g->dv, dv_ref, nkv);
-    print_message("  %-28s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, eq, ek, ev, tol);
+    fsa_algorithm alg = FSA_ALGORITHM_AUTO;
+    assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
+    print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa",
+                  eq, ek, ev, tol);
+    if (c->alg != FSA_ALGORITHM_AUTO) assert_int_equal(alg, c->alg);
     assert_true(eq < tol);
     assert_true(ek < tol);
     assert_true(ev < tol);
@@ -201,7 +217,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     fsa_test_sync();
     grads first;
     download_grads(&first, &bd, &p, c);
-    check_grads(&first, dq_ref, dk_ref, dv_ref, &p, c);
+    check_grads(&first, dq_ref, dk_ref, dv_ref, &p, c, plan);
 
     /* Same inputs, same bits. */
     poison_bwd(&bd);
@@ -233,28 +249,28 @@ static void test_backward_matches_the_reference_on_every_case(void **state)
     }
 }
 
-static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **state)
+static void graph_replay_case(size_t ci)
 {
-    (void)state;
-    const attn_case *c = &cases[0];
+    const attn_case *c = &cases[ci];
+    fsa_plan *plan = g_plans[ci];
     const fsa_cu_api *cu = NULL;
     assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     problem p;
     problem_make(&p, c, 4242);
     device_problem dp;
-    device_make(&dp, &p, c, g_plans[0]);
+    device_make(&dp, &p, c, plan);
     fsa_fwd_args fa = fwd_args_of(&dp, &p);
-    assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &fa, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
     const size_t nq = (size_t)p.T * c->hq * c->d;
     float *dout = malloc(nq * sizeof(float));
     assert_non_null(dout);
     fsa_rng rng = {7};
     for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     bwd_device bd;
-    bwd_make(&bd, dout, &p, c, g_plans[0]);
+    bwd_make(&bd, dout, &p, c, plan);
     fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
     poison_bwd(&bd);
-    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &ba, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_selected_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
     fsa_test_sync();
     grads direct;
     download_grads(&direct, &bd, &p, c);
@@ -264,7 +280,7 @@ static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **
     CUgraphExec exec;
     assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &ba, s), FSA_STATUS_OK);
+    assert_int_equal(fsa_selected_attention_bwd(plan, &ba, s), FSA_STATUS_OK);
     assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
     assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
     for (int rep = 0; rep < 2; rep++) {
@@ -286,6 +302,18 @@ static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **
     free(dout);
     device_free(&dp);
     problem_free(&p);
+}
+
+/* Both dq orders: the FSA-order case 0 and the first forced NSA-order case. */
+static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **state)
+{
+    (void)state;
+    graph_replay_case(0);
+    for (size_t i = 0; i < N_CASES; i++)
+        if (cases[i].alg == FSA_ALGORITHM_NSA) {
+            graph_replay_case(i);
+            break;
+        }
 }
 
 static void test_backward_bad_arguments_return_statuses(void **state)

@@ -1296,6 +1296,57 @@ static void test_workspace_size_is_zero_without_tokens_and_grows_with_tokens(voi
     fsa_context_destroy(ctx);
 }
 
+/* A backward plan with a group of 16: AUTO takes the NSA-order dq for short
+ * inputs and the FSA order for long ones, and only the FSA order needs the
+ * per-pair dq rows in its workspace. */
+static void test_a_backward_plan_chooses_the_dq_order_per_call_and_sizes_the_workspace_for_it(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_or_fail(g_plan_dir, PLAN_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fsa_selected_attention_desc d = small_desc(FSA_ALGORITHM_AUTO, 0);
+    d.num_q_heads = 16;
+    d.backward = 1;
+    fsa_plan *autop = NULL, *fsa = NULL, *nsa = NULL, *fwd_only = NULL;
+    if (fsa_plan_create(&autop, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    d.algorithm = FSA_ALGORITHM_FSA;
+    assert_int_equal(fsa_plan_create(&fsa, ctx, &d), FSA_STATUS_OK);
+    d.algorithm = FSA_ALGORITHM_NSA;
+    assert_int_equal(fsa_plan_create(&nsa, ctx, &d), FSA_STATUS_OK);
+    d.backward = 0;
+    assert_int_equal(fsa_plan_create(&fwd_only, ctx, &d), FSA_STATUS_OK);
+
+    fsa_algorithm a = FSA_ALGORITHM_AUTO;
+    const char *why = NULL;
+    assert_int_equal(fsa_plan_algorithm_bwd(&a, &why, autop, 256), FSA_STATUS_OK);
+    assert_int_equal(a, FSA_ALGORITHM_NSA);
+    assert_non_null(strstr(why, "crossover"));
+    assert_int_equal(fsa_plan_algorithm_bwd(&a, &why, autop, 65536), FSA_STATUS_OK);
+    assert_int_equal(a, FSA_ALGORITHM_FSA);
+    assert_int_equal(fsa_plan_algorithm_bwd(&a, &why, fsa, 256), FSA_STATUS_OK);
+    assert_int_equal(a, FSA_ALGORITHM_FSA);
+    assert_non_null(strstr(why, "forced"));
+    assert_int_equal(fsa_plan_algorithm_bwd(&a, NULL, nsa, 65536), FSA_STATUS_OK);
+    assert_int_equal(a, FSA_ALGORITHM_NSA);
+    assert_int_equal(fsa_plan_algorithm_bwd(&a, NULL, fwd_only, 256), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_plan_algorithm_bwd(NULL, NULL, autop, 256), FSA_STATUS_NULL_POINTER);
+
+    /* dq rows: Hkv * T * K * G * D * 2 bytes on the FSA order only. */
+    const int64_t T = 4096;
+    size_t w_fsa = 0, w_nsa = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&w_fsa, fsa, T, 1), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&w_nsa, nsa, T, 1), FSA_STATUS_OK);
+    assert_true(w_nsa > 0);
+    assert_true(w_fsa >= w_nsa + (size_t)T * 4 * 16 * 64 * 2);
+    size_t w = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&w, fwd_only, T, 1), FSA_STATUS_INVALID_ARGUMENT);
+
+    fsa_plan_destroy(autop);
+    fsa_plan_destroy(fsa);
+    fsa_plan_destroy(nsa);
+    fsa_plan_destroy(fwd_only);
+    fsa_context_destroy(ctx);
+}
+
 static void test_a_workspace_limit_bounds_the_workspace_size(void **state)
 {
     (void)state;
@@ -1475,6 +1526,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_an_offline_plan_puts_the_forward_kernels_in_the_cache),
         cmocka_unit_test(test_a_second_context_and_a_fresh_process_build_the_same_plan_without_compiling),
         cmocka_unit_test(test_workspace_size_is_zero_without_tokens_and_grows_with_tokens),
+        cmocka_unit_test(test_a_backward_plan_chooses_the_dq_order_per_call_and_sizes_the_workspace_for_it),
         cmocka_unit_test(test_a_workspace_limit_bounds_the_workspace_size),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
     };

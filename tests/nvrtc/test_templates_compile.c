@@ -15,29 +15,33 @@
 typedef struct variant {
     const char *family;
     const char *dtype, *d, *g, *bk, *unroll, *k;
+    const char *keys;
 } variant;
 
 static const variant variants[] = {
-    {"fill", NULL, NULL, NULL, NULL, "4", NULL},
-    {"sel_index", NULL, NULL, NULL, "16", NULL, "1"},
-    {"sel_index", NULL, NULL, NULL, "64", NULL, "16"},
-    {"sel_index", NULL, NULL, NULL, "256", NULL, "64"},
-    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL},
-    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL},
-    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL},
-    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL},
-    {"sel_fwd_reduce", "bf16", "128", "4", NULL, NULL, NULL},
-    {"sel_fwd_reduce", "f16", "192", "7", NULL, NULL, NULL},
-    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL},
-    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL},
-    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL},
-    {"sel_bwd_prep", "bf16", "128", NULL, NULL, NULL, NULL},
-    {"sel_bwd_prep", "f16", "96", NULL, NULL, NULL, NULL},
-    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL},
-    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL},
-    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL},
-    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL},
-    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL},
+    {"fill", NULL, NULL, NULL, NULL, "4", NULL, NULL},
+    {"sel_index", NULL, NULL, NULL, "16", NULL, "1", NULL},
+    {"sel_index", NULL, NULL, NULL, "64", NULL, "16", NULL},
+    {"sel_index", NULL, NULL, NULL, "256", NULL, "64", NULL},
+    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL, NULL},
+    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL, NULL},
+    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL, NULL},
+    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL, NULL},
+    {"sel_fwd_reduce", "bf16", "128", "4", NULL, NULL, NULL, NULL},
+    {"sel_fwd_reduce", "f16", "192", "7", NULL, NULL, NULL, NULL},
+    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
+    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL, NULL},
+    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL, NULL},
+    {"sel_bwd_prep", "bf16", "128", NULL, NULL, NULL, NULL, NULL},
+    {"sel_bwd_prep", "f16", "96", NULL, NULL, NULL, NULL, NULL},
+    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL, "64"},
+    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL, "128"},
+    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL, "16"},
+    {"sel_bwd_main", "bf16", "96", "80", "256", NULL, NULL, "128"},
+    {"sel_bwd_dq_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
+    {"sel_bwd_dq_nsa", "f16", "256", "40", "256", NULL, NULL, NULL},
+    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL, NULL},
+    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL},
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
@@ -52,6 +56,7 @@ static size_t params_of(const variant *v, fsa_param *out)
     if (v->bk) out[n++] = (fsa_param){"BLOCK_SIZE", v->bk, "bk"};
     if (v->unroll) out[n++] = (fsa_param){"UNROLL", v->unroll, "u"};
     if (v->k) out[n++] = (fsa_param){"TOP_K", v->k, "k"};
+    if (v->keys) out[n++] = (fsa_param){"KEYS", v->keys, "ks"};
     return n;
 }
 
@@ -61,7 +66,7 @@ static void compile_variant(const variant *v, const char *target)
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
-    fsa_param params[6];
+    fsa_param params[7];
     size_t n = params_of(v, params);
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
