@@ -11,9 +11,6 @@
 
 #define STAGE "plan"
 
-/* AUTO for the backward: NSA-order dq up to this many tokens (G >= 16, G >= 8). */
-#define FSA_BWD_NSA_UP_TO_G16 1024
-#define FSA_BWD_NSA_UP_TO_G8 512
 
 static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
 
@@ -276,20 +273,20 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     out->total = at;
 }
 
-/* List entries per backward work item for a chunk of tc tokens: whole rounds,
- * doubled up to 8 rounds while that leaves at least 4 waves of items (fewer
- * dK/dV partials), halved down to an eighth of a round while there are fewer
- * than 2 waves (short inputs still fill the device). */
+/* List entries per backward work item for a chunk of tc tokens: one round,
+ * halved down to an eighth of a round while there are fewer than 2 waves of
+ * items, so short inputs still fill the device. (Items of several rounds
+ * would save dK/dV partials but measured slower: the longest lists then make
+ * the tail; bench/NOTES.md.) */
 static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
 {
     const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
                          (plan->desc.block_size / plan->bwd_keys);
-    const int64_t waves = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
+    const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     const int round = plan->bwd_round_entries;
     const int tok = plan->group <= FSA_BWD_ROWS ? FSA_BWD_ROWS / plan->group : 1;
     int e = round;
-    while (e < 8 * round && work / (2 * e) >= 4 * waves) e *= 2;
-    while (e > round / 8 && (e / 2) % tok == 0 && e / 2 >= tok && work / e < 2 * waves) e /= 2;
+    while (e > round / 8 && (e / 2) % tok == 0 && e / 2 >= tok && work / e < 2 * grid) e /= 2;
     return e;
 }
 
@@ -311,6 +308,7 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     FSA_PLACE_(work_offsets, n * 4);
     FSA_PLACE_(part_offsets, n * 4);
     FSA_PLACE_(work_seg, (n + pairs / e) * 4);
+    FSA_PLACE_(work_next, 2 * 4);
     FSA_PLACE_(mask, hkv * (size_t)tc * 8);
     FSA_PLACE_(list, pairs * 4);
     FSA_PLACE_(list_sorted, pairs * 4);
@@ -423,20 +421,17 @@ fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const 
 
 fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
 {
+    (void)total_tokens;
     const char *why = "forced by the descriptor";
     fsa_algorithm a = plan->desc.algorithm;
-    if (a == FSA_ALGORITHM_AUTO && !plan->bwd_nsa_available) {
+    if (a == FSA_ALGORITHM_AUTO) {
+        /* Measured on an H200 (bench/RESULTS.md, T 64..65536, G 1..64): the
+         * FSA-order dq is never slower. The NSA-order dq reloads every
+         * selected K/V block per token and runs after the dK/dV kernel; at
+         * short inputs, where it could pay off, the per-pair dq rows are too
+         * few to cost anything. */
         a = FSA_ALGORITHM_FSA;
-        why = "the NSA-order dq kernel does not fit this target";
-    } else if (a == FSA_ALGORITHM_AUTO) {
-        /* Crossovers measured on an H200 (bench/RESULTS.md): per-token dq
-         * reloads every selected K/V block, which pays off only while the
-         * group fills the rows and the input is short; otherwise the dq
-         * partials of the FSA order are cheaper. */
-        const int64_t nsa_up_to = plan->group >= 16 ? FSA_BWD_NSA_UP_TO_G16 : plan->group >= 8 ? FSA_BWD_NSA_UP_TO_G8 : 0;
-        a = total_tokens <= nsa_up_to ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
-        why = a == FSA_ALGORITHM_NSA ? "measured crossover: NSA-order dq for G >= 8 and short inputs"
-                                     : "measured crossover: FSA-order dq";
+        why = "measured: the FSA-order dq is at least as fast on every measured shape";
     }
     if (reason) *reason = why;
     return a;

@@ -89,8 +89,8 @@ typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
     int item_entries; /* list entries per main-kernel work item */
     int64_t nb_total;
-    size_t counts, offsets, work_offsets, part_offsets, work_seg, mask, list, list_sorted, delta, dq_part,
-        dkv_part, dkv_acc;
+    size_t counts, offsets, work_offsets, part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
+        dq_part, dkv_part, dkv_acc;
     size_t total;
 } fsa_bwd_layout;
 
@@ -101,7 +101,7 @@ int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 
 /* The path a backward call with `total_tokens` tokens takes: the order dq is
- * computed in (dK and dV always go KV-block-outer). */
+ * computed in (dK and dV always go KV-block-outer). AUTO: the FSA order. */
 fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 
 #endif

@@ -72,6 +72,7 @@ static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_arg
     p->work_offsets = (long long)(ws + l->work_offsets);
     p->part_offsets = (long long)(ws + l->part_offsets);
     p->work_seg = (long long)(ws + l->work_seg);
+    p->work_next = (long long)(ws + l->work_next);
     p->mask = (long long)(ws + l->mask);
     p->list = (long long)(ws + l->list);
     p->list_sorted = (long long)(ws + l->list_sorted);

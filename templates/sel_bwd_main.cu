@@ -137,6 +137,44 @@ __device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M /
     }
 }
 
+// dQ = dS K for one tile: 16 rows x DQ_COLS columns per unit, the dS^T
+// fragment loaded once per 16 keys and used for all the unit's columns.
+constexpr int DQ_COLS = D % 64 == 0 ? 64 : D % 32 == 0 ? 32 : 16;
+__device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, int tile,
+                                        int slice, float scale, int lane, int warp) {
+    constexpr int NT = DQ_COLS / 8;
+    u16 *dq_part = (u16 *)p.dq_part;
+    for (int u = warp; u < (M / 16) * (D / DQ_COLS); u += WARPS) {
+        const int rb = u / (D / DQ_COLS), c0 = (u - rb * (D / DQ_COLS)) * DQ_COLS;
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS / 16; kk++) {
+            u32 a[4];
+            ldmatrix_x4_trans(a, dst_addr + lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                u32 b[4];
+                ldmatrix_x4_trans(b, ks_addr + lane_a(lane, LD) + kk * 16 * LD * 2 + (c0 + j * 8) * 2);
+                DT::mma(acc[j], a, b[0], b[1]);
+                DT::mma(acc[j + 1], a, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int r = rb * 16 + (lane >> 2) + half * 8, i = tile * M + r;
+            if (tb.token[i] < 0) continue;
+            int e, g;
+            tile_row(tile, r, e, g);
+            u16 *dst = dq_part + (((long long)tb.pair[i] * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                *(u32 *)(dst + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+        }
+    }
+}
+
 template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -167,8 +205,12 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     const u32 ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs), qs_addr = smem_addr(Qs), dos_addr = smem_addr(DOs);
     const u32 dst_addr = smem_addr(dST);
 
-    // Consecutive CTAs take the slices of one item: they read the same rows.
-    for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
+    // Work items in order, each CTA taking the next one when it is done (list
+    // lengths vary widely); consecutive items are the slices of one item, which
+    // read the same rows. Results do not depend on which CTA takes an item.
+    __shared__ int next_work;
+    int *work_next = (int *)p.work_next + p.d_part;
+    for (int w = blockIdx.x; w < total_work;) {
         const int wi = w / SLICES, slice = w - wi * SLICES;
         const long long seg = work_seg[wi];
         const int h = (int)(seg / p.nb_total);
@@ -215,7 +257,6 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
 
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
             for (int tile = 0; tile < ntiles; tile++) {
-                u16 *Qb = Qs + (tile & 1) * M * LD;
                 if (tile + 1 < ntiles) {
                     __syncthreads();  // the other buffers are free
                     load_rows(p, Qs + ((tile + 1) & 1) * M * LD, DOs + ((tile + 1) & 1) * M * LD, tb, tile + 1, h);
@@ -251,46 +292,16 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 gemm_acc(dk, dpt, qb_addr + lane_a(lane, LD), d0);
                 if (!do_dq) continue;
 
-                // dS^T to shared memory, then dQ = dS K for the tile (staged in Qb).
+                // dS^T to shared memory, then dQ = dS K for the tile, stored per pair row
+                // straight from the fragments.
 #pragma unroll
                 for (int jn = 0; jn < M / 8; jn++) {
                     const int col = jn * 8 + 2 * (lane & 3);
                     *(u32 *)(dST + key_lo * LDS + col) = DT::pack(dpt[jn][0], dpt[jn][1]);
                     *(u32 *)(dST + (key_lo + 8) * LDS + col) = DT::pack(dpt[jn][2], dpt[jn][3]);
                 }
-                __syncthreads();  // dS^T complete; every warp is done reading Qb
-                for (int u = warp; u < (M / 16) * (D / 16); u += WARPS) {
-                    const int rb = u / (D / 16), dg = u - rb * (D / 16);
-                    float acc[2][4];
-#pragma unroll
-                    for (int j = 0; j < 2; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-#pragma unroll
-                    for (int kk = 0; kk < KS / 16; kk++) {
-                        u32 a[4], b[4];
-                        ldmatrix_x4_trans(a, dst_addr + lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
-                        ldmatrix_x4_trans(b, ks_addr + lane_a(lane, LD) + kk * 16 * LD * 2 + dg * 32);
-                        DT::mma(acc[0], a, b[0], b[1]);
-                        DT::mma(acc[1], a, b[2], b[3]);
-                    }
-                    const int row = rb * 16 + (lane >> 2);
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        const int col = dg * 16 + j * 8 + 2 * (lane & 3);
-                        *(u32 *)(Qb + row * LD + col) = DT::pack(acc[j][0] * scale, acc[j][1] * scale);
-                        *(u32 *)(Qb + (row + 8) * LD + col) = DT::pack(acc[j][2] * scale, acc[j][3] * scale);
-                    }
-                }
-                __syncthreads();
-                u16 *dq_part = (u16 *)p.dq_part;
-                for (int c = tid; c < M * (D / 8); c += WARPS * 32) {
-                    const int r = c / (D / 8), cc = c - r * (D / 8);
-                    const int i = tile * M + r;
-                    if (tb.token[i] < 0) continue;
-                    int e, g;
-                    tile_row(tile, r, e, g);
-                    const long long prow = ((long long)tb.pair[i] * SLICES + slice) * G + g;
-                    *(uint4 *)(dq_part + prow * D + cc * 8) = *(const uint4 *)(Qb + r * LD + cc * 8);
-                }
+                __syncthreads();  // dS^T complete
+                dq_tile(p, tb, dst_addr, ks_addr, tile, slice, scale, lane, warp);
             }
         }
 
@@ -324,6 +335,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 *pv = vv;
             }
         }
+        if (tid == 0) next_work = (int)gridDim.x + atomicAdd(work_next, 1);
+        __syncthreads();
+        w = next_work;
     }
 }
 

@@ -1,6 +1,6 @@
 // Backward, first step: delta = rowsum(dout * o) for every (query head,
 // token) of the chunk, in fp32. A row takes 8, 16 or 32 lanes, each holding
-// 16-byte pieces.
+// 16-byte pieces. Block 0 also resets the main kernel's work counters.
 #include "sel_common.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -28,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_prep(const fsa_sel
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
     const long long row = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    if (blockIdx.x == 0 && threadIdx.x < 2) ((int *)p.work_next)[threadIdx.x] = 0;
     const long long hq = p.num_q_heads;
     const bool live = row < p.tc * hq;
     const long long tl = live ? row / hq : 0;

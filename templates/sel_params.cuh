@@ -42,6 +42,7 @@ typedef struct fsa_sel_params {
     long long dkv_acc;      /* float [T, Hkv, 2, D]: dK and dV over all token chunks */
     long long d_part;       /* head dims over 128: which half of D this launch accumulates */
     long long key_slices;   /* CTAs per backward work item: slices of the key block */
+    long long work_next;    /* int [2]: next backward work item, one counter per main launch of a chunk */
 } fsa_sel_params;
 
 #endif

@@ -792,7 +792,8 @@ static void usage(void)
            "                 [--top-k N] [--dtype bf16|f16] [--min-ms MS] [--warmup-ms MS]\n"
            "                 [--workspace-limit BYTES] [--cache-dir DIR] [--json FILE] [--only fsa|nsa]\n"
            "                 [--backward] [--jit]\n"
-           "  --backward  also time the backward and forward + backward (AUTO path; 2.5x the forward FLOPs)\n"
+           "  --backward  also time the backward of each dq order (as --only allows) and of AUTO, forward +\n"
+           "              backward (AUTO), and compare the two orders' dq (2.5x the forward FLOPs)\n"
            "  --standard  the problem table of BENCHMARKS.md (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
            "              plus T 16384 G 4 at D 64 and 256)\n"
            "  --jit       cold compile, disk-hit and in-memory plan times, host time per launch\n");

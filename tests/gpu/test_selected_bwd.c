@@ -29,19 +29,19 @@ static const attn_case cases[] = {
     {"bf16_d128_g4_bk64_chunked", BF, 128, 8, 2,  64, 8,  {100, 400, 37},        3, 0, 0, A_AUTO, 3000000, 1, 0, 1},
     {"bf16_d64_g1_long_lists",   BF, 64,  2,  2,  64, 16, {3000},                1, 0, 0, A_AUTO, 0,       0, 0, 1},
     {"bf16_d64_g1_t1",           BF, 64,  2,  2,  64, 1,  {1},                   1, 0, 0, A_AUTO, 0,       0, 0, 0},
-    /* NSA-order dq (forced, and AUTO on short inputs with large groups). */
+    /* NSA-order dq (forced: AUTO takes the FSA order). */
     {"bf16_d128_g16_bk64_nsa",   BF, 128, 32, 2,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_NSA,  0,       1, 0, 1},
     {"f16_d64_g4_bk32_nsa_str",  HF, 64,  8,  2,  32, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 0},
     {"bf16_d256_g8_bk256_nsa",   BF, 256, 8,  1,  256, 3, {300, 520},            2, 0, 0, A_NSA,  0,       1, 0, 1},
     {"bf16_d96_g24_bk64_nsa_chunked", BF, 96, 24, 1, 64, 6, {200, 333},          2, 0, 0, A_NSA,  1500000, 1, 0, 0},
-    {"bf16_d64_g64_bk64_auto",   BF, 64,  64, 1,  64, 4,  {200},                 1, 0, 0, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d64_g64_bk64_nsa",    BF, 64,  64, 1,  64, 4,  {200},                 1, 0, 0, A_NSA,  0,       1, 0, 0},
     /* FSA-order dq over the support matrix: split key blocks, groups over 32. */
     {"bf16_d64_g16_bk64_fsa",    BF, 64,  32, 2,  64, 6,  {1, 63, 64, 65, 250},  5, 0, 1, A_FSA,  0,       1, 0, 1},
     {"bf16_d128_g1_bk256_slices", BF, 128, 2, 2,  256, 4, {600, 100},            2, 0, 0, A_AUTO, 0,       1, 0, 1},
     {"f16_d256_g2_bk256_slices", HF, 256, 4,  2,  256, 2, {513},                 1, 1, 1, A_AUTO, 0,       1, 0, 0},
     {"f16_d96_g48_bk128_fsa",    HF, 96,  48, 1,  128, 4, {260},                 1, 0, 0, A_FSA,  0,       1, 0, 0},
     {"bf16_d64_g64_bk64_fsa",    BF, 64,  64, 1,  64, 4,  {150, 90},             2, 0, 0, A_FSA,  0,       1, 0, 1},
-    /* Group 128 has no FSA forward; over 1024 tokens AUTO takes the FSA-order dq. */
+    /* Group 128 has no FSA forward: AUTO runs the NSA-order forward and the FSA-order dq. */
     {"bf16_d64_g128_bk16_long",  BF, 64, 128, 1,  16, 2,  {1100},                1, 0, 0, A_AUTO, 0,       1, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
