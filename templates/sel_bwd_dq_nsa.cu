@@ -15,17 +15,11 @@ typedef fsa::dtype_{{DTYPE}} DT;
 using namespace fsa;
 
 constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
-constexpr int WARPS = 4;
-constexpr int STAGE = 16 * WARPS;           // keys per pipeline stage
-constexpr int HEAD_GROUPS = (G + 15) / 16;  // CTAs per (token, KV head)
+constexpr int WARPS = NSA_WARPS, STAGE = NSA_STAGE;
+constexpr int HEAD_GROUPS = (G + NSA_ROWS - 1) / NSA_ROWS;  // CTAs per (token, KV head)
 constexpr int LD = D + 8;                   // smem pitch: +16 B keeps ldmatrix rows on distinct banks
 static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
 static_assert(2 * 2 * STAGE * LD * 2 >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
-
-__device__ __forceinline__ void load_stage(const fsa_sel_params &p, u16 *Kb, u16 *Vb, int *keyb, const int *block_start,
-                                           int stage, int total_keys, int h, long long seq_end) {
-    nsa_load_stage<STAGE, D, LD, BK, WARPS * 32>(p, Kb, Vb, keyb, block_start, stage, total_keys, h, seq_end);
-}
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -66,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_dq_nsa(cons
     }
     const int total_keys = n_valid * BK;
     const int n_stages = (total_keys + STAGE - 1) / STAGE;
-    if (n_stages > 0) load_stage(p, Ks, Vs, keyidx[0], block_start, 0, total_keys, h, sb.end);
+    if (n_stages > 0) nsa_load_stage<D, BK>(p, Ks, Vs, keyidx[0], block_start, 0, total_keys, h, sb.end);
     cp_async_commit();
 
     const float scale_log2 = (float)p.scale_log2;
@@ -86,8 +80,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_dq_nsa(cons
         const int buf = st & 1;
         if (st + 1 < n_stages) {
             __syncthreads();  // everyone is done with the buffer the next stage fills
-            load_stage(p, Ks + (buf ^ 1) * STAGE * LD, Vs + (buf ^ 1) * STAGE * LD, keyidx[buf ^ 1], block_start,
-                       st + 1, total_keys, h, sb.end);
+            nsa_load_stage<D, BK>(p, Ks + (buf ^ 1) * STAGE * LD, Vs + (buf ^ 1) * STAGE * LD, keyidx[buf ^ 1],
+                                  block_start, st + 1, total_keys, h, sb.end);
             cp_async_commit();
             cp_async_wait<1>();
         } else {

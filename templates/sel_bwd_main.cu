@@ -1,8 +1,9 @@
 // FSA backward, main kernel: a CTA takes one work item = one (KV head, key
 // block, run of list entries of that block, in token order; the host sizes
-// the runs) and one KEYS-key slice of the block, in rounds of CHUNK entries. K and V of the slice stay in shared memory;
-// warp w owns keys 16w..16w+15 and accumulates their dK and dV in registers
-// over every tile of (token, head-in-group) rows:
+// the runs) and one KEYS-key slice of the block, in rounds of CHUNK entries.
+// K and V of the slice stay in shared memory; warp w owns keys 16w..16w+15
+// and accumulates their dK and dV in registers over every tile of (token,
+// head-in-group) rows:
 //   S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
 //   dV += P^T dO, dK += dS^T Q, and (fsa_sel_bwd_main only) dQ = dS K.
 // dQ goes out per (token, slot, slice) and is summed per token by the

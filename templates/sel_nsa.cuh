@@ -7,6 +7,9 @@
 namespace fsa {
 
 constexpr int NSA_MAX_TOPK = 64;
+constexpr int NSA_WARPS = 4;               // a warp takes 16 keys of every stage
+constexpr int NSA_STAGE = 16 * NSA_WARPS;  // keys per pipeline stage
+constexpr int NSA_ROWS = 16;               // query heads per CTA (the tile rows)
 
 // Valid slots of the token's top-k row (in range, not in the future, first
 // occurrence) compacted in slot order into block_start (first key of each
@@ -37,18 +40,19 @@ __device__ __forceinline__ int nsa_select_blocks(int *block_start, int *raw, int
     return n_valid;
 }
 
-// Stage `stage` of the concatenated selected keys: ROWS rows of K and V with
-// pitch LD (cp.async, zero-filled past the end) and each row's key index in
-// keyb (INT_MAX for padding, which the causal test then masks).
-template <int ROWS, int D, int LD, int BK, int THREADS>
+// Stage `stage` of the concatenated selected keys: NSA_STAGE rows of K and V
+// with pitch D + 8 (cp.async, zero-filled past the end) and each row's key
+// index in keyb (INT_MAX for padding, which the causal test then masks).
+template <int D, int BK>
 __device__ __forceinline__ void nsa_load_stage(const fsa_sel_params &p, u16 *Kb, u16 *Vb, int *keyb,
                                                const int *block_start, int stage, int total_keys, int h,
                                                long long seq_end) {
+    constexpr int LD = D + 8;
     const u16 *kg = (const u16 *)p.k + (long long)h * p.k_hs;
     const u16 *vg = (const u16 *)p.v + (long long)h * p.v_hs;
-    for (int c = threadIdx.x; c < ROWS * (D / 8); c += THREADS) {
+    for (int c = threadIdx.x; c < NSA_STAGE * (D / 8); c += NSA_WARPS * 32) {
         const int r = c / (D / 8), cc = c - r * (D / 8);
-        const int pos = stage * ROWS + r;
+        const int pos = stage * NSA_STAGE + r;
         long long key = pos < total_keys ? (long long)block_start[pos / BK] + pos % BK : seq_end;
         const bool ok = key < seq_end;
         if (cc == 0) keyb[r] = ok ? (int)key : 0x7fffffff;
