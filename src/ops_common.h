@@ -5,9 +5,11 @@
 
 #include "plan.h"
 
-/* A q/k/v-like tensor: non-NULL, 16-byte aligned, strides non-negative multiples of 8 elements. */
+/* A q/k/v-like tensor of `tokens` x `heads` rows: non-NULL, 16-byte aligned,
+ * strides non-negative multiples of 8 elements (not checked for a dimension
+ * of size 1, whose stride is never used). */
 fsa_status fsa_check_tensor(const char *stage, const char *name, uint64_t ptr, int64_t token_stride,
-                            int64_t head_stride);
+                            int64_t head_stride, int64_t tokens, int64_t heads);
 
 /* Token count, batch, max_seqlen, top-k and cu_seqlens (and lse when required). */
 fsa_status fsa_check_problem(const char *stage, int64_t total_tokens, int batch, int max_seqlen, uint64_t topk,

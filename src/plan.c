@@ -314,8 +314,10 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     FSA_PLACE_(list_sorted, pairs * 4);
     FSA_PLACE_(delta, hkv * g * (size_t)tc * 4);
     FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? pairs * slices * g * dim * 2 : 0);
-    /* Split segments hold more than e entries each: at most 2 * pairs / e items. */
-    FSA_PLACE_(dkv_part, 2 * (pairs / e) * 2 * bk * dim * 4);
+    /* Items of split segments (more than e entries each): ceil(c / e) <= c / e + 1
+     * per segment, and at most pairs / e such segments. */
+    const size_t split_items = pairs / e + (n < pairs / e ? n : pairs / e);
+    FSA_PLACE_(dkv_part, split_items * 2 * bk * dim * 4);
     FSA_PLACE_(dkv_acc, (size_t)total_tokens * hkv * 2 * dim * 4);
     out->total = at;
 }

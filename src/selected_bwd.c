@@ -29,14 +29,15 @@ static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_b
     FSA_CHECK(fsa_check_problem(STAGE, a->total_tokens, a->batch, a->max_seqlen, a->topk, a->topk_head_stride,
                                 a->topk_token_stride, a->cu_seqlens, a->lse, 1));
     if (a->total_tokens == 0) goto cleanup;
-    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dout", a->dout, a->dout_token_stride, a->dout_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dq", a->dq, a->dq_token_stride, a->dq_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dk", a->dk, a->dk_token_stride, a->dk_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dv", a->dv, a->dv_token_stride, a->dv_head_stride));
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->total_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride, a->total_tokens, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride, a->total_tokens, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->total_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dout", a->dout, a->dout_token_stride, a->dout_head_stride, a->total_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dq", a->dq, a->dq_token_stride, a->dq_head_stride, a->total_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dk", a->dk, a->dk_token_stride, a->dk_head_stride, a->total_tokens, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dv", a->dv, a->dv_token_stride, a->dv_head_stride, a->total_tokens, hkv));
     su->tc = fsa_bwd_chunk_tokens(plan, a->total_tokens, a->batch);
     fsa_bwd_layout_for(&su->layout, plan, a->total_tokens, a->batch, su->tc);
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));

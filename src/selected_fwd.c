@@ -25,10 +25,11 @@ static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_f
     FSA_CHECK(fsa_check_problem(STAGE, a->total_tokens, a->batch, a->max_seqlen, a->topk, a->topk_head_stride,
                                 a->topk_token_stride, a->cu_seqlens, a->lse, 0));
     if (a->total_tokens == 0) goto cleanup;
-    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride));
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->total_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride, a->total_tokens, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride, a->total_tokens, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->total_tokens, hq));
     su->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
     if (su->algorithm == FSA_ALGORITHM_FSA) {
         su->tc = fsa_fsa_chunk_tokens(plan, a->total_tokens, a->batch);

@@ -1440,7 +1440,20 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_MISALIGNED, plan, &a);
     a = good_args(plan, T);
     a.k_head_stride = -8;
+    a.q_head_stride = 12;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, plan, &a);
+    /* One KV head: its head stride is never used, whatever it is. */
+    a = good_args(plan, T);
+    a.k_head_stride = -3;
+    a.v_head_stride = 12;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, plan, &a);
+    a.q_head_stride = 12; /* two query heads: checked */
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, plan, &a);
+    /* One token: token strides are never used. */
+    a = good_args(plan, 1);
+    a.q_token_stride = 5;
+    a.o_token_stride = -1;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, plan, &a);
     a = good_args(plan, T);
     a.lse = 0x7f0000700002ull;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, plan, &a);
