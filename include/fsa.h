@@ -239,7 +239,8 @@ FSA_API fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char *
 
 /* Tensors are device pointers; strides are in elements; the last dimension
  * is contiguous. q and o: [T, Hq, D]; k and v: [T, Hkv, D]. Pointers must be
- * 16-byte aligned and token/head strides multiples of 8 elements.
+ * 16-byte aligned and token/head strides multiples of 8 elements (the stride
+ * of a dimension of size 1 is ignored).
  * Top-k indices: int32, element (h, t, s) at topk + h*topk_head_stride +
  * t*topk_token_stride + s, so [Hkv, T, K] and [T, Hkv, K] both work.
  * cu_seqlens: int32 [batch + 1] on the device, starts of the packed sequences,
