@@ -219,7 +219,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
             plan->bwd_smem = bwd_smem_bytes(desc->head_dim, plan->bwd_keys, plan->bwd_round_entries);
         }
         plan->bwd_nsa_smem = bwd_nsa_smem_bytes(desc->head_dim);
-        plan->bwd_nsa_available = plan->bwd_nsa_smem <= max_smem && desc->algorithm != FSA_ALGORITHM_FSA;
+        /* AUTO never takes the NSA-order dq (fsa_plan_choose_bwd): only a forced NSA plan loads it. */
+        plan->bwd_nsa_available = plan->bwd_nsa_smem <= max_smem && desc->algorithm == FSA_ALGORITHM_NSA;
         if (plan->bwd_smem > max_smem)
             FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                      "the backward needs %d bytes of shared memory even with 16-key slices; target %s allows %d",

@@ -66,7 +66,7 @@ struct fsa_plan {
     int bwd_round_entries; /* list entries per round of the backward main kernel */
     int bwd_keys;         /* keys per main-kernel CTA (block_size / bwd_keys slices) */
     int bwd_smem, bwd_nsa_smem;
-    int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor allows it */
+    int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
 };
