@@ -1,7 +1,7 @@
 # Writes OUTPUT: a C file holding every file of INPUTS as a NUL-terminated
 # byte array, plus a table of {name, text, length}. Bytes are emitted as hex so
 # any text survives unchanged.
-set(body "/* Generated from templates/ by cmake/embed_templates.cmake. Do not edit. */\n#include \"templates.h\"\n\n")
+set(body "/* Generated from templates/ by cmake/embed_templates.cmake. Do not edit. */\n#include \"jit/templates.h\"\n\n")
 set(table "")
 set(i 0)
 foreach(path IN LISTS INPUTS)

@@ -1,6 +1,6 @@
 #include "testing.h"
 
-#include "context.h"
+#include "jit/context.h"
 
 #include <ftw.h>
 #include <math.h>

@@ -7,7 +7,7 @@
  * run. FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 
-#include "context.h"
+#include "jit/context.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
 #include "attention_problem.h"
 
-#include "context.h"
+#include "jit/context.h"
 
 #include <math.h>
 #include <stdio.h>

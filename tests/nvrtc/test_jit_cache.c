@@ -9,10 +9,10 @@
  * empty table and may ask for the parent's kernel. */
 #include "testing.h"
 
-#include "context.h"
-#include "disk_cache.h"
-#include "module_cache.h"
-#include "plan.h"
+#include "jit/context.h"
+#include "jit/disk_cache.h"
+#include "jit/module_cache.h"
+#include "attention/plan.h"
 
 #include <dirent.h>
 #include <errno.h>

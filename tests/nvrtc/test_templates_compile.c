@@ -3,10 +3,10 @@
  * without an entry here fails the coverage test. */
 #include "testing.h"
 
-#include "compile.h"
-#include "nvrtc_loader.h"
-#include "render.h"
-#include "templates.h"
+#include "jit/compile.h"
+#include "jit/nvrtc_loader.h"
+#include "jit/render.h"
+#include "jit/templates.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
  * maintenance walks (list, verify, prune). */
 #include "testing.h"
 
-#include "disk_cache.h"
-#include "kernel_key.h"
+#include "jit/disk_cache.h"
+#include "jit/kernel_key.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -5,10 +5,10 @@
  * device gets. */
 #include "testing.h"
 
-#include "compile.h"
-#include "context.h"
-#include "kernel_key.h"
-#include "templates.h"
+#include "jit/compile.h"
+#include "jit/context.h"
+#include "jit/kernel_key.h"
+#include "jit/templates.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
  * one), and the templates' digest is a stable 32-digit hex string. */
 #include "testing.h"
 
-#include "render.h"
-#include "templates.h"
+#include "jit/render.h"
+#include "jit/templates.h"
 
 #include <pthread.h>
 #include <stdio.h>

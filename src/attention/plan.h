@@ -3,10 +3,10 @@
 #ifndef FSA_PLAN_H
 #define FSA_PLAN_H
 
-#include "context.h"
+#include "jit/context.h"
 #include "fsa.h"
 
-#include "../templates/sel_params.cuh"
+#include "../../templates/sel_params.cuh"
 
 #include <stddef.h>
 #include <stdint.h>

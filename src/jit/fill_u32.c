@@ -1,7 +1,7 @@
 /* fsa_fill_u32: the smallest kernel, through the whole JIT path. The
  * selected-attention ops use the same path for their workspaces. */
 #include "context.h"
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 static const fsa_param fill_params[] = {{"UNROLL", "4", "u"}};
 static const fsa_kernel_request fill_request = {"fill", fill_params, 1, "fsa_fill_u32"};

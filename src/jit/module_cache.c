@@ -2,9 +2,9 @@
 
 #include "compile.h"
 #include "kernel_key.h"
-#include "status_internal.h"
+#include "base/status_internal.h"
 #include "templates.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 #include "cuda_driver.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

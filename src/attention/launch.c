@@ -1,6 +1,6 @@
-#include "ops_common.h"
+#include "launch.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* Forward launch sequences. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured. */
-#include "ops_common.h"
-#include "status_internal.h"
+#include "launch.h"
+#include "base/status_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 #include "nvrtc_loader.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,8 +1,8 @@
 #include "kernel_key.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 #include "templates.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

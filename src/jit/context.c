@@ -1,8 +1,8 @@
 #include "context.h"
 
 #include "compile.h"
-#include "status_internal.h"
-#include "util.h"
+#include "base/status_internal.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * the target, compile or load their kernels, size workspaces. */
 #include "plan.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * main kernel's per-pair rows; NSA order: one token-major kernel), and the
  * dK/dV partials of split blocks; then dk and dv once from the fp32
  * accumulator. */
-#include "ops_common.h"
-#include "status_internal.h"
+#include "launch.h"
+#include "base/status_internal.h"
 
 #include <string.h>
 

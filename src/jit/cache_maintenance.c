@@ -1,7 +1,7 @@
 /* Public cache maintenance: list, verify (with a load on the GPU when the
  * context has one), prune. */
 #include "context.h"
-#include "status_internal.h"
+#include "base/status_internal.h"
 
 #include <string.h>
 

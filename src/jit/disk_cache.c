@@ -3,8 +3,8 @@
  * threads and processes may use the same cache at once. */
 #include "disk_cache.h"
 
-#include "status_internal.h"
-#include "util.h"
+#include "base/status_internal.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 #include "render.h"
 
-#include "status_internal.h"
-#include "util.h"
+#include "base/status_internal.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* What the forward and backward launch sequences share: argument checks,
  * one kernel launch with the parameter block, and the index inversion. */
-#ifndef FSA_OPS_COMMON_H
-#define FSA_OPS_COMMON_H
+#ifndef FSA_ATTENTION_LAUNCH_H
+#define FSA_ATTENTION_LAUNCH_H
 
 #include "plan.h"
 

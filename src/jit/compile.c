@@ -1,8 +1,8 @@
 #include "compile.h"
 
-#include "status_internal.h"
+#include "base/status_internal.h"
 #include "templates.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Lookup of embedded templates and their combined digest. */
 #include "templates.h"
 
-#include "util.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <string.h>
