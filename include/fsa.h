@@ -121,7 +121,8 @@ typedef struct fsa_context_options {
     int device;             /* default 0 */
     const char *target;     /* "sm_80", "sm_90a", ...; NULL = from the device. Required
                                with FSA_DEVICE_NONE. */
-    const char *cache_dir;  /* NULL = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa */
+    const char *cache_dir;  /* NULL or "" = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa
+                               (an empty FSA_CACHE_DIR counts as unset too) */
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
     int log;                /* 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
@@ -163,6 +164,8 @@ typedef struct fsa_cache_entry_info {
     uint64_t bytes;     /* file size */
     int64_t mtime;      /* seconds since the epoch */
     int valid;          /* verify only: 1 when header, key and checksum are good */
+    int deleted;        /* verify only: 1 when a bad entry was deleted (0 when it could not be:
+                           read-only cache or directory, a directory that is not empty) */
 } fsa_cache_entry_info;
 
 /* Called once per entry; return non-zero to stop early. */
@@ -171,11 +174,13 @@ typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user)
 /* Every entry of every target under the context's cache directory. */
 FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user);
 /* Re-reads and re-hashes every entry; with a device, also loads the entries
- * of the context's target. Bad entries are deleted. *bad_out counts them. */
+ * of the context's target. Bad entries are deleted where the cache allows it
+ * (entry.deleted says). *bad_out counts them. */
 FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, void *user,
                                     uint64_t *bad_out);
 /* Deletes the least recently used entries until the total is <= max_bytes,
- * and stale temporary files. */
+ * and stale temporary files. A file that cannot be deleted is passed over:
+ * the others still go, and the result is then FSA_STATUS_CACHE_IO. */
 FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_t *removed_out,
                                    uint64_t *bytes_left_out);
 

@@ -112,6 +112,7 @@ class fsa_cache_entry_info(ctypes.Structure):
         ("bytes", ctypes.c_uint64),
         ("mtime", ctypes.c_int64),
         ("valid", ctypes.c_int),
+        ("deleted", ctypes.c_int),
     ]
 
 

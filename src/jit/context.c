@@ -124,7 +124,8 @@ cleanup:
 static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *requested_dir)
 {
     if (mode == FSA_CACHE_MODE_OFF) return;
-    ctx->cache_dir = requested_dir ? strdup(requested_dir) : default_cache_dir();
+    /* An empty directory means "not set", as for FSA_CACHE_DIR="". */
+    ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
     if (ctx->cache_dir == NULL) {
         fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
         return;

@@ -116,9 +116,9 @@ static fsa_status load_entry(fsa_disk_entry *out, struct stat *sb_out, const loo
         bad = 1;
     }
     if (bad) {
-        fsa_dc_discard_bad(r->dc, path, &rf.sb, r->corrupt_out);
-        FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "cache entry %s is corrupt%s", path,
-                 r->dc->read_only ? "" : "; deleted");
+        const char *kept = fsa_dc_discard_bad(r->dc, path, &rf.sb, r->corrupt_out);
+        FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "cache entry %s is corrupt; %s%s%s", path,
+                 kept ? "not deleted (" : "deleted", kept ? kept : "", kept ? ")" : "");
     }
     FSA_CHECK(fsa_dc_entry_from_view(out, &v));
     *sb_out = rf.sb;
@@ -289,6 +289,32 @@ cleanup:
     return st;
 }
 
+/* Deletes the temporary files this key's killed writers left in dir, so
+ * they do not wait for a prune. Best effort: a failure here changes nothing
+ * about the publish. */
+static void remove_key_debris(const char *dir, const fsa_kernel_key *key)
+{
+    fsa_dc_names names = {0};
+    fsa_strbuf b = {0};
+    fsa_strbuf_appendf(&b, ".%s.%s.tmp.", key->name, key->hex);
+    char *prefix = fsa_strbuf_take(&b);
+    time_t now = time(NULL);
+    if (prefix == NULL || fsa_dc_list_names(&names, dir) != FSA_STATUS_OK) {
+        fsa_error_clear();
+        free(prefix);
+        return;
+    }
+    for (size_t i = 0; i < names.n; i++) {
+        struct stat sb;
+        if (strncmp(names.v[i], prefix, strlen(prefix)) != 0) continue;
+        char *path = fsa_dc_path_join(dir, names.v[i]);
+        if (path != NULL && lstat(path, &sb) == 0 && fsa_dc_temp_is_debris(names.v[i], &sb, now)) (void)unlink(path);
+        free(path);
+    }
+    fsa_dc_names_free(&names);
+    free(prefix);
+}
+
 fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
                                   const void *cubin, size_t cubin_size, const char *entry_names)
 {
@@ -300,6 +326,7 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
     const char *names = entry_names ? entry_names : "";
     FSA_CHECK(check_publish_args(dc, key, cubin, cubin_size, names));
     FSA_CHECK(fsa_dc_target_dir(&dir, dc, target, 1));
+    remove_key_debris(dir, key);
     final_path = fsa_dc_key_file_path(dir, key, ".cubin");
     FSA_CHECK_ALLOC(final_path, STAGE);
     FSA_CHECK(fsa_dc_build_head(&head, &head_len, key, names, cubin, cubin_size));

@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 #define FSA_CACHE_LAYOUT "v1"
-#define FSA_CACHE_FORMAT_VERSION 1u
+#define FSA_CACHE_FORMAT_VERSION 2u /* 1: before the entry-names checksum */
+#define FSA_CACHE_HEADER_SIZE 80u
 
 typedef struct fsa_disk_cache fsa_disk_cache;
 

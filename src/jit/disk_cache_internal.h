@@ -14,8 +14,9 @@
 #define FSA_DC_HEX_LEN 32u
 #define FSA_DC_MAX_TEXT (64u * 1024u) /* key text and entry names are each shorter */
 #define FSA_DC_MAX_PAYLOAD ((uint64_t)1 << 30)
-#define FSA_DC_HEADER_SIZE 64u /* see disk_entry.c */
-#define FSA_DC_DEBRIS_AGE_S 3600 /* older temporary and lock files are debris */
+#define FSA_DC_LOCK_DEBRIS_AGE_S 3600 /* unheld lock files this old are removed by prune */
+#define FSA_DC_TEMP_DEBRIS_AGE_S 600  /* a temporary file this old has no writer left */
+#define FSA_DC_TEMP_ORPHAN_AGE_S 60   /* ... nor one this old whose writer's pid is gone */
 
 struct fsa_disk_cache {
     char *root;
@@ -36,6 +37,12 @@ char *fsa_dc_key_file_path(const char *dir, const fsa_kernel_key *key, const cha
 int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_len, char hex[FSA_DC_HEX_LEN + 1]);
 /* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them. */
 int fsa_dc_is_temp_name(const char *fname);
+/* 1 when a temporary file is left over from a writer that is gone: a
+ * regular file older than FSA_DC_TEMP_DEBRIS_AGE_S, or older than
+ * FSA_DC_TEMP_ORPHAN_AGE_S when no process has the pid in its name. (A pid
+ * of another pid namespace looks gone: deleting a live writer's file only
+ * makes its rename fail, and it keeps its kernel in memory.) */
+int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now);
 char *fsa_dc_dup_n(const char *s, size_t n);
 
 /* ------------------------------------------------------------ directories (disk_files.c) */
@@ -73,8 +80,11 @@ typedef struct fsa_dc_raw_file {
 fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad);
 
 /* Counts a bad entry and deletes it, but only if the path still names the
- * file that was judged: a writer may have renamed a good entry over it. */
-void fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged, uint64_t *counter);
+ * file that was judged: a writer may have renamed a good entry over it. A
+ * directory is removed only when empty. Returns NULL when the path is gone,
+ * else why it was kept (a static string). */
+const char *fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged,
+                               uint64_t *counter);
 
 /* ------------------------------------------------------------ entry format (disk_entry.c) */
 
@@ -92,8 +102,8 @@ typedef struct fsa_dc_entry_view {
 uint64_t fsa_dc_max_entry_size(void);
 
 /* 1 when the bytes are a whole, self-consistent entry: header, lengths that
- * add up to the file size exactly, key digest of the stored key text and
- * payload checksum. Which key it is for is the caller's check. */
+ * add up to the file size exactly, key digest of the stored key text,
+ * entry-names checksum and payload checksum. Which key it is for is the caller's check. */
 int fsa_dc_parse_entry(fsa_dc_entry_view *v, const uint8_t *d, size_t size);
 
 /* Copies a parsed entry out of the file's bytes. */

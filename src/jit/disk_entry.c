@@ -14,8 +14,8 @@
 #define MAX_PAYLOAD FSA_DC_MAX_PAYLOAD
 
 /* Entry header: magic, version, flags, payload length, payload checksum, key
- * digest, key-text length, entry-names length. */
-#define HEADER_SIZE FSA_DC_HEADER_SIZE
+ * digest, key-text length, entry-names length, entry-names checksum. */
+#define HEADER_SIZE FSA_CACHE_HEADER_SIZE
 
 static const char k_magic[8] = {'F', 'S', 'A', 'C', 'U', 'B', 'I', 'N'};
 
@@ -53,8 +53,8 @@ int fsa_dc_digest_is_hex(const uint8_t digest[16], const char *hex)
 uint64_t fsa_dc_max_entry_size(void) { return HEADER_SIZE + 2 * (uint64_t)MAX_TEXT + MAX_PAYLOAD; }
 
 /* 1 when the bytes are a whole, self-consistent entry: header, lengths that
- * add up to the file size exactly, key digest of the stored key text and
- * payload checksum. Which key it is for is the caller's check. */
+ * add up to the file size exactly, key digest of the stored key text,
+ * entry-names checksum and payload checksum. Which key it is for is the caller's check. */
 int fsa_dc_parse_entry(fsa_dc_entry_view *v, const uint8_t *d, size_t size)
 {
     if (size < HEADER_SIZE || memcmp(d, k_magic, sizeof k_magic) != 0) return 0;
@@ -74,6 +74,8 @@ int fsa_dc_parse_entry(fsa_dc_entry_view *v, const uint8_t *d, size_t size)
     uint8_t h[16];
     fsa_digest128(h, v->key_text, v->key_len);
     if (memcmp(h, v->key_digest, 16) != 0) return 0;
+    fsa_digest128(h, v->names, v->names_len);
+    if (memcmp(h, d + 64, 16) != 0) return 0;
     fsa_digest128(h, v->payload, (size_t)v->payload_len);
     return memcmp(h, d + 24, 16) == 0;
 }
@@ -111,6 +113,7 @@ fsa_status fsa_dc_build_head(uint8_t **out, size_t *out_len, const fsa_kernel_ke
     memcpy(h + 40, key->digest, 16);
     put_u32(h + 56, (uint32_t)key_len);
     put_u32(h + 60, (uint32_t)names_len);
+    fsa_digest128(h + 64, names, names_len);
     memcpy(h + HEADER_SIZE, key->text, key_len);
     memcpy(h + HEADER_SIZE + key_len, names, names_len);
     *out = h;

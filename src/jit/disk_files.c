@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,25 @@ int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_le
 
 /* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them. */
 int fsa_dc_is_temp_name(const char *fname) { return fname[0] == '.' && strstr(fname, ".tmp.") != NULL; }
+
+/* The pid in a temporary file's name, or 0. */
+static long temp_writer_pid(const char *fname)
+{
+    const char *p = NULL;
+    for (const char *q = fname; (q = strstr(q, ".tmp.")) != NULL; q++) p = q + 5;
+    if (p == NULL) return 0;
+    long pid = 0;
+    for (; *p >= '0' && *p <= '9' && pid < (1L << 30); p++) pid = pid * 10 + (*p - '0');
+    return *p == '.' ? pid : 0;
+}
+
+int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now)
+{
+    if (!fsa_dc_is_temp_name(fname) || !S_ISREG(sb->st_mode)) return 0;
+    if (sb->st_mtime < now - FSA_DC_TEMP_DEBRIS_AGE_S) return 1;
+    long pid = temp_writer_pid(fname);
+    return sb->st_mtime < now - FSA_DC_TEMP_ORPHAN_AGE_S && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
 
 /* ------------------------------------------------------------- directories */
 
@@ -217,7 +237,7 @@ fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
     }
     if (fstat(fd, &rf->sb) != 0)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", path, strerror(errno));
-    if (!S_ISREG(rf->sb.st_mode) || rf->sb.st_uid != geteuid() || rf->sb.st_size < (off_t)FSA_DC_HEADER_SIZE ||
+    if (!S_ISREG(rf->sb.st_mode) || rf->sb.st_uid != geteuid() || rf->sb.st_size < (off_t)FSA_CACHE_HEADER_SIZE ||
         (uint64_t)rf->sb.st_size > fsa_dc_max_entry_size()) {
         *bad = 1;
         goto cleanup;
@@ -249,14 +269,18 @@ char *fsa_dc_dup_n(const char *s, size_t n)
     return p;
 }
 
-/* Counts a bad entry and deletes it, but only if the path still names the
- * file that was judged: a writer may have renamed a good entry over it. */
-void fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged,
-                        uint64_t *counter)
+const char *fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged,
+                               uint64_t *counter)
 {
     struct stat now;
     if (counter != NULL) (*counter)++;
-    if (dc->read_only) return;
-    if (lstat(path, &now) != 0 || now.st_dev != judged->st_dev || now.st_ino != judged->st_ino) return;
-    (void)unlink(path);
+    if (dc->read_only) return "the cache is read-only";
+    if (lstat(path, &now) != 0) return NULL; /* gone already */
+    if (now.st_dev != judged->st_dev || now.st_ino != judged->st_ino) return "it was replaced meanwhile";
+    /* A directory is removed only when empty: its contents are not ours to judge. */
+    if (S_ISDIR(now.st_mode)) {
+        if (rmdir(path) == 0) return NULL;
+        return errno == ENOTEMPTY || errno == EEXIST ? "it is a directory that is not empty" : strerror(errno);
+    }
+    return unlink(path) == 0 || errno == ENOENT ? NULL : strerror(errno);
 }

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -15,7 +16,7 @@
 
 #define STAGE FSA_DC_STAGE
 #define HEX_LEN FSA_DC_HEX_LEN
-#define TEMP_MAX_AGE_S FSA_DC_DEBRIS_AGE_S
+#define LOCK_MAX_AGE_S FSA_DC_LOCK_DEBRIS_AGE_S
 
 /* Called for every file of every target directory; set *stop to end the walk. */
 typedef fsa_status (*walk_fn)(void *ctx, const char *dir, const char *target, const char *fname, int *stop);
@@ -80,8 +81,8 @@ static fsa_status list_one(void *p, const char *dir, const char *target, const c
     name = fsa_dc_dup_n(fname, name_len);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK_ALLOC(name, STAGE);
-    if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
-    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1};
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) goto cleanup; /* removed meanwhile, or not an entry */
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(path);
@@ -145,8 +146,8 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     }
     FSA_CHECK(st);
     if (!bad) FSA_CHECK(judge_entry(&good, c, &rf, hex, target));
-    if (!good) fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad);
-    fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime, good};
+    int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime, good, deleted};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(rf.data);
@@ -178,7 +179,14 @@ typedef struct prune_ctx {
     prune_item *items;
     size_t n, cap;
     uint64_t total, removed;
+    uint64_t kept;      /* entries that could not be deleted */
+    char first_kept[512]; /* why, for the error message */
 } prune_ctx;
+
+static void prune_failed(prune_ctx *c, const char *path, const char *why)
+{
+    if (c->kept++ == 0) snprintf(c->first_kept, sizeof c->first_kept, "cannot delete %s: %s", path, why);
+}
 
 /* A lock file nobody holds and nobody touched for an hour. Taking the lock
  * first keeps a current holder's file; a process that opened it just before
@@ -189,7 +197,7 @@ static int remove_stale_lock(const char *path, time_t now)
     int removed = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime < now - TEMP_MAX_AGE_S &&
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime < now - LOCK_MAX_AGE_S &&
         flock(fd, LOCK_EX | LOCK_NB) == 0)
         removed = unlink(path) == 0;
     close(fd);
@@ -224,12 +232,18 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
-    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
+    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex) && S_ISREG(sb.st_mode)) {
         FSA_CHECK(prune_keep(c, path, &sb));
         path = NULL; /* the list owns it */
+    } else if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
+        /* Not an entry, whatever the size limit: a link or FIFO goes, a
+         * directory only when empty (its contents are not ours to judge). */
+        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
+        else prune_failed(c, path, S_ISDIR(sb.st_mode) && errno == ENOTEMPTY ? "a directory that is not empty"
+                                                                             : strerror(errno));
     } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
         c->removed += (uint64_t)remove_stale_lock(path, c->now);
-    } else if (fsa_dc_is_temp_name(fname) && S_ISREG(sb.st_mode) && sb.st_mtime < c->now - TEMP_MAX_AGE_S) {
+    } else if (fsa_dc_temp_is_debris(fname, &sb, c->now)) {
         if (unlink(path) == 0) c->removed++;
     }
 cleanup:
@@ -244,19 +258,19 @@ static int cmp_prune_item(const void *a, const void *b)
     return strcmp(x->path, y->path);
 }
 
-/* Oldest use first, until the entries fit. */
-static fsa_status prune_entries(prune_ctx *c, uint64_t max_bytes)
+/* Oldest use first, until the entries fit; one that cannot be deleted is
+ * passed over (and reported), not a reason to stop. */
+static void prune_entries(prune_ctx *c, uint64_t max_bytes)
 {
-    fsa_status st = FSA_STATUS_OK;
     if (c->n > 1) qsort(c->items, c->n, sizeof *c->items, cmp_prune_item);
     for (size_t i = 0; i < c->n && c->total > max_bytes; i++) {
-        if (unlink(c->items[i].path) != 0 && errno != ENOENT)
-            FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot delete %s: %s", c->items[i].path, strerror(errno));
+        if (unlink(c->items[i].path) != 0 && errno != ENOENT) {
+            prune_failed(c, c->items[i].path, strerror(errno));
+            continue;
+        }
         c->total -= c->items[i].bytes;
         c->removed++;
     }
-cleanup:
-    return st;
 }
 
 fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
@@ -268,7 +282,10 @@ fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t
     if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache prune: NULL cache");
     if (dc->read_only) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cache %s is read-only: cannot prune", dc->root);
     FSA_CHECK(walk_cache(dc, prune_scan, &c));
-    FSA_CHECK(prune_entries(&c, max_bytes));
+    prune_entries(&c, max_bytes);
+    if (c.kept > 0)
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "%llu file%s kept; the first: %s", (unsigned long long)c.kept,
+                 c.kept == 1 ? "" : "s", c.first_kept);
 cleanup:
     if (removed_out != NULL) *removed_out = c.removed;
     if (bytes_left_out != NULL) *bytes_left_out = c.total;

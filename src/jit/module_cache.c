@@ -163,7 +163,11 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_kernel_
         /* Another process may be compiling this key: wait for it, then look again. */
         lock_fd = fsa_disk_cache_lock(env->disk, key, env->target);
         if (lock_fd >= 0) {
-            st = fsa_disk_cache_lookup(&entry, env->disk, key, env->target, 0, &corrupt);
+            /* A bad file the first lookup counted (and could not delete) is
+             * not counted again. */
+            uint64_t again = 0;
+            st = fsa_disk_cache_lookup(&entry, env->disk, key, env->target, 0, &again);
+            if (corrupt == 0) corrupt = again;
             if (st == FSA_STATUS_OK) {
                 atomic_fetch_add(&env->counters->disk_hits, 1);
                 st = take_disk_entry(m, &entry);

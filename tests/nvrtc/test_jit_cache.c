@@ -157,6 +157,24 @@ static int child_rebuild(const char *mode, char **argv)
     return 0;
 }
 
+/* blocked <dir> <unroll>: a directory with files sits at the entry path:
+ * counted corrupt once (not again under the lock), compiled, and the publish
+ * fails. */
+static int child_blocked(const char *mode, char **argv)
+{
+    fsa_context *ctx = NULL;
+    fsa_module *m = NULL;
+    fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    CHILD_CHECK(st == FSA_STATUS_OK, "context: %s", fsa_status_name(st));
+    st = get_fill(&m, ctx, atoi(argv[1]));
+    CHILD_CHECK(st == FSA_STATUS_OK, "get: %s", fsa_status_name(st));
+    fsa_cache_stats s = stats_of(ctx);
+    CHILD_CHECK(s.corrupt_entries == 1 && s.compiles == 1 && s.disk_hits == 0 && s.write_failures == 1,
+                CHILD_STATS(s));
+    fsa_context_destroy(ctx);
+    return 0;
+}
+
 /* no-nvrtc <dir> <cached unroll> <uncached unroll>, run with FSA_NVRTC_PATH
  * pointing nowhere. */
 static int child_no_nvrtc(const char *mode, char **argv)
@@ -295,6 +313,7 @@ static int child_main(int argc, char **argv)
         int (*fn)(const char *, char **);
     } modes[] = {
         {"disk-hit", 4, child_disk_hit}, {"rebuild", 2, child_rebuild},     {"no-nvrtc", 3, child_no_nvrtc},
+        {"blocked", 2, child_blocked},
         {"plan-disk", 3, child_plan_disk}, {"race", 6, child_race},
     };
     if (argc < 1) return 2;
@@ -821,10 +840,11 @@ static void flip_key_text_byte(const char *path, uint64_t size)
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     unsigned char b;
-    /* Just past the 64-byte header: the stored key text. */
-    assert_int_equal(pread(fd, &b, 1, 70), 1);
+    /* Just past the header: the stored key text. */
+    const off_t at = FSA_CACHE_HEADER_SIZE + 6;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
     b ^= 0x01;
-    assert_int_equal(pwrite(fd, &b, 1, 70), 1);
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
     close(fd);
 }
 
@@ -841,6 +861,54 @@ static void test_an_entry_with_a_flipped_payload_byte_is_counted_corrupt_and_reb
 static void test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt_once(void **state)
 {
     corrupt_and_rebuild(*state, flip_key_text_byte);
+}
+
+static void test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure(void **state)
+{
+    const char *dir = *state;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(ctx, u);
+    char name[32], path[1024], inside[1100];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
+    fsa_context_destroy(ctx);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inside, sizeof inside, "%s/file", path);
+    int fd = open(inside, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"blocked", dir, us, NULL};
+    assert_int_equal(run_self(args, NULL), 0);
+    struct stat sb;
+    assert_int_equal(stat(inside, &sb), 0); /* not ours to delete */
+}
+
+static void test_an_empty_cache_dir_option_means_the_default_directory(void **state)
+{
+    const char *dir = *state;
+    const char *saved = getenv("FSA_CACHE_DIR");
+    char *keep = saved ? strdup(saved) : NULL;
+    assert_int_equal(setenv("FSA_CACHE_DIR", dir, 1), 0);
+    fsa_context *ctx = context_or_fail("", FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    assert_string_equal(fsa_context_cache_dir(ctx), dir);
+    fsa_context_destroy(ctx);
+    /* FSA_CACHE_DIR="" is unset too: the next rule applies. */
+    assert_int_equal(setenv("FSA_CACHE_DIR", "", 1), 0);
+    assert_int_equal(setenv("XDG_CACHE_HOME", dir, 1), 0);
+    ctx = context_or_fail("", FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/fsa", dir);
+    assert_string_equal(fsa_context_cache_dir(ctx), want);
+    fsa_context_destroy(ctx);
+    unsetenv("XDG_CACHE_HOME");
+    if (keep) setenv("FSA_CACHE_DIR", keep, 1);
+    else unsetenv("FSA_CACHE_DIR");
+    free(keep);
 }
 
 /* ======================================================================== */
@@ -1523,6 +1591,8 @@ int main(int argc, char **argv)
         T(test_a_truncated_entry_is_counted_corrupt_and_rebuilt_once_in_a_fresh_process),
         T(test_an_entry_with_a_flipped_payload_byte_is_counted_corrupt_and_rebuilt_once),
         T(test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt_once),
+        T(test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure),
+        T(test_an_empty_cache_dir_option_means_the_default_directory),
         T(test_cache_mode_off_compiles_and_writes_nothing),
         T(test_read_only_mode_with_an_empty_directory_compiles_into_memory_and_writes_nothing),
         T(test_read_only_mode_serves_entries_that_are_already_on_disk),
