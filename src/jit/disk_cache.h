@@ -54,10 +54,15 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
                                   const void *cubin, size_t cubin_size, const char *entry_names);
 
 /* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
- * descriptor, or -1 when no lock can be had (read-only cache, flock
- * unsupported): callers then go on without it. */
+ * descriptor; -1 when no lock can be had (read-only or refused cache, flock
+ * unsupported); FSA_DISK_LOCK_GAVE_UP when another process holds it and is
+ * stopped or dead on this host, or held it for FSA_CACHE_LOCK_TIMEOUT
+ * seconds (default 120). Callers go on without the lock in either case
+ * (publishing is atomic, so a duplicate compile is harmless); the error
+ * record says why. */
+#define FSA_DISK_LOCK_GAVE_UP (-2)
 int fsa_disk_cache_lock(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target);
-void fsa_disk_cache_unlock(int fd); /* -1 is fine */
+void fsa_disk_cache_unlock(int fd); /* a negative fd is fine */
 
 /* Maintenance. Each visits every entry of every target directory. */
 fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user);

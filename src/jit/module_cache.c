@@ -175,6 +175,11 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_kernel_
             }
             st = FSA_STATUS_OK;
             fsa_error_clear();
+        } else {
+            /* A duplicate compile is harmless: publishing is atomic. */
+            if (lock_fd == FSA_DISK_LOCK_GAVE_UP)
+                fsa_log_warn(env->log, "compiling %s without the cache lock: %s", key->name, fsa_last_error());
+            fsa_error_clear();
         }
     }
     FSA_CHECK(build_from_source(m, env, req, opts));

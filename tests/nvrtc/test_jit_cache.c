@@ -161,6 +161,24 @@ static int child_rebuild(const char *mode, char **argv)
     return 0;
 }
 
+/* compile <dir> <unroll>: a cold cache: one compile, one entry published.
+ * An alarm ends the process if it waits for ever. */
+static int child_compile(const char *mode, char **argv)
+{
+    fsa_context *ctx = NULL;
+    fsa_module *m = NULL;
+    alarm(60);
+    fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    CHILD_CHECK(st == FSA_STATUS_OK, "context: %s", fsa_status_name(st));
+    st = get_fill(&m, ctx, atoi(argv[1]));
+    CHILD_CHECK(st == FSA_STATUS_OK, "get: %s", fsa_status_name(st));
+    fsa_cache_stats s = stats_of(ctx);
+    CHILD_CHECK(s.compiles == 1 && s.disk_hits == 0 && s.corrupt_entries == 0 && s.write_failures == 0,
+                CHILD_STATS(s));
+    fsa_context_destroy(ctx);
+    return 0;
+}
+
 /* no-nvrtc <dir> <cached unroll> <uncached unroll>, run with FSA_NVRTC_PATH
  * pointing nowhere. */
 static int child_no_nvrtc(const char *mode, char **argv)
@@ -299,6 +317,7 @@ static int child_main(int argc, char **argv)
         int (*fn)(const char *, char **);
     } modes[] = {
         {"disk-hit", 4, child_disk_hit}, {"rebuild", 3, child_rebuild},     {"no-nvrtc", 3, child_no_nvrtc},
+        {"compile", 2, child_compile},
         {"plan-disk", 3, child_plan_disk}, {"race", 6, child_race},
     };
     if (argc < 1) return 2;
@@ -894,6 +913,51 @@ static void test_an_empty_cache_dir_option_means_the_default_directory(void **st
     if (keep) setenv("FSA_CACHE_DIR", keep, 1);
     else unsetenv("FSA_CACHE_DIR");
     free(keep);
+}
+
+static void test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_from_compiling_it(void **state)
+{
+    const char *dir = *state;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(ctx, u);
+    char name[32], path[1024];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
+    assert_int_equal(unlink(path), 0); /* cold again */
+
+    /* A process that took the kernel's lock, as a compiling process does, and was stopped. */
+    fsa_kernel_key key = {0};
+    key.name = name;
+    snprintf(key.hex, sizeof key.hex, "%s", fsa_module_key_hex(m));
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        if (fsa_disk_cache_lock(ctx->disk, &key, FILL_TARGET) < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    int ws = 0;
+    assert_int_equal(waitpid(holder, &ws, WUNTRACED), holder);
+    assert_true(WIFSTOPPED(ws));
+
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"compile", dir, us, NULL};
+    int rc = run_self(args, NULL);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    assert_int_equal(rc, 0);
+    uint64_t bad = 99;
+    assert_int_equal(inspect_cache(dir, 1, &bad).n, 1);
+    assert_int_equal(bad, 0);
+    fsa_context_destroy(ctx);
 }
 
 /* ======================================================================== */
@@ -1578,6 +1642,7 @@ int main(int argc, char **argv)
         T(test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt_once),
         T(test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure),
         T(test_an_empty_cache_dir_option_means_the_default_directory),
+        T(test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_from_compiling_it),
         T(test_cache_mode_off_compiles_and_writes_nothing),
         T(test_read_only_mode_with_an_empty_directory_compiles_into_memory_and_writes_nothing),
         T(test_read_only_mode_serves_entries_that_are_already_on_disk),

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1164,6 +1165,91 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
     free(old_lock);
 }
 
+/* A child that takes the key lock, says so on `ready`, then either stops
+ * itself (SIGSTOP) or sleeps for a minute holding it. */
+static pid_t lock_holder(fixture *f, const fsa_kernel_key *k, int stop_itself)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = fsa_disk_cache_lock(f->dc, k, TARGET);
+        if (fd < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        if (stop_itself) raise(SIGSTOP);
+        sleep(60);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    if (stop_itself) {
+        int ws = 0;
+        assert_int_equal(waitpid(pid, &ws, WUNTRACED), pid);
+        assert_true(WIFSTOPPED(ws));
+    }
+    return pid;
+}
+
+static void end_holder(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Asks for the lock in a child that an alarm kills after `limit_s`: a wait
+ * that does not end fails the test instead of hanging it. Returns the
+ * seconds the ask took, or -1 when the child got the lock anyway. */
+static double ask_for_lock(fixture *f, const fsa_kernel_key *k, unsigned limit_s)
+{
+    double t0 = now_ms();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(limit_s);
+        int fd = fsa_disk_cache_lock(f->dc, k, TARGET);
+        _exit(fd >= 0 ? 1 : 0);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    if (WIFSIGNALED(ws)) fail_msg("waiting for the lock did not end within %u s (signal %d)", limit_s, WTERMSIG(ws));
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws) == 0 ? (now_ms() - t0) / 1e3 : -1.0;
+}
+
+static void test_a_lock_held_by_a_stopped_process_is_not_waited_for(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    pid_t holder = lock_holder(f, &k, 1);
+    double took = ask_for_lock(f, &k, 20);
+    end_holder(holder);
+    assert_true(took >= 0.0); /* went on without the lock */
+    assert_true(took < 5.0);
+    fsa_key_free(&k);
+}
+
+static void test_a_lock_held_past_the_timeout_is_given_up(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    pid_t holder = lock_holder(f, &k, 0);
+    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", "1", 1), 0);
+    double took = ask_for_lock(f, &k, 20);
+    unsetenv("FSA_CACHE_LOCK_TIMEOUT");
+    end_holder(holder);
+    assert_true(took >= 0.9);
+    assert_true(took < 10.0);
+    /* Once the holder is gone, the lock is there to take. */
+    int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+    assert_true(fd >= 0);
+    fsa_disk_cache_unlock(fd);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -1196,6 +1282,8 @@ int main(void)
         T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
         T(test_concurrent_publishers_and_readers_always_see_the_whole_entry),
         T(test_the_key_lock_makes_a_second_process_wait_for_the_first),
+        T(test_a_lock_held_by_a_stopped_process_is_not_waited_for),
+        T(test_a_lock_held_past_the_timeout_is_given_up),
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
