@@ -132,8 +132,10 @@ static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *r
     }
     fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);
     if (st != FSA_STATUS_OK) {
-        /* A refused or unusable directory is not fatal: work from memory. */
+        /* A refused or unusable directory is not fatal: work from memory.
+         * The reason goes into every later "not cached" error too. */
         fsa_log_warn(ctx->log, "kernel cache disabled: %s", fsa_last_error());
+        ctx->cache_note = strdup(fsa_last_error_info()->message);
         if (mode == FSA_CACHE_MODE_READ_WRITE) {
             /* Nothing this context builds can be published: count that once. */
             atomic_fetch_add(&ctx->counters.write_failures, 1);
@@ -182,18 +184,13 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
         FSA_CHECK(open_device(ctx, o.target));
     }
 
-    const fsa_nvrtc_api *nvrtc = NULL;
-    if (fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) {
-        /* Cached kernels still work; a miss will report NO_NVRTC. */
-        fsa_log_warn(ctx->log, "%s", fsa_last_error());
-        fsa_error_clear();
-        nvrtc = NULL;
-    }
+    /* NVRTC is loaded only when a kernel has to be compiled (module_cache.c). */
     open_disk_cache(ctx, mode, o.cache_dir);
-    ctx->env.nvrtc = nvrtc;
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;
+    ctx->env.cache_note = ctx->cache_note ? ctx->cache_note : "";
     ctx->env.jit = jit;
+    ctx->env.driver_major = ctx->cu ? ctx->cu->driver_version / 1000 : 0;
     ctx->env.log = ctx->log;
     ctx->env.counters = &ctx->counters;
     *out = ctx;
@@ -209,6 +206,7 @@ void fsa_context_destroy(fsa_context *ctx)
     if (ctx->cu && ctx->cu_context) ctx->cu->DevicePrimaryCtxRelease(ctx->cu_device);
     fsa_disk_cache_close(ctx->disk);
     free(ctx->cache_dir);
+    free(ctx->cache_note);
     pthread_mutex_destroy(&ctx->fill_lock);
     free(ctx);
 }

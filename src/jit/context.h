@@ -21,6 +21,7 @@ struct fsa_context {
     int max_smem_per_block;   /* opt-in maximum, bytes */
     char target[16];
     char *cache_dir;          /* resolved root, NULL when the disk cache is off */
+    char *cache_note;         /* why the disk cache could not be used, or NULL */
     fsa_disk_cache *disk;
     fsa_jit_counters counters;
     fsa_jit_env env;

@@ -44,6 +44,11 @@ fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_
     FSA_CHECK(fsa_dc_check_dir(root, FSA_STATUS_CACHE_IO));
     if (!dc->read_only) FSA_CHECK(fsa_dc_make_dir(dc->v1));
     FSA_CHECK(fsa_dc_check_dir(dc->v1, FSA_STATUS_CACHE_IO));
+    struct stat sb;
+    if (stat(dc->v1, &sb) == 0) {
+        dc->id[0] = (uint64_t)sb.st_dev;
+        dc->id[1] = (uint64_t)sb.st_ino;
+    }
     *out = dc;
     dc = NULL;
 cleanup:
@@ -60,6 +65,12 @@ void fsa_disk_cache_close(fsa_disk_cache *dc)
 }
 
 const char *fsa_disk_cache_root(const fsa_disk_cache *dc) { return dc ? dc->root : ""; }
+
+void fsa_disk_cache_identity(const fsa_disk_cache *dc, uint64_t id[2])
+{
+    id[0] = dc ? dc->id[0] : 0;
+    id[1] = dc ? dc->id[1] : 0;
+}
 
 int fsa_disk_cache_read_only(const fsa_disk_cache *dc) { return dc ? dc->read_only : 1; }
 
@@ -85,6 +96,7 @@ typedef struct lookup_req {
     const fsa_disk_cache *dc;
     const fsa_kernel_key *key;
     int any_nvrtc;
+    int max_nvrtc_major; /* any_nvrtc: skip entries of a newer NVRTC major version (0: none skipped) */
     uint64_t *corrupt_out;
 } lookup_req;
 
@@ -93,7 +105,8 @@ static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
     if (!r->any_nvrtc)
         return strlen(r->key->text) == v->key_len && memcmp(r->key->text, v->key_text, v->key_len) == 0;
     char *text = fsa_dc_dup_n(v->key_text, v->key_len);
-    int same = text != NULL && fsa_key_text_equal_except_nvrtc(r->key->text, text);
+    int same = text != NULL && fsa_key_text_equal_except_nvrtc(r->key->text, text) &&
+               (r->max_nvrtc_major == 0 || fsa_key_text_nvrtc_major(text) <= r->max_nvrtc_major);
     free(text);
     return same;
 }
@@ -178,12 +191,12 @@ cleanup:
     return st;
 }
 
-fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
-                                 const char *target, int any_nvrtc, uint64_t *corrupt_out)
+static fsa_status lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
+                         int any_nvrtc, int max_nvrtc_major, uint64_t *corrupt_out)
 {
     fsa_status st = FSA_STATUS_OK;
     char *dir = NULL, *path = NULL;
-    lookup_req r = {dc, key, any_nvrtc, corrupt_out};
+    lookup_req r = {dc, key, any_nvrtc, max_nvrtc_major, corrupt_out};
     struct stat sb;
     if (out != NULL) memset(out, 0, sizeof *out);
     if (out == NULL || dc == NULL || key == NULL || key->text == NULL || key->name == NULL)
@@ -200,6 +213,18 @@ cleanup:
     free(dir);
     free(path);
     return st;
+}
+
+fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                 const char *target, int any_nvrtc, uint64_t *corrupt_out)
+{
+    return lookup(out, dc, key, target, any_nvrtc, 0, corrupt_out);
+}
+
+fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                            const char *target, int max_nvrtc_major, uint64_t *corrupt_out)
+{
+    return lookup(out, dc, key, target, 1, max_nvrtc_major, corrupt_out);
 }
 
 /* ------------------------------------------------------------ publishing */

@@ -22,6 +22,7 @@ struct fsa_disk_cache {
     char *root;
     char *v1; /* <root>/v1 */
     int read_only;
+    uint64_t id[2]; /* device and inode of v1 */
 };
 
 /* ------------------------------------------------------------ names (disk_files.c) */
@@ -46,6 +47,9 @@ int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now);
 char *fsa_dc_dup_n(const char *s, size_t n);
 
 /* ------------------------------------------------------------ directories (disk_files.c) */
+
+/* Owners whose files the cache uses: the effective user, and root. */
+int fsa_dc_trusted_owner(uid_t uid);
 
 /* Refuses a directory another user could plant entries in. `missing` is the
  * status for a directory that does not exist. */

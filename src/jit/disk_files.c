@@ -86,6 +86,8 @@ int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now)
 
 /* ------------------------------------------------------------- directories */
 
+int fsa_dc_trusted_owner(uid_t uid) { return uid == geteuid() || uid == 0; }
+
 /* Refuses a directory another user could plant entries in. `missing` is the
  * status for a directory that does not exist. */
 fsa_status fsa_dc_check_dir(const char *path, fsa_status missing)
@@ -98,8 +100,8 @@ fsa_status fsa_dc_check_dir(const char *path, fsa_status missing)
                  path, strerror(e));
     }
     if (!S_ISDIR(sb.st_mode)) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "%s is not a directory", path);
-    if (sb.st_uid != geteuid())
-        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "refusing cache directory %s: owned by uid %u, not by uid %u",
+    if (!fsa_dc_trusted_owner(sb.st_uid))
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "refusing cache directory %s: owned by uid %u, not by uid %u or root",
                  path, (unsigned)sb.st_uid, (unsigned)geteuid());
     if (sb.st_mode & 022)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "refusing cache directory %s: writable by other users (mode %04o)",
@@ -237,7 +239,8 @@ fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
     }
     if (fstat(fd, &rf->sb) != 0)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", path, strerror(errno));
-    if (!S_ISREG(rf->sb.st_mode) || rf->sb.st_uid != geteuid() || rf->sb.st_size < (off_t)FSA_CACHE_HEADER_SIZE ||
+    /* Someone else's file, or one others may write, could hold anything. */
+    if (!S_ISREG(rf->sb.st_mode) || !fsa_dc_trusted_owner(rf->sb.st_uid) || (rf->sb.st_mode & 022) || rf->sb.st_size < (off_t)FSA_CACHE_HEADER_SIZE ||
         (uint64_t)rf->sb.st_size > fsa_dc_max_entry_size()) {
         *bad = 1;
         goto cleanup;

@@ -9,6 +9,7 @@
  * empty table and may ask for the parent's kernel. */
 #include "testing.h"
 
+#include "jit/compile.h"
 #include "jit/context.h"
 #include "jit/disk_cache.h"
 #include "jit/module_cache.h"
@@ -26,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -188,7 +190,6 @@ static int child_no_nvrtc(const char *mode, char **argv)
     int cached = atoi(argv[1]), uncached = atoi(argv[2]);
     fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     CHILD_CHECK(st == FSA_STATUS_OK, "context without NVRTC: %s", fsa_status_name(st));
-    CHILD_CHECK(ctx->env.nvrtc == NULL, "NVRTC was loaded despite FSA_NVRTC_PATH");
     st = get_fill(&m, ctx, cached);
     CHILD_CHECK(st == FSA_STATUS_OK, "cached kernel: %s", fsa_status_name(st));
     fsa_cache_stats s = stats_of(ctx);
@@ -311,6 +312,13 @@ static int child_race(const char *mode, char **argv)
 
 static int child_main(int argc, char **argv)
 {
+    /* Run as another user: how a cache baked into an image by root is read. */
+    const char *as_uid = getenv("FSA_TEST_AS_UID");
+    if (as_uid && *as_uid) {
+        uid_t uid = (uid_t)atoi(as_uid);
+        if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0) return 3;
+        if (argc >= 2 && access(argv[1], R_OK | X_OK) != 0) return FSA_TEST_SKIP_CODE;
+    }
     static const struct {
         const char *mode;
         int args;
@@ -1221,14 +1229,72 @@ static void test_jit_off_with_an_empty_cache_is_jit_disabled_and_names_the_kerne
     /* Asking again fails again (the failure is not cached as a kernel). */
     assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_JIT_DISABLED);
 
-    /* Once another context of the process has compiled it, it is a hit. */
+    /* Another context of the process compiling it (into another cache) does
+     * not make it this context's: a process of its own would fail too. */
+    char *elsewhere_dir = fsa_test_mkdtemp("fsa_jit_elsewhere");
+    assert_non_null(elsewhere_dir);
+    fsa_context *elsewhere = context_or_fail(elsewhere_dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fill_or_fail(elsewhere, u);
+    assert_int_equal(stats_of(elsewhere).compiles, 1);
+    assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_JIT_DISABLED);
+    assert_non_null(strstr(fsa_last_error(), dir));
+
+    /* A context with JIT on and this cache takes it from memory and publishes
+     * it here; from then on the JIT-off context loads it from its cache. */
     fsa_context *jit = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    fsa_module *built = fill_or_fail(jit, u);
-    assert_int_equal(stats_of(jit).compiles, 1);
+    fill_or_fail(jit, u);
+    s = stats_of(jit);
+    assert_int_equal(s.compiles, 0);
+    assert_int_equal(s.memory_hits, 1);
+    assert_int_equal(inspect_cache(dir, 0, NULL).n, 1);
     assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_OK);
-    assert_ptr_equal(m, built);
+    assert_int_equal(stats_of(ctx).disk_hits, 1);
+
+    /* And a second JIT-off context, with an empty cache, still may not use it. */
+    char *empty_dir = fsa_test_mkdtemp("fsa_jit_empty");
+    assert_non_null(empty_dir);
+    fsa_context *off = context_or_fail(empty_dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_OFF, -1);
+    assert_int_equal(get_fill(&m, off, u), FSA_STATUS_JIT_DISABLED);
+    assert_int_equal(stats_of(off).memory_hits, 0);
+    fsa_context_destroy(off);
     fsa_context_destroy(jit);
+    fsa_context_destroy(elsewhere);
     fsa_context_destroy(ctx);
+    fsa_test_rmtree(elsewhere_dir);
+    fsa_test_rmtree(empty_dir);
+    free(elsewhere_dir);
+    free(empty_dir);
+}
+
+static void test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks(void **state)
+{
+    /* Precompiling into one directory, then another, in one process fills both. */
+    const char *dir = *state;
+    char *second = fsa_test_mkdtemp("fsa_jit_second");
+    assert_non_null(second);
+    fsa_context *a = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fsa_context *b = context_or_fail(second, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(a, u);
+    assert_ptr_equal(fill_or_fail(b, u), m);
+    fsa_cache_stats s = stats_of(b);
+    assert_int_equal(s.compiles, 0);
+    assert_int_equal(s.memory_hits, 1);
+    assert_int_equal(s.write_failures, 0);
+    char name[32], path[1024];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, second, FILL_TARGET, name, fsa_module_key_hex(m));
+    uint64_t bad = 99;
+    assert_int_equal(inspect_cache(second, 1, &bad).n, 1);
+    assert_int_equal(bad, 0);
+    /* Asking again costs no further look at the disk. */
+    assert_int_equal(unlink(path), 0);
+    fill_or_fail(b, u);
+    assert_int_equal(inspect_cache(second, 0, NULL).n, 0);
+    fsa_context_destroy(b);
+    fsa_context_destroy(a);
+    fsa_test_rmtree(second);
+    free(second);
 }
 
 static void test_jit_off_loads_a_kernel_that_is_on_disk(void **state)
@@ -1284,6 +1350,118 @@ static void test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_n
     assert_int_equal(bad, 0);
     assert_int_equal(v.n, 1);
     assert_int_equal(count_below(dir), files);
+}
+
+/* Where ctest put the stand-in for a damaged libnvrtc; NULL outside ctest. */
+static char *crashing_nvrtc_env(void)
+{
+    const char *bin = getenv("FSA_TEST_BINARY_DIR");
+    if (bin == NULL) return NULL;
+    size_t n = strlen(bin) + 64;
+    char *env = malloc(n);
+    assert_non_null(env);
+    snprintf(env, n, "FSA_NVRTC_PATH=%s/fake_nvrtc/libcrash_on_load.so", bin);
+    return env;
+}
+
+static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(void **state)
+{
+    const char *dir = *state;
+    char *broken = crashing_nvrtc_env();
+    if (broken == NULL) skip();
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fill_or_fail(ctx, u);
+    fsa_context_destroy(ctx);
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const char *env[] = {"FSA_JIT=off", broken, NULL};
+    assert_int_equal(run_self(args, env), 0);
+    /* The stand-in does kill a process that loads it. */
+    const char *compile[] = {"compile", dir, "999", NULL};
+    int status = 0;
+    pid_t pid = spawn_self(compile, (const char *const[]){broken, NULL}, NULL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    free(broken);
+}
+
+static void test_with_jit_off_an_entry_that_another_nvrtc_built_is_used(void **state)
+{
+    const char *dir = *state;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(ctx, u);
+    char name[32], path[1024];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
+
+    /* The same kernel as another NVRTC version would have keyed it. */
+    fill_req f;
+    fill_req_init(&f, u);
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
+    fsa_key_inputs in = {"fill", f.params, 1, "12.0", FILL_TARGET, opts.opts, opts.count};
+    fsa_kernel_key other;
+    assert_int_equal(fsa_key_build(&other, &in), FSA_STATUS_OK);
+    assert_string_not_equal(other.hex, fsa_module_key_hex(m));
+    size_t size = 0;
+    const void *cubin = fsa_module_cubin(m, &size);
+    assert_int_equal(fsa_disk_cache_publish(ctx->disk, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"),
+                     FSA_STATUS_OK);
+    assert_int_equal(unlink(path), 0);
+    fsa_key_free(&other);
+    fsa_context_destroy(ctx);
+
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const char *env[] = {"FSA_JIT=off", NULL};
+    assert_int_equal(run_self(args, env), 0);
+}
+
+static void test_jit_off_with_a_refused_cache_says_why_there_is_no_cache(void **state)
+{
+    const char *dir = *state;
+    assert_int_equal(chmod(dir, 0777), 0);
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_ONLY, FSA_JIT_OFF, -1);
+    fsa_module *m = NULL;
+    assert_int_equal(get_fill(&m, ctx, fresh_unroll()), FSA_STATUS_JIT_DISABLED);
+    assert_non_null(strstr(fsa_last_error(), "no disk cache"));
+    assert_non_null(strstr(fsa_last_error(), "writable by other users"));
+    fsa_context_destroy(ctx);
+    assert_int_equal(chmod(dir, 0700), 0);
+}
+
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+static void test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
+    char dir[] = "/tmp/fsa_image_cache.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fill_or_fail(ctx, u);
+    fsa_context_destroy(ctx);
+    /* What an image build leaves: root's files, readable by all, writable by root only. */
+    assert_int_equal(nftw(dir, make_readable, 16, FTW_PHYS), 0);
+
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"disk-hit", dir, us, "0", "1", NULL};
+    const char *env[] = {"FSA_TEST_AS_UID=65534", "FSA_CACHE_MODE=ro", "FSA_JIT=off", NULL};
+    int rc = run_self(args, env);
+    fsa_test_rmtree(dir);
+    if (rc == FSA_TEST_SKIP_CODE) skip();
+    assert_int_equal(rc, 0);
 }
 
 /* ======================================================================== */
@@ -1654,8 +1832,13 @@ int main(int argc, char **argv)
         T(test_a_cache_directory_owned_by_another_user_is_refused_and_left_untouched),
         T(test_jit_off_with_an_empty_cache_is_jit_disabled_and_names_the_kernel),
         T(test_jit_off_loads_a_kernel_that_is_on_disk),
+        T(test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks),
         T(test_jit_off_plan_create_on_an_empty_cache_is_jit_disabled_naming_a_kernel),
         T(test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_no_nvrtc),
+        T(test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it),
+        T(test_with_jit_off_an_entry_that_another_nvrtc_built_is_used),
+        T(test_jit_off_with_a_refused_cache_says_why_there_is_no_cache),
+        T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
         cmocka_unit_test(test_an_offline_plan_puts_the_forward_kernels_in_the_cache),
         cmocka_unit_test(test_a_second_context_and_a_fresh_process_build_the_same_plan_without_compiling),
         cmocka_unit_test(test_workspace_size_is_zero_without_tokens_and_grows_with_tokens),

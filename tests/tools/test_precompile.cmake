@@ -2,7 +2,9 @@
 # cache for sm_80 and sm_90a, warm it again (all hits), list, verify, detect
 # a corrupted entry, prune, and the exit codes for bad and unsupported input.
 #
-#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> -P test_precompile.cmake
+#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> [-DCRASH_NVRTC=<library>] -P test_precompile.cmake
+#
+# CRASH_NVRTC: a library that kills the process that loads it (tests/fake/crash_on_load.c).
 
 cmake_minimum_required(VERSION 3.21)
 
@@ -81,6 +83,16 @@ expect_match("\n${n_entries} entries, [0-9]+ bytes" "list total")
 # --- 4. verify a good cache
 run(0 --verify --cache-dir "${CACHE_DIR}")
 expect_match("${n_entries} entries checked, 0 bad" "verify summary")
+
+# --- 4b. list and verify never load NVRTC: a libnvrtc that kills whoever loads it harms neither
+if(CRASH_NVRTC)
+  set(ENV{FSA_NVRTC_PATH} "${CRASH_NVRTC}")
+  run(0 --list --cache-dir "${CACHE_DIR}")
+  expect_match("\n${n_entries} entries, [0-9]+ bytes" "list with a broken NVRTC")
+  run(0 --verify --cache-dir "${CACHE_DIR}")
+  expect_match("${n_entries} entries checked, 0 bad" "verify with a broken NVRTC")
+  unset(ENV{FSA_NVRTC_PATH})
+endif()
 
 # --- 5. a damaged entry is reported, counted and deleted
 list(GET sm80 0 victim)

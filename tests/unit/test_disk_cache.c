@@ -10,6 +10,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -712,6 +714,112 @@ static void test_any_nvrtc_lookup_prefers_the_newest_intact_entry(void **state)
 
 /* ------------------------------------------------------------ security */
 
+static void test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k12, k13, none;
+    make_key(&k12, "128", "12.4", "-O3");
+    make_key(&k13, "128", "13.0", "-O3");
+    make_key(&none, "128", NULL, "-O3");
+    uint8_t *p12 = make_payload(500, 25), *p13 = make_payload(600, 26);
+    publish(f->dc, &k12, p12, 500);
+    publish(f->dc, &k13, p13, 600);
+    char *path12 = fsa_disk_cache_entry_path(f->dc, &k12, TARGET);
+    set_times(path12, time(NULL) - 100, time(NULL) - 100); /* the 13.0 entry is newer */
+
+    fsa_disk_entry e;
+    uint64_t corrupt = 0;
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 12, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 500);
+    assert_memory_equal(e.cubin, p12, 500);
+    assert_string_equal(e.key_text, k12.text);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 13, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 600);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 0, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 600);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 11, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 0);
+    free(path12);
+    free(p12);
+    free(p13);
+    fsa_key_free(&k12);
+    fsa_key_free(&k13);
+    fsa_key_free(&none);
+}
+
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+/* In a child running as uid 65534: opens the cache read-only and looks the
+ * key up. 0 on a hit, 1 on a miss, 2 when the cache is refused, 77 when the
+ * directory cannot be reached at all. */
+static int lookup_as_another_user(const char *root, const fsa_kernel_key *k)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        if (access(root, R_OK | X_OK) != 0) _exit(FSA_TEST_SKIP_CODE);
+        fsa_disk_cache *dc = NULL;
+        if (fsa_disk_cache_open(&dc, root, 1) != FSA_STATUS_OK) _exit(2);
+        fsa_disk_entry e;
+        uint64_t corrupt = 0;
+        fsa_status st = fsa_disk_cache_lookup(&e, dc, k, TARGET, 0, &corrupt);
+        fsa_disk_entry_free(&e);
+        fsa_disk_cache_close(dc);
+        _exit(st == FSA_STATUS_OK ? 0 : 1);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws);
+}
+
+static void test_a_cache_of_root_serves_other_users_unless_others_can_write_it(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
+    char root[] = "/tmp/fsa_root_cache.XXXXXX";
+    assert_non_null(mkdtemp(root));
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 0), FSA_STATUS_OK);
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(900, 27);
+    publish(dc, &k, p, 900);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(nftw(root, make_readable, 16, FTW_PHYS), 0);
+
+    int rc = lookup_as_another_user(root, &k);
+    if (rc == FSA_TEST_SKIP_CODE) {
+        fsa_test_rmtree(root);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    /* An entry others may write could hold anything: a miss. */
+    char *path = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 1), FSA_STATUS_OK);
+    path = fsa_disk_cache_entry_path(dc, &k, TARGET);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 1);
+    /* So could a directory: refused. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chmod(root, 0777), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 2);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+    fsa_test_rmtree(root);
+}
+
 static void test_a_cache_directory_writable_by_others_is_refused(void **state)
 {
     fixture *f = *state;
@@ -1274,6 +1382,8 @@ int main(void)
         T(test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and_passed_over),
         T(test_any_nvrtc_lookup_finds_an_entry_built_by_another_nvrtc),
         T(test_any_nvrtc_lookup_prefers_the_newest_intact_entry),
+        T(test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads),
+        T(test_a_cache_of_root_serves_other_users_unless_others_can_write_it),
         T(test_a_cache_directory_writable_by_others_is_refused),
         T(test_a_target_directory_writable_by_others_is_refused),
         T(test_an_entry_owned_by_another_user_is_a_miss),
