@@ -1,6 +1,7 @@
 #include "compile.h"
 
 #include "base/status_internal.h"
+#include "target.h"
 #include "templates.h"
 #include "base/util.h"
 
@@ -8,29 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int fsa_target_supported(const char *target)
-{
-    if (target == NULL || strncmp(target, "sm_", 3) != 0) return 0;
-    const char *p = target + 3;
-    int digits = 0;
-    int value = 0;
-    while (*p >= '0' && *p <= '9') {
-        value = value * 10 + (*p - '0');
-        p++;
-        digits++;
-    }
-    if (digits < 2 || digits > 3 || value < 80) return 0;
-    if (*p == 'a' || *p == 'f') p++;
-    return *p == '\0';
-}
-
 fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target)
 {
     memset(out, 0, sizeof *out);
-    if (!fsa_target_supported(target))
-        return fsa_error_set(FSA_STATUS_UNSUPPORTED_DEVICE, "compile",
-                             "target '%s' is not supported (sm_80 or newer)", target ? target : "(null)");
-    snprintf(out->arch, sizeof out->arch, "--gpu-architecture=%s", target);
+    fsa_target t;
+    fsa_status st = fsa_target_parse(&t, target);
+    if (st != FSA_STATUS_OK) return st;
+    snprintf(out->arch, sizeof out->arch, "--gpu-architecture=%s", t.name);
     out->opts[out->count++] = out->arch;
     out->opts[out->count++] = "--std=c++17";
     out->opts[out->count++] = "--extra-device-vectorization";

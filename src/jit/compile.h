@@ -18,11 +18,8 @@ typedef struct fsa_compile_options {
     size_t count;
 } fsa_compile_options;
 
+/* Fails as fsa_target_parse does for a target it does not know. */
 fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target);
-
-/* 1 when `target` is a supported compile target ("sm_80", "sm_86", "sm_89",
- * "sm_90", "sm_90a", "sm_100", ...: sm_<major><minor>[a] with major >= 8). */
-int fsa_target_supported(const char *target);
 
 typedef struct fsa_cubin {
     uint8_t *data;

@@ -1,6 +1,5 @@
 #include "context.h"
 
-#include "compile.h"
 #include "base/status_internal.h"
 #include "base/util.h"
 
@@ -8,25 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-void fsa_target_for_capability(char *out, size_t cap, int major, int minor)
-{
-    /* sm_90a unlocks Hopper-only instructions; its cubins run only on 9.0. */
-    snprintf(out, cap, "sm_%d%d%s", major, minor, (major == 9 && minor == 0) ? "a" : "");
-}
-
-int fsa_target_runs_on(const char *target, int major, int minor)
-{
-    if (!fsa_target_supported(target)) return 0;
-    int value = atoi(target + 3);
-    int t_major = value / 10, t_minor = value % 10;
-    size_t len = strlen(target);
-    int arch_specific = target[len - 1] == 'a' || target[len - 1] == 'f';
-    /* Cubins run on the same major version with an equal or newer minor;
-     * arch-specific ones only on exactly their own. */
-    if (t_major != major) return 0;
-    return arch_specific ? t_minor == minor : t_minor <= minor;
-}
 
 static fsa_status parse_cache_mode(fsa_cache_mode *out, fsa_cache_mode requested)
 {
@@ -107,13 +87,13 @@ static fsa_status open_device(fsa_context *ctx, const char *requested_target)
                  "device %d has compute capability %d.%d; sm_80 or newer is required", ctx->device,
                  ctx->cc_major, ctx->cc_minor);
     if (requested_target) {
-        if (!fsa_target_runs_on(requested_target, ctx->cc_major, ctx->cc_minor))
+        FSA_CHECK(fsa_target_parse(&ctx->arch, requested_target));
+        if (!fsa_target_runs_on(&ctx->arch, ctx->cc_major, ctx->cc_minor))
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context",
                      "target %s does not run on device %d (compute capability %d.%d)",
                      requested_target, ctx->device, ctx->cc_major, ctx->cc_minor);
-        snprintf(ctx->target, sizeof ctx->target, "%s", requested_target);
     } else {
-        fsa_target_for_capability(ctx->target, sizeof ctx->target, ctx->cc_major, ctx->cc_minor);
+        FSA_CHECK(fsa_target_for_capability(&ctx->arch, ctx->cc_major, ctx->cc_minor));
     }
     FSA_CHECK_CU(cu, cu->DevicePrimaryCtxRetain(&ctx->cu_context, ctx->cu_device), "context");
     ctx->cu = cu;
@@ -160,6 +140,7 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx = calloc(1, sizeof *ctx);
     FSA_CHECK_ALLOC(ctx, "context");
     pthread_mutex_init(&ctx->fill_lock, NULL);
+    ctx->target = ctx->arch.name;
     ctx->device = o.device;
     ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
 
@@ -171,10 +152,9 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     if (o.device == FSA_DEVICE_NONE) {
         if (o.target == NULL)
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "an offline context needs a target");
-        if (!fsa_target_supported(o.target) || strlen(o.target) >= sizeof ctx->target)
-            FSA_FAIL(FSA_STATUS_UNSUPPORTED_DEVICE, "context", "target '%s' is not supported (sm_80 or newer)",
-                     o.target);
-        snprintf(ctx->target, sizeof ctx->target, "%s", o.target);
+        FSA_CHECK(fsa_target_parse(&ctx->arch, o.target));
+        /* Without a device, the target's own limit stands in for the device's. */
+        ctx->max_smem_per_block = ctx->arch.smem_per_block;
     } else {
         if (o.device < 0)
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "device %d is not an ordinal", o.device);

@@ -94,21 +94,33 @@ static void test_an_offline_context_without_a_target_is_an_invalid_argument(void
     assert_null(ctx);
 }
 
+static void expect_offline_context_status(fsa_status want, const char *target)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = target;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    EXPECT_STATUS(want, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+    assert_non_null(strstr(fsa_last_error_info()->message, target));
+}
+
 static void test_an_offline_context_for_an_unsupported_target_is_unsupported_device(void **state)
 {
     (void)state;
-    const char *bad[] = {"sm_75", "sm_70", "sm_9x", "", "compute_90", "sm_80/../x"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-        o.device = FSA_DEVICE_NONE;
-        o.target = bad[i];
-        o.cache_mode = FSA_CACHE_MODE_OFF;
-        o.log = -1;
-        fsa_context *ctx = NULL;
-        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED_DEVICE, fsa_context_create(&ctx, &o));
-        assert_null(ctx);
-        assert_non_null(strstr(fsa_last_error_info()->message, bad[i]));
-    }
+    const char *unsupported[] = {"sm_75", "sm_70", "sm_88", "sm_80a"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        expect_offline_context_status(FSA_STATUS_UNSUPPORTED_DEVICE, unsupported[i]);
+}
+
+static void test_an_offline_context_for_a_malformed_target_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *malformed[] = {"sm_9x", "", "compute_90", "sm_80/../x"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+        expect_offline_context_status(FSA_STATUS_INVALID_ARGUMENT, malformed[i]);
 }
 
 static void test_an_offline_context_reports_its_target_and_no_cache_when_off(void **state)
@@ -432,17 +444,22 @@ static void test_an_unknown_dtype_is_an_invalid_argument(void **state)
 
 static void test_a_backward_path_that_does_not_fit_the_target_is_unsupported(void **state)
 {
-    /* sm_86 allows 99 KB per block: head dim 176 fits the NSA-order forward
-     * (100096 bytes) but not the NSA-order dq kernel (105984 bytes). */
-    fsa_context *ctx = offline_context("sm_86");
+    /* Parts with 100 KB of shared memory per SM allow 99 KB per block: head
+     * dim 176 fits the NSA-order forward (100096 bytes) but not the NSA-order
+     * dq kernel (105984 bytes). */
+    const char *small[] = {"sm_86", "sm_89", "sm_120", "sm_121a"};
     fsa_selected_attention_desc d = good_desc();
-    d.head_dim = 176;
-    d.num_q_heads = 16;
-    d.backward = 1;
-    d.algorithm = FSA_ALGORITHM_NSA;
-    expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, "NSA-order backward, head dim 176 on sm_86");
-    if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
-    fsa_context_destroy(ctx);
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        fsa_context *ctx = offline_context(small[i]);
+        d = good_desc();
+        d.head_dim = 176;
+        d.num_q_heads = 16;
+        d.backward = 1;
+        d.algorithm = FSA_ALGORITHM_NSA;
+        expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, small[i]);
+        if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
+        fsa_context_destroy(ctx);
+    }
     /* A value that is not a flag at all is an invalid argument. */
     d = good_desc();
     d.backward = 2;
@@ -485,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_context_create_with_a_wrong_struct_size_is_struct_size),
         cmocka_unit_test(test_an_offline_context_without_a_target_is_an_invalid_argument),
         cmocka_unit_test(test_an_offline_context_for_an_unsupported_target_is_unsupported_device),
+        cmocka_unit_test(test_an_offline_context_for_a_malformed_target_is_an_invalid_argument),
         cmocka_unit_test(test_an_offline_context_reports_its_target_and_no_cache_when_off),
         cmocka_unit_test(test_a_device_context_without_a_driver_fails_with_no_driver_or_no_device),
         cmocka_unit_test(test_a_negative_device_other_than_none_is_an_invalid_argument),
