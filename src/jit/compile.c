@@ -29,7 +29,25 @@ void fsa_cubin_free(fsa_cubin *c)
     if (c == NULL) return;
     free(c->data);
     free(c->log);
+    free(c->ptx);
     memset(c, 0, sizeof *c);
+}
+
+static fsa_status keep_ptx(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, nvrtcProgram prog, const char *program_name)
+{
+    size_t size = 0;
+    nvrtcResult r = nvrtc->GetPTXSize(prog, &size);
+    if (r != NVRTC_SUCCESS || size == 0)
+        return fsa_error_set(FSA_STATUS_COMPILE_FAILED, "compile", "%s: no PTX (%s)", program_name,
+                             nvrtc->GetErrorString(r));
+    out->ptx = malloc(size + 1);
+    if (out->ptx == NULL) return fsa_error_set(FSA_STATUS_OUT_OF_MEMORY, "compile", "out of host memory");
+    r = nvrtc->GetPTX(prog, out->ptx);
+    out->ptx[size] = '\0';
+    if (r != NVRTC_SUCCESS)
+        return fsa_error_set(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcGetPTX(%s): %s", program_name,
+                             nvrtc->GetErrorString(r));
+    return FSA_STATUS_OK;
 }
 
 fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *source,
@@ -62,7 +80,11 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
     if (r != NVRTC_SUCCESS)
         FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcCreateProgram(%s): %s", program_name,
                  nvrtc->GetErrorString(r));
-    nvrtcResult cr = nvrtc->CompileProgram(prog, (int)options->count, options->opts);
+    const char *opts[FSA_MAX_COMPILE_OPTIONS + 1];
+    size_t n_opts = options->count;
+    memcpy(opts, options->opts, n_opts * sizeof opts[0]);
+    if (options->verbose) opts[n_opts++] = FSA_PTXAS_VERBOSE;
+    nvrtcResult cr = nvrtc->CompileProgram(prog, (int)n_opts, opts);
     size_t log_size = 0;
     if (nvrtc->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0) {
         out->log = malloc(log_size + 1);
@@ -86,6 +108,7 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
     if (r != NVRTC_SUCCESS)
         FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcGetCUBIN(%s): %s", program_name,
                  nvrtc->GetErrorString(r));
+    if (options->verbose) FSA_CHECK(keep_ptx(out, nvrtc, prog, program_name));
     out->ms = fsa_now_ms() - t0;
     if (out->log == NULL) {
         out->log = calloc(1, 1);

@@ -11,12 +11,18 @@
 #define FSA_MAX_COMPILE_OPTIONS 8
 
 /* The NVRTC options for a target, in a fixed order (they are part of the
- * kernel key). `storage` holds the formatted ones and must outlive `opts`. */
+ * kernel key). `arch` holds the formatted one and must outlive `opts`. */
 typedef struct fsa_compile_options {
     char arch[48];
     const char *opts[FSA_MAX_COMPILE_OPTIONS];
     size_t count;
+    /* Not part of the key: adds FSA_PTXAS_VERBOSE (per-function resource
+     * usage in the log) and keeps the PTX. ptxas records its command line in
+     * the cubin, so such cubins differ in bytes and must never be cached. */
+    int verbose;
 } fsa_compile_options;
+
+#define FSA_PTXAS_VERBOSE "--ptxas-options=-v"
 
 /* Fails as fsa_target_parse does for a target it does not know. */
 fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target);
@@ -25,6 +31,7 @@ typedef struct fsa_cubin {
     uint8_t *data;
     size_t size;
     char *log; /* NVRTC log, possibly "" */
+    char *ptx; /* with options->verbose, else NULL */
     double ms; /* wall time of the compilation */
 } fsa_cubin;
 

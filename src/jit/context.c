@@ -169,11 +169,17 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
         nvrtc = NULL;
     }
     open_disk_cache(ctx, mode, o.cache_dir);
+    const char *dump_dir = getenv("FSA_JIT_DUMP");
+    if (dump_dir && *dump_dir) {
+        ctx->dump_dir = strdup(dump_dir);
+        FSA_CHECK_ALLOC(ctx->dump_dir, "context");
+    }
     ctx->env.nvrtc = nvrtc;
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;
     ctx->env.jit = jit;
     ctx->env.log = ctx->log;
+    ctx->env.dump_dir = ctx->dump_dir;
     ctx->env.counters = &ctx->counters;
     *out = ctx;
     ctx = NULL;
@@ -188,6 +194,7 @@ void fsa_context_destroy(fsa_context *ctx)
     if (ctx->cu && ctx->cu_context) ctx->cu->DevicePrimaryCtxRelease(ctx->cu_device);
     fsa_disk_cache_close(ctx->disk);
     free(ctx->cache_dir);
+    free(ctx->dump_dir);
     pthread_mutex_destroy(&ctx->fill_lock);
     free(ctx);
 }

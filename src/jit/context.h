@@ -23,6 +23,7 @@ struct fsa_context {
     fsa_target arch;          /* the compile target, parsed once */
     const char *target;       /* arch.name */
     char *cache_dir;          /* resolved root, NULL when the disk cache is off */
+    char *dump_dir;           /* $FSA_JIT_DUMP, read once; NULL when unset */
     fsa_disk_cache *disk;
     fsa_jit_counters counters;
     fsa_jit_env env;
