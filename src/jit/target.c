@@ -77,9 +77,10 @@ fsa_status fsa_target_parse(fsa_target *out, const char *name)
     if (name == NULL) return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "no target name");
     /* sm_, then the capability as 2 or 3 digits without a leading zero (the
      * last one is the minor version), then at most one suffix letter. */
-    const char *p = name + 3;
+    const int prefixed = strncmp(name, "sm_", 3) == 0;
+    const char *p = prefixed ? name + 3 : name;
     int value = 0, digits = 0;
-    if (strncmp(name, "sm_", 3) == 0 && *p != '0')
+    if (prefixed && *p != '0')
         for (; *p >= '0' && *p <= '9'; p++, digits++) value = value * 10 + (*p - '0');
     char suffix = (*p == 'a' || *p == 'f') ? *p++ : '\0';
     if (digits < 2 || digits > 3 || *p != '\0')
@@ -95,13 +96,22 @@ fsa_status fsa_target_for_capability(fsa_target *out, int major, int minor)
 {
     memset(out, 0, sizeof *out);
     const known_arch *a = find_arch(major, minor);
-    if (a == NULL) {
-        char what[48];
-        snprintf(what, sizeof what, "compute capability %d.%d", major, minor);
-        return unsupported(what);
+    if (a != NULL) {
+        fill(out, a, major == 9 && minor == 0 ? 'a' : '\0');
+        return FSA_STATUS_OK;
     }
-    fill(out, a, major == 9 && minor == 0 ? 'a' : '\0');
-    return FSA_STATUS_OK;
+    /* A minor revision the table does not list yet runs the cubins of the
+     * newest earlier one of its major version. */
+    for (size_t i = 0; i < N_KNOWN; i++)
+        if (k_known[i].major == major && k_known[i].minor < minor && (a == NULL || k_known[i].minor > a->minor))
+            a = &k_known[i];
+    if (a != NULL) {
+        fill(out, a, '\0');
+        return FSA_STATUS_OK;
+    }
+    char what[48];
+    snprintf(what, sizeof what, "compute capability %d.%d", major, minor);
+    return unsupported(what);
 }
 
 int fsa_target_runs_on(const fsa_target *t, int major, int minor)

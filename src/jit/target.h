@@ -22,7 +22,9 @@ fsa_status fsa_target_parse(fsa_target *out, const char *name);
 
 /* The default target of a device: sm_90a on compute capability 9.0 (it
  * unlocks Hopper-only instructions), the plain sm_<major><minor> elsewhere.
- * FSA_STATUS_UNSUPPORTED_DEVICE for a capability the table does not list. */
+ * A capability the table lacks gets the newest plain target of its major
+ * version below it (its cubins run there; the device's own shared memory
+ * limit is then the one to use); without one, FSA_STATUS_UNSUPPORTED_DEVICE. */
 fsa_status fsa_target_for_capability(fsa_target *out, int major, int minor);
 
 /* 1 when a cubin built for `t` runs on a device of that capability: the same

@@ -180,16 +180,32 @@ static void test_a_device_gets_sm_90a_on_hopper_and_the_plain_target_elsewhere(v
     }
 }
 
-static void test_a_capability_the_table_does_not_list_is_an_unsupported_device(void **state)
+static void test_a_newer_minor_revision_gets_the_newest_earlier_target_of_its_major_version(void **state)
 {
     (void)state;
-    const int caps[][2] = {{7, 5}, {8, 8}, {13, 0}, {0, 0}};
+    static const struct {
+        int major, minor;
+        const char *name;
+    } cases[] = {{8, 8, "sm_87"}, {9, 1, "sm_90"}, {10, 4, "sm_103"}, {12, 5, "sm_121"}};
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        fsa_target t;
+        assert_int_equal(fsa_target_for_capability(&t, cases[i].major, cases[i].minor), FSA_STATUS_OK);
+        assert_string_equal(t.name, cases[i].name);
+        assert_true(fsa_target_runs_on(&t, cases[i].major, cases[i].minor));
+    }
+}
+
+static void test_a_capability_without_a_known_target_of_its_major_version_is_an_unsupported_device(void **state)
+{
+    (void)state;
+    const int caps[][2] = {{7, 5}, {13, 0}, {0, 0}, {14, 2}};
     for (size_t i = 0; i < N_OF(caps); i++) {
         fsa_target t;
         assert_int_equal(fsa_target_for_capability(&t, caps[i][0], caps[i][1]), FSA_STATUS_UNSUPPORTED_DEVICE);
         char cap[16];
         snprintf(cap, sizeof cap, "%d.%d", caps[i][0], caps[i][1]);
         assert_non_null(strstr(fsa_last_error(), cap));
+        assert_int_equal(t.major, 0);
     }
 }
 
@@ -204,7 +220,8 @@ int main(void)
         cmocka_unit_test(test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor),
         cmocka_unit_test(test_an_arch_specific_target_runs_only_on_its_own_capability),
         cmocka_unit_test(test_a_device_gets_sm_90a_on_hopper_and_the_plain_target_elsewhere),
-        cmocka_unit_test(test_a_capability_the_table_does_not_list_is_an_unsupported_device),
+        cmocka_unit_test(test_a_newer_minor_revision_gets_the_newest_earlier_target_of_its_major_version),
+        cmocka_unit_test(test_a_capability_without_a_known_target_of_its_major_version_is_an_unsupported_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
