@@ -150,44 +150,32 @@ class fsa_tensor(ctypes.Structure):
     ]
 
 
+def _call_args(*tensors):
+    """The fields of fsa_fwd_args / fsa_bwd_args around their tensor views."""
+    return (
+        [
+            ("struct_size", ctypes.c_size_t),
+            ("total_tokens", ctypes.c_int64),
+            ("batch", ctypes.c_int),
+            ("max_seqlen", ctypes.c_int),
+        ]
+        + [(name, fsa_tensor) for name in tensors]
+        + [
+            ("topk", fsa_tensor),
+            ("cu_seqlens", ctypes.c_uint64),
+            ("lse", ctypes.c_uint64),
+            ("workspace", ctypes.c_uint64),
+            ("workspace_bytes", ctypes.c_size_t),
+        ]
+    )
+
+
 class fsa_fwd_args(_Sized):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("total_tokens", ctypes.c_int64),
-        ("batch", ctypes.c_int),
-        ("max_seqlen", ctypes.c_int),
-        ("q", fsa_tensor),
-        ("k", fsa_tensor),
-        ("v", fsa_tensor),
-        ("o", fsa_tensor),
-        ("topk", fsa_tensor),
-        ("cu_seqlens", ctypes.c_uint64),
-        ("lse", ctypes.c_uint64),
-        ("workspace", ctypes.c_uint64),
-        ("workspace_bytes", ctypes.c_size_t),
-    ]
+    _fields_ = _call_args("q", "k", "v", "o")
 
 
 class fsa_bwd_args(_Sized):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("total_tokens", ctypes.c_int64),
-        ("batch", ctypes.c_int),
-        ("max_seqlen", ctypes.c_int),
-        ("q", fsa_tensor),
-        ("k", fsa_tensor),
-        ("v", fsa_tensor),
-        ("o", fsa_tensor),
-        ("dout", fsa_tensor),
-        ("dq", fsa_tensor),
-        ("dk", fsa_tensor),
-        ("dv", fsa_tensor),
-        ("topk", fsa_tensor),
-        ("cu_seqlens", ctypes.c_uint64),
-        ("lse", ctypes.c_uint64),
-        ("workspace", ctypes.c_uint64),
-        ("workspace_bytes", ctypes.c_size_t),
-    ]
+    _fields_ = _call_args("q", "k", "v", "o", "dout", "dq", "dk", "dv")
 
 
 STRUCTS = {
