@@ -1,7 +1,7 @@
 /*
  * fsa-bench: times selected attention through the public API on a GPU.
  *
- * Protocol (BENCHMARKS.md): random standard-normal q, k, v; per KV head and
+ * Protocol (docs/benchmarks.md): random standard-normal q, k, v; per KV head and
  * token, block 0 and the own block c and c-1 always selected, the other slots
  * distinct random blocks of 0..c, rows sorted, tail -1; CUDA events around
  * each call; 25 ms warm-up; median of repeats covering at least 100 ms; the
@@ -788,7 +788,7 @@ static void usage(void)
            "                 [--backward] [--jit]\n"
            "  --backward  also time the backward of each dq order (as --only allows) and of AUTO, forward +\n"
            "              backward (AUTO), and compare the two orders' dq (2.5x the forward FLOPs)\n"
-           "  --standard  the problem table of BENCHMARKS.md (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
+           "  --standard  the standard problem table (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
            "              plus T 16384 G 4 at D 64 and 256)\n"
            "  --jit       cold compile, disk-hit and in-memory plan times, host time per launch\n");
 }
