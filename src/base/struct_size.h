@@ -23,6 +23,13 @@
 #define FSA_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_fwd_args, workspace_bytes)
 #define FSA_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_bwd_args, workspace_bytes)
 
+/* For every field added after a struct's first version, next to the code
+ * that reads it: a compile-time check that it starts at or after the first
+ * size. (A field in an older caller's tail padding would read as garbage.) */
+#define FSA_APPENDED_FIELD(type, field, first_size)      \
+    _Static_assert(offsetof(type, field) >= (first_size), \
+                   #type "." #field " must start at or after the end of the struct's first version")
+
 /* Reads the caller's struct into `local`, the current version of `size`
  * bytes: the bytes its struct_size covers, zeros after them. Returns
  * FSA_STATUS_STRUCT_SIZE (with the error record) unless
