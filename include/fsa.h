@@ -12,14 +12,17 @@
  * - Outputs come first. What a function hands out through `**out` belongs to
  *   the caller, who releases it with the matching destroy function; destroy
  *   functions accept NULL. A `const char *` a function returns belongs to the
- *   library. Pointers the library receives are only read during the call.
+ *   library. Host structs and strings passed in are read during the call only
+ *   (the library copies what it keeps); device memory named in the arguments
+ *   is used by the enqueued work until it completes on the stream.
  * - Structs that can grow start with `size_t struct_size`; initialize them
  *   with their ..._INIT macro, which sets it to the size the caller was
  *   compiled with. The library accepts any struct_size from the struct's first
  *   published size up to its current one: fields past the caller's
  *   struct_size read as zero, and zero means the default for every field added
- *   later. Other sizes give FSA_STATUS_STRUCT_SIZE. Fields are only appended,
- *   each one at or after the end of the previous version's struct.
+ *   later; an output struct gets only the fields its struct_size covers. Other
+ *   sizes give FSA_STATUS_STRUCT_SIZE. Fields are only appended, each one at
+ *   or after the end of the previous version's struct.
  * - CUDA: a context on a device retains that device's primary context (the
  *   one the CUDA runtime and PyTorch use). A call that uses the driver makes it
  *   current for the duration of the call and then restores whatever context
@@ -139,7 +142,7 @@ typedef struct fsa_error_info {
  * The last failure on the calling thread, as one readable text (status,
  * stage, kernel, key, target, message and log).
  * @return "" when nothing failed yet on this thread. Owned by the library,
- *         valid until the next failing call on the same thread.
+ *         valid until the next call into the library on the same thread.
  */
 FSA_API const char *fsa_last_error(void);
 
@@ -147,7 +150,7 @@ FSA_API const char *fsa_last_error(void);
  * The last failure on the calling thread, field by field.
  * @return never NULL; status is FSA_STATUS_OK when nothing failed yet. The
  *         struct and its strings belong to the library and stay valid until
- *         the next failing call on the same thread.
+ *         the next call into the library on the same thread.
  */
 FSA_API const fsa_error_info *fsa_last_error_info(void);
 
