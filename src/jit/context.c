@@ -1,6 +1,7 @@
 #include "context.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 #include "base/util.h"
 
 #include <stdio.h>
@@ -131,11 +132,9 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     if (out == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "out is NULL");
     *out = NULL;
     if (options) {
-        if (options->struct_size != sizeof(fsa_context_options))
-            return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
-                                 "fsa_context_options.struct_size is %zu, expected %zu",
-                                 options->struct_size, sizeof(fsa_context_options));
-        o = *options;
+        st = fsa_struct_read(&o, sizeof o, options, FSA_CONTEXT_OPTIONS_FIRST_SIZE, "context",
+                             "fsa_context_options");
+        if (st != FSA_STATUS_OK) return st;
     }
     ctx = calloc(1, sizeof *ctx);
     FSA_CHECK_ALLOC(ctx, "context");
@@ -210,18 +209,15 @@ fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_context *ctx)
 {
     if (out == NULL || ctx == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "NULL stats or context");
-    if (out->struct_size != sizeof(fsa_cache_stats))
-        return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
-                             "fsa_cache_stats.struct_size is %zu, expected %zu", out->struct_size,
-                             sizeof(fsa_cache_stats));
     fsa_jit_counters *c = (fsa_jit_counters *)&ctx->counters;
-    out->memory_hits = atomic_load(&c->memory_hits);
-    out->disk_hits = atomic_load(&c->disk_hits);
-    out->compiles = atomic_load(&c->compiles);
-    out->compile_ms = (double)atomic_load(&c->compile_us) / 1000.0;
-    out->corrupt_entries = atomic_load(&c->corrupt_entries);
-    out->write_failures = atomic_load(&c->write_failures);
-    return FSA_STATUS_OK;
+    fsa_cache_stats s = FSA_CACHE_STATS_INIT;
+    s.memory_hits = atomic_load(&c->memory_hits);
+    s.disk_hits = atomic_load(&c->disk_hits);
+    s.compiles = atomic_load(&c->compiles);
+    s.compile_ms = (double)atomic_load(&c->compile_us) / 1000.0;
+    s.corrupt_entries = atomic_load(&c->corrupt_entries);
+    s.write_failures = atomic_load(&c->write_failures);
+    return fsa_struct_write(out, &s, sizeof s, FSA_CACHE_STATS_FIRST_SIZE, "context", "fsa_cache_stats");
 }
 
 fsa_status fsa_context_enter(const fsa_context *ctx)
