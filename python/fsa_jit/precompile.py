@@ -10,17 +10,8 @@ import itertools
 
 from . import _lib
 
-_DTYPE_NAMES = {
-    "bf16": _lib.FSA_DTYPE_BF16, "bfloat16": _lib.FSA_DTYPE_BF16,
-    "f16": _lib.FSA_DTYPE_F16, "fp16": _lib.FSA_DTYPE_F16, "float16": _lib.FSA_DTYPE_F16,
-}
-
-
 def _dtype_code(d):
-    name = str(d).lower().replace("torch.", "")
-    if name not in _DTYPE_NAMES:
-        raise ValueError(f"dtype {d!r}: expected 'bf16' or 'f16' (or the torch dtypes)")
-    return _DTYPE_NAMES[name]
+    return _lib.dtype_code(d)
 
 
 def _int_list(name, values):
