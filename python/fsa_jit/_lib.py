@@ -71,6 +71,30 @@ def dtype_code(d):
         raise ValueError(f"dtype {d!r}: expected one of {', '.join(DTYPE_SPELLINGS)} (or torch.bfloat16, torch.float16)")
     return DTYPE_SPELLINGS[name]
 
+_BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(value, name="bytes"):
+    """A byte count: None (0), an int >= 0, or a string such as '2G' (suffixes K, M, G, T: powers of
+    1024, as the tools' options take them)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text.rstrip("kKmMgGtT")
+        suffix = text[len(digits):].upper()
+        if digits.isdigit() and suffix in _BYTE_SUFFIXES:
+            return int(digits) * _BYTE_SUFFIXES[suffix]
+        raise ValueError(f"{name}: {value!r} is not a byte count (e.g. 536870912, '512M', '2G')")
+    raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")
+
+
 # ------------------------------------------------------------------ structs
 # Same field order and types as fsa.h; enums are int, device pointers uint64.
 
