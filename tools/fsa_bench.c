@@ -1,7 +1,7 @@
 /*
  * fsa-bench: times selected attention through the public API on a GPU.
  *
- * Protocol (BENCHMARKS.md): random standard-normal q, k, v; per KV head and
+ * Protocol (docs/benchmarks.md): random standard-normal q, k, v; per KV head and
  * token, block 0 and the own block c and c-1 always selected, the other slots
  * distinct random blocks of 0..c, rows sorted, tail -1; CUDA events around
  * each call; 25 ms warm-up; median of repeats covering at least 100 ms; the
