@@ -373,7 +373,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
               workspace_limit):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # Contiguous, as the real operator allocates them (empty_like would copy a view's strides).
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):

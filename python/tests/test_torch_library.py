@@ -55,14 +55,17 @@ def test_fake_forward_gives_the_output_shapes():
     assert o.requires_grad and not lse.requires_grad
 
 
-def test_fake_backward_gives_gradients_shaped_like_the_inputs():
+def test_fake_backward_gives_contiguous_gradients_shaped_like_the_inputs():
     mode = FakeTensorMode()
     q, k, v, topk, cu = fake_problem(mode, requires_grad=False)
     with mode:
-        o = torch.empty_like(q)
+        q = q.transpose(0, 1).contiguous().transpose(0, 1)  # a strided view, as the real operator may get
+        o = torch.empty(q.shape, dtype=q.dtype, device="cuda")
         lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
         dq, dk, dv = torch.ops.fsa_jit.selected_attention_bwd(o, q, k, v, o, lse, topk, cu, 16, 0.0, 0, 0, "thk", 0)
     assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    # The real operator allocates them contiguous; the fake must say the same (inductor checks strides).
+    assert dq.is_contiguous() and dk.is_contiguous() and dv.is_contiguous()
     assert dq.dtype == dk.dtype == dv.dtype == torch.bfloat16
 
 
