@@ -38,6 +38,7 @@ typedef struct fsa_jit_env {
     int jit;                    /* 0: a miss is FSA_STATUS_JIT_DISABLED */
     int driver_major;           /* CUDA major version of the driver; 0 offline (no limit on cached cubins) */
     int log;
+    const char *dump_dir;       /* FSA_JIT_DUMP (kernel_dump.h); NULL when unset */
     fsa_jit_counters *counters;
 } fsa_jit_env;
 
