@@ -312,6 +312,9 @@ static int child_race(const char *mode, char **argv)
 
 static int child_main(int argc, char **argv)
 {
+    /* Run from another working directory: it must not show in what is built. */
+    const char *cwd = getenv("FSA_TEST_CHDIR");
+    if (cwd && *cwd && chdir(cwd) != 0) return 3;
     /* Run as another user: how a cache baked into an image by root is read. */
     const char *as_uid = getenv("FSA_TEST_AS_UID");
     if (as_uid && *as_uid) {
@@ -1464,6 +1467,55 @@ static void test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_o
     assert_int_equal(rc, 0);
 }
 
+static char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    char *data = malloc((size_t)n + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
+    data[n] = '\0';
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
+static void test_the_same_kernel_compiled_from_two_working_directories_has_the_same_bytes(void **state)
+{
+    const char *dir = *state;
+    int u = fresh_unroll();
+    char us[16], cache[2][1024], cwd[2][1024], env[2][1100], path[2][1024], name[32];
+    snprintf(us, sizeof us, "%d", u);
+    snprintf(name, sizeof name, "fill_u%d", u);
+    for (int i = 0; i < 2; i++) {
+        snprintf(cache[i], sizeof cache[i], "%s/cache%d", dir, i);
+        snprintf(cwd[i], sizeof cwd[i], "%s/%s", dir, i ? "a/much/longer/working/directory" : "here");
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", cwd[i]);
+        assert_int_equal(system(cmd), 0);
+        snprintf(env[i], sizeof env[i], "FSA_TEST_CHDIR=%s", cwd[i]);
+        const char *args[] = {"compile", cache[i], us, NULL};
+        const char *extra[] = {env[i], NULL};
+        assert_int_equal(run_self(args, extra), 0);
+        entry_list l = inspect_cache(cache[i], 0, NULL);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.e[0].name, name);
+        snprintf(path[i], sizeof path[i], "%s", l.e[0].path);
+    }
+    size_t n0 = 0, n1 = 0;
+    char *a = read_file(path[0], &n0), *b = read_file(path[1], &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(a, b, n0);
+    /* No trace of either directory (nor of the test's own). */
+    assert_null(memmem(a, n0, dir, strlen(dir)));
+    free(a);
+    free(b);
+}
+
 /* ======================================================================== */
 /* Plans                                                                    */
 /* ======================================================================== */
@@ -1703,6 +1755,7 @@ int main(int argc, char **argv)
         T(test_jit_off_plan_create_on_an_empty_cache_is_jit_disabled_naming_a_kernel),
         T(test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_no_nvrtc),
         T(test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it),
+        T(test_the_same_kernel_compiled_from_two_working_directories_has_the_same_bytes),
         T(test_with_jit_off_an_entry_that_another_nvrtc_built_is_used),
         T(test_jit_off_with_a_refused_cache_says_why_there_is_no_cache),
         T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
