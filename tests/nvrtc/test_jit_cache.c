@@ -142,40 +142,25 @@ static int child_disk_hit(const char *mode, char **argv)
     return 0;
 }
 
-/* rebuild <dir> <unroll> <write failures>: the entry on disk is damaged:
- * one corrupt entry (counted once, also when it cannot be deleted and the
- * look under the lock meets it again), one compile, no disk hit; the publish
- * fails as often as the parent says (1: a directory with files is in the
- * way). */
-static int child_rebuild(const char *mode, char **argv)
+/* build <dir> <unroll> <corrupt> <write failures>: the kernel is not
+ * usable from the cache (absent, or damaged: counted once, also when it
+ * cannot be deleted and the look under the lock meets it again): one
+ * compile, no disk hit; the publish fails as often as the parent says (1: a
+ * directory with files is in the way). An alarm ends a process that would
+ * wait for ever. */
+static int child_build(const char *mode, char **argv)
 {
     fsa_context *ctx = NULL;
     fsa_module *m = NULL;
-    uint64_t write_failures = strtoull(argv[2], NULL, 10);
-    fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    CHILD_CHECK(st == FSA_STATUS_OK, "context: %s", fsa_status_name(st));
-    st = get_fill(&m, ctx, atoi(argv[1]));
-    CHILD_CHECK(st == FSA_STATUS_OK, "get: %s", fsa_status_name(st));
-    fsa_cache_stats s = stats_of(ctx);
-    CHILD_CHECK(s.corrupt_entries == 1 && s.compiles == 1 && s.disk_hits == 0 && s.write_failures == write_failures,
-                CHILD_STATS(s));
-    fsa_context_destroy(ctx);
-    return 0;
-}
-
-/* compile <dir> <unroll>: a cold cache: one compile, one entry published.
- * An alarm ends the process if it waits for ever. */
-static int child_compile(const char *mode, char **argv)
-{
-    fsa_context *ctx = NULL;
-    fsa_module *m = NULL;
+    uint64_t corrupt = strtoull(argv[2], NULL, 10), write_failures = strtoull(argv[3], NULL, 10);
     alarm(60);
     fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     CHILD_CHECK(st == FSA_STATUS_OK, "context: %s", fsa_status_name(st));
     st = get_fill(&m, ctx, atoi(argv[1]));
     CHILD_CHECK(st == FSA_STATUS_OK, "get: %s", fsa_status_name(st));
     fsa_cache_stats s = stats_of(ctx);
-    CHILD_CHECK(s.compiles == 1 && s.disk_hits == 0 && s.corrupt_entries == 0 && s.write_failures == 0,
+    CHILD_CHECK(s.corrupt_entries == corrupt && s.compiles == 1 && s.disk_hits == 0 &&
+                    s.write_failures == write_failures,
                 CHILD_STATS(s));
     fsa_context_destroy(ctx);
     return 0;
@@ -327,8 +312,7 @@ static int child_main(int argc, char **argv)
         int args;
         int (*fn)(const char *, char **);
     } modes[] = {
-        {"disk-hit", 4, child_disk_hit}, {"rebuild", 3, child_rebuild},     {"no-nvrtc", 3, child_no_nvrtc},
-        {"compile", 2, child_compile},
+        {"disk-hit", 4, child_disk_hit}, {"build", 4, child_build},     {"no-nvrtc", 3, child_no_nvrtc},
         {"plan-disk", 3, child_plan_disk}, {"race", 6, child_race},
     };
     if (argc < 1) return 2;
@@ -510,6 +494,35 @@ static void the_one_entry(char *path_out, size_t cap, const char *dir, const cha
     assert_string_equal(l.e[0].path, want);
     assert_true(l.e[0].bytes > 64);
     snprintf(path_out, cap, "%s", l.e[0].path);
+}
+
+/* A fresh kernel that a context of this process compiled into the cache at
+ * dir (which held nothing of it): its unroll and name, the path of its one
+ * entry, and the module (which outlives the context). */
+typedef struct cached_fill {
+    int u;
+    char us[16], name[32], path[1024];
+    fsa_module *m;
+} cached_fill;
+
+static cached_fill cache_a_fresh_fill(const char *dir)
+{
+    cached_fill c;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    c.u = fresh_unroll();
+    c.m = fill_or_fail(ctx, c.u);
+    snprintf(c.us, sizeof c.us, "%d", c.u);
+    snprintf(c.name, sizeof c.name, "fill_u%d", c.u);
+    the_one_entry(c.path, sizeof c.path, dir, FILL_TARGET, c.name, fsa_module_key_hex(c.m));
+    fsa_context_destroy(ctx);
+    return c;
+}
+
+static fsa_disk_cache *open_disk(const char *dir)
+{
+    fsa_disk_cache *dc = NULL;
+    if (fsa_disk_cache_open(&dc, dir, 0) != FSA_STATUS_OK) fail_msg("cache %s: %s", dir, fsa_last_error());
+    return dc;
 }
 
 /* stderr (fd 2) into a temporary file between begin and end. */
@@ -800,20 +813,13 @@ static void test_processes_and_threads_racing_for_one_new_kernel_publish_exactly
  * a fresh process rebuild it. */
 static void corrupt_and_rebuild(const char *dir, void (*damage)(const char *path, uint64_t size))
 {
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fsa_module *m = fill_or_fail(ctx, u);
-    char name[32], path[1024];
-    snprintf(name, sizeof name, "fill_u%d", u);
-    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
-    fsa_context_destroy(ctx);
+    cached_fill c = cache_a_fresh_fill(dir);
+    const char *path = c.path, *us = c.us;
     struct stat before;
     assert_int_equal(stat(path, &before), 0);
     damage(path, (uint64_t)before.st_size);
 
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"rebuild", dir, us, "0", NULL};
+    const char *args[] = {"build", dir, us, "1", "0", NULL};
     assert_int_equal(run_self(args, NULL), 0);
 
     /* The rebuilt entry is whole and in the same place. */
@@ -881,13 +887,9 @@ static void test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt
 static void test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure(void **state)
 {
     const char *dir = *state;
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fsa_module *m = fill_or_fail(ctx, u);
-    char name[32], path[1024], inside[1100];
-    snprintf(name, sizeof name, "fill_u%d", u);
-    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
-    fsa_context_destroy(ctx);
+    cached_fill c = cache_a_fresh_fill(dir);
+    const char *path = c.path;
+    char inside[1100];
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkdir(path, 0700), 0);
     snprintf(inside, sizeof inside, "%s/file", path);
@@ -895,9 +897,7 @@ static void test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_a
     assert_true(fd >= 0);
     close(fd);
 
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"rebuild", dir, us, "1", NULL};
+    const char *args[] = {"build", dir, c.us, "1", "1", NULL};
     assert_int_equal(run_self(args, NULL), 0);
     struct stat sb;
     assert_int_equal(stat(inside, &sb), 0); /* not ours to delete */
@@ -929,38 +929,32 @@ static void test_an_empty_cache_dir_option_means_the_default_directory(void **st
 static void test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_from_compiling_it(void **state)
 {
     const char *dir = *state;
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fsa_module *m = fill_or_fail(ctx, u);
-    char name[32], path[1024];
-    snprintf(name, sizeof name, "fill_u%d", u);
-    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
-    assert_int_equal(unlink(path), 0); /* cold again */
+    cached_fill c = cache_a_fresh_fill(dir);
+    assert_int_equal(unlink(c.path), 0); /* cold again */
 
     /* A process that took the kernel's lock, as a compiling process does, and was stopped. */
     fsa_kernel_key key = {0};
-    key.name = name;
-    snprintf(key.hex, sizeof key.hex, "%s", fsa_module_key_hex(m));
+    key.name = c.name;
+    snprintf(key.hex, sizeof key.hex, "%s", fsa_module_key_hex(c.m));
+    fsa_disk_cache *dc = open_disk(dir);
     int ready[2];
     assert_int_equal(pipe(ready), 0);
     pid_t holder = fork();
     assert_true(holder >= 0);
     if (holder == 0) {
-        if (fsa_disk_cache_lock(ctx->disk, &key, FILL_TARGET) < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        if (fsa_disk_cache_lock(dc, &key, FILL_TARGET) < 0 || write(ready[1], "x", 1) != 1) _exit(2);
         raise(SIGSTOP);
         _exit(0);
     }
-    char c;
-    assert_int_equal(read(ready[0], &c, 1), 1);
+    char byte;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
     close(ready[0]);
     close(ready[1]);
     int ws = 0;
     assert_int_equal(waitpid(holder, &ws, WUNTRACED), holder);
     assert_true(WIFSTOPPED(ws));
 
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"compile", dir, us, NULL};
+    const char *args[] = {"build", dir, c.us, "0", "0", NULL};
     int rc = run_self(args, NULL);
     kill(holder, SIGKILL);
     waitpid(holder, NULL, 0);
@@ -968,7 +962,7 @@ static void test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_f
     uint64_t bad = 99;
     assert_int_equal(inspect_cache(dir, 1, &bad).n, 1);
     assert_int_equal(bad, 0);
-    fsa_context_destroy(ctx);
+    fsa_disk_cache_close(dc);
 }
 
 /* ======================================================================== */
@@ -1382,7 +1376,7 @@ static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(v
     const char *env[] = {"FSA_JIT=off", broken, NULL};
     assert_int_equal(run_self(args, env), 0);
     /* The stand-in does kill a process that loads it. */
-    const char *compile[] = {"compile", dir, "999", NULL};
+    const char *compile[] = {"build", dir, "999", "0", "0", NULL};
     int status = 0;
     pid_t pid = spawn_self(compile, (const char *const[]){broken, NULL}, NULL);
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -1393,33 +1387,26 @@ static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(v
 static void test_with_jit_off_an_entry_that_another_nvrtc_built_is_used(void **state)
 {
     const char *dir = *state;
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fsa_module *m = fill_or_fail(ctx, u);
-    char name[32], path[1024];
-    snprintf(name, sizeof name, "fill_u%d", u);
-    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
+    cached_fill c = cache_a_fresh_fill(dir);
 
     /* The same kernel as another NVRTC version would have keyed it. */
     fill_req f;
-    fill_req_init(&f, u);
+    fill_req_init(&f, c.u);
     fsa_compile_options opts;
     assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
     fsa_key_inputs in = {"fill", f.params, 1, "12.0", FILL_TARGET, opts.opts, opts.count};
     fsa_kernel_key other;
     assert_int_equal(fsa_key_build(&other, &in), FSA_STATUS_OK);
-    assert_string_not_equal(other.hex, fsa_module_key_hex(m));
+    assert_string_not_equal(other.hex, fsa_module_key_hex(c.m));
     size_t size = 0;
-    const void *cubin = fsa_module_cubin(m, &size);
-    assert_int_equal(fsa_disk_cache_publish(ctx->disk, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"),
-                     FSA_STATUS_OK);
-    assert_int_equal(unlink(path), 0);
+    const void *cubin = fsa_module_cubin(c.m, &size);
+    fsa_disk_cache *dc = open_disk(dir);
+    assert_int_equal(fsa_disk_cache_publish(dc, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(unlink(c.path), 0);
     fsa_key_free(&other);
-    fsa_context_destroy(ctx);
 
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
     const char *env[] = {"FSA_JIT=off", NULL};
     assert_int_equal(run_self(args, env), 0);
 }
@@ -1498,7 +1485,7 @@ static void test_the_same_kernel_compiled_from_two_working_directories_has_the_s
         snprintf(cmd, sizeof cmd, "mkdir -p '%s'", cwd[i]);
         assert_int_equal(system(cmd), 0);
         snprintf(env[i], sizeof env[i], "FSA_TEST_CHDIR=%s", cwd[i]);
-        const char *args[] = {"compile", cache[i], us, NULL};
+        const char *args[] = {"build", cache[i], us, "0", "0", NULL};
         const char *extra[] = {env[i], NULL};
         assert_int_equal(run_self(args, extra), 0);
         entry_list l = inspect_cache(cache[i], 0, NULL);
