@@ -203,6 +203,17 @@ typedef struct fsa_context_options {
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
     int log;                /**< 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
+    /** Check mode: 1 = on, -1 = off, 0 = $FSA_CHECK (on for 1, on, true, yes). Each call
+     *  of a plan of this context first runs a small kernel that validates cu_seqlens
+     *  (starts at 0, never falls, ends at total_tokens, no sequence over max_seqlen when
+     *  given) and the top-k rows (each entry -1 or a block of the token's own sequence,
+     *  no block twice in a row), waits for it (a host synchronization on the stream),
+     *  and returns FSA_STATUS_INVALID_ARGUMENT, saying what is wrong where, instead of
+     *  launching the attention. Without it the kernels clamp every bound they read and
+     *  report nothing. A call on a stream being captured skips the check (it could not
+     *  wait for it). Calls of one plan are serialized while it is on. 64 bits wide so
+     *  that it starts past the end of the struct's first version on every ABI. */
+    int64_t check;
 } fsa_context_options;
 
 #define FSA_CONTEXT_OPTIONS_INIT FSA_INIT_(fsa_context_options, )

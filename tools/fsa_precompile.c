@@ -559,6 +559,7 @@ static fsa_status open_context(fsa_context **out, const tool_options *o, const c
     co.cache_dir = o->cache_dir;
     co.cache_mode = FSA_CACHE_MODE_READ_WRITE;
     co.jit = FSA_JIT_ON;
+    co.check = 1; /* the check-mode kernel too, for servers that run FSA_CHECK=1 with FSA_JIT=off */
     co.log = 1; /* an unusable cache directory must not pass silently */
     return fsa_context_create(out, &co);
 }

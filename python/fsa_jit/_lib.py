@@ -134,6 +134,7 @@ class fsa_context_options(_Sized):
         ("cache_mode", ctypes.c_int),
         ("jit", ctypes.c_int),
         ("log", ctypes.c_int),
+        ("check", ctypes.c_int64),
     ]
 
 

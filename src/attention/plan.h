@@ -69,6 +69,7 @@ struct fsa_plan {
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
+    struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 
 /* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */

@@ -6,6 +6,7 @@
  * dK/dV partials of split blocks; then dk and dv once from the fp32
  * accumulator. */
 #include "launch.h"
+#include "metadata_check.h"
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
@@ -134,6 +135,8 @@ fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *
     if (a.total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
+    const fsa_call_inputs checked = FSA_CALL_INPUTS(&a);
+    FSA_CHECK(fsa_metadata_check(plan, STAGE, &checked, (CUstream)stream)); /* check mode only */
     FSA_CHECK(run(plan, &a, &su, (CUstream)stream));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);

@@ -1,6 +1,7 @@
 /* Forward launch sequences. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured. */
 #include "launch.h"
+#include "metadata_check.h"
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
@@ -108,6 +109,8 @@ fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *
     if (a.total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
+    const fsa_call_inputs checked = FSA_CALL_INPUTS(&a);
+    FSA_CHECK(fsa_metadata_check(plan, STAGE, &checked, (CUstream)stream)); /* check mode only */
     if (su.algorithm == FSA_ALGORITHM_NSA)
         FSA_CHECK(run_nsa(plan, &a, (CUstream)stream));
     else

@@ -145,6 +145,8 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx->target = ctx->arch.name;
     ctx->device = o.device;
     ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
+    FSA_APPENDED_FIELD(fsa_context_options, check, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    ctx->check = o.check > 0 ? 1 : o.check < 0 ? 0 : fsa_env_flag("FSA_CHECK", 0) == 1;
 
     fsa_cache_mode mode = FSA_CACHE_MODE_READ_WRITE;
     int jit = 1;

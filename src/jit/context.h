@@ -29,6 +29,7 @@ struct fsa_context {
     fsa_jit_counters counters;
     fsa_jit_env env;
     int log;
+    int check;                /* check mode (attention/metadata_check.h) */
 
     pthread_mutex_t fill_lock; /* guards the lazily made fill kernel */
     CUfunction fill_fn;

@@ -1593,6 +1593,52 @@ static void test_a_second_context_and_a_fresh_process_build_the_same_plan_withou
     assert_int_equal(inspect_cache(g_plan_dir, 0, NULL).n, g_plan_modules);
 }
 
+static int count_named(const fsa_cache_entry_info *info, void *user)
+{
+    if (strcmp(info->name, "sel_check") == 0) (*(int *)user)++;
+    return 0;
+}
+
+static void test_check_mode_is_off_by_default_and_its_plans_bring_the_check_kernel(void **state)
+{
+    (void)state;
+    char *dir = fsa_test_mkdtemp("fsa_jit_check");
+    assert_non_null(dir);
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = PLAN_TARGET;
+    o.cache_dir = dir;
+    o.log = -1;
+    fsa_context *plain = NULL, *checking = NULL, *from_env = NULL;
+    assert_int_equal(fsa_context_create(&plain, &o), FSA_STATUS_OK);
+    assert_int_equal(plain->check, 0);
+    fsa_plan *plan = plan_or_fail(plain, FSA_ALGORITHM_AUTO, 0);
+    assert_null(plan->checker);
+    fsa_plan_destroy(plan);
+    int n = 0;
+    assert_int_equal(fsa_cache_list(plain, count_named, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 0);
+
+    o.check = 1;
+    assert_int_equal(fsa_context_create(&checking, &o), FSA_STATUS_OK);
+    plan = plan_or_fail(checking, FSA_ALGORITHM_AUTO, 0);
+    assert_non_null(plan->checker);
+    fsa_plan_destroy(plan);
+    assert_int_equal(fsa_cache_list(checking, count_named, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 1);
+
+    o.check = 0;
+    assert_int_equal(setenv("FSA_CHECK", "1", 1), 0);
+    assert_int_equal(fsa_context_create(&from_env, &o), FSA_STATUS_OK);
+    unsetenv("FSA_CHECK");
+    assert_int_equal(from_env->check, 1);
+    fsa_context_destroy(from_env);
+    fsa_context_destroy(checking);
+    fsa_context_destroy(plain);
+    fsa_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_workspace_size_is_zero_without_tokens_and_grows_with_tokens(void **state)
 {
     (void)state;
@@ -1748,6 +1794,7 @@ int main(int argc, char **argv)
         T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
         cmocka_unit_test(test_an_offline_plan_puts_the_forward_kernels_in_the_cache),
         cmocka_unit_test(test_a_second_context_and_a_fresh_process_build_the_same_plan_without_compiling),
+        cmocka_unit_test(test_check_mode_is_off_by_default_and_its_plans_bring_the_check_kernel),
         cmocka_unit_test(test_workspace_size_is_zero_without_tokens_and_grows_with_tokens),
         cmocka_unit_test(test_a_backward_plan_chooses_the_dq_order_per_call_and_sizes_the_workspace_for_it),
         cmocka_unit_test(test_a_workspace_limit_bounds_the_workspace_size),
