@@ -230,7 +230,7 @@ static void test_two_processes_share_one_cold_cache_directory(void **state)
     unsigned long long compiles = 0, corrupt = 0;
     char *line = strtok(text, "\n");
     for (int i = 0; i < N_DEV; i++, line = strtok(NULL, "\n")) {
-        unsigned long long c, d, k;
+        unsigned long long c = 0, d = 0, k = 0;
         if (line == NULL || sscanf(line, "%15s %llu %llu %llu", targets[i], &c, &d, &k) != 4)
             fail_msg("missing or bad report from a process: \"%s\"", line ? line : "");
         compiles += c;
