@@ -34,7 +34,7 @@ struct fsa_module {
     module_state state;
     pthread_mutex_t load_lock; /* guards lib (loading happens once) and known */
     CUlibrary lib;
-    /* Disk caches known to hold the module, or (read-only ones) already looked at. */
+    /* Disk caches known to hold the module (device and inode of their v1). */
     uint64_t known[MAX_KNOWN_CACHES][2];
     int n_known;
     struct fsa_module *next;
@@ -204,7 +204,7 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_nvrtc_a
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_disk_entry entry = {0};
-    int lock_fd = -1;
+    int lock_fd = -1, on_disk = 0;
     uint64_t corrupt = 0;
 
     m->entry_names = strdup(req->entry_names ? req->entry_names : "");
@@ -213,6 +213,7 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_nvrtc_a
         st = disk_lookup(&entry, env, key, nvrtc != NULL, &corrupt);
         if (st == FSA_STATUS_OK) {
             atomic_fetch_add(&env->counters->disk_hits, 1);
+            on_disk = 1;
             st = take_disk_entry(m, &entry);
             goto cleanup;
         }
@@ -235,6 +236,7 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_nvrtc_a
             if (corrupt == 0) corrupt = again;
             if (st == FSA_STATUS_OK) {
                 atomic_fetch_add(&env->counters->disk_hits, 1);
+                on_disk = 1;
                 st = take_disk_entry(m, &entry);
                 goto cleanup;
             }
@@ -249,9 +251,11 @@ static fsa_status build(fsa_module *m, const fsa_jit_env *env, const fsa_nvrtc_a
     }
     FSA_CHECK(build_from_source(m, env, nvrtc, req, opts));
     FSA_CHECK(set_origin(m, key->text));
-    publish(m, env);
+    on_disk = publish(m, env);
 cleanup:
-    if (st == FSA_STATUS_OK && env->disk) {
+    /* Only a cache that holds the kernel is known to: a JIT-off context on
+     * it may then use the module (use_from_memory). */
+    if (st == FSA_STATUS_OK && on_disk) {
         uint64_t id[2];
         fsa_disk_cache_identity(env->disk, id);
         memcpy(m->known[0], id, sizeof id);
@@ -305,7 +309,7 @@ static fsa_status use_from_memory(fsa_module *m, const fsa_jit_env *env, const f
     fsa_error_clear();
     if (corrupt) atomic_fetch_add(&env->counters->corrupt_entries, corrupt);
     if (!present && !env->jit) FSA_CHECK(not_cached(env, key->name));
-    if (present || publish(m, env) || fsa_disk_cache_read_only(env->disk)) add_known(m, id);
+    if (present || publish(m, env)) add_known(m, id);
 cleanup:
     if (st != FSA_STATUS_OK) fsa_error_set_kernel(key->name, key->hex, env->target);
     return st;
