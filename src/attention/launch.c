@@ -2,6 +2,7 @@
 
 #include "base/status_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int aligned(uint64_t ptr, unsigned bytes) { return (ptr % bytes) == 0; }
@@ -54,28 +55,29 @@ fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t byt
     return FSA_STATUS_OK;
 }
 
-fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
-                      CUstream stream, fsa_sel_params *p, const char *what)
+fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
+                      fsa_sel_params *p)
 {
-    fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     void *args[] = {p};
     if (gx == 0 || gy == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
-    FSA_CHECK_CU(cu, cu->LaunchKernel(fn, (unsigned)gx, gy, 1, threads, 1, 1, smem, stream, args, NULL), what);
-cleanup:
-    return st;
+    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, 1, k->threads, 1, 1, k->smem, stream, args, NULL);
+    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
-fsa_status fsa_launch_index(const fsa_plan *plan, CUfunction count, CUfunction scatter, uint64_t counts,
+fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter, uint64_t counts,
                             size_t n_counts, CUstream stream, fsa_sel_params *p)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
-    const uint64_t row_blocks = (uint64_t)((p->num_kv_heads * p->tc + 255) / 256);
+    const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
     FSA_CHECK_CU(cu, cu->MemsetD32Async(counts, 0, n_counts, stream), "launch memset");
-    FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, 256, 0, stream, p, "launch fsa_sel_count"));
-    FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, 256, 0, stream, p, "launch fsa_sel_scatter"));
+    FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
+    FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:
     return st;
 }
@@ -87,5 +89,5 @@ void fsa_params_problem(fsa_sel_params *p, const fsa_plan *plan, int64_t total_t
     p->num_kv_heads = plan->desc.num_kv_heads;
     p->num_q_heads = plan->desc.num_q_heads;
     p->top_k = plan->desc.top_k;
-    p->scale_log2 = (double)plan->scale * 1.4426950408889634;
+    p->scale_log2 = (double)plan->scale * FSA_LOG2E;
 }

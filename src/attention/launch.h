@@ -19,17 +19,31 @@ fsa_status fsa_check_problem(const char *stage, int64_t total_tokens, int batch,
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);
 
-/* Launches fn on a (gx, gy) grid with the parameter block as its one argument;
- * an empty grid launches nothing. */
-fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
-                      CUstream stream, fsa_sel_params *p, const char *what);
+/* Launches kernel k on a (gx, gy) grid with its block size and shared
+ * memory and the parameter block as its one argument; an empty grid
+ * launches nothing. */
+fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
+                      fsa_sel_params *p);
+
+/* Grid of a kernel with `per_block` rows per block over `rows` rows. */
+static inline uint64_t fsa_blocks_for(uint64_t rows, int per_block)
+{
+    return (rows + (uint64_t)per_block - 1) / (uint64_t)per_block;
+}
 
 /* Index inversion of the chunk in p: clear the counters, count (with the
  * last-block scan), scatter. */
-fsa_status fsa_launch_index(const fsa_plan *plan, CUfunction count, CUfunction scatter, uint64_t counts,
+fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter, uint64_t counts,
                             size_t n_counts, CUstream stream, fsa_sel_params *p);
 
-/* Fills the tensor, problem and scale fields shared by every kernel. */
+/* A tensor argument as the kernels see it. */
+static inline fsa_kernel_view fsa_view(uint64_t ptr, int64_t token_stride, int64_t head_stride)
+{
+    const fsa_kernel_view v = {(long long)ptr, token_stride, head_stride};
+    return v;
+}
+
+/* Fills the problem and scale fields shared by every kernel. */
 void fsa_params_problem(fsa_sel_params *p, const fsa_plan *plan, int64_t total_tokens, int batch);
 
 #endif

@@ -47,27 +47,30 @@ cleanup:
     return st;
 }
 
-static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a, const fsa_bwd_layout *l)
+/* The kernel parameters that come from the arguments. */
+static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     memset(p, 0, sizeof *p);
-    const uint64_t ws = a->workspace;
-    p->q = (long long)a->q, p->k = (long long)a->k, p->v = (long long)a->v, p->o = (long long)a->o;
-    p->dout = (long long)a->dout, p->dq = (long long)a->dq, p->dk = (long long)a->dk, p->dv = (long long)a->dv;
-    p->q_ts = a->q_token_stride, p->q_hs = a->q_head_stride;
-    p->k_ts = a->k_token_stride, p->k_hs = a->k_head_stride;
-    p->v_ts = a->v_token_stride, p->v_hs = a->v_head_stride;
-    p->o_ts = a->o_token_stride, p->o_hs = a->o_head_stride;
-    p->do_ts = a->dout_token_stride, p->do_hs = a->dout_head_stride;
-    p->dq_ts = a->dq_token_stride, p->dq_hs = a->dq_head_stride;
-    p->dk_ts = a->dk_token_stride, p->dk_hs = a->dk_head_stride;
-    p->dv_ts = a->dv_token_stride, p->dv_hs = a->dv_head_stride;
-    p->topk = (long long)a->topk, p->topk_hs = a->topk_head_stride, p->topk_ts = a->topk_token_stride;
+    p->q = fsa_view(a->q, a->q_token_stride, a->q_head_stride);
+    p->k = fsa_view(a->k, a->k_token_stride, a->k_head_stride);
+    p->v = fsa_view(a->v, a->v_token_stride, a->v_head_stride);
+    p->o = fsa_view(a->o, a->o_token_stride, a->o_head_stride);
+    p->dout = fsa_view(a->dout, a->dout_token_stride, a->dout_head_stride);
+    p->dq = fsa_view(a->dq, a->dq_token_stride, a->dq_head_stride);
+    p->dk = fsa_view(a->dk, a->dk_token_stride, a->dk_head_stride);
+    p->dv = fsa_view(a->dv, a->dv_token_stride, a->dv_head_stride);
+    p->topk = fsa_view(a->topk, a->topk_token_stride, a->topk_head_stride);
     p->cu_seqlens = (long long)a->cu_seqlens;
     p->lse = (long long)a->lse;
     fsa_params_problem(p, plan, a->total_tokens, a->batch);
+}
+
+/* The workspace arrays and the work split of the layout. */
+static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t ws, const fsa_bwd_layout *l)
+{
     p->nb_total = l->nb_total;
     p->item_entries = l->item_entries;
-    p->key_slices = plan->desc.block_size / plan->bwd_keys;
+    p->key_slices = plan->desc.block_size / plan->config.bwd_keys;
     p->counts = (long long)(ws + l->counts);
     p->offsets = (long long)(ws + l->offsets);
     p->work_offsets = (long long)(ws + l->work_offsets);
@@ -92,15 +95,14 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
     const int64_t tc = su->tc;
     const fsa_bwd_layout l = su->layout;
     fsa_sel_params p;
-    params_of(&p, plan, a, &l);
+    params_from_args(&p, plan, a);
+    params_from_layout(&p, plan, a->workspace, &l);
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
     const size_t n_counts = (size_t)(hkv * l.nb_total + 1);
-    const uint64_t rows_per_block = (uint64_t)fsa_reduce_rows_per_block((int)d);
-    const unsigned main_threads = (unsigned)(plan->bwd_keys / 16 * 32);
-    const int d_parts = d > 128 ? 2 : 1;
+    const int rows_per_block = fsa_rows_per_block((int)d);
     const int nsa = l.algorithm == FSA_ALGORITHM_NSA;
-    const CUfunction main = nsa ? k->main_kv : k->main;
-    const unsigned head_groups = (unsigned)((plan->group + 15) / 16);
+    const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
+    const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
 
     FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, (size_t)(T * hkv * 2 * d), stream),
                  "launch memset");
@@ -108,31 +110,26 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
         p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, k->count, k->scatter, a->workspace + l.counts, n_counts, stream, &p));
-        FSA_CHECK(fsa_launch(plan, k->sort, n_counts - 1, 1, 256, 0, stream, &p, "launch fsa_sel_sort"));
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, a->workspace + l.counts, n_counts, stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, &p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, k->prep, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
-                         "launch fsa_sel_bwd_prep"));
+        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l.item_entries + n_counts) *
                                (uint64_t)p.key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
-        for (int part = 0; part < d_parts; part++) {
+        for (int part = 0; part < fsa_bwd_d_parts((int)d); part++) {
             p.d_part = part;
-            FSA_CHECK(fsa_launch(plan, main, grid, 1, main_threads, (unsigned)plan->bwd_smem, stream, &p,
-                                 nsa ? "launch fsa_sel_bwd_main_kv" : "launch fsa_sel_bwd_main"));
+            FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, &p));
         }
         p.d_part = 0;
         if (nsa)
-            FSA_CHECK(fsa_launch(plan, k->dq_nsa, (uint64_t)cur, (unsigned)hkv * head_groups, FSA_BWD_NSA_THREADS,
-                                 (unsigned)plan->bwd_nsa_smem, stream, &p, "launch fsa_sel_bwd_dq_nsa"));
+            FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
+                                 (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, &p));
         else
-            FSA_CHECK(fsa_launch(plan, k->dq, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
-                                 "launch fsa_sel_bwd_dq"));
-        FSA_CHECK(fsa_launch(plan, k->dkv_sum, (uint64_t)((T * hkv + 7) / 8), 1, 256, 0, stream, &p,
-                         "launch fsa_sel_bwd_dkv_sum"));
+            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->dkv_sum, kv_blocks, 1, stream, &p));
     }
-    FSA_CHECK(fsa_launch(plan, k->dkv_store, (uint64_t)((T * hkv + 7) / 8), 1, 256, 0, stream, &p,
-                     "launch fsa_sel_bwd_dkv_store"));
+    FSA_CHECK(fsa_launch(plan, &k->dkv_store, kv_blocks, 1, stream, &p));
 cleanup:
     return st;
 }

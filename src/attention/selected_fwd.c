@@ -44,24 +44,15 @@ cleanup:
     return st;
 }
 
-static void common_params(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd_args *a)
+/* The kernel parameters that come from the arguments. */
+static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd_args *a)
 {
     memset(p, 0, sizeof *p);
-    p->q = (long long)a->q;
-    p->k = (long long)a->k;
-    p->v = (long long)a->v;
-    p->o = (long long)a->o;
-    p->q_ts = a->q_token_stride;
-    p->q_hs = a->q_head_stride;
-    p->k_ts = a->k_token_stride;
-    p->k_hs = a->k_head_stride;
-    p->v_ts = a->v_token_stride;
-    p->v_hs = a->v_head_stride;
-    p->o_ts = a->o_token_stride;
-    p->o_hs = a->o_head_stride;
-    p->topk = (long long)a->topk;
-    p->topk_hs = a->topk_head_stride;
-    p->topk_ts = a->topk_token_stride;
+    p->q = fsa_view(a->q, a->q_token_stride, a->q_head_stride);
+    p->k = fsa_view(a->k, a->k_token_stride, a->k_head_stride);
+    p->v = fsa_view(a->v, a->v_token_stride, a->v_head_stride);
+    p->o = fsa_view(a->o, a->o_token_stride, a->o_head_stride);
+    p->topk = fsa_view(a->topk, a->topk_token_stride, a->topk_head_stride);
     p->cu_seqlens = (long long)a->cu_seqlens;
     p->lse = (long long)a->lse;
     fsa_params_problem(p, plan, a->total_tokens, a->batch);
@@ -70,12 +61,11 @@ static void common_params(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd
 static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream stream)
 {
     fsa_sel_params p;
-    common_params(&p, plan, a);
+    params_from_args(&p, plan, a);
     p.t0 = 0;
     p.tc = a->total_tokens;
-    const unsigned head_groups = (unsigned)((plan->group + 15) / 16);
-    return fsa_launch(plan, plan->fwd.nsa, (uint64_t)a->total_tokens, (unsigned)plan->desc.num_kv_heads * head_groups,
-                  FSA_NSA_THREADS, (unsigned)plan->nsa_smem, stream, &p, "launch fsa_sel_fwd_nsa");
+    return fsa_launch(plan, &plan->fwd.nsa, (uint64_t)a->total_tokens,
+                      (unsigned)(plan->desc.num_kv_heads * fsa_nsa_head_groups(plan->group)), stream, &p);
 }
 
 static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd_setup *su, CUstream stream)
@@ -84,12 +74,14 @@ static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd
     const int64_t T = a->total_tokens;
     const int64_t tc = su->tc;
     const fsa_fsa_layout l = su->layout;
+    const fsa_fwd_kernels *k = &plan->fwd;
+    const int item_entries = fsa_fwd_item_entries(plan->group);
 
     fsa_sel_params p;
-    common_params(&p, plan, a);
+    params_from_args(&p, plan, a);
     const uint64_t ws = a->workspace;
     p.nb_total = l.nb_total;
-    p.item_entries = plan->item_entries;
+    p.item_entries = item_entries;
     p.counts = (long long)(ws + l.counts);
     p.offsets = (long long)(ws + l.offsets);
     p.work_offsets = (long long)(ws + l.work_offsets);
@@ -105,16 +97,14 @@ static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
         p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, plan->fwd.count, plan->fwd.scatter, ws + l.counts, n_counts, stream, &p));
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, ws + l.counts, n_counts, stream, &p));
         /* Work items: at most pairs / chunk + one partial item per (head, block). */
-        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)plan->item_entries + n_counts;
+        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)item_entries + n_counts;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
-        FSA_CHECK(fsa_launch(plan, plan->fwd.main, grid, 1, FSA_MAIN_THREADS, (unsigned)plan->main_smem, stream, &p,
-                         "launch fsa_sel_fwd_main"));
+        FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, &p));
         const uint64_t rows = (uint64_t)cur * (uint64_t)plan->desc.num_q_heads;
-        const uint64_t per_block = (uint64_t)fsa_reduce_rows_per_block(plan->desc.head_dim);
-        FSA_CHECK(fsa_launch(plan, plan->fwd.reduce, (rows + per_block - 1) / per_block, 1, 256, 0, stream, &p,
-                         "launch fsa_sel_fwd_reduce"));
+        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block(plan->desc.head_dim)), 1,
+                             stream, &p));
     }
 cleanup:
     return st;
