@@ -8,62 +8,36 @@
 #include "sel_nsa.cuh"
 #include "fsa_mma.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
-constexpr int HEAD_GROUPS = fsa_nsa_head_groups(G);
-constexpr int LD = fsa_pitch(D);
-constexpr u32 STAGE_BYTES = fsa_nsa_stage_bytes(D);
-static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
-static_assert(FSA_NSA_STAGES == 2 && 2 * FSA_NSA_STAGES * STAGE_BYTES >= NSA_WARPS * 16 * D * 4,
-              "merge area fits in the K/V buffers");
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, LD = fsa_pitch(D);
+typedef NsaStream<D, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int raw[FSA_MAX_TOP_K];
-    __shared__ int valid[FSA_MAX_TOP_K];
-    __shared__ int block_start[FSA_MAX_TOP_K];
-    __shared__ int keyidx[FSA_NSA_STAGES][NSA_STAGE];
+    __shared__ NsaShared sh;
     __shared__ float lse2[16], delta[16];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
-    const u32 ks = qs + fsa_nsa_dq_smem_k(D), vs = qs + fsa_nsa_dq_smem_v(D);
-
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const long long tl = blockIdx.x, t = p.t0 + tl;
-    const int h = blockIdx.y / HEAD_GROUPS;
-    const int hg = blockIdx.y - h * HEAD_GROUPS;
-
-    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int n_valid = nsa_select_blocks(block_start, raw, valid, p, h, t, sb.start, BK);
+    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D), qs + fsa_nsa_dq_smem_v(D));
+    const long long t = in.t;
 
     // Rows: heads hg*16 .. hg*16+15 of the group. Rows past G are zero with
     // lse = +inf, so their P is 0.
     const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
     load_tile_pair_async<16, D, LD, NSA_THREADS>(qs, dos, [&](int r) {
-        const int gi = hg * 16 + r;
+        const int gi = in.group_head(r);
         const bool ok = gi < G;
-        const long long qh = h * G + gi;
+        const long long qh = in.h * G + gi;
         return RowPair{ok ? view_row<const u16>(p.q, t, qh) : q, ok ? view_row<const u16>(p.dout, t, qh) : dout, ok};
     });
     if (tid < 16) {
-        const int gi = hg * 16 + tid;
-        const long long qh = h * G + gi;
+        const int gi = in.group_head(tid);
+        const long long qh = in.h * G + gi;
         lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : FSA_INF;
-        delta[tid] = gi < G ? ((const float *)p.delta)[qh * p.tc + tl] : 0.f;
+        delta[tid] = gi < G ? ((const float *)p.delta)[qh * p.tc + in.tl] : 0.f;
     }
-    const int total_keys = n_valid * BK;
-    AsyncRing<FSA_NSA_STAGES> ring;
-    auto load_stage = [&](int st, int buf) {
-        nsa_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, keyidx[buf], block_start, st,
-                              total_keys, h, sb.end);
-    };
-    const int n_stages = (total_keys + NSA_STAGE - 1) / NSA_STAGE;
-    ring.start(n_stages, load_stage);  // with the rows
+    in.start();
 
     const float scale_log2 = (float)p.scale_log2;
     // ldmatrix lane addresses: A operand rows (Q, dO), B operand from key rows
@@ -74,10 +48,10 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     float dq[D / 8][4];
     frag_zero<D / 8>(dq);
 
-    for (int st = 0; st < n_stages; st++) {
-        const int buf = ring.acquire(st, load_stage);
-        const u32 kb = ks + buf * STAGE_BYTES, vb = vs + buf * STAGE_BYTES;
-        const int *keys = keyidx[buf] + warp * 16;
+    for (int st = 0; st < in.n_stages; st++) {
+        const int buf = in.acquire(st);
+        const u32 kb = in.ks + buf * Stream::STAGE_BYTES, vb = in.vs + buf * Stream::STAGE_BYTES;
+        const int *keys = in.keys(buf, warp);
 
         float s[2][4], dp[2][4];
         frag_zero<2>(s);
@@ -102,13 +76,14 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
 
-    float *part = (float *)(smem + fsa_nsa_dq_smem_k(D));  // [NSA_WARPS][16][D]
+    // The warps' dQ summed in warp order.
+    float *part = nsa_merge_area<D>(smem + fsa_nsa_dq_smem_k(D));  // [NSA_WARPS][16][D]
     frag_store_f32<D / 8, D>(part + warp * 16 * D, dq, lane);
     __syncthreads();
     const float scale = (float)(p.scale_log2 * FSA_LN2);
     for (int c = tid; c < 16 * (D / 2); c += NSA_THREADS) {
         const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
-        const int gi = hg * 16 + r;
+        const int gi = in.group_head(r);
         if (gi >= G) continue;
         float2 sum = make_float2(0.f, 0.f);
 #pragma unroll
@@ -116,6 +91,6 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
             const float2 v = *(const float2 *)(part + (w * 16 + r) * D + d);
             sum.x += v.x, sum.y += v.y;
         }
-        *(u32 *)(view_row<u16>(p.dq, t, h * G + gi) + d) = DT::pack(sum.x * scale, sum.y * scale);
+        *(u32 *)(view_row<u16>(p.dq, t, in.h * G + gi) + d) = DT::pack(sum.x * scale, sum.y * scale);
     }
 }

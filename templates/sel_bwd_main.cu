@@ -16,15 +16,9 @@
 #include "fsa_mma.cuh"
 #include "fsa_pipeline.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-#define KEYS {{KEYS}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, KS = KEYS;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, KS = {{KEYS}};
 constexpr int SLICES = BK / KS;                    // CTAs per (work item): key slices of the block
 constexpr int WARPS = KS / 16, THREADS = fsa_bwd_threads(KS);  // a warp owns 16 keys
 constexpr int M = FSA_BWD_ROWS;                    // query rows per tile

@@ -3,12 +3,9 @@
 // 16-byte pieces. Block 0 also resets the main kernel's work counters.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}};
 constexpr int PIECES = D / 8;
 constexpr int LANES = fsa_row_lanes(D);
 constexpr int ROWS_PER_WARP = 32 / LANES;

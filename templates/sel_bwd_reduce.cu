@@ -7,14 +7,9 @@
 // Fixed summation orders make the result independent of scheduling.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int PIECES = D / 8;
 constexpr int LANES = fsa_row_lanes(D);
 constexpr int ROWS_PER_WARP = 32 / LANES;

@@ -8,14 +8,9 @@
 #include "fsa_pipeline.cuh"
 #include "fsa_softmax.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int THREADS = FSA_FWD_THREADS, ROWS = FSA_FWD_ROWS, TILES = FSA_FWD_TILES;
 constexpr int TOK = fsa_fwd_tokens_per_tile(G);  // tokens per tile
 constexpr int CHUNK = fsa_fwd_item_entries(G);   // list entries per work item

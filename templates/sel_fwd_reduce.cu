@@ -4,13 +4,9 @@
 // 16-byte pieces; up to four slots' loads are in flight per lane.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}};
 constexpr int PIECES = D / 8;              // 16-byte pieces per row
 constexpr int LANES = fsa_row_lanes(D);    // lanes per row
 constexpr int ROWS_PER_WARP = 32 / LANES;

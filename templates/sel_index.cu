@@ -6,10 +6,8 @@
 // blocks do not serialize on one address.
 #include "sel_common.cuh"
 
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-#define TOPK {{TOP_K}}
-
 using namespace fsa;
+constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 
 static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
 constexpr int THREADS = FSA_INDEX_THREADS;
@@ -25,9 +23,9 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
     const int h = (int)(r / p.tc);
     const long long t = p.t0 + (r - (long long)h * p.tc);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int own_block = (int)((t - sb.start) / BLOCK_SIZE);
+    const int own_block = (int)((t - sb.start) / BK);
     const int *src = view_row<const int>(p.topk, t, h);
-    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BLOCK_SIZE);
+    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
     row.mask = 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);

@@ -57,4 +57,72 @@ __device__ __forceinline__ void nsa_load_stage(const fsa_sel_params &p, u32 ks, 
     });
 }
 
+// Shared memory of the key stream.
+struct NsaShared {
+    int raw[FSA_MAX_TOP_K], valid[FSA_MAX_TOP_K];
+    int block_start[FSA_MAX_TOP_K];           // first key of each valid selected block
+    int keyidx[FSA_NSA_STAGES][NSA_STAGE];    // key index of each stage row (INT_MAX: padding)
+};
+
+// The key stream of an NSA-order CTA (blockIdx.x: token of the chunk,
+// blockIdx.y: KV head and head group): the token's valid selected blocks
+// concatenated, in stages of NSA_STAGE keys double-buffered at ks and vs
+// (shared byte addresses, FSA_NSA_STAGES stages each). Use:
+//   NsaStream<D, G, BK> ks_stream(sh, p, ks, vs);  // every thread; selects the blocks
+//   ... issue the query-row copies ...
+//   ks_stream.start();                             // they join stage 0's group
+//   for (int st = 0; st < ks_stream.n_stages; st++) {
+//       const int buf = ks_stream.acquire(st);     // stage st is in buffer buf
+//       ... keys(buf, warp)[c] is the key index of the warp's column c ...
+//   }
+template <int D, int G, int BK>
+struct NsaStream {
+    static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+    static constexpr int HEAD_GROUPS = fsa_nsa_head_groups(G);
+    static constexpr u32 STAGE_BYTES = fsa_nsa_stage_bytes(D);
+
+    NsaShared &sh;
+    const fsa_sel_params &p;
+    u32 ks, vs;
+    long long tl, t;  // the token: offset in the chunk, index
+    int h, hg;        // KV head, head group (tile row r is head hg * NSA_ROWS + r of the group)
+    SeqBounds sb;
+    int total_keys, n_stages;
+    AsyncRing<FSA_NSA_STAGES> ring;
+
+    __device__ __forceinline__ NsaStream(NsaShared &sh_, const fsa_sel_params &p_, u32 ks_, u32 vs_)
+        : sh(sh_), p(p_), ks(ks_), vs(vs_) {
+        tl = blockIdx.x;
+        t = p.t0 + tl;
+        h = blockIdx.y / HEAD_GROUPS;
+        hg = blockIdx.y - h * HEAD_GROUPS;
+        sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
+        total_keys = nsa_select_blocks(sh.block_start, sh.raw, sh.valid, p, h, t, sb.start, BK) * BK;
+        n_stages = (total_keys + NSA_STAGE - 1) / NSA_STAGE;
+    }
+
+    // Group head of tile row r; rows with group_head(r) >= G are padding.
+    __device__ __forceinline__ int group_head(int r) const { return hg * NSA_ROWS + r; }
+
+    __device__ __forceinline__ void start() { ring.start(n_stages, loader()); }
+    __device__ __forceinline__ int acquire(int st) { return ring.acquire(st, loader()); }
+    __device__ __forceinline__ const int *keys(int buf, int warp) const { return sh.keyidx[buf] + warp * 16; }
+
+  private:
+    __device__ __forceinline__ auto loader() {
+        return [this](int st, int buf) {
+            nsa_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keyidx[buf], sh.block_start,
+                                  st, total_keys, h, sb.end);
+        };
+    }
+};
+
+// Row merge area of the NSA kernels once the key loop is done: the K and V
+// stage buffers, as NSA_WARPS x 16 rows of D floats.
+template <int D>
+__device__ __forceinline__ float *nsa_merge_area(unsigned char *stage_buffers) {
+    static_assert(2 * FSA_NSA_STAGES * fsa_nsa_stage_bytes(D) >= NSA_WARPS * 16 * D * 4, "merge area fits");
+    return (float *)stage_buffers;
+}
+
 }  // namespace fsa

@@ -69,17 +69,25 @@ fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, un
     return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
-fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter, uint64_t counts,
-                            size_t n_counts, CUstream stream, fsa_sel_params *p)
+fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,
+                            const fsa_index_layout *l, uint64_t workspace, CUstream stream, fsa_sel_params *p)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(counts, 0, n_counts, stream), "launch memset");
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, l->n_counts, stream), "launch memset");
     FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
     FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:
     return st;
+}
+
+void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace)
+{
+    p->nb_total = l->nb_total;
+    p->counts = (long long)(workspace + l->counts);
+    p->offsets = (long long)(workspace + l->offsets);
+    p->work_offsets = (long long)(workspace + l->work_offsets);
 }
 
 void fsa_params_problem(fsa_sel_params *p, const fsa_plan *plan, int64_t total_tokens, int batch)

@@ -182,17 +182,25 @@ static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
     out->field = at;            \
     at = align_up(at + (bytes))
 
+/* Places the index arrays at the start of a workspace; returns the first free offset. */
+static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
+    out->n_counts = (size_t)plan->desc.num_kv_heads * (size_t)out->nb_total + 1;
+    size_t at = 0;
+    FSA_PLACE_(counts, out->n_counts * 4);
+    FSA_PLACE_(offsets, out->n_counts * 4);
+    FSA_PLACE_(work_offsets, out->n_counts * 4);
+    return at;
+}
+
 void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = hkv * (size_t)tc * k;
-    out->nb_total = total_tokens / d->block_size + batch + 1;
-    const size_t n = hkv * (size_t)out->nb_total + 1;
-    size_t at = 0;
-    FSA_PLACE_(counts, n * 4);
-    FSA_PLACE_(offsets, n * 4);
-    FSA_PLACE_(work_offsets, n * 4);
+    size_t at = place_index(&out->index, plan, total_tokens, batch);
+    const size_t n = out->index.n_counts;
     /* At most one partial work item per segment besides the full ones. */
     FSA_PLACE_(work_seg, (n + pairs / (size_t)fsa_fwd_item_entries(plan->group)) * 4);
     FSA_PLACE_(mask, hkv * (size_t)tc * 8);
@@ -227,12 +235,8 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = fsa_plan_choose_bwd(plan, total_tokens, NULL);
-    out->nb_total = total_tokens / d->block_size + batch + 1;
-    const size_t n = hkv * (size_t)out->nb_total + 1;
-    size_t at = 0;
-    FSA_PLACE_(counts, n * 4);
-    FSA_PLACE_(offsets, n * 4);
-    FSA_PLACE_(work_offsets, n * 4);
+    size_t at = place_index(&out->index, plan, total_tokens, batch);
+    const size_t n = out->index.n_counts;
     FSA_PLACE_(part_offsets, n * 4);
     FSA_PLACE_(work_seg, (n + pairs / e) * 4);
     FSA_PLACE_(work_next, 2 * 4);

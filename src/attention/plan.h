@@ -32,10 +32,17 @@ struct fsa_plan {
     fsa_bwd_kernels bwd;
 };
 
+/* The index-inversion arrays both workspaces start with. Offsets in bytes. */
+typedef struct fsa_index_layout {
+    int64_t nb_total; /* block ids per KV head */
+    size_t n_counts;  /* entries of counts, offsets and work_offsets */
+    size_t counts, offsets, work_offsets;
+} fsa_index_layout;
+
 /* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
-    int64_t nb_total;
-    size_t counts, offsets, work_offsets, work_seg, mask, list, lse_part, o_part;
+    fsa_index_layout index;
+    size_t work_seg, mask, list, lse_part, o_part;
     size_t total;
 } fsa_fsa_layout;
 
@@ -49,8 +56,8 @@ int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
     int item_entries; /* list entries per main-kernel work item */
-    int64_t nb_total;
-    size_t counts, offsets, work_offsets, part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
+    fsa_index_layout index;
+    size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
         dq_part, dkv_part, dkv_acc;
     size_t total;
 } fsa_bwd_layout;

@@ -50,30 +50,19 @@ cleanup:
 /* The kernel parameters that come from the arguments. */
 static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a)
 {
-    memset(p, 0, sizeof *p);
-    p->q = fsa_view(a->q, a->q_token_stride, a->q_head_stride);
-    p->k = fsa_view(a->k, a->k_token_stride, a->k_head_stride);
-    p->v = fsa_view(a->v, a->v_token_stride, a->v_head_stride);
-    p->o = fsa_view(a->o, a->o_token_stride, a->o_head_stride);
+    FSA_PARAMS_FROM_SHARED_ARGS(p, plan, a);
     p->dout = fsa_view(a->dout, a->dout_token_stride, a->dout_head_stride);
     p->dq = fsa_view(a->dq, a->dq_token_stride, a->dq_head_stride);
     p->dk = fsa_view(a->dk, a->dk_token_stride, a->dk_head_stride);
     p->dv = fsa_view(a->dv, a->dv_token_stride, a->dv_head_stride);
-    p->topk = fsa_view(a->topk, a->topk_token_stride, a->topk_head_stride);
-    p->cu_seqlens = (long long)a->cu_seqlens;
-    p->lse = (long long)a->lse;
-    fsa_params_problem(p, plan, a->total_tokens, a->batch);
 }
 
 /* The workspace arrays and the work split of the layout. */
 static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t ws, const fsa_bwd_layout *l)
 {
-    p->nb_total = l->nb_total;
+    fsa_params_index(p, &l->index, ws);
     p->item_entries = l->item_entries;
     p->key_slices = plan->desc.block_size / plan->config.bwd_keys;
-    p->counts = (long long)(ws + l->counts);
-    p->offsets = (long long)(ws + l->offsets);
-    p->work_offsets = (long long)(ws + l->work_offsets);
     p->part_offsets = (long long)(ws + l->part_offsets);
     p->work_seg = (long long)(ws + l->work_seg);
     p->work_next = (long long)(ws + l->work_next);
@@ -98,7 +87,7 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
     params_from_args(&p, plan, a);
     params_from_layout(&p, plan, a->workspace, &l);
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
-    const size_t n_counts = (size_t)(hkv * l.nb_total + 1);
+    const size_t n_counts = l.index.n_counts;
     const int rows_per_block = fsa_rows_per_block((int)d);
     const int nsa = l.algorithm == FSA_ALGORITHM_NSA;
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
@@ -110,7 +99,7 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
         p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, a->workspace + l.counts, n_counts, stream, &p));
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, a->workspace, stream, &p));
         FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, &p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
         FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));

@@ -47,15 +47,7 @@ cleanup:
 /* The kernel parameters that come from the arguments. */
 static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd_args *a)
 {
-    memset(p, 0, sizeof *p);
-    p->q = fsa_view(a->q, a->q_token_stride, a->q_head_stride);
-    p->k = fsa_view(a->k, a->k_token_stride, a->k_head_stride);
-    p->v = fsa_view(a->v, a->v_token_stride, a->v_head_stride);
-    p->o = fsa_view(a->o, a->o_token_stride, a->o_head_stride);
-    p->topk = fsa_view(a->topk, a->topk_token_stride, a->topk_head_stride);
-    p->cu_seqlens = (long long)a->cu_seqlens;
-    p->lse = (long long)a->lse;
-    fsa_params_problem(p, plan, a->total_tokens, a->batch);
+    FSA_PARAMS_FROM_SHARED_ARGS(p, plan, a);
 }
 
 static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream stream)
@@ -80,24 +72,21 @@ static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd
     fsa_sel_params p;
     params_from_args(&p, plan, a);
     const uint64_t ws = a->workspace;
-    p.nb_total = l.nb_total;
+    fsa_params_index(&p, &l.index, ws);
     p.item_entries = item_entries;
-    p.counts = (long long)(ws + l.counts);
-    p.offsets = (long long)(ws + l.offsets);
-    p.work_offsets = (long long)(ws + l.work_offsets);
     p.work_seg = (long long)(ws + l.work_seg);
     p.mask = (long long)(ws + l.mask);
     p.list = (long long)(ws + l.list);
     p.lse_part = (long long)(ws + l.lse_part);
     p.o_part = (long long)(ws + l.o_part);
     const int64_t hkv = plan->desc.num_kv_heads;
-    const size_t n_counts = (size_t)(hkv * l.nb_total + 1);
+    const size_t n_counts = l.index.n_counts;
 
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
         p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, ws + l.counts, n_counts, stream, &p));
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, ws, stream, &p));
         /* Work items: at most pairs / chunk + one partial item per (head, block). */
         uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)item_entries + n_counts;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
