@@ -1,7 +1,7 @@
 /*
  * fsa-bench: times selected attention through the public API on a GPU.
  *
- * Protocol (BENCHMARKS.md): random standard-normal q, k, v; per KV head and
+ * Protocol (docs/benchmarks.md): random standard-normal q, k, v; per KV head and
  * token, block 0 and the own block c and c-1 always selected, the other slots
  * distinct random blocks of 0..c, rows sorted, tail -1; CUDA events around
  * each call; 25 ms warm-up; median of repeats covering at least 100 ms; the
@@ -282,6 +282,10 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
+/* A packed [T, heads, D] tensor, and top-k indices laid out [Hkv, T, K]. */
+static fsa_tensor rows(CUdeviceptr ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
+static fsa_tensor topk_rows(CUdeviceptr ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }
+
 typedef struct fwd_call {
     const fsa_plan *plan;
     fsa_fwd_args *args;
@@ -292,7 +296,7 @@ static void call_forward(void *user, int set)
 {
     fwd_call *c = user;
     const input_set *s = &c->sets[set];
-    c->args->q = s->q, c->args->k = s->k, c->args->v = s->v, c->args->topk = s->topk;
+    c->args->q.ptr = s->q, c->args->k.ptr = s->k, c->args->v.ptr = s->v, c->args->topk.ptr = s->topk;
     FSA(fsa_selected_attention_fwd(c->plan, c->args, NULL));
 }
 
@@ -309,10 +313,10 @@ static void call_backward(void *user, int set)
     bwd_call *c = user;
     const input_set *s = &c->sets[set];
     if (c->with_forward) {
-        c->fwd->q = s->q, c->fwd->k = s->k, c->fwd->v = s->v, c->fwd->topk = s->topk;
+        c->fwd->q.ptr = s->q, c->fwd->k.ptr = s->k, c->fwd->v.ptr = s->v, c->fwd->topk.ptr = s->topk;
         FSA(fsa_selected_attention_fwd(c->plan, c->fwd, NULL));
     }
-    c->bwd->q = s->q, c->bwd->k = s->k, c->bwd->v = s->v, c->bwd->topk = s->topk;
+    c->bwd->q.ptr = s->q, c->bwd->k.ptr = s->k, c->bwd->v.ptr = s->v, c->bwd->topk.ptr = s->topk;
     FSA(fsa_selected_attention_bwd(c->plan, c->bwd, NULL));
 }
 
@@ -369,22 +373,17 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     free(h);
     fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
-    fa.o = o_buf, fa.lse = lse;
-    fa.q_token_stride = fa.o_token_stride = (int64_t)hq * D, fa.q_head_stride = fa.o_head_stride = D;
-    fa.k_token_stride = fa.v_token_stride = (int64_t)hkv * D, fa.k_head_stride = fa.v_head_stride = D;
-    fa.topk_head_stride = (int64_t)T * K, fa.topk_token_stride = K;
+    fa.q = fa.o = rows(0, hq, D), fa.k = fa.v = rows(0, hkv, D), fa.topk = topk_rows(0, T, K);
+    fa.o.ptr = o_buf, fa.lse = lse;
     fa.cu_seqlens = cu_dev, fa.workspace = ws, fa.workspace_bytes = ws_f > ws_b ? ws_f : ws_b;
     fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
     ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
-    ba.o = o_buf, ba.dout = dout, ba.dq = dq_out, ba.dk = dk, ba.dv = dv, ba.lse = lse;
-    ba.q_token_stride = ba.o_token_stride = ba.dout_token_stride = ba.dq_token_stride = (int64_t)hq * D;
-    ba.q_head_stride = ba.o_head_stride = ba.dout_head_stride = ba.dq_head_stride = D;
-    ba.k_token_stride = ba.v_token_stride = ba.dk_token_stride = ba.dv_token_stride = (int64_t)hkv * D;
-    ba.k_head_stride = ba.v_head_stride = ba.dk_head_stride = ba.dv_head_stride = D;
-    ba.topk_head_stride = (int64_t)T * K, ba.topk_token_stride = K;
+    ba.q = rows(0, hq, D), ba.o = rows(o_buf, hq, D), ba.dout = rows(dout, hq, D), ba.dq = rows(dq_out, hq, D);
+    ba.k = ba.v = rows(0, hkv, D), ba.dk = rows(dk, hkv, D), ba.dv = rows(dv, hkv, D);
+    ba.topk = topk_rows(0, T, K), ba.lse = lse;
     ba.cu_seqlens = cu_dev, ba.workspace = ws, ba.workspace_bytes = fa.workspace_bytes;
     /* The forward's o and lse of set 0 feed every backward repeat. */
-    fa.q = sets[0].q, fa.k = sets[0].k, fa.v = sets[0].v, fa.topk = sets[0].topk;
+    fa.q.ptr = sets[0].q, fa.k.ptr = sets[0].k, fa.v.ptr = sets[0].v, fa.topk.ptr = sets[0].topk;
     FSA(fsa_selected_attention_fwd(plan, &fa, NULL));
     CU(cuStreamSynchronize(NULL));
     int reps = 0;
@@ -520,19 +519,15 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         args.total_tokens = T;
         args.batch = 1;
         args.max_seqlen = T;
-        args.o = out[a];
-        args.q_token_stride = (int64_t)hq * D, args.q_head_stride = D;
-        args.k_token_stride = args.v_token_stride = (int64_t)hkv * D;
-        args.k_head_stride = args.v_head_stride = D;
-        args.o_token_stride = (int64_t)hq * D, args.o_head_stride = D;
-        args.topk_head_stride = (int64_t)T * K, args.topk_token_stride = K;
+        args.q = rows(0, hq, D), args.k = args.v = rows(0, hkv, D), args.topk = topk_rows(0, T, K);
+        args.o = rows(out[a], hq, D);
         args.cu_seqlens = cu_dev;
         args.workspace = ws;
         args.workspace_bytes = ws_max;
         fwd_call fc = {plans[a], &args, sets};
         row->ms[a] = time_call(call_forward, &fc, n_sets, o, &row->reps[a]);
         /* Leave the output of the last set's inputs for the comparison. */
-        args.q = sets[0].q, args.k = sets[0].k, args.v = sets[0].v, args.topk = sets[0].topk;
+        args.q.ptr = sets[0].q, args.k.ptr = sets[0].k, args.v.ptr = sets[0].v, args.topk.ptr = sets[0].topk;
         FSA(fsa_selected_attention_fwd(plans[a], &args, NULL));
         CU(cuStreamSynchronize(NULL));
     }
@@ -732,10 +727,9 @@ static void run_jit(const options *o, const char *self)
         int32_t cu_host[2] = {0, T};
         CU(cuMemcpyHtoD(cu, cu_host, 8));
         fsa_fwd_args a = FSA_FWD_ARGS_INIT;
-        a.total_tokens = T, a.batch = 1, a.q = q, a.k = k, a.v = v, a.o = out;
-        a.q_token_stride = a.o_token_stride = (int64_t)hq * D, a.q_head_stride = a.o_head_stride = D;
-        a.k_token_stride = a.v_token_stride = (int64_t)hkv * D, a.k_head_stride = a.v_head_stride = D;
-        a.topk = topk, a.topk_head_stride = (int64_t)T * K, a.topk_token_stride = K;
+        a.total_tokens = T, a.batch = 1;
+        a.q = rows(q, hq, D), a.k = rows(k, hkv, D), a.v = rows(v, hkv, D), a.o = rows(out, hq, D);
+        a.topk = topk_rows(topk, T, K);
         a.cu_seqlens = cu, a.workspace = ws, a.workspace_bytes = ws_bytes;
         enum { CALLS = 150, ROUNDS = 20 };
         double best = 1e9;
@@ -794,7 +788,7 @@ static void usage(void)
            "                 [--backward] [--jit]\n"
            "  --backward  also time the backward of each dq order (as --only allows) and of AUTO, forward +\n"
            "              backward (AUTO), and compare the two orders' dq (2.5x the forward FLOPs)\n"
-           "  --standard  the problem table of BENCHMARKS.md (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
+           "  --standard  the standard problem table (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
            "              plus T 16384 G 4 at D 64 and 256)\n"
            "  --jit       cold compile, disk-hit and in-memory plan times, host time per launch\n");
 }

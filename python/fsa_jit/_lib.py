@@ -58,6 +58,20 @@ ALGORITHMS = {"auto": FSA_ALGORITHM_AUTO, "fsa": FSA_ALGORITHM_FSA, "nsa": FSA_A
 # Same field order and types as fsa.h; enums are int, device pointers uint64.
 
 
+class _Sized(ctypes.Structure):
+    """A struct that starts with struct_size. Like its ..._INIT macro, a new
+    instance is zero except struct_size (its ctypes size) and `_defaults_`;
+    keyword arguments set fields."""
+
+    _defaults_ = {}
+
+    def __init__(self, **fields):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(self)
+        for name, value in {**self._defaults_, **fields}.items():
+            setattr(self, name, value)
+
+
 class fsa_error_info(ctypes.Structure):
     _fields_ = [
         ("status", ctypes.c_int),
@@ -70,7 +84,7 @@ class fsa_error_info(ctypes.Structure):
     ]
 
 
-class fsa_context_options(ctypes.Structure):
+class fsa_context_options(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("device", ctypes.c_int),
@@ -81,15 +95,8 @@ class fsa_context_options(ctypes.Structure):
         ("log", ctypes.c_int),
     ]
 
-    def __init__(self, **fields):
-        # FSA_CONTEXT_OPTIONS_INIT
-        super().__init__(ctypes.sizeof(fsa_context_options), 0, None, None,
-                         FSA_CACHE_MODE_DEFAULT, FSA_JIT_DEFAULT, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
 
-
-class fsa_cache_stats(ctypes.Structure):
+class fsa_cache_stats(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("memory_hits", ctypes.c_uint64),
@@ -99,9 +106,6 @@ class fsa_cache_stats(ctypes.Structure):
         ("corrupt_entries", ctypes.c_uint64),
         ("write_failures", ctypes.c_uint64),
     ]
-
-    def __init__(self):
-        super().__init__(ctypes.sizeof(fsa_cache_stats))
 
 
 class fsa_cache_entry_info(ctypes.Structure):
@@ -119,7 +123,7 @@ fsa_cache_visit_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(fsa_cache_ent
                                       ctypes.c_void_p)
 
 
-class fsa_selected_attention_desc(ctypes.Structure):
+class fsa_selected_attention_desc(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
@@ -133,39 +137,31 @@ class fsa_selected_attention_desc(ctypes.Structure):
         ("workspace_limit", ctypes.c_uint64),
         ("backward", ctypes.c_int),
     ]
-
-    def __init__(self, **fields):
-        # FSA_SELECTED_ATTENTION_DESC_INIT
-        super().__init__(ctypes.sizeof(fsa_selected_attention_desc), FSA_DTYPE_BF16, 128, 0, 0,
-                         64, 16, 0.0, FSA_ALGORITHM_AUTO, 0, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
+    _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16}  # FSA_SELECTED_ATTENTION_DESC_INIT
 
 
-def _strides(*names):
-    fields = []
-    for n in names:
-        fields += [(n + "_token_stride", ctypes.c_int64), (n + "_head_stride", ctypes.c_int64)]
-    return fields
+class fsa_tensor(ctypes.Structure):
+    """A device tensor: row (t, h) at element ptr + t * token_stride + h * head_stride."""
+
+    _fields_ = [
+        ("ptr", ctypes.c_uint64),
+        ("token_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
 
 
-class fsa_fwd_args(ctypes.Structure):
-    _fields_ = (
+def _call_args(*tensors):
+    """The fields of fsa_fwd_args / fsa_bwd_args around their tensor views."""
+    return (
         [
             ("struct_size", ctypes.c_size_t),
             ("total_tokens", ctypes.c_int64),
             ("batch", ctypes.c_int),
             ("max_seqlen", ctypes.c_int),
-            ("q", ctypes.c_uint64),
-            ("k", ctypes.c_uint64),
-            ("v", ctypes.c_uint64),
-            ("o", ctypes.c_uint64),
         ]
-        + _strides("q", "k", "v", "o")
+        + [(name, fsa_tensor) for name in tensors]
         + [
-            ("topk", ctypes.c_uint64),
-            ("topk_head_stride", ctypes.c_int64),
-            ("topk_token_stride", ctypes.c_int64),
+            ("topk", fsa_tensor),
             ("cu_seqlens", ctypes.c_uint64),
             ("lse", ctypes.c_uint64),
             ("workspace", ctypes.c_uint64),
@@ -173,46 +169,13 @@ class fsa_fwd_args(ctypes.Structure):
         ]
     )
 
-    def __init__(self, **fields):
-        super().__init__()  # FSA_FWD_ARGS_INIT: all zero but struct_size
-        self.struct_size = ctypes.sizeof(fsa_fwd_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
+
+class fsa_fwd_args(_Sized):
+    _fields_ = _call_args("q", "k", "v", "o")
 
 
-class fsa_bwd_args(ctypes.Structure):
-    _fields_ = (
-        [
-            ("struct_size", ctypes.c_size_t),
-            ("total_tokens", ctypes.c_int64),
-            ("batch", ctypes.c_int),
-            ("max_seqlen", ctypes.c_int),
-            ("q", ctypes.c_uint64),
-            ("k", ctypes.c_uint64),
-            ("v", ctypes.c_uint64),
-            ("o", ctypes.c_uint64),
-            ("dout", ctypes.c_uint64),
-            ("dq", ctypes.c_uint64),
-            ("dk", ctypes.c_uint64),
-            ("dv", ctypes.c_uint64),
-        ]
-        + _strides("q", "k", "v", "o", "dout", "dq", "dk", "dv")
-        + [
-            ("topk", ctypes.c_uint64),
-            ("topk_head_stride", ctypes.c_int64),
-            ("topk_token_stride", ctypes.c_int64),
-            ("cu_seqlens", ctypes.c_uint64),
-            ("lse", ctypes.c_uint64),
-            ("workspace", ctypes.c_uint64),
-            ("workspace_bytes", ctypes.c_size_t),
-        ]
-    )
-
-    def __init__(self, **fields):
-        super().__init__()  # FSA_BWD_ARGS_INIT
-        self.struct_size = ctypes.sizeof(fsa_bwd_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
+class fsa_bwd_args(_Sized):
+    _fields_ = _call_args("q", "k", "v", "o", "dout", "dq", "dk", "dv")
 
 
 STRUCTS = {
@@ -221,6 +184,7 @@ STRUCTS = {
     "fsa_cache_stats": fsa_cache_stats,
     "fsa_cache_entry_info": fsa_cache_entry_info,
     "fsa_selected_attention_desc": fsa_selected_attention_desc,
+    "fsa_tensor": fsa_tensor,
     "fsa_fwd_args": fsa_fwd_args,
     "fsa_bwd_args": fsa_bwd_args,
 }

@@ -154,6 +154,11 @@ def _head_strides(t):
     return ts, hs
 
 
+def _view(t):
+    """The fsa_tensor of a [T, H, D] tensor the kernels can read."""
+    return _lib.fsa_tensor(t.data_ptr(), *_head_strides(t))
+
+
 def _kernel_ready(t):
     """t itself when libfsa can read it in place, else a contiguous copy.
 
@@ -268,6 +273,10 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _topk_view(topk_idx, call):
+    return _lib.fsa_tensor(topk_idx.data_ptr(), call.topk_token_stride, call.topk_head_stride)
+
+
 # ------------------------------------------------------------------ autograd
 
 
@@ -302,19 +311,9 @@ class _SelectedAttention(torch.autograd.Function):
                                  call.scale, call.algorithm, call.needs_backward)
                 call.plan = plan
                 ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch), device)
-                q_ts, q_hs = _head_strides(q)
-                k_ts, k_hs = _head_strides(k)
-                v_ts, v_hs = _head_strides(v)
-                o_ts, o_hs = _head_strides(o)
                 args = _lib.fsa_fwd_args(
                     total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
-                    q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
-                    q_token_stride=q_ts, q_head_stride=q_hs,
-                    k_token_stride=k_ts, k_head_stride=k_hs,
-                    v_token_stride=v_ts, v_head_stride=v_hs,
-                    o_token_stride=o_ts, o_head_stride=o_hs,
-                    topk=topk_idx.data_ptr(),
-                    topk_head_stride=call.topk_head_stride, topk_token_stride=call.topk_token_stride,
+                    q=_view(q), k=_view(k), v=_view(v), o=_view(o), topk=_topk_view(topk_idx, call),
                     cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
                     workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
                 )
@@ -349,21 +348,12 @@ class _SelectedAttention(torch.autograd.Function):
                     raise RuntimeError("selected_attention: the forward ran with a plan without backward kernels")
                 do = _kernel_ready(do)
                 ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch, backward=True), device)
-                strides = {}
-                for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("dout", do),
-                                ("dq", dq), ("dk", dk), ("dv", dv)):
-                    ts, hs = _head_strides(t)
-                    strides[name + "_token_stride"] = ts
-                    strides[name + "_head_stride"] = hs
                 args = _lib.fsa_bwd_args(
                     total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
-                    q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), dout=do.data_ptr(),
-                    dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
-                    topk=topk_idx.data_ptr(),
-                    topk_head_stride=call.topk_head_stride, topk_token_stride=call.topk_token_stride,
+                    q=_view(q), k=_view(k), v=_view(v), o=_view(o), dout=_view(do),
+                    dq=_view(dq), dk=_view(dk), dv=_view(dv), topk=_topk_view(topk_idx, call),
                     cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
                     workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
-                    **strides,
                 )
                 st = lib.fsa_selected_attention_bwd(plan.handle, ctypes.byref(args), _stream(device))
                 lib.check(st, "fsa_selected_attention_bwd")

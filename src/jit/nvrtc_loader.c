@@ -83,6 +83,8 @@ static void nvrtc_load_once(void)
     FSA_NVRTC_RESOLVE_(GetProgramLog, "nvrtcGetProgramLog");
     FSA_NVRTC_RESOLVE_(GetCUBINSize, "nvrtcGetCUBINSize");
     FSA_NVRTC_RESOLVE_(GetCUBIN, "nvrtcGetCUBIN");
+    FSA_NVRTC_RESOLVE_(GetPTXSize, "nvrtcGetPTXSize");
+    FSA_NVRTC_RESOLVE_(GetPTX, "nvrtcGetPTX");
 #undef FSA_NVRTC_RESOLVE_
     if (api->Version(&api->major, &api->minor) != NVRTC_SUCCESS) {
         g_nvrtc.status = FSA_STATUS_NO_NVRTC;

@@ -20,6 +20,8 @@ typedef struct fsa_nvrtc_api {
     nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
     nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
     nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
 } fsa_nvrtc_api;
 
 /* Loads NVRTC once per process: $FSA_NVRTC_PATH if set (and nothing else),
