@@ -14,9 +14,9 @@ constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, LD = fsa_pit
 typedef NsaStream<D, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float lse2[16], delta[16];  // per row: lse in log2 units, rowsum(dout * o)
     __shared__ NsaShared sh;
-    __shared__ float lse2[16], delta[16];
+    extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D), qs + fsa_nsa_dq_smem_v(D));

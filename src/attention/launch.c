@@ -1,6 +1,7 @@
 #include "launch.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -79,6 +80,24 @@ fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t byt
                              bytes, workspace ? "" : " (NULL)");
     if (!aligned(workspace, 256)) return fsa_error_set(FSA_STATUS_MISALIGNED, stage, "workspace is not 256-byte aligned");
     return FSA_STATUS_OK;
+}
+
+fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream)
+{
+    if (plan == NULL || args == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
+    fsa_status st = fsa_struct_read(call, op->args_size, args, op->args_first_size, op->stage, op->args_type);
+    int has_work = 0;
+    if (st == FSA_STATUS_OK) st = op->prepare(call, plan, &has_work);
+    if (st != FSA_STATUS_OK || !has_work) return st;
+    if (plan->ctx->cu == NULL)
+        return fsa_error_set(FSA_STATUS_NO_DEVICE, op->stage, "the plan's context has no device (offline target %s)",
+                             plan->ctx->target);
+    st = fsa_context_enter(plan->ctx);
+    if (st != FSA_STATUS_OK) return st;
+    st = op->launch(call, plan, (CUstream)stream);
+    fsa_context_leave(plan->ctx);
+    return st;
 }
 
 fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,

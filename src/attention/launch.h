@@ -47,6 +47,26 @@ fsa_kernel_view fsa_view_of(const fsa_tensor *t);
  * tensors, top-k, cu_seqlens, lse, the problem and the scale. */
 void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in);
 
+/* How one operation is called: its args struct, its checks, its launch
+ * sequence. The op's call struct starts with its args struct. */
+typedef struct fsa_op {
+    const char *stage;     /* error stage, e.g. "forward" */
+    const char *args_type; /* e.g. "fsa_fwd_args" */
+    size_t args_size, args_first_size;
+    /* Checks the arguments read into `call` and records what the launch
+     * reuses; *has_work = 0 when there is nothing to launch (no tokens). */
+    fsa_status (*prepare)(void *call, const fsa_plan *plan, int *has_work);
+    /* The launch sequence, inside the plan's context. */
+    fsa_status (*launch)(const void *call, const fsa_plan *plan, CUstream stream);
+} fsa_op;
+
+/* One call of an operation: reads the caller's args struct (any version from
+ * the first size up; newer fields read as zero) to the start of `call`,
+ * prepares, and with work and a device launches inside the plan's context.
+ * Arguments are checked before the device is required, so they can be
+ * checked offline. */
+fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream);
+
 /* Launches kernel k on a (gx, gy) grid with its block size and shared
  * memory and the parameter block as its one argument; an empty grid
  * launches nothing. */

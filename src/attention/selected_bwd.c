@@ -19,6 +19,11 @@ typedef struct bwd_setup {
     fsa_bwd_layout layout;
 } bwd_setup;
 
+typedef struct bwd_call {
+    fsa_bwd_args a; /* first: fsa_call reads the caller's struct here */
+    bwd_setup su;
+} bwd_call;
+
 static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -34,8 +39,6 @@ static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_b
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
     FSA_CHECK(fsa_bwd_setup(&su->tc, &su->layout, plan, T, a->batch, STAGE));
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)", plan->ctx->target);
 cleanup:
     return st;
 }
@@ -117,21 +120,22 @@ cleanup:
     return st;
 }
 
+static fsa_status prepare(void *call, const fsa_plan *plan, int *has_work)
+{
+    bwd_call *c = call;
+    *has_work = c->a.total_tokens > 0;
+    return validate_args(&c->su, plan, &c->a);
+}
+
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+{
+    const bwd_call *c = call;
+    return run(plan, &c->a, &c->su, stream);
+}
+
 fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
-    fsa_bwd_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_BWD_ARGS_FIRST_SIZE, STAGE, "fsa_bwd_args"));
-    bwd_setup su;
-    FSA_CHECK(validate_args(&su, plan, &a));
-    if (a.total_tokens == 0) goto cleanup;
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    FSA_CHECK(run(plan, &a, &su, (CUstream)stream));
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
-    return st;
+    static const fsa_op op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, prepare, launch};
+    bwd_call c;
+    return fsa_call(&op, &c, plan, args, stream);
 }

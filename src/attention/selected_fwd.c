@@ -17,6 +17,11 @@ typedef struct fwd_setup {
     fsa_fsa_layout layout;
 } fwd_setup;
 
+typedef struct fwd_call {
+    fsa_fwd_args a; /* first: fsa_call reads the caller's struct here */
+    fwd_setup su;
+} fwd_call;
+
 static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_fwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -28,10 +33,6 @@ static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_f
         FSA_CHECK(fsa_fsa_setup(&su->tc, &su->layout, plan, a->total_tokens, a->batch, STAGE));
         FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
     }
-    /* Arguments are checked first so that they can be checked without a GPU. */
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)",
-                 plan->ctx->target);
 cleanup:
     return st;
 }
@@ -92,24 +93,23 @@ cleanup:
     return st;
 }
 
+static fsa_status prepare(void *call, const fsa_plan *plan, int *has_work)
+{
+    fwd_call *c = call;
+    *has_work = c->a.total_tokens > 0;
+    return validate_args(&c->su, plan, &c->a);
+}
+
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+{
+    const fwd_call *c = call;
+    if (c->su.algorithm == FSA_ALGORITHM_NSA) return run_nsa(plan, &c->a, stream);
+    return run_fsa(plan, &c->a, &c->su, stream);
+}
+
 fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args, void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
-    fsa_fwd_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_FWD_ARGS_FIRST_SIZE, STAGE, "fsa_fwd_args"));
-    fwd_setup su;
-    FSA_CHECK(validate_args(&su, plan, &a));
-    if (a.total_tokens == 0) goto cleanup;
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    if (su.algorithm == FSA_ALGORITHM_NSA)
-        FSA_CHECK(run_nsa(plan, &a, (CUstream)stream));
-    else
-        FSA_CHECK(run_fsa(plan, &a, &su, (CUstream)stream));
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
-    return st;
+    static const fsa_op op = {STAGE, "fsa_fwd_args", sizeof(fsa_fwd_args), FSA_FWD_ARGS_FIRST_SIZE, prepare, launch};
+    fwd_call c;
+    return fsa_call(&op, &c, plan, args, stream);
 }
