@@ -1,7 +1,8 @@
-// Device helpers shared by every kernel: integer types, bf16/fp16 packing,
-// tensor-core mma, ldmatrix, cp.async, fast exp2/log2 and warp reductions.
-// Self-contained: NVRTC compiles it without any CUDA header.
+// Device helpers shared by every kernel: integer types, constants, tensor
+// views, bf16/fp16 packing, tensor-core mma, ldmatrix, cp.async, fast
+// exp2/log2 and warp reductions. NVRTC compiles it without any CUDA header.
 #pragma once
+#include "fsa_layout.cuh"
 
 namespace fsa {
 
@@ -11,6 +12,14 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define FSA_INF __int_as_float(0x7f800000)
+constexpr float LOG2E = (float)FSA_LOG2E;  // e^x = 2^(x * LOG2E)
+constexpr float LN2 = (float)FSA_LN2;      // log2-sum-exp * LN2 = log-sum-exp
+
+// Row (token, head) of a tensor view, as T elements.
+template <class T>
+__device__ __forceinline__ T *view_row(const fsa_kernel_view &v, long long token, long long head) {
+    return (T *)v.ptr + token * v.token_stride + head * v.head_stride;
+}
 
 // ---------------------------------------------------------------- dtypes
 // The element type of q/k/v/o. `pack` puts `lo` in the low half (the lower
@@ -53,6 +62,27 @@ struct dtype_f16 {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 };
+
+// ---------------------------------------------------------------- 16-byte pieces
+// Eight DT elements (one 16-byte load or store) to and from floats, in order.
+template <class DT>
+__device__ __forceinline__ void unpack8(float out[8], const uint4 &v) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = DT::to_float((u16)(w[i] & 0xffffu));
+        out[2 * i + 1] = DT::to_float((u16)(w[i] >> 16));
+    }
+}
+template <class DT>
+__device__ __forceinline__ uint4 pack8(const float a[8]) {
+    uint4 out;
+    out.x = DT::pack(a[0], a[1]);
+    out.y = DT::pack(a[2], a[3]);
+    out.z = DT::pack(a[4], a[5]);
+    out.w = DT::pack(a[6], a[7]);
+    return out;
+}
 
 // ---------------------------------------------------------------- shared memory
 __device__ __forceinline__ u32 smem_addr(const void *p) {
