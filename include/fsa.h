@@ -48,9 +48,9 @@ extern "C" {
 #endif
 
 #define FSA_VERSION_MAJOR 0
-#define FSA_VERSION_MINOR 1
+#define FSA_VERSION_MINOR 2
 #define FSA_VERSION_PATCH 0
-#define FSA_VERSION_STRING "0.1.0"
+#define FSA_VERSION_STRING "0.2.0"
 
 #if defined(_WIN32)
 #define FSA_API
@@ -162,7 +162,7 @@ FSA_API const fsa_error_info *fsa_last_error_info(void);
 FSA_API const char *fsa_version_string(void);
 
 /* The library's version as one number, major * 10000 + minor * 100 + patch
- * (0.1.0 is 100). Compare it with FSA_VERSION, the number of the header a
+ * (0.2.0 is 200). Compare it with FSA_VERSION, the number of the header a
  * program was compiled with, to detect a different library at run time. */
 #define FSA_VERSION (FSA_VERSION_MAJOR * 10000 + FSA_VERSION_MINOR * 100 + FSA_VERSION_PATCH)
 FSA_API int fsa_version(void);
