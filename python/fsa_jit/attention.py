@@ -69,8 +69,8 @@ def _topk_layout(topk_idx, hkv, t, layout):
     )
 
 
-def validate(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
-             algorithm="auto", topk_layout=None, require_cuda=True):
+def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
+                    algorithm="auto", topk_layout=None, require_cuda=True):
     """Checks the arguments of selected_attention without touching a device or libfsa.
 
     Returns (layout, algorithm code). Raises TypeError or ValueError.
@@ -424,7 +424,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     respect to q, k and v; lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
-    layout, algo = validate(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
+    layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
     limit = _lib.parse_bytes(workspace_limit, "workspace_limit")
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
