@@ -188,6 +188,15 @@ typedef enum fsa_jit_mode {
     FSA_JIT_OFF = 2 /**< a kernel that is not cached is an error */
 } fsa_jit_mode;
 
+/** Tuning: timing the variants of an operation on the GPU to choose among
+ *  them (see fsa_plan_choice). */
+typedef enum fsa_tune_mode {
+    FSA_TUNE_DEFAULT = 0, /**< $FSA_TUNE (off, on, force), else off */
+    FSA_TUNE_OFF = 1,     /**< never measure; tuning records already in the cache are used */
+    FSA_TUNE_ON = 2,      /**< the first call of a shape bucket without a record measures and records */
+    FSA_TUNE_FORCE = 3    /**< as on, but records already on disk are ignored (each plan re-measures) */
+} fsa_tune_mode;
+
 /** fsa_context_options.device for a context that only compiles and caches
  *  kernels for its target (no driver, no GPU needed). */
 #define FSA_DEVICE_NONE (-1)
@@ -214,6 +223,14 @@ typedef struct fsa_context_options {
      *  wait for it). Calls of one plan are serialized while it is on. 64 bits wide so
      *  that it starts past the end of the struct's first version on every ABI. */
     int64_t check;
+    /** Tuning of the plans of this context (fsa_tune_mode). With FSA_TUNE_ON or
+     *  FSA_TUNE_FORCE, the first call of a plan in a shape bucket that has no tuning
+     *  record times every variant on the caller's stream, with the caller's inputs,
+     *  outputs and workspace, waiting for the timings (host synchronizations, at most
+     *  about 300 ms per bucket), then records the fastest in the cache directory; a
+     *  call on a stream being captured never measures. Every other call only reads
+     *  the plan's records. Off by default so that no call synchronizes unless asked. */
+    fsa_tune_mode tune;
 } fsa_context_options;
 
 #define FSA_CONTEXT_OPTIONS_INIT FSA_INIT_(fsa_context_options, )
@@ -387,7 +404,7 @@ typedef struct fsa_plan fsa_plan;
 typedef enum fsa_dtype { FSA_DTYPE_BF16 = 0, FSA_DTYPE_F16 = 1 } fsa_dtype;
 
 typedef enum fsa_algorithm {
-    FSA_ALGORITHM_AUTO = 0, /**< per call, from measured crossovers */
+    FSA_ALGORITHM_AUTO = 0, /**< per call: a tuning record, else the built-in heuristic */
     FSA_ALGORITHM_FSA = 1,  /**< KV blocks outer, query tokens inner */
     FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
 } fsa_algorithm;
@@ -469,6 +486,45 @@ FSA_API fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *pl
  */
 FSA_API fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out,
                                       const fsa_plan *plan, int64_t total_tokens);
+
+/** Who decided a call's variant. */
+typedef enum fsa_choice_source {
+    FSA_CHOICE_FORCED = 0,    /**< the descriptor's algorithm */
+    FSA_CHOICE_ONLY_ONE = 1,  /**< only one variant fits the shape and target */
+    FSA_CHOICE_HEURISTIC = 2, /**< the built-in rule, without measuring */
+    FSA_CHOICE_MEASURED = 3   /**< a tuning record: measured on this GPU model, in this process or earlier */
+} fsa_choice_source;
+
+typedef enum fsa_operation { FSA_OPERATION_FORWARD = 0, FSA_OPERATION_BACKWARD = 1 } fsa_operation;
+
+/** What a call of a given size takes, filled by fsa_plan_choice. */
+typedef struct fsa_plan_choice {
+    size_t struct_size;
+    fsa_algorithm algorithm;   /**< loop order (backward: the order dq is computed in) */
+    fsa_choice_source source;
+    const char *reason;        /**< a static sentence */
+    const char *variant;       /**< the variant's name, e.g. "nsa"; static */
+    int64_t bucket_tokens;     /**< the tuning bucket: the token count rounded up to a power of two */
+    int candidates;            /**< variants the chooser could take for this shape */
+    int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet) */
+} fsa_plan_choice;
+
+#define FSA_PLAN_CHOICE_INIT FSA_INIT_(fsa_plan_choice, )
+
+/**
+ * The variant a call of an operation with this many tokens takes, and why.
+ * @param[out] out          struct_size set by the caller (FSA_PLAN_CHOICE_INIT)
+ * @param      plan         the plan (created with backward = 1 for FSA_OPERATION_BACKWARD)
+ * @param      operation    FSA_OPERATION_FORWARD or FSA_OPERATION_BACKWARD
+ * @param      total_tokens T, 0 to INT32_MAX - 1
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT for an unknown operation, a backward
+ *         query of a plan without backward, or a token count out of range.
+ * Host-only and thread-safe; never measures (the answer may change from
+ * heuristic to measured once a tuning call of the bucket has run).
+ */
+FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_operation operation,
+                                       int64_t total_tokens);
 
 /** A device tensor seen through two strides: the row of token t and head h
  *  starts at element `ptr + t * token_stride + h * head_stride` and is

@@ -2,6 +2,7 @@
  * the target, compile or load their kernels, size workspaces. */
 #include "plan.h"
 #include "metadata_check.h"
+#include "tuning.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -106,8 +107,11 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
         fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
     }
     fsa_kernel_describe(&dq_nsa, FSA_K_BWD_DQ_NSA, c);
-    /* AUTO never takes the NSA-order dq (fsa_plan_choose_bwd): only a forced NSA plan loads it. */
-    plan->bwd_nsa_available = (int)dq_nsa.smem <= max_smem && desc->algorithm == FSA_ALGORITHM_NSA;
+    /* The heuristic never takes the NSA-order dq (choose.c): a forced NSA plan
+     * loads it, and an AUTO plan only when tuning may measure it. */
+    plan->bwd_nsa_available = (int)dq_nsa.smem <= max_smem &&
+                              (desc->algorithm == FSA_ALGORITHM_NSA ||
+                               (desc->algorithm == FSA_ALGORITHM_AUTO && plan->tune.level != FSA_TUNE_LEVEL_OFF));
     if ((int)main.smem > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the backward needs %u bytes of shared memory even with 16-key slices; target %s allows %d",
@@ -139,6 +143,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->ctx = ctx;
     plan->desc = *desc;
     plan->group = desc->num_q_heads / desc->num_kv_heads;
+    plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
 
     plan->config = (fsa_kernel_config){desc->dtype, desc->head_dim, plan->group, desc->block_size, desc->top_k, 0};
@@ -163,6 +168,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));
     FSA_CHECK(load_fwd_kernels(plan, desc->algorithm != FSA_ALGORITHM_NSA, desc->algorithm != FSA_ALGORITHM_FSA));
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx));
+    fsa_tune_load_records(plan);
     *out = plan;
     plan = NULL;
 cleanup:
@@ -235,7 +241,8 @@ static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
     return fsa_bwd_item_entries(plan->group, halvings);
 }
 
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
+                        fsa_algorithm order)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
@@ -244,7 +251,7 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     out->item_entries = bwd_entries_per_item(plan, tc);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
-    out->algorithm = fsa_plan_choose_bwd(plan, total_tokens, NULL);
+    out->algorithm = order;
     size_t at = place_index(&out->index, plan, total_tokens, batch);
     const size_t n = out->index.n_counts;
     FSA_PLACE_(part_offsets, mul_sat(n, 4));
@@ -264,19 +271,21 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
 }
 #undef FSA_PLACE_
 
-typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
+typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
+                                  fsa_algorithm order);
 
-static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc, fsa_algorithm order)
 {
+    (void)order;
     fsa_fsa_layout l;
     fsa_fsa_layout_for(&l, plan, total_tokens, batch, tc);
     return l.total;
 }
 
-static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc, fsa_algorithm order)
 {
     fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, total_tokens, batch, tc);
+    fsa_bwd_layout_for(&l, plan, total_tokens, batch, tc, order);
     return l.total;
 }
 
@@ -285,7 +294,8 @@ static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int b
  * layout fits (a bisection; 16 x 256 bytes cover the arrays' alignment
  * padding), then even chunks so the last one is not a sliver, as long as they
  * still fit. */
-static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, layout_total_fn total)
+static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, layout_total_fn total,
+                            fsa_algorithm order)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     int64_t tc = total_tokens;
@@ -294,17 +304,17 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
     if (tc > FSA_MAX_CHUNK_TOKENS) tc = FSA_MAX_CHUNK_TOKENS;
     if (d->workspace_limit > 0) {
         const uint64_t budget = d->workspace_limit > 16 * 256 ? d->workspace_limit - 16 * 256 : 0;
-        if (total(plan, total_tokens, batch, tc) > budget) {
+        if (total(plan, total_tokens, batch, tc, order) > budget) {
             int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
             while (lo < hi) {
                 const int64_t mid = lo + (hi - lo + 1) / 2;
-                if (total(plan, total_tokens, batch, mid) <= budget) lo = mid;
+                if (total(plan, total_tokens, batch, mid, order) <= budget) lo = mid;
                 else hi = mid - 1;
             }
             tc = lo;
             const int64_t n = (total_tokens + tc - 1) / tc;
             const int64_t even = (total_tokens + n - 1) / n;
-            if (total(plan, total_tokens, batch, even) <= budget) tc = even;
+            if (total(plan, total_tokens, batch, even, order) <= budget) tc = even;
         }
     }
     return tc > 0 ? tc : 1;
@@ -312,53 +322,26 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
 
 int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
 {
-    return chunk_tokens(plan, total_tokens, batch, fsa_layout_total);
+    return chunk_tokens(plan, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
 }
 
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, fsa_algorithm order)
 {
-    return chunk_tokens(plan, total_tokens, batch, bwd_layout_total);
+    return chunk_tokens(plan, total_tokens, batch, bwd_layout_total, order);
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
 {
-    const char *why = "forced by the descriptor";
-    fsa_algorithm a = plan->desc.algorithm;
-    if (a == FSA_ALGORITHM_AUTO) {
-        if (!plan->nsa_available) {
-            a = FSA_ALGORITHM_FSA;
-            why = "only the FSA path fits this shape";
-        } else if (!plan->fsa_available) {
-            a = FSA_ALGORITHM_NSA;
-            why = "only the NSA path fits this shape";
-        } else {
-            /* Crossovers measured on an H200 (bench/RESULTS.md): the NSA order
-             * wins only for short inputs with large groups, where the FSA
-             * pipeline's fixed cost (five launches) dominates. */
-            const int64_t nsa_up_to = plan->group >= 16 ? 512 : plan->group >= 8 ? 256 : 0;
-            a = total_tokens <= nsa_up_to ? FSA_ALGORITHM_NSA : FSA_ALGORITHM_FSA;
-            why = a == FSA_ALGORITHM_NSA ? "measured crossover: NSA order for G >= 8 and short inputs"
-                                         : "measured crossover: FSA order";
-        }
-    }
-    if (reason) *reason = why;
-    return a;
+    fsa_choice c;
+    fsa_choose(&c, plan, FSA_OP_FWD, total_tokens);
+    if (reason) *reason = c.reason;
+    return c.variant.order;
 }
 
 fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
 {
-    (void)total_tokens;
-    const char *why = "forced by the descriptor";
-    fsa_algorithm a = plan->desc.algorithm;
-    if (a == FSA_ALGORITHM_AUTO) {
-        /* Measured on an H200 (bench/RESULTS.md, T 64..65536, G 1..64): the
-         * FSA-order dq is never slower. The NSA-order dq reloads every
-         * selected K/V block per token and runs after the dK/dV kernel; at
-         * short inputs, where it could pay off, the per-pair dq rows are too
-         * few to cost anything. */
-        a = FSA_ALGORITHM_FSA;
-        why = "measured: the FSA-order dq is at least as fast on every measured shape";
-    }
-    if (reason) *reason = why;
-    return a;
+    fsa_choice c;
+    fsa_choose(&c, plan, FSA_OP_BWD, total_tokens);
+    if (reason) *reason = c.reason;
+    return c.variant.order;
 }

@@ -3,6 +3,7 @@
 #ifndef FSA_PLAN_H
 #define FSA_PLAN_H
 
+#include "choose.h"
 #include "kernels.h"
 
 #include <stddef.h>
@@ -31,6 +32,7 @@ struct fsa_plan {
     int bwd_grid;
     fsa_bwd_kernels bwd;
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
+    fsa_tune_state tune;  /* tuning level and records per bucket (choose.h) */
 };
 
 /* The index-inversion arrays both workspaces start with. Offsets in bytes. */
@@ -63,8 +65,11 @@ typedef struct fsa_bwd_layout {
     size_t total;
 } fsa_bwd_layout;
 
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
+/* `order`: the dq order the layout serves (the FSA order's is the larger:
+ * it also holds the per-pair dq rows, so it serves both). */
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
+                        fsa_algorithm order);
+int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, fsa_algorithm order);
 
 /* The token chunk and workspace layout of a call (FSA-path forward or
  * backward) whose counts are already checked. FSA_STATUS_UNSUPPORTED when the
@@ -73,13 +78,18 @@ int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
                          const char *stage);
 fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
-                         const char *stage);
+                         fsa_algorithm order, const char *stage);
 
-/* The path a forward call with `total_tokens` tokens takes. */
+/* The order whose workspace a call needs: the chosen one, or the FSA order
+ * (the larger workspace, serving every candidate) while the call may measure. */
+fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
+
+/* The loop order a forward call with `total_tokens` tokens takes without
+ * measuring (fsa_choose: the bucket's record, else the heuristic). */
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 
-/* The path a backward call with `total_tokens` tokens takes: the order dq is
- * computed in (dK and dV always go KV-block-outer). AUTO: the FSA order. */
+/* The same for a backward call: the order dq is computed in (dK and dV
+ * always go KV-block-outer). */
 fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 
 #endif

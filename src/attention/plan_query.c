@@ -3,6 +3,7 @@
 #include "launch.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include <stdint.h>
 
@@ -22,6 +23,14 @@ static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char
     return FSA_STATUS_OK;
 }
 
+fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
+{
+    fsa_choice c;
+    fsa_choose(&c, plan, op, total_tokens);
+    if (c.may_measure) return FSA_ALGORITHM_FSA; /* a measuring call runs every candidate */
+    return c.variant.order;
+}
+
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
                          const char *stage)
 {
@@ -33,12 +42,12 @@ fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *p
 }
 
 fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
-                         const char *stage)
+                         fsa_algorithm order, const char *stage)
 {
     fsa_status st = check_indexable(plan, 0, stage);
     if (st != FSA_STATUS_OK) return st;
-    *tc_out = fsa_bwd_chunk_tokens(plan, total_tokens, batch);
-    fsa_bwd_layout_for(out, plan, total_tokens, batch, *tc_out);
+    *tc_out = fsa_bwd_chunk_tokens(plan, total_tokens, batch, order);
+    fsa_bwd_layout_for(out, plan, total_tokens, batch, *tc_out, order);
     return check_indexable(plan, out->total, stage);
 }
 
@@ -54,7 +63,8 @@ fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, 
     if (total_tokens == 0) goto cleanup;
     int64_t tc;
     fsa_bwd_layout l;
-    FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, STAGE));
+    FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, fsa_workspace_order(plan, FSA_OP_BWD, total_tokens),
+                            STAGE));
     *bytes_out = l.total;
 cleanup:
     return st;
@@ -67,7 +77,7 @@ fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int6
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
     *bytes_out = 0;
     FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, batch));
-    if (total_tokens == 0 || fsa_plan_choose(plan, total_tokens, NULL) != FSA_ALGORITHM_FSA) goto cleanup;
+    if (total_tokens == 0 || fsa_workspace_order(plan, FSA_OP_FWD, total_tokens) != FSA_ALGORITHM_FSA) goto cleanup;
     int64_t tc;
     fsa_fsa_layout l;
     FSA_CHECK(fsa_fsa_setup(&tc, &l, plan, total_tokens, batch, STAGE));
@@ -98,4 +108,28 @@ fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **rea
     if (st != FSA_STATUS_OK) return st;
     *algorithm_out = fsa_plan_choose_bwd(plan, total_tokens, reason_out);
     return FSA_STATUS_OK;
+}
+
+fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_operation operation,
+                               int64_t total_tokens)
+{
+    if (out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "out and plan must not be NULL");
+    if (operation != FSA_OPERATION_FORWARD && operation != FSA_OPERATION_BACKWARD)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "unknown operation %d", (int)operation);
+    if (operation == FSA_OPERATION_BACKWARD && !plan->bwd_available)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    fsa_status st = fsa_check_token_count(STAGE, total_tokens);
+    if (st != FSA_STATUS_OK) return st;
+    fsa_choice c;
+    fsa_choose(&c, plan, operation == FSA_OPERATION_FORWARD ? FSA_OP_FWD : FSA_OP_BWD, total_tokens);
+    fsa_plan_choice r = FSA_PLAN_CHOICE_INIT;
+    r.algorithm = c.variant.order;
+    r.source = c.source;
+    r.reason = c.reason;
+    r.variant = fsa_order_name(c.variant.order); /* the only variant parameter so far */
+    r.bucket_tokens = fsa_tune_bucket_tokens(c.bucket);
+    r.candidates = c.candidates;
+    r.will_measure = c.may_measure;
+    return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
 }

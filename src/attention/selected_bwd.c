@@ -6,6 +6,7 @@
  * dK/dV partials of split blocks; then dk and dv once from the fp32
  * accumulator. */
 #include "launch.h"
+#include "tuning.h"
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
@@ -17,6 +18,8 @@
  * layout validation computed for the launch. */
 typedef struct bwd_call {
     fsa_bwd_args a; /* first: fsa_call reads the caller's struct here */
+    fsa_algorithm algorithm; /* the dq order without measuring */
+    int tune;                /* the launch may time both dq orders first; the layout serves both */
     int64_t tc;
     fsa_bwd_layout layout;
 } bwd_call;
@@ -50,8 +53,8 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->dkv_acc = (long long)(ws + l->dkv_acc);
 }
 
-/* The launch sequence of one call. */
-static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+/* The launch sequence of one call with the dq order of variant v. */
+static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_variant *v, CUstream stream)
 {
     const bwd_call *c = call;
     fsa_status st = FSA_STATUS_OK;
@@ -67,7 +70,7 @@ static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
     const size_t n_counts = l.index.n_counts;
     const int rows_per_block = fsa_rows_per_block((int)d);
-    const int nsa = l.algorithm == FSA_ALGORITHM_NSA;
+    const int nsa = v->order == FSA_ALGORITHM_NSA;
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
     const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
 
@@ -118,10 +121,33 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
     FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
-    FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, STAGE));
+    fsa_choice ch;
+    fsa_choose(&ch, plan, FSA_OP_BWD, T);
+    c->algorithm = ch.variant.order;
+    c->tune = 0;
+    if (ch.may_measure && c->algorithm != FSA_ALGORITHM_FSA) {
+        /* Measuring needs the FSA order's (larger) layout; without room for it, no measuring. */
+        FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, FSA_ALGORITHM_FSA, STAGE));
+        c->tune = fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total) == FSA_STATUS_OK;
+        fsa_error_clear();
+        if (c->tune) goto cleanup;
+    }
+    FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, c->algorithm, STAGE));
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total));
+    c->tune = ch.may_measure && c->algorithm == FSA_ALGORITHM_FSA;
 cleanup:
     return st;
+}
+
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+{
+    const bwd_call *c = call;
+    fsa_variant v = {c->algorithm, 0, 0, 0};
+    if (c->tune) {
+        const fsa_status st = fsa_tune_pick(&v, NULL, plan, FSA_OP_BWD, c->a.total_tokens, call, run_variant, stream);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    return run_variant(call, plan, &v, stream);
 }
 
 static const fsa_op bwd_op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, 1,

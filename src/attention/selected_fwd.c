@@ -1,6 +1,7 @@
 /* Forward launch sequences. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured. */
 #include "launch.h"
+#include "tuning.h"
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
@@ -14,6 +15,7 @@
 typedef struct fwd_call {
     fsa_fwd_args a; /* first: fsa_call reads the caller's struct here */
     fsa_algorithm algorithm;
+    int tune; /* the launch may time both orders first (tuning.h); the layout serves both */
     int64_t tc;
     fsa_fsa_layout layout;
 } fwd_call;
@@ -30,16 +32,26 @@ static fsa_call_inputs inputs(const void *call)
     return in;
 }
 
-/* The path, and for the FSA path the chunk, layout and workspace check. */
+/* The path, and for the FSA path the chunk, layout and workspace check. A
+ * call that may measure needs the FSA layout too; a workspace too small for
+ * it only means no measuring (unless the FSA path is the choice). */
 static fsa_status prepare(void *call, const fsa_plan *plan)
 {
     fwd_call *c = call;
     const fsa_fwd_args *a = &c->a;
-    c->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
-    if (c->algorithm != FSA_ALGORITHM_FSA) return FSA_STATUS_OK;
-    const fsa_status st = fsa_fsa_setup(&c->tc, &c->layout, plan, a->total_tokens, a->batch, STAGE);
-    if (st != FSA_STATUS_OK) return st;
-    return fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total);
+    fsa_choice ch;
+    fsa_choose(&ch, plan, FSA_OP_FWD, a->total_tokens);
+    c->algorithm = ch.variant.order;
+    c->tune = 0;
+    if (c->algorithm != FSA_ALGORITHM_FSA && !ch.may_measure) return FSA_STATUS_OK;
+    fsa_status st = fsa_fsa_setup(&c->tc, &c->layout, plan, a->total_tokens, a->batch, STAGE);
+    if (st == FSA_STATUS_OK) st = fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total);
+    if (c->algorithm == FSA_ALGORITHM_FSA || st == FSA_STATUS_OK) {
+        c->tune = ch.may_measure && st == FSA_STATUS_OK;
+        return st;
+    }
+    fsa_error_clear();
+    return FSA_STATUS_OK;
 }
 
 /* The kernel parameters that come from the arguments. */
@@ -99,11 +111,22 @@ cleanup:
     return st;
 }
 
+static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_variant *v, CUstream stream)
+{
+    const fwd_call *c = call;
+    if (v->order == FSA_ALGORITHM_NSA) return run_nsa(plan, &c->a, stream);
+    return run_fsa(plan, c, stream);
+}
+
 static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
 {
     const fwd_call *c = call;
-    if (c->algorithm == FSA_ALGORITHM_NSA) return run_nsa(plan, &c->a, stream);
-    return run_fsa(plan, c, stream);
+    fsa_variant v = {c->algorithm, 0, 0, 0};
+    if (c->tune) {
+        const fsa_status st = fsa_tune_pick(&v, NULL, plan, FSA_OP_FWD, c->a.total_tokens, call, run_variant, stream);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    return run_variant(call, plan, &v, stream);
 }
 
 fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args, void *stream)

@@ -50,6 +50,27 @@ static fsa_status parse_jit(int *out, fsa_jit_mode requested)
     return FSA_STATUS_OK;
 }
 
+/* off, on, force: 0, 1, 2 (the attention layer's fsa_tune_level). */
+static fsa_status parse_tune(int *out, fsa_tune_mode requested)
+{
+    static const char *const names[] = {"off", "on", "force"};
+    if (requested != FSA_TUNE_DEFAULT) {
+        if (requested < FSA_TUNE_OFF || requested > FSA_TUNE_FORCE)
+            return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "unknown tune mode %d", (int)requested);
+        *out = (int)requested - FSA_TUNE_OFF;
+        return FSA_STATUS_OK;
+    }
+    const char *v = getenv("FSA_TUNE");
+    *out = 0;
+    if (v == NULL || *v == '\0') return FSA_STATUS_OK;
+    for (int i = 0; i < 3; i++)
+        if (strcasecmp(v, names[i]) == 0) {
+            *out = i;
+            return FSA_STATUS_OK;
+        }
+    return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "FSA_TUNE=%s: expected off, on or force", v);
+}
+
 /* $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else $HOME/.cache/fsa. */
 static char *default_cache_dir(void)
 {
@@ -96,6 +117,8 @@ static fsa_status open_device(fsa_context *ctx, const char *requested_target)
     } else {
         FSA_CHECK(fsa_target_for_capability(&ctx->arch, ctx->cc_major, ctx->cc_minor));
     }
+    if (cu->DeviceGetName == NULL || cu->DeviceGetName(ctx->gpu_name, (int)sizeof ctx->gpu_name, ctx->cu_device) != CUDA_SUCCESS)
+        snprintf(ctx->gpu_name, sizeof ctx->gpu_name, "unknown");
     FSA_CHECK_CU(cu, cu->DevicePrimaryCtxRetain(&ctx->cu_context, ctx->cu_device), "context");
     ctx->cu = cu;
 cleanup:
@@ -147,6 +170,8 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
     FSA_APPENDED_FIELD(fsa_context_options, check, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
     ctx->check = o.check > 0 ? 1 : o.check < 0 ? 0 : fsa_env_flag("FSA_CHECK", 0) == 1;
+    FSA_APPENDED_FIELD(fsa_context_options, tune, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    FSA_CHECK(parse_tune(&ctx->tune, o.tune));
 
     fsa_cache_mode mode = FSA_CACHE_MODE_READ_WRITE;
     int jit = 1;

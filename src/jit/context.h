@@ -30,6 +30,8 @@ struct fsa_context {
     fsa_jit_env env;
     int log;
     int check;                /* check mode (attention/metadata_check.h) */
+    int tune;                 /* tuning level (attention/choose.h: fsa_tune_level) */
+    char gpu_name[128];       /* the device's name, part of tuning-record keys; "" offline */
 
     pthread_mutex_t fill_lock; /* guards the lazily made fill kernel */
     CUfunction fill_fn;

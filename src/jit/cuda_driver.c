@@ -57,7 +57,13 @@ static struct {
     X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040)       \
     X(GraphLaunch, "cuGraphLaunch", 10000)                                   \
     X(GraphExecDestroy, "cuGraphExecDestroy", 10000)                         \
-    X(GraphDestroy, "cuGraphDestroy", 10000)
+    X(GraphDestroy, "cuGraphDestroy", 10000)                                 \
+    X(DeviceGetName, "cuDeviceGetName", 2000)                                \
+    X(EventCreate, "cuEventCreate", 2000)                                    \
+    X(EventDestroy, "cuEventDestroy", 4000)                                  \
+    X(EventRecord, "cuEventRecord", 2000)                                    \
+    X(EventSynchronize, "cuEventSynchronize", 2000)                          \
+    X(EventElapsedTime, "cuEventElapsedTime", 2000)
 
 static void cu_load_once(void)
 {

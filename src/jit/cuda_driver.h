@@ -33,8 +33,9 @@ typedef struct fsa_cu_api {
     PFN_cuMemsetD32Async_v3020 MemsetD32Async;
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 OccupancyMaxActiveBlocksPerMultiprocessor;
     /* Optional: NULL when the driver lacks them. The check mode needs the
-     * first five (it says so when one is missing); tests and tools reach the
-     * rest through this loader. */
+     * first five (it says so when one is missing), tuning StreamIsCapturing
+     * and the event functions; tests and tools reach the rest through this
+     * loader. */
     PFN_cuMemAlloc_v3020 MemAlloc;
     PFN_cuMemFree_v3020 MemFree;
     PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync;
@@ -51,6 +52,13 @@ typedef struct fsa_cu_api {
     PFN_cuGraphLaunch_v10000 GraphLaunch;
     PFN_cuGraphExecDestroy_v10000 GraphExecDestroy;
     PFN_cuGraphDestroy_v10000 GraphDestroy;
+    /* Tuning (attention/tuning.c) only: without them a call never measures. */
+    PFN_cuDeviceGetName_v2000 DeviceGetName;
+    PFN_cuEventCreate_v2000 EventCreate;
+    PFN_cuEventDestroy_v4000 EventDestroy;
+    PFN_cuEventRecord_v2000 EventRecord;
+    PFN_cuEventSynchronize_v2000 EventSynchronize;
+    PFN_cuEventElapsedTime_v2000 EventElapsedTime;
 } fsa_cu_api;
 
 /* Loads the driver once per process. FSA_STATUS_NO_DRIVER when libcuda.so.1

@@ -100,6 +100,9 @@ typedef struct lookup_req {
     uint64_t *corrupt_out;
 } lookup_req;
 
+#define CUBIN_SUFFIX ".cubin"
+#define RECORD_SUFFIX ".tune" /* tuning records: same format, another file kind */
+
 static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
 {
     if (!r->any_nvrtc)
@@ -192,7 +195,7 @@ cleanup:
 }
 
 static fsa_status lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
-                         int any_nvrtc, int max_nvrtc_major, uint64_t *corrupt_out)
+                         int any_nvrtc, int max_nvrtc_major, uint64_t *corrupt_out, const char *suffix)
 {
     fsa_status st = FSA_STATUS_OK;
     char *dir = NULL, *path = NULL;
@@ -206,7 +209,7 @@ static fsa_status lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kern
         FSA_CHECK(lookup_any_nvrtc(out, &r, dir));
         goto cleanup;
     }
-    path = fsa_dc_key_file_path(dir, key, ".cubin");
+    path = fsa_dc_key_file_path(dir, key, suffix);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK(load_entry(out, &sb, &r, path, key->hex));
 cleanup:
@@ -218,13 +221,19 @@ cleanup:
 fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                  const char *target, int any_nvrtc, uint64_t *corrupt_out)
 {
-    return lookup(out, dc, key, target, any_nvrtc, 0, corrupt_out);
+    return lookup(out, dc, key, target, any_nvrtc, 0, corrupt_out, CUBIN_SUFFIX);
 }
 
 fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                             const char *target, int max_nvrtc_major, uint64_t *corrupt_out)
 {
-    return lookup(out, dc, key, target, 1, max_nvrtc_major, corrupt_out);
+    return lookup(out, dc, key, target, 1, max_nvrtc_major, corrupt_out, CUBIN_SUFFIX);
+}
+
+fsa_status fsa_disk_cache_lookup_record(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                        const char *target, uint64_t *corrupt_out)
+{
+    return lookup(out, dc, key, target, 0, 0, corrupt_out, RECORD_SUFFIX);
 }
 
 /* ------------------------------------------------------------ publishing */
@@ -340,8 +349,8 @@ static void remove_key_debris(const char *dir, const fsa_kernel_key *key)
     free(prefix);
 }
 
-fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
-                                  const void *cubin, size_t cubin_size, const char *entry_names)
+static fsa_status publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target, const void *cubin,
+                          size_t cubin_size, const char *entry_names, const char *suffix)
 {
     fsa_status st = FSA_STATUS_OK;
     char *dir = NULL, *tmp = NULL, *final_path = NULL;
@@ -352,7 +361,7 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
     FSA_CHECK(check_publish_args(dc, key, cubin, cubin_size, names));
     FSA_CHECK(fsa_dc_target_dir(&dir, dc, target, 1));
     remove_key_debris(dir, key);
-    final_path = fsa_dc_key_file_path(dir, key, ".cubin");
+    final_path = fsa_dc_key_file_path(dir, key, suffix);
     FSA_CHECK_ALLOC(final_path, STAGE);
     FSA_CHECK(fsa_dc_build_head(&head, &head_len, key, names, cubin, cubin_size));
     FSA_CHECK(open_temp(&fd, &tmp, dir, key));
@@ -377,3 +386,24 @@ cleanup:
     return st;
 }
 
+
+fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
+                                  const void *cubin, size_t cubin_size, const char *entry_names)
+{
+    return publish(dc, key, target, cubin, cubin_size, entry_names, CUBIN_SUFFIX);
+}
+
+fsa_status fsa_disk_cache_publish_record(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
+                                         const char *record)
+{
+    return publish(dc, key, target, record, record ? strlen(record) : 0, "", RECORD_SUFFIX);
+}
+
+char *fsa_disk_cache_record_path(const fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target)
+{
+    if (dc == NULL || key == NULL || key->name == NULL || !fsa_dc_safe_component(target)) return NULL;
+    char *dir = fsa_dc_path_join(dc->v1, target);
+    char *path = dir ? fsa_dc_key_file_path(dir, key, RECORD_SUFFIX) : NULL;
+    free(dir);
+    return path;
+}

@@ -97,6 +97,18 @@ fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, vo
 fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
                                 uint64_t *bytes_left_out);
 
+/* Tuning records (attention/tuning.c): entries of the same format, checks
+ * and atomic publish as the cubins, named <name>.<hex>.tune, whose key text
+ * is a tuning bucket and whose payload is the record's text. Lookup as for
+ * an exact cubin lookup: a damaged or foreign file (another key's text under
+ * this digest) is a miss, counted and deleted unless read-only. List,
+ * verify and prune walk cubins only. */
+fsa_status fsa_disk_cache_lookup_record(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                        const char *target, uint64_t *corrupt_out);
+fsa_status fsa_disk_cache_publish_record(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
+                                         const char *record);
+char *fsa_disk_cache_record_path(const fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target);
+
 /* The path of a key's entry (caller frees). For tests and messages. */
 char *fsa_disk_cache_entry_path(const fsa_disk_cache *dc, const fsa_kernel_key *key,
                                 const char *target);

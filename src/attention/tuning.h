@@ -1,0 +1,56 @@
+/* Tuning records and measuring (format: cache/README.md, "Tuning records").
+ *
+ * A record holds the winning variant of one operation in one bucket: tokens
+ * rounded up to a power of two, G, D, BK, K, dtype, target, GPU name and SM
+ * count, library and template versions, and the candidate list. It is a disk
+ * cache entry (<name>.<hex>.tune) whose key text is the bucket and whose
+ * payload is the record text, so it gets the cubins' atomic publish and
+ * validation. */
+#ifndef FSA_ATTENTION_TUNING_H
+#define FSA_ATTENTION_TUNING_H
+
+#include "plan.h"
+
+#include "jit/kernel_key.h"
+
+#include <stddef.h>
+
+/* At most this much wall time per new bucket (plus one timed run of each
+ * candidate when a single run takes longer), and this many timed runs. */
+#define FSA_TUNE_BUDGET_MS 300.0
+#define FSA_TUNE_MAX_REPEATS 5
+
+/* The record key of an operation's bucket on a plan (caller frees with
+ * fsa_key_free). */
+fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op_kind op, int bucket);
+
+/* The record text for a winner among the candidates with their times
+ * (milliseconds, NULL when not measured). Caller frees; NULL when out of memory. */
+char *fsa_tune_record_text(fsa_op_kind op, const fsa_candidates *c, int winner, const double *ms);
+
+/* The candidate a record text names: 1 + its index, or 0 when the text is
+ * not a whole record of this operation naming one of the candidates. */
+int fsa_tune_record_parse(const char *text, size_t len, fsa_op_kind op, const fsa_candidates *c);
+
+/* Fills the plan's record slots from the disk cache: every bucket of every
+ * operation with more than one candidate. Not with FSA_TUNE=force (each plan
+ * measures again), nor without a disk cache. A bad record is skipped (and
+ * counted as a corrupt entry); nothing here fails the plan. */
+void fsa_tune_load_records(fsa_plan *plan);
+
+/* Runs one candidate of a call on the stream. */
+typedef fsa_status (*fsa_variant_run_fn)(const void *call, const fsa_plan *plan, const fsa_variant *v,
+                                         CUstream stream);
+
+/* The variant a call runs. When fsa_tune_should_measure says so (a device,
+ * tuning on, no record for the bucket, the stream not being captured), times
+ * every candidate with `run` on the stream (the call's own inputs, outputs
+ * and workspace: the outputs are written again by the winner's run), stores
+ * the winner in the plan and the disk cache, and returns it; otherwise the
+ * choice of fsa_choose. *measured_out (may be NULL) says whether it measured.
+ * A launch error is returned; a timing failure (no events) only means no
+ * record. Must run inside the plan's context. */
+fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *plan, fsa_op_kind op,
+                         int64_t total_tokens, const void *call, fsa_variant_run_fn run, CUstream stream);
+
+#endif
