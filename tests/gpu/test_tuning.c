@@ -1,0 +1,222 @@
+/* Tuning on the GPU: with FSA_TUNE=on the first forward call of a bucket
+ * measures both loop orders, writes a record into the cache directory and
+ * still gives the reference's answer; a second context, and a second
+ * process, take the record without measuring; a call on a stream being
+ * captured never measures. Small shapes: well under 20 s. */
+#include "attention_problem.h"
+
+#include "base/util.h"
+#include "jit/context.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* G = 2, D 64, blocks of 64, top-k 4; 40 tokens in two sequences (bucket 64). */
+static const attn_case k_case = {"bf16_d64_g2_bk64_tuned", BF, 64, 4, 2, 64, 4, {17, 23}, 2, 0, 0, A_AUTO, 0, 1, 0, 1};
+#define CASE_T 40
+
+static char *g_cache_dir;
+static fsa_context *g_ctx;
+
+static fsa_plan *plan_of(fsa_context *ctx)
+{
+    const fsa_selected_attention_desc d = attn_desc_of(&k_case, 0);
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    return plan;
+}
+
+static fsa_plan_choice choice_of(const fsa_plan *plan, int64_t T)
+{
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    assert_int_equal(fsa_plan_choice_get(&c, plan, FSA_OPERATION_FORWARD, T), FSA_STATUS_OK);
+    return c;
+}
+
+/* One forward call of the case on `stream` (NULL: the legacy stream),
+ * checked against the float64 reference. */
+static void run_and_check(const fsa_plan *plan, int T_expected)
+{
+    problem p;
+    problem_make(&p, &k_case, 0x7e57u);
+    assert_int_equal(p.T, T_expected);
+    device_problem dp;
+    device_make(&dp, &p, &k_case, plan);
+    fsa_fwd_args a = fwd_args_of(&dp, &p);
+    poison_fwd(&dp, &p, &k_case);
+    if (fsa_selected_attention_fwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("forward: %s", fsa_last_error());
+    fsa_test_sync();
+    outputs out;
+    download_fwd(&out, &dp, &p, &k_case);
+    const double err = fsa_rel_error(out.o, p.o_ref, (size_t)p.T * k_case.hq * k_case.d);
+    print_message("  o rel err %.3e with the %s order\n", err, choice_of(plan, p.T).variant);
+    assert_true(err < 1e-2);
+    outputs_free(&out);
+    device_free(&dp);
+    problem_free(&p);
+}
+
+static int count_records(const char *root, const char *target)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", root, target);
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (d == NULL) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const size_t len = strlen(e->d_name);
+        if (len > 5 && strcmp(e->d_name + len - 5, ".tune") == 0 && e->d_name[0] != '.') n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_the_first_call_measures_records_and_answers_right(void **state)
+{
+    (void)state;
+    fsa_plan *plan = plan_of(g_ctx);
+    fsa_plan_choice c = choice_of(plan, CASE_T);
+    assert_int_equal(c.candidates, 2);
+    assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
+    assert_true(c.will_measure);
+    assert_int_equal(c.bucket_tokens, 64);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), 0);
+    const double t0 = fsa_now_ms();
+    run_and_check(plan, CASE_T);
+    print_message("  first call (measuring): %.1f ms\n", fsa_now_ms() - t0);
+    c = choice_of(plan, CASE_T);
+    assert_int_equal(c.source, FSA_CHOICE_MEASURED);
+    assert_false(c.will_measure);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), 1);
+    /* The recorded choice gives the right answer on later calls too. */
+    run_and_check(plan, CASE_T);
+    fsa_plan_destroy(plan);
+}
+
+static void test_a_second_context_uses_the_record_without_measuring(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = g_cache_dir;
+    o.tune = FSA_TUNE_ON;
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+    fsa_plan *plan = plan_of(ctx);
+    fsa_plan_choice c = choice_of(plan, CASE_T);
+    assert_int_equal(c.source, FSA_CHOICE_MEASURED);
+    assert_false(c.will_measure); /* so the call below cannot measure */
+    run_and_check(plan, CASE_T);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(ctx)), 1);
+    fsa_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+static void test_a_second_process_uses_the_record_without_measuring(void **state)
+{
+    (void)state;
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_tuning", "--reuse", g_cache_dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_a_capturing_stream_never_measures(void **state)
+{
+    (void)state;
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    fsa_plan *plan = plan_of(g_ctx);
+    const int64_t T = 200; /* bucket 256: no record yet */
+    attn_case big = k_case;
+    big.lens[0] = 100, big.lens[1] = 100;
+    problem p;
+    problem_make(&p, &big, 5);
+    device_problem dp;
+    device_make(&dp, &p, &big, plan);
+    fsa_fwd_args a = fwd_args_of(&dp, &p);
+    assert_true(choice_of(plan, T).will_measure);
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &a, s), FSA_STATUS_OK);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    /* Nothing measured: still no record for the bucket, and the graph runs right. */
+    assert_int_equal(choice_of(plan, T).source, FSA_CHOICE_HEURISTIC);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), 1);
+    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    poison_fwd(&dp, &p, &big);
+    assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+    outputs out;
+    download_fwd(&out, &dp, &p, &big);
+    assert_true(fsa_rel_error(out.o, p.o_ref, (size_t)p.T * big.hq * big.d) < 1e-2);
+    outputs_free(&out);
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    device_free(&dp);
+    problem_free(&p);
+    fsa_plan_destroy(plan);
+}
+
+/* The second process: tuning on, a fresh context on the same cache. */
+static int reuse_main(const char *cache_dir)
+{
+    setenv("FSA_TUNE", "on", 1);
+    fsa_context *ctx = fsa_test_gpu_context_or_skip(cache_dir);
+    fsa_plan *plan = NULL;
+    const fsa_selected_attention_desc d = attn_desc_of(&k_case, 0);
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) return 2;
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    if (fsa_plan_choice_get(&c, plan, FSA_OPERATION_FORWARD, CASE_T) != FSA_STATUS_OK) return 3;
+    if (c.source != FSA_CHOICE_MEASURED || c.will_measure) {
+        fprintf(stderr, "second process: source %d, will_measure %d\n", (int)c.source, c.will_measure);
+        return 4;
+    }
+    fsa_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_cache_dir = fsa_test_mkdtemp("tuning-cache");
+    setenv("FSA_TUNE", "on", 1); /* the environment's way; the second test uses the option */
+    g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_context_destroy(g_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--reuse") == 0) return reuse_main(argv[2]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_first_call_measures_records_and_answers_right),
+        cmocka_unit_test(test_a_second_context_uses_the_record_without_measuring),
+        cmocka_unit_test(test_a_second_process_uses_the_record_without_measuring),
+        cmocka_unit_test(test_a_capturing_stream_never_measures),
+    };
+    /* Skips (exit 77) inside setup when there is no GPU. */
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
