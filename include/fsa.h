@@ -526,6 +526,27 @@ typedef struct fsa_plan_choice {
 FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_operation operation,
                                        int64_t total_tokens);
 
+/**
+ * Measures the variants of an operation for calls of `total_tokens` tokens
+ * and records the winner, as the first such call would with tuning on, on
+ * scratch inputs the library allocates (one sequence, each token selecting
+ * its own and the preceding blocks) and frees before returning. For
+ * pre-tuning a cache (fsa-precompile --tune); a bucket that already has a
+ * record is left alone.
+ * @param[out] measured_out 1 when it measured; may be NULL
+ * @param      plan         a plan of a context with a device and tuning on
+ *                          (FSA_TUNE_ON or FSA_TUNE_FORCE), created with
+ *                          backward = 1 for FSA_OPERATION_BACKWARD
+ * @param      operation    FSA_OPERATION_FORWARD or FSA_OPERATION_BACKWARD
+ * @param      total_tokens T, 1 to INT32_MAX - 1
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         (tuning off, bad operation or count); FSA_STATUS_NO_DEVICE for an
+ *         offline plan; driver errors (also when device memory runs out).
+ * Blocks (allocations, host synchronizations); not during a stream capture.
+ */
+FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation operation,
+                                 int64_t total_tokens);
+
 /** A device tensor seen through two strides: the row of token t and head h
  *  starts at element `ptr + t * token_stride + h * head_stride` and is
  *  contiguous. Strides are in elements, not negative; the stride of a

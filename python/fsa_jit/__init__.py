@@ -28,9 +28,11 @@ __all__ = [
     "has_backward",
     "library_path",
     "library_version",
+    "plan_choice",
     "precompile",
     "reference",
     "selected_attention",
+    "set_tuning",
 ]
 
 
@@ -55,7 +57,7 @@ def has_backward():
     return _lib.get().has_backward
 
 
-_LAZY = {"selected_attention", "clear_plans", "cached_plans"}
+_LAZY = {"selected_attention", "clear_plans", "cached_plans", "plan_choice", "set_tuning"}
 
 
 def __getattr__(name):

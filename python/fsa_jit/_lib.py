@@ -135,7 +135,25 @@ class fsa_context_options(_Sized):
         ("jit", ctypes.c_int),
         ("log", ctypes.c_int),
         ("check", ctypes.c_int64),
+        ("tune", ctypes.c_int),
     ]
+
+
+class fsa_plan_choice(_Sized):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("algorithm", ctypes.c_int),
+        ("source", ctypes.c_int),
+        ("reason", ctypes.c_char_p),
+        ("variant", ctypes.c_char_p),
+        ("bucket_tokens", ctypes.c_int64),
+        ("candidates", ctypes.c_int),
+        ("will_measure", ctypes.c_int),
+    ]
+
+
+FSA_TUNE = {None: 0, "off": 1, "on": 2, "force": 3}  # fsa_tune_mode; None: $FSA_TUNE decides
+FSA_CHOICE_SOURCES = ("forced", "only_one", "heuristic", "measured")  # fsa_choice_source
 
 
 class fsa_cache_stats(_Sized):
@@ -230,6 +248,7 @@ STRUCTS = {
     "fsa_tensor": fsa_tensor,
     "fsa_fwd_args": fsa_fwd_args,
     "fsa_bwd_args": fsa_bwd_args,
+    "fsa_plan_choice": fsa_plan_choice,
 }
 
 # --------------------------------------------------------------- functions
@@ -267,6 +286,8 @@ REQUIRED_FUNCTIONS = {
 OPTIONAL_FUNCTIONS = {
     "fsa_plan_workspace_size_bwd": (_status, [_P(_c.c_size_t), _vp, _c.c_int64, _c.c_int]),
     "fsa_selected_attention_bwd": (_status, [_vp, _P(fsa_bwd_args), _vp]),
+    "fsa_plan_choice_get": (_status, [_P(fsa_plan_choice), _vp, _c.c_int, _c.c_int64]),
+    "fsa_plan_tune": (_status, [_P(_c.c_int), _vp, _c.c_int, _c.c_int64]),
 }
 
 # ------------------------------------------------------------------ errors

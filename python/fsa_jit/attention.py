@@ -187,7 +187,8 @@ def _topk_ready(topk_idx, layout):
 # ----------------------------------------------------------- contexts, plans
 
 _lock = threading.Lock()
-_contexts = {}  # (device index, validate) -> fsa_context *
+_contexts = {}  # (device index, validate, tune) -> fsa_context *
+_tune = None  # set_tuning(): fsa_context_options.tune of contexts made from now on
 _plans = {}  # plan key -> _Plan
 
 
@@ -208,14 +209,31 @@ class _Plan:
         return size.value
 
 
+def set_tuning(mode):
+    """Tuning of the plans made from now on: "off", "on", "force", or None ($FSA_TUNE decides; off when unset).
+
+    With "on", the first call of a shape bucket (tokens rounded up to a power of two) without a tuning
+    record times every variant on the call's stream, waiting for the timings (host synchronizations,
+    at most about 300 ms per bucket; never while a CUDA graph is being captured), and records the
+    fastest in the kernel cache directory for every later call and process. "off" never measures but
+    uses records already there; "force" ignores records on disk and measures again.
+    """
+    global _tune
+    if mode not in _lib.FSA_TUNE:
+        raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' or None")
+    _tune = mode
+
+
 def _context(lib, device_index, validate=False):
-    ctx = _contexts.get((device_index, validate))
+    key = (device_index, validate, _tune)
+    ctx = _contexts.get(key)
     if ctx is None:
         handle = ctypes.c_void_p()
         # validate: libfsa's check mode (else $FSA_CHECK decides).
-        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0)
+        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0,
+                                           tune=_lib.FSA_TUNE[_tune])
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[(device_index, validate)] = handle.value
+        ctx = _contexts[key] = handle.value
     return ctx
 
 
@@ -224,7 +242,8 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
     # A library without the backward gets forward-only plans; the backward
     # then fails with a clear message instead of the forward failing.
     backward = bool(backward) and lib.has_backward
-    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit, validate)
+    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit, validate,
+            _tune)
     plan = _plans.get(base + (backward,))
     if plan is None and not backward:
         plan = _plans.get(base + (True,))  # a backward plan also runs the forward
@@ -262,7 +281,7 @@ def clear_plans():
 
 def cached_plans():
     """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm,
-    workspace_limit, validate, backward)."""
+    workspace_limit, validate, tune, backward)."""
     return list(_plans)
 
 
@@ -432,3 +451,32 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
         q, k, v, topk_idx, cu_seqlens, int(block_size), 0.0 if scale is None else float(scale),
         0 if max_seqlen is None else int(max_seqlen), algo, layout, limit, needs_backward, bool(validate))
     return (o, lse) if return_lse else o
+
+
+def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k=16, device=0,
+                algorithm="auto", backward=False):
+    """What a call of `total_tokens` tokens takes on the plan of this shape (made if needed; dtype:
+    torch.bfloat16 or torch.float16), and why.
+
+    Returns a dict: algorithm ("fsa" or "nsa": the loop order; backward: the dq order), variant, source
+    ("forced", "only_one", "heuristic" or "measured": from a tuning record), reason, bucket_tokens,
+    candidates and will_measure (the next call of this size measures). Never measures.
+    """
+    lib = _lib.get()
+    if lib.fsa_plan_choice_get is None:
+        raise RuntimeError(f"{lib.path} has no fsa_plan_choice_get; rebuild libfsa from a newer version")
+    algo = {"auto": 0, "fsa": 1, "nsa": 2}[algorithm]
+    plan = _get_plan(lib, device, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k, 0.0, algo, 0,
+                     backward)
+    c = _lib.fsa_plan_choice()
+    st = lib.fsa_plan_choice_get(ctypes.byref(c), plan.handle, 1 if backward else 0, total_tokens)
+    lib.check(st, "fsa_plan_choice_get")
+    return {
+        "algorithm": "nsa" if c.algorithm == 2 else "fsa",
+        "variant": _lib._text(c.variant),
+        "source": _lib.FSA_CHOICE_SOURCES[c.source],
+        "reason": _lib._text(c.reason),
+        "bucket_tokens": c.bucket_tokens,
+        "candidates": c.candidates,
+        "will_measure": bool(c.will_measure),
+    }

@@ -1,0 +1,152 @@
+/* fsa_plan_tune: one call of an operation on scratch inputs, so that a
+ * bucket gets its tuning record ahead of time (fsa-precompile --tune). */
+#include "launch.h"
+
+#include "base/status_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE "tune"
+
+/* Every buffer of both operations, in one allocation; offsets in bytes,
+ * each 256-byte aligned. */
+typedef struct scratch {
+    size_t q, k, v, o, dout, dq, dk, dv, topk, cu, lse, ws, total;
+} scratch;
+
+static size_t place(size_t *at, size_t bytes)
+{
+    const size_t here = *at;
+    *at = (*at + bytes + 255) & ~(size_t)255;
+    return here;
+}
+
+static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
+{
+    const size_t hq = (size_t)plan->desc.num_q_heads, hkv = (size_t)plan->desc.num_kv_heads;
+    const size_t rows = (size_t)T * (size_t)plan->desc.head_dim * 2;
+    size_t at = 0;
+    s->q = place(&at, rows * hq);
+    s->o = place(&at, rows * hq);
+    s->dout = place(&at, rows * hq);
+    s->dq = place(&at, rows * hq);
+    s->k = place(&at, rows * hkv);
+    s->v = place(&at, rows * hkv);
+    s->dk = place(&at, rows * hkv);
+    s->dv = place(&at, rows * hkv);
+    s->topk = place(&at, (size_t)T * hkv * (size_t)plan->desc.top_k * 4);
+    s->cu = place(&at, 8);
+    s->lse = place(&at, (size_t)T * hq * 4);
+    s->ws = place(&at, ws);
+    s->total = at;
+}
+
+/* Token t selects its own block and the K - 1 before it (-1 past the start),
+ * for every KV head: a causal, realistic spread of list lengths. */
+static int32_t *make_topk(const fsa_plan *plan, int64_t T)
+{
+    const int64_t K = plan->desc.top_k, hkv = plan->desc.num_kv_heads, bk = plan->desc.block_size;
+    int32_t *h = malloc((size_t)(T * hkv * K) * sizeof *h);
+    if (h == NULL) return NULL;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t s = 0; s < K; s++) {
+            const int64_t b = t / bk - s;
+            for (int64_t kh = 0; kh < hkv; kh++) h[(kh * T + t) * K + s] = b >= 0 ? (int32_t)b : -1;
+        }
+    return h;
+}
+
+static fsa_tensor view(uint64_t base, size_t off, int64_t heads, int64_t d)
+{
+    const fsa_tensor t = {base + off, heads * d, d};
+    return t;
+}
+
+static fsa_status run(const fsa_plan *plan, fsa_operation op, int64_t T, uint64_t base, const scratch *s,
+                      size_t ws_bytes)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads, d = plan->desc.head_dim;
+    const fsa_tensor topk = {base + s->topk, plan->desc.top_k, T * plan->desc.top_k};
+    fsa_fwd_args f = FSA_FWD_ARGS_INIT;
+    f.total_tokens = T;
+    f.batch = 1;
+    f.q = view(base, s->q, hq, d), f.k = view(base, s->k, hkv, d), f.v = view(base, s->v, hkv, d);
+    f.o = view(base, s->o, hq, d);
+    f.topk = topk;
+    f.cu_seqlens = base + s->cu;
+    f.lse = base + s->lse;
+    f.workspace = base + s->ws;
+    f.workspace_bytes = ws_bytes;
+    FSA_CHECK(fsa_selected_attention_fwd(plan, &f, NULL));
+    if (op == FSA_OPERATION_BACKWARD) {
+        fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+        b.total_tokens = T;
+        b.batch = 1;
+        b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.topk = topk;
+        b.dout = view(base, s->dout, hq, d);
+        b.dq = view(base, s->dq, hq, d), b.dk = view(base, s->dk, hkv, d), b.dv = view(base, s->dv, hkv, d);
+        b.cu_seqlens = f.cu_seqlens;
+        b.lse = f.lse;
+        b.workspace = f.workspace;
+        b.workspace_bytes = ws_bytes;
+        FSA_CHECK(fsa_selected_attention_bwd(plan, &b, NULL));
+    }
+cleanup:
+    return st;
+}
+
+fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation operation, int64_t total_tokens)
+{
+    fsa_status st = FSA_STATUS_OK;
+    CUdeviceptr base = 0;
+    int32_t *topk = NULL;
+    int entered = 0;
+    if (measured_out) *measured_out = 0;
+    if (plan == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan must not be NULL");
+    const fsa_op_kind op = operation == FSA_OPERATION_BACKWARD ? FSA_OP_BWD : FSA_OP_FWD;
+    fsa_choice before;
+    if (operation != FSA_OPERATION_FORWARD && operation != FSA_OPERATION_BACKWARD)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "unknown operation %d", (int)operation);
+    if (op == FSA_OP_BWD && !plan->bwd_available)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, 1));
+    if (total_tokens == 0) FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "no tokens to measure with");
+    if (plan->tune.level == FSA_TUNE_LEVEL_OFF)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "tuning is off for this plan's context (FSA_TUNE, options.tune)");
+    const fsa_cu_api *cu = plan->ctx->cu;
+    if (cu == NULL) FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device");
+    if (!cu->MemAlloc || !cu->MemFree || !cu->MemcpyHtoD || !cu->MemsetD8Async || !cu->StreamSynchronize)
+        FSA_FAIL(FSA_STATUS_NO_DRIVER, STAGE, "the driver lacks the memory functions scratch inputs need");
+    fsa_choose(&before, plan, op, total_tokens);
+    if (!before.may_measure) goto cleanup; /* a record, one candidate, or another thread measuring */
+
+    size_t ws_fwd = 0, ws_bwd = 0;
+    FSA_CHECK(fsa_plan_workspace_size(&ws_fwd, plan, total_tokens, 1));
+    if (op == FSA_OP_BWD) FSA_CHECK(fsa_plan_workspace_size_bwd(&ws_bwd, plan, total_tokens, 1));
+    const size_t ws = ws_fwd > ws_bwd ? ws_fwd : ws_bwd;
+    scratch s;
+    layout(&s, plan, total_tokens, ws);
+    topk = make_topk(plan, total_tokens);
+    FSA_CHECK_ALLOC(topk, STAGE);
+    FSA_CHECK(fsa_context_enter(plan->ctx));
+    entered = 1;
+    FSA_CHECK_CU(cu, cu->MemAlloc(&base, s.total), STAGE);
+    /* Small finite values in both dtypes (0x3c3c: about 0.011 in bf16, 1.06 in f16). */
+    FSA_CHECK_CU(cu, cu->MemsetD8Async(base, 0x3c, s.topk, NULL), STAGE);
+    FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.topk, topk, (size_t)(total_tokens * plan->desc.num_kv_heads *
+                                                                    plan->desc.top_k) * 4), STAGE);
+    const int32_t cu_seqlens[2] = {0, (int32_t)total_tokens};
+    FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.cu, cu_seqlens, sizeof cu_seqlens), STAGE);
+    FSA_CHECK(run(plan, operation, total_tokens, base, &s, ws));
+    FSA_CHECK_CU(cu, cu->StreamSynchronize(NULL), STAGE);
+    fsa_choice after;
+    fsa_choose(&after, plan, op, total_tokens);
+    if (measured_out) *measured_out = after.source == FSA_CHOICE_MEASURED;
+cleanup:
+    if (base) plan->ctx->cu->MemFree(base); /* base is set only inside the context */
+    if (entered) fsa_context_leave(plan->ctx);
+    free(topk);
+    return st;
+}
