@@ -283,6 +283,7 @@ typedef struct tool_options {
     int top_k;
     fsa_algorithm algorithm;
     int backward;   /* also the backward kernels */
+    int tune;       /* then measure each plan's variants on the GPU (tuning records) */
     int grid_given; /* any grid option or -j: meaningless for maintenance */
     int jobs;
     const char *cache_dir;
@@ -329,6 +330,8 @@ static void print_usage(FILE *f)
             "  --top-k N           selected blocks per query token (default 16)\n"
             "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
             "  --backward          also the backward kernels (training)\n"
+            "  --tune              with --detect: also measure each plan's variants at T = 1, 4, ...,\n"
+            "                      65536 and write tuning records into the cache\n"
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
             "Cache:\n"
             "  --cache-dir DIR     default (also for an empty DIR) $FSA_CACHE_DIR, else\n"
@@ -359,6 +362,7 @@ enum {
     OPT_TOP_K,
     OPT_ALGORITHM,
     OPT_BACKWARD,
+    OPT_TUNE,
     OPT_CACHE_DIR,
     OPT_LIST,
     OPT_VERIFY,
@@ -378,6 +382,7 @@ static const struct option long_options[] = {
     {"top-k", required_argument, NULL, OPT_TOP_K},
     {"algorithm", required_argument, NULL, OPT_ALGORITHM},
     {"backward", no_argument, NULL, OPT_BACKWARD},
+    {"tune", no_argument, NULL, OPT_TUNE},
     {"jobs", required_argument, NULL, 'j'},
     {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
     {"list", no_argument, NULL, OPT_LIST},
@@ -427,6 +432,10 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->grid_given = 1;
         o->backward = 1;
         return 0;
+    case OPT_TUNE:
+        o->grid_given = 1;
+        o->tune = 1;
+        return 0;
     case 'j':
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_JOBS, "-j") != 0) return -1;
@@ -454,6 +463,10 @@ static int check_options(const tool_options *o)
     }
     if (o->device_given && !o->detect) {
         usage_error("--device needs --detect");
+        return -1;
+    }
+    if (o->tune && !o->detect) {
+        usage_error("--tune needs --detect (it measures on that GPU)");
         return -1;
     }
     if (o->mode == MODE_PRUNE && !o->max_bytes_given) {
@@ -560,6 +573,8 @@ static fsa_status open_context(fsa_context **out, const tool_options *o, const c
     co.cache_mode = FSA_CACHE_MODE_READ_WRITE;
     co.jit = FSA_JIT_ON;
     co.check = 1; /* the check-mode kernel too, for servers that run FSA_CHECK=1 with FSA_JIT=off */
+    co.tune = FSA_TUNE_ON; /* the kernels tuning can measure too (FSA_TUNE=on with FSA_JIT=off); nothing
+                            * is measured unless --tune asks (fsa_plan_tune) */
     co.log = 1; /* an unusable cache directory must not pass silently */
     return fsa_context_create(out, &co);
 }
@@ -747,6 +762,31 @@ static void report_job(run_state *rs, const job *j, fsa_status st, double wall_m
     pthread_mutex_unlock(&rs->print_lock);
 }
 
+/* --tune: measures every bucket 4^i of the plan, one plan at a time (timings
+ * of plans sharing the GPU would mislead). */
+static void tune_plan(run_state *rs, const job *j, fsa_plan *plan)
+{
+    static pthread_mutex_t gpu = PTHREAD_MUTEX_INITIALIZER;
+    char label[96];
+    int measured = 0, n = 0;
+    fsa_status st = FSA_STATUS_OK;
+    job_label(label, sizeof label, j);
+    pthread_mutex_lock(&gpu);
+    const double t0 = now_ms();
+    for (int64_t T = 1; T <= 65536 && st == FSA_STATUS_OK; T *= 4)
+        for (int op = 0; op <= j->desc.backward && st == FSA_STATUS_OK; op++) {
+            st = fsa_plan_tune(&measured, plan, (fsa_operation)op, T);
+            n += measured;
+        }
+    const double ms = now_ms() - t0;
+    pthread_mutex_unlock(&gpu);
+    pthread_mutex_lock(&rs->print_lock);
+    if (st == FSA_STATUS_OK) printf("  %s: tuned %d buckets in %.1f ms\n", label, n, ms);
+    else fprintf(stderr, "  %s: tuning FAILED: %s\n", label, fsa_last_error());
+    pthread_mutex_unlock(&rs->print_lock);
+    if (st != FSA_STATUS_OK) atomic_fetch_add(&rs->failed, 1);
+}
+
 static void run_job(run_state *rs, size_t index)
 {
     job j;
@@ -758,11 +798,12 @@ static void run_job(run_state *rs, size_t index)
     double t0 = now_ms();
     fsa_status st = fsa_plan_create(&plan, j.target->ctx, &j.desc);
     double wall_ms = now_ms() - t0;
-    /* An offline plan cannot run; creating it was the whole point. */
-    fsa_plan_destroy(plan);
     int solo = window_close(j.target, &w, &own);
     /* fsa_last_error() still describes the plan: nothing failed since. */
     report_job(rs, &j, st, wall_ms, solo ? &own : NULL);
+    /* An offline plan cannot run; creating it was the whole point. */
+    if (st == FSA_STATUS_OK && rs->opts->tune) tune_plan(rs, &j, plan);
+    fsa_plan_destroy(plan);
 }
 
 static void *worker(void *arg)
