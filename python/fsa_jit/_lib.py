@@ -45,6 +45,19 @@ FSA_JIT_DEFAULT = 0
 FSA_JIT_ON = 1
 FSA_JIT_OFF = 2
 
+FSA_TUNE_DEFAULT = 0  # fsa_tune_mode: $FSA_TUNE decides
+FSA_TUNE_OFF = 1
+FSA_TUNE_ON = 2
+FSA_TUNE_FORCE = 3
+
+FSA_CHOICE_FORCED = 0
+FSA_CHOICE_ONLY_ONE = 1
+FSA_CHOICE_HEURISTIC = 2
+FSA_CHOICE_MEASURED = 3
+
+FSA_OPERATION_FORWARD = 0
+FSA_OPERATION_BACKWARD = 1
+
 FSA_DTYPE_BF16 = 0
 FSA_DTYPE_F16 = 1
 
@@ -152,8 +165,8 @@ class fsa_plan_choice(_Sized):
     ]
 
 
-FSA_TUNE = {None: 0, "off": 1, "on": 2, "force": 3}  # fsa_tune_mode; None: $FSA_TUNE decides
-FSA_CHOICE_SOURCES = ("forced", "only_one", "heuristic", "measured")  # fsa_choice_source
+TUNE_MODES = {None: FSA_TUNE_DEFAULT, "off": FSA_TUNE_OFF, "on": FSA_TUNE_ON, "force": FSA_TUNE_FORCE}
+CHOICE_SOURCES = ("forced", "only_one", "heuristic", "measured")  # by fsa_choice_source value
 
 
 class fsa_cache_stats(_Sized):

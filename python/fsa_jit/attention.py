@@ -219,7 +219,7 @@ def set_tuning(mode):
     uses records already there; "force" ignores records on disk and measures again.
     """
     global _tune
-    if mode not in _lib.FSA_TUNE:
+    if mode not in _lib.TUNE_MODES:
         raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' or None")
     _tune = mode
 
@@ -231,7 +231,7 @@ def _context(lib, device_index, validate=False):
         handle = ctypes.c_void_p()
         # validate: libfsa's check mode (else $FSA_CHECK decides).
         options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0,
-                                           tune=_lib.FSA_TUNE[_tune])
+                                           tune=_lib.TUNE_MODES[_tune])
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
         ctx = _contexts[key] = handle.value
     return ctx
@@ -469,12 +469,13 @@ def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, blo
     plan = _get_plan(lib, device, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k, 0.0, algo, 0,
                      backward)
     c = _lib.fsa_plan_choice()
-    st = lib.fsa_plan_choice_get(ctypes.byref(c), plan.handle, 1 if backward else 0, total_tokens)
+    op = _lib.FSA_OPERATION_BACKWARD if backward else _lib.FSA_OPERATION_FORWARD
+    st = lib.fsa_plan_choice_get(ctypes.byref(c), plan.handle, op, total_tokens)
     lib.check(st, "fsa_plan_choice_get")
     return {
         "algorithm": "nsa" if c.algorithm == 2 else "fsa",
         "variant": _lib._text(c.variant),
-        "source": _lib.FSA_CHOICE_SOURCES[c.source],
+        "source": _lib.CHOICE_SOURCES[c.source],
         "reason": _lib._text(c.reason),
         "bucket_tokens": c.bucket_tokens,
         "candidates": c.candidates,

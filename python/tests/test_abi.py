@@ -22,10 +22,12 @@ INIT_MACROS = {
     "fsa_tensor": None,
     "fsa_fwd_args": "FSA_FWD_ARGS_INIT",
     "fsa_bwd_args": "FSA_BWD_ARGS_INIT",
+    "fsa_plan_choice": "FSA_PLAN_CHOICE_INIT",
 }
 
 CONSTANTS = [n for n in dir(_lib) if n.startswith(("FSA_STATUS_", "FSA_CACHE_MODE_", "FSA_JIT_", "FSA_DTYPE_",
-                                                   "FSA_ALGORITHM_"))] + ["FSA_DEVICE_NONE"]
+                                                   "FSA_ALGORITHM_", "FSA_TUNE_", "FSA_CHOICE_",
+                                                   "FSA_OPERATION_"))] + ["FSA_DEVICE_NONE"]
 
 
 def _leaves(struct, prefix=""):

@@ -322,3 +322,25 @@ def test_validate_refuses_bad_metadata_that_a_plain_call_runs_through(library):
     # Without validate the kernels clamp the bounds: a finite, meaningless result.
     o = fsa_jit.selected_attention(**dict(inputs, topk_idx=out_of_range))
     assert not o.isnan().any()
+
+
+def test_plan_choice_reports_the_heuristic_then_the_measured_choice(tmp_path, monkeypatch):
+    """With tuning on, the first call of a bucket measures; plan_choice says so before and after."""
+    monkeypatch.setenv("FSA_CACHE_DIR", str(tmp_path))
+    fsa_jit.set_tuning("on")
+    try:
+        shape = dict(dtype=bf16, head_dim=64, num_q_heads=4, num_kv_heads=2, block_size=64, top_k=4)
+        before = fsa_jit.plan_choice(40, **shape)
+        assert before["source"] == "heuristic" and before["will_measure"]
+        assert before["bucket_tokens"] == 64 and before["candidates"] == 2
+        inputs, _ = make(case(bf16, 64, 2, 2, 64, 4, [17, 23]), requires_grad=False)
+        o = fsa_jit.selected_attention(**inputs)  # measures both orders, then runs the winner
+        want_o, _, _ = reference(inputs)
+        assert rel_err(o, want_o) < TOLERANCE[bf16][0]
+        fsa_jit.clear_plans()  # a new plan reads the record from the cache directory
+        after = fsa_jit.plan_choice(40, **shape)
+        assert after["source"] == "measured" and not after["will_measure"]
+        assert after["algorithm"] in ("fsa", "nsa")
+    finally:
+        fsa_jit.set_tuning(None)
+        fsa_jit.clear_plans()

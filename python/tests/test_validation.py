@@ -172,3 +172,11 @@ def test_max_seqlen():
 
 def test_algorithm():
     expect(ValueError, r"algorithm must be 'auto', 'fsa' or 'nsa'", **problem(), algorithm="fast")
+
+
+def test_set_tuning_takes_off_on_force_or_none_only():
+    for mode in ("off", "on", "force", None):
+        fsa_jit.set_tuning(mode)
+    fsa_jit.set_tuning(None)
+    with pytest.raises(ValueError):
+        fsa_jit.set_tuning("sometimes")
