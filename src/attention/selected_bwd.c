@@ -142,12 +142,7 @@ cleanup:
 static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
 {
     const bwd_call *c = call;
-    fsa_variant v = {c->algorithm, 0, 0, 0};
-    if (c->tune) {
-        const fsa_status st = fsa_tune_pick(&v, NULL, plan, FSA_OP_BWD, c->a.total_tokens, call, run_variant, stream);
-        if (st != FSA_STATUS_OK) return st;
-    }
-    return run_variant(call, plan, &v, stream);
+    return fsa_tune_launch(call, plan, FSA_OP_BWD, c->a.total_tokens, c->algorithm, c->tune, run_variant, stream);
 }
 
 static const fsa_op bwd_op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, 1,

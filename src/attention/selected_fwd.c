@@ -121,12 +121,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
 static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
 {
     const fwd_call *c = call;
-    fsa_variant v = {c->algorithm, 0, 0, 0};
-    if (c->tune) {
-        const fsa_status st = fsa_tune_pick(&v, NULL, plan, FSA_OP_FWD, c->a.total_tokens, call, run_variant, stream);
-        if (st != FSA_STATUS_OK) return st;
-    }
-    return run_variant(call, plan, &v, stream);
+    return fsa_tune_launch(call, plan, FSA_OP_FWD, c->a.total_tokens, c->algorithm, c->tune, run_variant, stream);
 }
 
 fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args, void *stream)

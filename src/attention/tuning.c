@@ -248,3 +248,14 @@ fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *pl
     if (measured_out) *measured_out = 1;
     return FSA_STATUS_OK;
 }
+
+fsa_status fsa_tune_launch(const void *call, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
+                           fsa_algorithm chosen, int tune, fsa_variant_run_fn run, CUstream stream)
+{
+    fsa_variant v = {chosen, 0, 0, 0};
+    if (tune) {
+        const fsa_status st = fsa_tune_pick(&v, NULL, plan, op, total_tokens, call, run, stream);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    return run(call, plan, &v, stream);
+}

@@ -53,4 +53,9 @@ typedef fsa_status (*fsa_variant_run_fn)(const void *call, const fsa_plan *plan,
 fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *plan, fsa_op_kind op,
                          int64_t total_tokens, const void *call, fsa_variant_run_fn run, CUstream stream);
 
+/* Launches a call: the variant of `chosen` order, or with `tune` the one
+ * fsa_tune_pick returns (measuring first when it should). */
+fsa_status fsa_tune_launch(const void *call, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
+                           fsa_algorithm chosen, int tune, fsa_variant_run_fn run, CUstream stream);
+
 #endif
