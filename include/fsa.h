@@ -317,6 +317,125 @@ FSA_API fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const ch
 /* Enqueues the backward on `stream`; no allocation, no host synchronization. */
 FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* Selected attention over a paged KV cache (serving)                       */
+/* ------------------------------------------------------------------------ */
+
+/* New query tokens (decode: 1 per sequence; speculative decoding: a few;
+ * chunked prefill: thousands) attend to the selected blocks of their
+ * sequence's cached keys, held in pages. One call per layer for a batch that
+ * mixes these; no allocation, no host synchronization, capturable in a CUDA
+ * graph, with the page table, cached lengths and top-k rows read on the
+ * device at every call (update them in place between graph replays).
+ *
+ * Semantics. Sequence b has q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b]
+ * new tokens and L_b = seqused_k[b] cached keys (new tokens included: the
+ * caller wrote them into the cache first). Its new token i sits at position
+ * p = L_b - q_len_b + i. Slot s of the token's top-k row (logical block
+ * numbers of the sequence) is valid when s < topk_length[token] (when given),
+ * 0 <= idx <= p / block_size, and no earlier slot of the row holds the same
+ * block. The token sees key j when j lies in a valid block and j <= p; key j
+ * of the sequence is row j % page_size of page block_table[b][j / page_size].
+ * o = softmax(scale * q k^T) v over the visible keys (fp32 accumulation),
+ * lse = the natural log of the softmax denominator; no visible key: o = 0,
+ * lse = -inf.
+ *
+ * Bounds: kernels clamp or skip every index read from device memory. A page
+ * number outside [0, num_pages), a page-table slot at or past
+ * max_pages_per_seq, or a position < 0 (seqused_k < q_len) makes the keys or
+ * tokens concerned invisible; malformed cu_seqlens_q is clamped to
+ * [0, num_query_tokens]. Nothing out of bounds is read or written.
+ *
+ * Batch invariance: a sequence whose new tokens fit one tile (see
+ * fsa_kvcache_plan_info) splits its selected blocks into `splits` contiguous
+ * shares computed by different CTAs and merged by lse in share order; a
+ * longer one never splits. The rule reads only the sequence's own query
+ * length and plan constants, so a sequence's o and lse are bitwise the same
+ * alone or in any batch. */
+
+typedef struct fsa_kvcache_plan fsa_kvcache_plan;
+
+typedef struct fsa_kvcache_desc {
+    size_t struct_size;
+    fsa_dtype dtype;          /* of q, the caches and o */
+    int head_dim;             /* multiple of 16, 16..256 */
+    int num_q_heads;          /* Hq */
+    int num_kv_heads;         /* Hkv; group G = Hq / Hkv, 1..64 */
+    int block_size;           /* keys per selectable block: 16, 32, 64, 128, 256 */
+    int top_k;                /* slots per top-k row: 1..64 */
+    int page_size;            /* tokens per cache page: 1, 16, 32, 64, 128, 256 */
+    int max_batch;            /* most sequences per call */
+    int64_t max_query_tokens; /* most new tokens per call (all sequences) */
+    float scale;              /* softmax scale; 0 = 1/sqrt(head_dim) */
+    int splits;               /* shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+} fsa_kvcache_desc;
+
+#define FSA_KVCACHE_DESC_INIT \
+    { sizeof(fsa_kvcache_desc), FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 64, 1, 1, 0.0f, 0 }
+
+/* Compiles or loads the kernels for the descriptor (once; see the context's
+ * cache). With an offline context it only fills the cache. The plan belongs
+ * to the caller; it keeps using `ctx`, which must outlive it. */
+FSA_API fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx,
+                                           const fsa_kvcache_desc *desc);
+FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
+
+/* Bytes of device workspace every call of the plan needs (sized for
+ * max_batch; 0 when sequences never split). */
+FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
+
+/* The tiling the plan uses: query tokens per tile (a sequence with at most
+ * this many new tokens splits) and the number of shares it splits into. */
+FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan);
+
+/* Device pointers (uint64_t) with strides in elements; last dims contiguous.
+ * q, o: [Tq, Hq, D]; 16-byte aligned, token/head strides multiples of 8.
+ * k_cache, v_cache: [num_pages, page_size, Hkv, D] by (page, token, head)
+ * strides (so [num_pages, Hkv, page_size, D] works too); 16-byte aligned,
+ * strides multiples of 8. block_table: int32, entry (b, s) at
+ * block_table + b * block_table_stride + s, s < max_pages_per_seq.
+ * cu_seqlens_q: int32 [batch + 1]; seqused_k: int32 [batch]. Top-k: int32,
+ * element (h, t, s) at topk + h * topk_head_stride + t * topk_token_stride + s
+ * ([Hkv, Tq, K] or [Tq, Hkv, K]; head stride 0 shares one selection across
+ * the KV heads); -1 = unused. topk_length: optional int32 [Tq] (0 = every row
+ * uses all K slots). lse: optional float [Hq, Tq]. Every pointer stays owned
+ * by the caller. */
+typedef struct fsa_kvcache_args {
+    size_t struct_size;
+    int64_t num_query_tokens; /* Tq (host), <= max_query_tokens */
+    int batch;                /* B (host), <= max_batch */
+    uint64_t q;
+    int64_t q_token_stride, q_head_stride;
+    uint64_t cu_seqlens_q;
+    uint64_t k_cache;
+    int64_t k_page_stride, k_token_stride, k_head_stride;
+    uint64_t v_cache;
+    int64_t v_page_stride, v_token_stride, v_head_stride;
+    int64_t num_pages;
+    uint64_t block_table;
+    int64_t block_table_stride;
+    int max_pages_per_seq;
+    uint64_t seqused_k;
+    uint64_t topk;
+    int64_t topk_head_stride, topk_token_stride;
+    uint64_t topk_length;
+    uint64_t o;
+    int64_t o_token_stride, o_head_stride;
+    uint64_t lse;
+    uint64_t workspace;       /* 256-byte aligned; fsa_kvcache_plan_workspace_size bytes */
+    size_t workspace_bytes;
+} fsa_kvcache_args;
+
+#define FSA_KVCACHE_ARGS_INIT                                                                  \
+    { sizeof(fsa_kvcache_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+      0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* Enqueues the attention on `stream` and returns. Host-checkable problems
+ * (NULL or misaligned pointers, sizes beyond the plan, a small workspace)
+ * return a status before anything is launched. */
+FSA_API fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args,
+                                         void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,17 +54,23 @@ fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t byt
     return FSA_STATUS_OK;
 }
 
-fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
-                      CUstream stream, fsa_sel_params *p, const char *what)
+fsa_status fsa_launch_block(const fsa_context *ctx, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads,
+                            unsigned smem, CUstream stream, void *params, const char *what)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_cu_api *cu = plan->ctx->cu;
-    void *args[] = {p};
+    const fsa_cu_api *cu = ctx->cu;
+    void *args[] = {params};
     if (gx == 0 || gy == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
     FSA_CHECK_CU(cu, cu->LaunchKernel(fn, (unsigned)gx, gy, 1, threads, 1, 1, smem, stream, args, NULL), what);
 cleanup:
     return st;
+}
+
+fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
+                      CUstream stream, fsa_sel_params *p, const char *what)
+{
+    return fsa_launch_block(plan->ctx, fn, gx, gy, threads, smem, stream, p, what);
 }
 
 fsa_status fsa_launch_index(const fsa_plan *plan, CUfunction count, CUfunction scatter, uint64_t counts,

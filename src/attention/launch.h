@@ -19,8 +19,12 @@ fsa_status fsa_check_problem(const char *stage, int64_t total_tokens, int batch,
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);
 
-/* Launches fn on a (gx, gy) grid with the parameter block as its one argument;
+/* Launches fn on a (gx, gy) grid with a parameter block as its one argument;
  * an empty grid launches nothing. */
+fsa_status fsa_launch_block(const fsa_context *ctx, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads,
+                            unsigned smem, CUstream stream, void *params, const char *what);
+
+/* fsa_launch_block with the selected-attention parameter block. */
 fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
                       CUstream stream, fsa_sel_params *p, const char *what);
 

@@ -45,6 +45,22 @@ static const variant variants[] = {
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
+/* Kernels over a paged KV cache also take the page size. */
+typedef struct paged_variant {
+    const char *family;
+    const char *dtype, *d, *g, *bk, *k, *page;
+} paged_variant;
+
+static const paged_variant paged_variants[] = {
+    {"kvc_fwd", "bf16", "128", "4", "64", "16", "64"},
+    {"kvc_fwd", "bf16", "128", "16", "64", "16", "1"},
+    {"kvc_fwd", "f16", "64", "1", "16", "64", "256"},
+    {"kvc_fwd", "bf16", "96", "8", "128", "8", "32"},
+    {"kvc_fwd", "f16", "256", "64", "256", "4", "16"},
+    {"kvc_fwd", "bf16", "32", "3", "32", "5", "128"},
+};
+#define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
+
 static const fsa_nvrtc_api *g_nvrtc;
 
 static size_t params_of(const variant *v, fsa_param *out)
@@ -60,14 +76,12 @@ static size_t params_of(const variant *v, fsa_param *out)
     return n;
 }
 
-static void compile_variant(const variant *v, const char *target)
+static void compile_rendered(const variant *v, const char *target, const fsa_param *params, size_t n)
 {
     char file[64];
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
-    fsa_param params[7];
-    size_t n = params_of(v, params);
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -84,16 +98,33 @@ static void compile_variant(const variant *v, const char *target)
     free(src);
 }
 
+static void compile_variant(const variant *v, const char *target)
+{
+    fsa_param params[7];
+    compile_rendered(v, target, params, params_of(v, params));
+}
+
+static void compile_paged_variant(const paged_variant *pv, const char *target)
+{
+    const variant v = {pv->family, pv->dtype, pv->d, pv->g, pv->bk, NULL, pv->k, NULL};
+    fsa_param params[8];
+    size_t n = params_of(&v, params);
+    params[n++] = (fsa_param){"PAGE_SIZE", pv->page, "p"};
+    compile_rendered(&v, target, params, n);
+}
+
 static void test_every_template_variant_compiles_for_sm_80(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_80");
+    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) compile_paged_variant(&paged_variants[i], "sm_80");
 }
 
 static void test_every_template_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_90a");
+    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) compile_paged_variant(&paged_variants[i], "sm_90a");
 }
 
 static void test_every_kernel_template_has_a_compile_variant(void **state)
@@ -106,6 +137,9 @@ static void test_every_kernel_template_has_a_compile_variant(void **state)
         int covered = 0;
         for (size_t j = 0; j < N_VARIANTS; j++)
             covered |= strlen(variants[j].family) == len - 3 && strncmp(variants[j].family, name, len - 3) == 0;
+        for (size_t j = 0; j < N_PAGED_VARIANTS; j++)
+            covered |= strlen(paged_variants[j].family) == len - 3 &&
+                       strncmp(paged_variants[j].family, name, len - 3) == 0;
         if (!covered) fail_msg("template %s has no compile variant in this test", name);
     }
 }

@@ -1,0 +1,267 @@
+/* Selected attention over a paged KV cache: plan (descriptor checks, kernel
+ * loading, workspace size) and the call (argument checks, one attention
+ * kernel, one merge kernel when sequences split). Everything goes on the
+ * caller's stream: no allocation, no host synchronization. */
+#include "launch.h"
+
+#include "base/status_internal.h"
+
+#include "../../templates/kvc_params.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE "kvcache"
+#define KVC_THREADS 128
+#define KVC_STAGE_KEYS 64
+
+struct fsa_kvcache_plan {
+    fsa_context *ctx;
+    fsa_kvcache_desc desc;
+    int group, row_tiles, tile_tokens, splits;
+    float scale;
+    int smem; /* dynamic shared memory of the attention kernel */
+    CUfunction fwd, merge;
+};
+
+static int is_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+
+static fsa_status validate_desc(const fsa_kvcache_desc *d)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (d->dtype != FSA_DTYPE_BF16 && d->dtype != FSA_DTYPE_F16)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "dtype %d is neither bf16 nor f16", (int)d->dtype);
+    if (d->head_dim < 16 || d->head_dim > 256 || d->head_dim % 16)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: a multiple of 16 from 16 to 256", d->head_dim);
+    if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
+                 d->num_kv_heads);
+    if (d->num_q_heads / d->num_kv_heads > FSA_KVC_MAX_GROUP)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "group %d: at most %d query heads per KV head",
+                 d->num_q_heads / d->num_kv_heads, FSA_KVC_MAX_GROUP);
+    if (!is_pow2_in(d->block_size, 16, 256))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "block_size %d: 16, 32, 64, 128 or 256", d->block_size);
+    if (d->page_size != 1 && !is_pow2_in(d->page_size, 16, 256))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "page_size %d: 1, 16, 32, 64, 128 or 256", d->page_size);
+    if (d->top_k < 1 || d->top_k > 64) FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "top_k %d: 1..64", d->top_k);
+    if (d->max_batch < 1 || d->max_query_tokens < 1 || d->max_query_tokens > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "max_batch %d and max_query_tokens %lld must be positive",
+                 d->max_batch, (long long)d->max_query_tokens);
+    if (!isfinite(d->scale) || d->scale < 0.0f)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+    if (d->splits < 0 || d->splits > 64) FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "splits %d: 0..64", d->splits);
+cleanup:
+    return st;
+}
+
+/* Query rows, two stages of K and V rows (pitch D + 8 elements). */
+static int fwd_smem_bytes(int head_dim, int row_tiles)
+{
+    return (16 * row_tiles + 4 * KVC_STAGE_KEYS) * (head_dim + 8) * 2;
+}
+
+static fsa_status load_kernels(fsa_kvcache_plan *plan)
+{
+    const fsa_kvcache_desc *d = &plan->desc;
+    char dt[8], hd[8], g[8], bk[8], k[8], page[8];
+    snprintf(dt, sizeof dt, "%s", d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
+    snprintf(hd, sizeof hd, "%d", d->head_dim);
+    snprintf(g, sizeof g, "%d", plan->group);
+    snprintf(bk, sizeof bk, "%d", d->block_size);
+    snprintf(k, sizeof k, "%d", d->top_k);
+    snprintf(page, sizeof page, "%d", d->page_size);
+    const fsa_param params[] = {{"DTYPE", dt, ""},        {"HEAD_DIM", hd, "d"}, {"GROUP", g, "g"},
+                                {"BLOCK_SIZE", bk, "bk"}, {"TOP_K", k, "k"},     {"PAGE_SIZE", page, "p"}};
+    const fsa_kernel_request req = {"kvc_fwd", params, sizeof params / sizeof params[0],
+                                    "fsa_kvc_fwd\nfsa_kvc_merge"};
+    fsa_status st = fsa_context_get_function(&plan->fwd, plan->ctx, &req, "fsa_kvc_fwd", plan->smem);
+    if (st == FSA_STATUS_OK) st = fsa_context_get_function(&plan->merge, plan->ctx, &req, "fsa_kvc_merge", 0);
+    return st;
+}
+
+fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *desc)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_kvcache_plan *plan = NULL;
+    if (out == NULL || ctx == NULL || desc == NULL)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
+    *out = NULL;
+    if (desc->struct_size != sizeof(fsa_kvcache_desc))
+        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_kvcache_desc.struct_size is %zu, expected %zu", desc->struct_size,
+                 sizeof(fsa_kvcache_desc));
+    FSA_CHECK(validate_desc(desc));
+    plan = calloc(1, sizeof *plan);
+    FSA_CHECK_ALLOC(plan, STAGE);
+    plan->ctx = ctx;
+    plan->desc = *desc;
+    plan->group = desc->num_q_heads / desc->num_kv_heads;
+    plan->row_tiles = FSA_KVC_ROW_TILES(plan->group);
+    plan->tile_tokens = FSA_KVC_TILE_TOKENS(plan->group);
+    /* A quarter of the slots per share: decode at small batches gets 4x the
+     * CTAs for the K = 16 of NSA, and the partials stay small beside the K/V
+     * bytes at large batches. */
+    plan->splits = desc->splits > 0 ? desc->splits : (desc->top_k + 3) / 4 < 16 ? (desc->top_k + 3) / 4 : 16;
+    plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
+    plan->smem = fwd_smem_bytes(desc->head_dim, plan->row_tiles);
+    const int max_smem = ctx->cu ? ctx->max_smem_per_block : (atoi(ctx->target + 3) == 80 ? 166912 : 101376);
+    /* Static shared memory (top-k scratch, union, per-key rows) comes on top: up to 13 KiB. */
+    if (plan->smem + 13 * 1024 > max_smem && (ctx->cu != NULL || atoi(ctx->target + 3) < 90))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d with group %d needs %d bytes of shared memory; %s allows %d",
+                 desc->head_dim, plan->group, plan->smem + 13 * 1024, ctx->target, max_smem);
+    FSA_CHECK(load_kernels(plan));
+    *out = plan;
+    plan = NULL;
+cleanup:
+    free(plan);
+    return st;
+}
+
+void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan) { free(plan); }
+
+/* Partials of every split share: [max_batch, Hkv, splits, rows] lse, then D floats per row. */
+static size_t part_rows(const fsa_kvcache_plan *plan)
+{
+    return plan->splits <= 1 ? 0
+                             : (size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads * (size_t)plan->splits *
+                                   (size_t)(16 * plan->row_tiles);
+}
+
+static size_t lse_part_offset(const fsa_kvcache_plan *plan)
+{
+    return (part_rows(plan) * (size_t)plan->desc.head_dim * 4 + 255) & ~(size_t)255;
+}
+
+static size_t workspace_bytes(const fsa_kvcache_plan *plan)
+{
+    return part_rows(plan) == 0 ? 0 : lse_part_offset(plan) + part_rows(plan) * 4;
+}
+
+fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan)
+{
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    *bytes_out = workspace_bytes(plan);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan)
+{
+    if (tile_tokens_out == NULL || splits_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "outputs and plan must not be NULL");
+    *tile_tokens_out = plan->tile_tokens;
+    *splits_out = plan->splits;
+    return FSA_STATUS_OK;
+}
+
+/* A paged cache: like a token-major tensor, plus its page stride. */
+static fsa_status check_cache(const char *name, uint64_t ptr, int64_t ps, int64_t ts, int64_t hs,
+                              const fsa_kvcache_plan *plan)
+{
+    fsa_status st = fsa_check_tensor(STAGE, name, ptr, ts, hs, plan->desc.page_size, plan->desc.num_kv_heads);
+    if (st == FSA_STATUS_OK && (ps < 0 || ps % 8 != 0))
+        st = fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a non-negative multiple of 8 elements",
+                           name, (long long)ps);
+    return st;
+}
+
+static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_kvcache_desc *d = &plan->desc;
+    if (a->struct_size != sizeof(fsa_kvcache_args))
+        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_kvcache_args.struct_size is %zu, expected %zu", a->struct_size,
+                 sizeof(fsa_kvcache_args));
+    if (a->num_query_tokens < 0 || a->num_query_tokens > d->max_query_tokens)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_query_tokens %lld: the plan allows 0..%lld",
+                 (long long)a->num_query_tokens, (long long)d->max_query_tokens);
+    if (a->batch < 0 || a->batch > d->max_batch)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "batch %d: the plan allows 0..%d", a->batch, d->max_batch);
+    if (a->num_query_tokens == 0 || a->batch == 0) goto cleanup;
+    const int64_t hq = d->num_q_heads;
+    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->num_query_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->num_query_tokens, hq));
+    FSA_CHECK(check_cache("k_cache", a->k_cache, a->k_page_stride, a->k_token_stride, a->k_head_stride, plan));
+    FSA_CHECK(check_cache("v_cache", a->v_cache, a->v_page_stride, a->v_token_stride, a->v_head_stride, plan));
+    if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk == 0)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cu_seqlens_q, block_table, seqused_k and topk must not be NULL");
+    if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk | a->topk_length | a->lse) % 4)
+        FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE, "int32 and float arrays must be 4-byte aligned");
+    if (a->num_pages < 1 || a->max_pages_per_seq < 1 || a->block_table_stride < 0 ||
+        (a->batch > 1 && a->block_table_stride < a->max_pages_per_seq))
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE,
+                 "num_pages %lld, max_pages_per_seq %d, block_table_stride %lld: a table row holds max_pages_per_seq "
+                 "entries of at least one page",
+                 (long long)a->num_pages, a->max_pages_per_seq, (long long)a->block_table_stride);
+    if (a->topk_head_stride < 0 || a->topk_token_stride < 0)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "top-k strides must be non-negative");
+    FSA_CHECK(fsa_check_workspace(STAGE, workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
+                                  workspace_bytes(plan)));
+    if (plan->ctx->cu == NULL)
+        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)",
+                 plan->ctx->target);
+cleanup:
+    return st;
+}
+
+static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
+{
+    memset(p, 0, sizeof *p);
+    p->q = (long long)a->q;
+    p->q_ts = a->q_token_stride;
+    p->q_hs = a->q_head_stride;
+    p->o = (long long)a->o;
+    p->o_ts = a->o_token_stride;
+    p->o_hs = a->o_head_stride;
+    p->lse = (long long)a->lse;
+    p->k = (long long)a->k_cache;
+    p->k_ps = a->k_page_stride;
+    p->k_ts = a->k_token_stride;
+    p->k_hs = a->k_head_stride;
+    p->v = (long long)a->v_cache;
+    p->v_ps = a->v_page_stride;
+    p->v_ts = a->v_token_stride;
+    p->v_hs = a->v_head_stride;
+    p->num_pages = a->num_pages;
+    p->block_table = (long long)a->block_table;
+    p->bt_stride = a->block_table_stride;
+    p->max_pages = a->max_pages_per_seq;
+    p->cu_q = (long long)a->cu_seqlens_q;
+    p->seqused = (long long)a->seqused_k;
+    p->topk = (long long)a->topk;
+    p->topk_hs = a->topk_head_stride;
+    p->topk_ts = a->topk_token_stride;
+    p->topk_len = (long long)a->topk_length;
+    p->tq = a->num_query_tokens;
+    p->batch = a->batch;
+    p->num_kv_heads = plan->desc.num_kv_heads;
+    p->scale_log2 = (double)plan->scale * 1.4426950408889634;
+    p->splits = plan->splits;
+    p->o_part = (long long)a->workspace;
+    p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
+}
+
+fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int entered = 0;
+    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
+    FSA_CHECK(validate_args(plan, args));
+    if (args->num_query_tokens == 0 || args->batch == 0) goto cleanup;
+    FSA_CHECK(fsa_context_enter(plan->ctx));
+    entered = 1;
+    fsa_kvc_params p;
+    params_of(&p, plan, args);
+    /* Tile ids of every sequence stay below Tq / tile_tokens + batch (paged_kv.cuh). */
+    const unsigned tiles = (unsigned)(args->num_query_tokens / plan->tile_tokens + args->batch);
+    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_launch_block(plan->ctx, plan->fwd, tiles, hkv * (unsigned)plan->splits, KVC_THREADS,
+                               (unsigned)plan->smem, (CUstream)stream, &p, "launch fsa_kvc_fwd"));
+    if (plan->splits > 1)
+        FSA_CHECK(fsa_launch_block(plan->ctx, plan->merge, (unsigned)args->batch, hkv, KVC_THREADS, 0,
+                                   (CUstream)stream, &p, "launch fsa_kvc_merge"));
+cleanup:
+    if (entered) fsa_context_leave(plan->ctx);
+    return st;
+}

@@ -1,0 +1,172 @@
+// Building blocks for attention over a paged KV cache: clamped sequence
+// metadata, tile ids of packed query tokens, the address of a cached key
+// through the page table, and the union of the blocks a tile of query tokens
+// selected. Every bound read from memory is clamped or skipped here, so no
+// metadata can make a kernel built on these read or write out of bounds.
+#pragma once
+#include "fsa_device.cuh"
+#include "kvc_params.cuh"
+
+namespace fsa {
+
+// New query tokens of sequence b: packed rows [start, start + len), clamped
+// into [0, tq) whatever cu_seqlens_q holds.
+struct QuerySpan {
+    long long start;
+    int len;
+};
+
+__device__ __forceinline__ QuerySpan query_span(const int *cu_q, long long tq, int b) {
+    QuerySpan s;
+    s.start = min(max((long long)__ldg(cu_q + b), 0ll), tq);
+    const long long end = min(max((long long)__ldg(cu_q + b + 1), s.start), tq);
+    s.len = (int)(end - s.start);
+    return s;
+}
+
+// Cached keys of sequence b (new tokens included); a negative entry counts as 0.
+__device__ __forceinline__ int cached_len(const int *seqused, int b) { return max(__ldg(seqused + b), 0); }
+
+// Tile ids: sequence b owns ids first_tile(b) .. first_tile(b) + ceil(len_b /
+// tile_tokens) - 1 with first_tile(b) = start_b / tile_tokens + b. The ids
+// grow with b and never overlap, and all stay below tq / tile_tokens + batch:
+// a grid of that size covers every tile of any batch without a host sync.
+// Returns the sequence of tile id x and its tile number in *tile.
+__device__ __forceinline__ int tile_sequence(int *tile, const int *cu_q, long long tq, int batch, long long x,
+                                             int tile_tokens) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        const long long first = query_span(cu_q, tq, mid).start / tile_tokens + mid;
+        if (first <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    *tile = (int)(x - (query_span(cu_q, tq, lo).start / tile_tokens + lo));
+    return lo;
+}
+
+// Row of cached position j (>= 0) in a paged cache: `base` already holds the
+// KV head's offset, `table` is the sequence's page-table row. NULL when the
+// row would be past the table or the page number is not a page of the cache.
+// 64-bit offsets: page * page_stride passes 2^31 elements in large caches.
+template <int PAGE>
+__device__ __forceinline__ const u16 *paged_row(const u16 *base, long long page_stride, long long token_stride,
+                                               const int *table, long long max_pages, long long num_pages, int j) {
+    const int slot = j / PAGE;
+    if (slot >= max_pages) return nullptr;
+    const int page = __ldg(table + slot);
+    if (page < 0 || page >= num_pages) return nullptr;
+    return base + (long long)page * page_stride + (long long)(j - slot * PAGE) * token_stride;
+}
+
+// The union of the blocks that the `ntok` query tokens of a tile selected, in
+// ascending block order without repeats, and per block a mask of the tokens
+// (bit i = token i) that selected it. Token i sits at position pos[i] of its
+// sequence; its slot s (< its top-k length) is valid when 0 <= idx <= pos / BK
+// and no earlier slot of its row holds the same block (first occurrence).
+// rows: the top-k row of token 0 of the tile; token_stride between tokens.
+// len: the tile's topk_length entries or NULL (all K slots used).
+// Scratch cand [TPT * K] and first [(TPT * K + 31) / 32] in shared memory.
+// Every thread calls it; returns the number of blocks.
+template <int K, int TPT, int BK>
+__device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, u32 *first, const int *rows,
+                                            long long token_stride, const int *len, const int *pos, int ntok) {
+    constexpr int N = TPT * K, NW = (N + 31) / 32;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    for (int c = tid; c < N; c += nthreads) {
+        const int i = c / K, s = c - i * K;
+        int v = -1;
+        if (i < ntok) {
+            const int n = len ? min(max(__ldg(len + i), 0), K) : K;
+            if (s < n) v = __ldg(rows + i * token_stride + s);
+        }
+        cand[c] = v;
+        masks[c] = 0;
+    }
+    for (int w = tid; w < NW; w += nthreads) first[w] = 0;
+    __syncthreads();
+    // Validity inside each token's row: in range, not in the future, first occurrence.
+    u32 keep = 0;  // bit n: this thread's n-th candidate stays
+    for (int c = tid, n = 0; c < N; c += nthreads, n++) {
+        const int i = c / K, s = c - i * K;
+        const int v = cand[c];
+        bool ok = v >= 0 && pos[i] >= 0 && v <= pos[i] / BK;
+        for (int s2 = 0; s2 < s && ok; s2++) ok = cand[c - s + s2] != v;
+        if (ok) keep |= 1u << n;
+    }
+    __syncthreads();
+    for (int c = tid, n = 0; c < N; c += nthreads, n++)
+        if (!((keep >> n) & 1)) cand[c] = -1;
+    __syncthreads();
+    // First occurrence over the whole tile.
+    for (int c = tid; c < N; c += nthreads) {
+        const int v = cand[c];
+        bool ok = v >= 0;
+        for (int c2 = 0; c2 < c && ok; c2++) ok = cand[c2] != v;
+        if (ok) atomicOr(first + c / 32, 1u << (c % 32));
+    }
+    __syncthreads();
+    // Rank = number of distinct blocks below: the sorted union.
+    int count = 0;
+    for (int w = 0; w < NW; w++) count += __popc(first[w]);
+    for (int c = tid; c < N; c += nthreads) {
+        if (!((first[c / 32] >> (c % 32)) & 1)) continue;
+        const int v = cand[c];
+        int rank = 0;
+        for (int c2 = 0; c2 < N; c2++) rank += ((first[c2 / 32] >> (c2 % 32)) & 1) && cand[c2] < v;
+        blocks[rank] = v;
+    }
+    __syncthreads();
+    for (int c = tid; c < N; c += nthreads) {
+        const int v = cand[c];
+        if (v < 0) continue;
+        int lo = 0, hi = count - 1;  // v is in blocks[0 .. count)
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (blocks[mid] < v) lo = mid + 1;
+            else hi = mid;
+        }
+        atomicOr(masks + lo, 1u << (c / K));
+    }
+    __syncthreads();
+    return count;
+}
+
+// One stage of STAGE keys of the concatenated blocks blocks[u0 ..] into K and
+// V rows of pitch D + 8 (cp.async; rows past the keys, past the sequence or
+// behind a bad page-table entry are zero-filled), with each row's position in
+// keypos (INT_MAX when not a key) and the mask of the tokens that selected
+// its block in keymask (0 when not a key).
+template <int D, int BK, int PAGE, int STAGE>
+__device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u16 *Kb, u16 *Vb, int *keypos, u32 *keymask,
+                                                 const int *blocks, const u32 *masks, int u0, int stage,
+                                                 int total_keys, int h, const int *table, int seq_len) {
+    constexpr int LD = D + 8;
+    const u16 *kbase = (const u16 *)p.k + (long long)h * p.k_hs;
+    const u16 *vbase = (const u16 *)p.v + (long long)h * p.v_hs;
+    for (int c = threadIdx.x; c < STAGE * (D / 8); c += blockDim.x) {
+        const int r = c / (D / 8), cc = c - r * (D / 8);
+        const int q = stage * STAGE + r;
+        const u16 *kr = nullptr, *vr = nullptr;
+        int j = 0x7fffffff;
+        u32 m = 0;
+        if (q < total_keys) {
+            const int u = u0 + q / BK;
+            j = blocks[u] * BK + q % BK;
+            m = masks[u];
+            if (j < seq_len) {
+                kr = paged_row<PAGE>(kbase, p.k_ps, p.k_ts, table, p.max_pages, p.num_pages, j);
+                vr = paged_row<PAGE>(vbase, p.v_ps, p.v_ts, table, p.max_pages, p.num_pages, j);
+            }
+        }
+        const bool ok = kr != nullptr && vr != nullptr;
+        if (cc == 0) {
+            keypos[r] = ok ? j : 0x7fffffff;
+            keymask[r] = ok ? m : 0u;
+        }
+        cp_async16(smem_addr(Kb + r * LD + cc * 8), ok ? kr + cc * 8 : kbase, ok);
+        cp_async16(smem_addr(Vb + r * LD + cc * 8), ok ? vr + cc * 8 : vbase, ok);
+    }
+}
+
+}  // namespace fsa
