@@ -1,34 +1,47 @@
 /* Parameters of the paged-KV-cache kernels (selected attention of new query
  * tokens over a paged cache), passed by value as the one kernel argument, and
- * the tiling rules the host and the kernels share. Plain C read by the host
- * library and by NVRTC, so both agree. Every field is 8 bytes: no padding. */
+ * the tiling, split rule and shared-memory layout the host and the kernels
+ * share. Plain C read by the host library and by NVRTC. Every field of the
+ * parameter block is 8 bytes: no padding. */
 #ifndef FSA_KVC_PARAMS_CUH
 #define FSA_KVC_PARAMS_CUH
 
-/* Row tiles of 16 rows per CTA for group size G: room for 4 query tokens of
- * the group (speculative decoding), at most 64 rows. */
-#define FSA_KVC_ROW_TILES(G) ((G) <= 4 ? 1 : (G) <= 8 ? 2 : 4)
-/* Query tokens per tile: the rows are tokens x the G heads of a KV head. */
-#define FSA_KVC_TILE_TOKENS(G) (16 * FSA_KVC_ROW_TILES(G) >= (G) ? 16 * FSA_KVC_ROW_TILES(G) / (G) : 1)
-/* Most query heads per KV head the tile holds. */
+#include "fsa_layout.cuh"
+
+#define FSA_KVC_WARPS 4
+#define FSA_KVC_THREADS (32 * FSA_KVC_WARPS)
+#define FSA_KVC_STAGE_KEYS 64 /* keys per pipeline stage */
 #define FSA_KVC_MAX_GROUP 64
+
+/* 16-row tiles per CTA for group size g: room for 4 query tokens of the
+ * group (speculative decoding), at most 64 rows. */
+FSA_LAYOUT_FN int fsa_kvc_row_tiles(int g) { return g <= 4 ? 1 : g <= 8 ? 2 : 4; }
+/* Query tokens per tile: the rows are tokens x the g heads of a KV head. */
+FSA_LAYOUT_FN int fsa_kvc_tile_tokens(int g) { return 16 * fsa_kvc_row_tiles(g) >= g ? 16 * fsa_kvc_row_tiles(g) / g : 1; }
 /* The split rule (batch invariance): a sequence whose new tokens fit one tile
- * splits its selected blocks over `splits` CTAs; longer ones never split. It
- * reads only the sequence's own query length and plan constants. */
-#define FSA_KVC_SEQ_SPLITS(q_len, tile_tokens, splits) \
-    ((q_len) > 0 && (q_len) <= (tile_tokens) ? (splits) : 1)
+ * splits its selected blocks over `splits` CTAs per KV head; a longer one never
+ * splits. It reads only the sequence's own query length and plan constants. */
+FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
+{
+    return q_len > 0 && q_len <= tile_tokens ? splits : 1;
+}
+/* Shared memory: the query rows | two stages of K | two stages of V. */
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int d, int g) { return fsa_tile_bytes(16 * fsa_kvc_row_tiles(g), d); }
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int d, int g) { return fsa_kvc_smem_k(d, g) + 2 * fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g) { return fsa_kvc_smem_v(d, g) + 2 * fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
+
+/* A paged cache [num_pages, page_size, Hkv, D] by strides (page, token, head). */
+typedef struct fsa_kvc_cache_view {
+    long long ptr;
+    long long page_stride, token_stride, head_stride;
+} fsa_kvc_cache_view;
 
 typedef struct fsa_kvc_params {
-    /* New query tokens and outputs, [Tq, Hq, D] by strides; lse float [Hq, Tq] or 0. */
-    long long q, q_ts, q_hs;
-    long long o, o_ts, o_hs;
-    long long lse;
-    /* Paged caches [num_pages, page_size, Hkv, D] by strides (page, token, head). */
-    long long k, k_ps, k_ts, k_hs;
-    long long v, v_ps, v_ts, v_hs;
+    fsa_kernel_view q, o;   /* [Tq, Hq, D] */
+    long long lse;          /* float [Hq, Tq] or 0 */
+    fsa_kvc_cache_view k, v;
     long long num_pages;
-    /* int32 [batch, max_pages] with row stride bt_stride. */
-    long long block_table, bt_stride, max_pages;
+    long long block_table, bt_stride, max_pages; /* int32 [batch, max_pages], row stride bt_stride */
     long long cu_q;         /* int32 [batch + 1] */
     long long seqused;      /* int32 [batch]: cached keys, new tokens included */
     long long topk, topk_hs, topk_ts;

@@ -4,8 +4,9 @@
 // selected. Every bound read from memory is clamped or skipped here, so no
 // metadata can make a kernel built on these read or write out of bounds.
 #pragma once
-#include "fsa_device.cuh"
+#include "fsa_pipeline.cuh"
 #include "kvc_params.cuh"
+#include "sel_common.cuh"
 
 namespace fsa {
 
@@ -45,18 +46,21 @@ __device__ __forceinline__ int tile_sequence(int *tile, const int *cu_q, long lo
     return lo;
 }
 
-// Row of cached position j (>= 0) in a paged cache: `base` already holds the
-// KV head's offset, `table` is the sequence's page-table row. NULL when the
-// row would be past the table or the page number is not a page of the cache.
-// 64-bit offsets: page * page_stride passes 2^31 elements in large caches.
+// Row of cached position j (>= 0), KV head h, of a paged cache; `table` is
+// the sequence's page-table row. ok = false (and the cache base as a mapped
+// stand-in) when the row would be past the table or the page number is not a
+// page of the cache. 64-bit offsets: page * page_stride passes 2^31 elements
+// in large caches.
 template <int PAGE>
-__device__ __forceinline__ const u16 *paged_row(const u16 *base, long long page_stride, long long token_stride,
-                                               const int *table, long long max_pages, long long num_pages, int j) {
+__device__ __forceinline__ RowSrc paged_row(const fsa_kvc_cache_view &c, int h, const int *table, long long max_pages,
+                                            long long num_pages, int j) {
     const int slot = j / PAGE;
-    if (slot >= max_pages) return nullptr;
-    const int page = __ldg(table + slot);
-    if (page < 0 || page >= num_pages) return nullptr;
-    return base + (long long)page * page_stride + (long long)(j - slot * PAGE) * token_stride;
+    const int page = slot < max_pages ? __ldg(table + slot) : -1;
+    RowSrc r;
+    r.ok = page >= 0 && page < num_pages;
+    r.ptr = (const u16 *)c.ptr;
+    if (r.ok) r.ptr += (long long)page * c.page_stride + (long long)(j - slot * PAGE) * c.token_stride + h * c.head_stride;
+    return r;
 }
 
 // The union of the blocks that the `ntok` query tokens of a tile selected, in
@@ -67,6 +71,8 @@ __device__ __forceinline__ const u16 *paged_row(const u16 *base, long long page_
 // rows: the top-k row of token 0 of the tile; token_stride between tokens.
 // len: the tile's topk_length entries or NULL (all K slots used).
 // Scratch cand [TPT * K] and first [(TPT * K + 31) / 32] in shared memory.
+// The union is sorted, so its order, and every split of it, depends only on
+// the tile's own top-k rows.
 // Every thread calls it; returns the number of blocks.
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, u32 *first, const int *rows,
@@ -89,10 +95,7 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
     u32 keep = 0;  // bit n: this thread's n-th candidate stays
     for (int c = tid, n = 0; c < N; c += nthreads, n++) {
         const int i = c / K, s = c - i * K;
-        const int v = cand[c];
-        bool ok = v >= 0 && pos[i] >= 0 && v <= pos[i] / BK;
-        for (int s2 = 0; s2 < s && ok; s2++) ok = cand[c - s + s2] != v;
-        if (ok) keep |= 1u << n;
+        if (slot_valid(cand + i * K, s, pos[i] >= 0 ? pos[i] / BK : -1)) keep |= 1u << n;
     }
     __syncthreads();
     for (int c = tid, n = 0; c < N; c += nthreads, n++)
@@ -132,41 +135,37 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
     return count;
 }
 
-// One stage of STAGE keys of the concatenated blocks blocks[u0 ..] into K and
-// V rows of pitch D + 8 (cp.async; rows past the keys, past the sequence or
-// behind a bad page-table entry are zero-filled), with each row's position in
-// keypos (INT_MAX when not a key) and the mask of the tokens that selected
-// its block in keymask (0 when not a key).
-template <int D, int BK, int PAGE, int STAGE>
-__device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u16 *Kb, u16 *Vb, int *keypos, u32 *keymask,
-                                                 const int *blocks, const u32 *masks, int u0, int stage,
+// Stage `stage` (STAGE keys) of the concatenated blocks blocks[u0 ..] of a
+// sequence of seq_len cached keys: each row's position in keypos (INT_MAX
+// when it is not a key: past the blocks, past the sequence, or behind a bad
+// page-table entry) and the mask of the tokens that selected its block in
+// keymask (0 when not a key); K and V rows through the page table into the
+// tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
+template <int D, int BK, int PAGE, int STAGE, int THREADS>
+__device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
+                                                 u32 *keymask, const int *blocks, const u32 *masks, int u0, int stage,
                                                  int total_keys, int h, const int *table, int seq_len) {
-    constexpr int LD = D + 8;
-    const u16 *kbase = (const u16 *)p.k + (long long)h * p.k_hs;
-    const u16 *vbase = (const u16 *)p.v + (long long)h * p.v_hs;
-    for (int c = threadIdx.x; c < STAGE * (D / 8); c += blockDim.x) {
-        const int r = c / (D / 8), cc = c - r * (D / 8);
+    auto key_of = [&](int r) {
         const int q = stage * STAGE + r;
-        const u16 *kr = nullptr, *vr = nullptr;
-        int j = 0x7fffffff;
-        u32 m = 0;
-        if (q < total_keys) {
-            const int u = u0 + q / BK;
-            j = blocks[u] * BK + q % BK;
-            m = masks[u];
-            if (j < seq_len) {
-                kr = paged_row<PAGE>(kbase, p.k_ps, p.k_ts, table, p.max_pages, p.num_pages, j);
-                vr = paged_row<PAGE>(vbase, p.v_ps, p.v_ts, table, p.max_pages, p.num_pages, j);
-            }
-        }
-        const bool ok = kr != nullptr && vr != nullptr;
-        if (cc == 0) {
-            keypos[r] = ok ? j : 0x7fffffff;
-            keymask[r] = ok ? m : 0u;
-        }
-        cp_async16(smem_addr(Kb + r * LD + cc * 8), ok ? kr + cc * 8 : kbase, ok);
-        cp_async16(smem_addr(Vb + r * LD + cc * 8), ok ? vr + cc * 8 : vbase, ok);
+        return q < total_keys ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
+    };
+    auto rows = [&](int r) {
+        const int j = key_of(r);
+        RowPair rp;
+        const RowSrc k = j < seq_len ? paged_row<PAGE>(p.k, h, table, p.max_pages, p.num_pages, j) : RowSrc{(const u16 *)p.k.ptr, false};
+        const RowSrc v = j < seq_len ? paged_row<PAGE>(p.v, h, table, p.max_pages, p.num_pages, j) : RowSrc{(const u16 *)p.v.ptr, false};
+        rp.ok = k.ok && v.ok;
+        rp.a = rp.ok ? k.ptr : (const u16 *)p.k.ptr;
+        rp.b = rp.ok ? v.ptr : (const u16 *)p.v.ptr;
+        return rp;
+    };
+    for (int r = threadIdx.x; r < STAGE; r += THREADS) {
+        const bool ok = rows(r).ok;
+        const int q = stage * STAGE + r;
+        keypos[r] = ok ? key_of(r) : 0x7fffffff;
+        keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
+    load_tile_pair_async<STAGE, D, D + 8, THREADS>(k_dst, v_dst, rows);
 }
 
 }  // namespace fsa

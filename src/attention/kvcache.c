@@ -14,8 +14,6 @@
 #include <string.h>
 
 #define STAGE "kvcache"
-#define KVC_THREADS 128
-#define KVC_STAGE_KEYS 64
 
 struct fsa_kvcache_plan {
     fsa_context *ctx;
@@ -56,12 +54,6 @@ cleanup:
     return st;
 }
 
-/* Query rows, two stages of K and V rows (pitch D + 8 elements). */
-static int fwd_smem_bytes(int head_dim, int row_tiles)
-{
-    return (16 * row_tiles + 4 * KVC_STAGE_KEYS) * (head_dim + 8) * 2;
-}
-
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
@@ -97,14 +89,14 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->ctx = ctx;
     plan->desc = *desc;
     plan->group = desc->num_q_heads / desc->num_kv_heads;
-    plan->row_tiles = FSA_KVC_ROW_TILES(plan->group);
-    plan->tile_tokens = FSA_KVC_TILE_TOKENS(plan->group);
+    plan->row_tiles = fsa_kvc_row_tiles(plan->group);
+    plan->tile_tokens = fsa_kvc_tile_tokens(plan->group);
     /* A quarter of the slots per share: decode at small batches gets 4x the
      * CTAs for the K = 16 of NSA, and the partials stay small beside the K/V
      * bytes at large batches. */
     plan->splits = desc->splits > 0 ? desc->splits : (desc->top_k + 3) / 4 < 16 ? (desc->top_k + 3) / 4 : 16;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
-    plan->smem = fwd_smem_bytes(desc->head_dim, plan->row_tiles);
+    plan->smem = fsa_kvc_smem_bytes(desc->head_dim, plan->group);
     const int max_smem = ctx->cu ? ctx->max_smem_per_block : (atoi(ctx->target + 3) == 80 ? 166912 : 101376);
     /* Static shared memory (top-k scratch, union, per-key rows) comes on top: up to 13 KiB. */
     if (plan->smem + 13 * 1024 > max_smem && (ctx->cu != NULL || atoi(ctx->target + 3) < 90))
@@ -208,21 +200,11 @@ cleanup:
 static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
 {
     memset(p, 0, sizeof *p);
-    p->q = (long long)a->q;
-    p->q_ts = a->q_token_stride;
-    p->q_hs = a->q_head_stride;
-    p->o = (long long)a->o;
-    p->o_ts = a->o_token_stride;
-    p->o_hs = a->o_head_stride;
+    p->q = (fsa_kernel_view){(long long)a->q, a->q_token_stride, a->q_head_stride};
+    p->o = (fsa_kernel_view){(long long)a->o, a->o_token_stride, a->o_head_stride};
     p->lse = (long long)a->lse;
-    p->k = (long long)a->k_cache;
-    p->k_ps = a->k_page_stride;
-    p->k_ts = a->k_token_stride;
-    p->k_hs = a->k_head_stride;
-    p->v = (long long)a->v_cache;
-    p->v_ps = a->v_page_stride;
-    p->v_ts = a->v_token_stride;
-    p->v_hs = a->v_head_stride;
+    p->k = (fsa_kvc_cache_view){(long long)a->k_cache, a->k_page_stride, a->k_token_stride, a->k_head_stride};
+    p->v = (fsa_kvc_cache_view){(long long)a->v_cache, a->v_page_stride, a->v_token_stride, a->v_head_stride};
     p->num_pages = a->num_pages;
     p->block_table = (long long)a->block_table;
     p->bt_stride = a->block_table_stride;
@@ -236,7 +218,7 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->tq = a->num_query_tokens;
     p->batch = a->batch;
     p->num_kv_heads = plan->desc.num_kv_heads;
-    p->scale_log2 = (double)plan->scale * 1.4426950408889634;
+    p->scale_log2 = (double)plan->scale * FSA_LOG2E;
     p->splits = plan->splits;
     p->o_part = (long long)a->workspace;
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
@@ -256,10 +238,10 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     /* Tile ids of every sequence stay below Tq / tile_tokens + batch (paged_kv.cuh). */
     const unsigned tiles = (unsigned)(args->num_query_tokens / plan->tile_tokens + args->batch);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    FSA_CHECK(fsa_launch_block(plan->ctx, plan->fwd, tiles, hkv * (unsigned)plan->splits, KVC_THREADS,
+    FSA_CHECK(fsa_launch_block(plan->ctx, plan->fwd, tiles, hkv * (unsigned)plan->splits, FSA_KVC_THREADS,
                                (unsigned)plan->smem, (CUstream)stream, &p, "launch fsa_kvc_fwd"));
     if (plan->splits > 1)
-        FSA_CHECK(fsa_launch_block(plan->ctx, plan->merge, (unsigned)args->batch, hkv, KVC_THREADS, 0,
+        FSA_CHECK(fsa_launch_block(plan->ctx, plan->merge, (unsigned)args->batch, hkv, FSA_KVC_THREADS, 0,
                                    (CUstream)stream, &p, "launch fsa_kvc_merge"));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);

@@ -6,6 +6,7 @@
 #include "jit/context.h"
 #include "fsa.h"
 
+#include "../../templates/fsa_layout.cuh" /* FSA_NSA_THREADS, FSA_NSA_STAGE_KEYS */
 #include "../../templates/sel_params.cuh"
 
 #include <stddef.h>
@@ -21,8 +22,6 @@ static inline int fsa_main_q_stages(int head_dim)
     return 2;
 }
 #define FSA_MAIN_THREADS 128
-#define FSA_NSA_THREADS 128
-#define FSA_NSA_STAGE_KEYS 64
 
 /* Rows of the reduction per 256-thread block: as in sel_fwd_reduce.cu, a row
  * takes 8, 16 or 32 lanes for head dims up to 64, 128 and 256. */
