@@ -14,6 +14,8 @@
 #include <string.h>
 
 #define STAGE "kvcache"
+/* Static shared memory of the attention kernel at most: top-k scratch and union (16 tokens x 64 slots), per-key rows. */
+#define KVC_STATIC_SMEM_MAX (15 * 1024)
 
 struct fsa_kvcache_plan {
     fsa_context *ctx;
@@ -97,11 +99,11 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->splits = desc->splits > 0 ? desc->splits : (desc->top_k + 3) / 4 < 16 ? (desc->top_k + 3) / 4 : 16;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
     plan->smem = fsa_kvc_smem_bytes(desc->head_dim, plan->group);
-    const int max_smem = ctx->cu ? ctx->max_smem_per_block : (atoi(ctx->target + 3) == 80 ? 166912 : 101376);
-    /* Static shared memory (top-k scratch, union, per-key rows) comes on top: up to 13 KiB. */
-    if (plan->smem + 13 * 1024 > max_smem && (ctx->cu != NULL || atoi(ctx->target + 3) < 90))
+    const int max_smem = ctx->cu ? ctx->max_smem_per_block : fsa_target_max_smem(ctx->target);
+    const int smem_all = plan->smem + KVC_STATIC_SMEM_MAX;
+    if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d with group %d needs %d bytes of shared memory; %s allows %d",
-                 desc->head_dim, plan->group, plan->smem + 13 * 1024, ctx->target, max_smem);
+                 desc->head_dim, plan->group, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     *out = plan;
     plan = NULL;

@@ -15,7 +15,7 @@
 static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
 
 /* Shared memory a block may opt into, for targets known without a device. */
-static int target_max_smem(const char *target)
+int fsa_target_max_smem(const char *target)
 {
     int v = atoi(target + 3);
     if (v == 80) return 166912;
@@ -190,7 +190,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
 
-    int max_smem = ctx->cu ? ctx->max_smem_per_block : target_max_smem(ctx->target);
+    int max_smem = ctx->cu ? ctx->max_smem_per_block : fsa_target_max_smem(ctx->target);
     plan->item_entries = plan->group <= FSA_MAIN_ROWS ? (FSA_MAIN_ROWS / plan->group) * FSA_MAIN_TILES : 0;
     plan->main_smem = main_smem_bytes(desc->head_dim, desc->block_size, plan->item_entries);
     plan->nsa_smem = nsa_smem_bytes(desc->head_dim);

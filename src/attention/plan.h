@@ -96,6 +96,9 @@ typedef struct fsa_bwd_layout {
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
 int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
 
+/* Shared memory a block may opt into on a target, for contexts without a device. */
+int fsa_target_max_smem(const char *target);
+
 /* The path a forward call with `total_tokens` tokens takes. */
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);
 

@@ -132,14 +132,8 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     p->topk = xmalloc(p->topk_elems * sizeof(int32_t));
     p->topk_hs = c->topk_layout == KVC_TOPK_HTK ? (int64_t)p->Tq * c->k : c->topk_layout == KVC_TOPK_THK ? c->k : 0;
     p->topk_ts = c->topk_layout == KVC_TOPK_THK ? (int64_t)c->hkv * c->k : c->k;
-    for (int h = 0; h < heads; h++)
-        for (int t = 0; t < p->Tq; t++)
-            make_row(p->topk + h * p->topk_hs + t * p->topk_ts, c, kvc_position_of(p, t), &rng);
-    if (c->with_length) {
-        p->topk_len = xmalloc((size_t)(p->Tq + 1) * sizeof(int32_t));
-        for (int t = 0; t < p->Tq; t++) p->topk_len[t] = fsa_rng_int(&rng, 0, c->k);
-        if (p->Tq > 0) p->topk_len[0] = c->k + 5; /* longer than K: all K slots */
-    }
+    if (c->with_length) p->topk_len = xmalloc((size_t)(p->Tq + 1) * sizeof(int32_t));
+    kvc_reselect(p, c, fsa_rng_next(&rng));
 
     /* Caches: padded page stride; NHD or HND inside a page. */
     if (c->cache_hnd) {
@@ -155,6 +149,59 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     kvc_reshuffle_pages(p, seed ^ 0x9e3779b97f4a7c15ull);
     p->o_ref = xmalloc(nq * sizeof(double) + 8);
     p->lse_ref = xmalloc((size_t)c->hq * p->Tq * sizeof(double) + 8);
+}
+
+void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed)
+{
+    fsa_rng rng = {seed};
+    const int heads = c->topk_layout == KVC_TOPK_SHARED ? 1 : c->hkv;
+    for (int h = 0; h < heads; h++)
+        for (int t = 0; t < p->Tq; t++)
+            make_row(p->topk + h * p->topk_hs + t * p->topk_ts, c, kvc_position_of(p, t), &rng);
+    if (p->topk_len) {
+        for (int t = 0; t < p->Tq; t++) p->topk_len[t] = fsa_rng_int(&rng, 0, c->k);
+        if (p->Tq > 0) p->topk_len[0] = c->k + 5; /* longer than K: all K slots */
+    }
+}
+
+void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b)
+{
+    *out = *p;
+    out->B = 1;
+    const int t0 = p->cu_q[b], n = p->cu_q[b + 1] - t0;
+    out->cu_q[0] = 0;
+    out->cu_q[1] = n;
+    out->Tq = n;
+    out->seqused[0] = p->seqused[b];
+    const size_t nkv = (size_t)p->seqused[b] * p->hkv * p->d, nq = (size_t)n * p->hq * p->d;
+    out->k_seq[0] = xmalloc(nkv * sizeof(float));
+    out->v_seq[0] = xmalloc(nkv * sizeof(float));
+    memcpy(out->k_seq[0], p->k_seq[b], nkv * sizeof(float));
+    memcpy(out->v_seq[0], p->v_seq[b], nkv * sizeof(float));
+    out->q = xmalloc(nq * sizeof(float));
+    memcpy(out->q, p->q + (size_t)t0 * p->hq * p->d, nq * sizeof(float));
+    /* Same layout kind, n tokens. */
+    const int heads = p->topk_hs == 0 ? 1 : p->hkv;
+    out->topk_ts = p->topk_ts;
+    out->topk_hs = p->topk_hs == 0 ? 0 : p->topk_ts == p->k ? (int64_t)n * p->k : p->k;
+    out->topk_elems = (size_t)heads * n * p->k + 1;
+    out->topk = xmalloc(out->topk_elems * sizeof(int32_t));
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < n; i++)
+            memcpy(out->topk + h * out->topk_hs + i * out->topk_ts, p->topk + h * p->topk_hs + (t0 + i) * p->topk_ts,
+                   (size_t)p->k * sizeof(int32_t));
+    out->topk_len = NULL;
+    if (p->topk_len) {
+        out->topk_len = xmalloc((size_t)(n + 1) * sizeof(int32_t));
+        memcpy(out->topk_len, p->topk_len + t0, (size_t)n * sizeof(int32_t));
+    }
+    out->max_pages = (p->seqused[b] + p->page - 1) / p->page;
+    if (out->max_pages < 1) out->max_pages = 1;
+    out->table_stride = out->max_pages + 3;
+    out->table = xmalloc((size_t)out->table_stride * sizeof(int32_t));
+    kvc_reshuffle_pages(out, 4242);
+    out->o_ref = xmalloc(nq * sizeof(double) + 8);
+    out->lse_ref = xmalloc((size_t)p->hq * n * sizeof(double) + 8);
 }
 
 void kvc_problem_free(kvc_problem *p)

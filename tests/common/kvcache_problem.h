@@ -93,4 +93,9 @@ typedef struct kvc_outputs {
 void kvc_download(kvc_outputs *out, const kvc_device *dv, const kvc_problem *p);
 void kvc_outputs_free(kvc_outputs *out);
 
+/* Sequence b of p alone, with the same data (a batch of one). */
+void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b);
+/* New top-k rows (and lengths) for the current cached lengths. */
+void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed);
+
 #endif
