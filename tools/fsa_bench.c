@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "fsa.h"
+#include "bench_decode.h"
 
 #include <cuda.h>
 
@@ -801,6 +802,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "--decode") == 0) return fsa_bench_decode(argc - 1, argv + 1);
     if (argc == 3 && strcmp(argv[1], "--jit-child") == 0) {
         CU(cuInit(0));
         return jit_child(argv[2]);
