@@ -6,8 +6,8 @@
 // selected, streams its share of them through the page table 64 keys per
 // stage (two stages in flight), masks per row (the row's token selected the
 // block; key position <= the token's position) and keeps an online softmax.
-// Warps split the rows into 16-row tiles and each stage's keys into groups;
-// the groups merge at the end. A sequence with one split writes o and lse;
+// Warps split the live rows into 16-row tiles and each stage's keys into
+// groups; the groups merge at the end. A sequence with one split writes o and lse;
 // otherwise each split writes a normalized partial and fsa_kvc_merge combines
 // them in split order.
 #include "fsa_softmax.cuh"
@@ -27,17 +27,22 @@ constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = 16 * RT;
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS, STAGE = FSA_KVC_STAGE_KEYS;
-constexpr int KG = WARPS / RT;              // key groups: warps that share a row tile
-constexpr int KW = STAGE / KG;              // keys of a stage per warp
-constexpr int NT = KW / 8;                  // score tiles of 8 keys per warp
+constexpr int NT = 2 * RT;                  // score tiles of 8 keys per warp, at most
 constexpr int NC = TPT * K;                 // top-k entries of a tile
 constexpr int LD = D + 8;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(D % 16 == 0 && BK % 16 == 0 && KW % 16 == 0, "multiples of 16");
+static_assert(D % 16 == 0 && BK % 16 == 0, "multiples of 16");
 static_assert(4 * fsa_tile_bytes(STAGE, D) >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
+
+// Row r of row tile rt, columns d and d + 1, merged over the N warps that split its keys.
+template <int N>
+__device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
+                                            float *mmax) {
+    return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -51,14 +56,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
     __shared__ int pos[TPT];        // position of each token in its sequence
     __shared__ int keypos[2][STAGE];
     __shared__ u32 keymask[2][STAGE];
+    __shared__ PagedSlot slots[STAGE];  // page-table lookups of the stage being issued
     __shared__ float ml[WARPS][16][2];
+    __shared__ int counter;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
     const int h = blockIdx.y % hkv, split = blockIdx.y / hkv;
     const int *cu_q = (const int *)p.cu_q;
     int tile;
-    const int b = tile_sequence(&tile, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
+    const int b = tile_sequence(&tile, &counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     if (tile < 0 || tile * TPT >= span.len || split >= nsplit) return;
@@ -85,15 +92,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
     const int *table = (const int *)p.block_table + (long long)b * p.bt_stride;
     auto load = [&](int stage, int buf) {
         paged_load_stage<D, BK, PAGE_SIZE, STAGE, THREADS>(p, k_s + buf * STAGE_BYTES, v_s + buf * STAGE_BYTES,
-                                                            keypos[buf], keymask[buf], blocks, masks, u_lo, stage,
+                                                            keypos[buf], keymask[buf], slots, blocks, masks, u_lo, stage,
                                                             total_keys, h, table, seq_len);
     };
     AsyncRing<2> ring;
     ring.start((total_keys + STAGE - 1) / STAGE, load);  // the query rows join stage 0's group
 
-    // Warp roles: row tile rt, keys kg * KW .. kg * KW + KW - 1 of every stage.
-    const int rt = warp % RT, kg = warp / RT;
-    const bool warp_live = rt * 16 < ntok * G;  // warp-uniform: a tile past the tokens skips the math
+    // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
+    // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
+    // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
+    // four warps, and speculative tokens of the group share the stage.
+    const int live_rows = ntok * G;
+    const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
+    const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
+    const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
     int tpos[2];
     u32 tbit[2];
 #pragma unroll
@@ -103,9 +115,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
         tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
     }
     const float scale_log2 = (float)p.scale_log2;
-    const u32 q_addr = q_s + rt * fsa_tile_bytes(16, D) + ldm_lane_a(lane, LD);
-    const u32 k_addr = k_s + kg * fsa_tile_bytes(KW, D) + ldm_lane_b(lane, LD);
-    const u32 v_addr = v_s + kg * fsa_tile_bytes(KW, D) + ldm_lane_a(lane, LD);
+    constexpr u32 TILE16 = fsa_tile_bytes(16, D);
+    const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
+    const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
+    const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
     float o_acc[D / 8][4];
     frag_zero<D / 8>(o_acc);
     OnlineSoftmax sm;
@@ -114,33 +127,40 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
     for (int st = 0; st < ring.n; st++) {
         const int buf = ring.acquire(st, load);
         if (!warp_live) continue;
-        const int *kpos = keypos[buf] + kg * KW;
-        const u32 *kmask = keymask[buf] + kg * KW;
+        const int *kpos = keypos[buf] + key0;
+        const u32 *kmask = keymask[buf] + key0;
         float s[NT][4];
         frag_zero<NT>(s);
-        mma_abt<DT, D, NT, LD>(s, q_addr, k_addr + buf * STAGE_BYTES);
+#pragma unroll
+        for (int c = 0; c < RT; c++)  // 16 keys per chunk
+            if (c < rte) mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * STAGE_BYTES + c * TILE16);
         float alpha[2];
-        // Visible: the row's token selected the key's block and the key is not in its future.
+        // Visible: one of this warp's keys, the row's token selected its block, not in the token's future.
         sm.step<NT>(s, scale_log2, lane, [&](int col, int half) {
-            return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+            return col < 16 * rte && (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
         }, alpha);
         frag_scale_rows<D / 8>(o_acc, alpha);
-        mma_pv<DT, NT / 2, D / 8, LD>(o_acc, s, v_addr + buf * STAGE_BYTES);
+#pragma unroll
+        for (int c = 0; c < RT; c++)
+            if (c < rte) mma_pv<DT, 1, D / 8, LD>(o_acc, s + 2 * c, v_addr + buf * STAGE_BYTES + c * TILE16);
     }
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
 
-    // The key groups of each row tile merge in group order.
-    const WarpMerge<KG, D> merge = {(float *)(smem + fsa_kvc_smem_k(D, G)) + rt * KG * 16 * D, ml + rt * KG};
-    merge.put(sm, o_acc, kg, lane);
+    // The key groups of each row tile merge in group order; row tile rt's
+    // warps sit together in the merge area.
+    float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+    WarpMerge<WARPS, D>{om + rt * kge * 16 * D, ml + rt * kge}.put(sm, o_acc, kg, lane);
     __syncthreads();
     const long long part = (((long long)b * hkv + h) * nsplit + split) * ROWS;
     for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
         const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
         if (!row_live(r, ntok)) continue;
-        const WarpMerge<KG, D> m = {(float *)(smem + fsa_kvc_smem_k(D, G)) + (r >> 4) * KG * 16 * D, ml + (r >> 4) * KG};
         float v[2], mmax;
-        const float l = m.get(r & 15, d, v, &mmax);
+        const int tr = r >> 4;
+        const float l = kge == 4   ? merged_row<4>(om, ml, tr, r & 15, d, v, &mmax)
+                        : kge == 2 ? merged_row<2>(om, ml, tr, r & 15, d, v, &mmax)
+                                   : merged_row<1>(om, ml, tr, r & 15, d, v, &mmax);
         const float inv = l > 0.f ? 1.f / l : 0.f;
         const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
         const long long t = t0 + r / G;

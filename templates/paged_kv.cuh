@@ -32,35 +32,47 @@ __device__ __forceinline__ int cached_len(const int *seqused, int b) { return ma
 // tile_tokens) - 1 with first_tile(b) = start_b / tile_tokens + b. The ids
 // grow with b and never overlap, and all stay below tq / tile_tokens + batch:
 // a grid of that size covers every tile of any batch without a host sync.
-// Returns the sequence of tile id x and its tile number in *tile.
-__device__ __forceinline__ int tile_sequence(int *tile, const int *cu_q, long long tq, int batch, long long x,
-                                             int tile_tokens) {
-    int lo = 0, hi = batch - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        const long long first = query_span(cu_q, tq, mid).start / tile_tokens + mid;
-        if (first <= x) lo = mid;
-        else hi = mid - 1;
-    }
-    *tile = (int)(x - (query_span(cu_q, tq, lo).start / tile_tokens + lo));
-    return lo;
+// The sequence of tile id x is the number of sequences whose first tile is
+// <= x, minus one: all threads count together, so the batch costs one memory
+// latency rather than a binary search's chain of them (and a malformed
+// cu_seqlens_q still gives some sequence in [0, batch)). Every thread calls
+// it (it holds barriers); *tile gets x's tile number in its sequence.
+__device__ __forceinline__ int tile_sequence(int *tile, int *counter, const int *cu_q, long long tq, int batch,
+                                             long long x, int tile_tokens) {
+    if (threadIdx.x == 0) *counter = 0;
+    __syncthreads();
+    int n = 0;
+    for (int i = threadIdx.x; i < batch; i += blockDim.x) n += query_span(cu_q, tq, i).start / tile_tokens + i <= x;
+    if (n) atomicAdd(counter, n);
+    __syncthreads();
+    const int b = max(*counter - 1, 0);
+    *tile = (int)(x - (query_span(cu_q, tq, b).start / tile_tokens + b));
+    return b;
 }
 
-// Row of cached position j (>= 0), KV head h, of a paged cache; `table` is
-// the sequence's page-table row. ok = false (and the cache base as a mapped
-// stand-in) when the row would be past the table or the page number is not a
-// page of the cache. 64-bit offsets: page * page_stride passes 2^31 elements
-// in large caches.
+// Where cached position j (>= 0) of a sequence lives: the page number and
+// the row inside the page, looked up in the sequence's page-table row
+// `table`. page = -1 when the row would be past the table or the page number
+// is not a page of the cache.
+struct PagedSlot {
+    int page, row;
+};
+
 template <int PAGE>
-__device__ __forceinline__ RowSrc paged_row(const fsa_kvc_cache_view &c, int h, const int *table, long long max_pages,
-                                            long long num_pages, int j) {
+__device__ __forceinline__ PagedSlot paged_slot(const int *table, long long max_pages, long long num_pages, int j) {
     const int slot = j / PAGE;
     const int page = slot < max_pages ? __ldg(table + slot) : -1;
-    RowSrc r;
-    r.ok = page >= 0 && page < num_pages;
-    r.ptr = (const u16 *)c.ptr;
-    if (r.ok) r.ptr += (long long)page * c.page_stride + (long long)(j - slot * PAGE) * c.token_stride + h * c.head_stride;
-    return r;
+    PagedSlot s;
+    s.page = page >= 0 && page < num_pages ? page : -1;
+    s.row = j - slot * PAGE;
+    return s;
+}
+
+// The row of KV head h at a resolved slot of a paged cache. 64-bit offsets:
+// page * page_stride passes 2^31 elements in large caches.
+__device__ __forceinline__ const u16 *paged_row(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
+    return (const u16 *)c.ptr + (long long)s.page * c.page_stride + (long long)s.row * c.token_stride +
+           (long long)h * c.head_stride;
 }
 
 // The union of the blocks that the `ntok` query tokens of a tile selected, in
@@ -141,31 +153,32 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
 // page-table entry) and the mask of the tokens that selected its block in
 // keymask (0 when not a key); K and V rows through the page table into the
 // tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
+// The page table is read once per row, by all rows at once, into `slots`
+// (STAGE entries of shared memory), so the 16-byte copies never wait on it.
+// Every thread calls it (it holds a barrier).
 template <int D, int BK, int PAGE, int STAGE, int THREADS>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
-                                                 u32 *keymask, const int *blocks, const u32 *masks, int u0, int stage,
-                                                 int total_keys, int h, const int *table, int seq_len) {
-    auto key_of = [&](int r) {
-        const int q = stage * STAGE + r;
-        return q < total_keys ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
-    };
-    auto rows = [&](int r) {
-        const int j = key_of(r);
-        RowPair rp;
-        const RowSrc k = j < seq_len ? paged_row<PAGE>(p.k, h, table, p.max_pages, p.num_pages, j) : RowSrc{(const u16 *)p.k.ptr, false};
-        const RowSrc v = j < seq_len ? paged_row<PAGE>(p.v, h, table, p.max_pages, p.num_pages, j) : RowSrc{(const u16 *)p.v.ptr, false};
-        rp.ok = k.ok && v.ok;
-        rp.a = rp.ok ? k.ptr : (const u16 *)p.k.ptr;
-        rp.b = rp.ok ? v.ptr : (const u16 *)p.v.ptr;
-        return rp;
-    };
+                                                 u32 *keymask, PagedSlot *slots, const int *blocks, const u32 *masks,
+                                                 int u0, int stage, int total_keys, int h, const int *table,
+                                                 int seq_len) {
     for (int r = threadIdx.x; r < STAGE; r += THREADS) {
-        const bool ok = rows(r).ok;
         const int q = stage * STAGE + r;
-        keypos[r] = ok ? key_of(r) : 0x7fffffff;
-        keymask[r] = ok ? masks[u0 + q / BK] : 0u;
+        const int j = q < total_keys ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
+        PagedSlot s = {-1, 0};
+        if (j < seq_len) s = paged_slot<PAGE>(table, p.max_pages, p.num_pages, j);
+        slots[r] = s;
+        keypos[r] = s.page >= 0 ? j : 0x7fffffff;
+        keymask[r] = s.page >= 0 ? masks[u0 + q / BK] : 0u;
     }
-    load_tile_pair_async<STAGE, D, D + 8, THREADS>(k_dst, v_dst, rows);
+    __syncthreads();
+    load_tile_pair_async<STAGE, D, D + 8, THREADS>(k_dst, v_dst, [&](int r) {
+        const PagedSlot s = slots[r];
+        RowPair rp;
+        rp.ok = s.page >= 0;
+        rp.a = rp.ok ? paged_row(p.k, s, h) : (const u16 *)p.k.ptr;
+        rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.ptr;
+        return rp;
+    });
 }
 
 }  // namespace fsa

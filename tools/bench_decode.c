@@ -57,7 +57,7 @@ enum { HQ = 32, D = 128, PAGE = 64 };
 
 typedef struct dec_opts {
     int ls[8], n_ls, bs[8], n_bs, gs[8], n_gs;
-    int reps;
+    int reps, splits;
     double max_gb;
     int prefill, dense;
 } dec_opts;
@@ -285,7 +285,7 @@ static double host_time(const bench_env *env, const fsa_kvcache_plan *plan, cons
     return best;
 }
 
-static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int max_batch, int64_t max_tokens)
+static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int max_batch, int64_t max_tokens, int splits)
 {
     fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
     d.num_q_heads = HQ;
@@ -295,6 +295,7 @@ static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int m
     d.page_size = PAGE;
     d.max_batch = max_batch;
     d.max_query_tokens = max_tokens;
+    d.splits = splits;
     fsa_kvcache_plan *plan = NULL;
     FSA(fsa_kvcache_plan_create(&plan, ctx, &d));
     return plan;
@@ -324,7 +325,7 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
     printf("|      L |   B |  G | q_len | selection | stream us | graph us | TB/s (graph) | host us | pages GB |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
         const int g = o->gs[gi], hkv = HQ / g;
-        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 256, 256 * 4);
+        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 256, 256 * 4, o->splits);
         for (int li = 0; li < o->n_ls; li++)
             for (int bi = 0; bi < o->n_bs; bi++)
                 for (int mode = 0; mode < 3; mode++) { /* q_len 1; 4 shared; 4 independent */
@@ -360,7 +361,7 @@ static void run_dense(const dec_opts *o, fsa_context *ctx, const bench_env *env)
     const int bs[] = {1, 64};
     const int gs[] = {4, 16};
     for (int gi = 0; gi < 2; gi++) {
-        fsa_kvcache_plan *plan = make_plan(ctx, gs[gi], 256, 64, 256, 256);
+        fsa_kvcache_plan *plan = make_plan(ctx, gs[gi], 256, 64, 256, 256, o->splits);
         for (int bi = 0; bi < 2; bi++) {
             dec_problem p;
             if (!dec_make(&p, bs[bi], 16384, HQ / gs[gi], 1, 0, 64, 256, plan, o->max_gb, 99)) continue;
@@ -381,7 +382,7 @@ static void run_prefill(const dec_opts *o, fsa_context *ctx, const bench_env *en
     printf("|  G | us | ns per query token |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
         const int g = o->gs[gi];
-        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 1, 4096);
+        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 1, 4096, o->splits);
         dec_problem p;
         if (dec_make(&p, 1, 65536, HQ / g, 4096, 0, 16, 64, plan, o->max_gb, 5)) {
             const fsa_kvcache_args a = dec_args(&p, plan);
@@ -406,8 +407,9 @@ int fsa_bench_decode(int argc, char **argv)
         else if (v && !strcmp(a, "-G")) o.n_gs = parse_ints(v, o.gs, 8), i++;
         else if (v && !strcmp(a, "--reps")) o.reps = atoi(v), i++;
         else if (v && !strcmp(a, "--max-gb")) o.max_gb = atof(v), i++;
+        else if (v && !strcmp(a, "--splits")) o.splits = atoi(v), i++;
         else {
-            printf("usage: fsa-bench --decode [-L LIST] [-B LIST] [-G LIST] [--reps N] [--max-gb GB]\n"
+            printf("usage: fsa-bench --decode [-L LIST] [-B LIST] [-G LIST] [--reps N] [--max-gb GB] [--splits N]\n"
                    "                          [--no-prefill] [--no-dense]\n");
             return 2;
         }
@@ -424,7 +426,8 @@ int fsa_bench_decode(int argc, char **argv)
     CU(cuCtxSetCurrent(pctx));
     char name[256];
     CU(cuDeviceGetName(name, sizeof name, dev));
-    printf("# fsa-bench --decode %s on %s (%s)\n", fsa_version_string(), name, fsa_context_target(ctx));
+    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule)\n", fsa_version_string(), name,
+           fsa_context_target(ctx), o.splits);
     bench_env env;
     env.flush_bytes = (size_t)256 << 20;
     CU(cuStreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));

@@ -230,8 +230,10 @@ static void test_bad_metadata_stays_in_bounds(void **state)
         fsa_test_sync();
         kvc_outputs out;
         kvc_download(&out, &dv, &p);
-        for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.d; i++) assert_false(isnan(out.o[i]));
-        print_message("  bad metadata kind %d: ran in bounds, outputs finite\n", kind);
+        /* Kind 2 claims cached keys in the unused (NaN) rows of the pages: NaN out is the right answer there. */
+        if (kind != 2)
+            for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.d; i++) assert_false(isnan(out.o[i]));
+        print_message("  bad metadata kind %d: ran%s\n", kind, kind != 2 ? ", outputs finite" : "");
         kvc_outputs_free(&out);
         kvc_device_free(&dv);
         kvc_problem_free(&p);
