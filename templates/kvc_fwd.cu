@@ -30,9 +30,11 @@ constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS, STAGE = FSA_KVC_
 constexpr int NT = 2 * RT;                  // score tiles of 8 keys per warp, at most
 constexpr int NC = TPT * K;                 // top-k entries of a tile
 constexpr int LD = D + 8;
+constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(D % 16 == 0 && BK % 16 == 0, "multiples of 16");
 static_assert(4 * fsa_tile_bytes(STAGE, D) >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
+static_assert(ROWS <= STAGE, "the query rows fit in a K stage buffer");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -44,11 +46,12 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
     return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_params p) {
+// Decode tiles (one row tile) fit 3 CTAs per SM: at most 170 registers.
+extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const u32 q_s = smem_addr(smem);
-    const u32 k_s = q_s + fsa_kvc_smem_k(D, G), v_s = q_s + fsa_kvc_smem_v(D, G);
     constexpr u32 STAGE_BYTES = fsa_tile_bytes(STAGE, D);
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
+    const u32 q_s = Q_REGS ? k_s + STAGE_BYTES : smem_addr(smem);
     __shared__ int cand[NC];
     __shared__ u32 first[(NC + 31) / 32];
     __shared__ int blocks[NC];      // the tile's union of selected blocks, ascending
@@ -56,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
     __shared__ int pos[TPT];        // position of each token in its sequence
     __shared__ int keypos[2][STAGE];
     __shared__ u32 keymask[2][STAGE];
-    __shared__ PagedSlot slots[STAGE];  // page-table lookups of the stage being issued
+    __shared__ PagedSlot slots[2][STAGE];  // page-table lookups, one stage ahead of the copies
     __shared__ float ml[WARPS][16][2];
     __shared__ int counter;
 
@@ -80,23 +83,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     });
+    if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     __syncthreads();  // pos
     const int *rows = (const int *)p.topk + (long long)h * p.topk_hs + t0 * p.topk_ts;
     const int *len = p.topk_len ? (const int *)p.topk_len + t0 : nullptr;
     const int n_union = select_union<K, TPT, BK>(blocks, masks, cand, first, rows, p.topk_ts, len, pos, ntok);
-
-    // This split's share of the union: contiguous, in block order.
-    const int chunk = (n_union + nsplit - 1) / nsplit;
-    const int u_lo = min(n_union, split * chunk), u_hi = min(n_union, u_lo + chunk);
-    const int total_keys = (u_hi - u_lo) * BK;
-    const int *table = (const int *)p.block_table + (long long)b * p.bt_stride;
-    auto load = [&](int stage, int buf) {
-        paged_load_stage<D, BK, PAGE_SIZE, STAGE, THREADS>(p, k_s + buf * STAGE_BYTES, v_s + buf * STAGE_BYTES,
-                                                            keypos[buf], keymask[buf], slots, blocks, masks, u_lo, stage,
-                                                            total_keys, h, table, seq_len);
-    };
-    AsyncRing<2> ring;
-    ring.start((total_keys + STAGE - 1) / STAGE, load);  // the query rows join stage 0's group
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
@@ -117,6 +108,36 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
     const float scale_log2 = (float)p.scale_log2;
     constexpr u32 TILE16 = fsa_tile_bytes(16, D);
     const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
+
+    // This split's share of the union: contiguous, in block order.
+    const int chunk = (n_union + nsplit - 1) / nsplit;
+    const int u_lo = min(n_union, split * chunk), u_hi = min(n_union, u_lo + chunk);
+    const int total_keys = (u_hi - u_lo) * BK;
+    const int *table = (const int *)p.block_table + (long long)b * p.bt_stride;
+    const int n_stages = (total_keys + STAGE - 1) / STAGE;
+    // Copies of stage `stage` (its page lookups were done a stage earlier), then the lookups of the next one.
+    auto load = [&](int stage, int buf) {
+        paged_load_stage<D, BK, STAGE, THREADS>(p, k_s + buf * STAGE_BYTES, v_s + buf * STAGE_BYTES, keypos[buf],
+                                               keymask[buf], slots[stage & 1], blocks, masks, u_lo, stage, h);
+        if (stage + 1 < n_stages)
+            paged_lookup_stage<BK, PAGE_SIZE, STAGE, THREADS>(p, slots[(stage + 1) & 1], blocks, u_lo, stage + 1,
+                                                              total_keys, table, seq_len);
+    };
+    if (n_stages > 0)
+        paged_lookup_stage<BK, PAGE_SIZE, STAGE, THREADS>(p, slots[0], blocks, u_lo, 0, total_keys, table, seq_len);
+    __syncthreads();
+    AsyncRing<2> ring;
+    ring.start(n_stages, load);  // without Q_REGS the query rows join stage 0's group
+    u32 qf[Q_REGS ? D / 16 : 1][4];
+    if (Q_REGS) {
+        cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
+        __syncthreads();
+        if (warp_live)
+#pragma unroll
+            for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+        // Stage 1 overwrites the rows only after the barrier in ring.acquire(0).
+    }
+
     const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
     const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
     float o_acc[D / 8][4];
@@ -133,7 +154,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_fwd(const fsa_kvc_
         frag_zero<NT>(s);
 #pragma unroll
         for (int c = 0; c < RT; c++)  // 16 keys per chunk
-            if (c < rte) mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * STAGE_BYTES + c * TILE16);
+            if (c < rte) {
+                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s + 2 * c, qf, k_addr + buf * STAGE_BYTES + c * TILE16);
+                else mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * STAGE_BYTES + c * TILE16);
+            }
         float alpha[2];
         // Visible: one of this warp's keys, the row's token selected its block, not in the token's future.
         sm.step<NT>(s, scale_log2, lane, [&](int col, int half) {

@@ -148,29 +148,39 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
 }
 
 // Stage `stage` (STAGE keys) of the concatenated blocks blocks[u0 ..] of a
-// sequence of seq_len cached keys: each row's position in keypos (INT_MAX
-// when it is not a key: past the blocks, past the sequence, or behind a bad
-// page-table entry) and the mask of the tokens that selected its block in
-// keymask (0 when not a key); K and V rows through the page table into the
-// tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
-// The page table is read once per row, by all rows at once, into `slots`
-// (STAGE entries of shared memory), so the 16-byte copies never wait on it.
-// Every thread calls it (it holds a barrier).
-template <int D, int BK, int PAGE, int STAGE, int THREADS>
-__device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
-                                                 u32 *keymask, PagedSlot *slots, const int *blocks, const u32 *masks,
-                                                 int u0, int stage, int total_keys, int h, const int *table,
-                                                 int seq_len) {
+// sequence of seq_len cached keys is streamed in two steps, one stage apart,
+// so that reading the page table never delays the copies:
+//  paged_lookup_stage: each row's page and row in the page (page -1 when the
+//      row is not a key: past the blocks, past the sequence, or behind a bad
+//      page-table entry) into `slots`, one table read per row, all rows at once;
+//  paged_load_stage (after a barrier): each row's position in keypos (INT_MAX
+//      when it is not a key) and the mask of the tokens that selected its
+//      block in keymask (0 when not a key), and the K and V rows into the
+//      tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
+template <int BK, int PAGE, int STAGE, int THREADS>
+__device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, PagedSlot *slots, const int *blocks,
+                                                   int u0, int stage, int total_keys, const int *table, int seq_len) {
     for (int r = threadIdx.x; r < STAGE; r += THREADS) {
         const int q = stage * STAGE + r;
-        const int j = q < total_keys ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         PagedSlot s = {-1, 0};
-        if (j < seq_len) s = paged_slot<PAGE>(table, p.max_pages, p.num_pages, j);
+        if (q < total_keys) {
+            const int j = blocks[u0 + q / BK] * BK + q % BK;
+            if (j < seq_len) s = paged_slot<PAGE>(table, p.max_pages, p.num_pages, j);
+        }
         slots[r] = s;
-        keypos[r] = s.page >= 0 ? j : 0x7fffffff;
-        keymask[r] = s.page >= 0 ? masks[u0 + q / BK] : 0u;
     }
-    __syncthreads();
+}
+
+template <int D, int BK, int STAGE, int THREADS>
+__device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
+                                                 u32 *keymask, const PagedSlot *slots, const int *blocks,
+                                                 const u32 *masks, int u0, int stage, int h) {
+    for (int r = threadIdx.x; r < STAGE; r += THREADS) {
+        const int q = stage * STAGE + r;
+        const bool ok = slots[r].page >= 0;  // only rows of keys have a page
+        keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
+        keymask[r] = ok ? masks[u0 + q / BK] : 0u;
+    }
     load_tile_pair_async<STAGE, D, D + 8, THREADS>(k_dst, v_dst, [&](int r) {
         const PagedSlot s = slots[r];
         RowPair rp;
@@ -179,6 +189,24 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
         rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.ptr;
         return rp;
     });
+}
+
+// acc (16 x 8NJ) += A B^T over a depth of K with A already in registers
+// (a[kd] = the 16 x 16 fragment of columns 16 kd .., as ldmatrix_x4 gives it)
+// and B as 8NJ n-major rows at b_addr (pitch LD, lane offset ldm_lane_b):
+// S = Q K^T with the query fragments loaded once for all stages.
+template <class DT, int K, int NJ, int LD>
+__device__ __forceinline__ void mma_abt_a_regs(float acc[NJ][4], const u32 a[K / 16][4], u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) {
+#pragma unroll
+        for (int jn = 0; jn < NJ; jn += 2) {
+            u32 b[4];
+            ldmatrix_x4(b, b_addr + jn * 8 * LD * 2 + kd * 32);
+            DT::mma(acc[jn], a[kd], b[0], b[1]);
+            DT::mma(acc[jn + 1], a[kd], b[2], b[3]);
+        }
+    }
 }
 
 }  // namespace fsa
