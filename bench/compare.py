@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fsa_jit (through the Python binding) against dense PyTorch SDPA and a plain
 gather-based PyTorch selected attention, on the standard problem of
-shared BENCHMARKS.md: bf16, Hq = 32, D = 128, BK = 64, K = 16, one sequence
+docs/benchmarks.md: bf16, Hq = 32, D = 128, BK = 64, K = 16, one sequence
 of T tokens, Hkv = Hq / G.
 
 Protocol: CUDA events around each call, 25 ms warm-up, median over at least

@@ -1,15 +1,41 @@
-/*
+/**
+ * @file fsa.h
  * fsa-jit: shape-specialized sparse selected attention, compiled at run time.
  *
- * The whole public API. C11; no CUDA header is needed to include it. Device
- * pointers are passed as uint64_t values (CUdeviceptr), streams as void *
- * (CUstream; NULL is the legacy default stream).
+ * The whole public API, for C11 and C++; no CUDA header is needed to include
+ * it. Device pointers are passed as uint64_t values (CUdeviceptr), streams as
+ * void * (CUstream; NULL is the legacy default stream).
  *
- * Conventions: every function that can fail returns fsa_status (0 = OK);
- * outputs come first; structs that can grow carry `struct_size` and have an
- * `..._INIT` macro; destroy functions accept NULL; what a function hands out
- * through `**out` belongs to the caller. On failure, fsa_last_error() gives
- * the detail for the calling thread.
+ * Conventions:
+ * - Every function that can fail returns fsa_status (0 = FSA_STATUS_OK); on
+ *   failure fsa_last_error() gives the detail for the calling thread.
+ * - Outputs come first. What a function hands out through `**out` belongs to
+ *   the caller, who releases it with the matching destroy function; destroy
+ *   functions accept NULL. A `const char *` a function returns belongs to the
+ *   library. Host structs and strings passed in are read during the call only
+ *   (the library copies what it keeps); device memory named in the arguments
+ *   is used by the enqueued work until it completes on the stream.
+ * - Structs that can grow start with `size_t struct_size`; initialize them
+ *   with their ..._INIT macro, which sets it to the size the caller was
+ *   compiled with. The library accepts any struct_size from the struct's first
+ *   published size up to its current one: fields past the caller's
+ *   struct_size read as zero, and zero means the default for every field added
+ *   later; an output struct gets only the fields its struct_size covers. Other
+ *   sizes give FSA_STATUS_STRUCT_SIZE. Fields are only appended, each one at
+ *   or after the end of the previous version's struct.
+ * - CUDA: a context on a device retains that device's primary context (the
+ *   one the CUDA runtime and PyTorch use). A call that uses the driver makes it
+ *   current for the duration of the call and then restores whatever context
+ *   the calling thread had. Streams must belong to that primary context.
+ * - Threads: a context and its plans may be used from several threads at
+ *   once, except where a function says otherwise (the destroy functions).
+ * - Synchronization: the launch functions (fsa_selected_attention_fwd,
+ *   fsa_selected_attention_bwd, fsa_fill_u32 once its kernel is loaded) only
+ *   enqueue work on the caller's stream: no host synchronization, no
+ *   allocation, and they can be captured in a CUDA graph. Functions that
+ *   compile or load kernels (fsa_plan_create, the first fsa_fill_u32 of a
+ *   context, fsa_cache_verify on a device) block the calling thread and must
+ *   not run during a stream capture.
  */
 #ifndef FSA_H
 #define FSA_H
@@ -32,6 +58,23 @@ extern "C" {
 #define FSA_API __attribute__((visibility("default")))
 #else
 #define FSA_API
+#endif
+
+/* ..._INIT macros name struct_size and the fields whose default is not zero;
+ * every other field starts at zero. C gets designated initializers (a
+ * constant expression, fit for static storage); C++ gets a value-initialized
+ * struct, since its designated initializers only came with C++20. */
+#ifdef __cplusplus
+#define FSA_INIT_FIELD_(field, value) fsa_init_.field = (value);
+#define FSA_INIT_(type, fields)                 \
+    ([]() -> type {                             \
+        type fsa_init_ = type();                \
+        fsa_init_.struct_size = sizeof(type);   \
+        fields return fsa_init_;                \
+    }())
+#else
+#define FSA_INIT_FIELD_(field, value) .field = (value),
+#define FSA_INIT_(type, fields) { .struct_size = sizeof(type), fields }
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -68,114 +111,230 @@ typedef enum fsa_status {
     FSA_STATUS_COUNT_
 } fsa_status;
 
-/* "FSA_STATUS_OK", ... ; "FSA_STATUS_UNKNOWN" for values outside the table. */
+/**
+ * The enumerator's name of a status.
+ * @param status any value, also one outside the table
+ * @return "FSA_STATUS_OK", ...; "FSA_STATUS_UNKNOWN" for values outside the
+ *         table. A static string; never NULL. Thread-safe.
+ */
 FSA_API const char *fsa_status_name(fsa_status status);
-/* A one-line message; never NULL. */
+
+/**
+ * A one-line message for a status.
+ * @param status any value, also one outside the table
+ * @return a static string; never NULL. Thread-safe.
+ */
 FSA_API const char *fsa_status_string(fsa_status status);
 
-/* Detail of the last failure on the calling thread: the stage that failed
- * (for example "compile"), kernel, key digest, target, a message and, for a
- * compile failure, the NVRTC log. Valid until the next failing call on the
- * same thread. Fields that do not apply are "". */
+/** Detail of the last failure on the calling thread. Fields that do not
+ *  apply are "". */
 typedef struct fsa_error_info {
-    fsa_status status;
-    const char *stage;
-    const char *kernel;
-    const char *key;
-    const char *target;
-    const char *message;
-    const char *log;
+    fsa_status status;   /**< the status the failing call returned */
+    const char *stage;   /**< what failed, for example "compile", "plan", "forward" */
+    const char *kernel;  /**< readable kernel name */
+    const char *key;     /**< kernel key digest (hex) */
+    const char *target;  /**< compile target, for example "sm_90a" */
+    const char *message; /**< what went wrong, in one sentence */
+    const char *log;     /**< the NVRTC log of a failed compile */
 } fsa_error_info;
 
-/* All of the above as one readable text; "" when nothing failed yet. */
+/**
+ * The last failure on the calling thread, as one readable text (status,
+ * stage, kernel, key, target, message and log).
+ * @return "" when nothing failed yet on this thread. Owned by the library,
+ *         valid until the next call into the library on the same thread.
+ */
 FSA_API const char *fsa_last_error(void);
+
+/**
+ * The last failure on the calling thread, field by field.
+ * @return never NULL; status is FSA_STATUS_OK when nothing failed yet. The
+ *         struct and its strings belong to the library and stay valid until
+ *         the next call into the library on the same thread.
+ */
 FSA_API const fsa_error_info *fsa_last_error_info(void);
 
+/**
+ * The library's version, "MAJOR.MINOR.PATCH" (FSA_VERSION_STRING of the
+ * header it was built with).
+ * @return a static string. Thread-safe.
+ */
 FSA_API const char *fsa_version_string(void);
+
+/* The library's version as one number, major * 10000 + minor * 100 + patch
+ * (0.1.0 is 100). Compare it with FSA_VERSION, the number of the header a
+ * program was compiled with, to detect a different library at run time. */
+#define FSA_VERSION (FSA_VERSION_MAJOR * 10000 + FSA_VERSION_MINOR * 100 + FSA_VERSION_PATCH)
+FSA_API int fsa_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Context: one device (or an offline target), cache settings, counters     */
 /* ------------------------------------------------------------------------ */
 
+/** A device (or an offline compile target), its kernel cache settings and
+ *  counters. Made by fsa_context_create, released by fsa_context_destroy. */
 typedef struct fsa_context fsa_context;
 
 typedef enum fsa_cache_mode {
-    FSA_CACHE_MODE_DEFAULT = 0, /* $FSA_CACHE_MODE, else read-write */
+    FSA_CACHE_MODE_DEFAULT = 0, /**< $FSA_CACHE_MODE (rw, ro, off), else read-write */
     FSA_CACHE_MODE_READ_WRITE = 1,
     FSA_CACHE_MODE_READ_ONLY = 2,
     FSA_CACHE_MODE_OFF = 3
 } fsa_cache_mode;
 
 typedef enum fsa_jit_mode {
-    FSA_JIT_DEFAULT = 0, /* $FSA_JIT, else on */
+    FSA_JIT_DEFAULT = 0, /**< $FSA_JIT (on, off), else on */
     FSA_JIT_ON = 1,
-    FSA_JIT_OFF = 2 /* a cache miss is an error */
+    FSA_JIT_OFF = 2 /**< a kernel that is not cached is an error */
 } fsa_jit_mode;
 
-/* device: a CUDA device ordinal, or FSA_DEVICE_NONE for a context that only
- * compiles and caches kernels for `target` (no driver needed). */
+/** fsa_context_options.device for a context that only compiles and caches
+ *  kernels for its target (no driver, no GPU needed). */
 #define FSA_DEVICE_NONE (-1)
 
+/** Options of fsa_context_create. Zero in every field means the default. */
 typedef struct fsa_context_options {
     size_t struct_size;
-    int device;             /* default 0 */
-    const char *target;     /* "sm_80", "sm_90a", ...; NULL = from the device. Required
-                               with FSA_DEVICE_NONE. */
-    const char *cache_dir;  /* NULL = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa */
+    int device;             /**< CUDA device ordinal (default 0), or FSA_DEVICE_NONE */
+    const char *target;     /**< "sm_80", "sm_90a", ...; NULL = from the device. Required
+                                 with FSA_DEVICE_NONE. */
+    const char *cache_dir;  /**< NULL = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa */
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
-    int log;                /* 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
+    int log;                /**< 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
 } fsa_context_options;
 
-#define FSA_CONTEXT_OPTIONS_INIT \
-    { sizeof(fsa_context_options), 0, NULL, NULL, FSA_CACHE_MODE_DEFAULT, FSA_JIT_DEFAULT, 0 }
+#define FSA_CONTEXT_OPTIONS_INIT FSA_INIT_(fsa_context_options, )
 
+/**
+ * Creates a context: opens the device (retaining its primary context) or,
+ * with FSA_DEVICE_NONE, only records the target; resolves the cache
+ * directory and modes from the options and the environment; loads NVRTC when
+ * it is there (without it, only cached kernels can be used). A cache
+ * directory that cannot be used is not an error: kernels then stay in memory
+ * (one warning when logging is on).
+ * @param[out] out      the new context, or NULL on failure. The caller owns it
+ *                      and releases it with fsa_context_destroy.
+ * @param      options  NULL for every default; read only during the call (the
+ *                      strings are copied).
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER when out is NULL;
+ *         FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT for an unknown
+ *         mode (option or environment), a negative device other than
+ *         FSA_DEVICE_NONE, an offline context without a target or a target
+ *         that cannot run on the device; FSA_STATUS_UNSUPPORTED_DEVICE for a
+ *         device or target older than sm_80; FSA_STATUS_NO_DRIVER,
+ *         FSA_STATUS_NO_DEVICE or FSA_STATUS_DRIVER_ERROR when the device
+ *         cannot be opened.
+ * Thread-safe. Blocks while the driver initializes.
+ */
 FSA_API fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *options);
+
+/**
+ * Releases a context and the retained primary context. Kernels stay in the
+ * process-wide table (another context may use them).
+ * @param ctx a context from fsa_context_create, or NULL (nothing happens).
+ *            Every plan made from it must be destroyed first, and no other
+ *            thread may be using it.
+ */
 FSA_API void fsa_context_destroy(fsa_context *ctx);
 
-/* The compile target ("sm_90a") and the cache directory in use ("" when the
- * disk cache is off). Owned by the context. */
+/**
+ * The compile target of a context, for example "sm_90a".
+ * @param ctx a context, or NULL
+ * @return owned by the context, valid until it is destroyed; "" for NULL.
+ */
 FSA_API const char *fsa_context_target(const fsa_context *ctx);
+
+/**
+ * The cache directory a context uses (the root, without the layout
+ * subdirectory).
+ * @param ctx a context, or NULL
+ * @return owned by the context, valid until it is destroyed; "" when the disk
+ *         cache is off or unusable, or for NULL.
+ */
 FSA_API const char *fsa_context_cache_dir(const fsa_context *ctx);
 
+/** Kernel cache counters of one context, filled by fsa_context_cache_stats. */
 typedef struct fsa_cache_stats {
     size_t struct_size;
-    uint64_t memory_hits;     /* kernel found in this process's table */
-    uint64_t disk_hits;       /* kernel read from the disk cache */
-    uint64_t compiles;        /* NVRTC compilations done by this context */
-    double compile_ms;        /* wall time spent in them */
-    uint64_t corrupt_entries; /* disk entries rejected (bad header, checksum, key, owner) */
-    uint64_t write_failures;  /* entries that could not be published (kept in memory) */
+    uint64_t memory_hits;     /**< kernel found in this process's table */
+    uint64_t disk_hits;       /**< kernel read from the disk cache */
+    uint64_t compiles;        /**< NVRTC compilations done by this context */
+    double compile_ms;        /**< wall time spent in them */
+    uint64_t corrupt_entries; /**< disk entries rejected (bad header, checksum, key, owner) */
+    uint64_t write_failures;  /**< entries that could not be published (kept in memory) */
 } fsa_cache_stats;
 
-#define FSA_CACHE_STATS_INIT { sizeof(fsa_cache_stats), 0, 0, 0, 0.0, 0, 0 }
+#define FSA_CACHE_STATS_INIT FSA_INIT_(fsa_cache_stats, )
 
+/**
+ * Reads a context's cache counters.
+ * @param[out] out  struct_size set by the caller (FSA_CACHE_STATS_INIT); the
+ *                  fields it covers are written, struct_size itself is not.
+ * @param      ctx  the context
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE.
+ * Thread-safe: each counter is read atomically (the set is not a snapshot
+ * while other threads load kernels).
+ */
 FSA_API fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_context *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Disk cache maintenance (what tools/fsa-precompile uses)                  */
 /* ------------------------------------------------------------------------ */
 
+/** One disk cache entry, as a visit callback sees it. The strings belong to
+ *  the library and are valid only during the callback. */
 typedef struct fsa_cache_entry_info {
-    const char *path;   /* full path */
-    const char *name;   /* readable kernel name, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
-    const char *target; /* directory target, e.g. sm_90a */
-    uint64_t bytes;     /* file size */
-    int64_t mtime;      /* seconds since the epoch */
-    int valid;          /* verify only: 1 when header, key and checksum are good */
+    const char *path;   /**< full path */
+    const char *name;   /**< readable kernel name, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
+    const char *target; /**< directory target, e.g. sm_90a */
+    uint64_t bytes;     /**< file size */
+    int64_t mtime;      /**< seconds since the epoch */
+    int valid;          /**< fsa_cache_verify only: 1 when header, key and checksum are good */
 } fsa_cache_entry_info;
 
-/* Called once per entry; return non-zero to stop early. */
+/** Called once per entry with the caller's `user` pointer; return non-zero to
+ *  stop early. It runs on the calling thread, during the call. */
 typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user);
 
-/* Every entry of every target under the context's cache directory. */
+/**
+ * Visits every entry of every target under the context's cache directory.
+ * @param ctx   the context
+ * @param visit the callback (required)
+ * @param user  passed to visit unchanged
+ * @return FSA_STATUS_OK (also when visit stopped early);
+ *         FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO when the context has no
+ *         disk cache or a directory cannot be read.
+ * Reads the file system only; safe while other threads and processes use the
+ * cache.
+ */
 FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user);
-/* Re-reads and re-hashes every entry; with a device, also loads the entries
- * of the context's target. Bad entries are deleted. *bad_out counts them. */
+
+/**
+ * Re-reads and re-hashes every entry; on a context with a device, also loads
+ * the entries of the context's target into the driver. Bad entries are
+ * deleted (unless the cache is read-only).
+ * @param      ctx     the context
+ * @param      visit   called for every entry with `valid` set; may be NULL
+ * @param      user    passed to visit unchanged
+ * @param[out] bad_out the number of bad entries; may be NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
+ * Blocks (file I/O, module loads); safe while other processes use the cache.
+ */
 FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, void *user,
                                     uint64_t *bad_out);
-/* Deletes the least recently used entries until the total is <= max_bytes,
- * and stale temporary files. */
+
+/**
+ * Deletes stale temporary and lock files, then the least recently used
+ * entries until the entries total at most max_bytes.
+ * @param      ctx            the context
+ * @param      max_bytes      the size to shrink to (0 deletes every entry)
+ * @param[out] removed_out    files deleted; may be NULL
+ * @param[out] bytes_left_out bytes of entries left; may be NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
+ * Safe while other processes use the cache: one that needs a deleted kernel
+ * compiles it again.
+ */
 FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_t *removed_out,
                                    uint64_t *bytes_left_out);
 
@@ -183,8 +342,20 @@ FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_
 /* Fill: the smallest kernel of the library, through the whole JIT path    */
 /* ------------------------------------------------------------------------ */
 
-/* Sets `count` 32-bit words at `dst` (device, 4-byte aligned) to `value`,
- * asynchronously on `stream`. Compiles or loads its kernel on first use. */
+/**
+ * Sets `count` 32-bit words at `dst` to `value`, asynchronously on `stream`.
+ * The first call on a context compiles or loads the kernel (blocking); later
+ * calls only enqueue it.
+ * @param ctx    a context with a device
+ * @param dst    device address, 4-byte aligned
+ * @param value  the word to write
+ * @param count  number of words; 0 enqueues nothing
+ * @param stream a CUstream of the context's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_NO_DEVICE for an
+ *         offline context; FSA_STATUS_MISALIGNED for a NULL or unaligned dst;
+ *         kernel loading and driver errors.
+ * Thread-safe.
+ */
 FSA_API fsa_status fsa_fill_u32(fsa_context *ctx, uint64_t dst, uint32_t value, uint64_t count,
                                 void *stream);
 
@@ -192,129 +363,226 @@ FSA_API fsa_status fsa_fill_u32(fsa_context *ctx, uint64_t dst, uint32_t value, 
 /* Selected attention (Native Sparse Attention's top-k block branch)        */
 /* ------------------------------------------------------------------------ */
 
+/** The kernels and launch decisions for one problem shape. Made by
+ *  fsa_plan_create, released by fsa_plan_destroy. Read-only after creation:
+ *  several threads may launch with one plan at the same time, each on its
+ *  own stream and with its own workspace. */
 typedef struct fsa_plan fsa_plan;
 
 typedef enum fsa_dtype { FSA_DTYPE_BF16 = 0, FSA_DTYPE_F16 = 1 } fsa_dtype;
 
 typedef enum fsa_algorithm {
-    FSA_ALGORITHM_AUTO = 0, /* per call, from measured crossovers */
-    FSA_ALGORITHM_FSA = 1,  /* KV blocks outer, query tokens inner */
-    FSA_ALGORITHM_NSA = 2   /* query tokens outer, selected blocks inner */
+    FSA_ALGORITHM_AUTO = 0, /**< per call, from measured crossovers */
+    FSA_ALGORITHM_FSA = 1,  /**< KV blocks outer, query tokens inner */
+    FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
 } fsa_algorithm;
 
+/** The problem shape of a plan. */
 typedef struct fsa_selected_attention_desc {
     size_t struct_size;
-    fsa_dtype dtype;          /* of q, k, v, o (and do, dq, dk, dv) */
-    int head_dim;             /* multiple of 16, 16..256 */
-    int num_q_heads;          /* Hq */
-    int num_kv_heads;         /* Hkv; Hq % Hkv == 0, group G = Hq / Hkv */
-    int block_size;           /* keys per selectable block: 16, 32, 64, 128, 256 */
-    int top_k;                /* selected blocks per query token: 1..64 */
-    float scale;              /* softmax scale; 0 = 1/sqrt(head_dim) */
-    fsa_algorithm algorithm;
-    uint64_t workspace_limit; /* bytes; 0 = no limit. Larger problems run in token chunks. */
-    int backward;             /* 1 = also prepare the backward kernels */
+    fsa_dtype dtype;          /**< of q, k, v, o (and dout, dq, dk, dv); default bf16 */
+    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int num_q_heads;          /**< Hq (required) */
+    int num_kv_heads;         /**< Hkv (required); Hq % Hkv == 0, group G = Hq / Hkv */
+    int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
+    int top_k;                /**< selected blocks per query token: 1..64; default 16 */
+    float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
+    fsa_algorithm algorithm;  /**< default AUTO */
+    uint64_t workspace_limit; /**< bytes; 0 = no limit. Larger problems run in token chunks. */
+    int backward;             /**< 1 = also prepare the backward kernels */
 } fsa_selected_attention_desc;
 
-#define FSA_SELECTED_ATTENTION_DESC_INIT \
-    { sizeof(fsa_selected_attention_desc), FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 0.0f, \
-      FSA_ALGORITHM_AUTO, 0, 0 }
+#define FSA_SELECTED_ATTENTION_DESC_INIT                                                            \
+    FSA_INIT_(fsa_selected_attention_desc,                                                          \
+              FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(block_size, 64) FSA_INIT_FIELD_(top_k, 16))
 
-/* Compiles or loads every kernel the descriptor can need. With an offline
- * context (FSA_DEVICE_NONE) it only fills the cache; such a plan cannot run. */
+/**
+ * Creates a plan: checks the descriptor, decides which paths fit the target
+ * and compiles or loads every kernel the descriptor can need (from the
+ * process's table, the disk cache or NVRTC). With an offline context
+ * (FSA_DEVICE_NONE) it only fills the cache; such a plan answers the queries
+ * below but cannot run.
+ * @param[out] out  the new plan, or NULL on failure. The caller owns it and
+ *                  releases it with fsa_plan_destroy, before the context.
+ * @param      ctx  the context; it must outlive the plan
+ * @param      desc the shape; read only during the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         the library does not take (the message says which field and why);
+ *         compile, cache and driver errors (FSA_STATUS_JIT_DISABLED,
+ *         FSA_STATUS_NO_NVRTC, FSA_STATUS_COMPILE_FAILED, ...).
+ * Thread-safe (one kernel is compiled once however many threads ask for it).
+ * Blocks: a compile takes seconds; do not call during a stream capture.
+ */
 FSA_API fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx,
                                    const fsa_selected_attention_desc *desc);
+
+/**
+ * Releases a plan.
+ * @param plan a plan from fsa_plan_create, or NULL (nothing happens). No
+ *             call with it may be running; work it enqueued may still be in
+ *             flight (the kernels stay loaded).
+ */
 FSA_API void fsa_plan_destroy(fsa_plan *plan);
 
-/* Bytes of device workspace a call needs for `total_tokens` packed tokens in
- * `batch` sequences (0 when nothing is needed). With a workspace limit in the
- * descriptor, the result does not exceed it unless even one token chunk
- * needs more. */
+/**
+ * Bytes of device workspace a forward call needs. With a workspace limit in
+ * the descriptor the result does not exceed it, unless even one token chunk
+ * needs more.
+ * @param[out] bytes_out    the size; 0 when the call needs no workspace (no
+ *                          tokens, or the NSA path)
+ * @param      plan         the plan
+ * @param      total_tokens T, the packed tokens of the call
+ * @param      batch        sequences in the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a token count or batch the forward would refuse;
+ *         FSA_STATUS_UNSUPPORTED when the problem is too large to index.
+ * Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan,
                                            int64_t total_tokens, int batch);
 
-/* The path a forward call with this many tokens takes, and why. */
+/**
+ * The path a forward call with this many tokens takes, and why.
+ * @param[out] algorithm_out FSA_ALGORITHM_FSA or FSA_ALGORITHM_NSA
+ * @param[out] reason_out    a static sentence; may be NULL
+ * @param      plan          the plan
+ * @param      total_tokens  T, 0 to INT32_MAX - 1
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a token count out of range.
+ * Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out,
                                       const fsa_plan *plan, int64_t total_tokens);
 
-/* Tensors are device pointers; strides are in elements; the last dimension
- * is contiguous. q and o: [T, Hq, D]; k and v: [T, Hkv, D]. Pointers must be
- * 16-byte aligned and token/head strides multiples of 8 elements (the stride
- * of a dimension of size 1 is ignored).
- * Top-k indices: int32, element (h, t, s) at topk + h*topk_head_stride +
- * t*topk_token_stride + s, so [Hkv, T, K] and [T, Hkv, K] both work.
+/** A device tensor seen through two strides: the row of token t and head h
+ *  starts at element `ptr + t * token_stride + h * head_stride` and is
+ *  contiguous. Strides are in elements, not negative; the stride of a
+ *  dimension of size 1 is ignored. */
+typedef struct fsa_tensor {
+    uint64_t ptr;         /**< device address (CUdeviceptr) */
+    int64_t token_stride; /**< elements from one token to the next */
+    int64_t head_stride;  /**< elements from one head to the next */
+} fsa_tensor;
+
+/** Arguments of fsa_selected_attention_fwd.
+ *
+ * q, k, v and o are dtype tensors of D elements per row: q and o have Hq
+ * heads, k and v Hkv. Their pointers must be 16-byte aligned and their strides
+ * multiples of 8 elements.
+ * topk holds int32 block indices, K per row: slot s of token t and KV head h
+ * is element `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`, so
+ * [Hkv, T, K] and [T, Hkv, K] both work without a copy; 4-byte aligned.
  * cu_seqlens: int32 [batch + 1] on the device, starts of the packed sequences,
  * cu_seqlens[0] = 0 and cu_seqlens[batch] = total_tokens. */
 typedef struct fsa_fwd_args {
     size_t struct_size;
-    int64_t total_tokens; /* T (host) */
-    int batch;            /* number of sequences (host) */
-    int max_seqlen;       /* longest sequence (host) or 0 when unknown; only checked against T */
-    uint64_t q, k, v, o;
-    int64_t q_token_stride, q_head_stride;
-    int64_t k_token_stride, k_head_stride;
-    int64_t v_token_stride, v_head_stride;
-    int64_t o_token_stride, o_head_stride;
-    uint64_t topk;
-    int64_t topk_head_stride, topk_token_stride;
-    uint64_t cu_seqlens;
-    uint64_t lse;         /* optional float [Hq, T] (natural log); 0 = not wanted */
-    uint64_t workspace;
+    int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
+    int batch;            /**< number of sequences (host), 1..T */
+    int max_seqlen;       /**< longest sequence (host) or 0 when unknown; only checked against T */
+    fsa_tensor q;         /**< [T, Hq, D], read */
+    fsa_tensor k;         /**< [T, Hkv, D], read */
+    fsa_tensor v;         /**< [T, Hkv, D], read */
+    fsa_tensor o;         /**< [T, Hq, D], written */
+    fsa_tensor topk;      /**< int32 [T, Hkv, K] through its strides, read */
+    uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
+    uint64_t lse;         /**< optional float [Hq, T] (natural log), written; 0 = not wanted */
+    uint64_t workspace;   /**< 256-byte aligned, fsa_plan_workspace_size bytes */
     size_t workspace_bytes;
 } fsa_fwd_args;
 
-#define FSA_FWD_ARGS_INIT                                                             \
-    { sizeof(fsa_fwd_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-      0 }
+#define FSA_FWD_ARGS_INIT FSA_INIT_(fsa_fwd_args, )
 
-/* Enqueues the forward on `stream` and returns: no allocation, no host
- * synchronization; can be captured in a CUDA graph. */
+/**
+ * Enqueues the forward on `stream` and returns: no allocation, no host
+ * synchronization; can be captured in a CUDA graph. Every argument is checked
+ * on the host before anything is enqueued (the device data, such as
+ * cu_seqlens and the top-k indices, is not read on the host).
+ * @param plan   the plan
+ * @param args   the tensors; read only during the call
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
+ *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
+ *         for counts out of range or negative strides;
+ *         FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
+ *         FSA_STATUS_UNSUPPORTED for a problem too large to index;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
 FSA_API fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args,
                                               void *stream);
 
-/* Backward: the gradients of o with respect to q, k and v. The plan must be
- * created with desc.backward = 1. Inputs as in the forward plus o, lse (the
- * forward's, required) and dout; outputs dq [T, Hq, D], dk and dv [T, Hkv, D]
- * (summed over the G query heads of each group), written in the input dtype,
- * accumulated in fp32. Deterministic: the same inputs give the same bits. */
+/** Arguments of fsa_selected_attention_bwd: the gradients of o with respect
+ * to q, k and v. Inputs as in the forward plus o, lse (the forward's,
+ * required) and dout; outputs dq (like q), dk and dv (like k and v; summed
+ * over the G query heads of each group), written in the input dtype. Every
+ * dtype tensor follows the forward's rules (16-byte aligned, strides
+ * multiples of 8 elements). */
 typedef struct fsa_bwd_args {
     size_t struct_size;
-    int64_t total_tokens;
-    int batch;
-    int max_seqlen;
-    uint64_t q, k, v, o, dout;
-    uint64_t dq, dk, dv;
-    int64_t q_token_stride, q_head_stride;
-    int64_t k_token_stride, k_head_stride;
-    int64_t v_token_stride, v_head_stride;
-    int64_t o_token_stride, o_head_stride;
-    int64_t dout_token_stride, dout_head_stride;
-    int64_t dq_token_stride, dq_head_stride;
-    int64_t dk_token_stride, dk_head_stride;
-    int64_t dv_token_stride, dv_head_stride;
-    uint64_t topk;
-    int64_t topk_head_stride, topk_token_stride;
-    uint64_t cu_seqlens;
-    uint64_t lse; /* float [Hq, T], natural log, as the forward wrote it */
-    uint64_t workspace;
+    int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
+    int batch;            /**< number of sequences (host), 1..T */
+    int max_seqlen;       /**< longest sequence (host) or 0 when unknown; only checked against T */
+    fsa_tensor q;         /**< [T, Hq, D], read */
+    fsa_tensor k;         /**< [T, Hkv, D], read */
+    fsa_tensor v;         /**< [T, Hkv, D], read */
+    fsa_tensor o;         /**< [T, Hq, D], the forward's output, read */
+    fsa_tensor dout;      /**< [T, Hq, D], gradient of o, read */
+    fsa_tensor dq;        /**< [T, Hq, D], written */
+    fsa_tensor dk;        /**< [T, Hkv, D], written */
+    fsa_tensor dv;        /**< [T, Hkv, D], written */
+    fsa_tensor topk;      /**< int32 [T, Hkv, K] through its strides, read */
+    uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
+    uint64_t lse;         /**< float [Hq, T], natural log, as the forward wrote it; required */
+    uint64_t workspace;   /**< 256-byte aligned, fsa_plan_workspace_size_bwd bytes */
     size_t workspace_bytes;
 } fsa_bwd_args;
 
-#define FSA_BWD_ARGS_INIT                                                                     \
-    { sizeof(fsa_bwd_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define FSA_BWD_ARGS_INIT FSA_INIT_(fsa_bwd_args, )
 
+/**
+ * Bytes of device workspace a backward call needs (with a workspace limit,
+ * as for fsa_plan_workspace_size).
+ * @param[out] bytes_out    the size; 0 when there are no tokens
+ * @param      plan         a plan created with desc.backward = 1
+ * @param      total_tokens T
+ * @param      batch        sequences in the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a plan without backward, or a token count or batch the
+ *         backward would refuse; FSA_STATUS_UNSUPPORTED when the problem is
+ *         too large to index.
+ * Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens,
                                                int batch);
 
-/* The path a backward call with this many tokens takes, and why: the order in
- * which dq is computed (FSA: per (token, slot) partials summed per token; NSA:
- * one CTA per token walking its selected blocks). dk and dv always go KV-block
- * outer. FSA_STATUS_INVALID_ARGUMENT when the plan has no backward. */
+/**
+ * The path a backward call with this many tokens takes, and why: the order in
+ * which dq is computed (FSA: per (token, slot) partials summed per token;
+ * NSA: one CTA per token walking its selected blocks). dk and dv always go
+ * KV-block outer.
+ * @param[out] algorithm_out FSA_ALGORITHM_FSA or FSA_ALGORITHM_NSA
+ * @param[out] reason_out    a static sentence; may be NULL
+ * @param      plan          a plan created with desc.backward = 1
+ * @param      total_tokens  T, 0 to INT32_MAX - 1
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         when the plan has no backward or the token count is out of range.
+ * Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **reason_out,
                                           const fsa_plan *plan, int64_t total_tokens);
 
-/* Enqueues the backward on `stream`; no allocation, no host synchronization. */
+/**
+ * Enqueues the backward on `stream`: no allocation, no host synchronization;
+ * can be captured in a CUDA graph. Accumulates in fp32. Deterministic: the
+ * same inputs give the same bits.
+ * @param plan   a plan created with desc.backward = 1
+ * @param args   the tensors; read only during the call
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return as fsa_selected_attention_fwd, and FSA_STATUS_INVALID_ARGUMENT for
+ *         a plan without backward.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
 FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream);
 
 /* ------------------------------------------------------------------------ */
@@ -355,84 +623,109 @@ FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bw
 
 typedef struct fsa_kvcache_plan fsa_kvcache_plan;
 
+/** The problem shape of a paged-cache plan. */
 typedef struct fsa_kvcache_desc {
     size_t struct_size;
-    fsa_dtype dtype;          /* of q, the caches and o */
-    int head_dim;             /* multiple of 16, 16..256 */
-    int num_q_heads;          /* Hq */
-    int num_kv_heads;         /* Hkv; group G = Hq / Hkv, 1..64 */
-    int block_size;           /* keys per selectable block: 16, 32, 64, 128, 256 */
-    int top_k;                /* slots per top-k row: 1..64 */
-    int page_size;            /* tokens per cache page: 1, 16, 32, 64, 128, 256 */
-    int max_batch;            /* most sequences per call */
-    int64_t max_query_tokens; /* most new tokens per call (all sequences) */
-    float scale;              /* softmax scale; 0 = 1/sqrt(head_dim) */
-    int splits;               /* shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+    fsa_dtype dtype;          /**< of q, the caches and o; default bf16 */
+    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int num_q_heads;          /**< Hq (required) */
+    int num_kv_heads;         /**< Hkv (required); group G = Hq / Hkv, 1..64 */
+    int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
+    int top_k;                /**< slots per top-k row: 1..64; default 16 */
+    int page_size;            /**< tokens per cache page: 1, 16, 32, 64 (default), 128, 256 */
+    int max_batch;            /**< most sequences per call (required) */
+    int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
+    float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
+    int splits;               /**< shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
 } fsa_kvcache_desc;
 
-#define FSA_KVCACHE_DESC_INIT \
-    { sizeof(fsa_kvcache_desc), FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 64, 1, 1, 0.0f, 0 }
+#define FSA_KVCACHE_DESC_INIT                                                                          \
+    FSA_INIT_(fsa_kvcache_desc, FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(block_size, 64)          \
+                                    FSA_INIT_FIELD_(top_k, 16) FSA_INIT_FIELD_(page_size, 64))
 
-/* Compiles or loads the kernels for the descriptor (once; see the context's
- * cache). With an offline context it only fills the cache. The plan belongs
- * to the caller; it keeps using `ctx`, which must outlive it. */
+/**
+ * Creates a paged-cache plan: checks the descriptor, compiles or loads its
+ * kernels (blocking; not during a stream capture).
+ * @param[out] out  the new plan, or NULL on failure; the caller owns it
+ *                  (fsa_kvcache_plan_destroy). It keeps using `ctx`, which
+ *                  must outlive it.
+ * @param      ctx  a context; an offline one only fills the cache
+ * @param      desc read during the call only
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         outside the ranges above; the JIT statuses of fsa_plan_create.
+ */
 FSA_API fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx,
                                            const fsa_kvcache_desc *desc);
+/** Destroys a plan; NULL is fine. No call of it may be in flight on the host. */
 FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
 
-/* Bytes of device workspace every call of the plan needs (sized for
- * max_batch; 0 when sequences never split). */
+/**
+ * Bytes of device workspace every call of the plan needs (sized for
+ * max_batch; 0 when no sequence can split). Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
 
-/* The tiling the plan uses: query tokens per tile (a sequence with at most
- * this many new tokens splits) and the number of shares it splits into. */
+/**
+ * The tiling the plan uses: query tokens per tile (a sequence with at most
+ * this many new tokens splits) and the number of shares it splits into.
+ * Host-only and thread-safe.
+ */
 FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan);
 
-/* Device pointers (uint64_t) with strides in elements; last dims contiguous.
- * q, o: [Tq, Hq, D]; 16-byte aligned, token/head strides multiples of 8.
- * k_cache, v_cache: [num_pages, page_size, Hkv, D] by (page, token, head)
- * strides (so [num_pages, Hkv, page_size, D] works too); 16-byte aligned,
- * strides multiples of 8. block_table: int32, entry (b, s) at
- * block_table + b * block_table_stride + s, s < max_pages_per_seq.
- * cu_seqlens_q: int32 [batch + 1]; seqused_k: int32 [batch]. Top-k: int32,
- * element (h, t, s) at topk + h * topk_head_stride + t * topk_token_stride + s
+/** Arguments of fsa_kvcache_attention.
+ *
+ * q and o: [Tq, Hq, D] dtype tensors, 16-byte aligned, strides multiples of 8.
+ * k_cache and v_cache: pages [num_pages, page_size, Hkv, D]: the row of token
+ * slot s of page n and KV head h starts at element `ptr + n * page_stride +
+ * s * token_stride + h * head_stride` (so [num_pages, Hkv, page_size, D]
+ * works too); 16-byte aligned, strides multiples of 8.
+ * block_table: int32, entry (b, i) at `block_table + b * block_table_stride
+ * + i`, i < max_pages_per_seq. cu_seqlens_q: int32 [batch + 1]; seqused_k:
+ * int32 [batch]. topk: int32 logical block numbers, slot s of token t and KV
+ * head h at `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`
  * ([Hkv, Tq, K] or [Tq, Hkv, K]; head stride 0 shares one selection across
- * the KV heads); -1 = unused. topk_length: optional int32 [Tq] (0 = every row
- * uses all K slots). lse: optional float [Hq, Tq]. Every pointer stays owned
- * by the caller. */
+ * the KV heads); -1 = unused. topk_length: optional int32 [Tq]. lse: optional
+ * float [Hq, Tq]. All device data is read on the device at every call
+ * (update it in place between graph replays) and stays the caller's. */
 typedef struct fsa_kvcache_args {
     size_t struct_size;
-    int64_t num_query_tokens; /* Tq (host), <= max_query_tokens */
-    int batch;                /* B (host), <= max_batch */
-    uint64_t q;
-    int64_t q_token_stride, q_head_stride;
-    uint64_t cu_seqlens_q;
-    uint64_t k_cache;
-    int64_t k_page_stride, k_token_stride, k_head_stride;
-    uint64_t v_cache;
-    int64_t v_page_stride, v_token_stride, v_head_stride;
-    int64_t num_pages;
-    uint64_t block_table;
-    int64_t block_table_stride;
-    int max_pages_per_seq;
-    uint64_t seqused_k;
-    uint64_t topk;
-    int64_t topk_head_stride, topk_token_stride;
-    uint64_t topk_length;
-    uint64_t o;
-    int64_t o_token_stride, o_head_stride;
-    uint64_t lse;
-    uint64_t workspace;       /* 256-byte aligned; fsa_kvcache_plan_workspace_size bytes */
+    int64_t num_query_tokens;   /**< Tq (host), 0..max_query_tokens */
+    int batch;                  /**< B (host), 0..max_batch */
+    fsa_tensor q;               /**< [Tq, Hq, D], read */
+    uint64_t cu_seqlens_q;      /**< int32 [batch + 1], read */
+    fsa_tensor k_cache;         /**< token and head strides of the key pages, read */
+    int64_t k_page_stride;      /**< elements from one key page to the next */
+    fsa_tensor v_cache;         /**< token and head strides of the value pages, read */
+    int64_t v_page_stride;      /**< elements from one value page to the next */
+    int64_t num_pages;          /**< pages in each cache; other page numbers are skipped */
+    uint64_t block_table;       /**< int32 [batch, max_pages_per_seq] by rows, read */
+    int64_t block_table_stride; /**< elements from one sequence's row to the next */
+    int max_pages_per_seq;      /**< entries per row; slots past it are skipped */
+    uint64_t seqused_k;         /**< int32 [batch]: cached keys, new tokens included, read */
+    fsa_tensor topk;            /**< int32 top-k rows through their strides, read */
+    uint64_t topk_length;       /**< optional int32 [Tq], read; 0 = every row uses all K slots */
+    fsa_tensor o;               /**< [Tq, Hq, D], written */
+    uint64_t lse;               /**< optional float [Hq, Tq] (natural log), written; 0 = not wanted */
+    uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes */
     size_t workspace_bytes;
 } fsa_kvcache_args;
 
-#define FSA_KVCACHE_ARGS_INIT                                                                  \
-    { sizeof(fsa_kvcache_args), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-      0, 0, 0, 0, 0, 0, 0, 0 }
+#define FSA_KVCACHE_ARGS_INIT FSA_INIT_(fsa_kvcache_args, )
 
-/* Enqueues the attention on `stream` and returns. Host-checkable problems
- * (NULL or misaligned pointers, sizes beyond the plan, a small workspace)
- * return a status before anything is launched. */
+/**
+ * Enqueues the attention on `stream` and returns: no allocation, no host
+ * synchronization; can be captured in a CUDA graph. Host-checkable problems
+ * are refused before anything is enqueued.
+ * @param plan   the plan
+ * @param args   read during the call only
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan or negative
+ *         strides; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
 FSA_API fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args,
                                          void *stream);
 

@@ -24,7 +24,7 @@
 
 #include "fsa.h"
 
-#include <cuda.h>
+#include "bench_cuda.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -38,7 +38,7 @@
         CUresult r_ = (call);                                                                 \
         if (r_ != CUDA_SUCCESS) {                                                             \
             const char *n_ = "?";                                                             \
-            cuGetErrorName(r_, &n_);                                                          \
+            cu.GetErrorName(r_, &n_);                                                          \
             fprintf(stderr, "fsa-bench --decode: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
             exit(1);                                                                          \
         }                                                                                     \
@@ -117,15 +117,15 @@ static void dec_free(dec_problem *p)
 {
     CUdeviceptr all[] = {p->q, p->o, p->lse, p->k_cache, p->v_cache, p->table, p->cu, p->seqused, p->topk, p->ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]) cuMemFree(all[i]);
+        if (all[i]) cu.MemFree(all[i]);
     memset(p, 0, sizeof *p);
 }
 
 static CUdeviceptr upload(const void *src, size_t bytes)
 {
     CUdeviceptr d;
-    CU(cuMemAlloc(&d, bytes ? bytes : 4));
-    if (bytes) CU(cuMemcpyHtoD(d, src, bytes));
+    CU(cu.MemAlloc(&d, bytes ? bytes : 4));
+    if (bytes) CU(cu.MemcpyHtoD(d, src, bytes));
     return d;
 }
 
@@ -181,26 +181,26 @@ static int dec_make(dec_problem *p, int B, int L, int hkv, int q_len, int shared
         free(table);
         return 0;
     }
-    CU(cuMemAlloc(&p->k_cache, (size_t)pages * page_bytes));
-    CU(cuMemAlloc(&p->v_cache, (size_t)pages * page_bytes));
-    CU(cuMemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
-    CU(cuMemsetD16(p->v_cache, 0x3c00, (size_t)pages * page_bytes / 2));
+    CU(cu.MemAlloc(&p->k_cache, (size_t)pages * page_bytes));
+    CU(cu.MemAlloc(&p->v_cache, (size_t)pages * page_bytes));
+    CU(cu.MemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
+    CU(cu.MemsetD16(p->v_cache, 0x3c00, (size_t)pages * page_bytes / 2));
     const size_t nq = (size_t)p->tq * HQ * D;
-    CU(cuMemAlloc(&p->q, nq * 2));
-    CU(cuMemsetD16(p->q, 0x3c00, nq));
-    CU(cuMemAlloc(&p->o, nq * 2));
-    CU(cuMemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
+    CU(cu.MemAlloc(&p->q, nq * 2));
+    CU(cu.MemsetD16(p->q, 0x3c00, nq));
+    CU(cu.MemAlloc(&p->o, nq * 2));
+    CU(cu.MemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
     p->topk = upload(topk, (size_t)p->tq * hkv * k * sizeof(int32_t));
     p->table = upload(table, (size_t)B * p->max_pages * sizeof(int32_t));
-    int32_t *cu = malloc((size_t)(B + 1) * sizeof(int32_t)), *used = malloc((size_t)B * sizeof(int32_t));
-    for (int b = 0; b <= B; b++) cu[b] = b * q_len;
+    int32_t *starts = malloc((size_t)(B + 1) * sizeof(int32_t)), *used = malloc((size_t)B * sizeof(int32_t));
+    for (int b = 0; b <= B; b++) starts[b] = b * q_len;
     for (int b = 0; b < B; b++) used[b] = L;
-    p->cu = upload(cu, (size_t)(B + 1) * 4);
+    p->cu = upload(starts, (size_t)(B + 1) * 4);
     p->seqused = upload(used, (size_t)B * 4);
     size_t ws = 0;
     FSA(fsa_kvcache_plan_workspace_size(&ws, plan));
-    if (ws) CU(cuMemAlloc(&p->ws, ws));
-    free(cu);
+    if (ws) CU(cu.MemAlloc(&p->ws, ws));
+    free(starts);
     free(used);
     free(topk);
     free(table);
@@ -212,24 +212,18 @@ static fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *p
     fsa_kvcache_args a = FSA_KVCACHE_ARGS_INIT;
     a.num_query_tokens = p->tq;
     a.batch = p->B;
-    a.q = p->q;
-    a.q_token_stride = a.o_token_stride = HQ * D;
-    a.q_head_stride = a.o_head_stride = D;
+    a.q = (fsa_tensor){p->q, HQ * D, D};
+    a.o = (fsa_tensor){p->o, HQ * D, D};
     a.cu_seqlens_q = p->cu;
-    a.k_cache = p->k_cache;
-    a.v_cache = p->v_cache;
+    a.k_cache = (fsa_tensor){p->k_cache, (int64_t)p->hkv * D, D};
+    a.v_cache = (fsa_tensor){p->v_cache, (int64_t)p->hkv * D, D};
     a.k_page_stride = a.v_page_stride = (int64_t)PAGE * p->hkv * D;
-    a.k_token_stride = a.v_token_stride = (int64_t)p->hkv * D;
-    a.k_head_stride = a.v_head_stride = D;
     a.num_pages = p->num_pages;
     a.block_table = p->table;
     a.block_table_stride = p->max_pages;
     a.max_pages_per_seq = p->max_pages;
     a.seqused_k = p->seqused;
-    a.topk = p->topk;
-    a.topk_head_stride = p->k;
-    a.topk_token_stride = (int64_t)p->hkv * p->k;
-    a.o = p->o;
+    a.topk = (fsa_tensor){p->topk, (int64_t)p->hkv * p->k, p->k};
     a.lse = p->lse;
     a.workspace = p->ws;
     FSA(fsa_kvcache_plan_workspace_size(&a.workspace_bytes, plan));
@@ -244,28 +238,28 @@ static double time_call(const bench_env *env, const fsa_kvcache_plan *plan, cons
     CUgraphExec exec = NULL;
     if (graph) {
         CUgraph g;
-        CU(cuStreamBeginCapture(env->stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CU(cu.StreamBeginCapture(env->stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
         FSA(fsa_kvcache_attention(plan, a, env->stream));
-        CU(cuStreamEndCapture(env->stream, &g));
-        CU(cuGraphInstantiate(&exec, g, 0));
-        CU(cuGraphDestroy(g));
+        CU(cu.StreamEndCapture(env->stream, &g));
+        CU(cu.GraphInstantiate(&exec, g, 0));
+        CU(cu.GraphDestroy(g));
     }
     double *t = malloc((size_t)reps * sizeof(double));
     for (int r = -3; r < reps; r++) {
-        CU(cuMemsetD8Async(env->flush, (unsigned char)r, env->flush_bytes, env->stream));
-        CU(cuEventRecord(env->e0, env->stream));
-        if (graph) CU(cuGraphLaunch(exec, env->stream));
+        CU(cu.MemsetD8Async(env->flush, (unsigned char)r, env->flush_bytes, env->stream));
+        CU(cu.EventRecord(env->e0, env->stream));
+        if (graph) CU(cu.GraphLaunch(exec, env->stream));
         else FSA(fsa_kvcache_attention(plan, a, env->stream));
-        CU(cuEventRecord(env->e1, env->stream));
-        CU(cuEventSynchronize(env->e1));
+        CU(cu.EventRecord(env->e1, env->stream));
+        CU(cu.EventSynchronize(env->e1));
         float ms = 0;
-        CU(cuEventElapsedTime(&ms, env->e0, env->e1));
+        CU(cu.EventElapsedTime(&ms, env->e0, env->e1));
         if (r >= 0) t[r] = ms * 1e3;
     }
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
     const double med = t[reps / 2];
     free(t);
-    if (exec) CU(cuGraphExecDestroy(exec));
+    if (exec) CU(cu.GraphExecDestroy(exec));
     return med;
 }
 
@@ -278,7 +272,7 @@ static double host_time(const bench_env *env, const fsa_kvcache_plan *plan, cons
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int i = 0; i < 200; i++) FSA(fsa_kvcache_attention(plan, a, env->stream));
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        CU(cuStreamSynchronize(env->stream));
+        CU(cu.StreamSynchronize(env->stream));
         const double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / 200;
         if (us < best) best = us;
     }
@@ -415,32 +409,34 @@ int fsa_bench_decode(int argc, char **argv)
         }
     }
     if (o.n_ls <= 0 || o.n_bs <= 0 || o.n_gs <= 0 || o.reps < 1) return 2;
+    char why[512];
+    if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --decode: %s\n", why), 1;
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     fsa_context *ctx = NULL;
     FSA(fsa_context_create(&ctx, &co));
     CUdevice dev;
     CUcontext pctx;
-    CU(cuInit(0));
-    CU(cuDeviceGet(&dev, 0));
-    CU(cuDevicePrimaryCtxRetain(&pctx, dev));
-    CU(cuCtxSetCurrent(pctx));
+    CU(cu.Init(0));
+    CU(cu.DeviceGet(&dev, 0));
+    CU(cu.DevicePrimaryCtxRetain(&pctx, dev));
+    CU(cu.CtxSetCurrent(pctx));
     char name[256];
-    CU(cuDeviceGetName(name, sizeof name, dev));
+    CU(cu.DeviceGetName(name, sizeof name, dev));
     printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule)\n", fsa_version_string(), name,
            fsa_context_target(ctx), o.splits);
     bench_env env;
     env.flush_bytes = (size_t)256 << 20;
-    CU(cuStreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));
-    CU(cuEventCreate(&env.e0, CU_EVENT_DEFAULT));
-    CU(cuEventCreate(&env.e1, CU_EVENT_DEFAULT));
-    CU(cuMemAlloc(&env.flush, env.flush_bytes));
+    CU(cu.StreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));
+    CU(cu.EventCreate(&env.e0, CU_EVENT_DEFAULT));
+    CU(cu.EventCreate(&env.e1, CU_EVENT_DEFAULT));
+    CU(cu.MemAlloc(&env.flush, env.flush_bytes));
     run_grid(&o, ctx, &env);
     if (o.dense) run_dense(&o, ctx, &env);
     if (o.prefill) run_prefill(&o, ctx, &env);
-    cuMemFree(env.flush);
-    cuEventDestroy(env.e0);
-    cuEventDestroy(env.e1);
-    cuStreamDestroy(env.stream);
+    cu.MemFree(env.flush);
+    cu.EventDestroy(env.e0);
+    cu.EventDestroy(env.e1);
+    cu.StreamDestroy(env.stream);
     fsa_context_destroy(ctx);
     return 0;
 }

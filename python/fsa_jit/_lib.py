@@ -54,8 +54,63 @@ FSA_ALGORITHM_NSA = 2
 
 ALGORITHMS = {"auto": FSA_ALGORITHM_AUTO, "fsa": FSA_ALGORITHM_FSA, "nsa": FSA_ALGORITHM_NSA}
 
+# The one set of dtype spellings, shared with the C tools' --dtype.
+DTYPE_SPELLINGS = {
+    "bf16": FSA_DTYPE_BF16, "bfloat16": FSA_DTYPE_BF16,
+    "fp16": FSA_DTYPE_F16, "f16": FSA_DTYPE_F16, "float16": FSA_DTYPE_F16, "half": FSA_DTYPE_F16,
+}
+DTYPE_NAMES = {FSA_DTYPE_BF16: "bf16", FSA_DTYPE_F16: "f16"}
+
+
+def dtype_code(d):
+    """FSA_DTYPE_* of a spelling in DTYPE_SPELLINGS or a torch dtype (torch.bfloat16, torch.float16)."""
+    name = str(d).lower()
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+    if name not in DTYPE_SPELLINGS:
+        raise ValueError(f"dtype {d!r}: expected one of {', '.join(DTYPE_SPELLINGS)} (or torch.bfloat16, torch.float16)")
+    return DTYPE_SPELLINGS[name]
+
+_BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(value, name="bytes"):
+    """A byte count: None (0), an int >= 0, or a string such as '2G' (suffixes K, M, G, T: powers of
+    1024, as the tools' options take them)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text.rstrip("kKmMgGtT")
+        suffix = text[len(digits):].upper()
+        if digits.isdigit() and suffix in _BYTE_SUFFIXES:
+            return int(digits) * _BYTE_SUFFIXES[suffix]
+        raise ValueError(f"{name}: {value!r} is not a byte count (e.g. 536870912, '512M', '2G')")
+    raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")
+
+
 # ------------------------------------------------------------------ structs
 # Same field order and types as fsa.h; enums are int, device pointers uint64.
+
+
+class _Sized(ctypes.Structure):
+    """A struct that starts with struct_size. Like its ..._INIT macro, a new
+    instance is zero except struct_size (its ctypes size) and `_defaults_`;
+    keyword arguments set fields."""
+
+    _defaults_ = {}
+
+    def __init__(self, **fields):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(self)
+        for name, value in {**self._defaults_, **fields}.items():
+            setattr(self, name, value)
 
 
 class fsa_error_info(ctypes.Structure):
@@ -70,7 +125,7 @@ class fsa_error_info(ctypes.Structure):
     ]
 
 
-class fsa_context_options(ctypes.Structure):
+class fsa_context_options(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("device", ctypes.c_int),
@@ -81,15 +136,8 @@ class fsa_context_options(ctypes.Structure):
         ("log", ctypes.c_int),
     ]
 
-    def __init__(self, **fields):
-        # FSA_CONTEXT_OPTIONS_INIT
-        super().__init__(ctypes.sizeof(fsa_context_options), 0, None, None,
-                         FSA_CACHE_MODE_DEFAULT, FSA_JIT_DEFAULT, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
 
-
-class fsa_cache_stats(ctypes.Structure):
+class fsa_cache_stats(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("memory_hits", ctypes.c_uint64),
@@ -99,9 +147,6 @@ class fsa_cache_stats(ctypes.Structure):
         ("corrupt_entries", ctypes.c_uint64),
         ("write_failures", ctypes.c_uint64),
     ]
-
-    def __init__(self):
-        super().__init__(ctypes.sizeof(fsa_cache_stats))
 
 
 class fsa_cache_entry_info(ctypes.Structure):
@@ -119,7 +164,7 @@ fsa_cache_visit_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(fsa_cache_ent
                                       ctypes.c_void_p)
 
 
-class fsa_selected_attention_desc(ctypes.Structure):
+class fsa_selected_attention_desc(_Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
@@ -133,39 +178,31 @@ class fsa_selected_attention_desc(ctypes.Structure):
         ("workspace_limit", ctypes.c_uint64),
         ("backward", ctypes.c_int),
     ]
-
-    def __init__(self, **fields):
-        # FSA_SELECTED_ATTENTION_DESC_INIT
-        super().__init__(ctypes.sizeof(fsa_selected_attention_desc), FSA_DTYPE_BF16, 128, 0, 0,
-                         64, 16, 0.0, FSA_ALGORITHM_AUTO, 0, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
+    _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16}  # FSA_SELECTED_ATTENTION_DESC_INIT
 
 
-def _strides(*names):
-    fields = []
-    for n in names:
-        fields += [(n + "_token_stride", ctypes.c_int64), (n + "_head_stride", ctypes.c_int64)]
-    return fields
+class fsa_tensor(ctypes.Structure):
+    """A device tensor: row (t, h) at element ptr + t * token_stride + h * head_stride."""
+
+    _fields_ = [
+        ("ptr", ctypes.c_uint64),
+        ("token_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
 
 
-class fsa_fwd_args(ctypes.Structure):
-    _fields_ = (
+def _call_args(*tensors):
+    """The fields of fsa_fwd_args / fsa_bwd_args around their tensor views."""
+    return (
         [
             ("struct_size", ctypes.c_size_t),
             ("total_tokens", ctypes.c_int64),
             ("batch", ctypes.c_int),
             ("max_seqlen", ctypes.c_int),
-            ("q", ctypes.c_uint64),
-            ("k", ctypes.c_uint64),
-            ("v", ctypes.c_uint64),
-            ("o", ctypes.c_uint64),
         ]
-        + _strides("q", "k", "v", "o")
+        + [(name, fsa_tensor) for name in tensors]
         + [
-            ("topk", ctypes.c_uint64),
-            ("topk_head_stride", ctypes.c_int64),
-            ("topk_token_stride", ctypes.c_int64),
+            ("topk", fsa_tensor),
             ("cu_seqlens", ctypes.c_uint64),
             ("lse", ctypes.c_uint64),
             ("workspace", ctypes.c_uint64),
@@ -173,46 +210,13 @@ class fsa_fwd_args(ctypes.Structure):
         ]
     )
 
-    def __init__(self, **fields):
-        super().__init__()  # FSA_FWD_ARGS_INIT: all zero but struct_size
-        self.struct_size = ctypes.sizeof(fsa_fwd_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
+
+class fsa_fwd_args(_Sized):
+    _fields_ = _call_args("q", "k", "v", "o")
 
 
-class fsa_bwd_args(ctypes.Structure):
-    _fields_ = (
-        [
-            ("struct_size", ctypes.c_size_t),
-            ("total_tokens", ctypes.c_int64),
-            ("batch", ctypes.c_int),
-            ("max_seqlen", ctypes.c_int),
-            ("q", ctypes.c_uint64),
-            ("k", ctypes.c_uint64),
-            ("v", ctypes.c_uint64),
-            ("o", ctypes.c_uint64),
-            ("dout", ctypes.c_uint64),
-            ("dq", ctypes.c_uint64),
-            ("dk", ctypes.c_uint64),
-            ("dv", ctypes.c_uint64),
-        ]
-        + _strides("q", "k", "v", "o", "dout", "dq", "dk", "dv")
-        + [
-            ("topk", ctypes.c_uint64),
-            ("topk_head_stride", ctypes.c_int64),
-            ("topk_token_stride", ctypes.c_int64),
-            ("cu_seqlens", ctypes.c_uint64),
-            ("lse", ctypes.c_uint64),
-            ("workspace", ctypes.c_uint64),
-            ("workspace_bytes", ctypes.c_size_t),
-        ]
-    )
-
-    def __init__(self, **fields):
-        super().__init__()  # FSA_BWD_ARGS_INIT
-        self.struct_size = ctypes.sizeof(fsa_bwd_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
+class fsa_bwd_args(_Sized):
+    _fields_ = _call_args("q", "k", "v", "o", "dout", "dq", "dk", "dv")
 
 
 STRUCTS = {
@@ -221,6 +225,7 @@ STRUCTS = {
     "fsa_cache_stats": fsa_cache_stats,
     "fsa_cache_entry_info": fsa_cache_entry_info,
     "fsa_selected_attention_desc": fsa_selected_attention_desc,
+    "fsa_tensor": fsa_tensor,
     "fsa_fwd_args": fsa_fwd_args,
     "fsa_bwd_args": fsa_bwd_args,
 }
@@ -351,15 +356,39 @@ def _repo_root():
     return Path(__file__).resolve().parents[2]
 
 
+def source_tree_version():
+    """The VERSION file of the source tree this package sits in ("0+unknown" outside one)."""
+    try:
+        return (_repo_root() / "VERSION").read_text().split()[0]
+    except (OSError, IndexError):
+        return "0+unknown"
+
+
+def package_version():
+    try:
+        from ._version import __version__  # written by the wheel build
+    except ImportError:
+        return source_tree_version()
+    return __version__
+
+
+def soname(version=None):
+    """libfsa's SONAME for a version: libfsa.so.0.MINOR while the major is 0, else libfsa.so.MAJOR."""
+    parts = (version or package_version()).split(".")
+    if len(parts) < 2 or not parts[0].isdigit():
+        return "libfsa.so"
+    return f"libfsa.so.{parts[0]}.{parts[1]}" if parts[0] == "0" else f"libfsa.so.{parts[0]}"
+
+
 def candidate_paths():
     """Where libfsa is looked for, in order (without FSA_LIBRARY)."""
     paths = []
     here = Path(__file__).resolve().parent
-    paths += sorted(str(p) for p in here.glob("libfsa.so*"))
+    paths += sorted(str(p) for p in here.glob("libfsa.so*"))  # the wheel's own copy
     found = ctypes.util.find_library("fsa")
     if found:
         paths.append(found)
-    paths += ["libfsa.so.0", "libfsa.so"]  # the dynamic loader's own search path
+    paths += [soname(), "libfsa.so"]  # the dynamic loader's own search path
     root = _repo_root()
     if (root / "include" / "fsa.h").is_file():
         builds = glob.glob(str(root / "build*" / "libfsa.so*")) + glob.glob(str(root / "build*" / "*" / "libfsa.so*"))
@@ -373,8 +402,35 @@ def candidate_paths():
     return unique
 
 
+def python_site_dirs():
+    """Directories holding pip's nvidia/ packages (site-packages), where libfsa looks for
+    the NVRTC of the nvidia-cuda-nvrtc wheel that PyTorch installs."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    dirs = []
+    for loc in locations:
+        parent = str(Path(loc).parent)
+        if parent not in dirs:
+            dirs.append(parent)
+    return dirs
+
+
+def _tell_libfsa_where_pip_nvrtc_is():
+    # Read by libfsa when it first needs NVRTC; a value set by the user wins.
+    if "FSA_PYTHON_SITE_DIRS" not in os.environ:
+        dirs = python_site_dirs()
+        if dirs:
+            os.environ["FSA_PYTHON_SITE_DIRS"] = os.pathsep.join(dirs)
+
+
 def load_library(path=None):
     """Loads libfsa: `path`, else $FSA_LIBRARY, else the first candidate that loads."""
+    _tell_libfsa_where_pip_nvrtc_is()
     explicit = path or os.environ.get("FSA_LIBRARY")
     if explicit:
         try:

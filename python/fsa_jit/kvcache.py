@@ -64,16 +64,16 @@ class fsa_kvcache_args(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("num_query_tokens", _I64),
         ("batch", ctypes.c_int),
-        ("q", _U64), ("q_token_stride", _I64), ("q_head_stride", _I64),
+        ("q", _lib.fsa_tensor),
         ("cu_seqlens_q", _U64),
-        ("k_cache", _U64), ("k_page_stride", _I64), ("k_token_stride", _I64), ("k_head_stride", _I64),
-        ("v_cache", _U64), ("v_page_stride", _I64), ("v_token_stride", _I64), ("v_head_stride", _I64),
+        ("k_cache", _lib.fsa_tensor), ("k_page_stride", _I64),
+        ("v_cache", _lib.fsa_tensor), ("v_page_stride", _I64),
         ("num_pages", _I64),
         ("block_table", _U64), ("block_table_stride", _I64), ("max_pages_per_seq", ctypes.c_int),
         ("seqused_k", _U64),
-        ("topk", _U64), ("topk_head_stride", _I64), ("topk_token_stride", _I64),
+        ("topk", _lib.fsa_tensor),
         ("topk_length", _U64),
-        ("o", _U64), ("o_token_stride", _I64), ("o_head_stride", _I64),
+        ("o", _lib.fsa_tensor),
         ("lse", _U64),
         ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
     ]
@@ -83,6 +83,10 @@ class fsa_kvcache_args(ctypes.Structure):
         self.struct_size = ctypes.sizeof(fsa_kvcache_args)
         for name, value in fields.items():
             setattr(self, name, value)
+
+
+def _tensor(ptr, token_stride, head_stride):
+    return _lib.fsa_tensor(ptr, token_stride, head_stride)
 
 
 _vp = ctypes.c_void_p
@@ -222,17 +226,15 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     args = fsa_kvcache_args(
         num_query_tokens=tq, batch=batch,
-        q=q.data_ptr(), q_token_stride=q.stride(0), q_head_stride=q.stride(1),
+        q=_tensor(q.data_ptr(), q.stride(0), q.stride(1)),
         cu_seqlens_q=cu_seqlens_q.data_ptr(),
-        k_cache=k_cache.data_ptr(), k_page_stride=k_cache.stride(0), k_token_stride=k_cache.stride(1),
-        k_head_stride=k_cache.stride(2),
-        v_cache=v_cache.data_ptr(), v_page_stride=v_cache.stride(0), v_token_stride=v_cache.stride(1),
-        v_head_stride=v_cache.stride(2),
+        k_cache=_tensor(k_cache.data_ptr(), k_cache.stride(1), k_cache.stride(2)), k_page_stride=k_cache.stride(0),
+        v_cache=_tensor(v_cache.data_ptr(), v_cache.stride(1), v_cache.stride(2)), v_page_stride=v_cache.stride(0),
         num_pages=num_pages, block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
         max_pages_per_seq=block_table.shape[1], seqused_k=seqused_k.data_ptr(),
-        topk=topk_idx.data_ptr(), topk_head_stride=head_stride, topk_token_stride=token_stride,
+        topk=_tensor(topk_idx.data_ptr(), token_stride, head_stride),
         topk_length=topk_length.data_ptr() if topk_length is not None else 0,
-        o=o.data_ptr(), o_token_stride=o.stride(0), o_head_stride=o.stride(1),
+        o=_tensor(o.data_ptr(), o.stride(0), o.stride(1)),
         lse=lse.data_ptr() if lse is not None else 0,
         workspace=ws.data_ptr() if ws is not None else 0, workspace_bytes=ws_bytes,
     )

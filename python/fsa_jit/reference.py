@@ -1,4 +1,4 @@
-"""Plain PyTorch selected attention: the semantics of DESIGN.md section 4, for tests.
+"""Plain PyTorch selected attention: the semantics of docs/semantics.md, for tests.
 
 Slow (a dense [G, L, L] score matrix per sequence and KV head) and meant to
 be obviously right. Differentiable with respect to q, k and v, without NaN

@@ -19,12 +19,31 @@ INIT_MACROS = {
     "fsa_cache_stats": "FSA_CACHE_STATS_INIT",
     "fsa_cache_entry_info": None,
     "fsa_selected_attention_desc": "FSA_SELECTED_ATTENTION_DESC_INIT",
+    "fsa_tensor": None,
     "fsa_fwd_args": "FSA_FWD_ARGS_INIT",
     "fsa_bwd_args": "FSA_BWD_ARGS_INIT",
 }
 
 CONSTANTS = [n for n in dir(_lib) if n.startswith(("FSA_STATUS_", "FSA_CACHE_MODE_", "FSA_JIT_", "FSA_DTYPE_",
                                                    "FSA_ALGORITHM_"))] + ["FSA_DEVICE_NONE"]
+
+
+def _leaves(struct, prefix=""):
+    """(C member designator, ctypes type, ctypes offset) of every scalar field;
+    nested structs (fsa_tensor) are walked into."""
+    for field, ctype in struct._fields_:
+        offset = getattr(struct, field).offset
+        if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+            for sub, sub_type, sub_offset in _leaves(ctype, f"{prefix}{field}."):
+                yield sub, sub_type, offset + sub_offset
+        else:
+            yield prefix + field, ctype, offset
+
+
+def _py_value(obj, designator):
+    for part in designator.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _c_value(var, field, ctype):
@@ -37,12 +56,12 @@ def c_program():
     lines = ["#include <fsa.h>", "#include <stddef.h>", "#include <stdio.h>", "int main(void) {"]
     for name, struct in _lib.STRUCTS.items():
         lines.append(f'printf("size {name} %zu\\n", sizeof({name}));')
-        for field, _ in struct._fields_:
+        for field, _, _ in _leaves(struct):
             lines.append(f'printf("offset {name}.{field} %zu\\n", offsetof({name}, {field}));')
         macro = INIT_MACROS[name]
         if macro:
             lines.append(f"{{ {name} x = {macro};")
-            for field, ctype in struct._fields_:
+            for field, ctype, _ in _leaves(struct):
                 lines.append(f'printf("init {name}.{field} %.17g\\n", {_c_value("x", field, ctype)});')
             lines.append("}")
     for c in CONSTANTS:
@@ -74,16 +93,16 @@ def c_view(tmp_path_factory):
 def test_struct_layout(c_view, name):
     struct = _lib.STRUCTS[name]
     assert ctypes.sizeof(struct) == c_view[("size", name)], f"sizeof({name})"
-    for field, _ in struct._fields_:
-        assert getattr(struct, field).offset == c_view[("offset", f"{name}.{field}")], f"{name}.{field}"
+    for field, _, offset in _leaves(struct):
+        assert offset == c_view[("offset", f"{name}.{field}")], f"{name}.{field}"
 
 
 @pytest.mark.parametrize("name", [n for n, m in INIT_MACROS.items() if m])
 def test_init_defaults(c_view, name):
     struct = _lib.STRUCTS[name]
     x = struct()
-    for field, ctype in struct._fields_:
-        value = getattr(x, field)
+    for field, ctype, _ in _leaves(struct):
+        value = _py_value(x, field)
         if ctype is ctypes.c_char_p:
             value = 0 if value is None else 1
         assert float(value) == c_view[("init", f"{name}.{field}")], f"{name}.{field}"

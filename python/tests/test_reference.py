@@ -1,5 +1,5 @@
-"""The pure-PyTorch reference against a per-row loop written from DESIGN.md
-section 4, and its gradients against finite differences (CPU only)."""
+"""The pure-PyTorch reference against a per-row loop written from docs/semantics.md,
+and its gradients against finite differences (CPU only)."""
 
 import math
 

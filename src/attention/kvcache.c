@@ -5,6 +5,7 @@
 #include "launch.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include "../../templates/kvc_params.cuh"
 
@@ -82,9 +83,9 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     if (out == NULL || ctx == NULL || desc == NULL)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
     *out = NULL;
-    if (desc->struct_size != sizeof(fsa_kvcache_desc))
-        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_kvcache_desc.struct_size is %zu, expected %zu", desc->struct_size,
-                 sizeof(fsa_kvcache_desc));
+    fsa_kvcache_desc d;
+    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE, "fsa_kvcache_desc"));
+    desc = &d;
     FSA_CHECK(validate_desc(desc));
     plan = calloc(1, sizeof *plan);
     FSA_CHECK_ALLOC(plan, STAGE);
@@ -99,7 +100,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->splits = desc->splits > 0 ? desc->splits : (desc->top_k + 3) / 4 < 16 ? (desc->top_k + 3) / 4 : 16;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
     plan->smem = fsa_kvc_smem_bytes(desc->head_dim, plan->group);
-    const int max_smem = ctx->cu ? ctx->max_smem_per_block : fsa_target_max_smem(ctx->target);
+    const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     const int smem_all = plan->smem + KVC_STATIC_SMEM_MAX;
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d with group %d needs %d bytes of shared memory; %s allows %d",
@@ -149,14 +150,16 @@ fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fs
     return FSA_STATUS_OK;
 }
 
-/* A paged cache: like a token-major tensor, plus its page stride. */
-static fsa_status check_cache(const char *name, uint64_t ptr, int64_t ps, int64_t ts, int64_t hs,
-                              const fsa_kvcache_plan *plan)
+/* A paged cache: a tensor view over the rows of a page, plus the page stride. */
+static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t page_stride, const fsa_kvcache_plan *plan)
 {
-    fsa_status st = fsa_check_tensor(STAGE, name, ptr, ts, hs, plan->desc.page_size, plan->desc.num_kv_heads);
-    if (st == FSA_STATUS_OK && (ps < 0 || ps % 8 != 0))
-        st = fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a non-negative multiple of 8 elements",
-                           name, (long long)ps);
+    fsa_status st = fsa_check_tensor(STAGE, name, t, plan->desc.page_size, plan->desc.num_kv_heads);
+    if (st == FSA_STATUS_OK && page_stride < 0)
+        st = fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%s page stride %lld is negative", name,
+                           (long long)page_stride);
+    if (st == FSA_STATUS_OK && page_stride % 8 != 0)
+        st = fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a multiple of 8 elements", name,
+                           (long long)page_stride);
     return st;
 }
 
@@ -164,9 +167,6 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_kvcache_desc *d = &plan->desc;
-    if (a->struct_size != sizeof(fsa_kvcache_args))
-        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_kvcache_args.struct_size is %zu, expected %zu", a->struct_size,
-                 sizeof(fsa_kvcache_args));
     if (a->num_query_tokens < 0 || a->num_query_tokens > d->max_query_tokens)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_query_tokens %lld: the plan allows 0..%lld",
                  (long long)a->num_query_tokens, (long long)d->max_query_tokens);
@@ -174,13 +174,13 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "batch %d: the plan allows 0..%d", a->batch, d->max_batch);
     if (a->num_query_tokens == 0 || a->batch == 0) goto cleanup;
     const int64_t hq = d->num_q_heads;
-    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->num_query_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->num_query_tokens, hq));
-    FSA_CHECK(check_cache("k_cache", a->k_cache, a->k_page_stride, a->k_token_stride, a->k_head_stride, plan));
-    FSA_CHECK(check_cache("v_cache", a->v_cache, a->v_page_stride, a->v_token_stride, a->v_head_stride, plan));
-    if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk == 0)
+    FSA_CHECK(fsa_check_tensor(STAGE, "q", &a->q, a->num_query_tokens, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "o", &a->o, a->num_query_tokens, hq));
+    FSA_CHECK(check_cache("k_cache", &a->k_cache, a->k_page_stride, plan));
+    FSA_CHECK(check_cache("v_cache", &a->v_cache, a->v_page_stride, plan));
+    if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk.ptr == 0)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cu_seqlens_q, block_table, seqused_k and topk must not be NULL");
-    if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk | a->topk_length | a->lse) % 4)
+    if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk.ptr | a->topk_length | a->lse) % 4)
         FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE, "int32 and float arrays must be 4-byte aligned");
     if (a->num_pages < 1 || a->max_pages_per_seq < 1 || a->block_table_stride < 0 ||
         (a->batch > 1 && a->block_table_stride < a->max_pages_per_seq))
@@ -188,7 +188,7 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
                  "num_pages %lld, max_pages_per_seq %d, block_table_stride %lld: a table row holds max_pages_per_seq "
                  "entries of at least one page",
                  (long long)a->num_pages, a->max_pages_per_seq, (long long)a->block_table_stride);
-    if (a->topk_head_stride < 0 || a->topk_token_stride < 0)
+    if (a->topk.head_stride < 0 || a->topk.token_stride < 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "top-k strides must be non-negative");
     FSA_CHECK(fsa_check_workspace(STAGE, workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
                                   workspace_bytes(plan)));
@@ -202,20 +202,20 @@ cleanup:
 static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
 {
     memset(p, 0, sizeof *p);
-    p->q = (fsa_kernel_view){(long long)a->q, a->q_token_stride, a->q_head_stride};
-    p->o = (fsa_kernel_view){(long long)a->o, a->o_token_stride, a->o_head_stride};
+    fsa_params_view(&p->q.ptr, &p->q.token_stride, &p->q.head_stride, &a->q);
+    fsa_params_view(&p->o.ptr, &p->o.token_stride, &p->o.head_stride, &a->o);
     p->lse = (long long)a->lse;
-    p->k = (fsa_kvc_cache_view){(long long)a->k_cache, a->k_page_stride, a->k_token_stride, a->k_head_stride};
-    p->v = (fsa_kvc_cache_view){(long long)a->v_cache, a->v_page_stride, a->v_token_stride, a->v_head_stride};
+    fsa_params_view(&p->k.ptr, &p->k.token_stride, &p->k.head_stride, &a->k_cache);
+    p->k.page_stride = a->k_page_stride;
+    fsa_params_view(&p->v.ptr, &p->v.token_stride, &p->v.head_stride, &a->v_cache);
+    p->v.page_stride = a->v_page_stride;
     p->num_pages = a->num_pages;
     p->block_table = (long long)a->block_table;
     p->bt_stride = a->block_table_stride;
     p->max_pages = a->max_pages_per_seq;
     p->cu_q = (long long)a->cu_seqlens_q;
     p->seqused = (long long)a->seqused_k;
-    p->topk = (long long)a->topk;
-    p->topk_hs = a->topk_head_stride;
-    p->topk_ts = a->topk_token_stride;
+    fsa_params_view(&p->topk, &p->topk_ts, &p->topk_hs, &a->topk);
     p->topk_len = (long long)a->topk_length;
     p->tq = a->num_query_tokens;
     p->batch = a->batch;
@@ -231,6 +231,10 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     fsa_status st = FSA_STATUS_OK;
     int entered = 0;
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
+    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
+    fsa_kvcache_args a;
+    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_KVCACHE_ARGS_FIRST_SIZE, STAGE, "fsa_kvcache_args"));
+    args = &a;
     FSA_CHECK(validate_args(plan, args));
     if (args->num_query_tokens == 0 || args->batch == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));

@@ -6,41 +6,67 @@
 
 static int aligned(uint64_t ptr, unsigned bytes) { return (ptr % bytes) == 0; }
 
-fsa_status fsa_check_tensor(const char *stage, const char *name, uint64_t ptr, int64_t ts, int64_t hs, int64_t tokens,
-                            int64_t heads)
+fsa_status fsa_check_token_count(const char *stage, int64_t total_tokens)
 {
-    if (ptr == 0) return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "%s is NULL", name);
-    if (!aligned(ptr, 16)) return fsa_error_set(FSA_STATUS_MISALIGNED, stage, "%s is not 16-byte aligned", name);
-    /* The stride of a dimension of size 1 is never used (frameworks leave any value there). */
-    if (tokens <= 1) ts = 0;
-    if (heads <= 1) hs = 0;
-    if (ts < 0 || hs < 0 || ts % 8 != 0 || hs % 8 != 0)
-        return fsa_error_set(FSA_STATUS_MISALIGNED, stage,
-                             "%s strides (token %lld, head %lld) must be non-negative multiples of 8 elements", name,
-                             (long long)ts, (long long)hs);
+    if (total_tokens < 0 || total_tokens > INT32_MAX - 1)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "total_tokens %lld out of range (0 to %d)",
+                             (long long)total_tokens, INT32_MAX - 1);
     return FSA_STATUS_OK;
 }
 
-fsa_status fsa_check_problem(const char *stage, int64_t total_tokens, int batch, int max_seqlen, uint64_t topk,
-                             int64_t topk_head_stride, int64_t topk_token_stride, uint64_t cu_seqlens, uint64_t lse,
-                             int lse_required)
+fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch)
+{
+    fsa_status st = fsa_check_token_count(stage, total_tokens);
+    if (st != FSA_STATUS_OK) return st;
+    if (total_tokens > 0 && (batch < 1 || batch > total_tokens))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "batch %d for %lld tokens", batch,
+                             (long long)total_tokens);
+    return FSA_STATUS_OK;
+}
+
+/* A tensor view: non-NULL and aligned, strides not negative and multiples of
+ * `multiple` elements. The stride of a dimension of size 1 is never used
+ * (frameworks leave any value there), so it is not checked. */
+static fsa_status check_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads,
+                             unsigned align_bytes, int64_t multiple)
+{
+    const int64_t ts = tokens > 1 ? t->token_stride : 0, hs = heads > 1 ? t->head_stride : 0;
+    if (t->ptr == 0) return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "%s is NULL", name);
+    if (!aligned(t->ptr, align_bytes))
+        return fsa_error_set(FSA_STATUS_MISALIGNED, stage, "%s is not %u-byte aligned", name, align_bytes);
+    if (ts < 0 || hs < 0)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "%s strides (token %lld, head %lld) must not be negative",
+                             name, (long long)ts, (long long)hs);
+    if (ts % multiple != 0 || hs % multiple != 0)
+        return fsa_error_set(FSA_STATUS_MISALIGNED, stage,
+                             "%s strides (token %lld, head %lld) must be multiples of %lld elements", name,
+                             (long long)ts, (long long)hs, (long long)multiple);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads)
+{
+    return check_view(stage, name, t, tokens, heads, 16, 8);
+}
+
+fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (total_tokens < 0 || total_tokens > INT32_MAX - 1)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "total_tokens %lld out of range", (long long)total_tokens);
-    if (total_tokens == 0) goto cleanup;
-    if (batch < 1 || batch > total_tokens)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "batch %d for %lld tokens", batch, (long long)total_tokens);
-    if (max_seqlen < 0 || max_seqlen > total_tokens)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "max_seqlen %d for %lld tokens", max_seqlen,
-                 (long long)total_tokens);
-    if (topk == 0 || cu_seqlens == 0 || (lse_required && lse == 0))
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, lse_required ? "topk, cu_seqlens and lse must not be NULL"
-                                                              : "topk and cu_seqlens must not be NULL");
-    if (!aligned(topk, 4) || !aligned(cu_seqlens, 4) || !aligned(lse, 4))
-        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "topk, cu_seqlens and lse must be 4-byte aligned");
-    if (topk_head_stride < 0 || topk_token_stride < 0)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "top-k strides must be non-negative");
+    const int64_t T = in->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tokens(stage, T, in->batch));
+    if (T == 0) goto cleanup;
+    if (in->max_seqlen < 0 || in->max_seqlen > T)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "max_seqlen %d for %lld tokens", in->max_seqlen, (long long)T);
+    if (in->cu_seqlens == 0 || (lse_required && in->lse == 0))
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, stage,
+                 lse_required ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
+    if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
+        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
+    FSA_CHECK(check_view(stage, "topk", in->topk, T, hkv, 4, 1));
+    FSA_CHECK(fsa_check_tensor(stage, "q", in->q, T, hq));
+    FSA_CHECK(fsa_check_tensor(stage, "k", in->k, T, hkv));
+    FSA_CHECK(fsa_check_tensor(stage, "v", in->v, T, hkv));
+    FSA_CHECK(fsa_check_tensor(stage, "o", in->o, T, hq));
 cleanup:
     return st;
 }
@@ -86,10 +112,25 @@ cleanup:
     return st;
 }
 
-void fsa_params_problem(fsa_sel_params *p, const fsa_plan *plan, int64_t total_tokens, int batch)
+void fsa_params_view(long long *ptr, long long *token_stride, long long *head_stride, const fsa_tensor *t)
 {
-    p->total_tokens = total_tokens;
-    p->batch = batch;
+    *ptr = (long long)t->ptr;
+    *token_stride = t->token_stride;
+    *head_stride = t->head_stride;
+}
+
+void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in)
+{
+    memset(p, 0, sizeof *p);
+    fsa_params_view(&p->q, &p->q_ts, &p->q_hs, in->q);
+    fsa_params_view(&p->k, &p->k_ts, &p->k_hs, in->k);
+    fsa_params_view(&p->v, &p->v_ts, &p->v_hs, in->v);
+    fsa_params_view(&p->o, &p->o_ts, &p->o_hs, in->o);
+    fsa_params_view(&p->topk, &p->topk_ts, &p->topk_hs, in->topk);
+    p->cu_seqlens = (long long)in->cu_seqlens;
+    p->lse = (long long)in->lse;
+    p->total_tokens = in->total_tokens;
+    p->batch = in->batch;
     p->num_kv_heads = plan->desc.num_kv_heads;
     p->num_q_heads = plan->desc.num_q_heads;
     p->top_k = plan->desc.top_k;

@@ -3,6 +3,7 @@
 #include "plan.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,15 +14,6 @@
 
 
 static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
-
-/* Shared memory a block may opt into, for targets known without a device. */
-int fsa_target_max_smem(const char *target)
-{
-    int v = atoi(target + 3);
-    if (v == 80) return 166912;
-    if (v >= 86 && v < 90) return 101376;
-    return 232448;
-}
 
 /* Row table (token and pair per tile row), K, V, the query tiles in flight,
  * list entries: the main kernel's layout. */
@@ -179,9 +171,11 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     if (out == NULL || ctx == NULL || desc == NULL)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
     *out = NULL;
-    if (desc->struct_size != sizeof(fsa_selected_attention_desc))
-        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_selected_attention_desc.struct_size is %zu, expected %zu",
-                 desc->struct_size, sizeof(fsa_selected_attention_desc));
+    /* The caller's descriptor may be an older, shorter version: newer fields read as zero. */
+    fsa_selected_attention_desc d;
+    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE, STAGE,
+                              "fsa_selected_attention_desc"));
+    desc = &d;
     FSA_CHECK(validate_desc(desc));
     plan = calloc(1, sizeof *plan);
     FSA_CHECK_ALLOC(plan, STAGE);
@@ -190,7 +184,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
 
-    int max_smem = ctx->cu ? ctx->max_smem_per_block : fsa_target_max_smem(ctx->target);
+    const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     plan->item_entries = plan->group <= FSA_MAIN_ROWS ? (FSA_MAIN_ROWS / plan->group) * FSA_MAIN_TILES : 0;
     plan->main_smem = main_smem_bytes(desc->head_dim, desc->block_size, plan->item_entries);
     plan->nsa_smem = nsa_smem_bytes(desc->head_dim);
@@ -248,29 +242,38 @@ cleanup:
 
 void fsa_plan_destroy(fsa_plan *plan) { free(plan); }
 
-static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
+/* Size arithmetic that saturates instead of wrapping: a layout too large for
+ * size_t comes out as SIZE_MAX, which no budget fits and fsa_*_setup refuses. */
+static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+static size_t mul_sat(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static size_t mul3_sat(size_t a, size_t b, size_t c) { return mul_sat(mul_sat(a, b), c); }
+static size_t align_up(size_t x) { return x > SIZE_MAX - 255 ? SIZE_MAX : (x + 255) & ~(size_t)255; }
 
 #define FSA_PLACE_(field, bytes) \
     out->field = at;            \
-    at = align_up(at + (bytes))
+    at = align_up(add_sat(at, (bytes)))
 
 void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
-    const size_t pairs = hkv * (size_t)tc * k;
+    const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->nb_total = total_tokens / d->block_size + batch + 1;
-    const size_t n = hkv * (size_t)out->nb_total + 1;
+    const size_t n = add_sat(mul_sat(hkv, (size_t)out->nb_total), 1);
     size_t at = 0;
-    FSA_PLACE_(counts, n * 4);
-    FSA_PLACE_(offsets, n * 4);
-    FSA_PLACE_(work_offsets, n * 4);
+    FSA_PLACE_(counts, mul_sat(n, 4));
+    FSA_PLACE_(offsets, mul_sat(n, 4));
+    FSA_PLACE_(work_offsets, mul_sat(n, 4));
     /* At most one partial work item per segment besides the full ones. */
-    FSA_PLACE_(work_seg, (n + pairs / (size_t)plan->item_entries) * 4);
-    FSA_PLACE_(mask, hkv * (size_t)tc * 8);
-    FSA_PLACE_(list, pairs * 4);
-    FSA_PLACE_(lse_part, pairs * g * 4);
-    FSA_PLACE_(o_part, pairs * g * (size_t)d->head_dim * 2);
+    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)plan->item_entries), 4));
+    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
+    FSA_PLACE_(list, mul_sat(pairs, 4));
+    FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
+    FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->head_dim, 2));
     out->total = at;
 }
 
@@ -296,30 +299,30 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
-    const size_t pairs = hkv * (size_t)tc * k;
+    const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->item_entries = bwd_entries_per_item(plan, tc);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->bwd_keys);
     out->algorithm = fsa_plan_choose_bwd(plan, total_tokens, NULL);
     out->nb_total = total_tokens / d->block_size + batch + 1;
-    const size_t n = hkv * (size_t)out->nb_total + 1;
+    const size_t n = add_sat(mul_sat(hkv, (size_t)out->nb_total), 1);
     size_t at = 0;
-    FSA_PLACE_(counts, n * 4);
-    FSA_PLACE_(offsets, n * 4);
-    FSA_PLACE_(work_offsets, n * 4);
-    FSA_PLACE_(part_offsets, n * 4);
-    FSA_PLACE_(work_seg, (n + pairs / e) * 4);
+    FSA_PLACE_(counts, mul_sat(n, 4));
+    FSA_PLACE_(offsets, mul_sat(n, 4));
+    FSA_PLACE_(work_offsets, mul_sat(n, 4));
+    FSA_PLACE_(part_offsets, mul_sat(n, 4));
+    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / e), 4));
     FSA_PLACE_(work_next, 2 * 4);
-    FSA_PLACE_(mask, hkv * (size_t)tc * 8);
-    FSA_PLACE_(list, pairs * 4);
-    FSA_PLACE_(list_sorted, pairs * 4);
-    FSA_PLACE_(delta, hkv * g * (size_t)tc * 4);
-    FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? pairs * slices * g * dim * 2 : 0);
+    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
+    FSA_PLACE_(list, mul_sat(pairs, 4));
+    FSA_PLACE_(list_sorted, mul_sat(pairs, 4));
+    FSA_PLACE_(delta, mul3_sat(hkv, g * 4, (size_t)tc));
+    FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0);
     /* Items of split segments (more than e entries each): ceil(c / e) <= c / e + 1
      * per segment, and at most pairs / e such segments. */
-    const size_t split_items = pairs / e + (n < pairs / e ? n : pairs / e);
-    FSA_PLACE_(dkv_part, split_items * 2 * bk * dim * 4);
-    FSA_PLACE_(dkv_acc, (size_t)total_tokens * hkv * 2 * dim * 4);
+    const size_t split_items = add_sat(pairs / e, n < pairs / e ? n : pairs / e);
+    FSA_PLACE_(dkv_part, mul_sat(split_items, 2 * bk * dim * 4));
+    FSA_PLACE_(dkv_acc, mul3_sat((size_t)total_tokens, hkv, 2 * dim * 4));
     out->total = at;
 }
 #undef FSA_PLACE_
@@ -380,23 +383,6 @@ int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
     return chunk_tokens(plan, total_tokens, batch, bwd_layout_total);
 }
 
-fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
-{
-    if (bytes_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
-    if (!plan->bwd_available)
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
-    if (total_tokens < 0 || batch < 0 || (total_tokens > 0 && batch < 1))
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "total_tokens %lld with batch %d",
-                             (long long)total_tokens, batch);
-    *bytes_out = 0;
-    if (total_tokens == 0) return FSA_STATUS_OK;
-    fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, total_tokens, batch, fsa_bwd_chunk_tokens(plan, total_tokens, batch));
-    *bytes_out = l.total;
-    return FSA_STATUS_OK;
-}
-
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
 {
     const char *why = "forced by the descriptor";
@@ -438,39 +424,4 @@ fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, co
     }
     if (reason) *reason = why;
     return a;
-}
-
-fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
-{
-    if (bytes_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
-    if (total_tokens < 0 || batch < 0 || (total_tokens > 0 && batch < 1))
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "total_tokens %lld with batch %d",
-                             (long long)total_tokens, batch);
-    *bytes_out = 0;
-    if (total_tokens == 0 || fsa_plan_choose(plan, total_tokens, NULL) != FSA_ALGORITHM_FSA) return FSA_STATUS_OK;
-    fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, total_tokens, batch, fsa_fsa_chunk_tokens(plan, total_tokens, batch));
-    *bytes_out = l.total;
-    return FSA_STATUS_OK;
-}
-
-fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
-                              int64_t total_tokens)
-{
-    if (algorithm_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
-    *algorithm_out = fsa_plan_choose(plan, total_tokens, reason_out);
-    return FSA_STATUS_OK;
-}
-
-fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
-                                  int64_t total_tokens)
-{
-    if (algorithm_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
-    if (!plan->bwd_available)
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
-    *algorithm_out = fsa_plan_choose_bwd(plan, total_tokens, reason_out);
-    return FSA_STATUS_OK;
 }

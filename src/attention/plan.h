@@ -96,8 +96,14 @@ typedef struct fsa_bwd_layout {
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc);
 int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* Shared memory a block may opt into on a target, for contexts without a device. */
-int fsa_target_max_smem(const char *target);
+/* The token chunk and workspace layout of a call (FSA-path forward or
+ * backward) whose counts are already checked. FSA_STATUS_UNSUPPORTED when the
+ * problem is too large to index: one token's list entries past int32, or a
+ * workspace past size_t (the layouts saturate there instead of wrapping). */
+fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                         const char *stage);
+fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                         const char *stage);
 
 /* The path a forward call with `total_tokens` tokens takes. */
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason);

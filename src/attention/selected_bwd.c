@@ -7,6 +7,7 @@
  * accumulator. */
 #include "launch.h"
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include <string.h>
 
@@ -21,25 +22,17 @@ typedef struct bwd_setup {
 static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (a->struct_size != sizeof(fsa_bwd_args))
-        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_bwd_args.struct_size is %zu, expected %zu", a->struct_size,
-                 sizeof(fsa_bwd_args));
     if (!plan->bwd_available)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
-    FSA_CHECK(fsa_check_problem(STAGE, a->total_tokens, a->batch, a->max_seqlen, a->topk, a->topk_head_stride,
-                                a->topk_token_stride, a->cu_seqlens, a->lse, 1));
+    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
+    FSA_CHECK(fsa_check_inputs(STAGE, plan, &in, 1));
     if (a->total_tokens == 0) goto cleanup;
-    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
-    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->total_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride, a->total_tokens, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride, a->total_tokens, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->total_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dout", a->dout, a->dout_token_stride, a->dout_head_stride, a->total_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dq", a->dq, a->dq_token_stride, a->dq_head_stride, a->total_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dk", a->dk, a->dk_token_stride, a->dk_head_stride, a->total_tokens, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dv", a->dv, a->dv_token_stride, a->dv_head_stride, a->total_tokens, hkv));
-    su->tc = fsa_bwd_chunk_tokens(plan, a->total_tokens, a->batch);
-    fsa_bwd_layout_for(&su->layout, plan, a->total_tokens, a->batch, su->tc);
+    const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tensor(STAGE, "dout", &a->dout, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
+    FSA_CHECK(fsa_bwd_setup(&su->tc, &su->layout, plan, T, a->batch, STAGE));
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
     if (plan->ctx->cu == NULL)
         FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)", plan->ctx->target);
@@ -49,22 +42,13 @@ cleanup:
 
 static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a, const fsa_bwd_layout *l)
 {
-    memset(p, 0, sizeof *p);
+    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
+    fsa_params_inputs(p, plan, &in);
+    fsa_params_view(&p->dout, &p->do_ts, &p->do_hs, &a->dout);
+    fsa_params_view(&p->dq, &p->dq_ts, &p->dq_hs, &a->dq);
+    fsa_params_view(&p->dk, &p->dk_ts, &p->dk_hs, &a->dk);
+    fsa_params_view(&p->dv, &p->dv_ts, &p->dv_hs, &a->dv);
     const uint64_t ws = a->workspace;
-    p->q = (long long)a->q, p->k = (long long)a->k, p->v = (long long)a->v, p->o = (long long)a->o;
-    p->dout = (long long)a->dout, p->dq = (long long)a->dq, p->dk = (long long)a->dk, p->dv = (long long)a->dv;
-    p->q_ts = a->q_token_stride, p->q_hs = a->q_head_stride;
-    p->k_ts = a->k_token_stride, p->k_hs = a->k_head_stride;
-    p->v_ts = a->v_token_stride, p->v_hs = a->v_head_stride;
-    p->o_ts = a->o_token_stride, p->o_hs = a->o_head_stride;
-    p->do_ts = a->dout_token_stride, p->do_hs = a->dout_head_stride;
-    p->dq_ts = a->dq_token_stride, p->dq_hs = a->dq_head_stride;
-    p->dk_ts = a->dk_token_stride, p->dk_hs = a->dk_head_stride;
-    p->dv_ts = a->dv_token_stride, p->dv_hs = a->dv_head_stride;
-    p->topk = (long long)a->topk, p->topk_hs = a->topk_head_stride, p->topk_ts = a->topk_token_stride;
-    p->cu_seqlens = (long long)a->cu_seqlens;
-    p->lse = (long long)a->lse;
-    fsa_params_problem(p, plan, a->total_tokens, a->batch);
     p->nb_total = l->nb_total;
     p->item_entries = l->item_entries;
     p->key_slices = plan->desc.block_size / plan->bwd_keys;
@@ -142,12 +126,15 @@ fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *
     fsa_status st = FSA_STATUS_OK;
     int entered = 0;
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
+    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
+    fsa_bwd_args a;
+    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_BWD_ARGS_FIRST_SIZE, STAGE, "fsa_bwd_args"));
     bwd_setup su;
-    FSA_CHECK(validate_args(&su, plan, args));
-    if (args->total_tokens == 0) goto cleanup;
+    FSA_CHECK(validate_args(&su, plan, &a));
+    if (a.total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
-    FSA_CHECK(run(plan, args, &su, (CUstream)stream));
+    FSA_CHECK(run(plan, &a, &su, (CUstream)stream));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);
     return st;

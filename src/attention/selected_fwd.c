@@ -2,6 +2,7 @@
  * allocation, no host synchronization, so the call can be graph-captured. */
 #include "launch.h"
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,21 +20,12 @@ typedef struct fwd_setup {
 static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_fwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (a->struct_size != sizeof(fsa_fwd_args))
-        FSA_FAIL(FSA_STATUS_STRUCT_SIZE, STAGE, "fsa_fwd_args.struct_size is %zu, expected %zu", a->struct_size,
-                 sizeof(fsa_fwd_args));
-    FSA_CHECK(fsa_check_problem(STAGE, a->total_tokens, a->batch, a->max_seqlen, a->topk, a->topk_head_stride,
-                                a->topk_token_stride, a->cu_seqlens, a->lse, 0));
+    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
+    FSA_CHECK(fsa_check_inputs(STAGE, plan, &in, 0));
     if (a->total_tokens == 0) goto cleanup;
-    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
-    FSA_CHECK(fsa_check_tensor(STAGE, "q", a->q, a->q_token_stride, a->q_head_stride, a->total_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "k", a->k, a->k_token_stride, a->k_head_stride, a->total_tokens, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "v", a->v, a->v_token_stride, a->v_head_stride, a->total_tokens, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", a->o, a->o_token_stride, a->o_head_stride, a->total_tokens, hq));
     su->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
     if (su->algorithm == FSA_ALGORITHM_FSA) {
-        su->tc = fsa_fsa_chunk_tokens(plan, a->total_tokens, a->batch);
-        fsa_fsa_layout_for(&su->layout, plan, a->total_tokens, a->batch, su->tc);
+        FSA_CHECK(fsa_fsa_setup(&su->tc, &su->layout, plan, a->total_tokens, a->batch, STAGE));
         FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
     }
     /* Arguments are checked first so that they can be checked without a GPU. */
@@ -46,25 +38,8 @@ cleanup:
 
 static void common_params(fsa_sel_params *p, const fsa_plan *plan, const fsa_fwd_args *a)
 {
-    memset(p, 0, sizeof *p);
-    p->q = (long long)a->q;
-    p->k = (long long)a->k;
-    p->v = (long long)a->v;
-    p->o = (long long)a->o;
-    p->q_ts = a->q_token_stride;
-    p->q_hs = a->q_head_stride;
-    p->k_ts = a->k_token_stride;
-    p->k_hs = a->k_head_stride;
-    p->v_ts = a->v_token_stride;
-    p->v_hs = a->v_head_stride;
-    p->o_ts = a->o_token_stride;
-    p->o_hs = a->o_head_stride;
-    p->topk = (long long)a->topk;
-    p->topk_hs = a->topk_head_stride;
-    p->topk_ts = a->topk_token_stride;
-    p->cu_seqlens = (long long)a->cu_seqlens;
-    p->lse = (long long)a->lse;
-    fsa_params_problem(p, plan, a->total_tokens, a->batch);
+    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
+    fsa_params_inputs(p, plan, &in);
 }
 
 static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream stream)
@@ -125,15 +100,18 @@ fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *
     fsa_status st = FSA_STATUS_OK;
     int entered = 0;
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
+    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
+    fsa_fwd_args a;
+    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_FWD_ARGS_FIRST_SIZE, STAGE, "fsa_fwd_args"));
     fwd_setup su;
-    FSA_CHECK(validate_args(&su, plan, args));
-    if (args->total_tokens == 0) goto cleanup;
+    FSA_CHECK(validate_args(&su, plan, &a));
+    if (a.total_tokens == 0) goto cleanup;
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
     if (su.algorithm == FSA_ALGORITHM_NSA)
-        FSA_CHECK(run_nsa(plan, args, (CUstream)stream));
+        FSA_CHECK(run_nsa(plan, &a, (CUstream)stream));
     else
-        FSA_CHECK(run_fsa(plan, args, &su, (CUstream)stream));
+        FSA_CHECK(run_fsa(plan, &a, &su, (CUstream)stream));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);
     return st;

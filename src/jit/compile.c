@@ -1,6 +1,7 @@
 #include "compile.h"
 
 #include "base/status_internal.h"
+#include "target.h"
 #include "templates.h"
 #include "base/util.h"
 
@@ -8,29 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int fsa_target_supported(const char *target)
-{
-    if (target == NULL || strncmp(target, "sm_", 3) != 0) return 0;
-    const char *p = target + 3;
-    int digits = 0;
-    int value = 0;
-    while (*p >= '0' && *p <= '9') {
-        value = value * 10 + (*p - '0');
-        p++;
-        digits++;
-    }
-    if (digits < 2 || digits > 3 || value < 80) return 0;
-    if (*p == 'a' || *p == 'f') p++;
-    return *p == '\0';
-}
-
 fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target)
 {
     memset(out, 0, sizeof *out);
-    if (!fsa_target_supported(target))
-        return fsa_error_set(FSA_STATUS_UNSUPPORTED_DEVICE, "compile",
-                             "target '%s' is not supported (sm_80 or newer)", target ? target : "(null)");
-    snprintf(out->arch, sizeof out->arch, "--gpu-architecture=%s", target);
+    fsa_target t;
+    fsa_status st = fsa_target_parse(&t, target);
+    if (st != FSA_STATUS_OK) return st;
+    snprintf(out->arch, sizeof out->arch, "--gpu-architecture=%s", t.name);
     out->opts[out->count++] = out->arch;
     out->opts[out->count++] = "--std=c++17";
     out->opts[out->count++] = "--extra-device-vectorization";
@@ -44,7 +29,25 @@ void fsa_cubin_free(fsa_cubin *c)
     if (c == NULL) return;
     free(c->data);
     free(c->log);
+    free(c->ptx);
     memset(c, 0, sizeof *c);
+}
+
+static fsa_status keep_ptx(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, nvrtcProgram prog, const char *program_name)
+{
+    size_t size = 0;
+    nvrtcResult r = nvrtc->GetPTXSize(prog, &size);
+    if (r != NVRTC_SUCCESS || size == 0)
+        return fsa_error_set(FSA_STATUS_COMPILE_FAILED, "compile", "%s: no PTX (%s)", program_name,
+                             nvrtc->GetErrorString(r));
+    out->ptx = malloc(size + 1);
+    if (out->ptx == NULL) return fsa_error_set(FSA_STATUS_OUT_OF_MEMORY, "compile", "out of host memory");
+    r = nvrtc->GetPTX(prog, out->ptx);
+    out->ptx[size] = '\0';
+    if (r != NVRTC_SUCCESS)
+        return fsa_error_set(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcGetPTX(%s): %s", program_name,
+                             nvrtc->GetErrorString(r));
+    return FSA_STATUS_OK;
 }
 
 fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *source,
@@ -77,7 +80,11 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
     if (r != NVRTC_SUCCESS)
         FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcCreateProgram(%s): %s", program_name,
                  nvrtc->GetErrorString(r));
-    nvrtcResult cr = nvrtc->CompileProgram(prog, (int)options->count, options->opts);
+    const char *opts[FSA_MAX_COMPILE_OPTIONS + 1];
+    size_t n_opts = options->count;
+    memcpy(opts, options->opts, n_opts * sizeof opts[0]);
+    if (options->verbose) opts[n_opts++] = FSA_PTXAS_VERBOSE;
+    nvrtcResult cr = nvrtc->CompileProgram(prog, (int)n_opts, opts);
     size_t log_size = 0;
     if (nvrtc->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0) {
         out->log = malloc(log_size + 1);
@@ -101,6 +108,7 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
     if (r != NVRTC_SUCCESS)
         FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcGetCUBIN(%s): %s", program_name,
                  nvrtc->GetErrorString(r));
+    if (options->verbose) FSA_CHECK(keep_ptx(out, nvrtc, prog, program_name));
     out->ms = fsa_now_ms() - t0;
     if (out->log == NULL) {
         out->log = calloc(1, 1);

@@ -11,23 +11,27 @@
 #define FSA_MAX_COMPILE_OPTIONS 8
 
 /* The NVRTC options for a target, in a fixed order (they are part of the
- * kernel key). `storage` holds the formatted ones and must outlive `opts`. */
+ * kernel key). `arch` holds the formatted one and must outlive `opts`. */
 typedef struct fsa_compile_options {
     char arch[48];
     const char *opts[FSA_MAX_COMPILE_OPTIONS];
     size_t count;
+    /* Not part of the key: adds FSA_PTXAS_VERBOSE (per-function resource
+     * usage in the log) and keeps the PTX. ptxas records its command line in
+     * the cubin, so such cubins differ in bytes and must never be cached. */
+    int verbose;
 } fsa_compile_options;
 
-fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target);
+#define FSA_PTXAS_VERBOSE "--ptxas-options=-v"
 
-/* 1 when `target` is a supported compile target ("sm_80", "sm_86", "sm_89",
- * "sm_90", "sm_90a", "sm_100", ...: sm_<major><minor>[a] with major >= 8). */
-int fsa_target_supported(const char *target);
+/* Fails as fsa_target_parse does for a target it does not know. */
+fsa_status fsa_compile_options_for(fsa_compile_options *out, const char *target);
 
 typedef struct fsa_cubin {
     uint8_t *data;
     size_t size;
     char *log; /* NVRTC log, possibly "" */
+    char *ptx; /* with options->verbose, else NULL */
     double ms; /* wall time of the compilation */
 } fsa_cubin;
 

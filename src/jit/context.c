@@ -1,32 +1,13 @@
 #include "context.h"
 
-#include "compile.h"
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 #include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-void fsa_target_for_capability(char *out, size_t cap, int major, int minor)
-{
-    /* sm_90a unlocks Hopper-only instructions; its cubins run only on 9.0. */
-    snprintf(out, cap, "sm_%d%d%s", major, minor, (major == 9 && minor == 0) ? "a" : "");
-}
-
-int fsa_target_runs_on(const char *target, int major, int minor)
-{
-    if (!fsa_target_supported(target)) return 0;
-    int value = atoi(target + 3);
-    int t_major = value / 10, t_minor = value % 10;
-    size_t len = strlen(target);
-    int arch_specific = target[len - 1] == 'a' || target[len - 1] == 'f';
-    /* Cubins run on the same major version with an equal or newer minor;
-     * arch-specific ones only on exactly their own. */
-    if (t_major != major) return 0;
-    return arch_specific ? t_minor == minor : t_minor <= minor;
-}
 
 static fsa_status parse_cache_mode(fsa_cache_mode *out, fsa_cache_mode requested)
 {
@@ -107,13 +88,13 @@ static fsa_status open_device(fsa_context *ctx, const char *requested_target)
                  "device %d has compute capability %d.%d; sm_80 or newer is required", ctx->device,
                  ctx->cc_major, ctx->cc_minor);
     if (requested_target) {
-        if (!fsa_target_runs_on(requested_target, ctx->cc_major, ctx->cc_minor))
+        FSA_CHECK(fsa_target_parse(&ctx->arch, requested_target));
+        if (!fsa_target_runs_on(&ctx->arch, ctx->cc_major, ctx->cc_minor))
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context",
                      "target %s does not run on device %d (compute capability %d.%d)",
                      requested_target, ctx->device, ctx->cc_major, ctx->cc_minor);
-        snprintf(ctx->target, sizeof ctx->target, "%s", requested_target);
     } else {
-        fsa_target_for_capability(ctx->target, sizeof ctx->target, ctx->cc_major, ctx->cc_minor);
+        FSA_CHECK(fsa_target_for_capability(&ctx->arch, ctx->cc_major, ctx->cc_minor));
     }
     FSA_CHECK_CU(cu, cu->DevicePrimaryCtxRetain(&ctx->cu_context, ctx->cu_device), "context");
     ctx->cu = cu;
@@ -151,15 +132,14 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     if (out == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "out is NULL");
     *out = NULL;
     if (options) {
-        if (options->struct_size != sizeof(fsa_context_options))
-            return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
-                                 "fsa_context_options.struct_size is %zu, expected %zu",
-                                 options->struct_size, sizeof(fsa_context_options));
-        o = *options;
+        st = fsa_struct_read(&o, sizeof o, options, FSA_CONTEXT_OPTIONS_FIRST_SIZE, "context",
+                             "fsa_context_options");
+        if (st != FSA_STATUS_OK) return st;
     }
     ctx = calloc(1, sizeof *ctx);
     FSA_CHECK_ALLOC(ctx, "context");
     pthread_mutex_init(&ctx->fill_lock, NULL);
+    ctx->target = ctx->arch.name;
     ctx->device = o.device;
     ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
 
@@ -171,10 +151,9 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     if (o.device == FSA_DEVICE_NONE) {
         if (o.target == NULL)
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "an offline context needs a target");
-        if (!fsa_target_supported(o.target) || strlen(o.target) >= sizeof ctx->target)
-            FSA_FAIL(FSA_STATUS_UNSUPPORTED_DEVICE, "context", "target '%s' is not supported (sm_80 or newer)",
-                     o.target);
-        snprintf(ctx->target, sizeof ctx->target, "%s", o.target);
+        FSA_CHECK(fsa_target_parse(&ctx->arch, o.target));
+        /* Without a device, the target's own limit stands in for the device's. */
+        ctx->max_smem_per_block = ctx->arch.smem_per_block;
     } else {
         if (o.device < 0)
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "device %d is not an ordinal", o.device);
@@ -189,11 +168,17 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
         nvrtc = NULL;
     }
     open_disk_cache(ctx, mode, o.cache_dir);
+    const char *dump_dir = getenv("FSA_JIT_DUMP");
+    if (dump_dir && *dump_dir) {
+        ctx->dump_dir = strdup(dump_dir);
+        FSA_CHECK_ALLOC(ctx->dump_dir, "context");
+    }
     ctx->env.nvrtc = nvrtc;
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;
     ctx->env.jit = jit;
     ctx->env.log = ctx->log;
+    ctx->env.dump_dir = ctx->dump_dir;
     ctx->env.counters = &ctx->counters;
     *out = ctx;
     ctx = NULL;
@@ -208,6 +193,7 @@ void fsa_context_destroy(fsa_context *ctx)
     if (ctx->cu && ctx->cu_context) ctx->cu->DevicePrimaryCtxRelease(ctx->cu_device);
     fsa_disk_cache_close(ctx->disk);
     free(ctx->cache_dir);
+    free(ctx->dump_dir);
     pthread_mutex_destroy(&ctx->fill_lock);
     free(ctx);
 }
@@ -223,18 +209,15 @@ fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_context *ctx)
 {
     if (out == NULL || ctx == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, "context", "NULL stats or context");
-    if (out->struct_size != sizeof(fsa_cache_stats))
-        return fsa_error_set(FSA_STATUS_STRUCT_SIZE, "context",
-                             "fsa_cache_stats.struct_size is %zu, expected %zu", out->struct_size,
-                             sizeof(fsa_cache_stats));
     fsa_jit_counters *c = (fsa_jit_counters *)&ctx->counters;
-    out->memory_hits = atomic_load(&c->memory_hits);
-    out->disk_hits = atomic_load(&c->disk_hits);
-    out->compiles = atomic_load(&c->compiles);
-    out->compile_ms = (double)atomic_load(&c->compile_us) / 1000.0;
-    out->corrupt_entries = atomic_load(&c->corrupt_entries);
-    out->write_failures = atomic_load(&c->write_failures);
-    return FSA_STATUS_OK;
+    fsa_cache_stats s = FSA_CACHE_STATS_INIT;
+    s.memory_hits = atomic_load(&c->memory_hits);
+    s.disk_hits = atomic_load(&c->disk_hits);
+    s.compiles = atomic_load(&c->compiles);
+    s.compile_ms = (double)atomic_load(&c->compile_us) / 1000.0;
+    s.corrupt_entries = atomic_load(&c->corrupt_entries);
+    s.write_failures = atomic_load(&c->write_failures);
+    return fsa_struct_write(out, &s, sizeof s, FSA_CACHE_STATS_FIRST_SIZE, "context", "fsa_cache_stats");
 }
 
 fsa_status fsa_context_enter(const fsa_context *ctx)

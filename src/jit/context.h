@@ -8,6 +8,7 @@
 #include "fsa.h"
 #include "module_cache.h"
 #include "nvrtc_loader.h"
+#include "target.h"
 
 #include <pthread.h>
 
@@ -18,9 +19,11 @@ struct fsa_context {
     CUcontext cu_context;     /* the device's primary context, retained */
     int cc_major, cc_minor;
     int sm_count;
-    int max_smem_per_block;   /* opt-in maximum, bytes */
-    char target[16];
+    int max_smem_per_block;   /* opt-in maximum, bytes: the device's, else the target's */
+    fsa_target arch;          /* the compile target, parsed once */
+    const char *target;       /* arch.name */
     char *cache_dir;          /* resolved root, NULL when the disk cache is off */
+    char *dump_dir;           /* $FSA_JIT_DUMP, read once; NULL when unset */
     fsa_disk_cache *disk;
     fsa_jit_counters counters;
     fsa_jit_env env;
@@ -41,11 +44,5 @@ void fsa_context_leave(const fsa_context *ctx);
 fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
                                     const fsa_kernel_request *req, const char *entry,
                                     int smem_bytes);
-
-/* "sm_90a" for compute capability 9.0, "sm_<major><minor>" otherwise. */
-void fsa_target_for_capability(char *out, size_t cap, int major, int minor);
-
-/* 1 when a cubin built for `target` runs on a device of that capability. */
-int fsa_target_runs_on(const char *target, int major, int minor);
 
 #endif

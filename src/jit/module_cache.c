@@ -1,6 +1,7 @@
 #include "module_cache.h"
 
 #include "compile.h"
+#include "kernel_dump.h"
 #include "kernel_key.h"
 #include "base/status_internal.h"
 #include "templates.h"
@@ -183,6 +184,15 @@ cleanup:
     return st;
 }
 
+/* A dump that fails leaves the kernel usable: it is only reported. */
+static void dump(const fsa_jit_env *env, const fsa_kernel_request *req, const fsa_kernel_key *key,
+                 const fsa_compile_options *opts)
+{
+    if (fsa_kernel_dump(env->dump_dir, env->nvrtc, req, key, env->target, opts) == FSA_STATUS_OK) return;
+    fsa_log_warn(1, "FSA_JIT_DUMP: %s", fsa_last_error());
+    fsa_error_clear();
+}
+
 fsa_status fsa_module_get(fsa_module **out, const fsa_jit_env *env, const fsa_kernel_request *req)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -230,6 +240,7 @@ fsa_status fsa_module_get(fsa_module **out, const fsa_jit_env *env, const fsa_ke
     }
     pthread_cond_broadcast(&g_table.changed);
     pthread_mutex_unlock(&g_table.lock);
+    if (st == FSA_STATUS_OK && env->dump_dir) dump(env, req, &key, &opts);
 cleanup:
     fsa_key_free(&key);
     return st;

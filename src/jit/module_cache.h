@@ -31,6 +31,7 @@ typedef struct fsa_jit_env {
     fsa_disk_cache *disk;       /* NULL: memory only */
     int jit;                    /* 0: a miss is FSA_STATUS_JIT_DISABLED */
     int log;
+    const char *dump_dir;       /* FSA_JIT_DUMP (kernel_dump.h); NULL when unset */
     fsa_jit_counters *counters;
 } fsa_jit_env;
 

@@ -2,7 +2,7 @@
  * correctness test, plus the benchmark selection generator and error
  * metrics.
  *
- * Semantics (DESIGN.md section 4):
+ * Semantics (docs/semantics.md):
  * - Packed varlen batch: cu_seqlens int32 [B+1], cu_seqlens[0] = 0,
  *   cu_seqlens[B] = T; sequence b holds packed tokens [s_b, e_b). For query
  *   token t of sequence b, i = t - s_b is its position in the sequence.
@@ -75,7 +75,7 @@ int fsa_ref_slot_valid(const fsa_ref_problem *p, int h, int t, int s);
 /* Sequence containing packed token t (binary search over cu_seqlens). */
 int fsa_ref_sequence_of(int batch, const int32_t *cu_seqlens, int t);
 
-/* Selection of BENCHMARKS.md, generalised to varlen. For each kv head h and
+/* Selection of the standard benchmark (docs/benchmarks.md), generalised to varlen. For each kv head h and
  * token t with own block c = i/BK: blocks c, 0 and c-1 (those >= 0) are
  * always chosen (in that priority when K < 3), the remaining slots are
  * distinct blocks drawn uniformly from the rest of 0..c; the row is sorted
@@ -88,7 +88,7 @@ void fsa_ref_make_selection(int32_t *topk, int64_t head_stride, int64_t token_st
 int64_t fsa_ref_selected_entries(const int32_t *topk, int64_t head_stride, int64_t token_stride,
                                  int total_tokens, int num_kv_heads, int top_k);
 
-/* Forward FLOPs as BENCHMARKS.md counts them: 4 * entries * G * BK * D
+/* Forward FLOPs as docs/benchmarks.md counts them: 4 * entries * G * BK * D
  * (backward counts 2.5x that). */
 double fsa_ref_selected_flops(int64_t entries, int group, int block_size, int head_dim);
 

@@ -257,10 +257,10 @@ static void test_host_checkable_problems_return_a_status(void **state)
     a.num_query_tokens = MAX_TOKENS + 1;
     assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
-    a.q = 0;
+    a.q.ptr = 0;
     assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_NULL_POINTER);
     a = good;
-    a.k_cache += 2;
+    a.k_cache.ptr += 2;
     assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
     a.v_page_stride = 12;
@@ -275,7 +275,7 @@ static void test_host_checkable_problems_return_a_status(void **state)
     a.workspace_bytes = dv.ws_bytes - 1;
     assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
     a = good;
-    a.struct_size -= 8;
+    a.struct_size = 8; /* shorter than the struct's first version */
     assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_STRUCT_SIZE);
     a = good;
     a.num_query_tokens = 0; /* nothing to do */

@@ -86,20 +86,15 @@ static void bwd_free(bwd_device *bd)
 
 static fsa_bwd_args bwd_args_of(const bwd_device *bd, const device_problem *dp, const problem *p)
 {
+    const fsa_fwd_args f = fwd_args_of(dp, p); /* the inputs, as the forward took them */
     fsa_bwd_args a = FSA_BWD_ARGS_INIT;
     a.total_tokens = p->T;
     a.batch = p->B;
-    a.q = dp->q, a.k = dp->k, a.v = dp->v, a.o = dp->o, a.dout = bd->dout;
-    a.dq = bd->dq, a.dk = bd->dk, a.dv = bd->dv;
-    a.q_token_stride = a.dout_token_stride = a.dq_token_stride = p->q_ts;
-    a.q_head_stride = a.dout_head_stride = a.dq_head_stride = p->q_hs;
-    a.k_token_stride = a.v_token_stride = a.dk_token_stride = a.dv_token_stride = p->kv_ts;
-    a.k_head_stride = a.v_head_stride = a.dk_head_stride = a.dv_head_stride = p->kv_hs;
-    a.o_token_stride = p->o_ts;
-    a.o_head_stride = p->o_hs;
-    a.topk = dp->topk;
-    a.topk_head_stride = p->topk_hs;
-    a.topk_token_stride = p->topk_ts;
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o, a.topk = f.topk;
+    a.dout = (fsa_tensor){bd->dout, p->q_ts, p->q_hs};
+    a.dq = (fsa_tensor){bd->dq, p->q_ts, p->q_hs};
+    a.dk = (fsa_tensor){bd->dk, p->kv_ts, p->kv_hs};
+    a.dv = (fsa_tensor){bd->dv, p->kv_ts, p->kv_hs};
     a.cu_seqlens = dp->cu;
     a.lse = dp->lse;
     a.workspace = bd->ws;
@@ -336,7 +331,7 @@ static void test_backward_bad_arguments_return_statuses(void **state)
     bad.lse = 0;
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_NULL_POINTER);
     bad = ba;
-    bad.dk += 4;
+    bad.dk.ptr += 4;
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
     bad = ba;
     bad.struct_size -= 8;

@@ -199,7 +199,7 @@ static void test_a_too_small_workspace_is_refused_before_any_launch(void **state
     a.workspace_bytes = dp.ws_bytes - 1;
     assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
     a.workspace_bytes = dp.ws_bytes;
-    a.q += 2;
+    a.q.ptr += 2;
     assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_MISALIGNED);
     device_free(&dp);
     problem_free(&p);

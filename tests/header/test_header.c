@@ -1,18 +1,51 @@
-/* The public header: compiles alone (see header_c11.c), every status has a
- * distinct non-empty name and message, and the init macros set struct_size. */
+/* The public header: compiles alone as C11 and as C++ (header_c11.c,
+ * header_cxx.cpp) with the same INIT values, every status has a distinct
+ * non-empty name and message. */
 #include "testing.h"
+
+#include "header_probe.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int fsa_header_c11_probe(void);
+/* What the test itself sees: the values both probes must report. */
+static void expected_values(size_t out[FSA_PROBE_VALUES])
+{
+    const size_t want[FSA_PROBE_VALUES] = {sizeof(fsa_context_options),
+                                           sizeof(fsa_cache_stats),
+                                           sizeof(fsa_selected_attention_desc),
+                                           sizeof(fsa_fwd_args),
+                                           sizeof(fsa_bwd_args),
+                                           128,
+                                           64,
+                                           16,
+                                           0,
+                                           0,
+                                           0,
+                                           3 * 8};
+    memcpy(out, want, sizeof want);
+}
 
 static void test_the_header_compiles_alone_in_strict_c11(void **state)
 {
     (void)state;
-    size_t expected = sizeof(fsa_context_options) + sizeof(fsa_selected_attention_desc) + sizeof(fsa_fwd_args) +
-                      sizeof(fsa_cache_stats);
-    assert_int_equal(fsa_header_c11_probe(), (int)expected);
+    size_t want[FSA_PROBE_VALUES], got[FSA_PROBE_VALUES];
+    expected_values(want);
+    fsa_header_c11_probe(got);
+    for (int i = 0; i < FSA_PROBE_VALUES; i++) assert_int_equal(got[i], want[i]);
+}
+
+static void test_the_header_compiles_alone_as_cxx_with_the_same_defaults(void **state)
+{
+    (void)state;
+#ifdef FSA_TEST_CXX_HEADER
+    size_t want[FSA_PROBE_VALUES], got[FSA_PROBE_VALUES];
+    expected_values(want);
+    fsa_header_cxx_probe(got);
+    for (int i = 0; i < FSA_PROBE_VALUES; i++) assert_int_equal(got[i], want[i]);
+#else
+    skip(); /* no C++ compiler was found */
+#endif
 }
 
 static void test_every_status_has_a_distinct_non_empty_name_and_message(void **state)
@@ -64,6 +97,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_header_compiles_alone_in_strict_c11),
+        cmocka_unit_test(test_the_header_compiles_alone_as_cxx_with_the_same_defaults),
         cmocka_unit_test(test_every_status_has_a_distinct_non_empty_name_and_message),
         cmocka_unit_test(test_unknown_status_values_still_have_strings),
         cmocka_unit_test(test_status_values_are_stable),

@@ -31,7 +31,7 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
 {
     (void)state;
     fsa_kvcache_desc d = good_desc(32, 8);
-    d.struct_size--;
+    d.struct_size = 4;
     expect_desc_status(FSA_STATUS_STRUCT_SIZE, d);
     d = good_desc(65, 1); /* group 65 */
     expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
@@ -95,17 +95,14 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     fsa_kvcache_args good = FSA_KVCACHE_ARGS_INIT;
     good.num_query_tokens = 4;
     good.batch = 2;
-    good.q = good.o = good.k_cache = good.v_cache = 0x10000;
-    good.q_token_stride = good.o_token_stride = 8 * 128;
-    good.q_head_stride = good.o_head_stride = 128;
+    good.q = good.o = (fsa_tensor){0x10000, 8 * 128, 128};
+    good.k_cache = good.v_cache = (fsa_tensor){0x10000, 2 * 128, 128};
     good.k_page_stride = good.v_page_stride = 64 * 2 * 128;
-    good.k_token_stride = good.v_token_stride = 2 * 128;
-    good.k_head_stride = good.v_head_stride = 128;
     good.num_pages = 10;
-    good.block_table = good.cu_seqlens_q = good.seqused_k = good.topk = 0x20000;
+    good.block_table = good.cu_seqlens_q = good.seqused_k = 0x20000;
+    good.topk = (fsa_tensor){0x20000, 16, 0};
     good.block_table_stride = 4;
     good.max_pages_per_seq = 4;
-    good.topk_token_stride = 16;
     good.workspace = 0x100000;
     good.workspace_bytes = ws;
     assert_int_equal(fsa_kvcache_attention(plan, &good, NULL), FSA_STATUS_NO_DEVICE);
@@ -122,13 +119,13 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a.topk_length = 0x20002;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
-    a.k_token_stride = 100;
+    a.k_cache.token_stride = 100;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
     a.max_pages_per_seq = 0;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
-    a.topk_head_stride = -1;
+    a.topk.head_stride = -1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.workspace_bytes = ws - 1;

@@ -1,11 +1,14 @@
 /* Every template renders and compiles with NVRTC for sm_80 and sm_90a, on a
- * machine without a GPU, over a spread of its parameters. A template added
- * without an entry here fails the coverage test. */
+ * machine without a GPU, over a spread of its parameters, and no function of
+ * it spills registers unless the spill is listed, with its reason, in
+ * justified_spills. A template added without an entry here fails the
+ * coverage test. */
 #include "testing.h"
 
 #include "jit/compile.h"
 #include "jit/nvrtc_loader.h"
 #include "jit/render.h"
+#include "jit/resource_usage.h"
 #include "jit/templates.h"
 
 #include <stdio.h>
@@ -47,19 +50,43 @@ static const variant variants[] = {
 
 /* Kernels over a paged KV cache also take the page size. */
 typedef struct paged_variant {
-    const char *family;
-    const char *dtype, *d, *g, *bk, *k, *page;
+    variant v;
+    const char *page;
 } paged_variant;
 
 static const paged_variant paged_variants[] = {
-    {"kvc_fwd", "bf16", "128", "4", "64", "16", "64"},
-    {"kvc_fwd", "bf16", "128", "16", "64", "16", "1"},
-    {"kvc_fwd", "f16", "64", "1", "16", "64", "256"},
-    {"kvc_fwd", "bf16", "96", "8", "128", "8", "32"},
-    {"kvc_fwd", "f16", "256", "64", "256", "4", "16"},
-    {"kvc_fwd", "bf16", "32", "3", "32", "5", "128"},
+    {{"kvc_fwd", "bf16", "128", "4", "64", NULL, "16", NULL}, "64"},
+    {{"kvc_fwd", "bf16", "128", "16", "64", NULL, "16", NULL}, "1"},
+    {{"kvc_fwd", "f16", "64", "1", "16", NULL, "64", NULL}, "256"},
+    {{"kvc_fwd", "bf16", "96", "8", "128", NULL, "8", NULL}, "32"},
+    {{"kvc_fwd", "f16", "256", "64", "256", NULL, "4", NULL}, "16"},
+    {{"kvc_fwd", "bf16", "32", "3", "32", NULL, "5", NULL}, "128"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
+
+/* Spills allowed in shipped kernels: family, entry point, target (NULL:
+ * any), the most spill bytes per thread (stores and loads), and why. Each
+ * entry must still match a spill, so the table cannot outlive its reasons. */
+typedef struct justified_spill {
+    const char *family, *entry, *target;
+    int max_bytes;
+    const char *reason;
+} justified_spill;
+
+static const justified_spill justified_spills[] = {
+    {"sel_fwd_main", "fsa_sel_fwd_main", "sm_90a", 64,
+     "up to D = 128 the launch bounds ask for 3 blocks per SM (the kernel is bound by issue and latency, "
+     "bench/NOTES.md v2-v4), which caps registers at 168; at D = 128 ptxas then spills 28 bytes on sm_90a. "
+     "2 blocks without the spill has not been measured"},
+    {"sel_index", "fsa_sel_scatter", NULL, 8,
+     "one 4-byte value at 32 registers of the 255 allowed: ptxas's choice, not register pressure"},
+    {"kvc_fwd", "fsa_kvc_fwd", "sm_90a", 8,
+     "D = 256 with four row tiles (G 64): 128 output accumulators and 32 scores per thread reach the 255-register "
+     "limit and ptxas keeps one 4-byte value on the stack; the variant is compute-bound, not latency-bound"},
+    {"sel_fwd_nsa", "fsa_sel_fwd_nsa", "sm_90a", 8,
+     "one 4-byte value at D = 64 with 80 registers of the 255 allowed: ptxas's choice, not register pressure"},
+};
+#define N_JUSTIFIED (sizeof justified_spills / sizeof justified_spills[0])
 
 static const fsa_nvrtc_api *g_nvrtc;
 
@@ -76,16 +103,50 @@ static size_t params_of(const variant *v, fsa_param *out)
     return n;
 }
 
-static void compile_rendered(const variant *v, const char *target, const fsa_param *params, size_t n)
+static const justified_spill *justification_for(const variant *v, const fsa_function_usage *f, const char *target)
+{
+    for (size_t i = 0; i < N_JUSTIFIED; i++) {
+        const justified_spill *j = &justified_spills[i];
+        if (strcmp(j->family, v->family) == 0 && strcmp(j->entry, f->name) == 0 &&
+            (j->target == NULL || strcmp(j->target, target) == 0))
+            return j;
+    }
+    return NULL;
+}
+
+/* Fails on a spill that justified_spills does not allow; marks the entries
+ * that allowed one in `used`. */
+static void check_spills(const variant *v, const fsa_resource_usage *u, const char *target, int used[N_JUSTIFIED])
+{
+    for (size_t i = 0; i < u->count; i++) {
+        const fsa_function_usage *f = &u->functions[i];
+        const int bytes = f->spill_store_bytes + f->spill_load_bytes;
+        if (bytes == 0) continue;
+        const justified_spill *j = justification_for(v, f, target);
+        if (j == NULL || bytes > j->max_bytes)
+            fail_msg("%s (%s d=%s g=%s bk=%s k=%s ks=%s) for %s spills %d bytes of stores and %d of loads per "
+                     "thread at %d registers%s",
+                     f->name, v->dtype ? v->dtype : "-", v->d ? v->d : "-", v->g ? v->g : "-", v->bk ? v->bk : "-",
+                     v->k ? v->k : "-", v->keys ? v->keys : "-", target, f->spill_store_bytes, f->spill_load_bytes, f->registers,
+                     j ? ", more than its justification allows" : "; remove the spill or justify it here");
+        used[j - justified_spills] = 1;
+    }
+}
+
+static void compile_variant(const variant *v, const char *page, const char *target, int used[N_JUSTIFIED])
 {
     char file[64];
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
+    fsa_param params[8];
+    size_t n = params_of(v, params);
+    if (page) params[n++] = (fsa_param){"PAGE_SIZE", page, "p"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
     assert_int_equal(fsa_compile_options_for(&opts, target), FSA_STATUS_OK);
+    opts.verbose = 1; /* resource usage in the log */
     fsa_cubin cubin;
     fsa_status st = fsa_compile(&cubin, g_nvrtc, src, file, &opts);
     if (st != FSA_STATUS_OK) fail_msg("%s for %s: %s", file, target, fsa_last_error());
@@ -94,37 +155,46 @@ static void compile_rendered(const variant *v, const char *target, const fsa_par
     assert_memory_equal(cubin.data, "\x7f" "ELF", 4);
     print_message("  %-16s %-5s d=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family, v->dtype ? v->dtype : "-",
                   v->d ? v->d : "-", v->g ? v->g : "-", v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
+    fsa_resource_usage u;
+    assert_int_equal(fsa_resource_usage_parse(&u, cubin.log), FSA_STATUS_OK);
+    size_t entries = 0;
+    for (size_t i = 0; i < u.count; i++) {
+        const fsa_function_usage *f = &u.functions[i];
+        entries += (size_t)f->entry;
+        print_message("    %-24s %3d registers, spills %4d/%4d bytes, stack %4d bytes\n", f->name, f->registers,
+                      f->spill_store_bytes, f->spill_load_bytes, f->stack_bytes);
+    }
+    /* The log did report on the kernels: a silent log would pass any spill. */
+    if (entries == 0) fail_msg("%s for %s: no entry point in the ptxas log:\n%s", file, target, cubin.log);
+    check_spills(v, &u, target, used);
+    fsa_resource_usage_free(&u);
     fsa_cubin_free(&cubin);
     free(src);
 }
 
-static void compile_variant(const variant *v, const char *target)
+/* Compiles the whole grid for `target`; every justification for it must have been needed. */
+static void compile_every_variant(const char *target)
 {
-    fsa_param params[7];
-    compile_rendered(v, target, params, params_of(v, params));
+    int used[N_JUSTIFIED] = {0};
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, target, used);
+    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) compile_variant(&paged_variants[i].v, paged_variants[i].page, target, used);
+    for (size_t i = 0; i < N_JUSTIFIED; i++) {
+        const justified_spill *j = &justified_spills[i];
+        if ((j->target == NULL || strcmp(j->target, target) == 0) && !used[i])
+            fail_msg("%s in %s no longer spills for %s: remove its justification", j->entry, j->family, target);
+    }
 }
 
-static void compile_paged_variant(const paged_variant *pv, const char *target)
-{
-    const variant v = {pv->family, pv->dtype, pv->d, pv->g, pv->bk, NULL, pv->k, NULL};
-    fsa_param params[8];
-    size_t n = params_of(&v, params);
-    params[n++] = (fsa_param){"PAGE_SIZE", pv->page, "p"};
-    compile_rendered(&v, target, params, n);
-}
-
-static void test_every_template_variant_compiles_for_sm_80(void **state)
+static void test_every_template_variant_compiles_for_sm_80_without_unjustified_spills(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_80");
-    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) compile_paged_variant(&paged_variants[i], "sm_80");
+    compile_every_variant("sm_80");
 }
 
-static void test_every_template_variant_compiles_for_sm_90a(void **state)
+static void test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], "sm_90a");
-    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) compile_paged_variant(&paged_variants[i], "sm_90a");
+    compile_every_variant("sm_90a");
 }
 
 static void test_every_kernel_template_has_a_compile_variant(void **state)
@@ -138,8 +208,8 @@ static void test_every_kernel_template_has_a_compile_variant(void **state)
         for (size_t j = 0; j < N_VARIANTS; j++)
             covered |= strlen(variants[j].family) == len - 3 && strncmp(variants[j].family, name, len - 3) == 0;
         for (size_t j = 0; j < N_PAGED_VARIANTS; j++)
-            covered |= strlen(paged_variants[j].family) == len - 3 &&
-                       strncmp(paged_variants[j].family, name, len - 3) == 0;
+            covered |= strlen(paged_variants[j].v.family) == len - 3 &&
+                       strncmp(paged_variants[j].v.family, name, len - 3) == 0;
         if (!covered) fail_msg("template %s has no compile variant in this test", name);
     }
 }
@@ -174,8 +244,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_kernel_template_has_a_compile_variant),
         cmocka_unit_test(test_a_compile_error_returns_the_nvrtc_log),
-        cmocka_unit_test(test_every_template_variant_compiles_for_sm_80),
-        cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a),
+        cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
+        cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -4,6 +4,8 @@
  * context; each case fails before anything is compiled. */
 #include "testing.h"
 
+#include "base/struct_size.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +72,7 @@ static void test_context_create_with_a_null_out_is_a_null_pointer(void **state)
 static void test_context_create_with_a_wrong_struct_size_is_struct_size(void **state)
 {
     (void)state;
-    const size_t sizes[] = {0, sizeof(fsa_context_options) - 1, sizeof(fsa_context_options) + 8, 4};
+    const size_t sizes[] = {0, FSA_CONTEXT_OPTIONS_FIRST_SIZE - 1, sizeof(fsa_context_options) + 8, 4};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
         o.struct_size = sizes[i];
@@ -80,6 +82,57 @@ static void test_context_create_with_a_wrong_struct_size_is_struct_size(void **s
         EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_create(&ctx, &o));
         assert_null(ctx);
     }
+}
+
+static void test_context_options_of_the_first_version_are_read_without_what_follows_them(void **state)
+{
+    (void)state;
+    /* A caller compiled against the first header: what lies after its
+     * struct in memory (poisoned here) is not its own. */
+    _Alignas(16) unsigned char mem[sizeof(fsa_context_options) + 64];
+    memset(mem, 0xa5, sizeof mem);
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.struct_size = FSA_CONTEXT_OPTIONS_FIRST_SIZE;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_80";
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    memcpy(mem, &o, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, (const fsa_context_options *)(void *)mem), FSA_STATUS_OK);
+    assert_string_equal(fsa_context_target(ctx), "sm_80");
+    assert_string_equal(fsa_context_cache_dir(ctx), "");
+    fsa_context_destroy(ctx);
+}
+
+static void test_the_init_macros_set_struct_size_and_the_documented_defaults(void **state)
+{
+    (void)state;
+    const fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    assert_int_equal(o.struct_size, sizeof o);
+    assert_int_equal(o.device, 0);
+    assert_null(o.target);
+    assert_null(o.cache_dir);
+    assert_int_equal(o.cache_mode, FSA_CACHE_MODE_DEFAULT);
+    assert_int_equal(o.jit, FSA_JIT_DEFAULT);
+    assert_int_equal(o.log, 0);
+    const fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    assert_int_equal(d.struct_size, sizeof d);
+    assert_int_equal(d.dtype, FSA_DTYPE_BF16);
+    assert_int_equal(d.head_dim, 128);
+    assert_int_equal(d.block_size, 64);
+    assert_int_equal(d.top_k, 16);
+    assert_int_equal(d.num_q_heads + d.num_kv_heads + d.backward, 0);
+    assert_true(d.scale == 0.0f);
+    assert_int_equal(d.algorithm, FSA_ALGORITHM_AUTO);
+    assert_int_equal(d.workspace_limit, 0);
+    /* Static storage works too (a constant initializer). */
+    static const fsa_fwd_args f = FSA_FWD_ARGS_INIT;
+    static const fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+    assert_int_equal(f.struct_size, sizeof f);
+    assert_int_equal(b.struct_size, sizeof b);
+    assert_int_equal(f.q.ptr + f.topk.ptr + (uint64_t)f.o.token_stride + f.workspace_bytes, 0);
+    assert_int_equal(b.dv.ptr + (uint64_t)b.dq.head_stride + b.lse, 0);
 }
 
 static void test_an_offline_context_without_a_target_is_an_invalid_argument(void **state)
@@ -94,21 +147,33 @@ static void test_an_offline_context_without_a_target_is_an_invalid_argument(void
     assert_null(ctx);
 }
 
+static void expect_offline_context_status(fsa_status want, const char *target)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = target;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    EXPECT_STATUS(want, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+    assert_non_null(strstr(fsa_last_error_info()->message, target));
+}
+
 static void test_an_offline_context_for_an_unsupported_target_is_unsupported_device(void **state)
 {
     (void)state;
-    const char *bad[] = {"sm_75", "sm_70", "sm_9x", "", "compute_90", "sm_80/../x"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-        o.device = FSA_DEVICE_NONE;
-        o.target = bad[i];
-        o.cache_mode = FSA_CACHE_MODE_OFF;
-        o.log = -1;
-        fsa_context *ctx = NULL;
-        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED_DEVICE, fsa_context_create(&ctx, &o));
-        assert_null(ctx);
-        assert_non_null(strstr(fsa_last_error_info()->message, bad[i]));
-    }
+    const char *unsupported[] = {"sm_75", "sm_70", "sm_88", "sm_80a"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        expect_offline_context_status(FSA_STATUS_UNSUPPORTED_DEVICE, unsupported[i]);
+}
+
+static void test_an_offline_context_for_a_malformed_target_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *malformed[] = {"sm_9x", "", "compute_90", "sm_80/../x"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+        expect_offline_context_status(FSA_STATUS_INVALID_ARGUMENT, malformed[i]);
 }
 
 static void test_an_offline_context_reports_its_target_and_no_cache_when_off(void **state)
@@ -244,9 +309,11 @@ static void test_cache_stats_checks_its_arguments(void **state)
 {
     fsa_context *ctx = *state;
     fsa_cache_stats s = FSA_CACHE_STATS_INIT;
-    s.struct_size = sizeof s - 8;
+    s.struct_size = FSA_CACHE_STATS_FIRST_SIZE - 8;
     EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
     s.struct_size = 0;
+    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
+    s.struct_size = sizeof s + 8;
     EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
     s.struct_size = sizeof s;
     EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_cache_stats(NULL, ctx));
@@ -254,6 +321,21 @@ static void test_cache_stats_checks_its_arguments(void **state)
     /* A fresh context has counted nothing. */
     assert_int_equal(fsa_context_cache_stats(&s, ctx), FSA_STATUS_OK);
     assert_int_equal(s.compiles + s.memory_hits + s.disk_hits + s.corrupt_entries + s.write_failures, 0);
+}
+
+static void test_cache_stats_of_the_first_version_are_written_without_what_follows_them(void **state)
+{
+    fsa_context *ctx = *state;
+    _Alignas(16) unsigned char mem[sizeof(fsa_cache_stats) + 64];
+    memset(mem, 0xa5, sizeof mem);
+    const size_t first = FSA_CACHE_STATS_FIRST_SIZE;
+    memcpy(mem, &first, sizeof first);
+    assert_int_equal(fsa_context_cache_stats((fsa_cache_stats *)(void *)mem, ctx), FSA_STATUS_OK);
+    fsa_cache_stats s;
+    memcpy(&s, mem, sizeof s);
+    assert_int_equal(s.struct_size, first);
+    assert_int_equal(s.compiles + s.memory_hits + s.disk_hits, 0); /* written: a fresh context counted nothing */
+    for (size_t i = first; i < sizeof mem; i++) assert_int_equal(mem[i], 0xa5);
 }
 
 static int count_visit(const fsa_cache_entry_info *e, void *user)
@@ -336,10 +418,19 @@ static void test_plan_create_with_null_arguments_is_a_null_pointer(void **state)
 static void test_plan_create_with_a_wrong_struct_size_is_struct_size(void **state)
 {
     fsa_selected_attention_desc d = good_desc();
-    d.struct_size = sizeof d - 4;
-    expect_plan_status(*state, &d, FSA_STATUS_STRUCT_SIZE, "struct_size - 4");
+    d.struct_size = FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE - 4;
+    expect_plan_status(*state, &d, FSA_STATUS_STRUCT_SIZE, "first size - 4");
     d.struct_size = 0;
     expect_plan_status(*state, &d, FSA_STATUS_STRUCT_SIZE, "struct_size 0");
+    /* A descriptor from a newer header than the library's. */
+    _Alignas(16) unsigned char mem[sizeof d + 16];
+    memset(mem, 0, sizeof mem);
+    d = good_desc();
+    memcpy(mem, &d, sizeof d);
+    const size_t newer = sizeof d + 16;
+    memcpy(mem, &newer, sizeof newer);
+    expect_plan_status(*state, (const fsa_selected_attention_desc *)(void *)mem, FSA_STATUS_STRUCT_SIZE,
+                       "newer struct");
 }
 
 static void test_an_unsupported_head_dim_is_unsupported(void **state)
@@ -432,17 +523,22 @@ static void test_an_unknown_dtype_is_an_invalid_argument(void **state)
 
 static void test_a_backward_path_that_does_not_fit_the_target_is_unsupported(void **state)
 {
-    /* sm_86 allows 99 KB per block: head dim 176 fits the NSA-order forward
-     * (100096 bytes) but not the NSA-order dq kernel (105984 bytes). */
-    fsa_context *ctx = offline_context("sm_86");
+    /* Parts with 100 KB of shared memory per SM allow 99 KB per block: head
+     * dim 176 fits the NSA-order forward (100096 bytes) but not the NSA-order
+     * dq kernel (105984 bytes). */
+    const char *small[] = {"sm_86", "sm_89", "sm_120", "sm_121a"};
     fsa_selected_attention_desc d = good_desc();
-    d.head_dim = 176;
-    d.num_q_heads = 16;
-    d.backward = 1;
-    d.algorithm = FSA_ALGORITHM_NSA;
-    expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, "NSA-order backward, head dim 176 on sm_86");
-    if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
-    fsa_context_destroy(ctx);
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        fsa_context *ctx = offline_context(small[i]);
+        d = good_desc();
+        d.head_dim = 176;
+        d.num_q_heads = 16;
+        d.backward = 1;
+        d.algorithm = FSA_ALGORITHM_NSA;
+        expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, small[i]);
+        if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
+        fsa_context_destroy(ctx);
+    }
     /* A value that is not a flag at all is an invalid argument. */
     d = good_desc();
     d.backward = 2;
@@ -483,8 +579,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_context_create_with_a_null_out_is_a_null_pointer),
         cmocka_unit_test(test_context_create_with_a_wrong_struct_size_is_struct_size),
+        cmocka_unit_test(test_context_options_of_the_first_version_are_read_without_what_follows_them),
+        cmocka_unit_test(test_the_init_macros_set_struct_size_and_the_documented_defaults),
         cmocka_unit_test(test_an_offline_context_without_a_target_is_an_invalid_argument),
         cmocka_unit_test(test_an_offline_context_for_an_unsupported_target_is_unsupported_device),
+        cmocka_unit_test(test_an_offline_context_for_a_malformed_target_is_an_invalid_argument),
         cmocka_unit_test(test_an_offline_context_reports_its_target_and_no_cache_when_off),
         cmocka_unit_test(test_a_device_context_without_a_driver_fails_with_no_driver_or_no_device),
         cmocka_unit_test(test_a_negative_device_other_than_none_is_an_invalid_argument),
@@ -493,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
         cmocka_unit_test(test_destroying_null_is_fine),
         OFF(test_cache_stats_checks_its_arguments),
+        OFF(test_cache_stats_of_the_first_version_are_written_without_what_follows_them),
         OFF(test_cache_maintenance_without_a_disk_cache_is_cache_io),
         OFF(test_fill_on_an_offline_context_is_no_device),
         OFF(test_plan_create_with_null_arguments_is_a_null_pointer),

@@ -1,12 +1,10 @@
 /* Kernel keys (fsa_key_build): deterministic, independent of the caller's
  * parameter order, sensitive to every field that decides a cubin's bytes,
- * safe to use in file names. Also the compile-target helpers: which targets
- * are accepted, which devices a target's cubin runs on, and which target a
- * device gets. */
+ * safe to use in file names. Also the NVRTC options of a target, which are
+ * part of every key. */
 #include "testing.h"
 
 #include "jit/compile.h"
-#include "jit/context.h"
 #include "jit/kernel_key.h"
 #include "jit/templates.h"
 
@@ -389,20 +387,7 @@ static void test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_d
     fsa_key_free(&other_option);
 }
 
-/* ------------------------------------------------------------ targets */
-
-static void test_supported_targets_are_sm_80_and_newer(void **state)
-{
-    (void)state;
-    const char *good[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_100", "sm_120"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
-        if (!fsa_target_supported(good[i])) fail_msg("%s rejected", good[i]);
-    const char *bad[] = {"sm_75", "sm_8", "sm_9x", "", "sm_", "sm_70", "compute_80", "SM_80", "sm_80 ", "sm_90b",
-                         "sm_90aa", "80"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (fsa_target_supported(bad[i])) fail_msg("\"%s\" accepted", bad[i]);
-    assert_false(fsa_target_supported(NULL));
-}
+/* ------------------------------------------------------------ compile options */
 
 static void test_compile_options_name_the_target_first_and_reject_bad_targets(void **state)
 {
@@ -422,72 +407,19 @@ static void test_compile_options_name_the_target_first_and_reject_bad_targets(vo
     assert_int_equal(fsa_compile_options_for(&p, "sm_80"), FSA_STATUS_OK);
     assert_string_equal(p.opts[0], "--gpu-architecture=sm_80");
 
-    const char *bad[] = {"sm_75", "sm_8", "sm_9x", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(fsa_compile_options_for(&p, bad[i]), FSA_STATUS_UNSUPPORTED_DEVICE);
+    /* Unknown targets fail as the target parser says (test_target.c). */
+    const char *unknown[] = {"sm_75", "sm_88", "sm_80a"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        assert_int_equal(fsa_compile_options_for(&p, unknown[i]), FSA_STATUS_UNSUPPORTED_DEVICE);
         assert_int_equal(fsa_last_error_info()->status, FSA_STATUS_UNSUPPORTED_DEVICE);
         assert_int_equal(p.count, 0);
     }
-    assert_int_equal(fsa_compile_options_for(&p, NULL), FSA_STATUS_UNSUPPORTED_DEVICE);
-}
-
-static void test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor(void **state)
-{
-    (void)state;
-    assert_true(fsa_target_runs_on("sm_80", 8, 0));
-    assert_true(fsa_target_runs_on("sm_80", 8, 6));
-    assert_true(fsa_target_runs_on("sm_80", 8, 9));
-    assert_false(fsa_target_runs_on("sm_80", 9, 0));
-    assert_false(fsa_target_runs_on("sm_80", 7, 5));
-
-    assert_true(fsa_target_runs_on("sm_86", 8, 6));
-    assert_true(fsa_target_runs_on("sm_86", 8, 9));
-    assert_false(fsa_target_runs_on("sm_86", 8, 0));
-
-    assert_true(fsa_target_runs_on("sm_90", 9, 0));
-    assert_false(fsa_target_runs_on("sm_90", 10, 0));
-}
-
-static void test_an_arch_specific_target_runs_only_on_its_own_capability(void **state)
-{
-    (void)state;
-    assert_true(fsa_target_runs_on("sm_90a", 9, 0));
-    assert_false(fsa_target_runs_on("sm_90a", 8, 0));
-    assert_false(fsa_target_runs_on("sm_90a", 8, 9));
-    assert_false(fsa_target_runs_on("sm_90a", 10, 0));
-
-    assert_true(fsa_target_runs_on("sm_100a", 10, 0));
-    assert_false(fsa_target_runs_on("sm_100a", 10, 3));
-    assert_false(fsa_target_runs_on("sm_100a", 9, 0));
-
-    /* Unsupported targets run nowhere. */
-    assert_false(fsa_target_runs_on("sm_75", 7, 5));
-    assert_false(fsa_target_runs_on("sm_9x", 9, 0));
-    assert_false(fsa_target_runs_on(NULL, 9, 0));
-}
-
-static void test_the_target_for_a_capability_is_sm_90a_on_hopper_and_plain_elsewhere(void **state)
-{
-    (void)state;
-    char t[16];
-    fsa_target_for_capability(t, sizeof t, 9, 0);
-    assert_string_equal(t, "sm_90a");
-    fsa_target_for_capability(t, sizeof t, 8, 6);
-    assert_string_equal(t, "sm_86");
-    fsa_target_for_capability(t, sizeof t, 8, 0);
-    assert_string_equal(t, "sm_80");
-    fsa_target_for_capability(t, sizeof t, 8, 9);
-    assert_string_equal(t, "sm_89");
-    fsa_target_for_capability(t, sizeof t, 12, 0);
-    assert_string_equal(t, "sm_120");
-    /* What a device is given must run on it and be a supported target. */
-    const int caps[][2] = {{8, 0}, {8, 6}, {8, 7}, {8, 9}, {9, 0}, {10, 0}, {12, 0}};
-    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
-        fsa_target_for_capability(t, sizeof t, caps[i][0], caps[i][1]);
-        assert_true(fsa_target_supported(t));
-        if (!fsa_target_runs_on(t, caps[i][0], caps[i][1]))
-            fail_msg("%s does not run on %d.%d", t, caps[i][0], caps[i][1]);
+    const char *malformed[] = {"sm_8", "sm_9x", ""};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+        assert_int_equal(fsa_compile_options_for(&p, malformed[i]), FSA_STATUS_INVALID_ARGUMENT);
+        assert_int_equal(p.count, 0);
     }
+    assert_int_equal(fsa_compile_options_for(&p, NULL), FSA_STATUS_INVALID_ARGUMENT);
 }
 
 int main(void)
@@ -504,11 +436,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_parameter_names_are_rejected),
         cmocka_unit_test(test_missing_inputs_are_a_null_pointer),
         cmocka_unit_test(test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs),
-        cmocka_unit_test(test_supported_targets_are_sm_80_and_newer),
         cmocka_unit_test(test_compile_options_name_the_target_first_and_reject_bad_targets),
-        cmocka_unit_test(test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor),
-        cmocka_unit_test(test_an_arch_specific_target_runs_only_on_its_own_capability),
-        cmocka_unit_test(test_the_target_for_a_capability_is_sm_90a_on_hopper_and_plain_elsewhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,101 @@
+/* The plan's answers for one call: workspace sizes, checked as the calls
+ * check their arguments, and the path a call takes. */
+#include "launch.h"
+
+#include "base/status_internal.h"
+
+#include <stdint.h>
+
+#define STAGE "plan"
+
+/* What the layouts cannot describe: one token's list entries past the int32
+ * range, or a workspace past size_t. */
+static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char *stage)
+{
+    const int64_t per_token = (int64_t)plan->desc.num_kv_heads * plan->desc.top_k;
+    if (per_token > INT32_MAX - 1)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%d KV heads x top-k %d list entries per token exceed int32",
+                             plan->desc.num_kv_heads, plan->desc.top_k);
+    if (total == SIZE_MAX)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "the workspace of %d KV heads overflows size_t",
+                             plan->desc.num_kv_heads);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                         const char *stage)
+{
+    fsa_status st = check_indexable(plan, 0, stage);
+    if (st != FSA_STATUS_OK) return st;
+    *tc_out = fsa_fsa_chunk_tokens(plan, total_tokens, batch);
+    fsa_fsa_layout_for(out, plan, total_tokens, batch, *tc_out);
+    return check_indexable(plan, out->total, stage);
+}
+
+fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                         const char *stage)
+{
+    fsa_status st = check_indexable(plan, 0, stage);
+    if (st != FSA_STATUS_OK) return st;
+    *tc_out = fsa_bwd_chunk_tokens(plan, total_tokens, batch);
+    fsa_bwd_layout_for(out, plan, total_tokens, batch, *tc_out);
+    return check_indexable(plan, out->total, stage);
+}
+
+fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    *bytes_out = 0;
+    if (!plan->bwd_available)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, batch));
+    if (total_tokens == 0) goto cleanup;
+    int64_t tc;
+    fsa_bwd_layout l;
+    FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, STAGE));
+    *bytes_out = l.total;
+cleanup:
+    return st;
+}
+
+fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    *bytes_out = 0;
+    FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, batch));
+    if (total_tokens == 0 || fsa_plan_choose(plan, total_tokens, NULL) != FSA_ALGORITHM_FSA) goto cleanup;
+    int64_t tc;
+    fsa_fsa_layout l;
+    FSA_CHECK(fsa_fsa_setup(&tc, &l, plan, total_tokens, batch, STAGE));
+    *bytes_out = l.total;
+cleanup:
+    return st;
+}
+
+fsa_status fsa_plan_algorithm(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
+                              int64_t total_tokens)
+{
+    if (algorithm_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
+    fsa_status st = fsa_check_token_count(STAGE, total_tokens);
+    if (st != FSA_STATUS_OK) return st;
+    *algorithm_out = fsa_plan_choose(plan, total_tokens, reason_out);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const char **reason_out, const fsa_plan *plan,
+                                  int64_t total_tokens)
+{
+    if (algorithm_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "algorithm_out and plan must not be NULL");
+    if (!plan->bwd_available)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
+    fsa_status st = fsa_check_token_count(STAGE, total_tokens);
+    if (st != FSA_STATUS_OK) return st;
+    *algorithm_out = fsa_plan_choose_bwd(plan, total_tokens, reason_out);
+    return FSA_STATUS_OK;
+}

@@ -1,0 +1,127 @@
+/* Structs with a struct_size, as the library reads and writes them: a
+ * caller's older, shorter version is read with the newer fields zero and
+ * written without touching what lies past it; sizes below the first version
+ * or above the current one are refused. Shown on a struct that grew from a
+ * first version (v1) to a second (v2). */
+#include "testing.h"
+
+#include "base/struct_size.h"
+
+#include <string.h>
+
+typedef struct v1 {
+    size_t struct_size;
+    int a;
+    double b;
+} v1;
+
+typedef struct v2 {
+    size_t struct_size;
+    int a;
+    double b;
+    uint64_t c; /* added in the second version: zero means the default */
+    int d;
+} v2;
+
+#define V2_FIRST_SIZE FSA_FIRST_SIZE(v2, b)
+FSA_APPENDED_FIELD(v2, c, V2_FIRST_SIZE);
+
+static void test_the_first_size_is_what_sizeof_gave_the_first_version(void **state)
+{
+    (void)state;
+    assert_int_equal(V2_FIRST_SIZE, sizeof(v1));
+    assert_int_equal(FSA_FIRST_SIZE(v2, d), sizeof(v2));
+    /* The public structs: their first version is never larger than the current one. */
+    assert_true(FSA_CONTEXT_OPTIONS_FIRST_SIZE <= sizeof(fsa_context_options));
+    assert_true(FSA_CACHE_STATS_FIRST_SIZE <= sizeof(fsa_cache_stats));
+    assert_true(FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE <= sizeof(fsa_selected_attention_desc));
+    assert_true(FSA_FWD_ARGS_FIRST_SIZE <= sizeof(fsa_fwd_args));
+    assert_true(FSA_BWD_ARGS_FIRST_SIZE <= sizeof(fsa_bwd_args));
+    assert_true(FSA_CONTEXT_OPTIONS_FIRST_SIZE > sizeof(size_t));
+}
+
+static void test_an_old_shorter_struct_is_read_with_the_new_fields_zero(void **state)
+{
+    (void)state;
+    /* The old caller's struct, followed by memory that is not its own. */
+    _Alignas(8) unsigned char mem[sizeof(v2) + 16];
+    memset(mem, 0xa5, sizeof mem);
+    const v1 old = {sizeof(v1), 7, 2.5};
+    memcpy(mem, &old, sizeof old);
+    v2 local;
+    memset(&local, 0x5a, sizeof local);
+    assert_int_equal(fsa_struct_read(&local, sizeof local, mem, V2_FIRST_SIZE, "test", "v2"), FSA_STATUS_OK);
+    assert_int_equal(local.struct_size, sizeof(v1));
+    assert_int_equal(local.a, 7);
+    assert_true(local.b == 2.5);
+    assert_int_equal(local.c, 0);
+    assert_int_equal(local.d, 0);
+}
+
+static void test_a_current_struct_is_read_whole(void **state)
+{
+    (void)state;
+    const v2 cur = {sizeof(v2), 1, 3.0, 99, -4};
+    v2 local;
+    assert_int_equal(fsa_struct_read(&local, sizeof local, &cur, V2_FIRST_SIZE, "test", "v2"), FSA_STATUS_OK);
+    assert_int_equal(local.c, 99);
+    assert_int_equal(local.d, -4);
+}
+
+static void test_an_old_shorter_output_struct_gets_only_its_own_fields(void **state)
+{
+    (void)state;
+    _Alignas(8) unsigned char mem[sizeof(v2) + 16];
+    memset(mem, 0xa5, sizeof mem);
+    const size_t old_size = sizeof(v1);
+    memcpy(mem, &old_size, sizeof old_size);
+    const v2 result = {sizeof(v2), 11, 0.5, 12, 13};
+    assert_int_equal(fsa_struct_write(mem, &result, sizeof result, V2_FIRST_SIZE, "test", "v2"), FSA_STATUS_OK);
+    v1 got;
+    memcpy(&got, mem, sizeof got);
+    assert_int_equal(got.struct_size, sizeof(v1)); /* left as the caller set it */
+    assert_int_equal(got.a, 11);
+    assert_true(got.b == 0.5);
+    for (size_t i = sizeof(v1); i < sizeof mem; i++) assert_int_equal(mem[i], 0xa5);
+}
+
+static void test_sizes_outside_the_known_versions_are_struct_size(void **state)
+{
+    (void)state;
+    const size_t bad[] = {0, 4, sizeof(size_t), V2_FIRST_SIZE - 1, sizeof(v2) + 1, sizeof(v2) + 8, SIZE_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        _Alignas(8) unsigned char mem[sizeof(v2) + 16];
+        memset(mem, 0, sizeof mem);
+        memcpy(mem, &bad[i], sizeof bad[i]);
+        v2 local;
+        memset(&local, 0x5a, sizeof local);
+        assert_int_equal(fsa_struct_read(&local, sizeof local, mem, V2_FIRST_SIZE, "test", "v2"),
+                         FSA_STATUS_STRUCT_SIZE);
+        assert_int_equal(fsa_last_error_info()->status, FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error_info()->message, "v2.struct_size"));
+        assert_int_equal(local.a, 0x5a5a5a5a); /* untouched */
+        assert_int_equal(fsa_struct_write(mem, &local, sizeof local, V2_FIRST_SIZE, "test", "v2"),
+                         FSA_STATUS_STRUCT_SIZE);
+        for (size_t j = sizeof(size_t); j < sizeof mem; j++) assert_int_equal(mem[j], 0);
+    }
+    /* Every size in between is a version the library can read. */
+    for (size_t n = V2_FIRST_SIZE; n <= sizeof(v2); n++) {
+        _Alignas(8) unsigned char mem[sizeof(v2)];
+        memset(mem, 0, sizeof mem);
+        memcpy(mem, &n, sizeof n);
+        v2 local;
+        assert_int_equal(fsa_struct_read(&local, sizeof local, mem, V2_FIRST_SIZE, "test", "v2"), FSA_STATUS_OK);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_first_size_is_what_sizeof_gave_the_first_version),
+        cmocka_unit_test(test_an_old_shorter_struct_is_read_with_the_new_fields_zero),
+        cmocka_unit_test(test_a_current_struct_is_read_whole),
+        cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),
+        cmocka_unit_test(test_sizes_outside_the_known_versions_are_struct_size),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
