@@ -76,29 +76,28 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     return st;
 }
 
-fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *desc)
+fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
-    fsa_status st = FSA_STATUS_OK;
     fsa_kvcache_plan *plan = NULL;
-    if (out == NULL || ctx == NULL || desc == NULL)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
-    *out = NULL;
-    fsa_kvcache_desc d;
-    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE, "fsa_kvcache_desc"));
-    desc = &d;
-    FSA_CHECK(validate_desc(desc));
-    plan = calloc(1, sizeof *plan);
-    FSA_CHECK_ALLOC(plan, STAGE);
-    plan->ctx = ctx;
-    plan->desc = *desc;
-    plan->group = desc->num_q_heads / desc->num_kv_heads;
-    plan->row_tiles = fsa_kvc_row_tiles(plan->group);
-    plan->tile_tokens = fsa_kvc_tile_tokens(plan->group);
+    fsa_kvcache_desc d; /* the caller's version, newer fields zero */
+    if (out != NULL) *out = NULL;
+    fsa_status st = out && ctx && caller_desc ? FSA_STATUS_OK
+                                              : fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE,
+                                                              "out, context and descriptor must not be NULL");
+    if (st == FSA_STATUS_OK)
+        st = fsa_struct_read(&d, sizeof d, caller_desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE, "fsa_kvcache_desc");
+    if (st != FSA_STATUS_OK) goto cleanup;
+    FSA_CHECK(validate_desc(&d));
+    const fsa_kvcache_desc *desc = &d;
+    const int group = d.num_q_heads / d.num_kv_heads;
     /* A quarter of the slots per share: decode at small batches gets 4x the
      * CTAs for the K = 16 of NSA, and the partials stay small beside the K/V
      * bytes at large batches. */
-    plan->splits = desc->splits > 0 ? desc->splits : (desc->top_k + 3) / 4 < 16 ? (desc->top_k + 3) / 4 : 16;
-    plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
+    const int splits = d.splits > 0 ? d.splits : (d.top_k + 3) / 4 < 16 ? (d.top_k + 3) / 4 : 16;
+    FSA_CHECK_ALLOC(plan = calloc(1, sizeof *plan), STAGE);
+    *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .row_tiles = fsa_kvc_row_tiles(group),
+                               .tile_tokens = fsa_kvc_tile_tokens(group), .splits = splits,
+                               .scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim)};
     plan->smem = fsa_kvc_smem_bytes(desc->head_dim, plan->group);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     const int smem_all = plan->smem + KVC_STATIC_SMEM_MAX;
