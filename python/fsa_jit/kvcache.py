@@ -33,60 +33,9 @@ from . import _lib
 _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
 
 
-class fsa_kvcache_desc(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("dtype", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
-        ("num_q_heads", ctypes.c_int),
-        ("num_kv_heads", ctypes.c_int),
-        ("block_size", ctypes.c_int),
-        ("top_k", ctypes.c_int),
-        ("page_size", ctypes.c_int),
-        ("max_batch", ctypes.c_int),
-        ("max_query_tokens", ctypes.c_int64),
-        ("scale", ctypes.c_float),
-        ("splits", ctypes.c_int),
-    ]
+from ._kvcache_abi import fsa_kvcache_args, fsa_kvcache_desc
 
-    def __init__(self, **fields):
-        # FSA_KVCACHE_DESC_INIT
-        super().__init__(ctypes.sizeof(fsa_kvcache_desc), _lib.FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 64, 1, 1, 0.0, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
-
-
-_I64, _U64 = ctypes.c_int64, ctypes.c_uint64
-
-
-class fsa_kvcache_args(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("num_query_tokens", _I64),
-        ("batch", ctypes.c_int),
-        ("q", _lib.fsa_tensor),
-        ("cu_seqlens_q", _U64),
-        ("k_cache", _lib.fsa_tensor), ("k_page_stride", _I64),
-        ("v_cache", _lib.fsa_tensor), ("v_page_stride", _I64),
-        ("num_pages", _I64),
-        ("block_table", _U64), ("block_table_stride", _I64), ("max_pages_per_seq", ctypes.c_int),
-        ("seqused_k", _U64),
-        ("topk", _lib.fsa_tensor),
-        ("topk_length", _U64),
-        ("o", _lib.fsa_tensor),
-        ("lse", _U64),
-        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
-    ]
-
-    def __init__(self, **fields):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(fsa_kvcache_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
-
-
-def _tensor(ptr, token_stride, head_stride):
-    return _lib.fsa_tensor(ptr, token_stride, head_stride)
+_tensor = _lib.fsa_tensor
 
 
 _vp = ctypes.c_void_p
