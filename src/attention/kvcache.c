@@ -201,20 +201,22 @@ cleanup:
 static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
 {
     memset(p, 0, sizeof *p);
-    fsa_params_view(&p->q.ptr, &p->q.token_stride, &p->q.head_stride, &a->q);
-    fsa_params_view(&p->o.ptr, &p->o.token_stride, &p->o.head_stride, &a->o);
+    p->q = fsa_view_of(&a->q);
+    p->o = fsa_view_of(&a->o);
     p->lse = (long long)a->lse;
-    fsa_params_view(&p->k.ptr, &p->k.token_stride, &p->k.head_stride, &a->k_cache);
-    p->k.page_stride = a->k_page_stride;
-    fsa_params_view(&p->v.ptr, &p->v.token_stride, &p->v.head_stride, &a->v_cache);
-    p->v.page_stride = a->v_page_stride;
+    p->k = (fsa_kvc_cache_view){(long long)a->k_cache.ptr, a->k_page_stride, a->k_cache.token_stride,
+                                a->k_cache.head_stride};
+    p->v = (fsa_kvc_cache_view){(long long)a->v_cache.ptr, a->v_page_stride, a->v_cache.token_stride,
+                                a->v_cache.head_stride};
     p->num_pages = a->num_pages;
     p->block_table = (long long)a->block_table;
     p->bt_stride = a->block_table_stride;
     p->max_pages = a->max_pages_per_seq;
     p->cu_q = (long long)a->cu_seqlens_q;
     p->seqused = (long long)a->seqused_k;
-    fsa_params_view(&p->topk, &p->topk_ts, &p->topk_hs, &a->topk);
+    p->topk = (long long)a->topk.ptr;
+    p->topk_ts = a->topk.token_stride;
+    p->topk_hs = a->topk.head_stride;
     p->topk_len = (long long)a->topk_length;
     p->tq = a->num_query_tokens;
     p->batch = a->batch;
