@@ -9,32 +9,35 @@
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. A sequence with one split writes o and lse;
 // otherwise each split writes a normalized partial and fsa_kvc_merge combines
-// them in split order.
+// them in split order. Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
 #include "paged_kv.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-#define PAGE_SIZE {{PAGE_SIZE}}
-#define TOP_K {{TOP_K}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}}, PAGE = {{PAGE_SIZE}};
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
-constexpr int ROWS = 16 * RT;
-constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS, STAGE = FSA_KVC_STAGE_KEYS;
+constexpr int ROWS = fsa_kvc_rows(G);
+constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
 constexpr int NT = 2 * RT;                  // score tiles of 8 keys per warp, at most
-constexpr int NC = TPT * K;                 // top-k entries of a tile
-constexpr int LD = D + 8;
+constexpr int NC = fsa_kvc_tile_entries(G, K);
+constexpr int LD = fsa_pitch(D);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
+typedef PagedStream<D, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(D % 16 == 0 && BK % 16 == 0, "multiples of 16");
-static_assert(4 * fsa_tile_bytes(STAGE, D) >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
-static_assert(ROWS <= STAGE, "the query rows fit in a K stage buffer");
+static_assert(FSA_KVC_STAGES * 2 * Stream::STAGE_BYTES >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
+static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
+
+// Static shared memory: the tile's selection, its key stream, each warp's
+// row max and sum for the merge, the tile counter.
+struct Shared {
+    TileSelection<NC, TPT> sel;
+    PagedStreamShared stream;
+    float ml[WARPS][16][2];
+    int counter;
+};
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K), "the static shared memory the plan counts");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -49,26 +52,17 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
 // Decode tiles (one row tile) fit 3 CTAs per SM: at most 170 registers.
 extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    constexpr u32 STAGE_BYTES = fsa_tile_bytes(STAGE, D);
+    __shared__ Shared sh;
+    constexpr u32 STAGE_BYTES = Stream::STAGE_BYTES;
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
     const u32 q_s = Q_REGS ? k_s + STAGE_BYTES : smem_addr(smem);
-    __shared__ int cand[NC];
-    __shared__ u32 first[(NC + 31) / 32];
-    __shared__ int blocks[NC];      // the tile's union of selected blocks, ascending
-    __shared__ u32 masks[NC];       // per union block: the tokens that selected it
-    __shared__ int pos[TPT];        // position of each token in its sequence
-    __shared__ int keypos[2][STAGE];
-    __shared__ u32 keymask[2][STAGE];
-    __shared__ PagedSlot slots[2][STAGE];  // page-table lookups, one stage ahead of the copies
-    __shared__ float ml[WARPS][16][2];
-    __shared__ int counter;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
     const int h = blockIdx.y % hkv, split = blockIdx.y / hkv;
     const int *cu_q = (const int *)p.cu_q;
     int tile;
-    const int b = tile_sequence(&tile, &counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
+    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     if (tile < 0 || tile * TPT >= span.len || split >= nsplit) return;
@@ -76,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
-    if (tid < TPT) pos[tid] = tid < ntok ? pos0 + tid : -1;
+    if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
     // Query rows: row r is token r / G, head h * G + r % G; padding rows are zero.
     load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
@@ -85,9 +79,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     });
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     __syncthreads();  // pos
-    const int *rows = (const int *)p.topk + (long long)h * p.topk_hs + t0 * p.topk_ts;
+    const int *rows = view_row<const int>(p.topk, t0, h);
     const int *len = p.topk_len ? (const int *)p.topk_len + t0 : nullptr;
-    const int n_union = select_union<K, TPT, BK>(blocks, masks, cand, first, rows, p.topk_ts, len, pos, ntok);
+    const int n_union = select_union<K, TPT, BK>(sh.sel, rows, p.topk.token_stride, len, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
@@ -106,28 +100,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
         tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
     }
     const float scale_log2 = (float)p.scale_log2;
+    // Shared-memory addresses, once: the loops below only add constants.
     constexpr u32 TILE16 = fsa_tile_bytes(16, D);
     const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
+    const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
+    const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
 
     // This split's share of the union: contiguous, in block order.
     const int chunk = (n_union + nsplit - 1) / nsplit;
     const int u_lo = min(n_union, split * chunk), u_hi = min(n_union, u_lo + chunk);
-    const int total_keys = (u_hi - u_lo) * BK;
-    const int *table = (const int *)p.block_table + (long long)b * p.bt_stride;
-    const int n_stages = (total_keys + STAGE - 1) / STAGE;
-    // Copies of stage `stage` (its page lookups were done a stage earlier), then the lookups of the next one.
-    auto load = [&](int stage, int buf) {
-        paged_load_stage<D, BK, STAGE, THREADS>(p, k_s + buf * STAGE_BYTES, v_s + buf * STAGE_BYTES, keypos[buf],
-                                               keymask[buf], slots[stage & 1], blocks, masks, u_lo, stage, h);
-        if (stage + 1 < n_stages)
-            paged_lookup_stage<BK, PAGE_SIZE, STAGE, THREADS>(p, slots[(stage + 1) & 1], blocks, u_lo, stage + 1,
-                                                              total_keys, table, seq_len);
-    };
-    if (n_stages > 0)
-        paged_lookup_stage<BK, PAGE_SIZE, STAGE, THREADS>(p, slots[0], blocks, u_lo, 0, total_keys, table, seq_len);
-    __syncthreads();
-    AsyncRing<2> ring;
-    ring.start(n_stages, load);  // without Q_REGS the query rows join stage 0's group
+    Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, b, h, seq_len);
+    in.start();  // without Q_REGS the query rows join stage 0's group
     u32 qf[Q_REGS ? D / 16 : 1][4];
     if (Q_REGS) {
         cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
@@ -135,21 +118,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
         if (warp_live)
 #pragma unroll
             for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-        // Stage 1 overwrites the rows only after the barrier in ring.acquire(0).
+        // Stage 1 overwrites the rows only after the barrier in in.acquire(0).
     }
 
-    const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
-    const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
-    float o_acc[D / 8][4];
-    frag_zero<D / 8>(o_acc);
     OnlineSoftmax sm;
     sm.init();
+    float o_acc[D / 8][4];
+    frag_zero<D / 8>(o_acc);
 
-    for (int st = 0; st < ring.n; st++) {
-        const int buf = ring.acquire(st, load);
+    for (int st = 0; st < in.n_stages; st++) {
+        const int buf = in.acquire(st);
         if (!warp_live) continue;
-        const int *kpos = keypos[buf] + key0;
-        const u32 *kmask = keymask[buf] + key0;
+        const int *kpos = in.keypos(buf) + key0;
+        const u32 *kmask = in.keymask(buf) + key0;
         float s[NT][4];
         frag_zero<NT>(s);
 #pragma unroll
@@ -174,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     // The key groups of each row tile merge in group order; row tile rt's
     // warps sit together in the merge area.
     float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-    WarpMerge<WARPS, D>{om + rt * kge * 16 * D, ml + rt * kge}.put(sm, o_acc, kg, lane);
+    WarpMerge<WARPS, D>{om + rt * kge * 16 * D, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
     __syncthreads();
     const long long part = (((long long)b * hkv + h) * nsplit + split) * ROWS;
     for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
@@ -182,9 +163,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
         if (!row_live(r, ntok)) continue;
         float v[2], mmax;
         const int tr = r >> 4;
-        const float l = kge == 4   ? merged_row<4>(om, ml, tr, r & 15, d, v, &mmax)
-                        : kge == 2 ? merged_row<2>(om, ml, tr, r & 15, d, v, &mmax)
-                                   : merged_row<1>(om, ml, tr, r & 15, d, v, &mmax);
+        const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                        : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                                   : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
         const float inv = l > 0.f ? 1.f / l : 0.f;
         const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
         const long long t = t0 + r / G;

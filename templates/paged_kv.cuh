@@ -1,14 +1,17 @@
 // Building blocks for attention over a paged KV cache: clamped sequence
 // metadata, tile ids of packed query tokens, the address of a cached key
-// through the page table, and the union of the blocks a tile of query tokens
-// selected. Every bound read from memory is clamped or skipped here, so no
-// metadata can make a kernel built on these read or write out of bounds.
+// through the page table, the union of the blocks a tile of query tokens
+// selected, and the stream of that union's keys through the page table.
+// Every bound read from memory is clamped or skipped here, so no metadata can
+// make a kernel built on these read or write out of bounds.
 #pragma once
 #include "fsa_pipeline.cuh"
 #include "kvc_params.cuh"
 #include "sel_common.cuh"
 
 namespace fsa {
+
+constexpr int KVC_STAGE = FSA_KVC_STAGE_KEYS;
 
 // New query tokens of sequence b: packed rows [start, start + len), clamped
 // into [0, tq) whatever cu_seqlens_q holds.
@@ -28,25 +31,23 @@ __device__ __forceinline__ QuerySpan query_span(const int *cu_q, long long tq, i
 // Cached keys of sequence b (new tokens included); a negative entry counts as 0.
 __device__ __forceinline__ int cached_len(const int *seqused, int b) { return max(__ldg(seqused + b), 0); }
 
-// Tile ids: sequence b owns ids first_tile(b) .. first_tile(b) + ceil(len_b /
-// tile_tokens) - 1 with first_tile(b) = start_b / tile_tokens + b. The ids
-// grow with b and never overlap, and all stay below tq / tile_tokens + batch:
-// a grid of that size covers every tile of any batch without a host sync.
-// The sequence of tile id x is the number of sequences whose first tile is
-// <= x, minus one: all threads count together, so the batch costs one memory
-// latency rather than a binary search's chain of them (and a malformed
-// cu_seqlens_q still gives some sequence in [0, batch)). Every thread calls
-// it (it holds barriers); *tile gets x's tile number in its sequence.
+// The sequence of tile id x (fsa_kvc_first_tile) is the number of sequences
+// whose first tile is <= x, minus one: all threads count together, so the
+// batch costs one memory latency rather than a binary search's chain of them
+// (and a malformed cu_seqlens_q still gives some sequence in [0, batch)).
+// Every thread calls it (it holds barriers); *tile gets x's tile number in its
+// sequence.
 __device__ __forceinline__ int tile_sequence(int *tile, int *counter, const int *cu_q, long long tq, int batch,
                                              long long x, int tile_tokens) {
     if (threadIdx.x == 0) *counter = 0;
     __syncthreads();
     int n = 0;
-    for (int i = threadIdx.x; i < batch; i += blockDim.x) n += query_span(cu_q, tq, i).start / tile_tokens + i <= x;
+    for (int i = threadIdx.x; i < batch; i += blockDim.x)
+        n += fsa_kvc_first_tile(query_span(cu_q, tq, i).start, i, tile_tokens) <= x;
     if (n) atomicAdd(counter, n);
     __syncthreads();
     const int b = max(*counter - 1, 0);
-    *tile = (int)(x - (query_span(cu_q, tq, b).start / tile_tokens + b));
+    *tile = (int)(x - fsa_kvc_first_tile(query_span(cu_q, tq, b).start, b, tile_tokens));
     return b;
 }
 
@@ -71,25 +72,36 @@ __device__ __forceinline__ PagedSlot paged_slot(const int *table, long long max_
 // The row of KV head h at a resolved slot of a paged cache. 64-bit offsets:
 // page * page_stride passes 2^31 elements in large caches.
 __device__ __forceinline__ const u16 *paged_row(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
-    return (const u16 *)c.ptr + (long long)s.page * c.page_stride + (long long)s.row * c.token_stride +
-           (long long)h * c.head_stride;
+    return view_row<const u16>(c.rows, s.row, h) + (long long)s.page * c.page_stride;
 }
 
+// Shared memory of a tile's selection (select_union): candidates and their
+// first-occurrence bits, the union and its token masks, the tokens' positions.
+template <int NC, int TPT>
+struct TileSelection {
+    int cand[NC];
+    u32 first[(NC + 31) / 32];
+    int blocks[NC];  // the tile's union of selected blocks, ascending
+    u32 masks[NC];   // per union block: the tokens that selected it
+    int pos[TPT];    // position of each token in its sequence (-1: no token)
+};
+
 // The union of the blocks that the `ntok` query tokens of a tile selected, in
-// ascending block order without repeats, and per block a mask of the tokens
-// (bit i = token i) that selected it. Token i sits at position pos[i] of its
-// sequence; its slot s (< its top-k length) is valid when 0 <= idx <= pos / BK
-// and no earlier slot of its row holds the same block (first occurrence).
-// rows: the top-k row of token 0 of the tile; token_stride between tokens.
-// len: the tile's topk_length entries or NULL (all K slots used).
-// Scratch cand [TPT * K] and first [(TPT * K + 31) / 32] in shared memory.
-// The union is sorted, so its order, and every split of it, depends only on
-// the tile's own top-k rows.
+// ascending block order without repeats (sel.blocks), and per block a mask of
+// the tokens (bit i = token i) that selected it (sel.masks). Token i sits at
+// position sel.pos[i] of its sequence; its slot s (< its top-k length) is
+// valid when 0 <= idx <= pos / BK and no earlier slot of its row holds the
+// same block (first occurrence). rows: the top-k row of token 0 of the tile;
+// token_stride between tokens. len: the tile's topk_length entries or NULL
+// (all K slots used). The union is sorted, so its order, and every split of
+// it, depends only on the tile's own top-k rows.
 // Every thread calls it; returns the number of blocks.
 template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, u32 *first, const int *rows,
-                                            long long token_stride, const int *len, const int *pos, int ntok) {
+__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, const int *rows, long long token_stride,
+                                            const int *len, int ntok) {
     constexpr int N = TPT * K, NW = (N + 31) / 32;
+    int *cand = sel.cand, *blocks = sel.blocks;
+    u32 *first = sel.first, *masks = sel.masks;
     const int tid = threadIdx.x, nthreads = blockDim.x;
     for (int c = tid; c < N; c += nthreads) {
         const int i = c / K, s = c - i * K;
@@ -107,7 +119,7 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
     u32 keep = 0;  // bit n: this thread's n-th candidate stays
     for (int c = tid, n = 0; c < N; c += nthreads, n++) {
         const int i = c / K, s = c - i * K;
-        if (slot_valid(cand + i * K, s, pos[i] >= 0 ? pos[i] / BK : -1)) keep |= 1u << n;
+        if (slot_valid(cand + i * K, s, sel.pos[i] >= 0 ? sel.pos[i] / BK : -1)) keep |= 1u << n;
     }
     __syncthreads();
     for (int c = tid, n = 0; c < N; c += nthreads, n++)
@@ -147,7 +159,7 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
     return count;
 }
 
-// Stage `stage` (STAGE keys) of the concatenated blocks blocks[u0 ..] of a
+// Stage `stage` (KVC_STAGE keys) of the concatenated blocks blocks[u0 ..] of a
 // sequence of seq_len cached keys is streamed in two steps, one stage apart,
 // so that reading the page table never delays the copies:
 //  paged_lookup_stage: each row's page and row in the page (page -1 when the
@@ -157,11 +169,11 @@ __device__ __forceinline__ int select_union(int *blocks, u32 *masks, int *cand, 
 //      when it is not a key) and the mask of the tokens that selected its
 //      block in keymask (0 when not a key), and the K and V rows into the
 //      tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
-template <int BK, int PAGE, int STAGE, int THREADS>
+template <int BK, int PAGE>
 __device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, PagedSlot *slots, const int *blocks,
                                                    int u0, int stage, int total_keys, const int *table, int seq_len) {
-    for (int r = threadIdx.x; r < STAGE; r += THREADS) {
-        const int q = stage * STAGE + r;
+    for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
+        const int q = stage * KVC_STAGE + r;
         PagedSlot s = {-1, 0};
         if (q < total_keys) {
             const int j = blocks[u0 + q / BK] * BK + q % BK;
@@ -171,42 +183,93 @@ __device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, Page
     }
 }
 
-template <int D, int BK, int STAGE, int THREADS>
+template <int D, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
                                                  u32 *keymask, const PagedSlot *slots, const int *blocks,
                                                  const u32 *masks, int u0, int stage, int h) {
-    for (int r = threadIdx.x; r < STAGE; r += THREADS) {
-        const int q = stage * STAGE + r;
+    for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
+        const int q = stage * KVC_STAGE + r;
         const bool ok = slots[r].page >= 0;  // only rows of keys have a page
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
-    load_tile_pair_async<STAGE, D, D + 8, THREADS>(k_dst, v_dst, [&](int r) {
+    load_tile_pair_async<KVC_STAGE, D, fsa_pitch(D), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
         const PagedSlot s = slots[r];
         RowPair rp;
         rp.ok = s.page >= 0;
-        rp.a = rp.ok ? paged_row(p.k, s, h) : (const u16 *)p.k.ptr;
-        rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.ptr;
+        rp.a = rp.ok ? paged_row(p.k, s, h) : (const u16 *)p.k.rows.ptr;
+        rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.rows.ptr;
         return rp;
     });
 }
 
-// acc (16 x 8NJ) += A B^T over a depth of K with A already in registers
-// (a[kd] = the 16 x 16 fragment of columns 16 kd .., as ldmatrix_x4 gives it)
-// and B as 8NJ n-major rows at b_addr (pitch LD, lane offset ldm_lane_b):
-// S = Q K^T with the query fragments loaded once for all stages.
-template <class DT, int K, int NJ, int LD>
-__device__ __forceinline__ void mma_abt_a_regs(float acc[NJ][4], const u32 a[K / 16][4], u32 b_addr) {
-#pragma unroll
-    for (int kd = 0; kd < K / 16; kd++) {
-#pragma unroll
-        for (int jn = 0; jn < NJ; jn += 2) {
-            u32 b[4];
-            ldmatrix_x4(b, b_addr + jn * 8 * LD * 2 + kd * 32);
-            DT::mma(acc[jn], a[kd], b[0], b[1]);
-            DT::mma(acc[jn + 1], a[kd], b[2], b[3]);
-        }
+// Shared memory of the key stream: per stage buffer each row's key position
+// and token mask, and the page lookups of two stages.
+struct PagedStreamShared {
+    int keypos[FSA_KVC_STAGES][KVC_STAGE];
+    u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
+    PagedSlot slots[2][KVC_STAGE];
+};
+
+// The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
+// head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
+// sequence's page-table row (lookups one stage ahead of the copies),
+// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses). Use:
+//   PagedStream<D, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
+//   ... issue copies that should join stage 0's group ...
+//   in.start();                        // every thread
+//   for (int st = 0; st < in.n_stages; st++) {
+//       const int buf = in.acquire(st);  // stage st is in buffer buf
+//       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
+//   }
+template <int D, int BK, int PAGE>
+struct PagedStream {
+    static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+    static constexpr u32 STAGE_BYTES = fsa_kvc_stage_bytes(D);
+
+    PagedStreamShared &sh;
+    const fsa_kvc_params &p;
+    u32 ks, vs;
+    const int *blocks;
+    const u32 *masks;
+    const int *table;  // the sequence's page-table row
+    int u_lo, h, seq_len;
+    int total_keys, n_stages;
+    AsyncRing<FSA_KVC_STAGES> ring;
+
+    __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
+                                           const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
+                                           int seq_len_)
+        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_) {
+        total_keys = (u_hi - u_lo) * BK;
+        table = (const int *)p.block_table + (long long)b * p.bt_stride;
+        n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
-}
+
+    // The page lookups of stage 0, then the first copies; copies issued
+    // before it join stage 0's group.
+    __device__ __forceinline__ void start() {
+        if (n_stages > 0) lookup(0);
+        __syncthreads();
+        ring.start(n_stages, loader());
+    }
+    __device__ __forceinline__ int acquire(int st) { return ring.acquire(st, loader()); }
+    __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
+    __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
+
+  private:
+    __device__ __forceinline__ void lookup(int stage) {
+        paged_lookup_stage<BK, PAGE>(p, sh.slots[stage & 1], blocks, u_lo, stage, total_keys, table, seq_len);
+    }
+    // Copies of stage `stage` (its page lookups were done a stage earlier),
+    // then the lookups of the next one.
+    __device__ __forceinline__ auto loader() {
+        return [this](int stage, int buf) {
+            paged_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keypos[buf], sh.keymask[buf],
+                                    sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
+            if (stage + 1 < n_stages) lookup(stage + 1);
+        };
+    }
+};
 
 }  // namespace fsa

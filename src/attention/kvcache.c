@@ -7,24 +7,18 @@
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
-#include "../../templates/kvc_params.cuh"
-
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define STAGE "kvcache"
-/* Static shared memory of the attention kernel at most: top-k scratch and union (16 tokens x 64 slots), per-key rows. */
-#define KVC_STATIC_SMEM_MAX (15 * 1024)
 
 struct fsa_kvcache_plan {
     fsa_context *ctx;
     fsa_kvcache_desc desc;
-    int group, row_tiles, tile_tokens, splits;
+    int group, tile_tokens, splits;
     float scale;
-    int smem; /* dynamic shared memory of the attention kernel */
-    CUfunction fwd, merge;
+    fsa_kernel fwd, merge;
 };
 
 static int is_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -60,19 +54,10 @@ cleanup:
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
-    char dt[8], hd[8], g[8], bk[8], k[8], page[8];
-    snprintf(dt, sizeof dt, "%s", d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
-    snprintf(hd, sizeof hd, "%d", d->head_dim);
-    snprintf(g, sizeof g, "%d", plan->group);
-    snprintf(bk, sizeof bk, "%d", d->block_size);
-    snprintf(k, sizeof k, "%d", d->top_k);
-    snprintf(page, sizeof page, "%d", d->page_size);
-    const fsa_param params[] = {{"DTYPE", dt, ""},        {"HEAD_DIM", hd, "d"}, {"GROUP", g, "g"},
-                                {"BLOCK_SIZE", bk, "bk"}, {"TOP_K", k, "k"},     {"PAGE_SIZE", page, "p"}};
-    const fsa_kernel_request req = {"kvc_fwd", params, sizeof params / sizeof params[0],
-                                    "fsa_kvc_fwd\nfsa_kvc_merge"};
-    fsa_status st = fsa_context_get_function(&plan->fwd, plan->ctx, &req, "fsa_kvc_fwd", plan->smem);
-    if (st == FSA_STATUS_OK) st = fsa_context_get_function(&plan->merge, plan->ctx, &req, "fsa_kvc_merge", 0);
+    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .group = plan->group,
+                                 .block_size = d->block_size, .top_k = d->top_k, .page_size = d->page_size};
+    fsa_status st = fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
+    if (st == FSA_STATUS_OK) st = fsa_kernel_load(&plan->merge, FSA_K_KVC_MERGE, plan->ctx, &c);
     return st;
 }
 
@@ -95,15 +80,15 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
      * bytes at large batches. */
     const int splits = d.splits > 0 ? d.splits : (d.top_k + 3) / 4 < 16 ? (d.top_k + 3) / 4 : 16;
     FSA_CHECK_ALLOC(plan = calloc(1, sizeof *plan), STAGE);
-    *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .row_tiles = fsa_kvc_row_tiles(group),
-                               .tile_tokens = fsa_kvc_tile_tokens(group), .splits = splits,
-                               .scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim)};
-    plan->smem = fsa_kvc_smem_bytes(desc->head_dim, plan->group);
+    *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .tile_tokens = fsa_kvc_tile_tokens(group),
+                               .splits = splits, .scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim)};
+    /* Dynamic and static shared memory of the attention kernel, together. */
+    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, group) + fsa_kvc_static_smem_bytes(group, desc->top_k);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
-    const int smem_all = plan->smem + KVC_STATIC_SMEM_MAX;
     if (smem_all > max_smem)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d with group %d needs %d bytes of shared memory; %s allows %d",
-                 desc->head_dim, plan->group, smem_all, ctx->target, max_smem);
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
+                 desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     *out = plan;
     plan = NULL;
@@ -119,7 +104,7 @@ static size_t part_rows(const fsa_kvcache_plan *plan)
 {
     return plan->splits <= 1 ? 0
                              : (size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads * (size_t)plan->splits *
-                                   (size_t)(16 * plan->row_tiles);
+                                   (size_t)fsa_kvc_rows(plan->group);
 }
 
 static size_t lse_part_offset(const fsa_kvcache_plan *plan)
@@ -191,11 +176,14 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "top-k strides must be non-negative");
     FSA_CHECK(fsa_check_workspace(STAGE, workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
                                   workspace_bytes(plan)));
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)",
-                 plan->ctx->target);
 cleanup:
     return st;
+}
+
+static fsa_kvc_cache_view cache_view_of(const fsa_tensor *t, int64_t page_stride)
+{
+    const fsa_kvc_cache_view v = {fsa_view_of(t), page_stride};
+    return v;
 }
 
 static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
@@ -204,19 +192,15 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->q = fsa_view_of(&a->q);
     p->o = fsa_view_of(&a->o);
     p->lse = (long long)a->lse;
-    p->k = (fsa_kvc_cache_view){(long long)a->k_cache.ptr, a->k_page_stride, a->k_cache.token_stride,
-                                a->k_cache.head_stride};
-    p->v = (fsa_kvc_cache_view){(long long)a->v_cache.ptr, a->v_page_stride, a->v_cache.token_stride,
-                                a->v_cache.head_stride};
+    p->k = cache_view_of(&a->k_cache, a->k_page_stride);
+    p->v = cache_view_of(&a->v_cache, a->v_page_stride);
     p->num_pages = a->num_pages;
     p->block_table = (long long)a->block_table;
     p->bt_stride = a->block_table_stride;
     p->max_pages = a->max_pages_per_seq;
     p->cu_q = (long long)a->cu_seqlens_q;
     p->seqused = (long long)a->seqused_k;
-    p->topk = (long long)a->topk.ptr;
-    p->topk_ts = a->topk.token_stride;
-    p->topk_hs = a->topk.head_stride;
+    p->topk = fsa_view_of(&a->topk);
     p->topk_len = (long long)a->topk_length;
     p->tq = a->num_query_tokens;
     p->batch = a->batch;
@@ -227,30 +211,29 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
+/* The attention kernel over every tile of the batch, then the merge of the
+ * split sequences; inside the plan's context. */
+static fsa_status launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, CUstream stream)
+{
+    fsa_kvc_params p;
+    params_of(&p, plan, a);
+    const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
+    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    fsa_status st = fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)plan->splits, stream, &p);
+    if (st == FSA_STATUS_OK && plan->splits > 1)
+        st = fsa_kernel_launch(&plan->merge, plan->ctx, (uint64_t)a->batch, hkv, stream, &p);
+    return st;
+}
+
 fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
     fsa_kvcache_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_KVCACHE_ARGS_FIRST_SIZE, STAGE, "fsa_kvcache_args"));
-    args = &a;
-    FSA_CHECK(validate_args(plan, args));
-    if (args->num_query_tokens == 0 || args->batch == 0) goto cleanup;
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    fsa_kvc_params p;
-    params_of(&p, plan, args);
-    /* Tile ids of every sequence stay below Tq / tile_tokens + batch (paged_kv.cuh). */
-    const unsigned tiles = (unsigned)(args->num_query_tokens / plan->tile_tokens + args->batch);
-    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    FSA_CHECK(fsa_launch_block(plan->ctx, plan->fwd, tiles, hkv * (unsigned)plan->splits, FSA_KVC_THREADS,
-                               (unsigned)plan->smem, (CUstream)stream, &p, "launch fsa_kvc_fwd"));
-    if (plan->splits > 1)
-        FSA_CHECK(fsa_launch_block(plan->ctx, plan->merge, (unsigned)args->batch, hkv, FSA_KVC_THREADS, 0,
-                                   (CUstream)stream, &p, "launch fsa_kvc_merge"));
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
+    fsa_status st = fsa_call_read(&a, sizeof a, plan, args, FSA_KVCACHE_ARGS_FIRST_SIZE, STAGE, "fsa_kvcache_args");
+    if (st == FSA_STATUS_OK) st = validate_args(plan, &a);
+    if (st != FSA_STATUS_OK || a.num_query_tokens == 0 || a.batch == 0) return st;
+    st = fsa_call_enter(plan->ctx, STAGE);
+    if (st != FSA_STATUS_OK) return st;
+    st = launch(plan, &a, (CUstream)stream);
+    fsa_context_leave(plan->ctx);
     return st;
 }

@@ -1,5 +1,7 @@
-/* What the forward and backward launch sequences share: argument checks,
- * the parameter block's inputs, one kernel launch, and the index inversion. */
+/* What the operations' calls share: the call frame (args read, checked,
+ * launched in the plan's context); for selected attention also argument
+ * checks, the parameter block's inputs, one kernel launch, and the index
+ * inversion. */
 #ifndef FSA_ATTENTION_LAUNCH_H
 #define FSA_ATTENTION_LAUNCH_H
 
@@ -47,8 +49,20 @@ fsa_kernel_view fsa_view_of(const fsa_tensor *t);
  * tensors, top-k, cu_seqlens, lse, the problem and the scale. */
 void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in);
 
-/* How one operation is called: its args struct, its checks, its launch
- * sequence. The op's call struct starts with its args struct. */
+/* The two ends of every call, whatever its operation and plan (arguments are
+ * checked between them, so they can be checked offline):
+ * fsa_call_read: plan and args not NULL, then the caller's args struct (any
+ * version from first_size up; newer fields read as zero) read into `call`.
+ * fsa_call_enter: with work to launch, the plan's context made current
+ * (FSA_STATUS_NO_DEVICE for an offline one); fsa_context_leave after the
+ * launches. */
+fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const void *args, size_t first_size,
+                         const char *stage, const char *args_type);
+fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage);
+
+/* How one operation of selected attention is called: its args struct, its
+ * checks, its launch sequence. The op's call struct starts with its args
+ * struct. */
 typedef struct fsa_op {
     const char *stage;     /* error stage, e.g. "forward" */
     const char *args_type; /* e.g. "fsa_fwd_args" */
@@ -70,14 +84,8 @@ typedef struct fsa_op {
  * checked offline. */
 fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream);
 
-/* Launches fn on a (gx, gy) grid with the parameter block as its one argument;
- * an empty grid launches nothing. */
-fsa_status fsa_launch_block(const fsa_context *ctx, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads,
-                            unsigned smem, CUstream stream, void *params, const char *what);
-
-/* Launches kernel k on a (gx, gy) grid with its block size and shared
- * memory and the parameter block as its one argument; an empty grid
- * launches nothing. */
+/* fsa_kernel_launch with the plan's context and the selected-attention
+ * parameter block. */
 fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
                       fsa_sel_params *p);
 
