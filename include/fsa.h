@@ -731,7 +731,8 @@ typedef struct fsa_kvcache_args {
 /**
  * Enqueues the attention on `stream` and returns: no allocation, no host
  * synchronization; can be captured in a CUDA graph. Host-checkable problems
- * are refused before anything is enqueued.
+ * are refused before anything is enqueued. Check mode does not apply: bad
+ * device metadata is clamped or skipped on the device, never reported.
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL
