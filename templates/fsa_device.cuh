@@ -1,7 +1,8 @@
-// Device helpers shared by every kernel: integer types, bf16/fp16 packing,
-// tensor-core mma, ldmatrix, cp.async, fast exp2/log2 and warp reductions.
-// Self-contained: NVRTC compiles it without any CUDA header.
+// Device helpers shared by every kernel: integer types, constants, tensor
+// views, bf16/fp16 packing, tensor-core mma, ldmatrix, cp.async, fast
+// exp2/log2 and warp reductions. NVRTC compiles it without any CUDA header.
 #pragma once
+#include "fsa_layout.cuh"
 
 namespace fsa {
 
@@ -11,6 +12,14 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define FSA_INF __int_as_float(0x7f800000)
+constexpr float LOG2E = (float)FSA_LOG2E;  // e^x = 2^(x * LOG2E)
+constexpr float LN2 = (float)FSA_LN2;      // log2-sum-exp * LN2 = log-sum-exp
+
+// Row (token, head) of a tensor view, as T elements.
+template <class T>
+__device__ __forceinline__ T *view_row(const fsa_kernel_view &v, long long token, long long head) {
+    return (T *)v.ptr + token * v.token_stride + head * v.head_stride;
+}
 
 // ---------------------------------------------------------------- dtypes
 // The element type of q/k/v/o. `pack` puts `lo` in the low half (the lower

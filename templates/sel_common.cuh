@@ -1,5 +1,6 @@
 // Selection rules shared by the selected-attention kernels: which sequence a
-// token is in, global block ids, and which top-k slots are valid.
+// token is in, global block ids, which top-k slots are valid, where a pair's
+// partial results go, and a block-wide scan.
 #pragma once
 #include "fsa_device.cuh"
 #include "sel_params.cuh"
@@ -39,20 +40,23 @@ __device__ __forceinline__ long long first_block_id(long long seq_start, int seq
     return seq_start / block_size + seq;
 }
 
-// Valid slots of one top-k row: 0 <= idx <= own block, first occurrence of a
-// repeated block only. Bit s set = slot s is used. K <= 64.
-__device__ __forceinline__ u64 row_valid_mask(const int *row, int top_k, int own_block) {
-    u64 mask = 0;
-    int seen[64];
-    for (int s = 0; s < top_k; s++) {
-        int v = __ldg(row + s);
-        seen[s] = v;
-        bool ok = v >= 0 && v <= own_block;
-        for (int s2 = 0; s2 < s && ok; s2++)
-            if (seen[s2] == v) ok = false;
-        if (ok) mask |= 1ull << s;
-    }
-    return mask;
+// The slot rule, the one definition every kernel uses: slot s of a top-k row
+// takes part when its block id is in [0, own_block] (no future block) and no
+// earlier slot holds the same id. row[i] is slot i's block id (registers,
+// shared or global memory).
+template <class Row>
+__device__ __forceinline__ bool slot_valid(const Row &row, int s, int own_block) {
+    const int v = row[s];
+    bool ok = v >= 0 && v <= own_block;
+#pragma unroll
+    for (int s2 = 0; s2 < s; s2++) ok = ok && row[s2] != v;
+    return ok;
+}
+
+// Index of the (KV head h, token t0 + tl, slot) pair in the per-pair partial
+// buffers: [Hkv, tc, K].
+__device__ __forceinline__ long long pair_index(const fsa_sel_params &p, int h, long long tl, int slot) {
+    return ((long long)h * p.tc + tl) * p.top_k + slot;
 }
 
 // Exclusive scan over the block of one 64-bit value per thread; blockDim.x is

@@ -1,0 +1,138 @@
+/* What the host library and the kernels agree on: tensor views, the list-entry
+ * encoding, numeric constants, and each kernel's launch shape (threads, rows
+ * per block, tile sizes) and shared-memory layout. Plain C that the host
+ * compiler and NVRTC both compile: a plan sizes launches and shared memory
+ * with the same functions the kernels carve their shared memory with, so the
+ * two cannot disagree. Sizes are in bytes, pitches in elements (2 bytes). */
+#ifndef FSA_LAYOUT_CUH
+#define FSA_LAYOUT_CUH
+
+#if defined(__CUDACC__)
+#define FSA_LAYOUT_FN static constexpr __host__ __device__
+#else
+#define FSA_LAYOUT_FN static inline
+#endif
+
+/* ---------------------------------------------------------------- tensors */
+/* A [tokens, heads, dim] tensor with unit stride over dim; strides in elements. */
+typedef struct fsa_kernel_view {
+    long long ptr; /* device address */
+    long long token_stride, head_stride;
+} fsa_kernel_view;
+
+/* ---------------------------------------------------------------- numbers */
+/* The kernels get scale * FSA_LOG2E and work in base 2; lse goes out in base e. */
+#define FSA_LOG2E 1.4426950408889634
+#define FSA_LN2 0.69314718055994531
+
+/* ---------------------------------------------------------------- list entries */
+/* One (token, slot) pair of a (KV head, block) list, as an int32:
+ * (token - t0) << FSA_SLOT_BITS | slot. Token-major, so sorting entries sorts
+ * by token. The slot bits bound top-k (and the u64 slot masks); the other 25
+ * bits bound the tokens of one chunk. */
+#define FSA_SLOT_BITS 6
+#define FSA_MAX_TOP_K (1 << FSA_SLOT_BITS)
+#define FSA_MAX_CHUNK_TOKENS ((1 << (31 - FSA_SLOT_BITS)) - 1)
+FSA_LAYOUT_FN int fsa_entry_pack(int token, int slot) { return token << FSA_SLOT_BITS | slot; }
+FSA_LAYOUT_FN int fsa_entry_token(int entry) { return entry >> FSA_SLOT_BITS; }
+FSA_LAYOUT_FN int fsa_entry_slot(int entry) { return entry & (FSA_MAX_TOP_K - 1); }
+
+/* ---------------------------------------------------------------- tiles */
+/* Shared-memory pitch of a row of d elements: +16 B keeps the 8 rows of an
+ * ldmatrix on distinct banks. */
+FSA_LAYOUT_FN int fsa_pitch(int d) { return d + 8; }
+FSA_LAYOUT_FN int fsa_tile_bytes(int rows, int d) { return rows * fsa_pitch(d) * 2; }
+
+/* ---------------------------------------------------------------- row kernels */
+/* Index inversion (count, scatter, sort): one thread per row or a block per list. */
+#define FSA_INDEX_THREADS 256
+/* Reduction, prep and dq-sum kernels: a (token, head) row of d elements takes
+ * 8, 16 or 32 lanes, each holding 16-byte pieces; dK/dV kernels a warp per row. */
+#define FSA_ROW_THREADS 256
+FSA_LAYOUT_FN int fsa_row_lanes(int d) { return d / 8 <= 8 ? 8 : d / 8 <= 16 ? 16 : 32; }
+FSA_LAYOUT_FN int fsa_rows_per_block(int d) { return FSA_ROW_THREADS / fsa_row_lanes(d); }
+FSA_LAYOUT_FN int fsa_warp_rows_per_block(void) { return FSA_ROW_THREADS / 32; }
+
+/* ---------------------------------------------------------------- FSA forward main */
+/* A work item: one (KV head, block) and up to FSA_FWD_TILES tiles of its list;
+ * a tile packs (token, head-in-group) rows, FSA_FWD_ROWS of them. */
+#define FSA_FWD_WARPS 4
+#define FSA_FWD_THREADS (32 * FSA_FWD_WARPS)
+#define FSA_FWD_ROWS (16 * FSA_FWD_WARPS)
+#define FSA_FWD_TILES 8
+#define FSA_FWD_STAGES 2 /* query tiles in flight */
+FSA_LAYOUT_FN int fsa_fwd_tokens_per_tile(int g) { return FSA_FWD_ROWS / g; } /* 0: the group does not fit */
+FSA_LAYOUT_FN int fsa_fwd_item_entries(int g) { return fsa_fwd_tokens_per_tile(g) * FSA_FWD_TILES; }
+/* Row table (token and pair of every row of the item) | K | V of the block |
+ * the query tiles in flight | the item's list entries. */
+FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return 2 * 4 * FSA_FWD_TILES * FSA_FWD_ROWS; }
+FSA_LAYOUT_FN int fsa_fwd_smem_v(int d, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, d); }
+FSA_LAYOUT_FN int fsa_fwd_smem_q(int d, int bk) { return fsa_fwd_smem_v(d, bk) + fsa_tile_bytes(bk, d); }
+FSA_LAYOUT_FN int fsa_fwd_smem_entries(int d, int bk)
+{
+    return fsa_fwd_smem_q(d, bk) + FSA_FWD_STAGES * fsa_tile_bytes(FSA_FWD_ROWS, d);
+}
+FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int d, int bk, int g) { return fsa_fwd_smem_entries(d, bk) + fsa_fwd_item_entries(g) * 4; }
+
+/* ---------------------------------------------------------------- NSA order */
+/* A CTA: one query token, one KV head, up to FSA_NSA_ROWS heads of its group;
+ * it streams the token's selected keys in stages, 16 keys per warp. */
+#define FSA_NSA_WARPS 4
+#define FSA_NSA_THREADS (32 * FSA_NSA_WARPS)
+#define FSA_NSA_ROWS 16
+#define FSA_NSA_STAGE_KEYS (16 * FSA_NSA_WARPS)
+#define FSA_NSA_STAGES 2
+FSA_LAYOUT_FN int fsa_nsa_head_groups(int g) { return (g + FSA_NSA_ROWS - 1) / FSA_NSA_ROWS; } /* CTAs per (token, KV head) */
+FSA_LAYOUT_FN int fsa_nsa_stage_bytes(int d) { return fsa_tile_bytes(FSA_NSA_STAGE_KEYS, d); }
+/* Forward: Q rows | the K stages | the V stages. */
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_k(int d) { return fsa_tile_bytes(FSA_NSA_ROWS, d); }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int d) { return fsa_nsa_fwd_smem_k(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int d) { return fsa_nsa_fwd_smem_v(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+/* Backward dq: Q rows | dO rows | the K stages | the V stages. */
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int d) { return fsa_tile_bytes(FSA_NSA_ROWS, d); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int d) { return 2 * fsa_tile_bytes(FSA_NSA_ROWS, d); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int d) { return fsa_nsa_dq_smem_k(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int d) { return fsa_nsa_dq_smem_v(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+
+/* ---------------------------------------------------------------- FSA backward main */
+/* A CTA: one work item (a run of one block's list) and one slice of `keys`
+ * keys of the block, a warp per 16 keys; rounds of up to one row table of
+ * FSA_BWD_TILES tiles of FSA_BWD_ROWS rows. Groups over FSA_BWD_ROWS heads
+ * give a token several tiles. */
+#define FSA_BWD_ROWS 32
+#define FSA_BWD_TILES 32
+#define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
+#define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
+#define FSA_BWD_MAX_HALVINGS 3
+FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
+FSA_LAYOUT_FN int fsa_bwd_tokens_per_tile(int g) { return g <= FSA_BWD_ROWS ? FSA_BWD_ROWS / g : 1; }
+FSA_LAYOUT_FN int fsa_bwd_tiles_per_token(int g) { return g <= FSA_BWD_ROWS ? 1 : (g + FSA_BWD_ROWS - 1) / FSA_BWD_ROWS; }
+FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_tiles_per_token(g) * fsa_bwd_tokens_per_tile(g); }
+/* Entries per work item: a round halved 0..FSA_BWD_MAX_HALVINGS times. A round
+ * is 32 tiles' tokens (or at least 8 tokens), so every choice is a whole
+ * number of tiles' tokens and at least one entry. */
+FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_round_entries(g) >> halvings; }
+/* Head dims over 128 run the main kernel twice, each on half of the columns. */
+FSA_LAYOUT_FN int fsa_bwd_d_parts(int d) { return d > 128 ? 2 : 1; }
+FSA_LAYOUT_FN int fsa_bwd_ds_pitch(void) { return FSA_BWD_ROWS + 8; }
+/* Row tables (token, pair, lse, delta of every row of a round) | K | V of the
+ * slice | the Q tiles in flight | the dO tiles | dS^T (keys x rows) | the
+ * round's list entries. */
+FSA_LAYOUT_FN int fsa_bwd_smem_k(void) { return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS; }
+FSA_LAYOUT_FN int fsa_bwd_smem_v(int d, int keys) { return fsa_bwd_smem_k() + fsa_tile_bytes(keys, d); }
+FSA_LAYOUT_FN int fsa_bwd_smem_q(int d, int keys) { return fsa_bwd_smem_v(d, keys) + fsa_tile_bytes(keys, d); }
+FSA_LAYOUT_FN int fsa_bwd_smem_do(int d, int keys)
+{
+    return fsa_bwd_smem_q(d, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, d);
+}
+FSA_LAYOUT_FN int fsa_bwd_smem_ds(int d, int keys)
+{
+    return fsa_bwd_smem_do(d, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, d);
+}
+FSA_LAYOUT_FN int fsa_bwd_smem_entries(int d, int keys) { return fsa_bwd_smem_ds(d, keys) + keys * fsa_bwd_ds_pitch() * 2; }
+FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int d, int keys, int g)
+{
+    return fsa_bwd_smem_entries(d, keys) + fsa_bwd_round_entries(g) * 4;
+}
+
+#endif

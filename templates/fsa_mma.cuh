@@ -1,0 +1,142 @@
+// Warp-level tensor-core building blocks (mma.sync m16n8k16, fp32
+// accumulate) over tiles in shared memory.
+//
+// Conventions. A tile is row-major in shared memory with a pitch of LD
+// elements (fsa_pitch). Addresses are u32 shared-memory byte addresses
+// (smem_addr); a lane's ldmatrix offset (ldm_lane_a / ldm_lane_b) is added
+// once, outside the loops, so the loops only add constants. An accumulator
+// fragment `float acc[N][4]` holds 16 rows x 8N columns: acc[j][e] is row
+// frag_row(lane, e), column frag_col(lane, j, e).
+//
+// Typical attention step (one warp, 16 query rows, KT keys, head dim D):
+//   float s[KT / 8][4];   frag_zero(s);
+//   mma_abt<DT, D, KT / 8, LD>(s, q_addr + ldm_lane_a(lane, LD), k_addr + ldm_lane_b(lane, LD));
+//   ... softmax on s (fsa_softmax.cuh) ...
+//   mma_pv<DT, KT / 16, D / 8, LD>(o, s, v_addr + ldm_lane_a(lane, LD));
+#pragma once
+#include "fsa_device.cuh"
+
+namespace fsa {
+
+// ---------------------------------------------------------------- lane offsets
+// Byte offset of this lane's ldmatrix_x4 row address in a tile of pitch ld:
+//  ldm_lane_a: 16 rows x 16 columns as an A operand (rows = m, columns = k);
+//              with ldmatrix_x4_trans, also a B operand for two n8 tiles from
+//              16 k-major rows (V in P V, K in dS K).
+//  ldm_lane_b: 16 rows x 16 columns as the B operand of two n8 tiles from
+//              n-major rows (K in Q K^T): registers {0,1} rows 0-7, {2,3} rows 8-15.
+__device__ __forceinline__ u32 ldm_lane_a(int lane, int ld) {
+    return (((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2;
+}
+__device__ __forceinline__ u32 ldm_lane_b(int lane, int ld) {
+    return (((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2;
+}
+
+// ---------------------------------------------------------------- fragments
+// Row (0..15) and column (0..8N-1) of accumulator element acc[j][e].
+__device__ __forceinline__ int frag_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
+__device__ __forceinline__ int frag_col(int lane, int j, int e) { return j * 8 + 2 * (lane & 3) + (e & 1); }
+
+template <int N>
+__device__ __forceinline__ void frag_zero(float acc[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+}
+
+// Row lo (frag_row e < 2) times f[0], row hi times f[1]: the online-softmax rescale.
+template <int N>
+__device__ __forceinline__ void frag_scale_rows(float acc[N][4], const float f[2]) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        acc[j][0] *= f[0];
+        acc[j][1] *= f[0];
+        acc[j][2] *= f[1];
+        acc[j][3] *= f[1];
+    }
+}
+
+// Columns 16k..16k+15 of an accumulator (fragments lo = acc[2k], hi =
+// acc[2k+1]) as an A operand: P of P V, dS of dS K. Same register layout.
+template <class DT>
+__device__ __forceinline__ void frag_to_a(u32 a[4], const float lo[4], const float hi[4]) {
+    a[0] = DT::pack(lo[0], lo[1]);
+    a[1] = DT::pack(lo[2], lo[3]);
+    a[2] = DT::pack(hi[0], hi[1]);
+    a[3] = DT::pack(hi[2], hi[3]);
+}
+
+// The 16 x 8N accumulator as DT into a row-major tile: `rows` is row 0 of the
+// warp's 16 rows (pitch LD elements).
+template <class DT, int N, int LD>
+__device__ __forceinline__ void frag_store(u16 *rows, const float acc[N][4], int lane) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        u16 *at = rows + (lane >> 2) * LD + j * 8 + 2 * (lane & 3);
+        *(u32 *)at = DT::pack(acc[j][0], acc[j][1]);
+        *(u32 *)(at + 8 * LD) = DT::pack(acc[j][2], acc[j][3]);
+    }
+}
+
+// The same in fp32 (pitch LD floats): partial results merged across warps.
+template <int N, int LD>
+__device__ __forceinline__ void frag_store_f32(float *rows, const float acc[N][4], int lane) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        float *at = rows + (lane >> 2) * LD + j * 8 + 2 * (lane & 3);
+        *(float2 *)at = make_float2(acc[j][0], acc[j][1]);
+        *(float2 *)(at + 8 * LD) = make_float2(acc[j][2], acc[j][3]);
+    }
+}
+
+// ---------------------------------------------------------------- products
+// acc (16 x 8NJ) += A (16 x 16) B^T for one 16-deep step: A rows at a_addr,
+// B as 8NJ n-major rows at b_addr (pitch LD). Both include their lane offsets
+// (ldm_lane_a, ldm_lane_b). NJ is even.
+template <class DT, int NJ, int LD>
+__device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_addr) {
+    u32 a[4];
+    ldmatrix_x4(a, a_addr);
+#pragma unroll
+    for (int jn = 0; jn < NJ; jn += 2) {
+        u32 b[4];
+        ldmatrix_x4(b, b_addr + jn * 8 * LD * 2);
+        DT::mma(acc[jn], a, b[0], b[1]);
+        DT::mma(acc[jn + 1], a, b[2], b[3]);
+    }
+}
+
+// acc (16 x 8NJ) += A B^T over a depth of K (a multiple of 16): S = Q K^T,
+// dP = dO V^T, and their transposes.
+template <class DT, int K, int NJ, int LD>
+__device__ __forceinline__ void mma_abt(float acc[NJ][4], u32 a_addr, u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) mma_abt_k16<DT, NJ, LD>(acc, a_addr + kd * 32, b_addr + kd * 32);
+}
+
+// acc (16 x 8N) += A (16 x 16, in registers) B (16 k-major rows x 8N at
+// b_addr, lane offset ldm_lane_a). N is even.
+template <class DT, int N>
+__device__ __forceinline__ void mma_a_rows(float acc[N][4], const u32 a[4], u32 b_addr) {
+#pragma unroll
+    for (int dn = 0; dn < N; dn += 2) {
+        u32 b[4];
+        ldmatrix_x4_trans(b, b_addr + dn * 16);
+        DT::mma(acc[dn], a, b[0], b[1]);
+        DT::mma(acc[dn + 1], a, b[2], b[3]);
+    }
+}
+
+// acc (16 x 8N) += P (16 x 16KK, accumulator fragments) V (16KK k-major rows
+// at b_addr, pitch LD, lane offset ldm_lane_a): O += P V, dV += P^T dO,
+// dQ += dS K.
+template <class DT, int KK, int N, int LD>
+__device__ __forceinline__ void mma_pv(float acc[N][4], const float p[2 * KK][4], u32 b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        u32 a[4];
+        frag_to_a<DT>(a, p[2 * kk], p[2 * kk + 1]);
+        mma_a_rows<DT, N>(acc, a, b_addr + kk * 16 * LD * 2);
+    }
+}
+
+}  // namespace fsa

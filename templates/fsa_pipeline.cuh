@@ -1,0 +1,108 @@
+// Global -> shared tile loaders (16-byte cp.async pieces) and a ring of
+// buffers that keeps several loads in flight while earlier ones are used.
+//
+// Rows are addressed through a functor, so one loader serves contiguous
+// tensors, gathered rows (selected blocks, tokens of a list) and paged caches
+// alike. A paged K/V cache, for instance:
+//   auto kv = [&](int r) {
+//       const long long key = k0 + r;
+//       const bool ok = key < seq_len;
+//       const long long slot = ok ? (long long)page_table[key / PAGE] * PAGE + key % PAGE : 0;
+//       return RowPair{k_cache + slot * k_stride, v_cache + slot * v_stride, ok};
+//   };
+//   load_tile_pair_async<KEYS, D, LD, THREADS>(ks_addr, vs_addr, kv);
+#pragma once
+#include "fsa_device.cuh"
+
+namespace fsa {
+
+// Where a tile row comes from. ok = false zero-fills the row; ptr must then
+// still be a mapped address (the tensor's base, say): nothing is read from it.
+struct RowSrc {
+    const u16 *ptr;
+    bool ok;
+};
+// Two tiles with the same rows: K and V of the same keys, Q and dO of the same rows.
+struct RowPair {
+    const u16 *a, *b;
+    bool ok;
+};
+
+// Calls f(r, c) for every 16-byte piece of a ROWS x COLS tile (r: row, c:
+// first element of the piece), spread over THREADS threads: consecutive
+// threads take consecutive pieces of a row, so global reads coalesce.
+template <int ROWS, int COLS, int THREADS, class F>
+__device__ __forceinline__ void for_each_piece(F f) {
+    static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
+    for (int i = threadIdx.x; i < ROWS * (COLS / 8); i += THREADS) {
+        const int r = i / (COLS / 8);
+        f(r, (i - r * (COLS / 8)) * 8);
+    }
+}
+
+// ROWS rows of COLS elements into the tile at dst (shared byte address, pitch
+// LD elements); row(r) -> RowSrc. Every thread of the CTA calls it; the
+// copies join the current cp.async group.
+template <int ROWS, int COLS, int LD, int THREADS, class Row>
+__device__ __forceinline__ void load_tile_async(u32 dst, Row row) {
+    for_each_piece<ROWS, COLS, THREADS>([&](int r, int c) {
+        const RowSrc s = row(r);
+        cp_async16(dst + (u32)(r * LD + c) * 2, s.ptr + c, s.ok);
+    });
+}
+
+// Two tiles of the same shape and rows; rows(r) -> RowPair.
+template <int ROWS, int COLS, int LD, int THREADS, class Rows>
+__device__ __forceinline__ void load_tile_pair_async(u32 dst_a, u32 dst_b, Rows rows) {
+    for_each_piece<ROWS, COLS, THREADS>([&](int r, int c) {
+        const RowPair s = rows(r);
+        const u32 off = (u32)(r * LD + c) * 2;
+        cp_async16(dst_a + off, s.a + c, s.ok);
+        cp_async16(dst_b + off, s.b + c, s.ok);
+    });
+}
+
+// A ring of STAGES buffers filled by cp.async, one commit group per item:
+// while item i is in use, items up to i + STAGES - 1 are in flight.
+// load(item, buf) issues the copies of one item into buffer buf; every thread
+// of the CTA calls start and acquire. Copies issued just before start() join
+// item 0's group (data every item needs, such as a K/V block).
+//   AsyncRing<2> ring;
+//   ring.start(n, load);
+//   for (int i = 0; i < n; i++) {
+//       const int buf = ring.acquire(i, load);
+//       ... use buffer buf ...
+//   }
+//   cp_async_wait<0>();   // only where shared memory is reused for something else
+template <int STAGES>
+struct AsyncRing {
+    int n, issued;
+
+    template <class Load>
+    __device__ __forceinline__ void start(int count, Load load) {
+        n = count;
+#pragma unroll
+        for (issued = 0; issued < STAGES - 1; issued++) {
+            if (issued < n) load(issued, issued);
+            cp_async_commit();
+        }
+    }
+
+    // Issues the next item into the buffer item i - 1 used (after a barrier:
+    // every warp is done with it), waits for item i's copies and makes them
+    // visible to the CTA. Returns item i's buffer.
+    template <class Load>
+    __device__ __forceinline__ int acquire(int i, Load load) {
+        if (issued < n) {
+            __syncthreads();
+            load(issued, (int)((unsigned)issued % STAGES));
+        }
+        cp_async_commit();  // possibly empty: the wait depth stays constant
+        issued++;
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
+        return (int)((unsigned)i % STAGES);
+    }
+};
+
+}  // namespace fsa
