@@ -1,0 +1,274 @@
+/* Compressed attention (NSA's compression branch) and the block selection it
+ * drives: plans and the forward launch. Two kernels on the caller's stream,
+ * no workspace, no allocation, no host synchronization. */
+#include "launch.h"
+
+#include "base/status_internal.h"
+#include "base/struct_size.h"
+
+/* plan.h still defines two of the selected attention's launch shapes that
+ * fsa_layout.cuh now owns; neither is used here. */
+#undef FSA_NSA_THREADS
+#undef FSA_NSA_STAGE_KEYS
+#include "../../templates/cmp_params.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_PLAN "compressed-plan"
+#define STAGE_FWD "compressed-forward"
+
+struct fsa_compressed_plan {
+    fsa_context *ctx;
+    fsa_compressed_attention_desc desc; /* value_dim resolved */
+    int group;
+    float scale;
+    CUfunction fwd, select; /* NULL offline; select NULL without top-k */
+    int fwd_smem, select_smem;
+};
+
+static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
+
+static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (d->dtype != FSA_DTYPE_BF16 && d->dtype != FSA_DTYPE_F16)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "dtype %d is neither bf16 nor f16", (int)d->dtype);
+    if (!is_dim(d->head_dim) || !is_dim(d->value_dim))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "head_dim %d and value_dim %d: multiples of 16 from 16 to 256",
+                 d->head_dim, d->value_dim);
+    if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > 65535)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d and num_kv_heads %d: 1 or more (Hkv at most 65535)",
+                 d->num_q_heads, d->num_kv_heads);
+    if (d->num_q_heads % d->num_kv_heads != 0)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d is not a multiple of num_kv_heads %d",
+                 d->num_q_heads, d->num_kv_heads);
+    if (d->num_q_heads / d->num_kv_heads > FSA_CMP_MAX_GROUP)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
+                 d->num_q_heads / d->num_kv_heads, FSA_CMP_MAX_GROUP);
+    if (d->kernel_size < 1 || d->kernel_size > 4096 || d->stride < 1 || d->stride > d->kernel_size)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "kernel_size %d and stride %d: 1 <= stride <= kernel_size <= 4096",
+                 d->kernel_size, d->stride);
+    if (!isfinite(d->scale) || d->scale < 0.0f)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+    if (d->top_k < 0 || d->top_k > FSA_MAX_TOP_K)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "top_k %d: 0 (no selection) to %d", d->top_k, FSA_MAX_TOP_K);
+    if (d->top_k > 0) {
+        const int bk = d->block_size, r = bk > 0 && bk % d->stride == 0 ? bk / d->stride : 0;
+        if (r < 1 || r > FSA_CMP_SEL_KEYS || (r & (r - 1)) != 0)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
+                     "block_size %d: a multiple of stride %d with block_size / stride a power of two up to %d", bk,
+                     d->stride, FSA_CMP_SEL_KEYS);
+        if (fsa_cmp_sel_halo(d->kernel_size, d->stride) > FSA_CMP_SEL_KEYS)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "kernel_size %d over stride %d: at most %d strides per token",
+                     d->kernel_size, d->stride, FSA_CMP_SEL_KEYS);
+        if (d->init_blocks < 0 || d->local_blocks < 0)
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "init_blocks %d and local_blocks %d must not be negative",
+                     d->init_blocks, d->local_blocks);
+    }
+cleanup:
+    return st;
+}
+
+/* The template parameters, as text, and the kernel requests built on them. */
+typedef struct cmp_kernel_params {
+    char dtype[8], dk[8], dv[8], g[8], bk[8], k[8], l[8], s[8];
+    fsa_param fwd[4];    /* DTYPE, HEAD_DIM, VALUE_DIM, GROUP */
+    fsa_param select[7]; /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, TOP_K, KERNEL_SIZE, STRIDE */
+} cmp_kernel_params;
+
+static void kernel_params_init(cmp_kernel_params *kp, const fsa_compressed_attention_desc *d, int group)
+{
+    snprintf(kp->dtype, sizeof kp->dtype, "%s", d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
+    snprintf(kp->dk, sizeof kp->dk, "%d", d->head_dim);
+    snprintf(kp->dv, sizeof kp->dv, "%d", d->value_dim);
+    snprintf(kp->g, sizeof kp->g, "%d", group);
+    snprintf(kp->bk, sizeof kp->bk, "%d", d->block_size);
+    snprintf(kp->k, sizeof kp->k, "%d", d->top_k);
+    snprintf(kp->l, sizeof kp->l, "%d", d->kernel_size);
+    snprintf(kp->s, sizeof kp->s, "%d", d->stride);
+    const fsa_param dtype = {"DTYPE", kp->dtype, ""}, dk = {"HEAD_DIM", kp->dk, "d"}, g = {"GROUP", kp->g, "g"};
+    kp->fwd[0] = dtype;
+    kp->fwd[1] = dk;
+    kp->fwd[2] = (fsa_param){"VALUE_DIM", kp->dv, "dv"};
+    kp->fwd[3] = g;
+    kp->select[0] = dtype;
+    kp->select[1] = dk;
+    kp->select[2] = g;
+    kp->select[3] = (fsa_param){"BLOCK_SIZE", kp->bk, "bk"};
+    kp->select[4] = (fsa_param){"TOP_K", kp->k, "k"};
+    kp->select[5] = (fsa_param){"KERNEL_SIZE", kp->l, "l"};
+    kp->select[6] = (fsa_param){"STRIDE", kp->s, "s"};
+}
+
+fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ctx,
+                                      const fsa_compressed_attention_desc *desc)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_compressed_plan *plan = NULL;
+    if (out == NULL || ctx == NULL || desc == NULL)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "out, context and descriptor must not be NULL");
+    *out = NULL;
+    fsa_compressed_attention_desc d;
+    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
+                              "fsa_compressed_attention_desc"));
+    if (d.value_dim == 0) d.value_dim = d.head_dim;
+    FSA_CHECK(validate_desc(&d));
+    plan = calloc(1, sizeof *plan);
+    FSA_CHECK_ALLOC(plan, STAGE_PLAN);
+    plan->ctx = ctx;
+    plan->desc = d;
+    plan->group = d.num_q_heads / d.num_kv_heads;
+    plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
+    plan->fwd_smem = fsa_cmp_fwd_smem_bytes(d.head_dim, d.value_dim);
+    if (d.top_k > 0)
+        plan->select_smem =
+            fsa_cmp_sel_smem_bytes(d.head_dim, plan->group, d.kernel_size, d.stride, d.block_size, d.top_k);
+    const int max_smem = ctx->max_smem_per_block;
+    if (plan->fwd_smem > max_smem || plan->select_smem > max_smem)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
+                 "compressed attention needs %d bytes of shared memory (selection %d); target %s allows %d",
+                 plan->fwd_smem, plan->select_smem, ctx->target, max_smem);
+
+    cmp_kernel_params kp;
+    kernel_params_init(&kp, &d, plan->group);
+    const fsa_kernel_request fwd = {"cmp_fwd", kp.fwd, 4, "fsa_cmp_fwd"};
+    FSA_CHECK(fsa_context_get_function(&plan->fwd, ctx, &fwd, "fsa_cmp_fwd", plan->fwd_smem));
+    if (d.top_k > 0) {
+        const fsa_kernel_request select = {"cmp_select", kp.select, 7, "fsa_cmp_select"};
+        FSA_CHECK(fsa_context_get_function(&plan->select, ctx, &select, "fsa_cmp_select", plan->select_smem));
+    }
+    *out = plan;
+    plan = NULL;
+cleanup:
+    free(plan);
+    return st;
+}
+
+void fsa_compressed_plan_destroy(fsa_compressed_plan *plan) { free(plan); }
+
+/* CTAs along x: every sequence's tiles and a spare (fsa_cmp_grid_tiles). */
+static fsa_status grid_tiles(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
+                             const char *stage)
+{
+    *out = fsa_cmp_grid_tiles(total_tokens, batch, plan->group);
+    if (*out > INT32_MAX)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens in %d sequences need too many query tiles",
+                             (long long)total_tokens, batch);
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const fsa_compressed_plan *plan, int64_t total_tokens,
+                                              int batch)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int64_t tiles;
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "bytes_out and plan must not be NULL");
+    *bytes_out = 0;
+    FSA_CHECK(fsa_check_tokens(STAGE_PLAN, total_tokens, batch));
+    FSA_CHECK(grid_tiles(&tiles, plan, total_tokens, batch, STAGE_PLAN));
+cleanup:
+    return st;
+}
+
+/* Every argument, on the host, before anything is enqueued. */
+static fsa_status validate_args(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *a)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const int64_t T = a->total_tokens, Tc = a->total_compressed;
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    int64_t tiles;
+    FSA_CHECK(fsa_check_tokens(STAGE_FWD, T, a->batch));
+    if (Tc < 0 || Tc > INT32_MAX - 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "total_compressed %lld out of range (0 to %d)", (long long)Tc,
+                 INT32_MAX - 1);
+    if (a->topk.ptr != 0 && plan->desc.top_k == 0)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk is set but the plan selects nothing (top_k 0)");
+    if (T == 0) goto cleanup;
+    FSA_CHECK(grid_tiles(&tiles, plan, T, a->batch, STAGE_FWD));
+    if (a->cu_seqlens == 0 || a->cu_seqlens_c == 0 || a->lse == 0)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_FWD, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
+    if (a->cu_seqlens % 4 != 0 || a->cu_seqlens_c % 4 != 0 || a->lse % 4 != 0 || a->topk.ptr % 4 != 0)
+        FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "cu_seqlens, cu_seqlens_c, lse and topk must be 4-byte aligned");
+    if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");
+    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "q", &a->q, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "k", &a->k, Tc, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "v", &a->v, Tc, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "o", &a->o, T, hq));
+    /* Arguments are checked first so that they can be checked without a GPU. */
+    if (plan->ctx->cu == NULL)
+        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE_FWD, "the plan's context has no device (offline target %s)",
+                 plan->ctx->target);
+cleanup:
+    return st;
+}
+
+static fsa_kernel_view view_of(const fsa_tensor *t)
+{
+    const fsa_kernel_view v = {(long long)t->ptr, t->token_stride, t->head_stride};
+    return v;
+}
+
+static fsa_status launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t tiles,
+                         CUstream stream, fsa_cmp_params *p, const char *what)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_cu_api *cu = plan->ctx->cu;
+    void *args[] = {p};
+    FSA_CHECK_CU(cu,
+                 cu->LaunchKernel(fn, (unsigned)tiles, (unsigned)plan->desc.num_kv_heads, 1, FSA_CMP_THREADS, 1, 1,
+                                  smem, stream, args, NULL),
+                 what);
+cleanup:
+    return st;
+}
+
+fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *args,
+                                        void *stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int entered = 0;
+    if (plan == NULL || args == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_FWD, "plan and args must not be NULL");
+    fsa_compressed_fwd_args a;
+    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE, STAGE_FWD,
+                              "fsa_compressed_fwd_args"));
+    FSA_CHECK(validate_args(plan, &a));
+    if (a.total_tokens == 0) goto cleanup;
+
+    const fsa_compressed_attention_desc *d = &plan->desc;
+    fsa_cmp_params p;
+    memset(&p, 0, sizeof p);
+    p.q = view_of(&a.q);
+    p.o = view_of(&a.o);
+    p.k = view_of(&a.k);
+    p.v = view_of(&a.v);
+    p.topk = view_of(&a.topk);
+    p.lse = (long long)a.lse;
+    p.cu_seqlens = (long long)a.cu_seqlens;
+    p.cu_seqlens_c = (long long)a.cu_seqlens_c;
+    p.total_tokens = a.total_tokens;
+    p.total_cmp = a.total_compressed;
+    p.batch = a.batch;
+    p.scale_log2 = (double)plan->scale * FSA_LOG2E;
+    p.kernel_size = d->kernel_size;
+    p.stride = d->stride;
+    p.init_blocks = d->init_blocks;
+    p.local_blocks = d->local_blocks;
+    const uint64_t tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
+
+    FSA_CHECK(fsa_context_enter(plan->ctx));
+    entered = 1;
+    FSA_CHECK(launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, (CUstream)stream, &p, "launch fsa_cmp_fwd"));
+    /* The selection reads the lse the forward wrote: same stream, in order. */
+    if (a.topk.ptr != 0)
+        FSA_CHECK(launch(plan, plan->select, (unsigned)plan->select_smem, tiles, (CUstream)stream, &p,
+                         "launch fsa_cmp_select"));
+cleanup:
+    if (entered) fsa_context_leave(plan->ctx);
+    return st;
+}
