@@ -73,6 +73,8 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_fwd(con
         mma_pv<DT, KS / 16, DV / 8, LDV>(o, s, v_lane + buf * fsa_tile_bytes(KS, DV));
     }
 
+    cp_async_wait<0>();  // with no stage at all, the query rows' copies are still in flight
+
     float inv[2], lse2[2];
     sm.finish(inv, lse2);
 #pragma unroll
