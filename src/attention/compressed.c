@@ -72,6 +72,17 @@ cleanup:
     return st;
 }
 
+/* The caller's descriptor (maybe an older, shorter version: newer fields
+ * read as zero) with value_dim resolved, checked. */
+static fsa_status read_desc(fsa_compressed_attention_desc *d, const fsa_compressed_attention_desc *caller)
+{
+    const fsa_status st = fsa_struct_read(d, sizeof *d, caller, FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
+                                          "fsa_compressed_attention_desc");
+    if (st != FSA_STATUS_OK) return st;
+    if (d->value_dim == 0) d->value_dim = d->head_dim;
+    return validate_desc(d);
+}
+
 /* The template parameters, as text, and the kernel requests built on them. */
 typedef struct cmp_kernel_params {
     char dtype[8], dk[8], dv[8], g[8], bk[8], k[8], l[8], s[8];
@@ -108,14 +119,11 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_compressed_plan *plan = NULL;
+    fsa_compressed_attention_desc d;
+    if (out != NULL) *out = NULL;
     if (out == NULL || ctx == NULL || desc == NULL)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "out, context and descriptor must not be NULL");
-    *out = NULL;
-    fsa_compressed_attention_desc d;
-    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
-                              "fsa_compressed_attention_desc"));
-    if (d.value_dim == 0) d.value_dim = d.head_dim;
-    FSA_CHECK(validate_desc(&d));
+    FSA_CHECK(read_desc(&d, desc));
     plan = calloc(1, sizeof *plan);
     FSA_CHECK_ALLOC(plan, STAGE_PLAN);
     plan->ctx = ctx;
