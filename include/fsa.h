@@ -617,6 +617,7 @@ typedef struct fsa_compressed_attention_desc {
                            two up to 64; default 64 */
     int init_blocks;  /**< blocks from the sequence start always selected; default 1 */
     int local_blocks; /**< blocks ending at the token's own block always selected; default 2 */
+    int backward;     /**< 1 = also prepare the backward kernels */
 } fsa_compressed_attention_desc;
 
 #define FSA_COMPRESSED_ATTENTION_DESC_INIT                                                              \
@@ -710,6 +711,64 @@ typedef struct fsa_compressed_fwd_args {
  * Thread-safe for calls with different outputs.
  */
 FSA_API fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *args,
+                                                void *stream);
+
+/** Arguments of fsa_compressed_attention_bwd: the gradients of o with
+ * respect to q and the compressed k and v (the selection has none). Inputs as
+ * in the forward plus o and lse (the forward's) and dout; outputs dq (like
+ * q), dk and dv (like k and v, summed over the G query heads of each group),
+ * written in the input dtype. Every dtype tensor follows the forward's
+ * rules. */
+typedef struct fsa_compressed_bwd_args {
+    size_t struct_size;
+    int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1 */
+    int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1 */
+    int batch;                /**< number of sequences (host), 1..T */
+    fsa_tensor q;             /**< [T, Hq, Dk], read */
+    fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
+    fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
+    fsa_tensor o;             /**< [T, Hq, Dv], the forward's output, read */
+    fsa_tensor dout;          /**< [T, Hq, Dv], gradient of o, read */
+    fsa_tensor dq;            /**< [T, Hq, Dk], written */
+    fsa_tensor dk;            /**< [Tc, Hkv, Dk], written (0 for a token no query sees) */
+    fsa_tensor dv;            /**< [Tc, Hkv, Dv], written */
+    uint64_t lse;             /**< float [Hq, T], natural log, as the forward wrote it; read */
+    uint64_t cu_seqlens;      /**< int32 [batch + 1], read */
+    uint64_t cu_seqlens_c;    /**< int32 [batch + 1], read */
+    uint64_t workspace;       /**< 256-byte aligned, fsa_compressed_plan_workspace_size_bwd bytes */
+    size_t workspace_bytes;
+} fsa_compressed_bwd_args;
+
+#define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )
+
+/**
+ * Bytes of device workspace a backward call needs (4 * Hq * T, rounded up).
+ * @param[out] bytes_out    the size; 0 when there are no tokens
+ * @param      plan         a plan created with desc.backward = 1
+ * @param      total_tokens T
+ * @param      batch        sequences in the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a plan without backward, or a token count or batch the
+ *         backward would refuse.
+ * Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
+                                                          int64_t total_tokens, int batch);
+
+/**
+ * Enqueues the compressed-attention backward on `stream` (two kernels: dq,
+ * then dk and dv): no allocation, no host synchronization; can be captured
+ * in a CUDA graph. Accumulates in fp32. Deterministic: every output element
+ * has one owner and its sums run in a fixed order, so the same inputs give
+ * the same bits.
+ * @param plan   a plan created with desc.backward = 1
+ * @param args   the tensors; read only during the call
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return as fsa_compressed_attention_fwd, FSA_STATUS_INVALID_ARGUMENT for a
+ *         plan without backward, FSA_STATUS_WORKSPACE_TOO_SMALL.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
+FSA_API fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *args,
                                                 void *stream);
 
 #ifdef __cplusplus

@@ -1,16 +1,10 @@
 /* Compressed attention (NSA's compression branch) and the block selection it
  * drives: plans and the forward launch. Two kernels on the caller's stream,
  * no workspace, no allocation, no host synchronization. */
-#include "launch.h"
+#include "compressed.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
-
-/* plan.h still defines two of the selected attention's launch shapes that
- * fsa_layout.cuh now owns; neither is used here. */
-#undef FSA_NSA_THREADS
-#undef FSA_NSA_STAGE_KEYS
-#include "../../templates/cmp_params.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,15 +13,6 @@
 
 #define STAGE_PLAN "compressed-plan"
 #define STAGE_FWD "compressed-forward"
-
-struct fsa_compressed_plan {
-    fsa_context *ctx;
-    fsa_compressed_attention_desc desc; /* value_dim resolved */
-    int group;
-    float scale;
-    CUfunction fwd, select; /* NULL offline; select NULL without top-k */
-    int fwd_smem, select_smem;
-};
 
 static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
 
@@ -53,6 +38,8 @@ static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
                  d->kernel_size, d->stride);
     if (!isfinite(d->scale) || d->scale < 0.0f)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+    if (d->backward != 0 && d->backward != 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "backward must be 0 or 1");
     if (d->top_k < 0 || d->top_k > FSA_MAX_TOP_K)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "top_k %d: 0 (no selection) to %d", d->top_k, FSA_MAX_TOP_K);
     if (d->top_k > 0) {
@@ -134,11 +121,17 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     if (d.top_k > 0)
         plan->select_smem =
             fsa_cmp_sel_smem_bytes(d.head_dim, plan->group, d.kernel_size, d.stride, d.block_size, d.top_k);
+    if (d.backward) {
+        plan->dq_smem = fsa_cmp_dq_smem_bytes(d.head_dim, d.value_dim);
+        plan->dkv_smem = fsa_cmp_dkv_smem_bytes(d.head_dim, d.value_dim);
+    }
     const int max_smem = ctx->max_smem_per_block;
-    if (plan->fwd_smem > max_smem || plan->select_smem > max_smem)
+    if (plan->fwd_smem > max_smem || plan->select_smem > max_smem || plan->dq_smem > max_smem ||
+        plan->dkv_smem > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
-                 "compressed attention needs %d bytes of shared memory (selection %d); target %s allows %d",
-                 plan->fwd_smem, plan->select_smem, ctx->target, max_smem);
+                 "compressed attention needs %d bytes of shared memory (selection %d, backward %d and %d); target %s "
+                 "allows %d",
+                 plan->fwd_smem, plan->select_smem, plan->dq_smem, plan->dkv_smem, ctx->target, max_smem);
 
     cmp_kernel_params kp;
     kernel_params_init(&kp, &d, plan->group);
@@ -147,6 +140,11 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     if (d.top_k > 0) {
         const fsa_kernel_request select = {"cmp_select", kp.select, 7, "fsa_cmp_select"};
         FSA_CHECK(fsa_context_get_function(&plan->select, ctx, &select, "fsa_cmp_select", plan->select_smem));
+    }
+    if (d.backward) {
+        const fsa_kernel_request bwd = {"cmp_bwd", kp.fwd, 4, "fsa_cmp_bwd_dq\nfsa_cmp_bwd_dkv"};
+        FSA_CHECK(fsa_context_get_function(&plan->bwd_dq, ctx, &bwd, "fsa_cmp_bwd_dq", plan->dq_smem));
+        FSA_CHECK(fsa_context_get_function(&plan->bwd_dkv, ctx, &bwd, "fsa_cmp_bwd_dkv", plan->dkv_smem));
     }
     *out = plan;
     plan = NULL;
@@ -158,8 +156,8 @@ cleanup:
 void fsa_compressed_plan_destroy(fsa_compressed_plan *plan) { free(plan); }
 
 /* CTAs along x: every sequence's tiles and a spare (fsa_cmp_grid_tiles). */
-static fsa_status grid_tiles(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
-                             const char *stage)
+fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
+                        const char *stage)
 {
     *out = fsa_cmp_grid_tiles(total_tokens, batch, plan->group);
     if (*out > INT32_MAX)
@@ -177,59 +175,98 @@ fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const fsa_compr
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "bytes_out and plan must not be NULL");
     *bytes_out = 0;
     FSA_CHECK(fsa_check_tokens(STAGE_PLAN, total_tokens, batch));
-    FSA_CHECK(grid_tiles(&tiles, plan, total_tokens, batch, STAGE_PLAN));
+    FSA_CHECK(fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_PLAN));
 cleanup:
     return st;
+}
+
+fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const int64_t T = c->total_tokens, Tc = c->total_compressed;
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    int64_t tiles;
+    FSA_CHECK(fsa_check_tokens(stage, T, c->batch));
+    if (Tc < 0 || Tc > INT32_MAX - 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "total_compressed %lld out of range (0 to %d)", (long long)Tc,
+                 INT32_MAX - 1);
+    if (T == 0) goto cleanup;
+    FSA_CHECK(fsa_cmp_grid(&tiles, plan, T, c->batch, stage));
+    if (c->cu_seqlens == 0 || c->cu_seqlens_c == 0 || c->lse == 0)
+        FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
+    if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
+        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
+    FSA_CHECK(fsa_check_tensor(stage, "q", c->q, T, hq));
+    FSA_CHECK(fsa_check_tensor(stage, "k", c->k, Tc, hkv));
+    FSA_CHECK(fsa_check_tensor(stage, "v", c->v, Tc, hkv));
+    FSA_CHECK(fsa_check_tensor(stage, "o", c->o, T, hq));
+cleanup:
+    return st;
+}
+
+fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *plan)
+{
+    /* Arguments are checked first so that they can be checked without a GPU. */
+    if (plan->ctx->cu == NULL)
+        return fsa_error_set(FSA_STATUS_NO_DEVICE, stage, "the plan's context has no device (offline target %s)",
+                             plan->ctx->target);
+    return FSA_STATUS_OK;
 }
 
 /* Every argument, on the host, before anything is enqueued. */
 static fsa_status validate_args(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
-    const int64_t T = a->total_tokens, Tc = a->total_compressed;
-    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
-    int64_t tiles;
-    FSA_CHECK(fsa_check_tokens(STAGE_FWD, T, a->batch));
-    if (Tc < 0 || Tc > INT32_MAX - 1)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "total_compressed %lld out of range (0 to %d)", (long long)Tc,
-                 INT32_MAX - 1);
+    const fsa_cmp_call c = FSA_CMP_CALL(a);
+    const int64_t T = a->total_tokens, hkv = plan->desc.num_kv_heads;
     if (a->topk.ptr != 0 && plan->desc.top_k == 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk is set but the plan selects nothing (top_k 0)");
+    FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c));
     if (T == 0) goto cleanup;
-    FSA_CHECK(grid_tiles(&tiles, plan, T, a->batch, STAGE_FWD));
-    if (a->cu_seqlens == 0 || a->cu_seqlens_c == 0 || a->lse == 0)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_FWD, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
-    if (a->cu_seqlens % 4 != 0 || a->cu_seqlens_c % 4 != 0 || a->lse % 4 != 0 || a->topk.ptr % 4 != 0)
-        FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "cu_seqlens, cu_seqlens_c, lse and topk must be 4-byte aligned");
+    if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
     if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "q", &a->q, T, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "k", &a->k, Tc, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "v", &a->v, Tc, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "o", &a->o, T, hq));
-    /* Arguments are checked first so that they can be checked without a GPU. */
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE_FWD, "the plan's context has no device (offline target %s)",
-                 plan->ctx->target);
+    FSA_CHECK(fsa_cmp_check_device(STAGE_FWD, plan));
 cleanup:
     return st;
 }
 
-static fsa_kernel_view view_of(const fsa_tensor *t)
+fsa_kernel_view fsa_cmp_view(const fsa_tensor *t)
 {
     const fsa_kernel_view v = {(long long)t->ptr, t->token_stride, t->head_stride};
     return v;
 }
 
-static fsa_status launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t tiles,
-                         CUstream stream, fsa_cmp_params *p, const char *what)
+void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c)
+{
+    const fsa_compressed_attention_desc *d = &plan->desc;
+    memset(p, 0, sizeof *p);
+    p->q = fsa_cmp_view(c->q);
+    p->o = fsa_cmp_view(c->o);
+    p->k = fsa_cmp_view(c->k);
+    p->v = fsa_cmp_view(c->v);
+    p->lse = (long long)c->lse;
+    p->cu_seqlens = (long long)c->cu_seqlens;
+    p->cu_seqlens_c = (long long)c->cu_seqlens_c;
+    p->total_tokens = c->total_tokens;
+    p->total_cmp = c->total_compressed;
+    p->batch = c->batch;
+    p->scale_log2 = (double)plan->scale * FSA_LOG2E;
+    p->kernel_size = d->kernel_size;
+    p->stride = d->stride;
+    p->init_blocks = d->init_blocks;
+    p->local_blocks = d->local_blocks;
+}
+
+fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t gx, unsigned gz,
+                          CUstream stream, fsa_cmp_params *p, const char *what)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     void *args[] = {p};
     FSA_CHECK_CU(cu,
-                 cu->LaunchKernel(fn, (unsigned)tiles, (unsigned)plan->desc.num_kv_heads, 1, FSA_CMP_THREADS, 1, 1,
-                                  smem, stream, args, NULL),
+                 cu->LaunchKernel(fn, (unsigned)gx, (unsigned)plan->desc.num_kv_heads, gz, FSA_CMP_THREADS, 1, 1, smem,
+                                  stream, args, NULL),
                  what);
 cleanup:
     return st;
@@ -248,34 +285,20 @@ fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const f
     FSA_CHECK(validate_args(plan, &a));
     if (a.total_tokens == 0) goto cleanup;
 
-    const fsa_compressed_attention_desc *d = &plan->desc;
+    const fsa_cmp_call c = FSA_CMP_CALL(&a);
     fsa_cmp_params p;
-    memset(&p, 0, sizeof p);
-    p.q = view_of(&a.q);
-    p.o = view_of(&a.o);
-    p.k = view_of(&a.k);
-    p.v = view_of(&a.v);
-    p.topk = view_of(&a.topk);
-    p.lse = (long long)a.lse;
-    p.cu_seqlens = (long long)a.cu_seqlens;
-    p.cu_seqlens_c = (long long)a.cu_seqlens_c;
-    p.total_tokens = a.total_tokens;
-    p.total_cmp = a.total_compressed;
-    p.batch = a.batch;
-    p.scale_log2 = (double)plan->scale * FSA_LOG2E;
-    p.kernel_size = d->kernel_size;
-    p.stride = d->stride;
-    p.init_blocks = d->init_blocks;
-    p.local_blocks = d->local_blocks;
+    fsa_cmp_params_fill(&p, plan, &c);
+    p.topk = fsa_cmp_view(&a.topk);
     const uint64_t tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
 
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
-    FSA_CHECK(launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, (CUstream)stream, &p, "launch fsa_cmp_fwd"));
+    FSA_CHECK(fsa_cmp_launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, 1, (CUstream)stream, &p,
+                             "launch fsa_cmp_fwd"));
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a.topk.ptr != 0)
-        FSA_CHECK(launch(plan, plan->select, (unsigned)plan->select_smem, tiles, (CUstream)stream, &p,
-                         "launch fsa_cmp_select"));
+        FSA_CHECK(fsa_cmp_launch(plan, plan->select, (unsigned)plan->select_smem, tiles, 1, (CUstream)stream, &p,
+                                 "launch fsa_cmp_select"));
 cleanup:
     if (entered) fsa_context_leave(plan->ctx);
     return st;

@@ -22,7 +22,8 @@
 #define FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_selected_attention_desc, backward)
 #define FSA_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_fwd_args, workspace_bytes)
 #define FSA_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_bwd_args, workspace_bytes)
-#define FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_attention_desc, local_blocks)
+#define FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_attention_desc, backward)
+#define FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_bwd_args, workspace_bytes)
 #define FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_fwd_args, workspace_bytes)
 
 /* For every field added after a struct's first version, next to the code

@@ -28,7 +28,8 @@ static void expected_values(size_t out[FSA_PROBE_VALUES])
                                            128,
                                            32 * 100 + 16,
                                            16 * 1000 + 64 * 10 + 1,
-                                           2};
+                                           2,
+                                           sizeof(fsa_compressed_bwd_args)};
     memcpy(out, want, sizeof want);
 }
 

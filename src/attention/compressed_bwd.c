@@ -1,0 +1,95 @@
+/* Compressed attention backward: dq (and delta = rowsum(dout * o) into the
+ * workspace), then dk and dv, on the caller's stream. No allocation, no host
+ * synchronization, deterministic. */
+#include "compressed.h"
+
+#include "base/status_internal.h"
+#include "base/struct_size.h"
+
+#include <string.h>
+
+#define STAGE_BWD "compressed-backward"
+
+/* delta [Hq, T] floats, rounded up to the workspace alignment. */
+static size_t workspace_bytes(const fsa_compressed_plan *plan, int64_t total_tokens)
+{
+    const size_t bytes = (size_t)plan->desc.num_q_heads * (size_t)total_tokens * 4;
+    return (bytes + 255) & ~(size_t)255;
+}
+
+fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
+                                                  int64_t total_tokens, int batch)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int64_t tiles;
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_BWD, "bytes_out and plan must not be NULL");
+    *bytes_out = 0;
+    if (!plan->desc.backward)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    FSA_CHECK(fsa_check_tokens(STAGE_BWD, total_tokens, batch));
+    FSA_CHECK(fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD));
+    *bytes_out = workspace_bytes(plan, total_tokens);
+cleanup:
+    return st;
+}
+
+static fsa_status validate_args(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *a)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_cmp_call c = FSA_CMP_CALL(a);
+    const int64_t T = a->total_tokens, Tc = a->total_compressed;
+    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    if (!plan->desc.backward)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
+    if (T == 0) goto cleanup;
+    FSA_CHECK(fsa_check_tensor(STAGE_BWD, "dout", &a->dout, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE_BWD, "dq", &a->dq, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE_BWD, "dk", &a->dk, Tc, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE_BWD, "dv", &a->dv, Tc, hkv));
+    if (fsa_cmp_grid_key_tiles(Tc, a->batch) > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles", (long long)Tc);
+    FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, workspace_bytes(plan, T)));
+    FSA_CHECK(fsa_cmp_check_device(STAGE_BWD, plan));
+cleanup:
+    return st;
+}
+
+fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *args,
+                                        void *stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int entered = 0;
+    if (plan == NULL || args == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_BWD, "plan and args must not be NULL");
+    fsa_compressed_bwd_args a;
+    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE, STAGE_BWD,
+                              "fsa_compressed_bwd_args"));
+    FSA_CHECK(validate_args(plan, &a));
+    if (a.total_tokens == 0) goto cleanup;
+
+    const fsa_cmp_call c = FSA_CMP_CALL(&a);
+    fsa_cmp_params p;
+    fsa_cmp_params_fill(&p, plan, &c);
+    p.dout = fsa_cmp_view(&a.dout);
+    p.dq = fsa_cmp_view(&a.dq);
+    p.dk = fsa_cmp_view(&a.dk);
+    p.dv = fsa_cmp_view(&a.dv);
+    p.delta = (long long)a.workspace;
+    const fsa_compressed_attention_desc *d = &plan->desc;
+    const uint64_t q_tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
+    const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a.total_compressed, a.batch);
+    const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
+
+    FSA_CHECK(fsa_context_enter(plan->ctx));
+    entered = 1;
+    FSA_CHECK(fsa_cmp_launch(plan, plan->bwd_dq, (unsigned)plan->dq_smem, q_tiles, 1, (CUstream)stream, &p,
+                             "launch fsa_cmp_bwd_dq"));
+    /* dk and dv read the delta the dq kernel wrote: same stream, in order. */
+    FSA_CHECK(fsa_cmp_launch(plan, plan->bwd_dkv, (unsigned)plan->dkv_smem, k_tiles, parts, (CUstream)stream, &p,
+                             "launch fsa_cmp_bwd_dkv"));
+cleanup:
+    if (entered) fsa_context_leave(plan->ctx);
+    return st;
+}
