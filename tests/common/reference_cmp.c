@@ -99,6 +99,40 @@ void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse)
     free(prob);
 }
 
+void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, double *dq, double *dk, double *dv)
+{
+    check_problem(p);
+    const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
+    const int G = Hq / Hkv;
+    memset(dq, 0, sizeof *dq * (size_t)T * Hq * Dk);
+    memset(dk, 0, sizeof *dk * (size_t)p->total_cmp * Hkv * Dk);
+    memset(dv, 0, sizeof *dv * (size_t)p->total_cmp * Hkv * Dv);
+    double *prob = xcalloc((size_t)p->total_cmp, sizeof *prob);
+    double *o_row = xcalloc((size_t)Dv, sizeof *o_row);
+    for (int t = 0; t < T; t++)
+        for (int qh = 0; qh < Hq; qh++) {
+            int n, cs;
+            (void)attend(p, qh, t, prob, o_row, &n, &cs);
+            const int h = qh / G;
+            const float *q = p->q + ((size_t)t * Hq + qh) * Dk, *go = dout + ((size_t)t * Hq + qh) * Dv;
+            double delta = 0.0;
+            for (int e = 0; e < Dv; e++) delta += (double)go[e] * o_row[e];
+            for (int j = 0; j < n; j++) {
+                const size_t kj = ((size_t)(cs + j) * Hkv + h) * Dk, vj = ((size_t)(cs + j) * Hkv + h) * Dv;
+                double dp = 0.0;
+                for (int e = 0; e < Dv; e++) dp += (double)go[e] * p->v[vj + e];
+                const double ds = prob[j] * (dp - delta);
+                for (int e = 0; e < Dk; e++) {
+                    dq[((size_t)t * Hq + qh) * Dk + e] += p->scale * ds * p->k[kj + e];
+                    dk[kj + e] += p->scale * ds * q[e];
+                }
+                for (int e = 0; e < Dv; e++) dv[vj + e] += prob[j] * go[e];
+            }
+        }
+    free(o_row);
+    free(prob);
+}
+
 int fsa_ref_cmp_block_scores(const fsa_ref_cmp_problem *p, int block_size, int h, int t, double *scores)
 {
     check_problem(p);

@@ -48,6 +48,13 @@ int fsa_ref_cmp_count(int len, int kernel_size, int stride);
 /* o [T, Hq, Dv]; lse [Hq, T] or NULL. */
 void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse);
 
+/* Gradients of o given dout [T, Hq, Dv]: writes (overwrites) dq [T, Hq, Dk],
+ * dk [Tc, Hkv, Dk] and dv [Tc, Hkv, Dv]. With P the softmax, dP_j = dout.v_j,
+ * delta = dout.o, dS = P (dP - delta): dq = scale dS k, dk = scale dS^T q
+ * and dv = P^T dout, summed over the group's heads and every query that
+ * sees the token. */
+void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, double *dq, double *dk, double *dv);
+
 /* scores [i / BK + 1] of (KV head h, token t); returns i / BK + 1. */
 int fsa_ref_cmp_block_scores(const fsa_ref_cmp_problem *p, int block_size, int h, int t, double *scores);
 

@@ -1,5 +1,5 @@
-/* Compressed attention forward and block selection on the GPU against the
- * CPU float64 reference: dtypes, Dk != Dv, groups 1..16, varlen batches with
+/* Compressed attention forward, block selection and backward on the GPU
+ * against the CPU float64 reference: dtypes, Dk != Dv, groups 1..16, varlen batches with
  * sequences shorter than the compression kernel, strided tensors, both top-k
  * layouts, forced initial and local blocks (also more than K of them), rows
  * with fewer blocks than K, exact ties, determinism and graph capture.
@@ -210,6 +210,98 @@ static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
     cmp_problem_free(&p);
 }
 
+/* The backward from the GPU forward's o and lse, against the reference
+ * gradients; poisoned outputs and workspace; the same bits twice. */
+static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
+{
+    cmp_problem p;
+    cmp_problem_make(&p, c, 0xbac0000u + (uint64_t)(c - cases));
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    fsa_compressed_fwd_args fa = args_of(&dp, &p);
+    fa.topk.ptr = 0;
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+
+    const size_t n_do = (size_t)p.T * c->hq * c->dv, nq = (size_t)p.T * c->hq * c->dk;
+    const size_t nk = (size_t)p.Tc * c->hkv * c->dk, nv = (size_t)p.Tc * c->hkv * c->dv;
+    float *dout = malloc((n_do + 1) * sizeof *dout), *got[3];
+    double *want[3];
+    const size_t n[3] = {nq, nk, nv};
+    fsa_rng rng = {0xd0u + (uint64_t)(c - cases)};
+    for (size_t e = 0; e < n_do; e++) dout[e] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    for (int i = 0; i < 3; i++) {
+        got[i] = malloc((n[i] + 1) * sizeof(float));
+        want[i] = malloc((n[i] + 1) * sizeof(double));
+        assert_true(got[i] && want[i]);
+    }
+    fsa_ref_cmp_backward(&p.ref, dout, want[0], want[1], want[2]);
+
+    const uint64_t d_dout = upload_strided(dout, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
+    const size_t bytes[3] = {(size_t)p.T * p.q_ts * 2 + 2, (size_t)p.Tc * p.k_ts * 2 + 2, (size_t)p.Tc * p.v_ts * 2 + 2};
+    uint64_t d_out[3];
+    for (int i = 0; i < 3; i++) d_out[i] = fsa_test_dalloc(bytes[i]);
+    size_t ws_bytes = 0;
+    assert_int_equal(fsa_compressed_plan_workspace_size_bwd(&ws_bytes, plan, p.T, p.B), FSA_STATUS_OK);
+    const uint64_t ws = fsa_test_dalloc(ws_bytes + 256);
+
+    fsa_compressed_bwd_args a = FSA_COMPRESSED_BWD_ARGS_INIT;
+    a.total_tokens = p.T;
+    a.total_compressed = p.Tc;
+    a.batch = p.B;
+    a.q = fa.q, a.k = fa.k, a.v = fa.v, a.o = fa.o;
+    a.dout = (fsa_tensor){d_dout, p.o_ts, p.o_hs};
+    a.dq = (fsa_tensor){d_out[0], p.q_ts, p.q_hs};
+    a.dk = (fsa_tensor){d_out[1], p.k_ts, p.k_hs};
+    a.dv = (fsa_tensor){d_out[2], p.v_ts, p.v_hs};
+    a.lse = dp.lse, a.cu_seqlens = dp.cu, a.cu_seqlens_c = dp.cu_c;
+    a.workspace = ws, a.workspace_bytes = ws_bytes;
+
+    uint16_t *first[3];
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < 3; i++) fsa_test_dfill(d_out[i], 0xff, bytes[i]);
+        fsa_test_dfill(ws, 0xff, ws_bytes);
+        if (fsa_compressed_attention_bwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        const int rows[3] = {p.T, p.Tc, p.Tc}, heads[3] = {c->hq, c->hkv, c->hkv}, dims[3] = {c->dk, c->dk, c->dv};
+        const int64_t ts[3] = {p.q_ts, p.k_ts, p.v_ts}, hs[3] = {p.q_hs, p.k_hs, p.v_hs};
+        for (int i = 0; i < 3; i++) {
+            uint16_t *img = malloc(bytes[i]);
+            assert_non_null(img);
+            download_strided(got[i], img, d_out[i], rows[i], heads[i], dims[i], ts[i], hs[i], c->dtype);
+            if (run == 0) first[i] = img;
+            else {
+                assert_memory_equal(first[i], img, bytes[i] - 2); /* same inputs, same bits */
+                free(img);
+                free(first[i]);
+            }
+        }
+        if (run > 0) continue;
+        const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+        double err[3];
+        for (int i = 0; i < 3; i++) err[i] = fsa_rel_error(got[i], want[i], n[i]);
+        print_message("  %-26s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
+        for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
+    }
+    for (int i = 0; i < 3; i++) {
+        fsa_test_dfree(d_out[i]);
+        free(got[i]);
+        free(want[i]);
+    }
+    fsa_test_dfree(ws);
+    fsa_test_dfree(d_dout);
+    free(dout);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
+static void test_the_backward_matches_the_reference_gradients_on_every_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
+}
+
 static void test_compressed_attention_and_selection_match_the_reference_on_every_case(void **state)
 {
     (void)state;
@@ -297,7 +389,8 @@ static void *plan_worker(void *arg)
     const size_t first = (size_t)(uintptr_t)arg;
     for (size_t i = first; i < N_CASES; i += 8) {
         if (!runs(&cases[i]) && i != 0) continue;
-        const fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
+        fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
+        d.backward = 1;
         if (fsa_compressed_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
             fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
     }
@@ -333,6 +426,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compressed_attention_and_selection_match_the_reference_on_every_case),
         cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
+        cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */

@@ -1,4 +1,4 @@
-/* Compressed-attention plans and calls answer bad descriptors and arguments
+/* Compressed-attention plans and calls (forward and backward) answer bad descriptors and arguments
  * with their documented status, on offline plans (no GPU needed): plans
  * compile their kernels with NVRTC into this test's cache directory, and a
  * call whose arguments pass every check ends with FSA_STATUS_NO_DEVICE. */
@@ -19,7 +19,7 @@
 
 static char *g_dir;
 static fsa_context *g_ctx, *g_ctx80;
-static fsa_compressed_plan *g_plan, *g_plan_no_select;
+static fsa_compressed_plan *g_plan, *g_plan_no_select, *g_plan_bwd;
 
 #define EXPECT_STATUS(want, call)                                                                         \
     do {                                                                                                  \
@@ -70,6 +70,11 @@ static int group_setup(void **state)
         fprintf(stderr, "plan without selection: %s\n", fsa_last_error());
         return -1;
     }
+    d.backward = 1;
+    if (fsa_compressed_plan_create(&g_plan_bwd, g_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "plan with backward: %s\n", fsa_last_error());
+        return -1;
+    }
     return 0;
 }
 
@@ -78,6 +83,7 @@ static int group_teardown(void **state)
     (void)state;
     fsa_compressed_plan_destroy(g_plan);
     fsa_compressed_plan_destroy(g_plan_no_select);
+    fsa_compressed_plan_destroy(g_plan_bwd);
     fsa_context_destroy(g_ctx);
     fsa_context_destroy(g_ctx80);
     fsa_test_rmtree(g_dir);
@@ -132,6 +138,8 @@ static void test_descriptors_outside_the_supported_shapes_are_refused_with_the_f
     d = small_desc(), d.init_blocks = -1;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
     d = small_desc(), d.scale = -1.0f;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.backward = 2;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
     /* Without selection the block size is not looked at. */
     d = small_desc(), d.top_k = 0, d.block_size = 48;
@@ -240,6 +248,57 @@ static void test_argument_structs_from_the_first_version_on_are_accepted(void **
     EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_plan, &a);
 }
 
+static fsa_compressed_bwd_args good_bwd(int64_t T, int64_t Tc)
+{
+    const fsa_compressed_fwd_args f = good_args(T, Tc);
+    fsa_compressed_bwd_args a = FSA_COMPRESSED_BWD_ARGS_INIT;
+    a.total_tokens = T;
+    a.total_compressed = Tc;
+    a.batch = 1;
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o;
+    a.dout = (fsa_tensor){0x7f0000900000ull, HQ * DV, DV};
+    a.dq = (fsa_tensor){0x7f0000a00000ull, HQ * DK, DK};
+    a.dk = (fsa_tensor){0x7f0000b00000ull, HKV * DK, DK};
+    a.dv = (fsa_tensor){0x7f0000c00000ull, HKV * DV, DV};
+    a.lse = f.lse, a.cu_seqlens = f.cu_seqlens, a.cu_seqlens_c = f.cu_seqlens_c;
+    a.workspace = 0x7f0001000000ull;
+    assert_int_equal(fsa_compressed_plan_workspace_size_bwd(&a.workspace_bytes, g_plan_bwd, T, 1), FSA_STATUS_OK);
+    return a;
+}
+
+#define EXPECT_BWD(want, plan, args) EXPECT_STATUS(want, fsa_compressed_attention_bwd((plan), (args), NULL))
+
+static void test_backward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    fsa_compressed_bwd_args a = good_bwd(100, 5);
+    assert_int_equal(a.workspace_bytes, 1792); /* delta: 4 heads x 100 tokens x 4 bytes, rounded up to 256 */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a); /* made without backward */
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, NULL);
+    a.struct_size = 12;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.workspace_bytes -= 1;
+    EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.workspace += 16;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dk.ptr = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dout.head_stride = DV + 2;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dq.token_stride = -HQ * DK;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.lse = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.total_compressed = -3;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    size_t bytes = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan_bwd, 100, 0));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan_bwd, 0, 0));
+    assert_int_equal(bytes, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_a_selection_that_needs_more_shared_memory_than_the_target_has_is_unsupported),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
+        cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

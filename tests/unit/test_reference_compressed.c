@@ -125,6 +125,61 @@ static void test_without_overlap_the_scores_of_a_row_add_up_to_the_group_size(vo
     cmp_problem_free(&p);
 }
 
+/* L = sum(dout * o): the backward against central differences of the
+ * forward, for a few elements of q, k and v. */
+static double loss(const cmp_problem *p, const cmp_case *c, const float *dout)
+{
+    double *o = malloc(((size_t)p->T * c->hq * c->dv + 1) * sizeof *o);
+    assert_non_null(o);
+    fsa_ref_cmp_forward(&p->ref, o, NULL);
+    double l = 0.0;
+    for (size_t e = 0; e < (size_t)p->T * c->hq * c->dv; e++) l += o[e] * dout[e];
+    free(o);
+    return l;
+}
+
+static void check_gradient(cmp_problem *p, const cmp_case *c, const float *dout, float *x, size_t idx, double grad)
+{
+    const float saved = x[idx];
+    const double eps = 1e-3;
+    x[idx] = (float)(saved + eps);
+    const double up = loss(p, c, dout);
+    x[idx] = (float)(saved - eps);
+    const double down = loss(p, c, dout);
+    x[idx] = saved;
+    const double fd = (up - down) / ((double)(float)(saved + eps) - (double)(float)(saved - eps));
+    if (fabs(fd - grad) > 1e-4 + 1e-3 * fabs(grad)) fail_msg("element %zu: finite difference %.9g, backward %.9g", idx, fd, grad);
+}
+
+static void test_the_backward_matches_finite_differences_of_the_forward(void **state)
+{
+    (void)state;
+    cmp_case c = small_case(4, 2, 8, 4, 30, 21, 0);
+    cmp_problem p;
+    cmp_problem_make(&p, &c, 6);
+    const size_t nq = (size_t)p.T * c.hq * c.dk, nk = (size_t)p.Tc * c.hkv * c.dk, nv = (size_t)p.Tc * c.hkv * c.dv;
+    float *dout = malloc((size_t)p.T * c.hq * c.dv * sizeof *dout);
+    double *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nv * sizeof *dv);
+    assert_true(dout && dq && dk && dv);
+    fsa_rng rng = {7};
+    for (size_t e = 0; e < (size_t)p.T * c.hq * c.dv; e++) dout[e] = (float)fsa_rng_normal(&rng);
+    fsa_ref_cmp_backward(&p.ref, dout, dq, dk, dv);
+    for (int trial = 0; trial < 12; trial++) {
+        const size_t iq = (size_t)fsa_rng_int(&rng, 0, (int)nq - 1), ik = (size_t)fsa_rng_int(&rng, 0, (int)nk - 1);
+        const size_t iv = (size_t)fsa_rng_int(&rng, 0, (int)nv - 1);
+        check_gradient(&p, &c, dout, p.q, iq, dq[iq]);
+        check_gradient(&p, &c, dout, p.k, ik, dk[ik]);
+        check_gradient(&p, &c, dout, p.v, iv, dv[iv]);
+    }
+    /* A query that sees nothing gets dq = 0: position 0 of the first sequence. */
+    for (int e = 0; e < c.hq * c.dk; e++) assert_true(dq[e] == 0.0);
+    free(dout);
+    free(dq);
+    free(dk);
+    free(dv);
+    cmp_problem_free(&p);
+}
+
 static void assert_row(const int32_t *row, const int32_t *want, int k)
 {
     for (int s = 0; s < k; s++) assert_int_equal(row[s], want[s]);
@@ -227,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_a_sequence_has_one_compressed_token_per_stride_whose_window_fits),
         cmocka_unit_test(test_a_query_sees_a_compressed_token_once_its_whole_window_has_passed),
         cmocka_unit_test(test_the_forward_is_the_softmax_over_the_visible_tokens_of_the_own_sequence_and_kv_head),
+        cmocka_unit_test(test_the_backward_matches_finite_differences_of_the_forward),
         cmocka_unit_test(test_block_scores_sum_the_probabilities_of_every_overlapping_visible_token_over_the_group),
         cmocka_unit_test(test_without_overlap_the_scores_of_a_row_add_up_to_the_group_size),
         cmocka_unit_test(test_the_selection_takes_forced_blocks_then_the_best_scores_and_writes_them_ascending),
