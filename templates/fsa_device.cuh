@@ -63,6 +63,27 @@ struct dtype_f16 {
     }
 };
 
+// ---------------------------------------------------------------- 16-byte pieces
+// Eight DT elements (one 16-byte load or store) to and from floats, in order.
+template <class DT>
+__device__ __forceinline__ void unpack8(float out[8], const uint4 &v) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = DT::to_float((u16)(w[i] & 0xffffu));
+        out[2 * i + 1] = DT::to_float((u16)(w[i] >> 16));
+    }
+}
+template <class DT>
+__device__ __forceinline__ uint4 pack8(const float a[8]) {
+    uint4 out;
+    out.x = DT::pack(a[0], a[1]);
+    out.y = DT::pack(a[2], a[3]);
+    out.z = DT::pack(a[4], a[5]);
+    out.w = DT::pack(a[6], a[7]);
+    return out;
+}
+
 // ---------------------------------------------------------------- shared memory
 __device__ __forceinline__ u32 smem_addr(const void *p) {
     u32 r;

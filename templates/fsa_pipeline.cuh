@@ -34,6 +34,9 @@ struct RowPair {
 template <int ROWS, int COLS, int THREADS, class F>
 __device__ __forceinline__ void for_each_piece(F f) {
     static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
+    // Two pieces per iteration keep copies in flight without the registers a
+    // deeper unroll costs the kernels that hold large accumulators.
+#pragma unroll 2
     for (int i = threadIdx.x; i < ROWS * (COLS / 8); i += THREADS) {
         const int r = i / (COLS / 8);
         f(r, (i - r * (COLS / 8)) * 8);

@@ -6,155 +6,91 @@
 // The warps' dQ are summed in warp order at the end, so the result does not
 // depend on scheduling. No partial buffers: dq is written once per row.
 #include "sel_nsa.cuh"
-
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-typedef fsa::dtype_{{DTYPE}} DT;
+#include "fsa_mma.cuh"
 
 using namespace fsa;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, LD = fsa_pitch(D);
+typedef NsaStream<D, G, BK> Stream;
 
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
-constexpr int WARPS = NSA_WARPS, STAGE = NSA_STAGE;
-constexpr int HEAD_GROUPS = (G + NSA_ROWS - 1) / NSA_ROWS;  // CTAs per (token, KV head)
-constexpr int LD = D + 8;                   // smem pitch: +16 B keeps ldmatrix rows on distinct banks
-static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
-static_assert(2 * 2 * STAGE * LD * 2 >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
-
-extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
+    __shared__ float lse2[16], delta[16];  // per row: lse in log2 units, rowsum(dout * o)
+    __shared__ NsaShared sh;
     extern __shared__ __align__(16) unsigned char smem[];
-    u16 *Qs = (u16 *)smem;          // [16][LD]
-    u16 *DOs = Qs + 16 * LD;        // [16][LD]
-    u16 *Ks = DOs + 16 * LD;        // [2][STAGE][LD]
-    u16 *Vs = Ks + 2 * STAGE * LD;  // [2][STAGE][LD]
-    __shared__ int raw[NSA_MAX_TOPK];
-    __shared__ int valid[NSA_MAX_TOPK];
-    __shared__ int block_start[NSA_MAX_TOPK];
-    __shared__ int keyidx[2][STAGE];
-    __shared__ float lse2[16], delta[16];
-
+    const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const long long tl = blockIdx.x, t = p.t0 + tl;
-    const int h = blockIdx.y / HEAD_GROUPS;
-    const int hg = blockIdx.y - h * HEAD_GROUPS;
-
-    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int n_valid = nsa_select_blocks(block_start, raw, valid, p, h, t, sb.start, BK);
+    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D), qs + fsa_nsa_dq_smem_v(D));
+    const long long t = in.t;
 
     // Rows: heads hg*16 .. hg*16+15 of the group. Rows past G are zero with
     // lse = +inf, so their P is 0.
-    const u16 *q = (const u16 *)p.q, *dout = (const u16 *)p.dout;
-    for (int c = tid; c < 16 * (D / 8); c += WARPS * 32) {
-        const int r = c / (D / 8), cc = c - r * (D / 8);
-        const int gi = hg * 16 + r;
+    const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
+    load_tile_pair_async<16, D, LD, NSA_THREADS>(qs, dos, [&](int r) {
+        const int gi = in.group_head(r);
         const bool ok = gi < G;
-        const long long qh = h * G + gi;
-        cp_async16(smem_addr(Qs + r * LD + cc * 8), ok ? q + t * p.q_ts + qh * p.q_hs + cc * 8 : q, ok);
-        cp_async16(smem_addr(DOs + r * LD + cc * 8), ok ? dout + t * p.do_ts + qh * p.do_hs + cc * 8 : dout, ok);
-    }
+        const long long qh = in.h * G + gi;
+        return RowPair{ok ? view_row<const u16>(p.q, t, qh) : q, ok ? view_row<const u16>(p.dout, t, qh) : dout, ok};
+    });
     if (tid < 16) {
-        const int gi = hg * 16 + tid;
-        const long long qh = h * G + gi;
-        lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * 1.4426950408889634f : FSA_INF;
-        delta[tid] = gi < G ? ((const float *)p.delta)[qh * p.tc + tl] : 0.f;
+        const int gi = in.group_head(tid);
+        const long long qh = in.h * G + gi;
+        lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : FSA_INF;
+        delta[tid] = gi < G ? ((const float *)p.delta)[qh * p.tc + in.tl] : 0.f;
     }
-    const int total_keys = n_valid * BK;
-    const int n_stages = (total_keys + STAGE - 1) / STAGE;
-    if (n_stages > 0) nsa_load_stage<D, BK>(p, Ks, Vs, keyidx[0], block_start, 0, total_keys, h, sb.end);
-    cp_async_commit();
+    in.start();
 
     const float scale_log2 = (float)p.scale_log2;
     // ldmatrix lane addresses: A operand rows (Q, dO), B operand from key rows
     // (K for S, V for dP), and K transposed as the B operand of dS K.
-    const u32 row_lane = (((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;
-    const u32 key_lane = ((warp * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ((lane >> 3) & 1) * 8) * 2;
-    const u32 key_t_lane = ((warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8) * 2;
-    const u32 q_addr = smem_addr(Qs) + row_lane, do_addr = smem_addr(DOs) + row_lane;
-    const u32 ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs);
-    constexpr u32 STAGE_BYTES = STAGE * LD * 2;
+    const u32 q_addr = qs + ldm_lane_a(lane, LD), do_addr = dos + ldm_lane_a(lane, LD);
+    const u32 key_lane = warp * 16 * LD * 2 + ldm_lane_b(lane, LD);
+    const u32 key_t_lane = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
     float dq[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    frag_zero<D / 8>(dq);
 
-    for (int st = 0; st < n_stages; st++) {
-        const int buf = st & 1;
-        if (st + 1 < n_stages) {
-            __syncthreads();  // everyone is done with the buffer the next stage fills
-            nsa_load_stage<D, BK>(p, Ks + (buf ^ 1) * STAGE * LD, Vs + (buf ^ 1) * STAGE * LD, keyidx[buf ^ 1],
-                                  block_start, st + 1, total_keys, h, sb.end);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const u32 kb = ks_addr + buf * STAGE_BYTES, vb = vs_addr + buf * STAGE_BYTES;
-        const int *keys = keyidx[buf] + warp * 16;
+    for (int st = 0; st < in.n_stages; st++) {
+        const int buf = in.acquire(st);
+        const u32 kb = in.ks + buf * Stream::STAGE_BYTES, vb = in.vs + buf * Stream::STAGE_BYTES;
+        const int *keys = in.keys(buf, warp);
 
         float s[2][4], dp[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+        frag_zero<2>(s);
+        frag_zero<2>(dp);
 #pragma unroll
         for (int kd = 0; kd < D / 16; kd++) {
-            u32 a[4], b[4];
-            ldmatrix_x4(a, q_addr + kd * 32);
-            ldmatrix_x4(b, kb + key_lane + kd * 32);
-            DT::mma(s[0], a, b[0], b[1]);
-            DT::mma(s[1], a, b[2], b[3]);
-            ldmatrix_x4(a, do_addr + kd * 32);
-            ldmatrix_x4(b, vb + key_lane + kd * 32);
-            DT::mma(dp[0], a, b[0], b[1]);
-            DT::mma(dp[1], a, b[2], b[3]);
+            mma_abt_k16<DT, 2, LD>(s, q_addr + kd * 32, kb + key_lane + kd * 32);
+            mma_abt_k16<DT, 2, LD>(dp, do_addr + kd * 32, vb + key_lane + kd * 32);
         }
 #pragma unroll
         for (int jn = 0; jn < 2; jn++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int r = (lane >> 2) + (e >> 1) * 8;
-                const int key = keys[jn * 8 + 2 * (lane & 3) + (e & 1)];
+                const int r = frag_row(lane, e);
+                const int key = keys[frag_col(lane, jn, e)];
                 const float pr = key <= t ? fast_exp2(fmaf(s[jn][e], scale_log2, -lse2[r])) : 0.f;
                 s[jn][e] = pr * (dp[jn][e] - delta[r]);  // dS
             }
         }
-        u32 a[4];
-        a[0] = DT::pack(s[0][0], s[0][1]);
-        a[1] = DT::pack(s[0][2], s[0][3]);
-        a[2] = DT::pack(s[1][0], s[1][1]);
-        a[3] = DT::pack(s[1][2], s[1][3]);
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn += 2) {
-            u32 b[4];
-            ldmatrix_x4_trans(b, kb + key_t_lane + dn * 16);
-            DT::mma(dq[dn], a, b[0], b[1]);
-            DT::mma(dq[dn + 1], a, b[2], b[3]);
-        }
+        mma_pv<DT, 1, D / 8, LD>(dq, s, kb + key_t_lane);
     }
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
 
-    float *part = (float *)Ks;  // [WARPS][16][D]
-    const int r_lo = lane >> 2;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; dn++) {
-        const int col = dn * 8 + 2 * (lane & 3);
-        *(float2 *)(part + (warp * 16 + r_lo) * D + col) = make_float2(dq[dn][0], dq[dn][1]);
-        *(float2 *)(part + (warp * 16 + r_lo + 8) * D + col) = make_float2(dq[dn][2], dq[dn][3]);
-    }
+    // The warps' dQ summed in warp order.
+    float *part = nsa_merge_area<D>(smem + fsa_nsa_dq_smem_k(D));  // [NSA_WARPS][16][D]
+    frag_store_f32<D / 8, D>(part + warp * 16 * D, dq, lane);
     __syncthreads();
-    const float scale = (float)(p.scale_log2 * 0.69314718055994531);
-    u16 *dqg = (u16 *)p.dq;
-    for (int c = tid; c < 16 * (D / 2); c += WARPS * 32) {
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    for (int c = tid; c < 16 * (D / 2); c += NSA_THREADS) {
         const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
-        const int gi = hg * 16 + r;
+        const int gi = in.group_head(r);
         if (gi >= G) continue;
         float2 sum = make_float2(0.f, 0.f);
 #pragma unroll
-        for (int w = 0; w < WARPS; w++) {
+        for (int w = 0; w < NSA_WARPS; w++) {
             const float2 v = *(const float2 *)(part + (w * 16 + r) * D + d);
             sum.x += v.x, sum.y += v.y;
         }
-        *(u32 *)(dqg + t * p.dq_ts + (long long)(h * G + gi) * p.dq_hs + d) = DT::pack(sum.x * scale, sum.y * scale);
+        *(u32 *)(view_row<u16>(p.dq, t, in.h * G + gi) + d) = DT::pack(sum.x * scale, sum.y * scale);
     }
 }

@@ -13,26 +13,23 @@
 // order afterwards, so the result does not depend on scheduling.
 // Head dims over 128 run twice, each launch accumulating half of D.
 #include "sel_common.cuh"
-
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-#define KEYS {{KEYS}}
-typedef fsa::dtype_{{DTYPE}} DT;
+#include "fsa_mma.cuh"
+#include "fsa_pipeline.cuh"
 
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, KS = KEYS;
-constexpr int SLICES = BK / KS;            // CTAs per (work item): key slices of the block
-constexpr int WARPS = KS / 16;             // a warp owns 16 keys
-constexpr int M = 32;                      // query rows per tile
-constexpr int TOK = G <= M ? M / G : 1;    // tokens per tile
-constexpr int TPT = G <= M ? 1 : (G + M - 1) / M;  // tiles per token (groups over 32 heads)
-constexpr int TILES = 32;                  // tiles per work item
-constexpr int CHUNK = TILES / TPT * TOK;   // list entries per round of one row table (host uses the same)
-constexpr int DP = D > 128 ? D / 2 : D;    // dK/dV columns accumulated per launch
-constexpr int LD = D + 8;                  // smem pitch: +16 B keeps ldmatrix rows on distinct banks
-constexpr int LDS = M + 8;                 // pitch of dS^T
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, KS = {{KEYS}};
+constexpr int SLICES = BK / KS;                    // CTAs per (work item): key slices of the block
+constexpr int WARPS = KS / 16, THREADS = fsa_bwd_threads(KS);  // a warp owns 16 keys
+constexpr int M = FSA_BWD_ROWS;                    // query rows per tile
+constexpr int TOK = fsa_bwd_tokens_per_tile(G);    // tokens per tile
+constexpr int TPT = fsa_bwd_tiles_per_token(G);    // tiles per token (groups over 32 heads)
+constexpr int TILES = FSA_BWD_TILES;               // tiles per round
+constexpr int CHUNK = fsa_bwd_round_entries(G);    // list entries per round of one row table
+constexpr int DP = D / fsa_bwd_d_parts(D);         // dK/dV columns accumulated per launch
+constexpr int LD = fsa_pitch(D);
+constexpr int LDS = fsa_bwd_ds_pitch();            // pitch of dS^T
+constexpr u32 TILE_BYTES = fsa_tile_bytes(M, D);
 static_assert(KS >= 16 && KS <= 128 && BK % KS == 0, "slices of 16 to 128 keys");
 static_assert(D % 16 == 0 && DP % 16 == 0, "head dim is a multiple of 16");
 
@@ -55,10 +52,10 @@ struct Tables {
     float lse2[TILES * M];  // log2-sum-exp of the row (+inf for padding: P = 0)
     float delta[TILES * M];
 };
+static_assert(sizeof(Tables) == fsa_bwd_smem_k(), "the row tables open the shared-memory layout");
 
 __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
-    const float log2e = 1.4426950408889634f;
-    for (int i = threadIdx.x; i < TILES * M; i += WARPS * 32) {
+    for (int i = threadIdx.x; i < TILES * M; i += THREADS) {
         const int tile = i / M, r = i - tile * M;
         int e, g;
         if (!tile_row(tile, r, e, g) || e >= n_ent) {
@@ -69,73 +66,27 @@ __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p
             continue;
         }
         const int v = ent[e];
-        const long long tl = v >> 6, t = p.t0 + tl;
+        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
         const int qh = h * G + g;
         tb.token[i] = (int)t;
-        tb.pair[i] = (int)(((long long)h * p.tc + tl) * p.top_k + (v & 63));
-        tb.lse2[i] = ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * log2e;
+        tb.pair[i] = (int)pair_index(p, h, tl, fsa_entry_slot(v));
+        tb.lse2[i] = ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E;
         tb.delta[i] = ((const float *)p.delta)[(long long)qh * p.tc + tl];
     }
 }
 
-// Query and dO rows of one tile.
-__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u16 *qdst, u16 *ddst, const Tables &tb, int tile,
+// Query and dO rows of one tile into the tile buffers at qdst and ddst.
+__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32 ddst, const Tables &tb, int tile,
                                           int h) {
-    const u16 *q = (const u16 *)p.q, *dout = (const u16 *)p.dout;
-    for (int c = threadIdx.x; c < M * (D / 8); c += WARPS * 32) {
-        const int r = c / (D / 8), cc = c - r * (D / 8);
+    const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
+    load_tile_pair_async<M, D, LD, THREADS>(qdst, ddst, [&](int r) {
         const int t = tb.token[tile * M + r];
         int e, g;
         tile_row(tile, r, e, g);
         const int qh = h * G + g;
         const bool ok = t >= 0;
-        const u16 *qs = ok ? q + (long long)t * p.q_ts + (long long)qh * p.q_hs + cc * 8 : q;
-        const u16 *ds = ok ? dout + (long long)t * p.do_ts + (long long)qh * p.do_hs + cc * 8 : dout;
-        cp_async16(smem_addr(qdst + r * LD + cc * 8), qs, ok);
-        cp_async16(smem_addr(ddst + r * LD + cc * 8), ds, ok);
-    }
-}
-
-// Lane offsets (bytes) of ldmatrix row addresses for a tile with pitch `ld`:
-// A operand (16 rows x 16), B operand from rows (n = row), B operand transposed.
-__device__ __forceinline__ u32 lane_a(int lane, int ld) { return (((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8) * 2; }
-__device__ __forceinline__ u32 lane_b(int lane, int ld) { return (((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8) * 2; }
-
-// acc (16 keys x M rows) += A (16 rows at a_addr) x B^T (M rows at b_addr), over D.
-// Both addresses include their lane offsets.
-__device__ __forceinline__ void gemm_rows_t(float acc[M / 8][4], u32 a_addr, u32 b_addr) {
-#pragma unroll
-    for (int kd = 0; kd < D / 16; kd++) {
-        u32 a[4];
-        ldmatrix_x4(a, a_addr + kd * 32);
-#pragma unroll
-        for (int jn = 0; jn < M / 8; jn += 2) {
-            u32 b[4];
-            ldmatrix_x4(b, b_addr + jn * 8 * LD * 2 + kd * 32);
-            DT::mma(acc[jn], a, b[0], b[1]);
-            DT::mma(acc[jn + 1], a, b[2], b[3]);
-        }
-    }
-}
-
-// acc (16 keys x DP cols) += X^T (16 keys x M rows, in registers) x R (M rows x DP cols);
-// rows_addr is the tile with the transposed-B lane offset, d0 the first column.
-__device__ __forceinline__ void gemm_acc(float acc[DP / 8][4], const float x[M / 8][4], u32 rows_addr, int d0) {
-#pragma unroll
-    for (int kk = 0; kk < M / 16; kk++) {
-        u32 a[4];
-        a[0] = DT::pack(x[2 * kk][0], x[2 * kk][1]);
-        a[1] = DT::pack(x[2 * kk][2], x[2 * kk][3]);
-        a[2] = DT::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
-        a[3] = DT::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
-#pragma unroll
-        for (int dn = 0; dn < DP / 8; dn += 2) {
-            u32 b[4];
-            ldmatrix_x4_trans(b, rows_addr + kk * 16 * LD * 2 + (d0 + dn * 8) * 2);
-            DT::mma(acc[dn], a, b[0], b[1]);
-            DT::mma(acc[dn + 1], a, b[2], b[3]);
-        }
-    }
+        return RowPair{ok ? view_row<const u16>(p.q, t, qh) : q, ok ? view_row<const u16>(p.dout, t, qh) : dout, ok};
+    });
 }
 
 // dQ = dS K for one tile: 16 rows x DQ_COLS columns per unit, the dS^T
@@ -148,19 +99,12 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
     for (int u = warp; u < (M / 16) * (D / DQ_COLS); u += WARPS) {
         const int rb = u / (D / DQ_COLS), c0 = (u - rb * (D / DQ_COLS)) * DQ_COLS;
         float acc[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        frag_zero<NT>(acc);
 #pragma unroll
         for (int kk = 0; kk < KS / 16; kk++) {
             u32 a[4];
-            ldmatrix_x4_trans(a, dst_addr + lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
-#pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                u32 b[4];
-                ldmatrix_x4_trans(b, ks_addr + lane_a(lane, LD) + kk * 16 * LD * 2 + (c0 + j * 8) * 2);
-                DT::mma(acc[j], a, b[0], b[1]);
-                DT::mma(acc[j + 1], a, b[2], b[3]);
-            }
+            ldmatrix_x4_trans(a, dst_addr + ldm_lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
+            mma_a_rows<DT, NT>(acc, a, ks_addr + ldm_lane_a(lane, LD) + kk * 16 * LD * 2 + c0 * 2);
         }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -180,17 +124,14 @@ template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     extern __shared__ __align__(16) unsigned char smem[];
     Tables &tb = *(Tables *)smem;
-    u16 *Ks = (u16 *)(smem + sizeof(Tables));
-    u16 *Vs = Ks + KS * LD;
-    u16 *Qs = Vs + KS * LD;       // [2][M][LD]
-    u16 *DOs = Qs + 2 * M * LD;   // [2][M][LD]
-    u16 *dST = DOs + 2 * M * LD;  // [KS][LDS]
-    int *ent = (int *)(dST + KS * LDS);
+    u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, KS));             // [KS][LDS]
+    int *ent = (int *)(smem + fsa_bwd_smem_entries(D, KS));        // the round's list entries
+    const u32 ks_addr = smem_addr(smem) + fsa_bwd_smem_k(), vs_addr = smem_addr(smem) + fsa_bwd_smem_v(D, KS);
+    const u32 qs_addr = smem_addr(smem) + fsa_bwd_smem_q(D, KS), dos_addr = smem_addr(smem) + fsa_bwd_smem_do(D, KS);
+    const u32 dst_addr = smem_addr(dST);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // Host and kernel must agree on the work split: items are whole tiles.
-    const int item_entries = (int)p.item_entries;
-    if (item_entries <= 0 || item_entries % TOK != 0 || p.key_slices != SLICES) __trap();
+    const int item_entries = (int)p.item_entries;  // a whole number of tiles' tokens (fsa_bwd_item_entries)
     const int *work = (const int *)p.work_offsets;
     const int *work_seg = (const int *)p.work_seg;
     const int *offs = (const int *)p.offsets;
@@ -198,13 +139,10 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     const int *cu = (const int *)p.cu_seqlens;
     const long long nseg = p.num_kv_heads * p.nb_total;
     const int total_work = work[nseg] * SLICES;
-    const float scale = (float)(p.scale_log2 * 0.69314718055994531);
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
     const float scale_log2 = (float)p.scale_log2;
     const int d0 = (int)p.d_part * DP;
     const bool do_dq = DQ && p.d_part == 0;
-    constexpr u32 TILE_BYTES = M * LD * 2;
-    const u32 ks_addr = smem_addr(Ks), vs_addr = smem_addr(Vs), qs_addr = smem_addr(Qs), dos_addr = smem_addr(DOs);
-    const u32 dst_addr = smem_addr(dST);
 
     // Work items in order, each CTA taking the next one when it is done (list
     // lengths vary widely); consecutive items are the slices of one item, which
@@ -222,10 +160,8 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
         const int item_n = min(offs[seg + 1] - item0, item_entries);
 
         float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-        for (int i = 0; i < DP / 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+        frag_zero<DP / 8>(dk);
+        frag_zero<DP / 8>(dv);
         long long kb0 = 0;
         int nk = 0;
         const int key_lo = warp * 16 + (lane >> 2);  // this lane's key rows: key_lo and key_lo + 8
@@ -235,53 +171,44 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             const int e0 = item0 + r0;
             const int n_ent = min(item_n - r0, CHUNK);
             __syncthreads();  // the previous round or item is done with shared memory
-            for (int i = tid; i < n_ent; i += WARPS * 32) ent[i] = ((const int *)p.list_sorted)[e0 + i];
+            for (int i = tid; i < n_ent; i += THREADS) ent[i] = ((const int *)p.list_sorted)[e0 + i];
             __syncthreads();
             build_tables(tb, p, ent, n_ent, h);
             if (r0 == 0) {
-                const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + (ent[0] >> 6));
+                const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(ent[0]));
                 kb0 = sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK + slice * KS;
                 nk = (int)max(min((long long)KS, sb.end - kb0), 0ll);  // keys past the sequence stay masked
-                const u16 *kg = (const u16 *)p.k + (long long)h * p.k_hs;
-                const u16 *vg = (const u16 *)p.v + (long long)h * p.v_hs;
-                for (int c = tid; c < KS * (D / 8); c += WARPS * 32) {
-                    const int r = c / (D / 8), cc = c - r * (D / 8);
+                const u16 *kg = view_row<const u16>(p.k, 0, h);
+                const u16 *vg = view_row<const u16>(p.v, 0, h);
+                load_tile_pair_async<KS, D, LD, THREADS>(ks_addr, vs_addr, [&](int r) {
                     const bool ok = r < nk;
                     const long long key = ok ? kb0 + r : 0;
-                    cp_async16(smem_addr(Ks + r * LD + cc * 8), kg + key * p.k_ts + cc * 8, ok);
-                    cp_async16(smem_addr(Vs + r * LD + cc * 8), vg + key * p.v_ts + cc * 8, ok);
-                }
+                    return RowPair{kg + key * p.k.token_stride, vg + key * p.v.token_stride, ok};
+                });
             }
             __syncthreads();  // tables complete
-            load_rows(p, Qs, DOs, tb, 0, h);
-            cp_async_commit();
-
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
-            for (int tile = 0; tile < ntiles; tile++) {
-                if (tile + 1 < ntiles) {
-                    __syncthreads();  // the other buffers are free
-                    load_rows(p, Qs + ((tile + 1) & 1) * M * LD, DOs + ((tile + 1) & 1) * M * LD, tb, tile + 1, h);
-                    cp_async_commit();
-                    cp_async_wait<1>();
-                } else {
-                    cp_async_wait<0>();
-                }
-                __syncthreads();
+            AsyncRing<FSA_BWD_STAGES> ring;
+            auto load = [&](int tile, int buf) {
+                load_rows(p, qs_addr + buf * TILE_BYTES, dos_addr + buf * TILE_BYTES, tb, tile, h);
+            };
+            ring.start(ntiles, load);  // with K and V in the first round
 
+            for (int tile = 0; tile < ntiles; tile++) {
+                const int buf = ring.acquire(tile, load);
+                const u32 qb_addr = qs_addr + buf * TILE_BYTES, dob_addr = dos_addr + buf * TILE_BYTES;
                 // P^T and dP^T for this warp's 16 keys x M rows.
                 float pt[M / 8][4], dpt[M / 8][4];
-#pragma unroll
-                for (int j = 0; j < M / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) pt[j][e] = dpt[j][e] = 0.f;
-                const u32 qb_addr = qs_addr + (tile & 1) * TILE_BYTES, dob_addr = dos_addr + (tile & 1) * TILE_BYTES;
-                gemm_rows_t(pt, ks_addr + warp * 16 * LD * 2 + lane_a(lane, LD), qb_addr + lane_b(lane, LD));
-                gemm_rows_t(dpt, vs_addr + warp * 16 * LD * 2 + lane_a(lane, LD), dob_addr + lane_b(lane, LD));
+                frag_zero<M / 8>(pt);
+                frag_zero<M / 8>(dpt);
+                const u32 key_rows = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
+                mma_abt<DT, D, M / 8, LD>(pt, ks_addr + key_rows, qb_addr + ldm_lane_b(lane, LD));
+                mma_abt<DT, D, M / 8, LD>(dpt, vs_addr + key_rows, dob_addr + ldm_lane_b(lane, LD));
 #pragma unroll
                 for (int jn = 0; jn < M / 8; jn++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const int i = tile * M + jn * 8 + 2 * (lane & 3) + (e & 1);
+                        const int i = tile * M + frag_col(lane, jn, e);
                         const long long key = kb0 + key_lo + (e >> 1) * 8;
                         const int t = tb.token[i];
                         const float pr = (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
@@ -289,18 +216,13 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                         dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
                     }
                 }
-                gemm_acc(dv, pt, dob_addr + lane_a(lane, LD), d0);
-                gemm_acc(dk, dpt, qb_addr + lane_a(lane, LD), d0);
+                mma_pv<DT, M / 16, DP / 8, LD>(dv, pt, dob_addr + ldm_lane_a(lane, LD) + d0 * 2);
+                mma_pv<DT, M / 16, DP / 8, LD>(dk, dpt, qb_addr + ldm_lane_a(lane, LD) + d0 * 2);
                 if (!do_dq) continue;
 
                 // dS^T to shared memory, then dQ = dS K for the tile, stored per pair row
                 // straight from the fragments.
-#pragma unroll
-                for (int jn = 0; jn < M / 8; jn++) {
-                    const int col = jn * 8 + 2 * (lane & 3);
-                    *(u32 *)(dST + key_lo * LDS + col) = DT::pack(dpt[jn][0], dpt[jn][1]);
-                    *(u32 *)(dST + (key_lo + 8) * LDS + col) = DT::pack(dpt[jn][2], dpt[jn][3]);
-                }
+                frag_store<DT, M / 8, LDS>(dST + warp * 16 * LDS, dpt, lane);
                 __syncthreads();  // dS^T complete
                 dq_tile(p, tb, dst_addr, ks_addr, tile, slice, scale, lane, warp);
             }
@@ -343,9 +265,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
 }
 
 // dK, dV and the per-pair dq rows (FSA-order backward).
-extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main(const fsa_sel_params p) { bwd_main<true>(p); }
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_bwd_main(const fsa_sel_params p) { bwd_main<true>(p); }
 
 // dK and dV only (the NSA-order backward computes dq per token).
-extern "C" __global__ void __launch_bounds__(WARPS * 32) fsa_sel_bwd_main_kv(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_bwd_main_kv(const fsa_sel_params p) {
     bwd_main<false>(p);
 }

@@ -3,31 +3,27 @@
 // 16-byte pieces. Block 0 also resets the main kernel's work counters.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}};
 constexpr int PIECES = D / 8;
-constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;
-constexpr int ROWS_PER_WARP = 32 / LANES;  // the host sizes the grid the same way
+constexpr int LANES = fsa_row_lanes(D);
+constexpr int ROWS_PER_WARP = 32 / LANES;
 
 __device__ __forceinline__ float dot8(const uint4 &a, const uint4 &b) {
-    const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+    float x[8], y[8];
+    unpack8<DT>(x, a);
+    unpack8<DT>(y, b);
     float s = 0.f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s += DT::to_float((u16)(x[i] & 0xffffu)) * DT::to_float((u16)(y[i] & 0xffffu));
-        s += DT::to_float((u16)(x[i] >> 16)) * DT::to_float((u16)(y[i] >> 16));
-    }
+    for (int i = 0; i < 8; i++) s += x[i] * y[i];
     return s;
 }
 
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_prep(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_prep(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
-    const long long row = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long row = ((long long)blockIdx.x * (FSA_ROW_THREADS / 32) + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     if (blockIdx.x == 0 && threadIdx.x < 2) ((int *)p.work_next)[threadIdx.x] = 0;
     const long long hq = p.num_q_heads;
     const bool live = row < p.tc * hq;
@@ -36,8 +32,8 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_prep(const fsa_sel
     const long long t = p.t0 + tl;
     float s = 0.f;
     if (live && l < PIECES) {
-        const uint4 o = *(const uint4 *)((const u16 *)p.o + t * p.o_ts + (long long)qh * p.o_hs + l * 8);
-        const uint4 d = *(const uint4 *)((const u16 *)p.dout + t * p.do_ts + (long long)qh * p.do_hs + l * 8);
+        const uint4 o = *(const uint4 *)(view_row<const u16>(p.o, t, qh) + l * 8);
+        const uint4 d = *(const uint4 *)(view_row<const u16>(p.dout, t, qh) + l * 8);
         s = dot8(o, d);
     }
 #pragma unroll

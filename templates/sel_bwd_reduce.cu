@@ -7,47 +7,32 @@
 // Fixed summation orders make the result independent of scheduling.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int PIECES = D / 8;
-constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;
-constexpr int ROWS_PER_WARP = 32 / LANES;  // the host sizes the grids the same way
+constexpr int LANES = fsa_row_lanes(D);
+constexpr int ROWS_PER_WARP = 32 / LANES;
+constexpr int WARPS = FSA_ROW_THREADS / 32;
 
 __device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
-    const u32 w[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
+    unpack8<DT>(f, v);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        acc[2 * i] += DT::to_float((u16)(w[i] & 0xffffu));
-        acc[2 * i + 1] += DT::to_float((u16)(w[i] >> 16));
-    }
-}
-
-__device__ __forceinline__ uint4 pack8(const float a[8]) {
-    uint4 out;
-    out.x = DT::pack(a[0], a[1]);
-    out.y = DT::pack(a[2], a[3]);
-    out.z = DT::pack(a[4], a[5]);
-    out.w = DT::pack(a[6], a[7]);
-    return out;
+    for (int i = 0; i < 8; i++) acc[i] += f[i];
 }
 
 // Rows of the chunk: (token, query head); empty rows give dq = 0.
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dq(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
-    const long long row = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long row = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     const long long hq = p.num_kv_heads * G;
     if (row >= p.tc * hq || l >= PIECES) return;
     const long long tl = row / hq;
     const int qh = (int)(row - tl * hq), h = qh / G, g = qh - h * G;
     const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
-    const long long pair0 = ((long long)h * p.tc + tl) * p.top_k;
+    const long long pair0 = pair_index(p, h, tl, 0);
     const int slices = (int)p.key_slices;
     const u16 *dq_part = (const u16 *)p.dq_part;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -56,14 +41,14 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dq(const fsa_sel_p
         for (int s = 0; s < slices; s++) add8(acc, *(const uint4 *)(dq_part + ((slot_row + s) * G + g) * D + l * 8));
     }
     const long long t = p.t0 + tl;
-    *(uint4 *)((u16 *)p.dq + t * p.dq_ts + (long long)qh * p.dq_hs + l * 8) = pack8(acc);
+    *(uint4 *)(view_row<u16>(p.dq, t, qh) + l * 8) = pack8<DT>(acc);
 }
 
 // One warp per (key token, KV head): the key's block, if split over several
 // work items, contributes the sum of its items' partial rows.
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= p.total_tokens * p.num_kv_heads) return;
     const long long t = row / p.num_kv_heads;
     const int h = (int)(row - t * p.num_kv_heads);
@@ -89,9 +74,9 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_sum(const fsa_
 }
 
 // One warp per (token, KV head): dk and dv from the accumulator.
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_store(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_store(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= p.total_tokens * p.num_kv_heads) return;
     const long long t = row / p.num_kv_heads;
     const int h = (int)(row - t * p.num_kv_heads);
@@ -101,8 +86,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_bwd_dkv_store(const fs
         const float4 a = *(const float4 *)(acc + which * D + piece * 8);
         const float4 b = *(const float4 *)(acc + which * D + piece * 8 + 4);
         const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        u16 *dst = which == 0 ? (u16 *)p.dk + t * p.dk_ts + (long long)h * p.dk_hs
-                              : (u16 *)p.dv + t * p.dv_ts + (long long)h * p.dv_hs;
-        *(uint4 *)(dst + piece * 8) = pack8(v);
+        u16 *dst = view_row<u16>(which == 0 ? p.dk : p.dv, t, h);
+        *(uint4 *)(dst + piece * 8) = pack8<DT>(v);
     }
 }

@@ -48,8 +48,7 @@ template <class Row>
 __device__ __forceinline__ bool slot_valid(const Row &row, int s, int own_block) {
     const int v = row[s];
     bool ok = v >= 0 && v <= own_block;
-#pragma unroll
-    for (int s2 = 0; s2 < s; s2++) ok = ok && row[s2] != v;
+    for (int s2 = 0; s2 < s && ok; s2++) ok = row[s2] != v;
     return ok;
 }
 

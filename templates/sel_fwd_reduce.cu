@@ -4,32 +4,26 @@
 // 16-byte pieces; up to four slots' loads are in flight per lane.
 #include "sel_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define GROUP {{GROUP}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int D = HEAD_DIM, G = GROUP;
-constexpr int PIECES = D / 8;                                   // 16-byte pieces per row
-constexpr int LANES = PIECES <= 8 ? 8 : PIECES <= 16 ? 16 : 32;  // lanes per row
-constexpr int ROWS_PER_WARP = 32 / LANES;                       // the host sizes the grid the same way
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, G = {{GROUP}};
+constexpr int PIECES = D / 8;              // 16-byte pieces per row
+constexpr int LANES = fsa_row_lanes(D);    // lanes per row
+constexpr int ROWS_PER_WARP = 32 / LANES;
 constexpr int UNROLL = 4;
 static_assert(PIECES <= 32, "head dim at most 256");
 
 __device__ __forceinline__ void accumulate(float acc[8], const uint4 &v, float w) {
-    const u32 w4[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
+    unpack8<DT>(f, v);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        acc[2 * i] += w * DT::to_float((u16)(w4[i] & 0xffffu));
-        acc[2 * i + 1] += w * DT::to_float((u16)(w4[i] >> 16));
-    }
+    for (int i = 0; i < 8; i++) acc[i] += w * f[i];
 }
 
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_fwd_reduce(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;  // which row of the warp, lane in the row
-    const long long row_id = ((long long)blockIdx.x * 8 + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long row_id = ((long long)blockIdx.x * (FSA_ROW_THREADS / 32) + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     const long long hq = p.num_kv_heads * G;
     const bool live = row_id < p.tc * hq;
     const long long tl = live ? row_id / hq : 0;
@@ -38,7 +32,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_fwd_reduce(const fsa_s
     const long long t = p.t0 + tl;
 
     const u64 mask = live ? ((const u64 *)p.mask)[(long long)h * p.tc + tl] : 0;
-    const long long pair0 = ((long long)h * p.tc + tl) * p.top_k;
+    const long long pair0 = pair_index(p, h, tl, 0);
     const float *lse_part = (const float *)p.lse_part;
     const u16 *o_part = (const u16 *)p.o_part;
 
@@ -81,15 +75,10 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_fwd_reduce(const fsa_s
     if (!live) return;
     const float inv = mask ? 1.f / wsum : 0.f;
     if (has_piece) {
-        uint4 out;
-        out.x = DT::pack(acc[0] * inv, acc[1] * inv);
-        out.y = DT::pack(acc[2] * inv, acc[3] * inv);
-        out.z = DT::pack(acc[4] * inv, acc[5] * inv);
-        out.w = DT::pack(acc[6] * inv, acc[7] * inv);
-        *(uint4 *)((u16 *)p.o + t * p.o_ts + (long long)qh * p.o_hs + l * 8) = out;
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] *= inv;
+        *(uint4 *)(view_row<u16>(p.o, t, qh) + l * 8) = pack8<DT>(acc);
     }
-    if (l == 0 && p.lse) {
-        const float ln2 = 0.69314718055994531f;
-        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = mask ? (m + fast_log2(wsum)) * ln2 : -FSA_INF;
-    }
+    if (l == 0 && p.lse)
+        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = mask ? (m + fast_log2(wsum)) * LN2 : -FSA_INF;
 }

@@ -6,12 +6,11 @@
 // blocks do not serialize on one address.
 #include "sel_common.cuh"
 
-#define BLOCK_SIZE {{BLOCK_SIZE}}
-#define TOPK {{TOP_K}}
-
 using namespace fsa;
+constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 
-static_assert(TOPK >= 1 && TOPK <= 64, "top-k is 1..64");
+static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
+constexpr int THREADS = FSA_INDEX_THREADS;
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -24,25 +23,21 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
     const int h = (int)(r / p.tc);
     const long long t = p.t0 + (r - (long long)h * p.tc);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int own_block = (int)((t - sb.start) / BLOCK_SIZE);
-    const int *src = (const int *)p.topk + h * p.topk_hs + t * p.topk_ts;
-    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BLOCK_SIZE);
+    const int own_block = (int)((t - sb.start) / BK);
+    const int *src = view_row<const int>(p.topk, t, h);
+    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
     row.mask = 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
 #pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        bool ok = row.idx[s] >= 0 && row.idx[s] <= own_block;
-#pragma unroll
-        for (int s2 = 0; s2 < s; s2++) ok = ok && row.idx[s2] != row.idx[s];
-        if (ok) row.mask |= 1ull << s;
-    }
+    for (int s = 0; s < TOPK; s++)
+        if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
 }
 
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_count(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
     __shared__ u64 scratch[32];
     __shared__ int is_last;
     const long long rows = p.num_kv_heads * p.tc;
@@ -111,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_count(const fsa_sel_pa
 // Writes each valid pair into its (KV head, block) list, and the segment of
 // every work item, so the main kernel needs no search. Order inside a list is
 // not fixed; nothing downstream depends on it.
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_scatter(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_sel_params p) {
     {
         const long long n = p.num_kv_heads * p.nb_total;
         const int *work = (const int *)p.work_offsets;
@@ -146,12 +141,13 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_scatter(const fsa_sel_
             int base = 0;
             if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
             base = __shfl_sync(same, base, leader);
-            list[base + __popc(same & ((1u << lane) - 1))] = (int)(tl << 6) | s;
+            list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
         }
     }
 }
 
-// Backward only: sorts each (KV head, block) list by token into list_sorted,
+// Backward only: sorts each (KV head, block) list by token (entries are
+// token-major, so sorting entries sorts tokens) into list_sorted,
 // so the work split and the summation order do not depend on the order the
 // scatter's atomics happened to take. A list is sorted in shared memory when
 // short, else by marking its tokens in a bitmap one window at a time (tokens
@@ -159,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_scatter(const fsa_sel_
 constexpr int SORT_SMALL = 2048;
 constexpr int SORT_WINDOW = 16384;
 
-extern "C" __global__ void __launch_bounds__(256) fsa_sel_sort(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel_params p) {
     __shared__ int keys[SORT_SMALL];
     __shared__ u32 bits[SORT_WINDOW / 32];
     __shared__ unsigned char slots[SORT_WINDOW];
@@ -201,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_sort(const fsa_sel_par
         __syncthreads();
         int lo = 0x7fffffff, hi = 0;
         for (int i = tid; i < n; i += blockDim.x) {
-            const int tl = src[i] >> 6;
+            const int tl = fsa_entry_token(src[i]);
             lo = min(lo, tl);
             hi = max(hi, tl);
         }
@@ -214,15 +210,15 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_sort(const fsa_sel_par
             for (int i = tid; i < SORT_WINDOW / 32; i += blockDim.x) bits[i] = 0;
             __syncthreads();
             for (int i = tid; i < n; i += blockDim.x) {
-                const int e = src[i], x = (e >> 6) - w0;
+                const int e = src[i], x = fsa_entry_token(e) - w0;
                 if (x >= 0 && x < SORT_WINDOW) {
                     atomicOr(&bits[x >> 5], 1u << (x & 31));
-                    slots[x] = (unsigned char)(e & 63);
+                    slots[x] = (unsigned char)fsa_entry_slot(e);
                 }
             }
             __syncthreads();
-            // Each thread owns SORT_WINDOW / 32 / 256 = 2 consecutive words.
-            constexpr int WORDS = SORT_WINDOW / 32 / 256;
+            // Each thread owns SORT_WINDOW / 32 / THREADS = 2 consecutive words.
+            constexpr int WORDS = SORT_WINDOW / 32 / THREADS;
             u32 mine[WORDS];
             int count = 0;
 #pragma unroll
@@ -236,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256) fsa_sel_sort(const fsa_sel_par
             for (int k = 0; k < WORDS; k++) {
                 for (u32 m = mine[k]; m; m &= m - 1) {
                     const int x = (tid * WORDS + k) * 32 + __ffs(m) - 1;
-                    dst[at++] = ((w0 + x) << 6) | slots[x];
+                    dst[at++] = fsa_entry_pack(w0 + x, slots[x]);
                 }
             }
             written += (int)total;

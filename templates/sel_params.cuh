@@ -4,11 +4,13 @@
 #ifndef FSA_SEL_PARAMS_CUH
 #define FSA_SEL_PARAMS_CUH
 
+#include "fsa_layout.cuh"
+
 typedef struct fsa_sel_params {
-    /* Tensors (device addresses) and their strides in elements. */
-    long long q, k, v, o;
-    long long q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs;
-    long long topk, topk_hs, topk_ts;
+    /* Tensors [tokens, heads, dim]; topk is int32 [KV heads, tokens, K]
+     * viewed as (token, head) rows of K slots. */
+    fsa_kernel_view q, k, v, o;
+    fsa_kernel_view topk;
     long long cu_seqlens;
     long long lse;          /* float [Hq, T] or 0 */
     /* Problem. */
@@ -17,7 +19,7 @@ typedef struct fsa_sel_params {
     long long num_kv_heads;
     long long num_q_heads;
     long long top_k;
-    double scale_log2;      /* softmax scale * log2(e) */
+    double scale_log2;      /* softmax scale * FSA_LOG2E */
     /* Token chunk [t0, t0 + tc) of this launch sequence. */
     long long t0, tc;
     /* Index inversion and partials (FSA path). */
@@ -28,12 +30,11 @@ typedef struct fsa_sel_params {
     long long work_offsets; /* int [Hkv * nb_total + 1]: exclusive scan of work items */
     long long work_seg;     /* int [work items]: the (head, block) segment of each work item */
     long long mask;         /* u64 [Hkv, tc]: valid slots of each row */
-    long long list;         /* int [pairs]: (token - t0) << 6 | slot, grouped by (h, block) */
+    long long list;         /* int [pairs]: fsa_entry_pack(token - t0, slot), grouped by (h, block) */
     long long lse_part;     /* float [Hkv, tc, K, G]: log2-sum-exp of each partial */
     long long o_part;       /* dtype [Hkv, tc, K, G, D]: normalized partial outputs */
     /* Backward. */
-    long long dout, dq, dk, dv;
-    long long do_ts, do_hs, dq_ts, dq_hs, dk_ts, dk_hs, dv_ts, dv_hs;
+    fsa_kernel_view dout, dq, dk, dv;
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
     long long delta;        /* float [Hq, tc]: rowsum(dout * o) */

@@ -231,20 +231,14 @@ cleanup:
     return st;
 }
 
-fsa_kernel_view fsa_cmp_view(const fsa_tensor *t)
-{
-    const fsa_kernel_view v = {(long long)t->ptr, t->token_stride, t->head_stride};
-    return v;
-}
-
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c)
 {
     const fsa_compressed_attention_desc *d = &plan->desc;
     memset(p, 0, sizeof *p);
-    p->q = fsa_cmp_view(c->q);
-    p->o = fsa_cmp_view(c->o);
-    p->k = fsa_cmp_view(c->k);
-    p->v = fsa_cmp_view(c->v);
+    p->q = fsa_view_of(c->q);
+    p->o = fsa_view_of(c->o);
+    p->k = fsa_view_of(c->k);
+    p->v = fsa_view_of(c->v);
     p->lse = (long long)c->lse;
     p->cu_seqlens = (long long)c->cu_seqlens;
     p->cu_seqlens_c = (long long)c->cu_seqlens_c;
@@ -288,7 +282,7 @@ fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const f
     const fsa_cmp_call c = FSA_CMP_CALL(&a);
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
-    p.topk = fsa_cmp_view(&a.topk);
+    p.topk = fsa_view_of(&a.topk);
     const uint64_t tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
 
     FSA_CHECK(fsa_context_enter(plan->ctx));

@@ -6,10 +6,6 @@
 
 #include "launch.h"
 
-/* plan.h still defines two of the selected attention's launch shapes that
- * fsa_layout.cuh now owns; neither is used by compressed attention. */
-#undef FSA_NSA_THREADS
-#undef FSA_NSA_STAGE_KEYS
 #include "../../templates/cmp_params.cuh"
 
 struct fsa_compressed_plan {
@@ -48,8 +44,6 @@ fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *pl
 
 /* Clears p and fills the inputs and the problem. */
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
-
-fsa_kernel_view fsa_cmp_view(const fsa_tensor *t);
 
 /* Launches fn on a (gx, Hkv, gz) grid of FSA_CMP_THREADS threads. */
 fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t gx, unsigned gz,

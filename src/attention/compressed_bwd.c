@@ -72,10 +72,10 @@ fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const f
     const fsa_cmp_call c = FSA_CMP_CALL(&a);
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
-    p.dout = fsa_cmp_view(&a.dout);
-    p.dq = fsa_cmp_view(&a.dq);
-    p.dk = fsa_cmp_view(&a.dk);
-    p.dv = fsa_cmp_view(&a.dv);
+    p.dout = fsa_view_of(&a.dout);
+    p.dq = fsa_view_of(&a.dq);
+    p.dk = fsa_view_of(&a.dk);
+    p.dv = fsa_view_of(&a.dv);
     p.delta = (long long)a.workspace;
     const fsa_compressed_attention_desc *d = &plan->desc;
     const uint64_t q_tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);

@@ -1,7 +1,9 @@
 #include "launch.h"
 
 #include "base/status_internal.h"
+#include "base/struct_size.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int aligned(uint64_t ptr, unsigned bytes) { return (ptr % bytes) == 0; }
@@ -80,47 +82,73 @@ fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t byt
     return FSA_STATUS_OK;
 }
 
-fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
-                      CUstream stream, fsa_sel_params *p, const char *what)
+fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
+    if (plan == NULL || args == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
+    fsa_status st = fsa_struct_read(call, op->args_size, args, op->args_first_size, op->stage, op->args_type);
+    int has_work = 0;
+    if (st == FSA_STATUS_OK) st = op->prepare(call, plan, &has_work);
+    if (st != FSA_STATUS_OK || !has_work) return st;
+    if (plan->ctx->cu == NULL)
+        return fsa_error_set(FSA_STATUS_NO_DEVICE, op->stage, "the plan's context has no device (offline target %s)",
+                             plan->ctx->target);
+    st = fsa_context_enter(plan->ctx);
+    if (st != FSA_STATUS_OK) return st;
+    st = op->launch(call, plan, (CUstream)stream);
+    fsa_context_leave(plan->ctx);
+    return st;
+}
+
+fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
+                      fsa_sel_params *p)
+{
     const fsa_cu_api *cu = plan->ctx->cu;
     void *args[] = {p};
     if (gx == 0 || gy == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
-    FSA_CHECK_CU(cu, cu->LaunchKernel(fn, (unsigned)gx, gy, 1, threads, 1, 1, smem, stream, args, NULL), what);
-cleanup:
-    return st;
+    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, 1, k->threads, 1, 1, k->smem, stream, args, NULL);
+    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
-fsa_status fsa_launch_index(const fsa_plan *plan, CUfunction count, CUfunction scatter, uint64_t counts,
-                            size_t n_counts, CUstream stream, fsa_sel_params *p)
+fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,
+                            const fsa_index_layout *l, uint64_t workspace, CUstream stream, fsa_sel_params *p)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
-    const uint64_t row_blocks = (uint64_t)((p->num_kv_heads * p->tc + 255) / 256);
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(counts, 0, n_counts, stream), "launch memset");
-    FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, 256, 0, stream, p, "launch fsa_sel_count"));
-    FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, 256, 0, stream, p, "launch fsa_sel_scatter"));
+    const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, l->n_counts, stream), "launch memset");
+    FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
+    FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:
     return st;
 }
 
-void fsa_params_view(long long *ptr, long long *token_stride, long long *head_stride, const fsa_tensor *t)
+void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace)
 {
-    *ptr = (long long)t->ptr;
-    *token_stride = t->token_stride;
-    *head_stride = t->head_stride;
+    p->nb_total = l->nb_total;
+    p->counts = (long long)(workspace + l->counts);
+    p->offsets = (long long)(workspace + l->offsets);
+    p->work_offsets = (long long)(workspace + l->work_offsets);
+}
+
+fsa_kernel_view fsa_view_of(const fsa_tensor *t)
+{
+    const fsa_kernel_view v = {(long long)t->ptr, t->token_stride, t->head_stride};
+    return v;
 }
 
 void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in)
 {
     memset(p, 0, sizeof *p);
-    fsa_params_view(&p->q, &p->q_ts, &p->q_hs, in->q);
-    fsa_params_view(&p->k, &p->k_ts, &p->k_hs, in->k);
-    fsa_params_view(&p->v, &p->v_ts, &p->v_hs, in->v);
-    fsa_params_view(&p->o, &p->o_ts, &p->o_hs, in->o);
-    fsa_params_view(&p->topk, &p->topk_ts, &p->topk_hs, in->topk);
+    p->q = fsa_view_of(in->q);
+    p->k = fsa_view_of(in->k);
+    p->v = fsa_view_of(in->v);
+    p->o = fsa_view_of(in->o);
+    p->topk = fsa_view_of(in->topk);
     p->cu_seqlens = (long long)in->cu_seqlens;
     p->lse = (long long)in->lse;
     p->total_tokens = in->total_tokens;
@@ -128,5 +156,5 @@ void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_i
     p->num_kv_heads = plan->desc.num_kv_heads;
     p->num_q_heads = plan->desc.num_q_heads;
     p->top_k = plan->desc.top_k;
-    p->scale_log2 = (double)plan->scale * 1.4426950408889634;
+    p->scale_log2 = (double)plan->scale * FSA_LOG2E;
 }

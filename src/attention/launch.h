@@ -40,21 +40,51 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);
 
-/* One tensor view into the parameter block's address and stride fields. */
-void fsa_params_view(long long *ptr, long long *token_stride, long long *head_stride, const fsa_tensor *t);
+/* A tensor argument as the kernels see it. */
+fsa_kernel_view fsa_view_of(const fsa_tensor *t);
 
 /* Clears the parameter block, then fills the inputs every kernel reads:
  * tensors, top-k, cu_seqlens, lse, the problem and the scale. */
 void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in);
 
-/* Launches fn on a (gx, gy) grid with the parameter block as its one argument;
- * an empty grid launches nothing. */
-fsa_status fsa_launch(const fsa_plan *plan, CUfunction fn, uint64_t gx, unsigned gy, unsigned threads, unsigned smem,
-                      CUstream stream, fsa_sel_params *p, const char *what);
+/* How one operation is called: its args struct, its checks, its launch
+ * sequence. The op's call struct starts with its args struct. */
+typedef struct fsa_op {
+    const char *stage;     /* error stage, e.g. "forward" */
+    const char *args_type; /* e.g. "fsa_fwd_args" */
+    size_t args_size, args_first_size;
+    /* Checks the arguments read into `call` and records what the launch
+     * reuses; *has_work = 0 when there is nothing to launch (no tokens). */
+    fsa_status (*prepare)(void *call, const fsa_plan *plan, int *has_work);
+    /* The launch sequence, inside the plan's context. */
+    fsa_status (*launch)(const void *call, const fsa_plan *plan, CUstream stream);
+} fsa_op;
+
+/* One call of an operation: reads the caller's args struct (any version from
+ * the first size up; newer fields read as zero) to the start of `call`,
+ * prepares, and with work and a device launches inside the plan's context.
+ * Arguments are checked before the device is required, so they can be
+ * checked offline. */
+fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream);
+
+/* Launches kernel k on a (gx, gy) grid with its block size and shared
+ * memory and the parameter block as its one argument; an empty grid
+ * launches nothing. */
+fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
+                      fsa_sel_params *p);
+
+/* Grid of a kernel with `per_block` rows per block over `rows` rows. */
+static inline uint64_t fsa_blocks_for(uint64_t rows, int per_block)
+{
+    return (rows + (uint64_t)per_block - 1) / (uint64_t)per_block;
+}
 
 /* Index inversion of the chunk in p: clear the counters, count (with the
  * last-block scan), scatter. */
-fsa_status fsa_launch_index(const fsa_plan *plan, CUfunction count, CUfunction scatter, uint64_t counts,
-                            size_t n_counts, CUstream stream, fsa_sel_params *p);
+fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,
+                            const fsa_index_layout *l, uint64_t workspace, CUstream stream, fsa_sel_params *p);
+
+/* The index arrays of a workspace laid out by l. */
+void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace);
 
 #endif

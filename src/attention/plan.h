@@ -3,52 +3,17 @@
 #ifndef FSA_PLAN_H
 #define FSA_PLAN_H
 
-#include "jit/context.h"
-#include "fsa.h"
-
-#include "../../templates/sel_params.cuh"
+#include "kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Must match the main kernel: tiles of 64 rows, (64 / G) tokens per tile,
- * 8 tiles per work item, 2 query tiles in flight. */
-#define FSA_MAIN_ROWS 64
-#define FSA_MAIN_TILES 8
-static inline int fsa_main_q_stages(int head_dim)
-{
-    (void)head_dim;
-    return 2;
-}
-#define FSA_MAIN_THREADS 128
-#define FSA_NSA_THREADS 128
-#define FSA_NSA_STAGE_KEYS 64
-
-/* Rows of the reduction per 256-thread block: as in sel_fwd_reduce.cu, a row
- * takes 8, 16 or 32 lanes for head dims up to 64, 128 and 256. */
-static inline int fsa_reduce_rows_per_block(int head_dim)
-{
-    return 8 * (head_dim <= 64 ? 4 : head_dim <= 128 ? 2 : 1);
-}
-
-/* Must match the backward main kernel: tiles of 32 rows, 32 tiles per round
- * (one row table); a token's rows fill whole tiles when the group is over 32. */
-#define FSA_BWD_ROWS 32
-#define FSA_BWD_TILES 32
-static inline int fsa_bwd_round_entries_for(int group)
-{
-    if (group <= FSA_BWD_ROWS) return FSA_BWD_ROWS / group * FSA_BWD_TILES;
-    return FSA_BWD_TILES / ((group + FSA_BWD_ROWS - 1) / FSA_BWD_ROWS);
-}
-#define FSA_BWD_MAX_KEYS 128 /* keys per backward CTA: larger blocks run in slices */
-#define FSA_BWD_NSA_THREADS 128
-
 typedef struct fsa_fwd_kernels {
-    CUfunction count, scatter, main, reduce, nsa;
+    fsa_kernel count, scatter, main, reduce, nsa;
 } fsa_fwd_kernels;
 
 typedef struct fsa_bwd_kernels {
-    CUfunction count, scatter, sort, prep, main, main_kv, dq, dq_nsa, dkv_sum, dkv_store;
+    fsa_kernel count, scatter, sort, prep, main, main_kv, dq, dq_nsa, dkv_sum, dkv_store;
 } fsa_bwd_kernels;
 
 struct fsa_plan {
@@ -56,25 +21,28 @@ struct fsa_plan {
     fsa_selected_attention_desc desc;
     int group;            /* G = Hq / Hkv */
     float scale;          /* resolved softmax scale */
+    fsa_kernel_config config; /* the kernels' template parameters */
     int fsa_available;    /* shape fits the FSA kernels on this target */
     int nsa_available;
-    int item_entries;     /* list entries per main-kernel work item */
-    int main_smem, nsa_smem;
     int main_grid;        /* persistent grid of the main kernel */
     fsa_fwd_kernels fwd;
     int bwd_available;
-    int bwd_round_entries; /* list entries per round of the backward main kernel */
-    int bwd_keys;         /* keys per main-kernel CTA (block_size / bwd_keys slices) */
-    int bwd_smem, bwd_nsa_smem;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
 };
 
+/* The index-inversion arrays both workspaces start with. Offsets in bytes. */
+typedef struct fsa_index_layout {
+    int64_t nb_total; /* block ids per KV head */
+    size_t n_counts;  /* entries of counts, offsets and work_offsets */
+    size_t counts, offsets, work_offsets;
+} fsa_index_layout;
+
 /* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
-    int64_t nb_total;
-    size_t counts, offsets, work_offsets, work_seg, mask, list, lse_part, o_part;
+    fsa_index_layout index;
+    size_t work_seg, mask, list, lse_part, o_part;
     size_t total;
 } fsa_fsa_layout;
 
@@ -88,8 +56,8 @@ int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int bat
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
     int item_entries; /* list entries per main-kernel work item */
-    int64_t nb_total;
-    size_t counts, offsets, work_offsets, part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
+    fsa_index_layout index;
+    size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
         dq_part, dkv_part, dkv_acc;
     size_t total;
 } fsa_bwd_layout;

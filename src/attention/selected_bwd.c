@@ -19,6 +19,11 @@ typedef struct bwd_setup {
     fsa_bwd_layout layout;
 } bwd_setup;
 
+typedef struct bwd_call {
+    fsa_bwd_args a; /* first: fsa_call reads the caller's struct here */
+    bwd_setup su;
+} bwd_call;
+
 static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -34,27 +39,27 @@ static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_b
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
     FSA_CHECK(fsa_bwd_setup(&su->tc, &su->layout, plan, T, a->batch, STAGE));
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE, "the plan's context has no device (offline target %s)", plan->ctx->target);
 cleanup:
     return st;
 }
 
-static void params_of(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a, const fsa_bwd_layout *l)
+/* The kernel parameters that come from the arguments. */
+static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a)
 {
     const fsa_call_inputs in = FSA_CALL_INPUTS(a);
     fsa_params_inputs(p, plan, &in);
-    fsa_params_view(&p->dout, &p->do_ts, &p->do_hs, &a->dout);
-    fsa_params_view(&p->dq, &p->dq_ts, &p->dq_hs, &a->dq);
-    fsa_params_view(&p->dk, &p->dk_ts, &p->dk_hs, &a->dk);
-    fsa_params_view(&p->dv, &p->dv_ts, &p->dv_hs, &a->dv);
-    const uint64_t ws = a->workspace;
-    p->nb_total = l->nb_total;
+    p->dout = fsa_view_of(&a->dout);
+    p->dq = fsa_view_of(&a->dq);
+    p->dk = fsa_view_of(&a->dk);
+    p->dv = fsa_view_of(&a->dv);
+}
+
+/* The workspace arrays and the work split of the layout. */
+static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t ws, const fsa_bwd_layout *l)
+{
+    fsa_params_index(p, &l->index, ws);
     p->item_entries = l->item_entries;
-    p->key_slices = plan->desc.block_size / plan->bwd_keys;
-    p->counts = (long long)(ws + l->counts);
-    p->offsets = (long long)(ws + l->offsets);
-    p->work_offsets = (long long)(ws + l->work_offsets);
+    p->key_slices = plan->desc.block_size / plan->config.bwd_keys;
     p->part_offsets = (long long)(ws + l->part_offsets);
     p->work_seg = (long long)(ws + l->work_seg);
     p->work_next = (long long)(ws + l->work_next);
@@ -76,15 +81,14 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
     const int64_t tc = su->tc;
     const fsa_bwd_layout l = su->layout;
     fsa_sel_params p;
-    params_of(&p, plan, a, &l);
+    params_from_args(&p, plan, a);
+    params_from_layout(&p, plan, a->workspace, &l);
     const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
-    const size_t n_counts = (size_t)(hkv * l.nb_total + 1);
-    const uint64_t rows_per_block = (uint64_t)fsa_reduce_rows_per_block((int)d);
-    const unsigned main_threads = (unsigned)(plan->bwd_keys / 16 * 32);
-    const int d_parts = d > 128 ? 2 : 1;
+    const size_t n_counts = l.index.n_counts;
+    const int rows_per_block = fsa_rows_per_block((int)d);
     const int nsa = l.algorithm == FSA_ALGORITHM_NSA;
-    const CUfunction main = nsa ? k->main_kv : k->main;
-    const unsigned head_groups = (unsigned)((plan->group + 15) / 16);
+    const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
+    const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
 
     FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, (size_t)(T * hkv * 2 * d), stream),
                  "launch memset");
@@ -92,50 +96,46 @@ static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_set
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
         p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, k->count, k->scatter, a->workspace + l.counts, n_counts, stream, &p));
-        FSA_CHECK(fsa_launch(plan, k->sort, n_counts - 1, 1, 256, 0, stream, &p, "launch fsa_sel_sort"));
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, a->workspace, stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, &p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, k->prep, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
-                         "launch fsa_sel_bwd_prep"));
+        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l.item_entries + n_counts) *
                                (uint64_t)p.key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
-        for (int part = 0; part < d_parts; part++) {
+        for (int part = 0; part < fsa_bwd_d_parts((int)d); part++) {
             p.d_part = part;
-            FSA_CHECK(fsa_launch(plan, main, grid, 1, main_threads, (unsigned)plan->bwd_smem, stream, &p,
-                                 nsa ? "launch fsa_sel_bwd_main_kv" : "launch fsa_sel_bwd_main"));
+            FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, &p));
         }
         p.d_part = 0;
         if (nsa)
-            FSA_CHECK(fsa_launch(plan, k->dq_nsa, (uint64_t)cur, (unsigned)hkv * head_groups, FSA_BWD_NSA_THREADS,
-                                 (unsigned)plan->bwd_nsa_smem, stream, &p, "launch fsa_sel_bwd_dq_nsa"));
+            FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
+                                 (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, &p));
         else
-            FSA_CHECK(fsa_launch(plan, k->dq, (q_rows + rows_per_block - 1) / rows_per_block, 1, 256, 0, stream, &p,
-                                 "launch fsa_sel_bwd_dq"));
-        FSA_CHECK(fsa_launch(plan, k->dkv_sum, (uint64_t)((T * hkv + 7) / 8), 1, 256, 0, stream, &p,
-                         "launch fsa_sel_bwd_dkv_sum"));
+            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->dkv_sum, kv_blocks, 1, stream, &p));
     }
-    FSA_CHECK(fsa_launch(plan, k->dkv_store, (uint64_t)((T * hkv + 7) / 8), 1, 256, 0, stream, &p,
-                     "launch fsa_sel_bwd_dkv_store"));
+    FSA_CHECK(fsa_launch(plan, &k->dkv_store, kv_blocks, 1, stream, &p));
 cleanup:
     return st;
 }
 
+static fsa_status prepare(void *call, const fsa_plan *plan, int *has_work)
+{
+    bwd_call *c = call;
+    *has_work = c->a.total_tokens > 0;
+    return validate_args(&c->su, plan, &c->a);
+}
+
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+{
+    const bwd_call *c = call;
+    return run(plan, &c->a, &c->su, stream);
+}
+
 fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan and args must not be NULL");
-    /* The caller's struct may be an older, shorter version: newer fields read as zero. */
-    fsa_bwd_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_BWD_ARGS_FIRST_SIZE, STAGE, "fsa_bwd_args"));
-    bwd_setup su;
-    FSA_CHECK(validate_args(&su, plan, &a));
-    if (a.total_tokens == 0) goto cleanup;
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    FSA_CHECK(run(plan, &a, &su, (CUstream)stream));
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
-    return st;
+    static const fsa_op op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, prepare, launch};
+    bwd_call c;
+    return fsa_call(&op, &c, plan, args, stream);
 }

@@ -1,0 +1,153 @@
+/* The kernel table: families (template, parameters), entry points, launch
+ * shapes. */
+#include "kernels.h"
+
+#include "base/status_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Template parameters, in the order a family lists them. */
+typedef enum tparam { TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KEYS, TP_N } tparam;
+
+static const struct {
+    const char *name; /* {{NAME}} in the template */
+    const char *tag;  /* prefix in the readable kernel name */
+} tparams[TP_N] = {
+    [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
+    [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
+};
+
+#define MAX_FAMILY_PARAMS 5
+typedef enum family_id {
+    FAM_INDEX,
+    FAM_FWD_MAIN,
+    FAM_FWD_REDUCE,
+    FAM_FWD_NSA,
+    FAM_BWD_PREP,
+    FAM_BWD_MAIN,
+    FAM_BWD_REDUCE,
+    FAM_BWD_DQ_NSA,
+    FAM_N
+} family_id;
+
+static const struct {
+    const char *template_name; /* templates/<name>.cu */
+    int n_params;
+    tparam params[MAX_FAMILY_PARAMS];
+} families[FAM_N] = {
+    [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
+    [FAM_FWD_MAIN] = {"sel_fwd_main", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP}},
+    [FAM_FWD_NSA] = {"sel_fwd_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_HEAD_DIM}},
+    [FAM_BWD_MAIN] = {"sel_bwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
+    [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+};
+
+/* Every kernel's family and entry point: the one place entry names are written. */
+static const struct {
+    family_id family;
+    const char *entry;
+} kernels[FSA_K_N] = {
+    [FSA_K_COUNT] = {FAM_INDEX, "fsa_sel_count"},
+    [FSA_K_SCATTER] = {FAM_INDEX, "fsa_sel_scatter"},
+    [FSA_K_SORT] = {FAM_INDEX, "fsa_sel_sort"},
+    [FSA_K_FWD_MAIN] = {FAM_FWD_MAIN, "fsa_sel_fwd_main"},
+    [FSA_K_FWD_REDUCE] = {FAM_FWD_REDUCE, "fsa_sel_fwd_reduce"},
+    [FSA_K_FWD_NSA] = {FAM_FWD_NSA, "fsa_sel_fwd_nsa"},
+    [FSA_K_BWD_PREP] = {FAM_BWD_PREP, "fsa_sel_bwd_prep"},
+    [FSA_K_BWD_MAIN] = {FAM_BWD_MAIN, "fsa_sel_bwd_main"},
+    [FSA_K_BWD_MAIN_KV] = {FAM_BWD_MAIN, "fsa_sel_bwd_main_kv"},
+    [FSA_K_BWD_DQ] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dq"},
+    [FSA_K_BWD_DQ_NSA] = {FAM_BWD_DQ_NSA, "fsa_sel_bwd_dq_nsa"},
+    [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
+    [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},
+};
+
+void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
+{
+    const int d = c->head_dim, g = c->group, bk = c->block_size;
+    int threads = FSA_ROW_THREADS, smem = 0;
+    switch (id) {
+    case FSA_K_COUNT:
+    case FSA_K_SCATTER:
+    case FSA_K_SORT: threads = FSA_INDEX_THREADS; break;
+    case FSA_K_FWD_MAIN:
+        threads = FSA_FWD_THREADS;
+        smem = fsa_fwd_smem_bytes(d, bk, g);
+        break;
+    case FSA_K_FWD_NSA:
+        threads = FSA_NSA_THREADS;
+        smem = fsa_nsa_fwd_smem_bytes(d);
+        break;
+    case FSA_K_BWD_MAIN:
+    case FSA_K_BWD_MAIN_KV:
+        threads = fsa_bwd_threads(c->bwd_keys);
+        smem = fsa_bwd_smem_bytes(d, c->bwd_keys, g);
+        break;
+    case FSA_K_BWD_DQ_NSA:
+        threads = FSA_NSA_THREADS;
+        smem = fsa_nsa_dq_smem_bytes(d);
+        break;
+    default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
+    }
+    out->fn = NULL;
+    out->threads = (unsigned)threads;
+    out->smem = (unsigned)smem;
+    out->name = kernels[id].entry;
+}
+
+/* The family's module request: its parameters' values and every entry point
+ * of the family (one module serves all of them). */
+typedef struct request_buf {
+    char values[TP_N][16];
+    fsa_param params[MAX_FAMILY_PARAMS];
+    char entries[256];
+} request_buf;
+
+static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_kernel_config *c)
+{
+    snprintf(b->values[TP_DTYPE], sizeof b->values[0], "%s", c->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
+    snprintf(b->values[TP_HEAD_DIM], sizeof b->values[0], "%d", c->head_dim);
+    snprintf(b->values[TP_GROUP], sizeof b->values[0], "%d", c->group);
+    snprintf(b->values[TP_BLOCK_SIZE], sizeof b->values[0], "%d", c->block_size);
+    snprintf(b->values[TP_TOP_K], sizeof b->values[0], "%d", c->top_k);
+    snprintf(b->values[TP_KEYS], sizeof b->values[0], "%d", c->bwd_keys);
+    for (int i = 0; i < families[f].n_params; i++) {
+        const tparam t = families[f].params[i];
+        b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
+    }
+    size_t at = 0;
+    b->entries[0] = '\0';
+    for (int k = 0; k < FSA_K_N; k++) {
+        if (kernels[k].family != f) continue;
+        at += (size_t)snprintf(b->entries + at, sizeof b->entries - at, "%s%s", at ? "\n" : "", kernels[k].entry);
+    }
+    const fsa_kernel_request r = {families[f].template_name, b->params, (size_t)families[f].n_params, b->entries};
+    return r;
+}
+
+fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c)
+{
+    request_buf b;
+    fsa_kernel_describe(out, id, c);
+    const fsa_kernel_request r = request_for(&b, kernels[id].family, c);
+    return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
+}
+
+fsa_status fsa_kernel_persistent_grid(int *grid_out, fsa_context *ctx, const fsa_kernel *k)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int per_sm = 0;
+    *grid_out = 1;
+    if (ctx->cu == NULL) return FSA_STATUS_OK;
+    FSA_CHECK(fsa_context_enter(ctx));
+    CUresult r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k->fn, (int)k->threads, (size_t)k->smem);
+    fsa_context_leave(ctx);
+    if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
+    *grid_out = ctx->sm_count * (per_sm > 0 ? per_sm : 1);
+cleanup:
+    return st;
+}

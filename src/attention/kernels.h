@@ -1,0 +1,56 @@
+/* The kernels of selected attention. One table says, per kernel, which
+ * template family it comes from, which template parameters that family
+ * takes and which entry point it is; the launch shape (threads, dynamic
+ * shared memory) comes from templates/fsa_layout.cuh, the header the kernel
+ * itself is built from. */
+#ifndef FSA_ATTENTION_KERNELS_H
+#define FSA_ATTENTION_KERNELS_H
+
+#include "jit/context.h"
+#include "fsa.h"
+
+#include "../../templates/sel_params.cuh"
+
+typedef enum fsa_kernel_id {
+    FSA_K_COUNT,         /* index inversion: count pairs per (KV head, block), scan */
+    FSA_K_SCATTER,       /* index inversion: the lists */
+    FSA_K_SORT,          /* backward: each list in token order */
+    FSA_K_FWD_MAIN,      /* FSA forward: partial outputs per (token, slot) */
+    FSA_K_FWD_REDUCE,    /* FSA forward: merge of the partials */
+    FSA_K_FWD_NSA,       /* NSA-order forward */
+    FSA_K_BWD_PREP,      /* backward: delta = rowsum(dout * o) */
+    FSA_K_BWD_MAIN,      /* backward: dK, dV and per-pair dq rows */
+    FSA_K_BWD_MAIN_KV,   /* backward: dK and dV only */
+    FSA_K_BWD_DQ,        /* backward: dq from the per-pair rows */
+    FSA_K_BWD_DQ_NSA,    /* backward: NSA-order dq */
+    FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
+    FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */
+    FSA_K_N
+} fsa_kernel_id;
+
+/* One kernel of a plan. */
+typedef struct fsa_kernel {
+    CUfunction fn;     /* NULL until loaded, and for an offline context */
+    unsigned threads;  /* threads per block */
+    unsigned smem;     /* dynamic shared memory per block, bytes */
+    const char *name;  /* entry point; also names the launch in errors */
+} fsa_kernel;
+
+/* The template parameters of a plan's kernels. */
+typedef struct fsa_kernel_config {
+    fsa_dtype dtype;
+    int head_dim, group, block_size, top_k;
+    int bwd_keys; /* keys per backward main-kernel CTA */
+} fsa_kernel_config;
+
+/* Name and launch shape of kernel `id` under the configuration; fn NULL. */
+void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);
+
+/* Describes kernel `id`, then compiles or loads it for the context. */
+fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);
+
+/* Blocks of `k` that fit on the device at once (1 offline): the grid of a
+ * kernel that loops over its work items. */
+fsa_status fsa_kernel_persistent_grid(int *grid_out, fsa_context *ctx, const fsa_kernel *k);
+
+#endif
