@@ -161,6 +161,12 @@ FSA_API const fsa_error_info *fsa_last_error_info(void);
  */
 FSA_API const char *fsa_version_string(void);
 
+/* The library's version as one number, major * 10000 + minor * 100 + patch
+ * (0.1.0 is 100). Compare it with FSA_VERSION, the number of the header a
+ * program was compiled with, to detect a different library at run time. */
+#define FSA_VERSION (FSA_VERSION_MAJOR * 10000 + FSA_VERSION_MINOR * 100 + FSA_VERSION_PATCH)
+FSA_API int fsa_version(void);
+
 /* ------------------------------------------------------------------------ */
 /* Context: one device (or an offline target), cache settings, counters     */
 /* ------------------------------------------------------------------------ */

@@ -14,9 +14,11 @@
 #define _GNU_SOURCE
 #include "fsa.h"
 
-#include <cuda.h>
+#include "bench_cuda.h"
+#include "tool_args.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -32,7 +34,7 @@
         CUresult r_ = (call);                                                                 \
         if (r_ != CUDA_SUCCESS) {                                                             \
             const char *n_ = "?";                                                             \
-            cuGetErrorName(r_, &n_);                                                          \
+            cu.GetErrorName(r_, &n_);                                                          \
             fprintf(stderr, "fsa-bench: %s failed: %s (%s:%d)\n", #call, n_, __FILE__, __LINE__); \
             exit(1);                                                                          \
         }                                                                                     \
@@ -47,16 +49,20 @@
         }                                                                                     \
     } while (0)
 
+#define MAX_LIST 64 /* values of -T or -G; more is a usage error */
+
+typedef enum bench_mode { MODE_GRID, MODE_STANDARD, MODE_JIT } bench_mode;
+
 typedef struct options {
-    int tokens[8], n_tokens;
-    int groups[8], n_groups;
+    bench_mode mode;
+    int dry_run; /* print what would run, touch no GPU */
+    int tokens[MAX_LIST], n_tokens;
+    int groups[MAX_LIST], n_groups;
     int head_dim;
     int q_heads;
     int block_size;
     int top_k;
     fsa_dtype dtype;
-    int standard;
-    int jit;
     double min_ms;
     double warmup_ms;
     const char *json;
@@ -251,13 +257,13 @@ typedef void (*call_fn)(void *user, int set);
 static double time_call(call_fn call, void *user, int n_sets, const options *o, int *reps_out)
 {
     CUevent e0, e1;
-    CU(cuEventCreate(&e0, CU_EVENT_DEFAULT));
-    CU(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    CU(cu.EventCreate(&e0, CU_EVENT_DEFAULT));
+    CU(cu.EventCreate(&e1, CU_EVENT_DEFAULT));
     int rep = 0;
     double start = now_ms();
     do { /* warm-up */
         call(user, rep++ % n_sets);
-        CU(cuStreamSynchronize(NULL));
+        CU(cu.StreamSynchronize(NULL));
     } while (now_ms() - start < o->warmup_ms);
     enum { MAX_REPS = 4096 };
     static double times[MAX_REPS];
@@ -265,19 +271,19 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
     double total = 0;
     while (n < MAX_REPS && (total < o->min_ms || n < 10)) {
         const int set = rep++ % n_sets;
-        CU(cuEventRecord(e0, NULL));
+        CU(cu.EventRecord(e0, NULL));
         call(user, set);
-        CU(cuEventRecord(e1, NULL));
-        CU(cuEventSynchronize(e1));
+        CU(cu.EventRecord(e1, NULL));
+        CU(cu.EventSynchronize(e1));
         float ms;
-        CU(cuEventElapsedTime(&ms, e0, e1));
+        CU(cu.EventElapsedTime(&ms, e0, e1));
         times[n++] = ms;
         total += ms;
         if (ms > 400.0 && n >= 3) break; /* very slow rows: three repeats are enough */
     }
     qsort(times, (size_t)n, sizeof(double), cmp_double);
-    CU(cuEventDestroy(e0));
-    CU(cuEventDestroy(e1));
+    CU(cu.EventDestroy(e0));
+    CU(cu.EventDestroy(e1));
     *reps_out = n;
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
@@ -361,15 +367,15 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     FSA(fsa_plan_workspace_size(&ws_f, plan, T, 1));
     FSA(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1));
     CUdeviceptr o_buf, lse, dout, dk, dv, ws;
-    CU(cuMemAlloc(&o_buf, nq * 2));
-    CU(cuMemAlloc(&lse, (size_t)hq * T * 4));
-    CU(cuMemAlloc(&dout, nq * 2));
-    CU(cuMemAlloc(&dk, nkv * 2));
-    CU(cuMemAlloc(&dv, nkv * 2));
-    CU(cuMemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
+    CU(cu.MemAlloc(&o_buf, nq * 2));
+    CU(cu.MemAlloc(&lse, (size_t)hq * T * 4));
+    CU(cu.MemAlloc(&dout, nq * 2));
+    CU(cu.MemAlloc(&dk, nkv * 2));
+    CU(cu.MemAlloc(&dv, nkv * 2));
+    CU(cu.MemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
     uint16_t *h = malloc(nq * 2);
     fill_normal(h, nq, 777u + (uint64_t)T, o->dtype);
-    CU(cuMemcpyHtoD(dout, h, nq * 2));
+    CU(cu.MemcpyHtoD(dout, h, nq * 2));
     free(h);
     fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
@@ -385,7 +391,7 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     /* The forward's o and lse of set 0 feed every backward repeat. */
     fa.q.ptr = sets[0].q, fa.k.ptr = sets[0].k, fa.v.ptr = sets[0].v, fa.topk.ptr = sets[0].topk;
     FSA(fsa_selected_attention_fwd(plan, &fa, NULL));
-    CU(cuStreamSynchronize(NULL));
+    CU(cu.StreamSynchronize(NULL));
     int reps = 0;
     bwd_call bc = {plan, &fa, &ba, sets, 0};
     row->bwd_ms[alg] = time_call(call_backward, &bc, 1, o, &reps);
@@ -398,13 +404,13 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     /* dq of set 0 for the comparison. */
     bc.with_forward = 0;
     call_backward(&bc, 0);
-    CU(cuStreamSynchronize(NULL));
-    CU(cuMemFree(o_buf));
-    CU(cuMemFree(lse));
-    CU(cuMemFree(dout));
-    CU(cuMemFree(dk));
-    CU(cuMemFree(dv));
-    CU(cuMemFree(ws));
+    CU(cu.StreamSynchronize(NULL));
+    CU(cu.MemFree(o_buf));
+    CU(cu.MemFree(lse));
+    CU(cu.MemFree(dout));
+    CU(cu.MemFree(dk));
+    CU(cu.MemFree(dv));
+    CU(cu.MemFree(ws));
     fsa_plan_destroy(plan);
 }
 
@@ -417,23 +423,23 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     CUdeviceptr dq[3] = {0, 0, 0};
     for (int a = FSA_ALGORITHM_FSA; a <= FSA_ALGORITHM_NSA; a++) {
         if (o->only && o->only != a) continue;
-        CU(cuMemAlloc(&dq[a], nq * 2));
+        CU(cu.MemAlloc(&dq[a], nq * 2));
         time_backward_path(ctx, o, row, sets, n_sets, cu_dev, (fsa_algorithm)a, dq[a]);
     }
-    CU(cuMemAlloc(&dq[0], nq * 2));
+    CU(cu.MemAlloc(&dq[0], nq * 2));
     time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
     if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA]) {
         uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
         if (x && y) {
-            CU(cuMemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
-            CU(cuMemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
+            CU(cu.MemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
+            CU(cu.MemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
             row->bwd_rel_diff = rel_diff(x, y, nq, o->dtype);
         }
         free(x);
         free(y);
     }
     for (int a = 0; a < 3; a++)
-        if (dq[a]) CU(cuMemFree(dq[a]));
+        if (dq[a]) CU(cu.MemFree(dq[a]));
 }
 
 static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes)
@@ -479,19 +485,19 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     }
     input_set sets[4];
     for (int s = 0; s < n_sets; s++) {
-        CU(cuMemAlloc(&sets[s].q, nq * 2));
-        CU(cuMemAlloc(&sets[s].k, nkv * 2));
-        CU(cuMemAlloc(&sets[s].v, nkv * 2));
-        CU(cuMemAlloc(&sets[s].topk, nsel * 4));
+        CU(cu.MemAlloc(&sets[s].q, nq * 2));
+        CU(cu.MemAlloc(&sets[s].k, nkv * 2));
+        CU(cu.MemAlloc(&sets[s].v, nkv * 2));
+        CU(cu.MemAlloc(&sets[s].topk, nsel * 4));
         uint64_t seed = 1000u * (uint64_t)s + (uint64_t)T * 31u + (uint64_t)G;
         fill_normal(h, nq, seed + 1, o->dtype);
-        CU(cuMemcpyHtoD(sets[s].q, h, nq * 2));
+        CU(cu.MemcpyHtoD(sets[s].q, h, nq * 2));
         fill_normal(h, nkv, seed + 2, o->dtype);
-        CU(cuMemcpyHtoD(sets[s].k, h, nkv * 2));
+        CU(cu.MemcpyHtoD(sets[s].k, h, nkv * 2));
         fill_normal(h, nkv, seed + 3, o->dtype);
-        CU(cuMemcpyHtoD(sets[s].v, h, nkv * 2));
+        CU(cu.MemcpyHtoD(sets[s].v, h, nkv * 2));
         fill_selection(sel, hkv, T, K, BK, seed + 4);
-        CU(cuMemcpyHtoD(sets[s].topk, sel, nsel * 4));
+        CU(cu.MemcpyHtoD(sets[s].topk, sel, nsel * 4));
     }
     int64_t entries = 0;
     for (size_t i = 0; i < nsel; i++) entries += sel[i] >= 0;
@@ -500,8 +506,8 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
 
     int32_t cu_host[2] = {0, T};
     CUdeviceptr cu_dev, out[3] = {0, 0, 0};
-    CU(cuMemAlloc(&cu_dev, 8));
-    CU(cuMemcpyHtoD(cu_dev, cu_host, 8));
+    CU(cu.MemAlloc(&cu_dev, 8));
+    CU(cu.MemcpyHtoD(cu_dev, cu_host, 8));
     size_t ws_max = 0;
     for (int a = 0; a < 3; a++) {
         if (!plans[a]) continue;
@@ -509,12 +515,12 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         if (row->ws[a] > ws_max) ws_max = row->ws[a];
     }
     CUdeviceptr ws = 0;
-    if (ws_max) CU(cuMemAlloc(&ws, ws_max));
+    if (ws_max) CU(cu.MemAlloc(&ws, ws_max));
 
     for (int a = 1; a < 3; a++) {
         /* AUTO runs one of the forced paths: its time is that path's. */
         if (!plans[a] || (o->only && o->only != a)) continue;
-        CU(cuMemAlloc(&out[a], nq * 2));
+        CU(cu.MemAlloc(&out[a], nq * 2));
         fsa_fwd_args args = FSA_FWD_ARGS_INIT;
         args.total_tokens = T;
         args.batch = 1;
@@ -529,7 +535,7 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         /* Leave the output of the last set's inputs for the comparison. */
         args.q.ptr = sets[0].q, args.k.ptr = sets[0].k, args.v.ptr = sets[0].v, args.topk.ptr = sets[0].topk;
         FSA(fsa_selected_attention_fwd(plans[a], &args, NULL));
-        CU(cuStreamSynchronize(NULL));
+        CU(cu.StreamSynchronize(NULL));
     }
     row->ms[0] = row->ms[row->chosen]; /* -1 when --only left the chosen path out */
     row->reps[0] = row->reps[row->chosen];
@@ -537,8 +543,8 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
         uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
         if (x && y) {
-            CU(cuMemcpyDtoH(x, out[FSA_ALGORITHM_FSA], nq * 2));
-            CU(cuMemcpyDtoH(y, out[FSA_ALGORITHM_NSA], nq * 2));
+            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], nq * 2));
+            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], nq * 2));
             row->rel_diff = rel_diff(x, y, nq, o->dtype);
         }
         free(x);
@@ -549,21 +555,42 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     row->bwd_chosen = FSA_ALGORITHM_AUTO;
     if (o->backward) time_backward(ctx, o, row, sets, n_sets, cu_dev);
     for (int a = 0; a < 3; a++) {
-        if (out[a]) CU(cuMemFree(out[a]));
+        if (out[a]) CU(cu.MemFree(out[a]));
         fsa_plan_destroy(plans[a]);
     }
-    if (ws) CU(cuMemFree(ws));
-    CU(cuMemFree(cu_dev));
+    if (ws) CU(cu.MemFree(ws));
+    CU(cu.MemFree(cu_dev));
     for (int s = 0; s < n_sets; s++) {
-        CU(cuMemFree(sets[s].q));
-        CU(cuMemFree(sets[s].k));
-        CU(cuMemFree(sets[s].v));
-        CU(cuMemFree(sets[s].topk));
+        CU(cu.MemFree(sets[s].q));
+        CU(cu.MemFree(sets[s].k));
+        CU(cu.MemFree(sets[s].v));
+        CU(cu.MemFree(sets[s].topk));
     }
     free(h);
     free(sel);
 }
 
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* ", "name": value" with the value in `fmt`, or null when it is not a
+ * finite number or `valid` is 0 (JSON has no NaN or infinity). */
+static void json_field(FILE *f, const char *name, const char *fmt, double value, int valid)
+{
+    fprintf(f, ", \"%s\": ", name);
+    if (valid && isfinite(value)) fprintf(f, fmt, value);
+    else fputs("null", f);
+}
 
 static void print_row(const bench_row *r, FILE *json, int first)
 {
@@ -577,17 +604,26 @@ static void print_row(const bench_row *r, FILE *json, int first)
     printf("\n");
     fflush(stdout);
     if (json) {
-        fprintf(json,
-                "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": \"%s\", \"ms_auto\": %.4f, "
-                "\"ms_fsa\": %.4f, \"ms_nsa\": %.4f, \"reps\": [%d, %d, %d], \"tflops_auto\": %.2f, "
-                "\"gflop\": %.3f, \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu, "
-                "\"rel_diff_fsa_vs_nsa\": %.3e, \"bwd_auto\": \"%s\", \"ms_bwd\": %.4f, \"ms_bwd_fsa\": %.4f, "
-                "\"ms_bwd_nsa\": %.4f, \"ms_fwd_bwd\": %.4f, \"workspace_bytes_bwd\": %zu, "
-                "\"rel_diff_bwd_dq_fsa_vs_nsa\": %.3e}",
-                first ? "" : ",\n", r->T, r->G, r->D, alg_name(r->chosen), r->reason, r->ms[0], r->ms[1], r->ms[2],
-                r->reps[0], r->reps[1], r->reps[2], r->flops / (r->ms[0] * 1e-3) / 1e12, r->flops / 1e9, r->ws[0],
-                r->ws[1], r->rel_diff, alg_name(r->bwd_chosen), r->bwd_ms[0], r->bwd_ms[1], r->bwd_ms[2],
-                r->fwd_bwd_ms, r->bwd_ws, r->bwd_rel_diff);
+        /* Paths not run (time < 0) and comparisons not made (NaN) are null. */
+        fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": ", first ? "" : ",\n", r->T,
+                r->G, r->D, alg_name(r->chosen));
+        json_string(json, r->reason);
+        json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
+        json_field(json, "ms_fsa", "%.4f", r->ms[1], r->ms[1] >= 0);
+        json_field(json, "ms_nsa", "%.4f", r->ms[2], r->ms[2] >= 0);
+        fprintf(json, ", \"reps\": [%d, %d, %d]", r->reps[0], r->reps[1], r->reps[2]);
+        json_field(json, "tflops_auto", "%.2f", r->flops / (r->ms[0] * 1e-3) / 1e12, r->ms[0] > 0);
+        json_field(json, "gflop", "%.3f", r->flops / 1e9, 1);
+        fprintf(json, ", \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu", r->ws[0], r->ws[1]);
+        json_field(json, "rel_diff_fsa_vs_nsa", "%.3e", r->rel_diff, 1);
+        fprintf(json, ", \"bwd_auto\": \"%s\"", alg_name(r->bwd_chosen));
+        json_field(json, "ms_bwd", "%.4f", r->bwd_ms[0], r->bwd_ms[0] >= 0);
+        json_field(json, "ms_bwd_fsa", "%.4f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
+        json_field(json, "ms_bwd_nsa", "%.4f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
+        json_field(json, "ms_fwd_bwd", "%.4f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
+        fprintf(json, ", \"workspace_bytes_bwd\": %zu", r->bwd_ws);
+        json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
+        fputc('}', json);
     }
 }
 
@@ -613,7 +649,7 @@ static double plan_create_ms(fsa_context *ctx, int D, int G, int *kernels_out)
 }
 
 /* Second process: the plan comes from the disk cache, then from memory. */
-static int jit_child(const char *cache_dir)
+static int jit_child_run(const char *cache_dir)
 {
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     co.cache_dir = cache_dir;
@@ -675,12 +711,12 @@ static void run_jit(const options *o, const char *self)
     /* Host time of one launch: the library's fill against a bare cuLaunchKernel. */
     CUmodule mod;
     CUfunction fn;
-    CU(cuModuleLoadData(&mod, empty_ptx));
-    CU(cuModuleGetFunction(&fn, mod, "bench_empty"));
+    CU(cu.ModuleLoadData(&mod, empty_ptx));
+    CU(cu.ModuleGetFunction(&fn, mod, "bench_empty"));
     CUdeviceptr buf;
-    CU(cuMemAlloc(&buf, 1 << 20));
+    CU(cu.MemAlloc(&buf, 1 << 20));
     FSA(fsa_fill_u32(ctx, buf, 0, 256, NULL));
-    CU(cuStreamSynchronize(NULL));
+    CU(cu.StreamSynchronize(NULL));
     enum { N = 20000 };
     unsigned long long n = 256;
     uint32_t value = 0;
@@ -688,13 +724,13 @@ static void run_jit(const options *o, const char *self)
     double best_bare = 1e9, best_fill = 1e9;
     for (int round = 0; round < 5; round++) {
         double t0 = now_ms();
-        for (int i = 0; i < N; i++) CU(cuLaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+        for (int i = 0; i < N; i++) CU(cu.LaunchKernel(fn, 1, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
         double bare = (now_ms() - t0) * 1e3 / N;
-        CU(cuStreamSynchronize(NULL));
+        CU(cu.StreamSynchronize(NULL));
         t0 = now_ms();
         for (int i = 0; i < N; i++) FSA(fsa_fill_u32(ctx, buf, 0, 256, NULL));
         double lib = (now_ms() - t0) * 1e3 / N;
-        CU(cuStreamSynchronize(NULL));
+        CU(cu.StreamSynchronize(NULL));
         if (bare < best_bare) best_bare = bare;
         if (lib < best_fill) best_fill = lib;
     }
@@ -712,189 +748,399 @@ static void run_jit(const options *o, const char *self)
         FSA(fsa_plan_create(&plan, ctx, &d));
         size_t ws_bytes = 0;
         FSA(fsa_plan_workspace_size(&ws_bytes, plan, T, 1));
-        CUdeviceptr q, k, v, out, topk, cu, ws;
-        CU(cuMemAlloc(&q, (size_t)T * hq * D * 2));
-        CU(cuMemAlloc(&k, (size_t)T * hkv * D * 2));
-        CU(cuMemAlloc(&v, (size_t)T * hkv * D * 2));
-        CU(cuMemAlloc(&out, (size_t)T * hq * D * 2));
-        CU(cuMemAlloc(&topk, (size_t)hkv * T * K * 4));
-        CU(cuMemAlloc(&cu, 8));
-        CU(cuMemAlloc(&ws, ws_bytes));
-        CU(cuMemsetD8(q, 0, (size_t)T * hq * D * 2));
-        CU(cuMemsetD8(k, 0, (size_t)T * hkv * D * 2));
-        CU(cuMemsetD8(v, 0, (size_t)T * hkv * D * 2));
-        CU(cuMemsetD8(topk, 0, (size_t)hkv * T * K * 4)); /* block 0 in every slot: one valid, the rest repeats */
+        CUdeviceptr q, k, v, out, topk, cu_seq, ws;
+        CU(cu.MemAlloc(&q, (size_t)T * hq * D * 2));
+        CU(cu.MemAlloc(&k, (size_t)T * hkv * D * 2));
+        CU(cu.MemAlloc(&v, (size_t)T * hkv * D * 2));
+        CU(cu.MemAlloc(&out, (size_t)T * hq * D * 2));
+        CU(cu.MemAlloc(&topk, (size_t)hkv * T * K * 4));
+        CU(cu.MemAlloc(&cu_seq, 8));
+        CU(cu.MemAlloc(&ws, ws_bytes));
+        CU(cu.MemsetD8(q, 0, (size_t)T * hq * D * 2));
+        CU(cu.MemsetD8(k, 0, (size_t)T * hkv * D * 2));
+        CU(cu.MemsetD8(v, 0, (size_t)T * hkv * D * 2));
+        CU(cu.MemsetD8(topk, 0, (size_t)hkv * T * K * 4)); /* block 0 in every slot: one valid, the rest repeats */
         int32_t cu_host[2] = {0, T};
-        CU(cuMemcpyHtoD(cu, cu_host, 8));
+        CU(cu.MemcpyHtoD(cu_seq, cu_host, 8));
         fsa_fwd_args a = FSA_FWD_ARGS_INIT;
         a.total_tokens = T, a.batch = 1;
         a.q = rows(q, hq, D), a.k = rows(k, hkv, D), a.v = rows(v, hkv, D), a.o = rows(out, hq, D);
         a.topk = topk_rows(topk, T, K);
-        a.cu_seqlens = cu, a.workspace = ws, a.workspace_bytes = ws_bytes;
+        a.cu_seqlens = cu_seq, a.workspace = ws, a.workspace_bytes = ws_bytes;
         enum { CALLS = 150, ROUNDS = 20 };
         double best = 1e9;
         for (int round = 0; round < ROUNDS; round++) {
-            CU(cuStreamSynchronize(NULL));
+            CU(cu.StreamSynchronize(NULL));
             double t0 = now_ms();
             for (int i = 0; i < CALLS; i++) FSA(fsa_selected_attention_fwd(plan, &a, NULL));
             double us = (now_ms() - t0) * 1e3 / CALLS;
             if (us < best) best = us;
         }
-        CU(cuStreamSynchronize(NULL));
+        CU(cu.StreamSynchronize(NULL));
         printf("host time per forward call (FSA path, memset + 4 launches; best of %d x %d): %.2f us\n", ROUNDS,
                CALLS, best);
-        CU(cuMemFree(q));
-        CU(cuMemFree(k));
-        CU(cuMemFree(v));
-        CU(cuMemFree(out));
-        CU(cuMemFree(topk));
-        CU(cuMemFree(cu));
-        CU(cuMemFree(ws));
+        CU(cu.MemFree(q));
+        CU(cu.MemFree(k));
+        CU(cu.MemFree(v));
+        CU(cu.MemFree(out));
+        CU(cu.MemFree(topk));
+        CU(cu.MemFree(cu_seq));
+        CU(cu.MemFree(ws));
         fsa_plan_destroy(plan);
     }
     (void)o;
-    CU(cuMemFree(buf));
-    CU(cuModuleUnload(mod));
+    CU(cu.MemFree(buf));
+    CU(cu.ModuleUnload(mod));
     fsa_context_destroy(ctx);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "fsa-bench: could not remove %s\n", dir);
 }
 
-/* ------------------------------------------------------------ main */
+/* ------------------------------------------------------------ modes */
 
-static int parse_list(const char *s, int *out, int cap)
+typedef struct device_info {
+    CUdevice dev;
+    char name[256];
+    size_t l2_bytes;
+} device_info;
+
+/* Header and column titles of the forward (and backward) table. */
+static void print_table_head(const options *o, FILE *json, const device_info *d, fsa_context *ctx)
 {
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*end != '\0' || v <= 0) {
-            free(copy);
-            return -1;
-        }
-        out[n++] = (int)v;
+    if (json) {
+        fputs("{\"gpu\": ", json);
+        json_string(json, d->name);
+        fputs(", \"target\": ", json);
+        json_string(json, fsa_context_target(ctx));
+        fprintf(json, ", \"dtype\": \"%s\", \"rows\": [\n", tool_dtype_name(o->dtype));
     }
-    free(copy);
-    return n;
+    printf("Hq=%d BK=%d K=%d; ms = median CUDA-event time of one forward; TFLOP/s = selected FLOPs / time\n",
+           o->q_heads, o->block_size, o->top_k);
+    printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |%s\n",
+           o->backward ? " bwd  |   bwd ms | TFLOP/s | bwd fsa  | bwd nsa  |   f+b ms | bwd ws B    | dq fsa-nsa |" : "");
+    printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|%s\n",
+           o->backward ? "------|----------|---------|----------|----------|----------|-------------|------------|" : "");
 }
 
-static void usage(void)
+/* The problem table of the benchmark protocol: T 8192 and 65536 x G 1..16 at
+ * D 128, plus T 16384 G 4 at D 64 and 256. */
+static int run_standard(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
-    printf("usage: fsa-bench [--standard] [-T LIST] [-G LIST] [-D N] [--q-heads N] [--block-size N]\n"
-           "                 [--top-k N] [--dtype bf16|f16] [--min-ms MS] [--warmup-ms MS]\n"
-           "                 [--workspace-limit BYTES] [--cache-dir DIR] [--json FILE] [--only fsa|nsa]\n"
-           "                 [--backward] [--jit]\n"
-           "  --backward  also time the backward of each dq order (as --only allows) and of AUTO, forward +\n"
-           "              backward (AUTO), and compare the two orders' dq (2.5x the forward FLOPs)\n"
-           "  --standard  the standard problem table (T 8192 and 65536 x G 1,2,4,8,16 at D 128,\n"
-           "              plus T 16384 G 4 at D 64 and 256)\n"
-           "  --jit       cold compile, disk-hit and in-memory plan times, host time per launch\n");
+    static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = {64, 256};
+    bench_row row;
+    int first = 1;
+    print_table_head(o, json, d, ctx);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t gi = 0; gi < 5; gi++, first = 0) {
+            run_row(ctx, o, Ts[ti], Gs[gi], 128, &row, d->l2_bytes);
+            print_row(&row, json, first);
+        }
+    for (size_t di = 0; di < 2; di++) {
+        run_row(ctx, o, 16384, 4, Ds[di], &row, d->l2_bytes);
+        print_row(&row, json, 0);
+    }
+    return TOOL_EXIT_OK;
+}
+
+/* Every -T x -G combination whose G divides --q-heads. */
+static int run_grid(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
+{
+    bench_row row;
+    int first = 1;
+    print_table_head(o, json, d, ctx);
+    for (int ti = 0; ti < o->n_tokens; ti++)
+        for (int gi = 0; gi < o->n_groups; gi++) {
+            if (o->q_heads % o->groups[gi]) continue;
+            run_row(ctx, o, o->tokens[ti], o->groups[gi], o->head_dim, &row, d->l2_bytes);
+            print_row(&row, json, first);
+            first = 0;
+        }
+    return TOOL_EXIT_OK;
+}
+
+static int run_jit_mode(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
+{
+    (void)ctx, (void)d, (void)json;
+    run_jit(o, "/proc/self/exe");
+    return TOOL_EXIT_OK;
+}
+
+/* One entry per mode: the option that selects it and what it runs. A new
+ * mode adds a value to bench_mode, a line here, and its option below. */
+typedef int (*mode_fn)(fsa_context *ctx, const options *o, const device_info *d, FILE *json);
+static const struct {
+    bench_mode mode;
+    const char *option;
+    mode_fn run;
+    int writes_json;
+} k_modes[] = {
+    {MODE_GRID, "-T/-G", run_grid, 1},
+    {MODE_STANDARD, "--standard", run_standard, 1},
+    {MODE_JIT, "--jit", run_jit_mode, 0},
+};
+
+/* ------------------------------------------------------------ options */
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: fsa-bench [-T LIST] [-G LIST] [OPTIONS]     time every T x G combination\n"
+            "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
+            "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
+            "\n"
+            "Problem:\n"
+            "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
+            "  -G LIST               query heads per KV head (default 1,2,4,8,16; at most %d values)\n"
+            "  -D N                  head dim (default 128)\n"
+            "  --q-heads N           query heads (default 32)\n"
+            "  --block-size N        keys per selectable block (default 64)\n"
+            "  --top-k N             selected blocks per token (default 16)\n"
+            "  --dtype T             " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
+            "  --workspace-limit B   cap on one call's workspace; suffixes K, M, G, T (default: none)\n"
+            "Runs:\n"
+            "  --only fsa|nsa        time one path only (default both, and AUTO)\n"
+            "  --backward            also the backward of each dq order and AUTO forward + backward\n"
+            "  --min-ms MS           repeats cover at least this much (default 100)\n"
+            "  --warmup-ms MS        warm-up before timing (default 25)\n"
+            "  --cache-dir DIR       kernel cache (default $FSA_CACHE_DIR, ...)\n"
+            "  --json FILE           also write the rows as JSON (null where a value does not exist)\n"
+            "  --dry-run             print what would run and exit, without a GPU\n"
+            "  -h, --help            this text\n"
+            "  --version             the library version\n"
+            "\n"
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
+            "usable GPU.\n",
+            MAX_LIST, MAX_LIST);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("fsa-bench: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n", stderr);
+    print_usage(stderr);
+    return TOOL_EXIT_USAGE;
+}
+
+/* Comma-separated positive numbers, at most MAX_LIST of them. */
+static int parse_list(const char *text, int *out, int *n_out, const char *option)
+{
+    int n = 0;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        long v;
+        if (len == 0 || len >= sizeof item) return usage_error("%s: not a list of positive numbers", option);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (tool_parse_long(&v, item, 1, 1L << 30) != 0) return usage_error("%s: not a list of positive numbers", option);
+        if (n == MAX_LIST) {
+            char what[64];
+            snprintf(what, sizeof what, "%s: more than %d values", option, MAX_LIST);
+            return usage_error("%s", what);
+        }
+        out[n++] = (int)v;
+        if (p[len] == '\0') break;
+        p += len + 1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+static int parse_int(int *out, const char *text, long min, long max, const char *option)
+{
+    long v;
+    if (tool_parse_long(&v, text, min, max) != 0) return usage_error("%s: not a number in range", option);
+    *out = (int)v;
+    return 0;
+}
+
+enum {
+    OPT_STANDARD = 256,
+    OPT_JIT,
+    OPT_JIT_CHILD,
+    OPT_BACKWARD,
+    OPT_Q_HEADS,
+    OPT_BLOCK_SIZE,
+    OPT_TOP_K,
+    OPT_DTYPE,
+    OPT_MIN_MS,
+    OPT_WARMUP_MS,
+    OPT_WORKSPACE_LIMIT,
+    OPT_CACHE_DIR,
+    OPT_JSON,
+    OPT_ONLY,
+    OPT_DRY_RUN,
+    OPT_VERSION
+};
+
+static const struct option k_long_options[] = {
+    {"standard", no_argument, NULL, OPT_STANDARD},
+    {"jit", no_argument, NULL, OPT_JIT},
+    {"jit-child", required_argument, NULL, OPT_JIT_CHILD}, /* internal: the second process of --jit */
+    {"backward", no_argument, NULL, OPT_BACKWARD},
+    {"q-heads", required_argument, NULL, OPT_Q_HEADS},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"min-ms", required_argument, NULL, OPT_MIN_MS},
+    {"warmup-ms", required_argument, NULL, OPT_WARMUP_MS},
+    {"workspace-limit", required_argument, NULL, OPT_WORKSPACE_LIMIT},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"only", required_argument, NULL, OPT_ONLY},
+    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+static int set_mode(options *o, bench_mode mode, int *mode_given)
+{
+    if (*mode_given && o->mode != mode) return usage_error("%s", "--standard and --jit exclude each other");
+    o->mode = mode;
+    *mode_given = 1;
+    return 0;
+}
+
+/* Fills *o; returns -1 to go on, else the exit code (help, version, usage
+ * error). *jit_child is set for the internal second process of --jit. */
+static int parse_args(options *o, const char **jit_child, int argc, char **argv)
+{
+    int mode_given = 0, grid_given = 0;
+    opterr = 0; /* our own messages and exit status */
+    for (;;) {
+        int c = getopt_long(argc, argv, ":hT:G:D:", k_long_options, NULL), rc = 0;
+        if (c == -1) break;
+        switch (c) {
+        case 'h': print_usage(stdout); return TOOL_EXIT_OK;
+        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        case '?': return usage_error("unknown option '%s'", argv[optind - 1]);
+        case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;
+        case 'G': rc = parse_list(optarg, o->groups, &o->n_groups, "-G"), grid_given = 1; break;
+        case 'D': rc = parse_int(&o->head_dim, optarg, 1, 1 << 16, "-D"); break;
+        case OPT_Q_HEADS: rc = parse_int(&o->q_heads, optarg, 1, 1 << 16, "--q-heads"); break;
+        case OPT_BLOCK_SIZE: rc = parse_int(&o->block_size, optarg, 1, 1 << 16, "--block-size"); break;
+        case OPT_TOP_K: rc = parse_int(&o->top_k, optarg, 1, 1 << 16, "--top-k"); break;
+        case OPT_DTYPE:
+            if (tool_parse_dtype(&o->dtype, optarg) != 0)
+                return usage_error("--dtype: '%s' is not one of " TOOL_DTYPE_SPELLINGS, optarg);
+            break;
+        case OPT_MIN_MS:
+            if (tool_parse_double(&o->min_ms, optarg, 0.0, 1e7) != 0) return usage_error("--min-ms: '%s'", optarg);
+            break;
+        case OPT_WARMUP_MS:
+            if (tool_parse_double(&o->warmup_ms, optarg, 0.0, 1e7) != 0)
+                return usage_error("--warmup-ms: '%s'", optarg);
+            break;
+        case OPT_WORKSPACE_LIMIT:
+            if (tool_parse_bytes(&o->workspace_limit, optarg) != 0)
+                return usage_error("--workspace-limit: '%s' is not a byte count (e.g. 512M, 2G)", optarg);
+            break;
+        case OPT_CACHE_DIR: o->cache_dir = optarg; break;
+        case OPT_JSON: o->json = optarg; break;
+        case OPT_ONLY:
+            if (strcmp(optarg, "fsa") == 0) o->only = FSA_ALGORITHM_FSA;
+            else if (strcmp(optarg, "nsa") == 0) o->only = FSA_ALGORITHM_NSA;
+            else return usage_error("--only: '%s' is not fsa or nsa", optarg);
+            break;
+        case OPT_BACKWARD: o->backward = 1; break;
+        case OPT_DRY_RUN: o->dry_run = 1; break;
+        case OPT_STANDARD: rc = set_mode(o, MODE_STANDARD, &mode_given); break;
+        case OPT_JIT: rc = set_mode(o, MODE_JIT, &mode_given); break;
+        case OPT_JIT_CHILD: *jit_child = optarg; break;
+        default: return usage_error("%s", "internal option error");
+        }
+        if (rc != 0) return rc;
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
+    return -1;
+}
+
+static void print_plan(const options *o)
+{
+    printf("# fsa-bench %s: %s, D %d, Hq %d, BK %d, K %d, dtype %s, workspace limit %llu B%s%s\n",
+           fsa_version_string(), k_modes[o->mode].option, o->head_dim, o->q_heads, o->block_size, o->top_k,
+           tool_dtype_name(o->dtype), (unsigned long long)o->workspace_limit, o->backward ? ", backward" : "",
+           o->only ? (o->only == FSA_ALGORITHM_FSA ? ", only fsa" : ", only nsa") : "");
+    if (o->mode == MODE_GRID) {
+        printf("# T");
+        for (int i = 0; i < o->n_tokens; i++) printf("%s%d", i ? "," : " ", o->tokens[i]);
+        printf("; G");
+        for (int i = 0; i < o->n_groups; i++) printf("%s%d", i ? "," : " ", o->groups[i]);
+        printf("\n");
+    }
+}
+
+/* Loads the driver and makes the library's context (the device's primary
+ * context) current; 0 or an exit code. */
+static int open_device(fsa_context **ctx, device_info *d, const options *o)
+{
+    char why[512];
+    if (bench_cuda_load(why, sizeof why) != 0) {
+        fprintf(stderr, "fsa-bench: %s\n", why);
+        return TOOL_EXIT_TARGET;
+    }
+    fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
+    co.cache_dir = o->cache_dir;
+    fsa_status st = fsa_context_create(ctx, &co);
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, "fsa-bench: %s\n", fsa_last_error());
+        return tool_context_exit_code(st);
+    }
+    CUcontext pctx;
+    int l2 = 0;
+    CU(cu.Init(0));
+    CU(cu.DeviceGet(&d->dev, 0));
+    CU(cu.DevicePrimaryCtxRetain(&pctx, d->dev));
+    CU(cu.CtxSetCurrent(pctx));
+    CU(cu.DeviceGetName(d->name, sizeof d->name, d->dev));
+    CU(cu.DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d->dev));
+    d->l2_bytes = (size_t)l2;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--jit-child") == 0) {
-        CU(cuInit(0));
-        return jit_child(argv[2]);
+    options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
+                 .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
+                 .min_ms = 100.0, .warmup_ms = 25.0};
+    const char *jit_child = NULL;
+    int rc = parse_args(&o, &jit_child, argc, argv);
+    if (rc >= 0) return rc;
+    char why[512];
+    if (jit_child) {
+        if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench: %s\n", why), TOOL_EXIT_TARGET;
+        CU(cu.Init(0));
+        return jit_child_run(jit_child);
     }
-    options o = {.tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5, .head_dim = 128,
-                 .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16, .min_ms = 100.0,
-                 .warmup_ms = 25.0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = 1;
-        if (!strcmp(a, "--standard")) o.standard = 1, used = 0;
-        else if (!strcmp(a, "--jit")) o.jit = 1, used = 0;
-        else if (!strcmp(a, "--backward")) o.backward = 1, used = 0;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
-        else if (!v) return usage(), 2;
-        else if (!strcmp(a, "-T")) o.n_tokens = parse_list(v, o.tokens, 8);
-        else if (!strcmp(a, "-G")) o.n_groups = parse_list(v, o.groups, 8);
-        else if (!strcmp(a, "-D")) o.head_dim = atoi(v);
-        else if (!strcmp(a, "--q-heads")) o.q_heads = atoi(v);
-        else if (!strcmp(a, "--block-size")) o.block_size = atoi(v);
-        else if (!strcmp(a, "--top-k")) o.top_k = atoi(v);
-        else if (!strcmp(a, "--dtype")) o.dtype = strcmp(v, "f16") == 0 ? FSA_DTYPE_F16 : FSA_DTYPE_BF16;
-        else if (!strcmp(a, "--min-ms")) o.min_ms = atof(v);
-        else if (!strcmp(a, "--warmup-ms")) o.warmup_ms = atof(v);
-        else if (!strcmp(a, "--workspace-limit")) o.workspace_limit = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--cache-dir")) o.cache_dir = v;
-        else if (!strcmp(a, "--json")) o.json = v;
-        else if (!strcmp(a, "--only")) o.only = !strcmp(v, "fsa") ? FSA_ALGORITHM_FSA : !strcmp(v, "nsa") ? FSA_ALGORITHM_NSA : -1;
-        else return usage(), 2;
-        i += used;
-    }
-    if (o.n_tokens <= 0 || o.n_groups <= 0 || o.head_dim <= 0 || o.q_heads <= 0 || o.only < 0) return usage(), 2;
+    print_plan(&o);
+    if (o.dry_run) return TOOL_EXIT_OK;
 
-    fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
-    co.cache_dir = o.cache_dir;
     fsa_context *ctx = NULL;
-    FSA(fsa_context_create(&ctx, &co));
-    /* The library's context is the device's primary context: make it current here too. */
-    CUdevice dev;
-    CUcontext pctx;
-    CU(cuInit(0));
-    CU(cuDeviceGet(&dev, 0));
-    CU(cuDevicePrimaryCtxRetain(&pctx, dev));
-    CU(cuCtxSetCurrent(pctx));
-    char name[256];
-    CU(cuDeviceGetName(name, sizeof name, dev));
-    int l2 = 0;
-    CU(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
-    printf("# fsa-bench %s on %s (%s), %s\n", fsa_version_string(), name, fsa_context_target(ctx),
-           o.dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
+    device_info dev;
+    rc = open_device(&ctx, &dev, &o);
+    if (rc != 0) return rc;
+    printf("# on %s (%s)\n", dev.name, fsa_context_target(ctx));
 
-    if (o.jit) {
-        run_jit(&o, "/proc/self/exe");
-        fsa_context_destroy(ctx);
-        return 0;
-    }
-
-    FILE *json = o.json ? fopen(o.json, "w") : NULL;
-    if (o.json && !json) {
-        fprintf(stderr, "fsa-bench: cannot write %s\n", o.json);
-        return 1;
-    }
-    if (json) fprintf(json, "{\"gpu\": \"%s\", \"target\": \"%s\", \"rows\": [\n", name, fsa_context_target(ctx));
-    printf("Hq=%d BK=%d K=%d; ms = median CUDA-event time of one forward; TFLOP/s = selected FLOPs / time\n",
-           o.q_heads, o.block_size, o.top_k);
-    printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |%s\n",
-           o.backward ? " bwd  |   bwd ms | TFLOP/s | bwd fsa  | bwd nsa  |   f+b ms | bwd ws B    | dq fsa-nsa |" : "");
-    printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|%s\n",
-           o.backward ? "------|----------|---------|----------|----------|----------|-------------|------------|" : "");
-    int first = 1;
-    bench_row row;
-    if (o.standard) {
-        const int Ts[2] = {8192, 65536};
-        const int Gs[5] = {1, 2, 4, 8, 16};
-        for (int ti = 0; ti < 2; ti++)
-            for (int gi = 0; gi < 5; gi++) {
-                run_row(ctx, &o, Ts[ti], Gs[gi], 128, &row, (size_t)l2);
-                print_row(&row, json, first);
-                first = 0;
-            }
-        const int Ds[2] = {64, 256};
-        for (int di = 0; di < 2; di++) {
-            run_row(ctx, &o, 16384, 4, Ds[di], &row, (size_t)l2);
-            print_row(&row, json, first);
+    FILE *json = NULL;
+    if (o.json && k_modes[o.mode].writes_json) {
+        json = fopen(o.json, "w");
+        if (!json) {
+            fprintf(stderr, "fsa-bench: cannot write %s\n", o.json);
+            fsa_context_destroy(ctx);
+            return TOOL_EXIT_FAILED;
         }
-    } else {
-        for (int ti = 0; ti < o.n_tokens; ti++)
-            for (int gi = 0; gi < o.n_groups; gi++) {
-                if (o.q_heads % o.groups[gi]) continue;
-                run_row(ctx, &o, o.tokens[ti], o.groups[gi], o.head_dim, &row, (size_t)l2);
-                print_row(&row, json, first);
-                first = 0;
-            }
     }
+    rc = k_modes[o.mode].run(ctx, &o, &dev, json);
     if (json) {
         fprintf(json, "\n]}\n");
-        fclose(json);
+        if (fclose(json) != 0) rc = TOOL_EXIT_FAILED;
     }
-    CU(cuDevicePrimaryCtxRelease(dev));
+    CU(cu.DevicePrimaryCtxRelease(dev.dev));
     fsa_context_destroy(ctx);
-    return 0;
+    return rc;
 }

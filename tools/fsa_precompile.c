@@ -6,6 +6,8 @@
  * fsa_plan_create in an application will look up, under the same keys. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "tool_args.h"
+
 #include <fsa.h>
 
 #include <ctype.h>
@@ -23,7 +25,7 @@
 
 #define PROG "fsa-precompile"
 
-enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
+enum { EXIT_FAILED = TOOL_EXIT_FAILED, EXIT_USAGE = TOOL_EXIT_USAGE };
 
 /* Caps that keep a typo such as 1-1000000000 from allocating or running for
  * hours; real grids are far smaller. */
@@ -227,30 +229,12 @@ static int parse_one(long *out, const char *text, long min, long max, const char
 /* A byte count with an optional K, M, G or T suffix (powers of 1024). */
 static int parse_bytes(uint64_t *out, const char *text)
 {
-    const char *p = text;
-    uint64_t v = 0;
-    if (!isdigit((unsigned char)*p)) goto bad;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10) goto bad;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    if (*p != '\0') {
-        const char *units = "KMGT";
-        const char *u = strchr(units, toupper((unsigned char)*p));
-        if (u == NULL || p[1] != '\0') goto bad;
-        for (long i = 0; i <= u - units; i++) {
-            if (v > UINT64_MAX / 1024) goto bad;
-            v *= 1024;
-        }
-    }
-    *out = v;
-    return 0;
-bad:
+    if (tool_parse_bytes(out, text) == 0) return 0;
     usage_error("--max-bytes: '%s' is not a byte count (e.g. 500M, 2G, 0)", text);
     return -1;
 }
 
-static const char *dtype_name(fsa_dtype d) { return d == FSA_DTYPE_F16 ? "f16" : "bf16"; }
+static const char *dtype_name(fsa_dtype d) { return tool_dtype_name(d); }
 
 static int parse_dtypes(int_list *out, const char *text)
 {
@@ -258,15 +242,13 @@ static int parse_dtypes(int_list *out, const char *text)
     int rc = parse_str_list(&names, text, "--dtype");
     out->n = 0;
     for (size_t i = 0; rc == 0 && i < names.n; i++) {
-        int d;
-        if (strcmp(names.v[i], "bf16") == 0) d = FSA_DTYPE_BF16;
-        else if (strcmp(names.v[i], "f16") == 0) d = FSA_DTYPE_F16;
-        else {
-            usage_error("--dtype: unknown type '%s' (bf16 or f16)", names.v[i]);
+        fsa_dtype d;
+        if (tool_parse_dtype(&d, names.v[i]) != 0) {
+            usage_error("--dtype: unknown type '%s' (" TOOL_DTYPE_SPELLINGS ")", names.v[i]);
             rc = -1;
             break;
         }
-        if (int_list_add(out, d) != 0) {
+        if (int_list_add(out, (int)d) != 0) {
             usage_error("out of memory");
             rc = -1;
         }
@@ -293,7 +275,7 @@ typedef enum tool_mode { MODE_COMPILE, MODE_LIST, MODE_VERIFY, MODE_PRUNE } tool
 
 typedef struct tool_options {
     tool_mode mode;
-    int help;
+    int help, version;
     str_list arches;
     int detect;
     int device, device_given;
@@ -340,7 +322,7 @@ static void print_usage(FILE *f)
             "  --detect            the target of the GPU chosen by --device\n"
             "  --device N          CUDA device ordinal for --detect (default 0)\n"
             "Grid (LIST: 64,128 or 1-8 or 16-256:16, or several joined by commas):\n"
-            "  --dtype LIST        bf16, f16 (default bf16)\n"
+            "  --dtype LIST        " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
             "  --head-dim LIST     default 128\n"
             "  --group LIST        query heads per KV head (default 1,2,4,8,16)\n"
             "  --block-size LIST   keys per selectable block (default 64)\n"
@@ -356,9 +338,12 @@ static void print_usage(FILE *f)
             "  --prune             delete least recently used entries until the cache holds at\n"
             "                      most --max-bytes N (suffixes K, M, G, T: powers of 1024)\n"
             "  -h, --help          this text\n"
+            "  --version           the library version\n"
             "\n"
+            "Each shape prints [n/N] and, once the pace is known, the time left.\n"
             "Exit status: 0 success; 1 a compile failed, --verify found bad entries or the cache\n"
-            "could not be used; 2 usage error.\n",
+            "could not be used; 2 usage error; 3 the target or device cannot be used (an --arch\n"
+            "the library does not know, no driver or no GPU for --detect).\n",
             online_cpus());
 }
 
@@ -377,7 +362,8 @@ enum {
     OPT_LIST,
     OPT_VERIFY,
     OPT_PRUNE,
-    OPT_MAX_BYTES
+    OPT_MAX_BYTES,
+    OPT_VERSION
 };
 
 static const struct option long_options[] = {
@@ -398,6 +384,7 @@ static const struct option long_options[] = {
     {"prune", no_argument, NULL, OPT_PRUNE},
     {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -417,6 +404,7 @@ static int apply_option(tool_options *o, int c, const char *arg)
     long n;
     switch (c) {
     case 'h': o->help = 1; return 0;
+    case OPT_VERSION: o->version = 1; return 0;
     case OPT_ARCH: return parse_str_list(&o->arches, arg, "--arch");
     case OPT_DETECT: o->detect = 1; return 0;
     case OPT_DEVICE:
@@ -530,7 +518,7 @@ static int parse_args(tool_options *o, int argc, char **argv)
         }
         if (apply_option(o, c, optarg) != 0) return EXIT_USAGE;
     }
-    if (o->help) return 0;
+    if (o->help || o->version) return 0;
     if (optind < argc) {
         usage_error("unexpected argument '%s'", argv[optind]);
         return EXIT_USAGE;
@@ -578,14 +566,14 @@ static fsa_status open_context(fsa_context **out, const tool_options *o, const c
     return fsa_context_create(out, &co);
 }
 
-/* Reports a context that could not be created; a bad --arch value is a
- * usage error, a missing GPU or driver is a failure. */
+/* Reports a context that could not be created. An --arch the library
+ * rejects parses fine: it is not a usage error but an unusable target, like
+ * a missing GPU or driver (TOOL_EXIT_TARGET). */
 static int context_error(fsa_status st, const char *arch, int device)
 {
     if (arch) fprintf(stderr, PROG ": target %s: %s\n", arch, fsa_last_error());
     else fprintf(stderr, PROG ": device %d: %s\n", device, fsa_last_error());
-    int usage = arch && (st == FSA_STATUS_UNSUPPORTED_DEVICE || st == FSA_STATUS_INVALID_ARGUMENT);
-    return usage ? EXIT_USAGE : EXIT_FAILED;
+    return tool_context_exit_code(st);
 }
 
 /* Precompiling or maintaining without a disk cache would do nothing. */
@@ -616,6 +604,8 @@ typedef struct run_state {
     atomic_size_t next_job;
     atomic_size_t failed, skipped;
     pthread_mutex_t print_lock; /* one combination's lines stay together */
+    size_t done;                /* jobs reported, under print_lock */
+    double start_ms;
 } run_state;
 
 typedef struct job {
@@ -723,22 +713,36 @@ static void describe_counts(char *buf, size_t cap, const fsa_cache_stats *own, d
     if (n == 0) snprintf(buf, cap, "no kernels needed");
 }
 
+/* "[n/N] ", with the time left at the pace so far once it is a second or more. */
+static void progress(char *buf, size_t cap, const run_state *rs)
+{
+    double elapsed_s = (now_ms() - rs->start_ms) / 1e3;
+    double left_s = elapsed_s / (double)rs->done * (double)(rs->n_jobs - rs->done);
+    if (rs->done == rs->n_jobs || left_s < 1.0) snprintf(buf, cap, "[%zu/%zu] ", rs->done, rs->n_jobs);
+    else if (left_s < 60.0) snprintf(buf, cap, "[%zu/%zu, about %.0f s left] ", rs->done, rs->n_jobs, left_s);
+    else
+        snprintf(buf, cap, "[%zu/%zu, about %d min %02d s left] ", rs->done, rs->n_jobs, (int)left_s / 60,
+                 (int)left_s % 60);
+}
+
 static void report_job(run_state *rs, const job *j, fsa_status st, double wall_ms, const fsa_cache_stats *own)
 {
-    char label[96], counts[160];
+    char label[96], counts[160], count[64];
     job_label(label, sizeof label, j);
     pthread_mutex_lock(&rs->print_lock);
+    rs->done++;
+    progress(count, sizeof count, rs);
     if (st == FSA_STATUS_OK) {
         describe_counts(counts, sizeof counts, own, wall_ms);
-        printf("%s: %s\n", label, counts);
+        printf("%s%s: %s\n", count, label, counts);
     } else if (st == FSA_STATUS_UNSUPPORTED) {
         /* The message alone: "unsupported" already names the status. */
         const char *why = fsa_last_error_info()->message;
-        printf("%s: skipped (unsupported: %s)\n", label, why[0] ? why : fsa_last_error());
+        printf("%s%s: skipped (unsupported: %s)\n", count, label, why[0] ? why : fsa_last_error());
         atomic_fetch_add(&rs->skipped, 1);
     } else {
         fflush(stdout);
-        fprintf(stderr, "%s: FAILED after %.1f ms: %s\n", label, wall_ms, fsa_last_error());
+        fprintf(stderr, "%s%s: FAILED after %.1f ms: %s\n", count, label, wall_ms, fsa_last_error());
         atomic_fetch_add(&rs->failed, 1);
     }
     fflush(stdout);
@@ -890,6 +894,7 @@ static int precompile(const tool_options *o)
         atomic_init(&rs.skipped, 0);
         print_header(&rs, threads);
         double t0 = now_ms();
+        rs.start_ms = t0;
         run_pool(&rs, threads);
         double wall_s = (now_ms() - t0) / 1e3;
         totals sum = {0};
@@ -1012,6 +1017,7 @@ int main(int argc, char **argv)
     tool_options o;
     int rc = parse_args(&o, argc, argv);
     if (rc == 0 && o.help) print_usage(stdout);
+    else if (rc == 0 && o.version) printf(PROG " %s\n", fsa_version_string());
     else if (rc == 0) rc = o.mode == MODE_COMPILE ? precompile(&o) : maintain(&o);
     options_free(&o);
     /* A full disk or closed pipe on stdout is a failure, not a success. */

@@ -3,16 +3,21 @@
     import fsa_jit
     o = fsa_jit.selected_attention(q, k, v, topk_idx, cu_seqlens, block_size=64)
 
-libfsa is found through $FSA_LIBRARY, next to this package, on the system
-library path, or in a build folder of the source tree; it is loaded on first
-use. torch is imported on first use of the attention too, so precompile()
-works without it.
+libfsa is found through $FSA_LIBRARY, inside this package (a wheel carries
+it), on the system library path, or in a build folder of the source tree; it
+is loaded on first use. torch is imported on first use of the attention too,
+so precompile() works without it.
 """
 
 from ._lib import FSA_DEVICE_NONE, FsaError, FsaLibraryNotFound
 from .precompile import precompile
 
-__version__ = "0.1.0"
+try:
+    from ._version import __version__  # written by the wheel build from VERSION
+except ImportError:  # the source tree: read VERSION itself
+    from ._lib import source_tree_version as _source_tree_version
+
+    __version__ = _source_tree_version()
 
 __all__ = [
     "FSA_DEVICE_NONE",

@@ -54,6 +54,47 @@ FSA_ALGORITHM_NSA = 2
 
 ALGORITHMS = {"auto": FSA_ALGORITHM_AUTO, "fsa": FSA_ALGORITHM_FSA, "nsa": FSA_ALGORITHM_NSA}
 
+# The one set of dtype spellings, shared with the C tools' --dtype.
+DTYPE_SPELLINGS = {
+    "bf16": FSA_DTYPE_BF16, "bfloat16": FSA_DTYPE_BF16,
+    "fp16": FSA_DTYPE_F16, "f16": FSA_DTYPE_F16, "float16": FSA_DTYPE_F16, "half": FSA_DTYPE_F16,
+}
+DTYPE_NAMES = {FSA_DTYPE_BF16: "bf16", FSA_DTYPE_F16: "f16"}
+
+
+def dtype_code(d):
+    """FSA_DTYPE_* of a spelling in DTYPE_SPELLINGS or a torch dtype (torch.bfloat16, torch.float16)."""
+    name = str(d).lower()
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+    if name not in DTYPE_SPELLINGS:
+        raise ValueError(f"dtype {d!r}: expected one of {', '.join(DTYPE_SPELLINGS)} (or torch.bfloat16, torch.float16)")
+    return DTYPE_SPELLINGS[name]
+
+_BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(value, name="bytes"):
+    """A byte count: None (0), an int >= 0, or a string such as '2G' (suffixes K, M, G, T: powers of
+    1024, as the tools' options take them)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text.rstrip("kKmMgGtT")
+        suffix = text[len(digits):].upper()
+        if digits.isdigit() and suffix in _BYTE_SUFFIXES:
+            return int(digits) * _BYTE_SUFFIXES[suffix]
+        raise ValueError(f"{name}: {value!r} is not a byte count (e.g. 536870912, '512M', '2G')")
+    raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")
+
+
 # ------------------------------------------------------------------ structs
 # Same field order and types as fsa.h; enums are int, device pointers uint64.
 
@@ -315,15 +356,39 @@ def _repo_root():
     return Path(__file__).resolve().parents[2]
 
 
+def source_tree_version():
+    """The VERSION file of the source tree this package sits in ("0+unknown" outside one)."""
+    try:
+        return (_repo_root() / "VERSION").read_text().split()[0]
+    except (OSError, IndexError):
+        return "0+unknown"
+
+
+def package_version():
+    try:
+        from ._version import __version__  # written by the wheel build
+    except ImportError:
+        return source_tree_version()
+    return __version__
+
+
+def soname(version=None):
+    """libfsa's SONAME for a version: libfsa.so.0.MINOR while the major is 0, else libfsa.so.MAJOR."""
+    parts = (version or package_version()).split(".")
+    if len(parts) < 2 or not parts[0].isdigit():
+        return "libfsa.so"
+    return f"libfsa.so.{parts[0]}.{parts[1]}" if parts[0] == "0" else f"libfsa.so.{parts[0]}"
+
+
 def candidate_paths():
     """Where libfsa is looked for, in order (without FSA_LIBRARY)."""
     paths = []
     here = Path(__file__).resolve().parent
-    paths += sorted(str(p) for p in here.glob("libfsa.so*"))
+    paths += sorted(str(p) for p in here.glob("libfsa.so*"))  # the wheel's own copy
     found = ctypes.util.find_library("fsa")
     if found:
         paths.append(found)
-    paths += ["libfsa.so.0", "libfsa.so"]  # the dynamic loader's own search path
+    paths += [soname(), "libfsa.so"]  # the dynamic loader's own search path
     root = _repo_root()
     if (root / "include" / "fsa.h").is_file():
         builds = glob.glob(str(root / "build*" / "libfsa.so*")) + glob.glob(str(root / "build*" / "*" / "libfsa.so*"))
@@ -337,8 +402,35 @@ def candidate_paths():
     return unique
 
 
+def python_site_dirs():
+    """Directories holding pip's nvidia/ packages (site-packages), where libfsa looks for
+    the NVRTC of the nvidia-cuda-nvrtc wheel that PyTorch installs."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    dirs = []
+    for loc in locations:
+        parent = str(Path(loc).parent)
+        if parent not in dirs:
+            dirs.append(parent)
+    return dirs
+
+
+def _tell_libfsa_where_pip_nvrtc_is():
+    # Read by libfsa when it first needs NVRTC; a value set by the user wins.
+    if "FSA_PYTHON_SITE_DIRS" not in os.environ:
+        dirs = python_site_dirs()
+        if dirs:
+            os.environ["FSA_PYTHON_SITE_DIRS"] = os.pathsep.join(dirs)
+
+
 def load_library(path=None):
     """Loads libfsa: `path`, else $FSA_LIBRARY, else the first candidate that loads."""
+    _tell_libfsa_where_pip_nvrtc_is()
     explicit = path or os.environ.get("FSA_LIBRARY")
     if explicit:
         try:

@@ -1,4 +1,10 @@
-"""selected_attention: libfsa's forward and backward as a torch.autograd.Function.
+"""selected_attention: libfsa's forward and backward as PyTorch custom operators.
+
+The forward and the backward are registered with torch.library as
+fsa_jit::selected_attention_fwd and fsa_jit::selected_attention_bwd, each
+with a fake (meta) implementation, and the forward's autograd formula calls
+the backward operator: eager mode, autograd, torch.compile(fullgraph=True)
+and CUDA graphs all go through the same two operators.
 
 The call path does no host synchronisation and allocates only through torch's
 caching allocator, so it can be captured in a CUDA graph (after a first eager
@@ -13,6 +19,9 @@ import threading
 import torch
 
 from . import _lib
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"fsa_jit.selected_attention needs torch 2.4 or newer (torch.library.custom_op); this is {torch.__version__}")
 
 _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -154,11 +163,6 @@ def _head_strides(t):
     return ts, hs
 
 
-def _view(t):
-    """The fsa_tensor of a [T, H, D] tensor the kernels can read."""
-    return _lib.fsa_tensor(t.data_ptr(), *_head_strides(t))
-
-
 def _kernel_ready(t):
     """t itself when libfsa can read it in place, else a contiguous copy.
 
@@ -214,11 +218,12 @@ def _context(lib, device_index):
     return ctx
 
 
-def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, backward):
+def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit,
+              backward):
     # A library without the backward gets forward-only plans; the backward
     # then fails with a clear message instead of the forward failing.
     backward = bool(backward) and lib.has_backward
-    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm)
+    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit)
     plan = _plans.get(base + (backward,))
     if plan is None and not backward:
         plan = _plans.get(base + (True,))  # a backward plan also runs the forward
@@ -232,7 +237,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
         desc = _lib.fsa_selected_attention_desc(
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
             block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
-            backward=int(backward),
+            workspace_limit=workspace_limit, backward=int(backward),
         )
         handle = ctypes.c_void_p()
         lib.check(lib.fsa_plan_create(ctypes.byref(handle), ctx, ctypes.byref(desc)), "fsa_plan_create")
@@ -255,7 +260,8 @@ def clear_plans():
 
 
 def cached_plans():
-    """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm, backward)."""
+    """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm,
+    workspace_limit, backward)."""
     return list(_plans)
 
 
@@ -273,99 +279,123 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _topk_view(topk_idx, call):
-    return _lib.fsa_tensor(topk_idx.data_ptr(), call.topk_token_stride, call.topk_head_stride)
+# ------------------------------------------------------------------ operators
+#
+# Tensors cross the operator boundary as the caller made them; what libfsa
+# cannot read in place is copied inside, where data pointers are available
+# (tracing sees only shapes). Non-tensor arguments: block_size, scale (0.0 =
+# 1/sqrt(D)), max_seqlen (0 = unknown), algorithm (FSA_ALGORITHM_*),
+# topk_layout ('hkt' or 'thk'), workspace_limit (bytes, 0 = none).
 
 
-# ------------------------------------------------------------------ autograd
+def _scale32(scale):
+    # The plan holds a float; key the cache on the value it will hold.
+    return float(ctypes.c_float(scale).value)
 
 
-class _Call:
-    """What the forward needs besides the tensors; kept on ctx for the backward."""
-
-    def __init__(self, block_size, scale, max_seqlen, algorithm, topk_head_stride, topk_token_stride,
-                 needs_backward):
-        self.block_size = block_size
-        self.scale = scale  # float32 value; 0.0 = 1/sqrt(head_dim)
-        self.max_seqlen = max_seqlen
-        self.algorithm = algorithm
-        self.topk_head_stride = topk_head_stride
-        self.topk_token_stride = topk_token_stride
-        self.needs_backward = needs_backward  # plan with backward kernels
-        self.plan = None
+def _view(t):
+    return _lib.fsa_tensor(t.data_ptr(), *_head_strides(t))
 
 
-class _SelectedAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, topk_idx, cu_seqlens, call):
-        t_len, hq, d = q.shape
-        hkv = k.shape[1]
-        batch = cu_seqlens.numel() - 1
-        device = q.device
-        with torch.cuda.device(device):
-            o = torch.empty((t_len, hq, d), dtype=q.dtype, device=device)
-            lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
-            if t_len > 0:
-                lib = _lib.get()
-                plan = _get_plan(lib, device.index, q.dtype, d, hq, hkv, call.block_size, topk_idx.shape[2],
-                                 call.scale, call.algorithm, call.needs_backward)
-                call.plan = plan
-                ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch), device)
-                args = _lib.fsa_fwd_args(
-                    total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
-                    q=_view(q), k=_view(k), v=_view(v), o=_view(o), topk=_topk_view(topk_idx, call),
-                    cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
-                    workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
-                )
-                st = lib.fsa_selected_attention_fwd(plan.handle, ctypes.byref(args), _stream(device))
-                lib.check(st, "fsa_selected_attention_fwd")
-        ctx.save_for_backward(q, k, v, o, lse, topk_idx, cu_seqlens)
-        ctx.call = call
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+def _fwd_args(q, k, v, o, topk_idx, layout, cu_seqlens, lse, max_seqlen):
+    topk_idx, topk_hs, topk_ts = _topk_ready(topk_idx, layout)
+    return topk_idx, dict(
+        total_tokens=q.shape[0], batch=cu_seqlens.numel() - 1, max_seqlen=max_seqlen,
+        q=_view(q), k=_view(k), v=_view(v), o=_view(o),
+        topk=_lib.fsa_tensor(topk_idx.data_ptr(), topk_ts, topk_hs),
+        cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
+    )
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, do, _dlse):
-        q, k, v, o, lse, topk_idx, cu_seqlens = ctx.saved_tensors
-        call = ctx.call
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        if not (need_q or need_k or need_v):
-            return None, None, None, None, None, None
-        t_len = q.shape[0]
-        batch = cu_seqlens.numel() - 1
-        device = q.device
-        with torch.cuda.device(device):
-            dq = torch.empty(q.shape, dtype=q.dtype, device=device)
-            dk = torch.empty(k.shape, dtype=k.dtype, device=device)
-            dv = torch.empty(v.shape, dtype=v.dtype, device=device)
-            if t_len > 0:
-                lib = _lib.get()
-                lib.require_backward()
-                # Looked up again rather than kept: clear_plans() may have run since the forward.
-                plan = _get_plan(lib, *call.plan.key)
-                if not plan.backward:
-                    raise RuntimeError("selected_attention: the forward ran with a plan without backward kernels")
-                do = _kernel_ready(do)
-                ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, batch, backward=True), device)
-                args = _lib.fsa_bwd_args(
-                    total_tokens=t_len, batch=batch, max_seqlen=call.max_seqlen,
-                    q=_view(q), k=_view(k), v=_view(v), o=_view(o), dout=_view(do),
-                    dq=_view(dq), dk=_view(dk), dv=_view(dv), topk=_topk_view(topk_idx, call),
-                    cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
-                    workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
-                )
-                st = lib.fsa_selected_attention_bwd(plan.handle, ctypes.byref(args), _stream(device))
-                lib.check(st, "fsa_selected_attention_bwd")
-            else:
-                dq.zero_()
-                dk.zero_()
-                dv.zero_()
-        return (dq if need_q else None, dk if need_k else None, dv if need_v else None, None, None, None)
+
+@torch.library.custom_op("fsa_jit::selected_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor,
+            block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,
+            backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    t_len, hq, d = q.shape
+    device = q.device
+    with torch.cuda.device(device):
+        o = torch.empty((t_len, hq, d), dtype=q.dtype, device=device)
+        lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
+        if t_len == 0:
+            return o, lse
+        q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+        cu_seqlens = cu_seqlens.contiguous()
+        lib = _lib.get()
+        plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
+                         _scale32(scale), algorithm, workspace_limit, backward)
+        ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1), device)
+        topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
+        args = _lib.fsa_fwd_args(workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
+        st = lib.fsa_selected_attention_fwd(plan.handle, ctypes.byref(args), _stream(device))
+        lib.check(st, "fsa_selected_attention_fwd")
+    return o, lse
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+              workspace_limit, backward):
+    t_len, hq, d = q.shape
+    return q.new_empty((t_len, hq, d)), q.new_empty((hq, t_len), dtype=torch.float32)
+
+
+@torch.library.custom_op("fsa_jit::selected_attention_bwd", mutates_args=())
+def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor, block_size: int, scale: float,
+            max_seqlen: int, algorithm: int, topk_layout: str,
+            workspace_limit: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t_len, hq, d = q.shape
+    device = q.device
+    with torch.cuda.device(device):
+        dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=device)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=device)
+        if t_len == 0:
+            return dq, dk, dv
+        lib = _lib.get()
+        lib.require_backward()
+        q, k, v, o, dout = (_kernel_ready(x) for x in (q, k, v, o, dout))
+        lse, cu_seqlens = lse.contiguous(), cu_seqlens.contiguous()
+        # Looked up rather than kept from the forward: clear_plans() may have run since.
+        plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
+                         _scale32(scale), algorithm, workspace_limit, True)
+        if not plan.backward:
+            raise RuntimeError("selected_attention: the backward needs a plan with backward kernels")
+        ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1, backward=True), device)
+        topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
+        args = _lib.fsa_bwd_args(dout=_view(dout), dq=_view(dq), dk=_view(dk), dv=_view(dv),
+                                 workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
+        st = lib.fsa_selected_attention_bwd(plan.handle, ctypes.byref(args), _stream(device))
+        lib.check(st, "fsa_selected_attention_bwd")
+    return dq, dk, dv
+
+
+@_bwd_op.register_fake
+def _bwd_fake(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+              workspace_limit):
+    # Contiguous, as the real operator allocates them (empty_like would copy a view's strides).
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit, _ = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, topk_idx, cu_seqlens)
+    ctx.call = (block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, do, _dlse):
+    q, k, v, o, lse, topk_idx, cu_seqlens = ctx.saved_tensors
+    dq, dk, dv = torch.ops.fsa_jit.selected_attention_bwd(do, q, k, v, o, lse, topk_idx, cu_seqlens, *ctx.call)
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 9
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
-                       return_lse=False, algorithm="auto", topk_layout=None):
+                       return_lse=False, algorithm="auto", topk_layout=None, workspace_limit=None):
     """Native Sparse Attention's selected (top-k block) attention over a packed varlen batch.
 
     q [T, Hq, D], k and v [T, Hkv, D]: fp16 or bf16 on one CUDA device; the
@@ -377,22 +407,20 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     cu_seqlens: int32 [B + 1] on the same device, cu_seqlens[-1] == T.
     block_size: keys per block (16, 32, 64, 128 or 256). scale: softmax
     scale, None = 1/sqrt(D). max_seqlen: longest sequence, if known (host int).
-    algorithm: 'auto', 'fsa' or 'nsa'.
+    algorithm: 'auto', 'fsa' or 'nsa'. workspace_limit: cap on the device
+    workspace of one call, in bytes (an int, or a string such as '512M' or
+    '2G'); None = no cap. Larger problems then run in token chunks.
 
     Returns o [T, Hq, D] (same dtype as q), and lse [Hq, T] fp32 (natural log;
     -inf for rows with no visible key) when return_lse. Differentiable with
-    respect to q, k and v; lse carries no gradient.
+    respect to q, k and v; lse carries no gradient. Works in eager mode, under
+    torch.compile (fullgraph=True included) and in CUDA graphs.
     """
     layout, algo = validate(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
-    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    topk_idx, topk_hs, topk_ts = _topk_ready(topk_idx, layout)
-    if cu_seqlens.stride(0) != 1:
-        cu_seqlens = cu_seqlens.contiguous()
-    # The plan holds a float; key the cache on the value it will hold.
-    scale32 = 0.0 if scale is None else float(ctypes.c_float(float(scale)).value)
-    # Grad mode is off inside Function.forward: decide here.
+    limit = _lib.parse_bytes(workspace_limit, "workspace_limit")
+    # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    call = _Call(int(block_size), scale32, 0 if max_seqlen is None else int(max_seqlen), algo, topk_hs, topk_ts,
-                 needs_backward)
-    o, lse = _SelectedAttention.apply(q, k, v, topk_idx, cu_seqlens, call)
+    o, lse = torch.ops.fsa_jit.selected_attention_fwd(
+        q, k, v, topk_idx, cu_seqlens, int(block_size), 0.0 if scale is None else float(scale),
+        0 if max_seqlen is None else int(max_seqlen), algo, layout, limit, needs_backward)
     return (o, lse) if return_lse else o

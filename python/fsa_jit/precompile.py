@@ -5,22 +5,16 @@ cache ends up holding exactly what a later plan creation looks up. Needs no
 torch and, with `arch`, no GPU.
 """
 
+import concurrent.futures
 import ctypes
 import itertools
+import os
+import time
 
 from . import _lib
 
-_DTYPE_NAMES = {
-    "bf16": _lib.FSA_DTYPE_BF16, "bfloat16": _lib.FSA_DTYPE_BF16,
-    "f16": _lib.FSA_DTYPE_F16, "fp16": _lib.FSA_DTYPE_F16, "float16": _lib.FSA_DTYPE_F16,
-}
-
-
 def _dtype_code(d):
-    name = str(d).lower().replace("torch.", "")
-    if name not in _DTYPE_NAMES:
-        raise ValueError(f"dtype {d!r}: expected 'bf16' or 'f16' (or the torch dtypes)")
-    return _DTYPE_NAMES[name]
+    return _lib.dtype_code(d)
 
 
 def _int_list(name, values):
@@ -56,15 +50,42 @@ def _stats(lib, ctx):
     return s
 
 
+def _plan_one(lib, ctx, target_name, dtype, d, g, bk, k, algorithm, backward):
+    """Creates and destroys one plan; (kind, shape, detail) with kind ok, skipped or failed.
+    Runs on a worker thread: the error record it reads is that thread's."""
+    shape = f"{target_name} {_lib.DTYPE_NAMES[dtype]} d{d} g{g} bk{bk} k{k}"
+    desc = _lib.fsa_selected_attention_desc(
+        dtype=dtype, head_dim=d, num_q_heads=g, num_kv_heads=1, block_size=bk, top_k=k,
+        algorithm=_lib.ALGORITHMS[algorithm], backward=int(bool(backward)),
+    )
+    plan = ctypes.c_void_p()
+    t0 = time.monotonic()
+    st = lib.fsa_plan_create(ctypes.byref(plan), ctx, ctypes.byref(desc))
+    ms = (time.monotonic() - t0) * 1e3
+    if st == _lib.FSA_STATUS_OK:
+        result = ("ok", shape, f"ready in {ms:.1f} ms")
+    else:
+        err = lib.error(st, "fsa_plan_create")
+        if st == _lib.FSA_STATUS_UNSUPPORTED:
+            result = ("skipped", shape, err.info.get("message") or err.message)
+        else:
+            result = ("failed", shape, str(err))
+    lib.fsa_plan_destroy(plan)  # an offline plan cannot run; creating it was the point
+    return result
+
+
 def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), groups=(1, 2, 4, 8, 16),
                block_sizes=(64,), top_k=16, algorithm="auto", cache_dir=None, device=0, backward=False,
-               verbose=False):
+               verbose=False, jobs=None):
     """Compiles (or finds in the cache) the kernels of every shape of the grid.
 
     arch: offline targets, "sm_80,sm_90a" or a list (no GPU needed); or
     detect=True for the GPU `device`. One of the two is required. Each shape
     is planned with num_kv_heads = 1 and num_q_heads = group, as the tool
-    does; backward=True also builds the backward kernels.
+    does; backward=True also builds the backward kernels. dtypes: names from
+    bf16, bfloat16, fp16, f16, float16, half (or torch dtypes). jobs: compile
+    threads (default: the number of CPUs); verbose: one line per shape with
+    an [n/N] count and the estimated time left.
 
     Returns a dict: compiled (NVRTC compilations), cached (kernels read from
     the disk cache), in_memory (already loaded in this process), compile_ms,
@@ -89,61 +110,76 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     groups = _int_list("groups", groups)
     block_sizes = _int_list("block_sizes", block_sizes)
     top_k = _int_list("top_k", top_k)
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     targets = _targets(arch) if arch is not None else [None]
 
     lib = _lib.get()
     summary = {"compiled": 0, "cached": 0, "in_memory": 0, "compile_ms": 0.0, "plans": 0, "skipped": 0,
                "failed": 0, "failures": [], "skipped_shapes": [], "targets": [], "cache_dir": None}
-    for target in targets:
-        options = _lib.fsa_context_options(
-            device=_lib.FSA_DEVICE_NONE if target is not None else device,
-            target=target.encode() if target is not None else None,
-            cache_dir=cache_dir.encode() if cache_dir is not None else None,
-            # The environment's FSA_CACHE_MODE and FSA_JIT are for applications;
-            # precompiling means compiling and writing.
-            cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
-            jit=_lib.FSA_JIT_ON,
-            log=1,
-        )
-        ctx = ctypes.c_void_p()
-        lib.check(lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options)), "fsa_context_create")
-        try:
+    contexts = []
+    try:
+        for target in targets:
+            options = _lib.fsa_context_options(
+                device=_lib.FSA_DEVICE_NONE if target is not None else device,
+                target=target.encode() if target is not None else None,
+                cache_dir=cache_dir.encode() if cache_dir is not None else None,
+                # The environment's FSA_CACHE_MODE and FSA_JIT are for applications;
+                # precompiling means compiling and writing.
+                cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
+                jit=_lib.FSA_JIT_ON,
+                log=1,
+            )
+            ctx = ctypes.c_void_p()
+            lib.check(lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options)), "fsa_context_create")
+            contexts.append(ctx)
             name = _lib._text(lib.fsa_context_target(ctx))
             where = _lib._text(lib.fsa_context_cache_dir(ctx))
             if not where:
                 raise RuntimeError(f"{name}: no usable cache directory (see the warning above); nothing would be kept")
             summary["targets"].append(name)
             summary["cache_dir"] = where
-            before = _stats(lib, ctx)
-            for dtype, d, g, bk, k in itertools.product(dtype_codes, head_dims, groups, block_sizes, top_k):
-                shape = f"{name} {'f16' if dtype == _lib.FSA_DTYPE_F16 else 'bf16'} d{d} g{g} bk{bk} k{k}"
-                desc = _lib.fsa_selected_attention_desc(
-                    dtype=dtype, head_dim=d, num_q_heads=g, num_kv_heads=1, block_size=bk, top_k=k,
-                    algorithm=_lib.ALGORITHMS[algorithm], backward=int(bool(backward)),
-                )
-                plan = ctypes.c_void_p()
-                st = lib.fsa_plan_create(ctypes.byref(plan), ctx, ctypes.byref(desc))
-                if st == _lib.FSA_STATUS_OK:
+        before = [_stats(lib, ctx) for ctx in contexts]
+        grid = [(ctx, name, dtype, d, g, bk, k, algorithm, backward)
+                for dtype, d, g, bk, k in itertools.product(dtype_codes, head_dims, groups, block_sizes, top_k)
+                for ctx, name in zip(contexts, summary["targets"])]
+        t0 = time.monotonic()
+        # ctypes releases the GIL during each call, so NVRTC compiles run in parallel.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid))) as pool:
+            futures = [pool.submit(_plan_one, lib, *job) for job in grid]
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                kind, shape, detail = future.result()
+                if kind == "ok":
                     summary["plans"] += 1
-                    result = "ok"
-                elif st == _lib.FSA_STATUS_UNSUPPORTED:
-                    err = lib.error(st, "fsa_plan_create")
+                elif kind == "skipped":
                     summary["skipped"] += 1
-                    summary["skipped_shapes"].append((shape, err.info.get("message") or err.message))
-                    result = "skipped: " + (err.info.get("message") or err.message)
+                    summary["skipped_shapes"].append((shape, detail))
                 else:
-                    err = lib.error(st, "fsa_plan_create")
                     summary["failed"] += 1
-                    summary["failures"].append((shape, str(err)))
-                    result = "FAILED: " + str(err)
-                lib.fsa_plan_destroy(plan)  # an offline plan cannot run; creating it was the point
+                    summary["failures"].append((shape, detail))
                 if verbose:
-                    print(f"{shape}: {result}", flush=True)
+                    print(f"[{done}/{len(grid)}{_eta(t0, done, len(grid))}] {shape}: "
+                          f"{'skipped: ' if kind == 'skipped' else 'FAILED: ' if kind == 'failed' else ''}{detail}",
+                          flush=True)
+        for ctx, b in zip(contexts, before):
             after = _stats(lib, ctx)
-            summary["compiled"] += after.compiles - before.compiles
-            summary["cached"] += after.disk_hits - before.disk_hits
-            summary["in_memory"] += after.memory_hits - before.memory_hits
-            summary["compile_ms"] += after.compile_ms - before.compile_ms
-        finally:
+            summary["compiled"] += after.compiles - b.compiles
+            summary["cached"] += after.disk_hits - b.disk_hits
+            summary["in_memory"] += after.memory_hits - b.memory_hits
+            summary["compile_ms"] += after.compile_ms - b.compile_ms
+    finally:
+        for ctx in contexts:
             lib.fsa_context_destroy(ctx)
     return summary
+
+
+def _eta(t0, done, total):
+    """', about 1 min 20 s left' from the pace so far; '' at the end or too early to say."""
+    if done >= total or done == 0:
+        return ""
+    left = (time.monotonic() - t0) / done * (total - done)
+    if left < 1:
+        return ""
+    return f", about {int(left) // 60} min {int(left) % 60:02d} s left" if left >= 60 else f", about {left:.0f} s left"

@@ -262,3 +262,45 @@ def test_second_device(library):
         g1 = torch.autograd.grad(o1, (inputs1["q"], inputs1["k"], inputs1["v"]), do1)
         for a, b in zip(g0, g1):
             assert torch.equal(a.cpu(), b.cpu())
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_fullgraph_matches_eager(backward, mode):
+    """Forward and backward through torch.compile(fullgraph=True): the custom operators
+    trace without a graph break and give eager's bits ('reduce-overhead' replays them
+    from CUDA graphs)."""
+    c = case(bf16, 64, 2, 4, 32, 6, [70, 1, 129], "thk", q_view="transposed", scale=0.3)
+    inputs, do = make(c, seed=8)
+    fixed = {n: inputs[n] for n in ("topk_idx", "cu_seqlens", "block_size", "scale", "max_seqlen", "topk_layout")}
+
+    def f(q, k, v):
+        o, lse = fsa_jit.selected_attention(q, k, v, **fixed, return_lse=True, workspace_limit="64M")
+        return o, lse
+
+    xs = (inputs["q"], inputs["k"], inputs["v"])
+    o_eager, lse_eager = f(*xs)
+    g_eager = torch.autograd.grad(o_eager, xs, do)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, mode=None if mode == "default" else mode)
+    for _ in range(3):  # reduce-overhead records its graphs on the first calls, then replays
+        o, lse = compiled(*xs)
+        g = torch.autograd.grad(o, xs, do)
+        torch.cuda.synchronize()
+        assert torch.equal(o, o_eager)
+        assert torch.equal(lse, lse_eager)
+        for a, b in zip(g, g_eager):
+            assert torch.equal(a, b)
+    want_o, _, want_g = reference(inputs, do)
+    assert rel_err(o, want_o) < TOLERANCE[bf16][0]
+    for a, w in zip(g, want_g):
+        assert rel_err(a, w) < TOLERANCE[bf16][1]
+
+
+def test_workspace_limit_runs_in_chunks_with_the_same_result(library):
+    c = CASES[0]
+    inputs, _ = make(c, requires_grad=False)
+    o_free = fsa_jit.selected_attention(**inputs)
+    o_capped = fsa_jit.selected_attention(**inputs, workspace_limit=4096)
+    assert any(key[9] == 4096 for key in fsa_jit.cached_plans()), "the capped call has its own plan"
+    assert rel_err(o_capped, o_free) < TOLERANCE[c["dtype"]][0]

@@ -1,6 +1,9 @@
 """Finding libfsa, its errors, and precompile (CPU only: offline targets)."""
 
 import ctypes
+import importlib
+import os
+import sys
 
 import pytest
 
@@ -32,9 +35,57 @@ def test_not_a_libfsa(monkeypatch):
         _lib.load_library(libc)
 
 
-def test_source_tree_build_folders_are_candidates():
+def test_the_package_copy_comes_first_then_the_loader_path(monkeypatch, tmp_path):
+    package = tmp_path / "fsa_jit"
+    package.mkdir()
+    (package / "libfsa.so.0.1").write_bytes(b"")
+    monkeypatch.setattr(_lib, "__file__", str(package / "_lib.py"))
     paths = _lib.candidate_paths()
-    assert "libfsa.so.0" in paths
+    assert paths[0] == str(package / "libfsa.so.0.1")
+    assert paths.index(_lib.soname()) > 0
+
+
+def test_soname_follows_the_versioning_policy():
+    assert _lib.soname("0.1.0") == "libfsa.so.0.1"
+    assert _lib.soname("0.12.3") == "libfsa.so.0.12"
+    assert _lib.soname("1.4.2") == "libfsa.so.1"
+
+
+def test_package_version_is_the_version_file():
+    version_file = _lib._repo_root() / "VERSION"
+    if not version_file.is_file():
+        pytest.skip("not running from the source tree")
+    assert fsa_jit.__version__ == version_file.read_text().strip()
+
+
+def test_python_and_library_versions_agree(lib):
+    assert lib.version() == fsa_jit.__version__
+
+
+def test_one_set_of_dtype_spellings():
+    for name in ("bf16", "bfloat16", "BF16", "torch.bfloat16"):
+        assert _lib.dtype_code(name) == _lib.FSA_DTYPE_BF16
+    for name in ("fp16", "f16", "float16", "half", "torch.float16"):
+        assert _lib.dtype_code(name) == _lib.FSA_DTYPE_F16
+    for name in ("fp8", "float32", "bf", ""):
+        with pytest.raises(ValueError, match="expected one of bf16, bfloat16, fp16, f16, float16, half"):
+            _lib.dtype_code(name)
+
+
+def test_pip_nvrtc_directories_are_passed_to_libfsa(monkeypatch, tmp_path):
+    site = tmp_path / "site-packages"
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("FSA_PYTHON_SITE_DIRS", raising=False)
+    importlib.invalidate_caches()
+    monkeypatch.delitem(sys.modules, "nvidia", raising=False)
+    assert str(site) in _lib.python_site_dirs()
+    _lib._tell_libfsa_where_pip_nvrtc_is()
+    assert str(site) in os.environ["FSA_PYTHON_SITE_DIRS"].split(":")
+    # A value the user set is left alone.
+    monkeypatch.setenv("FSA_PYTHON_SITE_DIRS", "/mine")
+    _lib._tell_libfsa_where_pip_nvrtc_is()
+    assert os.environ["FSA_PYTHON_SITE_DIRS"] == "/mine"
 
 
 def test_loaded(lib):

@@ -12,6 +12,13 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install "${FSA_BINARY_DIR}" --prefix "${prefix}")
+# The SONAME follows the versioning policy (major.minor while the major is 0).
+if(FSA_BUILD_SHARED)
+  file(GLOB soname "${prefix}/lib*/libfsa.so.${FSA_SOVERSION}")
+  if(NOT soname)
+    message(FATAL_ERROR "no libfsa.so.${FSA_SOVERSION} under ${prefix}")
+  endif()
+endif()
 run(${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}/consumer" -B "${WORK_DIR}/build"
     "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")

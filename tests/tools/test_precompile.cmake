@@ -109,12 +109,27 @@ run(2 --arch sm_80 --no-such-option)
 run(2 --head-dim 64 --cache-dir "${CACHE_DIR}")
 expect_match("--arch" "missing target explained")
 run(2 --prune --cache-dir "${CACHE_DIR}")
+run(2 --arch sm_80 --dtype fp8 --cache-dir "${CACHE_DIR}")
+expect_match("bf16, bfloat16, fp16, f16, float16, half" "dtype spellings listed")
 run(0 --help)
 expect_match("Usage: fsa-precompile" "help text")
+run(0 --version)
+expect_match("^fsa-precompile [0-9]+\\.[0-9]+\\.[0-9]+\n$" "version")
+
+# --- 7b. a target the library rejects parses fine: exit 3, not a usage error
+run(3 --arch sm_10 --cache-dir "${CACHE_DIR}")
+expect_match("target sm_10" "rejected target named")
 
 # --- 8. a shape the library does not support is skipped, not failed
 run(0 --arch sm_80 --head-dim 100 --group 1 -j 1 --cache-dir "${CACHE_DIR}")
-expect_match("d100 g1 bk64: skipped \\(unsupported: [^)]" "unsupported shape reported")
+expect_match("\\[1/1\\] sm_80 bf16 d100 g1 bk64: skipped \\(unsupported: [^)]" "unsupported shape reported")
 expect_match("\n0 kernels compiled, 0 already cached, 0 failed, 1 skipped" "summary with a skipped shape")
+
+# --- 9. every dtype spelling, and progress counts over several shapes
+run(0 --arch sm_80 --dtype half,BFloat16 --head-dim 100 --group 1,2 -j 1 --cache-dir "${CACHE_DIR}")
+expect_match("\\[1/4[],]" "first of four counted")
+expect_match("\\[4/4\\] " "last of four counted")
+expect_match("sm_80 f16 d100 g1 bk64: skipped" "half is f16")
+expect_match("sm_80 bf16 d100 g2 bk64: skipped" "BFloat16 is bf16")
 
 message(STATUS "fsa-precompile: all ${STEP} steps passed")

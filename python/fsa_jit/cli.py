@@ -1,0 +1,221 @@
+"""Console commands of the Python package: fsa-precompile and fsa-bench.
+
+They take the C tools' option spellings (tools/fsa_precompile.c,
+tools/fsa_bench.c) for what they share, so a command line works with either.
+Exit status: 0 success; 1 something failed; 2 usage error; 3 the target or
+device cannot be used (an --arch the library rejects, no GPU or driver).
+"""
+
+import argparse
+import json
+import math
+import sys
+
+from . import _lib
+
+EXIT_FAILED, EXIT_USAGE, EXIT_TARGET = 1, 2, 3
+_TARGET_STATUSES = (_lib.FSA_STATUS_INVALID_ARGUMENT, _lib.FSA_STATUS_UNSUPPORTED_DEVICE,
+                    _lib.FSA_STATUS_NO_DRIVER, _lib.FSA_STATUS_NO_DEVICE)
+
+
+def _int_list(text):
+    """'64,128', '1-8', '16-256:16' and comma-separated mixes, as the C tools take them."""
+    out = []
+    for item in text.split(","):
+        lo, _, rest = item.partition("-")
+        hi, _, step = rest.partition(":")
+        try:
+            lo = int(lo)
+            hi = int(hi) if rest else lo
+            step = int(step) if step else 1
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number list (e.g. 64,128 or 1-8 or 16-256:16)")
+        if lo < 1 or hi < lo or step < 1:
+            raise argparse.ArgumentTypeError(f"'{item}' is not a range of positive numbers")
+        out += [v for v in range(lo, hi + 1, step) if v not in out]
+    return out
+
+
+def _dtype_list(text):
+    try:
+        return [_lib.DTYPE_NAMES[_lib.dtype_code(d)] for d in text.split(",")]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def _bytes(text):
+    try:
+        return _lib.parse_bytes(text, "--workspace-limit")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def _version_action(prog):
+    return dict(action="version", version=f"{prog} {_lib.package_version()}")
+
+
+# ------------------------------------------------------------------ precompile
+
+
+def precompile_main(argv=None):
+    from .precompile import precompile
+
+    p = argparse.ArgumentParser(
+        prog="fsa-precompile",
+        description="Fills the fsa-jit kernel cache ahead of time for a grid of shapes (num_kv_heads 1, "
+                    "num_q_heads = group). Exit status: 0 success, 1 a compile failed, 2 usage error, "
+                    "3 the target or device cannot be used.")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--arch", help="offline targets, e.g. sm_80,sm_90a (no GPU needed)")
+    where.add_argument("--detect", action="store_true", help="the target of the GPU chosen by --device")
+    p.add_argument("--device", type=int, default=0, help="CUDA device ordinal for --detect (default 0)")
+    p.add_argument("--dtype", type=_dtype_list, default=["bf16"], help="bf16, f16 (or bfloat16, fp16, float16, half)")
+    p.add_argument("--head-dim", type=_int_list, default=[128])
+    p.add_argument("--group", type=_int_list, default=[1, 2, 4, 8, 16])
+    p.add_argument("--block-size", type=_int_list, default=[64])
+    p.add_argument("--top-k", type=int, default=16)
+    p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
+    p.add_argument("--backward", action="store_true", help="also the backward kernels")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="compile threads (default: CPUs)")
+    p.add_argument("--cache-dir")
+    p.add_argument("--version", **_version_action("fsa-precompile"))
+    a = p.parse_args(argv)
+    if a.jobs is not None and a.jobs < 1:
+        p.error("-j: must be at least 1")
+    try:
+        s = precompile(arch=a.arch, detect=a.detect, device=a.device, dtypes=a.dtype, head_dims=a.head_dim,
+                       groups=a.group, block_sizes=a.block_size, top_k=a.top_k, algorithm=a.algorithm,
+                       backward=a.backward, cache_dir=a.cache_dir, jobs=a.jobs, verbose=True)
+    except _lib.FsaError as e:
+        print(f"fsa-precompile: {e}", file=sys.stderr)
+        return EXIT_TARGET if e.status in _TARGET_STATUSES else EXIT_FAILED
+    except (_lib.FsaLibraryNotFound, RuntimeError) as e:
+        print(f"fsa-precompile: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    for shape, message in s["failures"]:
+        print(f"FAILED {shape}: {message}", file=sys.stderr)
+    print(f"cache: {s['cache_dir']}\n{s['compiled']} kernels compiled, {s['cached']} already cached, "
+          f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms)")
+    return EXIT_FAILED if s["failed"] else 0
+
+
+# ----------------------------------------------------------------------- bench
+
+
+def _selection(T, Hkv, K, BK, gen, torch):
+    """int32 [Hkv, T, K] on the GPU. Per KV head and token: block 0, the own block c and c - 1
+    always, the rest distinct random blocks of 0..c; rows sorted, tail -1 (the C fsa-bench's
+    protocol). One head at a time keeps the [T, blocks] scores small."""
+    own = torch.arange(T, device="cuda") // BK
+    n_blocks = int(own[-1]) + 1
+    future = torch.arange(n_blocks, device="cuda").view(1, -1) > own.view(-1, 1)
+    k = min(K, n_blocks)
+    out = torch.full((Hkv, T, K), -1, dtype=torch.int32, device="cuda")
+    for h in range(Hkv):
+        scores = torch.rand(T, n_blocks, generator=gen, device="cuda")
+        scores[:, 0] = 2
+        scores.scatter_(1, (own - 1).clamp_min(0).view(-1, 1), 2.5)
+        scores.scatter_(1, own.view(-1, 1), 3.0)
+        scores.masked_fill_(future, -1)
+        top = scores.topk(k, dim=1)
+        idx = torch.where(top.values >= 0, top.indices, n_blocks).sort(dim=1).values
+        out[h, :, :k] = torch.where(idx == n_blocks, -1, idx).int()
+    return out
+
+
+def _median_ms(fn, min_ms, warmup_ms, torch):
+    import time
+
+    t0 = time.monotonic()
+    while (time.monotonic() - t0) * 1e3 < warmup_ms:
+        fn()
+        torch.cuda.synchronize()
+    times = []
+    while sum(times) < min_ms or len(times) < 10:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+        if len(times) >= 4096:
+            break
+    times.sort()
+    n = len(times)
+    return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+
+
+def bench_main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="fsa-bench",
+        description="Times fsa_jit.selected_attention on the GPU with CUDA events (median of repeats covering "
+                    "--min-ms after --warmup-ms). Exit status: 0 success, 1 failure, 2 usage error, 3 no "
+                    "usable GPU.")
+    p.add_argument("-T", type=_int_list, default=[8192], help="token counts, e.g. 8192,65536")
+    p.add_argument("-G", type=_int_list, default=[1, 2, 4, 8, 16], help="query heads per KV head")
+    p.add_argument("-D", type=int, default=128, help="head dim")
+    p.add_argument("--q-heads", type=int, default=32)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--top-k", type=int, default=16)
+    p.add_argument("--dtype", type=_dtype_list, default=["bf16"])
+    p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
+    p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T")
+    p.add_argument("--backward", action="store_true", help="also time forward + backward")
+    p.add_argument("--min-ms", type=float, default=100.0)
+    p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--version", **_version_action("fsa-bench"))
+    a = p.parse_args(argv)
+    if len(a.dtype) != 1:
+        p.error("--dtype: one type per run")
+    try:
+        import torch
+    except ImportError:
+        print("fsa-bench: needs torch (pip install 'fsa-jit[torch]')", file=sys.stderr)
+        return EXIT_FAILED
+    if not torch.cuda.is_available():
+        print("fsa-bench: no CUDA device", file=sys.stderr)
+        return EXIT_TARGET
+    from . import selected_attention
+
+    dtype = torch.bfloat16 if a.dtype[0] == "bf16" else torch.float16
+    rows = []
+    print(f"# fsa-bench (Python) {_lib.package_version()} on {torch.cuda.get_device_name()}, {a.dtype[0]}")
+    print("|      T |  G |   D |   fwd ms | TFLOP/s |" + ("  f+b ms |" if a.backward else ""))
+    for T in a.T:
+        for G in a.G:
+            if a.q_heads % G:
+                continue
+            hkv = a.q_heads // G
+            gen = torch.Generator(device="cuda").manual_seed(T * 31 + G)
+            q, k, v = (torch.randn(T, h, a.D, generator=gen, device="cuda").to(dtype).requires_grad_(a.backward)
+                       for h in (a.q_heads, hkv, hkv))
+            topk = _selection(T, hkv, a.top_k, a.block_size, gen, torch)
+            cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+            kw = dict(block_size=a.block_size, max_seqlen=T, algorithm=a.algorithm, workspace_limit=a.workspace_limit)
+            try:
+                with torch.no_grad():
+                    fwd = _median_ms(lambda: selected_attention(q, k, v, topk, cu, **kw), a.min_ms, a.warmup_ms, torch)
+                row = {"T": T, "G": G, "D": a.D, "ms_fwd": fwd}
+                if a.backward:
+                    do = torch.randn(T, a.q_heads, a.D, generator=gen, device="cuda").to(dtype)
+                    step = lambda: torch.autograd.grad(selected_attention(q, k, v, topk, cu, **kw), (q, k, v), do)  # noqa: E731
+                    row["ms_fwd_bwd"] = _median_ms(step, a.min_ms, a.warmup_ms, torch)
+            except _lib.FsaError as e:
+                print(f"fsa-bench: T={T} G={G}: {e}", file=sys.stderr)
+                return EXIT_FAILED
+            selected = int((topk >= 0).sum())
+            flops = 4.0 * selected * G * a.block_size * a.D
+            row["tflops_fwd"] = flops / (fwd * 1e-3) / 1e12
+            rows.append(row)
+            line = f"| {T:6d} | {G:2d} | {a.D:3d} | {fwd:8.3f} | {row['tflops_fwd']:7.1f} |"
+            print(line + (f" {row['ms_fwd_bwd']:8.3f} |" if a.backward else ""), flush=True)
+    if a.json:
+        for row in rows:  # JSON has no NaN or infinity: null instead
+            for key, value in row.items():
+                if isinstance(value, float) and not math.isfinite(value):
+                    row[key] = None
+        with open(a.json, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "dtype": a.dtype[0], "rows": rows}, f, indent=1,
+                      allow_nan=False)
+    return 0

@@ -1,0 +1,106 @@
+"""selected_attention as torch.library custom operators, checked without a GPU:
+fake (meta) implementations, the autograd registration, and a fullgraph
+torch.compile capture with fake CUDA tensors. The GPU test (test_gpu.py) runs
+the compiled forward and backward against eager."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch.library, "custom_op"):
+    pytest.skip("torch.library.custom_op needs torch 2.4", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import fsa_jit  # noqa: E402
+from fsa_jit import _lib, attention  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_library(monkeypatch):
+    """Tracing must never reach libfsa or create a plan."""
+
+    def reached(*args, **kwargs):
+        raise AssertionError("tracing reached libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    monkeypatch.setattr(attention, "_get_plan", reached)
+
+
+def fake_problem(mode, T=10, Hq=4, Hkv=2, D=32, K=3, layout="thk", requires_grad=True):
+    with mode:
+        q = torch.randn(T, Hq, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
+        k = torch.randn(T, Hkv, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
+        v = torch.randn(T, Hkv, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
+        shape = (T, Hkv, K) if layout == "thk" else (Hkv, T, K)
+        topk = torch.zeros(shape, dtype=torch.int32, device="cuda")
+        cu = torch.tensor([0, 4, T], dtype=torch.int32, device="cuda")
+    return q, k, v, topk, cu
+
+
+def test_both_operators_are_registered():
+    assert hasattr(torch.ops.fsa_jit, "selected_attention_fwd")
+    assert hasattr(torch.ops.fsa_jit, "selected_attention_bwd")
+    for op in ("fsa_jit::selected_attention_fwd", "fsa_jit::selected_attention_bwd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "Meta"), f"{op} has no fake implementation"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("fsa_jit::selected_attention_fwd", "Autograd")
+
+
+def test_fake_forward_gives_the_output_shapes():
+    mode = FakeTensorMode()
+    q, k, v, topk, cu = fake_problem(mode, T=7, Hq=6, Hkv=3, D=48)
+    with mode:
+        o, lse = fsa_jit.selected_attention(q, k, v, topk, cu, 16, return_lse=True)
+    assert o.shape == (7, 6, 48) and o.dtype == torch.bfloat16 and o.device.type == "cuda" and o.is_contiguous()
+    assert lse.shape == (6, 7) and lse.dtype == torch.float32
+    assert o.requires_grad and not lse.requires_grad
+
+
+def test_fake_backward_gives_contiguous_gradients_shaped_like_the_inputs():
+    mode = FakeTensorMode()
+    q, k, v, topk, cu = fake_problem(mode, requires_grad=False)
+    with mode:
+        q = q.transpose(0, 1).contiguous().transpose(0, 1)  # a strided view, as the real operator may get
+        o = torch.empty(q.shape, dtype=q.dtype, device="cuda")
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
+        dq, dk, dv = torch.ops.fsa_jit.selected_attention_bwd(o, q, k, v, o, lse, topk, cu, 16, 0.0, 0, 0, "thk", 0)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    # The real operator allocates them contiguous; the fake must say the same (inductor checks strides).
+    assert dq.is_contiguous() and dk.is_contiguous() and dv.is_contiguous()
+    assert dq.dtype == dk.dtype == dv.dtype == torch.bfloat16
+
+
+def test_fullgraph_compile_captures_one_operator_call():
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(q, k, v, topk, cu):
+        return fsa_jit.selected_attention(q, k, v, topk, cu, 16, scale=0.5, algorithm="nsa", workspace_limit="1G")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=capture)
+    mode = FakeTensorMode()
+    q, k, v, topk, cu = fake_problem(mode)
+    with mode:
+        o = compiled(q, k, v, topk, cu)
+    assert o.shape == q.shape
+    assert len(graphs) == 1
+    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function" and "fsa_jit" in str(n.target)]
+    assert len(calls) == 1 and "selected_attention_fwd" in str(calls[0].target)
+    # block size, scale, max_seqlen, algorithm, layout, workspace limit, backward
+    assert tuple(calls[0].args[5:]) == (16, 0.5, 0, _lib.FSA_ALGORITHM_NSA, "thk", 1 << 30, True)
+
+
+def test_workspace_limit_spellings():
+    assert _lib.parse_bytes(None) == 0
+    assert _lib.parse_bytes(4096) == 4096
+    assert _lib.parse_bytes("512M") == 512 << 20
+    assert _lib.parse_bytes("2g") == 2 << 30
+    for bad in ("2GB", "-1", "1.5G", ""):
+        with pytest.raises(ValueError):
+            _lib.parse_bytes(bad)
+    for bad in (True, 1.5):
+        with pytest.raises(TypeError):
+            _lib.parse_bytes(bad)

@@ -1,0 +1,145 @@
+/* Loading NVRTC through the search order, each case in a fresh child
+ * process (the library loads NVRTC once per process): a pip package's copy
+ * is preferred to the toolkit's, a file that is not NVRTC is passed over,
+ * and an explicit FSA_NVRTC_PATH that does not load is an error naming it. */
+#include "testing.h"
+
+#include "jit/nvrtc_loader.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct outcome {
+    fsa_status status;
+    char path[512];    /* the file loaded (api->path) */
+    char real[512];    /* the file behind it, from dladdr */
+    char message[512]; /* fsa_last_error() on failure */
+} outcome;
+
+/* Runs fsa_nvrtc_load in a child with `name`=`value` set (NULL: nothing). */
+static outcome load_in_child(const char *name, const char *value)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        outcome o = {0};
+        unsetenv("FSA_NVRTC_PATH");
+        unsetenv("FSA_PYTHON_SITE_DIRS");
+        if (name) setenv(name, value, 1);
+        const fsa_nvrtc_api *api = NULL;
+        o.status = fsa_nvrtc_load(&api);
+        if (o.status == FSA_STATUS_OK) {
+            snprintf(o.path, sizeof o.path, "%s", api->path);
+            Dl_info info;
+            if (dladdr((void *)api->Version, &info) && info.dli_fname)
+                snprintf(o.real, sizeof o.real, "%s", info.dli_fname);
+        } else {
+            snprintf(o.message, sizeof o.message, "%s", fsa_last_error());
+        }
+        ssize_t w = write(fds[1], &o, sizeof o);
+        _exit(w == (ssize_t)sizeof o ? 0 : 1);
+    }
+    close(fds[1]);
+    outcome o;
+    assert_int_equal(read(fds[0], &o, sizeof o), (ssize_t)sizeof o);
+    close(fds[0]);
+    int wstatus = 0;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    return o;
+}
+
+static char *g_root;
+static outcome g_default; /* where NVRTC comes from without any hint */
+
+static int setup(void **state)
+{
+    (void)state;
+    g_root = fsa_test_mkdtemp("nvrtc-loader");
+    g_default = load_in_child(NULL, NULL);
+    return g_root == NULL;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_test_rmtree(g_root);
+    free(g_root);
+    return 0;
+}
+
+static void make_dirs(char *path)
+{
+    for (char *p = path + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        (void)mkdir(path, 0700);
+        *p = '/';
+    }
+}
+
+static void skip_without_nvrtc(void)
+{
+    if (g_default.status != FSA_STATUS_OK) {
+        print_message("no NVRTC on this machine: %s\n", g_default.message);
+        skip();
+    }
+}
+
+static void test_a_pip_package_copy_comes_before_the_toolkit(void **state)
+{
+    (void)state;
+    skip_without_nvrtc();
+    char site[600], lib[700];
+    snprintf(site, sizeof site, "%s/site-packages", g_root);
+    snprintf(lib, sizeof lib, "%s/nvidia/cu13/lib/libnvrtc.so.13", site);
+    make_dirs(lib);
+    assert_int_equal(symlink(g_default.real, lib), 0);
+    outcome o = load_in_child("FSA_PYTHON_SITE_DIRS", site);
+    assert_int_equal(o.status, FSA_STATUS_OK);
+    assert_string_equal(o.path, lib);
+}
+
+static void test_a_file_that_is_not_nvrtc_is_passed_over(void **state)
+{
+    (void)state;
+    skip_without_nvrtc();
+    char home[600], lib[700];
+    snprintf(home, sizeof home, "%s/broken-toolkit", g_root);
+    snprintf(lib, sizeof lib, "%s/lib64/libnvrtc.so.13", home);
+    make_dirs(lib);
+    FILE *f = fopen(lib, "w");
+    assert_non_null(f);
+    fputs("not a shared object", f);
+    fclose(f);
+    outcome o = load_in_child("CUDA_HOME", home);
+    assert_int_equal(o.status, FSA_STATUS_OK);
+    assert_string_not_equal(o.path, lib);
+}
+
+static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void **state)
+{
+    (void)state;
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/absent/libnvrtc.so.13", g_root);
+    outcome o = load_in_child("FSA_NVRTC_PATH", missing);
+    assert_int_equal(o.status, FSA_STATUS_NO_NVRTC);
+    assert_non_null(strstr(o.message, missing));
+    assert_non_null(strstr(o.message, "FSA_NVRTC_PATH"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_pip_package_copy_comes_before_the_toolkit),
+        cmocka_unit_test(test_a_file_that_is_not_nvrtc_is_passed_over),
+        cmocka_unit_test(test_an_explicit_path_that_does_not_load_is_an_error_naming_it),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,28 @@
+#define _GNU_SOURCE
+#include "bench_cuda.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+
+bench_cuda_api cu;
+
+#define BENCH_STR_(x) #x
+#define BENCH_STR(x) BENCH_STR_(x) /* expands cuda.h's macro first: "cuMemAlloc_v2" */
+
+int bench_cuda_load(char *why, size_t cap)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(why, cap, "the CUDA driver (libcuda.so.1) could not be loaded: %s", dlerror());
+        return -1;
+    }
+#define BENCH_CUDA_RESOLVE_(field, fn)                                           \
+    *(void **)&cu.field = dlsym(lib, BENCH_STR(fn));                             \
+    if (cu.field == NULL) {                                                      \
+        snprintf(why, cap, "libcuda.so.1 has no %s", BENCH_STR(fn));             \
+        return -1;                                                               \
+    }
+    BENCH_CUDA_FUNCTIONS(BENCH_CUDA_RESOLVE_)
+#undef BENCH_CUDA_RESOLVE_
+    return 0;
+}

@@ -1,0 +1,51 @@
+/* The CUDA driver API for fsa-bench, loaded with dlopen only when a
+ * benchmark runs, so that --help, --version and usage errors work on a
+ * machine without a driver. Call sites read cu.MemAlloc(...) for
+ * cuMemAlloc(...); the types come from cuda.h. */
+#ifndef FSA_BENCH_CUDA_H
+#define FSA_BENCH_CUDA_H
+
+#include <cuda.h>
+
+#include <stddef.h>
+
+/* X(field, function): function as cuda.h names it (macros such as
+ * cuMemAlloc -> cuMemAlloc_v2 give the versioned symbol). */
+#define BENCH_CUDA_FUNCTIONS(X)                              \
+    X(Init, cuInit)                                          \
+    X(GetErrorName, cuGetErrorName)                          \
+    X(DeviceGet, cuDeviceGet)                                \
+    X(DeviceGetName, cuDeviceGetName)                        \
+    X(DeviceGetAttribute, cuDeviceGetAttribute)              \
+    X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)      \
+    X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease)    \
+    X(CtxSetCurrent, cuCtxSetCurrent)                        \
+    X(StreamSynchronize, cuStreamSynchronize)                \
+    X(EventCreate, cuEventCreate)                            \
+    X(EventDestroy, cuEventDestroy)                          \
+    X(EventRecord, cuEventRecord)                            \
+    X(EventSynchronize, cuEventSynchronize)                  \
+    X(EventElapsedTime, cuEventElapsedTime)                  \
+    X(MemAlloc, cuMemAlloc)                                  \
+    X(MemFree, cuMemFree)                                    \
+    X(MemcpyHtoD, cuMemcpyHtoD)                              \
+    X(MemcpyDtoH, cuMemcpyDtoH)                              \
+    X(MemsetD8, cuMemsetD8)                                  \
+    X(ModuleLoadData, cuModuleLoadData)                      \
+    X(ModuleGetFunction, cuModuleGetFunction)                \
+    X(ModuleUnload, cuModuleUnload)                          \
+    X(LaunchKernel, cuLaunchKernel)
+
+typedef struct bench_cuda_api {
+#define BENCH_CUDA_FIELD_(field, fn) __typeof__(fn) *field;
+    BENCH_CUDA_FUNCTIONS(BENCH_CUDA_FIELD_)
+#undef BENCH_CUDA_FIELD_
+} bench_cuda_api;
+
+extern bench_cuda_api cu;
+
+/* Loads libcuda.so.1 and every function above; 0 on success, else -1 with
+ * the reason in `why`. */
+int bench_cuda_load(char *why, size_t cap);
+
+#endif

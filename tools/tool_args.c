@@ -1,0 +1,78 @@
+#define _POSIX_C_SOURCE 200809L
+#include "tool_args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <strings.h>
+
+int tool_parse_dtype(fsa_dtype *out, const char *text)
+{
+    static const struct {
+        const char *name;
+        fsa_dtype dtype;
+    } spellings[] = {{"bf16", FSA_DTYPE_BF16}, {"bfloat16", FSA_DTYPE_BF16}, {"fp16", FSA_DTYPE_F16},
+                     {"f16", FSA_DTYPE_F16},   {"float16", FSA_DTYPE_F16},   {"half", FSA_DTYPE_F16}};
+    for (size_t i = 0; i < sizeof spellings / sizeof spellings[0]; i++)
+        if (strcasecmp(text, spellings[i].name) == 0) {
+            *out = spellings[i].dtype;
+            return 0;
+        }
+    return -1;
+}
+
+const char *tool_dtype_name(fsa_dtype dtype) { return dtype == FSA_DTYPE_F16 ? "f16" : "bf16"; }
+
+int tool_parse_bytes(uint64_t *out, const char *text)
+{
+    const char *p = text;
+    uint64_t v = 0;
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p != '\0') {
+        static const char units[] = "KMGT";
+        int shift = 0;
+        for (int i = 0; units[i]; i++)
+            if (toupper((unsigned char)*p) == units[i]) shift = 10 * (i + 1);
+        if (shift == 0 || p[1] != '\0' || v > (UINT64_MAX >> shift)) return -1;
+        v <<= shift;
+    }
+    *out = v;
+    return 0;
+}
+
+int tool_parse_long(long *out, const char *text, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || isspace((unsigned char)*text) || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int tool_parse_double(double *out, const char *text, double min, double max)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(v) || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int tool_context_exit_code(fsa_status status)
+{
+    switch (status) {
+    case FSA_STATUS_INVALID_ARGUMENT:
+    case FSA_STATUS_UNSUPPORTED_DEVICE:
+    case FSA_STATUS_NO_DRIVER:
+    case FSA_STATUS_NO_DEVICE: return TOOL_EXIT_TARGET;
+    default: return TOOL_EXIT_FAILED;
+    }
+}

@@ -1,0 +1,40 @@
+/* What the command-line tools share: exit codes, the one set of dtype
+ * spellings (the Python package takes the same), byte counts with K/M/G/T
+ * suffixes and strict numbers. Only fsa.h is used. */
+#ifndef FSA_TOOL_ARGS_H
+#define FSA_TOOL_ARGS_H
+
+#include <fsa.h>
+
+#include <stdint.h>
+
+/* Exit codes of fsa-precompile and fsa-bench. */
+enum {
+    TOOL_EXIT_OK = 0,
+    TOOL_EXIT_FAILED = 1, /* a compile, a benchmark or the cache failed */
+    TOOL_EXIT_USAGE = 2,  /* bad option syntax; usage on stderr */
+    TOOL_EXIT_TARGET = 3  /* the target or device cannot be used: an --arch the library
+                             rejects, no driver, no GPU */
+};
+
+/* bf16, bfloat16 -> FSA_DTYPE_BF16; fp16, f16, float16, half -> FSA_DTYPE_F16
+ * (case-insensitive). 0 on success, -1 for anything else. */
+int tool_parse_dtype(fsa_dtype *out, const char *text);
+/* "bf16" or "f16". */
+const char *tool_dtype_name(fsa_dtype dtype);
+/* The accepted spellings, for messages. */
+#define TOOL_DTYPE_SPELLINGS "bf16, bfloat16, fp16, f16, float16, half"
+
+/* A byte count: digits with an optional K, M, G or T suffix (powers of
+ * 1024, case-insensitive). 0 on success, -1 on bad syntax or overflow. */
+int tool_parse_bytes(uint64_t *out, const char *text);
+
+/* A whole decimal number in [min, max], nothing else in the text. */
+int tool_parse_long(long *out, const char *text, long min, long max);
+/* A finite decimal number in [min, max]. */
+int tool_parse_double(double *out, const char *text, double min, double max);
+
+/* The exit code for a context that could not be created. */
+int tool_context_exit_code(fsa_status status);
+
+#endif
