@@ -777,6 +777,77 @@ FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, con
 FSA_API fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *args,
                                                 void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* Sliding-window attention (NSA's window branch)                           */
+/* ------------------------------------------------------------------------ */
+
+/** The kernel of sliding-window attention for one problem shape. Made by
+ *  fsa_window_plan_create, released by fsa_window_plan_destroy; read-only
+ *  after creation. */
+typedef struct fsa_window_plan fsa_window_plan;
+
+/** The problem shape of a sliding-window plan: the query at position i of
+ *  its sequence attends to the keys at positions i - window + 1 .. i of the
+ *  same sequence (causal attention when the window covers the sequence). */
+typedef struct fsa_window_attention_desc {
+    size_t struct_size;
+    fsa_dtype dtype;  /**< of q, k, v, o; default bf16 */
+    int head_dim;     /**< Dk of q and k: multiple of 16, 16..256; default 128 */
+    int value_dim;    /**< Dv of v and o: multiple of 16, 16..256; 0 = head_dim */
+    int num_q_heads;  /**< Hq (required) */
+    int num_kv_heads; /**< Hkv (required); group G = Hq / Hkv, 1..16 */
+    int window;       /**< W >= 1; default 512 */
+    float scale;      /**< softmax scale; 0 = 1/sqrt(head_dim) */
+} fsa_window_attention_desc;
+
+#define FSA_WINDOW_ATTENTION_DESC_INIT \
+    FSA_INIT_(fsa_window_attention_desc, FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(window, 512))
+
+/**
+ * Creates a sliding-window plan: checks the descriptor and compiles or loads
+ * its kernel. With an offline context it only fills the cache.
+ * @param[out] out  the new plan, or NULL on failure; the caller owns it and
+ *                  releases it with fsa_window_plan_destroy, before the context.
+ * @param      ctx  the context; it must outlive the plan
+ * @param      desc the shape; read only during the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         the library does not take; compile, cache and driver errors.
+ * Thread-safe. Blocks while compiling; do not call during a stream capture.
+ */
+FSA_API fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx,
+                                          const fsa_window_attention_desc *desc);
+
+/** Releases a sliding-window plan; NULL is fine. No call with it may be running. */
+FSA_API void fsa_window_plan_destroy(fsa_window_plan *plan);
+
+/** Arguments of fsa_window_attention_fwd. Dtype tensors follow
+ *  fsa_fwd_args's rules (16-byte aligned, strides multiples of 8 elements). */
+typedef struct fsa_window_fwd_args {
+    size_t struct_size;
+    int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
+    int batch;            /**< number of sequences (host), 1..T */
+    fsa_tensor q;         /**< [T, Hq, Dk], read */
+    fsa_tensor k;         /**< [T, Hkv, Dk], read */
+    fsa_tensor v;         /**< [T, Hkv, Dv], read */
+    fsa_tensor o;         /**< [T, Hq, Dv], written */
+    uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
+    uint64_t lse;         /**< optional float [Hq, T] (natural log), written; 0 = not wanted */
+} fsa_window_fwd_args;
+
+#define FSA_WINDOW_FWD_ARGS_INIT FSA_INIT_(fsa_window_fwd_args, )
+
+/**
+ * Enqueues the sliding-window forward on `stream`: one kernel, no workspace,
+ * no allocation, no host synchronization; can be captured in a CUDA graph.
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT; FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different outputs.
+ */
+FSA_API fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args,
+                                            void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,7 +19,7 @@ using namespace fsa;
 
 constexpr int DK = HEAD_DIM, DV = VALUE_DIM, G = GROUP;
 constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-constexpr int TT = fsa_cmp_tokens_per_tile(G), THREADS = FSA_CMP_THREADS;
+constexpr int TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_THREADS;
 typedef GroupRows<G> Rows;
 static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
 
@@ -37,7 +37,7 @@ __device__ __forceinline__ float row_delta(const fsa_cmp_params &p, long long t,
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float delta_s[FSA_CMP_ROWS];
+    __shared__ float delta_s[FSA_QT_ROWS];
     const u32 qs = smem_addr(smem), dos = qs + fsa_cmp_dq_smem_do(DK);
     const u32 ks = qs + fsa_cmp_dq_smem_k(DK, DV), vs = qs + fsa_cmp_dq_smem_v(DK, DV);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dq(const fs
         load_cmp_rows_async<KS, DV, LDV>(vs + buf * fsa_tile_bytes(KS, DV), p.v, keys, h, i * KS, tile_vis);
     };
     const int n_stages = (tile_vis + KS - 1) / KS;
-    AsyncRing<FSA_CMP_STAGES> ring;
+    AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
     // delta of the warp's rows, kept for the dK/dV kernel as well.
@@ -133,8 +133,8 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     const u32 ks = smem_addr(smem), vs = ks + fsa_cmp_dkv_smem_v(DK);
     const u32 qs = ks + fsa_cmp_dkv_smem_q(DK, DV), dos = ks + fsa_cmp_dkv_smem_do(DK, DV);
     int *row_pos = (int *)(smem + fsa_cmp_dkv_smem_rows(DK, DV));  // [STAGES][64]: position, -1 for no row
-    float *row_lse2 = (float *)(row_pos + FSA_CMP_STAGES * FSA_CMP_ROWS);
-    float *row_dlt = row_lse2 + FSA_CMP_STAGES * FSA_CMP_ROWS;
+    float *row_lse2 = (float *)(row_pos + FSA_QT_STAGES * FSA_QT_ROWS);
+    float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.y;
     // The keys: a tile of one sequence's compressed tokens.
@@ -161,18 +161,18 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
         qt.start = q_start, qt.end = q_end, qt.seq = kt.seq, qt.ok = true;
         qt.tok0 = q_start + first_pos + (long long)it * TT;
         qt.n_tok = (int)min((long long)TT, q_end - qt.tok0);
-        load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_CMP_ROWS, DK), p.q, qt, h);
-        load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_CMP_ROWS, DV), p.dout, qt, h);
-        if (tid < FSA_CMP_ROWS) {
+        load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
+        load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_QT_ROWS, DV), p.dout, qt, h);
+        if (tid < FSA_QT_ROWS) {
             const int w = tid >> 4, r = tid & 15;
             const bool live = Rows::live(w, r, qt.n_tok);
             const long long t = qt.tok0 + Rows::token(w, r), at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
-            row_pos[buf * FSA_CMP_ROWS + tid] = live ? (int)(t - q_start) : -1;
-            row_lse2[buf * FSA_CMP_ROWS + tid] = live ? ((const float *)p.lse)[at] * LOG2E : 0.f;
-            row_dlt[buf * FSA_CMP_ROWS + tid] = live ? ((const float *)p.delta)[at] : 0.f;
+            row_pos[buf * FSA_QT_ROWS + tid] = live ? (int)(t - q_start) : -1;
+            row_lse2[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.lse)[at] * LOG2E : 0.f;
+            row_dlt[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.delta)[at] : 0.f;
         }
     };
-    AsyncRing<FSA_CMP_STAGES> ring;
+    AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_qt, load);
 
     // The last position each of this lane's two key rows needs before it is visible.
@@ -195,13 +195,13 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
         if (warp_first > first_pos + (long long)(it + 1) * TT - 1) continue;  // causal: no query of the tile sees these keys
-        const int *pos = row_pos + buf * FSA_CMP_ROWS;
-        const float *lse2 = row_lse2 + buf * FSA_CMP_ROWS, *dlt = row_dlt + buf * FSA_CMP_ROWS;
+        const int *pos = row_pos + buf * FSA_QT_ROWS;
+        const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
         // The 64 query rows in two steps of 32 (S and dP of a step stay small next to dK and dV).
 #pragma unroll 1
-        for (int step = 0; step < FSA_CMP_ROWS / RS; step++) {
-            const u32 q_off = buf * fsa_tile_bytes(FSA_CMP_ROWS, DK) + step * RS * LDK * 2;
-            const u32 do_off = buf * fsa_tile_bytes(FSA_CMP_ROWS, DV) + step * RS * LDV * 2;
+        for (int step = 0; step < FSA_QT_ROWS / RS; step++) {
+            const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + step * RS * LDK * 2;
+            const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + step * RS * LDV * 2;
             const int c0 = step * RS;
             // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
             float pt[RS / 8][4];

@@ -35,7 +35,7 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
 template <int ROWS, int D, int LD>
 __device__ __forceinline__ void load_cmp_rows_async(u32 dst, const fsa_kernel_view &t, const CmpKeys &keys, int h,
                                                     int first, int limit) {
-    load_tile_async<ROWS, D, LD, FSA_CMP_THREADS>(dst, [&](int r) {
+    load_tile_async<ROWS, D, LD, FSA_QT_THREADS>(dst, [&](int r) {
         const int j = first + r;
         const bool ok = j < limit;
         return RowSrc{ok ? view_row<const u16>(t, keys.start + j, h) : (const u16 *)t.ptr, ok};

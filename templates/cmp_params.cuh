@@ -5,7 +5,7 @@
 #ifndef FSA_CMP_PARAMS_CUH
 #define FSA_CMP_PARAMS_CUH
 
-#include "fsa_layout.cuh"
+#include "fsa_qt_layout.cuh"
 
 typedef struct fsa_cmp_params {
     fsa_kernel_view q, o;     /* [T, Hq, Dk], [T, Hq, Dv] */
@@ -28,40 +28,6 @@ typedef struct fsa_cmp_params {
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
 } fsa_cmp_params;
 
-/* ---------------------------------------------------------------- tiles */
-/* A CTA owns one KV head and a tile of consecutive query tokens of one
- * sequence; each warp's 16 rows hold 16 / G whole tokens (all G heads of a
- * token in one warp, so per-token sums never cross warps). G is 1..16. */
-#define FSA_CMP_WARPS 4
-#define FSA_CMP_THREADS (32 * FSA_CMP_WARPS)
-#define FSA_CMP_ROWS (16 * FSA_CMP_WARPS)
-#define FSA_CMP_MAX_GROUP 16
-FSA_LAYOUT_FN int fsa_cmp_tokens_per_warp(int g) { return 16 / g; }
-FSA_LAYOUT_FN int fsa_cmp_tokens_per_tile(int g) { return FSA_CMP_WARPS * (16 / g); }
-/* CTAs along x for T tokens in B sequences: tile i of sequence b is CTA
- * start_b / tokens_per_tile + b + i, so every sequence gets enough tiles and
- * no CTA needs a table. */
-FSA_LAYOUT_FN long long fsa_cmp_grid_tiles(long long total_tokens, long long batch, int g)
-{
-    return total_tokens / fsa_cmp_tokens_per_tile(g) + batch;
-}
-
-/* ---------------------------------------------------------------- forward */
-/* Q rows | the K stages | the V stages; compressed keys stream in stages of
- * 64 (32 for value dims over 128, which keeps the output accumulator and the
- * scores in registers). */
-#define FSA_CMP_STAGES 2
-FSA_LAYOUT_FN int fsa_cmp_fwd_keys(int dv) { return dv > 128 ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_cmp_fwd_smem_k(int dk) { return fsa_tile_bytes(FSA_CMP_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_fwd_smem_v(int dk, int dv)
-{
-    return fsa_cmp_fwd_smem_k(dk) + FSA_CMP_STAGES * fsa_tile_bytes(fsa_cmp_fwd_keys(dv), dk);
-}
-FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv)
-{
-    return fsa_cmp_fwd_smem_v(dk, dv) + FSA_CMP_STAGES * fsa_tile_bytes(fsa_cmp_fwd_keys(dv), dv);
-}
-
 /* ---------------------------------------------------------------- selection */
 /* Stages of 64 compressed keys. With r = BK / d compressed-token starts per
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
@@ -74,27 +40,27 @@ FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv)
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk) { return fsa_tile_bytes(FSA_CMP_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_p(int dk)
 {
-    return fsa_cmp_sel_smem_k(dk) + FSA_CMP_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk);
+    return fsa_cmp_sel_smem_k(dk) + FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk);
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_tok(int dk) { return fsa_cmp_sel_smem_p(dk) + FSA_CMP_ROWS * FSA_CMP_SEL_P_PITCH * 4; }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_tok(int dk) { return fsa_cmp_sel_smem_p(dk) + FSA_QT_ROWS * FSA_CMP_SEL_P_PITCH * 4; }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_blk(int dk, int g, int l, int d)
 {
-    return fsa_cmp_sel_smem_tok(dk) + fsa_cmp_tokens_per_tile(g) * (fsa_cmp_sel_halo(l, d) + FSA_CMP_SEL_KEYS) * 4;
+    return fsa_cmp_sel_smem_tok(dk) + fsa_qt_tokens_per_tile(g) * (fsa_cmp_sel_halo(l, d) + FSA_CMP_SEL_KEYS) * 4;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_topv(int dk, int g, int l, int d, int bk)
 {
-    return fsa_cmp_sel_smem_blk(dk, g, l, d) + fsa_cmp_tokens_per_tile(g) * fsa_cmp_sel_blocks_per_stage(bk, d) * 4;
+    return fsa_cmp_sel_smem_blk(dk, g, l, d) + fsa_qt_tokens_per_tile(g) * fsa_cmp_sel_blocks_per_stage(bk, d) * 4;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_topi(int dk, int g, int l, int d, int bk, int k)
 {
-    return fsa_cmp_sel_smem_topv(dk, g, l, d, bk) + fsa_cmp_tokens_per_tile(g) * k * 4;
+    return fsa_cmp_sel_smem_topv(dk, g, l, d, bk) + fsa_qt_tokens_per_tile(g) * k * 4;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, int k)
 {
-    return fsa_cmp_sel_smem_topi(dk, g, l, d, bk, k) + fsa_cmp_tokens_per_tile(g) * k * 4;
+    return fsa_cmp_sel_smem_topi(dk, g, l, d, bk, k) + fsa_qt_tokens_per_tile(g) * k * 4;
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -102,15 +68,15 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, in
  * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in
  * registers). */
 FSA_LAYOUT_FN int fsa_cmp_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_CMP_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv) { return fsa_cmp_dq_smem_do(dk) + fsa_tile_bytes(FSA_CMP_ROWS, dv); }
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv) { return fsa_cmp_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
 FSA_LAYOUT_FN int fsa_cmp_dq_smem_v(int dk, int dv)
 {
-    return fsa_cmp_dq_smem_k(dk, dv) + FSA_CMP_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dk);
+    return fsa_cmp_dq_smem_k(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dk);
 }
 FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv)
 {
-    return fsa_cmp_dq_smem_v(dk, dv) + FSA_CMP_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dv);
+    return fsa_cmp_dq_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dv);
 }
 /* dK and dV: a CTA owns 64 compressed keys of one sequence (a warp per 16)
  * and walks the query tiles that see them. The dK and dV columns are split
@@ -124,14 +90,14 @@ FSA_LAYOUT_FN int fsa_cmp_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_CMP_DKV
 FSA_LAYOUT_FN int fsa_cmp_dkv_smem_q(int dk, int dv) { return fsa_cmp_dkv_smem_v(dk) + fsa_tile_bytes(FSA_CMP_DKV_KEYS, dv); }
 FSA_LAYOUT_FN int fsa_cmp_dkv_smem_do(int dk, int dv)
 {
-    return fsa_cmp_dkv_smem_q(dk, dv) + FSA_CMP_STAGES * fsa_tile_bytes(FSA_CMP_ROWS, dk);
+    return fsa_cmp_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
 }
 FSA_LAYOUT_FN int fsa_cmp_dkv_smem_rows(int dk, int dv)
 {
-    return fsa_cmp_dkv_smem_do(dk, dv) + FSA_CMP_STAGES * fsa_tile_bytes(FSA_CMP_ROWS, dv);
+    return fsa_cmp_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
 }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv) { return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_CMP_STAGES * 3 * FSA_CMP_ROWS * 4; }
-/* CTAs along x for Tc compressed tokens in B sequences (as fsa_cmp_grid_tiles). */
+FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv) { return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 3 * FSA_QT_ROWS * 4; }
+/* CTAs along x for Tc compressed tokens in B sequences (as fsa_qt_grid_tiles). */
 FSA_LAYOUT_FN long long fsa_cmp_grid_key_tiles(long long total_cmp, long long batch)
 {
     return total_cmp / FSA_CMP_DKV_KEYS + batch;

@@ -30,7 +30,7 @@ constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK), LDP = FSA_CMP_SEL_P_PI
 constexpr int R = BK / D;                        // compressed-token starts per block
 constexpr int HALO = fsa_cmp_sel_halo(L, D);     // earlier keys that still overlap a block
 constexpr int NB = fsa_cmp_sel_blocks_per_stage(BK, D);  // blocks completed per stage
-constexpr int TT = fsa_cmp_tokens_per_tile(G), TW = fsa_cmp_tokens_per_warp(G);
+constexpr int TT = fsa_qt_tokens_per_tile(G), TW = fsa_qt_tokens_per_warp(G);
 constexpr int TOKP = HALO + KS;                  // pitch of the per-token sums
 constexpr int HALO_DIV = HALO > 0 ? HALO : 1;    // (loops over TT * HALO run empty for HALO = 0)
 typedef GroupRows<G> Rows;
@@ -64,7 +64,7 @@ struct TopK {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), ks = qs + fsa_cmp_sel_smem_k(DK);
     float *ps = (float *)(smem + fsa_cmp_sel_smem_p(DK));                  // [64 rows][LDP]
@@ -94,14 +94,14 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(
     const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
     const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
 
-    load_query_rows_async<G, DK, LDK, FSA_CMP_THREADS>(qs, p.q, tile, h);
+    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, p.q, tile, h);
     auto load = [&](int i, int buf) {
         load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<FSA_CMP_STAGES> ring;
+    AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
-    for (int i = tid; i < TT * K; i += FSA_CMP_THREADS) topv[i] = -FSA_INF, topc[i] = -1;
-    for (int i = tid; i < TT * HALO; i += FSA_CMP_THREADS) tok[i / HALO_DIV * TOKP + i % HALO_DIV] = 0.f;  // keys before 0
+    for (int i = tid; i < TT * K; i += FSA_QT_THREADS) topv[i] = -FSA_INF, topc[i] = -1;
+    for (int i = tid; i < TT * HALO; i += FSA_QT_THREADS) tok[i / HALO_DIV * TOKP + i % HALO_DIV] = 0.f;  // keys before 0
 
     const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
@@ -125,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(
         frag_store_f32<KS / 8, LDP>(ps + warp * 16 * LDP, s, lane);
         __syncthreads();
         // Per token and key: the sum over the group's rows, heads in order.
-        for (int x = tid; x < TT * KS; x += FSA_CMP_THREADS) {
+        for (int x = tid; x < TT * KS; x += FSA_QT_THREADS) {
             const int t = x / KS, col = x - t * KS;
             const float *rows = ps + ((t / TW) * 16 + (t % TW) * G) * LDP + col;
             float sum = 0.f;
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(
         __syncthreads();
         // Per token and block completed here: keys c*R - HALO .. c*R + R - 1,
         // which sit at c*R - i*KS .. + R + HALO - 1 of the token's sums.
-        for (int x = tid; x < TT * NB; x += FSA_CMP_THREADS) {
+        for (int x = tid; x < TT * NB; x += FSA_QT_THREADS) {
             const int t = x / NB, cb = x - t * NB;
             const float *at = tok + t * TOKP + cb * R;
             float sum = 0.f;
@@ -146,10 +146,10 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(
         }
         __syncthreads();
         // The last HALO keys' sums move to the front for the next stage's blocks.
-        for (int x = tid; x < TT * HALO; x += FSA_CMP_THREADS)
+        for (int x = tid; x < TT * HALO; x += FSA_QT_THREADS)
             tok[x / HALO_DIV * TOKP + x % HALO_DIV] = tok[x / HALO_DIV * TOKP + KS + x % HALO_DIV];
         // A warp per token merges the stage's blocks (forced ones score +inf).
-        for (int t = warp; t < tile.n_tok; t += FSA_CMP_WARPS) {
+        for (int t = warp; t < tile.n_tok; t += FSA_QT_WARPS) {
             const long long own = (tile.tok0 + t - tile.start) / BK;
             TopK top;
             top.v_lo = lane < K ? topv[t * K + lane] : -FSA_INF;
@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(FSA_CMP_THREADS, 2) fsa_cmp_select(
     __syncwarp();  // each warp reads back the lists it wrote
     // The rows, ascending by block: an entry's slot is the number of chosen
     // blocks below it; the slots past the chosen ones get -1.
-    for (int t = warp; t < tile.n_tok; t += FSA_CMP_WARPS) {
+    for (int t = warp; t < tile.n_tok; t += FSA_QT_WARPS) {
         const int c_lo = lane < K ? topc[t * K + lane] : -1, c_hi = lane + 32 < K ? topc[t * K + lane + 32] : -1;
         int rank_lo = 0, rank_hi = 0, n = 0;
         for (int e = 0; e < K; e++) {

@@ -7,6 +7,7 @@
 //   // rows: warp w, row r (0..15) is token w * GroupRows<G>::TW + r / G, head r % G
 #pragma once
 #include "fsa_pipeline.cuh"
+#include "fsa_qt_layout.cuh"
 
 namespace fsa {
 
@@ -19,7 +20,7 @@ struct QueryTile {
     bool ok;  // false: the CTA has no tokens (the grid has a spare tile per sequence)
 };
 
-// CTA x of a grid of fsa_cmp_grid_tiles-like size: tile i of sequence b is
+// CTA x of a grid of fsa_qt_grid_tiles CTAs: tile i of sequence b is
 // x = start_b / TT + b + i (monotone in b, and start_{b+1} / TT + b + 1 -
 // start_b / TT - b >= ceil(len_b / TT), so every tile has a CTA). The
 // sequence is the last b whose first CTA is <= x. The tiles of a sequence go

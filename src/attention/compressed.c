@@ -30,9 +30,9 @@ static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
     if (d->num_q_heads % d->num_kv_heads != 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d is not a multiple of num_kv_heads %d",
                  d->num_q_heads, d->num_kv_heads);
-    if (d->num_q_heads / d->num_kv_heads > FSA_CMP_MAX_GROUP)
+    if (d->num_q_heads / d->num_kv_heads > FSA_QT_MAX_GROUP)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
-                 d->num_q_heads / d->num_kv_heads, FSA_CMP_MAX_GROUP);
+                 d->num_q_heads / d->num_kv_heads, FSA_QT_MAX_GROUP);
     if (d->kernel_size < 1 || d->kernel_size > 4096 || d->stride < 1 || d->stride > d->kernel_size)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "kernel_size %d and stride %d: 1 <= stride <= kernel_size <= 4096",
                  d->kernel_size, d->stride);
@@ -117,7 +117,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
-    plan->fwd_smem = fsa_cmp_fwd_smem_bytes(d.head_dim, d.value_dim);
+    plan->fwd_smem = fsa_qt_fwd_smem_bytes(d.head_dim, d.value_dim);
     if (d.top_k > 0)
         plan->select_smem =
             fsa_cmp_sel_smem_bytes(d.head_dim, plan->group, d.kernel_size, d.stride, d.block_size, d.top_k);
@@ -155,11 +155,11 @@ cleanup:
 
 void fsa_compressed_plan_destroy(fsa_compressed_plan *plan) { free(plan); }
 
-/* CTAs along x: every sequence's tiles and a spare (fsa_cmp_grid_tiles). */
+/* CTAs along x: every sequence's tiles and a spare (fsa_qt_grid_tiles). */
 fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
                         const char *stage)
 {
-    *out = fsa_cmp_grid_tiles(total_tokens, batch, plan->group);
+    *out = fsa_qt_grid_tiles(total_tokens, batch, plan->group);
     if (*out > INT32_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens in %d sequences need too many query tiles",
                              (long long)total_tokens, batch);
@@ -259,7 +259,7 @@ fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsign
     const fsa_cu_api *cu = plan->ctx->cu;
     void *args[] = {p};
     FSA_CHECK_CU(cu,
-                 cu->LaunchKernel(fn, (unsigned)gx, (unsigned)plan->desc.num_kv_heads, gz, FSA_CMP_THREADS, 1, 1, smem,
+                 cu->LaunchKernel(fn, (unsigned)gx, (unsigned)plan->desc.num_kv_heads, gz, FSA_QT_THREADS, 1, 1, smem,
                                   stream, args, NULL),
                  what);
 cleanup:
@@ -283,7 +283,7 @@ fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const f
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
     p.topk = fsa_view_of(&a.topk);
-    const uint64_t tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
+    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a.total_tokens, a.batch, plan->group);
 
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;

@@ -45,7 +45,7 @@ fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *pl
 /* Clears p and fills the inputs and the problem. */
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
 
-/* Launches fn on a (gx, Hkv, gz) grid of FSA_CMP_THREADS threads. */
+/* Launches fn on a (gx, Hkv, gz) grid of FSA_QT_THREADS threads. */
 fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t gx, unsigned gz,
                           CUstream stream, fsa_cmp_params *p, const char *what);
 

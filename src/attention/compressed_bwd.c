@@ -78,7 +78,7 @@ fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const f
     p.dv = fsa_view_of(&a.dv);
     p.delta = (long long)a.workspace;
     const fsa_compressed_attention_desc *d = &plan->desc;
-    const uint64_t q_tiles = (uint64_t)fsa_cmp_grid_tiles(a.total_tokens, a.batch, plan->group);
+    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a.total_tokens, a.batch, plan->group);
     const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a.total_compressed, a.batch);
     const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
 

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#define FSA_PROBE_VALUES 19
+#define FSA_PROBE_VALUES 21
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +28,8 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         fsa_compressed_attention_desc cd_ = FSA_COMPRESSED_ATTENTION_DESC_INIT;        \
         fsa_compressed_fwd_args cf_ = FSA_COMPRESSED_FWD_ARGS_INIT;                    \
         fsa_compressed_bwd_args cb_ = FSA_COMPRESSED_BWD_ARGS_INIT;                    \
+        fsa_window_attention_desc wd_ = FSA_WINDOW_ATTENTION_DESC_INIT;                \
+        fsa_window_fwd_args wf_ = FSA_WINDOW_FWD_ARGS_INIT;                            \
         (out)[0] = o_.struct_size;                                                     \
         (out)[1] = s_.struct_size;                                                     \
         (out)[2] = d_.struct_size;                                                     \
@@ -47,6 +49,8 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         (out)[16] = (size_t)cd_.top_k * 1000 + (size_t)cd_.block_size * 10 + (size_t)cd_.init_blocks; \
         (out)[17] = (size_t)cd_.local_blocks + (size_t)cd_.num_q_heads + (size_t)cf_.topk.ptr + cf_.workspace_bytes; \
         (out)[18] = cb_.struct_size + (size_t)cb_.dk.ptr + (size_t)cd_.backward;      \
+        (out)[19] = wd_.struct_size + (size_t)wd_.head_dim * 1000 + (size_t)wd_.window + (size_t)wd_.value_dim; \
+        (out)[20] = wf_.struct_size + (size_t)wf_.lse;                                \
     } while (0)
 
 #endif

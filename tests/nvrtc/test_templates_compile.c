@@ -48,8 +48,9 @@ static const variant variants[] = {
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
-/* Compressed attention: Dk (d) and Dv differ; the selection kernel also
- * takes the compression's kernel size l and stride. */
+/* Query-tile attention (compressed, sliding window): Dk (d) and Dv differ;
+ * the selection kernel also takes the compression's kernel size l and
+ * stride. */
 typedef struct cmp_variant {
     variant v;
     const char *dv, *l, *stride;
@@ -66,6 +67,10 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
     {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
     {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "32", .g = "5"}, .dv = "64"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},

@@ -38,15 +38,15 @@ static void test_every_query_tile_gets_exactly_one_cta(void **state)
 {
     (void)state;
     fsa_rng rng = {42};
-    for (int g = 1; g <= FSA_CMP_MAX_GROUP; g++) {
-        const int tt = fsa_cmp_tokens_per_tile(g);
+    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++) {
+        const int tt = fsa_qt_tokens_per_tile(g);
         for (int trial = 0; trial < 50; trial++) {
             int cu[9] = {0};
             const int batch = fsa_rng_int(&rng, 1, 8);
             for (int b = 0; b < batch; b++) cu[b + 1] = cu[b] + fsa_rng_int(&rng, trial % 3 ? 1 : 0, 3 * tt + 5);
             const int total = cu[batch];
             if (total == 0) continue;
-            const long long grid = fsa_cmp_grid_tiles(total, batch, g);
+            const long long grid = fsa_qt_grid_tiles(total, batch, g);
             int *owner = calloc((size_t)total, sizeof *owner);
             assert_non_null(owner);
             for (long long x = 0; x < grid; x++) {
@@ -67,10 +67,10 @@ static void test_every_query_tile_gets_exactly_one_cta(void **state)
 static void test_a_warp_holds_whole_token_groups(void **state)
 {
     (void)state;
-    for (int g = 1; g <= FSA_CMP_MAX_GROUP; g++) {
-        assert_true(fsa_cmp_tokens_per_warp(g) >= 1);
-        assert_true(fsa_cmp_tokens_per_warp(g) * g <= 16);
-        assert_int_equal(fsa_cmp_tokens_per_tile(g), FSA_CMP_WARPS * fsa_cmp_tokens_per_warp(g));
+    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++) {
+        assert_true(fsa_qt_tokens_per_warp(g) >= 1);
+        assert_true(fsa_qt_tokens_per_warp(g) * g <= 16);
+        assert_int_equal(fsa_qt_tokens_per_tile(g), FSA_QT_WARPS * fsa_qt_tokens_per_warp(g));
     }
 }
 
