@@ -10,14 +10,9 @@
 // atomics, the same inputs give the same bits.
 #include "cmp_common.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define VALUE_DIM {{VALUE_DIM}}
-#define GROUP {{GROUP}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int DK = HEAD_DIM, DV = VALUE_DIM, G = GROUP;
+typedef dtype_{{DTYPE}} DT;
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
 constexpr int TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_THREADS;
 typedef GroupRows<G> Rows;
@@ -166,7 +161,8 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
         if (tid < FSA_QT_ROWS) {
             const int w = tid >> 4, r = tid & 15;
             const bool live = Rows::live(w, r, qt.n_tok);
-            const long long t = qt.tok0 + Rows::token(w, r), at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
+            const long long t = qt.tok0 + Rows::token(w, r);
+            const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
             row_pos[buf * FSA_QT_ROWS + tid] = live ? (int)(t - q_start) : -1;
             row_lse2[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.lse)[at] * LOG2E : 0.f;
             row_dlt[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.delta)[at] : 0.f;
@@ -194,7 +190,8 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
 
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
-        if (warp_first > first_pos + (long long)(it + 1) * TT - 1) continue;  // causal: no query of the tile sees these keys
+        // Causal: no query of the tile sees this warp's keys yet.
+        if (warp_first > first_pos + (long long)(it + 1) * TT - 1) continue;
         const int *pos = row_pos + buf * FSA_QT_ROWS;
         const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
         // The 64 query rows in two steps of 32 (S and dP of a step stay small next to dK and dV).

@@ -6,18 +6,12 @@
 #include "cmp_common.cuh"
 #include "fsa_qattn.cuh"
 
-#define HEAD_DIM {{HEAD_DIM}}
-#define VALUE_DIM {{VALUE_DIM}}
-#define GROUP {{GROUP}}
-typedef fsa::dtype_{{DTYPE}} DT;
-
 using namespace fsa;
-
-constexpr int DK = HEAD_DIM, DV = VALUE_DIM, G = GROUP;
+typedef dtype_{{DTYPE}} DT;
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int KS = fsa_qt_fwd_keys(DV);  // keys per stage
 constexpr int TT = fsa_qt_tokens_per_tile(G);
 typedef GroupRows<G> Rows;
-static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -33,9 +27,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(cons
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = frag_row(lane, 2 * half);
-        row_vis[half] = Rows::live(warp, r, tile.n_tok)
-                            ? cmp_visible(tile.tok0 + Rows::token(warp, r) - tile.start, p.kernel_size, p.stride, keys.count)
-                            : 0;
+        const long long pos = tile.tok0 + Rows::token(warp, r) - tile.start;
+        row_vis[half] = Rows::live(warp, r, tile.n_tok) ? cmp_visible(pos, p.kernel_size, p.stride, keys.count) : 0;
     }
     const int warp_vis = __reduce_max_sync(0xffffffffu, max(row_vis[0], row_vis[1]));
     const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);

@@ -45,7 +45,10 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_p(int dk)
 {
     return fsa_cmp_sel_smem_k(dk) + FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk);
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_tok(int dk) { return fsa_cmp_sel_smem_p(dk) + FSA_QT_ROWS * FSA_CMP_SEL_P_PITCH * 4; }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_tok(int dk)
+{
+    return fsa_cmp_sel_smem_p(dk) + FSA_QT_ROWS * FSA_CMP_SEL_P_PITCH * 4;
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_blk(int dk, int g, int l, int d)
 {
     return fsa_cmp_sel_smem_tok(dk) + fsa_qt_tokens_per_tile(g) * (fsa_cmp_sel_halo(l, d) + FSA_CMP_SEL_KEYS) * 4;
@@ -87,7 +90,10 @@ FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv)
 #define FSA_CMP_DKV_KEYS 64
 FSA_LAYOUT_FN int fsa_cmp_dkv_parts(int dk, int dv) { return (dk + dv + 255) / 256; }
 FSA_LAYOUT_FN int fsa_cmp_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_CMP_DKV_KEYS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_q(int dk, int dv) { return fsa_cmp_dkv_smem_v(dk) + fsa_tile_bytes(FSA_CMP_DKV_KEYS, dv); }
+FSA_LAYOUT_FN int fsa_cmp_dkv_smem_q(int dk, int dv)
+{
+    return fsa_cmp_dkv_smem_v(dk) + fsa_tile_bytes(FSA_CMP_DKV_KEYS, dv);
+}
 FSA_LAYOUT_FN int fsa_cmp_dkv_smem_do(int dk, int dv)
 {
     return fsa_cmp_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
@@ -96,7 +102,10 @@ FSA_LAYOUT_FN int fsa_cmp_dkv_smem_rows(int dk, int dv)
 {
     return fsa_cmp_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
 }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv) { return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 3 * FSA_QT_ROWS * 4; }
+FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv)
+{
+    return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 3 * FSA_QT_ROWS * 4;
+}
 /* CTAs along x for Tc compressed tokens in B sequences (as fsa_qt_grid_tiles). */
 FSA_LAYOUT_FN long long fsa_cmp_grid_key_tiles(long long total_cmp, long long batch)
 {

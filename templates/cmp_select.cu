@@ -87,7 +87,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         const bool live = Rows::live(warp, r, tile.n_tok);
         const long long t = tile.tok0 + Rows::token(warp, r);
         row_vis[half] = live ? cmp_visible(t - tile.start, L, D, keys.count) : 0;
-        row_lse2[half] = row_vis[half] > 0 ? ((const float *)p.lse)[((long long)h * G + Rows::head(r)) * p.total_tokens + t] * LOG2E : 0.f;
+        const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
+        row_lse2[half] = row_vis[half] > 0 ? ((const float *)p.lse)[at] * LOG2E : 0.f;
     }
     const int warp_vis = __reduce_max_sync(0xffffffffu, max(row_vis[0], row_vis[1]));
     const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
@@ -101,7 +102,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
     for (int i = tid; i < TT * K; i += FSA_QT_THREADS) topv[i] = -FSA_INF, topc[i] = -1;
-    for (int i = tid; i < TT * HALO; i += FSA_QT_THREADS) tok[i / HALO_DIV * TOKP + i % HALO_DIV] = 0.f;  // keys before 0
+    for (int i = tid; i < TT * HALO; i += FSA_QT_THREADS)
+        tok[i / HALO_DIV * TOKP + i % HALO_DIV] = 0.f;  // the keys before the first one
 
     const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);

@@ -18,10 +18,11 @@
 namespace fsa {
 
 template <class DT, int DK, int DV, int G, class KeyRows, class Visible, class WarpSees>
-__device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q, const fsa_kernel_view &o,
-                                                  float *lse, long long total_tokens, const QueryTile &tile, int h,
-                                                  float scale_log2, int n_stages, KeyRows key_rows, Visible visible,
-                                                  WarpSees warp_sees) {
+__device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q,
+                                                  const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                  const QueryTile &tile, int h, float scale_log2, int n_stages,
+                                                  KeyRows key_rows, Visible visible, WarpSees warp_sees) {
+    static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     constexpr int KS = fsa_qt_fwd_keys(DV), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
     typedef GroupRows<G> Rows;
     const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k(DK), vs = qs + fsa_qt_fwd_smem_v(DK, DV);
@@ -71,8 +72,10 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
         u16 *orow = view_row<u16>(o, t, qh);
 #pragma unroll
         for (int j = 0; j < DV / 8; j++)
-            *(u32 *)(orow + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * inv[half], acc[j][2 * half + 1] * inv[half]);
-        if ((lane & 3) == 0 && lse != nullptr) lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
+            *(u32 *)(orow + frag_col(lane, j, 0)) =
+                DT::pack(acc[j][2 * half] * inv[half], acc[j][2 * half + 1] * inv[half]);
+        if ((lane & 3) == 0 && lse != nullptr)
+            lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
     }
 }
 

@@ -58,7 +58,9 @@ struct GroupRows {
     static __device__ __forceinline__ int head(int r) { return r % G; }
     static __device__ __forceinline__ bool used(int r) { return r < TW * G; }
     // Row r of warp w holds a token of the tile.
-    static __device__ __forceinline__ bool live(int warp, int r, int n_tok) { return used(r) && token(warp, r) < n_tok; }
+    static __device__ __forceinline__ bool live(int warp, int r, int n_tok) {
+        return used(r) && token(warp, r) < n_tok;
+    }
 };
 
 // The query rows of a tile into shared memory (pitch LD), zeros for rows

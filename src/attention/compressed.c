@@ -25,8 +25,8 @@ static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "head_dim %d and value_dim %d: multiples of 16 from 16 to 256",
                  d->head_dim, d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > 65535)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d and num_kv_heads %d: 1 or more (Hkv at most 65535)",
-                 d->num_q_heads, d->num_kv_heads);
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
+                 "num_q_heads %d and num_kv_heads %d: 1 or more (Hkv at most 65535)", d->num_q_heads, d->num_kv_heads);
     if (d->num_q_heads % d->num_kv_heads != 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d is not a multiple of num_kv_heads %d",
                  d->num_q_heads, d->num_kv_heads);
@@ -34,8 +34,8 @@ static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
                  d->num_q_heads / d->num_kv_heads, FSA_QT_MAX_GROUP);
     if (d->kernel_size < 1 || d->kernel_size > 4096 || d->stride < 1 || d->stride > d->kernel_size)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "kernel_size %d and stride %d: 1 <= stride <= kernel_size <= 4096",
-                 d->kernel_size, d->stride);
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
+                 "kernel_size %d and stride %d: 1 <= stride <= kernel_size <= 4096", d->kernel_size, d->stride);
     if (!isfinite(d->scale) || d->scale < 0.0f)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
     if (d->backward != 0 && d->backward != 1)
@@ -196,10 +196,9 @@ fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan
         FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
-    FSA_CHECK(fsa_check_tensor(stage, "q", c->q, T, hq));
-    FSA_CHECK(fsa_check_tensor(stage, "k", c->k, Tc, hkv));
-    FSA_CHECK(fsa_check_tensor(stage, "v", c->v, Tc, hkv));
-    FSA_CHECK(fsa_check_tensor(stage, "o", c->o, T, hq));
+    const fsa_tensor_check views[] = {
+        {"q", c->q, T, hq}, {"k", c->k, Tc, hkv}, {"v", c->v, Tc, hkv}, {"o", c->o, T, hq}};
+    FSA_CHECK(fsa_check_tensors(stage, views, 4));
 cleanup:
     return st;
 }
@@ -214,14 +213,16 @@ fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *pl
 }
 
 /* Every argument, on the host, before anything is enqueued. */
-static fsa_status validate_args(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *a)
+static fsa_status fwd_validate(const fsa_compressed_plan *plan, const void *local, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
+    const fsa_compressed_fwd_args *a = local;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const int64_t T = a->total_tokens, hkv = plan->desc.num_kv_heads;
     if (a->topk.ptr != 0 && plan->desc.top_k == 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk is set but the plan selects nothing (top_k 0)");
     FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c));
+    *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
     if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
@@ -266,34 +267,46 @@ cleanup:
     return st;
 }
 
+fsa_status fsa_cmp_run(const fsa_cmp_op *op, void *local, const fsa_compressed_plan *plan, const void *args,
+                       void *stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int has_work = 0;
+    if (plan == NULL || args == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
+    FSA_CHECK(fsa_struct_read(local, op->args_size, args, op->args_first_size, op->stage, op->args_type));
+    FSA_CHECK(op->validate(plan, local, &has_work));
+    if (!has_work) goto cleanup;
+    FSA_CHECK(fsa_context_enter(plan->ctx));
+    st = op->launch(plan, local, (CUstream)stream);
+    fsa_context_leave(plan->ctx);
+cleanup:
+    return st;
+}
+
+static fsa_status fwd_launch(const fsa_compressed_plan *plan, const void *local, CUstream stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_compressed_fwd_args *a = local;
+    const fsa_cmp_call c = FSA_CMP_CALL(a);
+    fsa_cmp_params p;
+    fsa_cmp_params_fill(&p, plan, &c);
+    p.topk = fsa_view_of(&a->topk);
+    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    FSA_CHECK(fsa_cmp_launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, 1, stream, &p, "launch fsa_cmp_fwd"));
+    /* The selection reads the lse the forward wrote: same stream, in order. */
+    if (a->topk.ptr != 0)
+        FSA_CHECK(fsa_cmp_launch(plan, plan->select, (unsigned)plan->select_smem, tiles, 1, stream, &p,
+                                 "launch fsa_cmp_select"));
+cleanup:
+    return st;
+}
+
 fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *args,
                                         void *stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_FWD, "plan and args must not be NULL");
-    fsa_compressed_fwd_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE, STAGE_FWD,
-                              "fsa_compressed_fwd_args"));
-    FSA_CHECK(validate_args(plan, &a));
-    if (a.total_tokens == 0) goto cleanup;
-
-    const fsa_cmp_call c = FSA_CMP_CALL(&a);
-    fsa_cmp_params p;
-    fsa_cmp_params_fill(&p, plan, &c);
-    p.topk = fsa_view_of(&a.topk);
-    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a.total_tokens, a.batch, plan->group);
-
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    FSA_CHECK(fsa_cmp_launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, 1, (CUstream)stream, &p,
-                             "launch fsa_cmp_fwd"));
-    /* The selection reads the lse the forward wrote: same stream, in order. */
-    if (a.topk.ptr != 0)
-        FSA_CHECK(fsa_cmp_launch(plan, plan->select, (unsigned)plan->select_smem, tiles, 1, (CUstream)stream, &p,
-                                 "launch fsa_cmp_select"));
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
-    return st;
+    static const fsa_cmp_op op = {STAGE_FWD, "fsa_compressed_fwd_args", sizeof(fsa_compressed_fwd_args),
+                                  FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE, fwd_validate, fwd_launch};
+    fsa_compressed_fwd_args local;
+    return fsa_cmp_run(&op, &local, plan, args, stream);
 }

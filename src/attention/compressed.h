@@ -45,6 +45,19 @@ fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *pl
 /* Clears p and fills the inputs and the problem. */
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
 
+/* One call of a compressed-attention operation: reads the caller's args
+ * struct (any version from the first size up) into `local`, checks it
+ * (validate; *has_work = 0: nothing to launch) and launches inside the
+ * plan's context. */
+typedef struct fsa_cmp_op {
+    const char *stage, *args_type;
+    size_t args_size, args_first_size;
+    fsa_status (*validate)(const fsa_compressed_plan *plan, const void *local, int *has_work);
+    fsa_status (*launch)(const fsa_compressed_plan *plan, const void *local, CUstream stream);
+} fsa_cmp_op;
+fsa_status fsa_cmp_run(const fsa_cmp_op *op, void *local, const fsa_compressed_plan *plan, const void *args,
+                       void *stream);
+
 /* Launches fn on a (gx, Hkv, gz) grid of FSA_QT_THREADS threads. */
 fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t gx, unsigned gz,
                           CUstream stream, fsa_cmp_params *p, const char *what);

@@ -29,7 +29,8 @@ static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
 static fsa_status validate_desc(const fsa_window_attention_desc *d)
 {
     if (d->dtype != FSA_DTYPE_BF16 && d->dtype != FSA_DTYPE_F16)
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "dtype %d is neither bf16 nor f16", (int)d->dtype);
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "dtype %d is neither bf16 nor f16",
+                             (int)d->dtype);
     if (!is_dim(d->head_dim) || !is_dim(d->value_dim))
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
                              "head_dim %d and value_dim %d: multiples of 16 from 16 to 256", d->head_dim, d->value_dim);
@@ -40,7 +41,8 @@ static fsa_status validate_desc(const fsa_window_attention_desc *d)
     if (d->num_q_heads / d->num_kv_heads > FSA_QT_MAX_GROUP)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
                              d->num_q_heads / d->num_kv_heads, FSA_QT_MAX_GROUP);
-    if (d->window < 1) return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "window %d must be >= 1", d->window);
+    if (d->window < 1)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "window %d must be >= 1", d->window);
     if (!isfinite(d->scale) || d->scale < 0.0f)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
                              "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
@@ -68,17 +70,19 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
     plan->smem = fsa_qt_fwd_smem_bytes(d.head_dim, d.value_dim);
     if (plan->smem > ctx->max_smem_per_block)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "window attention needs %d bytes of shared memory; target %s allows %d",
-                 plan->smem, ctx->target, ctx->max_smem_per_block);
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
+                 "window attention needs %d bytes of shared memory; target %s allows %d", plan->smem, ctx->target,
+                 ctx->max_smem_per_block);
     snprintf(dtype, sizeof dtype, "%s", d.dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
     snprintf(dk, sizeof dk, "%d", d.head_dim);
     snprintf(dv, sizeof dv, "%d", d.value_dim);
     snprintf(g, sizeof g, "%d", plan->group);
-    const fsa_param params[4] = {{"DTYPE", dtype, ""}, {"HEAD_DIM", dk, "d"}, {"VALUE_DIM", dv, "dv"}, {"GROUP", g, "g"}};
+    const fsa_param params[4] = {
+        {"DTYPE", dtype, ""}, {"HEAD_DIM", dk, "d"}, {"VALUE_DIM", dv, "dv"}, {"GROUP", g, "g"}};
     const fsa_kernel_request req = {"swa_fwd", params, 4, "fsa_swa_fwd"};
     FSA_CHECK(fsa_context_get_function(&plan->fwd, ctx, &req, "fsa_swa_fwd", plan->smem));
     *out = plan;
-    plan = NULL;
+    return FSA_STATUS_OK;
 cleanup:
     free(plan);
     return st;
@@ -97,10 +101,9 @@ static fsa_status validate_args(const fsa_window_plan *plan, const fsa_window_fw
     if (a->cu_seqlens == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_FWD, "cu_seqlens must not be NULL");
     if (a->cu_seqlens % 4 != 0 || a->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "cu_seqlens and lse must be 4-byte aligned");
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "q", &a->q, T, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "k", &a->k, T, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "v", &a->v, T, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE_FWD, "o", &a->o, T, hq));
+    const fsa_tensor_check views[] = {
+        {"q", &a->q, T, hq}, {"k", &a->k, T, hkv}, {"v", &a->v, T, hkv}, {"o", &a->o, T, hq}};
+    FSA_CHECK(fsa_check_tensors(STAGE_FWD, views, 4));
     /* Arguments are checked first so that they can be checked without a GPU. */
     if (plan->ctx->cu == NULL)
         FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE_FWD, "the plan's context has no device (offline target %s)",
