@@ -133,7 +133,7 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.y;
     // The keys: a tile of one sequence's compressed tokens.
-    const QueryTile kt = query_tile<KT>((const int *)p.cu_seqlens_c, (int)p.batch, p.total_cmp, blockIdx.x);
+    const QueryTile kt = query_tile<KT, false>((const int *)p.cu_seqlens_c, (int)p.batch, p.total_cmp, blockIdx.x);
     if (!kt.ok) return;
     const int *cu = (const int *)p.cu_seqlens;
     const long long q_start = min(max((long long)__ldg(cu + kt.seq), 0ll), p.total_tokens);

@@ -24,8 +24,10 @@ struct QueryTile {
 // x = start_b / TT + b + i (monotone in b, and start_{b+1} / TT + b + 1 -
 // start_b / TT - b >= ceil(len_b / TT), so every tile has a CTA). The
 // sequence is the last b whose first CTA is <= x. The tiles of a sequence go
-// out longest-first (tile 0 takes the last tokens): later tokens see more keys.
-template <int TT>
+// out longest-first: with LAST_FIRST (query tiles: later tokens see more keys)
+// CTA 0 of a sequence takes its last tile, otherwise its first (key tiles:
+// earlier keys are seen by more queries).
+template <int TT, bool LAST_FIRST = true>
 __device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch, long long total, long long x) {
     int lo = 0, hi = batch - 1;
     while (lo < hi) {
@@ -41,7 +43,7 @@ __device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch
     const long long i = x - (t.start / TT + lo);
     const long long n_tiles = (t.end - t.start + TT - 1) / TT;
     t.ok = i >= 0 && i < n_tiles;
-    const long long tile = n_tiles - 1 - i;
+    const long long tile = LAST_FIRST ? n_tiles - 1 - i : i;
     t.tok0 = t.start + tile * TT;
     t.n_tok = t.ok ? (int)min((long long)TT, t.end - t.tok0) : 0;
     return t;
