@@ -96,9 +96,13 @@ fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const vo
     if (plan == NULL || args == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
     fsa_status st = fsa_struct_read(call, op->args_size, args, op->args_first_size, op->stage, op->args_type);
-    int has_work = 0;
-    if (st == FSA_STATUS_OK) st = op->prepare(call, plan, &has_work);
-    if (st != FSA_STATUS_OK || !has_work) return st;
+    if (st != FSA_STATUS_OK) return st;
+    if (op->backward && !plan->bwd_available)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, op->stage, "the plan was created without backward = 1");
+    const fsa_call_inputs in = op->inputs(call);
+    st = fsa_check_inputs(op->stage, plan, &in, op->backward);
+    if (st == FSA_STATUS_OK && in.total_tokens > 0) st = op->prepare(call, plan);
+    if (st != FSA_STATUS_OK || in.total_tokens == 0) return st;
     if (plan->ctx->cu == NULL)
         return fsa_error_set(FSA_STATUS_NO_DEVICE, op->stage, "the plan's context has no device (offline target %s)",
                              plan->ctx->target);

@@ -61,9 +61,12 @@ typedef struct fsa_op {
     const char *stage;     /* error stage, e.g. "forward" */
     const char *args_type; /* e.g. "fsa_fwd_args" */
     size_t args_size, args_first_size;
-    /* Checks the arguments read into `call` and records what the launch
-     * reuses; *has_work = 0 when there is nothing to launch (no tokens). */
-    fsa_status (*prepare)(void *call, const fsa_plan *plan, int *has_work);
+    int backward;          /* needs a plan made with backward = 1, and lse */
+    /* The inputs every operation shares, from the args read into `call`. */
+    fsa_call_inputs (*inputs)(const void *call);
+    /* With tokens, once the shared inputs are checked: the op's own checks,
+     * recording in `call` what the launch reuses. */
+    fsa_status (*prepare)(void *call, const fsa_plan *plan);
     /* The launch sequence, inside the plan's context. */
     fsa_status (*launch)(const void *call, const fsa_plan *plan, CUstream stream);
 } fsa_op;

@@ -13,35 +13,13 @@
 
 #define STAGE "backward"
 
-/* The token chunk and workspace layout validation computed, reused by the launch. */
-typedef struct bwd_setup {
-    int64_t tc;
-    fsa_bwd_layout layout;
-} bwd_setup;
-
+/* One backward call: the arguments, then the token chunk and workspace
+ * layout validation computed for the launch. */
 typedef struct bwd_call {
     fsa_bwd_args a; /* first: fsa_call reads the caller's struct here */
-    bwd_setup su;
+    int64_t tc;
+    fsa_bwd_layout layout;
 } bwd_call;
-
-static fsa_status validate_args(bwd_setup *su, const fsa_plan *plan, const fsa_bwd_args *a)
-{
-    fsa_status st = FSA_STATUS_OK;
-    if (!plan->bwd_available)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
-    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
-    FSA_CHECK(fsa_check_inputs(STAGE, plan, &in, 1));
-    if (a->total_tokens == 0) goto cleanup;
-    const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
-    FSA_CHECK(fsa_check_tensor(STAGE, "dout", &a->dout, T, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
-    FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
-    FSA_CHECK(fsa_bwd_setup(&su->tc, &su->layout, plan, T, a->batch, STAGE));
-    FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
-cleanup:
-    return st;
-}
 
 /* The kernel parameters that come from the arguments. */
 static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_bwd_args *a)
@@ -72,14 +50,17 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->dkv_acc = (long long)(ws + l->dkv_acc);
 }
 
-static fsa_status run(const fsa_plan *plan, const fsa_bwd_args *a, const bwd_setup *su, CUstream stream)
+/* The launch sequence of one call. */
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
 {
+    const bwd_call *c = call;
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const fsa_bwd_kernels *k = &plan->bwd;
+    const fsa_bwd_args *a = &c->a;
     const int64_t T = a->total_tokens;
-    const int64_t tc = su->tc;
-    const fsa_bwd_layout l = su->layout;
+    const int64_t tc = c->tc;
+    const fsa_bwd_layout l = c->layout;
     fsa_sel_params p;
     params_from_args(&p, plan, a);
     params_from_layout(&p, plan, a->workspace, &l);
@@ -120,22 +101,34 @@ cleanup:
     return st;
 }
 
-static fsa_status prepare(void *call, const fsa_plan *plan, int *has_work)
+static fsa_call_inputs inputs(const void *call)
 {
-    bwd_call *c = call;
-    *has_work = c->a.total_tokens > 0;
-    return validate_args(&c->su, plan, &c->a);
+    const fsa_call_inputs in = FSA_CALL_INPUTS(&((const bwd_call *)call)->a);
+    return in;
 }
 
-static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
+/* The gradient tensors, the chunk, layout and workspace check. */
+static fsa_status prepare(void *call, const fsa_plan *plan)
 {
-    const bwd_call *c = call;
-    return run(plan, &c->a, &c->su, stream);
+    fsa_status st = FSA_STATUS_OK;
+    bwd_call *c = call;
+    const fsa_bwd_args *a = &c->a;
+    const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tensor(STAGE, "dout", &a->dout, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
+    FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
+    FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, STAGE));
+    FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total));
+cleanup:
+    return st;
 }
+
+static const fsa_op bwd_op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, 1,
+                              inputs, prepare, launch};
 
 fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream)
 {
-    static const fsa_op op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, prepare, launch};
     bwd_call c;
-    return fsa_call(&op, &c, plan, args, stream);
+    return fsa_call(&bwd_op, &c, plan, args, stream);
 }

@@ -9,32 +9,37 @@
 
 #define STAGE "forward"
 
-/* What validation decided, reused by the launch: the path, and for the FSA
- * path the token chunk and workspace layout. */
-typedef struct fwd_setup {
+/* One forward call: the arguments, then what validation decided for the
+ * launch: the path, and for the FSA path the token chunk and workspace layout. */
+typedef struct fwd_call {
+    fsa_fwd_args a; /* first: fsa_call reads the caller's struct here */
     fsa_algorithm algorithm;
     int64_t tc;
     fsa_fsa_layout layout;
-} fwd_setup;
-
-typedef struct fwd_call {
-    fsa_fwd_args a; /* first: fsa_call reads the caller's struct here */
-    fwd_setup su;
 } fwd_call;
 
-static fsa_status validate_args(fwd_setup *su, const fsa_plan *plan, const fsa_fwd_args *a)
+static fsa_call_inputs inputs(const void *call);
+static fsa_status prepare(void *call, const fsa_plan *plan);
+static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream);
+static const fsa_op fwd_op = {STAGE, "fsa_fwd_args", sizeof(fsa_fwd_args), FSA_FWD_ARGS_FIRST_SIZE, 0,
+                              inputs, prepare, launch};
+
+static fsa_call_inputs inputs(const void *call)
 {
-    fsa_status st = FSA_STATUS_OK;
-    const fsa_call_inputs in = FSA_CALL_INPUTS(a);
-    FSA_CHECK(fsa_check_inputs(STAGE, plan, &in, 0));
-    if (a->total_tokens == 0) goto cleanup;
-    su->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
-    if (su->algorithm == FSA_ALGORITHM_FSA) {
-        FSA_CHECK(fsa_fsa_setup(&su->tc, &su->layout, plan, a->total_tokens, a->batch, STAGE));
-        FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, su->layout.total));
-    }
-cleanup:
-    return st;
+    const fsa_call_inputs in = FSA_CALL_INPUTS(&((const fwd_call *)call)->a);
+    return in;
+}
+
+/* The path, and for the FSA path the chunk, layout and workspace check. */
+static fsa_status prepare(void *call, const fsa_plan *plan)
+{
+    fwd_call *c = call;
+    const fsa_fwd_args *a = &c->a;
+    c->algorithm = fsa_plan_choose(plan, a->total_tokens, NULL);
+    if (c->algorithm != FSA_ALGORITHM_FSA) return FSA_STATUS_OK;
+    const fsa_status st = fsa_fsa_setup(&c->tc, &c->layout, plan, a->total_tokens, a->batch, STAGE);
+    if (st != FSA_STATUS_OK) return st;
+    return fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total);
 }
 
 /* The kernel parameters that come from the arguments. */
@@ -54,12 +59,13 @@ static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
                       (unsigned)(plan->desc.num_kv_heads * fsa_nsa_head_groups(plan->group)), stream, &p);
 }
 
-static fsa_status run_fsa(const fsa_plan *plan, const fsa_fwd_args *a, const fwd_setup *su, CUstream stream)
+static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
+    const fsa_fwd_args *a = &c->a;
     const int64_t T = a->total_tokens;
-    const int64_t tc = su->tc;
-    const fsa_fsa_layout l = su->layout;
+    const int64_t tc = c->tc;
+    const fsa_fsa_layout l = c->layout;
     const fsa_fwd_kernels *k = &plan->fwd;
     const int item_entries = fsa_fwd_item_entries(plan->group);
 
@@ -93,23 +99,15 @@ cleanup:
     return st;
 }
 
-static fsa_status prepare(void *call, const fsa_plan *plan, int *has_work)
-{
-    fwd_call *c = call;
-    *has_work = c->a.total_tokens > 0;
-    return validate_args(&c->su, plan, &c->a);
-}
-
 static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream)
 {
     const fwd_call *c = call;
-    if (c->su.algorithm == FSA_ALGORITHM_NSA) return run_nsa(plan, &c->a, stream);
-    return run_fsa(plan, &c->a, &c->su, stream);
+    if (c->algorithm == FSA_ALGORITHM_NSA) return run_nsa(plan, &c->a, stream);
+    return run_fsa(plan, c, stream);
 }
 
 fsa_status fsa_selected_attention_fwd(const fsa_plan *plan, const fsa_fwd_args *args, void *stream)
 {
-    static const fsa_op op = {STAGE, "fsa_fwd_args", sizeof(fsa_fwd_args), FSA_FWD_ARGS_FIRST_SIZE, prepare, launch};
     fwd_call c;
-    return fsa_call(&op, &c, plan, args, stream);
+    return fsa_call(&fwd_op, &c, plan, args, stream);
 }
