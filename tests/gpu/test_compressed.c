@@ -383,6 +383,36 @@ static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **sta
     cmp_problem_free(&p);
 }
 
+/* Offsets that contradict the counts (a sequence claiming more compressed
+ * tokens than Tc, query offsets past T, a decreasing pair) are clamped by the
+ * kernels: every call completes without a fault (run it under
+ * compute-sanitizer to see no access goes out of bounds). */
+static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
+{
+    (void)state;
+    const cmp_case *c = &cases[0];
+    cmp_problem p;
+    cmp_problem_make(&p, c, 13);
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    const int32_t bad_cu[5] = {0, p.T + 50, 7, p.T, p.T + 1000};
+    const int32_t bad_cu_c[5] = {0, p.Tc + 100, 3, 2, p.Tc + 7};
+    fsa_test_h2d(dp.cu, bad_cu, sizeof bad_cu);
+    fsa_test_h2d(dp.cu_c, bad_cu_c, sizeof bad_cu_c);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync(); /* fails the test on a fault */
+    cmp_outputs out;
+    download(&out, &dp, &p, c);
+    /* Rows a malformed batch leaves to no tile keep the poison; the others name real blocks or -1. */
+    for (size_t e = 0; e < dp.topk_bytes / 4; e++)
+        assert_true(out.topk[e] == 0x7f7f7f7f || (out.topk[e] >= -1 && out.topk[e] <= p.T / c->bk));
+    outputs_free_cmp(&out);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
 /* Plans compile in parallel threads before the tests run. */
 static void *plan_worker(void *arg)
 {
@@ -428,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),
+        cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
     return cmocka_run_group_tests(tests, setup, teardown);
