@@ -48,9 +48,9 @@ extern "C" {
 #endif
 
 #define FSA_VERSION_MAJOR 0
-#define FSA_VERSION_MINOR 1
+#define FSA_VERSION_MINOR 2
 #define FSA_VERSION_PATCH 0
-#define FSA_VERSION_STRING "0.1.0"
+#define FSA_VERSION_STRING "0.2.0"
 
 #if defined(_WIN32)
 #define FSA_API
@@ -162,7 +162,7 @@ FSA_API const fsa_error_info *fsa_last_error_info(void);
 FSA_API const char *fsa_version_string(void);
 
 /* The library's version as one number, major * 10000 + minor * 100 + patch
- * (0.1.0 is 100). Compare it with FSA_VERSION, the number of the header a
+ * (0.2.0 is 200). Compare it with FSA_VERSION, the number of the header a
  * program was compiled with, to detect a different library at run time. */
 #define FSA_VERSION (FSA_VERSION_MAJOR * 10000 + FSA_VERSION_MINOR * 100 + FSA_VERSION_PATCH)
 FSA_API int fsa_version(void);
@@ -198,10 +198,22 @@ typedef struct fsa_context_options {
     int device;             /**< CUDA device ordinal (default 0), or FSA_DEVICE_NONE */
     const char *target;     /**< "sm_80", "sm_90a", ...; NULL = from the device. Required
                                  with FSA_DEVICE_NONE. */
-    const char *cache_dir;  /**< NULL = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa, ~/.cache/fsa */
+    const char *cache_dir;  /**< NULL or "" = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa,
+                                 ~/.cache/fsa (an empty FSA_CACHE_DIR counts as unset too) */
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
     int log;                /**< 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
+    /** Check mode: 1 = on, -1 = off, 0 = $FSA_CHECK (on for 1, on, true, yes). Each call
+     *  of a plan of this context first runs a small kernel that validates cu_seqlens
+     *  (starts at 0, never falls, ends at total_tokens, no sequence over max_seqlen when
+     *  given) and the top-k rows (each entry -1 or a block of the token's own sequence,
+     *  no block twice in a row), waits for it (a host synchronization on the stream),
+     *  and returns FSA_STATUS_INVALID_ARGUMENT, saying what is wrong where, instead of
+     *  launching the attention. Without it the kernels clamp every bound they read and
+     *  report nothing. A call on a stream being captured skips the check (it could not
+     *  wait for it). Calls of one plan are serialized while it is on. 64 bits wide so
+     *  that it starts past the end of the struct's first version on every ABI. */
+    int64_t check;
 } fsa_context_options;
 
 #define FSA_CONTEXT_OPTIONS_INIT FSA_INIT_(fsa_context_options, )
@@ -291,6 +303,9 @@ typedef struct fsa_cache_entry_info {
     uint64_t bytes;     /**< file size */
     int64_t mtime;      /**< seconds since the epoch */
     int valid;          /**< fsa_cache_verify only: 1 when header, key and checksum are good */
+    int deleted;        /**< fsa_cache_verify only: 1 when a bad entry was deleted (0 when it
+                             could not be: read-only cache or directory, a directory that is
+                             not empty) */
 } fsa_cache_entry_info;
 
 /** Called once per entry with the caller's `user` pointer; return non-zero to
@@ -313,7 +328,7 @@ FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, vo
 /**
  * Re-reads and re-hashes every entry; on a context with a device, also loads
  * the entries of the context's target into the driver. Bad entries are
- * deleted (unless the cache is read-only).
+ * deleted where the cache allows it (entry.deleted says which).
  * @param      ctx     the context
  * @param      visit   called for every entry with `valid` set; may be NULL
  * @param      user    passed to visit unchanged

@@ -331,7 +331,8 @@ static void print_usage(FILE *f)
             "  --backward          also the backward kernels (training)\n"
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
             "Cache:\n"
-            "  --cache-dir DIR     default $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else ~/.cache/fsa\n"
+            "  --cache-dir DIR     default (also for an empty DIR) $FSA_CACHE_DIR, else\n"
+            "                      $XDG_CACHE_HOME/fsa, else ~/.cache/fsa\n"
             "  --list              print every entry (target, name, bytes, mtime) and the total\n"
             "  --verify            re-check every entry and delete bad ones (with --detect, also\n"
             "                      load the device target's entries on the GPU)\n"
@@ -432,11 +433,7 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->jobs = (int)n;
         return 0;
     case OPT_CACHE_DIR:
-        if (*arg == '\0') {
-            usage_error("--cache-dir: empty path");
-            return -1;
-        }
-        o->cache_dir = arg;
+        o->cache_dir = *arg ? arg : NULL; /* empty: as if not given, like FSA_CACHE_DIR="" */
         return 0;
     case OPT_LIST: return set_mode(o, MODE_LIST);
     case OPT_VERIFY: return set_mode(o, MODE_VERIFY);
@@ -562,6 +559,7 @@ static fsa_status open_context(fsa_context **out, const tool_options *o, const c
     co.cache_dir = o->cache_dir;
     co.cache_mode = FSA_CACHE_MODE_READ_WRITE;
     co.jit = FSA_JIT_ON;
+    co.check = 1; /* the check-mode kernel too, for servers that run FSA_CHECK=1 with FSA_JIT=off */
     co.log = 1; /* an unusable cache directory must not pass silently */
     return fsa_context_create(out, &co);
 }
@@ -917,7 +915,7 @@ static int precompile(const tool_options *o)
 /* ----------------------------------------------------------- maintenance */
 
 typedef struct entry_totals {
-    uint64_t entries, bytes;
+    uint64_t entries, bytes, deleted;
 } entry_totals;
 
 /* mtime in UTC, ISO 8601. */
@@ -943,8 +941,10 @@ static int list_visit(const fsa_cache_entry_info *e, void *user)
 static int verify_visit(const fsa_cache_entry_info *e, void *user)
 {
     entry_totals *sum = user;
-    printf("%-3s %-8s %s%s\n", e->valid ? "OK" : "BAD", e->target, e->name, e->valid ? "" : " (deleted)");
+    printf("%-3s %-8s %s%s\n", e->valid ? "OK" : "BAD", e->target, e->name,
+           e->valid ? "" : e->deleted ? " (deleted)" : " (NOT deleted)");
     sum->entries++;
+    sum->deleted += e->deleted != 0;
     sum->bytes += e->bytes;
     return 0;
 }
@@ -972,8 +972,8 @@ static int cache_verify(fsa_context *ctx)
         fprintf(stderr, PROG ": verify: %s\n", fsa_last_error());
         return EXIT_FAILED;
     }
-    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad (deleted)\n", sum.entries,
-           sum.entries == 1 ? "y" : "ies", bad);
+    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad, %" PRIu64 " deleted\n", sum.entries,
+           sum.entries == 1 ? "y" : "ies", bad, sum.deleted);
     return bad ? EXIT_FAILED : 0;
 }
 
@@ -982,12 +982,13 @@ static int cache_prune(fsa_context *ctx, uint64_t max_bytes)
     uint64_t removed = 0, left = 0;
     char human[32];
     fsa_status st = fsa_cache_prune(ctx, max_bytes, &removed, &left);
+    printf("removed %" PRIu64 " file%s; %" PRIu64 " bytes (%s) left\n", removed, removed == 1 ? "" : "s", left,
+           human_bytes(human, sizeof human, left));
     if (st != FSA_STATUS_OK) {
+        fflush(stdout);
         fprintf(stderr, PROG ": prune: %s\n", fsa_last_error());
         return EXIT_FAILED;
     }
-    printf("removed %" PRIu64 " file%s; %" PRIu64 " bytes (%s) left\n", removed, removed == 1 ? "" : "s", left,
-           human_bytes(human, sizeof human, left));
     return 0;
 }
 

@@ -134,6 +134,7 @@ class fsa_context_options(_Sized):
         ("cache_mode", ctypes.c_int),
         ("jit", ctypes.c_int),
         ("log", ctypes.c_int),
+        ("check", ctypes.c_int64),
     ]
 
 
@@ -157,6 +158,7 @@ class fsa_cache_entry_info(ctypes.Structure):
         ("bytes", ctypes.c_uint64),
         ("mtime", ctypes.c_int64),
         ("valid", ctypes.c_int),
+        ("deleted", ctypes.c_int),
     ]
 
 

@@ -69,8 +69,8 @@ def _topk_layout(topk_idx, hkv, t, layout):
     )
 
 
-def validate(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
-             algorithm="auto", topk_layout=None, require_cuda=True):
+def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
+                    algorithm="auto", topk_layout=None, require_cuda=True):
     """Checks the arguments of selected_attention without touching a device or libfsa.
 
     Returns (layout, algorithm code). Raises TypeError or ValueError.
@@ -187,7 +187,7 @@ def _topk_ready(topk_idx, layout):
 # ----------------------------------------------------------- contexts, plans
 
 _lock = threading.Lock()
-_contexts = {}  # device index -> fsa_context *
+_contexts = {}  # (device index, validate) -> fsa_context *
 _plans = {}  # plan key -> _Plan
 
 
@@ -208,22 +208,23 @@ class _Plan:
         return size.value
 
 
-def _context(lib, device_index):
-    ctx = _contexts.get(device_index)
+def _context(lib, device_index, validate=False):
+    ctx = _contexts.get((device_index, validate))
     if ctx is None:
         handle = ctypes.c_void_p()
-        options = _lib.fsa_context_options(device=device_index)
+        # validate: libfsa's check mode (else $FSA_CHECK decides).
+        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0)
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[device_index] = handle.value
+        ctx = _contexts[(device_index, validate)] = handle.value
     return ctx
 
 
 def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit,
-              backward):
+              backward, validate=False):
     # A library without the backward gets forward-only plans; the backward
     # then fails with a clear message instead of the forward failing.
     backward = bool(backward) and lib.has_backward
-    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit)
+    base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit, validate)
     plan = _plans.get(base + (backward,))
     if plan is None and not backward:
         plan = _plans.get(base + (True,))  # a backward plan also runs the forward
@@ -233,7 +234,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
         plan = _plans.get(base + (backward,))
         if plan is not None:
             return plan
-        ctx = _context(lib, device_index)
+        ctx = _context(lib, device_index, validate)
         desc = _lib.fsa_selected_attention_desc(
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
             block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
@@ -261,7 +262,7 @@ def clear_plans():
 
 def cached_plans():
     """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm,
-    workspace_limit, backward)."""
+    workspace_limit, validate, backward)."""
     return list(_plans)
 
 
@@ -310,7 +311,7 @@ def _fwd_args(q, k, v, o, topk_idx, layout, cu_seqlens, lse, max_seqlen):
 @torch.library.custom_op("fsa_jit::selected_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor,
             block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,
-            backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            backward: bool, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     t_len, hq, d = q.shape
     device = q.device
     with torch.cuda.device(device):
@@ -322,7 +323,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
         cu_seqlens = cu_seqlens.contiguous()
         lib = _lib.get()
         plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, backward)
+                         _scale32(scale), algorithm, workspace_limit, backward, validate)
         ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1), device)
         topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
         args = _lib.fsa_fwd_args(workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
@@ -333,7 +334,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
-              workspace_limit, backward):
+              workspace_limit, backward, validate=False):
     t_len, hq, d = q.shape
     return q.new_empty((t_len, hq, d)), q.new_empty((hq, t_len), dtype=torch.float32)
 
@@ -342,7 +343,7 @@ def _fwd_fake(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algo
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor, block_size: int, scale: float,
             max_seqlen: int, algorithm: int, topk_layout: str,
-            workspace_limit: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            workspace_limit: int, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     t_len, hq, d = q.shape
     device = q.device
     with torch.cuda.device(device):
@@ -357,7 +358,7 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         lse, cu_seqlens = lse.contiguous(), cu_seqlens.contiguous()
         # Looked up rather than kept from the forward: clear_plans() may have run since.
         plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, True)
+                         _scale32(scale), algorithm, workspace_limit, True, validate)
         if not plan.backward:
             raise RuntimeError("selected_attention: the backward needs a plan with backward kernels")
         ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1, backward=True), device)
@@ -371,16 +372,17 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
-              workspace_limit):
+              workspace_limit, validate=False):
     # Contiguous, as the real operator allocates them (empty_like would copy a view's strides).
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit, _ = inputs
+    (q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit, _,
+     validate) = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, topk_idx, cu_seqlens)
-    ctx.call = (block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit)
+    ctx.call = (block_size, scale, max_seqlen, algorithm, topk_layout, workspace_limit, validate)
     ctx.mark_non_differentiable(lse)
 
 
@@ -388,14 +390,14 @@ def _backward(ctx, do, _dlse):
     q, k, v, o, lse, topk_idx, cu_seqlens = ctx.saved_tensors
     dq, dk, dv = torch.ops.fsa_jit.selected_attention_bwd(do, q, k, v, o, lse, topk_idx, cu_seqlens, *ctx.call)
     need = ctx.needs_input_grad
-    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 9
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 10
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
-                       return_lse=False, algorithm="auto", topk_layout=None, workspace_limit=None):
+                       return_lse=False, algorithm="auto", topk_layout=None, workspace_limit=None, validate=False):
     """Native Sparse Attention's selected (top-k block) attention over a packed varlen batch.
 
     q [T, Hq, D], k and v [T, Hkv, D]: fp16 or bf16 on one CUDA device; the
@@ -410,17 +412,23 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     algorithm: 'auto', 'fsa' or 'nsa'. workspace_limit: cap on the device
     workspace of one call, in bytes (an int, or a string such as '512M' or
     '2G'); None = no cap. Larger problems then run in token chunks.
+    validate: libfsa's check mode: a kernel first checks cu_seqlens and
+    topk_idx on the device (cu_seqlens starts at 0, never falls, ends at T;
+    each entry -1 or a block of the token's sequence, none twice in a row)
+    and bad metadata raises instead of giving a meaningless result. Each call
+    then waits for the check (a host synchronization); under CUDA graph
+    capture the check is skipped. FSA_CHECK=1 turns it on for every call.
 
     Returns o [T, Hq, D] (same dtype as q), and lse [Hq, T] fp32 (natural log;
     -inf for rows with no visible key) when return_lse. Differentiable with
     respect to q, k and v; lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
-    layout, algo = validate(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
+    layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
     limit = _lib.parse_bytes(workspace_limit, "workspace_limit")
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     o, lse = torch.ops.fsa_jit.selected_attention_fwd(
         q, k, v, topk_idx, cu_seqlens, int(block_size), 0.0 if scale is None else float(scale),
-        0 if max_seqlen is None else int(max_seqlen), algo, layout, limit, needs_backward)
+        0 if max_seqlen is None else int(max_seqlen), algo, layout, limit, needs_backward, bool(validate))
     return (o, lse) if return_lse else o

@@ -304,3 +304,21 @@ def test_workspace_limit_runs_in_chunks_with_the_same_result(library):
     o_capped = fsa_jit.selected_attention(**inputs, workspace_limit=4096)
     assert any(key[9] == 4096 for key in fsa_jit.cached_plans()), "the capped call has its own plan"
     assert rel_err(o_capped, o_free) < TOLERANCE[c["dtype"]][0]
+
+
+def test_validate_refuses_bad_metadata_that_a_plain_call_runs_through(library):
+    inputs, _ = make(CASES[0], requires_grad=False)  # sequences of 63, 64, 65 and 1 tokens, blocks of 64
+    good = fsa_jit.selected_attention(**inputs)
+    torch.testing.assert_close(fsa_jit.selected_attention(**inputs, validate=True), good, rtol=0, atol=0)
+
+    falling = inputs["cu_seqlens"].clone()
+    falling[1], falling[2] = falling[2].item(), falling[1].item()
+    with pytest.raises(fsa_jit.FsaError, match="cu_seqlens falls"):
+        fsa_jit.selected_attention(**dict(inputs, cu_seqlens=falling), validate=True)
+    out_of_range = inputs["topk_idx"].clone()
+    out_of_range[0, 70, 1] = 2  # token 70 is in the 64-token sequence: its one block is block 0
+    with pytest.raises(fsa_jit.FsaError, match="first at token 70, KV head 0"):
+        fsa_jit.selected_attention(**dict(inputs, topk_idx=out_of_range), validate=True)
+    # Without validate the kernels clamp the bounds: a finite, meaningless result.
+    o = fsa_jit.selected_attention(**dict(inputs, topk_idx=out_of_range))
+    assert not o.isnan().any()

@@ -89,8 +89,8 @@ def test_fullgraph_compile_captures_one_operator_call():
     assert len(graphs) == 1
     calls = [n for n in graphs[0].graph.nodes if n.op == "call_function" and "fsa_jit" in str(n.target)]
     assert len(calls) == 1 and "selected_attention_fwd" in str(calls[0].target)
-    # block size, scale, max_seqlen, algorithm, layout, workspace limit, backward
-    assert tuple(calls[0].args[5:]) == (16, 0.5, 0, _lib.FSA_ALGORITHM_NSA, "thk", 1 << 30, True)
+    # block size, scale, max_seqlen, algorithm, layout, workspace limit, backward, validate
+    assert tuple(calls[0].args[5:]) == (16, 0.5, 0, _lib.FSA_ALGORITHM_NSA, "thk", 1 << 30, True, False)
 
 
 def test_workspace_limit_spellings():

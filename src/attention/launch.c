@@ -1,4 +1,5 @@
 #include "launch.h"
+#include "metadata_check.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -108,7 +109,8 @@ fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const vo
                              plan->ctx->target);
     st = fsa_context_enter(plan->ctx);
     if (st != FSA_STATUS_OK) return st;
-    st = op->launch(call, plan, (CUstream)stream);
+    st = fsa_metadata_check(plan, op->stage, &in, (CUstream)stream); /* check mode only */
+    if (st == FSA_STATUS_OK) st = op->launch(call, plan, (CUstream)stream);
     fsa_context_leave(plan->ctx);
     return st;
 }

@@ -1,6 +1,7 @@
 /* Plans: validate a selected-attention descriptor, decide which paths fit
  * the target, compile or load their kernels, size workspaces. */
 #include "plan.h"
+#include "metadata_check.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -161,14 +162,20 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
 
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));
     FSA_CHECK(load_fwd_kernels(plan, desc->algorithm != FSA_ALGORITHM_NSA, desc->algorithm != FSA_ALGORITHM_FSA));
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx));
     *out = plan;
     plan = NULL;
 cleanup:
-    free(plan);
+    fsa_plan_destroy(plan);
     return st;
 }
 
-void fsa_plan_destroy(fsa_plan *plan) { free(plan); }
+void fsa_plan_destroy(fsa_plan *plan)
+{
+    if (plan == NULL) return;
+    fsa_metadata_checker_destroy(plan->checker, plan->ctx);
+    free(plan);
+}
 
 /* Size arithmetic that saturates instead of wrapping: a layout too large for
  * size_t comes out as SIZE_MAX, which no budget fits and fsa_*_setup refuses. */

@@ -30,6 +30,7 @@ struct fsa_plan {
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
+    struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 
 /* The index-inversion arrays both workspaces start with. Offsets in bytes. */

@@ -2,7 +2,7 @@
 
 #include "base/status_internal.h"
 #include "target.h"
-#include "templates.h"
+#include "compile_source.h"
 #include "base/util.h"
 
 #include <stdio.h>
@@ -55,28 +55,16 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
 {
     fsa_status st = FSA_STATUS_OK;
     nvrtcProgram prog = NULL;
-    const char **header_names = NULL;
-    const char **header_texts = NULL;
-    size_t n_headers = 0;
+    char *inlined = NULL;
     memset(out, 0, sizeof *out);
 
-    header_names = calloc(fsa_template_count + 1, sizeof *header_names);
-    header_texts = calloc(fsa_template_count + 1, sizeof *header_texts);
-    FSA_CHECK_ALLOC(header_names, "compile");
-    FSA_CHECK_ALLOC(header_texts, "compile");
-    for (size_t i = 0; i < fsa_template_count; i++) {
-        const char *name = fsa_templates[i].name;
-        size_t len = strlen(name);
-        if (len > 4 && strcmp(name + len - 4, ".cuh") == 0) {
-            header_names[n_headers] = name;
-            header_texts[n_headers] = fsa_templates[i].text;
-            n_headers++;
-        }
-    }
-
+    /* One source with the headers written in, under a fixed absolute name:
+     * the cubin's line info then names no directory of this process. */
+    FSA_CHECK(fsa_compile_source(&inlined, source, program_name));
+    char virtual_name[256];
+    snprintf(virtual_name, sizeof virtual_name, "%s%s", FSA_COMPILE_SOURCE_DIR, program_name);
     double t0 = fsa_now_ms();
-    nvrtcResult r = nvrtc->CreateProgram(&prog, source, program_name, (int)n_headers, header_texts,
-                                         header_names);
+    nvrtcResult r = nvrtc->CreateProgram(&prog, inlined, virtual_name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS)
         FSA_FAIL(FSA_STATUS_COMPILE_FAILED, "compile", "nvrtcCreateProgram(%s): %s", program_name,
                  nvrtc->GetErrorString(r));
@@ -116,8 +104,7 @@ fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *s
     }
 cleanup:
     if (prog) nvrtc->DestroyProgram(&prog);
-    free(header_names);
-    free(header_texts);
+    free(inlined);
     if (st != FSA_STATUS_OK) fsa_cubin_free(out);
     return st;
 }

@@ -37,7 +37,8 @@ typedef struct fsa_cubin {
 
 void fsa_cubin_free(fsa_cubin *c);
 
-/* Compiles `source` with every *.cuh template available as a header. On
+/* Compiles `source`, with the *.cuh templates it includes written in
+ * (compile_source.h), as FSA_COMPILE_SOURCE_DIR/<program_name>. On
  * failure: FSA_STATUS_COMPILE_FAILED with the NVRTC log in the error record. */
 fsa_status fsa_compile(fsa_cubin *out, const fsa_nvrtc_api *nvrtc, const char *source,
                        const char *program_name, const fsa_compile_options *options);

@@ -105,15 +105,18 @@ cleanup:
 static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *requested_dir)
 {
     if (mode == FSA_CACHE_MODE_OFF) return;
-    ctx->cache_dir = requested_dir ? strdup(requested_dir) : default_cache_dir();
+    /* An empty directory means "not set", as for FSA_CACHE_DIR="". */
+    ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
     if (ctx->cache_dir == NULL) {
         fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
         return;
     }
     fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);
     if (st != FSA_STATUS_OK) {
-        /* A refused or unusable directory is not fatal: work from memory. */
+        /* A refused or unusable directory is not fatal: work from memory.
+         * The reason goes into every later "not cached" error too. */
         fsa_log_warn(ctx->log, "kernel cache disabled: %s", fsa_last_error());
+        ctx->cache_note = strdup(fsa_last_error_info()->message);
         if (mode == FSA_CACHE_MODE_READ_WRITE) {
             /* Nothing this context builds can be published: count that once. */
             atomic_fetch_add(&ctx->counters.write_failures, 1);
@@ -142,6 +145,8 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx->target = ctx->arch.name;
     ctx->device = o.device;
     ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
+    FSA_APPENDED_FIELD(fsa_context_options, check, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    ctx->check = o.check > 0 ? 1 : o.check < 0 ? 0 : fsa_env_flag("FSA_CHECK", 0) == 1;
 
     fsa_cache_mode mode = FSA_CACHE_MODE_READ_WRITE;
     int jit = 1;
@@ -160,23 +165,18 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
         FSA_CHECK(open_device(ctx, o.target));
     }
 
-    const fsa_nvrtc_api *nvrtc = NULL;
-    if (fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) {
-        /* Cached kernels still work; a miss will report NO_NVRTC. */
-        fsa_log_warn(ctx->log, "%s", fsa_last_error());
-        fsa_error_clear();
-        nvrtc = NULL;
-    }
+    /* NVRTC is loaded only when a kernel has to be compiled (module_cache.c). */
     open_disk_cache(ctx, mode, o.cache_dir);
     const char *dump_dir = getenv("FSA_JIT_DUMP");
     if (dump_dir && *dump_dir) {
         ctx->dump_dir = strdup(dump_dir);
         FSA_CHECK_ALLOC(ctx->dump_dir, "context");
     }
-    ctx->env.nvrtc = nvrtc;
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;
+    ctx->env.cache_note = ctx->cache_note ? ctx->cache_note : "";
     ctx->env.jit = jit;
+    ctx->env.driver_major = ctx->cu ? ctx->cu->driver_version / 1000 : 0;
     ctx->env.log = ctx->log;
     ctx->env.dump_dir = ctx->dump_dir;
     ctx->env.counters = &ctx->counters;
@@ -193,6 +193,7 @@ void fsa_context_destroy(fsa_context *ctx)
     if (ctx->cu && ctx->cu_context) ctx->cu->DevicePrimaryCtxRelease(ctx->cu_device);
     fsa_disk_cache_close(ctx->disk);
     free(ctx->cache_dir);
+    free(ctx->cache_note);
     free(ctx->dump_dir);
     pthread_mutex_destroy(&ctx->fill_lock);
     free(ctx);

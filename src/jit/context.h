@@ -23,11 +23,13 @@ struct fsa_context {
     fsa_target arch;          /* the compile target, parsed once */
     const char *target;       /* arch.name */
     char *cache_dir;          /* resolved root, NULL when the disk cache is off */
+    char *cache_note;         /* why the disk cache could not be used, or NULL */
     char *dump_dir;           /* $FSA_JIT_DUMP, read once; NULL when unset */
     fsa_disk_cache *disk;
     fsa_jit_counters counters;
     fsa_jit_env env;
     int log;
+    int check;                /* check mode (attention/metadata_check.h) */
 
     pthread_mutex_t fill_lock; /* guards the lazily made fill kernel */
     CUfunction fill_fn;

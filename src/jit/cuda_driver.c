@@ -20,42 +20,43 @@ static struct {
 } g_cu = {PTHREAD_ONCE_INIT, FSA_STATUS_OK, "", {0}};
 
 /* Entry points by base name with the CUDA version whose ABI the matching
- * field's typedef describes. */
-#define FSA_CU_SYMBOLS(X)                         \
-    X(DriverGetVersion, "cuDriverGetVersion", 2020)   \
-    X(GetErrorName, "cuGetErrorName", 6000)           \
-    X(GetErrorString, "cuGetErrorString", 6000)       \
-    X(DeviceGet, "cuDeviceGet", 2000)                 \
-    X(DeviceGetCount, "cuDeviceGetCount", 2000)       \
-    X(DeviceGetAttribute, "cuDeviceGetAttribute", 2000) \
-    X(DeviceGetName, "cuDeviceGetName", 2000)         \
-    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000) \
-    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000) \
-    X(CtxPushCurrent, "cuCtxPushCurrent", 4000)       \
-    X(CtxPopCurrent, "cuCtxPopCurrent", 4000)         \
-    X(CtxGetCurrent, "cuCtxGetCurrent", 4000)         \
-    X(LibraryLoadData, "cuLibraryLoadData", 12000)    \
-    X(LibraryUnload, "cuLibraryUnload", 12000)        \
-    X(LibraryGetKernel, "cuLibraryGetKernel", 12000)  \
-    X(KernelGetFunction, "cuKernelGetFunction", 12000) \
-    X(FuncSetAttribute, "cuFuncSetAttribute", 9000)   \
-    X(FuncGetAttribute, "cuFuncGetAttribute", 2020)   \
-    X(LaunchKernel, "cuLaunchKernel", 4000)           \
-    X(MemsetD32Async, "cuMemsetD32Async", 3020)       \
-    X(MemsetD8Async, "cuMemsetD8Async", 3020)         \
-    X(MemAlloc, "cuMemAlloc", 3020)                   \
-    X(MemFree, "cuMemFree", 3020)                     \
-    X(MemcpyHtoD, "cuMemcpyHtoD", 3020)               \
-    X(MemcpyDtoH, "cuMemcpyDtoH", 3020)               \
-    X(StreamSynchronize, "cuStreamSynchronize", 2000) \
-    X(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050) \
-    X(StreamCreate, "cuStreamCreate", 2000)           \
-    X(StreamDestroy, "cuStreamDestroy", 4000)         \
-    X(StreamBeginCapture, "cuStreamBeginCapture", 10010) \
-    X(StreamEndCapture, "cuStreamEndCapture", 10000)  \
-    X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040) \
-    X(GraphLaunch, "cuGraphLaunch", 10000)            \
-    X(GraphExecDestroy, "cuGraphExecDestroy", 10000)  \
+ * field's typedef describes: those the library calls, then the optional ones. */
+#define FSA_CU_REQUIRED(X)                                                   \
+    X(DriverGetVersion, "cuDriverGetVersion", 2020)                          \
+    X(GetErrorName, "cuGetErrorName", 6000)                                  \
+    X(GetErrorString, "cuGetErrorString", 6000)                              \
+    X(DeviceGet, "cuDeviceGet", 2000)                                        \
+    X(DeviceGetCount, "cuDeviceGetCount", 2000)                              \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", 2000)                      \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000)              \
+    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000)          \
+    X(CtxPushCurrent, "cuCtxPushCurrent", 4000)                              \
+    X(CtxPopCurrent, "cuCtxPopCurrent", 4000)                                \
+    X(LibraryLoadData, "cuLibraryLoadData", 12000)                           \
+    X(LibraryUnload, "cuLibraryUnload", 12000)                               \
+    X(LibraryGetKernel, "cuLibraryGetKernel", 12000)                         \
+    X(KernelGetFunction, "cuKernelGetFunction", 12000)                       \
+    X(FuncSetAttribute, "cuFuncSetAttribute", 9000)                          \
+    X(LaunchKernel, "cuLaunchKernel", 4000)                                  \
+    X(MemsetD32Async, "cuMemsetD32Async", 3020)                              \
+    X(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050)
+
+#define FSA_CU_OPTIONAL(X)                                                   \
+    X(MemAlloc, "cuMemAlloc", 3020)                                          \
+    X(MemFree, "cuMemFree", 3020)                                            \
+    X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020)                            \
+    X(StreamSynchronize, "cuStreamSynchronize", 2000)                        \
+    X(StreamIsCapturing, "cuStreamIsCapturing", 10000)                       \
+    X(MemsetD8Async, "cuMemsetD8Async", 3020)                                \
+    X(MemcpyHtoD, "cuMemcpyHtoD", 3020)                                      \
+    X(MemcpyDtoH, "cuMemcpyDtoH", 3020)                                      \
+    X(StreamCreate, "cuStreamCreate", 2000)                                  \
+    X(StreamDestroy, "cuStreamDestroy", 4000)                                \
+    X(StreamBeginCapture, "cuStreamBeginCapture", 10010)                     \
+    X(StreamEndCapture, "cuStreamEndCapture", 10000)                         \
+    X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040)       \
+    X(GraphLaunch, "cuGraphLaunch", 10000)                                   \
+    X(GraphExecDestroy, "cuGraphExecDestroy", 10000)                         \
     X(GraphDestroy, "cuGraphDestroy", 10000)
 
 static void cu_load_once(void)
@@ -82,22 +83,32 @@ static void cu_load_once(void)
         snprintf(g_cu.message, sizeof g_cu.message, "cuInit failed with CUresult %d", (int)r);
         return;
     }
-#define FSA_CU_RESOLVE_(field, name, version)                                              \
-    do {                                                                                   \
-        void *fn = NULL;                                                                   \
-        CUresult rr = get_v2 ? get_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, NULL) \
-                             : get_v1(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT);    \
-        if (rr != CUDA_SUCCESS || fn == NULL) {                                            \
-            g_cu.status = FSA_STATUS_NO_DRIVER;                                            \
-            snprintf(g_cu.message, sizeof g_cu.message,                                    \
-                     "driver has no %s (ABI %d); CUDA 12 or newer is required", name,      \
-                     version);                                                             \
-            return;                                                                        \
-        }                                                                                  \
-        *(void **)&api->field = fn;                                                        \
+#define FSA_CU_LOOKUP_(name, version, fn)                                        \
+    (get_v2 ? get_v2(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, NULL)        \
+            : get_v1(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT))
+#define FSA_CU_REQUIRE_(field, name, version)                                     \
+    do {                                                                          \
+        void *fn = NULL;                                                          \
+        if (FSA_CU_LOOKUP_(name, version, fn) != CUDA_SUCCESS || fn == NULL) {    \
+            g_cu.status = FSA_STATUS_NO_DRIVER;                                   \
+            snprintf(g_cu.message, sizeof g_cu.message,                           \
+                     "driver has no %s (ABI %d); CUDA 12 or newer is required", name, \
+                     version);                                                    \
+            return;                                                               \
+        }                                                                         \
+        *(void **)&api->field = fn;                                               \
     } while (0);
-    FSA_CU_SYMBOLS(FSA_CU_RESOLVE_)
-#undef FSA_CU_RESOLVE_
+#define FSA_CU_OPTION_(field, name, version)                                      \
+    do {                                                                          \
+        void *fn = NULL;                                                          \
+        if (FSA_CU_LOOKUP_(name, version, fn) != CUDA_SUCCESS) fn = NULL;         \
+        *(void **)&api->field = fn;                                               \
+    } while (0);
+    FSA_CU_REQUIRED(FSA_CU_REQUIRE_)
+    FSA_CU_OPTIONAL(FSA_CU_OPTION_)
+#undef FSA_CU_OPTION_
+#undef FSA_CU_REQUIRE_
+#undef FSA_CU_LOOKUP_
     if (api->DriverGetVersion(&api->driver_version) != CUDA_SUCCESS) api->driver_version = 0;
     /* The library handle stays open for the life of the process. */
 }

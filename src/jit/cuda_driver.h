@@ -11,6 +11,8 @@
 
 typedef struct fsa_cu_api {
     int driver_version;
+    /* Required: what the library calls. A driver without one of these is
+     * FSA_STATUS_NO_DRIVER. */
     PFN_cuInit_v2000 Init;
     PFN_cuDriverGetVersion_v2020 DriverGetVersion;
     PFN_cuGetErrorName_v6000 GetErrorName;
@@ -18,29 +20,29 @@ typedef struct fsa_cu_api {
     PFN_cuDeviceGet_v2000 DeviceGet;
     PFN_cuDeviceGetCount_v2000 DeviceGetCount;
     PFN_cuDeviceGetAttribute_v2000 DeviceGetAttribute;
-    PFN_cuDeviceGetName_v2000 DeviceGetName;
     PFN_cuDevicePrimaryCtxRetain_v7000 DevicePrimaryCtxRetain;
     PFN_cuDevicePrimaryCtxRelease_v11000 DevicePrimaryCtxRelease;
     PFN_cuCtxPushCurrent_v4000 CtxPushCurrent;
     PFN_cuCtxPopCurrent_v4000 CtxPopCurrent;
-    PFN_cuCtxGetCurrent_v4000 CtxGetCurrent;
     PFN_cuLibraryLoadData_v12000 LibraryLoadData;
     PFN_cuLibraryUnload_v12000 LibraryUnload;
     PFN_cuLibraryGetKernel_v12000 LibraryGetKernel;
     PFN_cuKernelGetFunction_v12000 KernelGetFunction;
     PFN_cuFuncSetAttribute_v9000 FuncSetAttribute;
-    PFN_cuFuncGetAttribute_v2020 FuncGetAttribute;
     PFN_cuLaunchKernel_v4000 LaunchKernel;
     PFN_cuMemsetD32Async_v3020 MemsetD32Async;
-    PFN_cuMemsetD8Async_v3020 MemsetD8Async;
+    PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 OccupancyMaxActiveBlocksPerMultiprocessor;
+    /* Optional: NULL when the driver lacks them. The check mode needs the
+     * first five (it says so when one is missing); tests and tools reach the
+     * rest through this loader. */
     PFN_cuMemAlloc_v3020 MemAlloc;
     PFN_cuMemFree_v3020 MemFree;
+    PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync;
+    PFN_cuStreamSynchronize_v2000 StreamSynchronize;
+    PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
+    PFN_cuMemsetD8Async_v3020 MemsetD8Async;
     PFN_cuMemcpyHtoD_v3020 MemcpyHtoD;
     PFN_cuMemcpyDtoH_v3020 MemcpyDtoH;
-    PFN_cuStreamSynchronize_v2000 StreamSynchronize;
-    PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 OccupancyMaxActiveBlocksPerMultiprocessor;
-    /* Streams, events and graphs: for tests and tools that reach the driver
-     * through the library's loader. */
     PFN_cuStreamCreate_v2000 StreamCreate;
     PFN_cuStreamDestroy_v4000 StreamDestroy;
     PFN_cuStreamBeginCapture_v10010 StreamBeginCapture;
@@ -52,7 +54,7 @@ typedef struct fsa_cu_api {
 } fsa_cu_api;
 
 /* Loads the driver once per process. FSA_STATUS_NO_DRIVER when libcuda.so.1
- * or one of its entry points is missing, FSA_STATUS_DRIVER_ERROR when cuInit
+ * or one of its required entry points is missing, FSA_STATUS_DRIVER_ERROR when cuInit
  * fails (no device, driver/kernel-module mismatch). */
 fsa_status fsa_cu_load(const fsa_cu_api **out);
 

@@ -16,13 +16,17 @@
 #include <stdint.h>
 
 #define FSA_CACHE_LAYOUT "v1"
-#define FSA_CACHE_FORMAT_VERSION 1u
+#define FSA_CACHE_FORMAT_VERSION 2u /* 1: before the entry-names checksum */
+#define FSA_CACHE_HEADER_SIZE 80u
 
 typedef struct fsa_disk_cache fsa_disk_cache;
 
 /* Opens (and, unless read_only, creates with mode 0700) <root>/v1. Refuses,
  * with FSA_STATUS_CACHE_IO and a message, a root or v1 directory that other
- * users can write or that another user owns; the caller then works in memory. */
+ * users can write or that a user other than the effective user or root
+ * owns; the caller then works in memory. Files and directories of root are
+ * trusted (root can replace any file anyway), so that a cache baked into an
+ * image by root serves every user. */
 fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_only);
 void fsa_disk_cache_close(fsa_disk_cache *dc); /* NULL is fine */
 const char *fsa_disk_cache_root(const fsa_disk_cache *dc);
@@ -39,7 +43,7 @@ void fsa_disk_entry_free(fsa_disk_entry *e); /* frees the members; NULL is fine 
 
 /* FSA_STATUS_OK with *out filled on a hit; FSA_STATUS_NOT_FOUND on a miss.
  * A present but bad entry (short, bad magic or version, wrong key text,
- * checksum mismatch, owned by another user, not a regular file) is a miss:
+ * checksum mismatch, owned by an untrusted user, not a regular file) is a miss:
  * *corrupt_out is incremented and the file deleted unless read-only.
  * With any_nvrtc, an entry whose key text equals key->text except for the
  * "nvrtc" line also hits (for processes that have no NVRTC); among several
@@ -47,16 +51,31 @@ void fsa_disk_entry_free(fsa_disk_entry *e); /* frees the members; NULL is fine 
 fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                  const char *target, int any_nvrtc, uint64_t *corrupt_out);
 
+/* Any-NVRTC lookup among the entries an NVRTC of major version
+ * max_nvrtc_major or older built (0: no limit): the cubins a driver of that
+ * CUDA major version can load. */
+fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
+                                            const char *target, int max_nvrtc_major, uint64_t *corrupt_out);
+
+/* Identifies the cache directory (device and inode of <root>/v1), so that
+ * two handles on one directory can be told to be the same. */
+void fsa_disk_cache_identity(const fsa_disk_cache *dc, uint64_t id[2]);
+
 /* Writes the entry atomically. FSA_STATUS_CACHE_IO when the cache is
  * read-only or any write fails (nothing partial is ever visible). */
 fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
                                   const void *cubin, size_t cubin_size, const char *entry_names);
 
 /* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
- * descriptor, or -1 when no lock can be had (read-only cache, flock
- * unsupported): callers then go on without it. */
+ * descriptor; -1 when no lock can be had (read-only or refused cache, flock
+ * unsupported); FSA_DISK_LOCK_GAVE_UP when another process holds it and is
+ * stopped or dead on this host, or held it for FSA_CACHE_LOCK_TIMEOUT
+ * seconds (default 120). Callers go on without the lock in either case
+ * (publishing is atomic, so a duplicate compile is harmless); the error
+ * record says why. */
+#define FSA_DISK_LOCK_GAVE_UP (-2)
 int fsa_disk_cache_lock(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target);
-void fsa_disk_cache_unlock(int fd); /* -1 is fine */
+void fsa_disk_cache_unlock(int fd); /* a negative fd is fine */
 
 /* Maintenance. Each visits every entry of every target directory. */
 fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user);

@@ -119,6 +119,15 @@ static int next_line(const char **p, const char **start, size_t *len)
 
 static int is_nvrtc_line(const char *s, size_t n) { return n >= 6 && memcmp(s, "nvrtc ", 6) == 0; }
 
+int fsa_key_text_nvrtc_major(const char *text)
+{
+    const char *s;
+    size_t n;
+    while (next_line(&text, &s, &n))
+        if (is_nvrtc_line(s, n)) return s[6] >= '0' && s[6] <= '9' ? atoi(s + 6) : 0;
+    return 0;
+}
+
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b)
 {
     const char *sa, *sb;

@@ -39,4 +39,8 @@ void fsa_digest128(uint8_t out[16], const void *data, size_t n);
  * process without NVRTC use kernels that some NVRTC version built. */
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b);
 
+/* The major version on the "nvrtc" line of a key text; 0 for "none" or no
+ * such line. */
+int fsa_key_text_nvrtc_major(const char *text);
+
 #endif

@@ -164,6 +164,12 @@ static const fsa_cu_api *test_cu(void)
         fprintf(stderr, "driver: %s\n", fsa_last_error());
         exit(1);
     }
+    /* Optional for the library, needed here. */
+    if (!cu->MemAlloc || !cu->MemFree || !cu->MemcpyHtoD || !cu->MemcpyDtoH || !cu->MemsetD8Async ||
+        !cu->StreamSynchronize) {
+        fprintf(stderr, "driver lacks a memory or stream entry point the tests use\n");
+        exit(1);
+    }
     return cu;
 }
 

@@ -9,6 +9,7 @@
  * empty table and may ask for the parent's kernel. */
 #include "testing.h"
 
+#include "jit/compile.h"
 #include "jit/context.h"
 #include "jit/disk_cache.h"
 #include "jit/module_cache.h"
@@ -26,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -140,18 +142,25 @@ static int child_disk_hit(const char *mode, char **argv)
     return 0;
 }
 
-/* rebuild <dir> <unroll>: the entry on disk is damaged: one corrupt entry,
- * one compile, no disk hit. */
-static int child_rebuild(const char *mode, char **argv)
+/* build <dir> <unroll> <corrupt> <write failures>: the kernel is not
+ * usable from the cache (absent, or damaged: counted once, also when it
+ * cannot be deleted and the look under the lock meets it again): one
+ * compile, no disk hit; the publish fails as often as the parent says (1: a
+ * directory with files is in the way). An alarm ends a process that would
+ * wait for ever. */
+static int child_build(const char *mode, char **argv)
 {
     fsa_context *ctx = NULL;
     fsa_module *m = NULL;
+    uint64_t corrupt = strtoull(argv[2], NULL, 10), write_failures = strtoull(argv[3], NULL, 10);
+    alarm(60);
     fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     CHILD_CHECK(st == FSA_STATUS_OK, "context: %s", fsa_status_name(st));
     st = get_fill(&m, ctx, atoi(argv[1]));
     CHILD_CHECK(st == FSA_STATUS_OK, "get: %s", fsa_status_name(st));
     fsa_cache_stats s = stats_of(ctx);
-    CHILD_CHECK(s.corrupt_entries == 1 && s.compiles == 1 && s.disk_hits == 0 && s.write_failures == 0,
+    CHILD_CHECK(s.corrupt_entries == corrupt && s.compiles == 1 && s.disk_hits == 0 &&
+                    s.write_failures == write_failures,
                 CHILD_STATS(s));
     fsa_context_destroy(ctx);
     return 0;
@@ -166,7 +175,6 @@ static int child_no_nvrtc(const char *mode, char **argv)
     int cached = atoi(argv[1]), uncached = atoi(argv[2]);
     fsa_status st = create_context(&ctx, argv[0], FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     CHILD_CHECK(st == FSA_STATUS_OK, "context without NVRTC: %s", fsa_status_name(st));
-    CHILD_CHECK(ctx->env.nvrtc == NULL, "NVRTC was loaded despite FSA_NVRTC_PATH");
     st = get_fill(&m, ctx, cached);
     CHILD_CHECK(st == FSA_STATUS_OK, "cached kernel: %s", fsa_status_name(st));
     fsa_cache_stats s = stats_of(ctx);
@@ -289,12 +297,22 @@ static int child_race(const char *mode, char **argv)
 
 static int child_main(int argc, char **argv)
 {
+    /* Run from another working directory: it must not show in what is built. */
+    const char *cwd = getenv("FSA_TEST_CHDIR");
+    if (cwd && *cwd && chdir(cwd) != 0) return 3;
+    /* Run as another user: how a cache baked into an image by root is read. */
+    const char *as_uid = getenv("FSA_TEST_AS_UID");
+    if (as_uid && *as_uid) {
+        uid_t uid = (uid_t)atoi(as_uid);
+        if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0) return 3;
+        if (argc >= 2 && access(argv[1], R_OK | X_OK) != 0) return FSA_TEST_SKIP_CODE;
+    }
     static const struct {
         const char *mode;
         int args;
         int (*fn)(const char *, char **);
     } modes[] = {
-        {"disk-hit", 4, child_disk_hit}, {"rebuild", 2, child_rebuild},     {"no-nvrtc", 3, child_no_nvrtc},
+        {"disk-hit", 4, child_disk_hit}, {"build", 4, child_build},     {"no-nvrtc", 3, child_no_nvrtc},
         {"plan-disk", 3, child_plan_disk}, {"race", 6, child_race},
     };
     if (argc < 1) return 2;
@@ -476,6 +494,35 @@ static void the_one_entry(char *path_out, size_t cap, const char *dir, const cha
     assert_string_equal(l.e[0].path, want);
     assert_true(l.e[0].bytes > 64);
     snprintf(path_out, cap, "%s", l.e[0].path);
+}
+
+/* A fresh kernel that a context of this process compiled into the cache at
+ * dir (which held nothing of it): its unroll and name, the path of its one
+ * entry, and the module (which outlives the context). */
+typedef struct cached_fill {
+    int u;
+    char us[16], name[32], path[1024];
+    fsa_module *m;
+} cached_fill;
+
+static cached_fill cache_a_fresh_fill(const char *dir)
+{
+    cached_fill c;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    c.u = fresh_unroll();
+    c.m = fill_or_fail(ctx, c.u);
+    snprintf(c.us, sizeof c.us, "%d", c.u);
+    snprintf(c.name, sizeof c.name, "fill_u%d", c.u);
+    the_one_entry(c.path, sizeof c.path, dir, FILL_TARGET, c.name, fsa_module_key_hex(c.m));
+    fsa_context_destroy(ctx);
+    return c;
+}
+
+static fsa_disk_cache *open_disk(const char *dir)
+{
+    fsa_disk_cache *dc = NULL;
+    if (fsa_disk_cache_open(&dc, dir, 0) != FSA_STATUS_OK) fail_msg("cache %s: %s", dir, fsa_last_error());
+    return dc;
 }
 
 /* stderr (fd 2) into a temporary file between begin and end. */
@@ -766,20 +813,13 @@ static void test_processes_and_threads_racing_for_one_new_kernel_publish_exactly
  * a fresh process rebuild it. */
 static void corrupt_and_rebuild(const char *dir, void (*damage)(const char *path, uint64_t size))
 {
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fsa_module *m = fill_or_fail(ctx, u);
-    char name[32], path[1024];
-    snprintf(name, sizeof name, "fill_u%d", u);
-    the_one_entry(path, sizeof path, dir, FILL_TARGET, name, fsa_module_key_hex(m));
-    fsa_context_destroy(ctx);
+    cached_fill c = cache_a_fresh_fill(dir);
+    const char *path = c.path, *us = c.us;
     struct stat before;
     assert_int_equal(stat(path, &before), 0);
     damage(path, (uint64_t)before.st_size);
 
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"rebuild", dir, us, NULL};
+    const char *args[] = {"build", dir, us, "1", "0", NULL};
     assert_int_equal(run_self(args, NULL), 0);
 
     /* The rebuilt entry is whole and in the same place. */
@@ -821,10 +861,11 @@ static void flip_key_text_byte(const char *path, uint64_t size)
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     unsigned char b;
-    /* Just past the 64-byte header: the stored key text. */
-    assert_int_equal(pread(fd, &b, 1, 70), 1);
+    /* Just past the header: the stored key text. */
+    const off_t at = FSA_CACHE_HEADER_SIZE + 6;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
     b ^= 0x01;
-    assert_int_equal(pwrite(fd, &b, 1, 70), 1);
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
     close(fd);
 }
 
@@ -841,6 +882,87 @@ static void test_an_entry_with_a_flipped_payload_byte_is_counted_corrupt_and_reb
 static void test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt_once(void **state)
 {
     corrupt_and_rebuild(*state, flip_key_text_byte);
+}
+
+static void test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure(void **state)
+{
+    const char *dir = *state;
+    cached_fill c = cache_a_fresh_fill(dir);
+    const char *path = c.path;
+    char inside[1100];
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inside, sizeof inside, "%s/file", path);
+    int fd = open(inside, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    const char *args[] = {"build", dir, c.us, "1", "1", NULL};
+    assert_int_equal(run_self(args, NULL), 0);
+    struct stat sb;
+    assert_int_equal(stat(inside, &sb), 0); /* not ours to delete */
+}
+
+static void test_an_empty_cache_dir_option_means_the_default_directory(void **state)
+{
+    const char *dir = *state;
+    const char *saved = getenv("FSA_CACHE_DIR");
+    char *keep = saved ? strdup(saved) : NULL;
+    assert_int_equal(setenv("FSA_CACHE_DIR", dir, 1), 0);
+    fsa_context *ctx = context_or_fail("", FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    assert_string_equal(fsa_context_cache_dir(ctx), dir);
+    fsa_context_destroy(ctx);
+    /* FSA_CACHE_DIR="" is unset too: the next rule applies. */
+    assert_int_equal(setenv("FSA_CACHE_DIR", "", 1), 0);
+    assert_int_equal(setenv("XDG_CACHE_HOME", dir, 1), 0);
+    ctx = context_or_fail("", FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/fsa", dir);
+    assert_string_equal(fsa_context_cache_dir(ctx), want);
+    fsa_context_destroy(ctx);
+    unsetenv("XDG_CACHE_HOME");
+    if (keep) setenv("FSA_CACHE_DIR", keep, 1);
+    else unsetenv("FSA_CACHE_DIR");
+    free(keep);
+}
+
+static void test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_from_compiling_it(void **state)
+{
+    const char *dir = *state;
+    cached_fill c = cache_a_fresh_fill(dir);
+    assert_int_equal(unlink(c.path), 0); /* cold again */
+
+    /* A process that took the kernel's lock, as a compiling process does, and was stopped. */
+    fsa_kernel_key key = {0};
+    key.name = c.name;
+    snprintf(key.hex, sizeof key.hex, "%s", fsa_module_key_hex(c.m));
+    fsa_disk_cache *dc = open_disk(dir);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        if (fsa_disk_cache_lock(dc, &key, FILL_TARGET) < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    char byte;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    int ws = 0;
+    assert_int_equal(waitpid(holder, &ws, WUNTRACED), holder);
+    assert_true(WIFSTOPPED(ws));
+
+    const char *args[] = {"build", dir, c.us, "0", "0", NULL};
+    int rc = run_self(args, NULL);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    assert_int_equal(rc, 0);
+    uint64_t bad = 99;
+    assert_int_equal(inspect_cache(dir, 1, &bad).n, 1);
+    assert_int_equal(bad, 0);
+    fsa_disk_cache_close(dc);
 }
 
 /* ======================================================================== */
@@ -1104,14 +1226,72 @@ static void test_jit_off_with_an_empty_cache_is_jit_disabled_and_names_the_kerne
     /* Asking again fails again (the failure is not cached as a kernel). */
     assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_JIT_DISABLED);
 
-    /* Once another context of the process has compiled it, it is a hit. */
+    /* Another context of the process compiling it (into another cache) does
+     * not make it this context's: a process of its own would fail too. */
+    char *elsewhere_dir = fsa_test_mkdtemp("fsa_jit_elsewhere");
+    assert_non_null(elsewhere_dir);
+    fsa_context *elsewhere = context_or_fail(elsewhere_dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fill_or_fail(elsewhere, u);
+    assert_int_equal(stats_of(elsewhere).compiles, 1);
+    assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_JIT_DISABLED);
+    assert_non_null(strstr(fsa_last_error(), dir));
+
+    /* A context with JIT on and this cache takes it from memory and publishes
+     * it here; from then on the JIT-off context loads it from its cache. */
     fsa_context *jit = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    fsa_module *built = fill_or_fail(jit, u);
-    assert_int_equal(stats_of(jit).compiles, 1);
+    fill_or_fail(jit, u);
+    s = stats_of(jit);
+    assert_int_equal(s.compiles, 0);
+    assert_int_equal(s.memory_hits, 1);
+    assert_int_equal(inspect_cache(dir, 0, NULL).n, 1);
     assert_int_equal(get_fill(&m, ctx, u), FSA_STATUS_OK);
-    assert_ptr_equal(m, built);
+    assert_int_equal(stats_of(ctx).disk_hits, 1);
+
+    /* And a second JIT-off context, with an empty cache, still may not use it. */
+    char *empty_dir = fsa_test_mkdtemp("fsa_jit_empty");
+    assert_non_null(empty_dir);
+    fsa_context *off = context_or_fail(empty_dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_OFF, -1);
+    assert_int_equal(get_fill(&m, off, u), FSA_STATUS_JIT_DISABLED);
+    assert_int_equal(stats_of(off).memory_hits, 0);
+    fsa_context_destroy(off);
     fsa_context_destroy(jit);
+    fsa_context_destroy(elsewhere);
     fsa_context_destroy(ctx);
+    fsa_test_rmtree(elsewhere_dir);
+    fsa_test_rmtree(empty_dir);
+    free(elsewhere_dir);
+    free(empty_dir);
+}
+
+static void test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks(void **state)
+{
+    /* Precompiling into one directory, then another, in one process fills both. */
+    const char *dir = *state;
+    char *second = fsa_test_mkdtemp("fsa_jit_second");
+    assert_non_null(second);
+    fsa_context *a = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fsa_context *b = context_or_fail(second, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(a, u);
+    assert_ptr_equal(fill_or_fail(b, u), m);
+    fsa_cache_stats s = stats_of(b);
+    assert_int_equal(s.compiles, 0);
+    assert_int_equal(s.memory_hits, 1);
+    assert_int_equal(s.write_failures, 0);
+    char name[32], path[1024];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, second, FILL_TARGET, name, fsa_module_key_hex(m));
+    uint64_t bad = 99;
+    assert_int_equal(inspect_cache(second, 1, &bad).n, 1);
+    assert_int_equal(bad, 0);
+    /* Asking again costs no further look at the disk. */
+    assert_int_equal(unlink(path), 0);
+    fill_or_fail(b, u);
+    assert_int_equal(inspect_cache(second, 0, NULL).n, 0);
+    fsa_context_destroy(b);
+    fsa_context_destroy(a);
+    fsa_test_rmtree(second);
+    free(second);
 }
 
 static void test_jit_off_loads_a_kernel_that_is_on_disk(void **state)
@@ -1167,6 +1347,160 @@ static void test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_n
     assert_int_equal(bad, 0);
     assert_int_equal(v.n, 1);
     assert_int_equal(count_below(dir), files);
+}
+
+/* Where ctest put the stand-in for a damaged libnvrtc; NULL outside ctest. */
+static char *crashing_nvrtc_env(void)
+{
+    const char *bin = getenv("FSA_TEST_BINARY_DIR");
+    if (bin == NULL) return NULL;
+    size_t n = strlen(bin) + 64;
+    char *env = malloc(n);
+    assert_non_null(env);
+    snprintf(env, n, "FSA_NVRTC_PATH=%s/fake_nvrtc/libcrash_on_load.so", bin);
+    return env;
+}
+
+static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(void **state)
+{
+    const char *dir = *state;
+    char *broken = crashing_nvrtc_env();
+    if (broken == NULL) skip();
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fill_or_fail(ctx, u);
+    fsa_context_destroy(ctx);
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const char *env[] = {"FSA_JIT=off", broken, NULL};
+    assert_int_equal(run_self(args, env), 0);
+    /* The stand-in does kill a process that loads it. */
+    const char *compile[] = {"build", dir, "999", "0", "0", NULL};
+    int status = 0;
+    pid_t pid = spawn_self(compile, (const char *const[]){broken, NULL}, NULL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    free(broken);
+}
+
+static void test_with_jit_off_an_entry_that_another_nvrtc_built_is_used(void **state)
+{
+    const char *dir = *state;
+    cached_fill c = cache_a_fresh_fill(dir);
+
+    /* The same kernel as another NVRTC version would have keyed it. */
+    fill_req f;
+    fill_req_init(&f, c.u);
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
+    fsa_key_inputs in = {"fill", f.params, 1, "12.0", FILL_TARGET, opts.opts, opts.count};
+    fsa_kernel_key other;
+    assert_int_equal(fsa_key_build(&other, &in), FSA_STATUS_OK);
+    assert_string_not_equal(other.hex, fsa_module_key_hex(c.m));
+    size_t size = 0;
+    const void *cubin = fsa_module_cubin(c.m, &size);
+    fsa_disk_cache *dc = open_disk(dir);
+    assert_int_equal(fsa_disk_cache_publish(dc, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(unlink(c.path), 0);
+    fsa_key_free(&other);
+
+    const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
+    const char *env[] = {"FSA_JIT=off", NULL};
+    assert_int_equal(run_self(args, env), 0);
+}
+
+static void test_jit_off_with_a_refused_cache_says_why_there_is_no_cache(void **state)
+{
+    const char *dir = *state;
+    assert_int_equal(chmod(dir, 0777), 0);
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_ONLY, FSA_JIT_OFF, -1);
+    fsa_module *m = NULL;
+    assert_int_equal(get_fill(&m, ctx, fresh_unroll()), FSA_STATUS_JIT_DISABLED);
+    assert_non_null(strstr(fsa_last_error(), "no disk cache"));
+    assert_non_null(strstr(fsa_last_error(), "writable by other users"));
+    fsa_context_destroy(ctx);
+    assert_int_equal(chmod(dir, 0700), 0);
+}
+
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+static void test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
+    char dir[] = "/tmp/fsa_image_cache.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fill_or_fail(ctx, u);
+    fsa_context_destroy(ctx);
+    /* What an image build leaves: root's files, readable by all, writable by root only. */
+    assert_int_equal(nftw(dir, make_readable, 16, FTW_PHYS), 0);
+
+    char us[16];
+    snprintf(us, sizeof us, "%d", u);
+    const char *args[] = {"disk-hit", dir, us, "0", "1", NULL};
+    const char *env[] = {"FSA_TEST_AS_UID=65534", "FSA_CACHE_MODE=ro", "FSA_JIT=off", NULL};
+    int rc = run_self(args, env);
+    fsa_test_rmtree(dir);
+    if (rc == FSA_TEST_SKIP_CODE) skip();
+    assert_int_equal(rc, 0);
+}
+
+static char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    char *data = malloc((size_t)n + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
+    data[n] = '\0';
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
+static void test_the_same_kernel_compiled_from_two_working_directories_has_the_same_bytes(void **state)
+{
+    const char *dir = *state;
+    int u = fresh_unroll();
+    char us[16], cache[2][1024], cwd[2][1024], env[2][1100], path[2][1024], name[32];
+    snprintf(us, sizeof us, "%d", u);
+    snprintf(name, sizeof name, "fill_u%d", u);
+    for (int i = 0; i < 2; i++) {
+        snprintf(cache[i], sizeof cache[i], "%s/cache%d", dir, i);
+        snprintf(cwd[i], sizeof cwd[i], "%s/%s", dir, i ? "a/much/longer/working/directory" : "here");
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", cwd[i]);
+        assert_int_equal(system(cmd), 0);
+        snprintf(env[i], sizeof env[i], "FSA_TEST_CHDIR=%s", cwd[i]);
+        const char *args[] = {"build", cache[i], us, "0", "0", NULL};
+        const char *extra[] = {env[i], NULL};
+        assert_int_equal(run_self(args, extra), 0);
+        entry_list l = inspect_cache(cache[i], 0, NULL);
+        assert_int_equal(l.n, 1);
+        assert_string_equal(l.e[0].name, name);
+        snprintf(path[i], sizeof path[i], "%s", l.e[0].path);
+    }
+    size_t n0 = 0, n1 = 0;
+    char *a = read_file(path[0], &n0), *b = read_file(path[1], &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(a, b, n0);
+    /* No trace of either directory (nor of the test's own). */
+    assert_null(memmem(a, n0, dir, strlen(dir)));
+    free(a);
+    free(b);
 }
 
 /* ======================================================================== */
@@ -1257,6 +1591,52 @@ static void test_a_second_context_and_a_fresh_process_build_the_same_plan_withou
     const char *args[] = {"plan-disk", g_plan_dir, modules, lookups, NULL};
     assert_int_equal(run_self(args, NULL), 0);
     assert_int_equal(inspect_cache(g_plan_dir, 0, NULL).n, g_plan_modules);
+}
+
+static int count_named(const fsa_cache_entry_info *info, void *user)
+{
+    if (strcmp(info->name, "sel_check") == 0) (*(int *)user)++;
+    return 0;
+}
+
+static void test_check_mode_is_off_by_default_and_its_plans_bring_the_check_kernel(void **state)
+{
+    (void)state;
+    char *dir = fsa_test_mkdtemp("fsa_jit_check");
+    assert_non_null(dir);
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = PLAN_TARGET;
+    o.cache_dir = dir;
+    o.log = -1;
+    fsa_context *plain = NULL, *checking = NULL, *from_env = NULL;
+    assert_int_equal(fsa_context_create(&plain, &o), FSA_STATUS_OK);
+    assert_int_equal(plain->check, 0);
+    fsa_plan *plan = plan_or_fail(plain, FSA_ALGORITHM_AUTO, 0);
+    assert_null(plan->checker);
+    fsa_plan_destroy(plan);
+    int n = 0;
+    assert_int_equal(fsa_cache_list(plain, count_named, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 0);
+
+    o.check = 1;
+    assert_int_equal(fsa_context_create(&checking, &o), FSA_STATUS_OK);
+    plan = plan_or_fail(checking, FSA_ALGORITHM_AUTO, 0);
+    assert_non_null(plan->checker);
+    fsa_plan_destroy(plan);
+    assert_int_equal(fsa_cache_list(checking, count_named, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 1);
+
+    o.check = 0;
+    assert_int_equal(setenv("FSA_CHECK", "1", 1), 0);
+    assert_int_equal(fsa_context_create(&from_env, &o), FSA_STATUS_OK);
+    unsetenv("FSA_CHECK");
+    assert_int_equal(from_env->check, 1);
+    fsa_context_destroy(from_env);
+    fsa_context_destroy(checking);
+    fsa_context_destroy(plain);
+    fsa_test_rmtree(dir);
+    free(dir);
 }
 
 static void test_workspace_size_is_zero_without_tokens_and_grows_with_tokens(void **state)
@@ -1390,6 +1770,9 @@ int main(int argc, char **argv)
         T(test_a_truncated_entry_is_counted_corrupt_and_rebuilt_once_in_a_fresh_process),
         T(test_an_entry_with_a_flipped_payload_byte_is_counted_corrupt_and_rebuilt_once),
         T(test_an_entry_with_a_flipped_key_byte_is_counted_corrupt_and_rebuilt_once),
+        T(test_a_directory_in_place_of_an_entry_is_counted_once_and_reported_as_a_write_failure),
+        T(test_an_empty_cache_dir_option_means_the_default_directory),
+        T(test_a_stopped_process_holding_a_kernels_lock_does_not_keep_others_from_compiling_it),
         T(test_cache_mode_off_compiles_and_writes_nothing),
         T(test_read_only_mode_with_an_empty_directory_compiles_into_memory_and_writes_nothing),
         T(test_read_only_mode_serves_entries_that_are_already_on_disk),
@@ -1401,10 +1784,17 @@ int main(int argc, char **argv)
         T(test_a_cache_directory_owned_by_another_user_is_refused_and_left_untouched),
         T(test_jit_off_with_an_empty_cache_is_jit_disabled_and_names_the_kernel),
         T(test_jit_off_loads_a_kernel_that_is_on_disk),
+        T(test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks),
         T(test_jit_off_plan_create_on_an_empty_cache_is_jit_disabled_naming_a_kernel),
         T(test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_no_nvrtc),
+        T(test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it),
+        T(test_the_same_kernel_compiled_from_two_working_directories_has_the_same_bytes),
+        T(test_with_jit_off_an_entry_that_another_nvrtc_built_is_used),
+        T(test_jit_off_with_a_refused_cache_says_why_there_is_no_cache),
+        T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
         cmocka_unit_test(test_an_offline_plan_puts_the_forward_kernels_in_the_cache),
         cmocka_unit_test(test_a_second_context_and_a_fresh_process_build_the_same_plan_without_compiling),
+        cmocka_unit_test(test_check_mode_is_off_by_default_and_its_plans_bring_the_check_kernel),
         cmocka_unit_test(test_workspace_size_is_zero_without_tokens_and_grows_with_tokens),
         cmocka_unit_test(test_a_backward_plan_chooses_the_dq_order_per_call_and_sizes_the_workspace_for_it),
         cmocka_unit_test(test_a_workspace_limit_bounds_the_workspace_size),

@@ -138,7 +138,9 @@ static void test_the_kept_cubin_is_the_one_a_plain_compile_gives(void **state)
     fsa_compile_options opts;
     assert_int_equal(fsa_compile_options_for(&opts, TARGET), FSA_STATUS_OK);
     fsa_cubin plain;
-    assert_int_equal(fsa_compile(&plain, ctx->env.nvrtc, source, "fill.cu", &opts), FSA_STATUS_OK);
+    const fsa_nvrtc_api *nvrtc = NULL;
+    assert_int_equal(fsa_nvrtc_load(&nvrtc), FSA_STATUS_OK);
+    assert_int_equal(fsa_compile(&plain, nvrtc, source, "fill.cu", &opts), FSA_STATUS_OK);
     assert_int_equal(kept_size, plain.size);
     assert_memory_equal(kept, plain.data, plain.size);
     assert_null(plain.ptx); /* only a verbose compile keeps the PTX */

@@ -2,7 +2,9 @@
 # cache for sm_80 and sm_90a, warm it again (all hits), list, verify, detect
 # a corrupted entry, prune, and the exit codes for bad and unsupported input.
 #
-#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> -P test_precompile.cmake
+#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> [-DCRASH_NVRTC=<library>] -P test_precompile.cmake
+#
+# CRASH_NVRTC: a library that kills the process that loads it (tests/fake/crash_on_load.c).
 
 cmake_minimum_required(VERSION 3.21)
 
@@ -82,6 +84,16 @@ expect_match("\n${n_entries} entries, [0-9]+ bytes" "list total")
 run(0 --verify --cache-dir "${CACHE_DIR}")
 expect_match("${n_entries} entries checked, 0 bad" "verify summary")
 
+# --- 4b. list and verify never load NVRTC: a libnvrtc that kills whoever loads it harms neither
+if(CRASH_NVRTC)
+  set(ENV{FSA_NVRTC_PATH} "${CRASH_NVRTC}")
+  run(0 --list --cache-dir "${CACHE_DIR}")
+  expect_match("\n${n_entries} entries, [0-9]+ bytes" "list with a broken NVRTC")
+  run(0 --verify --cache-dir "${CACHE_DIR}")
+  expect_match("${n_entries} entries checked, 0 bad" "verify with a broken NVRTC")
+  unset(ENV{FSA_NVRTC_PATH})
+endif()
+
 # --- 5. a damaged entry is reported, counted and deleted
 list(GET sm80 0 victim)
 file(WRITE "${victim}" "this is not a cache entry")
@@ -92,14 +104,32 @@ if(EXISTS "${victim}")
   message(FATAL_ERROR "verify kept the damaged entry ${victim}")
 endif()
 
-# --- 6. prune to nothing
-run(0 --prune --max-bytes 0 --cache-dir "${CACHE_DIR}")
+# --- 5b. a directory with files at an entry path is bad but cannot be deleted: said so
+set(blocker "${CACHE_DIR}/v1/sm_90a/sel_blocked.0123456789abcdef0123456789abcdef.cubin")
+file(WRITE "${blocker}/keep" "not a cache entry")
+run(1 --verify --cache-dir "${CACHE_DIR}")
+expect_match("BAD +sm_90a +sel_blocked \\(NOT deleted\\)" "kept directory reported as not deleted")
+expect_match("entries checked, 1 bad, 0 deleted" "verify summary with a kept directory")
+
+# --- 6. prune to nothing: it goes on past the directory, then reports it
+run(1 --prune --max-bytes 0 --cache-dir "${CACHE_DIR}")
 expect_match("bytes \\(0 B\\) left" "prune summary")
+expect_match("not empty" "kept directory reported by prune")
+if(NOT EXISTS "${blocker}/keep")
+  message(FATAL_ERROR "prune deleted the contents of ${blocker}")
+endif()
+file(REMOVE_RECURSE "${blocker}")
 cubins(sm80 sm_80)
 cubins(sm90 sm_90a)
 if(sm80 OR sm90)
   message(FATAL_ERROR "prune --max-bytes 0 left cubins: ${sm80} ${sm90}")
 endif()
+
+# --- 6b. an empty --cache-dir means the default directory, as FSA_CACHE_DIR="" does
+set(ENV{FSA_CACHE_DIR} "${CACHE_DIR}")
+run(0 --list --cache-dir=)
+expect_match("cache: ${CACHE_DIR}\n" "empty --cache-dir uses FSA_CACHE_DIR")
+unset(ENV{FSA_CACHE_DIR})
 
 # --- 7. usage errors: exit 2, nothing compiled
 run(2 --arch sm_80 --head-dim 1x --cache-dir "${CACHE_DIR}")

@@ -10,7 +10,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +193,7 @@ static void test_the_entry_lives_at_root_v1_target_name_hex_cubin_in_private_dir
     snprintf(want, sizeof want, "%s/v1/%s/sel_fwd_main_bf16_d64.%s.cubin", f->root, TARGET, k.hex);
     assert_string_equal(path, want);
     /* Header, key text, entry names and payload, nothing more. */
-    assert_int_equal(file_size(path), 64 + strlen(k.text) + strlen("fsa_kernel\nfsa_kernel_tail") + 100);
+    assert_int_equal(file_size(path), FSA_CACHE_HEADER_SIZE + strlen(k.text) + strlen("fsa_kernel\nfsa_kernel_tail") + 100);
     struct stat sb;
     snprintf(want, sizeof want, "%s/v1/%s", f->root, TARGET);
     assert_int_equal(stat(want, &sb), 0);
@@ -251,7 +254,11 @@ static void flip_payload_checksum(const char *path) { flip_byte(path, 30); }
 static void flip_key_digest(const char *path) { flip_byte(path, 45); }
 static void flip_key_length(const char *path) { flip_byte(path, 57); }
 static void flip_names_length(const char *path) { flip_byte(path, 60); }
-static void flip_key_text(const char *path) { flip_byte(path, 64 + 5); }
+static void flip_names_checksum(const char *path) { flip_byte(path, 70); }
+static void flip_key_text(const char *path) { flip_byte(path, FSA_CACHE_HEADER_SIZE + 5); }
+
+/* The entry names follow the key text; the payload is the last 3000 bytes. */
+static void flip_entry_names(const char *path) { flip_byte(path, file_size(path) - 3000 - 3); }
 
 static void append_a_byte(const char *path)
 {
@@ -312,9 +319,66 @@ static void test_a_flipped_header_byte_is_a_miss_and_is_deleted(void **state)
 {
     static const damage_fn every_field[] = {flip_magic,          flip_version,    flip_flags,
                                             flip_payload_length, flip_payload_checksum, flip_key_digest,
-                                            flip_key_length,     flip_names_length, flip_key_text};
+                                            flip_key_length,     flip_names_length, flip_names_checksum,
+                                            flip_key_text};
     for (size_t i = 0; i < sizeof every_field / sizeof every_field[0]; i++)
         expect_damage_is_a_miss_then_rebuilt(*state, every_field[i]);
+}
+
+static void test_a_flipped_entry_names_byte_is_a_miss_and_is_deleted(void **state)
+{
+    /* The entry names say which kernels a module defines: covered by their own checksum. */
+    expect_damage_is_a_miss_then_rebuilt(*state, flip_entry_names);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* An intact entry of format version 1 (64-byte header, no entry-names
+ * checksum), as the library wrote them before version 2. */
+static void write_format_1_entry(const char *path, const fsa_kernel_key *k, const uint8_t *p, size_t n)
+{
+    const char *names = "fsa_kernel";
+    size_t kl = strlen(k->text), nl = strlen(names), total = 64 + kl + nl + n;
+    uint8_t *d = calloc(1, total);
+    assert_non_null(d);
+    memcpy(d, "FSACUBIN", 8);
+    put_le(d + 8, 1, 4);
+    put_le(d + 16, n, 8);
+    fsa_digest128(d + 24, p, n);
+    memcpy(d + 40, k->digest, 16);
+    put_le(d + 56, kl, 4);
+    put_le(d + 60, nl, 4);
+    memcpy(d + 64, k->text, kl);
+    memcpy(d + 64 + kl, names, nl);
+    memcpy(d + 64 + kl + nl, p, n);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, d, total), (ssize_t)total);
+    close(fd);
+    free(d);
+}
+
+static void test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(700, 21);
+    publish(f->dc, &k, p, 700); /* makes the directories */
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    write_format_1_entry(path, &k, p, 700);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(path));
+    publish(f->dc, &k, p, 700);
+    expect_hit(f->dc, &k, 0, p, 700);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
 }
 
 static void test_an_entry_holding_another_key_is_a_miss_and_is_deleted(void **state)
@@ -416,6 +480,162 @@ static void test_a_stale_temp_file_is_not_an_entry_and_prune_removes_it(void **s
     fsa_key_free(&k);
 }
 
+/* A pid no process has: a child that has exited and been reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static char *temp_file(fixture *f, const fsa_kernel_key *k, long pid, const char *suffix, time_t age_s)
+{
+    char leaf[512];
+    snprintf(leaf, sizeof leaf, "v1/" TARGET "/.%s.%s.tmp.%ld.%s", k->name, k->hex, pid, suffix);
+    char *path = join(f->root, leaf);
+    touch(path);
+    set_times(path, time(NULL) - age_s, time(NULL) - age_s);
+    return path;
+}
+
+static void test_publish_removes_its_keys_temp_files_whose_writer_is_gone(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k, other;
+    make_key(&k, "128", "13.0", "-O3");
+    make_key(&other, "64", "13.0", "-O3");
+    uint8_t *p = make_payload(300, 22);
+    publish(f->dc, &other, p, 300); /* makes the directories */
+    pid_t gone = dead_pid();
+    char *killed = temp_file(f, &k, gone, "01", 120);        /* writer gone a while ago */
+    char *just_now = temp_file(f, &k, gone, "02", 0);        /* too young to judge */
+    char *alive = temp_file(f, &k, getpid(), "03", 120);      /* writer still running */
+    char *ancient = temp_file(f, &k, getpid(), "04", 7200);   /* no write takes that long */
+    char *another = temp_file(f, &other, gone, "05", 120);    /* another key: left to prune */
+
+    publish(f->dc, &k, p, 300);
+    assert_false(exists(killed));
+    assert_true(exists(just_now));
+    assert_true(exists(alive));
+    assert_false(exists(ancient));
+    assert_true(exists(another));
+    expect_hit(f->dc, &k, 0, p, 300);
+
+    /* Prune applies the same rule to every key, without the hour's wait. */
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(another));
+    assert_true(exists(just_now));
+    assert_true(exists(alive));
+    char *paths[] = {killed, just_now, alive, ancient, another};
+    for (size_t i = 0; i < 5; i++) free(paths[i]);
+    free(p);
+    fsa_key_free(&k);
+    fsa_key_free(&other);
+}
+
+static void test_an_empty_directory_at_an_entry_path_is_counted_once_removed_and_replaced(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(400, 23);
+    publish(f->dc, &k, p, 400);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_true(error_mentions("; deleted"));
+    assert_false(exists(path));
+    publish(f->dc, &k, p, 400);
+    expect_hit(f->dc, &k, 0, p, 400);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+typedef struct verdicts {
+    int entries, valid, deleted;
+} verdicts;
+
+static int tally(const fsa_cache_entry_info *info, void *user)
+{
+    verdicts *v = user;
+    v->entries++;
+    v->valid += info->valid;
+    v->deleted += info->deleted;
+    return 0;
+}
+
+static void test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and_passed_over(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k, k2;
+    make_key(&k, "128", "13.0", "-O3");
+    make_key(&k2, "64", "13.0", "-O3");
+    uint8_t *p = make_payload(400, 24);
+    publish(f->dc, &k, p, 400);
+    publish(f->dc, &k2, p, 400);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char *path2 = fsa_disk_cache_entry_path(f->dc, &k2, TARGET);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0700), 0);
+    char *inside = join(path, "something");
+    touch(inside);
+    set_times(path, time(NULL) - 9000, time(NULL) - 9000); /* oldest: prune meets it first */
+
+    /* Lookup: a counted miss that says it could not delete. */
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_true(error_mentions("not deleted (it is a directory that is not empty)"));
+    assert_true(exists(inside));
+    /* Publish cannot replace it, and says why. */
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 400, ""), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("directory"));
+
+    /* Verify: bad, not deleted; the good entry is untouched. */
+    verdicts v = {0};
+    uint64_t bad = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, tally, &v, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_int_equal(v.entries, 2);
+    assert_int_equal(v.valid, 1);
+    assert_int_equal(v.deleted, 0);
+    /* List shows entries only. */
+    int n = 0;
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 1);
+
+    /* Prune goes on past it, deletes the real entry, and reports the one it kept. */
+    uint64_t removed = 9, left = 9;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("not empty"));
+    assert_int_equal(removed, 1);
+    assert_int_equal(left, 0);
+    assert_false(exists(path2));
+    assert_true(exists(inside));
+
+    /* Emptied by hand, the next verify removes it. */
+    assert_int_equal(unlink(inside), 0);
+    v = (verdicts){0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, tally, &v, &bad), FSA_STATUS_OK);
+    assert_int_equal(v.deleted, 1);
+    assert_false(exists(path));
+    free(inside);
+    free(path);
+    free(path2);
+    free(p);
+    fsa_key_free(&k);
+    fsa_key_free(&k2);
+}
+
 /* ------------------------------------------------------------ any NVRTC */
 
 static void test_any_nvrtc_lookup_finds_an_entry_built_by_another_nvrtc(void **state)
@@ -493,6 +713,112 @@ static void test_any_nvrtc_lookup_prefers_the_newest_intact_entry(void **state)
 }
 
 /* ------------------------------------------------------------ security */
+
+static void test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k12, k13, none;
+    make_key(&k12, "128", "12.4", "-O3");
+    make_key(&k13, "128", "13.0", "-O3");
+    make_key(&none, "128", NULL, "-O3");
+    uint8_t *p12 = make_payload(500, 25), *p13 = make_payload(600, 26);
+    publish(f->dc, &k12, p12, 500);
+    publish(f->dc, &k13, p13, 600);
+    char *path12 = fsa_disk_cache_entry_path(f->dc, &k12, TARGET);
+    set_times(path12, time(NULL) - 100, time(NULL) - 100); /* the 13.0 entry is newer */
+
+    fsa_disk_entry e;
+    uint64_t corrupt = 0;
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 12, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 500);
+    assert_memory_equal(e.cubin, p12, 500);
+    assert_string_equal(e.key_text, k12.text);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 13, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 600);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 0, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(e.cubin_size, 600);
+    fsa_disk_entry_free(&e);
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 11, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 0);
+    free(path12);
+    free(p12);
+    free(p13);
+    fsa_key_free(&k12);
+    fsa_key_free(&k13);
+    fsa_key_free(&none);
+}
+
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+/* In a child running as uid 65534: opens the cache read-only and looks the
+ * key up. 0 on a hit, 1 on a miss, 2 when the cache is refused, 77 when the
+ * directory cannot be reached at all. */
+static int lookup_as_another_user(const char *root, const fsa_kernel_key *k)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        if (access(root, R_OK | X_OK) != 0) _exit(FSA_TEST_SKIP_CODE);
+        fsa_disk_cache *dc = NULL;
+        if (fsa_disk_cache_open(&dc, root, 1) != FSA_STATUS_OK) _exit(2);
+        fsa_disk_entry e;
+        uint64_t corrupt = 0;
+        fsa_status st = fsa_disk_cache_lookup(&e, dc, k, TARGET, 0, &corrupt);
+        fsa_disk_entry_free(&e);
+        fsa_disk_cache_close(dc);
+        _exit(st == FSA_STATUS_OK ? 0 : 1);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws);
+}
+
+static void test_a_cache_of_root_serves_other_users_unless_others_can_write_it(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
+    char root[] = "/tmp/fsa_root_cache.XXXXXX";
+    assert_non_null(mkdtemp(root));
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 0), FSA_STATUS_OK);
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(900, 27);
+    publish(dc, &k, p, 900);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(nftw(root, make_readable, 16, FTW_PHYS), 0);
+
+    int rc = lookup_as_another_user(root, &k);
+    if (rc == FSA_TEST_SKIP_CODE) {
+        fsa_test_rmtree(root);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    /* An entry others may write could hold anything: a miss. */
+    char *path = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 1), FSA_STATUS_OK);
+    path = fsa_disk_cache_entry_path(dc, &k, TARGET);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 1);
+    /* So could a directory: refused. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chmod(root, 0777), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 2);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+    fsa_test_rmtree(root);
+}
 
 static void test_a_cache_directory_writable_by_others_is_refused(void **state)
 {
@@ -947,6 +1273,91 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
     free(old_lock);
 }
 
+/* A child that takes the key lock, says so on `ready`, then either stops
+ * itself (SIGSTOP) or sleeps for a minute holding it. */
+static pid_t lock_holder(fixture *f, const fsa_kernel_key *k, int stop_itself)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = fsa_disk_cache_lock(f->dc, k, TARGET);
+        if (fd < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        if (stop_itself) raise(SIGSTOP);
+        sleep(60);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    if (stop_itself) {
+        int ws = 0;
+        assert_int_equal(waitpid(pid, &ws, WUNTRACED), pid);
+        assert_true(WIFSTOPPED(ws));
+    }
+    return pid;
+}
+
+static void end_holder(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Asks for the lock in a child that an alarm kills after `limit_s`: a wait
+ * that does not end fails the test instead of hanging it. Returns the
+ * seconds the ask took, or -1 when the child got the lock anyway. */
+static double ask_for_lock(fixture *f, const fsa_kernel_key *k, unsigned limit_s)
+{
+    double t0 = now_ms();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(limit_s);
+        int fd = fsa_disk_cache_lock(f->dc, k, TARGET);
+        _exit(fd >= 0 ? 1 : 0);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    if (WIFSIGNALED(ws)) fail_msg("waiting for the lock did not end within %u s (signal %d)", limit_s, WTERMSIG(ws));
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws) == 0 ? (now_ms() - t0) / 1e3 : -1.0;
+}
+
+static void test_a_lock_held_by_a_stopped_process_is_not_waited_for(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    pid_t holder = lock_holder(f, &k, 1);
+    double took = ask_for_lock(f, &k, 20);
+    end_holder(holder);
+    assert_true(took >= 0.0); /* went on without the lock */
+    assert_true(took < 5.0);
+    fsa_key_free(&k);
+}
+
+static void test_a_lock_held_past_the_timeout_is_given_up(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    pid_t holder = lock_holder(f, &k, 0);
+    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", "1", 1), 0);
+    double took = ask_for_lock(f, &k, 20);
+    unsetenv("FSA_CACHE_LOCK_TIMEOUT");
+    end_holder(holder);
+    assert_true(took >= 0.9);
+    assert_true(took < 10.0);
+    /* Once the holder is gone, the lock is there to take. */
+    int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+    assert_true(fd >= 0);
+    fsa_disk_cache_unlock(fd);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -961,11 +1372,18 @@ int main(void)
         T(test_a_zero_length_entry_is_a_miss_and_is_deleted),
         T(test_a_flipped_payload_byte_is_a_miss_and_is_deleted),
         T(test_a_flipped_header_byte_is_a_miss_and_is_deleted),
+        T(test_a_flipped_entry_names_byte_is_a_miss_and_is_deleted),
+        T(test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced),
         T(test_an_entry_holding_another_key_is_a_miss_and_is_deleted),
         T(test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed),
         T(test_a_stale_temp_file_is_not_an_entry_and_prune_removes_it),
+        T(test_publish_removes_its_keys_temp_files_whose_writer_is_gone),
+        T(test_an_empty_directory_at_an_entry_path_is_counted_once_removed_and_replaced),
+        T(test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and_passed_over),
         T(test_any_nvrtc_lookup_finds_an_entry_built_by_another_nvrtc),
         T(test_any_nvrtc_lookup_prefers_the_newest_intact_entry),
+        T(test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads),
+        T(test_a_cache_of_root_serves_other_users_unless_others_can_write_it),
         T(test_a_cache_directory_writable_by_others_is_refused),
         T(test_a_target_directory_writable_by_others_is_refused),
         T(test_an_entry_owned_by_another_user_is_a_miss),
@@ -974,6 +1392,8 @@ int main(void)
         T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
         T(test_concurrent_publishers_and_readers_always_see_the_whole_entry),
         T(test_the_key_lock_makes_a_second_process_wait_for_the_first),
+        T(test_a_lock_held_by_a_stopped_process_is_not_waited_for),
+        T(test_a_lock_held_past_the_timeout_is_given_up),
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),

@@ -1,0 +1,289 @@
+/* Paths, directories and the reading of one file for the disk cache: the
+ * checks that keep other users' files and planted links out. */
+#include "disk_cache_internal.h"
+
+#include "base/status_internal.h"
+#include "base/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STAGE FSA_DC_STAGE
+#define HEX_LEN FSA_DC_HEX_LEN
+
+int64_t fsa_dc_ts_ns(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
+
+/* One path component that cannot climb out of the cache. */
+int fsa_dc_safe_component(const char *s)
+{
+    if (s == NULL || *s == '\0' || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return 0;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == '-'))
+            return 0;
+    return 1;
+}
+
+char *fsa_dc_path_join(const char *dir, const char *leaf)
+{
+    fsa_strbuf b = {0};
+    size_t n = strlen(dir);
+    fsa_strbuf_appendf(&b, "%s%s%s", dir, (n > 0 && dir[n - 1] == '/') ? "" : "/", leaf);
+    return fsa_strbuf_take(&b);
+}
+
+char *fsa_dc_key_file_path(const char *dir, const fsa_kernel_key *key, const char *suffix)
+{
+    fsa_strbuf b = {0};
+    fsa_strbuf_appendf(&b, "%s/%s.%s%s", dir, key->name, key->hex, suffix);
+    return fsa_strbuf_take(&b);
+}
+
+/* 1 when fname is "<name>.<32 lower-case hex><suffix>"; gives the name's
+ * length and the hex digits. */
+int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_len, char hex[HEX_LEN + 1])
+{
+    size_t n = strlen(fname), s = strlen(suffix);
+    if (n <= 1 + HEX_LEN + s || strcmp(fname + n - s, suffix) != 0) return 0;
+    const char *h = fname + n - s - HEX_LEN;
+    if (h[-1] != '.') return 0;
+    for (size_t i = 0; i < HEX_LEN; i++)
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return 0;
+    memcpy(hex, h, HEX_LEN);
+    hex[HEX_LEN] = '\0';
+    *name_len = n - s - HEX_LEN - 1;
+    return 1;
+}
+
+/* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them. */
+int fsa_dc_is_temp_name(const char *fname) { return fname[0] == '.' && strstr(fname, ".tmp.") != NULL; }
+
+/* The pid in a temporary file's name, or 0. */
+static long temp_writer_pid(const char *fname)
+{
+    const char *p = NULL;
+    for (const char *q = fname; (q = strstr(q, ".tmp.")) != NULL; q++) p = q + 5;
+    if (p == NULL) return 0;
+    long pid = 0;
+    for (; *p >= '0' && *p <= '9' && pid < (1L << 30); p++) pid = pid * 10 + (*p - '0');
+    return *p == '.' ? pid : 0;
+}
+
+int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now)
+{
+    if (!fsa_dc_is_temp_name(fname) || !S_ISREG(sb->st_mode)) return 0;
+    if (sb->st_mtime < now - FSA_DC_TEMP_DEBRIS_AGE_S) return 1;
+    long pid = temp_writer_pid(fname);
+    return sb->st_mtime < now - FSA_DC_TEMP_ORPHAN_AGE_S && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* ------------------------------------------------------------- directories */
+
+int fsa_dc_trusted_owner(uid_t uid) { return uid == geteuid() || uid == 0; }
+
+/* Refuses a directory another user could plant entries in. `missing` is the
+ * status for a directory that does not exist. */
+fsa_status fsa_dc_check_dir(const char *path, fsa_status missing)
+{
+    fsa_status st = FSA_STATUS_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+        FSA_FAIL(e == ENOENT ? missing : FSA_STATUS_CACHE_IO, STAGE, "cannot use cache directory %s: %s",
+                 path, strerror(e));
+    }
+    if (!S_ISDIR(sb.st_mode)) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "%s is not a directory", path);
+    if (!fsa_dc_trusted_owner(sb.st_uid))
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "refusing cache directory %s: owned by uid %u, not by uid %u or root",
+                 path, (unsigned)sb.st_uid, (unsigned)geteuid());
+    if (sb.st_mode & 022)
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "refusing cache directory %s: writable by other users (mode %04o)",
+                 path, (unsigned)(sb.st_mode & 07777));
+cleanup:
+    return st;
+}
+
+fsa_status fsa_dc_make_dir(const char *path)
+{
+    fsa_status st = FSA_STATUS_OK;
+    struct stat sb;
+    /* EEXIST is fine; so is any error on a path that already is a directory
+     * (EACCES or EROFS on a parent we only pass through). */
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot create directory %s: %s", path, strerror(e));
+    }
+cleanup:
+    return st;
+}
+
+fsa_status fsa_dc_make_dirs(const char *path)
+{
+    fsa_status st = FSA_STATUS_OK;
+    char *p = strdup(path);
+    FSA_CHECK_ALLOC(p, STAGE);
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c != '\0') continue;
+        char saved = *c;
+        *c = '\0';
+        FSA_CHECK(fsa_dc_make_dir(p));
+        *c = saved;
+        if (saved == '\0') break;
+    }
+cleanup:
+    free(p);
+    return st;
+}
+
+/* <root>/v1/<target>, checked like the root; NOT_FOUND when absent and not
+ * created. */
+fsa_status fsa_dc_target_dir(char **out, const fsa_disk_cache *dc, const char *target, int create)
+{
+    fsa_status st = FSA_STATUS_OK;
+    char *dir = NULL;
+    *out = NULL;
+    if (!fsa_dc_safe_component(target))
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "target \"%s\" is not a plain name", target ? target : "");
+    dir = fsa_dc_path_join(dc->v1, target);
+    FSA_CHECK_ALLOC(dir, STAGE);
+    if (create) FSA_CHECK(fsa_dc_make_dir(dir));
+    FSA_CHECK(fsa_dc_check_dir(dir, FSA_STATUS_NOT_FOUND));
+    *out = dir;
+    dir = NULL;
+cleanup:
+    free(dir);
+    return st;
+}
+
+void fsa_dc_names_free(fsa_dc_names *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static fsa_status names_push(fsa_dc_names *l, const char *s)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 32;
+        char **v = realloc(l->v, cap * sizeof *v);
+        FSA_CHECK_ALLOC(v, STAGE);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = strdup(s);
+    FSA_CHECK_ALLOC(l->v[l->n], STAGE);
+    l->n++;
+cleanup:
+    return st;
+}
+
+/* The names in a directory, sorted so walks are deterministic. NOT_FOUND when
+ * the directory is gone. */
+fsa_status fsa_dc_list_names(fsa_dc_names *out, const char *dir)
+{
+    fsa_status st = FSA_STATUS_OK;
+    memset(out, 0, sizeof *out);
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        int e = errno;
+        FSA_FAIL(e == ENOENT ? FSA_STATUS_NOT_FOUND : FSA_STATUS_CACHE_IO, STAGE, "cannot read directory %s: %s",
+                 dir, strerror(e));
+    }
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        FSA_CHECK(names_push(out, de->d_name));
+    }
+    if (out->n > 1) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+cleanup:
+    if (d != NULL) closedir(d);
+    if (st != FSA_STATUS_OK) fsa_dc_names_free(out);
+    return st;
+}
+
+
+/* ------------------------------------------------------------ reading */
+
+/* The bytes of one entry file. OK with *bad set: the file is there but cannot
+ * be one of our entries (not regular, another owner, impossible size, a
+ * symlink, unreadable). NOT_FOUND: no such file. */
+fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
+{
+    fsa_status st = FSA_STATUS_OK;
+    /* O_NONBLOCK: a FIFO planted here must not hang the reader. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    *bad = 0;
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT) FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "no cache entry %s", path);
+        /* A symlink, or a file of ours we may not read: unusable either way. */
+        if ((e == ELOOP || e == EACCES) && lstat(path, &rf->sb) == 0) {
+            *bad = 1;
+            goto cleanup;
+        }
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot open %s: %s", path, strerror(e));
+    }
+    if (fstat(fd, &rf->sb) != 0)
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", path, strerror(errno));
+    /* Someone else's file, or one others may write, could hold anything. */
+    if (!S_ISREG(rf->sb.st_mode) || !fsa_dc_trusted_owner(rf->sb.st_uid) || (rf->sb.st_mode & 022) || rf->sb.st_size < (off_t)FSA_CACHE_HEADER_SIZE ||
+        (uint64_t)rf->sb.st_size > fsa_dc_max_entry_size()) {
+        *bad = 1;
+        goto cleanup;
+    }
+    rf->size = (size_t)rf->sb.st_size;
+    rf->data = malloc(rf->size);
+    FSA_CHECK_ALLOC(rf->data, STAGE);
+    for (size_t got = 0; got < rf->size;) {
+        ssize_t n = read(fd, rf->data + got, rf->size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot read %s: %s", path, strerror(errno));
+        if (n == 0) { /* shrank under us: someone truncated it */
+            *bad = 1;
+            break;
+        }
+        got += (size_t)n;
+    }
+cleanup:
+    if (fd >= 0) close(fd);
+    return st;
+}
+
+char *fsa_dc_dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p == NULL) return NULL;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+const char *fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged,
+                               uint64_t *counter)
+{
+    struct stat now;
+    if (counter != NULL) (*counter)++;
+    if (dc->read_only) return "the cache is read-only";
+    if (lstat(path, &now) != 0) return NULL; /* gone already */
+    if (now.st_dev != judged->st_dev || now.st_ino != judged->st_ino) return "it was replaced meanwhile";
+    /* A directory is removed only when empty: its contents are not ours to judge. */
+    if (S_ISDIR(now.st_mode)) {
+        if (rmdir(path) == 0) return NULL;
+        return errno == ENOTEMPTY || errno == EEXIST ? "it is a directory that is not empty" : strerror(errno);
+    }
+    return unlink(path) == 0 || errno == ENOENT ? NULL : strerror(errno);
+}

@@ -1,0 +1,295 @@
+/* Maintenance of the disk cache: list, verify and prune walk every entry of
+ * every target directory. */
+#include "disk_cache_internal.h"
+
+#include "base/status_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STAGE FSA_DC_STAGE
+#define HEX_LEN FSA_DC_HEX_LEN
+#define LOCK_MAX_AGE_S FSA_DC_LOCK_DEBRIS_AGE_S
+
+/* Called for every file of every target directory; set *stop to end the walk. */
+typedef fsa_status (*walk_fn)(void *ctx, const char *dir, const char *target, const char *fname, int *stop);
+
+static fsa_status walk_target(const char *dir, const char *target, walk_fn fn, void *ctx, int *stop)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_dc_names files = {0};
+    st = fsa_dc_list_names(&files, dir);
+    if (st == FSA_STATUS_NOT_FOUND) { /* removed meanwhile */
+        st = FSA_STATUS_OK;
+        goto cleanup;
+    }
+    FSA_CHECK(st);
+    for (size_t i = 0; i < files.n && !*stop; i++) FSA_CHECK(fn(ctx, dir, target, files.v[i], stop));
+cleanup:
+    fsa_dc_names_free(&files);
+    return st;
+}
+
+static fsa_status walk_cache(const fsa_disk_cache *dc, walk_fn fn, void *ctx)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_dc_names targets = {0};
+    char *dir = NULL;
+    int stop = 0;
+    st = fsa_dc_list_names(&targets, dc->v1);
+    if (st == FSA_STATUS_NOT_FOUND) { /* nothing was ever cached */
+        st = FSA_STATUS_OK;
+        goto cleanup;
+    }
+    FSA_CHECK(st);
+    for (size_t i = 0; i < targets.n && !stop; i++) {
+        struct stat sb;
+        free(dir);
+        dir = fsa_dc_path_join(dc->v1, targets.v[i]);
+        FSA_CHECK_ALLOC(dir, STAGE);
+        if (!fsa_dc_safe_component(targets.v[i]) || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        FSA_CHECK(fsa_dc_check_dir(dir, FSA_STATUS_CACHE_IO));
+        FSA_CHECK(walk_target(dir, targets.v[i], fn, ctx, &stop));
+    }
+cleanup:
+    fsa_dc_names_free(&targets);
+    free(dir);
+    return st;
+}
+
+typedef struct list_ctx {
+    fsa_cache_visit_fn visit;
+    void *user;
+} list_ctx;
+
+static fsa_status list_one(void *p, const char *dir, const char *target, const char *fname, int *stop)
+{
+    fsa_status st = FSA_STATUS_OK;
+    list_ctx *c = p;
+    char hex[HEX_LEN + 1], *path = NULL, *name = NULL;
+    size_t name_len;
+    struct stat sb;
+    if (!fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) goto cleanup;
+    path = fsa_dc_path_join(dir, fname);
+    name = fsa_dc_dup_n(fname, name_len);
+    FSA_CHECK_ALLOC(path, STAGE);
+    FSA_CHECK_ALLOC(name, STAGE);
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) goto cleanup; /* removed meanwhile, or not an entry */
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0};
+    if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
+cleanup:
+    free(path);
+    free(name);
+    return st;
+}
+
+fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user)
+{
+    fsa_status st = FSA_STATUS_OK;
+    list_ctx c = {visit, user};
+    if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache list: NULL cache");
+    FSA_CHECK(walk_cache(dc, list_one, &c));
+cleanup:
+    return st;
+}
+
+typedef struct verify_ctx {
+    const fsa_disk_cache *dc;
+    fsa_disk_check_fn check;
+    void *check_user;
+    fsa_cache_visit_fn visit;
+    void *user;
+    uint64_t bad;
+} verify_ctx;
+
+/* 1 when the entry file is intact and, with a check function, passes it. */
+static fsa_status judge_entry(int *good, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
+                              const char *target)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_disk_entry e = {0};
+    fsa_dc_entry_view v = {0};
+    *good = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex);
+    if (*good && c->check != NULL) {
+        FSA_CHECK(fsa_dc_entry_from_view(&e, &v));
+        *good = c->check(&e, target, c->check_user) == 0;
+    }
+cleanup:
+    fsa_disk_entry_free(&e);
+    return st;
+}
+
+static fsa_status verify_one(void *p, const char *dir, const char *target, const char *fname, int *stop)
+{
+    fsa_status st = FSA_STATUS_OK;
+    verify_ctx *c = p;
+    fsa_dc_raw_file rf = {0};
+    char hex[HEX_LEN + 1], *path = NULL, *name = NULL;
+    size_t name_len;
+    int bad = 0, good = 0;
+    if (!fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) goto cleanup;
+    path = fsa_dc_path_join(dir, fname);
+    name = fsa_dc_dup_n(fname, name_len);
+    FSA_CHECK_ALLOC(path, STAGE);
+    FSA_CHECK_ALLOC(name, STAGE);
+    st = fsa_dc_read_raw(&rf, path, &bad);
+    if (st == FSA_STATUS_NOT_FOUND) { /* removed meanwhile */
+        st = FSA_STATUS_OK;
+        goto cleanup;
+    }
+    FSA_CHECK(st);
+    if (!bad) FSA_CHECK(judge_entry(&good, c, &rf, hex, target));
+    int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime, good, deleted};
+    if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
+cleanup:
+    free(rf.data);
+    free(path);
+    free(name);
+    return st;
+}
+
+fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, void *check_user,
+                                 fsa_cache_visit_fn visit, void *user, uint64_t *bad_out)
+{
+    fsa_status st = FSA_STATUS_OK;
+    verify_ctx c = {dc, check, check_user, visit, user, 0};
+    if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache verify: NULL cache");
+    FSA_CHECK(walk_cache(dc, verify_one, &c));
+cleanup:
+    if (bad_out != NULL) *bad_out = c.bad;
+    return st;
+}
+
+typedef struct prune_item {
+    char *path;
+    uint64_t bytes;
+    int64_t used_ns; /* max(atime, mtime) */
+} prune_item;
+
+typedef struct prune_ctx {
+    time_t now;
+    prune_item *items;
+    size_t n, cap;
+    uint64_t total, removed;
+    uint64_t kept;      /* entries that could not be deleted */
+    char first_kept[512]; /* why, for the error message */
+} prune_ctx;
+
+static void prune_failed(prune_ctx *c, const char *path, const char *why)
+{
+    if (c->kept++ == 0) snprintf(c->first_kept, sizeof c->first_kept, "cannot delete %s: %s", path, why);
+}
+
+/* A lock file nobody holds and nobody touched for an hour. Taking the lock
+ * first keeps a current holder's file; a process that opened it just before
+ * the unlink can at worst compile a kernel twice. */
+static int remove_stale_lock(const char *path, time_t now)
+{
+    struct stat sb;
+    int removed = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime < now - LOCK_MAX_AGE_S &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0)
+        removed = unlink(path) == 0;
+    close(fd);
+    return removed;
+}
+
+static fsa_status prune_keep(prune_ctx *c, char *path, const struct stat *sb)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        prune_item *v = realloc(c->items, cap * sizeof *v);
+        FSA_CHECK_ALLOC(v, STAGE);
+        c->items = v;
+        c->cap = cap;
+    }
+    int64_t a = fsa_dc_ts_ns(sb->st_atim), m = fsa_dc_ts_ns(sb->st_mtim);
+    c->items[c->n++] = (prune_item){path, (uint64_t)sb->st_size, a > m ? a : m};
+    c->total += (uint64_t)sb->st_size;
+cleanup:
+    return st;
+}
+
+static fsa_status prune_scan(void *p, const char *dir, const char *target, const char *fname, int *stop)
+{
+    fsa_status st = FSA_STATUS_OK;
+    prune_ctx *c = p;
+    char hex[HEX_LEN + 1], *path = fsa_dc_path_join(dir, fname);
+    size_t name_len;
+    struct stat sb;
+    (void)target;
+    (void)stop;
+    FSA_CHECK_ALLOC(path, STAGE);
+    if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
+    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex) && S_ISREG(sb.st_mode)) {
+        FSA_CHECK(prune_keep(c, path, &sb));
+        path = NULL; /* the list owns it */
+    } else if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
+        /* Not an entry, whatever the size limit: a link or FIFO goes, a
+         * directory only when empty (its contents are not ours to judge). */
+        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
+        else prune_failed(c, path, S_ISDIR(sb.st_mode) && errno == ENOTEMPTY ? "a directory that is not empty"
+                                                                             : strerror(errno));
+    } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
+        c->removed += (uint64_t)remove_stale_lock(path, c->now);
+    } else if (fsa_dc_temp_is_debris(fname, &sb, c->now)) {
+        if (unlink(path) == 0) c->removed++;
+    }
+cleanup:
+    free(path);
+    return st;
+}
+
+static int cmp_prune_item(const void *a, const void *b)
+{
+    const prune_item *x = a, *y = b;
+    if (x->used_ns != y->used_ns) return x->used_ns < y->used_ns ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+/* Oldest use first, until the entries fit; one that cannot be deleted is
+ * passed over (and reported), not a reason to stop. */
+static void prune_entries(prune_ctx *c, uint64_t max_bytes)
+{
+    if (c->n > 1) qsort(c->items, c->n, sizeof *c->items, cmp_prune_item);
+    for (size_t i = 0; i < c->n && c->total > max_bytes; i++) {
+        if (unlink(c->items[i].path) != 0 && errno != ENOENT) {
+            prune_failed(c, c->items[i].path, strerror(errno));
+            continue;
+        }
+        c->total -= c->items[i].bytes;
+        c->removed++;
+    }
+}
+
+fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
+                                uint64_t *bytes_left_out)
+{
+    fsa_status st = FSA_STATUS_OK;
+    prune_ctx c = {0};
+    c.now = time(NULL);
+    if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache prune: NULL cache");
+    if (dc->read_only) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cache %s is read-only: cannot prune", dc->root);
+    FSA_CHECK(walk_cache(dc, prune_scan, &c));
+    prune_entries(&c, max_bytes);
+    if (c.kept > 0)
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "%llu file%s kept; the first: %s", (unsigned long long)c.kept,
+                 c.kept == 1 ? "" : "s", c.first_kept);
+cleanup:
+    if (removed_out != NULL) *removed_out = c.removed;
+    if (bytes_left_out != NULL) *bytes_left_out = c.total;
+    for (size_t i = 0; i < c.n; i++) free(c.items[i].path);
+    free(c.items);
+    return st;
+}

@@ -1,0 +1,258 @@
+/* Check mode on the GPU: with it, metadata that breaks the contract
+ * (cu_seqlens that does not start at 0, falls or does not end at T, a
+ * sequence over max_seqlen, top-k entries outside the token's sequence or
+ * repeated) is FSA_STATUS_INVALID_ARGUMENT saying what and where, for the
+ * forward and the backward; valid metadata gives the very bits of a plain
+ * plan. Without it the same bad metadata runs to a finite result (the
+ * kernels clamp every bound; compute-sanitizer checks the accesses when it
+ * runs this test). A call on a stream being captured skips the check. */
+#include "attention_problem.h"
+
+#include "jit/context.h"
+#include "jit/cuda_driver.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const attn_case g_case = {"bf16_d64_g2_bk32", BF, 64, 4, 2, 32, 4, {1, 40, 100}, 3, 0, 0, A_AUTO, 0, 0, 0, 1};
+
+static char *g_cache_dir;
+static fsa_context *g_plain_ctx, *g_check_ctx;
+static fsa_plan *g_plain, *g_check;
+
+typedef struct call {
+    problem p;
+    device_problem dp;
+    fsa_fwd_args a;
+} call;
+
+static void call_make(call *c, const fsa_plan *plan)
+{
+    problem_make(&c->p, &g_case, 0xc4ec);
+    device_make(&c->dp, &c->p, &g_case, plan);
+    c->a = fwd_args_of(&c->dp, &c->p);
+}
+
+static void call_free(call *c)
+{
+    device_free(&c->dp);
+    problem_free(&c->p);
+}
+
+static fsa_status forward(const fsa_plan *plan, call *c)
+{
+    poison_fwd(&c->dp, &c->p, &g_case);
+    fsa_status st = fsa_selected_attention_fwd(plan, &c->a, NULL);
+    fsa_test_sync(); /* also: nothing faulted */
+    return st;
+}
+
+/* A bad call: refused in check mode with a message naming `what`; run
+ * without it, to a result with no NaN in lse. */
+static void expect_refused_only_in_check_mode(call *c, const char *what)
+{
+    assert_int_equal(forward(g_check, c), FSA_STATUS_INVALID_ARGUMENT);
+    if (strstr(fsa_last_error(), what) == NULL) fail_msg("\"%s\" does not mention %s", fsa_last_error(), what);
+    assert_int_equal(forward(g_plain, c), FSA_STATUS_OK);
+    outputs out;
+    download_fwd(&out, &c->dp, &c->p, &g_case);
+    for (size_t i = 0; i < (size_t)g_case.hq * c->p.T; i++) assert_false(isnan(out.lse[i]));
+    outputs_free(&out);
+}
+
+static void set_cu(call *c, const int32_t *cu)
+{
+    fsa_test_h2d(c->dp.cu, cu, (size_t)(c->p.B + 1) * 4);
+}
+
+static size_t topk_index(const call *c, int t, int h, int s)
+{
+    return (size_t)(h * c->p.topk_hs + t * c->p.topk_ts + s);
+}
+
+static void set_topk(call *c, int t, int h, int s, int32_t v)
+{
+    fsa_test_h2d(c->dp.topk + topk_index(c, t, h, s) * 4, &v, 4);
+}
+
+static void restore_topk(call *c, int t, int h, int s)
+{
+    set_topk(c, t, h, s, c->p.topk[topk_index(c, t, h, s)]);
+}
+
+static void test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    assert_int_equal(forward(g_plain, &c), FSA_STATUS_OK);
+    outputs plain;
+    download_fwd(&plain, &c.dp, &c.p, &g_case);
+    assert_int_equal(forward(g_check, &c), FSA_STATUS_OK);
+    outputs checked;
+    download_fwd(&checked, &c.dp, &c.p, &g_case);
+    assert_memory_equal(plain.o_img, checked.o_img, c.dp.o_bytes);
+    assert_memory_equal(plain.lse, checked.lse, (size_t)g_case.hq * c.p.T * 4);
+    /* The longest sequence as max_seqlen is fine too. */
+    c.a.max_seqlen = 100;
+    assert_int_equal(forward(g_check, &c), FSA_STATUS_OK);
+    outputs_free(&plain);
+    outputs_free(&checked);
+    call_free(&c);
+}
+
+static void test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    const int T = c.p.T; /* sequences of 1, 40 and 100 tokens */
+    const int32_t falls[] = {0, 41, 1, T}, past_end[] = {0, 1, 41, T + 7}, short_end[] = {0, 1, 41, T - 1},
+                  late_start[] = {1, 1, 41, T};
+    set_cu(&c, falls);
+    expect_refused_only_in_check_mode(&c, "cu_seqlens falls (first at sequence 1)");
+    set_cu(&c, past_end);
+    expect_refused_only_in_check_mode(&c, "does not end at total_tokens");
+    set_cu(&c, short_end);
+    expect_refused_only_in_check_mode(&c, "does not end at total_tokens");
+    set_cu(&c, late_start);
+    expect_refused_only_in_check_mode(&c, "cu_seqlens[0] is not 0");
+    set_cu(&c, c.p.cu);
+    c.a.max_seqlen = 99;
+    expect_refused_only_in_check_mode(&c, "longer than max_seqlen (first at sequence 2)");
+    call_free(&c);
+}
+
+static void test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    /* Token 41 is the first of the 100-token sequence: blocks 0..3 exist. */
+    set_topk(&c, 41, 1, 2, 4);
+    expect_refused_only_in_check_mode(&c, "top-k entries neither -1 nor a block of the token's sequence (first at token 41, KV head 1)");
+    set_topk(&c, 41, 1, 2, -5);
+    expect_refused_only_in_check_mode(&c, "first at token 41, KV head 1");
+    restore_topk(&c, 41, 1, 2);
+    /* Token 140's rows are 0, 1, 2, 3: make slot 3 repeat slot 0. */
+    set_topk(&c, 140, 0, 3, c.p.topk[topk_index(&c, 140, 0, 0)]);
+    expect_refused_only_in_check_mode(&c, "top-k rows naming a block twice (first at token 140, KV head 0)");
+    restore_topk(&c, 140, 0, 3);
+    /* A block past the token's own but inside its sequence is ignored, not wrong; so is -1. */
+    set_topk(&c, 41, 0, 3, 3);
+    set_topk(&c, 42, 0, 3, -1);
+    assert_int_equal(forward(g_check, &c), FSA_STATUS_OK);
+    call_free(&c);
+}
+
+static void test_the_backward_checks_too(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    assert_int_equal(forward(g_check, &c), FSA_STATUS_OK); /* o and lse for the backward */
+    const problem *p = &c.p;
+    const size_t q_bytes = (size_t)p->T * p->q_ts * 2, kv_bytes = (size_t)p->T * p->kv_ts * 2;
+    uint64_t dout = fsa_test_dalloc(c.dp.o_bytes), dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(kv_bytes),
+             dv = fsa_test_dalloc(kv_bytes);
+    fsa_test_dfill(dout, 0x3c, c.dp.o_bytes); /* about 0.01 in bf16 */
+    size_t ws_bytes = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_bytes, g_check, p->T, p->B), FSA_STATUS_OK);
+    uint64_t ws = fsa_test_dalloc(ws_bytes);
+    fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+    b.total_tokens = p->T;
+    b.batch = p->B;
+    b.q = c.a.q, b.k = c.a.k, b.v = c.a.v, b.o = c.a.o, b.topk = c.a.topk;
+    b.dout = c.a.o;
+    b.dout.ptr = dout;
+    b.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
+    b.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
+    b.dv = (fsa_tensor){dv, p->kv_ts, p->kv_hs};
+    b.cu_seqlens = c.dp.cu;
+    b.lse = c.dp.lse;
+    b.workspace = ws;
+    b.workspace_bytes = ws_bytes;
+    assert_int_equal(fsa_selected_attention_bwd(g_check, &b, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    set_topk(&c, 41, 1, 2, 4);
+    assert_int_equal(fsa_selected_attention_bwd(g_check, &b, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "first at token 41, KV head 1"));
+    assert_string_equal(fsa_last_error_info()->stage, "backward");
+    assert_int_equal(fsa_selected_attention_bwd(g_plain, &b, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    fsa_test_dfree(dout);
+    fsa_test_dfree(dq);
+    fsa_test_dfree(dk);
+    fsa_test_dfree(dv);
+    fsa_test_dfree(ws);
+    call_free(&c);
+}
+
+static void test_a_call_on_a_stream_being_captured_skips_the_check(void **state)
+{
+    (void)state;
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    assert_non_null(cu->StreamBeginCapture);
+    call c;
+    call_make(&c, g_check);
+    set_topk(&c, 41, 1, 2, 4);
+    CUstream s;
+    CUgraph graph;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    fsa_status st = fsa_selected_attention_fwd(g_check, &c.a, s);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    assert_int_equal(st, FSA_STATUS_OK);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    call_free(&c);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_cache_dir = fsa_test_mkdtemp("check-cache");
+    g_plain_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = g_cache_dir;
+    o.check = 1;
+    if (fsa_context_create(&g_check_ctx, &o) != FSA_STATUS_OK) {
+        fprintf(stderr, "check-mode context: %s\n", fsa_last_error());
+        return -1;
+    }
+    fsa_selected_attention_desc d = attn_desc_of(&g_case, 1);
+    if (fsa_plan_create(&g_plain, g_plain_ctx, &d) != FSA_STATUS_OK ||
+        fsa_plan_create(&g_check, g_check_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "plan: %s\n", fsa_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_plan_destroy(g_check);
+    fsa_plan_destroy(g_plain);
+    fsa_context_destroy(g_check_ctx);
+    fsa_context_destroy(g_plain_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan),
+        cmocka_unit_test(test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode),
+        cmocka_unit_test(test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode),
+        cmocka_unit_test(test_the_backward_checks_too),
+        cmocka_unit_test(test_a_call_on_a_stream_being_captured_skips_the_check),
+    };
+    /* Skips (exit 77) inside setup when there is no GPU. */
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,125 @@
+/* The driver loader against a stand-in libcuda.so.1 (tests/fake/fake_cuda.c)
+ * that has only the entry points the library requires: the library loads,
+ * the optional entry points are NULL, and device contexts work. Each case
+ * runs in a fresh process (the loader runs once per process) with the fake
+ * first on LD_LIBRARY_PATH. */
+#include "testing.h"
+
+#include "jit/context.h"
+#include "jit/cuda_driver.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHILD_CHECK(cond)                                                                 \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "child: check failed: %s [last error: %s]\n", #cond, fsa_last_error()); \
+            return 1;                                                                     \
+        }                                                                                 \
+    } while (0)
+
+static fsa_status device_context(fsa_context **out, int device)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = device;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    return fsa_context_create(out, &o);
+}
+
+/* minimal: the fake has only the required entry points. */
+static int child_minimal(void)
+{
+    const fsa_cu_api *cu = NULL;
+    CHILD_CHECK(fsa_cu_load(&cu) == FSA_STATUS_OK);
+    CHILD_CHECK(cu->driver_version == 12040);
+    CHILD_CHECK(cu->LaunchKernel != NULL && cu->LibraryLoadData != NULL && cu->MemsetD32Async != NULL);
+    CHILD_CHECK(cu->MemAlloc == NULL && cu->StreamCreate == NULL && cu->GraphLaunch == NULL);
+    fsa_context *ctx = NULL;
+    CHILD_CHECK(device_context(&ctx, 0) == FSA_STATUS_OK);
+    CHILD_CHECK(strcmp(fsa_context_target(ctx), "sm_90a") == 0);
+    fsa_context_destroy(ctx);
+    return 0;
+}
+
+/* two-devices: one context per device; an ordinal past the last is NO_DEVICE. */
+static int child_two_devices(void)
+{
+    fsa_context *a = NULL, *b = NULL, *c = (fsa_context *)&a;
+    CHILD_CHECK(device_context(&a, 0) == FSA_STATUS_OK);
+    CHILD_CHECK(device_context(&b, 1) == FSA_STATUS_OK);
+    CHILD_CHECK(a->device == 0 && b->device == 1 && a->cu_context != b->cu_context);
+    CHILD_CHECK(strcmp(fsa_context_target(b), "sm_80") == 0);
+    CHILD_CHECK(device_context(&c, 2) == FSA_STATUS_NO_DEVICE && c == NULL);
+    fsa_context_destroy(b);
+    fsa_context_destroy(a);
+    return 0;
+}
+
+extern char **environ;
+
+/* Runs this binary as "--child <mode>" with the fake driver and the extra
+ * environment settings (NULL = none). */
+static int run_child(const char *mode, const char *extra, const char *extra2)
+{
+    const char *bin = getenv("FSA_TEST_BINARY_DIR");
+    if (bin == NULL) fail_msg("FSA_TEST_BINARY_DIR is not set (run through ctest)");
+    char lib_path[4096];
+    snprintf(lib_path, sizeof lib_path, "LD_LIBRARY_PATH=%s/fake_cuda", bin);
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 4, sizeof *env);
+    assert_non_null(env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "LD_LIBRARY_PATH=", 16) != 0 && strncmp(environ[i], "FSA_FAKE_", 9) != 0)
+            env[k++] = environ[i];
+    env[k++] = lib_path;
+    if (extra) env[k++] = (char *)extra;
+    if (extra2) env[k++] = (char *)extra2;
+    char *argv[] = {"test_cuda_driver", "--child", (char *)mode, NULL};
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/proc/self/exe", argv, env);
+        _exit(127);
+    }
+    free(env);
+    assert_true(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
+    if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_a_driver_with_only_the_required_entry_points_loads_and_makes_contexts(void **state)
+{
+    (void)state;
+    assert_int_equal(run_child("minimal", NULL, NULL), 0);
+}
+
+static void test_each_device_gets_its_own_context_and_its_own_target(void **state)
+{
+    (void)state;
+    assert_int_equal(run_child("two-devices", "FSA_FAKE_CUDA_DEVICES=2", "FSA_FAKE_CUDA_CC=90,80"), 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+        if (strcmp(argv[2], "minimal") == 0) return child_minimal();
+        if (strcmp(argv[2], "two-devices") == 0) return child_two_devices();
+        return 2;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_driver_with_only_the_required_entry_points_loads_and_makes_contexts),
+        cmocka_unit_test(test_each_device_gets_its_own_context_and_its_own_target),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
