@@ -174,9 +174,18 @@ FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
 FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int d) { return d <= 128; }
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
 /* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
-FSA_LAYOUT_FN int fsa_kvc_smem_k(int d, int g) { return fsa_kvc_q_in_registers(d) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), d); }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int d, int g) { return fsa_kvc_smem_k(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d); }
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g) { return fsa_kvc_smem_v(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d); }
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int d, int g)
+{
+    return fsa_kvc_q_in_registers(d) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), d);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int d, int g)
+{
+    return fsa_kvc_smem_k(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g)
+{
+    return fsa_kvc_smem_v(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+}
 /* Static shared memory (4-byte words): the tile's selection (its top-k entries,
  * their first-occurrence bits, the union of blocks and each block's token
  * mask, the tokens' positions), the key stream (per stage buffer each row's

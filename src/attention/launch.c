@@ -52,6 +52,15 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
     return check_view(stage, name, t, tokens, heads, 16, 8);
 }
 
+fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const fsa_status st = fsa_check_tensor(stage, list[i].name, list[i].t, list[i].tokens, list[i].heads);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required)
 {
     fsa_status st = FSA_STATUS_OK;

@@ -35,6 +35,14 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch);
 fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                             int64_t heads);
 
+/* Several tensors, each as fsa_check_tensor, in order. */
+typedef struct fsa_tensor_check {
+    const char *name;
+    const fsa_tensor *t;
+    int64_t tokens, heads;
+} fsa_tensor_check;
+fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n);
+
 /* Counts, max_seqlen, top-k, cu_seqlens and lse (required or not); with
  * tokens, also q, k, v and o. */
 fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required);

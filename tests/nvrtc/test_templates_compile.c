@@ -56,14 +56,51 @@ typedef struct paged_variant {
 } paged_variant;
 
 static const paged_variant paged_variants[] = {
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .page = "64"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16"}, .page = "1"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64"}, .page = "256"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8"}, .page = "32"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4"}, .page = "16"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"}, .page = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"},
+     .page = "64"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16"},
+     .page = "1"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64"},
+     .page = "256"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8"},
+     .page = "32"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4"},
+     .page = "16"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"},
+     .page = "128"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
+
+/* Query-tile attention (compressed, sliding window): Dk (d) and Dv differ;
+ * the selection kernel also takes the compression's kernel size l and
+ * stride. */
+typedef struct cmp_variant {
+    variant v;
+    const char *dv, *l, *stride;
+} cmp_variant;
+
+static const cmp_variant cmp_variants[] = {
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "cmp_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "cmp_fwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "192"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "32", .g = "5"}, .dv = "64"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
+    {.v = {.family = "cmp_select", .dtype = "f16", .d = "64", .g = "5", .bk = "16", .k = "1"}, .l = "16", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "32", .g = "2", .bk = "32", .k = "33"}, .l = "8", .stride = "32"},
+};
+#define N_CMP_VARIANTS (sizeof cmp_variants / sizeof cmp_variants[0])
 
 /* Spills allowed in shipped kernels: family, entry point, target (NULL:
  * any), the most spill bytes per thread (stores and loads), and why. Each
@@ -174,6 +211,15 @@ static void compile_every_variant(const char *target)
         const fsa_param page = {"PAGE_SIZE", paged_variants[i].page, "p"};
         compile_variant(&paged_variants[i].v, &page, 1, target, used);
     }
+    for (size_t i = 0; i < N_CMP_VARIANTS; i++) {
+        const cmp_variant *c = &cmp_variants[i];
+        fsa_param extra[3];
+        size_t n = 0;
+        if (c->dv) extra[n++] = (fsa_param){"VALUE_DIM", c->dv, "dv"};
+        if (c->l) extra[n++] = (fsa_param){"KERNEL_SIZE", c->l, "l"};
+        if (c->stride) extra[n++] = (fsa_param){"STRIDE", c->stride, "s"};
+        compile_variant(&c->v, extra, n, target, used);
+    }
     for (size_t i = 0; justified_spills[i].family != NULL; i++) {
         const justified_spill *j = &justified_spills[i];
         if ((j->target == NULL || strcmp(j->target, target) == 0) && !used[i])
@@ -201,8 +247,11 @@ static void test_every_kernel_template_has_a_compile_variant(void **state)
         size_t len = strlen(name);
         if (len < 3 || strcmp(name + len - 3, ".cu") != 0) continue; /* headers compile through kernels */
         int covered = 0;
-        for (size_t j = 0; j < N_VARIANTS + N_PAGED_VARIANTS; j++) {
-            const char *family = j < N_VARIANTS ? variants[j].family : paged_variants[j - N_VARIANTS].v.family;
+        for (size_t j = 0; j < N_VARIANTS + N_CMP_VARIANTS + N_PAGED_VARIANTS; j++) {
+            const size_t paged = N_VARIANTS + N_CMP_VARIANTS;
+            const char *family = j < N_VARIANTS ? variants[j].family
+                                 : j < paged    ? cmp_variants[j - N_VARIANTS].v.family
+                                                : paged_variants[j - paged].v.family;
             covered |= strlen(family) == len - 3 && strncmp(family, name, len - 3) == 0;
         }
         if (!covered) fail_msg("template %s has no compile variant in this test", name);
