@@ -677,6 +677,414 @@ FSA_API fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const ch
  */
 FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* Selected attention over a paged KV cache (serving)                       */
+/* ------------------------------------------------------------------------ */
+
+/* New query tokens (decode: 1 per sequence; speculative decoding: a few;
+ * chunked prefill: thousands) attend to the selected blocks of their
+ * sequence's cached keys, held in pages. One call per layer for a batch that
+ * mixes these; no allocation, no host synchronization, capturable in a CUDA
+ * graph, with the page table, cached lengths and top-k rows read on the
+ * device at every call (update them in place between graph replays).
+ *
+ * Semantics. Sequence b has q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b]
+ * new tokens and L_b = seqused_k[b] cached keys (new tokens included: the
+ * caller wrote them into the cache first). Its new token i sits at position
+ * p = L_b - q_len_b + i. Slot s of the token's top-k row (logical block
+ * numbers of the sequence) is valid when s < topk_length[token] (when given),
+ * 0 <= idx <= p / block_size, and no earlier slot of the row holds the same
+ * block. The token sees key j when j lies in a valid block and j <= p; key j
+ * of the sequence is row j % page_size of page block_table[b][j / page_size].
+ * o = softmax(scale * q k^T) v over the visible keys (fp32 accumulation),
+ * lse = the natural log of the softmax denominator; no visible key: o = 0,
+ * lse = -inf.
+ *
+ * Bounds: kernels clamp or skip every index read from device memory. A page
+ * number outside [0, num_pages), a page-table slot at or past
+ * max_pages_per_seq, or a position < 0 (seqused_k < q_len) makes the keys or
+ * tokens concerned invisible; malformed cu_seqlens_q is clamped to
+ * [0, num_query_tokens]. Nothing out of bounds is read or written.
+ *
+ * Batch invariance: a sequence whose new tokens fit one tile (see
+ * fsa_kvcache_plan_info) splits its selected blocks into `splits` contiguous
+ * shares computed by different CTAs and merged by lse in share order; a
+ * longer one never splits. The rule reads only the sequence's own query
+ * length and plan constants, so a sequence's o and lse are bitwise the same
+ * alone or in any batch. */
+
+typedef struct fsa_kvcache_plan fsa_kvcache_plan;
+
+/** The problem shape of a paged-cache plan. */
+typedef struct fsa_kvcache_desc {
+    size_t struct_size;
+    fsa_dtype dtype;          /**< of q, the caches and o; default bf16 */
+    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int num_q_heads;          /**< Hq (required) */
+    int num_kv_heads;         /**< Hkv (required); group G = Hq / Hkv, 1..64 */
+    int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
+    int top_k;                /**< slots per top-k row: 1..64; default 16 */
+    int page_size;            /**< tokens per cache page: 1, 16, 32, 64 (default), 128, 256 */
+    int max_batch;            /**< most sequences per call (required) */
+    int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
+    float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
+    int splits;               /**< shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+} fsa_kvcache_desc;
+
+#define FSA_KVCACHE_DESC_INIT                                                                          \
+    FSA_INIT_(fsa_kvcache_desc, FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(block_size, 64)          \
+                                    FSA_INIT_FIELD_(top_k, 16) FSA_INIT_FIELD_(page_size, 64))
+
+/**
+ * Creates a paged-cache plan: checks the descriptor, compiles or loads its
+ * kernels (blocking; not during a stream capture).
+ * @param[out] out  the new plan, or NULL on failure; the caller owns it
+ *                  (fsa_kvcache_plan_destroy). It keeps using `ctx`, which
+ *                  must outlive it.
+ * @param      ctx  a context; an offline one only fills the cache
+ * @param      desc read during the call only
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         outside the ranges above; the JIT statuses of fsa_plan_create.
+ */
+FSA_API fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx,
+                                           const fsa_kvcache_desc *desc);
+/** Destroys a plan; NULL is fine. No call of it may be in flight on the host. */
+FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
+
+/**
+ * Bytes of device workspace every call of the plan needs (sized for
+ * max_batch; 0 when no sequence can split). Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
+
+/**
+ * The tiling the plan uses: query tokens per tile (a sequence with at most
+ * this many new tokens splits) and the number of shares it splits into.
+ * Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan);
+
+/** Arguments of fsa_kvcache_attention.
+ *
+ * q and o: [Tq, Hq, D] dtype tensors, 16-byte aligned, strides multiples of 8.
+ * k_cache and v_cache: pages [num_pages, page_size, Hkv, D]: the row of token
+ * slot s of page n and KV head h starts at element `ptr + n * page_stride +
+ * s * token_stride + h * head_stride` (so [num_pages, Hkv, page_size, D]
+ * works too); 16-byte aligned, strides multiples of 8.
+ * block_table: int32, entry (b, i) at `block_table + b * block_table_stride
+ * + i`, i < max_pages_per_seq. cu_seqlens_q: int32 [batch + 1]; seqused_k:
+ * int32 [batch]. topk: int32 logical block numbers, slot s of token t and KV
+ * head h at `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`
+ * ([Hkv, Tq, K] or [Tq, Hkv, K]; head stride 0 shares one selection across
+ * the KV heads); -1 = unused. topk_length: optional int32 [Tq]. lse: optional
+ * float [Hq, Tq]. All device data is read on the device at every call
+ * (update it in place between graph replays) and stays the caller's. */
+typedef struct fsa_kvcache_args {
+    size_t struct_size;
+    int64_t num_query_tokens;   /**< Tq (host), 0..max_query_tokens */
+    int batch;                  /**< B (host), 0..max_batch */
+    fsa_tensor q;               /**< [Tq, Hq, D], read */
+    uint64_t cu_seqlens_q;      /**< int32 [batch + 1], read */
+    fsa_tensor k_cache;         /**< token and head strides of the key pages, read */
+    int64_t k_page_stride;      /**< elements from one key page to the next */
+    fsa_tensor v_cache;         /**< token and head strides of the value pages, read */
+    int64_t v_page_stride;      /**< elements from one value page to the next */
+    int64_t num_pages;          /**< pages in each cache; other page numbers are skipped */
+    uint64_t block_table;       /**< int32 [batch, max_pages_per_seq] by rows, read */
+    int64_t block_table_stride; /**< elements from one sequence's row to the next */
+    int max_pages_per_seq;      /**< entries per row; slots past it are skipped */
+    uint64_t seqused_k;         /**< int32 [batch]: cached keys, new tokens included, read */
+    fsa_tensor topk;            /**< int32 top-k rows through their strides, read */
+    uint64_t topk_length;       /**< optional int32 [Tq], read; 0 = every row uses all K slots */
+    fsa_tensor o;               /**< [Tq, Hq, D], written */
+    uint64_t lse;               /**< optional float [Hq, Tq] (natural log), written; 0 = not wanted */
+    uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes */
+    size_t workspace_bytes;
+} fsa_kvcache_args;
+
+#define FSA_KVCACHE_ARGS_INIT FSA_INIT_(fsa_kvcache_args, )
+
+/**
+ * Enqueues the attention on `stream` and returns: no allocation, no host
+ * synchronization; can be captured in a CUDA graph. Host-checkable problems
+ * are refused before anything is enqueued. Check mode does not apply: bad
+ * device metadata is clamped or skipped on the device, never reported.
+ * @param plan   the plan
+ * @param args   read during the call only
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan or negative
+ *         strides; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
+FSA_API fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args,
+                                         void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Compressed attention and block selection (NSA's compression branch)     */
+/* ------------------------------------------------------------------------ */
+
+/** The kernels of compressed attention (and of the block selection it
+ *  drives) for one problem shape. Made by fsa_compressed_plan_create,
+ *  released by fsa_compressed_plan_destroy; read-only after creation, so
+ *  several threads may launch with one plan at once. */
+typedef struct fsa_compressed_plan fsa_compressed_plan;
+
+/** The problem shape of a compressed-attention plan.
+ *
+ * The caller compresses keys and values with kernel size l and stride d per
+ * sequence: compressed token j of a sequence covers its positions
+ * j*d .. j*d + l - 1 and is visible to the query at position t when
+ * j*d + l - 1 <= t. With top_k > 0 the forward also selects, per KV head and
+ * query token, the top_k blocks of block_size positions for the selected
+ * attention: block c scores the sum, over the G query heads of the group and
+ * the compressed tokens overlapping positions c*BK .. c*BK + BK - 1 (each
+ * once), of the compressed attention probabilities; the first init_blocks
+ * blocks and the local_blocks blocks ending at the token's own block are
+ * always taken (before any scored block; the lower blocks first when they
+ * are more than top_k); equal scores go to the lower block. */
+typedef struct fsa_compressed_attention_desc {
+    size_t struct_size;
+    fsa_dtype dtype;  /**< of q, k, v, o; default bf16 */
+    int head_dim;     /**< Dk of q and k: multiple of 16, 16..256; default 128 */
+    int value_dim;    /**< Dv of v and o: multiple of 16, 16..256; 0 = head_dim */
+    int num_q_heads;  /**< Hq (required) */
+    int num_kv_heads; /**< Hkv (required); group G = Hq / Hkv, 1..16 */
+    int kernel_size;  /**< l, 1..4096; default 32 */
+    int stride;       /**< d, 1..l; default 16 */
+    float scale;      /**< softmax scale; 0 = 1/sqrt(head_dim) */
+    int top_k;        /**< selected blocks per (KV head, token), 1..64; 0 = no selection; default 16 */
+    int block_size;   /**< BK of the selection: a multiple of stride with BK / stride a power of
+                           two up to 64; default 64 */
+    int init_blocks;  /**< blocks from the sequence start always selected; default 1 */
+    int local_blocks; /**< blocks ending at the token's own block always selected; default 2 */
+    int backward;     /**< 1 = also prepare the backward kernels */
+} fsa_compressed_attention_desc;
+
+#define FSA_COMPRESSED_ATTENTION_DESC_INIT                                                              \
+    FSA_INIT_(fsa_compressed_attention_desc,                                                            \
+              FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(kernel_size, 32) FSA_INIT_FIELD_(stride, 16) \
+                  FSA_INIT_FIELD_(top_k, 16) FSA_INIT_FIELD_(block_size, 64) FSA_INIT_FIELD_(init_blocks, 1) \
+                      FSA_INIT_FIELD_(local_blocks, 2))
+
+/**
+ * Creates a compressed-attention plan: checks the descriptor and compiles or
+ * loads its kernels (the forward, and the selection when top_k > 0). With an
+ * offline context it only fills the cache.
+ * @param[out] out  the new plan, or NULL on failure; the caller owns it and
+ *                  releases it with fsa_compressed_plan_destroy, before the
+ *                  context.
+ * @param      ctx  the context; it must outlive the plan
+ * @param      desc the shape; read only during the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         the library does not take (the message says which field and why);
+ *         compile, cache and driver errors.
+ * Thread-safe. Blocks while compiling; do not call during a stream capture.
+ */
+FSA_API fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ctx,
+                                              const fsa_compressed_attention_desc *desc);
+
+/**
+ * Releases a compressed-attention plan.
+ * @param plan a plan, or NULL (nothing happens). No call with it may be
+ *             running; work it enqueued may still be in flight.
+ */
+FSA_API void fsa_compressed_plan_destroy(fsa_compressed_plan *plan);
+
+/**
+ * Bytes of device workspace a forward call needs. The forward runs without
+ * workspace today (the result is 0); callers that pass what this returns
+ * keep working when a later version needs some.
+ * @param[out] bytes_out    the size
+ * @param      plan         the plan
+ * @param      total_tokens T
+ * @param      batch        sequences in the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a token count or batch the forward would refuse.
+ * Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const fsa_compressed_plan *plan,
+                                                      int64_t total_tokens, int batch);
+
+/** Arguments of fsa_compressed_attention_fwd.
+ *
+ * Dtype tensors (q, k, v, o) follow fsa_fwd_args's rules: 16-byte aligned,
+ * strides multiples of 8 elements. cu_seqlens and cu_seqlens_c are int32
+ * [batch + 1] on the device: the packed query tokens and the packed
+ * compressed tokens of each sequence (cu_seqlens_c[batch] = Tc). The
+ * kernels clamp every bound, so malformed offsets cannot make them access
+ * memory outside the tensors. */
+typedef struct fsa_compressed_fwd_args {
+    size_t struct_size;
+    int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1 */
+    int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1 */
+    int batch;                /**< number of sequences (host), 1..T */
+    fsa_tensor q;             /**< [T, Hq, Dk], read */
+    fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
+    fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
+    fsa_tensor o;             /**< [T, Hq, Dv], written; 0 for a query that sees no compressed token */
+    uint64_t lse;             /**< float [Hq, T], natural log, written (-inf: nothing visible); required */
+    uint64_t cu_seqlens;      /**< int32 [batch + 1], read */
+    uint64_t cu_seqlens_c;    /**< int32 [batch + 1], read */
+    fsa_tensor topk;          /**< int32 [T, Hkv, K] through its strides (as fsa_fwd_args.topk), written
+                                   when the plan selects; each row ascending, -1 after the selected
+                                   blocks; 4-byte aligned. ptr 0 = not wanted. */
+    uint64_t workspace;       /**< 256-byte aligned, fsa_compressed_plan_workspace_size bytes (0 today) */
+    size_t workspace_bytes;
+} fsa_compressed_fwd_args;
+
+#define FSA_COMPRESSED_FWD_ARGS_INIT FSA_INIT_(fsa_compressed_fwd_args, )
+
+/**
+ * Enqueues the compressed-attention forward (o and lse) and, when the plan
+ * selects and topk.ptr is set, the block selection (which reads the lse just
+ * written) on `stream`: no allocation, no host synchronization; can be
+ * captured in a CUDA graph. Two kernels; no [T, Tc] matrix is stored.
+ * @param plan   the plan
+ * @param args   the tensors; read only during the call
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
+ *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
+ *         for counts out of range, negative strides or a topk without
+ *         selection in the plan; FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different outputs.
+ */
+FSA_API fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *args,
+                                                void *stream);
+
+/** Arguments of fsa_compressed_attention_bwd: the gradients of o with
+ * respect to q and the compressed k and v (the selection has none). Inputs as
+ * in the forward plus o and lse (the forward's) and dout; outputs dq (like
+ * q), dk and dv (like k and v, summed over the G query heads of each group),
+ * written in the input dtype. Every dtype tensor follows the forward's
+ * rules. */
+typedef struct fsa_compressed_bwd_args {
+    size_t struct_size;
+    int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1 */
+    int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1 */
+    int batch;                /**< number of sequences (host), 1..T */
+    fsa_tensor q;             /**< [T, Hq, Dk], read */
+    fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
+    fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
+    fsa_tensor o;             /**< [T, Hq, Dv], the forward's output, read */
+    fsa_tensor dout;          /**< [T, Hq, Dv], gradient of o, read */
+    fsa_tensor dq;            /**< [T, Hq, Dk], written */
+    fsa_tensor dk;            /**< [Tc, Hkv, Dk], written (0 for a token no query sees) */
+    fsa_tensor dv;            /**< [Tc, Hkv, Dv], written */
+    uint64_t lse;             /**< float [Hq, T], natural log, as the forward wrote it; read */
+    uint64_t cu_seqlens;      /**< int32 [batch + 1], read */
+    uint64_t cu_seqlens_c;    /**< int32 [batch + 1], read */
+    uint64_t workspace;       /**< 256-byte aligned, fsa_compressed_plan_workspace_size_bwd bytes */
+    size_t workspace_bytes;
+} fsa_compressed_bwd_args;
+
+#define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )
+
+/**
+ * Bytes of device workspace a backward call needs (4 * Hq * T, rounded up).
+ * @param[out] bytes_out    the size; 0 when there are no tokens
+ * @param      plan         a plan created with desc.backward = 1
+ * @param      total_tokens T
+ * @param      batch        sequences in the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         for a plan without backward, or a token count or batch the
+ *         backward would refuse.
+ * Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
+                                                          int64_t total_tokens, int batch);
+
+/**
+ * Enqueues the compressed-attention backward on `stream` (two kernels: dq,
+ * then dk and dv): no allocation, no host synchronization; can be captured
+ * in a CUDA graph. Accumulates in fp32. Deterministic: every output element
+ * has one owner and its sums run in a fixed order, so the same inputs give
+ * the same bits.
+ * @param plan   a plan created with desc.backward = 1
+ * @param args   the tensors; read only during the call
+ * @param stream a CUstream of the plan's device, or NULL
+ * @return as fsa_compressed_attention_fwd, FSA_STATUS_INVALID_ARGUMENT for a
+ *         plan without backward, FSA_STATUS_WORKSPACE_TOO_SMALL.
+ * Thread-safe for calls with different workspaces and outputs.
+ */
+FSA_API fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *args,
+                                                void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Sliding-window attention (NSA's window branch)                           */
+/* ------------------------------------------------------------------------ */
+
+/** The kernel of sliding-window attention for one problem shape. Made by
+ *  fsa_window_plan_create, released by fsa_window_plan_destroy; read-only
+ *  after creation. */
+typedef struct fsa_window_plan fsa_window_plan;
+
+/** The problem shape of a sliding-window plan: the query at position i of
+ *  its sequence attends to the keys at positions i - window + 1 .. i of the
+ *  same sequence (causal attention when the window covers the sequence). */
+typedef struct fsa_window_attention_desc {
+    size_t struct_size;
+    fsa_dtype dtype;  /**< of q, k, v, o; default bf16 */
+    int head_dim;     /**< Dk of q and k: multiple of 16, 16..256; default 128 */
+    int value_dim;    /**< Dv of v and o: multiple of 16, 16..256; 0 = head_dim */
+    int num_q_heads;  /**< Hq (required) */
+    int num_kv_heads; /**< Hkv (required); group G = Hq / Hkv, 1..16 */
+    int window;       /**< W >= 1; default 512 */
+    float scale;      /**< softmax scale; 0 = 1/sqrt(head_dim) */
+} fsa_window_attention_desc;
+
+#define FSA_WINDOW_ATTENTION_DESC_INIT \
+    FSA_INIT_(fsa_window_attention_desc, FSA_INIT_FIELD_(head_dim, 128) FSA_INIT_FIELD_(window, 512))
+
+/**
+ * Creates a sliding-window plan: checks the descriptor and compiles or loads
+ * its kernel. With an offline context it only fills the cache.
+ * @param[out] out  the new plan, or NULL on failure; the caller owns it and
+ *                  releases it with fsa_window_plan_destroy, before the context.
+ * @param      ctx  the context; it must outlive the plan
+ * @param      desc the shape; read only during the call
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
+ *         the library does not take; compile, cache and driver errors.
+ * Thread-safe. Blocks while compiling; do not call during a stream capture.
+ */
+FSA_API fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx,
+                                          const fsa_window_attention_desc *desc);
+
+/** Releases a sliding-window plan; NULL is fine. No call with it may be running. */
+FSA_API void fsa_window_plan_destroy(fsa_window_plan *plan);
+
+/** Arguments of fsa_window_attention_fwd. Dtype tensors follow
+ *  fsa_fwd_args's rules (16-byte aligned, strides multiples of 8 elements). */
+typedef struct fsa_window_fwd_args {
+    size_t struct_size;
+    int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
+    int batch;            /**< number of sequences (host), 1..T */
+    fsa_tensor q;         /**< [T, Hq, Dk], read */
+    fsa_tensor k;         /**< [T, Hkv, Dk], read */
+    fsa_tensor v;         /**< [T, Hkv, Dv], read */
+    fsa_tensor o;         /**< [T, Hq, Dv], written */
+    uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
+    uint64_t lse;         /**< optional float [Hq, T] (natural log), written; 0 = not wanted */
+} fsa_window_fwd_args;
+
+#define FSA_WINDOW_FWD_ARGS_INIT FSA_INIT_(fsa_window_fwd_args, )
+
+/**
+ * Enqueues the sliding-window forward on `stream`: one kernel, no workspace,
+ * no allocation, no host synchronization; can be captured in a CUDA graph.
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT; FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * Thread-safe for calls with different outputs.
+ */
+FSA_API fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args,
+                                            void *stream);
+
 #ifdef __cplusplus
 }
 #endif

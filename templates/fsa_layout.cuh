@@ -135,4 +135,66 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int d, int keys, int g)
     return fsa_bwd_smem_entries(d, keys) + fsa_bwd_round_entries(g) * 4;
 }
 
+/* ---------------------------------------------------------------- paged KV cache */
+/* A CTA of the attention kernel: (sequence, tile of its new query tokens, KV
+ * head, share of the tile's selected blocks). Its rows are the tile's tokens x
+ * the G heads of the KV head, in 16-row tiles; it streams FSA_KVC_STAGE_KEYS
+ * keys per stage, FSA_KVC_STAGES stages in flight. The merge kernel: a CTA per
+ * (sequence, KV head). */
+#define FSA_KVC_WARPS 4
+#define FSA_KVC_THREADS (32 * FSA_KVC_WARPS)
+#define FSA_KVC_STAGE_KEYS 64
+#define FSA_KVC_STAGES 2
+#define FSA_KVC_MAX_GROUP 64
+/* 16-row tiles per CTA for group size g: room for 4 query tokens of the
+ * group (speculative decoding), at most 64 rows. */
+FSA_LAYOUT_FN int fsa_kvc_row_tiles(int g) { return g <= 4 ? 1 : g <= 8 ? 2 : 4; }
+FSA_LAYOUT_FN int fsa_kvc_rows(int g) { return 16 * fsa_kvc_row_tiles(g); }
+/* Query tokens per tile: the rows are tokens x the g heads of a KV head. */
+FSA_LAYOUT_FN int fsa_kvc_tile_tokens(int g) { return fsa_kvc_rows(g) >= g ? fsa_kvc_rows(g) / g : 1; }
+/* Top-k entries of a tile: every slot of every token. */
+FSA_LAYOUT_FN int fsa_kvc_tile_entries(int g, int k) { return fsa_kvc_tile_tokens(g) * k; }
+/* Tile ids (grid x): sequence b, whose new tokens start at packed row start,
+ * owns ids fsa_kvc_first_tile(start, b) .. + ceil(len_b / tile_tokens) - 1.
+ * The ids grow with b and never overlap, and all stay below
+ * fsa_kvc_tile_grid(tq, batch): a grid of that size covers every tile of any
+ * batch without a host sync. */
+FSA_LAYOUT_FN long long fsa_kvc_first_tile(long long start, int b, int tile_tokens) { return start / tile_tokens + b; }
+FSA_LAYOUT_FN long long fsa_kvc_tile_grid(long long tq, int batch, int tile_tokens) { return tq / tile_tokens + batch; }
+/* The split rule (batch invariance): a sequence whose new tokens fit one tile
+ * splits its selected blocks over `splits` CTAs per KV head; a longer one never
+ * splits. It reads only the sequence's own query length and plan constants. */
+FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
+{
+    return q_len > 0 && q_len <= tile_tokens ? splits : 1;
+}
+/* Head dims up to 128 keep the query fragments in registers: the query rows
+ * land in the second K stage buffer and need no shared memory of their own
+ * (3 CTAs per SM instead of 2 on sm_90 at D 128). */
+FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int d) { return d <= 128; }
+FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
+/* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int d, int g)
+{
+    return fsa_kvc_q_in_registers(d) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), d);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int d, int g)
+{
+    return fsa_kvc_smem_k(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g)
+{
+    return fsa_kvc_smem_v(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+}
+/* Static shared memory (4-byte words): the tile's selection (its top-k entries,
+ * their first-occurrence bits, the union of blocks and each block's token
+ * mask, the tokens' positions), the key stream (per stage buffer each row's
+ * position and token mask; the page lookups of two stages, two words a row),
+ * each warp's row max and sum, a counter. */
+FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
+{
+    return 4 * (3 * fsa_kvc_tile_entries(g, k) + (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) +
+                2 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 2 * 2 * FSA_KVC_STAGE_KEYS + FSA_KVC_WARPS * 16 * 2 + 1);
+}
+
 #endif

@@ -89,13 +89,11 @@ __device__ __forceinline__ void frag_store_f32(float *rows, const float acc[N][4
 }
 
 // ---------------------------------------------------------------- products
-// acc (16 x 8NJ) += A (16 x 16) B^T for one 16-deep step: A rows at a_addr,
-// B as 8NJ n-major rows at b_addr (pitch LD). Both include their lane offsets
-// (ldm_lane_a, ldm_lane_b). NJ is even.
+// acc (16 x 8NJ) += A (16 x 16, in registers as ldmatrix_x4 gives it) B^T
+// for one 16-deep step, B as 8NJ n-major rows at b_addr (pitch LD, lane
+// offset ldm_lane_b). NJ is even.
 template <class DT, int NJ, int LD>
-__device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_addr) {
-    u32 a[4];
-    ldmatrix_x4(a, a_addr);
+__device__ __forceinline__ void mma_a_regs_bt(float acc[NJ][4], const u32 a[4], u32 b_addr) {
 #pragma unroll
     for (int jn = 0; jn < NJ; jn += 2) {
         u32 b[4];
@@ -105,12 +103,31 @@ __device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_
     }
 }
 
+// acc (16 x 8NJ) += A (16 x 16) B^T for one 16-deep step: A rows at a_addr,
+// B as 8NJ n-major rows at b_addr (pitch LD). Both include their lane offsets
+// (ldm_lane_a, ldm_lane_b). NJ is even.
+template <class DT, int NJ, int LD>
+__device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_addr) {
+    u32 a[4];
+    ldmatrix_x4(a, a_addr);
+    mma_a_regs_bt<DT, NJ, LD>(acc, a, b_addr);
+}
+
 // acc (16 x 8NJ) += A B^T over a depth of K (a multiple of 16): S = Q K^T,
 // dP = dO V^T, and their transposes.
 template <class DT, int K, int NJ, int LD>
 __device__ __forceinline__ void mma_abt(float acc[NJ][4], u32 a_addr, u32 b_addr) {
 #pragma unroll
     for (int kd = 0; kd < K / 16; kd++) mma_abt_k16<DT, NJ, LD>(acc, a_addr + kd * 32, b_addr + kd * 32);
+}
+
+// The same with A already in registers (a[kd]: the fragment of columns
+// 16 kd .. 16 kd + 15): S = Q K^T with the query fragments loaded once for
+// every key tile.
+template <class DT, int K, int NJ, int LD>
+__device__ __forceinline__ void mma_abt_a_regs(float acc[NJ][4], const u32 a[K / 16][4], u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) mma_a_regs_bt<DT, NJ, LD>(acc, a[kd], b_addr + kd * 32);
 }
 
 // acc (16 x 8N) += A (16 x 16, in registers) B (16 k-major rows x 8N at

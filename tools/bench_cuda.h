@@ -34,7 +34,17 @@
     X(ModuleLoadData, cuModuleLoadData)                      \
     X(ModuleGetFunction, cuModuleGetFunction)                \
     X(ModuleUnload, cuModuleUnload)                          \
-    X(LaunchKernel, cuLaunchKernel)
+    X(LaunchKernel, cuLaunchKernel)                          \
+    X(MemsetD16, cuMemsetD16)                                \
+    X(MemsetD8Async, cuMemsetD8Async)                        \
+    X(StreamCreate, cuStreamCreate)                          \
+    X(StreamDestroy, cuStreamDestroy)                        \
+    X(StreamBeginCapture, cuStreamBeginCapture)              \
+    X(StreamEndCapture, cuStreamEndCapture)                  \
+    X(GraphInstantiate, cuGraphInstantiate)                  \
+    X(GraphLaunch, cuGraphLaunch)                            \
+    X(GraphDestroy, cuGraphDestroy)                          \
+    X(GraphExecDestroy, cuGraphExecDestroy)
 
 typedef struct bench_cuda_api {
 #define BENCH_CUDA_FIELD_(field, fn) __typeof__(fn) *field;

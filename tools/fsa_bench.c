@@ -15,6 +15,7 @@
 #include "fsa.h"
 
 #include "bench_cuda.h"
+#include "bench_decode.h"
 #include "tool_args.h"
 
 #include <errno.h>
@@ -1105,6 +1106,7 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "--decode") == 0) return fsa_bench_decode(argc - 1, argv + 1);
     options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
                  .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
                  .min_ms = 100.0, .warmup_ms = 25.0};

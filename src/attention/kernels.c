@@ -1,5 +1,5 @@
 /* The kernel table: families (template, parameters), entry points, launch
- * shapes. */
+ * shapes; loading and launching a kernel. */
 #include "kernels.h"
 
 #include "base/status_internal.h"
@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Template parameters, in the order a family lists them. */
-typedef enum tparam { TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KEYS, TP_N } tparam;
+typedef enum tparam { TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KEYS, TP_PAGE_SIZE, TP_N } tparam;
 
 static const struct {
     const char *name; /* {{NAME}} in the template */
@@ -16,9 +16,10 @@ static const struct {
 } tparams[TP_N] = {
     [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
+    [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"},
 };
 
-#define MAX_FAMILY_PARAMS 5
+#define MAX_FAMILY_PARAMS 6
 typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
@@ -28,6 +29,7 @@ typedef enum family_id {
     FAM_BWD_MAIN,
     FAM_BWD_REDUCE,
     FAM_BWD_DQ_NSA,
+    FAM_KVC,
     FAM_N
 } family_id;
 
@@ -44,6 +46,7 @@ static const struct {
     [FAM_BWD_MAIN] = {"sel_bwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
     [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_KVC] = {"kvc_fwd", 6, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -64,6 +67,8 @@ static const struct {
     [FSA_K_BWD_DQ_NSA] = {FAM_BWD_DQ_NSA, "fsa_sel_bwd_dq_nsa"},
     [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
     [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},
+    [FSA_K_KVC_FWD] = {FAM_KVC, "fsa_kvc_fwd"},
+    [FSA_K_KVC_MERGE] = {FAM_KVC, "fsa_kvc_merge"},
 };
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -91,6 +96,11 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         threads = FSA_NSA_THREADS;
         smem = fsa_nsa_dq_smem_bytes(d);
         break;
+    case FSA_K_KVC_FWD:
+        threads = FSA_KVC_THREADS;
+        smem = fsa_kvc_smem_bytes(d, g);
+        break;
+    case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
     out->fn = NULL;
@@ -115,6 +125,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_BLOCK_SIZE], sizeof b->values[0], "%d", c->block_size);
     snprintf(b->values[TP_TOP_K], sizeof b->values[0], "%d", c->top_k);
     snprintf(b->values[TP_KEYS], sizeof b->values[0], "%d", c->bwd_keys);
+    snprintf(b->values[TP_PAGE_SIZE], sizeof b->values[0], "%d", c->page_size);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
@@ -135,6 +146,20 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     fsa_kernel_describe(out, id, c);
     const fsa_kernel_request r = request_for(&b, kernels[id].family, c);
     return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
+}
+
+fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
+                             void *params)
+{
+    const fsa_cu_api *cu = ctx->cu;
+    void *args[] = {params};
+    if (gx == 0 || gy == 0) return FSA_STATUS_OK;
+    if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
+    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, 1, k->threads, 1, 1, k->smem, stream, args, NULL);
+    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
 fsa_status fsa_kernel_persistent_grid(int *grid_out, fsa_context *ctx, const fsa_kernel *k)

@@ -1,4 +1,5 @@
-/* The kernels of selected attention. One table says, per kernel, which
+/* The kernels of selected attention, over packed tensors and over a paged KV
+ * cache. One table says, per kernel, which
  * template family it comes from, which template parameters that family
  * takes and which entry point it is; the launch shape (threads, dynamic
  * shared memory) comes from templates/fsa_layout.cuh, the header the kernel
@@ -9,6 +10,7 @@
 #include "jit/context.h"
 #include "fsa.h"
 
+#include "../../templates/kvc_params.cuh"
 #include "../../templates/sel_params.cuh"
 
 typedef enum fsa_kernel_id {
@@ -25,6 +27,8 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_DQ_NSA,    /* backward: NSA-order dq */
     FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
     FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */
+    FSA_K_KVC_FWD,       /* paged KV cache: a tile of new tokens over its share of the selected blocks */
+    FSA_K_KVC_MERGE,     /* paged KV cache: the shares of split sequences, merged */
     FSA_K_N
 } fsa_kernel_id;
 
@@ -40,7 +44,8 @@ typedef struct fsa_kernel {
 typedef struct fsa_kernel_config {
     fsa_dtype dtype;
     int head_dim, group, block_size, top_k;
-    int bwd_keys; /* keys per backward main-kernel CTA */
+    int bwd_keys;  /* keys per backward main-kernel CTA */
+    int page_size; /* tokens per page of a paged KV cache */
 } fsa_kernel_config;
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
@@ -48,6 +53,12 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
 
 /* Describes kernel `id`, then compiles or loads it for the context. */
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);
+
+/* Launches kernel k (loaded for ctx) on a (gx, gy) grid with its block size
+ * and shared memory, `params` (its parameter block) as its one argument; an
+ * empty grid launches nothing. Inside ctx, which has a device. */
+fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
+                             void *params);
 
 /* Blocks of `k` that fit on the device at once (1 offline): the grid of a
  * kernel that loops over its work items. */

@@ -52,6 +52,15 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
     return check_view(stage, name, t, tokens, heads, 16, 8);
 }
 
+fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const fsa_status st = fsa_check_tensor(stage, list[i].name, list[i].t, list[i].tokens, list[i].heads);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -83,11 +92,24 @@ fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t byt
     return FSA_STATUS_OK;
 }
 
+fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const void *args, size_t first_size,
+                         const char *stage, const char *args_type)
+{
+    if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "plan and args must not be NULL");
+    return fsa_struct_read(call, call_size, args, first_size, stage, args_type);
+}
+
+fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage)
+{
+    if (ctx->cu == NULL)
+        return fsa_error_set(FSA_STATUS_NO_DEVICE, stage, "the plan's context has no device (offline target %s)",
+                             ctx->target);
+    return fsa_context_enter(ctx);
+}
+
 fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream)
 {
-    if (plan == NULL || args == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
-    fsa_status st = fsa_struct_read(call, op->args_size, args, op->args_first_size, op->stage, op->args_type);
+    fsa_status st = fsa_call_read(call, op->args_size, plan, args, op->args_first_size, op->stage, op->args_type);
     if (st != FSA_STATUS_OK) return st;
     if (op->backward && !plan->bwd_available)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, op->stage, "the plan was created without backward = 1");
@@ -95,10 +117,7 @@ fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const vo
     st = fsa_check_inputs(op->stage, plan, &in, op->backward);
     if (st == FSA_STATUS_OK && in.total_tokens > 0) st = op->prepare(call, plan);
     if (st != FSA_STATUS_OK || in.total_tokens == 0) return st;
-    if (plan->ctx->cu == NULL)
-        return fsa_error_set(FSA_STATUS_NO_DEVICE, op->stage, "the plan's context has no device (offline target %s)",
-                             plan->ctx->target);
-    st = fsa_context_enter(plan->ctx);
+    st = fsa_call_enter(plan->ctx, op->stage);
     if (st != FSA_STATUS_OK) return st;
     st = fsa_metadata_check(plan, op->stage, &in, (CUstream)stream); /* check mode only */
     if (st == FSA_STATUS_OK) st = op->launch(call, plan, (CUstream)stream);
@@ -109,15 +128,7 @@ fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const vo
 fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
                       fsa_sel_params *p)
 {
-    const fsa_cu_api *cu = plan->ctx->cu;
-    void *args[] = {p};
-    if (gx == 0 || gy == 0) return FSA_STATUS_OK;
-    if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
-    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, 1, k->threads, 1, 1, k->smem, stream, args, NULL);
-    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
-    char stage[40];
-    snprintf(stage, sizeof stage, "launch %s", k->name);
-    return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
+    return fsa_kernel_launch(k, plan->ctx, gx, gy, stream, p);
 }
 
 fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,

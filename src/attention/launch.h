@@ -1,5 +1,7 @@
-/* What the forward and backward launch sequences share: argument checks,
- * the parameter block's inputs, one kernel launch, and the index inversion. */
+/* What the operations' calls share: the call frame (args read, checked,
+ * launched in the plan's context); for selected attention also argument
+ * checks, the parameter block's inputs, one kernel launch, and the index
+ * inversion. */
 #ifndef FSA_ATTENTION_LAUNCH_H
 #define FSA_ATTENTION_LAUNCH_H
 
@@ -33,6 +35,14 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch);
 fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                             int64_t heads);
 
+/* Several tensors, each as fsa_check_tensor, in order. */
+typedef struct fsa_tensor_check {
+    const char *name;
+    const fsa_tensor *t;
+    int64_t tokens, heads;
+} fsa_tensor_check;
+fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n);
+
 /* Counts, max_seqlen, top-k, cu_seqlens and lse (required or not); with
  * tokens, also q, k, v and o. */
 fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required);
@@ -47,8 +57,20 @@ fsa_kernel_view fsa_view_of(const fsa_tensor *t);
  * tensors, top-k, cu_seqlens, lse, the problem and the scale. */
 void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_inputs *in);
 
-/* How one operation is called: its args struct, its checks, its launch
- * sequence. The op's call struct starts with its args struct. */
+/* The two ends of every call, whatever its operation and plan (arguments are
+ * checked between them, so they can be checked offline):
+ * fsa_call_read: plan and args not NULL, then the caller's args struct (any
+ * version from first_size up; newer fields read as zero) read into `call`.
+ * fsa_call_enter: with work to launch, the plan's context made current
+ * (FSA_STATUS_NO_DEVICE for an offline one); fsa_context_leave after the
+ * launches. */
+fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const void *args, size_t first_size,
+                         const char *stage, const char *args_type);
+fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage);
+
+/* How one operation of selected attention is called: its args struct, its
+ * checks, its launch sequence. The op's call struct starts with its args
+ * struct. */
 typedef struct fsa_op {
     const char *stage;     /* error stage, e.g. "forward" */
     const char *args_type; /* e.g. "fsa_fwd_args" */
@@ -70,9 +92,8 @@ typedef struct fsa_op {
  * checked offline. */
 fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream);
 
-/* Launches kernel k on a (gx, gy) grid with its block size and shared
- * memory and the parameter block as its one argument; an empty grid
- * launches nothing. */
+/* fsa_kernel_launch with the plan's context and the selected-attention
+ * parameter block. */
 fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
                       fsa_sel_params *p);
 

@@ -146,7 +146,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
 
-    plan->config = (fsa_kernel_config){desc->dtype, desc->head_dim, plan->group, desc->block_size, desc->top_k, 0};
+    plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim, .group = plan->group,
+                                       .block_size = desc->block_size, .top_k = desc->top_k};
 
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     fsa_kernel main, nsa;

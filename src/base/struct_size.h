@@ -23,6 +23,13 @@
 #define FSA_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_fwd_args, workspace_bytes)
 #define FSA_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_bwd_args, workspace_bytes)
 #define FSA_PLAN_CHOICE_FIRST_SIZE FSA_FIRST_SIZE(fsa_plan_choice, will_measure)
+#define FSA_KVCACHE_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_kvcache_desc, splits)
+#define FSA_KVCACHE_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_kvcache_args, workspace_bytes)
+#define FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_attention_desc, backward)
+#define FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_bwd_args, workspace_bytes)
+#define FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_attention_desc, scale)
+#define FSA_WINDOW_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_fwd_args, lse)
+#define FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_fwd_args, workspace_bytes)
 
 /* For every field added after a struct's first version, next to the code
  * that reads it: a compile-time check that it starts at or after the first

@@ -69,24 +69,30 @@ int fsa_ref_slot_valid(const fsa_ref_problem *p, int h, int t, int s)
     return slot_valid_at(topk_row(p, h, t), s, t - p->cu_seqlens[b], p->block_size);
 }
 
-/* Packed indices of the keys visible to (h, t), in slot order; keys has
- * room for top_k * block_size entries. Returns the count. */
-static int visible_keys(const fsa_ref_problem *p, int h, int t, int *keys)
+/* Keys visible to a query at position i of the sequence holding packed keys
+ * [start, end), with top-k row `row`, in slot order; keys has room for
+ * top_k * block_size entries. Returns the count. */
+static int visible_keys_at(const fsa_ref_problem *p, const int32_t *row, int start, int end, int i, int *keys)
 {
-    int b = fsa_ref_sequence_of(p->batch, p->cu_seqlens, t);
-    int start = p->cu_seqlens[b], end = p->cu_seqlens[b + 1];
-    int i = t - start;
-    const int32_t *row = topk_row(p, h, t);
     int n = 0;
+    if (i < 0) return 0;
     for (int s = 0; s < p->top_k; s++) {
         if (!slot_valid_at(row, s, i, p->block_size)) continue;
         int lo = start + row[s] * p->block_size;
         int hi = lo + p->block_size;
         if (hi > end) hi = end;
-        if (hi > t + 1) hi = t + 1; /* causal inside the own block */
+        if (hi > start + i + 1) hi = start + i + 1; /* causal inside the own block */
         for (int j = lo; j < hi; j++) keys[n++] = j;
     }
     return n;
+}
+
+/* Packed indices of the keys visible to (h, t). */
+static int visible_keys(const fsa_ref_problem *p, int h, int t, int *keys)
+{
+    int b = fsa_ref_sequence_of(p->batch, p->cu_seqlens, t);
+    int start = p->cu_seqlens[b], end = p->cu_seqlens[b + 1];
+    return visible_keys_at(p, topk_row(p, h, t), start, end, t - start, keys);
 }
 
 static double dot_f(const float *a, const float *b, int n)
@@ -96,14 +102,14 @@ static double dot_f(const float *a, const float *b, int n)
     return acc;
 }
 
-/* Softmax over the visible keys of query head qh at token t: fills prob[n]
- * and o_row[D], returns lse (-INFINITY and o_row = 0 when n == 0). */
-static double attend_row(const fsa_ref_problem *p, int qh, int t, const int *keys, int n,
+/* Softmax over the visible keys of query head qh with query row q [D]:
+ * fills prob[n] and o_row[D], returns lse (-INFINITY and o_row = 0 when
+ * n == 0). */
+static double attend_row(const fsa_ref_problem *p, int qh, const float *q, const int *keys, int n,
                          double *prob, double *o_row)
 {
     int D = p->head_dim;
     int h = kv_head_of(p, qh);
-    const float *q = p->q + ((size_t)t * p->num_q_heads + qh) * D;
     for (int d = 0; d < D; d++) o_row[d] = 0.0;
     if (n == 0) return -INFINITY;
 
@@ -138,7 +144,7 @@ void fsa_ref_forward(const fsa_ref_problem *p, double *o, double *lse)
             int n = visible_keys(p, h, t, keys);
             for (int r = 0; r < G; r++) {
                 int qh = h * G + r;
-                double l = attend_row(p, qh, t, keys, n, prob, o + ((size_t)t * Hq + qh) * D);
+                double l = attend_row(p, qh, p->q + ((size_t)t * Hq + qh) * D, keys, n, prob, o + ((size_t)t * Hq + qh) * D);
                 if (lse != NULL) lse[(size_t)qh * T + t] = l;
             }
         }
@@ -154,7 +160,22 @@ void fsa_ref_forward_row(const fsa_ref_problem *p, int qh, int t, double *o_row,
     int *keys = xcalloc(cap, sizeof *keys);
     double *prob = xcalloc(cap, sizeof *prob);
     int n = visible_keys(p, kv_head_of(p, qh), t, keys);
-    double l = attend_row(p, qh, t, keys, n, prob, o_row);
+    double l = attend_row(p, qh, p->q + ((size_t)t * p->num_q_heads + qh) * p->head_dim, keys, n, prob, o_row);
+    if (lse != NULL) *lse = l;
+    free(prob);
+    free(keys);
+}
+
+void fsa_ref_attend_at(const fsa_ref_problem *p, int qh, int pos, const float *q_row, const int32_t *topk_row,
+                       double *o_row, double *lse)
+{
+    check_problem(p);
+    assert(p->batch == 1);
+    size_t cap = (size_t)p->top_k * p->block_size;
+    int *keys = xcalloc(cap, sizeof *keys);
+    double *prob = xcalloc(cap, sizeof *prob);
+    int n = pos < p->total_tokens ? visible_keys_at(p, topk_row, 0, p->total_tokens, pos, keys) : 0;
+    double l = attend_row(p, qh, q_row, keys, n, prob, o_row);
     if (lse != NULL) *lse = l;
     free(prob);
     free(keys);
@@ -182,7 +203,7 @@ void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, d
                 size_t qoff = ((size_t)t * Hq + qh) * D;
                 const float *q = p->q + qoff;
                 const float *go = dout + qoff;
-                (void)attend_row(p, qh, t, keys, n, prob, o_row);
+                (void)attend_row(p, qh, q, keys, n, prob, o_row);
                 double delta = 0.0;
                 for (int d = 0; d < D; d++) delta += (double)go[d] * o_row[d];
                 for (int m = 0; m < n; m++) {

@@ -57,6 +57,14 @@ void fsa_ref_forward(const fsa_ref_problem *p, double *o, double *lse);
  * too large for the full reference. o_row [D]; lse may be NULL. */
 void fsa_ref_forward_row(const fsa_ref_problem *p, int qh, int t, double *o_row, double *lse);
 
+/* A query that is not one of p's tokens (new tokens over a KV cache): p
+ * holds one sequence (batch 1) of total_tokens keys; the query sits at
+ * position pos of it (it sees keys j <= pos; pos < 0 or >= total_tokens:
+ * nothing), with its own row q_row [D] for query head qh and its top-k row
+ * [top_k] for qh's KV head (p->q and p->topk are not read). */
+void fsa_ref_attend_at(const fsa_ref_problem *p, int qh, int pos, const float *q_row, const int32_t *topk_row,
+                       double *o_row, double *lse);
+
 /* dout [T,Hq,D]; writes (overwrites) dq [T,Hq,D], dk and dv [T,Hkv,D]. */
 void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, double *dk,
                       double *dv);

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#define FSA_PROBE_VALUES 12
+#define FSA_PROBE_VALUES 21
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +25,11 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         fsa_selected_attention_desc d_ = FSA_SELECTED_ATTENTION_DESC_INIT;             \
         fsa_fwd_args f_ = FSA_FWD_ARGS_INIT;                                           \
         fsa_bwd_args b_ = FSA_BWD_ARGS_INIT;                                           \
+        fsa_compressed_attention_desc cd_ = FSA_COMPRESSED_ATTENTION_DESC_INIT;        \
+        fsa_compressed_fwd_args cf_ = FSA_COMPRESSED_FWD_ARGS_INIT;                    \
+        fsa_compressed_bwd_args cb_ = FSA_COMPRESSED_BWD_ARGS_INIT;                    \
+        fsa_window_attention_desc wd_ = FSA_WINDOW_ATTENTION_DESC_INIT;                \
+        fsa_window_fwd_args wf_ = FSA_WINDOW_FWD_ARGS_INIT;                            \
         (out)[0] = o_.struct_size;                                                     \
         (out)[1] = s_.struct_size;                                                     \
         (out)[2] = d_.struct_size;                                                     \
@@ -37,6 +42,15 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         (out)[9] = (size_t)f_.q.ptr + (size_t)f_.topk.head_stride + f_.workspace_bytes; \
         (out)[10] = (size_t)b_.dv.token_stride + (size_t)b_.lse + (o_.target != 0);    \
         (out)[11] = sizeof(fsa_tensor);                                                \
+        (out)[12] = cd_.struct_size;                                                   \
+        (out)[13] = cf_.struct_size;                                                   \
+        (out)[14] = (size_t)cd_.head_dim + (size_t)cd_.value_dim;                      \
+        (out)[15] = (size_t)cd_.kernel_size * 100 + (size_t)cd_.stride;                \
+        (out)[16] = (size_t)cd_.top_k * 1000 + (size_t)cd_.block_size * 10 + (size_t)cd_.init_blocks; \
+        (out)[17] = (size_t)cd_.local_blocks + (size_t)cd_.num_q_heads + (size_t)cf_.topk.ptr + cf_.workspace_bytes; \
+        (out)[18] = cb_.struct_size + (size_t)cb_.dk.ptr + (size_t)cd_.backward;      \
+        (out)[19] = wd_.struct_size + (size_t)wd_.head_dim * 1000 + (size_t)wd_.window + (size_t)wd_.value_dim; \
+        (out)[20] = wf_.struct_size + (size_t)wf_.lse;                                \
     } while (0)
 
 #endif

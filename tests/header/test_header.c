@@ -22,7 +22,16 @@ static void expected_values(size_t out[FSA_PROBE_VALUES])
                                            0,
                                            0,
                                            0,
-                                           3 * 8};
+                                           3 * 8,
+                                           sizeof(fsa_compressed_attention_desc),
+                                           sizeof(fsa_compressed_fwd_args),
+                                           128,
+                                           32 * 100 + 16,
+                                           16 * 1000 + 64 * 10 + 1,
+                                           2,
+                                           sizeof(fsa_compressed_bwd_args),
+                                           sizeof(fsa_window_attention_desc) + 128 * 1000 + 512,
+                                           sizeof(fsa_window_fwd_args)};
     memcpy(out, want, sizeof want);
 }
 

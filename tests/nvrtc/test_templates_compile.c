@@ -49,6 +49,59 @@ static const variant variants[] = {
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
+/* Kernels over a paged KV cache also take the page size. */
+typedef struct paged_variant {
+    variant v;
+    const char *page;
+} paged_variant;
+
+static const paged_variant paged_variants[] = {
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"},
+     .page = "64"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16"},
+     .page = "1"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64"},
+     .page = "256"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8"},
+     .page = "32"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4"},
+     .page = "16"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"},
+     .page = "128"},
+};
+#define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
+
+/* Query-tile attention (compressed, sliding window): Dk (d) and Dv differ;
+ * the selection kernel also takes the compression's kernel size l and
+ * stride. */
+typedef struct cmp_variant {
+    variant v;
+    const char *dv, *l, *stride;
+} cmp_variant;
+
+static const cmp_variant cmp_variants[] = {
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "cmp_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "cmp_fwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
+    {.v = {.family = "cmp_fwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "192"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
+    {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
+    {.v = {.family = "swa_fwd", .dtype = "f16", .d = "32", .g = "5"}, .dv = "64"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
+    {.v = {.family = "cmp_select", .dtype = "f16", .d = "64", .g = "5", .bk = "16", .k = "1"}, .l = "16", .stride = "16"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "32", .g = "2", .bk = "32", .k = "33"}, .l = "8", .stride = "32"},
+};
+#define N_CMP_VARIANTS (sizeof cmp_variants / sizeof cmp_variants[0])
+
 /* Spills allowed in shipped kernels: family, entry point, target (NULL:
  * any), the most spill bytes per thread (stores and loads), and why. Each
  * entry must still match a spill, so the table cannot outlive its reasons. */
@@ -109,14 +162,16 @@ static void check_spills(const variant *v, const fsa_resource_usage *u, const ch
     }
 }
 
-static void compile_variant(const variant *v, const char *target, int used[N_JUSTIFIED + 1])
+static void compile_variant(const variant *v, const fsa_param *extra, size_t n_extra, const char *target,
+                            int used[N_JUSTIFIED + 1])
 {
     char file[64];
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
-    fsa_param params[7];
+    fsa_param params[10];
     size_t n = params_of(v, params);
+    for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -151,7 +206,20 @@ static void compile_variant(const variant *v, const char *target, int used[N_JUS
 static void compile_every_variant(const char *target)
 {
     int used[N_JUSTIFIED + 1] = {0};
-    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], target, used);
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, 0, target, used);
+    for (size_t i = 0; i < N_PAGED_VARIANTS; i++) {
+        const fsa_param page = {"PAGE_SIZE", paged_variants[i].page, "p"};
+        compile_variant(&paged_variants[i].v, &page, 1, target, used);
+    }
+    for (size_t i = 0; i < N_CMP_VARIANTS; i++) {
+        const cmp_variant *c = &cmp_variants[i];
+        fsa_param extra[3];
+        size_t n = 0;
+        if (c->dv) extra[n++] = (fsa_param){"VALUE_DIM", c->dv, "dv"};
+        if (c->l) extra[n++] = (fsa_param){"KERNEL_SIZE", c->l, "l"};
+        if (c->stride) extra[n++] = (fsa_param){"STRIDE", c->stride, "s"};
+        compile_variant(&c->v, extra, n, target, used);
+    }
     for (size_t i = 0; justified_spills[i].family != NULL; i++) {
         const justified_spill *j = &justified_spills[i];
         if ((j->target == NULL || strcmp(j->target, target) == 0) && !used[i])
@@ -179,8 +247,13 @@ static void test_every_kernel_template_has_a_compile_variant(void **state)
         size_t len = strlen(name);
         if (len < 3 || strcmp(name + len - 3, ".cu") != 0) continue; /* headers compile through kernels */
         int covered = 0;
-        for (size_t j = 0; j < N_VARIANTS; j++)
-            covered |= strlen(variants[j].family) == len - 3 && strncmp(variants[j].family, name, len - 3) == 0;
+        for (size_t j = 0; j < N_VARIANTS + N_CMP_VARIANTS + N_PAGED_VARIANTS; j++) {
+            const size_t paged = N_VARIANTS + N_CMP_VARIANTS;
+            const char *family = j < N_VARIANTS ? variants[j].family
+                                 : j < paged    ? cmp_variants[j - N_VARIANTS].v.family
+                                                : paged_variants[j - paged].v.family;
+            covered |= strlen(family) == len - 3 && strncmp(family, name, len - 3) == 0;
+        }
         if (!covered) fail_msg("template %s has no compile variant in this test", name);
     }
 }

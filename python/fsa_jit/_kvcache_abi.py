@@ -1,0 +1,59 @@
+"""ctypes mirror of the paged-KV-cache structs of include/fsa.h (no torch needed)."""
+
+import ctypes
+
+from . import _lib
+
+_I64, _U64 = ctypes.c_int64, ctypes.c_uint64
+
+
+class fsa_kvcache_desc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        ("num_q_heads", ctypes.c_int),
+        ("num_kv_heads", ctypes.c_int),
+        ("block_size", ctypes.c_int),
+        ("top_k", ctypes.c_int),
+        ("page_size", ctypes.c_int),
+        ("max_batch", ctypes.c_int),
+        ("max_query_tokens", ctypes.c_int64),
+        ("scale", ctypes.c_float),
+        ("splits", ctypes.c_int),
+    ]
+
+    def __init__(self, **fields):
+        # FSA_KVCACHE_DESC_INIT
+        super().__init__(ctypes.sizeof(fsa_kvcache_desc), _lib.FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 64, 0, 0, 0.0, 0)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class fsa_kvcache_args(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_query_tokens", _I64),
+        ("batch", ctypes.c_int),
+        ("q", _lib.fsa_tensor),
+        ("cu_seqlens_q", _U64),
+        ("k_cache", _lib.fsa_tensor), ("k_page_stride", _I64),
+        ("v_cache", _lib.fsa_tensor), ("v_page_stride", _I64),
+        ("num_pages", _I64),
+        ("block_table", _U64), ("block_table_stride", _I64), ("max_pages_per_seq", ctypes.c_int),
+        ("seqused_k", _U64),
+        ("topk", _lib.fsa_tensor),
+        ("topk_length", _U64),
+        ("o", _lib.fsa_tensor),
+        ("lse", _U64),
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(fsa_kvcache_args)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+STRUCTS = {"fsa_kvcache_desc": fsa_kvcache_desc, "fsa_kvcache_args": fsa_kvcache_args}

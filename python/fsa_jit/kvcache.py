@@ -1,0 +1,239 @@
+"""kvcache_attention: selected attention of new query tokens over a paged KV cache.
+
+For inference servers: decode (one new token per sequence), speculative
+decoding (a few) and chunked prefill (many) in one call per layer, with the
+caches held in pages addressed through a page table (FlashAttention's
+``flash_attn_with_kvcache`` and vLLM conventions)::
+
+    from fsa_jit.kvcache import kvcache_attention
+    o, lse = kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
+                               topk_idx, block_size=64, return_lse=True)
+
+Semantics (libfsa's ``fsa_kvcache_attention``): sequence b has
+``q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b]`` new tokens and ``seqused_k[b]``
+cached keys, new tokens included; its new token i sits at position
+``p = seqused_k[b] - q_len_b + i`` and sees key j of a valid selected block with
+``j <= p``. A slot is valid when it is below the token's ``topk_length`` (if
+given), ``0 <= idx <= p // block_size``, and no earlier slot of the row holds the
+same block. No visible key: o = 0, lse = -inf. Forward only (no autograd).
+
+The call does no host synchronisation and allocates only through torch's
+caching allocator: after a first eager call (which creates the plan), it can
+be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` and
+``topk_length`` updated in place between replays.
+"""
+
+import ctypes
+import threading
+
+import torch
+
+from . import _lib
+
+_DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
+
+
+from ._kvcache_abi import fsa_kvcache_args, fsa_kvcache_desc
+
+_tensor = _lib.fsa_tensor
+
+
+_vp = ctypes.c_void_p
+_SIGNATURES = {
+    "fsa_kvcache_plan_create": (ctypes.c_int, [ctypes.POINTER(_vp), _vp, ctypes.POINTER(fsa_kvcache_desc)]),
+    "fsa_kvcache_plan_destroy": (None, [_vp]),
+    "fsa_kvcache_plan_workspace_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
+    "fsa_kvcache_attention": (ctypes.c_int, [_vp, ctypes.POINTER(fsa_kvcache_args), _vp]),
+}
+
+_lock = threading.Lock()
+_functions = {}
+_contexts = {}
+_plans = {}
+
+
+def _fn(lib, name):
+    fn = _functions.get(name)
+    if fn is None:
+        fn = getattr(lib.cdll, name, None)
+        if fn is None:
+            raise RuntimeError(f"{lib.path} has no {name}: rebuild libfsa from a version with the paged KV cache")
+        fn.restype, fn.argtypes = _SIGNATURES[name]
+        _functions[name] = fn
+    return fn
+
+
+def _context(lib, device_index):
+    ctx = _contexts.get(device_index)
+    if ctx is None:
+        handle = ctypes.c_void_p()
+        options = _lib.fsa_context_options(device=device_index)
+        lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
+        ctx = _contexts[device_index] = handle.value
+    return ctx
+
+
+def _pow2_at_least(n):
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _plan(lib, key):
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    with _lock:
+        plan = _plans.get(key)
+        if plan is None:
+            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits = key
+            desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
+                                    block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
+                                    max_query_tokens=max_tokens, scale=scale, splits=splits)
+            handle = ctypes.c_void_p()
+            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device),
+                                                          ctypes.byref(desc)), "fsa_kvcache_plan_create")
+            size = ctypes.c_size_t(0)
+            lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
+                      "fsa_kvcache_plan_workspace_size")
+            plan = _plans[key] = (handle.value, size.value)
+    return plan
+
+
+def clear_plans():
+    """Destroys the cached paged-cache plans (a captured graph that used one must not replay)."""
+    lib = _lib._library
+    with _lock:
+        plans = list(_plans.values())
+        _plans.clear()
+        if lib is not None:
+            for handle, _ in plans:
+                _fn(lib, "fsa_kvcache_plan_destroy")(handle)
+
+
+def _require(cond, message):
+    if not cond:
+        raise ValueError(message)
+
+
+def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
+                      topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
+                      max_query_tokens=None, splits=0):
+    """Selected attention of q over a paged KV cache; returns o (and lse when asked).
+
+    q: [Tq, Hq, D] bf16/fp16 CUDA tensor (new tokens of all sequences, packed).
+    k_cache, v_cache: [num_pages, page_size, Hkv, D] by strides (a permuted view of
+        [num_pages, Hkv, page_size, D] works); last dim contiguous.
+    cu_seqlens_q: int32 [B+1]; seqused_k: int32 [B]; block_table: int32 [B, max_pages] (row stride free).
+    topk_idx: int32 logical block numbers, [Tq, Hkv, K] (topk_layout "thk"), [Hkv, Tq, K] ("hkt"), or
+        [Tq, K] (one selection shared by every KV head); -1 = unused.
+    topk_length: optional int32 [Tq]: slots at or past it are unused.
+    scale: softmax scale (None = 1/sqrt(D)). max_batch / max_query_tokens: the plan's sizes (default: the
+        call's, rounded up to a power of two). splits: shares of a one-tile sequence (0 = the plan's rule).
+    Returns o [Tq, Hq, D] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
+    """
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _require(isinstance(t, torch.Tensor) and t.is_cuda, f"{name} must be a CUDA tensor")
+        _require(t.dtype == q.dtype and q.dtype in _DTYPES, f"{name} must be bf16 or fp16 like q, got {t.dtype}")
+        _require(t.stride(-1) == 1, f"{name}'s last dimension must be contiguous")
+    _require(q.dim() == 3 and k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
+             "q must be [Tq, Hq, D], k_cache and v_cache [num_pages, page_size, Hkv, D] of the same shape")
+    tq, hq, d = q.shape
+    num_pages, page, hkv, dk = k_cache.shape
+    _require(dk == d and hq % hkv == 0, f"head dims {d} vs {dk}, Hq {hq} vs Hkv {hkv}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
+                    ("topk_idx", topk_idx), ("topk_length", topk_length)):
+        if t is not None:
+            _require(t.dtype == torch.int32 and t.device == q.device, f"{name} must be int32 on {q.device}")
+    batch = cu_seqlens_q.numel() - 1
+    _require(seqused_k.numel() == batch and block_table.dim() == 2 and block_table.shape[0] == batch
+             and block_table.stride(1) == 1, "seqused_k [B] and block_table [B, max_pages] (unit column stride)")
+    k = topk_idx.shape[-1]
+    _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
+    if topk_idx.dim() == 2:
+        _require(topk_idx.shape[0] == tq, f"a shared selection is [Tq, K] = [{tq}, K]")
+        head_stride, token_stride = 0, topk_idx.stride(0)
+    elif topk_layout == "thk":
+        _require(tuple(topk_idx.shape[:2]) == (tq, hkv), f"topk_idx must be [Tq, Hkv, K] = [{tq}, {hkv}, K]")
+        head_stride, token_stride = topk_idx.stride(1), topk_idx.stride(0)
+    else:
+        _require(topk_layout == "hkt" and tuple(topk_idx.shape[:2]) == (hkv, tq),
+                 f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
+        head_stride, token_stride = topk_idx.stride(0), topk_idx.stride(1)
+    if topk_length is not None:
+        _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
+
+    lib = _lib.get()
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
+           int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
+           float(scale or 0.0), int(splits))
+    handle, ws_bytes = _plan(lib, key)
+    o = torch.empty((tq, hq, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None
+    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
+    args = fsa_kvcache_args(
+        num_query_tokens=tq, batch=batch,
+        q=_tensor(q.data_ptr(), q.stride(0), q.stride(1)),
+        cu_seqlens_q=cu_seqlens_q.data_ptr(),
+        k_cache=_tensor(k_cache.data_ptr(), k_cache.stride(1), k_cache.stride(2)), k_page_stride=k_cache.stride(0),
+        v_cache=_tensor(v_cache.data_ptr(), v_cache.stride(1), v_cache.stride(2)), v_page_stride=v_cache.stride(0),
+        num_pages=num_pages, block_table=block_table.data_ptr(), block_table_stride=block_table.stride(0),
+        max_pages_per_seq=block_table.shape[1], seqused_k=seqused_k.data_ptr(),
+        topk=_tensor(topk_idx.data_ptr(), token_stride, head_stride),
+        topk_length=topk_length.data_ptr() if topk_length is not None else 0,
+        o=_tensor(o.data_ptr(), o.stride(0), o.stride(1)),
+        lse=lse.data_ptr() if lse is not None else 0,
+        workspace=ws.data_ptr() if ws is not None else 0, workspace_bytes=ws_bytes,
+    )
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    lib.check(_fn(lib, "fsa_kvcache_attention")(handle, ctypes.byref(args), stream), "fsa_kvcache_attention")
+    return (o, lse) if return_lse else o
+
+
+def kvcache_attention_reference(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
+                                topk_length=None, topk_layout="thk", scale=None):
+    """The same in float64 PyTorch, written plainly (host loops): o [Tq, Hq, D] float64, lse [Hq, Tq]."""
+    tq, hq, d = q.shape
+    _, page, hkv, _ = k_cache.shape
+    g = hq // hkv
+    scale = scale or d ** -0.5
+    o = torch.zeros((tq, hq, d), dtype=torch.float64, device=q.device)
+    lse = torch.full((hq, tq), float("-inf"), dtype=torch.float64, device=q.device)
+    cu = cu_seqlens_q.tolist()
+    used = seqused_k.tolist()
+    lengths = topk_length.tolist() if topk_length is not None else None
+    for b in range(len(used)):
+        n, L = cu[b + 1] - cu[b], used[b]
+        if n == 0 or L <= 0:
+            continue
+        pages = block_table[b, : (L + page - 1) // page].long()
+        keys = k_cache[pages].reshape(-1, hkv, d)[:L].double()
+        vals = v_cache[pages].reshape(-1, hkv, d)[:L].double()
+        for i in range(n):
+            t, pos = cu[b] + i, L - n + i
+            if pos < 0:
+                continue
+            for h in range(hkv):
+                if topk_idx.dim() == 2:
+                    row = topk_idx[t].tolist()
+                elif topk_layout == "thk":
+                    row = topk_idx[t, h].tolist()
+                else:
+                    row = topk_idx[h, t].tolist()
+                if lengths is not None:
+                    row = row[: max(0, min(lengths[t], len(row)))]
+                seen, visible = set(), []
+                for idx in row:
+                    if 0 <= idx <= pos // block_size and idx not in seen:
+                        visible += range(idx * block_size, min((idx + 1) * block_size, pos + 1))
+                    seen.add(idx)
+                if not visible:
+                    continue
+                js = torch.tensor(visible, device=q.device)
+                qs = q[t, h * g:(h + 1) * g].double()
+                x = scale * qs @ keys[js, h].T
+                lse[h * g:(h + 1) * g, t] = torch.logsumexp(x, dim=-1)
+                o[t, h * g:(h + 1) * g] = torch.softmax(x, dim=-1) @ vals[js, h]
+    return o, lse

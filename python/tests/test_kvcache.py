@@ -1,0 +1,111 @@
+"""kvcache_attention on the GPU against its float64 PyTorch reference: page
+sizes, NHD and HND caches, shared and per-head selections, top-k lengths,
+speculative and prefill query lengths, and graph replay with the page table
+and selection changed in place."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+from fsa_jit import _lib  # noqa: E402
+from fsa_jit.kvcache import kvcache_attention, kvcache_attention_reference  # noqa: E402
+
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 4e-3}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library():
+    try:
+        return _lib.get()
+    except _lib.FsaLibraryNotFound as e:
+        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+
+
+def make_problem(seqs, hq, hkv, d, page, bk, k, dtype, hnd=False, shared=False, with_length=False, seed=0):
+    """seqs: (q_len, cached) per sequence; pages shuffled, garbage past each sequence's pages."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = "cuda"
+    q_lens = [n for n, _ in seqs]
+    used = [n + c for n, c in seqs]
+    pages_of = [(L + page - 1) // page for L in used]
+    num_pages = sum(pages_of) + 2
+    max_pages = max(max(pages_of), 1)
+    perm = torch.randperm(num_pages, generator=gen)
+    table = torch.randint(-5, 2 * num_pages, (len(seqs), max_pages + 2), generator=gen, dtype=torch.int32)
+    at = 0
+    for b, n in enumerate(pages_of):
+        table[b, :n] = perm[at:at + n].to(torch.int32)
+        at += n
+    shape = (num_pages, hkv, page, d) if hnd else (num_pages, page, hkv, d)
+    k_cache = torch.randn(shape, generator=gen).to(dtype).to(dev)
+    v_cache = torch.randn(shape, generator=gen).to(dtype).to(dev)
+    if hnd:
+        k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    tq = sum(q_lens)
+    q = torch.randn((tq, hq, d), generator=gen).to(dtype).to(dev)
+    cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=dev)
+    heads = 1 if shared else hkv
+    topk = torch.full((tq, heads, k), -1, dtype=torch.int32)
+    t = 0
+    for (n, c) in seqs:
+        for i in range(n):
+            own = (c + i) // bk
+            for h in range(heads):
+                cand = torch.randperm(own + 1, generator=gen)[:k]
+                topk[t, h, : len(cand)] = cand.to(torch.int32)
+                topk[t, h, 0] = own
+            t += 1
+    topk = topk[:, 0].contiguous().to(dev) if shared else topk.to(dev)
+    length = torch.randint(0, k + 1, (tq,), generator=gen, dtype=torch.int32).to(dev) if with_length else None
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu,
+                seqused_k=torch.tensor(used, dtype=torch.int32, device=dev), block_table=table.to(dev),
+                topk_idx=topk, block_size=bk, topk_length=length)
+
+
+def check(p, o, lse):
+    o_ref, lse_ref = kvcache_attention_reference(**p)
+    err = ((o.double() - o_ref).norm() / o_ref.norm().clamp_min(1e-30)).item()
+    assert err < TOLERANCE[p["q"].dtype], err
+    empty = torch.isinf(lse_ref)
+    assert torch.equal(torch.isinf(lse) & (lse < 0), empty)
+    if (~empty).any():
+        assert (lse.double()[~empty] - lse_ref[~empty]).abs().max().item() < 2e-3
+    assert torch.all(o.transpose(0, 1)[empty] == 0)
+
+
+SEQS = [(1, 0), (1, 1), (2, 63), (8, 64), (5, 65), (0, 9), (3, 2000)]
+
+
+@pytest.mark.parametrize("page", [1, 16, 64, 256])
+def test_decode_and_speculative_tokens_match_the_reference(page):
+    p = make_problem(SEQS, hq=8, hkv=2, d=64, page=page, bk=64, k=6, dtype=torch.bfloat16, seed=page)
+    o, lse = kvcache_attention(**p, return_lse=True)
+    check(p, o, lse)
+
+
+def test_hnd_pages_shared_selection_and_lengths_match_the_reference():
+    p = make_problem(SEQS + [(40, 100)], hq=32, hkv=2, d=128, page=16, bk=32, k=8, dtype=torch.float16,
+                     hnd=True, shared=True, with_length=True, seed=3)
+    o, lse = kvcache_attention(**p, return_lse=True)
+    check(p, o, lse)
+
+
+def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place():
+    p = make_problem(SEQS, hq=4, hkv=4, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=5)
+    kvcache_attention(**p)  # creates the plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o = kvcache_attention(**p)
+    graph.replay()
+    torch.cuda.synchronize()
+    o_ref, _ = kvcache_attention_reference(**p)
+    assert ((o.double() - o_ref).norm() / o_ref.norm()).item() < 1e-2
+    q2 = make_problem(SEQS, hq=4, hkv=4, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=6)
+    for name in ("block_table", "topk_idx", "k_cache", "v_cache", "q"):
+        p[name].copy_(q2[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    o_ref2, _ = kvcache_attention_reference(**p)
+    assert ((o.double() - o_ref2).norm() / o_ref2.norm()).item() < 1e-2

@@ -1,0 +1,45 @@
+/* Query-tile attention, what the host and the kernels agree on: a CTA owns
+ * one KV head and a tile of consecutive query tokens of one sequence, and
+ * streams that sequence's keys (compressed tokens, a sliding window) past
+ * the tile in stages. Launch shape, grid and the forward's shared-memory
+ * layout. Plain C that the host compiler and NVRTC both compile. */
+#ifndef FSA_QT_LAYOUT_CUH
+#define FSA_QT_LAYOUT_CUH
+
+#include "fsa_layout.cuh"
+
+/* ---------------------------------------------------------------- tiles */
+/* A CTA owns one KV head and a tile of consecutive query tokens of one
+ * sequence; each warp's 16 rows hold 16 / G whole tokens (all G heads of a
+ * token in one warp, so per-token sums never cross warps). G is 1..16. */
+#define FSA_QT_WARPS 4
+#define FSA_QT_THREADS (32 * FSA_QT_WARPS)
+#define FSA_QT_ROWS (16 * FSA_QT_WARPS)
+#define FSA_QT_MAX_GROUP 16
+FSA_LAYOUT_FN int fsa_qt_tokens_per_warp(int g) { return 16 / g; }
+FSA_LAYOUT_FN int fsa_qt_tokens_per_tile(int g) { return FSA_QT_WARPS * (16 / g); }
+/* CTAs along x for T tokens in B sequences: tile i of sequence b is CTA
+ * start_b / tokens_per_tile + b + i, so every sequence gets enough tiles and
+ * no CTA needs a table. */
+FSA_LAYOUT_FN long long fsa_qt_grid_tiles(long long total_tokens, long long batch, int g)
+{
+    return total_tokens / fsa_qt_tokens_per_tile(g) + batch;
+}
+
+/* ---------------------------------------------------------------- forward */
+/* Q rows | the K stages | the V stages; keys stream in stages of 64 (32 for
+ * value dims over 128, which keeps the output accumulator and the scores in
+ * registers). */
+#define FSA_QT_STAGES 2
+FSA_LAYOUT_FN int fsa_qt_fwd_keys(int dv) { return dv > 128 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_k(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_v(int dk, int dv)
+{
+    return fsa_qt_fwd_smem_k(dk) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv)
+{
+    return fsa_qt_fwd_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+
+#endif

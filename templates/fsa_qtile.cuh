@@ -1,0 +1,83 @@
+// Query tiles for kernels in which a CTA walks the keys of one sequence:
+// the tile of packed query tokens a CTA owns (found from cu_seqlens alone,
+// without a host-built table) and the (token, head-in-group) rows of its warps.
+//
+//   const QueryTile tile = query_tile<TT>(cu_seqlens, batch, total_tokens, blockIdx.x);
+//   if (!tile.ok) return;                       // a spare CTA past its sequence
+//   // rows: warp w, row r (0..15) is token w * GroupRows<G>::TW + r / G, head r % G
+#pragma once
+#include "fsa_pipeline.cuh"
+#include "fsa_qt_layout.cuh"
+
+namespace fsa {
+
+// Tile `tile` of sequence `seq`: tokens [tok0, tok0 + n_tok) inside [start, end).
+struct QueryTile {
+    long long start, end;  // the sequence's packed tokens, clamped into [0, total]
+    long long tok0;
+    int n_tok;
+    int seq;
+    bool ok;  // false: the CTA has no tokens (the grid has a spare tile per sequence)
+};
+
+// CTA x of a grid of fsa_qt_grid_tiles CTAs: tile i of sequence b is
+// x = start_b / TT + b + i (monotone in b, and start_{b+1} / TT + b + 1 -
+// start_b / TT - b >= ceil(len_b / TT), so every tile has a CTA). The
+// sequence is the last b whose first CTA is <= x. The tiles of a sequence go
+// out longest-first: with LAST_FIRST (query tiles: later tokens see more keys)
+// CTA 0 of a sequence takes its last tile, otherwise its first (key tiles:
+// earlier keys are seen by more queries).
+template <int TT, bool LAST_FIRST = true>
+__device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch, long long total, long long x) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        const long long s = min(max((long long)__ldg(cu_seqlens + mid), 0ll), total);
+        if (s / TT + mid <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    QueryTile t;
+    t.seq = lo;
+    t.start = min(max((long long)__ldg(cu_seqlens + lo), 0ll), total);
+    t.end = min(max((long long)__ldg(cu_seqlens + lo + 1), t.start), total);
+    const long long i = x - (t.start / TT + lo);
+    const long long n_tiles = (t.end - t.start + TT - 1) / TT;
+    t.ok = i >= 0 && i < n_tiles;
+    const long long tile = LAST_FIRST ? n_tiles - 1 - i : i;
+    t.tok0 = t.start + tile * TT;
+    t.n_tok = t.ok ? (int)min((long long)TT, t.end - t.tok0) : 0;
+    return t;
+}
+
+// The rows of a warp: 16 / G whole tokens of G heads each; rows past
+// TW * G are padding (they load zeros and write nothing).
+template <int G>
+struct GroupRows {
+    static_assert(G >= 1 && G <= 16, "a token's heads fit in one warp's 16 rows");
+    static constexpr int TW = 16 / G;  // tokens per warp
+    // Token (within the tile) of row r of warp w; head of row r in the group.
+    static __device__ __forceinline__ int token(int warp, int r) { return warp * TW + r / G; }
+    static __device__ __forceinline__ int head(int r) { return r % G; }
+    static __device__ __forceinline__ bool used(int r) { return r < TW * G; }
+    // Row r of warp w holds a token of the tile.
+    static __device__ __forceinline__ bool live(int warp, int r, int n_tok) {
+        return used(r) && token(warp, r) < n_tok;
+    }
+};
+
+// The query rows of a tile into shared memory (pitch LD), zeros for rows
+// without a token: row w * 16 + r is token tok0 + token(w, r), query head
+// h * G + head(r). Joins the current cp.async group.
+template <int G, int D, int LD, int THREADS>
+__device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h) {
+    typedef GroupRows<G> Rows;
+    load_tile_async<16 * (THREADS / 32), D, LD, THREADS>(dst, [&](int row) {
+        const int w = row >> 4, r = row & 15;
+        const bool ok = Rows::live(w, r, tile.n_tok);
+        const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))
+                            : (const u16 *)q.ptr;
+        return RowSrc{src, ok};
+    });
+}
+
+}  // namespace fsa

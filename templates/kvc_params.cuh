@@ -1,0 +1,35 @@
+/* Parameters of the paged-KV-cache kernels (selected attention of new query
+ * tokens over a paged cache), passed by value as the one kernel argument.
+ * Plain C read by the host library and by NVRTC; the kernels' launch shapes
+ * and shared memory are in fsa_layout.cuh. Every field is 8 bytes: no
+ * padding. */
+#ifndef FSA_KVC_PARAMS_CUH
+#define FSA_KVC_PARAMS_CUH
+
+#include "fsa_layout.cuh"
+
+/* A paged cache [num_pages, page_size, Hkv, D] by strides: the rows of a page
+ * as a tensor view (token = row in the page), and the page stride. */
+typedef struct fsa_kvc_cache_view {
+    fsa_kernel_view rows;
+    long long page_stride;
+} fsa_kvc_cache_view;
+
+typedef struct fsa_kvc_params {
+    fsa_kernel_view q, o;   /* [Tq, Hq, D] */
+    long long lse;          /* float [Hq, Tq] or 0 */
+    fsa_kvc_cache_view k, v;
+    long long num_pages;
+    long long block_table, bt_stride, max_pages; /* int32 [batch, max_pages], row stride bt_stride */
+    long long cu_q;         /* int32 [batch + 1] */
+    long long seqused;      /* int32 [batch]: cached keys, new tokens included */
+    fsa_kernel_view topk;   /* int32 top-k rows of K slots, by (token, KV head) */
+    long long topk_len;     /* int32 [Tq] or 0 */
+    long long tq, batch, num_kv_heads;
+    double scale_log2;      /* softmax scale * FSA_LOG2E */
+    long long splits;       /* CTAs per KV head of a one-tile sequence */
+    long long o_part;       /* float [batch, Hkv, splits, rows, D]: normalized partial outputs */
+    long long lse_part;     /* float [batch, Hkv, splits, rows]: their log2-sum-exp */
+} fsa_kvc_params;
+
+#endif

@@ -1,0 +1,465 @@
+/* Compressed attention forward, block selection and backward on the GPU
+ * against the CPU float64 reference: dtypes, Dk != Dv, groups 1..16, varlen batches with
+ * sequences shorter than the compression kernel, strided tensors, both top-k
+ * layouts, forced initial and local blocks (also more than K of them), rows
+ * with fewer blocks than K, exact ties, determinism and graph capture.
+ * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
+#include "attention_problem.h"
+#include "cmp_problem.h"
+
+#include "jit/cuda_driver.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BF FSA_DTYPE_BF16
+#define HF FSA_DTYPE_F16
+
+static const cmp_case cases[] = {
+    /* name                 dtype dk   dv   hq  hkv l   d   bk   k   init local lens                     n  tkh str zq quick */
+    {"bf16_std_g4_varlen",    BF, 128, 128, 8,  2,  32, 16, 64,  16, 1, 2, {1500, 31, 32, 200},      4, 0, 0, 0, 1},
+    {"bf16_dk192_dv128_g16",  BF, 192, 128, 32, 2,  32, 16, 64,  8,  1, 2, {900, 17},                2, 1, 0, 0, 1},
+    {"f16_dk64_dv32_g3",      HF, 64,  32,  6,  2,  16, 8,  32,  6,  0, 1, {5, 400, 250},            3, 0, 1, 0, 0},
+    {"bf16_d256_g1",          BF, 256, 256, 2,  2,  32, 16, 64,  4,  2, 0, {700},                    1, 1, 1, 0, 0},
+    {"f16_dk128_dv64_g5",     HF, 128, 64,  5,  1,  64, 32, 64,  5,  1, 1, {600, 129},               2, 0, 0, 0, 0},
+    {"bf16_dk32_dv96_g7_l_eq_d", BF, 32, 96, 7, 1,  8,  8,  16,  3,  0, 0, {300, 1, 9},              3, 1, 0, 0, 0},
+    {"bf16_g2_exact_ties",    BF, 64,  64,  4,  2,  32, 16, 64,  6,  1, 1, {800, 300},               2, 0, 0, 1, 1},
+    {"f16_d16_g8_k64_padded", HF, 16,  16,  8,  1,  16, 4,  64,  64, 1, 2, {2000},                   1, 0, 0, 0, 1},
+    {"bf16_g16_forced_over_k",BF, 128, 128, 32, 2,  32, 16, 16,  4,  3, 3, {500},                    1, 1, 0, 0, 0},
+    {"bf16_t1",               BF, 64,  64,  2,  1,  32, 16, 64,  2,  1, 2, {1},                      1, 0, 0, 0, 0},
+    {"bf16_g12_bk32",         BF, 64,  64,  12, 1,  32, 16, 32,  8,  1, 2, {700, 40, 33},            3, 0, 1, 0, 0},
+    {"f16_g4_ties_l64_bk256", HF, 64,  128, 8,  2,  64, 16, 256, 3,  0, 1, {1700},                   1, 1, 0, 1, 0},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static fsa_context *g_ctx;
+static char *g_cache_dir;
+static fsa_compressed_plan *g_plans[N_CASES];
+static int g_quick;
+
+static int runs(const cmp_case *c) { return !g_quick || c->quick; }
+
+typedef struct device_cmp {
+    uint64_t q, k, v, o, lse, topk, cu, cu_c;
+    size_t o_bytes, lse_bytes, topk_bytes;
+} device_cmp;
+
+static void device_make_cmp(device_cmp *dp, const cmp_problem *p, const cmp_case *c)
+{
+    memset(dp, 0, sizeof *dp);
+    dp->q = upload_strided(p->q, p->T, c->hq, c->dk, p->q_ts, p->q_hs, c->dtype);
+    dp->k = upload_strided(p->k, p->Tc, c->hkv, c->dk, p->k_ts, p->k_hs, c->dtype);
+    dp->v = upload_strided(p->v, p->Tc, c->hkv, c->dv, p->v_ts, p->v_hs, c->dtype);
+    dp->o_bytes = (size_t)p->T * p->o_ts * 2;
+    dp->o = fsa_test_dalloc(dp->o_bytes);
+    dp->lse_bytes = (size_t)c->hq * p->T * 4;
+    dp->lse = fsa_test_dalloc(dp->lse_bytes);
+    dp->topk_bytes = (size_t)c->hkv * p->T * c->k * 4;
+    dp->topk = fsa_test_dalloc(dp->topk_bytes);
+    dp->cu = fsa_test_dalloc((size_t)(p->B + 1) * 4);
+    fsa_test_h2d(dp->cu, p->cu, (size_t)(p->B + 1) * 4);
+    dp->cu_c = fsa_test_dalloc((size_t)(p->B + 1) * 4);
+    fsa_test_h2d(dp->cu_c, p->cu_c, (size_t)(p->B + 1) * 4);
+}
+
+static void device_free_cmp(device_cmp *dp)
+{
+    const uint64_t all[] = {dp->q, dp->k, dp->v, dp->o, dp->lse, dp->topk, dp->cu, dp->cu_c};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fsa_test_dfree(all[i]);
+}
+
+static fsa_compressed_fwd_args args_of(const device_cmp *dp, const cmp_problem *p)
+{
+    fsa_compressed_fwd_args a = FSA_COMPRESSED_FWD_ARGS_INIT;
+    a.total_tokens = p->T;
+    a.total_compressed = p->Tc;
+    a.batch = p->B;
+    a.q = (fsa_tensor){dp->q, p->q_ts, p->q_hs};
+    a.k = (fsa_tensor){dp->k, p->k_ts, p->k_hs};
+    a.v = (fsa_tensor){dp->v, p->v_ts, p->v_hs};
+    a.o = (fsa_tensor){dp->o, p->o_ts, p->o_hs};
+    a.lse = dp->lse;
+    a.cu_seqlens = dp->cu;
+    a.cu_seqlens_c = dp->cu_c;
+    a.topk = (fsa_tensor){dp->topk, p->topk_ts, p->topk_hs};
+    return a;
+}
+
+/* NaN outputs and block 0x7f7f7f7f in every top-k slot: a slot or element
+ * left unwritten fails the checks. */
+static void poison(const device_cmp *dp)
+{
+    fsa_test_dfill(dp->o, 0xff, dp->o_bytes);
+    fsa_test_dfill(dp->lse, 0xff, dp->lse_bytes);
+    fsa_test_dfill(dp->topk, 0x7f, dp->topk_bytes);
+}
+
+typedef struct cmp_outputs {
+    uint16_t *o_img;
+    float *o, *lse;
+    int32_t *topk;
+} cmp_outputs;
+
+static void download(cmp_outputs *out, const device_cmp *dp, const cmp_problem *p, const cmp_case *c)
+{
+    out->o_img = malloc(dp->o_bytes + 2);
+    out->o = malloc(((size_t)p->T * c->hq * c->dv + 1) * sizeof(float));
+    out->lse = malloc(dp->lse_bytes + 4);
+    out->topk = malloc(dp->topk_bytes + 4);
+    assert_true(out->o_img && out->o && out->lse && out->topk);
+    download_strided(out->o, out->o_img, dp->o, p->T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
+    fsa_test_d2h(out->lse, dp->lse, dp->lse_bytes);
+    fsa_test_d2h(out->topk, dp->topk, dp->topk_bytes);
+}
+
+static void outputs_free_cmp(cmp_outputs *o)
+{
+    free(o->o_img);
+    free(o->o);
+    free(o->lse);
+    free(o->topk);
+}
+
+static void check_attention(const cmp_outputs *out, const cmp_problem *p, const cmp_case *c)
+{
+    const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
+    const double err = fsa_rel_error(out->o, p->o_ref, (size_t)p->T * c->hq * c->dv);
+    print_message("  %-26s T %5d Tc %4d  o rel err %.3e (tol %.0e)", c->name, p->T, p->Tc, err, tol);
+    assert_true(err < tol);
+    double worst = 0.0;
+    for (int qh = 0; qh < c->hq; qh++)
+        for (int t = 0; t < p->T; t++) {
+            const double r = p->lse_ref[(size_t)qh * p->T + t], g = out->lse[(size_t)qh * p->T + t];
+            if (isinf(r)) {
+                /* Nothing visible: lse -inf and o exactly 0. */
+                assert_true(isinf(g) && g < 0);
+                for (int e = 0; e < c->dv; e++) assert_int_equal(out->o_img[t * p->o_ts + qh * p->o_hs + e], 0);
+                continue;
+            }
+            assert_true(isfinite(g));
+            worst = fmax(worst, fabs(g - r) / (2e-3 + 1e-5 * fabs(r)));
+        }
+    print_message(", lse err/tol %.3f", worst);
+    assert_true(worst < 1.0);
+    /* The gaps of a strided output are never written. */
+    if (c->strided)
+        for (int t = 0; t < p->T; t++)
+            for (int64_t e = (int64_t)c->hq * p->o_hs; e < p->o_ts; e++) assert_int_equal(out->o_img[t * p->o_ts + e], 0xffff);
+}
+
+/* Every row a correct selection for the reference scores (scores closer than
+ * the tolerance may swap); with exact ties (q = 0) the very rows of the
+ * reference. */
+static void check_selection(const cmp_outputs *out, const cmp_problem *p, const cmp_case *c)
+{
+    double *scores = malloc(((size_t)p->T / c->bk + 2) * sizeof *scores);
+    int32_t *want = malloc((size_t)c->k * sizeof *want);
+    assert_true(scores && want);
+    const double tol = 2e-3 * p->G;
+    long rows = 0, same = 0;
+    char why[200];
+    for (int h = 0; h < c->hkv; h++)
+        for (int t = 0; t < p->T; t++) {
+            const int32_t *row = out->topk + h * p->topk_hs + t * p->topk_ts;
+            const int n = fsa_ref_cmp_block_scores(&p->ref, c->bk, h, t, scores);
+            fsa_ref_select_row(want, scores, n, c->k, c->init, c->local);
+            const int exact = memcmp(row, want, (size_t)c->k * sizeof *row) == 0;
+            rows++;
+            same += exact;
+            if (c->zero_q && !exact) fail_msg("%s h %d t %d: rows differ under exact ties", c->name, h, t);
+            if (!fsa_ref_selection_ok(row, scores, n, c->k, c->init, c->local, tol, why, sizeof why))
+                fail_msg("%s h %d t %d: %s", c->name, h, t, why);
+        }
+    print_message(", top-k rows equal to the reference %ld/%ld\n", same, rows);
+    free(scores);
+    free(want);
+}
+
+static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
+{
+    cmp_problem p;
+    cmp_problem_make(&p, c, 0xc0de0000u + (uint64_t)(c - cases));
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+
+    poison(&dp);
+    if (fsa_compressed_attention_fwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    cmp_outputs first;
+    download(&first, &dp, &p, c);
+    check_attention(&first, &p, c);
+    check_selection(&first, &p, c);
+
+    /* Same inputs, same bits. */
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    cmp_outputs second;
+    download(&second, &dp, &p, c);
+    assert_memory_equal(first.o_img, second.o_img, dp.o_bytes);
+    assert_memory_equal(first.lse, second.lse, dp.lse_bytes);
+    assert_memory_equal(first.topk, second.topk, dp.topk_bytes);
+
+    outputs_free_cmp(&first);
+    outputs_free_cmp(&second);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
+/* The backward from the GPU forward's o and lse, against the reference
+ * gradients; poisoned outputs and workspace; the same bits twice. */
+static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
+{
+    cmp_problem p;
+    cmp_problem_make(&p, c, 0xbac0000u + (uint64_t)(c - cases));
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    fsa_compressed_fwd_args fa = args_of(&dp, &p);
+    fa.topk.ptr = 0;
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+
+    const size_t n_do = (size_t)p.T * c->hq * c->dv, nq = (size_t)p.T * c->hq * c->dk;
+    const size_t nk = (size_t)p.Tc * c->hkv * c->dk, nv = (size_t)p.Tc * c->hkv * c->dv;
+    float *dout = malloc((n_do + 1) * sizeof *dout), *got[3];
+    double *want[3];
+    const size_t n[3] = {nq, nk, nv};
+    fsa_rng rng = {0xd0u + (uint64_t)(c - cases)};
+    for (size_t e = 0; e < n_do; e++) dout[e] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    for (int i = 0; i < 3; i++) {
+        got[i] = malloc((n[i] + 1) * sizeof(float));
+        want[i] = malloc((n[i] + 1) * sizeof(double));
+        assert_true(got[i] && want[i]);
+    }
+    fsa_ref_cmp_backward(&p.ref, dout, want[0], want[1], want[2]);
+
+    const uint64_t d_dout = upload_strided(dout, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
+    const size_t bytes[3] = {(size_t)p.T * p.q_ts * 2 + 2, (size_t)p.Tc * p.k_ts * 2 + 2, (size_t)p.Tc * p.v_ts * 2 + 2};
+    uint64_t d_out[3];
+    for (int i = 0; i < 3; i++) d_out[i] = fsa_test_dalloc(bytes[i]);
+    size_t ws_bytes = 0;
+    assert_int_equal(fsa_compressed_plan_workspace_size_bwd(&ws_bytes, plan, p.T, p.B), FSA_STATUS_OK);
+    const uint64_t ws = fsa_test_dalloc(ws_bytes + 256);
+
+    fsa_compressed_bwd_args a = FSA_COMPRESSED_BWD_ARGS_INIT;
+    a.total_tokens = p.T;
+    a.total_compressed = p.Tc;
+    a.batch = p.B;
+    a.q = fa.q, a.k = fa.k, a.v = fa.v, a.o = fa.o;
+    a.dout = (fsa_tensor){d_dout, p.o_ts, p.o_hs};
+    a.dq = (fsa_tensor){d_out[0], p.q_ts, p.q_hs};
+    a.dk = (fsa_tensor){d_out[1], p.k_ts, p.k_hs};
+    a.dv = (fsa_tensor){d_out[2], p.v_ts, p.v_hs};
+    a.lse = dp.lse, a.cu_seqlens = dp.cu, a.cu_seqlens_c = dp.cu_c;
+    a.workspace = ws, a.workspace_bytes = ws_bytes;
+
+    uint16_t *first[3];
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < 3; i++) fsa_test_dfill(d_out[i], 0xff, bytes[i]);
+        fsa_test_dfill(ws, 0xff, ws_bytes);
+        if (fsa_compressed_attention_bwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        const int rows[3] = {p.T, p.Tc, p.Tc}, heads[3] = {c->hq, c->hkv, c->hkv}, dims[3] = {c->dk, c->dk, c->dv};
+        const int64_t ts[3] = {p.q_ts, p.k_ts, p.v_ts}, hs[3] = {p.q_hs, p.k_hs, p.v_hs};
+        for (int i = 0; i < 3; i++) {
+            uint16_t *img = malloc(bytes[i]);
+            assert_non_null(img);
+            download_strided(got[i], img, d_out[i], rows[i], heads[i], dims[i], ts[i], hs[i], c->dtype);
+            if (run == 0) first[i] = img;
+            else {
+                assert_memory_equal(first[i], img, bytes[i] - 2); /* same inputs, same bits */
+                free(img);
+                free(first[i]);
+            }
+        }
+        if (run > 0) continue;
+        const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+        double err[3];
+        for (int i = 0; i < 3; i++) err[i] = fsa_rel_error(got[i], want[i], n[i]);
+        print_message("  %-26s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
+        for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
+    }
+    for (int i = 0; i < 3; i++) {
+        fsa_test_dfree(d_out[i]);
+        free(got[i]);
+        free(want[i]);
+    }
+    fsa_test_dfree(ws);
+    fsa_test_dfree(d_dout);
+    free(dout);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
+static void test_the_backward_matches_the_reference_gradients_on_every_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
+}
+
+static void test_compressed_attention_and_selection_match_the_reference_on_every_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) run_case(&cases[i], g_plans[i]);
+}
+
+/* Without a top-k output only the attention runs, and the plan without
+ * selection gives the same o and lse. */
+static void test_the_forward_without_selection_writes_the_same_attention(void **state)
+{
+    (void)state;
+    const cmp_case *c = &cases[0];
+    fsa_compressed_attention_desc d = cmp_desc_of(c);
+    d.top_k = 0;
+    fsa_compressed_plan *plan = NULL;
+    if (fsa_compressed_plan_create(&plan, g_ctx, &d) != FSA_STATUS_OK) fail_msg("%s", fsa_last_error());
+    cmp_problem p;
+    cmp_problem_make(&p, c, 5);
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    fsa_compressed_fwd_args a = args_of(&dp, &p);
+    a.topk.ptr = 0;
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    cmp_outputs out;
+    download(&out, &dp, &p, c);
+    check_attention(&out, &p, c);
+    print_message("\n");
+    for (size_t e = 0; e < dp.topk_bytes / 4; e++) assert_int_equal(out.topk[e], 0x7f7f7f7f);
+    outputs_free_cmp(&out);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+    fsa_compressed_plan_destroy(plan);
+}
+
+static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **state)
+{
+    (void)state;
+    const cmp_case *c = &cases[0];
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    cmp_problem p;
+    cmp_problem_make(&p, c, 77);
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    cmp_outputs direct;
+    download(&direct, &dp, &p, c);
+
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, s), FSA_STATUS_OK);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    for (int rep = 0; rep < 2; rep++) {
+        poison(&dp);
+        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        cmp_outputs replay;
+        download(&replay, &dp, &p, c);
+        assert_memory_equal(direct.o_img, replay.o_img, dp.o_bytes);
+        assert_memory_equal(direct.lse, replay.lse, dp.lse_bytes);
+        assert_memory_equal(direct.topk, replay.topk, dp.topk_bytes);
+        outputs_free_cmp(&replay);
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    outputs_free_cmp(&direct);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
+/* Offsets that contradict the counts (a sequence claiming more compressed
+ * tokens than Tc, query offsets past T, a decreasing pair) are clamped by the
+ * kernels: every call completes without a fault (run it under
+ * compute-sanitizer to see no access goes out of bounds). */
+static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
+{
+    (void)state;
+    const cmp_case *c = &cases[0];
+    cmp_problem p;
+    cmp_problem_make(&p, c, 13);
+    device_cmp dp;
+    device_make_cmp(&dp, &p, c);
+    const int32_t bad_cu[5] = {0, p.T + 50, 7, p.T, p.T + 1000};
+    const int32_t bad_cu_c[5] = {0, p.Tc + 100, 3, 2, p.Tc + 7};
+    fsa_test_h2d(dp.cu, bad_cu, sizeof bad_cu);
+    fsa_test_h2d(dp.cu_c, bad_cu_c, sizeof bad_cu_c);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    poison(&dp);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync(); /* fails the test on a fault */
+    cmp_outputs out;
+    download(&out, &dp, &p, c);
+    /* Rows a malformed batch leaves to no tile keep the poison; the others name real blocks or -1. */
+    for (size_t e = 0; e < dp.topk_bytes / 4; e++)
+        assert_true(out.topk[e] == 0x7f7f7f7f || (out.topk[e] >= -1 && out.topk[e] <= p.T / c->bk));
+    outputs_free_cmp(&out);
+    device_free_cmp(&dp);
+    cmp_problem_free(&p);
+}
+
+/* Plans compile in parallel threads before the tests run. */
+static void *plan_worker(void *arg)
+{
+    const size_t first = (size_t)(uintptr_t)arg;
+    for (size_t i = first; i < N_CASES; i += 8) {
+        if (!runs(&cases[i]) && i != 0) continue;
+        fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
+        d.backward = 1;
+        if (fsa_compressed_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
+            fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
+    }
+    return NULL;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_cache_dir = fsa_test_mkdtemp("cmp-cache");
+    g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    pthread_t th[8];
+    for (uintptr_t i = 0; i < 8; i++) pthread_create(&th[i], NULL, plan_worker, (void *)i);
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    for (size_t i = 0; i < N_CASES; i++)
+        if ((runs(&cases[i]) || i == 0) && g_plans[i] == NULL) return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) fsa_compressed_plan_destroy(g_plans[i]);
+    fsa_context_destroy(g_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compressed_attention_and_selection_match_the_reference_on_every_case),
+        cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
+        cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
+        cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),
+        cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
+    };
+    /* Skips (exit 77) inside setup when there is no GPU. */
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,324 @@
+/* Selected attention over a paged KV cache on the GPU against the float64
+ * reference assembled from the logical sequences: every page size; decode,
+ * speculative (2-8) and prefill (1000) query lengths over 0, 1, 63, 64, 65 and
+ * 30000 cached tokens; empty sequences; shuffled pages with garbage past each
+ * sequence's pages and NaN in every cache element that backs no key; junk in
+ * the top-k rows; top-k lengths; both top-k layouts and a selection shared by
+ * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16. Then
+ * batch invariance, graph replay after the metadata changed, bad metadata
+ * that must stay in bounds, and the host checks. Outputs are poisoned before
+ * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
+#include "kvcache_problem.h"
+
+#include "jit/context.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQS_EDGES {1, 0}, {1, 1}, {2, 63}, {8, 64}, {5, 65}, {0, 40}, {3, 30000}, {1, 30000}, {4, 1}, {7, 200}
+#define PAGE_CASE(page, quick)                                                                             \
+    {"bf16_d128_g4_bk64_page" #page, BF, 128, 8, 2, 64, 8, page, {SEQS_EDGES}, 10, KVC_TOPK_HTK, 0, 0, 1, quick}
+
+static const kvc_case cases[] = {
+    PAGE_CASE(1, 1),
+    PAGE_CASE(16, 0),
+    PAGE_CASE(32, 0),
+    PAGE_CASE(64, 1),
+    PAGE_CASE(128, 0),
+    PAGE_CASE(256, 0),
+    /* name                          dtype d   hq  hkv bk   k   page seqs                                     n  topk              hnd len junk quick */
+    {"bf16_d128_g1_prefill1000",     BF, 128, 2,  2,  64,  16, 64,  {{1000, 0}, {1000, 65}, {1000, 30000}}, 3, KVC_TOPK_THK,    0, 0, 1, 0},
+    {"f16_d64_g16_prefill_shared",   HF, 64,  32, 2,  64,  16, 32,  {{1000, 63}, {6, 64}, {1, 0}},         3, KVC_TOPK_SHARED, 1, 1, 1, 0},
+    {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   0, 1, 1, 1},
+    {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         10, KVC_TOPK_SHARED, 1, 0, 1, 1},
+    {"f16_d256_g64_bk128_page256",   HF, 256, 64, 1,  128, 4,  256, {{1, 0}, {4, 300}, {8, 65}, {2, 1}},  4, KVC_TOPK_HTK,    0, 1, 1, 0},
+    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   1, 0, 1, 0},
+    {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
+    {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
+    {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
+
+static fsa_context *g_ctx;
+static char *g_cache_dir;
+static fsa_kvcache_plan *g_plans[N_CASES];
+static int g_quick;
+
+static void check_against_reference(const kvc_outputs *out, const kvc_problem *p, const char *name)
+{
+    const size_t n = (size_t)p->Tq * p->hq * p->d;
+    const double tol = p->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
+    const double err = fsa_rel_error(out->o, p->o_ref, n);
+    print_message("  %-30s Tq %5d  o rel err %.3e (tol %.0e)", name, p->Tq, err, tol);
+    double worst = 0;
+    for (int qh = 0; qh < p->hq; qh++)
+        for (int t = 0; t < p->Tq; t++) {
+            const size_t i = (size_t)qh * p->Tq + t;
+            const double r = p->lse_ref[i], g = out->lse[i];
+            if (isinf(r)) { /* nothing visible: o = 0 exactly, lse = -inf */
+                assert_true(isinf(g) && g < 0);
+                for (int d = 0; d < p->d; d++) assert_true(out->o[((size_t)t * p->hq + qh) * p->d + d] == 0.0f);
+                continue;
+            }
+            assert_true(isfinite(g));
+            const double e = fabs(g - r) / (2e-3 + 1e-5 * fabs(r));
+            if (e > worst) worst = e;
+        }
+    print_message(", lse err/tol %.3f\n", worst);
+    assert_true(err < tol);
+    assert_true(worst < 1.0);
+}
+
+static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const char *name, kvc_outputs *keep)
+{
+    kvc_device dv;
+    kvc_device_make(&dv, p, plan);
+    kvc_poison(&dv, p);
+    fsa_kvcache_args a = kvc_args_of(&dv, p);
+    const fsa_status st = fsa_kvcache_attention(plan, &a, NULL);
+    if (st != FSA_STATUS_OK) fail_msg("%s: %s", name, fsa_last_error());
+    fsa_test_sync();
+    kvc_outputs out;
+    kvc_download(&out, &dv, p);
+    check_against_reference(&out, p, name);
+    if (keep) *keep = out;
+    else kvc_outputs_free(&out);
+    kvc_device_free(&dv);
+}
+
+static void test_every_case_matches_the_reference(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) {
+        if (g_quick && !cases[i].quick) continue;
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[i], 1000 + i);
+        kvc_problem_reference(&p);
+        run_and_check(g_plans[i], &p, cases[i].name, NULL);
+        kvc_problem_free(&p);
+    }
+}
+
+/* A batch of 64 mixing decode, speculative and prefill lengths; sequence b
+ * alone must give the same bits. */
+static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void **state)
+{
+    (void)state;
+    const size_t ci = 9; /* bf16 G16, shared selection, HND pages */
+    kvc_case c = cases[ci];
+    fsa_rng rng = {7};
+    c.nseq = 64;
+    for (int b = 0; b < 64; b++) {
+        c.seqs[b].q_len = b % 9 == 0 ? 0 : b % 5 == 0 ? fsa_rng_int(&rng, 2, 8) : b == 17 ? 40 : 1;
+        c.seqs[b].cached = fsa_rng_int(&rng, 0, 3000);
+    }
+    kvc_problem p;
+    kvc_problem_make(&p, &c, 77);
+    kvc_problem_reference(&p);
+    kvc_outputs all;
+    run_and_check(g_plans[ci], &p, "batch of 64", &all);
+    const int checked[] = {1, 5, 17, 62};
+    for (size_t k = 0; k < sizeof checked / sizeof checked[0]; k++) {
+        const int b = checked[k];
+        kvc_problem one;
+        kvc_problem_single(&one, &p, b);
+        kvc_problem_reference(&one);
+        kvc_outputs alone;
+        run_and_check(g_plans[ci], &one, "the same sequence alone", &alone);
+        const int t0 = p.cu_q[b], n = one.Tq;
+        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.d, (size_t)n * p.hq * p.d * 2);
+        for (int qh = 0; qh < p.hq; qh++)
+            assert_memory_equal(alone.lse + (size_t)qh * n, all.lse + (size_t)qh * p.Tq + t0, (size_t)n * 4);
+        kvc_outputs_free(&alone);
+        kvc_problem_free(&one);
+    }
+    kvc_outputs_free(&all);
+    kvc_problem_free(&p);
+}
+
+/* Capture once; change the page table, cached lengths, top-k rows and
+ * lengths in place; every replay follows the new metadata. */
+static void test_a_captured_call_replays_with_updated_metadata(void **state)
+{
+    (void)state;
+    const size_t ci = 8; /* f16 G1, top-k lengths */
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    kvc_problem p;
+    kvc_problem_make(&p, &cases[ci], 31);
+    kvc_problem_reference(&p);
+    kvc_device dv;
+    kvc_device_make(&dv, &p, g_plans[ci]);
+    fsa_kvcache_args a = kvc_args_of(&dv, &p);
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, s), FSA_STATUS_OK);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    for (int rep = 0; rep < 3; rep++) {
+        if (rep > 0) { /* shorter caches, new selections, pages moved */
+            for (int b = 0; b < p.B; b++)
+                if (p.seqused[b] - (p.cu_q[b + 1] - p.cu_q[b]) >= 3 * rep) p.seqused[b] -= 3 * rep;
+            kvc_reselect(&p, &cases[ci], 500 + rep);
+            kvc_reshuffle_pages(&p, 600 + rep);
+            kvc_device_update(&dv, &p);
+            kvc_problem_reference(&p);
+        }
+        kvc_poison(&dv, &p);
+        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        kvc_outputs out;
+        kvc_download(&out, &dv, &p);
+        check_against_reference(&out, &p, rep ? "replay, new metadata" : "replay");
+        kvc_outputs_free(&out);
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    kvc_device_free(&dv);
+    kvc_problem_free(&p);
+}
+
+/* Page numbers past the cache or negative, a table too narrow for the cached
+ * length, cached lengths shorter than the query, blocks past the cache and a
+ * malformed cu_seqlens_q: the call runs, stays in bounds (compute-sanitizer
+ * checks that) and writes finite values where it writes. */
+static void test_bad_metadata_stays_in_bounds(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 5; kind++) {
+        const size_t ci = kind % 2 ? 3 : 8;
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[ci], 900 + kind);
+        kvc_device dv;
+        kvc_device_make(&dv, &p, g_plans[ci]);
+        fsa_kvcache_args a = kvc_args_of(&dv, &p);
+        switch (kind) {
+        case 0: /* used table entries pointing past the cache, or negative */
+            for (int b = 0; b < p.B; b++) {
+                p.table[(size_t)b * p.table_stride] = p.num_pages + b * 1000;
+                p.table[(size_t)b * p.table_stride + p.table_stride - 1] = -5;
+            }
+            break;
+        case 1: /* seqused_k shorter than the query, or negative */
+            for (int b = 0; b < p.B; b++) p.seqused[b] = b % 2 ? -3 : (p.cu_q[b + 1] - p.cu_q[b]) / 2;
+            break;
+        case 2: /* cached lengths far past the page table */
+            for (int b = 0; b < p.B; b++) p.seqused[b] += 1 << 20;
+            break;
+        case 3: /* blocks past the cache in every slot */
+            for (size_t i = 0; i + 1 < p.topk_elems; i++) p.topk[i] = (int32_t)(1000000 + i);
+            break;
+        case 4: /* cu_seqlens_q past the tokens and decreasing */
+            p.cu_q[1] = p.Tq + 50;
+            p.cu_q[2] = 1;
+            break;
+        }
+        fsa_test_h2d(dv.table, p.table, (size_t)p.B * p.table_stride * 4);
+        fsa_test_h2d(dv.seqused, p.seqused, sizeof p.seqused);
+        fsa_test_h2d(dv.topk, p.topk, p.topk_elems * 4);
+        fsa_test_h2d(dv.cu, p.cu_q, sizeof p.cu_q);
+        fsa_test_dfill(dv.o, 0, dv.o_bytes);
+        fsa_test_dfill(dv.lse, 0, (size_t)p.hq * p.Tq * 4);
+        assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_OK);
+        fsa_test_sync();
+        kvc_outputs out;
+        kvc_download(&out, &dv, &p);
+        /* Kind 2 claims cached keys in the unused (NaN) rows of the pages: NaN out is the right answer there. */
+        if (kind != 2)
+            for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.d; i++) assert_false(isnan(out.o[i]));
+        print_message("  bad metadata kind %d: ran%s\n", kind, kind != 2 ? ", outputs finite" : "");
+        kvc_outputs_free(&out);
+        kvc_device_free(&dv);
+        kvc_problem_free(&p);
+    }
+}
+
+/* What the host can check comes back as a status before any launch. */
+static void test_host_checkable_problems_return_a_status(void **state)
+{
+    (void)state;
+    const size_t ci = 3;
+    kvc_problem p;
+    kvc_problem_make(&p, &cases[ci], 5);
+    kvc_device dv;
+    kvc_device_make(&dv, &p, g_plans[ci]);
+    const fsa_kvcache_args good = kvc_args_of(&dv, &p);
+    fsa_kvcache_args a = good;
+    a.batch = MAX_BATCH + 1;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.num_query_tokens = MAX_TOKENS + 1;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.q.ptr = 0;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_NULL_POINTER);
+    a = good;
+    a.k_cache.ptr += 2;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_MISALIGNED);
+    a = good;
+    a.v_page_stride = 12;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_MISALIGNED);
+    a = good;
+    a.num_pages = 0;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.block_table_stride = a.max_pages_per_seq - 1;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.workspace_bytes = dv.ws_bytes - 1;
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    a = good;
+    a.struct_size = 8; /* shorter than the struct's first version */
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_STRUCT_SIZE);
+    a = good;
+    a.num_query_tokens = 0; /* nothing to do */
+    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_OK);
+    kvc_device_free(&dv);
+    kvc_problem_free(&p);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_cache_dir = fsa_test_mkdtemp("kvcache-cache");
+    g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    for (size_t i = 0; i < N_CASES; i++) {
+        const fsa_kvcache_desc d = kvc_desc_of(&cases[i], MAX_BATCH, MAX_TOKENS);
+        if (fsa_kvcache_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK) {
+            fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++) fsa_kvcache_plan_destroy(g_plans[i]);
+    fsa_context_destroy(g_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_case_matches_the_reference),
+        cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
+        cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
+        cmocka_unit_test(test_bad_metadata_stays_in_bounds),
+        cmocka_unit_test(test_host_checkable_problems_return_a_status),
+    };
+    /* Skips (exit 77) inside setup when there is no GPU. */
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

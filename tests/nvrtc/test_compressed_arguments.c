@@ -1,0 +1,313 @@
+/* Compressed-attention plans and calls (forward and backward) answer bad descriptors and arguments
+ * with their documented status, on offline plans (no GPU needed): plans
+ * compile their kernels with NVRTC into this test's cache directory, and a
+ * call whose arguments pass every check ends with FSA_STATUS_NO_DEVICE. */
+#include "testing.h"
+
+#include "base/struct_size.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HQ 4 /* the small shape: Dk 64, Dv 32, G 2, l 32, stride 16, blocks of 64, top-k 4 */
+#define HKV 2
+#define DK 64
+#define DV 32
+#define K 4
+
+static char *g_dir;
+static fsa_context *g_ctx, *g_ctx80;
+static fsa_compressed_plan *g_plan, *g_plan_no_select, *g_plan_bwd;
+
+#define EXPECT_STATUS(want, call)                                                                         \
+    do {                                                                                                  \
+        fsa_status st_ = (call);                                                                          \
+        if (st_ != (want))                                                                                \
+            fail_msg("line %d: %s returned %s, expected %s (%s)", __LINE__, #call, fsa_status_name(st_), \
+                     fsa_status_name(want), fsa_last_error());                                           \
+        if ((want) != FSA_STATUS_OK) {                                                                    \
+            assert_int_equal(fsa_last_error_info()->status, (want));                                      \
+            assert_true(fsa_last_error_info()->message[0] != '\0');                                       \
+        }                                                                                                 \
+    } while (0)
+
+static fsa_compressed_attention_desc small_desc(void)
+{
+    fsa_compressed_attention_desc d = FSA_COMPRESSED_ATTENTION_DESC_INIT;
+    d.head_dim = DK;
+    d.value_dim = DV;
+    d.num_q_heads = HQ;
+    d.num_kv_heads = HKV;
+    d.top_k = K;
+    return d;
+}
+
+static fsa_context *offline(const char *target)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = target;
+    o.cache_dir = g_dir;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    return fsa_context_create(&ctx, &o) == FSA_STATUS_OK ? ctx : NULL;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    g_dir = fsa_test_mkdtemp("fsa_compressed_arguments");
+    if (g_dir == NULL || (g_ctx = offline("sm_90a")) == NULL || (g_ctx80 = offline("sm_80")) == NULL) return -1;
+    fsa_compressed_attention_desc d = small_desc();
+    if (fsa_compressed_plan_create(&g_plan, g_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "plan: %s\n", fsa_last_error());
+        return -1;
+    }
+    d.top_k = 0;
+    if (fsa_compressed_plan_create(&g_plan_no_select, g_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "plan without selection: %s\n", fsa_last_error());
+        return -1;
+    }
+    d.backward = 1;
+    if (fsa_compressed_plan_create(&g_plan_bwd, g_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "plan with backward: %s\n", fsa_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    fsa_compressed_plan_destroy(g_plan);
+    fsa_compressed_plan_destroy(g_plan_no_select);
+    fsa_compressed_plan_destroy(g_plan_bwd);
+    fsa_context_destroy(g_ctx);
+    fsa_context_destroy(g_ctx80);
+    fsa_test_rmtree(g_dir);
+    free(g_dir);
+    return 0;
+}
+
+static fsa_status create_with(fsa_compressed_attention_desc d)
+{
+    fsa_compressed_plan *plan = NULL;
+    const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
+    if (st != FSA_STATUS_OK) assert_null(plan);
+    fsa_compressed_plan_destroy(plan);
+    return st;
+}
+
+static void test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named(void **state)
+{
+    (void)state;
+    fsa_compressed_attention_desc d = small_desc();
+    fsa_compressed_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_create(NULL, g_ctx, &d));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_create(&plan, NULL, &d));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_create(&plan, g_ctx, NULL));
+    d.struct_size = 8;
+    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, create_with(d));
+    d = small_desc(), d.dtype = (fsa_dtype)7;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.head_dim = 8;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "head_dim"));
+    d = small_desc(), d.value_dim = 272;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.num_q_heads = 34, d.num_kv_heads = 2; /* G 17 */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "group"));
+    d = small_desc(), d.num_q_heads = 5;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.stride = 33;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.kernel_size = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.block_size = 40; /* not a multiple of the stride */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "block_size"));
+    d = small_desc(), d.block_size = 48; /* 3 strides: not a power of two */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.stride = 1, d.block_size = 128; /* 128 strides per block */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.top_k = 65;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.init_blocks = -1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.scale = -1.0f;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.backward = 2;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    /* Without selection the block size is not looked at. */
+    d = small_desc(), d.top_k = 0, d.block_size = 48;
+    EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+}
+
+static void test_a_selection_that_needs_more_shared_memory_than_the_target_has_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_compressed_attention_desc d = small_desc();
+    d.head_dim = d.value_dim = 256;
+    d.num_q_heads = d.num_kv_heads = 1;
+    d.kernel_size = 64, d.stride = 4, d.block_size = 256, d.top_k = 64;
+    fsa_compressed_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_create(&plan, g_ctx80, &d));
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    assert_null(plan);
+}
+
+/* Fake, well-aligned device addresses: an offline plan never dereferences them. */
+static fsa_compressed_fwd_args good_args(int64_t T, int64_t Tc)
+{
+    fsa_compressed_fwd_args a = FSA_COMPRESSED_FWD_ARGS_INIT;
+    a.total_tokens = T;
+    a.total_compressed = Tc;
+    a.batch = 1;
+    a.q = (fsa_tensor){0x7f0000100000ull, HQ * DK, DK};
+    a.k = (fsa_tensor){0x7f0000200000ull, HKV * DK, DK};
+    a.v = (fsa_tensor){0x7f0000300000ull, HKV * DV, DV};
+    a.o = (fsa_tensor){0x7f0000400000ull, HQ * DV, DV};
+    a.lse = 0x7f0000500000ull;
+    a.cu_seqlens = 0x7f0000600000ull;
+    a.cu_seqlens_c = 0x7f0000700000ull;
+    a.topk = (fsa_tensor){0x7f0000800000ull, K, T * K};
+    return a;
+}
+
+#define EXPECT_FWD(want, plan, args) EXPECT_STATUS(want, fsa_compressed_attention_fwd((plan), (args), NULL))
+
+static void test_forward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    fsa_compressed_fwd_args a = good_args(100, 5);
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, NULL, &a);
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, NULL);
+    a.struct_size = 4;
+    EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_plan, &a);
+    a = good_args(-1, 5);
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, -1);
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.batch = 0;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.batch = 101;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.lse = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    a = good_args(100, 5), a.cu_seqlens_c = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    a = good_args(100, 5), a.cu_seqlens = 2;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
+    a = good_args(100, 5), a.topk.ptr += 2;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
+    a = good_args(100, 5), a.topk.token_stride = -K;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.q.ptr += 8;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
+    a = good_args(100, 5), a.v.head_stride = DV + 4;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
+    a = good_args(100, 5), a.k.token_stride = -HKV * DK;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.o.ptr = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    /* A plan without selection takes no top-k output, and runs without one. */
+    a = good_args(100, 5);
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_no_select, &a);
+    a.topk.ptr = 0;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan_no_select, &a);
+    /* Nothing to do: no device needed. */
+    a = good_args(0, 0), a.batch = 0;
+    EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
+}
+
+static void test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses(void **state)
+{
+    (void)state;
+    size_t bytes = 1;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size(&bytes, g_plan, 65536, 4));
+    assert_int_equal(bytes, 0);
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_workspace_size(NULL, g_plan, 1, 1));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_workspace_size(&bytes, NULL, 1, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size(&bytes, g_plan, -5, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size(&bytes, g_plan, 10, 0));
+}
+
+static void test_argument_structs_from_the_first_version_on_are_accepted(void **state)
+{
+    (void)state;
+    assert_true(FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE <= sizeof(fsa_compressed_fwd_args));
+    assert_true(FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE <= sizeof(fsa_compressed_attention_desc));
+    fsa_compressed_fwd_args a = good_args(100, 5);
+    a.struct_size = FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    a.struct_size = sizeof a + 8;
+    EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_plan, &a);
+}
+
+static fsa_compressed_bwd_args good_bwd(int64_t T, int64_t Tc)
+{
+    const fsa_compressed_fwd_args f = good_args(T, Tc);
+    fsa_compressed_bwd_args a = FSA_COMPRESSED_BWD_ARGS_INIT;
+    a.total_tokens = T;
+    a.total_compressed = Tc;
+    a.batch = 1;
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o;
+    a.dout = (fsa_tensor){0x7f0000900000ull, HQ * DV, DV};
+    a.dq = (fsa_tensor){0x7f0000a00000ull, HQ * DK, DK};
+    a.dk = (fsa_tensor){0x7f0000b00000ull, HKV * DK, DK};
+    a.dv = (fsa_tensor){0x7f0000c00000ull, HKV * DV, DV};
+    a.lse = f.lse, a.cu_seqlens = f.cu_seqlens, a.cu_seqlens_c = f.cu_seqlens_c;
+    a.workspace = 0x7f0001000000ull;
+    assert_int_equal(fsa_compressed_plan_workspace_size_bwd(&a.workspace_bytes, g_plan_bwd, T, 1), FSA_STATUS_OK);
+    return a;
+}
+
+#define EXPECT_BWD(want, plan, args) EXPECT_STATUS(want, fsa_compressed_attention_bwd((plan), (args), NULL))
+
+static void test_backward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    fsa_compressed_bwd_args a = good_bwd(100, 5);
+    assert_int_equal(a.workspace_bytes, 1792); /* delta: 4 heads x 100 tokens x 4 bytes, rounded up to 256 */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a); /* made without backward */
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, NULL);
+    a.struct_size = 12;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.workspace_bytes -= 1;
+    EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.workspace += 16;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dk.ptr = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dout.head_stride = DV + 2;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dq.token_stride = -HQ * DK;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.lse = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.total_compressed = -3;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    size_t bytes = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan_bwd, 100, 0));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size_bwd(&bytes, g_plan_bwd, 0, 0));
+    assert_int_equal(bytes, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named),
+        cmocka_unit_test(test_a_selection_that_needs_more_shared_memory_than_the_target_has_is_unsupported),
+        cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
+        cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

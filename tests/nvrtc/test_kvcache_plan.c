@@ -1,0 +1,166 @@
+/* Plans over a paged KV cache on an offline sm_90a context (no GPU): bad
+ * descriptors and bad call arguments come back as statuses with an error
+ * record, the tiling and split rule are what the API documents, and a call
+ * with good arguments gets as far as needing a device. */
+#include "testing.h"
+
+#include <string.h>
+
+static fsa_context *g_ctx;
+
+static fsa_kvcache_desc good_desc(int hq, int hkv)
+{
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = hq;
+    d.num_kv_heads = hkv;
+    d.max_batch = 8;
+    d.max_query_tokens = 64;
+    return d;
+}
+
+static void expect_desc_status(fsa_status want, fsa_kvcache_desc d)
+{
+    fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), want);
+    assert_null(plan);
+    assert_int_equal(fsa_last_error_info()->status, want);
+    assert_true(strlen(fsa_last_error_info()->message) > 0);
+}
+
+static void test_bad_descriptors_are_refused_before_compiling(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(32, 8);
+    d.struct_size = 4;
+    expect_desc_status(FSA_STATUS_STRUCT_SIZE, d);
+    d = good_desc(65, 1); /* group 65 */
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    d = good_desc(32, 8);
+    d.page_size = 8;
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    d = good_desc(32, 8);
+    d.block_size = 48;
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    d = good_desc(32, 8);
+    d.top_k = 65;
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    d = good_desc(32, 8);
+    d.max_batch = 0;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(32, 8);
+    d.splits = 65;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(30, 8);
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    assert_int_equal(fsa_kvcache_plan_create(NULL, g_ctx, &d), FSA_STATUS_NULL_POINTER);
+    fsa_kvcache_plan_destroy(NULL);
+}
+
+static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(void **state)
+{
+    (void)state;
+    const int groups[] = {1, 4, 16, 64}, tokens[] = {16, 4, 4, 1};
+    for (int i = 0; i < 4; i++) {
+        fsa_kvcache_desc d = good_desc(groups[i] * 2, 2);
+        d.top_k = 16;
+        fsa_kvcache_plan *plan = NULL;
+        assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+        int tile = 0, splits = 0;
+        assert_int_equal(fsa_kvcache_plan_info(&tile, &splits, plan), FSA_STATUS_OK);
+        assert_int_equal(tile, tokens[i]);
+        assert_int_equal(splits, 4); /* ceil(16 / 4) */
+        size_t ws = 0;
+        assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
+        assert_true(ws >= (size_t)8 * 2 * 4 * (size_t)(tile * groups[i]) * (128 + 1) * 4); /* batch x Hkv x splits x rows */
+        fsa_kvcache_plan_destroy(plan);
+    }
+    fsa_kvcache_desc d = good_desc(8, 2);
+    d.splits = 1;
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    size_t ws = 1;
+    assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
+    assert_int_equal(ws, 0); /* nothing splits: no partials */
+    fsa_kvcache_plan_destroy(plan);
+}
+
+static void test_bad_arguments_come_back_as_statuses(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    size_t ws = 0;
+    assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
+    fsa_kvcache_args good = FSA_KVCACHE_ARGS_INIT;
+    good.num_query_tokens = 4;
+    good.batch = 2;
+    good.q = good.o = (fsa_tensor){0x10000, 8 * 128, 128};
+    good.k_cache = good.v_cache = (fsa_tensor){0x10000, 2 * 128, 128};
+    good.k_page_stride = good.v_page_stride = 64 * 2 * 128;
+    good.num_pages = 10;
+    good.block_table = good.cu_seqlens_q = good.seqused_k = 0x20000;
+    good.topk = (fsa_tensor){0x20000, 16, 0};
+    good.block_table_stride = 4;
+    good.max_pages_per_seq = 4;
+    good.workspace = 0x100000;
+    good.workspace_bytes = ws;
+    assert_int_equal(fsa_kvcache_attention(plan, &good, NULL), FSA_STATUS_NO_DEVICE);
+    fsa_kvcache_args a = good;
+    a.batch = 9;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.num_query_tokens = 65;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.seqused_k = 0;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NULL_POINTER);
+    a = good;
+    a.topk_length = 0x20002;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
+    a = good;
+    a.k_cache.token_stride = 100;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
+    a = good;
+    a.max_pages_per_seq = 0;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.topk.head_stride = -1;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
+    a.workspace_bytes = ws - 1;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    a = good;
+    a.batch = 0; /* an empty batch does nothing, even offline */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_kvcache_attention(NULL, &good, NULL), FSA_STATUS_NULL_POINTER);
+    fsa_kvcache_plan_destroy(plan);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_90a";
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    return fsa_context_create(&g_ctx, &o) == FSA_STATUS_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_context_destroy(g_ctx);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
+        cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
+        cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,85 @@
+/* The arithmetic the compressed-attention kernels rely on, checked on the
+ * host against the definitions: the keys a selection block collects
+ * (c*r - halo .. c*r + r - 1) are exactly the compressed tokens overlapping
+ * it, a stage of 64 keys completes whole blocks, and the grid of query tiles
+ * gives every tile of every sequence exactly one CTA. */
+#include "testing.h"
+
+#include "../../templates/cmp_params.cuh"
+
+#include <stdlib.h>
+
+static void test_a_block_collects_exactly_the_compressed_tokens_overlapping_it(void **state)
+{
+    (void)state;
+    for (int d = 1; d <= 64; d++)
+        for (int l = d; l <= 3 * 64 + 1; l += (l < 40 ? 1 : 7))
+            for (int bk = d; bk <= 256 && bk / d <= FSA_CMP_SEL_KEYS; bk += d) {
+                const int r = bk / d;
+                if ((r & (r - 1)) != 0) continue; /* the plans take powers of two only */
+                const int halo = fsa_cmp_sel_halo(l, d);
+                assert_int_equal(FSA_CMP_SEL_KEYS % r, 0);
+                assert_int_equal(fsa_cmp_sel_blocks_per_stage(bk, d) * r, FSA_CMP_SEL_KEYS);
+                for (int c = 0; c < 5; c++)
+                    for (int j = 0; j < (c + 2) * r + halo + 2; j++) {
+                        const int overlaps = j * d <= c * bk + bk - 1 && j * d + l - 1 >= c * bk;
+                        const int collected = j >= c * r - halo && j <= c * r + r - 1;
+                        if (overlaps != collected)
+                            fail_msg("l %d d %d bk %d: block %d, token %d overlaps %d, collected %d", l, d, bk, c, j,
+                                     overlaps, collected);
+                    }
+            }
+}
+
+/* The mapping of query_tile (templates/fsa_qtile.cuh), on the host: CTA x
+ * belongs to the last sequence b with start_b / TT + b <= x and takes its
+ * tile x - (start_b / TT + b), if the sequence has that many. */
+static void test_every_query_tile_gets_exactly_one_cta(void **state)
+{
+    (void)state;
+    fsa_rng rng = {42};
+    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++) {
+        const int tt = fsa_qt_tokens_per_tile(g);
+        for (int trial = 0; trial < 50; trial++) {
+            int cu[9] = {0};
+            const int batch = fsa_rng_int(&rng, 1, 8);
+            for (int b = 0; b < batch; b++) cu[b + 1] = cu[b] + fsa_rng_int(&rng, trial % 3 ? 1 : 0, 3 * tt + 5);
+            const int total = cu[batch];
+            if (total == 0) continue;
+            const long long grid = fsa_qt_grid_tiles(total, batch, g);
+            int *owner = calloc((size_t)total, sizeof *owner);
+            assert_non_null(owner);
+            for (long long x = 0; x < grid; x++) {
+                int b = 0;
+                for (int s = 1; s < batch; s++)
+                    if (cu[s] / tt + s <= x) b = s;
+                const long long i = x - (cu[b] / tt + b), n_tiles = (cu[b + 1] - cu[b] + tt - 1) / tt;
+                if (i < 0 || i >= n_tiles) continue;
+                for (int t = cu[b] + (int)i * tt; t < cu[b + 1] && t < cu[b] + (int)(i + 1) * tt; t++) owner[t]++;
+            }
+            for (int t = 0; t < total; t++)
+                if (owner[t] != 1) fail_msg("g %d, batch %d: token %d has %d CTAs", g, batch, t, owner[t]);
+            free(owner);
+        }
+    }
+}
+
+static void test_a_warp_holds_whole_token_groups(void **state)
+{
+    (void)state;
+    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++) {
+        assert_true(fsa_qt_tokens_per_warp(g) >= 1);
+        assert_true(fsa_qt_tokens_per_warp(g) * g <= 16);
+        assert_int_equal(fsa_qt_tokens_per_tile(g), FSA_QT_WARPS * fsa_qt_tokens_per_warp(g));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_block_collects_exactly_the_compressed_tokens_overlapping_it),
+        cmocka_unit_test(test_every_query_tile_gets_exactly_one_cta),
+        cmocka_unit_test(test_a_warp_holds_whole_token_groups),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,108 @@
+/* Checks the sliding-window reference itself: a window of one is the token's
+ * own value, a window as long as the sequence is causal attention, and a row
+ * of a middle window against a direct softmax. */
+#include "reference_window.h"
+#include "testing.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct owned {
+    fsa_ref_window_problem p;
+    int32_t cu[3];
+    float *q, *k, *v;
+    double *o, *lse;
+} owned;
+
+static void make(owned *w, int window, uint64_t seed)
+{
+    fsa_rng rng = {seed};
+    w->cu[0] = 0, w->cu[1] = 20, w->cu[2] = 33;
+    const int T = 33, hq = 4, hkv = 2, dk = 16, dv = 8;
+    w->q = malloc((size_t)T * hq * dk * sizeof(float));
+    w->k = malloc((size_t)T * hkv * dk * sizeof(float));
+    w->v = malloc((size_t)T * hkv * dv * sizeof(float));
+    w->o = malloc((size_t)T * hq * dv * sizeof(double));
+    w->lse = malloc((size_t)T * hq * sizeof(double));
+    assert_true(w->q && w->k && w->v && w->o && w->lse);
+    for (int e = 0; e < T * hq * dk; e++) w->q[e] = (float)fsa_rng_normal(&rng);
+    for (int e = 0; e < T * hkv * dk; e++) w->k[e] = (float)fsa_rng_normal(&rng);
+    for (int e = 0; e < T * hkv * dv; e++) w->v[e] = (float)fsa_rng_normal(&rng);
+    w->p = (fsa_ref_window_problem){T, 2, w->cu, hq, hkv, dk, dv, window, 0.25, w->q, w->k, w->v};
+    fsa_ref_window_forward(&w->p, w->o, w->lse);
+}
+
+static void release(owned *w)
+{
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->o);
+    free(w->lse);
+}
+
+/* The softmax of query head qh at token t over keys first..t, directly. */
+static void check_row(const owned *w, int qh, int t, int first)
+{
+    const fsa_ref_window_problem *p = &w->p;
+    const int h = qh / (p->num_q_heads / p->num_kv_heads);
+    double x[40], mx = -INFINITY, sum = 0.0;
+    for (int j = first; j <= t; j++) {
+        double dot = 0.0;
+        for (int e = 0; e < p->head_dim; e++)
+            dot += (double)w->q[((size_t)t * p->num_q_heads + qh) * p->head_dim + e] *
+                   w->k[((size_t)j * p->num_kv_heads + h) * p->head_dim + e];
+        x[j - first] = p->scale * dot;
+        mx = fmax(mx, x[j - first]);
+    }
+    for (int j = first; j <= t; j++) sum += exp(x[j - first] - mx);
+    assert_true(fabs(w->lse[(size_t)qh * p->total_tokens + t] - (mx + log(sum))) < 1e-12);
+    for (int e = 0; e < p->value_dim; e++) {
+        double o = 0.0;
+        for (int j = first; j <= t; j++)
+            o += exp(x[j - first] - mx) / sum * w->v[((size_t)j * p->num_kv_heads + h) * p->value_dim + e];
+        assert_true(fabs(w->o[((size_t)t * p->num_q_heads + qh) * p->value_dim + e] - o) < 1e-12);
+    }
+}
+
+static void test_a_window_of_one_gives_each_query_its_own_value(void **state)
+{
+    (void)state;
+    owned w;
+    make(&w, 1, 1);
+    for (int t = 0; t < 33; t++)
+        for (int qh = 0; qh < 4; qh++) check_row(&w, qh, t, t);
+    release(&w);
+}
+
+static void test_a_window_as_long_as_the_sequence_is_causal_attention_within_it(void **state)
+{
+    (void)state;
+    owned w;
+    make(&w, 1000, 2);
+    for (int t = 0; t < 33; t++)
+        for (int qh = 0; qh < 4; qh++) check_row(&w, qh, t, t < 20 ? 0 : 20);
+    release(&w);
+}
+
+static void test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the_sequence(void **state)
+{
+    (void)state;
+    owned w;
+    make(&w, 7, 3);
+    for (int t = 0; t < 33; t++) {
+        const int start = t < 20 ? 0 : 20, first = t - 6 > start ? t - 6 : start;
+        for (int qh = 0; qh < 4; qh++) check_row(&w, qh, t, first);
+    }
+    release(&w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_window_of_one_gives_each_query_its_own_value),
+        cmocka_unit_test(test_a_window_as_long_as_the_sequence_is_causal_attention_within_it),
+        cmocka_unit_test(test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the_sequence),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

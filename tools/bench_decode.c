@@ -1,0 +1,442 @@
+/*
+ * fsa-bench --decode: selected attention of new query tokens over a paged KV
+ * cache, through the public API.
+ *
+ * Problem: bf16, Hq 32, D 128, BK 64, K 16, page 64; context L, batch B,
+ * group G, q_len new tokens per sequence. Per KV head and token: the own
+ * block, block 0 and the block before the own one, the other slots distinct
+ * random blocks. q_len 4 runs twice: "shared" (the 4 tokens select the same
+ * blocks) and "indep" (each token its own). Only the pages some selection
+ * touches are allocated (each sequence its own pages, in a shuffled order);
+ * the page table maps the others to one page that is never read. The L2 is
+ * flushed (a 256 MiB memset) before every timed call; CUDA events around
+ * each call (or each graph launch), median of the repeats. Effective
+ * bandwidth = B * Hkv * K * BK * D * 2 * 2 bytes / time (K and V of the
+ * selected blocks; with shared selections counted once per sequence, with
+ * independent ones once per token).
+ *
+ * Also: a dense decode (every block of a 16K context selected: BK 256, K 64)
+ * for scale, chunked prefill (q_len 4096 on a 60K cached prefix) and the host
+ * time of one call. Uses include/fsa.h and the CUDA driver API only.
+ */
+#define _GNU_SOURCE
+#include "bench_decode.h"
+
+#include "fsa.h"
+
+#include "bench_cuda.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CU(call)                                                                              \
+    do {                                                                                      \
+        CUresult r_ = (call);                                                                 \
+        if (r_ != CUDA_SUCCESS) {                                                             \
+            const char *n_ = "?";                                                             \
+            cu.GetErrorName(r_, &n_);                                                          \
+            fprintf(stderr, "fsa-bench --decode: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+#define FSA(call)                                                                             \
+    do {                                                                                      \
+        fsa_status s_ = (call);                                                               \
+        if (s_ != FSA_STATUS_OK) {                                                            \
+            fprintf(stderr, "fsa-bench --decode: %s failed: %s\n", #call, fsa_last_error());  \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+enum { HQ = 32, D = 128, PAGE = 64 };
+
+typedef struct dec_opts {
+    int ls[8], n_ls, bs[8], n_bs, gs[8], n_gs;
+    int reps, splits;
+    double max_gb;
+    int prefill, dense;
+} dec_opts;
+
+typedef struct bench_env {
+    CUstream stream;
+    CUevent e0, e1;
+    CUdeviceptr flush;
+    size_t flush_bytes;
+} bench_env;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The own block c, 0, c - 1, then distinct random blocks of 0..c. */
+static void select_row(int32_t *row, int k, int c, uint64_t *rng)
+{
+    int n = 0;
+    const int want = c + 1 < k ? c + 1 : k;
+    const int forced[3] = {c, 0, c - 1};
+    for (int f = 0; f < 3 && n < want; f++) {
+        int dup = forced[f] < 0;
+        for (int s = 0; s < n; s++) dup |= row[s] == forced[f];
+        if (!dup) row[n++] = forced[f];
+    }
+    while (n < want) {
+        const int v = (int)(rng_next(rng) % (uint64_t)(c + 1));
+        int dup = 0;
+        for (int s = 0; s < n; s++) dup |= row[s] == v;
+        if (!dup) row[n++] = v;
+    }
+    for (int s = n; s < k; s++) row[s] = -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A paged problem on the device: B sequences of L cached keys with q_len new tokens each. */
+typedef struct dec_problem {
+    int B, L, hkv, q_len, k, bk;
+    int64_t tq;
+    CUdeviceptr q, o, lse, k_cache, v_cache, table, cu, seqused, topk, ws;
+    int64_t num_pages;
+    int max_pages;
+    size_t bytes;
+} dec_problem;
+
+static void dec_free(dec_problem *p)
+{
+    CUdeviceptr all[] = {p->q, p->o, p->lse, p->k_cache, p->v_cache, p->table, p->cu, p->seqused, p->topk, p->ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) cu.MemFree(all[i]);
+    memset(p, 0, sizeof *p);
+}
+
+static CUdeviceptr upload(const void *src, size_t bytes)
+{
+    CUdeviceptr d;
+    CU(cu.MemAlloc(&d, bytes ? bytes : 4));
+    if (bytes) CU(cu.MemcpyHtoD(d, src, bytes));
+    return d;
+}
+
+/* Returns 0 when the touched pages would pass max_gb (nothing allocated). */
+static int dec_make(dec_problem *p, int B, int L, int hkv, int q_len, int shared, int k, int bk,
+                    const fsa_kvcache_plan *plan, double max_gb, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->B = B, p->L = L, p->hkv = hkv, p->q_len = q_len, p->k = k, p->bk = bk;
+    p->tq = (int64_t)B * q_len;
+    const int nblk = (L + bk - 1) / bk, pages_per_block = bk / PAGE;
+    p->max_pages = (L + PAGE - 1) / PAGE;
+    int32_t *topk = malloc((size_t)p->tq * hkv * k * sizeof(int32_t));
+    int32_t *table = malloc((size_t)B * p->max_pages * sizeof(int32_t));
+    char *touched = malloc((size_t)nblk);
+    uint64_t rng = seed;
+    int64_t pages = 1; /* page 0: the stand-in for pages never read */
+    for (int b = 0; b < B; b++) {
+        memset(touched, 0, (size_t)nblk);
+        for (int i = 0; i < q_len; i++) {
+            const int pos = L - q_len + i;
+            for (int h = 0; h < hkv; h++) {
+                int32_t *row = topk + (((int64_t)b * q_len + i) * hkv + h) * k;
+                if (shared && i > 0) memcpy(row, row - (int64_t)hkv * k, (size_t)k * sizeof(int32_t));
+                else select_row(row, k, pos / bk, &rng);
+                for (int s = 0; s < k; s++)
+                    if (row[s] >= 0) touched[row[s]] = 1;
+            }
+        }
+        int32_t *trow = table + (size_t)b * p->max_pages;
+        for (int j = 0; j < p->max_pages; j++) trow[j] = 0;
+        for (int c = 0; c < nblk; c++)
+            if (touched[c])
+                for (int j = c * pages_per_block; j < (c + 1) * pages_per_block && j < p->max_pages; j++) trow[j] = (int32_t)pages++;
+    }
+    /* Shuffle the physical pages (page 0 stays put). */
+    int32_t *perm = malloc((size_t)pages * sizeof(int32_t));
+    for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
+    for (int64_t i = pages - 1; i > 1; i--) {
+        const int64_t j = 1 + (int64_t)(rng_next(&rng) % (uint64_t)i);
+        const int32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    for (size_t i = 0; i < (size_t)B * p->max_pages; i++) table[i] = perm[table[i]];
+    free(perm);
+    free(touched);
+    p->num_pages = pages;
+    const size_t page_bytes = (size_t)PAGE * hkv * D * 2;
+    p->bytes = 2 * (size_t)pages * page_bytes;
+    if ((double)p->bytes > max_gb * 1e9) {
+        free(topk);
+        free(table);
+        return 0;
+    }
+    CU(cu.MemAlloc(&p->k_cache, (size_t)pages * page_bytes));
+    CU(cu.MemAlloc(&p->v_cache, (size_t)pages * page_bytes));
+    CU(cu.MemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
+    CU(cu.MemsetD16(p->v_cache, 0x3c00, (size_t)pages * page_bytes / 2));
+    const size_t nq = (size_t)p->tq * HQ * D;
+    CU(cu.MemAlloc(&p->q, nq * 2));
+    CU(cu.MemsetD16(p->q, 0x3c00, nq));
+    CU(cu.MemAlloc(&p->o, nq * 2));
+    CU(cu.MemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
+    p->topk = upload(topk, (size_t)p->tq * hkv * k * sizeof(int32_t));
+    p->table = upload(table, (size_t)B * p->max_pages * sizeof(int32_t));
+    int32_t *starts = malloc((size_t)(B + 1) * sizeof(int32_t)), *used = malloc((size_t)B * sizeof(int32_t));
+    for (int b = 0; b <= B; b++) starts[b] = b * q_len;
+    for (int b = 0; b < B; b++) used[b] = L;
+    p->cu = upload(starts, (size_t)(B + 1) * 4);
+    p->seqused = upload(used, (size_t)B * 4);
+    size_t ws = 0;
+    FSA(fsa_kvcache_plan_workspace_size(&ws, plan));
+    if (ws) CU(cu.MemAlloc(&p->ws, ws));
+    free(starts);
+    free(used);
+    free(topk);
+    free(table);
+    return 1;
+}
+
+static fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *plan)
+{
+    fsa_kvcache_args a = FSA_KVCACHE_ARGS_INIT;
+    a.num_query_tokens = p->tq;
+    a.batch = p->B;
+    a.q = (fsa_tensor){p->q, HQ * D, D};
+    a.o = (fsa_tensor){p->o, HQ * D, D};
+    a.cu_seqlens_q = p->cu;
+    a.k_cache = (fsa_tensor){p->k_cache, (int64_t)p->hkv * D, D};
+    a.v_cache = (fsa_tensor){p->v_cache, (int64_t)p->hkv * D, D};
+    a.k_page_stride = a.v_page_stride = (int64_t)PAGE * p->hkv * D;
+    a.num_pages = p->num_pages;
+    a.block_table = p->table;
+    a.block_table_stride = p->max_pages;
+    a.max_pages_per_seq = p->max_pages;
+    a.seqused_k = p->seqused;
+    a.topk = (fsa_tensor){p->topk, (int64_t)p->hkv * p->k, p->k};
+    a.lse = p->lse;
+    a.workspace = p->ws;
+    FSA(fsa_kvcache_plan_workspace_size(&a.workspace_bytes, plan));
+    return a;
+}
+
+/* Median microseconds of one call, the L2 flushed before each; graph = 1:
+ * the call captured once and replayed. */
+static double time_call(const bench_env *env, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int reps,
+                        int graph)
+{
+    CUgraphExec exec = NULL;
+    if (graph) {
+        CUgraph g;
+        CU(cu.StreamBeginCapture(env->stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        FSA(fsa_kvcache_attention(plan, a, env->stream));
+        CU(cu.StreamEndCapture(env->stream, &g));
+        CU(cu.GraphInstantiate(&exec, g, 0));
+        CU(cu.GraphDestroy(g));
+    }
+    double *t = malloc((size_t)reps * sizeof(double));
+    for (int r = -3; r < reps; r++) {
+        CU(cu.MemsetD8Async(env->flush, (unsigned char)r, env->flush_bytes, env->stream));
+        CU(cu.EventRecord(env->e0, env->stream));
+        if (graph) CU(cu.GraphLaunch(exec, env->stream));
+        else FSA(fsa_kvcache_attention(plan, a, env->stream));
+        CU(cu.EventRecord(env->e1, env->stream));
+        CU(cu.EventSynchronize(env->e1));
+        float ms = 0;
+        CU(cu.EventElapsedTime(&ms, env->e0, env->e1));
+        if (r >= 0) t[r] = ms * 1e3;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    const double med = t[reps / 2];
+    free(t);
+    if (exec) CU(cu.GraphExecDestroy(exec));
+    return med;
+}
+
+/* Host microseconds per call: enqueue cost, without the GPU's time. */
+static double host_time(const bench_env *env, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
+{
+    double best = 1e30;
+    for (int round = 0; round < 5; round++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < 200; i++) FSA(fsa_kvcache_attention(plan, a, env->stream));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CU(cu.StreamSynchronize(env->stream));
+        const double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / 200;
+        if (us < best) best = us;
+    }
+    return best;
+}
+
+static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int max_batch, int64_t max_tokens, int splits)
+{
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = HQ;
+    d.num_kv_heads = HQ / g;
+    d.block_size = bk;
+    d.top_k = k;
+    d.page_size = PAGE;
+    d.max_batch = max_batch;
+    d.max_query_tokens = max_tokens;
+    d.splits = splits;
+    fsa_kvcache_plan *plan = NULL;
+    FSA(fsa_kvcache_plan_create(&plan, ctx, &d));
+    return plan;
+}
+
+static int parse_ints(const char *s, int *out, int cap)
+{
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
+        const long v = strtol(tok, NULL, 10);
+        if (v <= 0) {
+            free(copy);
+            return -1;
+        }
+        out[n++] = (int)v;
+    }
+    free(copy);
+    return n;
+}
+
+static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
+{
+    printf("\n## Decode: bf16 Hq %d D %d BK 64 K 16 page %d; us = median CUDA-event time (L2 flushed),"
+           " TB/s = B*Hkv*K*BK*D*4 / time\n",
+           HQ, D, PAGE);
+    printf("|      L |   B |  G | q_len | selection | stream us | graph us | TB/s (graph) | host us | pages GB |\n");
+    for (int gi = 0; gi < o->n_gs; gi++) {
+        const int g = o->gs[gi], hkv = HQ / g;
+        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 256, 256 * 4, o->splits);
+        for (int li = 0; li < o->n_ls; li++)
+            for (int bi = 0; bi < o->n_bs; bi++)
+                for (int mode = 0; mode < 3; mode++) { /* q_len 1; 4 shared; 4 independent */
+                    const int q_len = mode == 0 ? 1 : 4;
+                    dec_problem p;
+                    if (!dec_make(&p, o->bs[bi], o->ls[li], hkv, q_len, mode == 1, 16, 64, plan, o->max_gb,
+                                  1234 + (uint64_t)bi)) {
+                        printf("| %6d | %3d | %2d | %5d | %-9s | skipped: touched pages over %.0f GB |\n", o->ls[li],
+                               o->bs[bi], g, q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", o->max_gb);
+                        continue;
+                    }
+                    const fsa_kvcache_args a = dec_args(&p, plan);
+                    const double us = time_call(env, plan, &a, o->reps, 0);
+                    const double us_g = time_call(env, plan, &a, o->reps, 1);
+                    const double host = mode == 0 ? host_time(env, plan, &a) : 0.0;
+                    /* Independent selections: every token's K blocks count. */
+                    const double bytes = (double)p.B * hkv * 16 * 64 * D * 4 * (mode == 2 ? q_len : 1);
+                    printf("| %6d | %3d | %2d | %5d | %-9s | %9.1f | %8.1f | %12.2f | %7.2f | %8.2f |\n", p.L, p.B, g,
+                           q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", us, us_g, bytes / us_g / 1e6,
+                           host, (double)p.bytes / 1e9);
+                    fflush(stdout);
+                    dec_free(&p);
+                }
+        fsa_kvcache_plan_destroy(plan);
+    }
+}
+
+/* Dense decode for scale: a 16K context with every block selected (BK 256, K 64). */
+static void run_dense(const dec_opts *o, fsa_context *ctx, const bench_env *env)
+{
+    printf("\n## Dense decode for scale: L 16384, every block selected (BK 256, K 64 = 16384 keys), q_len 1\n");
+    printf("|   B |  G | graph us | TB/s | estimate at L 32768 (x2) us |\n");
+    const int bs[] = {1, 64};
+    const int gs[] = {4, 16};
+    for (int gi = 0; gi < 2; gi++) {
+        fsa_kvcache_plan *plan = make_plan(ctx, gs[gi], 256, 64, 256, 256, o->splits);
+        for (int bi = 0; bi < 2; bi++) {
+            dec_problem p;
+            if (!dec_make(&p, bs[bi], 16384, HQ / gs[gi], 1, 0, 64, 256, plan, o->max_gb, 99)) continue;
+            const fsa_kvcache_args a = dec_args(&p, plan);
+            const double us = time_call(env, plan, &a, o->reps, 1);
+            const double bytes = (double)p.B * p.hkv * 16384.0 * D * 4;
+            printf("| %3d | %2d | %8.1f | %4.2f | %27.0f |\n", p.B, gs[gi], us, bytes / us / 1e6, 2 * us);
+            dec_free(&p);
+        }
+        fsa_kvcache_plan_destroy(plan);
+    }
+}
+
+/* Chunked prefill: 4096 new tokens on a 60K cached prefix, one sequence. */
+static void run_prefill(const dec_opts *o, fsa_context *ctx, const bench_env *env)
+{
+    printf("\n## Chunked prefill: q_len 4096 on a 61440-token prefix (L 65536), B 1, K 16, BK 64\n");
+    printf("|  G | us | ns per query token |\n");
+    for (int gi = 0; gi < o->n_gs; gi++) {
+        const int g = o->gs[gi];
+        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 1, 4096, o->splits);
+        dec_problem p;
+        if (dec_make(&p, 1, 65536, HQ / g, 4096, 0, 16, 64, plan, o->max_gb, 5)) {
+            const fsa_kvcache_args a = dec_args(&p, plan);
+            const double us = time_call(env, plan, &a, o->reps, 0);
+            printf("| %2d | %8.1f | %6.1f |\n", g, us, us * 1e3 / 4096);
+            dec_free(&p);
+        }
+        fsa_kvcache_plan_destroy(plan);
+    }
+}
+
+int fsa_bench_decode(int argc, char **argv)
+{
+    dec_opts o = {.ls = {8192, 32768, 131072}, .n_ls = 3, .bs = {1, 16, 64, 128, 256}, .n_bs = 5,
+                  .gs = {1, 4, 16}, .n_gs = 3, .reps = 30, .max_gb = 90.0, .prefill = 1, .dense = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-prefill")) o.prefill = 0;
+        else if (!strcmp(a, "--no-dense")) o.dense = 0;
+        else if (v && !strcmp(a, "-L")) o.n_ls = parse_ints(v, o.ls, 8), i++;
+        else if (v && !strcmp(a, "-B")) o.n_bs = parse_ints(v, o.bs, 8), i++;
+        else if (v && !strcmp(a, "-G")) o.n_gs = parse_ints(v, o.gs, 8), i++;
+        else if (v && !strcmp(a, "--reps")) o.reps = atoi(v), i++;
+        else if (v && !strcmp(a, "--max-gb")) o.max_gb = atof(v), i++;
+        else if (v && !strcmp(a, "--splits")) o.splits = atoi(v), i++;
+        else {
+            printf("usage: fsa-bench --decode [-L LIST] [-B LIST] [-G LIST] [--reps N] [--max-gb GB] [--splits N]\n"
+                   "                          [--no-prefill] [--no-dense]\n");
+            return 2;
+        }
+    }
+    if (o.n_ls <= 0 || o.n_bs <= 0 || o.n_gs <= 0 || o.reps < 1) return 2;
+    char why[512];
+    if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --decode: %s\n", why), 1;
+    fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
+    fsa_context *ctx = NULL;
+    FSA(fsa_context_create(&ctx, &co));
+    CUdevice dev;
+    CUcontext pctx;
+    CU(cu.Init(0));
+    CU(cu.DeviceGet(&dev, 0));
+    CU(cu.DevicePrimaryCtxRetain(&pctx, dev));
+    CU(cu.CtxSetCurrent(pctx));
+    char name[256];
+    CU(cu.DeviceGetName(name, sizeof name, dev));
+    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule)\n", fsa_version_string(), name,
+           fsa_context_target(ctx), o.splits);
+    bench_env env;
+    env.flush_bytes = (size_t)256 << 20;
+    CU(cu.StreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));
+    CU(cu.EventCreate(&env.e0, CU_EVENT_DEFAULT));
+    CU(cu.EventCreate(&env.e1, CU_EVENT_DEFAULT));
+    CU(cu.MemAlloc(&env.flush, env.flush_bytes));
+    run_grid(&o, ctx, &env);
+    if (o.dense) run_dense(&o, ctx, &env);
+    if (o.prefill) run_prefill(&o, ctx, &env);
+    cu.MemFree(env.flush);
+    cu.EventDestroy(env.e0);
+    cu.EventDestroy(env.e1);
+    cu.StreamDestroy(env.stream);
+    fsa_context_destroy(ctx);
+    return 0;
+}
