@@ -80,7 +80,14 @@ fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *plan, int6
     if (total_tokens == 0 || fsa_workspace_order(plan, FSA_OP_FWD, total_tokens) != FSA_ALGORITHM_FSA) goto cleanup;
     int64_t tc;
     fsa_fsa_layout l;
-    FSA_CHECK(fsa_fsa_setup(&tc, &l, plan, total_tokens, batch, STAGE));
+    st = fsa_fsa_setup(&tc, &l, plan, total_tokens, batch, STAGE);
+    if (st != FSA_STATUS_OK && fsa_plan_choose(plan, total_tokens, NULL) != FSA_ALGORITHM_FSA) {
+        /* Only measuring wanted the FSA layout; the call then runs the chosen order without measuring. */
+        fsa_error_clear();
+        st = FSA_STATUS_OK;
+        goto cleanup;
+    }
+    FSA_CHECK(st);
     *bytes_out = l.total;
 cleanup:
     return st;

@@ -460,6 +460,26 @@ static void test_record_texts_parse_only_when_whole_and_of_the_operation(void **
     free(t);
 }
 
+static void test_while_a_bucket_may_measure_the_workspace_serves_every_candidate(void **state)
+{
+    fixture *f = *state;
+    int measured = 0;
+    /* T = 40, G = 4: the heuristic takes the NSA order (no workspace), but a measuring call runs both. */
+    assert_int_equal(fsa_plan_choose(&f->plan, 40, NULL), FSA_ALGORITHM_NSA);
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_FWD, 40), FSA_ALGORITHM_FSA);
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_BWD, 40), FSA_ALGORITHM_FSA);
+    f->ctx.cu = fake_driver();
+    g_capturing = 0;
+    (void)pick(&f->plan, 40, &measured);
+    assert_true(measured);
+    /* Recorded: the recorded order's workspace. */
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_FWD, 40), FSA_ALGORITHM_NSA);
+    /* Tuning off: the heuristic's order. */
+    make_plan(&f->plan, &f->ctx, 4, FSA_ALGORITHM_AUTO, FSA_TUNE_LEVEL_OFF);
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_FWD, 40), FSA_ALGORITHM_NSA);
+    f->ctx.cu = NULL;
+}
+
 /* ------------------------------------------------------------ options */
 
 static void test_fsa_tune_and_the_context_option_set_the_level(void **state)
@@ -511,6 +531,7 @@ int main(void)
         T(test_a_foreign_record_is_ignored_and_measured_again),
         T(test_a_record_naming_an_unknown_variant_is_ignored_and_measured_again),
         T(test_record_texts_parse_only_when_whole_and_of_the_operation),
+        T(test_while_a_bucket_may_measure_the_workspace_serves_every_candidate),
         T(test_fsa_tune_and_the_context_option_set_the_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
