@@ -32,7 +32,9 @@
  * - Synchronization: the launch functions (fsa_selected_attention_fwd,
  *   fsa_selected_attention_bwd, fsa_fill_u32 once its kernel is loaded) only
  *   enqueue work on the caller's stream: no host synchronization, no
- *   allocation, and they can be captured in a CUDA graph. Functions that
+ *   allocation, and they can be captured in a CUDA graph (with tuning on,
+ *   fsa_context_options.tune, the first uncaptured call of a shape bucket
+ *   without a tuning record also waits for its timings). Functions that
  *   compile or load kernels (fsa_plan_create, the first fsa_fill_u32 of a
  *   context, fsa_cache_verify on a device) block the calling thread and must
  *   not run during a stream capture.
@@ -460,7 +462,9 @@ FSA_API void fsa_plan_destroy(fsa_plan *plan);
 /**
  * Bytes of device workspace a forward call needs. With a workspace limit in
  * the descriptor the result does not exceed it, unless even one token chunk
- * needs more.
+ * needs more. With tuning on and no tuning record for the bucket yet, it
+ * covers every variant the call may measure (a smaller workspace only means
+ * the call does not measure).
  * @param[out] bytes_out    the size; 0 when the call needs no workspace (no
  *                          tokens, or the NSA path)
  * @param      plan         the plan
@@ -475,7 +479,8 @@ FSA_API fsa_status fsa_plan_workspace_size(size_t *bytes_out, const fsa_plan *pl
                                            int64_t total_tokens, int batch);
 
 /**
- * The path a forward call with this many tokens takes, and why.
+ * The path a forward call with this many tokens takes, and why (the bucket's
+ * tuning record, else the heuristic; fsa_plan_choice_get tells which).
  * @param[out] algorithm_out FSA_ALGORITHM_FSA or FSA_ALGORITHM_NSA
  * @param[out] reason_out    a static sentence; may be NULL
  * @param      plan          the plan
@@ -587,7 +592,8 @@ typedef struct fsa_fwd_args {
 
 /**
  * Enqueues the forward on `stream` and returns: no allocation, no host
- * synchronization; can be captured in a CUDA graph. Every argument is checked
+ * synchronization (except a tuning call: fsa_context_options.tune); can be
+ * captured in a CUDA graph. Every argument is checked
  * on the host before anything is enqueued (the device data, such as
  * cu_seqlens and the top-k indices, is not read on the host).
  * @param plan   the plan
