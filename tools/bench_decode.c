@@ -25,6 +25,9 @@
 #include "fsa.h"
 
 #include "bench_cuda.h"
+#include "tool_args.h"
+
+#include <getopt.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -55,8 +58,10 @@
 
 enum { HQ = 32, D = 128, PAGE = 64 };
 
+#define DEC_MAX_LIST 16 /* values of -L, -B or -G; more is a usage error */
+
 typedef struct dec_opts {
-    int ls[8], n_ls, bs[8], n_bs, gs[8], n_gs;
+    int ls[DEC_MAX_LIST], n_ls, bs[DEC_MAX_LIST], n_bs, gs[DEC_MAX_LIST], n_gs;
     int reps, splits;
     double max_gb;
     int prefill, dense;
@@ -295,21 +300,83 @@ static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int m
     return plan;
 }
 
-static int parse_ints(const char *s, int *out, int cap)
+static void decode_usage(FILE *f)
 {
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < cap; tok = strtok_r(NULL, ",", &save)) {
-        const long v = strtol(tok, NULL, 10);
-        if (v <= 0) {
-            free(copy);
-            return -1;
-        }
-        out[n++] = (int)v;
-    }
-    free(copy);
-    return n;
+    fprintf(f,
+            "Usage: fsa-bench --decode [OPTIONS]   paged KV-cache decode, speculative and prefill timings\n"
+            "  -L LIST          cached lengths (default 8192,32768,131072; at most %d values)\n"
+            "  -B LIST          batch sizes (default 1,16,64,128,256)\n"
+            "  -G LIST          query heads per KV head (default 1,4,16)\n"
+            "  --reps N         timed graph replays per row (default 30)\n"
+            "  --max-gb GB      skip rows whose cache would exceed this (default 90)\n"
+            "  --splits N       split count of the plan (default 0: the plan's rule)\n"
+            "  --no-prefill     skip the chunked-prefill row\n"
+            "  --no-dense       skip the dense decode rows\n"
+            "  -h, --help       this text\n"
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
+            DEC_MAX_LIST);
 }
+
+static int decode_usage_error(const char *option)
+{
+    fprintf(stderr, "fsa-bench --decode: bad value for %s\n", option);
+    decode_usage(stderr);
+    return TOOL_EXIT_USAGE;
+}
+
+/* Options of --decode; returns -1 to go on, else the exit code. */
+static int parse_decode_args(dec_opts *o, int argc, char **argv)
+{
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE };
+    static const struct option longs[] = {
+        {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
+        {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
+        {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    long v;
+    int c;
+    optind = 1;
+    opterr = 0; /* argv[0] is "--decode": the messages below name the tool instead */
+    while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'L':
+            if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L");
+            break;
+        case 'B':
+            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, 1 << 20) != 0) return decode_usage_error("-B");
+            break;
+        case 'G':
+            if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G");
+            break;
+        case OPT_REPS:
+            if (tool_parse_long(&v, optarg, 1, 1000000) != 0) return decode_usage_error("--reps");
+            o->reps = (int)v;
+            break;
+        case OPT_MAX_GB:
+            if (tool_parse_double(&o->max_gb, optarg, 0.001, 1e6) != 0) return decode_usage_error("--max-gb");
+            break;
+        case OPT_SPLITS:
+            if (tool_parse_long(&v, optarg, 0, 64) != 0) return decode_usage_error("--splits");
+            o->splits = (int)v;
+            break;
+        case OPT_NO_PREFILL: o->prefill = 0; break;
+        case OPT_NO_DENSE: o->dense = 0; break;
+        case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
+        default:
+            fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
+            decode_usage(stderr);
+            return TOOL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fsa-bench --decode: unexpected argument %s\n", argv[optind]);
+        decode_usage(stderr);
+        return TOOL_EXIT_USAGE;
+    }
+    return -1;
+}
+
 
 static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
 {
@@ -392,25 +459,10 @@ int fsa_bench_decode(int argc, char **argv)
 {
     dec_opts o = {.ls = {8192, 32768, 131072}, .n_ls = 3, .bs = {1, 16, 64, 128, 256}, .n_bs = 5,
                   .gs = {1, 4, 16}, .n_gs = 3, .reps = 30, .max_gb = 90.0, .prefill = 1, .dense = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-prefill")) o.prefill = 0;
-        else if (!strcmp(a, "--no-dense")) o.dense = 0;
-        else if (v && !strcmp(a, "-L")) o.n_ls = parse_ints(v, o.ls, 8), i++;
-        else if (v && !strcmp(a, "-B")) o.n_bs = parse_ints(v, o.bs, 8), i++;
-        else if (v && !strcmp(a, "-G")) o.n_gs = parse_ints(v, o.gs, 8), i++;
-        else if (v && !strcmp(a, "--reps")) o.reps = atoi(v), i++;
-        else if (v && !strcmp(a, "--max-gb")) o.max_gb = atof(v), i++;
-        else if (v && !strcmp(a, "--splits")) o.splits = atoi(v), i++;
-        else {
-            printf("usage: fsa-bench --decode [-L LIST] [-B LIST] [-G LIST] [--reps N] [--max-gb GB] [--splits N]\n"
-                   "                          [--no-prefill] [--no-dense]\n");
-            return 2;
-        }
-    }
-    if (o.n_ls <= 0 || o.n_bs <= 0 || o.n_gs <= 0 || o.reps < 1) return 2;
+    const int rc = parse_decode_args(&o, argc, argv);
+    if (rc >= 0) return rc;
     char why[512];
-    if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --decode: %s\n", why), 1;
+    if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --decode: %s\n", why), TOOL_EXIT_TARGET;
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     fsa_context *ctx = NULL;
     FSA(fsa_context_create(&ctx, &co));

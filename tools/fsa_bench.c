@@ -889,6 +889,7 @@ static void print_usage(FILE *f)
             "Usage: fsa-bench [-T LIST] [-G LIST] [OPTIONS]     time every T x G combination\n"
             "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
             "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
+            "       fsa-bench --decode [DECODE OPTIONS]        paged KV-cache decode (fsa-bench --decode --help)\n"
             "\n"
             "Problem:\n"
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
@@ -927,26 +928,13 @@ static int usage_error(const char *fmt, const char *arg)
 /* Comma-separated positive numbers, at most MAX_LIST of them. */
 static int parse_list(const char *text, int *out, int *n_out, const char *option)
 {
-    int n = 0;
-    for (const char *p = text;;) {
-        size_t len = strcspn(p, ",");
-        char item[32];
-        long v;
-        if (len == 0 || len >= sizeof item) return usage_error("%s: not a list of positive numbers", option);
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (tool_parse_long(&v, item, 1, 1L << 30) != 0) return usage_error("%s: not a list of positive numbers", option);
-        if (n == MAX_LIST) {
-            char what[64];
-            snprintf(what, sizeof what, "%s: more than %d values", option, MAX_LIST);
-            return usage_error("%s", what);
-        }
-        out[n++] = (int)v;
-        if (p[len] == '\0') break;
-        p += len + 1;
+    const int rc = tool_parse_list(out, n_out, MAX_LIST, text, 1, 1L << 30);
+    if (rc == -2) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: more than %d values", option, MAX_LIST);
+        return usage_error("%s", what);
     }
-    *n_out = n;
-    return 0;
+    return rc == 0 ? 0 : usage_error("%s: not a list of positive numbers", option);
 }
 
 static int parse_int(int *out, const char *text, long min, long max, const char *option)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 int tool_parse_dtype(fsa_dtype *out, const char *text)
@@ -53,6 +54,26 @@ int tool_parse_long(long *out, const char *text, long min, long max)
     if (end == text || *end != '\0' || errno != 0 || isspace((unsigned char)*text) || v < min || v > max)
         return -1;
     *out = v;
+    return 0;
+}
+
+int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, long max)
+{
+    int n = 0;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        long v;
+        if (len == 0 || len >= sizeof item) return -1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (tool_parse_long(&v, item, min, max) != 0) return -1;
+        if (n == cap) return -2;
+        out[n++] = (int)v;
+        if (p[len] == '\0') break;
+        p += len + 1;
+    }
+    *n_out = n;
     return 0;
 }
 

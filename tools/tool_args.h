@@ -31,6 +31,9 @@ int tool_parse_bytes(uint64_t *out, const char *text);
 
 /* A whole decimal number in [min, max], nothing else in the text. */
 int tool_parse_long(long *out, const char *text, long min, long max);
+/* Comma-separated whole numbers, each in [min, max], at most `cap` of them.
+ * 0 on success; -1 on bad syntax or a value out of range; -2 past `cap`. */
+int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, long max);
 /* A finite decimal number in [min, max]. */
 int tool_parse_double(double *out, const char *text, double min, double max);
 

@@ -69,3 +69,15 @@ run(0 --workspace-limit 512m --dry-run)
 expect("${OUT}" "workspace limit 536870912 B" "512m is 512 MiB")
 
 message(STATUS "fsa-bench command line: all checks passed")
+
+# --decode: the same conventions (help on stdout, usage errors exit 2 with the usage on stderr).
+run(0 --decode --help)
+expect("${OUT}" "^Usage: fsa-bench --decode" "decode help on stdout")
+foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
+             "--decode;--reps;0" "--decode;--splits;-1" "--decode;extra")
+  run(2 ${args})
+  expect("${ERR}" "^fsa-bench --decode: .*\nUsage: fsa-bench --decode" "decode usage error for ${args}")
+  if(NOT OUT STREQUAL "")
+    message(FATAL_ERROR "decode usage error for ${args} wrote to stdout:\n${OUT}")
+  endif()
+endforeach()
