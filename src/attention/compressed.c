@@ -7,7 +7,6 @@
 #include "base/struct_size.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,35 +69,19 @@ static fsa_status read_desc(fsa_compressed_attention_desc *d, const fsa_compress
     return validate_desc(d);
 }
 
-/* The template parameters, as text, and the kernel requests built on them. */
-typedef struct cmp_kernel_params {
-    char dtype[8], dk[8], dv[8], g[8], bk[8], k[8], l[8], s[8];
-    fsa_param fwd[4];    /* DTYPE, HEAD_DIM, VALUE_DIM, GROUP */
-    fsa_param select[7]; /* DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE, TOP_K, KERNEL_SIZE, STRIDE */
-} cmp_kernel_params;
-
-static void kernel_params_init(cmp_kernel_params *kp, const fsa_compressed_attention_desc *d, int group)
+/* The plan's kernels: described (launch shapes) from the configuration. */
+static void describe_kernels(fsa_compressed_plan *plan)
 {
-    snprintf(kp->dtype, sizeof kp->dtype, "%s", d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
-    snprintf(kp->dk, sizeof kp->dk, "%d", d->head_dim);
-    snprintf(kp->dv, sizeof kp->dv, "%d", d->value_dim);
-    snprintf(kp->g, sizeof kp->g, "%d", group);
-    snprintf(kp->bk, sizeof kp->bk, "%d", d->block_size);
-    snprintf(kp->k, sizeof kp->k, "%d", d->top_k);
-    snprintf(kp->l, sizeof kp->l, "%d", d->kernel_size);
-    snprintf(kp->s, sizeof kp->s, "%d", d->stride);
-    const fsa_param dtype = {"DTYPE", kp->dtype, ""}, dk = {"HEAD_DIM", kp->dk, "d"}, g = {"GROUP", kp->g, "g"};
-    kp->fwd[0] = dtype;
-    kp->fwd[1] = dk;
-    kp->fwd[2] = (fsa_param){"VALUE_DIM", kp->dv, "dv"};
-    kp->fwd[3] = g;
-    kp->select[0] = dtype;
-    kp->select[1] = dk;
-    kp->select[2] = g;
-    kp->select[3] = (fsa_param){"BLOCK_SIZE", kp->bk, "bk"};
-    kp->select[4] = (fsa_param){"TOP_K", kp->k, "k"};
-    kp->select[5] = (fsa_param){"KERNEL_SIZE", kp->l, "l"};
-    kp->select[6] = (fsa_param){"STRIDE", kp->s, "s"};
+    const fsa_compressed_attention_desc *d = &plan->desc;
+    plan->config = (fsa_kernel_config){.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
+                                       .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
+                                       .kernel_size = d->kernel_size, .stride = d->stride};
+    fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
+    if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
+    if (d->backward) {
+        fsa_kernel_describe(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, &plan->config);
+        fsa_kernel_describe(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, &plan->config);
+    }
 }
 
 fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ctx,
@@ -117,34 +100,19 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
-    plan->fwd_smem = fsa_qt_fwd_smem_bytes(d.head_dim, d.value_dim);
-    if (d.top_k > 0)
-        plan->select_smem =
-            fsa_cmp_sel_smem_bytes(d.head_dim, plan->group, d.kernel_size, d.stride, d.block_size, d.top_k);
-    if (d.backward) {
-        plan->dq_smem = fsa_cmp_dq_smem_bytes(d.head_dim, d.value_dim);
-        plan->dkv_smem = fsa_cmp_dkv_smem_bytes(d.head_dim, d.value_dim);
-    }
+    describe_kernels(plan);
     const int max_smem = ctx->max_smem_per_block;
-    if (plan->fwd_smem > max_smem || plan->select_smem > max_smem || plan->dq_smem > max_smem ||
-        plan->dkv_smem > max_smem)
+    if ((int)plan->fwd.smem > max_smem || (int)plan->select.smem > max_smem || (int)plan->bwd_dq.smem > max_smem ||
+        (int)plan->bwd_dkv.smem > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
-                 "compressed attention needs %d bytes of shared memory (selection %d, backward %d and %d); target %s "
+                 "compressed attention needs %u bytes of shared memory (selection %u, backward %u and %u); target %s "
                  "allows %d",
-                 plan->fwd_smem, plan->select_smem, plan->dq_smem, plan->dkv_smem, ctx->target, max_smem);
-
-    cmp_kernel_params kp;
-    kernel_params_init(&kp, &d, plan->group);
-    const fsa_kernel_request fwd = {"cmp_fwd", kp.fwd, 4, "fsa_cmp_fwd"};
-    FSA_CHECK(fsa_context_get_function(&plan->fwd, ctx, &fwd, "fsa_cmp_fwd", plan->fwd_smem));
-    if (d.top_k > 0) {
-        const fsa_kernel_request select = {"cmp_select", kp.select, 7, "fsa_cmp_select"};
-        FSA_CHECK(fsa_context_get_function(&plan->select, ctx, &select, "fsa_cmp_select", plan->select_smem));
-    }
+                 plan->fwd.smem, plan->select.smem, plan->bwd_dq.smem, plan->bwd_dkv.smem, ctx->target, max_smem);
+    FSA_CHECK(fsa_kernel_load(&plan->fwd, FSA_K_CMP_FWD, ctx, &plan->config));
+    if (d.top_k > 0) FSA_CHECK(fsa_kernel_load(&plan->select, FSA_K_CMP_SELECT, ctx, &plan->config));
     if (d.backward) {
-        const fsa_kernel_request bwd = {"cmp_bwd", kp.fwd, 4, "fsa_cmp_bwd_dq\nfsa_cmp_bwd_dkv"};
-        FSA_CHECK(fsa_context_get_function(&plan->bwd_dq, ctx, &bwd, "fsa_cmp_bwd_dq", plan->dq_smem));
-        FSA_CHECK(fsa_context_get_function(&plan->bwd_dkv, ctx, &bwd, "fsa_cmp_bwd_dkv", plan->dkv_smem));
+        FSA_CHECK(fsa_kernel_load(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, ctx, &plan->config));
+        FSA_CHECK(fsa_kernel_load(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, ctx, &plan->config));
     }
     *out = plan;
     plan = NULL;
@@ -203,20 +171,13 @@ cleanup:
     return st;
 }
 
-fsa_status fsa_cmp_check_device(const char *stage, const fsa_compressed_plan *plan)
-{
-    /* Arguments are checked first so that they can be checked without a GPU. */
-    if (plan->ctx->cu == NULL)
-        return fsa_error_set(FSA_STATUS_NO_DEVICE, stage, "the plan's context has no device (offline target %s)",
-                             plan->ctx->target);
-    return FSA_STATUS_OK;
-}
-
-/* Every argument, on the host, before anything is enqueued. */
-static fsa_status fwd_validate(const fsa_compressed_plan *plan, const void *local, int *has_work)
+/* Every argument, on the host, before anything is enqueued (the device is
+ * required after them, so they can be checked offline). */
+static fsa_status fwd_check(const void *compressed_plan, const void *call, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_compressed_fwd_args *a = local;
+    const fsa_compressed_plan *plan = compressed_plan;
+    const fsa_compressed_fwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const int64_t T = a->total_tokens, hkv = plan->desc.num_kv_heads;
     if (a->topk.ptr != 0 && plan->desc.top_k == 0)
@@ -227,7 +188,6 @@ static fsa_status fwd_validate(const fsa_compressed_plan *plan, const void *loca
     if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
     if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");
-    FSA_CHECK(fsa_cmp_check_device(STAGE_FWD, plan));
 cleanup:
     return st;
 }
@@ -253,51 +213,19 @@ void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, con
     p->local_blocks = d->local_blocks;
 }
 
-fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, CUfunction fn, unsigned smem, uint64_t gx, unsigned gz,
-                          CUstream stream, fsa_cmp_params *p, const char *what)
+static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_cu_api *cu = plan->ctx->cu;
-    void *args[] = {p};
-    FSA_CHECK_CU(cu,
-                 cu->LaunchKernel(fn, (unsigned)gx, (unsigned)plan->desc.num_kv_heads, gz, FSA_QT_THREADS, 1, 1, smem,
-                                  stream, args, NULL),
-                 what);
-cleanup:
-    return st;
-}
-
-fsa_status fsa_cmp_run(const fsa_cmp_op *op, void *local, const fsa_compressed_plan *plan, const void *args,
-                       void *stream)
-{
-    fsa_status st = FSA_STATUS_OK;
-    int has_work = 0;
-    if (plan == NULL || args == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, op->stage, "plan and args must not be NULL");
-    FSA_CHECK(fsa_struct_read(local, op->args_size, args, op->args_first_size, op->stage, op->args_type));
-    FSA_CHECK(op->validate(plan, local, &has_work));
-    if (!has_work) goto cleanup;
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    st = op->launch(plan, local, (CUstream)stream);
-    fsa_context_leave(plan->ctx);
-cleanup:
-    return st;
-}
-
-static fsa_status fwd_launch(const fsa_compressed_plan *plan, const void *local, CUstream stream)
-{
-    fsa_status st = FSA_STATUS_OK;
-    const fsa_compressed_fwd_args *a = local;
+    const fsa_compressed_plan *plan = compressed_plan;
+    const fsa_compressed_fwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
     p.topk = fsa_view_of(&a->topk);
     const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
-    FSA_CHECK(fsa_cmp_launch(plan, plan->fwd, (unsigned)plan->fwd_smem, tiles, 1, stream, &p, "launch fsa_cmp_fwd"));
+    FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, tiles, 1, stream, &p));
     /* The selection reads the lse the forward wrote: same stream, in order. */
-    if (a->topk.ptr != 0)
-        FSA_CHECK(fsa_cmp_launch(plan, plan->select, (unsigned)plan->select_smem, tiles, 1, stream, &p,
-                                 "launch fsa_cmp_select"));
+    if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, tiles, 1, stream, &p));
 cleanup:
     return st;
 }
@@ -305,8 +233,8 @@ cleanup:
 fsa_status fsa_compressed_attention_fwd(const fsa_compressed_plan *plan, const fsa_compressed_fwd_args *args,
                                         void *stream)
 {
-    static const fsa_cmp_op op = {STAGE_FWD, "fsa_compressed_fwd_args", sizeof(fsa_compressed_fwd_args),
-                                  FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE, fwd_validate, fwd_launch};
-    fsa_compressed_fwd_args local;
-    return fsa_cmp_run(&op, &local, plan, args, stream);
+    static const fsa_call_frame frame = {STAGE_FWD, "fsa_compressed_fwd_args", sizeof(fsa_compressed_fwd_args),
+                                         FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE, fwd_check, fwd_launch};
+    fsa_compressed_fwd_args a;
+    return fsa_call_framed(&frame, &a, plan, args, stream);
 }

@@ -6,8 +6,6 @@
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
-#include <string.h>
-
 #define STAGE_BWD "compressed-backward"
 
 /* delta [Hq, T] floats, rounded up to the workspace alignment. */
@@ -34,10 +32,13 @@ cleanup:
     return st;
 }
 
-static fsa_status bwd_validate(const fsa_compressed_plan *plan, const void *local, int *has_work)
+/* Every argument, on the host, before anything is enqueued (the device is
+ * required after them, so they can be checked offline). */
+static fsa_status bwd_check(const void *compressed_plan, const void *call, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_compressed_bwd_args *a = local;
+    const fsa_compressed_plan *plan = compressed_plan;
+    const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const int64_t T = a->total_tokens, Tc = a->total_compressed;
     const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
@@ -52,16 +53,16 @@ static fsa_status bwd_validate(const fsa_compressed_plan *plan, const void *loca
     if (fsa_cmp_grid_key_tiles(Tc, a->batch) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles", (long long)Tc);
     FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, workspace_bytes(plan, T)));
-    FSA_CHECK(fsa_cmp_check_device(STAGE_BWD, plan));
 cleanup:
     return st;
 }
 
 /* dq (with delta into the workspace), then dk and dv, which read that delta. */
-static fsa_status bwd_launch(const fsa_compressed_plan *plan, const void *local, CUstream stream)
+static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_compressed_bwd_args *a = local;
+    const fsa_compressed_plan *plan = compressed_plan;
+    const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const fsa_compressed_attention_desc *d = &plan->desc;
     fsa_cmp_params p;
@@ -74,10 +75,8 @@ static fsa_status bwd_launch(const fsa_compressed_plan *plan, const void *local,
     const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
     const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a->total_compressed, a->batch);
     const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
-    FSA_CHECK(fsa_cmp_launch(plan, plan->bwd_dq, (unsigned)plan->dq_smem, q_tiles, 1, stream, &p,
-                             "launch fsa_cmp_bwd_dq"));
-    FSA_CHECK(fsa_cmp_launch(plan, plan->bwd_dkv, (unsigned)plan->dkv_smem, k_tiles, parts, stream, &p,
-                             "launch fsa_cmp_bwd_dkv"));
+    FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
+    FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
 cleanup:
     return st;
 }
@@ -85,8 +84,8 @@ cleanup:
 fsa_status fsa_compressed_attention_bwd(const fsa_compressed_plan *plan, const fsa_compressed_bwd_args *args,
                                         void *stream)
 {
-    static const fsa_cmp_op op = {STAGE_BWD, "fsa_compressed_bwd_args", sizeof(fsa_compressed_bwd_args),
-                                  FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE, bwd_validate, bwd_launch};
-    fsa_compressed_bwd_args local;
-    return fsa_cmp_run(&op, &local, plan, args, stream);
+    static const fsa_call_frame frame = {STAGE_BWD, "fsa_compressed_bwd_args", sizeof(fsa_compressed_bwd_args),
+                                         FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE, bwd_check, bwd_launch};
+    fsa_compressed_bwd_args a;
+    return fsa_call_framed(&frame, &a, plan, args, stream);
 }

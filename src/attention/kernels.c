@@ -8,7 +8,19 @@
 #include <string.h>
 
 /* Template parameters, in the order a family lists them. */
-typedef enum tparam { TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KEYS, TP_PAGE_SIZE, TP_N } tparam;
+typedef enum tparam {
+    TP_DTYPE,
+    TP_HEAD_DIM,
+    TP_VALUE_DIM,
+    TP_GROUP,
+    TP_BLOCK_SIZE,
+    TP_TOP_K,
+    TP_KEYS,
+    TP_PAGE_SIZE,
+    TP_KERNEL_SIZE,
+    TP_STRIDE,
+    TP_N
+} tparam;
 
 static const struct {
     const char *name; /* {{NAME}} in the template */
@@ -16,10 +28,11 @@ static const struct {
 } tparams[TP_N] = {
     [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
-    [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"},
+    [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
+    [TP_STRIDE] = {"STRIDE", "s"},
 };
 
-#define MAX_FAMILY_PARAMS 6
+#define MAX_FAMILY_PARAMS 7
 typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
@@ -30,6 +43,10 @@ typedef enum family_id {
     FAM_BWD_REDUCE,
     FAM_BWD_DQ_NSA,
     FAM_KVC,
+    FAM_CMP_FWD,
+    FAM_CMP_SELECT,
+    FAM_CMP_BWD,
+    FAM_SWA_FWD,
     FAM_N
 } family_id;
 
@@ -47,6 +64,11 @@ static const struct {
     [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 6, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
+    [FAM_CMP_FWD] = {"cmp_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_CMP_SELECT] = {"cmp_select", 7,
+                        {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE}},
+    [FAM_CMP_BWD] = {"cmp_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_SWA_FWD] = {"swa_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -69,11 +91,16 @@ static const struct {
     [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},
     [FSA_K_KVC_FWD] = {FAM_KVC, "fsa_kvc_fwd"},
     [FSA_K_KVC_MERGE] = {FAM_KVC, "fsa_kvc_merge"},
+    [FSA_K_CMP_FWD] = {FAM_CMP_FWD, "fsa_cmp_fwd"},
+    [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},
+    [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
+    [FSA_K_CMP_BWD_DKV] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv"},
+    [FSA_K_SWA_FWD] = {FAM_SWA_FWD, "fsa_swa_fwd"},
 };
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
 {
-    const int d = c->head_dim, g = c->group, bk = c->block_size;
+    const int d = c->head_dim, dv = c->value_dim, g = c->group, bk = c->block_size;
     int threads = FSA_ROW_THREADS, smem = 0;
     switch (id) {
     case FSA_K_COUNT:
@@ -101,8 +128,16 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_kvc_smem_bytes(d, g);
         break;
     case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
+    /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS, set below. */
+    case FSA_K_CMP_FWD:
+    case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;
+    case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, bk, c->top_k); break;
+    case FSA_K_CMP_BWD_DQ: smem = fsa_cmp_dq_smem_bytes(d, dv); break;
+    case FSA_K_CMP_BWD_DKV: smem = fsa_cmp_dkv_smem_bytes(d, dv); break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
+    const family_id f = kernels[id].family;
+    if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
@@ -126,6 +161,9 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_TOP_K], sizeof b->values[0], "%d", c->top_k);
     snprintf(b->values[TP_KEYS], sizeof b->values[0], "%d", c->bwd_keys);
     snprintf(b->values[TP_PAGE_SIZE], sizeof b->values[0], "%d", c->page_size);
+    snprintf(b->values[TP_VALUE_DIM], sizeof b->values[0], "%d", c->value_dim);
+    snprintf(b->values[TP_KERNEL_SIZE], sizeof b->values[0], "%d", c->kernel_size);
+    snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
@@ -148,18 +186,24 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
 }
 
-fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
-                             void *params)
+fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
+                                CUstream stream, void *params)
 {
     const fsa_cu_api *cu = ctx->cu;
     void *args[] = {params};
-    if (gx == 0 || gy == 0) return FSA_STATUS_OK;
+    if (gx == 0 || gy == 0 || gz == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
-    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, 1, k->threads, 1, 1, k->smem, stream, args, NULL);
+    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, gz, k->threads, 1, 1, k->smem, stream, args, NULL);
     if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
     char stage[40];
     snprintf(stage, sizeof stage, "launch %s", k->name);
     return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
+}
+
+fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
+                             void *params)
+{
+    return fsa_kernel_launch_3d(k, ctx, gx, gy, 1, stream, params);
 }
 
 fsa_status fsa_kernel_persistent_grid(int *grid_out, fsa_context *ctx, const fsa_kernel *k)

@@ -1,15 +1,18 @@
-/* The kernels of selected attention, over packed tensors and over a paged KV
- * cache. One table says, per kernel, which
+/* The kernels of the attention operations: selected attention over packed
+ * tensors and over a paged KV cache, compressed attention with its block
+ * selection, sliding-window attention. One table says, per kernel, which
  * template family it comes from, which template parameters that family
  * takes and which entry point it is; the launch shape (threads, dynamic
- * shared memory) comes from templates/fsa_layout.cuh, the header the kernel
- * itself is built from. */
+ * shared memory) comes from templates/fsa_layout.cuh (fsa_qt_layout.cuh and
+ * cmp_params.cuh for the query-tile kernels), the headers the kernels
+ * themselves are built from. */
 #ifndef FSA_ATTENTION_KERNELS_H
 #define FSA_ATTENTION_KERNELS_H
 
 #include "jit/context.h"
 #include "fsa.h"
 
+#include "../../templates/cmp_params.cuh"
 #include "../../templates/kvc_params.cuh"
 #include "../../templates/sel_params.cuh"
 
@@ -29,6 +32,11 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */
     FSA_K_KVC_FWD,       /* paged KV cache: a tile of new tokens over its share of the selected blocks */
     FSA_K_KVC_MERGE,     /* paged KV cache: the shares of split sequences, merged */
+    FSA_K_CMP_FWD,       /* compressed attention: output and lse per query tile */
+    FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */
+    FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */
+    FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv */
+    FSA_K_SWA_FWD,       /* sliding-window attention forward */
     FSA_K_N
 } fsa_kernel_id;
 
@@ -46,6 +54,8 @@ typedef struct fsa_kernel_config {
     int head_dim, group, block_size, top_k;
     int bwd_keys;  /* keys per backward main-kernel CTA */
     int page_size; /* tokens per page of a paged KV cache */
+    int value_dim;               /* query-tile kernels: V's head dimension */
+    int kernel_size, stride;     /* compressed attention: the compression */
 } fsa_kernel_config;
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
@@ -54,9 +64,13 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
 /* Describes kernel `id`, then compiles or loads it for the context. */
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);
 
-/* Launches kernel k (loaded for ctx) on a (gx, gy) grid with its block size
- * and shared memory, `params` (its parameter block) as its one argument; an
- * empty grid launches nothing. Inside ctx, which has a device. */
+/* Launches kernel k (loaded for ctx) on a (gx, gy, gz) grid with its block
+ * size and shared memory, `params` (its parameter block) as its one
+ * argument; an empty grid launches nothing. Inside ctx, which has a device. */
+fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
+                                CUstream stream, void *params);
+
+/* fsa_kernel_launch_3d on a (gx, gy, 1) grid. */
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
                              void *params);
 

@@ -107,6 +107,20 @@ fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage)
     return fsa_context_enter(ctx);
 }
 
+fsa_status fsa_call_framed(const fsa_call_frame *f, void *call, const void *plan, const void *args, void *stream)
+{
+    int has_work = 0;
+    fsa_status st = fsa_call_read(call, f->args_size, plan, args, f->args_first_size, f->stage, f->args_type);
+    if (st == FSA_STATUS_OK) st = f->check(plan, call, &has_work);
+    if (st != FSA_STATUS_OK || !has_work) return st;
+    const fsa_context *ctx = *(fsa_context *const *)plan; /* the plan's first member */
+    st = fsa_call_enter(ctx, f->stage);
+    if (st != FSA_STATUS_OK) return st;
+    st = f->launch(plan, call, (CUstream)stream);
+    fsa_context_leave(ctx);
+    return st;
+}
+
 fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream)
 {
     fsa_status st = fsa_call_read(call, op->args_size, plan, args, op->args_first_size, op->stage, op->args_type);

@@ -68,6 +68,22 @@ fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const v
                          const char *stage, const char *args_type);
 fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage);
 
+/* How an operation with its own argument checks is called (compressed and
+ * window attention): its args struct, its checks, its launch sequence. Its
+ * plan struct starts with its `fsa_context *`. */
+typedef struct fsa_call_frame {
+    const char *stage, *args_type;
+    size_t args_size, args_first_size;
+    /* Every argument, on the host; *has_work = 0: nothing to launch. */
+    fsa_status (*check)(const void *plan, const void *call, int *has_work);
+    /* The launch sequence, inside the plan's context. */
+    fsa_status (*launch)(const void *plan, const void *call, CUstream stream);
+} fsa_call_frame;
+
+/* One call framed by f: fsa_call_read into `call` (f->args_size bytes), the
+ * checks, then with work fsa_call_enter, the launches, fsa_context_leave. */
+fsa_status fsa_call_framed(const fsa_call_frame *f, void *call, const void *plan, const void *args, void *stream);
+
 /* How one operation of selected attention is called: its args struct, its
  * checks, its launch sequence. The op's call struct starts with its args
  * struct. */

@@ -8,7 +8,6 @@
 #include "../../templates/swa_params.cuh"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,12 +15,11 @@
 #define STAGE_FWD "window-forward"
 
 struct fsa_window_plan {
-    fsa_context *ctx;
+    fsa_context *ctx; /* first: the call frame finds it here */
     fsa_window_attention_desc desc; /* value_dim resolved */
     int group;
     float scale;
-    CUfunction fwd; /* NULL offline */
-    int smem;
+    fsa_kernel fwd; /* fn NULL offline */
 };
 
 static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
@@ -54,7 +52,6 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     fsa_status st = FSA_STATUS_OK;
     fsa_window_plan *plan = NULL;
     fsa_window_attention_desc d;
-    char dtype[8], dk[8], dv[8], g[8];
     if (out != NULL) *out = NULL;
     if (out == NULL || ctx == NULL || desc == NULL)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "out, context and descriptor must not be NULL");
@@ -68,19 +65,14 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
-    plan->smem = fsa_qt_fwd_smem_bytes(d.head_dim, d.value_dim);
-    if (plan->smem > ctx->max_smem_per_block)
+    const fsa_kernel_config c = {
+        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
+    fsa_kernel_describe(&plan->fwd, FSA_K_SWA_FWD, &c);
+    if ((int)plan->fwd.smem > ctx->max_smem_per_block)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
-                 "window attention needs %d bytes of shared memory; target %s allows %d", plan->smem, ctx->target,
+                 "window attention needs %u bytes of shared memory; target %s allows %d", plan->fwd.smem, ctx->target,
                  ctx->max_smem_per_block);
-    snprintf(dtype, sizeof dtype, "%s", d.dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
-    snprintf(dk, sizeof dk, "%d", d.head_dim);
-    snprintf(dv, sizeof dv, "%d", d.value_dim);
-    snprintf(g, sizeof g, "%d", plan->group);
-    const fsa_param params[4] = {
-        {"DTYPE", dtype, ""}, {"HEAD_DIM", dk, "d"}, {"VALUE_DIM", dv, "dv"}, {"GROUP", g, "g"}};
-    const fsa_kernel_request req = {"swa_fwd", params, 4, "fsa_swa_fwd"};
-    FSA_CHECK(fsa_context_get_function(&plan->fwd, ctx, &req, "fsa_swa_fwd", plan->smem));
+    FSA_CHECK(fsa_kernel_load(&plan->fwd, FSA_K_SWA_FWD, ctx, &c));
     *out = plan;
     return FSA_STATUS_OK;
 cleanup:
@@ -90,11 +82,16 @@ cleanup:
 
 void fsa_window_plan_destroy(fsa_window_plan *plan) { free(plan); }
 
-static fsa_status validate_args(const fsa_window_plan *plan, const fsa_window_fwd_args *a)
+/* Every argument, on the host, before anything is enqueued (the device is
+ * required after them, so they can be checked offline). */
+static fsa_status check_args(const void *window_plan, const void *call, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
+    const fsa_window_plan *plan = window_plan;
+    const fsa_window_fwd_args *a = call;
     const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
     FSA_CHECK(fsa_check_tokens(STAGE_FWD, T, a->batch));
+    *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (fsa_qt_grid_tiles(T, a->batch, plan->group) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_FWD, "%lld tokens need too many query tiles", (long long)T);
@@ -104,46 +101,35 @@ static fsa_status validate_args(const fsa_window_plan *plan, const fsa_window_fw
     const fsa_tensor_check views[] = {
         {"q", &a->q, T, hq}, {"k", &a->k, T, hkv}, {"v", &a->v, T, hkv}, {"o", &a->o, T, hq}};
     FSA_CHECK(fsa_check_tensors(STAGE_FWD, views, 4));
-    /* Arguments are checked first so that they can be checked without a GPU. */
-    if (plan->ctx->cu == NULL)
-        FSA_FAIL(FSA_STATUS_NO_DEVICE, STAGE_FWD, "the plan's context has no device (offline target %s)",
-                 plan->ctx->target);
 cleanup:
     return st;
 }
 
-fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args, void *stream)
+/* One kernel over the query tiles of every sequence, inside the plan's context. */
+static fsa_status launch(const void *window_plan, const void *call, CUstream stream)
 {
-    fsa_status st = FSA_STATUS_OK;
-    int entered = 0;
-    if (plan == NULL || args == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_FWD, "plan and args must not be NULL");
-    fsa_window_fwd_args a;
-    FSA_CHECK(fsa_struct_read(&a, sizeof a, args, FSA_WINDOW_FWD_ARGS_FIRST_SIZE, STAGE_FWD, "fsa_window_fwd_args"));
-    FSA_CHECK(validate_args(plan, &a));
-    if (a.total_tokens == 0) goto cleanup;
+    const fsa_window_plan *plan = window_plan;
+    const fsa_window_fwd_args *a = call;
     fsa_swa_params p;
     memset(&p, 0, sizeof p);
-    p.q = fsa_view_of(&a.q);
-    p.o = fsa_view_of(&a.o);
-    p.k = fsa_view_of(&a.k);
-    p.v = fsa_view_of(&a.v);
-    p.lse = (long long)a.lse;
-    p.cu_seqlens = (long long)a.cu_seqlens;
-    p.total_tokens = a.total_tokens;
-    p.batch = a.batch;
+    p.q = fsa_view_of(&a->q);
+    p.o = fsa_view_of(&a->o);
+    p.k = fsa_view_of(&a->k);
+    p.v = fsa_view_of(&a->v);
+    p.lse = (long long)a->lse;
+    p.cu_seqlens = (long long)a->cu_seqlens;
+    p.total_tokens = a->total_tokens;
+    p.batch = a->batch;
     p.scale_log2 = (double)plan->scale * FSA_LOG2E;
     p.window = plan->desc.window;
-    const unsigned tiles = (unsigned)fsa_qt_grid_tiles(a.total_tokens, a.batch, plan->group);
-    const fsa_cu_api *cu = plan->ctx->cu;
-    void *kargs[] = {&p};
-    FSA_CHECK(fsa_context_enter(plan->ctx));
-    entered = 1;
-    FSA_CHECK_CU(cu,
-                 cu->LaunchKernel(plan->fwd, tiles, (unsigned)plan->desc.num_kv_heads, 1, FSA_QT_THREADS, 1, 1,
-                                  (unsigned)plan->smem, (CUstream)stream, kargs, NULL),
-                 "launch fsa_swa_fwd");
-cleanup:
-    if (entered) fsa_context_leave(plan->ctx);
-    return st;
+    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
+}
+
+fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args, void *stream)
+{
+    static const fsa_call_frame frame = {STAGE_FWD, "fsa_window_fwd_args", sizeof(fsa_window_fwd_args),
+                                         FSA_WINDOW_FWD_ARGS_FIRST_SIZE, check_args, launch};
+    fsa_window_fwd_args a;
+    return fsa_call_framed(&frame, &a, plan, args, stream);
 }
