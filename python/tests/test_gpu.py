@@ -308,6 +308,13 @@ def test_workspace_limit_runs_in_chunks_with_the_same_result(library):
 
 def test_validate_refuses_bad_metadata_that_a_plain_call_runs_through(library):
     inputs, _ = make(CASES[0], requires_grad=False)  # sequences of 63, 64, 65 and 1 tokens, blocks of 64
+    # Check mode accepts -1 and the blocks of a token's own sequence (future ones included); the random
+    # selection also points past the sequence's last block, which check mode reports: make those -1.
+    cu, bk = inputs["cu_seqlens"].tolist(), CASES[0]["BK"]
+    n_blocks = torch.cat([torch.full((e - s,), (e - s + bk - 1) // bk) for s, e in zip(cu[:-1], cu[1:])])
+    topk = inputs["topk_idx"].cpu()  # [Hkv, T, K]
+    topk[topk >= n_blocks.view(1, -1, 1)] = -1
+    inputs["topk_idx"] = topk.to(inputs["topk_idx"].device)
     good = fsa_jit.selected_attention(**inputs)
     torch.testing.assert_close(fsa_jit.selected_attention(**inputs, validate=True), good, rtol=0, atol=0)
 
