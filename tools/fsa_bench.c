@@ -57,6 +57,7 @@ typedef enum bench_mode { MODE_GRID, MODE_STANDARD, MODE_JIT } bench_mode;
 typedef struct options {
     bench_mode mode;
     int dry_run; /* print what would run, touch no GPU */
+    int tune;    /* measure each row's bucket before choosing (tuning on) */
     int tokens[MAX_LIST], n_tokens;
     int groups[MAX_LIST], n_groups;
     int head_dim;
@@ -231,6 +232,7 @@ typedef struct input_set {
 typedef struct bench_row {
     int T, G, D, hkv;
     fsa_algorithm chosen;
+    fsa_algorithm heuristic; /* what AUTO takes without a tuning record */
     const char *reason;
     double ms[3];      /* by fsa_algorithm: AUTO (chosen), FSA, NSA; < 0 = not run */
     size_t ws[3];
@@ -471,6 +473,13 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
             exit(1);
         }
     }
+    fsa_plan_choice before = FSA_PLAN_CHOICE_INIT;
+    FSA(fsa_plan_choice_get(&before, plans[0], FSA_OPERATION_FORWARD, T));
+    row->heuristic = before.algorithm;
+    if (o->tune) {
+        int measured = 0;
+        FSA(fsa_plan_tune(&measured, plans[0], FSA_OPERATION_FORWARD, T));
+    }
     FSA(fsa_plan_algorithm(&row->chosen, &row->reason, plans[0], T));
 
     const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D, nsel = (size_t)hkv * T * K;
@@ -609,6 +618,7 @@ static void print_row(const bench_row *r, FILE *json, int first)
         fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": ", first ? "" : ",\n", r->T,
                 r->G, r->D, alg_name(r->chosen));
         json_string(json, r->reason);
+        fprintf(json, ", \"heuristic\": \"%s\"", alg_name(r->heuristic));
         json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
         json_field(json, "ms_fsa", "%.4f", r->ms[1], r->ms[1] >= 0);
         json_field(json, "ms_nsa", "%.4f", r->ms[2], r->ms[2] >= 0);
@@ -907,6 +917,8 @@ static void print_usage(FILE *f)
             "  --warmup-ms MS        warm-up before timing (default 25)\n"
             "  --cache-dir DIR       kernel cache (default $FSA_CACHE_DIR, ...)\n"
             "  --json FILE           also write the rows as JSON (null where a value does not exist)\n"
+            "  --tune                measure each row's token bucket first (tuning on; records go to the\n"
+            "                        cache) so that AUTO takes the measured choice; JSON gives both\n"
             "  --dry-run             print what would run and exit, without a GPU\n"
             "  -h, --help            this text\n"
             "  --version             the library version\n"
@@ -961,7 +973,8 @@ enum {
     OPT_JSON,
     OPT_ONLY,
     OPT_DRY_RUN,
-    OPT_VERSION
+    OPT_VERSION,
+    OPT_TUNE
 };
 
 static const struct option k_long_options[] = {
@@ -982,6 +995,7 @@ static const struct option k_long_options[] = {
     {"dry-run", no_argument, NULL, OPT_DRY_RUN},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"tune", no_argument, NULL, OPT_TUNE},
     {NULL, 0, NULL, 0},
 };
 
@@ -1037,6 +1051,7 @@ static int parse_args(options *o, const char **jit_child, int argc, char **argv)
             break;
         case OPT_BACKWARD: o->backward = 1; break;
         case OPT_DRY_RUN: o->dry_run = 1; break;
+        case OPT_TUNE: o->tune = 1; break;
         case OPT_STANDARD: rc = set_mode(o, MODE_STANDARD, &mode_given); break;
         case OPT_JIT: rc = set_mode(o, MODE_JIT, &mode_given); break;
         case OPT_JIT_CHILD: *jit_child = optarg; break;
@@ -1075,6 +1090,7 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
     }
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     co.cache_dir = o->cache_dir;
+    if (o->tune) co.tune = FSA_TUNE_ON;
     fsa_status st = fsa_context_create(ctx, &co);
     if (st != FSA_STATUS_OK) {
         fprintf(stderr, "fsa-bench: %s\n", fsa_last_error());
