@@ -60,10 +60,11 @@ cleanup:
 
 /* The caller's descriptor (maybe an older, shorter version: newer fields
  * read as zero) with value_dim resolved, checked. */
-static fsa_status read_desc(fsa_compressed_attention_desc *d, const fsa_compressed_attention_desc *caller)
+static fsa_status read_desc(fsa_compressed_attention_desc *d, const void *out, const fsa_context *ctx,
+                            const fsa_compressed_attention_desc *caller)
 {
-    const fsa_status st = fsa_struct_read(d, sizeof *d, caller, FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
-                                          "fsa_compressed_attention_desc");
+    const fsa_status st = fsa_plan_desc_read(d, sizeof *d, out, ctx, caller, FSA_COMPRESSED_ATTENTION_DESC_FIRST_SIZE,
+                                             STAGE_PLAN, "fsa_compressed_attention_desc");
     if (st != FSA_STATUS_OK) return st;
     if (d->value_dim == 0) d->value_dim = d->head_dim;
     return validate_desc(d);
@@ -91,9 +92,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     fsa_compressed_plan *plan = NULL;
     fsa_compressed_attention_desc d;
     if (out != NULL) *out = NULL;
-    if (out == NULL || ctx == NULL || desc == NULL)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "out, context and descriptor must not be NULL");
-    FSA_CHECK(read_desc(&d, desc));
+    FSA_CHECK(read_desc(&d, out, ctx, desc));
     plan = calloc(1, sizeof *plan);
     FSA_CHECK_ALLOC(plan, STAGE_PLAN);
     plan->ctx = ctx;

@@ -66,11 +66,8 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     fsa_kvcache_plan *plan = NULL;
     fsa_kvcache_desc d; /* the caller's version, newer fields zero */
     if (out != NULL) *out = NULL;
-    fsa_status st = out && ctx && caller_desc ? FSA_STATUS_OK
-                                              : fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE,
-                                                              "out, context and descriptor must not be NULL");
-    if (st == FSA_STATUS_OK)
-        st = fsa_struct_read(&d, sizeof d, caller_desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE, "fsa_kvcache_desc");
+    fsa_status st = fsa_plan_desc_read(&d, sizeof d, out, ctx, caller_desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE,
+                                       "fsa_kvcache_desc");
     if (st != FSA_STATUS_OK) goto cleanup;
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;

@@ -99,6 +99,14 @@ fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const v
     return fsa_struct_read(call, call_size, args, first_size, stage, args_type);
 }
 
+fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, const void *ctx,
+                              const void *caller_desc, size_t first_size, const char *stage, const char *desc_type)
+{
+    if (out == NULL || ctx == NULL || caller_desc == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "out, context and descriptor must not be NULL");
+    return fsa_struct_read(desc, desc_size, caller_desc, first_size, stage, desc_type);
+}
+
 fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage)
 {
     if (ctx->cu == NULL)

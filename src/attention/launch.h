@@ -68,6 +68,12 @@ fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const v
                          const char *stage, const char *args_type);
 fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage);
 
+/* The start of every plan constructor: out, context and descriptor not NULL,
+ * then the caller's descriptor (any version from first_size up) read into
+ * `desc`. The caller clears *out first. */
+fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, const void *ctx,
+                              const void *caller_desc, size_t first_size, const char *stage, const char *desc_type);
+
 /* How an operation with its own argument checks is called (compressed and
  * window attention): its args struct, its checks, its launch sequence. Its
  * plan struct starts with its `fsa_context *`. */

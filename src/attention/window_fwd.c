@@ -53,10 +53,8 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     fsa_window_plan *plan = NULL;
     fsa_window_attention_desc d;
     if (out != NULL) *out = NULL;
-    if (out == NULL || ctx == NULL || desc == NULL)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE_PLAN, "out, context and descriptor must not be NULL");
-    FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
-                              "fsa_window_attention_desc"));
+    FSA_CHECK(fsa_plan_desc_read(&d, sizeof d, out, ctx, desc, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
+                                 "fsa_window_attention_desc"));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
     plan = calloc(1, sizeof *plan);
