@@ -98,7 +98,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->ctx = ctx;
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
-    plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
+    plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     describe_kernels(plan);
     const int max_smem = ctx->max_smem_per_block;
     if ((int)plan->fwd.smem > max_smem || (int)plan->select.smem > max_smem || (int)plan->bwd_dq.smem > max_smem ||

@@ -78,7 +78,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     const int splits = d.splits > 0 ? d.splits : (d.top_k + 3) / 4 < 16 ? (d.top_k + 3) / 4 : 16;
     FSA_CHECK_ALLOC(plan = calloc(1, sizeof *plan), STAGE);
     *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .tile_tokens = fsa_kvc_tile_tokens(group),
-                               .splits = splits, .scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim)};
+                               .splits = splits, .scale = fsa_softmax_scale(d.scale, d.head_dim)};
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, group) + fsa_kvc_static_smem_bytes(group, desc->top_k);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */

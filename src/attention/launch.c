@@ -4,6 +4,7 @@
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -98,6 +99,8 @@ fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const v
     if (plan == NULL || args == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "plan and args must not be NULL");
     return fsa_struct_read(call, call_size, args, first_size, stage, args_type);
 }
+
+float fsa_softmax_scale(float scale, int head_dim) { return scale > 0.0f ? scale : 1.0f / sqrtf((float)head_dim); }
 
 fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, const void *ctx,
                               const void *caller_desc, size_t first_size, const char *stage, const char *desc_type)

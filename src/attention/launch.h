@@ -68,6 +68,9 @@ fsa_status fsa_call_read(void *call, size_t call_size, const void *plan, const v
                          const char *stage, const char *args_type);
 fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage);
 
+/* The softmax scale a descriptor asks for: `scale`, or 1/sqrt(head_dim) when it is 0. */
+float fsa_softmax_scale(float scale, int head_dim);
+
 /* The start of every plan constructor: out, context and descriptor not NULL,
  * then the caller's descriptor (any version from first_size up) read into
  * `desc`. The caller clears *out first. */

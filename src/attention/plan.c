@@ -144,7 +144,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->desc = *desc;
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->tune.level = (fsa_tune_level)ctx->tune;
-    plan->scale = desc->scale > 0.0f ? desc->scale : 1.0f / sqrtf((float)desc->head_dim);
+    plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim, .group = plan->group,
                                        .block_size = desc->block_size, .top_k = desc->top_k};

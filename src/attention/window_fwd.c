@@ -62,7 +62,7 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->ctx = ctx;
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
-    plan->scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)d.head_dim);
+    plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     const fsa_kernel_config c = {
         .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
     fsa_kernel_describe(&plan->fwd, FSA_K_SWA_FWD, &c);
