@@ -57,12 +57,10 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
                                  "fsa_window_attention_desc"));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
-    plan = calloc(1, sizeof *plan);
+    plan = malloc(sizeof *plan);
     FSA_CHECK_ALLOC(plan, STAGE_PLAN);
-    plan->ctx = ctx;
-    plan->desc = d;
-    plan->group = d.num_q_heads / d.num_kv_heads;
-    plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
+    *plan = (fsa_window_plan){
+        .ctx = ctx, .desc = d, .group = d.num_q_heads / d.num_kv_heads, .scale = fsa_softmax_scale(d.scale, d.head_dim)};
     const fsa_kernel_config c = {
         .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
     fsa_kernel_describe(&plan->fwd, FSA_K_SWA_FWD, &c);
