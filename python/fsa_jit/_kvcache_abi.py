@@ -7,7 +7,7 @@ from . import _lib
 _I64, _U64 = ctypes.c_int64, ctypes.c_uint64
 
 
-class fsa_kvcache_desc(ctypes.Structure):
+class fsa_kvcache_desc(_lib._Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
@@ -23,14 +23,10 @@ class fsa_kvcache_desc(ctypes.Structure):
         ("splits", ctypes.c_int),
     ]
 
-    def __init__(self, **fields):
-        # FSA_KVCACHE_DESC_INIT
-        super().__init__(ctypes.sizeof(fsa_kvcache_desc), _lib.FSA_DTYPE_BF16, 128, 0, 0, 64, 16, 64, 0, 0, 0.0, 0)
-        for name, value in fields.items():
-            setattr(self, name, value)
+    _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16, "page_size": 64}  # FSA_KVCACHE_DESC_INIT
 
 
-class fsa_kvcache_args(ctypes.Structure):
+class fsa_kvcache_args(_lib._Sized):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("num_query_tokens", _I64),
@@ -49,11 +45,6 @@ class fsa_kvcache_args(ctypes.Structure):
         ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
     ]
 
-    def __init__(self, **fields):
-        super().__init__()
-        self.struct_size = ctypes.sizeof(fsa_kvcache_args)
-        for name, value in fields.items():
-            setattr(self, name, value)
 
 
 STRUCTS = {"fsa_kvcache_desc": fsa_kvcache_desc, "fsa_kvcache_args": fsa_kvcache_args}
