@@ -512,6 +512,7 @@ typedef struct fsa_plan_choice {
     int64_t bucket_tokens;     /**< the tuning bucket: the token count rounded up to a power of two */
     int candidates;            /**< variants the chooser could take for this shape */
     int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet) */
+    int splits;                /**< paged-cache plans: shares of a one-tile sequence; 0 for other plans */
 } fsa_plan_choice;
 
 #define FSA_PLAN_CHOICE_INIT FSA_INIT_(fsa_plan_choice, )
@@ -716,8 +717,9 @@ FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bw
  * fsa_kvcache_plan_info) splits its selected blocks into `splits` contiguous
  * shares computed by different CTAs and merged by lse in share order; a
  * longer one never splits. The rule reads only the sequence's own query
- * length and plan constants, so a sequence's o and lse are bitwise the same
- * alone or in any batch. */
+ * length and plan constants (the split count is the plan's: forced, its
+ * tuning record or the heuristic, never the batch's), so a sequence's o and
+ * lse are bitwise the same alone or in any batch with the same plan state. */
 
 typedef struct fsa_kvcache_plan fsa_kvcache_plan;
 
@@ -734,7 +736,8 @@ typedef struct fsa_kvcache_desc {
     int max_batch;            /**< most sequences per call (required) */
     int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
-    int splits;               /**< shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+    int splits;               /**< shares of a one-tile sequence, 1..64; 0 = chosen (fsa_kvcache_plan_choice_get):
+                                   a tuning record, else ceil(top_k / 4), at most 16 */
 } fsa_kvcache_desc;
 
 #define FSA_KVCACHE_DESC_INIT                                                                          \
@@ -760,7 +763,8 @@ FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
 
 /**
  * Bytes of device workspace every call of the plan needs (sized for
- * max_batch; 0 when no sequence can split). Host-only and thread-safe.
+ * max_batch and the largest split count the plan may choose; 0 when no
+ * sequence can split). Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
 
@@ -770,6 +774,35 @@ FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan);
+
+/**
+ * The split count the plan's calls take, and why: forced by the descriptor
+ * (splits > 0), the plan's tuning record (measured), or the heuristic
+ * (ceil(top_k / 4), at most 16). algorithm is FSA_ALGORITHM_AUTO (one loop
+ * order), bucket_tokens 0 (one record per plan), variant e.g. "kvc.s4"
+ * (valid while the plan lives), splits the share count.
+ * @param[out] out  struct_size set by the caller (FSA_PLAN_CHOICE_INIT)
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE.
+ * Host-only and thread-safe; never measures.
+ */
+FSA_API fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_kvcache_plan *plan);
+
+/**
+ * Measures the plan's split counts now, as its first call with tuning on
+ * would: each candidate on scratch decode batches (one sequence, and about
+ * four (sequence, KV head) pairs per SM, up to max_batch) the library
+ * allocates and frees, on `stream`, within about 300 ms; the winner (the
+ * smallest geometric mean of the two times) becomes the plan's tuning record
+ * in the cache directory. A plan that has a record, or one candidate, or a
+ * stream being captured, is left alone (measured_out 0).
+ * @param[out] measured_out 1 when it measured; may be NULL
+ * @param      plan         a plan of a context with a device and tuning on
+ * @param      stream       a CUstream of the plan's device, or NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
+ *         (tuning off); FSA_STATUS_NO_DEVICE; driver errors.
+ * Blocks (allocation, host synchronization).
+ */
+FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_plan *plan, void *stream);
 
 /** Arguments of fsa_kvcache_attention.
  *

@@ -20,7 +20,7 @@ const char *fsa_order_name(fsa_algorithm order) { return order == FSA_ALGORITHM_
 
 void fsa_variant_name(char *out, size_t n, const fsa_variant *v)
 {
-    int len = snprintf(out, n, "%s", fsa_order_name(v->order));
+    int len = snprintf(out, n, "%s", v->order == FSA_ALGORITHM_AUTO ? "kvc" : fsa_order_name(v->order));
     if (v->tile_rows && len >= 0 && (size_t)len < n) len += snprintf(out + len, n - (size_t)len, ".t%d", v->tile_rows);
     if (v->stages && len >= 0 && (size_t)len < n) len += snprintf(out + len, n - (size_t)len, ".p%d", v->stages);
     if (v->splits && len >= 0 && (size_t)len < n) snprintf(out + len, n - (size_t)len, ".s%d", v->splits);

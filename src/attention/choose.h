@@ -13,17 +13,20 @@
 
 typedef struct fsa_plan fsa_plan;
 
-typedef enum fsa_op_kind { FSA_OP_FWD = 0, FSA_OP_BWD = 1, FSA_OP_KINDS } fsa_op_kind;
+/* The operations of a selected-attention plan (FSA_OP_KINDS of them), and
+ * the paged-cache plan's one choice (its split count, a record per plan). */
+typedef enum fsa_op_kind { FSA_OP_FWD = 0, FSA_OP_BWD = 1, FSA_OP_KINDS, FSA_OP_KVC = FSA_OP_KINDS } fsa_op_kind;
 
 /* One launch variant of an operation. Kernels with more launch parameters
  * append fields here (tile shape, pipeline stages, split counts of the
  * KV-cache path); 0 means the kernel's only value, and a field that is not 0
  * becomes part of the variant's name, so records stay readable and distinct. */
 typedef struct fsa_variant {
-    fsa_algorithm order; /* loop order; backward: the order dq is computed in */
+    fsa_algorithm order; /* loop order; backward: the order dq is computed in; AUTO: the
+                          * operation has one loop order (the paged cache's, named "kvc") */
     int tile_rows;       /* 0: the kernel's fixed tile */
     int stages;          /* 0: the kernel's fixed pipeline */
-    int splits;          /* 0: no split (KV-cache path) */
+    int splits;          /* KV-cache path: shares of a one-tile sequence; 0 elsewhere */
 } fsa_variant;
 
 #define FSA_MAX_VARIANTS 8
@@ -52,8 +55,8 @@ typedef struct fsa_tune_state {
     atomic_int slot[FSA_OP_KINDS][FSA_TUNE_BUCKETS];
 } fsa_tune_state;
 
-/* "fsa", "nsa"; with tile, stages or splits set, e.g. "nsa.s4". Writes at
- * most `n` bytes. */
+/* "fsa", "nsa"; with tile, stages or splits set, e.g. "nsa.p3", "kvc.s4".
+ * Writes at most `n` bytes. */
 void fsa_variant_name(char *out, size_t n, const fsa_variant *v);
 /* A static name for the plain loop orders ("fsa", "nsa"). */
 const char *fsa_order_name(fsa_algorithm order);

@@ -1,8 +1,9 @@
 /* Selected attention over a paged KV cache: plan (descriptor checks, kernel
  * loading, workspace size) and the call (argument checks, one attention
  * kernel, one merge kernel when sequences split). Everything goes on the
- * caller's stream: no allocation, no host synchronization. */
-#include "launch.h"
+ * caller's stream: no allocation, no host synchronization (except the one
+ * call that measures the split count with tuning on: kvcache_tune.c). */
+#include "kvcache.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -12,14 +13,6 @@
 #include <string.h>
 
 #define STAGE "kvcache"
-
-struct fsa_kvcache_plan {
-    fsa_context *ctx;
-    fsa_kvcache_desc desc;
-    int group, tile_tokens, splits;
-    float scale;
-    fsa_kernel fwd, merge;
-};
 
 static int is_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
@@ -72,13 +65,12 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;
     const int group = d.num_q_heads / d.num_kv_heads;
-    /* A quarter of the slots per share: decode at small batches gets 4x the
-     * CTAs for the K = 16 of NSA, and the partials stay small beside the K/V
-     * bytes at large batches. */
-    const int splits = d.splits > 0 ? d.splits : (d.top_k + 3) / 4 < 16 ? (d.top_k + 3) / 4 : 16;
     FSA_CHECK_ALLOC(plan = calloc(1, sizeof *plan), STAGE);
-    *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .tile_tokens = fsa_kvc_tile_tokens(group),
-                               .splits = splits, .scale = fsa_softmax_scale(d.scale, d.head_dim)};
+    plan->ctx = ctx;
+    plan->desc = d;
+    plan->group = group;
+    plan->tile_tokens = fsa_kvc_tile_tokens(group);
+    plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, group) + fsa_kvc_static_smem_bytes(group, desc->top_k);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
@@ -87,6 +79,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
+    fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     *out = plan;
     plan = NULL;
 cleanup:
@@ -96,12 +89,13 @@ cleanup:
 
 void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan) { free(plan); }
 
-/* Partials of every split share: [max_batch, Hkv, splits, rows] lse, then D floats per row. */
+/* Partials of every split share: [max_batch, Hkv, max_splits, rows] lse,
+ * then D floats per row; room for the largest share count a variant takes. */
 static size_t part_rows(const fsa_kvcache_plan *plan)
 {
-    return plan->splits <= 1 ? 0
-                             : (size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads * (size_t)plan->splits *
-                                   (size_t)fsa_kvc_rows(plan->group);
+    return plan->max_splits <= 1 ? 0
+                                 : (size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads *
+                                       (size_t)plan->max_splits * (size_t)fsa_kvc_rows(plan->group);
 }
 
 static size_t lse_part_offset(const fsa_kvcache_plan *plan)
@@ -109,7 +103,7 @@ static size_t lse_part_offset(const fsa_kvcache_plan *plan)
     return (part_rows(plan) * (size_t)plan->desc.head_dim * 4 + 255) & ~(size_t)255;
 }
 
-static size_t workspace_bytes(const fsa_kvcache_plan *plan)
+size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan)
 {
     return part_rows(plan) == 0 ? 0 : lse_part_offset(plan) + part_rows(plan) * 4;
 }
@@ -118,7 +112,7 @@ fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_
 {
     if (bytes_out == NULL || plan == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
-    *bytes_out = workspace_bytes(plan);
+    *bytes_out = fsa_kvc_workspace_bytes(plan);
     return FSA_STATUS_OK;
 }
 
@@ -126,9 +120,46 @@ fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fs
 {
     if (tile_tokens_out == NULL || splits_out == NULL || plan == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "outputs and plan must not be NULL");
+    fsa_kvc_choice c;
+    fsa_kvc_choose(&c, plan);
     *tile_tokens_out = plan->tile_tokens;
-    *splits_out = plan->splits;
+    *splits_out = c.splits;
     return FSA_STATUS_OK;
+}
+
+fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_kvcache_plan *plan)
+{
+    if (out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "out and plan must not be NULL");
+    fsa_kvc_choice c;
+    fsa_kvc_choose(&c, plan);
+    fsa_plan_choice r = FSA_PLAN_CHOICE_INIT;
+    r.algorithm = FSA_ALGORITHM_AUTO; /* one loop order */
+    r.source = c.source;
+    r.reason = c.reason;
+    r.variant = c.variant;
+    r.bucket_tokens = 0;
+    r.candidates = plan->tune.c.n;
+    r.will_measure = c.may_measure;
+    r.splits = c.splits;
+    return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
+}
+
+fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_plan *plan, void *stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int measured = 0;
+    if (measured_out) *measured_out = 0;
+    if (plan == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "plan must not be NULL");
+    if (plan->tune.level == FSA_TUNE_LEVEL_OFF)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE,
+                             "tuning is off for this plan's context (FSA_TUNE, options.tune)");
+    FSA_CHECK(fsa_call_enter(plan->ctx, STAGE));
+    st = fsa_kvc_tune(&measured, plan, (CUstream)stream);
+    fsa_context_leave(plan->ctx);
+    if (measured_out) *measured_out = measured;
+cleanup:
+    return st;
 }
 
 /* A paged cache: a tensor view over the rows of a page, plus the page stride. */
@@ -171,8 +202,8 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
                  (long long)a->num_pages, a->max_pages_per_seq, (long long)a->block_table_stride);
     if (a->topk.head_stride < 0 || a->topk.token_stride < 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "top-k strides must be non-negative");
-    FSA_CHECK(fsa_check_workspace(STAGE, workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
-                                  workspace_bytes(plan)));
+    FSA_CHECK(fsa_check_workspace(STAGE, fsa_kvc_workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
+                                  fsa_kvc_workspace_bytes(plan)));
 cleanup:
     return st;
 }
@@ -183,7 +214,7 @@ static fsa_kvc_cache_view cache_view_of(const fsa_tensor *t, int64_t page_stride
     return v;
 }
 
-static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
+static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits)
 {
     memset(p, 0, sizeof *p);
     p->q = fsa_view_of(&a->q);
@@ -203,21 +234,21 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->batch = a->batch;
     p->num_kv_heads = plan->desc.num_kv_heads;
     p->scale_log2 = (double)plan->scale * FSA_LOG2E;
-    p->splits = plan->splits;
+    p->splits = splits;
     p->o_part = (long long)a->workspace;
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
 /* The attention kernel over every tile of the batch, then the merge of the
- * split sequences; inside the plan's context. */
-static fsa_status launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, CUstream stream)
+ * split sequences. */
+fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
 {
     fsa_kvc_params p;
-    params_of(&p, plan, a);
+    params_of(&p, plan, a, splits);
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    fsa_status st = fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)plan->splits, stream, &p);
-    if (st == FSA_STATUS_OK && plan->splits > 1)
+    fsa_status st = fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)splits, stream, &p);
+    if (st == FSA_STATUS_OK && splits > 1)
         st = fsa_kernel_launch(&plan->merge, plan->ctx, (uint64_t)a->batch, hkv, stream, &p);
     return st;
 }
@@ -230,7 +261,14 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     if (st != FSA_STATUS_OK || a.num_query_tokens == 0 || a.batch == 0) return st;
     st = fsa_call_enter(plan->ctx, STAGE);
     if (st != FSA_STATUS_OK) return st;
-    st = launch(plan, &a, (CUstream)stream);
+    fsa_kvc_choice c;
+    fsa_kvc_choose(&c, plan);
+    if (c.may_measure) {
+        int measured = 0; /* a failure to measure leaves the heuristic; the call still runs */
+        if (fsa_kvc_tune(&measured, plan, (CUstream)stream) != FSA_STATUS_OK) fsa_error_clear();
+        fsa_kvc_choose(&c, plan);
+    }
+    st = fsa_kvc_launch(plan, &a, c.splits, (CUstream)stream);
     fsa_context_leave(plan->ctx);
     return st;
 }

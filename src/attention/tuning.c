@@ -13,35 +13,26 @@
 #define STAGE "tune"
 #define RECORD_MAGIC "fsa-tuning-record 1\n"
 
-static const char *op_name(fsa_op_kind op) { return op == FSA_OP_FWD ? "fwd" : "bwd"; }
+static const char *op_name(fsa_op_kind op) { return op == FSA_OP_FWD ? "fwd" : op == FSA_OP_BWD ? "bwd" : "kvc"; }
 
-fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op_kind op, int bucket)
+fsa_status fsa_tune_key_build(fsa_kernel_key *out, const fsa_context *ctx, fsa_op_kind op, const char *shape,
+                              const char *name, const fsa_candidates *c)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_selected_attention_desc *d = &plan->desc;
-    const fsa_context *ctx = plan->ctx;
-    const char *dtype = d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16";
-    const long long tokens = (long long)fsa_tune_bucket_tokens(bucket);
-    fsa_candidates c;
-    fsa_strbuf text = {0}, name = {0};
+    fsa_strbuf text = {0}, nm = {0};
     memset(out, 0, sizeof *out);
-    fsa_candidates_of(&c, plan, op);
-    fsa_strbuf_appendf(&text,
-                       "fsa-tuning-key 1\nlibrary %s\ntemplates %s\nop %s\ntokens %lld\ndtype %s\nhead_dim %d\n"
-                       "group %d\nblock_size %d\ntop_k %d\ntarget %s\ngpu %s\nsms %d\ncandidates",
-                       FSA_VERSION_STRING, fsa_templates_digest(), op_name(op), tokens, dtype, d->head_dim,
-                       plan->group, d->block_size, d->top_k, ctx->target, ctx->gpu_name[0] ? ctx->gpu_name : "none",
-                       ctx->sm_count);
-    for (int i = 0; i < c.n; i++) {
+    fsa_strbuf_appendf(&text, "fsa-tuning-key 1\nlibrary %s\ntemplates %s\nop %s\n%starget %s\ngpu %s\nsms %d\ncandidates",
+                       FSA_VERSION_STRING, fsa_templates_digest(), op_name(op), shape, ctx->target,
+                       ctx->gpu_name[0] ? ctx->gpu_name : "none", ctx->sm_count);
+    for (int i = 0; i < c->n; i++) {
         char v[32];
-        fsa_variant_name(v, sizeof v, &c.v[i]);
+        fsa_variant_name(v, sizeof v, &c->v[i]);
         fsa_strbuf_appendf(&text, " %s", v);
     }
     fsa_strbuf_append(&text, "\n");
-    fsa_strbuf_appendf(&name, "tune_%s_%s_d%d_g%d_bk%d_k%d_t%lld", op_name(op), dtype, d->head_dim, plan->group,
-                       d->block_size, d->top_k, tokens);
+    fsa_strbuf_appendf(&nm, "tune_%s_%s", op_name(op), name);
     out->text = fsa_strbuf_take(&text);
-    out->name = fsa_strbuf_take(&name);
+    out->name = fsa_strbuf_take(&nm);
     if (out->text == NULL || out->name == NULL) {
         fsa_key_free(out);
         FSA_FAIL(FSA_STATUS_OUT_OF_MEMORY, STAGE, "tuning record key");
@@ -50,6 +41,21 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     fsa_hex(out->hex, out->digest, 16);
 cleanup:
     return st;
+}
+
+fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op_kind op, int bucket)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    const char *dtype = d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16";
+    const long long tokens = (long long)fsa_tune_bucket_tokens(bucket);
+    char shape[256], name[128];
+    fsa_candidates c;
+    fsa_candidates_of(&c, plan, op);
+    snprintf(shape, sizeof shape, "tokens %lld\ndtype %s\nhead_dim %d\ngroup %d\nblock_size %d\ntop_k %d\n", tokens,
+             dtype, d->head_dim, plan->group, d->block_size, d->top_k);
+    snprintf(name, sizeof name, "%s_d%d_g%d_bk%d_k%d_t%lld", dtype, d->head_dim, plan->group, d->block_size, d->top_k,
+             tokens);
+    return fsa_tune_key_build(out, plan->ctx, op, shape, name, &c);
 }
 
 char *fsa_tune_record_text(fsa_op_kind op, const fsa_candidates *c, int winner, const double *ms)
@@ -105,25 +111,31 @@ int fsa_tune_record_parse(const char *text, size_t len, fsa_op_kind op, const fs
     return found;
 }
 
-/* The record of one bucket from the disk cache: 1 + candidate index, or 0. */
-static int read_record(const fsa_plan *plan, fsa_op_kind op, int bucket, const fsa_candidates *c)
+int fsa_tune_read(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, const fsa_candidates *c)
 {
-    fsa_kernel_key key;
     fsa_disk_entry e = {0};
     int slot = 0;
-    fsa_context *ctx = plan->ctx;
-    if (fsa_tune_record_key(&key, plan, op, bucket) != FSA_STATUS_OK) return 0;
     uint64_t corrupt = 0;
-    if (fsa_disk_cache_lookup_record(&e, ctx->disk, &key, ctx->target, &corrupt) == FSA_STATUS_OK) {
+    if (ctx->disk == NULL) return 0;
+    if (fsa_disk_cache_lookup_record(&e, ctx->disk, key, ctx->target, &corrupt) == FSA_STATUS_OK) {
         slot = fsa_tune_record_parse((const char *)e.cubin, e.cubin_size, op, c);
         if (slot == 0) corrupt++; /* a whole entry whose text is not a record of these candidates */
     }
     if (corrupt) {
         atomic_fetch_add(&ctx->counters.corrupt_entries, corrupt);
-        fsa_log_warn(ctx->log, "tuning record %s.%s ignored (damaged or foreign); the bucket is measured again",
-                     key.name, key.hex);
+        fsa_log_warn(ctx->log, "tuning record %s.%s ignored (damaged or foreign); it is measured again", key->name,
+                     key->hex);
     }
     fsa_disk_entry_free(&e);
+    return slot;
+}
+
+/* The record of one bucket from the disk cache: 1 + candidate index, or 0. */
+static int read_record(const fsa_plan *plan, fsa_op_kind op, int bucket, const fsa_candidates *c)
+{
+    fsa_kernel_key key;
+    if (fsa_tune_record_key(&key, plan, op, bucket) != FSA_STATUS_OK) return 0;
+    const int slot = fsa_tune_read(plan->ctx, &key, op, c);
     fsa_key_free(&key);
     return slot;
 }
@@ -141,65 +153,67 @@ void fsa_tune_load_records(fsa_plan *plan)
     fsa_error_clear(); /* misses are not errors */
 }
 
+void fsa_tune_publish(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, const fsa_candidates *c,
+                      int winner, const double *ms)
+{
+    if (ctx->disk == NULL || fsa_disk_cache_read_only(ctx->disk)) return;
+    char *text = fsa_tune_record_text(op, c, winner, ms);
+    if (text == NULL || fsa_disk_cache_publish_record(ctx->disk, key, ctx->target, text) != FSA_STATUS_OK) {
+        atomic_fetch_add(&ctx->counters.write_failures, 1);
+        fsa_log_warn(ctx->log, "tuning record %s not written: %s", key->name, fsa_last_error());
+        fsa_error_clear();
+    }
+    free(text);
+}
+
 /* Publishes the record; a cache that cannot take it only costs a re-measure
  * in the next process. */
 static void publish_record(const fsa_plan *plan, fsa_op_kind op, int bucket, const fsa_candidates *c, int winner,
                            const double *ms)
 {
-    fsa_context *ctx = plan->ctx;
     fsa_kernel_key key;
-    if (ctx->disk == NULL || fsa_disk_cache_read_only(ctx->disk)) return;
+    if (plan->ctx->disk == NULL) return;
     if (fsa_tune_record_key(&key, plan, op, bucket) != FSA_STATUS_OK) {
         fsa_error_clear();
         return;
     }
-    char *text = fsa_tune_record_text(op, c, winner, ms);
-    if (text == NULL || fsa_disk_cache_publish_record(ctx->disk, &key, ctx->target, text) != FSA_STATUS_OK) {
-        atomic_fetch_add(&ctx->counters.write_failures, 1);
-        fsa_log_warn(ctx->log, "tuning record %s not written: %s", key.name, fsa_last_error());
-        fsa_error_clear();
-    }
-    free(text);
+    fsa_tune_publish(plan->ctx, &key, op, c, winner, ms);
     fsa_key_free(&key);
 }
 
 /* -1 when it cannot be told (no entry point, or the driver refuses). */
-static int stream_capturing(const fsa_cu_api *cu, CUstream stream)
+int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream)
 {
     CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
     if (cu == NULL || cu->StreamIsCapturing == NULL || cu->StreamIsCapturing(stream, &s) != CUDA_SUCCESS) return -1;
     return s != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-static int have_events(const fsa_cu_api *cu)
+int fsa_tune_can_time(const fsa_cu_api *cu)
 {
-    return cu->EventCreate && cu->EventDestroy && cu->EventRecord && cu->EventSynchronize && cu->EventElapsedTime;
+    return cu != NULL && cu->EventCreate && cu->EventDestroy && cu->EventRecord && cu->EventSynchronize && cu->EventElapsedTime;
 }
 
-/* Times the candidates: one untimed run each (first-launch costs), then up
- * to FSA_TUNE_MAX_REPEATS timed rounds while the budget lasts; each keeps
- * its fastest run. *timed_out is 0 when the events failed (no record then). */
-static fsa_status measure(double *ms, int *timed_out, const fsa_plan *plan, const fsa_candidates *c, const void *call,
-                          fsa_variant_run_fn run, CUstream stream)
+fsa_status fsa_tune_time(double *ms, int *timed_out, const fsa_cu_api *cu, int n, fsa_tune_run_fn run, void *arg,
+                         CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_cu_api *cu = plan->ctx->cu;
     CUevent start = NULL, stop = NULL;
     const double t0 = fsa_now_ms();
     *timed_out = 0;
     if (cu->EventCreate(&start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
         cu->EventCreate(&stop, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         goto cleanup;
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; i < n; i++) {
         ms[i] = -1.0;
-        FSA_CHECK(run(call, plan, &c->v[i], stream));
+        FSA_CHECK(run(arg, i, stream));
     }
     for (int rep = 0; rep < FSA_TUNE_MAX_REPEATS; rep++) {
         if (rep > 0 && fsa_now_ms() - t0 > FSA_TUNE_BUDGET_MS) break;
-        for (int i = 0; i < c->n; i++) {
+        for (int i = 0; i < n; i++) {
             float t = 0.0f;
             if (cu->EventRecord(start, stream) != CUDA_SUCCESS) goto cleanup;
-            FSA_CHECK(run(call, plan, &c->v[i], stream));
+            FSA_CHECK(run(arg, i, stream));
             if (cu->EventRecord(stop, stream) != CUDA_SUCCESS || cu->EventSynchronize(stop) != CUDA_SUCCESS ||
                 cu->EventElapsedTime(&t, start, stop) != CUDA_SUCCESS)
                 goto cleanup;
@@ -211,6 +225,20 @@ cleanup:
     if (start) cu->EventDestroy(start);
     if (stop) cu->EventDestroy(stop);
     return st;
+}
+
+/* One candidate of a selected-attention call, as fsa_tune_time runs it. */
+typedef struct variant_runs {
+    const fsa_plan *plan;
+    const fsa_candidates *c;
+    const void *call;
+    fsa_variant_run_fn run;
+} variant_runs;
+
+static fsa_status run_variant(void *arg, int i, CUstream stream)
+{
+    const variant_runs *r = arg;
+    return r->run(r->call, r->plan, &r->c->v[i], stream);
 }
 
 fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *plan, fsa_op_kind op,
@@ -225,16 +253,17 @@ fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *pl
     fsa_choose(&choice, plan, op, total_tokens);
     *out = choice.variant;
     const fsa_cu_api *cu = plan->ctx->cu;
-    const int device = cu != NULL && have_events(cu);
+    const int device = fsa_tune_can_time(cu);
     if (!choice.may_measure ||
-        !fsa_tune_should_measure(plan->tune.level, 0, choice.candidates, device, stream_capturing(cu, stream)))
+        !fsa_tune_should_measure(plan->tune.level, 0, choice.candidates, device, fsa_stream_capturing(cu, stream)))
         return FSA_STATUS_OK;
     /* One call measures a bucket; others take the heuristic meanwhile. */
     atomic_int *slot = (atomic_int *)&plan->tune.slot[op][choice.bucket];
     int expected = 0;
     if (!atomic_compare_exchange_strong(slot, &expected, FSA_TUNE_SLOT_BUSY)) return FSA_STATUS_OK;
     fsa_candidates_of(&c, plan, op);
-    st = measure(ms, &timed, plan, &c, call, run, stream);
+    variant_runs runs = {plan, &c, call, run};
+    st = fsa_tune_time(ms, &timed, cu, c.n, run_variant, &runs, stream);
     if (st != FSA_STATUS_OK || !timed) {
         atomic_store(slot, 0); /* a later call may try again */
         return st;

@@ -20,6 +20,13 @@
 #define FSA_TUNE_BUDGET_MS 300.0
 #define FSA_TUNE_MAX_REPEATS 5
 
+/* A record key: the library and template versions, the operation, `shape`
+ * (lines "<field> <value>\n" naming the bucket), the target, GPU name and SM
+ * count, and the candidates; the file name is "tune_<op>_<name>". Caller
+ * frees with fsa_key_free. */
+fsa_status fsa_tune_key_build(fsa_kernel_key *out, const fsa_context *ctx, fsa_op_kind op, const char *shape,
+                              const char *name, const fsa_candidates *c);
+
 /* The record key of an operation's bucket on a plan (caller frees with
  * fsa_key_free). */
 fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op_kind op, int bucket);
@@ -31,6 +38,32 @@ char *fsa_tune_record_text(fsa_op_kind op, const fsa_candidates *c, int winner, 
 /* The candidate a record text names: 1 + its index, or 0 when the text is
  * not a whole record of this operation naming one of the candidates. */
 int fsa_tune_record_parse(const char *text, size_t len, fsa_op_kind op, const fsa_candidates *c);
+
+/* The record under `key` in the context's disk cache: 1 + the index of the
+ * candidate it names, or 0 (none, or damaged or foreign: counted as a corrupt
+ * entry and logged). */
+int fsa_tune_read(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, const fsa_candidates *c);
+
+/* Stores a winner under `key` (atomic publish); a cache that cannot take it
+ * only costs a re-measure in the next process. */
+void fsa_tune_publish(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, const fsa_candidates *c,
+                      int winner, const double *ms);
+
+/* Whether `stream` is being captured: 1, 0, or -1 when it cannot be told. */
+int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream);
+
+/* Whether the driver has what timing needs (events). */
+int fsa_tune_can_time(const fsa_cu_api *cu);
+
+/* Run i of n measured runs, on the stream. */
+typedef fsa_status (*fsa_tune_run_fn)(void *arg, int i, CUstream stream);
+
+/* Times runs 0..n-1: one untimed run each (first-launch costs), then up to
+ * FSA_TUNE_MAX_REPEATS timed rounds while FSA_TUNE_BUDGET_MS lasts; ms[i]
+ * gets run i's fastest time. *timed_out is 0 when the events failed (then
+ * nothing should be recorded). A run's error is returned. */
+fsa_status fsa_tune_time(double *ms, int *timed_out, const fsa_cu_api *cu, int n, fsa_tune_run_fn run, void *arg,
+                         CUstream stream);
 
 /* Fills the plan's record slots from the disk cache: every bucket of every
  * operation with more than one candidate. Not with FSA_TUNE=force (each plan

@@ -1,0 +1,64 @@
+/* Paged-cache plans inside the library: the plan, its launch, and its split
+ * count as a variant of the one chooser (choose.h). kvcache.c: descriptor,
+ * workspace, arguments and launch; kvcache_tune.c: split candidates, the
+ * heuristic, the tuning record and measuring on scratch inputs. */
+#ifndef FSA_ATTENTION_KVCACHE_H
+#define FSA_ATTENTION_KVCACHE_H
+
+#include "launch.h"
+
+/* The split count of a plan. The candidates are share counts of a one-tile
+ * sequence; the chosen one is the same for every sequence of every call (it
+ * is the plan's, never the batch's), so batch invariance holds whichever it is.
+ * slot: 0 = no record, 1 + the recorded candidate's index, or
+ * FSA_TUNE_SLOT_BUSY while a call measures (or after measuring failed:
+ * the heuristic stays). */
+typedef struct fsa_kvc_tuning {
+    fsa_tune_level level;
+    fsa_candidates c;
+    int heuristic; /* the share count without measuring */
+    atomic_int slot;
+    char names[FSA_MAX_VARIANTS][16]; /* the candidates' names, for fsa_plan_choice */
+    char heuristic_name[16];
+} fsa_kvc_tuning;
+
+struct fsa_kvcache_plan {
+    fsa_context *ctx;
+    fsa_kvcache_desc desc;
+    int group, tile_tokens;
+    int max_splits; /* the largest share count any variant takes: sizes the workspace */
+    float scale;
+    fsa_kernel fwd, merge;
+    fsa_kvc_tuning tune;
+};
+
+/* Launches one call with `splits` shares per one-tile sequence (at most
+ * max_splits), arguments already checked; inside the plan's context. */
+fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream);
+
+/* Bytes of workspace a call needs (sized for max_batch and max_splits). */
+size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan);
+
+/* Candidates, heuristic and the record from the disk cache; sets max_splits.
+ * At plan creation, before the workspace size is known. */
+void fsa_kvc_tuning_init(fsa_kvcache_plan *plan);
+
+/* The split count of a call: the record's, else the heuristic's. */
+typedef struct fsa_kvc_choice {
+    int splits;
+    const char *variant;
+    fsa_choice_source source;
+    const char *reason;
+    int may_measure;
+} fsa_kvc_choice;
+void fsa_kvc_choose(fsa_kvc_choice *out, const fsa_kvcache_plan *plan);
+
+/* Measures the candidates on scratch inputs on `stream` when it should
+ * (tuning on, several candidates, no record, a device that can time, the
+ * stream not being captured), records the winner and says so in *measured.
+ * Blocks (allocation, synchronization); inside the plan's context. A failure
+ * to measure (out of memory, say) leaves the heuristic for the plan's life and
+ * returns its status. */
+fsa_status fsa_kvc_tune(int *measured, const fsa_kvcache_plan *plan, CUstream stream);
+
+#endif

@@ -1,0 +1,293 @@
+/* The split count of a paged-cache plan as a tuned variant, on the GPU:
+ * with tuning off a call never measures; a call on a stream being captured
+ * never measures; the first uncaptured call with tuning on measures on
+ * scratch inputs, records the winner and still answers right; a later plan
+ * reads the record; a damaged record is ignored and measured again; and
+ * with a measured split count a sequence still gives the same bits alone
+ * and inside a batch of 64. */
+#include "kvcache_problem.h"
+
+#include "base/util.h"
+#include "jit/context.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* bf16, D 128, G 4 (Hkv 2), blocks of 64, top-k 16, pages of 64: splits 1, 2, 4 and 8 are the candidates. */
+static const kvc_case k_case = {"bf16_d128_g4_k16", BF, 128, 8, 2, 64, 16, 64,
+                                {{1, 3000}, {1, 70}, {4, 900}, {1, 0}, {2, 1500}}, 5, KVC_TOPK_THK, 0, 0, 0, 1};
+enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 512 };
+
+static char *g_cache_dir;
+static fsa_context *g_probe; /* keeps the device's context current for the tests' own driver calls */
+
+static fsa_context *context_with(fsa_tune_mode mode)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = g_cache_dir;
+    o.tune = mode;
+    fsa_context *ctx = NULL;
+    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("context: %s", fsa_last_error());
+    return ctx;
+}
+
+static fsa_kvcache_plan *plan_of(fsa_context *ctx)
+{
+    const fsa_kvcache_desc d = kvc_desc_of(&k_case, MAX_BATCH, MAX_TOKENS);
+    fsa_kvcache_plan *plan = NULL;
+    if (fsa_kvcache_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    return plan;
+}
+
+static fsa_plan_choice choice_of(const fsa_kvcache_plan *plan)
+{
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_OK);
+    return c;
+}
+
+/* The record files (*.tune) of the cache; the path of the last one in `path`. */
+static int count_records(const fsa_context *ctx, char *path, size_t n)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", g_cache_dir, fsa_context_target(ctx));
+    DIR *d = opendir(dir);
+    int count = 0;
+    if (d == NULL) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const size_t len = strlen(e->d_name);
+        if (len > 5 && strcmp(e->d_name + len - 5, ".tune") == 0 && e->d_name[0] != '.') {
+            count++;
+            if (path && (size_t)snprintf(path, n, "%s/", dir) + len < n) strcat(path, e->d_name);
+        }
+    }
+    closedir(d);
+    return count;
+}
+
+/* One call on `stream` (NULL: the legacy stream), checked against the float64 reference. */
+static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, kvc_outputs *keep)
+{
+    kvc_device dv;
+    kvc_device_make(&dv, p, plan);
+    kvc_poison(&dv, p);
+    fsa_kvcache_args a = kvc_args_of(&dv, p);
+    if (fsa_kvcache_attention(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("call: %s", fsa_last_error());
+    fsa_test_sync();
+    kvc_outputs out;
+    kvc_download(&out, &dv, p);
+    const double err = fsa_rel_error(out.o, p->o_ref, (size_t)p->Tq * p->hq * p->d);
+    print_message("  Tq %d, %s: o rel err %.3e\n", p->Tq, choice_of(plan).variant, err);
+    assert_true(err < 1e-2);
+    if (keep) *keep = out;
+    else kvc_outputs_free(&out);
+    kvc_device_free(&dv);
+}
+
+static void run_case(const fsa_kvcache_plan *plan)
+{
+    kvc_problem p;
+    kvc_problem_make(&p, &k_case, 0x5eed);
+    kvc_problem_reference(&p);
+    run_and_check(plan, &p, NULL);
+    kvc_problem_free(&p);
+}
+
+static void test_tuning_off_never_measures(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_with(FSA_TUNE_OFF);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    fsa_plan_choice c = choice_of(plan);
+    assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
+    assert_int_equal(c.candidates, 4);
+    assert_int_equal(c.splits, 4); /* ceil(16 / 4) */
+    assert_false(c.will_measure);
+    run_case(plan);
+    assert_int_equal(choice_of(plan).source, FSA_CHOICE_HEURISTIC);
+    assert_int_equal(count_records(ctx, NULL, 0), 0);
+    int measured = 1;
+    assert_int_equal(fsa_kvcache_plan_tune(&measured, plan, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(measured, 0);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+static void test_a_capturing_stream_never_measures(void **state)
+{
+    (void)state;
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    fsa_context *ctx = context_with(FSA_TUNE_ON);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    assert_true(choice_of(plan).will_measure);
+    kvc_problem p;
+    kvc_problem_make(&p, &k_case, 11);
+    kvc_problem_reference(&p);
+    kvc_device dv;
+    kvc_device_make(&dv, &p, plan);
+    fsa_kvcache_args a = kvc_args_of(&dv, &p);
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    assert_int_equal(fsa_kvcache_attention(plan, &a, s), FSA_STATUS_OK);
+    int measured = 1;
+    assert_int_equal(fsa_kvcache_plan_tune(&measured, plan, s), FSA_STATUS_OK);
+    assert_int_equal(measured, 0);
+    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    /* Nothing measured: no record, the heuristic still, and the graph runs right. */
+    fsa_plan_choice c = choice_of(plan);
+    assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
+    assert_true(c.will_measure);
+    assert_int_equal(count_records(ctx, NULL, 0), 0);
+    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    kvc_poison(&dv, &p);
+    assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+    assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+    kvc_outputs out;
+    kvc_download(&out, &dv, &p);
+    assert_true(fsa_rel_error(out.o, p.o_ref, (size_t)p.Tq * p.hq * p.d) < 1e-2);
+    kvc_outputs_free(&out);
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    kvc_device_free(&dv);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+static void test_the_first_call_measures_records_and_answers_right(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_with(FSA_TUNE_ON);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    assert_int_equal(count_records(ctx, NULL, 0), 0);
+    const double t0 = fsa_now_ms();
+    run_case(plan); /* measures first, on scratch inputs */
+    const double ms = fsa_now_ms() - t0;
+    fsa_plan_choice c = choice_of(plan);
+    print_message("  first call (measuring): %.1f ms, chose %s (%d shares)\n", ms, c.variant, c.splits);
+    assert_int_equal(c.source, FSA_CHOICE_MEASURED);
+    assert_false(c.will_measure);
+    assert_true(c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8);
+    assert_int_equal(count_records(ctx, NULL, 0), 1);
+    run_case(plan);
+    fsa_kvcache_plan_destroy(plan);
+    /* A later plan of the same shape reads the record and never measures. */
+    plan = plan_of(ctx);
+    fsa_plan_choice again = choice_of(plan);
+    assert_int_equal(again.source, FSA_CHOICE_MEASURED);
+    assert_int_equal(again.splits, c.splits);
+    assert_false(again.will_measure);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+static void test_a_damaged_record_is_ignored_and_measured_again(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_with(FSA_TUNE_ON);
+    char path[8192];
+    assert_int_equal(count_records(ctx, path, sizeof path), 1); /* from the test before */
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    fseek(fp, -3, SEEK_END);
+    const int ch = fgetc(fp);
+    fseek(fp, -3, SEEK_END);
+    fputc(ch ^ 0x5a, fp);
+    fclose(fp);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    fsa_plan_choice c = choice_of(plan);
+    assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
+    assert_true(c.will_measure);
+    fsa_cache_stats stats = FSA_CACHE_STATS_INIT;
+    assert_int_equal(fsa_context_cache_stats(&stats, ctx), FSA_STATUS_OK);
+    assert_true(stats.corrupt_entries >= 1);
+    int measured = 0;
+    assert_int_equal(fsa_kvcache_plan_tune(&measured, plan, NULL), FSA_STATUS_OK);
+    assert_int_equal(measured, 1);
+    assert_int_equal(choice_of(plan).source, FSA_CHOICE_MEASURED);
+    fsa_kvcache_plan_destroy(plan);
+    /* The record written again is whole: a new plan reads it. */
+    plan = plan_of(ctx);
+    assert_int_equal(choice_of(plan).source, FSA_CHOICE_MEASURED);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+/* With the measured split count in force: a batch of 64 mixing decode and
+ * speculative lengths, and sequences of it alone, give identical bits. */
+static void test_batch_invariance_holds_with_a_measured_split_count(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_with(FSA_TUNE_ON);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    assert_int_equal(choice_of(plan).source, FSA_CHOICE_MEASURED);
+    kvc_case c = k_case;
+    fsa_rng rng = {3};
+    c.nseq = 64;
+    for (int b = 0; b < 64; b++) {
+        c.seqs[b].q_len = b % 11 == 0 ? 0 : b % 4 == 0 ? fsa_rng_int(&rng, 2, 6) : 1;
+        c.seqs[b].cached = fsa_rng_int(&rng, 0, 4000);
+    }
+    kvc_problem p;
+    kvc_problem_make(&p, &c, 99);
+    kvc_problem_reference(&p);
+    kvc_outputs all;
+    run_and_check(plan, &p, &all);
+    const int checked[] = {1, 4, 33, 63};
+    for (size_t k = 0; k < sizeof checked / sizeof checked[0]; k++) {
+        const int b = checked[k];
+        kvc_problem one;
+        kvc_problem_single(&one, &p, b);
+        kvc_problem_reference(&one);
+        kvc_outputs alone;
+        run_and_check(plan, &one, &alone);
+        const int t0 = p.cu_q[b], n = one.Tq;
+        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.d, (size_t)n * p.hq * p.d * 2);
+        for (int qh = 0; qh < p.hq; qh++)
+            assert_memory_equal(alone.lse + (size_t)qh * n, all.lse + (size_t)qh * p.Tq + t0, (size_t)n * 4);
+        kvc_outputs_free(&alone);
+        kvc_problem_free(&one);
+    }
+    kvc_outputs_free(&all);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_cache_dir = fsa_test_mkdtemp("kvcache-tuning");
+    g_probe = fsa_test_gpu_context_or_skip(g_cache_dir); /* skips without a GPU */
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_context_destroy(g_probe);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    /* In order: the later tests use the record the third one writes. */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tuning_off_never_measures),
+        cmocka_unit_test(test_a_capturing_stream_never_measures),
+        cmocka_unit_test(test_the_first_call_measures_records_and_answers_right),
+        cmocka_unit_test(test_a_damaged_record_is_ignored_and_measured_again),
+        cmocka_unit_test(test_batch_invariance_holds_with_a_measured_split_count),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
