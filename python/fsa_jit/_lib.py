@@ -162,6 +162,7 @@ class fsa_plan_choice(_Sized):
         ("bucket_tokens", ctypes.c_int64),
         ("candidates", ctypes.c_int),
         ("will_measure", ctypes.c_int),
+        ("splits", ctypes.c_int),
     ]
 
 

@@ -44,6 +44,7 @@ _SIGNATURES = {
     "fsa_kvcache_plan_destroy": (None, [_vp]),
     "fsa_kvcache_plan_workspace_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
     "fsa_kvcache_attention": (ctypes.c_int, [_vp, ctypes.POINTER(fsa_kvcache_args), _vp]),
+    "fsa_kvcache_plan_choice_get": (ctypes.c_int, [ctypes.POINTER(_lib.fsa_plan_choice), _vp]),
 }
 
 _lock = threading.Lock()
@@ -99,6 +100,30 @@ def _plan(lib, key):
                       "fsa_kvcache_plan_workspace_size")
             plan = _plans[key] = (handle.value, size.value)
     return plan
+
+
+def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k=16, page_size=64,
+                        max_batch, max_query_tokens, scale=None, splits=0, device=0):
+    """The split count the paged-cache plan of this shape takes (the plan is made if needed), and why.
+
+    Returns a dict: splits (shares of a one-tile sequence), variant (e.g. "kvc.s4"), source ("forced",
+    "only_one", "heuristic" or "measured": the plan's tuning record), reason, candidates and will_measure
+    (the next call measures: tuning on through FSA_TUNE, no record yet). Never measures.
+    """
+    lib = _lib.get()
+    key = (device, dtype, int(head_dim), int(num_q_heads), int(num_kv_heads), int(block_size), int(top_k),
+           int(page_size), int(max_batch), int(max_query_tokens), float(scale or 0.0), int(splits))
+    handle, _ = _plan(lib, key)
+    c = _lib.fsa_plan_choice()
+    lib.check(_fn(lib, "fsa_kvcache_plan_choice_get")(ctypes.byref(c), handle), "fsa_kvcache_plan_choice_get")
+    return {
+        "splits": c.splits,
+        "variant": _lib._text(c.variant),
+        "source": _lib.CHOICE_SOURCES[c.source],
+        "reason": _lib._text(c.reason),
+        "candidates": c.candidates,
+        "will_measure": bool(c.will_measure),
+    }
 
 
 def clear_plans():

@@ -109,3 +109,16 @@ def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place():
     torch.cuda.synchronize()
     o_ref2, _ = kvcache_attention_reference(**p)
     assert ((o.double() - o_ref2).norm() / o_ref2.norm()).item() < 1e-2
+
+
+def test_the_plan_reports_its_split_count_and_why():
+    from fsa_jit.kvcache import kvcache_plan_choice
+
+    c = kvcache_plan_choice(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64,
+                            top_k=16, page_size=64, max_batch=8, max_query_tokens=32)
+    assert c["candidates"] == 4  # 1, 2, 4 and 8 shares
+    assert c["source"] in ("heuristic", "measured")
+    assert c["splits"] in (1, 2, 4, 8) and c["variant"] == f"kvc.s{c['splits']}"
+    forced = kvcache_plan_choice(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64,
+                                 top_k=16, page_size=64, max_batch=8, max_query_tokens=32, splits=3)
+    assert (forced["source"], forced["splits"], forced["candidates"], forced["will_measure"]) == ("forced", 3, 1, False)
