@@ -764,7 +764,10 @@ FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
 /**
  * Bytes of device workspace every call of the plan needs (sized for
  * max_batch and the largest split count the plan may choose; 0 when no
- * sequence can split). Host-only and thread-safe.
+ * sequence can split). Zero it once when allocating it (cuMemsetD8,
+ * torch.zeros): the last share of a split sequence to finish is found
+ * through counters at its start, which every call leaves zero again.
+ * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
 
@@ -838,7 +841,9 @@ typedef struct fsa_kvcache_args {
     uint64_t topk_length;       /**< optional int32 [Tq], read; 0 = every row uses all K slots */
     fsa_tensor o;               /**< [Tq, Hq, D], written */
     uint64_t lse;               /**< optional float [Hq, Tq] (natural log), written; 0 = not wanted */
-    uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes */
+    uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes, filled with
+                                     zeros once before its first call: it starts with counters that every
+                                     call leaves zero (one workspace per stream at a time) */
     size_t workspace_bytes;
 } fsa_kvcache_args;
 

@@ -8,8 +8,9 @@
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. A sequence with one split writes o and lse;
-// otherwise each split writes a normalized partial and fsa_kvc_merge combines
-// them in split order. Launch shapes and shared memory: fsa_layout.cuh.
+// otherwise each split writes a normalized partial, and the last split of the
+// (sequence, KV head) to finish combines them in split order (one launch).
+// Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
 #include "paged_kv.cuh"
 
@@ -178,37 +179,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
             if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
         }
     }
-}
-
-// Merges the splits of every one-tile sequence: per row, the partials weighted
-// by exp2(lse_s - max) in split order, so the result does not depend on which
-// CTA finished first. Grid (batch, Hkv).
-extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_merge(const fsa_kvc_params p) {
-    const int b = blockIdx.x, h = blockIdx.y, hkv = (int)p.num_kv_heads;
-    const QuerySpan span = query_span((const int *)p.cu_q, p.tq, b);
-    const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     if (nsplit == 1) return;
-    const long long part = ((long long)b * hkv + h) * nsplit * ROWS;
-    const float *lp = (const float *)p.lse_part + part;
-    const float *op = (const float *)p.o_part + part * D;
-    for (int c = threadIdx.x; c < span.len * G * (D / 2); c += THREADS) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
-        float mmax = -FSA_INF;
-        for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, lp[s * ROWS + r]);
-        float l = 0.f, v0 = 0.f, v1 = 0.f;
-        if (mmax != -FSA_INF) {
-            for (int s = 0; s < nsplit; s++) {
-                const float f = fast_exp2(lp[s * ROWS + r] - mmax);
-                const float2 x = *(const float2 *)(op + ((long long)s * ROWS + r) * D + d);
-                l += f;
-                v0 += x.x * f;
-                v1 += x.y * f;
-            }
-        }
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const long long t = span.start + r / G;
-        const int hq = h * G + r % G;
-        *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0 * inv, v1 * inv);
-        if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
-    }
+    // The last split of (b, h) to finish merges all of them, in split order.
+    const long long first_part = ((long long)b * hkv + h) * nsplit * ROWS;
+    if (finish_share(&sh.counter, (int *)p.counters + (long long)b * hkv + h, nsplit))
+        merge_shares<DT, D, G, ROWS>(p, first_part, span, h, nsplit);
 }

@@ -30,6 +30,7 @@ typedef struct fsa_kvc_params {
     long long splits;       /* CTAs per KV head of a one-tile sequence */
     long long o_part;       /* float [batch, Hkv, splits, rows, D]: normalized partial outputs */
     long long lse_part;     /* float [batch, Hkv, splits, rows]: their log2-sum-exp */
+    long long counters;     /* int32 [batch, Hkv]: shares done per split sequence; zero between calls */
 } fsa_kvc_params;
 
 #endif

@@ -51,6 +51,55 @@ __device__ __forceinline__ int tile_sequence(int *tile, int *counter, const int 
     return b;
 }
 
+// Split sequences: each share of (sequence b, KV head h) writes its partial
+// rows, then counts itself done on the workspace counter of (b, h); the
+// last one to finish gets true (every thread of its CTA) and the counter is
+// left zero for the next call. Every thread calls it, after its partial stores.
+__device__ __forceinline__ bool finish_share(int *flag, int *counter, int nsplit) {
+    __threadfence();  // this share's partials are visible device-wide before it counts
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(counter, 1) == nsplit - 1;
+        if (last) atomicExch(counter, 0);
+        *flag = last;
+    }
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last) __threadfence();  // and the other shares' partials are seen here
+    return last;
+}
+
+// Merges the shares of a one-tile sequence: per row, the normalized partials
+// weighted by exp2(lse_s - max) in share order, so the result does not depend
+// on which share finished last. part: the first partial row of (b, h);
+// partials are read through L2 (other SMs wrote them during this launch).
+template <class DT, int D, int G, int ROWS>
+__device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
+                                             int nsplit) {
+    const float *lp = (const float *)p.lse_part + part;
+    const float *op = (const float *)p.o_part + part * D;
+    for (int c = threadIdx.x; c < span.len * G * (D / 2); c += blockDim.x) {
+        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+        float mmax = -FSA_INF;
+        for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, __ldcg(lp + s * ROWS + r));
+        float l = 0.f, v0 = 0.f, v1 = 0.f;
+        if (mmax != -FSA_INF) {
+            for (int s = 0; s < nsplit; s++) {
+                const float f = fast_exp2(__ldcg(lp + s * ROWS + r) - mmax);
+                const float2 x = __ldcg((const float2 *)(op + ((long long)s * ROWS + r) * D + d));
+                l += f;
+                v0 += x.x * f;
+                v1 += x.y * f;
+            }
+        }
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const long long t = span.start + r / G;
+        const int hq = h * G + r % G;
+        *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0 * inv, v1 * inv);
+        if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
+    }
+}
+
 // Where cached position j (>= 0) of a sequence lives: the page number and
 // the row inside the page, looked up in the sequence's page-table row
 // `table`. page = -1 when the row would be past the table or the page number
@@ -133,14 +182,16 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, co
         if (ok) atomicOr(first + c / 32, 1u << (c % 32));
     }
     __syncthreads();
-    // Rank = number of distinct blocks below: the sorted union.
+    // Rank = number of distinct blocks below: the sorted union. Only the
+    // live tokens' candidates can be first occurrences (the rest are -1).
+    const int n_live = ntok * K;
     int count = 0;
     for (int w = 0; w < NW; w++) count += __popc(first[w]);
-    for (int c = tid; c < N; c += nthreads) {
+    for (int c = tid; c < n_live; c += nthreads) {
         if (!((first[c / 32] >> (c % 32)) & 1)) continue;
         const int v = cand[c];
         int rank = 0;
-        for (int c2 = 0; c2 < N; c2++) rank += ((first[c2 / 32] >> (c2 % 32)) & 1) && cand[c2] < v;
+        for (int c2 = 0; c2 < n_live; c2++) rank += ((first[c2 / 32] >> (c2 % 32)) & 1) && cand[c2] < v;
         blocks[rank] = v;
     }
     __syncthreads();

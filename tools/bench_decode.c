@@ -204,7 +204,10 @@ static int dec_make(dec_problem *p, int B, int L, int hkv, int q_len, int shared
     p->seqused = upload(used, (size_t)B * 4);
     size_t ws = 0;
     FSA(fsa_kvcache_plan_workspace_size(&ws, plan));
-    if (ws) CU(cu.MemAlloc(&p->ws, ws));
+    if (ws) {
+        CU(cu.MemAlloc(&p->ws, ws));
+        CU(cu.MemsetD8(p->ws, 0, ws)); /* once: its counters stay zero between calls */
+    }
     free(starts);
     free(used);
     free(topk);

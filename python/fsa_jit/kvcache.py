@@ -197,7 +197,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     handle, ws_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None
-    ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
+    # Zeroed: the workspace starts with counters the call leaves zero again.
+    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     args = fsa_kvcache_args(
         num_query_tokens=tq, batch=batch,
         q=_tensor(q.data_ptr(), q.stride(0), q.stride(1)),

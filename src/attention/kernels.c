@@ -90,7 +90,6 @@ static const struct {
     [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
     [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},
     [FSA_K_KVC_FWD] = {FAM_KVC, "fsa_kvc_fwd"},
-    [FSA_K_KVC_MERGE] = {FAM_KVC, "fsa_kvc_merge"},
     [FSA_K_CMP_FWD] = {FAM_CMP_FWD, "fsa_cmp_fwd"},
     [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},
     [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
@@ -127,7 +126,6 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         threads = FSA_KVC_THREADS;
         smem = fsa_kvc_smem_bytes(d, g);
         break;
-    case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS, set below. */
     case FSA_K_CMP_FWD:
     case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;

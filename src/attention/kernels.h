@@ -31,7 +31,6 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
     FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */
     FSA_K_KVC_FWD,       /* paged KV cache: a tile of new tokens over its share of the selected blocks */
-    FSA_K_KVC_MERGE,     /* paged KV cache: the shares of split sequences, merged */
     FSA_K_CMP_FWD,       /* compressed attention: output and lse per query tile */
     FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */
     FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */

@@ -1,6 +1,6 @@
 /* Selected attention over a paged KV cache: plan (descriptor checks, kernel
- * loading, workspace size) and the call (argument checks, one attention
- * kernel, one merge kernel when sequences split). Everything goes on the
+ * loading, workspace size) and the call (argument checks, one kernel: split
+ * sequences are merged by their last share to finish). Everything goes on the
  * caller's stream: no allocation, no host synchronization (except the one
  * call that measures the split count with tuning on: kvcache_tune.c). */
 #include "kvcache.h"
@@ -49,9 +49,7 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     const fsa_kvcache_desc *d = &plan->desc;
     const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .group = plan->group,
                                  .block_size = d->block_size, .top_k = d->top_k, .page_size = d->page_size};
-    fsa_status st = fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
-    if (st == FSA_STATUS_OK) st = fsa_kernel_load(&plan->merge, FSA_K_KVC_MERGE, plan->ctx, &c);
-    return st;
+    return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
@@ -89,8 +87,10 @@ cleanup:
 
 void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan) { free(plan); }
 
-/* Partials of every split share: [max_batch, Hkv, max_splits, rows] lse,
- * then D floats per row; room for the largest share count a variant takes. */
+/* Workspace: a counter per (sequence, KV head) (shares done; zero between
+ * calls), then the partials of every split share: [max_batch, Hkv,
+ * max_splits, rows] rows of D floats, then their lse; room for the largest
+ * share count a variant takes. */
 static size_t part_rows(const fsa_kvcache_plan *plan)
 {
     return plan->max_splits <= 1 ? 0
@@ -98,9 +98,16 @@ static size_t part_rows(const fsa_kvcache_plan *plan)
                                        (size_t)plan->max_splits * (size_t)fsa_kvc_rows(plan->group);
 }
 
+static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan)
+{
+    return part_rows(plan) == 0 ? 0 : round256((size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads * 4);
+}
+
 static size_t lse_part_offset(const fsa_kvcache_plan *plan)
 {
-    return (part_rows(plan) * (size_t)plan->desc.head_dim * 4 + 255) & ~(size_t)255;
+    return fsa_kvc_counter_bytes(plan) + round256(part_rows(plan) * (size_t)plan->desc.head_dim * 4);
 }
 
 size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan)
@@ -235,22 +242,20 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->num_kv_heads = plan->desc.num_kv_heads;
     p->scale_log2 = (double)plan->scale * FSA_LOG2E;
     p->splits = splits;
-    p->o_part = (long long)a->workspace;
+    p->counters = (long long)a->workspace;
+    p->o_part = (long long)(a->workspace + fsa_kvc_counter_bytes(plan));
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
-/* The attention kernel over every tile of the batch, then the merge of the
- * split sequences. */
+/* The attention kernel over every tile of the batch (the last share of a
+ * split sequence merges it). */
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
 {
     fsa_kvc_params p;
     params_of(&p, plan, a, splits);
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    fsa_status st = fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)splits, stream, &p);
-    if (st == FSA_STATUS_OK && splits > 1)
-        st = fsa_kernel_launch(&plan->merge, plan->ctx, (uint64_t)a->batch, hkv, stream, &p);
-    return st;
+    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)splits, stream, &p);
 }
 
 fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)

@@ -28,7 +28,7 @@ struct fsa_kvcache_plan {
     int group, tile_tokens;
     int max_splits; /* the largest share count any variant takes: sizes the workspace */
     float scale;
-    fsa_kernel fwd, merge;
+    fsa_kernel fwd;
     fsa_kvc_tuning tune;
 };
 
@@ -36,8 +36,10 @@ struct fsa_kvcache_plan {
  * max_splits), arguments already checked; inside the plan's context. */
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream);
 
-/* Bytes of workspace a call needs (sized for max_batch and max_splits). */
+/* Bytes of workspace a call needs (sized for max_batch and max_splits), and
+ * of the counters it starts with (zero between calls). */
 size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan);
+size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan);
 
 /* Candidates, heuristic and the record from the disk cache; sets max_splits.
  * At plan creation, before the workspace size is known. */

@@ -233,7 +233,7 @@ static fsa_status measure(int *winner, double *score, int *timed, const fsa_kvca
     FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.meta, meta, s.meta_bytes), STAGE);
     FSA_CHECK_CU(cu, cu->StreamSynchronize(NULL), STAGE);
     FSA_CHECK_CU(cu, cu->MemsetD8Async(base, 0x3c, s.meta, stream), STAGE);
-    if (s.ws_bytes) FSA_CHECK_CU(cu, cu->MemsetD8Async(base + s.ws, 0, s.ws_bytes, stream), STAGE);
+    if (s.ws_bytes) FSA_CHECK_CU(cu, cu->MemsetD8Async(base + s.ws, 0, fsa_kvc_counter_bytes(plan), stream), STAGE);
     const fsa_kvcache_args args[2] = {args_of(&s, plan, base, 1), args_of(&s, plan, base, s.batch)};
     const split_runs runs = {plan, args, s.batch > 1 ? 2 : 1};
     double ms[2 * FSA_MAX_VARIANTS];

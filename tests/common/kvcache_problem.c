@@ -338,7 +338,10 @@ void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_pla
     dv->topk = fsa_test_dalloc(p->topk_elems * 4);
     if (p->topk_len) dv->topk_len = fsa_test_dalloc((size_t)(p->Tq + 1) * 4);
     assert_int_equal(fsa_kvcache_plan_workspace_size(&dv->ws_bytes, plan), FSA_STATUS_OK);
-    if (dv->ws_bytes) dv->ws = fsa_test_dalloc(dv->ws_bytes);
+    if (dv->ws_bytes) {
+        dv->ws = fsa_test_dalloc(dv->ws_bytes);
+        fsa_test_dfill(dv->ws, 0, dv->ws_bytes); /* once: its counters stay zero between calls */
+    }
     kvc_device_update(dv, p);
 }
 
