@@ -413,6 +413,9 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
                     fflush(stdout);
                     dec_free(&p);
                 }
+        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+        if (fsa_kvcache_plan_choice_get(&c, plan) == FSA_STATUS_OK)
+            printf("# G %d: %d shares per one-tile sequence (%s; %s)\n", g, c.splits, c.variant, c.reason);
         fsa_kvcache_plan_destroy(plan);
     }
 }
