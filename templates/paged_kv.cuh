@@ -102,19 +102,25 @@ __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long 
 
 // Where cached position j (>= 0) of a sequence lives: the page number and
 // the row inside the page, looked up in the sequence's page-table row
-// `table`. page = -1 when the row would be past the table or the page number
-// is not a page of the cache.
+// `table`. paged_slot_fetch only issues the table read (page = -1 when the
+// row would be past the table), so the value can stay in flight while other
+// work goes on; paged_slot_checked, where it is used, makes page -1 when the
+// number is not a page of the cache.
 struct PagedSlot {
     int page, row;
 };
 
 template <int PAGE>
-__device__ __forceinline__ PagedSlot paged_slot(const int *table, long long max_pages, long long num_pages, int j) {
+__device__ __forceinline__ PagedSlot paged_slot_fetch(const int *table, long long max_pages, int j) {
     const int slot = j / PAGE;
-    const int page = slot < max_pages ? __ldg(table + slot) : -1;
     PagedSlot s;
-    s.page = page >= 0 && page < num_pages ? page : -1;
+    s.page = slot < max_pages ? __ldg(table + slot) : -1;
     s.row = j - slot * PAGE;
+    return s;
+}
+
+__device__ __forceinline__ PagedSlot paged_slot_checked(PagedSlot s, long long num_pages) {
+    s.page = s.page >= 0 && s.page < num_pages ? s.page : -1;
     return s;
 }
 
@@ -211,27 +217,27 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, co
 }
 
 // Stage `stage` (KVC_STAGE keys) of the concatenated blocks blocks[u0 ..] of a
-// sequence of seq_len cached keys is streamed in two steps, one stage apart,
-// so that reading the page table never delays the copies:
-//  paged_lookup_stage: each row's page and row in the page (page -1 when the
-//      row is not a key: past the blocks, past the sequence, or behind a bad
-//      page-table entry) into `slots`, one table read per row, all rows at once;
-//  paged_load_stage (after a barrier): each row's position in keypos (INT_MAX
-//      when it is not a key) and the mask of the tokens that selected its
-//      block in keymask (0 when not a key), and the K and V rows into the
-//      tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
+// sequence of seq_len cached keys is streamed in steps a stage apart, so
+// that reading the page table never delays the copies or the math:
+//  paged_fetch_row: thread r issues the table read of row r of the stage (a
+//      register in flight for a stage; page -1 when the row is not a key:
+//      past the blocks, past the sequence or past the table);
+//  paged_load_stage (the rows checked and stored, then a barrier): each row's
+//      position in keypos (INT_MAX when it is not a key) and the mask of the
+//      tokens that selected its block in keymask (0 when not a key), and the K
+//      and V rows into the tiles at k_dst / v_dst (pitch D + 8; rows that are
+//      not keys, or behind a bad page-table entry, zero-filled).
+static_assert(KVC_STAGE <= FSA_KVC_THREADS, "a thread per key row of a stage");
 template <int BK, int PAGE>
-__device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, PagedSlot *slots, const int *blocks,
-                                                   int u0, int stage, int total_keys, const int *table, int seq_len) {
-    for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
-        const int q = stage * KVC_STAGE + r;
-        PagedSlot s = {-1, 0};
-        if (q < total_keys) {
-            const int j = blocks[u0 + q / BK] * BK + q % BK;
-            if (j < seq_len) s = paged_slot<PAGE>(table, p.max_pages, p.num_pages, j);
-        }
-        slots[r] = s;
+__device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks, int u0, int stage,
+                                                     int total_keys, const int *table, int seq_len) {
+    const int r = threadIdx.x, q = stage * KVC_STAGE + r;
+    PagedSlot s = {-1, 0};
+    if (r < KVC_STAGE && q < total_keys) {
+        const int j = blocks[u0 + q / BK] * BK + q % BK;
+        if (j < seq_len) s = paged_slot_fetch<PAGE>(table, p.max_pages, j);
     }
+    return s;
 }
 
 template <int D, int BK>
@@ -255,7 +261,7 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
 }
 
 // Shared memory of the key stream: per stage buffer each row's key position
-// and token mask, and the page lookups of two stages.
+// and token mask, and the checked page lookups of two stages.
 struct PagedStreamShared {
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
@@ -264,7 +270,8 @@ struct PagedStreamShared {
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
-// sequence's page-table row (lookups one stage ahead of the copies),
+// sequence's page-table row (each stage's table reads issued a stage before
+// its copies and held in registers meanwhile),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses). Use:
 //   PagedStream<D, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
 //   ... issue copies that should join stage 0's group ...
@@ -276,6 +283,7 @@ struct PagedStreamShared {
 template <int D, int BK, int PAGE>
 struct PagedStream {
     static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+    static_assert(FSA_KVC_STAGES == 2, "lookups run one stage ahead in a register: the ring starts with one stage");
     static constexpr u32 STAGE_BYTES = fsa_kvc_stage_bytes(D);
 
     PagedStreamShared &sh;
@@ -286,6 +294,7 @@ struct PagedStream {
     const int *table;  // the sequence's page-table row
     int u_lo, h, seq_len;
     int total_keys, n_stages;
+    PagedSlot next;  // this thread's row of the next stage's lookups, in flight
     AsyncRing<FSA_KVC_STAGES> ring;
 
     __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
@@ -300,25 +309,36 @@ struct PagedStream {
     // The page lookups of stage 0, then the first copies; copies issued
     // before it join stage 0's group.
     __device__ __forceinline__ void start() {
-        if (n_stages > 0) lookup(0);
+        if (n_stages > 0) {
+            next = fetch(0);
+            store(0);
+        }
         __syncthreads();
         ring.start(n_stages, loader());
     }
-    __device__ __forceinline__ int acquire(int st) { return ring.acquire(st, loader()); }
+    // The lookups of the stage about to be copied leave their registers
+    // before the ring's barrier; the copies follow it.
+    __device__ __forceinline__ int acquire(int st) {
+        if (ring.issued < n_stages) store(ring.issued);
+        return ring.acquire(st, loader());
+    }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
 
   private:
-    __device__ __forceinline__ void lookup(int stage) {
-        paged_lookup_stage<BK, PAGE>(p, sh.slots[stage & 1], blocks, u_lo, stage, total_keys, table, seq_len);
+    __device__ __forceinline__ PagedSlot fetch(int stage) {
+        return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
     }
-    // Copies of stage `stage` (its page lookups were done a stage earlier),
-    // then the lookups of the next one.
+    __device__ __forceinline__ void store(int stage) {
+        if (threadIdx.x < KVC_STAGE) sh.slots[stage & 1][threadIdx.x] = paged_slot_checked(next, p.num_pages);
+    }
+    // Copies of stage `stage` (its lookups were stored before the barrier),
+    // then the table reads of the next one.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
             paged_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keypos[buf], sh.keymask[buf],
                                     sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
-            if (stage + 1 < n_stages) lookup(stage + 1);
+            if (stage + 1 < n_stages) next = fetch(stage + 1);
         };
     }
 };
