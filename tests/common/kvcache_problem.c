@@ -410,3 +410,24 @@ void kvc_outputs_free(kvc_outputs *out)
     free(out->o);
     free(out->lse);
 }
+
+void kvc_assert_batch_invariant(const fsa_kvcache_plan *plan, kvc_problem *p, const int *seqs, int n, kvc_run_fn run)
+{
+    kvc_outputs all;
+    run(plan, p, "the batch", &all);
+    for (int k = 0; k < n; k++) {
+        const int b = seqs[k];
+        kvc_problem one;
+        kvc_problem_single(&one, p, b);
+        kvc_problem_reference(&one);
+        kvc_outputs alone;
+        run(plan, &one, "the same sequence alone", &alone);
+        const int t0 = p->cu_q[b], len = one.Tq;
+        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p->hq * p->d, (size_t)len * p->hq * p->d * 2);
+        for (int qh = 0; qh < p->hq; qh++)
+            assert_memory_equal(alone.lse + (size_t)qh * len, all.lse + (size_t)qh * p->Tq + t0, (size_t)len * 4);
+        kvc_outputs_free(&alone);
+        kvc_problem_free(&one);
+    }
+    kvc_outputs_free(&all);
+}

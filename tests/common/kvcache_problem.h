@@ -95,6 +95,13 @@ void kvc_outputs_free(kvc_outputs *out);
 
 /* Sequence b of p alone, with the same data (a batch of one). */
 void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b);
+
+/* One checked call of a plan on a problem; the outputs kept in *keep. */
+typedef void (*kvc_run_fn)(const fsa_kvcache_plan *plan, kvc_problem *p, const char *name, kvc_outputs *keep);
+
+/* Batch invariance: runs the batch p, then each of the n sequences `seqs`
+ * alone, and asserts the same o bits and lse for each. */
+void kvc_assert_batch_invariant(const fsa_kvcache_plan *plan, kvc_problem *p, const int *seqs, int n, kvc_run_fn run);
 /* New top-k rows (and lengths) for the current cached lengths. */
 void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed);
 

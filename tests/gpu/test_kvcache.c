@@ -118,24 +118,8 @@ static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void 
     kvc_problem p;
     kvc_problem_make(&p, &c, 77);
     kvc_problem_reference(&p);
-    kvc_outputs all;
-    run_and_check(g_plans[ci], &p, "batch of 64", &all);
     const int checked[] = {1, 5, 17, 62};
-    for (size_t k = 0; k < sizeof checked / sizeof checked[0]; k++) {
-        const int b = checked[k];
-        kvc_problem one;
-        kvc_problem_single(&one, &p, b);
-        kvc_problem_reference(&one);
-        kvc_outputs alone;
-        run_and_check(g_plans[ci], &one, "the same sequence alone", &alone);
-        const int t0 = p.cu_q[b], n = one.Tq;
-        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.d, (size_t)n * p.hq * p.d * 2);
-        for (int qh = 0; qh < p.hq; qh++)
-            assert_memory_equal(alone.lse + (size_t)qh * n, all.lse + (size_t)qh * p.Tq + t0, (size_t)n * 4);
-        kvc_outputs_free(&alone);
-        kvc_problem_free(&one);
-    }
-    kvc_outputs_free(&all);
+    kvc_assert_batch_invariant(g_plans[ci], &p, checked, 4, run_and_check);
     kvc_problem_free(&p);
 }
 

@@ -68,8 +68,8 @@ static int count_records(const fsa_context *ctx, char *path, size_t n)
     return count;
 }
 
-/* One call on `stream` (NULL: the legacy stream), checked against the float64 reference. */
-static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, kvc_outputs *keep)
+/* One call on the legacy stream, checked against the float64 reference. */
+static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const char *name, kvc_outputs *keep)
 {
     kvc_device dv;
     kvc_device_make(&dv, p, plan);
@@ -80,7 +80,7 @@ static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, kvc_outp
     kvc_outputs out;
     kvc_download(&out, &dv, p);
     const double err = fsa_rel_error(out.o, p->o_ref, (size_t)p->Tq * p->hq * p->d);
-    print_message("  Tq %d, %s: o rel err %.3e\n", p->Tq, choice_of(plan).variant, err);
+    print_message("  %s: Tq %d, %s: o rel err %.3e\n", name, p->Tq, choice_of(plan).variant, err);
     assert_true(err < 1e-2);
     if (keep) *keep = out;
     else kvc_outputs_free(&out);
@@ -92,7 +92,7 @@ static void run_case(const fsa_kvcache_plan *plan)
     kvc_problem p;
     kvc_problem_make(&p, &k_case, 0x5eed);
     kvc_problem_reference(&p);
-    run_and_check(plan, &p, NULL);
+    run_and_check(plan, &p, k_case.name, NULL);
     kvc_problem_free(&p);
 }
 
@@ -239,24 +239,8 @@ static void test_batch_invariance_holds_with_a_measured_split_count(void **state
     kvc_problem p;
     kvc_problem_make(&p, &c, 99);
     kvc_problem_reference(&p);
-    kvc_outputs all;
-    run_and_check(plan, &p, &all);
     const int checked[] = {1, 4, 33, 63};
-    for (size_t k = 0; k < sizeof checked / sizeof checked[0]; k++) {
-        const int b = checked[k];
-        kvc_problem one;
-        kvc_problem_single(&one, &p, b);
-        kvc_problem_reference(&one);
-        kvc_outputs alone;
-        run_and_check(plan, &one, &alone);
-        const int t0 = p.cu_q[b], n = one.Tq;
-        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.d, (size_t)n * p.hq * p.d * 2);
-        for (int qh = 0; qh < p.hq; qh++)
-            assert_memory_equal(alone.lse + (size_t)qh * n, all.lse + (size_t)qh * p.Tq + t0, (size_t)n * 4);
-        kvc_outputs_free(&alone);
-        kvc_problem_free(&one);
-    }
-    kvc_outputs_free(&all);
+    kvc_assert_batch_invariant(plan, &p, checked, 4, run_and_check);
     kvc_problem_free(&p);
     fsa_kvcache_plan_destroy(plan);
     fsa_context_destroy(ctx);
