@@ -21,7 +21,6 @@ constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
-constexpr int NT = 2 * RT;                  // score tiles of 8 keys per warp, at most
 constexpr int NC = fsa_kvc_tile_entries(G, K);
 constexpr int LD = fsa_pitch(D);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
@@ -50,8 +49,8 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
     return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
 }
 
-// Decode tiles (one row tile) fit 3 CTAs per SM: at most 170 registers.
-extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
+// With the query fragments in registers a CTA fits in 170 registers: 3 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
     constexpr u32 STAGE_BYTES = Stream::STAGE_BYTES;
@@ -130,25 +129,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     for (int st = 0; st < in.n_stages; st++) {
         const int buf = in.acquire(st);
         if (!warp_live) continue;
-        const int *kpos = in.keypos(buf) + key0;
-        const u32 *kmask = in.keymask(buf) + key0;
-        float s[NT][4];
-        frag_zero<NT>(s);
-#pragma unroll
-        for (int c = 0; c < RT; c++)  // 16 keys per chunk
-            if (c < rte) {
-                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s + 2 * c, qf, k_addr + buf * STAGE_BYTES + c * TILE16);
-                else mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * STAGE_BYTES + c * TILE16);
-            }
-        float alpha[2];
-        // Visible: one of this warp's keys, the row's token selected its block, not in the token's future.
-        sm.step<NT>(s, scale_log2, lane, [&](int col, int half) {
-            return col < 16 * rte && (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
-        }, alpha);
-        frag_scale_rows<D / 8>(o_acc, alpha);
-#pragma unroll
-        for (int c = 0; c < RT; c++)
-            if (c < rte) mma_pv<DT, 1, D / 8, LD>(o_acc, s + 2 * c, v_addr + buf * STAGE_BYTES + c * TILE16);
+        // The warp's keys of the stage, 16 at a time (one online-softmax step
+        // each: the scores of one chunk live in registers at once).
+#pragma unroll 1
+        for (int c = 0; c < RT; c++) {
+            if (c >= rte) break;
+            const int *kpos = in.keypos(buf) + key0 + c * 16;
+            const u32 *kmask = in.keymask(buf) + key0 + c * 16;
+            const u32 chunk = buf * STAGE_BYTES + c * TILE16;
+            float s[2][4];
+            frag_zero<2>(s);
+            if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + chunk);
+            else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + chunk);
+            float alpha[2];
+            // Visible: the row's token selected the key's block, and the key is not in the token's future.
+            sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
+                return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+            }, alpha);
+            frag_scale_rows<D / 8>(o_acc, alpha);
+            mma_pv<DT, 1, D / 8, LD>(o_acc, s, v_addr + chunk);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
