@@ -66,9 +66,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fw
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     if (tile < 0 || tile * TPT >= span.len || split >= nsplit) return;
-    const int seq_len = cached_len((const int *)p.seqused, b);
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
+    // The tile's top-k rows and the cached length are read at once (neither needs the other).
+    select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
+                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
+    const int seq_len = cached_len((const int *)p.seqused, b);
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
@@ -78,10 +81,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fw
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     });
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-    __syncthreads();  // pos
-    const int *rows = view_row<const int>(p.topk, t0, h);
-    const int *len = p.topk_len ? (const int *)p.topk_len + t0 : nullptr;
-    const int n_union = select_union<K, TPT, BK>(sh.sel, rows, p.topk.token_stride, len, ntok);
+    __syncthreads();  // pos and the candidates
+    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes

@@ -143,20 +143,22 @@ struct TileSelection {
 
 // The union of the blocks that the `ntok` query tokens of a tile selected, in
 // ascending block order without repeats (sel.blocks), and per block a mask of
-// the tokens (bit i = token i) that selected it (sel.masks). Token i sits at
-// position sel.pos[i] of its sequence; its slot s (< its top-k length) is
-// valid when 0 <= idx <= pos / BK and no earlier slot of its row holds the
-// same block (first occurrence). rows: the top-k row of token 0 of the tile;
-// token_stride between tokens. len: the tile's topk_length entries or NULL
-// (all K slots used). The union is sorted, so its order, and every split of
-// it, depends only on the tile's own top-k rows.
-// Every thread calls it; returns the number of blocks.
-template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, const int *rows, long long token_stride,
+// the tokens (bit i = token i) that selected it (sel.masks), in two steps:
+//  select_load: the tokens' top-k slots into sel.cand (-1 past ntok and past
+//      each token's top-k length). rows: the top-k row of token 0 of the
+//      tile; token_stride between tokens. len: the tile's topk_length entries
+//      or NULL (all K slots used). It needs no positions, so its reads can be
+//      in flight with the read of the sequence's cached length;
+//  select_union (after a barrier that also publishes sel.pos): token i sits at
+//      position sel.pos[i] of its sequence; its slot s is valid when
+//      0 <= idx <= pos / BK and no earlier slot of its row holds the same
+//      block (first occurrence). Returns the number of blocks.
+// The union is sorted, so its order, and every split of it, depends only on
+// the tile's own top-k rows. Every thread calls both.
+template <int K, int TPT>
+__device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, const int *rows, long long token_stride,
                                             const int *len, int ntok) {
     constexpr int N = TPT * K, NW = (N + 31) / 32;
-    int *cand = sel.cand, *blocks = sel.blocks;
-    u32 *first = sel.first, *masks = sel.masks;
     const int tid = threadIdx.x, nthreads = blockDim.x;
     for (int c = tid; c < N; c += nthreads) {
         const int i = c / K, s = c - i * K;
@@ -165,11 +167,18 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, co
             const int n = len ? min(max(__ldg(len + i), 0), K) : K;
             if (s < n) v = __ldg(rows + i * token_stride + s);
         }
-        cand[c] = v;
-        masks[c] = 0;
+        sel.cand[c] = v;
+        sel.masks[c] = 0;
     }
-    for (int w = tid; w < NW; w += nthreads) first[w] = 0;
-    __syncthreads();
+    for (int w = tid; w < NW; w += nthreads) sel.first[w] = 0;
+}
+
+template <int K, int TPT, int BK>
+__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
+    constexpr int N = TPT * K, NW = (N + 31) / 32;
+    int *cand = sel.cand, *blocks = sel.blocks;
+    u32 *first = sel.first, *masks = sel.masks;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
     // Validity inside each token's row: in range, not in the future, first occurrence.
     u32 keep = 0;  // bit n: this thread's n-th candidate stays
     for (int c = tid, n = 0; c < N; c += nthreads, n++) {
