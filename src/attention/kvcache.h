@@ -7,6 +7,8 @@
 
 #include "launch.h"
 
+#include "jit/kernel_key.h"
+
 /* The split count of a plan. The candidates are share counts of a one-tile
  * sequence; the chosen one is the same for every sequence of every call (it
  * is the plan's, never the batch's), so batch invariance holds whichever it is.
@@ -40,6 +42,9 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
  * of the counters it starts with (zero between calls). */
 size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan);
 size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan);
+
+/* The key of the plan's tuning record (caller frees with fsa_key_free). */
+fsa_status fsa_kvc_record_key(fsa_kernel_key *out, const fsa_kvcache_plan *plan);
 
 /* Candidates, heuristic and the record from the disk cache; sets max_splits.
  * At plan creation, before the workspace size is known. */

@@ -47,7 +47,7 @@ static void add(fsa_kvc_tuning *t, int splits)
     t->c.n++;
 }
 
-static fsa_status record_key(fsa_kernel_key *out, const fsa_kvcache_plan *plan)
+fsa_status fsa_kvc_record_key(fsa_kernel_key *out, const fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
     const char *dtype = d->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16";
@@ -83,7 +83,7 @@ void fsa_kvc_tuning_init(fsa_kvcache_plan *plan)
     atomic_store(&t->slot, 0);
     if (t->c.n < 2 || t->level == FSA_TUNE_LEVEL_FORCE || plan->ctx->disk == NULL) return;
     fsa_kernel_key key;
-    if (record_key(&key, plan) == FSA_STATUS_OK) {
+    if (fsa_kvc_record_key(&key, plan) == FSA_STATUS_OK) {
         atomic_store(&t->slot, fsa_tune_read(plan->ctx, &key, FSA_OP_KVC, &t->c));
         fsa_key_free(&key);
     }
@@ -277,7 +277,7 @@ fsa_status fsa_kvc_tune(int *measured, const fsa_kvcache_plan *plan, CUstream st
     }
     atomic_store(&t->slot, winner + 1);
     fsa_kernel_key key;
-    if (record_key(&key, plan) == FSA_STATUS_OK) {
+    if (fsa_kvc_record_key(&key, plan) == FSA_STATUS_OK) {
         fsa_tune_publish(plan->ctx, &key, FSA_OP_KVC, &t->c, winner, score);
         fsa_key_free(&key);
     }
