@@ -65,6 +65,7 @@ typedef struct dec_opts {
     int reps, splits;
     double max_gb;
     int prefill, dense;
+    int hnd; /* pages as [num_pages, Hkv, page_size, D] (a head's keys of a page contiguous) */
 } dec_opts;
 
 typedef struct bench_env {
@@ -115,6 +116,7 @@ typedef struct dec_problem {
     CUdeviceptr q, o, lse, k_cache, v_cache, table, cu, seqused, topk, ws;
     int64_t num_pages;
     int max_pages;
+    int hnd;
     size_t bytes;
 } dec_problem;
 
@@ -223,8 +225,10 @@ static fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *p
     a.q = (fsa_tensor){p->q, HQ * D, D};
     a.o = (fsa_tensor){p->o, HQ * D, D};
     a.cu_seqlens_q = p->cu;
-    a.k_cache = (fsa_tensor){p->k_cache, (int64_t)p->hkv * D, D};
-    a.v_cache = (fsa_tensor){p->v_cache, (int64_t)p->hkv * D, D};
+    /* NHD: token stride Hkv x D, head stride D; HND: token stride D, head stride page x D. */
+    const int64_t ts = p->hnd ? D : (int64_t)p->hkv * D, hs = p->hnd ? (int64_t)PAGE * D : D;
+    a.k_cache = (fsa_tensor){p->k_cache, ts, hs};
+    a.v_cache = (fsa_tensor){p->v_cache, ts, hs};
     a.k_page_stride = a.v_page_stride = (int64_t)PAGE * p->hkv * D;
     a.num_pages = p->num_pages;
     a.block_table = p->table;
@@ -315,6 +319,7 @@ static void decode_usage(FILE *f)
             "  --splits N       split count of the plan (default 0: the plan's rule)\n"
             "  --no-prefill     skip the chunked-prefill row\n"
             "  --no-dense       skip the dense decode rows\n"
+            "  --hnd            pages as [num_pages, Hkv, page_size, D] (default NHD: [num_pages, page_size, Hkv, D])\n"
             "  -h, --help       this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
             DEC_MAX_LIST);
@@ -330,11 +335,12 @@ static int decode_usage_error(const char *option)
 /* Options of --decode; returns -1 to go on, else the exit code. */
 static int parse_decode_args(dec_opts *o, int argc, char **argv)
 {
-    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE };
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND };
     static const struct option longs[] = {
         {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
         {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
-        {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"help", no_argument, NULL, 'h'},
+        {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long v;
@@ -365,6 +371,7 @@ static int parse_decode_args(dec_opts *o, int argc, char **argv)
             break;
         case OPT_NO_PREFILL: o->prefill = 0; break;
         case OPT_NO_DENSE: o->dense = 0; break;
+        case OPT_HND: o->hnd = 1; break;
         case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
         default:
             fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
@@ -401,6 +408,7 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
                                o->bs[bi], g, q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", o->max_gb);
                         continue;
                     }
+                    p.hnd = o->hnd;
                     const fsa_kvcache_args a = dec_args(&p, plan);
                     const double us = time_call(env, plan, &a, o->reps, 0);
                     const double us_g = time_call(env, plan, &a, o->reps, 1);
@@ -480,8 +488,8 @@ int fsa_bench_decode(int argc, char **argv)
     CU(cu.CtxSetCurrent(pctx));
     char name[256];
     CU(cu.DeviceGetName(name, sizeof name, dev));
-    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule)\n", fsa_version_string(), name,
-           fsa_context_target(ctx), o.splits);
+    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule), %s pages\n", fsa_version_string(),
+           name, fsa_context_target(ctx), o.splits, o.hnd ? "HND" : "NHD");
     bench_env env;
     env.flush_bytes = (size_t)256 << 20;
     CU(cu.StreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));
