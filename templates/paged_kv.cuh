@@ -149,7 +149,8 @@ struct TileSelection {
 //      tile; token_stride between tokens. len: the tile's topk_length entries
 //      or NULL (all K slots used). It needs no positions, so its reads can be
 //      in flight with the read of the sequence's cached length;
-//  select_union (after a barrier that also publishes sel.pos): token i sits at
+//  select_union (after a barrier that also publishes sel.pos; one warp when
+//      the tile holds one token): token i sits at
 //      position sel.pos[i] of its sequence; its slot s is valid when
 //      0 <= idx <= pos / BK and no earlier slot of its row holds the same
 //      block (first occurrence). Returns the number of blocks.
@@ -173,8 +174,43 @@ __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, co
     for (int w = tid; w < NW; w += nthreads) sel.first[w] = 0;
 }
 
+// Decode (one token): warp 0 alone, no barrier but the last. The row's valid
+// slots hold distinct blocks already (first occurrence), so a block's place
+// in the union is the number of valid blocks below it: the same union and
+// masks as the general path.
+template <int K, int TPT, int BK>
+__device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
+    static_assert(K <= 64, "two slots per lane");
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
+        int v[2], rank[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int s = lane + 32 * i;
+            v[i] = s < K && slot_valid(sel.cand, s, own) ? sel.cand[s] : -1;
+        }
+#pragma unroll 4
+        for (int j = 0; j < K; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
+            rank[0] += w >= 0 && w < v[0];
+            rank[1] += w >= 0 && w < v[1];
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            if (v[i] >= 0) {
+                sel.blocks[rank[i]] = v[i];
+                sel.masks[rank[i]] = 1u;
+            }
+        const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
+        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
+    }
+    __syncthreads();
+    return (int)sel.first[0];
+}
+
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
+    if (ntok == 1) return select_union_one<K, TPT, BK>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
