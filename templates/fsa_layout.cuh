@@ -190,11 +190,11 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g)
  * their first-occurrence bits, the union of blocks and each block's token
  * mask, the tokens' positions), the key stream (per stage buffer each row's
  * position and token mask; the page lookups of two stages, two words a row),
- * each warp's row max and sum, a counter. */
+ * each warp's row max and sum, the share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
     return 4 * (3 * fsa_kvc_tile_entries(g, k) + (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) +
-                2 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 2 * 2 * FSA_KVC_STAGE_KEYS + FSA_KVC_WARPS * 16 * 2 + 1);
+                2 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 2 * 2 * FSA_KVC_STAGE_KEYS + FSA_KVC_WARPS * 16 * 2 + 6 + 1);
 }
 
 #endif

@@ -8,8 +8,10 @@
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. A sequence with one split writes o and lse;
-// otherwise each split writes a normalized partial, and the last split of the
-// (sequence, KV head) to finish combines them in split order (one launch).
+// otherwise its shares (a fixed split of the blocks, the plan's) are computed by
+// p.ctas CTAs, each taking a run of them one after another and writing a
+// normalized partial per share, and the last CTA of the (sequence, KV head) to
+// finish combines them in share order (one launch).
 // Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
 #include "paged_kv.cuh"
@@ -29,12 +31,20 @@ static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * 2 * Stream::STAGE_BYTES >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 
+// What the loop over a CTA's shares reads back each time instead of holding
+// in registers through the key stream: the tile's first token, its sequence,
+// cached length, tokens, union size and last share (written once by thread 0).
+struct ShareLoop {
+    int t0, b, seq_len, ntok, n_union, end;  // t0 < Tq <= INT32_MAX
+};
+
 // Static shared memory: the tile's selection, its key stream, each warp's
-// row max and sum for the merge, the tile counter.
+// row max and sum for the merge, the share loop, the tile counter.
 struct Shared {
     TileSelection<NC, TPT> sel;
     PagedStreamShared stream;
     float ml[WARPS][16][2];
+    ShareLoop loop;
     int counter;
 };
 static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K), "the static shared memory the plan counts");
@@ -49,8 +59,9 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
     return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
 }
 
-// With the query fragments in registers a CTA fits in 170 registers: 3 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
+// With the query fragments in registers, up to two row tiles fit in 170
+// registers (3 CTAs per SM); four row tiles (G > 8) need more: 2 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
     constexpr u32 STAGE_BYTES = Stream::STAGE_BYTES;
@@ -59,13 +70,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fw
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    const int h = blockIdx.y % hkv, split = blockIdx.y / hkv;
+    const int h = blockIdx.y % hkv, cta = blockIdx.y / hkv;
     const int *cu_q = (const int *)p.cu_q;
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
-    if (tile < 0 || tile * TPT >= span.len || split >= nsplit) return;
+    // The CTAs of a split (sequence, KV head) take equal runs of its shares.
+    const int ctas = nsplit > 1 ? (int)p.ctas : 1;
+    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
     // The tile's top-k rows and the cached length are read at once (neither needs the other).
@@ -107,82 +120,94 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? 3 : 1) fsa_kvc_fw
     const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
     const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
 
-    // This split's share of the union: contiguous, in block order.
-    const int chunk = (n_union + nsplit - 1) / nsplit;
-    const int u_lo = min(n_union, split * chunk), u_hi = min(n_union, u_lo + chunk);
-    Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, b, h, seq_len);
-    in.start();  // without Q_REGS the query rows join stage 0's group
-    u32 qf[Q_REGS ? D / 16 : 1][4];
-    if (Q_REGS) {
-        cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
-        __syncthreads();
-        if (warp_live)
-#pragma unroll
-            for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-        // Stage 1 overwrites the rows only after the barrier in in.acquire(0).
-    }
-
-    OnlineSoftmax sm;
-    sm.init();
-    float o_acc[D / 8][4];
-    frag_zero<D / 8>(o_acc);
-
-    for (int st = 0; st < in.n_stages; st++) {
-        const int buf = in.acquire(st);
-        if (!warp_live) continue;
-        // The warp's keys of the stage, 16 at a time (one online-softmax step
-        // each: the scores of one chunk live in registers at once).
-#pragma unroll 1
-        for (int c = 0; c < RT; c++) {
-            if (c >= rte) break;
-            const int *kpos = in.keypos(buf) + key0 + c * 16;
-            const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-            const u32 chunk = buf * STAGE_BYTES + c * TILE16;
-            float s[2][4];
-            frag_zero<2>(s);
-            if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + chunk);
-            else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + chunk);
-            float alpha[2];
-            // Visible: the row's token selected the key's block, and the key is not in the token's future.
-            sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
-                return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
-            }, alpha);
-            frag_scale_rows<D / 8>(o_acc, alpha);
-            mma_pv<DT, 1, D / 8, LD>(o_acc, s, v_addr + chunk);
-        }
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the K/V buffers become the merge area
-
-    // The key groups of each row tile merge in group order; row tile rt's
-    // warps sit together in the merge area.
-    float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-    WarpMerge<WARPS, D>{om + rt * kge * 16 * D, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
+    // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
+    // in block order. A CTA computes its shares one after another, each exactly
+    // as a CTA of its own would (the bits do not depend on how many CTAs share them).
+    const int per_cta = nsplit / ctas;
+    if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, (cta + 1) * per_cta};
     __syncthreads();
-    const long long part = (((long long)b * hkv + h) * nsplit + split) * ROWS;
-    for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
-        if (!row_live(r, ntok)) continue;
-        float v[2], mmax;
-        const int tr = r >> 4;
-        const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                        : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                   : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
-        const long long t = t0 + r / G;
-        const int hq = h * G + r % G;
-        if (nsplit == 1) {
-            *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
-            if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-        } else {
-            *(float2 *)((float *)p.o_part + (part + r) * D + d) = make_float2(v[0] * inv, v[1] * inv);
-            if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+    const volatile ShareLoop &loop = sh.loop;
+    u32 qf[Q_REGS ? D / 16 : 1][4];
+#pragma unroll 1
+    for (int share = cta * per_cta; share < loop.end; share++) {
+        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
+        const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
+        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
+        in.start();  // without Q_REGS the query rows join stage 0's group
+        if (Q_REGS && share == cta * per_cta) {
+            cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
+            __syncthreads();
+            if (warp_live)
+#pragma unroll
+                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+            // Stage 1 overwrites the rows only after the barrier in in.acquire(0).
         }
+
+        OnlineSoftmax sm;
+        sm.init();
+        float o_acc[D / 8][4];
+        frag_zero<D / 8>(o_acc);
+
+        for (int st = 0; st < in.n_stages; st++) {
+            const int buf = in.acquire(st);
+            if (!warp_live) continue;
+            // The warp's keys of the stage, 16 at a time (one online-softmax step
+            // each: the scores of one chunk live in registers at once).
+#pragma unroll 1
+            for (int c = 0; c < RT; c++) {
+                if (c >= rte) break;
+                const int *kpos = in.keypos(buf) + key0 + c * 16;
+                const u32 *kmask = in.keymask(buf) + key0 + c * 16;
+                const u32 keys16 = buf * STAGE_BYTES + c * TILE16;  // this chunk's K and V rows
+                float s[2][4];
+                frag_zero<2>(s);
+                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + keys16);
+                else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + keys16);
+                float alpha[2];
+                // Visible: the row's token selected the key's block, and the key is not in the token's future.
+                sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
+                    return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+                }, alpha);
+                frag_scale_rows<D / 8>(o_acc, alpha);
+                mma_pv<DT, 1, D / 8, LD>(o_acc, s, v_addr + keys16);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // the K/V buffers become the merge area
+
+        // The key groups of each row tile merge in group order; row tile rt's
+        // warps sit together in the merge area.
+        float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+        WarpMerge<WARPS, D>{om + rt * kge * 16 * D, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
+        __syncthreads();
+        const long long part = (((long long)loop.b * hkv + h) * nsplit + share) * ROWS;
+#pragma unroll 1
+        for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
+            const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+            if (!row_live(r, loop.ntok)) continue;
+            float v[2], mmax;
+            const int tr = r >> 4;
+            const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                            : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                                       : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
+            const long long t = (long long)loop.t0 + r / G;
+            const int hq = h * G + r % G;
+            if (nsplit == 1) {
+                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
+                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+            } else {
+                *(float2 *)((float *)p.o_part + (part + r) * D + d) = make_float2(v[0] * inv, v[1] * inv);
+                if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+            }
+        }
+        __syncthreads();  // the merge area is read before the next share's copies land in it
     }
     if (nsplit == 1) return;
-    // The last split of (b, h) to finish merges all of them, in split order.
-    const long long first_part = ((long long)b * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)b * hkv + h, nsplit))
-        merge_shares<DT, D, G, ROWS>(p, first_part, span, h, nsplit);
+    // The last CTA of (b, h) to finish merges all shares, in share order.
+    const int bb = loop.b;
+    const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
+    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
+        merge_shares<DT, D, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit);
 }

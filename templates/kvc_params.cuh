@@ -27,10 +27,11 @@ typedef struct fsa_kvc_params {
     long long topk_len;     /* int32 [Tq] or 0 */
     long long tq, batch, num_kv_heads;
     double scale_log2;      /* softmax scale * FSA_LOG2E */
-    long long splits;       /* CTAs per KV head of a one-tile sequence */
+    long long splits;       /* shares of a one-tile sequence's selected blocks */
+    long long ctas;         /* CTAs per KV head of a one-tile sequence: a divisor of splits */
     long long o_part;       /* float [batch, Hkv, splits, rows, D]: normalized partial outputs */
     long long lse_part;     /* float [batch, Hkv, splits, rows]: their log2-sum-exp */
-    long long counters;     /* int32 [batch, Hkv]: shares done per split sequence; zero between calls */
+    long long counters;     /* int32 [batch, Hkv]: CTAs done per split sequence; zero between calls */
 } fsa_kvc_params;
 
 #endif

@@ -51,15 +51,16 @@ __device__ __forceinline__ int tile_sequence(int *tile, int *counter, const int 
     return b;
 }
 
-// Split sequences: each share of (sequence b, KV head h) writes its partial
-// rows, then counts itself done on the workspace counter of (b, h); the
-// last one to finish gets true (every thread of its CTA) and the counter is
-// left zero for the next call. Every thread calls it, after its partial stores.
-__device__ __forceinline__ bool finish_share(int *flag, int *counter, int nsplit) {
+// Split sequences: each of the `ctas` CTAs of (sequence b, KV head h) writes
+// its shares' partial rows, then counts itself done on the workspace counter
+// of (b, h); the last one to finish gets true (every thread of its CTA) and
+// the counter is left zero for the next call. Every thread calls it, after
+// its partial stores.
+__device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) {
     __threadfence();  // this share's partials are visible device-wide before it counts
     __syncthreads();
     if (threadIdx.x == 0) {
-        const bool last = atomicAdd(counter, 1) == nsplit - 1;
+        const bool last = atomicAdd(counter, 1) == ctas - 1;
         if (last) atomicExch(counter, 0);
         *flag = last;
     }

@@ -77,6 +77,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
+    FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     *out = plan;
     plan = NULL;
@@ -247,15 +248,31 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
-/* The attention kernel over every tile of the batch (the last share of a
- * split sequence merges it). */
+/* CTAs per (split sequence, KV head): the smallest divisor of the share
+ * count that gives the batch's pairs twice the CTAs the device holds at once,
+ * else one per share. Each CTA computes its shares exactly as a CTA of its
+ * own would, so this depends on the batch size without touching the bits:
+ * few CTAs with several shares each at large batches (one prologue for
+ * several shares), a CTA per share at small ones. */
+static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
+{
+    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, want = 2 * (int64_t)plan->resident;
+    for (int d = 1; d < splits; d++)
+        if (splits % d == 0 && pairs * d >= want) return d;
+    return splits;
+}
+
+/* The attention kernel over every tile of the batch (the last CTA of a split
+ * sequence merges it). */
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
 {
     fsa_kvc_params p;
     params_of(&p, plan, a, splits);
+    const int ctas = ctas_per_pair(plan, a->batch, splits);
+    p.ctas = ctas;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)splits, stream, &p);
+    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 
 fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)

@@ -29,6 +29,7 @@ struct fsa_kvcache_plan {
     fsa_kvcache_desc desc;
     int group, tile_tokens;
     int max_splits; /* the largest share count any variant takes: sizes the workspace */
+    int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
