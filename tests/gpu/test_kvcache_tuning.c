@@ -4,9 +4,11 @@
  * scratch inputs, records the winner and still answers right; a later plan
  * reads the record; a damaged record is ignored and measured again; and
  * with a measured split count a sequence still gives the same bits alone
- * and inside a batch of 64. */
+ * and inside a batch of 64; and the CTAs per sequence, which follow the
+ * batch size, never change the bits. */
 #include "kvcache_problem.h"
 
+#include "attention/kvcache.h"
 #include "base/util.h"
 #include "jit/context.h"
 
@@ -246,6 +248,36 @@ static void test_batch_invariance_holds_with_a_measured_split_count(void **state
     fsa_context_destroy(ctx);
 }
 
+/* Many (sequence, KV head) pairs: the batch of 64 runs its shares on fewer
+ * CTAs per pair than a sequence alone (one CTA for all four shares, against
+ * a CTA per share), and the bits are the same. */
+static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **state)
+{
+    (void)state;
+    kvc_case c = {"bf16_d64_g1_hkv32", BF, 64, 32, 32, 64, 16, 64, {{1, 0}}, 64, KVC_TOPK_HTK, 0, 0, 1, 0};
+    fsa_rng rng = {5};
+    for (int b = 0; b < 64; b++) {
+        c.seqs[b].q_len = b % 13 == 0 ? 3 : 1;
+        c.seqs[b].cached = fsa_rng_int(&rng, 0, 3000);
+    }
+    fsa_context *ctx = context_with(FSA_TUNE_OFF);
+    const fsa_kvcache_desc d = kvc_desc_of(&c, MAX_BATCH, MAX_TOKENS);
+    fsa_kvcache_plan *plan = NULL;
+    if (fsa_kvcache_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    assert_int_equal(choice_of(plan).splits, 4);
+    /* 64 x 32 pairs fill the device twice over with one CTA per pair (kvcache.c: ctas_per_pair). */
+    print_message("  %d CTAs resident at once\n", plan->resident);
+    assert_true(64 * 32 >= 2 * plan->resident);
+    kvc_problem p;
+    kvc_problem_make(&p, &c, 123);
+    kvc_problem_reference(&p);
+    const int checked[] = {0, 2, 13, 40, 63};
+    kvc_assert_batch_invariant(plan, &p, checked, 5, run_and_check);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -272,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_the_first_call_measures_records_and_answers_right),
         cmocka_unit_test(test_a_damaged_record_is_ignored_and_measured_again),
         cmocka_unit_test(test_batch_invariance_holds_with_a_measured_split_count),
+        cmocka_unit_test(test_the_cta_count_follows_the_batch_and_the_bits_do_not),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
