@@ -715,8 +715,9 @@ FSA_API fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bw
  *
  * Batch invariance: a sequence whose new tokens fit one tile (see
  * fsa_kvcache_plan_info) splits its selected blocks into `splits` contiguous
- * shares computed by different CTAs and merged by lse in share order; a
- * longer one never splits. The rule reads only the sequence's own query
+ * shares, each computed the same way whichever of the sequence's CTAs runs it
+ * (the host gives a sequence fewer CTAs at larger batches), and merged by lse
+ * in share order; a longer one never splits. The rule reads only the sequence's own query
  * length and plan constants (the split count is the plan's: forced, its
  * tuning record or the heuristic, never the batch's), so a sequence's o and
  * lse are bitwise the same alone or in any batch with the same plan state. */
