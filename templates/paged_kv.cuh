@@ -74,30 +74,65 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
 // weighted by exp2(lse_s - max) in share order, so the result does not depend
 // on which share finished last. part: the first partial row of (b, h);
 // partials are read through L2 (other SMs wrote them during this launch).
+// Two passes, each with many loads in flight: a thread per row finds its max
+// and sum (rows' max and 1 / sum go to `scratch`, 2 x ROWS floats of shared
+// memory, and the row's lse is written); then every thread takes four
+// columns of MERGE_ITEMS rows at a time and reads all their partials before
+// it adds them up. Every thread calls it.
+constexpr int MERGE_ITEMS = 4;
 template <class DT, int D, int G, int ROWS>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
-                                             int nsplit) {
+                                             int nsplit, float *scratch) {
+    static_assert(D % 4 == 0, "four columns at a time");
     const float *lp = (const float *)p.lse_part + part;
     const float *op = (const float *)p.o_part + part * D;
-    for (int c = threadIdx.x; c < span.len * G * (D / 2); c += blockDim.x) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
-        float mmax = -FSA_INF;
+    float *row_max = scratch, *row_inv = scratch + ROWS;
+    const int rows = span.len * G;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        float mmax = -FSA_INF, l = 0.f;
         for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, __ldcg(lp + s * ROWS + r));
-        float l = 0.f, v0 = 0.f, v1 = 0.f;
-        if (mmax != -FSA_INF) {
-            for (int s = 0; s < nsplit; s++) {
-                const float f = fast_exp2(__ldcg(lp + s * ROWS + r) - mmax);
-                const float2 x = __ldcg((const float2 *)(op + ((long long)s * ROWS + r) * D + d));
-                l += f;
-                v0 += x.x * f;
-                v1 += x.y * f;
+        if (mmax != -FSA_INF)
+            for (int s = 0; s < nsplit; s++) l += fast_exp2(__ldcg(lp + s * ROWS + r) - mmax);
+        row_max[r] = mmax;
+        row_inv[r] = l > 0.f ? 1.f / l : 0.f;
+        const long long t = span.start + r / G;
+        if (p.lse) ((float *)p.lse)[(long long)(h * G + r % G) * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
+    }
+    __syncthreads();
+    const int items = rows * (D / 4), stride = blockDim.x;
+    for (int c0 = threadIdx.x; c0 < items; c0 += MERGE_ITEMS * stride) {
+        float4 acc[MERGE_ITEMS];
+#pragma unroll
+        for (int u = 0; u < MERGE_ITEMS; u++) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 2
+        for (int s = 0; s < nsplit; s++) {
+            float4 x[MERGE_ITEMS];
+            float ls[MERGE_ITEMS];
+#pragma unroll
+            for (int u = 0; u < MERGE_ITEMS; u++) {
+                const int c = min(c0 + u * stride, items - 1), r = c / (D / 4), d = (c - r * (D / 4)) * 4;
+                x[u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r) * D + d));
+                ls[u] = __ldcg(lp + s * ROWS + r);
+            }
+#pragma unroll
+            for (int u = 0; u < MERGE_ITEMS; u++) {
+                const int r = min(c0 + u * stride, items - 1) / (D / 4);
+                const float f = row_max[r] != -FSA_INF ? fast_exp2(ls[u] - row_max[r]) : 0.f;
+                acc[u].x += x[u].x * f;
+                acc[u].y += x[u].y * f;
+                acc[u].z += x[u].z * f;
+                acc[u].w += x[u].w * f;
             }
         }
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const long long t = span.start + r / G;
-        const int hq = h * G + r % G;
-        *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0 * inv, v1 * inv);
-        if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
+#pragma unroll
+        for (int u = 0; u < MERGE_ITEMS; u++) {
+            const int c = c0 + u * stride;
+            if (c >= items) break;
+            const int r = c / (D / 4), d = (c - r * (D / 4)) * 4;
+            const float inv = row_inv[r];
+            const uint2 v = make_uint2(DT::pack(acc[u].x * inv, acc[u].y * inv), DT::pack(acc[u].z * inv, acc[u].w * inv));
+            *(uint2 *)(view_row<u16>(p.o, span.start + r / G, h * G + r % G) + d) = v;
+        }
     }
 }
 
