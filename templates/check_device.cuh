@@ -31,13 +31,15 @@ __device__ __forceinline__ void check_cu_entry(fsa_check_result *r, const int *c
 }
 
 // The first `used` slots of a top-k row against `blocks` blocks: each -1 or a
-// block number below `blocks`, none twice. Returns the flags found.
-__device__ __forceinline__ unsigned check_topk_slots(const int *slots, int used, long long blocks) {
+// block number below `blocks`; with `no_repeats`, none twice. Returns the
+// flags found.
+__device__ __forceinline__ unsigned check_topk_slots(const int *slots, int used, long long blocks, bool no_repeats) {
     unsigned flags = 0;
     for (int s = 0; s < used; s++) {
         const int v = __ldg(slots + s);
         if (v == -1) continue;
         if (v < 0 || v >= blocks) flags |= FSA_CHECK_TOPK_RANGE;
+        if (!no_repeats) continue;
         for (int s2 = 0; s2 < s; s2++)
             if (__ldg(slots + s2) == v) flags |= FSA_CHECK_TOPK_REPEAT;
     }

@@ -5,8 +5,9 @@
 // hold the sequence's new tokens and fit the max_pages_per_seq pages of its
 // block-table row; every page-table entry of a used page must be a page
 // number below num_pages; every top-k slot in use (below topk_length when
-// given) is -1 or a block of the sequence's cache, and no row names a block
-// twice. One thread per cu_seqlens_q entry, per block-table slot and
+// given) is -1 or a block of the sequence's cache. A block named twice in a
+// row is allowed here: the paged-cache contract counts it once, and
+// selections padded with repeats are common in serving. One thread per cu_seqlens_q entry, per block-table slot and
 // per (token, KV head) row.
 #include "sel_common.cuh"
 #include "check_device.cuh"
@@ -47,7 +48,7 @@ __device__ __forceinline__ void check_row(const fsa_kvc_check_params &p, fsa_che
     const long long slots_used =
         p.topk_length ? min(max((long long)__ldg((const int *)p.topk_length + t), 0ll), p.top_k) : p.top_k;
     const unsigned flags =
-        check_topk_slots((const int *)p.topk + h * p.topk_hs + t * p.topk_ts, (int)slots_used, blocks);
+        check_topk_slots((const int *)p.topk + h * p.topk_hs + t * p.topk_ts, (int)slots_used, blocks, false);
     if (flags) check_report(r, flags, &r->first_row, (unsigned long long)row);
 }
 

@@ -18,7 +18,7 @@ __device__ __forceinline__ void check_row(const fsa_check_params &p, fsa_check_r
     const long long len = (long long)__ldg(cu + seq + 1) - __ldg(cu + seq);
     const long long blocks = len > 0 ? (len + p.block_size - 1) / p.block_size : 0;
     const int *slots = (const int *)p.topk + h * p.topk_hs + t * p.topk_ts;
-    const unsigned flags = check_topk_slots(slots, (int)p.top_k, blocks);
+    const unsigned flags = check_topk_slots(slots, (int)p.top_k, blocks, true);
     if (flags) check_report(r, flags, &r->first_row, (unsigned long long)row);
 }
 
