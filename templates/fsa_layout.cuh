@@ -137,10 +137,10 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int d, int keys, int g)
 
 /* ---------------------------------------------------------------- paged KV cache */
 /* A CTA of the attention kernel: (sequence, tile of its new query tokens, KV
- * head, share of the tile's selected blocks). Its rows are the tile's tokens x
- * the G heads of the KV head, in 16-row tiles; it streams FSA_KVC_STAGE_KEYS
- * keys per stage, FSA_KVC_STAGES stages in flight. The merge kernel: a CTA per
- * (sequence, KV head). */
+ * head, run of shares of the tile's selected blocks). Its rows are the tile's
+ * tokens x the G heads of the KV head, in 16-row tiles; it streams
+ * FSA_KVC_STAGE_KEYS keys per stage, FSA_KVC_STAGES stages in flight. The last
+ * CTA of a split (sequence, KV head) merges its shares. */
 #define FSA_KVC_WARPS 4
 #define FSA_KVC_THREADS (32 * FSA_KVC_WARPS)
 #define FSA_KVC_STAGE_KEYS 64

@@ -122,3 +122,14 @@ def test_the_plan_reports_its_split_count_and_why():
     forced = kvcache_plan_choice(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64,
                                  top_k=16, page_size=64, max_batch=8, max_query_tokens=32, splits=3)
     assert (forced["source"], forced["splits"], forced["candidates"], forced["will_measure"]) == ("forced", 3, 1, False)
+
+
+def test_validate_refuses_a_page_number_past_the_cache_and_passes_good_metadata():
+    p = make_problem(SEQS, 8, 2, 64, 16, 64, 8, torch.bfloat16, seed=5)
+    o_plain = kvcache_attention(**p)
+    o_checked = kvcache_attention(**p, validate=True)
+    assert torch.equal(o_plain, o_checked)
+    bad = dict(p, block_table=p["block_table"].clone())
+    bad["block_table"][6, 0] = 10**6  # sequence 6 caches 2003 keys: page slot 0 is used
+    with pytest.raises(_lib.FsaError, match="block_table entries of used pages outside"):
+        kvcache_attention(**bad, validate=True)

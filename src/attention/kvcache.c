@@ -1,9 +1,11 @@
 /* Selected attention over a paged KV cache: plan (descriptor checks, kernel
  * loading, workspace size) and the call (argument checks, one kernel: split
- * sequences are merged by their last share to finish). Everything goes on the
+ * sequences are merged by their last CTA to finish). Everything goes on the
  * caller's stream: no allocation, no host synchronization (except the one
- * call that measures the split count with tuning on: kvcache_tune.c). */
+ * call that measures the split count with tuning on: kvcache_tune.c, and
+ * check mode). */
 #include "kvcache.h"
+#include "kvcache_check.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -79,14 +81,20 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
     plan = NULL;
 cleanup:
-    free(plan);
+    fsa_kvcache_plan_destroy(plan);
     return st;
 }
 
-void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan) { free(plan); }
+void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan)
+{
+    if (plan == NULL) return;
+    fsa_metadata_checker_destroy(plan->checker, plan->ctx);
+    free(plan);
+}
 
 /* Workspace: a counter per (sequence, KV head) (shares done; zero between
  * calls), then the partials of every split share: [max_batch, Hkv,
@@ -283,14 +291,15 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     if (st != FSA_STATUS_OK || a.num_query_tokens == 0 || a.batch == 0) return st;
     st = fsa_call_enter(plan->ctx, STAGE);
     if (st != FSA_STATUS_OK) return st;
+    st = fsa_kvcache_check(plan->checker, plan->ctx, &plan->desc, &a, (CUstream)stream); /* check mode only */
     fsa_kvc_choice c;
     fsa_kvc_choose(&c, plan);
-    if (c.may_measure) {
+    if (st == FSA_STATUS_OK && c.may_measure) {
         int measured = 0; /* a failure to measure leaves the heuristic; the call still runs */
         if (fsa_kvc_tune(&measured, plan, (CUstream)stream) != FSA_STATUS_OK) fsa_error_clear();
         fsa_kvc_choose(&c, plan);
     }
-    st = fsa_kvc_launch(plan, &a, c.splits, (CUstream)stream);
+    if (st == FSA_STATUS_OK) st = fsa_kvc_launch(plan, &a, c.splits, (CUstream)stream);
     fsa_context_leave(plan->ctx);
     return st;
 }

@@ -33,6 +33,7 @@ struct fsa_kvcache_plan {
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
+    struct fsa_metadata_checker *checker; /* check mode only (kvcache_check.h) */
 };
 
 /* Launches one call with `splits` shares per one-tile sequence (at most
