@@ -415,7 +415,7 @@ typedef enum fsa_algorithm {
 typedef struct fsa_selected_attention_desc {
     size_t struct_size;
     fsa_dtype dtype;          /**< of q, k, v, o (and dout, dq, dk, dv); default bf16 */
-    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int head_dim;             /**< D (Dk) of q and k (and dq, dk): multiple of 16, 16..256; default 128 */
     int num_q_heads;          /**< Hq (required) */
     int num_kv_heads;         /**< Hkv (required); Hq % Hkv == 0, group G = Hq / Hkv */
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
@@ -424,6 +424,12 @@ typedef struct fsa_selected_attention_desc {
     fsa_algorithm algorithm;  /**< default AUTO */
     uint64_t workspace_limit; /**< bytes; 0 = no limit. Larger problems run in token chunks. */
     int backward;             /**< 1 = also prepare the backward kernels */
+    /** Dv, the head dim of v and o (and dout, dv): a multiple of 16, 16..256;
+     *  0 = head_dim. When either dim is over 128, a plan with backward needs
+     *  both to be multiples of 32. (NSA uses Dk 192 with Dv 128.)
+     *  64 bits wide so that it starts past the end of the struct's first
+     *  version on every ABI. */
+    int64_t value_dim;
 } fsa_selected_attention_desc;
 
 #define FSA_SELECTED_ATTENTION_DESC_INIT                                                            \
@@ -725,7 +731,7 @@ typedef struct fsa_kvcache_plan fsa_kvcache_plan;
 typedef struct fsa_kvcache_desc {
     size_t struct_size;
     fsa_dtype dtype;          /**< of q, the caches and o; default bf16 */
-    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int head_dim;             /**< D (Dk) of q and the key cache: multiple of 16, 16..256; default 128 */
     int num_q_heads;          /**< Hq (required) */
     int num_kv_heads;         /**< Hkv (required); group G = Hq / Hkv, 1..64 */
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
@@ -735,6 +741,7 @@ typedef struct fsa_kvcache_desc {
     int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int splits;               /**< shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+    int value_dim;            /**< Dv of the value cache and o: multiple of 16, 16..256; 0 = head_dim */
 } fsa_kvcache_desc;
 
 #define FSA_KVCACHE_DESC_INIT                                                                          \

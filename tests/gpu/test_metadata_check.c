@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const attn_case g_case = {"bf16_d64_g2_bk32", BF, 64, 4, 2, 32, 4, {1, 40, 100}, 3, 0, 0, A_AUTO, 0, 0, 0, 1};
+static const attn_case g_case = {"bf16_d64_g2_bk32", BF, 64, 4, 2, 32, 4, {1, 40, 100}, 3, 0, 0, A_AUTO, 0, 0, 0, 1, 0};
 
 static char *g_cache_dir;
 static fsa_context *g_plain_ctx, *g_check_ctx;

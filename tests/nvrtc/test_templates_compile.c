@@ -19,33 +19,47 @@ typedef struct variant {
     const char *family;
     const char *dtype, *d, *g, *bk, *unroll, *k;
     const char *keys;
+    const char *dv; /* value head dim of the selected-attention kernels */
 } variant;
 
+/* Selected attention: Dk (d) = Dv and Dk != Dv, NSA's 192 / 128 among them. */
 static const variant variants[] = {
-    {"fill", NULL, NULL, NULL, NULL, "4", NULL, NULL},
-    {"sel_index", NULL, NULL, NULL, "16", NULL, "1", NULL},
-    {"sel_index", NULL, NULL, NULL, "64", NULL, "16", NULL},
-    {"sel_index", NULL, NULL, NULL, "256", NULL, "64", NULL},
-    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL, NULL},
-    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL, NULL},
-    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL, NULL},
-    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL, NULL},
-    {"sel_fwd_reduce", "bf16", "128", "4", NULL, NULL, NULL, NULL},
-    {"sel_fwd_reduce", "f16", "192", "7", NULL, NULL, NULL, NULL},
-    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
-    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL, NULL},
-    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL, NULL},
-    {"sel_bwd_prep", "bf16", "128", NULL, NULL, NULL, NULL, NULL},
-    {"sel_bwd_prep", "f16", "96", NULL, NULL, NULL, NULL, NULL},
-    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL, "64"},
-    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL, "128"},
-    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL, "16"},
-    {"sel_bwd_main", "bf16", "96", "80", "256", NULL, NULL, "128"},
-    {"sel_bwd_dq_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
-    {"sel_bwd_dq_nsa", "f16", "256", "40", "256", NULL, NULL, NULL},
-    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL, NULL},
-    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL},
-    {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"fill", NULL, NULL, NULL, NULL, "4", NULL, NULL, NULL},
+    {"sel_index", NULL, NULL, NULL, "16", NULL, "1", NULL, NULL},
+    {"sel_index", NULL, NULL, NULL, "64", NULL, "16", NULL, NULL},
+    {"sel_index", NULL, NULL, NULL, "256", NULL, "64", NULL, NULL},
+    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL, NULL, "128"},
+    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL, NULL, "96"},
+    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL, NULL, "256"},
+    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL, NULL, "32"},
+    {"sel_fwd_main", "bf16", "192", "4", "64", NULL, NULL, NULL, "128"},
+    {"sel_fwd_main", "f16", "64", "2", "64", NULL, NULL, NULL, "128"},
+    {"sel_fwd_main", "bf16", "128", "16", "32", NULL, NULL, NULL, "64"},
+    {"sel_fwd_reduce", "bf16", NULL, "4", NULL, NULL, NULL, NULL, "128"},
+    {"sel_fwd_reduce", "f16", NULL, "7", NULL, NULL, NULL, NULL, "192"},
+    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL, "128"},
+    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL, NULL, "256"},
+    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL, NULL, "64"},
+    {"sel_fwd_nsa", "bf16", "192", "16", "64", NULL, NULL, NULL, "128"},
+    {"sel_fwd_nsa", "f16", "64", "8", "32", NULL, NULL, NULL, "128"},
+    {"sel_bwd_prep", "bf16", NULL, NULL, NULL, NULL, NULL, NULL, "128"},
+    {"sel_bwd_prep", "f16", NULL, NULL, NULL, NULL, NULL, NULL, "96"},
+    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL, "64", "128"},
+    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL, "128", "256"},
+    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL, "16", "32"},
+    {"sel_bwd_main", "bf16", "96", "80", "256", NULL, NULL, "128", "96"},
+    {"sel_bwd_main", "bf16", "192", "4", "64", NULL, NULL, "64", "128"},
+    {"sel_bwd_main", "f16", "64", "1", "64", NULL, NULL, "64", "128"},
+    {"sel_bwd_main", "bf16", "128", "16", "128", NULL, NULL, "128", "64"},
+    {"sel_bwd_dq_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL, "128"},
+    {"sel_bwd_dq_nsa", "f16", "256", "40", "256", NULL, NULL, NULL, "256"},
+    {"sel_bwd_dq_nsa", "bf16", "192", "16", "64", NULL, NULL, NULL, "128"},
+    {"sel_bwd_dq_nsa", "f16", "64", "4", "32", NULL, NULL, NULL, "128"},
+    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL, NULL, "128"},
+    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL, "192"},
+    {"sel_bwd_reduce", "bf16", "192", "4", "64", NULL, NULL, NULL, "128"},
+    {"sel_bwd_reduce", "bf16", "64", "2", "32", NULL, NULL, NULL, "128"},
+    {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
@@ -56,18 +70,24 @@ typedef struct paged_variant {
 } paged_variant;
 
 static const paged_variant paged_variants[] = {
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16", .dv = "128"},
      .page = "64"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16", .dv = "128"},
      .page = "1"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64", .dv = "64"},
      .page = "256"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8", .dv = "96"},
      .page = "32"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4", .dv = "256"},
      .page = "16"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5", .dv = "32"},
      .page = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16", .dv = "128"},
+     .page = "64"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8", .dv = "128"},
+     .page = "16"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16", .dv = "256"},
+     .page = "1"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
 
@@ -129,6 +149,7 @@ static size_t params_of(const variant *v, fsa_param *out)
     if (v->unroll) out[n++] = (fsa_param){"UNROLL", v->unroll, "u"};
     if (v->k) out[n++] = (fsa_param){"TOP_K", v->k, "k"};
     if (v->keys) out[n++] = (fsa_param){"KEYS", v->keys, "ks"};
+    if (v->dv) out[n++] = (fsa_param){"VALUE_DIM", v->dv, "dv"};
     return n;
 }
 
@@ -183,8 +204,9 @@ static void compile_variant(const variant *v, const fsa_param *extra, size_t n_e
     assert_true(cubin.size > 1000);
     /* A cubin is an ELF image. */
     assert_memory_equal(cubin.data, "\x7f" "ELF", 4);
-    print_message("  %-16s %-5s d=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family, v->dtype ? v->dtype : "-",
-                  v->d ? v->d : "-", v->g ? v->g : "-", v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
+    print_message("  %-16s %-5s d=%-4s dv=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family,
+                  v->dtype ? v->dtype : "-", v->d ? v->d : "-", v->dv ? v->dv : "-", v->g ? v->g : "-",
+                  v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
     fsa_resource_usage u;
     assert_int_equal(fsa_resource_usage_parse(&u, cubin.log), FSA_STATUS_OK);
     size_t entries = 0;

@@ -73,8 +73,8 @@ expect_match("sm_90a: 0 compiled" "sm_90a total")
 # --- 3. list: every entry by its readable name, and the total
 run(0 --list --cache-dir "${CACHE_DIR}")
 foreach(target sm_80 sm_90a)
-  foreach(name sel_index_bk64_k16 sel_fwd_main_bf16_d64_g1_bk64 sel_fwd_main_bf16_d64_g8_bk64
-               sel_fwd_reduce_bf16_d64_g1 sel_fwd_reduce_bf16_d64_g8)
+  foreach(name sel_index_bk64_k16 sel_fwd_main_bf16_d64_dv64_g1_bk64 sel_fwd_main_bf16_d64_dv64_g8_bk64
+               sel_fwd_reduce_bf16_dv64_g1 sel_fwd_reduce_bf16_dv64_g8)
     expect_match("${target} +${name} +[0-9]+ +[0-9-]+T[0-9:]+Z" "list entry ${target} ${name}")
   endforeach()
 endforeach()
