@@ -10,6 +10,13 @@
 int attn_group_of(const attn_case *c) { return c->hq / c->hkv; }
 int attn_value_dim(const attn_case *c) { return c->dv > 0 ? c->dv : c->d; }
 
+void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, int quick, int with_dv,
+                    void (*run)(const attn_case *c, fsa_plan *plan))
+{
+    for (size_t i = 0; i < n; i++)
+        if ((!quick || cases[i].quick) && (cases[i].dv != 0) == with_dv) run(&cases[i], plans[i]);
+}
+
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward)
 {
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;

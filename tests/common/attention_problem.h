@@ -33,6 +33,10 @@ typedef struct attn_case {
 int attn_group_of(const attn_case *c);
 /* Dv of a case: dv, or d when it is 0. */
 int attn_value_dim(const attn_case *c);
+/* run(case, plan) over the cases with Dk != Dv (with_dv 1) or over the
+ * others (0); under FSA_TEST_QUICK (quick 1) only the quick ones. */
+void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, int quick, int with_dv,
+                    void (*run)(const attn_case *c, fsa_plan *plan));
 
 /* Creates one plan per case (8 threads, so the kernels compile in parallel);
  * 0 on success, -1 (after printing why) if any fails. */

@@ -252,19 +252,13 @@ static void run_case(const attn_case *c, fsa_plan *plan)
 static void test_backward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++) {
-        if ((g_quick && !cases[i].quick) || cases[i].dv) continue;
-        run_case(&cases[i], g_plans[i]);
-    }
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 0, run_case);
 }
 
 static void test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++) {
-        if ((g_quick && !cases[i].quick) || !cases[i].dv) continue;
-        run_case(&cases[i], g_plans[i]);
-    }
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 1, run_case);
 }
 
 static void graph_replay_case(size_t ci)

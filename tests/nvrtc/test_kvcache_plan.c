@@ -4,7 +4,6 @@
  * with good arguments gets as far as needing a device. */
 #include "testing.h"
 
-#include <stddef.h>
 #include <string.h>
 
 static fsa_context *g_ctx;
@@ -62,39 +61,6 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     }
     assert_int_equal(fsa_kvcache_plan_create(NULL, g_ctx, &d), FSA_STATUS_NULL_POINTER);
     fsa_kvcache_plan_destroy(NULL);
-}
-
-/* Dk = Dv = 256 with a group of 16 keeps more query rows and stages than
- * sm_80's shared memory holds: the plan says so instead of failing a launch.
- * A descriptor of the first version (no value_dim) reads it as head_dim. */
-static void test_a_shape_over_the_targets_shared_memory_is_unsupported(void **state)
-{
-    (void)state;
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_80";
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.log = -1;
-    fsa_context *ctx = NULL;
-    assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
-    fsa_kvcache_desc d = good_desc(32, 2);
-    d.head_dim = 256;
-    d.value_dim = 256;
-    fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
-    assert_int_equal(fsa_kvcache_plan_create(&plan, ctx, &d), FSA_STATUS_UNSUPPORTED);
-    assert_null(plan);
-    assert_non_null(strstr(fsa_last_error(), "shared memory"));
-    d.value_dim = 0;
-    assert_int_equal(fsa_kvcache_plan_create(&plan, ctx, &d), FSA_STATUS_UNSUPPORTED);
-    _Alignas(16) unsigned char buf[sizeof d + 16];
-    memset(buf, 0xa5, sizeof buf); /* what lies past an older caller's struct is not its */
-    memcpy(buf, &d, offsetof(fsa_kvcache_desc, value_dim));
-    const size_t first = offsetof(fsa_kvcache_desc, value_dim);
-    memcpy(buf, &first, sizeof first);
-    assert_int_equal(fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf),
-                     FSA_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(fsa_last_error(), "value_dim 256"));
-    fsa_context_destroy(ctx);
 }
 
 static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(void **state)
@@ -200,7 +166,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
-        cmocka_unit_test(test_a_shape_over_the_targets_shared_memory_is_unsupported),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
     };

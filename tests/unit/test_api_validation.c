@@ -7,6 +7,7 @@
 #include "base/struct_size.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,6 +478,40 @@ static void test_a_backward_with_a_dim_over_128_needs_both_dims_to_be_multiples_
     }
 }
 
+/* The paged-cache kernel at Dk = Dv = 256 with a group of 16 keeps more query
+ * rows and stages than sm_80's shared memory holds: its plan says so instead
+ * of failing a launch. A descriptor of the first version (no value_dim) reads
+ * it as head_dim. */
+static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = offline_context("sm_80");
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = 32, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
+    d.head_dim = 256;
+    d.value_dim = 256;
+    fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    d.value_dim = 0;
+    _Alignas(16) unsigned char buf[sizeof d + 16];
+    memset(buf, 0xa5, sizeof buf); /* what lies past an older caller's struct is not its */
+    const size_t first = offsetof(fsa_kvcache_desc, value_dim);
+    memcpy(buf, &d, first);
+    memcpy(buf, &first, sizeof first);
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf));
+    assert_non_null(strstr(fsa_last_error(), "value_dim 256"));
+    d.head_dim = 64;
+    const int bad[] = {8, 24, 272, -16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d.value_dim = bad[i];
+        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+        assert_non_null(strstr(fsa_last_error(), "value_dim"));
+    }
+    fsa_context_destroy(ctx);
+}
+
 static void test_bad_head_counts_are_invalid_arguments(void **state)
 {
     const int heads[][2] = {{6, 4}, {3, 2}, {0, 1}, {4, 0}, {0, 0}, {-4, 1}, {4, -1}, {1, 2}};
@@ -631,6 +666,7 @@ int main(void)
         OFF(test_an_unsupported_head_dim_is_unsupported),
         OFF(test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported),
         OFF(test_a_backward_with_a_dim_over_128_needs_both_dims_to_be_multiples_of_32),
+        cmocka_unit_test(test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported),
         OFF(test_bad_head_counts_are_invalid_arguments),
         OFF(test_a_group_larger_than_128_is_unsupported),
         OFF(test_an_unsupported_block_size_is_unsupported),
