@@ -97,14 +97,20 @@ FSA_LAYOUT_FN int fsa_nsa_head_groups(int g) { return (g + FSA_NSA_ROWS - 1) / F
 FSA_LAYOUT_FN int fsa_nsa_stage_bytes(int d) { return fsa_tile_bytes(FSA_NSA_STAGE_KEYS, d); }
 /* Forward: Q rows | the K stages | the V stages. */
 FSA_LAYOUT_FN int fsa_nsa_fwd_smem_k(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int dk) { return fsa_nsa_fwd_smem_k(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk); }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int dk)
+{
+    return fsa_nsa_fwd_smem_k(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
+}
 FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int dk, int dv)
 {
     return fsa_nsa_fwd_smem_v(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dv);
 }
 /* Backward dq: Q rows | dO rows | the K stages | the V stages. */
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int dk, int dv) { return fsa_nsa_dq_smem_do(dk) + fsa_tile_bytes(FSA_NSA_ROWS, dv); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int dk, int dv)
+{
+    return fsa_nsa_dq_smem_do(dk) + fsa_tile_bytes(FSA_NSA_ROWS, dv);
+}
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int dk, int dv)
 {
     return fsa_nsa_dq_smem_k(dk, dv) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
@@ -141,7 +147,10 @@ FSA_LAYOUT_FN int fsa_bwd_ds_pitch(void) { return FSA_BWD_ROWS + 8; }
  * round's list entries. K and Q are dk wide, V and dO dv wide. */
 FSA_LAYOUT_FN int fsa_bwd_smem_k(void) { return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS; }
 FSA_LAYOUT_FN int fsa_bwd_smem_v(int dk, int keys) { return fsa_bwd_smem_k() + fsa_tile_bytes(keys, dk); }
-FSA_LAYOUT_FN int fsa_bwd_smem_q(int dk, int dv, int keys) { return fsa_bwd_smem_v(dk, keys) + fsa_tile_bytes(keys, dv); }
+FSA_LAYOUT_FN int fsa_bwd_smem_q(int dk, int dv, int keys)
+{
+    return fsa_bwd_smem_v(dk, keys) + fsa_tile_bytes(keys, dv);
+}
 FSA_LAYOUT_FN int fsa_bwd_smem_do(int dk, int dv, int keys)
 {
     return fsa_bwd_smem_q(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dk);

@@ -24,8 +24,8 @@ static fsa_status validate_desc(const fsa_selected_attention_desc *d)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: must be a multiple of 16 from 16 to 256",
                  d->head_dim);
     if (d->value_dim < 16 || d->value_dim > 256 || d->value_dim % 16 != 0)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "value_dim %lld: must be 0 (= head_dim) or a multiple of 16 from 16 to 256",
-                 (long long)d->value_dim);
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "value_dim %lld: must be 0 (= head_dim) or a multiple of 16 from 16 to 256", (long long)d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_q_heads %d and num_kv_heads %d must be positive",
                  d->num_q_heads, d->num_kv_heads);
@@ -127,7 +127,8 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     const int parts = fsa_bwd_d_parts(c->head_dim, c->value_dim);
     if (c->head_dim / parts % 16 != 0 || c->value_dim / parts % 16 != 0)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "the backward with head_dim %d and value_dim %d: when either is over 128, both must be multiples of 32",
+                 "the backward with head_dim %d and value_dim %d: when either is over 128, both must be "
+                 "multiples of 32",
                  c->head_dim, c->value_dim);
     plan->bwd_available = 1;
 cleanup:

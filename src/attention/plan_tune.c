@@ -26,7 +26,8 @@ static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
 {
     const size_t hq = (size_t)plan->desc.num_q_heads, hkv = (size_t)plan->desc.num_kv_heads;
     /* Bytes of T rows of the query/key head dim, and of the value head dim. */
-    const size_t rows = (size_t)T * (size_t)plan->desc.head_dim * 2, rows_v = (size_t)T * (size_t)plan->desc.value_dim * 2;
+    const size_t rows = (size_t)T * (size_t)plan->desc.head_dim * 2;
+    const size_t rows_v = (size_t)T * (size_t)plan->desc.value_dim * 2;
     size_t at = 0;
     s->q = place(&at, rows * hq);
     s->o = place(&at, rows_v * hq);

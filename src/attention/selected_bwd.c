@@ -74,8 +74,8 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
     const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
 
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv)), stream),
-                 "launch memset");
+    const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, acc_words, stream), "launch memset");
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
