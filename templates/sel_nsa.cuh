@@ -46,19 +46,15 @@ __device__ __forceinline__ void nsa_load_stage(const fsa_sel_params &p, u32 ks, 
                                                long long seq_end) {
     const u16 *kg = view_row<const u16>(p.k, 0, h);
     const u16 *vg = view_row<const u16>(p.v, 0, h);
-    auto key_of = [&](int r) {
+    // One pass over the pieces of the wider row: a piece past D (or DV) copies no K (or V).
+    for_each_piece<NSA_STAGE, fsa_max_dim(D, DV), NSA_THREADS>([&](int r, int c) {
         const int pos = stage * NSA_STAGE + r;
-        return pos < total_keys ? (long long)block_start[pos / BK] + pos % BK : seq_end;
-    };
-    for (int r = threadIdx.x; r < NSA_STAGE; r += NSA_THREADS) {
-        const long long key = key_of(r);
-        keyb[r] = key < seq_end ? (int)key : 0x7fffffff;
-    }
-    load_tiles_async<NSA_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), NSA_THREADS>(ks, vs, [&](int r) {
-        const long long key = key_of(r);
+        long long key = pos < total_keys ? (long long)block_start[pos / BK] + pos % BK : seq_end;
         const bool ok = key < seq_end;
-        const long long row = ok ? key : 0;
-        return RowPair{kg + row * p.k.token_stride, vg + row * p.v.token_stride, ok};
+        if (c == 0) keyb[r] = ok ? (int)key : 0x7fffffff;
+        if (!ok) key = 0;
+        if (D == DV || c < D) cp_async16(ks + (u32)(r * (D + 8) + c) * 2, kg + key * p.k.token_stride + c, ok);
+        if (D == DV || c < DV) cp_async16(vs + (u32)(r * (DV + 8) + c) * 2, vg + key * p.v.token_stride + c, ok);
     });
 }
 
