@@ -63,13 +63,15 @@ def _fn(lib, name):
     return fn
 
 
-def _context(lib, device_index):
-    ctx = _contexts.get(device_index)
+def _context(lib, device_index, validate=False):
+    key = (device_index, bool(validate))
+    ctx = _contexts.get(key)
     if ctx is None:
         handle = ctypes.c_void_p()
-        options = _lib.fsa_context_options(device=device_index)
+        # validate: libfsa's check mode (else $FSA_CHECK decides).
+        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0)
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[device_index] = handle.value
+        ctx = _contexts[key] = handle.value
     return ctx
 
 
@@ -87,13 +89,13 @@ def _plan(lib, key):
     with _lock:
         plan = _plans.get(key)
         if plan is None:
-            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, dv = key
+            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate, dv = key
             desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
                                     block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
                                     max_query_tokens=max_tokens, scale=scale, splits=splits,
                                     value_dim=0 if dv == d else dv)
             handle = ctypes.c_void_p()
-            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device),
+            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device, validate),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
             size = ctypes.c_size_t(0)
             lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
@@ -120,7 +122,7 @@ def _require(cond, message):
 
 def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                       topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
-                      max_query_tokens=None, splits=0):
+                      max_query_tokens=None, splits=0, validate=False):
     """Selected attention of q over a paged KV cache; returns o (and lse when asked).
 
     q: [Tq, Hq, D] bf16/fp16 CUDA tensor (new tokens of all sequences, packed).
@@ -133,6 +135,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     topk_length: optional int32 [Tq]: slots at or past it are unused.
     scale: softmax scale (None = 1/sqrt(D)). max_batch / max_query_tokens: the plan's sizes (default: the
         call's, rounded up to a power of two). splits: shares of a one-tile sequence (0 = the plan's rule).
+    validate: check the device metadata first (libfsa's check mode; waits for the GPU): bad metadata
+        raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
     # Shapes first, devices last: everything but the device can be checked on a CPU-only machine.
@@ -178,7 +182,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
            int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
-           float(scale or 0.0), int(splits), int(dv))
+           float(scale or 0.0), int(splits), bool(validate), int(dv))
     handle, ws_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None

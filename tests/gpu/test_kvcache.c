@@ -20,7 +20,7 @@
 
 #define SEQS_EDGES {1, 0}, {1, 1}, {2, 63}, {8, 64}, {5, 65}, {0, 40}, {3, 30000}, {1, 30000}, {4, 1}, {7, 200}
 #define PAGE_CASE(page, quick)                                                                             \
-    {"bf16_d128_g4_bk64_page" #page, BF, 128, 8, 2, 64, 8, page, {SEQS_EDGES}, 10, KVC_TOPK_HTK, 0, 0, 1, quick, 0}
+    {"bf16_d128_g4_bk64_page" #page, BF, 128, 8, 2, 64, 8, page, {SEQS_EDGES}, 10, KVC_TOPK_HTK, 0, 0, 1, quick}
 
 static const kvc_case cases[] = {
     PAGE_CASE(1, 1),
@@ -30,15 +30,15 @@ static const kvc_case cases[] = {
     PAGE_CASE(128, 0),
     PAGE_CASE(256, 0),
     /* name                          dtype d   hq  hkv bk   k   page seqs                                     n  topk              hnd len junk quick */
-    {"bf16_d128_g1_prefill1000",     BF, 128, 2,  2,  64,  16, 64,  {{1000, 0}, {1000, 65}, {1000, 30000}}, 3, KVC_TOPK_THK,    0, 0, 1, 0, 0},
-    {"f16_d64_g16_prefill_shared",   HF, 64,  32, 2,  64,  16, 32,  {{1000, 63}, {6, 64}, {1, 0}},         3, KVC_TOPK_SHARED, 1, 1, 1, 0, 0},
-    {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   0, 1, 1, 1, 0},
-    {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         10, KVC_TOPK_SHARED, 1, 0, 1, 1, 0},
-    {"f16_d256_g64_bk128_page256",   HF, 256, 64, 1,  128, 4,  256, {{1, 0}, {4, 300}, {8, 65}, {2, 1}},  4, KVC_TOPK_HTK,    0, 1, 1, 0, 0},
-    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   1, 0, 1, 0, 0},
-    {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0, 0},
-    {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0, 0},
-    {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0, 0},
+    {"bf16_d128_g1_prefill1000",     BF, 128, 2,  2,  64,  16, 64,  {{1000, 0}, {1000, 65}, {1000, 30000}}, 3, KVC_TOPK_THK,    0, 0, 1, 0},
+    {"f16_d64_g16_prefill_shared",   HF, 64,  32, 2,  64,  16, 32,  {{1000, 63}, {6, 64}, {1, 0}},         3, KVC_TOPK_SHARED, 1, 1, 1, 0},
+    {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   0, 1, 1, 1},
+    {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         10, KVC_TOPK_SHARED, 1, 0, 1, 1},
+    {"f16_d256_g64_bk128_page256",   HF, 256, 64, 1,  128, 4,  256, {{1, 0}, {4, 300}, {8, 65}, {2, 1}},  4, KVC_TOPK_HTK,    0, 1, 1, 0},
+    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   1, 0, 1, 0},
+    {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
+    {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
+    {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
     /* Dk != Dv: decode, 4 speculative tokens, a chunked prefill.                                                               dv */
     {"bf16_dk192_dv128_g4_page64",   BF, 192, 8,  2,  64,  16, 64,  {{1, 3000}, {4, 300}, {1, 0}, {600, 100}}, 4, KVC_TOPK_HTK, 0, 0, 1, 1, 128},
     {"f16_dk192_dv128_g16_page16",   HF, 192, 32, 2,  64,  16, 16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_SHARED, 1, 1, 1, 0, 128},

@@ -18,7 +18,7 @@
 
 #define N_DEV 2
 
-static const attn_case g_case = {"bf16_d128_g4_bk64", BF, 128, 8, 2, 64, 8, {70, 300, 1, 129}, 4, 0, 0, A_AUTO, 0, 1, 0, 1, 0};
+static const attn_case g_case = {"bf16_d128_g4_bk64", BF, 128, 8, 2, 64, 8, {70, 300, 1, 129}, 4, 0, 0, A_AUTO, 0, 1, 0, 1};
 
 /* The device count, or exit 77 when there are fewer than two. */
 static void need_two_gpus(void)

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* G = 2, D 64, blocks of 64, top-k 4; 40 tokens in two sequences (bucket 64). */
-static const attn_case k_case = {"bf16_d64_g2_bk64_tuned", BF, 64, 4, 2, 64, 4, {17, 23}, 2, 0, 0, A_AUTO, 0, 1, 0, 1, 0};
+static const attn_case k_case = {"bf16_d64_g2_bk64_tuned", BF, 64, 4, 2, 64, 4, {17, 23}, 2, 0, 0, A_AUTO, 0, 1, 0, 1};
 #define CASE_T 40
 
 static char *g_cache_dir;

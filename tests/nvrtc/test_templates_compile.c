@@ -60,6 +60,7 @@ static const variant variants[] = {
     {"sel_bwd_reduce", "bf16", "192", "4", "64", NULL, NULL, NULL, "128"},
     {"sel_bwd_reduce", "bf16", "64", "2", "32", NULL, NULL, NULL, "128"},
     {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"kvc_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 

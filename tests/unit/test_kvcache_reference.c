@@ -11,7 +11,7 @@
 
 static const kvc_case small_case = {
     "bf16_d32_g2_bk16_page16", FSA_DTYPE_BF16, 32, 4, 2, 16, 4, 16,
-    {{1, 0}, {3, 40}, {0, 7}, {5, 64}}, 4, KVC_TOPK_THK, 1, 1, 1, 1, 0,
+    {{1, 0}, {3, 40}, {0, 7}, {5, 64}}, 4, KVC_TOPK_THK, 1, 1, 1, 1,
 };
 
 static void test_a_query_at_a_position_matches_that_token_of_self_attention(void **state)
@@ -26,7 +26,7 @@ static void test_a_query_at_a_position_matches_that_token_of_self_attention(void
     for (int i = 0; i < L * HKV * D; i++) v[i] = (float)fsa_rng_normal(&rng);
     const int32_t cu[2] = {0, L};
     fsa_ref_make_selection(topk, (int64_t)L * K, K, L, 1, cu, HKV, BK, K, &rng);
-    const fsa_ref_problem p = {L, 1, cu, HQ, HKV, D, BK, K, 0.25, q, k, v, topk, (int64_t)L * K, K, 0};
+    const fsa_ref_problem p = {L, 1, cu, HQ, HKV, D, BK, K, 0.25, q, k, v, topk, (int64_t)L * K, K};
     const int positions[] = {0, 1, 15, 16, 17, 100, L - 1};
     for (size_t i = 0; i < sizeof positions / sizeof positions[0]; i++) {
         for (int qh = 0; qh < HQ; qh++) {
@@ -85,7 +85,7 @@ static void test_nothing_is_visible_before_position_zero(void **state)
     for (int i = 0; i < L * D; i++) k[i] = v[i] = 1.0f;
     for (int d = 0; d < D; d++) q[d] = 1.0f;
     const int32_t cu[2] = {0, L}, row[2] = {0, 1};
-    const fsa_ref_problem p = {L, 1, cu, 1, 1, D, 16, 2, 0.25, NULL, k, v, NULL, 0, 0, 0};
+    const fsa_ref_problem p = {L, 1, cu, 1, 1, D, 16, 2, 0.25, NULL, k, v, NULL, 0, 0};
     double o[D], lse = 0;
     fsa_ref_attend_at(&p, 0, -3, q, row, o, &lse);
     assert_true(isinf(lse) && lse < 0);
