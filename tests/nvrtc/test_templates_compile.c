@@ -19,82 +19,68 @@ typedef struct variant {
     const char *family;
     const char *dtype, *d, *g, *bk, *unroll, *k;
     const char *keys;
-    const char *dv; /* value head dim of the selected-attention kernels */
 } variant;
 
-/* Selected attention: Dk (d) = Dv and Dk != Dv, NSA's 192 / 128 among them. */
 static const variant variants[] = {
-    {"fill", NULL, NULL, NULL, NULL, "4", NULL, NULL, NULL},
-    {"sel_index", NULL, NULL, NULL, "16", NULL, "1", NULL, NULL},
-    {"sel_index", NULL, NULL, NULL, "64", NULL, "16", NULL, NULL},
-    {"sel_index", NULL, NULL, NULL, "256", NULL, "64", NULL, NULL},
-    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL, NULL, "128"},
-    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL, NULL, "96"},
-    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL, NULL, "256"},
-    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL, NULL, "32"},
-    {"sel_fwd_main", "bf16", "192", "4", "64", NULL, NULL, NULL, "128"},
-    {"sel_fwd_main", "f16", "64", "2", "64", NULL, NULL, NULL, "128"},
-    {"sel_fwd_main", "bf16", "128", "16", "32", NULL, NULL, NULL, "64"},
-    {"sel_fwd_reduce", "bf16", NULL, "4", NULL, NULL, NULL, NULL, "128"},
-    {"sel_fwd_reduce", "f16", NULL, "7", NULL, NULL, NULL, NULL, "192"},
-    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL, "128"},
-    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL, NULL, "256"},
-    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL, NULL, "64"},
-    {"sel_fwd_nsa", "bf16", "192", "16", "64", NULL, NULL, NULL, "128"},
-    {"sel_fwd_nsa", "f16", "64", "8", "32", NULL, NULL, NULL, "128"},
-    {"sel_bwd_prep", "bf16", NULL, NULL, NULL, NULL, NULL, NULL, "128"},
-    {"sel_bwd_prep", "f16", NULL, NULL, NULL, NULL, NULL, NULL, "96"},
-    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL, "64", "128"},
-    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL, "128", "256"},
-    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL, "16", "32"},
-    {"sel_bwd_main", "bf16", "96", "80", "256", NULL, NULL, "128", "96"},
-    {"sel_bwd_main", "bf16", "192", "4", "64", NULL, NULL, "64", "128"},
-    {"sel_bwd_main", "f16", "64", "1", "64", NULL, NULL, "64", "128"},
-    {"sel_bwd_main", "bf16", "128", "16", "128", NULL, NULL, "128", "64"},
-    {"sel_bwd_dq_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL, "128"},
-    {"sel_bwd_dq_nsa", "f16", "256", "40", "256", NULL, NULL, NULL, "256"},
-    {"sel_bwd_dq_nsa", "bf16", "192", "16", "64", NULL, NULL, NULL, "128"},
-    {"sel_bwd_dq_nsa", "f16", "64", "4", "32", NULL, NULL, NULL, "128"},
-    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL, NULL, "128"},
-    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL, "192"},
-    {"sel_bwd_reduce", "bf16", "192", "4", "64", NULL, NULL, NULL, "128"},
-    {"sel_bwd_reduce", "bf16", "64", "2", "32", NULL, NULL, NULL, "128"},
-    {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"kvc_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"fill", NULL, NULL, NULL, NULL, "4", NULL, NULL},
+    {"sel_index", NULL, NULL, NULL, "16", NULL, "1", NULL},
+    {"sel_index", NULL, NULL, NULL, "64", NULL, "16", NULL},
+    {"sel_index", NULL, NULL, NULL, "256", NULL, "64", NULL},
+    {"sel_fwd_main", "bf16", "128", "4", "64", NULL, NULL, NULL},
+    {"sel_fwd_main", "f16", "96", "3", "16", NULL, NULL, NULL},
+    {"sel_fwd_main", "bf16", "256", "1", "128", NULL, NULL, NULL},
+    {"sel_fwd_main", "f16", "32", "16", "32", NULL, NULL, NULL},
+    {"sel_fwd_reduce", "bf16", "128", "4", NULL, NULL, NULL, NULL},
+    {"sel_fwd_reduce", "f16", "192", "7", NULL, NULL, NULL, NULL},
+    {"sel_fwd_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
+    {"sel_fwd_nsa", "f16", "256", "24", "256", NULL, NULL, NULL},
+    {"sel_fwd_nsa", "bf16", "64", "1", "16", NULL, NULL, NULL},
+    {"sel_bwd_prep", "bf16", "128", NULL, NULL, NULL, NULL, NULL},
+    {"sel_bwd_prep", "f16", "96", NULL, NULL, NULL, NULL, NULL},
+    {"sel_bwd_main", "bf16", "128", "4", "64", NULL, NULL, "64"},
+    {"sel_bwd_main", "f16", "256", "2", "128", NULL, NULL, "128"},
+    {"sel_bwd_main", "bf16", "32", "32", "16", NULL, NULL, "16"},
+    {"sel_bwd_main", "bf16", "96", "80", "256", NULL, NULL, "128"},
+    {"sel_bwd_dq_nsa", "bf16", "128", "16", "64", NULL, NULL, NULL},
+    {"sel_bwd_dq_nsa", "f16", "256", "40", "256", NULL, NULL, NULL},
+    {"sel_bwd_reduce", "bf16", "128", "4", "64", NULL, NULL, NULL},
+    {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL},
+    {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"kvc_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
-/* Kernels over a paged KV cache also take the page size. */
+/* Kernels over a paged KV cache also take the page size (and, when it
+ * differs from d, the value head dim). */
 typedef struct paged_variant {
     variant v;
-    const char *page;
+    const char *page, *dv;
 } paged_variant;
 
 static const paged_variant paged_variants[] = {
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"},
      .page = "64"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "16", .bk = "64", .k = "16"},
      .page = "1"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64", .dv = "64"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "1", .bk = "16", .k = "64"},
      .page = "256"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8", .dv = "96"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "96", .g = "8", .bk = "128", .k = "8"},
      .page = "32"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4", .dv = "256"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "256", .g = "64", .bk = "256", .k = "4"},
      .page = "16"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5", .dv = "32"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"},
      .page = "128"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16", .dv = "128"},
-     .page = "64"},
-    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8", .dv = "128"},
-     .page = "16"},
-    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16", .dv = "256"},
-     .page = "1"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"},
+     .page = "64", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8"}, .page = "16", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16"}, .page = "1", .dv = "256"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
 
-/* Query-tile attention (compressed, sliding window): Dk (d) and Dv differ;
- * the selection kernel also takes the compression's kernel size l and
- * stride. */
+/* Kernels with a value head dim dv of their own (the others take d for it):
+ * query-tile attention (compressed, sliding window) and the selected
+ * attention with Dk (d) != Dv, NSA's 192 / 128 among them; the selection
+ * kernel also takes the compression's kernel size l and stride. */
 typedef struct cmp_variant {
     variant v;
     const char *dv, *l, *stride;
@@ -120,6 +106,20 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "64", .g = "5", .bk = "16", .k = "1"}, .l = "16", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "32", .g = "2", .bk = "32", .k = "33"}, .l = "8", .stride = "32"},
+    {.v = {.family = "sel_fwd_main", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_main", .dtype = "f16", .d = "64", .g = "2", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_main", .dtype = "bf16", .d = "128", .g = "16", .bk = "32"}, .dv = "64"},
+    {.v = {.family = "sel_fwd_reduce", .dtype = "bf16", .g = "4"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_nsa", .dtype = "f16", .d = "64", .g = "8", .bk = "32"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_prep", .dtype = "bf16"}, .dv = "64"},
+    {.v = {.family = "sel_bwd_main", .dtype = "bf16", .d = "192", .g = "4", .bk = "64", .keys = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_main", .dtype = "f16", .d = "64", .g = "1", .bk = "64", .keys = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_main", .dtype = "bf16", .d = "128", .g = "16", .bk = "128", .keys = "128"}, .dv = "64"},
+    {.v = {.family = "sel_bwd_dq_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_dq_nsa", .dtype = "f16", .d = "64", .g = "4", .bk = "32"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "64", .g = "2", .bk = "32"}, .dv = "128"},
 };
 #define N_CMP_VARIANTS (sizeof cmp_variants / sizeof cmp_variants[0])
 
@@ -140,17 +140,20 @@ static const justified_spill justified_spills[] = {
 
 static const fsa_nvrtc_api *g_nvrtc;
 
-static size_t params_of(const variant *v, fsa_param *out)
+/* The variant's template parameters. d fills HEAD_DIM where the template has
+ * it, and VALUE_DIM too where the template has that and `dv` is NULL: a value
+ * head dim equal to the query/key one. */
+static size_t params_of(const variant *v, const char *text, const char *dv, fsa_param *out)
 {
     size_t n = 0;
     if (v->dtype) out[n++] = (fsa_param){"DTYPE", v->dtype, ""};
-    if (v->d) out[n++] = (fsa_param){"HEAD_DIM", v->d, "d"};
+    if (v->d && strstr(text, "{{HEAD_DIM}}")) out[n++] = (fsa_param){"HEAD_DIM", v->d, "d"};
+    if (dv || (v->d && strstr(text, "{{VALUE_DIM}}"))) out[n++] = (fsa_param){"VALUE_DIM", dv ? dv : v->d, "dv"};
     if (v->g) out[n++] = (fsa_param){"GROUP", v->g, "g"};
     if (v->bk) out[n++] = (fsa_param){"BLOCK_SIZE", v->bk, "bk"};
     if (v->unroll) out[n++] = (fsa_param){"UNROLL", v->unroll, "u"};
     if (v->k) out[n++] = (fsa_param){"TOP_K", v->k, "k"};
     if (v->keys) out[n++] = (fsa_param){"KEYS", v->keys, "ks"};
-    if (v->dv) out[n++] = (fsa_param){"VALUE_DIM", v->dv, "dv"};
     return n;
 }
 
@@ -184,15 +187,15 @@ static void check_spills(const variant *v, const fsa_resource_usage *u, const ch
     }
 }
 
-static void compile_variant(const variant *v, const fsa_param *extra, size_t n_extra, const char *target,
-                            int used[N_JUSTIFIED + 1])
+static void compile_variant(const variant *v, const char *dv, const fsa_param *extra, size_t n_extra,
+                            const char *target, int used[N_JUSTIFIED + 1])
 {
     char file[64];
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
     fsa_param params[10];
-    size_t n = params_of(v, params);
+    size_t n = params_of(v, t->text, dv, params);
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
@@ -206,8 +209,8 @@ static void compile_variant(const variant *v, const fsa_param *extra, size_t n_e
     /* A cubin is an ELF image. */
     assert_memory_equal(cubin.data, "\x7f" "ELF", 4);
     print_message("  %-16s %-5s d=%-4s dv=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family,
-                  v->dtype ? v->dtype : "-", v->d ? v->d : "-", v->dv ? v->dv : "-", v->g ? v->g : "-",
-                  v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
+                  v->dtype ? v->dtype : "-", v->d ? v->d : "-", dv ? dv : "-", v->g ? v->g : "-", v->bk ? v->bk : "-",
+                  target, cubin.ms, cubin.size);
     fsa_resource_usage u;
     assert_int_equal(fsa_resource_usage_parse(&u, cubin.log), FSA_STATUS_OK);
     size_t entries = 0;
@@ -229,19 +232,18 @@ static void compile_variant(const variant *v, const fsa_param *extra, size_t n_e
 static void compile_every_variant(const char *target)
 {
     int used[N_JUSTIFIED + 1] = {0};
-    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, 0, target, used);
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, NULL, 0, target, used);
     for (size_t i = 0; i < N_PAGED_VARIANTS; i++) {
         const fsa_param page = {"PAGE_SIZE", paged_variants[i].page, "p"};
-        compile_variant(&paged_variants[i].v, &page, 1, target, used);
+        compile_variant(&paged_variants[i].v, paged_variants[i].dv, &page, 1, target, used);
     }
     for (size_t i = 0; i < N_CMP_VARIANTS; i++) {
         const cmp_variant *c = &cmp_variants[i];
-        fsa_param extra[3];
+        fsa_param extra[2];
         size_t n = 0;
-        if (c->dv) extra[n++] = (fsa_param){"VALUE_DIM", c->dv, "dv"};
         if (c->l) extra[n++] = (fsa_param){"KERNEL_SIZE", c->l, "l"};
         if (c->stride) extra[n++] = (fsa_param){"STRIDE", c->stride, "s"};
-        compile_variant(&c->v, extra, n, target, used);
+        compile_variant(&c->v, c->dv, extra, n, target, used);
     }
     for (size_t i = 0; justified_spills[i].family != NULL; i++) {
         const justified_spill *j = &justified_spills[i];
