@@ -11,24 +11,26 @@
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
-// finish combines them in share order (one launch).
-// Launch shapes and shared memory: fsa_layout.cuh.
+// finish combines them in share order (one launch). Q and K are D wide, V and o
+// DV wide. Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
 #include "paged_kv.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}}, PAGE = {{PAGE_SIZE}};
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
+              PAGE = {{PAGE_SIZE}};
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
 constexpr int NC = fsa_kvc_tile_entries(G, K);
-constexpr int LD = fsa_pitch(D);
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
-typedef PagedStream<D, BK, PAGE> Stream;
+typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * 2 * Stream::STAGE_BYTES >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
+static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
+              "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 static_assert(2 * ROWS <= WARPS * 16 * 2, "the merge's row max and 1 / sum fit in the warps' merge scratch");
 
@@ -57,17 +59,19 @@ __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G &
 template <int N>
 __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
                                             float *mmax) {
-    return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
+    return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
 }
 
-// With the query fragments in registers, up to two row tiles fit in 170
-// registers (3 CTAs per SM); four row tiles (G > 8) need more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
+// With the query fragments in registers and values up to 128 wide, up to two
+// row tiles fit in 170 registers (3 CTAs per SM); four row tiles (G > 8) need
+// more: 2 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 ? 3 : 2) : 1)
+    fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
-    constexpr u32 STAGE_BYTES = Stream::STAGE_BYTES;
+    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + STAGE_BYTES : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -116,10 +120,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
     }
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
-    constexpr u32 TILE16 = fsa_tile_bytes(16, D);
+    constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
     const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
     const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
-    const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
+    const u32 v_addr = v_s + key0 * LDV * 2 + ldm_lane_a(lane, LDV);
 
     // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
     // in block order. A CTA computes its shares one after another, each exactly
@@ -146,8 +150,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
 
         OnlineSoftmax sm;
         sm.init();
-        float o_acc[D / 8][4];
-        frag_zero<D / 8>(o_acc);
+        float o_acc[DV / 8][4];
+        frag_zero<DV / 8>(o_acc);
 
         for (int st = 0; st < in.n_stages; st++) {
             const int buf = in.acquire(st);
@@ -159,18 +163,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
                 if (c >= rte) break;
                 const int *kpos = in.keypos(buf) + key0 + c * 16;
                 const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                const u32 keys16 = buf * STAGE_BYTES + c * TILE16;  // this chunk's K and V rows
+                const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
                 float s[2][4];
                 frag_zero<2>(s);
-                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + keys16);
-                else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + keys16);
+                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + k16);
+                else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + k16);
                 float alpha[2];
                 // Visible: the row's token selected the key's block, and the key is not in the token's future.
                 sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
                     return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
                 }, alpha);
-                frag_scale_rows<D / 8>(o_acc, alpha);
-                mma_pv<DT, 1, D / 8, LD>(o_acc, s, v_addr + keys16);
+                frag_scale_rows<DV / 8>(o_acc, alpha);
+                mma_pv<DT, 1, DV / 8, LDV>(o_acc, s, v_addr + v16);
             }
         }
         cp_async_wait<0>();
@@ -179,12 +183,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
         float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-        WarpMerge<WARPS, D>{om + rt * kge * 16 * D, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
+        WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
         __syncthreads();
         const long long part = (((long long)loop.b * hkv + h) * nsplit + share) * ROWS;
 #pragma unroll 1
-        for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
-            const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+        for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
+            const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
             if (!row_live(r, loop.ntok)) continue;
             float v[2], mmax;
             const int tr = r >> 4;
@@ -199,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
                 *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
                 if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
             } else {
-                *(float2 *)((float *)p.o_part + (part + r) * D + d) = make_float2(v[0] * inv, v[1] * inv);
+                *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v[0] * inv, v[1] * inv);
                 if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
             }
         }
@@ -210,5 +214,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS ? (RT < 4 ? 3 : 2) 
     const int bb = loop.b;
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
     if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, D, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit, &sh.ml[0][0][0]);
+        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit, &sh.ml[0][0][0]);
 }

@@ -72,8 +72,8 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
 
 // Merges the shares of a one-tile sequence: per row, the normalized partials
 // weighted by exp2(lse_s - max) in share order, so the result does not depend
-// on which share finished last. part: the first partial row of (b, h);
-// partials are read through L2 (other SMs wrote them during this launch).
+// on which share finished last. D: the value head dim (the partials' and o's
+// width). part: the first partial row of (b, h); partials are read through L2 (other SMs wrote them during this launch).
 // Two passes, each with many loads in flight: a thread per row finds its max
 // and sum (rows' max and 1 / sum go to `scratch`, 2 x ROWS floats of shared
 // memory, and the row's lse is written); then every thread takes four
@@ -306,8 +306,8 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, in
 //  paged_load_stage (the rows checked and stored, then a barrier): each row's
 //      position in keypos (INT_MAX when it is not a key) and the mask of the
 //      tokens that selected its block in keymask (0 when not a key), and the K
-//      and V rows into the tiles at k_dst / v_dst (pitch D + 8; rows that are
-//      not keys, or behind a bad page-table entry, zero-filled).
+//      and V rows into the tiles at k_dst / v_dst (pitch D + 8 and DV + 8;
+//      rows that are not keys, or behind a bad page-table entry, zero-filled).
 static_assert(KVC_STAGE <= FSA_KVC_THREADS, "a thread per key row of a stage");
 template <int BK, int PAGE>
 __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks, int u0, int stage,
@@ -321,7 +321,7 @@ __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, co
     return s;
 }
 
-template <int D, int BK>
+template <int D, int DV, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
                                                  u32 *keymask, const PagedSlot *slots, const int *blocks,
                                                  const u32 *masks, int u0, int stage, int h) {
@@ -331,7 +331,7 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
-    load_tile_pair_async<KVC_STAGE, D, fsa_pitch(D), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
+    load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
         const PagedSlot s = slots[r];
         RowPair rp;
         rp.ok = s.page >= 0;
@@ -353,19 +353,20 @@ struct PagedStreamShared {
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (each stage's table reads issued a stage before
 // its copies and held in registers meanwhile),
-// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses). Use:
-//   PagedStream<D, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
+// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
+// D wide, V rows DV wide). Use:
+//   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
 //   ... issue copies that should join stage 0's group ...
 //   in.start();                        // every thread
 //   for (int st = 0; st < in.n_stages; st++) {
 //       const int buf = in.acquire(st);  // stage st is in buffer buf
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
 //   }
-template <int D, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE>
 struct PagedStream {
-    static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+    static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES == 2, "lookups run one stage ahead in a register: the ring starts with one stage");
-    static constexpr u32 STAGE_BYTES = fsa_kvc_stage_bytes(D);
+    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
 
     PagedStreamShared &sh;
     const fsa_kvc_params &p;
@@ -417,8 +418,8 @@ struct PagedStream {
     // then the table reads of the next one.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
-            paged_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keypos[buf], sh.keymask[buf],
-                                    sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
+            paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
+                                        sh.keymask[buf], sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
             if (stage + 1 < n_stages) next = fetch(stage + 1);
         };
     }

@@ -25,6 +25,9 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "dtype %d is neither bf16 nor f16", (int)d->dtype);
     if (d->head_dim < 16 || d->head_dim > 256 || d->head_dim % 16)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: a multiple of 16 from 16 to 256", d->head_dim);
+    if (d->value_dim < 16 || d->value_dim > 256 || d->value_dim % 16)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "value_dim %d: 0 (= head_dim) or a multiple of 16 from 16 to 256",
+                 d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
                  d->num_kv_heads);
@@ -49,8 +52,9 @@ cleanup:
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
-    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .group = plan->group,
-                                 .block_size = d->block_size, .top_k = d->top_k, .page_size = d->page_size};
+    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
+                                 .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
+                                 .page_size = d->page_size};
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
@@ -62,6 +66,8 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     fsa_status st = fsa_plan_desc_read(&d, sizeof d, out, ctx, caller_desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE,
                                        "fsa_kvcache_desc");
     if (st != FSA_STATUS_OK) goto cleanup;
+    FSA_APPENDED_FIELD(fsa_kvcache_desc, value_dim, FSA_KVCACHE_DESC_FIRST_SIZE);
+    if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;
     const int group = d.num_q_heads / d.num_kv_heads;
@@ -72,12 +78,13 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tile_tokens = fsa_kvc_tile_tokens(group);
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     /* Dynamic and static shared memory of the attention kernel, together. */
-    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, group) + fsa_kvc_static_smem_bytes(group, desc->top_k);
+    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group) +
+                         fsa_kvc_static_smem_bytes(group, desc->top_k);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
-                 desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
+                 "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
+                 desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
@@ -96,9 +103,9 @@ void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan)
     free(plan);
 }
 
-/* Workspace: a counter per (sequence, KV head) (shares done; zero between
+/* Workspace: a counter per (sequence, KV head) (CTAs done; zero between
  * calls), then the partials of every split share: [max_batch, Hkv,
- * max_splits, rows] rows of D floats, then their lse; room for the largest
+ * max_splits, rows] rows of Dv floats, then their lse; room for the largest
  * share count a variant takes. */
 static size_t part_rows(const fsa_kvcache_plan *plan)
 {
@@ -116,7 +123,7 @@ size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan)
 
 static size_t lse_part_offset(const fsa_kvcache_plan *plan)
 {
-    return fsa_kvc_counter_bytes(plan) + round256(part_rows(plan) * (size_t)plan->desc.head_dim * 4);
+    return fsa_kvc_counter_bytes(plan) + round256(part_rows(plan) * (size_t)plan->desc.value_dim * 4);
 }
 
 size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan)

@@ -54,10 +54,11 @@ fsa_status fsa_kvc_record_key(fsa_kernel_key *out, const fsa_kvcache_plan *plan)
     const int batch = pow2_at_least(d->max_batch);
     char shape[256], name[128];
     snprintf(shape, sizeof shape,
-             "dtype %s\nhead_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\npage_size %d\nbatch %d\n", dtype,
-             d->head_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k, d->page_size, batch);
-    snprintf(name, sizeof name, "%s_d%d_g%d_h%d_bk%d_k%d_p%d_b%d", dtype, d->head_dim, plan->group, d->num_kv_heads,
-             d->block_size, d->top_k, d->page_size, batch);
+             "dtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\npage_size %d\n"
+             "batch %d\n",
+             dtype, d->head_dim, d->value_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k, d->page_size, batch);
+    snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_h%d_bk%d_k%d_p%d_b%d", dtype, d->head_dim, d->value_dim, plan->group,
+             d->num_kv_heads, d->block_size, d->top_k, d->page_size, batch);
     return fsa_tune_key_build(out, plan->ctx, FSA_OP_KVC, shape, name, &plan->tune.c);
 }
 
@@ -138,10 +139,10 @@ static size_t place(size_t *at, size_t bytes)
 static void layout(scratch *s, const fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
-    const size_t row = (size_t)d->head_dim * 2;
+    const size_t row = (size_t)d->head_dim * 2, vrow = (size_t)d->value_dim * 2; /* bytes of a K and a V row */
     s->seq_keys = d->top_k * d->block_size;
     s->pages_per_seq = (s->seq_keys + d->page_size - 1) / d->page_size;
-    const size_t seq_bytes = (size_t)s->pages_per_seq * (size_t)d->page_size * (size_t)d->num_kv_heads * row * 2;
+    const size_t seq_bytes = (size_t)s->pages_per_seq * (size_t)d->page_size * (size_t)d->num_kv_heads * (row + vrow);
     int64_t b = ((int64_t)PAIRS_PER_SM * plan->ctx->sm_count + d->num_kv_heads - 1) / d->num_kv_heads;
     if (b > d->max_batch) b = d->max_batch;
     if (b > (int64_t)(SCRATCH_KV_BYTES / seq_bytes)) b = (int64_t)(SCRATCH_KV_BYTES / seq_bytes);
@@ -152,9 +153,9 @@ static void layout(scratch *s, const fsa_kvcache_plan *plan)
     s->ws_bytes = fsa_kvc_workspace_bytes(plan);
     size_t at = 0;
     s->q = place(&at, (size_t)s->batch * (size_t)d->num_q_heads * row);
-    s->o = place(&at, (size_t)s->batch * (size_t)d->num_q_heads * row);
+    s->o = place(&at, (size_t)s->batch * (size_t)d->num_q_heads * vrow);
     s->k = place(&at, pages * (size_t)d->page_size * (size_t)d->num_kv_heads * row);
-    s->v = place(&at, pages * (size_t)d->page_size * (size_t)d->num_kv_heads * row);
+    s->v = place(&at, pages * (size_t)d->page_size * (size_t)d->num_kv_heads * vrow);
     s->meta = place(&at, s->meta_bytes);
     s->ws = place(&at, s->ws_bytes);
     s->total = at;
@@ -180,15 +181,17 @@ static fsa_kvcache_args args_of(const scratch *s, const fsa_kvcache_plan *plan, 
 {
     const fsa_kvcache_desc *d = &plan->desc;
     const int64_t hq_d = (int64_t)d->num_q_heads * d->head_dim, hkv_d = (int64_t)d->num_kv_heads * d->head_dim;
+    const int64_t hq_dv = (int64_t)d->num_q_heads * d->value_dim, hkv_dv = (int64_t)d->num_kv_heads * d->value_dim;
     const uint64_t meta = base + s->meta, table_rows = (uint64_t)s->batch * (uint64_t)s->pages_per_seq;
     fsa_kvcache_args a = FSA_KVCACHE_ARGS_INIT;
     a.num_query_tokens = batch;
     a.batch = batch;
     a.q = (fsa_tensor){base + s->q, hq_d, d->head_dim};
-    a.o = (fsa_tensor){base + s->o, hq_d, d->head_dim};
+    a.o = (fsa_tensor){base + s->o, hq_dv, d->value_dim};
     a.k_cache = (fsa_tensor){base + s->k, hkv_d, d->head_dim};
-    a.v_cache = (fsa_tensor){base + s->v, hkv_d, d->head_dim};
-    a.k_page_stride = a.v_page_stride = (int64_t)d->page_size * hkv_d;
+    a.v_cache = (fsa_tensor){base + s->v, hkv_dv, d->value_dim};
+    a.k_page_stride = (int64_t)d->page_size * hkv_d;
+    a.v_page_stride = (int64_t)d->page_size * hkv_dv;
     a.num_pages = (int64_t)table_rows;
     a.block_table = meta;
     a.block_table_stride = s->pages_per_seq;

@@ -51,10 +51,10 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     char shape[256], name[128];
     fsa_candidates c;
     fsa_candidates_of(&c, plan, op);
-    snprintf(shape, sizeof shape, "tokens %lld\ndtype %s\nhead_dim %d\ngroup %d\nblock_size %d\ntop_k %d\n", tokens,
-             dtype, d->head_dim, plan->group, d->block_size, d->top_k);
-    snprintf(name, sizeof name, "%s_d%d_g%d_bk%d_k%d_t%lld", dtype, d->head_dim, plan->group, d->block_size, d->top_k,
-             tokens);
+    snprintf(shape, sizeof shape, "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nblock_size %d\ntop_k %d\n",
+             tokens, dtype, d->head_dim, (int)d->value_dim, plan->group, d->block_size, d->top_k);
+    snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_bk%d_k%d_t%lld", dtype, d->head_dim, (int)d->value_dim, plan->group,
+             d->block_size, d->top_k, tokens);
     return fsa_tune_key_build(out, plan->ctx, op, shape, name, &c);
 }
 

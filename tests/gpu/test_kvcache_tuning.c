@@ -81,7 +81,7 @@ static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const ch
     fsa_test_sync();
     kvc_outputs out;
     kvc_download(&out, &dv, p);
-    const double err = fsa_rel_error(out.o, p->o_ref, (size_t)p->Tq * p->hq * p->d);
+    const double err = fsa_rel_error(out.o, p->o_ref, (size_t)p->Tq * p->hq * p->dv);
     print_message("  %s: Tq %d, %s: o rel err %.3e\n", name, p->Tq, choice_of(plan).variant, err);
     assert_true(err < 1e-2);
     if (keep) *keep = out;
@@ -153,7 +153,7 @@ static void test_a_capturing_stream_never_measures(void **state)
     assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
     kvc_outputs out;
     kvc_download(&out, &dv, &p);
-    assert_true(fsa_rel_error(out.o, p.o_ref, (size_t)p.Tq * p.hq * p.d) < 1e-2);
+    assert_true(fsa_rel_error(out.o, p.o_ref, (size_t)p.Tq * p.hq * p.dv) < 1e-2);
     kvc_outputs_free(&out);
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
