@@ -224,3 +224,14 @@ void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes)
 }
 
 void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSynchronize"); }
+
+void fsa_test_damage_file(const char *path, long from_end)
+{
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, -from_end, SEEK_END), 0);
+    const int ch = fgetc(fp);
+    assert_int_equal(fseek(fp, -from_end, SEEK_END), 0);
+    fputc(ch ^ 0x5a, fp);
+    fclose(fp);
+}

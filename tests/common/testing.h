@@ -18,6 +18,8 @@
  * the string and removes the tree with fsa_test_rmtree. */
 char *fsa_test_mkdtemp(const char *prefix);
 void fsa_test_rmtree(const char *path);
+/* Flips a few bits of the byte `from_end` bytes before the end of a file (a damaged cache entry). */
+void fsa_test_damage_file(const char *path, long from_end);
 
 /* Deterministic generator (splitmix64). */
 typedef struct fsa_rng {

@@ -197,13 +197,7 @@ static void test_a_damaged_record_is_ignored_and_measured_again(void **state)
     fsa_context *ctx = context_with(FSA_TUNE_ON);
     char path[8192];
     assert_int_equal(count_records(ctx, path, sizeof path), 1); /* from the test before */
-    FILE *fp = fopen(path, "r+b");
-    assert_non_null(fp);
-    fseek(fp, -3, SEEK_END);
-    const int ch = fgetc(fp);
-    fseek(fp, -3, SEEK_END);
-    fputc(ch ^ 0x5a, fp);
-    fclose(fp);
+    fsa_test_damage_file(path, 3);
     fsa_kvcache_plan *plan = plan_of(ctx);
     fsa_plan_choice c = choice_of(plan);
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);

@@ -150,13 +150,7 @@ static void test_a_record_is_read_by_later_plans_and_a_damaged_one_ignored(void 
     make_plan(&p, &f->ctx, 16, 0, 65); /* another bucket (128): no record */
     assert_int_equal(choice_of(&p).source, FSA_CHOICE_HEURISTIC);
 
-    FILE *fp = fopen(path, "r+b");
-    assert_non_null(fp);
-    fseek(fp, -3, SEEK_END);
-    const int ch = fgetc(fp);
-    fseek(fp, -3, SEEK_END);
-    fputc(ch ^ 0x5a, fp);
-    fclose(fp);
+    fsa_test_damage_file(path, 3);
     const uint64_t corrupt = atomic_load(&f->ctx.counters.corrupt_entries);
     make_plan(&p, &f->ctx, 16, 0, 64);
     c = choice_of(&p);
