@@ -106,7 +106,7 @@ def _plan(lib, key):
 
 
 def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k=16, page_size=64,
-                        max_batch, max_query_tokens, scale=None, splits=0, device=0):
+                        max_batch, max_query_tokens, scale=None, splits=0, value_dim=None, device=0):
     """The split count the paged-cache plan of this shape takes (the plan is made if needed), and why.
 
     Returns a dict: splits (shares of a one-tile sequence), variant (e.g. "kvc.s4"), source ("forced",
@@ -115,7 +115,8 @@ def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_siz
     """
     lib = _lib.get()
     key = (device, dtype, int(head_dim), int(num_q_heads), int(num_kv_heads), int(block_size), int(top_k),
-           int(page_size), int(max_batch), int(max_query_tokens), float(scale or 0.0), int(splits))
+           int(page_size), int(max_batch), int(max_query_tokens), float(scale or 0.0), int(splits), False,
+           int(value_dim or head_dim))
     handle, _ = _plan(lib, key)
     c = _lib.fsa_plan_choice()
     lib.check(_fn(lib, "fsa_kvcache_plan_choice_get")(ctypes.byref(c), handle), "fsa_kvcache_plan_choice_get")
