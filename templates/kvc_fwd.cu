@@ -169,22 +169,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + k16);
                 else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + k16);
                 float alpha[2];
-                // The 16 keys lie in one block (and, with pages of 16 keys or more, in one
-                // page): when the last is a key no later than any live row's token and the
-                // block was chosen by all of them, every key is visible to every live row
-                // and the scores need no mask (warp-uniform; same bits either way).
-                bool all_visible = PAGE >= 16;
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-                    if (tbit[i]) all_visible = all_visible && (kmask[0] & tbit[i]) != 0u && kpos[15] <= tpos[i];
-                if (__all_sync(0xffffffffu, all_visible)) {
-                    sm.step<2>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
-                } else {
-                    // Visible: the row's token selected the key's block, and the key is not in the token's future.
-                    sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
-                        return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
-                    }, alpha);
-                }
+                // Visible: the row's token selected the key's block, and the key is not in the token's future.
+                sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
+                    return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+                }, alpha);
                 frag_scale_rows<DV / 8>(o_acc, alpha);
                 mma_pv<DT, 1, DV / 8, LDV>(o_acc, s, v_addr + v16);
             }
