@@ -80,4 +80,19 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
     });
 }
 
+// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer
+// (pitches fsa_pitch(DK), fsa_pitch(DV)); key_rows(j) -> RowPair{k row, v
+// row, ok}. Joins the current cp.async group.
+template <int KS, int DK, int DV, class KeyRows>
+__device__ __forceinline__ void load_key_stage_async(u32 k_dst, u32 v_dst, KeyRows key_rows, int first) {
+    load_tile_async<KS, DK, fsa_pitch(DK), FSA_QT_THREADS>(k_dst, [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{kv.a, kv.ok};
+    });
+    load_tile_async<KS, DV, fsa_pitch(DV), FSA_QT_THREADS>(v_dst, [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{kv.b, kv.ok};
+    });
+}
+
 }  // namespace fsa

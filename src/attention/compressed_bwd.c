@@ -50,7 +50,7 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const fsa_tensor_check grads[] = {
         {"dout", &a->dout, T, hq}, {"dq", &a->dq, T, hq}, {"dk", &a->dk, Tc, hkv}, {"dv", &a->dv, Tc, hkv}};
     FSA_CHECK(fsa_check_tensors(STAGE_BWD, grads, 4));
-    if (fsa_cmp_grid_key_tiles(Tc, a->batch) > INT32_MAX)
+    if (fsa_qt_grid_key_tiles(Tc, a->batch) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles", (long long)Tc);
     FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, workspace_bytes(plan, T)));
 cleanup:
@@ -73,8 +73,8 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     p.dv = fsa_view_of(&a->dv);
     p.delta = (long long)a->workspace;
     const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
-    const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a->total_compressed, a->batch);
-    const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
+    const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);
+    const unsigned parts = (unsigned)fsa_qt_dkv_parts(d->head_dim, d->value_dim);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
 cleanup:
