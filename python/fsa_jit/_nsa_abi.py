@@ -70,8 +70,13 @@ class fsa_window_attention_desc(_lib._Sized):
         ("num_kv_heads", _int),
         ("window", _int),
         ("scale", ctypes.c_float),
+        ("head_windows", ctypes.POINTER(ctypes.c_int32)),  # host array [num_q_heads] or NULL
+        ("backward", _int),
     ]
     _defaults_ = {"head_dim": 128, "window": 512}  # FSA_WINDOW_ATTENTION_DESC_INIT
+
+
+MAX_HEAD_WINDOWS = 256  # FSA_WINDOW_MAX_HEAD_WINDOWS
 
 
 class fsa_window_fwd_args(_lib._Sized):
@@ -85,6 +90,19 @@ class fsa_window_fwd_args(_lib._Sized):
     ]
 
 
+class fsa_window_bwd_args(_lib._Sized):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("total_tokens", _I64),
+        ("batch", _int),
+        ("q", _tensor), ("k", _tensor), ("v", _tensor), ("o", _tensor), ("dout", _tensor),
+        ("dq", _tensor), ("dk", _tensor), ("dv", _tensor),
+        ("lse", _U64),
+        ("cu_seqlens", _U64),
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
 # struct name -> (ctypes mirror, its ..._INIT macro)
 STRUCTS = {
     "fsa_compressed_attention_desc": (fsa_compressed_attention_desc, "FSA_COMPRESSED_ATTENTION_DESC_INIT"),
@@ -92,6 +110,7 @@ STRUCTS = {
     "fsa_compressed_bwd_args": (fsa_compressed_bwd_args, "FSA_COMPRESSED_BWD_ARGS_INIT"),
     "fsa_window_attention_desc": (fsa_window_attention_desc, "FSA_WINDOW_ATTENTION_DESC_INIT"),
     "fsa_window_fwd_args": (fsa_window_fwd_args, "FSA_WINDOW_FWD_ARGS_INIT"),
+    "fsa_window_bwd_args": (fsa_window_bwd_args, "FSA_WINDOW_BWD_ARGS_INIT"),
 }
 
 _vp = ctypes.c_void_p
@@ -109,6 +128,8 @@ SIGNATURES = {
     "fsa_window_plan_create": (_int, [_P(_vp), _vp, _P(fsa_window_attention_desc)]),
     "fsa_window_plan_destroy": (None, [_vp]),
     "fsa_window_attention_fwd": (_int, [_vp, _P(fsa_window_fwd_args), _vp]),
+    "fsa_window_plan_workspace_size_bwd": (_int, [_size, _vp, _I64, _int]),
+    "fsa_window_attention_bwd": (_int, [_vp, _P(fsa_window_bwd_args), _vp]),
 }
 
 

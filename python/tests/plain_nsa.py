@@ -11,7 +11,7 @@ Per sequence and KV head, every branch is masked attention over a dense
   forced (the lower first), then by score, equal scores to the lower block;
   the taken blocks ascending, -1 after them;
 - selected: key j visible when its block is selected and j <= i;
-- window: key j visible when i - W < j <= i;
+- window: key j visible when i - W < j <= i (W one window, or one per query head);
 then o = g_cmp * o_cmp + g_sel * o_sel + g_win * o_win.
 Computes in the inputs' dtype (use float64). Slow and obviously right.
 """
@@ -102,7 +102,7 @@ def nsa_layer(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens
         n_blocks = (length + block_size - 1) // block_size
         causal = pos[None, :] <= pos[:, None]
         cmp_mask = cmp_visibility(length, count, kernel_size, stride, q.device)
-        win_mask = causal & (pos[None, :] > pos[:, None] - window)
+        windows = list(window) if isinstance(window, (list, tuple)) else [window] * hq  # per query head
         for h in range(hkv):
             qh = q[s:e, h * group:(h + 1) * group].transpose(0, 1)  # [G, L, Dk]
             heads = slice(h * group, (h + 1) * group)
@@ -116,7 +116,14 @@ def nsa_layer(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens
             picked.scatter_(1, torch.where(use >= 0, use.long(), n_blocks), True)
             sel_mask = picked[:, pos // block_size] & causal
             o_s, _, _ = attend(qh, k[s:e, h], v[s:e, h], sel_mask, scale)
-            o_w, _, lses["win"][heads, s:e] = attend(qh, k_win[s:e, h], v_win[s:e, h], win_mask, scale)
+            o_w = []
+            for r in range(group):  # each query head its own window
+                w = windows[h * group + r]
+                win_mask = causal & (pos[None, :] > pos[:, None] - w)
+                o_r, _, lses["win"][h * group + r, s:e] = attend(qh[r:r + 1], k_win[s:e, h], v_win[s:e, h],
+                                                                win_mask, scale)
+                o_w.append(o_r)
+            o_w = torch.cat(o_w, dim=0)
             for name, o in (("cmp", o_c), ("sel", o_s), ("win", o_w)):
                 parts[name].append((s, h, o))
     outs = {name: _assemble(pieces, t_len, hq, hkv, dv, q) for name, pieces in parts.items()}

@@ -12,6 +12,19 @@ from fsa_jit import _nsa_abi
 from test_abi import HEADER_DIR, _c_value, _leaves, _py_value
 
 
+def _is_pointer(ctype):
+    return isinstance(ctype, type) and issubclass(ctype, ctypes._Pointer)
+
+
+def c_value(field, ctype):
+    return f"(double)(x.{field} != 0)" if _is_pointer(ctype) else _c_value("x", field, ctype)
+
+
+def py_value(x, field, ctype):
+    value = _py_value(x, field)
+    return float(bool(value)) if _is_pointer(ctype) else float(value)
+
+
 @pytest.fixture(scope="module")
 def c_view(tmp_path_factory):
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
@@ -23,7 +36,7 @@ def c_view(tmp_path_factory):
         lines.append(f"{{ {name} x = {macro};")
         for field, ctype, _ in _leaves(struct):
             lines.append(f'printf("offset {name}.{field} %zu\\n", offsetof({name}, {field}));')
-            lines.append(f'printf("init {name}.{field} %.17g\\n", {_c_value("x", field, ctype)});')
+            lines.append(f'printf("init {name}.{field} %.17g\\n", {c_value(field, ctype)});')
         lines.append("}")
     lines += ["return 0;", "}"]
     d = tmp_path_factory.mktemp("nsa_abi")
@@ -39,9 +52,9 @@ def test_the_mirror_has_the_header_layout_and_defaults(c_view, name):
     struct = _nsa_abi.STRUCTS[name][0]
     assert ctypes.sizeof(struct) == c_view[("size", name)], f"sizeof({name})"
     x = struct()
-    for field, _, offset in _leaves(struct):
+    for field, ctype, offset in _leaves(struct):
         assert offset == c_view[("offset", f"{name}.{field}")], f"{name}.{field}"
-        assert float(_py_value(x, field)) == c_view[("init", f"{name}.{field}")], f"{name}.{field} default"
+        assert py_value(x, field, ctype) == c_view[("init", f"{name}.{field}")], f"{name}.{field} default"
 
 
 def test_every_declared_function_is_in_the_library(lib):

@@ -49,7 +49,7 @@ def case(dtype, Dk, Dv, Hkv, G, l, d, BK, K, W, seqlens, init=1, local=2):
 
 CASES = [
     case(bf16, 64, 64, 2, 1, 32, 16, 64, 4, 100, [300, 65, 1, 130]),
-    case(f16, 128, 128, 1, 4, 16, 8, 32, 6, 48, [257, 31]),
+    case(f16, 128, 128, 1, 4, 16, 8, 32, 6, [48, 16, 100, 1], [257, 31]),  # a window per query head
     case(bf16, 64, 64, 1, 16, 32, 16, 64, 3, 64, [200, 90], init=0, local=1),
     case(bf16, 192, 128, 2, 2, 32, 16, 64, 4, 80, [190, 70]),  # Dk != Dv
 ]
@@ -57,7 +57,8 @@ CASES = [
 
 def case_id(c):
     return (f"{str(c['dtype'])[6:]}-dk{c['Dk']}-dv{c['Dv']}-hkv{c['Hkv']}-g{c['G']}-l{c['l']}-d{c['d']}-bk{c['BK']}"
-            f"-k{c['K']}-w{c['W']}-b{len(c['seqlens'])}")
+            f"-k{c['K']}-w{'x'.join(map(str, c['W'])) if isinstance(c['W'], list) else c['W']}"
+            f"-b{len(c['seqlens'])}")
 
 
 def make(c, seed=0):

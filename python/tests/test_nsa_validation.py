@@ -113,6 +113,8 @@ def test_a_valid_window_call_fails_only_on_the_device():
      r"q has T=12 tokens but k and v have 11"),
     (dict(window=0), ValueError, r"window must be 1"),
     (dict(window=True), TypeError, r"window must be an int"),
+    (dict(window=[4, 4, 4]), ValueError, r"per-head windows: one per query head \(4\), got 3"),
+    (dict(window=[4, 0, 4, 4]), ValueError, r"window\[1\] must be 1"),
     (dict(q=torch.randn(12, 4, 40).bfloat16(), k=torch.randn(12, 2, 40).bfloat16()), ValueError,
      r"head_dim 40 is not supported"),
     (dict(cu_seqlens=torch.tensor([[0, 12]], dtype=torch.int32)), ValueError, r"cu_seqlens must be 1-D"),
@@ -154,7 +156,7 @@ def test_bad_nsa_arguments(change, error, match):
 
 
 def test_the_operators_are_registered_with_fake_and_autograd_kernels():
-    for op in ("compressed_attention_fwd", "compressed_attention_bwd", "window_attention_fwd"):
+    for op in ("compressed_attention_fwd", "compressed_attention_bwd", "window_attention_fwd", "window_attention_bwd"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsa_jit::{op}", "Meta"), op
     for op in ("compressed_attention_fwd", "window_attention_fwd"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsa_jit::{op}", "Autograd"), op
@@ -182,6 +184,17 @@ def test_fake_window_attention_gives_the_output_shapes():
         o, lse = fsa_jit.window_attention(q, k, v, torch.tensor([0, 7], dtype=torch.int32, device="cuda"), 3,
                                           return_lse=True)
     assert o.shape == (7, 4, 64) and o.dtype == torch.float16 and lse.shape == (4, 7)
+
+
+def test_fake_window_attention_with_per_head_windows_is_differentiable():
+    with FakeTensorMode():
+        q = torch.randn(7, 4, 32, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        k = torch.randn(7, 2, 32, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        cu = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
+        o, lse = fsa_jit.window_attention(q, k, k, cu, [1, 2, 3, 4], return_lse=True)
+        dq, dk, dv = torch.ops.fsa_jit.window_attention_bwd(o, q, k, k, o, lse, cu, 0, [1, 2, 3, 4], 0.0)
+    assert o.requires_grad and not lse.requires_grad
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
 
 
 def test_nsa_attention_compiles_into_one_graph():
