@@ -9,7 +9,7 @@
  * topk), the forward alone (a plan without selection), the backward, and
  * forward (with selection) + backward.
  * --window: sliding-window attention over [T, Hkv, *] keys and values, window
- * W; the forward.
+ * W; the forward, the backward, and forward + backward.
  *
  * Inputs: standard-normal values; the batch splits T into equal sequences.
  * Each timed call follows a 256 MiB memset that flushes the L2 (outside the
@@ -90,7 +90,8 @@ static void usage(FILE *f, br_kind kind)
     else
         fprintf(f,
                 "Usage: fsa-bench --window [OPTIONS]\n"
-                "Times sliding-window attention (the forward) for every T x G x W.\n"
+                "Times sliding-window attention (forward, backward, forward + backward) for every\n"
+                "T x G x W.\n"
                 "  -T LIST             token counts (default 8192,65536; at most %d values)\n"
                 "  -G LIST             query heads per KV head (default 1,2,4,8,16)\n"
                 "  -W LIST             windows (default 512)\n"
@@ -102,13 +103,12 @@ static void usage(FILE *f, br_kind kind)
             "  --batch B           sequences T is split into, equally (default 1)\n"
             "  --dtype T           " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
             "  --reps N            timed repeats per value, median reported (default 20)\n"
-            "%s"
+            "  --no-backward       time the forward only\n"
             "  --json FILE         also write the rows as JSON\n"
             "  --dry-run           print what would run and exit, without a GPU\n"
             "  -h, --help          this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
-            "usable GPU.\n",
-            kind == KIND_COMPRESSED ? "  --no-backward       time the forward only\n" : "");
+            "usable GPU.\n");
 }
 
 static int usage_error(const br_opts *o, const char *what, const char *arg)
@@ -168,7 +168,7 @@ static int parse_args(br_opts *o, int argc, char **argv)
         int bad = 0;
         /* Options of the other mode are unknown here. */
         if (!compressed && (c == OPT_KERNEL_SIZE || c == OPT_STRIDE || c == OPT_BLOCK_SIZE || c == OPT_TOP_K ||
-                            c == OPT_INIT_BLOCKS || c == OPT_LOCAL_BLOCKS || c == OPT_NO_BACKWARD))
+                            c == OPT_INIT_BLOCKS || c == OPT_LOCAL_BLOCKS))
             return usage_error(o, "option not taken by --window", opt);
         switch (c) {
         case 'h': usage(stdout, o->kind); return TOOL_EXIT_OK;
@@ -212,8 +212,9 @@ static void print_plan(const br_opts *o)
     printf("# fsa-bench %s %s: dtype %s, Hq %d, Dk %d, Dv %d, batch %d", g_mode, fsa_version_string(),
            tool_dtype_name(o->dtype), o->q_heads, o->head_dim, o->value_dim ? o->value_dim : o->head_dim, o->batch);
     if (o->kind == KIND_COMPRESSED)
-        printf(", l %d, d %d, BK %d, K %d, init %d, local %d, %s", o->kernel_size, o->stride, o->block_size,
-               o->top_k, o->init_blocks, o->local_blocks, o->backward ? "forward and backward" : "forward only");
+        printf(", l %d, d %d, BK %d, K %d, init %d, local %d", o->kernel_size, o->stride, o->block_size, o->top_k,
+               o->init_blocks, o->local_blocks);
+    printf(", %s", o->backward ? "forward and backward" : "forward only");
     printf("; T");
     for (int i = 0; i < o->n_tokens; i++) printf("%s%d", i ? "," : " ", o->tokens[i]);
     printf("; G");
@@ -442,12 +443,17 @@ static int bench_cmp_row(fsa_context *ctx, const br_opts *o, const bench_env *en
 typedef struct win_call {
     const fsa_window_plan *plan;
     const fsa_window_fwd_args *fwd;
+    const fsa_window_bwd_args *bwd;
+    int forward, backward;
 } win_call;
 
 static void run_win(void *user)
 {
     const win_call *c = user;
-    if (fsa_window_attention_fwd(c->plan, c->fwd, NULL) != FSA_STATUS_OK) {
+    fsa_status st = FSA_STATUS_OK;
+    if (c->forward) st = fsa_window_attention_fwd(c->plan, c->fwd, NULL);
+    if (st == FSA_STATUS_OK && c->backward) st = fsa_window_attention_bwd(c->plan, c->bwd, NULL);
+    if (st != FSA_STATUS_OK) {
         fprintf(stderr, "fsa-bench --window: %s\n", fsa_last_error());
         exit(TOOL_EXIT_FAILED);
     }
@@ -464,6 +470,7 @@ static int bench_win_row(fsa_context *ctx, const br_opts *o, const bench_env *en
     d.num_q_heads = hq;
     d.num_kv_heads = hkv;
     d.window = W;
+    d.backward = o->backward;
     fsa_window_plan *plan = NULL;
     if (fsa_window_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "fsa-bench --window: G %d W %d: %s\n", G, W, fsa_last_error());
@@ -476,20 +483,49 @@ static int bench_win_row(fsa_context *ctx, const br_opts *o, const bench_env *en
     CUdeviceptr q = alloc_normal(nq * dk, 1, o->dtype), k = alloc_normal(nkv * dk, 2, o->dtype);
     CUdeviceptr v = alloc_normal(nkv * dv, 3, o->dtype), out = alloc_bytes(nq * dv * 2), lse = alloc_bytes(nq * 4);
     CUdeviceptr dcu = upload_ints(cu_q, (size_t)o->batch + 1);
+    CUdeviceptr dout = 0, dq = 0, dk_buf = 0, dv_buf = 0, ws = 0;
+    size_t ws_bytes = 0;
+    if (o->backward) {
+        if (fsa_window_plan_workspace_size_bwd(&ws_bytes, plan, T, o->batch) != FSA_STATUS_OK) {
+            fprintf(stderr, "fsa-bench --window: workspace: %s\n", fsa_last_error());
+            exit(TOOL_EXIT_FAILED);
+        }
+        dout = alloc_normal(nq * dv, 4, o->dtype), dq = alloc_bytes(nq * dk * 2);
+        dk_buf = alloc_bytes(nkv * dk * 2), dv_buf = alloc_bytes(nkv * dv * 2), ws = alloc_bytes(ws_bytes);
+    }
     fsa_window_fwd_args fa = FSA_WINDOW_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.batch = o->batch;
     fa.q = rows(q, hq, dk), fa.k = rows(k, hkv, dk), fa.v = rows(v, hkv, dv), fa.o = rows(out, hq, dv);
     fa.cu_seqlens = dcu, fa.lse = lse;
-    win_call fwd = {plan, &fa};
+    fsa_window_bwd_args ba = FSA_WINDOW_BWD_ARGS_INIT;
+    ba.total_tokens = T, ba.batch = o->batch;
+    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.dout = rows(dout, hq, dv);
+    ba.dq = rows(dq, hq, dk), ba.dk = rows(dk_buf, hkv, dk), ba.dv = rows(dv_buf, hkv, dv);
+    ba.lse = lse, ba.cu_seqlens = dcu, ba.workspace = ws, ba.workspace_bytes = ws_bytes;
+    win_call fwd = {plan, &fa, &ba, 1, 0}, bwd = {plan, &fa, &ba, 0, 1}, both = {plan, &fa, &ba, 1, 1};
     const double ms = time_call(env, run_win, &fwd, o->reps);
+    double ms_bwd = -1, ms_both = -1;
+    if (o->backward) {
+        run_win(&fwd); /* o and lse for the backward */
+        ms_bwd = time_call(env, run_win, &bwd, o->reps);
+        ms_both = time_call(env, run_win, &both, o->reps);
+    }
     const double flops = 2.0 * hq * (dk + dv) * visible_pairs(cu_q, o->batch, KIND_WINDOW, 0, 1, W);
-    printf("| %6d | %2d | %3d | %6d | %9.3f | %8.2f |\n", T, G, hkv, W, ms, flops / ms / 1e9);
+    printf("| %6d | %2d | %3d | %6d | %9.3f | %8.2f |", T, G, hkv, W, ms, flops / ms / 1e9);
+    if (o->backward) printf(" %9.3f | %11.3f |\n", ms_bwd, ms_both);
+    else printf(" - | - |\n");
     fflush(stdout);
     if (json) {
         fprintf(json, "%s\n  {\"mode\": \"window\", \"T\": %d, \"G\": %d, \"Hq\": %d, \"Hkv\": %d, \"W\": %d, "
-                      "\"fwd_ms\": %.4f, \"fwd_tflops\": %.3f}",
+                      "\"fwd_ms\": %.4f, \"fwd_tflops\": %.3f, ",
                 *first_row ? "" : ",", T, G, hq, hkv, W, ms, flops / ms / 1e9);
+        if (o->backward) fprintf(json, "\"bwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f}", ms_bwd, ms_both);
+        else fprintf(json, "\"bwd_ms\": null, \"fwd_bwd_ms\": null}");
         *first_row = 0;
+    }
+    if (o->backward) {
+        CUdeviceptr grads[] = {dout, dq, dk_buf, dv_buf, ws};
+        for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) CU(cu.MemFree(grads[i]));
     }
     CUdeviceptr all[] = {q, k, v, out, lse, dcu};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) CU(cu.MemFree(all[i]));
@@ -509,7 +545,6 @@ int fsa_bench_branches(int argc, char **argv)
                  .kernel_size = 32, .stride = 16, .block_size = 64, .top_k = 16, .init_blocks = 1,
                  .local_blocks = 2, .dtype = FSA_DTYPE_BF16, .reps = 20, .backward = 1};
     g_mode = argv[0];
-    if (o.kind == KIND_WINDOW) o.backward = 0;
     int rc = parse_args(&o, argc, argv);
     if (rc >= 0) return rc;
     print_plan(&o);
@@ -552,8 +587,8 @@ int fsa_bench_branches(int argc, char **argv)
             for (int gi = 0; gi < o.n_groups; gi++)
                 failed |= bench_cmp_row(ctx, &o, &env, o.tokens[ti], o.groups[gi], json, &first) != 0;
     } else {
-        printf("\n| T      | G  | Hkv | W      | fwd ms    | TFLOP/s |\n"
-               "|-------:|---:|----:|-------:|----------:|--------:|\n");
+        printf("\n| T      | G  | Hkv | W      | fwd ms    | TFLOP/s | bwd ms   | fwd+bwd ms |\n"
+               "|-------:|---:|----:|-------:|----------:|--------:|---------:|-----------:|\n");
         for (int ti = 0; ti < o.n_tokens; ti++)
             for (int gi = 0; gi < o.n_groups; gi++)
                 for (int wi = 0; wi < o.n_windows; wi++)

@@ -99,4 +99,6 @@ expect("${ERR}" "option not taken by --window: --top-k" "compressed-only options
 run(0 --compressed --dry-run -T 4096 -G 4,16 -D 192 --value-dim 128 --kernel-size 16 --stride 8 --top-k 0 --dtype fp16)
 expect("${OUT}" "dtype f16, Hq 32, Dk 192, Dv 128, batch 1, l 16, d 8, BK 64, K 0, .*; T 4096; G 4,16;" "compressed problem")
 run(0 --window --dry-run -W 128,512 --batch 4)
-expect("${OUT}" "batch 4; T 8192,65536; G 1,2,4,8,16; W 128,512;" "window problem")
+expect("${OUT}" "batch 4, forward and backward; T 8192,65536; G 1,2,4,8,16; W 128,512;" "window problem")
+run(0 --window --dry-run --no-backward)
+expect("${OUT}" "batch 1, forward only; T" "window forward only")
