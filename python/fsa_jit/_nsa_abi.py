@@ -30,34 +30,22 @@ class fsa_compressed_attention_desc(_lib._Sized):
                   "init_blocks": 1, "local_blocks": 2}
 
 
+def _compressed_args(tensors, tail):
+    """The fields of fsa_compressed_fwd_args / _bwd_args: counts, the tensor views, then `tail`."""
+    return ([("struct_size", ctypes.c_size_t), ("total_tokens", _I64), ("total_compressed", _I64), ("batch", _int)]
+            + [(name, _tensor) for name in tensors] + tail)
+
+
 class fsa_compressed_fwd_args(_lib._Sized):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("total_tokens", _I64),
-        ("total_compressed", _I64),
-        ("batch", _int),
-        ("q", _tensor), ("k", _tensor), ("v", _tensor), ("o", _tensor),
-        ("lse", _U64),
-        ("cu_seqlens", _U64),
-        ("cu_seqlens_c", _U64),
-        ("topk", _tensor),
-        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
-    ]
+    _fields_ = _compressed_args(("q", "k", "v", "o"), [
+        ("lse", _U64), ("cu_seqlens", _U64), ("cu_seqlens_c", _U64), ("topk", _tensor),
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t)])
 
 
 class fsa_compressed_bwd_args(_lib._Sized):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("total_tokens", _I64),
-        ("total_compressed", _I64),
-        ("batch", _int),
-        ("q", _tensor), ("k", _tensor), ("v", _tensor), ("o", _tensor), ("dout", _tensor),
-        ("dq", _tensor), ("dk", _tensor), ("dv", _tensor),
-        ("lse", _U64),
-        ("cu_seqlens", _U64),
-        ("cu_seqlens_c", _U64),
-        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
-    ]
+    _fields_ = _compressed_args(("q", "k", "v", "o", "dout", "dq", "dk", "dv"), [
+        ("lse", _U64), ("cu_seqlens", _U64), ("cu_seqlens_c", _U64),
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t)])
 
 
 class fsa_window_attention_desc(_lib._Sized):

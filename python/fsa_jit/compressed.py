@@ -162,48 +162,76 @@ def _capturing():
 
 # ------------------------------------------------------------------- plans
 
-_lock = threading.Lock()
-_plans = {}  # key -> (handle, created with backward)
+
+class PlanCache:
+    """The plans of one libfsa plan type (fsa_<kind>_plan_create / _destroy), by shape key.
+
+    The key's first element is the device, its last whether the plan has the backward kernels; a plan is
+    created once (under a lock, so concurrent first calls make one), and a forward-only lookup also takes
+    the backward plan of the same shape. make_desc(key) returns (descriptor, objects it points to, kept
+    alive during the creation)."""
+
+    def __init__(self, kind, make_desc):
+        self._create, self._destroy = f"fsa_{kind}_plan_create", f"fsa_{kind}_plan_destroy"
+        self._make_desc = make_desc
+        self._lock = threading.Lock()
+        self._plans = {}
+
+    def get(self, lib, key):
+        plan = self._plans.get(key)
+        if plan is None and not key[-1]:
+            plan = self._plans.get(key[:-1] + (True,))  # a backward plan also runs the forward
+        if plan is not None:
+            return plan
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                desc, _keep = self._make_desc(key)
+                handle = ctypes.c_void_p()
+                st = abi.function(lib, self._create)(ctypes.byref(handle), _att._context(lib, key[0]),
+                                                     ctypes.byref(desc))
+                lib.check(st, self._create)
+                plan = self._plans[key] = handle.value
+        return plan
+
+    def clear(self):
+        lib = _lib._library
+        with self._lock:
+            plans = list(self._plans.values())
+            self._plans.clear()
+            if lib is not None:
+                for handle in plans:
+                    abi.function(lib, self._destroy)(handle)
+
+    def keys(self):
+        return list(self._plans)
+
+
+def _desc(key):
+    _, dtype, dk, dv, hq, hkv, l, d, scale, top_k, bk, init, local, backward = key
+    return abi.fsa_compressed_attention_desc(
+        dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq, num_kv_heads=hkv, kernel_size=l,
+        stride=d, scale=scale, top_k=top_k, block_size=bk, init_blocks=init, local_blocks=local,
+        backward=int(backward)), None
+
+
+_plans = PlanCache("compressed", _desc)
 
 
 def _get_plan(lib, key):
     """key: (device, dtype, Dk, Dv, Hq, Hkv, l, d, scale, top_k, BK, init, local, backward)."""
-    plan = _plans.get(key)
-    if plan is None and not key[-1]:
-        plan = _plans.get(key[:-1] + (True,))  # a backward plan also runs the forward
-    if plan is not None:
-        return plan
-    with _lock:
-        plan = _plans.get(key)
-        if plan is None:
-            device, dtype, dk, dv, hq, hkv, l, d, scale, top_k, bk, init, local, backward = key
-            desc = abi.fsa_compressed_attention_desc(
-                dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq, num_kv_heads=hkv,
-                kernel_size=l, stride=d, scale=scale, top_k=top_k, block_size=bk if top_k else 64,
-                init_blocks=init, local_blocks=local, backward=int(backward))
-            handle = ctypes.c_void_p()
-            st = abi.function(lib, "fsa_compressed_plan_create")(ctypes.byref(handle), _att._context(lib, device),
-                                                                  ctypes.byref(desc))
-            lib.check(st, "fsa_compressed_plan_create")
-            plan = _plans[key] = handle.value
-    return plan
+    return _plans.get(lib, key)
 
 
 def clear_plans():
     """Destroys the cached compressed-attention plans (a captured graph that used one must not replay)."""
-    lib = _lib._library
-    with _lock:
-        plans = list(_plans.values())
-        _plans.clear()
-        if lib is not None:
-            for handle in plans:
-                abi.function(lib, "fsa_compressed_plan_destroy")(handle)
+    _plans.clear()
 
 
 def cached_plans():
     """Keys of the cached plans: (device, dtype, Dk, Dv, Hq, Hkv, kernel_size, stride, scale, top_k, block_size,
     init_blocks, local_blocks, backward)."""
-    return list(_plans)
+    return _plans.keys()
 
 
 def _workspace_bytes(lib, plan, name, t_len, batch):

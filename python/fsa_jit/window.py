@@ -11,7 +11,6 @@ synchronisation, except with validate=True.
 """
 
 import ctypes
-import threading
 
 import torch
 
@@ -19,10 +18,6 @@ from . import _lib
 from . import _nsa_abi as abi
 from . import attention as _att
 from . import compressed as _cmp
-
-_lock = threading.Lock()
-_plans = {}  # (device, dtype, Dk, Dv, Hq, Hkv, window, head windows, scale, backward) -> handle
-
 
 def head_windows_of(window, hq):
     """(window, head windows) from an int or a sequence of Hq ints: (W, ()) or (0, (W_0, .., W_Hq-1))."""
@@ -62,44 +57,31 @@ def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True):
         _cmp.check_devices(tensors, q)
 
 
+def _desc(key):
+    _, dtype, dk, dv, hq, hkv, window, head_windows, scale, backward = key
+    desc = abi.fsa_window_attention_desc(dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq,
+                                         num_kv_heads=hkv, window=window or 1, scale=scale, backward=int(backward))
+    per_head = (ctypes.c_int32 * hq)(*head_windows) if head_windows else None
+    if per_head is not None:
+        desc.head_windows = ctypes.cast(per_head, ctypes.POINTER(ctypes.c_int32))
+    return desc, per_head
+
+
+_plans = _cmp.PlanCache("window", _desc)
+
+
 def _get_plan(lib, key):
-    plan = _plans.get(key)
-    if plan is None and not key[-1]:
-        plan = _plans.get(key[:-1] + (True,))  # a backward plan also runs the forward
-    if plan is not None:
-        return plan
-    with _lock:
-        plan = _plans.get(key)
-        if plan is None:
-            device, dtype, dk, dv, hq, hkv, window, head_windows, scale, backward = key
-            desc = abi.fsa_window_attention_desc(dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv,
-                                                 num_q_heads=hq, num_kv_heads=hkv, window=window or 1, scale=scale,
-                                                 backward=int(backward))
-            per_head = (ctypes.c_int32 * hq)(*head_windows) if head_windows else None  # alive during the call
-            if per_head is not None:
-                desc.head_windows = ctypes.cast(per_head, ctypes.POINTER(ctypes.c_int32))
-            handle = ctypes.c_void_p()
-            st = abi.function(lib, "fsa_window_plan_create")(ctypes.byref(handle), _att._context(lib, device),
-                                                              ctypes.byref(desc))
-            lib.check(st, "fsa_window_plan_create")
-            plan = _plans[key] = handle.value
-    return plan
+    return _plans.get(lib, key)
 
 
 def clear_plans():
     """Destroys the cached window plans (a captured graph that used one must not replay)."""
-    lib = _lib._library
-    with _lock:
-        plans = list(_plans.values())
-        _plans.clear()
-        if lib is not None:
-            for handle in plans:
-                abi.function(lib, "fsa_window_plan_destroy")(handle)
+    _plans.clear()
 
 
 def cached_plans():
     """Keys of the cached plans: (device, dtype, Dk, Dv, Hq, Hkv, window, head windows, scale, backward)."""
-    return list(_plans)
+    return _plans.keys()
 
 
 def _key(q, k, v, window, head_windows, scale, backward):

@@ -269,3 +269,43 @@ def test_no_compressed_token_gives_zero_and_minus_infinity():
     dq, dk = torch.autograd.grad(o, (q, k), torch.ones_like(o))
     assert torch.count_nonzero(dq) == 0 and dk.shape == k.shape
     assert math.isinf(lse[0, 0].item())
+
+
+def test_the_layer_compiles_into_one_graph_with_its_gradients(library):
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=True)
+    x, params, do = make(c, seed=5)
+    names = list(x)
+    o = nsa_attention(**x, **params)
+    want = torch.autograd.grad(o, [x[n] for n in names], do)
+    compiled = torch.compile(nsa_attention, backend="aot_eager", fullgraph=True)
+    o_c = compiled(**x, **params)
+    got = torch.autograd.grad(o_c, [x[n] for n in names], do)
+    assert torch.equal(o_c, o)
+    for name, g, w in zip(names, got, want):
+        assert torch.equal(g, w), f"d{name} differs under torch.compile"
+
+
+def test_the_branches_replay_in_a_cuda_graph(library):
+    c = CASES[1]
+    x, params, _ = make(c, seed=6)
+    q, k, v, k_cmp, v_cmp = (x[n].detach() for n in ("q", "k", "v", "k_cmp", "v_cmp"))
+    cu, cu_c = params["cu_seqlens"], params["cu_seqlens_c"]
+
+    def run():
+        o_c, _, topk = fsa_jit.compressed_attention(q, k_cmp, v_cmp, cu, cu_c, c["l"], c["d"], top_k=c["K"],
+                                                    block_size=c["BK"])
+        return o_c, topk, fsa_jit.window_attention(q, k, v, cu, c["W"])
+
+    eager = run()  # makes the plans: compiling must not happen under capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    q.copy_(torch.randn_like(q))  # new inputs in place, then replay
+    graph.replay()
+    again = run()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, again):
+        assert torch.equal(a, b), "the replay must compute what an eager call computes on the new inputs"
+    assert not torch.equal(captured[0], eager[0])
