@@ -281,9 +281,10 @@ def test_the_layer_compiles_into_one_graph_with_its_gradients(library):
     compiled = torch.compile(nsa_attention, backend="aot_eager", fullgraph=True)
     o_c = compiled(**x, **params)
     got = torch.autograd.grad(o_c, [x[n] for n in names], do)
-    assert torch.equal(o_c, o)
+    # The same operators run; only the gate arithmetic around them may be rearranged by the tracer.
+    torch.testing.assert_close(o_c, o)
     for name, g, w in zip(names, got, want):
-        assert torch.equal(g, w), f"d{name} differs under torch.compile"
+        torch.testing.assert_close(g, w, msg=lambda m: f"d{name} under torch.compile: {m}")
 
 
 def test_the_branches_replay_in_a_cuda_graph(library):
