@@ -94,7 +94,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
             head_windows: list[int], scale: float, backward: bool,
             validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
     t_len, hq, dk = q.shape
-    hkv, dv = v.shape[1], v.shape[2]
+    dv = v.shape[2]
     device = q.device
     with torch.cuda.device(device):
         o = torch.empty((t_len, hq, dv), dtype=q.dtype, device=device)
