@@ -81,3 +81,15 @@ foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1
     message(FATAL_ERROR "decode usage error for ${args} wrote to stdout:\n${OUT}")
   endif()
 endforeach()
+
+# --window: the same conventions.
+run(0 --window --help)
+expect("${OUT}" "^Usage: fsa-bench --window" "window help on stdout")
+foreach(args "--window;--bogus" "--window;-T;1,x" "--window;-T;0" "--window;--reps;0" "--window;--window;-1"
+             "--window;--dtype;fp8" "--window;extra")
+  run(2 ${args})
+  expect("${ERR}" "^fsa-bench --window: .*\nUsage: fsa-bench --window" "window usage error for ${args}")
+  if(NOT OUT STREQUAL "")
+    message(FATAL_ERROR "window usage error for ${args} wrote to stdout:\n${OUT}")
+  endif()
+endforeach()
