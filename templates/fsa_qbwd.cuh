@@ -94,16 +94,11 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
         frag_zero<KS / 8>(dp);
         mma_abt<DT, DK, KS / 8, LDK>(s, q_lane, kb_lane + buf * fsa_tile_bytes(KS, DK));
         mma_abt<DT, DV, KS / 8, LDV>(dp, do_lane, vb_lane + buf * fsa_tile_bytes(KS, DV));
-#pragma unroll
-        for (int jn = 0; jn < KS / 8; jn++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int half = e >> 1;
-                const float pr = live[half] && visible(i * KS + frag_col(lane, jn, e), half)
-                                     ? fast_exp2(fmaf(s[jn][e], scale_log2, -row_lse2[half]))
-                                     : 0.f;
-                s[jn][e] = pr * (dp[jn][e] - row_dlt[half]);  // dS
-            }
+        frag_map<KS / 8>(s, lane, [&](float x, int col, int half) {  // P
+            return live[half] && visible(i * KS + col, half) ? fast_exp2(fmaf(x, scale_log2, -row_lse2[half])) : 0.f;
+        });
+        frag_map<KS / 8>(dp, lane, [&](float x, int, int half) { return x - row_dlt[half]; });
+        frag_mul<KS / 8>(s, dp);  // dS = P (dP - delta)
         mma_pv<DT, KS / 16, DK / 8, LDK>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
     }
     cp_async_wait<0>();
@@ -120,17 +115,34 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     }
 }
 
+// This warp's 16 rows of a key tile's gradient (16 x D accumulator times
+// scale) into the rows of t the tile owns.
+template <class DT, int D>
+__device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const QueryTile &kt, int h,
+                                               const float acc[D / 8][4], float scale) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = warp * 16 + frag_row(lane, 2 * half);
+        if (r >= kt.n_tok) continue;
+        u16 *row = view_row<u16>(t, kt.tok0 + r, h);
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+    }
+}
+
 // dK and dV (or one of them: WANT_K, WANT_V) of the key tile kt: the key rows
 // kt.tok0 .. kt.tok0 + kt.n_tok - 1 of the [*, Hkv, *] k and v tensors, the
 // keys kt.tok0 - kt.start .. of their sequence. The query rows are the tiles
-// of TT = fsa_qt_tokens_per_tile(G) tokens of the query range [q_start,
-// q_end) starting at position first_pos of it, n_qt of them; row_keys(pos,
-// head) -> KeyRange says which keys the query at position pos, head `head` of
-// the group, sees.
+// of fsa_qt_tokens_per_tile(G) tokens of the query range [q_start, q_end)
+// from position first_pos of it to position last_pos (none when last_pos <
+// first_pos); row_keys(pos, head) -> KeyRange says which keys the query at
+// position pos, head `head` of the group, sees.
 template <class DT, int DK, int DV, int G, bool WANT_K, bool WANT_V, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &p, const QueryTile &kt, int h,
-                                                  long long q_start, long long q_end, long long first_pos, int n_qt,
-                                                  RowKeys row_keys) {
+                                                  long long q_start, long long q_end, long long first_pos,
+                                                  long long last_pos, RowKeys row_keys) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_THREADS;
     constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
@@ -142,6 +154,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
     float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
     load_tile_async<KT, DK, LDK, THREADS>(ks, [&](int r) {
         const bool ok = r < kt.n_tok;
@@ -202,24 +215,19 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
             float pt[RS / 8][4];
             frag_zero<RS / 8>(pt);
             mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
-#pragma unroll
-            for (int jn = 0; jn < RS / 8; jn++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = c0 + frag_col(lane, jn, e), kj = key[e >> 1];
-                    const KeyRange r = rk[col];
-                    pt[jn][e] = r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(pt[jn][e], scale_log2, -lse2[col])) : 0.f;
-                }
+            frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
+                const KeyRange r = rk[c0 + col];
+                const int kj = key[half];
+                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
+            });
             if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
             if constexpr (WANT_K) {
                 // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
                 float dpt[RS / 8][4];
                 frag_zero<RS / 8>(dpt);
                 mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
-#pragma unroll
-                for (int jn = 0; jn < RS / 8; jn++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) pt[jn][e] *= dpt[jn][e] - dlt[c0 + frag_col(lane, jn, e)];
+                frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
+                frag_mul<RS / 8>(pt, dpt);
                 mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
             }
         }
@@ -227,37 +235,22 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     cp_async_wait<0>();
 
     const float scale = (float)(p.scale_log2 * FSA_LN2);
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = warp * 16 + frag_row(lane, 2 * half);
-        if (r >= kt.n_tok) continue;
-        if constexpr (WANT_K) {
-            u16 *row = view_row<u16>(p.dk, kt.tok0 + r, h);
-#pragma unroll
-            for (int j = 0; j < DK / 8; j++)
-                *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dk[j][2 * half] * scale, dk[j][2 * half + 1] * scale);
-        }
-        if constexpr (WANT_V) {
-            u16 *row = view_row<u16>(p.dv, kt.tok0 + r, h);
-#pragma unroll
-            for (int j = 0; j < DV / 8; j++)
-                *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dv[j][2 * half], dv[j][2 * half + 1]);
-        }
-    }
+    if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
+    if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }
 
 // A dK/dV kernel's body: one part of PARTS = fsa_qt_dkv_parts(DK, DV) per
 // blockIdx.z (with two, z 0 makes dV and z 1 dK), each recomputing S and dP.
 template <class DT, int DK, int DV, int G, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
-                                                   long long q_start, long long q_end, long long first_pos, int n_qt,
-                                                   RowKeys row_keys) {
+                                                   long long q_start, long long q_end, long long first_pos,
+                                                   long long last_pos, RowKeys row_keys) {
     if constexpr (fsa_qt_dkv_parts(DK, DV) == 1)
-        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
     else if (blockIdx.z == 0)
-        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
     else
-        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
 }
 
 }  // namespace fsa

@@ -49,6 +49,13 @@ __device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch
     return t;
 }
 
+// The query tile of this CTA (blockIdx.x) for group size G, in a kernel
+// whose parameter block p names cu_seqlens, batch and total_tokens.
+template <int G, class P>
+__device__ __forceinline__ QueryTile cta_query_tile(const P &p) {
+    return query_tile<fsa_qt_tokens_per_tile(G)>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+}
+
 // The rows of a warp: 16 / G whole tokens of G heads each; rows past
 // TW * G are padding (they load zeros and write nothing).
 template <int G>

@@ -198,18 +198,27 @@ done:
     return rc;
 }
 
+/* The driver and a context on device 0; -1 to go on, else the exit code. */
+static int open_context(fsa_context **ctx)
+{
+    char why[512];
+    if (bench_cuda_load(why, sizeof why) != 0) {
+        fprintf(stderr, "fsa-bench --window: %s\n", why);
+        return TOOL_EXIT_TARGET;
+    }
+    const fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
+    const fsa_status st = fsa_context_create(ctx, &co);
+    return fsa_ok(st, "context") ? -1 : tool_context_exit_code(st);
+}
+
 int fsa_bench_window(int argc, char **argv)
 {
     win_opts o = {.tokens = {8192, 65536}, .n_tokens = 2, .hq = 64, .hkv = 4, .dk = 192, .dv = 128, .window = 512,
                   .reps = 20, .dtype = FSA_DTYPE_BF16};
-    const int rc = parse_window_args(&o, argc, argv);
-    if (rc >= 0) return rc;
-    char why[512];
-    if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --window: %s\n", why), TOOL_EXIT_TARGET;
-    fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     fsa_context *ctx = NULL;
-    const fsa_status cst = fsa_context_create(&ctx, &co);
-    if (!fsa_ok(cst, "context")) return tool_context_exit_code(cst);
+    int rc = parse_window_args(&o, argc, argv);
+    if (rc < 0) rc = open_context(&ctx);
+    if (rc >= 0) return rc;
     fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
     d.dtype = o.dtype, d.num_q_heads = o.hq, d.num_kv_heads = o.hkv, d.head_dim = o.dk, d.value_dim = o.dv;
     d.window = o.window, d.backward = 1;
