@@ -11,18 +11,16 @@
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int KS = fsa_qt_dq_keys(DK);
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_dq_keys(DK);
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_bwd_dq(const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int h = blockIdx.y;
     const QueryTile tile = cta_query_tile<G>(p);
     if (!tile.ok) return;
-    const WindowStream<G, KS> ws(p, tile, h);
+    const WindowStream<G, KS> ws(p, tile);
 
     backward_dq_tile<DT, DK, DV, G>(
-        smem, p, tile, h, ws.n_stages(), [&](int j) { return ws.key_row(p, tile, h, j); },
+        smem, p, tile, ws.h, ws.n_stages(), [&](int j) { return ws.key_row(p, tile, j); },
         [&](int j, int half) { return ws.visible(j, half); }, [&](int stage) { return ws.warp_sees(stage); });
 }
 

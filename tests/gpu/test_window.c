@@ -122,14 +122,9 @@ static void problem_release(win_problem *p)
 static fsa_window_fwd_args fwd_args_of_problem(const win_problem *p, const win_case *c)
 {
     fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
-    a.total_tokens = p->T;
-    a.batch = c->nseq;
-    a.q = (fsa_tensor){p->dq_, p->q_ts, p->q_hs};
-    a.k = (fsa_tensor){p->dk_, p->k_ts, p->k_hs};
-    a.v = (fsa_tensor){p->dv_, p->v_ts, p->v_hs};
-    a.o = (fsa_tensor){p->do_, p->o_ts, p->o_hs};
-    a.cu_seqlens = p->dcu;
-    a.lse = p->dlse;
+    a.total_tokens = p->T, a.batch = c->nseq, a.cu_seqlens = p->dcu, a.lse = p->dlse;
+    a.q = (fsa_tensor){p->dq_, p->q_ts, p->q_hs}, a.k = (fsa_tensor){p->dk_, p->k_ts, p->k_hs};
+    a.v = (fsa_tensor){p->dv_, p->v_ts, p->v_hs}, a.o = (fsa_tensor){p->do_, p->o_ts, p->o_hs};
     return a;
 }
 
@@ -203,21 +198,15 @@ static fsa_window_bwd_args bwd_args_of(grads *g, win_problem *p, const win_case 
     }
     assert_int_equal(fsa_window_plan_workspace_size_bwd(&g->ws_bytes, plan, T, c->nseq), FSA_STATUS_OK);
     g->ws = fsa_test_dalloc(g->ws_bytes + 256);
+    const fsa_window_fwd_args f = fwd_args_of_problem(p, c);
     fsa_window_bwd_args a = FSA_WINDOW_BWD_ARGS_INIT;
-    a.total_tokens = T;
-    a.batch = c->nseq;
-    a.q = (fsa_tensor){p->dq_, p->q_ts, p->q_hs};
-    a.k = (fsa_tensor){p->dk_, p->k_ts, p->k_hs};
-    a.v = (fsa_tensor){p->dv_, p->v_ts, p->v_hs};
-    a.o = (fsa_tensor){p->do_, p->o_ts, p->o_hs};
+    a.total_tokens = T, a.batch = c->nseq, a.cu_seqlens = p->dcu, a.lse = p->dlse;
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o;
     a.dout = (fsa_tensor){g->dout, p->o_ts, p->o_hs};
     a.dq = (fsa_tensor){g->d[0], p->q_ts, p->q_hs};
     a.dk = (fsa_tensor){g->d[1], p->k_ts, p->k_hs};
     a.dv = (fsa_tensor){g->d[2], p->v_ts, p->v_hs};
-    a.lse = p->dlse;
-    a.cu_seqlens = p->dcu;
-    a.workspace = g->ws;
-    a.workspace_bytes = g->ws_bytes;
+    a.workspace = g->ws, a.workspace_bytes = g->ws_bytes;
     return a;
 }
 
@@ -232,6 +221,17 @@ static void poison_grads(const grads *g)
 {
     for (int i = 0; i < 3; i++) fsa_test_dfill(g->d[i], 0xff, g->bytes[i]);
     fsa_test_dfill(g->ws, 0xff, g->ws_bytes);
+}
+
+/* The three gradients as logical floats (got, optional) and raw device images (img, the caller frees them). */
+static void download_grads(const grads *g, float **got, uint16_t **img, fsa_dtype dt)
+{
+    for (int i = 0; i < 3; i++) {
+        img[i] = malloc(g->bytes[i]);
+        assert_non_null(img[i]);
+        if (got) download_strided(got[i], img[i], g->d[i], g->rows[i], g->heads[i], g->dims[i], g->ts[i], g->hs[i], dt);
+        else fsa_test_d2h(img[i], g->d[i], g->bytes[i]);
+    }
 }
 
 /* The backward from the GPU forward's o and lse, against the reference
@@ -258,30 +258,22 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
 
     grads g;
     const fsa_window_bwd_args a = bwd_args_of(&g, &p, c, plan, dout);
-    uint16_t *first[3] = {NULL, NULL, NULL};
+    uint16_t *img[2][3];
     for (int run = 0; run < 2; run++) {
         poison_grads(&g);
         if (fsa_window_attention_bwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
         fsa_test_sync();
-        for (int i = 0; i < 3; i++) {
-            uint16_t *img = malloc(g.bytes[i]);
-            assert_non_null(img);
-            download_strided(got[i], img, g.d[i], g.rows[i], g.heads[i], g.dims[i], g.ts[i], g.hs[i], c->dtype);
-            if (run == 0) first[i] = img;
-            else {
-                assert_memory_equal(first[i], img, g.bytes[i]); /* same inputs, same bits */
-                free(img);
-                free(first[i]);
-            }
-        }
-        if (run > 0) continue;
-        const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
-        double err[3];
-        for (int i = 0; i < 3; i++) err[i] = fsa_rel_error(got[i], want[i], n[i]);
-        print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
-        for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
+        download_grads(&g, got, img[run], c->dtype);
     }
+    const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+    double err[3];
+    for (int i = 0; i < 3; i++) err[i] = fsa_rel_error(got[i], want[i], n[i]);
+    print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
     for (int i = 0; i < 3; i++) {
+        assert_true(err[i] < tol);
+        assert_memory_equal(img[0][i], img[1][i], g.bytes[i]); /* same inputs, same bits */
+        free(img[0][i]);
+        free(img[1][i]);
         free(got[i]);
         free(want[i]);
     }
@@ -313,37 +305,32 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
     float *dout = random_rounded(&rng, (size_t)p.T * c->hq * c->dv, c->dtype);
     grads g;
     const fsa_window_bwd_args ba = bwd_args_of(&g, &p, c, plan, dout);
-    uint16_t *direct[3];
+    uint16_t *direct[3], *replay[3];
     poison_grads(&g);
     assert_int_equal(fsa_window_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
     assert_int_equal(fsa_window_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
     fsa_test_sync();
-    for (int i = 0; i < 3; i++) {
-        direct[i] = malloc(g.bytes[i]);
-        assert_non_null(direct[i]);
-        fsa_test_d2h(direct[i], g.d[i], g.bytes[i]);
-    }
+    download_grads(&g, NULL, direct, c->dtype);
 
     CUstream s;
     CUgraph graph;
     CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_window_attention_fwd(plan, &fa, s), FSA_STATUS_OK);
-    assert_int_equal(fsa_window_attention_bwd(plan, &ba, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    const int captured = cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                         cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS &&
+                         fsa_window_attention_fwd(plan, &fa, s) == FSA_STATUS_OK &&
+                         fsa_window_attention_bwd(plan, &ba, s) == FSA_STATUS_OK &&
+                         cu->StreamEndCapture(s, &graph) == CUDA_SUCCESS &&
+                         cu->GraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
+    if (!captured) fail_msg("capture: %s", fsa_last_error());
     for (int rep = 0; rep < 2; rep++) {
         poison_grads(&g);
         fsa_test_dfill(p.do_, 0xff, p.o_bytes);
         assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
         assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        download_grads(&g, NULL, replay, c->dtype);
         for (int i = 0; i < 3; i++) {
-            uint16_t *img = malloc(g.bytes[i]);
-            assert_non_null(img);
-            fsa_test_d2h(img, g.d[i], g.bytes[i]);
-            assert_memory_equal(direct[i], img, g.bytes[i]);
-            free(img);
+            assert_memory_equal(direct[i], replay[i], g.bytes[i]);
+            free(replay[i]);
         }
     }
     cu->GraphExecDestroy(exec);
@@ -379,27 +366,19 @@ static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
     problem_release(&p);
 }
 
-/* Plans compile in parallel threads before the tests run. */
-static void *plan_worker(void *arg)
+/* The plan of case i (with backward), or NULL after saying why. */
+static void *plan_of_case(void *arg)
 {
-    const size_t first = (size_t)(uintptr_t)arg;
-    for (size_t i = first; i < N_CASES; i += 8) {
-        const win_case *c = &cases[i];
-        if (!runs(c)) continue;
-        int32_t windows[64];
-        windows_of(c, windows);
-        fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
-        d.dtype = c->dtype;
-        d.head_dim = c->dk;
-        d.value_dim = c->dv;
-        d.num_q_heads = c->hq;
-        d.num_kv_heads = c->hkv;
-        d.window = c->window;
-        d.head_windows = c->per_head ? windows : NULL;
-        d.backward = 1;
-        if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
-            fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
-    }
+    const size_t i = (size_t)(uintptr_t)arg;
+    const win_case *c = &cases[i];
+    int32_t windows[64];
+    windows_of(c, windows);
+    fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
+    d.dtype = c->dtype, d.head_dim = c->dk, d.value_dim = c->dv, d.backward = 1;
+    d.num_q_heads = c->hq, d.num_kv_heads = c->hkv;
+    d.window = c->window, d.head_windows = c->per_head ? windows : NULL;
+    if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
+        fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
     return NULL;
 }
 
@@ -409,12 +388,14 @@ static int setup(void **state)
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
     g_cache_dir = fsa_test_mkdtemp("window-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    pthread_t th[8];
-    for (uintptr_t i = 0; i < 8; i++) pthread_create(&th[i], NULL, plan_worker, (void *)i);
-    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    /* One thread per plan, so the kernels compile in parallel. */
+    pthread_t th[N_CASES];
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i]) && g_plans[i] == NULL) return -1;
-    return 0;
+        if (runs(&cases[i])) assert_int_equal(pthread_create(&th[i], NULL, plan_of_case, (void *)(uintptr_t)i), 0);
+    int ok = 1;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) pthread_join(th[i], NULL), ok &= g_plans[i] != NULL;
+    return ok ? 0 : -1;
 }
 
 static int teardown(void **state)

@@ -144,16 +144,16 @@ static void test_a_descriptor_of_the_first_version_is_accepted_without_backward(
     fsa_window_plan_destroy(plan);
 }
 
+/* Aligned device addresses that are never dereferenced: offline calls stop before the device. */
+#define AT(n) (0x7f0000000000ull + ((uint64_t)(n) << 20))
+static const fsa_tensor t_q = {AT(1), HQ * DK, DK}, t_k = {AT(2), HKV * DK, DK}, t_v = {AT(3), HKV * DV, DV},
+                        t_o = {AT(4), HQ * DV, DV};
+
 static fsa_window_fwd_args good_args(int64_t T)
 {
     fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
-    a.total_tokens = T;
-    a.batch = 1;
-    a.q = (fsa_tensor){0x7f0000100000ull, HQ * DK, DK};
-    a.k = (fsa_tensor){0x7f0000200000ull, HKV * DK, DK};
-    a.v = (fsa_tensor){0x7f0000300000ull, HKV * DV, DV};
-    a.o = (fsa_tensor){0x7f0000400000ull, HQ * DV, DV};
-    a.cu_seqlens = 0x7f0000500000ull;
+    a.total_tokens = T, a.batch = 1, a.cu_seqlens = AT(5);
+    a.q = t_q, a.k = t_k, a.v = t_v, a.o = t_o;
     return a;
 }
 
@@ -164,7 +164,7 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     (void)state;
     fsa_window_fwd_args a = good_args(100);
     EXPECT_FWD(FSA_STATUS_NO_DEVICE, &a);
-    a.lse = 0x7f0000600000ull;
+    a.lse = AT(6);
     EXPECT_FWD(FSA_STATUS_NO_DEVICE, &a);
     EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_attention_fwd(NULL, &a, NULL));
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, NULL);
@@ -187,20 +187,13 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
 static fsa_window_bwd_args good_bwd_args(int64_t T, uint64_t workspace, size_t workspace_bytes)
 {
     fsa_window_bwd_args a = FSA_WINDOW_BWD_ARGS_INIT;
-    a.total_tokens = T;
-    a.batch = 1;
-    a.q = (fsa_tensor){0x7f0000100000ull, HQ * DK, DK};
-    a.k = (fsa_tensor){0x7f0000200000ull, HKV * DK, DK};
-    a.v = (fsa_tensor){0x7f0000300000ull, HKV * DV, DV};
-    a.o = (fsa_tensor){0x7f0000400000ull, HQ * DV, DV};
-    a.dout = (fsa_tensor){0x7f0000700000ull, HQ * DV, DV};
-    a.dq = (fsa_tensor){0x7f0000800000ull, HQ * DK, DK};
-    a.dk = (fsa_tensor){0x7f0000900000ull, HKV * DK, DK};
-    a.dv = (fsa_tensor){0x7f0000a00000ull, HKV * DV, DV};
-    a.cu_seqlens = 0x7f0000500000ull;
-    a.lse = 0x7f0000600000ull;
-    a.workspace = workspace;
-    a.workspace_bytes = workspace_bytes;
+    a.total_tokens = T, a.batch = 1, a.cu_seqlens = AT(5), a.lse = AT(6);
+    a.q = t_q, a.k = t_k, a.v = t_v, a.o = t_o;
+    a.dout = (fsa_tensor){AT(7), t_o.token_stride, DV};
+    a.dq = (fsa_tensor){AT(8), t_q.token_stride, DK};
+    a.dk = (fsa_tensor){AT(9), t_k.token_stride, DK};
+    a.dv = (fsa_tensor){AT(10), t_v.token_stride, DV};
+    a.workspace = workspace, a.workspace_bytes = workspace_bytes;
     return a;
 }
 
@@ -226,7 +219,7 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     (void)state;
     size_t need = 0;
     EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&need, g_plan, 100, 1));
-    const uint64_t ws = 0x7f0000b00000ull;
+    const uint64_t ws = AT(11);
     fsa_window_bwd_args a = good_bwd_args(100, ws, need);
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_attention_bwd(g_fwd_only, &a, NULL));

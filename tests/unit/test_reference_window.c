@@ -98,14 +98,20 @@ static void test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the
     release(&w);
 }
 
+/* A problem whose four query heads have the given windows. */
+static void make_per_head(owned *w, const int32_t *windows, uint64_t seed)
+{
+    make(w, 5, seed);
+    w->p.head_windows = windows;
+    fsa_ref_window_forward(&w->p, w->o, w->lse);
+}
+
 static void test_per_head_windows_give_each_head_the_rows_of_its_own_window(void **state)
 {
     (void)state;
     owned w;
     const int32_t windows[4] = {1, 7, 1000, 3};
-    make(&w, 5, 4);
-    w.p.head_windows = windows;
-    fsa_ref_window_forward(&w.p, w.o, w.lse);
+    make_per_head(&w, windows, 4);
     for (int t = 0; t < 33; t++) {
         const int start = t < 20 ? 0 : 20;
         for (int qh = 0; qh < 4; qh++) {
@@ -142,8 +148,7 @@ static void test_the_backward_is_the_gradient_of_the_forward(void **state)
     (void)state;
     owned w;
     const int32_t windows[4] = {2, 9, 1000, 1};
-    make(&w, 5, 5);
-    w.p.head_windows = windows;
+    make_per_head(&w, windows, 5);
     const int T = 33, nq = T * 4 * 16, nk = T * 2 * 16, nv = T * 2 * 8, no = T * 4 * 8;
     float *dout = malloc(no * sizeof *dout);
     double *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nv * sizeof *dv);
