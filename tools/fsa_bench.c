@@ -16,7 +16,6 @@
 
 #include "bench_cuda.h"
 #include "bench_decode.h"
-#include "bench_window.h"
 #include "tool_args.h"
 
 #include <errno.h>
@@ -901,7 +900,6 @@ static void print_usage(FILE *f)
             "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
             "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
             "       fsa-bench --decode [DECODE OPTIONS]        paged KV-cache decode (fsa-bench --decode --help)\n"
-            "       fsa-bench --window [WINDOW OPTIONS]        sliding-window attention (fsa-bench --window --help)\n"
             "\n"
             "Problem:\n"
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
@@ -1113,7 +1111,6 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--decode") == 0) return fsa_bench_decode(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "--window") == 0) return fsa_bench_window(argc - 1, argv + 1);
     options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
                  .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
                  .min_ms = 100.0, .warmup_ms = 25.0};
