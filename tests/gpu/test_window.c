@@ -244,7 +244,8 @@ static double norm(const double *x, size_t n)
 /* ||got - want|| over the larger of ||want|| and `floor`. A gradient that is
  * 0 in exact arithmetic (a window of one: the softmax over one key is
  * constant, so dq = dk = 0 and the GPU's are rounding noise) is measured
- * against the size of the value gradient's elements instead. */
+ * against a thousandth of the value gradient's size instead; any other is
+ * far above that floor. */
 static double grad_error(const float *got, const double *want, size_t n, double floor)
 {
     const double w = norm(want, n);
@@ -284,7 +285,7 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     }
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     double err[3];
-    for (int i = 0; i < 3; i++) err[i] = grad_error(got[i], want[i], n[i], norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    for (int i = 0; i < 3; i++) err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
     print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
     for (int i = 0; i < 3; i++) {
         assert_true(err[i] < tol);
