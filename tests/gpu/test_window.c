@@ -285,7 +285,8 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     }
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     double err[3];
-    for (int i = 0; i < 3; i++) err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    for (int i = 0; i < 3; i++)
+        err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
     print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
     for (int i = 0; i < 3; i++) {
         assert_true(err[i] < tol);
