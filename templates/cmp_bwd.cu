@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dq(c
         [&](int j, int half) { return j < vis.row[half]; }, [&](int stage) { return stage * KS < vis.warp; });
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     // The keys: a tile of one sequence's compressed tokens (earlier tiles first: more queries see them).
     const QueryTile kt =

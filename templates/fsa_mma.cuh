@@ -107,6 +107,17 @@ __device__ __forceinline__ void frag_store_f32(float *rows, const float acc[N][4
     }
 }
 
+// acc += the 16 x 8N fp32 rows frag_store_f32 wrote (pitch LD floats).
+template <int N, int LD>
+__device__ __forceinline__ void frag_add_f32(float acc[N][4], const float *rows, int lane) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const float *at = rows + (lane >> 2) * LD + j * 8 + 2 * (lane & 3);
+        const float2 lo = *(const float2 *)at, hi = *(const float2 *)(at + 8 * LD);
+        acc[j][0] += lo.x, acc[j][1] += lo.y, acc[j][2] += hi.x, acc[j][3] += hi.y;
+    }
+}
+
 // ---------------------------------------------------------------- products
 // acc (16 x 8NJ) += A (16 x 16, in registers as ldmatrix_x4 gives it) B^T
 // for one 16-deep step, B as 8NJ n-major rows at b_addr (pitch LD, lane

@@ -6,14 +6,16 @@
 //                     forward's lse, dP = dO V^T, dS = P (dP - delta),
 //                     dq += dS K.
 //  backward_dkv_tile: a CTA owns FSA_QT_DKV_KEYS keys of one sequence (16 per
-//                     warp) and walks the query tiles that see them (all G
+//                     warp, two sets of warps splitting each query tile's
+//                     rows) and walks the query tiles that see them (all G
 //                     heads of each token as rows): dV += P^T dO, dK += dS^T Q.
 // Every output element has one owner and its sums run in a fixed order: no
 // atomics, the same inputs give the same bits.
 //
 // P, the kernel's parameter block, names the views q, o, k, v, dout, dq, dk,
 // dv, the float [Hq, T] addresses lse and delta, total_tokens and scale_log2.
-// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV).
+// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV);
+// threads: FSA_QT_THREADS, FSA_QT_DKV_THREADS.
 #pragma once
 #include "fsa_mma.cuh"
 #include "fsa_qtile.cuh"
@@ -144,16 +146,17 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
                                                   long long q_start, long long q_end, long long first_pos,
                                                   long long last_pos, RowKeys row_keys) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
-    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_THREADS;
+    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_DKV_THREADS;
     constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    constexpr int RS = 32;  // query rows per product step
+    constexpr int RS = FSA_QT_ROWS / FSA_QT_DKV_SETS;  // query rows of a set
+    static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
     typedef GroupRows<G> Rows;
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
     const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
     KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
     float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
     float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
     const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
     load_tile_async<KT, DK, LDK, THREADS>(ks, [&](int r) {
@@ -201,38 +204,48 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const int buf = ring.acquire(it, load);
         const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
         const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
-        // No query row of the tile sees a key of this warp: skip (warp-uniform).
-        const KeyRange a = rk[lane], b = rk[lane + 32];
-        if (!__any_sync(0xffffffffu, (a.lo <= warp_hi && a.hi >= warp_lo) || (b.lo <= warp_hi && b.hi >= warp_lo)))
-            continue;
-        // The 64 query rows in two steps of 32 (S and dP of a step stay small next to dK and dV).
-#pragma unroll 1
-        for (int step = 0; step < FSA_QT_ROWS / RS; step++) {
-            const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + step * RS * LDK * 2;
-            const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + step * RS * LDV * 2;
-            const int c0 = step * RS;
-            // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
-            float pt[RS / 8][4];
-            frag_zero<RS / 8>(pt);
-            mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
-            frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
-                const KeyRange r = rk[c0 + col];
-                const int kj = key[half];
-                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
-            });
-            if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
-            if constexpr (WANT_K) {
-                // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
-                float dpt[RS / 8][4];
-                frag_zero<RS / 8>(dpt);
-                mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
-                frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
-                frag_mul<RS / 8>(pt, dpt);
-                mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
-            }
+        // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
+        const int c0 = set * RS;
+        const KeyRange a = rk[c0 + lane];
+        if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
+        const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c0 * LDK * 2;
+        const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c0 * LDV * 2;
+        // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
+        float pt[RS / 8][4];
+        frag_zero<RS / 8>(pt);
+        mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
+        frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
+            const KeyRange r = rk[c0 + col];
+            const int kj = key[half];
+            return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
+        });
+        if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
+        if constexpr (WANT_K) {
+            // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
+            float dpt[RS / 8][4];
+            frag_zero<RS / 8>(dpt);
+            mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
+            frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
+            frag_mul<RS / 8>(pt, dpt);
+            mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
         }
     }
     cp_async_wait<0>();
+
+    // Set 1's sums to set 0 through the stage buffers (free once every warp is past the loop).
+    static_assert(FSA_QT_DKV_SETS == 2, "one set hands its sums to the other");
+    static_assert(FSA_QT_DKV_KEYS * (DK + 8 + DV + 8) * 4 <= fsa_qt_dkv_smem_rows(DK, DV) - fsa_qt_dkv_smem_q(DK, DV),
+                  "the stage buffers hold a part's fp32 sums");
+    float *sums_k = (float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
+    __syncthreads();
+    if (set == 1) {
+        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
+        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
+    }
+    __syncthreads();
+    if (set == 1) return;
+    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
+    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
 
     const float scale = (float)(p.scale_log2 * FSA_LN2);
     if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);

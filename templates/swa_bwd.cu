@@ -24,7 +24,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_bwd_dq(c
         [&](int j, int half) { return ws.visible(j, half); }, [&](int stage) { return ws.warp_sees(stage); });
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_bwd_dkv(const fsa_swa_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_swa_bwd_dkv(const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int h = blockIdx.y;
     // The keys: a tile of one sequence's tokens (earlier tiles first, as the query tiles go last first).
