@@ -1132,36 +1132,26 @@ typedef struct fsa_window_bwd_args {
 
 #define FSA_WINDOW_BWD_ARGS_INIT FSA_INIT_(fsa_window_bwd_args, )
 
-/**
- * Bytes of device workspace a backward call needs (4 * Hq * T, rounded up).
- * @param[out] bytes_out    the size; 0 when there are no tokens
- * @param      plan         a plan created with desc.backward = 1
- * @param      total_tokens T
- * @param      batch        sequences in the call
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
- *         for a plan without backward, or a token count or batch the
- *         backward would refuse.
- * Host-only and thread-safe.
- */
+/** The device workspace of a window backward call, in *bytes_out: delta
+ *  = rowsum(dout * o), 4 * Hq * T bytes rounded up to 256 (0 without
+ *  tokens). `plan` must have been made with desc.backward = 1. Returns
+ *  FSA_STATUS_NULL_POINTER, or FSA_STATUS_INVALID_ARGUMENT for a plan
+ *  without backward or a token count or batch the backward refuses.
+ *  Host-only and thread-safe. */
 FSA_API fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan,
                                                       int64_t total_tokens, int batch);
 
-/**
- * Enqueues the sliding-window backward on `stream` (two kernels: dq, then dk
- * and dv): no allocation, no host synchronization; can be captured in a CUDA
- * graph. Accumulates in fp32. Deterministic: every output element has one
- * owner and its sums run in a fixed order, so the same inputs give the same
- * bits.
- * @param plan   a plan created with desc.backward = 1
- * @param args   the tensors; read only during the call
- * @param stream a CUstream of the plan's device, or NULL
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER (also for a missing lse);
- *         FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT for a plan
- *         without backward, counts out of range or negative strides;
- *         FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
- *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
- * Thread-safe for calls with different workspaces and outputs.
- */
+/** Enqueues the sliding-window backward on `stream`: the dq kernel (which
+ *  also writes delta to the workspace), then the dk/dv kernel. Launch rules
+ *  as the forward's: no allocation, no host synchronization, capturable in
+ *  a CUDA graph; `args` is read during the call only. fp32 accumulation.
+ *  Deterministic: one owner per output element, sums in a fixed order, so
+ *  the same inputs give the same bits. `plan` must have been made with
+ *  desc.backward = 1.
+ *  @return as fsa_window_attention_fwd, and FSA_STATUS_INVALID_ARGUMENT for
+ *          a plan without backward, FSA_STATUS_NULL_POINTER for a missing
+ *          lse, FSA_STATUS_WORKSPACE_TOO_SMALL.
+ *  Thread-safe for calls with different workspaces and outputs. */
 FSA_API fsa_status fsa_window_attention_bwd(const fsa_window_plan *plan, const fsa_window_bwd_args *args,
                                             void *stream);
 

@@ -10,12 +10,12 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int TT = fsa_qt_tokens_per_tile(G), KS = fsa_qt_dq_keys(DK);
+constexpr int KS = fsa_qt_dq_keys(DK);
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int h = blockIdx.y;
-    const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+    const QueryTile tile = cta_query_tile<G>(p);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
     const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);
@@ -25,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dq(c
         [&](int j, int half) { return j < vis.row[half]; }, [&](int stage) { return stage * KS < vis.warp; });
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     // The keys: a tile of one sequence's compressed tokens (earlier tiles first: more queries see them).
     const QueryTile kt =
@@ -35,11 +35,9 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dkv(
     const long long q_start = min(max((long long)__ldg(cu + kt.seq), 0ll), p.total_tokens);
     const long long q_end = min(max((long long)__ldg(cu + kt.seq + 1), q_start), p.total_tokens);
     const long long first_pos = (kt.tok0 - kt.start) * p.stride + p.kernel_size - 1;  // the first that sees a key
-    const long long len = q_end - q_start;
-    const int n_qt = first_pos < len ? (int)((len - first_pos + TT - 1) / TT) : 0;
     const int count = (int)(kt.end - kt.start);
 
-    backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, blockIdx.y, q_start, q_end, first_pos, n_qt,
+    backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, blockIdx.y, q_start, q_end, first_pos, q_end - q_start - 1,
                                       [&](long long pos, int) {
                                           return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1};
                                       });

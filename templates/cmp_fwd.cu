@@ -10,12 +10,11 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int KS = fsa_qt_fwd_keys(DV);  // keys per stage
-constexpr int TT = fsa_qt_tokens_per_tile(G);
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int h = blockIdx.y;
-    const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+    const QueryTile tile = cta_query_tile<G>(p);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
     const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);

@@ -6,14 +6,16 @@
 //                     forward's lse, dP = dO V^T, dS = P (dP - delta),
 //                     dq += dS K.
 //  backward_dkv_tile: a CTA owns FSA_QT_DKV_KEYS keys of one sequence (16 per
-//                     warp) and walks the query tiles that see them (all G
+//                     warp, two sets of warps splitting each query tile's
+//                     rows) and walks the query tiles that see them (all G
 //                     heads of each token as rows): dV += P^T dO, dK += dS^T Q.
 // Every output element has one owner and its sums run in a fixed order: no
 // atomics, the same inputs give the same bits.
 //
 // P, the kernel's parameter block, names the views q, o, k, v, dout, dq, dk,
 // dv, the float [Hq, T] addresses lse and delta, total_tokens and scale_log2.
-// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV).
+// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV);
+// threads: FSA_QT_THREADS, FSA_QT_DKV_THREADS.
 #pragma once
 #include "fsa_mma.cuh"
 #include "fsa_qtile.cuh"
@@ -94,16 +96,11 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
         frag_zero<KS / 8>(dp);
         mma_abt<DT, DK, KS / 8, LDK>(s, q_lane, kb_lane + buf * fsa_tile_bytes(KS, DK));
         mma_abt<DT, DV, KS / 8, LDV>(dp, do_lane, vb_lane + buf * fsa_tile_bytes(KS, DV));
-#pragma unroll
-        for (int jn = 0; jn < KS / 8; jn++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int half = e >> 1;
-                const float pr = live[half] && visible(i * KS + frag_col(lane, jn, e), half)
-                                     ? fast_exp2(fmaf(s[jn][e], scale_log2, -row_lse2[half]))
-                                     : 0.f;
-                s[jn][e] = pr * (dp[jn][e] - row_dlt[half]);  // dS
-            }
+        frag_map<KS / 8>(s, lane, [&](float x, int col, int half) {  // P
+            return live[half] && visible(i * KS + col, half) ? fast_exp2(fmaf(x, scale_log2, -row_lse2[half])) : 0.f;
+        });
+        frag_map<KS / 8>(dp, lane, [&](float x, int, int half) { return x - row_dlt[half]; });
+        frag_mul<KS / 8>(s, dp);  // dS = P (dP - delta)
         mma_pv<DT, KS / 16, DK / 8, LDK>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
     }
     cp_async_wait<0>();
@@ -120,28 +117,47 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     }
 }
 
+// This warp's 16 rows of a key tile's gradient (16 x D accumulator times
+// scale) into the rows of t the tile owns.
+template <class DT, int D>
+__device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const QueryTile &kt, int h,
+                                               const float acc[D / 8][4], float scale) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = warp * 16 + frag_row(lane, 2 * half);
+        if (r >= kt.n_tok) continue;
+        u16 *row = view_row<u16>(t, kt.tok0 + r, h);
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+    }
+}
+
 // dK and dV (or one of them: WANT_K, WANT_V) of the key tile kt: the key rows
 // kt.tok0 .. kt.tok0 + kt.n_tok - 1 of the [*, Hkv, *] k and v tensors, the
 // keys kt.tok0 - kt.start .. of their sequence. The query rows are the tiles
-// of TT = fsa_qt_tokens_per_tile(G) tokens of the query range [q_start,
-// q_end) starting at position first_pos of it, n_qt of them; row_keys(pos,
-// head) -> KeyRange says which keys the query at position pos, head `head` of
-// the group, sees.
+// of fsa_qt_tokens_per_tile(G) tokens of the query range [q_start, q_end)
+// from position first_pos of it to position last_pos (none when last_pos <
+// first_pos); row_keys(pos, head) -> KeyRange says which keys the query at
+// position pos, head `head` of the group, sees.
 template <class DT, int DK, int DV, int G, bool WANT_K, bool WANT_V, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &p, const QueryTile &kt, int h,
-                                                  long long q_start, long long q_end, long long first_pos, int n_qt,
-                                                  RowKeys row_keys) {
+                                                  long long q_start, long long q_end, long long first_pos,
+                                                  long long last_pos, RowKeys row_keys) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
-    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_THREADS;
+    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_DKV_THREADS;
     constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    constexpr int RS = 32;  // query rows per product step
+    constexpr int RS = FSA_QT_ROWS / FSA_QT_DKV_SETS;  // query rows of a set
+    static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
     typedef GroupRows<G> Rows;
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
     const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
     KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
     float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
     float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
+    const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
     load_tile_async<KT, DK, LDK, THREADS>(ks, [&](int r) {
         const bool ok = r < kt.n_tok;
@@ -188,76 +204,66 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const int buf = ring.acquire(it, load);
         const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
         const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
-        // No query row of the tile sees a key of this warp: skip (warp-uniform).
-        const KeyRange a = rk[lane], b = rk[lane + 32];
-        if (!__any_sync(0xffffffffu, (a.lo <= warp_hi && a.hi >= warp_lo) || (b.lo <= warp_hi && b.hi >= warp_lo)))
-            continue;
-        // The 64 query rows in two steps of 32 (S and dP of a step stay small next to dK and dV).
-#pragma unroll 1
-        for (int step = 0; step < FSA_QT_ROWS / RS; step++) {
-            const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + step * RS * LDK * 2;
-            const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + step * RS * LDV * 2;
-            const int c0 = step * RS;
-            // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
-            float pt[RS / 8][4];
-            frag_zero<RS / 8>(pt);
-            mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
-#pragma unroll
-            for (int jn = 0; jn < RS / 8; jn++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = c0 + frag_col(lane, jn, e), kj = key[e >> 1];
-                    const KeyRange r = rk[col];
-                    pt[jn][e] = r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(pt[jn][e], scale_log2, -lse2[col])) : 0.f;
-                }
-            if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
-            if constexpr (WANT_K) {
-                // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
-                float dpt[RS / 8][4];
-                frag_zero<RS / 8>(dpt);
-                mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
-#pragma unroll
-                for (int jn = 0; jn < RS / 8; jn++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) pt[jn][e] *= dpt[jn][e] - dlt[c0 + frag_col(lane, jn, e)];
-                mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
-            }
+        // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
+        const int c0 = set * RS;
+        const KeyRange a = rk[c0 + lane];
+        if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
+        const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c0 * LDK * 2;
+        const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c0 * LDV * 2;
+        // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
+        float pt[RS / 8][4];
+        frag_zero<RS / 8>(pt);
+        mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
+        frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
+            const KeyRange r = rk[c0 + col];
+            const int kj = key[half];
+            return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
+        });
+        if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
+        if constexpr (WANT_K) {
+            // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
+            float dpt[RS / 8][4];
+            frag_zero<RS / 8>(dpt);
+            mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
+            frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
+            frag_mul<RS / 8>(pt, dpt);
+            mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
         }
     }
     cp_async_wait<0>();
 
-    const float scale = (float)(p.scale_log2 * FSA_LN2);
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = warp * 16 + frag_row(lane, 2 * half);
-        if (r >= kt.n_tok) continue;
-        if constexpr (WANT_K) {
-            u16 *row = view_row<u16>(p.dk, kt.tok0 + r, h);
-#pragma unroll
-            for (int j = 0; j < DK / 8; j++)
-                *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dk[j][2 * half] * scale, dk[j][2 * half + 1] * scale);
-        }
-        if constexpr (WANT_V) {
-            u16 *row = view_row<u16>(p.dv, kt.tok0 + r, h);
-#pragma unroll
-            for (int j = 0; j < DV / 8; j++)
-                *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dv[j][2 * half], dv[j][2 * half + 1]);
-        }
+    // Set 1's sums to set 0 through the stage buffers (free once every warp is past the loop).
+    static_assert(FSA_QT_DKV_SETS == 2, "one set hands its sums to the other");
+    static_assert(FSA_QT_DKV_KEYS * (DK + 8 + DV + 8) * 4 <= fsa_qt_dkv_smem_rows(DK, DV) - fsa_qt_dkv_smem_q(DK, DV),
+                  "the stage buffers hold a part's fp32 sums");
+    float *sums_k = (float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
+    __syncthreads();
+    if (set == 1) {
+        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
+        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
     }
+    __syncthreads();
+    if (set == 1) return;
+    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
+    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
+
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
+    if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }
 
 // A dK/dV kernel's body: one part of PARTS = fsa_qt_dkv_parts(DK, DV) per
 // blockIdx.z (with two, z 0 makes dV and z 1 dK), each recomputing S and dP.
 template <class DT, int DK, int DV, int G, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
-                                                   long long q_start, long long q_end, long long first_pos, int n_qt,
-                                                   RowKeys row_keys) {
+                                                   long long q_start, long long q_end, long long first_pos,
+                                                   long long last_pos, RowKeys row_keys) {
     if constexpr (fsa_qt_dkv_parts(DK, DV) == 1)
-        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
     else if (blockIdx.z == 0)
-        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
     else
-        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, n_qt, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
 }
 
 }  // namespace fsa

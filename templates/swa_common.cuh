@@ -28,12 +28,13 @@ __device__ __forceinline__ long long swa_group_window(const fsa_swa_params &p, i
 // warp may skip.
 template <int G, int KS>
 struct WindowStream {
+    int h;                   // the KV head (blockIdx.y)
     long long k0;            // the stream's first key, a position in the sequence
     int n_keys;
     long long pos[2], win[2];  // this lane's rows: position (-1: no row), window
     long long warp_lo, warp_hi, wmax;
 
-    __device__ __forceinline__ WindowStream(const fsa_swa_params &p, const QueryTile &tile, int h) {
+    __device__ __forceinline__ WindowStream(const fsa_swa_params &p, const QueryTile &tile) : h(blockIdx.y) {
         typedef GroupRows<G> Rows;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         wmax = swa_group_window<G>(p, h);
@@ -52,8 +53,8 @@ struct WindowStream {
 
     __device__ __forceinline__ int n_stages() const { return (n_keys + KS - 1) / KS; }
 
-    // Key j of the stream: its K and V rows of KV head h.
-    __device__ __forceinline__ RowPair key_row(const fsa_swa_params &p, const QueryTile &tile, int h, int j) const {
+    // Key j of the stream: its K and V rows.
+    __device__ __forceinline__ RowPair key_row(const fsa_swa_params &p, const QueryTile &tile, int j) const {
         const bool ok = j < n_keys;
         const long long t = tile.start + k0 + (ok ? j : 0);
         return RowPair{view_row<const u16>(p.k, t, h), view_row<const u16>(p.v, t, h), ok};

@@ -8,18 +8,16 @@
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int KS = fsa_qt_fwd_keys(DV), TT = fsa_qt_tokens_per_tile(G);
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int h = blockIdx.y;
-    const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+    const QueryTile tile = cta_query_tile<G>(p);
     if (!tile.ok) return;  // a spare CTA
-    const WindowStream<G, KS> ws(p, tile, h);
+    const WindowStream<G, KS> ws(p, tile);
 
     attend_query_tile<DT, DK, DV, G>(
-        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h, (float)p.scale_log2, ws.n_stages(),
-        [&](int j) { return ws.key_row(p, tile, h, j); }, [&](int j, int half) { return ws.visible(j, half); },
+        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h, (float)p.scale_log2, ws.n_stages(),
+        [&](int j) { return ws.key_row(p, tile, j); }, [&](int j, int half) { return ws.visible(j, half); },
         [&](int stage) { return ws.warp_sees(stage); });
 }

@@ -132,7 +132,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_kvc_smem_bytes(d, g);
         break;
     case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
-    /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS, set below. */
+    /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD:
     case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, bk, c->top_k); break;
@@ -144,7 +144,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     }
     const family_id f = kernels[id].family;
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
-        threads = FSA_QT_THREADS;
+        threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;

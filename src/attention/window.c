@@ -114,27 +114,19 @@ cleanup:
     return st;
 }
 
-void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, const fsa_window_call *c)
+void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_window_call c)
 {
-    memset(p, 0, sizeof *p);
-    p->q = fsa_view_of(c->q);
-    p->o = fsa_view_of(c->o);
-    p->k = fsa_view_of(c->k);
-    p->v = fsa_view_of(c->v);
-    p->lse = (long long)c->lse;
-    p->cu_seqlens = (long long)c->cu_seqlens;
-    p->total_tokens = c->total_tokens;
-    p->batch = c->batch;
-    p->scale_log2 = (double)plan->scale * FSA_LOG2E;
-    p->window = plan->window;
+    *p = (fsa_swa_params){.q = fsa_view_of(c.q), .o = fsa_view_of(c.o), .k = fsa_view_of(c.k),
+                          .v = fsa_view_of(c.v), .lse = (long long)c.lse, .cu_seqlens = (long long)c.cu_seqlens,
+                          .total_tokens = c.total_tokens, .batch = c.batch,
+                          .scale_log2 = (double)plan->scale * FSA_LOG2E, .window = plan->window};
     memcpy(p->head_windows, plan->head_windows, sizeof p->head_windows);
 }
 
 static fsa_status fwd_check(const void *window_plan, const void *call, int *has_work)
 {
     const fsa_window_fwd_args *a = call;
-    const fsa_window_call c = FSA_WINDOW_CALL(a);
-    return fsa_window_check_call(STAGE_FWD, window_plan, &c, 0, has_work);
+    return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
 }
 
 /* One kernel over the query tiles of every sequence, inside the plan's context. */
@@ -142,9 +134,8 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
 {
     const fsa_window_plan *plan = window_plan;
     const fsa_window_fwd_args *a = call;
-    const fsa_window_call c = FSA_WINDOW_CALL(a);
     fsa_swa_params p;
-    fsa_window_params_fill(&p, plan, &c);
+    fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
 }

@@ -38,7 +38,8 @@ typedef struct fsa_window_call {
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
                                  int lse_required, int *has_work);
 
-/* Clears p and fills the inputs, the problem and the windows. */
-void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, const fsa_window_call *c);
+/* The parameter block of a call: its inputs, the problem and the windows
+ * (the backward's fields zero). */
+void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_window_call c);
 
 #endif
