@@ -303,8 +303,8 @@ typedef struct tool_options {
     int device, device_given;
     int_list dtypes, head_dims, groups, block_sizes;
     int top_k;
+    int value_dim;         /* Dv of v and o, in every kind of plan; 0 = each head dim */
     int kinds[KIND_COUNT]; /* 1 = plans of that kind; none given = selected only */
-    int value_dim;         /* compressed and window: Dv (0 = the head dim) */
     int kernel_size, stride, window;
     fsa_algorithm algorithm;
     int backward;   /* also the backward kernels */
@@ -353,12 +353,13 @@ static void print_usage(FILE *f)
             "  --group LIST        query heads per KV head (default 1,2,4,8,16)\n"
             "  --block-size LIST   keys per selectable block (default 64)\n"
             "  --top-k N           selected blocks per query token (default 16)\n"
+            "  --value-dim N       head dim of v and o when it differs from --head-dim (NSA: 192 / 128);\n"
+            "                      default: the same\n"
             "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
             "  --backward          also the backward kernels (training)\n"
             "  --kind LIST         plans to make: selected (attention), compressed (attention with the\n"
             "                      top-k selection, of --top-k blocks of each --block-size), window\n"
             "                      (sliding-window attention); default selected\n"
-            "  --value-dim N       compressed and window: the value head dim (default: the head dim)\n"
             "  --kernel-size N     compressed: positions per compressed token (default 32)\n"
             "  --stride N          compressed: positions between compressed tokens (default 16)\n"
             "  --window N          window: the window (default 512)\n"
@@ -392,6 +393,7 @@ enum {
     OPT_GROUP,
     OPT_BLOCK_SIZE,
     OPT_TOP_K,
+    OPT_VALUE_DIM,
     OPT_ALGORITHM,
     OPT_BACKWARD,
     OPT_TUNE,
@@ -402,7 +404,6 @@ enum {
     OPT_MAX_BYTES,
     OPT_VERSION,
     OPT_KIND,
-    OPT_VALUE_DIM,
     OPT_KERNEL_SIZE,
     OPT_STRIDE,
     OPT_WINDOW
@@ -417,6 +418,7 @@ static const struct option long_options[] = {
     {"group", required_argument, NULL, OPT_GROUP},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
     {"algorithm", required_argument, NULL, OPT_ALGORITHM},
     {"backward", no_argument, NULL, OPT_BACKWARD},
     {"tune", no_argument, NULL, OPT_TUNE},
@@ -429,7 +431,6 @@ static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
     {"kind", required_argument, NULL, OPT_KIND},
-    {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
     {"kernel-size", required_argument, NULL, OPT_KERNEL_SIZE},
     {"stride", required_argument, NULL, OPT_STRIDE},
     {"window", required_argument, NULL, OPT_WINDOW},
@@ -469,17 +470,21 @@ static int apply_option(tool_options *o, int c, const char *arg)
         if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--top-k") != 0) return -1;
         o->top_k = (int)n;
         return 0;
+    case OPT_VALUE_DIM:
+        o->grid_given = 1;
+        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--value-dim") != 0) return -1;
+        o->value_dim = (int)n;
+        return 0;
     case OPT_ALGORITHM: o->grid_given = 1; return parse_algorithm(&o->algorithm, arg);
     case OPT_KIND: o->grid_given = 1; return parse_kinds(o->kinds, arg);
-    case OPT_VALUE_DIM:
     case OPT_KERNEL_SIZE:
     case OPT_STRIDE:
     case OPT_WINDOW: {
-        static const char *const names[] = {"--value-dim", "--kernel-size", "--stride", "--window"};
-        int *const fields[] = {&o->value_dim, &o->kernel_size, &o->stride, &o->window};
+        static const char *const names[] = {"--kernel-size", "--stride", "--window"};
+        int *const fields[] = {&o->kernel_size, &o->stride, &o->window};
         o->grid_given = 1;
-        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, names[c - OPT_VALUE_DIM]) != 0) return -1;
-        *fields[c - OPT_VALUE_DIM] = (int)n;
+        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, names[c - OPT_KERNEL_SIZE]) != 0) return -1;
+        *fields[c - OPT_KERNEL_SIZE] = (int)n;
         return 0;
     }
     case OPT_BACKWARD:
@@ -717,7 +722,7 @@ static void job_decode(job *j, const run_state *rs, size_t i)
     const fsa_dtype dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
     d.block_size = block_size, d.num_q_heads = group, d.num_kv_heads = 1, d.head_dim = head_dim, d.dtype = dtype;
-    d.top_k = o->top_k, d.algorithm = o->algorithm, d.backward = o->backward;
+    d.top_k = o->top_k, d.value_dim = o->value_dim, d.algorithm = o->algorithm, d.backward = o->backward;
     j->desc = d;
     fsa_compressed_attention_desc c = FSA_COMPRESSED_ATTENTION_DESC_INIT;
     c.dtype = dtype, c.head_dim = head_dim, c.value_dim = o->value_dim, c.num_q_heads = group, c.num_kv_heads = 1;
@@ -792,6 +797,9 @@ static void job_label(char *buf, size_t cap, const job *j)
     const char *target = fsa_context_target(j->target->ctx);
     const fsa_compressed_attention_desc *c = &j->cdesc;
     const fsa_window_attention_desc *w = &j->wdesc;
+    char dv[24] = "";
+    if (j->kind == KIND_SELECTED && j->desc.value_dim)
+        snprintf(dv, sizeof dv, " dv%lld", (long long)j->desc.value_dim);
     if (j->kind == KIND_COMPRESSED)
         snprintf(buf, cap, "%s compressed %s d%d dv%d g%d l%d s%d bk%d k%d", target, dtype_name(c->dtype),
                  c->head_dim, c->value_dim ? c->value_dim : c->head_dim, c->num_q_heads, c->kernel_size, c->stride,
@@ -800,7 +808,7 @@ static void job_label(char *buf, size_t cap, const job *j)
         snprintf(buf, cap, "%s window %s d%d dv%d g%d w%d", target, dtype_name(w->dtype), w->head_dim,
                  w->value_dim ? w->value_dim : w->head_dim, w->num_q_heads, w->window);
     else
-        snprintf(buf, cap, "%s %s d%d g%d bk%d", target, dtype_name(j->desc.dtype), j->desc.head_dim,
+        snprintf(buf, cap, "%s %s d%d%s g%d bk%d", target, dtype_name(j->desc.dtype), j->desc.head_dim, dv,
                  j->desc.num_q_heads, j->desc.block_size);
 }
 
