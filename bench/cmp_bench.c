@@ -10,7 +10,7 @@
  * top-k) + backward.
  *
  *   cc -O2 -std=c11 -Iinclude -I<cuda include> bench/cmp_bench.c -o cmp_bench -L<build> -lfsa -ldl -lm
- *   ./cmp_bench [-T 8192,65536] [-G 1,4,16] [--min-ms 100] [--warmup-ms 25]
+ *   ./cmp_bench [-T 8192,65536] [-G 1,4,16] [--min-ms 100] [--warmup-ms 25] [--no-bwd 1]
  */
 #define _GNU_SOURCE
 #include <fsa.h>
@@ -111,7 +111,11 @@ static CUdeviceptr upload_normal(size_t n, const uint16_t *table, size_t table_n
 {
     uint16_t *h = malloc(n * 2);
     if (h == NULL) die("malloc", "host buffer");
-    for (size_t i = 0; i < n; i++) h[i] = table[(i + offset) % table_n];
+    for (size_t i = 0; i < n;) {
+        const size_t at = (i + offset) % table_n, len = n - i < table_n - at ? n - i : table_n - at;
+        memcpy(h + i, table + at, len * 2);
+        i += len;
+    }
     CUdeviceptr d;
     CU(cu.MemAlloc(&d, n * 2 + 256));
     CU(cu.MemcpyHtoD(d, h, n * 2));
@@ -209,12 +213,14 @@ int main(int argc, char **argv)
 {
     int ts[8] = {8192, 65536}, gs[8] = {1, 4, 16}, n_t = 2, n_g = 3;
     double warmup_ms = 25.0, min_ms = 100.0;
+    int no_bwd = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-T")) n_t = parse_list(argv[i + 1], ts, 8);
         else if (!strcmp(argv[i], "-G")) n_g = parse_list(argv[i + 1], gs, 8);
         else if (!strcmp(argv[i], "--min-ms")) min_ms = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup-ms")) warmup_ms = atof(argv[i + 1]);
-        else die("usage", "cmp_bench [-T list] [-G list] [--min-ms x] [--warmup-ms x]");
+        else if (!strcmp(argv[i], "--no-bwd")) no_bwd = atoi(argv[i + 1]);
+        else die("usage", "cmp_bench [-T list] [-G list] [--min-ms x] [--warmup-ms x] [--no-bwd 1]");
     }
     load_driver();
     fsa_context *ctx = NULL;
@@ -298,8 +304,8 @@ int main(int argc, char **argv)
 
             const double t_attn = time_call(run_fwd_attn, &s, warmup_ms, min_ms);
             const double t_fwd = time_call(run_fwd, &s, warmup_ms, min_ms);
-            const double t_bwd = time_call(run_bwd, &s, warmup_ms, min_ms);
-            const double t_all = time_call(run_fwd_bwd, &s, warmup_ms, min_ms);
+            const double t_bwd = no_bwd ? NAN : time_call(run_bwd, &s, warmup_ms, min_ms);
+            const double t_all = no_bwd ? NAN : time_call(run_fwd_bwd, &s, warmup_ms, min_ms);
             printf("%-6d %-3d %-5d %10.3f %10.3f %10.3f %10.3f %10.3f\n", T, G, Tc, t_attn, t_fwd, t_bwd, t_all,
                    t_fwd - t_attn);
             fflush(stdout);

@@ -113,12 +113,44 @@ __device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_
     mma_a_regs_bt<DT, NJ, LD>(acc, a, b_addr);
 }
 
+// acc[m] (16 x 8NJ) += A_m B^T over a depth of K (a multiple of 16) for MT
+// tiles of 16 rows of A (tile m at a_addr + m * a_step bytes, lane offset
+// ldm_lane_a included) that share every fragment of B (lane offset
+// ldm_lane_b): with MT = 2 a warp reads each K fragment once for 32 rows.
+template <class DT, int K, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_abt_rows(float acc[MT][NJ][4], u32 a_addr, u32 a_step, u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) {
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) ldmatrix_x4(a[m], a_addr + m * a_step + kd * 32);
+#pragma unroll
+        for (int jn = 0; jn < NJ; jn += 2) {
+            u32 b[4];
+            ldmatrix_x4(b, b_addr + kd * 32 + jn * 8 * LD * 2);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                DT::mma(acc[m][jn], a[m], b[0], b[1]);
+                DT::mma(acc[m][jn + 1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // acc (16 x 8NJ) += A B^T over a depth of K (a multiple of 16): S = Q K^T,
 // dP = dO V^T, and their transposes.
 template <class DT, int K, int NJ, int LD>
 __device__ __forceinline__ void mma_abt(float acc[NJ][4], u32 a_addr, u32 b_addr) {
+    mma_abt_rows<DT, K, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc), a_addr, 0, b_addr);
+}
+
+// The A fragments of 16 rows over a depth of K (a multiple of 16) into
+// registers, a[kd] holding columns 16 kd .. 16 kd + 15; a_addr includes its
+// lane offset (ldm_lane_a). For operands that stay through a whole key loop.
+template <int K>
+__device__ __forceinline__ void frag_load_a(u32 a[K / 16][4], u32 a_addr) {
 #pragma unroll
-    for (int kd = 0; kd < K / 16; kd++) mma_abt_k16<DT, NJ, LD>(acc, a_addr + kd * 32, b_addr + kd * 32);
+    for (int kd = 0; kd < K / 16; kd++) ldmatrix_x4(a[kd], a_addr + kd * 32);
 }
 
 // The same with A already in registers (a[kd]: the fragment of columns
@@ -143,17 +175,35 @@ __device__ __forceinline__ void mma_a_rows(float acc[N][4], const u32 a[4], u32 
     }
 }
 
+// acc[m] (16 x 8N) += P_m V (as mma_pv below) for MT tiles of 16 rows of P
+// that share every fragment of V.
+template <class DT, int KK, int N, int LD, int MT>
+__device__ __forceinline__ void mma_pv_rows(float acc[MT][N][4], const float p[MT][2 * KK][4], u32 b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) frag_to_a<DT>(a[m], p[m][2 * kk], p[m][2 * kk + 1]);
+#pragma unroll
+        for (int dn = 0; dn < N; dn += 2) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, b_addr + kk * 16 * LD * 2 + dn * 16);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                DT::mma(acc[m][dn], a[m], b[0], b[1]);
+                DT::mma(acc[m][dn + 1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // acc (16 x 8N) += P (16 x 16KK, accumulator fragments) V (16KK k-major rows
 // at b_addr, pitch LD, lane offset ldm_lane_a): O += P V, dV += P^T dO,
 // dQ += dS K.
 template <class DT, int KK, int N, int LD>
 __device__ __forceinline__ void mma_pv(float acc[N][4], const float p[2 * KK][4], u32 b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < KK; kk++) {
-        u32 a[4];
-        frag_to_a<DT>(a, p[2 * kk], p[2 * kk + 1]);
-        mma_a_rows<DT, N>(acc, a, b_addr + kk * 16 * LD * 2);
-    }
+    mma_pv_rows<DT, KK, N, LD, 1>(reinterpret_cast<float(*)[N][4]>(acc),
+                                  reinterpret_cast<const float(*)[2 * KK][4]>(p), b_addr);
 }
 
 }  // namespace fsa
