@@ -10,7 +10,7 @@
  * top-k) + backward.
  *
  *   cc -O2 -std=c11 -Iinclude -I<cuda include> bench/cmp_bench.c -o cmp_bench -L<build> -lfsa -ldl -lm
- *   ./cmp_bench [-T 8192,65536] [-G 1,4,16] [--min-ms 100] [--warmup-ms 25] [--no-bwd 1]
+ *   ./cmp_bench [-T 8192,65536] [-G 1,4,16] [--min-ms 100] [--warmup-ms 25] [--no-bwd 1] [--once 1]
  */
 #define _GNU_SOURCE
 #include <fsa.h>
@@ -139,11 +139,22 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /* Median milliseconds of fn(arg) by the protocol above. */
+static int g_once; /* --once 1: every call exactly once (for a profiler) */
+
 static double time_call(call_fn fn, void *arg, double warmup_ms, double min_ms)
 {
     CUevent e0, e1;
     CU(cu.EventCreate(&e0, 0));
     CU(cu.EventCreate(&e1, 0));
+    if (g_once) {
+        float ms;
+        CU(cu.EventRecord(e0, NULL));
+        FSA(fn(arg));
+        CU(cu.EventRecord(e1, NULL));
+        CU(cu.EventSynchronize(e1));
+        CU(cu.EventElapsedTime(&ms, e0, e1));
+        return ms;
+    }
     double spent = 0.0;
     for (int i = 0; i < 1 || spent < warmup_ms; i++) {
         float ms;
@@ -220,7 +231,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--min-ms")) min_ms = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup-ms")) warmup_ms = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--no-bwd")) no_bwd = atoi(argv[i + 1]);
-        else die("usage", "cmp_bench [-T list] [-G list] [--min-ms x] [--warmup-ms x] [--no-bwd 1]");
+        else if (!strcmp(argv[i], "--once")) g_once = atoi(argv[i + 1]);
+        else die("usage", "cmp_bench [-T list] [-G list] [--min-ms x] [--warmup-ms x] [--no-bwd 1] [--once 1]");
     }
     load_driver();
     fsa_context *ctx = NULL;

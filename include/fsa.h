@@ -991,7 +991,11 @@ typedef struct fsa_compressed_bwd_args {
 #define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )
 
 /**
- * Bytes of device workspace a backward call needs (4 * Hq * T, rounded up).
+ * Bytes of device workspace a backward call needs: delta (4 * Hq * T,
+ * rounded up to 256) and, for inputs with few tiles of 64 compressed tokens
+ * per KV head, fp32 partial dK/dV of query ranges (at most about
+ * 2048 * 64 * (Dk + Dv) * 4 bytes: 134 MB at Dk = Dv = 128), sized for the
+ * most compressed tokens T tokens in `batch` sequences give (T / stride + batch).
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1
  * @param      total_tokens T
@@ -1005,8 +1009,9 @@ FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, con
                                                           int64_t total_tokens, int batch);
 
 /**
- * Enqueues the compressed-attention backward on `stream` (two kernels: dq,
- * then dk and dv): no allocation, no host synchronization; can be captured
+ * Enqueues the compressed-attention backward on `stream` (two or three
+ * kernels: dq, then dk and dv, then their sum when the queries of few key
+ * tiles are split): no allocation, no host synchronization; can be captured
  * in a CUDA graph. Accumulates in fp32. Deterministic: every output element
  * has one owner and its sums run in a fixed order, so the same inputs give
  * the same bits.

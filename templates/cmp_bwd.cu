@@ -1,11 +1,13 @@
-// Compressed attention backward, deterministic, in two kernels on one stream:
+// Compressed attention backward, deterministic, in two or three kernels on one stream:
 //  fsa_cmp_bwd_dq:  the forward's query tiles; delta = rowsum(dO * O) of the
 //                   tile's rows (also written for the next kernel), then per
 //                   stage of compressed keys S = Q K^T, P with the forward's
 //                   lse, dP = dO V^T, dS = P (dP - delta), dq += dS K.
 //  fsa_cmp_bwd_dkv: a CTA owns 64 compressed keys of one sequence (16 per
 //                   warp) and walks the query tiles that see them (all G
-//                   heads of each token as rows): dV += P^T dO, dK += dS^T Q.
+//                   heads of each token as rows): dV += P^T dO, dK += dS^T Q;
+//                   with few key tiles the queries are split into ranges
+//                   whose fp32 partials fsa_cmp_bwd_dkv_sum adds in order.
 // Every output element has one owner and its sums run in a fixed order: no
 // atomics, the same inputs give the same bits.
 #include "cmp_common.cuh"
@@ -141,7 +143,10 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     const long long j0 = kt.tok0 - kt.start;                       // first key, in its sequence
     const long long first_pos = j0 * p.stride + p.kernel_size - 1;  // the first position that sees it
     const long long len = q_end - q_start;
-    const int n_qt = first_pos < len ? (int)((len - first_pos + TT - 1) / TT) : 0;
+    const int all_qt = first_pos < len ? (int)((len - first_pos + TT - 1) / TT) : 0;
+    // This CTA's range of those query tiles (split z / PARTS of dkv_splits).
+    const long long splits = p.dkv_splits, split = blockIdx.z / PARTS;
+    const int qt0 = (int)(all_qt * split / splits), n_qt = (int)(all_qt * (split + 1) / splits) - qt0;
 
     load_tile_async<KT, DK, LDK, THREADS>(ks, [&](int r) {
         const bool ok = r < kt.n_tok;
@@ -154,7 +159,7 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     auto load = [&](int it, int buf) {
         QueryTile qt;
         qt.start = q_start, qt.end = q_end, qt.seq = kt.seq, qt.ok = true;
-        qt.tok0 = q_start + first_pos + (long long)it * TT;
+        qt.tok0 = q_start + first_pos + (long long)(qt0 + it) * TT;
         qt.n_tok = (int)min((long long)TT, q_end - qt.tok0);
         load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
         load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_QT_ROWS, DV), p.dout, qt, h);
@@ -191,7 +196,7 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
         // Causal: no query of the tile sees this warp's keys yet.
-        if (warp_first > first_pos + (long long)(it + 1) * TT - 1) continue;
+        if (warp_first > first_pos + (long long)(qt0 + it + 1) * TT - 1) continue;
         const int *pos = row_pos + buf * FSA_QT_ROWS;
         const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
         // The 64 query rows in two steps of 32 (S and dP of a step stay small next to dK and dV).
@@ -227,6 +232,23 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
     }
     cp_async_wait<0>();
 
+    if (splits > 1) {  // fp32 partials, summed by fsa_cmp_bwd_dkv_sum
+        float *rows = (float *)p.dkv_partial +
+                      ((split * gridDim.x + blockIdx.x) * gridDim.y + h) * (long long)(KT * (DK + DV));
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float *row = rows + (warp * 16 + frag_row(lane, 2 * half)) * (DK + DV);
+            if constexpr (WANT_K)
+#pragma unroll
+                for (int j = 0; j < DK / 8; j++)
+                    *(float2 *)(row + frag_col(lane, j, 0)) = make_float2(dk[j][2 * half], dk[j][2 * half + 1]);
+            if constexpr (WANT_V)
+#pragma unroll
+                for (int j = 0; j < DV / 8; j++)
+                    *(float2 *)(row + DK + frag_col(lane, j, 0)) = make_float2(dv[j][2 * half], dv[j][2 * half + 1]);
+        }
+        return;
+    }
     const float scale = (float)(p.scale_log2 * FSA_LN2);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -250,6 +272,28 @@ __device__ __forceinline__ void dkv_tile(const fsa_cmp_params &p, unsigned char 
 extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     if constexpr (PARTS == 1) dkv_tile<true, true>(p, smem);
-    else if (blockIdx.z == 0) dkv_tile<false, true>(p, smem);
+    else if (blockIdx.z % PARTS == 0) dkv_tile<false, true>(p, smem);
     else dkv_tile<true, false>(p, smem);
+}
+
+// The partials of a split dK/dV summed in split order, the grid of
+// fsa_cmp_bwd_dkv (one split): a CTA owns the 64 keys of its key tile.
+extern "C" __global__ void __launch_bounds__(THREADS) fsa_cmp_bwd_dkv_sum(const fsa_cmp_params p) {
+    const QueryTile kt = query_tile<KT, false>((const int *)p.cu_seqlens_c, (int)p.batch, p.total_cmp, blockIdx.x);
+    if (!kt.ok) return;
+    const int h = blockIdx.y;
+    const long long split_stride = (long long)gridDim.x * gridDim.y * KT * (DK + DV);
+    const float *rows = (const float *)p.dkv_partial + ((long long)blockIdx.x * gridDim.y + h) * KT * (DK + DV);
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    for (int x = threadIdx.x; x < kt.n_tok * ((DK + DV) / 2); x += THREADS) {
+        const int r = x / ((DK + DV) / 2), c = 2 * (x - r * ((DK + DV) / 2));
+        float2 sum = make_float2(0.f, 0.f);
+        for (long long split = 0; split < p.dkv_splits; split++) {
+            const float2 v = *(const float2 *)(rows + split * split_stride + r * (DK + DV) + c);
+            sum.x += v.x;
+            sum.y += v.y;
+        }
+        if (c < DK) *(u32 *)(view_row<u16>(p.dk, kt.tok0 + r, h) + c) = DT::pack(sum.x * scale, sum.y * scale);
+        else *(u32 *)(view_row<u16>(p.dv, kt.tok0 + r, h) + c - DK) = DT::pack(sum.x, sum.y);
+    }
 }

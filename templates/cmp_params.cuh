@@ -26,6 +26,8 @@ typedef struct fsa_cmp_params {
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
+    long long dkv_splits;     /* query ranges a key tile's dK/dV is split into (1: written directly) */
+    long long dkv_partial;    /* float [splits][key tiles][Hkv][64][Dk + Dv] when split */
 } fsa_cmp_params;
 
 /* ---------------------------------------------------------------- forward */
@@ -129,6 +131,24 @@ FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv)
 FSA_LAYOUT_FN long long fsa_cmp_grid_key_tiles(long long total_cmp, long long batch)
 {
     return total_cmp / FSA_CMP_DKV_KEYS + batch;
+}
+/* Few key tiles (short inputs, few KV heads: 2 x 64 CTAs at T = 65536,
+ * G = 16) leave most of the GPU idle while the first tiles walk every query
+ * after them. Then the queries of each key tile are split into ranges
+ * (blockIdx.z / parts) that write fp32 partial dK and dV; a second kernel
+ * sums them in split order (deterministic). Splits until about
+ * FSA_CMP_DKV_MIN_CTAS CTAs, at most FSA_CMP_DKV_MAX_SPLITS. */
+#define FSA_CMP_DKV_MIN_CTAS 1024
+#define FSA_CMP_DKV_MAX_SPLITS 16
+FSA_LAYOUT_FN int fsa_cmp_dkv_splits(long long key_tiles, int hkv, int parts)
+{
+    const long long n = key_tiles * hkv * parts, s = (FSA_CMP_DKV_MIN_CTAS + n - 1) / n;
+    return n >= FSA_CMP_DKV_MIN_CTAS ? 1 : (int)(s < FSA_CMP_DKV_MAX_SPLITS ? s : FSA_CMP_DKV_MAX_SPLITS);
+}
+/* Bytes of the partials of `splits` ranges (none for one). */
+FSA_LAYOUT_FN long long fsa_cmp_dkv_partial_bytes(int splits, long long key_tiles, int hkv, int dk, int dv)
+{
+    return splits > 1 ? (long long)splits * key_tiles * hkv * FSA_CMP_DKV_KEYS * (dk + dv) * 4 : 0;
 }
 
 #endif

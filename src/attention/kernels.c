@@ -95,6 +95,7 @@ static const struct {
     [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},
     [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
     [FSA_K_CMP_BWD_DKV] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv"},
+    [FSA_K_CMP_BWD_SUM] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv_sum"},
     [FSA_K_SWA_FWD] = {FAM_SWA_FWD, "fsa_swa_fwd"},
 };
 
