@@ -47,43 +47,54 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
 /* Stages of 64 compressed keys. With r = BK / d compressed-token starts per
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
  * c collects keys c*r - halo .. c*r + r - 1, so a stage completes 64 / r
- * blocks; r must divide 64.
+ * blocks; r must divide 64. A warp owns mt sets of 16 rows (two up to Dk
+ * 128: each K fragment serves 32 rows; the query rows live in registers).
  * The K stages, then a region that first holds the query rows (each warp
  * reads its rows into registers once) and then, per warp, what only that
- * warp touches (no barrier between warps):
- *   probabilities [16 rows][64 + 4] fp32 (G > 1: rows are (token, head));
+ * warp touches (no barrier between warps), for its mt * 16 / G tokens:
+ *   probabilities [mt * 16 rows][64 + 4] fp32 (G > 1: rows are (token, head));
  *   per-token sums [tokens][pitch]: the last halo keys of the previous stage,
  *     then this stage's 64 keys from an even offset (key0);
  *   block scores [tokens][64 / r + 1];
  *   the running top-k, token-minor: values [K][tokens], blocks [K][tokens]. */
 #define FSA_CMP_SEL_KEYS 64
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk) { return dk > 128 ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk) { return fsa_cmp_sel_mt(dk) * (16 / g); }
+FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk)
+{
+    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_sel_mt(dk));
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
 FSA_LAYOUT_FN int fsa_cmp_sel_key0(int l, int d) { return (fsa_cmp_sel_halo(l, d) + 1) & ~1; }
 FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blk_pitch(int bk, int d) { return fsa_cmp_sel_blocks_per_stage(bk, d) + 1; }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g) { return g > 1 ? 16 * FSA_CMP_SEL_P_PITCH * 4 : 0; }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_blk(int g, int l, int d)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk)
 {
-    return fsa_cmp_sel_warp_tok(g) + fsa_qt_tokens_per_warp(g) * fsa_cmp_sel_tok_pitch(l, d) * 4;
+    return g > 1 ? fsa_cmp_sel_mt(dk) * 16 * FSA_CMP_SEL_P_PITCH * 4 : 0;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_topv(int g, int l, int d, int bk)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_blk(int g, int dk, int l, int d)
 {
-    return fsa_cmp_sel_warp_blk(g, l, d) + fsa_qt_tokens_per_warp(g) * fsa_cmp_sel_blk_pitch(bk, d) * 4;
+    return fsa_cmp_sel_warp_tok(g, dk) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_tok_pitch(l, d) * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_topc(int g, int l, int d, int bk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_topv(int g, int dk, int l, int d, int bk)
 {
-    return fsa_cmp_sel_warp_topv(g, l, d, bk) + k * fsa_qt_tokens_per_warp(g) * 4;
+    return fsa_cmp_sel_warp_blk(g, dk, l, d) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_blk_pitch(bk, d) * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int l, int d, int bk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_topc(int g, int dk, int l, int d, int bk, int k)
 {
-    return (fsa_cmp_sel_warp_topc(g, l, d, bk, k) + k * fsa_qt_tokens_per_warp(g) * 4 + 15) & ~15;
+    return fsa_cmp_sel_warp_topv(g, dk, l, d, bk) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4;
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int bk, int k)
+{
+    return (fsa_cmp_sel_warp_topc(g, dk, l, d, bk, k) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4 + 15) & ~15;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, int k)
 {
-    const int q = fsa_tile_bytes(FSA_QT_ROWS, dk), w = FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, l, d, bk, k);
+    const int q = fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk), dk);
+    const int w = FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, bk, k);
     return fsa_cmp_sel_smem_q(dk) + (q > w ? q : w);
 }
 

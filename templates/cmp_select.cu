@@ -6,8 +6,8 @@
 // ending at the token's own block forced, go to the top-k rows the selected
 // attention reads (ascending, -1 padding).
 //
-// The tiles are those of the forward, whose lse it reads. Each warp keeps its
-// query rows in registers and, per stage of 64 compressed keys, runs S = Q K^T
+// It reads the forward's lse. Each warp keeps its query rows (two sets of 16
+// up to Dk 128) in registers and, per stage of 64 compressed keys, runs S = Q K^T
 // on tensor cores; the probabilities, the per-token sums over the group's
 // heads, the per-block sums over each block's keys (the last `halo` keys of
 // the previous stage kept) and each token's running top-k live in the warp's
@@ -32,7 +32,9 @@ constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK), LDP = FSA_CMP_SEL_P_PI
 constexpr int R = BK / D;                        // compressed-token starts per block
 constexpr int HALO = fsa_cmp_sel_halo(L, D);     // earlier keys that still overlap a block
 constexpr int NB = fsa_cmp_sel_blocks_per_stage(BK, D);  // blocks completed per stage
-constexpr int TT = fsa_qt_tokens_per_tile(G), TW = fsa_qt_tokens_per_warp(G);
+constexpr int MT = fsa_cmp_sel_mt(DK);          // sets of 16 rows per warp
+constexpr int TW = fsa_qt_tokens_per_warp(G);    // tokens per set
+constexpr int TWW = MT * TW, TT = fsa_qt_tokens_per_tile_mt(G, MT);  // tokens per warp, per tile
 constexpr int KEY0 = fsa_cmp_sel_key0(L, D);     // a token's sums: this stage's first key
 constexpr int TOKP = fsa_cmp_sel_tok_pitch(L, D), BLKP = fsa_cmp_sel_blk_pitch(BK, D);
 constexpr int HALO_DIV = HALO > 0 ? HALO : 1;    // (loops over TT * HALO run empty for HALO = 0)
@@ -41,18 +43,18 @@ static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, an
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64, "halo, top-k and blocks per stage in range");
 
 // Block c with score v into the top-k list of the warp's token t (column t
-// of [K][TW], sorted by score, descending), which v beats: entries scoring
+// of [K][TWW], sorted by score, descending), which v beats: entries scoring
 // >= v stay ahead, so among equal scores the lower block (which arrived
 // first) comes first. Returns the new K-th score.
 __device__ __forceinline__ float topk_insert(float *topv, int *topc, int t, float v, int c) {
     int e = K - 1;
-    for (; e > 0 && topv[(e - 1) * TW + t] < v; e--) {
-        topv[e * TW + t] = topv[(e - 1) * TW + t];
-        topc[e * TW + t] = topc[(e - 1) * TW + t];
+    for (; e > 0 && topv[(e - 1) * TWW + t] < v; e--) {
+        topv[e * TWW + t] = topv[(e - 1) * TWW + t];
+        topc[e * TWW + t] = topc[(e - 1) * TWW + t];
     }
-    topv[e * TW + t] = v;
-    topc[e * TW + t] = c;
-    return topv[(K - 1) * TW + t];
+    topv[e * TWW + t] = v;
+    topc[e * TWW + t] = c;
+    return topv[(K - 1) * TWW + t];
 }
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
@@ -60,39 +62,42 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     const u32 ks = smem_addr(smem), qs = ks + fsa_cmp_sel_smem_q(DK);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // The warp's own buffers, over the query rows once those are in registers.
-    unsigned char *own = smem + fsa_cmp_sel_smem_q(DK) + warp * fsa_cmp_sel_warp_bytes(G, L, D, BK, K);
-    float *ps = (float *)own;                                          // [16][LDP], G > 1
-    float *tok = (float *)(own + fsa_cmp_sel_warp_tok(G));             // [TW][TOKP]
-    float *blk = (float *)(own + fsa_cmp_sel_warp_blk(G, L, D));       // [TW][BLKP]
-    float *topv = (float *)(own + fsa_cmp_sel_warp_topv(G, L, D, BK)); // [K][TW]
-    int *topc = (int *)(own + fsa_cmp_sel_warp_topc(G, L, D, BK, K));  // [K][TW]
+    unsigned char *own = smem + fsa_cmp_sel_smem_q(DK) + warp * fsa_cmp_sel_warp_bytes(G, DK, L, D, BK, K);
+    float *ps = (float *)own;                                              // [MT * 16][LDP], G > 1
+    float *tok = (float *)(own + fsa_cmp_sel_warp_tok(G, DK));             // [TWW][TOKP]
+    float *blk = (float *)(own + fsa_cmp_sel_warp_blk(G, DK, L, D));       // [TWW][BLKP]
+    float *topv = (float *)(own + fsa_cmp_sel_warp_topv(G, DK, L, D, BK)); // [K][TWW]
+    int *topc = (int *)(own + fsa_cmp_sel_warp_topc(G, DK, L, D, BK, K));  // [K][TWW]
     const int h = blockIdx.y;
     const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
 
-    // This lane's two rows: keys seen, and lse in base 2 to normalize with.
-    int row_vis[2];
-    float row_lse2[2];
+    // This lane's rows (slot 2m + half: row lo / hi of set m): keys seen, and
+    // lse in base 2 to normalize with.
+    int row_vis[2 * MT];
+    float row_lse2[2 * MT];
+    int lane_vis = 0;
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        const bool live = Rows::live(warp, r, tile.n_tok);
-        const long long t = tile.tok0 + Rows::token(warp, r);
-        row_vis[half] = live ? cmp_visible(t - tile.start, L, D, keys.count) : 0;
+    for (int slot = 0; slot < 2 * MT; slot++) {
+        const int r = frag_row(lane, 2 * (slot & 1)), set = warp * MT + (slot >> 1);
+        const bool live = Rows::live(set, r, tile.n_tok);
+        const long long t = tile.tok0 + Rows::token(set, r);
+        row_vis[slot] = live ? cmp_visible(t - tile.start, L, D, keys.count) : 0;
         const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
-        row_lse2[half] = row_vis[half] > 0 ? ((const float *)p.lse)[at] * LOG2E : 0.f;
+        row_lse2[slot] = row_vis[slot] > 0 ? ((const float *)p.lse)[at] * LOG2E : 0.f;
+        lane_vis = max(lane_vis, row_vis[slot]);
     }
-    const int warp_vis = __reduce_max_sync(0xffffffffu, max(row_vis[0], row_vis[1]));
+    const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
     const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
     const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
     const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
-    // The token whose top-k this lane keeps (lanes below TW), and its own block.
-    const bool my_live = lane < TW && warp * TW + lane < tile.n_tok;
-    const long long my_own = (tile.tok0 + warp * TW + lane - tile.start) / BK;
+    // The token whose top-k this lane keeps (lanes below TWW), and its own block.
+    const bool my_live = lane < TWW && warp * TWW + lane < tile.n_tok;
+    const long long my_own = (tile.tok0 + warp * TWW + lane - tile.start) / BK;
     float my_kth = -FSA_INF;  // the K-th score so far
 
-    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, p.q, tile, h);
+    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, p.q, tile, h);
     auto load = [&](int i, int buf) {
         load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
     };
@@ -101,39 +106,48 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
     const float scale_log2 = (float)p.scale_log2;
-    u32 qf[DK / 16][4];
+    u32 qf[MT][DK / 16][4];
 
     for (int i = 0; i < n_stages; i++) {
         const int buf = ring.acquire(i, load);
         if (i == 0) {
-            frag_load_a<DK>(qf, qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK));
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+                frag_load_a<DK>(qf[m], qs + (u32)((warp * MT + m) * 16 * LDK * 2) + ldm_lane_a(lane, LDK));
             __syncthreads();  // every warp has its rows: the region becomes the warps' buffers
-            for (int x = lane; x < K * TW; x += 32) topv[x] = -FSA_INF, topc[x] = -1;
-            for (int x = lane; x < TW * HALO; x += 32)  // the keys before the first one
+            for (int x = lane; x < K * TWW; x += 32) topv[x] = -FSA_INF, topc[x] = -1;
+            for (int x = lane; x < TWW * HALO; x += 32)  // the keys before the first one
                 tok[x / HALO_DIV * TOKP + KEY0 - HALO + x % HALO_DIV] = 0.f;
         }
         // Probabilities of this warp's rows; 0 for keys a row does not see.
-        float s[KS / 8][4];
-        frag_zero<KS / 8>(s);
+        float s[MT][KS / 8][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
         if (i * KS < warp_vis) {
-            mma_abt_a_regs<DT, DK, KS / 8, LDK>(s, qf, k_lane + buf * fsa_tile_bytes(KS, DK));
+            mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * fsa_tile_bytes(KS, DK));
 #pragma unroll
-            for (int jn = 0; jn < KS / 8; jn++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[jn][e] = i * KS + frag_col(lane, jn, e) < row_vis[e >> 1]
-                                   ? fast_exp2(fmaf(s[jn][e], scale_log2, -row_lse2[e >> 1]))
-                                   : 0.f;
+                for (int jn = 0; jn < KS / 8; jn++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int slot = 2 * m + (e >> 1);
+                        s[m][jn][e] = i * KS + frag_col(lane, jn, e) < row_vis[slot]
+                                          ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -row_lse2[slot]))
+                                          : 0.f;
+                    }
         }
         // Per token and key: the sum over the group's rows, heads in order.
         if constexpr (G == 1) {
-            frag_store_f32<KS / 8, TOKP>(tok + KEY0, s, lane);
+#pragma unroll
+            for (int m = 0; m < MT; m++) frag_store_f32<KS / 8, TOKP>(tok + m * 16 * TOKP + KEY0, s[m], lane);
         } else {
-            frag_store_f32<KS / 8, LDP>(ps, s, lane);
+#pragma unroll
+            for (int m = 0; m < MT; m++) frag_store_f32<KS / 8, LDP>(ps + m * 16 * LDP, s[m], lane);
             __syncwarp();
-            for (int x = lane; x < TW * KS; x += 32) {
+            for (int x = lane; x < TWW * KS; x += 32) {
                 const int t = x / KS, col = x - t * KS;
-                const float *rows = ps + t * G * LDP + col;
+                const float *rows = ps + ((t / TW) * 16 + (t % TW) * G) * LDP + col;
                 float sum = 0.f;
 #pragma unroll
                 for (int g = 0; g < G; g++) sum += rows[g * LDP];
@@ -142,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         }
         __syncwarp();
         // Per token and block completed here: keys c*R - HALO .. c*R + R - 1.
-        for (int x = lane; x < TW * NB; x += 32) {
+        for (int x = lane; x < TWW * NB; x += 32) {
             const int t = x / NB, cb = x - t * NB;
             const float *at = tok + t * TOKP + KEY0 - HALO + cb * R;
             float sum = 0.f;
@@ -152,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         }
         __syncwarp();
         // The last HALO keys' sums move before the next stage's keys.
-        for (int x = lane; x < TW * HALO; x += 32) {
+        for (int x = lane; x < TWW * HALO; x += 32) {
             float *row = tok + x / HALO_DIV * TOKP + KEY0 - HALO;
             row[x % HALO_DIV] = row[KS + x % HALO_DIV];
         }
@@ -171,15 +185,15 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     // The row, ascending by block: an entry's slot is the number of chosen
     // blocks below it; the slots past the chosen ones get -1.
     if (my_live) {
-        int *row = (int *)p.topk.ptr + (tile.tok0 + warp * TW + lane) * p.topk.token_stride +
+        int *row = (int *)p.topk.ptr + (tile.tok0 + warp * TWW + lane) * p.topk.token_stride +
                    (long long)h * p.topk.head_stride;
         int n = 0;
         for (int e = 0; e < K; e++) {
-            const int c = topc[e * TW + lane];
+            const int c = topc[e * TWW + lane];
             if (c < 0) continue;
             int rank = 0;
             for (int f = 0; f < K; f++) {
-                const int o = topc[f * TW + lane];
+                const int o = topc[f * TWW + lane];
                 rank += o >= 0 && o < c;
             }
             row[rank] = c;

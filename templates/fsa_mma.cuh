@@ -153,13 +153,30 @@ __device__ __forceinline__ void frag_load_a(u32 a[K / 16][4], u32 a_addr) {
     for (int kd = 0; kd < K / 16; kd++) ldmatrix_x4(a[kd], a_addr + kd * 32);
 }
 
-// The same with A already in registers (a[kd]: the fragment of columns
-// 16 kd .. 16 kd + 15): S = Q K^T with the query fragments loaded once for
-// every key tile.
+// acc[m] += A_m B^T as mma_abt_rows with the MT row tiles of A already in
+// registers (a[m][kd]: tile m, columns 16 kd .. 16 kd + 15): S = Q K^T with
+// the query fragments loaded once for every key tile.
+template <class DT, int K, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_abt_rows_a_regs(float acc[MT][NJ][4], const u32 a[MT][K / 16][4], u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++)
+#pragma unroll
+        for (int jn = 0; jn < NJ; jn += 2) {
+            u32 b[4];
+            ldmatrix_x4(b, b_addr + kd * 32 + jn * 8 * LD * 2);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                DT::mma(acc[m][jn], a[m][kd], b[0], b[1]);
+                DT::mma(acc[m][jn + 1], a[m][kd], b[2], b[3]);
+            }
+        }
+}
+
+// The same for one tile of 16 rows (a[kd]).
 template <class DT, int K, int NJ, int LD>
 __device__ __forceinline__ void mma_abt_a_regs(float acc[NJ][4], const u32 a[K / 16][4], u32 b_addr) {
-#pragma unroll
-    for (int kd = 0; kd < K / 16; kd++) mma_a_regs_bt<DT, NJ, LD>(acc, a[kd], b_addr + kd * 32);
+    mma_abt_rows_a_regs<DT, K, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc),
+                                          reinterpret_cast<const u32(*)[K / 16][4]>(a), b_addr);
 }
 
 // acc (16 x 8N) += A (16 x 16, in registers) B (16 k-major rows x 8N at
