@@ -1,5 +1,5 @@
 // Compressed attention backward, deterministic, in two or three kernels on one stream:
-//  fsa_cmp_bwd_dq:  the forward's query tiles; delta = rowsum(dO * O) of the
+//  fsa_cmp_bwd_dq:  query tiles as the forward's; delta = rowsum(dO * O) of the
 //                   tile's rows (also written for the next kernel), then per
 //                   stage of compressed keys S = Q K^T, P with the forward's
 //                   lse, dP = dO V^T, dS = P (dP - delta), dq += dS K.
@@ -21,7 +21,9 @@ typedef GroupRows<G> Rows;
 static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
 
 // ---------------------------------------------------------------- dq
-constexpr int KS = fsa_cmp_dq_keys(DK);
+constexpr int MT = fsa_cmp_dq_mt(DK, DV, G);  // sets of 16 rows per warp
+constexpr int KS = fsa_cmp_dq_keys(DK, DV, G);
+constexpr int TQ = fsa_qt_tokens_per_tile_mt(G, MT);
 
 // delta of row r of this warp (dot of the dO and O rows), one row at a time
 // across the warp's lanes.
@@ -34,18 +36,18 @@ __device__ __forceinline__ float row_delta(const fsa_cmp_params &p, long long t,
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float delta_s[FSA_QT_ROWS];
-    const u32 qs = smem_addr(smem), dos = qs + fsa_cmp_dq_smem_do(DK);
-    const u32 ks = qs + fsa_cmp_dq_smem_k(DK, DV), vs = qs + fsa_cmp_dq_smem_v(DK, DV);
+    __shared__ float delta_s[FSA_QT_ROWS * MT];
+    const u32 qs = smem_addr(smem), dos = qs + fsa_cmp_dq_smem_do(DK, DV, G);
+    const u32 ks = qs + fsa_cmp_dq_smem_k(DK, DV, G), vs = qs + fsa_cmp_dq_smem_v(DK, DV, G);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;
-    const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+    const QueryTile tile = query_tile<TQ>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
     const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);
 
-    load_query_rows_async<G, DK, LDK, THREADS>(qs, p.q, tile, h);
-    load_query_rows_async<G, DV, LDV, THREADS>(dos, p.dout, tile, h);
+    load_query_rows_async<G, DK, LDK, THREADS, FSA_QT_ROWS * MT>(qs, p.q, tile, h);
+    load_query_rows_async<G, DV, LDV, THREADS, FSA_QT_ROWS * MT>(dos, p.dout, tile, h);
     auto load = [&](int i, int buf) {
         load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
         load_cmp_rows_async<KS, DV, LDV>(vs + buf * fsa_tile_bytes(KS, DV), p.v, keys, h, i * KS, tile_vis);
@@ -54,70 +56,81 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dq(const fs
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
-    // delta of the warp's rows, kept for the dK/dV kernel as well.
-    for (int r = 0; r < 16; r++) {
-        if (!Rows::live(warp, r, tile.n_tok)) continue;  // warp-uniform
-        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+    // delta of the warp's rows (set warp * MT + r / 16), kept for the dK/dV kernel as well.
+    for (int r = 0; r < 16 * MT; r++) {
+        const int set = warp * MT + r / 16;
+        if (!Rows::live(set, r % 16, tile.n_tok)) continue;  // warp-uniform
+        const long long t = tile.tok0 + Rows::token(set, r % 16), qh = (long long)h * G + Rows::head(r % 16);
         const float d = row_delta(p, t, qh, lane);
-        if (lane == 0) delta_s[warp * 16 + r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+        if (lane == 0) delta_s[set * 16 + r % 16] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
     }
     __syncwarp();
-    // This lane's two rows: keys seen, lse in base 2, delta.
-    int row_vis[2];
-    float row_lse2[2], row_delta_v[2];
+    // This lane's rows (slot 2m + half: row lo / hi of set m): keys seen, lse in base 2, delta.
+    int row_vis[2 * MT], lane_vis = 0;
+    float row_lse2[2 * MT], row_delta_v[2 * MT];
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        const bool live = Rows::live(warp, r, tile.n_tok);
-        const long long t = tile.tok0 + Rows::token(warp, r);
-        row_vis[half] = live ? cmp_visible(t - tile.start, p.kernel_size, p.stride, keys.count) : 0;
-        row_lse2[half] = row_vis[half] > 0
+    for (int slot = 0; slot < 2 * MT; slot++) {
+        const int r = frag_row(lane, 2 * (slot & 1)), set = warp * MT + (slot >> 1);
+        const bool live = Rows::live(set, r, tile.n_tok);
+        const long long t = tile.tok0 + Rows::token(set, r);
+        row_vis[slot] = live ? cmp_visible(t - tile.start, p.kernel_size, p.stride, keys.count) : 0;
+        row_lse2[slot] = row_vis[slot] > 0
                              ? ((const float *)p.lse)[((long long)h * G + Rows::head(r)) * p.total_tokens + t] * LOG2E
                              : 0.f;
-        row_delta_v[half] = live ? delta_s[warp * 16 + r] : 0.f;
+        row_delta_v[slot] = live ? delta_s[set * 16 + r] : 0.f;
+        lane_vis = max(lane_vis, row_vis[slot]);
     }
-    const int warp_vis = __reduce_max_sync(0xffffffffu, max(row_vis[0], row_vis[1]));
+    const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
 
-    const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
-    const u32 do_lane = dos + (u32)(warp * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
+    const u32 q_lane = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
+    const u32 do_lane = dos + (u32)(warp * MT * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
     const u32 kb_lane = ks + ldm_lane_b(lane, LDK), ka_lane = ks + ldm_lane_a(lane, LDK);
     const u32 vb_lane = vs + ldm_lane_b(lane, LDV);
     const float scale_log2 = (float)p.scale_log2;
-    float dq[DK / 8][4];
-    frag_zero<DK / 8>(dq);
+    float dq[MT][DK / 8][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) frag_zero<DK / 8>(dq[m]);
 
     for (int i = 0; i < n_stages; i++) {
         const int buf = ring.acquire(i, load);
         if (i * KS >= warp_vis) continue;  // causal: no row of this warp sees these keys
-        float s[KS / 8][4], dp[KS / 8][4];
-        frag_zero<KS / 8>(s);
-        frag_zero<KS / 8>(dp);
-        mma_abt<DT, DK, KS / 8, LDK>(s, q_lane, kb_lane + buf * fsa_tile_bytes(KS, DK));
-        mma_abt<DT, DV, KS / 8, LDV>(dp, do_lane, vb_lane + buf * fsa_tile_bytes(KS, DV));
+        float s[MT][KS / 8][4], dp[MT][KS / 8][4];
 #pragma unroll
-        for (int jn = 0; jn < KS / 8; jn++)
+        for (int m = 0; m < MT; m++) {
+            frag_zero<KS / 8>(s[m]);
+            frag_zero<KS / 8>(dp[m]);
+        }
+        mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_lane, 16 * LDK * 2, kb_lane + buf * fsa_tile_bytes(KS, DK));
+        mma_abt_rows<DT, DV, KS / 8, LDV, MT>(dp, do_lane, 16 * LDV * 2, vb_lane + buf * fsa_tile_bytes(KS, DV));
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int half = e >> 1;
-                const float pr = i * KS + frag_col(lane, jn, e) < row_vis[half]
-                                     ? fast_exp2(fmaf(s[jn][e], scale_log2, -row_lse2[half]))
-                                     : 0.f;
-                s[jn][e] = pr * (dp[jn][e] - row_delta_v[half]);  // dS
-            }
-        mma_pv<DT, KS / 16, DK / 8, LDK>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int jn = 0; jn < KS / 8; jn++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int slot = 2 * m + (e >> 1);
+                    const float pr = i * KS + frag_col(lane, jn, e) < row_vis[slot]
+                                         ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -row_lse2[slot]))
+                                         : 0.f;
+                    s[m][jn][e] = pr * (dp[m][jn][e] - row_delta_v[slot]);  // dS
+                }
+        mma_pv_rows<DT, KS / 16, DK / 8, LDK, MT>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
     }
     cp_async_wait<0>();
 
     const float scale = (float)(p.scale_log2 * FSA_LN2);
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        if (!Rows::live(warp, r, tile.n_tok)) continue;
-        u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(warp, r), (long long)h * G + Rows::head(r));
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int j = 0; j < DK / 8; j++)
-            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
-    }
+        for (int half = 0; half < 2; half++) {
+            const int r = frag_row(lane, 2 * half), set = warp * MT + m;
+            if (!Rows::live(set, r, tile.n_tok)) continue;
+            u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(set, r), (long long)h * G + Rows::head(r));
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+                *(u32 *)(row + frag_col(lane, j, 0)) =
+                    DT::pack(dq[m][j][2 * half] * scale, dq[m][j][2 * half + 1] * scale);
+        }
 }
 
 // ---------------------------------------------------------------- dK, dV

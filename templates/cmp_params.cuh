@@ -99,19 +99,32 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, in
 }
 
 /* ---------------------------------------------------------------- backward */
-/* dq: the forward's tiles; Q rows | dO rows | the K stages | the V stages,
- * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in
- * registers). */
-FSA_LAYOUT_FN int fsa_cmp_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv) { return fsa_cmp_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_v(int dk, int dv)
+/* dq: the forward's tiles (two sets of 16 rows per warp up to Dk = Dv = 128,
+ * in stages of 32 keys; otherwise one set and stages of 64 keys, 32 for Dk
+ * over 128, which keeps dq, S and dP in registers); Q rows | dO rows | the K
+ * stages | the V stages. G = 1 keeps one set: with two its kernel spills. */
+FSA_LAYOUT_FN int fsa_cmp_dq_mt(int dk, int dv, int g) { return dk > 128 || dv > 128 || g == 1 ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_dq_keys(int dk, int dv, int g)
 {
-    return fsa_cmp_dq_smem_k(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dk);
+    return fsa_cmp_dq_mt(dk, dv, g) > 1 || dk > 128 ? 32 : 64;
 }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_cmp_dq_rows(int dk, int dv, int g) { return FSA_QT_ROWS * fsa_cmp_dq_mt(dk, dv, g); }
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk, int dv, int g) { return fsa_tile_bytes(fsa_cmp_dq_rows(dk, dv, g), dk); }
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv, int g)
 {
-    return fsa_cmp_dq_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dv);
+    return fsa_cmp_dq_smem_do(dk, dv, g) + fsa_tile_bytes(fsa_cmp_dq_rows(dk, dv, g), dv);
+}
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_v(int dk, int dv, int g)
+{
+    return fsa_cmp_dq_smem_k(dk, dv, g) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk, dv, g), dk);
+}
+FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv, int g)
+{
+    return fsa_cmp_dq_smem_v(dk, dv, g) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk, dv, g), dv);
+}
+FSA_LAYOUT_FN long long fsa_cmp_dq_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv)
+{
+    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_dq_mt(dk, dv, g));
 }
 /* dK and dV: a CTA owns 64 compressed keys of one sequence (a warp per 16)
  * and walks the query tiles that see them. The dK and dV columns are split

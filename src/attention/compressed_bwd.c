@@ -115,7 +115,8 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     p.dq = fsa_view_of(&a->dq);
     p.dk = fsa_view_of(&a->dk);
     p.dv = fsa_view_of(&a->dv);
-    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const uint64_t q_tiles =
+        (uint64_t)fsa_cmp_dq_grid_tiles(a->total_tokens, a->batch, plan->group, d->head_dim, d->value_dim);
     const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a->total_compressed, a->batch);
     const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
     const size_t deltas = delta_bytes(plan, a->total_tokens);

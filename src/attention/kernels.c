@@ -133,7 +133,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv); break;
     case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, bk, c->top_k); break;
-    case FSA_K_CMP_BWD_DQ: smem = fsa_cmp_dq_smem_bytes(d, dv); break;
+    case FSA_K_CMP_BWD_DQ: smem = fsa_cmp_dq_smem_bytes(d, dv, g); break;
     case FSA_K_CMP_BWD_DKV: smem = fsa_cmp_dkv_smem_bytes(d, dv); break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
