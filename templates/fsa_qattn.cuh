@@ -69,7 +69,8 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
             sm[m].step<KS / 8>(
                 s[m], scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, 2 * m + half); },
                 alpha);
-            frag_scale_rows<DV / 8>(acc[m], alpha);
+            // Once the row maxima settle alpha is exactly 1 for every row: skip the rescale (same bits).
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(acc[m], alpha);
         }
         mma_pv_rows<DT, KS / 16, DV / 8, LDV, MT>(acc, s, v_lane + buf * fsa_tile_bytes(KS, DV));
     }
