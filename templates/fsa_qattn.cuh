@@ -43,7 +43,7 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
             return RowSrc{kv.b, kv.ok};
         });
     };
-    AsyncRing<FSA_QT_STAGES> ring;
+    AsyncRing<fsa_qt_fwd_stages_mt(DK, MT)> ring;
     ring.start(n_stages, load);
 
     const u32 q_lane = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
