@@ -11,10 +11,12 @@
 // on tensor cores; the probabilities, the per-token sums over the group's
 // heads, the per-block sums over each block's keys (the last `halo` keys of
 // the previous stage kept) and each token's running top-k live in the warp's
-// own shared memory, so the warps meet only at the stage barrier. A lane owns
-// a token's top-k list and merges the stage's completed blocks in ascending
-// order. Every sum runs in a fixed order: the result does not depend on
-// scheduling, and equal scores stay equal, so ties go to the lower block.
+// own shared memory, so the warps meet only at the stage barrier. The lanes
+// find the tokens with a block that beats their K-th score; the warp merges
+// those blocks into each such token's list in ascending order (a ballot and a
+// shift across lanes per insertion). Every sum runs in a fixed order: the
+// result does not depend on scheduling, and equal scores stay equal, so ties
+// go to the lower block.
 #include "cmp_common.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -42,20 +44,44 @@ typedef GroupRows<G> Rows;
 static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, and BK / stride divides 64");
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64, "halo, top-k and blocks per stage in range");
 
-// Block c with score v into the top-k list of the warp's token t (column t
-// of [K][TWW], sorted by score, descending), which v beats: entries scoring
-// >= v stay ahead, so among equal scores the lower block (which arrived
-// first) comes first. Returns the new K-th score.
-__device__ __forceinline__ float topk_insert(float *topv, int *topc, int t, float v, int c) {
-    int e = K - 1;
-    for (; e > 0 && topv[(e - 1) * TWW + t] < v; e--) {
-        topv[e * TWW + t] = topv[(e - 1) * TWW + t];
-        topc[e * TWW + t] = topc[(e - 1) * TWW + t];
+// The running top-k of one token while a warp merges blocks into it: entry e
+// (sorted by score, descending; equal scores by block, ascending) is lane e
+// of `lo` for e < 32 and lane e - 32 of `hi` otherwise. Between merges it
+// rests in the warp's shared memory (column t of [K][TWW]); empty entries
+// score -inf with block -1.
+struct TopK {
+    float v_lo, v_hi;
+    int c_lo, c_hi;
+
+    __device__ __forceinline__ void load(const float *topv, const int *topc, int t, int lane) {
+        v_lo = lane < K ? topv[lane * TWW + t] : -FSA_INF;
+        c_lo = lane < K ? topc[lane * TWW + t] : -1;
+        v_hi = lane + 32 < K ? topv[(lane + 32) * TWW + t] : -FSA_INF;
+        c_hi = lane + 32 < K ? topc[(lane + 32) * TWW + t] : -1;
     }
-    topv[e * TWW + t] = v;
-    topc[e * TWW + t] = c;
-    return topv[(K - 1) * TWW + t];
-}
+    __device__ __forceinline__ void store(float *topv, int *topc, int t, int lane) const {
+        if (lane < K) topv[lane * TWW + t] = v_lo, topc[lane * TWW + t] = c_lo;
+        if (lane + 32 < K) topv[(lane + 32) * TWW + t] = v_hi, topc[(lane + 32) * TWW + t] = c_hi;
+    }
+    __device__ __forceinline__ float last(void) const {
+        return __shfl_sync(0xffffffffu, K > 32 ? v_hi : v_lo, (K - 1) & 31);
+    }
+
+    // Inserts (v, c), which beats the last entry and comes after every
+    // entry already there with a score >= v (blocks arrive in ascending order).
+    __device__ __forceinline__ void insert(float v, int c, int lane) {
+        const int pos = __popc(__ballot_sync(0xffffffffu, lane < K && v_lo >= v)) +
+                        __popc(__ballot_sync(0xffffffffu, lane + 32 < K && v_hi >= v));
+        const float lo_last_v = __shfl_sync(0xffffffffu, v_lo, 31);
+        const int lo_last_c = __shfl_sync(0xffffffffu, c_lo, 31);
+        const float up_lo_v = __shfl_up_sync(0xffffffffu, v_lo, 1), up_hi_v = __shfl_up_sync(0xffffffffu, v_hi, 1);
+        const int up_lo_c = __shfl_up_sync(0xffffffffu, c_lo, 1), up_hi_c = __shfl_up_sync(0xffffffffu, c_hi, 1);
+        if (lane == pos) v_lo = v, c_lo = c;
+        else if (lane > pos) v_lo = up_lo_v, c_lo = up_lo_c;
+        if (lane + 32 == pos) v_hi = v, c_hi = c;
+        else if (lane + 32 > pos) v_hi = lane == 0 ? lo_last_v : up_hi_v, c_hi = lane == 0 ? lo_last_c : up_hi_c;
+    }
+};
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -92,10 +118,10 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
     const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
     const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
-    // The token whose top-k this lane keeps (lanes below TWW), and its own block.
-    const bool my_live = lane < TWW && warp * TWW + lane < tile.n_tok;
-    const long long my_own = (tile.tok0 + warp * TWW + lane - tile.start) / BK;
-    float my_kth = -FSA_INF;  // the K-th score so far
+    // The warp's tokens: t is token warp * TWW + t of the tile; its own block.
+    const int n_live = min(TWW, tile.n_tok - warp * TWW);
+    const long long own0 = tile.tok0 + warp * TWW - tile.start;
+    auto own_block = [&](int t) { return (own0 + t) / BK; };
 
     load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, p.q, tile, h);
     auto load = [&](int i, int buf) {
@@ -170,21 +196,49 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
             float *row = tok + x / HALO_DIV * TOKP + KEY0 - HALO;
             row[x % HALO_DIV] = row[KS + x % HALO_DIV];
         }
-        // Each lane merges its token's blocks (forced ones score +inf), in ascending order.
-        if (my_live)
-            for (int cb = 0; cb < NB; cb++) {
-                const long long c = (long long)i * NB + cb;
-                if (c > my_own) break;
-                const bool forced = c < p.init_blocks || c > my_own - p.local_blocks;
-                const float v = forced ? FSA_INF : blk[lane * BLKP + cb];
-                if (v > my_kth) my_kth = topk_insert(topv, topc, lane, v, (int)c);
+        // Block cb of token t as a candidate: its score (forced blocks +inf), or
+        // -inf for a block past the token's own.
+        auto score = [&](int t, int cb) {
+            const long long c = (long long)i * NB + cb, own = own_block(t);
+            if (t >= n_live || c > own) return -FSA_INF;
+            const bool forced = c < p.init_blocks || c > own - p.local_blocks;
+            return forced ? FSA_INF : blk[t * BLKP + cb];
+        };
+        // The tokens with a block that beats their K-th score, found in parallel;
+        // then the warp merges those tokens' blocks one token at a time, in
+        // ascending block order (most tokens have none once their lists fill).
+        unsigned todo_tokens = 0;
+        for (int x = lane; x < TWW * NB; x += 32) {
+            const int t = x / NB;
+            if (score(t, x - t * NB) > topv[(K - 1) * TWW + t]) todo_tokens |= 1u << t;
+        }
+        todo_tokens = __reduce_or_sync(0xffffffffu, todo_tokens);
+        while (todo_tokens) {
+            const int t = __ffs(todo_tokens) - 1;
+            todo_tokens &= todo_tokens - 1;
+            TopK top;
+            top.load(topv, topc, t, lane);
+#pragma unroll
+            for (int base = 0; base < NB; base += 32) {
+                const int cb = base + lane;
+                const float v = cb < NB ? score(t, cb) : -FSA_INF;
+                const int c = i * NB + cb;
+                unsigned todo = __ballot_sync(0xffffffffu, v > top.last());
+                while (todo) {
+                    const int src = __ffs(todo) - 1;
+                    top.insert(__shfl_sync(0xffffffffu, v, src), __shfl_sync(0xffffffffu, c, src), lane);
+                    const float thr = top.last();
+                    todo &= __ballot_sync(0xffffffffu, lane > src && v > thr);
+                }
             }
+            top.store(topv, topc, t, lane);
+        }
         __syncwarp();
     }
 
     // The row, ascending by block: an entry's slot is the number of chosen
     // blocks below it; the slots past the chosen ones get -1.
-    if (my_live) {
+    if (lane < n_live) {
         int *row = (int *)p.topk.ptr + (tile.tok0 + warp * TWW + lane) * p.topk.token_stride +
                    (long long)h * p.topk.head_stride;
         int n = 0;
