@@ -70,16 +70,20 @@ struct TopK {
     // Inserts (v, c), which beats the last entry and comes after every
     // entry already there with a score >= v (blocks arrive in ascending order).
     __device__ __forceinline__ void insert(float v, int c, int lane) {
-        const int pos = __popc(__ballot_sync(0xffffffffu, lane < K && v_lo >= v)) +
-                        __popc(__ballot_sync(0xffffffffu, lane + 32 < K && v_hi >= v));
-        const float lo_last_v = __shfl_sync(0xffffffffu, v_lo, 31);
-        const int lo_last_c = __shfl_sync(0xffffffffu, c_lo, 31);
-        const float up_lo_v = __shfl_up_sync(0xffffffffu, v_lo, 1), up_hi_v = __shfl_up_sync(0xffffffffu, v_hi, 1);
-        const int up_lo_c = __shfl_up_sync(0xffffffffu, c_lo, 1), up_hi_c = __shfl_up_sync(0xffffffffu, c_hi, 1);
+        int pos = __popc(__ballot_sync(0xffffffffu, lane < K && v_lo >= v));
+        if constexpr (K > 32) {  // the second half of the list shifts too
+            pos += __popc(__ballot_sync(0xffffffffu, lane + 32 < K && v_hi >= v));
+            const float lo_last_v = __shfl_sync(0xffffffffu, v_lo, 31);
+            const int lo_last_c = __shfl_sync(0xffffffffu, c_lo, 31);
+            const float up_hi_v = __shfl_up_sync(0xffffffffu, v_hi, 1);
+            const int up_hi_c = __shfl_up_sync(0xffffffffu, c_hi, 1);
+            if (lane + 32 == pos) v_hi = v, c_hi = c;
+            else if (lane + 32 > pos) v_hi = lane == 0 ? lo_last_v : up_hi_v, c_hi = lane == 0 ? lo_last_c : up_hi_c;
+        }
+        const float up_lo_v = __shfl_up_sync(0xffffffffu, v_lo, 1);
+        const int up_lo_c = __shfl_up_sync(0xffffffffu, c_lo, 1);
         if (lane == pos) v_lo = v, c_lo = c;
         else if (lane > pos) v_lo = up_lo_v, c_lo = up_lo_c;
-        if (lane + 32 == pos) v_hi = v, c_hi = c;
-        else if (lane + 32 > pos) v_hi = lane == 0 ? lo_last_v : up_hi_v, c_hi = lane == 0 ? lo_last_c : up_hi_c;
     }
 };
 
