@@ -138,43 +138,35 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of fn(arg) by the protocol above. */
 static int g_once; /* --once 1: every call exactly once (for a profiler) */
 
+/* Milliseconds of one call between two events. */
+static float call_ms(call_fn fn, void *arg, CUevent e0, CUevent e1)
+{
+    float ms;
+    CU(cu.EventRecord(e0, NULL));
+    FSA(fn(arg));
+    CU(cu.EventRecord(e1, NULL));
+    CU(cu.EventSynchronize(e1));
+    CU(cu.EventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
+/* Median milliseconds of fn(arg) by the protocol above. */
 static double time_call(call_fn fn, void *arg, double warmup_ms, double min_ms)
 {
     CUevent e0, e1;
     CU(cu.EventCreate(&e0, 0));
     CU(cu.EventCreate(&e1, 0));
-    if (g_once) {
-        float ms;
-        CU(cu.EventRecord(e0, NULL));
-        FSA(fn(arg));
-        CU(cu.EventRecord(e1, NULL));
-        CU(cu.EventSynchronize(e1));
-        CU(cu.EventElapsedTime(&ms, e0, e1));
-        return ms;
-    }
+    if (g_once) return call_ms(fn, arg, e0, e1);
     double spent = 0.0;
-    for (int i = 0; i < 1 || spent < warmup_ms; i++) {
-        float ms;
-        CU(cu.EventRecord(e0, NULL));
-        FSA(fn(arg));
-        CU(cu.EventRecord(e1, NULL));
-        CU(cu.EventSynchronize(e1));
-        CU(cu.EventElapsedTime(&ms, e0, e1));
-        spent += ms;
-    }
+    for (int i = 0; i < 1 || spent < warmup_ms; i++) spent += call_ms(fn, arg, e0, e1);
     enum { CAP = 4096 };
     static float t[CAP];
     int n = 0;
     spent = 0.0;
     while (n < CAP && (spent < min_ms || n < 5)) {
-        CU(cu.EventRecord(e0, NULL));
-        FSA(fn(arg));
-        CU(cu.EventRecord(e1, NULL));
-        CU(cu.EventSynchronize(e1));
-        CU(cu.EventElapsedTime(&t[n], e0, e1));
+        t[n] = call_ms(fn, arg, e0, e1);
         spent += t[n++];
     }
     qsort(t, (size_t)n, sizeof t[0], cmp_float);

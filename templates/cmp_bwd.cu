@@ -102,18 +102,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_cmp_bwd_dq(const fs
         }
         mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_lane, 16 * LDK * 2, kb_lane + buf * fsa_tile_bytes(KS, DK));
         mma_abt_rows<DT, DV, KS / 8, LDV, MT>(dp, do_lane, 16 * LDV * 2, vb_lane + buf * fsa_tile_bytes(KS, DV));
+        cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane);
 #pragma unroll
         for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int jn = 0; jn < KS / 8; jn++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int slot = 2 * m + (e >> 1);
-                    const float pr = i * KS + frag_col(lane, jn, e) < row_vis[slot]
-                                         ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -row_lse2[slot]))
-                                         : 0.f;
-                    s[m][jn][e] = pr * (dp[m][jn][e] - row_delta_v[slot]);  // dS
-                }
+                for (int e = 0; e < 4; e++) s[m][jn][e] *= dp[m][jn][e] - row_delta_v[2 * m + (e >> 1)];  // dS
         mma_pv_rows<DT, KS / 16, DK / 8, LDK, MT>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
     }
     cp_async_wait<0>();

@@ -155,17 +155,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
         if (i * KS < warp_vis) {
             mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * fsa_tile_bytes(KS, DK));
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int jn = 0; jn < KS / 8; jn++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int slot = 2 * m + (e >> 1);
-                        s[m][jn][e] = i * KS + frag_col(lane, jn, e) < row_vis[slot]
-                                          ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -row_lse2[slot]))
-                                          : 0.f;
-                    }
+            cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane);
         }
         // Per token and key: the sum over the group's rows, heads in order.
         if constexpr (G == 1) {

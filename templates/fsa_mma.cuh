@@ -89,18 +89,29 @@ __device__ __forceinline__ void frag_store_f32(float *rows, const float acc[N][4
 }
 
 // ---------------------------------------------------------------- products
-// acc (16 x 8NJ) += A (16 x 16, in registers as ldmatrix_x4 gives it) B^T
-// for one 16-deep step, B as 8NJ n-major rows at b_addr (pitch LD, lane
-// offset ldm_lane_b). NJ is even.
-template <class DT, int NJ, int LD>
-__device__ __forceinline__ void mma_a_regs_bt(float acc[NJ][4], const u32 a[4], u32 b_addr) {
+// acc[m] (16 x 8NJ) += A_m (16 x 16, in registers as ldmatrix_x4 gives it)
+// B^T for one 16-deep step and MT row tiles of A that share every B fragment
+// (with MT = 2 a warp reads each B fragment once for 32 rows). B as 8NJ
+// n-major rows at b_addr (pitch LD, lane offset ldm_lane_b). NJ is even.
+template <class DT, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_rows_bt_k16(float acc[MT][NJ][4], const u32 a[MT][4], u32 b_addr) {
 #pragma unroll
     for (int jn = 0; jn < NJ; jn += 2) {
         u32 b[4];
         ldmatrix_x4(b, b_addr + jn * 8 * LD * 2);
-        DT::mma(acc[jn], a, b[0], b[1]);
-        DT::mma(acc[jn + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            DT::mma(acc[m][jn], a[m], b[0], b[1]);
+            DT::mma(acc[m][jn + 1], a[m], b[2], b[3]);
+        }
     }
+}
+
+// The same for one tile of A.
+template <class DT, int NJ, int LD>
+__device__ __forceinline__ void mma_a_regs_bt(float acc[NJ][4], const u32 a[4], u32 b_addr) {
+    mma_rows_bt_k16<DT, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc), reinterpret_cast<const u32(*)[4]>(a),
+                                   b_addr);
 }
 
 // acc (16 x 8NJ) += A (16 x 16) B^T for one 16-deep step: A rows at a_addr,
@@ -124,16 +135,7 @@ __device__ __forceinline__ void mma_abt_rows(float acc[MT][NJ][4], u32 a_addr, u
         u32 a[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; m++) ldmatrix_x4(a[m], a_addr + m * a_step + kd * 32);
-#pragma unroll
-        for (int jn = 0; jn < NJ; jn += 2) {
-            u32 b[4];
-            ldmatrix_x4(b, b_addr + kd * 32 + jn * 8 * LD * 2);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                DT::mma(acc[m][jn], a[m], b[0], b[1]);
-                DT::mma(acc[m][jn + 1], a[m], b[2], b[3]);
-            }
-        }
+        mma_rows_bt_k16<DT, NJ, LD, MT>(acc, a, b_addr + kd * 32);
     }
 }
 
@@ -159,17 +161,14 @@ __device__ __forceinline__ void frag_load_a(u32 a[K / 16][4], u32 a_addr) {
 template <class DT, int K, int NJ, int LD, int MT>
 __device__ __forceinline__ void mma_abt_rows_a_regs(float acc[MT][NJ][4], const u32 a[MT][K / 16][4], u32 b_addr) {
 #pragma unroll
-    for (int kd = 0; kd < K / 16; kd++)
+    for (int kd = 0; kd < K / 16; kd++) {
+        u32 ak[MT][4];  // register copies: free once unrolled
 #pragma unroll
-        for (int jn = 0; jn < NJ; jn += 2) {
-            u32 b[4];
-            ldmatrix_x4(b, b_addr + kd * 32 + jn * 8 * LD * 2);
+        for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int m = 0; m < MT; m++) {
-                DT::mma(acc[m][jn], a[m][kd], b[0], b[1]);
-                DT::mma(acc[m][jn + 1], a[m][kd], b[2], b[3]);
-            }
-        }
+            for (int r = 0; r < 4; r++) ak[m][r] = a[m][kd][r];
+        mma_rows_bt_k16<DT, NJ, LD, MT>(acc, ak, b_addr + kd * 32);
+    }
 }
 
 // The same for one tile of 16 rows (a[kd]).
