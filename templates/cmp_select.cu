@@ -198,15 +198,15 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
             const bool forced = c < p.init_blocks || c > own - p.local_blocks;
             return forced ? FSA_INF : blk[t * BLKP + cb];
         };
-        // The tokens with a block that beats their K-th score, found in parallel;
-        // then the warp merges those tokens' blocks one token at a time, in
-        // ascending block order (most tokens have none once their lists fill).
-        unsigned todo_tokens = 0;
-        for (int x = lane; x < TWW * NB; x += 32) {
-            const int t = x / NB;
-            if (score(t, x - t * NB) > topv[(K - 1) * TWW + t]) todo_tokens |= 1u << t;
-        }
-        todo_tokens = __reduce_or_sync(0xffffffffu, todo_tokens);
+        // The tokens with a block that beats their K-th score (a lane per token
+        // compares its best block); then the warp merges those tokens' blocks
+        // one token at a time, in ascending block order (most tokens have none
+        // once their lists fill).
+        float best = -FSA_INF;
+        if (lane < TWW)
+            for (int cb = 0; cb < NB; cb++) best = fmaxf(best, score(lane, cb));
+        const float kth = topv[(K - 1) * TWW + min(lane, TWW - 1)];
+        unsigned todo_tokens = __ballot_sync(0xffffffffu, lane < TWW && best > kth);
         while (todo_tokens) {
             const int t = __ffs(todo_tokens) - 1;
             todo_tokens &= todo_tokens - 1;
