@@ -2,16 +2,16 @@
 // tokens of one sequence, the G heads of each token as neighbouring rows, so
 // every stage of compressed K/V is loaded once for the whole group; the
 // tile's rows attend to the compressed tokens of their sequence that they
-// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dv 128. No
-// workspace.
+// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128.
+// No workspace.
 #include "cmp_common.cuh"
 #include "fsa_qattn.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int MT = fsa_cmp_fwd_mt(DV);        // sets of 16 rows per warp
-constexpr int KS = fsa_qt_fwd_keys_mt(DV, MT);  // keys per stage
+constexpr int MT = fsa_cmp_fwd_mt(DK, DV);    // sets of 16 rows per warp
+constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
 constexpr int TT = fsa_qt_tokens_per_tile_mt(G, MT);
 typedef GroupRows<G> Rows;
 

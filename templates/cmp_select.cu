@@ -11,12 +11,12 @@
 // on tensor cores; the probabilities, the per-token sums over the group's
 // heads, the per-block sums over each block's keys (the last `halo` keys of
 // the previous stage kept) and each token's running top-k live in the warp's
-// own shared memory, so the warps meet only at the stage barrier. The lanes
-// find the tokens with a block that beats their K-th score; the warp merges
-// those blocks into each such token's list in ascending order (a ballot and a
-// shift across lanes per insertion). Every sum runs in a fixed order: the
-// result does not depend on scheduling, and equal scores stay equal, so ties
-// go to the lower block.
+// own shared memory, so the warps meet only at the stage barrier. The
+// stage's completed blocks merge into each token's list in ascending order:
+// with many tokens per warp a lane per token, with few the whole warp per
+// token that has a candidate (a ballot and a shift across lanes per
+// insertion). Every sum runs in a fixed order: the result does not depend on
+// scheduling, and equal scores stay equal, so ties go to the lower block.
 #include "cmp_common.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -87,6 +87,33 @@ struct TopK {
     }
 };
 
+// With many tokens per warp (TWW >= 16) a lane keeps its token's list and
+// inserts a block that beats the K-th score by shifting the lower entries
+// (the lanes of the warp work on their tokens at once); with few, the warp
+// merges token by token (TopK).
+constexpr bool LANE_MERGE = TWW >= 16;
+
+// Block c with score v into the list of token t (column t of [K][TWW]),
+// which v beats: entries scoring >= v stay ahead, so among equal scores the
+// lower block (which arrived first) comes first. Returns the new K-th score.
+// Unrolled with constant offsets, so the loads do not wait on each other.
+__device__ __forceinline__ float lane_insert(float *topv, int *topc, int t, float v, int c) {
+    float *vs = topv + t;
+    int *cs = topc + t;
+    int pos = 0;
+#pragma unroll
+    for (int e = 0; e < K; e++) pos += vs[e * TWW] >= v;
+#pragma unroll
+    for (int e = K - 1; e > 0; e--)
+        if (e > pos) {
+            vs[e * TWW] = vs[(e - 1) * TWW];
+            cs[e * TWW] = cs[(e - 1) * TWW];
+        }
+    vs[pos * TWW] = v;
+    cs[pos * TWW] = c;
+    return vs[(K - 1) * TWW];
+}
+
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 ks = smem_addr(smem), qs = ks + fsa_cmp_sel_smem_q(DK);
@@ -126,6 +153,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     const int n_live = min(TWW, tile.n_tok - warp * TWW);
     const long long own0 = tile.tok0 + warp * TWW - tile.start;
     auto own_block = [&](int t) { return (own0 + t) / BK; };
+    float lane_kth = -FSA_INF;  // LANE_MERGE: the K-th score of this lane's token
 
     load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, p.q, tile, h);
     auto load = [&](int i, int buf) {
@@ -198,34 +226,42 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
             const bool forced = c < p.init_blocks || c > own - p.local_blocks;
             return forced ? FSA_INF : blk[t * BLKP + cb];
         };
-        // The tokens with a block that beats their K-th score (a lane per token
-        // compares its best block); then the warp merges those tokens' blocks
-        // one token at a time, in ascending block order (most tokens have none
-        // once their lists fill).
-        float best = -FSA_INF;
-        if (lane < TWW)
-            for (int cb = 0; cb < NB; cb++) best = fmaxf(best, score(lane, cb));
-        const float kth = topv[(K - 1) * TWW + min(lane, TWW - 1)];
-        unsigned todo_tokens = __ballot_sync(0xffffffffu, lane < TWW && best > kth);
-        while (todo_tokens) {
-            const int t = __ffs(todo_tokens) - 1;
-            todo_tokens &= todo_tokens - 1;
-            TopK top;
-            top.load(topv, topc, t, lane);
-#pragma unroll
-            for (int base = 0; base < NB; base += 32) {
-                const int cb = base + lane;
-                const float v = cb < NB ? score(t, cb) : -FSA_INF;
-                const int c = i * NB + cb;
-                unsigned todo = __ballot_sync(0xffffffffu, v > top.last());
-                while (todo) {
-                    const int src = __ffs(todo) - 1;
-                    top.insert(__shfl_sync(0xffffffffu, v, src), __shfl_sync(0xffffffffu, c, src), lane);
-                    const float thr = top.last();
-                    todo &= __ballot_sync(0xffffffffu, lane > src && v > thr);
+        if constexpr (LANE_MERGE) {
+            if (lane < TWW)
+                for (int cb = 0; cb < NB; cb++) {
+                    const float v = score(lane, cb);
+                    if (v > lane_kth) lane_kth = lane_insert(topv, topc, lane, v, i * NB + cb);
                 }
+        } else {
+            // The tokens with a block that beats their K-th score (a lane per
+            // token compares its best block); then the warp merges those tokens'
+            // blocks one token at a time, in ascending block order (most tokens
+            // have none once their lists fill).
+            float best = -FSA_INF;
+            if (lane < TWW)
+                for (int cb = 0; cb < NB; cb++) best = fmaxf(best, score(lane, cb));
+            const float kth = topv[(K - 1) * TWW + min(lane, TWW - 1)];
+            unsigned todo_tokens = __ballot_sync(0xffffffffu, lane < TWW && best > kth);
+            while (todo_tokens) {
+                const int t = __ffs(todo_tokens) - 1;
+                todo_tokens &= todo_tokens - 1;
+                TopK top;
+                top.load(topv, topc, t, lane);
+#pragma unroll
+                for (int base = 0; base < NB; base += 32) {
+                    const int cb = base + lane;
+                    const float v = cb < NB ? score(t, cb) : -FSA_INF;
+                    const int c = i * NB + cb;
+                    unsigned todo = __ballot_sync(0xffffffffu, v > top.last());
+                    while (todo) {
+                        const int src = __ffs(todo) - 1;
+                        top.insert(__shfl_sync(0xffffffffu, v, src), __shfl_sync(0xffffffffu, c, src), lane);
+                        const float thr = top.last();
+                        todo &= __ballot_sync(0xffffffffu, lane > src && v > thr);
+                    }
+                }
+                top.store(topv, topc, t, lane);
             }
-            top.store(topv, topc, t, lane);
         }
         __syncwarp();
     }

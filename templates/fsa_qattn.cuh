@@ -27,7 +27,7 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
                                                   KeyRows key_rows, Visible visible, WarpSees warp_sees) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     static_assert(MT == 1 || (MT == 2 && DV <= 128), "two row sets per warp up to a value dim of 128");
-    constexpr int KS = fsa_qt_fwd_keys_mt(DV, MT), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    constexpr int KS = fsa_qt_fwd_keys(DV), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
     typedef GroupRows<G> Rows;
     const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k_mt(DK, MT), vs = qs + fsa_qt_fwd_smem_v_mt(DK, DV, MT);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -43,7 +43,7 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
             return RowSrc{kv.b, kv.ok};
         });
     };
-    AsyncRing<fsa_qt_fwd_stages_mt(DK, MT)> ring;
+    AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
     const u32 q_lane = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);

@@ -36,23 +36,18 @@ FSA_LAYOUT_FN long long fsa_qt_grid_tiles(long long total_tokens, long long batc
 
 /* ---------------------------------------------------------------- forward */
 /* Q rows | the K stages | the V stages; keys stream in stages of 64 (32 for
- * value dims over 128, or over 64 with two row sets per warp, which keeps
- * the output accumulators and the scores in registers). */
+ * value dims over 128, which keeps the output accumulators and the scores
+ * in registers; two row sets per warp take value dims up to 128). */
 #define FSA_QT_STAGES 2
-FSA_LAYOUT_FN int fsa_qt_fwd_keys_mt(int dv, int mt) { return dv > 128 / mt ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_qt_fwd_keys(int dv) { return fsa_qt_fwd_keys_mt(dv, 1); }
-/* Stages in flight: three with two row sets per warp up to Dk 128 (smaller
- * stages; registers, not shared memory, bound the CTAs per SM there). */
-FSA_LAYOUT_FN int fsa_qt_fwd_stages_mt(int dk, int mt) { return mt > 1 && dk <= 128 ? 3 : FSA_QT_STAGES; }
+FSA_LAYOUT_FN int fsa_qt_fwd_keys(int dv) { return dv > 128 ? 32 : 64; }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_k_mt(int dk, int mt) { return fsa_tile_bytes(FSA_QT_ROWS * mt, dk); }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_v_mt(int dk, int dv, int mt)
 {
-    return fsa_qt_fwd_smem_k_mt(dk, mt) + fsa_qt_fwd_stages_mt(dk, mt) * fsa_tile_bytes(fsa_qt_fwd_keys_mt(dv, mt), dk);
+    return fsa_qt_fwd_smem_k_mt(dk, mt) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dk);
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 {
-    return fsa_qt_fwd_smem_v_mt(dk, dv, mt) +
-           fsa_qt_fwd_stages_mt(dk, mt) * fsa_tile_bytes(fsa_qt_fwd_keys_mt(dv, mt), dv);
+    return fsa_qt_fwd_smem_v_mt(dk, dv, mt) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dv);
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 

@@ -14,19 +14,19 @@ typedef struct query_tile_shape {
     fsa_dtype dtype;
     int d, dv, g;
     /* swa_fwd: the forward's layout with a set of 16 rows per warp; cmp_fwd:
-     * with two up to Dv 128 */
+     * with two up to Dk = Dv = 128 */
     unsigned fwd_smem, cmp_fwd_smem, dq_smem, dkv_smem;
     int dkv_parts;
 } query_tile_shape;
 
 static const query_tile_shape shapes[] = {
-    {FSA_DTYPE_BF16, 128, 128, 4, 87040, 87040, 104448, 105984, 1},
-    {FSA_DTYPE_BF16, 192, 128, 16, 111616, 94208, 86016, 130560, 2},
+    {FSA_DTYPE_BF16, 128, 128, 4, 87040, 104448, 104448, 105984, 1},
+    {FSA_DTYPE_BF16, 192, 128, 16, 111616, 111616, 86016, 130560, 2},
     {FSA_DTYPE_F16, 256, 256, 1, 101376, 101376, 135168, 204288, 2},
-    {FSA_DTYPE_F16, 64, 32, 3, 37888, 61440, 43008, 44544, 1},
+    {FSA_DTYPE_F16, 64, 32, 3, 37888, 47104, 43008, 44544, 1},
     {FSA_DTYPE_BF16, 16, 192, 7, 31744, 31744, 86016, 87552, 1},
     {FSA_DTYPE_BF16, 16, 256, 7, 39936, 39936, 110592, 112128, 2},
-    {FSA_DTYPE_F16, 32, 64, 5, 33792, 53248, 43008, 44544, 1},
+    {FSA_DTYPE_F16, 32, 64, 5, 33792, 38912, 43008, 44544, 1},
 };
 
 typedef struct select_shape {
