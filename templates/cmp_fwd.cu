@@ -40,10 +40,6 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(cons
 
     attend_query_tile<DT, DK, DV, G, MT>(
         smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h, (float)p.scale_log2, (tile_vis + KS - 1) / KS,
-        [&](int j) {
-            const bool ok = j < tile_vis;
-            return RowPair{ok ? view_row<const u16>(p.k, keys.start + j, h) : (const u16 *)p.k.ptr,
-                           ok ? view_row<const u16>(p.v, keys.start + j, h) : (const u16 *)p.v.ptr, ok};
-        },
+        [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); },
         [&](int j, int slot) { return j < row_vis[slot]; }, [&](int stage) { return stage * KS < warp_vis; });
 }

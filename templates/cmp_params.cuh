@@ -99,81 +99,8 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, in
     return fsa_cmp_sel_smem_q(dk) + (q > w ? q : w);
 }
 
-/* ---------------------------------------------------------------- backward */
-/* dq: the forward's tiles (two sets of 16 rows per warp up to Dk = Dv = 128,
- * in stages of 32 keys; otherwise one set and stages of 64 keys, 32 for Dk
- * over 128, which keeps dq, S and dP in registers); Q rows | dO rows | the K
- * stages | the V stages. G = 1 keeps one set: with two its kernel spills. */
-FSA_LAYOUT_FN int fsa_cmp_dq_mt(int dk, int dv, int g) { return dk > 128 || dv > 128 || g == 1 ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_cmp_dq_keys(int dk, int dv, int g)
-{
-    return fsa_cmp_dq_mt(dk, dv, g) > 1 || dk > 128 ? 32 : 64;
-}
-FSA_LAYOUT_FN int fsa_cmp_dq_rows(int dk, int dv, int g) { return FSA_QT_ROWS * fsa_cmp_dq_mt(dk, dv, g); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk, int dv, int g) { return fsa_tile_bytes(fsa_cmp_dq_rows(dk, dv, g), dk); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv, int g)
-{
-    return fsa_cmp_dq_smem_do(dk, dv, g) + fsa_tile_bytes(fsa_cmp_dq_rows(dk, dv, g), dv);
-}
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_v(int dk, int dv, int g)
-{
-    return fsa_cmp_dq_smem_k(dk, dv, g) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk, dv, g), dk);
-}
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv, int g)
-{
-    return fsa_cmp_dq_smem_v(dk, dv, g) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk, dv, g), dv);
-}
-FSA_LAYOUT_FN long long fsa_cmp_dq_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv)
-{
-    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_dq_mt(dk, dv, g));
-}
-/* dK and dV: a CTA owns 64 compressed keys of one sequence (a warp per 16)
- * and walks the query tiles that see them. The dK and dV columns are split
- * into parts (blockIdx.z) so that the accumulators of a part stay at most
- * 128 floats per thread; each part recomputes S and dP.
- * K | V | the Q stages | the dO stages | per stage and row: position, lse
- * (base 2), delta. */
-#define FSA_CMP_DKV_KEYS 64
-FSA_LAYOUT_FN int fsa_cmp_dkv_parts(int dk, int dv) { return (dk + dv + 255) / 256; }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_CMP_DKV_KEYS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_q(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_v(dk) + fsa_tile_bytes(FSA_CMP_DKV_KEYS, dv);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_do(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_rows(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 3 * FSA_QT_ROWS * 4;
-}
-/* CTAs along x for Tc compressed tokens in B sequences (as fsa_qt_grid_tiles). */
-FSA_LAYOUT_FN long long fsa_cmp_grid_key_tiles(long long total_cmp, long long batch)
-{
-    return total_cmp / FSA_CMP_DKV_KEYS + batch;
-}
-/* Few key tiles (short inputs, few KV heads: 2 x 64 CTAs at T = 65536,
- * G = 16) leave most of the GPU idle while the first tiles walk every query
- * after them. Then the queries of each key tile are split into ranges
- * (blockIdx.z / parts) that write fp32 partial dK and dV; a second kernel
- * sums them in split order (deterministic). Splits until about
- * FSA_CMP_DKV_MIN_CTAS CTAs, at most FSA_CMP_DKV_MAX_SPLITS. */
-#define FSA_CMP_DKV_MIN_CTAS 1024
-#define FSA_CMP_DKV_MAX_SPLITS 16
-FSA_LAYOUT_FN int fsa_cmp_dkv_splits(long long key_tiles, int hkv, int parts)
-{
-    const long long n = key_tiles * hkv * parts, s = (FSA_CMP_DKV_MIN_CTAS + n - 1) / n;
-    return n >= FSA_CMP_DKV_MIN_CTAS ? 1 : (int)(s < FSA_CMP_DKV_MAX_SPLITS ? s : FSA_CMP_DKV_MAX_SPLITS);
-}
-/* Bytes of the partials of `splits` ranges (none for one). */
-FSA_LAYOUT_FN long long fsa_cmp_dkv_partial_bytes(int splits, long long key_tiles, int hkv, int dk, int dv)
-{
-    return splits > 1 ? (long long)splits * key_tiles * hkv * FSA_CMP_DKV_KEYS * (dk + dv) * 4 : 0;
-}
+/* The backward's tiles and shared memory are those of query-tile attention
+ * (fsa_qt_layout.cuh): dq per query tile, dK and dV per tile of
+ * FSA_QT_DKV_KEYS compressed keys. */
 
 #endif

@@ -82,7 +82,6 @@ static void describe_kernels(fsa_compressed_plan *plan)
     if (d->backward) {
         fsa_kernel_describe(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, &plan->config);
         fsa_kernel_describe(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, &plan->config);
-        fsa_kernel_describe(&plan->bwd_sum, FSA_K_CMP_BWD_SUM, &plan->config);
     }
 }
 
@@ -113,7 +112,6 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     if (d.backward) {
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, ctx, &plan->config));
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, ctx, &plan->config));
-        FSA_CHECK(fsa_kernel_load(&plan->bwd_sum, FSA_K_CMP_BWD_SUM, ctx, &plan->config));
     }
     *out = plan;
     plan = NULL;

@@ -17,7 +17,7 @@ struct fsa_compressed_plan {
     fsa_kernel_config config; /* the kernels' template parameters */
     /* fn NULL offline; select zero without top-k, the backward kernels
      * without backward. */
-    fsa_kernel fwd, select, bwd_dq, bwd_dkv, bwd_sum;
+    fsa_kernel fwd, select, bwd_dq, bwd_dkv;
 };
 
 /* What the forward and backward arguments share. */

@@ -1,7 +1,6 @@
 /* Compressed attention backward: dq (and delta = rowsum(dout * o) into the
- * workspace), then dk and dv (with few key tiles as partials of query ranges,
- * summed in order by a third kernel), on the caller's stream. No allocation,
- * no host synchronization, deterministic. */
+ * workspace), then dk and dv, on the caller's stream. No allocation, no host
+ * synchronization, deterministic. */
 #include "compressed.h"
 
 #include "base/status_internal.h"
@@ -9,69 +8,14 @@
 
 #define STAGE_BWD "compressed-backward"
 
-/* delta [Hq, T] floats, rounded up to the workspace alignment. */
-static size_t delta_bytes(const fsa_compressed_plan *plan, int64_t total_tokens)
-{
-    const size_t bytes = (size_t)plan->desc.num_q_heads * (size_t)total_tokens * 4;
-    return (bytes + 255) & ~(size_t)255;
-}
-
-/* The partials' bytes for `key_tiles` CTAs along x with `splits` ranges. */
-static size_t partial_bytes(const fsa_compressed_plan *plan, int splits, int64_t key_tiles)
-{
-    const fsa_compressed_attention_desc *d = &plan->desc;
-    return (size_t)fsa_cmp_dkv_partial_bytes(splits, key_tiles, d->num_kv_heads, d->head_dim, d->value_dim);
-}
-
-static int rule_splits(const fsa_compressed_plan *plan, int64_t key_tiles)
-{
-    const fsa_compressed_attention_desc *d = &plan->desc;
-    return fsa_cmp_dkv_splits(key_tiles, d->num_kv_heads, fsa_cmp_dkv_parts(d->head_dim, d->value_dim));
-}
-
-/* Room for the partials: the most any compression of T tokens in B
- * sequences with the plan's stride can ask for (Tc <= T / stride + B, so at
- * most that many key tiles). */
-static size_t partial_room(const fsa_compressed_plan *plan, int64_t total_tokens, int batch)
-{
-    const int64_t tiles = fsa_cmp_grid_key_tiles(total_tokens / plan->desc.stride + batch, batch);
-    size_t most = 0;
-    for (int64_t kt = 1; kt <= tiles && kt <= FSA_CMP_DKV_MIN_CTAS; kt++) {
-        const size_t b = partial_bytes(plan, rule_splits(plan, kt), kt);
-        most = b > most ? b : most;
-    }
-    return most;
-}
-
-/* Splits for the call's key tiles: the rule's, fewer (down to none) where an
- * unusual Tc would need more room than the workspace has. Depends on the
- * shapes only, so the same inputs give the same bits. */
-static int call_splits(const fsa_compressed_plan *plan, int64_t key_tiles, size_t room)
-{
-    int s = rule_splits(plan, key_tiles);
-    while (s > 1 && partial_bytes(plan, s, key_tiles) > room) s--;
-    return s;
-}
-
-static size_t workspace_bytes(const fsa_compressed_plan *plan, int64_t total_tokens, int batch)
-{
-    return delta_bytes(plan, total_tokens) + partial_room(plan, total_tokens, batch);
-}
-
 fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
                                                   int64_t total_tokens, int batch)
 {
-    fsa_status st = FSA_STATUS_OK;
     int64_t tiles;
-    if (bytes_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_BWD, "bytes_out and plan must not be NULL");
-    *bytes_out = 0;
-    if (!plan->desc.backward)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
-    FSA_CHECK(fsa_check_tokens(STAGE_BWD, total_tokens, batch));
-    FSA_CHECK(fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD));
-    *bytes_out = workspace_bytes(plan, total_tokens, batch);
-cleanup:
+    fsa_status st = fsa_qt_bwd_workspace_query(bytes_out, plan, plan ? plan->desc.backward : 0,
+                                               plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
+    if (st == FSA_STATUS_OK && (st = fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD)) != FSA_STATUS_OK)
+        *bytes_out = 0;
     return st;
 }
 
@@ -83,25 +27,23 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const fsa_compressed_plan *plan = compressed_plan;
     const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
-    const int64_t T = a->total_tokens, Tc = a->total_compressed;
-    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    const int64_t T = a->total_tokens;
     if (!plan->desc.backward)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
-    const fsa_tensor_check grads[] = {
-        {"dout", &a->dout, T, hq}, {"dq", &a->dq, T, hq}, {"dk", &a->dk, Tc, hkv}, {"dv", &a->dv, Tc, hkv}};
-    FSA_CHECK(fsa_check_tensors(STAGE_BWD, grads, 4));
-    if (fsa_cmp_grid_key_tiles(Tc, a->batch) > INT32_MAX)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles", (long long)Tc);
-    FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, workspace_bytes(plan, T, a->batch)));
+    if (fsa_qt_grid_key_tiles(a->total_compressed, a->batch) > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles",
+                 (long long)a->total_compressed);
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
+    FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
+                                     plan->desc.num_kv_heads));
 cleanup:
     return st;
 }
 
-/* dq (with delta into the workspace), then dk and dv, which read that delta
- * (and their sum, when split). */
+/* dq (with delta into the workspace), then dk and dv, which read that delta. */
 static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -111,22 +53,12 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     const fsa_compressed_attention_desc *d = &plan->desc;
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
-    p.dout = fsa_view_of(&a->dout);
-    p.dq = fsa_view_of(&a->dq);
-    p.dk = fsa_view_of(&a->dk);
-    p.dv = fsa_view_of(&a->dv);
-    const uint64_t q_tiles =
-        (uint64_t)fsa_cmp_dq_grid_tiles(a->total_tokens, a->batch, plan->group, d->head_dim, d->value_dim);
-    const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a->total_compressed, a->batch);
-    const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
-    const size_t deltas = delta_bytes(plan, a->total_tokens);
-    const int splits = call_splits(plan, (int64_t)k_tiles, partial_room(plan, a->total_tokens, a->batch));
-    p.delta = (long long)a->workspace;
-    p.dkv_splits = splits;
-    p.dkv_partial = (long long)(a->workspace + deltas);
+    FSA_QT_PARAMS_GRADS(&p, a);
+    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);
+    const unsigned parts = (unsigned)fsa_qt_dkv_parts(d->head_dim, d->value_dim);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
-    FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts * (unsigned)splits, stream, &p));
-    if (splits > 1) FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_sum, k_tiles, 1, stream, &p));
+    FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
 cleanup:
     return st;
 }

@@ -35,9 +35,10 @@ typedef enum fsa_kernel_id {
     FSA_K_CMP_FWD,       /* compressed attention: output and lse per query tile */
     FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */
     FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */
-    FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv (or their partials over query ranges) */
-    FSA_K_CMP_BWD_SUM,   /* compressed backward: dk and dv from the partials, in order */
+    FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv */
     FSA_K_SWA_FWD,       /* sliding-window attention forward */
+    FSA_K_SWA_BWD_DQ,    /* sliding-window backward: dq and delta */
+    FSA_K_SWA_BWD_DKV,   /* sliding-window backward: dk and dv */
     FSA_K_N
 } fsa_kernel_id;
 

@@ -96,27 +96,6 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                     }
 }
 
-/* The dK/dV split: none from FSA_CMP_DKV_MIN_CTAS CTAs on, never more than
- * FSA_CMP_DKV_MAX_SPLITS, enough below to reach the minimum where the cap
- * allows, and never more than twice the minimum in CTAs (which bounds the
- * partials' workspace). */
-static void test_few_key_tiles_split_their_queries_into_a_bounded_number_of_ranges(void **state)
-{
-    (void)state;
-    for (long long tiles = 1; tiles <= 3000; tiles += tiles < 100 ? 1 : 37)
-        for (int hkv = 1; hkv <= 64; hkv *= 2)
-            for (int parts = 1; parts <= 2; parts++) {
-                const long long n = tiles * hkv * parts;
-                const int s = fsa_cmp_dkv_splits(tiles, hkv, parts);
-                assert_true(s >= 1 && s <= FSA_CMP_DKV_MAX_SPLITS);
-                if (n >= FSA_CMP_DKV_MIN_CTAS) assert_int_equal(s, 1);
-                else if (s < FSA_CMP_DKV_MAX_SPLITS) assert_true(s * n >= FSA_CMP_DKV_MIN_CTAS);
-                assert_true(s * n < 2 * FSA_CMP_DKV_MIN_CTAS || s == 1);
-                assert_int_equal(fsa_cmp_dkv_partial_bytes(s, tiles, hkv, 128, 128),
-                                 s > 1 ? s * tiles * hkv * 64 * 256 * 4 : 0);
-            }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,7 +103,6 @@ int main(void)
         cmocka_unit_test(test_every_query_tile_gets_exactly_one_cta),
         cmocka_unit_test(test_a_warp_holds_whole_token_groups),
         cmocka_unit_test(test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens),
-        cmocka_unit_test(test_few_key_tiles_split_their_queries_into_a_bounded_number_of_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
