@@ -30,6 +30,25 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
     return (int)min((pos - (l - 1)) / d + 1, (long long)count);
 }
 
+// The normalized probabilities exp2(s * scale_log2 - lse2) of MT sets of 16
+// rows' raw scores, in place; 0 where a row does not see the key (key
+// `first` + column; this lane's row slot 2m + half sees the first vis[slot]).
+template <int NJ, int MT>
+__device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const int vis[2 * MT],
+                                          const float lse2[2 * MT], float scale_log2, int lane) {
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int jn = 0; jn < NJ; jn++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int slot = 2 * m + (e >> 1);
+                s[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
+                                  ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]))
+                                  : 0.f;
+            }
+}
+
 // The compressed tokens a query tile's rows see: this lane's two rows (0 for
 // a row without a token), the most any row of the warp sees, and what the
 // tile's last token (the one that sees the most) sees.

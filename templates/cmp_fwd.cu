@@ -2,25 +2,44 @@
 // tokens of one sequence, the G heads of each token as neighbouring rows, so
 // every stage of compressed K/V is loaded once for the whole group; the
 // tile's rows attend to the compressed tokens of their sequence that they
-// see (fsa_qattn.cuh). No workspace.
+// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128.
+// No workspace.
 #include "cmp_common.cuh"
 #include "fsa_qattn.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int KS = fsa_qt_fwd_keys(DV);  // keys per stage
+constexpr int MT = fsa_cmp_fwd_mt(DK, DV);    // sets of 16 rows per warp
+constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
+constexpr int TT = fsa_qt_tokens_per_tile_mt(G, MT);
+typedef GroupRows<G> Rows;
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;
-    const QueryTile tile = cta_query_tile<G>(p);
+    const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
-    const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);
 
-    attend_query_tile<DT, DK, DV, G>(
-        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h, (float)p.scale_log2, (vis.tile + KS - 1) / KS,
-        [&](int j) { return cmp_key_row(p, keys, h, j, vis.tile); },
-        [&](int j, int half) { return j < vis.row[half]; }, [&](int stage) { return stage * KS < vis.warp; });
+    // The compressed tokens each of this lane's rows sees (slot 2m + half:
+    // row set m); the tile's last token sees the most.
+    int row_vis[2 * MT];
+#pragma unroll
+    for (int slot = 0; slot < 2 * MT; slot++) {
+        const int r = frag_row(lane, 2 * (slot & 1)), set = warp * MT + (slot >> 1);
+        const long long pos = tile.tok0 + Rows::token(set, r) - tile.start;
+        row_vis[slot] = Rows::live(set, r, tile.n_tok) ? cmp_visible(pos, p.kernel_size, p.stride, keys.count) : 0;
+    }
+    int lane_vis = 0;
+#pragma unroll
+    for (int slot = 0; slot < 2 * MT; slot++) lane_vis = max(lane_vis, row_vis[slot]);
+    const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
+    const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);
+
+    attend_query_tile<DT, DK, DV, G, MT>(
+        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h, (float)p.scale_log2, (tile_vis + KS - 1) / KS,
+        [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); },
+        [&](int j, int slot) { return j < row_vis[slot]; }, [&](int stage) { return stage * KS < warp_vis; });
 }

@@ -26,44 +26,77 @@ typedef struct fsa_cmp_params {
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
+    long long dkv_splits;     /* query ranges a key tile's dK/dV is split into (1: written directly) */
+    long long dkv_partial;    /* float [splits][key tiles][Hkv][64][Dk + Dv] when split */
 } fsa_cmp_params;
+
+/* ---------------------------------------------------------------- forward */
+/* Query tiles of two sets of 16 rows per warp (fsa_qt_layout.cuh) up to
+ * Dk = Dv = 128, one above (more would spill): its grid and shared memory
+ * follow. */
+FSA_LAYOUT_FN int fsa_cmp_fwd_mt(int dk, int dv) { return dk > 128 || dv > 128 ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv)
+{
+    return fsa_qt_fwd_smem_bytes_mt(dk, dv, fsa_cmp_fwd_mt(dk, dv));
+}
+FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv)
+{
+    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_fwd_mt(dk, dv));
+}
 
 /* ---------------------------------------------------------------- selection */
 /* Stages of 64 compressed keys. With r = BK / d compressed-token starts per
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
  * c collects keys c*r - halo .. c*r + r - 1, so a stage completes 64 / r
- * blocks; r must divide 64.
- * Q rows | the K stages | probabilities [rows][64 + 4] (fp32) | per-token
- * sums [tokens][halo + 64] | block scores [tokens][64 / r] | the running
- * top-k values [tokens][K] | their blocks [tokens][K]. */
+ * blocks; r must divide 64. A warp owns mt sets of 16 rows (two up to Dk
+ * 128: each K fragment serves 32 rows; the query rows live in registers).
+ * The K stages, then a region that first holds the query rows (each warp
+ * reads its rows into registers once) and then, per warp, what only that
+ * warp touches (no barrier between warps), for its mt * 16 / G tokens:
+ *   probabilities [mt * 16 rows][64 + 4] fp32 (G > 1: rows are (token, head));
+ *   per-token sums [tokens][pitch]: the last halo keys of the previous stage,
+ *     then this stage's 64 keys from an even offset (key0);
+ *   block scores [tokens][64 / r + 1];
+ *   the running top-k, token-minor: values [K][tokens], blocks [K][tokens]. */
 #define FSA_CMP_SEL_KEYS 64
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk) { return dk > 128 ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk) { return fsa_cmp_sel_mt(dk) * (16 / g); }
+FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk)
+{
+    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_sel_mt(dk));
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_p(int dk)
+FSA_LAYOUT_FN int fsa_cmp_sel_key0(int l, int d) { return (fsa_cmp_sel_halo(l, d) + 1) & ~1; }
+FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS; }
+FSA_LAYOUT_FN int fsa_cmp_sel_blk_pitch(int bk, int d) { return fsa_cmp_sel_blocks_per_stage(bk, d) + 1; }
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk)
 {
-    return fsa_cmp_sel_smem_k(dk) + FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk);
+    return g > 1 ? fsa_cmp_sel_mt(dk) * 16 * FSA_CMP_SEL_P_PITCH * 4 : 0;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_tok(int dk)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_blk(int g, int dk, int l, int d)
 {
-    return fsa_cmp_sel_smem_p(dk) + FSA_QT_ROWS * FSA_CMP_SEL_P_PITCH * 4;
+    return fsa_cmp_sel_warp_tok(g, dk) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_tok_pitch(l, d) * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_blk(int dk, int g, int l, int d)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_topv(int g, int dk, int l, int d, int bk)
 {
-    return fsa_cmp_sel_smem_tok(dk) + fsa_qt_tokens_per_tile(g) * (fsa_cmp_sel_halo(l, d) + FSA_CMP_SEL_KEYS) * 4;
+    return fsa_cmp_sel_warp_blk(g, dk, l, d) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_blk_pitch(bk, d) * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_topv(int dk, int g, int l, int d, int bk)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_topc(int g, int dk, int l, int d, int bk, int k)
 {
-    return fsa_cmp_sel_smem_blk(dk, g, l, d) + fsa_qt_tokens_per_tile(g) * fsa_cmp_sel_blocks_per_stage(bk, d) * 4;
+    return fsa_cmp_sel_warp_topv(g, dk, l, d, bk) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_topi(int dk, int g, int l, int d, int bk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int bk, int k)
 {
-    return fsa_cmp_sel_smem_topv(dk, g, l, d, bk) + fsa_qt_tokens_per_tile(g) * k * 4;
+    return (fsa_cmp_sel_warp_topc(g, dk, l, d, bk, k) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4 + 15) & ~15;
 }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, int k)
 {
-    return fsa_cmp_sel_smem_topi(dk, g, l, d, bk, k) + fsa_qt_tokens_per_tile(g) * k * 4;
+    const int q = fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk), dk);
+    const int w = FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, bk, k);
+    return fsa_cmp_sel_smem_q(dk) + (q > w ? q : w);
 }
 
 /* The backward's tiles and shared memory are those of query-tile attention

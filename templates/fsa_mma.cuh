@@ -119,18 +119,29 @@ __device__ __forceinline__ void frag_add_f32(float acc[N][4], const float *rows,
 }
 
 // ---------------------------------------------------------------- products
-// acc (16 x 8NJ) += A (16 x 16, in registers as ldmatrix_x4 gives it) B^T
-// for one 16-deep step, B as 8NJ n-major rows at b_addr (pitch LD, lane
-// offset ldm_lane_b). NJ is even.
-template <class DT, int NJ, int LD>
-__device__ __forceinline__ void mma_a_regs_bt(float acc[NJ][4], const u32 a[4], u32 b_addr) {
+// acc[m] (16 x 8NJ) += A_m (16 x 16, in registers as ldmatrix_x4 gives it)
+// B^T for one 16-deep step and MT row tiles of A that share every B fragment
+// (with MT = 2 a warp reads each B fragment once for 32 rows). B as 8NJ
+// n-major rows at b_addr (pitch LD, lane offset ldm_lane_b). NJ is even.
+template <class DT, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_rows_bt_k16(float acc[MT][NJ][4], const u32 a[MT][4], u32 b_addr) {
 #pragma unroll
     for (int jn = 0; jn < NJ; jn += 2) {
         u32 b[4];
         ldmatrix_x4(b, b_addr + jn * 8 * LD * 2);
-        DT::mma(acc[jn], a, b[0], b[1]);
-        DT::mma(acc[jn + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            DT::mma(acc[m][jn], a[m], b[0], b[1]);
+            DT::mma(acc[m][jn + 1], a[m], b[2], b[3]);
+        }
     }
+}
+
+// The same for one tile of A.
+template <class DT, int NJ, int LD>
+__device__ __forceinline__ void mma_a_regs_bt(float acc[NJ][4], const u32 a[4], u32 b_addr) {
+    mma_rows_bt_k16<DT, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc), reinterpret_cast<const u32(*)[4]>(a),
+                                   b_addr);
 }
 
 // acc (16 x 8NJ) += A (16 x 16) B^T for one 16-deep step: A rows at a_addr,
@@ -143,21 +154,58 @@ __device__ __forceinline__ void mma_abt_k16(float acc[NJ][4], u32 a_addr, u32 b_
     mma_a_regs_bt<DT, NJ, LD>(acc, a, b_addr);
 }
 
+// acc[m] (16 x 8NJ) += A_m B^T over a depth of K (a multiple of 16) for MT
+// tiles of 16 rows of A (tile m at a_addr + m * a_step bytes, lane offset
+// ldm_lane_a included) that share every fragment of B (lane offset
+// ldm_lane_b): with MT = 2 a warp reads each K fragment once for 32 rows.
+template <class DT, int K, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_abt_rows(float acc[MT][NJ][4], u32 a_addr, u32 a_step, u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) {
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) ldmatrix_x4(a[m], a_addr + m * a_step + kd * 32);
+        mma_rows_bt_k16<DT, NJ, LD, MT>(acc, a, b_addr + kd * 32);
+    }
+}
+
 // acc (16 x 8NJ) += A B^T over a depth of K (a multiple of 16): S = Q K^T,
 // dP = dO V^T, and their transposes.
 template <class DT, int K, int NJ, int LD>
 __device__ __forceinline__ void mma_abt(float acc[NJ][4], u32 a_addr, u32 b_addr) {
-#pragma unroll
-    for (int kd = 0; kd < K / 16; kd++) mma_abt_k16<DT, NJ, LD>(acc, a_addr + kd * 32, b_addr + kd * 32);
+    mma_abt_rows<DT, K, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc), a_addr, 0, b_addr);
 }
 
-// The same with A already in registers (a[kd]: the fragment of columns
-// 16 kd .. 16 kd + 15): S = Q K^T with the query fragments loaded once for
-// every key tile.
+// The A fragments of 16 rows over a depth of K (a multiple of 16) into
+// registers, a[kd] holding columns 16 kd .. 16 kd + 15; a_addr includes its
+// lane offset (ldm_lane_a). For operands that stay through a whole key loop.
+template <int K>
+__device__ __forceinline__ void frag_load_a(u32 a[K / 16][4], u32 a_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) ldmatrix_x4(a[kd], a_addr + kd * 32);
+}
+
+// acc[m] += A_m B^T as mma_abt_rows with the MT row tiles of A already in
+// registers (a[m][kd]: tile m, columns 16 kd .. 16 kd + 15): S = Q K^T with
+// the query fragments loaded once for every key tile.
+template <class DT, int K, int NJ, int LD, int MT>
+__device__ __forceinline__ void mma_abt_rows_a_regs(float acc[MT][NJ][4], const u32 a[MT][K / 16][4], u32 b_addr) {
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++) {
+        u32 ak[MT][4];  // register copies: free once unrolled
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) ak[m][r] = a[m][kd][r];
+        mma_rows_bt_k16<DT, NJ, LD, MT>(acc, ak, b_addr + kd * 32);
+    }
+}
+
+// The same for one tile of 16 rows (a[kd]).
 template <class DT, int K, int NJ, int LD>
 __device__ __forceinline__ void mma_abt_a_regs(float acc[NJ][4], const u32 a[K / 16][4], u32 b_addr) {
-#pragma unroll
-    for (int kd = 0; kd < K / 16; kd++) mma_a_regs_bt<DT, NJ, LD>(acc, a[kd], b_addr + kd * 32);
+    mma_abt_rows_a_regs<DT, K, NJ, LD, 1>(reinterpret_cast<float(*)[NJ][4]>(acc),
+                                          reinterpret_cast<const u32(*)[K / 16][4]>(a), b_addr);
 }
 
 // acc (16 x 8N) += A (16 x 16, in registers) B (16 k-major rows x 8N at
@@ -173,17 +221,35 @@ __device__ __forceinline__ void mma_a_rows(float acc[N][4], const u32 a[4], u32 
     }
 }
 
+// acc[m] (16 x 8N) += P_m V (as mma_pv below) for MT tiles of 16 rows of P
+// that share every fragment of V.
+template <class DT, int KK, int N, int LD, int MT>
+__device__ __forceinline__ void mma_pv_rows(float acc[MT][N][4], const float p[MT][2 * KK][4], u32 b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        u32 a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) frag_to_a<DT>(a[m], p[m][2 * kk], p[m][2 * kk + 1]);
+#pragma unroll
+        for (int dn = 0; dn < N; dn += 2) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, b_addr + kk * 16 * LD * 2 + dn * 16);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                DT::mma(acc[m][dn], a[m], b[0], b[1]);
+                DT::mma(acc[m][dn + 1], a[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // acc (16 x 8N) += P (16 x 16KK, accumulator fragments) V (16KK k-major rows
 // at b_addr, pitch LD, lane offset ldm_lane_a): O += P V, dV += P^T dO,
 // dQ += dS K.
 template <class DT, int KK, int N, int LD>
 __device__ __forceinline__ void mma_pv(float acc[N][4], const float p[2 * KK][4], u32 b_addr) {
-#pragma unroll
-    for (int kk = 0; kk < KK; kk++) {
-        u32 a[4];
-        frag_to_a<DT>(a, p[2 * kk], p[2 * kk + 1]);
-        mma_a_rows<DT, N>(acc, a, b_addr + kk * 16 * LD * 2);
-    }
+    mma_pv_rows<DT, KK, N, LD, 1>(reinterpret_cast<float(*)[N][4]>(acc),
+                                  reinterpret_cast<const float(*)[2 * KK][4]>(p), b_addr);
 }
 
 }  // namespace fsa

@@ -4,31 +4,35 @@
 // on tensor cores, and o and lse (natural log) go straight to global memory.
 // The caller says where key rows come from and which key each row sees:
 //
-//   attend_query_tile<DT, DK, DV, G>(smem, q, o, lse, T, tile, h, scale_log2, n_stages,
+//   attend_query_tile<DT, DK, DV, G, MT>(smem, q, o, lse, T, tile, h, scale_log2, n_stages,
 //       [&](int j) { return RowPair{k_row(j), v_row(j), j < n_keys}; },   // key j of the stream
-//       [&](int j, int half) { ... },      // this lane's row lo (half 0) / hi (half 1) sees key j
+//       [&](int j, int slot) { ... },      // this lane's row `slot` sees key j
 //       [&](int stage) { ... });           // some row of this warp may see the stage's keys
 //
-// Shared memory: fsa_qt_fwd_smem_bytes(DK, DV). No visible key: o = 0, lse = -inf;
-// lse may be NULL (not wanted).
+// A warp owns MT sets of 16 rows (1 or 2; the tile's tokens:
+// fsa_qt_tokens_per_tile_mt); this lane's rows are slot 2m (row lo of set m)
+// and 2m + 1 (row hi), set m being rows set 16 (warp * MT + m) of the tile.
+// Shared memory: fsa_qt_fwd_smem_bytes_mt(DK, DV, MT). No visible key: o = 0,
+// lse = -inf; lse may be NULL (not wanted).
 #pragma once
 #include "fsa_qtile.cuh"
 #include "fsa_softmax.cuh"
 
 namespace fsa {
 
-template <class DT, int DK, int DV, int G, class KeyRows, class Visible, class WarpSees>
+template <class DT, int DK, int DV, int G, int MT = 1, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q,
                                                   const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                   const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                   KeyRows key_rows, Visible visible, WarpSees warp_sees) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
+    static_assert(MT == 1 || (MT == 2 && DV <= 128), "two row sets per warp up to a value dim of 128");
     constexpr int KS = fsa_qt_fwd_keys(DV), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
     typedef GroupRows<G> Rows;
-    const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k(DK), vs = qs + fsa_qt_fwd_smem_v(DK, DV);
+    const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k_mt(DK, MT), vs = qs + fsa_qt_fwd_smem_v_mt(DK, DV, MT);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, q, tile, h);
+    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, q, tile, h);
     auto load = [&](int i, int buf) {
         load_key_stage_async<KS, DK, DV>(ks + buf * fsa_tile_bytes(KS, DK), vs + buf * fsa_tile_bytes(KS, DV), key_rows,
                                          i * KS);
@@ -36,40 +40,53 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
-    const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
+    const u32 q_lane = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
     const u32 k_lane = ks + ldm_lane_b(lane, LDK), v_lane = vs + ldm_lane_a(lane, LDV);
-    OnlineSoftmax sm;
-    sm.init();
-    float acc[DV / 8][4];
-    frag_zero<DV / 8>(acc);
+    OnlineSoftmax sm[MT];
+    float acc[MT][DV / 8][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        sm[m].init();
+        frag_zero<DV / 8>(acc[m]);
+    }
 
     for (int i = 0; i < n_stages; i++) {
         const int buf = ring.acquire(i, load);
         if (!warp_sees(i)) continue;  // warp-uniform: no row of this warp sees these keys
-        float s[KS / 8][4];
-        frag_zero<KS / 8>(s);
-        mma_abt<DT, DK, KS / 8, LDK>(s, q_lane, k_lane + buf * fsa_tile_bytes(KS, DK));
-        float alpha[2];
-        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, half); }, alpha);
-        frag_scale_rows<DV / 8>(acc, alpha);
-        mma_pv<DT, KS / 16, DV / 8, LDV>(acc, s, v_lane + buf * fsa_tile_bytes(KS, DV));
+        float s[MT][KS / 8][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
+        mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_lane, 16 * LDK * 2, k_lane + buf * fsa_tile_bytes(KS, DK));
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            float alpha[2];
+            sm[m].step<KS / 8>(
+                s[m], scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, 2 * m + half); },
+                alpha);
+            // Once the row maxima settle alpha is exactly 1 for every row: skip the rescale (same bits).
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(acc[m], alpha);
+        }
+        mma_pv_rows<DT, KS / 16, DV / 8, LDV, MT>(acc, s, v_lane + buf * fsa_tile_bytes(KS, DV));
     }
     cp_async_wait<0>();  // with no stage at all, the query rows' copies are still in flight
 
-    float inv[2], lse2[2];
-    sm.finish(inv, lse2);
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        if (!Rows::live(warp, r, tile.n_tok)) continue;
-        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
-        u16 *orow = view_row<u16>(o, t, qh);
+    for (int m = 0; m < MT; m++) {
+        float inv[2], lse2[2];
+        sm[m].finish(inv, lse2);
 #pragma unroll
-        for (int j = 0; j < DV / 8; j++)
-            *(u32 *)(orow + frag_col(lane, j, 0)) =
-                DT::pack(acc[j][2 * half] * inv[half], acc[j][2 * half + 1] * inv[half]);
-        if ((lane & 3) == 0 && lse != nullptr)
-            lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
+        for (int half = 0; half < 2; half++) {
+            const int r = frag_row(lane, 2 * half), set = warp * MT + m;
+            if (!Rows::live(set, r, tile.n_tok)) continue;
+            const long long t = tile.tok0 + Rows::token(set, r), qh = (long long)h * G + Rows::head(r);
+            u16 *orow = view_row<u16>(o, t, qh);
+#pragma unroll
+            for (int j = 0; j < DV / 8; j++)
+                *(u32 *)(orow + frag_col(lane, j, 0)) =
+                    DT::pack(acc[m][j][2 * half] * inv[half], acc[m][j][2 * half + 1] * inv[half]);
+            if ((lane & 3) == 0 && lse != nullptr)
+                lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
+        }
     }
 }
 

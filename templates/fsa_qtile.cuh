@@ -72,14 +72,15 @@ struct GroupRows {
     }
 };
 
-// The FSA_QT_ROWS query rows of a tile into shared memory (pitch LD), zeros
-// for rows without a token: row w * 16 + r is token tok0 + token(w, r),
-// query head h * G + head(r). THREADS threads share the copies, which join
-// the current cp.async group.
-template <int G, int D, int LD, int THREADS>
+// The query rows of a tile into shared memory (pitch LD), zeros for rows
+// without a token: row w * 16 + r is token tok0 + token(w, r), query head
+// h * G + head(r) (w counts sets of 16 rows: a warp may own more than one).
+// ROWS rows (FSA_QT_ROWS unless the kernel's warps own more); THREADS
+// threads share the copies, which join the current cp.async group.
+template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h) {
     typedef GroupRows<G> Rows;
-    load_tile_async<FSA_QT_ROWS, D, LD, THREADS>(dst, [&](int row) {
+    load_tile_async<ROWS, D, LD, THREADS>(dst, [&](int row) {
         const int w = row >> 4, r = row & 15;
         const bool ok = Rows::live(w, r, tile.n_tok);
         const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))

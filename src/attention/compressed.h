@@ -15,8 +15,8 @@ struct fsa_compressed_plan {
     int group;
     float scale;
     fsa_kernel_config config; /* the kernels' template parameters */
-    /* fn NULL offline; select zero without top-k, the backward pair without
-     * backward. */
+    /* fn NULL offline; select zero without top-k, the backward kernels
+     * without backward. */
     fsa_kernel fwd, select, bwd_dq, bwd_dkv;
 };
 

@@ -2,7 +2,8 @@
  * against the CPU float64 reference: dtypes, Dk != Dv, groups 1..16, varlen batches with
  * sequences shorter than the compression kernel, strided tensors, both top-k
  * layouts, forced initial and local blocks (also more than K of them), rows
- * with fewer blocks than K, exact ties, determinism and graph capture.
+ * with fewer blocks than K, exact ties, 1024 KV heads, determinism and graph
+ * capture.
  * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "cmp_problem.h"
@@ -32,6 +33,8 @@ static const cmp_case cases[] = {
     {"bf16_t1",               BF, 64,  64,  2,  1,  32, 16, 64,  2,  1, 2, {1},                      1, 0, 0, 0, 0},
     {"bf16_g12_bk32",         BF, 64,  64,  12, 1,  32, 16, 32,  8,  1, 2, {700, 40, 33},            3, 0, 1, 0, 0},
     {"f16_g4_ties_l64_bk256", HF, 64,  128, 8,  2,  64, 16, 256, 3,  0, 1, {1700},                   1, 1, 0, 1, 0},
+    /* 1024 KV heads in one plan: many small key tiles per launch */
+    {"bf16_hkv1024_dkv_unsplit", BF, 16, 16, 1024, 1024, 16, 16, 64, 4, 1, 2, {300},            1, 0, 0, 0, 1},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

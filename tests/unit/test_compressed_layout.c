@@ -74,12 +74,35 @@ static void test_a_warp_holds_whole_token_groups(void **state)
     }
 }
 
+/* The selection's per-warp buffers: every warp's region starts 16-byte
+ * aligned, a token's sums start this stage's keys at an even offset (the
+ * probabilities are stored as float pairs) after room for the halo, and a
+ * warp keeps a top-k list per lane at most. */
+static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens(void **state)
+{
+    (void)state;
+    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
+        for (int dk = 16; dk <= 256; dk += 16)
+            for (int l = 1; l <= 97; l += 6)
+                for (int d = 1; d <= l && d <= 64; d *= 2)
+                    for (int k = 1; k <= 64; k += 21) {
+                        const int bk = 64 * d > 256 ? d : 4 * d;
+                        assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, l, d, bk, k) % 16, 0);
+                        assert_int_equal(fsa_cmp_sel_key0(l, d) % 2, 0);
+                        assert_true(fsa_cmp_sel_key0(l, d) >= fsa_cmp_sel_halo(l, d));
+                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 0);
+                        assert_true(fsa_cmp_sel_tokens_per_warp(g, dk) <= 32);
+                        assert_int_equal(fsa_cmp_sel_warp_tok(g, dk) % 16, 0);
+                    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_block_collects_exactly_the_compressed_tokens_overlapping_it),
         cmocka_unit_test(test_every_query_tile_gets_exactly_one_cta),
         cmocka_unit_test(test_a_warp_holds_whole_token_groups),
+        cmocka_unit_test(test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
