@@ -411,6 +411,16 @@ typedef enum fsa_algorithm {
     FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
 } fsa_algorithm;
 
+/** The workspace cap of a plan whose descriptor leaves workspace_limit at 0:
+ *  512 MiB per call. With it one forward plus backward of the standard problem
+ *  (bf16, Hq 32, D 128, BK 64, top-k 16) at T = 65536 needs at most 3 GB of
+ *  device memory beyond its inputs, outputs and gradients included, for every
+ *  group size. */
+#define FSA_WORKSPACE_LIMIT_DEFAULT ((uint64_t)512 << 20)
+/** workspace_limit for no cap: every call runs in one chunk (as long as the
+ *  kernels can index it), with the largest and fastest workspace. */
+#define FSA_WORKSPACE_UNLIMITED (~(uint64_t)0)
+
 /** The problem shape of a plan. */
 typedef struct fsa_selected_attention_desc {
     size_t struct_size;
@@ -422,7 +432,10 @@ typedef struct fsa_selected_attention_desc {
     int top_k;                /**< selected blocks per query token: 1..64; default 16 */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     fsa_algorithm algorithm;  /**< default AUTO */
-    uint64_t workspace_limit; /**< bytes; 0 = no limit. Larger problems run in token chunks. */
+    uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
+                                   0 = FSA_WORKSPACE_LIMIT_DEFAULT, FSA_WORKSPACE_UNLIMITED = no
+                                   cap. Larger problems run in chunks of tokens (backward: of KV
+                                   heads first) that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
 } fsa_selected_attention_desc;
 

@@ -31,6 +31,7 @@ struct fsa_plan {
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
+    uint64_t workspace_cap; /* bytes per call, the descriptor's limit resolved (UINT64_MAX = none) */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
     fsa_tune_state tune;  /* tuning level and records per bucket (choose.h) */
 };
@@ -55,9 +56,16 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* Tokens per chunk for this problem under the plan's workspace limit. */
 int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* Backward workspace for a chunk of `tc` tokens; dq partials only on the FSA path. */
+/* The cap a descriptor's workspace_limit stands for: the library default for
+ * 0, UINT64_MAX (no cap) for FSA_WORKSPACE_UNLIMITED, else the limit. */
+uint64_t fsa_workspace_cap(uint64_t workspace_limit);
+
+/* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq
+ * partials only on the FSA path. The fp32 dK/dV accumulator spans every token
+ * of the chunk's heads, so it is chunked by heads only. */
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
+    int heads;        /* KV heads per launch sequence; divides Hkv */
     int item_entries; /* list entries per main-kernel work item */
     fsa_index_layout index;
     size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
@@ -67,12 +75,18 @@ typedef struct fsa_bwd_layout {
 
 /* `order`: the dq order the layout serves (the FSA order's is the larger:
  * it also holds the per-pair dq rows, so it serves both). */
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
-                        fsa_algorithm order);
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, fsa_algorithm order);
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc, fsa_algorithm order);
+
+/* The backward chunk under the plan's cap: every head and token when they
+ * fit; else the most KV heads (a divisor of Hkv) whose every token fits;
+ * else one head and the most tokens that fit. */
+void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                   fsa_algorithm order);
 
 /* The token chunk and workspace layout of a call (FSA-path forward or
- * backward) whose counts are already checked. FSA_STATUS_UNSUPPORTED when the
+ * backward; the backward's head chunk is in its layout) whose counts are
+ * already checked. FSA_STATUS_UNSUPPORTED when the
  * problem is too large to index: one token's list entries past int32, or a
  * workspace past size_t (the layouts saturate there instead of wrapping). */
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
