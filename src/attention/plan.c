@@ -233,10 +233,12 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
  * halved (up to FSA_BWD_MAX_HALVINGS times) while there are fewer than 2
  * waves of items, so short inputs still fill the device. (Items of several
  * rounds would save dK/dV partials but measured slower: the longest lists
- * then make the tail; bench/NOTES.md.) */
-static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc)
+ * then make the tail; bench/NOTES.md.) Counted over every KV head, so that a
+ * chunk of fewer heads splits each list as a call of all heads does (the same
+ * dK/dV sums, bit for bit). */
+static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
 {
-    const int64_t work = (int64_t)heads * tc * plan->desc.top_k *
+    const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
                          (plan->desc.block_size / plan->config.bwd_keys);
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
@@ -251,7 +253,7 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    out->item_entries = bwd_entries_per_item(plan, heads, tc);
+    out->item_entries = bwd_entries_per_item(plan, tc);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
