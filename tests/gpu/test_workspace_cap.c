@@ -205,19 +205,6 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
     fsa_test_dfree(wf), fsa_test_dfree(wb), fsa_test_dfree(dq), fsa_test_dfree(dk), fsa_test_dfree(dv);
 }
 
-/* Relative 2-norm error with a floor on the reference norm (exactly-zero
- * float64 gradients come out as fp32 rounding noise). */
-static double rel_error(const float *a, const double *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
-}
-
 /* Strided layouts, junk rows, several sequences; hkv 4 so that head chunks of 2 exist. */
 static const attn_case chunk_cases[] = {
     /* name                     dtype d   hq  hkv bk  k  lens             n  tkh str alg     ws junk big quick */
@@ -285,8 +272,8 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     const char *names[3] = {"uncapped", "head chunks", "token chunks"};
     for (int i = 0; i < 3; i++) {
         run_plan(&r[i], plans[i], &dp, ddout, &p, base);
-        const double eq = rel_error(r[i].dq_f, dq_ref, nq), ek = rel_error(r[i].dk_f, dk_ref, nkv),
-                     ev = rel_error(r[i].dv_f, dv_ref, nkv);
+        const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
+                     ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
         print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e)\n", base->name, names[i],
                       (unsigned long long)c[i].ws_limit, eq, ek, ev, tol);
         assert_true(eq < tol && ek < tol && ev < tol);
