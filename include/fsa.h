@@ -473,11 +473,13 @@ FSA_API fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx,
 FSA_API void fsa_plan_destroy(fsa_plan *plan);
 
 /**
- * Bytes of device workspace a forward call needs. With a workspace limit in
- * the descriptor the result does not exceed it, unless even one token chunk
- * needs more. With tuning on and no tuning record for the bucket yet, it
- * covers every variant the call may measure (a smaller workspace only means
- * the call does not measure).
+ * Bytes of device workspace a forward call needs: at most the plan's cap
+ * (desc.workspace_limit; 0 = FSA_WORKSPACE_LIMIT_DEFAULT), the problem
+ * running in token chunks that fit, unless even a one-token chunk needs more
+ * (then that chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.
+ * With tuning on and no tuning record for the bucket yet, it covers every
+ * variant the call may measure (a smaller workspace only means the call does
+ * not measure).
  * @param[out] bytes_out    the size; 0 when the call needs no workspace (no
  *                          tokens, or the NSA path)
  * @param      plan         the plan
@@ -652,8 +654,11 @@ typedef struct fsa_bwd_args {
 #define FSA_BWD_ARGS_INIT FSA_INIT_(fsa_bwd_args, )
 
 /**
- * Bytes of device workspace a backward call needs (with a workspace limit,
- * as for fsa_plan_workspace_size).
+ * Bytes of device workspace a backward call needs: at most the plan's cap,
+ * as for fsa_plan_workspace_size, the problem running in chunks of KV heads
+ * (a divisor of Hkv), then of tokens, that fit. The smallest chunk, one KV
+ * head and one token, holds that head's fp32 dK/dV over every token
+ * (T * 2 * D * 4 bytes): a cap below it gets that chunk's size.
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1
  * @param      total_tokens T
