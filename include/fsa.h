@@ -412,11 +412,11 @@ typedef enum fsa_algorithm {
 } fsa_algorithm;
 
 /** The workspace cap of a plan whose descriptor leaves workspace_limit at 0:
- *  512 MiB per call. With it one forward plus backward of the standard problem
+ *  768 MiB per call. With it one forward plus backward of the standard problem
  *  (bf16, Hq 32, D 128, BK 64, top-k 16) at T = 65536 needs at most 3 GB of
  *  device memory beyond its inputs, outputs and gradients included, for every
  *  group size. */
-#define FSA_WORKSPACE_LIMIT_DEFAULT ((uint64_t)512 << 20)
+#define FSA_WORKSPACE_LIMIT_DEFAULT ((uint64_t)768 << 20)
 /** workspace_limit for no cap: every call runs in one chunk (as long as the
  *  kernels can index it), with the largest and fastest workspace. */
 #define FSA_WORKSPACE_UNLIMITED (~(uint64_t)0)
@@ -434,8 +434,8 @@ typedef struct fsa_selected_attention_desc {
     fsa_algorithm algorithm;  /**< default AUTO */
     uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
                                    0 = FSA_WORKSPACE_LIMIT_DEFAULT, FSA_WORKSPACE_UNLIMITED = no
-                                   cap. Larger problems run in chunks of tokens (backward: of KV
-                                   heads first) that fit. */
+                                   cap. Larger problems run in chunks of KV heads, then of
+                                   tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
 } fsa_selected_attention_desc;
 
@@ -475,8 +475,9 @@ FSA_API void fsa_plan_destroy(fsa_plan *plan);
 /**
  * Bytes of device workspace a forward call needs: at most the plan's cap
  * (desc.workspace_limit; 0 = FSA_WORKSPACE_LIMIT_DEFAULT), the problem
- * running in token chunks that fit, unless even a one-token chunk needs more
- * (then that chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.
+ * running in chunks of KV heads (a divisor of Hkv), then of tokens, that fit,
+ * unless even a chunk of one head and one token needs more (then that
+ * chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.
  * With tuning on and no tuning record for the bucket yet, it covers every
  * variant the call may measure (a smaller workspace only means the call does
  * not measure).
@@ -655,9 +656,8 @@ typedef struct fsa_bwd_args {
 
 /**
  * Bytes of device workspace a backward call needs: at most the plan's cap,
- * as for fsa_plan_workspace_size, the problem running in chunks of KV heads
- * (a divisor of Hkv), then of tokens, that fit. The smallest chunk, one KV
- * head and one token, holds that head's fp32 dK/dV over every token
+ * chunked as for fsa_plan_workspace_size. The smallest chunk, one KV head
+ * and one token, holds that head's fp32 dK/dV over every token
  * (T * 2 * D * 4 bytes): a cap below it gets that chunk's size.
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1

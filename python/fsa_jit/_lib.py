@@ -109,7 +109,7 @@ def parse_bytes(value, name="bytes"):
 
 
 # fsa.h: FSA_WORKSPACE_LIMIT_DEFAULT (what a workspace_limit of 0 stands for) and FSA_WORKSPACE_UNLIMITED.
-FSA_WORKSPACE_LIMIT_DEFAULT = 512 << 20
+FSA_WORKSPACE_LIMIT_DEFAULT = 768 << 20
 FSA_WORKSPACE_UNLIMITED = (1 << 64) - 1
 
 

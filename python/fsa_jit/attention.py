@@ -431,10 +431,9 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     algorithm: 'auto', 'fsa' or 'nsa'. workspace_limit: cap on the device
     workspace of each call, forward and backward alike, in bytes (an int, or
     a string such as '512M' or '2G'); None or 0 = libfsa's default cap
-    (512 MiB, _lib.FSA_WORKSPACE_LIMIT_DEFAULT); 'unlimited' or math.inf = no
+    (768 MiB, _lib.FSA_WORKSPACE_LIMIT_DEFAULT); 'unlimited' or math.inf = no
     cap (fastest, but the workspace grows with T: gigabytes at 64K tokens).
-    Larger problems run in chunks (of tokens; in the backward of KV heads
-    first) that fit.
+    Larger problems run in chunks (of KV heads, then of tokens) that fit.
     validate: libfsa's check mode: a kernel first checks cu_seqlens and
     topk_idx on the device (cu_seqlens starts at 0, never falls, ends at T;
     each entry -1 or a block of the token's sequence, none twice in a row)

@@ -213,12 +213,14 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     return at;
 }
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
-    const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    size_t at = place_index(&out->index, plan, total_tokens, batch, d->num_kv_heads);
+    out->heads = heads;
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
     const size_t n = out->index.n_counts;
     /* At most one partial work item per segment besides the full ones. */
     FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_fwd_item_entries(plan->group)), 4));
@@ -282,16 +284,16 @@ uint64_t fsa_workspace_cap(uint64_t workspace_limit)
     return workspace_limit == 0 ? FSA_WORKSPACE_LIMIT_DEFAULT : workspace_limit;
 }
 
-/* Workspace bytes of a chunk of `heads` KV heads (the forward: all of them) x `tc` tokens. */
+/* Workspace bytes of a chunk of `heads` KV heads x `tc` tokens. */
 typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
                                   fsa_algorithm order);
 
 static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
                                fsa_algorithm order)
 {
-    (void)order, (void)heads;
+    (void)order;
     fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, total_tokens, batch, tc);
+    fsa_fsa_layout_for(&l, plan, total_tokens, batch, heads, tc);
     return l.total;
 }
 
@@ -348,28 +350,32 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
     return tc;
 }
 
-int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
-{
-    return chunk_tokens(plan, total_tokens, batch, plan->desc.num_kv_heads, fsa_layout_total, FSA_ALGORITHM_FSA);
-}
-
-/* Heads before tokens: a head chunk costs only its own launches, while every
- * token chunk adds its dK/dV into the accumulator of all of its heads' keys
- * (and changes where the fp32 sums of dK and dV are split). */
-void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
-                   fsa_algorithm order)
+/* Heads first (fsa_bwd_chunk in plan.h says why). */
+static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                     layout_total_fn total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
     const uint64_t budget = layout_budget(plan);
     for (int heads = hkv; heads >= 1; heads--) {
         if (hkv % heads != 0) continue;
-        if (bwd_layout_total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
+        if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
             *heads_out = heads;
-            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, bwd_layout_total, order);
+            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order);
             return;
         }
     }
+}
+
+void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    chunk_of(heads_out, tc_out, plan, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+}
+
+void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                   fsa_algorithm order)
+{
+    chunk_of(heads_out, tc_out, plan, total_tokens, batch, bwd_layout_total, order);
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)

@@ -43,18 +43,19 @@ typedef struct fsa_index_layout {
     size_t counts, offsets, work_offsets;
 } fsa_index_layout;
 
-/* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */
+/* Workspace of the FSA path for a chunk of `heads` KV heads x `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
+    int heads; /* KV heads per launch sequence; divides Hkv */
     fsa_index_layout index;
     size_t work_seg, mask, list, lse_part, o_part;
     size_t total;
 } fsa_fsa_layout;
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
                         int64_t tc);
 
-/* Tokens per chunk for this problem under the plan's workspace limit. */
-int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
+/* The chunk of a forward call under the plan's cap, as fsa_bwd_chunk. */
+void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch);
 
 /* The cap a descriptor's workspace_limit stands for: the library default for
  * 0, UINT64_MAX (no cap) for FSA_WORKSPACE_UNLIMITED, else the limit. */
@@ -80,13 +81,15 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
 
 /* The backward chunk under the plan's cap: every head and token when they
  * fit; else the most KV heads (a divisor of Hkv) whose every token fits;
- * else one head and the most tokens that fit. */
+ * else one head and the most tokens that fit. Heads first: a chunk of heads
+ * is the whole computation of those heads, while token chunks split each
+ * block's list (its K and V loaded again per chunk, shorter work items). */
 void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
                    fsa_algorithm order);
 
 /* The token chunk and workspace layout of a call (FSA-path forward or
- * backward; the backward's head chunk is in its layout) whose counts are
- * already checked. FSA_STATUS_UNSUPPORTED when the
+ * backward; the head chunk is in the layout) whose counts are already
+ * checked. FSA_STATUS_UNSUPPORTED when the
  * problem is too large to index: one token's list entries past int32, or a
  * workspace past size_t (the layouts saturate there instead of wrapping). */
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,

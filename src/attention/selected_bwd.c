@@ -54,33 +54,6 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->dkv_acc = (long long)(ws + l->dkv_acc);
 }
 
-/* A view moved forward by `heads` heads of `elem` bytes. */
-static void skip_heads(fsa_kernel_view *v, long long heads, long long elem)
-{
-    v->ptr += heads * v->head_stride * elem;
-}
-
-/* The parameters of KV heads h0 .. h0 + heads - 1 and their query heads: the
- * tensors, top-k rows and lse start at those heads, so the kernels see a
- * problem of `heads` KV heads (every array they index is per head). */
-static void params_for_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, long long h0, int heads)
-{
-    *p = *all;
-    const long long qh0 = h0 * group;
-    skip_heads(&p->q, qh0, 2);
-    skip_heads(&p->o, qh0, 2);
-    skip_heads(&p->dout, qh0, 2);
-    skip_heads(&p->dq, qh0, 2);
-    skip_heads(&p->k, h0, 2);
-    skip_heads(&p->v, h0, 2);
-    skip_heads(&p->dk, h0, 2);
-    skip_heads(&p->dv, h0, 2);
-    skip_heads(&p->topk, h0, 4);
-    p->lse += qh0 * p->total_tokens * 4; /* float [Hq, T] */
-    p->num_kv_heads = heads;
-    p->num_q_heads = (long long)heads * group;
-}
-
 /* One head chunk: per token chunk the index inversion, delta, the main
  * kernel, dq and the sum of split blocks' dK/dV; then dk and dv. */
 static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fsa_sel_params *p, CUstream stream)
@@ -102,7 +75,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
         p->t0 = t0;
         p->tc = cur;
         FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
-        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, p));
+        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, (unsigned)fsa_sort_windows(cur), stream, p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
         FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_counts) *
@@ -137,7 +110,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     params_from_args(&all, plan, &c->a);
     params_from_layout(&all, plan, c->a.workspace, &c->layout);
     for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += c->layout.heads) {
-        params_for_heads(&p, &all, plan->group, h0, c->layout.heads);
+        fsa_params_heads(&p, &all, plan->group, h0, c->layout.heads);
         FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, &p, stream));
     }
 cleanup:

@@ -205,11 +205,13 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
     fsa_test_dfree(wf), fsa_test_dfree(wb), fsa_test_dfree(dq), fsa_test_dfree(dk), fsa_test_dfree(dv);
 }
 
-/* Strided layouts, junk rows, several sequences; hkv 4 so that head chunks of 2 exist. */
+/* Strided layouts, junk rows, several sequences; an even Hkv, so that chunks of half the heads exist. */
 static const attn_case chunk_cases[] = {
     /* name                     dtype d   hq  hkv bk  k  lens             n  tkh str alg     ws junk big quick */
     {"bf16_d64_g2_fsa_order",   BF, 64,  8,  4,  64, 8, {700, 300, 1},   3, 0,  1,  A_AUTO, 0, 1,   0,  1},
     {"f16_d128_g4_nsa_order",   HF, 128, 16, 4,  32, 6, {500, 77},       2, 1,  1,  A_NSA,  0, 1,   0,  1},
+    /* Block 0's list longer than one sort window (16384 tokens): two windows uncapped. */
+    {"bf16_d32_g1_sort_windows", BF, 32, 2,  2,  64, 4, {20000},         1, 0,  0,  A_AUTO, 0, 0,   0,  1},
 };
 
 /* The chunk a capped plan's backward takes, as the call computes it. */

@@ -467,12 +467,6 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
      * T x Hkv x 2 x D x 4 > 2^68 bytes. */
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
     assert_int_equal(w, 0);
-    fsa_plan_destroy(plan);
-    /* Under the default cap the backward runs one KV head at a time: at least
-     * that head's accumulator (T x 2 x D x 4 bytes), never a wrapped-around size. */
-    plan = plan_with_kv_heads(hkv, 1, 0);
-    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
-    assert_true((double)w >= (double)T * 2 * D * 4);
     /* The forward's per-(head, block) tables of T one-token sequences come to
      * 2^64 bytes: refused, or at least never a wrapped-around small size. */
     const double tables = 3.0 * 4.0 * (double)hkv * (double)(T / 64 + T + 1);
@@ -480,6 +474,17 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables))
         fail_msg("T %lld in %lld sequences, %d KV heads: %s, %zu bytes", (long long)T, (long long)T, hkv,
                  fsa_status_name(st), w);
+    fsa_plan_destroy(plan);
+    /* Under the default cap both run one KV head at a time: the backward needs
+     * at least that head's accumulator (T x 2 x D x 4 bytes), the forward that
+     * head's tables; sizes, never wrapped-around ones. */
+    plan = plan_with_kv_heads(hkv, 1, 0);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
+    assert_true((double)w >= (double)T * 2 * D * 4);
+    st = fsa_plan_workspace_size(&w, plan, T, (int)T);
+    if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables / hkv))
+        fail_msg("T %lld in %lld sequences, %d KV heads, default cap: %s, %zu bytes", (long long)T, (long long)T,
+                 hkv, fsa_status_name(st), w);
     fsa_fwd_args a = good_fwd(g_auto, 1);
     a.total_tokens = T;
     a.batch = (int)T;

@@ -1753,11 +1753,11 @@ static void test_a_workspace_limit_bounds_the_workspace_size(void **state)
     }
     assert_true(over_default); /* the largest problem needs the cap */
     /* With a million tokens the per-block arrays alone exceed the limit:
-     * then the size is that of a one-token chunk. */
+     * then the size is that of a one-head, one-token chunk. */
     size_t w = 0;
     assert_int_equal(fsa_plan_workspace_size(&w, limited, 1000000, 1), FSA_STATUS_OK);
     fsa_fsa_layout one;
-    fsa_fsa_layout_for(&one, limited, 1000000, 1, 1);
+    fsa_fsa_layout_for(&one, limited, 1000000, 1, 1, 1);
     assert_true(one.total > limit);
     assert_int_equal(w, one.total);
     fsa_plan_destroy(limited);

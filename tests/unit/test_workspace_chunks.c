@@ -1,8 +1,8 @@
 /* The workspace cap without a GPU, on plans without kernels: what a
  * descriptor's workspace_limit stands for, the workspace-size queries of the
  * standard problem (bf16 and f16, Hq 32, D 128, BK 64, top-k 16) within the
- * default cap at every group size, the backward's chunks (KV heads that
- * divide Hkv before tokens), and a cap below one token's chunk. */
+ * default cap at every group size, the chunks (KV heads that divide Hkv
+ * before tokens), and a cap below one token's chunk. */
 #include "testing.h"
 
 #include "attention/plan.h"
@@ -57,7 +57,7 @@ static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **st
 {
     (void)state;
     assert_int_equal(fsa_workspace_cap(0), FSA_WORKSPACE_LIMIT_DEFAULT);
-    assert_int_equal(FSA_WORKSPACE_LIMIT_DEFAULT, (uint64_t)512 << 20);
+    assert_int_equal(FSA_WORKSPACE_LIMIT_DEFAULT, (uint64_t)768 << 20);
     assert_true(fsa_workspace_cap(FSA_WORKSPACE_UNLIMITED) == UINT64_MAX);
     assert_int_equal(fsa_workspace_cap(4096), 4096);
     /* The descriptor's default leaves the limit at 0: the default cap. */
@@ -94,7 +94,7 @@ static void test_the_standard_problem_stays_within_the_default_cap(void **state)
             }
 }
 
-static void test_backward_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
+static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
 {
     (void)state;
     const int64_t T = 8192;
@@ -123,6 +123,16 @@ static void test_backward_chunks_take_kv_heads_that_divide_hkv_before_tokens(voi
     assert_int_equal(heads, 1);
     assert_int_equal((T + tc - 1) / tc, 4);
     assert_true(bwd_bytes(&p, T) <= one.total + 16 * 256);
+    /* The forward takes chunks the same way: at T = 65536, G = 1 two heads'
+     * partials fit the default cap, all 32 do not. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
+    assert_int_equal(heads, 2);
+    assert_int_equal(tc, 65536);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
+    assert_int_equal(heads, 32);
+    assert_int_equal(tc, 65536);
     /* Six KV heads (G = 2 of 12 query heads): chunks of 6, 3, 2 or 1 heads, never 4 or 5. */
     standard_plan(&p, 2, FSA_DTYPE_BF16, 0);
     p.desc.num_q_heads = 12;
@@ -169,7 +179,7 @@ static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
     /* Its floor: one head's fp32 dK/dV accumulator over every token. */
     assert_true(one.total >= (size_t)T * 2 * 128 * 4);
     fsa_fsa_layout f;
-    fsa_fsa_layout_for(&f, &p, T, 1, 1);
+    fsa_fsa_layout_for(&f, &p, T, 1, 1, 1);
     assert_int_equal(fwd_bytes(&p, T), f.total);
 }
 
@@ -180,7 +190,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
-        cmocka_unit_test(test_backward_chunks_take_kv_heads_that_divide_hkv_before_tokens),
+        cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
     };
