@@ -411,12 +411,17 @@ typedef enum fsa_algorithm {
     FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
 } fsa_algorithm;
 
-/** The workspace cap of a plan whose descriptor leaves workspace_limit at 0:
- *  768 MiB per call. With it one forward plus backward of the standard problem
- *  (bf16, Hq 32, D 128, BK 64, top-k 16) at T = 65536 needs at most 3 GB of
- *  device memory beyond its inputs, outputs and gradients included, for every
- *  group size. */
-#define FSA_WORKSPACE_LIMIT_DEFAULT ((uint64_t)768 << 20)
+/** The default workspace cap (a descriptor's workspace_limit of 0) is set per
+ *  call: what the call's outputs and gradients (o, lse, dq, dk and dv: each
+ *  token's 2 x Hq x D + 2 x Hkv x D elements and Hq floats) leave of this
+ *  budget, 2.75 GiB, and never less than FSA_WORKSPACE_DEFAULT_MIN. So short
+ *  calls run in one chunk, the fastest way, and long ones stay bounded: one
+ *  forward plus backward of the standard problem (bf16, Hq 32, D 128, BK 64,
+ *  top-k 16) at T = 65536 needs at most 2.75 GiB (2.96 GB) of device memory
+ *  beyond its inputs, outputs and gradients included, for every group size. */
+#define FSA_WORKSPACE_DEFAULT_BUDGET ((uint64_t)11 << 28)
+/** The default workspace cap's floor: 256 MiB. */
+#define FSA_WORKSPACE_DEFAULT_MIN ((uint64_t)256 << 20)
 /** workspace_limit for no cap: every call runs in one chunk (as long as the
  *  kernels can index it), with the largest and fastest workspace. */
 #define FSA_WORKSPACE_UNLIMITED (~(uint64_t)0)
@@ -433,8 +438,8 @@ typedef struct fsa_selected_attention_desc {
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     fsa_algorithm algorithm;  /**< default AUTO */
     uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
-                                   0 = FSA_WORKSPACE_LIMIT_DEFAULT, FSA_WORKSPACE_UNLIMITED = no
-                                   cap. Larger problems run in chunks of KV heads, then of
+                                   0 = the default (FSA_WORKSPACE_DEFAULT_BUDGET),
+                                   FSA_WORKSPACE_UNLIMITED = no cap. Larger problems run in chunks of KV heads, then of
                                    tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
 } fsa_selected_attention_desc;
@@ -474,7 +479,7 @@ FSA_API void fsa_plan_destroy(fsa_plan *plan);
 
 /**
  * Bytes of device workspace a forward call needs: at most the plan's cap
- * (desc.workspace_limit; 0 = FSA_WORKSPACE_LIMIT_DEFAULT), the problem
+ * (desc.workspace_limit; 0 = the default, FSA_WORKSPACE_DEFAULT_BUDGET), the problem
  * running in chunks of KV heads (a divisor of Hkv), then of tokens, that fit,
  * unless even a chunk of one head and one token needs more (then that
  * chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.

@@ -1071,10 +1071,8 @@ static void print_plan(const options *o)
 {
     char limit[48];
     if (o->workspace_limit == FSA_WORKSPACE_UNLIMITED) snprintf(limit, sizeof limit, "unlimited");
-    else
-        snprintf(limit, sizeof limit, "%llu B%s",
-                 (unsigned long long)(o->workspace_limit ? o->workspace_limit : FSA_WORKSPACE_LIMIT_DEFAULT),
-                 o->workspace_limit ? "" : " (default)");
+    else if (o->workspace_limit == 0) snprintf(limit, sizeof limit, "default");
+    else snprintf(limit, sizeof limit, "%llu B", (unsigned long long)o->workspace_limit);
     printf("# fsa-bench %s: %s, D %d, Hq %d, BK %d, K %d, dtype %s, workspace limit %s%s%s\n",
            fsa_version_string(), k_modes[o->mode].option, o->head_dim, o->q_heads, o->block_size, o->top_k,
            tool_dtype_name(o->dtype), limit, o->backward ? ", backward" : "",

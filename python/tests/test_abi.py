@@ -28,7 +28,7 @@ INIT_MACROS = {
 CONSTANTS = [n for n in dir(_lib) if n.startswith(("FSA_STATUS_", "FSA_CACHE_MODE_", "FSA_JIT_", "FSA_DTYPE_",
                                                    "FSA_ALGORITHM_", "FSA_TUNE_", "FSA_CHOICE_",
                                                    "FSA_OPERATION_"))] + ["FSA_DEVICE_NONE"]
-CONSTANTS_64 = ["FSA_WORKSPACE_LIMIT_DEFAULT", "FSA_WORKSPACE_UNLIMITED"]  # uint64_t
+CONSTANTS_64 = ["FSA_WORKSPACE_DEFAULT_BUDGET", "FSA_WORKSPACE_DEFAULT_MIN", "FSA_WORKSPACE_UNLIMITED"]  # uint64_t
 
 
 def _leaves(struct, prefix=""):

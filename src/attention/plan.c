@@ -145,7 +145,6 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
-    plan->workspace_cap = fsa_workspace_cap(desc->workspace_limit);
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim, .group = plan->group,
                                        .block_size = desc->block_size, .top_k = desc->top_k};
@@ -279,9 +278,18 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
 }
 #undef FSA_PLACE_
 
-uint64_t fsa_workspace_cap(uint64_t workspace_limit)
+/* The default follows the call: a short one (whose outputs are small) gets
+ * the room to run in one chunk, a long one what its outputs leave of the
+ * budget, so the memory of a call stays bounded either way. */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, int64_t total_tokens)
 {
-    return workspace_limit == 0 ? FSA_WORKSPACE_LIMIT_DEFAULT : workspace_limit;
+    const fsa_selected_attention_desc *d = &plan->desc;
+    if (d->workspace_limit != 0) return d->workspace_limit;
+    const size_t q_row = (size_t)d->num_q_heads * (size_t)d->head_dim * 2, kv_row = (size_t)d->num_kv_heads * (size_t)d->head_dim * 2;
+    /* o and dq, lse, dk and dv per token */
+    const size_t own = mul_sat((size_t)total_tokens, add_sat(add_sat(2 * q_row, (size_t)d->num_q_heads * 4), 2 * kv_row));
+    const uint64_t left = own < FSA_WORKSPACE_DEFAULT_BUDGET ? FSA_WORKSPACE_DEFAULT_BUDGET - own : 0;
+    return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
 }
 
 /* Workspace bytes of a chunk of `heads` KV heads x `tc` tokens. */
@@ -305,11 +313,11 @@ static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int b
     return l.total;
 }
 
-/* The bytes a layout may take under the plan's cap: 16 x 256 bytes below it
+/* The bytes a layout may take under the call's cap: 16 x 256 bytes below it
  * cover the arrays' alignment padding. UINT64_MAX: no cap. */
-static uint64_t layout_budget(const fsa_plan *plan)
+static uint64_t layout_budget(const fsa_plan *plan, int64_t total_tokens)
 {
-    const uint64_t cap = plan->workspace_cap;
+    const uint64_t cap = fsa_call_workspace_cap(plan, total_tokens);
     if (cap == FSA_WORKSPACE_UNLIMITED) return cap;
     return cap > 16 * 256 ? cap - 16 * 256 : 0;
 }
@@ -334,7 +342,7 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
                             fsa_algorithm order)
 {
     int64_t tc = max_chunk_tokens(plan, total_tokens);
-    const uint64_t budget = layout_budget(plan);
+    const uint64_t budget = layout_budget(plan, total_tokens);
     if (total(plan, total_tokens, batch, heads, tc, order) > budget) {
         int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
         while (lo < hi) {
@@ -356,7 +364,7 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int6
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
-    const uint64_t budget = layout_budget(plan);
+    const uint64_t budget = layout_budget(plan, total_tokens);
     for (int heads = hkv; heads >= 1; heads--) {
         if (hkv % heads != 0) continue;
         if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {

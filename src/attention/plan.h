@@ -31,7 +31,6 @@ struct fsa_plan {
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
     int bwd_grid;
     fsa_bwd_kernels bwd;
-    uint64_t workspace_cap; /* bytes per call, the descriptor's limit resolved (UINT64_MAX = none) */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
     fsa_tune_state tune;  /* tuning level and records per bucket (choose.h) */
 };
@@ -57,9 +56,11 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* The chunk of a forward call under the plan's cap, as fsa_bwd_chunk. */
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* The cap a descriptor's workspace_limit stands for: the library default for
- * 0, UINT64_MAX (no cap) for FSA_WORKSPACE_UNLIMITED, else the limit. */
-uint64_t fsa_workspace_cap(uint64_t workspace_limit);
+/* The workspace cap of a call of `total_tokens` tokens: the descriptor's
+ * workspace_limit (UINT64_MAX: none), or for 0 the default, what the call's
+ * outputs and gradients (o, lse, dq, dk, dv) leave of
+ * FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN. */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, int64_t total_tokens);
 
 /* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq
  * partials only on the FSA path. The fp32 dK/dV accumulator spans every token

@@ -1,8 +1,8 @@
 /* The workspace cap on the GPU. Calls of the standard problem (bf16, Hq 32,
- * D 128, BK 64, top-k 16) under the default cap need at most
- * FSA_WORKSPACE_LIMIT_DEFAULT bytes forward and backward, and a forward plus
- * backward at T = 65536 runs in exactly that workspace and writes every
- * gradient. Under small caps the backward runs in chunks of KV heads, or of
+ * D 128, BK 64, top-k 16) under the default cap need no more workspace than
+ * their outputs and gradients leave of FSA_WORKSPACE_DEFAULT_BUDGET, forward
+ * and backward, and a forward plus backward at T = 65536 runs in exactly
+ * that workspace and writes every gradient. Under small caps the backward runs in chunks of KV heads, or of
  * one head and several token chunks; both match the float64 reference, and
  * against the uncapped call: o, lse and dq are the same bits, dk and dv too
  * under head chunks (token chunks split their fp32 sums). Outputs and
@@ -46,10 +46,14 @@ static void test_default_workspaces_of_the_standard_problem_stay_within_the_cap(
             size_t fwd = 0, bwd = 0;
             assert_int_equal(fsa_plan_workspace_size(&fwd, plans[i], tokens[j], 1), FSA_STATUS_OK);
             assert_int_equal(fsa_plan_workspace_size_bwd(&bwd, plans[i], tokens[j], 1), FSA_STATUS_OK);
+            const uint64_t cap = fsa_call_workspace_cap(plans[i], tokens[j]);
             print_message("  G %2d T %6lld: forward %zu B, backward %zu B (cap %llu)\n", std_groups[i],
-                          (long long)tokens[j], fwd, bwd, (unsigned long long)FSA_WORKSPACE_LIMIT_DEFAULT);
-            assert_true(fwd <= FSA_WORKSPACE_LIMIT_DEFAULT);
-            assert_true(bwd <= FSA_WORKSPACE_LIMIT_DEFAULT);
+                          (long long)tokens[j], fwd, bwd, (unsigned long long)cap);
+            assert_true(fwd <= cap);
+            assert_true(bwd <= cap);
+            /* o, lse, dq, dk, dv and the backward's workspace within the budget */
+            const uint64_t own = (uint64_t)tokens[j] * (2 * STD_HQ * 128 * 2 + STD_HQ * 4 + 2 * (STD_HQ / std_groups[i]) * 128 * 2);
+            assert_true(own + bwd <= FSA_WORKSPACE_DEFAULT_BUDGET);
             assert_true(bwd > 0);
         }
     }
@@ -79,7 +83,8 @@ static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_c
     size_t ws_f = 0, ws_b = 0;
     assert_int_equal(fsa_plan_workspace_size(&ws_f, plan, T, 1), FSA_STATUS_OK);
     assert_int_equal(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1), FSA_STATUS_OK);
-    assert_true(ws_f <= FSA_WORKSPACE_LIMIT_DEFAULT && ws_b <= FSA_WORKSPACE_LIMIT_DEFAULT);
+    const uint64_t cap = fsa_call_workspace_cap(plan, T);
+    assert_true(ws_f <= cap && ws_b <= cap);
 
     int32_t cu[2] = {0, T};
     int32_t *topk = malloc((size_t)hkv * T * K * 4);

@@ -26,7 +26,6 @@ static void standard_plan(fsa_plan *p, int group, fsa_dtype dtype, uint64_t work
     p->desc.workspace_limit = workspace_limit;
     p->desc.backward = 1;
     p->group = group;
-    p->workspace_cap = fsa_workspace_cap(workspace_limit);
     p->config = (fsa_kernel_config){.dtype = dtype, .head_dim = 128, .group = group, .block_size = 64, .top_k = 16,
                                     .bwd_keys = 64};
     p->fsa_available = p->nsa_available = p->bwd_available = 1;
@@ -53,13 +52,25 @@ static void bwd_chunk(int *heads, int64_t *tc, const fsa_plan *p, int64_t T)
     fsa_bwd_chunk(heads, tc, p, T, 1, FSA_ALGORITHM_FSA);
 }
 
+/* o, lse, dq, dk and dv of the standard problem: bytes per token. */
+static uint64_t own_bytes_per_token(int group) { return 2 * 32 * 128 * 2 + 32 * 4 + 2 * (32 / group) * 128 * 2; }
+
 static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **state)
 {
     (void)state;
-    assert_int_equal(fsa_workspace_cap(0), FSA_WORKSPACE_LIMIT_DEFAULT);
-    assert_int_equal(FSA_WORKSPACE_LIMIT_DEFAULT, (uint64_t)768 << 20);
-    assert_true(fsa_workspace_cap(FSA_WORKSPACE_UNLIMITED) == UINT64_MAX);
-    assert_int_equal(fsa_workspace_cap(4096), 4096);
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)11 << 28); /* 2.75 GiB, below 3 GB */
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET < 3000000000u);
+    fsa_plan p;
+    /* The default: what o, lse, dq, dk and dv leave of the budget, at least the floor. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    assert_true(fsa_call_workspace_cap(&p, 65536) == FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * own_bytes_per_token(1));
+    assert_true(fsa_call_workspace_cap(&p, 8192) == FSA_WORKSPACE_DEFAULT_BUDGET - 8192 * own_bytes_per_token(1));
+    assert_true(fsa_call_workspace_cap(&p, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
+    assert_true(fsa_call_workspace_cap(&p, 1) < FSA_WORKSPACE_DEFAULT_BUDGET);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    assert_true(fsa_call_workspace_cap(&p, 65536) == UINT64_MAX);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 4096);
+    assert_true(fsa_call_workspace_cap(&p, 65536) == 4096);
     /* The descriptor's default leaves the limit at 0: the default cap. */
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
     assert_int_equal(d.workspace_limit, 0);
@@ -82,15 +93,24 @@ static void test_the_standard_problem_stays_within_the_default_cap(void **state)
                 int64_t tc;
                 bwd_chunk(&heads, &tc, &p, T);
                 if (di == 0)
-                    print_message("  G %2d T %6lld: forward %9zu B (uncapped %11zu), backward %9zu B (uncapped %11zu), "
-                                  "%d of %d KV heads x %lld tokens per chunk\n",
-                                  groups[gi], (long long)T, fwd_bytes(&p, T), fwd_bytes(&free_plan, T), bwd_bytes(&p, T),
-                                  bwd_bytes(&free_plan, T), heads, p.desc.num_kv_heads, (long long)tc);
-                assert_true(fwd_bytes(&p, T) <= FSA_WORKSPACE_LIMIT_DEFAULT);
-                assert_true(bwd_bytes(&p, T) <= FSA_WORKSPACE_LIMIT_DEFAULT);
+                {
+                    int fh;
+                    int64_t ftc;
+                    fsa_fwd_chunk(&fh, &ftc, &p, T, 1);
+                    print_message("  G %2d T %6lld: cap %10llu, forward %10zu B (uncapped %11zu; %2d heads x %5lld tokens), "
+                                  "backward %10zu B (uncapped %11zu; %2d heads x %5lld tokens)\n",
+                                  groups[gi], (long long)T, (unsigned long long)fsa_call_workspace_cap(&p, T),
+                                  fwd_bytes(&p, T), fwd_bytes(&free_plan, T), fh, (long long)ftc, bwd_bytes(&p, T),
+                                  bwd_bytes(&free_plan, T), heads, (long long)tc);
+                }
+                const uint64_t cap = fsa_call_workspace_cap(&p, T);
+                assert_true(fwd_bytes(&p, T) <= cap);
+                assert_true(bwd_bytes(&p, T) <= cap);
                 assert_true(bwd_bytes(&p, T) > 0);
-                /* Uncapped, the same calls need gigabytes: the cap is what bounds them. */
-                if (T == 65536) assert_true(bwd_bytes(&free_plan, T) > 4 * FSA_WORKSPACE_LIMIT_DEFAULT);
+                /* The whole call: outputs, gradients and workspace within the budget. */
+                assert_true(T * own_bytes_per_token(groups[gi]) + bwd_bytes(&p, T) <= FSA_WORKSPACE_DEFAULT_BUDGET);
+                /* Uncapped, the same calls at 64K tokens need gigabytes: the cap is what bounds them. */
+                if (T == 65536) assert_true(bwd_bytes(&free_plan, T) > 4 * cap);
             }
 }
 
@@ -139,7 +159,7 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
     p.desc.num_kv_heads = 6;
     fsa_bwd_layout five;
     fsa_bwd_layout_for(&five, &p, T, 1, 5, T, FSA_ALGORITHM_FSA);
-    p.workspace_cap = five.total + 16 * 256;
+    p.desc.workspace_limit = five.total + 16 * 256;
     bwd_chunk(&heads, &tc, &p, T);
     assert_int_equal(heads, 3);
     assert_int_equal(tc, T);
