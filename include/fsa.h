@@ -412,9 +412,11 @@ typedef enum fsa_algorithm {
 } fsa_algorithm;
 
 /** The default workspace cap (a descriptor's workspace_limit of 0) is set per
- *  call: what the call's outputs and gradients (o, lse, dq, dk and dv: each
- *  token's 2 x Hq x D + 2 x Hkv x D elements and Hq floats) leave of this
- *  budget, 2.75 GiB, and never less than FSA_WORKSPACE_DEFAULT_MIN. So short
+ *  call: what the outputs alive during the call leave of this budget, 2.75
+ *  GiB, and never less than FSA_WORKSPACE_DEFAULT_MIN. A forward counts o and
+ *  lse (each token's Hq x D elements and Hq floats), a backward those and dq,
+ *  dk and dv (Hq x D + 2 x Hkv x D elements more): the forward's workspace is
+ *  released before the backward's gradients exist. So short
  *  calls run in one chunk, the fastest way, and long ones stay bounded: one
  *  forward plus backward of the standard problem (bf16, Hq 32, D 128, BK 64,
  *  top-k 16) at T = 65536 needs at most 2.75 GiB (2.96 GB) of device memory

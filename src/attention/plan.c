@@ -280,14 +280,16 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
 
 /* The default follows the call: a short one (whose outputs are small) gets
  * the room to run in one chunk, a long one what its outputs leave of the
- * budget, so the memory of a call stays bounded either way. */
-uint64_t fsa_call_workspace_cap(const fsa_plan *plan, int64_t total_tokens)
+ * budget, so the memory of a training step stays bounded either way (the
+ * forward's workspace is gone before the backward allocates dq, dk, dv). */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     if (d->workspace_limit != 0) return d->workspace_limit;
     const size_t q_row = (size_t)d->num_q_heads * (size_t)d->head_dim * 2, kv_row = (size_t)d->num_kv_heads * (size_t)d->head_dim * 2;
-    /* o and dq, lse, dk and dv per token */
-    const size_t own = mul_sat((size_t)total_tokens, add_sat(add_sat(2 * q_row, (size_t)d->num_q_heads * 4), 2 * kv_row));
+    size_t per_token = add_sat(q_row, (size_t)d->num_q_heads * 4);                    /* o and lse */
+    if (op == FSA_OP_BWD) per_token = add_sat(per_token, add_sat(q_row, 2 * kv_row)); /* dq, dk and dv */
+    const size_t own = mul_sat((size_t)total_tokens, per_token);
     const uint64_t left = own < FSA_WORKSPACE_DEFAULT_BUDGET ? FSA_WORKSPACE_DEFAULT_BUDGET - own : 0;
     return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
 }
@@ -315,9 +317,9 @@ static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int b
 
 /* The bytes a layout may take under the call's cap: 16 x 256 bytes below it
  * cover the arrays' alignment padding. UINT64_MAX: no cap. */
-static uint64_t layout_budget(const fsa_plan *plan, int64_t total_tokens)
+static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
 {
-    const uint64_t cap = fsa_call_workspace_cap(plan, total_tokens);
+    const uint64_t cap = fsa_call_workspace_cap(plan, op, total_tokens);
     if (cap == FSA_WORKSPACE_UNLIMITED) return cap;
     return cap > 16 * 256 ? cap - 16 * 256 : 0;
 }
@@ -339,10 +341,9 @@ static int64_t max_chunk_tokens(const fsa_plan *plan, int64_t total_tokens)
  * bisection), then even chunks so the last one is not a sliver, as long as
  * they still fit. One token when even that does not fit. */
 static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, layout_total_fn total,
-                            fsa_algorithm order)
+                            fsa_algorithm order, uint64_t budget)
 {
     int64_t tc = max_chunk_tokens(plan, total_tokens);
-    const uint64_t budget = layout_budget(plan, total_tokens);
     if (total(plan, total_tokens, batch, heads, tc, order) > budget) {
         int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
         while (lo < hi) {
@@ -359,17 +360,17 @@ static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batc
 }
 
 /* Heads first (fsa_bwd_chunk in plan.h says why). */
-static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
-                     layout_total_fn total, fsa_algorithm order)
+static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
+                     int batch, layout_total_fn total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
-    const uint64_t budget = layout_budget(plan, total_tokens);
+    const uint64_t budget = layout_budget(plan, op, total_tokens);
     for (int heads = hkv; heads >= 1; heads--) {
         if (hkv % heads != 0) continue;
         if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
             *heads_out = heads;
-            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order);
+            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order, budget);
             return;
         }
     }
@@ -377,13 +378,13 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int6
 
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
 {
-    chunk_of(heads_out, tc_out, plan, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
 }
 
 void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
                    fsa_algorithm order)
 {
-    chunk_of(heads_out, tc_out, plan, total_tokens, batch, bwd_layout_total, order);
+    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_layout_total, order);
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)

@@ -56,11 +56,12 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* The chunk of a forward call under the plan's cap, as fsa_bwd_chunk. */
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* The workspace cap of a call of `total_tokens` tokens: the descriptor's
- * workspace_limit (UINT64_MAX: none), or for 0 the default, what the call's
- * outputs and gradients (o, lse, dq, dk, dv) leave of
- * FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN. */
-uint64_t fsa_call_workspace_cap(const fsa_plan *plan, int64_t total_tokens);
+/* The workspace cap of a call (op) of `total_tokens` tokens: the
+ * descriptor's workspace_limit (UINT64_MAX: none), or for 0 the default:
+ * what the outputs alive during the call leave of FSA_WORKSPACE_DEFAULT_BUDGET
+ * (forward: o and lse; backward: those and dq, dk, dv), at least
+ * FSA_WORKSPACE_DEFAULT_MIN. */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
 
 /* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq
  * partials only on the FSA path. The fp32 dK/dV accumulator spans every token

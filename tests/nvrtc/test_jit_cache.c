@@ -1747,7 +1747,7 @@ static void test_a_workspace_limit_bounds_the_workspace_size(void **state)
         assert_true(w <= unlimited);
         if (unlimited > limit) assert_true(w < unlimited);
         /* The default cap: the uncapped size while that fits, else at most the cap. */
-        const uint64_t cap = fsa_call_workspace_cap(default_plan, tokens[i]);
+        const uint64_t cap = fsa_call_workspace_cap(default_plan, FSA_OP_FWD, tokens[i]);
         assert_true(by_default <= cap);
         if (unlimited <= cap) assert_int_equal(by_default, unlimited);
         else over_default = 1;

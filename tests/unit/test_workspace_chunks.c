@@ -52,8 +52,9 @@ static void bwd_chunk(int *heads, int64_t *tc, const fsa_plan *p, int64_t T)
     fsa_bwd_chunk(heads, tc, p, T, 1, FSA_ALGORITHM_FSA);
 }
 
-/* o, lse, dq, dk and dv of the standard problem: bytes per token. */
-static uint64_t own_bytes_per_token(int group) { return 2 * 32 * 128 * 2 + 32 * 4 + 2 * (32 / group) * 128 * 2; }
+/* o and lse (the forward's), with dq, dk and dv (the backward's) of the standard problem: bytes per token. */
+static uint64_t fwd_own_per_token(void) { return 32 * 128 * 2 + 32 * 4; }
+static uint64_t own_bytes_per_token(int group) { return fwd_own_per_token() + 32 * 128 * 2 + 2 * (32 / group) * 128 * 2; }
 
 static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **state)
 {
@@ -63,14 +64,19 @@ static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **st
     fsa_plan p;
     /* The default: what o, lse, dq, dk and dv leave of the budget, at least the floor. */
     standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
-    assert_true(fsa_call_workspace_cap(&p, 65536) == FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * own_bytes_per_token(1));
-    assert_true(fsa_call_workspace_cap(&p, 8192) == FSA_WORKSPACE_DEFAULT_BUDGET - 8192 * own_bytes_per_token(1));
-    assert_true(fsa_call_workspace_cap(&p, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
-    assert_true(fsa_call_workspace_cap(&p, 1) < FSA_WORKSPACE_DEFAULT_BUDGET);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 65536) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * own_bytes_per_token(1));
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 8192) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 8192 * own_bytes_per_token(1));
+    /* The forward's workspace is gone before the backward allocates dq, dk and dv. */
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 65536) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * fwd_own_per_token());
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 1) < FSA_WORKSPACE_DEFAULT_BUDGET);
     standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
-    assert_true(fsa_call_workspace_cap(&p, 65536) == UINT64_MAX);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 65536) == UINT64_MAX);
     standard_plan(&p, 1, FSA_DTYPE_BF16, 4096);
-    assert_true(fsa_call_workspace_cap(&p, 65536) == 4096);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 65536) == 4096);
     /* The descriptor's default leaves the limit at 0: the default cap. */
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
     assert_int_equal(d.workspace_limit, 0);
@@ -99,16 +105,17 @@ static void test_the_standard_problem_stays_within_the_default_cap(void **state)
                     fsa_fwd_chunk(&fh, &ftc, &p, T, 1);
                     print_message("  G %2d T %6lld: cap %10llu, forward %10zu B (uncapped %11zu; %2d heads x %5lld tokens), "
                                   "backward %10zu B (uncapped %11zu; %2d heads x %5lld tokens)\n",
-                                  groups[gi], (long long)T, (unsigned long long)fsa_call_workspace_cap(&p, T),
+                                  groups[gi], (long long)T, (unsigned long long)fsa_call_workspace_cap(&p, FSA_OP_BWD, T),
                                   fwd_bytes(&p, T), fwd_bytes(&free_plan, T), fh, (long long)ftc, bwd_bytes(&p, T),
                                   bwd_bytes(&free_plan, T), heads, (long long)tc);
                 }
-                const uint64_t cap = fsa_call_workspace_cap(&p, T);
-                assert_true(fwd_bytes(&p, T) <= cap);
+                const uint64_t cap = fsa_call_workspace_cap(&p, FSA_OP_BWD, T);
+                assert_true(fwd_bytes(&p, T) <= fsa_call_workspace_cap(&p, FSA_OP_FWD, T));
                 assert_true(bwd_bytes(&p, T) <= cap);
                 assert_true(bwd_bytes(&p, T) > 0);
-                /* The whole call: outputs, gradients and workspace within the budget. */
+                /* Each call: what is alive (outputs, gradients, workspace) within the budget. */
                 assert_true(T * own_bytes_per_token(groups[gi]) + bwd_bytes(&p, T) <= FSA_WORKSPACE_DEFAULT_BUDGET);
+                assert_true(T * fwd_own_per_token() + fwd_bytes(&p, T) <= FSA_WORKSPACE_DEFAULT_BUDGET);
                 /* Uncapped, the same calls at 64K tokens need gigabytes: the cap is what bounds them. */
                 if (T == 65536) assert_true(bwd_bytes(&free_plan, T) > 4 * cap);
             }
@@ -143,11 +150,12 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
     assert_int_equal(heads, 1);
     assert_int_equal((T + tc - 1) / tc, 4);
     assert_true(bwd_bytes(&p, T) <= one.total + 16 * 256);
-    /* The forward takes chunks the same way: at T = 65536, G = 1 two heads'
-     * partials fit the default cap, all 32 do not. */
+    /* The forward takes chunks the same way: at T = 65536, G = 1 eight heads'
+     * partials fit the default cap (what o and lse leave of the budget), all
+     * 32 do not. */
     standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
     fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
-    assert_int_equal(heads, 2);
+    assert_int_equal(heads, 8);
     assert_int_equal(tc, 65536);
     standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
     fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
