@@ -64,12 +64,13 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
     const fsa_bwd_layout *l = &c->layout;
     const uint64_t ws = c->a.workspace;
     const int64_t T = c->a.total_tokens, tc = c->tc;
-    const int64_t hkv = l->heads, hq = hkv * plan->group, d = plan->desc.head_dim;
+    const int64_t hkv = l->heads, hq = hkv * plan->group;
+    const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
     const size_t n_counts = l->index.n_counts;
-    const int rows_per_block = fsa_rows_per_block((int)d);
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
 
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, (size_t)(T * hkv * 2 * d), stream), "launch memset");
+    const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
@@ -77,11 +78,11 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
         FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
         FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, (unsigned)fsa_sort_windows(cur), stream, p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, p));
+        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_counts) *
                                (uint64_t)p->key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
-        for (int part = 0; part < fsa_bwd_d_parts((int)d); part++) {
+        for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
             p->d_part = part;
             FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, p));
         }
@@ -90,7 +91,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
             FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
                                  (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, p));
         else
-            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, rows_per_block), 1, stream, p));
+            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, p));
         /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped. */
         FSA_CHECK(fsa_launch(plan, &k->dkv_sum, fsa_blocks_for((uint64_t)((t0 + cur) * hkv), fsa_warp_rows_per_block()),
                              1, stream, p));

@@ -171,14 +171,15 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
                      const attn_case *c)
 {
     const size_t q_bytes = (size_t)p->T * p->q_ts * 2, kv_bytes = (size_t)p->T * p->kv_ts * 2;
+    const size_t v_bytes = (size_t)p->T * p->v_ts * 2;
     const size_t ws_f = query(plan, p->T, p->B, 0), ws_b = query(plan, p->T, p->B, 1);
     uint64_t wf = ws_f ? fsa_test_dalloc(ws_f) : 0, wb = fsa_test_dalloc(ws_b);
-    uint64_t dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(kv_bytes), dv = fsa_test_dalloc(kv_bytes);
+    uint64_t dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(kv_bytes), dv = fsa_test_dalloc(v_bytes);
     if (wf) fsa_test_dfill(wf, 0xff, ws_f);
     fsa_test_dfill(wb, 0xff, ws_b);
     fsa_test_dfill(dq, 0xff, q_bytes);
     fsa_test_dfill(dk, 0xff, kv_bytes);
-    fsa_test_dfill(dv, 0xff, kv_bytes);
+    fsa_test_dfill(dv, 0xff, v_bytes);
     poison_fwd(dp, p, c);
 
     fsa_fwd_args fa = fwd_args_of(dp, p);
@@ -191,7 +192,7 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
     ba.dout = (fsa_tensor){dout, p->q_ts, p->q_hs};
     ba.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
     ba.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
-    ba.dv = (fsa_tensor){dv, p->kv_ts, p->kv_hs};
+    ba.dv = (fsa_tensor){dv, p->v_ts, p->v_hs};
     ba.workspace = wb, ba.workspace_bytes = ws_b;
     const fsa_status st = fsa_selected_attention_bwd(plan, &ba, NULL);
     if (st != FSA_STATUS_OK) fail_msg("%s: backward: %s", c->name, fsa_last_error());
@@ -199,14 +200,14 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
 
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     r->o = malloc(dp->o_bytes), r->lse = malloc((size_t)c->hq * p->T * 4);
-    r->dq = malloc(q_bytes), r->dk = malloc(kv_bytes), r->dv = malloc(kv_bytes);
+    r->dq = malloc(q_bytes), r->dk = malloc(kv_bytes), r->dv = malloc(v_bytes);
     r->dq_f = malloc(nq * 4), r->dk_f = malloc(nkv * 4), r->dv_f = malloc(nkv * 4);
     assert_true(r->o && r->lse && r->dq && r->dk && r->dv && r->dq_f && r->dk_f && r->dv_f);
     fsa_test_d2h(r->o, dp->o, dp->o_bytes);
     fsa_test_d2h(r->lse, dp->lse, (size_t)c->hq * p->T * 4);
     download_strided(r->dq_f, r->dq, dq, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
     download_strided(r->dk_f, r->dk, dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
-    download_strided(r->dv_f, r->dv, dv, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+    download_strided(r->dv_f, r->dv, dv, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
     fsa_test_dfree(wf), fsa_test_dfree(wb), fsa_test_dfree(dq), fsa_test_dfree(dk), fsa_test_dfree(dv);
 }
 
@@ -291,7 +292,7 @@ static void chunk_case(const attn_case *base, uint64_t seed)
         assert_memory_equal(r[i].dq, r[0].dq, q_bytes);
     }
     assert_memory_equal(r[1].dk, r[0].dk, kv_bytes);
-    assert_memory_equal(r[1].dv, r[0].dv, kv_bytes);
+    assert_memory_equal(r[1].dv, r[0].dv, (size_t)p.T * p.v_ts * 2);
     /* Token chunks only regroup dK/dV's fp32 sums: a rounding step or so of the dtype. */
     for (size_t i = 0; i < nkv; i++) {
         const double scale = 1.0 + fabs(r[0].dk_f[i]) + fabs(r[0].dv_f[i]);

@@ -23,11 +23,12 @@ static void standard_plan(fsa_plan *p, int group, fsa_dtype dtype, uint64_t work
     p->desc.dtype = dtype;
     p->desc.num_q_heads = 32;
     p->desc.num_kv_heads = 32 / group;
+    p->desc.value_dim = 128; /* as fsa_plan_create resolves 0 */
     p->desc.workspace_limit = workspace_limit;
     p->desc.backward = 1;
     p->group = group;
-    p->config = (fsa_kernel_config){.dtype = dtype, .head_dim = 128, .group = group, .block_size = 64, .top_k = 16,
-                                    .bwd_keys = 64};
+    p->config = (fsa_kernel_config){.dtype = dtype, .head_dim = 128, .value_dim = 128, .group = group,
+                                    .block_size = 64, .top_k = 16, .bwd_keys = 64};
     p->fsa_available = p->nsa_available = p->bwd_available = 1;
     p->main_grid = p->bwd_grid = 2 * 132;
     p->tune.level = FSA_TUNE_LEVEL_OFF;
