@@ -30,6 +30,34 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
     return (int)min((pos - (l - 1)) / d + 1, (long long)count);
 }
 
+// The compressed tokens a query tile's rows see: this lane's two rows (0 for
+// a row without a token), the most any row of the warp sees, and what the
+// tile's last token (the one that sees the most) sees.
+struct CmpTileVis {
+    int row[2], warp, tile;
+};
+template <int G>
+__device__ __forceinline__ CmpTileVis cmp_tile_visible(const QueryTile &tile, long long l, long long d, int count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    CmpTileVis v;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        const long long pos = tile.tok0 + GroupRows<G>::token(warp, r) - tile.start;
+        v.row[half] = GroupRows<G>::live(warp, r, tile.n_tok) ? cmp_visible(pos, l, d, count) : 0;
+    }
+    v.warp = __reduce_max_sync(0xffffffffu, max(v.row[0], v.row[1]));
+    v.tile = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, l, d, count);
+    return v;
+}
+
+// Key j of a tile's stream of compressed tokens, the first `limit` of the sequence.
+__device__ __forceinline__ RowPair cmp_key_row(const fsa_cmp_params &p, const CmpKeys &keys, int h, int j, int limit) {
+    const bool ok = j < limit;
+    return RowPair{ok ? view_row<const u16>(p.k, keys.start + j, h) : (const u16 *)p.k.ptr,
+                   ok ? view_row<const u16>(p.v, keys.start + j, h) : (const u16 *)p.v.ptr, ok};
+}
+
 // Rows [first, first + ROWS) of the sequence's keys of KV head h into the
 // tile at dst (pitch LD), zeros from row `limit` on.
 template <int ROWS, int D, int LD>

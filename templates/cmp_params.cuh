@@ -66,50 +66,8 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, in
     return fsa_cmp_sel_smem_topi(dk, g, l, d, bk, k) + fsa_qt_tokens_per_tile(g) * k * 4;
 }
 
-/* ---------------------------------------------------------------- backward */
-/* dq: the forward's tiles; Q rows | dO rows | the K stages | the V stages,
- * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in
- * registers). */
-FSA_LAYOUT_FN int fsa_cmp_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_k(int dk, int dv) { return fsa_cmp_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_v(int dk, int dv)
-{
-    return fsa_cmp_dq_smem_k(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dk);
-}
-FSA_LAYOUT_FN int fsa_cmp_dq_smem_bytes(int dk, int dv)
-{
-    return fsa_cmp_dq_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_cmp_dq_keys(dk), dv);
-}
-/* dK and dV: a CTA owns 64 compressed keys of one sequence (a warp per 16)
- * and walks the query tiles that see them. The dK and dV columns are split
- * into parts (blockIdx.z) so that the accumulators of a part stay at most
- * 128 floats per thread; each part recomputes S and dP.
- * K | V | the Q stages | the dO stages | per stage and row: position, lse
- * (base 2), delta. */
-#define FSA_CMP_DKV_KEYS 64
-FSA_LAYOUT_FN int fsa_cmp_dkv_parts(int dk, int dv) { return (dk + dv + 255) / 256; }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_CMP_DKV_KEYS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_q(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_v(dk) + fsa_tile_bytes(FSA_CMP_DKV_KEYS, dv);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_do(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_rows(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
-}
-FSA_LAYOUT_FN int fsa_cmp_dkv_smem_bytes(int dk, int dv)
-{
-    return fsa_cmp_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 3 * FSA_QT_ROWS * 4;
-}
-/* CTAs along x for Tc compressed tokens in B sequences (as fsa_qt_grid_tiles). */
-FSA_LAYOUT_FN long long fsa_cmp_grid_key_tiles(long long total_cmp, long long batch)
-{
-    return total_cmp / FSA_CMP_DKV_KEYS + batch;
-}
+/* The backward's tiles and shared memory are those of query-tile attention
+ * (fsa_qt_layout.cuh): dq per query tile, dK and dV per tile of
+ * FSA_QT_DKV_KEYS compressed keys. */
 
 #endif

@@ -55,6 +55,25 @@ __device__ __forceinline__ void frag_scale_rows(float acc[N][4], const float f[2
     }
 }
 
+// acc[j][e] = f(acc[j][e], column, half) for every element of a 16 x 8N
+// accumulator (half 0: row lo, 1: row hi).
+template <int N, class F>
+__device__ __forceinline__ void frag_map(float acc[N][4], int lane, F f) {
+#pragma unroll
+    for (int j = 0; j < N; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = f(acc[j][e], frag_col(lane, j, e), e >> 1);
+}
+
+// a *= b, element by element (dS = P (dP - delta)).
+template <int N>
+__device__ __forceinline__ void frag_mul(float a[N][4], const float b[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[j][e] *= b[j][e];
+}
+
 // Columns 16k..16k+15 of an accumulator (fragments lo = acc[2k], hi =
 // acc[2k+1]) as an A operand: P of P V, dS of dS K. Same register layout.
 template <class DT>
@@ -85,6 +104,17 @@ __device__ __forceinline__ void frag_store_f32(float *rows, const float acc[N][4
         float *at = rows + (lane >> 2) * LD + j * 8 + 2 * (lane & 3);
         *(float2 *)at = make_float2(acc[j][0], acc[j][1]);
         *(float2 *)(at + 8 * LD) = make_float2(acc[j][2], acc[j][3]);
+    }
+}
+
+// acc += the 16 x 8N fp32 rows frag_store_f32 wrote (pitch LD floats).
+template <int N, int LD>
+__device__ __forceinline__ void frag_add_f32(float acc[N][4], const float *rows, int lane) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const float *at = rows + (lane >> 2) * LD + j * 8 + 2 * (lane & 3);
+        const float2 lo = *(const float2 *)at, hi = *(const float2 *)(at + 8 * LD);
+        acc[j][0] += lo.x, acc[j][1] += lo.y, acc[j][2] += hi.x, acc[j][3] += hi.y;
     }
 }
 

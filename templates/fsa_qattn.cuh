@@ -30,14 +30,8 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
 
     load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, q, tile, h);
     auto load = [&](int i, int buf) {
-        load_tile_async<KS, DK, LDK, FSA_QT_THREADS>(ks + buf * fsa_tile_bytes(KS, DK), [&](int r) {
-            const RowPair kv = key_rows(i * KS + r);
-            return RowSrc{kv.a, kv.ok};
-        });
-        load_tile_async<KS, DV, LDV, FSA_QT_THREADS>(vs + buf * fsa_tile_bytes(KS, DV), [&](int r) {
-            const RowPair kv = key_rows(i * KS + r);
-            return RowSrc{kv.b, kv.ok};
-        });
+        load_key_stage_async<KS, DK, DV>(ks + buf * fsa_tile_bytes(KS, DK), vs + buf * fsa_tile_bytes(KS, DV), key_rows,
+                                         i * KS);
     };
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);

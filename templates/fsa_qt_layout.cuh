@@ -1,8 +1,9 @@
 /* Query-tile attention, what the host and the kernels agree on: a CTA owns
  * one KV head and a tile of consecutive query tokens of one sequence, and
  * streams that sequence's keys (compressed tokens, a sliding window) past
- * the tile in stages. Launch shape, grid and the forward's shared-memory
- * layout. Plain C that the host compiler and NVRTC both compile. */
+ * the tile in stages; the backward's dK/dV CTAs own a tile of keys and walk
+ * the query tiles that see them. Launch shapes, grids and shared-memory
+ * layouts. Plain C that the host compiler and NVRTC both compile. */
 #ifndef FSA_QT_LAYOUT_CUH
 #define FSA_QT_LAYOUT_CUH
 
@@ -40,6 +41,54 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_v(int dk, int dv)
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv)
 {
     return fsa_qt_fwd_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+
+/* ---------------------------------------------------------------- backward */
+/* dq: the forward's tiles; Q rows | dO rows | the K stages | the V stages,
+ * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in
+ * registers). */
+FSA_LAYOUT_FN int fsa_qt_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_qt_dq_smem_k(int dk, int dv) { return fsa_qt_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
+FSA_LAYOUT_FN int fsa_qt_dq_smem_v(int dk, int dv)
+{
+    return fsa_qt_dq_smem_k(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_dq_keys(dk), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_dq_smem_bytes(int dk, int dv)
+{
+    return fsa_qt_dq_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_dq_keys(dk), dv);
+}
+/* dK and dV: a CTA owns FSA_QT_DKV_KEYS keys of one sequence and walks the
+ * query tiles that see them. Its warps form FSA_QT_DKV_SETS sets of 4, each
+ * warp of a set owning 16 keys, set i taking rows 32 i .. 32 i + 31 of every
+ * query tile; at the end set 1 hands its sums to set 0 through the stage
+ * buffers (fp32, pitch d + 8), which adds them in a fixed order. The dK and
+ * dV columns are split into parts (blockIdx.z) so that the accumulators of a
+ * part stay at most 128 floats per thread; each part recomputes S and dP.
+ * K | V | the Q stages | the dO stages | per stage and row: the keys it
+ * sees (first, last), lse (base 2), delta. */
+#define FSA_QT_DKV_KEYS 64
+#define FSA_QT_DKV_SETS 2
+#define FSA_QT_DKV_THREADS (FSA_QT_DKV_SETS * FSA_QT_THREADS)
+FSA_LAYOUT_FN int fsa_qt_dkv_parts(int dk, int dv) { return (dk + dv + 255) / 256; }
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_QT_DKV_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_q(int dk, int dv) { return fsa_qt_dkv_smem_v(dk) + fsa_tile_bytes(FSA_QT_DKV_KEYS, dv); }
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_do(int dk, int dv)
+{
+    return fsa_qt_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
+}
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_rows(int dk, int dv)
+{
+    return fsa_qt_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_bytes(int dk, int dv)
+{
+    return fsa_qt_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 4 * FSA_QT_ROWS * 4;
+}
+/* CTAs along x for `keys` keys in B sequences (as fsa_qt_grid_tiles). */
+FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
+{
+    return keys / FSA_QT_DKV_KEYS + batch;
 }
 
 #endif

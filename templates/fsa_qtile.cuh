@@ -49,6 +49,13 @@ __device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch
     return t;
 }
 
+// The query tile of this CTA (blockIdx.x) for group size G, in a kernel
+// whose parameter block p names cu_seqlens, batch and total_tokens.
+template <int G, class P>
+__device__ __forceinline__ QueryTile cta_query_tile(const P &p) {
+    return query_tile<fsa_qt_tokens_per_tile(G)>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
+}
+
 // The rows of a warp: 16 / G whole tokens of G heads each; rows past
 // TW * G are padding (they load zeros and write nothing).
 template <int G>
@@ -65,18 +72,34 @@ struct GroupRows {
     }
 };
 
-// The query rows of a tile into shared memory (pitch LD), zeros for rows
-// without a token: row w * 16 + r is token tok0 + token(w, r), query head
-// h * G + head(r). Joins the current cp.async group.
+// The FSA_QT_ROWS query rows of a tile into shared memory (pitch LD), zeros
+// for rows without a token: row w * 16 + r is token tok0 + token(w, r),
+// query head h * G + head(r). THREADS threads share the copies, which join
+// the current cp.async group.
 template <int G, int D, int LD, int THREADS>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h) {
     typedef GroupRows<G> Rows;
-    load_tile_async<16 * (THREADS / 32), D, LD, THREADS>(dst, [&](int row) {
+    load_tile_async<FSA_QT_ROWS, D, LD, THREADS>(dst, [&](int row) {
         const int w = row >> 4, r = row & 15;
         const bool ok = Rows::live(w, r, tile.n_tok);
         const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))
                             : (const u16 *)q.ptr;
         return RowSrc{src, ok};
+    });
+}
+
+// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer
+// (pitches fsa_pitch(DK), fsa_pitch(DV)); key_rows(j) -> RowPair{k row, v
+// row, ok}. Joins the current cp.async group.
+template <int KS, int DK, int DV, class KeyRows>
+__device__ __forceinline__ void load_key_stage_async(u32 k_dst, u32 v_dst, KeyRows key_rows, int first) {
+    load_tile_async<KS, DK, fsa_pitch(DK), FSA_QT_THREADS>(k_dst, [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{kv.a, kv.ok};
+    });
+    load_tile_async<KS, DV, fsa_pitch(DV), FSA_QT_THREADS>(v_dst, [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{kv.b, kv.ok};
     });
 }
 

@@ -8,27 +8,14 @@
 
 #define STAGE_BWD "compressed-backward"
 
-/* delta [Hq, T] floats, rounded up to the workspace alignment. */
-static size_t workspace_bytes(const fsa_compressed_plan *plan, int64_t total_tokens)
-{
-    const size_t bytes = (size_t)plan->desc.num_q_heads * (size_t)total_tokens * 4;
-    return (bytes + 255) & ~(size_t)255;
-}
-
 fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
                                                   int64_t total_tokens, int batch)
 {
-    fsa_status st = FSA_STATUS_OK;
     int64_t tiles;
-    if (bytes_out == NULL || plan == NULL)
-        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE_BWD, "bytes_out and plan must not be NULL");
-    *bytes_out = 0;
-    if (!plan->desc.backward)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
-    FSA_CHECK(fsa_check_tokens(STAGE_BWD, total_tokens, batch));
-    FSA_CHECK(fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD));
-    *bytes_out = workspace_bytes(plan, total_tokens);
-cleanup:
+    fsa_status st = fsa_qt_bwd_workspace_query(bytes_out, plan, plan ? plan->desc.backward : 0,
+                                               plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
+    if (st == FSA_STATUS_OK && (st = fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD)) != FSA_STATUS_OK)
+        *bytes_out = 0;
     return st;
 }
 
@@ -40,19 +27,18 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const fsa_compressed_plan *plan = compressed_plan;
     const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
-    const int64_t T = a->total_tokens, Tc = a->total_compressed;
-    const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    const int64_t T = a->total_tokens;
     if (!plan->desc.backward)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
-    const fsa_tensor_check grads[] = {
-        {"dout", &a->dout, T, hq}, {"dq", &a->dq, T, hq}, {"dk", &a->dk, Tc, hkv}, {"dv", &a->dv, Tc, hkv}};
-    FSA_CHECK(fsa_check_tensors(STAGE_BWD, grads, 4));
-    if (fsa_cmp_grid_key_tiles(Tc, a->batch) > INT32_MAX)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles", (long long)Tc);
-    FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, workspace_bytes(plan, T)));
+    if (fsa_qt_grid_key_tiles(a->total_compressed, a->batch) > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles",
+                 (long long)a->total_compressed);
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
+    FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
+                                     plan->desc.num_kv_heads));
 cleanup:
     return st;
 }
@@ -67,14 +53,10 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     const fsa_compressed_attention_desc *d = &plan->desc;
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
-    p.dout = fsa_view_of(&a->dout);
-    p.dq = fsa_view_of(&a->dq);
-    p.dk = fsa_view_of(&a->dk);
-    p.dv = fsa_view_of(&a->dv);
-    p.delta = (long long)a->workspace;
+    FSA_QT_PARAMS_GRADS(&p, a);
     const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
-    const uint64_t k_tiles = (uint64_t)fsa_cmp_grid_key_tiles(a->total_compressed, a->batch);
-    const unsigned parts = (unsigned)fsa_cmp_dkv_parts(d->head_dim, d->value_dim);
+    const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);
+    const unsigned parts = (unsigned)fsa_qt_dkv_parts(d->head_dim, d->value_dim);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
 cleanup:

@@ -47,6 +47,7 @@ typedef enum family_id {
     FAM_CMP_SELECT,
     FAM_CMP_BWD,
     FAM_SWA_FWD,
+    FAM_SWA_BWD,
     FAM_N
 } family_id;
 
@@ -70,6 +71,7 @@ static const struct {
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE}},
     [FAM_CMP_BWD] = {"cmp_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
     [FAM_SWA_FWD] = {"swa_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_SWA_BWD] = {"swa_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -97,6 +99,8 @@ static const struct {
     [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
     [FSA_K_CMP_BWD_DKV] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv"},
     [FSA_K_SWA_FWD] = {FAM_SWA_FWD, "fsa_swa_fwd"},
+    [FSA_K_SWA_BWD_DQ] = {FAM_SWA_BWD, "fsa_swa_bwd_dq"},
+    [FSA_K_SWA_BWD_DKV] = {FAM_SWA_BWD, "fsa_swa_bwd_dkv"},
 };
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -129,16 +133,19 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_kvc_smem_bytes(d, dv, g);
         break;
     case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
-    /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS, set below. */
+    /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD:
     case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, bk, c->top_k); break;
-    case FSA_K_CMP_BWD_DQ: smem = fsa_cmp_dq_smem_bytes(d, dv); break;
-    case FSA_K_CMP_BWD_DKV: smem = fsa_cmp_dkv_smem_bytes(d, dv); break;
+    case FSA_K_CMP_BWD_DQ:
+    case FSA_K_SWA_BWD_DQ: smem = fsa_qt_dq_smem_bytes(d, dv); break;
+    case FSA_K_CMP_BWD_DKV:
+    case FSA_K_SWA_BWD_DKV: smem = fsa_qt_dkv_smem_bytes(d, dv); break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
     const family_id f = kernels[id].family;
-    if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
+    if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
+        threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;

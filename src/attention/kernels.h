@@ -37,6 +37,8 @@ typedef enum fsa_kernel_id {
     FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */
     FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv */
     FSA_K_SWA_FWD,       /* sliding-window attention forward */
+    FSA_K_SWA_BWD_DQ,    /* sliding-window backward: dq and delta */
+    FSA_K_SWA_BWD_DKV,   /* sliding-window backward: dk and dv */
     FSA_K_N
 } fsa_kernel_id;
 

@@ -177,6 +177,34 @@ void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t wor
     p->work_offsets = (long long)(workspace + l->work_offsets);
 }
 
+size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens)
+{
+    const size_t bytes = (size_t)num_q_heads * (size_t)total_tokens * 4;
+    return (bytes + 255) & ~(size_t)255;
+}
+
+fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int backward, int num_q_heads,
+                                      int64_t total_tokens, int batch, const char *stage)
+{
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "bytes_out and plan must not be NULL");
+    *bytes_out = 0;
+    if (!backward) return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "the plan was created without backward");
+    const fsa_status st = fsa_check_tokens(stage, total_tokens, batch);
+    if (st == FSA_STATUS_OK) *bytes_out = fsa_qt_bwd_workspace_bytes(num_q_heads, total_tokens);
+    return st;
+}
+
+fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int64_t total_tokens, int64_t keys,
+                                  int hq, int hkv)
+{
+    const fsa_tensor_check grads[] = {
+        {"dout", g->dout, total_tokens, hq}, {"dq", g->dq, total_tokens, hq}, {"dk", g->dk, keys, hkv}, {"dv", g->dv, keys, hkv}};
+    const fsa_status st = fsa_check_tensors(stage, grads, 4);
+    if (st != FSA_STATUS_OK) return st;
+    return fsa_check_workspace(stage, g->workspace, g->workspace_bytes, fsa_qt_bwd_workspace_bytes(hq, total_tokens));
+}
+
 fsa_kernel_view fsa_view_of(const fsa_tensor *t)
 {
     const fsa_kernel_view v = {(long long)t->ptr, t->token_stride, t->head_stride};

@@ -50,6 +50,34 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);
 
+/* The backward of query-tile attention (compressed, window) keeps delta
+ * [Hq, T] floats in its workspace: these bytes, rounded up to the
+ * workspace alignment. */
+size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens);
+
+/* Its workspace query: bytes_out and plan not NULL (*bytes_out 0 on any
+ * failure), a plan made with backward, a token count and batch a call
+ * accepts. */
+fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int backward, int num_q_heads,
+                                      int64_t total_tokens, int batch, const char *stage);
+
+/* Its own arguments, after the inputs it shares with the forward: dout and
+ * dq over the T query rows of hq heads, dk and dv over `keys` rows of hkv
+ * heads, and the workspace. */
+typedef struct fsa_qt_grads {
+    const fsa_tensor *dout, *dq, *dk, *dv;
+    uint64_t workspace;
+    size_t workspace_bytes;
+} fsa_qt_grads;
+/* The backward's fields of a query-tile parameter block (fsa_cmp_params,
+ * fsa_swa_params) from its args struct: the gradients' views, delta in the
+ * workspace. */
+#define FSA_QT_PARAMS_GRADS(p, a)                                                                           \
+    ((p)->dout = fsa_view_of(&(a)->dout), (p)->dq = fsa_view_of(&(a)->dq), (p)->dk = fsa_view_of(&(a)->dk), \
+     (p)->dv = fsa_view_of(&(a)->dv), (p)->delta = (long long)(a)->workspace)
+fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int64_t total_tokens, int64_t keys,
+                                  int hq, int hkv);
+
 /* A tensor argument as the kernels see it. */
 fsa_kernel_view fsa_view_of(const fsa_tensor *t);
 

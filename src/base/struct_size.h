@@ -29,6 +29,7 @@
 #define FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_bwd_args, workspace_bytes)
 #define FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_attention_desc, scale)
 #define FSA_WINDOW_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_fwd_args, lse)
+#define FSA_WINDOW_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_bwd_args, workspace_bytes)
 #define FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_fwd_args, workspace_bytes)
 
 /* For every field added after a struct's first version, next to the code

@@ -5,38 +5,95 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+int fsa_ref_window_of(const fsa_ref_window_problem *p, int qh)
+{
+    return p->head_windows != NULL ? p->head_windows[qh] : p->window;
+}
+
+/* The probabilities of query head qh at token t (sequence start s) over its
+ * keys first .. t into x; returns first, *lse the log-sum-exp. */
+static int row_softmax(const fsa_ref_window_problem *p, int s, int t, int qh, double *x, double *lse)
+{
+    const int Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, h = qh / (Hq / Hkv);
+    const int w = fsa_ref_window_of(p, qh);
+    assert(w >= 1);
+    const int first = t - w + 1 > s ? t - w + 1 : s, n = t - first + 1;
+    const float *q = p->q + ((size_t)t * Hq + qh) * Dk;
+    double mx = -INFINITY, sum = 0.0;
+    for (int m = 0; m < n; m++) {
+        const float *k = p->k + ((size_t)(first + m) * Hkv + h) * Dk;
+        double dot = 0.0;
+        for (int e = 0; e < Dk; e++) dot += (double)q[e] * (double)k[e];
+        x[m] = p->scale * dot;
+        if (x[m] > mx) mx = x[m];
+    }
+    for (int m = 0; m < n; m++) sum += (x[m] = exp(x[m] - mx));
+    for (int m = 0; m < n; m++) x[m] /= sum;
+    *lse = mx + log(sum);
+    return first;
+}
+
+static double *scratch(const fsa_ref_window_problem *p)
+{
+    assert(p->batch >= 1 && p->cu_seqlens[0] == 0 && p->cu_seqlens[p->batch] == p->total_tokens);
+    double *x = calloc((size_t)p->total_tokens + 1, sizeof *x);
+    if (x == NULL) abort();
+    return x;
+}
 
 void fsa_ref_window_forward(const fsa_ref_window_problem *p, double *o, double *lse)
 {
-    const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
-    const int G = Hq / Hkv;
-    assert(p->batch >= 1 && p->cu_seqlens[0] == 0 && p->cu_seqlens[p->batch] == T && p->window >= 1);
-    double *x = calloc((size_t)p->window, sizeof *x);
-    if (x == NULL) abort();
+    const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dv = p->value_dim;
+    double *x = scratch(p);
     for (int b = 0; b < p->batch; b++)
-        for (int t = p->cu_seqlens[b]; t < p->cu_seqlens[b + 1]; t++) {
-            const int first = t - p->window + 1 > p->cu_seqlens[b] ? t - p->window + 1 : p->cu_seqlens[b];
-            const int n = t - first + 1;
+        for (int t = p->cu_seqlens[b]; t < p->cu_seqlens[b + 1]; t++)
             for (int qh = 0; qh < Hq; qh++) {
-                const int h = qh / G;
-                const float *q = p->q + ((size_t)t * Hq + qh) * Dk;
-                double mx = -INFINITY, sum = 0.0;
-                for (int m = 0; m < n; m++) {
-                    const float *k = p->k + ((size_t)(first + m) * Hkv + h) * Dk;
-                    double dot = 0.0;
-                    for (int e = 0; e < Dk; e++) dot += (double)q[e] * (double)k[e];
-                    x[m] = p->scale * dot;
-                    if (x[m] > mx) mx = x[m];
-                }
-                for (int m = 0; m < n; m++) sum += (x[m] = exp(x[m] - mx));
+                const int h = qh / (Hq / Hkv);
+                double l;
+                const int first = row_softmax(p, p->cu_seqlens[b], t, qh, x, &l);
                 double *orow = o + ((size_t)t * Hq + qh) * Dv;
                 for (int e = 0; e < Dv; e++) orow[e] = 0.0;
+                for (int m = 0; m <= t - first; m++) {
+                    const float *v = p->v + ((size_t)(first + m) * Hkv + h) * Dv;
+                    for (int e = 0; e < Dv; e++) orow[e] += x[m] * (double)v[e];
+                }
+                if (lse != NULL) lse[(size_t)qh * T + t] = l;
+            }
+    free(x);
+}
+
+void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout, double *dq, double *dk, double *dv)
+{
+    const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
+    double *x = scratch(p), *dp = scratch(p);
+    memset(dq, 0, (size_t)T * Hq * Dk * sizeof *dq);
+    memset(dk, 0, (size_t)T * Hkv * Dk * sizeof *dk);
+    memset(dv, 0, (size_t)T * Hkv * Dv * sizeof *dv);
+    for (int b = 0; b < p->batch; b++)
+        for (int t = p->cu_seqlens[b]; t < p->cu_seqlens[b + 1]; t++)
+            for (int qh = 0; qh < Hq; qh++) {
+                const int h = qh / (Hq / Hkv);
+                double l, delta = 0.0;
+                const int first = row_softmax(p, p->cu_seqlens[b], t, qh, x, &l), n = t - first + 1;
+                const float *go = dout + ((size_t)t * Hq + qh) * Dv, *q = p->q + ((size_t)t * Hq + qh) * Dk;
                 for (int m = 0; m < n; m++) {
                     const float *v = p->v + ((size_t)(first + m) * Hkv + h) * Dv;
-                    for (int e = 0; e < Dv; e++) orow[e] += x[m] / sum * (double)v[e];
+                    dp[m] = 0.0;
+                    for (int e = 0; e < Dv; e++) dp[m] += (double)go[e] * (double)v[e];
+                    delta += x[m] * dp[m]; /* = dout.o */
                 }
-                if (lse != NULL) lse[(size_t)qh * T + t] = mx + log(sum);
+                for (int m = 0; m < n; m++) {
+                    const size_t kr = (size_t)(first + m) * Hkv + h;
+                    const double ds = x[m] * (dp[m] - delta) * p->scale;
+                    for (int e = 0; e < Dk; e++) {
+                        dq[((size_t)t * Hq + qh) * Dk + e] += ds * (double)p->k[kr * Dk + e];
+                        dk[kr * Dk + e] += ds * (double)q[e];
+                    }
+                    for (int e = 0; e < Dv; e++) dv[kr * Dv + e] += x[m] * (double)go[e];
+                }
             }
-        }
     free(x);
+    free(dp);
 }

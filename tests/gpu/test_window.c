@@ -1,12 +1,17 @@
-/* Sliding-window attention forward on the GPU against the CPU float64
- * reference: dtypes, Dk != Dv, groups 1..16, windows of 1, shorter and longer
- * than the sequences, varlen batches, strided tensors; outputs poisoned
- * before every run, the same bits twice, lse optional. FSA_TEST_QUICK=1 runs
- * a subset. */
+/* Sliding-window attention forward and backward on the GPU against the CPU
+ * float64 reference: dtypes, Dk != Dv, groups 1..16, windows of 1, shorter
+ * and longer than the sequences, per-head windows, varlen batches with
+ * sequences of one token, strided tensors; outputs (and the workspace)
+ * poisoned before every run, the same bits twice, lse optional in the
+ * forward, graph capture, malformed offsets. FSA_TEST_QUICK=1 runs a
+ * subset. */
 #include "attention_problem.h"
 #include "reference_window.h"
 
+#include "jit/cuda_driver.h"
+
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,7 @@ typedef struct win_case {
     const char *name;
     fsa_dtype dtype;
     int dk, dv, hq, hkv, window;
+    int per_head; /* head qh's window: window, 1, window / 3 + 1, 1 << 20 for qh % 4 = 0..3 */
     int lens[5];
     int nseq;
     int strided;
@@ -22,13 +28,18 @@ typedef struct win_case {
 } win_case;
 
 static const win_case cases[] = {
-    /* name                  dtype             dk   dv   hq  hkv W     lens                     n  str quick */
-    {"bf16_d128_g4_w512",    FSA_DTYPE_BF16,   128, 128, 8,  2,  512,  {1300, 1, 70},           3, 0, 1},
-    {"bf16_dk192_dv128_g16", FSA_DTYPE_BF16,   192, 128, 32, 2,  100,  {600, 37},               2, 1, 1},
-    {"f16_d64_g1_w1",        FSA_DTYPE_F16,    64,  64,  2,  2,  1,    {200, 3},                2, 0, 1},
-    {"f16_dk32_dv96_g3_w65", FSA_DTYPE_F16,    32,  96,  6,  2,  65,   {5, 400, 129, 64},       4, 1, 0},
-    {"bf16_d256_g2_causal",  FSA_DTYPE_BF16,   256, 256, 2,  1,  4096, {700},                   1, 0, 0},
-    {"bf16_dk64_dv16_g12",   FSA_DTYPE_BF16,   64,  16,  12, 1,  33,   {500, 17},               2, 0, 0},
+    /* name                       dtype dk   dv   hq  hkv W     ph  lens                 n  str quick */
+    {"bf16_d128_g4_w512",           BF, 128, 128, 8,  2,  512,  0, {1300, 1, 70},      3, 0, 1},
+    {"bf16_dk192_dv128_g16_w100",   BF, 192, 128, 32, 2,  100,  0, {600, 37},          2, 1, 1},
+    {"f16_d64_g1_w1",               HF, 64,  64,  2,  2,  1,    0, {200, 3, 1},        3, 0, 1},
+    {"bf16_d64_g16_per_head",       BF, 64,  64,  16, 1,  40,   1, {300, 1, 77},       3, 1, 1},
+    {"f16_d64_g4_w_over_len",       HF, 64,  64,  8,  2,  4096, 0, {700, 1, 129},      3, 1, 0},
+    {"f16_dk192_dv128_g4_per_head", HF, 192, 128, 8,  2,  200,  1, {500, 64, 1},       3, 0, 0},
+    {"bf16_d128_g1_per_head",       BF, 128, 128, 3,  3,  33,   1, {257, 5},           2, 0, 0},
+    {"f16_d128_g8_w300",            HF, 128, 128, 16, 2,  300,  0, {600},              1, 0, 0},
+    {"f16_dk32_dv96_g3_w65",        HF, 32,  96,  6,  2,  65,   0, {5, 400, 129, 64},  4, 1, 0},
+    {"bf16_d256_g2_causal",         BF, 256, 256, 2,  1,  4096, 0, {700},              1, 0, 0},
+    {"bf16_dk64_dv16_g12",          BF, 64,  16,  12, 1,  33,   0, {500, 17},          2, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -39,6 +50,26 @@ static int g_quick;
 
 static int runs(const win_case *c) { return !g_quick || c->quick; }
 
+static void windows_of(const win_case *c, int32_t *w)
+{
+    for (int qh = 0; qh < c->hq; qh++) {
+        const int32_t pattern[4] = {c->window, 1, c->window / 3 + 1, 1 << 20};
+        w[qh] = c->per_head ? pattern[qh % 4] : c->window;
+    }
+}
+
+/* A case's inputs (host and device), its reference forward and its layouts. */
+typedef struct win_problem {
+    int T;
+    int32_t cu[6], windows[64];
+    float *q, *k, *v;
+    double *o_ref, *lse_ref;
+    fsa_ref_window_problem ref;
+    int64_t q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs;
+    uint64_t dq_, dk_, dv_, do_, dcu, dlse; /* device q, k, v, o, cu_seqlens, lse */
+    size_t o_bytes, lse_bytes;
+} win_problem;
+
 static float *random_rounded(fsa_rng *rng, size_t n, fsa_dtype dt)
 {
     float *x = malloc((n + 1) * sizeof *x);
@@ -47,84 +78,327 @@ static float *random_rounded(fsa_rng *rng, size_t n, fsa_dtype dt)
     return x;
 }
 
-static void run_case(const win_case *c, const fsa_window_plan *plan)
+static void problem_of(win_problem *p, const win_case *c, uint64_t seed)
 {
-    fsa_rng rng = {0x51d0u + (uint64_t)(c - cases)};
-    int32_t cu[6] = {0};
-    for (int b = 0; b < c->nseq; b++) cu[b + 1] = cu[b] + c->lens[b];
-    const int T = cu[c->nseq];
-    float *q = random_rounded(&rng, (size_t)T * c->hq * c->dk, c->dtype);
-    float *k = random_rounded(&rng, (size_t)T * c->hkv * c->dk, c->dtype);
-    float *v = random_rounded(&rng, (size_t)T * c->hkv * c->dv, c->dtype);
-    const size_t no = (size_t)T * c->hq * c->dv;
-    double *o_ref = malloc(no * sizeof *o_ref), *lse_ref = malloc((size_t)T * c->hq * sizeof *lse_ref);
-    assert_true(o_ref && lse_ref);
-    const fsa_ref_window_problem rp = {T, c->nseq, cu, c->hq, c->hkv, c->dk, c->dv, c->window,
-                                       1.0 / sqrt((double)c->dk), q, k, v};
-    fsa_ref_window_forward(&rp, o_ref, lse_ref);
+    memset(p, 0, sizeof *p);
+    fsa_rng rng = {seed};
+    for (int b = 0; b < c->nseq; b++) p->cu[b + 1] = p->cu[b] + c->lens[b];
+    const int T = p->T = p->cu[c->nseq];
+    windows_of(c, p->windows);
+    p->q = random_rounded(&rng, (size_t)T * c->hq * c->dk, c->dtype);
+    p->k = random_rounded(&rng, (size_t)T * c->hkv * c->dk, c->dtype);
+    p->v = random_rounded(&rng, (size_t)T * c->hkv * c->dv, c->dtype);
+    p->o_ref = malloc((size_t)T * c->hq * c->dv * sizeof *p->o_ref);
+    p->lse_ref = malloc((size_t)T * c->hq * sizeof *p->lse_ref);
+    assert_true(p->o_ref && p->lse_ref);
+    p->ref = (fsa_ref_window_problem){T,    c->nseq, p->cu, c->hq, c->hkv, c->dk,     c->dv, c->window,
+                                      1.0 / sqrt((double)c->dk), p->q, p->k, p->v, p->windows};
+    fsa_ref_window_forward(&p->ref, p->o_ref, p->lse_ref);
 
     const int pad = c->strided ? 8 : 0;
-    const int64_t q_hs = c->dk + pad, q_ts = c->hq * q_hs + pad, k_hs = c->dk + 2 * pad, k_ts = c->hkv * k_hs;
-    const int64_t v_hs = c->dv + pad, v_ts = c->hkv * v_hs + pad, o_hs = c->dv + pad, o_ts = c->hq * o_hs + 3 * pad;
-    fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
-    a.total_tokens = T;
-    a.batch = c->nseq;
-    a.q = (fsa_tensor){upload_strided(q, T, c->hq, c->dk, q_ts, q_hs, c->dtype), q_ts, q_hs};
-    a.k = (fsa_tensor){upload_strided(k, T, c->hkv, c->dk, k_ts, k_hs, c->dtype), k_ts, k_hs};
-    a.v = (fsa_tensor){upload_strided(v, T, c->hkv, c->dv, v_ts, v_hs, c->dtype), v_ts, v_hs};
-    const size_t o_bytes = (size_t)T * o_ts * 2, lse_bytes = (size_t)T * c->hq * 4;
-    a.o = (fsa_tensor){fsa_test_dalloc(o_bytes), o_ts, o_hs};
-    a.cu_seqlens = fsa_test_dalloc(sizeof cu);
-    fsa_test_h2d(a.cu_seqlens, cu, sizeof cu);
-    const uint64_t lse_dev = fsa_test_dalloc(lse_bytes);
-    a.lse = lse_dev;
+    p->q_hs = c->dk + pad, p->q_ts = c->hq * p->q_hs + pad, p->k_hs = c->dk + 2 * pad, p->k_ts = c->hkv * p->k_hs;
+    p->v_hs = c->dv + pad, p->v_ts = c->hkv * p->v_hs + pad, p->o_hs = c->dv + pad, p->o_ts = c->hq * p->o_hs + 3 * pad;
+    p->dq_ = upload_strided(p->q, T, c->hq, c->dk, p->q_ts, p->q_hs, c->dtype);
+    p->dk_ = upload_strided(p->k, T, c->hkv, c->dk, p->k_ts, p->k_hs, c->dtype);
+    p->dv_ = upload_strided(p->v, T, c->hkv, c->dv, p->v_ts, p->v_hs, c->dtype);
+    p->o_bytes = (size_t)T * p->o_ts * 2, p->lse_bytes = (size_t)T * c->hq * 4;
+    p->do_ = fsa_test_dalloc(p->o_bytes);
+    p->dlse = fsa_test_dalloc(p->lse_bytes);
+    p->dcu = fsa_test_dalloc(sizeof p->cu);
+    fsa_test_h2d(p->dcu, p->cu, sizeof p->cu);
+}
 
-    float *o = malloc(no * sizeof *o), *lse = malloc(lse_bytes);
-    uint16_t *img[2] = {malloc(o_bytes), malloc(o_bytes)};
+static void problem_release(win_problem *p)
+{
+    const uint64_t dev[] = {p->dq_, p->dk_, p->dv_, p->do_, p->dcu, p->dlse};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) fsa_test_dfree(dev[i]);
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->o_ref);
+    free(p->lse_ref);
+}
+
+static fsa_window_fwd_args fwd_args_of_problem(const win_problem *p, const win_case *c)
+{
+    fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
+    a.total_tokens = p->T, a.batch = c->nseq, a.cu_seqlens = p->dcu, a.lse = p->dlse;
+    a.q = (fsa_tensor){p->dq_, p->q_ts, p->q_hs}, a.k = (fsa_tensor){p->dk_, p->k_ts, p->k_hs};
+    a.v = (fsa_tensor){p->dv_, p->v_ts, p->v_hs}, a.o = (fsa_tensor){p->do_, p->o_ts, p->o_hs};
+    return a;
+}
+
+static void run_forward(const win_case *c, const fsa_window_plan *plan)
+{
+    win_problem p;
+    problem_of(&p, c, 0x51d0u + (uint64_t)(c - cases));
+    const int T = p.T;
+    const size_t no = (size_t)T * c->hq * c->dv;
+    fsa_window_fwd_args a = fwd_args_of_problem(&p, c);
+    float *o = malloc(no * sizeof *o), *lse = malloc(p.lse_bytes);
+    uint16_t *img[2] = {malloc(p.o_bytes), malloc(p.o_bytes)};
     assert_true(o && lse && img[0] && img[1]);
     for (int run = 0; run < 2; run++) {
         if (run == 1) a.lse = 0; /* lse not wanted: o alone, the same bits */
-        fsa_test_dfill(a.o.ptr, 0xff, o_bytes);
-        if (a.lse) fsa_test_dfill(a.lse, 0xff, lse_bytes);
+        fsa_test_dfill(a.o.ptr, 0xff, p.o_bytes);
+        fsa_test_dfill(p.dlse, 0xff, p.lse_bytes);
         if (fsa_window_attention_fwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
         fsa_test_sync();
-        download_strided(o, img[run], a.o.ptr, T, c->hq, c->dv, o_ts, o_hs, c->dtype);
+        download_strided(o, img[run], a.o.ptr, T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
         if (run == 1) break;
-        fsa_test_d2h(lse, a.lse, lse_bytes);
+        fsa_test_d2h(lse, p.dlse, p.lse_bytes);
         const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
-        const double err = fsa_rel_error(o, o_ref, no);
+        const double err = fsa_rel_error(o, p.o_ref, no);
         double worst = 0.0;
         for (size_t e = 0; e < (size_t)T * c->hq; e++) {
             assert_true(isfinite(lse[e])); /* every query sees itself */
-            worst = fmax(worst, fabs(lse[e] - lse_ref[e]) / (2e-3 + 1e-5 * fabs(lse_ref[e])));
+            worst = fmax(worst, fabs(lse[e] - p.lse_ref[e]) / (2e-3 + 1e-5 * fabs(p.lse_ref[e])));
         }
-        print_message("  %-24s T %5d  o rel err %.3e (tol %.0e), lse err/tol %.3f\n", c->name, T, err, tol, worst);
+        print_message("  %-28s T %5d  o rel err %.3e (tol %.0e), lse err/tol %.3f\n", c->name, T, err, tol, worst);
         assert_true(err < tol);
         assert_true(worst < 1.0);
         if (c->strided) /* the gaps of a strided output are never written */
             for (int t = 0; t < T; t++)
-                for (int64_t e = (int64_t)c->hq * o_hs; e < o_ts; e++) assert_int_equal(img[0][t * o_ts + e], 0xffff);
+                for (int64_t e = (int64_t)c->hq * p.o_hs; e < p.o_ts; e++) assert_int_equal(img[0][t * p.o_ts + e], 0xffff);
     }
-    assert_memory_equal(img[0], img[1], o_bytes);
-
+    assert_memory_equal(img[0], img[1], p.o_bytes);
     free(img[0]);
     free(img[1]);
     free(o);
     free(lse);
-    free(o_ref);
-    free(lse_ref);
-    free(q);
-    free(k);
-    free(v);
-    const uint64_t dev[] = {a.q.ptr, a.k.ptr, a.v.ptr, a.o.ptr, a.cu_seqlens, lse_dev};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) fsa_test_dfree(dev[i]);
+    problem_release(&p);
 }
 
-static void test_window_attention_matches_the_reference_on_every_case(void **state)
+static void test_the_forward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i])) run_case(&cases[i], g_plans[i]);
+        if (runs(&cases[i])) run_forward(&cases[i], g_plans[i]);
+}
+
+/* The backward's device buffers: dout, the three gradients, the workspace. */
+typedef struct grads {
+    uint64_t dout, d[3], ws;
+    size_t bytes[3], ws_bytes;
+    int rows[3], heads[3], dims[3];
+    int64_t ts[3], hs[3];
+} grads;
+
+static fsa_window_bwd_args bwd_args_of(grads *g, win_problem *p, const win_case *c, const fsa_window_plan *plan,
+                                       const float *dout)
+{
+    const int T = p->T;
+    g->dout = upload_strided(dout, T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
+    const int rows[3] = {T, T, T}, heads[3] = {c->hq, c->hkv, c->hkv}, dims[3] = {c->dk, c->dk, c->dv};
+    const int64_t ts[3] = {p->q_ts, p->k_ts, p->v_ts}, hs[3] = {p->q_hs, p->k_hs, p->v_hs};
+    for (int i = 0; i < 3; i++) {
+        g->rows[i] = rows[i], g->heads[i] = heads[i], g->dims[i] = dims[i], g->ts[i] = ts[i], g->hs[i] = hs[i];
+        g->bytes[i] = (size_t)T * ts[i] * 2;
+        g->d[i] = fsa_test_dalloc(g->bytes[i]);
+    }
+    assert_int_equal(fsa_window_plan_workspace_size_bwd(&g->ws_bytes, plan, T, c->nseq), FSA_STATUS_OK);
+    g->ws = fsa_test_dalloc(g->ws_bytes + 256);
+    const fsa_window_fwd_args f = fwd_args_of_problem(p, c);
+    fsa_window_bwd_args a = FSA_WINDOW_BWD_ARGS_INIT;
+    a.total_tokens = T, a.batch = c->nseq, a.cu_seqlens = p->dcu, a.lse = p->dlse;
+    a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o;
+    a.dout = (fsa_tensor){g->dout, p->o_ts, p->o_hs};
+    a.dq = (fsa_tensor){g->d[0], p->q_ts, p->q_hs};
+    a.dk = (fsa_tensor){g->d[1], p->k_ts, p->k_hs};
+    a.dv = (fsa_tensor){g->d[2], p->v_ts, p->v_hs};
+    a.workspace = g->ws, a.workspace_bytes = g->ws_bytes;
+    return a;
+}
+
+static void grads_release(grads *g)
+{
+    fsa_test_dfree(g->dout);
+    fsa_test_dfree(g->ws);
+    for (int i = 0; i < 3; i++) fsa_test_dfree(g->d[i]);
+}
+
+static void poison_grads(const grads *g)
+{
+    for (int i = 0; i < 3; i++) fsa_test_dfill(g->d[i], 0xff, g->bytes[i]);
+    fsa_test_dfill(g->ws, 0xff, g->ws_bytes);
+}
+
+/* The three gradients as logical floats (got, optional) and raw device images (img, the caller frees them). */
+static void download_grads(const grads *g, float **got, uint16_t **img, fsa_dtype dt)
+{
+    for (int i = 0; i < 3; i++) {
+        img[i] = malloc(g->bytes[i]);
+        assert_non_null(img[i]);
+        if (got) download_strided(got[i], img[i], g->d[i], g->rows[i], g->heads[i], g->dims[i], g->ts[i], g->hs[i], dt);
+        else fsa_test_d2h(img[i], g->d[i], g->bytes[i]);
+    }
+}
+
+static double norm(const double *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t e = 0; e < n; e++) s += x[e] * x[e];
+    return sqrt(s);
+}
+
+/* ||got - want|| over the larger of ||want|| and `floor`. A gradient that is
+ * 0 in exact arithmetic (a window of one: the softmax over one key is
+ * constant, so dq = dk = 0 and the GPU's are rounding noise) is measured
+ * against a thousandth of the value gradient's size instead; any other is
+ * far above that floor. */
+static double grad_error(const float *got, const double *want, size_t n, double floor)
+{
+    const double w = norm(want, n);
+    return fsa_rel_error(got, want, n) * fmax(w, 1e-30) / fmax(w, floor);
+}
+
+/* The backward from the GPU forward's o and lse, against the reference
+ * gradients; poisoned outputs and workspace; the same bits twice. */
+static void run_backward(const win_case *c, const fsa_window_plan *plan)
+{
+    win_problem p;
+    problem_of(&p, c, 0xbac0000u + (uint64_t)(c - cases));
+    const int T = p.T;
+    const fsa_window_fwd_args fa = fwd_args_of_problem(&p, c);
+    assert_int_equal(fsa_window_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+
+    const size_t n_do = (size_t)T * c->hq * c->dv;
+    const size_t n[3] = {(size_t)T * c->hq * c->dk, (size_t)T * c->hkv * c->dk, (size_t)T * c->hkv * c->dv};
+    fsa_rng rng = {0xd0u + (uint64_t)(c - cases)};
+    float *dout = random_rounded(&rng, n_do, c->dtype), *got[3];
+    double *want[3];
+    for (int i = 0; i < 3; i++) {
+        got[i] = malloc((n[i] + 1) * sizeof(float));
+        want[i] = malloc((n[i] + 1) * sizeof(double));
+        assert_true(got[i] && want[i]);
+    }
+    fsa_ref_window_backward(&p.ref, dout, want[0], want[1], want[2]);
+
+    grads g;
+    const fsa_window_bwd_args a = bwd_args_of(&g, &p, c, plan, dout);
+    uint16_t *img[2][3];
+    for (int run = 0; run < 2; run++) {
+        poison_grads(&g);
+        if (fsa_window_attention_bwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        download_grads(&g, got, img[run], c->dtype);
+    }
+    const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+    double err[3];
+    for (int i = 0; i < 3; i++)
+        err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
+    for (int i = 0; i < 3; i++) {
+        assert_true(err[i] < tol);
+        assert_memory_equal(img[0][i], img[1][i], g.bytes[i]); /* same inputs, same bits */
+        free(img[0][i]);
+        free(img[1][i]);
+        free(got[i]);
+        free(want[i]);
+    }
+    free(dout);
+    grads_release(&g);
+    problem_release(&p);
+}
+
+static void test_the_backward_matches_the_reference_gradients_on_every_case(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
+}
+
+/* Forward and backward captured in one CUDA graph replay to the bits of
+ * direct calls. */
+static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(void **state)
+{
+    (void)state;
+    const win_case *c = &cases[3];
+    const fsa_window_plan *plan = g_plans[3];
+    const fsa_cu_api *cu = NULL;
+    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
+    win_problem p;
+    problem_of(&p, c, 77);
+    const fsa_window_fwd_args fa = fwd_args_of_problem(&p, c);
+    fsa_rng rng = {78};
+    float *dout = random_rounded(&rng, (size_t)p.T * c->hq * c->dv, c->dtype);
+    grads g;
+    const fsa_window_bwd_args ba = bwd_args_of(&g, &p, c, plan, dout);
+    uint16_t *direct[3], *replay[3];
+    poison_grads(&g);
+    assert_int_equal(fsa_window_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_window_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    download_grads(&g, NULL, direct, c->dtype);
+
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    const int captured = cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                         cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS &&
+                         fsa_window_attention_fwd(plan, &fa, s) == FSA_STATUS_OK &&
+                         fsa_window_attention_bwd(plan, &ba, s) == FSA_STATUS_OK &&
+                         cu->StreamEndCapture(s, &graph) == CUDA_SUCCESS &&
+                         cu->GraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
+    if (!captured) fail_msg("capture: %s", fsa_last_error());
+    for (int rep = 0; rep < 2; rep++) {
+        poison_grads(&g);
+        fsa_test_dfill(p.do_, 0xff, p.o_bytes);
+        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
+        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        download_grads(&g, NULL, replay, c->dtype);
+        for (int i = 0; i < 3; i++) {
+            assert_memory_equal(direct[i], replay[i], g.bytes[i]);
+            free(replay[i]);
+        }
+    }
+    cu->GraphExecDestroy(exec);
+    cu->GraphDestroy(graph);
+    cu->StreamDestroy(s);
+    for (int i = 0; i < 3; i++) free(direct[i]);
+    free(dout);
+    grads_release(&g);
+    problem_release(&p);
+}
+
+/* Offsets that contradict the token count (a sequence past T, a decreasing
+ * pair) are clamped by the kernels: forward and backward complete without a
+ * fault (run under compute-sanitizer to see no access goes out of bounds). */
+static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
+{
+    (void)state;
+    const win_case *c = &cases[0];
+    const fsa_window_plan *plan = g_plans[0];
+    win_problem p;
+    problem_of(&p, c, 13);
+    const int32_t bad_cu[4] = {0, p.T + 50, 7, p.T + 1000};
+    fsa_test_h2d(p.dcu, bad_cu, sizeof bad_cu);
+    const fsa_window_fwd_args fa = fwd_args_of_problem(&p, c);
+    float *dout = random_rounded(&(fsa_rng){14}, (size_t)p.T * c->hq * c->dv, c->dtype);
+    grads g;
+    const fsa_window_bwd_args ba = bwd_args_of(&g, &p, c, plan, dout);
+    assert_int_equal(fsa_window_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_window_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
+    fsa_test_sync(); /* fails the test on a fault */
+    free(dout);
+    grads_release(&g);
+    problem_release(&p);
+}
+
+/* The plan of case i (with backward), or NULL after saying why. */
+static void *plan_of_case(void *arg)
+{
+    const size_t i = (size_t)(uintptr_t)arg;
+    const win_case *c = &cases[i];
+    int32_t windows[64];
+    windows_of(c, windows);
+    fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
+    d.dtype = c->dtype, d.head_dim = c->dk, d.value_dim = c->dv, d.backward = 1;
+    d.num_q_heads = c->hq, d.num_kv_heads = c->hkv;
+    d.window = c->window, d.head_windows = c->per_head ? windows : NULL;
+    if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
+        fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
+    return NULL;
 }
 
 static int setup(void **state)
@@ -133,22 +407,14 @@ static int setup(void **state)
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
     g_cache_dir = fsa_test_mkdtemp("window-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    for (size_t i = 0; i < N_CASES; i++) {
-        if (!runs(&cases[i])) continue;
-        const win_case *c = &cases[i];
-        fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
-        d.dtype = c->dtype;
-        d.head_dim = c->dk;
-        d.value_dim = c->dv;
-        d.num_q_heads = c->hq;
-        d.num_kv_heads = c->hkv;
-        d.window = c->window;
-        if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK) {
-            fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
-            return -1;
-        }
-    }
-    return 0;
+    /* One thread per plan, so the kernels compile in parallel. */
+    pthread_t th[N_CASES];
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) assert_int_equal(pthread_create(&th[i], NULL, plan_of_case, (void *)(uintptr_t)i), 0);
+    int ok = 1;
+    for (size_t i = 0; i < N_CASES; i++)
+        if (runs(&cases[i])) pthread_join(th[i], NULL), ok &= g_plans[i] != NULL;
+    return ok ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -164,7 +430,10 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_window_attention_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_the_forward_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
+        cmocka_unit_test(test_a_graph_captured_forward_and_backward_replay_to_the_same_bits),
+        cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
     return cmocka_run_group_tests(tests, setup, teardown);

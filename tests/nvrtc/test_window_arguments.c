@@ -1,6 +1,7 @@
-/* Sliding-window plans and calls answer bad descriptors and arguments with
- * their documented status, on an offline sm_90a plan (no GPU needed); a call
- * whose arguments pass every check ends with FSA_STATUS_NO_DEVICE. */
+/* Sliding-window plans and calls (forward, backward, the workspace query)
+ * answer bad descriptors and arguments with their documented status, on an
+ * offline sm_90a plan (no GPU needed); a call whose arguments pass every
+ * check ends with FSA_STATUS_NO_DEVICE. */
 #include "testing.h"
 
 #include "base/struct_size.h"
@@ -16,7 +17,8 @@
 
 static char *g_dir;
 static fsa_context *g_ctx;
-static fsa_window_plan *g_plan;
+static fsa_window_plan *g_plan;    /* with backward */
+static fsa_window_plan *g_fwd_only; /* without */
 
 #define EXPECT_STATUS(want, call)                                                                         \
     do {                                                                                                  \
@@ -35,6 +37,7 @@ static fsa_window_attention_desc small_desc(void)
     d.num_q_heads = HQ;
     d.num_kv_heads = HKV;
     d.window = 64;
+    d.backward = 1;
     return d;
 }
 
@@ -48,9 +51,14 @@ static int group_setup(void **state)
     o.cache_dir = g_dir;
     o.log = -1;
     if (g_dir == NULL || fsa_context_create(&g_ctx, &o) != FSA_STATUS_OK) return -1;
-    const fsa_window_attention_desc d = small_desc();
+    fsa_window_attention_desc d = small_desc();
     if (fsa_window_plan_create(&g_plan, g_ctx, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "plan: %s\n", fsa_last_error());
+        return -1;
+    }
+    d.backward = 0;
+    if (fsa_window_plan_create(&g_fwd_only, g_ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "forward-only plan: %s\n", fsa_last_error());
         return -1;
     }
     return 0;
@@ -60,6 +68,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     fsa_window_plan_destroy(g_plan);
+    fsa_window_plan_destroy(g_fwd_only);
     fsa_context_destroy(g_ctx);
     fsa_test_rmtree(g_dir);
     free(g_dir);
@@ -96,18 +105,55 @@ static void test_descriptors_outside_the_supported_shapes_are_refused(void **sta
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
     d = small_desc(), d.value_dim = 0; /* = head_dim */
     EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+    d = small_desc(), d.backward = 2;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
 }
+
+static void test_per_head_windows_must_each_be_positive_and_fit_the_table(void **state)
+{
+    (void)state;
+    enum { MORE = FSA_WINDOW_MAX_HEAD_WINDOWS + 8 };
+    int32_t windows[MORE];
+    for (int i = 0; i < MORE; i++) windows[i] = 1 + i;
+    fsa_window_attention_desc d = small_desc();
+    d.head_windows = windows;
+    d.window = 0; /* ignored when every head has its own */
+    EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+    windows[HQ - 1] = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "head_windows[3]"));
+    windows[HQ - 1] = -5;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    windows[HQ - 1] = HQ;
+    d.num_q_heads = MORE, d.num_kv_heads = MORE / 8; /* every window valid, but one table too many */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d.head_windows = NULL, d.window = 7; /* one window: any number of heads */
+    EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+}
+
+static void test_a_descriptor_of_the_first_version_is_accepted_without_backward(void **state)
+{
+    (void)state;
+    fsa_window_attention_desc d = small_desc();
+    d.struct_size = FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE;
+    fsa_window_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_create(&plan, g_ctx, &d));
+    size_t bytes = 1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, plan, 100, 1));
+    assert_int_equal(bytes, 0);
+    fsa_window_plan_destroy(plan);
+}
+
+/* Aligned device addresses that are never dereferenced: offline calls stop before the device. */
+#define AT(n) (0x7f0000000000ull + ((uint64_t)(n) << 20))
+static const fsa_tensor t_q = {AT(1), HQ * DK, DK}, t_k = {AT(2), HKV * DK, DK}, t_v = {AT(3), HKV * DV, DV},
+                        t_o = {AT(4), HQ * DV, DV};
 
 static fsa_window_fwd_args good_args(int64_t T)
 {
     fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
-    a.total_tokens = T;
-    a.batch = 1;
-    a.q = (fsa_tensor){0x7f0000100000ull, HQ * DK, DK};
-    a.k = (fsa_tensor){0x7f0000200000ull, HKV * DK, DK};
-    a.v = (fsa_tensor){0x7f0000300000ull, HKV * DV, DV};
-    a.o = (fsa_tensor){0x7f0000400000ull, HQ * DV, DV};
-    a.cu_seqlens = 0x7f0000500000ull;
+    a.total_tokens = T, a.batch = 1, a.cu_seqlens = AT(5);
+    a.q = t_q, a.k = t_k, a.v = t_v, a.o = t_o;
     return a;
 }
 
@@ -118,7 +164,7 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     (void)state;
     fsa_window_fwd_args a = good_args(100);
     EXPECT_FWD(FSA_STATUS_NO_DEVICE, &a);
-    a.lse = 0x7f0000600000ull;
+    a.lse = AT(6);
     EXPECT_FWD(FSA_STATUS_NO_DEVICE, &a);
     EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_attention_fwd(NULL, &a, NULL));
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, NULL);
@@ -138,11 +184,85 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, &a);
 }
 
+static fsa_window_bwd_args good_bwd_args(int64_t T, uint64_t workspace, size_t workspace_bytes)
+{
+    fsa_window_bwd_args a = FSA_WINDOW_BWD_ARGS_INIT;
+    a.total_tokens = T, a.batch = 1, a.cu_seqlens = AT(5), a.lse = AT(6);
+    a.q = t_q, a.k = t_k, a.v = t_v, a.o = t_o;
+    a.dout = (fsa_tensor){AT(7), t_o.token_stride, DV};
+    a.dq = (fsa_tensor){AT(8), t_q.token_stride, DK};
+    a.dk = (fsa_tensor){AT(9), t_k.token_stride, DK};
+    a.dv = (fsa_tensor){AT(10), t_v.token_stride, DV};
+    a.workspace = workspace, a.workspace_bytes = workspace_bytes;
+    return a;
+}
+
+#define EXPECT_BWD(want, args) EXPECT_STATUS(want, fsa_window_attention_bwd(g_plan, (args), NULL))
+
+static void test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up(void **state)
+{
+    (void)state;
+    size_t bytes = 1;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 100, 3));
+    assert_int_equal(bytes, (HQ * 100 * 4 + 255) / 256 * 256);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 0, 0));
+    assert_int_equal(bytes, 0);
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_plan_workspace_size_bwd(NULL, g_plan, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_plan_workspace_size_bwd(&bytes, NULL, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 100, 0));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, -1, 1));
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_fwd_only, 100, 1));
+}
+
+static void test_backward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    size_t need = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&need, g_plan, 100, 1));
+    const uint64_t ws = AT(11);
+    fsa_window_bwd_args a = good_bwd_args(100, ws, need);
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_attention_bwd(g_fwd_only, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "without backward"));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_attention_bwd(NULL, &a, NULL));
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, NULL);
+    a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE - 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
+    a = good_bwd_args(100, ws, need), a.lse = 0; /* the backward needs the forward's lse */
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, &a);
+    a = good_bwd_args(100, ws, need), a.lse += 2;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    a = good_bwd_args(100, ws, need), a.cu_seqlens = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, &a);
+    a = good_bwd_args(100, ws, need), a.batch = 101;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    a = good_bwd_args(100, ws, need), a.dout.ptr = 0;
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, &a);
+    a = good_bwd_args(100, ws, need), a.dq.ptr += 8;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    a = good_bwd_args(100, ws, need), a.dk.head_stride = DK + 4;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    a = good_bwd_args(100, ws, need), a.dv.token_stride = -1;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    a = good_bwd_args(100, ws, need - 1);
+    EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, &a);
+    a = good_bwd_args(100, 0, need);
+    EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, &a);
+    a = good_bwd_args(100, ws + 128, need);
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    a = good_bwd_args(0, 0, 0), a.batch = 0; /* nothing to do */
+    EXPECT_BWD(FSA_STATUS_OK, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
+        cmocka_unit_test(test_a_descriptor_of_the_first_version_is_accepted_without_backward),
+        cmocka_unit_test(test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up),
+        cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,6 +1,7 @@
 /* Checks the sliding-window reference itself: a window of one is the token's
- * own value, a window as long as the sequence is causal attention, and a row
- * of a middle window against a direct softmax. */
+ * own value, a window as long as the sequence is causal attention, a row of
+ * a middle window against a direct softmax, per-head windows row by row, and
+ * the backward against finite differences of the forward. */
 #include "reference_window.h"
 #include "testing.h"
 
@@ -28,7 +29,7 @@ static void make(owned *w, int window, uint64_t seed)
     for (int e = 0; e < T * hq * dk; e++) w->q[e] = (float)fsa_rng_normal(&rng);
     for (int e = 0; e < T * hkv * dk; e++) w->k[e] = (float)fsa_rng_normal(&rng);
     for (int e = 0; e < T * hkv * dv; e++) w->v[e] = (float)fsa_rng_normal(&rng);
-    w->p = (fsa_ref_window_problem){T, 2, w->cu, hq, hkv, dk, dv, window, 0.25, w->q, w->k, w->v};
+    w->p = (fsa_ref_window_problem){T, 2, w->cu, hq, hkv, dk, dv, window, 0.25, w->q, w->k, w->v, NULL};
     fsa_ref_window_forward(&w->p, w->o, w->lse);
 }
 
@@ -97,12 +98,83 @@ static void test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the
     release(&w);
 }
 
+/* A problem whose four query heads have the given windows. */
+static void make_per_head(owned *w, const int32_t *windows, uint64_t seed)
+{
+    make(w, 5, seed);
+    w->p.head_windows = windows;
+    fsa_ref_window_forward(&w->p, w->o, w->lse);
+}
+
+static void test_per_head_windows_give_each_head_the_rows_of_its_own_window(void **state)
+{
+    (void)state;
+    owned w;
+    const int32_t windows[4] = {1, 7, 1000, 3};
+    make_per_head(&w, windows, 4);
+    for (int t = 0; t < 33; t++) {
+        const int start = t < 20 ? 0 : 20;
+        for (int qh = 0; qh < 4; qh++) {
+            const int first = t - windows[qh] + 1 > start ? t - windows[qh] + 1 : start;
+            check_row(&w, qh, t, first);
+        }
+    }
+    release(&w);
+}
+
+/* sum(o * dout) of the problem, for finite differences. */
+static double loss(const fsa_ref_window_problem *p, const float *dout, double *o)
+{
+    fsa_ref_window_forward(p, o, NULL);
+    double l = 0.0;
+    for (int e = 0; e < p->total_tokens * p->num_q_heads * p->value_dim; e++) l += o[e] * dout[e];
+    return l;
+}
+
+/* d loss / d x[e] by central differences (x one of q, k, v). */
+static double numeric(const fsa_ref_window_problem *p, const float *dout, double *o, float *x, int e)
+{
+    const float keep = x[e], step = 1.0f / 64;
+    x[e] = keep + step;
+    const double up = loss(p, dout, o);
+    x[e] = keep - step;
+    const double down = loss(p, dout, o);
+    x[e] = keep;
+    return (up - down) / (2.0 * step);
+}
+
+static void test_the_backward_is_the_gradient_of_the_forward(void **state)
+{
+    (void)state;
+    owned w;
+    const int32_t windows[4] = {2, 9, 1000, 1};
+    make_per_head(&w, windows, 5);
+    const int T = 33, nq = T * 4 * 16, nk = T * 2 * 16, nv = T * 2 * 8, no = T * 4 * 8;
+    float *dout = malloc(no * sizeof *dout);
+    double *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nv * sizeof *dv);
+    assert_true(dout && dq && dk && dv);
+    fsa_rng rng = {55};
+    for (int e = 0; e < no; e++) dout[e] = (float)fsa_rng_normal(&rng);
+    fsa_ref_window_backward(&w.p, dout, dq, dk, dv);
+    /* The forward is smooth and the step a power of two: central differences agree to about step^2. */
+    for (int e = 0; e < nq; e += 7) assert_true(fabs(numeric(&w.p, dout, w.o, w.q, e) - dq[e]) < 2e-3);
+    for (int e = 0; e < nk; e += 5) assert_true(fabs(numeric(&w.p, dout, w.o, w.k, e) - dk[e]) < 2e-3);
+    for (int e = 0; e < nv; e += 3) assert_true(fabs(numeric(&w.p, dout, w.o, w.v, e) - dv[e]) < 2e-3);
+    free(dout);
+    free(dq);
+    free(dk);
+    free(dv);
+    release(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_window_of_one_gives_each_query_its_own_value),
         cmocka_unit_test(test_a_window_as_long_as_the_sequence_is_causal_attention_within_it),
         cmocka_unit_test(test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the_sequence),
+        cmocka_unit_test(test_per_head_windows_give_each_head_the_rows_of_its_own_window),
+        cmocka_unit_test(test_the_backward_is_the_gradient_of_the_forward),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

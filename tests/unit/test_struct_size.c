@@ -40,6 +40,24 @@ static void test_the_first_size_is_what_sizeof_gave_the_first_version(void **sta
     assert_true(FSA_CONTEXT_OPTIONS_FIRST_SIZE > sizeof(size_t));
 }
 
+/* fsa_window_attention_desc as 0.2.0 published it, before head_windows and
+ * backward were appended. */
+typedef struct window_desc_0_2 {
+    size_t struct_size;
+    fsa_dtype dtype;
+    int head_dim, value_dim, num_q_heads, num_kv_heads, window;
+    float scale;
+} window_desc_0_2;
+
+static void test_the_window_descriptor_grew_past_its_published_first_version(void **state)
+{
+    (void)state;
+    assert_int_equal(FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, sizeof(window_desc_0_2));
+    assert_true(offsetof(fsa_window_attention_desc, head_windows) >= sizeof(window_desc_0_2));
+    assert_true(offsetof(fsa_window_attention_desc, backward) > offsetof(fsa_window_attention_desc, head_windows));
+    assert_true(FSA_WINDOW_BWD_ARGS_FIRST_SIZE == sizeof(fsa_window_bwd_args));
+}
+
 static void test_an_old_shorter_struct_is_read_with_the_new_fields_zero(void **state)
 {
     (void)state;
@@ -118,6 +136,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_first_size_is_what_sizeof_gave_the_first_version),
+        cmocka_unit_test(test_the_window_descriptor_grew_past_its_published_first_version),
         cmocka_unit_test(test_an_old_shorter_struct_is_read_with_the_new_fields_zero),
         cmocka_unit_test(test_a_current_struct_is_read_whole),
         cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),

@@ -1,0 +1,149 @@
+/* Sliding-window attention: plans, the argument checks both calls make, and
+ * the forward launch (one kernel on the caller's stream; no workspace, no
+ * allocation, no host synchronization). */
+#include "window.h"
+
+#include "base/status_internal.h"
+#include "base/struct_size.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_PLAN "window-plan"
+#define STAGE_FWD "window-forward"
+
+FSA_APPENDED_FIELD(fsa_window_attention_desc, head_windows, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_window_attention_desc, backward, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE);
+
+static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
+
+static fsa_status validate_desc(const fsa_window_attention_desc *d)
+{
+    if (d->dtype != FSA_DTYPE_BF16 && d->dtype != FSA_DTYPE_F16)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "dtype %d is neither bf16 nor f16",
+                             (int)d->dtype);
+    if (!is_dim(d->head_dim) || !is_dim(d->value_dim))
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
+                             "head_dim %d and value_dim %d: multiples of 16 from 16 to 256", d->head_dim, d->value_dim);
+    if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > 65535 || d->num_q_heads % d->num_kv_heads != 0)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
+                             "num_q_heads %d and num_kv_heads %d: positive, Hq a multiple of Hkv, Hkv at most 65535",
+                             d->num_q_heads, d->num_kv_heads);
+    if (d->num_q_heads / d->num_kv_heads > FSA_QT_MAX_GROUP)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
+                             d->num_q_heads / d->num_kv_heads, FSA_QT_MAX_GROUP);
+    if (d->head_windows == NULL && d->window < 1)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "window %d must be >= 1", d->window);
+    if (d->head_windows != NULL && d->num_q_heads > FSA_WINDOW_MAX_HEAD_WINDOWS)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
+                             "per-head windows for %d query heads: at most %d", d->num_q_heads,
+                             FSA_WINDOW_MAX_HEAD_WINDOWS);
+    for (int qh = 0; d->head_windows != NULL && qh < d->num_q_heads; qh++)
+        if (d->head_windows[qh] < 1)
+            return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "head_windows[%d] = %d must be >= 1", qh,
+                                 (int)d->head_windows[qh]);
+    if (!isfinite(d->scale) || d->scale < 0.0f)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
+                             "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+    return FSA_STATUS_OK;
+}
+
+fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const fsa_window_attention_desc *desc)
+{
+    fsa_status st = FSA_STATUS_OK;
+    fsa_window_plan *plan = NULL;
+    fsa_window_attention_desc d;
+    if (out != NULL) *out = NULL;
+    FSA_CHECK(fsa_plan_desc_read(&d, sizeof d, out, ctx, desc, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
+                                 "fsa_window_attention_desc"));
+    if (d.value_dim == 0) d.value_dim = d.head_dim;
+    if (d.backward != 0 && d.backward != 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "backward %d must be 0 or 1", d.backward);
+    FSA_CHECK(validate_desc(&d));
+    plan = calloc(1, sizeof *plan);
+    FSA_CHECK_ALLOC(plan, STAGE_PLAN);
+    plan->ctx = ctx;
+    plan->desc = d;
+    plan->desc.head_windows = NULL; /* the caller's array is not kept */
+    plan->group = d.num_q_heads / d.num_kv_heads;
+    plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
+    plan->window = d.head_windows != NULL ? 0 : d.window;
+    for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) plan->head_windows[qh] = d.head_windows[qh];
+    const fsa_kernel_config c = {
+        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
+    /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
+    const struct {
+        fsa_kernel *k;
+        fsa_kernel_id id;
+    } kernels[] = {{&plan->fwd, FSA_K_SWA_FWD}, {&plan->bwd_dq, FSA_K_SWA_BWD_DQ}, {&plan->bwd_dkv, FSA_K_SWA_BWD_DKV}};
+    const int n = d.backward ? 3 : 1;
+    for (int i = 0; i < n; i++) {
+        fsa_kernel_describe(kernels[i].k, kernels[i].id, &c);
+        if ((int)kernels[i].k->smem > ctx->max_smem_per_block)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "%s needs %u bytes of shared memory; target %s allows %d",
+                     kernels[i].k->name, kernels[i].k->smem, ctx->target, ctx->max_smem_per_block);
+    }
+    for (int i = 0; i < n; i++) FSA_CHECK(fsa_kernel_load(kernels[i].k, kernels[i].id, ctx, &c));
+    *out = plan;
+    return FSA_STATUS_OK;
+cleanup:
+    free(plan);
+    return st;
+}
+
+void fsa_window_plan_destroy(fsa_window_plan *plan) { free(plan); }
+
+fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
+                                 int lse_required, int *has_work)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const int64_t T = c->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
+    FSA_CHECK(fsa_check_tokens(stage, T, c->batch));
+    *has_work = T > 0;
+    if (T == 0) goto cleanup;
+    if (fsa_qt_grid_tiles(T, c->batch, plan->group) > INT32_MAX || fsa_qt_grid_key_tiles(T, c->batch) > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens need too many tiles", (long long)T);
+    if (c->cu_seqlens == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens must not be NULL");
+    if (lse_required && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
+    if (c->cu_seqlens % 4 != 0 || c->lse % 4 != 0)
+        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
+    const fsa_tensor_check views[] = {{"q", c->q, T, hq}, {"k", c->k, T, hkv}, {"v", c->v, T, hkv}, {"o", c->o, T, hq}};
+    FSA_CHECK(fsa_check_tensors(stage, views, 4));
+cleanup:
+    return st;
+}
+
+void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_window_call c)
+{
+    *p = (fsa_swa_params){.q = fsa_view_of(c.q), .o = fsa_view_of(c.o), .k = fsa_view_of(c.k),
+                          .v = fsa_view_of(c.v), .lse = (long long)c.lse, .cu_seqlens = (long long)c.cu_seqlens,
+                          .total_tokens = c.total_tokens, .batch = c.batch,
+                          .scale_log2 = (double)plan->scale * FSA_LOG2E, .window = plan->window};
+    memcpy(p->head_windows, plan->head_windows, sizeof p->head_windows);
+}
+
+static fsa_status fwd_check(const void *window_plan, const void *call, int *has_work)
+{
+    const fsa_window_fwd_args *a = call;
+    return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
+}
+
+/* One kernel over the query tiles of every sequence, inside the plan's context. */
+static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream stream)
+{
+    const fsa_window_plan *plan = window_plan;
+    const fsa_window_fwd_args *a = call;
+    fsa_swa_params p;
+    fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
+    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
+}
+
+fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args, void *stream)
+{
+    static const fsa_call_frame frame = {STAGE_FWD, "fsa_window_fwd_args", sizeof(fsa_window_fwd_args),
+                                         FSA_WINDOW_FWD_ARGS_FIRST_SIZE, fwd_check, fwd_launch};
+    fsa_window_fwd_args a;
+    return fsa_call_framed(&frame, &a, plan, args, stream);
+}

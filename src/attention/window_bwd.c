@@ -1,0 +1,56 @@
+/* Sliding-window attention backward: dq (and delta = rowsum(dout * o) into
+ * the workspace), then dk and dv, on the caller's stream. No allocation, no
+ * host synchronization, deterministic. */
+#include "window.h"
+
+#include "base/status_internal.h"
+#include "base/struct_size.h"
+
+#define STAGE_BWD "window-backward"
+
+fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan, int64_t total_tokens,
+                                              int batch)
+{
+    return fsa_qt_bwd_workspace_query(bytes_out, plan, plan ? plan->desc.backward : 0,
+                                      plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
+}
+
+/* Every argument, on the host, before anything is enqueued (the device is
+ * required after them, so they can be checked offline). */
+static fsa_status bwd_check(const void *window_plan, const void *call, int *has_work)
+{
+    const fsa_window_plan *plan = window_plan;
+    const fsa_window_bwd_args *a = call;
+    const fsa_window_call c = FSA_WINDOW_CALL(a);
+    if (!plan->desc.backward)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    fsa_status st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
+    if (st != FSA_STATUS_OK || !*has_work) return st;
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
+    return fsa_qt_bwd_check_grads(STAGE_BWD, &g, a->total_tokens, a->total_tokens, plan->desc.num_q_heads,
+                                  plan->desc.num_kv_heads);
+}
+
+/* dq (with delta into the workspace), then dk and dv, which read that delta. */
+static fsa_status bwd_launch(const void *window_plan, const void *call, CUstream stream)
+{
+    const fsa_window_plan *plan = window_plan;
+    const fsa_window_bwd_args *a = call;
+    fsa_swa_params p;
+    fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
+    FSA_QT_PARAMS_GRADS(&p, a);
+    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_tokens, a->batch);
+    const unsigned parts = (unsigned)fsa_qt_dkv_parts(plan->desc.head_dim, plan->desc.value_dim);
+    const fsa_status st = fsa_kernel_launch(&plan->bwd_dq, plan->ctx, q_tiles, hkv, stream, &p);
+    return st != FSA_STATUS_OK ? st : fsa_kernel_launch_3d(&plan->bwd_dkv, plan->ctx, k_tiles, hkv, parts, stream, &p);
+}
+
+fsa_status fsa_window_attention_bwd(const fsa_window_plan *plan, const fsa_window_bwd_args *args, void *stream)
+{
+    static const fsa_call_frame frame = {STAGE_BWD, "fsa_window_bwd_args", sizeof(fsa_window_bwd_args),
+                                         FSA_WINDOW_BWD_ARGS_FIRST_SIZE, bwd_check, bwd_launch};
+    fsa_window_bwd_args a;
+    return fsa_call_framed(&frame, &a, plan, args, stream);
+}

@@ -1,0 +1,269 @@
+// The backward of query-tile attention, deterministic, as two blocks that a
+// kernel composes with its own key stream and visibility rule:
+//  backward_dq_tile:  the forward's query tile; delta = rowsum(dO * O) of the
+//                     tile's rows (also written to p.delta for the dK/dV
+//                     pass), then per stage of keys S = Q K^T, P with the
+//                     forward's lse, dP = dO V^T, dS = P (dP - delta),
+//                     dq += dS K.
+//  backward_dkv_tile: a CTA owns FSA_QT_DKV_KEYS keys of one sequence (16 per
+//                     warp, two sets of warps splitting each query tile's
+//                     rows) and walks the query tiles that see them (all G
+//                     heads of each token as rows): dV += P^T dO, dK += dS^T Q.
+// Every output element has one owner and its sums run in a fixed order: no
+// atomics, the same inputs give the same bits.
+//
+// P, the kernel's parameter block, names the views q, o, k, v, dout, dq, dk,
+// dv, the float [Hq, T] addresses lse and delta, total_tokens and scale_log2.
+// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV);
+// threads: FSA_QT_THREADS, FSA_QT_DKV_THREADS.
+#pragma once
+#include "fsa_mma.cuh"
+#include "fsa_qtile.cuh"
+
+namespace fsa {
+
+// A row's keys, inclusive, as indices of its sequence's keys; hi < lo: none.
+struct KeyRange {
+    int lo, hi;
+};
+
+// delta of one (token, query head) row, the dot of its dO and O rows, one row
+// at a time across the warp's lanes.
+template <class DT, int DV, class P>
+__device__ __forceinline__ float row_delta(const P &p, long long t, long long qh, int lane) {
+    const u16 *dout = view_row<const u16>(p.dout, t, qh), *o = view_row<const u16>(p.o, t, qh);
+    float acc = 0.f;
+    for (int e = lane; e < DV; e += 32) acc += DT::to_float(dout[e]) * DT::to_float(o[e]);
+    return warp_sum(acc);
+}
+
+// dq of a query tile against a stream of key stages, with the functors of
+// attend_query_tile (fsa_qattn.cuh): key_rows(j) -> RowPair{k row, v row, ok},
+// visible(j, half), warp_sees(stage). Stages of fsa_qt_dq_keys(DK) keys.
+template <class DT, int DK, int DV, int G, class P, class KeyRows, class Visible, class WarpSees>
+__device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p, const QueryTile &tile, int h,
+                                                 int n_stages, KeyRows key_rows, Visible visible, WarpSees warp_sees) {
+    static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
+    constexpr int KS = fsa_qt_dq_keys(DK), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    typedef GroupRows<G> Rows;
+    __shared__ float delta_s[FSA_QT_ROWS];
+    const u32 qs = smem_addr(smem), dos = qs + fsa_qt_dq_smem_do(DK);
+    const u32 ks = qs + fsa_qt_dq_smem_k(DK, DV), vs = qs + fsa_qt_dq_smem_v(DK, DV);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, p.q, tile, h);
+    load_query_rows_async<G, DV, LDV, FSA_QT_THREADS>(dos, p.dout, tile, h);
+    auto load = [&](int i, int buf) {
+        load_key_stage_async<KS, DK, DV>(ks + buf * fsa_tile_bytes(KS, DK), vs + buf * fsa_tile_bytes(KS, DV), key_rows,
+                                         i * KS);
+    };
+    AsyncRing<FSA_QT_STAGES> ring;
+    ring.start(n_stages, load);
+
+    // delta of the warp's rows, kept for the dK/dV pass as well.
+    for (int r = 0; r < 16; r++) {
+        if (!Rows::live(warp, r, tile.n_tok)) continue;  // warp-uniform
+        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+        const float d = row_delta<DT, DV>(p, t, qh, lane);
+        if (lane == 0) delta_s[warp * 16 + r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+    }
+    __syncwarp();
+    // This lane's two rows: live, lse in base 2, delta.
+    bool live[2];
+    float row_lse2[2], row_dlt[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        live[half] = Rows::live(warp, r, tile.n_tok);
+        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+        row_lse2[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : 0.f;
+        row_dlt[half] = live[half] ? delta_s[warp * 16 + r] : 0.f;
+    }
+
+    const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
+    const u32 do_lane = dos + (u32)(warp * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
+    const u32 kb_lane = ks + ldm_lane_b(lane, LDK), ka_lane = ks + ldm_lane_a(lane, LDK);
+    const u32 vb_lane = vs + ldm_lane_b(lane, LDV);
+    const float scale_log2 = (float)p.scale_log2;
+    float dq[DK / 8][4];
+    frag_zero<DK / 8>(dq);
+
+    for (int i = 0; i < n_stages; i++) {
+        const int buf = ring.acquire(i, load);
+        if (!warp_sees(i)) continue;  // warp-uniform: no row of this warp sees these keys
+        float s[KS / 8][4], dp[KS / 8][4];
+        frag_zero<KS / 8>(s);
+        frag_zero<KS / 8>(dp);
+        mma_abt<DT, DK, KS / 8, LDK>(s, q_lane, kb_lane + buf * fsa_tile_bytes(KS, DK));
+        mma_abt<DT, DV, KS / 8, LDV>(dp, do_lane, vb_lane + buf * fsa_tile_bytes(KS, DV));
+        frag_map<KS / 8>(s, lane, [&](float x, int col, int half) {  // P
+            return live[half] && visible(i * KS + col, half) ? fast_exp2(fmaf(x, scale_log2, -row_lse2[half])) : 0.f;
+        });
+        frag_map<KS / 8>(dp, lane, [&](float x, int, int half) { return x - row_dlt[half]; });
+        frag_mul<KS / 8>(s, dp);  // dS = P (dP - delta)
+        mma_pv<DT, KS / 16, DK / 8, LDK>(dq, s, ka_lane + buf * fsa_tile_bytes(KS, DK));
+    }
+    cp_async_wait<0>();
+
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        if (!live[half]) continue;
+        u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(warp, r), (long long)h * G + Rows::head(r));
+#pragma unroll
+        for (int j = 0; j < DK / 8; j++)
+            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
+    }
+}
+
+// This warp's 16 rows of a key tile's gradient (16 x D accumulator times
+// scale) into the rows of t the tile owns.
+template <class DT, int D>
+__device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const QueryTile &kt, int h,
+                                               const float acc[D / 8][4], float scale) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = warp * 16 + frag_row(lane, 2 * half);
+        if (r >= kt.n_tok) continue;
+        u16 *row = view_row<u16>(t, kt.tok0 + r, h);
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+    }
+}
+
+// dK and dV (or one of them: WANT_K, WANT_V) of the key tile kt: the key rows
+// kt.tok0 .. kt.tok0 + kt.n_tok - 1 of the [*, Hkv, *] k and v tensors, the
+// keys kt.tok0 - kt.start .. of their sequence. The query rows are the tiles
+// of fsa_qt_tokens_per_tile(G) tokens of the query range [q_start, q_end)
+// from position first_pos of it to position last_pos (none when last_pos <
+// first_pos); row_keys(pos, head) -> KeyRange says which keys the query at
+// position pos, head `head` of the group, sees.
+template <class DT, int DK, int DV, int G, bool WANT_K, bool WANT_V, class P, class RowKeys>
+__device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &p, const QueryTile &kt, int h,
+                                                  long long q_start, long long q_end, long long first_pos,
+                                                  long long last_pos, RowKeys row_keys) {
+    static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
+    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_DKV_THREADS;
+    constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    constexpr int RS = FSA_QT_ROWS / FSA_QT_DKV_SETS;  // query rows of a set
+    static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
+    typedef GroupRows<G> Rows;
+    const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
+    const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
+    KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
+    float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
+    float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
+    const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
+
+    load_tile_async<KT, DK, LDK, THREADS>(ks, [&](int r) {
+        const bool ok = r < kt.n_tok;
+        return RowSrc{ok ? view_row<const u16>(p.k, kt.tok0 + r, h) : (const u16 *)p.k.ptr, ok};
+    });
+    load_tile_async<KT, DV, LDV, THREADS>(vs, [&](int r) {
+        const bool ok = r < kt.n_tok;
+        return RowSrc{ok ? view_row<const u16>(p.v, kt.tok0 + r, h) : (const u16 *)p.v.ptr, ok};
+    });
+    auto load = [&](int it, int buf) {
+        QueryTile qt;
+        qt.start = q_start, qt.end = q_end, qt.seq = kt.seq, qt.ok = true;
+        qt.tok0 = q_start + first_pos + (long long)it * TT;
+        qt.n_tok = (int)min((long long)TT, q_end - qt.tok0);
+        load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
+        load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_QT_ROWS, DV), p.dout, qt, h);
+        if (tid < FSA_QT_ROWS) {
+            const int w = tid >> 4, r = tid & 15;
+            const bool live = Rows::live(w, r, qt.n_tok);
+            const long long t = qt.tok0 + Rows::token(w, r);
+            const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
+            row_keys_s[buf * FSA_QT_ROWS + tid] = live ? row_keys(t - q_start, Rows::head(r)) : KeyRange{1, 0};
+            row_lse2[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.lse)[at] * LOG2E : 0.f;
+            row_dlt[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.delta)[at] : 0.f;
+        }
+    };
+    AsyncRing<FSA_QT_STAGES> ring;
+    ring.start(n_qt, load);
+
+    // The keys of this lane's two rows and of the warp, as indices of the sequence.
+    const int j0 = (int)(kt.tok0 - kt.start);
+    const int key[2] = {j0 + warp * 16 + frag_row(lane, 0), j0 + warp * 16 + frag_row(lane, 2)};
+    const int warp_lo = j0 + warp * 16, warp_hi = warp_lo + 15;
+    const u32 k_lane = ks + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
+    const u32 v_lane = vs + (u32)(warp * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
+    const u32 qb_lane = qs + ldm_lane_b(lane, LDK), qa_lane = qs + ldm_lane_a(lane, LDK);
+    const u32 dob_lane = dos + ldm_lane_b(lane, LDV), doa_lane = dos + ldm_lane_a(lane, LDV);
+    const float scale_log2 = (float)p.scale_log2;
+    float dk[WANT_K ? DK / 8 : 1][4], dv[WANT_V ? DV / 8 : 1][4];
+    frag_zero<WANT_K ? DK / 8 : 1>(dk);
+    frag_zero<WANT_V ? DV / 8 : 1>(dv);
+
+    for (int it = 0; it < n_qt; it++) {
+        const int buf = ring.acquire(it, load);
+        const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
+        const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
+        // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
+        const int c0 = set * RS;
+        const KeyRange a = rk[c0 + lane];
+        if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
+        const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c0 * LDK * 2;
+        const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c0 * LDV * 2;
+        // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
+        float pt[RS / 8][4];
+        frag_zero<RS / 8>(pt);
+        mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
+        frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
+            const KeyRange r = rk[c0 + col];
+            const int kj = key[half];
+            return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
+        });
+        if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
+        if constexpr (WANT_K) {
+            // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
+            float dpt[RS / 8][4];
+            frag_zero<RS / 8>(dpt);
+            mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
+            frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
+            frag_mul<RS / 8>(pt, dpt);
+            mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
+        }
+    }
+    cp_async_wait<0>();
+
+    // Set 1's sums to set 0 through the stage buffers (free once every warp is past the loop).
+    static_assert(FSA_QT_DKV_SETS == 2, "one set hands its sums to the other");
+    static_assert(FSA_QT_DKV_KEYS * (DK + 8 + DV + 8) * 4 <= fsa_qt_dkv_smem_rows(DK, DV) - fsa_qt_dkv_smem_q(DK, DV),
+                  "the stage buffers hold a part's fp32 sums");
+    float *sums_k = (float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
+    __syncthreads();
+    if (set == 1) {
+        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
+        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
+    }
+    __syncthreads();
+    if (set == 1) return;
+    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
+    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
+
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
+    if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
+}
+
+// A dK/dV kernel's body: one part of PARTS = fsa_qt_dkv_parts(DK, DV) per
+// blockIdx.z (with two, z 0 makes dV and z 1 dK), each recomputing S and dP.
+template <class DT, int DK, int DV, int G, class P, class RowKeys>
+__device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
+                                                   long long q_start, long long q_end, long long first_pos,
+                                                   long long last_pos, RowKeys row_keys) {
+    if constexpr (fsa_qt_dkv_parts(DK, DV) == 1)
+        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+    else if (blockIdx.z == 0)
+        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+    else
+        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+}
+
+}  // namespace fsa
