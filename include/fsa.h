@@ -411,6 +411,23 @@ typedef enum fsa_algorithm {
     FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
 } fsa_algorithm;
 
+/** The default workspace cap (a descriptor's workspace_limit of 0) is set per
+ *  call: what the outputs alive during the call leave of this budget, 2.75
+ *  GiB, and never less than FSA_WORKSPACE_DEFAULT_MIN. A forward counts o and
+ *  lse (each token's Hq x Dv elements and Hq floats), a backward those and
+ *  dq, dk and dv (Hq x D + Hkv x (D + Dv) elements more): the forward's
+ *  workspace is released before the backward's gradients exist. So short
+ *  calls run in one chunk, the fastest way, and long ones stay bounded: one
+ *  forward plus backward of the standard problem (bf16, Hq 32, D 128, BK 64,
+ *  top-k 16) at T = 65536 needs at most 2.75 GiB (2.96 GB) of device memory
+ *  beyond its inputs, outputs and gradients included, for every group size. */
+#define FSA_WORKSPACE_DEFAULT_BUDGET ((uint64_t)11 << 28)
+/** The default workspace cap's floor: 256 MiB. */
+#define FSA_WORKSPACE_DEFAULT_MIN ((uint64_t)256 << 20)
+/** workspace_limit for no cap: every call runs in one chunk (as long as the
+ *  kernels can index it), with the largest and fastest workspace. */
+#define FSA_WORKSPACE_UNLIMITED (~(uint64_t)0)
+
 /** The problem shape of a plan. */
 typedef struct fsa_selected_attention_desc {
     size_t struct_size;
@@ -422,7 +439,10 @@ typedef struct fsa_selected_attention_desc {
     int top_k;                /**< selected blocks per query token: 1..64; default 16 */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     fsa_algorithm algorithm;  /**< default AUTO */
-    uint64_t workspace_limit; /**< bytes; 0 = no limit. Larger problems run in token chunks. */
+    uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
+                                   0 = the default (FSA_WORKSPACE_DEFAULT_BUDGET),
+                                   FSA_WORKSPACE_UNLIMITED = no cap. Larger problems run in chunks of KV heads, then of
+                                   tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
     /** Dv, the head dim of v and o (and dout, dv): a multiple of 16, 16..256;
      *  0 = head_dim. When either dim is over 128, a plan with backward needs
@@ -466,11 +486,14 @@ FSA_API fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx,
 FSA_API void fsa_plan_destroy(fsa_plan *plan);
 
 /**
- * Bytes of device workspace a forward call needs. With a workspace limit in
- * the descriptor the result does not exceed it, unless even one token chunk
- * needs more. With tuning on and no tuning record for the bucket yet, it
- * covers every variant the call may measure (a smaller workspace only means
- * the call does not measure).
+ * Bytes of device workspace a forward call needs: at most the plan's cap
+ * (desc.workspace_limit; 0 = the default, FSA_WORKSPACE_DEFAULT_BUDGET), the problem
+ * running in chunks of KV heads (a divisor of Hkv), then of tokens, that fit,
+ * unless even a chunk of one head and one token needs more (then that
+ * chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.
+ * With tuning on and no tuning record for the bucket yet, it covers every
+ * variant the call may measure (a smaller workspace only means the call does
+ * not measure).
  * @param[out] bytes_out    the size; 0 when the call needs no workspace (no
  *                          tokens, or the NSA path)
  * @param      plan         the plan
@@ -647,8 +670,10 @@ typedef struct fsa_bwd_args {
 #define FSA_BWD_ARGS_INIT FSA_INIT_(fsa_bwd_args, )
 
 /**
- * Bytes of device workspace a backward call needs (with a workspace limit,
- * as for fsa_plan_workspace_size).
+ * Bytes of device workspace a backward call needs: at most the plan's cap,
+ * chunked as for fsa_plan_workspace_size. The smallest chunk, one KV head
+ * and one token, holds that head's fp32 dK/dV over every token
+ * (T * (D + Dv) * 4 bytes): a cap below it gets that chunk's size.
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1
  * @param      total_tokens T

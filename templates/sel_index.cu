@@ -150,93 +150,99 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
 // token-major, so sorting entries sorts tokens) into list_sorted,
 // so the work split and the summation order do not depend on the order the
 // scatter's atomics happened to take. A list is sorted in shared memory when
-// short, else by marking its tokens in a bitmap one window at a time (tokens
-// are unique within a list) and compacting the marks in order.
+// short; a long one (block 0 is in every token's row) by CTAs of their own,
+// one per window of SORT_WINDOW chunk tokens (blockIdx.y: fsa_sort_windows): each marks its
+// window's tokens in a bitmap (tokens are unique within a list), counts the
+// entries before the window, and writes its marks, compacted in order, from
+// there. Every CTA reads the whole list, SORT_ILP entries per thread in
+// flight, so a long list costs one pass of latency rather than one per window.
 constexpr int SORT_SMALL = 2048;
-constexpr int SORT_WINDOW = 16384;
+constexpr int SORT_WINDOW = FSA_SORT_WINDOW;
+constexpr int SORT_ILP = 16;
+
+__device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, int n) {
+    const int tid = threadIdx.x;
+    int size = 1;
+    while (size < n) size <<= 1;
+    for (int i = tid; i < size; i += blockDim.x) keys[i] = i < n ? src[i] : 0x7fffffff;
+    __syncthreads();
+    for (int k = 2; k <= size; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = tid; i < size; i += blockDim.x) {
+                const int partner = i ^ j;
+                if (partner > i) {
+                    const int a = keys[i], b = keys[partner];
+                    if ((a > b) == ((i & k) == 0)) {
+                        keys[i] = b;
+                        keys[partner] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = tid; i < n; i += blockDim.x) dst[i] = keys[i];
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel_params p) {
     __shared__ int keys[SORT_SMALL];
     __shared__ u32 bits[SORT_WINDOW / 32];
     __shared__ unsigned char slots[SORT_WINDOW];
     __shared__ u64 scratch[32];
-    __shared__ int range[2];
     const int tid = threadIdx.x;
+    const int w0 = (int)blockIdx.y * SORT_WINDOW;  // this CTA's window of chunk tokens
     const long long n_seg = p.num_kv_heads * p.nb_total;
     const int *offsets = (const int *)p.offsets;
     for (long long seg = blockIdx.x; seg < n_seg; seg += gridDim.x) {
         const int off = offsets[seg], n = offsets[seg + 1] - off;
-        if (n == 0) continue;
+        if (n == 0 || (n <= SORT_SMALL && blockIdx.y != 0)) continue;
         const int *src = (const int *)p.list + off;
         int *dst = (int *)p.list_sorted + off;
         __syncthreads();  // shared memory is free again
         if (n <= SORT_SMALL) {
-            int size = 1;
-            while (size < n) size <<= 1;
-            for (int i = tid; i < size; i += blockDim.x) keys[i] = i < n ? src[i] : 0x7fffffff;
-            __syncthreads();
-            for (int k = 2; k <= size; k <<= 1) {
-                for (int j = k >> 1; j > 0; j >>= 1) {
-                    for (int i = tid; i < size; i += blockDim.x) {
-                        const int partner = i ^ j;
-                        if (partner > i) {
-                            const int a = keys[i], b = keys[partner];
-                            if ((a > b) == ((i & k) == 0)) {
-                                keys[i] = b;
-                                keys[partner] = a;
-                            }
-                        }
-                    }
-                    __syncthreads();
-                }
-            }
-            for (int i = tid; i < n; i += blockDim.x) dst[i] = keys[i];
+            sort_small(keys, src, dst, n);
             continue;
         }
-        if (tid == 0) range[0] = 0x7fffffff, range[1] = 0;
+        for (int i = tid; i < SORT_WINDOW / 32; i += blockDim.x) bits[i] = 0;
         __syncthreads();
-        int lo = 0x7fffffff, hi = 0;
-        for (int i = tid; i < n; i += blockDim.x) {
-            const int tl = fsa_entry_token(src[i]);
-            lo = min(lo, tl);
-            hi = max(hi, tl);
-        }
-        atomicMin(&range[0], lo);
-        atomicMax(&range[1], hi);
-        __syncthreads();
-        const int t_lo = range[0], t_hi = range[1];
-        int written = 0;
-        for (int w0 = t_lo; w0 <= t_hi; w0 += SORT_WINDOW) {
-            for (int i = tid; i < SORT_WINDOW / 32; i += blockDim.x) bits[i] = 0;
-            __syncthreads();
-            for (int i = tid; i < n; i += blockDim.x) {
-                const int e = src[i], x = fsa_entry_token(e) - w0;
-                if (x >= 0 && x < SORT_WINDOW) {
+        int before = 0;  // entries of this thread before the window
+        for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
+            int e[SORT_ILP];
+#pragma unroll
+            for (int k = 0; k < SORT_ILP; k++) {
+                const int i = i0 + k * THREADS;
+                e[k] = i < n ? __ldg(src + i) : -1;
+            }
+#pragma unroll
+            for (int k = 0; k < SORT_ILP; k++) {
+                if (e[k] < 0) continue;
+                const int x = fsa_entry_token(e[k]) - w0;
+                if (x < 0) before++;
+                else if (x < SORT_WINDOW) {
                     atomicOr(&bits[x >> 5], 1u << (x & 31));
-                    slots[x] = (unsigned char)fsa_entry_slot(e);
+                    slots[x] = (unsigned char)fsa_entry_slot(e[k]);
                 }
             }
-            __syncthreads();
-            // Each thread owns SORT_WINDOW / 32 / THREADS = 2 consecutive words.
-            constexpr int WORDS = SORT_WINDOW / 32 / THREADS;
-            u32 mine[WORDS];
-            int count = 0;
+        }
+        u64 total_before;
+        block_exclusive_scan((u64)before, scratch, &total_before);  // syncs: the bitmap is complete
+        // Each thread owns SORT_WINDOW / 32 / THREADS = 2 consecutive words.
+        constexpr int WORDS = SORT_WINDOW / 32 / THREADS;
+        u32 mine[WORDS];
+        int count = 0;
 #pragma unroll
-            for (int k = 0; k < WORDS; k++) {
-                mine[k] = bits[tid * WORDS + k];
-                count += __popc(mine[k]);
-            }
-            u64 total;
-            int at = written + (int)block_exclusive_scan((u64)count, scratch, &total);
+        for (int k = 0; k < WORDS; k++) {
+            mine[k] = bits[tid * WORDS + k];
+            count += __popc(mine[k]);
+        }
+        u64 total;
+        int at = (int)total_before + (int)block_exclusive_scan((u64)count, scratch, &total);
 #pragma unroll
-            for (int k = 0; k < WORDS; k++) {
-                for (u32 m = mine[k]; m; m &= m - 1) {
-                    const int x = (tid * WORDS + k) * 32 + __ffs(m) - 1;
-                    dst[at++] = fsa_entry_pack(w0 + x, slots[x]);
-                }
+        for (int k = 0; k < WORDS; k++) {
+            for (u32 m = mine[k]; m; m &= m - 1) {
+                const int x = (tid * WORDS + k) * 32 + __ffs(m) - 1;
+                dst[at++] = fsa_entry_pack(w0 + x, slots[x]);
             }
-            written += (int)total;
-            __syncthreads();  // before the next window clears the bitmap
         }
     }
 }

@@ -839,7 +839,8 @@ static void print_usage(FILE *f)
             "  --block-size N        keys per selectable block (default 64)\n"
             "  --top-k N             selected blocks per token (default 16)\n"
             "  --dtype T             " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
-            "  --workspace-limit B   cap on one call's workspace; suffixes K, M, G, T (default: none)\n"
+            "  --workspace-limit B   cap on each call's workspace, forward and backward; suffixes K, M,\n"
+            "                        G, T; 0 = the library's default cap (the default), 'unlimited' = none\n"
             "Runs:\n"
             "  --only fsa|nsa        time one path only (default both, and AUTO)\n"
             "  --backward            also the backward of each dq order and AUTO forward + backward\n"
@@ -972,8 +973,10 @@ static int parse_args(options *o, const char **jit_child, int argc, char **argv)
                 return usage_error("--warmup-ms: '%s'", optarg);
             break;
         case OPT_WORKSPACE_LIMIT:
-            if (tool_parse_bytes(&o->workspace_limit, optarg) != 0)
-                return usage_error("--workspace-limit: '%s' is not a byte count (e.g. 512M, 2G)", optarg);
+            if (strcmp(optarg, "unlimited") == 0) o->workspace_limit = FSA_WORKSPACE_UNLIMITED;
+            else if (tool_parse_bytes(&o->workspace_limit, optarg) != 0)
+                return usage_error("--workspace-limit: '%s' is not a byte count (e.g. 512M, 2G) or 'unlimited'",
+                                   optarg);
             break;
         case OPT_CACHE_DIR: o->cache_dir = optarg; break;
         case OPT_JSON: o->json = optarg; break;
@@ -999,11 +1002,15 @@ static int parse_args(options *o, const char **jit_child, int argc, char **argv)
 
 static void print_plan(const options *o)
 {
+    char limit[48];
+    if (o->workspace_limit == FSA_WORKSPACE_UNLIMITED) snprintf(limit, sizeof limit, "unlimited");
+    else if (o->workspace_limit == 0) snprintf(limit, sizeof limit, "default");
+    else snprintf(limit, sizeof limit, "%llu B", (unsigned long long)o->workspace_limit);
     char dv[24] = "";
     if (o->value_dim) snprintf(dv, sizeof dv, ", Dv %d", o->value_dim);
-    printf("# fsa-bench %s: %s, D %d%s, Hq %d, BK %d, K %d, dtype %s, workspace limit %llu B%s%s\n",
+    printf("# fsa-bench %s: %s, D %d%s, Hq %d, BK %d, K %d, dtype %s, workspace limit %s%s%s\n",
            fsa_version_string(), k_modes[o->mode].option, o->head_dim, dv, o->q_heads, o->block_size, o->top_k,
-           tool_dtype_name(o->dtype), (unsigned long long)o->workspace_limit, o->backward ? ", backward" : "",
+           tool_dtype_name(o->dtype), limit, o->backward ? ", backward" : "",
            o->only ? (o->only == FSA_ALGORITHM_FSA ? ", only fsa" : ", only nsa") : "");
     if (o->mode == MODE_GRID) {
         printf("# T");

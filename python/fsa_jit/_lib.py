@@ -108,6 +108,33 @@ def parse_bytes(value, name="bytes"):
     raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")
 
 
+# fsa.h: a workspace_limit of 0 caps a call's workspace at what the outputs alive during the call leave
+# of FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN; FSA_WORKSPACE_UNLIMITED: no cap.
+FSA_WORKSPACE_DEFAULT_BUDGET = 11 << 28
+FSA_WORKSPACE_DEFAULT_MIN = 256 << 20
+FSA_WORKSPACE_UNLIMITED = (1 << 64) - 1
+
+
+def parse_workspace_limit(value, name="workspace_limit"):
+    """A workspace cap as the operators take it: None or 0 -> 0 (libfsa's default cap, within
+    FSA_WORKSPACE_DEFAULT_BUDGET with the outputs alive during the call); "unlimited" or math.inf -> -1 (no cap; torch passes int64, so
+    the descriptor's FSA_WORKSPACE_UNLIMITED is spelled -1 until the plan is made); else bytes
+    as parse_bytes takes them."""
+    if isinstance(value, float) and value == float("inf"):
+        return -1
+    if isinstance(value, str) and value.strip().lower() == "unlimited":
+        return -1
+    limit = parse_bytes(value, name)
+    if limit >= 1 << 63:
+        raise ValueError(f"{name}: {value!r} is past int64; use 'unlimited' for no cap")
+    return limit
+
+
+def workspace_limit_field(limit):
+    """The descriptor's workspace_limit for an operator's limit (-1 = no cap)."""
+    return FSA_WORKSPACE_UNLIMITED if limit < 0 else limit
+
+
 # ------------------------------------------------------------------ structs
 # Same field order and types as fsa.h; enums are int, device pointers uint64.
 

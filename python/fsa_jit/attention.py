@@ -271,7 +271,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
         desc = _lib.fsa_selected_attention_desc(
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
             block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
-            workspace_limit=workspace_limit, backward=int(backward),
+            workspace_limit=_lib.workspace_limit_field(workspace_limit), backward=int(backward),
             value_dim=0 if value_dim == head_dim else value_dim,
         )
         handle = ctypes.c_void_p()
@@ -320,7 +320,7 @@ def _stream(device):
 # cannot read in place is copied inside, where data pointers are available
 # (tracing sees only shapes). Non-tensor arguments: block_size, scale (0.0 =
 # 1/sqrt(D)), max_seqlen (0 = unknown), algorithm (FSA_ALGORITHM_*),
-# topk_layout ('hkt' or 'thk'), workspace_limit (bytes, 0 = none).
+# topk_layout ('hkt' or 'thk'), workspace_limit (bytes; 0 = libfsa's default cap, -1 = none).
 
 
 def _scale32(scale):
@@ -447,8 +447,12 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     block_size: keys per block (16, 32, 64, 128 or 256). scale: softmax
     scale, None = 1/sqrt(D). max_seqlen: longest sequence, if known (host int).
     algorithm: 'auto', 'fsa' or 'nsa'. workspace_limit: cap on the device
-    workspace of one call, in bytes (an int, or a string such as '512M' or
-    '2G'); None = no cap. Larger problems then run in token chunks.
+    workspace of each call, forward and backward alike, in bytes (an int, or
+    a string such as '512M' or '2G'); None or 0 = libfsa's default cap
+    (what the outputs alive during the call leave of 2.75 GiB, at least
+    256 MiB: short calls run in one chunk); 'unlimited' or math.inf = no
+    cap (fastest, but the workspace grows with T: gigabytes at 64K tokens).
+    Larger problems run in chunks (of KV heads, then of tokens) that fit.
     validate: libfsa's check mode: a kernel first checks cu_seqlens and
     topk_idx on the device (cu_seqlens starts at 0, never falls, ends at T;
     each entry -1 or a block of the token's sequence, none twice in a row)
@@ -462,7 +466,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
     layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
-    limit = _lib.parse_bytes(workspace_limit, "workspace_limit")
+    limit = _lib.parse_workspace_limit(workspace_limit)
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     o, lse = torch.ops.fsa_jit.selected_attention_fwd(

@@ -45,7 +45,7 @@ def _dtype_list(text):
 
 def _bytes(text):
     try:
-        return _lib.parse_bytes(text, "--workspace-limit")
+        return _lib.parse_workspace_limit(text, "--workspace-limit")
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
 
@@ -159,7 +159,7 @@ def bench_main(argv=None):
     p.add_argument("--top-k", type=int, default=16)
     p.add_argument("--dtype", type=_dtype_list, default=["bf16"])
     p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
-    p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T")
+    p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T; 0 = libfsa's default cap, 'unlimited' = none")
     p.add_argument("--backward", action="store_true", help="also time forward + backward")
     p.add_argument("--min-ms", type=float, default=100.0)
     p.add_argument("--warmup-ms", type=float, default=25.0)

@@ -28,6 +28,7 @@ INIT_MACROS = {
 CONSTANTS = [n for n in dir(_lib) if n.startswith(("FSA_STATUS_", "FSA_CACHE_MODE_", "FSA_JIT_", "FSA_DTYPE_",
                                                    "FSA_ALGORITHM_", "FSA_TUNE_", "FSA_CHOICE_",
                                                    "FSA_OPERATION_"))] + ["FSA_DEVICE_NONE"]
+CONSTANTS_64 = ["FSA_WORKSPACE_DEFAULT_BUDGET", "FSA_WORKSPACE_DEFAULT_MIN", "FSA_WORKSPACE_UNLIMITED"]  # uint64_t
 
 
 def _leaves(struct, prefix=""):
@@ -68,6 +69,8 @@ def c_program():
             lines.append("}")
     for c in CONSTANTS:
         lines.append(f'printf("const {c} %d\\n", (int){c});')
+    for c in CONSTANTS_64:
+        lines.append(f'printf("const {c} %llu\\n", (unsigned long long){c});')
     lines += ["return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -111,7 +114,7 @@ def test_init_defaults(c_view, name):
 
 
 def test_constants(c_view):
-    for c in CONSTANTS:
+    for c in CONSTANTS + CONSTANTS_64:
         assert getattr(_lib, c) == c_view[("const", c)], c
 
 

@@ -123,3 +123,23 @@ def test_workspace_limit_spellings():
     for bad in (True, 1.5):
         with pytest.raises(TypeError):
             _lib.parse_bytes(bad)
+
+
+def test_workspace_limit_none_is_the_library_default_and_unlimited_is_no_cap():
+    assert _lib.parse_workspace_limit(None) == 0  # libfsa's default cap
+    assert _lib.parse_workspace_limit(0) == 0
+    assert _lib.parse_workspace_limit("512M") == 512 << 20
+    assert _lib.parse_workspace_limit("unlimited") == -1
+    assert _lib.parse_workspace_limit(" Unlimited ") == -1
+    assert _lib.parse_workspace_limit(float("inf")) == -1
+    assert _lib.parse_workspace_limit((1 << 63) - 1) == (1 << 63) - 1
+    with pytest.raises(ValueError):
+        _lib.parse_workspace_limit(1 << 63)  # past the operators' int64
+    with pytest.raises(ValueError):
+        _lib.parse_workspace_limit("none")
+    with pytest.raises(TypeError):
+        _lib.parse_workspace_limit(2.5)
+    # What the plan's descriptor gets.
+    assert _lib.workspace_limit_field(-1) == _lib.FSA_WORKSPACE_UNLIMITED == (1 << 64) - 1
+    assert _lib.workspace_limit_field(0) == 0
+    assert _lib.workspace_limit_field(4096) == 4096

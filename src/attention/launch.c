@@ -228,3 +228,27 @@ void fsa_params_inputs(fsa_sel_params *p, const fsa_plan *plan, const fsa_call_i
     p->top_k = plan->desc.top_k;
     p->scale_log2 = (double)plan->scale * FSA_LOG2E;
 }
+
+/* A view moved forward by `heads` heads of `elem` bytes (a tensor the call does not have stays 0). */
+static void skip_heads(fsa_kernel_view *v, long long heads, long long elem)
+{
+    if (v->ptr != 0) v->ptr += heads * v->head_stride * elem;
+}
+
+void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, long long h0, int heads)
+{
+    *p = *all;
+    const long long qh0 = h0 * group;
+    skip_heads(&p->q, qh0, 2);
+    skip_heads(&p->o, qh0, 2);
+    skip_heads(&p->dout, qh0, 2);
+    skip_heads(&p->dq, qh0, 2);
+    skip_heads(&p->k, h0, 2);
+    skip_heads(&p->v, h0, 2);
+    skip_heads(&p->dk, h0, 2);
+    skip_heads(&p->dv, h0, 2);
+    skip_heads(&p->topk, h0, 4);
+    if (p->lse != 0) p->lse += qh0 * p->total_tokens * 4; /* float [Hq, T] */
+    p->num_kv_heads = heads;
+    p->num_q_heads = (long long)heads * group;
+}

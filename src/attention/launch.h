@@ -161,6 +161,12 @@ static inline uint64_t fsa_blocks_for(uint64_t rows, int per_block)
 fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,
                             const fsa_index_layout *l, uint64_t workspace, CUstream stream, fsa_sel_params *p);
 
+/* The parameters of KV heads h0 .. h0 + heads - 1 and their query heads: the
+ * tensors, top-k rows and lse start at those heads, so the kernels see a
+ * problem of `heads` KV heads (every workspace array they index is per head):
+ * how a call runs in chunks of heads without the kernels knowing. */
+void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, long long h0, int heads);
+
 /* The index arrays of a workspace laid out by l. */
 void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace);
 

@@ -212,11 +212,12 @@ static size_t align_up(size_t x) { return x > SIZE_MAX - 255 ? SIZE_MAX : (x + 2
     out->field = at;            \
     at = align_up(add_sat(at, (bytes)))
 
-/* Places the index arrays at the start of a workspace; returns the first free offset. */
-static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch)
+/* Places the index arrays of `heads` KV heads at the start of a workspace;
+ * returns the first free offset. */
+static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads)
 {
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
-    out->n_counts = add_sat(mul_sat((size_t)plan->desc.num_kv_heads, (size_t)out->nb_total), 1);
+    out->n_counts = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
     size_t at = 0;
     FSA_PLACE_(counts, mul_sat(out->n_counts, 4));
     FSA_PLACE_(offsets, mul_sat(out->n_counts, 4));
@@ -224,12 +225,14 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     return at;
 }
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc)
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
-    const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    size_t at = place_index(&out->index, plan, total_tokens, batch);
+    out->heads = heads;
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
     const size_t n = out->index.n_counts;
     /* At most one partial work item per segment besides the full ones. */
     FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_fwd_item_entries(plan->group)), 4));
@@ -244,7 +247,9 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
  * halved (up to FSA_BWD_MAX_HALVINGS times) while there are fewer than 2
  * waves of items, so short inputs still fill the device. (Items of several
  * rounds would save dK/dV partials but measured slower: the longest lists
- * then make the tail; bench/NOTES.md.) */
+ * then make the tail; bench/NOTES.md.) Counted over every KV head, so that a
+ * chunk of fewer heads splits each list as a call of all heads does (the same
+ * dK/dV sums, bit for bit). */
 static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
 {
     const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
@@ -255,11 +260,11 @@ static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
     return fsa_bwd_item_entries(plan->group, halvings);
 }
 
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
-                        fsa_algorithm order)
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc, fsa_algorithm order)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
-    const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
+    const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
@@ -267,7 +272,8 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
-    size_t at = place_index(&out->index, plan, total_tokens, batch);
+    out->heads = heads;
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
     const size_t n = out->index.n_counts;
     FSA_PLACE_(part_offsets, mul_sat(n, 4));
     FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / e), 4));
@@ -286,63 +292,114 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
 }
 #undef FSA_PLACE_
 
-typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
+/* The default follows the call: a short one (whose outputs are small) gets
+ * the room to run in one chunk, a long one what its outputs leave of the
+ * budget, so the memory of a training step stays bounded either way (the
+ * forward's workspace is gone before the backward allocates dq, dk, dv). */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    if (d->workspace_limit != 0) return d->workspace_limit;
+    const size_t hq = (size_t)d->num_q_heads, hkv = (size_t)d->num_kv_heads;
+    const size_t dk = (size_t)d->head_dim, dv = (size_t)d->value_dim; /* 2-byte elements */
+    size_t per_token = hq * dv * 2 + hq * 4;                                   /* o and lse */
+    if (op == FSA_OP_BWD) per_token = add_sat(per_token, (hq * dk + hkv * (dk + dv)) * 2); /* dq, dk and dv */
+    const size_t own = mul_sat((size_t)total_tokens, per_token);
+    const uint64_t left = own < FSA_WORKSPACE_DEFAULT_BUDGET ? FSA_WORKSPACE_DEFAULT_BUDGET - own : 0;
+    return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
+}
+
+/* Workspace bytes of a chunk of `heads` KV heads x `tc` tokens. */
+typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
                                   fsa_algorithm order);
 
-static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc, fsa_algorithm order)
+static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
+                               fsa_algorithm order)
 {
     (void)order;
     fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, total_tokens, batch, tc);
+    fsa_fsa_layout_for(&l, plan, total_tokens, batch, heads, tc);
     return l.total;
 }
 
-static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc, fsa_algorithm order)
+static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
+                               fsa_algorithm order)
 {
     fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, total_tokens, batch, tc, order);
+    fsa_bwd_layout_for(&l, plan, total_tokens, batch, heads, tc, order);
     return l.total;
 }
 
-/* Tokens per chunk: all of them, unless int32 list entries (fsa_entry_pack)
- * or the workspace limit need fewer. Under a limit: the largest chunk whose
- * layout fits (a bisection; 16 x 256 bytes cover the arrays' alignment
- * padding), then even chunks so the last one is not a sliver, as long as they
- * still fit. */
-static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, layout_total_fn total,
-                            fsa_algorithm order)
+/* The bytes a layout may take under the call's cap: 16 x 256 bytes below it
+ * cover the arrays' alignment padding. UINT64_MAX: no cap. */
+static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
+{
+    const uint64_t cap = fsa_call_workspace_cap(plan, op, total_tokens);
+    if (cap == FSA_WORKSPACE_UNLIMITED) return cap;
+    return cap > 16 * 256 ? cap - 16 * 256 : 0;
+}
+
+/* Tokens one chunk may hold whatever the cap: int32 list entries
+ * (fsa_entry_pack) and the packed token bits. */
+static int64_t max_chunk_tokens(const fsa_plan *plan, int64_t total_tokens)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     int64_t tc = total_tokens;
     int64_t pair_cap = (INT32_MAX - 1) / ((int64_t)d->num_kv_heads * d->top_k);
     if (tc > pair_cap) tc = pair_cap;
     if (tc > FSA_MAX_CHUNK_TOKENS) tc = FSA_MAX_CHUNK_TOKENS;
-    if (d->workspace_limit > 0) {
-        const uint64_t budget = d->workspace_limit > 16 * 256 ? d->workspace_limit - 16 * 256 : 0;
-        if (total(plan, total_tokens, batch, tc, order) > budget) {
-            int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
-            while (lo < hi) {
-                const int64_t mid = lo + (hi - lo + 1) / 2;
-                if (total(plan, total_tokens, batch, mid, order) <= budget) lo = mid;
-                else hi = mid - 1;
-            }
-            tc = lo;
-            const int64_t n = (total_tokens + tc - 1) / tc;
-            const int64_t even = (total_tokens + n - 1) / n;
-            if (total(plan, total_tokens, batch, even, order) <= budget) tc = even;
-        }
-    }
     return tc > 0 ? tc : 1;
 }
 
-int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch)
+/* Tokens per chunk of `heads` KV heads: all of them (up to max_chunk_tokens)
+ * when they fit the cap; else the largest chunk whose layout fits (a
+ * bisection), then even chunks so the last one is not a sliver, as long as
+ * they still fit. One token when even that does not fit. */
+static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, layout_total_fn total,
+                            fsa_algorithm order, uint64_t budget)
 {
-    return chunk_tokens(plan, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+    int64_t tc = max_chunk_tokens(plan, total_tokens);
+    if (total(plan, total_tokens, batch, heads, tc, order) > budget) {
+        int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo + 1) / 2;
+            if (total(plan, total_tokens, batch, heads, mid, order) <= budget) lo = mid;
+            else hi = mid - 1;
+        }
+        tc = lo;
+        const int64_t n = (total_tokens + tc - 1) / tc;
+        const int64_t even = (total_tokens + n - 1) / n;
+        if (total(plan, total_tokens, batch, heads, even, order) <= budget) tc = even;
+    }
+    return tc;
 }
 
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, fsa_algorithm order)
+/* Heads first (fsa_bwd_chunk in plan.h says why). */
+static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
+                     int batch, layout_total_fn total, fsa_algorithm order)
 {
-    return chunk_tokens(plan, total_tokens, batch, bwd_layout_total, order);
+    const int hkv = plan->desc.num_kv_heads;
+    const int64_t all = max_chunk_tokens(plan, total_tokens);
+    const uint64_t budget = layout_budget(plan, op, total_tokens);
+    for (int heads = hkv; heads >= 1; heads--) {
+        if (hkv % heads != 0) continue;
+        if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
+            *heads_out = heads;
+            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order, budget);
+            return;
+        }
+    }
+}
+
+void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
+{
+    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+}
+
+void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                   fsa_algorithm order)
+{
+    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_layout_total, order);
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)

@@ -42,22 +42,33 @@ typedef struct fsa_index_layout {
     size_t counts, offsets, work_offsets;
 } fsa_index_layout;
 
-/* Workspace of the FSA path for a chunk of `tc` tokens. Offsets in bytes. */
+/* Workspace of the FSA path for a chunk of `heads` KV heads x `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
+    int heads; /* KV heads per launch sequence; divides Hkv */
     fsa_index_layout index;
     size_t work_seg, mask, list, lse_part, o_part;
     size_t total;
 } fsa_fsa_layout;
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
                         int64_t tc);
 
-/* Tokens per chunk for this problem under the plan's workspace limit. */
-int64_t fsa_fsa_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch);
+/* The chunk of a forward call under the plan's cap, as fsa_bwd_chunk. */
+void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch);
 
-/* Backward workspace for a chunk of `tc` tokens; dq partials only on the FSA path. */
+/* The workspace cap of a call (op) of `total_tokens` tokens: the
+ * descriptor's workspace_limit (UINT64_MAX: none), or for 0 the default:
+ * what the outputs alive during the call leave of FSA_WORKSPACE_DEFAULT_BUDGET
+ * (forward: o and lse; backward: those and dq, dk, dv), at least
+ * FSA_WORKSPACE_DEFAULT_MIN. */
+uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
+
+/* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq
+ * partials only on the FSA path. The fp32 dK/dV accumulator spans every token
+ * of the chunk's heads, so it is chunked by heads only. */
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
+    int heads;        /* KV heads per launch sequence; divides Hkv */
     int item_entries; /* list entries per main-kernel work item */
     fsa_index_layout index;
     size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
@@ -67,12 +78,20 @@ typedef struct fsa_bwd_layout {
 
 /* `order`: the dq order the layout serves (the FSA order's is the larger:
  * it also holds the per-pair dq rows, so it serves both). */
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int64_t tc,
-                        fsa_algorithm order);
-int64_t fsa_bwd_chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, fsa_algorithm order);
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc, fsa_algorithm order);
+
+/* The backward chunk under the plan's cap: every head and token when they
+ * fit; else the most KV heads (a divisor of Hkv) whose every token fits;
+ * else one head and the most tokens that fit. Heads first: a chunk of heads
+ * is the whole computation of those heads, while token chunks split each
+ * block's list (its K and V loaded again per chunk, shorter work items). */
+void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
+                   fsa_algorithm order);
 
 /* The token chunk and workspace layout of a call (FSA-path forward or
- * backward) whose counts are already checked. FSA_STATUS_UNSUPPORTED when the
+ * backward; the head chunk is in the layout) whose counts are already
+ * checked. FSA_STATUS_UNSUPPORTED when the
  * problem is too large to index: one token's list entries past int32, or a
  * workspace past size_t (the layouts saturate there instead of wrapping). */
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,

@@ -36,8 +36,9 @@ fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *p
 {
     fsa_status st = check_indexable(plan, 0, stage);
     if (st != FSA_STATUS_OK) return st;
-    *tc_out = fsa_fsa_chunk_tokens(plan, total_tokens, batch);
-    fsa_fsa_layout_for(out, plan, total_tokens, batch, *tc_out);
+    int heads;
+    fsa_fwd_chunk(&heads, tc_out, plan, total_tokens, batch);
+    fsa_fsa_layout_for(out, plan, total_tokens, batch, heads, *tc_out);
     return check_indexable(plan, out->total, stage);
 }
 
@@ -46,8 +47,9 @@ fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *p
 {
     fsa_status st = check_indexable(plan, 0, stage);
     if (st != FSA_STATUS_OK) return st;
-    *tc_out = fsa_bwd_chunk_tokens(plan, total_tokens, batch, order);
-    fsa_bwd_layout_for(out, plan, total_tokens, batch, *tc_out, order);
+    int heads;
+    fsa_bwd_chunk(&heads, tc_out, plan, total_tokens, batch, order);
+    fsa_bwd_layout_for(out, plan, total_tokens, batch, heads, *tc_out, order);
     return check_indexable(plan, out->total, stage);
 }
 

@@ -1,10 +1,11 @@
 /* Backward launch sequence. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured.
- * Per token chunk: index inversion with lists sorted by token, delta, the
+ * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
+ * per token chunk: index inversion with lists sorted by token, delta, the
  * main kernel (twice for head dims over 128), dq (FSA order: the sum of the
  * main kernel's per-pair rows; NSA order: one token-major kernel), and the
- * dK/dV partials of split blocks; then dk and dv once from the fp32
- * accumulator. */
+ * dK/dV partials of split blocks; then the head chunk's dk and dv once from
+ * the fp32 accumulator. */
 #include "launch.h"
 #include "tuning.h"
 #include "base/status_internal.h"
@@ -53,53 +54,66 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->dkv_acc = (long long)(ws + l->dkv_acc);
 }
 
-/* The launch sequence of one call with the dq order of variant v. */
+/* One head chunk: per token chunk the index inversion, delta, the main
+ * kernel, dq and the sum of split blocks' dK/dV; then dk and dv. */
+static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fsa_sel_params *p, CUstream stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_cu_api *cu = plan->ctx->cu;
+    const fsa_bwd_kernels *k = &plan->bwd;
+    const fsa_bwd_layout *l = &c->layout;
+    const uint64_t ws = c->a.workspace;
+    const int64_t T = c->a.total_tokens, tc = c->tc;
+    const int64_t hkv = l->heads, hq = hkv * plan->group;
+    const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
+    const size_t n_counts = l->index.n_counts;
+    const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
+
+    const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
+    for (int64_t t0 = 0; t0 < T; t0 += tc) {
+        const int64_t cur = T - t0 < tc ? T - t0 : tc;
+        p->t0 = t0;
+        p->tc = cur;
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
+        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, (unsigned)fsa_sort_windows(cur), stream, p));
+        const uint64_t q_rows = (uint64_t)(cur * hq);
+        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, p));
+        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_counts) *
+                               (uint64_t)p->key_slices;
+        const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
+        for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
+            p->d_part = part;
+            FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, p));
+        }
+        p->d_part = 0;
+        if (nsa)
+            FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
+                                 (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, p));
+        else
+            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, p));
+        /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped. */
+        FSA_CHECK(fsa_launch(plan, &k->dkv_sum, fsa_blocks_for((uint64_t)((t0 + cur) * hkv), fsa_warp_rows_per_block()),
+                             1, stream, p));
+    }
+    FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
+                         stream, p));
+cleanup:
+    return st;
+}
+
+/* The launch sequence of one call with the dq order of variant v, one head chunk after another. */
 static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_variant *v, CUstream stream)
 {
     const bwd_call *c = call;
     fsa_status st = FSA_STATUS_OK;
-    const fsa_cu_api *cu = plan->ctx->cu;
-    const fsa_bwd_kernels *k = &plan->bwd;
-    const fsa_bwd_args *a = &c->a;
-    const int64_t T = a->total_tokens;
-    const int64_t tc = c->tc;
-    const fsa_bwd_layout l = c->layout;
-    fsa_sel_params p;
-    params_from_args(&p, plan, a);
-    params_from_layout(&p, plan, a->workspace, &l);
-    const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads;
-    const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
-    const size_t n_counts = l.index.n_counts;
-    const int nsa = v->order == FSA_ALGORITHM_NSA;
-    const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
-    const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
-
-    const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, acc_words, stream), "launch memset");
-    for (int64_t t0 = 0; t0 < T; t0 += tc) {
-        const int64_t cur = T - t0 < tc ? T - t0 : tc;
-        p.t0 = t0;
-        p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, a->workspace, stream, &p));
-        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, &p));
-        const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, &p));
-        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l.item_entries + n_counts) *
-                               (uint64_t)p.key_slices;
-        const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
-        for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
-            p.d_part = part;
-            FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, &p));
-        }
-        p.d_part = 0;
-        if (nsa)
-            FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
-                                 (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, &p));
-        else
-            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, &p));
-        FSA_CHECK(fsa_launch(plan, &k->dkv_sum, kv_blocks, 1, stream, &p));
+    fsa_sel_params all, p;
+    params_from_args(&all, plan, &c->a);
+    params_from_layout(&all, plan, c->a.workspace, &c->layout);
+    for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += c->layout.heads) {
+        fsa_params_heads(&p, &all, plan->group, h0, c->layout.heads);
+        FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, &p, stream));
     }
-    FSA_CHECK(fsa_launch(plan, &k->dkv_store, kv_blocks, 1, stream, &p));
 cleanup:
     return st;
 }

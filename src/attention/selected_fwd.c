@@ -71,41 +71,50 @@ static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
                       (unsigned)(plan->desc.num_kv_heads * fsa_nsa_head_groups(plan->group)), stream, &p);
 }
 
+/* One chunk of KV heads (all of them unless the workspace cap needs fewer):
+ * per token chunk the index inversion, the main kernel and the reduction. */
+static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, fsa_sel_params *p, CUstream stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const int64_t T = c->a.total_tokens, tc = c->tc;
+    const fsa_fsa_layout *l = &c->layout;
+    const fsa_fwd_kernels *k = &plan->fwd;
+    const int64_t hkv = l->heads;
+    const size_t n_counts = l->index.n_counts;
+    for (int64_t t0 = 0; t0 < T; t0 += tc) {
+        const int64_t cur = T - t0 < tc ? T - t0 : tc;
+        p->t0 = t0;
+        p->tc = cur;
+        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, c->a.workspace, stream, p));
+        /* Work items: at most pairs / chunk + one partial item per (head, block). */
+        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)p->item_entries + n_counts;
+        uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
+        FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, p));
+        const uint64_t rows = (uint64_t)cur * (uint64_t)p->num_q_heads;
+        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)),
+                             1, stream, p));
+    }
+cleanup:
+    return st;
+}
+
 static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
-    const fsa_fwd_args *a = &c->a;
-    const int64_t T = a->total_tokens;
-    const int64_t tc = c->tc;
-    const fsa_fsa_layout l = c->layout;
-    const fsa_fwd_kernels *k = &plan->fwd;
-    const int item_entries = fsa_fwd_item_entries(plan->group);
-
-    fsa_sel_params p;
-    params_from_args(&p, plan, a);
-    const uint64_t ws = a->workspace;
-    fsa_params_index(&p, &l.index, ws);
-    p.item_entries = item_entries;
-    p.work_seg = (long long)(ws + l.work_seg);
-    p.mask = (long long)(ws + l.mask);
-    p.list = (long long)(ws + l.list);
-    p.lse_part = (long long)(ws + l.lse_part);
-    p.o_part = (long long)(ws + l.o_part);
-    const int64_t hkv = plan->desc.num_kv_heads;
-    const size_t n_counts = l.index.n_counts;
-
-    for (int64_t t0 = 0; t0 < T; t0 += tc) {
-        const int64_t cur = T - t0 < tc ? T - t0 : tc;
-        p.t0 = t0;
-        p.tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, ws, stream, &p));
-        /* Work items: at most pairs / chunk + one partial item per (head, block). */
-        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)item_entries + n_counts;
-        uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
-        FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, &p));
-        const uint64_t rows = (uint64_t)cur * (uint64_t)plan->desc.num_q_heads;
-        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)),
-                             1, stream, &p));
+    const fsa_fsa_layout *l = &c->layout;
+    fsa_sel_params all, p;
+    params_from_args(&all, plan, &c->a);
+    const uint64_t ws = c->a.workspace;
+    fsa_params_index(&all, &l->index, ws);
+    all.item_entries = fsa_fwd_item_entries(plan->group);
+    all.work_seg = (long long)(ws + l->work_seg);
+    all.mask = (long long)(ws + l->mask);
+    all.list = (long long)(ws + l->list);
+    all.lse_part = (long long)(ws + l->lse_part);
+    all.o_part = (long long)(ws + l->o_part);
+    for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += l->heads) {
+        fsa_params_heads(&p, &all, plan->group, h0, l->heads);
+        FSA_CHECK(run_fsa_heads(plan, c, &p, stream));
     }
 cleanup:
     return st;

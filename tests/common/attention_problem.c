@@ -325,3 +325,17 @@ int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases
     for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
     return job.failed ? -1 : 0;
 }
+
+/* Relative 2-norm error with a floor on the reference norm: a gradient that is
+ * exactly zero in float64 (a query whose only key is itself has dS = 0) comes
+ * out as rounding noise in fp32, which only an absolute bound can judge. */
+double attn_grad_error(const float *a, const double *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
+}

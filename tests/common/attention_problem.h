@@ -87,6 +87,10 @@ typedef struct outputs {
     float *lse;
 } outputs;
 
+/* Relative 2-norm error of a against the float64 reference b, with a floor
+ * on the reference norm (exactly-zero gradients come out as fp32 noise). */
+double attn_grad_error(const float *a, const double *b, size_t n);
+
 void download_fwd(outputs *out, const device_problem *dp, const problem *p, const attn_case *c);
 void outputs_free(outputs *o);
 

@@ -147,20 +147,6 @@ static void grads_free(grads *g)
     free(g->dv);
 }
 
-/* Relative 2-norm error with a floor on the reference norm: a gradient that is
- * exactly zero in float64 (a query whose only key is itself has dS = 0) comes
- * out as rounding noise in fp32, which only an absolute bound can judge. */
-static double grad_error(const float *a, const double *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
-}
-
 static int row_is_zero(const double *row, int d)
 {
     for (int i = 0; i < d; i++)
@@ -174,8 +160,8 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dk_r
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const size_t nv = (size_t)p->T * c->hkv * p->Dv;
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
-    const double eq = grad_error(g->dq, dq_ref, nq), ek = grad_error(g->dk, dk_ref, nkv),
-                 ev = grad_error(g->dv, dv_ref, nv);
+    const double eq = attn_grad_error(g->dq, dq_ref, nq), ek = attn_grad_error(g->dk, dk_ref, nkv),
+                 ev = attn_grad_error(g->dv, dv_ref, nv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
     print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa",

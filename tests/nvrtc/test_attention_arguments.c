@@ -446,9 +446,9 @@ static void test_a_huge_token_count_under_a_workspace_limit_is_refused_without_o
     assert_true(w > 0);
 }
 
-static fsa_plan *plan_with_kv_heads(int hkv, int backward)
+static fsa_plan *plan_with_kv_heads(int hkv, int backward, uint64_t workspace_limit)
 {
-    fsa_selected_attention_desc d = small_desc(FSA_ALGORITHM_AUTO, 0, backward);
+    fsa_selected_attention_desc d = small_desc(FSA_ALGORITHM_AUTO, workspace_limit, backward);
     d.num_kv_heads = hkv;
     d.num_q_heads = 2 * hkv; /* G = 2: the kernels of the small shape */
     fsa_plan *plan = plan_of(&d);
@@ -461,9 +461,10 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     (void)state;
     const int64_t T = INT32_MAX - 1;
     const int hkv = (1 << 29) - 1; /* x 4 slots: one token's list entries still fit int32 */
-    fsa_plan *plan = plan_with_kv_heads(hkv, 1);
+    fsa_plan *plan = plan_with_kv_heads(hkv, 1, FSA_WORKSPACE_UNLIMITED);
     size_t w = 0;
-    /* The backward's fp32 dK/dV accumulator alone would be T x Hkv x 2 x D x 4 > 2^68 bytes. */
+    /* Without a cap, the backward's fp32 dK/dV accumulator alone would be
+     * T x Hkv x 2 x D x 4 > 2^68 bytes. */
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
     assert_int_equal(w, 0);
     /* The forward's per-(head, block) tables of T one-token sequences come to
@@ -473,6 +474,17 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables))
         fail_msg("T %lld in %lld sequences, %d KV heads: %s, %zu bytes", (long long)T, (long long)T, hkv,
                  fsa_status_name(st), w);
+    fsa_plan_destroy(plan);
+    /* Under the default cap both run one KV head at a time: the backward needs
+     * at least that head's accumulator (T x 2 x D x 4 bytes), the forward that
+     * head's tables; sizes, never wrapped-around ones. */
+    plan = plan_with_kv_heads(hkv, 1, 0);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
+    assert_true((double)w >= (double)T * 2 * D * 4);
+    st = fsa_plan_workspace_size(&w, plan, T, (int)T);
+    if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables / hkv))
+        fail_msg("T %lld in %lld sequences, %d KV heads, default cap: %s, %zu bytes", (long long)T, (long long)T,
+                 hkv, fsa_status_name(st), w);
     fsa_fwd_args a = good_fwd(g_auto, 1);
     a.total_tokens = T;
     a.batch = (int)T;
@@ -485,7 +497,7 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     fsa_plan_destroy(plan);
 
     /* 2^29 KV heads x 4 slots: one token's list entries no longer fit int32. */
-    plan = plan_with_kv_heads(1 << 29, 1);
+    plan = plan_with_kv_heads(1 << 29, 1, 0);
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size(&w, plan, 1, 1));
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, plan, 1, 1));
     a = good_fwd(g_auto, 1);

@@ -1734,27 +1734,37 @@ static void test_a_workspace_limit_bounds_the_workspace_size(void **state)
     const uint64_t limit = 64 * 1024;
     fsa_context *ctx = context_or_fail(g_plan_dir, PLAN_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     fsa_plan *limited = plan_or_fail(ctx, FSA_ALGORITHM_FSA, limit);
-    fsa_plan *free_plan = plan_or_fail(ctx, FSA_ALGORITHM_FSA, 0);
-    const int64_t tokens[] = {1, 100, 1000, 10000, 100000};
+    fsa_plan *free_plan = plan_or_fail(ctx, FSA_ALGORITHM_FSA, FSA_WORKSPACE_UNLIMITED);
+    fsa_plan *default_plan = plan_or_fail(ctx, FSA_ALGORITHM_FSA, 0); /* 0: the default cap */
+    const int64_t tokens[] = {1, 100, 1000, 10000, 100000, 4000000};
+    int over_default = 0;
     for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
-        size_t w = 0, unlimited = 0;
+        size_t w = 0, unlimited = 0, by_default = 0;
         assert_int_equal(fsa_plan_workspace_size(&w, limited, tokens[i], 1), FSA_STATUS_OK);
         assert_int_equal(fsa_plan_workspace_size(&unlimited, free_plan, tokens[i], 1), FSA_STATUS_OK);
-        if (w == 0 || w > limit) fail_msg("T %lld: %zu bytes with a limit of %llu", (long long)tokens[i], w,
-                                          (unsigned long long)limit);
+        assert_int_equal(fsa_plan_workspace_size(&by_default, default_plan, tokens[i], 1), FSA_STATUS_OK);
+        if (tokens[i] <= 100000 && (w == 0 || w > limit))
+            fail_msg("T %lld: %zu bytes with a limit of %llu", (long long)tokens[i], w, (unsigned long long)limit);
         assert_true(w <= unlimited);
         if (unlimited > limit) assert_true(w < unlimited);
+        /* The default cap: the uncapped size while that fits, else at most the cap. */
+        const uint64_t cap = fsa_call_workspace_cap(default_plan, FSA_OP_FWD, tokens[i]);
+        assert_true(by_default <= cap);
+        if (unlimited <= cap) assert_int_equal(by_default, unlimited);
+        else over_default = 1;
     }
+    assert_true(over_default); /* the largest problem needs the cap */
     /* With a million tokens the per-block arrays alone exceed the limit:
-     * then the size is that of a one-token chunk. */
+     * then the size is that of a one-head, one-token chunk. */
     size_t w = 0;
     assert_int_equal(fsa_plan_workspace_size(&w, limited, 1000000, 1), FSA_STATUS_OK);
     fsa_fsa_layout one;
-    fsa_fsa_layout_for(&one, limited, 1000000, 1, 1);
+    fsa_fsa_layout_for(&one, limited, 1000000, 1, 1, 1);
     assert_true(one.total > limit);
     assert_int_equal(w, one.total);
     fsa_plan_destroy(limited);
     fsa_plan_destroy(free_plan);
+    fsa_plan_destroy(default_plan);
     fsa_context_destroy(ctx);
 }
 

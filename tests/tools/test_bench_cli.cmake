@@ -67,6 +67,10 @@ run(0 --workspace-limit 2G --dry-run)
 expect("${OUT}" "workspace limit 2147483648 B" "2G is 2 GiB")
 run(0 --workspace-limit 512m --dry-run)
 expect("${OUT}" "workspace limit 536870912 B" "512m is 512 MiB")
+run(0 --dry-run)
+expect("${OUT}" "workspace limit default\n" "no option is the library's default cap")
+run(0 --workspace-limit unlimited --dry-run)
+expect("${OUT}" "workspace limit unlimited" "'unlimited' is no cap")
 
 message(STATUS "fsa-bench command line: all checks passed")
 

@@ -1,0 +1,91 @@
+"""Device memory of one forward plus backward through the binding, as torch's allocator counts it:
+max_memory_allocated() beyond what was allocated before the call (outputs and gradients included)
+stays within the default cap's budget (outputs, gradients and workspace), or the outputs, the
+gradients and one workspace of at most an explicit cap; capped calls give the results of uncapped
+ones."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import fsa_jit  # noqa: E402
+from fsa_jit import _lib  # noqa: E402
+from fsa_jit.cli import _selection  # noqa: E402  (the benchmark protocol's selection, on the GPU)
+from helpers import rel_err  # noqa: E402
+
+# The allocator rounds each block up to 512 bytes; a few small tensors besides.
+SLACK = 4 << 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library():
+    try:
+        lib = _lib.get()
+    except _lib.FsaLibraryNotFound as e:
+        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    if not lib.has_backward:
+        pytest.skip(f"{lib.path} has no backward entry points")
+    return lib
+
+
+def standard_inputs(T, G, dtype, D=128, hq=32, BK=64, K=16, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    hkv = hq // G
+    q, k, v = (torch.randn(T, h, D, generator=gen, device="cuda").to(dtype).requires_grad_() for h in (hq, hkv, hkv))
+    topk = _selection(T, hkv, K, BK, gen, torch)
+    cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+    do = torch.randn(T, hq, D, generator=gen, device="cuda").to(dtype)
+    return (q, k, v, topk, cu), do
+
+
+def forward_backward(inputs, do, BK=64, **kw):
+    """(peak bytes beyond the start, o, grads) of one forward plus backward."""
+    q, k, v, _, _ = inputs
+    for x in (q, k, v):
+        x.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    o = fsa_jit.selected_attention(*inputs, BK, max_seqlen=q.shape[0], **kw)
+    o.backward(do)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    return peak, o.detach(), (q.grad, k.grad, v.grad)
+
+
+def outputs_and_grads_bytes(inputs):
+    """o, lse, dq, dk and dv."""
+    q, k, v, _, _ = inputs
+    T, hq, _ = q.shape
+    return 2 * q.nbytes + k.nbytes + v.nbytes + 4 * T * hq
+
+
+def test_a_default_call_at_64k_tokens_stays_within_3_gb():
+    inputs, do = standard_inputs(65536, 4, torch.bfloat16)
+    peak, o, grads = forward_backward(inputs, do)
+    own = outputs_and_grads_bytes(inputs)
+    print(f"T 65536 G 4: {peak / 1e9:.3f} GB beyond the inputs ({own / 1e9:.3f} GB outputs and gradients)")
+    assert peak <= _lib.FSA_WORKSPACE_DEFAULT_BUDGET + SLACK  # the default cap's budget
+    assert peak <= 3e9
+    assert torch.isfinite(o).all() and all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype):
+    # 16 KV heads of 4096 tokens: uncapped, the backward's workspace is about 230 MB; under 24 MiB it
+    # runs one KV head at a time, in token chunks.
+    inputs, do = standard_inputs(4096, 2, dtype, D=64, seed=1)
+    own = outputs_and_grads_bytes(inputs)
+    cap = 24 << 20
+    free_peak, o_free, g_free = forward_backward(inputs, do, workspace_limit="unlimited")
+    capped_peak, o_capped, g_capped = forward_backward(inputs, do, workspace_limit=cap)
+    print(f"{dtype}: uncapped {free_peak / 1e6:.1f} MB, capped {capped_peak / 1e6:.1f} MB beyond the inputs")
+    assert free_peak > own + 4 * cap, "uncapped, the problem needs far more than the cap"
+    assert capped_peak <= own + cap + SLACK
+    assert torch.equal(o_capped, o_free)  # the forward's chunks do not change a bit
+    assert torch.equal(g_capped[0], g_free[0])  # nor dq's
+    for name, a, b in zip(("dk", "dv"), g_capped[1:], g_free[1:]):  # token chunks split dK/dV's fp32 sums
+        assert rel_err(a, b) < 1e-2, name

@@ -1,0 +1,346 @@
+/* The workspace cap on the GPU. Calls of the standard problem (bf16, Hq 32,
+ * D 128, BK 64, top-k 16) under the default cap need no more workspace than
+ * their outputs and gradients leave of FSA_WORKSPACE_DEFAULT_BUDGET, forward
+ * and backward, and a forward plus backward at T = 65536 runs in exactly
+ * that workspace and writes every gradient. Under small caps the backward runs in chunks of KV heads, or of
+ * one head and several token chunks; both match the float64 reference, and
+ * against the uncapped call: o, lse and dq are the same bits, dk and dv too
+ * under head chunks (token chunks split their fp32 sums). Outputs and
+ * workspaces are poisoned before every run. FSA_TEST_QUICK=1 skips the
+ * T = 65536 run. */
+#include "attention_problem.h"
+
+#include "attention/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fsa_context *g_ctx;
+static char *g_cache_dir;
+static int g_quick;
+
+/* ------------------------------------------------ the standard problem */
+
+#define STD_HQ 32
+#define STD_GROUPS 5
+static const int std_groups[STD_GROUPS] = {1, 2, 4, 8, 16};
+
+static attn_case std_case(int g)
+{
+    attn_case c = {"standard", BF, 128, STD_HQ, STD_HQ / g, 64, 16, {0}, 1, 0, 0, A_AUTO, 0, 0, 0, 0};
+    return c;
+}
+
+static void test_default_workspaces_of_the_standard_problem_stay_within_the_cap(void **state)
+{
+    (void)state;
+    attn_case cases[STD_GROUPS];
+    fsa_plan *plans[STD_GROUPS] = {NULL};
+    for (int i = 0; i < STD_GROUPS; i++) cases[i] = std_case(std_groups[i]);
+    assert_int_equal(attn_create_plans(plans, g_ctx, cases, STD_GROUPS, 1), 0);
+    const int64_t tokens[] = {8192, 65536};
+    for (int i = 0; i < STD_GROUPS; i++) {
+        for (int j = 0; j < 2; j++) {
+            size_t fwd = 0, bwd = 0;
+            assert_int_equal(fsa_plan_workspace_size(&fwd, plans[i], tokens[j], 1), FSA_STATUS_OK);
+            assert_int_equal(fsa_plan_workspace_size_bwd(&bwd, plans[i], tokens[j], 1), FSA_STATUS_OK);
+            const uint64_t cap = fsa_call_workspace_cap(plans[i], FSA_OP_BWD, tokens[j]);
+            print_message("  G %2d T %6lld: forward %zu B, backward %zu B (cap %llu)\n", std_groups[i],
+                          (long long)tokens[j], fwd, bwd, (unsigned long long)cap);
+            assert_true(fwd <= fsa_call_workspace_cap(plans[i], FSA_OP_FWD, tokens[j]));
+            assert_true(bwd <= cap);
+            /* o, lse, dq, dk, dv and the backward's workspace within the budget */
+            const uint64_t own = (uint64_t)tokens[j] * (2 * STD_HQ * 128 * 2 + STD_HQ * 4 + 2 * (STD_HQ / std_groups[i]) * 128 * 2);
+            assert_true(own + bwd <= FSA_WORKSPACE_DEFAULT_BUDGET);
+            assert_true(bwd > 0);
+        }
+    }
+    for (int i = 0; i < STD_GROUPS; i++) fsa_plan_destroy(plans[i]);
+}
+
+static int all_finite(const uint16_t *img, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((img[i] & 0x7f80) == 0x7f80) return 0; /* bf16 inf or NaN */
+    return 1;
+}
+
+/* One forward plus backward of the standard problem at T = 65536, G = 4, in
+ * workspaces of exactly the queried sizes: the calls accept them (so they
+ * need no more than the cap) and write every output and gradient row
+ * (poisoned with NaN first; inputs are a constant, so every value is finite). */
+static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_cap(void **state)
+{
+    (void)state;
+    if (g_quick) skip();
+    const int T = 65536, G = 4, hkv = STD_HQ / G, D = 128, K = 16;
+    attn_case c = std_case(G);
+    fsa_plan *plan = NULL;
+    assert_int_equal(attn_create_plans(&plan, g_ctx, &c, 1, 1), 0);
+    const size_t nq = (size_t)T * STD_HQ * D, nkv = (size_t)T * hkv * D;
+    size_t ws_f = 0, ws_b = 0;
+    assert_int_equal(fsa_plan_workspace_size(&ws_f, plan, T, 1), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1), FSA_STATUS_OK);
+    assert_true(ws_f <= fsa_call_workspace_cap(plan, FSA_OP_FWD, T));
+    assert_true(ws_b <= fsa_call_workspace_cap(plan, FSA_OP_BWD, T));
+
+    int32_t cu[2] = {0, T};
+    int32_t *topk = malloc((size_t)hkv * T * K * 4);
+    assert_non_null(topk);
+    fsa_rng rng = {65536};
+    fsa_ref_make_selection(topk, (int64_t)T * K, K, T, 1, cu, hkv, 64, K, &rng);
+    uint64_t q = fsa_test_dalloc(nq * 2), k = fsa_test_dalloc(nkv * 2), v = fsa_test_dalloc(nkv * 2);
+    uint64_t o = fsa_test_dalloc(nq * 2), dout = fsa_test_dalloc(nq * 2), dq = fsa_test_dalloc(nq * 2);
+    uint64_t dk = fsa_test_dalloc(nkv * 2), dv = fsa_test_dalloc(nkv * 2), lse = fsa_test_dalloc((size_t)STD_HQ * T * 4);
+    uint64_t dtopk = fsa_test_dalloc((size_t)hkv * T * K * 4), dcu = fsa_test_dalloc(8);
+    uint64_t wf = ws_f ? fsa_test_dalloc(ws_f) : 0, wb = fsa_test_dalloc(ws_b);
+    fsa_test_h2d(dtopk, topk, (size_t)hkv * T * K * 4);
+    fsa_test_h2d(dcu, cu, 8);
+    fsa_test_dfill(q, 0x3c, nq * 2);
+    fsa_test_dfill(k, 0x3b, nkv * 2);
+    fsa_test_dfill(v, 0x3d, nkv * 2);
+    fsa_test_dfill(dout, 0x3e, nq * 2);
+    fsa_test_dfill(o, 0xff, nq * 2);
+    fsa_test_dfill(dq, 0xff, nq * 2);
+    fsa_test_dfill(dk, 0xff, nkv * 2);
+    fsa_test_dfill(dv, 0xff, nkv * 2);
+    if (wf) fsa_test_dfill(wf, 0xff, ws_f);
+    fsa_test_dfill(wb, 0xff, ws_b);
+
+    const fsa_tensor tq = {q, STD_HQ * D, D}, tkv_k = {k, hkv * D, D}, tkv_v = {v, hkv * D, D};
+    const fsa_tensor tt = {dtopk, K, (int64_t)T * K};
+    fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
+    fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
+    fa.q = tq, fa.k = tkv_k, fa.v = tkv_v, fa.o = (fsa_tensor){o, STD_HQ * D, D}, fa.topk = tt;
+    fa.cu_seqlens = dcu, fa.lse = lse, fa.workspace = wf, fa.workspace_bytes = ws_f;
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
+    ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
+    ba.q = tq, ba.k = tkv_k, ba.v = tkv_v, ba.o = fa.o, ba.topk = tt;
+    ba.dout = (fsa_tensor){dout, STD_HQ * D, D}, ba.dq = (fsa_tensor){dq, STD_HQ * D, D};
+    ba.dk = (fsa_tensor){dk, hkv * D, D}, ba.dv = (fsa_tensor){dv, hkv * D, D};
+    ba.cu_seqlens = dcu, ba.lse = lse, ba.workspace = wb, ba.workspace_bytes = ws_b;
+    const fsa_status st = fsa_selected_attention_bwd(plan, &ba, NULL);
+    if (st != FSA_STATUS_OK) fail_msg("backward: %s", fsa_last_error());
+    fsa_test_sync();
+
+    uint16_t *img = malloc(nq * 2);
+    assert_non_null(img);
+    const uint64_t outs[] = {o, dq, dk, dv};
+    const size_t counts[] = {nq, nq, nkv, nkv};
+    const char *names[] = {"o", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) {
+        fsa_test_d2h(img, outs[i], counts[i] * 2);
+        if (!all_finite(img, counts[i])) fail_msg("%s has rows the calls did not write", names[i]);
+    }
+    free(img);
+    free(topk);
+    const uint64_t bufs[] = {q, k, v, o, dout, dq, dk, dv, lse, dtopk, dcu, wf, wb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fsa_test_dfree(bufs[i]);
+    fsa_plan_destroy(plan);
+}
+
+/* ------------------------------------------------ chunked against uncapped */
+
+/* Everything one forward plus backward wrote, as raw images. */
+typedef struct run_images {
+    uint16_t *o, *dq, *dk, *dv;
+    float *lse;
+    float *dq_f, *dk_f, *dv_f; /* logical [T, H, D] */
+} run_images;
+
+static void run_images_free(run_images *r)
+{
+    free(r->o), free(r->dq), free(r->dk), free(r->dv), free(r->lse);
+    free(r->dq_f), free(r->dk_f), free(r->dv_f);
+}
+
+static size_t query(const fsa_plan *plan, int T, int B, int backward)
+{
+    size_t n = 0;
+    fsa_status st = backward ? fsa_plan_workspace_size_bwd(&n, plan, T, B) : fsa_plan_workspace_size(&n, plan, T, B);
+    assert_int_equal(st, FSA_STATUS_OK);
+    return n;
+}
+
+/* Forward then backward of `plan` on the inputs of dp, with workspaces of
+ * exactly the queried sizes (poisoned), outputs poisoned first. */
+static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *dp, uint64_t dout, const problem *p,
+                     const attn_case *c)
+{
+    const size_t q_bytes = (size_t)p->T * p->q_ts * 2, kv_bytes = (size_t)p->T * p->kv_ts * 2;
+    const size_t v_bytes = (size_t)p->T * p->v_ts * 2;
+    const size_t ws_f = query(plan, p->T, p->B, 0), ws_b = query(plan, p->T, p->B, 1);
+    uint64_t wf = ws_f ? fsa_test_dalloc(ws_f) : 0, wb = fsa_test_dalloc(ws_b);
+    uint64_t dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(kv_bytes), dv = fsa_test_dalloc(v_bytes);
+    if (wf) fsa_test_dfill(wf, 0xff, ws_f);
+    fsa_test_dfill(wb, 0xff, ws_b);
+    fsa_test_dfill(dq, 0xff, q_bytes);
+    fsa_test_dfill(dk, 0xff, kv_bytes);
+    fsa_test_dfill(dv, 0xff, v_bytes);
+    poison_fwd(dp, p, c);
+
+    fsa_fwd_args fa = fwd_args_of(dp, p);
+    fa.workspace = wf, fa.workspace_bytes = ws_f;
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
+    ba.total_tokens = p->T, ba.batch = p->B;
+    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.topk = fa.topk;
+    ba.cu_seqlens = fa.cu_seqlens, ba.lse = fa.lse;
+    ba.dout = (fsa_tensor){dout, p->q_ts, p->q_hs};
+    ba.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
+    ba.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
+    ba.dv = (fsa_tensor){dv, p->v_ts, p->v_hs};
+    ba.workspace = wb, ba.workspace_bytes = ws_b;
+    const fsa_status st = fsa_selected_attention_bwd(plan, &ba, NULL);
+    if (st != FSA_STATUS_OK) fail_msg("%s: backward: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+
+    const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    r->o = malloc(dp->o_bytes), r->lse = malloc((size_t)c->hq * p->T * 4);
+    r->dq = malloc(q_bytes), r->dk = malloc(kv_bytes), r->dv = malloc(v_bytes);
+    r->dq_f = malloc(nq * 4), r->dk_f = malloc(nkv * 4), r->dv_f = malloc(nkv * 4);
+    assert_true(r->o && r->lse && r->dq && r->dk && r->dv && r->dq_f && r->dk_f && r->dv_f);
+    fsa_test_d2h(r->o, dp->o, dp->o_bytes);
+    fsa_test_d2h(r->lse, dp->lse, (size_t)c->hq * p->T * 4);
+    download_strided(r->dq_f, r->dq, dq, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
+    download_strided(r->dk_f, r->dk, dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+    download_strided(r->dv_f, r->dv, dv, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
+    fsa_test_dfree(wf), fsa_test_dfree(wb), fsa_test_dfree(dq), fsa_test_dfree(dk), fsa_test_dfree(dv);
+}
+
+/* Strided layouts, junk rows, several sequences; an even Hkv, so that chunks of half the heads exist. */
+static const attn_case chunk_cases[] = {
+    /* name                     dtype d   hq  hkv bk  k  lens             n  tkh str alg     ws junk big quick */
+    {"bf16_d64_g2_fsa_order",   BF, 64,  8,  4,  64, 8, {700, 300, 1},   3, 0,  1,  A_AUTO, 0, 1,   0,  1},
+    {"f16_d128_g4_nsa_order",   HF, 128, 16, 4,  32, 6, {500, 77},       2, 1,  1,  A_NSA,  0, 1,   0,  1},
+    /* Block 0's list longer than one sort window (16384 tokens): two windows uncapped. */
+    {"bf16_d32_g1_sort_windows", BF, 32, 2,  2,  64, 4, {20000},         1, 0,  0,  A_AUTO, 0, 0,   0,  1},
+};
+
+/* The chunk a capped plan's backward takes, as the call computes it. */
+static void bwd_chunk_of(int *heads, int64_t *tc, const fsa_plan *plan, const problem *p)
+{
+    fsa_bwd_chunk(heads, tc, plan, p->T, p->B, fsa_workspace_order(plan, FSA_OP_BWD, p->T));
+}
+
+/* A cap just large enough for the backward layout of `heads` heads x `tc` tokens. */
+static uint64_t cap_for(const fsa_plan *plan, const problem *p, int heads, int64_t tc)
+{
+    fsa_bwd_layout l;
+    fsa_bwd_layout_for(&l, plan, p->T, p->B, heads, tc, fsa_workspace_order(plan, FSA_OP_BWD, p->T));
+    return (uint64_t)l.total + 16 * 256;
+}
+
+static void chunk_case(const attn_case *base, uint64_t seed)
+{
+    problem p;
+    problem_make(&p, base, seed);
+    attn_case c[3] = {*base, *base, *base};
+    c[0].ws_limit = FSA_WORKSPACE_UNLIMITED;
+    fsa_plan *plans[3] = {NULL};
+    assert_int_equal(attn_create_plans(plans, g_ctx, c, 1, 1), 0);
+    int heads = 0;
+    int64_t tc = 0;
+    bwd_chunk_of(&heads, &tc, plans[0], &p);
+    assert_int_equal(heads, base->hkv);
+    assert_int_equal(tc, p.T);
+    c[1].ws_limit = cap_for(plans[0], &p, base->hkv / 2, p.T);  /* two head chunks, every token */
+    c[2].ws_limit = cap_for(plans[0], &p, 1, (p.T + 2) / 3); /* one head, three token chunks */
+    assert_int_equal(attn_create_plans(plans + 1, g_ctx, c + 1, 2, 1), 0);
+    bwd_chunk_of(&heads, &tc, plans[1], &p);
+    assert_int_equal(heads, base->hkv / 2);
+    assert_int_equal(tc, p.T);
+    bwd_chunk_of(&heads, &tc, plans[2], &p);
+    assert_int_equal(heads, 1);
+    assert_true(tc < p.T / 2);
+    for (int i = 1; i < 3; i++) {
+        assert_true(query(plans[i], p.T, p.B, 1) <= c[i].ws_limit);
+        assert_true(query(plans[i], p.T, p.B, 0) <= c[i].ws_limit);
+    }
+
+    fsa_rng rng = {seed ^ 0xd0u};
+    const size_t nq = (size_t)p.T * base->hq * base->d, nkv = (size_t)p.T * base->hkv * base->d;
+    float *dout = malloc(nq * sizeof(float));
+    double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
+           *dv_ref = malloc(nkv * sizeof(double));
+    assert_true(dout && dq_ref && dk_ref && dv_ref);
+    for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(base->dtype, (float)fsa_rng_normal(&rng));
+    fsa_ref_problem rp = problem_ref(&p, base);
+    fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
+    const uint64_t ddout = upload_strided(dout, p.T, base->hq, base->d, p.q_ts, p.q_hs, base->dtype);
+    device_problem dp;
+    device_make(&dp, &p, &c[0], plans[0]);
+
+    run_images r[3];
+    const double tol = base->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+    const size_t q_bytes = (size_t)p.T * p.q_ts * 2, kv_bytes = (size_t)p.T * p.kv_ts * 2;
+    const char *names[3] = {"uncapped", "head chunks", "token chunks"};
+    for (int i = 0; i < 3; i++) {
+        run_plan(&r[i], plans[i], &dp, ddout, &p, base);
+        const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
+                     ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
+        print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e)\n", base->name, names[i],
+                      (unsigned long long)c[i].ws_limit, eq, ek, ev, tol);
+        assert_true(eq < tol && ek < tol && ev < tol);
+    }
+    for (int i = 1; i < 3; i++) {
+        assert_memory_equal(r[i].o, r[0].o, dp.o_bytes);
+        assert_memory_equal(r[i].lse, r[0].lse, (size_t)base->hq * p.T * 4);
+        assert_memory_equal(r[i].dq, r[0].dq, q_bytes);
+    }
+    assert_memory_equal(r[1].dk, r[0].dk, kv_bytes);
+    assert_memory_equal(r[1].dv, r[0].dv, (size_t)p.T * p.v_ts * 2);
+    /* Token chunks only regroup dK/dV's fp32 sums: a rounding step or so of the dtype. */
+    for (size_t i = 0; i < nkv; i++) {
+        const double scale = 1.0 + fabs(r[0].dk_f[i]) + fabs(r[0].dv_f[i]);
+        assert_true(fabs((double)r[2].dk_f[i] - r[0].dk_f[i]) <= 2e-2 * scale);
+        assert_true(fabs((double)r[2].dv_f[i] - r[0].dv_f[i]) <= 2e-2 * scale);
+    }
+
+    for (int i = 0; i < 3; i++) {
+        run_images_free(&r[i]);
+        fsa_plan_destroy(plans[i]);
+    }
+    fsa_test_dfree(ddout);
+    device_free(&dp);
+    free(dout), free(dq_ref), free(dk_ref), free(dv_ref);
+    problem_free(&p);
+}
+
+static void test_capped_backwards_match_the_reference_and_the_uncapped_call(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof chunk_cases / sizeof chunk_cases[0]; i++)
+        chunk_case(&chunk_cases[i], 0xcab0u + i);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_cache_dir = fsa_test_mkdtemp("cap-cache");
+    g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_context_destroy(g_ctx);
+    fsa_test_rmtree(g_cache_dir);
+    free(g_cache_dir);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_workspaces_of_the_standard_problem_stay_within_the_cap),
+        cmocka_unit_test(test_capped_backwards_match_the_reference_and_the_uncapped_call),
+        cmocka_unit_test(test_a_default_forward_and_backward_at_65536_tokens_run_within_the_cap),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,227 @@
+/* The workspace cap without a GPU, on plans without kernels: what a
+ * descriptor's workspace_limit stands for, the workspace-size queries of the
+ * standard problem (bf16 and f16, Hq 32, D 128, BK 64, top-k 16) within the
+ * default cap at every group size, the chunks (KV heads that divide Hkv
+ * before tokens), and a cap below one token's chunk. */
+#include "testing.h"
+
+#include "attention/plan.h"
+#include "jit/context.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static fsa_context g_ctx;
+
+/* The standard problem's plan as fsa_plan_create makes it on an H200: 64-key
+ * backward slices, persistent grids of two CTAs per SM. */
+static void standard_plan(fsa_plan *p, int group, fsa_dtype dtype, uint64_t workspace_limit)
+{
+    memset(p, 0, sizeof *p);
+    p->ctx = &g_ctx;
+    p->desc = (fsa_selected_attention_desc)FSA_SELECTED_ATTENTION_DESC_INIT;
+    p->desc.dtype = dtype;
+    p->desc.num_q_heads = 32;
+    p->desc.num_kv_heads = 32 / group;
+    p->desc.value_dim = 128; /* as fsa_plan_create resolves 0 */
+    p->desc.workspace_limit = workspace_limit;
+    p->desc.backward = 1;
+    p->group = group;
+    p->config = (fsa_kernel_config){.dtype = dtype, .head_dim = 128, .value_dim = 128, .group = group,
+                                    .block_size = 64, .top_k = 16, .bwd_keys = 64};
+    p->fsa_available = p->nsa_available = p->bwd_available = 1;
+    p->main_grid = p->bwd_grid = 2 * 132;
+    p->tune.level = FSA_TUNE_LEVEL_OFF;
+}
+
+static size_t fwd_bytes(const fsa_plan *p, int64_t T)
+{
+    size_t n = 0;
+    assert_int_equal(fsa_plan_workspace_size(&n, p, T, 1), FSA_STATUS_OK);
+    return n;
+}
+
+static size_t bwd_bytes(const fsa_plan *p, int64_t T)
+{
+    size_t n = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&n, p, T, 1), FSA_STATUS_OK);
+    return n;
+}
+
+static void bwd_chunk(int *heads, int64_t *tc, const fsa_plan *p, int64_t T)
+{
+    fsa_bwd_chunk(heads, tc, p, T, 1, FSA_ALGORITHM_FSA);
+}
+
+/* o and lse (the forward's), with dq, dk and dv (the backward's) of the standard problem: bytes per token. */
+static uint64_t fwd_own_per_token(void) { return 32 * 128 * 2 + 32 * 4; }
+static uint64_t own_bytes_per_token(int group) { return fwd_own_per_token() + 32 * 128 * 2 + 2 * (32 / group) * 128 * 2; }
+
+static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **state)
+{
+    (void)state;
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)11 << 28); /* 2.75 GiB, below 3 GB */
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET < 3000000000u);
+    fsa_plan p;
+    /* The default: what o, lse, dq, dk and dv leave of the budget, at least the floor. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 65536) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * own_bytes_per_token(1));
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 8192) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 8192 * own_bytes_per_token(1));
+    /* The forward's workspace is gone before the backward allocates dq, dk and dv. */
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 65536) ==
+                FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * fwd_own_per_token());
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 1) < FSA_WORKSPACE_DEFAULT_BUDGET);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 65536) == UINT64_MAX);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 4096);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 65536) == 4096);
+    /* The descriptor's default leaves the limit at 0: the default cap. */
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    assert_int_equal(d.workspace_limit, 0);
+}
+
+static void test_the_standard_problem_stays_within_the_default_cap(void **state)
+{
+    (void)state;
+    const int groups[] = {1, 2, 4, 8, 16};
+    const fsa_dtype dtypes[] = {FSA_DTYPE_BF16, FSA_DTYPE_F16};
+    const int64_t tokens[] = {8192, 16384, 65536};
+    for (int di = 0; di < 2; di++)
+        for (int gi = 0; gi < 5; gi++)
+            for (int ti = 0; ti < 3; ti++) {
+                fsa_plan p, free_plan;
+                standard_plan(&p, groups[gi], dtypes[di], 0);
+                standard_plan(&free_plan, groups[gi], dtypes[di], FSA_WORKSPACE_UNLIMITED);
+                const int64_t T = tokens[ti];
+                int heads;
+                int64_t tc;
+                bwd_chunk(&heads, &tc, &p, T);
+                if (di == 0)
+                {
+                    int fh;
+                    int64_t ftc;
+                    fsa_fwd_chunk(&fh, &ftc, &p, T, 1);
+                    print_message("  G %2d T %6lld: cap %10llu, forward %10zu B (uncapped %11zu; %2d heads x %5lld tokens), "
+                                  "backward %10zu B (uncapped %11zu; %2d heads x %5lld tokens)\n",
+                                  groups[gi], (long long)T, (unsigned long long)fsa_call_workspace_cap(&p, FSA_OP_BWD, T),
+                                  fwd_bytes(&p, T), fwd_bytes(&free_plan, T), fh, (long long)ftc, bwd_bytes(&p, T),
+                                  bwd_bytes(&free_plan, T), heads, (long long)tc);
+                }
+                const uint64_t cap = fsa_call_workspace_cap(&p, FSA_OP_BWD, T);
+                assert_true(fwd_bytes(&p, T) <= fsa_call_workspace_cap(&p, FSA_OP_FWD, T));
+                assert_true(bwd_bytes(&p, T) <= cap);
+                assert_true(bwd_bytes(&p, T) > 0);
+                /* Each call: what is alive (outputs, gradients, workspace) within the budget. */
+                assert_true(T * own_bytes_per_token(groups[gi]) + bwd_bytes(&p, T) <= FSA_WORKSPACE_DEFAULT_BUDGET);
+                assert_true(T * fwd_own_per_token() + fwd_bytes(&p, T) <= FSA_WORKSPACE_DEFAULT_BUDGET);
+                /* Uncapped, the same calls at 64K tokens need gigabytes: the cap is what bounds them. */
+                if (T == 65536) assert_true(bwd_bytes(&free_plan, T) > 4 * cap);
+            }
+}
+
+static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
+{
+    (void)state;
+    const int64_t T = 8192;
+    fsa_plan p;
+    int heads;
+    int64_t tc;
+    /* Hkv = 32 / 5 does not exist; G = 1 gives 32 heads, of which the divisors are powers of two. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 32);
+    assert_int_equal(tc, T);
+    fsa_bwd_layout all, half, one;
+    fsa_bwd_layout_for(&all, &p, T, 1, 32, T, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&half, &p, T, 1, 16, T, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&one, &p, T, 1, 1, T / 4, FSA_ALGORITHM_FSA);
+    assert_true(half.total < all.total && one.total < half.total);
+    /* A cap between 16 heads and all of them: 16 heads (31 .. 17 do not divide 32), every token. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, all.total - 1);
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 16);
+    assert_int_equal(tc, T);
+    assert_true(bwd_bytes(&p, T) <= all.total - 1);
+    /* A cap of one head's quarter of the tokens: one head, four token chunks. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, one.total + 16 * 256);
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 1);
+    assert_int_equal((T + tc - 1) / tc, 4);
+    assert_true(bwd_bytes(&p, T) <= one.total + 16 * 256);
+    /* The forward takes chunks the same way: at T = 65536, G = 1 eight heads'
+     * partials fit the default cap (what o and lse leave of the budget), all
+     * 32 do not. */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
+    assert_int_equal(heads, 8);
+    assert_int_equal(tc, 65536);
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    fsa_fwd_chunk(&heads, &tc, &p, 65536, 1);
+    assert_int_equal(heads, 32);
+    assert_int_equal(tc, 65536);
+    /* Six KV heads (G = 2 of 12 query heads): chunks of 6, 3, 2 or 1 heads, never 4 or 5. */
+    standard_plan(&p, 2, FSA_DTYPE_BF16, 0);
+    p.desc.num_q_heads = 12;
+    p.desc.num_kv_heads = 6;
+    fsa_bwd_layout five;
+    fsa_bwd_layout_for(&five, &p, T, 1, 5, T, FSA_ALGORITHM_FSA);
+    p.desc.workspace_limit = five.total + 16 * 256;
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 3);
+    assert_int_equal(tc, T);
+}
+
+static void test_chunks_of_fewer_heads_split_lists_as_all_heads_do(void **state)
+{
+    (void)state;
+    /* Work items per list (and so the fp32 dK/dV sums) are the same in a head
+     * chunk as in a call of every head: head chunks do not change a bit. */
+    fsa_plan p;
+    standard_plan(&p, 4, FSA_DTYPE_BF16, 0);
+    const int64_t tokens[] = {100, 1000, 8192};
+    for (int i = 0; i < 3; i++) {
+        fsa_bwd_layout all, one;
+        fsa_bwd_layout_for(&all, &p, tokens[i], 1, 8, tokens[i], FSA_ALGORITHM_FSA);
+        fsa_bwd_layout_for(&one, &p, tokens[i], 1, 1, tokens[i], FSA_ALGORITHM_FSA);
+        assert_int_equal(all.item_entries, one.item_entries);
+        assert_int_equal(one.heads, 1);
+    }
+}
+
+static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 4, FSA_DTYPE_BF16, 1);
+    const int64_t T = 4096;
+    int heads;
+    int64_t tc;
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 1);
+    assert_int_equal(tc, 1);
+    fsa_bwd_layout one;
+    fsa_bwd_layout_for(&one, &p, T, 1, 1, 1, FSA_ALGORITHM_FSA);
+    assert_int_equal(bwd_bytes(&p, T), one.total);
+    /* Its floor: one head's fp32 dK/dV accumulator over every token. */
+    assert_true(one.total >= (size_t)T * 2 * 128 * 4);
+    fsa_fsa_layout f;
+    fsa_fsa_layout_for(&f, &p, T, 1, 1, 1);
+    assert_int_equal(fwd_bytes(&p, T), f.total);
+}
+
+int main(void)
+{
+    g_ctx.target = "sm_90a";
+    g_ctx.sm_count = 132;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
+        cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
+        cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
+        cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
+        cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
