@@ -814,14 +814,16 @@ typedef struct fsa_kvcache_args {
 /**
  * Enqueues the attention on `stream` and returns: no allocation, no host
  * synchronization; can be captured in a CUDA graph. Host-checkable problems
- * are refused before anything is enqueued. Check mode does not apply: bad
- * device metadata is clamped or skipped on the device, never reported.
+ * are refused before anything is enqueued. Bad device metadata is clamped or
+ * skipped on the device; in check mode (fsa_context_options.check) a small
+ * kernel validates it first and the call waits for the verdict (docs/kvcache.md).
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan or negative
- *         strides; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
+ *         strides, or in check mode for bad device metadata;
+ *         FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different workspaces and outputs.
  */

@@ -63,13 +63,15 @@ def _fn(lib, name):
     return fn
 
 
-def _context(lib, device_index):
-    ctx = _contexts.get(device_index)
+def _context(lib, device_index, validate=False):
+    key = (device_index, bool(validate))
+    ctx = _contexts.get(key)
     if ctx is None:
         handle = ctypes.c_void_p()
-        options = _lib.fsa_context_options(device=device_index)
+        # validate: libfsa's check mode (else $FSA_CHECK decides).
+        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0)
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[device_index] = handle.value
+        ctx = _contexts[key] = handle.value
     return ctx
 
 
@@ -87,12 +89,12 @@ def _plan(lib, key):
     with _lock:
         plan = _plans.get(key)
         if plan is None:
-            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits = key
+            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate = key
             desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
                                     block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
                                     max_query_tokens=max_tokens, scale=scale, splits=splits)
             handle = ctypes.c_void_p()
-            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device),
+            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device, validate),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
             size = ctypes.c_size_t(0)
             lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
@@ -119,7 +121,7 @@ def _require(cond, message):
 
 def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                       topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
-                      max_query_tokens=None, splits=0):
+                      max_query_tokens=None, splits=0, validate=False):
     """Selected attention of q over a paged KV cache; returns o (and lse when asked).
 
     q: [Tq, Hq, D] bf16/fp16 CUDA tensor (new tokens of all sequences, packed).
@@ -131,6 +133,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     topk_length: optional int32 [Tq]: slots at or past it are unused.
     scale: softmax scale (None = 1/sqrt(D)). max_batch / max_query_tokens: the plan's sizes (default: the
         call's, rounded up to a power of two). splits: shares of a one-tile sequence (0 = the plan's rule).
+    validate: check the device metadata first (libfsa's check mode; waits for the GPU): bad metadata
+        raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, D] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -168,7 +172,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
            int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
-           float(scale or 0.0), int(splits))
+           float(scale or 0.0), int(splits), bool(validate))
     handle, ws_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None

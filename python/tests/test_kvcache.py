@@ -109,3 +109,14 @@ def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place():
     torch.cuda.synchronize()
     o_ref2, _ = kvcache_attention_reference(**p)
     assert ((o.double() - o_ref2).norm() / o_ref2.norm()).item() < 1e-2
+
+
+def test_validate_refuses_a_page_number_past_the_cache_and_passes_good_metadata():
+    p = make_problem(SEQS, 8, 2, 64, 16, 64, 8, torch.bfloat16, seed=5)
+    o_plain = kvcache_attention(**p)
+    o_checked = kvcache_attention(**p, validate=True)
+    assert torch.equal(o_plain, o_checked)
+    bad = dict(p, block_table=p["block_table"].clone())
+    bad["block_table"][6, 0] = 10**6  # sequence 6 caches 2003 keys: page slot 0 is used
+    with pytest.raises(_lib.FsaError, match="block_table entries of used pages outside"):
+        kvcache_attention(**bad, validate=True)

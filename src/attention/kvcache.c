@@ -2,6 +2,7 @@
  * loading, workspace size) and the call (argument checks, one attention
  * kernel, one merge kernel when sequences split). Everything goes on the
  * caller's stream: no allocation, no host synchronization. */
+#include "kvcache_check.h"
 #include "launch.h"
 
 #include "base/status_internal.h"
@@ -19,6 +20,7 @@ struct fsa_kvcache_plan {
     int group, tile_tokens, splits;
     float scale;
     fsa_kernel fwd, merge;
+    fsa_metadata_checker *checker; /* check mode only (kvcache_check.h) */
 };
 
 static int is_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -87,14 +89,20 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
     plan = NULL;
 cleanup:
-    free(plan);
+    fsa_kvcache_plan_destroy(plan);
     return st;
 }
 
-void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan) { free(plan); }
+void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan)
+{
+    if (plan == NULL) return;
+    fsa_metadata_checker_destroy(plan->checker, plan->ctx);
+    free(plan);
+}
 
 /* Partials of every split share: [max_batch, Hkv, splits, rows] lse, then D floats per row. */
 static size_t part_rows(const fsa_kvcache_plan *plan)
@@ -230,7 +238,8 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     if (st != FSA_STATUS_OK || a.num_query_tokens == 0 || a.batch == 0) return st;
     st = fsa_call_enter(plan->ctx, STAGE);
     if (st != FSA_STATUS_OK) return st;
-    st = launch(plan, &a, (CUstream)stream);
+    st = fsa_kvcache_check(plan->checker, plan->ctx, &plan->desc, &a, (CUstream)stream); /* check mode only */
+    if (st == FSA_STATUS_OK) st = launch(plan, &a, (CUstream)stream);
     fsa_context_leave(plan->ctx);
     return st;
 }

@@ -1,6 +1,7 @@
 /* Check mode (fsa_context_options.check, FSA_CHECK=1): before a call's
- * kernels, a small kernel (templates/sel_check.cu) validates cu_seqlens and
- * the top-k rows against the plan, the call waits for its verdict, and bad
+ * kernels, a small kernel (templates/sel_check.cu for selected attention,
+ * templates/kvc_check.cu for the paged KV cache) validates the call's
+ * metadata against the plan, the call waits for its verdict, and bad
  * metadata becomes FSA_STATUS_INVALID_ARGUMENT with what is wrong where.
  * Without check mode nothing here runs: no kernel, no synchronization. */
 #ifndef FSA_ATTENTION_METADATA_CHECK_H
@@ -8,23 +9,40 @@
 
 #include "launch.h"
 
-#include "../../templates/sel_check.cuh"
+#include "../../templates/fsa_check.cuh"
 
 typedef struct fsa_metadata_checker fsa_metadata_checker;
 
+/* Which check kernel a checker runs. */
+typedef enum fsa_check_kind { FSA_CHECK_SELECTED = 0, FSA_CHECK_KVCACHE = 1 } fsa_check_kind;
+
 /* With check mode on in the plan's context: loads (compiles) the check
- * kernel and, with a device, allocates its result word. *out stays NULL
- * when check mode is off. */
-fsa_status fsa_metadata_checker_create(fsa_metadata_checker **out, fsa_context *ctx);
+ * kernel of `kind` and, with a device, allocates its result word. *out
+ * stays NULL when check mode is off. */
+fsa_status fsa_metadata_checker_create(fsa_metadata_checker **out, fsa_context *ctx, fsa_check_kind kind);
 void fsa_metadata_checker_destroy(fsa_metadata_checker *c, fsa_context *ctx); /* NULL is fine */
 
-/* Runs the check on `stream` and waits for it; OK at once without a checker,
- * without tokens, or while the stream is being captured. The context must be
- * current (fsa_context_enter). */
+/* The device address of the checker's result, for the kernel's parameters
+ * (0 without a checker or a device). */
+uint64_t fsa_metadata_checker_result(const fsa_metadata_checker *c);
+
+/* Runs the checker's kernel over `work` items with `params` (a pointer to
+ * the kernel's parameter struct, its result field set from
+ * fsa_metadata_checker_result) on `stream` and waits for *r. Without a
+ * checker, without work, or while the stream is being captured it runs
+ * nothing and *r reports no problem. The context must be current
+ * (fsa_context_enter). */
+fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c, const fsa_context *ctx,
+                                    void *params, uint64_t work, CUstream stream);
+
+/* The selected-attention check of a call (fsa_sel_check). */
 fsa_status fsa_metadata_check(const fsa_plan *plan, const char *stage, const fsa_call_inputs *in, CUstream stream);
 
-/* The INVALID_ARGUMENT error for what the check found: each problem, and
- * where the first of its kind is (sequence; token and KV head). */
-fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, int64_t num_kv_heads);
+/* The INVALID_ARGUMENT error for what a check found: each problem, and
+ * where the first of its kind is (sequence; token and KV head). cu_name
+ * names the query offsets ("cu_seqlens", "cu_seqlens_q"), total_name the
+ * token count they must end at. */
+fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, int64_t num_kv_heads,
+                                const char *cu_name, const char *total_name);
 
 #endif

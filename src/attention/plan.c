@@ -168,7 +168,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
 
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));
     FSA_CHECK(load_fwd_kernels(plan, desc->algorithm != FSA_ALGORITHM_NSA, desc->algorithm != FSA_ALGORITHM_FSA));
-    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx));
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_SELECTED));
     fsa_tune_load_records(plan);
     *out = plan;
     plan = NULL;

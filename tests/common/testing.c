@@ -157,6 +157,19 @@ fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir)
     return ctx;
 }
 
+fsa_context *fsa_test_check_context(const char *cache_dir)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = cache_dir;
+    o.check = 1;
+    fsa_context *ctx = NULL;
+    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) {
+        fprintf(stderr, "check-mode context: %s\n", fsa_last_error());
+        exit(1);
+    }
+    return ctx;
+}
+
 static const fsa_cu_api *test_cu(void)
 {
     const fsa_cu_api *cu = NULL;

@@ -47,5 +47,8 @@ void fsa_test_sync(void);
 /* Exits the process with 77 (CTest: skipped) unless a context can be made on
  * device 0. Returns that context otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
+/* A second context on the same device with check mode on (after
+ * fsa_test_gpu_context_or_skip); exits on failure. */
+fsa_context *fsa_test_check_context(const char *cache_dir);
 
 #endif

@@ -216,13 +216,7 @@ static int setup(void **state)
     (void)state;
     g_cache_dir = fsa_test_mkdtemp("check-cache");
     g_plain_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.cache_dir = g_cache_dir;
-    o.check = 1;
-    if (fsa_context_create(&g_check_ctx, &o) != FSA_STATUS_OK) {
-        fprintf(stderr, "check-mode context: %s\n", fsa_last_error());
-        return -1;
-    }
+    g_check_ctx = fsa_test_check_context(g_cache_dir);
     fsa_selected_attention_desc d = attn_desc_of(&g_case, 1);
     if (fsa_plan_create(&g_plain, g_plain_ctx, &d) != FSA_STATUS_OK ||
         fsa_plan_create(&g_check, g_check_ctx, &d) != FSA_STATUS_OK) {
