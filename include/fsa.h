@@ -317,7 +317,7 @@ FSA_API fsa_status fsa_context_cache_stats(fsa_cache_stats *out, const fsa_conte
  *  the library and are valid only during the callback. */
 typedef struct fsa_cache_entry_info {
     const char *path;   /**< full path */
-    const char *name;   /**< readable kernel name, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
+    const char *name;   /**< readable kernel name, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64 */
     const char *target; /**< directory target, e.g. sm_90a */
     uint64_t bytes;     /**< file size */
     int64_t mtime;      /**< seconds since the epoch */
@@ -415,7 +415,7 @@ typedef enum fsa_algorithm {
 typedef struct fsa_selected_attention_desc {
     size_t struct_size;
     fsa_dtype dtype;          /**< of q, k, v, o (and dout, dq, dk, dv); default bf16 */
-    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int head_dim;             /**< D (Dk) of q and k (and dq, dk): multiple of 16, 16..256; default 128 */
     int num_q_heads;          /**< Hq (required) */
     int num_kv_heads;         /**< Hkv (required); Hq % Hkv == 0, group G = Hq / Hkv */
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
@@ -424,6 +424,12 @@ typedef struct fsa_selected_attention_desc {
     fsa_algorithm algorithm;  /**< default AUTO */
     uint64_t workspace_limit; /**< bytes; 0 = no limit. Larger problems run in token chunks. */
     int backward;             /**< 1 = also prepare the backward kernels */
+    /** Dv, the head dim of v and o (and dout, dv): a multiple of 16, 16..256;
+     *  0 = head_dim. When either dim is over 128, a plan with backward needs
+     *  both to be multiples of 32. (NSA uses Dk 192 with Dv 128.)
+     *  64 bits wide so that it starts past the end of the struct's first
+     *  version on every ABI. */
+    int64_t value_dim;
 } fsa_selected_attention_desc;
 
 #define FSA_SELECTED_ATTENTION_DESC_INIT                                                            \
@@ -564,9 +570,10 @@ typedef struct fsa_tensor {
 
 /** Arguments of fsa_selected_attention_fwd.
  *
- * q, k, v and o are dtype tensors of D elements per row: q and o have Hq
- * heads, k and v Hkv. Their pointers must be 16-byte aligned and their strides
- * multiples of 8 elements.
+ * q, k, v and o are dtype tensors: q and k rows have D (head_dim) elements,
+ * v and o rows Dv (value_dim) elements; q and o have Hq heads, k and v Hkv.
+ * Their pointers must be 16-byte aligned and their strides multiples of 8
+ * elements.
  * topk holds int32 block indices, K per row: slot s of token t and KV head h
  * is element `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`, so
  * [Hkv, T, K] and [T, Hkv, K] both work without a copy; 4-byte aligned.
@@ -579,8 +586,8 @@ typedef struct fsa_fwd_args {
     int max_seqlen;       /**< longest sequence (host) or 0 when unknown; only checked against T */
     fsa_tensor q;         /**< [T, Hq, D], read */
     fsa_tensor k;         /**< [T, Hkv, D], read */
-    fsa_tensor v;         /**< [T, Hkv, D], read */
-    fsa_tensor o;         /**< [T, Hq, D], written */
+    fsa_tensor v;         /**< [T, Hkv, Dv], read */
+    fsa_tensor o;         /**< [T, Hq, Dv], written */
     fsa_tensor topk;      /**< int32 [T, Hkv, K] through its strides, read */
     uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
     uint64_t lse;         /**< optional float [Hq, T] (natural log), written; 0 = not wanted */
@@ -623,12 +630,12 @@ typedef struct fsa_bwd_args {
     int max_seqlen;       /**< longest sequence (host) or 0 when unknown; only checked against T */
     fsa_tensor q;         /**< [T, Hq, D], read */
     fsa_tensor k;         /**< [T, Hkv, D], read */
-    fsa_tensor v;         /**< [T, Hkv, D], read */
-    fsa_tensor o;         /**< [T, Hq, D], the forward's output, read */
-    fsa_tensor dout;      /**< [T, Hq, D], gradient of o, read */
+    fsa_tensor v;         /**< [T, Hkv, Dv], read */
+    fsa_tensor o;         /**< [T, Hq, Dv], the forward's output, read */
+    fsa_tensor dout;      /**< [T, Hq, Dv], gradient of o, read */
     fsa_tensor dq;        /**< [T, Hq, D], written */
     fsa_tensor dk;        /**< [T, Hkv, D], written */
-    fsa_tensor dv;        /**< [T, Hkv, D], written */
+    fsa_tensor dv;        /**< [T, Hkv, Dv], written */
     fsa_tensor topk;      /**< int32 [T, Hkv, K] through its strides, read */
     uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
     uint64_t lse;         /**< float [Hq, T], natural log, as the forward wrote it; required */
@@ -725,7 +732,7 @@ typedef struct fsa_kvcache_plan fsa_kvcache_plan;
 typedef struct fsa_kvcache_desc {
     size_t struct_size;
     fsa_dtype dtype;          /**< of q, the caches and o; default bf16 */
-    int head_dim;             /**< D: multiple of 16, 16..256; default 128 */
+    int head_dim;             /**< D (Dk) of q and the key cache: multiple of 16, 16..256; default 128 */
     int num_q_heads;          /**< Hq (required) */
     int num_kv_heads;         /**< Hkv (required); group G = Hq / Hkv, 1..64 */
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
@@ -735,6 +742,7 @@ typedef struct fsa_kvcache_desc {
     int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int splits;               /**< shares of a one-tile sequence, 1..64; 0 = ceil(top_k / 4), at most 16 */
+    int value_dim;            /**< Dv of the value cache and o: multiple of 16, 16..256; 0 = head_dim */
 } fsa_kvcache_desc;
 
 #define FSA_KVCACHE_DESC_INIT                                                                          \
@@ -773,8 +781,10 @@ FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, 
 
 /** Arguments of fsa_kvcache_attention.
  *
- * q and o: [Tq, Hq, D] dtype tensors, 16-byte aligned, strides multiples of 8.
- * k_cache and v_cache: pages [num_pages, page_size, Hkv, D]: the row of token
+ * q: [Tq, Hq, D] and o: [Tq, Hq, Dv] dtype tensors (D = head_dim, Dv =
+ * value_dim), 16-byte aligned, strides multiples of 8.
+ * k_cache and v_cache: pages [num_pages, page_size, Hkv, D] and
+ * [num_pages, page_size, Hkv, Dv], each by its own strides: the row of token
  * slot s of page n and KV head h starts at element `ptr + n * page_stride +
  * s * token_stride + h * head_stride` (so [num_pages, Hkv, page_size, D]
  * works too); 16-byte aligned, strides multiples of 8.
@@ -803,7 +813,7 @@ typedef struct fsa_kvcache_args {
     uint64_t seqused_k;         /**< int32 [batch]: cached keys, new tokens included, read */
     fsa_tensor topk;            /**< int32 top-k rows through their strides, read */
     uint64_t topk_length;       /**< optional int32 [Tq], read; 0 = every row uses all K slots */
-    fsa_tensor o;               /**< [Tq, Hq, D], written */
+    fsa_tensor o;               /**< [Tq, Hq, Dv], written */
     uint64_t lse;               /**< optional float [Hq, Tq] (natural log), written; 0 = not wanted */
     uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes */
     size_t workspace_bytes;

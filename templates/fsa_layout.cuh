@@ -63,16 +63,26 @@ FSA_LAYOUT_FN int fsa_warp_rows_per_block(void) { return FSA_ROW_THREADS / 32; }
 #define FSA_FWD_STAGES 2 /* query tiles in flight */
 FSA_LAYOUT_FN int fsa_fwd_tokens_per_tile(int g) { return FSA_FWD_ROWS / g; } /* 0: the group does not fit */
 FSA_LAYOUT_FN int fsa_fwd_item_entries(int g) { return fsa_fwd_tokens_per_tile(g) * FSA_FWD_TILES; }
+/* Query/key head dim dk and value head dim dv may differ: K and the query
+ * tiles are dk wide, V and the outputs dv wide. The query tiles take the
+ * pitch of the wider of the two, because each warp stages its 16 output rows
+ * in its own query rows. */
+FSA_LAYOUT_FN int fsa_max_dim(int dk, int dv) { return dk > dv ? dk : dv; }
+FSA_LAYOUT_FN int fsa_fwd_q_pitch(int dk, int dv) { return fsa_pitch(fsa_max_dim(dk, dv)); }
+FSA_LAYOUT_FN int fsa_fwd_q_tile_bytes(int dk, int dv) { return FSA_FWD_ROWS * fsa_fwd_q_pitch(dk, dv) * 2; }
 /* Row table (token and pair of every row of the item) | K | V of the block |
  * the query tiles in flight | the item's list entries. */
 FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return 2 * 4 * FSA_FWD_TILES * FSA_FWD_ROWS; }
-FSA_LAYOUT_FN int fsa_fwd_smem_v(int d, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, d); }
-FSA_LAYOUT_FN int fsa_fwd_smem_q(int d, int bk) { return fsa_fwd_smem_v(d, bk) + fsa_tile_bytes(bk, d); }
-FSA_LAYOUT_FN int fsa_fwd_smem_entries(int d, int bk)
+FSA_LAYOUT_FN int fsa_fwd_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, dk); }
+FSA_LAYOUT_FN int fsa_fwd_smem_q(int dk, int dv, int bk) { return fsa_fwd_smem_v(dk, bk) + fsa_tile_bytes(bk, dv); }
+FSA_LAYOUT_FN int fsa_fwd_smem_entries(int dk, int dv, int bk)
 {
-    return fsa_fwd_smem_q(d, bk) + FSA_FWD_STAGES * fsa_tile_bytes(FSA_FWD_ROWS, d);
+    return fsa_fwd_smem_q(dk, dv, bk) + FSA_FWD_STAGES * fsa_fwd_q_tile_bytes(dk, dv);
 }
-FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int d, int bk, int g) { return fsa_fwd_smem_entries(d, bk) + fsa_fwd_item_entries(g) * 4; }
+FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk, int g)
+{
+    return fsa_fwd_smem_entries(dk, dv, bk) + fsa_fwd_item_entries(g) * 4;
+}
 
 /* ---------------------------------------------------------------- NSA order */
 /* A CTA: one query token, one KV head, up to FSA_NSA_ROWS heads of its group;
@@ -83,16 +93,32 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int d, int bk, int g) { return fsa_fwd_smem
 #define FSA_NSA_STAGE_KEYS (16 * FSA_NSA_WARPS)
 #define FSA_NSA_STAGES 2
 FSA_LAYOUT_FN int fsa_nsa_head_groups(int g) { return (g + FSA_NSA_ROWS - 1) / FSA_NSA_ROWS; } /* CTAs per (token, KV head) */
+/* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_nsa_stage_bytes(int d) { return fsa_tile_bytes(FSA_NSA_STAGE_KEYS, d); }
 /* Forward: Q rows | the K stages | the V stages. */
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_k(int d) { return fsa_tile_bytes(FSA_NSA_ROWS, d); }
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int d) { return fsa_nsa_fwd_smem_k(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int d) { return fsa_nsa_fwd_smem_v(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_k(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int dk)
+{
+    return fsa_nsa_fwd_smem_k(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
+}
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int dk, int dv)
+{
+    return fsa_nsa_fwd_smem_v(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dv);
+}
 /* Backward dq: Q rows | dO rows | the K stages | the V stages. */
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int d) { return fsa_tile_bytes(FSA_NSA_ROWS, d); }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int d) { return 2 * fsa_tile_bytes(FSA_NSA_ROWS, d); }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int d) { return fsa_nsa_dq_smem_k(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int d) { return fsa_nsa_dq_smem_v(d) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(d); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int dk, int dv)
+{
+    return fsa_nsa_dq_smem_do(dk) + fsa_tile_bytes(FSA_NSA_ROWS, dv);
+}
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int dk, int dv)
+{
+    return fsa_nsa_dq_smem_k(dk, dv) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
+}
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv)
+{
+    return fsa_nsa_dq_smem_v(dk, dv) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dv);
+}
 
 /* ---------------------------------------------------------------- FSA backward main */
 /* A CTA: one work item (a run of one block's list) and one slice of `keys`
@@ -112,28 +138,39 @@ FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_
  * is 32 tiles' tokens (or at least 8 tokens), so every choice is a whole
  * number of tiles' tokens and at least one entry. */
 FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_round_entries(g) >> halvings; }
-/* Head dims over 128 run the main kernel twice, each on half of the columns. */
-FSA_LAYOUT_FN int fsa_bwd_d_parts(int d) { return d > 128 ? 2 : 1; }
+/* Head dims over 128 run the main kernel twice, each on half of the dK and
+ * half of the dV columns (dk and dv: the query/key and the value head dims). */
+FSA_LAYOUT_FN int fsa_bwd_d_parts(int dk, int dv) { return fsa_max_dim(dk, dv) > 128 ? 2 : 1; }
 FSA_LAYOUT_FN int fsa_bwd_ds_pitch(void) { return FSA_BWD_ROWS + 8; }
 /* Row tables (token, pair, lse, delta of every row of a round) | K | V of the
  * slice | the Q tiles in flight | the dO tiles | dS^T (keys x rows) | the
- * round's list entries. */
+ * round's list entries. K and Q are dk wide, V and dO dv wide. */
 FSA_LAYOUT_FN int fsa_bwd_smem_k(void) { return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS; }
-FSA_LAYOUT_FN int fsa_bwd_smem_v(int d, int keys) { return fsa_bwd_smem_k() + fsa_tile_bytes(keys, d); }
-FSA_LAYOUT_FN int fsa_bwd_smem_q(int d, int keys) { return fsa_bwd_smem_v(d, keys) + fsa_tile_bytes(keys, d); }
-FSA_LAYOUT_FN int fsa_bwd_smem_do(int d, int keys)
+FSA_LAYOUT_FN int fsa_bwd_smem_v(int dk, int keys) { return fsa_bwd_smem_k() + fsa_tile_bytes(keys, dk); }
+FSA_LAYOUT_FN int fsa_bwd_smem_q(int dk, int dv, int keys)
 {
-    return fsa_bwd_smem_q(d, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, d);
+    return fsa_bwd_smem_v(dk, keys) + fsa_tile_bytes(keys, dv);
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_ds(int d, int keys)
+FSA_LAYOUT_FN int fsa_bwd_smem_do(int dk, int dv, int keys)
 {
-    return fsa_bwd_smem_do(d, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, d);
+    return fsa_bwd_smem_q(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dk);
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_entries(int d, int keys) { return fsa_bwd_smem_ds(d, keys) + keys * fsa_bwd_ds_pitch() * 2; }
-FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int d, int keys, int g)
+FSA_LAYOUT_FN int fsa_bwd_smem_ds(int dk, int dv, int keys)
 {
-    return fsa_bwd_smem_entries(d, keys) + fsa_bwd_round_entries(g) * 4;
+    return fsa_bwd_smem_do(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dv);
 }
+FSA_LAYOUT_FN int fsa_bwd_smem_entries(int dk, int dv, int keys)
+{
+    return fsa_bwd_smem_ds(dk, dv, keys) + keys * fsa_bwd_ds_pitch() * 2;
+}
+FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
+{
+    return fsa_bwd_smem_entries(dk, dv, keys) + fsa_bwd_round_entries(g) * 4;
+}
+/* The fp32 dK/dV accumulator holds dk + dv floats per (key token, KV head):
+ * dK, then dV. A partial of one work item holds BK rows of dK, then BK rows
+ * of dV. */
+FSA_LAYOUT_FN int fsa_bwd_dkv_row(int dk, int dv) { return dk + dv; }
 
 /* ---------------------------------------------------------------- paged KV cache */
 /* A CTA of the attention kernel: (sequence, tile of its new query tokens, KV
@@ -168,23 +205,24 @@ FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
 {
     return q_len > 0 && q_len <= tile_tokens ? splits : 1;
 }
-/* Head dims up to 128 keep the query fragments in registers: the query rows
- * land in the second K stage buffer and need no shared memory of their own
- * (3 CTAs per SM instead of 2 on sm_90 at D 128). */
-FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int d) { return d <= 128; }
+/* Query/key head dims up to 128 keep the query fragments in registers: the
+ * query rows land in the second K stage buffer and need no shared memory of
+ * their own (3 CTAs per SM instead of 2 on sm_90 at D 128). */
+FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
+/* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
 /* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
-FSA_LAYOUT_FN int fsa_kvc_smem_k(int d, int g)
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
 {
-    return fsa_kvc_q_in_registers(d) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), d);
+    return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int d, int g)
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g)
 {
-    return fsa_kvc_smem_k(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int d, int g)
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_v(d, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(d);
+    return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
 }
 /* Static shared memory (4-byte words): the tile's selection (its top-k entries,
  * their first-occurrence bits, the union of blocks and each block's token

@@ -65,6 +65,26 @@ __device__ __forceinline__ void load_tile_pair_async(u32 dst_a, u32 dst_b, Rows 
     });
 }
 
+// Two tiles with the same rows and widths of their own: K (COLS_A = the
+// query/key head dim) and V (COLS_B = the value head dim) of the same keys,
+// Q and dO of the same rows; rows(r) -> RowPair. Equal shapes take the one
+// pass of load_tile_pair_async, otherwise each tile its own pass.
+template <int ROWS, int COLS_A, int LD_A, int COLS_B, int LD_B, int THREADS, class Rows>
+__device__ __forceinline__ void load_tiles_async(u32 dst_a, u32 dst_b, Rows rows) {
+    if constexpr (COLS_A == COLS_B && LD_A == LD_B) {
+        load_tile_pair_async<ROWS, COLS_A, LD_A, THREADS>(dst_a, dst_b, rows);
+    } else {
+        load_tile_async<ROWS, COLS_A, LD_A, THREADS>(dst_a, [&](int r) {
+            const RowPair s = rows(r);
+            return RowSrc{s.a, s.ok};
+        });
+        load_tile_async<ROWS, COLS_B, LD_B, THREADS>(dst_b, [&](int r) {
+            const RowPair s = rows(r);
+            return RowSrc{s.b, s.ok};
+        });
+    }
+}
+
 // A ring of STAGES buffers filled by cp.async, one commit group per item:
 // while item i is in use, items up to i + STAGES - 1 are in flight.
 // load(item, buf) issues the copies of one item into buffer buf; every thread

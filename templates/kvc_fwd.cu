@@ -9,24 +9,27 @@
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. A sequence with one split writes o and lse;
 // otherwise each split writes a normalized partial and fsa_kvc_merge combines
-// them in split order. Launch shapes and shared memory: fsa_layout.cuh.
+// them in split order. Q and K are D wide, V and o DV wide. Launch shapes and
+// shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
 #include "paged_kv.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}}, PAGE = {{PAGE_SIZE}};
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
+              PAGE = {{PAGE_SIZE}};
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
 constexpr int NT = 2 * RT;                  // score tiles of 8 keys per warp, at most
 constexpr int NC = fsa_kvc_tile_entries(G, K);
-constexpr int LD = fsa_pitch(D);
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
-typedef PagedStream<D, BK, PAGE> Stream;
+typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * 2 * Stream::STAGE_BYTES >= WARPS * 16 * D * 4, "merge area fits in the K/V buffers");
+static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
+              "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 
 // Static shared memory: the tile's selection, its key stream, each warp's
@@ -46,16 +49,17 @@ __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G &
 template <int N>
 __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
                                             float *mmax) {
-    return WarpMerge<N, D>{om + rt * N * 16 * D, ml + rt * N}.get(r, d, v, mmax);
+    return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
 }
 
 // Decode tiles (one row tile) fit 3 CTAs per SM: at most 170 registers.
-extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1) fsa_kvc_fwd(const fsa_kvc_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS && DV <= 128 ? 3 : 1)
+    fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
-    constexpr u32 STAGE_BYTES = Stream::STAGE_BYTES;
+    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + STAGE_BYTES : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -101,10 +105,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     }
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
-    constexpr u32 TILE16 = fsa_tile_bytes(16, D);
+    constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
     const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
     const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
-    const u32 v_addr = v_s + key0 * LD * 2 + ldm_lane_a(lane, LD);
+    const u32 v_addr = v_s + key0 * LDV * 2 + ldm_lane_a(lane, LDV);
 
     // This split's share of the union: contiguous, in block order.
     const int chunk = (n_union + nsplit - 1) / nsplit;
@@ -123,8 +127,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
 
     OnlineSoftmax sm;
     sm.init();
-    float o_acc[D / 8][4];
-    frag_zero<D / 8>(o_acc);
+    float o_acc[DV / 8][4];
+    frag_zero<DV / 8>(o_acc);
 
     for (int st = 0; st < in.n_stages; st++) {
         const int buf = in.acquire(st);
@@ -136,18 +140,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
 #pragma unroll
         for (int c = 0; c < RT; c++)  // 16 keys per chunk
             if (c < rte) {
-                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s + 2 * c, qf, k_addr + buf * STAGE_BYTES + c * TILE16);
-                else mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * STAGE_BYTES + c * TILE16);
+                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s + 2 * c, qf, k_addr + buf * K_STAGE_BYTES + c * TILE16);
+                else mma_abt<DT, D, 2, LD>(s + 2 * c, q_addr, k_addr + buf * K_STAGE_BYTES + c * TILE16);
             }
         float alpha[2];
         // Visible: one of this warp's keys, the row's token selected its block, not in the token's future.
         sm.step<NT>(s, scale_log2, lane, [&](int col, int half) {
             return col < 16 * rte && (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
         }, alpha);
-        frag_scale_rows<D / 8>(o_acc, alpha);
+        frag_scale_rows<DV / 8>(o_acc, alpha);
 #pragma unroll
         for (int c = 0; c < RT; c++)
-            if (c < rte) mma_pv<DT, 1, D / 8, LD>(o_acc, s + 2 * c, v_addr + buf * STAGE_BYTES + c * TILE16);
+            if (c < rte) mma_pv<DT, 1, DV / 8, LDV>(o_acc, s + 2 * c, v_addr + buf * V_STAGE_BYTES + c * V_TILE16);
     }
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
@@ -155,11 +159,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
     // The key groups of each row tile merge in group order; row tile rt's
     // warps sit together in the merge area.
     float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-    WarpMerge<WARPS, D>{om + rt * kge * 16 * D, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
+    WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
     __syncthreads();
     const long long part = (((long long)b * hkv + h) * nsplit + split) * ROWS;
-    for (int c = tid; c < ROWS * (D / 2); c += THREADS) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+    for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
+        const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
         if (!row_live(r, ntok)) continue;
         float v[2], mmax;
         const int tr = r >> 4;
@@ -174,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, RT == 1 && Q_REGS ? 3 : 1)
             *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
             if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
         } else {
-            *(float2 *)((float *)p.o_part + (part + r) * D + d) = make_float2(v[0] * inv, v[1] * inv);
+            *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v[0] * inv, v[1] * inv);
             if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
         }
     }
@@ -190,16 +194,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_kvc_merge(const fsa_kv
     if (nsplit == 1) return;
     const long long part = ((long long)b * hkv + h) * nsplit * ROWS;
     const float *lp = (const float *)p.lse_part + part;
-    const float *op = (const float *)p.o_part + part * D;
-    for (int c = threadIdx.x; c < span.len * G * (D / 2); c += THREADS) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+    const float *op = (const float *)p.o_part + part * DV;
+    for (int c = threadIdx.x; c < span.len * G * (DV / 2); c += THREADS) {
+        const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
         float mmax = -FSA_INF;
         for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, lp[s * ROWS + r]);
         float l = 0.f, v0 = 0.f, v1 = 0.f;
         if (mmax != -FSA_INF) {
             for (int s = 0; s < nsplit; s++) {
                 const float f = fast_exp2(lp[s * ROWS + r] - mmax);
-                const float2 x = *(const float2 *)(op + ((long long)s * ROWS + r) * D + d);
+                const float2 x = *(const float2 *)(op + ((long long)s * ROWS + r) * DV + d);
                 l += f;
                 v0 += x.x * f;
                 v1 += x.y * f;

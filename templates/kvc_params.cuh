@@ -8,7 +8,7 @@
 
 #include "fsa_layout.cuh"
 
-/* A paged cache [num_pages, page_size, Hkv, D] by strides: the rows of a page
+/* A paged cache [num_pages, page_size, Hkv, D or Dv] by strides: the rows of a page
  * as a tensor view (token = row in the page), and the page stride. */
 typedef struct fsa_kvc_cache_view {
     fsa_kernel_view rows;
@@ -16,7 +16,7 @@ typedef struct fsa_kvc_cache_view {
 } fsa_kvc_cache_view;
 
 typedef struct fsa_kvc_params {
-    fsa_kernel_view q, o;   /* [Tq, Hq, D] */
+    fsa_kernel_view q, o;   /* [Tq, Hq, D] and [Tq, Hq, Dv] */
     long long lse;          /* float [Hq, Tq] or 0 */
     fsa_kvc_cache_view k, v;
     long long num_pages;
@@ -28,7 +28,7 @@ typedef struct fsa_kvc_params {
     long long tq, batch, num_kv_heads;
     double scale_log2;      /* softmax scale * FSA_LOG2E */
     long long splits;       /* CTAs per KV head of a one-tile sequence */
-    long long o_part;       /* float [batch, Hkv, splits, rows, D]: normalized partial outputs */
+    long long o_part;       /* float [batch, Hkv, splits, rows, Dv]: normalized partial outputs */
     long long lse_part;     /* float [batch, Hkv, splits, rows]: their log2-sum-exp */
 } fsa_kvc_params;
 

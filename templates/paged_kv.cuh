@@ -168,7 +168,8 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, co
 //  paged_load_stage (after a barrier): each row's position in keypos (INT_MAX
 //      when it is not a key) and the mask of the tokens that selected its
 //      block in keymask (0 when not a key), and the K and V rows into the
-//      tiles at k_dst / v_dst (pitch D + 8; rows that are not keys zero-filled).
+//      tiles at k_dst / v_dst (pitch D + 8 and DV + 8; rows that are not keys
+//      zero-filled).
 template <int BK, int PAGE>
 __device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, PagedSlot *slots, const int *blocks,
                                                    int u0, int stage, int total_keys, const int *table, int seq_len) {
@@ -183,7 +184,7 @@ __device__ __forceinline__ void paged_lookup_stage(const fsa_kvc_params &p, Page
     }
 }
 
-template <int D, int BK>
+template <int D, int DV, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
                                                  u32 *keymask, const PagedSlot *slots, const int *blocks,
                                                  const u32 *masks, int u0, int stage, int h) {
@@ -193,7 +194,7 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
-    load_tile_pair_async<KVC_STAGE, D, fsa_pitch(D), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
+    load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
         const PagedSlot s = slots[r];
         RowPair rp;
         rp.ok = s.page >= 0;
@@ -214,18 +215,19 @@ struct PagedStreamShared {
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (lookups one stage ahead of the copies),
-// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses). Use:
-//   PagedStream<D, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
+// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
+// D wide, V rows DV wide). Use:
+//   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
 //   ... issue copies that should join stage 0's group ...
 //   in.start();                        // every thread
 //   for (int st = 0; st < in.n_stages; st++) {
 //       const int buf = in.acquire(st);  // stage st is in buffer buf
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
 //   }
-template <int D, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE>
 struct PagedStream {
-    static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
-    static constexpr u32 STAGE_BYTES = fsa_kvc_stage_bytes(D);
+    static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
+    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
 
     PagedStreamShared &sh;
     const fsa_kvc_params &p;
@@ -265,8 +267,8 @@ struct PagedStream {
     // then the lookups of the next one.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
-            paged_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keypos[buf], sh.keymask[buf],
-                                    sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
+            paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
+                                        sh.keymask[buf], sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
             if (stage + 1 < n_stages) lookup(stage + 1);
         };
     }

@@ -4,14 +4,16 @@
 // every stage:
 //   S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 // The warps' dQ are summed in warp order at the end, so the result does not
-// depend on scheduling. No partial buffers: dq is written once per row.
+// depend on scheduling. No partial buffers: dq is written once per row. Q,
+// K and dq are D wide, dO and V DV wide.
 #include "sel_nsa.cuh"
 #include "fsa_mma.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, LD = fsa_pitch(D);
-typedef NsaStream<D, G, BK> Stream;
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
+typedef NsaStream<D, DV, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
     __shared__ float lse2[16], delta[16];  // per row: lse in log2 units, rowsum(dout * o)
@@ -19,13 +21,13 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D), qs + fsa_nsa_dq_smem_v(D));
+    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D, DV), qs + fsa_nsa_dq_smem_v(D, DV));
     const long long t = in.t;
 
     // Rows: heads hg*16 .. hg*16+15 of the group. Rows past G are zero with
     // lse = +inf, so their P is 0.
     const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
-    load_tile_pair_async<16, D, LD, NSA_THREADS>(qs, dos, [&](int r) {
+    load_tiles_async<16, D, LD, DV, LDV, NSA_THREADS>(qs, dos, [&](int r) {
         const int gi = in.group_head(r);
         const bool ok = gi < G;
         const long long qh = in.h * G + gi;
@@ -42,24 +44,26 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     const float scale_log2 = (float)p.scale_log2;
     // ldmatrix lane addresses: A operand rows (Q, dO), B operand from key rows
     // (K for S, V for dP), and K transposed as the B operand of dS K.
-    const u32 q_addr = qs + ldm_lane_a(lane, LD), do_addr = dos + ldm_lane_a(lane, LD);
+    const u32 q_addr = qs + ldm_lane_a(lane, LD), do_addr = dos + ldm_lane_a(lane, LDV);
     const u32 key_lane = warp * 16 * LD * 2 + ldm_lane_b(lane, LD);
+    const u32 val_lane = warp * 16 * LDV * 2 + ldm_lane_b(lane, LDV);
     const u32 key_t_lane = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
     float dq[D / 8][4];
     frag_zero<D / 8>(dq);
 
     for (int st = 0; st < in.n_stages; st++) {
         const int buf = in.acquire(st);
-        const u32 kb = in.ks + buf * Stream::STAGE_BYTES, vb = in.vs + buf * Stream::STAGE_BYTES;
+        const u32 kb = in.ks + buf * Stream::K_STAGE_BYTES, vb = in.vs + buf * Stream::V_STAGE_BYTES;
         const int *keys = in.keys(buf, warp);
 
         float s[2][4], dp[2][4];
         frag_zero<2>(s);
         frag_zero<2>(dp);
+        // S over D and dP over DV, their steps interleaved.
 #pragma unroll
-        for (int kd = 0; kd < D / 16; kd++) {
-            mma_abt_k16<DT, 2, LD>(s, q_addr + kd * 32, kb + key_lane + kd * 32);
-            mma_abt_k16<DT, 2, LD>(dp, do_addr + kd * 32, vb + key_lane + kd * 32);
+        for (int kd = 0; kd < fsa_max_dim(D, DV) / 16; kd++) {
+            if (kd < D / 16) mma_abt_k16<DT, 2, LD>(s, q_addr + kd * 32, kb + key_lane + kd * 32);
+            if (kd < DV / 16) mma_abt_k16<DT, 2, LDV>(dp, do_addr + kd * 32, vb + val_lane + kd * 32);
         }
 #pragma unroll
         for (int jn = 0; jn < 2; jn++) {
@@ -77,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     __syncthreads();  // the K/V buffers become the merge area
 
     // The warps' dQ summed in warp order.
-    float *part = nsa_merge_area<D>(smem + fsa_nsa_dq_smem_k(D));  // [NSA_WARPS][16][D]
+    float *part = nsa_merge_area<D, DV, D>(smem + fsa_nsa_dq_smem_k(D, DV));  // [NSA_WARPS][16][D]
     frag_store_f32<D / 8, D>(part + warp * 16 * D, dq, lane);
     __syncthreads();
     const float scale = (float)(p.scale_log2 * FSA_LN2);

@@ -11,14 +11,15 @@
 // A block whose list fits one work item adds its dK/dV straight into the fp32
 // accumulator; longer lists leave one partial per work item, summed in item
 // order afterwards, so the result does not depend on scheduling.
-// Head dims over 128 run twice, each launch accumulating half of D.
+// Q, K, dq and dK are D wide, V, dO and dV DV wide. Head dims over 128 run
+// twice, each launch accumulating half of the dK and half of the dV columns.
 #include "sel_common.cuh"
 #include "fsa_mma.cuh"
 #include "fsa_pipeline.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, KS = {{KEYS}};
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, KS = {{KEYS}};
 constexpr int SLICES = BK / KS;                    // CTAs per (work item): key slices of the block
 constexpr int WARPS = KS / 16, THREADS = fsa_bwd_threads(KS);  // a warp owns 16 keys
 constexpr int M = FSA_BWD_ROWS;                    // query rows per tile
@@ -26,12 +27,14 @@ constexpr int TOK = fsa_bwd_tokens_per_tile(G);    // tokens per tile
 constexpr int TPT = fsa_bwd_tiles_per_token(G);    // tiles per token (groups over 32 heads)
 constexpr int TILES = FSA_BWD_TILES;               // tiles per round
 constexpr int CHUNK = fsa_bwd_round_entries(G);    // list entries per round of one row table
-constexpr int DP = D / fsa_bwd_d_parts(D);         // dK/dV columns accumulated per launch
-constexpr int LD = fsa_pitch(D);
+constexpr int DPK = D / fsa_bwd_d_parts(D, DV);   // dK columns accumulated per launch
+constexpr int DPV = DV / fsa_bwd_d_parts(D, DV);  // dV columns accumulated per launch
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDS = fsa_bwd_ds_pitch();            // pitch of dS^T
-constexpr u32 TILE_BYTES = fsa_tile_bytes(M, D);
+constexpr u32 Q_TILE_BYTES = fsa_tile_bytes(M, D), DO_TILE_BYTES = fsa_tile_bytes(M, DV);
+constexpr int DKV = fsa_bwd_dkv_row(D, DV);        // floats per accumulator row: dK, then dV
 static_assert(KS >= 16 && KS <= 128 && BK % KS == 0, "slices of 16 to 128 keys");
-static_assert(D % 16 == 0 && DP % 16 == 0, "head dim is a multiple of 16");
+static_assert(DPK % 16 == 0 && DPV % 16 == 0, "each launch's dK and dV columns are multiples of 16");
 
 // Row r of tile `tile`: list entry e and head-in-group g; false for padding.
 __device__ __forceinline__ bool tile_row(int tile, int r, int &e, int &g) {
@@ -79,7 +82,7 @@ __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p
 __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32 ddst, const Tables &tb, int tile,
                                           int h) {
     const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
-    load_tile_pair_async<M, D, LD, THREADS>(qdst, ddst, [&](int r) {
+    load_tiles_async<M, D, LD, DV, LDV, THREADS>(qdst, ddst, [&](int r) {
         const int t = tb.token[tile * M + r];
         int e, g;
         tile_row(tile, r, e, g);
@@ -120,14 +123,32 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
     }
 }
 
+// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, into fp32
+// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds.
+template <int N>
+__device__ __forceinline__ void store_rows(float *row, const float acc[N][4], int half, int lane, float scale,
+                                           bool add) {
+#pragma unroll
+    for (int dn = 0; dn < N; dn++) {
+        float2 *at = (float2 *)(row + dn * 8 + 2 * (lane & 3));
+        float2 v = make_float2(acc[dn][2 * half] * scale, acc[dn][2 * half + 1] * scale);
+        if (add) {
+            const float2 a = *at;
+            v.x += a.x, v.y += a.y;
+        }
+        *at = v;
+    }
+}
+
 template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     extern __shared__ __align__(16) unsigned char smem[];
     Tables &tb = *(Tables *)smem;
-    u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, KS));             // [KS][LDS]
-    int *ent = (int *)(smem + fsa_bwd_smem_entries(D, KS));        // the round's list entries
+    u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, DV, KS));         // [KS][LDS]
+    int *ent = (int *)(smem + fsa_bwd_smem_entries(D, DV, KS));    // the round's list entries
     const u32 ks_addr = smem_addr(smem) + fsa_bwd_smem_k(), vs_addr = smem_addr(smem) + fsa_bwd_smem_v(D, KS);
-    const u32 qs_addr = smem_addr(smem) + fsa_bwd_smem_q(D, KS), dos_addr = smem_addr(smem) + fsa_bwd_smem_do(D, KS);
+    const u32 qs_addr = smem_addr(smem) + fsa_bwd_smem_q(D, DV, KS);
+    const u32 dos_addr = smem_addr(smem) + fsa_bwd_smem_do(D, DV, KS);
     const u32 dst_addr = smem_addr(dST);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -141,7 +162,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     const int total_work = work[nseg] * SLICES;
     const float scale = (float)(p.scale_log2 * FSA_LN2);
     const float scale_log2 = (float)p.scale_log2;
-    const int d0 = (int)p.d_part * DP;
+    const int d0k = (int)p.d_part * DPK, d0v = (int)p.d_part * DPV;
     const bool do_dq = DQ && p.d_part == 0;
 
     // Work items in order, each CTA taking the next one when it is done (list
@@ -159,9 +180,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
         const int item0 = offs[seg] + item * item_entries;
         const int item_n = min(offs[seg + 1] - item0, item_entries);
 
-        float dk[DP / 8][4], dv[DP / 8][4];
-        frag_zero<DP / 8>(dk);
-        frag_zero<DP / 8>(dv);
+        float dk[DPK / 8][4], dv[DPV / 8][4];
+        frag_zero<DPK / 8>(dk);
+        frag_zero<DPV / 8>(dv);
         long long kb0 = 0;
         int nk = 0;
         const int key_lo = warp * 16 + (lane >> 2);  // this lane's key rows: key_lo and key_lo + 8
@@ -180,7 +201,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 nk = (int)max(min((long long)KS, sb.end - kb0), 0ll);  // keys past the sequence stay masked
                 const u16 *kg = view_row<const u16>(p.k, 0, h);
                 const u16 *vg = view_row<const u16>(p.v, 0, h);
-                load_tile_pair_async<KS, D, LD, THREADS>(ks_addr, vs_addr, [&](int r) {
+                load_tiles_async<KS, D, LD, DV, LDV, THREADS>(ks_addr, vs_addr, [&](int r) {
                     const bool ok = r < nk;
                     const long long key = ok ? kb0 + r : 0;
                     return RowPair{kg + key * p.k.token_stride, vg + key * p.v.token_stride, ok};
@@ -190,20 +211,21 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
             AsyncRing<FSA_BWD_STAGES> ring;
             auto load = [&](int tile, int buf) {
-                load_rows(p, qs_addr + buf * TILE_BYTES, dos_addr + buf * TILE_BYTES, tb, tile, h);
+                load_rows(p, qs_addr + buf * Q_TILE_BYTES, dos_addr + buf * DO_TILE_BYTES, tb, tile, h);
             };
             ring.start(ntiles, load);  // with K and V in the first round
 
             for (int tile = 0; tile < ntiles; tile++) {
                 const int buf = ring.acquire(tile, load);
-                const u32 qb_addr = qs_addr + buf * TILE_BYTES, dob_addr = dos_addr + buf * TILE_BYTES;
+                const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES, dob_addr = dos_addr + buf * DO_TILE_BYTES;
                 // P^T and dP^T for this warp's 16 keys x M rows.
                 float pt[M / 8][4], dpt[M / 8][4];
                 frag_zero<M / 8>(pt);
                 frag_zero<M / 8>(dpt);
                 const u32 key_rows = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
+                const u32 val_rows = warp * 16 * LDV * 2 + ldm_lane_a(lane, LDV);
                 mma_abt<DT, D, M / 8, LD>(pt, ks_addr + key_rows, qb_addr + ldm_lane_b(lane, LD));
-                mma_abt<DT, D, M / 8, LD>(dpt, vs_addr + key_rows, dob_addr + ldm_lane_b(lane, LD));
+                mma_abt<DT, DV, M / 8, LDV>(dpt, vs_addr + val_rows, dob_addr + ldm_lane_b(lane, LDV));
 #pragma unroll
                 for (int jn = 0; jn < M / 8; jn++) {
 #pragma unroll
@@ -216,8 +238,8 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                         dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
                     }
                 }
-                mma_pv<DT, M / 16, DP / 8, LD>(dv, pt, dob_addr + ldm_lane_a(lane, LD) + d0 * 2);
-                mma_pv<DT, M / 16, DP / 8, LD>(dk, dpt, qb_addr + ldm_lane_a(lane, LD) + d0 * 2);
+                mma_pv<DT, M / 16, DPV / 8, LDV>(dv, pt, dob_addr + ldm_lane_a(lane, LDV) + d0v * 2);
+                mma_pv<DT, M / 16, DPK / 8, LD>(dk, dpt, qb_addr + ldm_lane_a(lane, LD) + d0k * 2);
                 if (!do_dq) continue;
 
                 // dS^T to shared memory, then dQ = dS K for the tile, stored per pair row
@@ -228,35 +250,27 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
         }
 
-        // dK and dV of this warp's keys: into the accumulator, or a partial.
-        float *acc_base;
-        long long stride_key;
+        // dK and dV of this warp's keys: into the accumulator ([T, Hkv] rows of
+        // dK then dV), or a partial (BK rows of dK, then BK rows of dV).
+        float *k_base, *v_base;
+        long long k_stride, v_stride;
         if (n_items == 1) {
-            acc_base = (float *)p.dkv_acc + ((kb0 * p.num_kv_heads + h) * 2) * D;
-            stride_key = p.num_kv_heads * 2 * D;
+            k_base = (float *)p.dkv_acc + (kb0 * p.num_kv_heads + h) * DKV;
+            v_base = k_base + D;
+            k_stride = v_stride = p.num_kv_heads * DKV;
         } else {
-            acc_base = (float *)p.dkv_part + ((long long)(parts[seg] + item) * 2 * BK + slice * KS) * D;
-            stride_key = D;
+            float *part = (float *)p.dkv_part + (long long)(parts[seg] + item) * BK * DKV;
+            k_base = part + slice * KS * D;
+            v_base = part + BK * D + slice * KS * DV;
+            k_stride = D;
+            v_stride = DV;
         }
-        const long long other = n_items == 1 ? D : (long long)BK * D;  // dK -> dV
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int r = key_lo + half * 8;
             if (r >= nk) continue;
-            float *row = acc_base + r * stride_key + d0;
-#pragma unroll
-            for (int dn = 0; dn < DP / 8; dn++) {
-                const int col = dn * 8 + 2 * (lane & 3);
-                float2 kv = make_float2(dk[dn][2 * half] * scale, dk[dn][2 * half + 1] * scale);
-                float2 vv = make_float2(dv[dn][2 * half], dv[dn][2 * half + 1]);
-                float2 *pk = (float2 *)(row + col), *pv = (float2 *)(row + other + col);
-                if (n_items == 1) {
-                    const float2 a = *pk, b = *pv;
-                    kv.x += a.x, kv.y += a.y, vv.x += b.x, vv.y += b.y;
-                }
-                *pk = kv;
-                *pv = vv;
-            }
+            store_rows<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, n_items == 1);
+            store_rows<DPV / 8>(v_base + r * v_stride + d0v, dv, half, lane, 1.f, n_items == 1);
         }
         if (tid == 0) next_work = (int)gridDim.x + atomicAdd(work_next, 1);
         __syncthreads();
@@ -267,7 +281,10 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
 // dK, dV and the per-pair dq rows (FSA-order backward).
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_bwd_main(const fsa_sel_params p) { bwd_main<true>(p); }
 
-// dK and dV only (the NSA-order backward computes dq per token).
-extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_bwd_main_kv(const fsa_sel_params p) {
+// dK and dV only (the NSA-order backward computes dq per token). Over head
+// dims of 128, one block per SM said outright keeps ptxas from capping the
+// registers for a second block (and spilling); 0 leaves its choice alone.
+extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) > 128 ? 1 : 0)
+    fsa_sel_bwd_main_kv(const fsa_sel_params p) {
     bwd_main<false>(p);
 }

@@ -1,13 +1,13 @@
 // Backward, first step: delta = rowsum(dout * o) for every (query head,
-// token) of the chunk, in fp32. A row takes 8, 16 or 32 lanes, each holding
-// 16-byte pieces. Block 0 also resets the main kernel's work counters.
+// token) of the chunk, in fp32; rows of DV (the value head dim). A row takes
+// 8, 16 or 32 lanes, each holding 16-byte pieces. Block 0 also resets the main kernel's work counters.
 #include "sel_common.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}};
-constexpr int PIECES = D / 8;
-constexpr int LANES = fsa_row_lanes(D);
+constexpr int DV = {{VALUE_DIM}};
+constexpr int PIECES = DV / 8;
+constexpr int LANES = fsa_row_lanes(DV);
 constexpr int ROWS_PER_WARP = 32 / LANES;
 
 __device__ __forceinline__ float dot8(const uint4 &a, const uint4 &b) {

@@ -4,12 +4,14 @@
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         item order into the fp32 accumulator (once per token chunk);
 //   fsa_sel_bwd_dkv_store the accumulator written out as dk and dv in the input dtype.
-// Fixed summation orders make the result independent of scheduling.
+// Fixed summation orders make the result independent of scheduling. dq rows
+// are D wide; an accumulator row holds D floats of dK, then DV of dV.
 #include "sel_common.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int DKV = fsa_bwd_dkv_row(D, DV);
 constexpr int PIECES = D / 8;
 constexpr int LANES = fsa_row_lanes(D);
 constexpr int ROWS_PER_WARP = 32 / LANES;
@@ -61,12 +63,13 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
     const int r = (int)(t - sb.start - j * BK);
     const int part0 = ((const int *)p.part_offsets)[seg];
     const float *part = (const float *)p.dkv_part;
-    float4 *acc = (float4 *)((float *)p.dkv_acc + (t * p.num_kv_heads + h) * 2 * D);
-    for (int c = lane; c < 2 * D / 4; c += 32) {  // dK then dV, 4 floats per step
-        const int which = c / (D / 4), col = (c - which * (D / 4)) * 4;
+    float4 *acc = (float4 *)((float *)p.dkv_acc + (t * p.num_kv_heads + h) * DKV);
+    for (int c = lane; c < DKV / 4; c += 32) {  // dK then dV, 4 floats per step
+        // Column c * 4 of the row: of dK (row r of the item's first BK rows), or of dV (row r of the next BK).
+        const long long at = c * 4 < D ? (long long)r * D + c * 4 : (long long)BK * D + r * DV + (c * 4 - D);
         float4 s = acc[c];
         for (int it = 0; it < n_items; it++) {
-            const float4 v = *(const float4 *)(part + (((long long)(part0 + it) * 2 + which) * BK + r) * D + col);
+            const float4 v = *(const float4 *)(part + (long long)(part0 + it) * BK * DKV + at);
             s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
         }
         acc[c] = s;
@@ -80,13 +83,12 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_st
     if (row >= p.total_tokens * p.num_kv_heads) return;
     const long long t = row / p.num_kv_heads;
     const int h = (int)(row - t * p.num_kv_heads);
-    const float *acc = (const float *)p.dkv_acc + row * 2 * D;
-    for (int c = lane; c < 2 * PIECES; c += 32) {
-        const int which = c / PIECES, piece = c - which * PIECES;
-        const float4 a = *(const float4 *)(acc + which * D + piece * 8);
-        const float4 b = *(const float4 *)(acc + which * D + piece * 8 + 4);
+    const float *acc = (const float *)p.dkv_acc + row * DKV;
+    for (int c = lane; c < DKV / 8; c += 32) {  // pieces of dK, then of dV
+        const float4 a = *(const float4 *)(acc + c * 8);
+        const float4 b = *(const float4 *)(acc + c * 8 + 4);
         const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        u16 *dst = view_row<u16>(which == 0 ? p.dk : p.dv, t, h);
-        *(uint4 *)(dst + piece * 8) = pack8<DT>(v);
+        u16 *dst = c < PIECES ? view_row<u16>(p.dk, t, h) + c * 8 : view_row<u16>(p.dv, t, h) + (c - PIECES) * 8;
+        *(uint4 *)dst = pack8<DT>(v);
     }
 }

@@ -3,22 +3,24 @@
 // the block are loaded once; the tile rows pack (token, head-in-group), so the
 // G heads of a token share the block and no row is padding. Each pair's
 // partial output is normalized by its own row sum and written with its
-// log2-sum-exp; the reduction kernel merges the partials of a token.
+// log2-sum-exp; the reduction kernel merges the partials of a token. Q and K
+// are D wide, V and the outputs DV wide.
 #include "sel_common.cuh"
 #include "fsa_pipeline.cuh"
 #include "fsa_softmax.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int THREADS = FSA_FWD_THREADS, ROWS = FSA_FWD_ROWS, TILES = FSA_FWD_TILES;
 constexpr int TOK = fsa_fwd_tokens_per_tile(G);  // tokens per tile
 constexpr int CHUNK = fsa_fwd_item_entries(G);   // list entries per work item
 constexpr int KT = BK < 64 ? BK : 64;            // keys per softmax step
-constexpr int LD = fsa_pitch(D);
-constexpr u32 Q_TILE_BYTES = fsa_tile_bytes(ROWS, D);
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
+constexpr int LDQ = fsa_fwd_q_pitch(D, DV);      // query tiles, also the output staging
+constexpr u32 Q_TILE_BYTES = fsa_fwd_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
-static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
 
 // Per work item, one entry per tile row (CHUNK tokens x G heads): its token
 // (-1 for padding) and its (head, token, slot) pair index. Both fit in 32
@@ -53,19 +55,19 @@ __device__ __forceinline__ long long part_row(const RowTable &rt, int i) {
 // dst: shared-memory address of the tile buffer.
 __device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, const RowTable &rt, int tile, int h) {
     const u16 *q = (const u16 *)p.q.ptr;
-    load_tile_async<ROWS, D, LD, THREADS>(dst, [&](int r) {
+    load_tile_async<ROWS, D, LDQ, THREADS>(dst, [&](int r) {
         const int t = rt.token[tile * ROWS + r];
         return RowSrc{t >= 0 ? view_row<const u16>(p.q, t, h * G + r % G) : q, t >= 0};
     });
 }
 
-// Up to D = 128, three blocks per SM (168 registers): the kernel is bound by
+// Up to head dims of 128, three blocks per SM (168 registers): the kernel is bound by
 // issue and latency, so resident warps matter more than prefetch depth.
-extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     RowTable &rt = *(RowTable *)smem;
-    u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, BK));           // the query tiles in flight
-    int *ent = (int *)(smem + fsa_fwd_smem_entries(D, BK));    // this work item's list entries
+    u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight
+    int *ent = (int *)(smem + fsa_fwd_smem_entries(D, DV, BK));    // this work item's list entries
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 ks_addr = smem_addr(smem) + fsa_fwd_smem_k(), vs_addr = smem_addr(smem) + fsa_fwd_smem_v(D, BK);
     const u32 qs_addr = smem_addr(Qs);
@@ -78,9 +80,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_
     const long long nseg = p.num_kv_heads * p.nb_total;
     const int total_work = work[nseg];
     const float scale_log2 = (float)p.scale_log2;
-    const u32 a_off = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);  // this warp's Q rows (A)
-    const u32 bk_off = ldm_lane_b(lane, LD);                     // K rows (B)
-    const u32 bv_off = ldm_lane_a(lane, LD);                     // V rows (B, transposed)
+    const u32 a_off = warp * 16 * LDQ * 2 + ldm_lane_a(lane, LDQ);  // this warp's Q rows (A)
+    const u32 bk_off = ldm_lane_b(lane, LD);                       // K rows (B)
+    const u32 bv_off = ldm_lane_a(lane, LDV);                      // V rows (B, transposed)
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
         const long long seg = work_seg[w];  // the (KV head, block) segment of work item w
@@ -102,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_
         // K and V of the block, zero past the end of the sequence.
         const u16 *kg = view_row<const u16>(p.k, 0, h);
         const u16 *vg = view_row<const u16>(p.v, 0, h);
-        load_tile_pair_async<BK, D, LD, THREADS>(ks_addr, vs_addr, [&](int r) {
+        load_tiles_async<BK, D, LD, DV, LDV, THREADS>(ks_addr, vs_addr, [&](int r) {
             const bool ok = r < nk;
             const long long key = kb0 + (ok ? r : 0);
             return RowPair{kg + key * p.k.token_stride, vg + key * p.v.token_stride, ok};
@@ -115,14 +117,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_
 
         for (int tile = 0; tile < ntiles; tile++) {
             const int buf = ring.acquire(tile, load);
-            u16 *Qb = Qs + buf * ROWS * LD;
+            u16 *Qb = Qs + buf * ROWS * LDQ;
             const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES;
             // This lane's accumulator rows: r_lo = warp*16 + lane/4 and r_lo + 8.
             const int r_lo = warp * 16 + (lane >> 2);
             const int t_lo = rt.token[tile * ROWS + r_lo], t_hi = rt.token[tile * ROWS + r_lo + 8];
 
-            float o_acc[D / 8][4];
-            frag_zero<D / 8>(o_acc);
+            float o_acc[DV / 8][4];
+            frag_zero<DV / 8>(o_acc);
             OnlineSoftmax sm;
             sm.init();
 #pragma unroll 1
@@ -139,17 +141,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_
                 float alpha[2];
                 sm.step<KT / 8>(s, scale_log2, lane,
                                 [&](int col, int half) { return unmasked || col <= (half ? lim_hi : lim_lo); }, alpha);
-                if (kt > 0) frag_scale_rows<D / 8>(o_acc, alpha);  // nothing to rescale before the first step
-                mma_pv<DT, KT / 16, D / 8, LD>(o_acc, s, vs_addr + bv_off + (u32)(kt * LD) * 2);
+                if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);  // nothing to rescale before the first step
+                mma_pv<DT, KT / 16, DV / 8, LDV>(o_acc, s, vs_addr + bv_off + (u32)(kt * LDV) * 2);
             }
 
-            // Normalize, stage the 16 x D tile in this warp's own Q rows, then
+            // Normalize, stage the 16 x DV tile in this warp's own Q rows, then
             // write 16-byte pieces of whole rows.
             float inv[2], lse2[2];
             sm.finish(inv, lse2);
             __syncwarp();
-            frag_scale_rows<D / 8>(o_acc, inv);
-            frag_store<DT, D / 8, LD>(Qb + warp * 16 * LD, o_acc, lane);
+            frag_scale_rows<DV / 8>(o_acc, inv);
+            frag_store<DT, DV / 8, LDQ>(Qb + warp * 16 * LDQ, o_acc, lane);
             if ((lane & 3) == 0) {
                 float *lse_part = (float *)p.lse_part;
                 if (t_lo >= 0) lse_part[part_row(rt, tile * ROWS + r_lo)] = lse2[0];
@@ -157,11 +159,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, D <= 128 ? 3 : 1) fsa_sel_
             }
             __syncwarp();
             u16 *o_part = (u16 *)p.o_part;
-            for (int c = lane; c < 16 * (D / 8); c += 32) {
-                const int rr = c / (D / 8), cc = c - rr * (D / 8);
+            for (int c = lane; c < 16 * (DV / 8); c += 32) {
+                const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
                 const int i = tile * ROWS + warp * 16 + rr;
                 if (rt.token[i] < 0) continue;
-                *(uint4 *)(o_part + part_row(rt, i) * D + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LD + cc * 8);
+                *(uint4 *)(o_part + part_row(rt, i) * DV + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LDQ + cc * 8);
             }
         }
     }

@@ -2,14 +2,16 @@
 // the group's query heads (the tile rows). It walks the token's selected
 // blocks 64 keys per stage with online softmax; each of the 4 warps takes 16
 // keys of every stage, and the warps' partial results merge at the end.
-// No workspace. Wins when the group is large enough to fill the rows.
+// No workspace. Wins when the group is large enough to fill the rows. Q and
+// K are D wide, V and o DV wide.
 #include "sel_nsa.cuh"
 #include "fsa_softmax.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, LD = fsa_pitch(D);
-typedef NsaStream<D, G, BK> Stream;
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
+typedef NsaStream<D, DV, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -32,9 +34,9 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const 
     // Shared-memory addresses, once: the loop below only adds constants.
     const u32 q_addr = qs + ldm_lane_a(lane, LD);
     const u32 k_addr = ks + warp * 16 * LD * 2 + ldm_lane_b(lane, LD);  // this warp's 16 keys
-    const u32 v_addr = vs + warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
-    float o_acc[D / 8][4];
-    frag_zero<D / 8>(o_acc);
+    const u32 v_addr = vs + warp * 16 * LDV * 2 + ldm_lane_a(lane, LDV);
+    float o_acc[DV / 8][4];
+    frag_zero<DV / 8>(o_acc);
     OnlineSoftmax sm;
     sm.init();
 
@@ -43,21 +45,21 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const 
         const int *keys = in.keys(buf, warp);
         float s[2][4];
         frag_zero<2>(s);
-        mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + buf * Stream::STAGE_BYTES);
+        mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + buf * Stream::K_STAGE_BYTES);
         float alpha[2];
         sm.step<2>(s, scale_log2, lane, [&](int col, int) { return keys[col] <= t; }, alpha);
-        frag_scale_rows<D / 8>(o_acc, alpha);
-        mma_pv<DT, 1, D / 8, LD>(o_acc, s, v_addr + buf * Stream::STAGE_BYTES);
+        frag_scale_rows<DV / 8>(o_acc, alpha);
+        mma_pv<DT, 1, DV / 8, LDV>(o_acc, s, v_addr + buf * Stream::V_STAGE_BYTES);
     }
     cp_async_wait<0>();
     __syncthreads();  // the K/V buffers become the merge area
 
     // Merge the four warps' (max, sum, unnormalized O) per row.
-    const WarpMerge<NSA_WARPS, D> merge{nsa_merge_area<D>(smem + fsa_nsa_fwd_smem_k(D)), ml};
+    const WarpMerge<NSA_WARPS, DV> merge{nsa_merge_area<D, DV, DV>(smem + fsa_nsa_fwd_smem_k(D)), ml};
     merge.put(sm, o_acc, warp, lane);
     __syncthreads();
-    for (int c = tid; c < 16 * (D / 2); c += NSA_THREADS) {
-        const int r = c / (D / 2), d = (c - r * (D / 2)) * 2;
+    for (int c = tid; c < 16 * (DV / 2); c += NSA_THREADS) {
+        const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
         const int qh = in.h * G + in.group_head(r);
         if (in.group_head(r) >= G) continue;
         float v[2], mmax;

@@ -1,17 +1,17 @@
 // FSA forward, reduction: merges the partials of each (token, query head)
 // over its valid slots. Each partial carries its own log2-sum-exp, so the
-// merge is safe for any logit range. A row takes LANES lanes, each holding
+// merge is safe for any logit range. Rows are DV (the value head dim) wide. A row takes LANES lanes, each holding
 // 16-byte pieces; up to four slots' loads are in flight per lane.
 #include "sel_common.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, G = {{GROUP}};
-constexpr int PIECES = D / 8;              // 16-byte pieces per row
-constexpr int LANES = fsa_row_lanes(D);    // lanes per row
+constexpr int DV = {{VALUE_DIM}}, G = {{GROUP}};
+constexpr int PIECES = DV / 8;             // 16-byte pieces per row
+constexpr int LANES = fsa_row_lanes(DV);   // lanes per row
 constexpr int ROWS_PER_WARP = 32 / LANES;
 constexpr int UNROLL = 4;
-static_assert(PIECES <= 32, "head dim at most 256");
+static_assert(PIECES <= 32, "value head dim at most 256");
 
 __device__ __forceinline__ void accumulate(float acc[8], const uint4 &v, float w) {
     float f[8];
@@ -63,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
             if (slots[u] < 0) continue;
             const long long row = (pair0 + slots[u]) * G + g;
             w[u] = fast_exp2(lse_part[row] - m);
-            if (has_piece) v[u] = *(const uint4 *)(o_part + row * D + l * 8);
+            if (has_piece) v[u] = *(const uint4 *)(o_part + row * DV + l * 8);
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {

@@ -1,6 +1,7 @@
 // What the NSA-order kernels share: a CTA owns one query token and one KV
 // head, compacts the token's valid selected blocks, and streams their keys
-// in stages of FSA_NSA_STAGE_KEYS rows of K and V (16 per warp).
+// in stages of FSA_NSA_STAGE_KEYS rows of K (D wide) and V (DV wide), 16 per
+// warp.
 #pragma once
 #include "sel_common.cuh"
 #include "fsa_pipeline.cuh"
@@ -37,23 +38,23 @@ __device__ __forceinline__ int nsa_select_blocks(int *block_start, int *raw, int
 }
 
 // Stage `stage` of the concatenated selected keys: NSA_STAGE rows of K and V
-// into buffers of pitch D + 8 (zero past the end), and each row's key index
-// in keyb (INT_MAX for padding, which the causal test then masks).
-template <int D, int BK>
+// into buffers of pitch D + 8 and DV + 8 (zero past the end), and each row's
+// key index in keyb (INT_MAX for padding, which the causal test then masks).
+template <int D, int DV, int BK>
 __device__ __forceinline__ void nsa_load_stage(const fsa_sel_params &p, u32 ks, u32 vs, int *keyb,
                                                const int *block_start, int stage, int total_keys, int h,
                                                long long seq_end) {
     const u16 *kg = view_row<const u16>(p.k, 0, h);
     const u16 *vg = view_row<const u16>(p.v, 0, h);
-    for_each_piece<NSA_STAGE, D, NSA_THREADS>([&](int r, int c) {
+    // One pass over the pieces of the wider row: a piece past D (or DV) copies no K (or V).
+    for_each_piece<NSA_STAGE, fsa_max_dim(D, DV), NSA_THREADS>([&](int r, int c) {
         const int pos = stage * NSA_STAGE + r;
         long long key = pos < total_keys ? (long long)block_start[pos / BK] + pos % BK : seq_end;
         const bool ok = key < seq_end;
         if (c == 0) keyb[r] = ok ? (int)key : 0x7fffffff;
         if (!ok) key = 0;
-        const u32 off = (u32)(r * (D + 8) + c) * 2;
-        cp_async16(ks + off, kg + key * p.k.token_stride + c, ok);
-        cp_async16(vs + off, vg + key * p.v.token_stride + c, ok);
+        if (D == DV || c < D) cp_async16(ks + (u32)(r * (D + 8) + c) * 2, kg + key * p.k.token_stride + c, ok);
+        if (D == DV || c < DV) cp_async16(vs + (u32)(r * (DV + 8) + c) * 2, vg + key * p.v.token_stride + c, ok);
     });
 }
 
@@ -67,19 +68,20 @@ struct NsaShared {
 // The key stream of an NSA-order CTA (blockIdx.x: token of the chunk,
 // blockIdx.y: KV head and head group): the token's valid selected blocks
 // concatenated, in stages of NSA_STAGE keys double-buffered at ks and vs
-// (shared byte addresses, FSA_NSA_STAGES stages each). Use:
-//   NsaStream<D, G, BK> ks_stream(sh, p, ks, vs);  // every thread; selects the blocks
+// (shared byte addresses, FSA_NSA_STAGES stages each; K rows D wide, V rows
+// DV wide). Use:
+//   NsaStream<D, DV, G, BK> ks_stream(sh, p, ks, vs);  // every thread; selects the blocks
 //   ... issue the query-row copies ...
 //   ks_stream.start();                             // they join stage 0's group
 //   for (int st = 0; st < ks_stream.n_stages; st++) {
 //       const int buf = ks_stream.acquire(st);     // stage st is in buffer buf
 //       ... keys(buf, warp)[c] is the key index of the warp's column c ...
 //   }
-template <int D, int G, int BK>
+template <int D, int DV, int G, int BK>
 struct NsaStream {
-    static_assert(D % 16 == 0 && BK % 16 == 0, "head dim and block size are multiples of 16");
+    static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static constexpr int HEAD_GROUPS = fsa_nsa_head_groups(G);
-    static constexpr u32 STAGE_BYTES = fsa_nsa_stage_bytes(D);
+    static constexpr u32 K_STAGE_BYTES = fsa_nsa_stage_bytes(D), V_STAGE_BYTES = fsa_nsa_stage_bytes(DV);
 
     NsaShared &sh;
     const fsa_sel_params &p;
@@ -111,17 +113,19 @@ struct NsaStream {
   private:
     __device__ __forceinline__ auto loader() {
         return [this](int st, int buf) {
-            nsa_load_stage<D, BK>(p, ks + buf * STAGE_BYTES, vs + buf * STAGE_BYTES, sh.keyidx[buf], sh.block_start,
-                                  st, total_keys, h, sb.end);
+            nsa_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keyidx[buf],
+                                      sh.block_start, st, total_keys, h, sb.end);
         };
     }
 };
 
 // Row merge area of the NSA kernels once the key loop is done: the K and V
-// stage buffers, as NSA_WARPS x 16 rows of D floats.
-template <int D>
+// stage buffers (K rows D wide, V rows DV wide), as NSA_WARPS x 16 rows of W
+// floats.
+template <int D, int DV, int W>
 __device__ __forceinline__ float *nsa_merge_area(unsigned char *stage_buffers) {
-    static_assert(2 * FSA_NSA_STAGES * fsa_nsa_stage_bytes(D) >= NSA_WARPS * 16 * D * 4, "merge area fits");
+    static_assert(FSA_NSA_STAGES * (fsa_nsa_stage_bytes(D) + fsa_nsa_stage_bytes(DV)) >= NSA_WARPS * 16 * W * 4,
+                  "merge area fits");
     return (float *)stage_buffers;
 }
 

@@ -7,8 +7,9 @@
 #include "fsa_layout.cuh"
 
 typedef struct fsa_sel_params {
-    /* Tensors [tokens, heads, dim]; topk is int32 [KV heads, tokens, K]
-     * viewed as (token, head) rows of K slots. */
+    /* Tensors [tokens, heads, dim] (q, k, dq, dk: the query/key head dim D;
+     * v, o, dout, dv: the value head dim Dv); topk is int32 [KV heads,
+     * tokens, K] viewed as (token, head) rows of K slots. */
     fsa_kernel_view q, k, v, o;
     fsa_kernel_view topk;
     long long cu_seqlens;
@@ -32,16 +33,16 @@ typedef struct fsa_sel_params {
     long long mask;         /* u64 [Hkv, tc]: valid slots of each row */
     long long list;         /* int [pairs]: fsa_entry_pack(token - t0, slot), grouped by (h, block) */
     long long lse_part;     /* float [Hkv, tc, K, G]: log2-sum-exp of each partial */
-    long long o_part;       /* dtype [Hkv, tc, K, G, D]: normalized partial outputs */
+    long long o_part;       /* dtype [Hkv, tc, K, G, Dv]: normalized partial outputs */
     /* Backward. */
     fsa_kernel_view dout, dq, dk, dv;
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
     long long delta;        /* float [Hq, tc]: rowsum(dout * o) */
     long long dq_part;      /* dtype [Hkv, tc, K, slices, G, D]: dq contribution of each pair and key slice */
-    long long dkv_part;     /* float [parts, 2, BK, D]: dK and dV of one work item */
-    long long dkv_acc;      /* float [T, Hkv, 2, D]: dK and dV over all token chunks */
-    long long d_part;       /* head dims over 128: which half of D this launch accumulates */
+    long long dkv_part;     /* float [parts, BK * (D + Dv)]: BK rows of dK, then BK of dV, of one work item */
+    long long dkv_acc;      /* float [T, Hkv, D + Dv]: dK then dV over all token chunks */
+    long long d_part;       /* head dims over 128: which half of the dK and dV columns this launch accumulates */
     long long key_slices;   /* CTAs per backward work item: slices of the key block */
     long long work_next;    /* int [2]: next backward work item, one counter per main launch of a chunk */
 } fsa_sel_params;

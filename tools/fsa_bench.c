@@ -61,6 +61,7 @@ typedef struct options {
     int tokens[MAX_LIST], n_tokens;
     int groups[MAX_LIST], n_groups;
     int head_dim;
+    int value_dim; /* 0 = head_dim */
     int q_heads;
     int block_size;
     int top_k;
@@ -231,6 +232,7 @@ typedef struct input_set {
 
 typedef struct bench_row {
     int T, G, D, hkv;
+    int Dv; /* value head dim */
     fsa_algorithm chosen;
     fsa_algorithm heuristic; /* what AUTO takes without a tuning record */
     const char *reason;
@@ -349,10 +351,11 @@ static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "
 static void time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
                                CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
 {
-    const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, K = o->top_k;
+    const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, Dv = row->Dv, K = o->top_k;
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
     d.dtype = o->dtype;
     d.head_dim = D;
+    d.value_dim = Dv;
     d.num_q_heads = hq;
     d.num_kv_heads = hkv;
     d.block_size = o->block_size;
@@ -365,30 +368,32 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
         fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
         return;
     }
-    const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D;
+    const size_t nkv = (size_t)T * hkv * D;
+    const size_t no = (size_t)T * hq * Dv, nv = (size_t)T * hkv * Dv;
     size_t ws_f = 0, ws_b = 0;
     FSA(fsa_plan_workspace_size(&ws_f, plan, T, 1));
     FSA(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1));
     CUdeviceptr o_buf, lse, dout, dk, dv, ws;
-    CU(cu.MemAlloc(&o_buf, nq * 2));
+    CU(cu.MemAlloc(&o_buf, no * 2));
     CU(cu.MemAlloc(&lse, (size_t)hq * T * 4));
-    CU(cu.MemAlloc(&dout, nq * 2));
+    CU(cu.MemAlloc(&dout, no * 2));
     CU(cu.MemAlloc(&dk, nkv * 2));
-    CU(cu.MemAlloc(&dv, nkv * 2));
+    CU(cu.MemAlloc(&dv, nv * 2));
     CU(cu.MemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
-    uint16_t *h = malloc(nq * 2);
-    fill_normal(h, nq, 777u + (uint64_t)T, o->dtype);
-    CU(cu.MemcpyHtoD(dout, h, nq * 2));
+    uint16_t *h = malloc(no * 2);
+    fill_normal(h, no, 777u + (uint64_t)T, o->dtype);
+    CU(cu.MemcpyHtoD(dout, h, no * 2));
     free(h);
     fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
-    fa.q = fa.o = rows(0, hq, D), fa.k = fa.v = rows(0, hkv, D), fa.topk = topk_rows(0, T, K);
+    fa.q = rows(0, hq, D), fa.o = rows(0, hq, Dv), fa.k = rows(0, hkv, D), fa.v = rows(0, hkv, Dv);
+    fa.topk = topk_rows(0, T, K);
     fa.o.ptr = o_buf, fa.lse = lse;
     fa.cu_seqlens = cu_dev, fa.workspace = ws, fa.workspace_bytes = ws_f > ws_b ? ws_f : ws_b;
     fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
     ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
-    ba.q = rows(0, hq, D), ba.o = rows(o_buf, hq, D), ba.dout = rows(dout, hq, D), ba.dq = rows(dq_out, hq, D);
-    ba.k = ba.v = rows(0, hkv, D), ba.dk = rows(dk, hkv, D), ba.dv = rows(dv, hkv, D);
+    ba.q = rows(0, hq, D), ba.o = rows(o_buf, hq, Dv), ba.dout = rows(dout, hq, Dv), ba.dq = rows(dq_out, hq, D);
+    ba.k = rows(0, hkv, D), ba.v = rows(0, hkv, Dv), ba.dk = rows(dk, hkv, D), ba.dv = rows(dv, hkv, Dv);
     ba.topk = topk_rows(0, T, K), ba.lse = lse;
     ba.cu_seqlens = cu_dev, ba.workspace = ws, ba.workspace_bytes = fa.workspace_bytes;
     /* The forward's o and lse of set 0 feed every backward repeat. */
@@ -450,6 +455,8 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     const int hq = o->q_heads, hkv = hq / G, K = o->top_k, BK = o->block_size;
     memset(row, 0, sizeof *row);
     row->T = T, row->G = G, row->D = D, row->hkv = hkv;
+    row->Dv = o->value_dim ? o->value_dim : D;
+    const int Dv = row->Dv;
     for (int i = 0; i < 3; i++) row->ms[i] = -1;
 
     fsa_plan *plans[3] = {NULL, NULL, NULL};
@@ -457,6 +464,7 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
         d.dtype = o->dtype;
         d.head_dim = D;
+        d.value_dim = Dv;
         d.num_q_heads = hq;
         d.num_kv_heads = hkv;
         d.block_size = BK;
@@ -483,11 +491,14 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     FSA(fsa_plan_algorithm(&row->chosen, &row->reason, plans[0], T));
 
     const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D, nsel = (size_t)hkv * T * K;
-    const size_t input_bytes = (nq + 2 * nkv) * 2 + nsel * 4;
+    const size_t no = (size_t)T * hq * Dv, nv = (size_t)T * hkv * Dv;
+    const size_t input_bytes = (nq + nkv + nv) * 2 + nsel * 4;
     int n_sets = input_bytes < 4 * l2_bytes ? (int)((4 * l2_bytes + input_bytes - 1) / input_bytes) : 1;
     if (n_sets > 4) n_sets = 4;
 
-    uint16_t *h = malloc((nq > nkv ? nq : nkv) * 2);
+    size_t nmax = nq > nkv ? nq : nkv;
+    if (nv > nmax) nmax = nv;
+    uint16_t *h = malloc(nmax * 2);
     int32_t *sel = malloc(nsel * 4);
     if (!h || !sel) {
         fprintf(stderr, "fsa-bench: out of host memory\n");
@@ -497,21 +508,22 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     for (int s = 0; s < n_sets; s++) {
         CU(cu.MemAlloc(&sets[s].q, nq * 2));
         CU(cu.MemAlloc(&sets[s].k, nkv * 2));
-        CU(cu.MemAlloc(&sets[s].v, nkv * 2));
+        CU(cu.MemAlloc(&sets[s].v, nv * 2));
         CU(cu.MemAlloc(&sets[s].topk, nsel * 4));
         uint64_t seed = 1000u * (uint64_t)s + (uint64_t)T * 31u + (uint64_t)G;
         fill_normal(h, nq, seed + 1, o->dtype);
         CU(cu.MemcpyHtoD(sets[s].q, h, nq * 2));
         fill_normal(h, nkv, seed + 2, o->dtype);
         CU(cu.MemcpyHtoD(sets[s].k, h, nkv * 2));
-        fill_normal(h, nkv, seed + 3, o->dtype);
-        CU(cu.MemcpyHtoD(sets[s].v, h, nkv * 2));
+        fill_normal(h, nv, seed + 3, o->dtype);
+        CU(cu.MemcpyHtoD(sets[s].v, h, nv * 2));
         fill_selection(sel, hkv, T, K, BK, seed + 4);
         CU(cu.MemcpyHtoD(sets[s].topk, sel, nsel * 4));
     }
     int64_t entries = 0;
     for (size_t i = 0; i < nsel; i++) entries += sel[i] >= 0;
-    row->flops = 4.0 * (double)entries * G * BK * D * ((double)n_sets > 0 ? 1.0 : 0.0);
+    /* 2 per multiply-add of Q K^T (D deep) and of P V (Dv wide): 4 D per key at D = Dv. */
+    row->flops = 2.0 * (double)entries * G * BK * (D + Dv) * ((double)n_sets > 0 ? 1.0 : 0.0);
     /* Every set draws from the same distribution; the count of the last one stands for all. */
 
     int32_t cu_host[2] = {0, T};
@@ -530,13 +542,13 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     for (int a = 1; a < 3; a++) {
         /* AUTO runs one of the forced paths: its time is that path's. */
         if (!plans[a] || (o->only && o->only != a)) continue;
-        CU(cu.MemAlloc(&out[a], nq * 2));
+        CU(cu.MemAlloc(&out[a], no * 2));
         fsa_fwd_args args = FSA_FWD_ARGS_INIT;
         args.total_tokens = T;
         args.batch = 1;
         args.max_seqlen = T;
-        args.q = rows(0, hq, D), args.k = args.v = rows(0, hkv, D), args.topk = topk_rows(0, T, K);
-        args.o = rows(out[a], hq, D);
+        args.q = rows(0, hq, D), args.k = rows(0, hkv, D), args.v = rows(0, hkv, Dv), args.topk = topk_rows(0, T, K);
+        args.o = rows(out[a], hq, Dv);
         args.cu_seqlens = cu_dev;
         args.workspace = ws;
         args.workspace_bytes = ws_max;
@@ -551,11 +563,11 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
     row->reps[0] = row->reps[row->chosen];
     row->rel_diff = NAN;
     if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
-        uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
+        uint16_t *x = malloc(no * 2), *y = malloc(no * 2);
         if (x && y) {
-            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], nq * 2));
-            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], nq * 2));
-            row->rel_diff = rel_diff(x, y, nq, o->dtype);
+            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], no * 2));
+            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], no * 2));
+            row->rel_diff = rel_diff(x, y, no, o->dtype);
         }
         free(x);
         free(y);
@@ -615,8 +627,8 @@ static void print_row(const bench_row *r, FILE *json, int first)
     fflush(stdout);
     if (json) {
         /* Paths not run (time < 0) and comparisons not made (NaN) are null. */
-        fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"auto\": \"%s\", \"reason\": ", first ? "" : ",\n", r->T,
-                r->G, r->D, alg_name(r->chosen));
+        fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"Dv\": %d, \"auto\": \"%s\", \"reason\": ",
+                first ? "" : ",\n", r->T, r->G, r->D, r->Dv, alg_name(r->chosen));
         json_string(json, r->reason);
         fprintf(json, ", \"heuristic\": \"%s\"", alg_name(r->heuristic));
         json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
@@ -905,6 +917,7 @@ static void print_usage(FILE *f)
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
             "  -G LIST               query heads per KV head (default 1,2,4,8,16; at most %d values)\n"
             "  -D N                  head dim (default 128)\n"
+            "  --value-dim N         head dim of v and o when it differs from -D (NSA: -D 192 --value-dim 128)\n"
             "  --q-heads N           query heads (default 32)\n"
             "  --block-size N        keys per selectable block (default 64)\n"
             "  --top-k N             selected blocks per token (default 16)\n"
@@ -965,6 +978,7 @@ enum {
     OPT_Q_HEADS,
     OPT_BLOCK_SIZE,
     OPT_TOP_K,
+    OPT_VALUE_DIM,
     OPT_DTYPE,
     OPT_MIN_MS,
     OPT_WARMUP_MS,
@@ -985,6 +999,7 @@ static const struct option k_long_options[] = {
     {"q-heads", required_argument, NULL, OPT_Q_HEADS},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"min-ms", required_argument, NULL, OPT_MIN_MS},
     {"warmup-ms", required_argument, NULL, OPT_WARMUP_MS},
@@ -1027,6 +1042,7 @@ static int parse_args(options *o, const char **jit_child, int argc, char **argv)
         case OPT_Q_HEADS: rc = parse_int(&o->q_heads, optarg, 1, 1 << 16, "--q-heads"); break;
         case OPT_BLOCK_SIZE: rc = parse_int(&o->block_size, optarg, 1, 1 << 16, "--block-size"); break;
         case OPT_TOP_K: rc = parse_int(&o->top_k, optarg, 1, 1 << 16, "--top-k"); break;
+        case OPT_VALUE_DIM: rc = parse_int(&o->value_dim, optarg, 1, 1 << 16, "--value-dim"); break;
         case OPT_DTYPE:
             if (tool_parse_dtype(&o->dtype, optarg) != 0)
                 return usage_error("--dtype: '%s' is not one of " TOOL_DTYPE_SPELLINGS, optarg);
@@ -1066,8 +1082,10 @@ static int parse_args(options *o, const char **jit_child, int argc, char **argv)
 
 static void print_plan(const options *o)
 {
-    printf("# fsa-bench %s: %s, D %d, Hq %d, BK %d, K %d, dtype %s, workspace limit %llu B%s%s\n",
-           fsa_version_string(), k_modes[o->mode].option, o->head_dim, o->q_heads, o->block_size, o->top_k,
+    char dv[24] = "";
+    if (o->value_dim) snprintf(dv, sizeof dv, ", Dv %d", o->value_dim);
+    printf("# fsa-bench %s: %s, D %d%s, Hq %d, BK %d, K %d, dtype %s, workspace limit %llu B%s%s\n",
+           fsa_version_string(), k_modes[o->mode].option, o->head_dim, dv, o->q_heads, o->block_size, o->top_k,
            tool_dtype_name(o->dtype), (unsigned long long)o->workspace_limit, o->backward ? ", backward" : "",
            o->only ? (o->only == FSA_ALGORITHM_FSA ? ", only fsa" : ", only nsa") : "");
     if (o->mode == MODE_GRID) {

@@ -281,6 +281,7 @@ typedef struct tool_options {
     int device, device_given;
     int_list dtypes, head_dims, groups, block_sizes;
     int top_k;
+    int value_dim;  /* Dv of v and o; 0 = each head dim */
     fsa_algorithm algorithm;
     int backward;   /* also the backward kernels */
     int tune;       /* then measure each plan's variants on the GPU (tuning records) */
@@ -328,6 +329,8 @@ static void print_usage(FILE *f)
             "  --group LIST        query heads per KV head (default 1,2,4,8,16)\n"
             "  --block-size LIST   keys per selectable block (default 64)\n"
             "  --top-k N           selected blocks per query token (default 16)\n"
+            "  --value-dim N       head dim of v and o when it differs from --head-dim (NSA: 192 / 128);\n"
+            "                      default: the same\n"
             "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
             "  --backward          also the backward kernels (training)\n"
             "  --tune              with --detect: also measure each plan's variants at T = 1, 4, ...,\n"
@@ -360,6 +363,7 @@ enum {
     OPT_GROUP,
     OPT_BLOCK_SIZE,
     OPT_TOP_K,
+    OPT_VALUE_DIM,
     OPT_ALGORITHM,
     OPT_BACKWARD,
     OPT_TUNE,
@@ -380,6 +384,7 @@ static const struct option long_options[] = {
     {"group", required_argument, NULL, OPT_GROUP},
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
     {"algorithm", required_argument, NULL, OPT_ALGORITHM},
     {"backward", no_argument, NULL, OPT_BACKWARD},
     {"tune", no_argument, NULL, OPT_TUNE},
@@ -426,6 +431,11 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--top-k") != 0) return -1;
         o->top_k = (int)n;
+        return 0;
+    case OPT_VALUE_DIM:
+        o->grid_given = 1;
+        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--value-dim") != 0) return -1;
+        o->value_dim = (int)n;
         return 0;
     case OPT_ALGORITHM: o->grid_given = 1; return parse_algorithm(&o->algorithm, arg);
     case OPT_BACKWARD:
@@ -644,6 +654,7 @@ static void job_decode(job *j, const run_state *rs, size_t i)
     i /= o->head_dims.n;
     d.dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
     d.top_k = o->top_k;
+    d.value_dim = o->value_dim;
     d.algorithm = o->algorithm;
     d.backward = o->backward;
     j->desc = d;
@@ -702,8 +713,10 @@ static int window_close(target_state *t, const plan_window *w, fsa_cache_stats *
 
 static void job_label(char *buf, size_t cap, const job *j)
 {
-    snprintf(buf, cap, "%s %s d%d g%d bk%d", fsa_context_target(j->target->ctx), dtype_name(j->desc.dtype),
-             j->desc.head_dim, j->desc.num_q_heads, j->desc.block_size);
+    char dv[24] = "";
+    if (j->desc.value_dim) snprintf(dv, sizeof dv, " dv%lld", (long long)j->desc.value_dim);
+    snprintf(buf, cap, "%s %s d%d%s g%d bk%d", fsa_context_target(j->target->ctx), dtype_name(j->desc.dtype),
+             j->desc.head_dim, dv, j->desc.num_q_heads, j->desc.block_size);
 }
 
 /* "compiled 3 (812.4 ms), cached 1, in memory 1"; when the plan shared its

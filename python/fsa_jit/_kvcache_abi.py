@@ -21,6 +21,7 @@ class fsa_kvcache_desc(_lib._Sized):
         ("max_query_tokens", ctypes.c_int64),
         ("scale", ctypes.c_float),
         ("splits", ctypes.c_int),
+        ("value_dim", ctypes.c_int),  # Dv of the value cache and o; 0 = head_dim
     ]
 
     _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16, "page_size": 64}  # FSA_KVCACHE_DESC_INIT

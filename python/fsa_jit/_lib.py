@@ -210,6 +210,7 @@ class fsa_selected_attention_desc(_Sized):
         ("algorithm", ctypes.c_int),
         ("workspace_limit", ctypes.c_uint64),
         ("backward", ctypes.c_int),
+        ("value_dim", ctypes.c_int64),  # Dv of v and o; 0 = head_dim
     ]
     _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16}  # FSA_SELECTED_ATTENTION_DESC_INIT
 

@@ -99,19 +99,32 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
             f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape {tuple(cu_seqlens.shape)}"
         )
     t_len, hq, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(
+            f"k and v must have the same tokens and KV heads, got {tuple(k.shape)} and {tuple(v.shape)} "
+            "(only their head dims may differ)"
+        )
     if k.shape[0] != t_len:
         raise ValueError(f"q has T={t_len} tokens but k and v have {k.shape[0]}: all are packed over the same tokens")
     hkv = k.shape[1]
     if k.shape[2] != d:
-        raise ValueError(f"q has head_dim {d} but k and v have {k.shape[2]}")
+        raise ValueError(f"q has head_dim {d} but k has {k.shape[2]}: q and k share the query/key head dim")
     if hkv < 1 or hq < 1:
         raise ValueError(f"need at least one head: q has {hq}, k and v have {hkv}")
     if hq % hkv != 0:
         raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of KV heads ({hkv})")
     if d % 16 != 0 or not 16 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim {d} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}")
+    dv = v.shape[2]
+    if dv % 16 != 0 or not 16 <= dv <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"v's head dim {dv} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}"
+        )
+    if max(d, dv) > 128 and (d % 32 or dv % 32) and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ValueError(
+            f"the backward with head dims {d} (q, k) and {dv} (v): when either is over 128, both must be "
+            "multiples of 32"
+        )
     layout = _topk_layout(topk_idx, hkv, t_len, topk_layout)
     top_k = topk_idx.shape[2]
     if not 1 <= top_k <= MAX_TOP_K:
@@ -238,12 +251,13 @@ def _context(lib, device_index, validate=False):
 
 
 def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit,
-              backward, validate=False):
+              backward, validate=False, value_dim=None):
     # A library without the backward gets forward-only plans; the backward
     # then fails with a clear message instead of the forward failing.
     backward = bool(backward) and lib.has_backward
+    value_dim = head_dim if value_dim is None else value_dim
     base = (device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit, validate,
-            _tune)
+            _tune, value_dim)
     plan = _plans.get(base + (backward,))
     if plan is None and not backward:
         plan = _plans.get(base + (True,))  # a backward plan also runs the forward
@@ -258,6 +272,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
             block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
             workspace_limit=workspace_limit, backward=int(backward),
+            value_dim=0 if value_dim == head_dim else value_dim,
         )
         handle = ctypes.c_void_p()
         lib.check(lib.fsa_plan_create(ctypes.byref(handle), ctx, ctypes.byref(desc)), "fsa_plan_create")
@@ -281,7 +296,7 @@ def clear_plans():
 
 def cached_plans():
     """Keys of the cached plans: (device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm,
-    workspace_limit, validate, tune, backward)."""
+    workspace_limit, validate, tune, value_dim, backward)."""
     return list(_plans)
 
 
@@ -332,9 +347,10 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
             block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,
             backward: bool, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     t_len, hq, d = q.shape
+    dv = v.shape[2]
     device = q.device
     with torch.cuda.device(device):
-        o = torch.empty((t_len, hq, d), dtype=q.dtype, device=device)
+        o = torch.empty((t_len, hq, dv), dtype=q.dtype, device=device)
         lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
         if t_len == 0:
             return o, lse
@@ -342,7 +358,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
         cu_seqlens = cu_seqlens.contiguous()
         lib = _lib.get()
         plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, backward, validate)
+                         _scale32(scale), algorithm, workspace_limit, backward, validate, dv)
         ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1), device)
         topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
         args = _lib.fsa_fwd_args(workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
@@ -354,8 +370,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
               workspace_limit, backward, validate=False):
-    t_len, hq, d = q.shape
-    return q.new_empty((t_len, hq, d)), q.new_empty((hq, t_len), dtype=torch.float32)
+    t_len, hq, _ = q.shape
+    return q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32)
 
 
 @torch.library.custom_op("fsa_jit::selected_attention_bwd", mutates_args=())
@@ -377,7 +393,7 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         lse, cu_seqlens = lse.contiguous(), cu_seqlens.contiguous()
         # Looked up rather than kept from the forward: clear_plans() may have run since.
         plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, True, validate)
+                         _scale32(scale), algorithm, workspace_limit, True, validate, v.shape[2])
         if not plan.backward:
             raise RuntimeError("selected_attention: the backward needs a plan with backward kernels")
         ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1, backward=True), device)
@@ -419,9 +435,11 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
                        return_lse=False, algorithm="auto", topk_layout=None, workspace_limit=None, validate=False):
     """Native Sparse Attention's selected (top-k block) attention over a packed varlen batch.
 
-    q [T, Hq, D], k and v [T, Hkv, D]: fp16 or bf16 on one CUDA device; the
-    last dim contiguous, other strides are passed through (a copy is made
-    only when libfsa cannot read a tensor in place).
+    q [T, Hq, D], k [T, Hkv, D] and v [T, Hkv, Dv]: fp16 or bf16 on one CUDA
+    device; D (the query/key head dim) and Dv (the value head dim, e.g. NSA's
+    192 and 128) are multiples of 16 up to 256, and may differ. The last dim
+    contiguous, other strides are passed through (a copy is made only when
+    libfsa cannot read a tensor in place).
     topk_idx: int32 [Hkv, T, K] or [T, Hkv, K] (topk_layout 'hkt' / 'thk'
     when Hkv == T makes the shape ambiguous); block indices inside each
     token's sequence, -1 = unused; blocks after the token's own are ignored.
@@ -438,7 +456,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     then waits for the check (a host synchronization); under CUDA graph
     capture the check is skipped. FSA_CHECK=1 turns it on for every call.
 
-    Returns o [T, Hq, D] (same dtype as q), and lse [Hq, T] fp32 (natural log;
+    Returns o [T, Hq, Dv] (same dtype as q), and lse [Hq, T] fp32 (natural log;
     -inf for rows with no visible key) when return_lse. Differentiable with
     respect to q, k and v; lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
@@ -454,9 +472,9 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
 
 
 def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k=16, device=0,
-                algorithm="auto", backward=False):
+                algorithm="auto", backward=False, value_dim=None):
     """What a call of `total_tokens` tokens takes on the plan of this shape (made if needed; dtype:
-    torch.bfloat16 or torch.float16), and why.
+    torch.bfloat16 or torch.float16; value_dim: v's head dim, None = head_dim), and why.
 
     Returns a dict: algorithm ("fsa" or "nsa": the loop order; backward: the dq order), variant, source
     ("forced", "only_one", "heuristic" or "measured": from a tuning record), reason, bucket_tokens,
@@ -467,7 +485,7 @@ def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, blo
         raise RuntimeError(f"{lib.path} has no fsa_plan_choice_get; rebuild libfsa from a newer version")
     algo = {"auto": 0, "fsa": 1, "nsa": 2}[algorithm]
     plan = _get_plan(lib, device, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k, 0.0, algo, 0,
-                     backward)
+                     backward, value_dim=value_dim)
     c = _lib.fsa_plan_choice()
     op = _lib.FSA_OPERATION_BACKWARD if backward else _lib.FSA_OPERATION_FORWARD
     st = lib.fsa_plan_choice_get(ctypes.byref(c), plan.handle, op, total_tokens)

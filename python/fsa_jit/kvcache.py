@@ -89,10 +89,11 @@ def _plan(lib, key):
     with _lock:
         plan = _plans.get(key)
         if plan is None:
-            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate = key
+            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate, dv = key
             desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
                                     block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
-                                    max_query_tokens=max_tokens, scale=scale, splits=splits)
+                                    max_query_tokens=max_tokens, scale=scale, splits=splits,
+                                    value_dim=0 if dv == d else dv)
             handle = ctypes.c_void_p()
             lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device, validate),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
@@ -125,8 +126,9 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     """Selected attention of q over a paged KV cache; returns o (and lse when asked).
 
     q: [Tq, Hq, D] bf16/fp16 CUDA tensor (new tokens of all sequences, packed).
-    k_cache, v_cache: [num_pages, page_size, Hkv, D] by strides (a permuted view of
-        [num_pages, Hkv, page_size, D] works); last dim contiguous.
+    k_cache: [num_pages, page_size, Hkv, D], v_cache: [num_pages, page_size, Hkv, Dv] by strides (a
+        permuted view of [num_pages, Hkv, page_size, D] works); last dim contiguous. D (query/key) and
+        Dv (value head dim, e.g. NSA's 192 and 128) are multiples of 16 up to 256 and may differ.
     cu_seqlens_q: int32 [B+1]; seqused_k: int32 [B]; block_table: int32 [B, max_pages] (row stride free).
     topk_idx: int32 logical block numbers, [Tq, Hkv, K] (topk_layout "thk"), [Hkv, Tq, K] ("hkt"), or
         [Tq, K] (one selection shared by every KV head); -1 = unused.
@@ -135,17 +137,22 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         call's, rounded up to a power of two). splits: shares of a one-tile sequence (0 = the plan's rule).
     validate: check the device metadata first (libfsa's check mode; waits for the GPU): bad metadata
         raises FsaError naming the problem instead of giving a clamped result.
-    Returns o [Tq, Hq, D] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
+    Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
+    # Shapes first, devices last: everything but the device can be checked on a CPU-only machine.
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _require(isinstance(t, torch.Tensor) and t.is_cuda, f"{name} must be a CUDA tensor")
+        _require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor")
         _require(t.dtype == q.dtype and q.dtype in _DTYPES, f"{name} must be bf16 or fp16 like q, got {t.dtype}")
         _require(t.stride(-1) == 1, f"{name}'s last dimension must be contiguous")
-    _require(q.dim() == 3 and k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
-             "q must be [Tq, Hq, D], k_cache and v_cache [num_pages, page_size, Hkv, D] of the same shape")
+    _require(q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3],
+             "q must be [Tq, Hq, D], k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_size, "
+             f"Hkv, Dv] with the same pages and heads; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     tq, hq, d = q.shape
     num_pages, page, hkv, dk = k_cache.shape
-    _require(dk == d and hq % hkv == 0, f"head dims {d} vs {dk}, Hq {hq} vs Hkv {hkv}")
+    dv = v_cache.shape[3]
+    _require(dk == d, f"q and k_cache share the query/key head dim: q has {d}, k_cache {dk}")
+    _require(hq % hkv == 0, f"Hq {hq} is not a multiple of Hkv {hkv}")
+    _require(dv % 16 == 0 and 16 <= dv <= 256, f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
                     ("topk_idx", topk_idx), ("topk_length", topk_length)):
         if t is not None:
@@ -168,13 +175,16 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     if topk_length is not None:
         _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
 
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _require(t.is_cuda, f"{name} must be a CUDA tensor")
+
     lib = _lib.get()
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
            int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
-           float(scale or 0.0), int(splits), bool(validate))
+           float(scale or 0.0), int(splits), bool(validate), int(dv))
     handle, ws_bytes = _plan(lib, key)
-    o = torch.empty((tq, hq, d), dtype=q.dtype, device=q.device)
+    o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     args = fsa_kvcache_args(
@@ -198,12 +208,13 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
 
 def kvcache_attention_reference(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                                 topk_length=None, topk_layout="thk", scale=None):
-    """The same in float64 PyTorch, written plainly (host loops): o [Tq, Hq, D] float64, lse [Hq, Tq]."""
+    """The same in float64 PyTorch, written plainly (host loops): o [Tq, Hq, Dv] float64, lse [Hq, Tq]."""
     tq, hq, d = q.shape
     _, page, hkv, _ = k_cache.shape
+    dv = v_cache.shape[3]
     g = hq // hkv
     scale = scale or d ** -0.5
-    o = torch.zeros((tq, hq, d), dtype=torch.float64, device=q.device)
+    o = torch.zeros((tq, hq, dv), dtype=torch.float64, device=q.device)
     lse = torch.full((hq, tq), float("-inf"), dtype=torch.float64, device=q.device)
     cu = cu_seqlens_q.tolist()
     used = seqused_k.tolist()
@@ -214,7 +225,7 @@ def kvcache_attention_reference(q, k_cache, v_cache, cu_seqlens_q, seqused_k, bl
             continue
         pages = block_table[b, : (L + page - 1) // page].long()
         keys = k_cache[pages].reshape(-1, hkv, d)[:L].double()
-        vals = v_cache[pages].reshape(-1, hkv, d)[:L].double()
+        vals = v_cache[pages].reshape(-1, hkv, dv)[:L].double()
         for i in range(n):
             t, pos = cu[b] + i, L - n + i
             if pos < 0:

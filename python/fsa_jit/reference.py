@@ -15,7 +15,8 @@ from .attention import _topk_layout
 
 def selected_attention_reference(q, k, v, topk_idx, cu_seqlens, block_size, scale=None,
                                  return_lse=False, topk_layout=None):
-    """Same arguments and conventions as fsa_jit.selected_attention.
+    """Same arguments and conventions as fsa_jit.selected_attention (v may have
+    its own head dim Dv; o is [T, Hq, Dv]).
 
     block_size may be any positive int here (tiny problems for gradcheck).
     Computes in float64 for float64 inputs, else float32; o is returned in
@@ -78,7 +79,7 @@ def selected_attention_reference(q, k, v, topk_idx, cu_seqlens, block_size, scal
         o = torch.cat(o_parts, dim=0)
         lse = torch.cat(lse_parts, dim=1)
     else:  # T == 0
-        o = qw[:0]
+        o = vw.new_zeros((0, hq, v.shape[2]))
         lse = qw.new_zeros((hq, 0))
     o = o.to(q.dtype)
     return (o, lse) if return_lse else o

@@ -32,9 +32,10 @@ def backward(library):
         pytest.skip(f"{library.path} has no backward entry points")
 
 
-def case(dtype, D, Hkv, G, BK, K, seqlens, layout="hkt", q_view="contiguous", algorithm="auto", scale=None):
+def case(dtype, D, Hkv, G, BK, K, seqlens, layout="hkt", q_view="contiguous", algorithm="auto", scale=None,
+         Dv=None):
     return dict(dtype=dtype, D=D, Hkv=Hkv, G=G, BK=BK, K=K, seqlens=seqlens, layout=layout, q_view=q_view,
-                algorithm=algorithm, scale=scale)
+                algorithm=algorithm, scale=scale, Dv=Dv or D)
 
 
 bf16, f16 = torch.bfloat16, torch.float16
@@ -50,11 +51,16 @@ CASES = [
     case(bf16, 64, 4, 2, 128, 3, [200, 1, 70], "thk", algorithm="nsa"),
     case(f16, 128, 1, 16, 64, 4, [190, 66], "hkt", algorithm="fsa"),
     case(f16, 128, 1, 16, 64, 4, [190, 66], "hkt", algorithm="nsa"),
+    # Dk != Dv: v and o of their own head dim (NSA's 192 / 128 among them).
+    case(bf16, 192, 2, 4, 64, 4, [130, 1, 64], "hkt", algorithm="fsa", Dv=128),
+    case(bf16, 192, 2, 4, 64, 4, [130, 1, 64], "thk", algorithm="nsa", Dv=128),
+    case(f16, 64, 1, 8, 32, 6, [200, 17], "hkt", q_view="sliced", Dv=128),
+    case(bf16, 128, 2, 2, 16, 8, [90, 33], "thk", Dv=64),
 ]
 
 
 def case_id(c):
-    return (f"{str(c['dtype'])[6:]}-d{c['D']}-hkv{c['Hkv']}-g{c['G']}-bk{c['BK']}-k{c['K']}-{c['layout']}"
+    return (f"{str(c['dtype'])[6:]}-d{c['D']}-dv{c['Dv']}-hkv{c['Hkv']}-g{c['G']}-bk{c['BK']}-k{c['K']}-{c['layout']}"
             f"-{c['q_view']}-{c['algorithm']}")
 
 
@@ -83,14 +89,14 @@ def make(c, seed=0, requires_grad=True, device="cuda"):
     Hq = Hkv * c["G"]
     q = torch.randn(T, Hq, D, generator=gen).to(device=device, dtype=c["dtype"])
     k = torch.randn(T, Hkv, D, generator=gen).to(device=device, dtype=c["dtype"])
-    v = torch.randn(T, Hkv, D, generator=gen).to(device=device, dtype=c["dtype"])
+    v = torch.randn(T, Hkv, c["Dv"], generator=gen).to(device=device, dtype=c["dtype"])
     topk = random_selection(cu, Hkv, c["K"], c["BK"], gen)
     if c["layout"] == "thk":
         topk = topk.transpose(0, 1).contiguous()
     q = view_of(q, c["q_view"]).requires_grad_(requires_grad)
     k.requires_grad_(requires_grad)
     v.requires_grad_(requires_grad)
-    do = torch.randn(T, Hq, D, generator=gen).to(device=device, dtype=c["dtype"])
+    do = torch.randn(T, Hq, c["Dv"], generator=gen).to(device=device, dtype=c["dtype"])
     # The layout is found from the shape unless Hkv == T makes it ambiguous.
     layout = c["layout"] if Hkv == T else None
     return dict(q=q, k=k, v=v, topk_idx=topk.to(device), cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device),
@@ -119,7 +125,7 @@ def check_lse(lse, want):
 def test_forward(library, c):
     inputs, _ = make(c, requires_grad=library.has_backward)  # the plan the backward test will use
     o, lse = fsa_jit.selected_attention(**inputs, return_lse=True)
-    assert o.shape == inputs["q"].shape and o.dtype == c["dtype"] and o.is_contiguous()
+    assert o.shape == inputs["q"].shape[:2] + (c["Dv"],) and o.dtype == c["dtype"] and o.is_contiguous()
     assert lse.shape == (o.shape[1], o.shape[0]) and lse.dtype == torch.float32
     want_o, want_lse, _ = reference(inputs)
     err = rel_err(o, want_o)

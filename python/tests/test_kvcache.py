@@ -23,7 +23,7 @@ def library():
         pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
 
 
-def make_problem(seqs, hq, hkv, d, page, bk, k, dtype, hnd=False, shared=False, with_length=False, seed=0):
+def make_problem(seqs, hq, hkv, d, page, bk, k, dtype, hnd=False, shared=False, with_length=False, seed=0, dv=None):
     """seqs: (q_len, cached) per sequence; pages shuffled, garbage past each sequence's pages."""
     gen = torch.Generator().manual_seed(seed)
     dev = "cuda"
@@ -38,9 +38,11 @@ def make_problem(seqs, hq, hkv, d, page, bk, k, dtype, hnd=False, shared=False, 
     for b, n in enumerate(pages_of):
         table[b, :n] = perm[at:at + n].to(torch.int32)
         at += n
+    dv = dv or d
     shape = (num_pages, hkv, page, d) if hnd else (num_pages, page, hkv, d)
+    v_shape = (num_pages, hkv, page, dv) if hnd else (num_pages, page, hkv, dv)
     k_cache = torch.randn(shape, generator=gen).to(dtype).to(dev)
-    v_cache = torch.randn(shape, generator=gen).to(dtype).to(dev)
+    v_cache = torch.randn(v_shape, generator=gen).to(dtype).to(dev)
     if hnd:
         k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
     tq = sum(q_lens)
@@ -89,6 +91,15 @@ def test_hnd_pages_shared_selection_and_lengths_match_the_reference():
     p = make_problem(SEQS + [(40, 100)], hq=32, hkv=2, d=128, page=16, bk=32, k=8, dtype=torch.float16,
                      hnd=True, shared=True, with_length=True, seed=3)
     o, lse = kvcache_attention(**p, return_lse=True)
+    check(p, o, lse)
+
+
+@pytest.mark.parametrize("dims", [(192, 128), (64, 128), (128, 64)])
+def test_a_value_cache_of_its_own_head_dim_matches_the_reference(dims):
+    p = make_problem(SEQS + [(60, 200)], hq=8, hkv=2, d=dims[0], page=16, bk=64, k=6, dtype=torch.bfloat16,
+                     seed=11, dv=dims[1])
+    o, lse = kvcache_attention(**p, return_lse=True)
+    assert o.shape == (p["q"].shape[0], 8, dims[1])
     check(p, o, lse)
 
 

@@ -26,11 +26,11 @@ def no_library(monkeypatch):
     monkeypatch.setattr(attention, "_get_plan", reached)
 
 
-def fake_problem(mode, T=10, Hq=4, Hkv=2, D=32, K=3, layout="thk", requires_grad=True):
+def fake_problem(mode, T=10, Hq=4, Hkv=2, D=32, K=3, layout="thk", requires_grad=True, Dv=None):
     with mode:
         q = torch.randn(T, Hq, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
         k = torch.randn(T, Hkv, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
-        v = torch.randn(T, Hkv, D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
+        v = torch.randn(T, Hkv, Dv or D, dtype=torch.bfloat16, device="cuda", requires_grad=requires_grad)
         shape = (T, Hkv, K) if layout == "thk" else (Hkv, T, K)
         topk = torch.zeros(shape, dtype=torch.int32, device="cuda")
         cu = torch.tensor([0, 4, T], dtype=torch.int32, device="cuda")
@@ -53,6 +53,25 @@ def test_fake_forward_gives_the_output_shapes():
     assert o.shape == (7, 6, 48) and o.dtype == torch.bfloat16 and o.device.type == "cuda" and o.is_contiguous()
     assert lse.shape == (6, 7) and lse.dtype == torch.float32
     assert o.requires_grad and not lse.requires_grad
+
+
+def test_fake_forward_gives_an_output_as_wide_as_v():
+    mode = FakeTensorMode()
+    q, k, v, topk, cu = fake_problem(mode, T=7, Hq=6, Hkv=3, D=192, Dv=128)
+    with mode:
+        o, lse = fsa_jit.selected_attention(q, k, v, topk, cu, 16, return_lse=True)
+    assert o.shape == (7, 6, 128) and o.is_contiguous()
+    assert lse.shape == (6, 7)
+
+
+def test_fake_backward_with_a_value_head_dim_gives_gradients_shaped_like_q_k_and_v():
+    mode = FakeTensorMode()
+    q, k, v, topk, cu = fake_problem(mode, D=64, Dv=128, requires_grad=False)
+    with mode:
+        o = torch.empty(q.shape[0], q.shape[1], 128, dtype=q.dtype, device="cuda")
+        lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device="cuda")
+        dq, dk, dv = torch.ops.fsa_jit.selected_attention_bwd(o, q, k, v, o, lse, topk, cu, 16, 0.0, 0, 0, "thk", 0)
+    assert (dq.shape, dk.shape, dv.shape) == ((10, 4, 64), (10, 2, 64), (10, 2, 128))
 
 
 def test_fake_backward_gives_contiguous_gradients_shaped_like_the_inputs():

@@ -118,7 +118,35 @@ def test_token_counts_differ():
 def test_k_v_shapes_differ():
     p = problem()
     p["v"] = p["v"][:, :1]
-    expect(ValueError, r"k and v must have the same shape", **p)
+    expect(ValueError, r"k and v must have the same tokens and KV heads", **p)
+
+
+def test_a_value_head_dim_other_than_the_key_head_dim_fails_only_on_the_device():
+    for dv in (16, 64, 128, 256):
+        p = problem(D=192)
+        p["v"] = torch.randn(10, 2, dv).to(torch.bfloat16)
+        expect(ValueError, r"CUDA tensor", **p)
+
+
+@pytest.mark.parametrize("Dv", [8, 40, 100, 272])
+def test_value_head_dim(Dv):
+    p = problem()
+    p["v"] = torch.randn(10, 2, Dv).to(torch.bfloat16)
+    expect(ValueError, rf"v's head dim {Dv} is not supported", **p)
+
+
+def test_q_and_k_must_share_the_head_dim_when_v_differs():
+    p = problem(D=64)
+    p["k"] = torch.randn(10, 2, 128).to(torch.bfloat16)
+    expect(ValueError, r"q has head_dim 64 but k has 128", **p)
+
+
+def test_a_differentiable_call_over_head_dim_128_needs_dims_that_are_multiples_of_32():
+    p = problem(D=192)
+    p["v"] = torch.randn(10, 2, 48).to(torch.bfloat16).requires_grad_()
+    expect(ValueError, r"both must be multiples of 32", **p)
+    p["v"] = p["v"].detach()  # without gradients the forward takes them
+    expect(ValueError, r"CUDA tensor", **p)
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v"])

@@ -57,14 +57,15 @@ static const struct {
     tparam params[MAX_FAMILY_PARAMS];
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
-    [FAM_FWD_MAIN] = {"sel_fwd_main", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP}},
-    [FAM_FWD_NSA] = {"sel_fwd_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_HEAD_DIM}},
-    [FAM_BWD_MAIN] = {"sel_bwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
-    [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 4, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_KVC] = {"kvc_fwd", 6, {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
+    [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
+    [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
+    [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_KVC] = {"kvc_fwd", 7,
+                 {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
     [FAM_CMP_FWD] = {"cmp_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
     [FAM_CMP_SELECT] = {"cmp_select", 7,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE}},
@@ -112,24 +113,24 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SORT: threads = FSA_INDEX_THREADS; break;
     case FSA_K_FWD_MAIN:
         threads = FSA_FWD_THREADS;
-        smem = fsa_fwd_smem_bytes(d, bk, g);
+        smem = fsa_fwd_smem_bytes(d, dv, bk, g);
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;
-        smem = fsa_nsa_fwd_smem_bytes(d);
+        smem = fsa_nsa_fwd_smem_bytes(d, dv);
         break;
     case FSA_K_BWD_MAIN:
     case FSA_K_BWD_MAIN_KV:
         threads = fsa_bwd_threads(c->bwd_keys);
-        smem = fsa_bwd_smem_bytes(d, c->bwd_keys, g);
+        smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g);
         break;
     case FSA_K_BWD_DQ_NSA:
         threads = FSA_NSA_THREADS;
-        smem = fsa_nsa_dq_smem_bytes(d);
+        smem = fsa_nsa_dq_smem_bytes(d, dv);
         break;
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;
-        smem = fsa_kvc_smem_bytes(d, g);
+        smem = fsa_kvc_smem_bytes(d, dv, g);
         break;
     case FSA_K_KVC_MERGE: threads = FSA_KVC_THREADS; break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */

@@ -56,7 +56,7 @@ typedef struct fsa_kernel_config {
     int head_dim, group, block_size, top_k;
     int bwd_keys;  /* keys per backward main-kernel CTA */
     int page_size; /* tokens per page of a paged KV cache */
-    int value_dim;               /* query-tile kernels: V's head dimension */
+    int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
 } fsa_kernel_config;
 

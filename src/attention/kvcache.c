@@ -32,6 +32,9 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "dtype %d is neither bf16 nor f16", (int)d->dtype);
     if (d->head_dim < 16 || d->head_dim > 256 || d->head_dim % 16)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: a multiple of 16 from 16 to 256", d->head_dim);
+    if (d->value_dim < 16 || d->value_dim > 256 || d->value_dim % 16)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "value_dim %d: 0 (= head_dim) or a multiple of 16 from 16 to 256",
+                 d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
                  d->num_kv_heads);
@@ -56,8 +59,9 @@ cleanup:
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
-    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .group = plan->group,
-                                 .block_size = d->block_size, .top_k = d->top_k, .page_size = d->page_size};
+    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
+                                 .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
+                                 .page_size = d->page_size};
     fsa_status st = fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
     if (st == FSA_STATUS_OK) st = fsa_kernel_load(&plan->merge, FSA_K_KVC_MERGE, plan->ctx, &c);
     return st;
@@ -71,6 +75,8 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     fsa_status st = fsa_plan_desc_read(&d, sizeof d, out, ctx, caller_desc, FSA_KVCACHE_DESC_FIRST_SIZE, STAGE,
                                        "fsa_kvcache_desc");
     if (st != FSA_STATUS_OK) goto cleanup;
+    FSA_APPENDED_FIELD(fsa_kvcache_desc, value_dim, FSA_KVCACHE_DESC_FIRST_SIZE);
+    if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;
     const int group = d.num_q_heads / d.num_kv_heads;
@@ -82,12 +88,13 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     *plan = (fsa_kvcache_plan){.ctx = ctx, .desc = d, .group = group, .tile_tokens = fsa_kvc_tile_tokens(group),
                                .splits = splits, .scale = fsa_softmax_scale(d.scale, d.head_dim)};
     /* Dynamic and static shared memory of the attention kernel, together. */
-    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, group) + fsa_kvc_static_smem_bytes(group, desc->top_k);
+    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group) +
+                         fsa_kvc_static_smem_bytes(group, desc->top_k);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "head_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
-                 desc->head_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
+                 "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
+                 desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -104,7 +111,7 @@ void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan)
     free(plan);
 }
 
-/* Partials of every split share: [max_batch, Hkv, splits, rows] lse, then D floats per row. */
+/* Partials of every split share: Dv floats per row of [max_batch, Hkv, splits, rows], then their lse. */
 static size_t part_rows(const fsa_kvcache_plan *plan)
 {
     return plan->splits <= 1 ? 0
@@ -114,7 +121,7 @@ static size_t part_rows(const fsa_kvcache_plan *plan)
 
 static size_t lse_part_offset(const fsa_kvcache_plan *plan)
 {
-    return (part_rows(plan) * (size_t)plan->desc.head_dim * 4 + 255) & ~(size_t)255;
+    return (part_rows(plan) * (size_t)plan->desc.value_dim * 4 + 255) & ~(size_t)255;
 }
 
 static size_t workspace_bytes(const fsa_kvcache_plan *plan)

@@ -23,6 +23,9 @@ static fsa_status validate_desc(const fsa_selected_attention_desc *d)
     if (d->head_dim < 16 || d->head_dim > 256 || d->head_dim % 16 != 0)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "head_dim %d: must be a multiple of 16 from 16 to 256",
                  d->head_dim);
+    if (d->value_dim < 16 || d->value_dim > 256 || d->value_dim % 16 != 0)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "value_dim %lld: must be 0 (= head_dim) or a multiple of 16 from 16 to 256", (long long)d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_q_heads %d and num_kv_heads %d must be positive",
                  d->num_q_heads, d->num_kv_heads);
@@ -120,6 +123,13 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the NSA-order backward needs %u bytes of shared memory; target %s allows %d", dq_nsa.smem,
                  plan->ctx->target, max_smem);
+    /* Each launch of the main kernel takes whole 16-column steps of dK and dV. */
+    const int parts = fsa_bwd_d_parts(c->head_dim, c->value_dim);
+    if (c->head_dim / parts % 16 != 0 || c->value_dim / parts % 16 != 0)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "the backward with head_dim %d and value_dim %d: when either is over 128, both must be "
+                 "multiples of 32",
+                 c->head_dim, c->value_dim);
     plan->bwd_available = 1;
 cleanup:
     return st;
@@ -136,6 +146,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     fsa_selected_attention_desc d;
     FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE, STAGE,
                               "fsa_selected_attention_desc"));
+    FSA_APPENDED_FIELD(fsa_selected_attention_desc, value_dim, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE);
+    if (d.value_dim == 0) d.value_dim = d.head_dim;
     desc = &d;
     FSA_CHECK(validate_desc(desc));
     plan = calloc(1, sizeof *plan);
@@ -146,7 +158,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
 
-    plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim, .group = plan->group,
+    plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
+                                       .value_dim = (int)desc->value_dim, .group = plan->group,
                                        .block_size = desc->block_size, .top_k = desc->top_k};
 
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
@@ -223,7 +236,7 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
     FSA_PLACE_(list, mul_sat(pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
-    FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->head_dim, 2));
+    FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->value_dim, 2));
     out->total = at;
 }
 
@@ -248,6 +261,7 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)d->num_kv_heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
+    const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->item_entries = bwd_entries_per_item(plan, tc);
     const size_t e = (size_t)out->item_entries;
@@ -266,8 +280,8 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     /* Items of split segments (more than e entries each): ceil(c / e) <= c / e + 1
      * per segment, and at most pairs / e such segments. */
     const size_t split_items = add_sat(pairs / e, n < pairs / e ? n : pairs / e);
-    FSA_PLACE_(dkv_part, mul_sat(split_items, 2 * bk * dim * 4));
-    FSA_PLACE_(dkv_acc, mul3_sat((size_t)total_tokens, hkv, 2 * dim * 4));
+    FSA_PLACE_(dkv_part, mul_sat(split_items, bk * dkv * 4));
+    FSA_PLACE_(dkv_acc, mul3_sat((size_t)total_tokens, hkv, dkv * 4));
     out->total = at;
 }
 #undef FSA_PLACE_

@@ -25,16 +25,18 @@ static size_t place(size_t *at, size_t bytes)
 static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
 {
     const size_t hq = (size_t)plan->desc.num_q_heads, hkv = (size_t)plan->desc.num_kv_heads;
+    /* Bytes of T rows of the query/key head dim, and of the value head dim. */
     const size_t rows = (size_t)T * (size_t)plan->desc.head_dim * 2;
+    const size_t rows_v = (size_t)T * (size_t)plan->desc.value_dim * 2;
     size_t at = 0;
     s->q = place(&at, rows * hq);
-    s->o = place(&at, rows * hq);
-    s->dout = place(&at, rows * hq);
+    s->o = place(&at, rows_v * hq);
+    s->dout = place(&at, rows_v * hq);
     s->dq = place(&at, rows * hq);
     s->k = place(&at, rows * hkv);
-    s->v = place(&at, rows * hkv);
+    s->v = place(&at, rows_v * hkv);
     s->dk = place(&at, rows * hkv);
-    s->dv = place(&at, rows * hkv);
+    s->dv = place(&at, rows_v * hkv);
     s->topk = place(&at, (size_t)T * hkv * (size_t)plan->desc.top_k * 4);
     s->cu = place(&at, 8);
     s->lse = place(&at, (size_t)T * hq * 4);
@@ -68,12 +70,13 @@ static fsa_status run(const fsa_plan *plan, fsa_operation op, int64_t T, uint64_
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads, d = plan->desc.head_dim;
+    const int64_t dv = plan->desc.value_dim;
     const fsa_tensor topk = {base + s->topk, plan->desc.top_k, T * plan->desc.top_k};
     fsa_fwd_args f = FSA_FWD_ARGS_INIT;
     f.total_tokens = T;
     f.batch = 1;
-    f.q = view(base, s->q, hq, d), f.k = view(base, s->k, hkv, d), f.v = view(base, s->v, hkv, d);
-    f.o = view(base, s->o, hq, d);
+    f.q = view(base, s->q, hq, d), f.k = view(base, s->k, hkv, d), f.v = view(base, s->v, hkv, dv);
+    f.o = view(base, s->o, hq, dv);
     f.topk = topk;
     f.cu_seqlens = base + s->cu;
     f.lse = base + s->lse;
@@ -85,8 +88,8 @@ static fsa_status run(const fsa_plan *plan, fsa_operation op, int64_t T, uint64_
         b.total_tokens = T;
         b.batch = 1;
         b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.topk = topk;
-        b.dout = view(base, s->dout, hq, d);
-        b.dq = view(base, s->dq, hq, d), b.dk = view(base, s->dk, hkv, d), b.dv = view(base, s->dv, hkv, d);
+        b.dout = view(base, s->dout, hq, dv);
+        b.dq = view(base, s->dq, hq, d), b.dk = view(base, s->dk, hkv, d), b.dv = view(base, s->dv, hkv, dv);
         b.cu_seqlens = f.cu_seqlens;
         b.lse = f.lse;
         b.workspace = f.workspace;

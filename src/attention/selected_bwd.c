@@ -67,15 +67,15 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     fsa_sel_params p;
     params_from_args(&p, plan, a);
     params_from_layout(&p, plan, a->workspace, &l);
-    const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads, d = plan->desc.head_dim;
+    const int64_t hkv = plan->desc.num_kv_heads, hq = plan->desc.num_q_heads;
+    const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
     const size_t n_counts = l.index.n_counts;
-    const int rows_per_block = fsa_rows_per_block((int)d);
     const int nsa = v->order == FSA_ALGORITHM_NSA;
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
     const uint64_t kv_blocks = fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block());
 
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, (size_t)(T * hkv * 2 * d), stream),
-                 "launch memset");
+    const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(a->workspace + l.dkv_acc, 0, acc_words, stream), "launch memset");
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p.t0 = t0;
@@ -83,11 +83,11 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l.index, a->workspace, stream, &p));
         FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, 1, stream, &p));
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, &p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l.item_entries + n_counts) *
                                (uint64_t)p.key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
-        for (int part = 0; part < fsa_bwd_d_parts((int)d); part++) {
+        for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
             p.d_part = part;
             FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, &p));
         }
@@ -96,7 +96,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
             FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
                                  (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, &p));
         else
-            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, rows_per_block), 1, stream, &p));
+            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, &p));
         FSA_CHECK(fsa_launch(plan, &k->dkv_sum, kv_blocks, 1, stream, &p));
     }
     FSA_CHECK(fsa_launch(plan, &k->dkv_store, kv_blocks, 1, stream, &p));

@@ -104,8 +104,8 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
         FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, &p));
         const uint64_t rows = (uint64_t)cur * (uint64_t)plan->desc.num_q_heads;
-        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block(plan->desc.head_dim)), 1,
-                             stream, &p));
+        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)),
+                             1, stream, &p));
     }
 cleanup:
     return st;

@@ -28,9 +28,9 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     fsa_candidates_of(&c, plan, op);
     fsa_strbuf_appendf(&text,
                        "fsa-tuning-key 1\nlibrary %s\ntemplates %s\nop %s\ntokens %lld\ndtype %s\nhead_dim %d\n"
-                       "group %d\nblock_size %d\ntop_k %d\ntarget %s\ngpu %s\nsms %d\ncandidates",
+                       "value_dim %d\ngroup %d\nblock_size %d\ntop_k %d\ntarget %s\ngpu %s\nsms %d\ncandidates",
                        FSA_VERSION_STRING, fsa_templates_digest(), op_name(op), tokens, dtype, d->head_dim,
-                       plan->group, d->block_size, d->top_k, ctx->target, ctx->gpu_name[0] ? ctx->gpu_name : "none",
+                       (int)d->value_dim, plan->group, d->block_size, d->top_k, ctx->target, ctx->gpu_name[0] ? ctx->gpu_name : "none",
                        ctx->sm_count);
     for (int i = 0; i < c.n; i++) {
         char v[32];
@@ -38,8 +38,8 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
         fsa_strbuf_appendf(&text, " %s", v);
     }
     fsa_strbuf_append(&text, "\n");
-    fsa_strbuf_appendf(&name, "tune_%s_%s_d%d_g%d_bk%d_k%d_t%lld", op_name(op), dtype, d->head_dim, plan->group,
-                       d->block_size, d->top_k, tokens);
+    fsa_strbuf_appendf(&name, "tune_%s_%s_d%d_dv%d_g%d_bk%d_k%d_t%lld", op_name(op), dtype, d->head_dim,
+                       (int)d->value_dim, plan->group, d->block_size, d->top_k, tokens);
     out->text = fsa_strbuf_take(&text);
     out->name = fsa_strbuf_take(&name);
     if (out->text == NULL || out->name == NULL) {

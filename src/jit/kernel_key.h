@@ -24,7 +24,7 @@ typedef struct fsa_key_inputs {
 
 typedef struct fsa_kernel_key {
     char *text;         /* canonical text, one "field value" per line */
-    char *name;         /* readable: family then tagged values, e.g. sel_fwd_main_bf16_d128_g4_bk64 */
+    char *name;         /* readable: family then tagged values, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64 */
     uint8_t digest[16]; /* XXH3-128 of text (canonical big-endian bytes) */
     char hex[33];
 } fsa_kernel_key;

@@ -8,6 +8,14 @@
 #include <unistd.h>
 
 int attn_group_of(const attn_case *c) { return c->hq / c->hkv; }
+int attn_value_dim(const attn_case *c) { return c->dv > 0 ? c->dv : c->d; }
+
+void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, int quick, int with_dv,
+                    void (*run)(const attn_case *c, fsa_plan *plan))
+{
+    for (size_t i = 0; i < n; i++)
+        if ((!quick || cases[i].quick) && (cases[i].dv != 0) == with_dv) run(&cases[i], plans[i]);
+}
 
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward)
 {
@@ -21,6 +29,7 @@ fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward)
     d.algorithm = c->alg;
     d.workspace_limit = c->ws_limit;
     d.backward = backward;
+    d.value_dim = c->dv;
     return d;
 }
 
@@ -87,7 +96,7 @@ static void *ref_worker(void *arg)
 fsa_ref_problem problem_ref(const problem *p, const attn_case *c)
 {
     fsa_ref_problem rp = {p->T, p->B, p->cu, c->hq, c->hkv, c->d, c->bk, c->k, p->scale,
-                          p->q, p->k, p->v, p->topk, p->topk_hs, p->topk_ts};
+                          p->q, p->k, p->v, p->topk, p->topk_hs, p->topk_ts, p->Dv};
     return rp;
 }
 
@@ -100,7 +109,7 @@ static void reference(problem *p, const attn_case *c)
     pthread_t th[MAX_THREADS];
     ref_job jobs[MAX_THREADS];
     for (int i = 0; i < nt; i++) {
-        jobs[i] = (ref_job){&rp, p, c->hq, c->d, i, nt};
+        jobs[i] = (ref_job){&rp, p, c->hq, p->Dv, i, nt};
         assert_int_equal(pthread_create(&th[i], NULL, ref_worker, &jobs[i]), 0);
     }
     for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
@@ -115,18 +124,20 @@ void problem_make(problem *p, const attn_case *c, uint64_t seed)
     p->cu[0] = 0;
     for (int b = 0; b < c->nseq; b++) p->cu[b + 1] = p->cu[b] + c->lens[b];
     p->T = p->cu[c->nseq];
+    p->Dv = attn_value_dim(c);
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    const size_t nv = (size_t)p->T * c->hkv * p->Dv, no = (size_t)p->T * c->hq * p->Dv;
     p->q = malloc(nq * sizeof(float));
     p->k = malloc(nkv * sizeof(float));
-    p->v = malloc(nkv * sizeof(float));
+    p->v = malloc(nv * sizeof(float));
     p->topk = malloc((size_t)c->hkv * p->T * c->k * sizeof(int32_t));
-    p->o_ref = malloc(nq * sizeof(double));
+    p->o_ref = malloc(no * sizeof(double));
     p->lse_ref = malloc((size_t)c->hq * p->T * sizeof(double));
     p->empty_row = malloc((size_t)c->hq * p->T * sizeof(int));
     assert_true(p->q && p->k && p->v && p->topk && p->o_ref && p->lse_ref && p->empty_row);
     for (size_t i = 0; i < nq; i++) p->q[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     for (size_t i = 0; i < nkv; i++) p->k[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
-    for (size_t i = 0; i < nkv; i++) p->v[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    for (size_t i = 0; i < nv; i++) p->v[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     p->scale = 1.0 / sqrt((double)c->d);
     if (c->layout_tkh) {
         p->topk_ts = (int64_t)c->hkv * c->k;
@@ -152,7 +163,9 @@ void problem_make(problem *p, const attn_case *c, uint64_t seed)
     p->q_ts = (int64_t)c->hq * p->q_hs + pad;
     p->kv_hs = c->d + 2 * pad;
     p->kv_ts = (int64_t)c->hkv * p->kv_hs + pad;
-    p->o_hs = c->d + pad;
+    p->v_hs = p->Dv + 2 * pad;
+    p->v_ts = (int64_t)c->hkv * p->v_hs + pad;
+    p->o_hs = p->Dv + pad;
     p->o_ts = (int64_t)c->hq * p->o_hs + 3 * pad;
     reference(p, c);
 }
@@ -193,7 +206,7 @@ void device_make(device_problem *dp, const problem *p, const attn_case *c, const
     memset(dp, 0, sizeof *dp);
     dp->q = upload_strided(p->q, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
     dp->k = upload_strided(p->k, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
-    dp->v = upload_strided(p->v, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+    dp->v = upload_strided(p->v, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
     dp->o_bytes = (size_t)p->T * p->o_ts * 2;
     dp->o = fsa_test_dalloc(dp->o_bytes);
     size_t topk_bytes = (size_t)c->hkv * p->T * c->k * 4;
@@ -226,7 +239,7 @@ fsa_fwd_args fwd_args_of(const device_problem *dp, const problem *p)
     a.batch = p->B;
     a.q = (fsa_tensor){dp->q, p->q_ts, p->q_hs};
     a.k = (fsa_tensor){dp->k, p->kv_ts, p->kv_hs};
-    a.v = (fsa_tensor){dp->v, p->kv_ts, p->kv_hs};
+    a.v = (fsa_tensor){dp->v, p->v_ts, p->v_hs};
     a.o = (fsa_tensor){dp->o, p->o_ts, p->o_hs};
     a.topk = (fsa_tensor){dp->topk, p->topk_ts, p->topk_hs};
     a.cu_seqlens = dp->cu;
@@ -261,10 +274,10 @@ void download_strided(float *dst, uint16_t *img, uint64_t dev, int T, int H, int
 void download_fwd(outputs *out, const device_problem *dp, const problem *p, const attn_case *c)
 {
     out->o_img = malloc(dp->o_bytes);
-    out->o = malloc((size_t)p->T * c->hq * c->d * sizeof(float));
+    out->o = malloc((size_t)p->T * c->hq * p->Dv * sizeof(float));
     out->lse = malloc((size_t)c->hq * p->T * sizeof(float));
     assert_true(out->o_img && out->o && out->lse);
-    download_strided(out->o, out->o_img, dp->o, p->T, c->hq, c->d, p->o_ts, p->o_hs, c->dtype);
+    download_strided(out->o, out->o_img, dp->o, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, c->dtype);
     fsa_test_d2h(out->lse, dp->lse, (size_t)c->hq * p->T * 4);
 }
 

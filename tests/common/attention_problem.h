@@ -21,6 +21,7 @@ typedef struct attn_case {
     int junk;            /* -1 mid-row, future and out-of-range blocks, repeats, empty rows */
     int big_logit;       /* one key scores about 1e4 above the rest */
     int quick;           /* part of the FSA_TEST_QUICK subset */
+    int dv;              /* value head dim (v, o, dout, dv); 0 = d */
 } attn_case;
 
 #define BF FSA_DTYPE_BF16
@@ -30,6 +31,12 @@ typedef struct attn_case {
 #define A_NSA FSA_ALGORITHM_NSA
 
 int attn_group_of(const attn_case *c);
+/* Dv of a case: dv, or d when it is 0. */
+int attn_value_dim(const attn_case *c);
+/* run(case, plan) over the cases with Dk != Dv (with_dv 1) or over the
+ * others (0); under FSA_TEST_QUICK (quick 1) only the quick ones. */
+void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, int quick, int with_dv,
+                    void (*run)(const attn_case *c, fsa_plan *plan));
 
 /* Creates one plan per case (8 threads, so the kernels compile in parallel);
  * 0 on success, -1 (after printing why) if any fails. */
@@ -38,13 +45,14 @@ fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward);
 
 typedef struct problem {
     int T, B, G;
+    int Dv;                 /* value head dim */
     int32_t cu[8];
-    float *q, *k, *v;       /* logical, dtype-rounded */
+    float *q, *k, *v;       /* logical, dtype-rounded; q and k [T, H, d], v [T, Hkv, Dv] */
     int32_t *topk;
     int64_t topk_hs, topk_ts;
-    int64_t q_ts, q_hs, kv_ts, kv_hs, o_ts, o_hs; /* device layouts (elements) */
+    int64_t q_ts, q_hs, kv_ts, kv_hs, v_ts, v_hs, o_ts, o_hs; /* device layouts (elements); kv_*: k */
     double scale;
-    double *o_ref, *lse_ref;
+    double *o_ref, *lse_ref; /* o_ref [T, Hq, Dv] */
     int *empty_row;         /* [Hq, T]: 1 when the row has no visible key */
 } problem;
 
@@ -75,7 +83,7 @@ void poison_fwd(const device_problem *dp, const problem *p, const attn_case *c);
 
 typedef struct outputs {
     uint16_t *o_img; /* device image of o */
-    float *o;        /* logical [T, Hq, D] */
+    float *o;        /* logical [T, Hq, Dv] */
     float *lse;
 } outputs;
 

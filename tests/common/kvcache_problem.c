@@ -19,6 +19,7 @@ fsa_kvcache_desc kvc_desc_of(const kvc_case *c, int max_batch, int64_t max_query
     d.page_size = c->page;
     d.max_batch = max_batch;
     d.max_query_tokens = max_query_tokens;
+    d.value_dim = c->dv;
     return d;
 }
 
@@ -105,6 +106,7 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     p->hq = c->hq;
     p->hkv = c->hkv;
     p->d = c->d;
+    p->dv = c->dv > 0 ? c->dv : c->d;
     p->bk = c->bk;
     p->k = c->k;
     p->page = c->page;
@@ -116,11 +118,11 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
         p->seqused[b] = c->seqs[b].cached + c->seqs[b].q_len;
         const int n = pages_of(p->seqused[b], p->page);
         if (n > p->max_pages) p->max_pages = n;
-        const size_t nkv = (size_t)p->seqused[b] * c->hkv * c->d;
+        const size_t nkv = (size_t)p->seqused[b] * c->hkv * c->d, nv = (size_t)p->seqused[b] * c->hkv * p->dv;
         p->k_seq[b] = xmalloc(nkv * sizeof(float));
-        p->v_seq[b] = xmalloc(nkv * sizeof(float));
+        p->v_seq[b] = xmalloc(nv * sizeof(float));
         for (size_t i = 0; i < nkv; i++) p->k_seq[b][i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
-        for (size_t i = 0; i < nkv; i++) p->v_seq[b][i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+        for (size_t i = 0; i < nv; i++) p->v_seq[b][i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     }
     p->Tq = p->cu_q[p->B];
     const size_t nq = (size_t)p->Tq * c->hq * c->d;
@@ -135,19 +137,24 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     if (c->with_length) p->topk_len = xmalloc((size_t)(p->Tq + 1) * sizeof(int32_t));
     kvc_reselect(p, c, fsa_rng_next(&rng));
 
-    /* Caches: padded page stride; NHD or HND inside a page. */
+    /* Caches: padded page stride; NHD or HND inside a page; each its own head dim. */
     if (c->cache_hnd) {
         p->token_stride = c->d;
         p->head_stride = (int64_t)c->page * c->d;
+        p->v_token_stride = p->dv;
+        p->v_head_stride = (int64_t)c->page * p->dv;
     } else {
         p->head_stride = c->d;
         p->token_stride = (int64_t)c->hkv * c->d;
+        p->v_head_stride = p->dv;
+        p->v_token_stride = (int64_t)c->hkv * p->dv;
     }
     p->page_stride = (int64_t)c->page * c->hkv * c->d + 8;
+    p->v_page_stride = (int64_t)c->page * c->hkv * p->dv + 8;
     p->table_stride = p->max_pages + 3;
     p->table = xmalloc((size_t)p->B * p->table_stride * sizeof(int32_t));
     kvc_reshuffle_pages(p, seed ^ 0x9e3779b97f4a7c15ull);
-    p->o_ref = xmalloc(nq * sizeof(double) + 8);
+    p->o_ref = xmalloc((size_t)p->Tq * c->hq * p->dv * sizeof(double) + 8);
     p->lse_ref = xmalloc((size_t)c->hq * p->Tq * sizeof(double) + 8);
 }
 
@@ -174,10 +181,11 @@ void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b)
     out->Tq = n;
     out->seqused[0] = p->seqused[b];
     const size_t nkv = (size_t)p->seqused[b] * p->hkv * p->d, nq = (size_t)n * p->hq * p->d;
+    const size_t nv = (size_t)p->seqused[b] * p->hkv * p->dv;
     out->k_seq[0] = xmalloc(nkv * sizeof(float));
-    out->v_seq[0] = xmalloc(nkv * sizeof(float));
+    out->v_seq[0] = xmalloc(nv * sizeof(float));
     memcpy(out->k_seq[0], p->k_seq[b], nkv * sizeof(float));
-    memcpy(out->v_seq[0], p->v_seq[b], nkv * sizeof(float));
+    memcpy(out->v_seq[0], p->v_seq[b], nv * sizeof(float));
     out->q = xmalloc(nq * sizeof(float));
     memcpy(out->q, p->q + (size_t)t0 * p->hq * p->d, nq * sizeof(float));
     /* Same layout kind, n tokens. */
@@ -200,7 +208,7 @@ void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b)
     out->table_stride = out->max_pages + 3;
     out->table = xmalloc((size_t)out->table_stride * sizeof(int32_t));
     kvc_reshuffle_pages(out, 4242);
-    out->o_ref = xmalloc(nq * sizeof(double) + 8);
+    out->o_ref = xmalloc((size_t)n * p->hq * p->dv * sizeof(double) + 8);
     out->lse_ref = xmalloc((size_t)p->hq * n * sizeof(double) + 8);
 }
 
@@ -230,17 +238,17 @@ static void reference_row(kvc_problem *p, int t, int qh)
     const int b = kvc_sequence_of(p, t), h = qh / (p->hq / p->hkv), L = p->seqused[b];
     const int32_t cu[2] = {0, L};
     const fsa_ref_problem rp = {L, 1, cu, p->hq, p->hkv, p->d, p->bk, p->k, p->scale,
-                                NULL, p->k_seq[b], p->v_seq[b], NULL, 0, 0};
+                                NULL, p->k_seq[b], p->v_seq[b], NULL, 0, 0, p->dv};
     int32_t row[64];
     const int32_t *src = p->topk + h * p->topk_hs + t * p->topk_ts;
     const int len = p->topk_len ? p->topk_len[t] : p->k;
     for (int s = 0; s < p->k; s++) row[s] = s < len ? src[s] : -1; /* slots past the length are unused */
-    double *o = p->o_ref + ((size_t)t * p->hq + qh) * p->d;
+    double *o = p->o_ref + ((size_t)t * p->hq + qh) * p->dv;
     double lse = -INFINITY;
     if (L > 0)
         fsa_ref_attend_at(&rp, qh, kvc_position_of(p, t), p->q + ((size_t)t * p->hq + qh) * p->d, row, o, &lse);
     else
-        memset(o, 0, (size_t)p->d * sizeof *o);
+        memset(o, 0, (size_t)p->dv * sizeof *o);
     p->lse_ref[(size_t)qh * p->Tq + t] = lse;
 }
 
@@ -267,23 +275,28 @@ void kvc_problem_reference(kvc_problem *p)
 
 /* ------------------------------------------------------------ paged images */
 
-static size_t cache_offset(const kvc_problem *p, int b, int j, int h)
+/* Element of key j, head h of sequence b in the key (which 0) or value (1) cache. */
+static size_t cache_offset(const kvc_problem *p, int which, int b, int j, int h)
 {
     const int32_t page = p->table[(size_t)b * p->table_stride + j / p->page];
+    if (which)
+        return (size_t)page * p->v_page_stride + (size_t)(j % p->page) * p->v_token_stride +
+               (size_t)h * p->v_head_stride;
     return (size_t)page * p->page_stride + (size_t)(j % p->page) * p->token_stride + (size_t)h * p->head_stride;
 }
 
 uint16_t *kvc_cache_image(const kvc_problem *p, int which, size_t *elems_out)
 {
-    const size_t n = (size_t)p->num_pages * p->page_stride;
+    const int dim = which ? p->dv : p->d;
+    const size_t n = (size_t)p->num_pages * (which ? p->v_page_stride : p->page_stride);
     uint16_t *img = xmalloc(n * sizeof *img);
     memset(img, 0xff, n * sizeof *img); /* NaN: a read of anything but a cached key poisons the output */
     for (int b = 0; b < p->B; b++) {
         const float *src = which ? p->v_seq[b] : p->k_seq[b];
         for (int j = 0; j < p->seqused[b]; j++)
             for (int h = 0; h < p->hkv; h++)
-                for (int d = 0; d < p->d; d++)
-                    img[cache_offset(p, b, j, h) + d] = attn_bits_of(p->dtype, src[((size_t)j * p->hkv + h) * p->d + d]);
+                for (int d = 0; d < dim; d++)
+                    img[cache_offset(p, which, b, j, h) + d] = attn_bits_of(p->dtype, src[((size_t)j * p->hkv + h) * dim + d]);
     }
     *elems_out = n;
     return img;
@@ -291,11 +304,11 @@ uint16_t *kvc_cache_image(const kvc_problem *p, int which, size_t *elems_out)
 
 void kvc_gather(float *out, const kvc_problem *p, const uint16_t *img, int which, int b)
 {
-    (void)which;
+    const int dim = which ? p->dv : p->d;
     for (int j = 0; j < p->seqused[b]; j++)
         for (int h = 0; h < p->hkv; h++)
-            for (int d = 0; d < p->d; d++)
-                out[((size_t)j * p->hkv + h) * p->d + d] = attn_float_of(p->dtype, img[cache_offset(p, b, j, h) + d]);
+            for (int d = 0; d < dim; d++)
+                out[((size_t)j * p->hkv + h) * dim + d] = attn_float_of(p->dtype, img[cache_offset(p, which, b, j, h) + d]);
 }
 
 /* ------------------------------------------------------------ device */
@@ -326,10 +339,11 @@ void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_pla
     for (size_t i = 0; i < nq; i++) bits[i] = attn_bits_of(p->dtype, p->q[i]);
     dv->q = upload(bits, nq * 2);
     free(bits);
-    dv->o_bytes = nq * 2;
+    dv->o_bytes = (size_t)p->Tq * p->hq * p->dv * 2;
     dv->o = fsa_test_dalloc(dv->o_bytes + 4);
     dv->lse = fsa_test_dalloc((size_t)p->hq * p->Tq * 4 + 4);
-    dv->cache_bytes = (size_t)p->num_pages * p->page_stride * 2;
+    const int64_t stride = p->page_stride > p->v_page_stride ? p->page_stride : p->v_page_stride;
+    dv->cache_bytes = (size_t)p->num_pages * stride * 2;
     dv->k = fsa_test_dalloc(dv->cache_bytes);
     dv->v = fsa_test_dalloc(dv->cache_bytes);
     dv->cu = fsa_test_dalloc(sizeof p->cu_q);
@@ -368,8 +382,9 @@ fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p)
     a.q = (fsa_tensor){dv->q, (int64_t)p->hq * p->d, p->d};
     a.cu_seqlens_q = dv->cu;
     a.k_cache = (fsa_tensor){dv->k, p->token_stride, p->head_stride};
-    a.v_cache = (fsa_tensor){dv->v, p->token_stride, p->head_stride};
-    a.k_page_stride = a.v_page_stride = p->page_stride;
+    a.v_cache = (fsa_tensor){dv->v, p->v_token_stride, p->v_head_stride};
+    a.k_page_stride = p->page_stride;
+    a.v_page_stride = p->v_page_stride;
     a.num_pages = p->num_pages;
     a.block_table = dv->table;
     a.block_table_stride = p->table_stride;
@@ -377,7 +392,7 @@ fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p)
     a.seqused_k = dv->seqused;
     a.topk = (fsa_tensor){dv->topk, p->topk_ts, p->topk_hs};
     a.topk_length = dv->topk_len;
-    a.o = (fsa_tensor){dv->o, (int64_t)p->hq * p->d, p->d};
+    a.o = (fsa_tensor){dv->o, (int64_t)p->hq * p->dv, p->dv};
     a.lse = dv->lse;
     a.workspace = dv->ws;
     a.workspace_bytes = dv->ws_bytes;
@@ -392,7 +407,7 @@ void kvc_poison(const kvc_device *dv, const kvc_problem *p)
 
 void kvc_download(kvc_outputs *out, const kvc_device *dv, const kvc_problem *p)
 {
-    const size_t nq = (size_t)p->Tq * p->hq * p->d, nl = (size_t)p->hq * p->Tq;
+    const size_t nq = (size_t)p->Tq * p->hq * p->dv, nl = (size_t)p->hq * p->Tq; /* o elements, lse */
     out->o_bits = xmalloc(nq * 2);
     out->o = xmalloc(nq * sizeof(float));
     out->lse = xmalloc(nl * sizeof(float));

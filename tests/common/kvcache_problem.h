@@ -29,14 +29,16 @@ typedef struct kvc_case {
     int with_length; /* a topk_length shorter than K on most rows */
     int junk;        /* -1 mid-row, future blocks, blocks past the cache, repeats, negatives */
     int quick;       /* part of the FSA_TEST_QUICK subset */
+    int dv;          /* value head dim (value cache, o); 0 = d */
 } kvc_case;
 
 typedef struct kvc_problem {
     int B, Tq, hq, hkv, d, bk, k, page;
+    int dv;                                           /* value head dim */
     fsa_dtype dtype;
     int32_t cu_q[KVC_MAX_SEQS + 1];
     int32_t seqused[KVC_MAX_SEQS];
-    float *k_seq[KVC_MAX_SEQS], *v_seq[KVC_MAX_SEQS]; /* logical [L_b, Hkv, D], dtype-rounded */
+    float *k_seq[KVC_MAX_SEQS], *v_seq[KVC_MAX_SEQS]; /* logical [L_b, Hkv, D] and [L_b, Hkv, Dv], dtype-rounded */
     float *q;                                         /* [Tq, Hq, D] */
     int32_t *topk;
     size_t topk_elems;
@@ -44,9 +46,10 @@ typedef struct kvc_problem {
     int32_t *topk_len; /* [Tq] or NULL */
     int32_t *table;    /* [B, table_stride]; entries past each sequence's pages are garbage */
     int max_pages, table_stride, num_pages;
-    int64_t page_stride, token_stride, head_stride; /* cache layout, elements */
+    int64_t page_stride, token_stride, head_stride;       /* key cache layout, elements */
+    int64_t v_page_stride, v_token_stride, v_head_stride; /* value cache layout */
     double scale;
-    double *o_ref, *lse_ref; /* [Tq, Hq, D], [Hq, Tq] */
+    double *o_ref, *lse_ref; /* [Tq, Hq, Dv], [Hq, Tq] */
 } kvc_problem;
 
 fsa_kvcache_desc kvc_desc_of(const kvc_case *c, int max_batch, int64_t max_query_tokens);
@@ -85,7 +88,7 @@ fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p);
 void kvc_poison(const kvc_device *dv, const kvc_problem *p);
 
 typedef struct kvc_outputs {
-    uint16_t *o_bits; /* [Tq, Hq, D] */
+    uint16_t *o_bits; /* [Tq, Hq, Dv] */
     float *o;
     float *lse;       /* [Hq, Tq] */
 } kvc_outputs;

@@ -28,6 +28,8 @@ static void check_problem(const fsa_ref_problem *p)
     (void)p;
 }
 
+int fsa_ref_value_dim(const fsa_ref_problem *p) { return p->value_dim > 0 ? p->value_dim : p->head_dim; }
+
 static int kv_head_of(const fsa_ref_problem *p, int qh)
 {
     return qh / (p->num_q_heads / p->num_kv_heads);
@@ -103,14 +105,14 @@ static double dot_f(const float *a, const float *b, int n)
 }
 
 /* Softmax over the visible keys of query head qh with query row q [D]:
- * fills prob[n] and o_row[D], returns lse (-INFINITY and o_row = 0 when
+ * fills prob[n] and o_row[Dv], returns lse (-INFINITY and o_row = 0 when
  * n == 0). */
 static double attend_row(const fsa_ref_problem *p, int qh, const float *q, const int *keys, int n,
                          double *prob, double *o_row)
 {
-    int D = p->head_dim;
+    int D = p->head_dim, Dv = fsa_ref_value_dim(p);
     int h = kv_head_of(p, qh);
-    for (int d = 0; d < D; d++) o_row[d] = 0.0;
+    for (int d = 0; d < Dv; d++) o_row[d] = 0.0;
     if (n == 0) return -INFINITY;
 
     double mx = -INFINITY;
@@ -125,8 +127,8 @@ static double attend_row(const fsa_ref_problem *p, int qh, const float *q, const
     }
     for (int m = 0; m < n; m++) {
         prob[m] /= sum;
-        const float *v = p->v + ((size_t)keys[m] * p->num_kv_heads + h) * D;
-        for (int d = 0; d < D; d++) o_row[d] += prob[m] * (double)v[d];
+        const float *v = p->v + ((size_t)keys[m] * p->num_kv_heads + h) * Dv;
+        for (int d = 0; d < Dv; d++) o_row[d] += prob[m] * (double)v[d];
     }
     return mx + log(sum);
 }
@@ -134,7 +136,7 @@ static double attend_row(const fsa_ref_problem *p, int qh, const float *q, const
 void fsa_ref_forward(const fsa_ref_problem *p, double *o, double *lse)
 {
     check_problem(p);
-    int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim;
+    int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim, Dv = fsa_ref_value_dim(p);
     int G = Hq / Hkv;
     size_t cap = (size_t)p->top_k * p->block_size;
     int *keys = xcalloc(cap, sizeof *keys);
@@ -144,7 +146,8 @@ void fsa_ref_forward(const fsa_ref_problem *p, double *o, double *lse)
             int n = visible_keys(p, h, t, keys);
             for (int r = 0; r < G; r++) {
                 int qh = h * G + r;
-                double l = attend_row(p, qh, p->q + ((size_t)t * Hq + qh) * D, keys, n, prob, o + ((size_t)t * Hq + qh) * D);
+                double l = attend_row(p, qh, p->q + ((size_t)t * Hq + qh) * D, keys, n, prob,
+                                      o + ((size_t)t * Hq + qh) * Dv);
                 if (lse != NULL) lse[(size_t)qh * T + t] = l;
             }
         }
@@ -185,37 +188,37 @@ void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, d
                       double *dv)
 {
     check_problem(p);
-    int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim;
+    int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim, Dv = fsa_ref_value_dim(p);
     int G = Hq / Hkv;
     memset(dq, 0, sizeof *dq * (size_t)T * Hq * D);
     memset(dk, 0, sizeof *dk * (size_t)T * Hkv * D);
-    memset(dv, 0, sizeof *dv * (size_t)T * Hkv * D);
+    memset(dv, 0, sizeof *dv * (size_t)T * Hkv * Dv);
     size_t cap = (size_t)p->top_k * p->block_size;
     int *keys = xcalloc(cap, sizeof *keys);
     double *prob = xcalloc(cap, sizeof *prob);
-    double *o_row = xcalloc((size_t)D, sizeof *o_row);
+    double *o_row = xcalloc((size_t)Dv, sizeof *o_row);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < Hkv; h++) {
             int n = visible_keys(p, h, t, keys);
             if (n == 0) continue; /* o is constant 0: no gradient anywhere */
             for (int r = 0; r < G; r++) {
                 int qh = h * G + r;
-                size_t qoff = ((size_t)t * Hq + qh) * D;
+                size_t qoff = ((size_t)t * Hq + qh) * D, ooff = ((size_t)t * Hq + qh) * Dv;
                 const float *q = p->q + qoff;
-                const float *go = dout + qoff;
+                const float *go = dout + ooff;
                 (void)attend_row(p, qh, q, keys, n, prob, o_row);
                 double delta = 0.0;
-                for (int d = 0; d < D; d++) delta += (double)go[d] * o_row[d];
+                for (int d = 0; d < Dv; d++) delta += (double)go[d] * o_row[d];
                 for (int m = 0; m < n; m++) {
-                    size_t kvoff = ((size_t)keys[m] * Hkv + h) * D;
-                    const float *kj = p->k + kvoff;
-                    const float *vj = p->v + kvoff;
-                    double ds = prob[m] * (dot_f(go, vj, D) - delta);
+                    size_t koff = ((size_t)keys[m] * Hkv + h) * D, voff = ((size_t)keys[m] * Hkv + h) * Dv;
+                    const float *kj = p->k + koff;
+                    const float *vj = p->v + voff;
+                    double ds = prob[m] * (dot_f(go, vj, Dv) - delta);
                     for (int d = 0; d < D; d++) {
                         dq[qoff + d] += p->scale * ds * (double)kj[d];
-                        dk[kvoff + d] += p->scale * ds * (double)q[d];
-                        dv[kvoff + d] += prob[m] * (double)go[d];
+                        dk[koff + d] += p->scale * ds * (double)q[d];
                     }
+                    for (int d = 0; d < Dv; d++) dv[voff + d] += prob[m] * (double)go[d];
                 }
             }
         }

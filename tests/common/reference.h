@@ -17,11 +17,13 @@
  *   and no earlier slot of the row holds the same value (first occurrence
  *   wins). -1, future blocks and any other out-of-range value are ignored.
  * - Visible keys of (h, t): every key j of a valid block with j <= t.
+ * - q and k rows have head_dim (Dk) elements, v, o and dout rows value_dim
+ *   (Dv; 0 = head_dim).
  * - Forward, query head qh, token t: x_j = scale * q[t,qh,:].k[j,h,:];
  *   o[t,qh,:] = sum_j softmax(x)_j v[j,h,:];
  *   lse[qh,t] = log(sum_j exp(x_j)) (natural log, max-subtracted).
  *   No visible key: o = 0, lse = -INFINITY.
- * - Backward given dout [T,Hq,D]: exact gradients of o w.r.t. q, k, v;
+ * - Backward given dout [T,Hq,Dv]: exact gradients of o w.r.t. q, k, v;
  *   dk, dv sum over the G query heads of the group and all tokens that see
  *   the key. P = softmax, dP_j = dout.v_j, delta = sum(dout*o),
  *   dS = P*(dP - delta), dq = scale*dS k, dk = scale*dS^T q, dv = P^T dout.
@@ -37,6 +39,12 @@
 
 #include "testing.h"
 
+/* Problem and case tables are written positionally and leave their trailing
+ * optional fields (value_dim, dv) out, which then read as zero. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+
 typedef struct fsa_ref_problem {
     int total_tokens; /* T */
     int batch;        /* B */
@@ -45,27 +53,31 @@ typedef struct fsa_ref_problem {
     double scale;
     const float *q; /* [T,Hq,D] contiguous */
     const float *k; /* [T,Hkv,D] contiguous */
-    const float *v; /* [T,Hkv,D] contiguous */
+    const float *v; /* [T,Hkv,Dv] contiguous */
     const int32_t *topk;
     int64_t topk_head_stride, topk_token_stride;
+    int value_dim;  /* Dv; 0 = head_dim */
 } fsa_ref_problem;
 
-/* o [T,Hq,D]; lse [Hq,T] or NULL. */
+/* Dv of a problem: value_dim, or head_dim when it is 0. */
+int fsa_ref_value_dim(const fsa_ref_problem *p);
+
+/* o [T,Hq,Dv]; lse [Hq,T] or NULL. */
 void fsa_ref_forward(const fsa_ref_problem *p, double *o, double *lse);
 
 /* One (query head, token) row of the forward, for spot checks of problems
- * too large for the full reference. o_row [D]; lse may be NULL. */
+ * too large for the full reference. o_row [Dv]; lse may be NULL. */
 void fsa_ref_forward_row(const fsa_ref_problem *p, int qh, int t, double *o_row, double *lse);
 
 /* A query that is not one of p's tokens (new tokens over a KV cache): p
  * holds one sequence (batch 1) of total_tokens keys; the query sits at
  * position pos of it (it sees keys j <= pos; pos < 0 or >= total_tokens:
  * nothing), with its own row q_row [D] for query head qh and its top-k row
- * [top_k] for qh's KV head (p->q and p->topk are not read). */
+ * [top_k] for qh's KV head (p->q and p->topk are not read); o_row [Dv]. */
 void fsa_ref_attend_at(const fsa_ref_problem *p, int qh, int pos, const float *q_row, const int32_t *topk_row,
                        double *o_row, double *lse);
 
-/* dout [T,Hq,D]; writes (overwrites) dq [T,Hq,D], dk and dv [T,Hkv,D]. */
+/* dout [T,Hq,Dv]; writes (overwrites) dq [T,Hq,D], dk [T,Hkv,D] and dv [T,Hkv,Dv]. */
 void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, double *dk,
                       double *dv);
 

@@ -4,7 +4,8 @@
  * 30000 cached tokens; empty sequences; shuffled pages with garbage past each
  * sequence's pages and NaN in every cache element that backs no key; junk in
  * the top-k rows; top-k lengths; both top-k layouts and a selection shared by
- * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16. Then
+ * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16; value
+ * head dims other than the query/key head dim (dv column). Then
  * batch invariance, graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
  * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
@@ -38,6 +39,12 @@ static const kvc_case cases[] = {
     {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
     {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
     {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
+    /* Dk != Dv: decode, 4 speculative tokens, a chunked prefill.                                                               dv */
+    {"bf16_dk192_dv128_g4_page64",   BF, 192, 8,  2,  64,  16, 64,  {{1, 3000}, {4, 300}, {1, 0}, {600, 100}}, 4, KVC_TOPK_HTK, 0, 0, 1, 1, 128},
+    {"f16_dk192_dv128_g16_page16",   HF, 192, 32, 2,  64,  16, 16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_SHARED, 1, 1, 1, 0, 128},
+    {"f16_dk128_dv64_g16_page16",    HF, 128, 16, 1,  64,  8,  16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_THK,    0, 0, 1, 0, 64},
+    {"bf16_dk64_dv128_g1_page1",     BF, 64,  2,  2,  32,  8,  1,   {{1, 63}, {4, 64}, {200, 500}},       3, KVC_TOPK_HTK,    1, 1, 1, 1, 128},
+    {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
@@ -49,7 +56,7 @@ static int g_quick;
 
 static void check_against_reference(const kvc_outputs *out, const kvc_problem *p, const char *name)
 {
-    const size_t n = (size_t)p->Tq * p->hq * p->d;
+    const size_t n = (size_t)p->Tq * p->hq * p->dv;
     const double tol = p->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
     const double err = fsa_rel_error(out->o, p->o_ref, n);
     print_message("  %-30s Tq %5d  o rel err %.3e (tol %.0e)", name, p->Tq, err, tol);
@@ -60,7 +67,7 @@ static void check_against_reference(const kvc_outputs *out, const kvc_problem *p
             const double r = p->lse_ref[i], g = out->lse[i];
             if (isinf(r)) { /* nothing visible: o = 0 exactly, lse = -inf */
                 assert_true(isinf(g) && g < 0);
-                for (int d = 0; d < p->d; d++) assert_true(out->o[((size_t)t * p->hq + qh) * p->d + d] == 0.0f);
+                for (int d = 0; d < p->dv; d++) assert_true(out->o[((size_t)t * p->hq + qh) * p->dv + d] == 0.0f);
                 continue;
             }
             assert_true(isfinite(g));
@@ -89,17 +96,28 @@ static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const ch
     kvc_device_free(&dv);
 }
 
-static void test_every_case_matches_the_reference(void **state)
+static void run_cases(int with_dv)
 {
-    (void)state;
     for (size_t i = 0; i < N_CASES; i++) {
-        if (g_quick && !cases[i].quick) continue;
+        if ((g_quick && !cases[i].quick) || (cases[i].dv != 0) != with_dv) continue;
         kvc_problem p;
         kvc_problem_make(&p, &cases[i], 1000 + i);
         kvc_problem_reference(&p);
         run_and_check(g_plans[i], &p, cases[i].name, NULL);
         kvc_problem_free(&p);
     }
+}
+
+static void test_every_case_matches_the_reference(void **state)
+{
+    (void)state;
+    run_cases(0);
+}
+
+static void test_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference(void **state)
+{
+    (void)state;
+    run_cases(1);
 }
 
 /* A batch of 64 mixing decode, speculative and prefill lengths; sequence b
@@ -129,7 +147,7 @@ static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void 
         kvc_outputs alone;
         run_and_check(g_plans[ci], &one, "the same sequence alone", &alone);
         const int t0 = p.cu_q[b], n = one.Tq;
-        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.d, (size_t)n * p.hq * p.d * 2);
+        assert_memory_equal(alone.o_bits, all.o_bits + (size_t)t0 * p.hq * p.dv, (size_t)n * p.hq * p.dv * 2);
         for (int qh = 0; qh < p.hq; qh++)
             assert_memory_equal(alone.lse + (size_t)qh * n, all.lse + (size_t)qh * p.Tq + t0, (size_t)n * 4);
         kvc_outputs_free(&alone);
@@ -232,7 +250,7 @@ static void test_bad_metadata_stays_in_bounds(void **state)
         kvc_download(&out, &dv, &p);
         /* Kind 2 claims cached keys in the unused (NaN) rows of the pages: NaN out is the right answer there. */
         if (kind != 2)
-            for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.d; i++) assert_false(isnan(out.o[i]));
+            for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.dv; i++) assert_false(isnan(out.o[i]));
         print_message("  bad metadata kind %d: ran%s\n", kind, kind != 2 ? ", outputs finite" : "");
         kvc_outputs_free(&out);
         kvc_device_free(&dv);
@@ -314,6 +332,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_case_matches_the_reference),
+        cmocka_unit_test(test_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),

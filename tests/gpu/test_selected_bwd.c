@@ -3,8 +3,9 @@
  * sizes up to 128, block sizes up to 256 (key slices), both dq orders, index
  * layouts, strided tensors, varlen batches, junk in the top-k rows, long
  * lists (bitmap sort, split blocks), token chunks under a workspace limit;
- * bit-identical repeats; CUDA-graph replay. Outputs are poisoned before every
- * run. FSA_TEST_QUICK=1 runs a subset. */
+ * bit-identical repeats; CUDA-graph replay; value head dims other than the
+ * query/key head dim (dv column). Outputs are poisoned before every run.
+ * FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 
 #include "jit/context.h"
@@ -43,6 +44,15 @@ static const attn_case cases[] = {
     {"bf16_d64_g64_bk64_fsa",    BF, 64,  64, 1,  64, 4,  {150, 90},             2, 0, 0, A_FSA,  0,       1, 0, 1},
     /* Group 128 has no FSA forward: AUTO runs the NSA-order forward and the FSA-order dq. */
     {"bf16_d64_g128_bk16_long",  BF, 64, 128, 1,  16, 2,  {1100},                1, 0, 0, A_AUTO, 0,       1, 0, 0},
+    /* Dk != Dv (NSA's 192 / 128 among them), both dq orders.        dv */
+    {"bf16_dk192_dv128_g4_fsa",  BF, 192, 8,  2,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_FSA,  0,       1, 0, 1, 128},
+    {"f16_dk192_dv128_g16_nsa",  HF, 192, 32, 2,  64, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 1, 128},
+    {"bf16_dk192_dv128_g1_long", BF, 192, 2,  2,  64, 16, {1500},                1, 0, 0, A_AUTO, 0,       0, 0, 0, 128},
+    {"bf16_dk128_dv64_g1_str",   BF, 128, 4,  4,  32, 6,  {1, 63, 64, 65, 200},  5, 1, 1, A_FSA,  0,       1, 0, 1, 64},
+    {"f16_dk128_dv64_g8_nsa",    HF, 128, 8,  1,  64, 8,  {5, 130, 250},         3, 0, 0, A_NSA,  0,       1, 0, 0, 64},
+    {"bf16_dk64_dv128_g2_chunk", BF, 64,  4,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  1500000, 1, 0, 1, 128},
+    {"bf16_dk64_dv128_g32_nsa",  BF, 64,  32, 1,  16, 12, {40, 150},             2, 0, 0, A_NSA,  0,       1, 0, 0, 128},
+    {"f16_dk64_dv128_g5_bk128",  HF, 64,  5,  1,  128, 3, {129, 300},            2, 1, 0, A_AUTO, 0,       1, 0, 0, 128},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -53,7 +63,7 @@ static int g_quick;
 
 typedef struct bwd_device {
     uint64_t dout, dq, dk, dv, ws;
-    size_t q_bytes, kv_bytes, ws_bytes;
+    size_t q_bytes, kv_bytes, v_bytes, ws_bytes; /* dq, dk, dv images (dout: o's layout) */
 } bwd_device;
 
 typedef struct grads {
@@ -64,12 +74,13 @@ typedef struct grads {
 static void bwd_make(bwd_device *bd, const float *dout, const problem *p, const attn_case *c, const fsa_plan *plan)
 {
     memset(bd, 0, sizeof *bd);
-    bd->dout = upload_strided(dout, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
+    bd->dout = upload_strided(dout, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, c->dtype);
     bd->q_bytes = (size_t)p->T * p->q_ts * 2;
     bd->kv_bytes = (size_t)p->T * p->kv_ts * 2;
+    bd->v_bytes = (size_t)p->T * p->v_ts * 2;
     bd->dq = fsa_test_dalloc(bd->q_bytes);
     bd->dk = fsa_test_dalloc(bd->kv_bytes);
-    bd->dv = fsa_test_dalloc(bd->kv_bytes);
+    bd->dv = fsa_test_dalloc(bd->v_bytes);
     assert_int_equal(fsa_plan_workspace_size_bwd(&bd->ws_bytes, plan, p->T, p->B), FSA_STATUS_OK);
     if (c->ws_limit) assert_true(bd->ws_bytes <= c->ws_limit);
     bd->ws = fsa_test_dalloc(bd->ws_bytes);
@@ -91,10 +102,10 @@ static fsa_bwd_args bwd_args_of(const bwd_device *bd, const device_problem *dp, 
     a.total_tokens = p->T;
     a.batch = p->B;
     a.q = f.q, a.k = f.k, a.v = f.v, a.o = f.o, a.topk = f.topk;
-    a.dout = (fsa_tensor){bd->dout, p->q_ts, p->q_hs};
+    a.dout = (fsa_tensor){bd->dout, p->o_ts, p->o_hs};
     a.dq = (fsa_tensor){bd->dq, p->q_ts, p->q_hs};
     a.dk = (fsa_tensor){bd->dk, p->kv_ts, p->kv_hs};
-    a.dv = (fsa_tensor){bd->dv, p->kv_ts, p->kv_hs};
+    a.dv = (fsa_tensor){bd->dv, p->v_ts, p->v_hs};
     a.cu_seqlens = dp->cu;
     a.lse = dp->lse;
     a.workspace = bd->ws;
@@ -106,23 +117,24 @@ static void poison_bwd(const bwd_device *bd)
 {
     fsa_test_dfill(bd->dq, 0xff, bd->q_bytes);
     fsa_test_dfill(bd->dk, 0xff, bd->kv_bytes);
-    fsa_test_dfill(bd->dv, 0xff, bd->kv_bytes);
+    fsa_test_dfill(bd->dv, 0xff, bd->v_bytes);
     fsa_test_dfill(bd->ws, 0xff, bd->ws_bytes);
 }
 
 static void download_grads(grads *g, const bwd_device *bd, const problem *p, const attn_case *c)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    const size_t nv = (size_t)p->T * c->hkv * p->Dv;
     g->dq_img = malloc(bd->q_bytes);
     g->dk_img = malloc(bd->kv_bytes);
-    g->dv_img = malloc(bd->kv_bytes);
+    g->dv_img = malloc(bd->v_bytes);
     g->dq = malloc(nq * sizeof(float));
     g->dk = malloc(nkv * sizeof(float));
-    g->dv = malloc(nkv * sizeof(float));
+    g->dv = malloc(nv * sizeof(float));
     assert_true(g->dq_img && g->dk_img && g->dv_img && g->dq && g->dk && g->dv);
     download_strided(g->dq, g->dq_img, bd->dq, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
     download_strided(g->dk, g->dk_img, bd->dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
-    download_strided(g->dv, g->dv_img, bd->dv, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
+    download_strided(g->dv, g->dv_img, bd->dv, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
 }
 
 static void grads_free(grads *g)
@@ -160,9 +172,10 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dk_r
                         const problem *p, const attn_case *c, const fsa_plan *plan)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    const size_t nv = (size_t)p->T * c->hkv * p->Dv;
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = grad_error(g->dq, dq_ref, nq), ek = grad_error(g->dk, dk_ref, nkv),
-                 ev = grad_error(g->dv, dv_ref, nkv);
+                 ev = grad_error(g->dv, dv_ref, nv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
     print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa",
@@ -177,8 +190,8 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dk_r
             if (p->empty_row[(size_t)h * p->T + t])
                 for (int d = 0; d < c->d; d++) assert_int_equal(g->dq_img[t * p->q_ts + h * p->q_hs + d] & 0x7fff, 0);
         for (int h = 0; h < c->hkv; h++)
-            if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * c->d, c->d))
-                for (int d = 0; d < c->d; d++) assert_int_equal(g->dv_img[t * p->kv_ts + h * p->kv_hs + d] & 0x7fff, 0);
+            if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * p->Dv, p->Dv))
+                for (int d = 0; d < p->Dv; d++) assert_int_equal(g->dv_img[t * p->v_ts + h * p->v_hs + d] & 0x7fff, 0);
     }
 }
 
@@ -195,11 +208,12 @@ static void run_case(const attn_case *c, fsa_plan *plan)
 
     fsa_rng rng = {0xd0d0u + (uint64_t)(c - cases)};
     const size_t nq = (size_t)p.T * c->hq * c->d, nkv = (size_t)p.T * c->hkv * c->d;
-    float *dout = malloc(nq * sizeof(float));
+    const size_t no = (size_t)p.T * c->hq * p.Dv, nv = (size_t)p.T * c->hkv * p.Dv;
+    float *dout = malloc(no * sizeof(float));
     double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
-           *dv_ref = malloc(nkv * sizeof(double));
+           *dv_ref = malloc(nv * sizeof(double));
     assert_true(dout && dq_ref && dk_ref && dv_ref);
-    for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     fsa_ref_problem rp = problem_ref(&p, c);
     fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
 
@@ -222,7 +236,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     download_grads(&second, &bd, &p, c);
     assert_memory_equal(first.dq_img, second.dq_img, bd.q_bytes);
     assert_memory_equal(first.dk_img, second.dk_img, bd.kv_bytes);
-    assert_memory_equal(first.dv_img, second.dv_img, bd.kv_bytes);
+    assert_memory_equal(first.dv_img, second.dv_img, bd.v_bytes);
 
     grads_free(&first);
     grads_free(&second);
@@ -238,10 +252,13 @@ static void run_case(const attn_case *c, fsa_plan *plan)
 static void test_backward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++) {
-        if (g_quick && !cases[i].quick) continue;
-        run_case(&cases[i], g_plans[i]);
-    }
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 0, run_case);
+}
+
+static void test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference(void **state)
+{
+    (void)state;
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 1, run_case);
 }
 
 static void graph_replay_case(size_t ci)
@@ -256,11 +273,11 @@ static void graph_replay_case(size_t ci)
     device_make(&dp, &p, c, plan);
     fsa_fwd_args fa = fwd_args_of(&dp, &p);
     assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
-    const size_t nq = (size_t)p.T * c->hq * c->d;
-    float *dout = malloc(nq * sizeof(float));
+    const size_t no = (size_t)p.T * c->hq * p.Dv;
+    float *dout = malloc(no * sizeof(float));
     assert_non_null(dout);
     fsa_rng rng = {7};
-    for (size_t i = 0; i < nq; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     bwd_device bd;
     bwd_make(&bd, dout, &p, c, plan);
     fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
@@ -286,7 +303,7 @@ static void graph_replay_case(size_t ci)
         download_grads(&replay, &bd, &p, c);
         assert_memory_equal(direct.dq_img, replay.dq_img, bd.q_bytes);
         assert_memory_equal(direct.dk_img, replay.dk_img, bd.kv_bytes);
-        assert_memory_equal(direct.dv_img, replay.dv_img, bd.kv_bytes);
+        assert_memory_equal(direct.dv_img, replay.dv_img, bd.v_bytes);
         grads_free(&replay);
     }
     cu->GraphExecDestroy(exec);
@@ -299,13 +316,19 @@ static void graph_replay_case(size_t ci)
     problem_free(&p);
 }
 
-/* Both dq orders: the FSA-order case 0 and the first forced NSA-order case. */
+/* Both dq orders: the FSA-order case 0, the first forced NSA-order case and
+ * the first case with Dk != Dv. */
 static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **state)
 {
     (void)state;
     graph_replay_case(0);
     for (size_t i = 0; i < N_CASES; i++)
         if (cases[i].alg == FSA_ALGORITHM_NSA) {
+            graph_replay_case(i);
+            break;
+        }
+    for (size_t i = 0; i < N_CASES; i++)
+        if (cases[i].dv) {
             graph_replay_case(i);
             break;
         }
@@ -365,6 +388,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_graph_captured_backward_replays_to_the_same_gradients),
         cmocka_unit_test(test_backward_bad_arguments_return_statuses),
     };

@@ -1,7 +1,8 @@
 /* Selected-attention forward on the GPU against the CPU float64 reference:
  * both paths and AUTO, dtypes, head dims, group sizes, block sizes, index
  * layouts, strided tensors, varlen batches, junk in the top-k rows, empty
- * rows, chunked workspaces, a large logit, graph capture and determinism.
+ * rows, chunked workspaces, a large logit, graph capture and determinism;
+ * value head dims other than the query/key head dim (dv column).
  * Outputs (and the workspace) are poisoned before every run.
  * FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
 #include "attention_problem.h"
@@ -46,6 +47,18 @@ static const attn_case cases[] = {
     {"bf16_d64_g1_k1_t1",       BF, 64,  2,  2,  64, 1, {1},                       1, 0, 0, A_FSA,  0,      0, 0, 0},
     {"bf16_d128_g1_biglogit",   BF, 128, 1,  1,  64, 4, {256},                     1, 0, 0, A_FSA,  0,      0, 1, 1},
     {"bf16_d128_g1_biglogit_nsa", BF, 128, 1, 1, 64, 4, {256},                     1, 0, 0, A_NSA,  0,      0, 1, 0},
+    /* Dk != Dv (NSA's 192 / 128 among them), both paths.                                                     dv */
+    {"bf16_dk192_dv128_g4_fsa", BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_FSA,  0,      1, 0, 1, 128},
+    {"bf16_dk192_dv128_g4_nsa", BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_NSA,  0,      1, 0, 1, 128},
+    {"f16_dk192_dv128_g16_fsa", HF, 192, 32, 2,  64, 6, {17, 200},                 2, 1, 1, A_FSA,  0,      1, 0, 0, 128},
+    {"f16_dk192_dv128_g16_nsa", HF, 192, 32, 2,  64, 6, {17, 200},                 2, 1, 1, A_NSA,  0,      1, 0, 1, 128},
+    {"bf16_dk128_dv64_g1_fsa",  BF, 128, 4,  4,  32, 6, {1, 63, 64, 65, 200},      5, 1, 1, A_FSA,  0,      1, 0, 1, 64},
+    {"bf16_dk128_dv64_g1_nsa",  BF, 128, 4,  4,  32, 6, {1, 63, 64, 65, 200},      5, 1, 1, A_NSA,  0,      1, 0, 0, 64},
+    {"f16_dk128_dv64_g8_auto",  HF, 128, 8,  1,  64, 8, {5, 130, 250},             3, 0, 0, A_AUTO, 0,      1, 0, 0, 64},
+    {"bf16_dk64_dv128_g2_fsa",  BF, 64,  4,  2,  64, 8, {100, 400, 37},            3, 0, 0, A_FSA,  300000, 1, 0, 1, 128},
+    {"bf16_dk64_dv128_g2_nsa",  BF, 64,  4,  2,  64, 8, {100, 400, 37},            3, 0, 0, A_NSA,  0,      1, 0, 0, 128},
+    {"f16_dk64_dv128_g12_fsa",  HF, 64,  12, 1,  16, 12, {40, 150},                2, 0, 0, A_FSA,  0,      1, 0, 0, 128},
+    {"bf16_dk256_dv256_g8_fsa", BF, 256, 16, 2,  64, 4, {64, 200},                 2, 0, 0, A_FSA,  0,      1, 0, 0, 256},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -56,7 +69,7 @@ static int g_quick;
 
 static void check_against_reference(const outputs *out, const problem *p, const attn_case *c)
 {
-    const size_t n = (size_t)p->T * c->hq * c->d;
+    const size_t n = (size_t)p->T * c->hq * p->Dv;
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
     double err = fsa_rel_error(out->o, p->o_ref, n);
     print_message("  %-28s o rel err %.3e (tol %.0e)", c->name, err, tol);
@@ -78,7 +91,7 @@ static void check_against_reference(const outputs *out, const problem *p, const 
     for (int qh = 0; qh < c->hq; qh++)
         for (int t = 0; t < p->T; t++)
             if (p->empty_row[(size_t)qh * p->T + t])
-                for (int d = 0; d < c->d; d++) assert_true(out->o_img[t * p->o_ts + qh * p->o_hs + d] == 0);
+                for (int d = 0; d < p->Dv; d++) assert_true(out->o_img[t * p->o_ts + qh * p->o_hs + d] == 0);
     /* The gaps of a strided output are never written. */
     if (c->strided)
         for (int t = 0; t < p->T; t++)
@@ -121,10 +134,13 @@ static void run_case(const attn_case *c, fsa_plan *plan)
 static void test_forward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++) {
-        if (g_quick && !cases[i].quick) continue;
-        run_case(&cases[i], g_plans[i]);
-    }
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 0, run_case);
+}
+
+static void test_forward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference(void **state)
+{
+    (void)state;
+    attn_run_cases(cases, g_plans, N_CASES, g_quick, 1, run_case);
 }
 
 static void test_auto_reports_its_choice_and_reason(void **state)
@@ -229,6 +245,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_forward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_auto_reports_its_choice_and_reason),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_output),
         cmocka_unit_test(test_a_too_small_workspace_is_refused_before_any_launch),

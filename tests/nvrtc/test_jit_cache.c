@@ -1553,7 +1553,8 @@ static void test_an_offline_plan_puts_the_forward_kernels_in_the_cache(void **st
             }
         if (!known) fail_msg("unexpected entry %s", v.e[j].name);
         /* Kernels that depend on the shape say so in their names. */
-        if (strncmp(v.e[j].name, "sel_fwd_", 8) == 0 && strstr(v.e[j].name, "_bf16_d64_g2") == NULL)
+        if (strncmp(v.e[j].name, "sel_fwd_", 8) == 0 &&
+            (strstr(v.e[j].name, "_bf16_") == NULL || strstr(v.e[j].name, "dv64_g2") == NULL))
             fail_msg("entry %s does not name the shape", v.e[j].name);
     }
     for (size_t i = 0; i < 4; i++)

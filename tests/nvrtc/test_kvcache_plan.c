@@ -52,6 +52,13 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
     d = good_desc(30, 8);
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    const int value_dims[] = {8, 24, 272, -16};
+    for (size_t i = 0; i < sizeof value_dims / sizeof value_dims[0]; i++) {
+        d = good_desc(32, 8);
+        d.value_dim = value_dims[i];
+        expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+        assert_non_null(strstr(fsa_last_error_info()->message, "value_dim"));
+    }
     assert_int_equal(fsa_kvcache_plan_create(NULL, g_ctx, &d), FSA_STATUS_NULL_POINTER);
     fsa_kvcache_plan_destroy(NULL);
 }

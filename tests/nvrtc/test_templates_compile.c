@@ -50,10 +50,11 @@ static const variant variants[] = {
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
-/* Kernels over a paged KV cache also take the page size. */
+/* Kernels over a paged KV cache also take the page size (and, when it
+ * differs from d, the value head dim). */
 typedef struct paged_variant {
     variant v;
-    const char *page;
+    const char *page, *dv;
 } paged_variant;
 
 static const paged_variant paged_variants[] = {
@@ -69,12 +70,17 @@ static const paged_variant paged_variants[] = {
      .page = "16"},
     {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "32", .g = "3", .bk = "32", .k = "5"},
      .page = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"},
+     .page = "64", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8"}, .page = "16", .dv = "128"},
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16"}, .page = "1", .dv = "256"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
 
-/* Query-tile attention (compressed, sliding window): Dk (d) and Dv differ;
- * the selection kernel also takes the compression's kernel size l and
- * stride. */
+/* Kernels with a value head dim dv of their own (the others take d for it):
+ * query-tile attention (compressed, sliding window) and the selected
+ * attention with Dk (d) != Dv, NSA's 192 / 128 among them; the selection
+ * kernel also takes the compression's kernel size l and stride. */
 typedef struct cmp_variant {
     variant v;
     const char *dv, *l, *stride;
@@ -105,6 +111,20 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "64", .g = "5", .bk = "16", .k = "1"}, .l = "16", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "32", .g = "2", .bk = "32", .k = "33"}, .l = "8", .stride = "32"},
+    {.v = {.family = "sel_fwd_main", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_main", .dtype = "f16", .d = "64", .g = "2", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_main", .dtype = "bf16", .d = "128", .g = "16", .bk = "32"}, .dv = "64"},
+    {.v = {.family = "sel_fwd_reduce", .dtype = "bf16", .g = "4"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_fwd_nsa", .dtype = "f16", .d = "64", .g = "8", .bk = "32"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_prep", .dtype = "bf16"}, .dv = "64"},
+    {.v = {.family = "sel_bwd_main", .dtype = "bf16", .d = "192", .g = "4", .bk = "64", .keys = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_main", .dtype = "f16", .d = "64", .g = "1", .bk = "64", .keys = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_main", .dtype = "bf16", .d = "128", .g = "16", .bk = "128", .keys = "128"}, .dv = "64"},
+    {.v = {.family = "sel_bwd_dq_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_dq_nsa", .dtype = "f16", .d = "64", .g = "4", .bk = "32"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
+    {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "64", .g = "2", .bk = "32"}, .dv = "128"},
 };
 #define N_CMP_VARIANTS (sizeof cmp_variants / sizeof cmp_variants[0])
 
@@ -125,11 +145,15 @@ static const justified_spill justified_spills[] = {
 
 static const fsa_nvrtc_api *g_nvrtc;
 
-static size_t params_of(const variant *v, fsa_param *out)
+/* The variant's template parameters. d fills HEAD_DIM where the template has
+ * it, and VALUE_DIM too where the template has that and `dv` is NULL: a value
+ * head dim equal to the query/key one. */
+static size_t params_of(const variant *v, const char *text, const char *dv, fsa_param *out)
 {
     size_t n = 0;
     if (v->dtype) out[n++] = (fsa_param){"DTYPE", v->dtype, ""};
-    if (v->d) out[n++] = (fsa_param){"HEAD_DIM", v->d, "d"};
+    if (v->d && strstr(text, "{{HEAD_DIM}}")) out[n++] = (fsa_param){"HEAD_DIM", v->d, "d"};
+    if (dv || (v->d && strstr(text, "{{VALUE_DIM}}"))) out[n++] = (fsa_param){"VALUE_DIM", dv ? dv : v->d, "dv"};
     if (v->g) out[n++] = (fsa_param){"GROUP", v->g, "g"};
     if (v->bk) out[n++] = (fsa_param){"BLOCK_SIZE", v->bk, "bk"};
     if (v->unroll) out[n++] = (fsa_param){"UNROLL", v->unroll, "u"};
@@ -168,15 +192,15 @@ static void check_spills(const variant *v, const fsa_resource_usage *u, const ch
     }
 }
 
-static void compile_variant(const variant *v, const fsa_param *extra, size_t n_extra, const char *target,
-                            int used[N_JUSTIFIED + 1])
+static void compile_variant(const variant *v, const char *dv, const fsa_param *extra, size_t n_extra,
+                            const char *target, int used[N_JUSTIFIED + 1])
 {
     char file[64];
     snprintf(file, sizeof file, "%s.cu", v->family);
     const fsa_template *t = fsa_template_find(file);
     assert_non_null(t);
     fsa_param params[10];
-    size_t n = params_of(v, params);
+    size_t n = params_of(v, t->text, dv, params);
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
@@ -189,8 +213,9 @@ static void compile_variant(const variant *v, const fsa_param *extra, size_t n_e
     assert_true(cubin.size > 1000);
     /* A cubin is an ELF image. */
     assert_memory_equal(cubin.data, "\x7f" "ELF", 4);
-    print_message("  %-16s %-5s d=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family, v->dtype ? v->dtype : "-",
-                  v->d ? v->d : "-", v->g ? v->g : "-", v->bk ? v->bk : "-", target, cubin.ms, cubin.size);
+    print_message("  %-16s %-5s d=%-4s dv=%-4s g=%-3s bk=%-4s %-7s %6.0f ms %7zu bytes\n", v->family,
+                  v->dtype ? v->dtype : "-", v->d ? v->d : "-", dv ? dv : "-", v->g ? v->g : "-", v->bk ? v->bk : "-",
+                  target, cubin.ms, cubin.size);
     fsa_resource_usage u;
     assert_int_equal(fsa_resource_usage_parse(&u, cubin.log), FSA_STATUS_OK);
     size_t entries = 0;
@@ -212,19 +237,18 @@ static void compile_variant(const variant *v, const fsa_param *extra, size_t n_e
 static void compile_every_variant(const char *target)
 {
     int used[N_JUSTIFIED + 1] = {0};
-    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, 0, target, used);
+    for (size_t i = 0; i < N_VARIANTS; i++) compile_variant(&variants[i], NULL, NULL, 0, target, used);
     for (size_t i = 0; i < N_PAGED_VARIANTS; i++) {
         const fsa_param page = {"PAGE_SIZE", paged_variants[i].page, "p"};
-        compile_variant(&paged_variants[i].v, &page, 1, target, used);
+        compile_variant(&paged_variants[i].v, paged_variants[i].dv, &page, 1, target, used);
     }
     for (size_t i = 0; i < N_CMP_VARIANTS; i++) {
         const cmp_variant *c = &cmp_variants[i];
-        fsa_param extra[3];
+        fsa_param extra[2];
         size_t n = 0;
-        if (c->dv) extra[n++] = (fsa_param){"VALUE_DIM", c->dv, "dv"};
         if (c->l) extra[n++] = (fsa_param){"KERNEL_SIZE", c->l, "l"};
         if (c->stride) extra[n++] = (fsa_param){"STRIDE", c->stride, "s"};
-        compile_variant(&c->v, extra, n, target, used);
+        compile_variant(&c->v, c->dv, extra, n, target, used);
     }
     for (size_t i = 0; justified_spills[i].family != NULL; i++) {
         const justified_spill *j = &justified_spills[i];

@@ -1,5 +1,5 @@
 # fsa-precompile end to end, offline (no GPU; NVRTC needed): warm a fresh
-# cache for sm_80 and sm_90a, warm it again (all hits), list, verify, detect
+# cache for sm_80 and sm_90a, warm it again (all hits), a value head dim of its own, list, verify, detect
 # a corrupted entry, prune, and the exit codes for bad and unsupported input.
 #
 #   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> [-DCRASH_NVRTC=<library>] -P test_precompile.cmake
@@ -70,11 +70,17 @@ expect_match("\n0 kernels compiled, ${n_entries} already cached, 0 failed, 0 ski
 expect_match("sm_80: 0 compiled" "sm_80 total")
 expect_match("sm_90a: 0 compiled" "sm_90a total")
 
+# --- 2b. a value head dim of its own: the shape and its kernels say dv (another cache: the counts above stay)
+run(0 --arch sm_90a --head-dim 64 --value-dim 32 --group 1 --algorithm nsa -j 2 --cache-dir "${WORK}/dv")
+expect_match("sm_90a bf16 d64 dv32 g1 bk64" "the shape names its value head dim")
+run(0 --list --cache-dir "${WORK}/dv")
+expect_match("sm_90a +sel_fwd_nsa_bf16_d64_dv32_g1_bk64 " "the kernel names its value head dim")
+
 # --- 3. list: every entry by its readable name, and the total
 run(0 --list --cache-dir "${CACHE_DIR}")
 foreach(target sm_80 sm_90a)
-  foreach(name sel_index_bk64_k16 sel_fwd_main_bf16_d64_g1_bk64 sel_fwd_main_bf16_d64_g8_bk64
-               sel_fwd_reduce_bf16_d64_g1 sel_fwd_reduce_bf16_d64_g8)
+  foreach(name sel_index_bk64_k16 sel_fwd_main_bf16_d64_dv64_g1_bk64 sel_fwd_main_bf16_d64_dv64_g8_bk64
+               sel_fwd_reduce_bf16_dv64_g1 sel_fwd_reduce_bf16_dv64_g8)
     expect_match("${target} +${name} +[0-9]+ +[0-9-]+T[0-9:]+Z" "list entry ${target} ${name}")
   endforeach()
 endforeach()

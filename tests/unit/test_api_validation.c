@@ -7,6 +7,7 @@
 #include "base/struct_size.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,7 @@ static void test_the_init_macros_set_struct_size_and_the_documented_defaults(voi
     assert_true(d.scale == 0.0f);
     assert_int_equal(d.algorithm, FSA_ALGORITHM_AUTO);
     assert_int_equal(d.workspace_limit, 0);
+    assert_int_equal(d.value_dim, 0); /* = head_dim */
     /* Static storage works too (a constant initializer). */
     static const fsa_fwd_args f = FSA_FWD_ARGS_INIT;
     static const fsa_bwd_args b = FSA_BWD_ARGS_INIT;
@@ -446,6 +448,70 @@ static void test_an_unsupported_head_dim_is_unsupported(void **state)
     }
 }
 
+static void test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported(void **state)
+{
+    const int64_t dims[] = {8, 100, 272, -16, 264, 257, (int64_t)1 << 32};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.value_dim = dims[i];
+        char what[48];
+        snprintf(what, sizeof what, "value_dim %lld", (long long)dims[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+        assert_non_null(strstr(fsa_last_error_info()->message, "value_dim"));
+    }
+}
+
+static void test_a_backward_with_a_dim_over_128_needs_both_dims_to_be_multiples_of_32(void **state)
+{
+    /* Each launch of the backward's main kernel takes half of the dK and half
+     * of the dV columns, in 16-column steps. */
+    const int dims[][2] = {{192, 48}, {144, 144}, {80, 256}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.head_dim = dims[i][0];
+        d.value_dim = dims[i][1];
+        d.backward = 1;
+        char what[48];
+        snprintf(what, sizeof what, "backward with Dk %d Dv %d", dims[i][0], dims[i][1]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+        assert_non_null(strstr(fsa_last_error_info()->message, "multiples of 32"));
+    }
+}
+
+/* The paged-cache kernel at Dk = Dv = 256 with a group of 16 keeps more query
+ * rows and stages than sm_80's shared memory holds: its plan says so instead
+ * of failing a launch. A descriptor of the first version (no value_dim) reads
+ * it as head_dim. */
+static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = offline_context("sm_80");
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = 32, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
+    d.head_dim = 256;
+    d.value_dim = 256;
+    fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    d.value_dim = 0;
+    _Alignas(16) unsigned char buf[sizeof d + 16];
+    memset(buf, 0xa5, sizeof buf); /* what lies past an older caller's struct is not its */
+    const size_t first = offsetof(fsa_kvcache_desc, value_dim);
+    memcpy(buf, &d, first);
+    memcpy(buf, &first, sizeof first);
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf));
+    assert_non_null(strstr(fsa_last_error(), "value_dim 256"));
+    d.head_dim = 64;
+    const int bad[] = {8, 24, 272, -16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d.value_dim = bad[i];
+        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+        assert_non_null(strstr(fsa_last_error(), "value_dim"));
+    }
+    fsa_context_destroy(ctx);
+}
+
 static void test_bad_head_counts_are_invalid_arguments(void **state)
 {
     const int heads[][2] = {{6, 4}, {3, 2}, {0, 1}, {4, 0}, {0, 0}, {-4, 1}, {4, -1}, {1, 2}};
@@ -598,6 +664,9 @@ int main(void)
         OFF(test_plan_create_with_null_arguments_is_a_null_pointer),
         OFF(test_plan_create_with_a_wrong_struct_size_is_struct_size),
         OFF(test_an_unsupported_head_dim_is_unsupported),
+        OFF(test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported),
+        OFF(test_a_backward_with_a_dim_over_128_needs_both_dims_to_be_multiples_of_32),
+        cmocka_unit_test(test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported),
         OFF(test_bad_head_counts_are_invalid_arguments),
         OFF(test_a_group_larger_than_128_is_unsupported),
         OFF(test_an_unsupported_block_size_is_unsupported),

@@ -31,6 +31,7 @@ static void make_plan(fsa_plan *p, fsa_context *ctx, int group, fsa_algorithm al
     p->desc.num_q_heads = 2 * group;
     p->desc.algorithm = alg;
     p->desc.backward = 1;
+    p->desc.value_dim = p->desc.head_dim; /* resolved, as fsa_plan_create leaves it */
     p->group = group;
     p->fsa_available = alg != FSA_ALGORITHM_NSA;
     p->nsa_available = alg != FSA_ALGORITHM_FSA;
@@ -157,12 +158,12 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     fsa_kernel_key key;
     assert_int_equal(fsa_tune_record_key(&key, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     const char *want[] = {"fsa-tuning-key 1\n", "library " FSA_VERSION_STRING "\n", "\ntemplates ", "\nop fwd\n",
-                          "\ntokens 128\n", "\ndtype bf16\n", "\nhead_dim 128\n", "\ngroup 4\n", "\nblock_size 64\n",
-                          "\ntop_k 16\n", "\ntarget sm_90a\n", "\ngpu NVIDIA Test GPU\n", "\nsms 132\n",
+                          "\ntokens 128\n", "\ndtype bf16\n", "\nhead_dim 128\n", "\nvalue_dim 128\n", "\ngroup 4\n",
+                          "\nblock_size 64\n", "\ntop_k 16\n", "\ntarget sm_90a\n", "\ngpu NVIDIA Test GPU\n", "\nsms 132\n",
                           "\ncandidates fsa nsa\n"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (strstr(key.text, want[i]) == NULL) fail_msg("%s lacks %s", key.text, want[i]);
-    assert_string_equal(key.name, "tune_fwd_bf16_d128_g4_bk64_k16_t128");
+    assert_string_equal(key.name, "tune_fwd_bf16_d128_dv128_g4_bk64_k16_t128");
     /* Another GPU model, another SM count, another bucket: another key. */
     fsa_kernel_key other;
     snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Other GPU");
@@ -174,7 +175,7 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     assert_string_not_equal(key.hex, other.hex);
     fsa_key_free(&other);
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(129)), FSA_STATUS_OK);
-    assert_string_equal(other.name, "tune_fwd_bf16_d128_g4_bk64_k16_t256");
+    assert_string_equal(other.name, "tune_fwd_bf16_d128_dv128_g4_bk64_k16_t256");
     fsa_key_free(&other);
     fsa_key_free(&key);
 }

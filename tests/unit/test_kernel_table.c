@@ -4,10 +4,12 @@
  * shared memory per variant of the template-compile grid, pinned to the
  * numbers the layout headers give, and the launch grid's extents for a fixed
  * problem. A change to any of them changes what the kernels were verified
- * with. */
+ * with. The selected attention's kernels fit the targets' shared memory at
+ * NSA's head dims (Dk 192, Dv 128) and at Dk = Dv = 256. */
 #include "testing.h"
 
 #include "attention/kernels.h"
+#include "jit/target.h"
 
 #include <string.h>
 
@@ -87,12 +89,71 @@ static void test_grids_cover_the_tiles_of_every_sequence(void **state)
     assert_int_equal(fsa_qt_grid_key_tiles(70, 3), 4);
 }
 
+/* Shared memory of a selected-attention kernel under a configuration. */
+static unsigned smem_of(fsa_kernel_id id, const fsa_kernel_config *c)
+{
+    fsa_kernel k;
+    fsa_kernel_describe(&k, id, c);
+    return k.smem;
+}
+
+static void test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a(void **state)
+{
+    (void)state;
+    static const int dims[][2] = {{192, 128}, {256, 256}, {128, 256}, {256, 64}};
+    static const char *const targets[] = {"sm_80", "sm_90a"};
+    static const int groups[] = {1, 4, 16};
+    for (size_t ti = 0; ti < 2; ti++) {
+        fsa_target t;
+        assert_int_equal(fsa_target_parse(&t, targets[ti]), FSA_STATUS_OK);
+        const unsigned limit = (unsigned)t.smem_per_block;
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (size_t gi = 0; gi < 3; gi++) {
+                fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = dims[di][0], .value_dim = dims[di][1],
+                                       .group = groups[gi], .block_size = 64, .top_k = 16, .page_size = 64,
+                                       .bwd_keys = 64};
+                const unsigned sizes[] = {smem_of(FSA_K_FWD_MAIN, &c), smem_of(FSA_K_FWD_NSA, &c),
+                                          smem_of(FSA_K_BWD_MAIN, &c), smem_of(FSA_K_BWD_DQ_NSA, &c),
+                                          smem_of(FSA_K_KVC_FWD, &c) +
+                                              (unsigned)fsa_kvc_static_smem_bytes(groups[gi], c.top_k)};
+                /* The paged kernel keeps all query rows of a large group: at Dk = Dv = 256 with
+                 * G 16 it needs more than sm_80 has, and its plan refuses the shape. */
+                const size_t n = di > 0 && ti == 0 ? 4 : 5;
+                for (size_t k = 0; k < n; k++)
+                    if (sizes[k] > limit)
+                        fail_msg("kernel %zu at Dk %d Dv %d G %d needs %u bytes; %s allows %u", k, dims[di][0],
+                                 dims[di][1], groups[gi], sizes[k], targets[ti], limit);
+            }
+    }
+}
+
+/* Dk == Dv takes the same shared memory as before the value head dim existed:
+ * the layouts only grow where Dv does. */
+static void test_equal_head_dims_keep_the_selected_kernels_shared_memory(void **state)
+{
+    (void)state;
+    const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
+                                 .block_size = 64, .top_k = 16, .page_size = 64, .bwd_keys = 64};
+    assert_int_equal(smem_of(FSA_K_FWD_MAIN, &c), 4096 + 2 * 64 * 136 * 2 + 2 * 64 * 136 * 2 + 16 * 8 * 4);
+    assert_int_equal(smem_of(FSA_K_FWD_NSA, &c), 16 * 136 * 2 + 2 * 2 * 64 * 136 * 2);
+    assert_int_equal(smem_of(FSA_K_BWD_DQ_NSA, &c), 2 * 16 * 136 * 2 + 2 * 2 * 64 * 136 * 2);
+    assert_int_equal(smem_of(FSA_K_KVC_FWD, &c), 2 * 2 * 64 * 136 * 2);
+    /* Dv narrower than Dk shrinks what holds V and the outputs. */
+    const fsa_kernel_config n = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 64, .group = 4,
+                                 .block_size = 64, .top_k = 16, .page_size = 64, .bwd_keys = 64};
+    assert_true(smem_of(FSA_K_FWD_MAIN, &n) < smem_of(FSA_K_FWD_MAIN, &c));
+    assert_true(smem_of(FSA_K_BWD_MAIN, &n) < smem_of(FSA_K_BWD_MAIN, &c));
+    assert_true(smem_of(FSA_K_KVC_FWD, &n) < smem_of(FSA_K_KVC_FWD, &c));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
+        cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
+        cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
