@@ -15,7 +15,9 @@
 #include "fsa.h"
 
 #include "bench_cuda.h"
+#include "bench_branches.h"
 #include "bench_decode.h"
+#include "bench_inputs.h"
 #include "tool_args.h"
 
 #include <errno.h>
@@ -77,94 +79,6 @@ typedef struct options {
 
 /* ------------------------------------------------------------ inputs */
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint16_t to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t to_f16(float x)
-{
-    /* Inputs are standard normal: no overflow or subnormal handling needed
-     * beyond flushing tiny values to zero. */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a < 0x38800000u) return (uint16_t)sign;
-    uint32_t h = (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu);
-    uint32_t rest = a & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-
-static float from_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) return sign ? -ldexpf((float)m, -24) : ldexpf((float)m, -24);
-    uint32_t u = sign | ((e + 112u) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-typedef struct gen_job {
-    uint16_t *dst;
-    size_t begin, end;
-    uint64_t seed;
-    fsa_dtype dtype;
-} gen_job;
-
-static void *gen_normal(void *arg)
-{
-    gen_job *j = arg;
-    uint64_t s = j->seed;
-    for (size_t i = j->begin; i < j->end; i += 2) {
-        double u1 = ((splitmix(&s) >> 11) + 1) * 0x1.0p-53, u2 = (splitmix(&s) >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1));
-        float a = (float)(r * cos(6.283185307179586 * u2)), b = (float)(r * sin(6.283185307179586 * u2));
-        j->dst[i] = j->dtype == FSA_DTYPE_BF16 ? to_bf16(a) : to_f16(a);
-        if (i + 1 < j->end) j->dst[i + 1] = j->dtype == FSA_DTYPE_BF16 ? to_bf16(b) : to_f16(b);
-    }
-    return NULL;
-}
-
-static int n_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
-}
-
-static void fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
-{
-    int nt = n_threads();
-    pthread_t th[64];
-    gen_job jobs[64];
-    size_t per = (n / nt + 1) & ~(size_t)1;
-    for (int i = 0; i < nt; i++) {
-        size_t b = (size_t)i * per, e = b + per < n ? b + per : n;
-        jobs[i] = (gen_job){dst, b < n ? b : n, e, seed * 1000003u + (uint64_t)i, dt};
-        pthread_create(&th[i], NULL, gen_normal, &jobs[i]);
-    }
-    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
-}
 
 typedef struct sel_job {
     int32_t *topk;
@@ -192,7 +106,7 @@ static void *gen_selection(void *arg)
                 row[n++] = c;
                 if (c - 1 > 0) row[n++] = c - 1;
                 while (n < j->K) {
-                    int b = (int)(splitmix(&s) % (uint64_t)(c + 1)), dup = 0;
+                    int b = (int)(bench_splitmix(&s) % (uint64_t)(c + 1)), dup = 0;
                     for (int i = 0; i < n && !dup; i++) dup = row[i] == b;
                     if (!dup) row[n++] = b;
                 }
@@ -207,7 +121,7 @@ static void *gen_selection(void *arg)
 
 static void fill_selection(int32_t *topk, int hkv, int T, int K, int BK, uint64_t seed)
 {
-    int nt = n_threads();
+    int nt = bench_threads();
     if (nt > hkv) nt = hkv;
     pthread_t th[64];
     sel_job jobs[64];
@@ -335,8 +249,8 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
-        double x = dt == FSA_DTYPE_BF16 ? from_bf16(a[i]) : from_f16(a[i]);
-        double y = dt == FSA_DTYPE_BF16 ? from_bf16(b[i]) : from_f16(b[i]);
+        double x = dt == FSA_DTYPE_BF16 ? bench_from_bf16(a[i]) : bench_from_f16(a[i]);
+        double y = dt == FSA_DTYPE_BF16 ? bench_from_bf16(b[i]) : bench_from_f16(b[i]);
         if (!isfinite(x) || !isfinite(y)) return INFINITY;
         num += (x - y) * (x - y);
         den += y * y;
@@ -381,7 +295,7 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     CU(cu.MemAlloc(&dv, nv * 2));
     CU(cu.MemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
     uint16_t *h = malloc(no * 2);
-    fill_normal(h, no, 777u + (uint64_t)T, o->dtype);
+    bench_fill_normal(h, no, 777u + (uint64_t)T, o->dtype);
     CU(cu.MemcpyHtoD(dout, h, no * 2));
     free(h);
     fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
@@ -511,11 +425,11 @@ static void run_row(fsa_context *ctx, const options *o, int T, int G, int D, ben
         CU(cu.MemAlloc(&sets[s].v, nv * 2));
         CU(cu.MemAlloc(&sets[s].topk, nsel * 4));
         uint64_t seed = 1000u * (uint64_t)s + (uint64_t)T * 31u + (uint64_t)G;
-        fill_normal(h, nq, seed + 1, o->dtype);
+        bench_fill_normal(h, nq, seed + 1, o->dtype);
         CU(cu.MemcpyHtoD(sets[s].q, h, nq * 2));
-        fill_normal(h, nkv, seed + 2, o->dtype);
+        bench_fill_normal(h, nkv, seed + 2, o->dtype);
         CU(cu.MemcpyHtoD(sets[s].k, h, nkv * 2));
-        fill_normal(h, nv, seed + 3, o->dtype);
+        bench_fill_normal(h, nv, seed + 3, o->dtype);
         CU(cu.MemcpyHtoD(sets[s].v, h, nv * 2));
         fill_selection(sel, hkv, T, K, BK, seed + 4);
         CU(cu.MemcpyHtoD(sets[s].topk, sel, nsel * 4));
@@ -912,6 +826,9 @@ static void print_usage(FILE *f)
             "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
             "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
             "       fsa-bench --decode [DECODE OPTIONS]        paged KV-cache decode (fsa-bench --decode --help)\n"
+            "       fsa-bench --compressed [OPTIONS]           compressed attention with the top-k selection\n"
+            "                                                  (fsa-bench --compressed --help)\n"
+            "       fsa-bench --window [OPTIONS]               sliding-window attention (fsa-bench --window --help)\n"
             "\n"
             "Problem:\n"
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
@@ -1129,6 +1046,8 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--decode") == 0) return fsa_bench_decode(argc - 1, argv + 1);
+    if (argc >= 2 && (strcmp(argv[1], "--compressed") == 0 || strcmp(argv[1], "--window") == 0))
+        return fsa_bench_branches(argc - 1, argv + 1);
     options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
                  .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
                  .min_ms = 100.0, .warmup_ms = 25.0};

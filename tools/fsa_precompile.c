@@ -257,6 +257,27 @@ static int parse_dtypes(int_list *out, const char *text)
     return rc;
 }
 
+/* The plans a grid point makes: NSA's three branches. */
+typedef enum plan_kind { KIND_SELECTED, KIND_COMPRESSED, KIND_WINDOW, KIND_COUNT } plan_kind;
+static const char *const k_kind_names[KIND_COUNT] = {"selected", "compressed", "window"};
+
+static int parse_kinds(int *kinds, const char *text)
+{
+    const char *p = text;
+    for (;;) {
+        const size_t len = strcspn(p, ",");
+        int found = 0;
+        for (int k = 0; k < KIND_COUNT; k++)
+            if (len == strlen(k_kind_names[k]) && strncmp(p, k_kind_names[k], len) == 0) kinds[k] = found = 1;
+        if (!found) {
+            usage_error("--kind: '%.*s' is not selected, compressed or window", (int)len, p);
+            return -1;
+        }
+        if (p[len] == '\0') return 0;
+        p += len + 1;
+    }
+}
+
 static int parse_algorithm(fsa_algorithm *out, const char *text)
 {
     if (strcmp(text, "auto") == 0) *out = FSA_ALGORITHM_AUTO;
@@ -273,6 +294,7 @@ static int parse_algorithm(fsa_algorithm *out, const char *text)
 
 typedef enum tool_mode { MODE_COMPILE, MODE_LIST, MODE_VERIFY, MODE_PRUNE } tool_mode;
 
+
 typedef struct tool_options {
     tool_mode mode;
     int help, version;
@@ -281,7 +303,9 @@ typedef struct tool_options {
     int device, device_given;
     int_list dtypes, head_dims, groups, block_sizes;
     int top_k;
-    int value_dim;  /* Dv of v and o; 0 = each head dim */
+    int value_dim;         /* Dv of v and o, in every kind of plan; 0 = each head dim */
+    int kinds[KIND_COUNT]; /* 1 = plans of that kind; none given = selected only */
+    int kernel_size, stride, window;
     fsa_algorithm algorithm;
     int backward;   /* also the backward kernels */
     int tune;       /* then measure each plan's variants on the GPU (tuning records) */
@@ -333,6 +357,12 @@ static void print_usage(FILE *f)
             "                      default: the same\n"
             "  --algorithm A       auto, fsa or nsa (default auto: the kernels of every path)\n"
             "  --backward          also the backward kernels (training)\n"
+            "  --kind LIST         plans to make: selected (attention), compressed (attention with the\n"
+            "                      top-k selection, of --top-k blocks of each --block-size), window\n"
+            "                      (sliding-window attention); default selected\n"
+            "  --kernel-size N     compressed: positions per compressed token (default 32)\n"
+            "  --stride N          compressed: positions between compressed tokens (default 16)\n"
+            "  --window N          window: the window (default 512)\n"
             "  --tune              with --detect: also measure each plan's variants at T = 1, 4, ...,\n"
             "                      65536 and write tuning records into the cache\n"
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
@@ -372,7 +402,11 @@ enum {
     OPT_VERIFY,
     OPT_PRUNE,
     OPT_MAX_BYTES,
-    OPT_VERSION
+    OPT_VERSION,
+    OPT_KIND,
+    OPT_KERNEL_SIZE,
+    OPT_STRIDE,
+    OPT_WINDOW
 };
 
 static const struct option long_options[] = {
@@ -396,6 +430,10 @@ static const struct option long_options[] = {
     {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"kind", required_argument, NULL, OPT_KIND},
+    {"kernel-size", required_argument, NULL, OPT_KERNEL_SIZE},
+    {"stride", required_argument, NULL, OPT_STRIDE},
+    {"window", required_argument, NULL, OPT_WINDOW},
     {NULL, 0, NULL, 0},
 };
 
@@ -438,6 +476,17 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->value_dim = (int)n;
         return 0;
     case OPT_ALGORITHM: o->grid_given = 1; return parse_algorithm(&o->algorithm, arg);
+    case OPT_KIND: o->grid_given = 1; return parse_kinds(o->kinds, arg);
+    case OPT_KERNEL_SIZE:
+    case OPT_STRIDE:
+    case OPT_WINDOW: {
+        static const char *const names[] = {"--kernel-size", "--stride", "--window"};
+        int *const fields[] = {&o->kernel_size, &o->stride, &o->window};
+        o->grid_given = 1;
+        if (parse_one(&n, arg, 1, MAX_LIST_VALUE, names[c - OPT_KERNEL_SIZE]) != 0) return -1;
+        *fields[c - OPT_KERNEL_SIZE] = (int)n;
+        return 0;
+    }
     case OPT_BACKWARD:
         o->grid_given = 1;
         o->backward = 1;
@@ -506,6 +555,7 @@ static int fill_defaults(tool_options *o)
     if (o->dtypes.n == 0) rc |= int_list_add(&o->dtypes, FSA_DTYPE_BF16);
     if (o->head_dims.n == 0) rc |= int_list_add(&o->head_dims, 128);
     if (o->block_sizes.n == 0) rc |= int_list_add(&o->block_sizes, 64);
+    if (!o->kinds[KIND_COMPRESSED] && !o->kinds[KIND_WINDOW]) o->kinds[KIND_SELECTED] = 1;
     if (o->groups.n == 0)
         for (size_t i = 0; i < sizeof default_groups / sizeof *default_groups; i++)
             rc |= int_list_add(&o->groups, default_groups[i]);
@@ -518,6 +568,9 @@ static int parse_args(tool_options *o, int argc, char **argv)
 {
     *o = (tool_options){0};
     o->top_k = 16;
+    o->kernel_size = 32;
+    o->stride = 16;
+    o->window = 512;
     o->algorithm = FSA_ALGORITHM_AUTO;
     o->jobs = online_cpus();
     opterr = 0; /* our own messages, and exit status 2 */
@@ -633,46 +686,74 @@ typedef struct run_state {
 
 typedef struct job {
     target_state *target;
-    fsa_selected_attention_desc desc;
+    plan_kind kind;
+    fsa_selected_attention_desc desc;    /* KIND_SELECTED */
+    fsa_compressed_attention_desc cdesc; /* KIND_COMPRESSED */
+    fsa_window_attention_desc wdesc;     /* KIND_WINDOW */
 } job;
 
-/* Job i of the grid: a mixed-radix decode, so the grid needs no array. The
- * target varies fastest: neighbouring jobs, which run at the same time, then
- * tend to use different contexts, and more plans get exact counts. */
+/* Block sizes a kind's plans take: the window has none. */
+static size_t kind_block_sizes(const tool_options *o, plan_kind k) { return k == KIND_WINDOW ? 1 : o->block_sizes.n; }
+
+/* Job i of the grid: the kinds in order, each a mixed-radix decode, so the
+ * grid needs no array. The target varies fastest: neighbouring jobs, which
+ * run at the same time, then tend to use different contexts, and more plans
+ * get exact counts. */
 static void job_decode(job *j, const run_state *rs, size_t i)
 {
     const tool_options *o = rs->opts;
-    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    const size_t per_block = rs->n_targets * o->dtypes.n * o->head_dims.n * o->groups.n;
+    plan_kind k = KIND_SELECTED;
+    for (; k < KIND_COUNT; k++) {
+        if (!o->kinds[k]) continue;
+        const size_t n = per_block * kind_block_sizes(o, k);
+        if (i < n) break;
+        i -= n;
+    }
+    j->kind = k;
     j->target = &rs->targets[i % rs->n_targets];
     i /= rs->n_targets;
-    d.block_size = o->block_sizes.v[i % o->block_sizes.n];
-    i /= o->block_sizes.n;
-    d.num_q_heads = o->groups.v[i % o->groups.n];
-    d.num_kv_heads = 1;
+    const int block_size = o->block_sizes.v[i % kind_block_sizes(o, k)];
+    i /= kind_block_sizes(o, k);
+    const int group = o->groups.v[i % o->groups.n];
     i /= o->groups.n;
-    d.head_dim = o->head_dims.v[i % o->head_dims.n];
+    const int head_dim = o->head_dims.v[i % o->head_dims.n];
     i /= o->head_dims.n;
-    d.dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
-    d.top_k = o->top_k;
-    d.value_dim = o->value_dim;
-    d.algorithm = o->algorithm;
-    d.backward = o->backward;
+    const fsa_dtype dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.block_size = block_size, d.num_q_heads = group, d.num_kv_heads = 1, d.head_dim = head_dim, d.dtype = dtype;
+    d.top_k = o->top_k, d.value_dim = o->value_dim, d.algorithm = o->algorithm, d.backward = o->backward;
     j->desc = d;
+    fsa_compressed_attention_desc c = FSA_COMPRESSED_ATTENTION_DESC_INIT;
+    c.dtype = dtype, c.head_dim = head_dim, c.value_dim = o->value_dim, c.num_q_heads = group, c.num_kv_heads = 1;
+    c.kernel_size = o->kernel_size, c.stride = o->stride, c.top_k = o->top_k, c.block_size = block_size;
+    c.backward = o->backward;
+    j->cdesc = c;
+    fsa_window_attention_desc w = FSA_WINDOW_ATTENTION_DESC_INIT;
+    w.dtype = dtype, w.head_dim = head_dim, w.value_dim = o->value_dim, w.num_q_heads = group, w.num_kv_heads = 1;
+    w.window = o->window, w.backward = o->backward;
+    j->wdesc = w;
 }
 
 /* Grid size, or 0 when it exceeds MAX_COMBINATIONS (reported). */
 static size_t count_jobs(const tool_options *o, size_t n_targets)
 {
-    const size_t dims[] = {n_targets, o->dtypes.n, o->head_dims.n, o->groups.n, o->block_sizes.n};
-    size_t n = 1;
-    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
-        if (dims[i] != 0 && n > MAX_COMBINATIONS / dims[i]) {
+    size_t total = 0;
+    for (plan_kind k = KIND_SELECTED; k < KIND_COUNT; k++) {
+        if (!o->kinds[k]) continue;
+        const size_t dims[] = {n_targets, o->dtypes.n, o->head_dims.n, o->groups.n, kind_block_sizes(o, k)};
+        size_t n = 1;
+        for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+            if (dims[i] != 0 && n > MAX_COMBINATIONS / dims[i]) n = MAX_COMBINATIONS + 1;
+            else n *= dims[i];
+        }
+        total += n;
+        if (total > MAX_COMBINATIONS) {
             usage_error("the grid has more than %d combinations", MAX_COMBINATIONS);
             return 0;
         }
-        n *= dims[i];
     }
-    return n;
+    return total;
 }
 
 typedef struct plan_window {
@@ -713,10 +794,22 @@ static int window_close(target_state *t, const plan_window *w, fsa_cache_stats *
 
 static void job_label(char *buf, size_t cap, const job *j)
 {
+    const char *target = fsa_context_target(j->target->ctx);
+    const fsa_compressed_attention_desc *c = &j->cdesc;
+    const fsa_window_attention_desc *w = &j->wdesc;
     char dv[24] = "";
-    if (j->desc.value_dim) snprintf(dv, sizeof dv, " dv%lld", (long long)j->desc.value_dim);
-    snprintf(buf, cap, "%s %s d%d%s g%d bk%d", fsa_context_target(j->target->ctx), dtype_name(j->desc.dtype),
-             j->desc.head_dim, dv, j->desc.num_q_heads, j->desc.block_size);
+    if (j->kind == KIND_SELECTED && j->desc.value_dim)
+        snprintf(dv, sizeof dv, " dv%lld", (long long)j->desc.value_dim);
+    if (j->kind == KIND_COMPRESSED)
+        snprintf(buf, cap, "%s compressed %s d%d dv%d g%d l%d s%d bk%d k%d", target, dtype_name(c->dtype),
+                 c->head_dim, c->value_dim ? c->value_dim : c->head_dim, c->num_q_heads, c->kernel_size, c->stride,
+                 c->block_size, c->top_k);
+    else if (j->kind == KIND_WINDOW)
+        snprintf(buf, cap, "%s window %s d%d dv%d g%d w%d", target, dtype_name(w->dtype), w->head_dim,
+                 w->value_dim ? w->value_dim : w->head_dim, w->num_q_heads, w->window);
+    else
+        snprintf(buf, cap, "%s %s d%d%s g%d bk%d", target, dtype_name(j->desc.dtype), j->desc.head_dim, dv,
+                 j->desc.num_q_heads, j->desc.block_size);
 }
 
 /* "compiled 3 (812.4 ms), cached 1, in memory 1"; when the plan shared its
@@ -753,7 +846,7 @@ static void progress(char *buf, size_t cap, const run_state *rs)
 
 static void report_job(run_state *rs, const job *j, fsa_status st, double wall_ms, const fsa_cache_stats *own)
 {
-    char label[96], counts[160], count[64];
+    char label[128], counts[160], count[64];
     job_label(label, sizeof label, j);
     pthread_mutex_lock(&rs->print_lock);
     rs->done++;
@@ -780,7 +873,7 @@ static void report_job(run_state *rs, const job *j, fsa_status st, double wall_m
 static void tune_plan(run_state *rs, const job *j, fsa_plan *plan)
 {
     static pthread_mutex_t gpu = PTHREAD_MUTEX_INITIALIZER;
-    char label[96];
+    char label[128];
     int measured = 0, n = 0;
     fsa_status st = FSA_STATUS_OK;
     job_label(label, sizeof label, j);
@@ -806,17 +899,24 @@ static void run_job(run_state *rs, size_t index)
     plan_window w;
     fsa_cache_stats own = FSA_CACHE_STATS_INIT;
     fsa_plan *plan = NULL;
+    fsa_compressed_plan *cplan = NULL;
+    fsa_window_plan *wplan = NULL;
     job_decode(&j, rs, index);
     window_open(j.target, &w);
     double t0 = now_ms();
-    fsa_status st = fsa_plan_create(&plan, j.target->ctx, &j.desc);
+    fsa_status st = j.kind == KIND_COMPRESSED ? fsa_compressed_plan_create(&cplan, j.target->ctx, &j.cdesc)
+                    : j.kind == KIND_WINDOW   ? fsa_window_plan_create(&wplan, j.target->ctx, &j.wdesc)
+                                              : fsa_plan_create(&plan, j.target->ctx, &j.desc);
     double wall_ms = now_ms() - t0;
     int solo = window_close(j.target, &w, &own);
     /* fsa_last_error() still describes the plan: nothing failed since. */
     report_job(rs, &j, st, wall_ms, solo ? &own : NULL);
-    /* An offline plan cannot run; creating it was the whole point. */
-    if (st == FSA_STATUS_OK && rs->opts->tune) tune_plan(rs, &j, plan);
+    /* An offline plan cannot run; creating it was the whole point. Only
+     * selected attention has variants to tune. */
+    if (st == FSA_STATUS_OK && rs->opts->tune && plan != NULL) tune_plan(rs, &j, plan);
     fsa_plan_destroy(plan);
+    fsa_compressed_plan_destroy(cplan);
+    fsa_window_plan_destroy(wplan);
 }
 
 static void *worker(void *arg)

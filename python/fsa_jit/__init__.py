@@ -3,6 +3,10 @@
     import fsa_jit
     o = fsa_jit.selected_attention(q, k, v, topk_idx, cu_seqlens, block_size=64)
 
+The other branches of Native Sparse Attention: fsa_jit.compressed_attention
+(with the top-k block selection), fsa_jit.window_attention, and the whole
+layer with the caller's gates in fsa_jit.nsa (nsa_attention, NSAttention).
+
 libfsa is found through $FSA_LIBRARY, inside this package (a wheel carries
 it), on the system library path, or in a build folder of the source tree; it
 is loaded on first use. torch is imported on first use of the attention too,
@@ -25,14 +29,17 @@ __all__ = [
     "FsaLibraryNotFound",
     "cached_plans",
     "clear_plans",
+    "compressed_attention",
     "has_backward",
     "library_path",
     "library_version",
+    "nsa_attention",
     "plan_choice",
     "precompile",
     "reference",
     "selected_attention",
     "set_tuning",
+    "window_attention",
 ]
 
 
@@ -57,17 +64,28 @@ def has_backward():
     return _lib.get().has_backward
 
 
-_LAZY = {"selected_attention", "clear_plans", "cached_plans", "plan_choice", "set_tuning"}
+_LAZY = {"selected_attention": "attention", "cached_plans": "attention", "plan_choice": "attention",
+         "set_tuning": "attention", "compressed_attention": "compressed", "window_attention": "window",
+         "nsa_attention": "nsa"}
+_SUBMODULES = {"attention", "compressed", "window", "nsa", "kvcache", "reference"}
+
+
+def clear_plans():
+    """Destroys every cached plan of the attention operators (contexts stay); later calls create them again.
+    A captured CUDA graph that used one of them must not be replayed afterwards."""
+    from . import attention, compressed, window
+
+    attention.clear_plans()
+    compressed.clear_plans()
+    window.clear_plans()
 
 
 def __getattr__(name):
     # torch is imported only when the attention is first used.
+    import importlib
+
     if name in _LAZY:
-        from . import attention
-
-        return getattr(attention, name)
-    if name == "reference":
-        import importlib
-
-        return importlib.import_module(".reference", __name__)
+        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    if name in _SUBMODULES:
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'fsa_jit' has no attribute {name!r}")

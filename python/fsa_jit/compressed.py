@@ -1,0 +1,390 @@
+"""compressed_attention: NSA's compression branch (libfsa's fsa_compressed_*) as PyTorch custom operators.
+
+Queries attend to compressed keys and values that the caller made with kernel
+size l and stride d per sequence: compressed token j of a sequence covers its
+positions j*d .. j*d + l - 1 and is visible to the query at position t when
+j*d + l - 1 <= t. With top_k > 0 the forward also selects, per KV head and
+query token, the top_k blocks of block_size positions for
+fsa_jit.selected_attention, from the compressed attention probabilities
+summed over the group's query heads.
+
+Registered as fsa_jit::compressed_attention_fwd and
+fsa_jit::compressed_attention_bwd with fake implementations and an autograd
+formula, so eager mode, autograd, torch.compile and CUDA graphs (after a first
+eager call made the plan) use the same two operators. No host
+synchronisation, except with validate=True.
+"""
+
+import ctypes
+import numbers
+import threading
+
+import torch
+
+from . import _lib
+from . import _nsa_abi as abi
+from . import attention as _att
+
+MAX_GROUP = 16
+MAX_KERNEL_SIZE = 4096
+MAX_SELECTION_STRIDES = 64  # BK / d, and (l - 1) / d: keys one selection tile of the kernel holds
+
+
+def _is_int(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def require_int(name, value, low, high=None):
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def check_dims(what, d):
+    if d % 16 != 0 or not 16 <= d <= _att.MAX_HEAD_DIM:
+        raise ValueError(f"{what} {d} is not supported: it must be a multiple of 16 from 16 to {_att.MAX_HEAD_DIM}")
+
+
+def check_common(tensors, q, cu_names, require_cuda):
+    """Type, dtype and device checks shared by the NSA branches. tensors: (name, tensor) of q, k, v and the
+    int32 offsets named in cu_names."""
+    for name, t in tensors:
+        _att._check_tensor(name, t)
+    floats = [(n, t) for n, t in tensors if n not in cu_names]
+    if q.dtype not in _att._DTYPES:
+        raise TypeError(f"q must be torch.float16 or torch.bfloat16, got {q.dtype}")
+    for name, t in floats:
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D [tokens, heads, dim] (packed varlen layout), got shape {tuple(t.shape)}")
+    for name, t in tensors:
+        if name in cu_names:
+            if t.dtype != torch.int32:
+                raise TypeError(f"{name} must be torch.int32, got {t.dtype} (use {name}.int())")
+            if t.dim() != 1 or t.numel() < 2:
+                raise ValueError(f"{name} must be 1-D [batch + 1] with at least 2 entries, got shape {tuple(t.shape)}")
+
+
+def check_devices(tensors, q):
+    for name, t in tensors:
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor, got {_att._describe(t)}")
+    for name, t in tensors:
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
+
+
+def check_heads(hq, hkv):
+    if hq < 1 or hkv < 1:
+        raise ValueError(f"need at least one head: q has {hq}, the keys have {hkv}")
+    if hq % hkv != 0:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of KV heads ({hkv})")
+    if hq // hkv > MAX_GROUP:
+        raise ValueError(f"group size {hq // hkv} (Hq {hq} / Hkv {hkv}) is not supported: at most {MAX_GROUP}")
+
+
+def check_scale(scale):
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+        if not scale > 0 or scale == float("inf"):
+            raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
+
+
+def check_selection(kernel_size, stride, top_k, block_size, init_blocks, local_blocks):
+    require_int("top_k", top_k, 0, _att.MAX_TOP_K)
+    if top_k == 0:
+        return
+    require_int("block_size", block_size, 1)
+    ratio = block_size // stride
+    if block_size % stride != 0 or ratio & (ratio - 1) or ratio > MAX_SELECTION_STRIDES:
+        raise ValueError(f"block_size {block_size} must be a multiple of stride {stride} with block_size / stride "
+                         f"a power of two up to {MAX_SELECTION_STRIDES}")
+    if (kernel_size - 1) // stride > MAX_SELECTION_STRIDES:
+        raise ValueError(f"kernel_size {kernel_size} over stride {stride}: the selection takes at most "
+                         f"{MAX_SELECTION_STRIDES} strides per kernel")
+    require_int("init_blocks", init_blocks, 0)
+    require_int("local_blocks", local_blocks, 0)
+
+
+def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale=None, top_k=0, block_size=64,
+                    init_blocks=1, local_blocks=2, require_cuda=True):
+    """Checks compressed_attention's arguments without touching a device or libfsa (TypeError, ValueError)."""
+    tensors = (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c))
+    check_common(tensors, q, ("cu_seqlens", "cu_seqlens_c"), require_cuda)
+    t_len, hq, dk = q.shape
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"k and v must have the same [Tc, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[2] != dk:
+        raise ValueError(f"q has head_dim {dk} but k has {k.shape[2]} (only v may differ: value_dim)")
+    check_heads(hq, k.shape[1])
+    check_dims("head_dim", dk)
+    check_dims("value_dim", v.shape[2])
+    if cu_seqlens_c.numel() != cu_seqlens.numel():
+        raise ValueError(f"cu_seqlens_c must have one entry per entry of cu_seqlens ({cu_seqlens.numel()}), "
+                         f"got {cu_seqlens_c.numel()}")
+    batch = cu_seqlens.numel() - 1
+    if t_len > 0 and batch > t_len:
+        raise ValueError(f"cu_seqlens describes {batch} sequences for only {t_len} tokens")
+    require_int("kernel_size", kernel_size, 1, MAX_KERNEL_SIZE)
+    require_int("stride", stride, 1, kernel_size)
+    check_scale(scale)
+    check_selection(kernel_size, stride, top_k, block_size, init_blocks, local_blocks)
+    if require_cuda:
+        check_devices(tensors, q)
+
+
+def validate_offsets(name, cu, total):
+    """validate=True: offsets start at 0, never fall and end at `total` (one host synchronization)."""
+    values = cu.tolist()
+    if values[0] != 0 or values[-1] != total or any(a > b for a, b in zip(values, values[1:])):
+        raise ValueError(f"{name} must rise from 0 to {total} without falling, got {values}")
+    return values
+
+
+def validate_compressed_counts(cu, cu_c, kernel_size, stride):
+    """Each sequence has at most the compressed tokens its length gives (others would never be seen)."""
+    lengths = [b - a for a, b in zip(cu, cu[1:])]
+    counts = [b - a for a, b in zip(cu_c, cu_c[1:])]
+    for b, (n, c) in enumerate(zip(lengths, counts)):
+        most = max(0, (n - kernel_size) // stride + 1)
+        if c > most:
+            raise ValueError(f"sequence {b} has {n} tokens, which make at most {most} compressed tokens with "
+                             f"kernel_size {kernel_size} and stride {stride}, but cu_seqlens_c gives it {c}")
+
+
+def _capturing():
+    return torch.cuda.is_current_stream_capturing()
+
+
+# ------------------------------------------------------------------- plans
+
+
+class PlanCache:
+    """The plans of one libfsa plan type (fsa_<kind>_plan_create / _destroy), by shape key.
+
+    The key's first element is the device, its last whether the plan has the backward kernels; a plan is
+    created once (under a lock, so concurrent first calls make one), and a forward-only lookup also takes
+    the backward plan of the same shape. make_desc(key) returns (descriptor, objects it points to, kept
+    alive during the creation)."""
+
+    def __init__(self, kind, make_desc):
+        self._create, self._destroy = f"fsa_{kind}_plan_create", f"fsa_{kind}_plan_destroy"
+        self._make_desc = make_desc
+        self._lock = threading.Lock()
+        self._plans = {}
+
+    def get(self, lib, key):
+        plan = self._plans.get(key)
+        if plan is None and not key[-1]:
+            plan = self._plans.get(key[:-1] + (True,))  # a backward plan also runs the forward
+        if plan is not None:
+            return plan
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                desc, _keep = self._make_desc(key)
+                handle = ctypes.c_void_p()
+                st = abi.function(lib, self._create)(ctypes.byref(handle), _att._context(lib, key[0]),
+                                                     ctypes.byref(desc))
+                lib.check(st, self._create)
+                plan = self._plans[key] = handle.value
+        return plan
+
+    def clear(self):
+        lib = _lib._library
+        with self._lock:
+            plans = list(self._plans.values())
+            self._plans.clear()
+            if lib is not None:
+                for handle in plans:
+                    abi.function(lib, self._destroy)(handle)
+
+    def keys(self):
+        return list(self._plans)
+
+
+def _desc(key):
+    _, dtype, dk, dv, hq, hkv, l, d, scale, top_k, bk, init, local, backward = key
+    return abi.fsa_compressed_attention_desc(
+        dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq, num_kv_heads=hkv, kernel_size=l,
+        stride=d, scale=scale, top_k=top_k, block_size=bk, init_blocks=init, local_blocks=local,
+        backward=int(backward)), None
+
+
+_plans = PlanCache("compressed", _desc)
+
+
+def _get_plan(lib, key):
+    """key: (device, dtype, Dk, Dv, Hq, Hkv, l, d, scale, top_k, BK, init, local, backward)."""
+    return _plans.get(lib, key)
+
+
+def clear_plans():
+    """Destroys the cached compressed-attention plans (a captured graph that used one must not replay)."""
+    _plans.clear()
+
+
+def cached_plans():
+    """Keys of the cached plans: (device, dtype, Dk, Dv, Hq, Hkv, kernel_size, stride, scale, top_k, block_size,
+    init_blocks, local_blocks, backward)."""
+    return _plans.keys()
+
+
+def _workspace_bytes(lib, plan, name, t_len, batch):
+    size = ctypes.c_size_t(0)
+    lib.check(abi.function(lib, name)(ctypes.byref(size), plan, t_len, batch), name)
+    return size.value
+
+
+def _readable(t):
+    """A kernel-readable view; a tensor without elements gets a small buffer (its pointer is never read past
+    the counts, but must not be NULL)."""
+    if t.numel() == 0:
+        return torch.zeros((1,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+    return _att._kernel_ready(t)
+
+
+# --------------------------------------------------------------- operators
+
+
+@torch.library.custom_op("fsa_jit::compressed_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor,
+            kernel_size: int, stride: int, scale: float, top_k: int, block_size: int, init_blocks: int,
+            local_blocks: int, backward: bool, validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t_len, hq, dk = q.shape
+    tc, hkv, dv = v.shape
+    device = q.device
+    with torch.cuda.device(device):
+        o = torch.empty((t_len, hq, dv), dtype=q.dtype, device=device)
+        lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
+        topk = torch.empty((t_len, hkv, top_k), dtype=torch.int32, device=device)
+        if t_len == 0:
+            return o, lse, topk
+        if validate and not _capturing():
+            cu = validate_offsets("cu_seqlens", cu_seqlens, t_len)
+            validate_compressed_counts(cu, validate_offsets("cu_seqlens_c", cu_seqlens_c, tc), kernel_size, stride)
+        lib = _lib.get()
+        key = (device.index, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k, block_size,
+               init_blocks, local_blocks, backward)
+        plan = _get_plan(lib, key)
+        batch = cu_seqlens.numel() - 1
+        ws, ws_ptr = _att._workspace(_workspace_bytes(lib, plan, "fsa_compressed_plan_workspace_size", t_len, batch),
+                                     device)
+        q, k, v = _att._kernel_ready(q), _readable(k), _readable(v)
+        cu_seqlens, cu_seqlens_c = cu_seqlens.contiguous(), cu_seqlens_c.contiguous()
+        args = abi.fsa_compressed_fwd_args(
+            total_tokens=t_len, total_compressed=tc, batch=batch,
+            q=_att._view(q), k=_att._view(k), v=_att._view(v), o=_att._view(o), lse=lse.data_ptr(),
+            cu_seqlens=cu_seqlens.data_ptr(), cu_seqlens_c=cu_seqlens_c.data_ptr(),
+            topk=_lib.fsa_tensor(topk.data_ptr() if top_k else 0, hkv * top_k, top_k),
+            workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel())
+        st = abi.function(lib, "fsa_compressed_attention_fwd")(plan, ctypes.byref(args), _att._stream(device))
+        lib.check(st, "fsa_compressed_attention_fwd")
+    return o, lse, topk
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+              local_blocks, backward, validate):
+    t_len, hq, _ = q.shape
+    return (q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32),
+            q.new_empty((t_len, k.shape[1], top_k), dtype=torch.int32))
+
+
+@torch.library.custom_op("fsa_jit::compressed_attention_bwd", mutates_args=())
+def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor, kernel_size: int, stride: int,
+            scale: float, top_k: int, block_size: int, init_blocks: int,
+            local_blocks: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t_len, hq, dk = q.shape
+    tc, hkv, dv = v.shape
+    device = q.device
+    with torch.cuda.device(device):
+        dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+        dk_ = torch.empty(k.shape, dtype=k.dtype, device=device)
+        dv_ = torch.empty(v.shape, dtype=v.dtype, device=device)
+        if t_len == 0 or tc == 0:  # nothing is visible: every gradient is 0
+            return dq.zero_(), dk_.zero_(), dv_.zero_()
+        lib = _lib.get()
+        key = (device.index, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k, block_size,
+               init_blocks, local_blocks, True)
+        plan = _get_plan(lib, key)
+        batch = cu_seqlens.numel() - 1
+        ws, ws_ptr = _att._workspace(
+            _workspace_bytes(lib, plan, "fsa_compressed_plan_workspace_size_bwd", t_len, batch), device)
+        q, k, v, o, dout = (_att._kernel_ready(x) for x in (q, k, v, o, dout))
+        lse, cu_seqlens, cu_seqlens_c = lse.contiguous(), cu_seqlens.contiguous(), cu_seqlens_c.contiguous()
+        args = abi.fsa_compressed_bwd_args(
+            total_tokens=t_len, total_compressed=tc, batch=batch,
+            q=_att._view(q), k=_att._view(k), v=_att._view(v), o=_att._view(o), dout=_att._view(dout),
+            dq=_att._view(dq), dk=_att._view(dk_), dv=_att._view(dv_), lse=lse.data_ptr(),
+            cu_seqlens=cu_seqlens.data_ptr(), cu_seqlens_c=cu_seqlens_c.data_ptr(),
+            workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel())
+        st = abi.function(lib, "fsa_compressed_attention_bwd")(plan, ctypes.byref(args), _att._stream(device))
+        lib.check(st, "fsa_compressed_attention_bwd")
+    return dq, dk_, dv_
+
+
+@_bwd_op.register_fake
+def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+              init_blocks, local_blocks):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init, local, _, _ = inputs
+    o, lse, topk = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_seqlens, cu_seqlens_c)
+    ctx.call = (kernel_size, stride, scale, top_k, block_size, init, local)
+    ctx.mark_non_differentiable(lse, topk)
+
+
+def _backward(ctx, do, _dlse, _dtopk):
+    q, k, v, o, lse, cu_seqlens, cu_seqlens_c = ctx.saved_tensors
+    dq, dk, dv = torch.ops.fsa_jit.compressed_attention_bwd(do, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, *ctx.call)
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 11
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stride=16, scale=None, top_k=0,
+                         block_size=64, init_blocks=1, local_blocks=2, validate=False):
+    """NSA's compressed attention over a packed varlen batch, and optionally the block selection it drives.
+
+    q [T, Hq, Dk]; k [Tc, Hkv, Dk] and v [Tc, Hkv, Dv], the compressed keys and values the caller made with
+    kernel size `kernel_size` (l) and stride `stride` (d) per sequence (fsa_jit.nsa.compress_mean is one such
+    compression): fp16 or bf16 on one CUDA device, last dim contiguous. cu_seqlens: int32 [B + 1], the query
+    tokens of each sequence; cu_seqlens_c: int32 [B + 1], its compressed tokens. Compressed token j of a
+    sequence covers positions j*d .. j*d + l - 1 and is visible to position t when j*d + l - 1 <= t.
+    Group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. scale: None = 1/sqrt(Dk).
+
+    top_k > 0 also selects, per KV head and query token, top_k blocks of `block_size` positions (a multiple of
+    stride, block_size / stride a power of two up to 64): block c scores the sum over the group's query heads
+    and over the compressed tokens overlapping positions c*BK .. c*BK + BK - 1 of their attention
+    probabilities; the first `init_blocks` blocks and the `local_blocks` blocks ending at the token's own
+    block are always taken, equal scores go to the lower block. The rows are ascending, -1 after the
+    selected blocks, in the layout fsa_jit.selected_attention reads (topk_layout='thk').
+
+    validate: check cu_seqlens and cu_seqlens_c on the host first (starts at 0, never falls, ends at T and
+    Tc, no sequence with more compressed tokens than its length gives): one host synchronization per call;
+    skipped while a CUDA graph is being captured.
+
+    Returns (o [T, Hq, Dv] in q's dtype, lse [Hq, T] float32 natural log, -inf where no compressed token is
+    visible, where o is 0), plus topk [T, Hkv, top_k] int32 when top_k > 0. Differentiable with respect to
+    q, k and v; lse and topk carry no gradient.
+    """
+    check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+                    local_blocks)
+    if not top_k:  # the selection's parameters do not matter: one plan for every spelling
+        block_size, init_blocks, local_blocks = 64, 1, 2
+    needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    o, lse, topk = torch.ops.fsa_jit.compressed_attention_fwd(
+        q, k, v, cu_seqlens, cu_seqlens_c, int(kernel_size), int(stride), 0.0 if scale is None else float(scale),
+        int(top_k), int(block_size), int(init_blocks), int(local_blocks), needs_backward, bool(validate))
+    return (o, lse, topk) if top_k else (o, lse)

@@ -1,0 +1,177 @@
+"""Native Sparse Attention: the three branches of libfsa composed with the caller's gates.
+
+    o = g_cmp * o_cmp + g_sel * o_sel + g_win * o_win
+
+- o_cmp: compressed attention of q over the caller's compressed keys and
+  values (fsa_jit.compressed_attention), which also selects the top-k blocks;
+- o_sel: selected attention of q over the blocks it selected
+  (fsa_jit.selected_attention);
+- o_win: sliding-window attention (fsa_jit.window_attention).
+
+Example (a few lines that train; see docs/nsa.md)::
+
+    from fsa_jit.nsa import compress_mean, nsa_attention
+    k_cmp, cu_c = compress_mean(k, cu_seqlens, kernel_size=32, stride=16)
+    v_cmp, _ = compress_mean(v, cu_seqlens, kernel_size=32, stride=16)
+    o = nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_c)
+    o.float().square().mean().backward()
+"""
+
+import numbers
+
+import torch
+
+from . import attention as _att
+from . import compressed as _cmp
+from . import window as _win
+from .compressed import compressed_attention
+from .window import window_attention
+
+
+def compressed_counts(seqlens, kernel_size, stride):
+    """Compressed tokens of each sequence: one per stride whose kernel fits, max(0, (len - l) // d + 1)."""
+    return [max(0, (n - kernel_size) // stride + 1) for n in seqlens]
+
+
+def _offsets(counts):
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + c)
+    return out
+
+
+def compressed_cu_seqlens(cu_seqlens, kernel_size, stride):
+    """cu_seqlens_c (int32, on cu_seqlens's device) of the compression with kernel_size and stride.
+    Reads cu_seqlens on the host (a synchronization when it is on the GPU)."""
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
+    return torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)
+
+
+def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
+    """Mean-pooling compression per sequence: compressed token j of a sequence is the mean of its tokens
+    j*d .. j*d + l - 1 (l = kernel_size, d = stride), for every j whose window fits in the sequence.
+
+    x: [T, H, D] (any float dtype, any device); cu_seqlens: int32 [B + 1]. Returns (x_cmp [Tc, H, D] in x's
+    dtype, averaged in float32; cu_seqlens_c int32 [B + 1]). Differentiable in x. Reads cu_seqlens on the
+    host (a synchronization when it is on the GPU): a helper for examples and tests; a model would use its
+    own (learned) compression.
+    """
+    _cmp.require_int("kernel_size", kernel_size, 1, _cmp.MAX_KERNEL_SIZE)
+    _cmp.require_int("stride", stride, 1, kernel_size)
+    if x.dim() != 3:
+        raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
+    cu = [int(v) for v in cu_seqlens.tolist()]
+    if cu[0] != 0 or cu[-1] != x.shape[0] or any(a > b for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens must rise from 0 to T={x.shape[0]}, got {cu}")
+    counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
+    starts = [a + j * stride for a, n in zip(cu, counts) for j in range(n)]
+    cu_c = torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)
+    if not starts:
+        return x.new_zeros((0,) + tuple(x.shape[1:])), cu_c
+    idx = torch.tensor(starts, device=x.device)[:, None] + torch.arange(kernel_size, device=x.device)
+    return x[idx].float().mean(dim=1).to(x.dtype), cu_c
+
+
+def _gate(name, g, t_len, hq, device):
+    """The gate as a [T, Hq, 1]-broadcastable tensor (or a number)."""
+    if isinstance(g, numbers.Real) and not isinstance(g, bool):
+        return float(g)
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor broadcastable to [T, Hq] or a number, got {type(g).__name__}")
+    if not g.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {g.dtype}")
+    shape = tuple(g.shape) + (1,) if g.dim() <= 2 else tuple(g.shape)
+    try:
+        ok = len(shape) <= 3 and torch.broadcast_shapes(shape, (t_len, hq, 1)) == (t_len, hq, 1)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} has shape {tuple(g.shape)}: it must broadcast to [T, Hq] = [{t_len}, {hq}] "
+                         "(or [T, Hq, 1])")
+    if g.numel() > 1 and g.device != device:
+        raise ValueError(f"{name} is on {g.device} but q is on {device}")
+    return g.unsqueeze(-1) if g.dim() <= 2 else g
+
+
+def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens_c, kernel_size=32, stride=16,
+                  block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2, scale=None, k_win=None,
+                  v_win=None, max_seqlen=None, return_topk=False, validate=False):
+    """One NSA attention layer over a packed varlen batch: g_cmp * o_cmp + g_sel * o_sel + g_win * o_win.
+
+    q [T, Hq, Dk]; k [T, Hkv, Dk], v [T, Hkv, Dv]: the keys and values of the selected branch (and of the
+    window branch unless k_win, v_win are given); k_cmp [Tc, Hkv, Dk], v_cmp [Tc, Hkv, Dv]: the caller's
+    compression with kernel_size l and stride d per sequence (compress_mean makes one), cu_seqlens_c its
+    offsets; cu_seqlens int32 [B + 1]. fp16 or bf16 on one CUDA device.
+    g_cmp, g_sel, g_win: the gates, tensors broadcastable to [T, Hq] (or [T, Hq, 1]) or numbers.
+    The selection: top_k blocks of block_size positions (16, 32, 64, 128 or 256; a multiple of stride) per
+    KV head and token, scored by the compressed attention, with the first init_blocks and the local_blocks
+    ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
+    validate: check the offsets (and the selection) on the host first; one synchronization per branch.
+
+    Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
+    Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
+    """
+    for name, t in (("q", q), ("cu_seqlens", cu_seqlens)):
+        _att._check_tensor(name, t)
+    if q.dim() != 3:
+        raise ValueError(f"q must be 3-D [T, Hq, Dk], got shape {tuple(q.shape)}")
+    t_len, hq, _ = q.shape
+    gates = [_gate(n, g, t_len, hq, q.device) for n, g in (("g_cmp", g_cmp), ("g_sel", g_sel), ("g_win", g_win))]
+    _cmp.require_int("top_k", top_k, 1, _att.MAX_TOP_K)
+    if block_size not in _att.BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {_att.BLOCK_SIZES} (the selected attention's), got {block_size}")
+    k_win = k if k_win is None else k_win
+    v_win = v if v_win is None else v_win
+    # Every branch's arguments first, devices last, so that a bad call fails before any kernel runs (and
+    # every other check can run on a CPU-only machine).
+    _cmp.check_arguments(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+                         init_blocks, local_blocks, require_cuda=False)
+    for keys, values in ((k, v), (k_win, v_win)):  # the selected branch takes the window's shapes
+        _win.check_arguments(q, keys, values, cu_seqlens, window, scale, require_cuda=False)
+        if keys.shape[1] != k_cmp.shape[1]:
+            raise ValueError(f"the compressed keys have {k_cmp.shape[1]} KV heads but k has {keys.shape[1]}")
+    dk, dv = q.shape[2], v.shape[2]
+    grads = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+    if grads and max(dk, dv) > 128 and (dk % 32 or dv % 32):  # the selected attention's backward
+        raise ValueError(f"the backward with head dims {dk} (q, k) and {dv} (v): when either is over 128, both "
+                         "must be multiples of 32")
+    _cmp.check_devices((("q", q), ("k", k), ("v", v), ("k_cmp", k_cmp), ("v_cmp", v_cmp), ("k_win", k_win),
+                        ("v_win", v_win), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c)), q)
+
+    o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
+                                          top_k, block_size, init_blocks, local_blocks, validate=validate)
+    o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,
+                                    topk_layout="thk", validate=validate)
+    o_win = window_attention(q, k_win, v_win, cu_seqlens, window, scale, validate=validate)
+    o = (gates[0] * o_cmp + gates[1] * o_sel + gates[2] * o_win).to(q.dtype)
+    return (o, topk) if return_topk else o
+
+
+class NSAttention(torch.nn.Module):
+    """nsa_attention with mean-pooling compression of k and v (compress_mean) and fixed hyperparameters.
+
+    forward(q, k, v, g_cmp, g_sel, g_win, cu_seqlens) -> o [T, Hq, Dv]. Holds no parameters: the
+    projections that make q, k, v and the gates belong to the model around it. Reads cu_seqlens on the host
+    once per call (compress_mean).
+    """
+
+    def __init__(self, kernel_size=32, stride=16, block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2,
+                 scale=None):
+        super().__init__()
+        self.kernel_size, self.stride = kernel_size, stride
+        self.block_size, self.top_k, self.window = block_size, top_k, window
+        self.init_blocks, self.local_blocks, self.scale = init_blocks, local_blocks, scale
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, block_size={self.block_size}, "
+                f"top_k={self.top_k}, window={self.window}, init_blocks={self.init_blocks}, "
+                f"local_blocks={self.local_blocks}, scale={self.scale}")
+
+    def forward(self, q, k, v, g_cmp, g_sel, g_win, cu_seqlens):
+        k_cmp, cu_c = compress_mean(k, cu_seqlens, self.kernel_size, self.stride)
+        v_cmp, _ = compress_mean(v, cu_seqlens, self.kernel_size, self.stride)
+        return nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_c,
+                             kernel_size=self.kernel_size, stride=self.stride, block_size=self.block_size,
+                             top_k=self.top_k, window=self.window, init_blocks=self.init_blocks,
+                             local_blocks=self.local_blocks, scale=self.scale)

@@ -1,0 +1,312 @@
+"""The NSA branches and the whole layer on the GPU against the plain PyTorch
+layer (plain_nsa.py, float64 from the same rounded inputs): outputs, lse,
+the block selection, and the gradients of q, k, v, the compressed keys and
+values and the gates. Small shapes; the first run compiles each plan's
+kernels."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import fsa_jit  # noqa: E402
+from fsa_jit import _lib  # noqa: E402
+from fsa_jit.nsa import NSAttention, compress_mean, nsa_attention  # noqa: E402
+from helpers import cu_seqlens_of, rel_err  # noqa: E402
+from plain_nsa import nsa_layer  # noqa: E402
+
+TOLERANCE = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3)}  # relative norm: (o, gradients)
+LSE_ATOL = 2e-3
+TIE = 1e-3  # block scores closer than this may come out in either order
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library():
+    try:
+        return _lib.get()
+    except _lib.FsaLibraryNotFound as e:
+        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+
+
+def has_window_backward(lib):
+    return getattr(lib.cdll, "fsa_window_attention_bwd", None) is not None
+
+
+def selected_takes_value_dim():
+    return any(name == "value_dim" for name, _ in _lib.fsa_selected_attention_desc._fields_)
+
+
+bf16, f16 = torch.bfloat16, torch.float16
+
+
+def case(dtype, Dk, Dv, Hkv, G, l, d, BK, K, W, seqlens, init=1, local=2):
+    return dict(dtype=dtype, Dk=Dk, Dv=Dv, Hkv=Hkv, G=G, l=l, d=d, BK=BK, K=K, W=W, seqlens=seqlens, init=init,
+                local=local)
+
+
+CASES = [
+    case(bf16, 64, 64, 2, 1, 32, 16, 64, 4, 100, [300, 65, 1, 130]),
+    case(f16, 128, 128, 1, 4, 16, 8, 32, 6, [48, 16, 100, 1], [257, 31]),  # a window per query head
+    case(bf16, 64, 64, 1, 16, 32, 16, 64, 3, 64, [200, 90], init=0, local=1),
+    case(bf16, 192, 128, 2, 2, 32, 16, 64, 4, 80, [190, 70]),  # Dk != Dv
+]
+
+
+def case_id(c):
+    return (f"{str(c['dtype'])[6:]}-dk{c['Dk']}-dv{c['Dv']}-hkv{c['Hkv']}-g{c['G']}-l{c['l']}-d{c['d']}-bk{c['BK']}"
+            f"-k{c['K']}-w{'x'.join(map(str, c['W'])) if isinstance(c['W'], list) else c['W']}"
+            f"-b{len(c['seqlens'])}")
+
+
+def make(c, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    cu = cu_seqlens_of(c["seqlens"])
+    T, Hkv, Hq = cu[-1], c["Hkv"], c["Hkv"] * c["G"]
+
+    def rand(*shape, dtype=c["dtype"]):
+        return torch.randn(*shape, generator=gen).to(device="cuda", dtype=dtype)
+
+    cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    k, v = rand(T, Hkv, c["Dk"]), rand(T, Hkv, c["Dv"])
+    # Independent compressed keys and values (a learned compression would be), with the caller's offsets.
+    _, cu_c = compress_mean(k, cu_t, c["l"], c["d"])
+    Tc = int(cu_c[-1])
+    x = dict(q=rand(T, Hq, c["Dk"]), k=k, v=v, k_cmp=rand(Tc, Hkv, c["Dk"]), v_cmp=rand(Tc, Hkv, c["Dv"]),
+             g_cmp=torch.rand(T, Hq, generator=gen).cuda(), g_sel=torch.rand(T, Hq, generator=gen).cuda(),
+             g_win=torch.rand(T, Hq, generator=gen).cuda())
+    for t in x.values():
+        t.requires_grad_()
+    do = rand(T, Hq, c["Dv"])
+    params = dict(cu_seqlens=cu_t, cu_seqlens_c=cu_c, kernel_size=c["l"], stride=c["d"], block_size=c["BK"],
+                  top_k=c["K"], window=c["W"], init_blocks=c["init"], local_blocks=c["local"])
+    return x, params, do
+
+
+def plain(x, params, topk=None):
+    """The plain layer in float64 on the same (rounded) inputs, with float64 leaves for the gradients."""
+    leaves = {n: t.detach().double().requires_grad_() for n, t in x.items()}
+    p = dict(params)
+    out = nsa_layer(leaves["q"], leaves["k"], leaves["v"], leaves["k_cmp"], leaves["v_cmp"], leaves["g_cmp"],
+                    leaves["g_sel"], leaves["g_win"], p.pop("cu_seqlens"), p.pop("cu_seqlens_c"), p.pop("kernel_size"),
+                    p.pop("stride"), p.pop("block_size"), p.pop("top_k"), p.pop("window"), topk=topk, **p)
+    return out, leaves
+
+
+def check_lse(lse, want):
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(want)), "rows without keys must give lse = -inf"
+    finite = torch.isfinite(want)
+    if finite.any():
+        assert (lse[finite].double() - want[finite]).abs().max().item() < LSE_ATOL
+
+
+def forced(c, own, init, local):
+    return c < init or c > own - local
+
+
+def row_is_a_valid_selection(row, scores, own, top_k, init, local):
+    """row (the kernel's) selects by the rule when scores closer than TIE may swap."""
+    taken = [c for c in row if c >= 0]
+    want_count = min(top_k, own + 1)
+    if taken != sorted(set(taken)) or len(taken) != want_count or row[want_count:] != [-1] * (top_k - want_count):
+        return False
+    forced_blocks = [c for c in range(own + 1) if forced(c, own, init, local)][:want_count]
+    if any(c not in taken for c in forced_blocks):
+        return False
+    free_taken = [scores[c] for c in taken if c not in forced_blocks]
+    free_left = [scores[c] for c in range(own + 1) if c not in taken and not forced(c, own, init, local)]
+    return not free_taken or not free_left or min(free_taken) >= max(free_left) - TIE
+
+
+def row_has_a_near_tie(want_row, scores, own, init, local):
+    """Whether a block the plain layer took by score and one it left out score within TIE (exact zeros,
+    blocks no visible compressed token overlaps, are ordered by the tie rule and are no near tie)."""
+    free_taken = [scores[c] for c in want_row if c >= 0 and not forced(c, own, init, local)]
+    free_left = [scores[c] for c in range(own + 1) if c not in want_row and not forced(c, own, init, local)]
+    if not free_taken or not free_left:
+        return False
+    lo, hi = min(free_taken), max(free_left)
+    return lo - hi <= TIE and not (lo == 0.0 and hi == 0.0)
+
+
+def check_selection(got, out, params):
+    """The kernel's selection equals the plain layer's on every row without a near tie, and is a valid
+    selection on the others (few of them)."""
+    cu = params["cu_seqlens"].tolist()
+    got, want = got.cpu(), out["topk"].cpu()
+    rows = near = 0
+    for (start, h), scores in out["scores"].items():
+        scores = scores.cpu().tolist()
+        end = next(e for s, e in zip(cu, cu[1:]) if s == start)
+        for i in range(end - start):
+            own, t = i // params["block_size"], start + i
+            g_row, w_row = got[t, h].tolist(), want[t, h].tolist()
+            rows += 1
+            if row_has_a_near_tie(w_row, scores[i], own, params["init_blocks"], params["local_blocks"]):
+                near += 1
+                assert row_is_a_valid_selection(g_row, scores[i], own, params["top_k"], params["init_blocks"],
+                                                params["local_blocks"]), f"token {t}, head {h}: {g_row}"
+            else:
+                assert g_row == w_row, f"token {t}, KV head {h}: kernel {g_row}, plain layer {w_row}"
+    assert near <= rows // 20, f"{near} of {rows} rows have near ties: the test would check little"
+
+
+@pytest.mark.parametrize("c", CASES, ids=case_id)
+def test_compressed_attention_and_selection(c):
+    x, params, do = make(c)
+    o, lse, topk = fsa_jit.compressed_attention(
+        x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], params["cu_seqlens_c"], c["l"], c["d"], top_k=c["K"],
+        block_size=c["BK"], init_blocks=c["init"], local_blocks=c["local"], validate=True)
+    assert o.shape == (x["q"].shape[0], x["q"].shape[1], c["Dv"]) and o.dtype == c["dtype"]
+    assert topk.shape == (x["q"].shape[0], c["Hkv"], c["K"]) and topk.dtype == torch.int32
+    out, leaves = plain(x, params)
+    assert rel_err(o, out["o_cmp"]) < TOLERANCE[c["dtype"]][0]
+    check_lse(lse, out["lse_cmp"])
+    assert torch.count_nonzero(o[torch.isneginf(out["lse_cmp"]).t()]) == 0
+    check_selection(topk, out, params)
+
+    grads = torch.autograd.grad(o, (x["q"], x["k_cmp"], x["v_cmp"]), do)
+    want = torch.autograd.grad(out["o_cmp"], (leaves["q"], leaves["k_cmp"], leaves["v_cmp"]), do.double())
+    for name, g, w in zip(("dq", "dk_cmp", "dv_cmp"), grads, want):
+        err = rel_err(g, w)
+        assert err < TOLERANCE[c["dtype"]][1], f"{name}: relative error {err:.3g}"
+    again = torch.autograd.grad(fsa_jit.compressed_attention(
+        x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], params["cu_seqlens_c"], c["l"], c["d"])[0],
+        (x["q"], x["k_cmp"], x["v_cmp"]), do)
+    for g, h in zip(grads, again):
+        assert torch.equal(g, h), "the backward must be deterministic"
+
+
+@pytest.mark.parametrize("c", CASES, ids=case_id)
+def test_window_attention(library, c):
+    x, params, do = make(c, seed=1)
+    with torch.no_grad():
+        o, lse = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"], return_lse=True,
+                                          validate=True)
+    out, leaves = plain(x, params)
+    assert rel_err(o, out["o_win"]) < TOLERANCE[c["dtype"]][0]
+    check_lse(lse, out["lse_win"])
+    if not has_window_backward(library):
+        pytest.skip(f"{library.path} has no sliding-window backward")
+    o = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"])
+    grads = torch.autograd.grad(o, (x["q"], x["k"], x["v"]), do)
+    want = torch.autograd.grad(out["o_win"], (leaves["q"], leaves["k"], leaves["v"]), do.double())
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
+        err = rel_err(g, w)
+        assert err < TOLERANCE[c["dtype"]][1], f"{name}: relative error {err:.3g}"
+
+
+def needs_the_whole_layer(library, c, backward):
+    if c["Dk"] != c["Dv"] and not selected_takes_value_dim():
+        pytest.skip("this libfsa's selected attention needs Dk == Dv")
+    if backward and not has_window_backward(library):
+        pytest.skip(f"{library.path} has no sliding-window backward")
+
+
+@pytest.mark.parametrize("c", CASES, ids=case_id)
+def test_the_layer_against_the_plain_layer(library, c):
+    needs_the_whole_layer(library, c, backward=False)
+    x, params, do = make(c, seed=2)
+    with torch.no_grad():
+        o, topk = nsa_attention(**x, **params, return_topk=True, validate=True)
+    out, _ = plain(x, params, topk=topk)  # the kernel's selection, once shown to follow the rule
+    check_selection(topk, out, params)
+    assert o.dtype == c["dtype"] and o.shape == (x["q"].shape[0], x["q"].shape[1], c["Dv"])
+    assert rel_err(o, out["o"]) < TOLERANCE[c["dtype"]][0]
+
+
+@pytest.mark.parametrize("c", CASES, ids=case_id)
+def test_the_layer_gradients(library, c):
+    needs_the_whole_layer(library, c, backward=True)
+    x, params, do = make(c, seed=3)
+    o, topk = nsa_attention(**x, **params, return_topk=True)
+    names = list(x)
+    grads = torch.autograd.grad(o, [x[n] for n in names], do)
+    out, leaves = plain(x, params, topk=topk)
+    check_selection(topk, out, params)
+    want = torch.autograd.grad(out["o"], [leaves[n] for n in names], do.double())
+    for name, g, w in zip(names, grads, want):
+        assert g.shape == x[name].shape and g.dtype == x[name].dtype, name
+        err = rel_err(g, w)
+        assert err < TOLERANCE[c["dtype"]][1], f"d{name}: relative error {err:.3g}"
+
+
+def test_the_module_compresses_k_and_v_by_mean_pooling(library):
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=False)
+    x, params, _ = make(c, seed=4)
+    layer = NSAttention(kernel_size=c["l"], stride=c["d"], block_size=c["BK"], top_k=c["K"], window=c["W"])
+    with torch.no_grad():
+        o = layer(x["q"], x["k"], x["v"], x["g_cmp"], x["g_sel"], x["g_win"], params["cu_seqlens"])
+        k_cmp, cu_c = compress_mean(x["k"], params["cu_seqlens"], c["l"], c["d"])
+        v_cmp, _ = compress_mean(x["v"], params["cu_seqlens"], c["l"], c["d"])
+        want = nsa_attention(x["q"], x["k"], x["v"], k_cmp, v_cmp, x["g_cmp"], x["g_sel"], x["g_win"],
+                             params["cu_seqlens"], cu_c, kernel_size=c["l"], stride=c["d"], block_size=c["BK"],
+                             top_k=c["K"], window=c["W"])
+    assert torch.equal(o, want)
+
+
+def test_validate_reports_bad_offsets():
+    x, params, _ = make(CASES[1])
+    bad = params["cu_seqlens_c"].clone()
+    bad[1] = int(bad[-1]) + 1
+    with pytest.raises(ValueError, match="cu_seqlens_c must rise"):
+        fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], bad, 16, 8, validate=True)
+
+
+def test_no_compressed_token_gives_zero_and_minus_infinity():
+    # Sequences shorter than the kernel: nothing compressed, nothing visible.
+    q = torch.randn(20, 2, 64, device="cuda", dtype=bf16, requires_grad=True)
+    k = torch.empty(0, 1, 64, device="cuda", dtype=bf16, requires_grad=True)
+    cu = torch.tensor([0, 10, 20], dtype=torch.int32, device="cuda")
+    cu_c = torch.zeros(3, dtype=torch.int32, device="cuda")
+    o, lse, topk = fsa_jit.compressed_attention(q, k, k, cu, cu_c, 32, 16, top_k=2, block_size=16)
+    assert torch.count_nonzero(o) == 0 and torch.isneginf(lse).all()
+    own = torch.arange(10, device="cuda").repeat(2) // 16
+    assert torch.equal(topk[:, 0, 0], own.int()) and (topk[:, 0, 1] == -1).all()
+    dq, dk = torch.autograd.grad(o, (q, k), torch.ones_like(o))
+    assert torch.count_nonzero(dq) == 0 and dk.shape == k.shape
+    assert math.isinf(lse[0, 0].item())
+
+
+def test_the_layer_compiles_into_one_graph_with_its_gradients(library):
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=True)
+    x, params, do = make(c, seed=5)
+    names = list(x)
+    o = nsa_attention(**x, **params)
+    want = torch.autograd.grad(o, [x[n] for n in names], do)
+    compiled = torch.compile(nsa_attention, backend="aot_eager", fullgraph=True)
+    o_c = compiled(**x, **params)
+    got = torch.autograd.grad(o_c, [x[n] for n in names], do)
+    # The same operators run; only the gate arithmetic around them may be rearranged by the tracer.
+    torch.testing.assert_close(o_c, o)
+    for name, g, w in zip(names, got, want):
+        torch.testing.assert_close(g, w, msg=lambda m: f"d{name} under torch.compile: {m}")
+
+
+def test_the_branches_replay_in_a_cuda_graph(library):
+    c = CASES[1]
+    x, params, _ = make(c, seed=6)
+    q, k, v, k_cmp, v_cmp = (x[n].detach() for n in ("q", "k", "v", "k_cmp", "v_cmp"))
+    cu, cu_c = params["cu_seqlens"], params["cu_seqlens_c"]
+
+    def run():
+        o_c, _, topk = fsa_jit.compressed_attention(q, k_cmp, v_cmp, cu, cu_c, c["l"], c["d"], top_k=c["K"],
+                                                    block_size=c["BK"])
+        return o_c, topk, fsa_jit.window_attention(q, k, v, cu, c["W"])
+
+    eager = run()  # makes the plans: compiling must not happen under capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    q.copy_(torch.randn_like(q))  # new inputs in place, then replay
+    graph.replay()
+    again = run()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, again):
+        assert torch.equal(a, b), "the replay must compute what an eager call computes on the new inputs"
+    assert not torch.equal(captured[0], eager[0])

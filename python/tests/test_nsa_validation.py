@@ -1,0 +1,226 @@
+"""compressed_attention, window_attention and nsa_attention reject bad arguments
+before any device or library call, and their operators trace with fake tensors.
+
+Runs on a CPU-only machine: every check except the device check comes before
+it, so CPU tensors reach each of them."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch.library, "custom_op"):
+    pytest.skip("torch.library.custom_op needs torch 2.4", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+import fsa_jit  # noqa: E402
+from fsa_jit import _lib, attention, compressed, window  # noqa: E402
+from fsa_jit.nsa import nsa_attention  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_library(monkeypatch):
+    """Any use of libfsa, or of a plan cache, fails the test."""
+
+    def reached(*args, **kwargs):
+        raise AssertionError("a bad call or a trace reached libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    for module in (attention, compressed, window):
+        monkeypatch.setattr(module, "_get_plan", reached)
+
+
+def cmp_problem(T=40, Tc=3, Hq=4, Hkv=2, Dk=32, Dv=16, dtype=torch.bfloat16, device="cpu"):
+    return dict(q=torch.randn(T, Hq, Dk, device=device).to(dtype), k=torch.randn(Tc, Hkv, Dk, device=device).to(dtype),
+                v=torch.randn(Tc, Hkv, Dv, device=device).to(dtype),
+                cu_seqlens=torch.tensor([0, 10, T], dtype=torch.int32, device=device),
+                cu_seqlens_c=torch.tensor([0, 0, Tc], dtype=torch.int32, device=device),
+                kernel_size=8, stride=4)
+
+
+def win_problem(T=12, Hq=4, Hkv=2, Dk=32, Dv=16, dtype=torch.bfloat16):
+    return dict(q=torch.randn(T, Hq, Dk).to(dtype), k=torch.randn(T, Hkv, Dk).to(dtype),
+                v=torch.randn(T, Hkv, Dv).to(dtype), cu_seqlens=torch.tensor([0, 5, T], dtype=torch.int32), window=4)
+
+
+def expect(fn, error, match, **call):
+    with pytest.raises(error, match=match):
+        fn(**call)
+
+
+# ------------------------------------------------------------ compressed
+
+
+def test_a_valid_compressed_call_fails_only_on_the_device():
+    expect(fsa_jit.compressed_attention, ValueError, r"q must be a CUDA tensor", **cmp_problem(), top_k=4,
+           block_size=16, scale=0.1)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(q=torch.randn(40, 4, 32)), TypeError, r"q must be torch.float16 or torch.bfloat16"),
+    (dict(v=torch.randn(3, 2, 16).half()), TypeError, r"v must have q's dtype"),
+    (dict(cu_seqlens_c=torch.tensor([0, 0, 3])), TypeError, r"cu_seqlens_c must be torch.int32"),
+    (dict(k=torch.randn(3, 2, 16).bfloat16()), ValueError, r"head_dim 32 but k has 16"),
+    (dict(v=torch.randn(4, 2, 16).bfloat16()), ValueError, r"same \[Tc, Hkv\]"),
+    (dict(k=torch.randn(3, 2, 32).bfloat16()[None]), ValueError, r"k must be 3-D"),
+    (dict(q=torch.randn(40, 3, 32).bfloat16()), ValueError, r"multiple of the number of KV heads"),
+    (dict(q=torch.randn(40, 34, 32).bfloat16()), ValueError, r"group size 17"),
+    (dict(v=torch.randn(3, 2, 24).bfloat16()), ValueError, r"value_dim 24 is not supported"),
+    (dict(cu_seqlens_c=torch.tensor([0, 3], dtype=torch.int32)), ValueError, r"one entry per entry of cu_seqlens"),
+    (dict(kernel_size=0), ValueError, r"kernel_size must be 1..4096"),
+    (dict(stride=9), ValueError, r"stride must be 1..8"),
+    (dict(stride=2.0), TypeError, r"stride must be an int"),
+    (dict(scale=-1.0), ValueError, r"scale must be a positive finite number"),
+    (dict(top_k=65), ValueError, r"top_k must be 0..64"),
+    (dict(top_k=4, block_size=24), ValueError, r"block_size 24 must be a multiple of stride 4 with block_size / stride a power"),
+    (dict(top_k=4, block_size=512), ValueError, r"a power of two up to 64"),
+    (dict(top_k=4, block_size=16, init_blocks=-1), ValueError, r"init_blocks must be >= 0"),
+])
+def test_bad_compressed_arguments(change, error, match):
+    expect(fsa_jit.compressed_attention, error, match, **{**cmp_problem(), **change})
+
+
+def test_the_selection_limits_strides_per_kernel():
+    p = cmp_problem()
+    p.update(kernel_size=300, stride=4)
+    expect(fsa_jit.compressed_attention, ValueError, r"at most 64 strides per kernel", **p, top_k=2, block_size=16)
+
+
+def test_compressed_offsets_on_another_device():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device to mix devices")
+    p = cmp_problem(device="cuda")
+    p["cu_seqlens_c"] = p["cu_seqlens_c"].cpu()
+    expect(fsa_jit.compressed_attention, ValueError, r"cu_seqlens_c must be a CUDA tensor", **p)
+
+
+def test_validate_reads_the_offsets():
+    with pytest.raises(ValueError, match=r"cu_seqlens must rise from 0 to 10"):
+        compressed.validate_offsets("cu_seqlens", torch.tensor([0, 6, 4, 10]), 10)
+    with pytest.raises(ValueError, match=r"sequence 1 has 6 tokens, which make at most 1 compressed tokens"):
+        compressed.validate_compressed_counts([0, 4, 10], [0, 0, 2], 4, 4)
+    compressed.validate_compressed_counts([0, 4, 10], [0, 1, 2], 4, 4)
+
+
+# ---------------------------------------------------------------- window
+
+
+def test_a_valid_window_call_fails_only_on_the_device():
+    expect(fsa_jit.window_attention, ValueError, r"q must be a CUDA tensor", **win_problem(), return_lse=True)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(k=torch.randn(11, 2, 32).bfloat16(), v=torch.randn(11, 2, 16).bfloat16()), ValueError,
+     r"q has T=12 tokens but k and v have 11"),
+    (dict(window=0), ValueError, r"window must be 1"),
+    (dict(window=True), TypeError, r"window must be an int"),
+    (dict(window=[4, 4, 4]), ValueError, r"per-head windows: one per query head \(4\), got 3"),
+    (dict(window=[4, 0, 4, 4]), ValueError, r"window\[1\] must be 1"),
+    (dict(q=torch.randn(12, 4, 40).bfloat16(), k=torch.randn(12, 2, 40).bfloat16()), ValueError,
+     r"head_dim 40 is not supported"),
+    (dict(cu_seqlens=torch.tensor([[0, 12]], dtype=torch.int32)), ValueError, r"cu_seqlens must be 1-D"),
+])
+def test_bad_window_arguments(change, error, match):
+    expect(fsa_jit.window_attention, error, match, **{**win_problem(), **change})
+
+
+# ------------------------------------------------------------------- nsa
+
+
+def nsa_problem(**change):
+    p = cmp_problem(Dv=32)
+    p.update(k_cmp=p.pop("k"), v_cmp=p.pop("v"), k=torch.randn(40, 2, 32).bfloat16(), v=torch.randn(40, 2, 32).bfloat16(),
+             g_cmp=torch.rand(40, 4), g_sel=torch.rand(40, 4), g_win=0.5, block_size=16, top_k=4, window=8)
+    p.update(change)
+    return p
+
+
+def test_a_valid_nsa_call_fails_only_on_the_device():
+    expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **nsa_problem(g_sel=torch.rand(4)))
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(g_cmp=torch.rand(40, 5)), ValueError, r"g_cmp has shape \(40, 5\): it must broadcast to \[T, Hq\]"),
+    (dict(g_sel=torch.rand(2, 40, 4, 1)), ValueError, r"g_sel has shape"),
+    (dict(g_win=torch.ones(40, 4, dtype=torch.int32)), TypeError, r"g_win must be a floating-point tensor"),
+    (dict(g_win="0.5"), TypeError, r"g_win must be a tensor"),
+    (dict(block_size=48), ValueError, r"block_size must be one of"),
+    (dict(top_k=0), ValueError, r"top_k must be 1..64"),
+    (dict(window=0), ValueError, r"window must be 1"),
+    (dict(k_cmp=torch.randn(3, 2, 32).half()), TypeError, r"k must have q's dtype"),
+])
+def test_bad_nsa_arguments(change, error, match):
+    expect(nsa_attention, error, match, **nsa_problem(**change))
+
+
+def test_wide_head_dims_with_gradients_must_be_multiples_of_32():
+    p = nsa_problem()
+    p["q"] = torch.randn(40, 4, 144).bfloat16().requires_grad_()
+    p["k"], p["k_cmp"] = torch.randn(40, 2, 144).bfloat16(), torch.randn(3, 2, 144).bfloat16()
+    expect(nsa_attention, ValueError, r"when either is over 128, both must be multiples of 32", **p)
+    p["q"] = p["q"].detach()  # no gradients: a valid call up to the device check
+    expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **p)
+
+
+# ----------------------------------------------------- operators, tracing
+
+
+def test_the_operators_are_registered_with_fake_and_autograd_kernels():
+    for op in ("compressed_attention_fwd", "compressed_attention_bwd", "window_attention_fwd", "window_attention_bwd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsa_jit::{op}", "Meta"), op
+    for op in ("compressed_attention_fwd", "window_attention_fwd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fsa_jit::{op}", "Autograd"), op
+
+
+def test_fake_compressed_attention_gives_the_output_shapes():
+    mode = FakeTensorMode()
+    with mode:
+        p = cmp_problem(T=9, Tc=2, Hq=6, Hkv=3, Dk=48, Dv=32, device="cuda")
+        p["q"].requires_grad_()
+        o, lse, topk = fsa_jit.compressed_attention(**p, top_k=5, block_size=16)
+        dq, dk, dv = torch.ops.fsa_jit.compressed_attention_bwd(o, p["q"], p["k"], p["v"], o, lse, p["cu_seqlens"],
+                                                                p["cu_seqlens_c"], 8, 4, 0.0, 5, 16, 1, 2)
+    assert o.shape == (9, 6, 32) and o.dtype == torch.bfloat16 and o.requires_grad
+    assert lse.shape == (6, 9) and lse.dtype == torch.float32 and not lse.requires_grad
+    assert topk.shape == (9, 3, 5) and topk.dtype == torch.int32 and not topk.requires_grad
+    assert dq.shape == (9, 6, 48) and dk.shape == (2, 3, 48) and dv.shape == (2, 3, 32)
+
+
+def test_fake_window_attention_gives_the_output_shapes():
+    with FakeTensorMode():
+        q = torch.randn(7, 4, 32, dtype=torch.float16, device="cuda")
+        k = torch.randn(7, 1, 32, dtype=torch.float16, device="cuda")
+        v = torch.randn(7, 1, 64, dtype=torch.float16, device="cuda")
+        o, lse = fsa_jit.window_attention(q, k, v, torch.tensor([0, 7], dtype=torch.int32, device="cuda"), 3,
+                                          return_lse=True)
+    assert o.shape == (7, 4, 64) and o.dtype == torch.float16 and lse.shape == (4, 7)
+
+
+def test_fake_window_attention_with_per_head_windows_is_differentiable():
+    with FakeTensorMode():
+        q = torch.randn(7, 4, 32, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        k = torch.randn(7, 2, 32, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        cu = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
+        o, lse = fsa_jit.window_attention(q, k, k, cu, [1, 2, 3, 4], return_lse=True)
+        dq, dk, dv = torch.ops.fsa_jit.window_attention_bwd(o, q, k, k, o, lse, cu, 0, [1, 2, 3, 4], 0.0)
+    assert o.requires_grad and not lse.requires_grad
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+
+
+def test_nsa_attention_compiles_into_one_graph():
+    mode = FakeTensorMode()
+    with mode:
+        p = nsa_problem()
+        p = {n: x.to("cuda") if isinstance(x, torch.Tensor) else x for n, x in p.items()}
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(nsa_attention, backend=backend, fullgraph=True)
+    with mode:
+        compiled(**p)
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    for op in ("compressed_attention_fwd", "selected_attention_fwd", "window_attention_fwd"):
+        assert any(op in t for t in targets), (op, targets)

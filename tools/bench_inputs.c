@@ -1,0 +1,98 @@
+/* Random inputs for fsa-bench: standard-normal values in bf16 or fp16, made
+ * on the host by several threads, and the conversions between those formats
+ * and float. Only fsa.h is used. */
+#include "bench_inputs.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+uint64_t bench_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint16_t bench_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float bench_from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t bench_to_f16(float x)
+{
+    /* Inputs are standard normal: no overflow or subnormal handling needed
+     * beyond flushing tiny values to zero. */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a < 0x38800000u) return (uint16_t)sign;
+    uint32_t h = (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu);
+    uint32_t rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+float bench_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) return sign ? -ldexpf((float)m, -24) : ldexpf((float)m, -24);
+    uint32_t u = sign | ((e + 112u) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct gen_job {
+    uint16_t *dst;
+    size_t begin, end;
+    uint64_t seed;
+    fsa_dtype dtype;
+} gen_job;
+
+static void *gen_normal(void *arg)
+{
+    gen_job *j = arg;
+    uint64_t s = j->seed;
+    for (size_t i = j->begin; i < j->end; i += 2) {
+        double u1 = ((bench_splitmix(&s) >> 11) + 1) * 0x1.0p-53, u2 = (bench_splitmix(&s) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1));
+        float a = (float)(r * cos(6.283185307179586 * u2)), b = (float)(r * sin(6.283185307179586 * u2));
+        j->dst[i] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(a) : bench_to_f16(a);
+        if (i + 1 < j->end) j->dst[i + 1] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(b) : bench_to_f16(b);
+    }
+    return NULL;
+}
+
+int bench_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
+{
+    int nt = bench_threads();
+    pthread_t th[64];
+    gen_job jobs[64];
+    size_t per = (n / nt + 1) & ~(size_t)1;
+    for (int i = 0; i < nt; i++) {
+        size_t b = (size_t)i * per, e = b + per < n ? b + per : n;
+        jobs[i] = (gen_job){dst, b < n ? b : n, e, seed * 1000003u + (uint64_t)i, dt};
+        pthread_create(&th[i], NULL, gen_normal, &jobs[i]);
+    }
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+}

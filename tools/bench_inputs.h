@@ -1,0 +1,25 @@
+/* Random inputs for fsa-bench (bench_inputs.c). */
+#ifndef FSA_BENCH_INPUTS_H
+#define FSA_BENCH_INPUTS_H
+
+#include "fsa.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The next value of a splitmix64 sequence whose state is *s. */
+uint64_t bench_splitmix(uint64_t *s);
+
+/* float <-> bf16 (round to nearest even) and fp16 (inputs of normal range). */
+uint16_t bench_to_bf16(float x);
+float bench_from_bf16(uint16_t h);
+uint16_t bench_to_f16(float x);
+float bench_from_f16(uint16_t h);
+
+/* Online CPUs, 1..64: the threads that make inputs. */
+int bench_threads(void);
+
+/* n standard-normal values in dtype dt, a function of seed only. */
+void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt);
+
+#endif
