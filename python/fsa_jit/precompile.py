@@ -12,6 +12,7 @@ import os
 import time
 
 from . import _lib
+from . import _nsa_abi
 
 def _dtype_code(d):
     return _lib.dtype_code(d)
@@ -50,33 +51,75 @@ def _stats(lib, ctx):
     return s
 
 
-def _plan_one(lib, ctx, target_name, dtype, d, g, bk, k, algorithm, backward):
-    """Creates and destroys one plan; (kind, shape, detail) with kind ok, skipped or failed.
-    Runs on a worker thread: the error record it reads is that thread's."""
-    shape = f"{target_name} {_lib.DTYPE_NAMES[dtype]} d{d} g{g} bk{bk} k{k}"
+KINDS = ("selected", "compressed", "window")
+
+
+def _desc_of(job):
+    """(create, destroy, descriptor, shape text) of one plan of the grid; create/destroy are None for the
+    selected kind (the core library functions)."""
+    (kind, dtype, d, dv, g, bk, k, algorithm, backward, kernel_size, stride, window) = job
+    dims = f"d{d}" + (f"/dv{dv}" if dv else "")
+    if kind == "compressed":
+        desc = _nsa_abi.fsa_compressed_attention_desc(
+            dtype=dtype, head_dim=d, value_dim=dv, num_q_heads=g, num_kv_heads=1, kernel_size=kernel_size,
+            stride=stride, top_k=k, block_size=bk, init_blocks=1, local_blocks=2, backward=int(bool(backward)))
+        return "compressed", desc, f"compressed {dims} g{g} l{kernel_size} s{stride} bk{bk} k{k}"
+    if kind == "window":
+        desc = _nsa_abi.fsa_window_attention_desc(dtype=dtype, head_dim=d, value_dim=dv, num_q_heads=g,
+                                                  num_kv_heads=1, window=window, backward=int(bool(backward)))
+        return "window", desc, f"window {dims} g{g} w{window}"
     desc = _lib.fsa_selected_attention_desc(
         dtype=dtype, head_dim=d, num_q_heads=g, num_kv_heads=1, block_size=bk, top_k=k,
         algorithm=_lib.ALGORITHMS[algorithm], backward=int(bool(backward)),
     )
+    if dv:
+        desc.value_dim = dv
+    return None, desc, f"{dims} g{g} bk{bk} k{k}"
+
+
+def _plan_one(lib, ctx, target_name, job):
+    """Creates and destroys one plan; (kind, shape, detail) with kind ok, skipped or failed.
+    Runs on a worker thread: the error record it reads is that thread's."""
+    family, desc, what = _desc_of(job)
+    shape = f"{target_name} {_lib.DTYPE_NAMES[job[1]]} {what}"
+    if family is None:
+        create, destroy, create_name = lib.fsa_plan_create, lib.fsa_plan_destroy, "fsa_plan_create"
+    else:
+        create_name = f"fsa_{family}_plan_create"
+        create = _nsa_abi.function(lib, create_name)
+        destroy = _nsa_abi.function(lib, f"fsa_{family}_plan_destroy")
     plan = ctypes.c_void_p()
     t0 = time.monotonic()
-    st = lib.fsa_plan_create(ctypes.byref(plan), ctx, ctypes.byref(desc))
+    st = create(ctypes.byref(plan), ctx, ctypes.byref(desc))
     ms = (time.monotonic() - t0) * 1e3
     if st == _lib.FSA_STATUS_OK:
         result = ("ok", shape, f"ready in {ms:.1f} ms")
     else:
-        err = lib.error(st, "fsa_plan_create")
+        err = lib.error(st, create_name)
         if st == _lib.FSA_STATUS_UNSUPPORTED:
             result = ("skipped", shape, err.info.get("message") or err.message)
         else:
             result = ("failed", shape, str(err))
-    lib.fsa_plan_destroy(plan)  # an offline plan cannot run; creating it was the point
+    destroy(plan)  # an offline plan cannot run; creating it was the point (NULL is fine)
     return result
+
+
+def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, algorithm, backward, kernel_size,
+          stride, window):
+    """The jobs of every kind, without repeats (the window plan ignores block size and top-k)."""
+    jobs = []
+    for kind, dtype, d, g, bk, k in itertools.product(kinds, dtype_codes, head_dims, groups, block_sizes, top_k):
+        if kind == "window":
+            bk, k = 0, 0
+        job = (kind, dtype, d, value_dim, g, bk, k, algorithm, backward, kernel_size, stride, window)
+        if job not in jobs:
+            jobs.append(job)
+    return jobs
 
 
 def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), groups=(1, 2, 4, 8, 16),
                block_sizes=(64,), top_k=16, algorithm="auto", cache_dir=None, device=0, backward=False,
-               verbose=False, jobs=None):
+               verbose=False, jobs=None, kinds=("selected",), value_dim=0, kernel_size=32, stride=16, window=512):
     """Compiles (or finds in the cache) the kernels of every shape of the grid.
 
     arch: offline targets, "sm_80,sm_90a" or a list (no GPU needed); or
@@ -85,7 +128,10 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     does; backward=True also builds the backward kernels. dtypes: names from
     bf16, bfloat16, fp16, f16, float16, half (or torch dtypes). jobs: compile
     threads (default: the number of CPUs); verbose: one line per shape with
-    an [n/N] count and the estimated time left.
+    an [n/N] count and the estimated time left. kinds: any of "selected",
+    "compressed" (with its top-k selection; kernel_size, stride, block sizes
+    and top_k as given) and "window" (window); value_dim: Dv when it differs
+    from the head dim (0 = the same), for every kind.
 
     Returns a dict: compiled (NVRTC compilations), cached (kernels read from
     the disk cache), in_memory (already loaded in this process), compile_ms,
@@ -110,6 +156,14 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     groups = _int_list("groups", groups)
     block_sizes = _int_list("block_sizes", block_sizes)
     top_k = _int_list("top_k", top_k)
+    if isinstance(kinds, str):
+        kinds = kinds.split(",")
+    kinds = list(dict.fromkeys(kinds))
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise ValueError(f"kinds must be some of {', '.join(KINDS)}, got {kinds!r}")
+    for name, v in (("value_dim", value_dim), ("kernel_size", kernel_size), ("stride", stride), ("window", window)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "value_dim" else 1):
+            raise ValueError(f"{name} must be a {'non-negative' if name == 'value_dim' else 'positive'} int, got {v!r}")
     if jobs is None:
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -142,9 +196,9 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
             summary["targets"].append(name)
             summary["cache_dir"] = where
         before = [_stats(lib, ctx) for ctx in contexts]
-        grid = [(ctx, name, dtype, d, g, bk, k, algorithm, backward)
-                for dtype, d, g, bk, k in itertools.product(dtype_codes, head_dims, groups, block_sizes, top_k)
-                for ctx, name in zip(contexts, summary["targets"])]
+        jobs_of_grid = _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, algorithm,
+                             backward, kernel_size, stride, window)
+        grid = [(ctx, name, job) for job in jobs_of_grid for ctx, name in zip(contexts, summary["targets"])]
         t0 = time.monotonic()
         # ctypes releases the GIL during each call, so NVRTC compiles run in parallel.
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid))) as pool:

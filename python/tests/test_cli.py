@@ -35,6 +35,8 @@ def test_version_and_help_need_no_library(main, capsys, monkeypatch):
     ["--arch", "sm_80", "--no-such-option"],
     ["--head-dim", "64"],  # no target
     ["--arch", "sm_80", "--detect"],
+    ["--arch", "sm_80", "--kind", "dense"],
+    ["--arch", "sm_80", "--kind", "compressed", "--stride", "0"],
 ])
 def test_precompile_usage_errors_exit_2(args, capsys):
     rc, _, err = run(cli.precompile_main, args, capsys)

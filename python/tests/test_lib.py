@@ -148,6 +148,30 @@ def test_precompile_offline(lib, tmp_path):
         assert any(tmp_path.rglob("*.cubin"))
 
 
+def test_precompile_offline_compressed_and_window_plans(lib, tmp_path):
+    grid = dict(arch="sm_80", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16,), top_k=4,
+                cache_dir=str(tmp_path), kinds="compressed,window", kernel_size=16, stride=16, window=64,
+                value_dim=16)
+    try:
+        first = fsa_jit.precompile(**grid)
+    except fsa_jit.FsaError as e:
+        pytest.skip(f"cannot compile here: {e}")
+    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
+        pytest.skip("NVRTC not available")
+    assert first["failed"] == 0, first["failures"]
+    assert first["plans"] == 2 and first["skipped"] == 0
+    assert first["compiled"] + first["cached"] + first["in_memory"] > 0
+    again = fsa_jit.precompile(**grid)
+    assert again["compiled"] == 0 and again["plans"] == 2
+
+
+def test_precompile_kind_arguments():
+    with pytest.raises(ValueError, match="kinds"):
+        fsa_jit.precompile(arch="sm_80", kinds="dense")
+    with pytest.raises(ValueError, match="stride"):
+        fsa_jit.precompile(arch="sm_80", kinds="compressed", stride=0)
+
+
 def test_precompile_bad_target(lib, tmp_path):
     with pytest.raises(fsa_jit.FsaError):
         fsa_jit.precompile(arch="sm_10", cache_dir=str(tmp_path))
