@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,12 +98,12 @@ static void add_sentence(fsa_strbuf *b, unsigned flags, const char *subject, con
 fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, int64_t hkv, const char *cu_name,
                                 const char *total_name)
 {
-    fsa_strbuf end = {0};
-    fsa_strbuf_appendf(&end, "does not end at %s", total_name);
+    char end[64];
+    snprintf(end, sizeof end, "does not end at %s", total_name);
     const phrase_of cu[] = {
         {FSA_CHECK_CU_ORDER, "falls"},
         {FSA_CHECK_SEQ_LONG, "has a sequence longer than max_seqlen"},
-        {FSA_CHECK_CU_END, end.data ? end.data : "does not end at the token count"},
+        {FSA_CHECK_CU_END, end},
     };
     static const phrase_of used[] = {
         {FSA_CHECK_USED_SHORT, "below the sequence's new tokens"},
@@ -130,7 +131,6 @@ fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, in
     fsa_status st = fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "check mode: bad metadata: %s",
                                   text ? text + 2 : "(out of memory describing it)");
     free(text);
-    free(fsa_strbuf_take(&end));
     return st;
 }
 
