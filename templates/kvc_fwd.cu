@@ -45,11 +45,11 @@ struct ShareLoop {
     int t0, b, seq_len, ntok, n_union, end;  // t0 < Tq <= INT32_MAX
 };
 
-// Static shared memory: the tile's selection, its key stream, each warp's
+// Static shared memory: the key stream, the tile's selection, each warp's
 // row max and sum for the merge, the share loop, the tile counter.
 struct Shared {
+    PagedStreamShared stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
-    PagedStreamShared stream;
     float ml[WARPS][16][2];
     ShareLoop loop;
     int counter;

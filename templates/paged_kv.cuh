@@ -160,10 +160,12 @@ __device__ __forceinline__ PagedSlot paged_slot_checked(PagedSlot s, long long n
     return s;
 }
 
-// The row of KV head h at a resolved slot of a paged cache. 64-bit offsets:
-// page * page_stride passes 2^31 elements in large caches.
-__device__ __forceinline__ const u16 *paged_row(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
-    return view_row<const u16>(c.rows, s.row, h) + (long long)s.page * c.page_stride;
+// The element offset of KV head h's row at a resolved slot of a paged cache
+// (-1 when the slot has no page). 64-bit: page * page_stride passes 2^31
+// elements in large caches.
+__device__ __forceinline__ long long paged_offset(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
+    return s.page >= 0 ? s.row * c.rows.token_stride + h * c.rows.head_stride + (long long)s.page * c.page_stride
+                       : -1ll;
 }
 
 // Shared memory of a tile's selection (select_union): candidates and their
@@ -303,11 +305,14 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, in
 //  paged_fetch_row: thread r issues the table read of row r of the stage (a
 //      register in flight for a stage; page -1 when the row is not a key:
 //      past the blocks, past the sequence or past the table);
-//  paged_load_stage (the rows checked and stored, then a barrier): each row's
-//      position in keypos (INT_MAX when it is not a key) and the mask of the
-//      tokens that selected its block in keymask (0 when not a key), and the K
-//      and V rows into the tiles at k_dst / v_dst (pitch D + 8 and DV + 8;
-//      rows that are not keys, or behind a bad page-table entry, zero-filled).
+//  paged_store_row (before a barrier): thread r turns its lookup into the
+//      element offsets of the row in the K and V caches (KeyRow; -1: no key),
+//      once per row rather than once per 16-byte piece;
+//  paged_load_stage (after that barrier): each row's position in keypos
+//      (INT_MAX when it is not a key) and the mask of the tokens that selected
+//      its block in keymask (0 when not a key), and the K and V rows into the
+//      tiles at k_dst / v_dst (pitch D + 8 and DV + 8; rows that are not keys,
+//      or behind a bad page-table entry, zero-filled).
 static_assert(KVC_STAGE <= FSA_KVC_THREADS, "a thread per key row of a stage");
 template <int BK, int PAGE>
 __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks, int u0, int stage,
@@ -321,32 +326,43 @@ __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, co
     return s;
 }
 
+struct KeyRow {
+    long long k, v;  // element offsets in the K and V caches; k = -1: not a key
+};
+
+__device__ __forceinline__ KeyRow paged_key_row(const fsa_kvc_params &p, PagedSlot s, int h) {
+    s = paged_slot_checked(s, p.num_pages);
+    return KeyRow{paged_offset(p.k, s, h), paged_offset(p.v, s, h)};
+}
+
 template <int D, int DV, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
-                                                 u32 *keymask, const PagedSlot *slots, const int *blocks,
-                                                 const u32 *masks, int u0, int stage, int h) {
+                                                 u32 *keymask, const KeyRow *rows, const int *blocks,
+                                                 const u32 *masks, int u0, int stage) {
     for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
         const int q = stage * KVC_STAGE + r;
-        const bool ok = slots[r].page >= 0;  // only rows of keys have a page
+        const bool ok = rows[r].k >= 0;  // only rows of keys have a page
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
+    const u16 *k0 = (const u16 *)p.k.rows.ptr, *v0 = (const u16 *)p.v.rows.ptr;
     load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
-        const PagedSlot s = slots[r];
+        const KeyRow kr = rows[r];
         RowPair rp;
-        rp.ok = s.page >= 0;
-        rp.a = rp.ok ? paged_row(p.k, s, h) : (const u16 *)p.k.rows.ptr;
-        rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.rows.ptr;
+        rp.ok = kr.k >= 0;
+        rp.a = k0 + (rp.ok ? kr.k : 0ll);
+        rp.b = v0 + (rp.ok ? kr.v : 0ll);
         return rp;
     });
 }
 
-// Shared memory of the key stream: per stage buffer each row's key position
-// and token mask, and the checked page lookups of two stages.
+// Shared memory of the key stream: the K and V row offsets of two stages'
+// checked page lookups, and per stage buffer each row's key position and
+// token mask.
 struct PagedStreamShared {
+    KeyRow rows[2][KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
-    PagedSlot slots[2][KVC_STAGE];
 };
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
@@ -412,14 +428,14 @@ struct PagedStream {
         return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
     }
     __device__ __forceinline__ void store(int stage) {
-        if (threadIdx.x < KVC_STAGE) sh.slots[stage & 1][threadIdx.x] = paged_slot_checked(next, p.num_pages);
+        if (threadIdx.x < KVC_STAGE) sh.rows[stage & 1][threadIdx.x] = paged_key_row(p, next, h);
     }
     // Copies of stage `stage` (its lookups were stored before the barrier),
     // then the table reads of the next one.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
-                                        sh.keymask[buf], sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
+                                        sh.keymask[buf], sh.rows[stage & 1], blocks, masks, u_lo, stage);
             if (stage + 1 < n_stages) next = fetch(stage + 1);
         };
     }
