@@ -157,7 +157,12 @@ struct KeyMath {
             const int t = tpos[j][CW == 1 ? 0 : c];
             return t >= 0 && kp[kh] <= t && ((km[kh] >> (t - pos0)) & 1u) != 0u;
         }, alpha);
-        frag_scale_cols<NQ, DV / 16>(o, alpha);
+        // Once a row's max settles its factor is exactly 1: skipping the
+        // multiply then changes no bit.
+        bool settled = true;
+#pragma unroll
+        for (int j = 0; j < NQ; j++) settled = settled && alpha[j][0] == 1.f && alpha[j][1] == 1.f;
+        if (!__all_sync(0xffffffffu, settled)) frag_scale_cols<NQ, DV / 16>(o, alpha);
         mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
     }
     __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32, u32 k_addr, u32 v_addr, const int *kpos,
