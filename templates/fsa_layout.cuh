@@ -210,7 +210,7 @@ FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
     return q_len > 0 && q_len <= tile_tokens ? splits : 1;
 }
 /* Query/key head dims up to 128 keep the query fragments in registers: the
- * query rows land in the second K stage buffer and need no shared memory of
+ * query rows land in the last K stage buffer and need no shared memory of
  * their own (3 CTAs per SM instead of 2 on sm_90 at D 128). */
 FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
 /* Where a tile's rows go in the mma. Up to two 16-row tiles (g <= 8) with the
@@ -236,14 +236,14 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
     return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
 }
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
- * (the K and V row offsets of two stages' page lookups, four words a row; per
- * stage buffer each row's position and token mask), the tile's selection (its
+ * (per stage buffer the K and V row offsets of its page lookups, four words a
+ * row, each row's position and token mask), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
  * share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
-    const int words = 2 * 4 * FSA_KVC_STAGE_KEYS + 2 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
+    const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }

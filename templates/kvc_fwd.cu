@@ -28,7 +28,7 @@ constexpr int ROWS = fsa_kvc_rows(G);
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
 constexpr int NC = fsa_kvc_tile_entries(G, K);
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
-constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
+constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
 typedef PagedStream<D, DV, BK, PAGE> Stream;
@@ -187,15 +187,15 @@ typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
 static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the query fragments from registers");
 
 // With the query fragments in registers and values up to 128 wide, up to two
-// row tiles fit in 170 registers (3 CTAs per SM); four row tiles (G > 8) need
-// more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 ? 3 : 2) : 1)
+// row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
+// of two stages allows); four row tiles (G > 8) need more: 2 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
     constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + K_STAGE_BYTES : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -257,12 +257,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
         in.start();  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
-            cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
+            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
             __syncthreads();
             if (warp_live)
 #pragma unroll
                 for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-            // Stage 1 overwrites the rows only after the barrier in in.acquire(0).
+            // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
         math.reset();

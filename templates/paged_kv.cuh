@@ -356,11 +356,10 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
     });
 }
 
-// Shared memory of the key stream: the K and V row offsets of two stages'
-// checked page lookups, and per stage buffer each row's key position and
-// token mask.
+// Shared memory of the key stream: per stage buffer the K and V row offsets
+// of its checked page lookups, each row's key position and token mask.
 struct PagedStreamShared {
-    KeyRow rows[2][KVC_STAGE];
+    KeyRow rows[FSA_KVC_STAGES][KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
 };
@@ -368,7 +367,8 @@ struct PagedStreamShared {
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (each stage's table reads issued a stage before
-// its copies and held in registers meanwhile),
+// its copies and held in registers meanwhile; the first FSA_KVC_STAGES - 1
+// stages' reads together at the start),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
 // D wide, V rows DV wide). Use:
 //   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
@@ -381,7 +381,8 @@ struct PagedStreamShared {
 template <int D, int DV, int BK, int PAGE>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
-    static_assert(FSA_KVC_STAGES == 2, "lookups run one stage ahead in a register: the ring starts with one stage");
+    static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
+    static constexpr int STAGES = FSA_KVC_STAGES;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
 
     PagedStreamShared &sh;
@@ -404,20 +405,22 @@ struct PagedStream {
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
 
-    // The page lookups of stage 0, then the first copies; copies issued
-    // before it join stage 0's group.
+    // The page lookups of the first STAGES - 1 stages (all in flight at
+    // once), then their copies; copies issued before it join stage 0's group.
     __device__ __forceinline__ void start() {
-        if (n_stages > 0) {
-            next = fetch(0);
-            store(0);
-        }
+        PagedSlot first[STAGES - 1];
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++)
+            if (s < n_stages) store(s, first[s]);
         __syncthreads();
         ring.start(n_stages, loader());
     }
     // The lookups of the stage about to be copied leave their registers
     // before the ring's barrier; the copies follow it.
     __device__ __forceinline__ int acquire(int st) {
-        if (ring.issued < n_stages) store(ring.issued);
+        if (ring.issued < n_stages) store(ring.issued, next);
         return ring.acquire(st, loader());
     }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
@@ -427,16 +430,17 @@ struct PagedStream {
     __device__ __forceinline__ PagedSlot fetch(int stage) {
         return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
     }
-    __device__ __forceinline__ void store(int stage) {
-        if (threadIdx.x < KVC_STAGE) sh.rows[stage & 1][threadIdx.x] = paged_key_row(p, next, h);
+    // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
+    __device__ __forceinline__ void store(int stage, PagedSlot s) {
+        if (threadIdx.x < KVC_STAGE) sh.rows[stage % STAGES][threadIdx.x] = paged_key_row(p, s, h);
     }
     // Copies of stage `stage` (its lookups were stored before the barrier),
-    // then the table reads of the next one.
+    // then the table reads of the next one unless start() read them.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
-                                        sh.keymask[buf], sh.rows[stage & 1], blocks, masks, u_lo, stage);
-            if (stage + 1 < n_stages) next = fetch(stage + 1);
+                                        sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
+            if (stage + 1 < n_stages && stage + 1 >= STAGES - 1) next = fetch(stage + 1);
         };
     }
 };
