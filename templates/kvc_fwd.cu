@@ -36,7 +36,6 @@ static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
-static_assert(2 * ROWS <= WARPS * 16 * 2, "the merge's row max and 1 / sum fit in the warps' merge scratch");
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -318,5 +317,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int bb = loop.b;
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
     if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit, &sh.ml[0][0][0]);
+        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit);
 }

@@ -73,65 +73,71 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
 // Merges the shares of a one-tile sequence: per row, the normalized partials
 // weighted by exp2(lse_s - max) in share order, so the result does not depend
 // on which share finished last. D: the value head dim (the partials' and o's
-// width). part: the first partial row of (b, h); partials are read through L2 (other SMs wrote them during this launch).
-// Two passes, each with many loads in flight: a thread per row finds its max
-// and sum (rows' max and 1 / sum go to `scratch`, 2 x ROWS floats of shared
-// memory, and the row's lse is written); then every thread takes four
-// columns of MERGE_ITEMS rows at a time and reads all their partials before
-// it adds them up. Every thread calls it.
-constexpr int MERGE_ITEMS = 4;
+// width). part: the first partial row of (b, h); partials are read through L2
+// (other SMs wrote them during this launch). One pass: each thread takes four
+// columns of MERGE_ITEMS rows at a time and reads MERGE_SHARES shares' lse
+// and partials for all of them at once, folding them into a running max, sum
+// and output per item (in share order), so a split of up to MERGE_SHARES
+// shares costs one round trip to L2 per MERGE_ITEMS items; the thread of
+// column 0 writes the row's lse. Every thread calls it.
+constexpr int MERGE_ITEMS = 4, MERGE_SHARES = 4;
 template <class DT, int D, int G, int ROWS>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
-                                             int nsplit, float *scratch) {
+                                             int nsplit) {
     static_assert(D % 4 == 0, "four columns at a time");
     const float *lp = (const float *)p.lse_part + part;
     const float *op = (const float *)p.o_part + part * D;
-    float *row_max = scratch, *row_inv = scratch + ROWS;
-    const int rows = span.len * G;
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        float mmax = -FSA_INF, l = 0.f;
-        for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, __ldcg(lp + s * ROWS + r));
-        if (mmax != -FSA_INF)
-            for (int s = 0; s < nsplit; s++) l += fast_exp2(__ldcg(lp + s * ROWS + r) - mmax);
-        row_max[r] = mmax;
-        row_inv[r] = l > 0.f ? 1.f / l : 0.f;
-        const long long t = span.start + r / G;
-        if (p.lse) ((float *)p.lse)[(long long)(h * G + r % G) * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
-    }
-    __syncthreads();
-    const int items = rows * (D / 4), stride = blockDim.x;
+    const int items = span.len * G * (D / 4), stride = blockDim.x;
     for (int c0 = threadIdx.x; c0 < items; c0 += MERGE_ITEMS * stride) {
+        int r[MERGE_ITEMS], d[MERGE_ITEMS];
+        float mmax[MERGE_ITEMS], l[MERGE_ITEMS];
         float4 acc[MERGE_ITEMS];
 #pragma unroll
-        for (int u = 0; u < MERGE_ITEMS; u++) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 2
-        for (int s = 0; s < nsplit; s++) {
-            float4 x[MERGE_ITEMS];
-            float ls[MERGE_ITEMS];
+        for (int i = 0; i < MERGE_ITEMS; i++) {
+            const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
+            r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
+            mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        for (int s0 = 0; s0 < nsplit; s0 += MERGE_SHARES) {
+            float ls[MERGE_ITEMS][MERGE_SHARES];
+            float4 x[MERGE_ITEMS][MERGE_SHARES];
 #pragma unroll
-            for (int u = 0; u < MERGE_ITEMS; u++) {
-                const int c = min(c0 + u * stride, items - 1), r = c / (D / 4), d = (c - r * (D / 4)) * 4;
-                x[u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r) * D + d));
-                ls[u] = __ldcg(lp + s * ROWS + r);
-            }
+            for (int i = 0; i < MERGE_ITEMS; i++)
 #pragma unroll
-            for (int u = 0; u < MERGE_ITEMS; u++) {
-                const int r = min(c0 + u * stride, items - 1) / (D / 4);
-                const float f = row_max[r] != -FSA_INF ? fast_exp2(ls[u] - row_max[r]) : 0.f;
-                acc[u].x += x[u].x * f;
-                acc[u].y += x[u].y * f;
-                acc[u].z += x[u].z * f;
-                acc[u].w += x[u].w * f;
+                for (int u = 0; u < MERGE_SHARES; u++) {
+                    const int s = min(s0 + u, nsplit - 1);  // past the shares: masked below
+                    ls[i][u] = s0 + u < nsplit ? __ldcg(lp + s * ROWS + r[i]) : -FSA_INF;
+                    x[i][u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r[i]) * D + d[i]));
+                }
+#pragma unroll
+            for (int i = 0; i < MERGE_ITEMS; i++) {
+                float m_new = mmax[i];
+#pragma unroll
+                for (int u = 0; u < MERGE_SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
+                if (m_new == -FSA_INF) continue;  // nothing visible yet: shares with no key add nothing
+                const float a = fast_exp2(mmax[i] - m_new);
+                l[i] *= a;
+                acc[i].x *= a, acc[i].y *= a, acc[i].z *= a, acc[i].w *= a;
+#pragma unroll
+                for (int u = 0; u < MERGE_SHARES; u++) {
+                    const float f = fast_exp2(ls[i][u] - m_new);
+                    l[i] += f;
+                    acc[i].x += x[i][u].x * f, acc[i].y += x[i][u].y * f;
+                    acc[i].z += x[i][u].z * f, acc[i].w += x[i][u].w * f;
+                }
+                mmax[i] = m_new;
             }
         }
 #pragma unroll
-        for (int u = 0; u < MERGE_ITEMS; u++) {
-            const int c = c0 + u * stride;
-            if (c >= items) break;
-            const int r = c / (D / 4), d = (c - r * (D / 4)) * 4;
-            const float inv = row_inv[r];
-            const uint2 v = make_uint2(DT::pack(acc[u].x * inv, acc[u].y * inv), DT::pack(acc[u].z * inv, acc[u].w * inv));
-            *(uint2 *)(view_row<u16>(p.o, span.start + r / G, h * G + r % G) + d) = v;
+        for (int i = 0; i < MERGE_ITEMS; i++) {
+            if (c0 + i * stride >= items) break;
+            const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+            const long long t = span.start + r[i] / G;
+            const int hq = h * G + r[i] % G;
+            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
+                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
+            if (d[i] == 0 && p.lse)
+                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
         }
     }
 }
