@@ -123,17 +123,6 @@ struct WarpMerge {
     }
 };
 
-// Whether every one of the warp's N rescale factors per lane is exactly 1
-// (no row's max moved): the output rescale may then be skipped without
-// changing a bit. Every lane of the warp calls it.
-template <int N>
-__device__ __forceinline__ bool factors_settled(const float *f) {
-    bool one = true;
-#pragma unroll
-    for (int i = 0; i < N; i++) one = one && f[i] == 1.f;
-    return __all_sync(0xffffffffu, one);
-}
-
 // ---------------------------------------------------------------- keys on the 16-row side
 // Online softmax over key-major scores (fsa_mma.cuh, "keys on the 16-row
 // side"): a lane holds two query rows per n8 tile (frag_col(lane, j, 0 / 1))

@@ -100,7 +100,7 @@ struct RowMath {
         sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
             return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
         }, alpha);
-        if (!factors_settled<2>(alpha)) frag_scale_rows<DV / 8>(o, alpha);
+        frag_scale_rows<DV / 8>(o, alpha);
         mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
@@ -156,7 +156,12 @@ struct KeyMath {
             const int t = tpos[j][CW == 1 ? 0 : c];
             return t >= 0 && kp[kh] <= t && ((km[kh] >> (t - pos0)) & 1u) != 0u;
         }, alpha);
-        if (!factors_settled<2 * NQ>(&alpha[0][0])) frag_scale_cols<NQ, DV / 16>(o, alpha);
+        // Once a row's max settles its factor is exactly 1: skipping the
+        // multiply then changes no bit.
+        bool settled = true;
+#pragma unroll
+        for (int j = 0; j < NQ; j++) settled = settled && alpha[j][0] == 1.f && alpha[j][1] == 1.f;
+        if (!__all_sync(0xffffffffu, settled)) frag_scale_cols<NQ, DV / 16>(o, alpha);
         mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
     }
     __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32, u32 k_addr, u32 v_addr, const int *kpos,
