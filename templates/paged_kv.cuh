@@ -351,20 +351,15 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
-    // A thread copies a fixed part of one row of each tile: it reads the
-    // row's offsets once, and its copies differ only by constants.
-    constexpr int T = FSA_KVC_THREADS / KVC_STAGE, PK = D / T, PV = DV / T;
-    static_assert(FSA_KVC_THREADS % KVC_STAGE == 0 && PK % 8 == 0 && PV % 8 == 0, "whole 16-byte pieces per thread");
-    const int r = threadIdx.x / T, part = threadIdx.x % T;
-    const KeyRow kr = rows[r];
-    const bool ok = kr.k >= 0;
-    const u16 *ka = (const u16 *)p.k.rows.ptr + (ok ? kr.k : 0ll) + part * PK;
-    const u16 *va = (const u16 *)p.v.rows.ptr + (ok ? kr.v : 0ll) + part * PV;
-    const u32 kd = k_dst + (u32)(r * fsa_pitch(D) + part * PK) * 2, vd = v_dst + (u32)(r * fsa_pitch(DV) + part * PV) * 2;
-#pragma unroll
-    for (int c = 0; c < PK; c += 8) cp_async16(kd + c * 2, ka + c, ok);
-#pragma unroll
-    for (int c = 0; c < PV; c += 8) cp_async16(vd + c * 2, va + c, ok);
+    const u16 *k0 = (const u16 *)p.k.rows.ptr, *v0 = (const u16 *)p.v.rows.ptr;
+    load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
+        const KeyRow kr = rows[r];
+        RowPair rp;
+        rp.ok = kr.k >= 0;
+        rp.a = k0 + (rp.ok ? kr.k : 0ll);
+        rp.b = v0 + (rp.ok ? kr.v : 0ll);
+        return rp;
+    });
 }
 
 // Shared memory of the key stream: per stage buffer the K and V row offsets
