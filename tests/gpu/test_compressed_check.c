@@ -18,8 +18,7 @@
 static const cmp_case g_case = {"bf16_g2_l32_d16", FSA_DTYPE_BF16, 64, 64, 4, 2, 32, 16, 64, 4, 1, 2,
                                 {300, 20, 129}, 3, 1, 0, 0, 1};
 
-static char *g_cache_dir;
-static fsa_context *g_plain_ctx, *g_check_ctx;
+static fsa_test_contexts g_ctx;
 static fsa_compressed_plan *g_plain, *g_check;
 
 /* A call's device buffers: inputs, forward outputs, gradients, workspace. */
@@ -88,22 +87,17 @@ static void prepare(call *c, int forward_outputs)
     fsa_test_dfill(c->dv, 0xff, c->dv_bytes);
 }
 
+static fsa_tensor rows_of(uint64_t ptr, int64_t heads, int64_t dim) { return (fsa_tensor){ptr, heads * dim, dim}; }
+
 static fsa_status forward(const fsa_compressed_plan *plan, call *c)
 {
     const cmp_case *k = &g_case;
     prepare(c, 1);
     fsa_compressed_fwd_args a = FSA_COMPRESSED_FWD_ARGS_INIT;
-    a.total_tokens = c->p.T;
-    a.total_compressed = c->p.Tc;
-    a.batch = c->p.B;
-    a.q = (fsa_tensor){c->q, (int64_t)k->hq * k->dk, k->dk};
-    a.k = (fsa_tensor){c->k, (int64_t)k->hkv * k->dk, k->dk};
-    a.v = (fsa_tensor){c->v, (int64_t)k->hkv * k->dv, k->dv};
-    a.o = (fsa_tensor){c->o, (int64_t)k->hq * k->dv, k->dv};
-    a.lse = c->lse;
-    a.cu_seqlens = c->d_cu;
-    a.cu_seqlens_c = c->d_cu_c;
-    a.topk = (fsa_tensor){c->topk, (int64_t)k->hkv * k->k, k->k};
+    a.total_tokens = c->p.T, a.total_compressed = c->p.Tc, a.batch = c->p.B, a.lse = c->lse;
+    a.q = rows_of(c->q, k->hq, k->dk), a.k = rows_of(c->k, k->hkv, k->dk), a.v = rows_of(c->v, k->hkv, k->dv);
+    a.o = rows_of(c->o, k->hq, k->dv), a.cu_seqlens = c->d_cu, a.cu_seqlens_c = c->d_cu_c;
+    a.topk = rows_of(c->topk, k->hkv, k->k);
     const fsa_status st = fsa_compressed_attention_fwd(plan, &a, NULL);
     fsa_test_sync(); /* also: nothing faulted */
     return st;
@@ -115,41 +109,15 @@ static fsa_status backward(const fsa_compressed_plan *plan, call *c)
     const cmp_case *k = &g_case;
     prepare(c, 0);
     fsa_compressed_bwd_args a = FSA_COMPRESSED_BWD_ARGS_INIT;
-    a.total_tokens = c->p.T;
-    a.total_compressed = c->p.Tc;
-    a.batch = c->p.B;
-    a.q = (fsa_tensor){c->q, (int64_t)k->hq * k->dk, k->dk};
-    a.k = (fsa_tensor){c->k, (int64_t)k->hkv * k->dk, k->dk};
-    a.v = (fsa_tensor){c->v, (int64_t)k->hkv * k->dv, k->dv};
-    a.o = (fsa_tensor){c->o, (int64_t)k->hq * k->dv, k->dv};
-    a.dout = (fsa_tensor){c->dout, (int64_t)k->hq * k->dv, k->dv};
-    a.dq = (fsa_tensor){c->dq, (int64_t)k->hq * k->dk, k->dk};
-    a.dk = (fsa_tensor){c->dk, (int64_t)k->hkv * k->dk, k->dk};
-    a.dv = (fsa_tensor){c->dv, (int64_t)k->hkv * k->dv, k->dv};
-    a.lse = c->lse;
-    a.cu_seqlens = c->d_cu;
-    a.cu_seqlens_c = c->d_cu_c;
-    a.workspace = c->ws;
-    a.workspace_bytes = c->ws_bytes;
+    a.total_tokens = c->p.T, a.total_compressed = c->p.Tc, a.batch = c->p.B, a.lse = c->lse;
+    a.q = rows_of(c->q, k->hq, k->dk), a.k = rows_of(c->k, k->hkv, k->dk), a.v = rows_of(c->v, k->hkv, k->dv);
+    a.o = rows_of(c->o, k->hq, k->dv), a.cu_seqlens = c->d_cu, a.cu_seqlens_c = c->d_cu_c;
+    a.dout = rows_of(c->dout, k->hq, k->dv), a.dq = rows_of(c->dq, k->hq, k->dk);
+    a.dk = rows_of(c->dk, k->hkv, k->dk), a.dv = rows_of(c->dv, k->hkv, k->dv);
+    a.workspace = c->ws, a.workspace_bytes = c->ws_bytes;
     const fsa_status st = fsa_compressed_attention_bwd(plan, &a, NULL);
     fsa_test_sync();
     return st;
-}
-
-/* Every byte of the device buffer `dev` is `poison`: nothing wrote it. */
-static void assert_untouched(uint64_t dev, size_t bytes, unsigned char poison)
-{
-    unsigned char *img = malloc(bytes);
-    assert_non_null(img);
-    fsa_test_d2h(img, dev, bytes);
-    for (size_t i = 0; i < bytes; i++)
-        if (img[i] != poison) fail_msg("byte %zu of a refused call's output was written", i);
-    free(img);
-}
-
-static void expect_message(const char *what)
-{
-    if (strstr(fsa_last_error(), what) == NULL) fail_msg("\"%s\" does not mention \"%s\"", fsa_last_error(), what);
 }
 
 /* Bad offsets in c: refused by the check-mode forward and backward with a
@@ -160,11 +128,10 @@ static void expect_refused_only_in_check_mode(call *c, const char *what)
     memcpy(cu, c->cu, sizeof cu);
     memcpy(cu_c, c->cu_c, sizeof cu_c);
     assert_int_equal(forward(g_check, c), FSA_STATUS_INVALID_ARGUMENT);
-    expect_message(what);
-    assert_string_equal(fsa_last_error_info()->stage, "compressed-forward");
-    assert_untouched(c->o, c->o_bytes, 0xff);
-    assert_untouched(c->lse, c->lse_bytes, 0xff);
-    assert_untouched(c->topk, c->topk_bytes, 0x7f);
+    fsa_test_expect_error("compressed-forward", what);
+    fsa_test_assert_untouched(c->o, c->o_bytes, 0xff);
+    fsa_test_assert_untouched(c->lse, c->lse_bytes, 0xff);
+    fsa_test_assert_untouched(c->topk, c->topk_bytes, 0x7f);
 
     /* The backward needs o and lse: a forward with the good offsets first. */
     memcpy(c->cu, c->p.cu, sizeof c->cu);
@@ -173,23 +140,13 @@ static void expect_refused_only_in_check_mode(call *c, const char *what)
     memcpy(c->cu, cu, sizeof cu);
     memcpy(c->cu_c, cu_c, sizeof cu_c);
     assert_int_equal(backward(g_check, c), FSA_STATUS_INVALID_ARGUMENT);
-    expect_message(what);
-    assert_string_equal(fsa_last_error_info()->stage, "compressed-backward");
-    assert_untouched(c->dq, c->dq_bytes, 0xff);
-    assert_untouched(c->dk, c->dk_bytes, 0xff);
-    assert_untouched(c->dv, c->dv_bytes, 0xff);
+    fsa_test_expect_error("compressed-backward", what);
+    const uint64_t grads[3] = {c->dq, c->dk, c->dv};
+    const size_t bytes[3] = {c->dq_bytes, c->dk_bytes, c->dv_bytes};
+    for (int i = 0; i < 3; i++) fsa_test_assert_untouched(grads[i], bytes[i], 0xff);
 
     assert_int_equal(backward(g_plain, c), FSA_STATUS_OK);
     assert_int_equal(forward(g_plain, c), FSA_STATUS_OK);
-}
-
-/* A device buffer's bytes, for comparing two runs. */
-static unsigned char *image(uint64_t dev, size_t bytes)
-{
-    unsigned char *img = malloc(bytes);
-    assert_non_null(img);
-    fsa_test_d2h(img, dev, bytes);
-    return img;
 }
 
 static void test_valid_offsets_pass_and_give_the_bits_of_a_plain_plan(void **state)
@@ -204,7 +161,7 @@ static void test_valid_offsets_pass_and_give_the_bits_of_a_plain_plan(void **sta
     for (int run = 0; run < 2; run++) {
         if (forward(plans[run], &c) != FSA_STATUS_OK) fail_msg("forward refused: %s", fsa_last_error());
         if (backward(plans[run], &c) != FSA_STATUS_OK) fail_msg("backward refused: %s", fsa_last_error());
-        for (int i = 0; i < 6; i++) (run ? checked : plain)[i] = image(dev[i], bytes[i]);
+        for (int i = 0; i < 6; i++) (run ? checked : plain)[i] = fsa_test_image(dev[i], bytes[i]);
     }
     for (int i = 0; i < 6; i++) {
         assert_memory_equal(plain[i], checked[i], bytes[i]);
@@ -292,13 +249,11 @@ static void test_counts_other_than_the_length_makes_are_refused(void **state)
 static int setup(void **state)
 {
     (void)state;
-    g_cache_dir = fsa_test_mkdtemp("cmp-check-cache");
-    g_plain_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    g_check_ctx = fsa_test_check_context(g_cache_dir);
+    fsa_test_contexts_make(&g_ctx, "cmp-check-cache");
     fsa_compressed_attention_desc d = cmp_desc_of(&g_case);
     d.backward = 1;
-    if (fsa_compressed_plan_create(&g_plain, g_plain_ctx, &d) != FSA_STATUS_OK ||
-        fsa_compressed_plan_create(&g_check, g_check_ctx, &d) != FSA_STATUS_OK) {
+    if (fsa_compressed_plan_create(&g_plain, g_ctx.plain, &d) != FSA_STATUS_OK ||
+        fsa_compressed_plan_create(&g_check, g_ctx.check, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "plan: %s\n", fsa_last_error());
         return -1;
     }
@@ -310,10 +265,7 @@ static int teardown(void **state)
     (void)state;
     fsa_compressed_plan_destroy(g_check);
     fsa_compressed_plan_destroy(g_plain);
-    fsa_context_destroy(g_check_ctx);
-    fsa_context_destroy(g_plain_ctx);
-    fsa_test_rmtree(g_cache_dir);
-    free(g_cache_dir);
+    fsa_test_contexts_free(&g_ctx);
     return 0;
 }
 

@@ -16,8 +16,7 @@
 enum { HQ = 4, HKV = 2, D = 64, WINDOW = 48, B = 3 };
 static const int g_lens[B] = {200, 1, 77};
 
-static char *g_cache_dir;
-static fsa_context *g_plain_ctx, *g_check_ctx;
+static fsa_test_contexts g_ctx;
 static fsa_window_plan *g_plain, *g_check;
 
 /* A call: host inputs, the offsets it passes, its device buffers. */
@@ -110,29 +109,6 @@ static fsa_status backward(const fsa_window_plan *plan, call *c)
     return st;
 }
 
-static unsigned char *image(uint64_t dev, size_t bytes)
-{
-    unsigned char *img = malloc(bytes);
-    assert_non_null(img);
-    fsa_test_d2h(img, dev, bytes);
-    return img;
-}
-
-/* Every byte of the device buffer `dev` is 0xff: nothing wrote it. */
-static void assert_untouched(uint64_t dev, size_t bytes)
-{
-    unsigned char *img = image(dev, bytes);
-    for (size_t i = 0; i < bytes; i++)
-        if (img[i] != 0xff) fail_msg("byte %zu of a refused call's output was written", i);
-    free(img);
-}
-
-static void expect_error(const char *stage, const char *what)
-{
-    if (strstr(fsa_last_error(), what) == NULL) fail_msg("\"%s\" does not mention \"%s\"", fsa_last_error(), what);
-    assert_string_equal(fsa_last_error_info()->stage, stage);
-}
-
 /* Bad offsets in c->cu: refused by the check-mode forward and backward with a
  * message naming `what`, their outputs untouched; the plain plan runs both. */
 static void expect_refused_only_in_check_mode(call *c, const char *what)
@@ -140,18 +116,18 @@ static void expect_refused_only_in_check_mode(call *c, const char *what)
     int32_t bad[B + 1];
     memcpy(bad, c->cu, sizeof bad);
     assert_int_equal(forward(g_check, c), FSA_STATUS_INVALID_ARGUMENT);
-    expect_error("window-forward", what);
-    assert_untouched(c->o, c->o_bytes);
-    assert_untouched(c->lse, c->lse_bytes);
+    fsa_test_expect_error("window-forward", what);
+    fsa_test_assert_untouched(c->o, c->o_bytes, 0xff);
+    fsa_test_assert_untouched(c->lse, c->lse_bytes, 0xff);
 
     memcpy(c->cu, c->good, sizeof c->cu); /* the backward needs the forward's o and lse */
     assert_int_equal(forward(g_plain, c), FSA_STATUS_OK);
     memcpy(c->cu, bad, sizeof bad);
     assert_int_equal(backward(g_check, c), FSA_STATUS_INVALID_ARGUMENT);
-    expect_error("window-backward", what);
-    assert_untouched(c->dq, c->q_bytes);
-    assert_untouched(c->dk, c->kv_bytes);
-    assert_untouched(c->dv, c->kv_bytes);
+    fsa_test_expect_error("window-backward", what);
+    const uint64_t grads[3] = {c->dq, c->dk, c->dv};
+    const size_t bytes[3] = {c->q_bytes, c->kv_bytes, c->kv_bytes};
+    for (int i = 0; i < 3; i++) fsa_test_assert_untouched(grads[i], bytes[i], 0xff);
 
     assert_int_equal(backward(g_plain, c), FSA_STATUS_OK);
     assert_int_equal(forward(g_plain, c), FSA_STATUS_OK);
@@ -169,7 +145,7 @@ static void test_valid_offsets_pass_and_give_the_bits_of_a_plain_plan(void **sta
     for (int run = 0; run < 2; run++) {
         if (forward(plans[run], &c) != FSA_STATUS_OK) fail_msg("forward refused: %s", fsa_last_error());
         if (backward(plans[run], &c) != FSA_STATUS_OK) fail_msg("backward refused: %s", fsa_last_error());
-        for (int i = 0; i < 5; i++) (run ? checked : plain)[i] = image(dev[i], bytes[i]);
+        for (int i = 0; i < 5; i++) (run ? checked : plain)[i] = fsa_test_image(dev[i], bytes[i]);
     }
     for (int i = 0; i < 5; i++) {
         assert_memory_equal(plain[i], checked[i], bytes[i]);
@@ -225,18 +201,12 @@ static void test_offsets_that_break_the_contract_are_refused(void **state)
 static int setup(void **state)
 {
     (void)state;
-    g_cache_dir = fsa_test_mkdtemp("window-check-cache");
-    g_plain_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    g_check_ctx = fsa_test_check_context(g_cache_dir);
+    fsa_test_contexts_make(&g_ctx, "window-check-cache");
     fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
-    d.dtype = FSA_DTYPE_BF16;
-    d.head_dim = D;
-    d.num_q_heads = HQ;
-    d.num_kv_heads = HKV;
-    d.window = WINDOW;
+    d.dtype = FSA_DTYPE_BF16, d.head_dim = D, d.num_q_heads = HQ, d.num_kv_heads = HKV, d.window = WINDOW;
     d.backward = 1;
-    if (fsa_window_plan_create(&g_plain, g_plain_ctx, &d) != FSA_STATUS_OK ||
-        fsa_window_plan_create(&g_check, g_check_ctx, &d) != FSA_STATUS_OK) {
+    if (fsa_window_plan_create(&g_plain, g_ctx.plain, &d) != FSA_STATUS_OK ||
+        fsa_window_plan_create(&g_check, g_ctx.check, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "plan: %s\n", fsa_last_error());
         return -1;
     }
@@ -248,10 +218,7 @@ static int teardown(void **state)
     (void)state;
     fsa_window_plan_destroy(g_check);
     fsa_window_plan_destroy(g_plain);
-    fsa_context_destroy(g_check_ctx);
-    fsa_context_destroy(g_plain_ctx);
-    fsa_test_rmtree(g_cache_dir);
-    free(g_cache_dir);
+    fsa_test_contexts_free(&g_ctx);
     return 0;
 }
 
