@@ -191,6 +191,17 @@ static void test_offsets_that_break_the_contract_are_refused(void **state)
     expect_refused_only_in_check_mode(&c, "cu_seqlens does not end at total_tokens (first at sequence 3)");
     call_free(&c);
 
+    /* Offsets that stop short of T: the plain plan leaves the tokens past them unwritten (a silent
+     * wrong answer, which is why check mode exists); the check-mode plan refuses them. */
+    call_make(&c);
+    c.cu[B] = c.T - 40;
+    expect_refused_only_in_check_mode(&c, "cu_seqlens does not end at total_tokens (first at sequence 3)");
+    unsigned char *o = fsa_test_image(c.o, c.o_bytes); /* the plain forward's, with these offsets */
+    const size_t row = (size_t)HQ * D * 2;
+    for (size_t i = (size_t)(c.T - 40) * row; i < c.o_bytes; i++) assert_int_equal(o[i], 0xff);
+    free(o);
+    call_free(&c);
+
     /* Offsets that rise from 0 to T are fine whatever the lengths: a sequence may be empty. */
     call_make(&c);
     c.cu[1] = 0;
