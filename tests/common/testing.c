@@ -185,6 +185,25 @@ void fsa_test_contexts_free(fsa_test_contexts *c)
     free(c->cache_dir);
 }
 
+typedef struct named_count {
+    const char *name;
+    int n;
+} named_count;
+
+static int count_named(const fsa_cache_entry_info *info, void *user)
+{
+    named_count *c = user;
+    c->n += strcmp(info->name, c->name) == 0;
+    return 0;
+}
+
+int fsa_test_cache_count(fsa_context *ctx, const char *name)
+{
+    named_count c = {name, 0};
+    if (fsa_cache_list(ctx, count_named, &c) != FSA_STATUS_OK) fail_msg("cache list: %s", fsa_last_error());
+    return c.n;
+}
+
 unsigned char *fsa_test_image(uint64_t dev, size_t bytes)
 {
     unsigned char *img = malloc(bytes ? bytes : 1);

@@ -62,6 +62,10 @@ typedef struct fsa_test_contexts {
 void fsa_test_contexts_make(fsa_test_contexts *c, const char *prefix);
 void fsa_test_contexts_free(fsa_test_contexts *c);
 
+/* Entries named `name` (a kernel family, e.g. "offsets_check") in the cache
+ * of ctx's target. */
+int fsa_test_cache_count(fsa_context *ctx, const char *name);
+
 /* A device buffer's bytes in a new host buffer (the caller frees it). */
 unsigned char *fsa_test_image(uint64_t dev, size_t bytes);
 /* Fails unless every byte of the device buffer is `poison` (nothing wrote it). */
