@@ -142,8 +142,10 @@ static void test_query_offsets_that_break_the_contract_are_refused(void **state)
     call_free(&c);
 
     call_make(&c);
-    c.cu[2] = c.cu[1] - 1; /* falls after sequence 1 */
-    check_expect_refused_only_in_check_mode(&c.base, "cu_seqlens falls (first at sequence 1)");
+    c.cu[2] = c.cu[1] - 1; /* falls after sequence 1, and sequence 2 grows by a compressed token */
+    check_expect_refused_only_in_check_mode(&c.base, "cu_seqlens falls; cu_seqlens_c gives a sequence a compressed-"
+                                                     "token count other than max(0, (length - kernel_size) / "
+                                                     "stride + 1) (first at sequence 1)");
     call_free(&c);
 
     call_make(&c);
