@@ -52,6 +52,25 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 
+/* The warpgroup forward (Hopper wgmma, sm_90a): the CTA's 4 warps are one
+ * warpgroup over the tile's 64 rows (one set of 16 rows per warp: the
+ * tokens of fsa_qt_tokens_per_tile), FSA_QT_THREADS threads. Q rows | the K
+ * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
+ * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
+ * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
+ * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
+#define FSA_QT_WG_ALIGN 1024
+FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk) { return fsa_sw128_bytes(FSA_QT_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv)
+{
+    return fsa_qt_wg_smem_k(dk) + FSA_QT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_v(dk, dv) + FSA_QT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+
 /* ---------------------------------------------------------------- backward */
 /* dq: the forward's tiles; Q rows | dO rows | the K stages | the V stages,
  * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in

@@ -57,7 +57,13 @@ typedef struct fsa_kernel_config {
     int page_size; /* tokens per page of a paged KV cache */
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
+    int wgmma;                   /* query-tile forwards: 1 = warpgroup products (fsa_kernel_wgmma) */
 } fsa_kernel_config;
+
+/* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
+ * products: the context compiles for sm_90a, the head dims suit
+ * (fsa_qt_wg_dims_ok) and FSA_WGMMA does not say 0. */
+int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -70,8 +70,8 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->window = d.head_windows != NULL ? 0 : d.window;
     for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) plan->head_windows[qh] = d.head_windows[qh];
-    const fsa_kernel_config c = {
-        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
+    const fsa_kernel_config c = {.dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim,
+                                 .group = plan->group, .wgmma = fsa_kernel_wgmma(ctx, d.head_dim, d.value_dim)};
     /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
     const struct {
         fsa_kernel *k;

@@ -1,0 +1,64 @@
+// The forward of a query tile on Hopper warpgroup tensor cores (sm_90a):
+// attend_query_tile (fsa_qattn.cuh) with the same caller interface and
+// result, its 4 warps one warpgroup over the tile's 64 rows (one set of 16
+// per warp, MT = 1). Per stage of keys: S = Q K^T by wgmma from the swizzled
+// Q and K tiles, the online softmax in registers, O += P V by wgmma with P
+// from registers and V transposed from its swizzled tile. The stage ring,
+// its loaders and the output rows are those of the mma.sync forward.
+//
+// Shared memory: fsa_qt_wg_smem_bytes(DK, DV); head dims fsa_qt_wg_dims_ok.
+// The warpgroup computes every stage of the stream (its products are issued
+// by all four warps together): warp_sees is not consulted, rows mask what
+// they do not see through visible().
+#pragma once
+#include "fsa_qattn.cuh"
+#include "fsa_wgmma.cuh"
+
+namespace fsa {
+
+template <class DT, int DK, int DV, int G, class KeyRows, class Visible, class WarpSees>
+__device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const fsa_kernel_view &q,
+                                                     const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                     const QueryTile &tile, int h, float scale_log2, int n_stages,
+                                                     KeyRows key_rows, Visible visible, WarpSees) {
+    static_assert(fsa_qt_wg_dims_ok(DK, DV), "warpgroup forward: head dims are multiples of 64 up to 256");
+    static_assert(FSA_QT_THREADS == 128 && FSA_QT_ROWS == 64, "one warpgroup of 64 rows");
+    constexpr int KS = fsa_qt_fwd_keys(DV), K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK), vs = qs + fsa_qt_wg_smem_v(DK, DV);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    load_query_rows_async<G, DK, 0, FSA_QT_THREADS, FSA_QT_ROWS, true>(qs, q, tile, h);
+    auto load = [&](int i, int buf) {
+        load_key_stage_async<KS, DK, DV, true>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+    };
+    AsyncRing<FSA_QT_STAGES> ring;
+    ring.start(n_stages, load);
+
+    OnlineSoftmax sm;
+    sm.init();
+    float acc[DV / 8][4];
+    frag_zero<DV / 8>(acc);
+
+    for (int i = 0; i < n_stages; i++) {
+        const int buf = ring.acquire(i, load, [] { wg_fence_async_smem(); });
+        float s[KS / 8][4];
+        frag_zero<KS / 8>(s);
+        wg_mma_abt<DT, DK, KS>(s, qs, ks + buf * K_STAGE);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<KS / 8>(s);
+        float alpha[2];
+        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, half); }, alpha);
+        frag_scale_rows<DV / 8>(acc, alpha);
+        wg_mma_pv<DT, KS / 16, DV>(acc, s, vs + buf * V_STAGE);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<DV / 8>(acc);
+    }
+    cp_async_wait<0>();  // with no stage at all, the query rows' copies are still in flight
+
+    store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+}
+
+}  // namespace fsa
