@@ -11,7 +11,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr bool WG = {{WGMMA}};                // warpgroup products (sm_90a)
+constexpr int WG = {{WGMMA}};  // warpgroup products (sm_90a): 1, 2 = overlapped
 constexpr int MT = fsa_cmp_fwd_mt(DK, DV, WG);  // sets of 16 rows per warp
 constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
 constexpr int TT = fsa_qt_tokens_per_tile_mt(G, MT);
@@ -44,8 +44,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(cons
     auto visible = [&](int j, int slot) { return j < row_vis[slot]; };
     auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
     const int n_stages = (tile_vis + KS - 1) / KS;
-    if constexpr (WG)
-        attend_query_tile_wg<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
+    if constexpr (WG != 0)
+        attend_query_tile_wg<DT, DK, DV, G, WG == 2>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
                                             (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
     else
         attend_query_tile<DT, DK, DV, G, MT>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,

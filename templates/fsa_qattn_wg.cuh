@@ -3,8 +3,15 @@
 // result, its 4 warps one warpgroup over the tile's 64 rows (one set of 16
 // per warp, MT = 1). Per stage of keys: S = Q K^T by wgmma from the swizzled
 // Q and K tiles, the online softmax in registers, O += P V by wgmma with P
-// from registers and V transposed from its swizzled tile. The stage ring,
-// its loaders and the output rows are those of the mma.sync forward.
+// from registers and V transposed from its swizzled tile. The loaders, the
+// softmax and the output rows are those of the mma.sync forward.
+//
+// OVERLAP: the products of stage i + 1's scores and of stage i's P V are in
+// flight together, and stage i + 1's softmax runs while P V still does (the
+// tensor pipe is busy during the softmax). Ring item j then carries the K
+// rows of stage j and the V rows of stage j - 1, so the two buffers of the
+// ring are never read and refilled at once. Without it each product waits
+// before the softmax that follows.
 //
 // Shared memory: fsa_qt_wg_smem_bytes(DK, DV); head dims fsa_qt_wg_dims_ok.
 // The warpgroup computes every stage of the stream (its products are issued
@@ -16,42 +23,85 @@
 
 namespace fsa {
 
-template <class DT, int DK, int DV, int G, class KeyRows, class Visible, class WarpSees>
+template <class DT, int DK, int DV, int G, bool OVERLAP, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const fsa_kernel_view &q,
                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      KeyRows key_rows, Visible visible, WarpSees) {
     static_assert(fsa_qt_wg_dims_ok(DK, DV), "warpgroup forward: head dims are multiples of 64 up to 256");
     static_assert(FSA_QT_THREADS == 128 && FSA_QT_ROWS == 64, "one warpgroup of 64 rows");
-    constexpr int KS = fsa_qt_fwd_keys(DV), K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16;
+    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK), vs = qs + fsa_qt_wg_smem_v(DK, DV);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const auto landed = [] { wg_fence_async_smem(); };
 
     load_query_rows_async<G, DK, 0, FSA_QT_THREADS, FSA_QT_ROWS, true>(qs, q, tile, h);
-    auto load = [&](int i, int buf) {
-        load_key_stage_async<KS, DK, DV, true>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
-    };
-    AsyncRing<FSA_QT_STAGES> ring;
-    ring.start(n_stages, load);
-
     OnlineSoftmax sm;
     sm.init();
-    float acc[DV / 8][4];
+    float acc[DV / 8][4], s[KS / 8][4], alpha[2];
     frag_zero<DV / 8>(acc);
-
-    for (int i = 0; i < n_stages; i++) {
-        const int buf = ring.acquire(i, load, [] { wg_fence_async_smem(); });
-        float s[KS / 8][4];
+    u32 pa[KK][4];
+    // Raw scores of a K stage into s (issued and committed); then stage i's
+    // probabilities in s (alpha: the rescale of acc).
+    auto scores = [&](u32 k_tile) {
         frag_zero<KS / 8>(s);
-        wg_mma_abt<DT, DK, KS>(s, qs, ks + buf * K_STAGE);
+        wg_mma_abt<DT, DK, KS>(s, qs, k_tile);
         wg_commit();
+    };
+    auto softmax = [&](int i) {
+        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, half); }, alpha);
+    };
+
+    if constexpr (!OVERLAP) {
+        auto load = [&](int i, int buf) {
+            load_key_stage_async<KS, DK, DV, true>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+        };
+        AsyncRing<FSA_QT_STAGES> ring;
+        ring.start(n_stages, load);
+        for (int i = 0; i < n_stages; i++) {
+            const int buf = ring.acquire(i, load, landed);
+            scores(ks + buf * K_STAGE);
+            wg_wait<0>();
+            wg_hold<KS / 8>(s);
+            softmax(i);
+            frag_scale_rows<DV / 8>(acc, alpha);
+            wg_p_to_a<DT, KK>(pa, s);
+            wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<DV / 8>(acc);
+        }
+    } else if (n_stages > 0) {
+        static_assert(FSA_QT_STAGES == 2, "item j + 1 refills the buffer of item j - 1");
+        auto load = [&](int j, int buf) {
+            if (j < n_stages) load_key_half_async<KS, DK, 0, true>(ks + buf * K_STAGE, key_rows, j * KS);
+            if (j > 0) load_key_half_async<KS, DV, 1, true>(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
+        };
+        AsyncRing<FSA_QT_STAGES> ring;
+        ring.start(n_stages + 1, load);
+        int buf = ring.acquire(0, load, landed);
+        scores(ks + buf * K_STAGE);
         wg_wait<0>();
         wg_hold<KS / 8>(s);
-        float alpha[2];
-        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, half); }, alpha);
-        frag_scale_rows<DV / 8>(acc, alpha);
-        wg_mma_pv<DT, KS / 16, DV>(acc, s, vs + buf * V_STAGE);
+        softmax(0);
+        wg_p_to_a<DT, KK>(pa, s);
+        for (int i = 0; i + 1 < n_stages; i++) {
+            buf = ring.acquire(i + 1, load, landed);  // K of stage i + 1, V of stage i
+            scores(ks + buf * K_STAGE);
+            wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
+            wg_commit();
+            wg_wait<1>();  // the scores; P V may still run
+            wg_hold<KS / 8>(s);
+            softmax(i + 1);
+            wg_wait<0>();
+            wg_hold<DV / 8>(acc);
+            frag_scale_rows<DV / 8>(acc, alpha);
+            wg_p_to_a<DT, KK>(pa, s);
+        }
+        buf = ring.acquire(n_stages, load, landed);  // V of the last stage
+        wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
         wg_commit();
         wg_wait<0>();
         wg_hold<DV / 8>(acc);

@@ -92,26 +92,25 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
     else load_tile_async<ROWS, D, LD, THREADS>(dst, row_src);
 }
 
-// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer
-// (pitches fsa_pitch(DK), fsa_pitch(DV); SW128: 128-byte swizzled tiles);
-// key_rows(j) -> RowPair{k row, v row, ok}. Joins the current cp.async group.
+// The K rows (HALF 0) or the V rows (HALF 1) of keys first .. first + ROWS -
+// 1 of a key stream into a stage buffer of D columns (pitch fsa_pitch(D);
+// SW128: a 128-byte swizzled tile); key_rows(j) -> RowPair{k row, v row,
+// ok}. Joins the current cp.async group.
+template <int ROWS, int D, int HALF, bool SW128 = false, class KeyRows>
+__device__ __forceinline__ void load_key_half_async(u32 dst, KeyRows key_rows, int first) {
+    auto src = [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{HALF == 0 ? kv.a : kv.b, kv.ok};
+    };
+    if constexpr (SW128) load_tile_sw128_async<ROWS, D, FSA_QT_THREADS>(dst, src);
+    else load_tile_async<ROWS, D, fsa_pitch(D), FSA_QT_THREADS>(dst, src);
+}
+
+// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer.
 template <int KS, int DK, int DV, bool SW128 = false, class KeyRows>
 __device__ __forceinline__ void load_key_stage_async(u32 k_dst, u32 v_dst, KeyRows key_rows, int first) {
-    auto k_src = [&](int r) {
-        const RowPair kv = key_rows(first + r);
-        return RowSrc{kv.a, kv.ok};
-    };
-    auto v_src = [&](int r) {
-        const RowPair kv = key_rows(first + r);
-        return RowSrc{kv.b, kv.ok};
-    };
-    if constexpr (SW128) {
-        load_tile_sw128_async<KS, DK, FSA_QT_THREADS>(k_dst, k_src);
-        load_tile_sw128_async<KS, DV, FSA_QT_THREADS>(v_dst, v_src);
-    } else {
-        load_tile_async<KS, DK, fsa_pitch(DK), FSA_QT_THREADS>(k_dst, k_src);
-        load_tile_async<KS, DV, fsa_pitch(DV), FSA_QT_THREADS>(v_dst, v_src);
-    }
+    load_key_half_async<KS, DK, 0, SW128>(k_dst, key_rows, first);
+    load_key_half_async<KS, DV, 1, SW128>(v_dst, key_rows, first);
 }
 
 }  // namespace fsa

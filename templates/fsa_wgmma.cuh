@@ -17,7 +17,8 @@
 //   wg_mma_abt<DT, D, KS>(s, q_tile, k_tile);       // fence, then S = Q K^T
 //   wg_commit(); wg_wait<0>(); wg_hold(s);           // s is ready
 //   ... softmax on s, rescale acc ...
-//   wg_mma_pv<DT, KS / 16, DV>(acc, s, v_tile);      // P to registers, fence, O += P V
+//   wg_p_to_a<DT, KS / 16>(a, s);                    // P to registers
+//   wg_mma_pv<DT, KS / 16, DV>(acc, a, v_tile);      // fence, O += P V
 //   wg_commit(); wg_wait<0>(); wg_hold(acc);
 //
 // Shared-memory data written by ordinary stores or cp.async must be fenced
@@ -145,17 +146,21 @@ __device__ __forceinline__ void wg_mma_abt(float (&d)[N / 8][4], u32 a_tile, u32
     for (int kd = 0; kd < K / 16; kd++) wg_mma_ss(DT(), d, wg_desc_k(a_tile, 64, kd), wg_desc_k(b_tile, N, kd), 1);
 }
 
-// d (64 x DV) += P V: P the warpgroup's 64 x 16KK probabilities in
-// accumulator fragments (p[2 kk], p[2 kk + 1] make columns 16 kk .. 16 kk +
-// 15), V a swizzled tile of 16KK rows x DV (DV a multiple of 64), read in
-// 64-column panels. Converts P to A operands, fences (they and d were just
-// written), then issues; the caller commits and waits.
-template <class DT, int KK, int DV>
-__device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const float p[2 * KK][4], u32 v_tile) {
-    static_assert(DV % 64 == 0, "value dims in whole 64-column panels");
-    u32 a[KK][4];
+// The warpgroup's 64 x 16KK probabilities in accumulator fragments (p[2 kk],
+// p[2 kk + 1] make columns 16 kk .. 16 kk + 15) as A operands in registers.
+template <class DT, int KK>
+__device__ __forceinline__ void wg_p_to_a(u32 a[KK][4], const float p[2 * KK][4]) {
 #pragma unroll
     for (int kk = 0; kk < KK; kk++) frag_to_a<DT>(a[kk], p[2 * kk], p[2 * kk + 1]);
+}
+
+// d (64 x DV) += P V: P as A operands in registers (wg_p_to_a), V a
+// swizzled tile of 16KK rows x DV (DV a multiple of 64), read in 64-column
+// panels. Fences (a and d may have been written since the last product),
+// then issues; the caller commits and waits.
+template <class DT, int KK, int DV>
+__device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK][4], u32 v_tile) {
+    static_assert(DV % 64 == 0, "value dims in whole 64-column panels");
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < KK; kk++)

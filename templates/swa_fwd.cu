@@ -10,7 +10,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
-constexpr bool WG = {{WGMMA}};  // warpgroup products (sm_90a)
+constexpr int WG = {{WGMMA}};  // warpgroup products (sm_90a): 1, 2 = overlapped
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -21,8 +21,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(cons
     auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
     auto visible = [&](int j, int half) { return ws.visible(j, half); };
     auto warp_sees = [&](int stage) { return ws.warp_sees(stage); };
-    if constexpr (WG)
-        attend_query_tile_wg<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
+    if constexpr (WG != 0)
+        attend_query_tile_wg<DT, DK, DV, G, WG == 2>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
                                             (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
     else
         attend_query_tile<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,

@@ -107,8 +107,8 @@ static const struct {
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
     const char *env = getenv("FSA_WGMMA");
-    if (env != NULL && strcmp(env, "0") == 0) return 0;
-    return ctx->arch.major == 9 && ctx->arch.suffix == 'a' && fsa_qt_wg_dims_ok(dk, dv);
+    const int variant = env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0) ? env[0] - '0' : 2;
+    return ctx->arch.major == 9 && ctx->arch.suffix == 'a' && fsa_qt_wg_dims_ok(dk, dv) ? variant : 0;
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)

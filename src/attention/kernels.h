@@ -57,12 +57,13 @@ typedef struct fsa_kernel_config {
     int page_size; /* tokens per page of a paged KV cache */
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
-    int wgmma;                   /* query-tile forwards: 1 = warpgroup products (fsa_kernel_wgmma) */
+    int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
- * products: the context compiles for sm_90a, the head dims suit
- * (fsa_qt_wg_dims_ok) and FSA_WGMMA does not say 0. */
+ * products: 0 (mma.sync) unless the context compiles for sm_90a and the
+ * head dims suit (fsa_qt_wg_dims_ok); then 2 (products overlapped with the
+ * softmax), or what FSA_WGMMA says: 0, or 1 (each product waited for). */
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */

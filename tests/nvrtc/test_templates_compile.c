@@ -204,10 +204,11 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     fsa_param params[10];
     size_t n = params_of(v, t->text, dv, params);
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
-    /* The query-tile forwards: warpgroup products where the library would pick them (sm_90a, dims it takes). */
+    /* The query-tile forwards: the warpgroup variant the library picks by default where it picks one
+     * (sm_90a, head dims it takes). */
     const char *wg = "0";
     if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0 && fsa_qt_wg_dims_ok(atoi(v->d), atoi(dv ? dv : v->d)))
-        wg = "1";
+        wg = "2";
     if (strstr(t->text, "{{WGMMA}}")) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
