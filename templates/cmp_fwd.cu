@@ -11,13 +11,13 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int WG = {{WGMMA}};  // warpgroup products (sm_90a): 1, 2 = overlapped
-constexpr int MT = fsa_cmp_fwd_mt(DK, DV, WG);  // sets of 16 rows per warp
+constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
+constexpr int MT = WG ? 1 : fsa_cmp_fwd_mt(DK, DV);  // sets of 16 rows per warp
 constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
-constexpr int TT = fsa_qt_tokens_per_tile_mt(G, MT);
+constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
 typedef GroupRows<G> Rows;
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) == 2 ? 1 : 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;
@@ -45,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(cons
     auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
     const int n_stages = (tile_vis + KS - 1) / KS;
     if constexpr (WG != 0)
-        attend_query_tile_wg<DT, DK, DV, G, WG == 2>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
+        attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
                                             (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
     else
         attend_query_tile<DT, DK, DV, G, MT>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,

@@ -1,43 +1,49 @@
 // The forward of a query tile on Hopper warpgroup tensor cores (sm_90a):
 // attend_query_tile (fsa_qattn.cuh) with the same caller interface and
-// result, its 4 warps one warpgroup over the tile's 64 rows (one set of 16
-// per warp, MT = 1). Per stage of keys: S = Q K^T by wgmma from the swizzled
+// result, variant WG of fsa_qt_layout.cuh: fsa_qt_wg_threads(WG) threads,
+// fsa_qt_wg_groups(WG) warpgroups each over 64 of the tile's rows (one set
+// of 16 per warp, warp w holding set w: MT = 1), sharing every K/V stage.
+// Per stage of keys: S = Q K^T by wgmma from the swizzled
 // Q and K tiles, the online softmax in registers, O += P V by wgmma with P
 // from registers and V transposed from its swizzled tile. The loaders, the
 // softmax and the output rows are those of the mma.sync forward.
 //
-// OVERLAP: the products of stage i + 1's scores and of stage i's P V are in
+// From variant 2 on (OVERLAP) the products of stage i + 1's scores and of stage i's P V are in
 // flight together, and stage i + 1's softmax runs while P V still does (the
 // tensor pipe is busy during the softmax). Ring item j then carries the K
-// rows of stage j and the V rows of stage j - 1, so the two buffers of the
-// ring are never read and refilled at once. Without it each product waits
-// before the softmax that follows.
+// rows of stage j and the V rows of stage j - 1: acquiring item i + 1 (K of
+// the scores to come, V of the P V to come) refills the buffer of item i,
+// whose products were waited for in the step before. Without OVERLAP each
+// product waits before the softmax that follows.
 //
-// Shared memory: fsa_qt_wg_smem_bytes(DK, DV); head dims fsa_qt_wg_dims_ok.
-// The warpgroup computes every stage of the stream (its products are issued
-// by all four warps together): warp_sees is not consulted, rows mask what
-// they do not see through visible().
+// Shared memory: fsa_qt_wg_smem_bytes(DK, DV, WG); head dims
+// fsa_qt_wg_dims_ok; tokens per tile fsa_qt_wg_tokens_per_tile(G, WG). A warpgroup computes every
+// stage of the stream (its products are issued by all four warps together):
+// warp_sees is not consulted, rows mask what they do not see through
+// visible().
 #pragma once
 #include "fsa_qattn.cuh"
 #include "fsa_wgmma.cuh"
 
 namespace fsa {
 
-template <class DT, int DK, int DV, int G, bool OVERLAP, class KeyRows, class Visible, class WarpSees>
+template <class DT, int DK, int DV, int G, int WG, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const fsa_kernel_view &q,
                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      KeyRows key_rows, Visible visible, WarpSees) {
     static_assert(fsa_qt_wg_dims_ok(DK, DV), "warpgroup forward: head dims are multiples of 64 up to 256");
-    static_assert(FSA_QT_THREADS == 128 && FSA_QT_ROWS == 64, "one warpgroup of 64 rows");
-    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16;
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, THREADS = fsa_qt_wg_threads(WG), ROWS = fsa_qt_wg_rows(WG);
+    constexpr int STAGES = fsa_qt_wg_stages(WG);
+    constexpr bool OVERLAP = WG >= 2;
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
-    const u32 ks = qs + fsa_qt_wg_smem_k(DK), vs = qs + fsa_qt_wg_smem_v(DK, DV);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 q_rows = qs + (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q panel
     const auto landed = [] { wg_fence_async_smem(); };
 
-    load_query_rows_async<G, DK, 0, FSA_QT_THREADS, FSA_QT_ROWS, true>(qs, q, tile, h);
+    load_query_rows_async<G, DK, 0, THREADS, ROWS, true>(qs, q, tile, h);
     OnlineSoftmax sm;
     sm.init();
     float acc[DV / 8][4], s[KS / 8][4], alpha[2];
@@ -47,7 +53,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     // probabilities in s (alpha: the rescale of acc).
     auto scores = [&](u32 k_tile) {
         frag_zero<KS / 8>(s);
-        wg_mma_abt<DT, DK, KS>(s, qs, k_tile);
+        wg_mma_abt<DT, DK, KS, ROWS>(s, q_rows, k_tile);
         wg_commit();
     };
     auto softmax = [&](int i) {
@@ -56,9 +62,9 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
 
     if constexpr (!OVERLAP) {
         auto load = [&](int i, int buf) {
-            load_key_stage_async<KS, DK, DV, true>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+            load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
         };
-        AsyncRing<FSA_QT_STAGES> ring;
+        AsyncRing<STAGES> ring;
         ring.start(n_stages, load);
         for (int i = 0; i < n_stages; i++) {
             const int buf = ring.acquire(i, load, landed);
@@ -74,12 +80,11 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             wg_hold<DV / 8>(acc);
         }
     } else if (n_stages > 0) {
-        static_assert(FSA_QT_STAGES == 2, "item j + 1 refills the buffer of item j - 1");
         auto load = [&](int j, int buf) {
-            if (j < n_stages) load_key_half_async<KS, DK, 0, true>(ks + buf * K_STAGE, key_rows, j * KS);
-            if (j > 0) load_key_half_async<KS, DV, 1, true>(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
+            if (j < n_stages) load_key_half_async<KS, DK, 0, true, THREADS>(ks + buf * K_STAGE, key_rows, j * KS);
+            if (j > 0) load_key_half_async<KS, DV, 1, true, THREADS>(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
         };
-        AsyncRing<FSA_QT_STAGES> ring;
+        AsyncRing<STAGES> ring;
         ring.start(n_stages + 1, load);
         int buf = ring.acquire(0, load, landed);
         scores(ks + buf * K_STAGE);

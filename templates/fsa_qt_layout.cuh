@@ -52,23 +52,38 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 
-/* The warpgroup forward (Hopper wgmma, sm_90a): the CTA's 4 warps are one
- * warpgroup over the tile's 64 rows (one set of 16 rows per warp: the
- * tokens of fsa_qt_tokens_per_tile), FSA_QT_THREADS threads. Q rows | the K
- * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
- * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
- * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
- * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
+/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1, 2, 3; 0 is
+ * the mma.sync forward): fsa_qt_wg_groups(wg) warpgroups of 4 warps, each
+ * over 64 rows of the tile (one set of 16 rows per warp, so warp w holds set
+ * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
+ * CTA per SM with two warpgroups: no other CTA hides a late stage); from
+ * variant 2 on, the products overlap the softmax (fsa_qattn_wg.cuh). Q rows
+ * | the K stages | the V stages, each a 128-byte swizzled tile of 64-column
+ * panels (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic
+ * shared memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head
+ * dims are multiples of 64 (whole panels); other shapes keep the mma.sync
+ * forward. */
 #define FSA_QT_WG_ALIGN 1024
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
-FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk) { return fsa_sw128_bytes(FSA_QT_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 3 ? 2 : 1; }
+FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
+FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }
+FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
+FSA_LAYOUT_FN int fsa_qt_wg_tokens_per_tile(int g, int wg) { return fsa_qt_wg_rows(wg) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk, int wg) { return fsa_sw128_bytes(fsa_qt_wg_rows(wg), dk); }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg)
 {
-    return fsa_qt_wg_smem_k(dk) + FSA_QT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+    return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
 }
-FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 {
-    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_v(dk, dv) + FSA_QT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+/* The window forward's tokens per tile and grid (wg: its variant). */
+FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }
+FSA_LAYOUT_FN long long fsa_qt_fwd_grid_tiles(long long total_tokens, long long batch, int g, int wg)
+{
+    return total_tokens / fsa_qt_fwd_tile_tokens(g, wg) + batch;
 }
 
 /* ---------------------------------------------------------------- backward */

@@ -95,22 +95,23 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
 // The K rows (HALF 0) or the V rows (HALF 1) of keys first .. first + ROWS -
 // 1 of a key stream into a stage buffer of D columns (pitch fsa_pitch(D);
 // SW128: a 128-byte swizzled tile); key_rows(j) -> RowPair{k row, v row,
-// ok}. Joins the current cp.async group.
-template <int ROWS, int D, int HALF, bool SW128 = false, class KeyRows>
+// ok}. THREADS threads share the copies, which join the current cp.async
+// group.
+template <int ROWS, int D, int HALF, bool SW128 = false, int THREADS = FSA_QT_THREADS, class KeyRows>
 __device__ __forceinline__ void load_key_half_async(u32 dst, KeyRows key_rows, int first) {
     auto src = [&](int r) {
         const RowPair kv = key_rows(first + r);
         return RowSrc{HALF == 0 ? kv.a : kv.b, kv.ok};
     };
-    if constexpr (SW128) load_tile_sw128_async<ROWS, D, FSA_QT_THREADS>(dst, src);
-    else load_tile_async<ROWS, D, fsa_pitch(D), FSA_QT_THREADS>(dst, src);
+    if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, src);
+    else load_tile_async<ROWS, D, fsa_pitch(D), THREADS>(dst, src);
 }
 
 // Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer.
-template <int KS, int DK, int DV, bool SW128 = false, class KeyRows>
+template <int KS, int DK, int DV, bool SW128 = false, int THREADS = FSA_QT_THREADS, class KeyRows>
 __device__ __forceinline__ void load_key_stage_async(u32 k_dst, u32 v_dst, KeyRows key_rows, int first) {
-    load_key_half_async<KS, DK, 0, SW128>(k_dst, key_rows, first);
-    load_key_half_async<KS, DV, 1, SW128>(v_dst, key_rows, first);
+    load_key_half_async<KS, DK, 0, SW128, THREADS>(k_dst, key_rows, first);
+    load_key_half_async<KS, DV, 1, SW128, THREADS>(v_dst, key_rows, first);
 }
 
 }  // namespace fsa

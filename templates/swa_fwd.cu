@@ -10,11 +10,13 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
-constexpr int WG = {{WGMMA}};  // warpgroup products (sm_90a): 1, 2 = overlapped
+constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(const fsa_swa_params p) {
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) == 2 ? 1 : 2) fsa_swa_fwd(
+    const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const QueryTile tile = cta_query_tile<G>(p);
+    const QueryTile tile = query_tile<fsa_qt_fwd_tile_tokens(G, WG)>((const int *)p.cu_seqlens, (int)p.batch,
+                                                                     p.total_tokens, blockIdx.x);
     if (!tile.ok) return;  // a spare CTA
     const WindowStream<G, KS> ws(p, tile);
 
@@ -22,7 +24,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(cons
     auto visible = [&](int j, int half) { return ws.visible(j, half); };
     auto warp_sees = [&](int stage) { return ws.warp_sees(stage); };
     if constexpr (WG != 0)
-        attend_query_tile_wg<DT, DK, DV, G, WG == 2>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
+        attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
                                             (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
     else
         attend_query_tile<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,

@@ -107,7 +107,7 @@ static const struct {
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
     const char *env = getenv("FSA_WGMMA");
-    const int variant = env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0) ? env[0] - '0' : 2;
+    const int variant = env != NULL && env[0] >= '0' && env[0] <= '3' && env[1] == '\0' ? env[0] - '0' : 2;
     return ctx->arch.major == 9 && ctx->arch.suffix == 'a' && fsa_qt_wg_dims_ok(dk, dv) ? variant : 0;
 }
 
@@ -142,7 +142,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
-    case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv) : fsa_qt_fwd_smem_bytes(d, dv); break;
+    case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, bk, c->top_k); break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ: smem = fsa_qt_dq_smem_bytes(d, dv); break;
@@ -153,6 +153,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     const family_id f = kernels[id].family;
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
         threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
+    if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;

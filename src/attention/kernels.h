@@ -62,8 +62,8 @@ typedef struct fsa_kernel_config {
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
  * products: 0 (mma.sync) unless the context compiles for sm_90a and the
- * head dims suit (fsa_qt_wg_dims_ok); then 2 (products overlapped with the
- * softmax), or what FSA_WGMMA says: 0, or 1 (each product waited for). */
+ * head dims suit (fsa_qt_wg_dims_ok); then the variant of fsa_qt_layout.cuh
+ * FSA_WGMMA names (0 to 3), by default 2. */
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
