@@ -44,6 +44,14 @@ __device__ __forceinline__ void store_query_rows(const fsa_kernel_view &o, float
     }
 }
 
+// acc *= alpha per row, skipped when no row of the warp changes its scale:
+// once the row maxima settle alpha is exactly 1 (the same bits, fewer
+// instructions).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float acc[N][4], const float alpha[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<N>(acc, alpha);
+}
+
 template <class DT, int DK, int DV, int G, int MT = 1, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q,
                                                   const fsa_kernel_view &o, float *lse, long long total_tokens,
@@ -86,8 +94,7 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
             sm[m].step<KS / 8>(
                 s[m], scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, 2 * m + half); },
                 alpha);
-            // Once the row maxima settle alpha is exactly 1 for every row: skip the rescale (same bits).
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(acc[m], alpha);
+            rescale_rows<DV / 8>(acc[m], alpha);
         }
         mma_pv_rows<DT, KS / 16, DV / 8, LDV, MT>(acc, s, v_lane + buf * fsa_tile_bytes(KS, DV));
     }

@@ -72,7 +72,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             wg_wait<0>();
             wg_hold<KS / 8>(s);
             softmax(i);
-            frag_scale_rows<DV / 8>(acc, alpha);
+            rescale_rows<DV / 8>(acc, alpha);
             wg_p_to_a<DT, KK>(pa, s);
             wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
             wg_commit();
@@ -102,7 +102,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             softmax(i + 1);
             wg_wait<0>();
             wg_hold<DV / 8>(acc);
-            frag_scale_rows<DV / 8>(acc, alpha);
+            rescale_rows<DV / 8>(acc, alpha);
             wg_p_to_a<DT, KK>(pa, s);
         }
         buf = ring.acquire(n_stages, load, landed);  // V of the last stage
