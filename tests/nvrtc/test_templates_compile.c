@@ -209,7 +209,9 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     const char *wg = "0";
     if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0 && fsa_qt_wg_dims_ok(atoi(v->d), atoi(dv ? dv : v->d)))
         wg = "2";
-    if (strstr(t->text, "{{WGMMA}}")) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
+    int wg_given = 0;
+    for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
+    if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -277,6 +279,22 @@ static void test_every_template_variant_compiles_for_sm_90a_without_unjustified_
     compile_every_variant("sm_90a");
 }
 
+/* The other warpgroup variants of the query-tile forwards (FSA_WGMMA 1 and 3; the default is among
+ * the variants above) compile for sm_90a without spills, at the standard and the paper's head dims. */
+static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
+                                     {"swa_fwd", "f16", "192", "16", NULL, NULL, NULL, NULL}};
+    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "3"};
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < 2; j++) {
+            const fsa_param wg = {"WGMMA", wgs[j], "wg"};
+            compile_variant(&shapes[i], dvs[i], &wg, 1, "sm_90a", used);
+        }
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -328,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_a_compile_error_returns_the_nvrtc_log),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
+        cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
