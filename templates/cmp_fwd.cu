@@ -17,7 +17,7 @@ constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
 constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
 typedef GroupRows<G> Rows;
 
-extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) == 2 ? 1 : 2) fsa_cmp_fwd(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;

@@ -8,7 +8,7 @@
 // from registers and V transposed from its swizzled tile. The loaders, the
 // softmax and the output rows are those of the mma.sync forward.
 //
-// From variant 2 on (OVERLAP) the products of stage i + 1's scores and of stage i's P V are in
+// With OVERLAP (variants 2, 3) the products of stage i + 1's scores and of stage i's P V are in
 // flight together, and stage i + 1's softmax runs while P V still does (the
 // tensor pipe is busy during the softmax). Ring item j then carries the K
 // rows of stage j and the V rows of stage j - 1: acquiring item i + 1 (K of
@@ -35,7 +35,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     static_assert(fsa_qt_wg_dims_ok(DK, DV), "warpgroup forward: head dims are multiples of 64 up to 256");
     constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, THREADS = fsa_qt_wg_threads(WG), ROWS = fsa_qt_wg_rows(WG);
     constexpr int STAGES = fsa_qt_wg_stages(WG);
-    constexpr bool OVERLAP = WG >= 2;
+    constexpr bool OVERLAP = fsa_qt_wg_overlap(WG);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);

@@ -52,20 +52,28 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 
-/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1, 2, 3; 0 is
+/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 4; 0 is
  * the mma.sync forward): fsa_qt_wg_groups(wg) warpgroups of 4 warps, each
  * over 64 rows of the tile (one set of 16 rows per warp, so warp w holds set
  * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
- * CTA per SM with two warpgroups: no other CTA hides a late stage); from
- * variant 2 on, the products overlap the softmax (fsa_qattn_wg.cuh). Q rows
- * | the K stages | the V stages, each a 128-byte swizzled tile of 64-column
- * panels (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic
- * shared memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head
- * dims are multiples of 64 (whole panels); other shapes keep the mma.sync
- * forward. */
+ * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
+ * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
+ * which costs registers that three warpgroups do not have. Q rows | the K
+ * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
+ * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
+ * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
+ * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
 #define FSA_QT_WG_ALIGN 1024
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
-FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 3 ? 2 : 1; }
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
+/* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
+ * head dims do not suit; three warpgroups only up to Dv 128 (their
+ * registers hold no more accumulators), else two. */
+FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
+{
+    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
+}
+FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }

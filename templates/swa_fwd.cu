@@ -12,7 +12,7 @@ typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
 constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
 
-extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) == 2 ? 1 : 2) fsa_swa_fwd(
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_swa_fwd(
     const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const QueryTile tile = query_tile<fsa_qt_fwd_tile_tokens(G, WG)>((const int *)p.cu_seqlens, (int)p.batch,
