@@ -17,10 +17,12 @@
 // product waits before the softmax that follows.
 //
 // Shared memory: fsa_qt_wg_smem_bytes(DK, DV, WG); head dims
-// fsa_qt_wg_dims_ok; tokens per tile fsa_qt_wg_tokens_per_tile(G, WG). A warpgroup computes every
-// stage of the stream (its products are issued by all four warps together):
-// warp_sees is not consulted, rows mask what they do not see through
-// visible().
+// fsa_qt_wg_dims_ok; tokens per tile fsa_qt_wg_tokens_per_tile(G, WG). A
+// warpgroup computes every stage of the stream (its products are issued by
+// all four warps together): warp_sees is not consulted, rows mask what they
+// do not see through visible(), which must hold on an interval of keys for
+// each row (a causal prefix, a window): a stage that every row of a warp
+// sees from its first to its last key skips the mask.
 #pragma once
 #include "fsa_qattn.cuh"
 #include "fsa_wgmma.cuh"
@@ -57,7 +59,13 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         wg_commit();
     };
     auto softmax = [&](int i) {
-        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, half); }, alpha);
+        const int j0 = i * KS, j1 = j0 + KS - 1;
+        // A stage whose first and last keys every row of the warp sees is seen whole (rows see
+        // intervals of keys): no mask, fewer instructions on the softmax's path.
+        if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
+            sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+        else
+            sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
     };
 
     if constexpr (!OVERLAP) {
