@@ -107,7 +107,7 @@ static const struct {
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
     const char *env = getenv("FSA_WGMMA");
-    const int variant = env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0' ? env[0] - '0' : 2;
+    const int variant = env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0' ? env[0] - '0' : FSA_QT_WG_DEFAULT;
     return ctx->arch.major == 9 && ctx->arch.suffix == 'a' ? fsa_qt_wg_pick(variant, dk, dv) : 0;
 }
 

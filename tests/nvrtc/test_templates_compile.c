@@ -206,9 +206,9 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
     /* The query-tile forwards: the warpgroup variant the library picks by default where it picks one
      * (sm_90a, head dims it takes). */
-    const char *wg = "0";
-    if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0 && fsa_qt_wg_dims_ok(atoi(v->d), atoi(dv ? dv : v->d)))
-        wg = "2";
+    char wg[2] = "0";
+    if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0)
+        wg[0] = (char)('0' + fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, atoi(v->d), atoi(dv ? dv : v->d)));
     int wg_given = 0;
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
@@ -279,18 +279,17 @@ static void test_every_template_variant_compiles_for_sm_90a_without_unjustified_
     compile_every_variant("sm_90a");
 }
 
-/* The other warpgroup variants of the query-tile forwards (FSA_WGMMA 1, 3 and 4; the default is
- * among the variants above) compile for sm_90a without spills, at the standard and the paper's head
- * dims. */
+/* Every warpgroup variant of the query-tile forwards (FSA_WGMMA 1 to 4; the default is among the
+ * variants above too) compiles for sm_90a without spills, at the standard and the paper's head dims. */
 static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
     static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
                                      {"swa_fwd", "f16", "192", "16", NULL, NULL, NULL, NULL}};
-    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "3", "4"};
+    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "2", "3", "4"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < 3; j++) {
+        for (size_t j = 0; j < 4; j++) {
             const fsa_param wg = {"WGMMA", wgs[j], "wg"};
             compile_variant(&shapes[i], dvs[i], &wg, 1, "sm_90a", used);
         }
