@@ -156,6 +156,22 @@ struct AsyncRing {
     __device__ __forceinline__ int acquire(int i, Load load) {
         return acquire(i, load, [] {});
     }
+
+    // acquire with one barrier per item instead of two: waits for item i's
+    // copies (landed() as above), the barrier, then issues item i + STAGES -
+    // 1 into the buffer of item i - 1, which every warp finished before the
+    // barrier. Items i + 1 .. i + STAGES - 1 are in flight while item i is
+    // used, one fewer while it is waited for. Not mixed with acquire.
+    template <class Load, class Landed>
+    __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed) {
+        cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
+        landed();
+        __syncthreads();
+        if (issued < n) load(issued, (int)((unsigned)issued % STAGES));
+        cp_async_commit();  // possibly empty: the wait depth stays constant
+        issued++;
+        return (int)((unsigned)i % STAGES);
+    }
 };
 
 }  // namespace fsa

@@ -75,7 +75,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         AsyncRing<STAGES> ring;
         ring.start(n_stages, load);
         for (int i = 0; i < n_stages; i++) {
-            const int buf = ring.acquire(i, load, landed);
+            const int buf = ring.acquire_then_refill(i, load, landed);
             scores(ks + buf * K_STAGE);
             wg_wait<0>();
             wg_hold<KS / 8>(s);
@@ -94,14 +94,14 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         };
         AsyncRing<STAGES> ring;
         ring.start(n_stages + 1, load);
-        int buf = ring.acquire(0, load, landed);
+        int buf = ring.acquire_then_refill(0, load, landed);
         scores(ks + buf * K_STAGE);
         wg_wait<0>();
         wg_hold<KS / 8>(s);
         softmax(0);
         wg_p_to_a<DT, KK>(pa, s);
         for (int i = 0; i + 1 < n_stages; i++) {
-            buf = ring.acquire(i + 1, load, landed);  // K of stage i + 1, V of stage i
+            buf = ring.acquire_then_refill(i + 1, load, landed);  // K of stage i + 1, V of stage i
             scores(ks + buf * K_STAGE);
             wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
             wg_commit();
@@ -113,7 +113,7 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             rescale_rows<DV / 8>(acc, alpha);
             wg_p_to_a<DT, KK>(pa, s);
         }
-        buf = ring.acquire(n_stages, load, landed);  // V of the last stage
+        buf = ring.acquire_then_refill(n_stages, load, landed);  // V of the last stage
         wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
         wg_commit();
         wg_wait<0>();
