@@ -74,6 +74,13 @@ FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
 {
     return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
 }
+/* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
+ * it was measured faster than the mma.sync forward (Dv 128, Dk 128 to 192:
+ * bench/RESULTS.md), the mma.sync forward elsewhere. */
+FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
+{
+    return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
+}
 FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }

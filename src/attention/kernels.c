@@ -107,8 +107,9 @@ static const struct {
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
     const char *env = getenv("FSA_WGMMA");
-    const int variant = env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0' ? env[0] - '0' : FSA_QT_WG_DEFAULT;
-    return ctx->arch.major == 9 && ctx->arch.suffix == 'a' ? fsa_qt_wg_pick(variant, dk, dv) : 0;
+    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fsa_qt_wg_pick(env[0] - '0', dk, dv);
+    return fsa_qt_wg_default(dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)

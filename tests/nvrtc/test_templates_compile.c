@@ -204,8 +204,8 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     fsa_param params[10];
     size_t n = params_of(v, t->text, dv, params);
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
-    /* The query-tile forwards: the warpgroup variant the library picks by default where it picks one
-     * (sm_90a, head dims it takes). */
+    /* The query-tile forwards on sm_90a: the default warpgroup variant wherever the head dims take it
+     * (what FSA_WGMMA=4 gives; unasked, the library takes it on fewer dims: fsa_qt_wg_default). */
     char wg[2] = "0";
     if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0)
         wg[0] = (char)('0' + fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, atoi(v->d), atoi(dv ? dv : v->d)));
