@@ -252,8 +252,9 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }
 
-// A dK/dV kernel's body: one part of PARTS = fsa_qt_dkv_parts(DK, DV) per
-// blockIdx.z (with two, z 0 makes dV and z 1 dK), each recomputing S and dP.
+// A dK/dV kernel's body: one pass up to FSA_BWD_ONE_PASS_COLS columns of dK
+// and dV together; wider heads take one part of fsa_qt_dkv_parts(DK, DV) = 2
+// per blockIdx.z (z 0 makes dV and z 1 dK), each recomputing S and dP.
 template <class DT, int DK, int DV, int G, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                    long long q_start, long long q_end, long long first_pos,

@@ -11,8 +11,9 @@
 // A block whose list fits one work item adds its dK/dV straight into the fp32
 // accumulator; longer lists leave one partial per work item, summed in item
 // order afterwards, so the result does not depend on scheduling.
-// Q, K, dq and dK are D wide, V, dO and dV DV wide. Head dims over 128 run
-// twice, each launch accumulating half of the dK and half of the dV columns.
+// Q, K, dq and dK are D wide, V, dO and dV DV wide. Heads too wide for one
+// pass (D + DV over FSA_BWD_ONE_PASS_COLS) run twice, each launch
+// accumulating half of the dK and half of the dV columns.
 #include "sel_common.cuh"
 #include "fsa_mma.cuh"
 #include "fsa_pipeline.cuh"
