@@ -42,11 +42,42 @@ def median_ms(fn, reps):
     return times[len(times) // 2]
 
 
+def time_shape(a, hkv, dtype):
+    """{branch: backward ms} at Hq a.hq, Hkv hkv."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    T = a.T
+    q = torch.randn(T, a.hq, a.dk, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
+    k = torch.randn(T, hkv, a.dk, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
+    v = torch.randn(T, hkv, a.dv, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
+    dout = torch.randn(T, a.hq, a.dv, generator=g, device="cuda", dtype=dtype)
+    cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        k_cmp, cu_c = compress_mean(k, cu, a.kernel, a.stride)
+        v_cmp, _ = compress_mean(v, cu, a.kernel, a.stride)
+    k_cmp.requires_grad_(True)
+    v_cmp.requires_grad_(True)
+
+    o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu, cu_c, a.kernel, a.stride, top_k=a.topk,
+                                          block_size=a.bk)
+    outputs = {
+        "compressed": lambda: (o_cmp, (q, k_cmp, v_cmp)),
+        "window": lambda: (window_attention(q, k, v, cu, a.window), (q, k, v)),
+        "selected": lambda: (selected_attention(q, k, v, topk, cu, a.bk, max_seqlen=T, topk_layout="thk"),
+                             (q, k, v)),
+    }
+    rows = {}
+    for name in a.branches.split(","):
+        o, leaves = outputs[name]()
+        rows[name] = median_ms(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True), a.reps)
+        print(f"Hq {a.hq:3d} Hkv {hkv:3d} {name:10s} backward {rows[name]:9.3f} ms", flush=True)
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--T", type=int, default=65536)
     p.add_argument("--hq", type=int, default=64)
-    p.add_argument("--hkv", type=int, default=4)
+    p.add_argument("--hkv", default="4", help="KV heads, comma-separated (one shape each)")
     p.add_argument("--dk", type=int, default=192)
     p.add_argument("--dv", type=int, default=128)
     p.add_argument("--kernel", type=int, default=32)
@@ -61,34 +92,7 @@ def main():
     a = p.parse_args()
 
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
-    g = torch.Generator(device="cuda").manual_seed(0)
-    T = a.T
-    q = torch.randn(T, a.hq, a.dk, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
-    k = torch.randn(T, a.hkv, a.dk, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
-    v = torch.randn(T, a.hkv, a.dv, generator=g, device="cuda", dtype=dtype).requires_grad_(True)
-    dout = torch.randn(T, a.hq, a.dv, generator=g, device="cuda", dtype=dtype)
-    cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
-    with torch.no_grad():
-        k_cmp, cu_c = compress_mean(k, cu, a.kernel, a.stride)
-        v_cmp, _ = compress_mean(v, cu, a.kernel, a.stride)
-    k_cmp.requires_grad_(True)
-    v_cmp.requires_grad_(True)
-
-    o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu, cu_c, a.kernel, a.stride, top_k=a.topk,
-                                          block_size=a.bk)
-    outputs = {
-        "compressed": (o_cmp, (q, k_cmp, v_cmp)),
-        "window": (lambda: (window_attention(q, k, v, cu, a.window), (q, k, v))),
-        "selected": (lambda: (selected_attention(q, k, v, topk, cu, a.bk, max_seqlen=T, topk_layout="thk"),
-                              (q, k, v))),
-    }
-    rows = {}
-    for name in a.branches.split(","):
-        o, leaves = outputs[name] if name == "compressed" else outputs[name]()
-        ms = median_ms(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True), a.reps)
-        rows[name] = ms
-        print(f"{name:10s} backward {ms:9.3f} ms", flush=True)
-        del o
+    rows = {int(h): time_shape(a, int(h), dtype) for h in a.hkv.split(",")}
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "bwd_ms": rows}, indent=1))
 
