@@ -25,21 +25,7 @@ from fsa_jit.attention import selected_attention  # noqa: E402
 from fsa_jit.compressed import compressed_attention  # noqa: E402
 from fsa_jit.nsa import compress_mean  # noqa: E402
 from fsa_jit.window import window_attention  # noqa: E402
-
-
-def median_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+from nsa_layer import timed  # noqa: E402  (this directory)
 
 
 def time_shape(a, hkv, dtype):
@@ -68,7 +54,8 @@ def time_shape(a, hkv, dtype):
     rows = {}
     for name in a.branches.split(","):
         o, leaves = outputs[name]()
-        rows[name] = median_ms(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True), a.reps)
+        rows[name] = timed(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True), warmup_ms=0, min_ms=0,
+                           min_reps=a.reps)
         print(f"Hq {a.hq:3d} Hkv {hkv:3d} {name:10s} backward {rows[name]:9.3f} ms", flush=True)
     return rows
 
