@@ -121,15 +121,15 @@ FSA_LAYOUT_FN int fsa_qt_dq_smem_bytes(int dk, int dv)
  * query tiles that see them. Its warps form FSA_QT_DKV_SETS sets of 4, each
  * warp of a set owning 16 keys, set i taking rows 32 i .. 32 i + 31 of every
  * query tile; at the end set 1 hands its sums to set 0 through the stage
- * buffers (fp32, pitch d + 8), which adds them in a fixed order. The dK and
- * dV columns are split into parts (blockIdx.z) so that the accumulators of a
- * part stay at most 128 floats per thread; each part recomputes S and dP.
+ * buffers (fp32, pitch d + 8), which adds them in a fixed order. Heads too
+ * wide for one pass (fsa_bwd_one_pass) split the columns into two parts
+ * (blockIdx.z): one makes dV, the other dK, each recomputing S and dP.
  * K | V | the Q stages | the dO stages | per stage and row: the keys it
  * sees (first, last), lse (base 2), delta. */
 #define FSA_QT_DKV_KEYS 64
 #define FSA_QT_DKV_SETS 2
 #define FSA_QT_DKV_THREADS (FSA_QT_DKV_SETS * FSA_QT_THREADS)
-FSA_LAYOUT_FN int fsa_qt_dkv_parts(int dk, int dv) { return (dk + dv + 255) / 256; }
+FSA_LAYOUT_FN int fsa_qt_dkv_parts(int dk, int dv) { return fsa_bwd_one_pass(dk, dv) ? 1 : 2; }
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_QT_DKV_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_q(int dk, int dv) { return fsa_qt_dkv_smem_v(dk) + fsa_tile_bytes(FSA_QT_DKV_KEYS, dv); }
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_do(int dk, int dv)
