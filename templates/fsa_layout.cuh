@@ -220,9 +220,16 @@ FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
     return q_len > 0 && q_len <= tile_tokens ? splits : 1;
 }
 /* Query/key head dims up to 128 keep the query fragments in registers: the
- * query rows land in the second K stage buffer and need no shared memory of
+ * query rows land in the last K stage buffer and need no shared memory of
  * their own (3 CTAs per SM instead of 2 on sm_90 at D 128). */
 FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
+/* Where a tile's rows go in the mma. Up to two 16-row tiles (g <= 8) with the
+ * query fragments in registers put the keys on the 16-row side (S^T = K Q^T,
+ * O^T = V^T P^T) and the rows on the 8-wide side: a warp with at most 8 live
+ * rows (decode at g <= 8) computes one n8 tile, half the mma of a 16-row tile
+ * and none of its padding rows past 8; larger groups keep the rows on the
+ * 16-row side. */
+FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
 /* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
@@ -238,15 +245,17 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
     return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
 }
-/* Static shared memory (4-byte words): the tile's selection (its top-k entries,
- * their first-occurrence bits, the union of blocks and each block's token
- * mask, the tokens' positions), the key stream (per stage buffer each row's
- * position and token mask; the page lookups of two stages, two words a row),
- * each warp's row max and sum, the share loop's six words, a counter. */
+/* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
+ * (per stage buffer the K and V row offsets of its page lookups, four words a
+ * row, each row's position and token mask), the tile's selection (its
+ * top-k entries, their first-occurrence bits, the union of blocks and each
+ * block's token mask, the tokens' positions), each warp's row max and sum, the
+ * share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
-    return 4 * (3 * fsa_kvc_tile_entries(g, k) + (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) +
-                2 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 2 * 2 * FSA_KVC_STAGE_KEYS + FSA_KVC_WARPS * 16 * 2 + 6 + 1);
+    const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
+                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
+    return (4 * words + 7) / 8 * 8;
 }
 
 #endif

@@ -252,4 +252,78 @@ __device__ __forceinline__ void mma_pv(float acc[N][4], const float p[2 * KK][4]
                                   reinterpret_cast<const float(*)[2 * KK][4]>(p), b_addr);
 }
 
+// ---------------------------------------------------------------- keys on the 16-row side
+// For a few query rows (decode: the G heads of one token) the keys take the
+// 16-row (m) side of m16n8k16 and the query rows the 8-wide n side, so no
+// mma computes padding rows: S^T = K Q^T, then O^T = V^T P^T. A key-major
+// accumulator `float s[NQ][4]` holds 16 keys x 8NQ query rows: s[j][e] is key
+// frag_row(lane, e), query row frag_col(lane, j, e); an output accumulator
+// `float o[NQ][DV / 16][4]` holds o[j][t][e] = O^T(value column 16 t +
+// frag_row(lane, e), query row frag_col(lane, j, e)).
+//
+// Query rows as B fragments: ldmatrix_x4 at q_addr + ldm_lane_b(lane, LD) +
+// 32 kd gives q[kd], rows 0-7 in q[kd][0..1] and rows 8-15 in q[kd][2..3]
+// (frag_load_a's loop with the B lane offset).
+
+// The transpose of an 8 x 8 b16 fragment (movmatrix, sm_75 and later).
+__device__ __forceinline__ u32 movmatrix_trans(u32 x) {
+    u32 y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
+// s (16 keys x 8NQ rows) += K Q^T over a depth of D: K as 16 key rows at
+// k_addr (pitch LD, lane offset ldm_lane_a included), the query rows in
+// registers (q[kd], as above).
+template <class DT, int D, int NQ>
+__device__ __forceinline__ void mma_kqt(float s[NQ][4], u32 k_addr, const u32 q[D / 16][4]) {
+#pragma unroll
+    for (int kd = 0; kd < D / 16; kd++) {
+        u32 a[4];
+        ldmatrix_x4(a, k_addr + kd * 32);
+#pragma unroll
+        for (int j = 0; j < NQ; j++) DT::mma(s[j], a, q[kd][2 * j], q[kd][2 * j + 1]);
+    }
+}
+
+// The probabilities of a key-major accumulator (16 keys x 8 rows) as the B
+// fragment of O^T += V^T P^T (k = keys, n = rows): each 8 x 8 half transposed.
+template <class DT>
+__device__ __forceinline__ void frag_keys_to_b(u32 b[2], const float p[4]) {
+    b[0] = movmatrix_trans(DT::pack(p[0], p[1]));
+    b[1] = movmatrix_trans(DT::pack(p[2], p[3]));
+}
+
+// o (O^T: DV value columns x 8NQ rows) += V^T P^T for 16 keys: V as 16 key
+// rows at v_addr (pitch LD, lane offset ldm_lane_b included: with
+// ldmatrix_x4_trans that is V^T as A), P as key-major fragments.
+template <class DT, int DV, int NQ>
+__device__ __forceinline__ void mma_vt_pt(float o[NQ][DV / 16][4], const float p[NQ][4], u32 v_addr) {
+    u32 b[NQ][2];
+#pragma unroll
+    for (int j = 0; j < NQ; j++) frag_keys_to_b<DT>(b[j], p[j]);
+#pragma unroll
+    for (int t = 0; t < DV / 16; t++) {
+        u32 a[4];
+        ldmatrix_x4_trans(a, v_addr + t * 32);
+#pragma unroll
+        for (int j = 0; j < NQ; j++) DT::mma(o[j][t], a, b[j][0], b[j][1]);
+    }
+}
+
+// Query row frag_col(lane, j, e) of a key-major output accumulator times
+// f[j][e & 1]: the online-softmax rescale when the rows are the n side.
+template <int NQ, int T>
+__device__ __forceinline__ void frag_scale_cols(float o[NQ][T][4], const float f[NQ][2]) {
+#pragma unroll
+    for (int j = 0; j < NQ; j++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            o[j][t][0] *= f[j][0];
+            o[j][t][1] *= f[j][1];
+            o[j][t][2] *= f[j][0];
+            o[j][t][3] *= f[j][1];
+        }
+}
+
 }  // namespace fsa

@@ -123,4 +123,82 @@ struct WarpMerge {
     }
 };
 
+// ---------------------------------------------------------------- keys on the 16-row side
+// Online softmax over key-major scores (fsa_mma.cuh, "keys on the 16-row
+// side"): a lane holds two query rows per n8 tile (frag_col(lane, j, 0 / 1))
+// and two keys (frag_row(lane, 0 / 2)); a row's max and sum run over the 8
+// lanes that share lane & 3. Same arithmetic per row as OnlineSoftmax.
+__device__ __forceinline__ float octet_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+__device__ __forceinline__ float octet_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    return v + __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
+template <int NQ>
+struct KeyMajorSoftmax {
+    float m[NQ][2];  // running max per query row (log2 units); -inf until a score is visible
+    float l[NQ][2];  // running sum over this lane's keys
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int j = 0; j < NQ; j++) m[j][0] = m[j][1] = -FSA_INF, l[j][0] = l[j][1] = 0.f;
+    }
+
+    // One step over the raw scores of 16 keys; visible(key_half, j, c) says
+    // whether key frag_row(lane, 2 key_half) takes part for query row
+    // frag_col(lane, j, c). Only the first `nq` n8 tiles are computed (the
+    // others are padding rows); s then holds the unnormalized probabilities
+    // and alpha the rescale of the output (frag_scale_cols).
+    template <int N, class Visible>
+    __device__ __forceinline__ void step(float s[N][4], float scale_log2, Visible visible, float alpha[N][2]) {
+        static_assert(N <= NQ, "steps over a prefix of the n8 tiles");
+#pragma unroll
+        for (int j = 0; j < N; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float x0 = visible(0, j, c) ? s[j][c] : -FSA_INF;
+                const float x1 = visible(1, j, c) ? s[j][2 + c] : -FSA_INF;
+                const float m_new = fmaxf(m[j][c], octet_max(fmaxf(x0, x1)) * scale_log2);
+                const float m_use = m_new == -FSA_INF ? 0.f : m_new;  // rows with nothing visible yet stay 0
+                alpha[j][c] = fast_exp2(m[j][c] - m_use);
+                m[j][c] = m_new;
+                const float p0 = fast_exp2(fmaf(x0, scale_log2, -m_use)), p1 = fast_exp2(fmaf(x1, scale_log2, -m_use));
+                s[j][c] = p0;
+                s[j][2 + c] = p1;
+                l[j][c] = l[j][c] * alpha[j][c] + (p0 + p1);
+            }
+    }
+};
+
+// WarpMerge's put for a key-major state: query row frag_col(lane, j, c) of
+// the warp's 8NQ rows, values o[j][t] (frag_row: value column). Same merge
+// area and get() as the row-major put.
+template <int WARPS, int D, int NQ>
+__device__ __forceinline__ void warp_merge_put_keys(const WarpMerge<WARPS, D> &wm, const KeyMajorSoftmax<NQ> &sm,
+                                                    const float o[NQ][D / 16][4], int warp, int lane) {
+    static_assert(NQ <= 2, "16 rows per warp");
+    float *ow = wm.o + warp * 16 * D;
+#pragma unroll
+    for (int j = 0; j < NQ; j++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int r = frag_col(lane, j, c);
+            const float l = octet_sum(sm.l[j][c]);
+            if (lane < 4) {
+                wm.ml[warp][r][0] = sm.m[j][c];
+                wm.ml[warp][r][1] = l;
+            }
+#pragma unroll
+            for (int t = 0; t < D / 16; t++) {
+                ow[r * D + 16 * t + frag_row(lane, 0)] = o[j][t][c];
+                ow[r * D + 16 * t + frag_row(lane, 2)] = o[j][t][2 + c];
+            }
+        }
+}
+
 }  // namespace fsa

@@ -7,7 +7,9 @@
 // stage (two stages in flight), masks per row (the row's token selected the
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
-// groups; the groups merge at the end. A sequence with one split writes o and lse;
+// groups; the groups merge at the end. Small groups put the keys on the
+// 16-row side of the mma and the rows on the 8-wide side (KeyMath), larger
+// ones the rows (RowMath); fsa_kvc_keys_major decides. A sequence with one split writes o and lse;
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
@@ -26,13 +28,14 @@ constexpr int ROWS = fsa_kvc_rows(G);
 constexpr int WARPS = FSA_KVC_WARPS, THREADS = FSA_KVC_THREADS;
 constexpr int NC = fsa_kvc_tile_entries(G, K);
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
-constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in K buffer 1
+constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
+constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
+constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
 typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
-static_assert(2 * ROWS <= WARPS * 16 * 2, "the merge's row max and 1 / sum fit in the warps' merge scratch");
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -41,11 +44,11 @@ struct ShareLoop {
     int t0, b, seq_len, ntok, n_union, end;  // t0 < Tq <= INT32_MAX
 };
 
-// Static shared memory: the tile's selection, its key stream, each warp's
+// Static shared memory: the key stream, the tile's selection, each warp's
 // row max and sum for the merge, the share loop, the tile counter.
 struct Shared {
+    PagedStreamShared stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
-    PagedStreamShared stream;
     float ml[WARPS][16][2];
     ShareLoop loop;
     int counter;
@@ -62,16 +65,136 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
     return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
 }
 
+// The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
+// rows on the 16-row side: S = Q K^T, online softmax along each row, O += P V.
+// Visible: the row's token selected the key's block, and the key is not in
+// the token's future.
+struct RowMath {
+    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_a(lane, LDV); }
+    OnlineSoftmax sm;
+    float o[DV / 8][4];
+    int tpos[2];  // per fragment row half: the token's position (-1: padding row)
+    u32 tbit[2];  // and its bit in the key masks
+
+    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = rt * 16 + frag_row(lane, 2 * i);
+            tpos[i] = row_live(r, ntok) ? pos0 + r / G : -1;
+            tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
+        }
+    }
+    __device__ __forceinline__ void reset() {
+        sm.init();
+        frag_zero<DV / 8>(o);
+    }
+    __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32 q_addr, u32 k_addr, u32 v_addr, const int *kpos,
+                                          const u32 *kmask, float scale_log2, int lane) {
+        float s[2][4];
+        frag_zero<2>(s);
+        if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr);
+        else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr);
+        float alpha[2];
+        sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
+            return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+        }, alpha);
+        frag_scale_rows<DV / 8>(o, alpha);
+        mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
+    }
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
+        wm.put(sm, o, kg, lane);
+    }
+};
+
+// The same with the keys on the 16-row side (fsa_mma.cuh, "keys on the
+// 16-row side"): S^T = K Q^T, online softmax along each column, O^T += V^T
+// P^T. The warp's 16 rows are two n8 tiles; when at most 8 of them are live
+// only the first is computed.
+struct KeyMath {
+    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_b(lane, LDV); }
+    KeyMajorSoftmax<2> sm;
+    float o[2][DV / 16][4];
+    // Per n8 tile and fragment column: the token's position (-1: padding
+    // row); its bit in the key masks is tpos - pos0. With G even both
+    // columns of a lane are heads of one token (column 0 serves both).
+    static constexpr int CW = G % 2 == 0 ? 1 : 2;
+    int tpos[2][CW];
+    int pos0;
+    bool two;  // warp-uniform: rows 8-15 of the warp's tile hold a live row
+
+    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0_) {
+        pos0 = pos0_;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int c = 0; c < CW; c++) {
+                const int r = rt * 16 + frag_col(lane, j, c);
+                tpos[j][c] = row_live(r, ntok) ? max(pos0 + r / G, -1) : -1;
+            }
+        two = row_live(rt * 16 + 8, ntok);
+    }
+    __device__ __forceinline__ void reset() {
+        sm.init();
+#pragma unroll
+        for (int j = 0; j < 2; j++) frag_zero<DV / 16>(o[j]);
+    }
+    template <int NQ>
+    __device__ __forceinline__ void chunk_n(const u32 (*qf)[4], u32 k_addr, u32 v_addr, const int *kpos,
+                                            const u32 *kmask, float scale_log2, int lane) {
+        float s[NQ][4];
+        frag_zero<NQ>(s);
+        mma_kqt<DT, D, NQ>(s, k_addr, qf);
+        const int key[2] = {frag_row(lane, 0), frag_row(lane, 2)};
+        const int kp[2] = {kpos[key[0]], kpos[key[1]]};
+        const u32 km[2] = {kmask[key[0]], kmask[key[1]]};
+        float alpha[NQ][2];
+        sm.step<NQ>(s, scale_log2, [&](int kh, int j, int c) {
+            const int t = tpos[j][CW == 1 ? 0 : c];
+            return t >= 0 && kp[kh] <= t && ((km[kh] >> (t - pos0)) & 1u) != 0u;
+        }, alpha);
+        // Once a row's max settles its factor is exactly 1: skipping the
+        // multiply then changes no bit.
+        bool settled = true;
+#pragma unroll
+        for (int j = 0; j < NQ; j++) settled = settled && alpha[j][0] == 1.f && alpha[j][1] == 1.f;
+        if (!__all_sync(0xffffffffu, settled)) frag_scale_cols<NQ, DV / 16>(o, alpha);
+        mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
+    }
+    __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32, u32 k_addr, u32 v_addr, const int *kpos,
+                                          const u32 *kmask, float scale_log2, int lane) {
+        if (two) chunk_n<2>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
+        else chunk_n<1>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
+    }
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
+        warp_merge_put_keys<WARPS, DV, 2>(wm, sm, o, kg, lane);
+    }
+};
+
+template <bool C, class A, class B>
+struct Pick {
+    typedef A type;
+};
+template <class A, class B>
+struct Pick<false, A, B> {
+    typedef B type;
+};
+typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
+static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the query fragments from registers");
+
 // With the query fragments in registers and values up to 128 wide, up to two
-// row tiles fit in 170 registers (3 CTAs per SM); four row tiles (G > 8) need
-// more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 ? 3 : 2) : 1)
+// row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
+// of two stages allows); four row tiles (G > 8) need more: 2 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
     constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + K_STAGE_BYTES : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -110,20 +233,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
     const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
     const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
-    int tpos[2];
-    u32 tbit[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = rt * 16 + frag_row(lane, 2 * i);
-        tpos[i] = row_live(r, ntok) ? pos0 + r / G : -1;
-        tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
-    }
+    Math math;
+    math.rows(rt, lane, ntok, pos0);
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
-    constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
-    const u32 q_addr = q_s + rt * TILE16 + ldm_lane_a(lane, LD);
-    const u32 k_addr = k_s + key0 * LD * 2 + ldm_lane_b(lane, LD);
-    const u32 v_addr = v_s + key0 * LDV * 2 + ldm_lane_a(lane, LDV);
+    const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
+    const u32 k_addr = k_s + key0 * LD * 2 + Math::k_lane(lane);
+    const u32 v_addr = v_s + key0 * LDV * 2 + Math::v_lane(lane);
 
     // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
     // in block order. A CTA computes its shares one after another, each exactly
@@ -140,18 +256,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
         in.start();  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
-            cp_async_wait<1>();  // the query group (stage 0 may still be in flight)
+            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
             __syncthreads();
             if (warp_live)
 #pragma unroll
                 for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-            // Stage 1 overwrites the rows only after the barrier in in.acquire(0).
+            // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
-        OnlineSoftmax sm;
-        sm.init();
-        float o_acc[DV / 8][4];
-        frag_zero<DV / 8>(o_acc);
+        math.reset();
 
         for (int st = 0; st < in.n_stages; st++) {
             const int buf = in.acquire(st);
@@ -164,17 +277,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 const int *kpos = in.keypos(buf) + key0 + c * 16;
                 const u32 *kmask = in.keymask(buf) + key0 + c * 16;
                 const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
-                float s[2][4];
-                frag_zero<2>(s);
-                if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr + k16);
-                else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr + k16);
-                float alpha[2];
-                // Visible: the row's token selected the key's block, and the key is not in the token's future.
-                sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
-                    return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
-                }, alpha);
-                frag_scale_rows<DV / 8>(o_acc, alpha);
-                mma_pv<DT, 1, DV / 8, LDV>(o_acc, s, v_addr + v16);
+                math.chunk(qf, q_addr, k_addr + k16, v_addr + v16, kpos, kmask, scale_log2, lane);
             }
         }
         cp_async_wait<0>();
@@ -183,7 +286,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
         float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-        WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}.put(sm, o_acc, kg, lane);
+        math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         const long long part = (((long long)loop.b * hkv + h) * nsplit + share) * ROWS;
 #pragma unroll 1
@@ -214,5 +317,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int bb = loop.b;
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
     if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit, &sh.ml[0][0][0]);
+        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit);
 }

@@ -73,65 +73,71 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
 // Merges the shares of a one-tile sequence: per row, the normalized partials
 // weighted by exp2(lse_s - max) in share order, so the result does not depend
 // on which share finished last. D: the value head dim (the partials' and o's
-// width). part: the first partial row of (b, h); partials are read through L2 (other SMs wrote them during this launch).
-// Two passes, each with many loads in flight: a thread per row finds its max
-// and sum (rows' max and 1 / sum go to `scratch`, 2 x ROWS floats of shared
-// memory, and the row's lse is written); then every thread takes four
-// columns of MERGE_ITEMS rows at a time and reads all their partials before
-// it adds them up. Every thread calls it.
-constexpr int MERGE_ITEMS = 4;
+// width). part: the first partial row of (b, h); partials are read through L2
+// (other SMs wrote them during this launch). One pass: each thread takes four
+// columns of MERGE_ITEMS rows at a time and reads MERGE_SHARES shares' lse
+// and partials for all of them at once, folding them into a running max, sum
+// and output per item (in share order), so a split of up to MERGE_SHARES
+// shares costs one round trip to L2 per MERGE_ITEMS items; the thread of
+// column 0 writes the row's lse. Every thread calls it.
+constexpr int MERGE_ITEMS = 4, MERGE_SHARES = 4;
 template <class DT, int D, int G, int ROWS>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
-                                             int nsplit, float *scratch) {
+                                             int nsplit) {
     static_assert(D % 4 == 0, "four columns at a time");
     const float *lp = (const float *)p.lse_part + part;
     const float *op = (const float *)p.o_part + part * D;
-    float *row_max = scratch, *row_inv = scratch + ROWS;
-    const int rows = span.len * G;
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        float mmax = -FSA_INF, l = 0.f;
-        for (int s = 0; s < nsplit; s++) mmax = fmaxf(mmax, __ldcg(lp + s * ROWS + r));
-        if (mmax != -FSA_INF)
-            for (int s = 0; s < nsplit; s++) l += fast_exp2(__ldcg(lp + s * ROWS + r) - mmax);
-        row_max[r] = mmax;
-        row_inv[r] = l > 0.f ? 1.f / l : 0.f;
-        const long long t = span.start + r / G;
-        if (p.lse) ((float *)p.lse)[(long long)(h * G + r % G) * p.tq + t] = l > 0.f ? (mmax + fast_log2(l)) * LN2 : -FSA_INF;
-    }
-    __syncthreads();
-    const int items = rows * (D / 4), stride = blockDim.x;
+    const int items = span.len * G * (D / 4), stride = blockDim.x;
     for (int c0 = threadIdx.x; c0 < items; c0 += MERGE_ITEMS * stride) {
+        int r[MERGE_ITEMS], d[MERGE_ITEMS];
+        float mmax[MERGE_ITEMS], l[MERGE_ITEMS];
         float4 acc[MERGE_ITEMS];
 #pragma unroll
-        for (int u = 0; u < MERGE_ITEMS; u++) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 2
-        for (int s = 0; s < nsplit; s++) {
-            float4 x[MERGE_ITEMS];
-            float ls[MERGE_ITEMS];
+        for (int i = 0; i < MERGE_ITEMS; i++) {
+            const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
+            r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
+            mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        for (int s0 = 0; s0 < nsplit; s0 += MERGE_SHARES) {
+            float ls[MERGE_ITEMS][MERGE_SHARES];
+            float4 x[MERGE_ITEMS][MERGE_SHARES];
 #pragma unroll
-            for (int u = 0; u < MERGE_ITEMS; u++) {
-                const int c = min(c0 + u * stride, items - 1), r = c / (D / 4), d = (c - r * (D / 4)) * 4;
-                x[u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r) * D + d));
-                ls[u] = __ldcg(lp + s * ROWS + r);
-            }
+            for (int i = 0; i < MERGE_ITEMS; i++)
 #pragma unroll
-            for (int u = 0; u < MERGE_ITEMS; u++) {
-                const int r = min(c0 + u * stride, items - 1) / (D / 4);
-                const float f = row_max[r] != -FSA_INF ? fast_exp2(ls[u] - row_max[r]) : 0.f;
-                acc[u].x += x[u].x * f;
-                acc[u].y += x[u].y * f;
-                acc[u].z += x[u].z * f;
-                acc[u].w += x[u].w * f;
+                for (int u = 0; u < MERGE_SHARES; u++) {
+                    const int s = min(s0 + u, nsplit - 1);  // past the shares: masked below
+                    ls[i][u] = s0 + u < nsplit ? __ldcg(lp + s * ROWS + r[i]) : -FSA_INF;
+                    x[i][u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r[i]) * D + d[i]));
+                }
+#pragma unroll
+            for (int i = 0; i < MERGE_ITEMS; i++) {
+                float m_new = mmax[i];
+#pragma unroll
+                for (int u = 0; u < MERGE_SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
+                if (m_new == -FSA_INF) continue;  // nothing visible yet: shares with no key add nothing
+                const float a = fast_exp2(mmax[i] - m_new);
+                l[i] *= a;
+                acc[i].x *= a, acc[i].y *= a, acc[i].z *= a, acc[i].w *= a;
+#pragma unroll
+                for (int u = 0; u < MERGE_SHARES; u++) {
+                    const float f = fast_exp2(ls[i][u] - m_new);
+                    l[i] += f;
+                    acc[i].x += x[i][u].x * f, acc[i].y += x[i][u].y * f;
+                    acc[i].z += x[i][u].z * f, acc[i].w += x[i][u].w * f;
+                }
+                mmax[i] = m_new;
             }
         }
 #pragma unroll
-        for (int u = 0; u < MERGE_ITEMS; u++) {
-            const int c = c0 + u * stride;
-            if (c >= items) break;
-            const int r = c / (D / 4), d = (c - r * (D / 4)) * 4;
-            const float inv = row_inv[r];
-            const uint2 v = make_uint2(DT::pack(acc[u].x * inv, acc[u].y * inv), DT::pack(acc[u].z * inv, acc[u].w * inv));
-            *(uint2 *)(view_row<u16>(p.o, span.start + r / G, h * G + r % G) + d) = v;
+        for (int i = 0; i < MERGE_ITEMS; i++) {
+            if (c0 + i * stride >= items) break;
+            const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+            const long long t = span.start + r[i] / G;
+            const int hq = h * G + r[i] % G;
+            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
+                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
+            if (d[i] == 0 && p.lse)
+                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
         }
     }
 }
@@ -160,10 +166,12 @@ __device__ __forceinline__ PagedSlot paged_slot_checked(PagedSlot s, long long n
     return s;
 }
 
-// The row of KV head h at a resolved slot of a paged cache. 64-bit offsets:
-// page * page_stride passes 2^31 elements in large caches.
-__device__ __forceinline__ const u16 *paged_row(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
-    return view_row<const u16>(c.rows, s.row, h) + (long long)s.page * c.page_stride;
+// The element offset of KV head h's row at a resolved slot of a paged cache
+// (-1 when the slot has no page). 64-bit: page * page_stride passes 2^31
+// elements in large caches.
+__device__ __forceinline__ long long paged_offset(const fsa_kvc_cache_view &c, PagedSlot s, int h) {
+    return s.page >= 0 ? s.row * c.rows.token_stride + h * c.rows.head_stride + (long long)s.page * c.page_stride
+                       : -1ll;
 }
 
 // Shared memory of a tile's selection (select_union): candidates and their
@@ -303,11 +311,14 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, in
 //  paged_fetch_row: thread r issues the table read of row r of the stage (a
 //      register in flight for a stage; page -1 when the row is not a key:
 //      past the blocks, past the sequence or past the table);
-//  paged_load_stage (the rows checked and stored, then a barrier): each row's
-//      position in keypos (INT_MAX when it is not a key) and the mask of the
-//      tokens that selected its block in keymask (0 when not a key), and the K
-//      and V rows into the tiles at k_dst / v_dst (pitch D + 8 and DV + 8;
-//      rows that are not keys, or behind a bad page-table entry, zero-filled).
+//  paged_store_row (before a barrier): thread r turns its lookup into the
+//      element offsets of the row in the K and V caches (KeyRow; -1: no key),
+//      once per row rather than once per 16-byte piece;
+//  paged_load_stage (after that barrier): each row's position in keypos
+//      (INT_MAX when it is not a key) and the mask of the tokens that selected
+//      its block in keymask (0 when not a key), and the K and V rows into the
+//      tiles at k_dst / v_dst (pitch D + 8 and DV + 8; rows that are not keys,
+//      or behind a bad page-table entry, zero-filled).
 static_assert(KVC_STAGE <= FSA_KVC_THREADS, "a thread per key row of a stage");
 template <int BK, int PAGE>
 __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks, int u0, int stage,
@@ -321,38 +332,49 @@ __device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, co
     return s;
 }
 
+struct KeyRow {
+    long long k, v;  // element offsets in the K and V caches; k = -1: not a key
+};
+
+__device__ __forceinline__ KeyRow paged_key_row(const fsa_kvc_params &p, PagedSlot s, int h) {
+    s = paged_slot_checked(s, p.num_pages);
+    return KeyRow{paged_offset(p.k, s, h), paged_offset(p.v, s, h)};
+}
+
 template <int D, int DV, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
-                                                 u32 *keymask, const PagedSlot *slots, const int *blocks,
-                                                 const u32 *masks, int u0, int stage, int h) {
+                                                 u32 *keymask, const KeyRow *rows, const int *blocks,
+                                                 const u32 *masks, int u0, int stage) {
     for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
         const int q = stage * KVC_STAGE + r;
-        const bool ok = slots[r].page >= 0;  // only rows of keys have a page
+        const bool ok = rows[r].k >= 0;  // only rows of keys have a page
         keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
         keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
+    const u16 *k0 = (const u16 *)p.k.rows.ptr, *v0 = (const u16 *)p.v.rows.ptr;
     load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
-        const PagedSlot s = slots[r];
+        const KeyRow kr = rows[r];
         RowPair rp;
-        rp.ok = s.page >= 0;
-        rp.a = rp.ok ? paged_row(p.k, s, h) : (const u16 *)p.k.rows.ptr;
-        rp.b = rp.ok ? paged_row(p.v, s, h) : (const u16 *)p.v.rows.ptr;
+        rp.ok = kr.k >= 0;
+        rp.a = k0 + (rp.ok ? kr.k : 0ll);
+        rp.b = v0 + (rp.ok ? kr.v : 0ll);
         return rp;
     });
 }
 
-// Shared memory of the key stream: per stage buffer each row's key position
-// and token mask, and the checked page lookups of two stages.
+// Shared memory of the key stream: per stage buffer the K and V row offsets
+// of its checked page lookups, each row's key position and token mask.
 struct PagedStreamShared {
+    KeyRow rows[FSA_KVC_STAGES][KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
-    PagedSlot slots[2][KVC_STAGE];
 };
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (each stage's table reads issued a stage before
-// its copies and held in registers meanwhile),
+// its copies and held in registers meanwhile; the first FSA_KVC_STAGES - 1
+// stages' reads together at the start),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
 // D wide, V rows DV wide). Use:
 //   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
@@ -365,7 +387,8 @@ struct PagedStreamShared {
 template <int D, int DV, int BK, int PAGE>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
-    static_assert(FSA_KVC_STAGES == 2, "lookups run one stage ahead in a register: the ring starts with one stage");
+    static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
+    static constexpr int STAGES = FSA_KVC_STAGES;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
 
     PagedStreamShared &sh;
@@ -388,20 +411,22 @@ struct PagedStream {
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
 
-    // The page lookups of stage 0, then the first copies; copies issued
-    // before it join stage 0's group.
+    // The page lookups of the first STAGES - 1 stages (all in flight at
+    // once), then their copies; copies issued before it join stage 0's group.
     __device__ __forceinline__ void start() {
-        if (n_stages > 0) {
-            next = fetch(0);
-            store(0);
-        }
+        PagedSlot first[STAGES - 1];
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++)
+            if (s < n_stages) store(s, first[s]);
         __syncthreads();
         ring.start(n_stages, loader());
     }
     // The lookups of the stage about to be copied leave their registers
     // before the ring's barrier; the copies follow it.
     __device__ __forceinline__ int acquire(int st) {
-        if (ring.issued < n_stages) store(ring.issued);
+        if (ring.issued < n_stages) store(ring.issued, next);
         return ring.acquire(st, loader());
     }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
@@ -411,16 +436,17 @@ struct PagedStream {
     __device__ __forceinline__ PagedSlot fetch(int stage) {
         return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
     }
-    __device__ __forceinline__ void store(int stage) {
-        if (threadIdx.x < KVC_STAGE) sh.slots[stage & 1][threadIdx.x] = paged_slot_checked(next, p.num_pages);
+    // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
+    __device__ __forceinline__ void store(int stage, PagedSlot s) {
+        if (threadIdx.x < KVC_STAGE) sh.rows[stage % STAGES][threadIdx.x] = paged_key_row(p, s, h);
     }
     // Copies of stage `stage` (its lookups were stored before the barrier),
-    // then the table reads of the next one.
+    // then the table reads of the next one unless start() read them.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
-                                        sh.keymask[buf], sh.slots[stage & 1], blocks, masks, u_lo, stage, h);
-            if (stage + 1 < n_stages) next = fetch(stage + 1);
+                                        sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
+            if (stage + 1 < n_stages && stage + 1 >= STAGES - 1) next = fetch(stage + 1);
         };
     }
 };

@@ -2,7 +2,7 @@
  * fsa-bench --decode: selected attention of new query tokens over a paged KV
  * cache, through the public API.
  *
- * Problem: bf16, Hq 32, D 128, BK 64, K 16, page 64; context L, batch B,
+ * Problem: bf16, Hq 32, D 128 (Dv 128 or --value-dim), BK 64, K 16, page 64; context L, batch B,
  * group G, q_len new tokens per sequence. Per KV head and token: the own
  * block, block 0 and the block before the own one, the other slots distinct
  * random blocks. q_len 4 runs twice: "shared" (the 4 tokens select the same
@@ -11,7 +11,7 @@
  * the page table maps the others to one page that is never read. The L2 is
  * flushed (a 256 MiB memset) before every timed call; CUDA events around
  * each call (or each graph launch), median of the repeats. Effective
- * bandwidth = B * Hkv * K * BK * D * 2 * 2 bytes / time (K and V of the
+ * bandwidth = B * Hkv * K * BK * (D + Dv) * 2 bytes / time (K and V of the
  * selected blocks; with shared selections counted once per sequence, with
  * independent ones once per token).
  *
@@ -66,6 +66,7 @@ typedef struct dec_opts {
     double max_gb;
     int prefill, dense;
     int hnd; /* pages as [num_pages, Hkv, page_size, D] (a head's keys of a page contiguous) */
+    int dv;  /* value head dim (v cache and o) */
 } dec_opts;
 
 typedef struct bench_env {
@@ -111,7 +112,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* A paged problem on the device: B sequences of L cached keys with q_len new tokens each. */
 typedef struct dec_problem {
-    int B, L, hkv, q_len, k, bk;
+    int B, L, hkv, q_len, k, bk, dv;
     int64_t tq;
     CUdeviceptr q, o, lse, k_cache, v_cache, table, cu, seqused, topk, ws;
     int64_t num_pages;
@@ -137,11 +138,11 @@ static CUdeviceptr upload(const void *src, size_t bytes)
 }
 
 /* Returns 0 when the touched pages would pass max_gb (nothing allocated). */
-static int dec_make(dec_problem *p, int B, int L, int hkv, int q_len, int shared, int k, int bk,
-                    const fsa_kvcache_plan *plan, double max_gb, uint64_t seed)
+static int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
+                    const fsa_kvcache_plan *plan, uint64_t seed)
 {
     memset(p, 0, sizeof *p);
-    p->B = B, p->L = L, p->hkv = hkv, p->q_len = q_len, p->k = k, p->bk = bk;
+    p->B = B, p->L = L, p->hkv = hkv, p->q_len = q_len, p->k = k, p->bk = bk, p->dv = o->dv;
     p->tq = (int64_t)B * q_len;
     const int nblk = (L + bk - 1) / bk, pages_per_block = bk / PAGE;
     p->max_pages = (L + PAGE - 1) / PAGE;
@@ -181,21 +182,21 @@ static int dec_make(dec_problem *p, int B, int L, int hkv, int q_len, int shared
     free(perm);
     free(touched);
     p->num_pages = pages;
-    const size_t page_bytes = (size_t)PAGE * hkv * D * 2;
-    p->bytes = 2 * (size_t)pages * page_bytes;
-    if ((double)p->bytes > max_gb * 1e9) {
+    const size_t page_bytes = (size_t)PAGE * hkv * D * 2, v_page_bytes = (size_t)PAGE * hkv * p->dv * 2;
+    p->bytes = (size_t)pages * (page_bytes + v_page_bytes);
+    if ((double)p->bytes > o->max_gb * 1e9) {
         free(topk);
         free(table);
         return 0;
     }
     CU(cu.MemAlloc(&p->k_cache, (size_t)pages * page_bytes));
-    CU(cu.MemAlloc(&p->v_cache, (size_t)pages * page_bytes));
+    CU(cu.MemAlloc(&p->v_cache, (size_t)pages * v_page_bytes));
     CU(cu.MemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
-    CU(cu.MemsetD16(p->v_cache, 0x3c00, (size_t)pages * page_bytes / 2));
+    CU(cu.MemsetD16(p->v_cache, 0x3c00, (size_t)pages * v_page_bytes / 2));
     const size_t nq = (size_t)p->tq * HQ * D;
     CU(cu.MemAlloc(&p->q, nq * 2));
     CU(cu.MemsetD16(p->q, 0x3c00, nq));
-    CU(cu.MemAlloc(&p->o, nq * 2));
+    CU(cu.MemAlloc(&p->o, (size_t)p->tq * HQ * p->dv * 2));
     CU(cu.MemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
     p->topk = upload(topk, (size_t)p->tq * hkv * k * sizeof(int32_t));
     p->table = upload(table, (size_t)B * p->max_pages * sizeof(int32_t));
@@ -223,13 +224,15 @@ static fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *p
     a.num_query_tokens = p->tq;
     a.batch = p->B;
     a.q = (fsa_tensor){p->q, HQ * D, D};
-    a.o = (fsa_tensor){p->o, HQ * D, D};
+    a.o = (fsa_tensor){p->o, (int64_t)HQ * p->dv, p->dv};
     a.cu_seqlens_q = p->cu;
-    /* NHD: token stride Hkv x D, head stride D; HND: token stride D, head stride page x D. */
+    /* NHD: token stride Hkv x D, head stride D; HND: token stride D, head stride page x D (Dv for v). */
     const int64_t ts = p->hnd ? D : (int64_t)p->hkv * D, hs = p->hnd ? (int64_t)PAGE * D : D;
+    const int64_t vts = p->hnd ? p->dv : (int64_t)p->hkv * p->dv, vhs = p->hnd ? (int64_t)PAGE * p->dv : p->dv;
     a.k_cache = (fsa_tensor){p->k_cache, ts, hs};
-    a.v_cache = (fsa_tensor){p->v_cache, ts, hs};
-    a.k_page_stride = a.v_page_stride = (int64_t)PAGE * p->hkv * D;
+    a.v_cache = (fsa_tensor){p->v_cache, vts, vhs};
+    a.k_page_stride = (int64_t)PAGE * p->hkv * D;
+    a.v_page_stride = (int64_t)PAGE * p->hkv * p->dv;
     a.num_pages = p->num_pages;
     a.block_table = p->table;
     a.block_table_stride = p->max_pages;
@@ -291,9 +294,12 @@ static double host_time(const bench_env *env, const fsa_kvcache_plan *plan, cons
     return best;
 }
 
-static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int max_batch, int64_t max_tokens, int splits)
+static fsa_kvcache_plan *make_plan(fsa_context *ctx, const dec_opts *o, int g, int bk, int k, int max_batch,
+                                   int64_t max_tokens)
 {
     fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.head_dim = D;
+    d.value_dim = o->dv;
     d.num_q_heads = HQ;
     d.num_kv_heads = HQ / g;
     d.block_size = bk;
@@ -301,7 +307,7 @@ static fsa_kvcache_plan *make_plan(fsa_context *ctx, int g, int bk, int k, int m
     d.page_size = PAGE;
     d.max_batch = max_batch;
     d.max_query_tokens = max_tokens;
-    d.splits = splits;
+    d.splits = o->splits;
     fsa_kvcache_plan *plan = NULL;
     FSA(fsa_kvcache_plan_create(&plan, ctx, &d));
     return plan;
@@ -320,6 +326,7 @@ static void decode_usage(FILE *f)
             "  --no-prefill     skip the chunked-prefill row\n"
             "  --no-dense       skip the dense decode rows\n"
             "  --hnd            pages as [num_pages, Hkv, page_size, D] (default NHD: [num_pages, page_size, Hkv, D])\n"
+            "  --value-dim N    head dim of v and o (default 128, the key head dim)\n"
             "  -h, --help       this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
             DEC_MAX_LIST);
@@ -335,11 +342,12 @@ static int decode_usage_error(const char *option)
 /* Options of --decode; returns -1 to go on, else the exit code. */
 static int parse_decode_args(dec_opts *o, int argc, char **argv)
 {
-    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND };
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM };
     static const struct option longs[] = {
         {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
         {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
         {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
+        {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -372,6 +380,10 @@ static int parse_decode_args(dec_opts *o, int argc, char **argv)
         case OPT_NO_PREFILL: o->prefill = 0; break;
         case OPT_NO_DENSE: o->dense = 0; break;
         case OPT_HND: o->hnd = 1; break;
+        case OPT_VALUE_DIM:
+            if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim");
+            o->dv = (int)v;
+            break;
         case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
         default:
             fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
@@ -390,20 +402,19 @@ static int parse_decode_args(dec_opts *o, int argc, char **argv)
 
 static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
 {
-    printf("\n## Decode: bf16 Hq %d D %d BK 64 K 16 page %d; us = median CUDA-event time (L2 flushed),"
-           " TB/s = B*Hkv*K*BK*D*4 / time\n",
-           HQ, D, PAGE);
+    printf("\n## Decode: bf16 Hq %d D %d Dv %d BK 64 K 16 page %d; us = median CUDA-event time (L2 flushed),"
+           " TB/s = B*Hkv*K*BK*(D+Dv)*2 / time\n",
+           HQ, D, o->dv, PAGE);
     printf("|      L |   B |  G | q_len | selection | stream us | graph us | TB/s (graph) | host us | pages GB |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
         const int g = o->gs[gi], hkv = HQ / g;
-        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 256, 256 * 4, o->splits);
+        fsa_kvcache_plan *plan = make_plan(ctx, o, g, 64, 16, 256, 256 * 4);
         for (int li = 0; li < o->n_ls; li++)
             for (int bi = 0; bi < o->n_bs; bi++)
                 for (int mode = 0; mode < 3; mode++) { /* q_len 1; 4 shared; 4 independent */
                     const int q_len = mode == 0 ? 1 : 4;
                     dec_problem p;
-                    if (!dec_make(&p, o->bs[bi], o->ls[li], hkv, q_len, mode == 1, 16, 64, plan, o->max_gb,
-                                  1234 + (uint64_t)bi)) {
+                    if (!dec_make(&p, o, o->bs[bi], o->ls[li], hkv, q_len, mode == 1, 16, 64, plan, 1234 + (uint64_t)bi)) {
                         printf("| %6d | %3d | %2d | %5d | %-9s | skipped: touched pages over %.0f GB |\n", o->ls[li],
                                o->bs[bi], g, q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", o->max_gb);
                         continue;
@@ -414,7 +425,7 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
                     const double us_g = time_call(env, plan, &a, o->reps, 1);
                     const double host = mode == 0 ? host_time(env, plan, &a) : 0.0;
                     /* Independent selections: every token's K blocks count. */
-                    const double bytes = (double)p.B * hkv * 16 * 64 * D * 4 * (mode == 2 ? q_len : 1);
+                    const double bytes = (double)p.B * hkv * 16 * 64 * (D + o->dv) * 2 * (mode == 2 ? q_len : 1);
                     printf("| %6d | %3d | %2d | %5d | %-9s | %9.1f | %8.1f | %12.2f | %7.2f | %8.2f |\n", p.L, p.B, g,
                            q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", us, us_g, bytes / us_g / 1e6,
                            host, (double)p.bytes / 1e9);
@@ -436,13 +447,13 @@ static void run_dense(const dec_opts *o, fsa_context *ctx, const bench_env *env)
     const int bs[] = {1, 64};
     const int gs[] = {4, 16};
     for (int gi = 0; gi < 2; gi++) {
-        fsa_kvcache_plan *plan = make_plan(ctx, gs[gi], 256, 64, 256, 256, o->splits);
+        fsa_kvcache_plan *plan = make_plan(ctx, o, gs[gi], 256, 64, 256, 256);
         for (int bi = 0; bi < 2; bi++) {
             dec_problem p;
-            if (!dec_make(&p, bs[bi], 16384, HQ / gs[gi], 1, 0, 64, 256, plan, o->max_gb, 99)) continue;
+            if (!dec_make(&p, o, bs[bi], 16384, HQ / gs[gi], 1, 0, 64, 256, plan, 99)) continue;
             const fsa_kvcache_args a = dec_args(&p, plan);
             const double us = time_call(env, plan, &a, o->reps, 1);
-            const double bytes = (double)p.B * p.hkv * 16384.0 * D * 4;
+            const double bytes = (double)p.B * p.hkv * 16384.0 * (D + o->dv) * 2;
             printf("| %3d | %2d | %8.1f | %4.2f | %27.0f |\n", p.B, gs[gi], us, bytes / us / 1e6, 2 * us);
             dec_free(&p);
         }
@@ -457,9 +468,9 @@ static void run_prefill(const dec_opts *o, fsa_context *ctx, const bench_env *en
     printf("|  G | us | ns per query token |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
         const int g = o->gs[gi];
-        fsa_kvcache_plan *plan = make_plan(ctx, g, 64, 16, 1, 4096, o->splits);
+        fsa_kvcache_plan *plan = make_plan(ctx, o, g, 64, 16, 1, 4096);
         dec_problem p;
-        if (dec_make(&p, 1, 65536, HQ / g, 4096, 0, 16, 64, plan, o->max_gb, 5)) {
+        if (dec_make(&p, o, 1, 65536, HQ / g, 4096, 0, 16, 64, plan, 5)) {
             const fsa_kvcache_args a = dec_args(&p, plan);
             const double us = time_call(env, plan, &a, o->reps, 0);
             printf("| %2d | %8.1f | %6.1f |\n", g, us, us * 1e3 / 4096);
@@ -472,7 +483,7 @@ static void run_prefill(const dec_opts *o, fsa_context *ctx, const bench_env *en
 int fsa_bench_decode(int argc, char **argv)
 {
     dec_opts o = {.ls = {8192, 32768, 131072}, .n_ls = 3, .bs = {1, 16, 64, 128, 256}, .n_bs = 5,
-                  .gs = {1, 4, 16}, .n_gs = 3, .reps = 30, .max_gb = 90.0, .prefill = 1, .dense = 1};
+                  .gs = {1, 4, 16}, .n_gs = 3, .reps = 30, .max_gb = 90.0, .prefill = 1, .dense = 1, .dv = D};
     const int rc = parse_decode_args(&o, argc, argv);
     if (rc >= 0) return rc;
     char why[512];
@@ -488,8 +499,8 @@ int fsa_bench_decode(int argc, char **argv)
     CU(cu.CtxSetCurrent(pctx));
     char name[256];
     CU(cu.DeviceGetName(name, sizeof name, dev));
-    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule), %s pages\n", fsa_version_string(),
-           name, fsa_context_target(ctx), o.splits, o.hnd ? "HND" : "NHD");
+    printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule), %s pages, Dv %d\n",
+           fsa_version_string(), name, fsa_context_target(ctx), o.splits, o.hnd ? "HND" : "NHD", o.dv);
     bench_env env;
     env.flush_bytes = (size_t)256 << 20;
     CU(cu.StreamCreate(&env.stream, CU_STREAM_NON_BLOCKING));

@@ -39,6 +39,10 @@ static const kvc_case cases[] = {
     {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
     {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
     {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
+    /* Every query length 1..8 for the small groups (keys on the mma's 16-row side). */
+    {"bf16_d128_g2_qlen1to8",        BF, 128, 4,  2,  64,  16, 64,  {{1, 3000}, {2, 500}, {3, 64}, {4, 1000}, {5, 65}, {6, 200}, {7, 4000}, {8, 129}}, 8, KVC_TOPK_HTK, 0, 0, 1, 1},
+    {"f16_d128_g1_qlen1to8",         HF, 128, 2,  2,  64,  16, 16,  {{1, 3000}, {2, 500}, {3, 64}, {4, 1000}, {5, 65}, {6, 200}, {7, 4000}, {8, 129}}, 8, KVC_TOPK_THK, 1, 1, 1, 0},
+    {"bf16_d64_g4_qlen1to8",         BF, 64,  16, 4,  32,  16, 32,  {{1, 3000}, {2, 500}, {3, 64}, {4, 1000}, {5, 65}, {6, 200}, {7, 4000}, {8, 129}}, 8, KVC_TOPK_SHARED, 0, 1, 1, 0},
     /* Dk != Dv: decode, 4 speculative tokens, a chunked prefill.                                                               dv */
     {"bf16_dk192_dv128_g4_page64",   BF, 192, 8,  2,  64,  16, 64,  {{1, 3000}, {4, 300}, {1, 0}, {600, 100}}, 4, KVC_TOPK_HTK, 0, 0, 1, 1, 128},
     {"f16_dk192_dv128_g16_page16",   HF, 192, 32, 2,  64,  16, 16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_SHARED, 1, 1, 1, 0, 128},
@@ -122,10 +126,8 @@ static void test_a_value_head_dim_other_than_the_key_head_dim_matches_the_refere
 
 /* A batch of 64 mixing decode, speculative and prefill lengths; sequence b
  * alone must give the same bits. */
-static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void **state)
+static void assert_case_batch_invariant(size_t ci)
 {
-    (void)state;
-    const size_t ci = 9; /* bf16 G16, shared selection, HND pages */
     kvc_case c = cases[ci];
     fsa_rng rng = {7};
     c.nseq = 64;
@@ -139,6 +141,18 @@ static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void 
     const int checked[] = {1, 5, 17, 62};
     kvc_assert_batch_invariant(g_plans[ci], &p, checked, 4, run_and_check);
     kvc_problem_free(&p);
+}
+
+static void test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void **state)
+{
+    (void)state;
+    assert_case_batch_invariant(9); /* bf16 G16, shared selection, HND pages: rows on the 16-row side */
+}
+
+static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64(void **state)
+{
+    (void)state;
+    assert_case_batch_invariant(3); /* bf16 G4, page 64: keys on the 16-row side */
 }
 
 /* Capture once; change the page table, cached lengths, top-k rows and
@@ -318,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_every_case_matches_the_reference),
         cmocka_unit_test(test_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
+        cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),

@@ -78,7 +78,8 @@ message(STATUS "fsa-bench command line: all checks passed")
 run(0 --decode --help)
 expect("${OUT}" "^Usage: fsa-bench --decode" "decode help on stdout")
 foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
-             "--decode;--reps;0" "--decode;--splits;-1" "--decode;extra")
+             "--decode;--reps;0" "--decode;--splits;-1" "--decode;--value-dim;100" "--decode;--value-dim;512"
+             "--decode;extra")
   run(2 ${args})
   expect("${ERR}" "^fsa-bench --decode: .*\nUsage: fsa-bench --decode" "decode usage error for ${args}")
   if(NOT OUT STREQUAL "")
