@@ -60,7 +60,7 @@ static uint64_t own_bytes_per_token(int group) { return fwd_own_per_token() + 32
 static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **state)
 {
     (void)state;
-    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)11 << 28); /* 2.75 GiB, below 3 GB */
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)89 << 25); /* 2848 MiB, below 3 GB */
     assert_true(FSA_WORKSPACE_DEFAULT_BUDGET < 3000000000u);
     fsa_plan p;
     /* The default: what o, lse, dq, dk and dv leave of the budget, at least the floor. */
