@@ -188,7 +188,8 @@ def run_one(T, G, args):
     row = {"T": T, "G": G, "D": D, "dtype": args.dtype, "Hq": HQ, "Hkv": HQ // G, "BK": BK, "K": K, "selected_entries": entries,
            "fwd_gflop": flops / 1e9}
     errors = []
-    call = dict(topk_idx=topk, cu_seqlens=cu, block_size=BK, max_seqlen=T, algorithm=args.algorithm)
+    call = dict(topk_idx=topk, cu_seqlens=cu, block_size=BK, max_seqlen=T, algorithm=args.algorithm,
+                workspace_limit=args.workspace_limit)
 
     row["fsa_fwd_ms"] = try_measure("fsa_jit fwd", lambda: fsa_jit.selected_attention(q, k, v, **call), args, errors)
     row["fsa_path"] = chosen_algorithm(q, k, topk) if row["fsa_fwd_ms"] is not None else None
@@ -200,13 +201,15 @@ def run_one(T, G, args):
         torch.autograd.grad(o, (qg, kg, vg), do)
 
     row["fsa_fwd_bwd_ms"] = try_measure("fsa_jit fwd+bwd", fsa_fwd_bwd, args, errors)
-    row["sdpa_fwd_ms"] = try_measure("sdpa fwd", lambda: sdpa(q, k, v), args, errors)
+    row["sdpa_fwd_ms"] = row["sdpa_fwd_bwd_ms"] = None
+    if not args.no_sdpa:
+        row["sdpa_fwd_ms"] = try_measure("sdpa fwd", lambda: sdpa(q, k, v), args, errors)
 
-    def sdpa_fwd_bwd():
-        o = sdpa(qg, kg, vg)
-        torch.autograd.grad(o, (qg, kg, vg), do.transpose(0, 1).unsqueeze(0))
+        def sdpa_fwd_bwd():
+            o = sdpa(qg, kg, vg)
+            torch.autograd.grad(o, (qg, kg, vg), do.transpose(0, 1).unsqueeze(0))
 
-    row["sdpa_fwd_bwd_ms"] = try_measure("sdpa fwd+bwd", sdpa_fwd_bwd, args, errors)
+        row["sdpa_fwd_bwd_ms"] = try_measure("sdpa fwd+bwd", sdpa_fwd_bwd, args, errors)
 
     row["gather_fwd_ms"] = None
     row["fsa_vs_gather_rel_err"] = None
@@ -307,6 +310,9 @@ def main():
     p.add_argument("--gather-max-T", type=int, default=8192, help="largest T for the gather reference")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="of q, k, v and do (default bf16)")
     p.add_argument("--peak", action="store_true", help="also the peak memory of one forward plus backward")
+    p.add_argument("--workspace-limit", default=None,
+                   help="fsa_jit's workspace_limit (default: the library's default cap; 'unlimited': none)")
+    p.add_argument("--no-sdpa", action="store_true", help="skip dense SDPA")
     p.add_argument("--min-ms", type=float, help="repeats cover at least this much (default 100; --quick 20)")
     p.add_argument("--warmup-ms", type=float, help="warm-up before timing (default 25; --quick 5)")
     p.add_argument("--json", help="write the rows and the setup here")
@@ -328,7 +334,7 @@ def main():
              "libfsa": fsa_jit.library_version(), "libfsa_path": fsa_jit.library_path(),
              "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
              "warmup_ms": args.warmup_ms, "min_repeat_ms": args.min_ms, "algorithm": args.algorithm,
-             "dtype": args.dtype}
+             "dtype": args.dtype, "workspace_limit": args.workspace_limit}
     print(f"# {setup['gpu']}, torch {setup['torch']}, libfsa {setup['libfsa']} ({setup['libfsa_path']}), "
           f"commit {setup['commit']}", flush=True)
     rows = []
@@ -337,16 +343,18 @@ def main():
             row = run_one(T, G, args)
             torch.cuda.empty_cache()  # the inputs of this row are gone
             row["fsa_peak_bytes"] = None
-            if args.peak:  # default cap, on fresh inputs of the same shape
+            if args.peak:  # the same cap, on fresh inputs of the same shape
                 try:
-                    row["fsa_peak_bytes"] = memory_peak.peak_bytes(T, G, DTYPES[args.dtype], None, D=D, hq=HQ, BK=BK,
-                                                                   K=K)[0]
+                    row["fsa_peak_bytes"] = memory_peak.peak_bytes(T, G, DTYPES[args.dtype], args.workspace_limit,
+                                                                   D=D, hq=HQ, BK=BK, K=K)[0]
                 except Exception as e:
                     row["errors"].append(f"fsa_jit peak: {type(e).__name__}: {e}")
                 torch.cuda.empty_cache()
             rows.append(row)
             print(f"T={T} G={G}: fsa fwd {fmt(row['fsa_fwd_ms'])} ms, fwd+bwd {fmt(row['fsa_fwd_bwd_ms'])} ms, "
                   f"sdpa fwd {fmt(row['sdpa_fwd_ms'])} ms", flush=True)
+            if args.json:  # rows so far, should a later one not finish
+                Path(args.json).write_text(json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
             for e in row["errors"]:
                 print(f"  {e.splitlines()[0][:300]}", flush=True)
     print()

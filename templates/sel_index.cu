@@ -3,7 +3,11 @@
 // blocks-by-tokens matrix: count with atomics, scan in the last block to
 // finish, then scatter. Lanes of a warp that hit the same block in the same
 // slot (block 0 and the own block, in sorted rows) share one atomic, so hot
-// blocks do not serialize on one address.
+// blocks do not serialize on one address. The first BINS blocks of the (at
+// most two) KV heads a CTA's rows belong to are counted in shared memory and
+// added to global memory once per CTA: every token draws its other slots from
+// the blocks before it, so the low blocks' counters (a few cache lines) get
+// most of the atomics, which L2 would serialize whatever the number of heads.
 #include "sel_common.cuh"
 
 using namespace fsa;
@@ -11,6 +15,7 @@ constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 
 static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
 constexpr int THREADS = FSA_INDEX_THREADS;
+constexpr int BINS = 1024;  // shared-memory counters per KV head of a CTA's rows
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -18,6 +23,23 @@ struct Row {
     int idx[TOPK];
     u64 mask;        // valid slots
 };
+
+// A pair's counter: the shared-memory bin of its block (first BINS blocks of
+// the CTA's first two heads), or -1 for the global counter.
+__device__ __forceinline__ int bin_of(const fsa_sel_params &p, long long seg, int h_first) {
+    const long long rel = seg - (long long)h_first * p.nb_total;  // (head - h_first) * nb_total + block id
+    const long long hl = rel / p.nb_total, gid = rel - hl * p.nb_total;
+    return hl < 2 && gid < BINS ? (int)(hl * BINS + gid) : -1;
+}
+
+// The global counter of bin b.
+__device__ __forceinline__ long long bin_seg(const fsa_sel_params &p, int b, int h_first) {
+    return (long long)(h_first + b / BINS) * p.nb_total + (b % BINS);
+}
+
+__device__ __forceinline__ int first_head(const fsa_sel_params &p) {
+    return (int)((long long)blockIdx.x * blockDim.x / p.tc);
+}
 
 __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
     const int h = (int)(r / p.tc);
@@ -41,10 +63,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     after_previous_grid();
     __shared__ u64 scratch[32];
     __shared__ int is_last;
+    __shared__ int bins[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
+    const int h_first = first_head(p);
     int *counts = (int *)p.counts;
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
     Row row;
     row.mask = 0;
     row.seg0 = 0;
@@ -52,6 +77,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
         load_row(row, p, r);
         ((u64 *)p.mask)[r] = row.mask;
     }
+    __syncthreads();  // bins zeroed
 #pragma unroll
     for (int s = 0; s < TOPK; s++) {
         const bool v = (row.mask >> s) & 1;
@@ -59,9 +85,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
         if (v) {
             const long long seg = row.seg0 + row.idx[s];
             const unsigned same = __match_any_sync(active, seg);
-            if (lane == __ffs(same) - 1) atomicAdd(counts + seg, __popc(same));
+            if (lane == __ffs(same) - 1) {
+                const int b = bin_of(p, seg, h_first);
+                if (b >= 0) atomicAdd(bins + b, __popc(same));
+                else atomicAdd(counts + seg, __popc(same));
+            }
         }
     }
+    __syncthreads();  // bins complete
+    for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
+        if (bins[b]) atomicAdd(counts + bin_seg(p, b, h_first), bins[b]);
     __threadfence();
     __syncthreads();
     const long long n = p.num_kv_heads * p.nb_total;
@@ -117,12 +150,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
              seg += (long long)gridDim.x * blockDim.x)
             for (int w = work[seg]; w < work[seg + 1]; w++) work_seg[w] = (int)seg;
     }
+    // As in the count: pairs of the shared-memory bins are counted per CTA
+    // first, their ranges reserved with one global atomic per bin, then
+    // placed from CTA-local cursors; other pairs take global cursors directly.
+    __shared__ int bins[2 * BINS];  // counts, then each bin's reserved start
+    __shared__ int cursor[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
+    const int h_first = first_head(p);
     int *cursors = (int *)p.counts;
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = cursor[i] = 0;
     Row row;
     row.mask = 0;
     row.seg0 = 0;
@@ -132,6 +172,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
         if (row.mask) load_row(row, p, r);
         tl = r - (r / p.tc) * p.tc;
     }
+    __syncthreads();  // bins zeroed
 #pragma unroll
     for (int s = 0; s < TOPK; s++) {
         const bool v = (row.mask >> s) & 1;
@@ -140,10 +181,39 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
             const long long seg = row.seg0 + row.idx[s];
             const unsigned same = __match_any_sync(active, seg);
             const int leader = __ffs(same) - 1;
-            int base = 0;
-            if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
-            base = __shfl_sync(same, base, leader);
-            list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+            const int b = bin_of(p, seg, h_first);
+            if (b >= 0) {
+                if (lane == leader) atomicAdd(bins + b, __popc(same));
+            } else {
+                int base = 0;
+                if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
+                base = __shfl_sync(same, base, leader);
+                list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+            }
+        }
+    }
+    __syncthreads();  // bins complete
+    for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
+        if (bins[b]) {
+            const long long seg = bin_seg(p, b, h_first);
+            bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
+        }
+    __syncthreads();  // ranges reserved
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (v) {
+            const long long seg = row.seg0 + row.idx[s];
+            const int b = bin_of(p, seg, h_first);
+            const unsigned same = __match_any_sync(active, seg);
+            if (b >= 0) {
+                const int leader = __ffs(same) - 1;
+                int base = 0;
+                if (lane == leader) base = bins[b] + atomicAdd(cursor + b, __popc(same));
+                base = __shfl_sync(same, base, leader);
+                list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+            }
         }
     }
 }
