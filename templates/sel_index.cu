@@ -151,8 +151,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
             for (int w = work[seg]; w < work[seg + 1]; w++) work_seg[w] = (int)seg;
     }
     // As in the count: pairs of the shared-memory bins are counted per CTA
-    // first, their ranges reserved with one global atomic per bin, then
-    // placed from CTA-local cursors; other pairs take global cursors directly.
+    // first and their ranges reserved with one global atomic per bin; then
+    // every pair is placed, from its bin's CTA-local cursor or its global one.
     __shared__ int bins[2 * BINS];  // counts, then each bin's reserved start
     __shared__ int cursor[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
@@ -180,16 +180,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
         if (v) {
             const long long seg = row.seg0 + row.idx[s];
             const unsigned same = __match_any_sync(active, seg);
-            const int leader = __ffs(same) - 1;
             const int b = bin_of(p, seg, h_first);
-            if (b >= 0) {
-                if (lane == leader) atomicAdd(bins + b, __popc(same));
-            } else {
-                int base = 0;
-                if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
-                base = __shfl_sync(same, base, leader);
-                list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
-            }
+            if (b >= 0 && lane == __ffs(same) - 1) atomicAdd(bins + b, __popc(same));
         }
     }
     __syncthreads();  // bins complete
@@ -205,15 +197,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
         const unsigned active = __ballot_sync(0xffffffffu, v);
         if (v) {
             const long long seg = row.seg0 + row.idx[s];
-            const int b = bin_of(p, seg, h_first);
             const unsigned same = __match_any_sync(active, seg);
-            if (b >= 0) {
-                const int leader = __ffs(same) - 1;
-                int base = 0;
-                if (lane == leader) base = bins[b] + atomicAdd(cursor + b, __popc(same));
-                base = __shfl_sync(same, base, leader);
-                list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
-            }
+            const int leader = __ffs(same) - 1;
+            const int b = bin_of(p, seg, h_first);
+            int base = 0;
+            if (lane == leader) base = b >= 0 ? bins[b] + atomicAdd(cursor + b, __popc(same))
+                                              : offsets[seg] + atomicAdd(cursors + seg, __popc(same));
+            base = __shfl_sync(same, base, leader);
+            list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
         }
     }
 }
