@@ -21,19 +21,6 @@ __device__ __forceinline__ T *view_row(const fsa_kernel_view &v, long long token
     return (T *)v.ptr + token * v.token_stride + head * v.head_stride;
 }
 
-// ---------------------------------------------------------------- launch order
-// Kernels launched with programmatic dependent launch (sm_90; kernels.c says
-// which) may start while the previous kernel on the stream drains: each first
-// waits until that kernel is complete and its writes are visible, before it
-// reads or writes anything, then lets the next kernel launch. Without the
-// launch attribute (or below sm_90) both are no-ops.
-__device__ __forceinline__ void after_previous_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // ---------------------------------------------------------------- dtypes
 // The element type of q/k/v/o. `pack` puts `lo` in the low half (the lower
 // column), matching the operand layout of mma and of memory.

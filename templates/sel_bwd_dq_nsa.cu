@@ -16,7 +16,6 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 typedef NsaStream<D, DV, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
-    after_previous_grid();
     __shared__ float lse2[16], delta[16];  // per row: lse in log2 units, rowsum(dout * o)
     __shared__ NsaShared sh;
     extern __shared__ __align__(16) unsigned char smem[];

@@ -152,7 +152,6 @@ __device__ __forceinline__ void store_rows(float *row, const float acc[N][4], in
 
 template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
-    after_previous_grid();
     extern __shared__ __align__(16) unsigned char smem[];
     Tables &tb = *(Tables *)smem;
     u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, DV, KS));         // [KS][LDS]

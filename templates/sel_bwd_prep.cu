@@ -21,7 +21,6 @@ __device__ __forceinline__ float dot8(const uint4 &a, const uint4 &b) {
 }
 
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_prep(const fsa_sel_params p) {
-    after_previous_grid();
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
     const long long row = ((long long)blockIdx.x * (FSA_ROW_THREADS / 32) + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;

@@ -27,7 +27,6 @@ __device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
 
 // Rows of the chunk: (token, query head); empty rows give dq = 0.
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(const fsa_sel_params p) {
-    after_previous_grid();
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
     const long long row = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
@@ -57,7 +56,6 @@ constexpr int SUM_ILP = 8;  // partial rows loaded before they are added (in ite
 __device__ __forceinline__ void add4(float4 &s, const float4 &v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
 
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
-    after_previous_grid();
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= p.total_tokens * p.num_kv_heads) return;
@@ -118,7 +116,6 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
 
 // One warp per (token, KV head): dk and dv from the accumulator.
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_store(const fsa_sel_params p) {
-    after_previous_grid();
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= p.total_tokens * p.num_kv_heads) return;

@@ -64,7 +64,6 @@ __device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, co
 // Up to head dims of 128, three blocks per SM (168 registers): the kernel is bound by
 // issue and latency, so resident warps matter more than prefetch depth.
 extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
-    after_previous_grid();
     extern __shared__ __align__(16) unsigned char smem[];
     RowTable &rt = *(RowTable *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight

@@ -14,7 +14,6 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 typedef NsaStream<D, DV, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const fsa_sel_params p) {
-    after_previous_grid();
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ NsaShared sh;
     __shared__ float ml[NSA_WARPS][16][2];  // per-warp row max and sum for the merge

@@ -60,7 +60,6 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
-    after_previous_grid();
     __shared__ u64 scratch[32];
     __shared__ int is_last;
     __shared__ int bins[2 * BINS];
@@ -141,7 +140,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
 // every work item, so the main kernel needs no search. Order inside a list is
 // not fixed; nothing downstream depends on it.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_sel_params p) {
-    after_previous_grid();
     {
         const long long n = p.num_kv_heads * p.nb_total;
         const int *work = (const int *)p.work_offsets;
@@ -248,7 +246,6 @@ __device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel_params p) {
-    after_previous_grid();
     __shared__ int keys[SORT_SMALL];
     __shared__ u32 bits[SORT_WINDOW / 32];
     __shared__ unsigned char slots[SORT_WINDOW];

@@ -55,16 +55,15 @@ static const struct {
     const char *template_name; /* templates/<name>.cu */
     int n_params;
     tparam params[MAX_FAMILY_PARAMS];
-    int pdl; /* its kernels start with after_previous_grid (fsa_device.cuh): programmatic dependent launch */
 } families[FAM_N] = {
-    [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}, 1},
-    [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}, 1},
-    [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}, 1},
-    [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}, 1},
-    [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}, 1},
-    [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}, 1},
-    [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}, 1},
-    [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}, 1},
+    [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
+    [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
+    [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
+    [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 7,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
     [FAM_CMP_FWD] = {"cmp_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
@@ -146,7 +145,6 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
         threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
     out->fn = NULL;
-    out->pdl = families[f].pdl;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
     out->name = kernels[id].entry;
@@ -201,23 +199,7 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     void *args[] = {params};
     if (gx == 0 || gy == 0 || gz == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
-    CUresult r;
-    if (k->pdl && ctx->pdl) {
-        /* Programmatic dependent launch: the kernel may launch while the previous one drains (it waits
-         * in-kernel for that one's results), so launch latency and ramp overlap the previous tail. */
-        CUlaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDimX = (unsigned)gx, cfg.gridDimY = gy, cfg.gridDimZ = gz;
-        cfg.blockDimX = k->threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-        cfg.sharedMemBytes = k->smem, cfg.hStream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-        r = cu->LaunchKernelEx(&cfg, k->fn, args, NULL);
-    } else {
-        r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, gz, k->threads, 1, 1, k->smem, stream, args, NULL);
-    }
+    const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, gz, k->threads, 1, 1, k->smem, stream, args, NULL);
     if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
     char stage[40];
     snprintf(stage, sizeof stage, "launch %s", k->name);

@@ -47,7 +47,6 @@ typedef struct fsa_kernel {
     unsigned threads;  /* threads per block */
     unsigned smem;     /* dynamic shared memory per block, bytes */
     const char *name;  /* entry point; also names the launch in errors */
-    int pdl;           /* waits for the previous grid in-kernel (after_previous_grid): may launch early */
 } fsa_kernel;
 
 /* The template parameters of a plan's kernels. */

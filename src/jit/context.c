@@ -197,7 +197,6 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
         ctx->dump_dir = strdup(dump_dir);
         FSA_CHECK_ALLOC(ctx->dump_dir, "context");
     }
-    ctx->pdl = ctx->cu && ctx->cu->LaunchKernelEx && ctx->arch.major >= 9 && fsa_env_flag("FSA_PDL", 1) != 0;
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;
     ctx->env.cache_note = ctx->cache_note ? ctx->cache_note : "";

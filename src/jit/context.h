@@ -31,8 +31,6 @@ struct fsa_context {
     int log;
     int check;                /* check mode (attention/metadata_check.h) */
     int tune;                 /* tuning level (attention/choose.h: fsa_tune_level) */
-    int pdl;                  /* kernels that wait for their predecessor in-kernel launch early (sm_90+;
-                               * FSA_PDL=0 turns it off) */
     char gpu_name[128];       /* the device's name, part of tuning-record keys; "" offline */
 
     pthread_mutex_t fill_lock; /* guards the lazily made fill kernel */

@@ -58,7 +58,6 @@ static struct {
     X(GraphLaunch, "cuGraphLaunch", 10000)                                   \
     X(GraphExecDestroy, "cuGraphExecDestroy", 10000)                         \
     X(GraphDestroy, "cuGraphDestroy", 10000)                                 \
-    X(LaunchKernelEx, "cuLaunchKernelEx", 11060)                             \
     X(DeviceGetName, "cuDeviceGetName", 2000)                                \
     X(EventCreate, "cuEventCreate", 2000)                                    \
     X(EventDestroy, "cuEventDestroy", 4000)                                  \

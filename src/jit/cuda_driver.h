@@ -52,8 +52,6 @@ typedef struct fsa_cu_api {
     PFN_cuGraphLaunch_v10000 GraphLaunch;
     PFN_cuGraphExecDestroy_v10000 GraphExecDestroy;
     PFN_cuGraphDestroy_v10000 GraphDestroy;
-    /* Programmatic dependent launch (attention/kernels.c); without it, plain launches. */
-    PFN_cuLaunchKernelEx_v11060 LaunchKernelEx;
     /* Tuning (attention/tuning.c) only: without them a call never measures. */
     PFN_cuDeviceGetName_v2000 DeviceGetName;
     PFN_cuEventCreate_v2000 EventCreate;
