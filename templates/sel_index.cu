@@ -56,6 +56,36 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
         if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
 }
 
+// f(slot, seg, same) for each valid pair of the row, in slot order; `same`:
+// the lanes of the warp whose pair of that slot has the same (head, block)
+// counter `seg` (they share one atomic).
+template <class F>
+__device__ __forceinline__ void for_each_pair(const Row &row, F &&f) {
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (v) {
+            const long long seg = row.seg0 + row.idx[s];
+            f(s, seg, __match_any_sync(active, seg));
+        }
+    }
+}
+
+// Adds the row's pairs to their shared-memory bins; pairs without a bin go to
+// the global counters `global`, unless it is null.
+__device__ __forceinline__ void count_pairs(const Row &row, const fsa_sel_params &p, int h_first, int *bins,
+                                            int *global) {
+    const int lane = threadIdx.x & 31;
+    for_each_pair(row, [&](int, long long seg, unsigned same) {
+        const int b = bin_of(p, seg, h_first);
+        if (lane == __ffs(same) - 1) {
+            if (b >= 0) atomicAdd(bins + b, __popc(same));
+            else if (global) atomicAdd(global + seg, __popc(same));
+        }
+    });
+}
+
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
@@ -65,7 +95,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     __shared__ int bins[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int lane = threadIdx.x & 31;
     const int h_first = first_head(p);
     int *counts = (int *)p.counts;
     for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
@@ -77,20 +106,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
         ((u64 *)p.mask)[r] = row.mask;
     }
     __syncthreads();  // bins zeroed
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            const unsigned same = __match_any_sync(active, seg);
-            if (lane == __ffs(same) - 1) {
-                const int b = bin_of(p, seg, h_first);
-                if (b >= 0) atomicAdd(bins + b, __popc(same));
-                else atomicAdd(counts + seg, __popc(same));
-            }
-        }
-    }
+    count_pairs(row, p, h_first, bins, counts);
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) atomicAdd(counts + bin_seg(p, b, h_first), bins[b]);
@@ -171,17 +187,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
         tl = r - (r / p.tc) * p.tc;
     }
     __syncthreads();  // bins zeroed
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            const unsigned same = __match_any_sync(active, seg);
-            const int b = bin_of(p, seg, h_first);
-            if (b >= 0 && lane == __ffs(same) - 1) atomicAdd(bins + b, __popc(same));
-        }
-    }
+    count_pairs(row, p, h_first, bins, nullptr);
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) {
@@ -189,22 +195,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
             bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
         }
     __syncthreads();  // ranges reserved
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            const unsigned same = __match_any_sync(active, seg);
-            const int leader = __ffs(same) - 1;
-            const int b = bin_of(p, seg, h_first);
-            int base = 0;
-            if (lane == leader) base = b >= 0 ? bins[b] + atomicAdd(cursor + b, __popc(same))
-                                              : offsets[seg] + atomicAdd(cursors + seg, __popc(same));
-            base = __shfl_sync(same, base, leader);
-            list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
-        }
-    }
+    for_each_pair(row, [&](int s, long long seg, unsigned same) {
+        const int leader = __ffs(same) - 1;
+        const int b = bin_of(p, seg, h_first);
+        int base = 0;
+        if (lane == leader) base = b >= 0 ? bins[b] + atomicAdd(cursor + b, __popc(same))
+                                          : offsets[seg] + atomicAdd(cursors + seg, __popc(same));
+        base = __shfl_sync(same, base, leader);
+        list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+    });
 }
 
 // Backward only: sorts each (KV head, block) list by token (entries are
