@@ -216,9 +216,58 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
 // entries before the window, and writes its marks, compacted in order, from
 // there. Every CTA reads the whole list, SORT_ILP entries per thread in
 // flight, so a long list costs one pass of latency rather than one per window.
+// Chunks of at most FSA_SORT_RANK_TOKENS tokens (one window) sort every list,
+// short or long, by rank instead: a bitmap of the chunk's tokens, a prefix
+// count of its words, and each entry written at its rank; a few passes of
+// the list and no bitonic network of log^2 n synchronized steps.
 constexpr int SORT_SMALL = 2048;
 constexpr int SORT_WINDOW = FSA_SORT_WINDOW;
 constexpr int SORT_ILP = 16;
+constexpr int RANK_WORDS = FSA_SORT_RANK_TOKENS / 32;
+constexpr int RANK_WORDS_PER_THREAD = RANK_WORDS / THREADS;
+static_assert(RANK_WORDS % THREADS == 0, "whole words per thread");
+
+__device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, const int *src, int *dst, int n) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) bits[tid * RANK_WORDS_PER_THREAD + k] = 0;
+    __syncthreads();
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
+        int e[SORT_ILP];
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++)
+            if (e[k] >= 0) atomicOr(&bits[fsa_entry_token(e[k]) >> 5], 1u << (fsa_entry_token(e[k]) & 31));
+    }
+    __syncthreads();  // the bitmap is complete
+    u32 w[RANK_WORDS_PER_THREAD];
+    int count = 0;
+#pragma unroll
+    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) {
+        w[k] = bits[tid * RANK_WORDS_PER_THREAD + k];
+        count += __popc(w[k]);
+    }
+    u64 total;
+    int at = (int)block_exclusive_scan((u64)count, scratch, &total);
+#pragma unroll
+    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) {
+        prefix[tid * RANK_WORDS_PER_THREAD + k] = at;
+        at += __popc(w[k]);
+    }
+    __syncthreads();  // prefixes written
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
+        int e[SORT_ILP];
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) {
+            if (e[k] < 0) continue;
+            const int x = fsa_entry_token(e[k]);
+            dst[prefix[x >> 5] + __popc(bits[x >> 5] & ((1u << (x & 31)) - 1))] = e[k];
+        }
+    }
+}
 
 __device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, int n) {
     const int tid = threadIdx.x;
@@ -245,12 +294,24 @@ __device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel_params p) {
-    __shared__ int keys[SORT_SMALL];
-    __shared__ u32 bits[SORT_WINDOW / 32];
-    __shared__ unsigned char slots[SORT_WINDOW];
+    __shared__ union {
+        struct {
+            int keys[SORT_SMALL];
+            u32 bits[SORT_WINDOW / 32];
+            unsigned char slots[SORT_WINDOW];
+        } win;
+        struct {
+            u32 bits[RANK_WORDS];
+            int prefix[RANK_WORDS];
+        } rank;
+    } sm;
+    int *keys = sm.win.keys;
+    u32 *bits = sm.win.bits;
+    unsigned char *slots = sm.win.slots;
     __shared__ u64 scratch[32];
     const int tid = threadIdx.x;
     const int w0 = (int)blockIdx.y * SORT_WINDOW;  // this CTA's window of chunk tokens
+    const bool by_rank = p.tc <= FSA_SORT_RANK_TOKENS;  // then gridDim.y == 1
     const long long n_seg = p.num_kv_heads * p.nb_total;
     const int *offsets = (const int *)p.offsets;
     for (long long seg = blockIdx.x; seg < n_seg; seg += gridDim.x) {
@@ -259,6 +320,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel
         const int *src = (const int *)p.list + off;
         int *dst = (int *)p.list_sorted + off;
         __syncthreads();  // shared memory is free again
+        if (by_rank) {
+            sort_rank(sm.rank.bits, sm.rank.prefix, scratch, src, dst, n);
+            continue;
+        }
         if (n <= SORT_SMALL) {
             sort_small(keys, src, dst, n);
             continue;
