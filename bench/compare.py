@@ -11,7 +11,7 @@ in the first, untimed call.
     python bench/compare.py                      # T 8192 and 65536, G 1..16
     python bench/compare.py --quick              # a short smoke run
     python bench/compare.py --T 8192 --G 4 --json out.json --png out.png
-    python bench/compare.py --dtype fp16 --G 1,4,16 --peak    # fp16 rows, with peak memory
+    python bench/compare.py --dtype fp16,bf16 --G 1,4,16 --peak    # fp16 and bf16 rows, with peak memory
 """
 
 import argparse
@@ -308,7 +308,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="T 8192, G 1,4,16, short warm-up and repeats")
     p.add_argument("--algorithm", default="auto", choices=["auto", "fsa", "nsa"])
     p.add_argument("--gather-max-T", type=int, default=8192, help="largest T for the gather reference")
-    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="of q, k, v and do (default bf16)")
+    p.add_argument("--dtype", default="bf16", help="of q, k, v and do: bf16, fp16 or both, comma-separated (default bf16)")
     p.add_argument("--peak", action="store_true", help="also the peak memory of one forward plus backward")
     p.add_argument("--workspace-limit", default=None,
                    help="fsa_jit's workspace_limit (default: the library's default cap; 'unlimited': none)")
@@ -328,6 +328,10 @@ def main():
     for g in Gs:
         if g < 1 or HQ % g:
             sys.exit(f"compare.py: G={g} does not divide Hq={HQ}")
+    dtypes = args.dtype.split(",")
+    for name in dtypes:
+        if name not in DTYPES:
+            sys.exit(f"compare.py: --dtype {name}: expected one of {', '.join(sorted(DTYPES))}")
 
     setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -338,25 +342,24 @@ def main():
     print(f"# {setup['gpu']}, torch {setup['torch']}, libfsa {setup['libfsa']} ({setup['libfsa_path']}), "
           f"commit {setup['commit']}", flush=True)
     rows = []
-    for T in Ts:
-        for G in Gs:
-            row = run_one(T, G, args)
-            torch.cuda.empty_cache()  # the inputs of this row are gone
-            row["fsa_peak_bytes"] = None
-            if args.peak:  # the same cap, on fresh inputs of the same shape
-                try:
-                    row["fsa_peak_bytes"] = memory_peak.peak_bytes(T, G, DTYPES[args.dtype], args.workspace_limit,
-                                                                   D=D, hq=HQ, BK=BK, K=K)[0]
-                except Exception as e:
-                    row["errors"].append(f"fsa_jit peak: {type(e).__name__}: {e}")
-                torch.cuda.empty_cache()
-            rows.append(row)
-            print(f"T={T} G={G}: fsa fwd {fmt(row['fsa_fwd_ms'])} ms, fwd+bwd {fmt(row['fsa_fwd_bwd_ms'])} ms, "
-                  f"sdpa fwd {fmt(row['sdpa_fwd_ms'])} ms", flush=True)
-            if args.json:  # rows so far, should a later one not finish
-                Path(args.json).write_text(json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
-            for e in row["errors"]:
-                print(f"  {e.splitlines()[0][:300]}", flush=True)
+    for args.dtype, T, G in ((name, T, G) for name in dtypes for T in Ts for G in Gs):
+        row = run_one(T, G, args)
+        torch.cuda.empty_cache()  # the inputs of this row are gone
+        row["fsa_peak_bytes"] = None
+        if args.peak:  # the same cap, on fresh inputs of the same shape
+            try:
+                row["fsa_peak_bytes"] = memory_peak.peak_bytes(T, G, DTYPES[args.dtype], args.workspace_limit,
+                                                               D=D, hq=HQ, BK=BK, K=K)[0]
+            except Exception as e:
+                row["errors"].append(f"fsa_jit peak: {type(e).__name__}: {e}")
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"{args.dtype} T={T} G={G}: fsa fwd {fmt(row['fsa_fwd_ms'])} ms, fwd+bwd {fmt(row['fsa_fwd_bwd_ms'])} ms, "
+              f"sdpa fwd {fmt(row['sdpa_fwd_ms'])} ms", flush=True)
+        if args.json:  # rows so far, should a later one not finish
+            Path(args.json).write_text(json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
+        for e in row["errors"]:
+            print(f"  {e.splitlines()[0][:300]}", flush=True)
     print()
     print(markdown(rows))
     if args.json:
