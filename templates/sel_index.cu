@@ -227,6 +227,20 @@ constexpr int RANK_WORDS = FSA_SORT_RANK_TOKENS / 32;
 constexpr int RANK_WORDS_PER_THREAD = RANK_WORDS / THREADS;
 static_assert(RANK_WORDS % THREADS == 0, "whole words per thread");
 
+// This thread's WORDS consecutive words of a bitmap into w, and the block's
+// exclusive prefix of their set bits (a block scan: it synchronizes).
+template <int WORDS>
+__device__ __forceinline__ int own_words(u32 (&w)[WORDS], const u32 *bits, u64 *scratch) {
+    int count = 0;
+#pragma unroll
+    for (int k = 0; k < WORDS; k++) {
+        w[k] = bits[threadIdx.x * WORDS + k];
+        count += __popc(w[k]);
+    }
+    u64 total;
+    return (int)block_exclusive_scan((u64)count, scratch, &total);
+}
+
 __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, const int *src, int *dst, int n) {
     const int tid = threadIdx.x;
 #pragma unroll
@@ -242,14 +256,7 @@ __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, 
     }
     __syncthreads();  // the bitmap is complete
     u32 w[RANK_WORDS_PER_THREAD];
-    int count = 0;
-#pragma unroll
-    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) {
-        w[k] = bits[tid * RANK_WORDS_PER_THREAD + k];
-        count += __popc(w[k]);
-    }
-    u64 total;
-    int at = (int)block_exclusive_scan((u64)count, scratch, &total);
+    int at = own_words(w, bits, scratch);
 #pragma unroll
     for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) {
         prefix[tid * RANK_WORDS_PER_THREAD + k] = at;
@@ -354,14 +361,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel
         // Each thread owns SORT_WINDOW / 32 / THREADS = 2 consecutive words.
         constexpr int WORDS = SORT_WINDOW / 32 / THREADS;
         u32 mine[WORDS];
-        int count = 0;
-#pragma unroll
-        for (int k = 0; k < WORDS; k++) {
-            mine[k] = bits[tid * WORDS + k];
-            count += __popc(mine[k]);
-        }
-        u64 total;
-        int at = (int)total_before + (int)block_exclusive_scan((u64)count, scratch, &total);
+        int at = (int)total_before + own_words(mine, bits, scratch);
 #pragma unroll
         for (int k = 0; k < WORDS; k++) {
             for (u32 m = mine[k]; m; m &= m - 1) {
