@@ -3,7 +3,10 @@
 //  fsa_cmp_bwd_dq:  the forward's query tiles against the compressed tokens
 //                   they see; delta goes to the workspace for the next kernel.
 //  fsa_cmp_bwd_dkv: a CTA owns 64 compressed keys of one sequence and walks
-//                   the query tiles from the first position that sees them.
+//                   the query tiles from the first position that sees them;
+//                   the CTAs take (key tile, KV head) with the heads fastest,
+//                   so that every head's early tiles, which the most queries
+//                   see, start first and the short ones fill the tail.
 #include "cmp_common.cuh"
 #include "fsa_qbwd.cuh"
 
@@ -27,9 +30,11 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dq(c
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
+    // Launch order (x fastest) to (key tile, head) with the heads fastest: the grid is (key tiles, heads).
+    const long long cta = blockIdx.x + (long long)gridDim.x * blockIdx.y;
+    const int h = (int)(cta % gridDim.y), x = (int)(cta / gridDim.y);
     // The keys: a tile of one sequence's compressed tokens (earlier tiles first: more queries see them).
-    const QueryTile kt =
-        query_tile<FSA_QT_DKV_KEYS, false>((const int *)p.cu_seqlens_c, (int)p.batch, p.total_cmp, blockIdx.x);
+    const QueryTile kt = query_tile<FSA_QT_DKV_KEYS, false>((const int *)p.cu_seqlens_c, (int)p.batch, p.total_cmp, x);
     if (!kt.ok) return;
     const int *cu = (const int *)p.cu_seqlens;
     const long long q_start = min(max((long long)__ldg(cu + kt.seq), 0ll), p.total_tokens);
@@ -37,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_
     const long long first_pos = (kt.tok0 - kt.start) * p.stride + p.kernel_size - 1;  // the first that sees a key
     const int count = (int)(kt.end - kt.start);
 
-    backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, blockIdx.y, q_start, q_end, first_pos, q_end - q_start - 1,
+    backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1,
                                       [&](long long pos, int) {
                                           return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1};
                                       });

@@ -42,6 +42,9 @@ FSA_LAYOUT_FN int fsa_entry_slot(int entry) { return entry & (FSA_MAX_TOP_K - 1)
  * ldmatrix on distinct banks. */
 FSA_LAYOUT_FN int fsa_pitch(int d) { return d + 8; }
 FSA_LAYOUT_FN int fsa_tile_bytes(int rows, int d) { return rows * fsa_pitch(d) * 2; }
+/* A 128-byte swizzled tile (Hopper warpgroup operands, fsa_pipeline.cuh):
+ * ceil(d / 64) panels of 64 columns, 128 bytes per row each, no padding. */
+FSA_LAYOUT_FN int fsa_sw128_bytes(int rows, int d) { return (d + 63) / 64 * rows * 128; }
 
 /* ---------------------------------------------------------------- row kernels */
 /* Index inversion (count, scatter, sort): one thread per row or a block per list. */
@@ -146,9 +149,16 @@ FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_
  * is 32 tiles' tokens (or at least 8 tokens), so every choice is a whole
  * number of tiles' tokens and at least one entry. */
 FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_round_entries(g) >> halvings; }
-/* Head dims over 128 run the main kernel twice, each on half of the dK and
- * half of the dV columns (dk and dv: the query/key and the value head dims). */
-FSA_LAYOUT_FN int fsa_bwd_d_parts(int dk, int dv) { return fsa_max_dim(dk, dv) > 128 ? 2 : 1; }
+/* The backwards that accumulate dK and dV of a warp's 16 keys in registers
+ * (this main kernel, the query-tile dK/dV blocks) do it in one pass while
+ * the dK and dV columns together are at most FSA_BWD_ONE_PASS_COLS (160
+ * fp32 accumulators per thread: NSA's Dk 192 / Dv 128); wider heads split
+ * the columns into two parts, each recomputing S and dP. */
+#define FSA_BWD_ONE_PASS_COLS 320
+FSA_LAYOUT_FN int fsa_bwd_one_pass(int dk, int dv) { return dk + dv <= FSA_BWD_ONE_PASS_COLS; }
+/* Wider heads run the main kernel twice, each on half of the dK and half of
+ * the dV columns (dk and dv: the query/key and the value head dims). */
+FSA_LAYOUT_FN int fsa_bwd_d_parts(int dk, int dv) { return fsa_bwd_one_pass(dk, dv) ? 1 : 2; }
 FSA_LAYOUT_FN int fsa_bwd_ds_pitch(void) { return FSA_BWD_ROWS + 8; }
 /* Row tables (token, pair, lse, delta of every row of a round) | K | V of the
  * slice | the Q tiles in flight | the dO tiles | dS^T (keys x rows) | the

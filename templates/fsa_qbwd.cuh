@@ -149,6 +149,9 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_DKV_THREADS;
     constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
     constexpr int RS = FSA_QT_ROWS / FSA_QT_DKV_SETS;  // query rows of a set
+    // Rows per product: a set's 32, or 16 at a time next to more than 128
+    // accumulators per thread (fewer live scores, no spill; the same order of sums).
+    constexpr int RSTEP = (WANT_K ? DK : 0) + (WANT_V ? DV : 0) > 256 ? 16 : RS;
     static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
     typedef GroupRows<G> Rows;
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
@@ -208,26 +211,29 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const int c0 = set * RS;
         const KeyRange a = rk[c0 + lane];
         if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
-        const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c0 * LDK * 2;
-        const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c0 * LDV * 2;
-        // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
-        float pt[RS / 8][4];
-        frag_zero<RS / 8>(pt);
-        mma_abt<DT, DK, RS / 8, LDK>(pt, k_lane, qb_lane + q_off);
-        frag_map<RS / 8>(pt, lane, [&](float x, int col, int half) {
-            const KeyRange r = rk[c0 + col];
-            const int kj = key[half];
-            return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c0 + col])) : 0.f;
-        });
-        if constexpr (WANT_V) mma_pv<DT, RS / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
-        if constexpr (WANT_K) {
-            // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
-            float dpt[RS / 8][4];
-            frag_zero<RS / 8>(dpt);
-            mma_abt<DT, DV, RS / 8, LDV>(dpt, v_lane, dob_lane + do_off);
-            frag_map<RS / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c0 + col]; });
-            frag_mul<RS / 8>(pt, dpt);
-            mma_pv<DT, RS / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
+#pragma unroll 1
+        for (int c = c0; c < c0 + RS; c += RSTEP) {
+            const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c * LDK * 2;
+            const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c * LDV * 2;
+            // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
+            float pt[RSTEP / 8][4];
+            frag_zero<RSTEP / 8>(pt);
+            mma_abt<DT, DK, RSTEP / 8, LDK>(pt, k_lane, qb_lane + q_off);
+            frag_map<RSTEP / 8>(pt, lane, [&](float x, int col, int half) {
+                const KeyRange r = rk[c + col];
+                const int kj = key[half];
+                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c + col])) : 0.f;
+            });
+            if constexpr (WANT_V) mma_pv<DT, RSTEP / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
+            if constexpr (WANT_K) {
+                // dS^T = P^T (dP^T - delta), dP^T = V dO^T.
+                float dpt[RSTEP / 8][4];
+                frag_zero<RSTEP / 8>(dpt);
+                mma_abt<DT, DV, RSTEP / 8, LDV>(dpt, v_lane, dob_lane + do_off);
+                frag_map<RSTEP / 8>(dpt, lane, [&](float x, int col, int) { return x - dlt[c + col]; });
+                frag_mul<RSTEP / 8>(pt, dpt);
+                mma_pv<DT, RSTEP / 16, DK / 8, LDK>(dk, pt, qa_lane + q_off);
+            }
         }
     }
     cp_async_wait<0>();
@@ -252,8 +258,9 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }
 
-// A dK/dV kernel's body: one part of PARTS = fsa_qt_dkv_parts(DK, DV) per
-// blockIdx.z (with two, z 0 makes dV and z 1 dK), each recomputing S and dP.
+// A dK/dV kernel's body: one pass up to FSA_BWD_ONE_PASS_COLS columns of dK
+// and dV together; wider heads take one part of fsa_qt_dkv_parts(DK, DV) = 2
+// per blockIdx.z (z 0 makes dV and z 1 dK), each recomputing S and dP.
 template <class DT, int DK, int DV, int G, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                    long long q_start, long long q_end, long long first_pos,

@@ -11,8 +11,9 @@
 // A block whose list fits one work item adds its dK/dV straight into the fp32
 // accumulator; longer lists leave one partial per work item, summed in item
 // order afterwards, so the result does not depend on scheduling.
-// Q, K, dq and dK are D wide, V, dO and dV DV wide. Head dims over 128 run
-// twice, each launch accumulating half of the dK and half of the dV columns.
+// Q, K, dq and dK are D wide, V, dO and dV DV wide. Heads too wide for one
+// pass (D + DV over FSA_BWD_ONE_PASS_COLS) run twice, each launch
+// accumulating half of the dK and half of the dV columns.
 #include "sel_common.cuh"
 #include "fsa_mma.cuh"
 #include "fsa_pipeline.cuh"
@@ -29,6 +30,9 @@ constexpr int TILES = FSA_BWD_TILES;               // tiles per round
 constexpr int CHUNK = fsa_bwd_round_entries(G);    // list entries per round of one row table
 constexpr int DPK = D / fsa_bwd_d_parts(D, DV);   // dK columns accumulated per launch
 constexpr int DPV = DV / fsa_bwd_d_parts(D, DV);  // dV columns accumulated per launch
+// Rows per product: the tile's M, or 16 at a time next to more than 128
+// accumulators per thread (fewer live scores, no spill; the same order of sums).
+constexpr int MSTEP = DPK + DPV > 256 ? 16 : M;
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDS = fsa_bwd_ds_pitch();            // pitch of dS^T
 constexpr u32 Q_TILE_BYTES = fsa_tile_bytes(M, D), DO_TILE_BYTES = fsa_tile_bytes(M, DV);
@@ -93,8 +97,9 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
 }
 
 // dQ = dS K for one tile: 16 rows x DQ_COLS columns per unit, the dS^T
-// fragment loaded once per 16 keys and used for all the unit's columns.
-constexpr int DQ_COLS = D % 64 == 0 ? 64 : D % 32 == 0 ? 32 : 16;
+// fragment loaded once per 16 keys and used for all the unit's columns (at
+// most 32 next to more than 128 dK/dV accumulators per thread).
+constexpr int DQ_COLS = D % 64 == 0 && MSTEP == M ? 64 : D % 32 == 0 ? 32 : 16;
 __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, int tile,
                                         int slice, float scale, int lane, int warp) {
     constexpr int NT = DQ_COLS / 8;
@@ -228,33 +233,38 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             for (int tile = 0; tile < ntiles; tile++) {
                 const int buf = ring.acquire(tile, load);
                 const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES, dob_addr = dos_addr + buf * DO_TILE_BYTES;
-                // P^T and dP^T for this warp's 16 keys x M rows.
-                float pt[M / 8][4], dpt[M / 8][4];
-                frag_zero<M / 8>(pt);
-                frag_zero<M / 8>(dpt);
                 const u32 key_rows = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
                 const u32 val_rows = warp * 16 * LDV * 2 + ldm_lane_a(lane, LDV);
-                mma_abt<DT, D, M / 8, LD>(pt, ks_addr + key_rows, qb_addr + ldm_lane_b(lane, LD));
-                mma_abt<DT, DV, M / 8, LDV>(dpt, vs_addr + val_rows, dob_addr + ldm_lane_b(lane, LDV));
+#pragma unroll 1
+                for (int c = 0; c < M; c += MSTEP) {
+                    // P^T and dP^T for this warp's 16 keys x rows c .. c + MSTEP - 1.
+                    const u32 q_rows = qb_addr + c * LD * 2, do_rows = dob_addr + c * LDV * 2;
+                    float pt[MSTEP / 8][4], dpt[MSTEP / 8][4];
+                    frag_zero<MSTEP / 8>(pt);
+                    frag_zero<MSTEP / 8>(dpt);
+                    mma_abt<DT, D, MSTEP / 8, LD>(pt, ks_addr + key_rows, q_rows + ldm_lane_b(lane, LD));
+                    mma_abt<DT, DV, MSTEP / 8, LDV>(dpt, vs_addr + val_rows, do_rows + ldm_lane_b(lane, LDV));
 #pragma unroll
-                for (int jn = 0; jn < M / 8; jn++) {
+                    for (int jn = 0; jn < MSTEP / 8; jn++) {
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = tile * M + frag_col(lane, jn, e);
-                        const long long key = kb0 + key_lo + (e >> 1) * 8;
-                        const int t = tb.token[i];
-                        const float pr = (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
-                        pt[jn][e] = pr;
-                        dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
+                        for (int e = 0; e < 4; e++) {
+                            const int i = tile * M + c + frag_col(lane, jn, e);
+                            const long long key = kb0 + key_lo + (e >> 1) * 8;
+                            const int t = tb.token[i];
+                            const float pr =
+                                (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
+                            pt[jn][e] = pr;
+                            dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
+                        }
                     }
+                    mma_pv<DT, MSTEP / 16, DPV / 8, LDV>(dv, pt, do_rows + ldm_lane_a(lane, LDV) + d0v * 2);
+                    mma_pv<DT, MSTEP / 16, DPK / 8, LD>(dk, dpt, q_rows + ldm_lane_a(lane, LD) + d0k * 2);
+                    // dS^T to shared memory for dQ.
+                    if (do_dq) frag_store<DT, MSTEP / 8, LDS>(dST + warp * 16 * LDS + c, dpt, lane);
                 }
-                mma_pv<DT, M / 16, DPV / 8, LDV>(dv, pt, dob_addr + ldm_lane_a(lane, LDV) + d0v * 2);
-                mma_pv<DT, M / 16, DPK / 8, LD>(dk, dpt, qb_addr + ldm_lane_a(lane, LD) + d0k * 2);
                 if (!do_dq) continue;
 
-                // dS^T to shared memory, then dQ = dS K for the tile, stored per pair row
-                // straight from the fragments.
-                frag_store<DT, M / 8, LDS>(dST + warp * 16 * LDS, dpt, lane);
+                // dQ = dS K for the tile, stored per pair row straight from the fragments.
                 __syncthreads();  // dS^T complete
                 dq_tile(p, tb, dst_addr, ks_addr, tile, slice, scale, lane, warp);
             }

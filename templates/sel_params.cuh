@@ -42,7 +42,7 @@ typedef struct fsa_sel_params {
     long long dq_part;      /* dtype [Hkv, tc, K, slices, G, D]: dq contribution of each pair and key slice */
     long long dkv_part;     /* float [parts, BK * (D + Dv)]: BK rows of dK, then BK of dV, of one work item */
     long long dkv_acc;      /* float [T, Hkv, D + Dv]: dK then dV over all token chunks */
-    long long d_part;       /* head dims over 128: which half of the dK and dV columns this launch accumulates */
+    long long d_part;       /* wide heads: which half of the dK and dV columns this launch accumulates */
     long long key_slices;   /* CTAs per backward work item: slices of the key block */
     long long work_next;    /* int [2]: next backward work item, one counter per main launch of a chunk */
 } fsa_sel_params;

@@ -27,6 +27,9 @@ _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F1
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 MAX_TOP_K = 64
 MAX_HEAD_DIM = 256
+# The backward accumulates dK and dV in one pass while Dk + Dv is at most this; wider heads split their
+# columns in halves of whole 16-column steps (the library's FSA_BWD_ONE_PASS_COLS).
+ONE_PASS_BWD_COLS = 320
 _LAYOUTS = ("hkt", "thk")
 
 # ------------------------------------------------------------------ validation
@@ -120,10 +123,11 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
         raise ValueError(
             f"v's head dim {dv} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}"
         )
-    if max(d, dv) > 128 and (d % 32 or dv % 32) and (q.requires_grad or k.requires_grad or v.requires_grad):
+    grads = q.requires_grad or k.requires_grad or v.requires_grad
+    if grads and d + dv > ONE_PASS_BWD_COLS and (d % 32 or dv % 32):
         raise ValueError(
-            f"the backward with head dims {d} (q, k) and {dv} (v): when either is over 128, both must be "
-            "multiples of 32"
+            f"the backward with head dims {d} (q, k) and {dv} (v): when together over {ONE_PASS_BWD_COLS}, both "
+            "must be multiples of 32"
         )
     layout = _topk_layout(topk_idx, hkv, t_len, topk_layout)
     top_k = topk_idx.shape[2]

@@ -134,9 +134,9 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
             raise ValueError(f"the compressed keys have {k_cmp.shape[1]} KV heads but k has {keys.shape[1]}")
     dk, dv = q.shape[2], v.shape[2]
     grads = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
-    if grads and max(dk, dv) > 128 and (dk % 32 or dv % 32):  # the selected attention's backward
-        raise ValueError(f"the backward with head dims {dk} (q, k) and {dv} (v): when either is over 128, both "
-                         "must be multiples of 32")
+    if grads and dk + dv > _att.ONE_PASS_BWD_COLS and (dk % 32 or dv % 32):  # the selected attention's backward
+        raise ValueError(f"the backward with head dims {dk} (q, k) and {dv} (v): when together over "
+                         f"{_att.ONE_PASS_BWD_COLS}, both must be multiples of 32")
     _cmp.check_devices((("q", q), ("k", k), ("v", v), ("k_cmp", k_cmp), ("v_cmp", v_cmp), ("k_win", k_win),
                         ("v_win", v_win), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c)), q)
 

@@ -146,9 +146,10 @@ def test_bad_nsa_arguments(change, error, match):
 
 def test_wide_head_dims_with_gradients_must_be_multiples_of_32():
     p = nsa_problem()
-    p["q"] = torch.randn(40, 4, 144).bfloat16().requires_grad_()
-    p["k"], p["k_cmp"] = torch.randn(40, 2, 144).bfloat16(), torch.randn(3, 2, 144).bfloat16()
-    expect(nsa_attention, ValueError, r"when either is over 128, both must be multiples of 32", **p)
+    p["q"] = torch.randn(40, 4, 240).bfloat16().requires_grad_()
+    p["k"], p["k_cmp"] = torch.randn(40, 2, 240).bfloat16(), torch.randn(3, 2, 240).bfloat16()
+    p["v"], p["v_cmp"] = torch.randn(40, 2, 96).bfloat16(), torch.randn(3, 2, 96).bfloat16()
+    expect(nsa_attention, ValueError, r"when together over 320, both must be multiples of 32", **p)
     p["q"] = p["q"].detach()  # no gradients: a valid call up to the device check
     expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **p)
 

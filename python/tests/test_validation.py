@@ -141,9 +141,9 @@ def test_q_and_k_must_share_the_head_dim_when_v_differs():
     expect(ValueError, r"q has head_dim 64 but k has 128", **p)
 
 
-def test_a_differentiable_call_over_head_dim_128_needs_dims_that_are_multiples_of_32():
+def test_a_differentiable_call_with_dims_over_320_together_needs_dims_that_are_multiples_of_32():
     p = problem(D=192)
-    p["v"] = torch.randn(10, 2, 48).to(torch.bfloat16).requires_grad_()
+    p["v"] = torch.randn(10, 2, 144).to(torch.bfloat16).requires_grad_()
     expect(ValueError, r"both must be multiples of 32", **p)
     p["v"] = p["v"].detach()  # without gradients the forward takes them
     expect(ValueError, r"CUDA tensor", **p)

@@ -127,9 +127,9 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     const int parts = fsa_bwd_d_parts(c->head_dim, c->value_dim);
     if (c->head_dim / parts % 16 != 0 || c->value_dim / parts % 16 != 0)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "the backward with head_dim %d and value_dim %d: when either is over 128, both must be "
+                 "the backward with head_dim %d and value_dim %d: when together over %d, both must be "
                  "multiples of 32",
-                 c->head_dim, c->value_dim);
+                 c->head_dim, c->value_dim, FSA_BWD_ONE_PASS_COLS);
     plan->bwd_available = 1;
 cleanup:
     return st;

@@ -2,7 +2,7 @@
  * allocation, no host synchronization, so the call can be graph-captured.
  * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
  * per token chunk: index inversion with lists sorted by token, delta, the
- * main kernel (twice for head dims over 128), dq (FSA order: the sum of the
+ * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
  * main kernel's per-pair rows; NSA order: one token-major kernel), and the
  * dK/dV partials of split blocks; then the head chunk's dk and dv once from
  * the fp32 accumulator (a chunk of every token writes them directly). */

@@ -53,6 +53,9 @@ static const attn_case cases[] = {
     {"bf16_dk64_dv128_g2_chunk", BF, 64,  4,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  1500000, 1, 0, 1, 128},
     {"bf16_dk64_dv128_g32_nsa",  BF, 64,  32, 1,  16, 12, {40, 150},             2, 0, 0, A_NSA,  0,       1, 0, 0, 128},
     {"f16_dk64_dv128_g5_bk128",  HF, 64,  5,  1,  128, 3, {129, 300},            2, 1, 0, A_AUTO, 0,       1, 0, 0, 128},
+    /* One pass up to Dk + Dv = 320 (dims that are not multiples of 32 included); 256 / 256 above takes two. */
+    {"bf16_dk256_dv64_g4_fsa",   BF, 256, 8,  2,  64, 6,  {1, 65, 200},          3, 0, 0, A_FSA,  0,       1, 0, 0, 64},
+    {"f16_dk144_dv176_g2_nsa",   HF, 144, 4,  2,  64, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 0, 176},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

@@ -40,6 +40,7 @@ static const win_case cases[] = {
     {"f16_dk32_dv96_g3_w65",        HF, 32,  96,  6,  2,  65,   0, {5, 400, 129, 64},  4, 1, 0},
     {"bf16_d256_g2_causal",         BF, 256, 256, 2,  1,  4096, 0, {700},              1, 0, 0},
     {"bf16_dk64_dv16_g12",          BF, 64,  16,  12, 1,  33,   0, {500, 17},          2, 0, 0},
+    {"bf16_dk256_dv64_g2_one_pass", BF, 256, 64,  4,  2,  77,   0, {300, 5},           2, 1, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

@@ -24,11 +24,11 @@ typedef struct query_tile_shape {
 
 static const query_tile_shape shapes[] = {
     {FSA_DTYPE_BF16, 128, 128, 4, 87040, 104448, 104448, 106496, 1},
-    {FSA_DTYPE_BF16, 192, 128, 16, 111616, 111616, 86016, 131072, 2},
+    {FSA_DTYPE_BF16, 192, 128, 16, 111616, 111616, 86016, 131072, 1},
     {FSA_DTYPE_F16, 256, 256, 1, 101376, 101376, 135168, 204800, 2},
     {FSA_DTYPE_F16, 64, 32, 3, 37888, 47104, 43008, 45056, 1},
     {FSA_DTYPE_BF16, 16, 192, 7, 31744, 31744, 86016, 88064, 1},
-    {FSA_DTYPE_BF16, 16, 256, 7, 39936, 39936, 110592, 112640, 2},
+    {FSA_DTYPE_BF16, 16, 256, 7, 39936, 39936, 110592, 112640, 1},
     {FSA_DTYPE_F16, 32, 64, 5, 33792, 38912, 43008, 45056, 1},
 };
 
@@ -134,6 +134,24 @@ static void test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a(
 
 /* Dk == Dv takes the same shared memory as before the value head dim existed:
  * the layouts only grow where Dv does. */
+/* The backwards that keep a warp's dK and dV rows in registers (the selected
+ * attention's main kernel, the query-tile dK/dV kernels) take one pass up to
+ * 320 columns together, NSA's 192 / 128 among them, and two parts beyond. */
+static void test_wide_heads_take_one_backward_pass_up_to_320_columns(void **state)
+{
+    (void)state;
+    const int one_pass[][2] = {{128, 128}, {192, 128}, {256, 64}, {144, 176}, {16, 256}, {64, 64}};
+    const int two_parts[][2] = {{192, 144}, {256, 256}, {256, 80}, {176, 160}};
+    for (size_t i = 0; i < sizeof one_pass / sizeof one_pass[0]; i++) {
+        assert_int_equal(fsa_bwd_d_parts(one_pass[i][0], one_pass[i][1]), 1);
+        assert_int_equal(fsa_qt_dkv_parts(one_pass[i][0], one_pass[i][1]), 1);
+    }
+    for (size_t i = 0; i < sizeof two_parts / sizeof two_parts[0]; i++) {
+        assert_int_equal(fsa_bwd_d_parts(two_parts[i][0], two_parts[i][1]), 2);
+        assert_int_equal(fsa_qt_dkv_parts(two_parts[i][0], two_parts[i][1]), 2);
+    }
+}
+
 static void test_equal_head_dims_keep_the_selected_kernels_shared_memory(void **state)
 {
     (void)state;
@@ -158,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
+        cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
         cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
