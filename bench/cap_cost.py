@@ -1,9 +1,11 @@
-"""The workspace cap's cost: fsa-bench JSON of capped and uncapped runs side by side.
+"""The workspace cap's cost: capped and uncapped runs side by side, from fsa-bench JSON or
+bench/compare.py JSON (--workspace-limit unlimited for the uncapped run).
 
     python3 bench/cap_cost.py capped_65536.json,capped_8192.json uncapped_65536.json,uncapped_8192.json
 
-Prints a Markdown table: forward and backward milliseconds (AUTO), the capped over the uncapped time
-minus one, and each run's forward and backward workspace.
+Prints a Markdown table: forward and backward milliseconds (AUTO; compare.py: the backward is forward
+plus backward minus forward), the capped over the uncapped time minus one, and each run's forward and
+backward workspace (fsa-bench only) or peak memory (compare.py --peak, GB).
 """
 
 import json
@@ -22,10 +24,22 @@ def rows(paths):
         try:
             data = json.loads(text)
         except ValueError:  # a run cut short: the rows written so far
-            data = json.loads(text.rstrip().rstrip(",") + "\n]}")
+            try:
+                data = json.loads(text.rstrip().rstrip(",") + "\n]}")
+            except ValueError:
+                print(f"# {path}: no complete row", file=sys.stderr)
+                continue
         for r in data["rows"]:
             out[(r["T"], r["G"], r["D"])] = r
     return out
+
+
+def times(r):
+    """(forward ms, backward ms, memory cells) of a row of either tool."""
+    if "fsa_fwd_ms" in r:  # compare.py
+        peak = r.get("fsa_peak_bytes")
+        return r.get("fsa_fwd_ms"), r.get("fsa_bwd_ms"), ["-", "-" if peak is None else f"{peak / 1e9:.3f} GB"]
+    return r.get("ms_auto"), r.get("ms_bwd"), [str(r["workspace_bytes_auto"]), str(r["workspace_bytes_bwd"])]
 
 
 def fmt(ms):
@@ -39,17 +53,17 @@ def cost(a, b):
 def main():
     capped, free = rows(sys.argv[1]), rows(sys.argv[2])
     print("| T | G | fwd capped | fwd uncapped | cost | bwd capped | bwd uncapped | cost | "
-          "fwd ws capped | fwd ws uncapped | bwd ws capped | bwd ws uncapped |")
+          "fwd ws / - capped | bwd ws / peak capped | fwd ws / - uncapped | bwd ws / peak uncapped |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(capped, key=lambda k: (-k[0], k[1], k[2])):
-        c, u = capped[key], free.get(key)
+        u = free.get(key)
         if u is None:
             continue
         T, G, _ = key
-        print(f"| {T} | {G} | {fmt(c.get('ms_auto'))} | {fmt(u.get('ms_auto'))} | "
-              f"{cost(c.get('ms_auto'), u.get('ms_auto'))} | {fmt(c.get('ms_bwd'))} | {fmt(u.get('ms_bwd'))} | "
-              f"{cost(c.get('ms_bwd'), u.get('ms_bwd'))} | {c['workspace_bytes_auto']} | {u['workspace_bytes_auto']} | "
-              f"{c['workspace_bytes_bwd']} | {u['workspace_bytes_bwd']} |")
+        cf, cb, cm = times(capped[key])
+        uf, ub, um = times(u)
+        print(f"| {T} | {G} | {fmt(cf)} | {fmt(uf)} | {cost(cf, uf)} | {fmt(cb)} | {fmt(ub)} | {cost(cb, ub)} | "
+              f"{cm[0]} | {cm[1]} | {um[0]} | {um[1]} |")
 
 
 if __name__ == "__main__":

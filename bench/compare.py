@@ -11,6 +11,7 @@ in the first, untimed call.
     python bench/compare.py                      # T 8192 and 65536, G 1..16
     python bench/compare.py --quick              # a short smoke run
     python bench/compare.py --T 8192 --G 4 --json out.json --png out.png
+    python bench/compare.py --dtype fp16,bf16 --G 1,4,16 --peak    # fp16 and bf16 rows, with peak memory
 """
 
 import argparse
@@ -30,7 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, attention  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_peak  # noqa: E402
+
 HQ, D, BK, K = 32, 128, 64, 16
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 # ----------------------------------------------------------------- inputs
@@ -64,14 +69,14 @@ def make_selection(T, hkv, block_size, top_k, device, seed):
     return out
 
 
-def make_inputs(T, G, device, seed=0):
+def make_inputs(T, G, device, seed=0, dtype=torch.bfloat16):
     hkv = HQ // G
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    q = torch.randn(T, HQ, D, generator=gen, device=device, dtype=torch.bfloat16)
-    k = torch.randn(T, hkv, D, generator=gen, device=device, dtype=torch.bfloat16)
-    v = torch.randn(T, hkv, D, generator=gen, device=device, dtype=torch.bfloat16)
-    do = torch.randn(T, HQ, D, generator=gen, device=device, dtype=torch.bfloat16)
+    q = torch.randn(T, HQ, D, generator=gen, device=device, dtype=dtype)
+    k = torch.randn(T, hkv, D, generator=gen, device=device, dtype=dtype)
+    v = torch.randn(T, hkv, D, generator=gen, device=device, dtype=dtype)
+    do = torch.randn(T, HQ, D, generator=gen, device=device, dtype=dtype)
     topk = make_selection(T, hkv, BK, K, device, seed + 1)
     cu = torch.tensor([0, T], dtype=torch.int32, device=device)
     return q, k, v, do, topk, cu
@@ -176,14 +181,15 @@ def try_measure(label, fn, args, errors):
 
 def run_one(T, G, args):
     device = torch.device("cuda")
-    q, k, v, do, topk, cu = make_inputs(T, G, device)
+    q, k, v, do, topk, cu = make_inputs(T, G, device, dtype=DTYPES[args.dtype])
     scale = 1.0 / math.sqrt(D)
     entries = int((topk >= 0).sum().item())
     flops = 4.0 * entries * G * BK * D
-    row = {"T": T, "G": G, "D": D, "Hq": HQ, "Hkv": HQ // G, "BK": BK, "K": K, "selected_entries": entries,
+    row = {"T": T, "G": G, "D": D, "dtype": args.dtype, "Hq": HQ, "Hkv": HQ // G, "BK": BK, "K": K, "selected_entries": entries,
            "fwd_gflop": flops / 1e9}
     errors = []
-    call = dict(topk_idx=topk, cu_seqlens=cu, block_size=BK, max_seqlen=T, algorithm=args.algorithm)
+    call = dict(topk_idx=topk, cu_seqlens=cu, block_size=BK, max_seqlen=T, algorithm=args.algorithm,
+                workspace_limit=args.workspace_limit)
 
     row["fsa_fwd_ms"] = try_measure("fsa_jit fwd", lambda: fsa_jit.selected_attention(q, k, v, **call), args, errors)
     row["fsa_path"] = chosen_algorithm(q, k, topk) if row["fsa_fwd_ms"] is not None else None
@@ -195,13 +201,15 @@ def run_one(T, G, args):
         torch.autograd.grad(o, (qg, kg, vg), do)
 
     row["fsa_fwd_bwd_ms"] = try_measure("fsa_jit fwd+bwd", fsa_fwd_bwd, args, errors)
-    row["sdpa_fwd_ms"] = try_measure("sdpa fwd", lambda: sdpa(q, k, v), args, errors)
+    row["sdpa_fwd_ms"] = row["sdpa_fwd_bwd_ms"] = None
+    if not args.no_sdpa:
+        row["sdpa_fwd_ms"] = try_measure("sdpa fwd", lambda: sdpa(q, k, v), args, errors)
 
-    def sdpa_fwd_bwd():
-        o = sdpa(qg, kg, vg)
-        torch.autograd.grad(o, (qg, kg, vg), do.transpose(0, 1).unsqueeze(0))
+        def sdpa_fwd_bwd():
+            o = sdpa(qg, kg, vg)
+            torch.autograd.grad(o, (qg, kg, vg), do.transpose(0, 1).unsqueeze(0))
 
-    row["sdpa_fwd_bwd_ms"] = try_measure("sdpa fwd+bwd", sdpa_fwd_bwd, args, errors)
+        row["sdpa_fwd_bwd_ms"] = try_measure("sdpa fwd+bwd", sdpa_fwd_bwd, args, errors)
 
     row["gather_fwd_ms"] = None
     row["fsa_vs_gather_rel_err"] = None
@@ -231,17 +239,20 @@ def fmt(x, digits=3):
 
 
 def markdown(rows):
-    head = ["T", "G", "path", "fsa fwd", "fsa fwd+bwd", "fsa bwd*", "fwd TFLOP/s", "SDPA fwd", "SDPA fwd+bwd",
-            "gather fwd", "err vs gather"]
+    head = ["T", "G", "dtype", "path", "fsa fwd", "fsa fwd+bwd", "fsa bwd*", "fwd TFLOP/s", "SDPA fwd",
+            "SDPA fwd+bwd", "gather fwd", "err vs gather", "fsa peak GB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["T"], r["G"], r.get("fsa_path") or "n/a", r["fsa_fwd_ms"], r["fsa_fwd_bwd_ms"], r.get("fsa_bwd_ms"),
-                 r.get("fsa_fwd_tflops"), r["sdpa_fwd_ms"], r["sdpa_fwd_bwd_ms"], r["gather_fwd_ms"],
-                 r["fsa_vs_gather_rel_err"]]
+        peak = r.get("fsa_peak_bytes")
+        cells = [r["T"], r["G"], r.get("dtype", "bf16"), r.get("fsa_path") or "n/a", r["fsa_fwd_ms"],
+                 r["fsa_fwd_bwd_ms"], r.get("fsa_bwd_ms"), r.get("fsa_fwd_tflops"), r["sdpa_fwd_ms"],
+                 r["sdpa_fwd_bwd_ms"], r["gather_fwd_ms"], r["fsa_vs_gather_rel_err"],
+                 None if peak is None else f"{peak / 1e9:.3f}"]
         lines.append("| " + " | ".join(fmt(c) for c in cells) + " |")
     lines.append("")
     lines.append("Milliseconds (median). fsa bwd* = fwd+bwd minus fwd. err: relative norm of fsa_jit's o "
-                 "against the gather reference.")
+                 "against the gather reference. fsa peak GB (--peak): device memory of one forward plus backward "
+                 "beyond the inputs (bench/memory_peak.py), 1e9 bytes.")
     return "\n".join(lines)
 
 
@@ -269,7 +280,7 @@ def plot(rows, path):
     ax.set_yscale("log")
     ax.set_xlabel("G = Hq / Hkv")
     ax.set_ylabel("ms (median)")
-    ax.set_title(f"Selected attention, bf16, Hq={HQ}, D={D}, BK={BK}, K={K}")
+    ax.set_title(f"Selected attention, {rows[0].get('dtype', 'bf16')}, Hq={HQ}, D={D}, BK={BK}, K={K}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -297,35 +308,58 @@ def main():
     p.add_argument("--quick", action="store_true", help="T 8192, G 1,4,16, short warm-up and repeats")
     p.add_argument("--algorithm", default="auto", choices=["auto", "fsa", "nsa"])
     p.add_argument("--gather-max-T", type=int, default=8192, help="largest T for the gather reference")
+    p.add_argument("--dtype", default="bf16", help="of q, k, v and do: bf16, fp16 or both, comma-separated (default bf16)")
+    p.add_argument("--peak", action="store_true", help="also the peak memory of one forward plus backward")
+    p.add_argument("--workspace-limit", default=None,
+                   help="fsa_jit's workspace_limit (default: the library's default cap; 'unlimited': none)")
+    p.add_argument("--no-sdpa", action="store_true", help="skip dense SDPA")
+    p.add_argument("--min-ms", type=float, help="repeats cover at least this much (default 100; --quick 20)")
+    p.add_argument("--warmup-ms", type=float, help="warm-up before timing (default 25; --quick 5)")
     p.add_argument("--json", help="write the rows and the setup here")
     p.add_argument("--png", help="write a plot here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("compare.py: needs a CUDA device")
-    args.warmup_ms, args.min_ms = (5.0, 20.0) if args.quick else (25.0, 100.0)
+    warmup_ms, min_ms = (5.0, 20.0) if args.quick else (25.0, 100.0)
+    args.warmup_ms = warmup_ms if args.warmup_ms is None else args.warmup_ms
+    args.min_ms = min_ms if args.min_ms is None else args.min_ms
     Ts = args.T or ([8192] if args.quick else [8192, 65536])
     Gs = args.G or ([1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
     for g in Gs:
         if g < 1 or HQ % g:
             sys.exit(f"compare.py: G={g} does not divide Hq={HQ}")
+    dtypes = args.dtype.split(",")
+    for name in dtypes:
+        if name not in DTYPES:
+            sys.exit(f"compare.py: --dtype {name}: expected one of {', '.join(sorted(DTYPES))}")
 
     setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
              "libfsa": fsa_jit.library_version(), "libfsa_path": fsa_jit.library_path(),
              "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-             "warmup_ms": args.warmup_ms, "min_repeat_ms": args.min_ms, "algorithm": args.algorithm}
+             "warmup_ms": args.warmup_ms, "min_repeat_ms": args.min_ms, "algorithm": args.algorithm,
+             "dtype": args.dtype, "workspace_limit": args.workspace_limit}
     print(f"# {setup['gpu']}, torch {setup['torch']}, libfsa {setup['libfsa']} ({setup['libfsa_path']}), "
           f"commit {setup['commit']}", flush=True)
     rows = []
-    for T in Ts:
-        for G in Gs:
-            row = run_one(T, G, args)
-            torch.cuda.empty_cache()  # the inputs of this row are gone
-            rows.append(row)
-            print(f"T={T} G={G}: fsa fwd {fmt(row['fsa_fwd_ms'])} ms, fwd+bwd {fmt(row['fsa_fwd_bwd_ms'])} ms, "
-                  f"sdpa fwd {fmt(row['sdpa_fwd_ms'])} ms", flush=True)
-            for e in row["errors"]:
-                print(f"  {e.splitlines()[0][:300]}", flush=True)
+    for args.dtype, T, G in ((name, T, G) for name in dtypes for T in Ts for G in Gs):
+        row = run_one(T, G, args)
+        torch.cuda.empty_cache()  # the inputs of this row are gone
+        row["fsa_peak_bytes"] = None
+        if args.peak:  # the same cap, on fresh inputs of the same shape
+            try:
+                row["fsa_peak_bytes"] = memory_peak.peak_bytes(T, G, DTYPES[args.dtype], args.workspace_limit,
+                                                               D=D, hq=HQ, BK=BK, K=K)[0]
+            except Exception as e:
+                row["errors"].append(f"fsa_jit peak: {type(e).__name__}: {e}")
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"{args.dtype} T={T} G={G}: fsa fwd {fmt(row['fsa_fwd_ms'])} ms, fwd+bwd {fmt(row['fsa_fwd_bwd_ms'])} ms, "
+              f"sdpa fwd {fmt(row['sdpa_fwd_ms'])} ms", flush=True)
+        if args.json:  # rows so far, should a later one not finish
+            Path(args.json).write_text(json.dumps({"setup": setup, "rows": rows}, indent=2) + "\n")
+        for e in row["errors"]:
+            print(f"  {e.splitlines()[0][:300]}", flush=True)
     print()
     print(markdown(rows))
     if args.json:

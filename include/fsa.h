@@ -416,16 +416,18 @@ typedef enum fsa_algorithm {
 } fsa_algorithm;
 
 /** The default workspace cap (a descriptor's workspace_limit of 0) is set per
- *  call: what the outputs alive during the call leave of this budget, 2.75
- *  GiB, and never less than FSA_WORKSPACE_DEFAULT_MIN. A forward counts o and
+ *  call: what the outputs alive during the call leave of this budget, 2848
+ *  MiB (2.986 GB), and never less than FSA_WORKSPACE_DEFAULT_MIN. A forward counts o and
  *  lse (each token's Hq x Dv elements and Hq floats), a backward those and
  *  dq, dk and dv (Hq x D + Hkv x (D + Dv) elements more): the forward's
  *  workspace is released before the backward's gradients exist. So short
  *  calls run in one chunk, the fastest way, and long ones stay bounded: one
  *  forward plus backward of the standard problem (bf16, Hq 32, D 128, BK 64,
- *  top-k 16) at T = 65536 needs at most 2.75 GiB (2.96 GB) of device memory
- *  beyond its inputs, outputs and gradients included, for every group size. */
-#define FSA_WORKSPACE_DEFAULT_BUDGET ((uint64_t)11 << 28)
+ *  top-k 16) at T = 65536 needs at most 2848 MiB (2.986 GB) of device memory
+ *  beyond its inputs, outputs and gradients included, for every group size
+ *  (the budget is the least that gives its backward at G = 1 chunks of two
+ *  KV heads instead of one). */
+#define FSA_WORKSPACE_DEFAULT_BUDGET ((uint64_t)89 << 25)
 /** The default workspace cap's floor: 256 MiB. */
 #define FSA_WORKSPACE_DEFAULT_MIN ((uint64_t)256 << 20)
 /** workspace_limit for no cap: every call runs in one chunk (as long as the

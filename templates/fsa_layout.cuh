@@ -52,7 +52,11 @@ FSA_LAYOUT_FN int fsa_sw128_bytes(int rows, int d) { return (d + 63) / 64 * rows
 /* The backward's sort: a long list takes one block per window of this many
  * chunk tokens (grid y), so its blocks run side by side. */
 #define FSA_SORT_WINDOW 16384
-FSA_LAYOUT_FN int fsa_sort_windows(long long tc) { return (int)((tc + FSA_SORT_WINDOW - 1) / FSA_SORT_WINDOW); }
+/* Chunks of at most this many tokens sort every list by rank, one CTA per list (one window). */
+#define FSA_SORT_RANK_TOKENS 65536
+FSA_LAYOUT_FN int fsa_sort_windows(long long tc) {
+    return tc <= FSA_SORT_RANK_TOKENS ? 1 : (int)((tc + FSA_SORT_WINDOW - 1) / FSA_SORT_WINDOW);
+}
 /* Reduction, prep and dq-sum kernels: a (token, head) row of d elements takes
  * 8, 16 or 32 lanes, each holding 16-byte pieces; dK/dV kernels a warp per row. */
 #define FSA_ROW_THREADS 256

@@ -128,6 +128,16 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
     }
 }
 
+// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, in the
+// output dtype: what the fp32 path below stores after adding it to zero and
+// converting (the same bits).
+template <int N>
+__device__ __forceinline__ void store_out(u16 *row, const float acc[N][4], int half, int lane, float scale) {
+#pragma unroll
+    for (int dn = 0; dn < N; dn++)
+        *(u32 *)(row + dn * 8 + 2 * (lane & 3)) = DT::pack(acc[dn][2 * half] * scale, acc[dn][2 * half + 1] * scale);
+}
+
 // Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, into fp32
 // `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds.
 template <int N>
@@ -260,25 +270,30 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
         }
 
-        // dK and dV of this warp's keys: into the accumulator ([T, Hkv] rows of
+        // dK and dV of this warp's keys: straight out as dk and dv (a chunk of
+        // every token, p.dkv_acc == 0), into the accumulator ([T, Hkv] rows of
         // dK then dV), or a partial (BK rows of dK, then BK rows of dV).
-        float *k_base, *v_base;
-        long long k_stride, v_stride;
-        if (n_items == 1) {
+        const bool out = n_items == 1 && p.dkv_acc == 0;
+        float *k_base = (float *)p.dkv_part, *v_base = k_base;
+        long long k_stride = D, v_stride = DV;
+        if (n_items == 1 && !out) {
             k_base = (float *)p.dkv_acc + (kb0 * p.num_kv_heads + h) * DKV;
             v_base = k_base + D;
             k_stride = v_stride = p.num_kv_heads * DKV;
-        } else {
+        } else if (!out) {
             float *part = (float *)p.dkv_part + (long long)(parts[seg] + item) * BK * DKV;
             k_base = part + slice * KS * D;
             v_base = part + BK * D + slice * KS * DV;
-            k_stride = D;
-            v_stride = DV;
         }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int r = key_lo + half * 8;
             if (r >= nk) continue;
+            if (out) {
+                store_out<DPK / 8>(view_row<u16>(p.dk, kb0 + r, h) + d0k, dk, half, lane, scale);
+                store_out<DPV / 8>(view_row<u16>(p.dv, kb0 + r, h) + d0v, dv, half, lane, 1.f);
+                continue;
+            }
             store_rows<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, n_items == 1);
             store_rows<DPV / 8>(v_base + r * v_stride + d0v, dv, half, lane, 1.f, n_items == 1);
         }

@@ -2,7 +2,8 @@
 //   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot and
 //                         key-slice order;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
-//                         item order into the fp32 accumulator (once per token chunk);
+//                         item order into the fp32 accumulator (once per token chunk), or straight
+//                         out as dk and dv when one chunk covers every token;
 //   fsa_sel_bwd_dkv_store the accumulator written out as dk and dv in the input dtype.
 // Fixed summation orders make the result independent of scheduling. dq rows
 // are D wide; an accumulator row holds D floats of dK, then DV of dV.
@@ -47,7 +48,13 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(con
 }
 
 // One warp per (key token, KV head): the key's block, if split over several
-// work items, contributes the sum of its items' partial rows.
+// work items, contributes the sum of its items' partial rows. Without an
+// accumulator (the chunk covers every token: p.dkv_acc == 0) the sum goes
+// straight out as dk and dv, and keys of blocks no item touched get zeros;
+// 0 + x is x, so the bits are those of the accumulator's path.
+constexpr int SUM_ILP = 8;  // partial rows loaded before they are added (in item order)
+__device__ __forceinline__ void add4(float4 &s, const float4 &v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
+
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
@@ -59,20 +66,51 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
     const long long seg = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK) + j;
     const int *work = (const int *)p.work_offsets;
     const int n_items = work[seg + 1] - work[seg];
-    if (n_items <= 1) return;  // none, or added by the main kernel directly
+    const bool direct = p.dkv_acc == 0;
+    if (n_items == 1 || (n_items == 0 && !direct)) return;  // written or added by the main kernel directly
     const int r = (int)(t - sb.start - j * BK);
-    const int part0 = ((const int *)p.part_offsets)[seg];
-    const float *part = (const float *)p.dkv_part;
-    float4 *acc = (float4 *)((float *)p.dkv_acc + (t * p.num_kv_heads + h) * DKV);
-    for (int c = lane; c < DKV / 4; c += 32) {  // dK then dV, 4 floats per step
-        // Column c * 4 of the row: of dK (row r of the item's first BK rows), or of dV (row r of the next BK).
-        const long long at = c * 4 < D ? (long long)r * D + c * 4 : (long long)BK * D + r * DV + (c * 4 - D);
-        float4 s = acc[c];
-        for (int it = 0; it < n_items; it++) {
-            const float4 v = *(const float4 *)(part + (long long)(part0 + it) * BK * DKV + at);
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    const int part0 = n_items > 1 ? ((const int *)p.part_offsets)[seg] : 0;
+    const float *part = (const float *)p.dkv_part + (long long)part0 * BK * DKV;
+    float4 *acc = direct ? nullptr : (float4 *)((float *)p.dkv_acc + (t * p.num_kv_heads + h) * DKV);
+#pragma unroll
+    for (int c0 = 0; c0 < DKV / 4; c0 += 64) {  // dK then dV: two columns of 4 floats per lane and step
+        float4 s[2];
+        long long at[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            // Column c * 4 of the row: of dK (row r of the item's first BK rows), or of dV (row r of the next BK).
+            const int c = c0 + u * 32 + lane;
+            at[u] = c * 4 < D ? (long long)r * D + c * 4 : (long long)BK * D + r * DV + (c * 4 - D);
+            s[u] = direct || c >= DKV / 4 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[c];
         }
-        acc[c] = s;
+        int it = 0;
+        for (; it + SUM_ILP <= n_items; it += SUM_ILP) {
+            float4 v[2][SUM_ILP];
+#pragma unroll
+            for (int k = 0; k < SUM_ILP; k++)
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+                    if (c0 + u * 32 + lane < DKV / 4) v[u][k] = *(const float4 *)(part + (long long)(it + k) * BK * DKV + at[u]);
+#pragma unroll
+            for (int k = 0; k < SUM_ILP; k++)
+#pragma unroll
+                for (int u = 0; u < 2; u++) add4(s[u], v[u][k]);
+        }
+        for (; it < n_items; it++)
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (c0 + u * 32 + lane < DKV / 4) add4(s[u], *(const float4 *)(part + (long long)it * BK * DKV + at[u]));
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int c = c0 + u * 32 + lane;
+            if (c >= DKV / 4) continue;
+            if (!direct) {
+                acc[c] = s[u];
+                continue;
+            }
+            u16 *dst = c * 4 < D ? view_row<u16>(p.dk, t, h) + c * 4 : view_row<u16>(p.dv, t, h) + (c * 4 - D);
+            *(uint2 *)dst = make_uint2(DT::pack(s[u].x, s[u].y), DT::pack(s[u].z, s[u].w));
+        }
     }
 }
 

@@ -3,7 +3,11 @@
 // blocks-by-tokens matrix: count with atomics, scan in the last block to
 // finish, then scatter. Lanes of a warp that hit the same block in the same
 // slot (block 0 and the own block, in sorted rows) share one atomic, so hot
-// blocks do not serialize on one address.
+// blocks do not serialize on one address. The first BINS blocks of the (at
+// most two) KV heads a CTA's rows belong to are counted in shared memory and
+// added to global memory once per CTA: every token draws its other slots from
+// the blocks before it, so the low blocks' counters (a few cache lines) get
+// most of the atomics, which L2 would serialize whatever the number of heads.
 #include "sel_common.cuh"
 
 using namespace fsa;
@@ -11,6 +15,7 @@ constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 
 static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
 constexpr int THREADS = FSA_INDEX_THREADS;
+constexpr int BINS = 1024;  // shared-memory counters per KV head of a CTA's rows
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -18,6 +23,23 @@ struct Row {
     int idx[TOPK];
     u64 mask;        // valid slots
 };
+
+// A pair's counter: the shared-memory bin of its block (first BINS blocks of
+// the CTA's first two heads), or -1 for the global counter.
+__device__ __forceinline__ int bin_of(const fsa_sel_params &p, long long seg, int h_first) {
+    const long long rel = seg - (long long)h_first * p.nb_total;  // (head - h_first) * nb_total + block id
+    const long long hl = rel / p.nb_total, gid = rel - hl * p.nb_total;
+    return hl < 2 && gid < BINS ? (int)(hl * BINS + gid) : -1;
+}
+
+// The global counter of bin b.
+__device__ __forceinline__ long long bin_seg(const fsa_sel_params &p, int b, int h_first) {
+    return (long long)(h_first + b / BINS) * p.nb_total + (b % BINS);
+}
+
+__device__ __forceinline__ int first_head(const fsa_sel_params &p) {
+    return (int)((long long)blockIdx.x * blockDim.x / p.tc);
+}
 
 __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
     const int h = (int)(r / p.tc);
@@ -34,16 +56,48 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
         if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
 }
 
+// f(slot, seg, same) for each valid pair of the row, in slot order; `same`:
+// the lanes of the warp whose pair of that slot has the same (head, block)
+// counter `seg` (they share one atomic).
+template <class F>
+__device__ __forceinline__ void for_each_pair(const Row &row, F &&f) {
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (v) {
+            const long long seg = row.seg0 + row.idx[s];
+            f(s, seg, __match_any_sync(active, seg));
+        }
+    }
+}
+
+// Adds the row's pairs to their shared-memory bins; pairs without a bin go to
+// the global counters `global`, unless it is null.
+__device__ __forceinline__ void count_pairs(const Row &row, const fsa_sel_params &p, int h_first, int *bins,
+                                            int *global) {
+    const int lane = threadIdx.x & 31;
+    for_each_pair(row, [&](int, long long seg, unsigned same) {
+        const int b = bin_of(p, seg, h_first);
+        if (lane == __ffs(same) - 1) {
+            if (b >= 0) atomicAdd(bins + b, __popc(same));
+            else if (global) atomicAdd(global + seg, __popc(same));
+        }
+    });
+}
+
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
     __shared__ u64 scratch[32];
     __shared__ int is_last;
+    __shared__ int bins[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int lane = threadIdx.x & 31;
+    const int h_first = first_head(p);
     int *counts = (int *)p.counts;
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
     Row row;
     row.mask = 0;
     row.seg0 = 0;
@@ -51,16 +105,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
         load_row(row, p, r);
         ((u64 *)p.mask)[r] = row.mask;
     }
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            const unsigned same = __match_any_sync(active, seg);
-            if (lane == __ffs(same) - 1) atomicAdd(counts + seg, __popc(same));
-        }
-    }
+    __syncthreads();  // bins zeroed
+    count_pairs(row, p, h_first, bins, counts);
+    __syncthreads();  // bins complete
+    for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
+        if (bins[b]) atomicAdd(counts + bin_seg(p, b, h_first), bins[b]);
     __threadfence();
     __syncthreads();
     const long long n = p.num_kv_heads * p.nb_total;
@@ -115,12 +164,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
              seg += (long long)gridDim.x * blockDim.x)
             for (int w = work[seg]; w < work[seg + 1]; w++) work_seg[w] = (int)seg;
     }
+    // As in the count: pairs of the shared-memory bins are counted per CTA
+    // first and their ranges reserved with one global atomic per bin; then
+    // every pair is placed, from its bin's CTA-local cursor or its global one.
+    __shared__ int bins[2 * BINS];  // counts, then each bin's reserved start
+    __shared__ int cursor[2 * BINS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
+    const int h_first = first_head(p);
     int *cursors = (int *)p.counts;
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = cursor[i] = 0;
     Row row;
     row.mask = 0;
     row.seg0 = 0;
@@ -130,20 +186,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
         if (row.mask) load_row(row, p, r);
         tl = r - (r / p.tc) * p.tc;
     }
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            const unsigned same = __match_any_sync(active, seg);
-            const int leader = __ffs(same) - 1;
-            int base = 0;
-            if (lane == leader) base = offsets[seg] + atomicAdd(cursors + seg, __popc(same));
-            base = __shfl_sync(same, base, leader);
-            list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+    __syncthreads();  // bins zeroed
+    count_pairs(row, p, h_first, bins, nullptr);
+    __syncthreads();  // bins complete
+    for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
+        if (bins[b]) {
+            const long long seg = bin_seg(p, b, h_first);
+            bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
         }
-    }
+    __syncthreads();  // ranges reserved
+    for_each_pair(row, [&](int s, long long seg, unsigned same) {
+        const int leader = __ffs(same) - 1;
+        const int b = bin_of(p, seg, h_first);
+        int base = 0;
+        if (lane == leader) base = b >= 0 ? bins[b] + atomicAdd(cursor + b, __popc(same))
+                                          : offsets[seg] + atomicAdd(cursors + seg, __popc(same));
+        base = __shfl_sync(same, base, leader);
+        list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
+    });
 }
 
 // Backward only: sorts each (KV head, block) list by token (entries are
@@ -156,9 +216,65 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
 // entries before the window, and writes its marks, compacted in order, from
 // there. Every CTA reads the whole list, SORT_ILP entries per thread in
 // flight, so a long list costs one pass of latency rather than one per window.
+// Chunks of at most FSA_SORT_RANK_TOKENS tokens (one window) sort every list,
+// short or long, by rank instead: a bitmap of the chunk's tokens, a prefix
+// count of its words, and each entry written at its rank; a few passes of
+// the list and no bitonic network of log^2 n synchronized steps.
 constexpr int SORT_SMALL = 2048;
 constexpr int SORT_WINDOW = FSA_SORT_WINDOW;
 constexpr int SORT_ILP = 16;
+constexpr int RANK_WORDS = FSA_SORT_RANK_TOKENS / 32;
+constexpr int RANK_WORDS_PER_THREAD = RANK_WORDS / THREADS;
+static_assert(RANK_WORDS % THREADS == 0, "whole words per thread");
+
+// This thread's WORDS consecutive words of a bitmap into w, and the block's
+// exclusive prefix of their set bits (a block scan: it synchronizes).
+template <int WORDS>
+__device__ __forceinline__ int own_words(u32 (&w)[WORDS], const u32 *bits, u64 *scratch) {
+    int count = 0;
+#pragma unroll
+    for (int k = 0; k < WORDS; k++) {
+        w[k] = bits[threadIdx.x * WORDS + k];
+        count += __popc(w[k]);
+    }
+    u64 total;
+    return (int)block_exclusive_scan((u64)count, scratch, &total);
+}
+
+__device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, const int *src, int *dst, int n) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) bits[tid * RANK_WORDS_PER_THREAD + k] = 0;
+    __syncthreads();
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
+        int e[SORT_ILP];
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++)
+            if (e[k] >= 0) atomicOr(&bits[fsa_entry_token(e[k]) >> 5], 1u << (fsa_entry_token(e[k]) & 31));
+    }
+    __syncthreads();  // the bitmap is complete
+    u32 w[RANK_WORDS_PER_THREAD];
+    int at = own_words(w, bits, scratch);
+#pragma unroll
+    for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) {
+        prefix[tid * RANK_WORDS_PER_THREAD + k] = at;
+        at += __popc(w[k]);
+    }
+    __syncthreads();  // prefixes written
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
+        int e[SORT_ILP];
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+#pragma unroll
+        for (int k = 0; k < SORT_ILP; k++) {
+            if (e[k] < 0) continue;
+            const int x = fsa_entry_token(e[k]);
+            dst[prefix[x >> 5] + __popc(bits[x >> 5] & ((1u << (x & 31)) - 1))] = e[k];
+        }
+    }
+}
 
 __device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, int n) {
     const int tid = threadIdx.x;
@@ -185,12 +301,24 @@ __device__ __forceinline__ void sort_small(int *keys, const int *src, int *dst, 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel_params p) {
-    __shared__ int keys[SORT_SMALL];
-    __shared__ u32 bits[SORT_WINDOW / 32];
-    __shared__ unsigned char slots[SORT_WINDOW];
+    __shared__ union {
+        struct {
+            int keys[SORT_SMALL];
+            u32 bits[SORT_WINDOW / 32];
+            unsigned char slots[SORT_WINDOW];
+        } win;
+        struct {
+            u32 bits[RANK_WORDS];
+            int prefix[RANK_WORDS];
+        } rank;
+    } sm;
+    int *keys = sm.win.keys;
+    u32 *bits = sm.win.bits;
+    unsigned char *slots = sm.win.slots;
     __shared__ u64 scratch[32];
     const int tid = threadIdx.x;
     const int w0 = (int)blockIdx.y * SORT_WINDOW;  // this CTA's window of chunk tokens
+    const bool by_rank = p.tc <= FSA_SORT_RANK_TOKENS;  // then gridDim.y == 1
     const long long n_seg = p.num_kv_heads * p.nb_total;
     const int *offsets = (const int *)p.offsets;
     for (long long seg = blockIdx.x; seg < n_seg; seg += gridDim.x) {
@@ -199,6 +327,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel
         const int *src = (const int *)p.list + off;
         int *dst = (int *)p.list_sorted + off;
         __syncthreads();  // shared memory is free again
+        if (by_rank) {
+            sort_rank(sm.rank.bits, sm.rank.prefix, scratch, src, dst, n);
+            continue;
+        }
         if (n <= SORT_SMALL) {
             sort_small(keys, src, dst, n);
             continue;
@@ -229,14 +361,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel
         // Each thread owns SORT_WINDOW / 32 / THREADS = 2 consecutive words.
         constexpr int WORDS = SORT_WINDOW / 32 / THREADS;
         u32 mine[WORDS];
-        int count = 0;
-#pragma unroll
-        for (int k = 0; k < WORDS; k++) {
-            mine[k] = bits[tid * WORDS + k];
-            count += __popc(mine[k]);
-        }
-        u64 total;
-        int at = (int)total_before + (int)block_exclusive_scan((u64)count, scratch, &total);
+        int at = (int)total_before + own_words(mine, bits, scratch);
 #pragma unroll
         for (int k = 0; k < WORDS; k++) {
             for (u32 m = mine[k]; m; m &= m - 1) {

@@ -528,15 +528,19 @@ static void json_field(FILE *f, const char *name, const char *fmt, double value,
     else fputs("null", f);
 }
 
+/* The workspace of one AUTO forward plus backward at its peak: the larger of
+ * the two calls' (the forward's is free again before the backward runs). */
+static size_t peak_workspace(const bench_row *r) { return r->ws[0] > r->bwd_ws ? r->ws[0] : r->bwd_ws; }
+
 static void print_row(const bench_row *r, FILE *json, int first)
 {
     double best = r->ms[0];
     printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |", r->T, r->G, r->D,
            alg_name(r->chosen), best, r->flops / (best * 1e-3) / 1e12, r->ms[1], r->ms[2], r->ws[0], r->rel_diff);
     if (r->bwd_ms[0] >= 0)
-        printf(" %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %8.3f | %11zu | %.2e |", alg_name(r->bwd_chosen), r->bwd_ms[0],
-               2.5 * r->flops / (r->bwd_ms[0] * 1e-3) / 1e12, r->bwd_ms[1], r->bwd_ms[2], r->fwd_bwd_ms, r->bwd_ws,
-               r->bwd_rel_diff);
+        printf(" %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %8.3f | %11zu | %.2e | %11zu |", alg_name(r->bwd_chosen),
+               r->bwd_ms[0], 2.5 * r->flops / (r->bwd_ms[0] * 1e-3) / 1e12, r->bwd_ms[1], r->bwd_ms[2], r->fwd_bwd_ms,
+               r->bwd_ws, r->bwd_rel_diff, peak_workspace(r));
     printf("\n");
     fflush(stdout);
     if (json) {
@@ -558,7 +562,7 @@ static void print_row(const bench_row *r, FILE *json, int first)
         json_field(json, "ms_bwd_fsa", "%.4f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
         json_field(json, "ms_bwd_nsa", "%.4f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
         json_field(json, "ms_fwd_bwd", "%.4f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
-        fprintf(json, ", \"workspace_bytes_bwd\": %zu", r->bwd_ws);
+        fprintf(json, ", \"workspace_bytes_bwd\": %zu, \"workspace_bytes_peak\": %zu", r->bwd_ws, peak_workspace(r));
         json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
         fputc('}', json);
     }
@@ -755,9 +759,11 @@ static void print_table_head(const options *o, FILE *json, const device_info *d,
     printf("Hq=%d BK=%d K=%d; ms = median CUDA-event time of one forward; TFLOP/s = selected FLOPs / time\n",
            o->q_heads, o->block_size, o->top_k);
     printf("|      T |  G |   D | auto |  auto ms | TFLOP/s |   fsa ms |   nsa ms | workspace B | fsa-vs-nsa |%s\n",
-           o->backward ? " bwd  |   bwd ms | TFLOP/s | bwd fsa  | bwd nsa  |   f+b ms | bwd ws B    | dq fsa-nsa |" : "");
+           o->backward ? " bwd  |   bwd ms | TFLOP/s | bwd fsa  | bwd nsa  |   f+b ms | bwd ws B    | dq fsa-nsa | peak ws B   |"
+                       : "");
     printf("|--------|----|-----|------|----------|---------|----------|----------|-------------|------------|%s\n",
-           o->backward ? "------|----------|---------|----------|----------|----------|-------------|------------|" : "");
+           o->backward ? "------|----------|---------|----------|----------|----------|-------------|------------|-------------|"
+                       : "");
 }
 
 /* The problem table of the benchmark protocol: T 8192 and 65536 x G 1..16 at

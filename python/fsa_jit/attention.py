@@ -453,7 +453,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     algorithm: 'auto', 'fsa' or 'nsa'. workspace_limit: cap on the device
     workspace of each call, forward and backward alike, in bytes (an int, or
     a string such as '512M' or '2G'); None or 0 = libfsa's default cap
-    (what the outputs alive during the call leave of 2.75 GiB, at least
+    (what the outputs alive during the call leave of 2848 MiB, at least
     256 MiB: short calls run in one chunk); 'unlimited' or math.inf = no
     cap (fastest, but the workspace grows with T: gigabytes at 64K tokens).
     Larger problems run in chunks (of KV heads, then of tokens) that fit.

@@ -287,7 +287,9 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
      * per segment, and at most pairs / e such segments. */
     const size_t split_items = add_sat(pairs / e, n < pairs / e ? n : pairs / e);
     FSA_PLACE_(dkv_part, mul_sat(split_items, bk * dkv * 4));
-    FSA_PLACE_(dkv_acc, mul3_sat((size_t)total_tokens, hkv, dkv * 4));
+    /* A chunk of every token in one pass writes dk and dv without the accumulator. */
+    out->dkv_direct = tc >= total_tokens && fsa_bwd_d_parts(d->head_dim, (int)d->value_dim) == 1;
+    FSA_PLACE_(dkv_acc, out->dkv_direct ? 0 : mul3_sat((size_t)total_tokens, hkv, dkv * 4));
     out->total = at;
 }
 #undef FSA_PLACE_

@@ -65,11 +65,13 @@ uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t to
 
 /* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq
  * partials only on the FSA path. The fp32 dK/dV accumulator spans every token
- * of the chunk's heads, so it is chunked by heads only. */
+ * of the chunk's heads, so it is chunked by heads only; a chunk of every
+ * token in one pass over the head dims needs none. */
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
     int heads;        /* KV heads per launch sequence; divides Hkv */
     int item_entries; /* list entries per main-kernel work item */
+    int dkv_direct;   /* one token chunk, one pass: dk and dv written without dkv_acc (size 0) */
     fsa_index_layout index;
     size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
         dq_part, dkv_part, dkv_acc;

@@ -5,7 +5,7 @@
  * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
  * main kernel's per-pair rows; NSA order: one token-major kernel), and the
  * dK/dV partials of split blocks; then the head chunk's dk and dv once from
- * the fp32 accumulator. */
+ * the fp32 accumulator (a chunk of every token writes them directly). */
 #include "launch.h"
 #include "tuning.h"
 #include "base/status_internal.h"
@@ -51,7 +51,7 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->delta = (long long)(ws + l->delta);
     p->dq_part = (long long)(ws + l->dq_part);
     p->dkv_part = (long long)(ws + l->dkv_part);
-    p->dkv_acc = (long long)(ws + l->dkv_acc);
+    p->dkv_acc = l->dkv_direct ? 0 : (long long)(ws + l->dkv_acc); /* 0: dk and dv straight out */
 }
 
 /* One head chunk: per token chunk the index inversion, delta, the main
@@ -70,7 +70,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
+    if (!l->dkv_direct) FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
@@ -92,12 +92,14 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
                                  (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, p));
         else
             FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, p));
-        /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped. */
+        /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped.
+         * Without the accumulator this also writes the split blocks' dk and dv, and zeros. */
         FSA_CHECK(fsa_launch(plan, &k->dkv_sum, fsa_blocks_for((uint64_t)((t0 + cur) * hkv), fsa_warp_rows_per_block()),
                              1, stream, p));
     }
-    FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
-                         stream, p));
+    if (!l->dkv_direct)
+        FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
+                             stream, p));
 cleanup:
     return st;
 }

@@ -60,7 +60,7 @@ static uint64_t own_bytes_per_token(int group) { return fwd_own_per_token() + 32
 static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **state)
 {
     (void)state;
-    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)11 << 28); /* 2.75 GiB, below 3 GB */
+    assert_true(FSA_WORKSPACE_DEFAULT_BUDGET == (uint64_t)89 << 25); /* 2848 MiB, below 3 GB */
     assert_true(FSA_WORKSPACE_DEFAULT_BUDGET < 3000000000u);
     fsa_plan p;
     /* The default: what o, lse, dq, dk and dv leave of the budget, at least the floor. */
@@ -191,6 +191,35 @@ static void test_chunks_of_fewer_heads_split_lists_as_all_heads_do(void **state)
     }
 }
 
+static void test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator(void **state)
+{
+    (void)state;
+    /* dk and dv go straight out when a chunk covers every token and the head
+     * dims take one pass; token chunks and two-pass head dims keep the fp32
+     * accumulator, T x heads rows of D + Dv floats. */
+    fsa_plan p;
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    const int64_t T = 65536;
+    fsa_bwd_layout whole, part;
+    fsa_bwd_layout_for(&whole, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&part, &p, T, 1, 2, T / 2, FSA_ALGORITHM_FSA);
+    assert_true(whole.dkv_direct);
+    assert_int_equal(whole.total, whole.dkv_acc); /* the accumulator is the last array: none */
+    assert_false(part.dkv_direct);
+    assert_int_equal(part.total - part.dkv_acc, (size_t)T * 2 * 256 * 4);
+    p.desc.head_dim = p.desc.value_dim = p.config.head_dim = p.config.value_dim = 256;
+    fsa_bwd_layout_for(&whole, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
+    assert_false(whole.dkv_direct);
+    /* With it gone, the standard problem's backward at G = 1 runs two KV heads per chunk under the
+     * default cap (16 chunks instead of 32). */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    int heads;
+    int64_t tc;
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 2);
+    assert_int_equal(tc, T);
+}
+
 static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
 {
     (void)state;
@@ -221,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
+        cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
