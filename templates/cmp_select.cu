@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
     const float scale_log2 = (float)p.scale_log2;
     const u32 q_warp = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
-    u32 qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? DK / 16 : 1][4];
+    u32 qf[MT][DK / 16][4];  // unused (no registers) unless Q_IN_REGS
 
     for (int i = 0; i < n_stages; i++) {
         const int buf = ring.acquire(i, load);
