@@ -33,9 +33,11 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
 // The normalized probabilities exp2(s * scale_log2 - lse2) of MT sets of 16
 // rows' raw scores, in place; 0 where a row does not see the key (key
 // `first` + column; this lane's row slot 2m + half sees the first vis[slot]).
+// `whole` (the same on every lane): every row that matters sees every key
+// here, so nothing is masked.
 template <int NJ, int MT>
 __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const int vis[2 * MT],
-                                          const float lse2[2 * MT], float scale_log2, int lane) {
+                                          const float lse2[2 * MT], float scale_log2, int lane, bool whole) {
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -43,9 +45,8 @@ __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const i
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int slot = 2 * m + (e >> 1);
-                s[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
-                                  ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]))
-                                  : 0.f;
+                const float pr = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]));
+                s[m][jn][e] = whole || first + frag_col(lane, jn, e) < vis[slot] ? pr : 0.f;
             }
 }
 

@@ -61,8 +61,8 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * tokens:
  *   probabilities [mt * 16 rows][64 + 4] fp32, only where G is not a power of
  *     two (rows are (token, head); otherwise the heads are summed in registers);
- *   per-token sums [tokens][pitch]: the last halo keys of the previous stage,
- *     then this stage's 64 keys from an even offset (key0). */
+ *   per-token sums [tokens][odd pitch]: the last halo keys of the previous
+ *     stage, then this stage's 64 keys from an even offset (key0). */
 #define FSA_CMP_SEL_KEYS 64
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
@@ -82,7 +82,8 @@ FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
 FSA_LAYOUT_FN int fsa_cmp_sel_key0(int l, int d) { return (fsa_cmp_sel_halo(l, d) + 1) & ~1; }
-FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS; }
+/* Odd: the lanes that each sum a different token's blocks read different banks. */
+FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return (fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS) | 1; }
 FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk, int k)
 {
     return fsa_cmp_sel_heads_in_registers(g) ? 0 : fsa_cmp_sel_mt(dk, k) * 16 * FSA_CMP_SEL_P_PITCH * 4;

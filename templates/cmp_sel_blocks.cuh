@@ -43,8 +43,8 @@ __device__ __forceinline__ void head_sums_to_tokens(float *tok, float s[MT][NJ][
 #pragma unroll
             for (int h = 0; h < E / 2; h++) {
                 const int t = m * (16 / G) + ((lane >> 2) + 8 * h) / G;
-                *(float2 *)(tok + t * TOKP + (jn0 + i) * 8 + 2 * (lane & 3)) =
-                    make_float2(s[m][i][2 * h], s[m][i][2 * h + 1]);
+                float *at = tok + t * TOKP + (jn0 + i) * 8 + 2 * (lane & 3);  // odd pitches: no float2
+                at[0] = s[m][i][2 * h], at[1] = s[m][i][2 * h + 1];
             }
     }
 }

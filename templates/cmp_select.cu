@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     // lse in base 2 to normalize with.
     int row_vis[2 * MT];
     float row_lse2[2 * MT];
-    int lane_vis = 0;
+    int lane_vis = 0, lane_min_vis = 0x7fffffff;  // the most, and the fewest any live row sees
 #pragma unroll
     for (int slot = 0; slot < 2 * MT; slot++) {
         const int r = frag_row(lane, 2 * (slot & 1)), set = warp * MT + (slot >> 1);
@@ -78,8 +78,12 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
         row_lse2[slot] = row_vis[slot] > 0 ? ((const float *)p.lse)[at] * LOG2E : 0.f;
         lane_vis = max(lane_vis, row_vis[slot]);
+        lane_min_vis = live ? min(lane_min_vis, row_vis[slot]) : lane_min_vis;
     }
     const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
+    // Stages every live row sees whole need no mask (rows without a token
+    // only feed sums nobody reads).
+    const int warp_min_vis = (int)__reduce_min_sync(0xffffffffu, (unsigned)lane_min_vis);
     const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
     const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
     const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
@@ -124,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
                 mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * fsa_tile_bytes(KS, DK));
             else
                 mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * fsa_tile_bytes(KS, DK));
-            cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane);
+            cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
         }
         // Per token and key: the sum over the group's rows.
         if constexpr (HEADS_IN_REGS) {

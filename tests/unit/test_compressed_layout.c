@@ -75,8 +75,8 @@ static void test_a_warp_holds_whole_token_groups(void **state)
 }
 
 /* The selection's per-warp buffers: every warp's region starts 16-byte
- * aligned, a token's sums start this stage's keys at an even offset (the
- * sums are stored as float pairs) after room for the halo, the
+ * aligned, a token's sums start this stage's keys after room for the halo
+ * (with an odd pitch: lanes reading different tokens hit different banks), the
  * probabilities have a buffer only where the heads are not summed in
  * registers (a group that is not a power of two), and a warp's tokens times
  * the lanes that share each token's blocks (a power of two) fit in the warp,
@@ -105,7 +105,8 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                         assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, l, d, k) % 16, 0);
                         assert_int_equal(fsa_cmp_sel_key0(l, d) % 2, 0);
                         assert_true(fsa_cmp_sel_key0(l, d) >= fsa_cmp_sel_halo(l, d));
-                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 0);
+                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 1);
+                        assert_true(fsa_cmp_sel_tok_pitch(l, d) >= fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS);
                         const int warps_end = fsa_cmp_sel_smem_warps(dk, k) +
                                               FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, k);
                         assert_true(fsa_cmp_sel_smem_bytes(dk, g, l, d, k) >= warps_end);
