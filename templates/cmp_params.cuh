@@ -49,7 +49,7 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
  * c collects keys c*r - halo .. c*r + r - 1, so a stage completes 64 / r
  * blocks; r must divide 64. A warp owns mt sets of 16 rows (two up to Dk
- * 128 and top-k 32: each K fragment serves 32 rows) and keeps their query
+ * 192 and top-k 32: each K fragment serves 32 rows) and keeps their query
  * fragments in registers up to top-k 32; a longer top-k list takes those
  * registers (128 at k = 64), so the fragments are read from shared memory
  * at every stage and the region of the query rows stays theirs.
@@ -66,7 +66,10 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
 #define FSA_CMP_SEL_KEYS 64
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
-FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k) { return dk > 128 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k) { return dk > 192 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2; }
+/* Stages of keys in flight: three up to Dk 128 (87 KB at Dk 128: two CTAs
+ * per SM), two above. */
+FSA_LAYOUT_FN int fsa_cmp_sel_stages(int dk) { return dk <= 128 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k) { return fsa_cmp_sel_mt(dk, k) * (16 / g); }
 FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k)
 {
@@ -94,7 +97,7 @@ FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int k)
             15) &
            ~15;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return fsa_cmp_sel_stages(dk) * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
 /* Where the warps' buffers start after the query rows' region: over it when
  * the fragments live in registers, after it otherwise. */
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k)

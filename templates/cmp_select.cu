@@ -7,7 +7,7 @@
 // attention reads (ascending, -1 padding).
 //
 // It reads the forward's lse. Each warp keeps its query rows (two sets of 16
-// up to Dk 128) in registers and, per stage of 64 compressed keys, runs S =
+// up to Dk 192) in registers and, per stage of 64 compressed keys, runs S =
 // Q K^T on tensor cores; the probabilities are summed over each token's heads
 // (in registers for a power-of-two group, else through the warp's shared
 // memory) into per-token sums in the warp's own shared memory, so the warps
@@ -42,13 +42,14 @@ constexpr int TW = fsa_qt_tokens_per_warp(G);    // tokens per set
 constexpr int TWW = MT * TW, TT = fsa_qt_tokens_per_tile_mt(G, MT);  // tokens per warp, per tile
 constexpr int S = fsa_cmp_sel_lanes_per_token(G, DK, K);  // lanes sharing a token's blocks
 constexpr int NBL = (NB + S - 1) / S;            // a lane's blocks per stage, at most
+constexpr int CH = NBL < 16 ? NBL : 16;          // of them scored and marked at once (NBL: a power of two)
 constexpr int KEY0 = fsa_cmp_sel_key0(L, D);     // a token's sums: this stage's first key
 constexpr int TOKP = fsa_cmp_sel_tok_pitch(L, D);
 constexpr bool HEADS_IN_REGS = fsa_cmp_sel_heads_in_registers(G);
 constexpr int HALO_DIV = HALO > 0 ? HALO : 1;    // (loops over TT * HALO run empty for HALO = 0)
 typedef GroupRows<G> Rows;
 static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, and BK / stride divides 64");
-static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL <= 32, "halo, top-k and blocks per stage in range");
+static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL % CH == 0, "halo, top-k and blocks per stage in range");
 static_assert(S * TWW <= 32 && (S & (S - 1)) == 0, "a warp's tokens times their lanes fit the warp");
 
 extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
@@ -100,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     auto load = [&](int i, int buf) {
         load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<FSA_QT_STAGES> ring;
+    AsyncRing<fsa_cmp_sel_stages(DK)> ring;
     ring.start(n_stages, load);
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
@@ -148,43 +149,47 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         }
         __syncwarp();
         // This lane's blocks completed here (block c = i * NB + cb collects
-        // keys c*R - HALO .. c*R + R - 1): forced blocks +inf, blocks past the
-        // token's own -inf; the ones that beat the lane's K-th score marked.
+        // keys c*R - HALO .. c*R + R - 1), in chunks of CH: forced blocks
+        // +inf, blocks past the token's own -inf; the ones that beat the
+        // lane's K-th score are marked, then inserted in ascending order
+        // (each lane walks only its own marks).
         const int first = (my_s - i * NB) & (S - 1);
-        float score[NBL];
-        unsigned todo = 0;
 #pragma unroll
-        for (int j = 0; j < NBL; j++) {
-            const int cb = first + j * S;
-            const long long c = (long long)i * NB + cb;
-            float v = -FSA_INF;
-            if (my_live && cb < NB && c <= my_block) {
-                if (c < p.init_blocks || c > my_block - p.local_blocks) {
-                    v = FSA_INF;
-                } else {
-                    v = 0.f;
+        for (int j0 = 0; j0 < NBL; j0 += CH) {
+            float score[CH];
+            unsigned todo = 0;
 #pragma unroll
-                    for (int k = 0; k < R + HALO; k++) v += my_sums[cb * R + k];
+            for (int j = 0; j < CH; j++) {
+                const int cb = first + (j0 + j) * S;
+                const long long c = (long long)i * NB + cb;
+                float v = -FSA_INF;
+                if (my_live && cb < NB && c <= my_block) {
+                    if (c < p.init_blocks || c > my_block - p.local_blocks) {
+                        v = FSA_INF;
+                    } else {
+                        v = 0.f;
+#pragma unroll
+                        for (int k = 0; k < R + HALO; k++) v += my_sums[cb * R + k];
+                    }
                 }
+                score[j] = v;
+                todo |= (v > top.last() ? 1u : 0u) << j;
             }
-            score[j] = v;
-            todo |= (v > top.last() ? 1u : 0u) << j;
+            while (todo) {
+                const int j = __ffs(todo) - 1;
+                todo &= todo - 1;
+                float v = score[0];
+#pragma unroll
+                for (int jj = 1; jj < CH; jj++)
+                    if (j == jj) v = score[jj];
+                if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
+            }
         }
         __syncwarp();
         // The last HALO keys' sums move before the next stage's keys.
         for (int x = lane; x < TWW * HALO; x += 32) {
             float *row = tok + x / HALO_DIV * TOKP + KEY0 - HALO;
             row[x % HALO_DIV] = row[KS + x % HALO_DIV];
-        }
-        // Marked blocks in ascending order; each lane walks only its own.
-        while (todo) {
-            const int j = __ffs(todo) - 1;
-            todo &= todo - 1;
-            float v = score[0];
-#pragma unroll
-            for (int jj = 1; jj < NBL; jj++)
-                if (j == jj) v = score[jj];
-            if (v > top.last()) top.insert(v, i * NB + first + j * S);
         }
         __syncwarp();
     }
