@@ -154,6 +154,13 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         // lane's K-th score are marked, then inserted in ascending order
         // (each lane walks only its own marks).
         const int first = (my_s - i * NB) & (S - 1);
+        // The token's own block, the forced ones' bounds and the last one a
+        // lane scores here, relative to the stage's first block (32 bits).
+        const long long base = (long long)i * NB;
+        const int own = (int)min(max(my_block - base, -1ll), (long long)NB);
+        const int init_end = (int)min(max(p.init_blocks - base, 0ll), (long long)NB);
+        const int local0 = (int)min(max(my_block - p.local_blocks - base, -1ll), (long long)NB);
+        const int last = my_live ? min(own, NB - 1) : -1;
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
             float score[CH];
@@ -161,10 +168,9 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
 #pragma unroll
             for (int j = 0; j < CH; j++) {
                 const int cb = first + (j0 + j) * S;
-                const long long c = (long long)i * NB + cb;
                 float v = -FSA_INF;
-                if (my_live && cb < NB && c <= my_block) {
-                    if (c < p.init_blocks || c > my_block - p.local_blocks) {
+                if (cb <= last) {
+                    if (cb < init_end || cb > local0) {
                         v = FSA_INF;
                     } else {
                         v = 0.f;
