@@ -67,9 +67,6 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
 FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k) { return dk > 192 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2; }
-/* Stages of keys in flight: three up to Dk 128 (87 KB at Dk 128: two CTAs
- * per SM), two above. */
-FSA_LAYOUT_FN int fsa_cmp_sel_stages(int dk) { return dk <= 128 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k) { return fsa_cmp_sel_mt(dk, k) * (16 / g); }
 FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k)
 {
@@ -97,7 +94,7 @@ FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int k)
             15) &
            ~15;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return fsa_cmp_sel_stages(dk) * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
 /* Where the warps' buffers start after the query rows' region: over it when
  * the fragments live in registers, after it otherwise. */
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k)

@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     auto load = [&](int i, int buf) {
         load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<fsa_cmp_sel_stages(DK)> ring;
+    AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
