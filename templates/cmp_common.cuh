@@ -38,6 +38,16 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
 template <int NJ, int MT>
 __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const int vis[2 * MT],
                                           const float lse2[2 * MT], float scale_log2, int lane, bool whole) {
+    if (whole) {  // a branch of its own: no compare or select per element
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int jn = 0; jn < NJ; jn++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[m][jn][e] = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[2 * m + (e >> 1)]));
+        return;
+    }
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -45,8 +55,9 @@ __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const i
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int slot = 2 * m + (e >> 1);
-                const float pr = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]));
-                s[m][jn][e] = whole || first + frag_col(lane, jn, e) < vis[slot] ? pr : 0.f;
+                s[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
+                                  ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]))
+                                  : 0.f;
             }
 }
 

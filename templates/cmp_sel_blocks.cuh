@@ -74,9 +74,9 @@ struct LaneTopK {
     // the lower block first. A shift network: no indexing by a variable.
     __device__ __forceinline__ void insert(float s, int x) {
 #pragma unroll
-        for (int e = K - 1; e > 0; e--) {
+        for (int e = K - 1; e > 0; e--) {  // (s <= v[e] keeps v[e]: the max picks it)
             const bool here = s > v[e], above = s > v[e - 1];
-            v[e] = above ? v[e - 1] : here ? s : v[e];
+            v[e] = above ? v[e - 1] : fmaxf(s, v[e]);
             c[e] = above ? c[e - 1] : here ? x : c[e];
         }
         if (s > v[0]) v[0] = s, c[0] = x;
