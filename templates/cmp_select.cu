@@ -42,7 +42,7 @@ constexpr int TW = fsa_qt_tokens_per_warp(G);    // tokens per set
 constexpr int TWW = MT * TW, TT = fsa_qt_tokens_per_tile_mt(G, MT);  // tokens per warp, per tile
 constexpr int S = fsa_cmp_sel_lanes_per_token(G, DK, K);  // lanes sharing a token's blocks
 constexpr int NBL = (NB + S - 1) / S;            // a lane's blocks per stage, at most
-constexpr int CH = NBL < 32 ? NBL : 32;          // of them marked at once (NBL: a power of two)
+constexpr int CH = NBL < 16 ? NBL : 16;          // of them scored and marked at once (NBL: a power of two)
 constexpr int KEY0 = fsa_cmp_sel_key0(L, D);     // a token's sums: this stage's first key
 constexpr int TOKP = fsa_cmp_sel_tok_pitch(L, D);
 constexpr bool HEADS_IN_REGS = fsa_cmp_sel_heads_in_registers(G);
@@ -151,9 +151,8 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         // This lane's blocks completed here (block c = i * NB + cb collects
         // keys c*R - HALO .. c*R + R - 1), in chunks of CH: forced blocks
         // +inf, blocks past the token's own -inf; the ones that beat the
-        // lane's K-th score are marked, then scored again (the same sums,
-        // the same bits) and inserted in ascending order (each lane walks
-        // only its own marks).
+        // lane's K-th score are marked, then inserted in ascending order
+        // (each lane walks only its own marks).
         const int first = (my_s - i * NB) & (S - 1);
         // The token's own block, the forced ones' bounds and the last one a
         // lane scores here, relative to the stage's first block (32 bits).
@@ -162,24 +161,34 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
         const int init_end = (int)min(max(p.init_blocks - base, 0ll), (long long)NB);
         const int local0 = (int)min(max(my_block - p.local_blocks - base, -1ll), (long long)NB);
         const int last = my_live ? min(own, NB - 1) : -1;
-        auto block_score = [&](int cb) {
-            if (cb > last) return -FSA_INF;
-            if (cb < init_end || cb > local0) return FSA_INF;
-            float v = 0.f;
-#pragma unroll
-            for (int k = 0; k < R + HALO; k++) v += my_sums[cb * R + k];
-            return v;
-        };
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
+            float score[CH];
             unsigned todo = 0;
 #pragma unroll
-            for (int j = 0; j < CH; j++) todo |= (block_score(first + (j0 + j) * S) > top.last() ? 1u : 0u) << j;
+            for (int j = 0; j < CH; j++) {
+                const int cb = first + (j0 + j) * S;
+                float v = -FSA_INF;
+                if (cb <= last) {
+                    if (cb < init_end || cb > local0) {
+                        v = FSA_INF;
+                    } else {
+                        v = 0.f;
+#pragma unroll
+                        for (int k = 0; k < R + HALO; k++) v += my_sums[cb * R + k];
+                    }
+                }
+                score[j] = v;
+                todo |= (v > top.last() ? 1u : 0u) << j;
+            }
             while (todo) {
-                const int cb = first + (j0 + __ffs(todo) - 1) * S;
+                const int j = __ffs(todo) - 1;
                 todo &= todo - 1;
-                const float v = block_score(cb);
-                if (v > top.last()) top.insert(v, i * NB + cb);
+                float v = score[0];
+#pragma unroll
+                for (int jj = 1; jj < CH; jj++)
+                    if (j == jj) v = score[jj];
+                if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
             }
         }
         __syncwarp();
