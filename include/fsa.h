@@ -218,7 +218,11 @@ typedef struct fsa_context_options {
      *  of a plan of this context first runs a small kernel that validates cu_seqlens
      *  (starts at 0, never falls, ends at total_tokens, no sequence over max_seqlen when
      *  given) and the top-k rows (each entry -1 or a block of the token's own sequence,
-     *  no block twice in a row), waits for it (a host synchronization on the stream),
+     *  no block twice in a row); for compressed attention also cu_seqlens_c (starts at 0,
+     *  never falls, ends at total_compressed, each sequence of n positions with exactly
+     *  max(0, (n - kernel_size) / stride + 1) compressed tokens); for sliding-window
+     *  attention cu_seqlens alone; for the paged cache its own metadata
+     *  (fsa_kvcache_attention). It waits for the kernel (a host synchronization on the stream),
      *  and returns FSA_STATUS_INVALID_ARGUMENT, saying what is wrong where, instead of
      *  launching the attention. Without it the kernels clamp every bound they read and
      *  report nothing. A call on a stream being captured skips the check (it could not
@@ -996,9 +1000,13 @@ FSA_API fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const f
  * Dtype tensors (q, k, v, o) follow fsa_fwd_args's rules: 16-byte aligned,
  * strides multiples of 8 elements. cu_seqlens and cu_seqlens_c are int32
  * [batch + 1] on the device: the packed query tokens and the packed
- * compressed tokens of each sequence (cu_seqlens_c[batch] = Tc). The
- * kernels clamp every bound, so malformed offsets cannot make them access
- * memory outside the tensors. */
+ * compressed tokens of each sequence (cu_seqlens_c[batch] = Tc), each
+ * sequence of n positions with max(0, (n - l) / d + 1) compressed tokens.
+ * The kernels clamp every bound, so malformed offsets cannot make them
+ * access memory outside the tensors, but they give a silent wrong answer
+ * (tokens no tile owns keep their old o and lse); in check mode
+ * (fsa_context_options.check) a small kernel validates both offsets and the
+ * counts first, and the call waits for the verdict (docs/semantics.md). */
 typedef struct fsa_compressed_fwd_args {
     size_t struct_size;
     int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1 */
@@ -1031,7 +1039,8 @@ typedef struct fsa_compressed_fwd_args {
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
  *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
  *         for counts out of range, negative strides or a topk without
- *         selection in the plan; FSA_STATUS_MISALIGNED;
+ *         selection in the plan, or in check mode for bad offsets;
+ *         FSA_STATUS_MISALIGNED;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */
@@ -1157,7 +1166,11 @@ FSA_API fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ct
 FSA_API void fsa_window_plan_destroy(fsa_window_plan *plan);
 
 /** Arguments of fsa_window_attention_fwd. Dtype tensors follow
- *  fsa_fwd_args's rules (16-byte aligned, strides multiples of 8 elements). */
+ *  fsa_fwd_args's rules (16-byte aligned, strides multiples of 8 elements).
+ *  cu_seqlens is clamped on the device (no access outside the tensors; bad
+ *  offsets leave the tokens no tile owns unwritten); in check mode
+ *  (fsa_context_options.check) a small kernel validates it first (starts at
+ *  0, never falls, ends at T) and the call waits for the verdict. */
 typedef struct fsa_window_fwd_args {
     size_t struct_size;
     int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
@@ -1176,7 +1189,8 @@ typedef struct fsa_window_fwd_args {
  * Enqueues the sliding-window forward on `stream`: one kernel, no workspace,
  * no allocation, no host synchronization; can be captured in a CUDA graph.
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
- *         FSA_STATUS_INVALID_ARGUMENT; FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
+ *         FSA_STATUS_MISALIGNED;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */

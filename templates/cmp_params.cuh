@@ -30,6 +30,15 @@ typedef struct fsa_cmp_params {
     long long dkv_partial;    /* float [splits][key tiles][Hkv][64][Dk + Dv] when split */
 } fsa_cmp_params;
 
+/* The compressed tokens a sequence of len positions has: token j covers
+ * positions j*d .. j*d + l - 1, and every token whose positions all lie in
+ * the sequence is there (the last position sees exactly these). Check mode
+ * holds cu_seqlens_c to it. */
+FSA_LAYOUT_FN long long fsa_cmp_tokens(long long len, long long l, long long d)
+{
+    return len < l ? 0 : (len - l) / d + 1;
+}
+
 /* ---------------------------------------------------------------- forward */
 /* Query tiles of two sets of 16 rows per warp (fsa_qt_layout.cuh) up to
  * Dk = Dv = 128, one above (more would spill): its grid and shared memory

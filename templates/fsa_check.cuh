@@ -1,6 +1,6 @@
 /* Check mode: the parameters and the result of the metadata check kernels
  * (sel_check.cu for selected attention, kvc_check.cu for the paged KV
- * cache). Plain C read by both the host library and NVRTC, so the two always
+ * cache, offsets_check.cu for compressed and sliding-window attention). Plain C read by both the host library and NVRTC, so the two always
  * agree on the layout. Every field of the parameters is 8 bytes: no
  * padding. */
 #ifndef FSA_CHECK_CUH
@@ -17,6 +17,10 @@
 #define FSA_CHECK_USED_SHORT 64u    /* seqused_k below the sequence's new tokens */
 #define FSA_CHECK_USED_LONG 128u    /* seqused_k beyond the pages a block-table row holds */
 #define FSA_CHECK_PAGE_RANGE 256u   /* a page-table entry of a used page outside [0, num_pages) */
+#define FSA_CHECK_CUC_START 512u    /* cu_seqlens_c[0] is not 0 */
+#define FSA_CHECK_CUC_ORDER 1024u   /* cu_seqlens_c[b + 1] < cu_seqlens_c[b] */
+#define FSA_CHECK_CUC_END 2048u     /* cu_seqlens_c[batch] is not total_compressed */
+#define FSA_CHECK_CMP_COUNT 4096u   /* a sequence's compressed tokens are not what its length gives */
 
 typedef struct fsa_check_params {
     long long cu_seqlens;        /* int [batch + 1] */
@@ -37,6 +41,17 @@ typedef struct fsa_kvc_check_params {
     long long total_tokens, batch, num_kv_heads, top_k, block_size;
     long long result;            /* fsa_check_result */
 } fsa_kvc_check_params;
+
+/* The offsets of a compressed-attention or sliding-window call: cu_seqlens
+ * against T; for compressed attention also cu_seqlens_c against Tc and each
+ * sequence's compressed-token count against its length (fsa_cmp_tokens). */
+typedef struct fsa_offsets_check_params {
+    long long cu_seqlens;        /* int [batch + 1] */
+    long long cu_seqlens_c;      /* int [batch + 1]; 0: no compressed tokens (window) */
+    long long total_tokens, total_compressed, batch;
+    long long kernel_size, stride; /* of the compression */
+    long long result;            /* fsa_check_result */
+} fsa_offsets_check_params;
 
 /* Filled by the kernel; the host sets flags to 0 and the rest to all ones
  * before it runs. */

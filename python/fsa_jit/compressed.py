@@ -12,7 +12,7 @@ Registered as fsa_jit::compressed_attention_fwd and
 fsa_jit::compressed_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a first
 eager call made the plan) use the same two operators. No host
-synchronisation, except with validate=True.
+synchronisation, except with validate=True (libfsa's check mode).
 """
 
 import ctypes
@@ -137,36 +137,14 @@ def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scal
         check_devices(tensors, q)
 
 
-def validate_offsets(name, cu, total):
-    """validate=True: offsets start at 0, never fall and end at `total` (one host synchronization)."""
-    values = cu.tolist()
-    if values[0] != 0 or values[-1] != total or any(a > b for a, b in zip(values, values[1:])):
-        raise ValueError(f"{name} must rise from 0 to {total} without falling, got {values}")
-    return values
-
-
-def validate_compressed_counts(cu, cu_c, kernel_size, stride):
-    """Each sequence has at most the compressed tokens its length gives (others would never be seen)."""
-    lengths = [b - a for a, b in zip(cu, cu[1:])]
-    counts = [b - a for a, b in zip(cu_c, cu_c[1:])]
-    for b, (n, c) in enumerate(zip(lengths, counts)):
-        most = max(0, (n - kernel_size) // stride + 1)
-        if c > most:
-            raise ValueError(f"sequence {b} has {n} tokens, which make at most {most} compressed tokens with "
-                             f"kernel_size {kernel_size} and stride {stride}, but cu_seqlens_c gives it {c}")
-
-
-def _capturing():
-    return torch.cuda.is_current_stream_capturing()
-
-
 # ------------------------------------------------------------------- plans
 
 
 class PlanCache:
     """The plans of one libfsa plan type (fsa_<kind>_plan_create / _destroy), by shape key.
 
-    The key's first element is the device, its last whether the plan has the backward kernels; a plan is
+    The key's first element is the device, its second whether the plan validates its calls (libfsa's check
+    mode: a context of its own), its last whether the plan has the backward kernels; a plan is
     created once (under a lock, so concurrent first calls make one), and a forward-only lookup also takes
     the backward plan of the same shape. make_desc(key) returns (descriptor, objects it points to, kept
     alive during the creation)."""
@@ -188,7 +166,7 @@ class PlanCache:
             if plan is None:
                 desc, _keep = self._make_desc(key)
                 handle = ctypes.c_void_p()
-                st = abi.function(lib, self._create)(ctypes.byref(handle), _att._context(lib, key[0]),
+                st = abi.function(lib, self._create)(ctypes.byref(handle), _att._context(lib, key[0], key[1]),
                                                      ctypes.byref(desc))
                 lib.check(st, self._create)
                 plan = self._plans[key] = handle.value
@@ -208,7 +186,7 @@ class PlanCache:
 
 
 def _desc(key):
-    _, dtype, dk, dv, hq, hkv, l, d, scale, top_k, bk, init, local, backward = key
+    _, _, dtype, dk, dv, hq, hkv, l, d, scale, top_k, bk, init, local, backward = key
     return abi.fsa_compressed_attention_desc(
         dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq, num_kv_heads=hkv, kernel_size=l,
         stride=d, scale=scale, top_k=top_k, block_size=bk, init_blocks=init, local_blocks=local,
@@ -219,7 +197,7 @@ _plans = PlanCache("compressed", _desc)
 
 
 def _get_plan(lib, key):
-    """key: (device, dtype, Dk, Dv, Hq, Hkv, l, d, scale, top_k, BK, init, local, backward)."""
+    """key: (device, validate, dtype, Dk, Dv, Hq, Hkv, l, d, scale, top_k, BK, init, local, backward)."""
     return _plans.get(lib, key)
 
 
@@ -229,8 +207,8 @@ def clear_plans():
 
 
 def cached_plans():
-    """Keys of the cached plans: (device, dtype, Dk, Dv, Hq, Hkv, kernel_size, stride, scale, top_k, block_size,
-    init_blocks, local_blocks, backward)."""
+    """Keys of the cached plans: (device, validate, dtype, Dk, Dv, Hq, Hkv, kernel_size, stride, scale, top_k,
+    block_size, init_blocks, local_blocks, backward)."""
     return _plans.keys()
 
 
@@ -264,12 +242,9 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
         topk = torch.empty((t_len, hkv, top_k), dtype=torch.int32, device=device)
         if t_len == 0:
             return o, lse, topk
-        if validate and not _capturing():
-            cu = validate_offsets("cu_seqlens", cu_seqlens, t_len)
-            validate_compressed_counts(cu, validate_offsets("cu_seqlens_c", cu_seqlens_c, tc), kernel_size, stride)
         lib = _lib.get()
-        key = (device.index, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k, block_size,
-               init_blocks, local_blocks, backward)
+        key = (device.index, validate, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k,
+               block_size, init_blocks, local_blocks, backward)
         plan = _get_plan(lib, key)
         batch = cu_seqlens.numel() - 1
         ws, ws_ptr = _att._workspace(_workspace_bytes(lib, plan, "fsa_compressed_plan_workspace_size", t_len, batch),
@@ -298,8 +273,8 @@ def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top
 @torch.library.custom_op("fsa_jit::compressed_attention_bwd", mutates_args=())
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor, kernel_size: int, stride: int,
-            scale: float, top_k: int, block_size: int, init_blocks: int,
-            local_blocks: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            scale: float, top_k: int, block_size: int, init_blocks: int, local_blocks: int,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     t_len, hq, dk = q.shape
     tc, hkv, dv = v.shape
     device = q.device
@@ -310,8 +285,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         if t_len == 0 or tc == 0:  # nothing is visible: every gradient is 0
             return dq.zero_(), dk_.zero_(), dv_.zero_()
         lib = _lib.get()
-        key = (device.index, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k, block_size,
-               init_blocks, local_blocks, True)
+        key = (device.index, validate, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k,
+               block_size, init_blocks, local_blocks, True)
         plan = _get_plan(lib, key)
         batch = cu_seqlens.numel() - 1
         ws, ws_ptr = _att._workspace(
@@ -331,15 +306,15 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
-              init_blocks, local_blocks):
+              init_blocks, local_blocks, validate):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init, local, _, _ = inputs
+    q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init, local, _, validate = inputs
     o, lse, topk = output
     ctx.save_for_backward(q, k, v, o, lse, cu_seqlens, cu_seqlens_c)
-    ctx.call = (kernel_size, stride, scale, top_k, block_size, init, local)
+    ctx.call = (kernel_size, stride, scale, top_k, block_size, init, local, validate)
     ctx.mark_non_differentiable(lse, topk)
 
 
@@ -371,9 +346,11 @@ def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stri
     block are always taken, equal scores go to the lower block. The rows are ascending, -1 after the
     selected blocks, in the layout fsa_jit.selected_attention reads (topk_layout='thk').
 
-    validate: check cu_seqlens and cu_seqlens_c on the host first (starts at 0, never falls, ends at T and
-    Tc, no sequence with more compressed tokens than its length gives): one host synchronization per call;
-    skipped while a CUDA graph is being captured.
+    validate: libfsa's check mode: a kernel first checks cu_seqlens and cu_seqlens_c on the device (each
+    starts at 0, never falls and ends at T / Tc; each sequence of n tokens has exactly
+    max(0, (n - kernel_size) // stride + 1) compressed tokens), in the forward and the backward, and bad
+    offsets raise fsa_jit.FsaError naming what and where instead of giving a silent wrong answer. Each call
+    then waits for the check (a host synchronization); under CUDA graph capture the check is skipped.
 
     Returns (o [T, Hq, Dv] in q's dtype, lse [Hq, T] float32 natural log, -inf where no compressed token is
     visible, where o is 0), plus topk [T, Hkv, top_k] int32 when top_k > 0. Differentiable with respect to

@@ -107,7 +107,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     The selection: top_k blocks of block_size positions (16, 32, 64, 128 or 256; a multiple of stride) per
     KV head and token, scored by the compressed attention, with the first init_blocks and the local_blocks
     ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
-    validate: check the offsets (and the selection) on the host first; one synchronization per branch.
+    validate: libfsa's check mode in every branch: the offsets (and the selection) are checked on the device
+    first and bad metadata raises fsa_jit.FsaError; one synchronization per branch and call.
 
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.

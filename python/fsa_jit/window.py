@@ -7,7 +7,7 @@ per query head. Registered as fsa_jit::window_attention_fwd and
 fsa_jit::window_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a
 first eager call made the plan) use the same two operators. No host
-synchronisation, except with validate=True.
+synchronisation, except with validate=True (libfsa's check mode).
 """
 
 import ctypes
@@ -58,7 +58,7 @@ def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True):
 
 
 def _desc(key):
-    _, dtype, dk, dv, hq, hkv, window, head_windows, scale, backward = key
+    _, _, dtype, dk, dv, hq, hkv, window, head_windows, scale, backward = key
     desc = abi.fsa_window_attention_desc(dtype=_att._DTYPES[dtype], head_dim=dk, value_dim=dv, num_q_heads=hq,
                                          num_kv_heads=hkv, window=window or 1, scale=scale, backward=int(backward))
     per_head = (ctypes.c_int32 * hq)(*head_windows) if head_windows else None
@@ -80,13 +80,14 @@ def clear_plans():
 
 
 def cached_plans():
-    """Keys of the cached plans: (device, dtype, Dk, Dv, Hq, Hkv, window, head windows, scale, backward)."""
+    """Keys of the cached plans: (device, validate, dtype, Dk, Dv, Hq, Hkv, window, head windows, scale,
+    backward)."""
     return _plans.keys()
 
 
-def _key(q, k, v, window, head_windows, scale, backward):
-    return (q.device.index, q.dtype, q.shape[2], v.shape[2], q.shape[1], k.shape[1], window, tuple(head_windows),
-            _att._scale32(scale), backward)
+def _key(q, k, v, window, head_windows, scale, backward, validate):
+    return (q.device.index, validate, q.dtype, q.shape[2], v.shape[2], q.shape[1], k.shape[1], window,
+            tuple(head_windows), _att._scale32(scale), backward)
 
 
 @torch.library.custom_op("fsa_jit::window_attention_fwd", mutates_args=())
@@ -101,10 +102,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
         lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
         if t_len == 0:
             return o, lse
-        if validate and not _cmp._capturing():
-            _cmp.validate_offsets("cu_seqlens", cu_seqlens, t_len)
         lib = _lib.get()
-        plan = _get_plan(lib, _key(q, k, v, window, head_windows, scale, backward))
+        plan = _get_plan(lib, _key(q, k, v, window, head_windows, scale, backward, validate))
         q, k, v = (_att._kernel_ready(x) for x in (q, k, v))
         cu_seqlens = cu_seqlens.contiguous()
         args = abi.fsa_window_fwd_args(total_tokens=t_len, batch=cu_seqlens.numel() - 1, q=_att._view(q),
@@ -123,8 +122,8 @@ def _fwd_fake(q, k, v, cu_seqlens, window, head_windows, scale, backward, valida
 
 @torch.library.custom_op("fsa_jit::window_attention_bwd", mutates_args=())
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, cu_seqlens: torch.Tensor, window: int, head_windows: list[int],
-            scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            lse: torch.Tensor, cu_seqlens: torch.Tensor, window: int, head_windows: list[int], scale: float,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     t_len = q.shape[0]
     device = q.device
     with torch.cuda.device(device):
@@ -134,7 +133,7 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         if t_len == 0:
             return dq, dk, dv
         lib = _lib.get()
-        plan = _get_plan(lib, _key(q, k, v, window, head_windows, scale, True))
+        plan = _get_plan(lib, _key(q, k, v, window, head_windows, scale, True, validate))
         batch = cu_seqlens.numel() - 1
         size = ctypes.c_size_t(0)
         st = abi.function(lib, "fsa_window_plan_workspace_size_bwd")(ctypes.byref(size), plan, t_len, batch)
@@ -152,15 +151,15 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 
 @_bwd_op.register_fake
-def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale):
+def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, window, head_windows, scale, _, _ = inputs
+    q, k, v, cu_seqlens, window, head_windows, scale, _, validate = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, cu_seqlens)
-    ctx.call = (window, head_windows, scale)
+    ctx.call = (window, head_windows, scale, validate)
     ctx.mark_non_differentiable(lse)
 
 
@@ -181,8 +180,10 @@ def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, 
     group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. cu_seqlens: int32 [B + 1].
     window: an int W, or a sequence of Hq ints (one window per query head; at most 256 heads): the query at
     position i of its sequence, in query head qh, sees keys i - W_qh + 1 .. i. scale: None = 1/sqrt(Dk).
-    validate: check cu_seqlens on the host first (one host synchronization; skipped under CUDA graph
-    capture).
+    validate: libfsa's check mode: a kernel first checks cu_seqlens on the device (starts at 0, never
+    falls, ends at T), in the forward and the backward, and bad offsets raise fsa_jit.FsaError naming what
+    and where instead of leaving tokens unwritten. Each call then waits for the check (a host
+    synchronization); under CUDA graph capture the check is skipped.
 
     Returns o [T, Hq, Dv] in q's dtype, and lse [Hq, T] float32 (natural log) when return_lse.
     Differentiable with respect to q, k and v; lse carries no gradient.

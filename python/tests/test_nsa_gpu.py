@@ -248,12 +248,30 @@ def test_the_module_compresses_k_and_v_by_mean_pooling(library):
     assert torch.equal(o, want)
 
 
-def test_validate_reports_bad_offsets():
-    x, params, _ = make(CASES[1])
+def test_validate_reports_bad_offsets_on_the_device():
+    x, params, _ = make(CASES[1])  # sequences of 257 and 31 tokens; kernel 16, stride 8: 31 and 2 compressed tokens
+    with torch.no_grad():
+        good = fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"],
+                                            params["cu_seqlens_c"], 16, 8)
+        checked = fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"],
+                                               params["cu_seqlens_c"], 16, 8, validate=True)
+    assert torch.equal(good[0], checked[0]) and torch.equal(good[1], checked[1])
     bad = params["cu_seqlens_c"].clone()
     bad[1] = int(bad[-1]) + 1
-    with pytest.raises(ValueError, match="cu_seqlens_c must rise"):
+    with pytest.raises(fsa_jit.FsaError, match="cu_seqlens_c falls"):
         fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], bad, 16, 8, validate=True)
+    shifted = params["cu_seqlens_c"].clone()
+    shifted[1] -= 1  # one compressed token moved from sequence 0 to sequence 1
+    with pytest.raises(fsa_jit.FsaError, match=r"compressed-token count other than .* \(first at sequence 0\)"):
+        fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], shifted, 16, 8,
+                                     validate=True)
+    falling = params["cu_seqlens"].clone()
+    falling[1] = int(falling[-1]) + 5
+    with pytest.raises(fsa_jit.FsaError, match="cu_seqlens falls"):
+        fsa_jit.window_attention(x["q"], x["k"], x["v"], falling, 16, validate=True)
+    with torch.no_grad():
+        assert torch.equal(fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], 16, validate=True),
+                           fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], 16))
 
 
 def test_no_compressed_token_gives_zero_and_minus_infinity():

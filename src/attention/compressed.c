@@ -2,6 +2,7 @@
  * drives: plans and the forward launch. Two kernels on the caller's stream,
  * no workspace, no allocation, no host synchronization. */
 #include "compressed.h"
+#include "metadata_check.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -113,14 +114,20 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, ctx, &plan->config));
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, ctx, &plan->config));
     }
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_OFFSETS));
     *out = plan;
     plan = NULL;
 cleanup:
-    free(plan);
+    fsa_compressed_plan_destroy(plan);
     return st;
 }
 
-void fsa_compressed_plan_destroy(fsa_compressed_plan *plan) { free(plan); }
+void fsa_compressed_plan_destroy(fsa_compressed_plan *plan)
+{
+    if (plan == NULL) return;
+    fsa_metadata_checker_destroy(plan->checker, plan->ctx);
+    free(plan);
+}
 
 /* CTAs along x: every sequence's tiles and a spare (fsa_qt_grid_tiles). */
 fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
@@ -191,6 +198,19 @@ cleanup:
     return st;
 }
 
+fsa_status fsa_cmp_check_offsets(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c,
+                                 CUstream stream)
+{
+    const fsa_offsets_check_params p = {.cu_seqlens = (long long)c->cu_seqlens,
+                                        .cu_seqlens_c = (long long)c->cu_seqlens_c,
+                                        .total_tokens = c->total_tokens,
+                                        .total_compressed = c->total_compressed,
+                                        .batch = c->batch,
+                                        .kernel_size = plan->desc.kernel_size,
+                                        .stride = plan->desc.stride};
+    return fsa_offsets_check(plan->checker, plan->ctx, stage, p, stream);
+}
+
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c)
 {
     const fsa_compressed_attention_desc *d = &plan->desc;
@@ -218,6 +238,7 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     const fsa_compressed_plan *plan = compressed_plan;
     const fsa_compressed_fwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
+    FSA_CHECK(fsa_cmp_check_offsets(STAGE_FWD, plan, &c, stream)); /* check mode only */
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
     p.topk = fsa_view_of(&a->topk);

@@ -18,6 +18,7 @@ struct fsa_compressed_plan {
     /* fn NULL offline; select zero without top-k, the backward kernels
      * without backward. */
     fsa_kernel fwd, select, bwd_dq, bwd_dkv;
+    struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 
 /* What the forward and backward arguments share. */
@@ -40,6 +41,11 @@ fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t t
 
 /* Counts (and, with tokens, the grid, offsets, lse, q, k, v and o). */
 fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
+
+/* Check mode: the call's cu_seqlens and cu_seqlens_c on the device, waited
+ * for, before its kernels (OK at once without check mode). */
+fsa_status fsa_cmp_check_offsets(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c,
+                                 CUstream stream);
 
 /* Clears p and fills the inputs and the problem. */
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c);

@@ -51,6 +51,7 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const fsa_compressed_attention_desc *d = &plan->desc;
+    FSA_CHECK(fsa_cmp_check_offsets(STAGE_BWD, plan, &c, stream)); /* check mode only */
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
     FSA_QT_PARAMS_GRADS(&p, a);

@@ -17,6 +17,7 @@
 static const fsa_kernel_request check_kernels[] = {
     [FSA_CHECK_SELECTED] = {"sel_check", NULL, 0, "fsa_sel_check"},
     [FSA_CHECK_KVCACHE] = {"kvc_check", NULL, 0, "fsa_kvc_check"},
+    [FSA_CHECK_OFFSETS] = {"offsets_check", NULL, 0, "fsa_offsets_check"},
 };
 
 struct fsa_metadata_checker {
@@ -105,6 +106,12 @@ fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, in
         {FSA_CHECK_SEQ_LONG, "has a sequence longer than max_seqlen"},
         {FSA_CHECK_CU_END, end},
     };
+    static const phrase_of cu_c[] = {
+        {FSA_CHECK_CUC_ORDER, "falls"},
+        {FSA_CHECK_CUC_END, "does not end at total_compressed"},
+        {FSA_CHECK_CMP_COUNT, "gives a sequence a compressed-token count other than max(0, (length - kernel_size) "
+                              "/ stride + 1)"},
+    };
     static const phrase_of used[] = {
         {FSA_CHECK_USED_SHORT, "below the sequence's new tokens"},
         {FSA_CHECK_USED_LONG, "beyond the pages of its block-table row"},
@@ -115,11 +122,14 @@ fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, in
         {FSA_CHECK_TOPK_REPEAT, "rows naming a block twice"},
     };
     const unsigned seq_flags = FSA_CHECK_CU_ORDER | FSA_CHECK_SEQ_LONG | FSA_CHECK_CU_END | FSA_CHECK_USED_SHORT |
-                               FSA_CHECK_USED_LONG | FSA_CHECK_PAGE_RANGE;
+                               FSA_CHECK_USED_LONG | FSA_CHECK_PAGE_RANGE | FSA_CHECK_CUC_ORDER | FSA_CHECK_CUC_END |
+                               FSA_CHECK_CMP_COUNT;
     const unsigned row_flags = FSA_CHECK_TOPK_RANGE | FSA_CHECK_TOPK_REPEAT;
     fsa_strbuf b = {0};
     if (r->flags & FSA_CHECK_CU_START) fsa_strbuf_appendf(&b, "; %s[0] is not 0", cu_name);
     add_sentence(&b, r->flags, cu_name, cu, sizeof cu / sizeof cu[0]);
+    if (r->flags & FSA_CHECK_CUC_START) fsa_strbuf_appendf(&b, "; cu_seqlens_c[0] is not 0");
+    add_sentence(&b, r->flags, "cu_seqlens_c", cu_c, sizeof cu_c / sizeof cu_c[0]);
     add_sentence(&b, r->flags, "seqused_k", used, sizeof used / sizeof used[0]);
     add_sentence(&b, r->flags, "block_table", pages, 1);
     if (r->flags & seq_flags) fsa_strbuf_appendf(&b, " (first at sequence %llu)", r->first_seq);
@@ -183,5 +193,15 @@ fsa_status fsa_metadata_check(const fsa_plan *plan, const char *stage, const fsa
     fsa_check_result r;
     fsa_status st = fsa_metadata_checker_run(&r, c, plan->ctx, &p, work, stream);
     if (st == FSA_STATUS_OK && r.flags != 0) st = fsa_metadata_verdict(stage, &r, hkv, "cu_seqlens", "total_tokens");
+    return st;
+}
+
+fsa_status fsa_offsets_check(fsa_metadata_checker *checker, const fsa_context *ctx, const char *stage,
+                             fsa_offsets_check_params p, CUstream stream)
+{
+    p.result = (long long)fsa_metadata_checker_result(checker);
+    fsa_check_result r;
+    fsa_status st = fsa_metadata_checker_run(&r, checker, ctx, &p, (uint64_t)p.batch + 1, stream);
+    if (st == FSA_STATUS_OK && r.flags != 0) st = fsa_metadata_verdict(stage, &r, 1, "cu_seqlens", "total_tokens");
     return st;
 }

@@ -2,6 +2,7 @@
  * the forward launch (one kernel on the caller's stream; no workspace, no
  * allocation, no host synchronization). */
 #include "window.h"
+#include "metadata_check.h"
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
@@ -85,14 +86,20 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
                      kernels[i].k->name, kernels[i].k->smem, ctx->target, ctx->max_smem_per_block);
     }
     for (int i = 0; i < n; i++) FSA_CHECK(fsa_kernel_load(kernels[i].k, kernels[i].id, ctx, &c));
+    FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_OFFSETS));
     *out = plan;
     return FSA_STATUS_OK;
 cleanup:
-    free(plan);
+    fsa_window_plan_destroy(plan);
     return st;
 }
 
-void fsa_window_plan_destroy(fsa_window_plan *plan) { free(plan); }
+void fsa_window_plan_destroy(fsa_window_plan *plan)
+{
+    if (plan == NULL) return;
+    fsa_metadata_checker_destroy(plan->checker, plan->ctx);
+    free(plan);
+}
 
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
                                  int lse_required, int *has_work)
@@ -112,6 +119,14 @@ fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan,
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
 cleanup:
     return st;
+}
+
+fsa_status fsa_window_check_offsets(const char *stage, const fsa_window_plan *plan, fsa_window_call c,
+                                    CUstream stream)
+{
+    const fsa_offsets_check_params p = {
+        .cu_seqlens = (long long)c.cu_seqlens, .total_tokens = c.total_tokens, .batch = c.batch};
+    return fsa_offsets_check(plan->checker, plan->ctx, stage, p, stream);
 }
 
 void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_window_call c)
@@ -134,6 +149,8 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
 {
     const fsa_window_plan *plan = window_plan;
     const fsa_window_fwd_args *a = call;
+    const fsa_status st = fsa_window_check_offsets(STAGE_FWD, plan, (fsa_window_call)FSA_WINDOW_CALL(a), stream);
+    if (st != FSA_STATUS_OK) return st; /* check mode only */
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);

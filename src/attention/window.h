@@ -21,6 +21,7 @@ struct fsa_window_plan {
     long long window;
     int head_windows[FSA_SWA_MAX_HEAD_WINDOWS];
     fsa_kernel fwd, bwd_dq, bwd_dkv; /* fn NULL offline; the backward pair without backward */
+    struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 
 /* What the forward and backward arguments share. */
@@ -37,6 +38,11 @@ typedef struct fsa_window_call {
  * tokens q, k, v and o. *has_work = 0 without tokens. */
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
                                  int lse_required, int *has_work);
+
+/* Check mode: the call's cu_seqlens on the device, waited for, before its
+ * kernels (OK at once without check mode). */
+fsa_status fsa_window_check_offsets(const char *stage, const fsa_window_plan *plan, fsa_window_call c,
+                                    CUstream stream);
 
 /* The parameter block of a call: its inputs, the problem and the windows
  * (the backward's fields zero). */

@@ -36,6 +36,8 @@ static fsa_status bwd_launch(const void *window_plan, const void *call, CUstream
 {
     const fsa_window_plan *plan = window_plan;
     const fsa_window_bwd_args *a = call;
+    fsa_status st = fsa_window_check_offsets(STAGE_BWD, plan, (fsa_window_call)FSA_WINDOW_CALL(a), stream);
+    if (st != FSA_STATUS_OK) return st; /* check mode only */
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     FSA_QT_PARAMS_GRADS(&p, a);
@@ -43,7 +45,7 @@ static fsa_status bwd_launch(const void *window_plan, const void *call, CUstream
     const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
     const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_tokens, a->batch);
     const unsigned parts = (unsigned)fsa_qt_dkv_parts(plan->desc.head_dim, plan->desc.value_dim);
-    const fsa_status st = fsa_kernel_launch(&plan->bwd_dq, plan->ctx, q_tiles, hkv, stream, &p);
+    st = fsa_kernel_launch(&plan->bwd_dq, plan->ctx, q_tiles, hkv, stream, &p);
     return st != FSA_STATUS_OK ? st : fsa_kernel_launch_3d(&plan->bwd_dkv, plan->ctx, k_tiles, hkv, parts, stream, &p);
 }
 

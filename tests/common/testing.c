@@ -170,6 +170,62 @@ fsa_context *fsa_test_check_context(const char *cache_dir)
     return ctx;
 }
 
+void fsa_test_contexts_make(fsa_test_contexts *c, const char *prefix)
+{
+    c->cache_dir = fsa_test_mkdtemp(prefix);
+    c->plain = fsa_test_gpu_context_or_skip(c->cache_dir);
+    c->check = fsa_test_check_context(c->cache_dir);
+}
+
+void fsa_test_contexts_free(fsa_test_contexts *c)
+{
+    fsa_context_destroy(c->check);
+    fsa_context_destroy(c->plain);
+    fsa_test_rmtree(c->cache_dir);
+    free(c->cache_dir);
+}
+
+typedef struct named_count {
+    const char *name;
+    int n;
+} named_count;
+
+static int count_named(const fsa_cache_entry_info *info, void *user)
+{
+    named_count *c = user;
+    c->n += strcmp(info->name, c->name) == 0;
+    return 0;
+}
+
+int fsa_test_cache_count(fsa_context *ctx, const char *name)
+{
+    named_count c = {name, 0};
+    if (fsa_cache_list(ctx, count_named, &c) != FSA_STATUS_OK) fail_msg("cache list: %s", fsa_last_error());
+    return c.n;
+}
+
+unsigned char *fsa_test_image(uint64_t dev, size_t bytes)
+{
+    unsigned char *img = malloc(bytes ? bytes : 1);
+    assert_non_null(img);
+    fsa_test_d2h(img, dev, bytes);
+    return img;
+}
+
+void fsa_test_assert_untouched(uint64_t dev, size_t bytes, uint8_t poison)
+{
+    unsigned char *img = fsa_test_image(dev, bytes);
+    for (size_t i = 0; i < bytes; i++)
+        if (img[i] != poison) fail_msg("byte %zu of %zu was written", i, bytes);
+    free(img);
+}
+
+void fsa_test_expect_error(const char *stage, const char *what)
+{
+    if (strstr(fsa_last_error(), what) == NULL) fail_msg("\"%s\" does not mention \"%s\"", fsa_last_error(), what);
+    assert_string_equal(fsa_last_error_info()->stage, stage);
+}
+
 static const fsa_cu_api *test_cu(void)
 {
     const fsa_cu_api *cu = NULL;

@@ -53,4 +53,24 @@ fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
  * fsa_test_gpu_context_or_skip); exits on failure. */
 fsa_context *fsa_test_check_context(const char *cache_dir);
 
+/* The contexts of a check-mode test: a fresh cache directory, a plain
+ * context (exit 77 without a GPU) and one in check mode, both over it. */
+typedef struct fsa_test_contexts {
+    char *cache_dir;
+    fsa_context *plain, *check;
+} fsa_test_contexts;
+void fsa_test_contexts_make(fsa_test_contexts *c, const char *prefix);
+void fsa_test_contexts_free(fsa_test_contexts *c);
+
+/* Entries named `name` (a kernel family, e.g. "offsets_check") in the cache
+ * of ctx's target. */
+int fsa_test_cache_count(fsa_context *ctx, const char *name);
+
+/* A device buffer's bytes in a new host buffer (the caller frees it). */
+unsigned char *fsa_test_image(uint64_t dev, size_t bytes);
+/* Fails unless every byte of the device buffer is `poison` (nothing wrote it). */
+void fsa_test_assert_untouched(uint64_t dev, size_t bytes, uint8_t poison);
+/* Fails unless the last error comes from `stage` and its message holds `what`. */
+void fsa_test_expect_error(const char *stage, const char *what);
+
 #endif

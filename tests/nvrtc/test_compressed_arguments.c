@@ -44,16 +44,20 @@ static fsa_compressed_attention_desc small_desc(void)
     return d;
 }
 
-static fsa_context *offline(const char *target)
+/* An offline context over the test's cache directory; check: check mode. */
+static fsa_context *offline_checking(const char *target, int check)
 {
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
     o.device = FSA_DEVICE_NONE;
     o.target = target;
     o.cache_dir = g_dir;
     o.log = -1;
+    o.check = check ? 1 : -1;
     fsa_context *ctx = NULL;
     return fsa_context_create(&ctx, &o) == FSA_STATUS_OK ? ctx : NULL;
 }
+
+static fsa_context *offline(const char *target) { return offline_checking(target, 0); }
 
 static int group_setup(void **state)
 {
@@ -227,6 +231,27 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
 }
 
+/* A plan of a check-mode context also brings the offsets check kernel (plain
+ * plans never compile it); its calls still check every argument on the host
+ * first, and then need the device. */
+static void test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device(void **state)
+{
+    (void)state;
+    assert_int_equal(fsa_test_cache_count(g_ctx, "offsets_check"), 0);
+    fsa_context *ctx = offline_checking("sm_90a", 1);
+    assert_non_null(ctx);
+    const fsa_compressed_attention_desc d = small_desc();
+    fsa_compressed_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_create(&plan, ctx, &d));
+    assert_int_equal(fsa_test_cache_count(ctx, "offsets_check"), 1);
+    fsa_compressed_fwd_args a = good_args(100, 5);
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, plan, &a);
+    a.cu_seqlens_c = 2;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, plan, &a);
+    fsa_compressed_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
 static void test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses(void **state)
 {
     (void)state;
@@ -308,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named),
         cmocka_unit_test(test_a_plan_whose_kernels_need_more_shared_memory_than_the_target_has_is_unsupported),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),

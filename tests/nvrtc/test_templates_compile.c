@@ -47,6 +47,7 @@ static const variant variants[] = {
     {"sel_bwd_reduce", "f16", "192", "7", "128", NULL, NULL, NULL},
     {"sel_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"kvc_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"offsets_check", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 

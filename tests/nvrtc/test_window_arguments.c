@@ -41,16 +41,24 @@ static fsa_window_attention_desc small_desc(void)
     return d;
 }
 
-static int group_setup(void **state)
+/* An offline sm_90a context over the test's cache directory; check: check mode. */
+static fsa_context *offline(int check)
 {
-    (void)state;
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    g_dir = fsa_test_mkdtemp("fsa_window_arguments");
     o.device = FSA_DEVICE_NONE;
     o.target = "sm_90a";
     o.cache_dir = g_dir;
     o.log = -1;
-    if (g_dir == NULL || fsa_context_create(&g_ctx, &o) != FSA_STATUS_OK) return -1;
+    o.check = check ? 1 : -1;
+    fsa_context *ctx = NULL;
+    return fsa_context_create(&ctx, &o) == FSA_STATUS_OK ? ctx : NULL;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    g_dir = fsa_test_mkdtemp("fsa_window_arguments");
+    if (g_dir == NULL || (g_ctx = offline(0)) == NULL) return -1;
     fsa_window_attention_desc d = small_desc();
     if (fsa_window_plan_create(&g_plan, g_ctx, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "plan: %s\n", fsa_last_error());
@@ -184,6 +192,27 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, &a);
 }
 
+/* A plan of a check-mode context also brings the offsets check kernel (plain
+ * plans never compile it); its calls still check every argument on the host
+ * first, and then need the device. */
+static void test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device(void **state)
+{
+    (void)state;
+    assert_int_equal(fsa_test_cache_count(g_ctx, "offsets_check"), 0);
+    fsa_context *ctx = offline(1);
+    assert_non_null(ctx);
+    const fsa_window_attention_desc d = small_desc();
+    fsa_window_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_create(&plan, ctx, &d));
+    assert_int_equal(fsa_test_cache_count(ctx, "offsets_check"), 1);
+    fsa_window_fwd_args a = good_args(100);
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_window_attention_fwd(plan, &a, NULL));
+    a.cu_seqlens = 0;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_attention_fwd(plan, &a, NULL));
+    fsa_window_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
 static fsa_window_bwd_args good_bwd_args(int64_t T, uint64_t workspace, size_t workspace_bytes)
 {
     fsa_window_bwd_args a = FSA_WINDOW_BWD_ARGS_INIT;
@@ -259,6 +288,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
         cmocka_unit_test(test_a_descriptor_of_the_first_version_is_accepted_without_backward),
         cmocka_unit_test(test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up),

@@ -56,11 +56,29 @@ static void test_paged_cache_problems_are_named_with_the_sequence_or_row(void **
                            "rows naming a block twice (first at token 5, KV head 1)");
 }
 
+static void test_compressed_offsets_problems_name_cu_seqlens_c_and_the_count_rule(void **state)
+{
+    (void)state;
+    expect_verdict(FSA_CHECK_CUC_START, 0, ~0ull, "check mode: bad metadata: cu_seqlens_c[0] is not 0");
+    expect_verdict(FSA_CHECK_CUC_ORDER | FSA_CHECK_CUC_END, 2, ~0ull,
+                   "check mode: bad metadata: cu_seqlens_c falls, does not end at total_compressed (first at "
+                   "sequence 2)");
+    expect_verdict(FSA_CHECK_CMP_COUNT, 1, ~0ull,
+                   "check mode: bad metadata: cu_seqlens_c gives a sequence a compressed-token count other than "
+                   "max(0, (length - kernel_size) / stride + 1) (first at sequence 1)");
+    /* Both arrays at once: cu_seqlens first, then cu_seqlens_c, one location. */
+    expect_verdict(FSA_CHECK_CU_END | FSA_CHECK_CUC_START | FSA_CHECK_CMP_COUNT, 0, ~0ull,
+                   "check mode: bad metadata: cu_seqlens does not end at total_tokens; cu_seqlens_c[0] is not 0; "
+                   "cu_seqlens_c gives a sequence a compressed-token count other than max(0, (length - kernel_size) "
+                   "/ stride + 1) (first at sequence 0)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_problem_is_named_with_where_its_kind_first_occurs),
         cmocka_unit_test(test_paged_cache_problems_are_named_with_the_sequence_or_row),
+        cmocka_unit_test(test_compressed_offsets_problems_name_cu_seqlens_c_and_the_count_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
