@@ -2,20 +2,22 @@
 // tokens of one sequence, the G heads of each token as neighbouring rows, so
 // every stage of compressed K/V is loaded once for the whole group; the
 // tile's rows attend to the compressed tokens of their sequence that they
-// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128.
-// No workspace.
+// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128;
+// with WGMMA (sm_90a) the warpgroup forward of fsa_qattn_wg.cuh, one set
+// per warp. No workspace.
 #include "cmp_common.cuh"
-#include "fsa_qattn.cuh"
+#include "fsa_qattn_wg.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int MT = fsa_cmp_fwd_mt(DK, DV);    // sets of 16 rows per warp
+constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
+constexpr int MT = WG ? 1 : fsa_cmp_fwd_mt(DK, DV);  // sets of 16 rows per warp
 constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
-constexpr int TT = fsa_qt_tokens_per_tile_mt(G, MT);
+constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
 typedef GroupRows<G> Rows;
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;
@@ -38,8 +40,14 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_fwd(cons
     const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
     const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);
 
-    attend_query_tile<DT, DK, DV, G, MT>(
-        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h, (float)p.scale_log2, (tile_vis + KS - 1) / KS,
-        [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); },
-        [&](int j, int slot) { return j < row_vis[slot]; }, [&](int stage) { return stage * KS < warp_vis; });
+    auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); };
+    auto visible = [&](int j, int slot) { return j < row_vis[slot]; };
+    auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
+    const int n_stages = (tile_vis + KS - 1) / KS;
+    if constexpr (WG != 0)
+        attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
+                                            (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
+    else
+        attend_query_tile<DT, DK, DV, G, MT>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
+                                             (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
 }

@@ -41,16 +41,20 @@ FSA_LAYOUT_FN long long fsa_cmp_tokens(long long len, long long l, long long d)
 
 /* ---------------------------------------------------------------- forward */
 /* Query tiles of two sets of 16 rows per warp (fsa_qt_layout.cuh) up to
- * Dk = Dv = 128, one above (more would spill): its grid and shared memory
- * follow. */
+ * Dk = Dv = 128, one above (more would spill); the warpgroup forward (wg:
+ * wgmma on sm_90a) has its own tiles. Grid and shared memory follow. */
 FSA_LAYOUT_FN int fsa_cmp_fwd_mt(int dk, int dv) { return dk > 128 || dv > 128 ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_cmp_fwd_tile_tokens(int g, int dk, int dv, int wg)
 {
-    return fsa_qt_fwd_smem_bytes_mt(dk, dv, fsa_cmp_fwd_mt(dk, dv));
+    return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile_mt(g, fsa_cmp_fwd_mt(dk, dv));
 }
-FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv)
+FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv, int wg)
 {
-    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_fwd_mt(dk, dv));
+    return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_bytes_mt(dk, dv, fsa_cmp_fwd_mt(dk, dv));
+}
+FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv, int wg)
+{
+    return total_tokens / fsa_cmp_fwd_tile_tokens(g, dk, dv, wg) + batch;
 }
 
 /* ---------------------------------------------------------------- selection */

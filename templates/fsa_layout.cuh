@@ -42,6 +42,9 @@ FSA_LAYOUT_FN int fsa_entry_slot(int entry) { return entry & (FSA_MAX_TOP_K - 1)
  * ldmatrix on distinct banks. */
 FSA_LAYOUT_FN int fsa_pitch(int d) { return d + 8; }
 FSA_LAYOUT_FN int fsa_tile_bytes(int rows, int d) { return rows * fsa_pitch(d) * 2; }
+/* A 128-byte swizzled tile (Hopper warpgroup operands, fsa_pipeline.cuh):
+ * ceil(d / 64) panels of 64 columns, 128 bytes per row each, no padding. */
+FSA_LAYOUT_FN int fsa_sw128_bytes(int rows, int d) { return (d + 63) / 64 * rows * 128; }
 
 /* ---------------------------------------------------------------- row kernels */
 /* Index inversion (count, scatter, sort): one thread per row or a block per list. */

@@ -54,6 +54,29 @@ __device__ __forceinline__ void load_tile_async(u32 dst, Row row) {
     });
 }
 
+// ---------------------------------------------------------------- 128-byte swizzled tiles
+// A tile of `rows` rows x D 16-bit columns is stored as ceil(D / 64) panels
+// of 64 columns (fsa_sw128_bytes); panel p holds every row, 128 bytes each,
+// at p * rows * 128, and inside a row the 16-byte piece c (columns 8c .. 8c +
+// 7 of the panel) sits at piece c ^ (row % 8). Eight rows make a 1024-byte
+// swizzle atom; the tile's base is 1024-byte aligned. Hopper's warpgroup
+// products read this layout (fsa_wgmma.cuh); eight consecutive 16-byte
+// pieces of a column band fall in distinct bank groups.
+__device__ __forceinline__ u32 sw128_offset(int row, int col, int rows) {
+    return (u32)((col >> 6) * rows * 128 + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + (col & 7) * 2);
+}
+
+// ROWS rows of COLS elements into the swizzled tile at dst; row(r) ->
+// RowSrc. Every thread of the CTA calls it; the copies join the current
+// cp.async group.
+template <int ROWS, int COLS, int THREADS, class Row>
+__device__ __forceinline__ void load_tile_sw128_async(u32 dst, Row row) {
+    for_each_piece<ROWS, COLS, THREADS>([&](int r, int c) {
+        const RowSrc s = row(r);
+        cp_async16(dst + sw128_offset(r, c, ROWS), s.ptr + c, s.ok);
+    });
+}
+
 // Two tiles of the same shape and rows; rows(r) -> RowPair.
 template <int ROWS, int COLS, int LD, int THREADS, class Rows>
 __device__ __forceinline__ void load_tile_pair_async(u32 dst_a, u32 dst_b, Rows rows) {
@@ -113,9 +136,11 @@ struct AsyncRing {
 
     // Issues the next item into the buffer item i - 1 used (after a barrier:
     // every warp is done with it), waits for item i's copies and makes them
-    // visible to the CTA. Returns item i's buffer.
-    template <class Load>
-    __device__ __forceinline__ int acquire(int i, Load load) {
+    // visible to the CTA. Returns item i's buffer. landed() runs in every
+    // thread once its own copies of item i are complete, before the barrier
+    // (wgmma readers fence them into the async proxy there).
+    template <class Load, class Landed>
+    __device__ __forceinline__ int acquire(int i, Load load, Landed landed) {
         if (issued < n) {
             __syncthreads();
             load(issued, (int)((unsigned)issued % STAGES));
@@ -123,7 +148,28 @@ struct AsyncRing {
         cp_async_commit();  // possibly empty: the wait depth stays constant
         issued++;
         cp_async_wait<STAGES - 1>();
+        landed();
         __syncthreads();
+        return (int)((unsigned)i % STAGES);
+    }
+    template <class Load>
+    __device__ __forceinline__ int acquire(int i, Load load) {
+        return acquire(i, load, [] {});
+    }
+
+    // acquire with one barrier per item instead of two: waits for item i's
+    // copies (landed() as above), the barrier, then issues item i + STAGES -
+    // 1 into the buffer of item i - 1, which every warp finished before the
+    // barrier. Items i + 1 .. i + STAGES - 1 are in flight while item i is
+    // used, one fewer while it is waited for. Not mixed with acquire.
+    template <class Load, class Landed>
+    __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed) {
+        cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
+        landed();
+        __syncthreads();
+        if (issued < n) load(issued, (int)((unsigned)issued % STAGES));
+        cp_async_commit();  // possibly empty: the wait depth stays constant
+        issued++;
         return (int)((unsigned)i % STAGES);
     }
 };

@@ -20,6 +20,38 @@
 
 namespace fsa {
 
+// The finished rows of the tile's set `set` of 16 (this warp's, accumulated
+// in acc under sm): o = acc / row sum as DT, lse (natural log; -inf for a
+// row that saw nothing) when lse is not NULL. Rows without a token write
+// nothing.
+template <class DT, int DV, int G>
+__device__ __forceinline__ void store_query_rows(const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                 const QueryTile &tile, int h, int set, const OnlineSoftmax &sm,
+                                                 const float acc[DV / 8][4], int lane) {
+    typedef GroupRows<G> Rows;
+    float inv[2], lse2[2];
+    sm.finish(inv, lse2);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        if (!Rows::live(set, r, tile.n_tok)) continue;
+        const long long t = tile.tok0 + Rows::token(set, r), qh = (long long)h * G + Rows::head(r);
+        u16 *orow = view_row<u16>(o, t, qh);
+#pragma unroll
+        for (int j = 0; j < DV / 8; j++)
+            *(u32 *)(orow + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * inv[half], acc[j][2 * half + 1] * inv[half]);
+        if ((lane & 3) == 0 && lse != nullptr) lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
+    }
+}
+
+// acc *= alpha per row, skipped when no row of the warp changes its scale:
+// once the row maxima settle alpha is exactly 1 (the same bits, fewer
+// instructions).
+template <int N>
+__device__ __forceinline__ void rescale_rows(float acc[N][4], const float alpha[2]) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<N>(acc, alpha);
+}
+
 template <class DT, int DK, int DV, int G, int MT = 1, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q,
                                                   const fsa_kernel_view &o, float *lse, long long total_tokens,
@@ -28,7 +60,6 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     static_assert(MT == 1 || (MT == 2 && DV <= 128), "two row sets per warp up to a value dim of 128");
     constexpr int KS = fsa_qt_fwd_keys(DV), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    typedef GroupRows<G> Rows;
     const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k_mt(DK, MT), vs = qs + fsa_qt_fwd_smem_v_mt(DK, DV, MT);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -63,31 +94,14 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
             sm[m].step<KS / 8>(
                 s[m], scale_log2, lane, [&](int col, int half) { return visible(i * KS + col, 2 * m + half); },
                 alpha);
-            // Once the row maxima settle alpha is exactly 1 for every row: skip the rescale (same bits).
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(acc[m], alpha);
+            rescale_rows<DV / 8>(acc[m], alpha);
         }
         mma_pv_rows<DT, KS / 16, DV / 8, LDV, MT>(acc, s, v_lane + buf * fsa_tile_bytes(KS, DV));
     }
     cp_async_wait<0>();  // with no stage at all, the query rows' copies are still in flight
 
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        float inv[2], lse2[2];
-        sm[m].finish(inv, lse2);
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int r = frag_row(lane, 2 * half), set = warp * MT + m;
-            if (!Rows::live(set, r, tile.n_tok)) continue;
-            const long long t = tile.tok0 + Rows::token(set, r), qh = (long long)h * G + Rows::head(r);
-            u16 *orow = view_row<u16>(o, t, qh);
-#pragma unroll
-            for (int j = 0; j < DV / 8; j++)
-                *(u32 *)(orow + frag_col(lane, j, 0)) =
-                    DT::pack(acc[m][j][2 * half] * inv[half], acc[m][j][2 * half + 1] * inv[half]);
-            if ((lane & 3) == 0 && lse != nullptr)
-                lse[qh * total_tokens + t] = inv[half] > 0.f ? lse2[half] * LN2 : -FSA_INF;
-        }
-    }
+    for (int m = 0; m < MT; m++) store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp * MT + m, sm[m], acc[m], lane);
 }
 
 }  // namespace fsa

@@ -52,6 +52,56 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 
+/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 4; 0 is
+ * the mma.sync forward): fsa_qt_wg_groups(wg) warpgroups of 4 warps, each
+ * over 64 rows of the tile (one set of 16 rows per warp, so warp w holds set
+ * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
+ * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
+ * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
+ * which costs registers that three warpgroups do not have. Q rows | the K
+ * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
+ * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
+ * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
+ * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
+#define FSA_QT_WG_ALIGN 1024
+#define FSA_QT_WG_DEFAULT 4 /* the fastest measured (bench/NOTES.md) */
+FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
+/* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
+ * head dims do not suit; three warpgroups only up to Dv 128 (their
+ * registers hold no more accumulators), else two. */
+FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
+{
+    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
+}
+/* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
+ * it was measured faster than the mma.sync forward (Dv 128, Dk 128 to 192:
+ * bench/RESULTS.md), the mma.sync forward elsewhere. */
+FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
+{
+    return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
+}
+FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
+FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
+FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }
+FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
+FSA_LAYOUT_FN int fsa_qt_wg_tokens_per_tile(int g, int wg) { return fsa_qt_wg_rows(wg) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk, int wg) { return fsa_sw128_bytes(fsa_qt_wg_rows(wg), dk); }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg)
+{
+    return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+/* The window forward's tokens per tile and grid (wg: its variant). */
+FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }
+FSA_LAYOUT_FN long long fsa_qt_fwd_grid_tiles(long long total_tokens, long long batch, int g, int wg)
+{
+    return total_tokens / fsa_qt_fwd_tile_tokens(g, wg) + batch;
+}
+
 /* ---------------------------------------------------------------- backward */
 /* dq: the forward's tiles; Q rows | dO rows | the K stages | the V stages,
  * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in

@@ -76,32 +76,42 @@ struct GroupRows {
 // without a token: row w * 16 + r is token tok0 + token(w, r), query head
 // h * G + head(r) (w counts sets of 16 rows: a warp may own more than one).
 // ROWS rows (FSA_QT_ROWS unless the kernel's warps own more); THREADS
-// threads share the copies, which join the current cp.async group.
-template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS>
+// threads share the copies, which join the current cp.async group. SW128:
+// into a 128-byte swizzled tile (sw128_offset) instead, LD unused.
+template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS, bool SW128 = false>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h) {
     typedef GroupRows<G> Rows;
-    load_tile_async<ROWS, D, LD, THREADS>(dst, [&](int row) {
+    auto row_src = [&](int row) {
         const int w = row >> 4, r = row & 15;
         const bool ok = Rows::live(w, r, tile.n_tok);
         const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))
                             : (const u16 *)q.ptr;
         return RowSrc{src, ok};
-    });
+    };
+    if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, row_src);
+    else load_tile_async<ROWS, D, LD, THREADS>(dst, row_src);
 }
 
-// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer
-// (pitches fsa_pitch(DK), fsa_pitch(DV)); key_rows(j) -> RowPair{k row, v
-// row, ok}. Joins the current cp.async group.
-template <int KS, int DK, int DV, class KeyRows>
+// The K rows (HALF 0) or the V rows (HALF 1) of keys first .. first + ROWS -
+// 1 of a key stream into a stage buffer of D columns (pitch fsa_pitch(D);
+// SW128: a 128-byte swizzled tile); key_rows(j) -> RowPair{k row, v row,
+// ok}. THREADS threads share the copies, which join the current cp.async
+// group.
+template <int ROWS, int D, int HALF, bool SW128 = false, int THREADS = FSA_QT_THREADS, class KeyRows>
+__device__ __forceinline__ void load_key_half_async(u32 dst, KeyRows key_rows, int first) {
+    auto src = [&](int r) {
+        const RowPair kv = key_rows(first + r);
+        return RowSrc{HALF == 0 ? kv.a : kv.b, kv.ok};
+    };
+    if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, src);
+    else load_tile_async<ROWS, D, fsa_pitch(D), THREADS>(dst, src);
+}
+
+// Keys first .. first + KS - 1 of a key stream into a K and a V stage buffer.
+template <int KS, int DK, int DV, bool SW128 = false, int THREADS = FSA_QT_THREADS, class KeyRows>
 __device__ __forceinline__ void load_key_stage_async(u32 k_dst, u32 v_dst, KeyRows key_rows, int first) {
-    load_tile_async<KS, DK, fsa_pitch(DK), FSA_QT_THREADS>(k_dst, [&](int r) {
-        const RowPair kv = key_rows(first + r);
-        return RowSrc{kv.a, kv.ok};
-    });
-    load_tile_async<KS, DV, fsa_pitch(DV), FSA_QT_THREADS>(v_dst, [&](int r) {
-        const RowPair kv = key_rows(first + r);
-        return RowSrc{kv.b, kv.ok};
-    });
+    load_key_half_async<KS, DK, 0, SW128, THREADS>(k_dst, key_rows, first);
+    load_key_half_async<KS, DV, 1, SW128, THREADS>(v_dst, key_rows, first);
 }
 
 }  // namespace fsa

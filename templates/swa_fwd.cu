@@ -2,22 +2,31 @@
 // the keys of their own sequence, position i of query head r seeing keys
 // i - W_r + 1 .. i. A tile streams the keys from W - 1 before its first
 // token (W the largest window of the group) to its last token; a warp skips
-// the stages none of its rows see. No workspace.
-#include "fsa_qattn.cuh"
+// the stages none of its rows see. With WGMMA (sm_90a) the warpgroup
+// forward of fsa_qattn_wg.cuh. No workspace.
+#include "fsa_qattn_wg.cuh"
 #include "swa_common.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
+constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_swa_fwd(const fsa_swa_params p) {
+extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_swa_fwd(
+    const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const QueryTile tile = cta_query_tile<G>(p);
+    const QueryTile tile = query_tile<fsa_qt_fwd_tile_tokens(G, WG)>((const int *)p.cu_seqlens, (int)p.batch,
+                                                                     p.total_tokens, blockIdx.x);
     if (!tile.ok) return;  // a spare CTA
     const WindowStream<G, KS> ws(p, tile);
 
-    attend_query_tile<DT, DK, DV, G>(
-        smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h, (float)p.scale_log2, ws.n_stages(),
-        [&](int j) { return ws.key_row(p, tile, j); }, [&](int j, int half) { return ws.visible(j, half); },
-        [&](int stage) { return ws.warp_sees(stage); });
+    auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
+    auto visible = [&](int j, int half) { return ws.visible(j, half); };
+    auto warp_sees = [&](int stage) { return ws.warp_sees(stage); };
+    if constexpr (WG != 0)
+        attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
+                                            (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
+    else
+        attend_query_tile<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
+                                         (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
 }

@@ -72,12 +72,13 @@ static fsa_status read_desc(fsa_compressed_attention_desc *d, const void *out, c
 }
 
 /* The plan's kernels: described (launch shapes) from the configuration. */
-static void describe_kernels(fsa_compressed_plan *plan)
+static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
 {
     const fsa_compressed_attention_desc *d = &plan->desc;
     plan->config = (fsa_kernel_config){.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                                        .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                                       .kernel_size = d->kernel_size, .stride = d->stride};
+                                       .kernel_size = d->kernel_size, .stride = d->stride,
+                                       .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim)};
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {
@@ -100,7 +101,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
-    describe_kernels(plan);
+    describe_kernels(plan, ctx);
     const int max_smem = ctx->max_smem_per_block;
     if ((int)plan->fwd.smem > max_smem || (int)plan->select.smem > max_smem || (int)plan->bwd_dq.smem > max_smem ||
         (int)plan->bwd_dkv.smem > max_smem)
@@ -243,7 +244,8 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     fsa_cmp_params_fill(&p, plan, &c);
     p.topk = fsa_view_of(&a->topk);
     const uint64_t fwd_tiles = (uint64_t)fsa_cmp_fwd_grid_tiles(a->total_tokens, a->batch, plan->group,
-                                                                plan->desc.head_dim, plan->desc.value_dim);
+                                                                plan->desc.head_dim, plan->desc.value_dim,
+                                                                plan->config.wgmma);
     const uint64_t sel_tiles =
         (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group, plan->desc.head_dim,
                                            plan->desc.top_k);

@@ -5,6 +5,7 @@
 #include "base/status_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Template parameters, in the order a family lists them. */
@@ -19,6 +20,7 @@ typedef enum tparam {
     TP_PAGE_SIZE,
     TP_KERNEL_SIZE,
     TP_STRIDE,
+    TP_WGMMA,
     TP_N
 } tparam;
 
@@ -29,7 +31,7 @@ static const struct {
     [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
     [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
-    [TP_STRIDE] = {"STRIDE", "s"},
+    [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"},
 };
 
 #define MAX_FAMILY_PARAMS 7
@@ -66,11 +68,11 @@ static const struct {
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 7,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
-    [FAM_CMP_FWD] = {"cmp_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_CMP_SELECT] = {"cmp_select", 7,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE}},
     [FAM_CMP_BWD] = {"cmp_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
-    [FAM_SWA_FWD] = {"swa_fwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_SWA_BWD] = {"swa_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
 };
 
@@ -102,6 +104,14 @@ static const struct {
     [FSA_K_SWA_BWD_DKV] = {FAM_SWA_BWD, "fsa_swa_bwd_dkv"},
 };
 
+int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
+{
+    const char *env = getenv("FSA_WGMMA");
+    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fsa_qt_wg_pick(env[0] - '0', dk, dv);
+    return fsa_qt_wg_default(dk, dv);
+}
+
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
 {
     const int d = c->head_dim, dv = c->value_dim, g = c->group, bk = c->block_size;
@@ -132,8 +142,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_kvc_smem_bytes(d, dv, g);
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
-    case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv); break;
-    case FSA_K_SWA_FWD: smem = fsa_qt_fwd_smem_bytes(d, dv); break;
+    case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
+    case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, c->top_k); break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ: smem = fsa_qt_dq_smem_bytes(d, dv); break;
@@ -144,6 +154,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     const family_id f = kernels[id].family;
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
         threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
+    if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
@@ -170,6 +181,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_VALUE_DIM], sizeof b->values[0], "%d", c->value_dim);
     snprintf(b->values[TP_KERNEL_SIZE], sizeof b->values[0], "%d", c->kernel_size);
     snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
+    snprintf(b->values[TP_WGMMA], sizeof b->values[0], "%d", c->wgmma);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

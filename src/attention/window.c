@@ -71,8 +71,9 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->window = d.head_windows != NULL ? 0 : d.window;
     for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) plan->head_windows[qh] = d.head_windows[qh];
+    plan->wgmma = fsa_kernel_wgmma(ctx, d.head_dim, d.value_dim);
     const fsa_kernel_config c = {
-        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group};
+        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group, .wgmma = plan->wgmma};
     /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
     const struct {
         fsa_kernel *k;
@@ -153,7 +154,7 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
     if (st != FSA_STATUS_OK) return st; /* check mode only */
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
-    const uint64_t tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const uint64_t tiles = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma);
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
 }
 

@@ -11,6 +11,8 @@
 #include "jit/resource_usage.h"
 #include "jit/templates.h"
 
+#include "../../templates/fsa_qt_layout.cuh"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +205,14 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     fsa_param params[10];
     size_t n = params_of(v, t->text, dv, params);
     for (size_t i = 0; i < n_extra; i++) params[n++] = extra[i];
+    /* The query-tile forwards on sm_90a: the default warpgroup variant wherever the head dims take it
+     * (what FSA_WGMMA=4 gives; unasked, the library takes it on fewer dims: fsa_qt_wg_default). */
+    char wg[2] = "0";
+    if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0)
+        wg[0] = (char)('0' + fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, atoi(v->d), atoi(dv ? dv : v->d)));
+    int wg_given = 0;
+    for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
+    if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -270,6 +280,22 @@ static void test_every_template_variant_compiles_for_sm_90a_without_unjustified_
     compile_every_variant("sm_90a");
 }
 
+/* Every warpgroup variant of the query-tile forwards (FSA_WGMMA 1 to 4; the default is among the
+ * variants above too) compiles for sm_90a without spills, at the standard and the paper's head dims. */
+static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
+                                     {"swa_fwd", "f16", "192", "16", NULL, NULL, NULL, NULL}};
+    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "2", "3", "4"};
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < 4; j++) {
+            const fsa_param wg = {"WGMMA", wgs[j], "wg"};
+            compile_variant(&shapes[i], dvs[i], &wg, 1, "sm_90a", used);
+        }
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -321,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_a_compile_error_returns_the_nvrtc_log),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
+        cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
