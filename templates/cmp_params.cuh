@@ -62,54 +62,64 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
  * c collects keys c*r - halo .. c*r + r - 1, so a stage completes 64 / r
  * blocks; r must divide 64. A warp owns mt sets of 16 rows (two up to Dk
- * 128: each K fragment serves 32 rows; the query rows live in registers).
- * The K stages, then a region that first holds the query rows (each warp
- * reads its rows into registers once) and then, per warp, what only that
- * warp touches (no barrier between warps), for its mt * 16 / G tokens:
- *   probabilities [mt * 16 rows][64 + 4] fp32 (G > 1: rows are (token, head));
- *   per-token sums [tokens][pitch]: the last halo keys of the previous stage,
- *     then this stage's 64 keys from an even offset (key0);
- *   block scores [tokens][64 / r + 1];
- *   the running top-k, token-minor: values [K][tokens], blocks [K][tokens]. */
+ * 192 and top-k 32: each K fragment serves 32 rows) and keeps their query
+ * fragments in registers up to top-k 32; a longer top-k list takes those
+ * registers (128 at k = 64), so the fragments are read from shared memory
+ * at every stage and the region of the query rows stays theirs.
+ * A token's blocks are shared by `lanes` lanes of its warp (block c to lane
+ * c mod lanes, a power of two), each keeping the top-k of its share in
+ * registers. The K stages, then a region that first holds the query rows
+ * (each warp reads its rows into registers once) and then, per warp, what
+ * only that warp touches (no barrier between warps), for its mt * 16 / G
+ * tokens:
+ *   probabilities [mt * 16 rows][64 + 4] fp32, only where G is not a power of
+ *     two (rows are (token, head); otherwise the heads are summed in registers);
+ *   per-token sums [tokens][odd pitch]: the last halo keys of the previous
+ *     stage, then this stage's 64 keys from an even offset (key0). */
 #define FSA_CMP_SEL_KEYS 64
 #define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
-FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk) { return dk > 128 ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk) { return fsa_cmp_sel_mt(dk) * (16 / g); }
-FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk)
+FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k) { return dk > 192 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2; }
+FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k) { return fsa_cmp_sel_mt(dk, k) * (16 / g); }
+FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k)
 {
-    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_sel_mt(dk));
+    int s = 1;
+    while (2 * s * fsa_cmp_sel_tokens_per_warp(g, dk, k) <= 32) s *= 2;
+    return s;
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_heads_in_registers(int g) { return (g & (g - 1)) == 0; }
+FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk, int k)
+{
+    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_sel_mt(dk, k));
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
 FSA_LAYOUT_FN int fsa_cmp_sel_key0(int l, int d) { return (fsa_cmp_sel_halo(l, d) + 1) & ~1; }
-FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS; }
-FSA_LAYOUT_FN int fsa_cmp_sel_blk_pitch(int bk, int d) { return fsa_cmp_sel_blocks_per_stage(bk, d) + 1; }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk)
+/* Odd: the lanes that each sum a different token's blocks read different banks. */
+FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return (fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS) | 1; }
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk, int k)
 {
-    return g > 1 ? fsa_cmp_sel_mt(dk) * 16 * FSA_CMP_SEL_P_PITCH * 4 : 0;
+    return fsa_cmp_sel_heads_in_registers(g) ? 0 : fsa_cmp_sel_mt(dk, k) * 16 * FSA_CMP_SEL_P_PITCH * 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_blk(int g, int dk, int l, int d)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int k)
 {
-    return fsa_cmp_sel_warp_tok(g, dk) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_tok_pitch(l, d) * 4;
-}
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_topv(int g, int dk, int l, int d, int bk)
-{
-    return fsa_cmp_sel_warp_blk(g, dk, l, d) + fsa_cmp_sel_tokens_per_warp(g, dk) * fsa_cmp_sel_blk_pitch(bk, d) * 4;
-}
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_topc(int g, int dk, int l, int d, int bk, int k)
-{
-    return fsa_cmp_sel_warp_topv(g, dk, l, d, bk) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4;
-}
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int bk, int k)
-{
-    return (fsa_cmp_sel_warp_topc(g, dk, l, d, bk, k) + k * fsa_cmp_sel_tokens_per_warp(g, dk) * 4 + 15) & ~15;
+    return (fsa_cmp_sel_warp_tok(g, dk, k) + fsa_cmp_sel_tokens_per_warp(g, dk, k) * fsa_cmp_sel_tok_pitch(l, d) * 4 +
+            15) &
+           ~15;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int bk, int k)
+/* Where the warps' buffers start after the query rows' region: over it when
+ * the fragments live in registers, after it otherwise. */
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k)
 {
-    const int q = fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk), dk);
-    const int w = FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, bk, k);
-    return fsa_cmp_sel_smem_q(dk) + (q > w ? q : w);
+    return fsa_cmp_sel_smem_q(dk) +
+           (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk));
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int k)
+{
+    const int q = fsa_cmp_sel_smem_q(dk) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk);
+    const int w = fsa_cmp_sel_smem_warps(dk, k) + FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, k);
+    return q > w ? q : w;
 }
 
 /* The backward's tiles and shared memory are those of query-tile attention

@@ -75,25 +75,44 @@ static void test_a_warp_holds_whole_token_groups(void **state)
 }
 
 /* The selection's per-warp buffers: every warp's region starts 16-byte
- * aligned, a token's sums start this stage's keys at an even offset (the
- * probabilities are stored as float pairs) after room for the halo, and a
- * warp keeps a top-k list per lane at most. */
+ * aligned, a token's sums start this stage's keys after room for the halo
+ * (with an odd pitch: lanes reading different tokens hit different banks), the
+ * probabilities have a buffer only where the heads are not summed in
+ * registers (a group that is not a power of two), and a warp's tokens times
+ * the lanes that share each token's blocks (a power of two) fit in the warp,
+ * using at least half of it. The query rows' region stays apart from the
+ * warps' buffers when the fragments are not kept in registers (long top-k
+ * lists). */
 static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens(void **state)
 {
     (void)state;
     for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
         for (int dk = 16; dk <= 256; dk += 16)
-            for (int l = 1; l <= 97; l += 6)
-                for (int d = 1; d <= l && d <= 64; d *= 2)
-                    for (int k = 1; k <= 64; k += 21) {
-                        const int bk = 64 * d > 256 ? d : 4 * d;
-                        assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, l, d, bk, k) % 16, 0);
+            for (int k = 1; k <= 64; k += 21) {
+                const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k);
+                const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k);
+                assert_true(tokens <= 32);
+                assert_true(lanes >= 1 && (lanes & (lanes - 1)) == 0);
+                assert_true(lanes * tokens <= 32 && 2 * lanes * tokens > 32);
+                assert_int_equal(fsa_cmp_sel_heads_in_registers(g), g == 1 || g == 2 || g == 4 || g == 8 || g == 16);
+                assert_int_equal(fsa_cmp_sel_warp_tok(g, dk, k) == 0, fsa_cmp_sel_heads_in_registers(g));
+                assert_int_equal(fsa_cmp_sel_warp_tok(g, dk, k) % 16, 0);
+                const int q_end = fsa_cmp_sel_smem_q(dk) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk);
+                if (!fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k) >= q_end);
+                assert_int_equal(fsa_cmp_sel_smem_warps(dk, k) % 16, 0);
+                for (int l = 1; l <= 97; l += 6)
+                    for (int d = 1; d <= l && d <= 64; d *= 2) {
+                        assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, l, d, k) % 16, 0);
                         assert_int_equal(fsa_cmp_sel_key0(l, d) % 2, 0);
                         assert_true(fsa_cmp_sel_key0(l, d) >= fsa_cmp_sel_halo(l, d));
-                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 0);
-                        assert_true(fsa_cmp_sel_tokens_per_warp(g, dk) <= 32);
-                        assert_int_equal(fsa_cmp_sel_warp_tok(g, dk) % 16, 0);
+                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 1);
+                        assert_true(fsa_cmp_sel_tok_pitch(l, d) >= fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS);
+                        const int warps_end = fsa_cmp_sel_smem_warps(dk, k) +
+                                              FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, k);
+                        assert_true(fsa_cmp_sel_smem_bytes(dk, g, l, d, k) >= warps_end);
+                        assert_true(fsa_cmp_sel_smem_bytes(dk, g, l, d, k) >= q_end);
                     }
+            }
 }
 
 int main(void)

@@ -38,8 +38,8 @@ typedef struct select_shape {
 } select_shape;
 
 static const select_shape selects[] = {
-    {128, 4, 64, 16, 32, 16, 84352}, {192, 16, 64, 16, 32, 16, 76800}, {256, 1, 256, 64, 64, 4, 121344},
-    {64, 5, 16, 1, 16, 16, 65856},   {32, 2, 32, 33, 32, 32, 94976},
+    {128, 4, 64, 16, 32, 16, 69632}, {192, 16, 64, 16, 32, 16, 102400}, {256, 1, 256, 64, 64, 4, 122112},
+    {64, 5, 16, 1, 16, 16, 59520},   {32, 2, 32, 33, 32, 32, 23680},
 };
 
 static void assert_kernel(fsa_kernel_id id, const fsa_kernel_config *c, const char *name, unsigned smem)
