@@ -35,16 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CU(call)                                                                                  \
-    do {                                                                                          \
-        CUresult r_ = (call);                                                                     \
-        if (r_ != CUDA_SUCCESS) {                                                                 \
-            const char *n_ = "?";                                                                 \
-            cu.GetErrorName(r_, &n_);                                                              \
-            fprintf(stderr, "fsa-bench %s: %s failed: %s (line %d)\n", g_mode, #call, n_, __LINE__); \
-            exit(TOOL_EXIT_FAILED);                                                               \
-        }                                                                                         \
-    } while (0)
+#define CU(call) BENCH_CU(g_mode, call)
 
 #define BR_MAX_LIST 16 /* values of -T, -G or -W; more is a usage error */
 #define FLUSH_BYTES ((size_t)256 << 20)

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 bench_cuda_api cu;
 
@@ -25,4 +26,10 @@ int bench_cuda_load(char *why, size_t cap)
     BENCH_CUDA_FUNCTIONS(BENCH_CUDA_RESOLVE_)
 #undef BENCH_CUDA_RESOLVE_
     return 0;
+}
+
+void bench_fail(const char *mode, const char *call, const char *why, const char *file, int line)
+{
+    fprintf(stderr, "fsa-bench%s%s: %s failed: %s (%s:%d)\n", *mode ? " " : "", mode, call, why, file, line);
+    exit(1);
 }

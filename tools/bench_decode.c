@@ -36,25 +36,9 @@
 #include <string.h>
 #include <time.h>
 
-#define CU(call)                                                                              \
-    do {                                                                                      \
-        CUresult r_ = (call);                                                                 \
-        if (r_ != CUDA_SUCCESS) {                                                             \
-            const char *n_ = "?";                                                             \
-            cu.GetErrorName(r_, &n_);                                                          \
-            fprintf(stderr, "fsa-bench --decode: %s failed: %s (line %d)\n", #call, n_, __LINE__); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#define CU(call) BENCH_CU("--decode", call)
 
-#define FSA(call)                                                                             \
-    do {                                                                                      \
-        fsa_status s_ = (call);                                                               \
-        if (s_ != FSA_STATUS_OK) {                                                            \
-            fprintf(stderr, "fsa-bench --decode: %s failed: %s\n", #call, fsa_last_error());  \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#define FSA(call) BENCH_FSA("--decode", call)
 
 enum { HQ = 32, D = 128, PAGE = 64 };
 

@@ -32,25 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CU(call)                                                                              \
-    do {                                                                                      \
-        CUresult r_ = (call);                                                                 \
-        if (r_ != CUDA_SUCCESS) {                                                             \
-            const char *n_ = "?";                                                             \
-            cu.GetErrorName(r_, &n_);                                                          \
-            fprintf(stderr, "fsa-bench: %s failed: %s (%s:%d)\n", #call, n_, __FILE__, __LINE__); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#define CU(call) BENCH_CU("", call)
 
-#define FSA(call)                                                                             \
-    do {                                                                                      \
-        fsa_status s_ = (call);                                                               \
-        if (s_ != FSA_STATUS_OK) {                                                            \
-            fprintf(stderr, "fsa-bench: %s failed: %s\n", #call, fsa_last_error());           \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#define FSA(call) BENCH_FSA("", call)
 
 #define MAX_LIST 64 /* values of -T or -G; more is a usage error */
 
