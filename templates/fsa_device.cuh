@@ -15,6 +15,16 @@ typedef long long i64;
 constexpr float LOG2E = (float)FSA_LOG2E;  // e^x = 2^(x * LOG2E)
 constexpr float LN2 = (float)FSA_LN2;      // log2-sum-exp * LN2 = log-sum-exp
 
+// Pick<C, A, B>::type: A when C, else B (NVRTC builds without <type_traits>).
+template <bool C, class A, class B>
+struct Pick {
+    typedef A type;
+};
+template <class A, class B>
+struct Pick<false, A, B> {
+    typedef B type;
+};
+
 // Row (token, head) of a tensor view, as T elements.
 template <class T>
 __device__ __forceinline__ T *view_row(const fsa_kernel_view &v, long long token, long long head) {

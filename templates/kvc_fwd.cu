@@ -174,14 +174,6 @@ struct KeyMath {
     }
 };
 
-template <bool C, class A, class B>
-struct Pick {
-    typedef A type;
-};
-template <class A, class B>
-struct Pick<false, A, B> {
-    typedef B type;
-};
 typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
 static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the query fragments from registers");
 
