@@ -215,19 +215,29 @@ struct LaneTopK {
     }
 
     // The first K entries into row ascending by block (an entry's slot is
-    // the number of chosen blocks below it), -1 after them.
-    __device__ __forceinline__ void write_row(int *row) const {
+    // the number of chosen blocks below it), -1 after them. P lanes that
+    // hold the same list share the work: lane `part` (0 .. P - 1) writes
+    // the entries e = part mod P and the empty slots of its residue.
+    template <int P>
+    __device__ __forceinline__ void write_row(int *row, int part) const {
         int n = 0;
 #pragma unroll
-        for (int e = 0; e < K; e++) {
-            if (c[e] < 0) continue;
-            int rank = 0;
+        for (int f = 0; f < K; f++) n += c[f] >= 0;
 #pragma unroll
-            for (int f = 0; f < K; f++) rank += c[f] >= 0 && c[f] < c[e];
-            row[rank] = c[e];
-            n++;
+        for (int j = 0; j < (K + P - 1) / P; j++) {
+            const int e = part + j * P;
+            int ce = c[0];
+#pragma unroll
+            for (int f = 1; f < K; f++)
+                if (e == f) ce = c[f];
+            if (e < K && ce >= 0) {
+                int rank = 0;
+#pragma unroll
+                for (int f = 0; f < K; f++) rank += c[f] >= 0 && c[f] < ce;
+                row[rank] = ce;
+            }
+            if (e < K && e >= n) row[e] = -1;
         }
-        for (int e = n; e < K; e++) row[e] = -1;
     }
 };
 

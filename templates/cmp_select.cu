@@ -126,8 +126,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         float s[MT][KS / 8][4];
         if constexpr (WG != 0) {
             const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
-            frag_zero<KS / 8>(s[0]);
-            wg_mma_abt<DT, DK, KS, 64 * WG>(s[0], q_group, ks + buf * K_STAGE);
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
             wg_commit();
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
@@ -197,11 +196,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
 
     cp_async_wait<0>();  // (nothing is in flight but empty groups; no copy outlives the CTA)
 
-    // The token's S lists into one (every lane of the warp takes part), then
-    // its first lane writes the row.
+    // The token's S lists into one (every lane of the warp takes part, and
+    // the token's lanes end with the same list), then its lanes write the row.
 #pragma unroll
     for (int mask = 1; mask < S; mask <<= 1) top.merge_xor(mask);
-    if (my_live && my_s == 0)
-        top.write_row((int *)p.topk.ptr + (tile.tok0 + warp * TWW + my_t) * p.topk.token_stride +
-                      (long long)h * p.topk.head_stride);
+    if (my_live)
+        top.template write_row<S < K ? S : K>((int *)p.topk.ptr + (tile.tok0 + warp * TWW + my_t) * p.topk.token_stride +
+                                               (long long)h * p.topk.head_stride, my_s);
 }
