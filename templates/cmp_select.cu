@@ -101,6 +101,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const float *my_scores = sc + min(my_t, TWW - 1) * SP;
     LaneTopK<K> top;
     top.clear();
+    // A lower bound of the token's K-th best score so far, over all its
+    // lanes' lists: a block at or below it is not among the token's best
+    // (equal scores go to the lower blocks, which came first), so no lane
+    // inserts it.
+    float bound = -FSA_INF;
     BlockScores<G, R, HALO, NB, MT, KS> scorer;
     scorer.init(lane);
 
@@ -179,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                 float v = -FSA_INF;
                 if (cb <= last) v = cb < init_end || cb > local0 ? FSA_INF : my_scores[cb];
                 score[j] = v;
-                todo |= (v > top.last() ? 1u : 0u) << j;
+                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
             }
             while (todo) {
                 const int j = __ffs(todo) - 1;
@@ -190,6 +195,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                     if (j == jj) v = score[jj];
                 if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
             }
+        }
+        // The token's lists hold at least K entries at or above the least of
+        // their ceil(K / S)-th scores.
+        if constexpr (S > 1) {
+            float th = top.v[(K + S - 1) / S - 1];
+#pragma unroll
+            for (int mask = 1; mask < S; mask <<= 1) th = fminf(th, __shfl_xor_sync(0xffffffffu, th, mask));
+            bound = fmaxf(bound, th);
         }
         __syncwarp();
     }
