@@ -67,7 +67,9 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * 64 and top-k up to 32, `groups` warpgroups of 4 warps share every K stage,
  * Q read from a swizzled tile in shared memory by warpgroup products (one
  * set of 16 rows per warp); otherwise mma.sync, a warp owning mt sets of 16
- * rows (two up to Dk 128 and top-k 32: each K fragment serves 32 rows) and
+ * rows (two for groups of 2 to 8 up to Dk 128 and top-k 32: each K
+ * fragment serves 32 rows; other groups' top-k lists and scores take the
+ * registers of a second set) and
  * keeping their query fragments in registers up to top-k 32 (a longer list
  * takes those registers: 128 at k = 64, so the fragments are read from
  * shared memory at every stage and the region of the query rows stays
@@ -91,13 +93,13 @@ FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
-FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k, int groups)
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int g, int dk, int k, int groups)
 {
-    return groups || dk > 128 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2;
+    return groups || g == 1 || g > 8 || dk > 128 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k, int groups)
 {
-    return fsa_cmp_sel_mt(dk, k, groups) * (16 / g);
+    return fsa_cmp_sel_mt(g, dk, k, groups) * (16 / g);
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_tile(int g, int dk, int k, int groups)
 {
@@ -136,14 +138,14 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
 {
     if (groups) return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
     return fsa_cmp_sel_smem_q(dk, 0) +
-           (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k, 0), dk));
+           (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
 {
     const int w = fsa_cmp_sel_smem_warps(dk, k, groups) +
                   fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
     if (groups) return FSA_QT_WG_ALIGN + w;
-    const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k, 0), dk);
+    const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }
 

@@ -42,7 +42,7 @@ constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
 constexpr int HALO = fsa_cmp_sel_halo(L, D);     // earlier keys that still overlap a block
 constexpr int NB = fsa_cmp_sel_blocks_per_stage(BK, D);  // blocks completed per stage
-constexpr int MT = fsa_cmp_sel_mt(DK, K, WG);    // sets of 16 rows per warp
+constexpr int MT = fsa_cmp_sel_mt(G, DK, K, WG);    // sets of 16 rows per warp
 constexpr bool Q_IN_REGS = !WG && fsa_cmp_sel_q_in_registers(K);  // mma.sync: else read at every stage
 constexpr int TW = fsa_qt_tokens_per_warp(G);    // tokens per set
 constexpr int TWW = MT * TW, TT = fsa_cmp_sel_tokens_per_tile(G, DK, K, WG);  // tokens per warp, per tile
@@ -110,12 +110,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     scorer.init(lane);
 
     load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
+    // The sequence's compressed keys of head h; with warpgroups each thread's
+    // pieces of a stage are worked out once (a few per thread: 384 threads).
+    RowStream<KS, DK, THREADS, true> k_rows;
+    if constexpr (WG != 0) k_rows.init(view_row<const u16>(p.k, keys.start, h), p.k.token_stride, (const u16 *)p.k.ptr);
     auto load = [&](int i, int buf) {
-        if constexpr (WG != 0)
-            load_key_half_async<KS, DK, 0, true, THREADS>(ks + buf * K_STAGE,
-                                                          [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); }, i * KS);
-        else
-            load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
+        if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
+        else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
     };
     AsyncRing<WG ? fsa_cmp_sel_wg_stages(DK) : FSA_QT_STAGES> ring;
     ring.start(n_stages, load);

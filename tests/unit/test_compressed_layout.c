@@ -91,7 +91,7 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                 for (int k = 1; k <= 64; k += 21) {
                     const int groups = fsa_cmp_sel_groups(wgmma, dk, k);
                     assert_int_equal(groups != 0, wgmma && dk % 64 == 0 && k <= 32);
-                    if (groups) assert_int_equal(fsa_cmp_sel_mt(dk, k, groups), 1);
+                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_int_equal(fsa_cmp_sel_mt(g, dk, k, groups), 1);
                     assert_int_equal(fsa_cmp_sel_threads(groups), groups ? 128 * groups : FSA_QT_THREADS);
                     const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
                     const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k, groups);
@@ -102,7 +102,7 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                                      fsa_cmp_sel_warps(groups) * tokens);
                     const int q_end =
                         groups ? fsa_cmp_sel_smem_k(dk, groups)
-                               : fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k, 0), dk);
+                               : fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
                     if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups) >= q_end);
                     assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups) % 16, 0);
                     for (int d = 1; d <= 64; d *= 2)
