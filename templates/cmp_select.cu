@@ -9,7 +9,8 @@
 // It reads the forward's lse. Per stage of 64 compressed keys the rows'
 // scores S = Q K^T come from tensor cores: on sm_90a (WG warpgroups) by
 // warpgroup products that read Q and the K stage from swizzled shared
-// memory, every warpgroup's four warps sharing each K stage; otherwise by
+// memory, the warpgroups sharing each K stage and the next stage's products
+// running while a stage is finished; otherwise by
 // mma.sync with each warp's query rows (two sets of 16 up to Dk 128) in
 // registers. The probabilities exp2(S scale - lse) are summed over each
 // block's keys and each token's heads by two more products on tensor cores
@@ -127,38 +128,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const u32 q_group = qs + (u32)(warp >> 2) * 64 * 128;  // wgmma: this warpgroup's 64 rows of every Q panel
     u32 qf[MT][DK / 16][4];  // unused (no registers) unless Q_IN_REGS
 
-    for (int i = 0; i < n_stages; i++) {
-        // Probabilities of this warp's rows; 0 for keys a row does not see.
-        float s[MT][KS / 8][4];
-        if constexpr (WG != 0) {
-            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
-            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<KS / 8>(s[0]);
-            if (i * KS < warp_vis)
-                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            else
-                frag_zero<KS / 8>(s[0]);
-        } else {
-            const int buf = ring.acquire(i, load);
-            if (i == 0) {
-                if constexpr (Q_IN_REGS) {
-#pragma unroll
-                    for (int m = 0; m < MT; m++) frag_load_a<DK>(qf[m], q_warp + (u32)(m * 16 * LDK * 2));
-                }
-                __syncthreads();  // every warp has its rows: the region may become the warps' buffers
-            }
-#pragma unroll
-            for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
-            if (i * KS < warp_vis) {
-                if constexpr (Q_IN_REGS)
-                    mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * K_STAGE);
-                else
-                    mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
-                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            }
-        }
+    // Stage i's probabilities s (0 for keys a row does not see) into the
+    // block scores of the warp's tokens, and those into the lanes' lists.
+    auto finish = [&](int i, float (&s)[MT][KS / 8][4]) {
         // Per token and block completed here: the sum over its keys and heads.
 #pragma unroll
         for (int m = 0; m < MT; m++) scorer.template run<SP>(m, s[m], sc + m * TW * SP, lane);
@@ -206,6 +178,56 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             bound = fmaxf(bound, th);
         }
         __syncwarp();
+    };
+
+    if constexpr (WG != 0) {
+        // Stage i + 1's scores are in flight on the tensor cores while stage
+        // i's are finished: two accumulators take turns. Waiting for stage
+        // i's products before the barrier of acquiring i + 1 also frees the
+        // K buffer that the acquisition refills.
+        float sa[MT][KS / 8][4], sb[MT][KS / 8][4];
+        auto issue = [&](int i, float (&s)[MT][KS / 8][4]) {
+            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+            wg_commit();
+        };
+        auto step = [&](int i, float (&s)[MT][KS / 8][4], float (&next)[MT][KS / 8][4]) {
+            wg_wait<0>();
+            wg_hold<KS / 8>(s[0]);
+            if (i + 1 < n_stages) issue(i + 1, next);
+            if (i * KS < warp_vis)
+                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            else
+                frag_zero<KS / 8>(s[0]);
+            finish(i, s);
+        };
+        issue(0, sa);
+        for (int i = 0; i < n_stages; i += 2) {
+            step(i, sa, sb);
+            if (i + 1 < n_stages) step(i + 1, sb, sa);
+        }
+    } else {
+        for (int i = 0; i < n_stages; i++) {
+            float s[MT][KS / 8][4];
+            const int buf = ring.acquire(i, load);
+            if (i == 0) {
+                if constexpr (Q_IN_REGS) {
+#pragma unroll
+                    for (int m = 0; m < MT; m++) frag_load_a<DK>(qf[m], q_warp + (u32)(m * 16 * LDK * 2));
+                }
+                __syncthreads();  // every warp has its rows: the region may become the warps' buffers
+            }
+#pragma unroll
+            for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
+            if (i * KS < warp_vis) {
+                if constexpr (Q_IN_REGS)
+                    mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * K_STAGE);
+                else
+                    mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
+                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            }
+            finish(i, s);
+        }
     }
 
     cp_async_wait<0>();  // (nothing is in flight but empty groups; no copy outlives the CTA)
