@@ -194,16 +194,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         auto step = [&](int i, float (&acc)[MT][KS / 8][4], float (&next)[MT][KS / 8][4]) {
             wg_wait<0>();
             wg_hold<KS / 8>(acc[0]);
+            if (i + 1 < n_stages) issue(i + 1, next);
             // The probabilities go to registers of their own: only products
             // define accumulators (else the compiler serializes them).
             float s[MT][KS / 8][4];
-#pragma unroll
-            for (int j = 0; j < KS / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[0][j][e] = i * KS < warp_vis ? acc[0][j][e] : 0.f;
-            if (i + 1 < n_stages) issue(i + 1, next);
             if (i * KS < warp_vis)
-                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+                cmp_probs<KS / 8, MT>(s, acc, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            else
+                frag_zero<KS / 8>(s[0]);
             finish(i, s);
         };
         issue(0, sa);
@@ -229,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                     mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * K_STAGE);
                 else
                     mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
-                cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+                cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
             }
             finish(i, s);
         }
