@@ -180,7 +180,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         __syncwarp();
     };
 
-    if constexpr (WG != 0) {
+    if constexpr (WG != 0 && !fsa_cmp_sel_overlap(WG)) {
+        for (int i = 0; i < n_stages; i++) {
+            float s[MT][KS / 8][4];
+            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<KS / 8>(s[0]);
+            if (i * KS < warp_vis)
+                cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            else
+                frag_zero<KS / 8>(s[0]);
+            finish(i, s);
+        }
+    } else if constexpr (WG != 0) {
         // Stage i + 1's scores are in flight on the tensor cores while stage
         // i's are finished: two accumulators take turns. Waiting for stage
         // i's products before the barrier of acquiring i + 1 also frees the

@@ -81,12 +81,12 @@ static void test_the_selection_keeps_its_launch_shape(void **state)
                                      .top_k = s->k, .kernel_size = s->l, .stride = s->s};
         assert_kernel(FSA_K_CMP_SELECT, &c, "fsa_cmp_select", s->smem);
     }
-    /* Two warpgroups where the plan has warpgroup products (sm_90a), head
+    /* Three warpgroups where the plan has warpgroup products (sm_90a), head
        dims allow and the list is at most 32 long. */
     const struct {
         int d, g, k, bk, s;
         unsigned threads, smem;
-    } wg[] = {{128, 4, 16, 64, 16, 256, 85504}, {192, 16, 16, 64, 16, 256, 124544}, {256, 1, 64, 256, 4, 128, 102400},
+    } wg[] = {{128, 4, 16, 64, 16, 384, 103168}, {192, 16, 16, 64, 16, 384, 149440}, {256, 1, 64, 256, 4, 128, 102400},
               {96, 2, 16, 64, 16, 128, 53248}};
     for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
         const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = wg[i].d, .group = wg[i].g, .block_size = wg[i].bk,
