@@ -98,7 +98,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // and its share of the token's blocks (those with c mod S = my_s).
     const int my_t = lane / S, my_s = lane % S;
     const bool my_live = my_t < min(TWW, tile.n_tok - warp * TWW);
-    const long long my_block = (tile.tok0 + warp * TWW + my_t - tile.start) / BK;
+    // This token's own block (-1 without a token), the end of the initial
+    // blocks and the first local one, in blocks (32 bits: a sequence has
+    // fewer than 2^31 tokens; the counts are clamped so nothing overflows).
+    const int my_block = my_live ? (int)((tile.tok0 + warp * TWW + my_t - tile.start) / BK) : -1;
+    const int init_end = (int)min(max(p.init_blocks, 0ll), 1ll << 30);
+    const int local0 = my_block - (int)min(max(p.local_blocks, 0ll), 1ll << 30);
     const float *my_scores = sc + min(my_t, TWW - 1) * SP;
     LaneTopK<K> top;
     top.clear();
@@ -140,13 +145,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         // the ones that beat the lane's K-th score are marked, then inserted
         // in ascending order (each lane walks only its own marks).
         const int first = (my_s - i * NB) & (S - 1);
-        // The token's own block, the forced ones' bounds and the last one a
-        // lane scores here, relative to the stage's first block (32 bits).
-        const long long base_blk = (long long)i * NB;
-        const int own = (int)min(max(my_block - base_blk, -1ll), (long long)NB);
-        const int init_end = (int)min(max(p.init_blocks - base_blk, 0ll), (long long)NB);
-        const int local0 = (int)min(max(my_block - p.local_blocks - base_blk, -1ll), (long long)NB);
-        const int last = my_live ? min(own, NB - 1) : -1;
+        // The token's own block and the forced ones' bounds relative to the
+        // stage's first block.
+        const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
+        const int last = min(own, NB - 1);  // the last block a lane scores here
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
             float score[CH];
@@ -155,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             for (int j = 0; j < CH; j++) {
                 const int cb = first + (j0 + j) * S;
                 float v = -FSA_INF;
-                if (cb <= last) v = cb < init_end || cb > local0 ? FSA_INF : my_scores[cb];
+                if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
                 score[j] = v;
                 todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
             }
@@ -188,10 +190,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             wg_commit();
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
-            if (i * KS < warp_vis)
-                cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            else
-                frag_zero<KS / 8>(s[0]);
+            // (A stage no row of the warp sees takes the masked path: all zeros.)
+            cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
             finish(i, s);
         }
     } else if constexpr (WG != 0) {
