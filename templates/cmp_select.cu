@@ -63,7 +63,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const u32 base = WG ? (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1) : smem_addr(smem);
     unsigned char *const base_ptr = smem + (base - smem_addr(smem));
     const u32 ks = base + fsa_cmp_sel_smem_k(DK, WG), qs = base + fsa_cmp_sel_smem_q(DK, WG);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane and keeps what derives from it, such as the products'
+    // shared-memory descriptors, in uniform registers.)
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     // The warp's block scores (over the query rows once those are in registers).
     float *sc = (float *)(base_ptr + fsa_cmp_sel_smem_warps(DK, K, WG) + warp * fsa_cmp_sel_warp_bytes(G, DK, K, BK, D, WG));
     const int h = blockIdx.y;
