@@ -66,7 +66,9 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * (wgmma nonzero in the plan's configuration) with head dims a multiple of
  * 64 and top-k up to 32, `groups` warpgroups of 4 warps share every K stage,
  * Q read from a swizzled tile in shared memory by warpgroup products (one
- * set of 16 rows per warp; fsa_cmp_sel_overlap); otherwise mma.sync, a warp owning mt sets of 16
+ * set of 16 rows per warp; three warpgroups, the latency of each one's
+ * chains hidden by the others, beat two that overlap the next stage's
+ * products with a stage's epilogue); otherwise mma.sync, a warp owning mt sets of 16
  * rows (two for groups of 2 to 8 up to Dk 128 and top-k 32: each K
  * fragment serves 32 rows; other groups' top-k lists and scores take the
  * registers of a second set) and
@@ -88,10 +90,6 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
 {
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
-/* With two warpgroups, each warp keeps two accumulators: the next stage's
- * products run while a stage is finished. Three warpgroups leave registers
- * for one: each stage's products are waited for. */
-FSA_LAYOUT_FN int fsa_cmp_sel_overlap(int groups) { return groups == 2; }
 /* K stages in flight with warpgroups: three, two above Dk 192 (shared memory). */
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }

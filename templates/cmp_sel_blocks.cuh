@@ -223,14 +223,20 @@ struct LaneTopK {
     // than every block in the list (a lane sees its blocks in ascending
     // order): it goes after every entry scoring >= s, so equal scores keep
     // the lower block first. A shift network: no indexing by a variable.
+    // Each compare serves two entries (s beats v[e] decides entry e and
+    // entry e + 1), and a score moves by max / min: v[e] becomes max(v[e],
+    // min(s, v[e - 1])).
     __device__ __forceinline__ void insert(float s, int x) {
+        bool above = s > v[K - 1];  // (s > v[e - 1] of the entry below)
 #pragma unroll
-        for (int e = K - 1; e > 0; e--) {  // (s <= v[e] keeps v[e]: the max picks it)
-            const bool here = s > v[e], above = s > v[e - 1];
-            v[e] = above ? v[e - 1] : fmaxf(s, v[e]);
+        for (int e = K - 1; e > 0; e--) {
+            const bool here = above;
+            above = s > v[e - 1];
+            v[e] = fmaxf(v[e], fminf(s, v[e - 1]));
             c[e] = above ? c[e - 1] : here ? x : c[e];
         }
-        if (s > v[0]) v[0] = s, c[0] = x;
+        v[0] = fmaxf(v[0], s);
+        c[0] = above ? x : c[0];
     }
 
     // The best KP of this list and lane (lane ^ mask)'s, both sorted: the

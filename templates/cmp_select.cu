@@ -9,8 +9,7 @@
 // It reads the forward's lse. Per stage of 64 compressed keys the rows'
 // scores S = Q K^T come from tensor cores: on sm_90a (WG warpgroups) by
 // warpgroup products that read Q and the K stage from swizzled shared
-// memory, the warpgroups sharing each K stage and the next stage's products
-// running while a stage is finished; otherwise by
+// memory, the warpgroups sharing each K stage; otherwise by
 // mma.sync with each warp's query rows (two sets of 16 up to Dk 128) in
 // registers. The probabilities exp2(S scale - lse) are summed over each
 // block's keys and each token's heads by two more products on tensor cores
@@ -105,8 +104,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // blocks and the first local one, in blocks (32 bits: a sequence has
     // fewer than 2^31 tokens; the counts are clamped so nothing overflows).
     const int my_block = my_live ? (int)((tile.tok0 + warp * TWW + my_t - tile.start) / BK) : -1;
-    const int init_end = (int)min(max(p.init_blocks, 0ll), 1ll << 30);
-    const int local0 = my_block - (int)min(max(p.local_blocks, 0ll), 1ll << 30);
+    const int init_end = (int)opaque((u32)min(max(p.init_blocks, 0ll), 1ll << 30));  // (computed once: see opaque)
+    const int local0 = (int)opaque((u32)(my_block - (int)min(max(p.local_blocks, 0ll), 1ll << 30)));
     const float *my_scores = sc + min(my_t, TWW - 1) * SP;
     LaneTopK<K> top;
     top.clear();
@@ -185,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         __syncwarp();
     };
 
-    if constexpr (WG != 0 && !fsa_cmp_sel_overlap(WG)) {
+    if constexpr (WG != 0) {
         for (int i = 0; i < n_stages; i++) {
             float s[MT][KS / 8][4];
             const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
@@ -196,35 +195,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             // (A stage no row of the warp sees takes the masked path: all zeros.)
             cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
             finish(i, s);
-        }
-    } else if constexpr (WG != 0) {
-        // Stage i + 1's scores are in flight on the tensor cores while stage
-        // i's are finished: two accumulators take turns. Waiting for stage
-        // i's products before the barrier of acquiring i + 1 also frees the
-        // K buffer that the acquisition refills.
-        float sa[MT][KS / 8][4], sb[MT][KS / 8][4];
-        auto issue = [&](int i, float (&s)[MT][KS / 8][4]) {
-            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
-            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
-            wg_commit();
-        };
-        auto step = [&](int i, float (&acc)[MT][KS / 8][4], float (&next)[MT][KS / 8][4]) {
-            wg_wait<0>();
-            wg_hold<KS / 8>(acc[0]);
-            if (i + 1 < n_stages) issue(i + 1, next);
-            // The probabilities go to registers of their own: only products
-            // define accumulators (else the compiler serializes them).
-            float s[MT][KS / 8][4];
-            if (i * KS < warp_vis)
-                cmp_probs<KS / 8, MT>(s, acc, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            else
-                frag_zero<KS / 8>(s[0]);
-            finish(i, s);
-        };
-        issue(0, sa);
-        for (int i = 0; i < n_stages; i += 2) {
-            step(i, sa, sb);
-            if (i + 1 < n_stages) step(i + 1, sb, sa);
         }
     } else {
         for (int i = 0; i < n_stages; i++) {
