@@ -77,8 +77,8 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * shared memory at every stage and the region of the query rows stays
  * theirs).
  * A token's blocks are shared by `lanes` lanes of its warp (block c to lane
- * c mod lanes, a power of two), each keeping the top-k of its share in
- * registers. Per stage each warp writes the block scores of its tokens
+ * c mod lanes, a power of two up to 16), each keeping the top-k of its share
+ * in registers. Per stage each warp writes the block scores of its tokens
  * (summed over keys and heads on tensor cores) to a buffer of its own,
  * [tokens][pitch] floats with pitch = 4 mod 16 (a warp's stores of one
  * register meet no bank twice); only that warp touches it. mma.sync: the K
@@ -107,10 +107,12 @@ FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_tile(int g, int dk, int k, int groups)
 {
     return fsa_cmp_sel_warps(groups) * fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
 }
+/* At most 16: a stage completes at most 16 blocks at the usual BK / d of 4,
+ * and every lane more is one more merge of lists at the end. */
 FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k, int groups)
 {
     int s = 1;
-    while (2 * s * fsa_cmp_sel_tokens_per_warp(g, dk, k, groups) <= 32) s *= 2;
+    while (s < 16 && 2 * s * fsa_cmp_sel_tokens_per_warp(g, dk, k, groups) <= 32) s *= 2;
     return s;
 }
 FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk, int k,
