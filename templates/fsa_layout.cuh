@@ -236,18 +236,24 @@ FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
-/* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
+/* The merge area of a share's key groups: each warp's 16 rows of dv floats. */
+FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dv) { return FSA_KVC_WARPS * 16 * dv * 4; }
+/* A stage buffer: the stage's K rows, then its V rows, at least a merge area
+ * long: a share ends by merging in the buffer of its last stage while the
+ * next share's stages load into the others. */
+FSA_LAYOUT_FN int fsa_kvc_buffer_bytes(int dk, int dv)
+{
+    const int kv = fsa_kvc_stage_bytes(dk) + fsa_kvc_stage_bytes(dv);
+    return kv > fsa_kvc_merge_bytes(dv) ? kv : fsa_kvc_merge_bytes(dv);
+}
+/* Dynamic shared memory: [the query rows] | FSA_KVC_STAGES stage buffers. */
 FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
 {
     return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g)
-{
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk);
-}
 FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_buffer_bytes(dk, dv);
 }
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
  * (per stage buffer the K and V row offsets of its page lookups, four words a

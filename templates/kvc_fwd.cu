@@ -31,10 +31,10 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
-typedef PagedStream<D, DV, BK, PAGE> Stream;
+constexpr u32 BUF_BYTES = fsa_kvc_buffer_bytes(D, DV);
+typedef PagedStream<D, DV, BK, PAGE, BUF_BYTES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
-              "merge area fits in the K/V buffers");
+static_assert(fsa_kvc_merge_bytes(DV) <= BUF_BYTES, "a share's merge area fits the buffer of its last stage");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 
 // What the loop over a CTA's shares reads back each time instead of holding
@@ -184,9 +184,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
-    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
-    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
+    const u32 bufs = smem_addr(smem) + fsa_kvc_smem_k(D, G);  // the stage buffers
+    const u32 q_s = Q_REGS ? Stream::k_tile(bufs, FSA_KVC_STAGES - 1) : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -230,35 +229,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
-    const u32 k_addr = k_s + key0 * LD * 2 + Math::k_lane(lane);
-    const u32 v_addr = v_s + key0 * LDV * 2 + Math::v_lane(lane);
+    const u32 k_addr = Stream::k_tile(bufs, 0) + key0 * LD * 2 + Math::k_lane(lane);
+    const u32 v_addr = Stream::v_tile(bufs, 0) + key0 * LDV * 2 + Math::v_lane(lane);
 
     // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
     // in block order. A CTA computes its shares one after another, each exactly
-    // as a CTA of its own would (the bits do not depend on how many CTAs share them).
-    const int per_cta = nsplit / ctas;
-    if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, (cta + 1) * per_cta};
+    // as a CTA of its own would (the bits do not depend on how many CTAs share
+    // them), through one key stream: a share's stages start while the previous
+    // share merges its warps in the buffer of its last stage.
+    const int per_cta = nsplit / ctas, first = cta * per_cta;
+    if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, per_cta};
     __syncthreads();
     const volatile ShareLoop &loop = sh.loop;
+    const int chunk = (n_union + nsplit - 1) / nsplit;
+    Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, min(n_union, first * chunk),
+              min(n_union, (first + per_cta) * chunk), chunk, b, h, seq_len);
+    in.start();  // without Q_REGS the query rows join stage 0's group
     u32 qf[Q_REGS ? D / 16 : 1][4];
-#pragma unroll 1
-    for (int share = cta * per_cta; share < loop.end; share++) {
-        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
-        const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
-        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
-        in.start();  // without Q_REGS the query rows join stage 0's group
-        if (Q_REGS && share == cta * per_cta) {
-            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
-            __syncthreads();
-            if (warp_live)
+    if (Q_REGS) {
+        cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
+        __syncthreads();
+        if (warp_live)
 #pragma unroll
-                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-            // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
-        }
-
+            for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+        // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
+    }
+    int st = 0;  // the stream's next stage
+#pragma unroll 1
+    for (int i = 0; i < loop.end; i++) {
+        const int ns = in.segment_stages(i);
         math.reset();
-
-        for (int st = 0; st < in.n_stages; st++) {
+        for (int l = 0; l < ns; l++, st++) {
             const int buf = in.acquire(st);
             if (!warp_live) continue;
             // The warp's keys of the stage, 16 at a time (one online-softmax step
@@ -268,19 +269,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if (c >= rte) break;
                 const int *kpos = in.keypos(buf) + key0 + c * 16;
                 const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
-                math.chunk(qf, q_addr, k_addr + k16, v_addr + v16, kpos, kmask, scale_log2, lane);
+                const u32 off = buf * BUF_BYTES;
+                math.chunk(qf, q_addr, k_addr + off + c * TILE16, v_addr + off + c * V_TILE16, kpos, kmask,
+                           scale_log2, lane);
             }
         }
-        cp_async_wait<0>();
-        __syncthreads();  // the K/V buffers become the merge area
+        const long long part = (((long long)loop.b * hkv + h) * nsplit + first + i) * ROWS;
+        // Row r's normalized columns d, d + 1 and its lse (log2) to o / lse or to the share's partial.
+        auto store = [&](int r, int d, float v0, float v1, float lse2) {
+            const long long t = (long long)loop.t0 + r / G;
+            const int hq = h * G + r % G;
+            if (nsplit == 1) {
+                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
+                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+            } else {
+                *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v0, v1);
+                if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+            }
+        };
+        if (ns == 0) {  // no block: what the merge of empty warps gives
+#pragma unroll 1
+            for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
+                if (row_live(r, loop.ntok)) store(r, d, 0.f, 0.f, -FSA_INF);
+            }
+            continue;
+        }
+        __syncthreads();  // every warp is done with the last stage: its buffer becomes the merge area
 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+        float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + ((st - 1) % FSA_KVC_STAGES) * BUF_BYTES);
         math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
-        const long long part = (((long long)loop.b * hkv + h) * nsplit + share) * ROWS;
 #pragma unroll 1
         for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
             const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
@@ -291,18 +312,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                             : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
                                        : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
             const float inv = l > 0.f ? 1.f / l : 0.f;
-            const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
-            const long long t = (long long)loop.t0 + r / G;
-            const int hq = h * G + r % G;
-            if (nsplit == 1) {
-                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
-                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-            } else {
-                *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v[0] * inv, v[1] * inv);
-                if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
-            }
+            store(r, d, v[0] * inv, v[1] * inv, l > 0.f ? mmax + fast_log2(l) : -FSA_INF);
         }
-        __syncthreads();  // the merge area is read before the next share's copies land in it
+        // The next acquire's barrier comes before its copies into this buffer
+        // and before the next share's warps write sh.ml.
     }
     if (nsplit == 1) return;
     // The last CTA of (b, h) to finish merges all shares, in share order.
