@@ -288,11 +288,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
                 if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
             }
         };
+        // The live rows are the first ntok * G (row_live), so only they are visited.
+        const int items = live_rows * (DV / 2);
         if (ns == 0) {  // no block: what the merge of empty warps gives
 #pragma unroll 1
-            for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
+            for (int c = tid; c < items; c += THREADS) {
                 const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-                if (row_live(r, loop.ntok)) store(r, d, 0.f, 0.f, -FSA_INF);
+                store(r, d, 0.f, 0.f, -FSA_INF);
             }
             continue;
         }
@@ -304,9 +306,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
         math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
 #pragma unroll 1
-        for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
+        for (int c = tid; c < items; c += THREADS) {
             const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-            if (!row_live(r, loop.ntok)) continue;
             float v[2], mmax;
             const int tr = r >> 4;
             const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
