@@ -506,11 +506,7 @@ struct PagedStream {
     __device__ __forceinline__ int acquire(int st) {
 #if FSA_HAS_BULK
         if (st == 0) cp_async_wait<0>();  // copies issued before start(), e.g. the query rows
-        // Every thread's ordinary accesses to the buffer about to be refilled
-        // (the math's reads, a merge area's writes) come before the copy
-        // engine's writes into it.
-        fence_proxy_async_smem();
-        __syncthreads();  // also publishes the positions, masks and zero rows of stage st
+        __syncthreads();                  // also publishes the positions, masks and zero rows of stage st
         if (issued < n_stages) {
             issue(issued, next);
             if (issued + 1 < n_stages) next = fetch(issued + 1);
@@ -548,6 +544,7 @@ struct PagedStream {
         const u32 kd = k_tile(bufs, buf) + r * fsa_pitch(D) * 2, vd = v_tile(bufs, buf) + r * fsa_pitch(DV) * 2;
         const u32 bar = smem_addr(&sh.full[buf]);
         if (ok) {
+            fence_proxy_async_smem();  // the buffer was read (and maybe written) by ordinary instructions
             mbar_arrive_expect_tx(bar, (D + DV) * 2);
             bulk_copy_g2s(kd, (const u16 *)p.k.rows.ptr + kr.k, D * 2, bar);
             bulk_copy_g2s(vd, (const u16 *)p.v.rows.ptr + kr.v, DV * 2, bar);
