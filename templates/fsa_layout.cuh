@@ -256,14 +256,14 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
     return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_buffer_bytes(dk, dv);
 }
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
- * (per stage buffer a transaction barrier, the K and V row offsets of its page lookups, four words a
+ * (per stage buffer the K and V row offsets of its page lookups, four words a
  * row, each row's position and token mask), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
  * share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
-    const int words = 2 * FSA_KVC_STAGES + 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
+    const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }

@@ -248,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
     in.start();  // without Q_REGS the query rows join stage 0's group
     u32 qf[Q_REGS ? D / 16 : 1][4];
     if (Q_REGS) {
-        cp_async_wait<Stream::GROUPS_AFTER_START>();  // the query group (the first stages may still be in flight)
+        cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
         __syncthreads();
         if (warp_live)
 #pragma unroll

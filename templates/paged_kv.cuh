@@ -5,7 +5,6 @@
 // Every bound read from memory is clamped or skipped here, so no metadata can
 // make a kernel built on these read or write out of bounds.
 #pragma once
-#include "fsa_bulk.cuh"
 #include "fsa_pipeline.cuh"
 #include "kvc_params.cuh"
 #include "sel_common.cuh"
@@ -401,11 +400,9 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
     });
 }
 
-// Shared memory of the key stream: per stage buffer its barrier (bulk
-// copies), the K and V row offsets of its checked page lookups (cp.async),
-// each row's key position and token mask.
+// Shared memory of the key stream: per stage buffer the K and V row offsets
+// of its checked page lookups, each row's key position and token mask.
 struct PagedStreamShared {
-    u64 full[FSA_KVC_STAGES];  // bulk copies: a buffer's stage has landed (sm_90)
     KeyRow rows[FSA_KVC_STAGES][KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
@@ -440,9 +437,6 @@ struct PagedStream {
     static constexpr int STAGES = FSA_KVC_STAGES;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
     static_assert(K_STAGE_BYTES + V_STAGE_BYTES <= BUF_BYTES, "a stage fits its buffer");
-    // cp.async groups the stream leaves pending after start() (copies issued
-    // before start() are complete once at most this many are).
-    static constexpr int GROUPS_AFTER_START = FSA_HAS_BULK ? 0 : STAGES - 1;
 
     PagedStreamShared &sh;
     const fsa_kvc_params &p;
@@ -454,9 +448,7 @@ struct PagedStream {
     int h, seq_len;
     int n_stages;
     PagedSlot next;  // this thread's row of the next stage's lookups, in flight
-#if !FSA_HAS_BULK
     AsyncRing<FSA_KVC_STAGES> ring;
-#endif
 
     __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 bufs_,
                                            const int *blocks_, const u32 *masks_, int u_lo, int u_hi, int seg_blocks,
@@ -471,53 +463,23 @@ struct PagedStream {
     static __device__ __forceinline__ u32 k_tile(u32 bufs, int buf) { return bufs + buf * BUF_BYTES; }
     static __device__ __forceinline__ u32 v_tile(u32 bufs, int buf) { return bufs + buf * BUF_BYTES + K_STAGE_BYTES; }
 
-    // The page lookups of the first STAGES stages (all in flight at once),
-    // then the copies of the first STAGES - 1; the last lookup waits in
-    // `next` for acquire(0). Copies issued before it join stage 0's group
-    // (cp.async; with bulk copies acquire(0) waits for every cp.async group).
+    // The page lookups of the first STAGES - 1 stages (all in flight at
+    // once), then their copies; copies issued before it join stage 0's group.
     __device__ __forceinline__ void start() {
         PagedSlot first[STAGES - 1];
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
-        if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
-#if FSA_HAS_BULK
-        if (threadIdx.x == 0) {
-#pragma unroll
-            for (int s = 0; s < STAGES; s++) mbar_init(smem_addr(&sh.full[s]), KVC_STAGE);
-            mbar_init_fence();
-        }
-        __syncthreads();
-        issued = 0;
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; s++)
-            if (s < n_stages) issue(s, first[s]), issued++;
-#else
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++)
             if (s < n_stages) store(s, first[s]);
         __syncthreads();
         ring.start(n_stages, loader());
-#endif
     }
-    // Stage st (the next one): issues stage st + STAGES - 1 into the buffer
-    // stage st - 1 used, after a barrier (every warp is done with it), and
-    // waits for stage st. The lookups of the stage about to be copied leave
-    // their registers (cp.async: to shared memory before the ring's barrier).
+    // The lookups of the stage about to be copied leave their registers
+    // before the ring's barrier; the copies follow it.
     __device__ __forceinline__ int acquire(int st) {
-#if FSA_HAS_BULK
-        if (st == 0) cp_async_wait<0>();  // copies issued before start(), e.g. the query rows
-        __syncthreads();                  // also publishes the positions, masks and zero rows of stage st
-        if (issued < n_stages) {
-            issue(issued, next);
-            if (issued + 1 < n_stages) next = fetch(issued + 1);
-            issued++;
-        }
-        mbar_wait(smem_addr(&sh.full[st % STAGES]), (u32)(st / STAGES) & 1u);
-        return st % STAGES;
-#else
         if (ring.issued < n_stages) store(ring.issued, next);
         return ring.acquire(st, loader());
-#endif
     }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
@@ -526,35 +488,6 @@ struct PagedStream {
     __device__ __forceinline__ PagedSlot fetch(int stage) {
         return paged_fetch_row<BK, PAGE>(p, blocks, seg, stage, table, seq_len);
     }
-#if FSA_HAS_BULK
-    int issued;
-    // Thread r < KVC_STAGE copies row r of stage `stage` (its lookup s) with
-    // two bulk copies (its K and V rows) completing on the buffer's barrier,
-    // or zeroes the rows when they are not keys; each row thread arrives once
-    // per stage.
-    __device__ __forceinline__ void issue(int stage, PagedSlot s) {
-        const int r = threadIdx.x, buf = stage % STAGES;
-        if (r >= KVC_STAGE) return;
-        const KeyRow kr = paged_key_row(p, s, h);
-        int off;
-        const int u = seg.row_block<BK>(stage, r, &off);
-        const bool ok = kr.k >= 0;  // only rows of keys have a page
-        sh.keypos[buf][r] = ok ? blocks[u] * BK + off : 0x7fffffff;
-        sh.keymask[buf][r] = ok ? masks[u] : 0u;
-        const u32 kd = k_tile(bufs, buf) + r * fsa_pitch(D) * 2, vd = v_tile(bufs, buf) + r * fsa_pitch(DV) * 2;
-        const u32 bar = smem_addr(&sh.full[buf]);
-        if (ok) {
-            fence_proxy_async_smem();  // the buffer was read (and maybe written) by ordinary instructions
-            mbar_arrive_expect_tx(bar, (D + DV) * 2);
-            bulk_copy_g2s(kd, (const u16 *)p.k.rows.ptr + kr.k, D * 2, bar);
-            bulk_copy_g2s(vd, (const u16 *)p.v.rows.ptr + kr.v, DV * 2, bar);
-        } else {
-            smem_zero_row(kd, D * 2);
-            smem_zero_row(vd, DV * 2);
-            mbar_arrive(bar);
-        }
-    }
-#else
     // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
     __device__ __forceinline__ void store(int stage, PagedSlot s) {
         if (threadIdx.x < KVC_STAGE) sh.rows[stage % STAGES][threadIdx.x] = paged_key_row(p, s, h);
@@ -565,10 +498,9 @@ struct PagedStream {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, k_tile(bufs, buf), v_tile(bufs, buf), sh.keypos[buf], sh.keymask[buf],
                                         sh.rows[buf], blocks, masks, seg, stage);
-            if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
+            if (stage + 1 < n_stages && stage + 1 >= STAGES - 1) next = fetch(stage + 1);
         };
     }
-#endif
 };
 
 }  // namespace fsa
