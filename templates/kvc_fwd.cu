@@ -192,6 +192,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int hkv = (int)p.num_kv_heads;
     const int h = blockIdx.y % hkv, cta = blockIdx.y / hkv;
     const int *cu_q = (const int *)p.cu_q;
+    // Decode batches: the guessed tile's top-k row and cached length are read
+    // while the tile lookup reads cu_seqlens_q.
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
@@ -201,10 +204,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
-    // The tile's top-k rows and the cached length are read at once (neither needs the other).
-    select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
-                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
-    const int seq_len = cached_len((const int *)p.seqused, b);
+    // The tile's top-k rows and the cached length are read at once (neither
+    // needs the other), unless the guess above already has them.
+    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 

@@ -75,51 +75,54 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
 // on which share finished last. D: the value head dim (the partials' and o's
 // width). part: the first partial row of (b, h); partials are read through L2
 // (other SMs wrote them during this launch). One pass: each thread takes four
-// columns of MERGE_ITEMS rows at a time and reads MERGE_SHARES shares' lse
-// and partials for all of them at once, folding them into a running max, sum
-// and output per item (in share order), so a split of up to MERGE_SHARES
-// shares costs one round trip to L2 per MERGE_ITEMS items; the thread of
-// column 0 writes the row's lse. Every thread calls it.
-constexpr int MERGE_ITEMS = 4, MERGE_SHARES = 4;
-template <class DT, int D, int G, int ROWS>
-__device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
-                                             int nsplit) {
+// columns of ITEMS rows at a time and reads the lse and partials of up to
+// MERGE_SHARES shares for all of them at once (one round trip to L2), folding
+// them into a running max, sum and output per item in share order; the thread
+// of column 0 writes the row's lse. The fold takes the shares in groups of
+// MERGE_SHARES (one group up to that many shares), whatever ITEMS is, so the
+// bits depend only on the share count; fewer shares give each thread more
+// items in flight instead.
+constexpr int MERGE_SHARES = 16;
+template <class DT, int D, int G, int ROWS, int ITEMS, int SHARES>
+__device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
+                                           int nsplit) {
     static_assert(D % 4 == 0, "four columns at a time");
+    static_assert(MERGE_SHARES % SHARES == 0, "a pass of SHARES shares serves one fold group");
     const float *lp = (const float *)p.lse_part + part;
     const float *op = (const float *)p.o_part + part * D;
     const int items = span.len * G * (D / 4), stride = blockDim.x;
-    for (int c0 = threadIdx.x; c0 < items; c0 += MERGE_ITEMS * stride) {
-        int r[MERGE_ITEMS], d[MERGE_ITEMS];
-        float mmax[MERGE_ITEMS], l[MERGE_ITEMS];
-        float4 acc[MERGE_ITEMS];
+    for (int c0 = threadIdx.x; c0 < items; c0 += ITEMS * stride) {
+        int r[ITEMS], d[ITEMS];
+        float mmax[ITEMS], l[ITEMS];
+        float4 acc[ITEMS];
 #pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; i++) {
+        for (int i = 0; i < ITEMS; i++) {
             const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
             r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
             mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        for (int s0 = 0; s0 < nsplit; s0 += MERGE_SHARES) {
-            float ls[MERGE_ITEMS][MERGE_SHARES];
-            float4 x[MERGE_ITEMS][MERGE_SHARES];
+        for (int s0 = 0; s0 < nsplit; s0 += SHARES) {
+            float ls[ITEMS][SHARES];
+            float4 x[ITEMS][SHARES];
 #pragma unroll
-            for (int i = 0; i < MERGE_ITEMS; i++)
+            for (int i = 0; i < ITEMS; i++)
 #pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) {
+                for (int u = 0; u < SHARES; u++) {
                     const int s = min(s0 + u, nsplit - 1);  // past the shares: masked below
                     ls[i][u] = s0 + u < nsplit ? __ldcg(lp + s * ROWS + r[i]) : -FSA_INF;
                     x[i][u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r[i]) * D + d[i]));
                 }
 #pragma unroll
-            for (int i = 0; i < MERGE_ITEMS; i++) {
+            for (int i = 0; i < ITEMS; i++) {
                 float m_new = mmax[i];
 #pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
+                for (int u = 0; u < SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
                 if (m_new == -FSA_INF) continue;  // nothing visible yet: shares with no key add nothing
                 const float a = fast_exp2(mmax[i] - m_new);
                 l[i] *= a;
                 acc[i].x *= a, acc[i].y *= a, acc[i].z *= a, acc[i].w *= a;
 #pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) {
+                for (int u = 0; u < SHARES; u++) {
                     const float f = fast_exp2(ls[i][u] - m_new);
                     l[i] += f;
                     acc[i].x += x[i][u].x * f, acc[i].y += x[i][u].y * f;
@@ -129,7 +132,7 @@ __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long 
             }
         }
 #pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; i++) {
+        for (int i = 0; i < ITEMS; i++) {
             if (c0 + i * stride >= items) break;
             const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
             const long long t = span.start + r[i] / G;
@@ -140,6 +143,16 @@ __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long 
                 ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
         }
     }
+}
+
+// Every thread calls it.
+template <class DT, int D, int G, int ROWS>
+__device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
+                                             int nsplit) {
+    // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest masked.
+    if (nsplit <= 4) merge_pass<DT, D, G, ROWS, 4, 4>(p, part, span, h, nsplit);
+    else if (nsplit <= 8) merge_pass<DT, D, G, ROWS, 2, 8>(p, part, span, h, nsplit);
+    else merge_pass<DT, D, G, ROWS, 1, MERGE_SHARES>(p, part, span, h, nsplit);
 }
 
 // Where cached position j (>= 0) of a sequence lives: the page number and
@@ -200,6 +213,15 @@ struct TileSelection {
 //      block (first occurrence). Returns the number of blocks.
 // The union is sorted, so its order, and every split of it, depends only on
 // the tile's own top-k rows. Every thread calls both.
+// A slot of a token's top-k row and its top-k length, read together (the
+// slot need not wait for the length): the slot's block, -1 past the length.
+template <int K>
+__device__ __forceinline__ int topk_slot(const int *row, const int *len, int s) {
+    const int v = __ldg(row + s);
+    const int n = len ? min(max(__ldg(len), 0), K) : K;
+    return s < n ? v : -1;
+}
+
 template <int K, int TPT>
 __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, const int *rows, long long token_stride,
                                             const int *len, int ntok) {
@@ -207,15 +229,58 @@ __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, co
     const int tid = threadIdx.x, nthreads = blockDim.x;
     for (int c = tid; c < N; c += nthreads) {
         const int i = c / K, s = c - i * K;
-        int v = -1;
-        if (i < ntok) {
-            const int n = len ? min(max(__ldg(len + i), 0), K) : K;
-            if (s < n) v = __ldg(rows + i * token_stride + s);
-        }
-        sel.cand[c] = v;
+        sel.cand[c] = i < ntok ? topk_slot<K>(rows + i * token_stride, len ? len + i : nullptr, s) : -1;
         sel.masks[c] = 0;
     }
     for (int w = tid; w < NW; w += nthreads) sel.first[w] = 0;
+}
+
+// Decode batches (as many query tokens as sequences) usually hold one token
+// per sequence, so a tile's sequence can be guessed from the tile id alone:
+// sequence b starting at packed row b has tile id fsa_kvc_first_tile(b, b).
+// decode_guess reads the guessed token's top-k slot (thread s < K: slot s)
+// and the sequence's cached length before the tile lookup has read
+// cu_seqlens_q, so the two reads are in flight together instead of one after
+// the other; decode_guess_use, once the tile is known, keeps them when the
+// guess was right (the tile is token b of sequence b, alone) and otherwise
+// does select_load and reads the cached length as without a guess. Every
+// address read stays inside the arrays (b < batch = tq).
+struct DecodeGuess {
+    int b;        // the guessed sequence, -1: no guess
+    int slot;     // this thread's top-k slot of token b (-1: none)
+    int seq_len;  // cached_len of sequence b
+};
+
+template <int K, int TPT>
+__device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, long long x, int h) {
+    DecodeGuess g = {-1, -1, 0};
+    if (p.tq != p.batch) return g;
+    const long long b = x - (x + 1) / (TPT + 1);  // the b with b + b / TPT == x, if any
+    if (b >= p.batch || fsa_kvc_first_tile(b, (int)b, TPT) != x) return g;
+    g.b = (int)b;
+    if (threadIdx.x < K)
+        g.slot = topk_slot<K>(view_row<const int>(p.topk, b, h), p.topk_len ? (const int *)p.topk_len + b : nullptr,
+                              threadIdx.x);
+    g.seq_len = cached_len((const int *)p.seqused, g.b);
+    return g;
+}
+
+// Returns the cached length of sequence b; sel as select_load leaves it.
+template <int K, int TPT>
+__device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel, const DecodeGuess &g,
+                                                const fsa_kvc_params &p, int b, long long t0, int ntok, int h) {
+    if (g.b == b && t0 == b && ntok == 1) {
+        constexpr int N = TPT * K, NW = (N + 31) / 32;
+        for (int c = threadIdx.x; c < N; c += blockDim.x) {
+            sel.cand[c] = c < K ? g.slot : -1;
+            sel.masks[c] = 0;
+        }
+        for (int w = threadIdx.x; w < NW; w += blockDim.x) sel.first[w] = 0;
+        return g.seq_len;
+    }
+    select_load<K, TPT>(sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
+                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
+    return cached_len((const int *)p.seqused, b);
 }
 
 // Decode (one token): warp 0 alone, no barrier but the last. The row's valid
@@ -373,8 +438,9 @@ struct PagedStreamShared {
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (each stage's table reads issued a stage before
-// its copies and held in registers meanwhile; the first FSA_KVC_STAGES - 1
-// stages' reads together at the start),
+// its copies and held in registers meanwhile; the first FSA_KVC_STAGES
+// stages' reads together at the start, so a short share's stages are all
+// in flight one table latency after it starts),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
 // D wide, V rows DV wide). Use:
 //   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
@@ -411,12 +477,14 @@ struct PagedStream {
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
 
-    // The page lookups of the first STAGES - 1 stages (all in flight at
-    // once), then their copies; copies issued before it join stage 0's group.
+    // The page lookups of the first STAGES stages (all in flight at once),
+    // then the copies of the first STAGES - 1; the last lookup waits in
+    // `next` for acquire(0). Copies issued before it join stage 0's group.
     __device__ __forceinline__ void start() {
         PagedSlot first[STAGES - 1];
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
+        if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++)
             if (s < n_stages) store(s, first[s]);
@@ -446,7 +514,7 @@ struct PagedStream {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
                                         sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
-            if (stage + 1 < n_stages && stage + 1 >= STAGES - 1) next = fetch(stage + 1);
+            if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
         };
     }
 };
