@@ -243,8 +243,10 @@ __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, co
 // cu_seqlens_q, so the two reads are in flight together instead of one after
 // the other; decode_guess_use, once the tile is known, keeps them when the
 // guess was right (the tile is token b of sequence b, alone) and otherwise
-// does select_load and reads the cached length as without a guess. Every
-// address read stays inside the arrays (b < batch = tq).
+// does select_load and reads the cached length as without a guess. It also
+// asks L2 for the guessed sequence's page-table row (a line per thread, up
+// to 128 lines), so the table reads after the union hit L2 instead of DRAM.
+// Every address read stays inside the arrays (b < batch = tq).
 struct DecodeGuess {
     int b;        // the guessed sequence, -1: no guess
     int slot;     // this thread's top-k slot of token b (-1: none)
@@ -262,6 +264,9 @@ __device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, lon
         g.slot = topk_slot<K>(view_row<const int>(p.topk, b, h), p.topk_len ? (const int *)p.topk_len + b : nullptr,
                               threadIdx.x);
     g.seq_len = cached_len((const int *)p.seqused, g.b);
+    const char *row = (const char *)((const int *)p.block_table + b * p.bt_stride), *end = row + 4 * p.max_pages;
+    const char *line = (const char *)(((unsigned long long)row & ~127ull) + 128ull * threadIdx.x);
+    if (line < end) prefetch_l2(line < row ? row : line);
     return g;
 }
 
