@@ -58,6 +58,17 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
+/* Whether a split sequence whose shares each have a CTA may merge them
+ * through the shared memory of a cluster of those CTAs (the same bits as the
+ * workspace merge: kvc_merge.cuh). FSA_KVC_CLUSTER=0 turns it off (to
+ * compare the two merges). */
+static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group)
+{
+    const char *env = getenv("FSA_KVC_CLUSTER");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group);
+}
+
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
     fsa_kvcache_plan *plan = NULL;
@@ -87,6 +98,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
+    plan->cluster = cluster_merge_allowed(ctx, desc, group);
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -285,8 +297,12 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     params_of(&p, plan, a, splits);
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
+    /* A CTA per share: the pair's CTAs may be a cluster that merges in shared memory. */
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    if (p.cluster)
+        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 
