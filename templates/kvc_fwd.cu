@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     });
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-    __syncthreads();  // pos and the candidates
+    if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)

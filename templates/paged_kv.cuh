@@ -102,8 +102,10 @@ struct TileSelection {
 //      tile; token_stride between tokens. len: the tile's topk_length entries
 //      or NULL (all K slots used). It needs no positions, so its reads can be
 //      in flight with the read of the sequence's cached length;
-//  select_union (after a barrier that also publishes sel.pos; one warp when
-//      the tile holds one token): token i sits at
+//  select_union (after a barrier that also publishes sel.pos, unless
+//      select_union_in_warp: a one-token tile with K <= 32, whose union warp
+//      wrote its own candidates and position; one warp when the tile holds
+//      one token): token i sits at
 //      position sel.pos[i] of its sequence; its slot s is valid when
 //      0 <= idx <= pos / BK and no earlier slot of its row holds the same
 //      block (first occurrence). Returns the number of blocks.
@@ -184,21 +186,34 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
     return cached_len((const int *)p.seqused, b);
 }
 
-// Decode (one token): warp 0 alone, no barrier but the last. The row's valid
-// slots hold distinct blocks already (first occurrence), so a block's place
-// in the union is the number of valid blocks below it: the same union and
-// masks as the general path.
+// Whether select_union needs no CTA barrier before it: one token and K <= 32,
+// so the union warp (warp 0) wrote every candidate it reads and the position.
+template <int K>
+__device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 1 && K <= 32; }
+
+// Decode (one token): warp 0 alone, no barrier but the last. Each lane reads
+// its slots once; a slot is valid when its block is in range and no earlier
+// slot holds it (found by shuffles, not by re-reading the row), and a valid
+// block's place in the union is the number of valid blocks below it: the same
+// union and masks as the general path.
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
     static_assert(K <= 64, "two slots per lane");
     if (threadIdx.x < 32) {
+        __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
         const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        int v[2], rank[2] = {0, 0};
+        int raw[2], v[2], rank[2] = {0, 0};
+        bool dup[2] = {false, false};
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int s = lane + 32 * i;
-            v[i] = s < K && slot_valid(sel.cand, s, own) ? sel.cand[s] : -1;
+        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
+#pragma unroll 4
+        for (int j = 0; j < K; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
+            dup[0] = dup[0] || (j < lane && w == raw[0]);
+            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
         }
+#pragma unroll
+        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
 #pragma unroll 4
         for (int j = 0; j < K; j++) {
             const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
