@@ -275,18 +275,25 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
-/* CTAs per (split sequence, KV head): the smallest divisor of the share
- * count that gives the batch's pairs twice the CTAs the device holds at once,
- * else one per share. Each CTA computes its shares exactly as a CTA of its
- * own would, so this depends on the batch size without touching the bits:
- * few CTAs with several shares each at large batches (one prologue for
- * several shares), a CTA per share at small ones. */
+/* CTAs per (split sequence, KV head): a divisor C of the share count S.
+ * Each CTA computes its S / C shares in one key stream exactly as a CTA of
+ * its own would, so C depends on the batch size without touching the bits.
+ * A CTA costs about a fixed part (prologue, epilogue: half a share's stages)
+ * plus its shares, and pairs x C CTAs run in ceil(pairs x C / resident)
+ * waves: C minimizes waves x (S / C + 1/2) (in half shares below), the
+ * larger C on ties. Small batches get a CTA per share (one wave), large
+ * ones one prologue for several shares. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
-    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, want = 2 * (int64_t)plan->resident;
-    for (int d = 1; d < splits; d++)
-        if (splits % d == 0 && pairs * d >= want) return d;
-    return splits;
+    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
+    int best = splits;
+    int64_t best_cost = -1;
+    for (int c = splits; c >= 1; c--) {
+        if (splits % c) continue;
+        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (2 * (splits / c) + 1);
+        if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
+    }
+    return best;
 }
 
 /* The attention kernel over every tile of the batch (the last CTA of a split
