@@ -13,10 +13,12 @@
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
-// finish combines them in share order (one launch). Q and K are D wide, V and o
-// DV wide. Launch shapes and shared memory: fsa_layout.cuh.
+// finish combines them in share order (one launch); when those CTAs are a
+// cluster (p.cluster, one share each) the partials stay in shared memory and
+// the cluster merges them (kvc_merge.cuh). Q and K are D wide, V and o DV
+// wide. Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
-#include "paged_kv.cuh"
+#include "kvc_merge.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
@@ -36,6 +38,8 @@ typedef PagedStream<D, DV, BK, PAGE, BUF_BYTES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(fsa_kvc_merge_bytes(DV) <= BUF_BYTES, "a share's merge area fits the buffer of its last stage");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
+// Shares merged through the cluster's shared memory (sm_90, where the share fits).
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -190,8 +194,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    const int h = blockIdx.y % hkv, cta = blockIdx.y / hkv;
+    // A (sequence, KV head)'s CTAs are neighbours in y: a cluster's CTAs when p.cluster.
+    const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
+    const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    // Decode batches: the guessed tile's top-k row and cached length are read
+    // while the tile lookup reads cu_seqlens_q.
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
@@ -201,10 +210,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
     if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
-    // The tile's top-k rows and the cached length are read at once (neither needs the other).
-    select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
-                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
-    const int seq_len = cached_len((const int *)p.seqused, b);
+    // The tile's top-k rows and the cached length are read at once (neither
+    // needs the other), unless the guess above already has them.
+    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    // What the epilogue writes, asked of L2 now (its address translation and
+    // line are then ready when the stores come): the first share's partial and
+    // the pair's counter, or the first output row.
+    if (tid == 0) {
+        if (nsplit == 1) {
+            prefetch_l2(view_row<u16>(p.o, t0, h * G));
+        } else if (!cluster) {
+            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
+            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
+        }
+    }
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
@@ -214,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     });
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-    __syncthreads();  // pos and the candidates
+    if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
@@ -275,17 +294,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
                            scale_log2, lane);
             }
         }
-        const long long part = (((long long)loop.b * hkv + h) * nsplit + first + i) * ROWS;
-        // Row r's normalized columns d, d + 1 and its lse (log2) to o / lse or to the share's partial.
+        // The share loop's values in registers for the stores below (a volatile
+        // shared read between them would wait for the stores before it).
+        const int e_b = loop.b;
+        const long long e_t0 = loop.t0;
+        const long long part = (((long long)e_b * hkv + h) * nsplit + first + i) * ROWS;
+        // Row r's normalized columns d, d + 1 and its lse (log2) to o / lse or
+        // to the share's partial: the workspace, or this CTA's shared memory
+        // in a cluster (one share per CTA: the stream is over then).
         auto store = [&](int r, int d, float v0, float v1, float lse2) {
-            const long long t = (long long)loop.t0 + r / G;
-            const int hq = h * G + r % G;
             if (nsplit == 1) {
+                const long long t = e_t0 + r / G;
+                const int hq = h * G + r % G;
                 *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
                 if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
             } else {
-                *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v0, v1);
-                if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+                float *const po = cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                *(float2 *)(po + r * DV + d) = make_float2(v0, v1);
+                if (d == 0) (cluster ? po + ROWS * DV : (float *)p.lse_part + part)[r] = lse2;
             }
         };
         // The live rows are the first ntok * G (row_live), so only they are visited.
@@ -298,11 +324,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
             }
             continue;
         }
-        __syncthreads();  // every warp is done with the last stage: its buffer becomes the merge area
+        __syncthreads();  // every warp is done with the last stage: its buffer may become the merge area
 
         // The key groups of each row tile merge in group order; row tile rt's
-        // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + ((st - 1) % FSA_KVC_STAGES) * BUF_BYTES);
+        // warps sit together in the merge area: the buffer of the share's last
+        // stage while the stream goes on (the next stage is in flight in the
+        // other), else the first buffer (clear of a cluster's partial).
+        const int mbuf = st < in.n_stages ? (st - 1) % FSA_KVC_STAGES : 0;
+        float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + mbuf * BUF_BYTES);
         math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
 #pragma unroll 1
@@ -320,9 +349,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA
         // and before the next share's warps write sh.ml.
     }
     if (nsplit == 1) return;
-    // The last CTA of (b, h) to finish merges all shares, in share order.
     const int bb = loop.b;
+    const QuerySpan merged = query_span(cu_q, p.tq, bb);
+    if (cluster) {
+        // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
+        cluster_sync();  // the shares' partials are written
+        const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, cta * THREADS + tid,
+                                ctas * THREADS);
+        cluster_sync();  // no CTA leaves while another reads its shared memory
+        return;
+    }
+    // The last CTA of (b, h) to finish merges all shares, in share order.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
     if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit);
+        merge_shares<DT, DV, G>(p,
+                                WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
+                                                          (const float *)p.o_part + first_part * DV},
+                                merged, h, nsplit, tid, THREADS);
 }

@@ -259,7 +259,8 @@ static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **stat
     fsa_kvcache_plan *plan = NULL;
     if (fsa_kvcache_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
     assert_int_equal(choice_of(plan).splits, 4);
-    /* 64 x 32 pairs fill the device twice over with one CTA per pair (kvcache.c: ctas_per_pair). */
+    /* 64 x 32 pairs fill the device twice over with one CTA per pair, which then computes all four
+     * shares (kvcache.c: ctas_per_pair). */
     print_message("  %d CTAs resident at once\n", plan->resident);
     assert_true(64 * 32 >= 2 * plan->resident);
     kvc_problem p;
