@@ -181,11 +181,11 @@ struct KeyMath {
 typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
 static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the query fragments from registers");
 
-// With the query fragments in registers and values up to 128 wide, every
-// group fits 170 registers without a spill (a warp holds one row tile's
-// output whatever the group): 3 CTAs per SM, as many as the shared memory of
-// two stages allows.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
+// With the query fragments in registers and values up to 128 wide, up to two
+// row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
+// of two stages allows); four row tiles (G > 8) run 2 per SM (3 fit the
+// registers too, but measured 8% slower at G 16).
+extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
