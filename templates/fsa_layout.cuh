@@ -201,6 +201,10 @@ FSA_LAYOUT_FN int fsa_bwd_dkv_row(int dk, int dv) { return dk + dv; }
 #define FSA_KVC_STAGE_KEYS 64
 #define FSA_KVC_STAGES 2
 #define FSA_KVC_MAX_GROUP 64
+/* KV heads one CTA may take (fsa_kvc_params.heads): a one-token tile of a
+ * key-major group puts their query rows side by side in one n8 tile
+ * (heads * g <= 8); the host picks the count from the batch size. */
+#define FSA_KVC_MAX_HEADS 8
 /* 16-row tiles per CTA for group size g: room for 4 query tokens of the
  * group (speculative decoding), at most 64 rows. */
 FSA_LAYOUT_FN int fsa_kvc_row_tiles(int g) { return g <= 4 ? 1 : g <= 8 ? 2 : 4; }
@@ -274,11 +278,12 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
  * row, each row's position and token mask), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
- * share loop's six words, a counter. */
+ * share loop's eight words and union sizes per head, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
     const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
-                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
+                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 8 +
+                      FSA_KVC_MAX_HEADS + 1;
     return (4 * words + 7) / 8 * 8;
 }
 

@@ -41,11 +41,14 @@ static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 
-// What the loop over a CTA's shares reads back each time instead of holding
-// in registers through the key stream: the tile's first token, its sequence,
-// cached length, tokens, union size and last share (written once by thread 0).
+// What the loops over a CTA's heads and shares read back each time instead of
+// holding in registers through the key stream: the tile's first token, its
+// sequence, cached length, tokens, shares per CTA, and per KV head of the
+// pass its union size (written by thread 0).
 struct ShareLoop {
-    int t0, b, seq_len, ntok, n_union, end;  // t0 < Tq <= INT32_MAX
+    int t0, b, seq_len, ntok, end;  // t0 < Tq <= INT32_MAX
+    int h, c_lo, c_hi;              // the head being streamed and its live rows
+    int n_union[FSA_KVC_MAX_HEADS];
 };
 
 // Static shared memory: the key stream, the tile's selection, each warp's
@@ -82,12 +85,14 @@ struct RowMath {
     int tpos[2];  // per fragment row half: the token's position (-1: padding row)
     u32 tbit[2];  // and its bit in the key masks
 
-    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0) {
+    // The live rows are [c_lo, c_hi): row r is token (r - c_lo) / G.
+    __device__ __forceinline__ void rows(int rt, int lane, int c_lo, int c_hi, int pos0) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int r = rt * 16 + frag_row(lane, 2 * i);
-            tpos[i] = row_live(r, ntok) ? pos0 + r / G : -1;
-            tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
+            const bool live = r >= c_lo && r < c_hi;
+            tpos[i] = live ? pos0 + (r - c_lo) / G : -1;
+            tbit[i] = live ? 1u << ((r - c_lo) / G) : 0u;
         }
     }
     __device__ __forceinline__ void reset() {
@@ -130,16 +135,17 @@ struct KeyMath {
     int pos0;
     bool two;  // warp-uniform: rows 8-15 of the warp's tile hold a live row
 
-    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0_) {
+    // The live rows are [c_lo, c_hi) (c_lo a multiple of G): row r is token (r - c_lo) / G.
+    __device__ __forceinline__ void rows(int rt, int lane, int c_lo, int c_hi, int pos0_) {
         pos0 = pos0_;
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int c = 0; c < CW; c++) {
                 const int r = rt * 16 + frag_col(lane, j, c);
-                tpos[j][c] = row_live(r, ntok) ? max(pos0 + r / G, -1) : -1;
+                tpos[j][c] = r >= c_lo && r < c_hi ? max(pos0 + (r - c_lo) / G, -1) : -1;
             }
-        two = row_live(rt * 16 + 8, ntok);
+        two = max(c_lo, rt * 16 + 8) < min(c_hi, rt * 16 + 16);
     }
     __device__ __forceinline__ void reset() {
         sm.init();
@@ -194,159 +200,206 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    // A (sequence, KV head)'s CTAs are neighbours in y: a cluster's CTAs when p.cluster.
-    const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
+    // A (sequence, group of p.heads KV heads)'s CTAs are neighbours in y: a
+    // cluster's CTAs when p.cluster (then one head per group).
+    const int h0 = blockIdx.y / (int)p.ctas * (int)p.heads, cta = blockIdx.y % (int)p.ctas;
+    const int h_end = min(hkv, h0 + (int)p.heads);
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
-    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h0);
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     // The CTAs of a split (sequence, KV head) take equal runs of its shares.
     const int ctas = nsplit > 1 ? (int)p.ctas : 1;
-    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
+    if (tile < 0 || tile * TPT >= span.len || cta >= ctas || h0 >= hkv) return;
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
     // The tile's top-k rows and the cached length are read at once (neither
     // needs the other), unless the guess above already has them.
-    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h0);
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
     // the pair's counter, or the first output row.
     if (tid == 0) {
         if (nsplit == 1) {
-            prefetch_l2(view_row<u16>(p.o, t0, h * G));
+            prefetch_l2(view_row<u16>(p.o, t0, h0 * G));
         } else if (!cluster) {
-            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
-            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
+            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h0) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
+            prefetch_l2((const int *)p.counters + (long long)b * hkv + h0);
         }
     }
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
-
-    // Query rows: row r is token r / G, head h * G + r % G; padding rows are zero.
-    load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
-        const bool ok = row_live(r, ntok);
-        return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
-    });
-    if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-    if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
-
-    // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
-    // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
-    // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
-    // four warps, and speculative tokens of the group share the stage.
-    const int live_rows = ntok * G;
-    const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
-    const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
-    const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
-    Math math;
-    math.rows(rt, lane, ntok, pos0);
-    const float scale_log2 = (float)p.scale_log2;
-    // Shared-memory addresses, once: the loops below only add constants.
-    const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
-    const u32 k_addr = Stream::k_tile(bufs, 0) + key0 * LD * 2 + Math::k_lane(lane);
-    const u32 v_addr = Stream::v_tile(bufs, 0) + key0 * LDV * 2 + Math::v_lane(lane);
-
-    // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
-    // in block order. A CTA computes its shares one after another, each exactly
-    // as a CTA of its own would (the bits do not depend on how many CTAs share
-    // them), through one key stream: a share's stages start while the previous
-    // share merges its warps in the buffer of its last stage.
+    // KV heads per pass: a one-token tile with keys on the 16-row side takes
+    // all its heads at once (their G query rows side by side, one n8 tile:
+    // the host keeps heads * G <= 8), else one head per pass.
+    const int P = KEYS_MAJOR && ntok == 1 ? h_end - h0 : 1;
     const int per_cta = nsplit / ctas, first = cta * per_cta;
-    if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, per_cta};
-    __syncthreads();
-    const volatile ShareLoop &loop = sh.loop;
-    const int chunk = (n_union + nsplit - 1) / nsplit;
-    Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, min(n_union, first * chunk),
-              min(n_union, (first + per_cta) * chunk), chunk, b, h, seq_len);
-    in.start();  // without Q_REGS the query rows join stage 0's group
-    u32 qf[Q_REGS ? D / 16 : 1][4];
-    if (Q_REGS) {
-        cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
-        __syncthreads();
-        if (warp_live)
-#pragma unroll
-            for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-        // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
+    if (tid == 0) {
+        sh.loop.t0 = (int)t0, sh.loop.b = b, sh.loop.seq_len = seq_len, sh.loop.ntok = ntok;
+        sh.loop.end = per_cta;
     }
-    int st = 0;  // the stream's next stage
-#pragma unroll 1
-    for (int i = 0; i < loop.end; i++) {
-        const int ns = in.segment_stages(i);
-        math.reset();
-        for (int l = 0; l < ns; l++, st++) {
-            const int buf = in.acquire(st);
-            if (!warp_live) continue;
-            // The warp's keys of the stage, 16 at a time (one online-softmax step
-            // each: the scores of one chunk live in registers at once).
-#pragma unroll 1
-            for (int c = 0; c < RT; c++) {
-                if (c >= rte) break;
-                const int *kpos = in.keypos(buf) + key0 + c * 16;
-                const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                const u32 off = buf * BUF_BYTES;
-                math.chunk(qf, q_addr, k_addr + off + c * TILE16, v_addr + off + c * V_TILE16, kpos, kmask,
-                           scale_log2, lane);
-            }
-        }
-        // The share loop's values in registers for the stores below (a volatile
-        // shared read between them would wait for the stores before it).
-        const int e_b = loop.b;
-        const long long e_t0 = loop.t0;
-        const long long part = (((long long)e_b * hkv + h) * nsplit + first + i) * ROWS;
-        // Row r's normalized columns d, d + 1 and its lse (log2) to o / lse or
-        // to the share's partial: the workspace, or this CTA's shared memory
-        // in a cluster (one share per CTA: the stream is over then).
-        auto store = [&](int r, int d, float v0, float v1, float lse2) {
-            if (nsplit == 1) {
-                const long long t = e_t0 + r / G;
-                const int hq = h * G + r % G;
-                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
-                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-            } else {
-                float *const po = cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
-                *(float2 *)(po + r * DV + d) = make_float2(v0, v1);
-                if (d == 0) (cluster ? po + ROWS * DV : (float *)p.lse_part + part)[r] = lse2;
-            }
-        };
-        // The live rows are the first ntok * G (row_live), so only they are visited.
-        const int items = live_rows * (DV / 2);
-        if (ns == 0) {  // no block: what the merge of empty warps gives
-#pragma unroll 1
-            for (int c = tid; c < items; c += THREADS) {
-                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-                store(r, d, 0.f, 0.f, -FSA_INF);
-            }
-            continue;
-        }
-        __syncthreads();  // every warp is done with the last stage: its buffer may become the merge area
+    const volatile ShareLoop &loop = sh.loop;
+    const float scale_log2 = (float)p.scale_log2;
 
-        // The key groups of each row tile merge in group order; row tile rt's
-        // warps sit together in the merge area: the buffer of the share's last
-        // stage while the stream goes on (the next stage is in flight in the
-        // other), else the first buffer (clear of a cluster's partial).
-        const int mbuf = st < in.n_stages ? (st - 1) % FSA_KVC_STAGES : 0;
-        float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + mbuf * BUF_BYTES);
-        math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
-        __syncthreads();
 #pragma unroll 1
-        for (int c = tid; c < items; c += THREADS) {
-            const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-            float v[2], mmax;
-            const int tr = r >> 4;
-            const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                            : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                       : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            store(r, d, v[0] * inv, v[1] * inv, l > 0.f ? mmax + fast_log2(l) : -FSA_INF);
+    for (int hb = h0; hb < h_end; hb += P) {
+        if (hb > h0) {
+            __syncthreads();  // the last pass is done with the selection and the stage buffers
+            select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, hb), p.topk.token_stride,
+                                p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
         }
-        // The next acquire's barrier comes before its copies into this buffer
-        // and before the next share's warps write sh.ml.
+        // Heads after the first of a one-token pass: their top-k slots after the
+        // first head's (each entry by the thread that wrote it above).
+        for (int c = tid; c < P * K; c += THREADS)
+            if (c >= K)
+                sh.sel.cand[c] = topk_slot<K>(view_row<const int>(p.topk, t0, hb + c / K),
+                                              p.topk_len ? (const int *)p.topk_len + t0 : nullptr, c % K);
+        // Query rows: row r is token r / G, head hb * G + r % G (one head), or
+        // head hb * G + r of the token (a pass of several heads); padding rows are zero.
+        load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
+            const bool ok = P > 1 ? r < P * G : row_live(r, ntok);
+            const long long t = P > 1 ? t0 : t0 + r / G;
+            const int hq = P > 1 ? hb * G + r : hb * G + r % G;
+            return RowSrc{ok ? view_row<const u16>(p.q, t, hq) : (const u16 *)p.q.ptr, ok};
+        });
+        if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
+        if (P > 1) {
+            __syncthreads();  // the candidates
+            select_union_heads<K, TPT, BK>(sh.sel, P, sh.loop.n_union);
+        } else {
+            if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
+            const int nu = select_union<K, TPT, BK>(sh.sel, ntok);
+            if (tid == 0) sh.loop.n_union[0] = nu;
+        }
+
+        // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
+        // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
+        // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
+        // four warps, and speculative tokens of the group share the stage.
+        const int live_rows = P > 1 ? P * G : ntok * G;
+        const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
+        const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
+        const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
+        // Shared-memory addresses, once: the loops below only add constants.
+        const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
+        const u32 k_addr = Stream::k_tile(bufs, 0) + key0 * LD * 2 + Math::k_lane(lane);
+        const u32 v_addr = Stream::v_tile(bufs, 0) + key0 * LDV * 2 + Math::v_lane(lane);
+        u32 qf[Q_REGS ? D / 16 : 1][4];
+        __syncthreads();  // the unions and their sizes
+
+#pragma unroll 1
+        for (int j = 0; j < P; j++) {
+            // The head's live rows: its G query rows in a pass of several heads, else the tile's.
+            if (tid == 0) {
+                sh.loop.h = hb + j;
+                sh.loop.c_lo = P > 1 ? j * G : 0;
+                sh.loop.c_hi = P > 1 ? j * G + G : ntok * G;
+            }
+            Math math;
+            math.rows(rt, lane, P > 1 ? j * G : 0, P > 1 ? j * G + G : ntok * G, pos0);
+            // Share s of the head's union is its contiguous run of blocks [s chunk,
+            // (s + 1) chunk), in block order. A CTA computes its shares one after
+            // another, each exactly as a CTA of its own would (the bits do not
+            // depend on how many CTAs share them, nor on the heads beside them),
+            // through one key stream: a share's stages start while the previous
+            // share merges its warps in the buffer of its last stage.
+            const int nu = loop.n_union[j], chunk = (nu + nsplit - 1) / nsplit;
+            const int u0 = P > 1 ? j * K : 0;  // the head's union in the selection
+            Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, u0 + min(nu, first * chunk),
+                      u0 + min(nu, (first + per_cta) * chunk), chunk, b, hb + j, seq_len);
+            in.start();  // without Q_REGS the query rows join stage 0's group
+            if (Q_REGS && j == 0) {
+                cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
+                __syncthreads();
+                if (warp_live)
+#pragma unroll
+                    for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+                // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
+            }
+            int st = 0;  // the stream's next stage
+#pragma unroll 1
+            for (int i = 0; i < loop.end; i++) {
+                const int ns = in.segment_stages(i);
+                math.reset();
+                for (int l = 0; l < ns; l++, st++) {
+                    const int buf = in.acquire(st);
+                    if (!warp_live) continue;
+                    // The warp's keys of the stage, 16 at a time (one online-softmax step
+                    // each: the scores of one chunk live in registers at once).
+#pragma unroll 1
+                    for (int c = 0; c < RT; c++) {
+                        if (c >= rte) break;
+                        const int *kpos = in.keypos(buf) + key0 + c * 16;
+                        const u32 *kmask = in.keymask(buf) + key0 + c * 16;
+                        const u32 off = buf * BUF_BYTES;
+                        math.chunk(qf, q_addr, k_addr + off + c * TILE16, v_addr + off + c * V_TILE16, kpos, kmask,
+                                   scale_log2, lane);
+                    }
+                }
+                // The share loop's values in registers for the stores below (a volatile
+                // shared read between them would wait for the stores before it).
+                const int e_b = loop.b, h = loop.h, c_lo = loop.c_lo, c_hi = loop.c_hi;
+                const long long e_t0 = loop.t0;
+                const long long part = (((long long)e_b * hkv + h) * nsplit + first + i) * ROWS;
+                // Tile row r (row r - c_lo of the head)'s normalized columns d, d + 1
+                // and its lse (log2) to o / lse or to the share's partial: the
+                // workspace, or this CTA's shared memory in a cluster (one share per
+                // CTA: the stream is over then).
+                auto store = [&](int r, int d, float v0, float v1, float lse2) {
+                    const int hr = r - c_lo;
+                    if (nsplit == 1) {
+                        const long long t = e_t0 + hr / G;
+                        const int hq = h * G + hr % G;
+                        *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
+                        if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+                    } else {
+                        float *const po =
+                            cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                        *(float2 *)(po + hr * DV + d) = make_float2(v0, v1);
+                        if (d == 0) (cluster ? po + ROWS * DV : (float *)p.lse_part + part)[hr] = lse2;
+                    }
+                };
+                // Only the head's live rows are visited.
+                const int items = (c_hi - c_lo) * (DV / 2);
+                if (ns == 0) {  // no block: what the merge of empty warps gives
+#pragma unroll 1
+                    for (int c = tid; c < items; c += THREADS) {
+                        const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2;
+                        store(r, d, 0.f, 0.f, -FSA_INF);
+                    }
+                    continue;
+                }
+                __syncthreads();  // every warp is done with the last stage: its buffer may become the merge area
+
+                // The key groups of each row tile merge in group order; row tile rt's
+                // warps sit together in the merge area: the buffer of the share's last
+                // stage while the stream goes on (the next stage is in flight in the
+                // other), else the first buffer (clear of a cluster's partial).
+                const int mbuf = st < in.n_stages ? (st - 1) % FSA_KVC_STAGES : 0;
+                float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + mbuf * BUF_BYTES);
+                math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
+                __syncthreads();
+#pragma unroll 1
+                for (int c = tid; c < items; c += THREADS) {
+                    const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2;
+                    float v[2], mmax;
+                    const int tr = r >> 4;
+                    const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                                    : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
+                                               : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
+                    const float inv = l > 0.f ? 1.f / l : 0.f;
+                    store(r, d, v[0] * inv, v[1] * inv, l > 0.f ? mmax + fast_log2(l) : -FSA_INF);
+                }
+                // The next acquire's barrier comes before its copies into this buffer
+                // and before the next share's warps write sh.ml.
+            }
+            __syncthreads();  // the merge area and the head's selection are read before the next head's stream
+        }
     }
     if (nsplit == 1) return;
     const int bb = loop.b;
@@ -355,16 +408,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
-        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, cta * THREADS + tid,
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h0, nsplit, cta * THREADS + tid,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
         return;
     }
-    // The last CTA of (b, h) to finish merges all shares, in share order.
-    const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, DV, G>(p,
-                                WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
-                                                          (const float *)p.o_part + first_part * DV},
-                                merged, h, nsplit, tid, THREADS);
+    // Per KV head: the last CTA of (b, h) to finish merges all shares, in share order.
+#pragma unroll 1
+    for (int h = h0; h < h_end; h++) {
+        const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
+        if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
+            merge_shares<DT, DV, G>(p,
+                                    WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
+                                                              (const float *)p.o_part + first_part * DV},
+                                    merged, h, nsplit, tid, THREADS);
+    }
 }

@@ -196,41 +196,62 @@ __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 
 // slot holds it (found by shuffles, not by re-reading the row), and a valid
 // block's place in the union is the number of valid blocks below it: the same
 // union and masks as the general path.
+// The union of one token's K slots cand[0 .. K) by one warp (lane: the
+// thread's lane): valid blocks (0 <= block <= own, first occurrence) to
+// blocks[rank], masks[rank] = 1 (token 0); returns the count to every lane.
+template <int K, int BK>
+__device__ __forceinline__ int union_one_warp(const int *cand, int own, int *blocks, u32 *masks, int lane) {
+    static_assert(K <= 64, "two slots per lane");
+    int raw[2], v[2], rank[2] = {0, 0};
+    bool dup[2] = {false, false};
+#pragma unroll
+    for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? cand[lane + 32 * i] : -1;
+#pragma unroll 4
+    for (int j = 0; j < K; j++) {
+        const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
+        dup[0] = dup[0] || (j < lane && w == raw[0]);
+        dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
+#pragma unroll 4
+    for (int j = 0; j < K; j++) {
+        const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
+        rank[0] += w >= 0 && w < v[0];
+        rank[1] += w >= 0 && w < v[1];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        if (v[i] >= 0) {
+            blocks[rank[i]] = v[i];
+            masks[rank[i]] = 1u;
+        }
+    return __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
+}
+
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
-    static_assert(K <= 64, "two slots per lane");
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
-        const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        int raw[2], v[2], rank[2] = {0, 0};
-        bool dup[2] = {false, false};
-#pragma unroll
-        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
-            dup[0] = dup[0] || (j < lane && w == raw[0]);
-            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
-            rank[0] += w >= 0 && w < v[0];
-            rank[1] += w >= 0 && w < v[1];
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-            if (v[i] >= 0) {
-                sel.blocks[rank[i]] = v[i];
-                sel.masks[rank[i]] = 1u;
-            }
-        const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
-        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
+        const int own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
+        const int count = union_one_warp<K, BK>(sel.cand, own, sel.blocks, sel.masks, threadIdx.x);
+        if (threadIdx.x == 0) sel.first[0] = (u32)count;  // first is scratch here
     }
     __syncthreads();
     return (int)sel.first[0];
+}
+
+// One token's selections for n (<= TPT) KV heads side by side: head j's K slots at
+// cand[j K ..), its union at blocks / masks[j K ..) and its size in count[j];
+// warp w takes heads w, w + 4, ... (after a barrier that published the
+// candidates and sel.pos[0]; the caller's next barrier publishes the unions).
+template <int K, int TPT, int BK>
+__device__ __forceinline__ void select_union_heads(TileSelection<TPT * K, TPT> &sel, int n, volatile int *count) {
+    const int lane = threadIdx.x & 31, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
+    for (int j = threadIdx.x >> 5; j < n; j += FSA_KVC_WARPS) {
+        const int c = union_one_warp<K, BK>(sel.cand + j * K, own, sel.blocks + j * K, sel.masks + j * K, lane);
+        if (lane == 0) count[j] = c;
+    }
 }
 
 template <int K, int TPT, int BK>

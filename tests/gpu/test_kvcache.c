@@ -189,6 +189,48 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         }
 }
 
+/* A plan of case ci made while FSA_KVC_HEADS holds `heads` (clusters off,
+ * so every batch may take several KV heads per CTA). */
+static fsa_kvcache_plan *plan_with_heads(size_t ci, const char *heads)
+{
+    fsa_kvcache_desc d = kvc_desc_of(&cases[ci], MAX_BATCH, MAX_TOKENS);
+    fsa_kvcache_plan *plan = NULL;
+    setenv("FSA_KVC_HEADS", heads, 1);
+    setenv("FSA_KVC_CLUSTER", "0", 1);
+    const fsa_status st = fsa_kvcache_plan_create(&plan, g_ctx, &d);
+    unsetenv("FSA_KVC_HEADS");
+    unsetenv("FSA_KVC_CLUSTER");
+    assert_int_equal(st, FSA_STATUS_OK);
+    return plan;
+}
+
+/* Large batches of small groups stream several KV heads per CTA (their query
+ * rows side by side; one-token tiles at once, longer tiles one head after
+ * another): the bits of a CTA per head, for G 1, 3 and 4, decode,
+ * speculative and prefill tiles. */
+static void test_several_kv_heads_per_cta_give_the_bits_of_one(void **state)
+{
+    (void)state;
+    /* G4 page 64; G1 top-k lengths; G3; G1 q_len 1..8; Dv 128 over Dk 64 */
+    const size_t cis[] = {3, 8, 11, 16, 23};
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        fsa_kvcache_plan *packed = plan_with_heads(cis[k], "8"), *single = plan_with_heads(cis[k], "1");
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[cis[k]], 900 + (uint64_t)k);
+        kvc_problem_reference(&p);
+        kvc_outputs a, b;
+        run_and_check(packed, &p, "several heads per CTA", &a);
+        run_and_check(single, &p, "one head per CTA", &b);
+        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&a);
+        kvc_outputs_free(&b);
+        kvc_problem_free(&p);
+        fsa_kvcache_plan_destroy(packed);
+        fsa_kvcache_plan_destroy(single);
+    }
+}
+
 /* Capture once; change the page table, cached lengths, top-k rows and
  * lengths in place; every replay follows the new metadata. */
 static void test_a_captured_call_replays_with_updated_metadata(void **state)
@@ -363,6 +405,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_several_kv_heads_per_cta_give_the_bits_of_one),
         cmocka_unit_test(test_every_case_matches_the_reference),
         cmocka_unit_test(test_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
