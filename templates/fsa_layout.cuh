@@ -278,11 +278,11 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
  * row, each row's position and token mask), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
- * share loop's eight words and union sizes per head, a counter. */
+ * share loop's fourteen words and union sizes per head, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
     const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
-                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 8 +
+                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 14 +
                       FSA_KVC_MAX_HEADS + 1;
     return (4 * words + 7) / 8 * 8;
 }

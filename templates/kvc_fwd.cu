@@ -47,6 +47,8 @@ constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 // pass its union size (written by thread 0).
 struct ShareLoop {
     int t0, b, seq_len, ntok, end;  // t0 < Tq <= INT32_MAX
+    int nsplit, first, pos0;        // the split, the CTA's first share, token 0's position
+    int hb, np, h_end;              // the pass's first head, its heads, the CTA's head bound
     int h, c_lo, c_hi;              // the head being streamed and its live rows
     int n_union[FSA_KVC_MAX_HEADS];
 };
@@ -200,58 +202,66 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    // A (sequence, group of p.heads KV heads)'s CTAs are neighbours in y: a
-    // cluster's CTAs when p.cluster (then one head per group).
-    const int h0 = blockIdx.y / (int)p.ctas * (int)p.heads, cta = blockIdx.y % (int)p.ctas;
-    const int h_end = min(hkv, h0 + (int)p.heads);
-    const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
-    const int *cu_q = (const int *)p.cu_q;
-    // Decode batches: the guessed tile's top-k row and cached length are read
-    // while the tile lookup reads cu_seqlens_q.
-    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h0);
-    int tile;
-    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
-    const QuerySpan span = query_span(cu_q, p.tq, b);
-    const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
-    // The CTAs of a split (sequence, KV head) take equal runs of its shares.
-    const int ctas = nsplit > 1 ? (int)p.ctas : 1;
-    if (tile < 0 || tile * TPT >= span.len || cta >= ctas || h0 >= hkv) return;
-    const long long t0 = span.start + (long long)tile * TPT;
-    const int ntok = min(TPT, span.len - tile * TPT);
-    // The tile's top-k rows and the cached length are read at once (neither
-    // needs the other), unless the guess above already has them.
-    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h0);
-    // What the epilogue writes, asked of L2 now (its address translation and
-    // line are then ready when the stores come): the first share's partial and
-    // the pair's counter, or the first output row.
-    if (tid == 0) {
-        if (nsplit == 1) {
-            prefetch_l2(view_row<u16>(p.o, t0, h0 * G));
-        } else if (!cluster) {
-            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h0) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
-            prefetch_l2((const int *)p.counters + (long long)b * hkv + h0);
+    {  // the prologue: its values reach the loops below through sh.loop
+        // A (sequence, group of p.heads KV heads)'s CTAs are neighbours in y: a
+        // cluster's CTAs when p.cluster (then one head per group).
+        const int h0 = blockIdx.y / (int)p.ctas * (int)p.heads, cta = blockIdx.y % (int)p.ctas;
+        const int h_end = min(hkv, h0 + (int)p.heads);
+        const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
+        const int *cu_q = (const int *)p.cu_q;
+        // Decode batches: the guessed tile's top-k row and cached length are read
+        // while the tile lookup reads cu_seqlens_q.
+        const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h0);
+        int tile;
+        const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
+        const QuerySpan span = query_span(cu_q, p.tq, b);
+        const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
+        // The CTAs of a split (sequence, KV head) take equal runs of its shares.
+        const int ctas = nsplit > 1 ? (int)p.ctas : 1;
+        if (tile < 0 || tile * TPT >= span.len || cta >= ctas || h0 >= hkv) return;
+        const long long t0 = span.start + (long long)tile * TPT;
+        const int ntok = min(TPT, span.len - tile * TPT);
+        // The tile's top-k rows and the cached length are read at once (neither
+        // needs the other), unless the guess above already has them.
+        const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h0);
+        // What the epilogue writes, asked of L2 now (its address translation and
+        // line are then ready when the stores come): the first share's partial and
+        // the pair's counter, or the first output row.
+        if (tid == 0) {
+            if (nsplit == 1) {
+                prefetch_l2(view_row<u16>(p.o, t0, h0 * G));
+            } else if (!cluster) {
+                prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h0) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
+                prefetch_l2((const int *)p.counters + (long long)b * hkv + h0);
+            }
+        }
+        const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
+        if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
+        // KV heads per pass: a one-token tile with keys on the 16-row side takes
+        // all its heads at once (their G query rows side by side, one n8 tile:
+        // the host keeps heads * G <= 8), else one head per pass.
+        {
+            const int P = KEYS_MAJOR && ntok == 1 ? h_end - h0 : 1;
+            if (tid == 0) {
+                sh.loop.t0 = (int)t0, sh.loop.b = b, sh.loop.seq_len = seq_len, sh.loop.ntok = ntok;
+                sh.loop.end = nsplit / ctas, sh.loop.nsplit = nsplit, sh.loop.first = cta * (nsplit / ctas);
+                sh.loop.pos0 = pos0, sh.loop.hb = h0, sh.loop.np = P, sh.loop.h_end = h_end;
+            }
         }
     }
-    const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
-    if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
-    // KV heads per pass: a one-token tile with keys on the 16-row side takes
-    // all its heads at once (their G query rows side by side, one n8 tile:
-    // the host keeps heads * G <= 8), else one head per pass.
-    const int P = KEYS_MAJOR && ntok == 1 ? h_end - h0 : 1;
-    const int per_cta = nsplit / ctas, first = cta * per_cta;
-    if (tid == 0) {
-        sh.loop.t0 = (int)t0, sh.loop.b = b, sh.loop.seq_len = seq_len, sh.loop.ntok = ntok;
-        sh.loop.end = per_cta;
-    }
+    // From here on the loops' values come from shared memory (read where
+    // used) rather than registers held through the key stream.
     const volatile ShareLoop &loop = sh.loop;
-    const float scale_log2 = (float)p.scale_log2;
 
 #pragma unroll 1
-    for (int hb = h0; hb < h_end; hb += P) {
-        if (hb > h0) {
+    for (int pass = 0;; pass++) {
+        if (pass > 0) __syncthreads();  // the last pass is done with the selection, the stage buffers and sh.loop
+        const int hb = loop.hb, P = KEYS_MAJOR ? loop.np : 1;  // several heads at once only with the keys on the 16-row side
+        const long long t0 = loop.t0;
+        if (pass > 0) {
             __syncthreads();  // the last pass is done with the selection and the stage buffers
             select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, hb), p.topk.token_stride,
-                                p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
+                                p.topk_len ? (const int *)p.topk_len + t0 : nullptr, loop.ntok);
         }
         // Heads after the first of a one-token pass: their top-k slots after the
         // first head's (each entry by the thread that wrote it above).
@@ -262,7 +272,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // Query rows: row r is token r / G, head hb * G + r % G (one head), or
         // head hb * G + r of the token (a pass of several heads); padding rows are zero.
         load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
-            const bool ok = P > 1 ? r < P * G : row_live(r, ntok);
+            const bool ok = P > 1 ? r < P * G : row_live(r, loop.ntok);
             const long long t = P > 1 ? t0 : t0 + r / G;
             const int hq = P > 1 ? hb * G + r : hb * G + r % G;
             return RowSrc{ok ? view_row<const u16>(p.q, t, hq) : (const u16 *)p.q.ptr, ok};
@@ -272,8 +282,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
             __syncthreads();  // the candidates
             select_union_heads<K, TPT, BK>(sh.sel, P, sh.loop.n_union);
         } else {
-            if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-            const int nu = select_union<K, TPT, BK>(sh.sel, ntok);
+            const int nt = loop.ntok;
+            if (!select_union_in_warp<K>(nt)) __syncthreads();  // pos and the candidates
+            const int nu = select_union<K, TPT, BK>(sh.sel, nt);
             if (tid == 0) sh.loop.n_union[0] = nu;
         }
 
@@ -281,7 +292,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
         // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
         // four warps, and speculative tokens of the group share the stage.
-        const int live_rows = P > 1 ? P * G : ntok * G;
+        const int live_rows = P > 1 ? P * G : loop.ntok * G;
         const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
         const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
         const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
@@ -293,25 +304,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         __syncthreads();  // the unions and their sizes
 
 #pragma unroll 1
-        for (int j = 0; j < P; j++) {
+        for (int j = 0;; j++) {
             // The head's live rows: its G query rows in a pass of several heads, else the tile's.
-            if (tid == 0) {
-                sh.loop.h = hb + j;
-                sh.loop.c_lo = P > 1 ? j * G : 0;
-                sh.loop.c_hi = P > 1 ? j * G + G : ntok * G;
-            }
+            const int np = KEYS_MAJOR ? loop.np : 1, c_lo = np > 1 ? j * G : 0, c_hi = np > 1 ? j * G + G : loop.ntok * G;
+            const int h = loop.hb + j;
+            if (tid == 0) sh.loop.h = h, sh.loop.c_lo = c_lo, sh.loop.c_hi = c_hi;
             Math math;
-            math.rows(rt, lane, P > 1 ? j * G : 0, P > 1 ? j * G + G : ntok * G, pos0);
+            math.rows(rt, lane, c_lo, c_hi, loop.pos0);
             // Share s of the head's union is its contiguous run of blocks [s chunk,
             // (s + 1) chunk), in block order. A CTA computes its shares one after
             // another, each exactly as a CTA of its own would (the bits do not
             // depend on how many CTAs share them, nor on the heads beside them),
             // through one key stream: a share's stages start while the previous
             // share merges its warps in the buffer of its last stage.
-            const int nu = loop.n_union[j], chunk = (nu + nsplit - 1) / nsplit;
-            const int u0 = P > 1 ? j * K : 0;  // the head's union in the selection
-            Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, u0 + min(nu, first * chunk),
-                      u0 + min(nu, (first + per_cta) * chunk), chunk, b, hb + j, seq_len);
+            const int nu = loop.n_union[j], ns_ = loop.nsplit, chunk = (nu + ns_ - 1) / ns_, f_ = loop.first;
+            const int u0 = np > 1 ? j * K : 0;  // the head's union in the selection
+            Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, u0 + min(nu, f_ * chunk),
+                      u0 + min(nu, (f_ + loop.end) * chunk), chunk, loop.b, h, loop.seq_len);
             in.start();  // without Q_REGS the query rows join stage 0's group
             if (Q_REGS && j == 0) {
                 cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
@@ -338,14 +347,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                         const u32 *kmask = in.keymask(buf) + key0 + c * 16;
                         const u32 off = buf * BUF_BYTES;
                         math.chunk(qf, q_addr, k_addr + off + c * TILE16, v_addr + off + c * V_TILE16, kpos, kmask,
-                                   scale_log2, lane);
+                                   (float)p.scale_log2, lane);
                     }
                 }
                 // The share loop's values in registers for the stores below (a volatile
                 // shared read between them would wait for the stores before it).
-                const int e_b = loop.b, h = loop.h, c_lo = loop.c_lo, c_hi = loop.c_hi;
+                const int e_b = loop.b, h = loop.h, c_lo = loop.c_lo, c_hi = loop.c_hi, nsplit = loop.nsplit;
                 const long long e_t0 = loop.t0;
-                const long long part = (((long long)e_b * hkv + h) * nsplit + first + i) * ROWS;
+                const long long part = (((long long)e_b * hkv + h) * nsplit + loop.first + i) * ROWS;
                 // Tile row r (row r - c_lo of the head)'s normalized columns d, d + 1
                 // and its lse (log2) to o / lse or to the share's partial: the
                 // workspace, or this CTA's shared memory in a cluster (one share per
@@ -358,6 +367,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                         *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
                         if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
                     } else {
+                        const bool cluster = CLUSTER && p.cluster != 0;
                         float *const po =
                             cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
                         *(float2 *)(po + hr * DV + d) = make_float2(v0, v1);
@@ -399,12 +409,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 // and before the next share's warps write sh.ml.
             }
             __syncthreads();  // the merge area and the head's selection are read before the next head's stream
+            if (!KEYS_MAJOR || j + 1 >= loop.np) break;
         }
+        if (tid == 0) sh.loop.hb = loop.hb + loop.np;
+        __syncthreads();
+        if (loop.hb >= loop.h_end) break;
     }
+    // The tail's values again from the parameters and shared memory, not kept through the loops.
+    const int nsplit = loop.nsplit;
     if (nsplit == 1) return;
-    const int bb = loop.b;
-    const QuerySpan merged = query_span(cu_q, p.tq, bb);
-    if (cluster) {
+    const int bb = loop.b, ctas = (int)p.ctas, cta = blockIdx.y % ctas;
+    const int h0 = blockIdx.y / ctas * (int)p.heads, h_end = loop.h_end;
+    const QuerySpan merged = query_span((const int *)p.cu_q, p.tq, bb);
+    if (CLUSTER && p.cluster != 0) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
