@@ -155,6 +155,26 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
     assert_case_batch_invariant(3); /* bf16 G4, page 64: keys on the 16-row side */
 }
 
+/* Case ci's problem (seed) under two plans: both match the reference and
+ * give the same bits; the plans are destroyed. */
+static void assert_plans_give_the_same_bits(size_t ci, uint64_t seed, fsa_kvcache_plan *one, const char *one_name,
+                                            fsa_kvcache_plan *other, const char *other_name)
+{
+    kvc_problem p;
+    kvc_problem_make(&p, &cases[ci], seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    run_and_check(one, &p, one_name, &a);
+    run_and_check(other, &p, other_name, &b);
+    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(one);
+    fsa_kvcache_plan_destroy(other);
+}
+
 /* Where a sequence's shares each get a CTA, they may merge through the
  * shared memory of a cluster (sm_90) instead of the workspace: same bits,
  * for 4 and 8 shares, rows on either side of the mma. FSA_KVC_CLUSTER=0
@@ -173,19 +193,8 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
             const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, &d);
             unsetenv("FSA_KVC_CLUSTER");
             assert_int_equal(st, FSA_STATUS_OK);
-            kvc_problem p;
-            kvc_problem_make(&p, &cases[cis[k]], 500 + (uint64_t)splits);
-            kvc_problem_reference(&p);
-            kvc_outputs a, b;
-            run_and_check(with, &p, "cluster merge", &a);
-            run_and_check(without, &p, "workspace merge", &b);
-            assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-            assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-            kvc_outputs_free(&a);
-            kvc_outputs_free(&b);
-            kvc_problem_free(&p);
-            fsa_kvcache_plan_destroy(with);
-            fsa_kvcache_plan_destroy(without);
+            assert_plans_give_the_same_bits(cis[k], 500 + (uint64_t)splits, with, "cluster merge", without,
+                                            "workspace merge");
         }
 }
 
@@ -213,22 +222,9 @@ static void test_several_kv_heads_per_cta_give_the_bits_of_one(void **state)
     (void)state;
     /* G4 page 64; G1 top-k lengths; G3; G1 q_len 1..8; Dv 128 over Dk 64 */
     const size_t cis[] = {3, 8, 11, 16, 23};
-    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
-        fsa_kvcache_plan *packed = plan_with_heads(cis[k], "8"), *single = plan_with_heads(cis[k], "1");
-        kvc_problem p;
-        kvc_problem_make(&p, &cases[cis[k]], 900 + (uint64_t)k);
-        kvc_problem_reference(&p);
-        kvc_outputs a, b;
-        run_and_check(packed, &p, "several heads per CTA", &a);
-        run_and_check(single, &p, "one head per CTA", &b);
-        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-        kvc_outputs_free(&a);
-        kvc_outputs_free(&b);
-        kvc_problem_free(&p);
-        fsa_kvcache_plan_destroy(packed);
-        fsa_kvcache_plan_destroy(single);
-    }
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++)
+        assert_plans_give_the_same_bits(cis[k], 900 + (uint64_t)k, plan_with_heads(cis[k], "8"), "several heads per CTA",
+                                        plan_with_heads(cis[k], "1"), "one head per CTA");
 }
 
 /* Capture once; change the page table, cached lengths, top-k rows and
