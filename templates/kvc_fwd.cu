@@ -255,14 +255,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 
 #pragma unroll 1
     for (int pass = 0;; pass++) {
-        if (pass > 0) __syncthreads();  // the last pass is done with the selection, the stage buffers and sh.loop
+        // sh.loop written (by thread 0 above, or at the end of the last pass),
+        // and the last pass done with the selection and the stage buffers.
+        __syncthreads();
         const int hb = loop.hb, P = KEYS_MAJOR ? loop.np : 1;  // several heads at once only with the keys on the 16-row side
         const long long t0 = loop.t0;
-        if (pass > 0) {
-            __syncthreads();  // the last pass is done with the selection and the stage buffers
+        if (pass > 0)  // a tile of several tokens: its next head's top-k rows
             select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, hb), p.topk.token_stride,
                                 p.topk_len ? (const int *)p.topk_len + t0 : nullptr, loop.ntok);
-        }
         // Heads after the first of a one-token pass: their top-k slots after the
         // first head's (each entry by the thread that wrote it above).
         for (int c = tid; c < P * K; c += THREADS)
