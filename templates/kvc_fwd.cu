@@ -302,30 +302,43 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // The share loop's values in registers for the stores below (a volatile
         // shared read between them would wait for the stores before it), and
         // only the live rows (the first ntok * G).
-        const int e_b = loop.b, e_rows = loop.ntok * G;
+        const int e_b = loop.b, e_items = loop.ntok * G * (DV / 2);
         const long long e_t0 = loop.t0;
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
+        // EI items (row, column pair) per thread at a time: all their shared-memory
+        // reads first, so their latencies overlap, then their stores.
+        constexpr int EI = 4;
 #pragma unroll 1
-        for (int c = tid; c < e_rows * (DV / 2); c += THREADS) {
-            const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-            float v[2], mmax;
-            const int tr = r >> 4;
-            const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                            : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                       : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
-            const long long t = e_t0 + r / G;
-            const int hq = h * G + r % G;
-            if (nsplit == 1) {
-                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
-                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-            } else {
-                // The share's partial: the workspace, or this CTA's shared memory in a cluster.
-                float *const po = cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
-                float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
-                *(float2 *)(po + r * DV + d) = make_float2(v[0] * inv, v[1] * inv);
-                if (d == 0) pl[r] = lse2;
+        for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
+            float v[EI][2], mmax[EI], l[EI];
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = min(c0 + i * THREADS, e_items - 1);  // past the items: a repeat, not stored
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2, tr = r >> 4;
+                l[i] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                       : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                                  : merged_row<1>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = c0 + i * THREADS;
+                if (c >= e_items) break;
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
+                const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+                const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
+                const long long t = e_t0 + r / G;
+                const int hq = h * G + r % G;
+                if (nsplit == 1) {
+                    *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+                } else {
+                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
+                    float *const po =
+                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
+                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) pl[r] = lse2;
+                }
             }
         }
         __syncthreads();  // the merge area is read before the next share's copies land in it

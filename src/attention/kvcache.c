@@ -278,19 +278,20 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
 /* CTAs per (split sequence, KV head): a divisor C of the share count S.
  * Each CTA computes its S / C shares in one key stream exactly as a CTA of
  * its own would, so C depends on the batch size without touching the bits.
- * A CTA costs about a fixed part (prologue, epilogue: half a share's stages)
- * plus its shares, and pairs x C CTAs run in ceil(pairs x C / resident)
- * waves: C minimizes waves x (S / C + 1/2) (in half shares below), the
- * larger C on ties. Small batches get a CTA per share (one wave), large
- * ones one prologue for several shares. */
+ * A CTA costs about a fixed part (prologue, epilogue: two blocks' stages)
+ * plus its shares' blocks, and pairs x C CTAs run in ceil(pairs x C /
+ * resident) waves: C minimizes waves x (blocks per CTA + 2), the larger C on
+ * ties. Small batches get a CTA per share (one wave), large ones one
+ * prologue for several shares. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
     const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
+    const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = splits;
     int64_t best_cost = -1;
     for (int c = splits; c >= 1; c--) {
         if (splits % c) continue;
-        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (2 * (splits / c) + 1);
+        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (share_blocks * (splits / c) + 2);
         if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
     }
     return best;
@@ -304,8 +305,10 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     params_of(&p, plan, a, splits);
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
-    /* A CTA per share: the pair's CTAs may be a cluster that merges in shared memory. */
-    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER;
+    /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
+     * memory (across waves, a cluster's CTAs would wait for each other's slots). */
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
+                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
     if (p.cluster)
