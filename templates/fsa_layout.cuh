@@ -255,9 +255,12 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
  * (dv floats each) then their lse, for the cluster to merge from shared
  * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
 #define FSA_KVC_MAX_CLUSTER 8
+/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
+ * fragment stores over all 32 banks, dv + 4 the key-major ones. */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
 FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * dv * 4;
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
 }
 FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
 {

@@ -33,9 +33,10 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
+constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
 typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
+static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
@@ -66,7 +67,7 @@ __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G &
 template <int N>
 __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
                                             float *mmax) {
-    return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
+    return WarpMerge<N, DV, LDO>{om + rt * N * 16 * LDO, ml + rt * N}.get(r, d, v, mmax);
 }
 
 // The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
@@ -107,7 +108,7 @@ struct RowMath {
         frag_scale_rows<DV / 8>(o, alpha);
         mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
 };
@@ -173,8 +174,8 @@ struct KeyMath {
         if (two) chunk_n<2>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
         else chunk_n<1>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
-        warp_merge_put_keys<WARPS, DV, 2>(wm, sm, o, kg, lane);
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
+        warp_merge_put_keys(wm, sm, o, kg, lane);
     }
 };
 
@@ -297,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
         float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-        math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
+        math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         // The share loop's values in registers for the stores below (a volatile
         // shared read between them would wait for the stores before it), and
@@ -350,7 +351,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
-        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, cta * THREADS + tid,
+        // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
         return;
