@@ -240,15 +240,18 @@ FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
-/* The merge area of a share's key groups: each warp's 16 rows of dv floats. */
-FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dv) { return FSA_KVC_WARPS * 16 * dv * 4; }
+/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
+ * fragment stores over all 32 banks, dv + 4 the key-major ones. */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
+/* The merge area of a share's key groups: each warp's 16 rows at that pitch. */
+FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dk, int dv, int g) { return FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4; }
 /* A stage buffer: the stage's K rows, then its V rows, at least a merge area
  * long: a share ends by merging in the buffer of its last stage while the
  * next share's stages load into the others. */
-FSA_LAYOUT_FN int fsa_kvc_buffer_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_kvc_buffer_bytes(int dk, int dv, int g)
 {
     const int kv = fsa_kvc_stage_bytes(dk) + fsa_kvc_stage_bytes(dv);
-    return kv > fsa_kvc_merge_bytes(dv) ? kv : fsa_kvc_merge_bytes(dv);
+    return kv > fsa_kvc_merge_bytes(dk, dv, g) ? kv : fsa_kvc_merge_bytes(dk, dv, g);
 }
 /* Dynamic shared memory: [the query rows] | FSA_KVC_STAGES stage buffers. */
 FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
@@ -257,17 +260,17 @@ FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
 }
 FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_buffer_bytes(dk, dv);
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_buffer_bytes(dk, dv, g);
 }
-/* After the key stream, the K/V stages hold the warps' merge area (16 rows of
- * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
+/* After the key stream, the first stage buffer holds the warps' merge area
+ * (16 rows per warp at the merge pitch) and, right after it, when a split sequence's CTAs form a cluster (at
  * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
  * (dv floats each) then their lse, for the cluster to merge from shared
  * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
 #define FSA_KVC_MAX_CLUSTER 8
 FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * dv * 4;
+    return fsa_kvc_smem_k(dk, g) + fsa_kvc_merge_bytes(dk, dv, g);
 }
 FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
 {

@@ -33,10 +33,11 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
-constexpr u32 BUF_BYTES = fsa_kvc_buffer_bytes(D, DV);
+constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
+constexpr u32 BUF_BYTES = fsa_kvc_buffer_bytes(D, DV, G);
 typedef PagedStream<D, DV, BK, PAGE, BUF_BYTES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(fsa_kvc_merge_bytes(DV) <= BUF_BYTES, "a share's merge area fits the buffer of its last stage");
+static_assert(WARPS * 16 * LDO * 4 <= BUF_BYTES, "a share's merge area fits the buffer of its last stage");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
@@ -71,7 +72,7 @@ __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G &
 template <int N>
 __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
                                             float *mmax) {
-    return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
+    return WarpMerge<N, DV, LDO>{om + rt * N * 16 * LDO, ml + rt * N}.get(r, d, v, mmax);
 }
 
 // The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
@@ -114,7 +115,7 @@ struct RowMath {
         frag_scale_rows<DV / 8>(o, alpha);
         mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
 };
@@ -181,8 +182,8 @@ struct KeyMath {
         if (two) chunk_n<2>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
         else chunk_n<1>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
-        warp_merge_put_keys<WARPS, DV, 2>(wm, sm, o, kg, lane);
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
+        warp_merge_put_keys(wm, sm, o, kg, lane);
     }
 };
 
@@ -392,18 +393,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 // other), else the first buffer (clear of a cluster's partial).
                 const int mbuf = st < in.n_stages ? (st - 1) % FSA_KVC_STAGES : 0;
                 float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + mbuf * BUF_BYTES);
-                math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
+                math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
                 __syncthreads();
+                // EI items (row, column pair) per thread at a time: all their shared-memory
+                // reads first, so their latencies overlap, then their stores.
+                constexpr int EI = 4;
 #pragma unroll 1
-                for (int c = tid; c < items; c += THREADS) {
-                    const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2;
-                    float v[2], mmax;
-                    const int tr = r >> 4;
-                    const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                    : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                               : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
-                    const float inv = l > 0.f ? 1.f / l : 0.f;
-                    store(r, d, v[0] * inv, v[1] * inv, l > 0.f ? mmax + fast_log2(l) : -FSA_INF);
+                for (int c0 = tid; c0 < items; c0 += EI * THREADS) {
+                    float v[EI][2], mmax[EI], l[EI];
+#pragma unroll
+                    for (int e = 0; e < EI; e++) {
+                        const int c = min(c0 + e * THREADS, items - 1);  // past the items: a repeat, not stored
+                        const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2, tr = r >> 4;
+                        l[e] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e])
+                               : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e])
+                                          : merged_row<1>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e]);
+                    }
+#pragma unroll
+                    for (int e = 0; e < EI; e++) {
+                        const int c = c0 + e * THREADS;
+                        if (c >= items) break;
+                        const float inv = l[e] > 0.f ? 1.f / l[e] : 0.f;
+                        store(c_lo + c / (DV / 2), (c % (DV / 2)) * 2, v[e][0] * inv, v[e][1] * inv,
+                              l[e] > 0.f ? mmax[e] + fast_log2(l[e]) : -FSA_INF);
+                    }
                 }
                 // The next acquire's barrier comes before its copies into this buffer
                 // and before the next share's warps write sh.ml.
@@ -425,7 +438,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
-        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h0, nsplit, cta * THREADS + tid,
+        // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h0, nsplit, tid * ctas + cta,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
         return;

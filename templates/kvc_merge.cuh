@@ -132,10 +132,18 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
 template <class DT, int D, int G, class Src>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
                                              int first, int stride) {
-    // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest masked.
-    if (nsplit <= 4) merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);
-    else if (nsplit <= 8) merge_pass<DT, D, G, 2, 8>(p, src, span, h, nsplit, first, stride);
-    else merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, first, stride);
+    // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest
+    // masked. Where every thread has at most one item (a cluster), one item at a time.
+    const bool one = span.len * G * (D / 4) <= stride;
+    if (nsplit <= 4) {
+        if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);
+    } else if (nsplit <= 8) {
+        if (one) merge_pass<DT, D, G, 1, 8>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 2, 8>(p, src, span, h, nsplit, first, stride);
+    } else {
+        merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, first, stride);
+    }
 }
 
 }  // namespace fsa

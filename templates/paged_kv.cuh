@@ -145,23 +145,27 @@ __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, co
 // asks L2 for the guessed sequence's page-table row (a line per thread, up
 // to 128 lines), so the table reads after the union hit L2 instead of DRAM.
 // Every address read stays inside the arrays (b < batch = tq).
+// The values are kept as read (no arithmetic on them before the tile lookup,
+// which would wait for the reads there).
 struct DecodeGuess {
-    int b;        // the guessed sequence, -1: no guess
-    int slot;     // this thread's top-k slot of token b (-1: none)
-    int seq_len;  // cached_len of sequence b
+    int b;     // the guessed sequence, -1: no guess
+    int slot;  // this thread's top-k slot of token b, as read (thread < K)
+    int len;   // token b's top-k length as read, or K
+    int used;  // seqused_k[b] as read
 };
 
 template <int K, int TPT>
 __device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, long long x, int h) {
-    DecodeGuess g = {-1, -1, 0};
+    DecodeGuess g = {-1, -1, K, 0};
     if (p.tq != p.batch) return g;
     const long long b = x - (x + 1) / (TPT + 1);  // the b with b + b / TPT == x, if any
     if (b >= p.batch || fsa_kvc_first_tile(b, (int)b, TPT) != x) return g;
     g.b = (int)b;
-    if (threadIdx.x < K)
-        g.slot = topk_slot<K>(view_row<const int>(p.topk, b, h), p.topk_len ? (const int *)p.topk_len + b : nullptr,
-                              threadIdx.x);
-    g.seq_len = cached_len((const int *)p.seqused, g.b);
+    if (threadIdx.x < K) {
+        g.slot = __ldg(view_row<const int>(p.topk, b, h) + threadIdx.x);
+        if (p.topk_len) g.len = __ldg((const int *)p.topk_len + b);
+    }
+    g.used = __ldg((const int *)p.seqused + b);
     const char *row = (const char *)((const int *)p.block_table + b * p.bt_stride), *end = row + 4 * p.max_pages;
     const char *line = (const char *)(((unsigned long long)row & ~127ull) + 128ull * threadIdx.x);
     if (line < end) prefetch_l2(line < row ? row : line);
@@ -174,12 +178,13 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
                                                 const fsa_kvc_params &p, int b, long long t0, int ntok, int h) {
     if (g.b == b && t0 == b && ntok == 1) {
         constexpr int N = TPT * K, NW = (N + 31) / 32;
+        const int n = min(max(g.len, 0), K);  // as topk_slot and cached_len do
         for (int c = threadIdx.x; c < N; c += blockDim.x) {
-            sel.cand[c] = c < K ? g.slot : -1;
+            sel.cand[c] = c < n ? g.slot : -1;
             sel.masks[c] = 0;
         }
         for (int w = threadIdx.x; w < NW; w += blockDim.x) sel.first[w] = 0;
-        return g.seq_len;
+        return max(g.used, 0);
     }
     select_load<K, TPT>(sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
                         p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);

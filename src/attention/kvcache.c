@@ -289,19 +289,20 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
 /* CTAs per (split sequence, KV head): a divisor C of the share count S.
  * Each CTA computes its S / C shares in one key stream exactly as a CTA of
  * its own would, so C depends on the batch size without touching the bits.
- * A CTA costs about a fixed part (prologue, epilogue: half a share's stages)
- * plus its shares, and pairs x C CTAs run in ceil(pairs x C / resident)
- * waves: C minimizes waves x (S / C + 1/2) (in half shares below), the
- * larger C on ties. Small batches get a CTA per share (one wave), large
- * ones one prologue for several shares. */
+ * A CTA costs about a fixed part (prologue, epilogue: two blocks' stages)
+ * plus its shares' blocks, and pairs x C CTAs run in ceil(pairs x C /
+ * resident) waves: C minimizes waves x (blocks per CTA + 2), the larger C on
+ * ties. Small batches get a CTA per share (one wave), large ones one
+ * prologue for several shares. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
     const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
+    const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = splits;
     int64_t best_cost = -1;
     for (int c = splits; c >= 1; c--) {
         if (splits % c) continue;
-        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (2 * (splits / c) + 1);
+        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (share_blocks * (splits / c) + 2);
         if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
     }
     return best;
@@ -312,14 +313,15 @@ static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
  * (their query rows side by side in one n8 tile, heads * G <= 8), each exactly
  * as a CTA of its own would, so this depends on the batch size without
  * touching the bits. A CTA's fixed part (prologue, epilogue, merge) costs
- * about 1.5 shares at B >= 64 (bench/NOTES.md, decode fourth series): H
- * minimizes waves x (H x S / C + 1.5), the smaller H on ties (plan->heads_cap
- * forces the most heads up to it). */
+ * about six blocks' stages at B >= 64 (bench/NOTES.md, decode fourth series):
+ * H minimizes waves x (blocks per CTA + 6), the smaller H on ties
+ * (plan->heads_cap forces the most heads up to it). */
 static int heads_per_cta(const fsa_kvcache_plan *plan, int batch, int splits, int ctas)
 {
     const int g = plan->group, hkv = plan->desc.num_kv_heads;
     if (!fsa_kvc_keys_major(g, plan->desc.head_dim)) return 1;
     const int64_t resident = plan->resident > 0 ? plan->resident : 1;
+    const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = 1;
     int64_t best_cost = -1;
     for (int hp = 1; hp <= FSA_KVC_MAX_HEADS && hp * g <= 8 && hp <= hkv; hp *= 2) {
@@ -328,7 +330,7 @@ static int heads_per_cta(const fsa_kvcache_plan *plan, int batch, int splits, in
             continue;
         }
         const int64_t ctas_all = (int64_t)batch * ((hkv + hp - 1) / hp) * ctas;
-        const int64_t waves = (ctas_all + resident - 1) / resident, cost = waves * (2 * hp * (splits / ctas) + 3);
+        const int64_t waves = (ctas_all + resident - 1) / resident, cost = waves * (hp * share_blocks * (splits / ctas) + 6);
         if (best_cost < 0 || cost < best_cost) best = hp, best_cost = cost;
     }
     return best;
@@ -342,8 +344,10 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     params_of(&p, plan, a, splits);
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
-    /* A CTA per share: the pair's CTAs may be a cluster that merges in shared memory. */
-    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER;
+    /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
+     * memory (across waves, a cluster's CTAs would wait for each other's slots). */
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
+                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
     p.heads = p.cluster ? 1 : heads_per_cta(plan, a->batch, splits, ctas);
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned groups = (unsigned)((plan->desc.num_kv_heads + p.heads - 1) / p.heads);

@@ -411,6 +411,8 @@ int main(void)
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
     };
-    /* Skips (exit 77) inside setup when there is no GPU. */
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
+     * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
