@@ -140,8 +140,11 @@ typedef struct justified_spill {
     const char *reason;
 } justified_spill;
 
-/* No shipped kernel spills at present; the last entry only ends the list. */
+/* The last entry only ends the list. */
 static const justified_spill justified_spills[] = {
+    {"kvc_fwd", "fsa_kvc_fwd", "sm_90a", 48,
+     "G 8 with two row tiles at 3 CTAs per SM (168 registers): the one key stream through a CTA's KV heads "
+     "and shares holds a few more values than fit; 20 bytes at d 96 (the G 1-4 and G 16 kernels do not spill)"},
     {NULL, NULL, NULL, 0, NULL},
 };
 #define N_JUSTIFIED (sizeof justified_spills / sizeof justified_spills[0] - 1)
