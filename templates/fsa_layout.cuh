@@ -241,8 +241,9 @@ FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
 /* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
- * fragment stores over all 32 banks, dv + 4 the key-major ones. */
-FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
+ * fragment stores over all 32 banks. The key-major ones keep dv: a padded
+ * pitch there costs the kernel a 220-byte spill (NVRTC, sm_90a, G 4). */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 0 : 8); }
 /* The merge area of a share's key groups: each warp's 16 rows at that pitch. */
 FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dk, int dv, int g) { return FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4; }
 /* A stage buffer: the stage's K rows, then its V rows, at least a merge area
