@@ -201,10 +201,6 @@ FSA_LAYOUT_FN int fsa_bwd_dkv_row(int dk, int dv) { return dk + dv; }
 #define FSA_KVC_STAGE_KEYS 64
 #define FSA_KVC_STAGES 2
 #define FSA_KVC_MAX_GROUP 64
-/* KV heads one CTA may take (fsa_kvc_params.heads): a one-token tile of a
- * key-major group puts their query rows side by side in one n8 tile
- * (heads * g <= 8); the host picks the count from the batch size. */
-#define FSA_KVC_MAX_HEADS 8
 /* 16-row tiles per CTA for group size g: room for 4 query tokens of the
  * group (speculative decoding), at most 64 rows. */
 FSA_LAYOUT_FN int fsa_kvc_row_tiles(int g) { return g <= 4 ? 1 : g <= 8 ? 2 : 4; }
@@ -240,38 +236,31 @@ FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
-/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
- * fragment stores over all 32 banks. The key-major ones keep dv: a padded
- * pitch there costs the kernel a 220-byte spill (NVRTC, sm_90a, G 4). */
-FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 0 : 8); }
-/* The merge area of a share's key groups: each warp's 16 rows at that pitch. */
-FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dk, int dv, int g) { return FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4; }
-/* A stage buffer: the stage's K rows, then its V rows, at least a merge area
- * long: a share ends by merging in the buffer of its last stage while the
- * next share's stages load into the others. */
-FSA_LAYOUT_FN int fsa_kvc_buffer_bytes(int dk, int dv, int g)
-{
-    const int kv = fsa_kvc_stage_bytes(dk) + fsa_kvc_stage_bytes(dv);
-    return kv > fsa_kvc_merge_bytes(dk, dv, g) ? kv : fsa_kvc_merge_bytes(dk, dv, g);
-}
-/* Dynamic shared memory: [the query rows] | FSA_KVC_STAGES stage buffers. */
+/* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
 FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
 {
     return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
 }
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g)
+{
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk);
+}
 FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_buffer_bytes(dk, dv, g);
+    return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
 }
-/* After the key stream, the first stage buffer holds the warps' merge area
- * (16 rows per warp at the merge pitch) and, right after it, when a split sequence's CTAs form a cluster (at
+/* After the key stream, the K/V stages hold the warps' merge area (16 rows of
+ * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
  * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
  * (dv floats each) then their lse, for the cluster to merge from shared
  * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
 #define FSA_KVC_MAX_CLUSTER 8
+/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
+ * fragment stores over all 32 banks, dv + 4 the key-major ones. */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
 FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + fsa_kvc_merge_bytes(dk, dv, g);
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
 }
 FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
 {
@@ -282,12 +271,11 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
  * row, each row's position and token mask), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
- * share loop's fourteen words and union sizes per head, a counter. */
+ * share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
     const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
-                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 14 +
-                      FSA_KVC_MAX_HEADS + 1;
+                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }
 

@@ -34,24 +34,19 @@ constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in regist
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-constexpr u32 BUF_BYTES = fsa_kvc_buffer_bytes(D, DV, G);
-typedef PagedStream<D, DV, BK, PAGE, BUF_BYTES> Stream;
+typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(WARPS * 16 * LDO * 4 <= BUF_BYTES, "a share's merge area fits the buffer of its last stage");
+static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
+              "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 
-// What the loops over a CTA's heads and shares read back each time instead of
-// holding in registers through the key stream: the tile's first token, its
-// sequence, cached length, tokens, shares per CTA, and per KV head of the
-// pass its union size (written by thread 0).
+// What the loop over a CTA's shares reads back each time instead of holding
+// in registers through the key stream: the tile's first token, its sequence,
+// cached length, tokens, union size and last share (written once by thread 0).
 struct ShareLoop {
-    int t0, b, seq_len, ntok, end;  // t0 < Tq <= INT32_MAX
-    int nsplit, first, pos0;        // the split, the CTA's first share, token 0's position
-    int hb, np, h_end;              // the pass's first head, its heads, the CTA's head bound
-    int h, c_lo, c_hi;              // the head being streamed and its live rows
-    int n_union[FSA_KVC_MAX_HEADS];
+    int t0, b, seq_len, ntok, n_union, end;  // t0 < Tq <= INT32_MAX
 };
 
 // Static shared memory: the key stream, the tile's selection, each warp's
@@ -88,14 +83,12 @@ struct RowMath {
     int tpos[2];  // per fragment row half: the token's position (-1: padding row)
     u32 tbit[2];  // and its bit in the key masks
 
-    // The live rows are [c_lo, c_hi): row r is token (r - c_lo) / G.
-    __device__ __forceinline__ void rows(int rt, int lane, int c_lo, int c_hi, int pos0) {
+    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int r = rt * 16 + frag_row(lane, 2 * i);
-            const bool live = r >= c_lo && r < c_hi;
-            tpos[i] = live ? pos0 + (r - c_lo) / G : -1;
-            tbit[i] = live ? 1u << ((r - c_lo) / G) : 0u;
+            tpos[i] = row_live(r, ntok) ? pos0 + r / G : -1;
+            tbit[i] = row_live(r, ntok) ? 1u << (r / G) : 0u;
         }
     }
     __device__ __forceinline__ void reset() {
@@ -138,17 +131,16 @@ struct KeyMath {
     int pos0;
     bool two;  // warp-uniform: rows 8-15 of the warp's tile hold a live row
 
-    // The live rows are [c_lo, c_hi) (c_lo a multiple of G): row r is token (r - c_lo) / G.
-    __device__ __forceinline__ void rows(int rt, int lane, int c_lo, int c_hi, int pos0_) {
+    __device__ __forceinline__ void rows(int rt, int lane, int ntok, int pos0_) {
         pos0 = pos0_;
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
             for (int c = 0; c < CW; c++) {
                 const int r = rt * 16 + frag_col(lane, j, c);
-                tpos[j][c] = r >= c_lo && r < c_hi ? max(pos0 + (r - c_lo) / G, -1) : -1;
+                tpos[j][c] = row_live(r, ntok) ? max(pos0 + r / G, -1) : -1;
             }
-        two = max(c_lo, rt * 16 + 8) < min(c_hi, rt * 16 + 16);
+        two = row_live(rt * 16 + 8, ntok);
     }
     __device__ __forceinline__ void reset() {
         sm.init();
@@ -192,266 +184,184 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 
 // With the query fragments in registers and values up to 128 wide, up to two
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
-// of two stages allows); four row tiles (G > 8) run 2 per SM (3 fit the
-// registers too, but measured 8% slower at G 16).
+// of two stages allows); four row tiles (G > 8) need more: 2 per SM.
 extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ Shared sh;
-    const u32 bufs = smem_addr(smem) + fsa_kvc_smem_k(D, G);  // the stage buffers
-    const u32 q_s = Q_REGS ? Stream::k_tile(bufs, FSA_KVC_STAGES - 1) : smem_addr(smem);
+    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
+    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    {  // the prologue: its values reach the loops below through sh.loop
-        // A (sequence, group of p.heads KV heads)'s CTAs are neighbours in y: a
-        // cluster's CTAs when p.cluster (then one head per group).
-        const int h0 = blockIdx.y / (int)p.ctas * (int)p.heads, cta = blockIdx.y % (int)p.ctas;
-        const int h_end = min(hkv, h0 + (int)p.heads);
-        const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
-        const int *cu_q = (const int *)p.cu_q;
-        // Decode batches: the guessed tile's top-k row and cached length are read
-        // while the tile lookup reads cu_seqlens_q.
-        const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h0);
-        int tile;
-        const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
-        const QuerySpan span = query_span(cu_q, p.tq, b);
-        const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
-        // The CTAs of a split (sequence, KV head) take equal runs of its shares.
-        const int ctas = nsplit > 1 ? (int)p.ctas : 1;
-        if (tile < 0 || tile * TPT >= span.len || cta >= ctas || h0 >= hkv) return;
-        const long long t0 = span.start + (long long)tile * TPT;
-        const int ntok = min(TPT, span.len - tile * TPT);
-        // The tile's top-k rows and the cached length are read at once (neither
-        // needs the other), unless the guess above already has them.
-        const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h0);
-        // What the epilogue writes, asked of L2 now (its address translation and
-        // line are then ready when the stores come): the first share's partial and
-        // the pair's counter, or the first output row.
-        if (tid == 0) {
-            if (nsplit == 1) {
-                prefetch_l2(view_row<u16>(p.o, t0, h0 * G));
-            } else if (!cluster) {
-                prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h0) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
-                prefetch_l2((const int *)p.counters + (long long)b * hkv + h0);
-            }
-        }
-        const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
-        if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
-        // KV heads per pass: a one-token tile with keys on the 16-row side takes
-        // all its heads at once (their G query rows side by side, one n8 tile:
-        // the host keeps heads * G <= 8), else one head per pass.
-        {
-            const int P = KEYS_MAJOR && ntok == 1 ? h_end - h0 : 1;
-            if (tid == 0) {
-                sh.loop.t0 = (int)t0, sh.loop.b = b, sh.loop.seq_len = seq_len, sh.loop.ntok = ntok;
-                sh.loop.end = nsplit / ctas, sh.loop.nsplit = nsplit, sh.loop.first = cta * (nsplit / ctas);
-                sh.loop.pos0 = pos0, sh.loop.hb = h0, sh.loop.np = P, sh.loop.h_end = h_end;
-            }
+    // A (sequence, KV head)'s CTAs are neighbours in y: a cluster's CTAs when p.cluster.
+    const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
+    const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
+    const int *cu_q = (const int *)p.cu_q;
+    // Decode batches: the guessed tile's top-k row and cached length are read
+    // while the tile lookup reads cu_seqlens_q.
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
+    int tile;
+    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
+    const QuerySpan span = query_span(cu_q, p.tq, b);
+    const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
+    // The CTAs of a split (sequence, KV head) take equal runs of its shares.
+    const int ctas = nsplit > 1 ? (int)p.ctas : 1;
+    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
+    const long long t0 = span.start + (long long)tile * TPT;
+    const int ntok = min(TPT, span.len - tile * TPT);
+    // The tile's top-k rows and the cached length are read at once (neither
+    // needs the other), unless the guess above already has them.
+    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    // What the epilogue writes, asked of L2 now (its address translation and
+    // line are then ready when the stores come): the first share's partial and
+    // the pair's counter, or the first output row.
+    if (tid == 0) {
+        if (nsplit == 1) {
+            prefetch_l2(view_row<u16>(p.o, t0, h * G));
+        } else if (!cluster) {
+            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
+            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
         }
     }
-    // From here on the loops' values come from shared memory (read where
-    // used) rather than registers held through the key stream.
+    const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
+    if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
+
+    // Query rows: row r is token r / G, head h * G + r % G; padding rows are zero.
+    load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
+        const bool ok = row_live(r, ntok);
+        return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
+    });
+    if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
+    if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
+    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
+
+    // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
+    // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
+    // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
+    // four warps, and speculative tokens of the group share the stage.
+    const int live_rows = ntok * G;
+    const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
+    const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
+    const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
+    Math math;
+    math.rows(rt, lane, ntok, pos0);
+    const float scale_log2 = (float)p.scale_log2;
+    // Shared-memory addresses, once: the loops below only add constants.
+    const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
+    const u32 k_addr = k_s + key0 * LD * 2 + Math::k_lane(lane);
+    const u32 v_addr = v_s + key0 * LDV * 2 + Math::v_lane(lane);
+
+    // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
+    // in block order. A CTA computes its shares one after another, each exactly
+    // as a CTA of its own would (the bits do not depend on how many CTAs share them).
+    const int per_cta = nsplit / ctas;
+    if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, (cta + 1) * per_cta};
+    __syncthreads();
     const volatile ShareLoop &loop = sh.loop;
-
+    u32 qf[Q_REGS ? D / 16 : 1][4];
 #pragma unroll 1
-    for (int pass = 0;; pass++) {
-        // sh.loop written (by thread 0 above, or at the end of the last pass),
-        // and the last pass done with the selection and the stage buffers.
-        __syncthreads();
-        const int hb = loop.hb, P = KEYS_MAJOR ? loop.np : 1;  // several heads at once only with the keys on the 16-row side
-        const long long t0 = loop.t0;
-        if (pass > 0)  // a tile of several tokens: its next head's top-k rows
-            select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, hb), p.topk.token_stride,
-                                p.topk_len ? (const int *)p.topk_len + t0 : nullptr, loop.ntok);
-        // Heads after the first of a one-token pass: their top-k slots after the
-        // first head's (each entry by the thread that wrote it above).
-        for (int c = tid; c < P * K; c += THREADS)
-            if (c >= K)
-                sh.sel.cand[c] = topk_slot<K>(view_row<const int>(p.topk, t0, hb + c / K),
-                                              p.topk_len ? (const int *)p.topk_len + t0 : nullptr, c % K);
-        // Query rows: row r is token r / G, head hb * G + r % G (one head), or
-        // head hb * G + r of the token (a pass of several heads); padding rows are zero.
-        load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
-            const bool ok = P > 1 ? r < P * G : row_live(r, loop.ntok);
-            const long long t = P > 1 ? t0 : t0 + r / G;
-            const int hq = P > 1 ? hb * G + r : hb * G + r % G;
-            return RowSrc{ok ? view_row<const u16>(p.q, t, hq) : (const u16 *)p.q.ptr, ok};
-        });
-        if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-        if (P > 1) {
-            __syncthreads();  // the candidates
-            select_union_heads<K, TPT, BK>(sh.sel, P, sh.loop.n_union);
-        } else {
-            const int nt = loop.ntok;
-            if (!select_union_in_warp<K>(nt)) __syncthreads();  // pos and the candidates
-            const int nu = select_union<K, TPT, BK>(sh.sel, nt);
-            if (tid == 0) sh.loop.n_union[0] = nu;
+    for (int share = cta * per_cta; share < loop.end; share++) {
+        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
+        const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
+        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
+        in.start();  // without Q_REGS the query rows join stage 0's group
+        if (Q_REGS && share == cta * per_cta) {
+            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
+            __syncthreads();
+            if (warp_live)
+#pragma unroll
+                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+            // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
-        // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
-        // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
-        // keys key0 .. key0 + 16 rte - 1. Decode rows of a large group thus use all
-        // four warps, and speculative tokens of the group share the stage.
-        const int live_rows = P > 1 ? P * G : loop.ntok * G;
-        const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
-        const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
-        const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
-        // Shared-memory addresses, once: the loops below only add constants.
-        const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
-        const u32 k_addr = Stream::k_tile(bufs, 0) + key0 * LD * 2 + Math::k_lane(lane);
-        const u32 v_addr = Stream::v_tile(bufs, 0) + key0 * LDV * 2 + Math::v_lane(lane);
-        u32 qf[Q_REGS ? D / 16 : 1][4];
-        __syncthreads();  // the unions and their sizes
+        math.reset();
 
+        for (int st = 0; st < in.n_stages; st++) {
+            const int buf = in.acquire(st);
+            if (!warp_live) continue;
+            // The warp's keys of the stage, 16 at a time (one online-softmax step
+            // each: the scores of one chunk live in registers at once).
 #pragma unroll 1
-        for (int j = 0;; j++) {
-            // The head's live rows: its G query rows in a pass of several heads, else the tile's.
-            const int np = KEYS_MAJOR ? loop.np : 1, c_lo = np > 1 ? j * G : 0, c_hi = np > 1 ? j * G + G : loop.ntok * G;
-            const int h = loop.hb + j;
-            if (tid == 0) sh.loop.h = h, sh.loop.c_lo = c_lo, sh.loop.c_hi = c_hi;
-            Math math;
-            math.rows(rt, lane, c_lo, c_hi, loop.pos0);
-            // Share s of the head's union is its contiguous run of blocks [s chunk,
-            // (s + 1) chunk), in block order. A CTA computes its shares one after
-            // another, each exactly as a CTA of its own would (the bits do not
-            // depend on how many CTAs share them, nor on the heads beside them),
-            // through one key stream: a share's stages start while the previous
-            // share merges its warps in the buffer of its last stage.
-            const int nu = loop.n_union[j], ns_ = loop.nsplit, chunk = (nu + ns_ - 1) / ns_, f_ = loop.first;
-            const int u0 = np > 1 ? j * K : 0;  // the head's union in the selection
-            Stream in(sh.stream, p, bufs, sh.sel.blocks, sh.sel.masks, u0 + min(nu, f_ * chunk),
-                      u0 + min(nu, (f_ + loop.end) * chunk), chunk, loop.b, h, loop.seq_len);
-            in.start();  // without Q_REGS the query rows join stage 0's group
-            if (Q_REGS && j == 0) {
-                cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
-                __syncthreads();
-                if (warp_live)
-#pragma unroll
-                    for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
-                // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
+            for (int c = 0; c < RT; c++) {
+                if (c >= rte) break;
+                const int *kpos = in.keypos(buf) + key0 + c * 16;
+                const u32 *kmask = in.keymask(buf) + key0 + c * 16;
+                const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
+                math.chunk(qf, q_addr, k_addr + k16, v_addr + v16, kpos, kmask, scale_log2, lane);
             }
-            int st = 0;  // the stream's next stage
-#pragma unroll 1
-            for (int i = 0; i < loop.end; i++) {
-                const int ns = in.segment_stages(i);
-                math.reset();
-                for (int l = 0; l < ns; l++, st++) {
-                    const int buf = in.acquire(st);
-                    if (!warp_live) continue;
-                    // The warp's keys of the stage, 16 at a time (one online-softmax step
-                    // each: the scores of one chunk live in registers at once).
-#pragma unroll 1
-                    for (int c = 0; c < RT; c++) {
-                        if (c >= rte) break;
-                        const int *kpos = in.keypos(buf) + key0 + c * 16;
-                        const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                        const u32 off = buf * BUF_BYTES;
-                        math.chunk(qf, q_addr, k_addr + off + c * TILE16, v_addr + off + c * V_TILE16, kpos, kmask,
-                                   (float)p.scale_log2, lane);
-                    }
-                }
-                // The share loop's values in registers for the stores below (a volatile
-                // shared read between them would wait for the stores before it).
-                const int e_b = loop.b, h = loop.h, c_lo = loop.c_lo, c_hi = loop.c_hi, nsplit = loop.nsplit;
-                const long long e_t0 = loop.t0;
-                const long long part = (((long long)e_b * hkv + h) * nsplit + loop.first + i) * ROWS;
-                // Tile row r (row r - c_lo of the head)'s normalized columns d, d + 1
-                // and its lse (log2) to o / lse or to the share's partial: the
-                // workspace, or this CTA's shared memory in a cluster (one share per
-                // CTA: the stream is over then).
-                auto store = [&](int r, int d, float v0, float v1, float lse2) {
-                    const int hr = r - c_lo;
-                    if (nsplit == 1) {
-                        const long long t = e_t0 + hr / G;
-                        const int hq = h * G + hr % G;
-                        *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v0, v1);
-                        if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-                    } else {
-                        const bool cluster = CLUSTER && p.cluster != 0;
-                        float *const po =
-                            cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
-                        *(float2 *)(po + hr * DV + d) = make_float2(v0, v1);
-                        if (d == 0) (cluster ? po + ROWS * DV : (float *)p.lse_part + part)[hr] = lse2;
-                    }
-                };
-                // Only the head's live rows are visited.
-                const int items = (c_hi - c_lo) * (DV / 2);
-                if (ns == 0) {  // no block: what the merge of empty warps gives
-#pragma unroll 1
-                    for (int c = tid; c < items; c += THREADS) {
-                        const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2;
-                        store(r, d, 0.f, 0.f, -FSA_INF);
-                    }
-                    continue;
-                }
-                __syncthreads();  // every warp is done with the last stage: its buffer may become the merge area
-
-                // The key groups of each row tile merge in group order; row tile rt's
-                // warps sit together in the merge area: the buffer of the share's last
-                // stage while the stream goes on (the next stage is in flight in the
-                // other), else the first buffer (clear of a cluster's partial).
-                const int mbuf = st < in.n_stages ? (st - 1) % FSA_KVC_STAGES : 0;
-                float *om = (float *)(smem + fsa_kvc_smem_k(D, G) + mbuf * BUF_BYTES);
-                math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
-                __syncthreads();
-                // EI items (row, column pair) per thread at a time: all their shared-memory
-                // reads first, so their latencies overlap, then their stores.
-                constexpr int EI = 4;
-#pragma unroll 1
-                for (int c0 = tid; c0 < items; c0 += EI * THREADS) {
-                    float v[EI][2], mmax[EI], l[EI];
-#pragma unroll
-                    for (int e = 0; e < EI; e++) {
-                        const int c = min(c0 + e * THREADS, items - 1);  // past the items: a repeat, not stored
-                        const int r = c_lo + c / (DV / 2), d = (c % (DV / 2)) * 2, tr = r >> 4;
-                        l[e] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e])
-                               : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e])
-                                          : merged_row<1>(om, sh.ml, tr, r & 15, d, v[e], &mmax[e]);
-                    }
-#pragma unroll
-                    for (int e = 0; e < EI; e++) {
-                        const int c = c0 + e * THREADS;
-                        if (c >= items) break;
-                        const float inv = l[e] > 0.f ? 1.f / l[e] : 0.f;
-                        store(c_lo + c / (DV / 2), (c % (DV / 2)) * 2, v[e][0] * inv, v[e][1] * inv,
-                              l[e] > 0.f ? mmax[e] + fast_log2(l[e]) : -FSA_INF);
-                    }
-                }
-                // The next acquire's barrier comes before its copies into this buffer
-                // and before the next share's warps write sh.ml.
-            }
-            __syncthreads();  // the merge area and the head's selection are read before the next head's stream
-            if (!KEYS_MAJOR || j + 1 >= loop.np) break;
         }
-        if (tid == 0) sh.loop.hb = loop.hb + loop.np;
+        cp_async_wait<0>();
+        __syncthreads();  // the K/V buffers become the merge area
+
+        // The key groups of each row tile merge in group order; row tile rt's
+        // warps sit together in the merge area.
+        float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+        math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
-        if (loop.hb >= loop.h_end) break;
+        // The share loop's values in registers for the stores below (a volatile
+        // shared read between them would wait for the stores before it), and
+        // only the live rows (the first ntok * G).
+        const int e_b = loop.b, e_items = loop.ntok * G * (DV / 2);
+        const long long e_t0 = loop.t0;
+        const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
+        // EI items (row, column pair) per thread at a time: all their shared-memory
+        // reads first, so their latencies overlap, then their stores.
+        constexpr int EI = 4;
+#pragma unroll 1
+        for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
+            float v[EI][2], mmax[EI], l[EI];
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = min(c0 + i * THREADS, e_items - 1);  // past the items: a repeat, not stored
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2, tr = r >> 4;
+                l[i] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                       : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                                  : merged_row<1>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = c0 + i * THREADS;
+                if (c >= e_items) break;
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
+                const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+                const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
+                const long long t = e_t0 + r / G;
+                const int hq = h * G + r % G;
+                if (nsplit == 1) {
+                    *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+                } else {
+                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
+                    float *const po =
+                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
+                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) pl[r] = lse2;
+                }
+            }
+        }
+        __syncthreads();  // the merge area is read before the next share's copies land in it
     }
-    // The tail's values again from the parameters and shared memory, not kept through the loops.
-    const int nsplit = loop.nsplit;
     if (nsplit == 1) return;
-    const int bb = loop.b, ctas = (int)p.ctas, cta = blockIdx.y % ctas;
-    const int h0 = blockIdx.y / ctas * (int)p.heads, h_end = loop.h_end;
-    const QuerySpan merged = query_span((const int *)p.cu_q, p.tq, bb);
-    if (CLUSTER && p.cluster != 0) {
+    const int bb = loop.b;
+    const QuerySpan merged = query_span(cu_q, p.tq, bb);
+    if (cluster) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
-        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h0, nsplit, tid * ctas + cta,
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
         return;
     }
-    // Per KV head: the last CTA of (b, h) to finish merges all shares, in share order.
-#pragma unroll 1
-    for (int h = h0; h < h_end; h++) {
-        const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-        if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-            merge_shares<DT, DV, G>(p,
-                                    WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
-                                                              (const float *)p.o_part + first_part * DV},
-                                    merged, h, nsplit, tid, THREADS);
-    }
+    // The last CTA of (b, h) to finish merges all shares, in share order.
+    const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
+    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
+        merge_shares<DT, DV, G>(p,
+                                WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
+                                                          (const float *)p.o_part + first_part * DV},
+                                merged, h, nsplit, tid, THREADS);
 }

@@ -34,7 +34,6 @@ typedef struct fsa_kvc_params {
     long long counters;     /* int32 [batch, Hkv]: CTAs done per split sequence; zero between calls */
     long long cluster;      /* 1: the ctas CTAs of a (sequence, KV head) are a cluster, one share each,
                                merged through shared memory (fsa_kvc_cluster_fits; sm_90) */
-    long long heads;        /* KV heads per CTA (1..FSA_KVC_MAX_HEADS); grid y = ceil(Hkv / heads) * ctas */
 } fsa_kvc_params;
 
 #endif

@@ -201,62 +201,41 @@ __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 
 // slot holds it (found by shuffles, not by re-reading the row), and a valid
 // block's place in the union is the number of valid blocks below it: the same
 // union and masks as the general path.
-// The union of one token's K slots cand[0 .. K) by one warp (lane: the
-// thread's lane): valid blocks (0 <= block <= own, first occurrence) to
-// blocks[rank], masks[rank] = 1 (token 0); returns the count to every lane.
-template <int K, int BK>
-__device__ __forceinline__ int union_one_warp(const int *cand, int own, int *blocks, u32 *masks, int lane) {
-    static_assert(K <= 64, "two slots per lane");
-    int raw[2], v[2], rank[2] = {0, 0};
-    bool dup[2] = {false, false};
-#pragma unroll
-    for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? cand[lane + 32 * i] : -1;
-#pragma unroll 4
-    for (int j = 0; j < K; j++) {
-        const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
-        dup[0] = dup[0] || (j < lane && w == raw[0]);
-        dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
-#pragma unroll 4
-    for (int j = 0; j < K; j++) {
-        const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
-        rank[0] += w >= 0 && w < v[0];
-        rank[1] += w >= 0 && w < v[1];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-        if (v[i] >= 0) {
-            blocks[rank[i]] = v[i];
-            masks[rank[i]] = 1u;
-        }
-    return __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
-}
-
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
+    static_assert(K <= 64, "two slots per lane");
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
-        const int own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        const int count = union_one_warp<K, BK>(sel.cand, own, sel.blocks, sel.masks, threadIdx.x);
-        if (threadIdx.x == 0) sel.first[0] = (u32)count;  // first is scratch here
+        const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
+        int raw[2], v[2], rank[2] = {0, 0};
+        bool dup[2] = {false, false};
+#pragma unroll
+        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
+#pragma unroll 4
+        for (int j = 0; j < K; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
+            dup[0] = dup[0] || (j < lane && w == raw[0]);
+            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
+#pragma unroll 4
+        for (int j = 0; j < K; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
+            rank[0] += w >= 0 && w < v[0];
+            rank[1] += w >= 0 && w < v[1];
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            if (v[i] >= 0) {
+                sel.blocks[rank[i]] = v[i];
+                sel.masks[rank[i]] = 1u;
+            }
+        const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
+        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
     }
     __syncthreads();
     return (int)sel.first[0];
-}
-
-// One token's selections for n (<= TPT) KV heads side by side: head j's K slots at
-// cand[j K ..), its union at blocks / masks[j K ..) and its size in count[j];
-// warp w takes heads w, w + 4, ... (after a barrier that published the
-// candidates and sel.pos[0]; the caller's next barrier publishes the unions).
-template <int K, int TPT, int BK>
-__device__ __forceinline__ void select_union_heads(TileSelection<TPT * K, TPT> &sel, int n, volatile int *count) {
-    const int lane = threadIdx.x & 31, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-    for (int j = threadIdx.x >> 5; j < n; j += FSA_KVC_WARPS) {
-        const int c = union_one_warp<K, BK>(sel.cand + j * K, own, sel.blocks + j * K, sel.masks + j * K, lane);
-        if (lane == 0) count[j] = c;
-    }
 }
 
 template <int K, int TPT, int BK>
@@ -312,47 +291,13 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, in
     return count;
 }
 
-// A CTA's key stream covers the union blocks [u_lo, u_lo + n_blocks) in
-// segments of seg_blocks blocks (a CTA's shares; the last may be shorter).
-// Each segment starts a stage of its own, so a share's keys never share a
-// stage with the next share's, and stage s is stage s % seg_stages of segment
-// s / seg_stages (only the last non-empty segment has fewer stages).
-struct StreamSegments {
-    int u_lo, n_blocks, seg_blocks, seg_stages;
-
-    template <int BK>
-    static __device__ __forceinline__ StreamSegments make(int u_lo, int u_hi, int seg_blocks) {
-        const int sb = max(seg_blocks, 1);
-        return StreamSegments{u_lo, max(u_hi - u_lo, 0), sb, (sb * BK + KVC_STAGE - 1) / KVC_STAGE};
-    }
-    // Stages of segment i (0 past the blocks).
-    template <int BK>
-    __device__ __forceinline__ int stages(int i) const {
-        const int nb = min(seg_blocks, n_blocks - i * seg_blocks);
-        return nb > 0 ? (nb * BK + KVC_STAGE - 1) / KVC_STAGE : 0;
-    }
-    template <int BK>
-    __device__ __forceinline__ int total_stages() const {
-        const int full = n_blocks / seg_blocks;
-        return full * seg_stages + stages<BK>(full);
-    }
-    // Row r of stage `stage`: the union index of its block (-1: not a key) and the key's place in the block.
-    template <int BK>
-    __device__ __forceinline__ int row_block(int stage, int r, int *in_block) const {
-        const int seg = stage / seg_stages, q = (stage - seg * seg_stages) * KVC_STAGE + r;
-        const int nb = min(seg_blocks, n_blocks - seg * seg_blocks);
-        *in_block = q % BK;
-        return q < nb * BK ? u_lo + seg * seg_blocks + q / BK : -1;
-    }
-};
-
-// Stage `stage` (KVC_STAGE keys) of a CTA's segments of the blocks of a
+// Stage `stage` (KVC_STAGE keys) of the concatenated blocks blocks[u0 ..] of a
 // sequence of seq_len cached keys is streamed in steps a stage apart, so
 // that reading the page table never delays the copies or the math:
 //  paged_fetch_row: thread r issues the table read of row r of the stage (a
 //      register in flight for a stage; page -1 when the row is not a key:
-//      past its segment, past the sequence or past the table);
-//  paged_key_row (before a barrier): thread r turns its lookup into the
+//      past the blocks, past the sequence or past the table);
+//  paged_store_row (before a barrier): thread r turns its lookup into the
 //      element offsets of the row in the K and V caches (KeyRow; -1: no key),
 //      once per row rather than once per 16-byte piece;
 //  paged_load_stage (after that barrier): each row's position in keypos
@@ -362,15 +307,12 @@ struct StreamSegments {
 //      or behind a bad page-table entry, zero-filled).
 static_assert(KVC_STAGE <= FSA_KVC_THREADS, "a thread per key row of a stage");
 template <int BK, int PAGE>
-__device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks,
-                                                     const StreamSegments &seg, int stage, const int *table,
-                                                     int seq_len) {
-    const int r = threadIdx.x;
+__device__ __forceinline__ PagedSlot paged_fetch_row(const fsa_kvc_params &p, const int *blocks, int u0, int stage,
+                                                     int total_keys, const int *table, int seq_len) {
+    const int r = threadIdx.x, q = stage * KVC_STAGE + r;
     PagedSlot s = {-1, 0};
-    if (r < KVC_STAGE) {
-        int off;
-        const int u = seg.row_block<BK>(stage, r, &off);
-        const int j = u >= 0 ? blocks[u] * BK + off : seq_len;
+    if (r < KVC_STAGE && q < total_keys) {
+        const int j = blocks[u0 + q / BK] * BK + q % BK;
         if (j < seq_len) s = paged_slot_fetch<PAGE>(table, p.max_pages, j);
     }
     return s;
@@ -388,13 +330,12 @@ __device__ __forceinline__ KeyRow paged_key_row(const fsa_kvc_params &p, PagedSl
 template <int D, int DV, int BK>
 __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, int *keypos,
                                                  u32 *keymask, const KeyRow *rows, const int *blocks,
-                                                 const u32 *masks, const StreamSegments &seg, int stage) {
+                                                 const u32 *masks, int u0, int stage) {
     for (int r = threadIdx.x; r < KVC_STAGE; r += FSA_KVC_THREADS) {
-        int off;
-        const int u = seg.row_block<BK>(stage, r, &off);
+        const int q = stage * KVC_STAGE + r;
         const bool ok = rows[r].k >= 0;  // only rows of keys have a page
-        keypos[r] = ok ? blocks[u] * BK + off : 0x7fffffff;
-        keymask[r] = ok ? masks[u] : 0u;
+        keypos[r] = ok ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
+        keymask[r] = ok ? masks[u0 + q / BK] : 0u;
     }
     const u16 *k0 = (const u16 *)p.k.rows.ptr, *v0 = (const u16 *)p.v.rows.ptr;
     load_tiles_async<KVC_STAGE, D, fsa_pitch(D), DV, fsa_pitch(DV), FSA_KVC_THREADS>(k_dst, v_dst, [&](int r) {
@@ -416,60 +357,46 @@ struct PagedStreamShared {
 };
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
-// head h of sequence b in segments of seg_blocks blocks (StreamSegments), in
-// stages of KVC_STAGE keys through the sequence's page-table row (each stage's
-// table reads issued a stage before its copies and held in registers
-// meanwhile; the first FSA_KVC_STAGES stages' reads together at the start, so
-// a short share's stages are all in flight one table latency after it
-// starts), FSA_KVC_STAGES stages in flight in the buffers at bufs (shared byte
-// address; buffer i at bufs + i BUF_BYTES: its K rows D wide, then its V rows
-// DV wide). One stream runs through all segments: the next segment's stages
-// load while the last one's buffer is used for something else (below).
-// Use:
-//   PagedStream<D, DV, BK, PAGE, BUF_BYTES> in(sh, p, bufs, blocks, masks, u_lo, u_hi, seg_blocks, b, h, seq_len);
+// head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
+// sequence's page-table row (each stage's table reads issued a stage before
+// its copies and held in registers meanwhile; the first FSA_KVC_STAGES
+// stages' reads together at the start, so a short share's stages are all
+// in flight one table latency after it starts),
+// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
+// D wide, V rows DV wide). Use:
+//   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
 //   ... issue copies that should join stage 0's group ...
 //   in.start();                        // every thread
-//   for (int st = 0, i = 0; i < segments; i++)
-//       for (int n = in.segment_stages(i); n > 0; n--, st++) {
-//           const int buf = in.acquire(st);  // stage st is in buffer buf
-//           ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
-//       }
-// Between acquire(st) and acquire(st + 1) buffer st % STAGES is free for
-// other use once every warp is done with the stage (a barrier): stage st +
-// 1 is in flight meanwhile, and acquire(st + 1) refills the buffer only after
-// its own barrier.
-template <int D, int DV, int BK, int PAGE, u32 BUF_BYTES>
+//   for (int st = 0; st < in.n_stages; st++) {
+//       const int buf = in.acquire(st);  // stage st is in buffer buf
+//       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
+//   }
+template <int D, int DV, int BK, int PAGE>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
     static constexpr int STAGES = FSA_KVC_STAGES;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
-    static_assert(K_STAGE_BYTES + V_STAGE_BYTES <= BUF_BYTES, "a stage fits its buffer");
 
     PagedStreamShared &sh;
     const fsa_kvc_params &p;
-    u32 bufs;
+    u32 ks, vs;
     const int *blocks;
     const u32 *masks;
     const int *table;  // the sequence's page-table row
-    StreamSegments seg;
-    int h, seq_len;
-    int n_stages;
+    int u_lo, h, seq_len;
+    int total_keys, n_stages;
     PagedSlot next;  // this thread's row of the next stage's lookups, in flight
     AsyncRing<FSA_KVC_STAGES> ring;
 
-    __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 bufs_,
-                                           const int *blocks_, const u32 *masks_, int u_lo, int u_hi, int seg_blocks,
-                                           int b, int h_, int seq_len_)
-        : sh(sh_), p(p_), bufs(bufs_), blocks(blocks_), masks(masks_), h(h_), seq_len(seq_len_) {
-        seg = StreamSegments::make<BK>(u_lo, u_hi, seg_blocks);
+    __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
+                                           const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
+                                           int seq_len_)
+        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_) {
+        total_keys = (u_hi - u_lo) * BK;
         table = (const int *)p.block_table + (long long)b * p.bt_stride;
-        n_stages = seg.total_stages<BK>();
+        n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
-
-    __device__ __forceinline__ int segment_stages(int i) const { return seg.stages<BK>(i); }
-    static __device__ __forceinline__ u32 k_tile(u32 bufs, int buf) { return bufs + buf * BUF_BYTES; }
-    static __device__ __forceinline__ u32 v_tile(u32 bufs, int buf) { return bufs + buf * BUF_BYTES + K_STAGE_BYTES; }
 
     // The page lookups of the first STAGES stages (all in flight at once),
     // then the copies of the first STAGES - 1; the last lookup waits in
@@ -496,7 +423,7 @@ struct PagedStream {
 
   private:
     __device__ __forceinline__ PagedSlot fetch(int stage) {
-        return paged_fetch_row<BK, PAGE>(p, blocks, seg, stage, table, seq_len);
+        return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
     }
     // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
     __device__ __forceinline__ void store(int stage, PagedSlot s) {
@@ -506,8 +433,8 @@ struct PagedStream {
     // then the table reads of the next one unless start() read them.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
-            paged_load_stage<D, DV, BK>(p, k_tile(bufs, buf), v_tile(bufs, buf), sh.keypos[buf], sh.keymask[buf],
-                                        sh.rows[buf], blocks, masks, seg, stage);
+            paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
+                                        sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
             if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
         };
     }

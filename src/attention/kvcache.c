@@ -69,15 +69,6 @@ static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc 
     return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group);
 }
 
-/* FSA_KVC_HEADS=N: at most N KV heads per CTA whatever the batch (N >= 1;
- * to compare the bits of the packed and the unpacked kernels), else 0. */
-static int heads_cap_of_env(void)
-{
-    const char *env = getenv("FSA_KVC_HEADS");
-    const int n = env != NULL ? atoi(env) : 0;
-    return n > 0 ? n : 0;
-}
-
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
     fsa_kvcache_plan *plan = NULL;
@@ -108,7 +99,6 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     plan->cluster = cluster_merge_allowed(ctx, desc, group);
-    plan->heads_cap = heads_cap_of_env();
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -283,7 +273,6 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->counters = (long long)a->workspace;
     p->o_part = (long long)(a->workspace + fsa_kvc_counter_bytes(plan));
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
-    p->heads = 1;
 }
 
 /* CTAs per (split sequence, KV head): a divisor C of the share count S.
@@ -308,34 +297,6 @@ static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
     return best;
 }
 
-/* KV heads per CTA at C CTAs per pair: with the keys on the mma's 16-row
- * side, a one-token tile's CTA may stream several KV heads one after another
- * (their query rows side by side in one n8 tile, heads * G <= 8), each exactly
- * as a CTA of its own would, so this depends on the batch size without
- * touching the bits. A CTA's fixed part (prologue, epilogue, merge) costs
- * about six blocks' stages at B >= 64 (bench/NOTES.md, decode fourth series):
- * H minimizes waves x (blocks per CTA + 6), the smaller H on ties
- * (plan->heads_cap forces the most heads up to it). */
-static int heads_per_cta(const fsa_kvcache_plan *plan, int batch, int splits, int ctas)
-{
-    const int g = plan->group, hkv = plan->desc.num_kv_heads;
-    if (!fsa_kvc_keys_major(g, plan->desc.head_dim)) return 1;
-    const int64_t resident = plan->resident > 0 ? plan->resident : 1;
-    const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
-    int best = 1;
-    int64_t best_cost = -1;
-    for (int hp = 1; hp <= FSA_KVC_MAX_HEADS && hp * g <= 8 && hp <= hkv; hp *= 2) {
-        if (plan->heads_cap > 0) { /* forced: the most heads up to the cap */
-            if (hp <= plan->heads_cap) best = hp;
-            continue;
-        }
-        const int64_t ctas_all = (int64_t)batch * ((hkv + hp - 1) / hp) * ctas;
-        const int64_t waves = (ctas_all + resident - 1) / resident, cost = waves * (hp * share_blocks * (splits / ctas) + 6);
-        if (best_cost < 0 || cost < best_cost) best = hp, best_cost = cost;
-    }
-    return best;
-}
-
 /* The attention kernel over every tile of the batch (the last CTA of a split
  * sequence merges it). */
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
@@ -348,12 +309,11 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
      * memory (across waves, a cluster's CTAs would wait for each other's slots). */
     p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
                 (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
-    p.heads = p.cluster ? 1 : heads_per_cta(plan, a->batch, splits, ctas);
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
-    const unsigned groups = (unsigned)((plan->desc.num_kv_heads + p.heads - 1) / p.heads);
+    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
     if (p.cluster)
-        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, groups * (unsigned)ctas, (unsigned)ctas, stream, &p);
-    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, groups * (unsigned)ctas, stream, &p);
+        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
+    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 
 fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)

@@ -31,7 +31,6 @@ struct fsa_kvcache_plan {
     int max_splits; /* the largest share count any variant takes: sizes the workspace */
     int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
-    int heads_cap;  /* most KV heads per CTA (FSA_KVC_HEADS, for tests; 0: the batch rule) */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
