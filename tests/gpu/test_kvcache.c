@@ -55,6 +55,7 @@ enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
 
 static fsa_context *g_ctx;
 static char *g_cache_dir;
+static int g_own_cache; /* a temporary cache dir of this run, removed at the end */
 static fsa_kvcache_plan *g_plans[N_CASES];
 static int g_quick;
 
@@ -338,7 +339,10 @@ static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
-    g_cache_dir = fsa_test_mkdtemp("kvcache-cache");
+    /* FSA_TEST_CACHE_DIR: a kernel cache shared by several runs (e.g. filtered runs in parallel), kept. */
+    const char *shared = getenv("FSA_TEST_CACHE_DIR");
+    g_own_cache = shared == NULL || shared[0] == '\0';
+    g_cache_dir = g_own_cache ? fsa_test_mkdtemp("kvcache-cache") : strdup(shared);
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     for (size_t i = 0; i < N_CASES; i++) {
         const fsa_kvcache_desc d = kvc_desc_of(&cases[i], MAX_BATCH, MAX_TOKENS);
@@ -355,7 +359,7 @@ static int teardown(void **state)
     (void)state;
     for (size_t i = 0; i < N_CASES; i++) fsa_kvcache_plan_destroy(g_plans[i]);
     fsa_context_destroy(g_ctx);
-    fsa_test_rmtree(g_cache_dir);
+    if (g_own_cache) fsa_test_rmtree(g_cache_dir);
     free(g_cache_dir);
     return 0;
 }
