@@ -1,12 +1,8 @@
 // Thread-block clusters (sm_90 and later): a CTA's rank in its cluster, the
-// cluster-wide barrier (whole, or its arrive and wait halves), and stores to
-// and reads of another CTA's shared memory (distributed shared memory). A CTA
-// may touch another's shared memory only once that CTA has started: a
-// cluster_arrive_relaxed() at the kernel's start and a cluster_wait() before
-// the first remote access say so. FSA_HAS_CLUSTERS says whether the target
-// has them; on older targets the functions exist (so `if constexpr` branches
-// compile) but trap. A kernel launched without cluster dimensions is a
-// cluster of one CTA.
+// cluster-wide barrier, and reads of another CTA's shared memory (distributed
+// shared memory). FSA_HAS_CLUSTERS says whether the target has them; on older
+// targets the functions exist (so `if constexpr` branches compile) but trap.
+// A kernel launched without cluster dimensions is a cluster of one CTA.
 #pragma once
 #include "fsa_device.cuh"
 
@@ -29,22 +25,12 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 // The address of this CTA's shared byte address `addr` in the shared memory of
 // CTA `rank` of the cluster (the same variable there).
 __device__ __forceinline__ u32 cluster_map(u32 addr, unsigned rank) {
     u32 r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
-}
-__device__ __forceinline__ void cluster_st_f32(u32 addr, float v) {
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void cluster_st_f32x2(u32 addr, float v0, float v1) {  // 8-byte aligned
-    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v0), "f"(v1) : "memory");
 }
 __device__ __forceinline__ float cluster_ld_f32(u32 addr) {
     float v;
@@ -62,14 +48,10 @@ __device__ __forceinline__ float4 cluster_ld_f32x4(u32 addr) {  // 16-byte align
 #else
 __device__ __forceinline__ unsigned cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __trap(); }
-__device__ __forceinline__ void cluster_arrive_relaxed() { __trap(); }
-__device__ __forceinline__ void cluster_wait() { __trap(); }
 __device__ __forceinline__ u32 cluster_map(u32, unsigned) {
     __trap();
     return 0;
 }
-__device__ __forceinline__ void cluster_st_f32(u32, float) { __trap(); }
-__device__ __forceinline__ void cluster_st_f32x2(u32, float, float) { __trap(); }
 __device__ __forceinline__ float cluster_ld_f32(u32) {
     __trap();
     return 0.f;

@@ -39,8 +39,8 @@ static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
-// Shares merged through the cluster's shared memory (sm_90).
-constexpr bool CLUSTER = FSA_HAS_CLUSTERS;
+// Shares merged through the cluster's shared memory (sm_90, where the share fits).
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -198,7 +198,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     // A (sequence, KV head)'s CTAs are neighbours in y: a cluster's CTAs when p.cluster.
     const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
-    if (cluster) cluster_arrive_relaxed();  // started: the cluster may write this CTA's receive area
     const int *cu_q = (const int *)p.cu_q;
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
@@ -310,7 +309,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // EI items (row, column pair) per thread at a time: all their shared-memory
         // reads first, so their latencies overlap, then their stores.
         constexpr int EI = 4;
-        if (cluster) cluster_wait();  // every CTA of the cluster has started (its receive area is live)
 #pragma unroll 1
         for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
             float v[EI][2], mmax[EI], l[EI];
@@ -334,13 +332,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if (nsplit == 1) {
                     *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
                     if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-                } else if (cluster) {  // the share's partial, to the CTAs that merge its columns
-                    const ClusterSlices<DV, ROWS> to{smem_addr(smem) + fsa_kvc_smem_bytes(D, DV, G), nsplit};
-                    to.put(share, r, d, v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) to.put_lse(share, r, lse2);
-                } else {  // the share's partial, to the workspace
-                    *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+                } else {
+                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
+                    float *const po =
+                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
+                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) pl[r] = lse2;
                 }
             }
         }
@@ -350,13 +348,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
     if (cluster) {
-        // Every share's slice of this CTA's columns is in its receive area once
-        // the whole cluster has passed the barrier; after it no CTA touches
-        // another's shared memory.
-        cluster_sync();
-        const int w = DV / nsplit;
-        merge_shares<DT, DV, G>(p, SliceShares<DV, ROWS>{(const float *)(smem + fsa_kvc_smem_bytes(D, DV, G)), w, cta * w},
-                                merged, h, nsplit, cta * w, w);
+        // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
+        cluster_sync();  // the shares' partials are written
+        const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+        // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
+                                ctas * THREADS);
+        cluster_sync();  // no CTA leaves while another reads its shared memory
         return;
     }
     // The last CTA of (b, h) to finish merges all shares, in share order.
@@ -365,5 +363,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         merge_shares<DT, DV, G>(p,
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
-                                merged, h, nsplit, 0, DV);
+                                merged, h, nsplit, tid, THREADS);
 }

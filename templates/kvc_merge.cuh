@@ -4,11 +4,10 @@
 // does not depend on which share finished first. The partials live either in
 // the workspace (every CTA counts itself done on a counter of its (sequence,
 // KV head) and the last one merges) or, when the shares' CTAs form a cluster
-// (sm_90), in shared memory: each CTA sends each slice of its partial's
-// columns to the CTA that merges that slice, and after one cluster barrier
-// every CTA merges its slice from its own shared memory: no counter, no
-// fence, no partial through L2, no remote read. Both paths fold the same
-// partial values the same way, so the bits do not depend on which one ran.
+// (sm_90), in each CTA's shared memory, merged by the whole cluster after a
+// cluster barrier: no counter, no fence, no partial through L2. Both read the
+// same partial values and fold them the same way, so the bits do not depend
+// on which path ran.
 #pragma once
 #include "fsa_cluster.cuh"
 #include "paged_kv.cuh"
@@ -47,40 +46,18 @@ struct WorkspaceShares {
     }
 };
 
-// Cluster path. CTA o of a cluster of S (CTA s computes share s) merges the
-// columns [o w, (o + 1) w), w = D / S (a multiple of 4). Every CTA's receive
-// area at the shared byte address `base` (the same in every CTA, never used
-// by the key stream) holds what it merges: rows [S][ROWS][w] floats, then
-// every share's lse [S][ROWS]. ClusterSlices::put sends share s's row r,
-// columns d and d + 1 (d even) to the CTA that merges them; put_lse sends a
-// row's lse to every CTA of the cluster.
-template <int D, int ROWS>
-struct ClusterSlices {
-    u32 base;
-    int shares;
-    __device__ __forceinline__ void put(int s, int r, int d, float v0, float v1) const {
-        const int w = D / shares, o = d / w;
-        cluster_st_f32x2(cluster_map(base + 4 * ((s * ROWS + r) * w + d - o * w), o), v0, v1);
-    }
-    __device__ __forceinline__ void put_lse(int s, int r, float l) const {
-        for (int o = 0; o < shares; o++) cluster_st_f32(cluster_map(base + 4 * (ROWS * D + s * ROWS + r), o), l);
-    }
-};
-
-// SliceShares: the merge's source on the cluster path, this CTA's slice (its
-// first column col0, w columns) in its own receive area.
-template <int D, int ROWS>
-struct SliceShares {
-    const float *base;
-    int w, col0;
-    __device__ __forceinline__ float lse(int s, int r) const { return base[ROWS * D + s * ROWS + r]; }
+// ClusterShares: CTA s of the cluster holds share s at the same shared byte
+// addresses in its own shared memory (lp: lse per row, op: rows of D floats).
+template <int D>
+struct ClusterShares {
+    u32 lp, op;
+    __device__ __forceinline__ float lse(int s, int r) const { return cluster_ld_f32(cluster_map(lp + 4 * r, s)); }
     __device__ __forceinline__ float4 o4(int s, int r, int c) const {
-        return *(const float4 *)(base + (s * ROWS + r) * w + c - col0);
+        return cluster_ld_f32x4(cluster_map(op + 4 * (r * D + c), s));
     }
 };
 
-// One pass of the merge over the columns [col0, col0 + cols) (cols a multiple
-// of 4): the threads take the items (four columns of a row)
+// One pass of the merge: the threads take the items (four columns of a row)
 // first, first + stride, ... of the span's rows, ITEMS at a time, and read the
 // lse and partials of up to SHARES shares for all of them at once (one round
 // trip), folding them into a running max, sum and output per item in share
@@ -90,10 +67,10 @@ struct SliceShares {
 constexpr int MERGE_SHARES = 16;
 template <class DT, int D, int G, int ITEMS, int SHARES, class Src>
 __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
-                                           int col0, int cols, int first, int stride) {
+                                           int first, int stride) {
     static_assert(D % 4 == 0, "four columns at a time");
     static_assert(MERGE_SHARES % SHARES == 0, "a pass of SHARES shares serves one fold group");
-    const int c4 = cols / 4, items = span.len * G * c4;
+    const int items = span.len * G * (D / 4);
     for (int c0 = first; c0 < items; c0 += ITEMS * stride) {
         int r[ITEMS], d[ITEMS];
         float mmax[ITEMS], l[ITEMS];
@@ -101,7 +78,7 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
-            r[i] = c / c4, d[i] = col0 + (c - r[i] * c4) * 4;
+            r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
             mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
         for (int s0 = 0; s0 < nsplit; s0 += SHARES) {
@@ -148,23 +125,24 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
     }
 }
 
-// Merges the columns [col0, col0 + cols) of the shares of a one-tile
-// sequence of KV head h into o and lse; every thread of the CTA calls it.
+// Merges the shares of a one-tile sequence of KV head h into o and lse; the
+// calling threads take items first, first + stride, ... (the last CTA of the
+// workspace path: its thread index and block size; a cluster: the CTA's rank
+// times the block size plus its thread index, and the cluster's threads).
 template <class DT, int D, int G, class Src>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
-                                             int col0, int cols) {
-    const int first = threadIdx.x, stride = blockDim.x;
+                                             int first, int stride) {
     // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest
-    // masked. Where every thread has at most one item, one item at a time.
-    const bool one = span.len * G * (cols / 4) <= stride;
+    // masked. Where every thread has at most one item (a cluster), one item at a time.
+    const bool one = span.len * G * (D / 4) <= stride;
     if (nsplit <= 4) {
-        if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, col0, cols, first, stride);
-        else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, col0, cols, first, stride);
+        if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);
     } else if (nsplit <= 8) {
-        if (one) merge_pass<DT, D, G, 1, 8>(p, src, span, h, nsplit, col0, cols, first, stride);
-        else merge_pass<DT, D, G, 2, 8>(p, src, span, h, nsplit, col0, cols, first, stride);
+        if (one) merge_pass<DT, D, G, 1, 8>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 2, 8>(p, src, span, h, nsplit, first, stride);
     } else {
-        merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, col0, cols, first, stride);
+        merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, first, stride);
     }
 }
 

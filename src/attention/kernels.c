@@ -218,18 +218,6 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
-fsa_status fsa_kernel_allow_smem(const fsa_kernel *k, fsa_context *ctx, unsigned smem)
-{
-    fsa_status st = FSA_STATUS_OK;
-    if (ctx->cu == NULL) return FSA_STATUS_OK;
-    FSA_CHECK(fsa_context_enter(ctx));
-    const CUresult r = ctx->cu->FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
-    fsa_context_leave(ctx);
-    if (r != CUDA_SUCCESS) FSA_CHECK(fsa_cu_error(ctx->cu, r, "load", "cuFuncSetAttribute"));
-cleanup:
-    return st;
-}
-
 int fsa_kernel_can_cluster(const fsa_context *ctx)
 {
     return ctx->cu != NULL && ctx->cu->LaunchKernelEx != NULL && ctx->cc_major >= 9;

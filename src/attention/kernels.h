@@ -84,10 +84,6 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
 fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy,
                                       unsigned cluster_y, CUstream stream, void *params);
 
-/* Allows k's launches up to `smem` bytes of dynamic shared memory (more than
- * k->smem, which launches still use unless told otherwise). */
-fsa_status fsa_kernel_allow_smem(const fsa_kernel *k, fsa_context *ctx, unsigned smem);
-
 /* Whether ctx's device and driver launch thread-block clusters (sm_90 and
  * later, cuLaunchKernelEx); 0 offline. */
 int fsa_kernel_can_cluster(const fsa_context *ctx);

@@ -60,26 +60,13 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
 
 /* Whether a split sequence whose shares each have a CTA may merge them
  * through the shared memory of a cluster of those CTAs (the same bits as the
- * workspace merge: kvc_merge.cuh): the device launches clusters and has room
- * for the receive area each CTA of a cluster gets on top (cluster_fwd, with
- * cluster_resident CTAs at once). FSA_KVC_CLUSTER=0 turns it off (to compare
- * the two merges). */
-static fsa_status cluster_setup(fsa_kvcache_plan *plan, int smem_all)
+ * workspace merge: kvc_merge.cuh). FSA_KVC_CLUSTER=0 turns it off (to
+ * compare the two merges). */
+static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group)
 {
-    fsa_status st = FSA_STATUS_OK;
     const char *env = getenv("FSA_KVC_CLUSTER");
-    const int more = fsa_kvc_cluster_recv_bytes(plan->desc.value_dim, plan->group);
-    plan->cluster = 0;
-    if ((env != NULL && strcmp(env, "0") == 0) || !fsa_kernel_can_cluster(plan->ctx) ||
-        smem_all + more > plan->ctx->max_smem_per_block)
-        return FSA_STATUS_OK;
-    plan->cluster_fwd = plan->fwd;
-    plan->cluster_fwd.smem += (unsigned)more;
-    FSA_CHECK(fsa_kernel_allow_smem(&plan->cluster_fwd, plan->ctx, plan->cluster_fwd.smem));
-    FSA_CHECK(fsa_kernel_persistent_grid(&plan->cluster_resident, plan->ctx, &plan->cluster_fwd));
-    plan->cluster = 1;
-cleanup:
-    return st;
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group);
 }
 
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
@@ -111,7 +98,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
-    FSA_CHECK(cluster_setup(plan, smem_all));
+    plan->cluster = cluster_merge_allowed(ctx, desc, group);
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -319,16 +306,13 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
-     * memory (across waves, a cluster's CTAs would wait for each other's slots), each CTA merging
-     * value_dim / splits columns (a multiple of 4). */
+     * memory (across waves, a cluster's CTAs would wait for each other's slots). */
     p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
-                plan->desc.value_dim % (4 * splits) == 0 &&
-                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->cluster_resident;
+                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
     if (p.cluster)
-        return fsa_kernel_launch_clusters(&plan->cluster_fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas,
-                                          stream, &p);
+        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 

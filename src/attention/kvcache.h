@@ -31,8 +31,6 @@ struct fsa_kvcache_plan {
     int max_splits; /* the largest share count any variant takes: sizes the workspace */
     int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
-    fsa_kernel cluster_fwd; /* fwd with the cluster launches' dynamic shared memory */
-    int cluster_resident;   /* CTAs of cluster_fwd the device holds at once */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
