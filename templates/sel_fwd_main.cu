@@ -12,9 +12,9 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
-constexpr int THREADS = FSA_FWD_THREADS, ROWS = FSA_FWD_ROWS, TILES = FSA_FWD_TILES;
-constexpr int TOK = fsa_fwd_tokens_per_tile(G);  // tokens per tile
-constexpr int CHUNK = fsa_fwd_item_entries(G);   // list entries per work item
+constexpr int THREADS = fsa_fwd_threads(D, DV), ROWS = fsa_fwd_rows(D, DV), TILES = fsa_fwd_tiles(D, DV);
+constexpr int TOK = fsa_fwd_tokens_per_tile(G, D, DV);  // tokens per tile
+constexpr int CHUNK = fsa_fwd_item_entries(G, D, DV);   // list entries per work item
 constexpr int KT = BK < 64 ? BK : 64;            // keys per softmax step
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDQ = fsa_fwd_q_pitch(D, DV);      // query tiles, also the output staging
@@ -61,9 +61,9 @@ __device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, co
     });
 }
 
-// Up to head dims of 128, three blocks per SM (168 registers): the kernel is bound by
-// issue and latency, so resident warps matter more than prefetch depth.
-extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
+// Up to head dims of 128, two blocks of eight warps per SM (128 registers): the kernel
+// is bound by latency, so resident warps matter more than prefetch depth.
+extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 2 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     RowTable &rt = *(RowTable *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight
@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
 
         // Key range of the block, from the sequence of any token in the list.
         const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(ent[0]));
-        const long long kb0 = sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK;
+        const int kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
         const int nk = (int)min((long long)BK, sb.end - kb0);
 
         // K and V of the block, zero past the end of the sequence.
@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
         const u16 *vg = view_row<const u16>(p.v, 0, h);
         load_tiles_async<BK, D, LD, DV, LDV, THREADS>(ks_addr, vs_addr, [&](int r) {
             const bool ok = r < nk;
-            const long long key = kb0 + (ok ? r : 0);
+            const long long key = (long long)kb0 + (ok ? r : 0);
             return RowPair{kg + key * p.k.token_stride, vg + key * p.v.token_stride, ok};
         });
         __syncthreads();  // the row table is complete
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
                 // c <= lim (the token's offset from the step's first key). This
                 // also hides keys past the end of the sequence and padding rows.
                 // Blocks wholly before every row's token skip the compare.
-                const int lim_lo = t_lo - (int)(kb0 + kt), lim_hi = t_hi - (int)(kb0 + kt);
+                const int lim_lo = t_lo - (kb0 + kt), lim_hi = t_hi - (kb0 + kt);
                 const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float alpha[2];
                 sm.step<KT / 8>(s, scale_log2, lane,

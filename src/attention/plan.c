@@ -183,13 +183,14 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     fsa_kernel main, nsa;
     fsa_kernel_describe(&main, FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
-    plan->fsa_available = fsa_fwd_tokens_per_tile(plan->group) >= 1 && (int)main.smem <= max_smem;
+    plan->fsa_available = fsa_fwd_tokens_per_tile(plan->group, desc->head_dim, (int)desc->value_dim) >= 1 &&
+                          (int)main.smem <= max_smem;
     plan->nsa_available = (int)nsa.smem <= max_smem;
     plan_local(plan, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
-                 plan->group, FSA_FWD_ROWS, main.smem, ctx->target, max_smem);
+                 plan->group, FSA_FWD_MAX_GROUP, main.smem, ctx->target, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
                  nsa.smem, ctx->target, max_smem);
@@ -253,7 +254,7 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
     const size_t n = out->index.n_counts;
     /* At most one partial work item per segment besides the full ones. */
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_fwd_item_entries(plan->group)), 4));
+    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_fwd_item_entries(plan->group, d->head_dim, (int)d->value_dim)), 4));
     FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
     FSA_PLACE_(list, mul_sat(pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
