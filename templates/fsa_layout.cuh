@@ -95,18 +95,14 @@ FSA_LAYOUT_FN int fsa_fwd_item_entries(int g, int dk, int dv)
 }
 FSA_LAYOUT_FN int fsa_fwd_q_pitch(int dk, int dv) { return fsa_pitch(fsa_max_dim(dk, dv)); }
 FSA_LAYOUT_FN int fsa_fwd_q_tile_bytes(int dk, int dv) { return fsa_fwd_rows(dk, dv) * fsa_fwd_q_pitch(dk, dv) * 2; }
-/* Row table (token and pair of every row of the item) | K | V of the block |
- * the query tiles in flight | the item's list entries. */
-FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return 2 * 4 * FSA_FWD_ITEM_ROWS; }
+/* Row table (query offset, partial row and token of every row of the item)
+ * | K | V of the block | the query tiles in flight. */
+FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return (8 + 8 + 4) * FSA_FWD_ITEM_ROWS; }
 FSA_LAYOUT_FN int fsa_fwd_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, dk); }
 FSA_LAYOUT_FN int fsa_fwd_smem_q(int dk, int dv, int bk) { return fsa_fwd_smem_v(dk, bk) + fsa_tile_bytes(bk, dv); }
-FSA_LAYOUT_FN int fsa_fwd_smem_entries(int dk, int dv, int bk)
+FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 {
     return fsa_fwd_smem_q(dk, dv, bk) + FSA_FWD_STAGES * fsa_fwd_q_tile_bytes(dk, dv);
-}
-FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk, int g)
-{
-    return fsa_fwd_smem_entries(dk, dv, bk) + fsa_fwd_item_entries(g, dk, dv) * 4;
 }
 
 /* ---------------------------------------------------------------- NSA order */

@@ -6,7 +6,7 @@
 // log2-sum-exp; the reduction kernel merges the partials of a token. Q and K
 // are D wide, V and the outputs DV wide.
 #include "sel_common.cuh"
-#include "fsa_pipeline.cuh"
+#include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
 
 using namespace fsa;
@@ -22,43 +22,41 @@ constexpr u32 Q_TILE_BYTES = fsa_fwd_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
 
-// Per work item, one entry per tile row (CHUNK tokens x G heads): its token
-// (-1 for padding) and its (head, token, slot) pair index. Both fit in 32
-// bits: the host keeps chunks below 2^31 pairs.
+// Per work item, one entry per tile row (CHUNK tokens x G heads), computed
+// once for all its tiles so that the loops over a tile's rows only look
+// them up: the row's query (padding rows: the item's first query, whose
+// scores the mask then hides), its partial row (pair index x G + head in
+// group; also the row of lse_part; -1 for padding) and its token (-1 for
+// padding).
 struct RowTable {
+    const u16 *q_row[TILES * ROWS];
+    long long part[TILES * ROWS];
     int token[TILES * ROWS];
-    int pair[TILES * ROWS];
 };
 static_assert(sizeof(RowTable) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
 
+// ent: this work item's n_ent list entries (global memory).
 __device__ __forceinline__ void build_row_table(RowTable &rt, const fsa_sel_params &p, const int *ent, int n_ent,
                                                 int h) {
     for (int i = threadIdx.x; i < TILES * ROWS; i += THREADS) {
         const int tile = i / ROWS, r = i - tile * ROWS;
-        const int tk = r / G, e = tile * TOK + tk;
-        if (tk >= TOK || e >= n_ent) {
-            rt.token[i] = -1;
-            rt.pair[i] = 0;
-            continue;
-        }
-        const int v = ent[e];
-        const long long tl = fsa_entry_token(v);
-        rt.token[i] = (int)(p.t0 + tl);
-        rt.pair[i] = (int)pair_index(p, h, tl, fsa_entry_slot(v));
+        const int tk = r / G, g = r - tk * G, e = tile * TOK + tk;
+        const bool pad = tk >= TOK || e >= n_ent;
+        const int v = __ldg(ent + (pad ? 0 : e));
+        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
+        rt.q_row[i] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
+        rt.part[i] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
+        rt.token[i] = pad ? -1 : (int)t;
     }
 }
 
-__device__ __forceinline__ long long part_row(const RowTable &rt, int i) {
-    return (long long)rt.pair[i] * G + (i % ROWS) % G;
-}
-
 // dst: shared-memory address of the tile buffer.
-__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, const RowTable &rt, int tile, int h) {
-    const u16 *q = (const u16 *)p.q.ptr;
-    load_tile_async<ROWS, D, LDQ, THREADS>(dst, [&](int r) {
-        const int t = rt.token[tile * ROWS + r];
-        return RowSrc{t >= 0 ? view_row<const u16>(p.q, t, h * G + r % G) : q, t >= 0};
-    });
+__device__ __forceinline__ void load_q_tile(u32 dst, const RowTable &rt, int tile) {
+    const u16 *const *rows = rt.q_row + tile * ROWS;
+    if constexpr (gather_rows_fits<D, THREADS>())
+        load_rows_async<ROWS, D, LDQ, THREADS>(dst, rows);
+    else
+        load_tile_async<ROWS, D, LDQ, THREADS>(dst, [&](int r) { return RowSrc{rows[r], true}; });
 }
 
 // Up to head dims of 128, two blocks of eight warps per SM (128 registers): the kernel
@@ -67,7 +65,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
     extern __shared__ __align__(16) unsigned char smem[];
     RowTable &rt = *(RowTable *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight
-    int *ent = (int *)(smem + fsa_fwd_smem_entries(D, DV, BK));    // this work item's list entries
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 ks_addr = smem_addr(smem) + fsa_fwd_smem_k(), vs_addr = smem_addr(smem) + fsa_fwd_smem_v(D, BK);
     const u32 qs_addr = smem_addr(Qs);
@@ -91,13 +88,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
         const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
         const int n_ent = min(offs[seg + 1] - e0, CHUNK);
 
+        const int *ent = (const int *)p.list + e0;  // this work item's list entries
         __syncthreads();  // the previous work item is done with shared memory
-        for (int i = tid; i < n_ent; i += THREADS) ent[i] = ((const int *)p.list)[e0 + i];
-        __syncthreads();
         build_row_table(rt, p, ent, n_ent, h);
 
         // Key range of the block, from the sequence of any token in the list.
-        const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(ent[0]));
+        const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(__ldg(ent)));
         const int kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
         const int nk = (int)min((long long)BK, sb.end - kb0);
 
@@ -112,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
         __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
         AsyncRing<FSA_FWD_STAGES> ring;
-        auto load = [&](int tile, int buf) { load_q_tile(p, qs_addr + buf * Q_TILE_BYTES, rt, tile, h); };
+        auto load = [&](int tile, int buf) { load_q_tile(qs_addr + buf * Q_TILE_BYTES, rt, tile); };
         ring.start(ntiles, load);  // with K and V
 
         for (int tile = 0; tile < ntiles; tile++) {
@@ -154,16 +150,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
             frag_store<DT, DV / 8, LDQ>(Qb + warp * 16 * LDQ, o_acc, lane);
             if ((lane & 3) == 0) {
                 float *lse_part = (float *)p.lse_part;
-                if (t_lo >= 0) lse_part[part_row(rt, tile * ROWS + r_lo)] = lse2[0];
-                if (t_hi >= 0) lse_part[part_row(rt, tile * ROWS + r_lo + 8)] = lse2[1];
+                const long long part_lo = rt.part[tile * ROWS + r_lo], part_hi = rt.part[tile * ROWS + r_lo + 8];
+                if (part_lo >= 0) lse_part[part_lo] = lse2[0];
+                if (part_hi >= 0) lse_part[part_hi] = lse2[1];
             }
             __syncwarp();
             u16 *o_part = (u16 *)p.o_part;
             for (int c = lane; c < 16 * (DV / 8); c += 32) {
                 const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
-                const int i = tile * ROWS + warp * 16 + rr;
-                if (rt.token[i] < 0) continue;
-                *(uint4 *)(o_part + part_row(rt, i) * DV + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LDQ + cc * 8);
+                const long long part = rt.part[tile * ROWS + warp * 16 + rr];
+                if (part < 0) continue;
+                *(uint4 *)(o_part + part * DV + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LDQ + cc * 8);
             }
         }
     }

@@ -125,7 +125,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SORT: threads = FSA_INDEX_THREADS; break;
     case FSA_K_FWD_MAIN:
         threads = fsa_fwd_threads(d, dv);
-        smem = fsa_fwd_smem_bytes(d, dv, bk, g);
+        smem = fsa_fwd_smem_bytes(d, dv, bk);
         break;
     case FSA_K_FWD_LOCAL:
         threads = fsa_sel_local_threads(c->wgmma);

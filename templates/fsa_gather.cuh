@@ -1,0 +1,36 @@
+// Gathered row tiles: ROWS rows of COLS 16-bit elements, row r copied from
+// the address rows[r], into a padded tile of pitch LD (fsa_pitch) at shared
+// address dst. The row addresses are computed once (a kernel's row table),
+// so the copy of a piece costs one lookup: each thread keeps one 16-byte
+// column piece and walks the rows THREADS / (COLS / 8) apart (consecutive
+// threads take consecutive pieces of a row, so reads coalesce as in
+// fsa_pipeline.cuh). Every row is copied: a caller with padding rows points
+// them at any readable row and ignores what lands there. The copies join the
+// current cp.async group.
+#pragma once
+#include "fsa_pipeline.cuh"
+
+namespace fsa {
+
+// Whether THREADS threads split the pieces of a row evenly (else use
+// load_tile_async with a row functor).
+template <int COLS, int THREADS>
+__host__ __device__ constexpr bool gather_rows_fits() {
+    return COLS % 8 == 0 && THREADS % (COLS / 8) == 0;
+}
+
+template <int ROWS, int COLS, int LD, int THREADS>
+__device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows) {
+    static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
+    constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
+    const int c = (int)threadIdx.x % PIECES, r0 = (int)threadIdx.x / PIECES;
+    const u32 d0 = dst + (u32)(r0 * LD + c * 8) * 2;
+#pragma unroll 4
+    for (int k = 0; k < PASSES; k++) {
+        const int r = r0 + k * STEP;
+        if (ROWS % STEP != 0 && r >= ROWS) break;
+        cp_async16(d0 + (u32)(k * STEP * LD) * 2, rows[r] + c * 8, true);
+    }
+}
+
+}  // namespace fsa
