@@ -1,12 +1,17 @@
 // Gathered row tiles: ROWS rows of COLS 16-bit elements, row r copied from
 // the address rows[r], into a padded tile of pitch LD (fsa_pitch) at shared
 // address dst. The row addresses are computed once (a kernel's row table),
-// so the copy of a piece costs one lookup: each thread keeps one 16-byte
+// so the copy of a piece costs one lookup: each of THREADS threads (tid:
+// the caller's index among them, a CTA's or a warp's) keeps one 16-byte
 // column piece and walks the rows THREADS / (COLS / 8) apart (consecutive
 // threads take consecutive pieces of a row, so reads coalesce as in
 // fsa_pipeline.cuh). Every row is copied: a caller with padding rows points
 // them at any readable row and ignores what lands there. The copies join the
 // current cp.async group.
+//
+// WarpRing: the AsyncRing of fsa_pipeline.cuh for buffers that one warp
+// fills and reads alone (its rows of a query tile): __syncwarp instead of
+// the CTA barriers, so the warps of a CTA run at their own pace.
 #pragma once
 #include "fsa_pipeline.cuh"
 
@@ -20,10 +25,10 @@ __host__ __device__ constexpr bool gather_rows_fits() {
 }
 
 template <int ROWS, int COLS, int LD, int THREADS>
-__device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows) {
+__device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows, int tid) {
     static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
     constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
-    const int c = (int)threadIdx.x % PIECES, r0 = (int)threadIdx.x / PIECES;
+    const int c = tid % PIECES, r0 = tid / PIECES;
     const u32 d0 = dst + (u32)(r0 * LD + c * 8) * 2;
 #pragma unroll 4
     for (int k = 0; k < PASSES; k++) {
@@ -32,5 +37,36 @@ __device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows)
         cp_async16(d0 + (u32)(k * STEP * LD) * 2, rows[r] + c * 8, true);
     }
 }
+
+template <int STAGES>
+struct WarpRing {
+    int n, issued;
+
+    template <class Load>
+    __device__ __forceinline__ void start(int count, Load load) {
+        n = count;
+#pragma unroll
+        for (issued = 0; issued < STAGES - 1; issued++) {
+            if (issued < n) load(issued, issued);
+            cp_async_commit();
+        }
+    }
+
+    // Issues the next item into the buffer item i - 1 used (every lane of the
+    // warp is done with it), waits for item i's copies and makes them visible
+    // to the warp. Returns item i's buffer.
+    template <class Load>
+    __device__ __forceinline__ int acquire(int i, Load load) {
+        if (issued < n) {
+            __syncwarp();
+            load(issued, (int)((unsigned)issued % STAGES));
+        }
+        cp_async_commit();  // possibly empty: the wait depth stays constant
+        issued++;
+        cp_async_wait<STAGES - 1>();
+        __syncwarp();
+        return (int)((unsigned)i % STAGES);
+    }
+};
 
 }  // namespace fsa

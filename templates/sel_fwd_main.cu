@@ -50,13 +50,20 @@ __device__ __forceinline__ void build_row_table(RowTable &rt, const fsa_sel_para
     }
 }
 
-// dst: shared-memory address of the tile buffer.
-__device__ __forceinline__ void load_q_tile(u32 dst, const RowTable &rt, int tile) {
-    const u16 *const *rows = rt.q_row + tile * ROWS;
-    if constexpr (gather_rows_fits<D, THREADS>())
-        load_rows_async<ROWS, D, LDQ, THREADS>(dst, rows);
-    else
-        load_tile_async<ROWS, D, LDQ, THREADS>(dst, [&](int r) { return RowSrc{rows[r], true}; });
+// This warp's 16 rows of tile `tile` into its rows of a stage buffer (dst:
+// the buffer). Each warp loads and reads only its own rows, so a tile costs
+// no CTA barrier.
+__device__ __forceinline__ void load_q_rows(u32 dst, const RowTable &rt, int tile, int warp, int lane) {
+    const u16 *const *rows = rt.q_row + tile * ROWS + warp * 16;
+    const u32 d = dst + (u32)(warp * 16 * LDQ) * 2;
+    if constexpr (gather_rows_fits<D, 32>()) {
+        load_rows_async<16, D, LDQ, 32>(d, rows, lane);
+    } else {
+        for (int i = lane; i < 16 * (D / 8); i += 32) {
+            const int r = i / (D / 8), c = (i - r * (D / 8)) * 8;
+            cp_async16(d + (u32)(r * LDQ + c) * 2, rows[r] + c, true);
+        }
+    }
 }
 
 // Up to head dims of 128, two blocks of eight warps per SM (128 registers): the kernel
@@ -107,12 +114,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
         });
         __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
-        AsyncRing<FSA_FWD_STAGES> ring;
-        auto load = [&](int tile, int buf) { load_q_tile(qs_addr + buf * Q_TILE_BYTES, rt, tile); };
-        ring.start(ntiles, load);  // with K and V
+        WarpRing<FSA_FWD_STAGES> ring;
+        auto load = [&](int tile, int buf) { load_q_rows(qs_addr + buf * Q_TILE_BYTES, rt, tile, warp, lane); };
+        ring.start(ntiles, load);  // this thread's K and V copies join tile 0's group
 
         for (int tile = 0; tile < ntiles; tile++) {
             const int buf = ring.acquire(tile, load);
+            if (tile == 0) __syncthreads();  // every thread's K and V copies have landed
             u16 *Qb = Qs + buf * ROWS * LDQ;
             const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES;
             // This lane's accumulator rows: r_lo = warp*16 + lane/4 and r_lo + 8.
