@@ -9,6 +9,10 @@
 // them at any readable row and ignores what lands there. The copies join the
 // current cp.async group.
 //
+// frag_store_rows: the reverse for a warp's accumulator rows (the fsa_mma.cuh
+// fragment layout, as frag_store) into 16 rows of a padded tile: stmatrix on
+// sm_90 (a quarter of the store instructions), 32-bit shared stores elsewhere.
+//
 // WarpRing: the AsyncRing of fsa_pipeline.cuh for buffers that one warp
 // fills and reads alone (its rows of a query tile): __syncwarp instead of
 // the CTA barriers, so the warps of a CTA run at their own pace.
@@ -36,6 +40,31 @@ __device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows,
         if (ROWS % STEP != 0 && r >= ROWS) break;
         cp_async16(d0 + (u32)(k * STEP * LD) * 2, rows[r] + c * 8, true);
     }
+}
+
+// The 16 x 8N fragments acc (N even) as DT into rows at shared address
+// `rows` (pitch LD elements); every lane of the warp calls it.
+template <class DT, int N, int LD>
+__device__ __forceinline__ void frag_store_rows(u32 rows, const float acc[N][4], int lane) {
+    static_assert(N % 2 == 0, "whole 16-column pairs of n8 tiles");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Lanes 8i .. 8i + 7 address the rows of matrix i: (tile j, rows 0-7), (j, 8-15), (j + 1, 0-7), (j + 1, 8-15).
+    const u32 at = rows + (u32)(((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4)) * 2;
+#pragma unroll
+    for (int j = 0; j < N; j += 2)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at + (u32)(j * 16)),
+                     "r"(DT::pack(acc[j][0], acc[j][1])), "r"(DT::pack(acc[j][2], acc[j][3])),
+                     "r"(DT::pack(acc[j + 1][0], acc[j + 1][1])), "r"(DT::pack(acc[j + 1][2], acc[j + 1][3]))
+                     : "memory");
+#else
+    const u32 at = rows + (u32)((lane >> 2) * LD + 2 * (lane & 3)) * 2;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + (u32)(j * 16)), "r"(DT::pack(acc[j][0], acc[j][1])) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(at + (u32)(j * 16 + 8 * LD * 2)), "r"(DT::pack(acc[j][2], acc[j][3]))
+                     : "memory");
+    }
+#endif
 }
 
 template <int STAGES>

@@ -143,8 +143,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
                 const int lim_lo = t_lo - (kb0 + kt), lim_hi = t_hi - (kb0 + kt);
                 const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float alpha[2];
-                sm.step<KT / 8>(s, scale_log2, lane,
-                                [&](int col, int half) { return unmasked || col <= (half ? lim_hi : lim_lo); }, alpha);
+                if (unmasked)
+                    sm.step<KT / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+                else
+                    sm.step<KT / 8>(s, scale_log2, lane, [&](int col, int half) { return col <= (half ? lim_hi : lim_lo); },
+                                    alpha);
                 if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);  // nothing to rescale before the first step
                 mma_pv<DT, KT / 16, DV / 8, LDV>(o_acc, s, vs_addr + bv_off + (u32)(kt * LDV) * 2);
             }
@@ -155,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
             sm.finish(inv, lse2);
             __syncwarp();
             frag_scale_rows<DV / 8>(o_acc, inv);
-            frag_store<DT, DV / 8, LDQ>(Qb + warp * 16 * LDQ, o_acc, lane);
+            frag_store_rows<DT, DV / 8, LDQ>(qb_addr + (u32)(warp * 16 * LDQ) * 2, o_acc, lane);
             if ((lane & 3) == 0) {
                 float *lse_part = (float *)p.lse_part;
                 const long long part_lo = rt.part[tile * ROWS + r_lo], part_hi = rt.part[tile * ROWS + r_lo + 8];

@@ -148,7 +148,7 @@ typedef struct justified_spill {
 
 /* The last entry only ends the list. */
 static const justified_spill justified_spills[] = {
-    {"sel_fwd_main", "fsa_sel_fwd_main", "sm_90a", 96,
+    {"sel_fwd_main", "fsa_sel_fwd_main", NULL, 96,
      "two CTAs of eight warps per SM cap registers at 128 up to head dims of 128: a few spilled bytes per thread "
      "cost less than the four warps per SM they buy (bench/NOTES.md)"},
     {NULL, NULL, NULL, 0, NULL},
