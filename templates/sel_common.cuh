@@ -52,14 +52,6 @@ __device__ __forceinline__ bool slot_valid(const Row &row, int s, int own_block)
     return ok;
 }
 
-// The local blocks of a token whose own block is `own` (sel_local_layout.cuh):
-// block 0 (bit 0), the block before its own (bit 1) and its own (bit 2);
-// 0 for any other block. With local slots (fsa_sel_params.local) the FSA
-// order keeps the valid slots that name them out of the lists.
-__device__ __forceinline__ unsigned local_bit(int block, int own) {
-    return block == 0 ? 1u : block == own - 1 ? 2u : block == own ? 4u : 0u;
-}
-
 // Index of the (KV head h, token t0 + tl, slot) pair in the per-pair partial
 // buffers: [Hkv, tc, K].
 __device__ __forceinline__ long long pair_index(const fsa_sel_params &p, int h, long long tl, int slot) {

@@ -1,7 +1,6 @@
 // FSA forward, reduction: merges the partials of each (token, query head)
-// over its valid slots, and with local slots the row of the local kernel
-// (in o, its log-sum-exp in lse_local) first. Each partial carries its own
-// log2-sum-exp, so the merge is safe for any logit range. Rows are DV (the value head dim) wide. A row takes LANES lanes, each holding
+// over its valid slots. Each partial carries its own log2-sum-exp, so the
+// merge is safe for any logit range. Rows are DV (the value head dim) wide. A row takes LANES lanes, each holding
 // 16-byte pieces; up to four slots' loads are in flight per lane.
 #include "sel_common.cuh"
 
@@ -37,15 +36,8 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
     const float *lse_part = (const float *)p.lse_part;
     const u16 *o_part = (const u16 *)p.o_part;
 
-    // The local row: weight and values join before the slots'.
-    const float m_local = live && p.local ? ((const float *)p.lse_local)[(long long)qh * p.tc + tl] * LOG2E
-                                          : -FSA_INF;
-    const bool has_local = m_local > -FSA_INF;
-    uint4 v_local = make_uint4(0u, 0u, 0u, 0u);
-    if (has_local && l < PIECES) v_local = *(const uint4 *)(view_row<const u16>(p.o, t, qh) + l * 8);
-
     // Max over the row's partials: lanes of the row split the slots.
-    float m = m_local;
+    float m = -FSA_INF;
     for (int s = l; s < p.top_k; s += LANES)
         if ((mask >> s) & 1) m = fmaxf(m, lse_part[(pair0 + s) * G + g]);
 #pragma unroll
@@ -56,10 +48,6 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
     for (int i = 0; i < 8; i++) acc[i] = 0.f;
     float wsum = 0.f;
     const bool has_piece = l < PIECES;
-    if (has_local) {
-        wsum = fast_exp2(m_local - m);
-        if (has_piece) accumulate(acc, v_local, wsum);
-    }
     for (u64 mm = mask; mm;) {
         int slots[UNROLL];
 #pragma unroll
@@ -85,13 +73,12 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
         }
     }
     if (!live) return;
-    const bool any = mask || has_local;
-    const float inv = any ? 1.f / wsum : 0.f;
+    const float inv = mask ? 1.f / wsum : 0.f;
     if (has_piece) {
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] *= inv;
         *(uint4 *)(view_row<u16>(p.o, t, qh) + l * 8) = pack8<DT>(acc);
     }
     if (l == 0 && p.lse)
-        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = any ? (m + fast_log2(wsum)) * LN2 : -FSA_INF;
+        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = mask ? (m + fast_log2(wsum)) * LN2 : -FSA_INF;
 }

@@ -51,12 +51,9 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
     row.mask = 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
-    // With local slots, the valid slots naming a local block are computed by the local kernel.
-    const bool keep_local = p.local == 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++)
-        if (slot_valid(row.idx, s, own_block) && (keep_local || local_bit(row.idx[s], own_block) == 0))
-            row.mask |= 1ull << s;
+        if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
 }
 
 // f(slot, seg, same) for each valid pair of the row, in slot order; `same`:

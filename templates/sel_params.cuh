@@ -34,9 +34,6 @@ typedef struct fsa_sel_params {
     long long list;         /* int [pairs]: fsa_entry_pack(token - t0, slot), grouped by (h, block) */
     long long lse_part;     /* float [Hkv, tc, K, G]: log2-sum-exp of each partial */
     long long o_part;       /* dtype [Hkv, tc, K, G, Dv]: normalized partial outputs */
-    long long local;        /* 1: local slots (sel_local_layout.cuh) stay out of the lists, mask and partials */
-    long long local_x0;     /* the first query tile (CTA) of this token chunk's local tiles */
-    long long lse_local;    /* float [Hq of the launch, tc]: natural log-sum-exp of each local row */
     /* Backward. */
     fsa_kernel_view dout, dq, dk, dv;
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */

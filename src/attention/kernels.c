@@ -39,7 +39,6 @@ typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
     FAM_FWD_REDUCE,
-    FAM_FWD_LOCAL,
     FAM_FWD_NSA,
     FAM_BWD_PREP,
     FAM_BWD_MAIN,
@@ -62,7 +61,6 @@ static const struct {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
-    [FAM_FWD_LOCAL] = {"sel_fwd_local", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_WGMMA}},
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
     [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
@@ -88,7 +86,6 @@ static const struct {
     [FSA_K_SORT] = {FAM_INDEX, "fsa_sel_sort"},
     [FSA_K_FWD_MAIN] = {FAM_FWD_MAIN, "fsa_sel_fwd_main"},
     [FSA_K_FWD_REDUCE] = {FAM_FWD_REDUCE, "fsa_sel_fwd_reduce"},
-    [FSA_K_FWD_LOCAL] = {FAM_FWD_LOCAL, "fsa_sel_fwd_local"},
     [FSA_K_FWD_NSA] = {FAM_FWD_NSA, "fsa_sel_fwd_nsa"},
     [FSA_K_BWD_PREP] = {FAM_BWD_PREP, "fsa_sel_bwd_prep"},
     [FSA_K_BWD_MAIN] = {FAM_BWD_MAIN, "fsa_sel_bwd_main"},
@@ -126,10 +123,6 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_FWD_MAIN:
         threads = fsa_fwd_threads(d, dv);
         smem = fsa_fwd_smem_bytes(d, dv, bk);
-        break;
-    case FSA_K_FWD_LOCAL:
-        threads = fsa_sel_local_threads(c->wgmma);
-        smem = fsa_sel_local_smem_bytes(d, dv, c->wgmma);
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;

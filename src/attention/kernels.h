@@ -15,7 +15,6 @@
 #include "../../templates/cmp_params.cuh"
 #include "../../templates/kvc_params.cuh"
 #include "../../templates/sel_params.cuh"
-#include "../../templates/sel_local_layout.cuh"
 
 typedef enum fsa_kernel_id {
     FSA_K_COUNT,         /* index inversion: count pairs per (KV head, block), scan */
@@ -23,7 +22,6 @@ typedef enum fsa_kernel_id {
     FSA_K_SORT,          /* backward: each list in token order */
     FSA_K_FWD_MAIN,      /* FSA forward: partial outputs per (token, slot) */
     FSA_K_FWD_REDUCE,    /* FSA forward: merge of the partials */
-    FSA_K_FWD_LOCAL,     /* FSA forward: the local slots as query tiles */
     FSA_K_FWD_NSA,       /* NSA-order forward */
     FSA_K_BWD_PREP,      /* backward: delta = rowsum(dout * o) */
     FSA_K_BWD_MAIN,      /* backward: dK, dV and per-pair dq rows */
@@ -59,8 +57,7 @@ typedef struct fsa_kernel_config {
     int page_size; /* tokens per page of a paged KV cache */
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
-    int wgmma;                   /* query-tile forwards (the selected forward's local kernel too): 0 mma.sync,
-                                    else warpgroup products (fsa_kernel_wgmma) */
+    int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup

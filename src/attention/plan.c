@@ -66,7 +66,6 @@ static fsa_status load_fwd_kernels(fsa_plan *plan, int want_fsa, int want_nsa)
         FSA_CHECK(fsa_kernel_load(&k->scatter, FSA_K_SCATTER, ctx, c));
         FSA_CHECK(fsa_kernel_load(&k->main, FSA_K_FWD_MAIN, ctx, c));
         FSA_CHECK(fsa_kernel_load(&k->reduce, FSA_K_FWD_REDUCE, ctx, c));
-        if (plan->fwd_local) FSA_CHECK(fsa_kernel_load(&k->local, FSA_K_FWD_LOCAL, ctx, c));
         FSA_CHECK(fsa_kernel_persistent_grid(&plan->main_grid, ctx, &k->main));
     }
     if (plan->nsa_available) FSA_CHECK(fsa_kernel_load(&k->nsa, FSA_K_FWD_NSA, ctx, c));
@@ -93,22 +92,6 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->bwd_grid, ctx, &k->main));
 cleanup:
     return st;
-}
-
-/* Local slots as query tiles where the shape allows them (sel_local_layout.cuh)
- * and FSA_SEL_LOCAL is not "0"; the local kernel's variant rides in
- * config.wgmma, which no other selected-attention kernel reads. */
-static void plan_local(fsa_plan *plan, int max_smem)
-{
-    fsa_kernel_config *c = &plan->config;
-    const char *env = getenv("FSA_SEL_LOCAL");
-    c->wgmma = fsa_sel_local_wg(plan->group, c->block_size, fsa_kernel_wgmma(plan->ctx, c->head_dim, c->value_dim));
-    fsa_kernel local;
-    fsa_kernel_describe(&local, FSA_K_FWD_LOCAL, c);
-    plan->fwd_local = plan->fsa_available && !(env != NULL && strcmp(env, "0") == 0) &&
-                      fsa_sel_local_ok(plan->group, c->block_size, c->value_dim, c->wgmma) &&
-                      (int)local.smem <= max_smem;
-    if (!plan->fwd_local) c->wgmma = 0;
 }
 
 /* The backward main kernel takes the largest key slice of the block (at most
@@ -186,7 +169,6 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->fsa_available = fsa_fwd_tokens_per_tile(plan->group, desc->head_dim, (int)desc->value_dim) >= 1 &&
                           (int)main.smem <= max_smem;
     plan->nsa_available = (int)nsa.smem <= max_smem;
-    plan_local(plan, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
@@ -259,7 +241,6 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     FSA_PLACE_(list, mul_sat(pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
     FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->value_dim, 2));
-    FSA_PLACE_(lse_local, plan->fwd_local ? mul3_sat(hkv * g, (size_t)tc, 4) : 0);
     out->total = at;
 }
 

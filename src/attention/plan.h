@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 typedef struct fsa_fwd_kernels {
-    fsa_kernel count, scatter, main, reduce, local, nsa;
+    fsa_kernel count, scatter, main, reduce, nsa;
 } fsa_fwd_kernels;
 
 typedef struct fsa_bwd_kernels {
@@ -26,7 +26,6 @@ struct fsa_plan {
     int fsa_available;    /* shape fits the FSA kernels on this target */
     int nsa_available;
     int main_grid;        /* persistent grid of the main kernel */
-    int fwd_local;        /* the FSA-order forward computes the local slots as query tiles (sel_local_layout.cuh) */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
@@ -48,7 +47,6 @@ typedef struct fsa_fsa_layout {
     int heads; /* KV heads per launch sequence; divides Hkv */
     fsa_index_layout index;
     size_t work_seg, mask, list, lse_part, o_part;
-    size_t lse_local; /* float [heads * G, tc] with local slots, else empty */
     size_t total;
 } fsa_fsa_layout;
 

@@ -72,8 +72,7 @@ static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
 }
 
 /* One chunk of KV heads (all of them unless the workspace cap needs fewer):
- * per token chunk the index inversion, the main kernel, the local slots'
- * query tiles (into o and lse_local) and the reduction. */
+ * per token chunk the index inversion, the main kernel and the reduction. */
 static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, fsa_sel_params *p, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -91,12 +90,6 @@ static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, fsa_sel
         uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)p->item_entries + n_counts;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
         FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, p));
-        if (plan->fwd_local) {
-            const int tt = fsa_qt_fwd_tile_tokens(plan->group, plan->config.wgmma);
-            p->local_x0 = fsa_sel_local_x0(t0, tt);
-            FSA_CHECK(fsa_launch(plan, &k->local, (uint64_t)fsa_sel_local_grid(t0, cur, c->a.batch, tt),
-                                 (unsigned)hkv, stream, p));
-        }
         const uint64_t rows = (uint64_t)cur * (uint64_t)p->num_q_heads;
         FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)),
                              1, stream, p));
@@ -119,8 +112,6 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
     all.list = (long long)(ws + l->list);
     all.lse_part = (long long)(ws + l->lse_part);
     all.o_part = (long long)(ws + l->o_part);
-    all.local = plan->fwd_local;
-    all.lse_local = (long long)(ws + l->lse_local);
     for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += l->heads) {
         fsa_params_heads(&p, &all, plan->group, h0, l->heads);
         FSA_CHECK(run_fsa_heads(plan, c, &p, stream));

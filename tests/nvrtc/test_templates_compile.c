@@ -12,7 +12,6 @@
 #include "jit/templates.h"
 
 #include "../../templates/fsa_qt_layout.cuh"
-#include "../../templates/sel_local_layout.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,11 +118,6 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "sel_fwd_main", .dtype = "f16", .d = "64", .g = "2", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_fwd_main", .dtype = "bf16", .d = "128", .g = "16", .bk = "32"}, .dv = "64"},
     {.v = {.family = "sel_fwd_reduce", .dtype = "bf16", .g = "4"}, .dv = "128"},
-    {.v = {.family = "sel_fwd_local", .dtype = "bf16", .d = "128", .g = "4", .bk = "64"}, .dv = "128"},
-    {.v = {.family = "sel_fwd_local", .dtype = "bf16", .d = "128", .g = "1", .bk = "64"}, .dv = "128"},
-    {.v = {.family = "sel_fwd_local", .dtype = "f16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
-    {.v = {.family = "sel_fwd_local", .dtype = "f16", .d = "256", .g = "2", .bk = "128"}, .dv = "256"},
-    {.v = {.family = "sel_fwd_local", .dtype = "bf16", .d = "64", .g = "8", .bk = "64"}, .dv = "64"},
     {.v = {.family = "sel_fwd_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_fwd_nsa", .dtype = "f16", .d = "64", .g = "8", .bk = "32"}, .dv = "128"},
     {.v = {.family = "sel_bwd_prep", .dtype = "bf16"}, .dv = "64"},
@@ -219,8 +213,6 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     char wg[2] = "0";
     if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0)
         wg[0] = (char)('0' + fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, atoi(v->d), atoi(dv ? dv : v->d)));
-    /* The selected forward's local tiles take the largest variant whose tile fits a block. */
-    if (strcmp(v->family, "sel_fwd_local") == 0) wg[0] = (char)('0' + fsa_sel_local_wg(atoi(v->g), atoi(v->bk), wg[0] - '0'));
     int wg_given = 0;
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
