@@ -8,6 +8,8 @@
 // fsa_pipeline.cuh). Every row is copied: a caller with padding rows points
 // them at any readable row and ignores what lands there. The copies join the
 // current cp.async group.
+// load_rows_sw128_async: the same into a 128-byte swizzled tile of ROWS rows
+// (fsa_pipeline.cuh sw128_offset), the operand layout of warpgroup products.
 //
 // frag_store_rows: the reverse for a warp's accumulator rows (the fsa_mma.cuh
 // fragment layout, as frag_store) into 16 rows of a padded tile: stmatrix on
@@ -40,6 +42,39 @@ __device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows,
         if (ROWS % STEP != 0 && r >= ROWS) break;
         cp_async16(d0 + (u32)(k * STEP * LD) * 2, rows[r] + c * 8, true);
     }
+}
+
+template <int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const *rows, int tid) {
+    static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
+    constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
+    const int c = (tid % PIECES) * 8, r0 = tid / PIECES;
+#pragma unroll 4
+    for (int k = 0; k < PASSES; k++) {
+        const int r = r0 + k * STEP;
+        if (ROWS % STEP != 0 && r >= ROWS) break;
+        cp_async16(dst + sw128_offset(r, c, ROWS), rows[r] + c, true);
+    }
+}
+
+// A warp's 16 x 8N fragments acc (N even) as DT into rows row0 .. row0 + 15
+// of a 128-byte swizzled tile of ROWS rows at shared address `tile`
+// (stmatrix: sm_90 only, where the swizzled tiles are used).
+template <class DT, int N, int ROWS>
+__device__ __forceinline__ void frag_store_rows_sw128(u32 tile, int row0, const float acc[N][4], int lane) {
+    static_assert(N % 2 == 0, "whole 16-column pairs of n8 tiles");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int r = row0 + (lane & 7) + 8 * ((lane >> 3) & 1), c = 8 * (lane >> 4);
+#pragma unroll
+    for (int j = 0; j < N; j += 2)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                         tile + sw128_offset(r, 8 * j + c, ROWS)),
+                     "r"(DT::pack(acc[j][0], acc[j][1])), "r"(DT::pack(acc[j][2], acc[j][3])),
+                     "r"(DT::pack(acc[j + 1][0], acc[j + 1][1])), "r"(DT::pack(acc[j + 1][2], acc[j + 1][3]))
+                     : "memory");
+#else
+    __trap();  // swizzled tiles serve warpgroup kernels, sm_90a only
+#endif
 }
 
 // The 16 x 8N fragments acc (N even) as DT into rows at shared address

@@ -5,7 +5,7 @@
 // partial output is normalized by its own row sum and written with its
 // log2-sum-exp; the reduction kernel merges the partials of a token. Q and K
 // are D wide, V and the outputs DV wide.
-#include "sel_common.cuh"
+#include "sel_fwd_rows.cuh"
 #include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
 
@@ -22,38 +22,13 @@ constexpr u32 Q_TILE_BYTES = fsa_fwd_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
 
-// Per work item, one entry per tile row (CHUNK tokens x G heads), computed
-// once for all its tiles so that the loops over a tile's rows only look
-// them up: the row's query (padding rows: the item's first query, whose
-// scores the mask then hides), its partial row (pair index x G + head in
-// group; also the row of lse_part; -1 for padding) and its token (-1 for
-// padding).
-struct RowTable {
-    const u16 *q_row[TILES * ROWS];
-    long long part[TILES * ROWS];
-    int token[TILES * ROWS];
-};
-static_assert(sizeof(RowTable) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
-
-// ent: this work item's n_ent list entries (global memory).
-__device__ __forceinline__ void build_row_table(RowTable &rt, const fsa_sel_params &p, const int *ent, int n_ent,
-                                                int h) {
-    for (int i = threadIdx.x; i < TILES * ROWS; i += THREADS) {
-        const int tile = i / ROWS, r = i - tile * ROWS;
-        const int tk = r / G, g = r - tk * G, e = tile * TOK + tk;
-        const bool pad = tk >= TOK || e >= n_ent;
-        const int v = __ldg(ent + (pad ? 0 : e));
-        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
-        rt.q_row[i] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
-        rt.part[i] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
-        rt.token[i] = pad ? -1 : (int)t;
-    }
-}
+typedef RowTable<TILES * ROWS> Rows;
+static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
 
 // This warp's 16 rows of tile `tile` into its rows of a stage buffer (dst:
 // the buffer). Each warp loads and reads only its own rows, so a tile costs
 // no CTA barrier.
-__device__ __forceinline__ void load_q_rows(u32 dst, const RowTable &rt, int tile, int warp, int lane) {
+__device__ __forceinline__ void load_q_rows(u32 dst, const Rows &rt, int tile, int warp, int lane) {
     const u16 *const *rows = rt.q_row + tile * ROWS + warp * 16;
     const u32 d = dst + (u32)(warp * 16 * LDQ) * 2;
     if constexpr (gather_rows_fits<D, 32>()) {
@@ -70,39 +45,24 @@ __device__ __forceinline__ void load_q_rows(u32 dst, const RowTable &rt, int til
 // is bound by latency, so resident warps matter more than prefetch depth.
 extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 2 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    RowTable &rt = *(RowTable *)smem;
+    Rows &rt = *(Rows *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 ks_addr = smem_addr(smem) + fsa_fwd_smem_k(), vs_addr = smem_addr(smem) + fsa_fwd_smem_v(D, BK);
     const u32 qs_addr = smem_addr(Qs);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int *work = (const int *)p.work_offsets;
-    const int *work_seg = (const int *)p.work_seg;
-    const int *offs = (const int *)p.offsets;
-    const int *cu = (const int *)p.cu_seqlens;
-    const long long nseg = p.num_kv_heads * p.nb_total;
-    const int total_work = work[nseg];
+    const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
     const u32 a_off = warp * 16 * LDQ * 2 + ldm_lane_a(lane, LDQ);  // this warp's Q rows (A)
     const u32 bk_off = ldm_lane_b(lane, LD);                       // K rows (B)
     const u32 bv_off = ldm_lane_a(lane, LDV);                      // V rows (B, transposed)
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
-        const long long seg = work_seg[w];  // the (KV head, block) segment of work item w
-        const int h = (int)(seg / p.nb_total);
-        const long long gid = seg - (long long)h * p.nb_total;
-        const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
-        const int n_ent = min(offs[seg + 1] - e0, CHUNK);
-
-        const int *ent = (const int *)p.list + e0;  // this work item's list entries
+        const WorkItem it = work_item<BK, CHUNK>(p, w);
+        const int h = it.h, kb0 = it.kb0, nk = it.nk, n_ent = it.n_ent;
         __syncthreads();  // the previous work item is done with shared memory
-        build_row_table(rt, p, ent, n_ent, h);
-
-        // Key range of the block, from the sequence of any token in the list.
-        const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(__ldg(ent)));
-        const int kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
-        const int nk = (int)min((long long)BK, sb.end - kb0);
+        build_row_table<G, ROWS, THREADS>(rt, p, it.ent, n_ent, h);
 
         // K and V of the block, zero past the end of the sequence.
         const u16 *kg = view_row<const u16>(p.k, 0, h);
