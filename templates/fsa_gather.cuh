@@ -103,30 +103,18 @@ __device__ __forceinline__ void frag_store_rows(u32 rows, const float acc[N][4],
 }
 
 template <int STAGES>
-struct WarpRing {
-    int n, issued;
-
-    template <class Load>
-    __device__ __forceinline__ void start(int count, Load load) {
-        n = count;
-#pragma unroll
-        for (issued = 0; issued < STAGES - 1; issued++) {
-            if (issued < n) load(issued, issued);
-            cp_async_commit();
-        }
-    }
-
+struct WarpRing : AsyncRing<STAGES> {
     // Issues the next item into the buffer item i - 1 used (every lane of the
     // warp is done with it), waits for item i's copies and makes them visible
     // to the warp. Returns item i's buffer.
     template <class Load>
     __device__ __forceinline__ int acquire(int i, Load load) {
-        if (issued < n) {
+        if (this->issued < this->n) {
             __syncwarp();
-            load(issued, (int)((unsigned)issued % STAGES));
+            load(this->issued, (int)((unsigned)this->issued % STAGES));
         }
         cp_async_commit();  // possibly empty: the wait depth stays constant
-        issued++;
+        this->issued++;
         cp_async_wait<STAGES - 1>();
         __syncwarp();
         return (int)((unsigned)i % STAGES);

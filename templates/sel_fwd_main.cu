@@ -83,10 +83,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
             if (tile == 0) __syncthreads();  // every thread's K and V copies have landed
             u16 *Qb = Qs + buf * ROWS * LDQ;
             const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES;
-            // This lane's accumulator rows: r_lo = warp*16 + lane/4 and r_lo + 8.
-            const int r_lo = warp * 16 + (lane >> 2);
-            const int t_lo = rt.token[tile * ROWS + r_lo], t_hi = rt.token[tile * ROWS + r_lo + 8];
-
+            const LaneTokens tok = lane_tokens(rt, tile * ROWS + warp * 16, lane);
             float o_acc[DV / 8][4];
             frag_zero<DV / 8>(o_acc);
             OnlineSoftmax sm;
@@ -96,18 +93,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
                 float s[KT / 8][4];
                 frag_zero<KT / 8>(s);
                 mma_abt<DT, D, KT / 8, LD>(s, qb_addr + a_off, ks_addr + bk_off + (u32)(kt * LD) * 2);
-                // Causal mask on the raw scores: key column c is visible when
-                // c <= lim (the token's offset from the step's first key). This
-                // also hides keys past the end of the sequence and padding rows.
-                // Blocks wholly before every row's token skip the compare.
-                const int lim_lo = t_lo - (kb0 + kt), lim_hi = t_hi - (kb0 + kt);
-                const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float alpha[2];
-                if (unmasked)
-                    sm.step<KT / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
-                else
-                    sm.step<KT / 8>(s, scale_log2, lane, [&](int col, int half) { return col <= (half ? lim_hi : lim_lo); },
-                                    alpha);
+                causal_step<KT>(sm, s, scale_log2, lane, tok, kb0 + kt, alpha);
                 if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);  // nothing to rescale before the first step
                 mma_pv<DT, KT / 16, DV / 8, LDV>(o_acc, s, vs_addr + bv_off + (u32)(kt * LDV) * 2);
             }
@@ -119,20 +106,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
             __syncwarp();
             frag_scale_rows<DV / 8>(o_acc, inv);
             frag_store_rows<DT, DV / 8, LDQ>(qb_addr + (u32)(warp * 16 * LDQ) * 2, o_acc, lane);
-            if ((lane & 3) == 0) {
-                float *lse_part = (float *)p.lse_part;
-                const long long part_lo = rt.part[tile * ROWS + r_lo], part_hi = rt.part[tile * ROWS + r_lo + 8];
-                if (part_lo >= 0) lse_part[part_lo] = lse2[0];
-                if (part_hi >= 0) lse_part[part_hi] = lse2[1];
-            }
-            __syncwarp();
-            u16 *o_part = (u16 *)p.o_part;
-            for (int c = lane; c < 16 * (DV / 8); c += 32) {
-                const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
-                const long long part = rt.part[tile * ROWS + warp * 16 + rr];
-                if (part < 0) continue;
-                *(uint4 *)(o_part + part * DV + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LDQ + cc * 8);
-            }
+            store_partial_rows<DV>(p, rt, tile * ROWS + warp * 16, lse2, lane,
+                                   [&](int r, int c) { return Qb + (warp * 16 + r) * LDQ + c; });
         }
     }
 }

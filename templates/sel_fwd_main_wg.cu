@@ -92,14 +92,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);
             const int tile = grp + i * GROUPS;
             const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
-            // This lane's accumulator rows: r_lo = 16 wq + lane / 4 and r_lo + 8 of the tile.
-            const int r_lo = wq * 16 + (lane >> 2);
-            const int t_lo = rt.token[tile * ROWS + r_lo], t_hi = rt.token[tile * ROWS + r_lo + 8];
-
-            float o_acc[DV / 8][4];
-            frag_zero<DV / 8>(o_acc);
+            const LaneTokens tok = lane_tokens(rt, tile * ROWS + wq * 16, lane);  // warp wq holds rows 16 wq ..
             OnlineSoftmax sm;
             sm.init();
+            float o_acc[DV / 8][4];
+            frag_zero<DV / 8>(o_acc);
 #pragma unroll 1
             for (int kt = 0; kt < BK; kt += KT) {
                 float s[KT / 8][4];
@@ -108,15 +105,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 wg_commit();
                 wg_wait<0>();
                 wg_hold<KT / 8>(s);
-                // Causal mask on the raw scores as in sel_fwd_main.cu.
-                const int lim_lo = t_lo - (it.kb0 + kt), lim_hi = t_hi - (it.kb0 + kt);
-                const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float alpha[2];
-                if (unmasked)
-                    sm.step<KT / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
-                else
-                    sm.step<KT / 8>(s, scale_log2, lane, [&](int col, int half) { return col <= (half ? lim_hi : lim_lo); },
-                                    alpha);
+                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0 + kt, alpha);
                 if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);
                 u32 pa[KT / 16][4];
                 wg_p_to_a<DT, KT / 16>(pa, s);
@@ -134,21 +124,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             frag_scale_rows<DV / 8>(o_acc, inv);
             group_sync(grp);  // every warp's products have read the query tile
             frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
-            if ((lane & 3) == 0) {
-                float *lse_part = (float *)p.lse_part;
-                const long long part_lo = rt.part[tile * ROWS + r_lo], part_hi = rt.part[tile * ROWS + r_lo + 8];
-                if (part_lo >= 0) lse_part[part_lo] = lse2[0];
-                if (part_hi >= 0) lse_part[part_hi] = lse2[1];
-            }
-            __syncwarp();
-            u16 *o_part = (u16 *)p.o_part;
             const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-            for (int c = lane; c < 16 * (DV / 8); c += 32) {
-                const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
-                const long long part = rt.part[tile * ROWS + wq * 16 + rr];
-                if (part < 0) continue;
-                *(uint4 *)(o_part + part * DV + cc * 8) = *(const uint4 *)(qb_ptr + sw128_offset(wq * 16 + rr, cc * 8, ROWS));
-            }
+            store_partial_rows<DV>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+                                   [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
         }
     }
 }

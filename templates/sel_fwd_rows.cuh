@@ -10,6 +10,7 @@
 // padding) and its token (-1 for padding).
 #pragma once
 #include "sel_common.cuh"
+#include "fsa_softmax.cuh"
 
 namespace fsa {
 
@@ -61,6 +62,55 @@ __device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
     it.kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
     it.nk = (int)min((long long)BK, sb.end - it.kb0);
     return it;
+}
+
+// The tokens of this lane's two accumulator rows of a warp's 16 (item rows
+// row0 + lane / 4 and row0 + lane / 4 + 8; -1: padding).
+struct LaneTokens {
+    int lo, hi;
+};
+template <int ITEM_ROWS>
+__device__ __forceinline__ LaneTokens lane_tokens(const RowTable<ITEM_ROWS> &rt, int row0, int lane) {
+    return LaneTokens{rt.token[row0 + (lane >> 2)], rt.token[row0 + (lane >> 2) + 8]};
+}
+
+// One softmax step over the raw scores s of keys key0 .. key0 + KT - 1 for
+// this lane's rows (tokens t). Causal mask: key column
+// c is visible when c <= lim (the token's offset from key0); this also hides
+// keys past the end of the sequence and padding rows. A warp whose rows all
+// see every key of the step skips the compare.
+template <int KT>
+__device__ __forceinline__ void causal_step(OnlineSoftmax &sm, float s[KT / 8][4], float scale_log2, int lane,
+                                            LaneTokens t, int key0, float alpha[2]) {
+    const int lim_lo = t.lo - key0, lim_hi = t.hi - key0;
+    if (__all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1))
+        sm.step<KT / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+    else
+        sm.step<KT / 8>(s, scale_log2, lane, [&](int col, int half) { return col <= (half ? lim_hi : lim_lo); }, alpha);
+}
+
+// A warp's 16 finished rows of a tile (item rows row0 .. row0 + 15, staged
+// in shared memory) to their partial rows: lse2 of this lane's rows lo
+// (row0 + lane / 4) and hi (+ 8) into lse_part, then 16-byte pieces of whole
+// rows from staged(r, c) (the address of row r's piece at column c) into
+// o_part. Padding rows write nothing.
+template <int DV, int ITEM_ROWS, class Staged>
+__device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, const RowTable<ITEM_ROWS> &rt, int row0,
+                                                   const float lse2[2], int lane, Staged staged) {
+    if ((lane & 3) == 0) {
+        float *lse_part = (float *)p.lse_part;
+        const long long part_lo = rt.part[row0 + (lane >> 2)], part_hi = rt.part[row0 + (lane >> 2) + 8];
+        if (part_lo >= 0) lse_part[part_lo] = lse2[0];
+        if (part_hi >= 0) lse_part[part_hi] = lse2[1];
+    }
+    __syncwarp();
+    u16 *o_part = (u16 *)p.o_part;
+    for (int c = lane; c < 16 * (DV / 8); c += 32) {
+        const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
+        const long long part = rt.part[row0 + rr];
+        if (part < 0) continue;
+        *(uint4 *)(o_part + part * DV + cc * 8) = *(const uint4 *)staged(rr, cc * 8);
+    }
 }
 
 }  // namespace fsa
