@@ -25,7 +25,7 @@ constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: on
 constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
 constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
-static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks multiples of 32");
+static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
 static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
