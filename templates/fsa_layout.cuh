@@ -104,29 +104,23 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 {
     return fsa_fwd_smem_q(dk, dv, bk) + FSA_FWD_STAGES * fsa_fwd_q_tile_bytes(dk, dv);
 }
-/* The warpgroup main kernel (sm_90a, sel_fwd_main_wg.cu), variant v (the
- * plan's FSA_WGMMA, 1 to 4): fsa_fwd_wg_groups(v) warpgroups share K and V
- * of the block, held as 128-byte swizzled tiles of fsa_fwd_wg_keys(bk) keys
- * each (one per softmax step); each warpgroup takes every groups-th 64-row
- * tile of the item into its own ring of fsa_fwd_wg_stages(v) swizzled query
- * tiles, which also stage its output rows. Variants 1 and 2: two groups with
- * two stages, two CTAs per SM (128 registers); 3 and 4: three groups with
- * three stages (two query tiles in flight per group while one is used), one
- * CTA per SM. Head dims are
+/* The warpgroup main kernel (sm_90a, sel_fwd_main_wg.cu): FSA_FWD_WG_GROUPS
+ * warpgroups share K and V of the block, held as 128-byte swizzled tiles of
+ * fsa_fwd_wg_keys(bk) keys each (one per softmax step); each warpgroup takes
+ * every FSA_FWD_WG_GROUPS-th 64-row tile of the item into its own ring of
+ * swizzled query tiles, which also stage its output rows. Head dims are
  * multiples of 64 up to 128, blocks of 32 or 64 keys (one softmax step: a
  * second one's rescaling does not fit the 128 registers of two CTAs per SM).
  * Layout, from a 1024-byte aligned base (FSA_QT_WG_ALIGN bytes of slack):
  * row table | K tiles | V tiles | [group][stage] query tiles. */
+#define FSA_FWD_WG_GROUPS 2
 #define FSA_FWD_WG_ROWS 64
 #define FSA_FWD_WG_ALIGN 1024
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);
 }
-FSA_LAYOUT_FN int fsa_fwd_wg_groups(int v) { return v >= 3 ? 3 : 2; }
-FSA_LAYOUT_FN int fsa_fwd_wg_stages(int v) { return v >= 3 ? 3 : 2; }
-FSA_LAYOUT_FN int fsa_fwd_wg_ctas_per_sm(int v) { return v >= 3 ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_fwd_wg_threads(int v) { return 128 * fsa_fwd_wg_groups(v); }
+FSA_LAYOUT_FN int fsa_fwd_wg_threads(void) { return 128 * FSA_FWD_WG_GROUPS; }
 FSA_LAYOUT_FN int fsa_fwd_wg_keys(int bk) { return bk < 64 ? bk : 64; }
 FSA_LAYOUT_FN int fsa_fwd_wg_tokens_per_tile(int g) { return g <= FSA_FWD_MAX_GROUP ? FSA_FWD_WG_ROWS / g : 0; }
 FSA_LAYOUT_FN int fsa_fwd_wg_item_entries(int g)
@@ -136,10 +130,10 @@ FSA_LAYOUT_FN int fsa_fwd_wg_item_entries(int g)
 FSA_LAYOUT_FN int fsa_fwd_wg_q_tile_bytes(int dk, int dv) { return fsa_sw128_bytes(FSA_FWD_WG_ROWS, fsa_max_dim(dk, dv)); }
 FSA_LAYOUT_FN int fsa_fwd_wg_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_sw128_bytes(bk, dk); }
 FSA_LAYOUT_FN int fsa_fwd_wg_smem_q(int dk, int dv, int bk) { return fsa_fwd_wg_smem_v(dk, bk) + fsa_sw128_bytes(bk, dv); }
-FSA_LAYOUT_FN int fsa_fwd_wg_smem_bytes(int dk, int dv, int bk, int v)
+FSA_LAYOUT_FN int fsa_fwd_wg_smem_bytes(int dk, int dv, int bk)
 {
     return FSA_FWD_WG_ALIGN + fsa_fwd_wg_smem_q(dk, dv, bk) +
-           fsa_fwd_wg_groups(v) * fsa_fwd_wg_stages(v) * fsa_fwd_wg_q_tile_bytes(dk, dv);
+           FSA_FWD_WG_GROUPS * FSA_FWD_STAGES * fsa_fwd_wg_q_tile_bytes(dk, dv);
 }
 
 /* ---------------------------------------------------------------- NSA order */

@@ -3,10 +3,10 @@
 // a 64-row tile issued by one warpgroup. K and V of the block sit once in
 // 128-byte swizzled tiles that every warpgroup reads through descriptors, so
 // a tile of 64 rows reads them from shared memory once where four mma.sync
-// warps read them four times. GROUPS warpgroups share the block, each taking
-// every GROUPS-th tile of the item into its own ring of STAGES swizzled query
-// tiles (a named barrier per warpgroup, no CTA barrier per tile); the
-// variant WG (fsa_layout.cuh) picks both. Per tile and step of keys: S = Q K^T (wgmma from shared memory),
+// warps read them four times. FSA_FWD_WG_GROUPS warpgroups share the block,
+// each taking every FSA_FWD_WG_GROUPS-th tile of the item into its own ring
+// of swizzled query tiles (a named barrier per warpgroup, no CTA barrier per
+// tile). Per tile and step of keys: S = Q K^T (wgmma from shared memory),
 // the softmax in registers, O += P V (P from registers); the output rows go
 // to the tile's query buffer (stmatrix), then to their partial rows.
 #include "sel_fwd_rows.cuh"
@@ -16,9 +16,8 @@
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, WG = {{WGMMA}};
-constexpr int GROUPS = fsa_fwd_wg_groups(WG), STAGES = fsa_fwd_wg_stages(WG), THREADS = fsa_fwd_wg_threads(WG);
-constexpr int ROWS = FSA_FWD_WG_ROWS;
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int GROUPS = FSA_FWD_WG_GROUPS, THREADS = fsa_fwd_wg_threads(), ROWS = FSA_FWD_WG_ROWS;
 constexpr int TILES = FSA_FWD_ITEM_ROWS / ROWS;
 constexpr int TOK = fsa_fwd_wg_tokens_per_tile(G);  // tokens per tile
 constexpr int CHUNK = fsa_fwd_wg_item_entries(G);   // list entries per work item
@@ -34,7 +33,7 @@ static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-
 // The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
 
-extern "C" __global__ void __launch_bounds__(THREADS, fsa_fwd_wg_ctas_per_sm(WG)) fsa_sel_fwd_main_wg(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 base = (smem_addr(smem_raw) + (FSA_FWD_WG_ALIGN - 1)) & ~(u32)(FSA_FWD_WG_ALIGN - 1);
     Rows &rt = *(Rows *)(smem_raw + (base - smem_addr(smem_raw)));
@@ -43,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_fwd_wg_ctas_per_sm(WG)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp >> 2, gtid = tid & 127, wq = warp & 3;  // warpgroup, thread and warp in it
-    const u32 my_q = qs + (u32)(grp * STAGES) * Q_TILE;   // this warpgroup's ring
+    const u32 my_q = qs + (u32)(grp * FSA_FWD_STAGES) * Q_TILE;   // this warpgroup's ring
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
 
@@ -74,29 +73,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_fwd_wg_ctas_per_sm(WG)
             load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
         };
         int issued = 0;
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) {  // one group per stage, possibly empty
-            if (issued < mine) load(issued, issued);
-            issued++;
-            cp_async_commit();
-        }
-        cp_async_wait<STAGES - 1>();  // this thread's K and V copies
+        if (mine > 0) load(issued++, 0);
+        cp_async_commit();
+        cp_async_wait<1>();    // this thread's K and V copies
         wg_fence_async_smem();
-        __syncthreads();              // everyone's: the products read them through the async proxy
+        __syncthreads();       // everyone's: the products read them through the async proxy
 
         for (int i = 0; i < mine; i++) {
             // The ring: the next tile into the buffer of tile i - 1, then wait for tile i.
             if (issued < mine) {
                 group_sync(grp);  // every warp of the group is done with that buffer
-                load(issued, issued % STAGES);
+                load(issued, issued % FSA_FWD_STAGES);
+                issued++;
             }
-            issued++;
             cp_async_commit();
-            cp_async_wait<STAGES - 1>();
+            cp_async_wait<FSA_FWD_STAGES - 1>();
             wg_fence_async_smem();
             group_sync(grp);
             const int tile = grp + i * GROUPS;
-            const u32 qb = my_q + (u32)(i % STAGES) * Q_TILE;
+            const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
             const LaneTokens tok = lane_tokens(rt, tile * ROWS + wq * 16, lane);  // warp wq holds rows 16 wq ..
             OnlineSoftmax sm;
             sm.init();

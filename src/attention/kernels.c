@@ -61,7 +61,7 @@ static const struct {
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_FWD_MAIN_WG] = {"sel_fwd_main_wg", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_WGMMA}},
+    [FAM_FWD_MAIN_WG] = {"sel_fwd_main_wg", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
@@ -128,8 +128,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_fwd_smem_bytes(d, dv, bk);
         break;
     case FSA_K_FWD_MAIN_WG:
-        threads = fsa_fwd_wg_threads(c->wgmma);
-        smem = fsa_fwd_wg_smem_bytes(d, dv, bk, c->wgmma);
+        threads = fsa_fwd_wg_threads();
+        smem = fsa_fwd_wg_smem_bytes(d, dv, bk);
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;

@@ -58,8 +58,7 @@ typedef struct fsa_kernel_config {
     int page_size; /* tokens per page of a paged KV cache */
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
-    int wgmma;                   /* query-tile forwards and the selected forward's main kernel: 0 mma.sync, else
-                                    the warpgroup variant (fsa_kernel_wgmma) */
+    int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
