@@ -65,34 +65,75 @@ FSA_LAYOUT_FN int fsa_rows_per_block(int d) { return FSA_ROW_THREADS / fsa_row_l
 FSA_LAYOUT_FN int fsa_warp_rows_per_block(void) { return FSA_ROW_THREADS / 32; }
 
 /* ---------------------------------------------------------------- FSA forward main */
-/* A work item: one (KV head, block) and up to FSA_FWD_TILES tiles of its list;
- * a tile packs (token, head-in-group) rows, FSA_FWD_ROWS of them. */
-#define FSA_FWD_WARPS 4
-#define FSA_FWD_THREADS (32 * FSA_FWD_WARPS)
-#define FSA_FWD_ROWS (16 * FSA_FWD_WARPS)
-#define FSA_FWD_TILES 8
+/* A work item: one (KV head, block) and up to FSA_FWD_ITEM_ROWS rows of its
+ * list, in tiles of fsa_fwd_rows; a tile packs (token, head-in-group) rows.
+ * The warps of a CTA, 16 rows each, share the block's K and V. Up to head
+ * dims of 128 a CTA has eight warps: two CTAs per SM at 128 registers hold
+ * 16 warps where four-warp CTAs held 12 (the kernel is bound by latency:
+ * bench/NOTES.md); wider heads keep four, whose query tiles fit beside the
+ * larger blocks. */
+#define FSA_FWD_ITEM_ROWS 512
+#define FSA_FWD_MAX_GROUP 64
 #define FSA_FWD_STAGES 2 /* query tiles in flight */
-FSA_LAYOUT_FN int fsa_fwd_tokens_per_tile(int g) { return FSA_FWD_ROWS / g; } /* 0: the group does not fit */
-FSA_LAYOUT_FN int fsa_fwd_item_entries(int g) { return fsa_fwd_tokens_per_tile(g) * FSA_FWD_TILES; }
 /* Query/key head dim dk and value head dim dv may differ: K and the query
  * tiles are dk wide, V and the outputs dv wide. The query tiles take the
  * pitch of the wider of the two, because each warp stages its 16 output rows
  * in its own query rows. */
 FSA_LAYOUT_FN int fsa_max_dim(int dk, int dv) { return dk > dv ? dk : dv; }
+FSA_LAYOUT_FN int fsa_fwd_warps(int dk, int dv) { return fsa_max_dim(dk, dv) <= 128 ? 8 : 4; }
+FSA_LAYOUT_FN int fsa_fwd_threads(int dk, int dv) { return 32 * fsa_fwd_warps(dk, dv); }
+FSA_LAYOUT_FN int fsa_fwd_rows(int dk, int dv) { return 16 * fsa_fwd_warps(dk, dv); }
+FSA_LAYOUT_FN int fsa_fwd_tiles(int dk, int dv) { return FSA_FWD_ITEM_ROWS / fsa_fwd_rows(dk, dv); }
+/* 0: the group does not fit. */
+FSA_LAYOUT_FN int fsa_fwd_tokens_per_tile(int g, int dk, int dv)
+{
+    return g <= FSA_FWD_MAX_GROUP ? fsa_fwd_rows(dk, dv) / g : 0;
+}
+FSA_LAYOUT_FN int fsa_fwd_item_entries(int g, int dk, int dv)
+{
+    return fsa_fwd_tokens_per_tile(g, dk, dv) * fsa_fwd_tiles(dk, dv);
+}
 FSA_LAYOUT_FN int fsa_fwd_q_pitch(int dk, int dv) { return fsa_pitch(fsa_max_dim(dk, dv)); }
-FSA_LAYOUT_FN int fsa_fwd_q_tile_bytes(int dk, int dv) { return FSA_FWD_ROWS * fsa_fwd_q_pitch(dk, dv) * 2; }
-/* Row table (token and pair of every row of the item) | K | V of the block |
- * the query tiles in flight | the item's list entries. */
-FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return 2 * 4 * FSA_FWD_TILES * FSA_FWD_ROWS; }
+FSA_LAYOUT_FN int fsa_fwd_q_tile_bytes(int dk, int dv) { return fsa_fwd_rows(dk, dv) * fsa_fwd_q_pitch(dk, dv) * 2; }
+/* Row table (query offset, partial row and token of every row of the item)
+ * | K | V of the block | the query tiles in flight. */
+FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return (8 + 8 + 4) * FSA_FWD_ITEM_ROWS; }
 FSA_LAYOUT_FN int fsa_fwd_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, dk); }
 FSA_LAYOUT_FN int fsa_fwd_smem_q(int dk, int dv, int bk) { return fsa_fwd_smem_v(dk, bk) + fsa_tile_bytes(bk, dv); }
-FSA_LAYOUT_FN int fsa_fwd_smem_entries(int dk, int dv, int bk)
+FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 {
     return fsa_fwd_smem_q(dk, dv, bk) + FSA_FWD_STAGES * fsa_fwd_q_tile_bytes(dk, dv);
 }
-FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk, int g)
+/* The warpgroup main kernel (sm_90a, sel_fwd_main_wg.cu): FSA_FWD_WG_GROUPS
+ * warpgroups share K and V of the block, held as 128-byte swizzled tiles of
+ * fsa_fwd_wg_keys(bk) keys each (one per softmax step); each warpgroup takes
+ * every FSA_FWD_WG_GROUPS-th 64-row tile of the item into its own ring of
+ * swizzled query tiles, which also stage its output rows. Head dims are
+ * multiples of 64 up to 128, blocks of 32 or 64 keys (one softmax step: a
+ * second one's rescaling does not fit the 128 registers of two CTAs per SM).
+ * Layout, from a 1024-byte aligned base (FSA_QT_WG_ALIGN bytes of slack):
+ * row table | K tiles | V tiles | [group][stage] query tiles. */
+#define FSA_FWD_WG_GROUPS 2
+#define FSA_FWD_WG_ROWS 64
+#define FSA_FWD_WG_ALIGN 1024
+FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
-    return fsa_fwd_smem_entries(dk, dv, bk) + fsa_fwd_item_entries(g) * 4;
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);
+}
+FSA_LAYOUT_FN int fsa_fwd_wg_threads(void) { return 128 * FSA_FWD_WG_GROUPS; }
+FSA_LAYOUT_FN int fsa_fwd_wg_keys(int bk) { return bk < 64 ? bk : 64; }
+FSA_LAYOUT_FN int fsa_fwd_wg_tokens_per_tile(int g) { return g <= FSA_FWD_MAX_GROUP ? FSA_FWD_WG_ROWS / g : 0; }
+FSA_LAYOUT_FN int fsa_fwd_wg_item_entries(int g)
+{
+    return fsa_fwd_wg_tokens_per_tile(g) * (FSA_FWD_ITEM_ROWS / FSA_FWD_WG_ROWS);
+}
+FSA_LAYOUT_FN int fsa_fwd_wg_q_tile_bytes(int dk, int dv) { return fsa_sw128_bytes(FSA_FWD_WG_ROWS, fsa_max_dim(dk, dv)); }
+FSA_LAYOUT_FN int fsa_fwd_wg_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_sw128_bytes(bk, dk); }
+FSA_LAYOUT_FN int fsa_fwd_wg_smem_q(int dk, int dv, int bk) { return fsa_fwd_wg_smem_v(dk, bk) + fsa_sw128_bytes(bk, dv); }
+FSA_LAYOUT_FN int fsa_fwd_wg_smem_bytes(int dk, int dv, int bk)
+{
+    return FSA_FWD_WG_ALIGN + fsa_fwd_wg_smem_q(dk, dv, bk) +
+           FSA_FWD_WG_GROUPS * FSA_FWD_STAGES * fsa_fwd_wg_q_tile_bytes(dk, dv);
 }
 
 /* ---------------------------------------------------------------- NSA order */

@@ -5,16 +5,16 @@
 // partial output is normalized by its own row sum and written with its
 // log2-sum-exp; the reduction kernel merges the partials of a token. Q and K
 // are D wide, V and the outputs DV wide.
-#include "sel_common.cuh"
-#include "fsa_pipeline.cuh"
+#include "sel_fwd_rows.cuh"
+#include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
-constexpr int THREADS = FSA_FWD_THREADS, ROWS = FSA_FWD_ROWS, TILES = FSA_FWD_TILES;
-constexpr int TOK = fsa_fwd_tokens_per_tile(G);  // tokens per tile
-constexpr int CHUNK = fsa_fwd_item_entries(G);   // list entries per work item
+constexpr int THREADS = fsa_fwd_threads(D, DV), ROWS = fsa_fwd_rows(D, DV), TILES = fsa_fwd_tiles(D, DV);
+constexpr int TOK = fsa_fwd_tokens_per_tile(G, D, DV);  // tokens per tile
+constexpr int CHUNK = fsa_fwd_item_entries(G, D, DV);   // list entries per work item
 constexpr int KT = BK < 64 ? BK : 64;            // keys per softmax step
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDQ = fsa_fwd_q_pitch(D, DV);      // query tiles, also the output staging
@@ -22,107 +22,68 @@ constexpr u32 Q_TILE_BYTES = fsa_fwd_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
 
-// Per work item, one entry per tile row (CHUNK tokens x G heads): its token
-// (-1 for padding) and its (head, token, slot) pair index. Both fit in 32
-// bits: the host keeps chunks below 2^31 pairs.
-struct RowTable {
-    int token[TILES * ROWS];
-    int pair[TILES * ROWS];
-};
-static_assert(sizeof(RowTable) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
+typedef RowTable<TILES * ROWS> Rows;
+static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
 
-__device__ __forceinline__ void build_row_table(RowTable &rt, const fsa_sel_params &p, const int *ent, int n_ent,
-                                                int h) {
-    for (int i = threadIdx.x; i < TILES * ROWS; i += THREADS) {
-        const int tile = i / ROWS, r = i - tile * ROWS;
-        const int tk = r / G, e = tile * TOK + tk;
-        if (tk >= TOK || e >= n_ent) {
-            rt.token[i] = -1;
-            rt.pair[i] = 0;
-            continue;
+// This warp's 16 rows of tile `tile` into its rows of a stage buffer (dst:
+// the buffer). Each warp loads and reads only its own rows, so a tile costs
+// no CTA barrier.
+__device__ __forceinline__ void load_q_rows(u32 dst, const Rows &rt, int tile, int warp, int lane) {
+    const u16 *const *rows = rt.q_row + tile * ROWS + warp * 16;
+    const u32 d = dst + (u32)(warp * 16 * LDQ) * 2;
+    if constexpr (gather_rows_fits<D, 32>()) {
+        load_rows_async<16, D, LDQ, 32>(d, rows, lane);
+    } else {
+        for (int i = lane; i < 16 * (D / 8); i += 32) {
+            const int r = i / (D / 8), c = (i - r * (D / 8)) * 8;
+            cp_async16(d + (u32)(r * LDQ + c) * 2, rows[r] + c, true);
         }
-        const int v = ent[e];
-        const long long tl = fsa_entry_token(v);
-        rt.token[i] = (int)(p.t0 + tl);
-        rt.pair[i] = (int)pair_index(p, h, tl, fsa_entry_slot(v));
     }
 }
 
-__device__ __forceinline__ long long part_row(const RowTable &rt, int i) {
-    return (long long)rt.pair[i] * G + (i % ROWS) % G;
-}
-
-// dst: shared-memory address of the tile buffer.
-__device__ __forceinline__ void load_q_tile(const fsa_sel_params &p, u32 dst, const RowTable &rt, int tile, int h) {
-    const u16 *q = (const u16 *)p.q.ptr;
-    load_tile_async<ROWS, D, LDQ, THREADS>(dst, [&](int r) {
-        const int t = rt.token[tile * ROWS + r];
-        return RowSrc{t >= 0 ? view_row<const u16>(p.q, t, h * G + r % G) : q, t >= 0};
-    });
-}
-
-// Up to head dims of 128, three blocks per SM (168 registers): the kernel is bound by
-// issue and latency, so resident warps matter more than prefetch depth.
-extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 3 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
+// Up to head dims of 128, two blocks of eight warps per SM (128 registers): the kernel
+// is bound by latency, so resident warps matter more than prefetch depth.
+extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 2 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    RowTable &rt = *(RowTable *)smem;
+    Rows &rt = *(Rows *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight
-    int *ent = (int *)(smem + fsa_fwd_smem_entries(D, DV, BK));    // this work item's list entries
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 ks_addr = smem_addr(smem) + fsa_fwd_smem_k(), vs_addr = smem_addr(smem) + fsa_fwd_smem_v(D, BK);
     const u32 qs_addr = smem_addr(Qs);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int *work = (const int *)p.work_offsets;
-    const int *work_seg = (const int *)p.work_seg;
-    const int *offs = (const int *)p.offsets;
-    const int *cu = (const int *)p.cu_seqlens;
-    const long long nseg = p.num_kv_heads * p.nb_total;
-    const int total_work = work[nseg];
+    const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
     const u32 a_off = warp * 16 * LDQ * 2 + ldm_lane_a(lane, LDQ);  // this warp's Q rows (A)
     const u32 bk_off = ldm_lane_b(lane, LD);                       // K rows (B)
     const u32 bv_off = ldm_lane_a(lane, LDV);                      // V rows (B, transposed)
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
-        const long long seg = work_seg[w];  // the (KV head, block) segment of work item w
-        const int h = (int)(seg / p.nb_total);
-        const long long gid = seg - (long long)h * p.nb_total;
-        const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
-        const int n_ent = min(offs[seg + 1] - e0, CHUNK);
-
+        const WorkItem it = work_item<BK, CHUNK>(p, w);
+        const int h = it.h, kb0 = it.kb0, nk = it.nk, n_ent = it.n_ent;
         __syncthreads();  // the previous work item is done with shared memory
-        for (int i = tid; i < n_ent; i += THREADS) ent[i] = ((const int *)p.list)[e0 + i];
-        __syncthreads();
-        build_row_table(rt, p, ent, n_ent, h);
-
-        // Key range of the block, from the sequence of any token in the list.
-        const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(ent[0]));
-        const long long kb0 = sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK;
-        const int nk = (int)min((long long)BK, sb.end - kb0);
+        build_row_table<G, ROWS, THREADS>(rt, p, it.ent, n_ent, h);
 
         // K and V of the block, zero past the end of the sequence.
         const u16 *kg = view_row<const u16>(p.k, 0, h);
         const u16 *vg = view_row<const u16>(p.v, 0, h);
         load_tiles_async<BK, D, LD, DV, LDV, THREADS>(ks_addr, vs_addr, [&](int r) {
             const bool ok = r < nk;
-            const long long key = kb0 + (ok ? r : 0);
+            const long long key = (long long)kb0 + (ok ? r : 0);
             return RowPair{kg + key * p.k.token_stride, vg + key * p.v.token_stride, ok};
         });
         __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
-        AsyncRing<FSA_FWD_STAGES> ring;
-        auto load = [&](int tile, int buf) { load_q_tile(p, qs_addr + buf * Q_TILE_BYTES, rt, tile, h); };
-        ring.start(ntiles, load);  // with K and V
+        WarpRing<FSA_FWD_STAGES> ring;
+        auto load = [&](int tile, int buf) { load_q_rows(qs_addr + buf * Q_TILE_BYTES, rt, tile, warp, lane); };
+        ring.start(ntiles, load);  // this thread's K and V copies join tile 0's group
 
         for (int tile = 0; tile < ntiles; tile++) {
             const int buf = ring.acquire(tile, load);
+            if (tile == 0) __syncthreads();  // every thread's K and V copies have landed
             u16 *Qb = Qs + buf * ROWS * LDQ;
             const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES;
-            // This lane's accumulator rows: r_lo = warp*16 + lane/4 and r_lo + 8.
-            const int r_lo = warp * 16 + (lane >> 2);
-            const int t_lo = rt.token[tile * ROWS + r_lo], t_hi = rt.token[tile * ROWS + r_lo + 8];
-
+            const LaneTokens tok = lane_tokens(rt, tile * ROWS + warp * 16, lane);
             float o_acc[DV / 8][4];
             frag_zero<DV / 8>(o_acc);
             OnlineSoftmax sm;
@@ -132,15 +93,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
                 float s[KT / 8][4];
                 frag_zero<KT / 8>(s);
                 mma_abt<DT, D, KT / 8, LD>(s, qb_addr + a_off, ks_addr + bk_off + (u32)(kt * LD) * 2);
-                // Causal mask on the raw scores: key column c is visible when
-                // c <= lim (the token's offset from the step's first key). This
-                // also hides keys past the end of the sequence and padding rows.
-                // Blocks wholly before every row's token skip the compare.
-                const int lim_lo = t_lo - (int)(kb0 + kt), lim_hi = t_hi - (int)(kb0 + kt);
-                const bool unmasked = __all_sync(0xffffffffu, lim_lo >= KT - 1 && lim_hi >= KT - 1);
                 float alpha[2];
-                sm.step<KT / 8>(s, scale_log2, lane,
-                                [&](int col, int half) { return unmasked || col <= (half ? lim_hi : lim_lo); }, alpha);
+                causal_step<KT>(sm, s, scale_log2, lane, tok, kb0 + kt, alpha);
                 if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);  // nothing to rescale before the first step
                 mma_pv<DT, KT / 16, DV / 8, LDV>(o_acc, s, vs_addr + bv_off + (u32)(kt * LDV) * 2);
             }
@@ -151,20 +105,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
             sm.finish(inv, lse2);
             __syncwarp();
             frag_scale_rows<DV / 8>(o_acc, inv);
-            frag_store<DT, DV / 8, LDQ>(Qb + warp * 16 * LDQ, o_acc, lane);
-            if ((lane & 3) == 0) {
-                float *lse_part = (float *)p.lse_part;
-                if (t_lo >= 0) lse_part[part_row(rt, tile * ROWS + r_lo)] = lse2[0];
-                if (t_hi >= 0) lse_part[part_row(rt, tile * ROWS + r_lo + 8)] = lse2[1];
-            }
-            __syncwarp();
-            u16 *o_part = (u16 *)p.o_part;
-            for (int c = lane; c < 16 * (DV / 8); c += 32) {
-                const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
-                const int i = tile * ROWS + warp * 16 + rr;
-                if (rt.token[i] < 0) continue;
-                *(uint4 *)(o_part + part_row(rt, i) * DV + cc * 8) = *(const uint4 *)(Qb + (warp * 16 + rr) * LDQ + cc * 8);
-            }
+            frag_store_rows<DT, DV / 8, LDQ>(qb_addr + (u32)(warp * 16 * LDQ) * 2, o_acc, lane);
+            store_partial_rows<DV>(p, rt, tile * ROWS + warp * 16, lse2, lane,
+                                   [&](int r, int c) { return Qb + (warp * 16 + r) * LDQ + c; });
         }
     }
 }

@@ -38,6 +38,7 @@ static const struct {
 typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
+    FAM_FWD_MAIN_WG,
     FAM_FWD_REDUCE,
     FAM_FWD_NSA,
     FAM_BWD_PREP,
@@ -60,6 +61,7 @@ static const struct {
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_FWD_MAIN_WG] = {"sel_fwd_main_wg", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
@@ -85,6 +87,7 @@ static const struct {
     [FSA_K_SCATTER] = {FAM_INDEX, "fsa_sel_scatter"},
     [FSA_K_SORT] = {FAM_INDEX, "fsa_sel_sort"},
     [FSA_K_FWD_MAIN] = {FAM_FWD_MAIN, "fsa_sel_fwd_main"},
+    [FSA_K_FWD_MAIN_WG] = {FAM_FWD_MAIN_WG, "fsa_sel_fwd_main_wg"},
     [FSA_K_FWD_REDUCE] = {FAM_FWD_REDUCE, "fsa_sel_fwd_reduce"},
     [FSA_K_FWD_NSA] = {FAM_FWD_NSA, "fsa_sel_fwd_nsa"},
     [FSA_K_BWD_PREP] = {FAM_BWD_PREP, "fsa_sel_bwd_prep"},
@@ -121,8 +124,12 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SCATTER:
     case FSA_K_SORT: threads = FSA_INDEX_THREADS; break;
     case FSA_K_FWD_MAIN:
-        threads = FSA_FWD_THREADS;
-        smem = fsa_fwd_smem_bytes(d, dv, bk, g);
+        threads = fsa_fwd_threads(d, dv);
+        smem = fsa_fwd_smem_bytes(d, dv, bk);
+        break;
+    case FSA_K_FWD_MAIN_WG:
+        threads = fsa_fwd_wg_threads();
+        smem = fsa_fwd_wg_smem_bytes(d, dv, bk);
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;

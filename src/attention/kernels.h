@@ -21,6 +21,7 @@ typedef enum fsa_kernel_id {
     FSA_K_SCATTER,       /* index inversion: the lists */
     FSA_K_SORT,          /* backward: each list in token order */
     FSA_K_FWD_MAIN,      /* FSA forward: partial outputs per (token, slot) */
+    FSA_K_FWD_MAIN_WG,   /* the same on Hopper warpgroup products (sm_90a) */
     FSA_K_FWD_REDUCE,    /* FSA forward: merge of the partials */
     FSA_K_FWD_NSA,       /* NSA-order forward */
     FSA_K_BWD_PREP,      /* backward: delta = rowsum(dout * o) */

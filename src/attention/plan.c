@@ -64,7 +64,7 @@ static fsa_status load_fwd_kernels(fsa_plan *plan, int want_fsa, int want_nsa)
     if (plan->fsa_available) {
         FSA_CHECK(fsa_kernel_load(&k->count, FSA_K_COUNT, ctx, c));
         FSA_CHECK(fsa_kernel_load(&k->scatter, FSA_K_SCATTER, ctx, c));
-        FSA_CHECK(fsa_kernel_load(&k->main, FSA_K_FWD_MAIN, ctx, c));
+        FSA_CHECK(fsa_kernel_load(&k->main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, ctx, c));
         FSA_CHECK(fsa_kernel_load(&k->reduce, FSA_K_FWD_REDUCE, ctx, c));
         FSA_CHECK(fsa_kernel_persistent_grid(&plan->main_grid, ctx, &k->main));
     }
@@ -164,14 +164,17 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
 
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     fsa_kernel main, nsa;
-    fsa_kernel_describe(&main, FSA_K_FWD_MAIN, &plan->config);
+    /* The warpgroup main kernel where the target has warpgroup products (FSA_WGMMA=0 keeps mma.sync). */
+    plan->fwd_wg = fsa_kernel_wgmma(ctx, desc->head_dim, (int)desc->value_dim) != 0 &&
+                   fsa_fwd_wg_ok(desc->head_dim, (int)desc->value_dim, desc->block_size);
+    fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
-    plan->fsa_available = fsa_fwd_tokens_per_tile(plan->group) >= 1 && (int)main.smem <= max_smem;
+    plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)main.smem <= max_smem;
     plan->nsa_available = (int)nsa.smem <= max_smem;
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
-                 plan->group, FSA_FWD_ROWS, main.smem, ctx->target, max_smem);
+                 plan->group, FSA_FWD_MAX_GROUP, main.smem, ctx->target, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
                  nsa.smem, ctx->target, max_smem);
@@ -195,6 +198,13 @@ void fsa_plan_destroy(fsa_plan *plan)
     if (plan == NULL) return;
     fsa_metadata_checker_destroy(plan->checker, plan->ctx);
     free(plan);
+}
+
+int fsa_plan_fwd_item_entries(const fsa_plan *plan)
+{
+    const fsa_selected_attention_desc *d = &plan->desc;
+    return plan->fwd_wg ? fsa_fwd_wg_item_entries(plan->group)
+                        : fsa_fwd_item_entries(plan->group, d->head_dim, (int)d->value_dim);
 }
 
 /* Size arithmetic that saturates instead of wrapping: a layout too large for
@@ -235,7 +245,7 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
     const size_t n = out->index.n_counts;
     /* At most one partial work item per segment besides the full ones. */
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_fwd_item_entries(plan->group)), 4));
+    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_plan_fwd_item_entries(plan)), 4));
     FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
     FSA_PLACE_(list, mul_sat(pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));

@@ -26,6 +26,7 @@ struct fsa_plan {
     int fsa_available;    /* shape fits the FSA kernels on this target */
     int nsa_available;
     int main_grid;        /* persistent grid of the main kernel */
+    int fwd_wg;           /* the FSA-order main kernel on warpgroup products (sel_fwd_main_wg.cu) */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
@@ -41,6 +42,9 @@ typedef struct fsa_index_layout {
     size_t n_counts;  /* entries of counts, offsets and work_offsets */
     size_t counts, offsets, work_offsets;
 } fsa_index_layout;
+
+/* List entries per work item of the plan's FSA-order forward main kernel. */
+int fsa_plan_fwd_item_entries(const fsa_plan *plan);
 
 /* Workspace of the FSA path for a chunk of `heads` KV heads x `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {

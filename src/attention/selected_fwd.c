@@ -106,7 +106,7 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
     params_from_args(&all, plan, &c->a);
     const uint64_t ws = c->a.workspace;
     fsa_params_index(&all, &l->index, ws);
-    all.item_entries = fsa_fwd_item_entries(plan->group);
+    all.item_entries = fsa_plan_fwd_item_entries(plan);
     all.work_seg = (long long)(ws + l->work_seg);
     all.mask = (long long)(ws + l->mask);
     all.list = (long long)(ws + l->list);

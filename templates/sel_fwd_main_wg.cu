@@ -1,0 +1,132 @@
+// FSA forward, main kernel on Hopper warpgroup products (sm_90a): the work
+// items, row table and partial rows of sel_fwd_main.cu, with the products of
+// a 64-row tile issued by one warpgroup. K and V of the block sit once in
+// 128-byte swizzled tiles that every warpgroup reads through descriptors, so
+// a tile of 64 rows reads them from shared memory once where four mma.sync
+// warps read them four times. FSA_FWD_WG_GROUPS warpgroups share the block,
+// each taking every FSA_FWD_WG_GROUPS-th tile of the item into its own ring
+// of swizzled query tiles (a named barrier per warpgroup, no CTA barrier per
+// tile). Per tile and step of keys: S = Q K^T (wgmma from shared memory),
+// the softmax in registers, O += P V (P from registers); the output rows go
+// to the tile's query buffer (stmatrix), then to their partial rows.
+#include "sel_fwd_rows.cuh"
+#include "fsa_gather.cuh"
+#include "fsa_softmax.cuh"
+#include "fsa_wgmma.cuh"
+
+using namespace fsa;
+typedef dtype_{{DTYPE}} DT;
+constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int GROUPS = FSA_FWD_WG_GROUPS, THREADS = fsa_fwd_wg_threads(), ROWS = FSA_FWD_WG_ROWS;
+constexpr int TILES = FSA_FWD_ITEM_ROWS / ROWS;
+constexpr int TOK = fsa_fwd_wg_tokens_per_tile(G);  // tokens per tile
+constexpr int CHUNK = fsa_fwd_wg_item_entries(G);   // list entries per work item
+constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: one K and one V tile
+constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
+constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
+static_assert(TOK >= 1, "GROUP must be at most 64");
+static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
+
+typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
+static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
+
+// The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
+__device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(const fsa_sel_params p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const u32 base = (smem_addr(smem_raw) + (FSA_FWD_WG_ALIGN - 1)) & ~(u32)(FSA_FWD_WG_ALIGN - 1);
+    Rows &rt = *(Rows *)(smem_raw + (base - smem_addr(smem_raw)));
+    const u32 ks = base + fsa_fwd_smem_k(), vs = base + fsa_fwd_wg_smem_v(D, BK);
+    const u32 qs = base + fsa_fwd_wg_smem_q(D, DV, BK);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int grp = warp >> 2, gtid = tid & 127, wq = warp & 3;  // warpgroup, thread and warp in it
+    const u32 my_q = qs + (u32)(grp * FSA_FWD_STAGES) * Q_TILE;   // this warpgroup's ring
+    const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
+    const float scale_log2 = (float)p.scale_log2;
+
+    for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
+        const WorkItem it = work_item<BK, CHUNK>(p, w);
+        __syncthreads();  // the previous work item is done with shared memory
+        build_row_table<G, ROWS, THREADS>(rt, p, it.ent, it.n_ent, it.h);
+
+        // K and V of the block, KT keys per tile, zero past the end of the sequence.
+        const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
+#pragma unroll 1
+        for (int kt = 0; kt < BK; kt += KT) {
+            auto key = [&](int r) { return (long long)it.kb0 + (kt + r < it.nk ? kt + r : 0); };
+            load_tile_sw128_async<KT, D, THREADS>(ks + (u32)(kt / KT) * K_TILE, [&](int r) {
+                return RowSrc{kg + key(r) * p.k.token_stride, kt + r < it.nk};
+            });
+            load_tile_sw128_async<KT, DV, THREADS>(vs + (u32)(kt / KT) * V_TILE, [&](int r) {
+                return RowSrc{vg + key(r) * p.v.token_stride, kt + r < it.nk};
+            });
+        }
+        cp_async_commit();
+        __syncthreads();  // the row table is complete
+
+        // This warpgroup's tiles: grp, grp + GROUPS, ...
+        const int ntiles = (it.n_ent + TOK - 1) / TOK;
+        const int mine = ntiles > grp ? (ntiles - grp + GROUPS - 1) / GROUPS : 0;
+        auto load = [&](int i, int buf) {
+            load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
+        };
+        int issued = 0;
+        if (mine > 0) load(issued++, 0);
+        cp_async_commit();
+        cp_async_wait<1>();    // this thread's K and V copies
+        wg_fence_async_smem();
+        __syncthreads();       // everyone's: the products read them through the async proxy
+
+        for (int i = 0; i < mine; i++) {
+            // The ring: the next tile into the buffer of tile i - 1, then wait for tile i.
+            if (issued < mine) {
+                group_sync(grp);  // every warp of the group is done with that buffer
+                load(issued, issued % FSA_FWD_STAGES);
+                issued++;
+            }
+            cp_async_commit();
+            cp_async_wait<FSA_FWD_STAGES - 1>();
+            wg_fence_async_smem();
+            group_sync(grp);
+            const int tile = grp + i * GROUPS;
+            const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
+            const LaneTokens tok = lane_tokens(rt, tile * ROWS + wq * 16, lane);  // warp wq holds rows 16 wq ..
+            OnlineSoftmax sm;
+            sm.init();
+            float o_acc[DV / 8][4];
+            frag_zero<DV / 8>(o_acc);
+#pragma unroll 1
+            for (int kt = 0; kt < BK; kt += KT) {
+                float s[KT / 8][4];
+                frag_zero<KT / 8>(s);
+                wg_mma_abt<DT, D, KT, ROWS>(s, qb, ks + (u32)(kt / KT) * K_TILE);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<KT / 8>(s);
+                float alpha[2];
+                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0 + kt, alpha);
+                if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);
+                u32 pa[KT / 16][4];
+                wg_p_to_a<DT, KT / 16>(pa, s);
+                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs + (u32)(kt / KT) * V_TILE);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<DV / 8>(o_acc);
+            }
+
+            // Normalize, stage the warp's 16 rows in the tile's query buffer
+            // (the products are done with it), then write 16-byte pieces of
+            // whole rows.
+            float inv[2], lse2[2];
+            sm.finish(inv, lse2);
+            frag_scale_rows<DV / 8>(o_acc, inv);
+            group_sync(grp);  // every warp's products have read the query tile
+            frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+            const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
+            store_partial_rows<DV>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+                                   [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+        }
+    }
+}
