@@ -150,4 +150,103 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
     return keys / FSA_QT_DKV_KEYS + batch;
 }
 
+/* The warpgroup backward (Hopper wgmma, sm_90a), for head dims in whole
+ * 64-column panels whose dK and dV fit one pass (fsa_qt_wgb_dims_ok); other
+ * shapes and targets keep the mma.sync kernels above. Both kernels have
+ * FSA_QT_WGB_GROUPS warpgroups of 4 warps, one CTA per SM; tiles are
+ * 128-byte swizzled (fsa_sw128_bytes) from a 1024-byte aligned base (the
+ * dynamic shared memory carries FSA_QT_WG_ALIGN bytes of slack).
+ *  dq:    a query tile of 64 rows per warpgroup (warp w: set w, so
+ *         fsa_qt_wg_tokens_per_tile(g, 3) tokens: the forward's variant-3
+ *         tile), all sharing stages of FSA_QT_WGB_DQ_KEYS keys.
+ *         Q rows | dO rows | the K stages | the V stages.
+ *  dK/dV: a CTA owns FSA_QT_DKV_KEYS keys (warp w of each warpgroup: keys
+ *         16 w ..) and walks stages of fsa_qt_wgb_dkv_rows query rows, each
+ *         warpgroup taking fsa_qt_wgb_dkv_cols of them (the columns of its
+ *         S^T); at the end warpgroup 1 hands its sums to warpgroup 0.
+ *         K | V | the Q stages | the dO stages | per stage and row: the keys
+ *         it sees (first, last), lse (base 2), delta. */
+#define FSA_QT_WGB_GROUPS 2
+#define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
+#define FSA_QT_WGB_ROWS (64 * FSA_QT_WGB_GROUPS)
+#define FSA_QT_WGB_DQ_KEYS 64
+#define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
+FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
+{
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256 && fsa_bwd_one_pass(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g) { return FSA_QT_WGB_ROWS / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk) { return fsa_sw128_bytes(FSA_QT_WGB_ROWS, dk); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv)
+{
+    return fsa_qt_wgb_dq_smem_do(dk) + fsa_sw128_bytes(FSA_QT_WGB_ROWS, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stage_bytes(int dk, int dv)
+{
+    return fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk) + fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stages(int dk, int dv)
+{
+    return fsa_qt_wgb_dq_smem_k(dk, dv) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3 : 2;
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_v(int dk, int dv)
+{
+    return fsa_qt_wgb_dq_smem_k(dk, dv) + fsa_qt_wgb_dq_stages(dk, dv) * fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_bytes(int dk, int dv)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dq_smem_k(dk, dv) + fsa_qt_wgb_dq_stages(dk, dv) * fsa_qt_wgb_dq_stage_bytes(dk, dv);
+}
+/* Query rows per warpgroup product of the dK/dV pass: 64, or 32 next to
+ * more than 256 columns of dK and dV (their accumulators and two sets of
+ * scores would not fit in the registers). */
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_cols(int dk, int dv) { return dk + dv > 256 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_rows(int dk, int dv) { return FSA_QT_WGB_GROUPS * fsa_qt_wgb_dkv_cols(dk, dv); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_tokens(int g, int dk, int dv) { return fsa_qt_wgb_dkv_rows(dk, dv) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_v(int dk) { return fsa_sw128_bytes(FSA_QT_DKV_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_q(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_v(dk) + fsa_sw128_bytes(FSA_QT_DKV_KEYS, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_stage_bytes(int dk, int dv)
+{
+    return fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dk) + fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dv) +
+           16 * fsa_qt_wgb_dkv_rows(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_stages(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_q(dk, dv) + 3 * fsa_qt_wgb_dkv_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3 : 2;
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_do(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_q(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_rows(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_do(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_bytes(int dk, int dv)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dkv_smem_q(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_qt_wgb_dkv_stage_bytes(dk, dv);
+}
+/* A plan's backward kernels (wgb: warpgroup backward or not): threads,
+ * shared memory, and the dq kernel's tokens per tile and grid. */
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_THREADS; }
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_DKV_THREADS; }
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv) : fsa_qt_dq_smem_bytes(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_smem(int dk, int dv, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dkv_smem_bytes(dk, dv) : fsa_qt_dkv_smem_bytes(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_tile_tokens(int g, int wgb) { return wgb ? fsa_qt_wgb_dq_tokens(g) : fsa_qt_tokens_per_tile(g); }
+FSA_LAYOUT_FN long long fsa_qt_bwd_dq_grid_tiles(long long total_tokens, long long batch, int g, int wgb)
+{
+    return total_tokens / fsa_qt_bwd_dq_tile_tokens(g, wgb) + batch;
+}
+/* The dK/dV grid's z extent: one part with the warpgroup backward. */
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_parts(int dk, int dv, int wgb) { return wgb ? 1 : fsa_qt_dkv_parts(dk, dv); }
+
 #endif
