@@ -14,7 +14,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int WGB = {{BWD_WGMMA}};  // 1: the warpgroup backward (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
+constexpr int WGB = {{BWD_WGMMA}};  // the warpgroup backward's variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
 constexpr int KS = WGB ? FSA_QT_WGB_DQ_KEYS : fsa_qt_dq_keys(DK);
 
 extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1 : 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, vis.tile); };
     auto visible = [&](int j, int half) { return j < vis.row[half]; };
     if constexpr (WGB != 0)
-        backward_dq_tile_wg<DT, DK, DV, G>(smem, p, tile, h, n_stages, key_rows, visible);
+        backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, h, n_stages, key_rows, visible);
     else
         backward_dq_tile<DT, DK, DV, G>(smem, p, tile, h, n_stages, key_rows, visible,
                                         [&](int stage) { return stage * KS < vis.warp; });

@@ -2,14 +2,14 @@
 // (sm_90a): the blocks of fsa_qbwd.cuh with the same callers' functors and
 // results (deterministic: every output element has one owner, its sums in a
 // fixed order), for head dims fsa_qt_wgb_dims_ok, laid out as
-// fsa_qt_layout.cuh's warpgroup backward says. FSA_QT_WGB_GROUPS = 2
-// warpgroups per CTA:
-//  backward_dq_tile_wg:  64 query rows per warpgroup (warp w: set w), both
-//                        sharing every stage of keys: S = Q K^T and
+// fsa_qt_layout.cuh's warpgroup backward says:
+//  backward_dq_tile_wg:  WGS (2 or 3) warpgroups of 64 query rows (warp w:
+//                        set w), all sharing every stage of keys: S = Q K^T and
 //                        dP = dO V^T from the swizzled tiles, dS = P (dP -
 //                        delta) in registers, dq += dS K with dS as the A
 //                        operand and the K stage read transposed.
-//  backward_dkv_tile_wg: the CTA's 64 keys are every warpgroup's rows; each
+//  backward_dkv_tile_wg: FSA_QT_WGB_GROUPS = 2 warpgroups; the CTA's 64 keys
+//                        are every warpgroup's rows; each
 //                        takes its own columns (query rows) of every stage:
 //                        S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO
 //                        and dK += dS^T Q with P^T / dS^T from registers and
@@ -87,21 +87,22 @@ __device__ __forceinline__ u32 wg_smem_base(unsigned char *smem, unsigned char *
     return base;
 }
 
-// dq of a query tile of FSA_QT_WGB_ROWS rows (fsa_qt_wgb_dq_tokens(G)
-// tokens) against a stream of key stages, with the functors of
+// dq of a query tile of 64 WGS rows (fsa_qt_wgb_dq_tokens(G, WGS) tokens;
+// 128 WGS threads) against a stream of key stages, with the functors of
 // attend_query_tile_wg: key_rows(j) -> RowPair, visible(j, half) (an
 // interval of keys per row). Also writes delta (p.delta) of the tile's rows.
-template <class DT, int DK, int DV, int G, class P, class KeyRows, class Visible>
+template <class DT, int DK, int DV, int G, int WGS, class P, class KeyRows, class Visible>
 __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P &p, const QueryTile &tile, int h,
                                                     int n_stages, KeyRows key_rows, Visible visible) {
     static_assert(fsa_qt_wgb_dims_ok(DK, DV), "warpgroup backward: head dims in 64-column panels, one pass");
-    constexpr int KS = FSA_QT_WGB_DQ_KEYS, KK = KS / 16, THREADS = FSA_QT_WGB_THREADS, ROWS = FSA_QT_WGB_ROWS;
-    constexpr int STAGES = fsa_qt_wgb_dq_stages(DK, DV);
+    static_assert(WGS == fsa_qt_wgb_pick(WGS, DK, DV), "three warpgroups only up to Dk 128");
+    constexpr int KS = FSA_QT_WGB_DQ_KEYS, KK = KS / 16, THREADS = 128 * WGS, ROWS = fsa_qt_wgb_dq_rows(WGS);
+    constexpr int STAGES = fsa_qt_wgb_dq_stages(DK, DV, WGS);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     __shared__ float delta_s[ROWS];
     unsigned char *gen;
-    const u32 qs = wg_smem_base(smem, &gen), dos = qs + fsa_qt_wgb_dq_smem_do(DK);
-    const u32 ks = qs + fsa_qt_wgb_dq_smem_k(DK, DV), vs = qs + fsa_qt_wgb_dq_smem_v(DK, DV);
+    const u32 qs = wg_smem_base(smem, &gen), dos = qs + fsa_qt_wgb_dq_smem_do(DK, WGS);
+    const u32 ks = qs + fsa_qt_wgb_dq_smem_k(DK, DV, WGS), vs = qs + fsa_qt_wgb_dq_smem_v(DK, DV, WGS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 rows = (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q / dO panel
 

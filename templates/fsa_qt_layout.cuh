@@ -150,52 +150,61 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
     return keys / FSA_QT_DKV_KEYS + batch;
 }
 
-/* The warpgroup backward (Hopper wgmma, sm_90a), for head dims in whole
- * 64-column panels whose dK and dV fit one pass (fsa_qt_wgb_dims_ok); other
- * shapes and targets keep the mma.sync kernels above. Both kernels have
- * FSA_QT_WGB_GROUPS warpgroups of 4 warps, one CTA per SM; tiles are
+/* The warpgroup backward (Hopper wgmma, sm_90a), variant wgb (0: the
+ * mma.sync kernels above), for head dims in whole 64-column panels whose dK
+ * and dV fit one pass (fsa_qt_wgb_dims_ok). One CTA per SM; tiles are
  * 128-byte swizzled (fsa_sw128_bytes) from a 1024-byte aligned base (the
  * dynamic shared memory carries FSA_QT_WG_ALIGN bytes of slack).
- *  dq:    a query tile of 64 rows per warpgroup (warp w: set w, so
- *         fsa_qt_wg_tokens_per_tile(g, 3) tokens: the forward's variant-3
- *         tile), all sharing stages of FSA_QT_WGB_DQ_KEYS keys.
- *         Q rows | dO rows | the K stages | the V stages.
- *  dK/dV: a CTA owns FSA_QT_DKV_KEYS keys (warp w of each warpgroup: keys
- *         16 w ..) and walks stages of fsa_qt_wgb_dkv_rows query rows, each
- *         warpgroup taking fsa_qt_wgb_dkv_cols of them (the columns of its
- *         S^T); at the end warpgroup 1 hands its sums to warpgroup 0.
- *         K | V | the Q stages | the dO stages | per stage and row: the keys
- *         it sees (first, last), lse (base 2), delta. */
+ *  dq:    wgb (2 or 3) warpgroups of 64 query rows (warp w: set w, so
+ *         fsa_qt_wgb_dq_tokens(g, wgb) tokens per tile), all sharing stages
+ *         of FSA_QT_WGB_DQ_KEYS keys. Q rows | dO rows | the K stages | the
+ *         V stages. Three warpgroups only up to Dk 128 (their registers
+ *         hold no more of dq, S and dP).
+ *  dK/dV: FSA_QT_WGB_GROUPS warpgroups; a CTA owns FSA_QT_DKV_KEYS keys
+ *         (warp w of each warpgroup: keys 16 w ..) and walks stages of
+ *         fsa_qt_wgb_dkv_rows query rows, each warpgroup taking
+ *         fsa_qt_wgb_dkv_cols of them (the columns of its S^T); at the end
+ *         warpgroup 1 hands its sums to warpgroup 0. K | V | the Q stages |
+ *         the dO stages | per stage and row: the keys it sees (first, last),
+ *         lse (base 2), delta. */
 #define FSA_QT_WGB_GROUPS 2
 #define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
-#define FSA_QT_WGB_ROWS (64 * FSA_QT_WGB_GROUPS)
 #define FSA_QT_WGB_DQ_KEYS 64
+#define FSA_QT_WGB_DEFAULT 2                     /* the variant a plan gets unasked */
 #define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
 FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256 && fsa_bwd_one_pass(dk, dv);
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g) { return FSA_QT_WGB_ROWS / 16 * (16 / g); }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk) { return fsa_sw128_bytes(FSA_QT_WGB_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv)
+/* The variant a (dk, dv) plan gets when `wanted` (0, 2 or 3) is asked for. */
+FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
 {
-    return fsa_qt_wgb_dq_smem_do(dk) + fsa_sw128_bytes(FSA_QT_WGB_ROWS, dv);
+    return !fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2 ? 0 : wanted >= 3 && dk <= 128 ? 3 : 2;
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * wgb; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk, int wgb) { return fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dk); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv, int wgb)
+{
+    return fsa_qt_wgb_dq_smem_do(dk, wgb) + fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dv);
 }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_stage_bytes(int dk, int dv)
 {
     return fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk) + fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dv);
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_stages(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stages(int dk, int dv, int wgb)
 {
-    return fsa_qt_wgb_dq_smem_k(dk, dv) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3 : 2;
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3
+                                                                                                                : 2;
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_v(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_v(int dk, int dv, int wgb)
 {
-    return fsa_qt_wgb_dq_smem_k(dk, dv) + fsa_qt_wgb_dq_stages(dk, dv) * fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk);
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk);
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_bytes(int dk, int dv, int wgb)
 {
-    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dq_smem_k(dk, dv) + fsa_qt_wgb_dq_stages(dk, dv) * fsa_qt_wgb_dq_stage_bytes(dk, dv);
+    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dq_smem_k(dk, dv, wgb) +
+           fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_qt_wgb_dq_stage_bytes(dk, dv);
 }
 /* Query rows per warpgroup product of the dK/dV pass: 64, or 32 next to
  * more than 256 columns of dK and dV (their accumulators and two sets of
@@ -229,19 +238,22 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_bytes(int dk, int dv)
 {
     return FSA_QT_WG_ALIGN + fsa_qt_wgb_dkv_smem_q(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_qt_wgb_dkv_stage_bytes(dk, dv);
 }
-/* A plan's backward kernels (wgb: warpgroup backward or not): threads,
- * shared memory, and the dq kernel's tokens per tile and grid. */
-FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_THREADS; }
+/* A plan's backward kernels under variant wgb: threads, shared memory, and
+ * the dq kernel's tokens per tile and grid. */
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? 128 * wgb : FSA_QT_THREADS; }
 FSA_LAYOUT_FN int fsa_qt_bwd_dkv_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_DKV_THREADS; }
 FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb)
 {
-    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv) : fsa_qt_dq_smem_bytes(dk, dv);
+    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv, wgb) : fsa_qt_dq_smem_bytes(dk, dv);
 }
 FSA_LAYOUT_FN int fsa_qt_bwd_dkv_smem(int dk, int dv, int wgb)
 {
     return wgb ? fsa_qt_wgb_dkv_smem_bytes(dk, dv) : fsa_qt_dkv_smem_bytes(dk, dv);
 }
-FSA_LAYOUT_FN int fsa_qt_bwd_dq_tile_tokens(int g, int wgb) { return wgb ? fsa_qt_wgb_dq_tokens(g) : fsa_qt_tokens_per_tile(g); }
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_tile_tokens(int g, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dq_tokens(g, wgb) : fsa_qt_tokens_per_tile(g);
+}
 FSA_LAYOUT_FN long long fsa_qt_bwd_dq_grid_tiles(long long total_tokens, long long batch, int g, int wgb)
 {
     return total_tokens / fsa_qt_bwd_dq_tile_tokens(g, wgb) + batch;

@@ -58,7 +58,7 @@ typedef struct fsa_kernel_config {
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
     int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
-    int bwd_wgmma;               /* query-tile backwards: 1 warpgroup products (fsa_kernel_bwd_wgmma), 0 mma.sync */
+    int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -67,9 +67,10 @@ typedef struct fsa_kernel_config {
  * grants it for the head dims, or without it fsa_qt_wg_default. */
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 
-/* Whether the query-tile backwards of a (dk, dv) plan use Hopper warpgroup
- * products: 1 where the context compiles for sm_90a and the head dims suit
- * (fsa_qt_wgb_dims_ok), unless FSA_WGMMA_BWD is "0"; else 0 (mma.sync). */
+/* The warpgroup variant of a (dk, dv) plan's query-tile backwards
+ * (fsa_qt_layout.cuh): 0 (mma.sync) unless the context compiles for sm_90a;
+ * then the variant FSA_WGMMA_BWD names (0, 2 or 3) as fsa_qt_wgb_pick grants
+ * it for the head dims, or without it FSA_QT_WGB_DEFAULT so granted. */
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
