@@ -33,19 +33,6 @@ __device__ __forceinline__ void wg_mma_abt_rows(float (&d)[N / 8][4], u32 a_tile
         wg_mma_ss(DT(), d, wg_desc_k(a_tile, A_ROWS, kd), wg_desc_k(b_rows, B_ROWS, kd), kd > 0);
 }
 
-// d (64 x D) += A B, as wg_mma_pv, with B the 16KK rows at b_rows of a
-// swizzled tile of B_ROWS rows x D (read transposed, 64-column panels).
-template <class DT, int KK, int D, int B_ROWS>
-__device__ __forceinline__ void wg_mma_pv_rows(float (&d)[D / 8][4], const u32 a[KK][4], u32 b_rows) {
-    static_assert(D % 64 == 0, "whole 64-column panels");
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < KK; kk++)
-#pragma unroll
-        for (int c = 0; c < D / 64; c++)
-            wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(b_rows, B_ROWS, kk, c), 1);
-}
-
 // dS = P (dP - delta) of a warp's 16 query rows into dp, from the raw
 // scores s: P = exp2(s scale_log2 - lse2) with this lane's rows' lse (base
 // 2) and delta; 0 where sees(column, half) is false.
@@ -233,7 +220,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
             });
         u32 pa[CK][4];
         wg_p_to_a<DT, CK>(pa, st);
-        wg_mma_pv_rows<DT, CK, DV, R>(dv, pa, do_rows);  // dV += P^T dO
+        wg_mma_pv<DT, CK, DV, R>(dv, pa, do_rows);  // dV += P^T dO
         wg_commit();
         wg_wait<1>();  // dP^T; dV's product may still run
         wg_hold<C / 8>(dpt);
@@ -243,7 +230,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
             for (int e = 0; e < 4; e++) dpt[j][e] = st[j][e] * (dpt[j][e] - dlt[frag_col(lane, j, e)]);  // dS^T
         u32 da[CK][4];
         wg_p_to_a<DT, CK>(da, dpt);
-        wg_mma_pv_rows<DT, CK, DK, R>(dk, da, q_rows);  // dK += dS^T Q
+        wg_mma_pv<DT, CK, DK, R>(dk, da, q_rows);  // dK += dS^T Q
         wg_commit();
         wg_wait<0>();  // the stage's buffers are refilled after the next barrier
         wg_hold<DV / 8>(dv);

@@ -159,9 +159,11 @@ __device__ __forceinline__ void wg_p_to_a(u32 a[KK][4], const float p[2 * KK][4]
 
 // d (64 x DV) += P V: P as A operands in registers (wg_p_to_a), V a
 // swizzled tile of 16KK rows x DV (DV a multiple of 64), read in 64-column
-// panels. Fences (a and d may have been written since the last product),
-// then issues; the caller commits and waits.
-template <class DT, int KK, int DV>
+// panels; or V the 16KK rows at v_tile of a swizzled tile of V_ROWS rows
+// (v_tile: its base plus 128 bytes per row skipped, a multiple of 8 rows).
+// Fences (a and d may have been written since the last product), then
+// issues; the caller commits and waits.
+template <class DT, int KK, int DV, int V_ROWS = 16 * KK>
 __device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK][4], u32 v_tile) {
     static_assert(DV % 64 == 0, "value dims in whole 64-column panels");
     wg_fence();
@@ -169,7 +171,7 @@ __device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK]
     for (int kk = 0; kk < KK; kk++)
 #pragma unroll
         for (int c = 0; c < DV / 64; c++)
-            wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(v_tile, 16 * KK, kk, c), 1);
+            wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(v_tile, V_ROWS, kk, c), 1);
 }
 
 }  // namespace fsa
