@@ -50,12 +50,19 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            1ull << 62;
 }
 
+// A descriptor whose start is `bytes` (a multiple of 16) further on: shared
+// addresses stay below 2^18, so the start field never carries and one add
+// replaces a new descriptor (the operands below share their tile's).
+__device__ __forceinline__ u64 wg_desc_add(u64 desc, u32 bytes) {
+    return (desc & ~0xffffffffull) | (u32)((u32)desc + (bytes >> 4));  // a 32-bit add: the high word stays
+}
+
 // K-major operand (A as M x K, or B as N x K: Q, K): columns 16 kd .. 16 kd +
 // 15 of a swizzled tile of `rows` rows. Inside a panel the step moves the
 // start by 32 bytes (the hardware swizzles the absolute address); 8-row
 // groups are 1024 bytes apart (stride offset); the leading offset is unused.
 __device__ __forceinline__ u64 wg_desc_k(u32 tile, int rows, int kd) {
-    return wg_desc_sw128(tile + (u32)((kd >> 2) * rows * 128 + (kd & 3) * 32), 16, 1024);
+    return wg_desc_add(wg_desc_sw128(tile, 16, 1024), (u32)((kd >> 2) * rows * 128 + (kd & 3) * 32));
 }
 
 // MN-major B operand (K x N stored as K rows of N columns: V in P V, with
@@ -64,7 +71,7 @@ __device__ __forceinline__ u64 wg_desc_k(u32 tile, int rows, int kd) {
 // (N <= 64), so only the 1024-byte step between 8-row groups matters; both
 // offsets carry it.
 __device__ __forceinline__ u64 wg_desc_mn(u32 tile, int rows, int kk, int c) {
-    return wg_desc_sw128(tile + (u32)(c * rows * 128 + kk * 16 * 128), 1024, 1024);
+    return wg_desc_add(wg_desc_sw128(tile, 1024, 1024), (u32)(c * rows * 128 + kk * 16 * 128));
 }
 
 // ---------------------------------------------------------------- ordering
