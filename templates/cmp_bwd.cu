@@ -15,7 +15,7 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WGB = {{BWD_WGMMA}};  // the warpgroup backward's variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
-constexpr int KS = WGB ? FSA_QT_WGB_DQ_KEYS : fsa_qt_dq_keys(DK);
+constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys(DK);
 
 extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1 : 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];

@@ -82,8 +82,8 @@ template <class DT, int DK, int DV, int G, int WGS, class P, class KeyRows, clas
 __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P &p, const QueryTile &tile, int h,
                                                     int n_stages, KeyRows key_rows, Visible visible) {
     static_assert(fsa_qt_wgb_dims_ok(DK, DV), "warpgroup backward: head dims in 64-column panels, one pass");
-    static_assert(WGS == fsa_qt_wgb_pick(WGS, DK, DV), "three warpgroups only up to Dk 128");
-    constexpr int KS = FSA_QT_WGB_DQ_KEYS, KK = KS / 16, THREADS = 128 * WGS, ROWS = fsa_qt_wgb_dq_rows(WGS);
+    static_assert(WGS == fsa_qt_wgb_pick(WGS, DK, DV), "three warpgroups only up to Dk 192");
+    constexpr int KS = fsa_qt_wgb_dq_keys(DK, WGS), KK = KS / 16, THREADS = 128 * WGS, ROWS = fsa_qt_wgb_dq_rows(WGS);
     constexpr int STAGES = fsa_qt_wgb_dq_stages(DK, DV, WGS);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     __shared__ float delta_s[ROWS];

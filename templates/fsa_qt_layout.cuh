@@ -157,9 +157,9 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
  * dynamic shared memory carries FSA_QT_WG_ALIGN bytes of slack).
  *  dq:    wgb (2 or 3) warpgroups of 64 query rows (warp w: set w, so
  *         fsa_qt_wgb_dq_tokens(g, wgb) tokens per tile), all sharing stages
- *         of FSA_QT_WGB_DQ_KEYS keys. Q rows | dO rows | the K stages | the
- *         V stages. Three warpgroups only up to Dk 128 (their registers
- *         hold no more of dq, S and dP).
+ *         of fsa_qt_wgb_dq_keys keys. Q rows | dO rows | the K stages | the
+ *         V stages. Three warpgroups only up to Dk 192, with stages of 32
+ *         keys above Dk 128 (their registers hold no more of dq, S and dP).
  *  dK/dV: FSA_QT_WGB_GROUPS warpgroups; a CTA owns FSA_QT_DKV_KEYS keys
  *         (warp w of each warpgroup: keys 16 w ..) and walks stages of
  *         fsa_qt_wgb_dkv_rows query rows, each warpgroup taking
@@ -169,7 +169,6 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
  *         lse (base 2), delta. */
 #define FSA_QT_WGB_GROUPS 2
 #define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
-#define FSA_QT_WGB_DQ_KEYS 64
 #define FSA_QT_WGB_DEFAULT 2                     /* the variant a plan gets unasked */
 #define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
 FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
@@ -179,8 +178,9 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
 /* The variant a (dk, dv) plan gets when `wanted` (0, 2 or 3) is asked for. */
 FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
 {
-    return !fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2 ? 0 : wanted >= 3 && dk <= 128 ? 3 : 2;
+    return !fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2 ? 0 : wanted >= 3 && dk <= 192 ? 3 : 2;
 }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return wgb == 3 && dk > 128 ? 32 : 64; }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * wgb; }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk, int wgb) { return fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dk); }
@@ -188,23 +188,23 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv, int wgb)
 {
     return fsa_qt_wgb_dq_smem_do(dk, wgb) + fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dv);
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_stage_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stage_bytes(int dk, int dv, int wgb)
 {
-    return fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk) + fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dv);
+    return fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dk) + fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dv);
 }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_stages(int dk, int dv, int wgb)
 {
-    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv, wgb) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3
                                                                                                                 : 2;
 }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_v(int dk, int dv, int wgb)
 {
-    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_sw128_bytes(FSA_QT_WGB_DQ_KEYS, dk);
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dk);
 }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_bytes(int dk, int dv, int wgb)
 {
     return FSA_QT_WG_ALIGN + fsa_qt_wgb_dq_smem_k(dk, dv, wgb) +
-           fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_qt_wgb_dq_stage_bytes(dk, dv);
+           fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_qt_wgb_dq_stage_bytes(dk, dv, wgb);
 }
 /* Query rows per warpgroup product of the dK/dV pass: 64, or 32 next to
  * more than 256 columns of dK and dV (their accumulators and two sets of

@@ -85,7 +85,7 @@ static void test_the_selection_keeps_its_launch_shape(void **state)
 
 /* The warpgroup backward (sm_90a), variants 2 and 3: two or three warpgroups of 64 query rows in dq,
  * two in dK/dV (one part), on the 128-byte swizzled layouts with 1024 bytes of alignment slack; only for
- * head dims in whole 64-column panels whose dK and dV fit one pass, three only up to Dk 128. */
+ * head dims in whole 64-column panels whose dK and dV fit one pass, three only up to Dk 192. */
 static void test_the_warpgroup_backward_keeps_its_launch_shapes(void **state)
 {
     (void)state;
@@ -94,7 +94,8 @@ static void test_the_warpgroup_backward_keeps_its_launch_shapes(void **state)
         unsigned dq_threads, dq_smem, dkv_smem;
     } wg[] = {{128, 128, 4, 2, 256, 164864, 168960},
               {128, 128, 4, 3, 384, 197632, 168960},
-              {192, 128, 16, 2, 256, 205824, 167936}};
+              {192, 128, 16, 2, 256, 205824, 167936},
+              {192, 128, 16, 3, 384, 185344, 167936}};
     static const fsa_kernel_id ids[] = {FSA_K_CMP_BWD_DQ, FSA_K_CMP_BWD_DKV, FSA_K_SWA_BWD_DQ, FSA_K_SWA_BWD_DKV};
     for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
         const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = wg[i].d, .value_dim = wg[i].dv,
@@ -108,6 +109,9 @@ static void test_the_warpgroup_backward_keeps_its_launch_shapes(void **state)
         assert_int_equal(fsa_qt_bwd_dkv_parts(wg[i].d, wg[i].dv, wg[i].wgb), 1);
     }
     assert_int_equal(fsa_qt_wgb_pick(3, 256, 64), 2);
+    assert_int_equal(fsa_qt_wgb_pick(3, 192, 128), 3);
+    assert_int_equal(fsa_qt_wgb_dq_keys(192, 3), 32); /* three warpgroups' registers above Dk 128 */
+    assert_int_equal(fsa_qt_wgb_dq_keys(192, 2), 64);
     assert_int_equal(fsa_qt_wgb_pick(3, 128, 128), 3);
     assert_int_equal(fsa_qt_wgb_pick(2, 256, 256), 0); /* two parts */
     assert_int_equal(fsa_qt_wgb_pick(2, 64, 32), 0);   /* not a whole panel */
