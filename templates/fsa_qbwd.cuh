@@ -153,11 +153,17 @@ __device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const Q
 }
 
 // Per stage of a dK/dV pass and query row: the keys the row sees (as
-// indices of the sequence's keys), its lse in base 2, its delta.
+// indices of the sequence's keys), its lse (natural log, as the forward
+// wrote it), its delta.
 struct RowTable {
     KeyRange *keys;
-    float *lse2, *dlt;
+    float *lse, *dlt;
 };
+
+// A 4-byte cp.async (zeros where !valid), joining the current group.
+__device__ __forceinline__ void cp_async4(u32 dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
 
 // Query tile `it` of a key tile's walk: TT tokens from position first_pos
 // of the query range [q_start, q_end) on.
@@ -172,7 +178,8 @@ __device__ __forceinline__ QueryTile walked_query_tile(const QueryTile &kt, long
 }
 
 // The R rows of query tile qt (row w * 16 + r: set w, row r of GroupRows)
-// into the tables from entry `at` on; threads 0 .. R - 1 write one row each.
+// into the tables from entry `at` on; threads 0 .. R - 1 write one row each,
+// lse and delta by cp.async in the current group (no thread waits on them).
 // row_keys(pos, head) -> KeyRange: the keys the query at position pos of
 // the range, head `head` of the group, sees.
 template <int G, int R, class P, class RowKeys>
@@ -186,8 +193,8 @@ __device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const 
     const long long tok = qt.tok0 + Rows::token(w, r);
     const long long off = ((long long)h * G + Rows::head(r)) * p.total_tokens + tok;
     t.keys[at + tid] = live ? row_keys(tok - q_start, Rows::head(r)) : KeyRange{1, 0};
-    t.lse2[at + tid] = live ? ((const float *)p.lse)[off] * LOG2E : 0.f;
-    t.dlt[at + tid] = live ? ((const float *)p.delta)[off] : 0.f;
+    cp_async4(smem_addr(t.lse + at + tid), (const float *)p.lse + (live ? off : 0), live);
+    cp_async4(smem_addr(t.dlt + at + tid), (const float *)p.delta + (live ? off : 0), live);
 }
 
 // The end of a key tile whose sums two halves of the CTA (sets of warps,
@@ -238,8 +245,8 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
     const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
     KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
-    float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
-    float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
+    float *row_lse = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
+    float *row_dlt = row_lse + FSA_QT_STAGES * FSA_QT_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
     const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
@@ -251,7 +258,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const bool ok = r < kt.n_tok;
         return RowSrc{ok ? view_row<const u16>(p.v, kt.tok0 + r, h) : (const u16 *)p.v.ptr, ok};
     });
-    const RowTable table{row_keys_s, row_lse2, row_dlt};
+    const RowTable table{row_keys_s, row_lse, row_dlt};
     auto load = [&](int it, int buf) {
         const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, it);
         load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
@@ -277,7 +284,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
         const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
-        const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
+        const float *lse = row_lse + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
         // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
         const int c0 = set * RS;
         const KeyRange a = rk[c0 + lane];
@@ -293,7 +300,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
             frag_map<RSTEP / 8>(pt, lane, [&](float x, int col, int half) {
                 const KeyRange r = rk[c + col];
                 const int kj = key[half];
-                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c + col])) : 0.f;
+                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse[c + col] * LOG2E)) : 0.f;
             });
             if constexpr (WANT_V) mma_pv<DT, RSTEP / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
             if constexpr (WANT_K) {

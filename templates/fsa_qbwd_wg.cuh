@@ -50,17 +50,17 @@ __device__ __forceinline__ void frag_ds_rows(float dp[NJ][4], const float s[NJ][
 }
 
 // P^T in place of the raw scores S^T of a warp's 16 keys against query
-// columns whose lse (base 2) is lse2[column]; 0 where sees(column, half) is
-// false.
+// columns whose lse (natural log) is lse[column]; 0 where sees(column,
+// half) is false.
 template <int NJ, class Sees>
-__device__ __forceinline__ void frag_probs_cols(float st[NJ][4], float scale_log2, const float *lse2, int lane,
+__device__ __forceinline__ void frag_probs_cols(float st[NJ][4], float scale_log2, const float *lse, int lane,
                                                 Sees sees) {
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int col = frag_col(lane, j, e);
-            const float pr = fast_exp2(fmaf(st[j][e], scale_log2, -lse2[col]));
+            const float pr = fast_exp2(fmaf(st[j][e], scale_log2, -lse[col] * LOG2E));
             st[j][e] = sees(col, e >> 1) ? pr : 0.f;
         }
 }
@@ -156,7 +156,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     const u32 ks = wg_smem_base(smem, &gen), vs = ks + fsa_qt_wgb_dkv_smem_v(DK);
     const u32 qs = ks + fsa_qt_wgb_dkv_smem_q(DK, DV), dos = ks + fsa_qt_wgb_dkv_smem_do(DK, DV);
     KeyRange *row_keys_s = (KeyRange *)(gen + fsa_qt_wgb_dkv_smem_rows(DK, DV));  // [STAGES][R]
-    float *row_lse2 = (float *)(row_keys_s + STAGES * R), *row_dlt = row_lse2 + STAGES * R;
+    float *row_lse = (float *)(row_keys_s + STAGES * R), *row_dlt = row_lse + STAGES * R;
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wg = tid >> 7;
     const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
@@ -168,7 +168,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     };
     load_tile_sw128_async<KT, DK, THREADS>(ks, key_row(p.k));
     load_tile_sw128_async<KT, DV, THREADS>(vs, key_row(p.v));
-    const RowTable table{row_keys_s, row_lse2, row_dlt};
+    const RowTable table{row_keys_s, row_lse, row_dlt};
     auto load = [&](int it, int buf) {
         const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, it);
         load_query_rows_async<G, DK, 0, THREADS, R, true>(qs + buf * Q_STAGE, p.q, qt, h);
@@ -190,7 +190,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire_then_refill(it, load, [] { wg_fence_async_smem(); });
         const KeyRange *rk = row_keys_s + buf * R + wg * C;
-        const float *lse2 = row_lse2 + buf * R + wg * C, *dlt = row_dlt + buf * R + wg * C;
+        const float *lse = row_lse + buf * R + wg * C, *dlt = row_dlt + buf * R + wg * C;
         // The warpgroup's rows: none sees a key of the tile, skip; all see all of them, no mask
         // (the same answer in its four warps).
         bool any = false, all = true;
@@ -213,9 +213,9 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
         wg_hold<C / 8>(st);
         // P^T with the forward's lse; 0 where the key is not visible.
         if (whole)
-            frag_probs_cols<C / 8>(st, scale_log2, lse2, lane, [](int, int) { return true; });
+            frag_probs_cols<C / 8>(st, scale_log2, lse, lane, [](int, int) { return true; });
         else
-            frag_probs_cols<C / 8>(st, scale_log2, lse2, lane, [&](int col, int half) {
+            frag_probs_cols<C / 8>(st, scale_log2, lse, lane, [&](int col, int half) {
                 return rk[col].lo <= key[half] && key[half] <= rk[col].hi;
             });
         u32 pa[CK][4];
