@@ -169,7 +169,7 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
  *         lse (base 2), delta. */
 #define FSA_QT_WGB_GROUPS 2
 #define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
-#define FSA_QT_WGB_DEFAULT 2                     /* the variant a plan gets unasked */
+#define FSA_QT_WGB_DEFAULT 3                     /* the variant a plan gets unasked (bench/NOTES.md) */
 #define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
 FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
 {
