@@ -9,8 +9,8 @@
 //                        delta) in registers, dq += dS K with dS as the A
 //                        operand and the K stage read transposed.
 //  backward_dkv_tile_wg: FSA_QT_WGB_GROUPS = 2 warpgroups; the CTA's 64 keys
-//                        are every warpgroup's rows; each
-//                        takes its own columns (query rows) of every stage:
+//                        are every warpgroup's rows, and each takes its own
+//                        columns (query rows) of every stage:
 //                        S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO
 //                        and dK += dS^T Q with P^T / dS^T from registers and
 //                        the dO / Q stage read transposed. dV's product runs
