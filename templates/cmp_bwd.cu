@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa
 
     auto row_keys = [&](long long pos, int) { return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1}; };
     if constexpr (WGB != 0)
-        backward_dkv_tile_wg<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
+        backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
     else
         backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
 }

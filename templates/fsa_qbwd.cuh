@@ -178,15 +178,16 @@ __device__ __forceinline__ QueryTile walked_query_tile(const QueryTile &kt, long
 }
 
 // The R rows of query tile qt (row w * 16 + r: set w, row r of GroupRows)
-// into the tables from entry `at` on; threads 0 .. R - 1 write one row each,
-// lse and delta by cp.async in the current group (no thread waits on them).
+// into the tables from entry `at` on; threads 0 .. R - 1 (or those numbered
+// so in a group, tid) write one row each, lse and delta by cp.async in the
+// current group (no thread waits on them).
 // row_keys(pos, head) -> KeyRange: the keys the query at position pos of
 // the range, head `head` of the group, sees.
 template <int G, int R, class P, class RowKeys>
 __device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const P &p, const QueryTile &qt, int h,
-                                               long long q_start, RowKeys row_keys) {
+                                               long long q_start, RowKeys row_keys, int tid = -1) {
     typedef GroupRows<G> Rows;
-    const int tid = threadIdx.x;
+    if (tid < 0) tid = threadIdx.x;  // else the caller's number in a group of threads of its own
     if (tid >= R) return;
     const int w = tid >> 4, r = tid & 15;
     const bool live = Rows::live(w, r, qt.n_tok);

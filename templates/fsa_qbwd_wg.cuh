@@ -3,7 +3,7 @@
 // results (deterministic: every output element has one owner, its sums in a
 // fixed order), for head dims fsa_qt_wgb_dims_ok, laid out as
 // fsa_qt_layout.cuh's warpgroup backward says:
-//  backward_dq_tile_wg:  WGS (2 or 3) warpgroups of 64 query rows (warp w:
+//  backward_dq_tile_wg:  two or three warpgroups of 64 query rows (warp w:
 //                        set w), all sharing every stage of keys: S = Q K^T and
 //                        dP = dO V^T from the swizzled tiles, dS = P (dP -
 //                        delta) in registers, dq += dS K with dS as the A
@@ -74,22 +74,22 @@ __device__ __forceinline__ u32 wg_smem_base(unsigned char *smem, unsigned char *
     return base;
 }
 
-// dq of a query tile of 64 WGS rows (fsa_qt_wgb_dq_tokens(G, WGS) tokens;
-// 128 WGS threads) against a stream of key stages, with the functors of
+// dq of a query tile of 64 rows per warpgroup (fsa_qt_wgb_groups(WGB) of
+// them, fsa_qt_wgb_dq_tokens(G, WGB) tokens) against a stream of key stages, with the functors of
 // attend_query_tile_wg: key_rows(j) -> RowPair, visible(j, half) (an
 // interval of keys per row). Also writes delta (p.delta) of the tile's rows.
-template <class DT, int DK, int DV, int G, int WGS, class P, class KeyRows, class Visible>
+template <class DT, int DK, int DV, int G, int WGB, class P, class KeyRows, class Visible>
 __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P &p, const QueryTile &tile, int h,
                                                     int n_stages, KeyRows key_rows, Visible visible) {
     static_assert(fsa_qt_wgb_dims_ok(DK, DV), "warpgroup backward: head dims in 64-column panels, one pass");
-    static_assert(WGS == fsa_qt_wgb_pick(WGS, DK, DV), "three warpgroups only up to Dk 192");
-    constexpr int KS = fsa_qt_wgb_dq_keys(DK, WGS), KK = KS / 16, THREADS = 128 * WGS, ROWS = fsa_qt_wgb_dq_rows(WGS);
-    constexpr int STAGES = fsa_qt_wgb_dq_stages(DK, DV, WGS);
+    static_assert(WGB == fsa_qt_wgb_pick(WGB, DK, DV), "three warpgroups only up to Dk 192");
+    constexpr int KS = fsa_qt_wgb_dq_keys(DK, WGB), KK = KS / 16, THREADS = fsa_qt_bwd_dq_threads(WGB);
+    constexpr int ROWS = fsa_qt_wgb_dq_rows(WGB), STAGES = fsa_qt_wgb_dq_stages(DK, DV, WGB);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     __shared__ float delta_s[ROWS];
     unsigned char *gen;
-    const u32 qs = wg_smem_base(smem, &gen), dos = qs + fsa_qt_wgb_dq_smem_do(DK, WGS);
-    const u32 ks = qs + fsa_qt_wgb_dq_smem_k(DK, DV, WGS), vs = qs + fsa_qt_wgb_dq_smem_v(DK, DV, WGS);
+    const u32 qs = wg_smem_base(smem, &gen), dos = qs + fsa_qt_wgb_dq_smem_do(DK, WGB);
+    const u32 ks = qs + fsa_qt_wgb_dq_smem_k(DK, DV, WGB), vs = qs + fsa_qt_wgb_dq_smem_v(DK, DV, WGB);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 rows = (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q / dO panel
 
@@ -137,28 +137,41 @@ __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P
     store_dq_rows<DT, DK, G>(p, tile, h, warp, live, dq);
 }
 
+// A barrier of the 128 threads of warpgroup `wg` alone (ids 1 and up; 0 is __syncthreads).
+__device__ __forceinline__ void wg_bar_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
+
 // dK and dV of the key tile kt (as backward_dkv_tile with both parts): the
-// query rows are the stages of fsa_qt_wgb_dkv_tokens(G, DK, DV) tokens of
-// [q_start, q_end) from position first_pos to last_pos; row_keys(pos, head)
-// -> KeyRange.
-template <class DT, int DK, int DV, int G, class P, class RowKeys>
+// query rows are the tiles of C rows (fsa_qt_wgb_dkv_cols) of [q_start,
+// q_end) from position first_pos to last_pos; row_keys(pos, head) ->
+// KeyRange. Warpgroup w takes the C rows at w C of every stage of 2C rows,
+// all on one ring; with fsa_qt_wgb_split(WGB), tiles w, w + 2, ... on a ring
+// of its own (its threads copy them, its barrier guards them), so that the
+// two do not wait for each other between stages.
+template <class DT, int DK, int DV, int G, int WGB, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                      long long q_start, long long q_end, long long first_pos,
                                                      long long last_pos, RowKeys row_keys) {
     static_assert(fsa_qt_wgb_dims_ok(DK, DV), "warpgroup backward: head dims in 64-column panels, one pass");
+    constexpr bool SPLIT = fsa_qt_wgb_split(WGB);
     constexpr int KT = FSA_QT_DKV_KEYS, C = fsa_qt_wgb_dkv_cols(DK, DV), R = fsa_qt_wgb_dkv_rows(DK, DV), CK = C / 16;
-    constexpr int TT = fsa_qt_wgb_dkv_tokens(G, DK, DV), THREADS = FSA_QT_WGB_THREADS;
-    constexpr int STAGES = fsa_qt_wgb_dkv_stages(DK, DV);
-    constexpr int Q_STAGE = fsa_sw128_bytes(R, DK), DO_STAGE = fsa_sw128_bytes(R, DV);
+    constexpr int THREADS = FSA_QT_WGB_THREADS, STAGES = fsa_qt_wgb_dkv_stages(DK, DV);
+    // Tokens per tile of the walk, threads per ring, rows per stage buffer (a warpgroup's C, or 2C).
+    constexpr int TT = (SPLIT ? C : R) / 16 * (16 / G), RING_THREADS = SPLIT ? 128 : THREADS, BR = SPLIT ? C : R;
+    constexpr int Q_STAGE = fsa_sw128_bytes(BR, DK), DO_STAGE = fsa_sw128_bytes(BR, DV);
     static_assert(KT == 64, "the tile's keys are a warpgroup's 64 rows");
-    static_assert(KT * (DK + 8 + DV + 8) * 4 <= STAGES * (Q_STAGE + DO_STAGE), "the stage buffers hold the fp32 sums");
+    static_assert(KT * (DK + 8 + DV + 8) * 4 <= STAGES * (fsa_sw128_bytes(R, DK) + fsa_sw128_bytes(R, DV)),
+                  "the stage buffers hold the fp32 sums");
     unsigned char *gen;
     const u32 ks = wg_smem_base(smem, &gen), vs = ks + fsa_qt_wgb_dkv_smem_v(DK);
-    const u32 qs = ks + fsa_qt_wgb_dkv_smem_q(DK, DV), dos = ks + fsa_qt_wgb_dkv_smem_do(DK, DV);
+    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wg = tid >> 7;
+    // This ring's buffers: with SPLIT, warpgroup wg's own STAGES buffers of C rows (the same bytes).
+    const u32 qs = ks + fsa_qt_wgb_dkv_smem_q(DK, DV) + (SPLIT ? wg * STAGES * Q_STAGE : 0);
+    const u32 dos = ks + fsa_qt_wgb_dkv_smem_do(DK, DV) + (SPLIT ? wg * STAGES * DO_STAGE : 0);
+    const int t0 = SPLIT ? wg * STAGES * C : 0;  // this ring's first table entry
     KeyRange *row_keys_s = (KeyRange *)(gen + fsa_qt_wgb_dkv_smem_rows(DK, DV));  // [STAGES][R]
     float *row_lse = (float *)(row_keys_s + STAGES * R), *row_dlt = row_lse + STAGES * R;
-    const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wg = tid >> 7;
-    const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
+    const int n_all = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
+    const int n_qt = SPLIT ? (n_all - wg + 1) / 2 : n_all;  // this ring's tiles
 
     auto key_row = [&](const fsa_kernel_view &t) {
         return [&](int r) {
@@ -168,12 +181,19 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     };
     load_tile_sw128_async<KT, DK, THREADS>(ks, key_row(p.k));
     load_tile_sw128_async<KT, DV, THREADS>(vs, key_row(p.v));
+    if constexpr (SPLIT) {  // both warpgroups read every key row: landed and shared before the rings start
+        cp_async_commit();
+        cp_async_wait<0>();
+        wg_fence_async_smem();
+        __syncthreads();
+    }
     const RowTable table{row_keys_s, row_lse, row_dlt};
+    const int rtid = SPLIT ? tid & 127 : tid;  // this thread's number on its ring
     auto load = [&](int it, int buf) {
-        const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, it);
-        load_query_rows_async<G, DK, 0, THREADS, R, true>(qs + buf * Q_STAGE, p.q, qt, h);
-        load_query_rows_async<G, DV, 0, THREADS, R, true>(dos + buf * DO_STAGE, p.dout, qt, h);
-        fill_row_table<G, R>(table, buf * R, p, qt, h, q_start, row_keys);
+        const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, SPLIT ? 2 * it + wg : it);
+        load_query_rows_async<G, DK, 0, RING_THREADS, BR, true>(qs + buf * Q_STAGE, p.q, qt, h, rtid);
+        load_query_rows_async<G, DV, 0, RING_THREADS, BR, true>(dos + buf * DO_STAGE, p.dout, qt, h, rtid);
+        fill_row_table<G, BR>(table, t0 + buf * BR, p, qt, h, q_start, row_keys, rtid);
     };
     AsyncRing<STAGES> ring;
     ring.start(n_qt, load);
@@ -181,16 +201,20 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     // The keys of this lane's two rows and of the tile, as indices of the sequence.
     const int j0 = (int)(kt.tok0 - kt.start), j1 = j0 + KT - 1;
     const int key[2] = {j0 + warp * 16 + frag_row(lane, 0), j0 + warp * 16 + frag_row(lane, 2)};
-    const u32 cols = (u32)wg * C * 128;  // this warpgroup's query rows of every stage panel
+    const u32 cols = SPLIT ? 0u : (u32)wg * C * 128;  // this warpgroup's query rows of a stage buffer
+    const int tcols = SPLIT ? 0 : wg * C;             // and of its table
     const float scale_log2 = (float)p.scale_log2;
     float dk[DK / 8][4], dv[DV / 8][4];
     frag_zero<DK / 8>(dk);
     frag_zero<DV / 8>(dv);
 
     for (int it = 0; it < n_qt; it++) {
-        const int buf = ring.acquire_then_refill(it, load, [] { wg_fence_async_smem(); });
-        const KeyRange *rk = row_keys_s + buf * R + wg * C;
-        const float *lse = row_lse + buf * R + wg * C, *dlt = row_dlt + buf * R + wg * C;
+        const auto landed = [] { wg_fence_async_smem(); };
+        const int buf = SPLIT ? ring.acquire_then_refill(it, load, landed, [&] { wg_bar_sync(wg); })
+                              : ring.acquire_then_refill(it, load, landed);
+        const int at = t0 + buf * BR + tcols;
+        const KeyRange *rk = row_keys_s + at;
+        const float *lse = row_lse + at, *dlt = row_dlt + at;
         // The warpgroup's rows: none sees a key of the tile, skip; all see all of them, no mask
         // (the same answer in its four warps).
         bool any = false, all = true;
@@ -205,9 +229,9 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
         const u32 q_rows = qs + buf * Q_STAGE + cols, do_rows = dos + buf * DO_STAGE + cols;
 
         float st[C / 8][4], dpt[C / 8][4];
-        wg_mma_abt_rows<DT, DK, C, KT, R>(st, ks, q_rows);  // S^T = K Q^T
+        wg_mma_abt_rows<DT, DK, C, KT, BR>(st, ks, q_rows);  // S^T = K Q^T
         wg_commit();
-        wg_mma_abt_rows<DT, DV, C, KT, R>(dpt, vs, do_rows);  // dP^T = V dO^T
+        wg_mma_abt_rows<DT, DV, C, KT, BR>(dpt, vs, do_rows);  // dP^T = V dO^T
         wg_commit();
         wg_wait<1>();
         wg_hold<C / 8>(st);
@@ -220,7 +244,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
             });
         u32 pa[CK][4];
         wg_p_to_a<DT, CK>(pa, st);
-        wg_mma_pv<DT, CK, DV, R>(dv, pa, do_rows);  // dV += P^T dO
+        wg_mma_pv<DT, CK, DV, BR>(dv, pa, do_rows);  // dV += P^T dO
         wg_commit();
         wg_wait<1>();  // dP^T; dV's product may still run
         wg_hold<C / 8>(dpt);
@@ -230,7 +254,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
             for (int e = 0; e < 4; e++) dpt[j][e] = st[j][e] * (dpt[j][e] - dlt[frag_col(lane, j, e)]);  // dS^T
         u32 da[CK][4];
         wg_p_to_a<DT, CK>(da, dpt);
-        wg_mma_pv<DT, CK, DK, R>(dk, da, q_rows);  // dK += dS^T Q
+        wg_mma_pv<DT, CK, DK, BR>(dk, da, q_rows);  // dK += dS^T Q
         wg_commit();
         wg_wait<0>();  // the stage's buffers are refilled after the next barrier
         wg_hold<DV / 8>(dv);

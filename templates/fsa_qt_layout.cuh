@@ -176,12 +176,19 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256 && fsa_bwd_one_pass(dk, dv);
 }
 /* The variant a (dk, dv) plan gets when `wanted` (0, 2 or 3) is asked for. */
+/* Variants: 2 and 3 warpgroups in dq; 4 (three) and 5 (two) with the
+ * dK/dV warpgroups each on a ring of stages of its own (own copies and
+ * barriers: they do not wait for each other between stages). */
+FSA_LAYOUT_FN int fsa_qt_wgb_groups(int wgb) { return wgb == 3 || wgb == 4 ? 3 : 2; }
+FSA_LAYOUT_FN int fsa_qt_wgb_split(int wgb) { return wgb >= 4; }
 FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
 {
-    return !fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2 ? 0 : wanted >= 3 && dk <= 192 ? 3 : 2;
+    if (!fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2) return 0;
+    if (wanted > 5) wanted = 5;
+    return fsa_qt_wgb_groups(wanted) == 3 && dk > 192 ? (wanted == 3 ? 2 : 5) : wanted;
 }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return wgb == 3 && dk > 128 ? 32 : 64; }
-FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * wgb; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return fsa_qt_wgb_groups(wgb) == 3 && dk > 128 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * fsa_qt_wgb_groups(wgb); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk, int wgb) { return fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dk); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv, int wgb)
@@ -240,7 +247,7 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_bytes(int dk, int dv)
 }
 /* A plan's backward kernels under variant wgb: threads, shared memory, and
  * the dq kernel's tokens per tile and grid. */
-FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? 128 * wgb : FSA_QT_THREADS; }
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? 128 * fsa_qt_wgb_groups(wgb) : FSA_QT_THREADS; }
 FSA_LAYOUT_FN int fsa_qt_bwd_dkv_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_DKV_THREADS; }
 FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb)
 {

@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa
         return KeyRange{(int)max(pos - w + 1, 0ll), (int)pos};
     };
     if constexpr (WGB != 0)
-        backward_dkv_tile_wg<DT, DK, DV, G>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
+        backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
     else
         backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
 }
