@@ -169,7 +169,6 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
  *         lse (base 2), delta. */
 #define FSA_QT_WGB_GROUPS 2
 #define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
-#define FSA_QT_WGB_DEFAULT 3                     /* the variant a plan gets unasked (bench/NOTES.md) */
 #define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
 FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
 {
@@ -187,6 +186,9 @@ FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
     if (wanted > 5) wanted = 5;
     return fsa_qt_wgb_groups(wanted) == 3 && dk > 192 ? (wanted == 3 ? 2 : 5) : wanted;
 }
+/* The variant a plan gets unasked: 4 up to Dk 192 (measured fastest:
+ * bench/NOTES.md), 2 above (where 4 would be 5, not measured). */
+FSA_LAYOUT_FN int fsa_qt_wgb_default(int dk, int dv) { return fsa_qt_wgb_pick(dk <= 192 ? 4 : 2, dk, dv); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return fsa_qt_wgb_groups(wgb) == 3 && dk > 128 ? 32 : 64; }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * fsa_qt_wgb_groups(wgb); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }

@@ -118,7 +118,7 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
     const char *env = getenv("FSA_WGMMA_BWD");
     if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
     if (env != NULL && env[0] >= '0' && env[0] <= '5' && env[1] == '\0') return fsa_qt_wgb_pick(env[0] - '0', dk, dv);
-    return fsa_qt_wgb_pick(FSA_QT_WGB_DEFAULT, dk, dv);
+    return fsa_qt_wgb_default(dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)

@@ -70,7 +70,7 @@ int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 /* The warpgroup variant of a (dk, dv) plan's query-tile backwards
  * (fsa_qt_layout.cuh): 0 (mma.sync) unless the context compiles for sm_90a;
  * then the variant FSA_WGMMA_BWD names (0, 2 to 5) as fsa_qt_wgb_pick grants
- * it for the head dims, or without it FSA_QT_WGB_DEFAULT so granted. */
+ * it for the head dims, or without it fsa_qt_wgb_default. */
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */

@@ -216,11 +216,11 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     int wg_given = 0;
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
-    /* The query-tile backwards on sm_90a: the warpgroup backward wherever the head dims take it, with
-     * three warpgroups in dq where they fit (FSA_WGMMA_BWD=3). */
+    /* The query-tile backwards on sm_90a: the warpgroup backward's default wherever the head dims take it
+     * (variant 4 up to Dk 192, 2 above). */
     char bwg[2] = "0";
     if (strstr(t->text, "{{BWD_WGMMA}}") && strcmp(target, "sm_90a") == 0)
-        bwg[0] = (char)('0' + fsa_qt_wgb_pick(3, atoi(v->d), atoi(dv ? dv : v->d)));
+        bwg[0] = (char)('0' + fsa_qt_wgb_default(atoi(v->d), atoi(dv ? dv : v->d)));
     if (strstr(t->text, "{{BWD_WGMMA}}")) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());

@@ -112,6 +112,10 @@ static void test_the_warpgroup_backward_keeps_its_launch_shapes(void **state)
     assert_int_equal(fsa_qt_wgb_pick(3, 192, 128), 3);
     assert_int_equal(fsa_qt_wgb_pick(4, 192, 128), 4); /* three in dq, dK/dV rings of their own */
     assert_int_equal(fsa_qt_wgb_pick(4, 256, 64), 5);  /* two in dq, dK/dV rings of their own */
+    assert_int_equal(fsa_qt_wgb_default(128, 128), 4);
+    assert_int_equal(fsa_qt_wgb_default(192, 128), 4);
+    assert_int_equal(fsa_qt_wgb_default(256, 64), 2);
+    assert_int_equal(fsa_qt_wgb_default(64, 32), 0);
     assert_int_equal(fsa_qt_bwd_dq_threads(4), 384);
     assert_int_equal(fsa_qt_bwd_dq_threads(5), 256);
     assert_int_equal(fsa_qt_wgb_dq_keys(192, 3), 32); /* three warpgroups' registers above Dk 128 */
