@@ -1,5 +1,6 @@
 // Compressed attention backward, deterministic, in two kernels on one stream
-// (the blocks of fsa_qbwd.cuh over a sequence's compressed tokens):
+// (the blocks of fsa_qbwd.cuh over a sequence's compressed tokens; with
+// BWD_WGMMA (sm_90a) the warpgroup blocks of fsa_qbwd_wg.cuh):
 //  fsa_cmp_bwd_dq:  the forward's query tiles against the compressed tokens
 //                   they see; delta goes to the workspace for the next kernel.
 //  fsa_cmp_bwd_dkv: a CTA owns 64 compressed keys of one sequence and walks
@@ -8,27 +9,34 @@
 //                   so that every head's early tiles, which the most queries
 //                   see, start first and the short ones fill the tail.
 #include "cmp_common.cuh"
-#include "fsa_qbwd.cuh"
+#include "fsa_qbwd_wg.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
-constexpr int KS = fsa_qt_dq_keys(DK);
+constexpr int WGB = {{BWD_WGMMA}};  // the warpgroup backward's variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
+constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys(DK);
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1 : 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int h = blockIdx.y;
-    const QueryTile tile = cta_query_tile<G>(p);
+    const QueryTile tile = query_tile<fsa_qt_bwd_dq_tile_tokens(G, WGB)>((const int *)p.cu_seqlens, (int)p.batch,
+                                                                         p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
     const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);
 
-    backward_dq_tile<DT, DK, DV, G>(
-        smem, p, tile, h, (vis.tile + KS - 1) / KS, [&](int j) { return cmp_key_row(p, keys, h, j, vis.tile); },
-        [&](int j, int half) { return j < vis.row[half]; }, [&](int stage) { return stage * KS < vis.warp; });
+    const int n_stages = (vis.tile + KS - 1) / KS;
+    auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, vis.tile); };
+    auto visible = [&](int j, int half) { return j < vis.row[half]; };
+    if constexpr (WGB != 0)
+        backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, h, n_stages, key_rows, visible);
+    else
+        backward_dq_tile<DT, DK, DV, G>(smem, p, tile, h, n_stages, key_rows, visible,
+                                        [&](int stage) { return stage * KS < vis.warp; });
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa_cmp_bwd_dkv(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     // Launch order (x fastest) to (key tile, head) with the heads fastest: the grid is (key tiles, heads).
     const long long cta = blockIdx.x + (long long)gridDim.x * blockIdx.y;
@@ -42,8 +50,9 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_DKV_THREADS, 1) fsa_cmp_bwd_
     const long long first_pos = (kt.tok0 - kt.start) * p.stride + p.kernel_size - 1;  // the first that sees a key
     const int count = (int)(kt.end - kt.start);
 
-    backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1,
-                                      [&](long long pos, int) {
-                                          return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1};
-                                      });
+    auto row_keys = [&](long long pos, int) { return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1}; };
+    if constexpr (WGB != 0)
+        backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
+    else
+        backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
 }

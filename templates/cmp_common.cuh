@@ -27,7 +27,10 @@ __device__ __forceinline__ CmpKeys cmp_keys(const fsa_cmp_params &p, int seq) {
 // are, j*d + l - 1 <= pos; at most the sequence's count.
 __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long d, int count) {
     if (pos < l - 1) return 0;
-    return (int)min((pos - (l - 1)) / d + 1, (long long)count);
+    const long long n = pos - (l - 1);
+    // A 32-bit division where both fit (the dK/dV pass divides once per query row and stage).
+    const long long q = ((n | d) >> 31) == 0 ? (long long)((unsigned)n / (unsigned)d) : n / d;
+    return (int)min(q + 1, (long long)count);
 }
 
 // The normalized probabilities exp2(s * scale_log2 - lse2) of MT sets of 16

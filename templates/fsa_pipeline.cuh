@@ -30,14 +30,16 @@ struct RowPair {
 
 // Calls f(r, c) for every 16-byte piece of a ROWS x COLS tile (r: row, c:
 // first element of the piece), spread over THREADS threads: consecutive
-// threads take consecutive pieces of a row, so global reads coalesce.
+// threads take consecutive pieces of a row, so global reads coalesce. The
+// threads are the CTA's first THREADS, or with tid >= 0 a group of THREADS
+// threads in which the caller is number tid.
 template <int ROWS, int COLS, int THREADS, class F>
-__device__ __forceinline__ void for_each_piece(F f) {
+__device__ __forceinline__ void for_each_piece(F f, int tid = -1) {
     static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
     // Two pieces per iteration keep copies in flight without the registers a
     // deeper unroll costs the kernels that hold large accumulators.
 #pragma unroll 2
-    for (int i = threadIdx.x; i < ROWS * (COLS / 8); i += THREADS) {
+    for (int i = tid >= 0 ? tid : (int)threadIdx.x; i < ROWS * (COLS / 8); i += THREADS) {
         const int r = i / (COLS / 8);
         f(r, (i - r * (COLS / 8)) * 8);
     }
@@ -47,11 +49,13 @@ __device__ __forceinline__ void for_each_piece(F f) {
 // LD elements); row(r) -> RowSrc. Every thread of the CTA calls it; the
 // copies join the current cp.async group.
 template <int ROWS, int COLS, int LD, int THREADS, class Row>
-__device__ __forceinline__ void load_tile_async(u32 dst, Row row) {
-    for_each_piece<ROWS, COLS, THREADS>([&](int r, int c) {
-        const RowSrc s = row(r);
-        cp_async16(dst + (u32)(r * LD + c) * 2, s.ptr + c, s.ok);
-    });
+__device__ __forceinline__ void load_tile_async(u32 dst, Row row, int tid = -1) {
+    for_each_piece<ROWS, COLS, THREADS>(
+        [&](int r, int c) {
+            const RowSrc s = row(r);
+            cp_async16(dst + (u32)(r * LD + c) * 2, s.ptr + c, s.ok);
+        },
+        tid);
 }
 
 // ---------------------------------------------------------------- 128-byte swizzled tiles
@@ -70,11 +74,13 @@ __device__ __forceinline__ u32 sw128_offset(int row, int col, int rows) {
 // RowSrc. Every thread of the CTA calls it; the copies join the current
 // cp.async group.
 template <int ROWS, int COLS, int THREADS, class Row>
-__device__ __forceinline__ void load_tile_sw128_async(u32 dst, Row row) {
-    for_each_piece<ROWS, COLS, THREADS>([&](int r, int c) {
-        const RowSrc s = row(r);
-        cp_async16(dst + sw128_offset(r, c, ROWS), s.ptr + c, s.ok);
-    });
+__device__ __forceinline__ void load_tile_sw128_async(u32 dst, Row row, int tid = -1) {
+    for_each_piece<ROWS, COLS, THREADS>(
+        [&](int r, int c) {
+            const RowSrc s = row(r);
+            cp_async16(dst + sw128_offset(r, c, ROWS), s.ptr + c, s.ok);
+        },
+        tid);
 }
 
 // Two tiles of the same shape and rows; rows(r) -> RowPair.
@@ -164,9 +170,15 @@ struct AsyncRing {
     // used, one fewer while it is waited for. Not mixed with acquire.
     template <class Load, class Landed>
     __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed) {
+        return acquire_then_refill(i, load, landed, [] { __syncthreads(); });
+    }
+    // The same for a ring of a group of threads of its own: sync() is the
+    // group's barrier (every thread of the group loads and waits).
+    template <class Load, class Landed, class Sync>
+    __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed, Sync sync) {
         cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
         landed();
-        __syncthreads();
+        sync();
         if (issued < n) load(issued, (int)((unsigned)issued % STAGES));
         cp_async_commit();  // possibly empty: the wait depth stays constant
         issued++;

@@ -37,6 +37,50 @@ __device__ __forceinline__ float row_delta(const P &p, long long t, long long qh
     return warp_sum(acc);
 }
 
+// delta of a warp's 16 rows (set `warp` of the tile), kept for the dK/dV
+// pass as well (p.delta) and in delta_w (the warp's 16 floats of shared
+// memory); then this lane's two rows: live, lse in base 2, delta.
+template <class DT, int DV, int G, class P>
+__device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, int h, float *delta_w, bool live[2],
+                                             float row_lse2[2], float row_dlt[2]) {
+    typedef GroupRows<G> Rows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = 0; r < 16; r++) {
+        if (!Rows::live(warp, r, tile.n_tok)) continue;  // warp-uniform
+        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+        const float d = row_delta<DT, DV>(p, t, qh, lane);
+        if (lane == 0) delta_w[r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        live[half] = Rows::live(warp, r, tile.n_tok);
+        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+        row_lse2[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : 0.f;
+        row_dlt[half] = live[half] ? delta_w[r] : 0.f;
+    }
+}
+
+// The 16 x DK dq accumulator of set `warp` of a query tile, times the
+// softmax scale, into p.dq (this lane's live rows).
+template <class DT, int DK, int G, class P>
+__device__ __forceinline__ void store_dq_rows(const P &p, const QueryTile &tile, int h, int warp, const bool live[2],
+                                              const float dq[DK / 8][4]) {
+    typedef GroupRows<G> Rows;
+    const int lane = threadIdx.x & 31;
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = frag_row(lane, 2 * half);
+        if (!live[half]) continue;
+        u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(warp, r), (long long)h * G + Rows::head(r));
+#pragma unroll
+        for (int j = 0; j < DK / 8; j++)
+            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
+    }
+}
+
 // dq of a query tile against a stream of key stages, with the functors of
 // attend_query_tile (fsa_qattn.cuh): key_rows(j) -> RowPair{k row, v row, ok},
 // visible(j, half), warp_sees(stage). Stages of fsa_qt_dq_keys(DK) keys.
@@ -45,8 +89,7 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
                                                  int n_stages, KeyRows key_rows, Visible visible, WarpSees warp_sees) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     constexpr int KS = fsa_qt_dq_keys(DK), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    typedef GroupRows<G> Rows;
-    __shared__ float delta_s[FSA_QT_ROWS];
+    __shared__ float delta_s[FSA_QT_ROWS];  // the tile's rows
     const u32 qs = smem_addr(smem), dos = qs + fsa_qt_dq_smem_do(DK);
     const u32 ks = qs + fsa_qt_dq_smem_k(DK, DV), vs = qs + fsa_qt_dq_smem_v(DK, DV);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -60,25 +103,9 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
-    // delta of the warp's rows, kept for the dK/dV pass as well.
-    for (int r = 0; r < 16; r++) {
-        if (!Rows::live(warp, r, tile.n_tok)) continue;  // warp-uniform
-        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
-        const float d = row_delta<DT, DV>(p, t, qh, lane);
-        if (lane == 0) delta_s[warp * 16 + r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
-    }
-    __syncwarp();
-    // This lane's two rows: live, lse in base 2, delta.
     bool live[2];
     float row_lse2[2], row_dlt[2];
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        live[half] = Rows::live(warp, r, tile.n_tok);
-        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
-        row_lse2[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : 0.f;
-        row_dlt[half] = live[half] ? delta_s[warp * 16 + r] : 0.f;
-    }
+    dq_row_stats<DT, DV, G>(p, tile, h, delta_s + warp * 16, live, row_lse2, row_dlt);
 
     const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
     const u32 do_lane = dos + (u32)(warp * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
@@ -105,16 +132,7 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     }
     cp_async_wait<0>();
 
-    const float scale = (float)(p.scale_log2 * FSA_LN2);
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = frag_row(lane, 2 * half);
-        if (!live[half]) continue;
-        u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(warp, r), (long long)h * G + Rows::head(r));
-#pragma unroll
-        for (int j = 0; j < DK / 8; j++)
-            *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);
-    }
+    store_dq_rows<DT, DK, G>(p, tile, h, warp, live, dq);
 }
 
 // This warp's 16 rows of a key tile's gradient (16 x D accumulator times
@@ -132,6 +150,78 @@ __device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const Q
         for (int j = 0; j < D / 8; j++)
             *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
     }
+}
+
+// Per stage of a dK/dV pass and query row: the keys the row sees (as
+// indices of the sequence's keys), its lse (natural log, as the forward
+// wrote it), its delta.
+struct RowTable {
+    KeyRange *keys;
+    float *lse, *dlt;
+};
+
+// A 4-byte cp.async (zeros where !valid), joining the current group.
+__device__ __forceinline__ void cp_async4(u32 dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+// Query tile `it` of a key tile's walk: TT tokens from position first_pos
+// of the query range [q_start, q_end) on.
+template <int TT>
+__device__ __forceinline__ QueryTile walked_query_tile(const QueryTile &kt, long long q_start, long long q_end,
+                                                       long long first_pos, int it) {
+    QueryTile qt;
+    qt.start = q_start, qt.end = q_end, qt.seq = kt.seq, qt.ok = true;
+    qt.tok0 = q_start + first_pos + (long long)it * TT;
+    qt.n_tok = (int)min((long long)TT, q_end - qt.tok0);
+    return qt;
+}
+
+// The R rows of query tile qt (row w * 16 + r: set w, row r of GroupRows)
+// into the tables from entry `at` on; threads 0 .. R - 1 (or those numbered
+// so in a group, tid) write one row each, lse and delta by cp.async in the
+// current group (no thread waits on them).
+// row_keys(pos, head) -> KeyRange: the keys the query at position pos of
+// the range, head `head` of the group, sees.
+template <int G, int R, class P, class RowKeys>
+__device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const P &p, const QueryTile &qt, int h,
+                                               long long q_start, RowKeys row_keys, int tid = -1) {
+    typedef GroupRows<G> Rows;
+    if (tid < 0) tid = threadIdx.x;  // else the caller's number in a group of threads of its own
+    if (tid >= R) return;
+    const int w = tid >> 4, r = tid & 15;
+    const bool live = Rows::live(w, r, qt.n_tok);
+    const long long tok = qt.tok0 + Rows::token(w, r);
+    const long long off = ((long long)h * G + Rows::head(r)) * p.total_tokens + tok;
+    t.keys[at + tid] = live ? row_keys(tok - q_start, Rows::head(r)) : KeyRange{1, 0};
+    cp_async4(smem_addr(t.lse + at + tid), (const float *)p.lse + (live ? off : 0), live);
+    cp_async4(smem_addr(t.dlt + at + tid), (const float *)p.delta + (live ? off : 0), live);
+}
+
+// The end of a key tile whose sums two halves of the CTA (sets of warps,
+// warpgroups) made, warp w of a half owning keys 16 w .. 16 w + 15: half 1
+// hands its dK / dV through `sums` (fp32, pitch D + 8; shared memory that
+// nothing else uses any more) to half 0, which adds them in a fixed order
+// and stores the key rows.
+template <class DT, int DK, int DV, bool WANT_K, bool WANT_V, class P>
+__device__ __forceinline__ void finish_key_tile(float *sums, int half, int warp, float dk[WANT_K ? DK / 8 : 1][4],
+                                                float dv[WANT_V ? DV / 8 : 1][4], const P &p, const QueryTile &kt,
+                                                int h) {
+    const int lane = threadIdx.x & 31;
+    float *sums_k = sums, *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
+    __syncthreads();
+    if (half == 1) {
+        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
+        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
+    }
+    __syncthreads();
+    if (half == 1) return;
+    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
+    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
+
+    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
+    if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }
 
 // dK and dV (or one of them: WANT_K, WANT_V) of the key tile kt: the key rows
@@ -153,12 +243,11 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     // accumulators per thread (fewer live scores, no spill; the same order of sums).
     constexpr int RSTEP = (WANT_K ? DK : 0) + (WANT_V ? DV : 0) > 256 ? 16 : RS;
     static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
-    typedef GroupRows<G> Rows;
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
     const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
     KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
-    float *row_lse2 = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
-    float *row_dlt = row_lse2 + FSA_QT_STAGES * FSA_QT_ROWS;
+    float *row_lse = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
+    float *row_dlt = row_lse + FSA_QT_STAGES * FSA_QT_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
     const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
@@ -170,22 +259,12 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const bool ok = r < kt.n_tok;
         return RowSrc{ok ? view_row<const u16>(p.v, kt.tok0 + r, h) : (const u16 *)p.v.ptr, ok};
     });
+    const RowTable table{row_keys_s, row_lse, row_dlt};
     auto load = [&](int it, int buf) {
-        QueryTile qt;
-        qt.start = q_start, qt.end = q_end, qt.seq = kt.seq, qt.ok = true;
-        qt.tok0 = q_start + first_pos + (long long)it * TT;
-        qt.n_tok = (int)min((long long)TT, q_end - qt.tok0);
+        const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, it);
         load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
         load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_QT_ROWS, DV), p.dout, qt, h);
-        if (tid < FSA_QT_ROWS) {
-            const int w = tid >> 4, r = tid & 15;
-            const bool live = Rows::live(w, r, qt.n_tok);
-            const long long t = qt.tok0 + Rows::token(w, r);
-            const long long at = ((long long)h * G + Rows::head(r)) * p.total_tokens + t;
-            row_keys_s[buf * FSA_QT_ROWS + tid] = live ? row_keys(t - q_start, Rows::head(r)) : KeyRange{1, 0};
-            row_lse2[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.lse)[at] * LOG2E : 0.f;
-            row_dlt[buf * FSA_QT_ROWS + tid] = live ? ((const float *)p.delta)[at] : 0.f;
-        }
+        fill_row_table<G, FSA_QT_ROWS>(table, buf * FSA_QT_ROWS, p, qt, h, q_start, row_keys);
     };
     AsyncRing<FSA_QT_STAGES> ring;
     ring.start(n_qt, load);
@@ -206,7 +285,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
         const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
-        const float *lse2 = row_lse2 + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
+        const float *lse = row_lse + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
         // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
         const int c0 = set * RS;
         const KeyRange a = rk[c0 + lane];
@@ -222,7 +301,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
             frag_map<RSTEP / 8>(pt, lane, [&](float x, int col, int half) {
                 const KeyRange r = rk[c + col];
                 const int kj = key[half];
-                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse2[c + col])) : 0.f;
+                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse[c + col] * LOG2E)) : 0.f;
             });
             if constexpr (WANT_V) mma_pv<DT, RSTEP / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
             if constexpr (WANT_K) {
@@ -242,20 +321,8 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     static_assert(FSA_QT_DKV_SETS == 2, "one set hands its sums to the other");
     static_assert(FSA_QT_DKV_KEYS * (DK + 8 + DV + 8) * 4 <= fsa_qt_dkv_smem_rows(DK, DV) - fsa_qt_dkv_smem_q(DK, DV),
                   "the stage buffers hold a part's fp32 sums");
-    float *sums_k = (float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
-    __syncthreads();
-    if (set == 1) {
-        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
-        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
-    }
-    __syncthreads();
-    if (set == 1) return;
-    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
-    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
-
-    const float scale = (float)(p.scale_log2 * FSA_LN2);
-    if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
-    if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
+    finish_key_tile<DT, DK, DV, WANT_K, WANT_V>((float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), set, warp, dk, dv, p, kt,
+                                                h);
 }
 
 // A dK/dV kernel's body: one pass up to FSA_BWD_ONE_PASS_COLS columns of dK

@@ -150,4 +150,124 @@ FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
     return keys / FSA_QT_DKV_KEYS + batch;
 }
 
+/* The warpgroup backward (Hopper wgmma, sm_90a), variant wgb (0: the
+ * mma.sync kernels above), for head dims in whole 64-column panels whose dK
+ * and dV fit one pass (fsa_qt_wgb_dims_ok). One CTA per SM; tiles are
+ * 128-byte swizzled (fsa_sw128_bytes) from a 1024-byte aligned base (the
+ * dynamic shared memory carries FSA_QT_WG_ALIGN bytes of slack).
+ *  dq:    wgb (2 or 3) warpgroups of 64 query rows (warp w: set w, so
+ *         fsa_qt_wgb_dq_tokens(g, wgb) tokens per tile), all sharing stages
+ *         of fsa_qt_wgb_dq_keys keys. Q rows | dO rows | the K stages | the
+ *         V stages. Three warpgroups only up to Dk 192, with stages of 32
+ *         keys above Dk 128 (their registers hold no more of dq, S and dP).
+ *  dK/dV: FSA_QT_WGB_GROUPS warpgroups; a CTA owns FSA_QT_DKV_KEYS keys
+ *         (warp w of each warpgroup: keys 16 w ..) and walks stages of
+ *         fsa_qt_wgb_dkv_rows query rows, each warpgroup taking
+ *         fsa_qt_wgb_dkv_cols of them (the columns of its S^T); at the end
+ *         warpgroup 1 hands its sums to warpgroup 0. K | V | the Q stages |
+ *         the dO stages | per stage and row: the keys it sees (first, last),
+ *         lse (base 2), delta. */
+#define FSA_QT_WGB_GROUPS 2
+#define FSA_QT_WGB_THREADS (128 * FSA_QT_WGB_GROUPS)
+#define FSA_QT_WGB_STAGES_MAX_BYTES (200 * 1024) /* three stages where they fit in this, else two */
+FSA_LAYOUT_FN int fsa_qt_wgb_dims_ok(int dk, int dv)
+{
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256 && fsa_bwd_one_pass(dk, dv);
+}
+/* The variant a (dk, dv) plan gets when `wanted` (0, 2 or 3) is asked for. */
+/* Variants: 2 and 3 warpgroups in dq; 4 (three) and 5 (two) with the
+ * dK/dV warpgroups each on a ring of stages of its own (own copies and
+ * barriers: they do not wait for each other between stages). */
+FSA_LAYOUT_FN int fsa_qt_wgb_groups(int wgb) { return wgb == 3 || wgb == 4 ? 3 : 2; }
+FSA_LAYOUT_FN int fsa_qt_wgb_split(int wgb) { return wgb >= 4; }
+FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
+{
+    if (!fsa_qt_wgb_dims_ok(dk, dv) || wanted < 2) return 0;
+    if (wanted > 5) wanted = 5;
+    return fsa_qt_wgb_groups(wanted) == 3 && dk > 192 ? (wanted == 3 ? 2 : 5) : wanted;
+}
+/* The variant a plan gets unasked: 4 up to Dk 192 (measured fastest:
+ * bench/NOTES.md), 2 above (where 4 would be 5, not measured). */
+FSA_LAYOUT_FN int fsa_qt_wgb_default(int dk, int dv) { return fsa_qt_wgb_pick(dk <= 192 ? 4 : 2, dk, dv); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return fsa_qt_wgb_groups(wgb) == 3 && dk > 128 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * fsa_qt_wgb_groups(wgb); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk, int wgb) { return fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dk); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv, int wgb)
+{
+    return fsa_qt_wgb_dq_smem_do(dk, wgb) + fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stage_bytes(int dk, int dv, int wgb)
+{
+    return fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dk) + fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_stages(int dk, int dv, int wgb)
+{
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + 3 * fsa_qt_wgb_dq_stage_bytes(dk, dv, wgb) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3
+                                                                                                                : 2;
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_v(int dk, int dv, int wgb)
+{
+    return fsa_qt_wgb_dq_smem_k(dk, dv, wgb) + fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_sw128_bytes(fsa_qt_wgb_dq_keys(dk, wgb), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_bytes(int dk, int dv, int wgb)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dq_smem_k(dk, dv, wgb) +
+           fsa_qt_wgb_dq_stages(dk, dv, wgb) * fsa_qt_wgb_dq_stage_bytes(dk, dv, wgb);
+}
+/* Query rows per warpgroup product of the dK/dV pass: 64, or 32 next to
+ * more than 256 columns of dK and dV (their accumulators and two sets of
+ * scores would not fit in the registers). */
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_cols(int dk, int dv) { return dk + dv > 256 ? 32 : 64; }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_rows(int dk, int dv) { return FSA_QT_WGB_GROUPS * fsa_qt_wgb_dkv_cols(dk, dv); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_tokens(int g, int dk, int dv) { return fsa_qt_wgb_dkv_rows(dk, dv) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_v(int dk) { return fsa_sw128_bytes(FSA_QT_DKV_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_q(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_v(dk) + fsa_sw128_bytes(FSA_QT_DKV_KEYS, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_stage_bytes(int dk, int dv)
+{
+    return fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dk) + fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dv) +
+           16 * fsa_qt_wgb_dkv_rows(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_stages(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_q(dk, dv) + 3 * fsa_qt_wgb_dkv_stage_bytes(dk, dv) <= FSA_QT_WGB_STAGES_MAX_BYTES ? 3 : 2;
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_do(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_q(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_rows(int dk, int dv)
+{
+    return fsa_qt_wgb_dkv_smem_do(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_sw128_bytes(fsa_qt_wgb_dkv_rows(dk, dv), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_bytes(int dk, int dv)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_wgb_dkv_smem_q(dk, dv) + fsa_qt_wgb_dkv_stages(dk, dv) * fsa_qt_wgb_dkv_stage_bytes(dk, dv);
+}
+/* A plan's backward kernels under variant wgb: threads, shared memory, and
+ * the dq kernel's tokens per tile and grid. */
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? 128 * fsa_qt_wgb_groups(wgb) : FSA_QT_THREADS; }
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_DKV_THREADS; }
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv, wgb) : fsa_qt_dq_smem_bytes(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_smem(int dk, int dv, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dkv_smem_bytes(dk, dv) : fsa_qt_dkv_smem_bytes(dk, dv);
+}
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_tile_tokens(int g, int wgb)
+{
+    return wgb ? fsa_qt_wgb_dq_tokens(g, wgb) : fsa_qt_tokens_per_tile(g);
+}
+FSA_LAYOUT_FN long long fsa_qt_bwd_dq_grid_tiles(long long total_tokens, long long batch, int g, int wgb)
+{
+    return total_tokens / fsa_qt_bwd_dq_tile_tokens(g, wgb) + batch;
+}
+/* The dK/dV grid's z extent: one part with the warpgroup backward. */
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_parts(int dk, int dv, int wgb) { return wgb ? 1 : fsa_qt_dkv_parts(dk, dv); }
+
 #endif

@@ -77,9 +77,11 @@ struct GroupRows {
 // h * G + head(r) (w counts sets of 16 rows: a warp may own more than one).
 // ROWS rows (FSA_QT_ROWS unless the kernel's warps own more); THREADS
 // threads share the copies, which join the current cp.async group. SW128:
-// into a 128-byte swizzled tile (sw128_offset) instead, LD unused.
+// into a 128-byte swizzled tile (sw128_offset) instead, LD unused; tid >= 0:
+// the THREADS threads are a group in which the caller is number tid.
 template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS, bool SW128 = false>
-__device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h) {
+__device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h,
+                                                      int tid = -1) {
     typedef GroupRows<G> Rows;
     auto row_src = [&](int row) {
         const int w = row >> 4, r = row & 15;
@@ -88,8 +90,8 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
                             : (const u16 *)q.ptr;
         return RowSrc{src, ok};
     };
-    if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, row_src);
-    else load_tile_async<ROWS, D, LD, THREADS>(dst, row_src);
+    if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, row_src, tid);
+    else load_tile_async<ROWS, D, LD, THREADS>(dst, row_src, tid);
 }
 
 // The K rows (HALF 0) or the V rows (HALF 1) of keys first .. first + ROWS -

@@ -50,12 +50,19 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            1ull << 62;
 }
 
+// A descriptor whose start is `bytes` (a multiple of 16) further on: shared
+// addresses stay below 2^18, so the start field never carries and one add
+// replaces a new descriptor (the operands below share their tile's).
+__device__ __forceinline__ u64 wg_desc_add(u64 desc, u32 bytes) {
+    return (desc & ~0xffffffffull) | (u32)((u32)desc + (bytes >> 4));  // a 32-bit add: the high word stays
+}
+
 // K-major operand (A as M x K, or B as N x K: Q, K): columns 16 kd .. 16 kd +
 // 15 of a swizzled tile of `rows` rows. Inside a panel the step moves the
 // start by 32 bytes (the hardware swizzles the absolute address); 8-row
 // groups are 1024 bytes apart (stride offset); the leading offset is unused.
 __device__ __forceinline__ u64 wg_desc_k(u32 tile, int rows, int kd) {
-    return wg_desc_sw128(tile + (u32)((kd >> 2) * rows * 128 + (kd & 3) * 32), 16, 1024);
+    return wg_desc_add(wg_desc_sw128(tile, 16, 1024), (u32)((kd >> 2) * rows * 128 + (kd & 3) * 32));
 }
 
 // MN-major B operand (K x N stored as K rows of N columns: V in P V, with
@@ -64,7 +71,7 @@ __device__ __forceinline__ u64 wg_desc_k(u32 tile, int rows, int kd) {
 // (N <= 64), so only the 1024-byte step between 8-row groups matters; both
 // offsets carry it.
 __device__ __forceinline__ u64 wg_desc_mn(u32 tile, int rows, int kk, int c) {
-    return wg_desc_sw128(tile + (u32)(c * rows * 128 + kk * 16 * 128), 1024, 1024);
+    return wg_desc_add(wg_desc_sw128(tile, 1024, 1024), (u32)(c * rows * 128 + kk * 16 * 128));
 }
 
 // ---------------------------------------------------------------- ordering
@@ -165,9 +172,11 @@ __device__ __forceinline__ void wg_p_to_a(u32 a[KK][4], const float p[2 * KK][4]
 
 // d (64 x DV) += P V: P as A operands in registers (wg_p_to_a), V a
 // swizzled tile of 16KK rows x DV (DV a multiple of 64), read in 64-column
-// panels. Fences (a and d may have been written since the last product),
-// then issues; the caller commits and waits.
-template <class DT, int KK, int DV>
+// panels; or V the 16KK rows at v_tile of a swizzled tile of V_ROWS rows
+// (v_tile: its base plus 128 bytes per row skipped, a multiple of 8 rows).
+// Fences (a and d may have been written since the last product), then
+// issues; the caller commits and waits.
+template <class DT, int KK, int DV, int V_ROWS = 16 * KK>
 __device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK][4], u32 v_tile) {
     static_assert(DV % 64 == 0, "value dims in whole 64-column panels");
     wg_fence();
@@ -175,7 +184,7 @@ __device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK]
     for (int kk = 0; kk < KK; kk++)
 #pragma unroll
         for (int c = 0; c < DV / 64; c++)
-            wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(v_tile, 16 * KK, kk, c), 1);
+            wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(v_tile, V_ROWS, kk, c), 1);
 }
 
 }  // namespace fsa

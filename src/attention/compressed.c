@@ -78,7 +78,8 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
     plan->config = (fsa_kernel_config){.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                                        .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
                                        .kernel_size = d->kernel_size, .stride = d->stride,
-                                       .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim)};
+                                       .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim),
+                                       .bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d->head_dim, d->value_dim)};
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {

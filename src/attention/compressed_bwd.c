@@ -55,9 +55,10 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
     FSA_QT_PARAMS_GRADS(&p, a);
-    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const int wgb = plan->config.bwd_wgmma;
+    const uint64_t q_tiles = (uint64_t)fsa_qt_bwd_dq_grid_tiles(a->total_tokens, a->batch, plan->group, wgb);
     const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);
-    const unsigned parts = (unsigned)fsa_qt_dkv_parts(d->head_dim, d->value_dim);
+    const unsigned parts = (unsigned)fsa_qt_bwd_dkv_parts(d->head_dim, d->value_dim, wgb);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
 cleanup:

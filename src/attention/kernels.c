@@ -21,6 +21,7 @@ typedef enum tparam {
     TP_KERNEL_SIZE,
     TP_STRIDE,
     TP_WGMMA,
+    TP_BWD_WGMMA,
     TP_N
 } tparam;
 
@@ -31,7 +32,7 @@ static const struct {
     [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
     [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
-    [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"},
+    [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
 };
 
 #define MAX_FAMILY_PARAMS 8
@@ -73,9 +74,9 @@ static const struct {
     [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_CMP_SELECT] = {"cmp_select", 8,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA}},
-    [FAM_CMP_BWD] = {"cmp_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
     [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
-    [FAM_SWA_BWD] = {"swa_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
+    [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -113,6 +114,14 @@ int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
     if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
     if (env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fsa_qt_wg_pick(env[0] - '0', dk, dv);
     return fsa_qt_wg_default(dk, dv);
+}
+
+int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
+{
+    const char *env = getenv("FSA_WGMMA_BWD");
+    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= '5' && env[1] == '\0') return fsa_qt_wgb_pick(env[0] - '0', dk, dv);
+    return fsa_qt_wgb_default(dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -155,14 +164,19 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride, fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
         break;
     case FSA_K_CMP_BWD_DQ:
-    case FSA_K_SWA_BWD_DQ: smem = fsa_qt_dq_smem_bytes(d, dv); break;
+    case FSA_K_SWA_BWD_DQ:
+        threads = fsa_qt_bwd_dq_threads(c->bwd_wgmma);
+        smem = fsa_qt_bwd_dq_smem(d, dv, c->bwd_wgmma);
+        break;
     case FSA_K_CMP_BWD_DKV:
-    case FSA_K_SWA_BWD_DKV: smem = fsa_qt_dkv_smem_bytes(d, dv); break;
+    case FSA_K_SWA_BWD_DKV:
+        threads = fsa_qt_bwd_dkv_threads(c->bwd_wgmma);
+        smem = fsa_qt_bwd_dkv_smem(d, dv, c->bwd_wgmma);
+        break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
     const family_id f = kernels[id].family;
-    if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
-        threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
+    if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
     if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
     if (id == FSA_K_CMP_SELECT) threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
     out->fn = NULL;
@@ -192,6 +206,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_KERNEL_SIZE], sizeof b->values[0], "%d", c->kernel_size);
     snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
     snprintf(b->values[TP_WGMMA], sizeof b->values[0], "%d", c->wgmma);
+    snprintf(b->values[TP_BWD_WGMMA], sizeof b->values[0], "%d", c->bwd_wgmma);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

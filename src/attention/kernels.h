@@ -59,6 +59,7 @@ typedef struct fsa_kernel_config {
     int value_dim;               /* V's head dimension (of o, dout, dv too); head_dim is Q's and K's */
     int kernel_size, stride;     /* compressed attention: the compression */
     int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
+    int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -66,6 +67,12 @@ typedef struct fsa_kernel_config {
  * variant of fsa_qt_layout.cuh FSA_WGMMA names (0 to 4) as fsa_qt_wg_pick
  * grants it for the head dims, or without it fsa_qt_wg_default. */
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
+
+/* The warpgroup variant of a (dk, dv) plan's query-tile backwards
+ * (fsa_qt_layout.cuh): 0 (mma.sync) unless the context compiles for sm_90a;
+ * then the variant FSA_WGMMA_BWD names (0, 2 to 5) as fsa_qt_wgb_pick grants
+ * it for the head dims, or without it fsa_qt_wgb_default. */
+int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

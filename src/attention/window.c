@@ -72,8 +72,13 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->window = d.head_windows != NULL ? 0 : d.window;
     for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) plan->head_windows[qh] = d.head_windows[qh];
     plan->wgmma = fsa_kernel_wgmma(ctx, d.head_dim, d.value_dim);
-    const fsa_kernel_config c = {
-        .dtype = d.dtype, .head_dim = d.head_dim, .value_dim = d.value_dim, .group = plan->group, .wgmma = plan->wgmma};
+    plan->bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d.head_dim, d.value_dim);
+    const fsa_kernel_config c = {.dtype = d.dtype,
+                                 .head_dim = d.head_dim,
+                                 .value_dim = d.value_dim,
+                                 .group = plan->group,
+                                 .wgmma = plan->wgmma,
+                                 .bwd_wgmma = plan->bwd_wgmma};
     /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
     const struct {
         fsa_kernel *k;

@@ -22,6 +22,7 @@ struct fsa_window_plan {
     int head_windows[FSA_SWA_MAX_HEAD_WINDOWS];
     fsa_kernel fwd, bwd_dq, bwd_dkv; /* fn NULL offline; the backward pair without backward */
     int wgmma;                       /* the forward's warpgroup variant (fsa_kernel_wgmma), 0: mma.sync */
+    int bwd_wgmma;                   /* the backward's warpgroup variant (fsa_kernel_bwd_wgmma), 0: mma.sync */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 

@@ -42,9 +42,10 @@ static fsa_status bwd_launch(const void *window_plan, const void *call, CUstream
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     FSA_QT_PARAMS_GRADS(&p, a);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    const uint64_t q_tiles = (uint64_t)fsa_qt_grid_tiles(a->total_tokens, a->batch, plan->group);
+    const int wgb = plan->bwd_wgmma;
+    const uint64_t q_tiles = (uint64_t)fsa_qt_bwd_dq_grid_tiles(a->total_tokens, a->batch, plan->group, wgb);
     const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_tokens, a->batch);
-    const unsigned parts = (unsigned)fsa_qt_dkv_parts(plan->desc.head_dim, plan->desc.value_dim);
+    const unsigned parts = (unsigned)fsa_qt_bwd_dkv_parts(plan->desc.head_dim, plan->desc.value_dim, wgb);
     st = fsa_kernel_launch(&plan->bwd_dq, plan->ctx, q_tiles, hkv, stream, &p);
     return st != FSA_STATUS_OK ? st : fsa_kernel_launch_3d(&plan->bwd_dkv, plan->ctx, k_tiles, hkv, parts, stream, &p);
 }

@@ -100,6 +100,8 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
     {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "64", .g = "3"}, .dv = "32"},
     {.v = {.family = "cmp_bwd", .dtype = "bf16", .d = "16", .g = "7"}, .dv = "256"},
+    /* the warpgroup backward (sm_90a) with 32 query columns per product: Dk + Dv over 256 */
+    {.v = {.family = "cmp_bwd", .dtype = "f16", .d = "256", .g = "2"}, .dv = "64"},
     {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "128", .g = "4"}, .dv = "128"},
     {.v = {.family = "swa_fwd", .dtype = "bf16", .d = "192", .g = "16"}, .dv = "128"},
     {.v = {.family = "swa_fwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
@@ -109,6 +111,7 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "swa_bwd", .dtype = "f16", .d = "256", .g = "1"}, .dv = "256"},
     {.v = {.family = "swa_bwd", .dtype = "f16", .d = "64", .g = "2"}, .dv = "64"},
     {.v = {.family = "swa_bwd", .dtype = "bf16", .d = "32", .g = "3"}, .dv = "96"},
+    {.v = {.family = "swa_bwd", .dtype = "bf16", .d = "64", .g = "16"}, .dv = "64"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
@@ -220,6 +223,12 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     int wg_given = 0;
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
+    /* The query-tile backwards on sm_90a: the warpgroup backward's default wherever the head dims take it
+     * (variant 4 up to Dk 192, 2 above). */
+    char bwg[2] = "0";
+    if (strstr(t->text, "{{BWD_WGMMA}}") && strcmp(target, "sm_90a") == 0)
+        bwg[0] = (char)('0' + fsa_qt_wgb_default(atoi(v->d), atoi(dv ? dv : v->d)));
+    if (strstr(t->text, "{{BWD_WGMMA}}")) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;

@@ -98,6 +98,53 @@ static void test_the_selection_keeps_its_launch_shape(void **state)
     }
 }
 
+/* The warpgroup backward (sm_90a), variants 2 and 3: two or three warpgroups of 64 query rows in dq,
+ * two in dK/dV (one part), on the 128-byte swizzled layouts with 1024 bytes of alignment slack; only for
+ * head dims in whole 64-column panels whose dK and dV fit one pass, three only up to Dk 192. */
+static void test_the_warpgroup_backward_keeps_its_launch_shapes(void **state)
+{
+    (void)state;
+    static const struct {
+        int d, dv, g, wgb;
+        unsigned dq_threads, dq_smem, dkv_smem;
+    } wg[] = {{128, 128, 4, 2, 256, 164864, 168960},
+              {128, 128, 4, 3, 384, 197632, 168960},
+              {192, 128, 16, 2, 256, 205824, 167936},
+              {192, 128, 16, 3, 384, 185344, 167936}};
+    static const fsa_kernel_id ids[] = {FSA_K_CMP_BWD_DQ, FSA_K_CMP_BWD_DKV, FSA_K_SWA_BWD_DQ, FSA_K_SWA_BWD_DKV};
+    for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
+        const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = wg[i].d, .value_dim = wg[i].dv,
+                                     .group = wg[i].g, .bwd_wgmma = wg[i].wgb};
+        for (size_t k = 0; k < 4; k++) {
+            fsa_kernel kern;
+            fsa_kernel_describe(&kern, ids[k], &c);
+            assert_int_equal(kern.threads, k % 2 == 0 ? wg[i].dq_threads : 256);
+            assert_int_equal(kern.smem, k % 2 == 0 ? wg[i].dq_smem : wg[i].dkv_smem);
+        }
+        assert_int_equal(fsa_qt_bwd_dkv_parts(wg[i].d, wg[i].dv, wg[i].wgb), 1);
+    }
+    assert_int_equal(fsa_qt_wgb_pick(3, 256, 64), 2);
+    assert_int_equal(fsa_qt_wgb_pick(3, 192, 128), 3);
+    assert_int_equal(fsa_qt_wgb_pick(4, 192, 128), 4); /* three in dq, dK/dV rings of their own */
+    assert_int_equal(fsa_qt_wgb_pick(4, 256, 64), 5);  /* two in dq, dK/dV rings of their own */
+    assert_int_equal(fsa_qt_wgb_default(128, 128), 4);
+    assert_int_equal(fsa_qt_wgb_default(192, 128), 4);
+    assert_int_equal(fsa_qt_wgb_default(256, 64), 2);
+    assert_int_equal(fsa_qt_wgb_default(64, 32), 0);
+    assert_int_equal(fsa_qt_bwd_dq_threads(4), 384);
+    assert_int_equal(fsa_qt_bwd_dq_threads(5), 256);
+    assert_int_equal(fsa_qt_wgb_dq_keys(192, 3), 32); /* three warpgroups' registers above Dk 128 */
+    assert_int_equal(fsa_qt_wgb_dq_keys(192, 2), 64);
+    assert_int_equal(fsa_qt_wgb_pick(3, 128, 128), 3);
+    assert_int_equal(fsa_qt_wgb_pick(2, 256, 256), 0); /* two parts */
+    assert_int_equal(fsa_qt_wgb_pick(2, 64, 32), 0);   /* not a whole panel */
+    assert_int_equal(fsa_qt_wgb_pick(0, 128, 128), 0);
+    assert_int_equal(fsa_qt_bwd_dkv_parts(256, 256, 0), 2);
+    assert_int_equal(fsa_qt_bwd_dq_grid_tiles(1000, 3, 4, 2), 34); /* 32 tokens of 4 heads per tile */
+    assert_int_equal(fsa_qt_bwd_dq_grid_tiles(1000, 3, 4, 3), 23); /* 48 */
+    assert_int_equal(fsa_qt_bwd_dq_grid_tiles(1000, 3, 4, 0), fsa_qt_grid_tiles(1000, 3, 4));
+}
+
 /* Grid x of the query-tile kernels (tiles of every sequence, plus one spare
  * per sequence) and of the dk/dv kernel (key tiles); y is the KV heads. */
 static void test_grids_cover_the_tiles_of_every_sequence(void **state)
@@ -190,6 +237,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
+        cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
         cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
