@@ -224,7 +224,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
             __syncthreads();  // tables complete
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
-            AsyncRing<FSA_BWD_STAGES> ring;
+            AsyncRing<fsa_bwd_stages(D, DV)> ring;
             auto load = [&](int tile, int buf) {
                 load_rows(p, qs_addr + buf * Q_TILE_BYTES, dos_addr + buf * DO_TILE_BYTES, tb, tile, h);
             };

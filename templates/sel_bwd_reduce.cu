@@ -25,7 +25,10 @@ __device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
     for (int i = 0; i < 8; i++) acc[i] += f[i];
 }
 
-// Rows of the chunk: (token, query head); empty rows give dq = 0.
+// Rows of the chunk: (token, query head); empty rows give dq = 0. The
+// pair rows are read DQ_ILP at a time, all loads issued before the adds (the
+// same order of additions as one at a time: the same bits).
+constexpr int DQ_ILP = 8;
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(const fsa_sel_params p) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
@@ -34,14 +37,33 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(con
     if (row >= p.tc * hq || l >= PIECES) return;
     const long long tl = row / hq;
     const int qh = (int)(row - tl * hq), h = qh / G, g = qh - h * G;
-    const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
+    u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
     const long long pair0 = pair_index(p, h, tl, 0);
     const int slices = (int)p.key_slices;
-    const u16 *dq_part = (const u16 *)p.dq_part;
+    const u16 *dq_part = (const u16 *)p.dq_part + g * D + l * 8;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (u64 m = mask; m; m &= m - 1) {
-        const long long slot_row = (pair0 + __ffsll((long long)m) - 1) * slices;
-        for (int s = 0; s < slices; s++) add8(acc, *(const uint4 *)(dq_part + ((slot_row + s) * G + g) * D + l * 8));
+    // (slot, slice) rows in order: the next valid slot's slices, one after another.
+    long long slot_row = 0;
+    int s = slices;
+    while (mask || s < slices) {
+        uint4 v[DQ_ILP];
+        int n = 0;
+#pragma unroll
+        for (int k = 0; k < DQ_ILP; k++) {
+            if (s == slices && mask) {
+                slot_row = (pair0 + __ffsll((long long)mask) - 1) * slices;
+                mask &= mask - 1;
+                s = 0;
+            }
+            if (s < slices) {
+                v[k] = __ldcs((const uint4 *)(dq_part + (slot_row + s) * G * D));
+                s++;
+                n = k + 1;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < DQ_ILP; k++)
+            if (k < n) add8(acc, v[k]);
     }
     const long long t = p.t0 + tl;
     *(uint4 *)(view_row<u16>(p.dq, t, qh) + l * 8) = pack8<DT>(acc);
