@@ -63,6 +63,11 @@ FSA_LAYOUT_FN int fsa_sort_windows(long long tc) {
 FSA_LAYOUT_FN int fsa_row_lanes(int d) { return d / 8 <= 8 ? 8 : d / 8 <= 16 ? 16 : 32; }
 FSA_LAYOUT_FN int fsa_rows_per_block(int d) { return FSA_ROW_THREADS / fsa_row_lanes(d); }
 FSA_LAYOUT_FN int fsa_warp_rows_per_block(void) { return FSA_ROW_THREADS / 32; }
+/* CTAs of the backward's dK/dV sums (a warp per key row) over `key_rows` rows. */
+FSA_LAYOUT_FN long long fsa_bwd_dkv_sum_blocks(long long key_rows)
+{
+    return (key_rows + FSA_ROW_THREADS / 32 - 1) / (FSA_ROW_THREADS / 32);
+}
 
 /* ---------------------------------------------------------------- FSA forward main */
 /* A work item: one (KV head, block) and up to FSA_FWD_TILES tiles of its list;

@@ -1,5 +1,7 @@
 // FSA backward, reductions:
-//   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot and
+//   fsa_sel_bwd_sums      both sums below in one grid, the dK/dV CTAs first (the FSA order: the
+//                         longest dK/dV rows, which start first, overlap with the dq sums);
+//   dq sums               dq of each (token, query head): sum of its pairs' dq rows, in slot and
 //                         key-slice order;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         a fixed order (item order, or runs of items in run order for the longest
@@ -30,10 +32,10 @@ __device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
 // pair rows are read DQ_ILP at a time, all loads issued before the adds (the
 // same order of additions as one at a time: the same bits).
 constexpr int DQ_ILP = 8;
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(const fsa_sel_params p) {
+__device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
-    const long long row = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long row = (block * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     const long long hq = p.num_kv_heads * G;
     if (row >= p.tc * hq || l >= PIECES) return;
     const long long tl = row / hq;
@@ -75,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(con
 // accumulator (the chunk covers every token: p.dkv_acc == 0) the sum goes
 // straight out as dk and dv, and keys of blocks no item touched get zeros;
 // 0 + x is x, so the bits are those of the accumulator's path.
-// Warp k of CTA x takes row x + k * gridDim.x, so the rows of the most
+// Warp k of CTA x (of `grid`) takes row x + k * grid, so the rows of the most
 // selected blocks (the first ones of a sequence: block 0 is in every token's
 // list) land in different CTAs. A row of at most SPLIT_MIN items is summed by
 // its warp in item order; a longer one by the whole CTA, warp w summing the
@@ -162,13 +164,13 @@ __device__ __forceinline__ void col_finish(const fsa_sel_params &p, const DkvRow
     *(uint2 *)dst = make_uint2(DT::pack(s.x, s.y), DT::pack(s.z, s.w));
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+__device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long x, long long grid) {
     __shared__ float4 run_sums[WARPS][64];
     __shared__ unsigned long_rows;  // bit k: warp k's row is summed by the whole CTA
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) long_rows = 0;
     __syncthreads();
-    const DkvRow mine = dkv_row(p, blockIdx.x + (long long)warp * gridDim.x);
+    const DkvRow mine = dkv_row(p, x + warp * grid);
     const bool split = mine.work && mine.n_items > SPLIT_MIN;
     if (split && lane == 0) atomicOr(&long_rows, 1u << warp);
     if (mine.work && !split) {
@@ -186,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
     }
     __syncthreads();  // long_rows complete
     for (unsigned m = long_rows; m; m &= m - 1) {
-        const DkvRow d = dkv_row(p, blockIdx.x + (long long)(__ffs(m) - 1) * gridDim.x);
+        const DkvRow d = dkv_row(p, x + (__ffs(m) - 1) * grid);
         const int i0 = d.n_items * warp / WARPS, i1 = d.n_items * (warp + 1) / WARPS;
         for (int c0 = 0; c0 < COLS; c0 += 64) {
             float4 s[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
@@ -203,6 +205,21 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
             __syncthreads();  // run_sums free again
         }
     }
+}
+
+// The chunk's key rows: keys after its last token get nothing from it (causal).
+__device__ __forceinline__ long long dkv_sum_blocks(const fsa_sel_params &p) {
+    return fsa_bwd_dkv_sum_blocks((p.t0 + p.tc) * p.num_kv_heads);
+}
+
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+    dkv_sums(p, blockIdx.x, gridDim.x);
+}
+
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_sums(const fsa_sel_params p) {
+    const long long dkv_blocks = dkv_sum_blocks(p);
+    if (blockIdx.x < dkv_blocks) dkv_sums(p, blockIdx.x, dkv_blocks);
+    else dq_sums(p, blockIdx.x - dkv_blocks);
 }
 
 // One warp per (token, KV head): dk and dv from the accumulator.

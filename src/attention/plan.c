@@ -85,7 +85,7 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_load(&k->prep, FSA_K_BWD_PREP, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->main, FSA_K_BWD_MAIN, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->main_kv, FSA_K_BWD_MAIN_KV, ctx, c));
-    FSA_CHECK(fsa_kernel_load(&k->dq, FSA_K_BWD_DQ, ctx, c));
+    FSA_CHECK(fsa_kernel_load(&k->sums, FSA_K_BWD_SUMS, ctx, c));
     if (plan->bwd_nsa_available) FSA_CHECK(fsa_kernel_load(&k->dq_nsa, FSA_K_BWD_DQ_NSA, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_sum, FSA_K_BWD_DKV_SUM, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_store, FSA_K_BWD_DKV_STORE, ctx, c));
