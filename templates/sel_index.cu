@@ -223,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
 constexpr int SORT_SMALL = 2048;
 constexpr int SORT_WINDOW = FSA_SORT_WINDOW;
 constexpr int SORT_ILP = 16;
+constexpr int RANK_ILP = 32;  // the rank sort's passes: block 0's list (every token) is one CTA's chain
 constexpr int RANK_WORDS = FSA_SORT_RANK_TOKENS / 32;
 constexpr int RANK_WORDS_PER_THREAD = RANK_WORDS / THREADS;
 static_assert(RANK_WORDS % THREADS == 0, "whole words per thread");
@@ -246,12 +247,12 @@ __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, 
 #pragma unroll
     for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) bits[tid * RANK_WORDS_PER_THREAD + k] = 0;
     __syncthreads();
-    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
-        int e[SORT_ILP];
+    for (int i0 = tid; i0 < n; i0 += RANK_ILP * THREADS) {
+        int e[RANK_ILP];
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+        for (int k = 0; k < RANK_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++)
+        for (int k = 0; k < RANK_ILP; k++)
             if (e[k] >= 0) atomicOr(&bits[fsa_entry_token(e[k]) >> 5], 1u << (fsa_entry_token(e[k]) & 31));
     }
     __syncthreads();  // the bitmap is complete
@@ -263,12 +264,12 @@ __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, 
         at += __popc(w[k]);
     }
     __syncthreads();  // prefixes written
-    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
-        int e[SORT_ILP];
+    for (int i0 = tid; i0 < n; i0 += RANK_ILP * THREADS) {
+        int e[RANK_ILP];
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
+        for (int k = 0; k < RANK_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) {
+        for (int k = 0; k < RANK_ILP; k++) {
             if (e[k] < 0) continue;
             const int x = fsa_entry_token(e[k]);
             dst[prefix[x >> 5] + __popc(bits[x >> 5] & ((1u << (x & 31)) - 1))] = e[k];
