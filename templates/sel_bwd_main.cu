@@ -231,7 +231,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             ring.start(ntiles, load);  // with K and V in the first round
 
             for (int tile = 0; tile < ntiles; tile++) {
-                const int buf = ring.acquire(tile, load);
+                const int buf = ring.acquire_then_refill(tile, load, [] {});
                 const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES, dob_addr = dos_addr + buf * DO_TILE_BYTES;
                 const u32 key_rows = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
                 const u32 val_rows = warp * 16 * LDV * 2 + ldm_lane_a(lane, LDV);
