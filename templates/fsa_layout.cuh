@@ -143,12 +143,10 @@ FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv)
  * give a token several tiles. */
 #define FSA_BWD_ROWS 32
 #define FSA_BWD_TILES 32
+#define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
 #define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
 #define FSA_BWD_MAX_HALVINGS 3
 FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
-/* Q/dO tiles in flight: three while two CTAs of the main kernel still fit an
- * SM (dk + dv up to 256), else two. */
-FSA_LAYOUT_FN int fsa_bwd_stages(int dk, int dv) { return dk + dv <= 256 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_bwd_tokens_per_tile(int g) { return g <= FSA_BWD_ROWS ? FSA_BWD_ROWS / g : 1; }
 FSA_LAYOUT_FN int fsa_bwd_tiles_per_token(int g) { return g <= FSA_BWD_ROWS ? 1 : (g + FSA_BWD_ROWS - 1) / FSA_BWD_ROWS; }
 FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_tiles_per_token(g) * fsa_bwd_tokens_per_tile(g); }
@@ -178,11 +176,11 @@ FSA_LAYOUT_FN int fsa_bwd_smem_q(int dk, int dv, int keys)
 }
 FSA_LAYOUT_FN int fsa_bwd_smem_do(int dk, int dv, int keys)
 {
-    return fsa_bwd_smem_q(dk, dv, keys) + fsa_bwd_stages(dk, dv) * fsa_tile_bytes(FSA_BWD_ROWS, dk);
+    return fsa_bwd_smem_q(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dk);
 }
 FSA_LAYOUT_FN int fsa_bwd_smem_ds(int dk, int dv, int keys)
 {
-    return fsa_bwd_smem_do(dk, dv, keys) + fsa_bwd_stages(dk, dv) * fsa_tile_bytes(FSA_BWD_ROWS, dv);
+    return fsa_bwd_smem_do(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dv);
 }
 FSA_LAYOUT_FN int fsa_bwd_smem_entries(int dk, int dv, int keys)
 {

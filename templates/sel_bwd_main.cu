@@ -98,13 +98,29 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
 
 // dQ = dS K for one tile: 16 rows x DQ_COLS columns per unit, the dS^T
 // fragment loaded once per 16 keys and used for all the unit's columns (at
-// most 32 next to more than 128 dK/dV accumulators per thread).
+// most 32 next to more than 128 dK/dV accumulators per thread). A unit's rows
+// go out through `stage` (this warp's 16 rows of DQ_PITCH halves in shared
+// memory) as whole 16-byte pieces: stored straight from the fragments, every
+// 4-byte store touches eight rows, and the stores' L1 traffic rivals the
+// tile's ldmatrix traffic. Without a stage (stage == nullptr) they go
+// straight out.
 constexpr int DQ_COLS = D % 64 == 0 && MSTEP == M ? 64 : D % 32 == 0 ? 32 : 16;
-__device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, int tile,
-                                        int slice, float scale, int lane, int warp) {
+constexpr int DQ_PITCH = DQ_COLS + 8;                            // halves: conflict-free 4- and 16-byte accesses
+constexpr int DQ_UNITS = (M / 16) * (D / DQ_COLS);
+constexpr int DQ_STAGE_BYTES = 16 * DQ_PITCH * 2;
+constexpr int DQ_SLOTS = ((DQ_UNITS < WARPS ? DQ_UNITS : WARPS) + 1) / 2;  // per buffer: even warps in Q, odd in dO
+// The tile's Q and dO buffers are free once dS^T is complete (the products that read them are done).
+// The stage's addressing costs a few registers: heads over 256 columns in all (at the register
+// limit) and one-warp CTAs keep the direct stores, which do not spill there.
+constexpr bool DQ_STAGED = DQ_SLOTS * DQ_STAGE_BYTES <= (Q_TILE_BYTES < DO_TILE_BYTES ? Q_TILE_BYTES : DO_TILE_BYTES) &&
+                           D + DV <= 256 && WARPS > 1;
+
+__device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, u16 *stage,
+                                        int tile, int slice, float scale, int lane, int warp) {
     constexpr int NT = DQ_COLS / 8;
+    constexpr int PIECES = DQ_COLS / 8;  // 16-byte pieces of a unit's row
     u16 *dq_part = (u16 *)p.dq_part;
-    for (int u = warp; u < (M / 16) * (D / DQ_COLS); u += WARPS) {
+    for (int u = warp; u < DQ_UNITS; u += WARPS) {
         const int rb = u / (D / DQ_COLS), c0 = (u - rb * (D / DQ_COLS)) * DQ_COLS;
         float acc[NT][4];
         frag_zero<NT>(acc);
@@ -113,6 +129,27 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
             u32 a[4];
             ldmatrix_x4_trans(a, dst_addr + ldm_lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
             mma_a_rows<DT, NT>(acc, a, ks_addr + ldm_lane_a(lane, LD) + kk * 16 * LD * 2 + c0 * 2);
+        }
+        if (stage) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                u16 *row = stage + ((lane >> 2) + half * 8) * DQ_PITCH + 2 * (lane & 3);
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    *(u32 *)(row + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+            }
+            __syncwarp();
+            for (int k = lane; k < 16 * PIECES; k += 32) {
+                const int rr = k / PIECES, pc = k - rr * PIECES;
+                const int r = rb * 16 + rr, i = tile * M + r;
+                if (tb.token[i] < 0) continue;
+                int e, g;
+                tile_row(tile, r, e, g);
+                u16 *dst = dq_part + (((long long)tb.pair[i] * SLICES + slice) * G + g) * D + c0 + pc * 8;
+                *(uint4 *)dst = *(const uint4 *)(stage + rr * DQ_PITCH + pc * 8);
+            }
+            __syncwarp();  // the stage is free for the next unit
+            continue;
         }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -224,7 +261,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
             __syncthreads();  // tables complete
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
-            AsyncRing<fsa_bwd_stages(D, DV)> ring;
+            AsyncRing<FSA_BWD_STAGES> ring;
             auto load = [&](int tile, int buf) {
                 load_rows(p, qs_addr + buf * Q_TILE_BYTES, dos_addr + buf * DO_TILE_BYTES, tb, tile, h);
             };
@@ -264,9 +301,14 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 }
                 if (!do_dq) continue;
 
-                // dQ = dS K for the tile, stored per pair row straight from the fragments.
-                __syncthreads();  // dS^T complete
-                dq_tile(p, tb, dst_addr, ks_addr, tile, slice, scale, lane, warp);
+                // dQ = dS K for the tile, stored per pair row through this warp's stage.
+                __syncthreads();  // dS^T complete; the tile's Q and dO buffers are free
+                u16 *stage = nullptr;
+                if (DQ_STAGED)
+                    stage = (u16 *)(smem + ((warp & 1) ? fsa_bwd_smem_do(D, DV, KS) + buf * DO_TILE_BYTES
+                                                       : fsa_bwd_smem_q(D, DV, KS) + buf * Q_TILE_BYTES) +
+                                    (warp >> 1) * DQ_STAGE_BYTES);
+                dq_tile(p, tb, dst_addr, ks_addr, stage, tile, slice, scale, lane, warp);
             }
         }
 
