@@ -1,6 +1,7 @@
 // FSA backward, main kernel: a CTA takes one work item = one (KV head, key
 // block, run of list entries of that block, in token order; the host sizes
-// the runs) and one KEYS-key slice of the block, in rounds of CHUNK entries.
+// the runs, longer for long lists: fsa_bwd_list_item_entries) and one
+// KEYS-key slice of the block, in rounds of CHUNK entries.
 // K and V of the slice stay in shared memory; warp w owns keys 16w..16w+15
 // and accumulates their dK and dV in registers over every tile of (token,
 // head-in-group) rows:
@@ -229,8 +230,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
         const long long gid = seg - (long long)h * p.nb_total;
         const int item = wi - work[seg];
         const int n_items = work[seg + 1] - work[seg];
-        const int item0 = offs[seg] + item * item_entries;
-        const int item_n = min(offs[seg + 1] - item0, item_entries);
+        const int per_item = fsa_bwd_list_item_entries(offs[seg + 1] - offs[seg], item_entries);
+        const int item0 = offs[seg] + item * per_item;
+        const int item_n = min(offs[seg + 1] - item0, per_item);
 
         float dk[DPK / 8][4], dv[DPV / 8][4];
         frag_zero<DPK / 8>(dk);

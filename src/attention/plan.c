@@ -246,8 +246,9 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* List entries per backward work item for a chunk of tc tokens: one round,
  * halved (up to FSA_BWD_MAX_HALVINGS times) while there are fewer than 2
  * waves of items, so short inputs still fill the device. (Items of several
- * rounds would save dK/dV partials but measured slower: the longest lists
- * then make the tail; bench/NOTES.md.) Counted over every KV head, so that a
+ * rounds for every list would save dK/dV partials but measured slower: the
+ * longest lists then made the tail; bench/NOTES.md. Long lists take items of
+ * up to a few times this: fsa_bwd_list_item_entries.) Counted over every KV head, so that a
  * chunk of fewer heads splits each list as a call of all heads does (the same
  * dK/dV sums, bit for bit). */
 static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
