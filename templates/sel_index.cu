@@ -217,8 +217,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
 // window's tokens in a bitmap (tokens are unique within a list), counts the
 // entries before the window, and writes its marks, compacted in order, from
 // there. Every CTA reads the whole list, SORT_ILP entries per thread in
-// flight, so a long list costs one pass of latency rather than one per window;
-// the bitmap's bits are set one atomic per word and warp (set_bit_warp).
+// flight, so a long list costs one pass of latency rather than one per window.
 // Chunks of at most FSA_SORT_RANK_TOKENS tokens (one window) sort every list,
 // short or long, by rank instead: a bitmap of the chunk's tokens, a prefix
 // count of its words, and each entry written at its rank; a few passes of
@@ -229,18 +228,6 @@ constexpr int SORT_ILP = 16;
 constexpr int RANK_WORDS = FSA_SORT_RANK_TOKENS / 32;
 constexpr int RANK_WORDS_PER_THREAD = RANK_WORDS / THREADS;
 static_assert(RANK_WORDS % THREADS == 0, "whole words per thread");
-
-// Sets bit x of a shared-memory bitmap for every lane with x >= 0 (all lanes
-// call it). Lists arrive nearly in token order, so a warp's entries mostly
-// share one word: their bits are combined first and one atomic per word goes
-// to shared memory, where 32 atomics on one address would serialize.
-__device__ __forceinline__ void set_bit_warp(u32 *bits, int x) {
-    const unsigned live = __ballot_sync(0xffffffffu, x >= 0);
-    if (x < 0) return;
-    const unsigned same = __match_any_sync(live, x >> 5);
-    const u32 word = __reduce_or_sync(same, 1u << (x & 31));
-    if ((int)(threadIdx.x & 31) == __ffs(same) - 1) atomicOr(&bits[x >> 5], word);
-}
 
 // This thread's WORDS consecutive words of a bitmap into w, and the block's
 // exclusive prefix of their set bits (a block scan: it synchronizes).
@@ -261,15 +248,13 @@ __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, 
 #pragma unroll
     for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) bits[tid * RANK_WORDS_PER_THREAD + k] = 0;
     __syncthreads();
-    for (int i0 = 0; i0 < n; i0 += SORT_ILP * THREADS) {  // warp-uniform: set_bits is a warp operation
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
         int e[SORT_ILP];
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) {
-            const int i = i0 + k * THREADS + tid;
-            e[k] = i < n ? __ldg(src + i) : -1;
-        }
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) set_bit_warp(bits, e[k] >= 0 ? fsa_entry_token(e[k]) : -1);
+        for (int k = 0; k < SORT_ILP; k++)
+            if (e[k] >= 0) atomicOr(&bits[fsa_entry_token(e[k]) >> 5], 1u << (fsa_entry_token(e[k]) & 31));
     }
     __syncthreads();  // the bitmap is complete
     u32 w[RANK_WORDS_PER_THREAD];
@@ -355,20 +340,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_sort(const fsa_sel
         for (int i = tid; i < SORT_WINDOW / 32; i += blockDim.x) bits[i] = 0;
         __syncthreads();
         int before = 0;  // entries of this thread before the window
-        for (int i0 = 0; i0 < n; i0 += SORT_ILP * THREADS) {  // warp-uniform: set_bit_warp
+        for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
             int e[SORT_ILP];
 #pragma unroll
             for (int k = 0; k < SORT_ILP; k++) {
-                const int i = i0 + k * THREADS + tid;
+                const int i = i0 + k * THREADS;
                 e[k] = i < n ? __ldg(src + i) : -1;
             }
 #pragma unroll
             for (int k = 0; k < SORT_ILP; k++) {
-                int x = e[k] < 0 ? -1 : fsa_entry_token(e[k]) - w0;
-                if (e[k] >= 0 && x < 0) before++;
-                if (x >= SORT_WINDOW) x = -1;
-                if (x >= 0) slots[x] = (unsigned char)fsa_entry_slot(e[k]);
-                set_bit_warp(bits, x);
+                if (e[k] < 0) continue;
+                const int x = fsa_entry_token(e[k]) - w0;
+                if (x < 0) before++;
+                else if (x < SORT_WINDOW) {
+                    atomicOr(&bits[x >> 5], 1u << (x & 31));
+                    slots[x] = (unsigned char)fsa_entry_slot(e[k]);
+                }
             }
         }
         u64 total_before;
