@@ -54,11 +54,16 @@ __device__ __forceinline__ bool tile_row(int tile, int r, int &e, int &g) {
     return g < G;
 }
 
+// What a row's softmax step and stores need, in one 16-byte entry: the step
+// reads it with one shared-memory load per column instead of three.
+struct __align__(16) RowInfo {
+    int token;    // packed token, -1 for padding rows
+    int pair;     // (h, token, slot) pair index
+    float lse2;   // log2-sum-exp of the row (+inf for padding: P = 0)
+    float delta;
+};
 struct Tables {
-    int token[TILES * M];   // packed token, -1 for padding rows
-    int pair[TILES * M];    // (h, token, slot) pair index
-    float lse2[TILES * M];  // log2-sum-exp of the row (+inf for padding: P = 0)
-    float delta[TILES * M];
+    RowInfo row[TILES * M];
 };
 static_assert(sizeof(Tables) == fsa_bwd_smem_k(), "the row tables open the shared-memory layout");
 
@@ -67,19 +72,15 @@ __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p
         const int tile = i / M, r = i - tile * M;
         int e, g;
         if (!tile_row(tile, r, e, g) || e >= n_ent) {
-            tb.token[i] = -1;
-            tb.pair[i] = 0;
-            tb.lse2[i] = FSA_INF;
-            tb.delta[i] = 0.f;
+            tb.row[i] = RowInfo{-1, 0, FSA_INF, 0.f};
             continue;
         }
         const int v = ent[e];
         const long long tl = fsa_entry_token(v), t = p.t0 + tl;
         const int qh = h * G + g;
-        tb.token[i] = (int)t;
-        tb.pair[i] = (int)pair_index(p, h, tl, fsa_entry_slot(v));
-        tb.lse2[i] = ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E;
-        tb.delta[i] = ((const float *)p.delta)[(long long)qh * p.tc + tl];
+        tb.row[i] = RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
+                            ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+                            ((const float *)p.delta)[(long long)qh * p.tc + tl]};
     }
 }
 
@@ -88,7 +89,7 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
                                           int h) {
     const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
     load_tiles_async<M, D, LD, DV, LDV, THREADS>(qdst, ddst, [&](int r) {
-        const int t = tb.token[tile * M + r];
+        const int t = tb.row[tile * M + r].token;
         int e, g;
         tile_row(tile, r, e, g);
         const int qh = h * G + g;
@@ -143,10 +144,10 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
             for (int k = lane; k < 16 * PIECES; k += 32) {
                 const int rr = k / PIECES, pc = k - rr * PIECES;
                 const int r = rb * 16 + rr, i = tile * M + r;
-                if (tb.token[i] < 0) continue;
+                if (tb.row[i].token < 0) continue;
                 int e, g;
                 tile_row(tile, r, e, g);
-                u16 *dst = dq_part + (((long long)tb.pair[i] * SLICES + slice) * G + g) * D + c0 + pc * 8;
+                u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + pc * 8;
                 *(uint4 *)dst = *(const uint4 *)(stage + rr * DQ_PITCH + pc * 8);
             }
             __syncwarp();  // the stage is free for the next unit
@@ -155,10 +156,10 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int r = rb * 16 + (lane >> 2) + half * 8, i = tile * M + r;
-            if (tb.token[i] < 0) continue;
+            if (tb.row[i].token < 0) continue;
             int e, g;
             tile_row(tile, r, e, g);
-            u16 *dst = dq_part + (((long long)tb.pair[i] * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
+            u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 *(u32 *)(dst + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
@@ -289,11 +290,11 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                         for (int e = 0; e < 4; e++) {
                             const int i = tile * M + c + frag_col(lane, jn, e);
                             const long long key = kb0 + key_lo + (e >> 1) * 8;
-                            const int t = tb.token[i];
+                            const RowInfo ri = tb.row[i];
                             const float pr =
-                                (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
+                                (ri.token >= 0 && key <= ri.token) ? fast_exp2(pt[jn][e] * scale_log2 - ri.lse2) : 0.f;
                             pt[jn][e] = pr;
-                            dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
+                            dpt[jn][e] = pr * (dpt[jn][e] - ri.delta);  // dS^T
                         }
                     }
                     mma_pv<DT, MSTEP / 16, DPV / 8, LDV>(dv, pt, do_rows + ldm_lane_a(lane, LDV) + d0v * 2);
