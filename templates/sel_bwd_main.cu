@@ -67,6 +67,16 @@ struct Tables {
 };
 static_assert(sizeof(Tables) == fsa_bwd_smem_k(), "the row tables open the shared-memory layout");
 
+// Row i's entry: one 16-byte load; field by field (no more registers live
+// than before) for heads over 256 columns in all and one-warp CTAs, where a
+// few more registers would spill.
+constexpr bool ROW_VEC = D + DV <= 256 && WARPS > 1;
+__device__ __forceinline__ RowInfo row_info(const Tables &tb, int i) {
+    if (ROW_VEC) return tb.row[i];
+    const volatile RowInfo &r = tb.row[i];
+    return RowInfo{r.token, 0, r.lse2, r.delta};
+}
+
 __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
     for (int i = threadIdx.x; i < TILES * M; i += THREADS) {
         const int tile = i / M, r = i - tile * M;
@@ -290,7 +300,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                         for (int e = 0; e < 4; e++) {
                             const int i = tile * M + c + frag_col(lane, jn, e);
                             const long long key = kb0 + key_lo + (e >> 1) * 8;
-                            const RowInfo ri = tb.row[i];
+                            const RowInfo ri = row_info(tb, i);
                             const float pr =
                                 (ri.token >= 0 && key <= ri.token) ? fast_exp2(pt[jn][e] * scale_log2 - ri.lse2) : 0.f;
                             pt[jn][e] = pr;
