@@ -248,31 +248,14 @@ __device__ __forceinline__ void sort_rank(u32 *bits, int *prefix, u64 *scratch, 
 #pragma unroll
     for (int k = 0; k < RANK_WORDS_PER_THREAD; k++) bits[tid * RANK_WORDS_PER_THREAD + k] = 0;
     __syncthreads();
-    // Each thread marks its own run of the list: lists arrive nearly in token
-    // order, so a run's entries mostly share a word, whose bits are gathered in a
-    // register and set with one atomic when the word changes; the lanes of a
-    // warp work on words far apart. (Lanes on neighbouring entries would put 32
-    // atomics on one word, serialized.)
-    const int run = (n + THREADS - 1) / THREADS, r0 = tid * run, r1 = min(r0 + run, n);
-    int word = -1;
-    u32 acc = 0;
-    for (int i0 = r0; i0 < r1; i0 += SORT_ILP) {
+    for (int i0 = tid; i0 < n; i0 += SORT_ILP * THREADS) {
         int e[SORT_ILP];
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k < r1 ? __ldg(src + i0 + k) : -1;
+        for (int k = 0; k < SORT_ILP; k++) e[k] = i0 + k * THREADS < n ? __ldg(src + i0 + k * THREADS) : -1;
 #pragma unroll
-        for (int k = 0; k < SORT_ILP; k++) {
-            if (e[k] < 0) continue;
-            const int x = fsa_entry_token(e[k]);
-            if (x >> 5 != word) {
-                if (word >= 0) atomicOr(&bits[word], acc);
-                word = x >> 5;
-                acc = 0;
-            }
-            acc |= 1u << (x & 31);
-        }
+        for (int k = 0; k < SORT_ILP; k++)
+            if (e[k] >= 0) atomicOr(&bits[fsa_entry_token(e[k]) >> 5], 1u << (fsa_entry_token(e[k]) & 31));
     }
-    if (word >= 0) atomicOr(&bits[word], acc);
     __syncthreads();  // the bitmap is complete
     u32 w[RANK_WORDS_PER_THREAD];
     int at = own_words(w, bits, scratch);
