@@ -137,6 +137,9 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, bool valid)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+// Asks L2 for the 128-byte line holding `addr` (a hint: nothing waits for it;
+// `addr` must lie inside an allocation).
+__device__ __forceinline__ void prefetch_l2(const void *addr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(addr)); }
 
 // ---------------------------------------------------------------- math
 __device__ __forceinline__ float fast_exp2(float x) {

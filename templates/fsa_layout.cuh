@@ -267,6 +267,23 @@ FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
 {
     return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
 }
+/* After the key stream, the K/V stages hold the warps' merge area (16 rows of
+ * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
+ * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
+ * (dv floats each) then their lse, for the cluster to merge from shared
+ * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
+#define FSA_KVC_MAX_CLUSTER 8
+/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
+ * fragment stores over all 32 banks, dv + 4 the key-major ones. */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
+FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
+{
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
+}
+FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
+{
+    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_smem_bytes(dk, dv, g);
+}
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
  * (per stage buffer the K and V row offsets of its page lookups, four words a
  * row, each row's position and token mask), the tile's selection (its

@@ -82,9 +82,11 @@ struct OnlineSoftmax {
 // of a CTA, as in decode). Every warp calls put(); after a __syncthreads()
 // any thread may get() any (row, column pair). Summation is in warp order:
 // the result does not depend on scheduling.
-//   o:  [WARPS][16][D] floats, e.g. the K/V buffers once the key loop is done;
+//   o:  [WARPS][16] rows of D floats at a pitch of LDO floats, e.g. the K/V
+//       buffers once the key loop is done (a pitch of D + 8 spreads put()'s
+//       row-major stores over all banks, D + 4 the key-major ones);
 //   ml: [WARPS][16][2] floats (max, sum).
-template <int WARPS, int D>
+template <int WARPS, int D, int LDO = D>
 struct WarpMerge {
     float *o;
     float (*ml)[16][2];
@@ -98,7 +100,7 @@ struct WarpMerge {
                 ml[warp][(lane >> 2) + 8 * i][1] = l;
             }
         }
-        frag_store_f32<D / 8, D>(o + warp * 16 * D, acc, lane);
+        frag_store_f32<D / 8, LDO>(o + warp * 16 * LDO, acc, lane);
     }
 
     // Row r, columns d and d + 1 of the merged, unnormalized output in v;
@@ -114,8 +116,8 @@ struct WarpMerge {
             for (int w = 0; w < WARPS; w++) {
                 const float f = fast_exp2(ml[w][r][0] - mmax);
                 l += ml[w][r][1] * f;
-                v[0] += o[(w * 16 + r) * D + d] * f;
-                v[1] += o[(w * 16 + r) * D + d + 1] * f;
+                v[0] += o[(w * 16 + r) * LDO + d] * f;
+                v[1] += o[(w * 16 + r) * LDO + d + 1] * f;
             }
         }
         *max = mmax;
@@ -178,11 +180,11 @@ struct KeyMajorSoftmax {
 // WarpMerge's put for a key-major state: query row frag_col(lane, j, c) of
 // the warp's 8NQ rows, values o[j][t] (frag_row: value column). Same merge
 // area and get() as the row-major put.
-template <int WARPS, int D, int NQ>
-__device__ __forceinline__ void warp_merge_put_keys(const WarpMerge<WARPS, D> &wm, const KeyMajorSoftmax<NQ> &sm,
+template <int WARPS, int D, int NQ, int LDO>
+__device__ __forceinline__ void warp_merge_put_keys(const WarpMerge<WARPS, D, LDO> &wm, const KeyMajorSoftmax<NQ> &sm,
                                                     const float o[NQ][D / 16][4], int warp, int lane) {
     static_assert(NQ <= 2, "16 rows per warp");
-    float *ow = wm.o + warp * 16 * D;
+    float *ow = wm.o + warp * 16 * LDO;
 #pragma unroll
     for (int j = 0; j < NQ; j++)
 #pragma unroll
@@ -195,8 +197,8 @@ __device__ __forceinline__ void warp_merge_put_keys(const WarpMerge<WARPS, D> &w
             }
 #pragma unroll
             for (int t = 0; t < D / 16; t++) {
-                ow[r * D + 16 * t + frag_row(lane, 0)] = o[j][t][c];
-                ow[r * D + 16 * t + frag_row(lane, 2)] = o[j][t][2 + c];
+                ow[r * LDO + 16 * t + frag_row(lane, 0)] = o[j][t][c];
+                ow[r * LDO + 16 * t + frag_row(lane, 2)] = o[j][t][2 + c];
             }
         }
 }

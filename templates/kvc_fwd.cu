@@ -13,10 +13,12 @@
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
-// finish combines them in share order (one launch). Q and K are D wide, V and o
-// DV wide. Launch shapes and shared memory: fsa_layout.cuh.
+// finish combines them in share order (one launch); when those CTAs are a
+// cluster (p.cluster, one share each) the partials stay in shared memory and
+// the cluster merges them (kvc_merge.cuh). Q and K are D wide, V and o DV
+// wide. Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_softmax.cuh"
-#include "paged_kv.cuh"
+#include "kvc_merge.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
@@ -31,11 +33,14 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
+constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
 typedef PagedStream<D, DV, BK, PAGE> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * DV * 4,
+static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
+// Shares merged through the cluster's shared memory (sm_90, where the share fits).
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -62,7 +67,7 @@ __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G &
 template <int N>
 __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
                                             float *mmax) {
-    return WarpMerge<N, DV>{om + rt * N * 16 * DV, ml + rt * N}.get(r, d, v, mmax);
+    return WarpMerge<N, DV, LDO>{om + rt * N * 16 * LDO, ml + rt * N}.get(r, d, v, mmax);
 }
 
 // The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
@@ -103,7 +108,7 @@ struct RowMath {
         frag_scale_rows<DV / 8>(o, alpha);
         mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
 };
@@ -169,8 +174,8 @@ struct KeyMath {
         if (two) chunk_n<2>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
         else chunk_n<1>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
     }
-    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV> &wm, int kg, int lane) const {
-        warp_merge_put_keys<WARPS, DV, 2>(wm, sm, o, kg, lane);
+    __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
+        warp_merge_put_keys(wm, sm, o, kg, lane);
     }
 };
 
@@ -190,8 +195,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
-    const int h = blockIdx.y % hkv, cta = blockIdx.y / hkv;
+    // A (sequence, KV head)'s CTAs are neighbours in y: a cluster's CTAs when p.cluster.
+    const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
+    const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    // Decode batches: the guessed tile's top-k row and cached length are read
+    // while the tile lookup reads cu_seqlens_q.
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
@@ -201,10 +211,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
-    // The tile's top-k rows and the cached length are read at once (neither needs the other).
-    select_load<K, TPT>(sh.sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
-                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
-    const int seq_len = cached_len((const int *)p.seqused, b);
+    // The tile's top-k rows and the cached length are read at once (neither
+    // needs the other), unless the guess above already has them.
+    const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    // What the epilogue writes, asked of L2 now (its address translation and
+    // line are then ready when the stores come): the first share's partial and
+    // the pair's counter, or the first output row.
+    if (tid == 0) {
+        if (nsplit == 1) {
+            prefetch_l2(view_row<u16>(p.o, t0, h * G));
+        } else if (!cluster) {
+            prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
+            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
+        }
+    }
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
@@ -214,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     });
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
-    __syncthreads();  // pos and the candidates
+    if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
@@ -278,36 +298,70 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
         float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
-        math.put(WarpMerge<WARPS, DV>{om + rt * kge * 16 * DV, sh.ml + rt * kge}, kg, lane);
+        math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
-        const long long part = (((long long)loop.b * hkv + h) * nsplit + share) * ROWS;
+        // The share loop's values in registers for the stores below (a volatile
+        // shared read between them would wait for the stores before it), and
+        // only the live rows (the first ntok * G).
+        const int e_b = loop.b, e_items = loop.ntok * G * (DV / 2);
+        const long long e_t0 = loop.t0;
+        const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
+        // EI items (row, column pair) per thread at a time: all their shared-memory
+        // reads first, so their latencies overlap, then their stores.
+        constexpr int EI = 4;
 #pragma unroll 1
-        for (int c = tid; c < ROWS * (DV / 2); c += THREADS) {
-            const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-            if (!row_live(r, loop.ntok)) continue;
-            float v[2], mmax;
-            const int tr = r >> 4;
-            const float l = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                            : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v, &mmax)
-                                       : merged_row<1>(om, sh.ml, tr, r & 15, d, v, &mmax);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            const float lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
-            const long long t = (long long)loop.t0 + r / G;
-            const int hq = h * G + r % G;
-            if (nsplit == 1) {
-                *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[0] * inv, v[1] * inv);
-                if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-            } else {
-                *(float2 *)((float *)p.o_part + (part + r) * DV + d) = make_float2(v[0] * inv, v[1] * inv);
-                if (d == 0) ((float *)p.lse_part)[part + r] = lse2;
+        for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
+            float v[EI][2], mmax[EI], l[EI];
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = min(c0 + i * THREADS, e_items - 1);  // past the items: a repeat, not stored
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2, tr = r >> 4;
+                l[i] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                       : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
+                                  : merged_row<1>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < EI; i++) {
+                const int c = c0 + i * THREADS;
+                if (c >= e_items) break;
+                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
+                const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+                const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
+                const long long t = e_t0 + r / G;
+                const int hq = h * G + r % G;
+                if (nsplit == 1) {
+                    *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
+                } else {
+                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
+                    float *const po =
+                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
+                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
+                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) pl[r] = lse2;
+                }
             }
         }
         __syncthreads();  // the merge area is read before the next share's copies land in it
     }
     if (nsplit == 1) return;
-    // The last CTA of (b, h) to finish merges all shares, in share order.
     const int bb = loop.b;
+    const QuerySpan merged = query_span(cu_q, p.tq, bb);
+    if (cluster) {
+        // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
+        cluster_sync();  // the shares' partials are written
+        const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+        // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
+                                ctas * THREADS);
+        cluster_sync();  // no CTA leaves while another reads its shared memory
+        return;
+    }
+    // The last CTA of (b, h) to finish merges all shares, in share order.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
     if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
-        merge_shares<DT, DV, G, ROWS>(p, first_part, query_span(cu_q, p.tq, bb), h, nsplit);
+        merge_shares<DT, DV, G>(p,
+                                WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
+                                                          (const float *)p.o_part + first_part * DV},
+                                merged, h, nsplit, tid, THREADS);
 }

@@ -32,6 +32,8 @@ typedef struct fsa_kvc_params {
     long long o_part;       /* float [batch, Hkv, splits, rows, Dv]: normalized partial outputs */
     long long lse_part;     /* float [batch, Hkv, splits, rows]: their log2-sum-exp */
     long long counters;     /* int32 [batch, Hkv]: CTAs done per split sequence; zero between calls */
+    long long cluster;      /* 1: the ctas CTAs of a (sequence, KV head) are a cluster, one share each,
+                               merged through shared memory (fsa_kvc_cluster_fits; sm_90) */
 } fsa_kvc_params;
 
 #endif

@@ -51,97 +51,6 @@ __device__ __forceinline__ int tile_sequence(int *tile, int *counter, const int 
     return b;
 }
 
-// Split sequences: each of the `ctas` CTAs of (sequence b, KV head h) writes
-// its shares' partial rows, then counts itself done on the workspace counter
-// of (b, h); the last one to finish gets true (every thread of its CTA) and
-// the counter is left zero for the next call. Every thread calls it, after
-// its partial stores.
-__device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) {
-    __threadfence();  // this share's partials are visible device-wide before it counts
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const bool last = atomicAdd(counter, 1) == ctas - 1;
-        if (last) atomicExch(counter, 0);
-        *flag = last;
-    }
-    __syncthreads();
-    const bool last = *flag != 0;
-    if (last) __threadfence();  // and the other shares' partials are seen here
-    return last;
-}
-
-// Merges the shares of a one-tile sequence: per row, the normalized partials
-// weighted by exp2(lse_s - max) in share order, so the result does not depend
-// on which share finished last. D: the value head dim (the partials' and o's
-// width). part: the first partial row of (b, h); partials are read through L2
-// (other SMs wrote them during this launch). One pass: each thread takes four
-// columns of MERGE_ITEMS rows at a time and reads MERGE_SHARES shares' lse
-// and partials for all of them at once, folding them into a running max, sum
-// and output per item (in share order), so a split of up to MERGE_SHARES
-// shares costs one round trip to L2 per MERGE_ITEMS items; the thread of
-// column 0 writes the row's lse. Every thread calls it.
-constexpr int MERGE_ITEMS = 4, MERGE_SHARES = 4;
-template <class DT, int D, int G, int ROWS>
-__device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, long long part, QuerySpan span, int h,
-                                             int nsplit) {
-    static_assert(D % 4 == 0, "four columns at a time");
-    const float *lp = (const float *)p.lse_part + part;
-    const float *op = (const float *)p.o_part + part * D;
-    const int items = span.len * G * (D / 4), stride = blockDim.x;
-    for (int c0 = threadIdx.x; c0 < items; c0 += MERGE_ITEMS * stride) {
-        int r[MERGE_ITEMS], d[MERGE_ITEMS];
-        float mmax[MERGE_ITEMS], l[MERGE_ITEMS];
-        float4 acc[MERGE_ITEMS];
-#pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; i++) {
-            const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
-            r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
-            mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        for (int s0 = 0; s0 < nsplit; s0 += MERGE_SHARES) {
-            float ls[MERGE_ITEMS][MERGE_SHARES];
-            float4 x[MERGE_ITEMS][MERGE_SHARES];
-#pragma unroll
-            for (int i = 0; i < MERGE_ITEMS; i++)
-#pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) {
-                    const int s = min(s0 + u, nsplit - 1);  // past the shares: masked below
-                    ls[i][u] = s0 + u < nsplit ? __ldcg(lp + s * ROWS + r[i]) : -FSA_INF;
-                    x[i][u] = __ldcg((const float4 *)(op + ((long long)s * ROWS + r[i]) * D + d[i]));
-                }
-#pragma unroll
-            for (int i = 0; i < MERGE_ITEMS; i++) {
-                float m_new = mmax[i];
-#pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
-                if (m_new == -FSA_INF) continue;  // nothing visible yet: shares with no key add nothing
-                const float a = fast_exp2(mmax[i] - m_new);
-                l[i] *= a;
-                acc[i].x *= a, acc[i].y *= a, acc[i].z *= a, acc[i].w *= a;
-#pragma unroll
-                for (int u = 0; u < MERGE_SHARES; u++) {
-                    const float f = fast_exp2(ls[i][u] - m_new);
-                    l[i] += f;
-                    acc[i].x += x[i][u].x * f, acc[i].y += x[i][u].y * f;
-                    acc[i].z += x[i][u].z * f, acc[i].w += x[i][u].w * f;
-                }
-                mmax[i] = m_new;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < MERGE_ITEMS; i++) {
-            if (c0 + i * stride >= items) break;
-            const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-            const long long t = span.start + r[i] / G;
-            const int hq = h * G + r[i] % G;
-            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
-                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
-            if (d[i] == 0 && p.lse)
-                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
-        }
-    }
-}
-
 // Where cached position j (>= 0) of a sequence lives: the page number and
 // the row inside the page, looked up in the sequence's page-table row
 // `table`. paged_slot_fetch only issues the table read (page = -1 when the
@@ -193,13 +102,24 @@ struct TileSelection {
 //      tile; token_stride between tokens. len: the tile's topk_length entries
 //      or NULL (all K slots used). It needs no positions, so its reads can be
 //      in flight with the read of the sequence's cached length;
-//  select_union (after a barrier that also publishes sel.pos; one warp when
-//      the tile holds one token): token i sits at
+//  select_union (after a barrier that also publishes sel.pos, unless
+//      select_union_in_warp: a one-token tile with K <= 32, whose union warp
+//      wrote its own candidates and position; one warp when the tile holds
+//      one token): token i sits at
 //      position sel.pos[i] of its sequence; its slot s is valid when
 //      0 <= idx <= pos / BK and no earlier slot of its row holds the same
 //      block (first occurrence). Returns the number of blocks.
 // The union is sorted, so its order, and every split of it, depends only on
 // the tile's own top-k rows. Every thread calls both.
+// A slot of a token's top-k row and its top-k length, read together (the
+// slot need not wait for the length): the slot's block, -1 past the length.
+template <int K>
+__device__ __forceinline__ int topk_slot(const int *row, const int *len, int s) {
+    const int v = __ldg(row + s);
+    const int n = len ? min(max(__ldg(len), 0), K) : K;
+    return s < n ? v : -1;
+}
+
 template <int K, int TPT>
 __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, const int *rows, long long token_stride,
                                             const int *len, int ntok) {
@@ -207,32 +127,98 @@ __device__ __forceinline__ void select_load(TileSelection<TPT * K, TPT> &sel, co
     const int tid = threadIdx.x, nthreads = blockDim.x;
     for (int c = tid; c < N; c += nthreads) {
         const int i = c / K, s = c - i * K;
-        int v = -1;
-        if (i < ntok) {
-            const int n = len ? min(max(__ldg(len + i), 0), K) : K;
-            if (s < n) v = __ldg(rows + i * token_stride + s);
-        }
-        sel.cand[c] = v;
+        sel.cand[c] = i < ntok ? topk_slot<K>(rows + i * token_stride, len ? len + i : nullptr, s) : -1;
         sel.masks[c] = 0;
     }
     for (int w = tid; w < NW; w += nthreads) sel.first[w] = 0;
 }
 
-// Decode (one token): warp 0 alone, no barrier but the last. The row's valid
-// slots hold distinct blocks already (first occurrence), so a block's place
-// in the union is the number of valid blocks below it: the same union and
-// masks as the general path.
+// Decode batches (as many query tokens as sequences) usually hold one token
+// per sequence, so a tile's sequence can be guessed from the tile id alone:
+// sequence b starting at packed row b has tile id fsa_kvc_first_tile(b, b).
+// decode_guess reads the guessed token's top-k slot (thread s < K: slot s)
+// and the sequence's cached length before the tile lookup has read
+// cu_seqlens_q, so the two reads are in flight together instead of one after
+// the other; decode_guess_use, once the tile is known, keeps them when the
+// guess was right (the tile is token b of sequence b, alone) and otherwise
+// does select_load and reads the cached length as without a guess. It also
+// asks L2 for the guessed sequence's page-table row (a line per thread, up
+// to 128 lines), so the table reads after the union hit L2 instead of DRAM.
+// Every address read stays inside the arrays (b < batch = tq).
+// The values are kept as read (no arithmetic on them before the tile lookup,
+// which would wait for the reads there).
+struct DecodeGuess {
+    int b;     // the guessed sequence, -1: no guess
+    int slot;  // this thread's top-k slot of token b, as read (thread < K)
+    int len;   // token b's top-k length as read, or K
+    int used;  // seqused_k[b] as read
+};
+
+template <int K, int TPT>
+__device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, long long x, int h) {
+    DecodeGuess g = {-1, -1, K, 0};
+    if (p.tq != p.batch) return g;
+    const long long b = x - (x + 1) / (TPT + 1);  // the b with b + b / TPT == x, if any
+    if (b >= p.batch || fsa_kvc_first_tile(b, (int)b, TPT) != x) return g;
+    g.b = (int)b;
+    if (threadIdx.x < K) {
+        g.slot = __ldg(view_row<const int>(p.topk, b, h) + threadIdx.x);
+        if (p.topk_len) g.len = __ldg((const int *)p.topk_len + b);
+    }
+    g.used = __ldg((const int *)p.seqused + b);
+    const char *row = (const char *)((const int *)p.block_table + b * p.bt_stride), *end = row + 4 * p.max_pages;
+    const char *line = (const char *)(((unsigned long long)row & ~127ull) + 128ull * threadIdx.x);
+    if (line < end) prefetch_l2(line < row ? row : line);
+    return g;
+}
+
+// Returns the cached length of sequence b; sel as select_load leaves it.
+template <int K, int TPT>
+__device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel, const DecodeGuess &g,
+                                                const fsa_kvc_params &p, int b, long long t0, int ntok, int h) {
+    if (g.b == b && t0 == b && ntok == 1) {
+        constexpr int N = TPT * K, NW = (N + 31) / 32;
+        const int n = min(max(g.len, 0), K);  // as topk_slot and cached_len do
+        for (int c = threadIdx.x; c < N; c += blockDim.x) {
+            sel.cand[c] = c < n ? g.slot : -1;
+            sel.masks[c] = 0;
+        }
+        for (int w = threadIdx.x; w < NW; w += blockDim.x) sel.first[w] = 0;
+        return max(g.used, 0);
+    }
+    select_load<K, TPT>(sel, view_row<const int>(p.topk, t0, h), p.topk.token_stride,
+                        p.topk_len ? (const int *)p.topk_len + t0 : nullptr, ntok);
+    return cached_len((const int *)p.seqused, b);
+}
+
+// Whether select_union needs no CTA barrier before it: one token and K <= 32,
+// so the union warp (warp 0) wrote every candidate it reads and the position.
+template <int K>
+__device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 1 && K <= 32; }
+
+// Decode (one token): warp 0 alone, no barrier but the last. Each lane reads
+// its slots once; a slot is valid when its block is in range and no earlier
+// slot holds it (found by shuffles, not by re-reading the row), and a valid
+// block's place in the union is the number of valid blocks below it: the same
+// union and masks as the general path.
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
     static_assert(K <= 64, "two slots per lane");
     if (threadIdx.x < 32) {
+        __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
         const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        int v[2], rank[2] = {0, 0};
+        int raw[2], v[2], rank[2] = {0, 0};
+        bool dup[2] = {false, false};
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int s = lane + 32 * i;
-            v[i] = s < K && slot_valid(sel.cand, s, own) ? sel.cand[s] : -1;
+        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
+#pragma unroll 4
+        for (int j = 0; j < K; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
+            dup[0] = dup[0] || (j < lane && w == raw[0]);
+            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
         }
+#pragma unroll
+        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
 #pragma unroll 4
         for (int j = 0; j < K; j++) {
             const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
@@ -373,8 +359,9 @@ struct PagedStreamShared {
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
 // sequence's page-table row (each stage's table reads issued a stage before
-// its copies and held in registers meanwhile; the first FSA_KVC_STAGES - 1
-// stages' reads together at the start),
+// its copies and held in registers meanwhile; the first FSA_KVC_STAGES
+// stages' reads together at the start, so a short share's stages are all
+// in flight one table latency after it starts),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
 // D wide, V rows DV wide). Use:
 //   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
@@ -411,12 +398,14 @@ struct PagedStream {
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
     }
 
-    // The page lookups of the first STAGES - 1 stages (all in flight at
-    // once), then their copies; copies issued before it join stage 0's group.
+    // The page lookups of the first STAGES stages (all in flight at once),
+    // then the copies of the first STAGES - 1; the last lookup waits in
+    // `next` for acquire(0). Copies issued before it join stage 0's group.
     __device__ __forceinline__ void start() {
         PagedSlot first[STAGES - 1];
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
+        if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++)
             if (s < n_stages) store(s, first[s]);
@@ -446,7 +435,7 @@ struct PagedStream {
         return [this](int stage, int buf) {
             paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
                                         sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
-            if (stage + 1 < n_stages && stage + 1 >= STAGES - 1) next = fetch(stage + 1);
+            if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
         };
     }
 };

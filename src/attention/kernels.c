@@ -218,6 +218,43 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
 }
 
+int fsa_kernel_can_cluster(const fsa_context *ctx)
+{
+    return ctx->cu != NULL && ctx->cu->LaunchKernelEx != NULL && ctx->cc_major >= 9;
+}
+
+fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy,
+                                      unsigned cluster_y, CUstream stream, void *params)
+{
+    const fsa_cu_api *cu = ctx->cu;
+    void *args[] = {params};
+    if (gx == 0 || gy == 0) return FSA_STATUS_OK;
+    if (gx > 0x7fffffffu) gx = 0x7fffffffu;
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 1;
+    attr.value.clusterDim.y = cluster_y;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = (unsigned)gx;
+    cfg.gridDimY = gy;
+    cfg.gridDimZ = 1;
+    cfg.blockDimX = k->threads;
+    cfg.blockDimY = 1;
+    cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = k->smem;
+    cfg.hStream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    const CUresult r = cu->LaunchKernelEx(&cfg, k->fn, args, NULL);
+    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_cu_error(cu, r, stage, "cuLaunchKernelEx");
+}
+
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
                              void *params)
 {

@@ -78,6 +78,16 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
 fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
                                 CUstream stream, void *params);
 
+/* fsa_kernel_launch_3d on a (gx, gy, 1) grid whose CTAs form clusters of
+ * (1, cluster_y, 1) (gy a multiple of cluster_y; the driver has cluster
+ * launches: fsa_kernel_can_cluster). */
+fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy,
+                                      unsigned cluster_y, CUstream stream, void *params);
+
+/* Whether ctx's device and driver launch thread-block clusters (sm_90 and
+ * later, cuLaunchKernelEx); 0 offline. */
+int fsa_kernel_can_cluster(const fsa_context *ctx);
+
 /* fsa_kernel_launch_3d on a (gx, gy, 1) grid. */
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
                              void *params);

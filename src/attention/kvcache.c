@@ -58,6 +58,17 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
+/* Whether a split sequence whose shares each have a CTA may merge them
+ * through the shared memory of a cluster of those CTAs (the same bits as the
+ * workspace merge: kvc_merge.cuh). FSA_KVC_CLUSTER=0 turns it off (to
+ * compare the two merges). */
+static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group)
+{
+    const char *env = getenv("FSA_KVC_CLUSTER");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group);
+}
+
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
     fsa_kvcache_plan *plan = NULL;
@@ -87,6 +98,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
+    plan->cluster = cluster_merge_allowed(ctx, desc, group);
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -263,18 +275,26 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
 }
 
-/* CTAs per (split sequence, KV head): the smallest divisor of the share
- * count that gives the batch's pairs twice the CTAs the device holds at once,
- * else one per share. Each CTA computes its shares exactly as a CTA of its
- * own would, so this depends on the batch size without touching the bits:
- * few CTAs with several shares each at large batches (one prologue for
- * several shares), a CTA per share at small ones. */
+/* CTAs per (split sequence, KV head): a divisor C of the share count S.
+ * Each CTA computes its S / C shares in one key stream exactly as a CTA of
+ * its own would, so C depends on the batch size without touching the bits.
+ * A CTA costs about a fixed part (prologue, epilogue: two blocks' stages)
+ * plus its shares' blocks, and pairs x C CTAs run in ceil(pairs x C /
+ * resident) waves: C minimizes waves x (blocks per CTA + 2), the larger C on
+ * ties. Small batches get a CTA per share (one wave), large ones one
+ * prologue for several shares. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
-    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, want = 2 * (int64_t)plan->resident;
-    for (int d = 1; d < splits; d++)
-        if (splits % d == 0 && pairs * d >= want) return d;
-    return splits;
+    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
+    const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
+    int best = splits;
+    int64_t best_cost = -1;
+    for (int c = splits; c >= 1; c--) {
+        if (splits % c) continue;
+        const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (share_blocks * (splits / c) + 2);
+        if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
+    }
+    return best;
 }
 
 /* The attention kernel over every tile of the batch (the last CTA of a split
@@ -285,8 +305,14 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     params_of(&p, plan, a, splits);
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
+    /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
+     * memory (across waves, a cluster's CTAs would wait for each other's slots). */
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
+                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    if (p.cluster)
+        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 

@@ -34,10 +34,27 @@ static int pow2_at_least(int n)
     return p;
 }
 
+/* Selected K/V bytes of one decode token (every KV head) up to which shares
+ * are two blocks long: about 1.5 us of HBM, so one sequence alone is bound
+ * by latency, not bandwidth. */
+#define FINE_SPLIT_BYTES ((int64_t)6 << 20)
+
+static int quarter_splits(int top_k) { return (top_k + 3) / 4 < 16 ? (top_k + 3) / 4 : 16; }
+
 /* A quarter of the slots per share: decode at small batches gets 4x the CTAs
  * for the K = 16 of NSA, and the partials stay small beside the K/V bytes at
- * large batches. */
-static int heuristic_splits(int top_k) { return (top_k + 3) / 4 < 16 ? (top_k + 3) / 4 : 16; }
+ * large batches. Where one sequence's selection is small (FINE_SPLIT_BYTES:
+ * few KV heads), shares of two blocks instead (at most FSA_KVC_MAX_CLUSTER,
+ * a power of two): each CTA then has all its loads in flight at once, which
+ * is what a lone sequence waits for. */
+static int heuristic_splits(const fsa_kvcache_desc *d)
+{
+    const int quarter = quarter_splits(d->top_k);
+    const int64_t bytes = (int64_t)d->num_kv_heads * d->top_k * d->block_size * (d->head_dim + d->value_dim) * 2;
+    int fine = 1;
+    while (fine * 2 <= d->top_k / 2 && fine * 2 <= FSA_KVC_MAX_CLUSTER) fine *= 2;
+    return bytes <= FINE_SPLIT_BYTES && fine > quarter ? fine : quarter;
+}
 
 static void add(fsa_kvc_tuning *t, int splits)
 {
@@ -68,7 +85,7 @@ void fsa_kvc_tuning_init(fsa_kvcache_plan *plan)
     const int k = plan->desc.top_k;
     memset(&t->c, 0, sizeof t->c);
     t->level = (fsa_tune_level)plan->ctx->tune;
-    t->heuristic = plan->desc.splits > 0 ? plan->desc.splits : heuristic_splits(k);
+    t->heuristic = plan->desc.splits > 0 ? plan->desc.splits : heuristic_splits(&plan->desc);
     const fsa_variant h = {FSA_ALGORITHM_AUTO, 0, 0, t->heuristic};
     fsa_variant_name(t->heuristic_name, sizeof t->heuristic_name, &h);
     if (plan->desc.splits > 0) {
@@ -113,7 +130,9 @@ void fsa_kvc_choose(fsa_kvc_choice *out, const fsa_kvcache_plan *plan)
         out->reason = "only one split count fits this top-k";
     } else {
         out->source = FSA_CHOICE_HEURISTIC;
-        out->reason = "heuristic: a quarter of the top-k slots per share";
+        out->reason = out->splits == quarter_splits(plan->desc.top_k)
+                          ? "heuristic: a quarter of the top-k slots per share"
+                          : "heuristic: two blocks per share (a small selection per token)";
     }
     out->may_measure = t->level != FSA_TUNE_LEVEL_OFF && t->c.n > 1 && slot == 0;
 }

@@ -63,7 +63,8 @@ static struct {
     X(EventDestroy, "cuEventDestroy", 4000)                                  \
     X(EventRecord, "cuEventRecord", 2000)                                    \
     X(EventSynchronize, "cuEventSynchronize", 2000)                          \
-    X(EventElapsedTime, "cuEventElapsedTime", 2000)
+    X(EventElapsedTime, "cuEventElapsedTime", 2000)                          \
+    X(LaunchKernelEx, "cuLaunchKernelEx", 11060)
 
 static void cu_load_once(void)
 {

@@ -59,6 +59,8 @@ typedef struct fsa_cu_api {
     PFN_cuEventRecord_v2000 EventRecord;
     PFN_cuEventSynchronize_v2000 EventSynchronize;
     PFN_cuEventElapsedTime_v2000 EventElapsedTime;
+    /* Cluster launches (sm_90 and later); without it kernels launch without clusters. */
+    PFN_cuLaunchKernelEx_v11060 LaunchKernelEx;
 } fsa_cu_api;
 
 /* Loads the driver once per process. FSA_STATUS_NO_DRIVER when libcuda.so.1

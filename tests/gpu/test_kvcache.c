@@ -155,6 +155,40 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
     assert_case_batch_invariant(3); /* bf16 G4, page 64: keys on the 16-row side */
 }
 
+/* Where a sequence's shares each get a CTA, they may merge through the
+ * shared memory of a cluster (sm_90) instead of the workspace: same bits,
+ * for 4 and 8 shares, rows on either side of the mma. FSA_KVC_CLUSTER=0
+ * makes a plan that never uses clusters. */
+static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 9}; /* bf16 G4 page 64; bf16 G16 shared selection, HND */
+    for (size_t k = 0; k < 2; k++)
+        for (int splits = 4; splits <= 8; splits *= 2) {
+            fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
+            d.splits = splits;
+            fsa_kvcache_plan *with = NULL, *without = NULL;
+            assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, &d), FSA_STATUS_OK);
+            setenv("FSA_KVC_CLUSTER", "0", 1);
+            const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, &d);
+            unsetenv("FSA_KVC_CLUSTER");
+            assert_int_equal(st, FSA_STATUS_OK);
+            kvc_problem p;
+            kvc_problem_make(&p, &cases[cis[k]], 500 + (uint64_t)splits);
+            kvc_problem_reference(&p);
+            kvc_outputs a, b;
+            run_and_check(with, &p, "cluster merge", &a);
+            run_and_check(without, &p, "workspace merge", &b);
+            assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+            assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+            kvc_outputs_free(&a);
+            kvc_outputs_free(&b);
+            kvc_problem_free(&p);
+            fsa_kvcache_plan_destroy(with);
+            fsa_kvcache_plan_destroy(without);
+        }
+}
+
 /* Capture once; change the page table, cached lengths, top-k rows and
  * lengths in place; every replay follows the new metadata. */
 static void test_a_captured_call_replays_with_updated_metadata(void **state)
@@ -333,10 +367,13 @@ int main(void)
         cmocka_unit_test(test_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
+        cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
     };
-    /* Skips (exit 77) inside setup when there is no GPU. */
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
+     * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -106,7 +106,7 @@ static void test_tuning_off_never_measures(void **state)
     fsa_plan_choice c = choice_of(plan);
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
     assert_int_equal(c.candidates, 4);
-    assert_int_equal(c.splits, 4); /* ceil(16 / 4) */
+    assert_int_equal(c.splits, 8); /* 1 MiB of K/V per token (Hkv 2): shares of two blocks */
     assert_false(c.will_measure);
     run_case(plan);
     assert_int_equal(choice_of(plan).source, FSA_CHOICE_HEURISTIC);
@@ -259,7 +259,8 @@ static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **stat
     fsa_kvcache_plan *plan = NULL;
     if (fsa_kvcache_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
     assert_int_equal(choice_of(plan).splits, 4);
-    /* 64 x 32 pairs fill the device twice over with one CTA per pair (kvcache.c: ctas_per_pair). */
+    /* 64 x 32 pairs fill the device twice over with one CTA per pair, which then computes all four
+     * shares (kvcache.c: ctas_per_pair). */
     print_message("  %d CTAs resident at once\n", plan->resident);
     assert_true(64 * 32 >= 2 * plan->resident);
     kvc_problem p;

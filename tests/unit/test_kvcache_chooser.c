@@ -42,20 +42,26 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A plan without kernels: G 4 (Hq 32, Hkv 8), D 128, BK 64, page 64. */
-static void make_plan(fsa_kvcache_plan *p, fsa_context *ctx, int top_k, int splits, int max_batch)
+/* A plan without kernels: G 4 (Hq 32, Hkv 8) unless hkv says otherwise, D = Dv = 128, BK 64, page 64. */
+static void make_plan_hkv(fsa_kvcache_plan *p, fsa_context *ctx, int hkv, int top_k, int splits, int max_batch)
 {
     memset(p, 0, sizeof *p);
     p->ctx = ctx;
     p->desc = (fsa_kvcache_desc)FSA_KVCACHE_DESC_INIT;
+    p->desc.value_dim = 128;
     p->desc.num_q_heads = 32;
-    p->desc.num_kv_heads = 8;
+    p->desc.num_kv_heads = hkv;
     p->desc.top_k = top_k;
     p->desc.splits = splits;
     p->desc.max_batch = max_batch;
     p->desc.max_query_tokens = 4 * max_batch;
-    p->group = 4;
+    p->group = 32 / hkv;
     fsa_kvc_tuning_init(p);
+}
+
+static void make_plan(fsa_kvcache_plan *p, fsa_context *ctx, int top_k, int splits, int max_batch)
+{
+    make_plan_hkv(p, ctx, 8, top_k, splits, max_batch);
 }
 
 static fsa_kvc_choice choice_of(const fsa_kvcache_plan *p)
@@ -75,13 +81,15 @@ static void test_candidates_are_powers_of_two_up_to_half_the_slots(void **state)
     assert_string_equal(p.tune.names[3], "kvc.s8");
     assert_int_equal(p.max_splits, 8); /* the workspace holds the largest */
     fsa_kvc_choice c = choice_of(&p);
-    assert_int_equal(c.splits, 4); /* ceil(16 / 4) */
-    assert_string_equal(c.variant, "kvc.s4");
+    assert_int_equal(c.splits, 8); /* 4 MiB of K/V per token: shares of two blocks */
+    assert_string_equal(c.variant, "kvc.s8");
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
     assert_true(c.may_measure);
+    make_plan_hkv(&p, &f->ctx, 32, 16, 0, 64);
+    assert_int_equal(choice_of(&p).splits, 4); /* G 1: 16 MiB per token, ceil(16 / 4) */
     make_plan(&p, &f->ctx, 64, 0, 64);
     assert_int_equal(p.tune.c.n, 5); /* 1 .. 16 */
-    assert_int_equal(choice_of(&p).splits, 16);
+    assert_int_equal(choice_of(&p).splits, 16); /* 16 MiB per token: ceil(64 / 4) */
     make_plan(&p, &f->ctx, 6, 0, 64);
     assert_int_equal(p.tune.c.n, 2); /* 1, 2 */
     assert_int_equal(choice_of(&p).splits, 2);

@@ -1,0 +1,149 @@
+// The merge of a split sequence's shares (paged-cache attention): each share
+// is a normalized partial (Dv floats per row) and its log2-sum-exp per row,
+// and the merge weighs them by exp2(lse_s - max) in share order, so the result
+// does not depend on which share finished first. The partials live either in
+// the workspace (every CTA counts itself done on a counter of its (sequence,
+// KV head) and the last one merges) or, when the shares' CTAs form a cluster
+// (sm_90), in each CTA's shared memory, merged by the whole cluster after a
+// cluster barrier: no counter, no fence, no partial through L2. Both read the
+// same partial values and fold them the same way, so the bits do not depend
+// on which path ran.
+#pragma once
+#include "fsa_cluster.cuh"
+#include "paged_kv.cuh"
+
+namespace fsa {
+
+// Workspace path: each of the `ctas` CTAs of (sequence b, KV head h) writes
+// its shares' partial rows, then counts itself done on the workspace counter
+// of (b, h); the last one to finish gets true (every thread of its CTA) and
+// the counter is left zero for the next call. Every thread calls it, after
+// its partial stores.
+__device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) {
+    __threadfence();  // this share's partials are visible device-wide before it counts
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(counter, 1) == ctas - 1;
+        if (last) atomicExch(counter, 0);
+        *flag = last;
+    }
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last) __threadfence();  // and the other shares' partials are seen here
+    return last;
+}
+
+// Where the merge reads share s's lse and partial of row r (columns c .. c + 3).
+// WorkspaceShares: from the workspace through L2 (other SMs wrote them during
+// this launch); lp, op: the first share's lse and partial rows of (b, h),
+// shares ROWS rows apart.
+template <int D, int ROWS>
+struct WorkspaceShares {
+    const float *lp, *op;
+    __device__ __forceinline__ float lse(int s, int r) const { return __ldcg(lp + s * ROWS + r); }
+    __device__ __forceinline__ float4 o4(int s, int r, int c) const {
+        return __ldcg((const float4 *)(op + ((long long)s * ROWS + r) * D + c));
+    }
+};
+
+// ClusterShares: CTA s of the cluster holds share s at the same shared byte
+// addresses in its own shared memory (lp: lse per row, op: rows of D floats).
+template <int D>
+struct ClusterShares {
+    u32 lp, op;
+    __device__ __forceinline__ float lse(int s, int r) const { return cluster_ld_f32(cluster_map(lp + 4 * r, s)); }
+    __device__ __forceinline__ float4 o4(int s, int r, int c) const {
+        return cluster_ld_f32x4(cluster_map(op + 4 * (r * D + c), s));
+    }
+};
+
+// One pass of the merge: the threads take the items (four columns of a row)
+// first, first + stride, ... of the span's rows, ITEMS at a time, and read the
+// lse and partials of up to SHARES shares for all of them at once (one round
+// trip), folding them into a running max, sum and output per item in share
+// order; the item of column 0 writes the row's lse. The fold takes the shares
+// in groups of MERGE_SHARES (one group up to that many shares) whatever ITEMS
+// and SHARES are, so the bits depend only on the share count.
+constexpr int MERGE_SHARES = 16;
+template <class DT, int D, int G, int ITEMS, int SHARES, class Src>
+__device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
+                                           int first, int stride) {
+    static_assert(D % 4 == 0, "four columns at a time");
+    static_assert(MERGE_SHARES % SHARES == 0, "a pass of SHARES shares serves one fold group");
+    const int items = span.len * G * (D / 4);
+    for (int c0 = first; c0 < items; c0 += ITEMS * stride) {
+        int r[ITEMS], d[ITEMS];
+        float mmax[ITEMS], l[ITEMS];
+        float4 acc[ITEMS];
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
+            r[i] = c / (D / 4), d[i] = (c - r[i] * (D / 4)) * 4;
+            mmax[i] = -FSA_INF, l[i] = 0.f, acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        for (int s0 = 0; s0 < nsplit; s0 += SHARES) {
+            float ls[ITEMS][SHARES];
+            float4 x[ITEMS][SHARES];
+#pragma unroll
+            for (int i = 0; i < ITEMS; i++)
+#pragma unroll
+                for (int u = 0; u < SHARES; u++) {
+                    const int s = min(s0 + u, nsplit - 1);  // past the shares: masked below
+                    ls[i][u] = s0 + u < nsplit ? src.lse(s, r[i]) : -FSA_INF;
+                    x[i][u] = src.o4(s, r[i], d[i]);
+                }
+#pragma unroll
+            for (int i = 0; i < ITEMS; i++) {
+                float m_new = mmax[i];
+#pragma unroll
+                for (int u = 0; u < SHARES; u++) m_new = fmaxf(m_new, ls[i][u]);
+                if (m_new == -FSA_INF) continue;  // nothing visible yet: shares with no key add nothing
+                const float a = fast_exp2(mmax[i] - m_new);
+                l[i] *= a;
+                acc[i].x *= a, acc[i].y *= a, acc[i].z *= a, acc[i].w *= a;
+#pragma unroll
+                for (int u = 0; u < SHARES; u++) {
+                    const float f = fast_exp2(ls[i][u] - m_new);
+                    l[i] += f;
+                    acc[i].x += x[i][u].x * f, acc[i].y += x[i][u].y * f;
+                    acc[i].z += x[i][u].z * f, acc[i].w += x[i][u].w * f;
+                }
+                mmax[i] = m_new;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < ITEMS; i++) {
+            if (c0 + i * stride >= items) break;
+            const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+            const long long t = span.start + r[i] / G;
+            const int hq = h * G + r[i] % G;
+            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
+                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
+            if (d[i] == 0 && p.lse)
+                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
+        }
+    }
+}
+
+// Merges the shares of a one-tile sequence of KV head h into o and lse; the
+// calling threads take items first, first + stride, ... (the last CTA of the
+// workspace path: its thread index and block size; a cluster: the CTA's rank
+// times the block size plus its thread index, and the cluster's threads).
+template <class DT, int D, int G, class Src>
+__device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
+                                             int first, int stride) {
+    // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest
+    // masked. Where every thread has at most one item (a cluster), one item at a time.
+    const bool one = span.len * G * (D / 4) <= stride;
+    if (nsplit <= 4) {
+        if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);
+    } else if (nsplit <= 8) {
+        if (one) merge_pass<DT, D, G, 1, 8>(p, src, span, h, nsplit, first, stride);
+        else merge_pass<DT, D, G, 2, 8>(p, src, span, h, nsplit, first, stride);
+    } else {
+        merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, first, stride);
+    }
+}
+
+}  // namespace fsa
