@@ -31,12 +31,12 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
 }
 
 // The normalized probabilities exp2(s * scale_log2 - lse2) of MT sets of 16
-// rows' raw scores, in place; 0 where a row does not see the key (key
-// `first` + column; this lane's row slot 2m + half sees the first vis[slot]).
-// `whole` (the same on every lane): every row that matters sees every key
-// here, so nothing is masked.
+// rows' raw scores s into p (p may be s); 0 where a row does not see the key
+// (key `first` + column; this lane's row slot 2m + half sees the first
+// vis[slot]). `whole` (the same on every lane): every row that matters sees
+// every key here, so nothing is masked.
 template <int NJ, int MT>
-__device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const int vis[2 * MT],
+__device__ __forceinline__ void cmp_probs(float p[MT][NJ][4], const float s[MT][NJ][4], int first, const int vis[2 * MT],
                                           const float lse2[2 * MT], float scale_log2, int lane, bool whole) {
     if (whole) {  // a branch of its own: no compare or select per element
 #pragma unroll
@@ -45,7 +45,7 @@ __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const i
             for (int jn = 0; jn < NJ; jn++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    s[m][jn][e] = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[2 * m + (e >> 1)]));
+                    p[m][jn][e] = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[2 * m + (e >> 1)]));
         return;
     }
 #pragma unroll
@@ -55,7 +55,7 @@ __device__ __forceinline__ void cmp_probs(float s[MT][NJ][4], int first, const i
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int slot = 2 * m + (e >> 1);
-                s[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
+                p[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
                                   ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]))
                                   : 0.f;
             }

@@ -61,64 +61,95 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
 /* Stages of 64 compressed keys. With r = BK / d compressed-token starts per
  * block and halo = (l - 1) / d earlier keys that still overlap a block, block
  * c collects keys c*r - halo .. c*r + r - 1, so a stage completes 64 / r
- * blocks; r must divide 64. A warp owns mt sets of 16 rows (two up to Dk
- * 192 and top-k 32: each K fragment serves 32 rows) and keeps their query
- * fragments in registers up to top-k 32; a longer top-k list takes those
- * registers (128 at k = 64), so the fragments are read from shared memory
- * at every stage and the region of the query rows stays theirs.
+ * blocks; r must divide 64.
+ * Two ways to compute S = Q K^T (groups = fsa_cmp_sel_groups): on sm_90a
+ * (wgmma nonzero in the plan's configuration) with head dims a multiple of
+ * 64 and top-k up to 32, `groups` warpgroups of 4 warps share every K stage,
+ * Q read from a swizzled tile in shared memory by warpgroup products (one
+ * set of 16 rows per warp; three warpgroups, the latency of each one's
+ * chains hidden by the others, beat two that overlap the next stage's
+ * products with a stage's epilogue); otherwise mma.sync, a warp owning mt sets of 16
+ * rows (two for groups of 2 to 8 up to Dk 128 and top-k 32: each K
+ * fragment serves 32 rows; other groups' top-k lists and scores take the
+ * registers of a second set) and
+ * keeping their query fragments in registers up to top-k 32 (a longer list
+ * takes those registers: 128 at k = 64, so the fragments are read from
+ * shared memory at every stage and the region of the query rows stays
+ * theirs).
  * A token's blocks are shared by `lanes` lanes of its warp (block c to lane
- * c mod lanes, a power of two), each keeping the top-k of its share in
- * registers. The K stages, then a region that first holds the query rows
- * (each warp reads its rows into registers once) and then, per warp, what
- * only that warp touches (no barrier between warps), for its mt * 16 / G
- * tokens:
- *   probabilities [mt * 16 rows][64 + 4] fp32, only where G is not a power of
- *     two (rows are (token, head); otherwise the heads are summed in registers);
- *   per-token sums [tokens][odd pitch]: the last halo keys of the previous
- *     stage, then this stage's 64 keys from an even offset (key0). */
+ * c mod lanes, a power of two up to 16), each keeping the top-k of its share
+ * in registers. Per stage each warp writes the block scores of its tokens
+ * (summed over keys and heads on tensor cores) to a buffer of its own,
+ * [tokens][pitch] floats with pitch = 4 mod 16 (a warp's stores of one
+ * register meet no bank twice); only that warp touches it. mma.sync: the K
+ * stages, then a region that first holds the query rows (each warp reads
+ * its rows into registers once) and then the warps' buffers; wgmma: the
+ * query tile (1024-byte aligned), the K stages, the warps' buffers. */
 #define FSA_CMP_SEL_KEYS 64
-#define FSA_CMP_SEL_P_PITCH (FSA_CMP_SEL_KEYS + 4)
+FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
+{
+    return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
+}
+/* K stages in flight with warpgroups: three, two above Dk 192 (shared memory). */
+FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
+FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
+FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
-FSA_LAYOUT_FN int fsa_cmp_sel_mt(int dk, int k) { return dk > 192 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k) { return fsa_cmp_sel_mt(dk, k) * (16 / g); }
-FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_mt(int g, int dk, int k, int groups)
+{
+    return groups || g == 1 || g > 8 || dk > 128 || !fsa_cmp_sel_q_in_registers(k) ? 1 : 2;
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_warp(int g, int dk, int k, int groups)
+{
+    return fsa_cmp_sel_mt(g, dk, k, groups) * (16 / g);
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_tokens_per_tile(int g, int dk, int k, int groups)
+{
+    return fsa_cmp_sel_warps(groups) * fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
+}
+/* At most 16: a stage completes at most 16 blocks at the usual BK / d of 4,
+ * and every lane more is one more merge of lists at the end. */
+FSA_LAYOUT_FN int fsa_cmp_sel_lanes_per_token(int g, int dk, int k, int groups)
 {
     int s = 1;
-    while (2 * s * fsa_cmp_sel_tokens_per_warp(g, dk, k) <= 32) s *= 2;
+    while (s < 16 && 2 * s * fsa_cmp_sel_tokens_per_warp(g, dk, k, groups) <= 32) s *= 2;
     return s;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_heads_in_registers(int g) { return (g & (g - 1)) == 0; }
-FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk, int k)
+FSA_LAYOUT_FN long long fsa_cmp_sel_grid_tiles(long long total_tokens, long long batch, int g, int dk, int k,
+                                               int groups)
 {
-    return fsa_qt_grid_tiles_mt(total_tokens, batch, g, fsa_cmp_sel_mt(dk, k));
+    return total_tokens / fsa_cmp_sel_tokens_per_tile(g, dk, k, groups) + batch;
 }
 FSA_LAYOUT_FN int fsa_cmp_sel_halo(int l, int d) { return (l - 1) / d; }
 FSA_LAYOUT_FN int fsa_cmp_sel_blocks_per_stage(int bk, int d) { return FSA_CMP_SEL_KEYS / (bk / d); }
-FSA_LAYOUT_FN int fsa_cmp_sel_key0(int l, int d) { return (fsa_cmp_sel_halo(l, d) + 1) & ~1; }
-/* Odd: the lanes that each sum a different token's blocks read different banks. */
-FSA_LAYOUT_FN int fsa_cmp_sel_tok_pitch(int l, int d) { return (fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS) | 1; }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_tok(int g, int dk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_score_pitch(int bk, int d)
 {
-    return fsa_cmp_sel_heads_in_registers(g) ? 0 : fsa_cmp_sel_mt(dk, k) * 16 * FSA_CMP_SEL_P_PITCH * 4;
+    return (fsa_cmp_sel_blocks_per_stage(bk, d) + 11) / 16 * 16 + 4;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int l, int d, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_warp_bytes(int g, int dk, int k, int bk, int d, int groups)
 {
-    return (fsa_cmp_sel_warp_tok(g, dk, k) + fsa_cmp_sel_tokens_per_warp(g, dk, k) * fsa_cmp_sel_tok_pitch(l, d) * 4 +
-            15) &
-           ~15;
+    return (fsa_cmp_sel_tokens_per_warp(g, dk, k, groups) * fsa_cmp_sel_score_pitch(bk, d) * 4 + 15) & ~15;
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk) { return FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk); }
-/* Where the warps' buffers start after the query rows' region: over it when
- * the fragments live in registers, after it otherwise. */
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk, int groups)
 {
-    return fsa_cmp_sel_smem_q(dk) +
-           (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk));
+    return groups ? 0 : FSA_QT_STAGES * fsa_tile_bytes(FSA_CMP_SEL_KEYS, dk);
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int l, int d, int k)
+/* The K stages of the warpgroup selection, after its query tile. */
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk, int groups) { return groups ? fsa_sw128_bytes(64 * groups, dk) : 0; }
+/* Where the warps' buffers start: after the K stages (wgmma); over the query
+ * rows' region when the fragments live in registers, after it otherwise. */
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
 {
-    const int q = fsa_cmp_sel_smem_q(dk) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk);
-    const int w = fsa_cmp_sel_smem_warps(dk, k) + FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, k);
+    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
+    return fsa_cmp_sel_smem_q(dk, 0) +
+           (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
+}
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
+{
+    const int w = fsa_cmp_sel_smem_warps(dk, k, groups) +
+                  fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
+    if (groups) return FSA_QT_WG_ALIGN + w;
+    const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }
 

@@ -1,53 +1,204 @@
-// Building blocks of the block selection (cmp_select.cu): the sums of the
-// compressed probabilities over a token's heads in registers, and a top-k
-// list per lane in registers that lanes merge at the end.
+// Building blocks of the block selection (cmp_select.cu): the block scores
+// of a set of 16 query rows summed over keys and heads on tensor cores, and
+// a top-k list per lane in registers that lanes merge at the end.
 #pragma once
 #include "fsa_mma.cuh"
+#include "fsa_pipeline.cuh"
 
 namespace fsa {
 
-// The sums over each token's G heads (G a power of two; row r of a set of 16
-// is head r % G of token r / G) of MT sets of 16 rows' S = Q K^T fragments
-// (NJ columns of 8), written to the token-major sums at tok (pitch TOKP
-// floats; token m * 16 / G + r / G of the warp). A butterfly over the lanes
-// that hold a token's heads halves the values each lane carries per step
-// (sum and scatter), so a lane sends NJ * 2 * (1 - 1 / G') values for G' =
-// min(G, 8) heads across lanes; every sum runs in a fixed order.
-template <int G, int NJ, int MT, int TOKP>
-__device__ __forceinline__ void head_sums_to_tokens(float *tok, float s[MT][NJ][4], int lane) {
-    constexpr int LEVELS = G >= 8 ? 3 : G >= 4 ? 2 : G >= 2 ? 1 : 0;
-    constexpr int E = G == 16 ? 2 : 4;  // values per column pair: rows lo and hi, or their sum
-    static_assert((G & (G - 1)) == 0 && G <= 16 && (NJ >> LEVELS) >= 1, "a power-of-two group over 8-column tiles");
-#pragma unroll
-    for (int m = 0; m < MT; m++) {
-        if constexpr (G == 16) {  // rows lo and hi are heads of the same token
-#pragma unroll
-            for (int jn = 0; jn < NJ; jn++) s[m][jn][0] += s[m][jn][2], s[m][jn][1] += s[m][jn][3];
-        }
-        int jn0 = 0;  // the first of the column tiles this lane still carries
-#pragma unroll
-        for (int level = 0; level < LEVELS; level++) {
-            const int half = NJ >> (level + 1);
-            const bool upper = (lane >> (2 + level)) & 1;
-#pragma unroll
-            for (int i = 0; i < half; i++)
-#pragma unroll
-                for (int e = 0; e < E; e++) {
-                    const float a = s[m][i][e], b = s[m][i + half][e];
-                    s[m][i][e] = (upper ? b : a) + __shfl_xor_sync(0xffffffffu, upper ? a : b, 4 << level);
-                }
-            jn0 += upper ? half : 0;
-        }
-#pragma unroll
-        for (int i = 0; i < (NJ >> LEVELS); i++)
-#pragma unroll
-            for (int h = 0; h < E / 2; h++) {
-                const int t = m * (16 / G) + ((lane >> 2) + 8 * h) / G;
-                float *at = tok + t * TOKP + (jn0 + i) * 8 + 2 * (lane & 3);  // odd pitches: no float2
-                at[0] = s[m][i][2 * h], at[1] = s[m][i][2 * h + 1];
-            }
-    }
+// The two 16-bit halves of x as fp32 (the first in the low bits).
+__device__ __forceinline__ void f16x2_to_f32(u32 x, float &lo, float &hi) {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}" : "=f"(lo), "=f"(hi) : "r"(x));
 }
+
+// x, which the compiler may not recompute from how it was made (constants
+// it would otherwise rebuild inside loops rather than keep in registers).
+__device__ __forceinline__ u32 opaque(u32 x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+}
+
+// Block scores of the selection on tensor cores, for a warp's MT sets of 16
+// rows (row r of a set: head r % G of token r / G; rows past 16 / G tokens
+// are padding) and stages of KS keys in which block c (0 .. NB - 1 of the
+// stage) collects keys c*R - HALO .. c*R + R - 1 (relative to the stage's
+// first key; negative ones are the previous stage's last keys).
+//   score(token, c) = sum over its G rows and those keys of p(row, key)
+// as two products of 0/1 matrices (exact in every sum but for the fp16
+// operands): the probabilities' accumulator fragments (16 rows x 8 keys) are,
+// as they lie in the registers, the B operands (keys x rows) of mma.sync
+// m16n8k16, so C = A P^T with A the (block x key) overlap gives per-row
+// block sums, blocks on the 16-row side; C's fragments then form the A
+// operand (block x row) of C H with H the (row x token) head map, which sums
+// each token's heads. C enters the second product as fp16 plus its fp16
+// residual, so it loses nothing there; the probabilities are fp16 (relative
+// error 2^-12 each). A key step of the previous stage is kept for the halo.
+// Every sum runs in a fixed order (the same bits every run), and equal
+// probabilities give equal scores (ties stay ties).
+template <int G, int R, int HALO, int NB, int MT, int KS>
+struct BlockScores {
+    static constexpr int NQ = KS / 16, HP = (HALO + 15) / 16, NS = HP + NQ;  // key steps: the previous stage's, then this one's
+    static constexpr int MB = (NB + 15) / 16;                                // tiles of 16 blocks
+    static constexpr int TW = 16 / G;                                        // tokens per set
+    static_assert(NB * R == KS && HALO <= KS && G >= 1 && G <= 16, "a stage of whole blocks, a halo of one stage at most");
+    u32 a[MB][NS][4];                // the overlap, fp16 0/1, as A fragments
+    u32 h[2];                        // the head map, fp16 0/1, as a B fragment (G > 1)
+    u32 prev[MT][HP > 0 ? HP : 1][2][2];  // the previous stage's last HP key steps (rows lo, hi) as B fragments
+
+    // Key step q (0 .. NS - 1: keys 16 (q - HP) ..) reaches blocks of tile mb.
+    static __device__ __forceinline__ constexpr bool touches(int mb, int q) {
+        return 16 * (q - HP) + 15 >= 16 * mb * R - HALO && 16 * (q - HP) <= (16 * mb + 16) * R - 1;
+    }
+    // The output column of token t of a set: every other column while that
+    // leaves one token per lane of a quad, so a lane holds one token.
+    static __device__ __forceinline__ constexpr int column(int t) { return TW <= 4 ? 2 * t : t; }
+
+    __device__ __forceinline__ void init(int lane) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int q = 0; q < NS; q++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    u32 v = 0;
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int c = 16 * mb + (lane >> 2) + 8 * (r & 1);
+                        const int key = 16 * (q - HP) + 2 * (lane & 3) + half + 8 * (r >> 1);
+                        const bool on = c < NB && key >= c * R - HALO && key <= c * R + R - 1;
+                        v |= (on ? 0x3c00u : 0u) << (16 * half);
+                    }
+                    a[mb][q][r] = opaque(v);
+                }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            u32 v = 0;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = 2 * (lane & 3) + half + 8 * r;
+                const bool on = row < TW * G && column(row / G) == (lane >> 2);
+                v |= (on ? 0x3c00u : 0u) << (16 * half);
+            }
+            h[r] = opaque(v);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < (HP > 0 ? HP : 1); j++)
+#pragma unroll
+                for (int nh = 0; nh < 2; nh++) prev[m][j][nh][0] = prev[m][j][nh][1] = 0;
+    }
+
+    // Set m's probabilities s (16 rows x KS keys; 0 where a row does not see
+    // a key) into the scores of its tokens: token t's block c at sc[t * SP + c].
+    template <int SP>
+    __device__ __forceinline__ void run(int m, const float s[KS / 8][4], float *sc, int lane) {
+        u32 b[NQ][2][2];
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int nh = 0; nh < 2; nh++) {
+                b[q][nh][0] = dtype_f16::pack(s[2 * q][2 * nh], s[2 * q][2 * nh + 1]);
+                b[q][nh][1] = dtype_f16::pack(s[2 * q + 1][2 * nh], s[2 * q + 1][2 * nh + 1]);
+            }
+        float c[MB][2][4];
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int nh = 0; nh < 2; nh++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) c[mb][nh][e] = 0.f;
+#pragma unroll
+                for (int q = 0; q < NS; q++) {
+                    if (!touches(mb, q)) continue;
+                    const u32 *bq = q < HP ? prev[m][q < HP ? q : 0][nh] : b[q >= HP ? q - HP : 0][nh];
+                    dtype_f16::mma(c[mb][nh], a[mb][q], bq[0], bq[1]);
+                }
+            }
+#pragma unroll
+        for (int j = 0; j < HP; j++)
+#pragma unroll
+            for (int nh = 0; nh < 2; nh++)
+                prev[m][j][nh][0] = b[NQ - HP + j][nh][0], prev[m][j][nh][1] = b[NQ - HP + j][nh][1];
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++) {
+            if constexpr (G == 1) {  // rows are tokens
+#pragma unroll
+                for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int blk = 16 * mb + (lane >> 2) + 8 * (e >> 1), t = 8 * nh + 2 * (lane & 3) + (e & 1);
+                        if (NB % 16 == 0 || blk < NB) sc[t * SP + blk] = c[mb][nh][e];
+                    }
+            } else {
+                u32 hi[4], lo[4];
+                frag_to_a<dtype_f16>(hi, c[mb][0], c[mb][1]);
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    float x0, x1;
+                    f16x2_to_f32(hi[r], x0, x1);
+                    const float *cr = c[mb][r >> 1] + 2 * (r & 1);
+                    lo[r] = dtype_f16::pack(cr[0] - x0, cr[1] - x1);
+                }
+                float d[4] = {0.f, 0.f, 0.f, 0.f};
+                dtype_f16::mma(d, hi, h[0], h[1]);
+                dtype_f16::mma(d, lo, h[0], h[1]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int blk = 16 * mb + (lane >> 2) + 8 * (e >> 1), n = 2 * (lane & 3) + (e & 1);
+                    const int t = TW <= 4 ? ((e & 1) ? TW : (lane & 3)) : n;
+                    if (t < TW && (NB % 16 == 0 || blk < NB)) sc[t * SP + blk] = d[e];
+                }
+            }
+        }
+    }
+};
+
+// A stream of ROWS-row stages of a strided tensor into shared-memory tiles
+// (COLS 16-bit columns; a 128-byte swizzled tile with SW128, else pitch LD
+// elements), for kernels that copy the same pieces of every stage: each of
+// THREADS threads works out once where its 16-byte pieces sit in a tile and
+// in the first stage, so a stage costs a compare, an add, a select and the
+// copy per piece instead of the row's address arithmetic.
+//   stream.init(rows_base, token_stride, any);  // row j at rows_base + j * token_stride; any: a mapped address
+//   stream.load(tile, first, limit);           // rows first .. first + ROWS - 1; zeros from row limit on
+template <int ROWS, int COLS, int THREADS, bool SW128, int LD = COLS>
+struct RowStream {
+    static constexpr int PER_ROW = COLS / 8, PIECES = ROWS * PER_ROW, N = (PIECES + THREADS - 1) / THREADS;
+    static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
+    const u16 *src[N];  // the piece in row r of the first stage (row 0 = the stream's row 0)
+    const u16 *any;     // read from by the zero-filling copies (which read nothing)
+    u32 dst[N];         // its byte offset in a tile
+    int row[N];         // its row r (ROWS when the thread has no such piece)
+    long long stride;   // elements between rows
+
+    __device__ __forceinline__ void init(const u16 *rows_base, long long token_stride, const u16 *mapped) {
+        stride = token_stride;
+        any = mapped;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int i = (int)threadIdx.x + k * THREADS, r = i / PER_ROW, c = (i - r * PER_ROW) * 8;
+            const bool has = i < PIECES;
+            row[k] = has ? r : ROWS;
+            src[k] = rows_base + (has ? (long long)r * token_stride + c : 0);
+            dst[k] = has ? (SW128 ? sw128_offset(r, c, ROWS) : (u32)(r * LD + c) * 2) : 0u;
+        }
+    }
+    // Rows first .. first + ROWS - 1 into the tile at `tile`; rows from
+    // `limit` on are zeros (read from nowhere). The copies join the current
+    // cp.async group.
+    __device__ __forceinline__ void load(u32 tile, int first, int limit) const {
+        const long long step = (long long)first * stride;
+        const int left = limit - first;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if (k * THREADS + THREADS > PIECES && row[k] >= ROWS) continue;
+            const bool ok = row[k] < left;
+            cp_async16(tile + dst[k], ok ? src[k] + step : any, ok);
+        }
+    }
+};
 
 // (v, c) ranks before (w, d): the higher score, and of equal scores the lower block.
 __device__ __forceinline__ bool sel_before(float v, int c, float w, int d) { return v > w || (v == w && c < d); }
@@ -72,14 +223,20 @@ struct LaneTopK {
     // than every block in the list (a lane sees its blocks in ascending
     // order): it goes after every entry scoring >= s, so equal scores keep
     // the lower block first. A shift network: no indexing by a variable.
+    // Each compare serves two entries (s beats v[e] decides entry e and
+    // entry e + 1), and a score moves by max / min: v[e] becomes max(v[e],
+    // min(s, v[e - 1])).
     __device__ __forceinline__ void insert(float s, int x) {
+        bool above = s > v[K - 1];  // (s > v[e - 1] of the entry below)
 #pragma unroll
-        for (int e = K - 1; e > 0; e--) {  // (s <= v[e] keeps v[e]: the max picks it)
-            const bool here = s > v[e], above = s > v[e - 1];
-            v[e] = above ? v[e - 1] : fmaxf(s, v[e]);
+        for (int e = K - 1; e > 0; e--) {
+            const bool here = above;
+            above = s > v[e - 1];
+            v[e] = fmaxf(v[e], fminf(s, v[e - 1]));
             c[e] = above ? c[e - 1] : here ? x : c[e];
         }
-        if (s > v[0]) v[0] = s, c[0] = x;
+        v[0] = fmaxf(v[0], s);
+        c[0] = above ? x : c[0];
     }
 
     // The best KP of this list and lane (lane ^ mask)'s, both sorted: the
@@ -110,19 +267,29 @@ struct LaneTopK {
     }
 
     // The first K entries into row ascending by block (an entry's slot is
-    // the number of chosen blocks below it), -1 after them.
-    __device__ __forceinline__ void write_row(int *row) const {
+    // the number of chosen blocks below it), -1 after them. P lanes that
+    // hold the same list share the work: lane `part` (0 .. P - 1) writes
+    // the entries e = part mod P and the empty slots of its residue.
+    template <int P>
+    __device__ __forceinline__ void write_row(int *row, int part) const {
         int n = 0;
 #pragma unroll
-        for (int e = 0; e < K; e++) {
-            if (c[e] < 0) continue;
-            int rank = 0;
+        for (int f = 0; f < K; f++) n += c[f] >= 0;
 #pragma unroll
-            for (int f = 0; f < K; f++) rank += c[f] >= 0 && c[f] < c[e];
-            row[rank] = c[e];
-            n++;
+        for (int j = 0; j < (K + P - 1) / P; j++) {
+            const int e = part + j * P;
+            int ce = c[0];
+#pragma unroll
+            for (int f = 1; f < K; f++)
+                if (e == f) ce = c[f];
+            if (e < K && ce >= 0) {
+                int rank = 0;
+#pragma unroll
+                for (int f = 0; f < K; f++) rank += c[f] >= 0 && c[f] < ce;
+                row[rank] = ce;
+            }
+            if (e < K && e >= n) row[e] = -1;
         }
-        for (int e = n; e < K; e++) row[e] = -1;
     }
 };
 

@@ -6,20 +6,24 @@
 // ending at the token's own block forced, go to the top-k rows the selected
 // attention reads (ascending, -1 padding).
 //
-// It reads the forward's lse. Each warp keeps its query rows (two sets of 16
-// up to Dk 192) in registers and, per stage of 64 compressed keys, runs S =
-// Q K^T on tensor cores; the probabilities are summed over each token's heads
-// (in registers for a power-of-two group, else through the warp's shared
-// memory) into per-token sums in the warp's own shared memory, so the warps
-// meet only at the stage barrier. A token's blocks are shared among S lanes
-// (block c to lane c mod S): a lane sums the keys of each of its blocks
-// (the last `halo` keys of the previous stage kept) and inserts the blocks
-// that beat its K-th score into its own top-k list in registers; at the end
-// the token's S lists merge across lanes. Every sum runs in a fixed order:
-// the result does not depend on scheduling, and equal scores stay equal, so
-// ties go to the lower block.
+// It reads the forward's lse. Per stage of 64 compressed keys the rows'
+// scores S = Q K^T come from tensor cores: on sm_90a (WG warpgroups) by
+// warpgroup products that read Q and the K stage from swizzled shared
+// memory, the warpgroups sharing each K stage; otherwise by
+// mma.sync with each warp's query rows (two sets of 16 up to Dk 128) in
+// registers. The probabilities exp2(S scale - lse) are summed over each
+// block's keys and each token's heads by two more products on tensor cores
+// (BlockScores, cmp_sel_blocks.cuh) into the block scores of the warp's
+// tokens, in the warp's own shared memory, so the warps meet only at the
+// stage barrier. A token's blocks are shared among S lanes (block c to lane
+// c mod S): a lane reads its blocks' scores and inserts those that beat its
+// K-th score into its own top-k list in registers; at the end the token's S
+// lists merge across lanes. Every sum runs in a fixed order: the result does
+// not depend on scheduling, and equal scores stay equal, so ties go to the
+// lower block.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
+#include "fsa_wgmma.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
 #define GROUP {{GROUP}}
@@ -32,34 +36,38 @@ typedef fsa::dtype_{{DTYPE}} DT;
 using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
-constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK), LDP = FSA_CMP_SEL_P_PITCH;
+constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K);  // warpgroups (sm_90a products); 0: mma.sync
+constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
+constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
 constexpr int HALO = fsa_cmp_sel_halo(L, D);     // earlier keys that still overlap a block
 constexpr int NB = fsa_cmp_sel_blocks_per_stage(BK, D);  // blocks completed per stage
-constexpr int MT = fsa_cmp_sel_mt(DK, K);       // sets of 16 rows per warp
-constexpr bool Q_IN_REGS = fsa_cmp_sel_q_in_registers(K);  // else read at every stage
+constexpr int MT = fsa_cmp_sel_mt(G, DK, K, WG);    // sets of 16 rows per warp
+constexpr bool Q_IN_REGS = !WG && fsa_cmp_sel_q_in_registers(K);  // mma.sync: else read at every stage
 constexpr int TW = fsa_qt_tokens_per_warp(G);    // tokens per set
-constexpr int TWW = MT * TW, TT = fsa_qt_tokens_per_tile_mt(G, MT);  // tokens per warp, per tile
-constexpr int S = fsa_cmp_sel_lanes_per_token(G, DK, K);  // lanes sharing a token's blocks
+constexpr int TWW = MT * TW, TT = fsa_cmp_sel_tokens_per_tile(G, DK, K, WG);  // tokens per warp, per tile
+constexpr int S = fsa_cmp_sel_lanes_per_token(G, DK, K, WG);  // lanes sharing a token's blocks
+constexpr int SP = fsa_cmp_sel_score_pitch(BK, D);
 constexpr int NBL = (NB + S - 1) / S;            // a lane's blocks per stage, at most
 constexpr int CH = NBL < 16 ? NBL : 16;          // of them scored and marked at once (NBL: a power of two)
-constexpr int KEY0 = fsa_cmp_sel_key0(L, D);     // a token's sums: this stage's first key
-constexpr int TOKP = fsa_cmp_sel_tok_pitch(L, D);
-constexpr bool HEADS_IN_REGS = fsa_cmp_sel_heads_in_registers(G);
-constexpr int HALO_DIV = HALO > 0 ? HALO : 1;    // (loops over TT * HALO run empty for HALO = 0)
+constexpr int K_STAGE = WG ? fsa_sw128_bytes(KS, DK) : fsa_tile_bytes(KS, DK);
 typedef GroupRows<G> Rows;
 static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, and BK / stride divides 64");
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL % CH == 0, "halo, top-k and blocks per stage in range");
 static_assert(S * TWW <= 32 && (S & (S - 1)) == 0, "a warp's tokens times their lanes fit the warp");
 
-extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const u32 ks = smem_addr(smem), qs = ks + fsa_cmp_sel_smem_q(DK);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // The warp's own buffers (over the query rows once those are in registers).
-    unsigned char *own = smem + fsa_cmp_sel_smem_warps(DK, K) + warp * fsa_cmp_sel_warp_bytes(G, DK, L, D, K);
-    float *ps = (float *)own;                                      // [MT * 16][LDP], G not a power of two
-    float *tok = (float *)(own + fsa_cmp_sel_warp_tok(G, DK, K));  // [TWW][TOKP]
+    // wgmma: the query tile at a 1024-byte boundary, then the K stages; mma.sync: the K stages, then the query rows.
+    const u32 base = WG ? (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1) : smem_addr(smem);
+    unsigned char *const base_ptr = smem + (base - smem_addr(smem));
+    const u32 ks = base + fsa_cmp_sel_smem_k(DK, WG), qs = base + fsa_cmp_sel_smem_q(DK, WG);
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane and keeps what derives from it, such as the products'
+    // shared-memory descriptors, in uniform registers.)
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
+    // The warp's block scores (over the query rows once those are in registers).
+    float *sc = (float *)(base_ptr + fsa_cmp_sel_smem_warps(DK, K, WG) + warp * fsa_cmp_sel_warp_bytes(G, DK, K, BK, D, WG));
     const int h = blockIdx.y;
     const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
@@ -92,75 +100,57 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
     // and its share of the token's blocks (those with c mod S = my_s).
     const int my_t = lane / S, my_s = lane % S;
     const bool my_live = my_t < min(TWW, tile.n_tok - warp * TWW);
-    const long long my_block = (tile.tok0 + warp * TWW + my_t - tile.start) / BK;
-    const float *my_sums = tok + min(my_t, TWW - 1) * TOKP + KEY0 - HALO;
+    // This token's own block (-1 without a token), the end of the initial
+    // blocks and the first local one, in blocks (32 bits: a sequence has
+    // fewer than 2^31 tokens; the counts are clamped so nothing overflows).
+    const int my_block = my_live ? (int)((tile.tok0 + warp * TWW + my_t - tile.start) / BK) : -1;
+    const int init_end = (int)opaque((u32)min(max(p.init_blocks, 0ll), 1ll << 30));  // (computed once: see opaque)
+    const int local0 = (int)opaque((u32)(my_block - (int)min(max(p.local_blocks, 0ll), 1ll << 30)));
+    const float *my_scores = sc + min(my_t, TWW - 1) * SP;
     LaneTopK<K> top;
     top.clear();
+    // A lower bound of the token's K-th best score so far, over all its
+    // lanes' lists: a block at or below it is not among the token's best
+    // (equal scores go to the lower blocks, which came first), so no lane
+    // inserts it.
+    float bound = -FSA_INF;
+    BlockScores<G, R, HALO, NB, MT, KS> scorer;
+    scorer.init(lane);
 
-    load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, p.q, tile, h);
+    load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
+    // The sequence's compressed keys of head h; with warpgroups each thread's
+    // pieces of a stage are worked out once (a few per thread: 384 threads).
+    RowStream<KS, DK, THREADS, true> k_rows;
+    if constexpr (WG != 0) k_rows.init(view_row<const u16>(p.k, keys.start, h), p.k.token_stride, (const u16 *)p.k.ptr);
     auto load = [&](int i, int buf) {
-        load_cmp_rows_async<KS, DK, LDK>(ks + buf * fsa_tile_bytes(KS, DK), p.k, keys, h, i * KS, tile_vis);
+        if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
+        else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<FSA_QT_STAGES> ring;
+    AsyncRing<WG ? fsa_cmp_sel_wg_stages(DK) : FSA_QT_STAGES> ring;
     ring.start(n_stages, load);
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
     const float scale_log2 = (float)p.scale_log2;
     const u32 q_warp = qs + (u32)(warp * MT * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
+    const u32 q_group = qs + (u32)(warp >> 2) * 64 * 128;  // wgmma: this warpgroup's 64 rows of every Q panel
     u32 qf[MT][DK / 16][4];  // unused (no registers) unless Q_IN_REGS
 
-    for (int i = 0; i < n_stages; i++) {
-        const int buf = ring.acquire(i, load);
-        if (i == 0) {
-            if constexpr (Q_IN_REGS) {
+    // Stage i's probabilities s (0 for keys a row does not see) into the
+    // block scores of the warp's tokens, and those into the lanes' lists.
+    auto finish = [&](int i, float (&s)[MT][KS / 8][4]) {
+        // Per token and block completed here: the sum over its keys and heads.
 #pragma unroll
-                for (int m = 0; m < MT; m++) frag_load_a<DK>(qf[m], q_warp + (u32)(m * 16 * LDK * 2));
-            }
-            __syncthreads();  // every warp has its rows: the region may become the warps' buffers
-            for (int x = lane; x < TWW * HALO; x += 32)  // the keys before the first one
-                tok[x / HALO_DIV * TOKP + KEY0 - HALO + x % HALO_DIV] = 0.f;
-        }
-        // Probabilities of this warp's rows; 0 for keys a row does not see.
-        float s[MT][KS / 8][4];
-#pragma unroll
-        for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
-        if (i * KS < warp_vis) {
-            if constexpr (Q_IN_REGS)
-                mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * fsa_tile_bytes(KS, DK));
-            else
-                mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * fsa_tile_bytes(KS, DK));
-            cmp_probs<KS / 8, MT>(s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-        }
-        // Per token and key: the sum over the group's rows.
-        if constexpr (HEADS_IN_REGS) {
-            head_sums_to_tokens<G, KS / 8, MT, TOKP>(tok + KEY0, s, lane);
-        } else {
-#pragma unroll
-            for (int m = 0; m < MT; m++) frag_store_f32<KS / 8, LDP>(ps + m * 16 * LDP, s[m], lane);
-            __syncwarp();
-            for (int x = lane; x < TWW * KS; x += 32) {
-                const int t = x / KS, col = x - t * KS;
-                const float *rows = ps + ((t / TW) * 16 + (t % TW) * G) * LDP + col;
-                float sum = 0.f;
-#pragma unroll
-                for (int g = 0; g < G; g++) sum += rows[g * LDP];
-                tok[t * TOKP + KEY0 + col] = sum;
-            }
-        }
+        for (int m = 0; m < MT; m++) scorer.template run<SP>(m, s[m], sc + m * TW * SP, lane);
         __syncwarp();
-        // This lane's blocks completed here (block c = i * NB + cb collects
-        // keys c*R - HALO .. c*R + R - 1), in chunks of CH: forced blocks
-        // +inf, blocks past the token's own -inf; the ones that beat the
-        // lane's K-th score are marked, then inserted in ascending order
-        // (each lane walks only its own marks).
+        // This lane's blocks completed here (block c = i * NB + cb), in
+        // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
+        // the ones that beat the lane's K-th score are marked, then inserted
+        // in ascending order (each lane walks only its own marks).
         const int first = (my_s - i * NB) & (S - 1);
-        // The token's own block, the forced ones' bounds and the last one a
-        // lane scores here, relative to the stage's first block (32 bits).
-        const long long base = (long long)i * NB;
-        const int own = (int)min(max(my_block - base, -1ll), (long long)NB);
-        const int init_end = (int)min(max(p.init_blocks - base, 0ll), (long long)NB);
-        const int local0 = (int)min(max(my_block - p.local_blocks - base, -1ll), (long long)NB);
-        const int last = my_live ? min(own, NB - 1) : -1;
+        // The token's own block and the forced ones' bounds relative to the
+        // stage's first block.
+        const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
+        const int last = min(own, NB - 1);  // the last block a lane scores here
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
             float score[CH];
@@ -169,17 +159,9 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
             for (int j = 0; j < CH; j++) {
                 const int cb = first + (j0 + j) * S;
                 float v = -FSA_INF;
-                if (cb <= last) {
-                    if (cb < init_end || cb > local0) {
-                        v = FSA_INF;
-                    } else {
-                        v = 0.f;
-#pragma unroll
-                        for (int k = 0; k < R + HALO; k++) v += my_sums[cb * R + k];
-                    }
-                }
+                if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
                 score[j] = v;
-                todo |= (v > top.last() ? 1u : 0u) << j;
+                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
             }
             while (todo) {
                 const int j = __ffs(todo) - 1;
@@ -191,20 +173,60 @@ extern "C" __global__ void __launch_bounds__(FSA_QT_THREADS, 2) fsa_cmp_select(c
                 if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
             }
         }
-        __syncwarp();
-        // The last HALO keys' sums move before the next stage's keys.
-        for (int x = lane; x < TWW * HALO; x += 32) {
-            float *row = tok + x / HALO_DIV * TOKP + KEY0 - HALO;
-            row[x % HALO_DIV] = row[KS + x % HALO_DIV];
+        // The token's lists hold at least K entries at or above the least of
+        // their ceil(K / S)-th scores.
+        if constexpr (S > 1) {
+            float th = top.v[(K + S - 1) / S - 1];
+#pragma unroll
+            for (int mask = 1; mask < S; mask <<= 1) th = fminf(th, __shfl_xor_sync(0xffffffffu, th, mask));
+            bound = fmaxf(bound, th);
         }
         __syncwarp();
+    };
+
+    if constexpr (WG != 0) {
+        for (int i = 0; i < n_stages; i++) {
+            float s[MT][KS / 8][4];
+            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<KS / 8>(s[0]);
+            // (A stage no row of the warp sees takes the masked path: all zeros.)
+            cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            finish(i, s);
+        }
+    } else {
+        for (int i = 0; i < n_stages; i++) {
+            float s[MT][KS / 8][4];
+            const int buf = ring.acquire(i, load);
+            if (i == 0) {
+                if constexpr (Q_IN_REGS) {
+#pragma unroll
+                    for (int m = 0; m < MT; m++) frag_load_a<DK>(qf[m], q_warp + (u32)(m * 16 * LDK * 2));
+                }
+                __syncthreads();  // every warp has its rows: the region may become the warps' buffers
+            }
+#pragma unroll
+            for (int m = 0; m < MT; m++) frag_zero<KS / 8>(s[m]);
+            if (i * KS < warp_vis) {
+                if constexpr (Q_IN_REGS)
+                    mma_abt_rows_a_regs<DT, DK, KS / 8, LDK, MT>(s, qf, k_lane + buf * K_STAGE);
+                else
+                    mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
+                cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            }
+            finish(i, s);
+        }
     }
 
-    // The token's S lists into one (every lane of the warp takes part), then
-    // its first lane writes the row.
+    cp_async_wait<0>();  // (nothing is in flight but empty groups; no copy outlives the CTA)
+
+    // The token's S lists into one (every lane of the warp takes part, and
+    // the token's lanes end with the same list), then its lanes write the row.
 #pragma unroll
     for (int mask = 1; mask < S; mask <<= 1) top.merge_xor(mask);
-    if (my_live && my_s == 0)
-        top.write_row((int *)p.topk.ptr + (tile.tok0 + warp * TWW + my_t) * p.topk.token_stride +
-                      (long long)h * p.topk.head_stride);
+    if (my_live)
+        top.template write_row<S < K ? S : K>((int *)p.topk.ptr + (tile.tok0 + warp * TWW + my_t) * p.topk.token_stride +
+                                               (long long)h * p.topk.head_stride, my_s);
 }

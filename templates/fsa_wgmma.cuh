@@ -140,13 +140,19 @@ FSA_WG_RS_T(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, 
 // at a_tile of a K-major swizzled tile of A_ROWS rows (a_tile: its base plus
 // 128 bytes per row skipped, a multiple of 8 rows), B a K-major swizzled
 // tile of N rows (S = Q K^T). Fences (d may have been written since the last
-// product), then issues; the caller commits and waits.
-template <class DT, int K, int N, int A_ROWS = 64>
+// product), then issues; the caller commits and waits. ACCUMULATE false:
+// d = A B^T, whatever d held (no zeroing needed).
+// The descriptors of steps kd > 0 are those of step 0 moved by the step's
+// byte offset (shared-memory addresses stay below 256 KB, so the 14-bit
+// address field never carries): one add each instead of the masks.
+template <class DT, int K, int N, int A_ROWS = 64, bool ACCUMULATE = true>
 __device__ __forceinline__ void wg_mma_abt(float (&d)[N / 8][4], u32 a_tile, u32 b_tile) {
+    const u64 a0 = wg_desc_k(a_tile, A_ROWS, 0), b0 = wg_desc_k(b_tile, N, 0);
     wg_fence();
 #pragma unroll
     for (int kd = 0; kd < K / 16; kd++)
-        wg_mma_ss(DT(), d, wg_desc_k(a_tile, A_ROWS, kd), wg_desc_k(b_tile, N, kd), 1);
+        wg_mma_ss(DT(), d, a0 + (u64)(((kd >> 2) * A_ROWS * 128 + (kd & 3) * 32) >> 4),
+                  b0 + (u64)(((kd >> 2) * N * 128 + (kd & 3) * 32) >> 4), ACCUMULATE || kd > 0);
 }
 
 // The warpgroup's 64 x 16KK probabilities in accumulator fragments (p[2 kk],

@@ -247,8 +247,8 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
                                                                 plan->desc.head_dim, plan->desc.value_dim,
                                                                 plan->config.wgmma);
     const uint64_t sel_tiles =
-        (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group, plan->desc.head_dim,
-                                           plan->desc.top_k);
+        (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group, plan->desc.head_dim, plan->desc.top_k,
+                                           fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k));
     FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, sel_tiles, 1, stream, &p));

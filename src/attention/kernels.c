@@ -34,7 +34,7 @@ static const struct {
     [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"},
 };
 
-#define MAX_FAMILY_PARAMS 7
+#define MAX_FAMILY_PARAMS 8
 typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
@@ -69,8 +69,8 @@ static const struct {
     [FAM_KVC] = {"kvc_fwd", 7,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
     [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
-    [FAM_CMP_SELECT] = {"cmp_select", 7,
-                        {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE}},
+    [FAM_CMP_SELECT] = {"cmp_select", 8,
+                        {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA}},
     [FAM_CMP_BWD] = {"cmp_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
     [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_SWA_BWD] = {"swa_bwd", 4, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP}},
@@ -144,7 +144,9 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
     case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
-    case FSA_K_CMP_SELECT: smem = fsa_cmp_sel_smem_bytes(d, g, c->kernel_size, c->stride, c->top_k); break;
+    case FSA_K_CMP_SELECT:
+        smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride, fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
+        break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ: smem = fsa_qt_dq_smem_bytes(d, dv); break;
     case FSA_K_CMP_BWD_DKV:
@@ -155,6 +157,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_CMP_BWD || f == FAM_SWA_FWD || f == FAM_SWA_BWD)
         threads = id == FSA_K_CMP_BWD_DKV || id == FSA_K_SWA_BWD_DKV ? FSA_QT_DKV_THREADS : FSA_QT_THREADS;
     if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
+    if (id == FSA_K_CMP_SELECT) threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;

@@ -41,19 +41,26 @@ static int pow2_at_least(int n)
 
 static int quarter_splits(int top_k) { return (top_k + 3) / 4 < 16 ? (top_k + 3) / 4 : 16; }
 
+/* Partial rows per (sequence, KV head) of a decode token (group x shares)
+ * up to which shares are two blocks long: 32 rows of Dv floats, a few percent
+ * of the pair's selected K/V bytes written and read again by the merge. */
+#define FINE_SPLIT_ROWS 32
+
 /* A quarter of the slots per share: decode at small batches gets 4x the CTAs
  * for the K = 16 of NSA, and the partials stay small beside the K/V bytes at
  * large batches. Where one sequence's selection is small (FINE_SPLIT_BYTES:
- * few KV heads), shares of two blocks instead (at most FSA_KVC_MAX_CLUSTER,
- * a power of two): each CTA then has all its loads in flight at once, which
- * is what a lone sequence waits for. */
+ * few KV heads) and so are the partials (FINE_SPLIT_ROWS: small groups),
+ * shares of two blocks instead (at most FSA_KVC_MAX_CLUSTER, a power of
+ * two): each CTA then has all its loads in flight at once, which is what a
+ * lone sequence waits for. */
 static int heuristic_splits(const fsa_kvcache_desc *d)
 {
     const int quarter = quarter_splits(d->top_k);
     const int64_t bytes = (int64_t)d->num_kv_heads * d->top_k * d->block_size * (d->head_dim + d->value_dim) * 2;
     int fine = 1;
     while (fine * 2 <= d->top_k / 2 && fine * 2 <= FSA_KVC_MAX_CLUSTER) fine *= 2;
-    return bytes <= FINE_SPLIT_BYTES && fine > quarter ? fine : quarter;
+    const int group = d->num_q_heads / d->num_kv_heads;
+    return bytes <= FINE_SPLIT_BYTES && group * fine <= FINE_SPLIT_ROWS && fine > quarter ? fine : quarter;
 }
 
 static void add(fsa_kvc_tuning *t, int splits)

@@ -34,9 +34,9 @@ static const cmp_case cases[] = {
     {"bf16_t1",               BF, 64,  64,  2,  1,  32, 16, 64,  2,  1, 2, {1},                      1, 0, 0, 0, 0},
     {"bf16_g12_bk32",         BF, 64,  64,  12, 1,  32, 16, 32,  8,  1, 2, {700, 40, 33},            3, 0, 1, 0, 0},
     {"f16_g4_ties_l64_bk256", HF, 64,  128, 8,  2,  64, 16, 256, 3,  0, 1, {1700},                   1, 1, 0, 1, 0},
-    /* top-k over 32 (query fragments read per stage), a token's blocks shared by 32 lanes, exact ties
+    /* top-k over 32 (query fragments read per stage), a token's blocks shared by 16 lanes, exact ties
        through the heads' sums in registers */
-    {"bf16_g16_k36_ties_lanes32", BF, 64, 64, 16, 1, 32, 16, 32,  36, 1, 2, {2000, 700},            2, 0, 0, 1, 1},
+    {"bf16_g16_k36_ties_lanes16", BF, 64, 64, 16, 1, 32, 16, 32,  36, 1, 2, {2000, 700},            2, 0, 0, 1, 1},
     /* block size = stride at G 1: 64 blocks per stage on one lane per token, scored in chunks */
     {"bf16_g1_bk_eq_stride",  BF, 64,  64,  2,  2,  16, 16, 16,  8,  1, 2, {600, 90},               2, 0, 0, 0, 1},
     /* 1024 KV heads in one plan: many small key tiles per launch */

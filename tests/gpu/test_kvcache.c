@@ -55,8 +55,19 @@ enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
 
 static fsa_context *g_ctx;
 static char *g_cache_dir;
-static fsa_kvcache_plan *g_plans[N_CASES];
+static int g_own_cache; /* a temporary cache dir of this run, removed at the end */
+static fsa_kvcache_plan *g_plans[N_CASES]; /* made on first use (plan_of): a filtered run compiles only its own */
 static int g_quick;
+
+static fsa_kvcache_plan *plan_of(size_t i)
+{
+    if (g_plans[i] == NULL) {
+        const fsa_kvcache_desc d = kvc_desc_of(&cases[i], MAX_BATCH, MAX_TOKENS);
+        if (fsa_kvcache_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
+            fail_msg("plan %s: %s", cases[i].name, fsa_last_error());
+    }
+    return g_plans[i];
+}
 
 static void check_against_reference(const kvc_outputs *out, const kvc_problem *p, const char *name)
 {
@@ -107,7 +118,7 @@ static void run_cases(int with_dv)
         kvc_problem p;
         kvc_problem_make(&p, &cases[i], 1000 + i);
         kvc_problem_reference(&p);
-        run_and_check(g_plans[i], &p, cases[i].name, NULL);
+        run_and_check(plan_of(i), &p, cases[i].name, NULL);
         kvc_problem_free(&p);
     }
 }
@@ -139,7 +150,7 @@ static void assert_case_batch_invariant(size_t ci)
     kvc_problem_make(&p, &c, 77);
     kvc_problem_reference(&p);
     const int checked[] = {1, 5, 17, 62};
-    kvc_assert_batch_invariant(g_plans[ci], &p, checked, 4, run_and_check);
+    kvc_assert_batch_invariant(plan_of(ci), &p, checked, 4, run_and_check);
     kvc_problem_free(&p);
 }
 
@@ -201,14 +212,14 @@ static void test_a_captured_call_replays_with_updated_metadata(void **state)
     kvc_problem_make(&p, &cases[ci], 31);
     kvc_problem_reference(&p);
     kvc_device dv;
-    kvc_device_make(&dv, &p, g_plans[ci]);
+    kvc_device_make(&dv, &p, plan_of(ci));
     fsa_kvcache_args a = kvc_args_of(&dv, &p);
     CUstream s;
     CUgraph graph;
     CUgraphExec exec;
     assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, s), FSA_STATUS_OK);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, s), FSA_STATUS_OK);
     assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
     assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
     for (int rep = 0; rep < 3; rep++) {
@@ -247,7 +258,7 @@ static void test_bad_metadata_stays_in_bounds(void **state)
         kvc_problem p;
         kvc_problem_make(&p, &cases[ci], 900 + kind);
         kvc_device dv;
-        kvc_device_make(&dv, &p, g_plans[ci]);
+        kvc_device_make(&dv, &p, plan_of(ci));
         fsa_kvcache_args a = kvc_args_of(&dv, &p);
         switch (kind) {
         case 0: /* used table entries pointing past the cache, or negative */
@@ -276,7 +287,7 @@ static void test_bad_metadata_stays_in_bounds(void **state)
         fsa_test_h2d(dv.cu, p.cu_q, sizeof p.cu_q);
         fsa_test_dfill(dv.o, 0, dv.o_bytes);
         fsa_test_dfill(dv.lse, 0, (size_t)p.hq * p.Tq * 4);
-        assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_OK);
+        assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_OK);
         fsa_test_sync();
         kvc_outputs out;
         kvc_download(&out, &dv, &p);
@@ -298,38 +309,38 @@ static void test_host_checkable_problems_return_a_status(void **state)
     kvc_problem p;
     kvc_problem_make(&p, &cases[ci], 5);
     kvc_device dv;
-    kvc_device_make(&dv, &p, g_plans[ci]);
+    kvc_device_make(&dv, &p, plan_of(ci));
     const fsa_kvcache_args good = kvc_args_of(&dv, &p);
     fsa_kvcache_args a = good;
     a.batch = MAX_BATCH + 1;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.num_query_tokens = MAX_TOKENS + 1;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.q.ptr = 0;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_NULL_POINTER);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_NULL_POINTER);
     a = good;
     a.k_cache.ptr += 2;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_MISALIGNED);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
     a.v_page_stride = 12;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_MISALIGNED);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
     a.num_pages = 0;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.block_table_stride = a.max_pages_per_seq - 1;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.workspace_bytes = dv.ws_bytes - 1;
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
     a = good;
     a.struct_size = 8; /* shorter than the struct's first version */
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_STRUCT_SIZE);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_STRUCT_SIZE);
     a = good;
     a.num_query_tokens = 0; /* nothing to do */
-    assert_int_equal(fsa_kvcache_attention(g_plans[ci], &a, NULL), FSA_STATUS_OK);
+    assert_int_equal(fsa_kvcache_attention(plan_of(ci), &a, NULL), FSA_STATUS_OK);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
 }
@@ -338,15 +349,11 @@ static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
-    g_cache_dir = fsa_test_mkdtemp("kvcache-cache");
+    /* FSA_TEST_CACHE_DIR: a kernel cache shared by several runs (e.g. filtered runs in parallel), kept. */
+    const char *shared = getenv("FSA_TEST_CACHE_DIR");
+    g_own_cache = shared == NULL || shared[0] == '\0';
+    g_cache_dir = g_own_cache ? fsa_test_mkdtemp("kvcache-cache") : strdup(shared);
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
-    for (size_t i = 0; i < N_CASES; i++) {
-        const fsa_kvcache_desc d = kvc_desc_of(&cases[i], MAX_BATCH, MAX_TOKENS);
-        if (fsa_kvcache_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK) {
-            fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
-            return -1;
-        }
-    }
     return 0;
 }
 
@@ -355,7 +362,7 @@ static int teardown(void **state)
     (void)state;
     for (size_t i = 0; i < N_CASES; i++) fsa_kvcache_plan_destroy(g_plans[i]);
     fsa_context_destroy(g_ctx);
-    fsa_test_rmtree(g_cache_dir);
+    if (g_own_cache) fsa_test_rmtree(g_cache_dir);
     free(g_cache_dir);
     return 0;
 }

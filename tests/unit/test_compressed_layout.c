@@ -74,45 +74,53 @@ static void test_a_warp_holds_whole_token_groups(void **state)
     }
 }
 
-/* The selection's per-warp buffers: every warp's region starts 16-byte
- * aligned, a token's sums start this stage's keys after room for the halo
- * (with an odd pitch: lanes reading different tokens hit different banks), the
- * probabilities have a buffer only where the heads are not summed in
- * registers (a group that is not a power of two), and a warp's tokens times
- * the lanes that share each token's blocks (a power of two) fit in the warp,
- * using at least half of it. The query rows' region stays apart from the
- * warps' buffers when the fragments are not kept in registers (long top-k
- * lists). */
+/* The selection's launch shape and shared memory: warpgroups exactly where
+ * the plan has them, head dims allow and the list leaves registers for them
+ * (one set of 16 rows per warp then); a warp's tokens times the lanes that
+ * share each token's blocks (a power of two up to 16) fit in the warp, using
+ * at least half of it unless 16 lanes share each token; every warp's score
+ * buffer starts 16-byte aligned with a pitch of 4 mod 16 that holds a
+ * stage's blocks; the query rows' region stays apart from the warps'
+ * buffers when the fragments are not kept in registers (long top-k lists),
+ * and the warpgroup kernel fits an sm_90a CTA. */
 static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens(void **state)
 {
     (void)state;
-    for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
-        for (int dk = 16; dk <= 256; dk += 16)
-            for (int k = 1; k <= 64; k += 21) {
-                const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k);
-                const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k);
-                assert_true(tokens <= 32);
-                assert_true(lanes >= 1 && (lanes & (lanes - 1)) == 0);
-                assert_true(lanes * tokens <= 32 && 2 * lanes * tokens > 32);
-                assert_int_equal(fsa_cmp_sel_heads_in_registers(g), g == 1 || g == 2 || g == 4 || g == 8 || g == 16);
-                assert_int_equal(fsa_cmp_sel_warp_tok(g, dk, k) == 0, fsa_cmp_sel_heads_in_registers(g));
-                assert_int_equal(fsa_cmp_sel_warp_tok(g, dk, k) % 16, 0);
-                const int q_end = fsa_cmp_sel_smem_q(dk) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(dk, k), dk);
-                if (!fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k) >= q_end);
-                assert_int_equal(fsa_cmp_sel_smem_warps(dk, k) % 16, 0);
-                for (int l = 1; l <= 97; l += 6)
-                    for (int d = 1; d <= l && d <= 64; d *= 2) {
-                        assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, l, d, k) % 16, 0);
-                        assert_int_equal(fsa_cmp_sel_key0(l, d) % 2, 0);
-                        assert_true(fsa_cmp_sel_key0(l, d) >= fsa_cmp_sel_halo(l, d));
-                        assert_int_equal(fsa_cmp_sel_tok_pitch(l, d) % 2, 1);
-                        assert_true(fsa_cmp_sel_tok_pitch(l, d) >= fsa_cmp_sel_key0(l, d) + FSA_CMP_SEL_KEYS);
-                        const int warps_end = fsa_cmp_sel_smem_warps(dk, k) +
-                                              FSA_QT_WARPS * fsa_cmp_sel_warp_bytes(g, dk, l, d, k);
-                        assert_true(fsa_cmp_sel_smem_bytes(dk, g, l, d, k) >= warps_end);
-                        assert_true(fsa_cmp_sel_smem_bytes(dk, g, l, d, k) >= q_end);
-                    }
-            }
+    for (int wgmma = 0; wgmma <= 1; wgmma++)
+        for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
+            for (int dk = 16; dk <= 256; dk += 16)
+                for (int k = 1; k <= 64; k += 21) {
+                    const int groups = fsa_cmp_sel_groups(wgmma, dk, k);
+                    assert_int_equal(groups != 0, wgmma && dk % 64 == 0 && k <= 32);
+                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_int_equal(fsa_cmp_sel_mt(g, dk, k, groups), 1);
+                    assert_int_equal(fsa_cmp_sel_threads(groups), groups ? 128 * groups : FSA_QT_THREADS);
+                    const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
+                    const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k, groups);
+                    assert_true(tokens <= 32);
+                    assert_true(lanes >= 1 && (lanes & (lanes - 1)) == 0);
+                    assert_true(lanes <= 16 && lanes * tokens <= 32 && (lanes == 16 || 2 * lanes * tokens > 32));
+                    assert_int_equal(fsa_cmp_sel_tokens_per_tile(g, dk, k, groups),
+                                     fsa_cmp_sel_warps(groups) * tokens);
+                    const int q_end =
+                        groups ? fsa_cmp_sel_smem_k(dk, groups)
+                               : fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
+                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups) >= q_end);
+                    assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups) % 16, 0);
+                    for (int d = 1; d <= 64; d *= 2)
+                        for (int bk = d; bk <= 64 * d; bk *= 2) {
+                            const int pitch = fsa_cmp_sel_score_pitch(bk, d);
+                            assert_int_equal(pitch % 16, 4);
+                            assert_true(pitch >= fsa_cmp_sel_blocks_per_stage(bk, d));
+                            assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) % 16, 0);
+                            assert_true(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) >= tokens * pitch * 4);
+                            const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups) +
+                                                  fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
+                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups);
+                            assert_true(bytes >= warps_end + (groups ? FSA_QT_WG_ALIGN : 0));
+                            assert_true(bytes >= q_end);
+                            if (groups) assert_true(bytes <= 227 * 1024);
+                        }
+                }
 }
 
 int main(void)

@@ -38,8 +38,8 @@ typedef struct select_shape {
 } select_shape;
 
 static const select_shape selects[] = {
-    {128, 4, 64, 16, 32, 16, 69632}, {192, 16, 64, 16, 32, 16, 102400}, {256, 1, 256, 64, 64, 4, 122112},
-    {64, 5, 16, 1, 16, 16, 59520},   {32, 2, 32, 33, 32, 32, 23680},
+    {128, 4, 64, 16, 32, 16, 69632}, {192, 16, 64, 16, 32, 16, 76800}, {256, 1, 256, 64, 64, 4, 102400},
+    {64, 5, 16, 1, 16, 16, 36864},   {32, 2, 32, 33, 32, 32, 24064},
 };
 
 static void assert_kernel(fsa_kernel_id id, const fsa_kernel_config *c, const char *name, unsigned smem)
@@ -80,6 +80,21 @@ static void test_the_selection_keeps_its_launch_shape(void **state)
         const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = s->d, .group = s->g, .block_size = s->bk,
                                      .top_k = s->k, .kernel_size = s->l, .stride = s->s};
         assert_kernel(FSA_K_CMP_SELECT, &c, "fsa_cmp_select", s->smem);
+    }
+    /* Three warpgroups where the plan has warpgroup products (sm_90a), head
+       dims allow and the list is at most 32 long. */
+    const struct {
+        int d, g, k, bk, s;
+        unsigned threads, smem;
+    } wg[] = {{128, 4, 16, 64, 16, 384, 103168}, {192, 16, 16, 64, 16, 384, 149440}, {256, 1, 64, 256, 4, 128, 102400},
+              {96, 2, 16, 64, 16, 128, 53248}};
+    for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
+        const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = wg[i].d, .group = wg[i].g, .block_size = wg[i].bk,
+                                     .top_k = wg[i].k, .kernel_size = 32, .stride = wg[i].s, .wgmma = 4};
+        fsa_kernel k;
+        fsa_kernel_describe(&k, FSA_K_CMP_SELECT, &c);
+        assert_int_equal(k.threads, wg[i].threads);
+        assert_int_equal(k.smem, wg[i].smem);
     }
 }
 
