@@ -63,6 +63,11 @@ FSA_LAYOUT_FN int fsa_sort_windows(long long tc) {
 FSA_LAYOUT_FN int fsa_row_lanes(int d) { return d / 8 <= 8 ? 8 : d / 8 <= 16 ? 16 : 32; }
 FSA_LAYOUT_FN int fsa_rows_per_block(int d) { return FSA_ROW_THREADS / fsa_row_lanes(d); }
 FSA_LAYOUT_FN int fsa_warp_rows_per_block(void) { return FSA_ROW_THREADS / 32; }
+/* CTAs of the backward's dK/dV sums (a warp per key row) over `key_rows` rows. */
+FSA_LAYOUT_FN long long fsa_bwd_dkv_sum_blocks(long long key_rows)
+{
+    return (key_rows + FSA_ROW_THREADS / 32 - 1) / (FSA_ROW_THREADS / 32);
+}
 
 /* ---------------------------------------------------------------- FSA forward main */
 /* A work item: one (KV head, block) and up to FSA_FWD_ITEM_ROWS rows of its
@@ -190,6 +195,19 @@ FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_
  * is 32 tiles' tokens (or at least 8 tokens), so every choice is a whole
  * number of tiles' tokens and at least one entry. */
 FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_round_entries(g) >> halvings; }
+/* Entries per work item of one list of c entries, given the call's item_entries e: e, or
+ * up to FSA_BWD_MAX_ITEM_ROUNDS times e while the list keeps at least
+ * FSA_BWD_ITEMS_PER_LIST items. Long lists (the most selected blocks) then leave fewer
+ * fp32 dK/dV partials to write and sum; short lists, which end the work order, keep
+ * items of one round, so the kernel's tail stays short. Depends on c and e only: a
+ * chunk of fewer heads splits a list as a call of all heads does. */
+#define FSA_BWD_MAX_ITEM_ROUNDS 4
+#define FSA_BWD_ITEMS_PER_LIST 4
+FSA_LAYOUT_FN int fsa_bwd_list_item_entries(long long c, int e)
+{
+    const long long m = c / ((long long)FSA_BWD_ITEMS_PER_LIST * e);
+    return e * (int)(m < 1 ? 1 : m > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : m);
+}
 /* The backwards that accumulate dK and dV of a warp's 16 keys in registers
  * (this main kernel, the query-tile dK/dV blocks) do it in one pass while
  * the dK and dV columns together are at most FSA_BWD_ONE_PASS_COLS (160

@@ -1,6 +1,7 @@
 // FSA backward, main kernel: a CTA takes one work item = one (KV head, key
 // block, run of list entries of that block, in token order; the host sizes
-// the runs) and one KEYS-key slice of the block, in rounds of CHUNK entries.
+// the runs, longer for long lists: fsa_bwd_list_item_entries) and one
+// KEYS-key slice of the block, in rounds of CHUNK entries.
 // K and V of the slice stay in shared memory; warp w owns keys 16w..16w+15
 // and accumulates their dK and dV in registers over every tile of (token,
 // head-in-group) rows:
@@ -53,32 +54,43 @@ __device__ __forceinline__ bool tile_row(int tile, int r, int &e, int &g) {
     return g < G;
 }
 
+// What a row's softmax step and stores need, in one 16-byte entry: the step
+// reads it with one shared-memory load per column instead of three.
+struct __align__(16) RowInfo {
+    int token;    // packed token, -1 for padding rows
+    int pair;     // (h, token, slot) pair index
+    float lse2;   // log2-sum-exp of the row (+inf for padding: P = 0)
+    float delta;
+};
 struct Tables {
-    int token[TILES * M];   // packed token, -1 for padding rows
-    int pair[TILES * M];    // (h, token, slot) pair index
-    float lse2[TILES * M];  // log2-sum-exp of the row (+inf for padding: P = 0)
-    float delta[TILES * M];
+    RowInfo row[TILES * M];
 };
 static_assert(sizeof(Tables) == fsa_bwd_smem_k(), "the row tables open the shared-memory layout");
+
+// Row i's entry: one 16-byte load; field by field (no more registers live
+// than before) for heads over 256 columns in all and one-warp CTAs, where a
+// few more registers would spill.
+constexpr bool ROW_VEC = D + DV <= 256 && WARPS > 1;
+__device__ __forceinline__ RowInfo row_info(const Tables &tb, int i) {
+    if (ROW_VEC) return tb.row[i];
+    const volatile RowInfo &r = tb.row[i];
+    return RowInfo{r.token, 0, r.lse2, r.delta};
+}
 
 __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
     for (int i = threadIdx.x; i < TILES * M; i += THREADS) {
         const int tile = i / M, r = i - tile * M;
         int e, g;
         if (!tile_row(tile, r, e, g) || e >= n_ent) {
-            tb.token[i] = -1;
-            tb.pair[i] = 0;
-            tb.lse2[i] = FSA_INF;
-            tb.delta[i] = 0.f;
+            tb.row[i] = RowInfo{-1, 0, FSA_INF, 0.f};
             continue;
         }
         const int v = ent[e];
         const long long tl = fsa_entry_token(v), t = p.t0 + tl;
         const int qh = h * G + g;
-        tb.token[i] = (int)t;
-        tb.pair[i] = (int)pair_index(p, h, tl, fsa_entry_slot(v));
-        tb.lse2[i] = ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E;
-        tb.delta[i] = ((const float *)p.delta)[(long long)qh * p.tc + tl];
+        tb.row[i] = RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
+                            ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+                            ((const float *)p.delta)[(long long)qh * p.tc + tl]};
     }
 }
 
@@ -87,7 +99,7 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
                                           int h) {
     const u16 *q = (const u16 *)p.q.ptr, *dout = (const u16 *)p.dout.ptr;
     load_tiles_async<M, D, LD, DV, LDV, THREADS>(qdst, ddst, [&](int r) {
-        const int t = tb.token[tile * M + r];
+        const int t = tb.row[tile * M + r].token;
         int e, g;
         tile_row(tile, r, e, g);
         const int qh = h * G + g;
@@ -98,13 +110,29 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
 
 // dQ = dS K for one tile: 16 rows x DQ_COLS columns per unit, the dS^T
 // fragment loaded once per 16 keys and used for all the unit's columns (at
-// most 32 next to more than 128 dK/dV accumulators per thread).
+// most 32 next to more than 128 dK/dV accumulators per thread). A unit's rows
+// go out through `stage` (this warp's 16 rows of DQ_PITCH halves in shared
+// memory) as whole 16-byte pieces: stored straight from the fragments, every
+// 4-byte store touches eight rows, and the stores' L1 traffic rivals the
+// tile's ldmatrix traffic. Without a stage (stage == nullptr) they go
+// straight out.
 constexpr int DQ_COLS = D % 64 == 0 && MSTEP == M ? 64 : D % 32 == 0 ? 32 : 16;
-__device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, int tile,
-                                        int slice, float scale, int lane, int warp) {
+constexpr int DQ_PITCH = DQ_COLS + 8;                            // halves: conflict-free 4- and 16-byte accesses
+constexpr int DQ_UNITS = (M / 16) * (D / DQ_COLS);
+constexpr int DQ_STAGE_BYTES = 16 * DQ_PITCH * 2;
+constexpr int DQ_SLOTS = ((DQ_UNITS < WARPS ? DQ_UNITS : WARPS) + 1) / 2;  // per buffer: even warps in Q, odd in dO
+// The tile's Q and dO buffers are free once dS^T is complete (the products that read them are done).
+// The stage's addressing costs a few registers: heads over 256 columns in all (at the register
+// limit) and one-warp CTAs keep the direct stores, which do not spill there.
+constexpr bool DQ_STAGED = DQ_SLOTS * DQ_STAGE_BYTES <= (Q_TILE_BYTES < DO_TILE_BYTES ? Q_TILE_BYTES : DO_TILE_BYTES) &&
+                           D + DV <= 256 && WARPS > 1;
+
+__device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &tb, u32 dst_addr, u32 ks_addr, u16 *stage,
+                                        int tile, int slice, float scale, int lane, int warp) {
     constexpr int NT = DQ_COLS / 8;
+    constexpr int PIECES = DQ_COLS / 8;  // 16-byte pieces of a unit's row
     u16 *dq_part = (u16 *)p.dq_part;
-    for (int u = warp; u < (M / 16) * (D / DQ_COLS); u += WARPS) {
+    for (int u = warp; u < DQ_UNITS; u += WARPS) {
         const int rb = u / (D / DQ_COLS), c0 = (u - rb * (D / DQ_COLS)) * DQ_COLS;
         float acc[NT][4];
         frag_zero<NT>(acc);
@@ -114,13 +142,34 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
             ldmatrix_x4_trans(a, dst_addr + ldm_lane_b(lane, LDS) + kk * 16 * LDS * 2 + rb * 32);
             mma_a_rows<DT, NT>(acc, a, ks_addr + ldm_lane_a(lane, LD) + kk * 16 * LD * 2 + c0 * 2);
         }
+        if (stage) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                u16 *row = stage + ((lane >> 2) + half * 8) * DQ_PITCH + 2 * (lane & 3);
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    *(u32 *)(row + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+            }
+            __syncwarp();
+            for (int k = lane; k < 16 * PIECES; k += 32) {
+                const int rr = k / PIECES, pc = k - rr * PIECES;
+                const int r = rb * 16 + rr, i = tile * M + r;
+                if (tb.row[i].token < 0) continue;
+                int e, g;
+                tile_row(tile, r, e, g);
+                u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + pc * 8;
+                *(uint4 *)dst = *(const uint4 *)(stage + rr * DQ_PITCH + pc * 8);
+            }
+            __syncwarp();  // the stage is free for the next unit
+            continue;
+        }
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int r = rb * 16 + (lane >> 2) + half * 8, i = tile * M + r;
-            if (tb.token[i] < 0) continue;
+            if (tb.row[i].token < 0) continue;
             int e, g;
             tile_row(tile, r, e, g);
-            u16 *dst = dq_part + (((long long)tb.pair[i] * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
+            u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 *(u32 *)(dst + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
@@ -192,8 +241,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
         const long long gid = seg - (long long)h * p.nb_total;
         const int item = wi - work[seg];
         const int n_items = work[seg + 1] - work[seg];
-        const int item0 = offs[seg] + item * item_entries;
-        const int item_n = min(offs[seg + 1] - item0, item_entries);
+        const int per_item = fsa_bwd_list_item_entries(offs[seg + 1] - offs[seg], item_entries);
+        const int item0 = offs[seg] + item * per_item;
+        const int item_n = min(offs[seg + 1] - item0, per_item);
 
         float dk[DPK / 8][4], dv[DPV / 8][4];
         frag_zero<DPK / 8>(dk);
@@ -231,7 +281,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             ring.start(ntiles, load);  // with K and V in the first round
 
             for (int tile = 0; tile < ntiles; tile++) {
-                const int buf = ring.acquire(tile, load);
+                const int buf = ring.acquire_then_refill(tile, load, [] {});
                 const u32 qb_addr = qs_addr + buf * Q_TILE_BYTES, dob_addr = dos_addr + buf * DO_TILE_BYTES;
                 const u32 key_rows = warp * 16 * LD * 2 + ldm_lane_a(lane, LD);
                 const u32 val_rows = warp * 16 * LDV * 2 + ldm_lane_a(lane, LDV);
@@ -250,11 +300,11 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                         for (int e = 0; e < 4; e++) {
                             const int i = tile * M + c + frag_col(lane, jn, e);
                             const long long key = kb0 + key_lo + (e >> 1) * 8;
-                            const int t = tb.token[i];
+                            const RowInfo ri = row_info(tb, i);
                             const float pr =
-                                (t >= 0 && key <= t) ? fast_exp2(pt[jn][e] * scale_log2 - tb.lse2[i]) : 0.f;
+                                (ri.token >= 0 && key <= ri.token) ? fast_exp2(pt[jn][e] * scale_log2 - ri.lse2) : 0.f;
                             pt[jn][e] = pr;
-                            dpt[jn][e] = pr * (dpt[jn][e] - tb.delta[i]);  // dS^T
+                            dpt[jn][e] = pr * (dpt[jn][e] - ri.delta);  // dS^T
                         }
                     }
                     mma_pv<DT, MSTEP / 16, DPV / 8, LDV>(dv, pt, do_rows + ldm_lane_a(lane, LDV) + d0v * 2);
@@ -264,9 +314,14 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 }
                 if (!do_dq) continue;
 
-                // dQ = dS K for the tile, stored per pair row straight from the fragments.
-                __syncthreads();  // dS^T complete
-                dq_tile(p, tb, dst_addr, ks_addr, tile, slice, scale, lane, warp);
+                // dQ = dS K for the tile, stored per pair row through this warp's stage.
+                __syncthreads();  // dS^T complete; the tile's Q and dO buffers are free
+                u16 *stage = nullptr;
+                if (DQ_STAGED)
+                    stage = (u16 *)(smem + ((warp & 1) ? fsa_bwd_smem_do(D, DV, KS) + buf * DO_TILE_BYTES
+                                                       : fsa_bwd_smem_q(D, DV, KS) + buf * Q_TILE_BYTES) +
+                                    (warp >> 1) * DQ_STAGE_BYTES);
+                dq_tile(p, tb, dst_addr, ks_addr, stage, tile, slice, scale, lane, warp);
             }
         }
 

@@ -1,5 +1,7 @@
 // FSA backward, reductions:
-//   fsa_sel_bwd_dq        dq of each (token, query head): sum of its pairs' dq rows, in slot and
+//   fsa_sel_bwd_sums      both sums below in one grid, the dK/dV CTAs first (the FSA order: one
+//                         launch and one tail fewer per chunk; the dK/dV rows overlap the dq sums);
+//   dq sums               dq of each (token, query head): sum of its pairs' dq rows, in slot and
 //                         key-slice order;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         item order into the fp32 accumulator (once per token chunk), or straight
@@ -25,23 +27,45 @@ __device__ __forceinline__ void add8(float acc[8], const uint4 &v) {
     for (int i = 0; i < 8; i++) acc[i] += f[i];
 }
 
-// Rows of the chunk: (token, query head); empty rows give dq = 0.
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(const fsa_sel_params p) {
+// Rows of the chunk: (token, query head); empty rows give dq = 0. The
+// pair rows are read DQ_ILP at a time, all loads issued before the adds (the
+// same order of additions as one at a time: the same bits).
+constexpr int DQ_ILP = 8;
+__device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block) {
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
-    const long long row = ((long long)blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
+    const long long row = (block * WARPS + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
     const long long hq = p.num_kv_heads * G;
     if (row >= p.tc * hq || l >= PIECES) return;
     const long long tl = row / hq;
     const int qh = (int)(row - tl * hq), h = qh / G, g = qh - h * G;
-    const u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
+    u64 mask = ((const u64 *)p.mask)[(long long)h * p.tc + tl];
     const long long pair0 = pair_index(p, h, tl, 0);
     const int slices = (int)p.key_slices;
-    const u16 *dq_part = (const u16 *)p.dq_part;
+    const u16 *dq_part = (const u16 *)p.dq_part + g * D + l * 8;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (u64 m = mask; m; m &= m - 1) {
-        const long long slot_row = (pair0 + __ffsll((long long)m) - 1) * slices;
-        for (int s = 0; s < slices; s++) add8(acc, *(const uint4 *)(dq_part + ((slot_row + s) * G + g) * D + l * 8));
+    // (slot, slice) rows in order: the next valid slot's slices, one after another.
+    long long slot_row = 0;
+    int s = slices;
+    while (mask || s < slices) {
+        uint4 v[DQ_ILP];
+        int n = 0;
+#pragma unroll
+        for (int k = 0; k < DQ_ILP; k++) {
+            if (s == slices && mask) {
+                slot_row = (pair0 + __ffsll((long long)mask) - 1) * slices;
+                mask &= mask - 1;
+                s = 0;
+            }
+            if (s < slices) {
+                v[k] = __ldcs((const uint4 *)(dq_part + (slot_row + s) * G * D));
+                s++;
+                n = k + 1;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < DQ_ILP; k++)
+            if (k < n) add8(acc, v[k]);
     }
     const long long t = p.t0 + tl;
     *(uint4 *)(view_row<u16>(p.dq, t, qh) + l * 8) = pack8<DT>(acc);
@@ -51,13 +75,14 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dq(con
 // work items, contributes the sum of its items' partial rows. Without an
 // accumulator (the chunk covers every token: p.dkv_acc == 0) the sum goes
 // straight out as dk and dv, and keys of blocks no item touched get zeros;
-// 0 + x is x, so the bits are those of the accumulator's path.
+// 0 + x is x, so the bits are those of the accumulator's path. `block`: this
+// CTA's place among the CTAs of the sums.
 constexpr int SUM_ILP = 8;  // partial rows loaded before they are added (in item order)
 __device__ __forceinline__ void add4(float4 &s, const float4 &v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
 
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+__device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long block) {
     const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const long long row = block * WARPS + (threadIdx.x >> 5);
     if (row >= p.total_tokens * p.num_kv_heads) return;
     const long long t = row / p.num_kv_heads;
     const int h = (int)(row - t * p.num_kv_heads);
@@ -112,6 +137,21 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_su
             *(uint2 *)dst = make_uint2(DT::pack(s[u].x, s[u].y), DT::pack(s[u].z, s[u].w));
         }
     }
+}
+
+// The chunk's key rows: keys after its last token get nothing from it (causal).
+__device__ __forceinline__ long long dkv_sum_blocks(const fsa_sel_params &p) {
+    return fsa_bwd_dkv_sum_blocks((p.t0 + p.tc) * p.num_kv_heads);
+}
+
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+    dkv_sums(p, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_sums(const fsa_sel_params p) {
+    const long long dkv_blocks = dkv_sum_blocks(p);
+    if (blockIdx.x < dkv_blocks) dkv_sums(p, blockIdx.x);
+    else dq_sums(p, blockIdx.x - dkv_blocks);
 }
 
 // One warp per (token, KV head): dk and dv from the accumulator.

@@ -127,7 +127,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     for (long long base = 0; base < n; base += blockDim.x) {
         long long i = base + threadIdx.x;
         int c = i < n ? __ldcg(counts + i) : 0;
-        const int items = (c + chunk - 1) / chunk;
+        // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
+        const int per_item = parts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
+        const int items = (c + per_item - 1) / per_item;
         u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
         u64 total;
         u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;

@@ -94,7 +94,7 @@ static const struct {
     [FSA_K_BWD_PREP] = {FAM_BWD_PREP, "fsa_sel_bwd_prep"},
     [FSA_K_BWD_MAIN] = {FAM_BWD_MAIN, "fsa_sel_bwd_main"},
     [FSA_K_BWD_MAIN_KV] = {FAM_BWD_MAIN, "fsa_sel_bwd_main_kv"},
-    [FSA_K_BWD_DQ] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dq"},
+    [FSA_K_BWD_SUMS] = {FAM_BWD_REDUCE, "fsa_sel_bwd_sums"},
     [FSA_K_BWD_DQ_NSA] = {FAM_BWD_DQ_NSA, "fsa_sel_bwd_dq_nsa"},
     [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
     [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},

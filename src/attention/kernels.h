@@ -27,7 +27,7 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_PREP,      /* backward: delta = rowsum(dout * o) */
     FSA_K_BWD_MAIN,      /* backward: dK, dV and per-pair dq rows */
     FSA_K_BWD_MAIN_KV,   /* backward: dK and dV only */
-    FSA_K_BWD_DQ,        /* backward: dq from the per-pair rows */
+    FSA_K_BWD_SUMS,      /* backward: dq from the per-pair rows, and the split blocks' dK/dV */
     FSA_K_BWD_DQ_NSA,    /* backward: NSA-order dq */
     FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
     FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */

@@ -85,7 +85,7 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_load(&k->prep, FSA_K_BWD_PREP, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->main, FSA_K_BWD_MAIN, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->main_kv, FSA_K_BWD_MAIN_KV, ctx, c));
-    FSA_CHECK(fsa_kernel_load(&k->dq, FSA_K_BWD_DQ, ctx, c));
+    FSA_CHECK(fsa_kernel_load(&k->sums, FSA_K_BWD_SUMS, ctx, c));
     if (plan->bwd_nsa_available) FSA_CHECK(fsa_kernel_load(&k->dq_nsa, FSA_K_BWD_DQ_NSA, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_sum, FSA_K_BWD_DKV_SUM, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_store, FSA_K_BWD_DKV_STORE, ctx, c));
@@ -256,8 +256,9 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
 /* List entries per backward work item for a chunk of tc tokens: one round,
  * halved (up to FSA_BWD_MAX_HALVINGS times) while there are fewer than 2
  * waves of items, so short inputs still fill the device. (Items of several
- * rounds would save dK/dV partials but measured slower: the longest lists
- * then make the tail; bench/NOTES.md.) Counted over every KV head, so that a
+ * rounds for every list would save dK/dV partials but measured slower: the
+ * longest lists then made the tail; bench/NOTES.md. Long lists take items of
+ * up to a few times this: fsa_bwd_list_item_entries.) Counted over every KV head, so that a
  * chunk of fewer heads splits each list as a call of all heads does (the same
  * dK/dV sums, bit for bit). */
 static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)

@@ -3,8 +3,8 @@
  * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
  * per token chunk: index inversion with lists sorted by token, delta, the
  * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
- * main kernel's per-pair rows; NSA order: one token-major kernel), and the
- * dK/dV partials of split blocks; then the head chunk's dk and dv once from
+ * main kernel's per-pair rows, in one grid with the sums of split blocks' dK/dV
+ * partials; NSA order: one token-major kernel, then those sums); then the head chunk's dk and dv once from
  * the fp32 accumulator (a chunk of every token writes them directly). */
 #include "launch.h"
 #include "tuning.h"
@@ -87,15 +87,18 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
             FSA_CHECK(fsa_launch(plan, main, grid, 1, stream, p));
         }
         p->d_part = 0;
-        if (nsa)
+        /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped.
+         * Without the accumulator the dK/dV sums also write the split blocks' dk and dv, and zeros. */
+        const uint64_t dkv_blocks = (uint64_t)fsa_bwd_dkv_sum_blocks((t0 + cur) * hkv);
+        if (nsa) {
             FSA_CHECK(fsa_launch(plan, &k->dq_nsa, (uint64_t)cur,
                                  (unsigned)(hkv * fsa_nsa_head_groups(plan->group)), stream, p));
-        else
-            FSA_CHECK(fsa_launch(plan, &k->dq, fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1, stream, p));
-        /* Keys after the chunk's last token get nothing from it (causal): their rows are skipped.
-         * Without the accumulator this also writes the split blocks' dk and dv, and zeros. */
-        FSA_CHECK(fsa_launch(plan, &k->dkv_sum, fsa_blocks_for((uint64_t)((t0 + cur) * hkv), fsa_warp_rows_per_block()),
-                             1, stream, p));
+            FSA_CHECK(fsa_launch(plan, &k->dkv_sum, dkv_blocks, 1, stream, p));
+        } else {
+            /* One grid: the dK/dV sums' CTAs, then the dq sums'. */
+            FSA_CHECK(fsa_launch(plan, &k->sums, dkv_blocks + fsa_blocks_for(q_rows, fsa_rows_per_block(d)), 1,
+                                 stream, p));
+        }
     }
     if (!l->dkv_direct)
         FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
