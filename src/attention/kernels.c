@@ -108,20 +108,25 @@ static const struct {
     [FSA_K_SWA_BWD_DKV] = {FAM_SWA_BWD, "fsa_swa_bwd_dkv"},
 };
 
+/* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
+ * variable names, as pick grants it for the head dims, or the default. */
+static int wgmma_variant(const fsa_context *ctx, const char *variable, char max, int (*pick)(int, int, int),
+                         int (*fallback)(int, int), int dk, int dv)
+{
+    const char *env = getenv(variable);
+    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= max && env[1] == '\0') return pick(env[0] - '0', dk, dv);
+    return fallback(dk, dv);
+}
+
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    const char *env = getenv("FSA_WGMMA");
-    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
-    if (env != NULL && env[0] >= '0' && env[0] <= '4' && env[1] == '\0') return fsa_qt_wg_pick(env[0] - '0', dk, dv);
-    return fsa_qt_wg_default(dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA", '4', fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
 }
 
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    const char *env = getenv("FSA_WGMMA_BWD");
-    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
-    if (env != NULL && env[0] >= '0' && env[0] <= '5' && env[1] == '\0') return fsa_qt_wgb_pick(env[0] - '0', dk, dv);
-    return fsa_qt_wgb_default(dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_BWD", '5', fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -229,6 +234,15 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
 }
 
+/* A launch's status: OK, or the driver's error naming the kernel. */
+static fsa_status launch_status(const fsa_kernel *k, const fsa_cu_api *cu, CUresult r, const char *api)
+{
+    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_cu_error(cu, r, stage, api);
+}
+
 fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
                                 CUstream stream, void *params)
 {
@@ -237,10 +251,7 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     if (gx == 0 || gy == 0 || gz == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
     const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, gz, k->threads, 1, 1, k->smem, stream, args, NULL);
-    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
-    char stage[40];
-    snprintf(stage, sizeof stage, "launch %s", k->name);
-    return fsa_cu_error(cu, r, stage, "cuLaunchKernel");
+    return launch_status(k, cu, r, "cuLaunchKernel");
 }
 
 int fsa_kernel_can_cluster(const fsa_context *ctx)
@@ -255,29 +266,15 @@ fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ct
     void *args[] = {params};
     if (gx == 0 || gy == 0) return FSA_STATUS_OK;
     if (gx > 0x7fffffffu) gx = 0x7fffffffu;
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
     attr.value.clusterDim.x = 1;
     attr.value.clusterDim.y = cluster_y;
     attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDimX = (unsigned)gx;
-    cfg.gridDimY = gy;
-    cfg.gridDimZ = 1;
-    cfg.blockDimX = k->threads;
-    cfg.blockDimY = 1;
-    cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = k->smem;
-    cfg.hStream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const CUlaunchConfig cfg = {.gridDimX = (unsigned)gx, .gridDimY = gy, .gridDimZ = 1,
+                                .blockDimX = k->threads, .blockDimY = 1, .blockDimZ = 1,
+                                .sharedMemBytes = k->smem, .hStream = stream, .attrs = &attr, .numAttrs = 1};
     const CUresult r = cu->LaunchKernelEx(&cfg, k->fn, args, NULL);
-    if (r == CUDA_SUCCESS) return FSA_STATUS_OK;
-    char stage[40];
-    snprintf(stage, sizeof stage, "launch %s", k->name);
-    return fsa_cu_error(cu, r, stage, "cuLaunchKernelEx");
+    return launch_status(k, cu, r, "cuLaunchKernelEx");
 }
 
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
