@@ -244,6 +244,51 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
 {
     return fsa_bwd_smem_entries(dk, dv, keys) + fsa_bwd_round_entries(g) * 4;
 }
+/* The warpgroup main kernel (sm_90a, sel_bwd_main_wg.cu): one warpgroup per
+ * CTA, the block's 64 keys its rows (blocks of 64 keys, head dims multiples
+ * of 64 up to 128, one pass); query tiles of FSA_BWD_WG_ROWS rows in rounds
+ * of FSA_BWD_WG_TILES tiles (one row table each), FSA_BWD_WG_STAGES tiles
+ * in flight; two CTAs per SM. The work items are the mma.sync kernel's.
+ * Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN bytes of slack):
+ * K | V (swizzled, 64 keys) | the Q stages | the dO stages | dS^T (keys x
+ * rows) | the round's row table. */
+#define FSA_BWD_WG_ROWS 64
+#define FSA_BWD_WG_TILES 4
+#define FSA_BWD_WG_STAGES 2
+#define FSA_BWD_WG_KEYS 64
+#define FSA_BWD_WG_ALIGN 1024
+FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
+{
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && bk == FSA_BWD_WG_KEYS;
+}
+/* The FSA_WGMMA_SEL_BWD variable's value v (0 or 1) as granted for the head
+ * dims, and the choice without it. */
+FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return v && fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS); }
+FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv)
+{
+    (void)dk;
+    (void)dv;
+    return 0;
+}
+FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_v(int dk) { return fsa_sw128_bytes(FSA_BWD_WG_KEYS, dk); }
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_q(int dk, int dv) { return fsa_bwd_wg_smem_v(dk) + fsa_sw128_bytes(FSA_BWD_WG_KEYS, dv); }
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_do(int dk, int dv)
+{
+    return fsa_bwd_wg_smem_q(dk, dv) + FSA_BWD_WG_STAGES * fsa_sw128_bytes(FSA_BWD_WG_ROWS, dk);
+}
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_ds(int dk, int dv)
+{
+    return fsa_bwd_wg_smem_do(dk, dv) + FSA_BWD_WG_STAGES * fsa_sw128_bytes(FSA_BWD_WG_ROWS, dv);
+}
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_rows(int dk, int dv)
+{
+    return fsa_bwd_wg_smem_ds(dk, dv) + fsa_sw128_bytes(FSA_BWD_WG_KEYS, FSA_BWD_WG_ROWS);
+}
+FSA_LAYOUT_FN int fsa_bwd_wg_smem_bytes(int dk, int dv)
+{
+    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + 16 * FSA_BWD_WG_TILES * FSA_BWD_WG_ROWS;
+}
 /* The fp32 dK/dV accumulator holds dk + dv floats per (key token, KV head):
  * dK, then dV. A partial of one work item holds BK rows of dK, then BK rows
  * of dV. */

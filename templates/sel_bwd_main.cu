@@ -15,7 +15,7 @@
 // Q, K, dq and dK are D wide, V, dO and dV DV wide. Heads too wide for one
 // pass (D + DV over FSA_BWD_ONE_PASS_COLS) run twice, each launch
 // accumulating half of the dK and half of the dV columns.
-#include "sel_common.cuh"
+#include "sel_bwd_rows.cuh"
 #include "fsa_mma.cuh"
 #include "fsa_pipeline.cuh"
 
@@ -37,31 +37,11 @@ constexpr int MSTEP = DPK + DPV > 256 ? 16 : M;
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDS = fsa_bwd_ds_pitch();            // pitch of dS^T
 constexpr u32 Q_TILE_BYTES = fsa_tile_bytes(M, D), DO_TILE_BYTES = fsa_tile_bytes(M, DV);
-constexpr int DKV = fsa_bwd_dkv_row(D, DV);        // floats per accumulator row: dK, then dV
 static_assert(KS >= 16 && KS <= 128 && BK % KS == 0, "slices of 16 to 128 keys");
 static_assert(DPK % 16 == 0 && DPV % 16 == 0, "each launch's dK and dV columns are multiples of 16");
 
-// Row r of tile `tile`: list entry e and head-in-group g; false for padding.
-__device__ __forceinline__ bool tile_row(int tile, int r, int &e, int &g) {
-    if (G <= M) {
-        const int tk = r / G;
-        g = r - tk * G;
-        e = tile * TOK + tk;
-        return tk < TOK;
-    }
-    e = tile / TPT;
-    g = (tile - e * TPT) * M + r;
-    return g < G;
-}
+__device__ __forceinline__ bool tile_row(int tile, int r, int &e, int &g) { return bwd_tile_row<M, G>(tile, r, e, g); }
 
-// What a row's softmax step and stores need, in one 16-byte entry: the step
-// reads it with one shared-memory load per column instead of three.
-struct __align__(16) RowInfo {
-    int token;    // packed token, -1 for padding rows
-    int pair;     // (h, token, slot) pair index
-    float lse2;   // log2-sum-exp of the row (+inf for padding: P = 0)
-    float delta;
-};
 struct Tables {
     RowInfo row[TILES * M];
 };
@@ -78,20 +58,7 @@ __device__ __forceinline__ RowInfo row_info(const Tables &tb, int i) {
 }
 
 __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
-    for (int i = threadIdx.x; i < TILES * M; i += THREADS) {
-        const int tile = i / M, r = i - tile * M;
-        int e, g;
-        if (!tile_row(tile, r, e, g) || e >= n_ent) {
-            tb.row[i] = RowInfo{-1, 0, FSA_INF, 0.f};
-            continue;
-        }
-        const int v = ent[e];
-        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
-        const int qh = h * G + g;
-        tb.row[i] = RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
-                            ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                            ((const float *)p.delta)[(long long)qh * p.tc + tl]};
-    }
+    build_bwd_rows<M, G, TILES * M, THREADS>(tb.row, p, ent, n_ent, h);
 }
 
 // Query and dO rows of one tile into the tile buffers at qdst and ddst.
@@ -177,33 +144,6 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
     }
 }
 
-// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, in the
-// output dtype: what the fp32 path below stores after adding it to zero and
-// converting (the same bits).
-template <int N>
-__device__ __forceinline__ void store_out(u16 *row, const float acc[N][4], int half, int lane, float scale) {
-#pragma unroll
-    for (int dn = 0; dn < N; dn++)
-        *(u32 *)(row + dn * 8 + 2 * (lane & 3)) = DT::pack(acc[dn][2 * half] * scale, acc[dn][2 * half + 1] * scale);
-}
-
-// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, into fp32
-// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds.
-template <int N>
-__device__ __forceinline__ void store_rows(float *row, const float acc[N][4], int half, int lane, float scale,
-                                           bool add) {
-#pragma unroll
-    for (int dn = 0; dn < N; dn++) {
-        float2 *at = (float2 *)(row + dn * 8 + 2 * (lane & 3));
-        float2 v = make_float2(acc[dn][2 * half] * scale, acc[dn][2 * half + 1] * scale);
-        if (add) {
-            const float2 a = *at;
-            v.x += a.x, v.y += a.y;
-        }
-        *at = v;
-    }
-}
-
 template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -216,14 +156,8 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     const u32 dst_addr = smem_addr(dST);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int item_entries = (int)p.item_entries;  // a whole number of tiles' tokens (fsa_bwd_item_entries)
     const int *work = (const int *)p.work_offsets;
-    const int *work_seg = (const int *)p.work_seg;
-    const int *offs = (const int *)p.offsets;
-    const int *parts = (const int *)p.part_offsets;
-    const int *cu = (const int *)p.cu_seqlens;
-    const long long nseg = p.num_kv_heads * p.nb_total;
-    const int total_work = work[nseg] * SLICES;
+    const int total_work = work[p.num_kv_heads * p.nb_total] * SLICES;
     const float scale = (float)(p.scale_log2 * FSA_LN2);
     const float scale_log2 = (float)p.scale_log2;
     const int d0k = (int)p.d_part * DPK, d0v = (int)p.d_part * DPV;
@@ -236,15 +170,8 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     int *work_next = (int *)p.work_next + p.d_part;
     for (int w = blockIdx.x; w < total_work;) {
         const int wi = w / SLICES, slice = w - wi * SLICES;
-        const long long seg = work_seg[wi];
-        const int h = (int)(seg / p.nb_total);
-        const long long gid = seg - (long long)h * p.nb_total;
-        const int item = wi - work[seg];
-        const int n_items = work[seg + 1] - work[seg];
-        const int per_item = fsa_bwd_list_item_entries(offs[seg + 1] - offs[seg], item_entries);
-        const int item0 = offs[seg] + item * per_item;
-        const int item_n = min(offs[seg + 1] - item0, per_item);
-
+        const BwdItem it = bwd_item(p, wi);
+        const int h = it.h, item0 = it.item0, item_n = it.item_n;
         float dk[DPK / 8][4], dv[DPV / 8][4];
         frag_zero<DPK / 8>(dk);
         frag_zero<DPV / 8>(dv);
@@ -261,9 +188,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             __syncthreads();
             build_tables(tb, p, ent, n_ent, h);
             if (r0 == 0) {
-                const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, p.t0 + fsa_entry_token(ent[0]));
-                kb0 = sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK + slice * KS;
-                nk = (int)max(min((long long)KS, sb.end - kb0), 0ll);  // keys past the sequence stay masked
+                bwd_item_keys<BK, KS>(p, it, ent[0], slice, kb0, nk);  // keys past the sequence stay masked
                 const u16 *kg = view_row<const u16>(p.k, 0, h);
                 const u16 *vg = view_row<const u16>(p.v, 0, h);
                 load_tiles_async<KS, D, LD, DV, LDV, THREADS>(ks_addr, vs_addr, [&](int r) {
@@ -325,33 +250,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
         }
 
-        // dK and dV of this warp's keys: straight out as dk and dv (a chunk of
-        // every token, p.dkv_acc == 0), into the accumulator ([T, Hkv] rows of
-        // dK then dV), or a partial (BK rows of dK, then BK rows of dV).
-        const bool out = n_items == 1 && p.dkv_acc == 0;
-        float *k_base = (float *)p.dkv_part, *v_base = k_base;
-        long long k_stride = D, v_stride = DV;
-        if (n_items == 1 && !out) {
-            k_base = (float *)p.dkv_acc + (kb0 * p.num_kv_heads + h) * DKV;
-            v_base = k_base + D;
-            k_stride = v_stride = p.num_kv_heads * DKV;
-        } else if (!out) {
-            float *part = (float *)p.dkv_part + (long long)(parts[seg] + item) * BK * DKV;
-            k_base = part + slice * KS * D;
-            v_base = part + BK * D + slice * KS * DV;
-        }
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int r = key_lo + half * 8;
-            if (r >= nk) continue;
-            if (out) {
-                store_out<DPK / 8>(view_row<u16>(p.dk, kb0 + r, h) + d0k, dk, half, lane, scale);
-                store_out<DPV / 8>(view_row<u16>(p.dv, kb0 + r, h) + d0v, dv, half, lane, 1.f);
-                continue;
-            }
-            store_rows<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, n_items == 1);
-            store_rows<DPV / 8>(v_base + r * v_stride + d0v, dv, half, lane, 1.f, n_items == 1);
-        }
+        store_item_dkv<DT, D, DV, BK, KS, DPK, DPV>(p, it, kb0, nk, slice, key_lo, lane, scale, d0k, d0v, dk, dv);
         if (tid == 0) next_work = (int)gridDim.x + atomicAdd(work_next, 1);
         __syncthreads();
         w = next_work;

@@ -44,6 +44,7 @@ typedef enum family_id {
     FAM_FWD_NSA,
     FAM_BWD_PREP,
     FAM_BWD_MAIN,
+    FAM_BWD_MAIN_WG,
     FAM_BWD_REDUCE,
     FAM_BWD_DQ_NSA,
     FAM_KVC,
@@ -67,6 +68,7 @@ static const struct {
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
     [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
+    [FAM_BWD_MAIN_WG] = {"sel_bwd_main_wg", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 7,
@@ -94,6 +96,7 @@ static const struct {
     [FSA_K_BWD_PREP] = {FAM_BWD_PREP, "fsa_sel_bwd_prep"},
     [FSA_K_BWD_MAIN] = {FAM_BWD_MAIN, "fsa_sel_bwd_main"},
     [FSA_K_BWD_MAIN_KV] = {FAM_BWD_MAIN, "fsa_sel_bwd_main_kv"},
+    [FSA_K_BWD_MAIN_WG] = {FAM_BWD_MAIN_WG, "fsa_sel_bwd_main_wg"},
     [FSA_K_BWD_SUMS] = {FAM_BWD_REDUCE, "fsa_sel_bwd_sums"},
     [FSA_K_BWD_DQ_NSA] = {FAM_BWD_DQ_NSA, "fsa_sel_bwd_dq_nsa"},
     [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
@@ -129,6 +132,11 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
     return wgmma_variant(ctx, "FSA_WGMMA_BWD", '5', fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
 }
 
+int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
+{
+    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '1', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
+}
+
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
 {
     const int d = c->head_dim, dv = c->value_dim, g = c->group, bk = c->block_size;
@@ -153,6 +161,10 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_BWD_MAIN_KV:
         threads = fsa_bwd_threads(c->bwd_keys);
         smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g);
+        break;
+    case FSA_K_BWD_MAIN_WG:
+        threads = fsa_bwd_wg_threads();
+        smem = fsa_bwd_wg_smem_bytes(d, dv);
         break;
     case FSA_K_BWD_DQ_NSA:
         threads = FSA_NSA_THREADS;

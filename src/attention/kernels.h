@@ -27,6 +27,7 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_PREP,      /* backward: delta = rowsum(dout * o) */
     FSA_K_BWD_MAIN,      /* backward: dK, dV and per-pair dq rows */
     FSA_K_BWD_MAIN_KV,   /* backward: dK and dV only */
+    FSA_K_BWD_MAIN_WG,   /* backward: dK, dV and dq rows on Hopper warpgroup products (sm_90a) */
     FSA_K_BWD_SUMS,      /* backward: dq from the per-pair rows, and the split blocks' dK/dV */
     FSA_K_BWD_DQ_NSA,    /* backward: NSA-order dq */
     FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
@@ -73,6 +74,13 @@ int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
  * then the variant FSA_WGMMA_BWD names (0, 2 to 5) as fsa_qt_wgb_pick grants
  * it for the head dims, or without it fsa_qt_wgb_default. */
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
+
+/* Whether a (dk, dv) plan's FSA-order backward main kernel may use Hopper
+ * warpgroup products (sel_bwd_main_wg.cu; the plan also checks the block
+ * size): 0 unless the context compiles for sm_90a; then what FSA_WGMMA_SEL_BWD
+ * says (0 or 1) where the head dims allow it, or without it
+ * fsa_bwd_wg_default. */
+int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -83,7 +83,7 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_load(&k->scatter, FSA_K_SCATTER, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->sort, FSA_K_SORT, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->prep, FSA_K_BWD_PREP, ctx, c));
-    FSA_CHECK(fsa_kernel_load(&k->main, FSA_K_BWD_MAIN, ctx, c));
+    FSA_CHECK(fsa_kernel_load(&k->main, plan->bwd_wg ? FSA_K_BWD_MAIN_WG : FSA_K_BWD_MAIN, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->main_kv, FSA_K_BWD_MAIN_KV, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->sums, FSA_K_BWD_SUMS, ctx, c));
     if (plan->bwd_nsa_available) FSA_CHECK(fsa_kernel_load(&k->dq_nsa, FSA_K_BWD_DQ_NSA, ctx, c));
@@ -130,6 +130,12 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
                  "the backward with head_dim %d and value_dim %d: when together over %d, both must be "
                  "multiples of 32",
                  c->head_dim, c->value_dim, FSA_BWD_ONE_PASS_COLS);
+    /* The FSA order's main kernel on warpgroup products where the target has them (FSA_WGMMA_SEL_BWD). */
+    fsa_kernel main_wg;
+    fsa_kernel_describe(&main_wg, FSA_K_BWD_MAIN_WG, c);
+    plan->bwd_wg = fsa_kernel_sel_bwd_wgmma(plan->ctx, c->head_dim, c->value_dim) &&
+                   fsa_bwd_wg_ok(c->head_dim, c->value_dim, desc->block_size) && c->bwd_keys == FSA_BWD_WG_KEYS &&
+                   (int)main_wg.smem <= max_smem;
     plan->bwd_available = 1;
 cleanup:
     return st;
