@@ -246,14 +246,13 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
 }
 /* The warpgroup main kernel (sm_90a, sel_bwd_main_wg.cu): one warpgroup per
  * CTA, the block's 64 keys its rows (blocks of 64 keys, head dims multiples
- * of 64 up to 128, one pass); query tiles of FSA_BWD_WG_ROWS rows in rounds
- * of FSA_BWD_WG_TILES tiles (one row table each), FSA_BWD_WG_STAGES tiles
- * in flight; two CTAs per SM. The work items are the mma.sync kernel's.
- * Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN bytes of slack):
- * K | V (swizzled, 64 keys) | the Q stages | the dO stages | dS^T (keys x
- * rows) | the round's row table. */
+ * of 64 up to 128, one pass); the item's query rows stream through in tiles
+ * of FSA_BWD_WG_ROWS rows, FSA_BWD_WG_STAGES tiles in flight, each tile's
+ * row table written two tiles ahead; two CTAs per SM. The work items are the
+ * mma.sync kernel's. Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN
+ * bytes of slack): K | V (swizzled, 64 keys) | the Q stages | the dO stages
+ * | dS^T (keys x rows) | the row tables. */
 #define FSA_BWD_WG_ROWS 64
-#define FSA_BWD_WG_TILES 4
 #define FSA_BWD_WG_STAGES 2
 #define FSA_BWD_WG_KEYS 64
 #define FSA_BWD_WG_ALIGN 1024
@@ -271,6 +270,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv)
     return 0;
 }
 FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
+FSA_LAYOUT_FN int fsa_bwd_wg_row_slots(void) { return FSA_BWD_WG_STAGES + 1; }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_v(int dk) { return fsa_sw128_bytes(FSA_BWD_WG_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_q(int dk, int dv) { return fsa_bwd_wg_smem_v(dk) + fsa_sw128_bytes(FSA_BWD_WG_KEYS, dv); }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_do(int dk, int dv)
@@ -287,7 +287,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_smem_rows(int dk, int dv)
 }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_bytes(int dk, int dv)
 {
-    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + 16 * FSA_BWD_WG_TILES * FSA_BWD_WG_ROWS;
+    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + 16 * fsa_bwd_wg_row_slots() * FSA_BWD_WG_ROWS;
 }
 /* The fp32 dK/dV accumulator holds dk + dv floats per (key token, KV head):
  * dK, then dV. A partial of one work item holds BK rows of dK, then BK rows

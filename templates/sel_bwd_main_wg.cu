@@ -3,7 +3,9 @@
 // block's 64 keys as the rows of one warpgroup (warp w: keys 16w .. 16w +
 // 15) and query tiles of 64 rows (tokens x heads-in-group). K and V sit in
 // 128-byte swizzled tiles for the whole item; the gathered Q and dO rows of
-// each tile come through a ring of swizzled stages. Per tile:
+// each tile come through a ring of swizzled stages, and each tile's row
+// table (token, pair, lse, delta per row) is loaded two tiles ahead, while
+// the products run, so the item's tiles stream without a pause. Per tile:
 //   S^T = K Q^T and dP^T = V dO^T (both operands from shared memory),
 //   P^T = exp(S^T - lse) in registers, dV += P^T dO (issued, then
 //   dS^T = P^T (dP^T - delta) formed while it runs), dK += dS^T Q,
@@ -20,22 +22,21 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
-constexpr int M = FSA_BWD_WG_ROWS, KS = FSA_BWD_WG_KEYS, TILES = FSA_BWD_WG_TILES, STAGES = FSA_BWD_WG_STAGES;
+constexpr int M = FSA_BWD_WG_ROWS, KS = FSA_BWD_WG_KEYS, STAGES = FSA_BWD_WG_STAGES;
+constexpr int SLOTS = fsa_bwd_wg_row_slots();             // row tables: the tile in use, the next, the one after
 constexpr int THREADS = fsa_bwd_wg_threads();
 constexpr int TOK = G <= M ? M / G : 1;                  // tokens per tile
 constexpr int TPT = G <= M ? 1 : (G + M - 1) / M;        // tiles per token (groups over 64 heads)
-constexpr int CHUNK = TILES / TPT * TOK;                 // list entries per round of one row table
 constexpr u32 Q_TILE = fsa_sw128_bytes(M, D), DO_TILE = fsa_sw128_bytes(M, DV);
 static_assert(fsa_bwd_wg_ok(D, DV, BK), "blocks of 64 keys, head dims multiples of 64 up to 128");
-static_assert(CHUNK >= 1, "groups up to 256 heads");
 
-// Query and dO rows of tile `tile` of the round into the stage buffers
-// (padding rows zero-filled: their probabilities are masked to 0).
-__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32 ddst, const RowInfo *row, int tile,
+// Query and dO rows of tile `tile` of the item (its rows' table tr) into
+// the stage buffers (padding rows zero-filled: their probabilities are 0).
+__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32 ddst, const RowInfo *tr, int tile,
                                           int h) {
     auto src = [&](const fsa_kernel_view &t) {
         return [&, t](int r) {
-            const int tok = row[tile * M + r].token;
+            const int tok = tr[r].token;
             int e, g;
             bwd_tile_row<M, G>(tile, r, e, g);
             return RowSrc{tok >= 0 ? view_row<const u16>(t, tok, h * G + g) : (const u16 *)t.ptr, tok >= 0};
@@ -45,9 +46,10 @@ __device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32
     load_tile_sw128_async<M, DV, THREADS>(ddst, src(p.dout));
 }
 
-// The warp's 16 dq rows (rows 16 warp .. of the tile, staged in the swizzled
-// tile at `stage`) out to their pair rows as whole 16-byte pieces.
-__device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const RowInfo *row, const unsigned char *stage,
+// The warp's 16 dq rows (rows 16 warp .. of tile `tile`, whose table is tr,
+// staged in the swizzled tile at `stage`) out to their pair rows as whole
+// 16-byte pieces.
+__device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const RowInfo *tr, const unsigned char *stage,
                                               int tile, int warp, int lane) {
     constexpr int PIECES = D / 8;
     u16 *dq_part = (u16 *)p.dq_part;
@@ -55,7 +57,7 @@ __device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const Row
     for (int k = lane; k < 16 * PIECES; k += 32) {
         const int rr = k / PIECES, pc = k - rr * PIECES;
         const int r = warp * 16 + rr;
-        const RowInfo ri = row[tile * M + r];
+        const RowInfo ri = tr[r];
         if (ri.token < 0) continue;
         int e, g;
         bwd_tile_row<M, G>(tile, r, e, g);
@@ -90,8 +92,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         frag_zero<D / 8>(dk);
         frag_zero<DV / 8>(dv);
 
+        // The item's tiles stream through the ring; tile t's rows are in table t % SLOTS.
+        const int ntiles = G <= M ? (it.item_n + TOK - 1) / TOK : it.item_n * TPT;
+        auto entry_of = [&](int tile, int r, int &g) {  // list entry of row r of a tile, -1: padding
+            int e;
+            return bwd_tile_row<M, G>(tile, r, e, g) && e < it.item_n ? e : -1;
+        };
         __syncthreads();  // the previous item is done with shared memory
-        // K and V of the block (zero past the sequence: masked), with the first round's first tile.
+        // K and V of the block (zero past the sequence: masked), with the first tile.
         const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
         load_tile_sw128_async<KS, D, THREADS>(ks, [&](int r) {
             return RowSrc{kg + (r < nk ? kb0 + r : 0) * p.k.token_stride, r < nk};
@@ -99,79 +107,86 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         load_tile_sw128_async<KS, DV, THREADS>(vs, [&](int r) {
             return RowSrc{vg + (r < nk ? kb0 + r : 0) * p.v.token_stride, r < nk};
         });
+        for (int i = tid; i < (SLOTS - 1) * M; i += THREADS) {  // the rows of tiles 0 and 1
+            int g;
+            const int e = entry_of(i / M, i % M, g);
+            row[i] = bwd_row_info<G>(p, e >= 0 ? ent[e] : 0, it.h, g, e >= 0);
+        }
+        __syncthreads();  // the first tables are complete
+        AsyncRing<STAGES> ring;
+        auto load = [&](int tile, int buf) {
+            load_rows(p, qs + (u32)buf * Q_TILE, dos + (u32)buf * DO_TILE, row + (tile % SLOTS) * M, tile, it.h);
+        };
+        ring.start(ntiles, load);
 
-        for (int r0 = 0; r0 < it.item_n; r0 += CHUNK) {
-            const int n_ent = min(it.item_n - r0, CHUNK);
-            if (r0 > 0) __syncthreads();  // the previous round is done with the table and the stages
-            build_bwd_rows<M, G, TILES * M, THREADS>(row, p, ent + r0, n_ent, it.h);
-            __syncthreads();  // the table is complete
-            const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
-            AsyncRing<STAGES> ring;
-            auto load = [&](int tile, int buf) {
-                load_rows(p, qs + (u32)buf * Q_TILE, dos + (u32)buf * DO_TILE, row, tile, it.h);
-            };
-            ring.start(ntiles, load);
-
-            for (int tile = 0; tile < ntiles; tile++) {
-                const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
-                const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
-                const RowInfo *tr = row + tile * M;
-                float st[M / 8][4], dpt[M / 8][4];
-                wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
-                wg_commit();
-                wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
-                wg_commit();
-                wg_wait<1>();
-                wg_hold<M / 8>(st);
-                // P^T: the forward's probabilities; 0 for padding rows and keys after the row's token.
+        for (int tile = 0; tile < ntiles; tile++) {
+            // Issues tile + 1 (its table was written before this barrier).
+            const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
+            const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
+            const RowInfo *tr = row + (tile % SLOTS) * M;
+            // The list entry of this thread's row of tile + 2, loaded while the products run.
+            int next_g = 0;
+            const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
+            const int next_v = next_e >= 0 ? ent[next_e] : 0;
+            float st[M / 8][4], dpt[M / 8][4];
+            wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
+            wg_commit();
+            wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
+            wg_commit();
+            wg_wait<1>();
+            wg_hold<M / 8>(st);
+            // P^T: the forward's probabilities; 0 for padding rows and keys after the row's token.
 #pragma unroll
-                for (int j = 0; j < M / 8; j++)
+            for (int j = 0; j < M / 8; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const RowInfo ri = tr[frag_col(lane, j, e)];
-                        const long long key = kb0 + key_lo + (e >> 1) * 8;
-                        st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
-                    }
-                u32 pa[M / 16][4];
-                wg_p_to_a<DT, M / 16>(pa, st);
-                wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
-                wg_commit();
-                wg_wait<1>();  // dP^T; dV's product may still run
-                wg_hold<M / 8>(dpt);
-#pragma unroll
-                for (int j = 0; j < M / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) dpt[j][e] = st[j][e] * (dpt[j][e] - tr[frag_col(lane, j, e)].delta);
-                u32 da[M / 16][4];
-                wg_p_to_a<DT, M / 16>(da, dpt);
-                wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
-                wg_commit();
-                // dS^T to shared memory, read back transposed for dQ = dS K.
-                frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
-                wg_fence_async_smem();
-                __syncthreads();
-                // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
-#pragma unroll
-                for (int c = 0; c < D / 64; c++) {
-                    float dq[8][4];
-                    wg_mma_atb<DT, KS, 64>(dq, dss, ks + (u32)(c * KS * 128));
-                    wg_commit();
-                    wg_wait<0>();
-                    wg_hold<8>(dq);
-                    if (c == 0) {
-                        wg_hold<DV / 8>(dv);
-                        wg_hold<D / 8>(dk);
-                        __syncthreads();  // every warp's products are done with the Q stage: it stages dq
-                    }
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) dq[j][e] *= scale;
-                    frag_store_rows_sw128<DT, 8, M>(qb + (u32)(c * M * 128), warp * 16, dq, lane);
+                for (int e = 0; e < 4; e++) {
+                    const RowInfo ri = tr[frag_col(lane, j, e)];
+                    const long long key = kb0 + key_lo + (e >> 1) * 8;
+                    st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
                 }
-                __syncwarp();
-                store_dq_rows(p, row, gen + (qb - base), tile, warp, lane);
+            u32 pa[M / 16][4];
+            wg_p_to_a<DT, M / 16>(pa, st);
+            wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
+            wg_commit();
+            // Tile + 2's row: its lse and delta loads run while the products do.
+            const RowInfo next = bwd_row_info<G>(p, next_v, it.h, next_g, next_e >= 0);
+            wg_wait<1>();  // dP^T; dV's product may still run
+            wg_hold<M / 8>(dpt);
+#pragma unroll
+            for (int j = 0; j < M / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) dpt[j][e] = st[j][e] * (dpt[j][e] - tr[frag_col(lane, j, e)].delta);
+            u32 da[M / 16][4];
+            wg_p_to_a<DT, M / 16>(da, dpt);
+            wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
+            wg_commit();
+            // dS^T to shared memory, read back transposed for dQ = dS K.
+            frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
+            wg_fence_async_smem();
+            __syncthreads();
+            // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) {
+                float dq[8][4];
+                wg_mma_atb<DT, KS, 64>(dq, dss, ks + (u32)(c * KS * 128));
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<8>(dq);
+                if (c == 0) {
+                    wg_hold<DV / 8>(dv);
+                    wg_hold<D / 8>(dk);
+                    __syncthreads();  // every warp's products are done with the Q stage: it stages dq
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) dq[j][e] *= scale;
+                frag_store_rows_sw128<DT, 8, M>(qb + (u32)(c * M * 128), warp * 16, dq, lane);
             }
+            __syncwarp();
+            store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
+            // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
+            if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
         }
 
         store_item_dkv<DT, D, DV, BK, KS, D, DV>(p, it, kb0, nk, 0, key_lo, lane, scale, 0, 0, dk, dv);

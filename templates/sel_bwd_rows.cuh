@@ -36,6 +36,19 @@ struct __align__(16) RowInfo {
     float delta;
 };
 
+// The row of list entry v (ok: a row at all; else padding) and head-in-group
+// g of KV head h. Issues the loads of its lse and delta; they are waited for
+// where the entry is used.
+template <int G>
+__device__ __forceinline__ RowInfo bwd_row_info(const fsa_sel_params &p, int v, int h, int g, bool ok) {
+    if (!ok) return RowInfo{-1, 0, FSA_INF, 0.f};
+    const long long tl = fsa_entry_token(v), t = p.t0 + tl;
+    const int qh = h * G + g;
+    return RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
+                   ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+                   ((const float *)p.delta)[(long long)qh * p.tc + tl]};
+}
+
 // The rows of a round: ROWS rows in tiles of M, from the round's n_ent list
 // entries ent; THREADS threads of the CTA.
 template <int M, int G, int ROWS, int THREADS>
@@ -44,16 +57,8 @@ __device__ __forceinline__ void build_bwd_rows(RowInfo *row, const fsa_sel_param
     for (int i = threadIdx.x; i < ROWS; i += THREADS) {
         const int tile = i / M, r = i - tile * M;
         int e, g;
-        if (!bwd_tile_row<M, G>(tile, r, e, g) || e >= n_ent) {
-            row[i] = RowInfo{-1, 0, FSA_INF, 0.f};
-            continue;
-        }
-        const int v = ent[e];
-        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
-        const int qh = h * G + g;
-        row[i] = RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
-                         ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                         ((const float *)p.delta)[(long long)qh * p.tc + tl]};
+        const bool ok = bwd_tile_row<M, G>(tile, r, e, g) && e < n_ent;
+        row[i] = bwd_row_info<G>(p, ok ? ent[e] : 0, h, g, ok);
     }
 }
 
