@@ -214,6 +214,26 @@ static void test_wide_heads_take_one_backward_pass_up_to_320_columns(void **stat
     }
 }
 
+/* The selected backward's warpgroup main kernel: one warpgroup, and two CTAs
+ * per SM at the largest head dims it takes (sm_90a: 228 KB per SM, 1 KB of
+ * it per CTA for the driver); only blocks of 64 keys, head dims multiples of
+ * 64 up to 128. */
+static void test_the_warpgroup_selected_backward_fits_two_ctas_per_sm(void **state)
+{
+    (void)state;
+    const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
+                                 .block_size = 64, .top_k = 16, .bwd_keys = 64};
+    fsa_kernel k;
+    fsa_kernel_describe(&k, FSA_K_BWD_MAIN_WG, &c);
+    assert_string_equal(k.name, "fsa_sel_bwd_main_wg");
+    assert_int_equal(k.threads, 128);
+    assert_true(2 * (k.smem + 1024 + 16) <= 228 * 1024);
+    assert_true(fsa_bwd_wg_ok(128, 128, 64) && fsa_bwd_wg_ok(64, 128, 64) && fsa_bwd_wg_ok(64, 64, 64));
+    assert_false(fsa_bwd_wg_ok(192, 128, 64) || fsa_bwd_wg_ok(128, 128, 32) || fsa_bwd_wg_ok(96, 96, 64));
+    assert_int_equal(fsa_bwd_wg_pick(0, 128, 128), 0);
+    assert_int_equal(fsa_bwd_wg_pick(1, 256, 128), 0);
+}
+
 static void test_equal_head_dims_keep_the_selected_kernels_shared_memory(void **state)
 {
     (void)state;
@@ -242,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
         cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
         cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
+        cmocka_unit_test(test_the_warpgroup_selected_backward_fits_two_ctas_per_sm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
