@@ -57,8 +57,11 @@ __device__ __forceinline__ void build_bwd_rows(RowInfo *row, const fsa_sel_param
     for (int i = threadIdx.x; i < ROWS; i += THREADS) {
         const int tile = i / M, r = i - tile * M;
         int e, g;
-        const bool ok = bwd_tile_row<M, G>(tile, r, e, g) && e < n_ent;
-        row[i] = bwd_row_info<G>(p, ok ? ent[e] : 0, h, g, ok);
+        if (!bwd_tile_row<M, G>(tile, r, e, g) || e >= n_ent) {
+            row[i] = RowInfo{-1, 0, FSA_INF, 0.f};
+            continue;
+        }
+        row[i] = bwd_row_info<G>(p, ent[e], h, g, true);
     }
 }
 
