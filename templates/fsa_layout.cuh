@@ -260,9 +260,13 @@ FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && bk == FSA_BWD_WG_KEYS;
 }
-/* The FSA_WGMMA_SEL_BWD variable's value v (0 or 1) as granted for the head
- * dims, and the choice without it. */
-FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return v && fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS); }
+/* The FSA_WGMMA_SEL_BWD variable's value v as granted for the head dims (0:
+ * mma.sync; 1: tiles one after another; 2: the next tile's S^T and dP^T
+ * issued before this tile's dQ is stored), and the choice without it. */
+FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv)
+{
+    return !fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? 0 : v == 2 && dv < dk ? 1 : v; /* 2 stages dq in the dO stage */
+}
 FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv)
 {
     (void)dk;

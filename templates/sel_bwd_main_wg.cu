@@ -22,6 +22,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
+constexpr int VARIANT = {{SEL_BWD_WG}};  // 1: tiles one after another; 2: the next tile's S^T, dP^T before dQ's stores
 constexpr int M = FSA_BWD_WG_ROWS, KS = FSA_BWD_WG_KEYS, STAGES = FSA_BWD_WG_STAGES;
 constexpr int SLOTS = fsa_bwd_wg_row_slots();             // row tables: the tile in use, the next, the one after
 constexpr int THREADS = fsa_bwd_wg_threads();
@@ -29,21 +30,19 @@ constexpr int TOK = G <= M ? M / G : 1;                  // tokens per tile
 constexpr int TPT = G <= M ? 1 : (G + M - 1) / M;        // tiles per token (groups over 64 heads)
 constexpr u32 Q_TILE = fsa_sw128_bytes(M, D), DO_TILE = fsa_sw128_bytes(M, DV);
 static_assert(fsa_bwd_wg_ok(D, DV, BK), "blocks of 64 keys, head dims multiples of 64 up to 128");
+static_assert(VARIANT == 1 || (VARIANT == 2 && DV >= D), "variant 2 stages dq in the dO stage");
 
-// Query and dO rows of tile `tile` of the item (its rows' table tr) into
-// the stage buffers (padding rows zero-filled: their probabilities are 0).
-__device__ __forceinline__ void load_rows(const fsa_sel_params &p, u32 qdst, u32 ddst, const RowInfo *tr, int tile,
-                                          int h) {
-    auto src = [&](const fsa_kernel_view &t) {
-        return [&, t](int r) {
-            const int tok = tr[r].token;
-            int e, g;
-            bwd_tile_row<M, G>(tile, r, e, g);
-            return RowSrc{tok >= 0 ? view_row<const u16>(t, tok, h * G + g) : (const u16 *)t.ptr, tok >= 0};
-        };
-    };
-    load_tile_sw128_async<M, D, THREADS>(qdst, src(p.q));
-    load_tile_sw128_async<M, DV, THREADS>(ddst, src(p.dout));
+// The COLS-wide rows (of tensor t: Q or dO) of tile `tile` of the item,
+// whose table is tr, into the swizzled stage at dst (padding rows
+// zero-filled: their probabilities are 0).
+template <int COLS>
+__device__ __forceinline__ void load_rows(u32 dst, const fsa_kernel_view &t, const RowInfo *tr, int tile, int h) {
+    load_tile_sw128_async<M, COLS, THREADS>(dst, [&](int r) {
+        const int tok = tr[r].token;
+        int e, g;
+        bwd_tile_row<M, G>(tile, r, e, g);
+        return RowSrc{tok >= 0 ? view_row<const u16>(t, tok, h * G + g) : (const u16 *)t.ptr, tok >= 0};
+    });
 }
 
 // The warp's 16 dq rows (rows 16 warp .. of tile `tile`, whose table is tr,
@@ -63,6 +62,47 @@ __device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const Row
         bwd_tile_row<M, G>(tile, r, e, g);
         *(uint4 *)(dq_part + ((long long)ri.pair * G + g) * D + pc * 8) = *(const uint4 *)(stage + sw128_offset(r, pc * 8, M));
     }
+}
+
+// P^T in place of the raw scores S^T of this warp's keys (key_lo, key_lo +
+// 8) against the tile's rows tr: the forward's probabilities, 0 for padding
+// rows and for keys after the row's token.
+__device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr, long long key_lo, float scale_log2,
+                                           int lane) {
+#pragma unroll
+    for (int j = 0; j < M / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const RowInfo ri = tr[frag_col(lane, j, e)];
+            const long long key = key_lo + (e >> 1) * 8;
+            st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
+        }
+}
+
+// dS^T = P^T (dP^T - delta) in place of dP^T.
+__device__ __forceinline__ void tile_ds(float dpt[M / 8][4], const float pt[M / 8][4], const RowInfo *tr, int lane) {
+#pragma unroll
+    for (int j = 0; j < M / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dpt[j][e] = pt[j][e] * (dpt[j][e] - tr[frag_col(lane, j, e)].delta);
+}
+
+// dQ columns 64c .. 64c + 63 of the tile: dS from the dS^T tile, K from
+// its tile; issued and committed.
+__device__ __forceinline__ void dq_product(float dq[8][4], u32 dss, u32 ks, int c) {
+    wg_mma_atb<DT, KS, 64>(*reinterpret_cast<float(*)[8][4]>(dq), dss, ks + (u32)(c * KS * 128));
+    wg_commit();
+}
+
+// Those columns as DT times `scale` into this warp's 16 rows of the
+// swizzled tile at `stage` (M rows of D columns or more).
+__device__ __forceinline__ void dq_stage(float dq[8][4], u32 stage, int c, float scale, int warp, int lane) {
+    wg_hold<8>(dq);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[j][e] *= scale;
+    frag_store_rows_sw128<DT, 8, M>(stage + (u32)(c * M * 128), warp * 16, dq, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(const fsa_sel_params p) {
@@ -92,12 +132,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         frag_zero<D / 8>(dk);
         frag_zero<DV / 8>(dv);
 
-        // The item's tiles stream through the ring; tile t's rows are in table t % SLOTS.
+        // The item's tiles stream through the stages; tile t's rows are in table t % SLOTS.
         const int ntiles = G <= M ? (it.item_n + TOK - 1) / TOK : it.item_n * TPT;
         auto entry_of = [&](int tile, int r, int &g) {  // list entry of row r of a tile, -1: padding
             int e;
             return bwd_tile_row<M, G>(tile, r, e, g) && e < it.item_n ? e : -1;
         };
+        auto table = [&](int tile) { return row + (tile % SLOTS) * M; };
         __syncthreads();  // the previous item is done with shared memory
         // K and V of the block (zero past the sequence: masked), with the first tile.
         const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
@@ -113,80 +154,151 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
             row[i] = bwd_row_info<G>(p, e >= 0 ? ent[e] : 0, it.h, g, e >= 0);
         }
         __syncthreads();  // the first tables are complete
-        AsyncRing<STAGES> ring;
-        auto load = [&](int tile, int buf) {
-            load_rows(p, qs + (u32)buf * Q_TILE, dos + (u32)buf * DO_TILE, row + (tile % SLOTS) * M, tile, it.h);
+        auto load_q = [&](int tile, int buf) {
+            load_rows<D>(qs + (u32)buf * Q_TILE, p.q, table(tile), tile, it.h);
         };
-        ring.start(ntiles, load);
+        auto load_do = [&](int tile, int buf) {
+            load_rows<DV>(dos + (u32)buf * DO_TILE, p.dout, table(tile), tile, it.h);
+        };
+        // This thread's row of tile t + 2 (the first M threads): its list entry is
+        // loaded when tile t starts, its lse and delta while tile t's products run,
+        // and it is written into the table tile t - 1 used.
+        auto next_row = [&](int v, int g, int e) { return bwd_row_info<G>(p, v, it.h, g, e >= 0); };
 
-        for (int tile = 0; tile < ntiles; tile++) {
-            // Issues tile + 1 (its table was written before this barrier).
-            const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
-            const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
-            const RowInfo *tr = row + (tile % SLOTS) * M;
-            // The list entry of this thread's row of tile + 2, loaded while the products run.
-            int next_g = 0;
-            const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
-            const int next_v = next_e >= 0 ? ent[next_e] : 0;
-            float st[M / 8][4], dpt[M / 8][4];
-            wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
-            wg_commit();
-            wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
-            wg_commit();
-            wg_wait<1>();
-            wg_hold<M / 8>(st);
-            // P^T: the forward's probabilities; 0 for padding rows and keys after the row's token.
-#pragma unroll
-            for (int j = 0; j < M / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const RowInfo ri = tr[frag_col(lane, j, e)];
-                    const long long key = kb0 + key_lo + (e >> 1) * 8;
-                    st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
-                }
-            u32 pa[M / 16][4];
-            wg_p_to_a<DT, M / 16>(pa, st);
-            wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
-            wg_commit();
-            // Tile + 2's row: its lse and delta loads run while the products do.
-            const RowInfo next = bwd_row_info<G>(p, next_v, it.h, next_g, next_e >= 0);
-            wg_wait<1>();  // dP^T; dV's product may still run
-            wg_hold<M / 8>(dpt);
-#pragma unroll
-            for (int j = 0; j < M / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) dpt[j][e] = st[j][e] * (dpt[j][e] - tr[frag_col(lane, j, e)].delta);
-            u32 da[M / 16][4];
-            wg_p_to_a<DT, M / 16>(da, dpt);
-            wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
-            wg_commit();
-            // dS^T to shared memory, read back transposed for dQ = dS K.
-            frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
-            wg_fence_async_smem();
-            __syncthreads();
-            // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
-#pragma unroll
-            for (int c = 0; c < D / 64; c++) {
-                float dq[8][4];
-                wg_mma_atb<DT, KS, 64>(dq, dss, ks + (u32)(c * KS * 128));
+        if constexpr (VARIANT == 1) {
+            AsyncRing<STAGES> ring;
+            auto load = [&](int tile, int buf) {
+                load_q(tile, buf);
+                load_do(tile, buf);
+            };
+            ring.start(ntiles, load);
+            for (int tile = 0; tile < ntiles; tile++) {
+                // Issues tile + 1 (its table was written before this barrier).
+                const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
+                const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
+                const RowInfo *tr = table(tile);
+                int next_g = 0;
+                const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
+                const int next_v = next_e >= 0 ? ent[next_e] : 0;
+                float st[M / 8][4], dpt[M / 8][4];
+                wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
                 wg_commit();
-                wg_wait<0>();
-                wg_hold<8>(dq);
-                if (c == 0) {
-                    wg_hold<DV / 8>(dv);
-                    wg_hold<D / 8>(dk);
-                    __syncthreads();  // every warp's products are done with the Q stage: it stages dq
+                wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
+                wg_commit();
+                wg_wait<1>();
+                wg_hold<M / 8>(st);
+                tile_probs(st, tr, kb0 + key_lo, scale_log2, lane);
+                u32 pa[M / 16][4];
+                wg_p_to_a<DT, M / 16>(pa, st);
+                wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
+                wg_commit();
+                const RowInfo next = next_row(next_v, next_g, next_e);
+                wg_wait<1>();  // dP^T; dV's product may still run
+                wg_hold<M / 8>(dpt);
+                tile_ds(dpt, st, tr, lane);
+                u32 da[M / 16][4];
+                wg_p_to_a<DT, M / 16>(da, dpt);
+                wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
+                wg_commit();
+                // dS^T to shared memory, read back transposed for dQ = dS K.
+                frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
+                wg_fence_async_smem();
+                __syncthreads();
+                // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) {
+                    float dq[8][4];
+                    dq_product(dq, dss, ks, c);
+                    wg_wait<0>();
+                    if (c == 0) {
+                        wg_hold<DV / 8>(dv);
+                        wg_hold<D / 8>(dk);
+                        __syncthreads();  // every warp's products are done with the Q stage: it stages dq
+                    }
+                    dq_stage(dq, qb, c, scale, warp, lane);
                 }
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) dq[j][e] *= scale;
-                frag_store_rows_sw128<DT, 8, M>(qb + (u32)(c * M * 128), warp * 16, dq, lane);
+                __syncwarp();
+                store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
+                // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
+                if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
             }
-            __syncwarp();
-            store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
-            // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
-            if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
+        } else {
+            // Tile t + 1's S^T is issued right after tile t's dS^T is complete,
+            // so it runs while tile t's dq is stored (staged in tile t's
+            // dO stage, free once dV is done). Tile t + 2's Q rows go into tile t's
+            // Q stage once dK is done, its dO rows once the dq rows are out.
+            load_q(0, 0);
+            load_do(0, 0);
+            cp_async_commit();  // with K and V
+            if (ntiles > 1) {
+                load_q(1, 1);
+                load_do(1, 1);
+            }
+            cp_async_commit();
+            cp_async_wait<1>();
+            wg_fence_async_smem();
+            __syncthreads();  // K, V and tile 0
+            float st[M / 8][4];
+            wg_mma_abt<DT, D, M, KS, false>(st, ks, qs);  // S^T = K Q^T
+            wg_commit();
+            for (int tile = 0; tile < ntiles; tile++) {
+                const int buf = tile & 1;
+                const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
+                const RowInfo *tr = table(tile);
+                int next_g = 0;
+                const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
+                const int next_v = next_e >= 0 ? ent[next_e] : 0;
+                float dpt[M / 8][4];
+                wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
+                wg_commit();
+                wg_wait<1>();
+                wg_hold<M / 8>(st);
+                tile_probs(st, tr, kb0 + key_lo, scale_log2, lane);
+                u32 pa[M / 16][4];
+                wg_p_to_a<DT, M / 16>(pa, st);
+                wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
+                wg_commit();
+                const RowInfo next = next_row(next_v, next_g, next_e);
+                wg_wait<1>();  // dP^T; dV's product may still run
+                wg_hold<M / 8>(dpt);
+                tile_ds(dpt, st, tr, lane);
+                u32 da[M / 16][4];
+                wg_p_to_a<DT, M / 16>(da, dpt);
+                wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
+                wg_commit();
+                frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
+                wg_fence_async_smem();
+                // Tile + 2's table (tile - 1's: read by nothing after the last barrier) before its Q load.
+                if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
+                cp_async_wait<0>();  // tile + 1's rows
+                wg_fence_async_smem();
+                __syncthreads();  // dS^T complete, tile + 1 landed
+                float dq[8][4];
+                dq_product(dq, dss, ks, 0);
+                // Issued after the last tile too (its result unused): a conditional product
+                // would make the compiler copy the pending accumulators and serialize.
+                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs + (u32)(buf ^ 1) * Q_TILE);
+                wg_commit();
+                wg_wait<1>();  // dV, dK and the first dQ panel
+                wg_hold<DV / 8>(dv);
+                wg_hold<D / 8>(dk);
+                __syncthreads();  // every warp's dV and dK are done with tile's stages
+                if (tile + 2 < ntiles) load_q(tile + 2, buf);
+                cp_async_commit();
+                dq_stage(dq, dob, 0, scale, warp, lane);
+#pragma unroll
+                for (int c = 1; c < D / 64; c++) {
+                    dq_product(dq, dss, ks, c);
+                    wg_wait<0>();
+                    dq_stage(dq, dob, c, scale, warp, lane);
+                }
+                __syncwarp();
+                store_dq_rows(p, tr, gen + (dob - base), tile, warp, lane);
+                __syncthreads();  // the dq rows are out of the dO stage
+                if (tile + 2 < ntiles) load_do(tile + 2, buf);
+                cp_async_commit();
+            }
+            wg_wait<0>();  // the unused product after the last tile reads K
         }
 
         store_item_dkv<DT, D, DV, BK, KS, D, DV>(p, it, kb0, nk, 0, key_lo, lane, scale, 0, 0, dk, dv);

@@ -22,6 +22,7 @@ typedef enum tparam {
     TP_STRIDE,
     TP_WGMMA,
     TP_BWD_WGMMA,
+    TP_SEL_BWD_WG,
     TP_N
 } tparam;
 
@@ -33,6 +34,7 @@ static const struct {
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
     [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
     [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
+    [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
 };
 
 #define MAX_FAMILY_PARAMS 8
@@ -68,7 +70,8 @@ static const struct {
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
     [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
-    [FAM_BWD_MAIN_WG] = {"sel_bwd_main_wg", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_BWD_MAIN_WG] = {"sel_bwd_main_wg", 6,
+                         {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_SEL_BWD_WG}},
     [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 7,
@@ -134,7 +137,7 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '1', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '2', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -224,6 +227,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
     snprintf(b->values[TP_WGMMA], sizeof b->values[0], "%d", c->wgmma);
     snprintf(b->values[TP_BWD_WGMMA], sizeof b->values[0], "%d", c->bwd_wgmma);
+    snprintf(b->values[TP_SEL_BWD_WG], sizeof b->values[0], "%d", c->sel_bwd_wg);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

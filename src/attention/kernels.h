@@ -61,6 +61,7 @@ typedef struct fsa_kernel_config {
     int kernel_size, stride;     /* compressed attention: the compression */
     int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
     int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
+    int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -77,9 +78,9 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Whether a (dk, dv) plan's FSA-order backward main kernel may use Hopper
  * warpgroup products (sel_bwd_main_wg.cu; the plan also checks the block
- * size): 0 unless the context compiles for sm_90a; then what FSA_WGMMA_SEL_BWD
- * says (0 or 1) where the head dims allow it, or without it
- * fsa_bwd_wg_default. */
+ * size) and which variant: 0 unless the context compiles for sm_90a; then
+ * what FSA_WGMMA_SEL_BWD says (0 to 2) where the head dims allow it, or
+ * without it fsa_bwd_wg_default. */
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */

@@ -133,9 +133,10 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     /* The FSA order's main kernel on warpgroup products where the target has them (FSA_WGMMA_SEL_BWD). */
     fsa_kernel main_wg;
     fsa_kernel_describe(&main_wg, FSA_K_BWD_MAIN_WG, c);
-    plan->bwd_wg = fsa_kernel_sel_bwd_wgmma(plan->ctx, c->head_dim, c->value_dim) &&
-                   fsa_bwd_wg_ok(c->head_dim, c->value_dim, desc->block_size) && c->bwd_keys == FSA_BWD_WG_KEYS &&
-                   (int)main_wg.smem <= max_smem;
+    const int wg = fsa_kernel_sel_bwd_wgmma(plan->ctx, c->head_dim, c->value_dim);
+    plan->bwd_wg = wg && fsa_bwd_wg_ok(c->head_dim, c->value_dim, desc->block_size) &&
+                   c->bwd_keys == FSA_BWD_WG_KEYS && (int)main_wg.smem <= max_smem;
+    c->sel_bwd_wg = plan->bwd_wg ? wg : 0;
     plan->bwd_available = 1;
 cleanup:
     return st;

@@ -232,6 +232,10 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     if (strstr(t->text, "{{BWD_WGMMA}}") && strcmp(target, "sm_90a") == 0)
         bwg[0] = (char)('0' + fsa_qt_wgb_default(atoi(v->d), atoi(dv ? dv : v->d)));
     if (strstr(t->text, "{{BWD_WGMMA}}")) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
+    /* The selected backward's warpgroup main kernel: variant 1 unless given. */
+    int sel_given = 0;
+    for (size_t i = 0; i < n_extra; i++) sel_given |= strcmp(extra[i].name, "SEL_BWD_WG") == 0;
+    if (strstr(t->text, "{{SEL_BWD_WG}}") && !sel_given) params[n++] = (fsa_param){"SEL_BWD_WG", "1", "v"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -315,6 +319,19 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
         }
 }
 
+/* The selected backward's warpgroup main kernel, variant 2 (variant 1 is among the variants
+ * above), at the standard and the smallest head dims. */
+static void test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"sel_bwd_main_wg", "bf16", "128", "4", "64", NULL, NULL, NULL},
+                                     {"sel_bwd_main_wg", "f16", "64", "3", "64", NULL, NULL, NULL}};
+    static const char *dvs[] = {"128", "64"};
+    int used[N_JUSTIFIED + 1] = {0};
+    const fsa_param v2 = {"SEL_BWD_WG", "2", "v"};
+    for (size_t i = 0; i < 2; i++) compile_variant(&shapes[i], dvs[i], &v2, 1, "sm_90a", used);
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -367,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
         cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
+        cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
