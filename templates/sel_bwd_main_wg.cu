@@ -223,10 +223,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
             }
         } else {
-            // Tile t + 1's S^T is issued right after tile t's dS^T is complete,
-            // so it runs while tile t's dq is stored (staged in tile t's
-            // dO stage, free once dV is done). Tile t + 2's Q rows go into tile t's
-            // Q stage once dK is done, its dO rows once the dq rows are out.
+            // Tile t's S^T is issued as soon as tile t - 1's dS^T is complete and runs
+            // while tile t - 1's dq is produced and stored (staged in tile t - 1's dO
+            // stage, free once its dV is done); tile t + 1's Q rows go into tile t -
+            // 1's Q stage once its dK is done, its dO rows once the dq rows are out.
             load_q(0, 0);
             load_do(0, 0);
             cp_async_commit();  // with K and V
@@ -238,10 +238,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
             cp_async_wait<1>();
             wg_fence_async_smem();
             __syncthreads();  // K, V and tile 0
-            float st[M / 8][4];
-            wg_mma_abt<DT, D, M, KS, false>(st, ks, qs);  // S^T = K Q^T
-            wg_commit();
-            for (int tile = 0; tile < ntiles; tile++) {
+            // dq of tile `prev` (its dS^T complete): dq_stage_all stages it in prev's
+            // dO stage (free once prev's dV is done); the caller issues the next tile's
+            // S^T, which runs while dq_out stores the rows; then prev's stages take tile
+            // prev + 2 (Q once prev's dK is done, dO once the rows are out).
+            auto dq_stage_all = [&](int prev) {
+                const int pb = prev & 1;
+                const u32 pdob = dos + (u32)pb * DO_TILE;
+                float dq[8][4];
+                dq_product(dq, dss, ks, 0);
+                wg_wait<0>();  // prev's dV, dK and the first dQ panel
+                wg_hold<DV / 8>(dv);
+                wg_hold<D / 8>(dk);
+                __syncthreads();  // every warp's dV and dK are done with prev's stages
+                if (prev + 2 < ntiles) load_q(prev + 2, pb);
+                cp_async_commit();
+                dq_stage(dq, pdob, 0, scale, warp, lane);
+#pragma unroll
+                for (int c = 1; c < D / 64; c++) {
+                    dq_product(dq, dss, ks, c);
+                    wg_wait<0>();
+                    dq_stage(dq, pdob, c, scale, warp, lane);
+                }
+                __syncwarp();
+            };
+            auto dq_out = [&](int prev) {
+                const int pb = prev & 1;
+                const u32 pdob = dos + (u32)pb * DO_TILE;
+                store_dq_rows(p, table(prev), gen + (pdob - base), prev, warp, lane);
+                __syncthreads();  // the dq rows are out of the dO stage
+                if (prev + 2 < ntiles) load_do(prev + 2, pb);
+                cp_async_commit();
+            };
+            // Tile t from its S^T (issued into st) to its dS^T in shared memory and
+            // tile t + 1's rows landed.
+            auto tile_rest = [&](int tile, float (&st)[M / 8][4]) {
                 const int buf = tile & 1;
                 const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
                 const RowInfo *tr = table(tile);
@@ -268,37 +299,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 wg_commit();
                 frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
                 wg_fence_async_smem();
-                // Tile + 2's table (tile - 1's: read by nothing after the last barrier) before its Q load.
+                // Tile + 2's table (tile - 1's: read by nothing after the last barrier).
                 if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
                 cp_async_wait<0>();  // tile + 1's rows
                 wg_fence_async_smem();
                 __syncthreads();  // dS^T complete, tile + 1 landed
-                float dq[8][4];
-                dq_product(dq, dss, ks, 0);
-                // Issued after the last tile too (its result unused): a conditional product
-                // would make the compiler copy the pending accumulators and serialize.
-                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs + (u32)(buf ^ 1) * Q_TILE);
+            };
+            {
+                float st[M / 8][4];
+                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs);  // S^T = K Q^T
                 wg_commit();
-                wg_wait<1>();  // dV, dK and the first dQ panel
-                wg_hold<DV / 8>(dv);
-                wg_hold<D / 8>(dk);
-                __syncthreads();  // every warp's dV and dK are done with tile's stages
-                if (tile + 2 < ntiles) load_q(tile + 2, buf);
-                cp_async_commit();
-                dq_stage(dq, dob, 0, scale, warp, lane);
-#pragma unroll
-                for (int c = 1; c < D / 64; c++) {
-                    dq_product(dq, dss, ks, c);
-                    wg_wait<0>();
-                    dq_stage(dq, dob, c, scale, warp, lane);
-                }
-                __syncwarp();
-                store_dq_rows(p, tr, gen + (dob - base), tile, warp, lane);
-                __syncthreads();  // the dq rows are out of the dO stage
-                if (tile + 2 < ntiles) load_do(tile + 2, buf);
-                cp_async_commit();
+                tile_rest(0, st);
             }
-            wg_wait<0>();  // the unused product after the last tile reads K
+            for (int tile = 1; tile < ntiles; tile++) {
+                dq_stage_all(tile - 1);
+                float st[M / 8][4];
+                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs + (u32)(tile & 1) * Q_TILE);  // S^T = K Q^T
+                wg_commit();
+                dq_out(tile - 1);
+                tile_rest(tile, st);
+            }
+            dq_stage_all(ntiles - 1);
+            dq_out(ntiles - 1);
         }
 
         store_item_dkv<DT, D, DV, BK, KS, D, DV>(p, it, kb0, nk, 0, key_lo, lane, scale, 0, 0, dk, dv);
