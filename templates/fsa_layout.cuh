@@ -251,7 +251,8 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
  * row table written two tiles ahead; two CTAs per SM. The work items are the
  * mma.sync kernel's. Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN
  * bytes of slack): K | V (swizzled, 64 keys) | the Q stages | the dO stages
- * | dS^T (keys x rows) | the row tables. */
+ * | dS^T (keys x rows) | the row tables (16-byte entries) | each row's Q
+ * address | its dO address. */
 #define FSA_BWD_WG_ROWS 64
 #define FSA_BWD_WG_STAGES 2
 #define FSA_BWD_WG_KEYS 64
@@ -267,12 +268,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv)
 {
     return !fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? 0 : v == 2 && dv < dk ? 1 : v; /* 2 stages dq in the dO stage */
 }
-FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv)
-{
-    (void)dk;
-    (void)dv;
-    return 0;
-}
+FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(1, dk, dv); }
 FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
 FSA_LAYOUT_FN int fsa_bwd_wg_row_slots(void) { return FSA_BWD_WG_STAGES + 1; }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_v(int dk) { return fsa_sw128_bytes(FSA_BWD_WG_KEYS, dk); }
@@ -291,7 +287,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_smem_rows(int dk, int dv)
 }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_bytes(int dk, int dv)
 {
-    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + 16 * fsa_bwd_wg_row_slots() * FSA_BWD_WG_ROWS;
+    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + (16 + 8 + 8) * fsa_bwd_wg_row_slots() * FSA_BWD_WG_ROWS;
 }
 /* The fp32 dK/dV accumulator holds dk + dv floats per (key token, KV head):
  * dK, then dV. A partial of one work item holds BK rows of dK, then BK rows

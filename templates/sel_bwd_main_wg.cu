@@ -32,19 +32,6 @@ constexpr u32 Q_TILE = fsa_sw128_bytes(M, D), DO_TILE = fsa_sw128_bytes(M, DV);
 static_assert(fsa_bwd_wg_ok(D, DV, BK), "blocks of 64 keys, head dims multiples of 64 up to 128");
 static_assert(VARIANT == 1 || (VARIANT == 2 && DV >= D), "variant 2 stages dq in the dO stage");
 
-// The COLS-wide rows (of tensor t: Q or dO) of tile `tile` of the item,
-// whose table is tr, into the swizzled stage at dst (padding rows
-// zero-filled: their probabilities are 0).
-template <int COLS>
-__device__ __forceinline__ void load_rows(u32 dst, const fsa_kernel_view &t, const RowInfo *tr, int tile, int h) {
-    load_tile_sw128_async<M, COLS, THREADS>(dst, [&](int r) {
-        const int tok = tr[r].token;
-        int e, g;
-        bwd_tile_row<M, G>(tile, r, e, g);
-        return RowSrc{tok >= 0 ? view_row<const u16>(t, tok, h * G + g) : (const u16 *)t.ptr, tok >= 0};
-    });
-}
-
 // The warp's 16 dq rows (rows 16 warp .. of tile `tile`, whose table is tr,
 // staged in the swizzled tile at `stage`) out to their pair rows as whole
 // 16-byte pieces.
@@ -67,14 +54,14 @@ __device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const Row
 // P^T in place of the raw scores S^T of this warp's keys (key_lo, key_lo +
 // 8) against the tile's rows tr: the forward's probabilities, 0 for padding
 // rows and for keys after the row's token.
-__device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr, long long key_lo, float scale_log2,
+__device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr, int key_lo, float scale_log2,
                                            int lane) {
 #pragma unroll
     for (int j = 0; j < M / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const RowInfo ri = tr[frag_col(lane, j, e)];
-            const long long key = key_lo + (e >> 1) * 8;
+            const int key = key_lo + (e >> 1) * 8;  // packed token indices, as RowInfo's
             st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
         }
 }
@@ -113,6 +100,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
     const u32 qs = base + fsa_bwd_wg_smem_q(D, DV), dos = base + fsa_bwd_wg_smem_do(D, DV);
     const u32 dss = base + fsa_bwd_wg_smem_ds(D, DV);
     RowInfo *row = (RowInfo *)(gen + fsa_bwd_wg_smem_rows(D, DV));
+    const u16 **q_row = (const u16 **)(row + SLOTS * M), **do_row = q_row + SLOTS * M;  // each row's Q and dO
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
@@ -139,6 +127,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
             return bwd_tile_row<M, G>(tile, r, e, g) && e < it.item_n ? e : -1;
         };
         auto table = [&](int tile) { return row + (tile % SLOTS) * M; };
+        // Entry i of the tables: the row and its Q and dO addresses (padding rows: the
+        // tensors' first rows, read and then masked).
+        auto put_row = [&](int i, const RowInfo &ri, int g) {
+            row[i] = ri;
+            const long long tok = ri.token >= 0 ? ri.token : 0, qh = it.h * G + (ri.token >= 0 ? g : 0);
+            q_row[i] = view_row<const u16>(p.q, tok, qh);
+            do_row[i] = view_row<const u16>(p.dout, tok, qh);
+        };
         __syncthreads();  // the previous item is done with shared memory
         // K and V of the block (zero past the sequence: masked), with the first tile.
         const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
@@ -151,14 +147,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         for (int i = tid; i < (SLOTS - 1) * M; i += THREADS) {  // the rows of tiles 0 and 1
             int g;
             const int e = entry_of(i / M, i % M, g);
-            row[i] = bwd_row_info<G>(p, e >= 0 ? ent[e] : 0, it.h, g, e >= 0);
+            put_row(i, bwd_row_info<G>(p, e >= 0 ? ent[e] : 0, it.h, g, e >= 0), g);
         }
         __syncthreads();  // the first tables are complete
         auto load_q = [&](int tile, int buf) {
-            load_rows<D>(qs + (u32)buf * Q_TILE, p.q, table(tile), tile, it.h);
+            load_rows_sw128_async<M, D, THREADS>(qs + (u32)buf * Q_TILE, q_row + (tile % SLOTS) * M, tid);
         };
         auto load_do = [&](int tile, int buf) {
-            load_rows<DV>(dos + (u32)buf * DO_TILE, p.dout, table(tile), tile, it.h);
+            load_rows_sw128_async<M, DV, THREADS>(dos + (u32)buf * DO_TILE, do_row + (tile % SLOTS) * M, tid);
         };
         // This thread's row of tile t + 2 (the first M threads): its list entry is
         // loaded when tile t starts, its lse and delta while tile t's products run,
@@ -187,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 wg_commit();
                 wg_wait<1>();
                 wg_hold<M / 8>(st);
-                tile_probs(st, tr, kb0 + key_lo, scale_log2, lane);
+                tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
                 u32 pa[M / 16][4];
                 wg_p_to_a<DT, M / 16>(pa, st);
                 wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
@@ -220,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 __syncwarp();
                 store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
                 // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
-                if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
+                if (tid < M) put_row(((tile + 2) % SLOTS) * M + tid, next, next_g);
             }
         } else {
             // Tile t's S^T is issued as soon as tile t - 1's dS^T is complete and runs
@@ -284,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 wg_commit();
                 wg_wait<1>();
                 wg_hold<M / 8>(st);
-                tile_probs(st, tr, kb0 + key_lo, scale_log2, lane);
+                tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
                 u32 pa[M / 16][4];
                 wg_p_to_a<DT, M / 16>(pa, st);
                 wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
@@ -300,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
                 wg_fence_async_smem();
                 // Tile + 2's table (tile - 1's: read by nothing after the last barrier).
-                if (tid < M) row[((tile + 2) % SLOTS) * M + tid] = next;
+                if (tid < M) put_row(((tile + 2) % SLOTS) * M + tid, next, next_g);
                 cp_async_wait<0>();  // tile + 1's rows
                 wg_fence_async_smem();
                 __syncthreads();  // dS^T complete, tile + 1 landed
