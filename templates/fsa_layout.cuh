@@ -262,12 +262,9 @@ FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && bk == FSA_BWD_WG_KEYS;
 }
 /* The FSA_WGMMA_SEL_BWD variable's value v as granted for the head dims (0:
- * mma.sync; 1: tiles one after another; 2: the next tile's S^T and dP^T
- * issued before this tile's dQ is stored), and the choice without it. */
-FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv)
-{
-    return !fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? 0 : v == 2 && dv < dk ? 1 : v; /* 2 stages dq in the dO stage */
-}
+ * mma.sync; 1 and 2: the warpgroup kernel, whose row-table loads run one or
+ * two tiles ahead), and the choice without it. */
+FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? v : 0; }
 FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(1, dk, dv); }
 FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
 FSA_LAYOUT_FN int fsa_bwd_wg_row_slots(void) { return FSA_BWD_WG_STAGES + 1; }

@@ -22,7 +22,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
-constexpr int VARIANT = {{SEL_BWD_WG}};  // 1: tiles one after another; 2: the next tile's S^T, dP^T before dQ's stores
+constexpr int VARIANT = {{SEL_BWD_WG}};  // how far ahead the rows' global loads run (below)
 constexpr int M = FSA_BWD_WG_ROWS, KS = FSA_BWD_WG_KEYS, STAGES = FSA_BWD_WG_STAGES;
 constexpr int SLOTS = fsa_bwd_wg_row_slots();             // row tables: the tile in use, the next, the one after
 constexpr int THREADS = fsa_bwd_wg_threads();
@@ -30,7 +30,7 @@ constexpr int TOK = G <= M ? M / G : 1;                  // tokens per tile
 constexpr int TPT = G <= M ? 1 : (G + M - 1) / M;        // tiles per token (groups over 64 heads)
 constexpr u32 Q_TILE = fsa_sw128_bytes(M, D), DO_TILE = fsa_sw128_bytes(M, DV);
 static_assert(fsa_bwd_wg_ok(D, DV, BK), "blocks of 64 keys, head dims multiples of 64 up to 128");
-static_assert(VARIANT == 1 || (VARIANT == 2 && DV >= D), "variant 2 stages dq in the dO stage");
+static_assert(VARIANT == 1 || VARIANT == 2, "variants 1 and 2");
 
 // The warp's 16 dq rows (rows 16 warp .. of tile `tile`, whose table is tr,
 // staged in the swizzled tile at `stage`) out to their pair rows as whole
@@ -156,167 +156,91 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         auto load_do = [&](int tile, int buf) {
             load_rows_sw128_async<M, DV, THREADS>(dos + (u32)buf * DO_TILE, do_row + (tile % SLOTS) * M, tid);
         };
-        // This thread's row of tile t + 2 (the first M threads): its list entry is
-        // loaded when tile t starts, its lse and delta while tile t's products run,
-        // and it is written into the table tile t - 1 used.
-        auto next_row = [&](int v, int g, int e) { return bwd_row_info<G>(p, v, it.h, g, e >= 0); };
-
-        if constexpr (VARIANT == 1) {
-            AsyncRing<STAGES> ring;
-            auto load = [&](int tile, int buf) {
-                load_q(tile, buf);
-                load_do(tile, buf);
-            };
-            ring.start(ntiles, load);
-            for (int tile = 0; tile < ntiles; tile++) {
-                // Issues tile + 1 (its table was written before this barrier).
-                const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
-                const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
-                const RowInfo *tr = table(tile);
-                int next_g = 0;
-                const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
-                const int next_v = next_e >= 0 ? ent[next_e] : 0;
-                float st[M / 8][4], dpt[M / 8][4];
-                wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
-                wg_commit();
-                wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
-                wg_commit();
-                wg_wait<1>();
-                wg_hold<M / 8>(st);
-                tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
-                u32 pa[M / 16][4];
-                wg_p_to_a<DT, M / 16>(pa, st);
-                wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
-                wg_commit();
-                const RowInfo next = next_row(next_v, next_g, next_e);
-                wg_wait<1>();  // dP^T; dV's product may still run
-                wg_hold<M / 8>(dpt);
-                tile_ds(dpt, st, tr, lane);
-                u32 da[M / 16][4];
-                wg_p_to_a<DT, M / 16>(da, dpt);
-                wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
-                wg_commit();
-                // dS^T to shared memory, read back transposed for dQ = dS K.
-                frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
-                wg_fence_async_smem();
-                __syncthreads();
-                // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
-#pragma unroll
-                for (int c = 0; c < D / 64; c++) {
-                    float dq[8][4];
-                    dq_product(dq, dss, ks, c);
-                    wg_wait<0>();
-                    if (c == 0) {
-                        wg_hold<DV / 8>(dv);
-                        wg_hold<D / 8>(dk);
-                        __syncthreads();  // every warp's products are done with the Q stage: it stages dq
-                    }
-                    dq_stage(dq, qb, c, scale, warp, lane);
-                }
-                __syncwarp();
-                store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
-                // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
-                if (tid < M) put_row(((tile + 2) % SLOTS) * M + tid, next, next_g);
-            }
-        } else {
-            // Tile t's S^T is issued as soon as tile t - 1's dS^T is complete and runs
-            // while tile t - 1's dq is produced and stored (staged in tile t - 1's dO
-            // stage, free once its dV is done); tile t + 1's Q rows go into tile t -
-            // 1's Q stage once its dK is done, its dO rows once the dq rows are out.
-            load_q(0, 0);
-            load_do(0, 0);
-            cp_async_commit();  // with K and V
-            if (ntiles > 1) {
-                load_q(1, 1);
-                load_do(1, 1);
-            }
-            cp_async_commit();
-            cp_async_wait<1>();
+        // The rows of later tiles (one per thread of the first M). Variant 1: tile t + 2's
+        // list entry is loaded when tile t starts, its lse and delta while tile t's
+        // products run, and it is written at the end of tile t. Variant 2: tile t + 3's
+        // entry is loaded when tile t starts; at the end of tile t, tile t + 2's token,
+        // pair and addresses go into its table (its entry came during tile t - 1) and
+        // its lse and delta loads are issued, and tile t + 1's (issued at the end of
+        // tile t - 1) go into its table: each global load has a whole tile to arrive.
+        int ahead = -1;              // variant 2: the entry of this thread's row of tile t + 2
+        float2 pending = {0.f, 0.f};  // variant 2: lse and delta of its row of tile t + 1
+        if (VARIANT == 2 && tid < M) {
+            int g;
+            const int e = entry_of(2, tid, g);
+            ahead = e >= 0 ? ent[e] : -1;
+        }
+        AsyncRing<STAGES> ring;
+        auto load = [&](int tile, int buf) {
+            load_q(tile, buf);
+            load_do(tile, buf);
+        };
+        ring.start(ntiles, load);
+        for (int tile = 0; tile < ntiles; tile++) {
+            // Issues tile + 1 (its rows' addresses were written before this barrier).
+            const int buf = ring.acquire_then_refill(tile, load, [] { wg_fence_async_smem(); });
+            const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
+            const RowInfo *tr = table(tile);
+            int next_g = 0;
+            const int next_e = tid < M ? entry_of(tile + (VARIANT == 1 ? 2 : 3), tid, next_g) : -1;
+            const int next_v = next_e >= 0 ? ent[next_e] : -1;
+            float st[M / 8][4], dpt[M / 8][4];
+            wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
+            wg_commit();
+            wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
+            wg_commit();
+            wg_wait<1>();
+            wg_hold<M / 8>(st);
+            tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
+            u32 pa[M / 16][4];
+            wg_p_to_a<DT, M / 16>(pa, st);
+            wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
+            wg_commit();
+            RowInfo next;
+            if constexpr (VARIANT == 1) next = bwd_row_info<G>(p, next_v, it.h, next_g, next_e >= 0);
+            wg_wait<1>();  // dP^T; dV's product may still run
+            wg_hold<M / 8>(dpt);
+            tile_ds(dpt, st, tr, lane);
+            u32 da[M / 16][4];
+            wg_p_to_a<DT, M / 16>(da, dpt);
+            wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
+            wg_commit();
+            // dS^T to shared memory, read back transposed for dQ = dS K.
+            frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
             wg_fence_async_smem();
-            __syncthreads();  // K, V and tile 0
-            // dq of tile `prev` (its dS^T complete): dq_stage_all stages it in prev's
-            // dO stage (free once prev's dV is done); the caller issues the next tile's
-            // S^T, which runs while dq_out stores the rows; then prev's stages take tile
-            // prev + 2 (Q once prev's dK is done, dO once the rows are out).
-            auto dq_stage_all = [&](int prev) {
-                const int pb = prev & 1;
-                const u32 pdob = dos + (u32)pb * DO_TILE;
-                float dq[8][4];
-                dq_product(dq, dss, ks, 0);
-                wg_wait<0>();  // prev's dV, dK and the first dQ panel
-                wg_hold<DV / 8>(dv);
-                wg_hold<D / 8>(dk);
-                __syncthreads();  // every warp's dV and dK are done with prev's stages
-                if (prev + 2 < ntiles) load_q(prev + 2, pb);
-                cp_async_commit();
-                dq_stage(dq, pdob, 0, scale, warp, lane);
+            __syncthreads();
+            // dQ one 64-column panel at a time (fewer live registers), staged in the Q stage.
 #pragma unroll
-                for (int c = 1; c < D / 64; c++) {
-                    dq_product(dq, dss, ks, c);
-                    wg_wait<0>();
-                    dq_stage(dq, pdob, c, scale, warp, lane);
+            for (int c = 0; c < D / 64; c++) {
+                float dq[8][4];
+                dq_product(dq, dss, ks, c);
+                wg_wait<0>();
+                if (c == 0) {
+                    wg_hold<DV / 8>(dv);
+                    wg_hold<D / 8>(dk);
+                    __syncthreads();  // every warp's products are done with the Q stage: it stages dq
                 }
-                __syncwarp();
-            };
-            auto dq_out = [&](int prev) {
-                const int pb = prev & 1;
-                const u32 pdob = dos + (u32)pb * DO_TILE;
-                store_dq_rows(p, table(prev), gen + (pdob - base), prev, warp, lane);
-                __syncthreads();  // the dq rows are out of the dO stage
-                if (prev + 2 < ntiles) load_do(prev + 2, pb);
-                cp_async_commit();
-            };
-            // Tile t from its S^T (issued into st) to its dS^T in shared memory and
-            // tile t + 1's rows landed.
-            auto tile_rest = [&](int tile, float (&st)[M / 8][4]) {
-                const int buf = tile & 1;
-                const u32 qb = qs + (u32)buf * Q_TILE, dob = dos + (u32)buf * DO_TILE;
-                const RowInfo *tr = table(tile);
-                int next_g = 0;
-                const int next_e = tid < M ? entry_of(tile + 2, tid, next_g) : -1;
-                const int next_v = next_e >= 0 ? ent[next_e] : 0;
-                float dpt[M / 8][4];
-                wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
-                wg_commit();
-                wg_wait<1>();
-                wg_hold<M / 8>(st);
-                tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
-                u32 pa[M / 16][4];
-                wg_p_to_a<DT, M / 16>(pa, st);
-                wg_mma_pv<DT, M / 16, DV, M>(dv, pa, dob);  // dV += P^T dO
-                wg_commit();
-                const RowInfo next = next_row(next_v, next_g, next_e);
-                wg_wait<1>();  // dP^T; dV's product may still run
-                wg_hold<M / 8>(dpt);
-                tile_ds(dpt, st, tr, lane);
-                u32 da[M / 16][4];
-                wg_p_to_a<DT, M / 16>(da, dpt);
-                wg_mma_pv<DT, M / 16, D, M>(dk, da, qb);  // dK += dS^T Q
-                wg_commit();
-                frag_store_rows_sw128<DT, M / 8, KS>(dss, warp * 16, dpt, lane);
-                wg_fence_async_smem();
-                // Tile + 2's table (tile - 1's: read by nothing after the last barrier).
-                if (tid < M) put_row(((tile + 2) % SLOTS) * M + tid, next, next_g);
-                cp_async_wait<0>();  // tile + 1's rows
-                wg_fence_async_smem();
-                __syncthreads();  // dS^T complete, tile + 1 landed
-            };
-            {
-                float st[M / 8][4];
-                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs);  // S^T = K Q^T
-                wg_commit();
-                tile_rest(0, st);
+                dq_stage(dq, qb, c, scale, warp, lane);
             }
-            for (int tile = 1; tile < ntiles; tile++) {
-                dq_stage_all(tile - 1);
-                float st[M / 8][4];
-                wg_mma_abt<DT, D, M, KS, false>(st, ks, qs + (u32)(tile & 1) * Q_TILE);  // S^T = K Q^T
-                wg_commit();
-                dq_out(tile - 1);
-                tile_rest(tile, st);
+            __syncwarp();
+            store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
+            // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
+            if (tid < M) {
+                const int at2 = ((tile + 2) % SLOTS) * M + tid;
+                if constexpr (VARIANT == 1) {
+                    put_row(at2, next, next_g);
+                } else {
+                    if (tile > 0) {  // tile 1's rows came whole before the first tile
+                        float2 *stats = (float2 *)&row[((tile + 1) % SLOTS) * M + tid].lse2;
+                        *stats = pending;
+                    }
+                    int g2;
+                    entry_of(tile + 2, tid, g2);
+                    put_row(at2, bwd_row_head<G>(p, ahead, it.h, g2), g2);
+                    pending = bwd_row_stats<G>(p, ahead, it.h, g2);
+                    ahead = next_v;
+                }
             }
-            dq_stage_all(ntiles - 1);
-            dq_out(ntiles - 1);
         }
 
         store_item_dkv<DT, D, DV, BK, KS, D, DV>(p, it, kb0, nk, 0, key_lo, lane, scale, 0, 0, dk, dv);

@@ -36,17 +36,32 @@ struct __align__(16) RowInfo {
     float delta;
 };
 
-// The row of list entry v (ok: a row at all; else padding) and head-in-group
-// g of KV head h. Issues the loads of its lse and delta; they are waited for
-// where the entry is used.
+// The row of list entry v (v < 0: padding) and head-in-group g of KV head h,
+// without its lse and delta (bwd_row_stats).
 template <int G>
-__device__ __forceinline__ RowInfo bwd_row_info(const fsa_sel_params &p, int v, int h, int g, bool ok) {
-    if (!ok) return RowInfo{-1, 0, FSA_INF, 0.f};
+__device__ __forceinline__ RowInfo bwd_row_head(const fsa_sel_params &p, int v, int h, int g) {
+    if (v < 0) return RowInfo{-1, 0, FSA_INF, 0.f};
+    const long long tl = fsa_entry_token(v);
+    return RowInfo{(int)(p.t0 + tl), (int)pair_index(p, h, tl, fsa_entry_slot(v)), FSA_INF, 0.f};
+}
+// Its lse (base 2; +inf for padding: P = 0) and delta. Issues the loads;
+// they are waited for where the values are used.
+template <int G>
+__device__ __forceinline__ float2 bwd_row_stats(const fsa_sel_params &p, int v, int h, int g) {
+    if (v < 0) return make_float2(FSA_INF, 0.f);
     const long long tl = fsa_entry_token(v), t = p.t0 + tl;
     const int qh = h * G + g;
-    return RowInfo{(int)t, (int)pair_index(p, h, tl, fsa_entry_slot(v)),
-                   ((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                   ((const float *)p.delta)[(long long)qh * p.tc + tl]};
+    return make_float2(((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+                       ((const float *)p.delta)[(long long)qh * p.tc + tl]);
+}
+// Both (ok false: padding).
+template <int G>
+__device__ __forceinline__ RowInfo bwd_row_info(const fsa_sel_params &p, int v, int h, int g, bool ok) {
+    RowInfo r = bwd_row_head<G>(p, ok ? v : -1, h, g);
+    const float2 st = bwd_row_stats<G>(p, ok ? v : -1, h, g);
+    r.lse2 = st.x;
+    r.delta = st.y;
+    return r;
 }
 
 // The rows of a round: ROWS rows in tiles of M, from the round's n_ent list
