@@ -265,7 +265,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
  * mma.sync; 1 and 2: the warpgroup kernel, whose row-table loads run one or
  * two tiles ahead), and the choice without it. */
 FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? v : 0; }
-FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(1, dk, dv); }
+FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(2, dk, dv); }
 FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
 FSA_LAYOUT_FN int fsa_bwd_wg_row_slots(void) { return FSA_BWD_WG_STAGES + 1; }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_v(int dk) { return fsa_sw128_bytes(FSA_BWD_WG_KEYS, dk); }

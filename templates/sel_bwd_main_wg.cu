@@ -62,7 +62,7 @@ __device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr
         for (int e = 0; e < 4; e++) {
             const RowInfo ri = tr[frag_col(lane, j, e)];
             const int key = key_lo + (e >> 1) * 8;  // packed token indices, as RowInfo's
-            st[j][e] = (ri.token >= 0 && key <= ri.token) ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;
+            st[j][e] = key <= ri.token ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;  // padding: token -1
         }
 }
 
