@@ -114,8 +114,8 @@ __device__ __forceinline__ void wg_hold(float d[NJ][4]) {
 
 // Operand numbers: the NJ * 4 accumulators come first (%0 ..), then the
 // inputs in order; TAIL names them in the instruction.
-#define FSA_WG_SS(TY, N, NJ, REGS, ACC, SC, TAIL)                                                             \
-    __device__ __forceinline__ void wg_mma_ss(dtype_##TY, float (&d)[NJ][4], u64 a, u64 b, int scale_d) {    \
+#define FSA_WG_SS(NAME, TY, N, NJ, REGS, ACC, SC, TAIL)                                                       \
+    __device__ __forceinline__ void NAME(dtype_##TY, float (&d)[NJ][4], u64 a, u64 b, int scale_d) {         \
         FSA_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, " SC ", 0;\n"                                              \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " REGS ", " TAIL ";\n}\n"   \
                    : ACC                                                                                       \
@@ -130,10 +130,14 @@ __device__ __forceinline__ void wg_hold(float d[NJ][4]) {
                    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));                        \
     }
 // ss: A, B descriptors, then scale-d p, scale-a, scale-b 1, no transposes.
-FSA_WG_SS(bf16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%18", "%16, %17, p, 1, 1, 0, 0")
-FSA_WG_SS(bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 0, 0")
-FSA_WG_SS(f16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%18", "%16, %17, p, 1, 1, 0, 0")
-FSA_WG_SS(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 0, 0")
+FSA_WG_SS(wg_mma_ss, bf16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%18", "%16, %17, p, 1, 1, 0, 0")
+FSA_WG_SS(wg_mma_ss, bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 0, 0")
+FSA_WG_SS(wg_mma_ss, f16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%18", "%16, %17, p, 1, 1, 0, 0")
+FSA_WG_SS(wg_mma_ss, f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 0, 0")
+// ss_tt: the same with both operands transposed (MN-major: A stored as K rows
+// of its M columns, B as K rows of N columns).
+FSA_WG_SS(wg_mma_ss_tt, bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 1, 1")
+FSA_WG_SS(wg_mma_ss_tt, f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 1, 1")
 // rs: A registers, B descriptor, then scale-d p, scale-a, scale-b 1, B transposed.
 FSA_WG_RS_T(bf16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, 1")
 FSA_WG_RS_T(bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1")

@@ -185,12 +185,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
             const int next_e = tid < M ? entry_of(tile + (VARIANT == 1 ? 2 : 3), tid, next_g) : -1;
             const int next_v = next_e >= 0 ? ent[next_e] : -1;
             float st[M / 8][4], dpt[M / 8][4];
-            wg_mma_abt<DT, D, M, KS, false>(st, ks, qb);  // S^T = K Q^T
-            wg_commit();
-            wg_mma_abt<DT, DV, M, KS, false>(dpt, vs, dob);  // dP^T = V dO^T
-            wg_commit();
-            wg_wait<1>();
-            wg_hold<M / 8>(st);
+            wg_scores_t<DT, D, DV, M>(st, dpt, ks, vs, qb, dob);  // S^T = K Q^T (waited for), dP^T = V dO^T
             tile_probs(st, tr, (int)kb0 + key_lo, scale_log2, lane);
             u32 pa[M / 16][4];
             wg_p_to_a<DT, M / 16>(pa, st);
