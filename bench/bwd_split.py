@@ -4,8 +4,11 @@ the standard problem, for several (T, G, workspace limit) cases in one process.
 
     FSA_LIBRARY=build/libfsa.so python3 bench/bwd_split.py out.txt 65536:4:default 65536:4:unlimited ...
 
-Each case: 'T:G:limit' (limit 'default' = the library's cap, 'unlimited', or bytes).
+Each case: 'T:G:limit' (limit 'default' = the library's cap, 'unlimited', or bytes), optionally
+':V' after it: the case runs with FSA_WGMMA_SEL_BWD=V (the plans made again), so that variants of
+the backward main kernel are timed in one process.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -58,6 +61,10 @@ def case(T, G, limit, f):
 
 with open(sys.argv[1], "w") as f:
     for spec in sys.argv[2:]:
-        T, G, limit = spec.split(":")
+        T, G, limit, *variant = spec.split(":")
+        if variant:
+            os.environ["FSA_WGMMA_SEL_BWD"] = variant[0]
+            fsa_jit.clear_plans()
+            f.write(f"# FSA_WGMMA_SEL_BWD={variant[0]}\n")
         case(int(T), int(G), limit, f)
 print(open(sys.argv[1]).read())
