@@ -252,7 +252,7 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
  * mma.sync kernel's. Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN
  * bytes of slack): K | V (swizzled, 64 keys) | the Q stages | the dO stages
  * | dS^T (keys x rows) | the row tables (16-byte entries) | each row's Q
- * address | its dO address | its dq row's address (variant 3). */
+ * address | its dO address. */
 #define FSA_BWD_WG_ROWS 64
 #define FSA_BWD_WG_STAGES 2
 #define FSA_BWD_WG_KEYS 64
@@ -263,8 +263,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
 }
 /* The FSA_WGMMA_SEL_BWD variable's value v as granted for the head dims (0:
  * mma.sync; 1 and 2: the warpgroup kernel, whose row-table loads run one or
- * two tiles ahead; 3: as 2, with each dq row's address in the table), and
- * the choice without it. */
+ * two tiles ahead), and the choice without it. */
 FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? v : 0; }
 FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(2, dk, dv); }
 FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
@@ -285,7 +284,7 @@ FSA_LAYOUT_FN int fsa_bwd_wg_smem_rows(int dk, int dv)
 }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_bytes(int dk, int dv)
 {
-    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + (16 + 8 + 8 + 8) * fsa_bwd_wg_row_slots() * FSA_BWD_WG_ROWS;
+    return FSA_BWD_WG_ALIGN + fsa_bwd_wg_smem_rows(dk, dv) + (16 + 8 + 8) * fsa_bwd_wg_row_slots() * FSA_BWD_WG_ROWS;
 }
 /* The fp32 dK/dV accumulator holds dk + dv floats per (key token, KV head):
  * dK, then dV. A partial of one work item holds BK rows of dK, then BK rows

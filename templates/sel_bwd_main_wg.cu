@@ -22,7 +22,7 @@
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
-constexpr int VARIANT = {{SEL_BWD_WG}};  // how far ahead the rows' global loads run (below); 3: dq rows' addresses in the table
+constexpr int VARIANT = {{SEL_BWD_WG}};  // how far ahead the rows' global loads run (below)
 constexpr int M = FSA_BWD_WG_ROWS, KS = FSA_BWD_WG_KEYS, STAGES = FSA_BWD_WG_STAGES;
 constexpr int SLOTS = fsa_bwd_wg_row_slots();             // row tables: the tile in use, the next, the one after
 constexpr int THREADS = fsa_bwd_wg_threads();
@@ -30,32 +30,24 @@ constexpr int TOK = G <= M ? M / G : 1;                  // tokens per tile
 constexpr int TPT = G <= M ? 1 : (G + M - 1) / M;        // tiles per token (groups over 64 heads)
 constexpr u32 Q_TILE = fsa_sw128_bytes(M, D), DO_TILE = fsa_sw128_bytes(M, DV);
 static_assert(fsa_bwd_wg_ok(D, DV, BK), "blocks of 64 keys, head dims multiples of 64 up to 128");
-static_assert(VARIANT >= 1 && VARIANT <= 3, "variants 1 to 3");
+static_assert(VARIANT == 1 || VARIANT == 2, "variants 1 and 2");
 
 // The warp's 16 dq rows (rows 16 warp .. of tile `tile`, whose table is tr,
 // staged in the swizzled tile at `stage`) out to their pair rows as whole
-// 16-byte pieces; variant 3 reads each row's address from dq_row (null:
-// padding).
-__device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const RowInfo *tr, u16 *const *dq_row,
-                                              const unsigned char *stage, int tile, int warp, int lane) {
+// 16-byte pieces.
+__device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const RowInfo *tr, const unsigned char *stage,
+                                              int tile, int warp, int lane) {
     constexpr int PIECES = D / 8;
     u16 *dq_part = (u16 *)p.dq_part;
 #pragma unroll 4
     for (int k = lane; k < 16 * PIECES; k += 32) {
         const int rr = k / PIECES, pc = k - rr * PIECES;
         const int r = warp * 16 + rr;
-        u16 *dst;
-        if constexpr (VARIANT == 3) {
-            dst = dq_row[r];
-            if (dst == nullptr) continue;
-        } else {
-            const RowInfo ri = tr[r];
-            if (ri.token < 0) continue;
-            int e, g;
-            bwd_tile_row<M, G>(tile, r, e, g);
-            dst = dq_part + ((long long)ri.pair * G + g) * D;
-        }
-        *(uint4 *)(dst + pc * 8) = *(const uint4 *)(stage + sw128_offset(r, pc * 8, M));
+        const RowInfo ri = tr[r];
+        if (ri.token < 0) continue;
+        int e, g;
+        bwd_tile_row<M, G>(tile, r, e, g);
+        *(uint4 *)(dq_part + ((long long)ri.pair * G + g) * D + pc * 8) = *(const uint4 *)(stage + sw128_offset(r, pc * 8, M));
     }
 }
 
@@ -109,7 +101,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
     const u32 dss = base + fsa_bwd_wg_smem_ds(D, DV);
     RowInfo *row = (RowInfo *)(gen + fsa_bwd_wg_smem_rows(D, DV));
     const u16 **q_row = (const u16 **)(row + SLOTS * M), **do_row = q_row + SLOTS * M;  // each row's Q and dO
-    u16 **dq_row = (u16 **)(do_row + SLOTS * M);                                          // and dq (variant 3)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
@@ -143,7 +134,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
             const long long tok = ri.token >= 0 ? ri.token : 0, qh = it.h * G + (ri.token >= 0 ? g : 0);
             q_row[i] = view_row<const u16>(p.q, tok, qh);
             do_row[i] = view_row<const u16>(p.dout, tok, qh);
-            if (VARIANT == 3) dq_row[i] = ri.token >= 0 ? (u16 *)p.dq_part + ((long long)ri.pair * G + g) * D : nullptr;
         };
         __syncthreads();  // the previous item is done with shared memory
         // K and V of the block (zero past the sequence: masked), with the first tile.
@@ -175,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
         // tile t - 1) go into its table: each global load has a whole tile to arrive.
         int ahead = -1;              // variant 2: the entry of this thread's row of tile t + 2
         float2 pending = {0.f, 0.f};  // variant 2: lse and delta of its row of tile t + 1
-        if (VARIANT >= 2 && tid < M) {
+        if (VARIANT == 2 && tid < M) {
             int g;
             const int e = entry_of(2, tid, g);
             ahead = e >= 0 ? ent[e] : -1;
@@ -228,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_bwd_main_wg(con
                 dq_stage(dq, qb, c, scale, warp, lane);
             }
             __syncwarp();
-            store_dq_rows(p, tr, dq_row + (tile % SLOTS) * M, gen + (qb - base), tile, warp, lane);
+            store_dq_rows(p, tr, gen + (qb - base), tile, warp, lane);
             // Table (tile + 2) % SLOTS held tile - 1's rows, which nothing reads after the last barrier.
             if (tid < M) {
                 const int at2 = ((tile + 2) % SLOTS) * M + tid;

@@ -137,7 +137,7 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '3', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '2', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)

@@ -79,7 +79,7 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 /* Whether a (dk, dv) plan's FSA-order backward main kernel may use Hopper
  * warpgroup products (sel_bwd_main_wg.cu; the plan also checks the block
  * size) and which variant: 0 unless the context compiles for sm_90a; then
- * what FSA_WGMMA_SEL_BWD says (0 to 3) where the head dims allow it, or
+ * what FSA_WGMMA_SEL_BWD says (0 to 2) where the head dims allow it, or
  * without it fsa_bwd_wg_default. */
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
 
