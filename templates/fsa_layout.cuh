@@ -293,20 +293,38 @@ FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
  * and none of its padding rows past 8; larger groups keep the rows on the
  * 16-row side. */
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
+/* Tensor-map copies (sm_90a, `tma` below): a stage is whole boxes of one page
+ * (64 columns x 64 keys of one head each), so block and page sizes are
+ * multiples of the stage and the head dims of 64 columns; the query fragments
+ * stay in registers. The K and V stages are then 128-byte swizzled tiles
+ * (fsa_sw128_bytes, no padding) from a 1024-byte aligned base. */
+FSA_LAYOUT_FN int fsa_kvc_tma_fits(int dk, int dv, int bk, int page)
+{
+    return dk % 64 == 0 && dv % 64 == 0 && fsa_kvc_q_in_registers(dk) && bk % FSA_KVC_STAGE_KEYS == 0 &&
+           page % FSA_KVC_STAGE_KEYS == 0;
+}
 /* A stage of K (dk wide) or V (dv wide) rows. */
-FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
-/* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
+FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d, int tma)
+{
+    return tma ? fsa_sw128_bytes(FSA_KVC_STAGE_KEYS, d) : fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d);
+}
+/* Dynamic shared memory: [the query rows] | the K stages | the V stages, from
+ * a base aligned up to 1024 bytes with tensor-map copies (1024 bytes more). */
 FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
 {
     return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g)
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g, int tma)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk);
+    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk, tma);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
+FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
 {
-    return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
+    return fsa_kvc_smem_v(dk, g, tma) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, tma);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_stages_end(dk, dv, g, tma) + (tma ? 1024 : 0);
 }
 /* After the key stream, the K/V stages hold the warps' merge area (16 rows of
  * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
@@ -321,19 +339,19 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
     return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
 }
-FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
+FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
 {
-    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_smem_bytes(dk, dv, g);
+    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_stages_end(dk, dv, g, tma);
 }
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
  * (per stage buffer the K and V row offsets of its page lookups, four words a
- * row, each row's position and token mask), the tile's selection (its
+ * row, each row's position and token mask, and an mbarrier of two words), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
  * share loop's six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
 {
-    const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
+    const int words = (6 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }

@@ -15,8 +15,12 @@
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
 // finish combines them in share order (one launch); when those CTAs are a
 // cluster (p.cluster, one share each) the partials stay in shared memory and
-// the cluster merges them (kvc_merge.cuh). Q and K are D wide, V and o DV
-// wide. Launch shapes and shared memory: fsa_layout.cuh.
+// the cluster merges them (kvc_merge.cuh). On sm_90a, where a stage is whole
+// page boxes (fsa_kvc_tma_fits), the stages arrive by tensor-map copies into
+// 128-byte swizzled tiles (TMA) and the products read them through
+// fsa_mma_sw.cuh; otherwise by cp.async of each row into padded tiles. Q and K
+// are D wide, V and o DV wide. Launch shapes and shared memory: fsa_layout.cuh.
+#include "fsa_mma_sw.cuh"
 #include "fsa_softmax.cuh"
 #include "kvc_merge.cuh"
 
@@ -24,6 +28,7 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
               PAGE = {{PAGE_SIZE}};
+constexpr bool TMA = {{TMA}} != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -32,15 +37,16 @@ constexpr int NC = fsa_kvc_tile_entries(G, K);
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
-constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
+// 16 rows of a K or V stage: padded rows, or 128-byte swizzled rows (one 128-byte row per panel).
+constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-typedef PagedStream<D, DV, BK, PAGE> Stream;
+typedef PagedStream<D, DV, BK, PAGE, TMA> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
-constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -75,9 +81,9 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
 // Visible: the row's token selected the key's block, and the key is not in
 // the token's future.
 struct RowMath {
-    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_a(lane, LD); }
-    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_b(lane, LD); }
-    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_a(lane, LDV); }
+    static __device__ __forceinline__ u32 q_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LDV); }
     OnlineSoftmax sm;
     float o[DV / 8][4];
     int tpos[2];  // per fragment row half: the token's position (-1: padding row)
@@ -99,14 +105,16 @@ struct RowMath {
                                           const u32 *kmask, float scale_log2, int lane) {
         float s[2][4];
         frag_zero<2>(s);
-        if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr);
+        if constexpr (TMA) mma_abt_a_regs_sw<DT, D, KVC_STAGE>(s, qf, k_addr);
+        else if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr);
         else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr);
         float alpha[2];
         sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
             return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
         }, alpha);
         frag_scale_rows<DV / 8>(o, alpha);
-        mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
+        if constexpr (TMA) mma_pv_sw<DT, DV / 8, KVC_STAGE>(o, s, v_addr);
+        else mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
@@ -118,9 +126,9 @@ struct RowMath {
 // P^T. The warp's 16 rows are two n8 tiles; when at most 8 of them are live
 // only the first is computed.
 struct KeyMath {
-    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_b(lane, LD); }
-    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_a(lane, LD); }
-    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_b(lane, LDV); }
+    static __device__ __forceinline__ u32 q_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LDV); }
     KeyMajorSoftmax<2> sm;
     float o[2][DV / 16][4];
     // Per n8 tile and fragment column: the token's position (-1: padding
@@ -152,7 +160,8 @@ struct KeyMath {
                                             const u32 *kmask, float scale_log2, int lane) {
         float s[NQ][4];
         frag_zero<NQ>(s);
-        mma_kqt<DT, D, NQ>(s, k_addr, qf);
+        if constexpr (TMA) mma_kqt_sw<DT, D, NQ, KVC_STAGE>(s, k_addr, qf);
+        else mma_kqt<DT, D, NQ>(s, k_addr, qf);
         const int key[2] = {frag_row(lane, 0), frag_row(lane, 2)};
         const int kp[2] = {kpos[key[0]], kpos[key[1]]};
         const u32 km[2] = {kmask[key[0]], kmask[key[1]]};
@@ -167,7 +176,8 @@ struct KeyMath {
 #pragma unroll
         for (int j = 0; j < NQ; j++) settled = settled && alpha[j][0] == 1.f && alpha[j][1] == 1.f;
         if (!__all_sync(0xffffffffu, settled)) frag_scale_cols<NQ, DV / 16>(o, alpha);
-        mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
+        if constexpr (TMA) mma_vt_pt_sw<DT, DV, NQ, KVC_STAGE>(o, s, v_addr);
+        else mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
     }
     __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32, u32 k_addr, u32 v_addr, const int *kpos,
                                           const u32 *kmask, float scale_log2, int lane) {
@@ -186,11 +196,13 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
 // of two stages allows); four row tiles (G > 8) need more: 2 per SM.
 extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
-    fsa_kvc_fwd(const fsa_kvc_params p) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    fsa_kvc_fwd(const __grid_constant__ fsa_kvc_params p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ Shared sh;
+    // Swizzled tiles need a 1024-byte aligned base (the plan counts the 1024 bytes more).
+    unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
     constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
-    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G, TMA);
     const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -199,6 +211,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    Stream::init(sh.stream);  // before tile_sequence's first barrier
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
     const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
@@ -229,10 +242,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
     // Query rows: row r is token r / G, head h * G + r % G; padding rows are zero.
-    load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
+    const auto q_row = [&](int r) {
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
-    });
+    };
+    if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
+    else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
@@ -250,8 +265,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
-    const u32 k_addr = k_s + key0 * LD * 2 + Math::k_lane(lane);
-    const u32 v_addr = v_s + key0 * LDV * 2 + Math::v_lane(lane);
+    const u32 k_addr = k_s + key0 * (TMA ? 128 : LD * 2) + Math::k_lane(lane);
+    const u32 v_addr = v_s + key0 * (TMA ? 128 : LDV * 2) + Math::v_lane(lane);
 
     // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
     // in block order. A CTA computes its shares one after another, each exactly
@@ -261,18 +276,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     __syncthreads();
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
+    u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
 #pragma unroll 1
     for (int share = cta * per_cta; share < loop.end; share++) {
         const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
         const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
-        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
+        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len, phase);
         in.start();  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
-            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
+            // The query group (cp.async stages issued after it may still be in flight).
+            cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
+            if (TMA) wg_fence_async_smem();       // a later page copy overwrites the rows
             __syncthreads();
             if (warp_live)
 #pragma unroll
-                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++)
+                    ldmatrix_x4(qf[kd], TMA ? sw128_step<ROWS>(q_addr, kd) : q_addr + kd * 32);
             // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
@@ -281,6 +300,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         for (int st = 0; st < in.n_stages; st++) {
             const int buf = in.acquire(st);
             if (!warp_live) continue;
+            in.zero_missing(buf, key0, 16 * rte, lane);  // TMA: the V rows of non-keys this warp reads
             // The warp's keys of the stage, 16 at a time (one online-softmax step
             // each: the scores of one chunk live in registers at once).
 #pragma unroll 1
@@ -342,6 +362,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 }
             }
         }
+        if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
     }
     if (nsplit == 1) return;

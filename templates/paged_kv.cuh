@@ -6,6 +6,8 @@
 // make a kernel built on these read or write out of bounds.
 #pragma once
 #include "fsa_pipeline.cuh"
+#include "fsa_tma.cuh"
+#include "fsa_wgmma.cuh"
 #include "kvc_params.cuh"
 #include "sel_common.cuh"
 
@@ -349,12 +351,69 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
 }
 
 // Shared memory of the key stream: per stage buffer the K and V row offsets
-// of its checked page lookups, each row's key position and token mask.
+// of its checked page lookups, each row's key position and token mask, and
+// the mbarrier its tensor-map copies complete on (those kernels only).
 struct PagedStreamShared {
     KeyRow rows[FSA_KVC_STAGES][KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
+    u64 bar[FSA_KVC_STAGES];
 };
+
+// A stage of tensor-map copies (sm_90a, fsa_kvc_tma_fits): thread r < KVC_STAGE
+// holds the lookup of key row r (all rows of a stage lie in one page, so row
+// 0's lookup is the stage's page), writes the row's key position and token
+// mask and arrives on the buffer's mbarrier; thread 0 also copies the K and V
+// boxes of the page (64 columns x 64 rows of head h each, 128-byte swizzled)
+// into k_dst / v_dst, or copies nothing when the stage has no key (row 0 past
+// the sequence or behind a bad page-table entry). A row that is not a key gets
+// position INT_MAX and mask 0; its rows in the buffer hold whatever the page
+// holds there (paged_zero_missing clears the V rows a warp reads).
+template <int D, int DV, int BK>
+__device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, u32 bar, int *keypos,
+                                                u32 *keymask, PagedSlot s, const int *blocks, const u32 *masks, int u0,
+                                                int stage, int h) {
+    const int r = threadIdx.x;
+    if (r >= KVC_STAGE) return;
+    s = paged_slot_checked(s, p.num_pages);
+    const int q = stage * KVC_STAGE + r;
+    keypos[r] = s.page >= 0 ? blocks[u0 + q / BK] * BK + q % BK : 0x7fffffff;
+    keymask[r] = s.page >= 0 ? masks[u0 + q / BK] : 0u;
+    if (r != 0 || s.page < 0) {
+        mbar_arrive(bar);
+        return;
+    }
+    constexpr u32 PANEL = KVC_STAGE * 128;  // one 64-column panel of a stage
+    mbar_expect_tx(bar, (D + DV) / 64 * PANEL);
+    const int kt = p.k_token_dim == 1, vt = p.v_token_dim == 1;
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? s.row : h, kt ? h : s.row, s.page);
+#pragma unroll
+    for (int c = 0; c < DV / 64; c++) tma_load_4d(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? s.row : h, vt ? h : s.row, s.page);
+}
+
+__device__ __forceinline__ void st_shared_zero16(u32 addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+}
+
+// The V rows [k0, k0 + n) of a landed tensor-map stage that are not keys
+// (position INT_MAX), zeroed by the warp that reads them (a masked key's
+// probability is 0, and 0 times a page's stale Inf or NaN is not), then
+// fenced for the next copy into the buffer. One warp; nothing when every row
+// is a key.
+template <int DV>
+__device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypos, int k0, int n, int lane) {
+    bool miss = false;
+    for (int r = lane; r < n; r += 32) miss = miss || keypos[k0 + r] == 0x7fffffff;
+    if (!__any_sync(0xffffffffu, miss)) return;
+    constexpr int PIECES = DV / 8;
+    for (int i = lane; i < n * PIECES; i += 32) {
+        const int r = k0 + i / PIECES, c = i % PIECES;
+        if (keypos[r] == 0x7fffffff) st_shared_zero16(v_stage + (c >> 3) * (KVC_STAGE * 128) + r * 128 + (c & 7) * 16);
+    }
+    wg_fence_async_smem();
+    __syncwarp();
+}
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
@@ -363,20 +422,25 @@ struct PagedStreamShared {
 // stages' reads together at the start, so a short share's stages are all
 // in flight one table latency after it starts),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
-// D wide, V rows DV wide). Use:
-//   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
-//   ... issue copies that should join stage 0's group ...
+// D wide, V rows DV wide). TMA: the stages are tensor-map copies of page boxes
+// into 128-byte swizzled tiles (paged_tma_stage; the buffers' mbarriers
+// initialized, `phase` the parity bits of their completed phases, kept across
+// streams), else cp.async of each row into padded tiles. Use:
+//   PagedStream<D, DV, BK, PAGE, TMA> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len, phase);
+//   ... issue copies that should join stage 0's group (cp.async) ...
 //   in.start();                        // every thread
 //   for (int st = 0; st < in.n_stages; st++) {
 //       const int buf = in.acquire(st);  // stage st is in buffer buf
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
+//       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
 //   }
-template <int D, int DV, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE, bool TMA = false>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
+    static_assert(!TMA || fsa_kvc_tma_fits(D, DV, BK, PAGE), "a stage is whole boxes of one page");
     static constexpr int STAGES = FSA_KVC_STAGES;
-    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
+    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D, TMA), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV, TMA);
 
     PagedStreamShared &sh;
     const fsa_kvc_params &p;
@@ -388,14 +452,24 @@ struct PagedStream {
     int total_keys, n_stages;
     PagedSlot next;  // this thread's row of the next stage's lookups, in flight
     AsyncRing<FSA_KVC_STAGES> ring;
+    u32 &phase;
 
     __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
                                            const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
-                                           int seq_len_)
-        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_) {
+                                           int seq_len_, u32 &phase_)
+        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_),
+          phase(phase_) {
         total_keys = (u_hi - u_lo) * BK;
         table = (const int *)p.block_table + (long long)b * p.bt_stride;
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
+    }
+
+    // The buffers' mbarriers (TMA), by thread 0 before the kernel's first CTA barrier.
+    static __device__ __forceinline__ void init(PagedStreamShared &sh) {
+        if (!TMA || threadIdx.x != 0) return;
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) mbar_init(smem_addr(&sh.bar[s]), KVC_STAGE);
+        fence_mbar_init();
     }
 
     // The page lookups of the first STAGES stages (all in flight at once),
@@ -406,24 +480,53 @@ struct PagedStream {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
         if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
+        if constexpr (TMA) {
+            // The buffers are free (the previous stream's last barrier), and the
+            // mbarriers publish the rows' positions.
+            ring.n = n_stages;
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; s++)
-            if (s < n_stages) store(s, first[s]);
-        __syncthreads();
-        ring.start(n_stages, loader());
+            for (ring.issued = 0; ring.issued < STAGES - 1; ring.issued++)
+                if (ring.issued < n_stages) tma_stage(ring.issued, ring.issued, first[ring.issued]);
+        } else {
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; s++)
+                if (s < n_stages) store(s, first[s]);
+            __syncthreads();
+            ring.start(n_stages, loader());
+        }
     }
     // The lookups of the stage about to be copied leave their registers
     // before the ring's barrier; the copies follow it.
     __device__ __forceinline__ int acquire(int st) {
-        if (ring.issued < n_stages) store(ring.issued, next);
-        return ring.acquire(st, loader());
+        if constexpr (TMA) {
+            if (ring.issued < n_stages) {
+                __syncthreads();  // every warp is done with the buffer of stage st - 1
+                tma_stage(ring.issued, (int)((unsigned)ring.issued % STAGES), next);
+                if (ring.issued + 1 < n_stages) next = fetch(ring.issued + 1);
+            }
+            ring.issued++;
+            const int buf = (int)((unsigned)st % STAGES);
+            mbar_wait(smem_addr(&sh.bar[buf]), (phase >> buf) & 1u);
+            phase ^= 1u << buf;
+            return buf;
+        } else {
+            if (ring.issued < n_stages) store(ring.issued, next);
+            return ring.acquire(st, loader());
+        }
     }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
+    __device__ __forceinline__ void zero_missing(int buf, int k0, int n, int lane) const {
+        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STAGE_BYTES, sh.keypos[buf], k0, n, lane);
+    }
 
   private:
     __device__ __forceinline__ PagedSlot fetch(int stage) {
         return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
+    }
+    __device__ __forceinline__ void tma_stage(int stage, int buf, PagedSlot s) {
+        paged_tma_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, smem_addr(&sh.bar[buf]),
+                                   sh.keypos[buf], sh.keymask[buf], s, blocks, masks, u_lo, stage, h);
     }
     // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
     __device__ __forceinline__ void store(int stage, PagedSlot s) {

@@ -6,7 +6,8 @@
  * the top-k rows; top-k lengths; both top-k layouts and a selection shared by
  * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16; value
  * head dims other than the query/key head dim (dv column). Then
- * batch invariance, graph replay after the metadata changed, bad metadata
+ * batch invariance, the cluster and tensor-map paths against the plain ones,
+ * graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
  * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
 #include "kvcache_problem.h"
@@ -200,12 +201,41 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         }
 }
 
-/* Capture once; change the page table, cached lengths, top-k rows and
- * lengths in place; every replay follows the new metadata. */
-static void test_a_captured_call_replays_with_updated_metadata(void **state)
+/* On sm_90a, where a stage is whole page boxes, the kernel copies the
+ * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
+ * copies each key row with cp.async. Same bits: decode and speculative tiles,
+ * page 64 and 128, NHD and HND pages, rows on either side of the mma (the
+ * NaN behind every non-key row of a page box must not reach the output). */
+static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
 {
     (void)state;
-    const size_t ci = 8; /* f16 G1, top-k lengths */
+    const size_t cis[] = {3, 4, 9, 15}; /* G4 page 64; G4 page 128; G16 shared HND; G2 q_len 1..8 */
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
+        fsa_kvcache_plan *rows = NULL;
+        setenv("FSA_KVC_TMA", "0", 1);
+        const fsa_status st = fsa_kvcache_plan_create(&rows, g_ctx, &d);
+        unsetenv("FSA_KVC_TMA");
+        assert_int_equal(st, FSA_STATUS_OK);
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[cis[k]], 700 + k);
+        kvc_problem_reference(&p);
+        kvc_outputs a, b;
+        run_and_check(plan_of(cis[k]), &p, "tensor-map copies", &a);
+        run_and_check(rows, &p, "row copies", &b);
+        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&a);
+        kvc_outputs_free(&b);
+        kvc_problem_free(&p);
+        fsa_kvcache_plan_destroy(rows);
+    }
+}
+
+/* Capture once; change the page table, cached lengths, top-k rows and
+ * lengths in place; every replay follows the new metadata. */
+static void replay_with_updated_metadata(size_t ci)
+{
     const fsa_cu_api *cu = NULL;
     assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     kvc_problem p;
@@ -244,6 +274,13 @@ static void test_a_captured_call_replays_with_updated_metadata(void **state)
     cu->StreamDestroy(s);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
+}
+
+static void test_a_captured_call_replays_with_updated_metadata(void **state)
+{
+    (void)state;
+    replay_with_updated_metadata(8); /* f16 G1, top-k lengths */
+    replay_with_updated_metadata(3); /* bf16 G4, page 64: tensor-map copies on sm_90a */
 }
 
 /* Page numbers past the cache or negative, a table too narrow for the cached
@@ -375,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
+        cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
