@@ -343,15 +343,21 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
 {
     return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_stages_end(dk, dv, g, tma);
 }
+/* Tensor-map copies: the pages of a CTA's next stages, read ahead in a ring (paged_kv.cuh). */
+#define FSA_KVC_RUN_PAGES 128
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
  * (per stage buffer the K and V row offsets of its page lookups, four words a
- * row, each row's position and token mask, and an mbarrier of two words), the tile's selection (its
+ * row (one row with tensor-map copies), each row's position and token mask,
+ * and an mbarrier of two words; the ring of pages with tensor-map copies, else
+ * two words), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
  * share loop's six words, a counter. */
-FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
+FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma)
 {
-    const int words = (6 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES + 3 * fsa_kvc_tile_entries(g, k) +
+    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES +
+                       (tma ? FSA_KVC_RUN_PAGES : 2);
+    const int words = stream + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }

@@ -58,13 +58,13 @@ struct ShareLoop {
 // Static shared memory: the key stream, the tile's selection, each warp's
 // row max and sum for the merge, the share loop, the tile counter.
 struct Shared {
-    PagedStreamShared stream;  // first: its 8-byte row offsets need no padding
+    PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
     ShareLoop loop;
     int counter;
 };
-static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K), "the static shared memory the plan counts");
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the static shared memory the plan counts");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -273,6 +273,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     // as a CTA of its own would (the bits do not depend on how many CTAs share them).
     const int per_cta = nsplit / ctas;
     if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, (cta + 1) * per_cta};
+    // TMA: the pages of the run's first stages, all read at once (the stream then never waits on the table).
+    if constexpr (TMA) {
+        const int chunk = (n_union + nsplit - 1) / nsplit;
+        paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, min(n_union, cta * per_cta * chunk),
+                                    min(n_union, (cta + 1) * per_cta * chunk),
+                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
+    }
     __syncthreads();
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
@@ -281,7 +288,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     for (int share = cta * per_cta; share < loop.end; share++) {
         const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
         const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
-        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len, phase);
+        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len, phase,
+                  min(nu, cta * per_cta * chunk), min(nu, (cta + 1) * per_cta * chunk));
         in.start();  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
             // The query group (cp.async stages issued after it may still be in flight).

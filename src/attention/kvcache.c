@@ -105,7 +105,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tma = tma_wanted(ctx, desc);
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
-                         fsa_kvc_static_smem_bytes(group, desc->top_k);
+                         fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
