@@ -322,10 +322,6 @@ FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
 {
     return fsa_kvc_smem_v(dk, g, tma) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, tma);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
-{
-    return fsa_kvc_stages_end(dk, dv, g, tma) + (tma ? 1024 : 0);
-}
 /* After the key stream, the K/V stages hold the warps' merge area (16 rows of
  * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
  * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
@@ -339,9 +335,22 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
     return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
 }
+FSA_LAYOUT_FN int fsa_kvc_cluster_end(int dk, int dv, int g)
+{
+    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4;
+}
+/* Dynamic shared memory: the stages; with tensor-map copies (unpadded
+ * stages) at least the cluster's share too (it only adds bytes at 64 rows,
+ * whose kernels run 2 CTAs per SM either way) and 1024 bytes for the
+ * alignment. */
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
+{
+    const int stages = fsa_kvc_stages_end(dk, dv, g, tma), cluster = fsa_kvc_cluster_end(dk, dv, g);
+    return tma ? (stages > cluster ? stages : cluster) + 1024 : stages;
+}
 FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
 {
-    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_stages_end(dk, dv, g, tma);
+    return fsa_kvc_cluster_end(dk, dv, g) <= fsa_kvc_smem_bytes(dk, dv, g, tma) - (tma ? 1024 : 0);
 }
 /* Tensor-map copies: the pages of a CTA's next stages, read ahead in a ring (paged_kv.cuh). */
 #define FSA_KVC_RUN_PAGES 128
