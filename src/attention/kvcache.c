@@ -113,6 +113,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->tma = tma_wanted(ctx, desc);
     plan->prefetch = tma_prefetch_stages();
+    plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
@@ -307,9 +308,11 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
  * plus its shares' blocks, and pairs x C CTAs run in ceil(pairs x C /
  * resident) waves: C minimizes waves x (blocks per CTA + 2), the larger C on
  * ties. Small batches get a CTA per share (one wave), large ones one
- * prologue for several shares. */
+ * prologue for several shares. FSA_KVC_CTAS at plan creation (a divisor of
+ * the share count) overrides the rule, to measure another count. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
+    if (plan->ctas > 0 && splits % plan->ctas == 0) return plan->ctas;
     const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
     const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = splits;

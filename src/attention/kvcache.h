@@ -33,6 +33,7 @@ struct fsa_kvcache_plan {
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
     int tma;        /* the kernel copies page boxes by tensor maps (sm_90a; kvcache.c, tma_wanted) */
     int prefetch;   /* and asks L2 for the boxes of the stage this many ahead (tma_prefetch_stages) */
+    int ctas;       /* CTAs per split (sequence, KV head) when > 0 (FSA_KVC_CTAS), else the wave rule */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
