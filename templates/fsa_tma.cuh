@@ -9,7 +9,6 @@
 //                      tma_load_4d copies; the other arriving threads mbar_arrive(bar)
 //                      (after their shared-memory writes that the readers need);
 //   readers:           mbar_wait(bar, parity), parity = the barrier's completed phases & 1.
-// tma_prefetch_4d asks L2 for a box ahead of its copy.
 // Shared memory that ordinary stores (or cp.async) wrote and a later copy
 // overwrites: the writing threads fence it into the async proxy
 // (wg_fence_async_smem) before the CTA barrier that precedes the copy.
@@ -59,14 +58,6 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const void *map, u32 bar, i
             dst),
         "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
         : "memory");
-}
-
-// Asks L2 for the same box (no shared memory, no barrier): a later copy of it
-// then finds its bytes in L2 or on their way there.
-__device__ __forceinline__ void tma_prefetch_4d(const void *map, int c0, int c1, int c2, int c3) {
-    FSA_TMA_ASM("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"((u64)map), "r"(c0),
-                "r"(c1), "r"(c2), "r"(c3)
-                : "memory");
 }
 
 }  // namespace fsa

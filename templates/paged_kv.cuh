@@ -388,23 +388,16 @@ __device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_para
 }
 
 // The K and V boxes (64 columns x 64 rows of head h each, 128-byte swizzled)
-// of the rows from `row` of page `page`: copied into k_dst / v_dst, completing
-// on bar, or with bar 0 only asked of L2 (tma_prefetch_4d).
+// of the rows from `row` of page `page`, copied into k_dst / v_dst, completing on bar.
 template <int D, int DV>
 __device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, int row, int h, u32 k_dst, u32 v_dst,
                                             u32 bar) {
     constexpr u32 PANEL = KVC_STAGE * 128;  // one 64-column panel of a stage
     const int kt = p.k_token_dim == 1, vt = p.v_token_dim == 1;
 #pragma unroll
-    for (int c = 0; c < D / 64; c++) {
-        if (bar) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page);
-        else tma_prefetch_4d(&p.k_map, c * 64, kt ? row : h, kt ? h : row, page);
-    }
+    for (int c = 0; c < D / 64; c++) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page);
 #pragma unroll
-    for (int c = 0; c < DV / 64; c++) {
-        if (bar) tma_load_4d(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? row : h, vt ? h : row, page);
-        else tma_prefetch_4d(&p.v_map, c * 64, vt ? row : h, vt ? h : row, page);
-    }
+    for (int c = 0; c < DV / 64; c++) tma_load_4d(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? row : h, vt ? h : row, page);
 }
 
 // A stage of tensor-map copies (sm_90a, fsa_kvc_tma_fits) of the page `page`
@@ -572,21 +565,12 @@ struct PagedStream {
     }
     // Stage `stage` into buffer buf from its page in the ring; every half ring
     // of stages past the first, the half ring after the next is read (its
-    // slots' stages were all issued) by the threads that write no row. Thread
-    // 0 also asks L2 for the boxes of the run's stage p.prefetch ahead (at the
-    // run's first stage, of those from 2 ahead: stage 1's copy follows at once),
-    // so a CTA has that many more stages of bytes on their way than buffers.
+    // slots' stages were all issued) by the threads that write no row.
     __device__ __forceinline__ void tma_stage(int stage, int buf) {
         constexpr int HALF = KVC_RUN_PAGES / 2;
         const int r = run0 + stage;
         if (r >= HALF && r % HALF == 0)
             paged_fetch_pages<BK, PAGE>(sh.pages, p, blocks, u_run, u_end, table, seq_len, r + HALF, HALF, KVC_STAGE);
-        if (threadIdx.x == 0)
-            for (int d = r == 0 ? 2 : (int)p.prefetch; d <= (int)p.prefetch; d++) {
-                const int rr = r + d, u = u_run + rr / (BK / KVC_STAGE), page = sh.pages[rr % KVC_RUN_PAGES];
-                if (u < u_end && page >= 0)
-                    paged_boxes<D, DV>(p, page, (blocks[u] * BK + rr % (BK / KVC_STAGE) * KVC_STAGE) % PAGE, h, 0, 0, 0);
-            }
         paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, smem_addr(&sh.bar[buf]),
                                          sh.keypos[buf], sh.keymask[buf], sh.pages[r % KVC_RUN_PAGES], blocks, masks,
                                          u_lo, stage, h, seq_len);

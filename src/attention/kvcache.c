@@ -69,15 +69,6 @@ static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc 
     return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group, tma);
 }
 
-/* With tensor-map copies: how many stages ahead of its copy a CTA asks L2
- * for a stage's boxes (more bytes on their way than stage buffers). 3 unless
- * FSA_KVC_PREFETCH (0 to 8) says otherwise. */
-static int tma_prefetch_stages(void)
-{
-    const char *env = getenv("FSA_KVC_PREFETCH");
-    return env != NULL && env[0] >= '0' && env[0] <= '8' && env[1] == '\0' ? env[0] - '0' : 3;
-}
-
 /* Whether the kernel copies each stage as tensor-map boxes of one page
  * (sm_90a, where a stage is whole page boxes, with a driver that encodes
  * tensor maps) instead of cp.async of each key row: one instruction per 64
@@ -112,7 +103,6 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tile_tokens = fsa_kvc_tile_tokens(group);
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->tma = tma_wanted(ctx, desc);
-    plan->prefetch = tma_prefetch_stages();
     plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
@@ -365,7 +355,6 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     fsa_kvc_params p;
     params_of(&p, plan, a, splits);
     if (plan->tma) {
-        p.prefetch = plan->prefetch;
         fsa_status st = encode_cache_map(&p.k_map, &p.k_token_dim, plan, &a->k_cache, a->k_page_stride, a->num_pages,
                                          plan->desc.head_dim);
         if (st == FSA_STATUS_OK)

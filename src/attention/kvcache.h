@@ -32,7 +32,6 @@ struct fsa_kvcache_plan {
     int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
     int tma;        /* the kernel copies page boxes by tensor maps (sm_90a; kvcache.c, tma_wanted) */
-    int prefetch;   /* and asks L2 for the boxes of the stage this many ahead (tma_prefetch_stages) */
     int ctas;       /* CTAs per split (sequence, KV head) when > 0 (FSA_KVC_CTAS), else the wave rule */
     float scale;
     fsa_kernel fwd;
