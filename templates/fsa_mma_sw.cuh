@@ -31,29 +31,14 @@ __device__ __forceinline__ u32 sw128_step(u32 lane_addr, int i) {
 // (their tile's base + sw128_lane_a) of a swizzled tile of ROWS rows.
 template <class DT, int D, int NQ, int ROWS>
 __device__ __forceinline__ void mma_kqt_sw(float s[NQ][4], u32 k_lane, const u32 q[D / 16][4]) {
-#pragma unroll
-    for (int kd = 0; kd < D / 16; kd++) {
-        u32 a[4];
-        ldmatrix_x4(a, sw128_step<ROWS>(k_lane, kd));
-#pragma unroll
-        for (int j = 0; j < NQ; j++) DT::mma(s[j], a, q[kd][2 * j], q[kd][2 * j + 1]);
-    }
+    mma_kqt_at<DT, D, NQ>(s, [=](int kd) { return sw128_step<ROWS>(k_lane, kd); }, q);
 }
 
 // mma_vt_pt: o (O^T) += V^T P^T for 16 keys, V the 16 key rows at v_lane
 // (+ sw128_lane_b) of a swizzled tile of ROWS rows.
 template <class DT, int DV, int NQ, int ROWS>
 __device__ __forceinline__ void mma_vt_pt_sw(float o[NQ][DV / 16][4], const float p[NQ][4], u32 v_lane) {
-    u32 b[NQ][2];
-#pragma unroll
-    for (int j = 0; j < NQ; j++) frag_keys_to_b<DT>(b[j], p[j]);
-#pragma unroll
-    for (int t = 0; t < DV / 16; t++) {
-        u32 a[4];
-        ldmatrix_x4_trans(a, sw128_step<ROWS>(v_lane, t));
-#pragma unroll
-        for (int j = 0; j < NQ; j++) DT::mma(o[j][t], a, b[j][0], b[j][1]);
-    }
+    mma_vt_pt_at<DT, DV, NQ>(o, p, [=](int t) { return sw128_step<ROWS>(v_lane, t); });
 }
 
 // mma_abt_a_regs for 16 keys: acc (16 rows x 16 keys) += A K^T, A in

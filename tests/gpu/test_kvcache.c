@@ -167,6 +167,33 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
     assert_case_batch_invariant(3); /* bf16 G4, page 64: keys on the 16-row side */
 }
 
+/* A plan of the case's descriptor made with the environment variable
+ * `off` set to 0 (a path turned off), and the two plans' outputs on one
+ * problem: both against the reference, and the same bits. */
+static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, size_t ci, const char *off, uint64_t seed,
+                                            const char *with_name, const char *without_name)
+{
+    fsa_kvcache_plan *with = NULL, *without = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, d), FSA_STATUS_OK);
+    setenv(off, "0", 1);
+    const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, d);
+    unsetenv(off);
+    assert_int_equal(st, FSA_STATUS_OK);
+    kvc_problem p;
+    kvc_problem_make(&p, &cases[ci], seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    run_and_check(with, &p, with_name, &a);
+    run_and_check(without, &p, without_name, &b);
+    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(with);
+    fsa_kvcache_plan_destroy(without);
+}
+
 /* Where a sequence's shares each get a CTA, they may merge through the
  * shared memory of a cluster (sm_90) instead of the workspace: same bits,
  * for 4 and 8 shares, rows on either side of the mma. FSA_KVC_CLUSTER=0
@@ -179,25 +206,8 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         for (int splits = 4; splits <= 8; splits *= 2) {
             fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
             d.splits = splits;
-            fsa_kvcache_plan *with = NULL, *without = NULL;
-            assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, &d), FSA_STATUS_OK);
-            setenv("FSA_KVC_CLUSTER", "0", 1);
-            const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, &d);
-            unsetenv("FSA_KVC_CLUSTER");
-            assert_int_equal(st, FSA_STATUS_OK);
-            kvc_problem p;
-            kvc_problem_make(&p, &cases[cis[k]], 500 + (uint64_t)splits);
-            kvc_problem_reference(&p);
-            kvc_outputs a, b;
-            run_and_check(with, &p, "cluster merge", &a);
-            run_and_check(without, &p, "workspace merge", &b);
-            assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-            assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-            kvc_outputs_free(&a);
-            kvc_outputs_free(&b);
-            kvc_problem_free(&p);
-            fsa_kvcache_plan_destroy(with);
-            fsa_kvcache_plan_destroy(without);
+            assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_CLUSTER", 500 + (uint64_t)splits, "cluster merge",
+                                            "workspace merge");
         }
 }
 
@@ -212,23 +222,7 @@ static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
     const size_t cis[] = {3, 4, 9, 15}; /* G4 page 64; G4 page 128; G16 shared HND; G2 q_len 1..8 */
     for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
         const fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
-        fsa_kvcache_plan *rows = NULL;
-        setenv("FSA_KVC_TMA", "0", 1);
-        const fsa_status st = fsa_kvcache_plan_create(&rows, g_ctx, &d);
-        unsetenv("FSA_KVC_TMA");
-        assert_int_equal(st, FSA_STATUS_OK);
-        kvc_problem p;
-        kvc_problem_make(&p, &cases[cis[k]], 700 + k);
-        kvc_problem_reference(&p);
-        kvc_outputs a, b;
-        run_and_check(plan_of(cis[k]), &p, "tensor-map copies", &a);
-        run_and_check(rows, &p, "row copies", &b);
-        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-        kvc_outputs_free(&a);
-        kvc_outputs_free(&b);
-        kvc_problem_free(&p);
-        fsa_kvcache_plan_destroy(rows);
+        assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_TMA", 700 + k, "tensor-map copies", "row copies");
     }
 }
 
