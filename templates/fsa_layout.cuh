@@ -308,32 +308,64 @@ FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d, int tma)
 {
     return tma ? fsa_sw128_bytes(FSA_KVC_STAGE_KEYS, d) : fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d);
 }
-/* Dynamic shared memory: [the query rows] | the K stages | the V stages, from
- * a base aligned up to 1024 bytes with tensor-map copies (1024 bytes more). */
-FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
+/* Row pitch (floats) of the warps' merge area (after the key stream, 16 rows
+ * of dv floats per warp, in the stage buffers): dv + 8 spreads the row-major
+ * fragment stores over all 32 banks, dv + 4 the key-major ones. */
+FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
+FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dk, int dv, int g)
 {
-    return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
+    return FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g, int tma)
+/* Stage buffers. cp.async: the K stages, then the V stages. Tensor maps: a
+ * buffer holds a stage's K and V side by side, and the buffers sit between two
+ * margins sized so that the merge area fits against either end buffer alone
+ * (a share's epilogue merges next to its last stage while the CTA's next share's
+ * first stage lands in the other buffer). Strides between buffers: */
+FSA_LAYOUT_FN int fsa_kvc_k_stride(int dk, int dv, int tma)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk, tma);
+    return tma ? fsa_kvc_stage_bytes(dk, 1) + fsa_kvc_stage_bytes(dv, 1) : fsa_kvc_stage_bytes(dk, 0);
+}
+FSA_LAYOUT_FN int fsa_kvc_v_stride(int dk, int dv, int tma)
+{
+    return tma ? fsa_kvc_k_stride(dk, dv, 1) : fsa_kvc_stage_bytes(dv, 0);
+}
+FSA_LAYOUT_FN int fsa_kvc_margin(int dk, int dv, int g, int tma)
+{
+    const int over = fsa_kvc_merge_bytes(dk, dv, g) - fsa_kvc_k_stride(dk, dv, 1);
+    return tma && over > 0 ? (over + 1023) / 1024 * 1024 : 0;
+}
+/* Dynamic shared memory: [the query rows | a margin] | the K and V stages
+ * [| a margin], from a base aligned up to 1024 bytes with tensor maps (1024
+ * bytes more). */
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_q_in_registers(dk) ? fsa_kvc_margin(dk, dv, g, tma) : fsa_tile_bytes(fsa_kvc_rows(g), dk);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_smem_k(dk, dv, g, tma) + (tma ? 1 : FSA_KVC_STAGES) * fsa_kvc_stage_bytes(dk, tma);
 }
 FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
 {
-    return fsa_kvc_smem_v(dk, g, tma) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, tma);
+    return tma ? fsa_kvc_smem_k(dk, dv, g, 1) + FSA_KVC_STAGES * fsa_kvc_k_stride(dk, dv, 1) + fsa_kvc_margin(dk, dv, g, 1)
+               : fsa_kvc_smem_v(dk, dv, g, 0) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, 0);
 }
-/* After the key stream, the K/V stages hold the warps' merge area (16 rows of
- * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
- * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
- * (dv floats each) then their lse, for the cluster to merge from shared
- * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
+/* Where the merge area starts: after the query rows (cp.async), or with
+ * tensor maps at the base (against buffer 0) or against the last buffer. */
+FSA_LAYOUT_FN int fsa_kvc_merge_at(int dk, int dv, int g, int tma, int last_buffer)
+{
+    return tma && last_buffer ? fsa_kvc_stages_end(dk, dv, g, 1) - fsa_kvc_margin(dk, dv, g, 1) - fsa_kvc_k_stride(dk, dv, 1)
+                              : fsa_kvc_smem_k(dk, dv, g, 0);
+}
+/* When a split sequence's CTAs form a cluster (at most FSA_KVC_MAX_CLUSTER,
+ * one share each), the merge area is the first one and after it the CTA's
+ * share: its partial rows (dv floats each) then their lse, for the cluster
+ * to merge from shared memory. fsa_kvc_cluster_fits: that fits in the
+ * dynamic shared memory. */
 #define FSA_KVC_MAX_CLUSTER 8
-/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
- * fragment stores over all 32 banks, dv + 4 the key-major ones. */
-FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
 FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
+    return fsa_kvc_smem_k(dk, dv, g, 0) + fsa_kvc_merge_bytes(dk, dv, g);
 }
 FSA_LAYOUT_FN int fsa_kvc_cluster_end(int dk, int dv, int g)
 {

@@ -44,6 +44,7 @@ typedef PagedStream<D, DV, BK, PAGE, TMA> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
+static_assert(!TMA || FSA_KVC_STAGES == 2, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
@@ -201,9 +202,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     __shared__ Shared sh;
     // Swizzled tiles need a 1024-byte aligned base (the plan counts the 1024 bytes more).
     unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
-    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
-    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G, TMA);
-    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
+    constexpr u32 K_STRIDE = Stream::K_STRIDE, V_STRIDE = Stream::V_STRIDE;  // between stage buffers
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA);
+    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STRIDE : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -284,13 +285,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
     u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
+    int b0 = 0;           // TMA: the buffer of the share's first stage (after the previous share's last)
+    bool issued = false;  // TMA: and its copies were issued during the previous share's epilogue
+    // A share's stream (TMA: starting in buffer b0).
+    const auto stream_of = [&](int share, int first_buffer) {
+        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit, u_lo = min(nu, share * chunk);
+        return Stream(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, min(nu, u_lo + chunk), loop.b, h,
+                      loop.seq_len, phase, min(nu, cta * per_cta * chunk), min(nu, (cta + 1) * per_cta * chunk),
+                      first_buffer);
+    };
 #pragma unroll 1
     for (int share = cta * per_cta; share < loop.end; share++) {
-        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
-        const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
-        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len, phase,
-                  min(nu, cta * per_cta * chunk), min(nu, (cta + 1) * per_cta * chunk));
-        in.start();  // without Q_REGS the query rows join stage 0's group
+        Stream in = stream_of(share, b0);
+        in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
             // The query group (cp.async stages issued after it may still be in flight).
             cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
@@ -316,16 +323,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if (c >= rte) break;
                 const int *kpos = in.keypos(buf) + key0 + c * 16;
                 const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
+                const u32 k16 = buf * K_STRIDE + c * TILE16, v16 = buf * V_STRIDE + c * V_TILE16;
                 math.chunk(qf, q_addr, k_addr + k16, v_addr + v16, kpos, kmask, scale_log2, lane);
             }
         }
         cp_async_wait<0>();
         __syncthreads();  // the K/V buffers become the merge area
+        // TMA: the CTA's next share starts in the other buffer now, its first
+        // stage landing while this share merges next to its last stage's buffer.
+        const int last = in.last_buffer();
+        b0 = in.buffer(in.n_stages);
+        issued = TMA && !cluster && share + 1 < loop.end;
+        if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         // The share loop's values in registers for the stores below (a volatile

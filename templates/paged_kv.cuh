@@ -460,9 +460,12 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 // into 128-byte swizzled tiles (paged_tma_stage; the buffers' mbarriers
 // initialized, `phase` the parity bits of their completed phases, kept across
 // streams), else cp.async of each row into padded tiles. Use:
-//   PagedStream<D, DV, BK, PAGE, TMA> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len, phase, u_run, u_end);
-// (u_run, u_end: the union blocks of the CTA's run of shares, whose first
-// stages' pages the kernel read with paged_fetch_pages; TMA only)
+//   PagedStream<D, DV, BK, PAGE, TMA> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len, phase, u_run, u_end, b0);
+// (TMA only: u_run, u_end: the union blocks of the CTA's run of shares, whose
+// first stages' pages the kernel read with paged_fetch_pages; b0: the buffer
+// of stage 0, so a stream continues in the buffer after the previous one's last;
+// issue_first() copies stage 0 ahead of start(true), e.g. while the previous
+// stream's epilogue runs)
 //   ... issue copies that should join stage 0's group (cp.async) ...
 //   in.start();                        // every thread
 //   for (int st = 0; st < in.n_stages; st++) {
@@ -479,6 +482,7 @@ struct PagedStream {
                   "a thread per page of the first read, the rows and the refills side by side");
     static constexpr int STAGES = FSA_KVC_STAGES;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D, TMA), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV, TMA);
+    static constexpr u32 K_STRIDE = fsa_kvc_k_stride(D, DV, TMA), V_STRIDE = fsa_kvc_v_stride(D, DV, TMA);
 
     PagedStreamShared<TMA> &sh;
     const fsa_kvc_params &p;
@@ -492,12 +496,13 @@ struct PagedStream {
     AsyncRing<FSA_KVC_STAGES> ring;
     u32 &phase;
     int u_run, u_end, run0;  // TMA: the run's blocks, and the run stage of this stream's stage 0
+    int b0;                  // TMA: the buffer of stage 0
 
     __device__ __forceinline__ PagedStream(PagedStreamShared<TMA> &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
                                            const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
-                                           int seq_len_, u32 &phase_, int u_run_, int u_end_)
+                                           int seq_len_, u32 &phase_, int u_run_, int u_end_, int b0_)
         : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_),
-          phase(phase_), u_run(u_run_), u_end(u_end_) {
+          phase(phase_), u_run(u_run_), u_end(u_end_), b0(TMA ? b0_ : 0) {
         total_keys = (u_hi - u_lo) * BK;
         table = (const int *)p.block_table + (long long)b * p.bt_stride;
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
@@ -515,14 +520,14 @@ struct PagedStream {
     // The page lookups of the first STAGES stages (all in flight at once),
     // then the copies of the first STAGES - 1; the last lookup waits in
     // `next` for acquire(0). Copies issued before it join stage 0's group.
-    __device__ __forceinline__ void start() {
+    __device__ __forceinline__ void start(bool first_issued = false) {
         if constexpr (TMA) {
             // The pages are in the ring, the buffers are free (the previous
             // stream's last barrier), and the mbarriers publish the rows' positions.
             ring.n = n_stages;
 #pragma unroll
-            for (ring.issued = 0; ring.issued < STAGES - 1; ring.issued++)
-                if (ring.issued < n_stages) tma_stage(ring.issued, ring.issued);
+            for (ring.issued = first_issued ? 1 : 0; ring.issued < STAGES - 1; ring.issued++)
+                if (ring.issued < n_stages) tma_stage(ring.issued, buffer(ring.issued));
         } else {
             PagedSlot first[STAGES - 1];
 #pragma unroll
@@ -541,10 +546,10 @@ struct PagedStream {
         if constexpr (TMA) {
             if (ring.issued < n_stages) {
                 __syncthreads();  // every warp is done with the buffer of stage st - 1
-                tma_stage(ring.issued, (int)((unsigned)ring.issued % STAGES));
+                tma_stage(ring.issued, buffer(ring.issued));
             }
             ring.issued++;
-            const int buf = (int)((unsigned)st % STAGES);
+            const int buf = buffer(st);
             mbar_wait(smem_addr(&sh.bar[buf]), (phase >> buf) & 1u);
             phase ^= 1u << buf;
             return buf;
@@ -553,10 +558,19 @@ struct PagedStream {
             return ring.acquire(st, loader());
         }
     }
+    // TMA: stage 0's copies now (every thread), for start(true) later; its
+    // buffer must be free (a CTA barrier since every warp last read it).
+    __device__ __forceinline__ void issue_first() {
+        if constexpr (TMA)
+            if (n_stages > 0) tma_stage(0, buffer(0));
+    }
+    // The buffer of stage st, and of the last stage (the one before b0 when there is none).
+    __device__ __forceinline__ int buffer(int st) const { return (int)((unsigned)(b0 + st) % STAGES); }
+    __device__ __forceinline__ int last_buffer() const { return buffer(n_stages + STAGES - 1); }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
     __device__ __forceinline__ void zero_missing(int buf, int k0, int n, int lane) const {
-        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STAGE_BYTES, sh.keypos[buf], k0, n, lane);
+        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STRIDE, sh.keypos[buf], k0, n, lane);
     }
 
   private:
@@ -571,7 +585,7 @@ struct PagedStream {
         const int r = run0 + stage;
         if (r >= HALF && r % HALF == 0)
             paged_fetch_pages<BK, PAGE>(sh.pages, p, blocks, u_run, u_end, table, seq_len, r + HALF, HALF, KVC_STAGE);
-        paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, smem_addr(&sh.bar[buf]),
+        paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
                                          sh.keypos[buf], sh.keymask[buf], sh.pages[r % KVC_RUN_PAGES], blocks, masks,
                                          u_lo, stage, h, seq_len);
     }
@@ -583,7 +597,7 @@ struct PagedStream {
     // then the table reads of the next one unless start() read them.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
-            paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
+            paged_load_stage<D, DV, BK>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, sh.keypos[buf],
                                         sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
             if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
         };
