@@ -9,7 +9,8 @@
  * batch invariance, the cluster and tensor-map paths against the plain ones,
  * graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
- * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
+ * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer), FSA_TEST_CASES
+ * the cases it names. */
 #include "kvcache_problem.h"
 
 #include "jit/context.h"
@@ -50,6 +51,8 @@ static const kvc_case cases[] = {
     {"f16_dk128_dv64_g16_page16",    HF, 128, 16, 1,  64,  8,  16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_THK,    0, 0, 1, 0, 64},
     {"bf16_dk64_dv128_g1_page1",     BF, 64,  2,  2,  32,  8,  1,   {{1, 63}, {4, 64}, {200, 500}},       3, KVC_TOPK_HTK,    1, 1, 1, 1, 128},
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
+    /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
+    {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
@@ -112,10 +115,24 @@ static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const ch
     kvc_device_free(&dv);
 }
 
+/* FSA_TEST_CASES=name,name,... runs only the cases named (e.g. one that the
+ * quick subset leaves out, under compute-sanitizer). */
+static int case_selected(size_t i)
+{
+    const char *only = getenv("FSA_TEST_CASES");
+    if (only != NULL) {
+        const size_t n = strlen(cases[i].name);
+        for (const char *at = strstr(only, cases[i].name); at != NULL; at = strstr(at + 1, cases[i].name))
+            if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
+        return 0;
+    }
+    return !g_quick || cases[i].quick;
+}
+
 static void run_cases(int with_dv)
 {
     for (size_t i = 0; i < N_CASES; i++) {
-        if ((g_quick && !cases[i].quick) || (cases[i].dv != 0) != with_dv) continue;
+        if (!case_selected(i) || (cases[i].dv != 0) != with_dv) continue;
         kvc_problem p;
         kvc_problem_make(&p, &cases[i], 1000 + i);
         kvc_problem_reference(&p);

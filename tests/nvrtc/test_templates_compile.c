@@ -77,6 +77,8 @@ static const paged_variant paged_variants[] = {
      .page = "64", .dv = "128"},
     {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8"}, .page = "16", .dv = "128"},
     {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16"}, .page = "1", .dv = "256"},
+    /* tensor-map copies of two page boxes per block (sm_90a) */
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "128", .k = "8"}, .page = "128"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
 
