@@ -1,6 +1,7 @@
 """Where the selected-attention backward's time goes: per kernel name, the count and total device
 time of one backward (torch.profiler over autograd.grad of a forward done outside the profile) of
-the standard problem, for several (T, G, workspace limit) cases in one process.
+the standard problem, for several (T, G, workspace limit) cases in one process; the forward's split
+(one forward in a profile of its own) comes first.
 
     FSA_LIBRARY=build/libfsa.so python3 bench/bwd_split.py out.txt 65536:4:default 65536:4:unlimited ...
 
@@ -19,6 +20,28 @@ from fsa_jit.cli import _selection  # noqa: E402
 D, HQ, BK, K = 128, 32, 64, 16
 
 
+def split(label, fn, f):
+    """Profiles fn() (device work only) and writes its per-kernel split under label."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        r = fn()
+        torch.cuda.synchronize()
+    rows = sorted((e.time_range.start, e.time_range.end - e.time_range.start, e.name)
+                  for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    t0 = rows[0][0] if rows else 0
+    end = max((s + d for s, d, _ in rows), default=t0)
+    by = {}
+    for _, du, name in rows:
+        b = by.setdefault(name[:48], [0, 0.0])
+        b[0] += 1
+        b[1] += du
+    f.write(f"## {label}: {len(rows)} device ops, span {(end - t0) / 1000:.3f} ms\n")
+    for n, (c, tot) in sorted(by.items(), key=lambda x: -x[1][1]):
+        f.write(f"  {n:48s} n {c:4d} total {tot:9.1f} us mean {tot / c:8.1f}\n")
+    f.flush()
+    return r
+
+
 def case(T, G, limit, f):
     hkv = HQ // G
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -34,24 +57,8 @@ def case(T, G, limit, f):
 
     for _ in range(2):
         torch.autograd.grad(fwd(), (q, k, v), do)
-    o = fwd()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        torch.autograd.grad(o, (q, k, v), do)
-        torch.cuda.synchronize()
-    rows = sorted((e.time_range.start, e.time_range.end - e.time_range.start, e.name)
-                  for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    t0 = rows[0][0] if rows else 0
-    end = max((s + d for s, d, _ in rows), default=t0)
-    by = {}
-    for _, du, name in rows:
-        b = by.setdefault(name[:48], [0, 0.0])
-        b[0] += 1
-        b[1] += du
-    f.write(f"## T {T} G {G} limit {limit}: {len(rows)} device ops, span {(end - t0) / 1000:.3f} ms\n")
-    for n, (c, tot) in sorted(by.items(), key=lambda x: -x[1][1]):
-        f.write(f"  {n:48s} n {c:4d} total {tot:9.1f} us mean {tot / c:8.1f}\n")
-    f.flush()
+    o = split(f"forward T {T} G {G} limit {limit}", fwd, f)
+    split(f"T {T} G {G} limit {limit}", lambda: torch.autograd.grad(o, (q, k, v), do), f)
     del q, k, v, topk, do, o
     torch.cuda.empty_cache()
 
