@@ -5,8 +5,10 @@ the standard problem, for several (T, G, workspace limit) cases in one process; 
 
     FSA_LIBRARY=build/libfsa.so python3 bench/bwd_split.py out.txt 65536:4:default 65536:4:unlimited ...
 
-Each case: 'T:G:limit' (limit 'default' = the library's cap, 'unlimited', or bytes).
+Each case: 'T:G:limit' (limit 'default' = the library's cap, 'unlimited', or bytes), optionally
+':NAME=VALUE' after it: an environment variable the library reads set for that case only.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -42,7 +44,7 @@ def split(label, fn, f):
     return r
 
 
-def case(T, G, limit, f):
+def case(T, G, limit, f, env=()):
     hkv = HQ // G
     gen = torch.Generator(device="cuda").manual_seed(1)
     q, k, v = (torch.randn(T, h, D, generator=gen, device="cuda").to(torch.bfloat16).requires_grad_()
@@ -51,20 +53,25 @@ def case(T, G, limit, f):
     cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
     do = torch.randn(T, HQ, D, generator=gen, device="cuda").to(torch.bfloat16)
     lim = None if limit == "default" else limit
+    label = f"{limit}{''.join(' ' + e for e in env)}"
 
     def fwd():
         return fsa_jit.selected_attention(q, k, v, topk, cu, BK, max_seqlen=T, workspace_limit=lim)
 
     for _ in range(2):
         torch.autograd.grad(fwd(), (q, k, v), do)
-    o = split(f"forward T {T} G {G} limit {limit}", fwd, f)
-    split(f"T {T} G {G} limit {limit}", lambda: torch.autograd.grad(o, (q, k, v), do), f)
+    o = split(f"forward T {T} G {G} limit {label}", fwd, f)
+    split(f"T {T} G {G} limit {label}", lambda: torch.autograd.grad(o, (q, k, v), do), f)
     del q, k, v, topk, do, o
     torch.cuda.empty_cache()
 
 
 with open(sys.argv[1], "w") as f:
     for spec in sys.argv[2:]:
-        T, G, limit = spec.split(":")
-        case(int(T), int(G), limit, f)
+        T, G, limit, *env = spec.split(":")
+        for e in env:
+            os.environ[e.split("=")[0]] = e.split("=", 1)[1]
+        case(int(T), int(G), limit, f, env)
+        for e in env:
+            del os.environ[e.split("=")[0]]
 print(open(sys.argv[1]).read())

@@ -175,6 +175,19 @@ void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t wor
     p->counts = (long long)(workspace + l->counts);
     p->offsets = (long long)(workspace + l->offsets);
     p->work_offsets = (long long)(workspace + l->work_offsets);
+    p->index_heads = l->chunk_heads;
+    p->work_seg_stride = (long long)l->seg_stride;
+}
+
+void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk)
+{
+    const long long segs = (long long)l->chunk_heads * l->nb_total;
+    p->offsets += chunk * segs * 4; /* absolute list positions: list and list_sorted stay */
+    p->work_offsets += chunk * (long long)l->n_chunk * 4;
+    if (p->part_offsets != 0) p->part_offsets += chunk * (long long)l->n_chunk * 4;
+    p->work_seg += chunk * (long long)l->seg_stride * 4;
+    p->mask += chunk * l->chunk_heads * p->tc * 8;
+    p->index_heads = 0;
 }
 
 size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens)

@@ -167,7 +167,13 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
  * how a call runs in chunks of heads without the kernels knowing. */
 void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, long long h0, int heads);
 
-/* The index arrays of a workspace laid out by l. */
+/* The index arrays of a workspace laid out by l, as its inversion sees them. */
 void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace);
+
+/* p (index arrays as fsa_params_index set them, with work_seg, mask and, in
+ * the backward, part_offsets; tc the chunk's tokens) moved to head chunk
+ * `chunk` of an inversion that covers several (0 when it covers one): the
+ * chunk's launches see an index of their own heads. */
+void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk);
 
 #endif

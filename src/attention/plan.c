@@ -222,16 +222,33 @@ static size_t align_up(size_t x) { return x > SIZE_MAX - 255 ? SIZE_MAX : (x + 2
     out->field = at;            \
     at = align_up(add_sat(at, (bytes)))
 
-/* Places the index arrays of `heads` KV heads at the start of a workspace;
+/* Whether a call of head chunks that take every token inverts the index once
+ * for every head (FSA_INDEX_ONCE=0: each chunk its own, to time the two). */
+static int index_once(const fsa_plan *plan, int heads, int64_t total_tokens, int64_t tc)
+{
+    const char *env = getenv("FSA_INDEX_ONCE");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    return heads < plan->desc.num_kv_heads && tc >= total_tokens;
+}
+
+/* Places the index arrays of a chunk of `heads` KV heads x `tc` tokens at the
+ * start of a workspace, with `entries` list entries per work item at least;
  * returns the first free offset. */
-static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads)
+static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                          int64_t tc, int entries)
 {
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
-    out->n_counts = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
+    out->chunk_heads = heads;
+    out->index_heads = index_once(plan, heads, total_tokens, tc) ? plan->desc.num_kv_heads : heads;
+    const size_t chunks = (size_t)fsa_index_chunks(out);
+    out->n_counts = add_sat(mul_sat((size_t)out->index_heads, (size_t)out->nb_total), 1);
+    out->n_chunk = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
+    const size_t pairs = mul3_sat((size_t)heads, (size_t)tc, (size_t)plan->desc.top_k);
+    out->seg_stride = add_sat(out->n_chunk, pairs / (size_t)entries);
     size_t at = 0;
     FSA_PLACE_(counts, mul_sat(out->n_counts, 4));
     FSA_PLACE_(offsets, mul_sat(out->n_counts, 4));
-    FSA_PLACE_(work_offsets, mul_sat(out->n_counts, 4));
+    FSA_PLACE_(work_offsets, mul3_sat(chunks, out->n_chunk, 4));
     return at;
 }
 
@@ -242,12 +259,12 @@ void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
-    const size_t n = out->index.n_counts;
-    /* At most one partial work item per segment besides the full ones. */
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_plan_fwd_item_entries(plan)), 4));
-    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
-    FSA_PLACE_(list, mul_sat(pairs, 4));
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, tc, fsa_plan_fwd_item_entries(plan));
+    const fsa_index_layout *ix = &out->index;
+    const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
+    FSA_PLACE_(work_seg, mul3_sat((size_t)fsa_index_chunks(ix), ix->seg_stride, 4));
+    FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
+    FSA_PLACE_(list, mul_sat(index_pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
     FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->value_dim, 2));
     out->total = at;
@@ -284,16 +301,25 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
-    const size_t n = out->index.n_counts;
-    FSA_PLACE_(part_offsets, mul_sat(n, 4));
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / e), 4));
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, tc, out->item_entries);
+    const fsa_index_layout *ix = &out->index;
+    const size_t n = ix->n_chunk, chunks = (size_t)fsa_index_chunks(ix);
+    const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
+    FSA_PLACE_(part_offsets, mul3_sat(chunks, n, 4));
+    FSA_PLACE_(work_seg, mul3_sat(chunks, ix->seg_stride, 4));
     FSA_PLACE_(work_next, 2 * 4);
-    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
-    FSA_PLACE_(list, mul_sat(pairs, 4));
-    FSA_PLACE_(list_sorted, mul_sat(pairs, 4));
+    FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
+    FSA_PLACE_(list_sorted, mul_sat(index_pairs, 4));
     FSA_PLACE_(delta, mul3_sat(hkv, g * 4, (size_t)tc));
-    FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0);
+    const size_t dq_bytes = out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0;
+    FSA_PLACE_(dq_part, dq_bytes);
+    /* The unsorted lists are read by the sort only, before any main kernel writes dq rows: they may
+     * share the dq rows' bytes. */
+    if (dq_bytes >= mul_sat(index_pairs, 4)) {
+        out->list = out->dq_part;
+    } else {
+        FSA_PLACE_(list, mul_sat(index_pairs, 4));
+    }
     /* Items of split segments (more than e entries each): ceil(c / e) <= c / e + 1
      * per segment, and at most pairs / e such segments. */
     const size_t split_items = add_sat(pairs / e, n < pairs / e ? n : pairs / e);
