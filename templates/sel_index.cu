@@ -154,8 +154,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
             u64 run = 0, part_run = 0;
 #pragma unroll
             for (int k = 0; k < SCAN_RUN; k++) {
-                // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
-                const int per_item = parts ? fsa_bwd_list_item_entries(c[k], chunk) : chunk;
+                // The backward (parts) sizes each list's items by its length (bwd_list_item_entries).
+                const int per_item = parts ? bwd_list_item_entries(p, c[k]) : chunk;
                 items[k] = (c[k] + per_item - 1) / per_item;
                 run += (u64)(unsigned)c[k] | ((u64)(unsigned)items[k] << 32);
                 part_run += items[k] > 1 ? items[k] : 0;  // split segments keep per-item dK/dV partials
