@@ -222,24 +222,15 @@ static size_t align_up(size_t x) { return x > SIZE_MAX - 255 ? SIZE_MAX : (x + 2
     out->field = at;            \
     at = align_up(add_sat(at, (bytes)))
 
-/* Whether a call of head chunks that take every token inverts the index once
- * for every head (FSA_INDEX_ONCE=0: each chunk its own, to time the two). */
-static int index_once(const fsa_plan *plan, int heads, int64_t total_tokens, int64_t tc)
-{
-    const char *env = getenv("FSA_INDEX_ONCE");
-    if (env != NULL && strcmp(env, "0") == 0) return 0;
-    return heads < plan->desc.num_kv_heads && tc >= total_tokens;
-}
-
-/* Places the index arrays of a chunk of `heads` KV heads x `tc` tokens at the
- * start of a workspace, with `entries` list entries per work item at least;
- * returns the first free offset. */
+/* Places the index arrays of chunks of `heads` KV heads x `tc` tokens, one
+ * inversion covering `index_heads` of them, at the start of a workspace, with
+ * `entries` list entries per work item at least; returns the first free offset. */
 static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
-                          int64_t tc, int entries)
+                          int index_heads, int64_t tc, int entries)
 {
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
     out->chunk_heads = heads;
-    out->index_heads = index_once(plan, heads, total_tokens, tc) ? plan->desc.num_kv_heads : heads;
+    out->index_heads = index_heads;
     const size_t chunks = (size_t)fsa_index_chunks(out);
     out->n_counts = add_sat(mul_sat((size_t)out->index_heads, (size_t)out->nb_total), 1);
     out->n_chunk = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
@@ -252,14 +243,15 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     return at;
 }
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
-                        int64_t tc)
+static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                             int index_heads, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, tc, fsa_plan_fwd_item_entries(plan));
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, index_heads, tc,
+                            fsa_plan_fwd_item_entries(plan));
     const fsa_index_layout *ix = &out->index;
     const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
     FSA_PLACE_(work_seg, mul3_sat((size_t)fsa_index_chunks(ix), ix->seg_stride, 4));
@@ -288,8 +280,8 @@ static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
     return fsa_bwd_item_entries(plan->group, halvings);
 }
 
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
-                        int64_t tc, fsa_algorithm order)
+static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                             int index_heads, int64_t tc, fsa_algorithm order)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
@@ -301,16 +293,18 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, tc, out->item_entries);
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, index_heads, tc, out->item_entries);
     const fsa_index_layout *ix = &out->index;
     const size_t n = ix->n_chunk, chunks = (size_t)fsa_index_chunks(ix);
     const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
     FSA_PLACE_(part_offsets, mul3_sat(chunks, n, 4));
     FSA_PLACE_(work_seg, mul3_sat(chunks, ix->seg_stride, 4));
-    FSA_PLACE_(work_next, 2 * 4);
+    /* A shared index's chunks: their main kernels' work counters, and delta of every head of the
+     * group (prep runs once per inversion). */
+    FSA_PLACE_(work_next, mul_sat(chunks, 2 * 4));
     FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
     FSA_PLACE_(list_sorted, mul_sat(index_pairs, 4));
-    FSA_PLACE_(delta, mul3_sat(hkv, g * 4, (size_t)tc));
+    FSA_PLACE_(delta, mul3_sat((size_t)ix->index_heads, g * 4, (size_t)tc));
     const size_t dq_bytes = out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0;
     FSA_PLACE_(dq_part, dq_bytes);
     /* The unsorted lists are read by the sort only, before any main kernel writes dq rows: they may
@@ -330,6 +324,65 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     out->total = at;
 }
 #undef FSA_PLACE_
+
+static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
+
+/* Workspace bytes of chunks of `heads` KV heads x `tc` tokens, one inversion covering `index_heads`. */
+typedef size_t (*group_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                                 int64_t tc, fsa_algorithm order);
+
+static size_t fsa_group_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                              int64_t tc, fsa_algorithm order)
+{
+    (void)order;
+    fsa_fsa_layout l;
+    fsa_layout_place(&l, plan, total_tokens, batch, heads, index_heads, tc);
+    return l.total;
+}
+
+static size_t bwd_group_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                              int64_t tc, fsa_algorithm order)
+{
+    fsa_bwd_layout l;
+    bwd_layout_place(&l, plan, total_tokens, batch, heads, index_heads, tc, order);
+    return l.total;
+}
+
+/* The KV heads one index inversion covers for chunks of `heads` heads x `tc`
+ * tokens: the chunk's own for token chunks (or one chunk of every head);
+ * else the most heads (a multiple of `heads` that divides Hkv) whose layout
+ * fits the call's cap, so that their chunks share one inversion (and the
+ * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own;
+ * FSA_INDEX_ONCE=all: every head's, whatever it leaves for the chunks (to
+ * time the choices against each other). */
+static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                           int64_t tc, group_total_fn total, fsa_algorithm order)
+{
+    const int hkv = plan->desc.num_kv_heads;
+    if (heads >= hkv || tc < total_tokens) return heads;
+    const char *env = getenv("FSA_INDEX_ONCE");
+    if (env != NULL && strcmp(env, "0") == 0) return heads;
+    if (env != NULL && strcmp(env, "all") == 0) return hkv;
+    const uint64_t budget = layout_budget(plan, op, total_tokens);
+    for (int g = hkv; g > heads; g--)
+        if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
+    return heads;
+}
+
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc)
+{
+    const int g = index_heads_for(plan, FSA_OP_FWD, total_tokens, batch, heads, tc, fsa_group_total,
+                                  FSA_ALGORITHM_FSA);
+    fsa_layout_place(out, plan, total_tokens, batch, heads, g, tc);
+}
+
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc, fsa_algorithm order)
+{
+    const int g = index_heads_for(plan, FSA_OP_BWD, total_tokens, batch, heads, tc, bwd_group_total, order);
+    bwd_layout_place(out, plan, total_tokens, batch, heads, g, tc, order);
+}
 
 /* The default follows the call: a short one (whose outputs are small) gets
  * the room to run in one chunk, a long one what its outputs leave of the

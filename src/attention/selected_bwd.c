@@ -67,9 +67,17 @@ cleanup:
     return st;
 }
 
-/* One head chunk: per token chunk the index inversion (unless the call
- * inverted every head's at once), delta, the main kernel, dq and the sum of
- * split blocks' dK/dV; then dk and dv. */
+/* delta of the token chunk in p (and the first main kernel's work counters reset). */
+static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream stream)
+{
+    const uint64_t q_rows = (uint64_t)(p->tc * p->num_q_heads);
+    return fsa_launch(plan, &plan->bwd.prep, fsa_blocks_for(q_rows, fsa_rows_per_block((int)plan->desc.value_dim)), 1,
+                      stream, p);
+}
+
+/* One head chunk: per token chunk the index inversion and delta (unless the
+ * call made them for a group of chunks at once), the main kernel, dq and the
+ * sum of split blocks' dK/dV; then dk and dv. */
 static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, fsa_sel_params *p,
                             CUstream stream)
 {
@@ -91,9 +99,11 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
         p->tc = cur;
-        if (invert) FSA_CHECK(run_index(plan, l, ws, p, stream));
+        if (invert) {
+            FSA_CHECK(run_index(plan, l, ws, p, stream));
+            FSA_CHECK(run_prep(plan, p, stream));
+        }
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, p));
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_segs) *
                                (uint64_t)p->key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
@@ -130,17 +140,32 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     fsa_sel_params all, p;
     params_from_args(&all, plan, &c->a);
     params_from_layout(&all, plan, c->a.workspace, &c->layout);
+    /* Groups of index_heads KV heads: one index inversion and one prep each (when the group holds
+     * several chunks), then the group's chunks of `heads` heads. */
     const fsa_index_layout *ix = &c->layout.index;
-    const int once = fsa_index_chunks(ix) > 1; /* one inversion for every head chunk */
-    if (once) {
-        all.t0 = 0;
-        all.tc = c->a.total_tokens;
-        FSA_CHECK(run_index(plan, &c->layout, c->a.workspace, &all, stream));
-    }
-    for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += c->layout.heads) {
-        fsa_params_heads(&p, &all, plan->group, h0, c->layout.heads);
-        fsa_params_index_chunk(&p, ix, once ? h0 / c->layout.heads : 0);
-        FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !once, &p, stream));
+    const int heads = c->layout.heads, group = ix->index_heads, chunks = fsa_index_chunks(ix);
+    const int shared = chunks > 1;
+    const uint64_t ws = c->a.workspace;
+    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += group) {
+        fsa_sel_params gp;
+        fsa_params_heads(&gp, &all, plan->group, g0, group);
+        if (shared) {
+            gp.t0 = 0;
+            gp.tc = c->a.total_tokens;
+            FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
+            FSA_CHECK_CU(plan->ctx->cu, plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)chunks,
+                                                                      stream),
+                         "launch memset");
+            FSA_CHECK(run_prep(plan, &gp, stream));
+        }
+        for (int h = 0; h < group; h += heads) {
+            const long long chunk = shared ? h / heads : 0;
+            fsa_params_heads(&p, &gp, plan->group, h, heads);
+            fsa_params_index_chunk(&p, ix, chunk);
+            p.delta += chunk * heads * plan->group * gp.tc * 4; /* [Hq of the group, T] */
+            p.work_next += chunk * 2 * 4;
+            FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !shared, &p, stream));
+        }
     }
 cleanup:
     return st;

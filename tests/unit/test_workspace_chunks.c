@@ -210,23 +210,30 @@ static void test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator(void **
     p.desc.head_dim = p.desc.value_dim = p.config.head_dim = p.config.value_dim = 256;
     fsa_bwd_layout_for(&whole, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
     assert_false(whole.dkv_direct);
-    /* The standard problem's backward at G = 1 under the default cap: chunks of one KV head and every
-     * token, with the index of all 32 heads inverted once (two heads per chunk no longer fit beside it). */
+    /* With it gone, the standard problem's backward at G = 1 runs two KV heads per chunk under the
+     * default cap (16 chunks instead of 32), and one index inversion serves two chunks: the index of
+     * every head (or of 8) would leave too little for two heads. */
     standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
     int heads;
     int64_t tc;
     bwd_chunk(&heads, &tc, &p, T);
-    assert_int_equal(heads, 1);
+    assert_int_equal(heads, 2);
     assert_int_equal(tc, T);
-    assert_true(bwd_bytes(&p, T) <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+    fsa_bwd_layout l;
+    fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
+    assert_int_equal(l.index.index_heads, 4);
+    assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+    fsa_bwd_layout_for(&l, &p, T, 1, 1, tc, FSA_ALGORITHM_FSA); /* one head per chunk: every head's index fits */
+    assert_int_equal(l.index.index_heads, 32);
 }
 
 static void test_head_chunks_of_every_token_share_one_index_of_every_head(void **state)
 {
     (void)state;
-    /* Counts and list offsets cover every KV head, work items (and the backward's partial slots) restart
-     * per chunk of heads, the lists sorted once; the unsorted lists, read by the sort only, share the
-     * dq rows' bytes. Token chunks keep an index per chunk. */
+    /* Counts and list offsets cover the most KV heads the cap leaves room for (here every head), work
+     * items (and the backward's partial slots, work counters) restart per chunk of heads, the lists
+     * sorted and delta computed once per inversion; the unsorted lists, read by the sort only, share
+     * the dq rows' bytes. Token chunks keep an index per chunk. */
     fsa_plan p;
     standard_plan(&p, 4, FSA_DTYPE_BF16, 0);
     const int64_t T = 8192, nb = T / 64 + 2;
@@ -241,8 +248,10 @@ static void test_head_chunks_of_every_token_share_one_index_of_every_head(void *
     assert_true(two.index.work_offsets + 4 * two.index.n_chunk * 4 <= two.part_offsets);
     assert_true(two.part_offsets + 4 * two.index.n_chunk * 4 <= two.work_seg);
     assert_true(two.work_seg + 4 * two.index.seg_stride * 4 <= two.work_next);
+    assert_true(two.mask - two.work_next >= 4 * 2 * 4);
     assert_true(two.list_sorted - two.mask >= (size_t)(8 * T * 8));
     assert_true(two.delta - two.list_sorted >= (size_t)(8 * T * 16 * 4));
+    assert_true(two.dq_part - two.delta >= (size_t)(32 * T * 4));
     assert_int_equal(two.list, two.dq_part);
     fsa_bwd_layout_for(&tokens, &p, T, 1, 1, T / 2, FSA_ALGORITHM_FSA);
     assert_int_equal(tokens.index.index_heads, 1);
