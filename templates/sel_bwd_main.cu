@@ -1,6 +1,6 @@
 // FSA backward, main kernel: a CTA takes one work item = one (KV head, key
 // block, run of list entries of that block, in token order; the host sizes
-// the runs, longer for long lists: bwd_list_item_entries) and one
+// the runs, longer for long lists: fsa_bwd_list_item_entries) and one
 // KEYS-key slice of the block, in rounds of CHUNK entries.
 // K and V of the slice stay in shared memory; warp w owns keys 16w..16w+15
 // and accumulates their dK and dV in registers over every tile of (token,
@@ -216,6 +216,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     const u32 dst_addr = smem_addr(dST);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int item_entries = (int)p.item_entries;  // a whole number of tiles' tokens (fsa_bwd_item_entries)
     const int *work = (const int *)p.work_offsets;
     const int *work_seg = (const int *)p.work_seg;
     const int *offs = (const int *)p.offsets;
@@ -240,7 +241,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
         const long long gid = seg - (long long)h * p.nb_total;
         const int item = wi - work[seg];
         const int n_items = work[seg + 1] - work[seg];
-        const int per_item = bwd_list_item_entries(p, offs[seg + 1] - offs[seg]);
+        const int per_item = fsa_bwd_list_item_entries(offs[seg + 1] - offs[seg], item_entries);
         const int item0 = offs[seg] + item * per_item;
         const int item_n = min(offs[seg + 1] - item0, per_item);
 

@@ -86,11 +86,4 @@ __device__ __forceinline__ u64 block_exclusive_scan(u64 v, u64 *scratch, u64 *to
     return warp_prefix + incl - v;
 }
 
-// List entries per backward work item of a chunk's list of c entries: as fsa_bwd_list_item_entries
-// gives the whole list (every token chunk's piece of it), so that token chunks do not cut each
-// list into FSA_BWD_ITEMS_PER_LIST items per chunk, each with its own fp32 dK/dV partial.
-__device__ __forceinline__ int bwd_list_item_entries(const fsa_sel_params &p, long long c) {
-    return fsa_bwd_list_item_entries(c * (p.list_chunks > 1 ? p.list_chunks : 1), (int)p.item_entries);
-}
-
 }  // namespace fsa

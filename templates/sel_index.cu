@@ -16,7 +16,6 @@ constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
 constexpr int THREADS = FSA_INDEX_THREADS;
 constexpr int BINS = 1024;  // shared-memory counters per KV head of a CTA's rows
-constexpr int SCAN_RUN = 8;  // segments per thread in the count's scan
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -143,39 +142,29 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
         int *cparts = parts ? parts + c0 / ic.segs * (ic.segs + 1) : nullptr;
         carry &= 0xffffffffull;
         u64 part_carry = 0;
-        // SCAN_RUN consecutive segments per thread, their counts loaded before any is added: one
-        // CTA scans every segment, so the number of its synchronized block scans is the count's
-        // critical path (one per blockDim.x segments before: 129 of them at 32 heads of 65536 tokens).
-        for (long long base = 0; base < ic.segs; base += (long long)blockDim.x * SCAN_RUN) {
-            const long long l0 = base + (long long)threadIdx.x * SCAN_RUN;
-            int c[SCAN_RUN], items[SCAN_RUN];
-#pragma unroll
-            for (int k = 0; k < SCAN_RUN; k++) c[k] = l0 + k < ic.segs ? __ldcg(counts + c0 + l0 + k) : 0;
-            u64 run = 0, part_run = 0;
-#pragma unroll
-            for (int k = 0; k < SCAN_RUN; k++) {
-                // The backward (parts) sizes each list's items by its length (bwd_list_item_entries).
-                const int per_item = parts ? bwd_list_item_entries(p, c[k]) : chunk;
-                items[k] = (c[k] + per_item - 1) / per_item;
-                run += (u64)(unsigned)c[k] | ((u64)(unsigned)items[k] << 32);
-                part_run += items[k] > 1 ? items[k] : 0;  // split segments keep per-item dK/dV partials
-            }
-            u64 total, part_total = 0;
-            u64 prefix = block_exclusive_scan(run, scratch, &total) + carry;
-            u64 part_prefix = parts ? block_exclusive_scan(part_run, scratch, &part_total) + part_carry : 0;
-#pragma unroll
-            for (int k = 0; k < SCAN_RUN; k++) {
-                const long long li = l0 + k;
-                if (li >= ic.segs) break;
-                offsets[c0 + li] = (int)(unsigned)prefix;
+        for (long long base = 0; base < ic.segs; base += blockDim.x) {
+            const long long li = base + threadIdx.x, i = c0 + li;
+            const bool in = li < ic.segs;
+            int c = in ? __ldcg(counts + i) : 0;
+            // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
+            const int per_item = parts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
+            const int items = (c + per_item - 1) / per_item;
+            u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
+            u64 total;
+            u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;
+            if (in) {
+                offsets[i] = (int)(unsigned)prefix;
                 cwork[li] = (int)(prefix >> 32);
-                counts[c0 + li] = 0;
-                if (parts) cparts[li] = (int)part_prefix;
-                prefix += (u64)(unsigned)c[k] | ((u64)(unsigned)items[k] << 32);
-                part_prefix += items[k] > 1 ? items[k] : 0;
+                counts[i] = 0;
             }
             carry += total;
-            part_carry += part_total;
+            if (parts) {
+                // Segments split over several work items keep per-item dK/dV partials.
+                u64 part_total;
+                u64 part_prefix = block_exclusive_scan(items > 1 ? items : 0, scratch, &part_total) + part_carry;
+                if (in) cparts[li] = (int)part_prefix;
+                part_carry += part_total;
+            }
         }
         if (threadIdx.x == 0) {
             cwork[ic.segs] = (int)(carry >> 32);

@@ -51,9 +51,6 @@ typedef struct fsa_sel_params {
      * work_seg_stride entries per chunk with the chunk's own segment numbers. 0: one chunk. */
     long long index_heads;
     long long work_seg_stride;
-    /* Backward: the token chunks a call's lists are split into (1: none). A chunk's piece of a list
-     * takes items of the size the whole list would (bwd_list_item_entries). */
-    long long list_chunks;
 } fsa_sel_params;
 
 #endif

@@ -94,7 +94,6 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
     if (!l->dkv_direct) FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
-    p->list_chunks = (T + tc - 1) / tc; /* each list's items sized as for all of it */
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
