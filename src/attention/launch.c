@@ -179,6 +179,26 @@ void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t wor
     p->work_seg_stride = (long long)l->seg_stride;
 }
 
+void fsa_params_index_group(fsa_sel_params *gp, const fsa_sel_params *all, int group, const fsa_index_layout *l,
+                            int g0)
+{
+    fsa_params_heads(gp, all, group, g0, l->index_heads);
+    if (fsa_index_chunks(l) > 1) {
+        gp->t0 = 0;
+        gp->tc = gp->total_tokens;
+    }
+}
+
+void fsa_params_group_chunk(fsa_sel_params *p, const fsa_sel_params *gp, int group, const fsa_index_layout *l, int h)
+{
+    const long long chunk = fsa_index_chunks(l) > 1 ? h / l->chunk_heads : 0;
+    fsa_params_heads(p, gp, group, h, l->chunk_heads);
+    fsa_params_index_chunk(p, l, chunk);
+    /* The backward's per-group arrays: delta [Hq of the group, T], two work counters per chunk. */
+    if (p->delta != 0) p->delta += chunk * l->chunk_heads * group * gp->tc * 4;
+    if (p->work_next != 0) p->work_next += chunk * 2 * 4;
+}
+
 void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk)
 {
     const long long segs = (long long)l->chunk_heads * l->nb_total;

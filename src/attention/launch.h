@@ -176,4 +176,15 @@ void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t wor
  * chunk's launches see an index of their own heads. */
 void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk);
 
+/* A call's KV heads go in groups of l->index_heads (one index inversion
+ * each, shared by the group's chunks when it holds several), each group in
+ * chunks of l->chunk_heads. fsa_params_index_group: the parameters of the
+ * group from KV head g0 on, as its inversion (and the backward's prep) sees
+ * them: with a shared index every token. fsa_params_group_chunk: those of the
+ * group's chunk from its head h on (0, chunk_heads, ...), its part of the
+ * group's arrays. `all`: every head, arrays as fsa_params_index set them. */
+void fsa_params_index_group(fsa_sel_params *gp, const fsa_sel_params *all, int group, const fsa_index_layout *l,
+                            int g0);
+void fsa_params_group_chunk(fsa_sel_params *p, const fsa_sel_params *gp, int group, const fsa_index_layout *l, int h);
+
 #endif

@@ -493,19 +493,3 @@ void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_
 {
     chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_layout_total, order);
 }
-
-fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
-{
-    fsa_choice c;
-    fsa_choose(&c, plan, FSA_OP_FWD, total_tokens);
-    if (reason) *reason = c.reason;
-    return c.variant.order;
-}
-
-fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
-{
-    fsa_choice c;
-    fsa_choose(&c, plan, FSA_OP_BWD, total_tokens);
-    if (reason) *reason = c.reason;
-    return c.variant.order;
-}

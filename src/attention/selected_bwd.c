@@ -140,29 +140,23 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     params_from_args(&all, plan, &c->a);
     params_from_layout(&all, plan, c->a.workspace, &c->layout);
     /* Groups of index_heads KV heads: one index inversion and one prep each (when the group holds
-     * several chunks), then the group's chunks of `heads` heads. */
+     * several chunks; the chunks' work counters zeroed at once), then the group's chunks. */
     const fsa_index_layout *ix = &c->layout.index;
-    const int heads = c->layout.heads, group = ix->index_heads, chunks = fsa_index_chunks(ix);
-    const int shared = chunks > 1;
+    const int shared = fsa_index_chunks(ix) > 1;
     const uint64_t ws = c->a.workspace;
-    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += group) {
+    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
         fsa_sel_params gp;
-        fsa_params_heads(&gp, &all, plan->group, g0, group);
+        fsa_params_index_group(&gp, &all, plan->group, ix, g0);
         if (shared) {
-            gp.t0 = 0;
-            gp.tc = c->a.total_tokens;
             FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
-            FSA_CHECK_CU(plan->ctx->cu, plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)chunks,
-                                                                      stream),
+            FSA_CHECK_CU(plan->ctx->cu,
+                         plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix),
+                                                       stream),
                          "launch memset");
             FSA_CHECK(run_prep(plan, &gp, stream));
         }
-        for (int h = 0; h < group; h += heads) {
-            const long long chunk = shared ? h / heads : 0;
-            fsa_params_heads(&p, &gp, plan->group, h, heads);
-            fsa_params_index_chunk(&p, ix, chunk);
-            p.delta += chunk * heads * plan->group * gp.tc * 4; /* [Hq of the group, T] */
-            p.work_next += chunk * 2 * 4;
+        for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
+            fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
             FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !shared, &p, stream));
         }
     }

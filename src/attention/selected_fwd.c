@@ -114,20 +114,16 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
     all.list = (long long)(ws + l->list);
     all.lse_part = (long long)(ws + l->lse_part);
     all.o_part = (long long)(ws + l->o_part);
-    /* Groups of index_heads KV heads: one index inversion each (when the group holds several
-     * chunks), then the group's chunks of l->heads heads. */
-    const int group = l->index.index_heads, shared = fsa_index_chunks(&l->index) > 1;
-    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += group) {
+    /* Groups of index_heads KV heads: one index inversion each when the group holds several chunks
+     * (else each chunk inverts its own), then the group's chunks. */
+    const fsa_index_layout *ix = &l->index;
+    const int shared = fsa_index_chunks(ix) > 1;
+    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
         fsa_sel_params gp;
-        fsa_params_heads(&gp, &all, plan->group, g0, group);
-        if (shared) {
-            gp.t0 = 0;
-            gp.tc = c->a.total_tokens;
-            FSA_CHECK(fsa_launch_index(plan, &plan->fwd.count, &plan->fwd.scatter, &l->index, ws, stream, &gp));
-        }
-        for (int h = 0; h < group; h += l->heads) {
-            fsa_params_heads(&p, &gp, plan->group, h, l->heads);
-            fsa_params_index_chunk(&p, &l->index, shared ? h / l->heads : 0);
+        fsa_params_index_group(&gp, &all, plan->group, ix, g0);
+        if (shared) FSA_CHECK(fsa_launch_index(plan, &plan->fwd.count, &plan->fwd.scatter, ix, ws, stream, &gp));
+        for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
+            fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
             FSA_CHECK(run_fsa_heads(plan, c, !shared, &p, stream));
         }
     }
