@@ -93,10 +93,10 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype):
         assert rel_err(a, b) < 1e-2, name
 
 
-@pytest.mark.parametrize("cap", [20_000_000, 30_000_000], ids=["one_index_for_all_heads", "two_indexes"])
+@pytest.mark.parametrize("cap", [20_000_000, 16_000_000], ids=["one_index_for_all_heads", "two_indexes"])
 def test_head_chunks_sharing_an_index_give_the_bits_of_an_uncapped_call(cap):
-    # G = 1, 32 KV heads of 2048 tokens: under 20 MB one head per chunk, one index inversion of all
-    # 32 heads; under 30 MB two heads per chunk, an inversion per 16 heads. Head chunks change no bit.
+    # G = 1, 32 KV heads of 2048 tokens, chunks of one head: under 20 MB one index inversion covers all
+    # 32 heads, under 16 MB one per 16 heads. Head chunks change no bit, forward or backward.
     inputs, do = standard_inputs(2048, 1, torch.bfloat16, seed=2)
     _, o_free, g_free = forward_backward(inputs, do, workspace_limit="unlimited")
     peak, o_capped, g_capped = forward_backward(inputs, do, workspace_limit=cap)

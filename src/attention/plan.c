@@ -352,9 +352,8 @@ static size_t bwd_group_total(const fsa_plan *plan, int64_t total_tokens, int ba
  * tokens: the chunk's own for token chunks (or one chunk of every head);
  * else the most heads (a multiple of `heads` that divides Hkv) whose layout
  * fits the call's cap, so that their chunks share one inversion (and the
- * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own;
- * FSA_INDEX_ONCE=all: every head's, whatever it leaves for the chunks (to
- * time the choices against each other). */
+ * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own
+ * (to time the two against each other). */
 static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
@@ -362,11 +361,18 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
     if (heads >= hkv || tc < total_tokens) return heads;
     const char *env = getenv("FSA_INDEX_ONCE");
     if (env != NULL && strcmp(env, "0") == 0) return heads;
-    if (env != NULL && strcmp(env, "all") == 0) return hkv;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
     for (int g = hkv; g > heads; g--)
         if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
     return heads;
+}
+
+/* Workspace bytes of chunks of `heads` KV heads x `tc` tokens, with the index their layout takes. */
+static size_t layout_total(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                           int64_t tc, group_total_fn total, fsa_algorithm order)
+{
+    const int g = index_heads_for(plan, op, total_tokens, batch, heads, tc, total, order);
+    return total(plan, total_tokens, batch, heads, g, tc, order);
 }
 
 void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
@@ -401,27 +407,6 @@ uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t to
     return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
 }
 
-/* Workspace bytes of a chunk of `heads` KV heads x `tc` tokens. */
-typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                                  fsa_algorithm order);
-
-static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                               fsa_algorithm order)
-{
-    (void)order;
-    fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, total_tokens, batch, heads, tc);
-    return l.total;
-}
-
-static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                               fsa_algorithm order)
-{
-    fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, total_tokens, batch, heads, tc, order);
-    return l.total;
-}
-
 /* The bytes a layout may take under the call's cap: 16 x 256 bytes below it
  * cover the arrays' alignment padding. UINT64_MAX: no cap. */
 static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
@@ -447,37 +432,49 @@ static int64_t max_chunk_tokens(const fsa_plan *plan, int64_t total_tokens)
  * when they fit the cap; else the largest chunk whose layout fits (a
  * bisection), then even chunks so the last one is not a sliver, as long as
  * they still fit. One token when even that does not fit. */
-static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, layout_total_fn total,
-                            fsa_algorithm order, uint64_t budget)
+static int64_t chunk_tokens(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                            group_total_fn gt, fsa_algorithm order, uint64_t budget)
 {
     int64_t tc = max_chunk_tokens(plan, total_tokens);
-    if (total(plan, total_tokens, batch, heads, tc, order) > budget) {
+    if (layout_total(plan, op, total_tokens, batch, heads, tc, gt, order) > budget) {
         int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo + 1) / 2;
-            if (total(plan, total_tokens, batch, heads, mid, order) <= budget) lo = mid;
+            if (layout_total(plan, op, total_tokens, batch, heads, mid, gt, order) <= budget) lo = mid;
             else hi = mid - 1;
         }
         tc = lo;
         const int64_t n = (total_tokens + tc - 1) / tc;
         const int64_t even = (total_tokens + n - 1) / n;
-        if (total(plan, total_tokens, batch, heads, even, order) <= budget) tc = even;
+        if (layout_total(plan, op, total_tokens, batch, heads, even, gt, order) <= budget) tc = even;
     }
     return tc;
 }
 
-/* Heads first (fsa_bwd_chunk in plan.h says why). */
+/* Heads first (fsa_bwd_chunk in plan.h says why), and among chunks of every
+ * token first those that leave room for one index of every head: an index
+ * inversion costs about the same fixed time whatever its heads, so one
+ * inversion for 32 one-head chunks measured faster than one per two of 16
+ * two-head chunks (bench/NOTES.md). */
 static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
-                     int batch, layout_total_fn total, fsa_algorithm order)
+                     int batch, group_total_fn group_total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
     const uint64_t budget = layout_budget(plan, op, total_tokens);
+    const int one = layout_total(plan, op, total_tokens, batch, hkv, all, group_total, order) <= budget;
+    const int shared = !one && index_heads_for(plan, op, total_tokens, batch, 1, all, group_total, order) > 1;
+    for (int heads = hkv - 1; shared && all >= total_tokens && heads >= 1; heads--)
+        if (hkv % heads == 0 && group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
+            *heads_out = heads;
+            *tc_out = all;
+            return;
+        }
     for (int heads = hkv; heads >= 1; heads--) {
         if (hkv % heads != 0) continue;
-        if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
+        if (layout_total(plan, op, total_tokens, batch, heads, all, group_total, order) <= budget || heads == 1) {
             *heads_out = heads;
-            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order, budget);
+            *tc_out = heads > 1 ? all : chunk_tokens(plan, op, total_tokens, batch, 1, group_total, order, budget);
             return;
         }
     }
@@ -485,11 +482,11 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_
 
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
 {
-    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_group_total, FSA_ALGORITHM_FSA);
 }
 
 void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
                    fsa_algorithm order)
 {
-    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_layout_total, order);
+    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_group_total, order);
 }
