@@ -86,6 +86,17 @@ __device__ __forceinline__ void count_pairs(const Row &row, const fsa_sel_params
     });
 }
 
+// The head chunks of an index: segments per chunk (every segment: one chunk)
+// and the entries of work_seg each chunk owns.
+struct IndexChunks {
+    long long segs, seg_stride;
+};
+__device__ __forceinline__ IndexChunks index_chunks(const fsa_sel_params &p) {
+    const long long n = p.num_kv_heads * p.nb_total;
+    if (p.index_heads <= 0 || p.index_heads >= p.num_kv_heads) return IndexChunks{n, 0};
+    return IndexChunks{p.index_heads * p.nb_total, p.work_seg_stride};
+}
+
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
@@ -118,40 +129,49 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     if (!is_last) return;
     __threadfence();
 
+    // List offsets run over every segment; work items and partial slots restart with each chunk of
+    // heads (p.index_heads), whose launches see only their own part (index_chunk).
     int *offsets = (int *)p.offsets;
     int *work = (int *)p.work_offsets;
     int *parts = (int *)p.part_offsets;  // backward only
     const int chunk = (int)p.item_entries;
-    u64 carry = 0;  // low 32 bits: pairs so far; high 32 bits: work items so far
-    u64 part_carry = 0;
-    for (long long base = 0; base < n; base += blockDim.x) {
-        long long i = base + threadIdx.x;
-        int c = i < n ? __ldcg(counts + i) : 0;
-        // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
-        const int per_item = parts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
-        const int items = (c + per_item - 1) / per_item;
-        u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
-        u64 total;
-        u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;
-        if (i < n) {
-            offsets[i] = (int)(unsigned)prefix;
-            work[i] = (int)(prefix >> 32);
-            counts[i] = 0;
+    const IndexChunks ic = index_chunks(p);
+    u64 carry = 0;  // low 32 bits: pairs so far; high 32 bits: work items so far in the head chunk
+    for (long long c0 = 0; c0 < n; c0 += ic.segs) {
+        int *cwork = work + c0 / ic.segs * (ic.segs + 1);
+        int *cparts = parts ? parts + c0 / ic.segs * (ic.segs + 1) : nullptr;
+        carry &= 0xffffffffull;
+        u64 part_carry = 0;
+        for (long long base = 0; base < ic.segs; base += blockDim.x) {
+            const long long li = base + threadIdx.x, i = c0 + li;
+            const bool in = li < ic.segs;
+            int c = in ? __ldcg(counts + i) : 0;
+            // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
+            const int per_item = parts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
+            const int items = (c + per_item - 1) / per_item;
+            u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
+            u64 total;
+            u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;
+            if (in) {
+                offsets[i] = (int)(unsigned)prefix;
+                cwork[li] = (int)(prefix >> 32);
+                counts[i] = 0;
+            }
+            carry += total;
+            if (parts) {
+                // Segments split over several work items keep per-item dK/dV partials.
+                u64 part_total;
+                u64 part_prefix = block_exclusive_scan(items > 1 ? items : 0, scratch, &part_total) + part_carry;
+                if (in) cparts[li] = (int)part_prefix;
+                part_carry += part_total;
+            }
         }
-        carry += total;
-        if (parts) {
-            // Segments split over several work items keep per-item dK/dV partials.
-            u64 part_total;
-            u64 part_prefix = block_exclusive_scan(items > 1 ? items : 0, scratch, &part_total) + part_carry;
-            if (i < n) parts[i] = (int)part_prefix;
-            part_carry += part_total;
+        if (threadIdx.x == 0) {
+            cwork[ic.segs] = (int)(carry >> 32);
+            if (parts) cparts[ic.segs] = (int)part_carry;
         }
     }
-    if (threadIdx.x == 0) {
-        offsets[n] = (int)(unsigned)carry;
-        work[n] = (int)(carry >> 32);
-        if (parts) parts[n] = (int)part_carry;
-    }
+    if (threadIdx.x == 0) offsets[n] = (int)(unsigned)carry;
 }
 
 // Writes each valid pair into its (KV head, block) list, and the segment of
@@ -159,12 +179,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
 // not fixed; nothing downstream depends on it.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_sel_params p) {
     {
+        // Each head chunk's work items name their segments as the chunk's launches see them.
         const long long n = p.num_kv_heads * p.nb_total;
-        const int *work = (const int *)p.work_offsets;
-        int *work_seg = (int *)p.work_seg;
+        const IndexChunks ic = index_chunks(p);
         for (long long seg = (long long)blockIdx.x * blockDim.x + threadIdx.x; seg < n;
-             seg += (long long)gridDim.x * blockDim.x)
-            for (int w = work[seg]; w < work[seg + 1]; w++) work_seg[w] = (int)seg;
+             seg += (long long)gridDim.x * blockDim.x) {
+            const long long c = seg / ic.segs, li = seg - c * ic.segs;
+            const int *work = (const int *)p.work_offsets + c * (ic.segs + 1);
+            int *work_seg = (int *)p.work_seg + c * ic.seg_stride;
+            for (int w = work[li]; w < work[li + 1]; w++) work_seg[w] = (int)li;
+        }
     }
     // As in the count: pairs of the shared-memory bins are counted per CTA
     // first and their ranges reserved with one global atomic per bin; then

@@ -45,6 +45,12 @@ typedef struct fsa_sel_params {
     long long d_part;       /* wide heads: which half of the dK and dV columns this launch accumulates */
     long long key_slices;   /* CTAs per backward work item: slices of the key block */
     long long work_next;    /* int [2]: next backward work item, one counter per main launch of a chunk */
+    /* Index of several head chunks at once (the count and scatter of every KV head, then each chunk's
+     * launches on its part): work_offsets (and part_offsets) restart at 0 for every chunk of
+     * index_heads KV heads, as index_heads * nb_total + 1 entries per chunk, and work_seg holds
+     * work_seg_stride entries per chunk with the chunk's own segment numbers. 0: one chunk. */
+    long long index_heads;
+    long long work_seg_stride;
 } fsa_sel_params;
 
 #endif

@@ -91,3 +91,16 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype):
     assert torch.equal(g_capped[0], g_free[0])  # nor dq's
     for name, a, b in zip(("dk", "dv"), g_capped[1:], g_free[1:]):  # token chunks split dK/dV's fp32 sums
         assert rel_err(a, b) < 1e-2, name
+
+
+@pytest.mark.parametrize("cap", [20_000_000, 16_000_000], ids=["one_index_for_all_heads", "two_indexes"])
+def test_head_chunks_sharing_an_index_give_the_bits_of_an_uncapped_call(cap):
+    # G = 1, 32 KV heads of 2048 tokens, chunks of one head: under 20 MB one index inversion covers all
+    # 32 heads, under 16 MB one per 16 heads. Head chunks change no bit, forward or backward.
+    inputs, do = standard_inputs(2048, 1, torch.bfloat16, seed=2)
+    _, o_free, g_free = forward_backward(inputs, do, workspace_limit="unlimited")
+    peak, o_capped, g_capped = forward_backward(inputs, do, workspace_limit=cap)
+    assert peak <= outputs_and_grads_bytes(inputs) + cap + SLACK
+    assert torch.equal(o_capped, o_free)
+    for a, b in zip(g_capped, g_free):
+        assert torch.equal(a, b)

@@ -175,6 +175,39 @@ void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t wor
     p->counts = (long long)(workspace + l->counts);
     p->offsets = (long long)(workspace + l->offsets);
     p->work_offsets = (long long)(workspace + l->work_offsets);
+    p->index_heads = l->chunk_heads;
+    p->work_seg_stride = (long long)l->seg_stride;
+}
+
+void fsa_params_index_group(fsa_sel_params *gp, const fsa_sel_params *all, int group, const fsa_index_layout *l,
+                            int g0)
+{
+    fsa_params_heads(gp, all, group, g0, l->index_heads);
+    if (fsa_index_chunks(l) > 1) {
+        gp->t0 = 0;
+        gp->tc = gp->total_tokens;
+    }
+}
+
+void fsa_params_group_chunk(fsa_sel_params *p, const fsa_sel_params *gp, int group, const fsa_index_layout *l, int h)
+{
+    const long long chunk = fsa_index_chunks(l) > 1 ? h / l->chunk_heads : 0;
+    fsa_params_heads(p, gp, group, h, l->chunk_heads);
+    fsa_params_index_chunk(p, l, chunk);
+    /* The backward's per-group arrays: delta [Hq of the group, T], two work counters per chunk. */
+    if (p->delta != 0) p->delta += chunk * l->chunk_heads * group * gp->tc * 4;
+    if (p->work_next != 0) p->work_next += chunk * 2 * 4;
+}
+
+void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk)
+{
+    const long long segs = (long long)l->chunk_heads * l->nb_total;
+    p->offsets += chunk * segs * 4; /* absolute list positions: list and list_sorted stay */
+    p->work_offsets += chunk * (long long)l->n_chunk * 4;
+    if (p->part_offsets != 0) p->part_offsets += chunk * (long long)l->n_chunk * 4;
+    p->work_seg += chunk * (long long)l->seg_stride * 4;
+    p->mask += chunk * l->chunk_heads * p->tc * 8;
+    p->index_heads = 0;
 }
 
 size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens)

@@ -167,7 +167,24 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
  * how a call runs in chunks of heads without the kernels knowing. */
 void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, long long h0, int heads);
 
-/* The index arrays of a workspace laid out by l. */
+/* The index arrays of a workspace laid out by l, as its inversion sees them. */
 void fsa_params_index(fsa_sel_params *p, const fsa_index_layout *l, uint64_t workspace);
+
+/* p (index arrays as fsa_params_index set them, with work_seg, mask and, in
+ * the backward, part_offsets; tc the chunk's tokens) moved to head chunk
+ * `chunk` of an inversion that covers several (0 when it covers one): the
+ * chunk's launches see an index of their own heads. */
+void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long long chunk);
+
+/* A call's KV heads go in groups of l->index_heads (one index inversion
+ * each, shared by the group's chunks when it holds several), each group in
+ * chunks of l->chunk_heads. fsa_params_index_group: the parameters of the
+ * group from KV head g0 on, as its inversion (and the backward's prep) sees
+ * them: with a shared index every token. fsa_params_group_chunk: those of the
+ * group's chunk from its head h on (0, chunk_heads, ...), its part of the
+ * group's arrays. `all`: every head, arrays as fsa_params_index set them. */
+void fsa_params_index_group(fsa_sel_params *gp, const fsa_sel_params *all, int group, const fsa_index_layout *l,
+                            int g0);
+void fsa_params_group_chunk(fsa_sel_params *p, const fsa_sel_params *gp, int group, const fsa_index_layout *l, int h);
 
 #endif

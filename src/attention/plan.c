@@ -229,32 +229,41 @@ static size_t align_up(size_t x) { return x > SIZE_MAX - 255 ? SIZE_MAX : (x + 2
     out->field = at;            \
     at = align_up(add_sat(at, (bytes)))
 
-/* Places the index arrays of `heads` KV heads at the start of a workspace;
- * returns the first free offset. */
-static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads)
+/* Places the index arrays of chunks of `heads` KV heads x `tc` tokens, one
+ * inversion covering `index_heads` of them, at the start of a workspace, with
+ * `entries` list entries per work item at least; returns the first free offset. */
+static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                          int index_heads, int64_t tc, int entries)
 {
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
-    out->n_counts = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
+    out->chunk_heads = heads;
+    out->index_heads = index_heads;
+    const size_t chunks = (size_t)fsa_index_chunks(out);
+    out->n_counts = add_sat(mul_sat((size_t)out->index_heads, (size_t)out->nb_total), 1);
+    out->n_chunk = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
+    const size_t pairs = mul3_sat((size_t)heads, (size_t)tc, (size_t)plan->desc.top_k);
+    out->seg_stride = add_sat(out->n_chunk, pairs / (size_t)entries);
     size_t at = 0;
     FSA_PLACE_(counts, mul_sat(out->n_counts, 4));
     FSA_PLACE_(offsets, mul_sat(out->n_counts, 4));
-    FSA_PLACE_(work_offsets, mul_sat(out->n_counts, 4));
+    FSA_PLACE_(work_offsets, mul3_sat(chunks, out->n_chunk, 4));
     return at;
 }
 
-void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
-                        int64_t tc)
+static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                             int index_heads, int64_t tc)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
-    const size_t n = out->index.n_counts;
-    /* At most one partial work item per segment besides the full ones. */
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / (size_t)fsa_plan_fwd_item_entries(plan)), 4));
-    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
-    FSA_PLACE_(list, mul_sat(pairs, 4));
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, index_heads, tc,
+                            fsa_plan_fwd_item_entries(plan));
+    const fsa_index_layout *ix = &out->index;
+    const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
+    FSA_PLACE_(work_seg, mul3_sat((size_t)fsa_index_chunks(ix), ix->seg_stride, 4));
+    FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
+    FSA_PLACE_(list, mul_sat(index_pairs, 4));
     FSA_PLACE_(lse_part, mul3_sat(pairs, g, 4));
     FSA_PLACE_(o_part, mul3_sat(pairs, g * (size_t)d->value_dim, 2));
     out->total = at;
@@ -278,8 +287,8 @@ static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
     return fsa_bwd_item_entries(plan->group, halvings);
 }
 
-void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
-                        int64_t tc, fsa_algorithm order)
+static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                             int index_heads, int64_t tc, fsa_algorithm order)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
     const size_t hkv = (size_t)heads, k = (size_t)d->top_k, g = (size_t)plan->group;
@@ -291,16 +300,27 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
     out->heads = heads;
-    size_t at = place_index(&out->index, plan, total_tokens, batch, heads);
-    const size_t n = out->index.n_counts;
-    FSA_PLACE_(part_offsets, mul_sat(n, 4));
-    FSA_PLACE_(work_seg, mul_sat(add_sat(n, pairs / e), 4));
-    FSA_PLACE_(work_next, 2 * 4);
-    FSA_PLACE_(mask, mul3_sat(hkv, (size_t)tc, 8));
-    FSA_PLACE_(list, mul_sat(pairs, 4));
-    FSA_PLACE_(list_sorted, mul_sat(pairs, 4));
-    FSA_PLACE_(delta, mul3_sat(hkv, g * 4, (size_t)tc));
-    FSA_PLACE_(dq_part, out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0);
+    size_t at = place_index(&out->index, plan, total_tokens, batch, heads, index_heads, tc, out->item_entries);
+    const fsa_index_layout *ix = &out->index;
+    const size_t n = ix->n_chunk, chunks = (size_t)fsa_index_chunks(ix);
+    const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
+    FSA_PLACE_(part_offsets, mul3_sat(chunks, n, 4));
+    FSA_PLACE_(work_seg, mul3_sat(chunks, ix->seg_stride, 4));
+    /* A shared index's chunks: their main kernels' work counters, and delta of every head of the
+     * group (prep runs once per inversion). */
+    FSA_PLACE_(work_next, mul_sat(chunks, 2 * 4));
+    FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
+    FSA_PLACE_(list_sorted, mul_sat(index_pairs, 4));
+    FSA_PLACE_(delta, mul3_sat((size_t)ix->index_heads, g * 4, (size_t)tc));
+    const size_t dq_bytes = out->algorithm == FSA_ALGORITHM_FSA ? mul3_sat(pairs, slices * g, dim * 2) : 0;
+    FSA_PLACE_(dq_part, dq_bytes);
+    /* The unsorted lists are read by the sort only, before any main kernel writes dq rows: they may
+     * share the dq rows' bytes. */
+    if (dq_bytes >= mul_sat(index_pairs, 4)) {
+        out->list = out->dq_part;
+    } else {
+        FSA_PLACE_(list, mul_sat(index_pairs, 4));
+    }
     /* Items of split segments (more than e entries each): ceil(c / e) <= c / e + 1
      * per segment, and at most pairs / e such segments. */
     const size_t split_items = add_sat(pairs / e, n < pairs / e ? n : pairs / e);
@@ -311,6 +331,71 @@ void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total
     out->total = at;
 }
 #undef FSA_PLACE_
+
+static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
+
+/* Workspace bytes of chunks of `heads` KV heads x `tc` tokens, one inversion covering `index_heads`. */
+typedef size_t (*group_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                                 int64_t tc, fsa_algorithm order);
+
+static size_t fsa_group_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                              int64_t tc, fsa_algorithm order)
+{
+    (void)order;
+    fsa_fsa_layout l;
+    fsa_layout_place(&l, plan, total_tokens, batch, heads, index_heads, tc);
+    return l.total;
+}
+
+static size_t bwd_group_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int index_heads,
+                              int64_t tc, fsa_algorithm order)
+{
+    fsa_bwd_layout l;
+    bwd_layout_place(&l, plan, total_tokens, batch, heads, index_heads, tc, order);
+    return l.total;
+}
+
+/* The KV heads one index inversion covers for chunks of `heads` heads x `tc`
+ * tokens: the chunk's own for token chunks (or one chunk of every head);
+ * else the most heads (a multiple of `heads` that divides Hkv) whose layout
+ * fits the call's cap, so that their chunks share one inversion (and the
+ * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own
+ * (to time the two against each other). */
+static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                           int64_t tc, group_total_fn total, fsa_algorithm order)
+{
+    const int hkv = plan->desc.num_kv_heads;
+    if (heads >= hkv || tc < total_tokens) return heads;
+    const char *env = getenv("FSA_INDEX_ONCE");
+    if (env != NULL && strcmp(env, "0") == 0) return heads;
+    const uint64_t budget = layout_budget(plan, op, total_tokens);
+    for (int g = hkv; g > heads; g--)
+        if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
+    return heads;
+}
+
+/* Workspace bytes of chunks of `heads` KV heads x `tc` tokens, with the index their layout takes. */
+static size_t layout_total(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                           int64_t tc, group_total_fn total, fsa_algorithm order)
+{
+    const int g = index_heads_for(plan, op, total_tokens, batch, heads, tc, total, order);
+    return total(plan, total_tokens, batch, heads, g, tc, order);
+}
+
+void fsa_fsa_layout_for(fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc)
+{
+    const int g = index_heads_for(plan, FSA_OP_FWD, total_tokens, batch, heads, tc, fsa_group_total,
+                                  FSA_ALGORITHM_FSA);
+    fsa_layout_place(out, plan, total_tokens, batch, heads, g, tc);
+}
+
+void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
+                        int64_t tc, fsa_algorithm order)
+{
+    const int g = index_heads_for(plan, FSA_OP_BWD, total_tokens, batch, heads, tc, bwd_group_total, order);
+    bwd_layout_place(out, plan, total_tokens, batch, heads, g, tc, order);
+}
 
 /* The default follows the call: a short one (whose outputs are small) gets
  * the room to run in one chunk, a long one what its outputs leave of the
@@ -327,27 +412,6 @@ uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t to
     const size_t own = mul_sat((size_t)total_tokens, per_token);
     const uint64_t left = own < FSA_WORKSPACE_DEFAULT_BUDGET ? FSA_WORKSPACE_DEFAULT_BUDGET - own : 0;
     return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
-}
-
-/* Workspace bytes of a chunk of `heads` KV heads x `tc` tokens. */
-typedef size_t (*layout_total_fn)(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                                  fsa_algorithm order);
-
-static size_t fsa_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                               fsa_algorithm order)
-{
-    (void)order;
-    fsa_fsa_layout l;
-    fsa_fsa_layout_for(&l, plan, total_tokens, batch, heads, tc);
-    return l.total;
-}
-
-static size_t bwd_layout_total(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, int64_t tc,
-                               fsa_algorithm order)
-{
-    fsa_bwd_layout l;
-    fsa_bwd_layout_for(&l, plan, total_tokens, batch, heads, tc, order);
-    return l.total;
 }
 
 /* The bytes a layout may take under the call's cap: 16 x 256 bytes below it
@@ -375,37 +439,49 @@ static int64_t max_chunk_tokens(const fsa_plan *plan, int64_t total_tokens)
  * when they fit the cap; else the largest chunk whose layout fits (a
  * bisection), then even chunks so the last one is not a sliver, as long as
  * they still fit. One token when even that does not fit. */
-static int64_t chunk_tokens(const fsa_plan *plan, int64_t total_tokens, int batch, int heads, layout_total_fn total,
-                            fsa_algorithm order, uint64_t budget)
+static int64_t chunk_tokens(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
+                            group_total_fn gt, fsa_algorithm order, uint64_t budget)
 {
     int64_t tc = max_chunk_tokens(plan, total_tokens);
-    if (total(plan, total_tokens, batch, heads, tc, order) > budget) {
+    if (layout_total(plan, op, total_tokens, batch, heads, tc, gt, order) > budget) {
         int64_t lo = 1, hi = tc; /* the answer is lo when even one token does not fit */
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo + 1) / 2;
-            if (total(plan, total_tokens, batch, heads, mid, order) <= budget) lo = mid;
+            if (layout_total(plan, op, total_tokens, batch, heads, mid, gt, order) <= budget) lo = mid;
             else hi = mid - 1;
         }
         tc = lo;
         const int64_t n = (total_tokens + tc - 1) / tc;
         const int64_t even = (total_tokens + n - 1) / n;
-        if (total(plan, total_tokens, batch, heads, even, order) <= budget) tc = even;
+        if (layout_total(plan, op, total_tokens, batch, heads, even, gt, order) <= budget) tc = even;
     }
     return tc;
 }
 
-/* Heads first (fsa_bwd_chunk in plan.h says why). */
+/* Heads first (fsa_bwd_chunk in plan.h says why), and among chunks of every
+ * token first those that leave room for one index of every head: an index
+ * inversion costs about the same fixed time whatever its heads, so one
+ * inversion for 32 one-head chunks measured faster than one per two of 16
+ * two-head chunks (bench/NOTES.md). */
 static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
-                     int batch, layout_total_fn total, fsa_algorithm order)
+                     int batch, group_total_fn group_total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
     const uint64_t budget = layout_budget(plan, op, total_tokens);
+    const int one = layout_total(plan, op, total_tokens, batch, hkv, all, group_total, order) <= budget;
+    const int shared = !one && index_heads_for(plan, op, total_tokens, batch, 1, all, group_total, order) > 1;
+    for (int heads = hkv - 1; shared && all >= total_tokens && heads >= 1; heads--)
+        if (hkv % heads == 0 && group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
+            *heads_out = heads;
+            *tc_out = all;
+            return;
+        }
     for (int heads = hkv; heads >= 1; heads--) {
         if (hkv % heads != 0) continue;
-        if (total(plan, total_tokens, batch, heads, all, order) <= budget || heads == 1) {
+        if (layout_total(plan, op, total_tokens, batch, heads, all, group_total, order) <= budget || heads == 1) {
             *heads_out = heads;
-            *tc_out = heads > 1 ? all : chunk_tokens(plan, total_tokens, batch, 1, total, order, budget);
+            *tc_out = heads > 1 ? all : chunk_tokens(plan, op, total_tokens, batch, 1, group_total, order, budget);
             return;
         }
     }
@@ -413,27 +489,11 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_
 
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
 {
-    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_layout_total, FSA_ALGORITHM_FSA);
+    chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_group_total, FSA_ALGORITHM_FSA);
 }
 
 void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
                    fsa_algorithm order)
 {
-    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_layout_total, order);
-}
-
-fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
-{
-    fsa_choice c;
-    fsa_choose(&c, plan, FSA_OP_FWD, total_tokens);
-    if (reason) *reason = c.reason;
-    return c.variant.order;
-}
-
-fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
-{
-    fsa_choice c;
-    fsa_choose(&c, plan, FSA_OP_BWD, total_tokens);
-    if (reason) *reason = c.reason;
-    return c.variant.order;
+    chunk_of(heads_out, tc_out, plan, FSA_OP_BWD, total_tokens, batch, bwd_group_total, order);
 }

@@ -37,12 +37,24 @@ struct fsa_plan {
     fsa_tune_state tune;  /* tuning level and records per bucket (choose.h) */
 };
 
-/* The index-inversion arrays both workspaces start with. Offsets in bytes. */
+/* The index-inversion arrays both workspaces start with. Offsets in bytes.
+ * A call of several head chunks that each take every token inverts the
+ * index once for every KV head (index_heads = Hkv): each chunk's launches
+ * then read their part of it (fsa_params_index_chunk), with work items
+ * numbered per chunk. Otherwise every chunk inverts its own (index_heads =
+ * chunk_heads). */
 typedef struct fsa_index_layout {
-    int64_t nb_total; /* block ids per KV head */
-    size_t n_counts;  /* entries of counts, offsets and work_offsets */
+    int64_t nb_total;  /* block ids per KV head */
+    int index_heads;   /* KV heads one inversion covers */
+    int chunk_heads;   /* KV heads of one chunk's launches; divides index_heads */
+    size_t n_counts;   /* entries of counts and offsets: index_heads * nb_total + 1 */
+    size_t n_chunk;    /* entries of a chunk's work_offsets (and part_offsets): chunk_heads * nb_total + 1 */
+    size_t seg_stride; /* work_seg entries of a chunk: at most one partial work item per segment besides the full ones */
     size_t counts, offsets, work_offsets;
 } fsa_index_layout;
+
+/* Chunks one inversion serves. */
+static inline int fsa_index_chunks(const fsa_index_layout *l) { return l->index_heads / l->chunk_heads; }
 
 /* List entries per work item of the plan's FSA-order forward main kernel. */
 int fsa_plan_fwd_item_entries(const fsa_plan *plan);

@@ -142,3 +142,19 @@ fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_o
     r.will_measure = c.may_measure;
     return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
 }
+
+fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)
+{
+    fsa_choice c;
+    fsa_choose(&c, plan, FSA_OP_FWD, total_tokens);
+    if (reason) *reason = c.reason;
+    return c.variant.order;
+}
+
+fsa_algorithm fsa_plan_choose_bwd(const fsa_plan *plan, int64_t total_tokens, const char **reason)
+{
+    fsa_choice c;
+    fsa_choose(&c, plan, FSA_OP_BWD, total_tokens);
+    if (reason) *reason = c.reason;
+    return c.variant.order;
+}

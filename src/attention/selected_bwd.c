@@ -1,7 +1,8 @@
 /* Backward launch sequence. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured.
  * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
- * per token chunk: index inversion with lists sorted by token, delta, the
+ * per token chunk: index inversion with lists sorted by token (once for every
+ * head when the head chunks take every token), delta, the
  * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
  * main kernel's per-pair rows, in one grid with the sums of split blocks' dK/dV
  * partials; NSA order: one token-major kernel, then those sums); then the head chunk's dk and dv once from
@@ -54,9 +55,31 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->dkv_acc = l->dkv_direct ? 0 : (long long)(ws + l->dkv_acc); /* 0: dk and dv straight out */
 }
 
-/* One head chunk: per token chunk the index inversion, delta, the main
- * kernel, dq and the sum of split blocks' dK/dV; then dk and dv. */
-static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fsa_sel_params *p, CUstream stream)
+/* Index inversion of the token chunk in p, lists sorted by token. */
+static fsa_status run_index(const fsa_plan *plan, const fsa_bwd_layout *l, uint64_t ws, fsa_sel_params *p,
+                            CUstream stream)
+{
+    fsa_status st = FSA_STATUS_OK;
+    const fsa_bwd_kernels *k = &plan->bwd;
+    FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
+    FSA_CHECK(fsa_launch(plan, &k->sort, l->index.n_counts - 1, (unsigned)fsa_sort_windows(p->tc), stream, p));
+cleanup:
+    return st;
+}
+
+/* delta of the token chunk in p (and the first main kernel's work counters reset). */
+static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream stream)
+{
+    const uint64_t q_rows = (uint64_t)(p->tc * p->num_q_heads);
+    return fsa_launch(plan, &plan->bwd.prep, fsa_blocks_for(q_rows, fsa_rows_per_block((int)plan->desc.value_dim)), 1,
+                      stream, p);
+}
+
+/* One head chunk: per token chunk the index inversion and delta (unless the
+ * call made them for a group of chunks at once), the main kernel, dq and the
+ * sum of split blocks' dK/dV; then dk and dv. */
+static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, fsa_sel_params *p,
+                            CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
@@ -66,7 +89,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
     const int64_t T = c->a.total_tokens, tc = c->tc;
     const int64_t hkv = l->heads, hq = hkv * plan->group;
     const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
-    const size_t n_counts = l->index.n_counts;
+    const size_t n_segs = l->index.n_chunk;
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
@@ -75,11 +98,12 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, fs
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
         p->tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
-        FSA_CHECK(fsa_launch(plan, &k->sort, n_counts - 1, (unsigned)fsa_sort_windows(cur), stream, p));
+        if (invert) {
+            FSA_CHECK(run_index(plan, l, ws, p, stream));
+            FSA_CHECK(run_prep(plan, p, stream));
+        }
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        FSA_CHECK(fsa_launch(plan, &k->prep, fsa_blocks_for(q_rows, fsa_rows_per_block(dv)), 1, stream, p));
-        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_counts) *
+        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_segs) *
                                (uint64_t)p->key_slices;
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
         for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
@@ -115,9 +139,26 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     fsa_sel_params all, p;
     params_from_args(&all, plan, &c->a);
     params_from_layout(&all, plan, c->a.workspace, &c->layout);
-    for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += c->layout.heads) {
-        fsa_params_heads(&p, &all, plan->group, h0, c->layout.heads);
-        FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, &p, stream));
+    /* Groups of index_heads KV heads: one index inversion and one prep each (when the group holds
+     * several chunks; the chunks' work counters zeroed at once), then the group's chunks. */
+    const fsa_index_layout *ix = &c->layout.index;
+    const int shared = fsa_index_chunks(ix) > 1;
+    const uint64_t ws = c->a.workspace;
+    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
+        fsa_sel_params gp;
+        fsa_params_index_group(&gp, &all, plan->group, ix, g0);
+        if (shared) {
+            FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
+            FSA_CHECK_CU(plan->ctx->cu,
+                         plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix),
+                                                       stream),
+                         "launch memset");
+            FSA_CHECK(run_prep(plan, &gp, stream));
+        }
+        for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
+            fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
+            FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !shared, &p, stream));
+        }
     }
 cleanup:
     return st;

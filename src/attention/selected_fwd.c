@@ -72,22 +72,24 @@ static fsa_status run_nsa(const fsa_plan *plan, const fsa_fwd_args *a, CUstream 
 }
 
 /* One chunk of KV heads (all of them unless the workspace cap needs fewer):
- * per token chunk the index inversion, the main kernel and the reduction. */
-static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, fsa_sel_params *p, CUstream stream)
+ * per token chunk the index inversion (unless the call inverted every head's
+ * at once), the main kernel and the reduction. */
+static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, int invert, fsa_sel_params *p,
+                                CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t T = c->a.total_tokens, tc = c->tc;
     const fsa_fsa_layout *l = &c->layout;
     const fsa_fwd_kernels *k = &plan->fwd;
     const int64_t hkv = l->heads;
-    const size_t n_counts = l->index.n_counts;
+    const size_t n_segs = l->index.n_chunk;
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         p->t0 = t0;
         p->tc = cur;
-        FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, c->a.workspace, stream, p));
+        if (invert) FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, c->a.workspace, stream, p));
         /* Work items: at most pairs / chunk + one partial item per (head, block). */
-        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)p->item_entries + n_counts;
+        uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)p->item_entries + n_segs;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
         FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, p));
         const uint64_t rows = (uint64_t)cur * (uint64_t)p->num_q_heads;
@@ -112,9 +114,18 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
     all.list = (long long)(ws + l->list);
     all.lse_part = (long long)(ws + l->lse_part);
     all.o_part = (long long)(ws + l->o_part);
-    for (int h0 = 0; h0 < plan->desc.num_kv_heads; h0 += l->heads) {
-        fsa_params_heads(&p, &all, plan->group, h0, l->heads);
-        FSA_CHECK(run_fsa_heads(plan, c, &p, stream));
+    /* Groups of index_heads KV heads: one index inversion each when the group holds several chunks
+     * (else each chunk inverts its own), then the group's chunks. */
+    const fsa_index_layout *ix = &l->index;
+    const int shared = fsa_index_chunks(ix) > 1;
+    for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
+        fsa_sel_params gp;
+        fsa_params_index_group(&gp, &all, plan->group, ix, g0);
+        if (shared) FSA_CHECK(fsa_launch_index(plan, &plan->fwd.count, &plan->fwd.scatter, ix, ws, stream, &gp));
+        for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
+            fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
+            FSA_CHECK(run_fsa_heads(plan, c, !shared, &p, stream));
+        }
     }
 cleanup:
     return st;

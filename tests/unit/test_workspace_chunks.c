@@ -210,14 +210,62 @@ static void test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator(void **
     p.desc.head_dim = p.desc.value_dim = p.config.head_dim = p.config.value_dim = 256;
     fsa_bwd_layout_for(&whole, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
     assert_false(whole.dkv_direct);
-    /* With it gone, the standard problem's backward at G = 1 runs two KV heads per chunk under the
-     * default cap (16 chunks instead of 32). */
+    /* The standard problem's backward at G = 1 under the default cap: one index of every KV head
+     * leaves room for chunks of one head (32 chunks, one inversion); two heads per chunk would fit
+     * only beside an index of four heads (16 chunks, 8 inversions), which measured slower. */
     standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
     int heads;
     int64_t tc;
     bwd_chunk(&heads, &tc, &p, T);
-    assert_int_equal(heads, 2);
+    assert_int_equal(heads, 1);
     assert_int_equal(tc, T);
+    fsa_bwd_layout l;
+    fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
+    assert_int_equal(l.index.index_heads, 32);
+    assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+    fsa_bwd_layout_for(&l, &p, T, 1, 2, tc, FSA_ALGORITHM_FSA); /* two heads: the largest index beside them */
+    assert_int_equal(l.index.index_heads, 4);
+    assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+}
+
+static void test_head_chunks_of_every_token_share_one_index_of_every_head(void **state)
+{
+    (void)state;
+    /* Counts and list offsets cover the most KV heads the cap leaves room for (here every head), work
+     * items (and the backward's partial slots, work counters) restart per chunk of heads, the lists
+     * sorted and delta computed once per inversion; the unsorted lists, read by the sort only, share
+     * the dq rows' bytes. Token chunks keep an index per chunk. */
+    fsa_plan p;
+    standard_plan(&p, 4, FSA_DTYPE_BF16, 0);
+    const int64_t T = 8192, nb = T / 64 + 2;
+    fsa_bwd_layout two, tokens;
+    fsa_bwd_layout_for(&two, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
+    assert_int_equal(two.index.index_heads, 8);
+    assert_int_equal(two.index.chunk_heads, 2);
+    assert_int_equal(fsa_index_chunks(&two.index), 4);
+    assert_int_equal(two.index.n_counts, (size_t)(8 * nb + 1));
+    assert_int_equal(two.index.n_chunk, (size_t)(2 * nb + 1));
+    assert_true(two.index.seg_stride >= two.index.n_chunk + (size_t)(2 * T * 16 / two.item_entries));
+    assert_true(two.index.work_offsets + 4 * two.index.n_chunk * 4 <= two.part_offsets);
+    assert_true(two.part_offsets + 4 * two.index.n_chunk * 4 <= two.work_seg);
+    assert_true(two.work_seg + 4 * two.index.seg_stride * 4 <= two.work_next);
+    assert_true(two.mask - two.work_next >= 4 * 2 * 4);
+    assert_true(two.list_sorted - two.mask >= (size_t)(8 * T * 8));
+    assert_true(two.delta - two.list_sorted >= (size_t)(8 * T * 16 * 4));
+    assert_true(two.dq_part - two.delta >= (size_t)(32 * T * 4));
+    assert_int_equal(two.list, two.dq_part);
+    fsa_bwd_layout_for(&tokens, &p, T, 1, 1, T / 2, FSA_ALGORITHM_FSA);
+    assert_int_equal(tokens.index.index_heads, 1);
+    assert_int_equal(fsa_index_chunks(&tokens.index), 1);
+    /* The NSA order has no dq rows to share: its lists take their own bytes. */
+    fsa_bwd_layout nsa;
+    fsa_bwd_layout_for(&nsa, &p, T, 1, 2, T, FSA_ALGORITHM_NSA);
+    assert_true(nsa.dkv_part - nsa.list >= (size_t)(8 * T * 16 * 4));
+    /* The forward too: one index of every head for its head chunks. */
+    fsa_fsa_layout f;
+    fsa_fsa_layout_for(&f, &p, T, 1, 2, T);
+    assert_int_equal(f.index.index_heads, 8);
+    assert_true(f.lse_part - f.list >= (size_t)(8 * T * 16 * 4));
 }
 
 static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
@@ -251,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
+        cmocka_unit_test(test_head_chunks_of_every_token_share_one_index_of_every_head),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
