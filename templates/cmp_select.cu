@@ -114,7 +114,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // (equal scores go to the lower blocks, which came first), so no lane
     // inserts it.
     float bound = -FSA_INF;
-    BlockScores<G, R, HALO, NB, MT, KS> scorer;
+    typedef BlockScores<G, R, HALO, NB, MT, KS> Scorer;
+    Scorer scorer;
     scorer.init(lane);
 
     load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
@@ -135,12 +136,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const u32 q_group = qs + (u32)(warp >> 2) * 64 * 128;  // wgmma: this warpgroup's 64 rows of every Q panel
     u32 qf[MT][DK / 16][4];  // unused (no registers) unless Q_IN_REGS
 
-    // Stage i's probabilities s (0 for keys a row does not see) into the
-    // block scores of the warp's tokens, and those into the lanes' lists.
-    auto finish = [&](int i, float (&s)[MT][KS / 8][4]) {
+    // Stage i's probabilities b (packed: 0 for keys a row does not see) into
+    // the block scores of the warp's tokens, and those into the lanes' lists.
+    auto finish = [&](int i, const typename Scorer::Packed (&b)[MT]) {
         // Per token and block completed here: the sum over its keys and heads.
 #pragma unroll
-        for (int m = 0; m < MT; m++) scorer.template run<SP>(m, s[m], sc + m * TW * SP, lane);
+        for (int m = 0; m < MT; m++) scorer.template run<SP>(m, b[m], sc + m * TW * SP, lane);
         __syncwarp();
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
@@ -185,16 +186,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     };
 
     if constexpr (WG != 0) {
-        for (int i = 0; i < n_stages; i++) {
-            float s[MT][KS / 8][4];
-            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
+        // Stage i + 1's scores are in flight while stage i is finished: its K
+        // stage is acquired (the barrier also frees stage i's buffer, whose
+        // products every warp has waited for) once stage i's probabilities
+        // are packed, so the accumulators are free for them.
+        float s[MT][KS / 8][4];
+        const auto landed = [] { wg_fence_async_smem(); };
+        if (n_stages > 0) {
+            const int buf = ring.acquire_then_refill(0, load, landed);
             wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
             wg_commit();
+        }
+        for (int i = 0; i < n_stages; i++) {
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
-            // (A stage no row of the warp sees takes the masked path: all zeros.)
-            cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            finish(i, s);
+            // (A stage no row of the warp sees takes the masked path: all zeros.
+            // The probabilities in registers of their own: an instruction
+            // other than a product that wrote the accumulators would make
+            // ptxas serialize the products.)
+            float pr[MT][KS / 8][4];
+            cmp_probs<KS / 8, MT>(pr, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            typename Scorer::Packed b[MT];
+#pragma unroll
+            for (int m = 0; m < MT; m++) Scorer::pack(b[m], pr[m]);
+            if (i + 1 < n_stages) {
+                const int buf = ring.acquire_then_refill(i + 1, load, landed);
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+                wg_commit();
+            }
+            finish(i, b);
         }
     } else {
         for (int i = 0; i < n_stages; i++) {
@@ -216,7 +236,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                     mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
                 cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
             }
-            finish(i, s);
+            typename Scorer::Packed b[MT];
+#pragma unroll
+            for (int m = 0; m < MT; m++) Scorer::pack(b[m], s[m]);
+            finish(i, b);
         }
     }
 
