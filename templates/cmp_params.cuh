@@ -90,8 +90,10 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
 {
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
-/* K stages in flight with warpgroups: three, two above Dk 192 (shared memory). */
-FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
+/* K stages in flight with warpgroups: three at every Dk (the ring's
+ * mbarriers, 48 bytes, follow the warps' buffers). */
+#define FSA_CMP_SEL_WG_STAGES 3
+#define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
@@ -140,15 +142,20 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk, int groups) { return groups ? fsa_s
  * rows' region when the fragments live in registers, after it otherwise. */
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
 {
-    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
+    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + FSA_CMP_SEL_WG_STAGES * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
     return fsa_cmp_sel_smem_q(dk, 0) +
            (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }
+/* Where the warpgroup ring's mbarriers start: after the warps' buffers. */
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bars(int dk, int g, int k, int bk, int d, int groups)
+{
+    return fsa_cmp_sel_smem_warps(dk, k, groups) +
+           fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
 {
-    const int w = fsa_cmp_sel_smem_warps(dk, k, groups) +
-                  fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
-    if (groups) return FSA_QT_WG_ALIGN + w;
+    const int w = fsa_cmp_sel_smem_bars(dk, g, k, bk, d, groups);
+    if (groups) return FSA_QT_WG_ALIGN + w + FSA_CMP_SEL_WG_BARS;
     const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }

@@ -23,6 +23,7 @@
 // lower block.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
+#include "fsa_mbarrier.cuh"
 #include "fsa_wgmma.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -127,8 +128,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
         else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<WG ? fsa_cmp_sel_wg_stages(DK) : FSA_QT_STAGES> ring;
-    ring.start(n_stages, load);
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
     const float scale_log2 = (float)p.scale_log2;
@@ -186,20 +185,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     };
 
     if constexpr (WG != 0) {
-        // Stage i + 1's scores are in flight while stage i is finished: its K
-        // stage is acquired (the barrier also frees stage i's buffer, whose
-        // products every warp has waited for) once stage i's probabilities
-        // are packed, so the accumulators are free for them.
-        float s[MT][KS / 8][4];
+        // The K ring on mbarriers (no CTA barrier per stage: a warpgroup
+        // runs ahead of the slowest by up to about a stage, so the
+        // warpgroups' products, exponentials and list work drift apart), and
+        // stage i + 1's scores in flight while stage i is finished: they are
+        // issued once stage i's probabilities are packed, which frees the
+        // accumulators.
+        MbarRing<FSA_CMP_SEL_WG_STAGES> ring;
+        ring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
+        __syncthreads();  // the mbarriers are initialized
         const auto landed = [] { wg_fence_async_smem(); };
+        ring.start(n_stages, load, landed);
+        float s[MT][KS / 8][4];
         if (n_stages > 0) {
-            const int buf = ring.acquire_then_refill(0, load, landed);
-            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+            ring.wait(0);
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks);
             wg_commit();
         }
         for (int i = 0; i < n_stages; i++) {
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
+            ring.release(i);  // this warpgroup's products of stage i are done
             // (A stage no row of the warp sees takes the masked path: all zeros.
             // The probabilities in registers of their own: an instruction
             // other than a product that wrote the accumulators would make
@@ -210,13 +216,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
 #pragma unroll
             for (int m = 0; m < MT; m++) Scorer::pack(b[m], pr[m]);
             if (i + 1 < n_stages) {
-                const int buf = ring.acquire_then_refill(i + 1, load, landed);
-                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+                ring.wait(i + 1);
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group,
+                                                        ks + (u32)((i + 1) % FSA_CMP_SEL_WG_STAGES) * K_STAGE);
                 wg_commit();
             }
             finish(i, b);
+            ring.advance(i, load, landed);
         }
     } else {
+        AsyncRing<FSA_QT_STAGES> ring;
+        ring.start(n_stages, load);
         for (int i = 0; i < n_stages; i++) {
             float s[MT][KS / 8][4];
             const int buf = ring.acquire(i, load);
