@@ -90,8 +90,10 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
 {
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
-/* K stages in flight with warpgroups: three at every Dk (the ring's
- * mbarriers, 48 bytes, follow the warps' buffers). */
+/* K stages in flight with warpgroups: three at every Dk; with the forwards'
+ * variant 5 (fsa_qt_wg_mbar) the ring is on mbarriers, whose 48 bytes follow
+ * the warps' buffers. */
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma) { return fsa_qt_wg_mbar(wgmma); }
 #define FSA_CMP_SEL_WG_STAGES 3
 #define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }

@@ -38,6 +38,7 @@ using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
 constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K);  // warpgroups (sm_90a products); 0: mma.sync
+constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}});  // the warpgroups' K ring on mbarriers
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
@@ -137,11 +138,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
 
     // Stage i's probabilities b (packed: 0 for keys a row does not see) into
     // the block scores of the warp's tokens, and those into the lanes' lists.
-    auto finish = [&](int i, const typename Scorer::Packed (&b)[MT]) {
+    auto sum_blocks = [&](const typename Scorer::Packed (&b)[MT]) {
         // Per token and block completed here: the sum over its keys and heads.
 #pragma unroll
         for (int m = 0; m < MT; m++) scorer.template run<SP>(m, b[m], sc + m * TW * SP, lane);
         __syncwarp();
+    };
+    auto update_lists = [&](int i) {
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
         // the ones that beat the lane's K-th score are marked, then inserted
@@ -185,27 +188,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     };
 
     if constexpr (WG != 0) {
-        // The K ring on mbarriers (no CTA barrier per stage: a warpgroup
-        // runs ahead of the slowest by up to about a stage, so the
-        // warpgroups' products, exponentials and list work drift apart), and
-        // stage i + 1's scores in flight while stage i is finished: they are
-        // issued once stage i's probabilities are packed, which frees the
-        // accumulators.
-        MbarRing<FSA_CMP_SEL_WG_STAGES> ring;
-        ring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
-        __syncthreads();  // the mbarriers are initialized
+        // Stage i + 1's scores are issued once stage i's block sums are done
+        // (products on the same tensor cores, which the scores would hold up
+        // if issued before them), so they run under stage i's list work; the
+        // probabilities are packed by then, which frees the accumulators.
+        // With MBAR the K ring is on mbarriers instead of a CTA barrier per
+        // stage: a warpgroup waits only for the stage it needs and runs ahead
+        // of the slowest by up to about a stage.
         const auto landed = [] { wg_fence_async_smem(); };
-        ring.start(n_stages, load, landed);
+        MbarRing<FSA_CMP_SEL_WG_STAGES> mring;
+        AsyncRing<FSA_CMP_SEL_WG_STAGES> ring;
+        if constexpr (MBAR) {
+            mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
+            __syncthreads();  // the mbarriers are initialized
+            mring.start(n_stages, load, landed);
+        } else {
+            ring.start(n_stages, load);
+        }
+        // Stage j's K tile, once every thread's copies of it have landed.
+        auto acquire = [&](int j) -> u32 {
+            if constexpr (MBAR) {
+                mring.wait(j);
+                return ks + (u32)((unsigned)j % FSA_CMP_SEL_WG_STAGES) * K_STAGE;
+            } else {
+                return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
+            }
+        };
         float s[MT][KS / 8][4];
         if (n_stages > 0) {
-            ring.wait(0);
-            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks);
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(0));
             wg_commit();
         }
         for (int i = 0; i < n_stages; i++) {
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
-            ring.release(i);  // this warpgroup's products of stage i are done
+            if constexpr (MBAR) mring.release(i);  // this warpgroup's products of stage i are done
             // (A stage no row of the warp sees takes the masked path: all zeros.
             // The probabilities in registers of their own: an instruction
             // other than a product that wrote the accumulators would make
@@ -215,14 +232,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             typename Scorer::Packed b[MT];
 #pragma unroll
             for (int m = 0; m < MT; m++) Scorer::pack(b[m], pr[m]);
+            sum_blocks(b);
             if (i + 1 < n_stages) {
-                ring.wait(i + 1);
-                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group,
-                                                        ks + (u32)((i + 1) % FSA_CMP_SEL_WG_STAGES) * K_STAGE);
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i + 1));
                 wg_commit();
             }
-            finish(i, b);
-            ring.advance(i, load, landed);
+            update_lists(i);
+            if constexpr (MBAR) mring.advance(i, load, landed);
         }
     } else {
         AsyncRing<FSA_QT_STAGES> ring;
@@ -249,7 +265,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             typename Scorer::Packed b[MT];
 #pragma unroll
             for (int m = 0; m < MT; m++) Scorer::pack(b[m], s[m]);
-            finish(i, b);
+            sum_blocks(b);
+            update_lists(i);
         }
     }
 

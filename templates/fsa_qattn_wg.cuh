@@ -24,6 +24,7 @@
 // each row (a causal prefix, a window): a stage that every row of a warp
 // sees from its first to its last key skips the mask.
 #pragma once
+#include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
 #include "fsa_wgmma.cuh"
 
@@ -68,7 +69,34 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
     };
 
-    if constexpr (!OVERLAP) {
+    if constexpr (fsa_qt_wg_mbar(WG)) {
+        // Variant 5: the same steps on an mbarrier ring: a warpgroup waits
+        // only for the stage it needs, so the warpgroups drift apart and
+        // one's softmax runs while another's products do.
+        auto load = [&](int i, int buf) {
+            load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+        };
+        MbarRing<STAGES> ring;
+        ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
+        __syncthreads();  // the mbarriers are initialized
+        ring.start(n_stages, load, landed);
+        for (int i = 0; i < n_stages; i++) {
+            const int buf = (int)((unsigned)i % STAGES);
+            ring.wait(i);
+            scores(ks + buf * K_STAGE);
+            wg_wait<0>();
+            wg_hold<KS / 8>(s);
+            softmax(i);
+            rescale_rows<DV / 8>(acc, alpha);
+            wg_p_to_a<DT, KK>(pa, s);
+            wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<DV / 8>(acc);
+            ring.release(i);
+            ring.advance(i, load, landed);
+        }
+    } else if constexpr (!OVERLAP) {
         auto load = [&](int i, int buf) {
             load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
         };
