@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
     const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
     const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);
 
-    auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); };
+    const StridedKeys key_rows = cmp_strided_keys(p, keys, h, tile_vis);
     auto visible = [&](int j, int slot) { return j < row_vis[slot]; };
     auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
     const int n_stages = (tile_vis + KS - 1) / KS;

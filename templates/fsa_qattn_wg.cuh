@@ -26,6 +26,7 @@
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
+#include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
 
 namespace fsa {
@@ -42,9 +43,15 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane and keeps the products' descriptors in uniform
+    // registers.)
+    const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
     const u32 q_rows = qs + (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q panel
     const auto landed = [] { wg_fence_async_smem(); };
+    // The stage copies (strided keys: a row address per thread and stage).
+    const KeyHalf<KS, DK, 0, THREADS> k_half;
+    const KeyHalf<KS, DV, 1, THREADS> v_half;
 
     load_query_rows_async<G, DK, 0, THREADS, ROWS, true>(qs, q, tile, h);
     OnlineSoftmax sm;
@@ -74,7 +81,8 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         // only for the stage it needs, so the warpgroups drift apart and
         // one's softmax runs while another's products do.
         auto load = [&](int i, int buf) {
-            load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+            k_half(ks + buf * K_STAGE, key_rows, i * KS);
+            v_half(vs + buf * V_STAGE, key_rows, i * KS);
         };
         MbarRing<STAGES> ring;
         ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
@@ -98,7 +106,8 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         }
     } else if constexpr (!OVERLAP) {
         auto load = [&](int i, int buf) {
-            load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+            k_half(ks + buf * K_STAGE, key_rows, i * KS);
+            v_half(vs + buf * V_STAGE, key_rows, i * KS);
         };
         AsyncRing<STAGES> ring;
         ring.start(n_stages, load);
@@ -117,8 +126,8 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
         }
     } else if (n_stages > 0) {
         auto load = [&](int j, int buf) {
-            if (j < n_stages) load_key_half_async<KS, DK, 0, true, THREADS>(ks + buf * K_STAGE, key_rows, j * KS);
-            if (j > 0) load_key_half_async<KS, DV, 1, true, THREADS>(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
+            if (j < n_stages) k_half(ks + buf * K_STAGE, key_rows, j * KS);
+            if (j > 0) v_half(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
         };
         AsyncRing<STAGES> ring;
         ring.start(n_stages + 1, load);

@@ -20,7 +20,7 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
     if (!tile.ok) return;  // a spare CTA
     const WindowStream<G, KS> ws(p, tile);
 
-    auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
+    const StridedKeys key_rows = ws.strided_keys(p, tile);
     auto visible = [&](int j, int half) { return ws.visible(j, half); };
     auto warp_sees = [&](int stage) { return ws.warp_sees(stage); };
     if constexpr (WG != 0)
