@@ -76,43 +76,32 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
     };
 
-    if constexpr (fsa_qt_wg_mbar(WG)) {
-        // Variant 5: the same steps on an mbarrier ring: a warpgroup waits
-        // only for the stage it needs, so the warpgroups drift apart and
-        // one's softmax runs while another's products do.
+    if constexpr (!OVERLAP) {
+        // Variant 5 (MBAR): the same steps on an mbarrier ring: a warpgroup
+        // waits only for the stage it needs, so the warpgroups drift apart
+        // and one's softmax runs while another's products do.
+        constexpr bool MBAR = fsa_qt_wg_mbar(WG);
         auto load = [&](int i, int buf) {
             k_half(ks + buf * K_STAGE, key_rows, i * KS);
             v_half(vs + buf * V_STAGE, key_rows, i * KS);
         };
-        MbarRing<STAGES> ring;
-        ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
-        __syncthreads();  // the mbarriers are initialized
-        ring.start(n_stages, load, landed);
-        for (int i = 0; i < n_stages; i++) {
-            const int buf = (int)((unsigned)i % STAGES);
-            ring.wait(i);
-            scores(ks + buf * K_STAGE);
-            wg_wait<0>();
-            wg_hold<KS / 8>(s);
-            softmax(i);
-            rescale_rows<DV / 8>(acc, alpha);
-            wg_p_to_a<DT, KK>(pa, s);
-            wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DV / 8>(acc);
-            ring.release(i);
-            ring.advance(i, load, landed);
-        }
-    } else if constexpr (!OVERLAP) {
-        auto load = [&](int i, int buf) {
-            k_half(ks + buf * K_STAGE, key_rows, i * KS);
-            v_half(vs + buf * V_STAGE, key_rows, i * KS);
-        };
+        MbarRing<3> mring;
         AsyncRing<STAGES> ring;
-        ring.start(n_stages, load);
+        if constexpr (MBAR) {
+            mring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
+            __syncthreads();  // the mbarriers are initialized
+            mring.start(n_stages, load, landed);
+        } else {
+            ring.start(n_stages, load);
+        }
         for (int i = 0; i < n_stages; i++) {
-            const int buf = ring.acquire_then_refill(i, load, landed);
+            int buf;
+            if constexpr (MBAR) {
+                mring.wait(i);
+                buf = (int)((unsigned)i % STAGES);
+            } else {
+                buf = ring.acquire_then_refill(i, load, landed);
+            }
             scores(ks + buf * K_STAGE);
             wg_wait<0>();
             wg_hold<KS / 8>(s);
@@ -123,6 +112,10 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             wg_commit();
             wg_wait<0>();
             wg_hold<DV / 8>(acc);
+            if constexpr (MBAR) {
+                mring.release(i);
+                mring.advance(i, load, landed);
+            }
         }
     } else if (n_stages > 0) {
         auto load = [&](int j, int buf) {
