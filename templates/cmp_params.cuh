@@ -90,11 +90,11 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
 {
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
-/* K stages in flight with warpgroups: three at every Dk; with the forwards'
- * variant 5 (fsa_qt_wg_mbar) the ring is on mbarriers, whose 48 bytes follow
- * the warps' buffers. */
-FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma) { return fsa_qt_wg_mbar(wgmma); }
-#define FSA_CMP_SEL_WG_STAGES 3
+/* K stages in flight with warpgroups: three, two above Dk 192 (shared
+ * memory); with three and the forwards' variant 5 (fsa_qt_wg_mbar) the ring
+ * is on mbarriers, whose 48 bytes follow the warps' buffers. */
+FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && fsa_cmp_sel_wg_stages(dk) == 3; }
 #define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
@@ -144,7 +144,7 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk, int groups) { return groups ? fsa_s
  * rows' region when the fragments live in registers, after it otherwise. */
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
 {
-    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + FSA_CMP_SEL_WG_STAGES * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
+    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
     return fsa_cmp_sel_smem_q(dk, 0) +
            (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }

@@ -38,7 +38,8 @@ using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
 constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K);  // warpgroups (sm_90a products); 0: mma.sync
-constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}});  // the warpgroups' K ring on mbarriers
+constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
+constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK);
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
@@ -196,8 +197,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         // stage: a warpgroup waits only for the stage it needs and runs ahead
         // of the slowest by up to about a stage.
         const auto landed = [] { wg_fence_async_smem(); };
-        MbarRing<FSA_CMP_SEL_WG_STAGES> mring;
-        AsyncRing<FSA_CMP_SEL_WG_STAGES> ring;
+        MbarRing<3> mring;
+        AsyncRing<WG_STAGES> ring;
         if constexpr (MBAR) {
             mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
             __syncthreads();  // the mbarriers are initialized
@@ -209,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         auto acquire = [&](int j) -> u32 {
             if constexpr (MBAR) {
                 mring.wait(j);
-                return ks + (u32)((unsigned)j % FSA_CMP_SEL_WG_STAGES) * K_STAGE;
+                return ks + (u32)((unsigned)j % 3) * K_STAGE;
             } else {
                 return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
             }

@@ -65,7 +65,7 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
  * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
 #define FSA_QT_WG_ALIGN 1024
-#define FSA_QT_WG_DEFAULT 4 /* the fastest measured (bench/NOTES.md) */
+#define FSA_QT_WG_DEFAULT 5 /* the fastest measured (bench/NOTES.md) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
 FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
