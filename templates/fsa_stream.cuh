@@ -26,17 +26,21 @@ struct StridedKeys {
 // the pieces per row, a thread's pieces share one column and lie STEP rows
 // apart, so a stage costs one row address per thread and, per piece, a
 // 64-bit add, a compare and the copy (with STEP a multiple of 8 the piece's
-// place in the swizzled tile is a constant step too).
+// place in the swizzled tile is a constant step too). Other thread counts
+// work out each piece's row address.
 template <int ROWS, int COLS, int THREADS>
 struct StridedStage {
-    static constexpr int PER_ROW = COLS / 8, STEP = THREADS / PER_ROW, N = (ROWS + STEP - 1) / STEP;
-    static_assert(COLS % 8 == 0 && THREADS % PER_ROW == 0, "a thread keeps one column of the stage");
-    int row0, col;  // this thread's first row and its column
-    u32 dst0;       // where its first piece sits in a tile
+    static constexpr int PER_ROW = COLS / 8;
+    static constexpr bool COLUMN = THREADS % PER_ROW == 0;  // a thread keeps one column
+    static constexpr int STEP = COLUMN ? THREADS / PER_ROW : 1, N = (ROWS + STEP - 1) / STEP;
+    static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
+    int tid, row0, col;  // this thread, its first row and its column (COLUMN)
+    u32 dst0;            // where its first piece sits in a tile (COLUMN)
 
-    __device__ __forceinline__ void init(int tid) {
-        row0 = tid / PER_ROW;
-        col = (tid - row0 * PER_ROW) * 8;
+    __device__ __forceinline__ void init(int t) {
+        tid = t;
+        row0 = t / PER_ROW;
+        col = (t - row0 * PER_ROW) * 8;
         dst0 = sw128_offset(row0, col, ROWS);
     }
     // Rows first .. first + ROWS - 1 of the tensor whose row j is at base + j
@@ -44,6 +48,15 @@ struct StridedStage {
     // from nowhere: base is the address they name). The copies join the
     // current cp.async group.
     __device__ __forceinline__ void load(u32 tile, const u16 *base, long long stride, int first, int limit) const {
+        if constexpr (!COLUMN) {
+            for_each_piece<ROWS, COLS, THREADS>(
+                [&](int r, int c) {
+                    const bool ok = first + r < limit;
+                    cp_async16(tile + sw128_offset(r, c, ROWS), ok ? base + (long long)(first + r) * stride + c : base, ok);
+                },
+                tid);
+            return;
+        }
         const u16 *p = base + (long long)(first + row0) * stride + col;
         const long long step = (long long)STEP * stride;
         const int left = limit - first;
