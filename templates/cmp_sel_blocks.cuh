@@ -161,6 +161,51 @@ struct BlockScores {
     }
 };
 
+// A stream of ROWS-row stages of a strided tensor into shared-memory tiles
+// (COLS 16-bit columns; a 128-byte swizzled tile with SW128, else pitch LD
+// elements), for kernels that copy the same pieces of every stage: each of
+// THREADS threads works out once where its 16-byte pieces sit in a tile and
+// in the first stage, so a stage costs a compare, an add, a select and the
+// copy per piece instead of the row's address arithmetic.
+//   stream.init(rows_base, token_stride, any);  // row j at rows_base + j * token_stride; any: a mapped address
+//   stream.load(tile, first, limit);           // rows first .. first + ROWS - 1; zeros from row limit on
+template <int ROWS, int COLS, int THREADS, bool SW128, int LD = COLS>
+struct RowStream {
+    static constexpr int PER_ROW = COLS / 8, PIECES = ROWS * PER_ROW, N = (PIECES + THREADS - 1) / THREADS;
+    static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
+    const u16 *src[N];  // the piece in row r of the first stage (row 0 = the stream's row 0)
+    const u16 *any;     // read from by the zero-filling copies (which read nothing)
+    u32 dst[N];         // its byte offset in a tile
+    int row[N];         // its row r (ROWS when the thread has no such piece)
+    long long stride;   // elements between rows
+
+    __device__ __forceinline__ void init(const u16 *rows_base, long long token_stride, const u16 *mapped) {
+        stride = token_stride;
+        any = mapped;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const int i = (int)threadIdx.x + k * THREADS, r = i / PER_ROW, c = (i - r * PER_ROW) * 8;
+            const bool has = i < PIECES;
+            row[k] = has ? r : ROWS;
+            src[k] = rows_base + (has ? (long long)r * token_stride + c : 0);
+            dst[k] = has ? (SW128 ? sw128_offset(r, c, ROWS) : (u32)(r * LD + c) * 2) : 0u;
+        }
+    }
+    // Rows first .. first + ROWS - 1 into the tile at `tile`; rows from
+    // `limit` on are zeros (read from nowhere). The copies join the current
+    // cp.async group.
+    __device__ __forceinline__ void load(u32 tile, int first, int limit) const {
+        const long long step = (long long)first * stride;
+        const int left = limit - first;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if (k * THREADS + THREADS > PIECES && row[k] >= ROWS) continue;
+            const bool ok = row[k] < left;
+            cp_async16(tile + dst[k], ok ? src[k] + step : any, ok);
+        }
+    }
+};
+
 // (v, c) ranks before (w, d): the higher score, and of equal scores the lower block.
 __device__ __forceinline__ bool sel_before(float v, int c, float w, int d) { return v > w || (v == w && c < d); }
 

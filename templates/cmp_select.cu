@@ -122,12 +122,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     scorer.init(lane);
 
     load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
-    // The sequence's compressed keys of head h; with warpgroups a stage costs
-    // a row address per thread (StridedStage: a thread's pieces share a column).
-    const StridedKeys k_stream = cmp_strided_keys(p, keys, h, tile_vis);
-    const KeyHalf<KS, DK, 0, THREADS> k_half;
+    // The sequence's compressed keys of head h; with warpgroups each thread's
+    // pieces of a stage are worked out once (a few per thread: 384 threads).
+    RowStream<KS, DK, THREADS, true> k_rows;
+    if constexpr (WG != 0) k_rows.init(view_row<const u16>(p.k, keys.start, h), p.k.token_stride, (const u16 *)p.k.ptr);
     auto load = [&](int i, int buf) {
-        if constexpr (WG != 0) k_half(ks + buf * K_STAGE, k_stream, i * KS);
+        if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
         else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
     };
 
