@@ -118,48 +118,20 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             }
         }
     } else if (n_stages > 0) {
-        // Variant 6 (MBAR): variant 3 on the mbarrier ring (item j is
-        // released once its scores and P V have been waited for).
-        constexpr bool MBAR = fsa_qt_wg_mbar(WG);
-        static_assert(!MBAR || STAGES == 3, "the mbarrier ring has three buffers");
         auto load = [&](int j, int buf) {
             if (j < n_stages) k_half(ks + buf * K_STAGE, key_rows, j * KS);
             if (j > 0) v_half(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
         };
-        MbarRing<3> mring;
         AsyncRing<STAGES> ring;
-        if constexpr (MBAR) {
-            mring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
-            __syncthreads();  // the mbarriers are initialized
-            mring.start(n_stages + 1, load, landed);
-        } else {
-            ring.start(n_stages + 1, load);
-        }
-        // Item j's buffer, once every thread's copies of it have landed; item
-        // j done with (its products waited for).
-        auto acquire = [&](int j) -> int {
-            if constexpr (MBAR) {
-                mring.wait(j);
-                return (int)((unsigned)j % 3);
-            } else {
-                return ring.acquire_then_refill(j, load, landed);
-            }
-        };
-        auto done = [&](int j) {
-            if constexpr (MBAR) {
-                mring.release(j);
-                mring.advance(j, load, landed);
-            }
-        };
-        int buf = acquire(0);
+        ring.start(n_stages + 1, load);
+        int buf = ring.acquire_then_refill(0, load, landed);
         scores(ks + buf * K_STAGE);
         wg_wait<0>();
         wg_hold<KS / 8>(s);
-        done(0);
         softmax(0);
         wg_p_to_a<DT, KK>(pa, s);
         for (int i = 0; i + 1 < n_stages; i++) {
-            buf = acquire(i + 1);  // K of stage i + 1, V of stage i
+            buf = ring.acquire_then_refill(i + 1, load, landed);  // K of stage i + 1, V of stage i
             scores(ks + buf * K_STAGE);
             wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
             wg_commit();
@@ -168,11 +140,10 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             softmax(i + 1);
             wg_wait<0>();
             wg_hold<DV / 8>(acc);
-            done(i + 1);
             rescale_rows<DV / 8>(acc, alpha);
             wg_p_to_a<DT, KK>(pa, s);
         }
-        buf = acquire(n_stages);  // V of the last stage
+        buf = ring.acquire_then_refill(n_stages, load, landed);  // V of the last stage
         wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
         wg_commit();
         wg_wait<0>();

@@ -58,8 +58,8 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
  * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
  * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
  * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
- * which costs registers that three warpgroups do not have; variants 5 and
- * 6 are variants 4 and 3 on an mbarrier ring. Q rows | the K
+ * which costs registers that three warpgroups do not have; variant 5 is
+ * variant 4 on an mbarrier ring. Q rows | the K
  * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
  * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
@@ -67,7 +67,7 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
 #define FSA_QT_WG_ALIGN 1024
 #define FSA_QT_WG_DEFAULT 5 /* the fastest measured (bench/NOTES.md) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
-FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg == 3 || wg == 6 ? 2 : wg >= 4 ? 3 : 1; }
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
  * head dims do not suit; three warpgroups only up to Dv 128 (their
  * registers hold no more accumulators), else two. */
@@ -82,11 +82,10 @@ FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
 {
     return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
 }
-FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3 || wg == 6; }
-/* Variants 5 and 6: variants 4 and 3 with the K/V ring on mbarriers
- * (fsa_mbarrier.cuh) instead of a CTA barrier per stage, whose 48 bytes
- * follow the V stages. */
-FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg == 5 || wg == 6; }
+FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
+/* Variant 5: variant 4 with the K/V ring on mbarriers (fsa_mbarrier.cuh)
+ * instead of a CTA barrier per stage, whose 48 bytes follow the V stages. */
+FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg == 5; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
