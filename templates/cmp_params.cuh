@@ -91,10 +91,11 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
 /* K stages in flight with warpgroups: three, two above Dk 192 (shared
- * memory); with three and the forwards' variant 5 (fsa_qt_wg_mbar) the ring
- * is on mbarriers, whose 48 bytes follow the warps' buffers. */
+ * memory). With the forwards' variant 5 (fsa_qt_wg_mbar) up to Dk 128, where
+ * it was measured faster, the ring is on mbarriers (their 48 bytes follow
+ * the warps' buffers) and the next stage's scores are issued early. */
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
-FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && fsa_cmp_sel_wg_stages(dk) == 3; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
 #define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }

@@ -189,13 +189,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     };
 
     if constexpr (WG != 0) {
-        // Stage i + 1's scores are issued once stage i's block sums are done
-        // (products on the same tensor cores, which the scores would hold up
-        // if issued before them), so they run under stage i's list work; the
-        // probabilities are packed by then, which frees the accumulators.
-        // With MBAR the K ring is on mbarriers instead of a CTA barrier per
-        // stage: a warpgroup waits only for the stage it needs and runs ahead
-        // of the slowest by up to about a stage.
+        // With MBAR (measured faster up to Dk 128) the K ring is on mbarriers
+        // instead of a CTA barrier per stage, so a warpgroup waits only for
+        // the stage it needs and runs ahead of the slowest by up to about a
+        // stage, and stage i + 1's scores are issued once stage i's block sums
+        // are done (products on the same tensor cores, which the scores would
+        // hold up if issued before them), so they run under stage i's list
+        // work; the probabilities are packed by then, which frees the
+        // accumulators. Otherwise each stage's scores are issued and waited
+        // for at its start.
         const auto landed = [] { wg_fence_async_smem(); };
         MbarRing<3> mring;
         AsyncRing<WG_STAGES> ring;
@@ -216,11 +218,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             }
         };
         float s[MT][KS / 8][4];
-        if (n_stages > 0) {
+        if (MBAR && n_stages > 0) {
             wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(0));
             wg_commit();
         }
         for (int i = 0; i < n_stages; i++) {
+            if constexpr (!MBAR) {
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i));
+                wg_commit();
+            }
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
             if constexpr (MBAR) mring.release(i);  // this warpgroup's products of stage i are done
@@ -234,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
 #pragma unroll
             for (int m = 0; m < MT; m++) Scorer::pack(b[m], pr[m]);
             sum_blocks(b);
-            if (i + 1 < n_stages) {
+            if (MBAR && i + 1 < n_stages) {
                 wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i + 1));
                 wg_commit();
             }
