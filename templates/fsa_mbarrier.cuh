@@ -1,9 +1,17 @@
-// Shared-memory mbarriers (sm_90) and a ring of cp.async buffers guarded by
-// them instead of CTA barriers, so that the CTA's warps need not meet at
-// every item: a warp waits only until the item it needs has landed and, to
-// refill a buffer, until every thread is done with it.
+// Shared-memory mbarriers (sm_90; fsa_tma.cuh's copies complete on them too)
+// and a ring of cp.async buffers guarded by them instead of CTA barriers, so
+// that the CTA's warps need not meet at every item: a warp waits only until
+// the item it needs has landed and, to refill a buffer, until every thread
+// is done with it.
 #pragma once
 #include "fsa_device.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FSA_MBAR_ASM(...) asm volatile(__VA_ARGS__)
+#else
+// Earlier targets never call these (their kernels use CTA barriers); a call trips.
+#define FSA_MBAR_ASM(...) __trap()
+#endif
 
 namespace fsa {
 
@@ -11,20 +19,20 @@ namespace fsa {
 // `count` arrivals per phase. Initialized by one thread; the CTA meets at a
 // barrier before anyone else uses it.
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+    FSA_MBAR_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 // One arrival (release: this thread's earlier writes are visible to whoever
 // waits for the phase to complete).
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+    FSA_MBAR_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits (acquire) until the phase of parity `parity` (phase k: k & 1) has
 // completed. A waiter must not fall two phases behind (counts that include
 // every waiter guarantee it).
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 done;
+    u32 done = 0;
     do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        FSA_MBAR_ASM("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
