@@ -4,6 +4,7 @@
 #include "cmp_params.cuh"
 #include "fsa_mma.cuh"
 #include "fsa_qtile.cuh"
+#include "fsa_stream.cuh"
 
 namespace fsa {
 
@@ -90,6 +91,15 @@ __device__ __forceinline__ RowPair cmp_key_row(const fsa_cmp_params &p, const Cm
     const bool ok = j < limit;
     return RowPair{ok ? view_row<const u16>(p.k, keys.start + j, h) : (const u16 *)p.k.ptr,
                    ok ? view_row<const u16>(p.v, keys.start + j, h) : (const u16 *)p.v.ptr, ok};
+}
+
+// The sequence's compressed keys of KV head h as a strided key stream, the
+// first `limit` of them (an empty stream names the tensors' first rows).
+__device__ __forceinline__ StridedKeys cmp_strided_keys(const fsa_cmp_params &p, const CmpKeys &keys, int h, int limit) {
+    const bool any = keys.count > 0;
+    return StridedKeys{any ? view_row<const u16>(p.k, keys.start, h) : (const u16 *)p.k.ptr,
+                       any ? view_row<const u16>(p.v, keys.start, h) : (const u16 *)p.v.ptr, p.k.token_stride,
+                       p.v.token_stride, any ? limit : 0};
 }
 
 // Rows [first, first + ROWS) of the sequence's keys of KV head h into the

@@ -40,14 +40,18 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
     const int warp_vis = __reduce_max_sync(0xffffffffu, lane_vis);
     const int tile_vis = cmp_visible(tile.tok0 + tile.n_tok - 1 - tile.start, p.kernel_size, p.stride, keys.count);
 
-    auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); };
     auto visible = [&](int j, int slot) { return j < row_vis[slot]; };
     auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
     const int n_stages = (tile_vis + KS - 1) / KS;
+    // The warpgroup forward copies stages from the strided key stream; the
+    // mma.sync one takes rows from the parameters (no registers for them).
     if constexpr (WG != 0)
         attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
-                                            (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
+                                            (float)p.scale_log2, n_stages, cmp_strided_keys(p, keys, h, tile_vis),
+                                            visible, warp_sees);
     else
         attend_query_tile<DT, DK, DV, G, MT>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
-                                             (float)p.scale_log2, n_stages, key_rows, visible, warp_sees);
+                                             (float)p.scale_log2, n_stages,
+                                             [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); }, visible,
+                                             warp_sees);
 }

@@ -90,8 +90,13 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
 {
     return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
 }
-/* K stages in flight with warpgroups: three, two above Dk 192 (shared memory). */
+/* K stages in flight with warpgroups: three, two above Dk 192 (shared
+ * memory). With the forwards' variant 5 (fsa_qt_wg_mbar) up to Dk 128, where
+ * it was measured faster, the ring is on mbarriers (their 48 bytes follow
+ * the warps' buffers) and the next stage's scores are issued early. */
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
+#define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
@@ -144,11 +149,16 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
     return fsa_cmp_sel_smem_q(dk, 0) +
            (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }
+/* Where the warpgroup ring's mbarriers start: after the warps' buffers. */
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bars(int dk, int g, int k, int bk, int d, int groups)
+{
+    return fsa_cmp_sel_smem_warps(dk, k, groups) +
+           fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
 {
-    const int w = fsa_cmp_sel_smem_warps(dk, k, groups) +
-                  fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
-    if (groups) return FSA_QT_WG_ALIGN + w;
+    const int w = fsa_cmp_sel_smem_bars(dk, g, k, bk, d, groups);
+    if (groups) return FSA_QT_WG_ALIGN + w + FSA_CMP_SEL_WG_BARS;
     const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }

@@ -90,11 +90,11 @@ struct BlockScores {
                 for (int nh = 0; nh < 2; nh++) prev[m][j][nh][0] = prev[m][j][nh][1] = 0;
     }
 
-    // Set m's probabilities s (16 rows x KS keys; 0 where a row does not see
-    // a key) into the scores of its tokens: token t's block c at sc[t * SP + c].
-    template <int SP>
-    __device__ __forceinline__ void run(int m, const float s[KS / 8][4], float *sc, int lane) {
-        u32 b[NQ][2][2];
+    // A set's probabilities s (16 rows x KS keys; 0 where a row does not see
+    // a key) as the fp16 B operands of the products (the accumulator
+    // registers are free after this: the next stage's scores may go there).
+    typedef u32 Packed[NQ][2][2];
+    static __device__ __forceinline__ void pack(Packed &b, const float s[KS / 8][4]) {
 #pragma unroll
         for (int q = 0; q < NQ; q++)
 #pragma unroll
@@ -102,6 +102,12 @@ struct BlockScores {
                 b[q][nh][0] = dtype_f16::pack(s[2 * q][2 * nh], s[2 * q][2 * nh + 1]);
                 b[q][nh][1] = dtype_f16::pack(s[2 * q + 1][2 * nh], s[2 * q + 1][2 * nh + 1]);
             }
+    }
+
+    // Set m's packed probabilities b into the scores of its tokens: token t's
+    // block c at sc[t * SP + c].
+    template <int SP>
+    __device__ __forceinline__ void run(int m, const Packed &b, float *sc, int lane) {
         float c[MB][2][4];
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)

@@ -23,6 +23,7 @@
 // lower block.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
+#include "fsa_mbarrier.cuh"
 #include "fsa_wgmma.cuh"
 
 #define HEAD_DIM {{HEAD_DIM}}
@@ -37,6 +38,8 @@ using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
 constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K);  // warpgroups (sm_90a products); 0: mma.sync
+constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
+constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK);
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
@@ -114,7 +117,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // (equal scores go to the lower blocks, which came first), so no lane
     // inserts it.
     float bound = -FSA_INF;
-    BlockScores<G, R, HALO, NB, MT, KS> scorer;
+    typedef BlockScores<G, R, HALO, NB, MT, KS> Scorer;
+    Scorer scorer;
     scorer.init(lane);
 
     load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
@@ -126,8 +130,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
         else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
     };
-    AsyncRing<WG ? fsa_cmp_sel_wg_stages(DK) : FSA_QT_STAGES> ring;
-    ring.start(n_stages, load);
 
     const u32 k_lane = ks + ldm_lane_b(lane, LDK);
     const float scale_log2 = (float)p.scale_log2;
@@ -135,13 +137,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const u32 q_group = qs + (u32)(warp >> 2) * 64 * 128;  // wgmma: this warpgroup's 64 rows of every Q panel
     u32 qf[MT][DK / 16][4];  // unused (no registers) unless Q_IN_REGS
 
-    // Stage i's probabilities s (0 for keys a row does not see) into the
-    // block scores of the warp's tokens, and those into the lanes' lists.
-    auto finish = [&](int i, float (&s)[MT][KS / 8][4]) {
+    // Stage i's probabilities b (packed: 0 for keys a row does not see) into
+    // the block scores of the warp's tokens, and those into the lanes' lists.
+    auto sum_blocks = [&](const typename Scorer::Packed (&b)[MT]) {
         // Per token and block completed here: the sum over its keys and heads.
 #pragma unroll
-        for (int m = 0; m < MT; m++) scorer.template run<SP>(m, s[m], sc + m * TW * SP, lane);
+        for (int m = 0; m < MT; m++) scorer.template run<SP>(m, b[m], sc + m * TW * SP, lane);
         __syncwarp();
+    };
+    auto update_lists = [&](int i) {
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
         // the ones that beat the lane's K-th score are marked, then inserted
@@ -185,18 +189,67 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     };
 
     if constexpr (WG != 0) {
-        for (int i = 0; i < n_stages; i++) {
-            float s[MT][KS / 8][4];
-            const int buf = ring.acquire_then_refill(i, load, [] { wg_fence_async_smem(); });
-            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, ks + buf * K_STAGE);
+        // With MBAR (measured faster up to Dk 128) the K ring is on mbarriers
+        // instead of a CTA barrier per stage, so a warpgroup waits only for
+        // the stage it needs and runs ahead of the slowest by up to about a
+        // stage, and stage i + 1's scores are issued once stage i's block sums
+        // are done (products on the same tensor cores, which the scores would
+        // hold up if issued before them), so they run under stage i's list
+        // work; the probabilities are packed by then, which frees the
+        // accumulators. Otherwise each stage's scores are issued and waited
+        // for at its start.
+        const auto landed = [] { wg_fence_async_smem(); };
+        MbarRing<3> mring;
+        AsyncRing<WG_STAGES> ring;
+        if constexpr (MBAR) {
+            mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
+            __syncthreads();  // the mbarriers are initialized
+            mring.start(n_stages, load, landed);
+        } else {
+            ring.start(n_stages, load);
+        }
+        // Stage j's K tile, once every thread's copies of it have landed.
+        auto acquire = [&](int j) -> u32 {
+            if constexpr (MBAR) {
+                mring.wait(j);
+                return ks + (u32)((unsigned)j % 3) * K_STAGE;
+            } else {
+                return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
+            }
+        };
+        float s[MT][KS / 8][4];
+        if (MBAR && n_stages > 0) {
+            wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(0));
             wg_commit();
+        }
+        for (int i = 0; i < n_stages; i++) {
+            if constexpr (!MBAR) {
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i));
+                wg_commit();
+            }
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
-            // (A stage no row of the warp sees takes the masked path: all zeros.)
-            cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
-            finish(i, s);
+            if constexpr (MBAR) mring.release(i);  // this warpgroup's products of stage i are done
+            // (A stage no row of the warp sees takes the masked path: all zeros.
+            // The probabilities in registers of their own: an instruction
+            // other than a product that wrote the accumulators would make
+            // ptxas serialize the products.)
+            float pr[MT][KS / 8][4];
+            cmp_probs<KS / 8, MT>(pr, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
+            typename Scorer::Packed b[MT];
+#pragma unroll
+            for (int m = 0; m < MT; m++) Scorer::pack(b[m], pr[m]);
+            sum_blocks(b);
+            if (MBAR && i + 1 < n_stages) {
+                wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i + 1));
+                wg_commit();
+            }
+            update_lists(i);
+            if constexpr (MBAR) mring.advance(i, load, landed);
         }
     } else {
+        AsyncRing<FSA_QT_STAGES> ring;
+        ring.start(n_stages, load);
         for (int i = 0; i < n_stages; i++) {
             float s[MT][KS / 8][4];
             const int buf = ring.acquire(i, load);
@@ -216,7 +269,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                     mma_abt_rows<DT, DK, KS / 8, LDK, MT>(s, q_warp, 16 * LDK * 2, k_lane + buf * K_STAGE);
                 cmp_probs<KS / 8, MT>(s, s, i * KS, row_vis, row_lse2, scale_log2, lane, (i + 1) * KS <= warp_min_vis);
             }
-            finish(i, s);
+            typename Scorer::Packed b[MT];
+#pragma unroll
+            for (int m = 0; m < MT; m++) Scorer::pack(b[m], s[m]);
+            sum_blocks(b);
+            update_lists(i);
         }
     }
 

@@ -24,7 +24,9 @@
 // each row (a causal prefix, a window): a stage that every row of a warp
 // sees from its first to its last key skips the mask.
 #pragma once
+#include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
+#include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
 
 namespace fsa {
@@ -41,9 +43,15 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane and keeps the products' descriptors in uniform
+    // registers.)
+    const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
     const u32 q_rows = qs + (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q panel
     const auto landed = [] { wg_fence_async_smem(); };
+    // The stage copies (strided keys: a row address per thread and stage).
+    const KeyHalf<KS, DK, 0, THREADS> k_half;
+    const KeyHalf<KS, DV, 1, THREADS> v_half;
 
     load_query_rows_async<G, DK, 0, THREADS, ROWS, true>(qs, q, tile, h);
     OnlineSoftmax sm;
@@ -69,13 +77,31 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     };
 
     if constexpr (!OVERLAP) {
+        // Variant 5 (MBAR): the same steps on an mbarrier ring: a warpgroup
+        // waits only for the stage it needs, so the warpgroups drift apart
+        // and one's softmax runs while another's products do.
+        constexpr bool MBAR = fsa_qt_wg_mbar(WG);
         auto load = [&](int i, int buf) {
-            load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+            k_half(ks + buf * K_STAGE, key_rows, i * KS);
+            v_half(vs + buf * V_STAGE, key_rows, i * KS);
         };
+        MbarRing<3> mring;
         AsyncRing<STAGES> ring;
-        ring.start(n_stages, load);
+        if constexpr (MBAR) {
+            mring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), THREADS);
+            __syncthreads();  // the mbarriers are initialized
+            mring.start(n_stages, load, landed);
+        } else {
+            ring.start(n_stages, load);
+        }
         for (int i = 0; i < n_stages; i++) {
-            const int buf = ring.acquire_then_refill(i, load, landed);
+            int buf;
+            if constexpr (MBAR) {
+                mring.wait(i);
+                buf = (int)((unsigned)i % STAGES);
+            } else {
+                buf = ring.acquire_then_refill(i, load, landed);
+            }
             scores(ks + buf * K_STAGE);
             wg_wait<0>();
             wg_hold<KS / 8>(s);
@@ -86,11 +112,15 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
             wg_commit();
             wg_wait<0>();
             wg_hold<DV / 8>(acc);
+            if constexpr (MBAR) {
+                mring.release(i);
+                mring.advance(i, load, landed);
+            }
         }
     } else if (n_stages > 0) {
         auto load = [&](int j, int buf) {
-            if (j < n_stages) load_key_half_async<KS, DK, 0, true, THREADS>(ks + buf * K_STAGE, key_rows, j * KS);
-            if (j > 0) load_key_half_async<KS, DV, 1, true, THREADS>(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
+            if (j < n_stages) k_half(ks + buf * K_STAGE, key_rows, j * KS);
+            if (j > 0) v_half(vs + buf * V_STAGE, key_rows, (j - 1) * KS);
         };
         AsyncRing<STAGES> ring;
         ring.start(n_stages + 1, load);

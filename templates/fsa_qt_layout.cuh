@@ -58,13 +58,14 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
  * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
  * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
  * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
- * which costs registers that three warpgroups do not have. Q rows | the K
+ * which costs registers that three warpgroups do not have; variant 5 is
+ * variant 4 on an mbarrier ring. Q rows | the K
  * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
  * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
  * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
 #define FSA_QT_WG_ALIGN 1024
-#define FSA_QT_WG_DEFAULT 4 /* the fastest measured (bench/NOTES.md) */
+#define FSA_QT_WG_DEFAULT 5 /* the fastest measured (bench/NOTES.md) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
 FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
@@ -82,6 +83,9 @@ FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
     return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
 }
 FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
+/* Variant 5: variant 4 with the K/V ring on mbarriers (fsa_mbarrier.cuh)
+ * instead of a CTA barrier per stage, whose 48 bytes follow the V stages. */
+FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg == 5; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * fsa_qt_wg_groups(wg); }
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
@@ -91,9 +95,13 @@ FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg)
 {
     return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
 }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_bars(int dk, int dv, int wg)
+{
+    return fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
 FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 {
-    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+    return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_bars(dk, dv, wg) + (fsa_qt_wg_mbar(wg) ? 48 : 0);
 }
 /* The window forward's tokens per tile and grid (wg: its variant). */
 FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }

@@ -14,6 +14,7 @@
 // (wg_fence_async_smem) before the CTA barrier that precedes the copy.
 #pragma once
 #include "fsa_device.cuh"
+#include "fsa_mbarrier.cuh"  // mbar_init, mbar_arrive, mbar_wait
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FSA_TMA_ASM(...) asm volatile(__VA_ARGS__)
@@ -24,28 +25,11 @@
 
 namespace fsa {
 
-__device__ __forceinline__ void mbar_init(u32 bar, unsigned arrivals) {
-    FSA_TMA_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
 // Makes the initializations visible to the async proxy (the copies' completion).
 __device__ __forceinline__ void fence_mbar_init() { FSA_TMA_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // This thread's arrival, announcing `bytes` of copies that complete on the barrier.
 __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
     FSA_TMA_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    FSA_TMA_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Until the phase of the given parity completed (every arrival, every byte);
-// the copies' data and the arrivals' earlier writes are then visible.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 done = 0;
-    do {
-        FSA_TMA_ASM("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                    : "=r"(done)
-                    : "r"(bar), "r"(parity)
-                    : "memory");
-    } while (!done);
 }
 
 // The box of a 4-dimensional tensor map at coordinates (c0 .. c3, elements,

@@ -3,6 +3,7 @@
 #pragma once
 #include "fsa_mma.cuh"
 #include "fsa_qtile.cuh"
+#include "fsa_stream.cuh"
 #include "swa_params.cuh"
 
 namespace fsa {
@@ -52,6 +53,12 @@ struct WindowStream {
     }
 
     __device__ __forceinline__ int n_stages() const { return (n_keys + KS - 1) / KS; }
+
+    // The stream's keys as strided rows (from position k0 on).
+    __device__ __forceinline__ StridedKeys strided_keys(const fsa_swa_params &p, const QueryTile &tile) const {
+        return StridedKeys{view_row<const u16>(p.k, tile.start + k0, h), view_row<const u16>(p.v, tile.start + k0, h),
+                           p.k.token_stride, p.v.token_stride, n_keys};
+    }
 
     // Key j of the stream: its K and V rows.
     __device__ __forceinline__ RowPair key_row(const fsa_swa_params &p, const QueryTile &tile, int j) const {

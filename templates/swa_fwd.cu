@@ -20,13 +20,15 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
     if (!tile.ok) return;  // a spare CTA
     const WindowStream<G, KS> ws(p, tile);
 
-    auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
     auto visible = [&](int j, int half) { return ws.visible(j, half); };
     auto warp_sees = [&](int stage) { return ws.warp_sees(stage); };
+    // (The warpgroup forward copies stages from the strided key stream.)
     if constexpr (WG != 0)
         attend_query_tile_wg<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
-                                            (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
+                                            (float)p.scale_log2, ws.n_stages(), ws.strided_keys(p, tile), visible,
+                                            warp_sees);
     else
         attend_query_tile<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
-                                         (float)p.scale_log2, ws.n_stages(), key_rows, visible, warp_sees);
+                                         (float)p.scale_log2, ws.n_stages(), [&](int j) { return ws.key_row(p, tile, j); },
+                                         visible, warp_sees);
 }

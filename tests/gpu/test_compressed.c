@@ -39,6 +39,10 @@ static const cmp_case cases[] = {
     {"bf16_g16_k36_ties_lanes16", BF, 64, 64, 16, 1, 32, 16, 32,  36, 1, 2, {2000, 700},            2, 0, 0, 1, 1},
     /* block size = stride at G 1: 64 blocks per stage on one lane per token, scored in chunks */
     {"bf16_g1_bk_eq_stride",  BF, 64,  64,  2,  2,  16, 16, 16,  8,  1, 2, {600, 90},               2, 0, 0, 0, 1},
+    /* long enough for several rounds of every ring (6 and 4 stages of 64 compressed keys): the buffers
+       are refilled and the mbarriers' phases wrap */
+    {"bf16_std_g4_many_stages", BF, 128, 128, 8, 2, 32, 16, 64, 16, 1, 2, {5200, 700},             2, 0, 0, 0, 1},
+    {"bf16_dk192_dv128_g16_many_stages", BF, 192, 128, 32, 2, 32, 16, 64, 16, 1, 2, {3400},       1, 1, 0, 0, 0},
     /* 1024 KV heads in one plan: many small key tiles per launch */
     {"bf16_hkv1024_dkv_unsplit", BF, 16, 16, 1024, 1024, 16, 16, 64, 4, 1, 2, {300},            1, 0, 0, 0, 1},
 };

@@ -72,6 +72,24 @@ static void test_forward_and_backward_kernels_keep_their_launch_shapes(void **st
     }
 }
 
+/* The warpgroup forwards: variant 5 is variant 4 (three warpgroups) with its ring's mbarriers after the V stages. */
+static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **state)
+{
+    (void)state;
+    static const fsa_kernel_id ids[] = {FSA_K_CMP_FWD, FSA_K_SWA_FWD};
+    fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4};
+    fsa_kernel k4, k5;
+    for (size_t i = 0; i < 2; i++) {
+        c.wgmma = 4;
+        fsa_kernel_describe(&k4, ids[i], &c);
+        c.wgmma = 5;
+        fsa_kernel_describe(&k5, ids[i], &c);
+        assert_int_equal(k4.threads, 384);
+        assert_int_equal(k5.threads, 384);
+        assert_int_equal(k5.smem, k4.smem + 48);
+    }
+}
+
 static void test_the_selection_keeps_its_launch_shape(void **state)
 {
     (void)state;
@@ -86,7 +104,7 @@ static void test_the_selection_keeps_its_launch_shape(void **state)
     const struct {
         int d, g, k, bk, s;
         unsigned threads, smem;
-    } wg[] = {{128, 4, 16, 64, 16, 384, 103168}, {192, 16, 16, 64, 16, 384, 149440}, {256, 1, 64, 256, 4, 128, 102400},
+    } wg[] = {{128, 4, 16, 64, 16, 384, 103216}, {192, 16, 16, 64, 16, 384, 149488}, {256, 1, 64, 256, 4, 128, 102400},
               {96, 2, 16, 64, 16, 128, 53248}};
     for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
         const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = wg[i].d, .group = wg[i].g, .block_size = wg[i].bk,
@@ -256,6 +274,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
+        cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
