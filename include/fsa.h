@@ -1078,7 +1078,9 @@ typedef struct fsa_compressed_bwd_args {
 #define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )
 
 /**
- * Bytes of device workspace a backward call needs (4 * Hq * T, rounded up).
+ * Bytes of device workspace a backward call needs: 4 * Hq * T rounded up to
+ * 256, plus, with the warpgroup backward (sm_90a), room for a split dK/dV
+ * walk's fp32 sums (2 * SMs * 64 * (Dk + Dv) * 4 bytes; docs/semantics.md).
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1
  * @param      total_tokens T

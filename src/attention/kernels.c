@@ -103,6 +103,7 @@ static const struct {
     [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},
     [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
     [FSA_K_CMP_BWD_DKV] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv"},
+    [FSA_K_CMP_BWD_DKV_SUM] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv_sum"},
     [FSA_K_SWA_FWD] = {FAM_SWA_FWD, "fsa_swa_fwd"},
     [FSA_K_SWA_BWD_DQ] = {FAM_SWA_BWD, "fsa_swa_bwd_dq"},
     [FSA_K_SWA_BWD_DKV] = {FAM_SWA_BWD, "fsa_swa_bwd_dkv"},

@@ -36,6 +36,7 @@ typedef enum fsa_kernel_id {
     FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */
     FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */
     FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv */
+    FSA_K_CMP_BWD_DKV_SUM, /* compressed backward: dk and dv from a split walk's partial sums */
     FSA_K_SWA_FWD,       /* sliding-window attention forward */
     FSA_K_SWA_BWD_DQ,    /* sliding-window backward: dq and delta */
     FSA_K_SWA_BWD_DKV,   /* sliding-window backward: dk and dv */

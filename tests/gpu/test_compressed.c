@@ -39,6 +39,9 @@ static const cmp_case cases[] = {
     {"bf16_g16_k36_ties_lanes16", BF, 64, 64, 16, 1, 32, 16, 32,  36, 1, 2, {2000, 700},            2, 0, 0, 1, 1},
     /* block size = stride at G 1: 64 blocks per stage on one lane per token, scored in chunks */
     {"bf16_g1_bk_eq_stride",  BF, 64,  64,  2,  2,  16, 16, 16,  8,  1, 2, {600, 90},               2, 0, 0, 0, 1},
+    /* 64 KV heads, 3 key tiles each: more dK/dV CTAs than SMs, so the warpgroup dK/dV walks are not split
+       (the cases above, with few key tiles, split them and sum the parts) */
+    {"bf16_hkv64_g1_dkv_walk_whole", BF, 64, 64, 64, 64, 32, 16, 64, 4, 1, 2, {600, 40, 33},        3, 0, 0, 0, 1},
     /* 1024 KV heads in one plan: many small key tiles per launch */
     {"bf16_hkv1024_dkv_unsplit", BF, 16, 16, 1024, 1024, 16, 16, 64, 4, 1, 2, {300},            1, 0, 0, 0, 1},
 };
