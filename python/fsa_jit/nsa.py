@@ -194,7 +194,7 @@ _gate_fwd_op.register_autograd(_gate_backward, setup_context=_gate_setup)
 
 def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens_c, kernel_size=32, stride=16,
                   block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2, scale=None, k_win=None,
-                  v_win=None, max_seqlen=None, return_topk=False, validate=False):
+                  v_win=None, max_seqlen=None, return_topk=False, validate=False, workspace_limit=None):
     """One NSA attention layer over a packed varlen batch: g_cmp * o_cmp + g_sel * o_sel + g_win * o_win.
 
     q [T, Hq, Dk]; k [T, Hkv, Dk], v [T, Hkv, Dv]: the keys and values of the selected branch (and of the
@@ -207,6 +207,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
     validate: libfsa's check mode in every branch: the offsets (and the selection) are checked on the device
     first and bad metadata raises fsa_jit.FsaError; one synchronization per branch and call.
+    workspace_limit: the selected attention's workspace cap (fsa_jit.selected_attention's; None = its
+    default).
 
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
@@ -241,7 +243,7 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
                                           top_k, block_size, init_blocks, local_blocks, validate=validate)
     o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,
-                                    topk_layout="thk", validate=validate)
+                                    topk_layout="thk", workspace_limit=workspace_limit, validate=validate)
     o_win = window_attention(q, k_win, v_win, cu_seqlens, window, scale, validate=validate)
     o = torch.ops.fsa_jit.nsa_gate_fwd(o_cmp, o_sel, o_win, *gates)
     return (o, topk) if return_topk else o
