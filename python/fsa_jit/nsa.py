@@ -192,6 +192,13 @@ def _gate_backward(ctx, dout):
 _gate_fwd_op.register_autograd(_gate_backward, setup_context=_gate_setup)
 
 
+# The selected attention's workspace cap in the layer unless the caller gives one. libfsa's own default
+# leaves what the call's outputs leave of its budget; at NSA's shape (Hq 64, Dk 192 / Dv 128) and 64K tokens
+# those alone fill it, so the backward gets the 256 MiB floor and runs in 200 chunks of ~1300 tokens: 136
+# ms instead of 56 ms with 2 GiB (16 chunks; H200, bench/RESULTS.md), for 1.85 GB more peak memory.
+SELECTED_WORKSPACE = "2G"
+
+
 def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens_c, kernel_size=32, stride=16,
                   block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2, scale=None, k_win=None,
                   v_win=None, max_seqlen=None, return_topk=False, validate=False, workspace_limit=None):
@@ -207,8 +214,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
     validate: libfsa's check mode in every branch: the offsets (and the selection) are checked on the device
     first and bad metadata raises fsa_jit.FsaError; one synchronization per branch and call.
-    workspace_limit: the selected attention's workspace cap (fsa_jit.selected_attention's; None = its
-    default).
+    workspace_limit: the selected attention's workspace cap (as fsa_jit.selected_attention takes it);
+    None = SELECTED_WORKSPACE (2 GiB), 0 = libfsa's default cap.
 
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
@@ -243,7 +250,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
                                           top_k, block_size, init_blocks, local_blocks, validate=validate)
     o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,
-                                    topk_layout="thk", workspace_limit=workspace_limit, validate=validate)
+                                    topk_layout="thk", validate=validate,
+                                    workspace_limit=SELECTED_WORKSPACE if workspace_limit is None else workspace_limit)
     o_win = window_attention(q, k_win, v_win, cu_seqlens, window, scale, validate=validate)
     o = torch.ops.fsa_jit.nsa_gate_fwd(o_cmp, o_sel, o_win, *gates)
     return (o, topk) if return_topk else o
