@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The selected attention's backward alone at the NSA layer's setting (bench/nsa_layer.py's shape, the
+"""The selected attention's backward (or, with --forward, its forward) alone at the NSA layer's setting (bench/nsa_layer.py's shape, the
 selection from the compressed branch's top-k as in the layer), for several loop orders and workspace caps:
 CUDA-event time (median of --reps) and the device time per kernel of one backward (torch.profiler).
 
@@ -28,6 +28,7 @@ def main():
                    help="algorithm:workspace pairs (algorithm auto, fsa or nsa; workspace default, unlimited "
                         "or bytes such as 4G)")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--forward", action="store_true", help="time the forward (no grad) instead of the backward")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     T, hq, hkv, dk, dv = a.T, 64, 4, 192, 128
@@ -47,15 +48,25 @@ def main():
             algo, ws = case.split(":")
             limit = None if ws == "default" else ws
             try:
-                o = selected_attention(q, k, v, topk, cu, 64, max_seqlen=T, topk_layout="thk", algorithm=algo,
-                                       workspace_limit=limit)
-                step = (lambda o=o: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True))
+                def fwd():
+                    return selected_attention(q, k, v, topk, cu, 64, max_seqlen=T, topk_layout="thk", algorithm=algo,
+                                              workspace_limit=limit)
+
+                if a.forward:
+                    def step():
+                        with torch.no_grad():
+                            fwd()
+                    o = None
+                else:
+                    o = fwd()
+                    step = (lambda o=o: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True))
                 ms = events_ms(step, a.reps)
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 rows = profiled(step)
                 peak = (torch.cuda.max_memory_allocated() - base) / 1e9
-                report(f, f"T {T} {algo} workspace {ws} (peak beyond the forward {peak:.2f} GB)", rows, ms)
+                what = "forward" if a.forward else "backward"
+                report(f, f"T {T} {what} {algo} workspace {ws} (peak {peak:.2f} GB)", rows, ms)
                 del o
             except Exception as e:  # a case that does not fit or is refused: say so, go on
                 f.write(f"## T {T} {algo} workspace {ws}: {type(e).__name__}: {e}\n\n")
