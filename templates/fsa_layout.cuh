@@ -293,47 +293,112 @@ FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
  * and none of its padding rows past 8; larger groups keep the rows on the
  * 16-row side. */
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
+/* Tensor-map copies (sm_90a, `tma` below): a stage is whole boxes of one page
+ * (64 columns x 64 keys of one head each), so block and page sizes are
+ * multiples of the stage and the head dims of 64 columns; the query fragments
+ * stay in registers. The K and V stages are then 128-byte swizzled tiles
+ * (fsa_sw128_bytes, no padding) from a 1024-byte aligned base. */
+FSA_LAYOUT_FN int fsa_kvc_tma_fits(int dk, int dv, int bk, int page)
+{
+    return dk % 64 == 0 && dv % 64 == 0 && fsa_kvc_q_in_registers(dk) && bk % FSA_KVC_STAGE_KEYS == 0 &&
+           page % FSA_KVC_STAGE_KEYS == 0;
+}
 /* A stage of K (dk wide) or V (dv wide) rows. */
-FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d) { return fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d); }
-/* Dynamic shared memory: [the query rows] | the K stages | the V stages. */
-FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int g)
+FSA_LAYOUT_FN int fsa_kvc_stage_bytes(int d, int tma)
 {
-    return fsa_kvc_q_in_registers(dk) ? 0 : fsa_tile_bytes(fsa_kvc_rows(g), dk);
+    return tma ? fsa_sw128_bytes(FSA_KVC_STAGE_KEYS, d) : fsa_tile_bytes(FSA_KVC_STAGE_KEYS, d);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int g)
-{
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dk);
-}
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g)
-{
-    return fsa_kvc_smem_v(dk, g) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv);
-}
-/* After the key stream, the K/V stages hold the warps' merge area (16 rows of
- * dv floats per warp) and, when a split sequence's CTAs form a cluster (at
- * most FSA_KVC_MAX_CLUSTER, one share each), the CTA's share: its partial rows
- * (dv floats each) then their lse, for the cluster to merge from shared
- * memory. fsa_kvc_cluster_fits: that fits in the dynamic shared memory. */
-#define FSA_KVC_MAX_CLUSTER 8
-/* Row pitch (floats) of the warps' merge area: dv + 8 spreads the row-major
+/* Row pitch (floats) of the warps' merge area (after the key stream, 16 rows
+ * of dv floats per warp, in the stage buffers): dv + 8 spreads the row-major
  * fragment stores over all 32 banks, dv + 4 the key-major ones. */
 FSA_LAYOUT_FN int fsa_kvc_merge_pitch(int dk, int dv, int g) { return dv + (fsa_kvc_keys_major(g, dk) ? 4 : 8); }
+FSA_LAYOUT_FN int fsa_kvc_merge_bytes(int dk, int dv, int g)
+{
+    return FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
+}
+/* Stage buffers. cp.async: the K stages, then the V stages. Tensor maps: a
+ * buffer holds a stage's K and V side by side, and the buffers sit between two
+ * margins sized so that the merge area fits against either end buffer alone
+ * (a share's epilogue merges next to its last stage while the CTA's next share's
+ * first stage lands in the other buffer). Strides between buffers: */
+FSA_LAYOUT_FN int fsa_kvc_k_stride(int dk, int dv, int tma)
+{
+    return tma ? fsa_kvc_stage_bytes(dk, 1) + fsa_kvc_stage_bytes(dv, 1) : fsa_kvc_stage_bytes(dk, 0);
+}
+FSA_LAYOUT_FN int fsa_kvc_v_stride(int dk, int dv, int tma)
+{
+    return tma ? fsa_kvc_k_stride(dk, dv, 1) : fsa_kvc_stage_bytes(dv, 0);
+}
+FSA_LAYOUT_FN int fsa_kvc_margin(int dk, int dv, int g, int tma)
+{
+    const int over = fsa_kvc_merge_bytes(dk, dv, g) - fsa_kvc_k_stride(dk, dv, 1);
+    return tma && over > 0 ? (over + 1023) / 1024 * 1024 : 0;
+}
+/* Dynamic shared memory: [the query rows | a margin] | the K and V stages
+ * [| a margin], from a base aligned up to 1024 bytes with tensor maps (1024
+ * bytes more). */
+FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_q_in_registers(dk) ? fsa_kvc_margin(dk, dv, g, tma) : fsa_tile_bytes(fsa_kvc_rows(g), dk);
+}
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_smem_k(dk, dv, g, tma) + (tma ? 1 : FSA_KVC_STAGES) * fsa_kvc_stage_bytes(dk, tma);
+}
+FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
+{
+    return tma ? fsa_kvc_smem_k(dk, dv, g, 1) + FSA_KVC_STAGES * fsa_kvc_k_stride(dk, dv, 1) + fsa_kvc_margin(dk, dv, g, 1)
+               : fsa_kvc_smem_v(dk, dv, g, 0) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, 0);
+}
+/* Where the merge area starts: after the query rows (cp.async), or with
+ * tensor maps at the base (against buffer 0) or against the last buffer. */
+FSA_LAYOUT_FN int fsa_kvc_merge_at(int dk, int dv, int g, int tma, int last_buffer)
+{
+    return tma && last_buffer ? fsa_kvc_stages_end(dk, dv, g, 1) - fsa_kvc_margin(dk, dv, g, 1) - fsa_kvc_k_stride(dk, dv, 1)
+                              : fsa_kvc_smem_k(dk, dv, g, 0);
+}
+/* When a split sequence's CTAs form a cluster (at most FSA_KVC_MAX_CLUSTER,
+ * one share each), the merge area is the first one and after it the CTA's
+ * share: its partial rows (dv floats each) then their lse, for the cluster
+ * to merge from shared memory. fsa_kvc_cluster_fits: that fits in the
+ * dynamic shared memory. */
+#define FSA_KVC_MAX_CLUSTER 8
 FSA_LAYOUT_FN int fsa_kvc_cluster_part(int dk, int dv, int g)
 {
-    return fsa_kvc_smem_k(dk, g) + FSA_KVC_WARPS * 16 * fsa_kvc_merge_pitch(dk, dv, g) * 4;
+    return fsa_kvc_smem_k(dk, dv, g, 0) + fsa_kvc_merge_bytes(dk, dv, g);
 }
-FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g)
+FSA_LAYOUT_FN int fsa_kvc_cluster_end(int dk, int dv, int g)
 {
-    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4 <= fsa_kvc_smem_bytes(dk, dv, g);
+    return fsa_kvc_cluster_part(dk, dv, g) + fsa_kvc_rows(g) * (dv + 1) * 4;
 }
+/* Dynamic shared memory: the stages; with tensor-map copies (unpadded
+ * stages) at least the cluster's share too (it only adds bytes at 64 rows,
+ * whose kernels run 2 CTAs per SM either way) and 1024 bytes for the
+ * alignment. */
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
+{
+    const int stages = fsa_kvc_stages_end(dk, dv, g, tma), cluster = fsa_kvc_cluster_end(dk, dv, g);
+    return tma ? (stages > cluster ? stages : cluster) + 1024 : stages;
+}
+FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
+{
+    return fsa_kvc_cluster_end(dk, dv, g) <= fsa_kvc_smem_bytes(dk, dv, g, tma) - (tma ? 1024 : 0);
+}
+/* Tensor-map copies: the pages of a CTA's next stages, read ahead in a ring (paged_kv.cuh). */
+#define FSA_KVC_RUN_PAGES 128
 /* Static shared memory (4-byte words, rounded up to 8 bytes): the key stream
  * (per stage buffer the K and V row offsets of its page lookups, four words a
- * row, each row's position and token mask), the tile's selection (its
+ * row (one row with tensor-map copies), each row's position and token mask,
+ * and an mbarrier of two words; the ring of pages with tensor-map copies, else
+ * two words), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
  * block's token mask, the tokens' positions), each warp's row max and sum, the
  * share loop's six words, a counter. */
-FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k)
+FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma)
 {
-    const int words = 6 * FSA_KVC_STAGES * FSA_KVC_STAGE_KEYS + 3 * fsa_kvc_tile_entries(g, k) +
+    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES +
+                       (tma ? FSA_KVC_RUN_PAGES : 2);
+    const int words = stream + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }

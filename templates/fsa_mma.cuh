@@ -275,15 +275,21 @@ __device__ __forceinline__ u32 movmatrix_trans(u32 x) {
 // s (16 keys x 8NQ rows) += K Q^T over a depth of D: K as 16 key rows at
 // k_addr (pitch LD, lane offset ldm_lane_a included), the query rows in
 // registers (q[kd], as above).
-template <class DT, int D, int NQ>
-__device__ __forceinline__ void mma_kqt(float s[NQ][4], u32 k_addr, const u32 q[D / 16][4]) {
+// (mma_kqt_at: the key fragment of columns 16 kd .. 16 kd + 15 at addr(kd),
+// for other tile layouts.)
+template <class DT, int D, int NQ, class Addr>
+__device__ __forceinline__ void mma_kqt_at(float s[NQ][4], Addr addr, const u32 q[D / 16][4]) {
 #pragma unroll
     for (int kd = 0; kd < D / 16; kd++) {
         u32 a[4];
-        ldmatrix_x4(a, k_addr + kd * 32);
+        ldmatrix_x4(a, addr(kd));
 #pragma unroll
         for (int j = 0; j < NQ; j++) DT::mma(s[j], a, q[kd][2 * j], q[kd][2 * j + 1]);
     }
+}
+template <class DT, int D, int NQ>
+__device__ __forceinline__ void mma_kqt(float s[NQ][4], u32 k_addr, const u32 q[D / 16][4]) {
+    mma_kqt_at<DT, D, NQ>(s, [=](int kd) { return k_addr + kd * 32; }, q);
 }
 
 // The probabilities of a key-major accumulator (16 keys x 8 rows) as the B
@@ -297,18 +303,24 @@ __device__ __forceinline__ void frag_keys_to_b(u32 b[2], const float p[4]) {
 // o (O^T: DV value columns x 8NQ rows) += V^T P^T for 16 keys: V as 16 key
 // rows at v_addr (pitch LD, lane offset ldm_lane_b included: with
 // ldmatrix_x4_trans that is V^T as A), P as key-major fragments.
-template <class DT, int DV, int NQ>
-__device__ __forceinline__ void mma_vt_pt(float o[NQ][DV / 16][4], const float p[NQ][4], u32 v_addr) {
+// (mma_vt_pt_at: V^T's fragment of value columns 16 t .. 16 t + 15 at addr(t),
+// for other tile layouts.)
+template <class DT, int DV, int NQ, class Addr>
+__device__ __forceinline__ void mma_vt_pt_at(float o[NQ][DV / 16][4], const float p[NQ][4], Addr addr) {
     u32 b[NQ][2];
 #pragma unroll
     for (int j = 0; j < NQ; j++) frag_keys_to_b<DT>(b[j], p[j]);
 #pragma unroll
     for (int t = 0; t < DV / 16; t++) {
         u32 a[4];
-        ldmatrix_x4_trans(a, v_addr + t * 32);
+        ldmatrix_x4_trans(a, addr(t));
 #pragma unroll
         for (int j = 0; j < NQ; j++) DT::mma(o[j][t], a, b[j][0], b[j][1]);
     }
+}
+template <class DT, int DV, int NQ>
+__device__ __forceinline__ void mma_vt_pt(float o[NQ][DV / 16][4], const float p[NQ][4], u32 v_addr) {
+    mma_vt_pt_at<DT, DV, NQ>(o, p, [=](int t) { return v_addr + t * 32; });
 }
 
 // Query row frag_col(lane, j, e) of a key-major output accumulator times

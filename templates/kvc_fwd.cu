@@ -15,8 +15,12 @@
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
 // finish combines them in share order (one launch); when those CTAs are a
 // cluster (p.cluster, one share each) the partials stay in shared memory and
-// the cluster merges them (kvc_merge.cuh). Q and K are D wide, V and o DV
-// wide. Launch shapes and shared memory: fsa_layout.cuh.
+// the cluster merges them (kvc_merge.cuh). On sm_90a, where a stage is whole
+// page boxes (fsa_kvc_tma_fits), the stages arrive by tensor-map copies into
+// 128-byte swizzled tiles (TMA) and the products read them through
+// fsa_mma_sw.cuh; otherwise by cp.async of each row into padded tiles. Q and K
+// are D wide, V and o DV wide. Launch shapes and shared memory: fsa_layout.cuh.
+#include "fsa_mma_sw.cuh"
 #include "fsa_softmax.cuh"
 #include "kvc_merge.cuh"
 
@@ -24,6 +28,7 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
               PAGE = {{PAGE_SIZE}};
+constexpr bool TMA = {{TMA}} != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -32,15 +37,17 @@ constexpr int NC = fsa_kvc_tile_entries(G, K);
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr bool Q_REGS = fsa_kvc_q_in_registers(D);  // query fragments in registers, rows staged in the last K buffer
 constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
-constexpr u32 TILE16 = fsa_tile_bytes(16, D), V_TILE16 = fsa_tile_bytes(16, DV);
+// 16 rows of a K or V stage: padded rows, or 128-byte swizzled rows (one 128-byte row per panel).
+constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-typedef PagedStream<D, DV, BK, PAGE> Stream;
+typedef PagedStream<D, DV, BK, PAGE, TMA> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
+static_assert(!TMA || FSA_KVC_STAGES == 2, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
-constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G);
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -52,13 +59,13 @@ struct ShareLoop {
 // Static shared memory: the key stream, the tile's selection, each warp's
 // row max and sum for the merge, the share loop, the tile counter.
 struct Shared {
-    PagedStreamShared stream;  // first: its 8-byte row offsets need no padding
+    PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
     ShareLoop loop;
     int counter;
 };
-static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K), "the static shared memory the plan counts");
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the static shared memory the plan counts");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -75,9 +82,9 @@ __device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int r
 // Visible: the row's token selected the key's block, and the key is not in
 // the token's future.
 struct RowMath {
-    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_a(lane, LD); }
-    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_b(lane, LD); }
-    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_a(lane, LDV); }
+    static __device__ __forceinline__ u32 q_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LDV); }
     OnlineSoftmax sm;
     float o[DV / 8][4];
     int tpos[2];  // per fragment row half: the token's position (-1: padding row)
@@ -99,14 +106,16 @@ struct RowMath {
                                           const u32 *kmask, float scale_log2, int lane) {
         float s[2][4];
         frag_zero<2>(s);
-        if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr);
+        if constexpr (TMA) mma_abt_a_regs_sw<DT, D, KVC_STAGE>(s, qf, k_addr);
+        else if constexpr (Q_REGS) mma_abt_a_regs<DT, D, 2, LD>(s, qf, k_addr);
         else mma_abt<DT, D, 2, LD>(s, q_addr, k_addr);
         float alpha[2];
         sm.step<2>(s, scale_log2, lane, [&](int col, int half) {
             return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
         }, alpha);
         frag_scale_rows<DV / 8>(o, alpha);
-        mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
+        if constexpr (TMA) mma_pv_sw<DT, DV / 8, KVC_STAGE>(o, s, v_addr);
+        else mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
@@ -118,9 +127,9 @@ struct RowMath {
 // P^T. The warp's 16 rows are two n8 tiles; when at most 8 of them are live
 // only the first is computed.
 struct KeyMath {
-    static __device__ __forceinline__ u32 q_lane(int lane) { return ldm_lane_b(lane, LD); }
-    static __device__ __forceinline__ u32 k_lane(int lane) { return ldm_lane_a(lane, LD); }
-    static __device__ __forceinline__ u32 v_lane(int lane) { return ldm_lane_b(lane, LDV); }
+    static __device__ __forceinline__ u32 q_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LD); }
+    static __device__ __forceinline__ u32 k_lane(int lane) { return TMA ? sw128_lane_a(lane) : ldm_lane_a(lane, LD); }
+    static __device__ __forceinline__ u32 v_lane(int lane) { return TMA ? sw128_lane_b(lane) : ldm_lane_b(lane, LDV); }
     KeyMajorSoftmax<2> sm;
     float o[2][DV / 16][4];
     // Per n8 tile and fragment column: the token's position (-1: padding
@@ -152,7 +161,8 @@ struct KeyMath {
                                             const u32 *kmask, float scale_log2, int lane) {
         float s[NQ][4];
         frag_zero<NQ>(s);
-        mma_kqt<DT, D, NQ>(s, k_addr, qf);
+        if constexpr (TMA) mma_kqt_sw<DT, D, NQ, KVC_STAGE>(s, k_addr, qf);
+        else mma_kqt<DT, D, NQ>(s, k_addr, qf);
         const int key[2] = {frag_row(lane, 0), frag_row(lane, 2)};
         const int kp[2] = {kpos[key[0]], kpos[key[1]]};
         const u32 km[2] = {kmask[key[0]], kmask[key[1]]};
@@ -167,7 +177,8 @@ struct KeyMath {
 #pragma unroll
         for (int j = 0; j < NQ; j++) settled = settled && alpha[j][0] == 1.f && alpha[j][1] == 1.f;
         if (!__all_sync(0xffffffffu, settled)) frag_scale_cols<NQ, DV / 16>(o, alpha);
-        mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
+        if constexpr (TMA) mma_vt_pt_sw<DT, DV, NQ, KVC_STAGE>(o, s, v_addr);
+        else mma_vt_pt<DT, DV, NQ>(o, s, v_addr);
     }
     __device__ __forceinline__ void chunk(const u32 (*qf)[4], u32, u32 k_addr, u32 v_addr, const int *kpos,
                                           const u32 *kmask, float scale_log2, int lane) {
@@ -186,12 +197,14 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
 // of two stages allows); four row tiles (G > 8) need more: 2 per SM.
 extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
-    fsa_kvc_fwd(const fsa_kvc_params p) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    fsa_kvc_fwd(const __grid_constant__ fsa_kvc_params p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ Shared sh;
-    constexpr u32 K_STAGE_BYTES = Stream::K_STAGE_BYTES, V_STAGE_BYTES = Stream::V_STAGE_BYTES;
-    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, G), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, G);
-    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STAGE_BYTES : smem_addr(smem);
+    // Swizzled tiles need a 1024-byte aligned base (the plan counts the 1024 bytes more).
+    unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
+    constexpr u32 K_STRIDE = Stream::K_STRIDE, V_STRIDE = Stream::V_STRIDE;  // between stage buffers
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA);
+    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STRIDE : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -199,6 +212,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    Stream::init(sh.stream);  // before tile_sequence's first barrier
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
     const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
@@ -229,10 +243,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (tid < TPT) sh.sel.pos[tid] = tid < ntok ? pos0 + tid : -1;
 
     // Query rows: row r is token r / G, head h * G + r % G; padding rows are zero.
-    load_tile_async<ROWS, D, LD, THREADS>(q_s, [&](int r) {
+    const auto q_row = [&](int r) {
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
-    });
+    };
+    if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
+    else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
@@ -250,29 +266,47 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const float scale_log2 = (float)p.scale_log2;
     // Shared-memory addresses, once: the loops below only add constants.
     const u32 q_addr = q_s + rt * TILE16 + Math::q_lane(lane);
-    const u32 k_addr = k_s + key0 * LD * 2 + Math::k_lane(lane);
-    const u32 v_addr = v_s + key0 * LDV * 2 + Math::v_lane(lane);
+    const u32 k_addr = k_s + key0 * (TMA ? 128 : LD * 2) + Math::k_lane(lane);
+    const u32 v_addr = v_s + key0 * (TMA ? 128 : LDV * 2) + Math::v_lane(lane);
 
     // Share s of the union is its contiguous run of blocks [s chunk, (s + 1) chunk),
     // in block order. A CTA computes its shares one after another, each exactly
     // as a CTA of its own would (the bits do not depend on how many CTAs share them).
     const int per_cta = nsplit / ctas;
     if (tid == 0) sh.loop = ShareLoop{(int)t0, b, seq_len, ntok, n_union, (cta + 1) * per_cta};
+    // TMA: the pages of the run's first stages, all read at once (the stream then never waits on the table).
+    if constexpr (TMA) {
+        const int chunk = (n_union + nsplit - 1) / nsplit;
+        paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, min(n_union, cta * per_cta * chunk),
+                                    min(n_union, (cta + 1) * per_cta * chunk),
+                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
+    }
     __syncthreads();
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
+    u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
+    int b0 = 0;           // TMA: the buffer of the share's first stage (after the previous share's last)
+    bool issued = false;  // TMA: and its copies were issued during the previous share's epilogue
+    // A share's stream (TMA: starting in buffer b0).
+    const auto stream_of = [&](int share, int first_buffer) {
+        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit, u_lo = min(nu, share * chunk);
+        return Stream(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, min(nu, u_lo + chunk), loop.b, h,
+                      loop.seq_len, phase, min(nu, cta * per_cta * chunk), min(nu, (cta + 1) * per_cta * chunk),
+                      first_buffer);
+    };
 #pragma unroll 1
     for (int share = cta * per_cta; share < loop.end; share++) {
-        const int nu = loop.n_union, chunk = (nu + nsplit - 1) / nsplit;
-        const int u_lo = min(nu, share * chunk), u_hi = min(nu, u_lo + chunk);
-        Stream in(sh.stream, p, k_s, v_s, sh.sel.blocks, sh.sel.masks, u_lo, u_hi, loop.b, h, loop.seq_len);
-        in.start();  // without Q_REGS the query rows join stage 0's group
+        Stream in = stream_of(share, b0);
+        in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
-            cp_async_wait<FSA_KVC_STAGES - 1>();  // the query group (the first stages may still be in flight)
+            // The query group (cp.async stages issued after it may still be in flight).
+            cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
+            if (TMA) wg_fence_async_smem();       // a later page copy overwrites the rows
             __syncthreads();
             if (warp_live)
 #pragma unroll
-                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++) ldmatrix_x4(qf[kd], q_addr + kd * 32);
+                for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++)
+                    ldmatrix_x4(qf[kd], TMA ? sw128_step<ROWS>(q_addr, kd) : q_addr + kd * 32);
             // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
@@ -281,6 +315,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         for (int st = 0; st < in.n_stages; st++) {
             const int buf = in.acquire(st);
             if (!warp_live) continue;
+            in.zero_missing(buf, key0, 16 * rte, lane);  // TMA: the V rows of non-keys this warp reads
             // The warp's keys of the stage, 16 at a time (one online-softmax step
             // each: the scores of one chunk live in registers at once).
 #pragma unroll 1
@@ -288,16 +323,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if (c >= rte) break;
                 const int *kpos = in.keypos(buf) + key0 + c * 16;
                 const u32 *kmask = in.keymask(buf) + key0 + c * 16;
-                const u32 k16 = buf * K_STAGE_BYTES + c * TILE16, v16 = buf * V_STAGE_BYTES + c * V_TILE16;
+                const u32 k16 = buf * K_STRIDE + c * TILE16, v16 = buf * V_STRIDE + c * V_TILE16;
                 math.chunk(qf, q_addr, k_addr + k16, v_addr + v16, kpos, kmask, scale_log2, lane);
             }
         }
         cp_async_wait<0>();
         __syncthreads();  // the K/V buffers become the merge area
+        // TMA: the CTA's next share starts in the other buffer now, its first
+        // stage landing while this share merges next to its last stage's buffer.
+        const int last = in.last_buffer();
+        b0 = in.buffer(in.n_stages);
+        issued = TMA && !cluster && share + 1 < loop.end;
+        if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_smem_k(D, G));
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         // The share loop's values in registers for the stores below (a volatile
@@ -342,6 +383,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 }
             }
         }
+        if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
     }
     if (nsplit == 1) return;

@@ -1,8 +1,8 @@
 /* Parameters of the paged-KV-cache kernels (selected attention of new query
  * tokens over a paged cache), passed by value as the one kernel argument.
  * Plain C read by the host library and by NVRTC; the kernels' launch shapes
- * and shared memory are in fsa_layout.cuh. Every field is 8 bytes: no
- * padding. */
+ * and shared memory are in fsa_layout.cuh. Every field is 8 bytes but the
+ * two tensor maps at the end (128 bytes, 64-byte aligned). */
 #ifndef FSA_KVC_PARAMS_CUH
 #define FSA_KVC_PARAMS_CUH
 
@@ -14,6 +14,16 @@ typedef struct fsa_kvc_cache_view {
     fsa_kernel_view rows;
     long long page_stride;
 } fsa_kvc_cache_view;
+
+/* A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned). */
+#ifdef __cplusplus
+#define FSA_KVC_ALIGN64 alignas(64)
+#else
+#define FSA_KVC_ALIGN64 _Alignas(64)
+#endif
+typedef struct fsa_kvc_tensor_map {
+    FSA_KVC_ALIGN64 unsigned long long words[16];
+} fsa_kvc_tensor_map;
 
 typedef struct fsa_kvc_params {
     fsa_kernel_view q, o;   /* [Tq, Hq, D] and [Tq, Hq, Dv] */
@@ -34,6 +44,11 @@ typedef struct fsa_kvc_params {
     long long counters;     /* int32 [batch, Hkv]: CTAs done per split sequence; zero between calls */
     long long cluster;      /* 1: the ctas CTAs of a (sequence, KV head) are a cluster, one share each,
                                merged through shared memory (fsa_kvc_cluster_fits; sm_90) */
+    /* Kernels with tensor-map copies (fsa_kvc_tma_fits, sm_90a): a map per cache of dims (Dk or
+     * Dv, then the token and head dims by increasing stride, pages), box 64 columns x 64 tokens x
+     * one head, 128-byte swizzle; k_token_dim, v_token_dim: which of dims 1 and 2 is the token. */
+    long long k_token_dim, v_token_dim;
+    fsa_kvc_tensor_map k_map, v_map;
 } fsa_kvc_params;
 
 #endif

@@ -6,6 +6,8 @@
 // make a kernel built on these read or write out of bounds.
 #pragma once
 #include "fsa_pipeline.cuh"
+#include "fsa_tma.cuh"
+#include "fsa_wgmma.cuh"
 #include "kvc_params.cuh"
 #include "sel_common.cuh"
 
@@ -349,12 +351,103 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
 }
 
 // Shared memory of the key stream: per stage buffer the K and V row offsets
-// of its checked page lookups, each row's key position and token mask.
+// of its checked page lookups (cp.async), each row's key position and token
+// mask, and the mbarrier its tensor-map copies complete on; with tensor-map
+// copies, the pages of the CTA's next stages (paged_fetch_pages).
+constexpr int KVC_RUN_PAGES = FSA_KVC_RUN_PAGES;
+template <bool TMA>
 struct PagedStreamShared {
-    KeyRow rows[FSA_KVC_STAGES][KVC_STAGE];
+    KeyRow rows[FSA_KVC_STAGES][TMA ? 1 : KVC_STAGE];
     int keypos[FSA_KVC_STAGES][KVC_STAGE];
     u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
+    u64 bar[FSA_KVC_STAGES];
+    int pages[TMA ? KVC_RUN_PAGES : 2];
 };
+
+// The pages of stages first .. first + count - 1 (count <= the block size) of
+// a CTA's run: the union blocks [u_run, u_end) of its shares, concatenated,
+// 64 keys a stage; thread t0 + t (t < count) reads the table entry of stage first + t
+// into its slot of the ring `pages` (stage % KVC_RUN_PAGES): the page, or -1
+// when the stage has no key (past the run, past the sequence, past the table
+// row, or a number that is not a page of the cache). Every row of a stage
+// lies in one page (fsa_kvc_tma_fits), so its first key's entry serves all.
+template <int BK, int PAGE>
+__device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_params &p, const int *blocks, int u_run,
+                                                  int u_end, const int *table, int seq_len, int first, int count,
+                                                  int t0 = 0) {
+    constexpr int SPB = BK / KVC_STAGE;  // stages per block
+    const int t = (int)threadIdx.x - t0;
+    if (t < 0 || t >= count) return;
+    const int r = first + t, u = u_run + r / SPB;
+    int page = -1;
+    if (u < u_end) {
+        const int j = blocks[u] * BK + (r % SPB) * KVC_STAGE;
+        if (j < seq_len) page = paged_slot_checked(paged_slot_fetch<PAGE>(table, p.max_pages, j), p.num_pages).page;
+    }
+    pages[r % KVC_RUN_PAGES] = page;
+}
+
+// The K and V boxes (64 columns x 64 rows of head h each, 128-byte swizzled)
+// of the rows from `row` of page `page`, copied into k_dst / v_dst, completing on bar.
+template <int D, int DV>
+__device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, int row, int h, u32 k_dst, u32 v_dst,
+                                            u32 bar) {
+    constexpr u32 PANEL = KVC_STAGE * 128;  // one 64-column panel of a stage
+    const int kt = p.k_token_dim == 1, vt = p.v_token_dim == 1;
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page);
+#pragma unroll
+    for (int c = 0; c < DV / 64; c++) tma_load_4d(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? row : h, vt ? h : row, page);
+}
+
+// A stage of tensor-map copies (sm_90a, fsa_kvc_tma_fits) of the page `page`
+// (paged_fetch_pages): thread r < KVC_STAGE writes key row r's position and
+// token mask and arrives on the buffer's mbarrier; thread 0 also copies the K
+// and V boxes of the page (64 columns x 64 rows of head h each, 128-byte
+// swizzled) into k_dst / v_dst, or copies nothing when the stage has no key.
+// A row that is not a key (past the sequence, or the stage has no page) gets
+// position INT_MAX and mask 0; its rows in the buffer hold whatever the page
+// holds there (paged_zero_missing clears the V rows a warp reads).
+template <int D, int DV, int BK, int PAGE>
+__device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, u32 bar, int *keypos,
+                                                u32 *keymask, int page, const int *blocks, const u32 *masks, int u0,
+                                                int stage, int h, int seq_len) {
+    const int r = threadIdx.x;
+    if (r >= KVC_STAGE) return;
+    const int q = stage * KVC_STAGE + r, j = blocks[u0 + q / BK] * BK + q % BK;
+    const bool key = page >= 0 && j < seq_len;
+    keypos[r] = key ? j : 0x7fffffff;
+    keymask[r] = key ? masks[u0 + q / BK] : 0u;
+    if (r != 0 || page < 0) {
+        mbar_arrive(bar);
+        return;
+    }
+    mbar_expect_tx(bar, (D + DV) / 64 * KVC_STAGE * 128);
+    paged_boxes<D, DV>(p, page, j % PAGE, h, k_dst, v_dst, bar);  // row 0: the first key of the stage
+}
+
+__device__ __forceinline__ void st_shared_zero16(u32 addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+}
+
+// The V rows [k0, k0 + n) of a landed tensor-map stage that are not keys
+// (position INT_MAX), zeroed by the warp that reads them (a masked key's
+// probability is 0, and 0 times a page's stale Inf or NaN is not), then
+// fenced for the next copy into the buffer. One warp; nothing when every row
+// is a key.
+template <int DV>
+__device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypos, int k0, int n, int lane) {
+    bool miss = false;
+    for (int r = lane; r < n; r += 32) miss = miss || keypos[k0 + r] == 0x7fffffff;
+    if (!__any_sync(0xffffffffu, miss)) return;
+    constexpr int PIECES = DV / 8;
+    for (int i = lane; i < n * PIECES; i += 32) {
+        const int r = k0 + i / PIECES, c = i % PIECES;
+        if (keypos[r] == 0x7fffffff) st_shared_zero16(v_stage + (c >> 3) * (KVC_STAGE * 128) + r * 128 + (c & 7) * 16);
+    }
+    wg_fence_async_smem();
+    __syncwarp();
+}
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
 // head h of sequence b, concatenated, in stages of KVC_STAGE keys through the
@@ -363,22 +456,35 @@ struct PagedStreamShared {
 // stages' reads together at the start, so a short share's stages are all
 // in flight one table latency after it starts),
 // FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
-// D wide, V rows DV wide). Use:
-//   PagedStream<D, DV, BK, PAGE> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len);
-//   ... issue copies that should join stage 0's group ...
+// D wide, V rows DV wide). TMA: the stages are tensor-map copies of page boxes
+// into 128-byte swizzled tiles (paged_tma_stage; the buffers' mbarriers
+// initialized, `phase` the parity bits of their completed phases, kept across
+// streams), else cp.async of each row into padded tiles. Use:
+//   PagedStream<D, DV, BK, PAGE, TMA> in(sh, p, ks, vs, blocks, masks, u_lo, u_hi, b, h, seq_len, phase, u_run, u_end, b0);
+// (TMA only: u_run, u_end: the union blocks of the CTA's run of shares, whose
+// first stages' pages the kernel read with paged_fetch_pages; b0: the buffer
+// of stage 0, so a stream continues in the buffer after the previous one's last;
+// issue_first() copies stage 0 ahead of start(true), e.g. while the previous
+// stream's epilogue runs)
+//   ... issue copies that should join stage 0's group (cp.async) ...
 //   in.start();                        // every thread
 //   for (int st = 0; st < in.n_stages; st++) {
 //       const int buf = in.acquire(st);  // stage st is in buffer buf
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
+//       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
 //   }
-template <int D, int DV, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE, bool TMA = false>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
+    static_assert(!TMA || fsa_kvc_tma_fits(D, DV, BK, PAGE), "a stage is whole boxes of one page");
+    static_assert(!TMA || (KVC_RUN_PAGES <= FSA_KVC_THREADS && KVC_STAGE + KVC_RUN_PAGES / 2 <= FSA_KVC_THREADS),
+                  "a thread per page of the first read, the rows and the refills side by side");
     static constexpr int STAGES = FSA_KVC_STAGES;
-    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV);
+    static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D, TMA), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV, TMA);
+    static constexpr u32 K_STRIDE = fsa_kvc_k_stride(D, DV, TMA), V_STRIDE = fsa_kvc_v_stride(D, DV, TMA);
 
-    PagedStreamShared &sh;
+    PagedStreamShared<TMA> &sh;
     const fsa_kvc_params &p;
     u32 ks, vs;
     const int *blocks;
@@ -388,42 +494,100 @@ struct PagedStream {
     int total_keys, n_stages;
     PagedSlot next;  // this thread's row of the next stage's lookups, in flight
     AsyncRing<FSA_KVC_STAGES> ring;
+    u32 &phase;
+    int u_run, u_end, run0;  // TMA: the run's blocks, and the run stage of this stream's stage 0
+    int b0;                  // TMA: the buffer of stage 0
 
-    __device__ __forceinline__ PagedStream(PagedStreamShared &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
+    __device__ __forceinline__ PagedStream(PagedStreamShared<TMA> &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
                                            const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
-                                           int seq_len_)
-        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_) {
+                                           int seq_len_, u32 &phase_, int u_run_, int u_end_, int b0_)
+        : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_),
+          phase(phase_), u_run(u_run_), u_end(u_end_), b0(TMA ? b0_ : 0) {
         total_keys = (u_hi - u_lo) * BK;
         table = (const int *)p.block_table + (long long)b * p.bt_stride;
         n_stages = (total_keys + KVC_STAGE - 1) / KVC_STAGE;
+        run0 = (u_lo - u_run) * (BK / KVC_STAGE);
+    }
+
+    // The buffers' mbarriers (TMA), by thread 0 before the kernel's first CTA barrier.
+    static __device__ __forceinline__ void init(PagedStreamShared<TMA> &sh) {
+        if (!TMA || threadIdx.x != 0) return;
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) mbar_init(smem_addr(&sh.bar[s]), KVC_STAGE);
+        fence_mbar_init();
     }
 
     // The page lookups of the first STAGES stages (all in flight at once),
     // then the copies of the first STAGES - 1; the last lookup waits in
     // `next` for acquire(0). Copies issued before it join stage 0's group.
-    __device__ __forceinline__ void start() {
-        PagedSlot first[STAGES - 1];
+    __device__ __forceinline__ void start(bool first_issued = false) {
+        if constexpr (TMA) {
+            // The pages are in the ring, the buffers are free (the previous
+            // stream's last barrier), and the mbarriers publish the rows' positions.
+            ring.n = n_stages;
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
-        if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
+            for (ring.issued = first_issued ? 1 : 0; ring.issued < STAGES - 1; ring.issued++)
+                if (ring.issued < n_stages) tma_stage(ring.issued, buffer(ring.issued));
+        } else {
+            PagedSlot first[STAGES - 1];
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; s++)
-            if (s < n_stages) store(s, first[s]);
-        __syncthreads();
-        ring.start(n_stages, loader());
+            for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
+            if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; s++)
+                if (s < n_stages) store(s, first[s]);
+            __syncthreads();
+            ring.start(n_stages, loader());
+        }
     }
     // The lookups of the stage about to be copied leave their registers
     // before the ring's barrier; the copies follow it.
     __device__ __forceinline__ int acquire(int st) {
-        if (ring.issued < n_stages) store(ring.issued, next);
-        return ring.acquire(st, loader());
+        if constexpr (TMA) {
+            if (ring.issued < n_stages) {
+                __syncthreads();  // every warp is done with the buffer of stage st - 1
+                tma_stage(ring.issued, buffer(ring.issued));
+            }
+            ring.issued++;
+            const int buf = buffer(st);
+            mbar_wait(smem_addr(&sh.bar[buf]), (phase >> buf) & 1u);
+            phase ^= 1u << buf;
+            return buf;
+        } else {
+            if (ring.issued < n_stages) store(ring.issued, next);
+            return ring.acquire(st, loader());
+        }
     }
+    // TMA: stage 0's copies now (every thread), for start(true) later; its
+    // buffer must be free (a CTA barrier since every warp last read it).
+    __device__ __forceinline__ void issue_first() {
+        if constexpr (TMA)
+            if (n_stages > 0) tma_stage(0, buffer(0));
+    }
+    // The buffer of stage st, and of the last stage (the one before b0 when there is none).
+    __device__ __forceinline__ int buffer(int st) const { return (int)((unsigned)(b0 + st) % STAGES); }
+    __device__ __forceinline__ int last_buffer() const { return buffer(n_stages + STAGES - 1); }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
+    __device__ __forceinline__ void zero_missing(int buf, int k0, int n, int lane) const {
+        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STRIDE, sh.keypos[buf], k0, n, lane);
+    }
 
   private:
     __device__ __forceinline__ PagedSlot fetch(int stage) {
         return paged_fetch_row<BK, PAGE>(p, blocks, u_lo, stage, total_keys, table, seq_len);
+    }
+    // Stage `stage` into buffer buf from its page in the ring; every half ring
+    // of stages past the first, the half ring after the next is read (its
+    // slots' stages were all issued) by the threads that write no row.
+    __device__ __forceinline__ void tma_stage(int stage, int buf) {
+        constexpr int HALF = KVC_RUN_PAGES / 2;
+        const int r = run0 + stage;
+        if (r >= HALF && r % HALF == 0)
+            paged_fetch_pages<BK, PAGE>(sh.pages, p, blocks, u_run, u_end, table, seq_len, r + HALF, HALF, KVC_STAGE);
+        paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
+                                         sh.keypos[buf], sh.keymask[buf], sh.pages[r % KVC_RUN_PAGES], blocks, masks,
+                                         u_lo, stage, h, seq_len);
     }
     // Stage `stage` is copied into buffer stage % STAGES: its lookups go there too.
     __device__ __forceinline__ void store(int stage, PagedSlot s) {
@@ -433,7 +597,7 @@ struct PagedStream {
     // then the table reads of the next one unless start() read them.
     __device__ __forceinline__ auto loader() {
         return [this](int stage, int buf) {
-            paged_load_stage<D, DV, BK>(p, ks + buf * K_STAGE_BYTES, vs + buf * V_STAGE_BYTES, sh.keypos[buf],
+            paged_load_stage<D, DV, BK>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, sh.keypos[buf],
                                         sh.keymask[buf], sh.rows[buf], blocks, masks, u_lo, stage);
             if (stage + 1 < n_stages && stage + 1 >= STAGES) next = fetch(stage + 1);
         };

@@ -22,6 +22,7 @@ typedef enum tparam {
     TP_STRIDE,
     TP_WGMMA,
     TP_BWD_WGMMA,
+    TP_TMA,
     TP_N
 } tparam;
 
@@ -33,6 +34,7 @@ static const struct {
     [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
     [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
     [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
+    [TP_TMA] = {"TMA", "tma"},
 };
 
 #define MAX_FAMILY_PARAMS 8
@@ -70,8 +72,8 @@ static const struct {
     [FAM_BWD_MAIN] = {"sel_bwd_main", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_KEYS}},
     [FAM_BWD_REDUCE] = {"sel_bwd_reduce", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_KVC] = {"kvc_fwd", 7,
-                 {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE}},
+    [FAM_KVC] = {"kvc_fwd", 8,
+                 {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE, TP_TMA}},
     [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_CMP_SELECT] = {"cmp_select", 8,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA}},
@@ -165,7 +167,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;
-        smem = fsa_kvc_smem_bytes(d, dv, g);
+        smem = fsa_kvc_smem_bytes(d, dv, g, c->kvc_tma);
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
@@ -219,6 +221,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
     snprintf(b->values[TP_WGMMA], sizeof b->values[0], "%d", c->wgmma);
     snprintf(b->values[TP_BWD_WGMMA], sizeof b->values[0], "%d", c->bwd_wgmma);
+    snprintf(b->values[TP_TMA], sizeof b->values[0], "%d", c->kvc_tma);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

@@ -64,6 +64,7 @@ typedef struct fsa_kernel_config {
     int kernel_size, stride;     /* compressed attention: the compression */
     int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
     int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
+    int kvc_tma;                 /* paged-cache attention: 1 tensor-map copies of page boxes (sm_90a), 0 cp.async */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup

@@ -54,7 +54,7 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     const fsa_kvcache_desc *d = &plan->desc;
     const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                                  .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                                 .page_size = d->page_size};
+                                 .page_size = d->page_size, .kvc_tma = plan->tma};
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
@@ -62,11 +62,25 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
  * through the shared memory of a cluster of those CTAs (the same bits as the
  * workspace merge: kvc_merge.cuh). FSA_KVC_CLUSTER=0 turns it off (to
  * compare the two merges). */
-static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group)
+static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group, int tma)
 {
     const char *env = getenv("FSA_KVC_CLUSTER");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
-    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group);
+    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group, tma);
+}
+
+/* Whether the kernel copies each stage as tensor-map boxes of one page
+ * (sm_90a, where a stage is whole page boxes, with a driver that encodes
+ * tensor maps) instead of cp.async of each key row: one instruction per 64
+ * columns of 64 keys instead of 64 x 8 of them. The same bits either way.
+ * FSA_KVC_TMA=0 turns it off (to compare the two). */
+static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
+{
+    const char *env = getenv("FSA_KVC_TMA");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
+    if (ctx->cu != NULL && ctx->cu->TensorMapEncodeTiled == NULL) return 0;
+    return fsa_kvc_tma_fits(d->head_dim, d->value_dim, d->block_size, d->page_size);
 }
 
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
@@ -88,9 +102,11 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->group = group;
     plan->tile_tokens = fsa_kvc_tile_tokens(group);
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
+    plan->tma = tma_wanted(ctx, desc);
+    plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
-    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group) +
-                         fsa_kvc_static_smem_bytes(group, desc->top_k);
+    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
+                         fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
@@ -98,7 +114,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
-    plan->cluster = cluster_merge_allowed(ctx, desc, group);
+    plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
@@ -282,9 +298,11 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
  * plus its shares' blocks, and pairs x C CTAs run in ceil(pairs x C /
  * resident) waves: C minimizes waves x (blocks per CTA + 2), the larger C on
  * ties. Small batches get a CTA per share (one wave), large ones one
- * prologue for several shares. */
+ * prologue for several shares. FSA_KVC_CTAS at plan creation (a divisor of
+ * the share count) overrides the rule, to measure another count. */
 static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
+    if (plan->ctas > 0 && splits % plan->ctas == 0) return plan->ctas;
     const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
     const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = splits;
@@ -297,12 +315,53 @@ static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
     return best;
 }
 
+/* A cache's tensor map for the kernel's page-box copies (fsa_kvc_params):
+ * dims (d, the token and head dims by increasing stride, pages), box 64
+ * columns x 64 tokens x one head x one page, 128-byte swizzle. A single KV
+ * head's stride is free (any value serves a dimension of one); page numbers
+ * past INT32_MAX never pass the kernel's page check, so the page dim stops
+ * there. Host only: no device work, no sync. */
+static fsa_status encode_cache_map(fsa_kvc_tensor_map *map, long long *token_dim, const fsa_kvcache_plan *plan,
+                                   const fsa_tensor *t, int64_t page_stride, int64_t num_pages, int d)
+{
+    const fsa_cu_api *cu = plan->ctx->cu;
+    const int64_t heads = plan->desc.num_kv_heads, page = plan->desc.page_size;
+    const int64_t ts = t->token_stride * 2, hs = heads == 1 ? ts * page : t->head_stride * 2;
+    if (page_stride == 0 && num_pages > 1)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE, "a page stride of 0 over %lld pages", (long long)num_pages);
+    const int tokens_first = ts <= hs;
+    const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)(tokens_first ? page : heads),
+                                (cuuint64_t)(tokens_first ? heads : page),
+                                (cuuint64_t)(num_pages < INT32_MAX ? num_pages : INT32_MAX)};
+    const cuuint64_t strides[3] = {(cuuint64_t)(tokens_first ? ts : hs), (cuuint64_t)(tokens_first ? hs : ts),
+                                   (cuuint64_t)(page_stride > 0 ? page_stride * 2 : ts * page)};
+    const cuuint32_t box[4] = {64, tokens_first ? FSA_KVC_STAGE_KEYS : 1, tokens_first ? 1 : FSA_KVC_STAGE_KEYS, 1};
+    const cuuint32_t unit[4] = {1, 1, 1, 1};
+    CUtensorMap m;
+    const CUresult r = cu->TensorMapEncodeTiled(
+        &m, plan->desc.dtype == FSA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+        (void *)(uintptr_t)t->ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return fsa_cu_error(cu, r, STAGE, "cuTensorMapEncodeTiled");
+    memcpy(map->words, &m, sizeof map->words);
+    *token_dim = tokens_first ? 1 : 2;
+    return FSA_STATUS_OK;
+}
+
 /* The attention kernel over every tile of the batch (the last CTA of a split
  * sequence merges it). */
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
 {
     fsa_kvc_params p;
     params_of(&p, plan, a, splits);
+    if (plan->tma) {
+        fsa_status st = encode_cache_map(&p.k_map, &p.k_token_dim, plan, &a->k_cache, a->k_page_stride, a->num_pages,
+                                         plan->desc.head_dim);
+        if (st == FSA_STATUS_OK)
+            st = encode_cache_map(&p.v_map, &p.v_token_dim, plan, &a->v_cache, a->v_page_stride, a->num_pages,
+                                  plan->desc.value_dim);
+        if (st != FSA_STATUS_OK) return st;
+    }
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared

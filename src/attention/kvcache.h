@@ -31,6 +31,8 @@ struct fsa_kvcache_plan {
     int max_splits; /* the largest share count any variant takes: sizes the workspace */
     int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
+    int tma;        /* the kernel copies page boxes by tensor maps (sm_90a; kvcache.c, tma_wanted) */
+    int ctas;       /* CTAs per split (sequence, KV head) when > 0 (FSA_KVC_CTAS), else the wave rule */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;

@@ -64,7 +64,8 @@ static struct {
     X(EventRecord, "cuEventRecord", 2000)                                    \
     X(EventSynchronize, "cuEventSynchronize", 2000)                          \
     X(EventElapsedTime, "cuEventElapsedTime", 2000)                          \
-    X(LaunchKernelEx, "cuLaunchKernelEx", 11060)
+    X(LaunchKernelEx, "cuLaunchKernelEx", 11060)                             \
+    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 12000)
 
 static void cu_load_once(void)
 {

@@ -61,6 +61,8 @@ typedef struct fsa_cu_api {
     PFN_cuEventElapsedTime_v2000 EventElapsedTime;
     /* Cluster launches (sm_90 and later); without it kernels launch without clusters. */
     PFN_cuLaunchKernelEx_v11060 LaunchKernelEx;
+    /* Tensor maps of the paged-cache kernels' page-box copies (sm_90a); without it those plans use cp.async. */
+    PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
 } fsa_cu_api;
 
 /* Loads the driver once per process. FSA_STATUS_NO_DRIVER when libcuda.so.1

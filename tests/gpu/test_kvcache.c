@@ -6,9 +6,11 @@
  * the top-k rows; top-k lengths; both top-k layouts and a selection shared by
  * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16; value
  * head dims other than the query/key head dim (dv column). Then
- * batch invariance, graph replay after the metadata changed, bad metadata
+ * batch invariance, the cluster and tensor-map paths against the plain ones,
+ * graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
- * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
+ * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer), FSA_TEST_CASES
+ * the cases it names. */
 #include "kvcache_problem.h"
 
 #include "jit/context.h"
@@ -49,6 +51,8 @@ static const kvc_case cases[] = {
     {"f16_dk128_dv64_g16_page16",    HF, 128, 16, 1,  64,  8,  16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_THK,    0, 0, 1, 0, 64},
     {"bf16_dk64_dv128_g1_page1",     BF, 64,  2,  2,  32,  8,  1,   {{1, 63}, {4, 64}, {200, 500}},       3, KVC_TOPK_HTK,    1, 1, 1, 1, 128},
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
+    /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
+    {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
@@ -111,10 +115,24 @@ static void run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const ch
     kvc_device_free(&dv);
 }
 
+/* FSA_TEST_CASES=name,name,... runs only the cases named (e.g. one that the
+ * quick subset leaves out, under compute-sanitizer). */
+static int case_selected(size_t i)
+{
+    const char *only = getenv("FSA_TEST_CASES");
+    if (only != NULL) {
+        const size_t n = strlen(cases[i].name);
+        for (const char *at = strstr(only, cases[i].name); at != NULL; at = strstr(at + 1, cases[i].name))
+            if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
+        return 0;
+    }
+    return !g_quick || cases[i].quick;
+}
+
 static void run_cases(int with_dv)
 {
     for (size_t i = 0; i < N_CASES; i++) {
-        if ((g_quick && !cases[i].quick) || (cases[i].dv != 0) != with_dv) continue;
+        if (!case_selected(i) || (cases[i].dv != 0) != with_dv) continue;
         kvc_problem p;
         kvc_problem_make(&p, &cases[i], 1000 + i);
         kvc_problem_reference(&p);
@@ -166,6 +184,33 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
     assert_case_batch_invariant(3); /* bf16 G4, page 64: keys on the 16-row side */
 }
 
+/* A plan of the case's descriptor made with the environment variable
+ * `off` set to 0 (a path turned off), and the two plans' outputs on one
+ * problem: both against the reference, and the same bits. */
+static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, size_t ci, const char *off, uint64_t seed,
+                                            const char *with_name, const char *without_name)
+{
+    fsa_kvcache_plan *with = NULL, *without = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, d), FSA_STATUS_OK);
+    setenv(off, "0", 1);
+    const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, d);
+    unsetenv(off);
+    assert_int_equal(st, FSA_STATUS_OK);
+    kvc_problem p;
+    kvc_problem_make(&p, &cases[ci], seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    run_and_check(with, &p, with_name, &a);
+    run_and_check(without, &p, without_name, &b);
+    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(with);
+    fsa_kvcache_plan_destroy(without);
+}
+
 /* Where a sequence's shares each get a CTA, they may merge through the
  * shared memory of a cluster (sm_90) instead of the workspace: same bits,
  * for 4 and 8 shares, rows on either side of the mma. FSA_KVC_CLUSTER=0
@@ -178,34 +223,30 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         for (int splits = 4; splits <= 8; splits *= 2) {
             fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
             d.splits = splits;
-            fsa_kvcache_plan *with = NULL, *without = NULL;
-            assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, &d), FSA_STATUS_OK);
-            setenv("FSA_KVC_CLUSTER", "0", 1);
-            const fsa_status st = fsa_kvcache_plan_create(&without, g_ctx, &d);
-            unsetenv("FSA_KVC_CLUSTER");
-            assert_int_equal(st, FSA_STATUS_OK);
-            kvc_problem p;
-            kvc_problem_make(&p, &cases[cis[k]], 500 + (uint64_t)splits);
-            kvc_problem_reference(&p);
-            kvc_outputs a, b;
-            run_and_check(with, &p, "cluster merge", &a);
-            run_and_check(without, &p, "workspace merge", &b);
-            assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-            assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-            kvc_outputs_free(&a);
-            kvc_outputs_free(&b);
-            kvc_problem_free(&p);
-            fsa_kvcache_plan_destroy(with);
-            fsa_kvcache_plan_destroy(without);
+            assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_CLUSTER", 500 + (uint64_t)splits, "cluster merge",
+                                            "workspace merge");
         }
+}
+
+/* On sm_90a, where a stage is whole page boxes, the kernel copies the
+ * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
+ * copies each key row with cp.async. Same bits: decode and speculative tiles,
+ * page 64 and 128, NHD and HND pages, rows on either side of the mma (the
+ * NaN behind every non-key row of a page box must not reach the output). */
+static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 4, 9, 15}; /* G4 page 64; G4 page 128; G16 shared HND; G2 q_len 1..8 */
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
+        assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_TMA", 700 + k, "tensor-map copies", "row copies");
+    }
 }
 
 /* Capture once; change the page table, cached lengths, top-k rows and
  * lengths in place; every replay follows the new metadata. */
-static void test_a_captured_call_replays_with_updated_metadata(void **state)
+static void replay_with_updated_metadata(size_t ci)
 {
-    (void)state;
-    const size_t ci = 8; /* f16 G1, top-k lengths */
     const fsa_cu_api *cu = NULL;
     assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     kvc_problem p;
@@ -244,6 +285,13 @@ static void test_a_captured_call_replays_with_updated_metadata(void **state)
     cu->StreamDestroy(s);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
+}
+
+static void test_a_captured_call_replays_with_updated_metadata(void **state)
+{
+    (void)state;
+    replay_with_updated_metadata(8); /* f16 G1, top-k lengths */
+    replay_with_updated_metadata(3); /* bf16 G4, page 64: tensor-map copies on sm_90a */
 }
 
 /* Page numbers past the cache or negative, a table too narrow for the cached
@@ -375,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
+        cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),

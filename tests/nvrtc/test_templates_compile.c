@@ -77,6 +77,8 @@ static const paged_variant paged_variants[] = {
      .page = "64", .dv = "128"},
     {.v = {.family = "kvc_fwd", .dtype = "f16", .d = "64", .g = "4", .bk = "32", .k = "8"}, .page = "16", .dv = "128"},
     {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "2", .bk = "64", .k = "16"}, .page = "1", .dv = "256"},
+    /* tensor-map copies of two page boxes per block (sm_90a) */
+    {.v = {.family = "kvc_fwd", .dtype = "bf16", .d = "128", .g = "4", .bk = "128", .k = "8"}, .page = "128"},
 };
 #define N_PAGED_VARIANTS (sizeof paged_variants / sizeof paged_variants[0])
 
@@ -233,6 +235,13 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     if (strstr(t->text, "{{BWD_WGMMA}}") && strcmp(target, "sm_90a") == 0)
         bwg[0] = (char)('0' + fsa_qt_wgb_default(atoi(v->d), atoi(dv ? dv : v->d)));
     if (strstr(t->text, "{{BWD_WGMMA}}")) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
+    /* The paged-cache attention on sm_90a: tensor-map copies wherever a stage is whole page boxes. */
+    char tma[2] = "0";
+    for (size_t i = 0; i < n_extra; i++)
+        if (strcmp(extra[i].name, "PAGE_SIZE") == 0 && strcmp(target, "sm_90a") == 0 &&
+            fsa_kvc_tma_fits(atoi(v->d), atoi(dv ? dv : v->d), atoi(v->bk), atoi(extra[i].value)))
+            tma[0] = '1';
+    if (strstr(t->text, "{{TMA}}")) params[n++] = (fsa_param){"TMA", tma, "tma"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
