@@ -73,6 +73,8 @@ def bench_ours(T, a):
     for t in leaves:
         t.requires_grad_(True)
     kw = dict(kernel_size=a.kernel, stride=a.stride, block_size=a.bk, top_k=a.topk, window=a.window)
+    if a.sel_workspace is not None:  # a binding without the parameter takes the default
+        kw["workspace_limit"] = a.sel_workspace
 
     def fwd():
         with torch.no_grad():
@@ -126,13 +128,16 @@ def main():
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--no-dense", action="store_true")
+    p.add_argument("--sel-workspace", help="the selected attention's workspace cap (e.g. 2G, unlimited); "
+                   "default: the binding's")
     p.add_argument("--json")
     a = p.parse_args()
     a.dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     rows = []
     print(f"# NSA layer vs dense SDPA (cuDNN) on {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"libfsa {_lib.get().version()}")
-    print(f"# Hq {a.hq} Hkv {a.hkv} Dk {a.dk} Dv {a.dv} l {a.kernel} d {a.stride} BK {a.bk} K {a.topk} W {a.window}")
+    print(f"# Hq {a.hq} Hkv {a.hkv} Dk {a.dk} Dv {a.dv} l {a.kernel} d {a.stride} BK {a.bk} K {a.topk} W {a.window}, "
+          f"selected workspace {a.sel_workspace or 'default'}")
     print("| T | ours fwd ms | ours fwd+bwd ms | ours bwd ms | ours peak GB | dense fwd ms | dense fwd+bwd ms | "
           "fwd speedup | bwd speedup |")
     for T in [int(x) for x in a.T.split(",")]:

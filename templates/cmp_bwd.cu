@@ -7,7 +7,10 @@
 //                   the query tiles from the first position that sees them;
 //                   the CTAs take (key tile, KV head) with the heads fastest,
 //                   so that every head's early tiles, which the most queries
-//                   see, start first and the short ones fill the tail.
+//                   see, start first and the short ones fill the tail; with
+//                   warpgroups and few key tiles, blockIdx.z splits a key
+//                   tile's walk (cmp_params.cuh's fsa_cmp_dkv_splits) and
+//  fsa_cmp_bwd_dkv_sum: adds the parts' sums into dk and dv.
 #include "cmp_common.cuh"
 #include "fsa_qbwd_wg.cuh"
 
@@ -51,8 +54,14 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa
     const int count = (int)(kt.end - kt.start);
 
     auto row_keys = [&](long long pos, int) { return KeyRange{0, cmp_visible(pos, p.kernel_size, p.stride, count) - 1}; };
+    const WalkSplit ws{(int)blockIdx.z, max((int)p.dkv_splits, 1), p.dkv_partial, p.total_cmp, (int)gridDim.y};
     if constexpr (WGB != 0)
-        backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
+        backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys,
+                                                 ws);
     else
         backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
+}
+
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_cmp_bwd_dkv_sum(const fsa_cmp_params p) {
+    sum_key_partials<DT, DK, DV>(WalkSplit{0, (int)p.dkv_splits, p.dkv_partial, p.total_cmp, (int)gridDim.y}, p.dk, p.dv);
 }

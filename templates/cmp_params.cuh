@@ -26,8 +26,8 @@ typedef struct fsa_cmp_params {
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
-    long long dkv_splits;     /* query ranges a key tile's dK/dV is split into (1: written directly) */
-    long long dkv_partial;    /* float [splits][key tiles][Hkv][64][Dk + Dv] when split */
+    long long dkv_splits;     /* CTAs a key tile's dK/dV walk is split into (1: dk, dv written directly) */
+    long long dkv_partial;    /* float [splits][Tc][Hkv][Dk + Dv] when split (fsa_cmp_dkv_splits) */
 } fsa_cmp_params;
 
 /* The compressed tokens a sequence of len positions has: token j covers
@@ -165,6 +165,31 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, in
 
 /* The backward's tiles and shared memory are those of query-tile attention
  * (fsa_qt_layout.cuh): dq per query tile, dK and dV per tile of
- * FSA_QT_DKV_KEYS compressed keys. */
+ * FSA_QT_DKV_KEYS compressed keys.
+ * A short input has few compressed keys: at T 8192, d 16 and 4 KV heads, 32
+ * dK/dV CTAs for 132 SMs, each walking every later query. The warpgroup
+ * dK/dV kernel then splits each key tile's walk into `splits` CTAs (tiles
+ * part, part + splits, ... of the walk), which write fp32 sums to the
+ * workspace ([splits][Tc][Hkv][Dk + Dv], after delta) that
+ * fsa_cmp_bwd_dkv_sum adds in part order: the largest power of two up to
+ * max_splits that keeps the CTAs (key_ctas = key tiles x KV heads, times
+ * splits) within two per SM; 1 (no partial sums) otherwise. */
+#define FSA_CMP_DKV_MAX_SPLITS 16
+FSA_LAYOUT_FN int fsa_cmp_dkv_splits(long long key_ctas, int sms, int max_splits)
+{
+    int s = 1;
+    while (2 * s <= max_splits && key_ctas * 2 * s <= 2LL * sms) s *= 2;
+    return s;
+}
+/* Bytes of the partial sums: none unsplit; split, splits x key_ctas stays
+ * within 2 x sms, so this bound holds for any number of compressed tokens. */
+FSA_LAYOUT_FN long long fsa_cmp_dkv_partial_bytes(int splits, long long total_cmp, int hkv, int dk, int dv)
+{
+    return splits > 1 ? (long long)splits * total_cmp * hkv * (dk + dv) * 4 : 0;
+}
+FSA_LAYOUT_FN long long fsa_cmp_dkv_partial_bound(int sms, int dk, int dv)
+{
+    return 2LL * sms * FSA_QT_DKV_KEYS * (dk + dv) * 4;
+}
 
 #endif

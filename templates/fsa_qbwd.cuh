@@ -135,21 +135,29 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     store_dq_rows<DT, DK, G>(p, tile, h, warp, live, dq);
 }
 
+// f(r, half, lane) for this lane's two rows r of the warp's 16 (accumulator
+// elements 2 half, 2 half + 1) that are rows of the key tile.
+template <class F>
+__device__ __forceinline__ void each_key_row(const QueryTile &kt, F f) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = warp * 16 + frag_row(lane, 2 * half);
+        if (r < kt.n_tok) f(r, half, lane);
+    }
+}
+
 // This warp's 16 rows of a key tile's gradient (16 x D accumulator times
 // scale) into the rows of t the tile owns.
 template <class DT, int D>
 __device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const QueryTile &kt, int h,
                                                const float acc[D / 8][4], float scale) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = warp * 16 + frag_row(lane, 2 * half);
-        if (r >= kt.n_tok) continue;
+    each_key_row(kt, [&](int r, int half, int lane) {
         u16 *row = view_row<u16>(t, kt.tok0 + r, h);
 #pragma unroll
         for (int j = 0; j < D / 8; j++)
             *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
-    }
+    });
 }
 
 // Per stage of a dK/dV pass and query row: the keys the row sees (as
@@ -198,15 +206,71 @@ __device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const 
     cp_async4(smem_addr(t.dlt + at + tid), (const float *)p.delta + (live ? off : 0), live);
 }
 
+// A key tile's walk over the query tiles, shared by `parts` CTAs: part p
+// takes tiles p, p + parts, ... of it and leaves its fp32 sums (already
+// scaled as the gradients) in rows of `partial`, float [parts][keys][heads]
+// [DK + DV] (dK's columns first), which sum_key_partials adds in part order;
+// one part (the default) stores dk and dv itself.
+struct WalkSplit {
+    int part, parts;
+    long long partial;  // float *, when parts > 1
+    long long keys;     // key rows of the whole call
+    int heads;          // KV heads
+};
+__device__ __forceinline__ WalkSplit walk_whole() { return WalkSplit{0, 1, 0, 0, 1}; }
+// Tile `it` of this part's share of a walk, as a tile of the whole walk.
+__device__ __forceinline__ int walk_tile(const WalkSplit &ws, int it) { return it * ws.parts + ws.part; }
+// The tiles of a walk of n that this part takes.
+__device__ __forceinline__ int walk_tiles(const WalkSplit &ws, int n) {
+    return n > ws.part ? (n - ws.part + ws.parts - 1) / ws.parts : 0;
+}
+
+// This warp's 16 rows of a key tile's gradient (16 x D accumulator times
+// scale), fp32, into this part's rows of the partial sums from column col0.
+template <int D, int LD>
+__device__ __forceinline__ void store_key_rows_partial(const WalkSplit &ws, const QueryTile &kt, int h, int col0,
+                                                       const float acc[D / 8][4], float scale) {
+    each_key_row(kt, [&](int r, int half, int lane) {
+        float *row = (float *)ws.partial + ((ws.part * ws.keys + kt.tok0 + r) * ws.heads + h) * LD + col0;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *(float2 *)(row + frag_col(lane, j, 0)) = make_float2(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
+    });
+}
+
+// dk and dv of a split walk: the sum over its parts, in part order, of the
+// partial rows of KV head blockIdx.y; 4 columns per thread, the grid's x
+// striding over keys x (DK + DV) / 4.
+template <class DT, int DK, int DV>
+__device__ __forceinline__ void sum_key_partials(const WalkSplit &ws, const fsa_kernel_view &dk,
+                                                 const fsa_kernel_view &dv) {
+    constexpr int LD = DK + DV, Q = LD / 4;
+    static_assert(DK % 4 == 0 && DV % 4 == 0, "a thread's 4 columns lie in dK or in dV");
+    const int h = blockIdx.y;
+    const long long n = ws.keys * Q, part_stride = ws.keys * ws.heads * LD;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long key = i / Q;
+        const int c = (int)(i % Q) * 4;
+        const float *src = (const float *)ws.partial + (key * ws.heads + h) * LD + c;
+        float4 a = *(const float4 *)src;
+        for (int part = 1; part < ws.parts; part++) {
+            const float4 b = *(const float4 *)(src + part * part_stride);
+            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+        }
+        u16 *dst = c < DK ? view_row<u16>(dk, key, h) + c : view_row<u16>(dv, key, h) + (c - DK);
+        *(uint2 *)dst = make_uint2(DT::pack(a.x, a.y), DT::pack(a.z, a.w));
+    }
+}
+
 // The end of a key tile whose sums two halves of the CTA (sets of warps,
 // warpgroups) made, warp w of a half owning keys 16 w .. 16 w + 15: half 1
 // hands its dK / dV through `sums` (fp32, pitch D + 8; shared memory that
 // nothing else uses any more) to half 0, which adds them in a fixed order
-// and stores the key rows.
+// and stores the key rows (or, in a split walk, this part's partial rows).
 template <class DT, int DK, int DV, bool WANT_K, bool WANT_V, class P>
 __device__ __forceinline__ void finish_key_tile(float *sums, int half, int warp, float dk[WANT_K ? DK / 8 : 1][4],
                                                 float dv[WANT_V ? DV / 8 : 1][4], const P &p, const QueryTile &kt,
-                                                int h) {
+                                                int h, const WalkSplit &ws = walk_whole()) {
     const int lane = threadIdx.x & 31;
     float *sums_k = sums, *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
     __syncthreads();
@@ -220,6 +284,13 @@ __device__ __forceinline__ void finish_key_tile(float *sums, int half, int warp,
     if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
 
     const float scale = (float)(p.scale_log2 * FSA_LN2);
+    if constexpr (WANT_K && WANT_V) {
+        if (ws.parts > 1) {
+            store_key_rows_partial<DK, DK + DV>(ws, kt, h, 0, dk, scale);
+            store_key_rows_partial<DV, DK + DV>(ws, kt, h, DK, dv, 1.f);
+            return;
+        }
+    }
     if constexpr (WANT_K) store_key_rows<DT, DK>(p.dk, kt, h, dk, scale);
     if constexpr (WANT_V) store_key_rows<DT, DV>(p.dv, kt, h, dv, 1.f);
 }

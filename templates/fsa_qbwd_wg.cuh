@@ -146,11 +146,13 @@ __device__ __forceinline__ void wg_bar_sync(int wg) { asm volatile("bar.sync %0,
 // KeyRange. Warpgroup w takes the C rows at w C of every stage of 2C rows,
 // all on one ring; with fsa_qt_wgb_split(WGB), tiles w, w + 2, ... on a ring
 // of its own (its threads copy them, its barrier guards them), so that the
-// two do not wait for each other between stages.
+// two do not wait for each other between stages. ws: this CTA's share of
+// the walk (fsa_qbwd.cuh's WalkSplit; the whole walk by default).
 template <class DT, int DK, int DV, int G, int WGB, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                      long long q_start, long long q_end, long long first_pos,
-                                                     long long last_pos, RowKeys row_keys) {
+                                                     long long last_pos, RowKeys row_keys,
+                                                     const WalkSplit &ws = walk_whole()) {
     static_assert(fsa_qt_wgb_dims_ok(DK, DV), "warpgroup backward: head dims in 64-column panels, one pass");
     constexpr bool SPLIT = fsa_qt_wgb_split(WGB);
     constexpr int KT = FSA_QT_DKV_KEYS, C = fsa_qt_wgb_dkv_cols(DK, DV), R = fsa_qt_wgb_dkv_rows(DK, DV), CK = C / 16;
@@ -170,7 +172,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     const int t0 = SPLIT ? wg * STAGES * C : 0;  // this ring's first table entry
     KeyRange *row_keys_s = (KeyRange *)(gen + fsa_qt_wgb_dkv_smem_rows(DK, DV));  // [STAGES][R]
     float *row_lse = (float *)(row_keys_s + STAGES * R), *row_dlt = row_lse + STAGES * R;
-    const int n_all = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
+    const int n_all = walk_tiles(ws, last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0);
     const int n_qt = SPLIT ? (n_all - wg + 1) / 2 : n_all;  // this ring's tiles
 
     auto key_row = [&](const fsa_kernel_view &t) {
@@ -190,7 +192,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     const RowTable table{row_keys_s, row_lse, row_dlt};
     const int rtid = SPLIT ? tid & 127 : tid;  // this thread's number on its ring
     auto load = [&](int it, int buf) {
-        const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, SPLIT ? 2 * it + wg : it);
+        const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, walk_tile(ws, SPLIT ? 2 * it + wg : it));
         load_query_rows_async<G, DK, 0, RING_THREADS, BR, true>(qs + buf * Q_STAGE, p.q, qt, h, rtid);
         load_query_rows_async<G, DV, 0, RING_THREADS, BR, true>(dos + buf * DO_STAGE, p.dout, qt, h, rtid);
         fill_row_table<G, BR>(table, t0 + buf * BR, p, qt, h, q_start, row_keys, rtid);
@@ -262,7 +264,8 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     }
     cp_async_wait<0>();
 
-    finish_key_tile<DT, DK, DV, true, true>((float *)(gen + fsa_qt_wgb_dkv_smem_q(DK, DV)), wg, warp, dk, dv, p, kt, h);
+    finish_key_tile<DT, DK, DV, true, true>((float *)(gen + fsa_qt_wgb_dkv_smem_q(DK, DV)), wg, warp, dk, dv, p, kt, h,
+                                            ws);
 }
 
 }  // namespace fsa

@@ -257,9 +257,9 @@ static int parse_dtypes(int_list *out, const char *text)
     return rc;
 }
 
-/* The plans a grid point makes: NSA's three branches. */
-typedef enum plan_kind { KIND_SELECTED, KIND_COMPRESSED, KIND_WINDOW, KIND_COUNT } plan_kind;
-static const char *const k_kind_names[KIND_COUNT] = {"selected", "compressed", "window"};
+/* The plans a grid point makes: NSA's three branches and its gates. */
+typedef enum plan_kind { KIND_SELECTED, KIND_COMPRESSED, KIND_WINDOW, KIND_GATE, KIND_COUNT } plan_kind;
+static const char *const k_kind_names[KIND_COUNT] = {"selected", "compressed", "window", "gate"};
 
 static int parse_kinds(int *kinds, const char *text)
 {
@@ -270,7 +270,7 @@ static int parse_kinds(int *kinds, const char *text)
         for (int k = 0; k < KIND_COUNT; k++)
             if (len == strlen(k_kind_names[k]) && strncmp(p, k_kind_names[k], len) == 0) kinds[k] = found = 1;
         if (!found) {
-            usage_error("--kind: '%.*s' is not selected, compressed or window", (int)len, p);
+            usage_error("--kind: '%.*s' is not selected, compressed, window or gate", (int)len, p);
             return -1;
         }
         if (p[len] == '\0') return 0;
@@ -359,7 +359,8 @@ static void print_usage(FILE *f)
             "  --backward          also the backward kernels (training)\n"
             "  --kind LIST         plans to make: selected (attention), compressed (attention with the\n"
             "                      top-k selection, of --top-k blocks of each --block-size), window\n"
-            "                      (sliding-window attention); default selected\n"
+            "                      (sliding-window attention), gate (NSA's gated sum of the three, of\n"
+            "                      --value-dim, else --head-dim); default selected\n"
             "  --kernel-size N     compressed: positions per compressed token (default 32)\n"
             "  --stride N          compressed: positions between compressed tokens (default 16)\n"
             "  --window N          window: the window (default 512)\n"
@@ -555,7 +556,7 @@ static int fill_defaults(tool_options *o)
     if (o->dtypes.n == 0) rc |= int_list_add(&o->dtypes, FSA_DTYPE_BF16);
     if (o->head_dims.n == 0) rc |= int_list_add(&o->head_dims, 128);
     if (o->block_sizes.n == 0) rc |= int_list_add(&o->block_sizes, 64);
-    if (!o->kinds[KIND_COMPRESSED] && !o->kinds[KIND_WINDOW]) o->kinds[KIND_SELECTED] = 1;
+    if (!o->kinds[KIND_COMPRESSED] && !o->kinds[KIND_WINDOW] && !o->kinds[KIND_GATE]) o->kinds[KIND_SELECTED] = 1;
     if (o->groups.n == 0)
         for (size_t i = 0; i < sizeof default_groups / sizeof *default_groups; i++)
             rc |= int_list_add(&o->groups, default_groups[i]);
@@ -690,10 +691,17 @@ typedef struct job {
     fsa_selected_attention_desc desc;    /* KIND_SELECTED */
     fsa_compressed_attention_desc cdesc; /* KIND_COMPRESSED */
     fsa_window_attention_desc wdesc;     /* KIND_WINDOW */
+    fsa_gate_desc gdesc;                 /* KIND_GATE */
 } job;
 
-/* Block sizes a kind's plans take: the window has none. */
-static size_t kind_block_sizes(const tool_options *o, plan_kind k) { return k == KIND_WINDOW ? 1 : o->block_sizes.n; }
+/* Block sizes a kind's plans take: the window and the gates have none. */
+static size_t kind_block_sizes(const tool_options *o, plan_kind k)
+{
+    return k == KIND_WINDOW || k == KIND_GATE ? 1 : o->block_sizes.n;
+}
+
+/* Groups a kind's plans take: the gates have none. */
+static size_t kind_groups(const tool_options *o, plan_kind k) { return k == KIND_GATE ? 1 : o->groups.n; }
 
 /* Job i of the grid: the kinds in order, each a mixed-radix decode, so the
  * grid needs no array. The target varies fastest: neighbouring jobs, which
@@ -702,11 +710,10 @@ static size_t kind_block_sizes(const tool_options *o, plan_kind k) { return k ==
 static void job_decode(job *j, const run_state *rs, size_t i)
 {
     const tool_options *o = rs->opts;
-    const size_t per_block = rs->n_targets * o->dtypes.n * o->head_dims.n * o->groups.n;
     plan_kind k = KIND_SELECTED;
     for (; k < KIND_COUNT; k++) {
         if (!o->kinds[k]) continue;
-        const size_t n = per_block * kind_block_sizes(o, k);
+        const size_t n = rs->n_targets * o->dtypes.n * o->head_dims.n * kind_groups(o, k) * kind_block_sizes(o, k);
         if (i < n) break;
         i -= n;
     }
@@ -715,8 +722,8 @@ static void job_decode(job *j, const run_state *rs, size_t i)
     i /= rs->n_targets;
     const int block_size = o->block_sizes.v[i % kind_block_sizes(o, k)];
     i /= kind_block_sizes(o, k);
-    const int group = o->groups.v[i % o->groups.n];
-    i /= o->groups.n;
+    const int group = o->groups.v[i % kind_groups(o, k)];
+    i /= kind_groups(o, k);
     const int head_dim = o->head_dims.v[i % o->head_dims.n];
     i /= o->head_dims.n;
     const fsa_dtype dtype = (fsa_dtype)o->dtypes.v[i % o->dtypes.n];
@@ -733,6 +740,9 @@ static void job_decode(job *j, const run_state *rs, size_t i)
     w.dtype = dtype, w.head_dim = head_dim, w.value_dim = o->value_dim, w.num_q_heads = group, w.num_kv_heads = 1;
     w.window = o->window, w.backward = o->backward;
     j->wdesc = w;
+    fsa_gate_desc g = FSA_GATE_DESC_INIT;
+    g.dtype = dtype, g.value_dim = o->value_dim ? o->value_dim : head_dim;
+    j->gdesc = g;
 }
 
 /* Grid size, or 0 when it exceeds MAX_COMBINATIONS (reported). */
@@ -741,7 +751,7 @@ static size_t count_jobs(const tool_options *o, size_t n_targets)
     size_t total = 0;
     for (plan_kind k = KIND_SELECTED; k < KIND_COUNT; k++) {
         if (!o->kinds[k]) continue;
-        const size_t dims[] = {n_targets, o->dtypes.n, o->head_dims.n, o->groups.n, kind_block_sizes(o, k)};
+        const size_t dims[] = {n_targets, o->dtypes.n, o->head_dims.n, kind_groups(o, k), kind_block_sizes(o, k)};
         size_t n = 1;
         for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
             if (dims[i] != 0 && n > MAX_COMBINATIONS / dims[i]) n = MAX_COMBINATIONS + 1;
@@ -807,6 +817,8 @@ static void job_label(char *buf, size_t cap, const job *j)
     else if (j->kind == KIND_WINDOW)
         snprintf(buf, cap, "%s window %s d%d dv%d g%d w%d", target, dtype_name(w->dtype), w->head_dim,
                  w->value_dim ? w->value_dim : w->head_dim, w->num_q_heads, w->window);
+    else if (j->kind == KIND_GATE)
+        snprintf(buf, cap, "%s gate %s dv%d", target, dtype_name(j->gdesc.dtype), j->gdesc.value_dim);
     else
         snprintf(buf, cap, "%s %s d%d%s g%d bk%d", target, dtype_name(j->desc.dtype), j->desc.head_dim, dv,
                  j->desc.num_q_heads, j->desc.block_size);
@@ -901,11 +913,13 @@ static void run_job(run_state *rs, size_t index)
     fsa_plan *plan = NULL;
     fsa_compressed_plan *cplan = NULL;
     fsa_window_plan *wplan = NULL;
+    fsa_gate_plan *gplan = NULL;
     job_decode(&j, rs, index);
     window_open(j.target, &w);
     double t0 = now_ms();
     fsa_status st = j.kind == KIND_COMPRESSED ? fsa_compressed_plan_create(&cplan, j.target->ctx, &j.cdesc)
                     : j.kind == KIND_WINDOW   ? fsa_window_plan_create(&wplan, j.target->ctx, &j.wdesc)
+                    : j.kind == KIND_GATE     ? fsa_gate_plan_create(&gplan, j.target->ctx, &j.gdesc)
                                               : fsa_plan_create(&plan, j.target->ctx, &j.desc);
     double wall_ms = now_ms() - t0;
     int solo = window_close(j.target, &w, &own);
@@ -917,6 +931,7 @@ static void run_job(run_state *rs, size_t index)
     fsa_plan_destroy(plan);
     fsa_compressed_plan_destroy(cplan);
     fsa_window_plan_destroy(wplan);
+    fsa_gate_plan_destroy(gplan);
 }
 
 static void *worker(void *arg)

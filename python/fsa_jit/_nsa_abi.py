@@ -1,4 +1,4 @@
-"""ctypes mirror of the compressed- and window-attention structs of include/fsa.h (no torch needed)."""
+"""ctypes mirror of the compressed-attention, window-attention and gate structs of include/fsa.h (no torch needed)."""
 
 import ctypes
 
@@ -91,6 +91,22 @@ class fsa_window_bwd_args(_lib._Sized):
     ]
 
 
+class fsa_gate_desc(_lib._Sized):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("dtype", _int), ("value_dim", _int)]
+    _defaults_ = {"value_dim": 128}  # FSA_GATE_DESC_INIT
+
+
+class fsa_gate_args(_lib._Sized):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("total_tokens", _I64),
+        ("num_heads", _int),
+        ("out", _tensor * 3), ("gate", _tensor * 3),
+        ("o", _tensor), ("dout", _tensor), ("dout_branch", _tensor * 3),
+        ("dgate", _U64),
+    ]
+
+
 # struct name -> (ctypes mirror, its ..._INIT macro)
 STRUCTS = {
     "fsa_compressed_attention_desc": (fsa_compressed_attention_desc, "FSA_COMPRESSED_ATTENTION_DESC_INIT"),
@@ -99,6 +115,8 @@ STRUCTS = {
     "fsa_window_attention_desc": (fsa_window_attention_desc, "FSA_WINDOW_ATTENTION_DESC_INIT"),
     "fsa_window_fwd_args": (fsa_window_fwd_args, "FSA_WINDOW_FWD_ARGS_INIT"),
     "fsa_window_bwd_args": (fsa_window_bwd_args, "FSA_WINDOW_BWD_ARGS_INIT"),
+    "fsa_gate_desc": (fsa_gate_desc, "FSA_GATE_DESC_INIT"),
+    "fsa_gate_args": (fsa_gate_args, "FSA_GATE_ARGS_INIT"),
 }
 
 _vp = ctypes.c_void_p
@@ -118,6 +136,10 @@ SIGNATURES = {
     "fsa_window_attention_fwd": (_int, [_vp, _P(fsa_window_fwd_args), _vp]),
     "fsa_window_plan_workspace_size_bwd": (_int, [_size, _vp, _I64, _int]),
     "fsa_window_attention_bwd": (_int, [_vp, _P(fsa_window_bwd_args), _vp]),
+    "fsa_gate_plan_create": (_int, [_P(_vp), _vp, _P(fsa_gate_desc)]),
+    "fsa_gate_plan_destroy": (None, [_vp]),
+    "fsa_gate_fwd": (_int, [_vp, _P(fsa_gate_args), _vp]),
+    "fsa_gate_bwd": (_int, [_vp, _P(fsa_gate_args), _vp]),
 }
 
 

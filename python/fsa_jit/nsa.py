@@ -17,10 +17,13 @@ Example (a few lines that train; see docs/nsa.md)::
     o.float().square().mean().backward()
 """
 
+import ctypes
 import numbers
 
 import torch
 
+from . import _lib
+from . import _nsa_abi as abi
 from . import attention as _att
 from . import compressed as _cmp
 from . import window as _win
@@ -74,9 +77,9 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
 
 
 def _gate(name, g, t_len, hq, device):
-    """The gate as a [T, Hq, 1]-broadcastable tensor (or a number)."""
+    """The gate as a float32 [T, Hq] view (a number or a broadcast gate repeats through zero strides)."""
     if isinstance(g, numbers.Real) and not isinstance(g, bool):
-        return float(g)
+        return torch.full((1, 1), float(g), dtype=torch.float32, device=device).expand(t_len, hq)
     if not isinstance(g, torch.Tensor):
         raise TypeError(f"{name} must be a tensor broadcastable to [T, Hq] or a number, got {type(g).__name__}")
     if not g.is_floating_point():
@@ -91,12 +94,114 @@ def _gate(name, g, t_len, hq, device):
                          "(or [T, Hq, 1])")
     if g.numel() > 1 and g.device != device:
         raise ValueError(f"{name} is on {g.device} but q is on {device}")
-    return g.unsqueeze(-1) if g.dim() <= 2 else g
+    rows = g[..., 0] if g.dim() == 3 else g
+    return rows.to(device=device, dtype=torch.float32).expand(t_len, hq)
+
+
+# ------------------------------------------------------------------- gates
+# libfsa's gate kernels (fsa_gate_fwd / _bwd): o = g_cmp o_cmp + g_sel o_sel + g_win o_win in one pass
+# over the three outputs (fp32 sums, one rounding), and in the backward the three g_x dout and the gates'
+# gradients rowsum(dout o_x) in one more.
+
+
+def _gate_desc(key):
+    _, _, dtype, dv, _ = key
+    return abi.fsa_gate_desc(dtype=_att._DTYPES[dtype], value_dim=dv), None
+
+
+_gate_plans = _cmp.PlanCache("gate", _gate_desc)
+
+
+def clear_plans():
+    """Destroys the cached gate plans (a captured graph that used one must not replay)."""
+    _gate_plans.clear()
+
+
+def _gate_args(outs, gates, t_len, hq):
+    a = abi.fsa_gate_args(total_tokens=t_len, num_heads=hq)
+    for x in range(3):
+        a.out[x] = _att._view(outs[x])
+        a.gate[x] = _lib.fsa_tensor(gates[x].data_ptr(), gates[x].stride(0), gates[x].stride(1))
+    return a
+
+
+def _gate_call(name, outs, gates, fill):
+    """One gate kernel over [T, Hq, Dv] rows; fill(args) sets the operation's own fields."""
+    t_len, hq, dv = outs[0].shape
+    device = outs[0].device
+    with torch.cuda.device(device):
+        lib = _lib.get()
+        plan = _gate_plans.get(lib, (device.index, False, outs[0].dtype, dv, True))
+        a = _gate_args(outs, gates, t_len, hq)
+        fill(a)
+        lib.check(abi.function(lib, name)(plan, ctypes.byref(a), _att._stream(device)), name)
+
+
+@torch.library.custom_op("fsa_jit::nsa_gate_fwd", mutates_args=())
+def _gate_fwd_op(o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor, g_cmp: torch.Tensor,
+                 g_sel: torch.Tensor, g_win: torch.Tensor) -> torch.Tensor:
+    o = torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device)
+    if o.numel():
+        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
+        _gate_call("fsa_gate_fwd", outs, (g_cmp, g_sel, g_win), lambda a: setattr(a, "o", _att._view(o)))
+    return o
+
+
+@_gate_fwd_op.register_fake
+def _gate_fwd_fake(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    return o_cmp.new_empty(o_cmp.shape)
+
+
+@torch.library.custom_op("fsa_jit::nsa_gate_bwd", mutates_args=())
+def _gate_bwd_op(dout: torch.Tensor, o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor,
+                 g_cmp: torch.Tensor, g_sel: torch.Tensor,
+                 g_win: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    t_len, hq, _ = o_cmp.shape
+    douts = [torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device) for _ in range(3)]
+    dgate = torch.empty((3, t_len, hq), dtype=torch.float32, device=o_cmp.device)
+    if dgate.numel() and o_cmp.shape[2]:
+        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
+        dout = _att._kernel_ready(dout)
+
+        def fill(a):
+            a.dout = _att._view(dout)
+            for x in range(3):
+                a.dout_branch[x] = _att._view(douts[x])
+            a.dgate = dgate.data_ptr()
+
+        _gate_call("fsa_gate_bwd", outs, (g_cmp, g_sel, g_win), fill)
+    return douts[0], douts[1], douts[2], dgate
+
+
+@_gate_bwd_op.register_fake
+def _gate_bwd_fake(dout, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    t_len, hq, _ = o_cmp.shape
+    return (o_cmp.new_empty(o_cmp.shape), o_cmp.new_empty(o_cmp.shape), o_cmp.new_empty(o_cmp.shape),
+            o_cmp.new_empty((3, t_len, hq), dtype=torch.float32))
+
+
+def _gate_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _gate_backward(ctx, dout):
+    d_cmp, d_sel, d_win, dgate = torch.ops.fsa_jit.nsa_gate_bwd(dout, *ctx.saved_tensors)
+    return d_cmp, d_sel, d_win, dgate[0], dgate[1], dgate[2]
+
+
+_gate_fwd_op.register_autograd(_gate_backward, setup_context=_gate_setup)
+
+
+# The selected attention's workspace cap in the layer unless the caller gives one. libfsa's own default
+# leaves what the call's outputs leave of its budget; at NSA's shape (Hq 64, Dk 192 / Dv 128) and 64K tokens
+# those alone fill it, so the backward gets the 256 MiB floor and runs in 200 chunks of ~1300 tokens: 136
+# ms instead of 56 ms with 2 GiB (16 chunks; H200, bench/RESULTS.md), for 1.85 GB more peak memory.
+SELECTED_WORKSPACE = "2G"
 
 
 def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seqlens_c, kernel_size=32, stride=16,
                   block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2, scale=None, k_win=None,
-                  v_win=None, max_seqlen=None, return_topk=False, validate=False):
+                  v_win=None, max_seqlen=None, return_topk=False, validate=False, workspace_limit=None):
     """One NSA attention layer over a packed varlen batch: g_cmp * o_cmp + g_sel * o_sel + g_win * o_win.
 
     q [T, Hq, Dk]; k [T, Hkv, Dk], v [T, Hkv, Dv]: the keys and values of the selected branch (and of the
@@ -109,6 +214,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
     validate: libfsa's check mode in every branch: the offsets (and the selection) are checked on the device
     first and bad metadata raises fsa_jit.FsaError; one synchronization per branch and call.
+    workspace_limit: the selected attention's workspace cap (as fsa_jit.selected_attention takes it);
+    None = SELECTED_WORKSPACE (2 GiB), 0 = libfsa's default cap.
 
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
@@ -143,9 +250,10 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
                                           top_k, block_size, init_blocks, local_blocks, validate=validate)
     o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,
-                                    topk_layout="thk", validate=validate)
+                                    topk_layout="thk", validate=validate,
+                                    workspace_limit=SELECTED_WORKSPACE if workspace_limit is None else workspace_limit)
     o_win = window_attention(q, k_win, v_win, cu_seqlens, window, scale, validate=validate)
-    o = (gates[0] * o_cmp + gates[1] * o_sel + gates[2] * o_win).to(q.dtype)
+    o = torch.ops.fsa_jit.nsa_gate_fwd(o_cmp, o_sel, o_win, *gates)
     return (o, topk) if return_topk else o
 
 

@@ -33,19 +33,28 @@ CONSTANTS_64 = ["FSA_WORKSPACE_DEFAULT_BUDGET", "FSA_WORKSPACE_DEFAULT_MIN", "FS
 
 def _leaves(struct, prefix=""):
     """(C member designator, ctypes type, ctypes offset) of every scalar field;
-    nested structs (fsa_tensor) are walked into."""
+    nested structs (fsa_tensor) and arrays of them are walked into."""
     for field, ctype in struct._fields_:
-        offset = getattr(struct, field).offset
-        if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
-            for sub, sub_type, sub_offset in _leaves(ctype, f"{prefix}{field}."):
-                yield sub, sub_type, offset + sub_offset
-        else:
-            yield prefix + field, ctype, offset
+        yield from _member_leaves(prefix + field, ctype, getattr(struct, field).offset)
+
+
+def _member_leaves(designator, ctype, offset):
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+        for sub, sub_type, sub_offset in _leaves(ctype, designator + "."):
+            yield sub, sub_type, offset + sub_offset
+    elif isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
+        for i in range(ctype._length_):
+            yield from _member_leaves(f"{designator}[{i}]", ctype._type_, offset + i * ctypes.sizeof(ctype._type_))
+    else:
+        yield designator, ctype, offset
 
 
 def _py_value(obj, designator):
     for part in designator.split("."):
-        obj = getattr(obj, part)
+        name, _, index = part.partition("[")
+        obj = getattr(obj, name)
+        if index:
+            obj = obj[int(index.rstrip("]"))]
     return obj
 
 

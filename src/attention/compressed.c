@@ -85,7 +85,21 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
     if (d->backward) {
         fsa_kernel_describe(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, &plan->config);
         fsa_kernel_describe(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, &plan->config);
+        if (plan->config.bwd_wgmma) fsa_kernel_describe(&plan->bwd_dkv_sum, FSA_K_CMP_BWD_DKV_SUM, &plan->config);
     }
+}
+
+/* FSA_CMP_DKV_SPLITS (1, 2, 4, 8 or 16) caps the split of the dK/dV walk (1:
+ * never split); the layout's cap otherwise. */
+static int dkv_max_splits(void)
+{
+    const char *env = getenv("FSA_CMP_DKV_SPLITS");
+    if (env != NULL) {
+        char *end;
+        const long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= FSA_CMP_DKV_MAX_SPLITS && (v & (v - 1)) == 0) return (int)v;
+    }
+    return FSA_CMP_DKV_MAX_SPLITS;
 }
 
 fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ctx,
@@ -102,6 +116,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->desc = d;
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
+    plan->dkv_max_splits = dkv_max_splits();
     describe_kernels(plan, ctx);
     const int max_smem = ctx->max_smem_per_block;
     if ((int)plan->fwd.smem > max_smem || (int)plan->select.smem > max_smem || (int)plan->bwd_dq.smem > max_smem ||
@@ -115,6 +130,8 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     if (d.backward) {
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dq, FSA_K_CMP_BWD_DQ, ctx, &plan->config));
         FSA_CHECK(fsa_kernel_load(&plan->bwd_dkv, FSA_K_CMP_BWD_DKV, ctx, &plan->config));
+        if (plan->config.bwd_wgmma)
+            FSA_CHECK(fsa_kernel_load(&plan->bwd_dkv_sum, FSA_K_CMP_BWD_DKV_SUM, ctx, &plan->config));
     }
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_OFFSETS));
     *out = plan;

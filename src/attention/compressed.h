@@ -18,6 +18,8 @@ struct fsa_compressed_plan {
     /* fn NULL offline; select zero without top-k, the backward kernels
      * without backward. */
     fsa_kernel fwd, select, bwd_dq, bwd_dkv;
+    fsa_kernel bwd_dkv_sum; /* with the warpgroup backward: a split dK/dV walk's sum */
+    int dkv_max_splits;     /* fsa_cmp_dkv_splits's cap: FSA_CMP_DKV_SPLITS, else FSA_CMP_DKV_MAX_SPLITS */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 
@@ -49,6 +51,11 @@ fsa_status fsa_cmp_check_offsets(const char *stage, const fsa_compressed_plan *p
 
 /* Clears p and fills the inputs and the problem. */
 void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
+
+/* CTAs a key tile's dK/dV walk is split into for total_cmp compressed
+ * tokens in `batch` sequences (cmp_params.cuh; 1 without the warpgroup
+ * backward or a device). */
+int fsa_cmp_dkv_split_count(const fsa_compressed_plan *plan, int64_t total_cmp, int batch);
 
 /* Launches k on a (gx, Hkv, gz) grid. */
 static inline fsa_status fsa_cmp_launch(const fsa_compressed_plan *plan, const fsa_kernel *k, uint64_t gx,

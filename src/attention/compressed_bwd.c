@@ -8,6 +8,16 @@
 
 #define STAGE_BWD "compressed-backward"
 
+int fsa_cmp_dkv_split_count(const fsa_compressed_plan *plan, int64_t total_cmp, int batch)
+{
+    if (!plan->config.bwd_wgmma || plan->ctx->sm_count < 1) return 1;
+    const int64_t key_ctas = fsa_qt_grid_key_tiles(total_cmp, batch) * plan->desc.num_kv_heads;
+    return fsa_cmp_dkv_splits(key_ctas, plan->ctx->sm_count, plan->dkv_max_splits);
+}
+
+/* The delta rows (fsa_qt_bwd_workspace_bytes), then room for a split dK/dV
+ * walk's partial sums: their bound for any number of compressed tokens when
+ * the walk may split (fsa_cmp_dkv_partial_bound), else none. */
 fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
                                                   int64_t total_tokens, int batch)
 {
@@ -16,6 +26,8 @@ fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_c
                                                plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
     if (st == FSA_STATUS_OK && (st = fsa_cmp_grid(&tiles, plan, total_tokens, batch, STAGE_BWD)) != FSA_STATUS_OK)
         *bytes_out = 0;
+    if (st == FSA_STATUS_OK && total_tokens > 0 && plan->config.bwd_wgmma && plan->dkv_max_splits > 1)
+        *bytes_out += (size_t)fsa_cmp_dkv_partial_bound(plan->ctx->sm_count, plan->desc.head_dim, plan->desc.value_dim);
     return st;
 }
 
@@ -39,6 +51,11 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
     FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
                                      plan->desc.num_kv_heads));
+    const size_t need = fsa_qt_bwd_workspace_bytes(plan->desc.num_q_heads, T) +
+                        (size_t)fsa_cmp_dkv_partial_bytes(fsa_cmp_dkv_split_count(plan, a->total_compressed, a->batch),
+                                                          a->total_compressed, plan->desc.num_kv_heads,
+                                                          plan->desc.head_dim, plan->desc.value_dim);
+    FSA_CHECK(fsa_check_workspace(STAGE_BWD, a->workspace, a->workspace_bytes, need));
 cleanup:
     return st;
 }
@@ -58,9 +75,19 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     const int wgb = plan->config.bwd_wgmma;
     const uint64_t q_tiles = (uint64_t)fsa_qt_bwd_dq_grid_tiles(a->total_tokens, a->batch, plan->group, wgb);
     const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);
-    const unsigned parts = (unsigned)fsa_qt_bwd_dkv_parts(d->head_dim, d->value_dim, wgb);
+    const int splits = fsa_cmp_dkv_split_count(plan, a->total_compressed, a->batch);
+    /* A split walk's CTAs along z (the warpgroup kernel has one part of columns). */
+    const unsigned parts = splits > 1 ? (unsigned)splits : (unsigned)fsa_qt_bwd_dkv_parts(d->head_dim, d->value_dim, wgb);
+    p.dkv_splits = splits;
+    p.dkv_partial = (long long)a->workspace + (long long)fsa_qt_bwd_workspace_bytes(d->num_q_heads, a->total_tokens);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dq, q_tiles, 1, stream, &p));
     FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv, k_tiles, parts, stream, &p));
+    if (splits > 1) {
+        const uint64_t per_head = (uint64_t)a->total_compressed * (uint64_t)(d->head_dim + d->value_dim) / 4;
+        uint64_t blocks = (per_head + plan->bwd_dkv_sum.threads - 1) / plan->bwd_dkv_sum.threads;
+        if (blocks > (uint64_t)plan->ctx->sm_count * 8) blocks = (uint64_t)plan->ctx->sm_count * 8;
+        FSA_CHECK(fsa_cmp_launch(plan, &plan->bwd_dkv_sum, blocks, 1, stream, &p));
+    }
 cleanup:
     return st;
 }

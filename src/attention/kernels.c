@@ -57,6 +57,7 @@ typedef enum family_id {
     FAM_CMP_BWD,
     FAM_SWA_FWD,
     FAM_SWA_BWD,
+    FAM_GATE,
     FAM_N
 } family_id;
 
@@ -84,6 +85,7 @@ static const struct {
     [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
     [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
+    [FAM_GATE] = {"nsa_gate", 2, {TP_DTYPE, TP_VALUE_DIM}},
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -111,9 +113,12 @@ static const struct {
     [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},
     [FSA_K_CMP_BWD_DQ] = {FAM_CMP_BWD, "fsa_cmp_bwd_dq"},
     [FSA_K_CMP_BWD_DKV] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv"},
+    [FSA_K_CMP_BWD_DKV_SUM] = {FAM_CMP_BWD, "fsa_cmp_bwd_dkv_sum"},
     [FSA_K_SWA_FWD] = {FAM_SWA_FWD, "fsa_swa_fwd"},
     [FSA_K_SWA_BWD_DQ] = {FAM_SWA_BWD, "fsa_swa_bwd_dq"},
     [FSA_K_SWA_BWD_DKV] = {FAM_SWA_BWD, "fsa_swa_bwd_dkv"},
+    [FSA_K_GATE_FWD] = {FAM_GATE, "fsa_gate_fwd"},
+    [FSA_K_GATE_BWD] = {FAM_GATE, "fsa_gate_bwd"},
 };
 
 /* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
@@ -195,6 +200,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         threads = fsa_qt_bwd_dkv_threads(c->bwd_wgmma);
         smem = fsa_qt_bwd_dkv_smem(d, dv, c->bwd_wgmma);
         break;
+    case FSA_K_GATE_FWD:
+    case FSA_K_GATE_BWD: threads = FSA_GATE_THREADS; break;
     default: break; /* row kernels: FSA_ROW_THREADS, static shared memory only */
     }
     const family_id f = kernels[id].family;

@@ -1,6 +1,6 @@
 /* The kernels of the attention operations: selected attention over packed
  * tensors and over a paged KV cache, compressed attention with its block
- * selection, sliding-window attention. One table says, per kernel, which
+ * selection, sliding-window attention, NSA's gates. One table says, per kernel, which
  * template family it comes from, which template parameters that family
  * takes and which entry point it is; the launch shape (threads, dynamic
  * shared memory) comes from templates/fsa_layout.cuh (fsa_qt_layout.cuh and
@@ -13,6 +13,7 @@
 #include "fsa.h"
 
 #include "../../templates/cmp_params.cuh"
+#include "../../templates/gate_params.cuh"
 #include "../../templates/kvc_params.cuh"
 #include "../../templates/sel_params.cuh"
 
@@ -37,9 +38,12 @@ typedef enum fsa_kernel_id {
     FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */
     FSA_K_CMP_BWD_DQ,    /* compressed backward: dq and delta */
     FSA_K_CMP_BWD_DKV,   /* compressed backward: dk and dv */
+    FSA_K_CMP_BWD_DKV_SUM, /* compressed backward: dk and dv from a split walk's partial sums */
     FSA_K_SWA_FWD,       /* sliding-window attention forward */
     FSA_K_SWA_BWD_DQ,    /* sliding-window backward: dq and delta */
     FSA_K_SWA_BWD_DKV,   /* sliding-window backward: dk and dv */
+    FSA_K_GATE_FWD,      /* NSA's gates: the sum of the branches' gated outputs */
+    FSA_K_GATE_BWD,      /* NSA's gates: the branches' output gradients and the gates' */
     FSA_K_N
 } fsa_kernel_id;
 

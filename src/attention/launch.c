@@ -53,6 +53,12 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
     return check_view(stage, name, t, tokens, heads, 16, 8);
 }
 
+fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                                int64_t heads)
+{
+    return check_view(stage, name, t, tokens, heads, 4, 1);
+}
+
 fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -35,6 +35,11 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch);
 fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                             int64_t heads);
 
+/* A float32 [tokens, heads] view (strides in floats): non-NULL, 4-byte
+ * aligned, strides not negative; a stride of 0 repeats a value. */
+fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                                int64_t heads);
+
 /* Several tensors, each as fsa_check_tensor, in order. */
 typedef struct fsa_tensor_check {
     const char *name;

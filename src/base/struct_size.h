@@ -31,6 +31,8 @@
 #define FSA_WINDOW_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_fwd_args, lse)
 #define FSA_WINDOW_BWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_window_bwd_args, workspace_bytes)
 #define FSA_COMPRESSED_FWD_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_compressed_fwd_args, workspace_bytes)
+#define FSA_GATE_DESC_FIRST_SIZE FSA_FIRST_SIZE(fsa_gate_desc, value_dim)
+#define FSA_GATE_ARGS_FIRST_SIZE FSA_FIRST_SIZE(fsa_gate_args, dgate)
 
 /* For every field added after a struct's first version, next to the code
  * that reads it: a compile-time check that it starts at or after the first

@@ -43,6 +43,10 @@ static const cmp_case cases[] = {
        are refilled and the mbarriers' phases wrap */
     {"bf16_std_g4_many_stages", BF, 128, 128, 8, 2, 32, 16, 64, 16, 1, 2, {5200, 700},             2, 0, 0, 0, 1},
     {"bf16_dk192_dv128_g16_many_stages", BF, 192, 128, 32, 2, 32, 16, 64, 16, 1, 2, {3400},       1, 1, 0, 0, 0},
+
+    /* 64 KV heads, 3 key tiles each: more dK/dV CTAs than SMs, so the warpgroup dK/dV walks are not split
+       (the cases above, with few key tiles, split them and sum the parts) */
+    {"bf16_hkv64_g1_dkv_walk_whole", BF, 64, 64, 64, 64, 32, 16, 64, 4, 1, 2, {600, 40, 33},        3, 0, 0, 0, 1},
     /* 1024 KV heads in one plan: many small key tiles per launch */
     {"bf16_hkv1024_dkv_unsplit", BF, 16, 16, 1024, 1024, 16, 16, 64, 4, 1, 2, {300},            1, 0, 0, 0, 1},
 };

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#define FSA_PROBE_VALUES 21
+#define FSA_PROBE_VALUES 23
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +30,8 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         fsa_compressed_bwd_args cb_ = FSA_COMPRESSED_BWD_ARGS_INIT;                    \
         fsa_window_attention_desc wd_ = FSA_WINDOW_ATTENTION_DESC_INIT;                \
         fsa_window_fwd_args wf_ = FSA_WINDOW_FWD_ARGS_INIT;                            \
+        fsa_gate_desc gd_ = FSA_GATE_DESC_INIT;                                        \
+        fsa_gate_args ga_ = FSA_GATE_ARGS_INIT;                                        \
         (out)[0] = o_.struct_size;                                                     \
         (out)[1] = s_.struct_size;                                                     \
         (out)[2] = d_.struct_size;                                                     \
@@ -51,6 +53,8 @@ void fsa_header_cxx_probe(size_t out[FSA_PROBE_VALUES]);
         (out)[18] = cb_.struct_size + (size_t)cb_.dk.ptr + (size_t)cd_.backward;      \
         (out)[19] = wd_.struct_size + (size_t)wd_.head_dim * 1000 + (size_t)wd_.window + (size_t)wd_.value_dim; \
         (out)[20] = wf_.struct_size + (size_t)wf_.lse;                                \
+        (out)[21] = gd_.struct_size + (size_t)gd_.value_dim * 1000 + (size_t)gd_.dtype; \
+        (out)[22] = ga_.struct_size + (size_t)ga_.dgate + (size_t)ga_.gate[2].ptr;    \
     } while (0)
 
 #endif

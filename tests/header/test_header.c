@@ -31,7 +31,9 @@ static void expected_values(size_t out[FSA_PROBE_VALUES])
                                            2,
                                            sizeof(fsa_compressed_bwd_args),
                                            sizeof(fsa_window_attention_desc) + 128 * 1000 + 512,
-                                           sizeof(fsa_window_fwd_args)};
+                                           sizeof(fsa_window_fwd_args),
+                                           sizeof(fsa_gate_desc) + 128 * 1000 + FSA_DTYPE_BF16,
+                                           sizeof(fsa_gate_args)};
     memcpy(out, want, sizeof want);
 }
 

@@ -140,6 +140,10 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "sel_bwd_dq_nsa", .dtype = "f16", .d = "64", .g = "4", .bk = "32"}, .dv = "128"},
     {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "64", .g = "2", .bk = "32"}, .dv = "128"},
+    /* NSA's gates: a row's lanes 16 (Dv 128), 32 with some idle (192), 2 (16) */
+    {.v = {.family = "nsa_gate", .dtype = "bf16"}, .dv = "128"},
+    {.v = {.family = "nsa_gate", .dtype = "f16"}, .dv = "192"},
+    {.v = {.family = "nsa_gate", .dtype = "bf16"}, .dv = "16"},
 };
 #define N_CMP_VARIANTS (sizeof cmp_variants / sizeof cmp_variants[0])
 

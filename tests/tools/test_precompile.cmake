@@ -171,13 +171,16 @@ expect_match("\\[4/4\\] " "last of four counted")
 expect_match("sm_80 f16 d100 g1 bk64: skipped" "half is f16")
 expect_match("sm_80 bf16 d100 g2 bk64: skipped" "BFloat16 is bf16")
 
-# --- 10. the other NSA branches: compressed attention (with its selection) and window plans
-run(0 --arch sm_80 --kind compressed,window --head-dim 64 --value-dim 32 --group 2 -j 2 --cache-dir "${CACHE_DIR}")
+# --- 10. the other NSA branches: compressed attention (with its selection) and window plans, and the
+# gates (one plan per dtype and value dim, whatever the groups)
+run(0 --arch sm_80 --kind compressed,window,gate --head-dim 64 --value-dim 32 --group 2,4 -j 2 --cache-dir "${CACHE_DIR}")
 expect_match("sm_80 compressed bf16 d64 dv32 g2 l32 s16 bk64 k16: " "compressed plan made")
 expect_match("sm_80 window bf16 d64 dv32 g2 w512: " "window plan made")
-expect_match("\n[1-9][0-9]* kernels compiled, [0-9]+ already cached, 0 failed, 0 skipped \\(2 shapes" "branch summary")
+expect_match("sm_80 gate bf16 dv32: " "gate plan made")
+expect_match("\n[1-9][0-9]* kernels compiled, [0-9]+ already cached, 0 failed, 0 skipped \\(5 shapes" "branch summary")
 run(0 --list --cache-dir "${CACHE_DIR}")
-foreach(name cmp_fwd_bf16_d64_dv32_g2_wg0 cmp_select_bf16_d64_g2_bk64_k16_l32_s16_wg0 swa_fwd_bf16_d64_dv32_g2_wg0)
+foreach(name cmp_fwd_bf16_d64_dv32_g2_wg0 cmp_select_bf16_d64_g2_bk64_k16_l32_s16_wg0 swa_fwd_bf16_d64_dv32_g2_wg0
+        nsa_gate_bf16_dv32)
   expect_match("sm_80 +${name} +[0-9]+ " "list entry ${name}")
 endforeach()
 run(2 --arch sm_80 --kind compressed,bogus --cache-dir "${CACHE_DIR}")
