@@ -164,6 +164,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
+    const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
+    plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
                                        .value_dim = (int)desc->value_dim, .group = plan->group,
@@ -366,8 +368,7 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
 {
     const int hkv = plan->desc.num_kv_heads;
     if (heads >= hkv || tc < total_tokens) return heads;
-    const char *env = getenv("FSA_INDEX_ONCE");
-    if (env != NULL && strcmp(env, "0") == 0) return heads;
+    if (plan->index_per_chunk) return heads;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
     for (int g = hkv; g > heads; g--)
         if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
