@@ -65,12 +65,11 @@ __device__ __forceinline__ void load_slots(Row &row, const fsa_sel_params &p, lo
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
 }
 
-// The counters of the CTA's rows: bin_seg[i] is the global counter of the
-// first shared bin of head h_first + i (the first block of the first row of
-// that head in the CTA; later rows' blocks are not before it).
-__device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_params &p, int h_first) {
+// The counters of the CTA's rows (the first r0): bin_seg[i] is the global
+// counter of the first shared bin of head h_first + i (the first block of
+// the first row of that head in the CTA; later rows' blocks are not before it).
+__device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_params &p, int h_first, long long r0) {
     if (threadIdx.x >= 2) return;
-    const long long r0 = (long long)blockIdx.x * blockDim.x;
     const int h = h_first + (int)threadIdx.x;
     const long long t = p.t0 + (threadIdx.x == 0 ? r0 - (long long)h_first * p.tc : 0);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
@@ -108,6 +107,10 @@ __device__ __forceinline__ void for_each_pair(const Row &row, int key0, F &&f) {
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
+// A CTA counts a run of consecutive tiles of THREADS rows (the grid is at
+// most one wave: fsa_launch_index), so a CTA's shared bins reach global
+// memory once for all of its tiles: a tenth of the global atomics of one CTA
+// per tile at T = 65536, and no partial last wave.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
     __shared__ u64 scratch[32];
     __shared__ long long bin_seg[2];
@@ -120,31 +123,36 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     } sm;
     int *bins = sm.bins;
     const long long rows = p.num_kv_heads * p.tc;
-    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int h_first = first_head(p);
+    const long long tiles = (rows + THREADS - 1) / THREADS, per_cta = (tiles + gridDim.x - 1) / gridDim.x;
+    const long long r_first = blockIdx.x * per_cta * THREADS, r_end = min(rows, r_first + per_cta * THREADS);
+    const int h_first = (int)(min(r_first, rows - 1) / p.tc);
     const int lane = threadIdx.x & 31;
     int *counts = (int *)p.counts;
     for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
-    cta_bins(bin_seg, p, h_first);
-    Row row;
-    row.mask = 0;
-    row.seg0 = 0;
-    if (r < rows) {
-        load_row(row, p, r);
-        ((u64 *)p.mask)[r] = row.mask;
-    } else {
-#pragma unroll
-        for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
-    }
+    cta_bins(bin_seg, p, h_first, min(r_first, rows - 1));
     __syncthreads();  // bins zeroed, bin_seg set
     const long long seg_base = bin_seg[0];
-    const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
-    for_each_pair(row, key0, [&](int, int key, unsigned same) {
-        if (lane != __ffs(same) - 1) return;
-        const int b = bin_of(key, d1);
-        if (b >= 0) atomicAdd(bins + b, __popc(same));
-        else atomicAdd(counts + seg_base + key, __popc(same));
-    });
+    const int d1 = (int)(bin_seg[1] - seg_base);
+    for (long long r0 = r_first; r0 < r_end; r0 += THREADS) {
+        const long long r = r0 + threadIdx.x;
+        Row row;
+        row.mask = 0;
+        row.seg0 = 0;
+        if (r < r_end) {
+            load_row(row, p, r);
+            ((u64 *)p.mask)[r] = row.mask;
+        } else {
+#pragma unroll
+            for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
+        }
+        const int key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
+        for_each_pair(row, key0, [&](int, int key, unsigned same) {
+            if (lane != __ffs(same) - 1) return;
+            const int b = bin_of(key, d1);
+            if (b >= 0) atomicAdd(bins + b, __popc(same));
+            else atomicAdd(counts + seg_base + key, __popc(same));
+        });
+    }
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) atomicAdd(counts + bin_seg[b / BINS] + b % BINS, bins[b]);  // the inverse of bin_of
@@ -200,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
     for (int i = tid; i < 2 * BINS; i += THREADS) bins[i] = 0;
-    cta_bins(bin_seg, p, h_first);
+    cta_bins(bin_seg, p, h_first, (long long)blockIdx.x * blockDim.x);
     Row row;
     row.mask = 0;
     row.seg0 = 0;
