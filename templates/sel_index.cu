@@ -22,10 +22,6 @@ constexpr int BINS = 1024;  // shared-memory counters per KV head of a CTA's row
 // A row adds at most one pair to a block, so a bin of a CTA holds fewer than
 // THREADS pairs: the scatter keeps each pair's rank in its bin in one byte.
 static_assert(THREADS <= 256, "ranks in a bin fit a byte");
-// The scatter stages up to STAGE binned pairs of a CTA (every pair up to 16
-// slots; fewer for a larger top-k, whose CTAs with more pairs write directly).
-constexpr int STAGE = (TOPK <= 16 ? TOPK : 8) * THREADS;
-static_assert(STAGE <= 65536 && 2 * BINS % THREADS == 0, "stage positions fit 16 bits; whole bins per thread");
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -191,14 +187,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     }
     // As in the count, pairs with a shared-memory bin are counted per CTA,
     // each taking its rank in the bin from the atomic, and the bins' ranges
-    // are reserved with one global atomic per bin. Pairs without a bin are
-    // placed from their global cursor at once.
-    __shared__ u64 scratch[32];
+    // are reserved with one global atomic per bin; then each pair is written
+    // at its bin's start plus its rank, with no second atomic. Pairs without
+    // a bin are placed from their global cursor at once.
     __shared__ long long bin_seg[2];
     __shared__ int bins[2 * BINS];  // counts, then each bin's reserved start
-    __shared__ unsigned short local[2 * BINS];  // each bin's start in `stage`
-    __shared__ int stage[STAGE];
-    __shared__ unsigned short stage_bin[STAGE];
     __shared__ unsigned char rank[TOPK * THREADS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -226,68 +219,41 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     const long long seg_base = bin_seg[0];
     const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
     const unsigned below = (1u << lane) - 1;
+    // Every pair's atomic first, back to back, and their results used after
+    // the loop: a warp issues in order, so using each result at once would
+    // stall it for an atomic's latency per slot. at[s]: the pair's place in
+    // its counter, or for a slot whose lanes share one atomic (bit s of
+    // shared_slots) the leader's start.
+    int at[TOPK];
+    u64 shared_slots = 0;
     for_each_pair(row, key0, [&](int s, int key, unsigned same) {
-        const int b = bin_of(key, d1);
-        const bool binned = b >= 0;
-        int at;
-        if (__popc(same) > 1) {  // the same for every lane of `same`
-            const int leader = __ffs(same) - 1;
-            at = 0;
-            if (lane == leader)
-                at = binned ? atomicAdd(bins + b, __popc(same))
-                            : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, __popc(same));
-            at = __shfl_sync(same, at, leader) + __popc(same & below);
-        } else {
-            at = binned ? atomicAdd(bins + b, 1) : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, 1);
-        }
-        if (binned) rank[s * THREADS + tid] = (unsigned char)at;
-        else list[at] = fsa_entry_pack(tl, s);
+        const int b = bin_of(key, d1), n = __popc(same);
+        at[s] = 0;
+        if (n > 1) shared_slots |= 1ull << s;
+        if (lane == __ffs(same) - 1) at[s] = b >= 0 ? atomicAdd(bins + b, n) : atomicAdd(cursors + seg_base + key, n);
     });
-    __syncthreads();  // bins complete
-    // Each thread: BINS_PER consecutive bins. Their start in `stage` (a block
-    // scan of the counts), and their ranges in the lists.
-    constexpr int BINS_PER = 2 * BINS / THREADS;
-    int sum = 0;
 #pragma unroll
-    for (int k = 0; k < BINS_PER; k++) sum += bins[tid * BINS_PER + k];
-    u64 staged;
-    int at = (int)block_exclusive_scan((u64)sum, scratch, &staged);
-#pragma unroll
-    for (int k = 0; k < BINS_PER; k++) {
-        const int b = tid * BINS_PER + k, c = bins[b];
-        local[b] = (unsigned short)at;
-        at += c;
-        if (c) {
-            const long long seg = bin_seg[b / BINS] + b % BINS;  // the inverse of bin_of
-            bins[b] = offsets[seg] + atomicAdd(cursors + seg, c);
-        }
+    for (int s = 0; s < TOPK; s++) {
+        const bool v = (row.mask >> s) & 1;
+        const unsigned active = __ballot_sync(0xffffffffu, v);
+        if (!v) continue;
+        int a = at[s];
+        if ((shared_slots >> s) & 1) a = __shfl_sync(active, a, __ffs(active) - 1) + __popc(active & below);  // shared: all of `active`
+        const int key = key0 + row.idx[s], b = bin_of(key, d1);
+        if (b >= 0) rank[s * THREADS + tid] = (unsigned char)a;
+        else list[offsets[seg_base + key] + a] = fsa_entry_pack(tl, s);
     }
+    __syncthreads();  // bins complete
+    for (int b = tid; b < 2 * BINS; b += THREADS)
+        if (bins[b]) {
+            const long long seg = bin_seg[b / BINS] + b % BINS;  // the inverse of bin_of
+            bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
+        }
     __syncthreads();  // ranges reserved
-    if (staged <= (u64)STAGE) {
-        // Pairs in bin order in shared memory first, then written in that
-        // order: a warp's stores fall into a few runs of consecutive list
-        // entries (about 3 pairs per bin at T = 65536, 26 at 8192) instead of
-        // 32 random words, so far fewer L2 sectors per pair.
 #pragma unroll
-        for (int s = 0; s < TOPK; s++) {
-            const int b = bin_of(key0 + row.idx[s], d1);
-            if ((row.mask >> s) & 1 && b >= 0) {
-                const int i = local[b] + rank[s * THREADS + tid];
-                stage[i] = fsa_entry_pack(tl, s);
-                stage_bin[i] = (unsigned short)b;
-            }
-        }
-        __syncthreads();
-        for (int i = tid; i < (int)staged; i += THREADS) {
-            const int b = stage_bin[i];
-            list[bins[b] + i - local[b]] = stage[i];
-        }
-    } else {
-#pragma unroll
-        for (int s = 0; s < TOPK; s++) {
-            const int b = bin_of(key0 + row.idx[s], d1);
-            if ((row.mask >> s) & 1 && b >= 0) list[bins[b] + rank[s * THREADS + tid]] = fsa_entry_pack(tl, s);
-        }
+    for (int s = 0; s < TOPK; s++) {
+        const int b = bin_of(key0 + row.idx[s], d1);
+        if ((row.mask >> s) & 1 && b >= 0) list[bins[b] + rank[s * THREADS + tid]] = fsa_entry_pack(tl, s);
     }
 }
 
