@@ -61,11 +61,12 @@ __device__ __forceinline__ void load_slots(Row &row, const fsa_sel_params &p, lo
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
 }
 
-// The counters of the CTA's rows (the first r0): bin_seg[i] is the global
-// counter of the first shared bin of head h_first + i (the first block of
-// the first row of that head in the CTA; later rows' blocks are not before it).
-__device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_params &p, int h_first, long long r0) {
+// The counters of the CTA's rows: bin_seg[i] is the global counter of the
+// first shared bin of head h_first + i (the first block of the first row of
+// that head in the CTA; later rows' blocks are not before it).
+__device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_params &p, int h_first) {
     if (threadIdx.x >= 2) return;
+    const long long r0 = (long long)blockIdx.x * blockDim.x;
     const int h = h_first + (int)threadIdx.x;
     const long long t = p.t0 + (threadIdx.x == 0 ? r0 - (long long)h_first * p.tc : 0);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
@@ -103,10 +104,6 @@ __device__ __forceinline__ void for_each_pair(const Row &row, int key0, F &&f) {
 // Counts pairs per (KV head, block) and records each row's valid slots; the
 // last block to finish scans the counts into list offsets and work-item
 // offsets, and zeroes the counts so the scatter can use them as cursors.
-// A CTA counts a run of consecutive tiles of THREADS rows (the grid is at
-// most one wave: fsa_launch_index), so a CTA's shared bins reach global
-// memory once for all of its tiles: a tenth of the global atomics of one CTA
-// per tile at T = 65536, and no partial last wave.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
     __shared__ u64 scratch[32];
     __shared__ long long bin_seg[2];
@@ -119,36 +116,31 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     } sm;
     int *bins = sm.bins;
     const long long rows = p.num_kv_heads * p.tc;
-    const long long tiles = (rows + THREADS - 1) / THREADS, per_cta = (tiles + gridDim.x - 1) / gridDim.x;
-    const long long r_first = blockIdx.x * per_cta * THREADS, r_end = min(rows, r_first + per_cta * THREADS);
-    const int h_first = (int)(min(r_first, rows - 1) / p.tc);
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int h_first = first_head(p);
     const int lane = threadIdx.x & 31;
     int *counts = (int *)p.counts;
     for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
-    cta_bins(bin_seg, p, h_first, min(r_first, rows - 1));
+    cta_bins(bin_seg, p, h_first);
+    Row row;
+    row.mask = 0;
+    row.seg0 = 0;
+    if (r < rows) {
+        load_row(row, p, r);
+        ((u64 *)p.mask)[r] = row.mask;
+    } else {
+#pragma unroll
+        for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
+    }
     __syncthreads();  // bins zeroed, bin_seg set
     const long long seg_base = bin_seg[0];
-    const int d1 = (int)(bin_seg[1] - seg_base);
-    for (long long r0 = r_first; r0 < r_end; r0 += THREADS) {
-        const long long r = r0 + threadIdx.x;
-        Row row;
-        row.mask = 0;
-        row.seg0 = 0;
-        if (r < r_end) {
-            load_row(row, p, r);
-            ((u64 *)p.mask)[r] = row.mask;
-        } else {
-#pragma unroll
-            for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
-        }
-        const int key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
-        for_each_pair(row, key0, [&](int, int key, unsigned same) {
-            if (lane != __ffs(same) - 1) return;
-            const int b = bin_of(key, d1);
-            if (b >= 0) atomicAdd(bins + b, __popc(same));
-            else atomicAdd(counts + seg_base + key, __popc(same));
-        });
-    }
+    const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
+    for_each_pair(row, key0, [&](int, int key, unsigned same) {
+        if (lane != __ffs(same) - 1) return;
+        const int b = bin_of(key, d1);
+        if (b >= 0) atomicAdd(bins + b, __popc(same));
+        else atomicAdd(counts + seg_base + key, __popc(same));
+    });
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) atomicAdd(counts + bin_seg[b / BINS] + b % BINS, bins[b]);  // the inverse of bin_of
@@ -195,13 +187,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     __shared__ unsigned char rank[TOPK * THREADS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int tid = threadIdx.x, lane = tid & 31;
+    const int lane = threadIdx.x & 31;
     const int h_first = first_head(p);
     int *cursors = (int *)p.counts;
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
-    for (int i = tid; i < 2 * BINS; i += THREADS) bins[i] = 0;
-    cta_bins(bin_seg, p, h_first, (long long)blockIdx.x * blockDim.x);
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
+    cta_bins(bin_seg, p, h_first);
     Row row;
     row.mask = 0;
     row.seg0 = 0;
@@ -219,41 +211,34 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     const long long seg_base = bin_seg[0];
     const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
     const unsigned below = (1u << lane) - 1;
-    // Every pair's atomic first, back to back, and their results used after
-    // the loop: a warp issues in order, so using each result at once would
-    // stall it for an atomic's latency per slot. at[s]: the pair's place in
-    // its counter, or for a slot whose lanes share one atomic (bit s of
-    // shared_slots) the leader's start.
-    int at[TOPK];
-    u64 shared_slots = 0;
     for_each_pair(row, key0, [&](int s, int key, unsigned same) {
-        const int b = bin_of(key, d1), n = __popc(same);
-        at[s] = 0;
-        if (n > 1) shared_slots |= 1ull << s;
-        if (lane == __ffs(same) - 1) at[s] = b >= 0 ? atomicAdd(bins + b, n) : atomicAdd(cursors + seg_base + key, n);
+        const int b = bin_of(key, d1);
+        const bool binned = b >= 0;
+        int at;
+        if (__popc(same) > 1) {  // the same for every lane of `same`
+            const int leader = __ffs(same) - 1;
+            at = 0;
+            if (lane == leader)
+                at = binned ? atomicAdd(bins + b, __popc(same))
+                            : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, __popc(same));
+            at = __shfl_sync(same, at, leader) + __popc(same & below);
+        } else {
+            at = binned ? atomicAdd(bins + b, 1) : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, 1);
+        }
+        if (binned) rank[s * THREADS + threadIdx.x] = (unsigned char)at;
+        else list[at] = fsa_entry_pack(tl, s);
     });
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) {
-        const bool v = (row.mask >> s) & 1;
-        const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (!v) continue;
-        int a = at[s];
-        if ((shared_slots >> s) & 1) a = __shfl_sync(active, a, __ffs(active) - 1) + __popc(active & below);  // shared: all of `active`
-        const int key = key0 + row.idx[s], b = bin_of(key, d1);
-        if (b >= 0) rank[s * THREADS + tid] = (unsigned char)a;
-        else list[offsets[seg_base + key] + a] = fsa_entry_pack(tl, s);
-    }
     __syncthreads();  // bins complete
-    for (int b = tid; b < 2 * BINS; b += THREADS)
+    for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) {
-            const long long seg = bin_seg[b / BINS] + b % BINS;  // the inverse of bin_of
+            const long long seg = bin_seg[b / BINS] + b % BINS;
             bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
         }
     __syncthreads();  // ranges reserved
 #pragma unroll
     for (int s = 0; s < TOPK; s++) {
         const int b = bin_of(key0 + row.idx[s], d1);
-        if ((row.mask >> s) & 1 && b >= 0) list[bins[b] + rank[s * THREADS + tid]] = fsa_entry_pack(tl, s);
+        if ((row.mask >> s) & 1 && b >= 0) list[bins[b] + rank[s * THREADS + threadIdx.x]] = fsa_entry_pack(tl, s);
     }
 }
 

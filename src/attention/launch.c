@@ -168,12 +168,8 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
-    /* The count: at most one wave of CTAs, each a run of equal numbers of row tiles (sel_index.cu). */
-    int wave = 1;
-    FSA_CHECK(fsa_kernel_persistent_grid(&wave, plan->ctx, count));
-    const uint64_t per_cta = fsa_blocks_for(row_blocks, wave > 0 ? wave : 1);
     FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, l->n_counts, stream), "launch memset");
-    FSA_CHECK(fsa_launch(plan, count, fsa_blocks_for(row_blocks, (int)per_cta), 1, stream, p));
+    FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
     FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:
     return st;

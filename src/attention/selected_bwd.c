@@ -12,7 +12,6 @@
 #include "base/status_internal.h"
 #include "base/struct_size.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define STAGE "backward"
@@ -63,10 +62,7 @@ static fsa_status run_index(const fsa_plan *plan, const fsa_bwd_layout *l, uint6
     fsa_status st = FSA_STATUS_OK;
     const fsa_bwd_kernels *k = &plan->bwd;
     FSA_CHECK(fsa_launch_index(plan, &k->count, &k->scatter, &l->index, ws, stream, p));
-    uint64_t sort_ctas = l->index.n_counts - 1;
-    const char *exp = getenv("FSA_SORT_CTAS"); /* EXPERIMENT (idx round C): CTAs of the sort, each looping over lists */
-    if (exp != NULL && atoi(exp) > 0 && (uint64_t)atoi(exp) < sort_ctas) sort_ctas = (uint64_t)atoi(exp);
-    FSA_CHECK(fsa_launch(plan, &k->sort, sort_ctas, (unsigned)fsa_sort_windows(p->tc), stream, p));
+    FSA_CHECK(fsa_launch(plan, &k->sort, l->index.n_counts - 1, (unsigned)fsa_sort_windows(p->tc), stream, p));
 cleanup:
     return st;
 }
