@@ -148,14 +148,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // Stages [fast_lo, fast_hi) hold, for every token of the warp, no forced
     // block and none past its own (none for a warp with a lane without a
     // token): there a lane's blocks need no bounds (NB a multiple of S: a
-    // lane scores NBL blocks of every stage; only where a lane has 4 or more,
-    // G 1 and 2 at the usual shape: elsewhere it saves little and costs the
-    // registers of the mma.sync kernels at G 8, which then spill). A lane's
+    // lane scores NBL blocks of every stage; with mma.sync only where a lane
+    // has 4 or more, G 1 and 2 at the usual shape: elsewhere it saves little
+    // and costs registers that the kernel at G 8 does not have). A lane's
     // forced local blocks that are not initial ones: my_block - loc0 + 1
     // from loc0 on; at least S of them after stage i while (i + 1) NB <=
     // few_until (used up to S = 4: more lanes per token than the usual two
     // local blocks gain nothing from it).
-    constexpr bool FAST = NB % S == 0 && NBL >= 4, FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
+    constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0), FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
     const int fast_hi = __reduce_min_sync(ALL, my_live && local0 + 1 > 0 ? (local0 + 1) / NB : 0);
