@@ -146,9 +146,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         __syncwarp();
     };
     // Stages [fast_lo, fast_hi) hold, for every token of the warp, no forced
-    // block and none past its own (none for a warp with a lane without a
-    // token): there a lane's blocks need no bounds (NB a multiple of S: a
-    // lane scores NBL blocks of every stage; with mma.sync only where a lane
+    // block and none past its own: there a lane's blocks need no bounds (NB
+    // a multiple of S: a lane scores NBL blocks of every stage; lanes without
+    // a token, such as the second half of the warp at G 16, then score the
+    // last token's blocks into lists nobody writes; with mma.sync only where a lane
     // has 4 or more, G 1 and 2 at the usual shape: elsewhere it saves little
     // and costs registers that the kernel at G 8 does not have). A lane's
     // forced local blocks that are not initial ones: my_block - loc0 + 1
@@ -158,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0), FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
-    const int fast_hi = __reduce_min_sync(ALL, my_live && local0 + 1 > 0 ? (local0 + 1) / NB : 0);
+    const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
     const int loc0 = max(local0 + 1, init_end);
     const int few_until = loc0 <= my_block - S + 1 ? my_block - S + 1 : -1;
     auto update_lists = [&](int i) {
