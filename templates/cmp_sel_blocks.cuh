@@ -209,6 +209,48 @@ struct RowStream {
 // (v, c) ranks before (w, d): the higher score, and of equal scores the lower block.
 __device__ __forceinline__ bool sel_before(float v, int c, float w, int d) { return v > w || (v == w && c < d); }
 
+// Entries a and b of (v, c) in the order of sel_before.
+template <int N>
+__device__ __forceinline__ void sel_order(float (&v)[N], int (&c)[N], int a, int b) {
+    if (sel_before(v[b], c[b], v[a], c[a])) {
+        const float tv = v[a];
+        const int tc = c[a];
+        v[a] = v[b], c[a] = c[b];
+        v[b] = tv, c[b] = tc;
+    }
+}
+
+// Compare-exchange t of Batcher's odd-even merge sort of n entries (19 for
+// n = 8), and how many there are: worked out at compile time, so that
+// sel_sort is straight-line code over constant indices (the compiler does
+// not unroll these loops itself, and a register array indexed by a
+// variable goes to local memory).
+struct SelPair {
+    int a, b, count;
+};
+__device__ constexpr SelPair sel_sort_pair(int n, int t) {
+    int at = 0;
+    for (int p = 1; p < n; p <<= 1)
+        for (int k = p; k >= 1; k >>= 1)
+            for (int j = k % p; j + k < n; j += 2 * k)
+                for (int i = 0; i < k && i + j + k < n; i++)
+                    if ((i + j) / (2 * p) == (i + j + k) / (2 * p)) {
+                        if (at == t) return SelPair{i + j, i + j + k, 0};
+                        at++;
+                    }
+    return SelPair{0, 0, at};
+}
+
+// N (score, block) pairs sorted best first (sel_before).
+template <int N, int T = 0>
+__device__ __forceinline__ void sel_sort(float (&v)[N], int (&c)[N]) {
+    if constexpr (T < sel_sort_pair(N, -1).count) {
+        constexpr SelPair q = sel_sort_pair(N, T);
+        sel_order(v, c, q.a, q.b);
+        sel_sort<N, T + 1>(v, c);
+    }
+}
+
 // A lane's running top-K blocks in registers, best first; empty entries score
 // -inf with block -1. KP is K rounded up to a power of two for the merge
 // across lanes; the entries from K on stay empty while the lane streams.
@@ -243,6 +285,34 @@ struct LaneTopK {
         }
         v[0] = fmaxf(v[0], s);
         c[0] = above ? x : c[0];
+    }
+
+    // Adds N candidates sorted best first (sel_sort), all of blocks above
+    // every block in the list, as N insertions in block order would: the list
+    // becomes the best K of both. Into an empty list they are copied; else the
+    // better of entry KP - 1 - e and candidate e (the entry on equal scores:
+    // its block is lower) form a bitonic sequence of the best KP, which a
+    // merge network sorts, as in merge_xor. At K 16: 32 compare-exchanges
+    // of about 7 instructions, with the 19 of sel_sort<8> about the cost of
+    // five insertions (about 90 each); a copy and the sort when empty.
+    template <int N>
+    __device__ __forceinline__ void add_sorted(const float (&yv)[N], const int (&yc)[N], bool empty) {
+        static_assert(N <= KP, "no more candidates than entries");
+        if (N <= K && empty) {
+#pragma unroll
+            for (int e = 0; e < N; e++) v[e] = yv[e], c[e] = yc[e];
+            return;
+        }
+#pragma unroll
+        for (int e = 0; e < N; e++)
+            if (yv[e] > v[KP - 1 - e]) v[KP - 1 - e] = yv[e], c[KP - 1 - e] = yc[e];
+#pragma unroll
+        for (int j = KP / 2; j > 0; j >>= 1)
+#pragma unroll
+            for (int e = 0; e < KP; e++)
+                if ((e & j) == 0) sel_order(v, c, e, e + j);
+#pragma unroll
+        for (int e = K; e < KP; e++) v[e] = -FSA_INF, c[e] = -1;  // (the entries from K on stay empty)
     }
 
     // The best KP of this list and lane (lane ^ mask)'s, both sorted: the

@@ -145,27 +145,71 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         for (int m = 0; m < MT; m++) scorer.template run<SP>(m, b[m], sc + m * TW * SP, lane);
         __syncwarp();
     };
+    // Stages [fast_lo, fast_hi) hold, for every token of the warp, no forced
+    // block and none past its own: there a lane's blocks need no bounds (NB
+    // a multiple of S: a lane scores NBL blocks of every stage; lanes without
+    // a token, such as the second half of the warp at G 16, then score the
+    // last token's blocks into lists nobody writes; with mma.sync only where a lane
+    // has 4 or more, G 1 and 2 at the usual shape: elsewhere it saves little
+    // and costs registers that the kernel at G 8 does not have). A lane's
+    // forced local blocks that are not initial ones: my_block - loc0 + 1
+    // from loc0 on; at least S of them after stage i while (i + 1) NB <=
+    // few_until (used up to S = 4: more lanes per token than the usual two
+    // local blocks gain nothing from it).
+    constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0), FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
+    constexpr unsigned ALL = 0xffffffffu;
+    const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
+    const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
+    const int loc0 = max(local0 + 1, init_end);
+    const int few_until = loc0 <= my_block - S + 1 ? my_block - S + 1 : -1;
     auto update_lists = [&](int i) {
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
         // the ones that beat the lane's K-th score are marked, then inserted
-        // in ascending order (each lane walks only its own marks).
+        // in ascending order (each lane walks only its own marks), or, where
+        // some lane of the warp has so many that a merge is cheaper (the
+        // first stage, where the lists fill), sorted and merged.
         const int first = (my_s - i * NB) & (S - 1);
         // The token's own block and the forced ones' bounds relative to the
         // stage's first block.
         const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
         const int last = min(own, NB - 1);  // the last block a lane scores here
-#pragma unroll
-        for (int j0 = 0; j0 < NBL; j0 += CH) {
-            float score[CH];
+        const bool fast = FAST && i >= fast_lo && i < fast_hi;  // (the same on every lane)
+        // Chunk j0's scores, and which beat the lane's K-th (interior: no bounds to check).
+        auto mark = [&](float (&score)[CH], int j0, bool interior) -> unsigned {
             unsigned todo = 0;
 #pragma unroll
             for (int j = 0; j < CH; j++) {
                 const int cb = first + (j0 + j) * S;
                 float v = -FSA_INF;
-                if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
+                if (interior) v = my_scores[cb];
+                else if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
                 score[j] = v;
                 todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
+            }
+            return todo;
+        };
+#pragma unroll
+        for (int j0 = 0; j0 < NBL; j0 += CH) {
+            float score[CH];
+            unsigned todo = fast ? mark(score, j0, true) : mark(score, j0, false);
+            if constexpr (CH == NBL && CH >= 4 && CH <= LaneTopK<K>::KP) {
+                // Into an empty list a merge is the sort alone (about 150
+                // instructions), else about 400: five insertions.
+                const int most = (int)__reduce_max_sync(ALL, (unsigned)__popc(todo));
+                if (most >= (i == 0 ? 2 : 5)) {
+                    float yv[CH];
+                    int yc[CH];
+#pragma unroll
+                    for (int j = 0; j < CH; j++) {
+                        const bool on = (todo >> j) & 1u;
+                        yv[j] = on ? score[j] : -FSA_INF;
+                        yc[j] = on ? i * NB + first + j * S : -1;
+                    }
+                    sel_sort(yv, yc);
+                    top.add_sorted(yv, yc, i == 0);
+                    todo = 0;
+                }
             }
             while (todo) {
                 const int j = __ffs(todo) - 1;
@@ -178,9 +222,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             }
         }
         // The token's lists hold at least K entries at or above the least of
-        // their ceil(K / S)-th scores.
+        // their ceil(K / S)-th scores; with S or more forced blocks still to
+        // come, K - S entries (the forced ones take the other places), so the
+        // ceil(K / S) - 1-th.
         if constexpr (S > 1) {
-            float th = top.v[(K + S - 1) / S - 1];
+            constexpr int Q = (K + S - 1) / S - 1;
+            float th = top.v[Q];
+            if constexpr (FEW) th = (i + 1) * NB <= few_until ? top.v[Q - 1] : th;
 #pragma unroll
             for (int mask = 1; mask < S; mask <<= 1) th = fminf(th, __shfl_xor_sync(0xffffffffu, th, mask));
             bound = fmaxf(bound, th);

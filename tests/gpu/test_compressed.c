@@ -43,6 +43,13 @@ static const cmp_case cases[] = {
        are refilled and the mbarriers' phases wrap */
     {"bf16_std_g4_many_stages", BF, 128, 128, 8, 2, 32, 16, 64, 16, 1, 2, {5200, 700},             2, 0, 0, 0, 1},
     {"bf16_dk192_dv128_g16_many_stages", BF, 192, 128, 32, 2, 32, 16, 64, 16, 1, 2, {3400},       1, 1, 0, 0, 0},
+    /* the standard shape at G 1 over 5 stages of blocks: the first stages' lists filled by sorting and
+       merging, the stages without forced blocks read without bounds, the bound that counts the local
+       blocks still to come (2 = the lanes per token); with random and with tied scores; and G 2 (4 lanes
+       per token) with 4 local blocks */
+    {"bf16_g1_std_long",      BF, 128, 128, 2,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 0, 0, 0, 1},
+    {"bf16_g1_std_long_ties", BF, 128, 128, 2,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
+    {"bf16_g2_local4_long",   BF, 64,  64,  4,  2,  32, 16, 64,  16, 1, 4, {4200},                  1, 0, 1, 0, 1},
 
     /* 64 KV heads, 3 key tiles each: more dK/dV CTAs than SMs, so the warpgroup dK/dV walks are not split
        (the cases above, with few key tiles, split them and sum the parts) */
