@@ -4,8 +4,8 @@
 // finish, then scatter. When every lane of a warp with a pair in a slot hits
 // the same block (block 0 and the own block, in sorted rows), the lanes share
 // one atomic, so hot blocks do not serialize on one address; other pairs take
-// an atomic each (a warp match of every slot cost more than the atomics it
-// saved). Blocks up to BINS past the first block of the (at most two) KV heads
+// an atomic each (their blocks are random picks: a warp match per slot seldom
+// found lanes to share with). Blocks up to BINS past the first block of the (at most two) KV heads
 // a CTA's rows belong to are counted in shared memory and added to global
 // memory once per CTA: every token draws its other slots from the blocks
 // before it, so the low blocks' counters (a few cache lines) get most of the
