@@ -1,14 +1,17 @@
 // Index inversion for the FSA path: from per-token top-k rows to per-(KV
 // head, block) lists of (token, slot) pairs. No host sync and no dense
 // blocks-by-tokens matrix: count with atomics, scan in the last block to
-// finish, then scatter. Lanes of a warp that hit the same block in the same
-// slot (block 0 and the own block, in sorted rows) share one atomic, so hot
-// blocks do not serialize on one address. The first BINS blocks of the (at
-// most two) KV heads a CTA's rows belong to are counted in shared memory and
-// added to global memory once per CTA: every token draws its other slots from
-// the blocks before it, so the low blocks' counters (a few cache lines) get
-// most of the atomics, which L2 would serialize whatever the number of heads.
+// finish, then scatter. When every lane of a warp with a pair in a slot hits
+// the same block (block 0 and the own block, in sorted rows), the lanes share
+// one atomic, so hot blocks do not serialize on one address; other pairs take
+// an atomic each (their blocks are random picks: a warp match per slot seldom
+// found lanes to share with). Blocks up to BINS past the first block of the (at most two) KV heads
+// a CTA's rows belong to are counted in shared memory and added to global
+// memory once per CTA: every token draws its other slots from the blocks
+// before it, so the low blocks' counters (a few cache lines) get most of the
+// atomics, which L2 would serialize whatever the number of heads.
 #include "sel_common.cuh"
+#include "sel_index_scan.cuh"
 
 using namespace fsa;
 constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
@@ -16,6 +19,9 @@ constexpr int BK = {{BLOCK_SIZE}}, TOPK = {{TOP_K}};
 static_assert(TOPK >= 1 && TOPK <= FSA_MAX_TOP_K, "top-k is 1..64");
 constexpr int THREADS = FSA_INDEX_THREADS;
 constexpr int BINS = 1024;  // shared-memory counters per KV head of a CTA's rows
+// A row adds at most one pair to a block, so a bin of a CTA holds fewer than
+// THREADS pairs: the scatter keeps each pair's rank in its bin in one byte.
+static_assert(THREADS <= 256, "ranks in a bin fit a byte");
 
 // One thread per (KV head, token of the chunk) row; the row lives in registers.
 struct Row {
@@ -23,19 +29,6 @@ struct Row {
     int idx[TOPK];
     u64 mask;        // valid slots
 };
-
-// A pair's counter: the shared-memory bin of its block (first BINS blocks of
-// the CTA's first two heads), or -1 for the global counter.
-__device__ __forceinline__ int bin_of(const fsa_sel_params &p, long long seg, int h_first) {
-    const long long rel = seg - (long long)h_first * p.nb_total;  // (head - h_first) * nb_total + block id
-    const long long hl = rel / p.nb_total, gid = rel - hl * p.nb_total;
-    return hl < 2 && gid < BINS ? (int)(hl * BINS + gid) : -1;
-}
-
-// The global counter of bin b.
-__device__ __forceinline__ long long bin_seg(const fsa_sel_params &p, int b, int h_first) {
-    return (long long)(h_first + b / BINS) * p.nb_total + (b % BINS);
-}
 
 __device__ __forceinline__ int first_head(const fsa_sel_params &p) {
     return (int)((long long)blockIdx.x * blockDim.x / p.tc);
@@ -56,45 +49,56 @@ __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long
         if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
 }
 
-// f(slot, seg, same) for each valid pair of the row, in slot order; `same`:
-// the lanes of the warp whose pair of that slot has the same (head, block)
-// counter `seg` (they share one atomic).
+// The scatter's row: load_row without the slot rule (the count stored the
+// mask it made), which is most of load_row's instructions.
+__device__ __forceinline__ void load_slots(Row &row, const fsa_sel_params &p, long long r) {
+    const int h = (int)(r / p.tc);
+    const long long t = p.t0 + (r - (long long)h * p.tc);
+    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
+    const int *src = view_row<const int>(p.topk, t, h);
+    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
+}
+
+// The counters of the CTA's rows: bin_seg[i] is the global counter of the
+// first shared bin of head h_first + i (the first block of the first row of
+// that head in the CTA; later rows' blocks are not before it).
+__device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_params &p, int h_first) {
+    if (threadIdx.x >= 2) return;
+    const long long r0 = (long long)blockIdx.x * blockDim.x;
+    const int h = h_first + (int)threadIdx.x;
+    const long long t = p.t0 + (threadIdx.x == 0 ? r0 - (long long)h_first * p.tc : 0);
+    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
+    bin_seg[threadIdx.x] = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
+}
+
+// A pair's counter, from its 32-bit key (seg0 - bin_seg[0] + block id: keys
+// of different (head, block) differ; the global counter is bin_seg[0] + key):
+// a shared bin of the first head's range, else of the second's (d1 =
+// bin_seg[1] - bin_seg[0]), else -1 for the global counter. A function of the
+// key alone, so lanes that share an atomic agree on the counter.
+__device__ __forceinline__ int bin_of(int key, int d1) {
+    if ((unsigned)key < (unsigned)BINS) return key;
+    return (unsigned)(key - d1) < (unsigned)BINS ? BINS + key - d1 : -1;
+}
+
+// f(slot, key, same) for each valid pair of the row, in slot order; `same`:
+// every lane with a pair in that slot when all of them have the same key
+// (they share one atomic), else this lane alone.
 template <class F>
-__device__ __forceinline__ void for_each_pair(const Row &row, F &&f) {
+__device__ __forceinline__ void for_each_pair(const Row &row, int key0, F &&f) {
+    const unsigned lane_bit = 1u << (threadIdx.x & 31);
 #pragma unroll
     for (int s = 0; s < TOPK; s++) {
         const bool v = (row.mask >> s) & 1;
         const unsigned active = __ballot_sync(0xffffffffu, v);
-        if (v) {
-            const long long seg = row.seg0 + row.idx[s];
-            f(s, seg, __match_any_sync(active, seg));
-        }
+        if (active == 0) continue;
+        const int key = key0 + row.idx[s];
+        const int k_lead = __shfl_sync(0xffffffffu, key, __ffs(active) - 1);
+        const bool uniform = __ballot_sync(0xffffffffu, v && key == k_lead) == active;
+        if (v) f(s, key, uniform ? active : lane_bit);
     }
-}
-
-// Adds the row's pairs to their shared-memory bins; pairs without a bin go to
-// the global counters `global`, unless it is null.
-__device__ __forceinline__ void count_pairs(const Row &row, const fsa_sel_params &p, int h_first, int *bins,
-                                            int *global) {
-    const int lane = threadIdx.x & 31;
-    for_each_pair(row, [&](int, long long seg, unsigned same) {
-        const int b = bin_of(p, seg, h_first);
-        if (lane == __ffs(same) - 1) {
-            if (b >= 0) atomicAdd(bins + b, __popc(same));
-            else if (global) atomicAdd(global + seg, __popc(same));
-        }
-    });
-}
-
-// The head chunks of an index: segments per chunk (every segment: one chunk)
-// and the entries of work_seg each chunk owns.
-struct IndexChunks {
-    long long segs, seg_stride;
-};
-__device__ __forceinline__ IndexChunks index_chunks(const fsa_sel_params &p) {
-    const long long n = p.num_kv_heads * p.nb_total;
-    if (p.index_heads <= 0 || p.index_heads >= p.num_kv_heads) return IndexChunks{n, 0};
-    return IndexChunks{p.index_heads * p.nb_total, p.work_seg_stride};
 }
 
 // Counts pairs per (KV head, block) and records each row's valid slots; the
@@ -102,25 +106,44 @@ __device__ __forceinline__ IndexChunks index_chunks(const fsa_sel_params &p) {
 // offsets, and zeroes the counts so the scatter can use them as cursors.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_sel_params p) {
     __shared__ u64 scratch[32];
+    __shared__ long long bin_seg[2];
     __shared__ int is_last;
-    __shared__ int bins[2 * BINS];
+    __shared__ union {
+        int bins[2 * BINS];
+        struct {
+            u32 cnt[SCAN_WORDS], work[SCAN_WORDS], part[SCAN_WORDS];
+        } scan;
+    } sm;
+    int *bins = sm.bins;
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int h_first = first_head(p);
+    const int lane = threadIdx.x & 31;
     int *counts = (int *)p.counts;
     for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
+    cta_bins(bin_seg, p, h_first);
     Row row;
     row.mask = 0;
     row.seg0 = 0;
     if (r < rows) {
         load_row(row, p, r);
         ((u64 *)p.mask)[r] = row.mask;
+    } else {
+#pragma unroll
+        for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
     }
-    __syncthreads();  // bins zeroed
-    count_pairs(row, p, h_first, bins, counts);
+    __syncthreads();  // bins zeroed, bin_seg set
+    const long long seg_base = bin_seg[0];
+    const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
+    for_each_pair(row, key0, [&](int, int key, unsigned same) {
+        if (lane != __ffs(same) - 1) return;
+        const int b = bin_of(key, d1);
+        if (b >= 0) atomicAdd(bins + b, __popc(same));
+        else atomicAdd(counts + seg_base + key, __popc(same));
+    });
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
-        if (bins[b]) atomicAdd(counts + bin_seg(p, b, h_first), bins[b]);
+        if (bins[b]) atomicAdd(counts + bin_seg[b / BINS] + b % BINS, bins[b]);  // the inverse of bin_of
     __threadfence();
     __syncthreads();
     const long long n = p.num_kv_heads * p.nb_total;
@@ -131,47 +154,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
 
     // List offsets run over every segment; work items and partial slots restart with each chunk of
     // heads (p.index_heads), whose launches see only their own part (index_chunk).
-    int *offsets = (int *)p.offsets;
-    int *work = (int *)p.work_offsets;
-    int *parts = (int *)p.part_offsets;  // backward only
-    const int chunk = (int)p.item_entries;
     const IndexChunks ic = index_chunks(p);
-    u64 carry = 0;  // low 32 bits: pairs so far; high 32 bits: work items so far in the head chunk
-    for (long long c0 = 0; c0 < n; c0 += ic.segs) {
-        int *cwork = work + c0 / ic.segs * (ic.segs + 1);
-        int *cparts = parts ? parts + c0 / ic.segs * (ic.segs + 1) : nullptr;
-        carry &= 0xffffffffull;
-        u64 part_carry = 0;
-        for (long long base = 0; base < ic.segs; base += blockDim.x) {
-            const long long li = base + threadIdx.x, i = c0 + li;
-            const bool in = li < ic.segs;
-            int c = in ? __ldcg(counts + i) : 0;
-            // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
-            const int per_item = parts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
-            const int items = (c + per_item - 1) / per_item;
-            u64 v = (u64)(unsigned)c | ((u64)(unsigned)items << 32);
-            u64 total;
-            u64 prefix = block_exclusive_scan(v, scratch, &total) + carry;
-            if (in) {
-                offsets[i] = (int)(unsigned)prefix;
-                cwork[li] = (int)(prefix >> 32);
-                counts[i] = 0;
-            }
-            carry += total;
-            if (parts) {
-                // Segments split over several work items keep per-item dK/dV partials.
-                u64 part_total;
-                u64 part_prefix = block_exclusive_scan(items > 1 ? items : 0, scratch, &part_total) + part_carry;
-                if (in) cparts[li] = (int)part_prefix;
-                part_carry += part_total;
-            }
-        }
-        if (threadIdx.x == 0) {
-            cwork[ic.segs] = (int)(carry >> 32);
-            if (parts) cparts[ic.segs] = (int)part_carry;
-        }
-    }
-    if (threadIdx.x == 0) offsets[n] = (int)(unsigned)carry;
+    u64 carry = 0;
+    for (long long c0 = 0; c0 < n; c0 += ic.segs)
+        scan_chunk(p, c0, ic.segs, carry, sm.scan.cnt, sm.scan.work, sm.scan.part, scratch);
+    if (threadIdx.x == 0) ((int *)p.offsets)[n] = (int)(unsigned)carry;
 }
 
 // Writes each valid pair into its (KV head, block) list, and the segment of
@@ -190,11 +177,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
             for (int w = work[li]; w < work[li + 1]; w++) work_seg[w] = (int)li;
         }
     }
-    // As in the count: pairs of the shared-memory bins are counted per CTA
-    // first and their ranges reserved with one global atomic per bin; then
-    // every pair is placed, from its bin's CTA-local cursor or its global one.
+    // As in the count, pairs with a shared-memory bin are counted per CTA,
+    // each taking its rank in the bin from the atomic, and the bins' ranges
+    // are reserved with one global atomic per bin; then each pair is written
+    // at its bin's start plus its rank, with no second atomic. Pairs without
+    // a bin are placed from their global cursor at once.
+    __shared__ long long bin_seg[2];
     __shared__ int bins[2 * BINS];  // counts, then each bin's reserved start
-    __shared__ int cursor[2 * BINS];
+    __shared__ unsigned char rank[TOPK * THREADS];
     const long long rows = p.num_kv_heads * p.tc;
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
@@ -202,34 +192,54 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_
     int *cursors = (int *)p.counts;
     const int *offsets = (const int *)p.offsets;
     int *list = (int *)p.list;
-    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = cursor[i] = 0;
+    for (int i = threadIdx.x; i < 2 * BINS; i += blockDim.x) bins[i] = 0;
+    cta_bins(bin_seg, p, h_first);
     Row row;
     row.mask = 0;
     row.seg0 = 0;
-    long long tl = 0;
+    int tl = 0;
     if (r < rows) {
         row.mask = ((const u64 *)p.mask)[r];
-        if (row.mask) load_row(row, p, r);
-        tl = r - (r / p.tc) * p.tc;
+        tl = (int)(r - (r / p.tc) * p.tc);
     }
-    __syncthreads();  // bins zeroed
-    count_pairs(row, p, h_first, bins, nullptr);
+    if (row.mask) load_slots(row, p, r);
+    else {
+#pragma unroll
+        for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
+    }
+    __syncthreads();  // bins zeroed, bin_seg set
+    const long long seg_base = bin_seg[0];
+    const int d1 = (int)(bin_seg[1] - seg_base), key0 = (int)(row.seg0 - seg_base);  // per row, not per pair
+    const unsigned below = (1u << lane) - 1;
+    for_each_pair(row, key0, [&](int s, int key, unsigned same) {
+        const int b = bin_of(key, d1);
+        const bool binned = b >= 0;
+        int at;
+        if (__popc(same) > 1) {  // the same for every lane of `same`
+            const int leader = __ffs(same) - 1;
+            at = 0;
+            if (lane == leader)
+                at = binned ? atomicAdd(bins + b, __popc(same))
+                            : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, __popc(same));
+            at = __shfl_sync(same, at, leader) + __popc(same & below);
+        } else {
+            at = binned ? atomicAdd(bins + b, 1) : offsets[seg_base + key] + atomicAdd(cursors + seg_base + key, 1);
+        }
+        if (binned) rank[s * THREADS + threadIdx.x] = (unsigned char)at;
+        else list[at] = fsa_entry_pack(tl, s);
+    });
     __syncthreads();  // bins complete
     for (int b = threadIdx.x; b < 2 * BINS; b += blockDim.x)
         if (bins[b]) {
-            const long long seg = bin_seg(p, b, h_first);
+            const long long seg = bin_seg[b / BINS] + b % BINS;
             bins[b] = offsets[seg] + atomicAdd(cursors + seg, bins[b]);
         }
     __syncthreads();  // ranges reserved
-    for_each_pair(row, [&](int s, long long seg, unsigned same) {
-        const int leader = __ffs(same) - 1;
-        const int b = bin_of(p, seg, h_first);
-        int base = 0;
-        if (lane == leader) base = b >= 0 ? bins[b] + atomicAdd(cursor + b, __popc(same))
-                                          : offsets[seg] + atomicAdd(cursors + seg, __popc(same));
-        base = __shfl_sync(same, base, leader);
-        list[base + __popc(same & ((1u << lane) - 1))] = fsa_entry_pack((int)tl, s);
-    });
+#pragma unroll
+    for (int s = 0; s < TOPK; s++) {
+        const int b = bin_of(key0 + row.idx[s], d1);
+        if ((row.mask >> s) & 1 && b >= 0) list[bins[b] + rank[s * THREADS + threadIdx.x]] = fsa_entry_pack(tl, s);
+    }
 }
 
 // Backward only: sorts each (KV head, block) list by token (entries are

@@ -30,6 +30,9 @@ static const attn_case cases[] = {
     {"bf16_d128_g4_bk64_chunked", BF, 128, 8, 2,  64, 8,  {100, 400, 37},        3, 0, 0, A_AUTO, 3000000, 1, 0, 1},
     {"bf16_d64_g1_long_lists",   BF, 64,  2,  2,  64, 16, {3000},                1, 0, 0, A_AUTO, 0,       0, 0, 1},
     {"bf16_d64_g1_t1",           BF, 64,  2,  2,  64, 1,  {1},                   1, 0, 0, A_AUTO, 0,       0, 0, 0},
+    /* Blocks past the index's 1024 shared-memory counters of a CTA (global counters), CTAs across two
+     * heads and two sequences: */
+    {"bf16_d64_g1_bk16_global",  BF, 64,  2,  2,  16, 8,  {300, 17000},          2, 0, 0, A_FSA,  0,       1, 0, 1},
     /* The standard head dims with block 0 in 4096 lists: long chains of dK/dV partials. */
     {"bf16_d128_g4_long_chains", BF, 128, 4,  1,  64, 16, {4096},                1, 0, 0, A_FSA,  0,       0, 0, 1},
     /* NSA-order dq (forced: AUTO takes the FSA order). */

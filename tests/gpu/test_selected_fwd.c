@@ -44,6 +44,9 @@ static const attn_case cases[] = {
     {"bf16_d128_g2_bk64_chunked", BF, 128, 4, 2, 64, 8, {100, 400, 37},            3, 0, 0, A_FSA,  300000, 1, 0, 1},
     {"bf16_d128_g24_bk64_nsa",  BF, 128, 24, 1,  64, 4, {150},                     1, 0, 0, A_NSA,  0,      1, 0, 0},
     {"bf16_d64_g1_k64_fsa",     BF, 64,  2,  2,  16, 64, {700},                    1, 0, 0, A_FSA,  0,      1, 0, 0},
+    /* Blocks past the index's 1024 shared-memory counters of a CTA (global counters), CTAs across two
+     * heads and two sequences: */
+    {"bf16_d64_g1_bk16_global", BF, 64,  2,  2,  16, 8, {300, 17000},              2, 0, 0, A_FSA,  0,      1, 0, 1},
     {"bf16_d64_g1_k1_t1",       BF, 64,  2,  2,  64, 1, {1},                       1, 0, 0, A_FSA,  0,      0, 0, 0},
     {"bf16_d128_g1_biglogit",   BF, 128, 1,  1,  64, 4, {256},                     1, 0, 0, A_FSA,  0,      0, 1, 1},
     {"bf16_d128_g1_biglogit_nsa", BF, 128, 1, 1, 64, 4, {256},                     1, 0, 0, A_NSA,  0,      0, 1, 0},
