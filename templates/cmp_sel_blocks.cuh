@@ -287,12 +287,21 @@ struct LaneTopK {
         c[0] = above ? x : c[0];
     }
 
+    // Sorts the list when it is a bitonic sequence (a merge network over KP).
+    __device__ __forceinline__ void merge_bitonic(void) {
+#pragma unroll
+        for (int j = KP / 2; j > 0; j >>= 1)
+#pragma unroll
+            for (int e = 0; e < KP; e++)
+                if ((e & j) == 0) sel_order(v, c, e, e + j);
+    }
+
     // Adds N candidates sorted best first (sel_sort), all of blocks above
     // every block in the list, as N insertions in block order would: the list
     // becomes the best K of both. Into an empty list they are copied; else the
     // better of entry KP - 1 - e and candidate e (the entry on equal scores:
     // its block is lower) form a bitonic sequence of the best KP, which a
-    // merge network sorts, as in merge_xor. At K 16: 32 compare-exchanges
+    // merge network sorts (merge_bitonic). At K 16: 32 compare-exchanges
     // of about 7 instructions, with the 19 of sel_sort<8> about the cost of
     // five insertions (about 90 each); a copy and the sort when empty.
     template <int N>
@@ -306,18 +315,14 @@ struct LaneTopK {
 #pragma unroll
         for (int e = 0; e < N; e++)
             if (yv[e] > v[KP - 1 - e]) v[KP - 1 - e] = yv[e], c[KP - 1 - e] = yc[e];
-#pragma unroll
-        for (int j = KP / 2; j > 0; j >>= 1)
-#pragma unroll
-            for (int e = 0; e < KP; e++)
-                if ((e & j) == 0) sel_order(v, c, e, e + j);
+        merge_bitonic();
 #pragma unroll
         for (int e = K; e < KP; e++) v[e] = -FSA_INF, c[e] = -1;  // (the entries from K on stay empty)
     }
 
     // The best KP of this list and lane (lane ^ mask)'s, both sorted: the
     // better of entry e and the partner's entry KP - 1 - e form a bitonic
-    // sequence of the best KP, which a merge network sorts. Both lanes end
+    // sequence of the best KP, which merge_bitonic sorts. Both lanes end
     // with the same list (one total order: score, then block).
     __device__ __forceinline__ void merge_xor(int mask) {
         float ov[KP];
@@ -330,16 +335,7 @@ struct LaneTopK {
 #pragma unroll
         for (int e = 0; e < KP; e++)
             if (sel_before(ov[e], oc[e], v[e], c[e])) v[e] = ov[e], c[e] = oc[e];
-#pragma unroll
-        for (int j = KP / 2; j > 0; j >>= 1)
-#pragma unroll
-            for (int e = 0; e < KP; e++)
-                if ((e & j) == 0 && sel_before(v[e + j], c[e + j], v[e], c[e])) {
-                    const float tv = v[e];
-                    const int tc = c[e];
-                    v[e] = v[e + j], c[e] = c[e + j];
-                    v[e + j] = tv, c[e + j] = tc;
-                }
+        merge_bitonic();
     }
 
     // The first K entries into row ascending by block (an entry's slot is

@@ -5,11 +5,12 @@
 // the same block (block 0 and the own block, in sorted rows), the lanes share
 // one atomic, so hot blocks do not serialize on one address; other pairs take
 // an atomic each (their blocks are random picks: a warp match per slot seldom
-// found lanes to share with). Blocks up to BINS past the first block of the (at most two) KV heads
-// a CTA's rows belong to are counted in shared memory and added to global
-// memory once per CTA: every token draws its other slots from the blocks
-// before it, so the low blocks' counters (a few cache lines) get most of the
-// atomics, which L2 would serialize whatever the number of heads.
+// found lanes to share with). Blocks up to BINS past the first block of the
+// (at most two) KV heads a CTA's rows belong to are counted in shared memory
+// and added to global memory once per CTA: every token draws its other slots
+// from the blocks before it, so the low blocks' counters (a few cache lines)
+// get most of the atomics, which L2 would serialize whatever the number of
+// heads.
 #include "sel_common.cuh"
 #include "sel_index_scan.cuh"
 
@@ -34,31 +35,27 @@ __device__ __forceinline__ int first_head(const fsa_sel_params &p) {
     return (int)((long long)blockIdx.x * blockDim.x / p.tc);
 }
 
-__device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
+// The row's slots and the first segment of its sequence; returns the token's
+// own block. The scatter stops here: the count stored the mask (the slot rule
+// below is most of a row's instructions).
+__device__ __forceinline__ int load_slots(Row &row, const fsa_sel_params &p, long long r) {
     const int h = (int)(r / p.tc);
     const long long t = p.t0 + (r - (long long)h * p.tc);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int own_block = (int)((t - sb.start) / BK);
     const int *src = view_row<const int>(p.topk, t, h);
     row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
-    row.mask = 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
+    return (int)((t - sb.start) / BK);
+}
+
+// load_slots, then the row's valid slots.
+__device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
+    const int own_block = load_slots(row, p, r);
+    row.mask = 0;
 #pragma unroll
     for (int s = 0; s < TOPK; s++)
         if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
-}
-
-// The scatter's row: load_row without the slot rule (the count stored the
-// mask it made), which is most of load_row's instructions.
-__device__ __forceinline__ void load_slots(Row &row, const fsa_sel_params &p, long long r) {
-    const int h = (int)(r / p.tc);
-    const long long t = p.t0 + (r - (long long)h * p.tc);
-    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int *src = view_row<const int>(p.topk, t, h);
-    row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
-#pragma unroll
-    for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
 }
 
 // The counters of the CTA's rows: bin_seg[i] is the global counter of the
