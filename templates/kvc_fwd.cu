@@ -258,8 +258,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
     int tile;
     const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
-    // TMA: the page entries of the guessed slots' blocks, in flight through the union.
-    const int early_page = decode_guess_page<K, BK, PAGE, TMA>(guess, p);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     // The CTAs of a split (sequence, KV head) take equal runs of its shares.
@@ -293,8 +291,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    const bool early = decode_pages_early<K, BK, TMA>(guess, b, t0, ntok);  // CTA-uniform
-    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok, early, early_page);
+    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
@@ -323,8 +320,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const int chunk = (n_union + nsplit - 1) / nsplit;
         paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, min(n_union, cta * per_cta * chunk),
                                     min(n_union, (cta + 1) * per_cta * chunk),
-                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES,
-                                    0, early ? sh.sel.cand : nullptr);
+                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
     }
     __syncthreads();
     const volatile ShareLoop &loop = sh.loop;

@@ -174,29 +174,6 @@ __device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, lon
     return g;
 }
 
-// Whether a decode tile's pages can come from its guessed top-k slots
-// (decode_guess_page): tensor-map stages of one block each, the slots in the
-// union warp (K <= 32), the guess confirmed (as in decode_guess_use).
-template <int K, int BK, bool TMA>
-__device__ __forceinline__ bool decode_pages_early(const DecodeGuess &g, int b, long long t0, int ntok) {
-    return TMA && BK == KVC_STAGE && K <= 32 && g.b == b && t0 == b && ntok == 1;
-}
-
-// The page-table entry of the block in this thread's guessed top-k slot
-// (thread s < K: slot s), read as soon as the slot is known (after the tile
-// lookup) rather than after the union: the union warp's lane s then writes
-// it beside the block's place in the union (select_union_one), and the run's
-// page ring is filled from there without a table read. -1 where there is no
-// guess, no slot, or the block's page is past the table row (as
-// paged_slot_fetch). The slot is as read: any value stays inside the row.
-template <int K, int BK, int PAGE, bool TMA>
-__device__ __forceinline__ int decode_guess_page(const DecodeGuess &g, const fsa_kvc_params &p) {
-    constexpr int BPP = PAGE % BK == 0 ? PAGE / BK : 1;  // blocks per page (tensor maps: PAGE a multiple of 64)
-    if (!TMA || BK != KVC_STAGE || PAGE % BK != 0 || K > 32 || g.b < 0 || threadIdx.x >= K || g.slot < 0) return -1;
-    const int slot = g.slot / BPP;
-    return slot < p.max_pages ? __ldg((const int *)p.block_table + g.b * p.bt_stride + slot) : -1;
-}
-
 // Returns the cached length of sequence b; sel as select_load leaves it.
 template <int K, int TPT>
 __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel, const DecodeGuess &g,
@@ -225,12 +202,9 @@ __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 
 // its slots once; a slot is valid when its block is in range and no earlier
 // slot holds it (found by shuffles, not by re-reading the row), and a valid
 // block's place in the union is the number of valid blocks below it: the same
-// union and masks as the general path. With `early` (decode_pages_early),
-// lane s's decode_guess_page value goes to sel.cand at its block's place
-// (the candidates are dead by then): sel.cand[u] is union block u's page entry.
+// union and masks as the general path.
 template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel, bool early = false,
-                                                int early_page = -1) {
+__device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
     static_assert(K <= 64, "two slots per lane");
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
@@ -258,7 +232,6 @@ __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel
             if (v[i] >= 0) {
                 sel.blocks[rank[i]] = v[i];
                 sel.masks[rank[i]] = 1u;
-                if (early && i == 0) sel.cand[rank[i]] = early_page;  // K <= 32: slot `lane` is this thread's
             }
         const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
         if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
@@ -268,9 +241,8 @@ __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel
 }
 
 template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok, bool early = false,
-                                            int early_page = -1) {
-    if (ntok == 1) return select_union_one<K, TPT, BK>(sel, early, early_page);
+__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
+    if (ntok == 1) return select_union_one<K, TPT, BK>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
@@ -399,12 +371,10 @@ struct PagedStreamShared {
 // when the stage has no key (past the run, past the sequence, past the table
 // row, or a number that is not a page of the cache). Every row of a stage
 // lies in one page (fsa_kvc_tma_fits), so its first key's entry serves all.
-// known (blocks of one stage only): union block u's table entry, already
-// read (decode_guess_page), instead of the table.
 template <int BK, int PAGE>
 __device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_params &p, const int *blocks, int u_run,
                                                   int u_end, const int *table, int seq_len, int first, int count,
-                                                  int t0 = 0, const int *known = nullptr) {
+                                                  int t0 = 0) {
     constexpr int SPB = BK / KVC_STAGE;  // stages per block
     const int t = (int)threadIdx.x - t0;
     if (t < 0 || t >= count) return;
@@ -412,11 +382,7 @@ __device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_para
     int page = -1;
     if (u < u_end) {
         const int j = blocks[u] * BK + (r % SPB) * KVC_STAGE;
-        if (j < seq_len) {
-            const PagedSlot s =
-                known && SPB == 1 ? PagedSlot{known[u], 0} : paged_slot_fetch<PAGE>(table, p.max_pages, j);
-            page = paged_slot_checked(s, p.num_pages).page;
-        }
+        if (j < seq_len) page = paged_slot_checked(paged_slot_fetch<PAGE>(table, p.max_pages, j), p.num_pages).page;
     }
     pages[r % KVC_RUN_PAGES] = page;
 }
