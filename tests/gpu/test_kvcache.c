@@ -54,6 +54,8 @@ static const kvc_case cases[] = {
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
     /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
     {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
+    /* Tiles of 64 rows (warpgroup products on sm_90a tensor maps): decode at G 64, HND pages. */
+    {"bf16_d128_g64_decode_hnd",     BF, 128, 64, 1,  64,  16, 64,  {{1, 3000}, {1, 0}, {2, 500}, {1, 64}, {1, 30000}}, 5, KVC_TOPK_THK, 1, 1, 1, 0},
     /* Tiles of 48 and 64 rows with their own selections (warpgroup products on sm_90a tensor maps). Keep it last. */
     {"f16_d128_g16_qlen4_page64",    HF, 128, 32, 2,  64,  16, 64,  {{4, 3000}, {3, 500}, {4, 64}, {1, 100}, {8, 1000}, {4, 0}}, 6, KVC_TOPK_HTK, 0, 1, 1, 0},
 };
@@ -258,11 +260,12 @@ static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
  * twice in a row, and the row-copy path against the reference too (not bit
  * for bit: the products round differently). Case 9: bf16, a selection shared
  * by the tokens, HND pages, 3 to 8 tokens; the last case: f16, own
- * selections, top-k lengths and junk, 3, 4 and 8 tokens. */
+ * selections, top-k lengths and junk, 3, 4 and 8 tokens; and bf16 G 64
+ * decode (every token a 64-row tile) on HND pages. */
 static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **state)
 {
     (void)state;
-    const size_t cis[] = {9, N_CASES - 1};
+    const size_t cis[] = {9, N_CASES - 1, N_CASES - 2};
     for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
         const size_t ci = cis[k];
         kvc_problem p;
