@@ -18,7 +18,7 @@ import threading
 
 import torch
 
-from . import _lib
+from . import _fast, _lib
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"fsa_jit.selected_attention needs torch 2.4 or newer (torch.library.custom_op); this is {torch.__version__}")
@@ -239,6 +239,7 @@ def set_tuning(mode):
     if mode not in _lib.TUNE_MODES:
         raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' or None")
     _tune = mode
+    _fast.invalidate()  # its entries hold plans of the previous mode
 
 
 def _context(lib, device_index, validate=False):
@@ -291,6 +292,7 @@ def clear_plans():
     """
     lib = _lib._library
     with _lock:
+        _fast.invalidate()
         plans = list(_plans.values())
         _plans.clear()
         if lib is not None:
@@ -469,6 +471,11 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     respect to q, k and v; lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
+    # Plain eager calls of a known shape skip the operator's dispatch and the per-shape work (_fast.py).
+    out = _fast.selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm,
+                                   topk_layout, workspace_limit, validate)
+    if out is not None:
+        return out if return_lse else out[0]
     layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
     limit = _lib.parse_workspace_limit(workspace_limit)
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
