@@ -113,12 +113,18 @@ lse = torch.empty((HQ, T), dtype=torch.float32, device=dev)
 ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=dev)
 
 
-def build_args():
-    _, fields = attention._fwd_args(q, k, v, o, topk, layout, cu, lse, T)
-    return _lib.fsa_fwd_args(workspace=ws.data_ptr(), workspace_bytes=nbytes, **fields)
+def view(t):
+    return _lib.fsa_tensor(t.data_ptr(), t.stride(0), t.stride(1))
 
 
-row("_fwd_args + fsa_fwd_args(...) (ctypes structure)", build_args)
+def build_args():  # as main's operator built it per call
+    return _lib.fsa_fwd_args(total_tokens=T, batch=1, max_seqlen=T, q=view(q), k=view(k), v=view(v), o=view(o),
+                             topk=_lib.fsa_tensor(topk.data_ptr(), topk.stride(1), topk.stride(0)),
+                             cu_seqlens=cu.data_ptr(), lse=lse.data_ptr(), workspace=ws.data_ptr(),
+                             workspace_bytes=nbytes)
+
+
+row("fsa_fwd_args(...) (ctypes structure, field by field)", build_args)
 a = build_args()
 stream = torch.cuda.current_stream(dev).cuda_stream
 row("libfsa fsa_selected_attention_fwd alone (C call, enqueue)",

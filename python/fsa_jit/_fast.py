@@ -14,7 +14,8 @@ torch.compile tracing, no dispatch or function mode, no functorch transform, par
 types (int, float, str, bool, None). Everything else, and every call whose tensors libfsa cannot read
 in place, goes through the custom operator as before, so torch.compile, fake tensors and CUDA graphs of
 compiled code see the operator. A call of the fast path is itself graph-capturable: no host
-synchronization, allocations from the caching allocator, the current stream.
+synchronization, allocations from the caching allocator, the current stream. The operators' bodies use
+the same entries (op_entry), so compiled code also skips the per-call structure building.
 
 The cache holds what check_arguments decided for the key: every check whose result could differ for
 another call is either part of the key or repeated per call.
@@ -74,8 +75,8 @@ def _plain(x):
 
 
 def _modes_active():
-    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active())
+    return (torch._C._len_torch_dispatch_stack() > 0 or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active())
 
 
 class _Entry:
@@ -127,72 +128,68 @@ class _Entry:
         return n
 
     def forward(self, q, k, v, topk_idx, cu_seqlens, batch, max_seqlen):
-        """(o, lse), or None when the call must go through the operator (the cached workspace size
-        is too small: a tuning measurement changed the plan's choice)."""
+        """(o, lse): the tensors must have the key's shapes and strides, 16-byte aligned."""
         o = torch.empty((self.t_len, self.hq, self.dv), dtype=self.dtype, device=self.device)
         lse = torch.empty((self.hq, self.t_len), dtype=torch.float32, device=self.device)
-        nbytes = self._ws_bytes(batch, False)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
-        ws_ptr = ws.data_ptr() if nbytes else 0
-        u = self.fwd_u64
-        i = _FWD_PTRS
-        with self.lock:
-            self.fwd_i32[_FWD_BATCH] = batch
-            self.fwd_i32[_FWD_BATCH + 1] = max_seqlen
-            u[i[0]] = q.data_ptr()
-            u[i[1]] = k.data_ptr()
-            u[i[2]] = v.data_ptr()
-            u[i[3]] = o.data_ptr()
-            u[i[4]] = topk_idx.data_ptr()
-            u[i[5]] = cu_seqlens.data_ptr()
-            u[i[6]] = lse.data_ptr()
-            u[i[7]] = ws_ptr
-            u[i[8]] = nbytes
-            st = self.lib.fsa_selected_attention_fwd(self.plan.handle, self.fwd_ref, _raw_stream(self.index))
-        if st != _lib.FSA_STATUS_OK:
-            if st == _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
-                self.ws_fwd.clear()
-                return None
-            self.lib.check(st, "fsa_selected_attention_fwd")
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), topk_idx.data_ptr(), cu_seqlens.data_ptr(),
+                lse.data_ptr())
+        for _ in range(2):
+            nbytes = self._ws_bytes(batch, False)
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
+            u = self.fwd_u64
+            with self.lock:
+                self.fwd_i32[_FWD_BATCH] = batch
+                self.fwd_i32[_FWD_BATCH + 1] = max_seqlen
+                for slot, ptr in zip(_FWD_PTRS, ptrs):
+                    u[slot] = ptr
+                u[_FWD_PTRS[7]] = ws.data_ptr() if nbytes else 0
+                u[_FWD_PTRS[8]] = nbytes
+                st = self.lib.fsa_selected_attention_fwd(self.plan.handle, self.fwd_ref, _raw_stream(self.index))
+            if st != _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
+                break
+            self.ws_fwd.clear()  # a tuning measurement changed the plan's choice since the size was cached
+        self.lib.check(st, "fsa_selected_attention_fwd")
         return o, lse
 
     def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen):
-        """(dq, dk, dv), or None as forward()."""
+        """(dq, dk, dv), or None when the plan has no backward kernels. q, k, v and topk_idx as the key
+        says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous."""
         from . import attention
 
         if not self.plan.backward:
-            return None  # the operator raises the clear error
+            return None
         self.lib.require_backward()
-        dout = attention._kernel_ready(dout)
         dq = torch.empty(q.shape, dtype=q.dtype, device=self.device)
         dk = torch.empty(k.shape, dtype=k.dtype, device=self.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=self.device)
-        nbytes = self._ws_bytes(batch, True)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
-        ws_ptr = ws.data_ptr() if nbytes else 0
-        with self.lock:
-            if self.bwd is None:
-                self.views.update(dq=attention._head_strides(dq), dk=attention._head_strides(dk),
-                                  dv=attention._head_strides(dv))
-                self.bwd = self._struct(_lib.fsa_bwd_args, "q", "k", "v", "o", "topk", "dq", "dk", "dv")
-                self.bwd_u64 = memoryview(self.bwd).cast("B").cast("Q")
-                self.bwd_i32 = memoryview(self.bwd).cast("B").cast("i")
-                self.bwd_ref = ctypes.byref(self.bwd)
-            self.bwd.dout.token_stride, self.bwd.dout.head_stride = attention._head_strides(dout)
-            u = self.bwd_u64
-            i = _BWD_PTRS
-            self.bwd_i32[_BWD_BATCH] = batch
-            self.bwd_i32[_BWD_BATCH + 1] = max_seqlen
-            for slot, t in zip(i, (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)):
-                u[slot] = t.data_ptr()
-            u[i[11]] = ws_ptr
-            u[i[12]] = nbytes
-            st = self.lib.fsa_selected_attention_bwd(self.plan.handle, self.bwd_ref, _raw_stream(self.index))
-        if st != _lib.FSA_STATUS_OK:
-            if st == _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
-                self.ws_bwd.clear()
-                return None
-            self.lib.check(st, "fsa_selected_attention_bwd")
+        ptrs = [t.data_ptr() for t in (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)]
+        o_view, dout_view = attention._head_strides(o), attention._head_strides(dout)
+        for _ in range(2):
+            nbytes = self._ws_bytes(batch, True)
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
+            with self.lock:
+                if self.bwd is None:
+                    self.views.update(dq=attention._head_strides(dq), dk=attention._head_strides(dk),
+                                      dv=attention._head_strides(dv))
+                    self.bwd = self._struct(_lib.fsa_bwd_args, "q", "k", "v", "topk", "dq", "dk", "dv")
+                    self.bwd_u64 = memoryview(self.bwd).cast("B").cast("Q")
+                    self.bwd_i32 = memoryview(self.bwd).cast("B").cast("i")
+                    self.bwd_ref = ctypes.byref(self.bwd)
+                b = self.bwd
+                b.o.token_stride, b.o.head_stride = o_view
+                b.dout.token_stride, b.dout.head_stride = dout_view
+                u = self.bwd_u64
+                self.bwd_i32[_BWD_BATCH] = batch
+                self.bwd_i32[_BWD_BATCH + 1] = max_seqlen
+                for slot, ptr in zip(_BWD_PTRS, ptrs):
+                    u[slot] = ptr
+                u[_BWD_PTRS[11]] = ws.data_ptr() if nbytes else 0
+                u[_BWD_PTRS[12]] = nbytes
+                st = self.lib.fsa_selected_attention_bwd(self.plan.handle, self.bwd_ref, _raw_stream(self.index))
+            if st != _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
+                break
+            self.ws_bwd.clear()
+        self.lib.check(st, "fsa_selected_attention_bwd")
         return dq, dk, dv
 
 
@@ -212,11 +209,7 @@ class _Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, topk_idx, cu_seqlens, entry, batch, max_seqlen):
-        out = entry.forward(q, k, v, topk_idx, cu_seqlens, batch, max_seqlen)
-        if out is None:
-            out = torch.ops.fsa_jit.selected_attention_fwd(q, k, v, topk_idx, cu_seqlens, *_op_args(entry, max_seqlen),
-                                                           True, entry.op_call[5])
-        o, lse = out
+        o, lse = entry.forward(q, k, v, topk_idx, cu_seqlens, batch, max_seqlen)
         ctx.save_for_backward(q, k, v, o, lse, topk_idx, cu_seqlens)
         ctx.entry, ctx.batch, ctx.max_seqlen = entry, batch, max_seqlen
         ctx.mark_non_differentiable(lse)
@@ -229,8 +222,11 @@ class _Function(torch.autograd.Function):
         e = ctx.entry
         out = None
         if e.gen == _generation[0]:  # else clear_plans() destroyed the entry's plan since the forward
+            from . import attention
+
+            do = attention._kernel_ready(do)
             out = e.backward(do, q, k, v, o, lse, topk_idx, cu_seqlens, ctx.batch, ctx.max_seqlen)
-        if out is None:
+        if out is None:  # the operator makes the plan again, or raises the clear error
             out = torch.ops.fsa_jit.selected_attention_bwd(do, q, k, v, o, lse, topk_idx, cu_seqlens,
                                                            *_op_args(e, ctx.max_seqlen), e.op_call[5])
         dq, dk, dv = out
@@ -246,6 +242,8 @@ def _op_args(e, max_seqlen):
 def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm,
                        topk_layout, workspace_limit, validate):
     """(o, lse) through the fast path, or None: the caller then goes through the custom operator."""
+    if torch.compiler.is_compiling():  # first: dynamo folds it, and traces nothing below
+        return None
     if not (_plain(q) and _plain(k) and _plain(v) and _plain(topk_idx) and _plain(cu_seqlens)):
         return None
     if not (type(block_size) is int and (scale is None or type(scale) is float) and type(algorithm) is str
@@ -296,10 +294,25 @@ def _make_entry(key, q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqle
                                              algorithm, topk_layout)
     if q.shape[0] == 0 or not _in_place(q, k, v, topk_idx):
         return None
-    e = _Entry(_lib.get(), q, k, v, topk_idx, layout, algo, block_size, scale, limit, validate,
-               needs_backward)
+    return _insert(key, _Entry(_lib.get(), q, k, v, topk_idx, layout, algo, block_size, scale, limit, validate,
+                               needs_backward))
+
+
+def _insert(key, e):
     with _lock:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
         _entries[key] = e
+    return e
+
+
+def op_entry(q, k, v, topk_idx, block_size, scale, algo, layout, limit, backward, validate):
+    """The entry the custom operators use (their arguments were checked by selected_attention; tensors
+    already made readable in place): the plan, the structures and workspace sizes of the key."""
+    key = ("op", q.shape, k.shape, v.shape, topk_idx.shape, q.stride(), k.stride(), v.stride(), topk_idx.stride(),
+           q.dtype, q.device, block_size, scale, algo, layout, limit, backward, validate)
+    e = _entries.get(key)
+    if e is None or e.gen != _generation[0]:
+        e = _insert(key, _Entry(_lib.get(), q, k, v, topk_idx, layout, algo, block_size, scale, limit, validate,
+                                backward))
     return e

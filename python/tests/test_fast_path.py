@@ -30,6 +30,14 @@ class FakeLib:
                              for name in ("q", "k", "v", "o", "topk")} | {"handle": handle})
         return self.status
 
+    def fsa_selected_attention_bwd(self, handle, ref, stream):
+        a = ref._obj
+        self.calls.append({"bwd": True, "handle": handle, "batch": a.batch, "max_seqlen": a.max_seqlen,
+                           "lse": a.lse, "workspace_bytes": a.workspace_bytes}
+                          | {name: (getattr(a, name).ptr, getattr(a, name).token_stride, getattr(a, name).head_stride)
+                             for name in ("q", "k", "v", "o", "dout", "dq", "dk", "dv", "topk")})
+        return self.status
+
     def check(self, status, function=None):
         if status:
             raise _lib.FsaError(status, "FAKE", "fake failure", function)
@@ -39,9 +47,9 @@ class FakeLib:
 
 
 class FakePlan:
-    def __init__(self, n):
+    def __init__(self, n, backward=False):
         self.handle = 1000 + n
-        self.backward = False
+        self.backward = backward
 
     def workspace_bytes(self, lib, total_tokens, batch, backward=False):
         return 256 * batch
@@ -59,7 +67,7 @@ def fake(monkeypatch):
 
     def get_plan(*args, **kwargs):
         counts["plan"] += 1
-        return FakePlan(counts["plan"])
+        return FakePlan(counts["plan"], backward=args[11])
 
     monkeypatch.setattr(_lib, "get", lambda: lib)
     monkeypatch.setattr(attention, "check_arguments", check_on_cpu)
@@ -198,3 +206,49 @@ def test_fake_tensors_subclasses_and_odd_parameter_types_take_the_operator(fake)
 
     with FakeTensorMode():
         assert fast(problem()) is None
+
+
+def test_the_operator_reuses_its_entry_and_writes_each_calls_pointers(fake):
+    lib, counts = fake
+    p = problem()
+    args = (p["q"], p["k"], p["v"], p["topk_idx"], p["cu_seqlens"], 16, 0.0, 24, 0, "hkt", 0, False, False)
+    o1, _ = torch.ops.fsa_jit.selected_attention_fwd(*args)
+    p2 = problem()
+    o2, lse2 = torch.ops.fsa_jit.selected_attention_fwd(p2["q"], p2["k"], p2["v"], p2["topk_idx"], p2["cu_seqlens"],
+                                                        *args[5:])
+    assert counts["plan"] == 1 and counts["check"] == 0  # the operator trusts its caller's checks
+    c1, c2 = lib.calls
+    assert c1["o"][0] == o1.data_ptr() and c2["o"][0] == o2.data_ptr() and c2["lse"] == lse2.data_ptr()
+    assert c2["q"][0] == p2["q"].data_ptr() and c2["max_seqlen"] == 24 and c2["batch"] == 2
+    # A view libfsa cannot read in place is copied inside the operator: the copy's pointer and strides.
+    q = torch.randn(40, 4, 64).bfloat16()[..., ::2]
+    torch.ops.fsa_jit.selected_attention_fwd(q, *args[1:])
+    c3 = lib.calls[-1]
+    assert c3["q"][0] != q.data_ptr() and c3["q"][1:] == (128, 32) and counts["plan"] == 1  # same key as p's
+
+
+def test_a_call_the_fast_path_leaves_goes_through_the_operator(fake):
+    lib, counts = fake
+    fsa_jit.selected_attention(**problem(), scale=1)  # an int scale: the operator (valid all the same)
+    assert counts == {"check": 1, "plan": 1} and len(lib.calls) == 1
+    assert not [key for key in _fast._entries if key[0] != "op"]
+
+
+def test_the_backward_writes_its_own_pointers_and_survives_clear_plans(fake, monkeypatch):
+    lib, counts = fake
+    monkeypatch.setattr(_lib, "_library", None)
+    p = problem()
+    xs = [p[n].requires_grad_() for n in ("q", "k", "v")]
+    o, lse = fsa_jit.selected_attention(**p, return_lse=True, max_seqlen=24)
+    assert o.grad_fn is not None and not lse.requires_grad
+    do = torch.randn(40, 4, 64).bfloat16()[..., ::2]  # a gradient libfsa cannot read in place: copied
+    dq, dk, dv = torch.autograd.grad(o, xs, do)
+    fwd, bwd = lib.calls
+    assert bwd["bwd"] and bwd["handle"] == fwd["handle"] and (bwd["batch"], bwd["max_seqlen"]) == (2, 24)
+    assert bwd["o"][0] == o.data_ptr() and bwd["lse"] == lse.data_ptr() and bwd["q"][0] == p["q"].data_ptr()
+    assert bwd["dq"][0] == dq.data_ptr() and bwd["dv"][0] == dv.data_ptr() and bwd["dout"][1:] == (128, 32)
+    assert bwd["dout"][0] != do.data_ptr()
+    o = fsa_jit.selected_attention(**p)
+    attention.clear_plans()  # between the forward and its backward: the operator makes the plan again
+    torch.autograd.grad(o, xs[:1], torch.ones_like(o))
+    assert counts["plan"] == 2 and lib.calls[-1]["bwd"] and lib.calls[-1]["handle"] == 1002
