@@ -114,3 +114,11 @@ def test_only_q_requiring_grad(library, monkeypatch):
         o2 = fsa_jit.selected_attention(**inputs)
         (dq2,) = torch.autograd.grad(o2, (inputs["q"],), do)
     same_bits((o, dq), (o2, dq2))
+
+
+def test_a_known_shape_on_another_device_is_checked_again(library):
+    inputs, _ = make(CASES[0], seed=15, requires_grad=False)
+    fsa_jit.selected_attention(**inputs)
+    for name in ("cu_seqlens", "topk_idx", "v"):
+        with pytest.raises(ValueError, match=f"{name} must be a CUDA tensor"):
+            fsa_jit.selected_attention(**{**inputs, name: inputs[name].cpu()})
