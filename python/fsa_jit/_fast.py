@@ -70,10 +70,6 @@ _BWD_BATCH = _lib.fsa_bwd_args.batch.offset // 4
 assert _lib.fsa_fwd_args.max_seqlen.offset == _lib.fsa_fwd_args.batch.offset + 4
 
 
-def _plain(x):
-    return type(x) is torch.Tensor
-
-
 def _modes_active():
     return (torch._C._len_torch_dispatch_stack() > 0 or torch._C._is_torch_function_mode_enabled()
             or torch._C._are_functorch_transforms_active())
@@ -244,18 +240,22 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seq
     """(o, lse) through the fast path, or None: the caller then goes through the custom operator."""
     if torch.compiler.is_compiling():  # first: dynamo folds it, and traces nothing below
         return None
-    if not (_plain(q) and _plain(k) and _plain(v) and _plain(topk_idx) and _plain(cu_seqlens)):
-        return None
+    T = torch.Tensor
+    if not (type(q) is T and type(k) is T and type(v) is T and type(topk_idx) is T and type(cu_seqlens) is T):
+        return None  # a subclass (fake tensors, DTensor, Parameter ...) or not a tensor
     if not (type(block_size) is int and (scale is None or type(scale) is float) and type(algorithm) is str
             and (max_seqlen is None or type(max_seqlen) is int) and type(validate) is bool
             and (topk_layout is None or type(topk_layout) is str)):
         return None
     if _modes_active():
         return None
-    try:
-        limit = _lib.parse_workspace_limit(workspace_limit)
-    except (TypeError, ValueError):
-        return None  # the operator path raises it, after the checks that come first
+    if workspace_limit is None:
+        limit = 0
+    else:
+        try:
+            limit = _lib.parse_workspace_limit(workspace_limit)
+        except (TypeError, ValueError):
+            return None  # the operator path raises it, after the checks that come first
     grads = q.requires_grad or k.requires_grad or v.requires_grad  # check_arguments' backward-only check
     needs_backward = grads and torch.is_grad_enabled()  # the operator runs without grad: decided here
     key = (q.shape, k.shape, v.shape, topk_idx.shape, q.stride(), k.stride(), v.stride(), topk_idx.stride(),
