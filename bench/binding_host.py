@@ -18,6 +18,7 @@ ap.add_argument("--python", default=str(Path(__file__).resolve().parents[1] / "p
 ap.add_argument("--T", default="8192,65536")
 ap.add_argument("--G", default="1,4,16")
 ap.add_argument("--limits", default="default,unlimited")
+ap.add_argument("--reps", type=int, default=15, help="calls started on an idle GPU (medians)")
 opts = ap.parse_args()
 
 import torch  # noqa: E402
@@ -43,7 +44,7 @@ for T in [int(x) for x in opts.T.split(",")]:
             torch.cuda.synchronize()
             host, ev = [], []
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            for _ in range(15):
+            for _ in range(opts.reps):
                 torch.cuda.synchronize(); s.record(); t0 = time.perf_counter(); f(); t1 = time.perf_counter(); e.record(); e.synchronize()
                 host.append((t1 - t0) * 1e3); ev.append(s.elapsed_time(e))
             # back to back (GPU never idle): per-call device-bound time

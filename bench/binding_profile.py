@@ -1,7 +1,8 @@
 """Where the host time of one selected_attention call through the PyTorch binding goes: the whole call and
 its pieces (argument checks, the custom operator, allocations, the stream and device lookups, the ctypes
 structure, libfsa's own C call), each timed alone with the GPU idle at the start (synchronized before
-each repeat, median of 60), then a cProfile of 60 calls. Standard problem (bf16, Hq 32, D 128, BK 64,
+each repeat, median of 60; what the call returns is freed after the timer stops), then with --cprofile
+a cProfile of 60 calls. Standard problem (bf16, Hq 32, D 128, BK 64,
 K 16), default cap.
 
     FSA_LIBRARY=build/libfsa.so python3 bench/binding_profile.py --python python --T 8192 --G 4
@@ -22,6 +23,7 @@ p.add_argument("--python", required=True)
 p.add_argument("--T", type=int, default=8192)
 p.add_argument("--G", type=int, default=4)
 p.add_argument("--reps", type=int, default=60)
+p.add_argument("--cprofile", action="store_true", help="also a cProfile of the forward calls")
 args = p.parse_args()
 sys.path.insert(0, args.python)
 
@@ -54,8 +56,9 @@ def host_us(fn, reps=args.reps):
     for _ in range(reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter_ns()
-        fn()
+        r = fn()
         ts.append((time.perf_counter_ns() - t0) / 1e3)
+        del r  # freeing the outputs (and an autograd graph) is not timed
     torch.cuda.synchronize()
     return statistics.median(ts), min(ts)
 
@@ -130,6 +133,38 @@ stream = torch.cuda.current_stream(dev).cuda_stream
 row("libfsa fsa_selected_attention_fwd alone (C call, enqueue)",
     lambda: lib.fsa_selected_attention_fwd(plan.handle, ctypes.byref(a), stream))
 
+grad_plan = attention._get_plan(lib, dev.index, q.dtype, D, HQ, hkv, BK, K, 0.0, 0, 0, True, False, D)
+row("libfsa fsa_selected_attention_fwd alone, backward plan",
+    lambda: lib.fsa_selected_attention_fwd(grad_plan.handle, ctypes.byref(a), stream))
+if lib.has_backward:
+    nb = grad_plan.workspace_bytes(lib, T, 1, backward=True)
+    wsb = torch.empty(max(nb, 1), dtype=torch.uint8, device=dev)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    b = _lib.fsa_bwd_args(total_tokens=T, batch=1, max_seqlen=T, q=view(q), k=view(k), v=view(v), o=view(o),
+                          dout=view(do), dq=view(dq), dk=view(dk), dv=view(dv),
+                          topk=_lib.fsa_tensor(topk.data_ptr(), topk.stride(1), topk.stride(0)),
+                          cu_seqlens=cu.data_ptr(), lse=lse.data_ptr(), workspace=wsb.data_ptr(), workspace_bytes=nb)
+    row("libfsa fsa_selected_attention_bwd alone (C call, enqueue)",
+        lambda: lib.fsa_selected_attention_bwd(grad_plan.handle, ctypes.byref(b), stream))
+
+
+class Empty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, topk, cu, e, batch, max_seqlen):
+        ctx.save_for_backward(q, k, v, topk, cu)
+        return q.new_empty(1), q.new_empty(1)
+
+    @staticmethod
+    def backward(ctx, g, _g2):
+        return (None,) * 8
+
+
+row("an empty autograd.Function.apply (same arguments)", lambda: Empty.apply(qg, kg, vg, topk, cu, None, 1, T))
+row("  with autograd.grad through it (engine round trip)",
+    lambda: torch.autograd.grad(Empty.apply(qg, kg, vg, topk, cu, None, 1, T)[0], (qg,), torch.ones(1, device=dev),
+                                allow_unused=True))
+if not args.cprofile:
+    sys.exit(0)
 prof = cProfile.Profile()
 torch.cuda.synchronize()
 for _ in range(args.reps):
