@@ -121,8 +121,8 @@ __device__ __forceinline__ void wg_hold(float d[NJ][4]) {
                    : ACC                                                                                       \
                    : "l"(a), "l"(b), "r"(scale_d));                                                            \
     }
-#define FSA_WG_RS_T(TY, N, NJ, REGS, ACC, SC, TAIL)                                                           \
-    __device__ __forceinline__ void wg_mma_rs_t(dtype_##TY, float (&d)[NJ][4], const u32 a[4], u64 b,        \
+#define FSA_WG_RS_T(TY, N, NJ, REGS, ACC, SC, TAIL, NAME)                                                     \
+    __device__ __forceinline__ void NAME(dtype_##TY, float (&d)[NJ][4], const u32 a[4], u64 b,               \
                                                 int scale_d) {                                                 \
         FSA_WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, " SC ", 0;\n"                                              \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " REGS ", " TAIL ";\n}\n"   \
@@ -139,10 +139,13 @@ FSA_WG_SS(wg_mma_ss, f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 
 FSA_WG_SS(wg_mma_ss_tt, bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 1, 1")
 FSA_WG_SS(wg_mma_ss_tt, f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%34", "%32, %33, p, 1, 1, 1, 1")
 // rs: A registers, B descriptor, then scale-d p, scale-a, scale-b 1, B transposed.
-FSA_WG_RS_T(bf16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, 1")
-FSA_WG_RS_T(bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1")
-FSA_WG_RS_T(f16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, 1")
-FSA_WG_RS_T(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1")
+FSA_WG_RS_T(bf16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, 1", wg_mma_rs_t)
+FSA_WG_RS_T(bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1", wg_mma_rs_t)
+FSA_WG_RS_T(f16, 32, 4, FSA_WG_D16, FSA_WG_ACC16, "%21", "{%16, %17, %18, %19}, %20, p, 1, 1, 1", wg_mma_rs_t)
+FSA_WG_RS_T(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1", wg_mma_rs_t)
+// rs with B K-major (not transposed: N x 16 stored as N rows, e.g. K rows of Q K^T with Q in registers).
+FSA_WG_RS_T(bf16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 0", wg_mma_rs)
+FSA_WG_RS_T(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 0", wg_mma_rs)
 #undef FSA_WG_SS
 #undef FSA_WG_RS_T
 
@@ -163,6 +166,19 @@ __device__ __forceinline__ void wg_mma_abt(float (&d)[N / 8][4], u32 a_tile, u32
     for (int kd = 0; kd < K / 16; kd++)
         wg_mma_ss(DT(), d, wg_desc_add(a0, (u32)((kd >> 2) * A_ROWS * 128 + (kd & 3) * 32)),
                   wg_desc_add(b0, (u32)((kd >> 2) * N * 128 + (kd & 3) * 32)), ACCUMULATE || kd > 0);
+}
+
+// The same with A in registers (a[kd]: the mma.sync A fragments of the
+// warp's 16 rows, columns 16 kd .. 16 kd + 15, e.g. query rows kept from an
+// ldmatrix), B a K-major swizzled tile of N = 64 rows; d = A B^T (the first
+// step overwrites d). Fences, then issues; the caller commits and waits.
+template <class DT, int K>
+__device__ __forceinline__ void wg_mma_abt_a_regs(float (&d)[8][4], const u32 a[K / 16][4], u32 b_tile) {
+    const u64 b0 = wg_desc_k(b_tile, 64, 0);
+    wg_fence();
+#pragma unroll
+    for (int kd = 0; kd < K / 16; kd++)
+        wg_mma_rs(DT(), d, a[kd], wg_desc_add(b0, (u32)((kd >> 2) * 64 * 128 + (kd & 3) * 32)), kd > 0);
 }
 
 // The warpgroup's 64 x 16KK probabilities in accumulator fragments (p[2 kk],

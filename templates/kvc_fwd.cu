@@ -22,6 +22,7 @@
 // are D wide, V and o DV wide. Launch shapes and shared memory: fsa_layout.cuh.
 #include "fsa_mma_sw.cuh"
 #include "fsa_softmax.cuh"
+#include "fsa_wgmma.cuh"
 #include "kvc_merge.cuh"
 
 using namespace fsa;
@@ -46,6 +47,14 @@ static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >
               "merge area fits in the K/V buffers");
 static_assert(!TMA || FSA_KVC_STAGES == 2, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
+// Tiles of more than 32 live rows (rte 4: G > 8 with several tokens, e.g. 4
+// speculative tokens at G 16) on tensor-map stages take each stage's 64 keys
+// in one step of warpgroup products (RowMath::stage_wg) instead of four
+// dependent 16-key chunks per warp: the four warps are one warpgroup, warp w
+// its rows 16w .. 16w + 15, as in the mma.sync path. Values up to 128 wide
+// (wider ones would spill the scores beside the output fragments).
+constexpr bool WG_TILES = TMA && RT == 4 && DV <= 128;
+static_assert(!WG_TILES || (WARPS == 4 && KVC_STAGE == 64), "one warpgroup over a stage of 64 keys");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
 
@@ -117,6 +126,34 @@ struct RowMath {
         if constexpr (TMA) mma_pv_sw<DT, DV / 8, KVC_STAGE>(o, s, v_addr);
         else mma_pv<DT, 1, DV / 8, LDV>(o, s, v_addr);
     }
+    // The stage's 64 keys at once for the tile's 64 rows (WG_TILES; every
+    // warp of the CTA together): S = Q K^T by warpgroup products with Q from
+    // registers, one online-softmax step over the 64 keys, O += P V by
+    // warpgroup products. k_tile, v_tile: the stage's swizzled K and V tiles.
+    // (A template, so that kernels without WG_TILES never instantiate the products.)
+    template <bool ON = WG_TILES>
+    __device__ __forceinline__ void stage_wg(const u32 (*qf)[4], u32 k_tile, u32 v_tile, const int *kpos,
+                                             const u32 *kmask, float scale_log2, int lane) {
+        if constexpr (ON) {
+            float s[KVC_STAGE / 8][4];
+            frag_zero<KVC_STAGE / 8>(s);
+            wg_mma_abt_a_regs<DT, D>(s, qf, k_tile);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<KVC_STAGE / 8>(s);
+            float alpha[2];
+            sm.step<KVC_STAGE / 8>(s, scale_log2, lane, [&](int col, int half) {
+                return (kmask[col] & tbit[half]) != 0u && kpos[col] <= tpos[half];
+            }, alpha);
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(o, alpha);
+            u32 pa[KVC_STAGE / 16][4];
+            wg_p_to_a<DT, KVC_STAGE / 16>(pa, s);
+            wg_mma_pv<DT, KVC_STAGE / 16, DV>(o, pa, v_tile);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<DV / 8>(o);
+        }
+    }
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
@@ -185,6 +222,9 @@ struct KeyMath {
         if (two) chunk_n<2>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
         else chunk_n<1>(qf, k_addr, v_addr, kpos, kmask, scale_log2, lane);
     }
+    // Never called: WG_TILES needs four row tiles, keys on the 16-row side have one.
+    template <bool ON = false>
+    __device__ __forceinline__ void stage_wg(const u32 (*)[4], u32, u32, const int *, const u32 *, float, int) {}
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         warp_merge_put_keys(wm, sm, o, kg, lane);
     }
@@ -261,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int rte = min(RT, live_rows <= 16 ? 1 : live_rows <= 32 ? 2 : 4);
     const int kge = WARPS / rte, rt = warp % rte, kg = warp / rte, key0 = kg * 16 * rte;
     const bool warp_live = rt * 16 < live_rows;  // warp-uniform: a tile past the tokens skips the math
+    const bool wg_tile = WG_TILES && rte == 4;    // CTA-uniform: every warp takes part in the products
     Math math;
     math.rows(rt, lane, ntok, pos0);
     const float scale_log2 = (float)p.scale_log2;
@@ -303,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
             cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
             if (TMA) wg_fence_async_smem();       // a later page copy overwrites the rows
             __syncthreads();
-            if (warp_live)
+            if (warp_live || wg_tile)
 #pragma unroll
                 for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++)
                     ldmatrix_x4(qf[kd], TMA ? sw128_step<ROWS>(q_addr, kd) : q_addr + kd * 32);
@@ -314,6 +355,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 
         for (int st = 0; st < in.n_stages; st++) {
             const int buf = in.acquire(st);
+            if (wg_tile) {
+                // Every warp clears all 64 V rows that are not keys (the same zeros), so
+                // its own fence covers what the warpgroup's product reads.
+                in.zero_missing(buf, 0, KVC_STAGE, lane);
+                math.stage_wg(qf, k_s + buf * K_STRIDE, v_s + buf * V_STRIDE, in.keypos(buf), in.keymask(buf),
+                              scale_log2, lane);
+                continue;
+            }
             if (!warp_live) continue;
             in.zero_missing(buf, key0, 16 * rte, lane);  // TMA: the V rows of non-keys this warp reads
             // The warp's keys of the stage, 16 at a time (one online-softmax step

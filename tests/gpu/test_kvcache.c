@@ -7,6 +7,7 @@
  * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16; value
  * head dims other than the query/key head dim (dv column). Then
  * batch invariance, the cluster and tensor-map paths against the plain ones,
+ * tiles of more than 32 rows (warpgroup products on tensor maps),
  * graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
  * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer), FSA_TEST_CASES
@@ -53,6 +54,10 @@ static const kvc_case cases[] = {
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
     /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
     {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
+    /* Tiles of 64 rows (warpgroup products on sm_90a tensor maps): decode at G 64, HND pages. */
+    {"bf16_d128_g64_decode_hnd",     BF, 128, 64, 1,  64,  16, 64,  {{1, 3000}, {1, 0}, {2, 500}, {1, 64}, {1, 30000}}, 5, KVC_TOPK_THK, 1, 1, 1, 0},
+    /* Tiles of 48 and 64 rows with their own selections (warpgroup products on sm_90a tensor maps). Keep it last. */
+    {"f16_d128_g16_qlen4_page64",    HF, 128, 32, 2,  64,  16, 64,  {{4, 3000}, {3, 500}, {4, 64}, {1, 100}, {8, 1000}, {4, 0}}, 6, KVC_TOPK_HTK, 0, 1, 1, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 4096 };
@@ -187,8 +192,8 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
 /* A plan of the case's descriptor made with the environment variable
  * `off` set to 0 (a path turned off), and the two plans' outputs on one
  * problem: both against the reference, and the same bits. */
-static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, size_t ci, const char *off, uint64_t seed,
-                                            const char *with_name, const char *without_name)
+static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, const kvc_case *c, const char *off,
+                                            uint64_t seed, const char *with_name, const char *without_name)
 {
     fsa_kvcache_plan *with = NULL, *without = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&with, g_ctx, d), FSA_STATUS_OK);
@@ -197,7 +202,7 @@ static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, size_t ci
     unsetenv(off);
     assert_int_equal(st, FSA_STATUS_OK);
     kvc_problem p;
-    kvc_problem_make(&p, &cases[ci], seed);
+    kvc_problem_make(&p, c, seed);
     kvc_problem_reference(&p);
     kvc_outputs a, b;
     run_and_check(with, &p, with_name, &a);
@@ -223,8 +228,8 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         for (int splits = 4; splits <= 8; splits *= 2) {
             fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
             d.splits = splits;
-            assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_CLUSTER", 500 + (uint64_t)splits, "cluster merge",
-                                            "workspace merge");
+            assert_path_gives_the_same_bits(&d, &cases[cis[k]], "FSA_KVC_CLUSTER", 500 + (uint64_t)splits,
+                                            "cluster merge", "workspace merge");
         }
 }
 
@@ -232,14 +237,56 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
  * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
  * copies each key row with cp.async. Same bits: decode and speculative tiles,
  * page 64 and 128, NHD and HND pages, rows on either side of the mma (the
- * NaN behind every non-key row of a page box must not reach the output). */
+ * NaN behind every non-key row of a page box must not reach the output).
+ * Tiles of more than 32 rows are left out: on tensor maps they take
+ * warpgroup products, which round differently (the next test). */
 static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
 {
     (void)state;
     const size_t cis[] = {3, 4, 9, 15}; /* G4 page 64; G4 page 128; G16 shared HND; G2 q_len 1..8 */
     for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
-        const fsa_kvcache_desc d = kvc_desc_of(&cases[cis[k]], MAX_BATCH, MAX_TOKENS);
-        assert_path_gives_the_same_bits(&d, cis[k], "FSA_KVC_TMA", 700 + k, "tensor-map copies", "row copies");
+        kvc_case c = cases[cis[k]];
+        const int max_q = 32 / (c.hq / c.hkv) > 0 ? 32 / (c.hq / c.hkv) : 1; /* tokens in 32 rows */
+        for (int b = 0; b < c.nseq; b++)
+            if (c.seqs[b].q_len > max_q) c.seqs[b].q_len = max_q;
+        const fsa_kvcache_desc d = kvc_desc_of(&c, MAX_BATCH, MAX_TOKENS);
+        assert_path_gives_the_same_bits(&d, &c, "FSA_KVC_TMA", 700 + k, "tensor-map copies", "row copies");
+    }
+}
+
+/* Tiles of more than 32 rows (G > 8, several tokens: speculative decoding at
+ * G 16) take each tensor-map stage in one step of warpgroup products on
+ * sm_90a (elsewhere the mma.sync path): against the reference, the same bits
+ * twice in a row, and the row-copy path against the reference too (not bit
+ * for bit: the products round differently). Case 9: bf16, a selection shared
+ * by the tokens, HND pages, 3 to 8 tokens; the last case: f16, own
+ * selections, top-k lengths and junk, 3, 4 and 8 tokens; and bf16 G 64
+ * decode (every token a 64-row tile) on HND pages. */
+static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **state)
+{
+    (void)state;
+    const size_t cis[] = {9, N_CASES - 1, N_CASES - 2};
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const size_t ci = cis[k];
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[ci], 800 + k);
+        kvc_problem_reference(&p);
+        kvc_outputs a, b;
+        run_and_check(plan_of(ci), &p, "wide tiles", &a);
+        run_and_check(plan_of(ci), &p, "wide tiles, again", &b);
+        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&a);
+        kvc_outputs_free(&b);
+        const fsa_kvcache_desc d = kvc_desc_of(&cases[ci], MAX_BATCH, MAX_TOKENS);
+        fsa_kvcache_plan *rows = NULL;
+        setenv("FSA_KVC_TMA", "0", 1);
+        const fsa_status st = fsa_kvcache_plan_create(&rows, g_ctx, &d);
+        unsetenv("FSA_KVC_TMA");
+        assert_int_equal(st, FSA_STATUS_OK);
+        run_and_check(rows, &p, "wide tiles, row copies", NULL);
+        fsa_kvcache_plan_destroy(rows);
+        kvc_problem_free(&p);
     }
 }
 
@@ -424,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
         cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
+        cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
