@@ -80,6 +80,7 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
                                        .kernel_size = d->kernel_size, .stride = d->stride,
                                        .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim),
                                        .bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d->head_dim, d->value_dim)};
+    plan->config.cmp_sel_variant = fsa_kernel_cmp_sel_variant(plan->config.wgmma, d->head_dim);
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {

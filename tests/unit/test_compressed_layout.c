@@ -82,11 +82,12 @@ static void test_a_warp_holds_whole_token_groups(void **state)
  * buffer starts 16-byte aligned with a pitch of 4 mod 16 that holds a
  * stage's blocks; the query rows' region stays apart from the warps'
  * buffers when the fragments are not kept in registers (long top-k lists),
- * and the warpgroup kernel fits an sm_90a CTA. */
+ * and the warpgroup kernel fits an sm_90a CTA in every variant. */
 static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens(void **state)
 {
     (void)state;
     for (int wgmma = 0; wgmma <= 1; wgmma++)
+        for (int v = 0; v <= (wgmma ? FSA_CMP_SEL_VARIANT_MAX : 0); v++)  /* (the variants of the warpgroup kernel) */
         for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
             for (int dk = 16; dk <= 256; dk += 16)
                 for (int k = 1; k <= 64; k += 21) {
@@ -104,8 +105,8 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                     const int q_end =
                         groups ? fsa_cmp_sel_smem_k(dk, groups)
                                : fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
-                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups) >= q_end);
-                    assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups) % 16, 0);
+                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups, v) >= q_end);
+                    assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups, v) % 16, 0);
                     for (int d = 1; d <= 64; d *= 2)
                         for (int bk = d; bk <= 64 * d; bk *= 2) {
                             const int pitch = fsa_cmp_sel_score_pitch(bk, d);
@@ -113,9 +114,9 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                             assert_true(pitch >= fsa_cmp_sel_blocks_per_stage(bk, d));
                             assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) % 16, 0);
                             assert_true(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) >= tokens * pitch * 4);
-                            const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups) +
+                            const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups, v) +
                                                   fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
-                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups);
+                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups, v);
                             assert_true(bytes >= warps_end + (groups ? FSA_QT_WG_ALIGN : 0));
                             assert_true(bytes >= q_end);
                             if (groups) assert_true(bytes <= 227 * 1024);
