@@ -86,9 +86,14 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * its rows into registers once) and then the warps' buffers; wgmma: the
  * query tile (1024-byte aligned), the K stages, the warps' buffers. */
 #define FSA_CMP_SEL_KEYS 64
-FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk);
+/* (Four warpgroups with FSA_CMP_SEL_FOUR where the ring is on mbarriers and
+ * G >= 4: 8 or more lanes per token, where FSA_CMP_SEL_SPREAD's lists free
+ * the registers; a G 1 warp's lane lists do not fit 128.) */
+FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
-    return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
+    if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
+    return (variant & 4) && g >= 4 && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
 }
 /* K stages in flight with warpgroups: three (six with FSA_CMP_SEL_DEEP), two
  * above Dk 192 (shared memory). With the forwards' variant 5 (fsa_qt_wg_mbar)
@@ -103,11 +108,15 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * stage to stage); FSA_CMP_SEL_SPREAD: where a token's blocks are shared by
  * 8 or more lanes, its top-k is one list spread over those lanes (K / lanes
  * entries each), into which the stage's candidates go one at a time by
- * shuffles, against an exact K-th score. FSA_CMP_SEL (kernels.c) picks one. */
+ * shuffles, against an exact K-th score; FSA_CMP_SEL_FOUR: four warpgroups
+ * (256 rows, 512 threads, at most 128 registers) instead of three, for more
+ * warps to hide latency where the lists leave the registers for it.
+ * FSA_CMP_SEL (kernels.c) picks one. */
 #define FSA_CMP_SEL_DEEP 1
 #define FSA_CMP_SEL_SPREAD 2
-#define FSA_CMP_SEL_VARIANT_MAX 3
-#define FSA_CMP_SEL_VARIANT_DEFAULT 3
+#define FSA_CMP_SEL_FOUR 4
+#define FSA_CMP_SEL_VARIANT_MAX 7
+#define FSA_CMP_SEL_VARIANT_DEFAULT 6
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk, int variant)
 {
     return dk > 192 ? 2 : (variant & FSA_CMP_SEL_DEEP) && dk <= 128 ? 6 : 3;  /* (variants: up to Dk 128) */

@@ -138,6 +138,7 @@ struct SpreadTopK {
 #pragma unroll
         for (int e = 0; e < E; e++) {
             unsigned todo = m[e];
+            if (e > 0) todo &= seg(__ballot_sync(ALL, cv[e] > kv));  // (the K-th score has moved since)
             while (__any_sync(ALL, todo != 0)) {
                 const int src = todo ? __ffs(todo) - 1 : 0;
                 float yv = __shfl_sync(ALL, cv[e], src, S);

@@ -265,9 +265,10 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     const uint64_t fwd_tiles = (uint64_t)fsa_cmp_fwd_grid_tiles(a->total_tokens, a->batch, plan->group,
                                                                 plan->desc.head_dim, plan->desc.value_dim,
                                                                 plan->config.wgmma);
-    const uint64_t sel_tiles =
-        (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group, plan->desc.head_dim, plan->desc.top_k,
-                                           fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k));
+    const int sel_groups = fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k, plan->group,
+                                              plan->config.cmp_sel_variant);
+    const uint64_t sel_tiles = (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group,
+                                                                plan->desc.head_dim, plan->desc.top_k, sel_groups);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, sel_tiles, 1, stream, &p));

@@ -198,8 +198,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
     case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT:
-        smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride, fsa_cmp_sel_groups(c->wgmma, d, c->top_k),
-                                      c->cmp_sel_variant);
+        smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride,
+                                      fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant), c->cmp_sel_variant);
         break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ:
@@ -218,7 +218,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     const family_id f = kernels[id].family;
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
     if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
-    if (id == FSA_K_CMP_SELECT) threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
+    if (id == FSA_K_CMP_SELECT)
+        threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant));
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
