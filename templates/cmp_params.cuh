@@ -86,43 +86,35 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * its rows into registers once) and then the warps' buffers; wgmma: the
  * query tile (1024-byte aligned), the K stages, the warps' buffers. */
 #define FSA_CMP_SEL_KEYS 64
-FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk);
-/* (Four warpgroups with FSA_CMP_SEL_FOUR where the ring is on mbarriers and
- * G >= 4: 8 or more lanes per token, where FSA_CMP_SEL_SPREAD's lists free
- * the registers; a G 1 warp's lane lists do not fit 128.) */
+/* K stages in flight with warpgroups: three, two above Dk 192 (shared
+ * memory). With the forwards' variant 5 (fsa_qt_wg_mbar) up to Dk 128, where
+ * it was measured faster, the ring is on mbarriers (their 48 bytes follow
+ * the warps' buffers) and the next stage's scores are issued early. */
+FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
+/* Variants of the selection on the mbarrier ring (0 elsewhere; FSA_CMP_SEL,
+ * kernels.c, picks one), bits:
+ * FSA_CMP_SEL_SPREAD: where 8 or more lanes share a token's blocks (G >= 4
+ * at top-k 16 and blocks of 4 compressed tokens), its top-k is one sorted
+ * list spread over those lanes (cmp_sel_spread.cuh), which takes fewer
+ * registers (127 / 126 at G 4 / 16 against 160 / 156);
+ * FSA_CMP_SEL_FOUR: at G >= 4 four warpgroups (256 rows, 512 threads, at most
+ * 128 registers) instead of three: 16 warps per SM instead of 12 to hide the
+ * latency of a kernel that issues at about half the slots;
+ * FSA_CMP_SEL_FOUR_ALL: four warpgroups at every G (G 1's lane lists then
+ * spill a little). */
+#define FSA_CMP_SEL_SPREAD 1
+#define FSA_CMP_SEL_FOUR 2
+#define FSA_CMP_SEL_FOUR_ALL 4
+#define FSA_CMP_SEL_VARIANT_MAX 7
+#define FSA_CMP_SEL_VARIANT_DEFAULT 3 /* measured fastest (bench/NOTES.md, "thresh") */
 FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
-    return (variant & 4) && g >= 4 && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
+    const int four = (variant & FSA_CMP_SEL_FOUR_ALL) || ((variant & FSA_CMP_SEL_FOUR) && g >= 4);
+    return four && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
 }
-/* K stages in flight with warpgroups: three (six with FSA_CMP_SEL_DEEP), two
- * above Dk 192 (shared memory). With the forwards' variant 5 (fsa_qt_wg_mbar)
- * up to Dk 128, where it was measured faster, the ring is on mbarriers (16
- * bytes per buffer after the warps' buffers) and the next stage's scores are
- * issued early. */
-FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
-/* Variants of the selection on the mbarrier ring (0 elsewhere), bits:
- * FSA_CMP_SEL_DEEP: a ring of six K buffers refilled two stages late
- * (MbarRing<6, 2>), so that a warpgroup may run about two stages ahead of
- * the slowest instead of about one (the warps' list work differs from
- * stage to stage); FSA_CMP_SEL_SPREAD: where a token's blocks are shared by
- * 8 or more lanes, its top-k is one list spread over those lanes (K / lanes
- * entries each), into which the stage's candidates go one at a time by
- * shuffles, against an exact K-th score; FSA_CMP_SEL_FOUR: four warpgroups
- * (256 rows, 512 threads, at most 128 registers) instead of three, for more
- * warps to hide latency where the lists leave the registers for it.
- * FSA_CMP_SEL (kernels.c) picks one. */
-#define FSA_CMP_SEL_DEEP 1
-#define FSA_CMP_SEL_SPREAD 2
-#define FSA_CMP_SEL_FOUR 4
-#define FSA_CMP_SEL_VARIANT_MAX 7
-#define FSA_CMP_SEL_VARIANT_DEFAULT 6
-FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk, int variant)
-{
-    return dk > 192 ? 2 : (variant & FSA_CMP_SEL_DEEP) && dk <= 128 ? 6 : 3;  /* (variants: up to Dk 128) */
-}
-/* The mbarriers' bytes: a full and an empty one per buffer. */
-FSA_LAYOUT_FN int fsa_cmp_sel_wg_bars(int dk, int variant) { return 16 * fsa_cmp_sel_wg_stages(dk, variant); }
+#define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
@@ -169,23 +161,22 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_q(int dk, int groups)
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_k(int dk, int groups) { return groups ? fsa_sw128_bytes(64 * groups, dk) : 0; }
 /* Where the warps' buffers start: after the K stages (wgmma); over the query
  * rows' region when the fragments live in registers, after it otherwise. */
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups, int variant)
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
 {
-    if (groups)
-        return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk, variant) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
+    if (groups) return fsa_cmp_sel_smem_k(dk, groups) + fsa_cmp_sel_wg_stages(dk) * fsa_sw128_bytes(FSA_CMP_SEL_KEYS, dk);
     return fsa_cmp_sel_smem_q(dk, 0) +
            (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }
 /* Where the warpgroup ring's mbarriers start: after the warps' buffers. */
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_bars(int dk, int g, int k, int bk, int d, int groups, int variant)
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bars(int dk, int g, int k, int bk, int d, int groups)
 {
-    return fsa_cmp_sel_smem_warps(dk, k, groups, variant) +
+    return fsa_cmp_sel_smem_warps(dk, k, groups) +
            fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups, int variant)
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
 {
-    const int w = fsa_cmp_sel_smem_bars(dk, g, k, bk, d, groups, variant);
-    if (groups) return FSA_QT_WG_ALIGN + w + fsa_cmp_sel_wg_bars(dk, variant);
+    const int w = fsa_cmp_sel_smem_bars(dk, g, k, bk, d, groups);
+    if (groups) return FSA_QT_WG_ALIGN + w + FSA_CMP_SEL_WG_BARS;
     const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }

@@ -39,10 +39,11 @@ typedef fsa::dtype_{{DTYPE}} DT;
 using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
-constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K, G, SEL_VARIANT);  // warpgroups (sm_90a products); 0: mma.sync
+// Warpgroups (sm_90a products; four with FSA_CMP_SEL_FOUR at G >= 4), 0: mma.sync.
+constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K, G, SEL_VARIANT);
 constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
 constexpr int VARIANT = MBAR ? SEL_VARIANT : 0;  // (cmp_params.cuh: FSA_CMP_SEL_*)
-constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK, VARIANT);
+constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK);
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
@@ -73,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // shared-memory descriptors, in uniform registers.)
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     // The warp's block scores (over the query rows once those are in registers).
-    float *sc = (float *)(base_ptr + fsa_cmp_sel_smem_warps(DK, K, WG, VARIANT) + warp * fsa_cmp_sel_warp_bytes(G, DK, K, BK, D, WG));
+    float *sc = (float *)(base_ptr + fsa_cmp_sel_smem_warps(DK, K, WG) + warp * fsa_cmp_sel_warp_bytes(G, DK, K, BK, D, WG));
     const int h = blockIdx.y;
     const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
@@ -286,12 +287,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         // accumulators. Otherwise each stage's scores are issued and waited
         // for at its start.
         const auto landed = [] { wg_fence_async_smem(); };
-        // (FSA_CMP_SEL_DEEP: six buffers refilled two stages late, so that a
-        // warpgroup may run about two stages ahead of the slowest.)
-        MbarRing<MBAR ? WG_STAGES : 3, (VARIANT & FSA_CMP_SEL_DEEP) ? 2 : 0> mring;
+        MbarRing<3> mring;
         AsyncRing<WG_STAGES> ring;
         if constexpr (MBAR) {
-            mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG, VARIANT), THREADS);
+            mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
             __syncthreads();  // the mbarriers are initialized
             mring.start(n_stages, load, landed);
         } else {
@@ -301,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         auto acquire = [&](int j) -> u32 {
             if constexpr (MBAR) {
                 mring.wait(j);
-                return ks + (u32)mring.buffer(j) * K_STAGE;
+                return ks + (u32)((unsigned)j % 3) * K_STAGE;
             } else {
                 return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
             }

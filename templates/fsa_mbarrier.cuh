@@ -48,22 +48,16 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 //   ring.start(n, load, landed);
 //   for (i ...) {
 //       ring.wait(i);           // item i has landed
-//       ... read buffer i % STAGES ...
+//       ... read buffer i % 3 ...
 //       ring.release(i);        // this thread is done reading it
-//       ring.advance(i, load, landed);  // signal item i + A - 1, refill buffer (i - LAG) % STAGES with item i + A
+//       ring.advance(i, load, landed);  // signal item i + 2, refill buffer i % 3 with item i + 3
 //   }
-// with A = STAGES - LAG items ahead: items i + 1 .. i + A - 1 are in flight
-// while item i is used, and item i + 1 may be waited for before advance(i)
-// (it was signalled by advance(i + 2 - A)). A thread waits in advance(i)
-// until every thread has released item i - LAG. So a warp can run ahead of
-// the slowest by about A - 2 items before it waits for an item to be
-// signalled, and by about LAG before it waits to refill a buffer: STAGES 3,
-// LAG 0 (one item, less than one) as the forwards use it; STAGES 6, LAG 2
-// (about two) for warps whose work differs from item to item.
-template <int STAGES = 3, int LAG = 0>
+// Items i + 1 and i + 2 are in flight while item i is used, and item i + 1
+// may be waited for before advance(i) (it was signalled by advance(i - 1)):
+// a warp can run ahead of the slowest by about one item.
+template <int STAGES = 3>
 struct MbarRing {
-    static constexpr int A = STAGES - LAG;  // items issued ahead of the one in use, plus one
-    static_assert(LAG >= 0 && A >= 3, "item i + 1 is signalled before item i is done");
+    static_assert(STAGES == 3, "three buffers (item i + 1 is signalled before item i is done)");
     u32 bars;  // STAGES `full` mbarriers, then STAGES `empty` ones
     int n;
 
@@ -77,45 +71,38 @@ struct MbarRing {
     __device__ __forceinline__ u32 full(int i) const { return bars + 8 * (u32)((unsigned)i % STAGES); }
     __device__ __forceinline__ u32 empty(int i) const { return bars + 8 * (u32)(STAGES + (unsigned)i % STAGES); }
     static __device__ __forceinline__ u32 parity(int i) { return ((unsigned)i / STAGES) & 1u; }
-    static __device__ __forceinline__ int buffer(int i) { return (int)((unsigned)i % STAGES); }
 
-    // Items 0 .. A - 1 issued (one cp.async group each), items 0 .. A - 2
-    // signalled as they land; the buffers from A on stay empty until
-    // advance(0 .. LAG - 1) fills them.
+    // Items 0 .. STAGES - 1 issued (one cp.async group each), items 0 ..
+    // STAGES - 2 signalled as they land.
     template <class Load, class Landed>
     __device__ __forceinline__ void start(int count, Load load, Landed landed) {
         n = count;
 #pragma unroll
-        for (int j = 0; j < A; j++) {
+        for (int j = 0; j < STAGES; j++) {
             if (j < n) load(j, j);
             cp_async_commit();
         }
-        signal_from<0>(landed);
-    }
-    // Items J .. A - 2 of start as they land (the wait depth a constant).
-    template <int J, class Landed>
-    __device__ __forceinline__ void signal_from(Landed landed) const {
-        if constexpr (J + 1 < A) {
-            cp_async_wait<A - 1 - J>();
-            landed();
-            mbar_arrive(full(J));
-            signal_from<J + 1>(landed);
-        }
+        cp_async_wait<2>();
+        landed();
+        mbar_arrive(full(0));
+        cp_async_wait<1>();
+        landed();
+        mbar_arrive(full(1));
     }
     __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
     __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
-    // This thread's copies of item i + A - 1 (the last group it committed)
-    // are waited for and signalled; then, once every thread has released
-    // item i - LAG (none before item 0), item i + A goes into its buffer.
+    // This thread's copies of item i + STAGES - 1 (the last group it
+    // committed) are waited for and signalled; then, once every thread has
+    // released item i, item i + STAGES goes into its buffer.
     template <class Load, class Landed>
     __device__ __forceinline__ void advance(int i, Load load, Landed landed) const {
         cp_async_wait<0>();
         landed();
-        mbar_arrive(full(i + A - 1));
-        const int j = i + A;
+        mbar_arrive(full(i + STAGES - 1));
+        const int j = i + STAGES;
         if (j < n) {
-            if (LAG == 0 || i >= LAG) mbar_wait(empty(i - LAG), parity(i - LAG));
-            load(j, buffer(j));
+            mbar_wait(empty(i), parity(i));
+            load(j, (int)((unsigned)j % STAGES));
         }
         cp_async_commit();
     }

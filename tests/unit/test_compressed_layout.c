@@ -95,7 +95,8 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                     assert_int_equal(groups != 0, wgmma && dk % 64 == 0 && k <= 32);
                     if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_int_equal(fsa_cmp_sel_mt(g, dk, k, groups), 1);
                     assert_int_equal(fsa_cmp_sel_threads(groups), groups ? 128 * groups : FSA_QT_THREADS);
-                    assert_true(groups == 0 || groups == 3 || (groups == 4 && (v & FSA_CMP_SEL_FOUR) && g >= 4 && dk <= 128));
+                    assert_true(groups == 0 || groups == 3 ||
+                                (groups == 4 && wgmma == 5 && dk <= 128 && ((v & FSA_CMP_SEL_FOUR_ALL) || ((v & FSA_CMP_SEL_FOUR) && g >= 4))));
                     const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
                     const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k, groups);
                     assert_true(tokens <= 32);
@@ -106,8 +107,8 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                     const int q_end =
                         groups ? fsa_cmp_sel_smem_k(dk, groups)
                                : fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
-                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups, v) >= q_end);
-                    assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups, v) % 16, 0);
+                    if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_true(fsa_cmp_sel_smem_warps(dk, k, groups) >= q_end);
+                    assert_int_equal(fsa_cmp_sel_smem_warps(dk, k, groups) % 16, 0);
                     for (int d = 1; d <= 64; d *= 2)
                         for (int bk = d; bk <= 64 * d; bk *= 2) {
                             const int pitch = fsa_cmp_sel_score_pitch(bk, d);
@@ -115,9 +116,9 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                             assert_true(pitch >= fsa_cmp_sel_blocks_per_stage(bk, d));
                             assert_int_equal(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) % 16, 0);
                             assert_true(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) >= tokens * pitch * 4);
-                            const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups, v) +
+                            const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups) +
                                                   fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
-                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups, v);
+                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups);
                             assert_true(bytes >= warps_end + (groups ? FSA_QT_WG_ALIGN : 0));
                             assert_true(bytes >= q_end);
                             if (groups) assert_true(bytes <= 227 * 1024);
