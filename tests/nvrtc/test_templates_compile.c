@@ -340,15 +340,15 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
         }
 }
 
-/* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4)
- * compile for sm_90a without spills at the standard shape, G 1, 4 and 16. */
+/* Every variant of the compressed selection (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4)
+ * compiles for sm_90a without spills at the standard shape, G 1, 4 and 16. */
 static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
     static const char *gs[] = {"1", "4", "16"}, *svs[] = {"0", "1", "2", "3"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 3; i++)
-        for (size_t j = 0; j < 4; j++) {
+        for (size_t j = 0; j <= FSA_CMP_SEL_VARIANT_MAX; j++) {
             const variant shape = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = gs[i], .bk = "64", .k = "16"};
             const fsa_param extra[] = {{"KERNEL_SIZE", "32", "l"}, {"STRIDE", "16", "s"}, {"SEL_VARIANT", svs[j], "sv"}};
             compile_variant(&shape, NULL, extra, 3, "sm_90a", used);
