@@ -86,7 +86,9 @@ def __getattr__(name):
     import importlib
 
     if name in _LAZY:
-        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+        value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+        globals()[name] = value  # later lookups skip this function: it cost microseconds per call
+        return value
     if name in _SUBMODULES:
         return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'fsa_jit' has no attribute {name!r}")

@@ -18,7 +18,7 @@ import threading
 
 import torch
 
-from . import _lib
+from . import _fast, _lib
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"fsa_jit.selected_attention needs torch 2.4 or newer (torch.library.custom_op); this is {torch.__version__}")
@@ -239,6 +239,7 @@ def set_tuning(mode):
     if mode not in _lib.TUNE_MODES:
         raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' or None")
     _tune = mode
+    _fast.invalidate()  # its entries hold plans of the previous mode
 
 
 def _context(lib, device_index, validate=False):
@@ -291,6 +292,7 @@ def clear_plans():
     """
     lib = _lib._library
     with _lock:
+        _fast.invalidate()
         plans = list(_plans.values())
         _plans.clear()
         if lib is not None:
@@ -336,39 +338,21 @@ def _view(t):
     return _lib.fsa_tensor(t.data_ptr(), *_head_strides(t))
 
 
-def _fwd_args(q, k, v, o, topk_idx, layout, cu_seqlens, lse, max_seqlen):
-    topk_idx, topk_hs, topk_ts = _topk_ready(topk_idx, layout)
-    return topk_idx, dict(
-        total_tokens=q.shape[0], batch=cu_seqlens.numel() - 1, max_seqlen=max_seqlen,
-        q=_view(q), k=_view(k), v=_view(v), o=_view(o),
-        topk=_lib.fsa_tensor(topk_idx.data_ptr(), topk_ts, topk_hs),
-        cu_seqlens=cu_seqlens.data_ptr(), lse=lse.data_ptr(),
-    )
-
-
 @torch.library.custom_op("fsa_jit::selected_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor,
             block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,
             backward: bool, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     t_len, hq, d = q.shape
-    dv = v.shape[2]
-    device = q.device
-    with torch.cuda.device(device):
-        o = torch.empty((t_len, hq, dv), dtype=q.dtype, device=device)
-        lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
-        if t_len == 0:
-            return o, lse
-        q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-        cu_seqlens = cu_seqlens.contiguous()
-        lib = _lib.get()
-        plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, backward, validate, dv)
-        ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1), device)
-        topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
-        args = _lib.fsa_fwd_args(workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
-        st = lib.fsa_selected_attention_fwd(plan.handle, ctypes.byref(args), _stream(device))
-        lib.check(st, "fsa_selected_attention_fwd")
-    return o, lse
+    if t_len == 0:
+        return (torch.empty((0, hq, v.shape[2]), dtype=q.dtype, device=q.device),
+                torch.empty((hq, 0), dtype=torch.float32, device=q.device))
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    cu_seqlens = cu_seqlens.contiguous()
+    topk_idx = _topk_ready(topk_idx, topk_layout)[0]
+    # The plan, the argument structure and the workspace sizes of this key, made once (_fast.py).
+    e = _fast.op_entry(q, k, v, topk_idx, block_size, scale, algorithm, topk_layout, workspace_limit, backward,
+                       validate)
+    return e.forward(q, k, v, topk_idx, cu_seqlens, cu_seqlens.numel() - 1, max_seqlen)
 
 
 @_fwd_op.register_fake
@@ -383,30 +367,18 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             lse: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor, block_size: int, scale: float,
             max_seqlen: int, algorithm: int, topk_layout: str,
             workspace_limit: int, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    t_len, hq, d = q.shape
-    device = q.device
-    with torch.cuda.device(device):
-        dq = torch.empty(q.shape, dtype=q.dtype, device=device)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=device)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=device)
-        if t_len == 0:
-            return dq, dk, dv
-        lib = _lib.get()
-        lib.require_backward()
-        q, k, v, o, dout = (_kernel_ready(x) for x in (q, k, v, o, dout))
-        lse, cu_seqlens = lse.contiguous(), cu_seqlens.contiguous()
-        # Looked up rather than kept from the forward: clear_plans() may have run since.
-        plan = _get_plan(lib, device.index, q.dtype, d, hq, k.shape[1], block_size, topk_idx.shape[2],
-                         _scale32(scale), algorithm, workspace_limit, True, validate, v.shape[2])
-        if not plan.backward:
-            raise RuntimeError("selected_attention: the backward needs a plan with backward kernels")
-        ws, ws_ptr = _workspace(plan.workspace_bytes(lib, t_len, cu_seqlens.numel() - 1, backward=True), device)
-        topk_idx, fields = _fwd_args(q, k, v, o, topk_idx, topk_layout, cu_seqlens, lse, max_seqlen)
-        args = _lib.fsa_bwd_args(dout=_view(dout), dq=_view(dq), dk=_view(dk), dv=_view(dv),
-                                 workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(), **fields)
-        st = lib.fsa_selected_attention_bwd(plan.handle, ctypes.byref(args), _stream(device))
-        lib.check(st, "fsa_selected_attention_bwd")
-    return dq, dk, dv
+    if q.shape[0] == 0:
+        return tuple(torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+    _lib.get().require_backward()
+    q, k, v, o, dout = (_kernel_ready(x) for x in (q, k, v, o, dout))
+    lse, cu_seqlens = lse.contiguous(), cu_seqlens.contiguous()
+    topk_idx = _topk_ready(topk_idx, topk_layout)[0]
+    # Looked up rather than kept from the forward: clear_plans() may have run since.
+    e = _fast.op_entry(q, k, v, topk_idx, block_size, scale, algorithm, topk_layout, workspace_limit, True, validate)
+    out = e.backward(dout, q, k, v, o, lse, topk_idx, cu_seqlens, cu_seqlens.numel() - 1, max_seqlen)
+    if out is None:
+        raise RuntimeError("selected_attention: the backward needs a plan with backward kernels")
+    return out
 
 
 @_bwd_op.register_fake
@@ -469,6 +441,11 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     respect to q, k and v; lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
+    # Plain eager calls of a known shape skip the operator's dispatch and the per-shape work (_fast.py).
+    out = _fast.selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm,
+                                   topk_layout, workspace_limit, validate)
+    if out is not None:
+        return out if return_lse else out[0]
     layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
     limit = _lib.parse_workspace_limit(workspace_limit)
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.
