@@ -86,16 +86,34 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * its rows into registers once) and then the warps' buffers; wgmma: the
  * query tile (1024-byte aligned), the K stages, the warps' buffers. */
 #define FSA_CMP_SEL_KEYS 64
-FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k)
-{
-    return wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32 ? 3 : 0;
-}
 /* K stages in flight with warpgroups: three, two above Dk 192 (shared
  * memory). With the forwards' variant 5 (fsa_qt_wg_mbar) up to Dk 128, where
  * it was measured faster, the ring is on mbarriers (their 48 bytes follow
  * the warps' buffers) and the next stage's scores are issued early. */
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
 FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
+/* Variants of the selection on the mbarrier ring (0 elsewhere; FSA_CMP_SEL,
+ * kernels.c, picks one), bits:
+ * FSA_CMP_SEL_SPREAD: where 8 or more lanes share a token's blocks (G >= 4
+ * at top-k 16 and blocks of 4 compressed tokens), its top-k is one sorted
+ * list spread over those lanes (cmp_sel_spread.cuh), which takes fewer
+ * registers (127 / 126 at G 4 / 16 against 160 / 156);
+ * FSA_CMP_SEL_FOUR: with FSA_CMP_SEL_SPREAD at G >= 4 four warpgroups (256
+ * rows, 512 threads, at most 128 registers, which main's lane lists exceed:
+ * they spill 16-48 bytes) instead of three: 16 warps per SM instead of 12 to
+ * hide the latency of a kernel that issues at about half the slots (G 1's
+ * lane lists need 160). */
+#define FSA_CMP_SEL_SPREAD 1
+#define FSA_CMP_SEL_FOUR 2
+#define FSA_CMP_SEL_VARIANT_MAX 3
+#define FSA_CMP_SEL_VARIANT_DEFAULT 3 /* measured fastest (bench/NOTES.md, "thresh") */
+FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
+{
+    if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
+    const int spread = (variant & FSA_CMP_SEL_SPREAD) != 0;
+    const int four = (variant & FSA_CMP_SEL_FOUR) && spread && g >= 4;
+    return four && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
+}
 #define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }

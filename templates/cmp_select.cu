@@ -23,6 +23,7 @@
 // lower block.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
+#include "cmp_sel_spread.cuh"
 #include "fsa_mbarrier.cuh"
 #include "fsa_wgmma.cuh"
 
@@ -32,13 +33,16 @@
 #define TOP_K {{TOP_K}}
 #define KERNEL_SIZE {{KERNEL_SIZE}}
 #define STRIDE {{STRIDE}}
+#define SEL_VARIANT {{SEL_VARIANT}}
 typedef fsa::dtype_{{DTYPE}} DT;
 
 using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
-constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K);  // warpgroups (sm_90a products); 0: mma.sync
+// Warpgroups (sm_90a products; four with FSA_CMP_SEL_FOUR at G >= 4), 0: mma.sync.
+constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K, G, SEL_VARIANT);
 constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
+constexpr int VARIANT = MBAR ? SEL_VARIANT : 0;  // (cmp_params.cuh: FSA_CMP_SEL_*)
 constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK);
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
@@ -236,6 +240,42 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         __syncwarp();
     };
 
+    // FSA_CMP_SEL_SPREAD: where 8 or more lanes share a token's blocks and a
+    // stage completes K of them (the usual shape at G >= 4: K 16, 16 blocks
+    // per stage, a lane's E = K / S of them one per chunk), the token's list
+    // is spread over its lanes (cmp_sel_spread.cuh) instead of the lanes'
+    // lists and bound above.
+    constexpr bool SPREAD = (VARIANT & FSA_CMP_SEL_SPREAD) && S >= 8 && NB == K && K % S == 0 &&
+                            ((K / S) & (K / S - 1)) == 0 && FAST;
+    typedef SpreadTopK<SPREAD ? K : 2, SPREAD ? S : 2> Spread;
+    Spread spread;
+    if constexpr (SPREAD) spread.init(lane);
+    auto update_spread = [&](int i) {
+        constexpr int E = Spread::E;
+        const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
+        const int last = min(own, NB - 1);
+        const bool fast = i >= fast_lo && i < fast_hi;
+        float cv[E];
+        int cx[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int cb = my_s + e * S;  // (NB a multiple of S: a lane's blocks are my_s mod S)
+            float v = -FSA_INF;
+            if (fast) v = my_scores[cb];
+            else if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
+            cv[e] = v;
+            cx[e] = i * NB + cb;
+        }
+        // A merge where a segment has about as many candidates as its
+        // fifteen steps cost insertions.
+        spread.template add_stage<E == 1 ? 4 : 5>(cv, cx);
+        __syncwarp();
+    };
+    auto update = [&](int i) {
+        if constexpr (SPREAD) update_spread(i);
+        else update_lists(i);
+    };
+
     if constexpr (WG != 0) {
         // With MBAR (measured faster up to Dk 128) the K ring is on mbarriers
         // instead of a CTA barrier per stage, so a warpgroup waits only for
@@ -292,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                 wg_mma_abt<DT, DK, KS, 64 * WG, false>(s[0], q_group, acquire(i + 1));
                 wg_commit();
             }
-            update_lists(i);
+            update(i);
             if constexpr (MBAR) mring.advance(i, load, landed);
         }
     } else {
@@ -329,8 +369,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
 
     // The token's S lists into one (every lane of the warp takes part, and
     // the token's lanes end with the same list), then its lanes write the row.
+    if constexpr (SPREAD) {
+        spread.gather(top.c);
+    } else {
 #pragma unroll
-    for (int mask = 1; mask < S; mask <<= 1) top.merge_xor(mask);
+        for (int mask = 1; mask < S; mask <<= 1) top.merge_xor(mask);
+    }
     if (my_live)
         top.template write_row<S < K ? S : K>((int *)p.topk.ptr + (tile.tok0 + warp * TWW + my_t) * p.topk.token_stride +
                                                (long long)h * p.topk.head_stride, my_s);

@@ -80,6 +80,7 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
                                        .kernel_size = d->kernel_size, .stride = d->stride,
                                        .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim),
                                        .bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d->head_dim, d->value_dim)};
+    plan->config.cmp_sel_variant = fsa_kernel_cmp_sel_variant(plan->config.wgmma, d->head_dim);
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {
@@ -264,9 +265,10 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     const uint64_t fwd_tiles = (uint64_t)fsa_cmp_fwd_grid_tiles(a->total_tokens, a->batch, plan->group,
                                                                 plan->desc.head_dim, plan->desc.value_dim,
                                                                 plan->config.wgmma);
-    const uint64_t sel_tiles =
-        (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group, plan->desc.head_dim, plan->desc.top_k,
-                                           fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k));
+    const int sel_groups = fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k, plan->group,
+                                              plan->config.cmp_sel_variant);
+    const uint64_t sel_tiles = (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group,
+                                                                plan->desc.head_dim, plan->desc.top_k, sel_groups);
     FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, sel_tiles, 1, stream, &p));

@@ -24,6 +24,7 @@ typedef enum tparam {
     TP_BWD_WGMMA,
     TP_SEL_BWD_WG,
     TP_TMA,
+    TP_SEL_VARIANT,
     TP_N
 } tparam;
 
@@ -36,10 +37,10 @@ static const struct {
     [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
     [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
     [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
-    [TP_TMA] = {"TMA", "tma"},
+    [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
 };
 
-#define MAX_FAMILY_PARAMS 8
+#define MAX_FAMILY_PARAMS 9
 typedef enum family_id {
     FAM_INDEX,
     FAM_FWD_MAIN,
@@ -80,8 +81,9 @@ static const struct {
     [FAM_KVC] = {"kvc_fwd", 8,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE, TP_TMA}},
     [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
-    [FAM_CMP_SELECT] = {"cmp_select", 8,
-                        {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA}},
+    [FAM_CMP_SELECT] = {"cmp_select", 9,
+                        {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA,
+                         TP_SEL_VARIANT}},
     [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
     [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
@@ -147,6 +149,14 @@ int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
     return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '2', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
 }
 
+int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
+{
+    const char *env = getenv("FSA_CMP_SEL");
+    if (!fsa_cmp_sel_mbar(wgmma, dk)) return 0;
+    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_CMP_SEL_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
+    return FSA_CMP_SEL_VARIANT_DEFAULT;
+}
+
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
 {
     const int d = c->head_dim, dv = c->value_dim, g = c->group, bk = c->block_size;
@@ -188,7 +198,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
     case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT:
-        smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride, fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
+        smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride,
+                                      fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant));
         break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ:
@@ -207,7 +218,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     const family_id f = kernels[id].family;
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
     if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
-    if (id == FSA_K_CMP_SELECT) threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k));
+    if (id == FSA_K_CMP_SELECT)
+        threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant));
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
@@ -238,6 +250,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_BWD_WGMMA], sizeof b->values[0], "%d", c->bwd_wgmma);
     snprintf(b->values[TP_SEL_BWD_WG], sizeof b->values[0], "%d", c->sel_bwd_wg);
     snprintf(b->values[TP_TMA], sizeof b->values[0], "%d", c->kvc_tma);
+    snprintf(b->values[TP_SEL_VARIANT], sizeof b->values[0], "%d", c->cmp_sel_variant);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

@@ -67,6 +67,7 @@ typedef struct fsa_kernel_config {
     int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
     int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
     int kvc_tma;                 /* paged-cache attention: 1 tensor-map copies of page boxes (sm_90a), 0 cp.async */
+    int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -87,6 +88,12 @@ int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
  * what FSA_WGMMA_SEL_BWD says (0 to 2) where the head dims allow it, or
  * without it fsa_bwd_wg_default. */
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
+
+/* The compressed selection's variant (cmp_params.cuh, FSA_CMP_SEL_*): 0
+ * unless its warpgroup kernel runs the mbarrier ring (fsa_cmp_sel_mbar of the
+ * plan's wgmma); then what FSA_CMP_SEL says (0 to FSA_CMP_SEL_VARIANT_MAX),
+ * or FSA_CMP_SEL_VARIANT_DEFAULT. */
+int fsa_kernel_cmp_sel_variant(int wgmma, int dk);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

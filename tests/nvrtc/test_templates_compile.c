@@ -11,6 +11,7 @@
 #include "jit/resource_usage.h"
 #include "jit/templates.h"
 
+#include "../../templates/cmp_params.cuh"
 #include "../../templates/fsa_qt_layout.cuh"
 
 #include <stdio.h>
@@ -232,6 +233,13 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     int wg_given = 0;
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
+    /* The compressed selection on sm_90a: its default variant where its ring is on mbarriers. */
+    char sv[2] = "0";
+    if (strstr(t->text, "{{SEL_VARIANT}}") && strcmp(target, "sm_90a") == 0 && fsa_cmp_sel_mbar(atoi(wg), atoi(v->d)))
+        sv[0] = (char)('0' + FSA_CMP_SEL_VARIANT_DEFAULT);
+    int sv_given = 0;
+    for (size_t i = 0; i < n_extra; i++) sv_given |= strcmp(extra[i].name, "SEL_VARIANT") == 0;
+    if (strstr(t->text, "{{SEL_VARIANT}}") && !sv_given) params[n++] = (fsa_param){"SEL_VARIANT", sv, "sv"};
     /* The query-tile backwards on sm_90a: the warpgroup backward's default wherever the head dims take it
      * (variant 4 up to Dk 192, 2 above). */
     char bwg[2] = "0";
@@ -332,6 +340,21 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
         }
 }
 
+/* Every variant of the compressed selection (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4)
+ * compiles for sm_90a without spills at the standard shape, G 1, 4 and 16. */
+static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const char *gs[] = {"1", "4", "16"}, *svs[] = {"0", "1", "2", "3"};
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j <= FSA_CMP_SEL_VARIANT_MAX; j++) {
+            const variant shape = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = gs[i], .bk = "64", .k = "16"};
+            const fsa_param extra[] = {{"KERNEL_SIZE", "32", "l"}, {"STRIDE", "16", "s"}, {"SEL_VARIANT", svs[j], "sv"}};
+            compile_variant(&shape, NULL, extra, 3, "sm_90a", used);
+        }
+}
+
 /* The selected backward's warpgroup main kernel, variant 2 (variant 1 is among the variants
  * above), at the standard and the smallest head dims. */
 static void test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a(void **state)
@@ -397,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
         cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
+        cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

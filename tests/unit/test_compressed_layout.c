@@ -82,18 +82,22 @@ static void test_a_warp_holds_whole_token_groups(void **state)
  * buffer starts 16-byte aligned with a pitch of 4 mod 16 that holds a
  * stage's blocks; the query rows' region stays apart from the warps'
  * buffers when the fragments are not kept in registers (long top-k lists),
- * and the warpgroup kernel fits an sm_90a CTA. */
+ * and the warpgroup kernel fits an sm_90a CTA in every variant. */
 static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens(void **state)
 {
     (void)state;
-    for (int wgmma = 0; wgmma <= 1; wgmma++)
+    for (int wgmma = 0; wgmma <= 5; wgmma += wgmma ? 4 : 1)            /* 0, 1 and 5 (its ring on mbarriers) */
+        for (int v = 0; v <= (wgmma ? FSA_CMP_SEL_VARIANT_MAX : 0); v++)  /* (the variants of the warpgroup kernel) */
         for (int g = 1; g <= FSA_QT_MAX_GROUP; g++)
             for (int dk = 16; dk <= 256; dk += 16)
                 for (int k = 1; k <= 64; k += 21) {
-                    const int groups = fsa_cmp_sel_groups(wgmma, dk, k);
+                    const int groups = fsa_cmp_sel_groups(wgmma, dk, k, g, v);
                     assert_int_equal(groups != 0, wgmma && dk % 64 == 0 && k <= 32);
                     if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_int_equal(fsa_cmp_sel_mt(g, dk, k, groups), 1);
                     assert_int_equal(fsa_cmp_sel_threads(groups), groups ? 128 * groups : FSA_QT_THREADS);
+                    assert_true(groups == 0 || groups == 3 ||
+                                (groups == 4 && wgmma == 5 && dk <= 128 &&
+                                 (v & FSA_CMP_SEL_FOUR) && (v & FSA_CMP_SEL_SPREAD) && g >= 4));
                     const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
                     const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k, groups);
                     assert_true(tokens <= 32);
