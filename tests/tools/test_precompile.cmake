@@ -179,7 +179,7 @@ expect_match("sm_80 window bf16 d64 dv32 g2 w512: " "window plan made")
 expect_match("sm_80 gate bf16 dv32: " "gate plan made")
 expect_match("\n[1-9][0-9]* kernels compiled, [0-9]+ already cached, 0 failed, 0 skipped \\(5 shapes" "branch summary")
 run(0 --list --cache-dir "${CACHE_DIR}")
-foreach(name cmp_fwd_bf16_d64_dv32_g2_wg0 cmp_select_bf16_d64_g2_bk64_k16_l32_s16_wg0 swa_fwd_bf16_d64_dv32_g2_wg0
+foreach(name cmp_fwd_bf16_d64_dv32_g2_wg0 cmp_select_bf16_d64_g2_bk64_k16_l32_s16_wg0_sv0 swa_fwd_bf16_d64_dv32_g2_wg0
         nsa_gate_bf16_dv32)
   expect_match("sm_80 +${name} +[0-9]+ " "list entry ${name}")
 endforeach()
