@@ -8,13 +8,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from helpers import load_library_or_skip  # noqa: E402
+
 
 @pytest.fixture
 def lib():
     """The loaded libfsa, or skip."""
-    from fsa_jit import _lib
-
-    try:
-        return _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    return load_library_or_skip()

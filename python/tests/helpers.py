@@ -1,6 +1,7 @@
 """Test inputs shared by the test files (imported as a plain module: pytest
 puts this folder on sys.path)."""
 
+import pytest
 import torch
 
 
@@ -33,3 +34,16 @@ def rel_err(a, b):
     """||a - b|| / ||b|| in float64."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def load_library_or_skip(backward=False):
+    """The loaded libfsa; the test skips when there is none, or (backward) when it has no backward entry points."""
+    from fsa_jit import _lib
+
+    try:
+        lib = _lib.get()
+    except _lib.FsaLibraryNotFound as e:
+        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    if backward and not lib.has_backward:
+        pytest.skip(f"{lib.path} has no backward entry points")
+    return lib

@@ -13,6 +13,7 @@ import fsa_jit  # noqa: E402
 from fsa_jit import _fast  # noqa: E402
 from test_gpu import CASES, TOLERANCE, case, make, reference, view_of  # noqa: E402
 from helpers import random_selection, rel_err  # noqa: E402
+from helpers import load_library_or_skip  # noqa: E402
 
 bf16, f16 = torch.bfloat16, torch.float16
 
@@ -39,15 +40,7 @@ def same_bits(a, b):
 
 @pytest.fixture
 def library():
-    from fsa_jit import _lib
-
-    try:
-        lib = _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
-    if not lib.has_backward:
-        pytest.skip(f"{lib.path} has no backward entry points")
-    return lib
+    return load_library_or_skip(backward=True)
 
 
 @pytest.mark.parametrize("index", [0, 1, 4, 11], ids=["hkt", "thk-transposed", "misaligned", "dv128"])

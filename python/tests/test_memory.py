@@ -14,6 +14,7 @@ import fsa_jit  # noqa: E402
 from fsa_jit import _lib  # noqa: E402
 from fsa_jit.cli import _selection  # noqa: E402  (the benchmark protocol's selection, on the GPU)
 from helpers import rel_err  # noqa: E402
+from helpers import load_library_or_skip  # noqa: E402
 
 # The allocator rounds each block up to 512 bytes; a few small tensors besides.
 SLACK = 4 << 20
@@ -21,13 +22,7 @@ SLACK = 4 << 20
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    try:
-        lib = _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
-    if not lib.has_backward:
-        pytest.skip(f"{lib.path} has no backward entry points")
-    return lib
+    return load_library_or_skip(backward=True)
 
 
 def standard_inputs(T, G, dtype, D=128, hq=32, BK=64, K=16, seed=0):
