@@ -50,8 +50,10 @@ static const cmp_case cases[] = {
     {"bf16_g1_std_long",      BF, 128, 128, 2,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 0, 0, 0, 1},
     {"bf16_g1_std_long_ties", BF, 128, 128, 2,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
     {"bf16_g2_local4_long",   BF, 64,  64,  4,  2,  32, 16, 64,  16, 1, 4, {4200},                  1, 0, 1, 0, 1},
-    /* the standard shape at G 4 and 16 over 5 stages of blocks, random and tied: with FSA_CMP_SEL_SPREAD a
-       token's list spread over its 8 / 16 lanes, filled by merges and by insertions one at a time */
+    /* the standard shape at G 4, 8 and 16 over 5 stages of blocks, random and tied: with FSA_CMP_SEL_SPREAD a
+       token's list spread over the lanes that share its blocks, filled by merges and by insertions one at a time */
+    {"bf16_std_g8_long",      BF, 128, 128, 16, 2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 0, 0, 0, 1},
+    {"bf16_std_g8_long_ties", BF, 128, 128, 16, 2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
     {"bf16_std_g16_long",     BF, 128, 128, 16, 1,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 0, 0, 0, 1},
     {"bf16_std_g16_long_ties", BF, 128, 128, 16, 1, 32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
     {"bf16_std_g4_long_ties", BF, 128, 128, 8,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
