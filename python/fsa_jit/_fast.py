@@ -70,6 +70,16 @@ _BWD_BATCH = _lib.fsa_bwd_args.batch.offset // 4
 assert _lib.fsa_fwd_args.max_seqlen.offset == _lib.fsa_fwd_args.batch.offset + 4
 
 
+class _Args:
+    """A ctypes argument structure built once, and views that write its 64-bit and 32-bit fields in place."""
+
+    def __init__(self, struct):
+        self.struct = struct
+        self.u64 = memoryview(struct).cast("B").cast("Q")
+        self.i32 = memoryview(struct).cast("B").cast("i")
+        self.ref = ctypes.byref(struct)
+
+
 def _modes_active():
     return (torch._C._len_torch_dispatch_stack() > 0 or torch._C._is_torch_function_mode_enabled()
             or torch._C._are_functorch_transforms_active())
@@ -102,11 +112,11 @@ class _Entry:
                           o=(self.hq * self.dv, self.dv))
         _, topk_hs, topk_ts = attention._topk_ready(topk_idx, layout)
         self.views["topk"] = (topk_ts, topk_hs)
-        self.fwd = self._struct(_lib.fsa_fwd_args, "q", "k", "v", "o", "topk")
-        self.fwd_u64 = memoryview(self.fwd).cast("B").cast("Q")
-        self.fwd_i32 = memoryview(self.fwd).cast("B").cast("i")
-        self.fwd_ref = ctypes.byref(self.fwd)
-        self.bwd = None  # made by the first backward
+        # dq, dk, dv: made contiguous by every backward.
+        hkv = k.shape[1]
+        self.views.update(dq=(self.hq * self.d, self.d), dk=(hkv * self.d, self.d), dv=(hkv * self.dv, self.dv))
+        self.fwd = _Args(self._struct(_lib.fsa_fwd_args, "q", "k", "v", "o", "topk"))
+        self.bwd = _Args(self._struct(_lib.fsa_bwd_args, "q", "k", "v", "topk", "dq", "dk", "dv"))
 
     def _struct(self, struct_type, *names):
         s = struct_type(total_tokens=self.t_len)
@@ -123,28 +133,41 @@ class _Entry:
             n = sizes[batch] = self.plan.workspace_bytes(self.lib, self.t_len, batch, backward=backward)
         return n
 
+    def _call(self, backward, args, slots, batch, max_seqlen, ptrs, before=None):
+        """Writes the call's batch, max_seqlen, pointers (slots[i] <- ptrs[i]) and a workspace of the size
+        cached for the batch into `args`, then calls libfsa; `before` runs first under the same lock.
+        A size libfsa finds too small (a tuning measurement changed the plan's choice since it was
+        cached) is asked again once."""
+        fn = self.lib.fsa_selected_attention_bwd if backward else self.lib.fsa_selected_attention_fwd
+        at = _BWD_BATCH if backward else _FWD_BATCH
+        for _ in range(2):
+            nbytes = self._ws_bytes(batch, backward)
+            # (libfsa checks the workspace's alignment itself: FSA_STATUS_MISALIGNED)
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
+            ws_ptr = ws.data_ptr() if nbytes else 0
+            with self.lock:
+                if before is not None:
+                    before()
+                u = args.u64
+                args.i32[at] = batch
+                args.i32[at + 1] = max_seqlen
+                for slot, ptr in zip(slots, ptrs):
+                    u[slot] = ptr
+                u[slots[-2]] = ws_ptr
+                u[slots[-1]] = nbytes
+                st = fn(self.plan.handle, args.ref, _raw_stream(self.index))
+            if st != _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
+                break
+            (self.ws_bwd if backward else self.ws_fwd).clear()
+        self.lib.check(st, "fsa_selected_attention_bwd" if backward else "fsa_selected_attention_fwd")
+
     def forward(self, q, k, v, topk_idx, cu_seqlens, batch, max_seqlen):
         """(o, lse): the tensors must have the key's shapes and strides, 16-byte aligned."""
         o = torch.empty((self.t_len, self.hq, self.dv), dtype=self.dtype, device=self.device)
         lse = torch.empty((self.hq, self.t_len), dtype=torch.float32, device=self.device)
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), topk_idx.data_ptr(), cu_seqlens.data_ptr(),
                 lse.data_ptr())
-        for _ in range(2):
-            nbytes = self._ws_bytes(batch, False)
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
-            u = self.fwd_u64
-            with self.lock:
-                self.fwd_i32[_FWD_BATCH] = batch
-                self.fwd_i32[_FWD_BATCH + 1] = max_seqlen
-                for slot, ptr in zip(_FWD_PTRS, ptrs):
-                    u[slot] = ptr
-                u[_FWD_PTRS[7]] = ws.data_ptr() if nbytes else 0
-                u[_FWD_PTRS[8]] = nbytes
-                st = self.lib.fsa_selected_attention_fwd(self.plan.handle, self.fwd_ref, _raw_stream(self.index))
-            if st != _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
-                break
-            self.ws_fwd.clear()  # a tuning measurement changed the plan's choice since the size was cached
-        self.lib.check(st, "fsa_selected_attention_fwd")
+        self._call(False, self.fwd, _FWD_PTRS, batch, max_seqlen, ptrs)
         return o, lse
 
     def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen):
@@ -160,32 +183,13 @@ class _Entry:
         dv = torch.empty(v.shape, dtype=v.dtype, device=self.device)
         ptrs = [t.data_ptr() for t in (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)]
         o_view, dout_view = attention._head_strides(o), attention._head_strides(dout)
-        for _ in range(2):
-            nbytes = self._ws_bytes(batch, True)
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
-            with self.lock:
-                if self.bwd is None:
-                    self.views.update(dq=attention._head_strides(dq), dk=attention._head_strides(dk),
-                                      dv=attention._head_strides(dv))
-                    self.bwd = self._struct(_lib.fsa_bwd_args, "q", "k", "v", "topk", "dq", "dk", "dv")
-                    self.bwd_u64 = memoryview(self.bwd).cast("B").cast("Q")
-                    self.bwd_i32 = memoryview(self.bwd).cast("B").cast("i")
-                    self.bwd_ref = ctypes.byref(self.bwd)
-                b = self.bwd
-                b.o.token_stride, b.o.head_stride = o_view
-                b.dout.token_stride, b.dout.head_stride = dout_view
-                u = self.bwd_u64
-                self.bwd_i32[_BWD_BATCH] = batch
-                self.bwd_i32[_BWD_BATCH + 1] = max_seqlen
-                for slot, ptr in zip(_BWD_PTRS, ptrs):
-                    u[slot] = ptr
-                u[_BWD_PTRS[11]] = ws.data_ptr() if nbytes else 0
-                u[_BWD_PTRS[12]] = nbytes
-                st = self.lib.fsa_selected_attention_bwd(self.plan.handle, self.bwd_ref, _raw_stream(self.index))
-            if st != _lib.FSA_STATUS_WORKSPACE_TOO_SMALL:
-                break
-            self.ws_bwd.clear()
-        self.lib.check(st, "fsa_selected_attention_bwd")
+
+        def strides():  # under the entry's lock: the structure is shared by the key's calls
+            b = self.bwd.struct
+            b.o.token_stride, b.o.head_stride = o_view
+            b.dout.token_stride, b.dout.head_stride = dout_view
+
+        self._call(True, self.bwd, _BWD_PTRS, batch, max_seqlen, ptrs, before=strides)
         return dq, dk, dv
 
 

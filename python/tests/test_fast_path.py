@@ -248,7 +248,22 @@ def test_the_backward_writes_its_own_pointers_and_survives_clear_plans(fake, mon
     assert bwd["o"][0] == o.data_ptr() and bwd["lse"] == lse.data_ptr() and bwd["q"][0] == p["q"].data_ptr()
     assert bwd["dq"][0] == dq.data_ptr() and bwd["dv"][0] == dv.data_ptr() and bwd["dout"][1:] == (128, 32)
     assert bwd["dout"][0] != do.data_ptr()
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert bwd[name][1:] == (g.stride(0), g.stride(1))
     o = fsa_jit.selected_attention(**p)
     attention.clear_plans()  # between the forward and its backward: the operator makes the plan again
     torch.autograd.grad(o, xs[:1], torch.ones_like(o))
     assert counts["plan"] == 2 and lib.calls[-1]["bwd"] and lib.calls[-1]["handle"] == 1002
+
+
+def test_the_backward_writes_each_gradients_strides_when_values_are_narrower(fake):
+    lib, _ = fake
+    p = problem()
+    p["v"] = torch.randn(40, 2, 16).bfloat16()  # Dv 16 against Dk 32
+    xs = [p[n].requires_grad_() for n in ("q", "k", "v")]
+    o = fsa_jit.selected_attention(**p)
+    dq, dk, dv = torch.autograd.grad(o, xs, torch.ones_like(o))
+    bwd = lib.calls[-1]
+    assert bwd["bwd"] and dv.shape == (40, 2, 16)
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert bwd[name] == (g.data_ptr(), g.stride(0), g.stride(1))
