@@ -6,17 +6,12 @@
 // costs a few shuffles instead of a shift through K entries, and the K-th
 // score a block must beat is the token's exact one (the segment's last
 // entry), not a bound from the lanes' lists: fewer candidates, each cheaper.
-// The order is main's total order (score, then the lower block first), so
+// The order is sel_before's (score, then the lower block first), so
 // the list is exactly the token's top K, as LaneTopK's merged lists are.
 #pragma once
 #include "cmp_sel_blocks.cuh"
 
 namespace fsa {
-
-// a comes before b: a higher score, or an equal one and a lower block.
-__device__ __forceinline__ bool sel_first(float av, int ax, float bv, int bx) {
-    return av > bv || (av == bv && ax < bx);
-}
 
 template <int K, int S>
 struct SpreadTopK {
@@ -50,8 +45,8 @@ struct SpreadTopK {
         const int px = __shfl_up_sync(ALL, x[E - 1], 1, S);
         bool b[E];
 #pragma unroll
-        for (int e = 0; e < E; e++) b[e] = sel_first(cv, cx, v[e], x[e]);
-        const bool bprev = s > 0 && sel_first(cv, cx, pv, px);
+        for (int e = 0; e < E; e++) b[e] = sel_before(cv, cx, v[e], x[e]);
+        const bool bprev = s > 0 && sel_before(cv, cx, pv, px);
 #pragma unroll
         for (int e = E - 1; e >= 0; e--) {
             const bool before = e > 0 ? b[e - 1] : bprev;
@@ -83,7 +78,7 @@ struct SpreadTopK {
             const int r = s * E + e;
             // Descending runs where r & k is 0 (k = N: the whole sequence).
             const bool first = ((r & j) == 0) == ((r & k) == 0);
-            const bool take = first ? sel_first(pa[e], pc[e], a[e], c[e]) : sel_first(a[e], c[e], pa[e], pc[e]);
+            const bool take = first ? sel_before(pa[e], pc[e], a[e], c[e]) : sel_before(a[e], c[e], pa[e], pc[e]);
             if (take) a[e] = pa[e], c[e] = pc[e];
         }
     }
@@ -101,7 +96,7 @@ struct SpreadTopK {
         for (int e = 0; e < E; e++) {
             const float ra = __shfl_xor_sync(ALL, a[E - 1 - e], S - 1, S);
             const int rc = __shfl_xor_sync(ALL, c[E - 1 - e], S - 1, S);
-            if (sel_first(ra, rc, v[e], x[e])) v[e] = ra, x[e] = rc;
+            if (sel_before(ra, rc, v[e], x[e])) v[e] = ra, x[e] = rc;
         }
 #pragma unroll
         for (int j = N / 2; j > 0; j >>= 1) exchange(v, x, s, j, 2 * N);
