@@ -33,7 +33,7 @@ class FakeLib:
     def fsa_selected_attention_bwd(self, handle, ref, stream):
         a = ref._obj
         self.calls.append({"bwd": True, "handle": handle, "batch": a.batch, "max_seqlen": a.max_seqlen,
-                           "lse": a.lse, "workspace_bytes": a.workspace_bytes}
+                           "lse": a.lse, "workspace": a.workspace, "workspace_bytes": a.workspace_bytes}
                           | {name: (getattr(a, name).ptr, getattr(a, name).token_stride, getattr(a, name).head_stride)
                              for name in ("q", "k", "v", "o", "dout", "dq", "dk", "dv", "topk")})
         return self.status
@@ -265,5 +265,6 @@ def test_the_backward_writes_each_gradients_strides_when_values_are_narrower(fak
     dq, dk, dv = torch.autograd.grad(o, xs, torch.ones_like(o))
     bwd = lib.calls[-1]
     assert bwd["bwd"] and dv.shape == (40, 2, 16)
+    assert bwd["workspace_bytes"] == 256 * 2 and bwd["workspace"] != 0  # the plan's size for a batch of 2
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         assert bwd[name] == (g.data_ptr(), g.stride(0), g.stride(1))
