@@ -121,6 +121,12 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 #define FSA_FWD_WG_GROUPS 2
 #define FSA_FWD_WG_ROWS 64
 #define FSA_FWD_WG_ALIGN 1024
+/* Its schedule (FSA_FWD_WG): bit 0 sends the query rows of the tile after
+ * next toward L2 while a tile computes; bit 1 issues the next tile's scores
+ * before this tile's partial-row stores; bit 2 loads a lane's partial-row
+ * pieces four at a time before storing them. */
+#define FSA_FWD_WG_VARIANT_MAX 7
+#define FSA_FWD_WG_VARIANT_DEFAULT 0
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);

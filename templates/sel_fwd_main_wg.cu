@@ -25,6 +25,9 @@ constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: on
 constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
 constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
+constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG_VARIANT_MAX)
+constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
+static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
@@ -72,6 +75,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         auto load = [&](int i, int buf) {
             load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
         };
+        // Tile i's query rows toward L2, one 128-byte line per thread, so
+        // that its gather a tile later finds them there (a hint: no wait).
+        auto prefetch = [&](int i) {
+            constexpr int LINES = D / 64;  // 128-byte lines per row
+            if (PREFETCH && i < mine && gtid < ROWS * LINES)
+                prefetch_l2(rt.q_row[(grp + i * GROUPS) * ROWS + gtid / LINES] + (gtid % LINES) * 64);
+        };
         int issued = 0;
         if (mine > 0) load(issued++, 0);
         cp_async_commit();
@@ -79,6 +89,70 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         wg_fence_async_smem();
         __syncthreads();       // everyone's: the products read them through the async proxy
 
+        if constexpr (EARLY_S) {
+            // Tile i + 1's scores are issued as soon as tile i's output rows
+            // are staged, so that the products run while tile i's partial
+            // rows go out. One softmax step per tile (KT == BK).
+            float s[KT / 8][4];
+            if (mine > 0) {
+                if (issued < mine) load(issued++, 1);  // the other buffer is free at the item's start
+                prefetch(2);
+                cp_async_commit();
+                cp_async_wait<1>();  // tile 0
+                wg_fence_async_smem();
+                group_sync(grp);
+                wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q, ks);
+                wg_commit();
+            // Tile i: its scores (issued before) to its partial rows; with
+            // next, tile i + 1's scores go out between the staging and the
+            // stores. Called with a constant next (the last tile apart) so that
+            // no product is issued on a path the compiler sees as divergent.
+            auto tile_body = [&](int i, bool next) {
+                if (i > 0 && issued < mine) {
+                    group_sync(grp);  // every warp has stored tile i - 1's rows from its buffer
+                    load(issued, issued % FSA_FWD_STAGES);
+                    issued++;
+                    prefetch(i + 2);
+                    cp_async_commit();
+                }
+                const int tile = grp + i * GROUPS;
+                const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
+                const LaneTokens tok = lane_tokens(rt, tile * ROWS + wq * 16, lane);
+                wg_wait<0>();
+                wg_hold<KT / 8>(s);
+                OnlineSoftmax sm;
+                sm.init();
+                float alpha[2];
+                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0, alpha);
+                float o_acc[DV / 8][4];
+                frag_zero<DV / 8>(o_acc);
+                u32 pa[KT / 16][4];
+                wg_p_to_a<DT, KT / 16>(pa, s);
+                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<DV / 8>(o_acc);
+                float inv[2], lse2[2];
+                sm.finish(inv, lse2);
+                frag_scale_rows<DV / 8>(o_acc, inv);
+                group_sync(grp);  // every warp's products have read the query tile
+                frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+                if (next) {  // tile i + 1's rows have landed: its scores now
+                    cp_async_wait<0>();
+                    wg_fence_async_smem();
+                    group_sync(grp);
+                    wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q + (u32)((i + 1) % FSA_FWD_STAGES) * Q_TILE, ks);
+                    wg_commit();
+                }
+                const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
+                store_partial_rows<DV, BATCH>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+                                       [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+            };
+                int i = 0;
+                for (; i + 1 < mine; i++) tile_body(i, true);
+                tile_body(i, false);
+            }
+        } else {
         for (int i = 0; i < mine; i++) {
             // The ring: the next tile into the buffer of tile i - 1, then wait for tile i.
             if (issued < mine) {
@@ -86,6 +160,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 load(issued, issued % FSA_FWD_STAGES);
                 issued++;
             }
+            prefetch(i + 2);
             cp_async_commit();
             cp_async_wait<FSA_FWD_STAGES - 1>();
             wg_fence_async_smem();
@@ -125,8 +200,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // every warp's products have read the query tile
             frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
             const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-            store_partial_rows<DV>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+            store_partial_rows<DV, BATCH>(p, rt, tile * ROWS + wq * 16, lse2, lane,
                                    [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+        }
         }
     }
 }

@@ -93,8 +93,10 @@ __device__ __forceinline__ void causal_step(OnlineSoftmax &sm, float s[KT / 8][4
 // in shared memory) to their partial rows: lse2 of this lane's rows lo
 // (row0 + lane / 4) and hi (+ 8) into lse_part, then 16-byte pieces of whole
 // rows from staged(r, c) (the address of row r's piece at column c) into
-// o_part. Padding rows write nothing.
-template <int DV, int ITEM_ROWS, class Staged>
+// o_part. Padding rows write nothing. BATCH: the lane's pieces in groups of
+// four, their partial rows and staged data loaded before any store (four
+// shared-memory loads in flight instead of one chain per piece).
+template <int DV, bool BATCH = false, int ITEM_ROWS, class Staged>
 __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, const RowTable<ITEM_ROWS> &rt, int row0,
                                                    const float lse2[2], int lane, Staged staged) {
     if ((lane & 3) == 0) {
@@ -105,6 +107,26 @@ __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, cons
     }
     __syncwarp();
     u16 *o_part = (u16 *)p.o_part;
+    if constexpr (BATCH && (16 * (DV / 8)) % 128 == 0) {
+        constexpr int PIECES = DV / 8, GROUP = 4;
+#pragma unroll 1
+        for (int c0 = lane; c0 < 16 * PIECES; c0 += 32 * GROUP) {
+            long long part[GROUP];
+            uint4 v[GROUP];
+#pragma unroll
+            for (int k = 0; k < GROUP; k++) {
+                const int c = c0 + 32 * k, rr = c / PIECES;
+                part[k] = rt.part[row0 + rr];
+                v[k] = *(const uint4 *)staged(rr, (c - rr * PIECES) * 8);
+            }
+#pragma unroll
+            for (int k = 0; k < GROUP; k++) {
+                const int c = c0 + 32 * k, rr = c / PIECES;
+                if (part[k] >= 0) *(uint4 *)(o_part + part[k] * DV + (c - rr * PIECES) * 8) = v[k];
+            }
+        }
+        return;
+    }
     for (int c = lane; c < 16 * (DV / 8); c += 32) {
         const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
         const long long part = rt.part[row0 + rr];

@@ -250,6 +250,11 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     int sel_given = 0;
     for (size_t i = 0; i < n_extra; i++) sel_given |= strcmp(extra[i].name, "SEL_BWD_WG") == 0;
     if (strstr(t->text, "{{SEL_BWD_WG}}") && !sel_given) params[n++] = (fsa_param){"SEL_BWD_WG", "1", "v"};
+    /* The warpgroup forward main kernel: its default schedule unless given. */
+    char fv[2] = {(char)('0' + FSA_FWD_WG_VARIANT_DEFAULT), '\0'};
+    int fv_given = 0;
+    for (size_t i = 0; i < n_extra; i++) fv_given |= strcmp(extra[i].name, "FWD_WG") == 0;
+    if (strstr(t->text, "{{FWD_WG}}") && !fv_given) params[n++] = (fsa_param){"FWD_WG", fv, "fv"};
     /* The paged-cache attention on sm_90a: tensor-map copies wherever a stage is whole page boxes. */
     char tma[2] = "0";
     for (size_t i = 0; i < n_extra; i++)
