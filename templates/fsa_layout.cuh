@@ -124,8 +124,10 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 /* Its schedule (FSA_FWD_WG): bit 0 sends the query rows of the tile after
  * next toward L2 while a tile computes; bit 1 issues the next tile's scores
  * before this tile's partial-row stores; bit 2 loads a lane's partial-row
- * pieces four at a time before storing them. */
-#define FSA_FWD_WG_VARIANT_MAX 7
+ * pieces four at a time before storing them; bit 3 gives each CTA a
+ * contiguous run of work items, so that the items of one segment reuse its
+ * key block. FSA_FWD_WG takes one hex digit. */
+#define FSA_FWD_WG_VARIANT_MAX 15
 #define FSA_FWD_WG_VARIANT_DEFAULT 0
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {

@@ -27,6 +27,7 @@ constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG_VARIANT_MAX)
 constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
+constexpr bool RUNS = (VARIANT & 8) != 0;
 static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
@@ -49,15 +50,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
 
-    for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
-        const WorkItem it = work_item<BK, CHUNK>(p, w);
+    // RUNS: a contiguous run of items per CTA (WorkRun); else every gridDim.x-th item.
+    const int w_first = RUNS ? (int)((long long)total_work * blockIdx.x / gridDim.x) : (int)blockIdx.x;
+    const int w_last = RUNS ? (int)((long long)total_work * (blockIdx.x + 1) / gridDim.x) : total_work;
+    WorkRun run;
+    run.seg_end = -1;
+    for (int w = w_first; w < w_last; w += RUNS ? 1 : gridDim.x) {
+        if (RUNS) work_run_next<BK, CHUNK>(p, w, run);
+        else run.it = work_item<BK, CHUNK>(p, w), run.new_kv = true;
+        const WorkItem &it = run.it;
         __syncthreads();  // the previous work item is done with shared memory
         build_row_table<G, ROWS, THREADS>(rt, p, it.ent, it.n_ent, it.h);
 
         // K and V of the block, KT keys per tile, zero past the end of the sequence.
         const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
 #pragma unroll 1
-        for (int kt = 0; kt < BK; kt += KT) {
+        for (int kt = 0; kt < (run.new_kv ? BK : 0); kt += KT) {
             auto key = [&](int r) { return (long long)it.kb0 + (kt + r < it.nk ? kt + r : 0); };
             load_tile_sw128_async<KT, D, THREADS>(ks + (u32)(kt / KT) * K_TILE, [&](int r) {
                 return RowSrc{kg + key(r) * p.k.token_stride, kt + r < it.nk};

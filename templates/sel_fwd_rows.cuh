@@ -64,6 +64,33 @@ __device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
     return it;
 }
 
+// Work items in contiguous runs: a CTA that takes items w0 .. w1 - 1 in
+// order sees the items of one (KV head, block) segment one after another;
+// they share the key block (kept in shared memory, new_kv false) and their
+// list entries follow each other CHUNK apart, so only the first item of a
+// segment reads the segment tables (work_item's chain of dependent loads).
+struct WorkRun {
+    WorkItem it;
+    const int *ent_end;  // the segment's list end
+    int seg_end;         // the first work item of the next segment
+    bool new_kv;
+};
+
+template <int BK, int CHUNK>
+__device__ __forceinline__ void work_run_next(const fsa_sel_params &p, int w, WorkRun &r) {
+    if (w < r.seg_end) {
+        r.it.ent += CHUNK;
+        r.it.n_ent = min((int)(r.ent_end - r.it.ent), CHUNK);
+        r.new_kv = false;
+        return;
+    }
+    r.it = work_item<BK, CHUNK>(p, w);
+    const int seg = ((const int *)p.work_seg)[w];
+    r.seg_end = ((const int *)p.work_offsets)[seg + 1];
+    r.ent_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
+    r.new_kv = true;
+}
+
 // The tokens of this lane's two accumulator rows of a warp's 16 (item rows
 // row0 + lane / 4 and row0 + lane / 4 + 8; -1: padding).
 struct LaneTokens {

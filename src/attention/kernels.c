@@ -162,7 +162,10 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
 int fsa_kernel_fwd_wg_variant(void)
 {
     const char *env = getenv("FSA_FWD_WG");
-    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_FWD_WG_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
+    if (env != NULL && env[0] != '\0' && env[1] == '\0') { /* one hex digit */
+        const int v = env[0] >= '0' && env[0] <= '9' ? env[0] - '0' : env[0] >= 'a' && env[0] <= 'f' ? env[0] - 'a' + 10 : -1;
+        if (v >= 0 && v <= FSA_FWD_WG_VARIANT_MAX) return v;
+    }
     return FSA_FWD_WG_VARIANT_DEFAULT;
 }
 
