@@ -126,8 +126,9 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * before this tile's partial-row stores; bit 2 loads a lane's partial-row
  * pieces four at a time before storing them; bit 3 gives each CTA a
  * contiguous run of work items, so that the items of one segment reuse its
- * key block. FSA_FWD_WG takes one hex digit. */
-#define FSA_FWD_WG_VARIANT_MAX 15
+ * key block; bit 4 streams each run of one segment's items as one run of
+ * tiles per warpgroup (tile rows built a tile ahead, no item prologue). */
+#define FSA_FWD_WG_VARIANT_MAX 31
 #define FSA_FWD_WG_VARIANT_DEFAULT 0
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {

@@ -27,7 +27,8 @@ constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG_VARIANT_MAX)
 constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
-constexpr bool RUNS = (VARIANT & 8) != 0;
+constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0;
+static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
@@ -49,6 +50,92 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const u32 my_q = qs + (u32)(grp * FSA_FWD_STAGES) * Q_TILE;   // this warpgroup's ring
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
+
+    if constexpr (STREAM) {
+        // The CTA's contiguous items [w, w_last) in runs of one segment each:
+        // per run the key block once, then each warpgroup streams every
+        // GROUPS-th 64-row tile of the run's list entries through its query
+        // ring, each tile's rows (RowTable<ROWS>, three per warpgroup in the
+        // row table's space) built one tile ahead from a list entry loaded
+        // two tiles ahead. No item prologue inside a run.
+        RowTable<ROWS> *const slice = (RowTable<ROWS> *)&rt + grp * 3;
+        static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) <= sizeof(Rows), "tile rows fit in the row table's space");
+        int w = (int)((long long)total_work * blockIdx.x / gridDim.x);
+        const int w_last = (int)((long long)total_work * (blockIdx.x + 1) / gridDim.x);
+        while (w < w_last) {
+            const WorkItem it = work_item<BK, CHUNK>(p, w);
+            const int seg = ((const int *)p.work_seg)[w];
+            const int w_end = min(((const int *)p.work_offsets)[seg + 1], w_last);
+            const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
+            const int n_run = min((int)(seg_list_end - it.ent), (w_end - w) * CHUNK);
+            w = w_end;
+            __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
+            const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
+            auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
+            load_tile_sw128_async<KT, D, THREADS>(ks, [&](int r) { return RowSrc{kg + key(r) * p.k.token_stride, r < it.nk}; });
+            load_tile_sw128_async<KT, DV, THREADS>(vs, [&](int r) { return RowSrc{vg + key(r) * p.v.token_stride, r < it.nk}; });
+            cp_async_commit();
+
+            const int ntiles = (n_run + TOK - 1) / TOK;
+            const int mine = ntiles > grp ? (ntiles - grp + GROUPS - 1) / GROUPS : 0;
+            auto first_entry = [&](int i) { return (grp + i * GROUPS) * TOK; };  // of this group's tile i
+            auto load = [&](int i) {
+                load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row, gtid);
+            };
+            int v_next = 0;
+            if (mine > 0) build_tile_rows<G, ROWS>(slice[0], p, tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(0), gtid),
+                                                   n_run, first_entry(0), it.h, gtid);
+            if (mine > 1 && gtid < ROWS) v_next = tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(1), gtid);
+            group_sync(grp);  // tile 0's rows
+            if (mine > 0) load(0);
+            cp_async_commit();
+            cp_async_wait<1>();  // this thread's K and V copies
+            wg_fence_async_smem();
+            __syncthreads();  // everyone's
+
+            for (int i = 0; i < mine; i++) {
+                if (i + 1 < mine) {
+                    build_tile_rows<G, ROWS>(slice[(i + 1) % 3], p, v_next, n_run, first_entry(i + 1), it.h, gtid);
+                    if (i + 2 < mine && gtid < ROWS) v_next = tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(i + 2), gtid);
+                }
+                group_sync(grp);  // tile i + 1's rows; every warp has stored tile i - 1 from the buffer it reuses
+                if (i + 1 < mine) load(i + 1);
+                cp_async_commit();
+                cp_async_wait<1>();  // tile i
+                wg_fence_async_smem();
+                group_sync(grp);
+                const RowTable<ROWS> &tr = slice[i % 3];
+                const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
+                const LaneTokens tok = lane_tokens(tr, wq * 16, lane);
+                float s[KT / 8][4];
+                wg_mma_abt<DT, D, KT, ROWS, false>(s, qb, ks);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<KT / 8>(s);
+                OnlineSoftmax sm;
+                sm.init();
+                float alpha[2];
+                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0, alpha);
+                float o_acc[DV / 8][4];
+                frag_zero<DV / 8>(o_acc);
+                u32 pa[KT / 16][4];
+                wg_p_to_a<DT, KT / 16>(pa, s);
+                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<DV / 8>(o_acc);
+                float inv[2], lse2[2];
+                sm.finish(inv, lse2);
+                frag_scale_rows<DV / 8>(o_acc, inv);
+                group_sync(grp);  // every warp's products have read the query tile
+                frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+                const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
+                store_partial_rows<DV, BATCH>(p, tr, wq * 16, lse2, lane,
+                                              [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+            }
+        }
+        return;
+    }
 
     // RUNS: a contiguous run of items per CTA (WorkRun); else every gridDim.x-th item.
     const int w_first = RUNS ? (int)((long long)total_work * blockIdx.x / gridDim.x) : (int)blockIdx.x;

@@ -38,6 +38,29 @@ __device__ __forceinline__ void build_row_table(RowTable<ITEM_ROWS> &rt, const f
     }
 }
 
+// One 64-row tile's rows (a RowTable<ROWS>) from this thread's list entry v
+// (row r = tid < ROWS: entry e0 + r / G of the run's n list entries at ent;
+// padding rows were given the run's first entry): what build_row_table
+// writes for an item, for one tile at a time.
+template <int G, int ROWS>
+__device__ __forceinline__ int tile_row_entry(const int *ent, int n, int e0, int tid) {
+    constexpr int TOK = ROWS / G;
+    const int tk = tid / G, e = e0 + tk;
+    return __ldg(ent + (tk < TOK && e < n ? e : 0));
+}
+template <int G, int ROWS>
+__device__ __forceinline__ void build_tile_rows(RowTable<ROWS> &rt, const fsa_sel_params &p, int v, int n, int e0,
+                                                int h, int tid) {
+    constexpr int TOK = ROWS / G;
+    if (tid >= ROWS) return;
+    const int tk = tid / G, g = tid - tk * G, e = e0 + tk;
+    const bool pad = tk >= TOK || e >= n;
+    const long long tl = fsa_entry_token(v), t = p.t0 + tl;
+    rt.q_row[tid] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
+    rt.part[tid] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
+    rt.token[tid] = pad ? -1 : (int)t;
+}
+
 // The key block of work item w: its KV head, its first key and how many keys
 // it has (fewer than BK at a sequence's end), the item's list entries.
 struct WorkItem {

@@ -162,10 +162,9 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
 int fsa_kernel_fwd_wg_variant(void)
 {
     const char *env = getenv("FSA_FWD_WG");
-    if (env != NULL && env[0] != '\0' && env[1] == '\0') { /* one hex digit */
-        const int v = env[0] >= '0' && env[0] <= '9' ? env[0] - '0' : env[0] >= 'a' && env[0] <= 'f' ? env[0] - 'a' + 10 : -1;
-        if (v >= 0 && v <= FSA_FWD_WG_VARIANT_MAX) return v;
-    }
+    char *end = NULL;
+    const long v = env != NULL ? strtol(env, &end, 16) : -1; /* hex: one bit per schedule change */
+    if (env != NULL && end != env && *end == '\0' && v >= 0 && v <= FSA_FWD_WG_VARIANT_MAX) return (int)v;
     return FSA_FWD_WG_VARIANT_DEFAULT;
 }
 
