@@ -93,23 +93,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             wg_fence_async_smem();
             __syncthreads();  // everyone's
 
-            for (int i = 0; i < mine; i++) {
+            // Tile i + 1's rows and query copies, behind a group barrier that
+            // also frees the buffer of tile i - 1 (its stores are done).
+            auto next_tile = [&](int i) {
                 if (i + 1 < mine) {
                     build_tile_rows<G, ROWS>(slice[(i + 1) % 3], p, v_next, n_run, first_entry(i + 1), it.h, gtid);
                     if (i + 2 < mine && gtid < ROWS) v_next = tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(i + 2), gtid);
                 }
-                group_sync(grp);  // tile i + 1's rows; every warp has stored tile i - 1 from the buffer it reuses
+                group_sync(grp);
                 if (i + 1 < mine) load(i + 1);
                 cp_async_commit();
-                cp_async_wait<1>();  // tile i
-                wg_fence_async_smem();
-                group_sync(grp);
+            };
+            auto scores = [&](float(&s)[KT / 8][4], int i) {  // S = Q K^T of tile i, issued
+                wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, ks);
+                wg_commit();
+            };
+            // Tile i from its issued scores to its partial rows; with next
+            // (a constant after inlining, so that no product sits on a path
+            // ptxas sees as divergent), tile i + 1's scores go out between
+            // the staging of tile i's output rows and their stores.
+            auto finish = [&](float(&s)[KT / 8][4], int i, bool next) {
                 const RowTable<ROWS> &tr = slice[i % 3];
                 const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
                 const LaneTokens tok = lane_tokens(tr, wq * 16, lane);
-                float s[KT / 8][4];
-                wg_mma_abt<DT, D, KT, ROWS, false>(s, qb, ks);
-                wg_commit();
                 wg_wait<0>();
                 wg_hold<KT / 8>(s);
                 OnlineSoftmax sm;
@@ -129,9 +135,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 frag_scale_rows<DV / 8>(o_acc, inv);
                 group_sync(grp);  // every warp's products have read the query tile
                 frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+                if (next) {  // tile i + 1's rows have landed (this thread's copies, then everyone's)
+                    cp_async_wait<0>();
+                    wg_fence_async_smem();
+                    group_sync(grp);
+                    scores(s, i + 1);
+                }
                 const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
                 store_partial_rows<DV, BATCH>(p, tr, wq * 16, lse2, lane,
                                               [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+            };
+            float s[KT / 8][4];
+            if constexpr (!EARLY_S) {
+                for (int i = 0; i < mine; i++) {
+                    next_tile(i);
+                    cp_async_wait<1>();  // tile i
+                    wg_fence_async_smem();
+                    group_sync(grp);
+                    scores(s, i);
+                    finish(s, i, false);
+                }
+            } else if (mine > 0) {
+                next_tile(0);
+                cp_async_wait<1>();  // tile 0
+                wg_fence_async_smem();
+                group_sync(grp);
+                scores(s, 0);
+                int i = 0;
+                for (; i + 1 < mine; i++) {
+                    if (i > 0) next_tile(i);
+                    finish(s, i, true);
+                }
+                if (i > 0) next_tile(i);
+                finish(s, i, false);
             }
         }
         return;
