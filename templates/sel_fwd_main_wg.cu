@@ -52,23 +52,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const float scale_log2 = (float)p.scale_log2;
 
     if constexpr (STREAM) {
-        // The CTA's contiguous items [w, w_last) in runs of one segment each:
-        // per run the key block once, then each warpgroup streams every
+        // The CTA's contiguous list entries in runs of one segment each: per
+        // run the key block once, then each warpgroup streams every
         // GROUPS-th 64-row tile of the run's list entries through its query
         // ring, each tile's rows (RowTable<ROWS>, three per warpgroup in the
         // row table's space) built one tile ahead from a list entry loaded
         // two tiles ahead. No item prologue inside a run.
         RowTable<ROWS> *const slice = (RowTable<ROWS> *)&rt + grp * 3;
         static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) <= sizeof(Rows), "tile rows fit in the row table's space");
-        int w = (int)((long long)total_work * blockIdx.x / gridDim.x);
-        const int w_last = (int)((long long)total_work * (blockIdx.x + 1) / gridDim.x);
-        while (w < w_last) {
-            const WorkItem it = work_item<BK, CHUNK>(p, w);
-            const int seg = ((const int *)p.work_seg)[w];
-            const int w_end = min(((const int *)p.work_offsets)[seg + 1], w_last);
-            const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
-            const int n_run = min((int)(seg_list_end - it.ent), (w_end - w) * CHUNK);
-            w = w_end;
+        // The CTA's share of the launch's list entries (all segments' lists
+        // are one array, offsets its exclusive scan): an even split of the
+        // entries, so of the rows, whatever the items' sizes.
+        const int *offs = (const int *)p.offsets;
+        const int segs = (int)(p.num_kv_heads * p.nb_total);
+        const long long n_all = offs[segs];
+        int e = (int)(n_all * blockIdx.x / gridDim.x);
+        const int e_last = (int)(n_all * (blockIdx.x + 1) / gridDim.x);
+        int lo = 0, hi = segs - 1;  // the last segment starting at or before e
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (offs[mid] <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        int seg = lo;
+        int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
+        while (e < e_last) {
+            while (offs[seg + 1] <= e) seg++;  // past empty segments
+            const int n_run = min(offs[seg + 1], e_last) - e;
+            const WorkItem it = segment_item<BK>(p, seg, (const int *)p.list + e, n_run);
+            e += n_run;
             __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
             const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
             auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
@@ -77,8 +89,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             cp_async_commit();
 
             const int ntiles = (n_run + TOK - 1) / TOK;
-            const int mine = ntiles > grp ? (ntiles - grp + GROUPS - 1) / GROUPS : 0;
-            auto first_entry = [&](int i) { return (grp + i * GROUPS) * TOK; };  // of this group's tile i
+            const int first = (grp + GROUPS - turn) % GROUPS;  // this group's first tile of the run
+            const int mine = ntiles > first ? (ntiles - first + GROUPS - 1) / GROUPS : 0;
+            turn = (turn + ntiles) % GROUPS;
+            auto first_entry = [&](int i) { return (first + i * GROUPS) * TOK; };  // of this group's tile i
             auto load = [&](int i) {
                 load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row, gtid);
             };

@@ -68,23 +68,30 @@ struct WorkItem {
     const int *ent;
 };
 
-template <int BK, int CHUNK>
-__device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
-    const int *work = (const int *)p.work_offsets;
-    const int *offs = (const int *)p.offsets;
-    const long long seg = ((const int *)p.work_seg)[w];  // the (KV head, block) segment of work item w
+// The key block of (KV head, block) segment seg, whose list entries start
+// at ent (n of them from there on).
+template <int BK>
+__device__ __forceinline__ WorkItem segment_item(const fsa_sel_params &p, long long seg, const int *ent, int n) {
     WorkItem it;
     it.h = (int)(seg / p.nb_total);
     const long long gid = seg - (long long)it.h * p.nb_total;
-    const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
-    it.n_ent = min(offs[seg + 1] - e0, CHUNK);
-    it.ent = (const int *)p.list + e0;
+    it.n_ent = n;
+    it.ent = ent;
     // Key range of the block, from the sequence of any token in the list.
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens,
                                     p.t0 + fsa_entry_token(__ldg(it.ent)));
     it.kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
     it.nk = (int)min((long long)BK, sb.end - it.kb0);
     return it;
+}
+
+template <int BK, int CHUNK>
+__device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
+    const int *work = (const int *)p.work_offsets;
+    const int *offs = (const int *)p.offsets;
+    const long long seg = ((const int *)p.work_seg)[w];  // the (KV head, block) segment of work item w
+    const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
+    return segment_item<BK>(p, seg, (const int *)p.list + e0, min(offs[seg + 1] - e0, CHUNK));
 }
 
 // Work items in contiguous runs: a CTA that takes items w0 .. w1 - 1 in
