@@ -127,8 +127,10 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * pieces four at a time before storing them; bit 3 gives each CTA a
  * contiguous run of work items, so that the items of one segment reuse its
  * key block; bit 4 streams each run of one segment's items as one run of
- * tiles per warpgroup (tile rows built a tile ahead, no item prologue). */
-#define FSA_FWD_WG_VARIANT_MAX 31
+ * tiles per warpgroup (tile rows built a tile ahead, no item prologue);
+ * in the streams, bit 5 stores the partial rows evict-first in L2 (with
+ * bit 2) and bit 6 reads the query rows under an evict-last L2 policy. */
+#define FSA_FWD_WG_VARIANT_MAX 127
 #define FSA_FWD_WG_VARIANT_DEFAULT 0
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {

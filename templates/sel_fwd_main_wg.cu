@@ -27,7 +27,8 @@ constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG_VARIANT_MAX)
 constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
-constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0;
+constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0, CS_STORES = (VARIANT & 32) != 0;
+constexpr bool Q_KEEP = (VARIANT & 64) != 0;
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
@@ -94,7 +95,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             turn = (turn + ntiles) % GROUPS;
             auto first_entry = [&](int i) { return (first + i * GROUPS) * TOK; };  // of this group's tile i
             auto load = [&](int i) {
-                load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row, gtid);
+                if (Q_KEEP)
+                    load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row,
+                                                             gtid, createpolicy_evict_last());
+                else
+                    load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row, gtid);
             };
             int v_next = 0;
             if (mine > 0) build_tile_rows<G, ROWS>(slice[0], p, tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(0), gtid),
@@ -156,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                     scores(s, i + 1);
                 }
                 const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-                store_partial_rows<DV, BATCH>(p, tr, wq * 16, lse2, lane,
+                store_partial_rows<DV, BATCH, CS_STORES>(p, tr, wq * 16, lse2, lane,
                                               [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
             };
             float s[KT / 8][4];

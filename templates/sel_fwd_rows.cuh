@@ -153,7 +153,7 @@ __device__ __forceinline__ void causal_step(OnlineSoftmax &sm, float s[KT / 8][4
 // o_part. Padding rows write nothing. BATCH: the lane's pieces in groups of
 // four, their partial rows and staged data loaded before any store (four
 // shared-memory loads in flight instead of one chain per piece).
-template <int DV, bool BATCH = false, int ITEM_ROWS, class Staged>
+template <int DV, bool BATCH = false, bool STREAMING = false, int ITEM_ROWS, class Staged>
 __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, const RowTable<ITEM_ROWS> &rt, int row0,
                                                    const float lse2[2], int lane, Staged staged) {
     if ((lane & 3) == 0) {
@@ -179,7 +179,10 @@ __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, cons
 #pragma unroll
             for (int k = 0; k < GROUP; k++) {
                 const int c = c0 + 32 * k, rr = c / PIECES;
-                if (part[k] >= 0) *(uint4 *)(o_part + part[k] * DV + (c - rr * PIECES) * 8) = v[k];
+                if (part[k] < 0) continue;
+                u16 *dst = o_part + part[k] * DV + (c - rr * PIECES) * 8;
+                if (STREAMING) st_global_cs16(dst, v[k]);
+                else *(uint4 *)dst = v[k];
             }
         }
         return;
