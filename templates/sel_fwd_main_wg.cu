@@ -29,6 +29,7 @@ constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG
 constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
 constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0, CS_STORES = (VARIANT & 32) != 0;
 constexpr bool Q_KEEP = (VARIANT & 64) != 0;
+constexpr int CHUNK_ITEMS = (VARIANT & 8) != 0 ? 8 : 4;  // the streams' work items per chunk
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
@@ -61,27 +62,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         // two tiles ahead. No item prologue inside a run.
         RowTable<ROWS> *const slice = (RowTable<ROWS> *)&rt + grp * 3;
         static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) <= sizeof(Rows), "tile rows fit in the row table's space");
-        // The CTA's share of the launch's list entries (all segments' lists
-        // are one array, offsets its exclusive scan): an even split of the
-        // entries, so of the rows, whatever the items' sizes.
-        const int *offs = (const int *)p.offsets;
-        const int segs = (int)(p.num_kv_heads * p.nb_total);
-        const long long n_all = offs[segs];
-        int e = (int)(n_all * blockIdx.x / gridDim.x);
-        const int e_last = (int)(n_all * (blockIdx.x + 1) / gridDim.x);
-        int lo = 0, hi = segs - 1;  // the last segment starting at or before e
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (offs[mid] <= e) lo = mid;
-            else hi = mid - 1;
-        }
-        int seg = lo;
+        // Work in chunks of CHUNK_ITEMS consecutive work items, chunk c to CTA
+        // c % gridDim.x: CTAs running at the same time work on neighbouring
+        // items (mostly one KV head, whose query rows then stay in L2), and
+        // the items' sizes average out over a CTA's chunks. A chunk's items
+        // of one segment form a run (WorkRun: one key block, the list
+        // entries contiguous).
+        const int n_chunks = (total_work + CHUNK_ITEMS - 1) / CHUNK_ITEMS;
         int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
-        while (e < e_last) {
-            while (offs[seg + 1] <= e) seg++;  // past empty segments
-            const int n_run = min(offs[seg + 1], e_last) - e;
-            const WorkItem it = segment_item<BK>(p, seg, (const int *)p.list + e, n_run);
-            e += n_run;
+        for (int c = blockIdx.x; c < n_chunks; c += gridDim.x) {
+        const int w_end_chunk = min(total_work, (c + 1) * CHUNK_ITEMS);
+        for (int w = c * CHUNK_ITEMS; w < w_end_chunk;) {
+            const WorkItem it0 = work_item<BK, CHUNK>(p, w);
+            const int seg = ((const int *)p.work_seg)[w];
+            const int w_run_end = min(((const int *)p.work_offsets)[seg + 1], w_end_chunk);
+            const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
+            const int n_run = min((int)(seg_list_end - it0.ent), (w_run_end - w) * CHUNK);
+            w = w_run_end;
+            WorkItem it = it0;
+            it.n_ent = n_run;
             __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
             const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
             auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
@@ -189,6 +188,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 finish(s, i, false);
             }
         }
+        }
         return;
     }
 
@@ -223,7 +223,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         const int ntiles = (it.n_ent + TOK - 1) / TOK;
         const int mine = ntiles > grp ? (ntiles - grp + GROUPS - 1) / GROUPS : 0;
         auto load = [&](int i, int buf) {
-            load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
+            if (Q_KEEP)
+                load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS,
+                                                         gtid, createpolicy_evict_last());
+            else
+                load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
         };
         // Tile i's query rows toward L2, one 128-byte line per thread, so
         // that its gather a tile later finds them there (a hint: no wait).
@@ -295,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                     wg_commit();
                 }
                 const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-                store_partial_rows<DV, BATCH>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+                store_partial_rows<DV, BATCH, CS_STORES>(p, rt, tile * ROWS + wq * 16, lse2, lane,
                                        [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
             };
                 int i = 0;
@@ -350,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // every warp's products have read the query tile
             frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
             const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-            store_partial_rows<DV, BATCH>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+            store_partial_rows<DV, BATCH, CS_STORES>(p, rt, tile * ROWS + wq * 16, lse2, lane,
                                    [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
         }
         }
