@@ -129,8 +129,10 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * key block; bit 4 streams each run of one segment's items as one run of
  * tiles per warpgroup (tile rows built a tile ahead, no item prologue);
  * in the streams, bit 5 stores the partial rows evict-first in L2 (with
- * bit 2) and bit 6 reads the query rows under an evict-last L2 policy. */
-#define FSA_FWD_WG_VARIANT_MAX 127
+ * bit 2) and bit 6 reads the query rows under an evict-last L2 policy; bit
+ * 3 makes the streams' chunks 8 work items instead of 4; bit 7 describes
+ * the next run while this one's copies land. */
+#define FSA_FWD_WG_VARIANT_MAX 255
 #define FSA_FWD_WG_VARIANT_DEFAULT 0
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {

@@ -30,12 +30,19 @@ constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATC
 constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0, CS_STORES = (VARIANT & 32) != 0;
 constexpr bool Q_KEEP = (VARIANT & 64) != 0;
 constexpr int CHUNK_ITEMS = (VARIANT & 8) != 0 ? 8 : 4;  // the streams' work items per chunk
+constexpr bool NEXT_RUN = (VARIANT & 128) != 0;
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
 static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
+
+// A run of the tile streams: its key block and list entries (it), where the next one starts.
+struct RunDesc {
+    WorkItem it;
+    int c_next, w_next;
+};
 
 // The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
@@ -69,19 +76,38 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         // of one segment form a run (WorkRun: one key block, the list
         // entries contiguous).
         const int n_chunks = (total_work + CHUNK_ITEMS - 1) / CHUNK_ITEMS;
-        int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
-        for (int c = blockIdx.x; c < n_chunks; c += gridDim.x) {
-        const int w_end_chunk = min(total_work, (c + 1) * CHUNK_ITEMS);
-        for (int w = c * CHUNK_ITEMS; w < w_end_chunk;) {
-            const WorkItem it0 = work_item<BK, CHUNK>(p, w);
+        // The run that starts at item w of chunk c, and where the next one starts.
+        auto describe = [&](int c, int w, RunDesc &d) {
+            const int w_end_chunk = min(total_work, (c + 1) * CHUNK_ITEMS);
+            d.it = work_item<BK, CHUNK>(p, w);
             const int seg = ((const int *)p.work_seg)[w];
             const int w_run_end = min(((const int *)p.work_offsets)[seg + 1], w_end_chunk);
             const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
-            const int n_run = min((int)(seg_list_end - it0.ent), (w_run_end - w) * CHUNK);
-            w = w_run_end;
-            WorkItem it = it0;
-            it.n_ent = n_run;
-            __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
+            d.it.n_ent = min((int)(seg_list_end - d.it.ent), (w_run_end - w) * CHUNK);
+            d.c_next = w_run_end < w_end_chunk ? c : c + (int)gridDim.x;
+            d.w_next = w_run_end < w_end_chunk ? w_run_end : d.c_next * CHUNK_ITEMS;
+        };
+        // NEXT_RUN: warp 0 describes the next run (two slots after the tile
+        // rows) while the copies of this one land, and sends its key block
+        // toward L2: the chain of dependent loads leaves the run's prologue.
+        RunDesc *const desc = (RunDesc *)((unsigned char *)&rt + GROUPS * 3 * sizeof(RowTable<ROWS>));
+        static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) + 2 * sizeof(RunDesc) <= sizeof(Rows), "run slots fit too");
+        int c = blockIdx.x, w = c * CHUNK_ITEMS, slot = 0;
+        if (NEXT_RUN && c < n_chunks && tid == 0) describe(c, w, desc[0]);
+        int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
+        while (c < n_chunks) {
+            RunDesc d;
+            if (NEXT_RUN) {
+                __syncthreads();  // the previous run is done with the key block, the rings and the tile rows; desc[slot] is written
+                d = desc[slot];
+            } else {
+                describe(c, w, d);
+                __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
+            }
+            const WorkItem &it = d.it;
+            const int n_run = it.n_ent;
+            c = d.c_next;
+            w = d.w_next;
             const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
             auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
             load_tile_sw128_async<KT, D, THREADS>(ks, [&](int r) { return RowSrc{kg + key(r) * p.k.token_stride, r < it.nk}; });
@@ -107,6 +133,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // tile 0's rows
             if (mine > 0) load(0);
             cp_async_commit();
+            if (NEXT_RUN && warp == 0 && c < n_chunks) {
+                RunDesc nd;
+                describe(c, w, nd);
+                if (lane == 0) desc[slot ^ 1] = nd;
+                constexpr int LK = D / 64, LV = DV / 64;  // 128-byte lines per key and value row
+                const u16 *nk_g = view_row<const u16>(p.k, 0, nd.it.h), *nv_g = view_row<const u16>(p.v, 0, nd.it.h);
+                for (int k = lane; k < KT * (LK + LV); k += 32) {
+                    const bool is_k = k < KT * LK;
+                    const int kk = is_k ? k : k - KT * LK, l = is_k ? LK : LV, r = kk / l;
+                    const long long key_r = (long long)nd.it.kb0 + (r < nd.it.nk ? r : 0);
+                    prefetch_l2(is_k ? nk_g + key_r * p.k.token_stride + (kk % l) * 64
+                                     : nv_g + key_r * p.v.token_stride + (kk % l) * 64);
+                }
+            }
+            slot ^= 1;
             cp_async_wait<1>();  // this thread's K and V copies
             wg_fence_async_smem();
             __syncthreads();  // everyone's
@@ -187,7 +228,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 if (i > 0) next_tile(i);
                 finish(s, i, false);
             }
-        }
         }
         return;
     }
