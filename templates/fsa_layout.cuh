@@ -121,19 +121,13 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 #define FSA_FWD_WG_GROUPS 2
 #define FSA_FWD_WG_ROWS 64
 #define FSA_FWD_WG_ALIGN 1024
-/* Its schedule (FSA_FWD_WG): bit 0 sends the query rows of the tile after
- * next toward L2 while a tile computes; bit 1 issues the next tile's scores
- * before this tile's partial-row stores; bit 2 loads a lane's partial-row
- * pieces four at a time before storing them; bit 3 gives each CTA a
- * contiguous run of work items, so that the items of one segment reuse its
- * key block; bit 4 streams each run of one segment's items as one run of
- * tiles per warpgroup (tile rows built a tile ahead, no item prologue);
- * in the streams, bit 5 stores the partial rows evict-first in L2 (with
- * bit 2) and bit 6 reads the query rows under an evict-last L2 policy; bit
- * 3 makes the streams' chunks 8 work items instead of 4; bit 7 describes
- * the next run while this one's copies land. */
-#define FSA_FWD_WG_VARIANT_MAX 255
-#define FSA_FWD_WG_VARIANT_DEFAULT 0
+/* Its schedule (FSA_FWD_WG, sel_fwd_main_wg.cu): 1 the tile streams over
+ * round-robin chunks of FSA_FWD_WG_CHUNK_ITEMS work items (measured 2-6%
+ * faster than 0 on the standard problem, bench/NOTES.md "mws"; chunks of 8
+ * lost at G 1 and 4), 0 every gridDim.x-th work item with its row table. */
+#define FSA_FWD_WG_VARIANT_MAX 1
+#define FSA_FWD_WG_VARIANT_DEFAULT 1
+#define FSA_FWD_WG_CHUNK_ITEMS 4
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);

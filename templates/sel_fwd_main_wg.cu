@@ -4,11 +4,25 @@
 // 128-byte swizzled tiles that every warpgroup reads through descriptors, so
 // a tile of 64 rows reads them from shared memory once where four mma.sync
 // warps read them four times. FSA_FWD_WG_GROUPS warpgroups share the block,
-// each taking every FSA_FWD_WG_GROUPS-th tile of the item into its own ring
-// of swizzled query tiles (a named barrier per warpgroup, no CTA barrier per
-// tile). Per tile and step of keys: S = Q K^T (wgmma from shared memory),
-// the softmax in registers, O += P V (P from registers); the output rows go
-// to the tile's query buffer (stmatrix), then to their partial rows.
+// each with its own ring of swizzled query tiles (a named barrier per
+// warpgroup, no CTA barrier per tile). Per tile and step of keys: S = Q K^T
+// (wgmma from shared memory), the softmax in registers, O += P V (P from
+// registers); the output rows go to the tile's query buffer (stmatrix), then
+// to their partial rows.
+//
+// Two schedules (FSA_FWD_WG, fsa_layout.cuh):
+// 1 (default), tile streams: the work items in round-robin chunks of
+//   FSA_FWD_WG_CHUNK_ITEMS; a chunk's items of one (KV head, block) segment
+//   form a run with one key block and contiguous list entries, which each
+//   warpgroup streams as 64-row tiles whose rows (a RowTable<64>) it builds
+//   a tile ahead: no row table and no prologue per item. The next tile's
+//   scores are issued between a tile's staging and its stores; query rows
+//   are gathered evict-last in L2, partial rows stored evict-first.
+// 0, work items: each CTA takes every gridDim.x-th item, builds the item's
+//   row table, loads its key block, and each warpgroup takes every
+//   FSA_FWD_WG_GROUPS-th tile of it.
+// Both write the same bits (each row's products and softmax do not depend
+// on the other rows of its tile).
 #include "sel_fwd_rows.cuh"
 #include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
@@ -25,14 +39,9 @@ constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: on
 constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
 constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
-constexpr int VARIANT = {{FWD_WG}};  // the schedule (fsa_layout.cuh, FSA_FWD_WG_VARIANT_MAX)
-constexpr bool PREFETCH = (VARIANT & 1) != 0, EARLY_S = (VARIANT & 2) != 0, BATCH = (VARIANT & 4) != 0;
-constexpr bool RUNS = (VARIANT & 8) != 0, STREAM = (VARIANT & 16) != 0, CS_STORES = (VARIANT & 32) != 0;
-constexpr bool Q_KEEP = (VARIANT & 64) != 0;
-constexpr int CHUNK_ITEMS = (VARIANT & 8) != 0 ? 8 : 4;  // the streams' work items per chunk
-constexpr bool NEXT_RUN = (VARIANT & 128) != 0;
+constexpr bool STREAM = {{FWD_WG}} == 1;  // the schedule
+constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
-static_assert(!EARLY_S || KT == BK, "issuing the next tile's scores early needs one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
@@ -61,20 +70,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const float scale_log2 = (float)p.scale_log2;
 
     if constexpr (STREAM) {
-        // The CTA's contiguous list entries in runs of one segment each: per
-        // run the key block once, then each warpgroup streams every
-        // GROUPS-th 64-row tile of the run's list entries through its query
-        // ring, each tile's rows (RowTable<ROWS>, three per warpgroup in the
-        // row table's space) built one tile ahead from a list entry loaded
-        // two tiles ahead. No item prologue inside a run.
+        // Each warpgroup streams every GROUPS-th 64-row tile of a run's list
+        // entries through its query ring, each tile's rows (RowTable<ROWS>,
+        // three per warpgroup in the row table's space) built one tile ahead
+        // from a list entry loaded two tiles ahead.
         RowTable<ROWS> *const slice = (RowTable<ROWS> *)&rt + grp * 3;
         static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) <= sizeof(Rows), "tile rows fit in the row table's space");
         // Work in chunks of CHUNK_ITEMS consecutive work items, chunk c to CTA
         // c % gridDim.x: CTAs running at the same time work on neighbouring
         // items (mostly one KV head, whose query rows then stay in L2), and
-        // the items' sizes average out over a CTA's chunks. A chunk's items
-        // of one segment form a run (WorkRun: one key block, the list
-        // entries contiguous).
+        // the items' sizes average out over a CTA's chunks (a contiguous
+        // share per CTA measured slower: bench/NOTES.md, "mws"). A chunk's
+        // items of one segment form a run: one key block, the list entries
+        // contiguous.
         const int n_chunks = (total_work + CHUNK_ITEMS - 1) / CHUNK_ITEMS;
         // The run that starts at item w of chunk c, and where the next one starts.
         auto describe = [&](int c, int w, RunDesc &d) {
@@ -87,23 +95,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             d.c_next = w_run_end < w_end_chunk ? c : c + (int)gridDim.x;
             d.w_next = w_run_end < w_end_chunk ? w_run_end : d.c_next * CHUNK_ITEMS;
         };
-        // NEXT_RUN: warp 0 describes the next run (two slots after the tile
-        // rows) while the copies of this one land, and sends its key block
-        // toward L2: the chain of dependent loads leaves the run's prologue.
-        RunDesc *const desc = (RunDesc *)((unsigned char *)&rt + GROUPS * 3 * sizeof(RowTable<ROWS>));
-        static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) + 2 * sizeof(RunDesc) <= sizeof(Rows), "run slots fit too");
-        int c = blockIdx.x, w = c * CHUNK_ITEMS, slot = 0;
-        if (NEXT_RUN && c < n_chunks && tid == 0) describe(c, w, desc[0]);
+        int c = blockIdx.x, w = c * CHUNK_ITEMS;
         int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
         while (c < n_chunks) {
             RunDesc d;
-            if (NEXT_RUN) {
-                __syncthreads();  // the previous run is done with the key block, the rings and the tile rows; desc[slot] is written
-                d = desc[slot];
-            } else {
-                describe(c, w, d);
-                __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
-            }
+            describe(c, w, d);
+            __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
             const WorkItem &it = d.it;
             const int n_run = it.n_ent;
             c = d.c_next;
@@ -119,12 +116,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             const int mine = ntiles > first ? (ntiles - first + GROUPS - 1) / GROUPS : 0;
             turn = (turn + ntiles) % GROUPS;
             auto first_entry = [&](int i) { return (first + i * GROUPS) * TOK; };  // of this group's tile i
+            // Query rows are read ~16 times each (once per slot naming them):
+            // kept in L2 longer than the partial rows, which go out once.
             auto load = [&](int i) {
-                if (Q_KEEP)
-                    load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row,
-                                                             gtid, createpolicy_evict_last());
-                else
-                    load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row, gtid);
+                load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row,
+                                                         gtid, createpolicy_evict_last());
             };
             int v_next = 0;
             if (mine > 0) build_tile_rows<G, ROWS>(slice[0], p, tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(0), gtid),
@@ -133,21 +129,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // tile 0's rows
             if (mine > 0) load(0);
             cp_async_commit();
-            if (NEXT_RUN && warp == 0 && c < n_chunks) {
-                RunDesc nd;
-                describe(c, w, nd);
-                if (lane == 0) desc[slot ^ 1] = nd;
-                constexpr int LK = D / 64, LV = DV / 64;  // 128-byte lines per key and value row
-                const u16 *nk_g = view_row<const u16>(p.k, 0, nd.it.h), *nv_g = view_row<const u16>(p.v, 0, nd.it.h);
-                for (int k = lane; k < KT * (LK + LV); k += 32) {
-                    const bool is_k = k < KT * LK;
-                    const int kk = is_k ? k : k - KT * LK, l = is_k ? LK : LV, r = kk / l;
-                    const long long key_r = (long long)nd.it.kb0 + (r < nd.it.nk ? r : 0);
-                    prefetch_l2(is_k ? nk_g + key_r * p.k.token_stride + (kk % l) * 64
-                                     : nv_g + key_r * p.v.token_stride + (kk % l) * 64);
-                }
-            }
-            slot ^= 1;
             cp_async_wait<1>();  // this thread's K and V copies
             wg_fence_async_smem();
             __syncthreads();  // everyone's
@@ -201,20 +182,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                     scores(s, i + 1);
                 }
                 const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-                store_partial_rows<DV, BATCH, CS_STORES>(p, tr, wq * 16, lse2, lane,
-                                              [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+                store_partial_rows<DV, true, true>(p, tr, wq * 16, lse2, lane,
+                                                 [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
             };
             float s[KT / 8][4];
-            if constexpr (!EARLY_S) {
-                for (int i = 0; i < mine; i++) {
-                    next_tile(i);
-                    cp_async_wait<1>();  // tile i
-                    wg_fence_async_smem();
-                    group_sync(grp);
-                    scores(s, i);
-                    finish(s, i, false);
-                }
-            } else if (mine > 0) {
+            if (mine > 0) {
                 next_tile(0);
                 cp_async_wait<1>();  // tile 0
                 wg_fence_async_smem();
@@ -232,22 +204,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         return;
     }
 
-    // RUNS: a contiguous run of items per CTA (WorkRun); else every gridDim.x-th item.
-    const int w_first = RUNS ? (int)((long long)total_work * blockIdx.x / gridDim.x) : (int)blockIdx.x;
-    const int w_last = RUNS ? (int)((long long)total_work * (blockIdx.x + 1) / gridDim.x) : total_work;
-    WorkRun run;
-    run.seg_end = -1;
-    for (int w = w_first; w < w_last; w += RUNS ? 1 : gridDim.x) {
-        if (RUNS) work_run_next<BK, CHUNK>(p, w, run);
-        else run.it = work_item<BK, CHUNK>(p, w), run.new_kv = true;
-        const WorkItem &it = run.it;
+    for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
+        const WorkItem it = work_item<BK, CHUNK>(p, w);
         __syncthreads();  // the previous work item is done with shared memory
         build_row_table<G, ROWS, THREADS>(rt, p, it.ent, it.n_ent, it.h);
 
         // K and V of the block, KT keys per tile, zero past the end of the sequence.
         const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
 #pragma unroll 1
-        for (int kt = 0; kt < (run.new_kv ? BK : 0); kt += KT) {
+        for (int kt = 0; kt < BK; kt += KT) {
             auto key = [&](int r) { return (long long)it.kb0 + (kt + r < it.nk ? kt + r : 0); };
             load_tile_sw128_async<KT, D, THREADS>(ks + (u32)(kt / KT) * K_TILE, [&](int r) {
                 return RowSrc{kg + key(r) * p.k.token_stride, kt + r < it.nk};
@@ -263,18 +228,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         const int ntiles = (it.n_ent + TOK - 1) / TOK;
         const int mine = ntiles > grp ? (ntiles - grp + GROUPS - 1) / GROUPS : 0;
         auto load = [&](int i, int buf) {
-            if (Q_KEEP)
-                load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS,
-                                                         gtid, createpolicy_evict_last());
-            else
-                load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
-        };
-        // Tile i's query rows toward L2, one 128-byte line per thread, so
-        // that its gather a tile later finds them there (a hint: no wait).
-        auto prefetch = [&](int i) {
-            constexpr int LINES = D / 64;  // 128-byte lines per row
-            if (PREFETCH && i < mine && gtid < ROWS * LINES)
-                prefetch_l2(rt.q_row[(grp + i * GROUPS) * ROWS + gtid / LINES] + (gtid % LINES) * 64);
+            load_rows_sw128_async<ROWS, D, 128>(my_q + (u32)buf * Q_TILE, rt.q_row + (grp + i * GROUPS) * ROWS, gtid);
         };
         int issued = 0;
         if (mine > 0) load(issued++, 0);
@@ -283,70 +237,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         wg_fence_async_smem();
         __syncthreads();       // everyone's: the products read them through the async proxy
 
-        if constexpr (EARLY_S) {
-            // Tile i + 1's scores are issued as soon as tile i's output rows
-            // are staged, so that the products run while tile i's partial
-            // rows go out. One softmax step per tile (KT == BK).
-            float s[KT / 8][4];
-            if (mine > 0) {
-                if (issued < mine) load(issued++, 1);  // the other buffer is free at the item's start
-                prefetch(2);
-                cp_async_commit();
-                cp_async_wait<1>();  // tile 0
-                wg_fence_async_smem();
-                group_sync(grp);
-                wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q, ks);
-                wg_commit();
-            // Tile i: its scores (issued before) to its partial rows; with
-            // next, tile i + 1's scores go out between the staging and the
-            // stores. Called with a constant next (the last tile apart) so that
-            // no product is issued on a path the compiler sees as divergent.
-            auto tile_body = [&](int i, bool next) {
-                if (i > 0 && issued < mine) {
-                    group_sync(grp);  // every warp has stored tile i - 1's rows from its buffer
-                    load(issued, issued % FSA_FWD_STAGES);
-                    issued++;
-                    prefetch(i + 2);
-                    cp_async_commit();
-                }
-                const int tile = grp + i * GROUPS;
-                const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
-                const LaneTokens tok = lane_tokens(rt, tile * ROWS + wq * 16, lane);
-                wg_wait<0>();
-                wg_hold<KT / 8>(s);
-                OnlineSoftmax sm;
-                sm.init();
-                float alpha[2];
-                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0, alpha);
-                float o_acc[DV / 8][4];
-                frag_zero<DV / 8>(o_acc);
-                u32 pa[KT / 16][4];
-                wg_p_to_a<DT, KT / 16>(pa, s);
-                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs);
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DV / 8>(o_acc);
-                float inv[2], lse2[2];
-                sm.finish(inv, lse2);
-                frag_scale_rows<DV / 8>(o_acc, inv);
-                group_sync(grp);  // every warp's products have read the query tile
-                frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
-                if (next) {  // tile i + 1's rows have landed: its scores now
-                    cp_async_wait<0>();
-                    wg_fence_async_smem();
-                    group_sync(grp);
-                    wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q + (u32)((i + 1) % FSA_FWD_STAGES) * Q_TILE, ks);
-                    wg_commit();
-                }
-                const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-                store_partial_rows<DV, BATCH, CS_STORES>(p, rt, tile * ROWS + wq * 16, lse2, lane,
-                                       [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
-            };
-                int i = 0;
-                for (; i + 1 < mine; i++) tile_body(i, true);
-                tile_body(i, false);
-            }
-        } else {
         for (int i = 0; i < mine; i++) {
             // The ring: the next tile into the buffer of tile i - 1, then wait for tile i.
             if (issued < mine) {
@@ -354,7 +244,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 load(issued, issued % FSA_FWD_STAGES);
                 issued++;
             }
-            prefetch(i + 2);
             cp_async_commit();
             cp_async_wait<FSA_FWD_STAGES - 1>();
             wg_fence_async_smem();
@@ -394,9 +283,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // every warp's products have read the query tile
             frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
             const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
-            store_partial_rows<DV, BATCH, CS_STORES>(p, rt, tile * ROWS + wq * 16, lse2, lane,
+            store_partial_rows<DV>(p, rt, tile * ROWS + wq * 16, lse2, lane,
                                    [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
-        }
         }
     }
 }

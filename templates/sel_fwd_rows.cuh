@@ -94,33 +94,6 @@ __device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
     return segment_item<BK>(p, seg, (const int *)p.list + e0, min(offs[seg + 1] - e0, CHUNK));
 }
 
-// Work items in contiguous runs: a CTA that takes items w0 .. w1 - 1 in
-// order sees the items of one (KV head, block) segment one after another;
-// they share the key block (kept in shared memory, new_kv false) and their
-// list entries follow each other CHUNK apart, so only the first item of a
-// segment reads the segment tables (work_item's chain of dependent loads).
-struct WorkRun {
-    WorkItem it;
-    const int *ent_end;  // the segment's list end
-    int seg_end;         // the first work item of the next segment
-    bool new_kv;
-};
-
-template <int BK, int CHUNK>
-__device__ __forceinline__ void work_run_next(const fsa_sel_params &p, int w, WorkRun &r) {
-    if (w < r.seg_end) {
-        r.it.ent += CHUNK;
-        r.it.n_ent = min((int)(r.ent_end - r.it.ent), CHUNK);
-        r.new_kv = false;
-        return;
-    }
-    r.it = work_item<BK, CHUNK>(p, w);
-    const int seg = ((const int *)p.work_seg)[w];
-    r.seg_end = ((const int *)p.work_offsets)[seg + 1];
-    r.ent_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
-    r.new_kv = true;
-}
-
 // The tokens of this lane's two accumulator rows of a warp's 16 (item rows
 // row0 + lane / 4 and row0 + lane / 4 + 8; -1: padding).
 struct LaneTokens {
@@ -152,7 +125,10 @@ __device__ __forceinline__ void causal_step(OnlineSoftmax &sm, float s[KT / 8][4
 // rows from staged(r, c) (the address of row r's piece at column c) into
 // o_part. Padding rows write nothing. BATCH: the lane's pieces in groups of
 // four, their partial rows and staged data loaded before any store (four
-// shared-memory loads in flight instead of one chain per piece).
+// shared-memory loads in flight instead of one chain per piece). STREAMING
+// (with BATCH; every DV of the warpgroup kernel takes that path): the pieces
+// stored evict-first in L2 (st.global.cs), so that they do not push out
+// query rows that later tiles read again.
 template <int DV, bool BATCH = false, bool STREAMING = false, int ITEM_ROWS, class Staged>
 __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, const RowTable<ITEM_ROWS> &rt, int row0,
                                                    const float lse2[2], int lane, Staged staged) {

@@ -162,9 +162,7 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
 int fsa_kernel_fwd_wg_variant(void)
 {
     const char *env = getenv("FSA_FWD_WG");
-    char *end = NULL;
-    const long v = env != NULL ? strtol(env, &end, 16) : -1; /* hex: one bit per schedule change */
-    if (env != NULL && end != env && *end == '\0' && v >= 0 && v <= FSA_FWD_WG_VARIANT_MAX) return (int)v;
+    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_FWD_WG_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
     return FSA_FWD_WG_VARIANT_DEFAULT;
 }
 

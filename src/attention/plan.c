@@ -492,14 +492,6 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_
 void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch)
 {
     chunk_of(heads_out, tc_out, plan, FSA_OP_FWD, total_tokens, batch, fsa_group_total, FSA_ALGORITHM_FSA);
-    /* Experiment (mws): FSA_FWD_TOKEN_CHUNKS=1 takes chunks of every head and as many tokens as fit
-     * instead of chunks of heads with every token. */
-    const char *env = getenv("FSA_FWD_TOKEN_CHUNKS");
-    if (env != NULL && strcmp(env, "1") == 0 && *heads_out < plan->desc.num_kv_heads) {
-        *heads_out = plan->desc.num_kv_heads;
-        *tc_out = chunk_tokens(plan, FSA_OP_FWD, total_tokens, batch, *heads_out, fsa_group_total, FSA_ALGORITHM_FSA,
-                               layout_budget(plan, FSA_OP_FWD, total_tokens));
-    }
 }
 
 void fsa_bwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_t total_tokens, int batch,
