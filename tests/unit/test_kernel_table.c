@@ -90,6 +90,39 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
     }
 }
 
+/* The warp-specialized forwards: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
+ * threads, the same shared memory); variant 7 two consumers plus the producer (384 threads, a 128-row query
+ * tile: two thirds of variant 6's Q rows, the same stages and barriers); both take the selection of 5. */
+static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(void **state)
+{
+    (void)state;
+    static const fsa_kernel_id ids[] = {FSA_K_CMP_FWD, FSA_K_SWA_FWD};
+    fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4};
+    fsa_kernel k5, k6, k7;
+    for (size_t i = 0; i < 2; i++) {
+        c.wgmma = 5;
+        fsa_kernel_describe(&k5, ids[i], &c);
+        c.wgmma = 6;
+        fsa_kernel_describe(&k6, ids[i], &c);
+        c.wgmma = 7;
+        fsa_kernel_describe(&k7, ids[i], &c);
+        assert_int_equal(k6.threads, 512);
+        assert_int_equal(k7.threads, 384);
+        assert_int_equal(k6.smem, k5.smem);
+        assert_int_equal(k7.smem, k5.smem - 64 * 128 * 2);
+    }
+    for (int wg = 6; wg <= 7; wg++) {
+        assert_true(fsa_qt_wg_producer(wg) && fsa_qt_wg_mbar(wg));
+        assert_int_equal(fsa_qt_wg_tokens_per_tile(4, wg), wg == 6 ? 48 : 32);
+        /* the registers traded fit what one CTA of these threads holds at launch */
+        const int threads = fsa_qt_wg_threads(wg), launch = 65536 / threads / 8 * 8;
+        assert_true(128 * fsa_qt_ws_producer_regs(wg) + (threads - 128) * fsa_qt_ws_consumer_regs(wg) <=
+                    threads * launch);
+        assert_int_equal(fsa_cmp_sel_groups(wg, 128, 16, 4, 3), fsa_cmp_sel_groups(5, 128, 16, 4, 3));
+        assert_int_equal(fsa_qt_wg_pick(wg, 192, 256), 3); /* not above Dv 128 */
+    }
+}
+
 static void test_the_selection_keeps_its_launch_shape(void **state)
 {
     (void)state;
@@ -275,6 +308,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
+        cmocka_unit_test(test_the_warp_specialized_forward_variants_add_a_producer_warpgroup),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),

@@ -1,0 +1,139 @@
+// The warpgroup forward of a query tile, warp-specialized (variants 6 and 7
+// of fsa_qt_layout.cuh; sm_90a): attend_query_tile_wg's arguments and
+// result, the arithmetic of its variant 5 (so the same bits), but the consumer
+// warpgroups (fsa_qt_wg_groups, warp w over rows set w) only compute and a
+// producer warpgroup (the CTA's last) alone copies the query tile and every
+// K/V stage with cp.async into a ProducerRing (fsa_mbarrier.cuh). What that
+// moves: the consumers' instruction stream loses the stage copies and their
+// waits (about a seventh of its instructions in variant 5), a stage is
+// waited for on its mbarrier only, and the registers of the producer, which
+// needs few, go to the consumers (setmaxnreg: fsa_qt_ws_producer_regs /
+// fsa_qt_ws_consumer_regs). Variant 7 spends them on two consumers that each
+// keep the next stage's scores in flight during this stage's P V.
+#pragma once
+#include "fsa_mbarrier.cuh"
+#include "fsa_qattn.cuh"
+#include "fsa_stream.cuh"
+#include "fsa_wgmma.cuh"
+
+namespace fsa {
+
+template <class DT, int DK, int DV, int G, int WG, class Visible>
+__device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const fsa_kernel_view &q,
+                                                     const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                     const QueryTile &tile, int h, float scale_log2, int n_stages,
+                                                     const StridedKeys &keys, Visible visible) {
+    static_assert(fsa_qt_wg_producer(WG), "a warp-specialized variant");
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
+    static_assert(fsa_qt_wg_threads(WG) == CONSUMERS + 128, "one producer warpgroup after the consumers");
+    // The pool the warpgroups trade in is what the CTA got at launch: 65536 / threads a
+    // thread, rounded down to 8 (one CTA per SM, __launch_bounds__).
+    static_assert(128 * fsa_qt_ws_producer_regs(WG) + CONSUMERS * fsa_qt_ws_consumer_regs(WG) <=
+                      (CONSUMERS + 128) * (65536 / (CONSUMERS + 128) / 8 * 8),
+                  "the registers moved between warpgroups fit what the CTA holds");
+    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane, and the branch below is warp-uniform.)
+    const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
+
+    ProducerRing<STAGES> ring;
+    ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), 128, CONSUMERS);
+    __syncthreads();  // the mbarriers are initialized
+
+    if (warp >= CONSUMERS / 32) {
+        // The producer: the query rows join stage 0's copies.
+        wg_regs_dec<fsa_qt_ws_producer_regs(WG)>();
+        const int tid = (int)threadIdx.x - CONSUMERS;
+        StridedStage<KS, DK, 128> k_stage;
+        StridedStage<KS, DV, 128> v_stage;
+        k_stage.init(tid);
+        v_stage.init(tid);
+        load_query_rows_async<G, DK, 0, 128, ROWS, true>(qs, q, tile, h, tid);
+        ring.produce(
+            n_stages,
+            [&](int j, int buf) {
+                k_stage.load(ks + buf * K_STAGE, keys.k, keys.k_stride, j * KS, keys.limit);
+                v_stage.load(vs + buf * V_STAGE, keys.v, keys.v_stride, j * KS, keys.limit);
+            },
+            [] { wg_fence_async_smem(); });
+        return;
+    }
+
+    wg_regs_inc<fsa_qt_ws_consumer_regs(WG)>();
+    const u32 q_rows = qs + (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q panel
+    OnlineSoftmax sm;
+    sm.init();
+    float acc[DV / 8][4], s[KS / 8][4], alpha[2];
+    frag_zero<DV / 8>(acc);
+    u32 pa[KK][4];
+    // Raw scores of stage i into s (issued and committed); then its
+    // probabilities in s and alpha the rescale of acc.
+    auto scores = [&](int i) {
+        frag_zero<KS / 8>(s);
+        wg_mma_abt<DT, DK, KS, ROWS>(s, q_rows, ks + (u32)((unsigned)i % STAGES) * K_STAGE);
+        wg_commit();
+    };
+    auto softmax = [&](int i) {
+        // A stage whose first and last keys every row of the warp sees is seen whole (rows see
+        // intervals of keys): no mask, fewer instructions on the softmax's path.
+        const int j0 = i * KS, j1 = j0 + KS - 1;
+        if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
+            sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+        else
+            sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
+    };
+    auto pv = [&](int i) {
+        wg_mma_pv<DT, KK, DV>(acc, pa, vs + (u32)((unsigned)i % STAGES) * V_STAGE);
+        wg_commit();
+    };
+    if constexpr (!fsa_qt_wg_overlap(WG)) {
+        // Variant 6: each product waited for before the softmax that follows (variant 5's steps).
+        for (int i = 0; i < n_stages; i++) {
+            ring.wait(i);
+            scores(i);
+            wg_wait<0>();
+            wg_hold<KS / 8>(s);
+            softmax(i);
+            rescale_rows<DV / 8>(acc, alpha);
+            wg_p_to_a<DT, KK>(pa, s);
+            pv(i);
+            wg_wait<0>();
+            wg_hold<DV / 8>(acc);
+            ring.release(i);
+        }
+    } else if (n_stages > 0) {
+        // Variant 7: stage i + 1's scores and stage i's P V in flight together, stage i + 1's
+        // softmax while P V runs. The same operations on acc in the same order as variant 6
+        // ((acc + P_i V_i) alpha_{i+1} + P_{i+1} V_{i+1}): the same bits.
+        ring.wait(0);
+        scores(0);
+        wg_wait<0>();
+        wg_hold<KS / 8>(s);
+        softmax(0);
+        rescale_rows<DV / 8>(acc, alpha);  // (acc is zero: keeps the operations those of variant 6)
+        wg_p_to_a<DT, KK>(pa, s);
+        for (int i = 0; i + 1 < n_stages; i++) {
+            ring.wait(i + 1);
+            scores(i + 1);
+            pv(i);
+            wg_wait<1>();  // the scores; P V may still run
+            wg_hold<KS / 8>(s);
+            softmax(i + 1);
+            wg_wait<0>();
+            wg_hold<DV / 8>(acc);
+            ring.release(i);
+            rescale_rows<DV / 8>(acc, alpha);
+            wg_p_to_a<DT, KK>(pa, s);
+        }
+        pv(n_stages - 1);
+        wg_wait<0>();
+        wg_hold<DV / 8>(acc);
+        ring.release(n_stages - 1);
+    }
+    store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+}
+
+}  // namespace fsa
