@@ -24,7 +24,7 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      const StridedKeys &keys, Visible visible) {
     static_assert(fsa_qt_wg_producer(WG), "a warp-specialized variant");
-    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int KS = fsa_qt_wg_keys(WG, DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
     constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
     static_assert(fsa_qt_wg_threads(WG) == CONSUMERS + 128, "one producer warpgroup after the consumers");
     // The pool the warpgroups trade in is what the CTA got at launch: 65536 / threads a
@@ -72,8 +72,13 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     // Raw scores of stage i into s (issued and committed); then its
     // probabilities in s and alpha the rescale of acc.
     auto scores = [&](int i) {
-        frag_zero<KS / 8>(s);
-        wg_mma_abt<DT, DK, KS, ROWS>(s, q_rows, ks + (u32)((unsigned)i % STAGES) * K_STAGE);
+        // (d = Q K^T without zeroing s first: the same scores as 0 + Q K^T, but for the sign of a zero.
+        // In products of up to 64 keys: the halves of a 128-key stage are its rows 0-63 and 64-127.)
+        constexpr int N = KS < 64 ? KS : 64;
+#pragma unroll
+        for (int n = 0; n < KS / N; n++)
+            wg_mma_abt<DT, DK, N, ROWS, false, KS>(*reinterpret_cast<float(*)[N / 8][4]>(&s[n * N / 8]), q_rows,
+                                                  ks + (u32)((unsigned)i % STAGES) * K_STAGE + (u32)(n * N * 128));
         wg_commit();
     };
     auto softmax = [&](int i) {
