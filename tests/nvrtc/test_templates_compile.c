@@ -324,14 +324,14 @@ static void test_every_template_variant_compiles_for_sm_90a_without_unjustified_
     compile_every_variant("sm_90a");
 }
 
-/* Every warpgroup variant of the query-tile forwards (FSA_WGMMA 1 to 7; the default is among the
+/* Every warpgroup variant of the query-tile forwards (FSA_WGMMA 1 to 8; the default is among the
  * variants above too) compiles for sm_90a without spills, at the standard and the paper's head dims. */
 static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
     static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
                                      {"swa_fwd", "f16", "192", "16", NULL, NULL, NULL, NULL}};
-    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "2", "3", "4", "5", "6", "7"};
+    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 2; i++)
         for (size_t j = 0; j < sizeof wgs / sizeof wgs[0]; j++) {

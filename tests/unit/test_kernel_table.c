@@ -92,13 +92,14 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
 
 /* The warp-specialized forwards: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
  * threads, the same shared memory); variant 7 two consumers plus the producer (384 threads, a 128-row query
- * tile: two thirds of variant 6's Q rows, the same stages and barriers); both take the selection of 5. */
+ * tile: two thirds of variant 6's Q rows, the same stages and barriers); variant 8 is 7 with stages of 128
+ * keys (up to Dk 128: above, 7); all take the selection of 5. */
 static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(void **state)
 {
     (void)state;
     static const fsa_kernel_id ids[] = {FSA_K_CMP_FWD, FSA_K_SWA_FWD};
     fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4};
-    fsa_kernel k5, k6, k7;
+    fsa_kernel k5, k6, k7, k8;
     for (size_t i = 0; i < 2; i++) {
         c.wgmma = 5;
         fsa_kernel_describe(&k5, ids[i], &c);
@@ -110,8 +111,16 @@ static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(
         assert_int_equal(k7.threads, 384);
         assert_int_equal(k6.smem, k5.smem);
         assert_int_equal(k7.smem, k5.smem - 64 * 128 * 2);
+        c.wgmma = 8;
+        fsa_kernel_describe(&k8, ids[i], &c);
+        assert_int_equal(k8.threads, 384);
+        assert_int_equal(k8.smem, 1024 + 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 48);
+        assert_true(k8.smem <= 232448); /* Hopper's shared memory per block */
     }
-    for (int wg = 6; wg <= 7; wg++) {
+    assert_int_equal(fsa_qt_wg_pick(8, 192, 128), 7);
+    assert_int_equal(fsa_qt_wg_keys(8, 128), 128);
+    assert_int_equal(fsa_qt_wg_keys(7, 128), 64);
+    for (int wg = 6; wg <= 8; wg++) {
         assert_true(fsa_qt_wg_producer(wg) && fsa_qt_wg_mbar(wg));
         assert_int_equal(fsa_qt_wg_tokens_per_tile(4, wg), wg == 6 ? 48 : 32);
         /* the registers traded fit what one CTA of these threads holds at launch */
