@@ -113,8 +113,21 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         // Variant 7: stage i + 1's scores and stage i's P V in flight together, stage i + 1's
         // softmax while P V runs. The same operations on acc in the same order as variant 6
         // ((acc + P_i V_i) alpha_{i+1} + P_{i+1} V_{i+1}): the same bits.
+        // Variant 9: the consumers take turns at every point where products are issued (n_stages + 1
+        // of them); consumer 1 passes the first turn to 0 and does not pass after its last.
+        const int cw = warp >> 2;
+        auto turn = [&] {
+            if constexpr (fsa_qt_wg_pingpong(WG)) named_bar_sync(1 + cw, CONSUMERS);
+        };
+        auto pass = [&](bool last) {
+            if constexpr (fsa_qt_wg_pingpong(WG))
+                if (!(last && cw == 1)) named_bar_arrive(1 + (cw ^ 1), CONSUMERS);
+        };
+        if (cw == 1) pass(false);
         ring.wait(0);
+        turn();
         scores(0);
+        pass(false);
         wg_wait<0>();
         wg_hold<KS / 8>(s);
         softmax(0);
@@ -122,8 +135,10 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         wg_p_to_a<DT, KK>(pa, s);
         for (int i = 0; i + 1 < n_stages; i++) {
             ring.wait(i + 1);
+            turn();
             scores(i + 1);
             pv(i);
+            pass(false);
             wg_wait<1>();  // the scores; P V may still run
             wg_hold<KS / 8>(s);
             softmax(i + 1);
@@ -133,7 +148,9 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
             rescale_rows<DV / 8>(acc, alpha);
             wg_p_to_a<DT, KK>(pa, s);
         }
+        turn();
         pv(n_stages - 1);
+        pass(true);
         wg_wait<0>();
         wg_hold<DV / 8>(acc);
         ring.release(n_stages - 1);

@@ -331,11 +331,13 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
     (void)state;
     static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
                                      {"swa_fwd", "f16", "192", "16", NULL, NULL, NULL, NULL}};
-    static const char *dvs[] = {"128", "128"}, *wgs[] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+    static const char *dvs[] = {"128", "128"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 2; i++)
-        for (size_t j = 0; j < sizeof wgs / sizeof wgs[0]; j++) {
-            const fsa_param wg = {"WGMMA", wgs[j], "wg"};
+        for (int j = 1; j <= 8; j++) {
+            /* as a plan asking for variant j gets it at these head dims (8 is 7 above Dk 128) */
+            char v[2] = {(char)('0' + fsa_qt_wg_pick(j, atoi(shapes[i].d), atoi(dvs[i]))), '\0'};
+            const fsa_param wg = {"WGMMA", v, "wg"};
             compile_variant(&shapes[i], dvs[i], &wg, 1, "sm_90a", used);
         }
 }
@@ -423,5 +425,7 @@ int main(void)
         cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
     };
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests (each compiles for minutes). */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, NULL);
 }
