@@ -9,7 +9,9 @@
 // waited for on its mbarrier only, and the registers of the producer, which
 // needs few, go to the consumers (setmaxnreg: fsa_qt_ws_producer_regs /
 // fsa_qt_ws_consumer_regs). Variant 7 spends them on two consumers that each
-// keep the next stage's scores in flight during this stage's P V.
+// keep the next stage's scores in flight during this stage's P V; 8 is 7
+// with stages of 128 keys, 9 is 8 with the two consumers taking turns to
+// issue products (ping-pong), 10 is 6 (three consumers) with 7's overlap.
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"

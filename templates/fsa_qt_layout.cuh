@@ -68,13 +68,13 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
 #define FSA_QT_WG_ALIGN 1024
 #define FSA_QT_WG_DEFAULT 5 /* the fastest measured (bench/NOTES.md) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
-FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg == 3 || wg >= 7 ? 2 : wg >= 4 ? 3 : 1; }
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg == 3 || (wg >= 7 && wg <= 9) ? 2 : wg >= 4 ? 3 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
  * head dims do not suit; three warpgroups only up to Dv 128 (their
  * registers hold no more accumulators), else two. */
 FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
 {
-    if (wanted >= 8 && dk > 128) wanted = 7; /* three stages of 128 keys fit only up to Dk = Dv = 128 */
+    if ((wanted == 8 || wanted == 9) && dk > 128) wanted = 7; /* three stages of 128 keys fit only up to Dk = Dv = 128 */
     return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;  /* (7 to 9: not tried above Dv 128) */
 }
 /* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
@@ -93,16 +93,17 @@ FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg >= 5; }
  * copies the query tile and the K/V stages into an mbarrier ring. 6: three
  * consumers as variant 5; 7: two, each with stage i + 1's scores in flight
  * during stage i's P V and stage i + 1's softmax (as variant 3); 8: 7 with
- * stages of 128 keys (fsa_qt_wg_keys); 9: 8 in ping-pong. Registers
+ * stages of 128 keys (fsa_qt_wg_keys); 9: 8 in ping-pong; 10: 6 with 7's
+ * overlap (three consumers at 160 registers). Registers
  * move from the producer to the consumers (setmaxnreg): the CTA's 65536 hold
  * fsa_qt_ws_producer_regs for each producer thread and
  * fsa_qt_ws_consumer_regs for each consumer thread (multiples of 8). */
 FSA_LAYOUT_FN int fsa_qt_wg_producer(int wg) { return wg >= 6; }
-FSA_LAYOUT_FN int fsa_qt_ws_producer_regs(int wg) { return wg >= 7 ? 40 : 32; }
-FSA_LAYOUT_FN int fsa_qt_ws_consumer_regs(int wg) { return wg >= 7 ? 232 : 160; }
+FSA_LAYOUT_FN int fsa_qt_ws_producer_regs(int wg) { return fsa_qt_wg_groups(wg) == 2 ? 40 : 32; }
+FSA_LAYOUT_FN int fsa_qt_ws_consumer_regs(int wg) { return fsa_qt_wg_groups(wg) == 2 ? 232 : 160; }
 /* Keys per stage: fsa_qt_fwd_keys, but 128 in variant 8 (variant 7 with stages of 128 keys: half the
  * stage waits, row reductions and rescales per key; up to Dk = Dv = 128, where three such stages fit). */
-FSA_LAYOUT_FN int fsa_qt_wg_keys(int wg, int dv) { return wg >= 8 ? 128 : fsa_qt_fwd_keys(dv); }
+FSA_LAYOUT_FN int fsa_qt_wg_keys(int wg, int dv) { return wg == 8 || wg == 9 ? 128 : fsa_qt_fwd_keys(dv); }
 /* Variant 9: variant 8 with the two consumers taking turns to issue their products (named barriers), so
  * that one's products run while the other's softmax does (FA3's ping-pong). */
 FSA_LAYOUT_FN int fsa_qt_wg_pingpong(int wg) { return wg == 9; }

@@ -93,7 +93,8 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
 /* The warp-specialized forwards: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
  * threads, the same shared memory); variant 7 two consumers plus the producer (384 threads, a 128-row query
  * tile: two thirds of variant 6's Q rows, the same stages and barriers); variant 8 is 7 with stages of 128
- * keys (up to Dk 128: above, 7); all take the selection of 5. */
+ * keys (up to Dk 128: above, 7), 9 is 8 in ping-pong, 10 is 6 with the products overlapped; all take the
+ * selection of 5. */
 static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(void **state)
 {
     (void)state;
@@ -116,13 +117,21 @@ static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(
         assert_int_equal(k8.threads, 384);
         assert_int_equal(k8.smem, 1024 + 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 48);
         assert_true(k8.smem <= 232448); /* Hopper's shared memory per block */
+        c.wgmma = 9; /* 8 in ping-pong */
+        fsa_kernel_describe(&k7, ids[i], &c);
+        assert_int_equal(k7.threads, k8.threads);
+        assert_int_equal(k7.smem, k8.smem);
+        c.wgmma = 10; /* 6 with the overlap */
+        fsa_kernel_describe(&k7, ids[i], &c);
+        assert_int_equal(k7.threads, k6.threads);
+        assert_int_equal(k7.smem, k6.smem);
     }
     assert_int_equal(fsa_qt_wg_pick(8, 192, 128), 7);
     assert_int_equal(fsa_qt_wg_keys(8, 128), 128);
     assert_int_equal(fsa_qt_wg_keys(7, 128), 64);
-    for (int wg = 6; wg <= 8; wg++) {
+    for (int wg = 6; wg <= 10; wg++) {
         assert_true(fsa_qt_wg_producer(wg) && fsa_qt_wg_mbar(wg));
-        assert_int_equal(fsa_qt_wg_tokens_per_tile(4, wg), wg == 6 ? 48 : 32);
+        assert_int_equal(fsa_qt_wg_tokens_per_tile(4, wg), wg == 6 || wg == 10 ? 48 : 32);
         /* the registers traded fit what one CTA of these threads holds at launch */
         const int threads = fsa_qt_wg_threads(wg), launch = 65536 / threads / 8 * 8;
         assert_true(128 * fsa_qt_ws_producer_regs(wg) + (threads - 128) * fsa_qt_ws_consumer_regs(wg) <=
