@@ -336,7 +336,8 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
     for (size_t i = 0; i < 2; i++)
         for (int j = 1; j <= 10; j++) {
             /* as a plan asking for variant j gets it at these head dims (8 is 7 above Dk 128) */
-            char v[2] = {(char)('0' + fsa_qt_wg_pick(j, atoi(shapes[i].d), atoi(dvs[i]))), '\0'};
+            char v[4];
+            snprintf(v, sizeof v, "%d", fsa_qt_wg_pick(j, atoi(shapes[i].d), atoi(dvs[i])));
             const fsa_param wg = {"WGMMA", v, "wg"};
             compile_variant(&shapes[i], dvs[i], &wg, 1, "sm_90a", used);
         }
