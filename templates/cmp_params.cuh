@@ -101,17 +101,20 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * FSA_CMP_SEL_FOUR: with FSA_CMP_SEL_SPREAD at G >= 4 four warpgroups (256
  * rows, 512 threads, at most 128 registers, which main's lane lists exceed:
  * they spill 16-48 bytes) instead of three: 16 warps per SM instead of 12 to
- * hide the latency of a kernel that issues at about half the slots (G 1's
- * lane lists need 160). */
+ * hide the latency of a kernel that issues at about half the slots;
+ * FSA_CMP_SEL_FOUR_ALL: four warpgroups at every G, where lane lists (G 1
+ * and 2 need about 160 registers) spill some of their entries to local
+ * memory at 128 registers. */
 #define FSA_CMP_SEL_SPREAD 1
 #define FSA_CMP_SEL_FOUR 2
-#define FSA_CMP_SEL_VARIANT_MAX 3
+#define FSA_CMP_SEL_FOUR_ALL 4
+#define FSA_CMP_SEL_VARIANT_MAX 7
 #define FSA_CMP_SEL_VARIANT_DEFAULT 3 /* measured fastest (bench/NOTES.md, "thresh") */
 FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
     const int spread = (variant & FSA_CMP_SEL_SPREAD) != 0;
-    const int four = (variant & FSA_CMP_SEL_FOUR) && spread && g >= 4;
+    const int four = (variant & FSA_CMP_SEL_FOUR_ALL) || ((variant & FSA_CMP_SEL_FOUR) && spread && g >= 4);
     return four && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
 }
 #define FSA_CMP_SEL_WG_BARS 48

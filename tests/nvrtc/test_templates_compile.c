@@ -348,7 +348,7 @@ static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **s
     static const char *gs[] = {"1", "4", "16"}, *svs[] = {"0", "1", "2", "3"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 3; i++)
-        for (size_t j = 0; j <= FSA_CMP_SEL_VARIANT_MAX; j++) {
+        for (size_t j = 0; j < sizeof svs / sizeof svs[0]; j++) {
             const variant shape = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = gs[i], .bk = "64", .k = "16"};
             const fsa_param extra[] = {{"KERNEL_SIZE", "32", "l"}, {"STRIDE", "16", "s"}, {"SEL_VARIANT", svs[j], "sv"}};
             compile_variant(&shape, NULL, extra, 3, "sm_90a", used);
