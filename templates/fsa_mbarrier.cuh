@@ -137,8 +137,7 @@ struct ProducerRing {
     __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
     __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
 
-    // Items 0 .. n - 1, each (load(j, buf): this thread's copies, which the
-    // first item's may join) into its buffer once the consumers released the
+    // Items 0 .. n - 1, each (load(j, buf): this thread's copies) into its buffer once the consumers released the
     // item STAGES before it; an item is signalled once the next one is
     // issued (two in flight) or, the last, once it has landed.
     template <class Load, class Landed>

@@ -1,9 +1,10 @@
 // The warpgroup forward of a query tile, warp-specialized (variants 6 and 7
 // of fsa_qt_layout.cuh; sm_90a): attend_query_tile_wg's arguments and
 // result, the arithmetic of its variant 5 (so the same bits), but the consumer
-// warpgroups (fsa_qt_wg_groups, warp w over rows set w) only compute and a
-// producer warpgroup (the CTA's last) alone copies the query tile and every
-// K/V stage with cp.async into a ProducerRing (fsa_mbarrier.cuh). What that
+// warpgroups (fsa_qt_wg_groups, warp w over rows set w) only compute (and
+// copy their own query rows once) and a producer warpgroup (the CTA's last)
+// alone copies every K/V stage with cp.async into a ProducerRing
+// (fsa_mbarrier.cuh). What that
 // moves: the consumers' instruction stream loses the stage copies and their
 // waits (about a seventh of its instructions in variant 5), a stage is
 // waited for on its mbarrier only, and the registers of the producer, which
@@ -11,7 +12,8 @@
 // fsa_qt_ws_consumer_regs). Variant 7 spends them on two consumers that each
 // keep the next stage's scores in flight during this stage's P V; 8 is 7
 // with stages of 128 keys, 9 is 8 with the two consumers taking turns to
-// issue products (ping-pong), 10 is 6 (three consumers) with 7's overlap.
+// issue products (ping-pong), 10 is 6 (three consumers) with 7's overlap,
+// 11 is 10 in ping-pong.
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
@@ -53,7 +55,6 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         StridedStage<KS, DV, 128> v_stage;
         k_stage.init(tid);
         v_stage.init(tid);
-        load_query_rows_async<G, DK, 0, 128, ROWS, true>(qs, q, tile, h, tid);
         ring.produce(
             n_stages,
             [&](int j, int buf) {
@@ -65,7 +66,15 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     }
 
     wg_regs_inc<fsa_qt_ws_consumer_regs(WG)>();
-    const u32 q_rows = qs + (u32)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of every Q panel
+    // Each consumer copies its own 64 query rows (while the producer copies the first stages), and
+    // waits for them once: only its own warpgroup reads them (named barrier 4 + cw of 128 threads).
+    const int cw = warp >> 2;
+    const u32 q_rows = qs + (u32)cw * 64 * 128;  // this warpgroup's 64 rows of every Q panel
+    load_query_part_sw128_async<G, DK, 128, ROWS, 64>(qs, q, tile, h, 64 * cw, (int)threadIdx.x & 127);
+    cp_async_commit();
+    cp_async_wait<0>();
+    wg_fence_async_smem();
+    named_bar_sync(4 + cw, 128);
     OnlineSoftmax sm;
     sm.init();
     float acc[DV / 8][4], s[KS / 8][4], alpha[2];
@@ -115,17 +124,18 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         // Variant 7: stage i + 1's scores and stage i's P V in flight together, stage i + 1's
         // softmax while P V runs. The same operations on acc in the same order as variant 6
         // ((acc + P_i V_i) alpha_{i+1} + P_{i+1} V_{i+1}): the same bits.
-        // Variant 9: the consumers take turns at every point where products are issued (n_stages + 1
-        // of them); consumer 1 passes the first turn to 0 and does not pass after its last.
-        const int cw = warp >> 2;
+        // Variants 9 and 11: the consumers take turns (0, 1, .., 0, ..) at every point where products
+        // are issued (n_stages + 1 of them); the last passes the first turn to 0 and does not pass
+        // after its last. Barrier 1 + c: consumer c waits, the one before it arrives (256 threads).
+        constexpr int NC = fsa_qt_wg_groups(WG);
         auto turn = [&] {
-            if constexpr (fsa_qt_wg_pingpong(WG)) named_bar_sync(1 + cw, CONSUMERS);
+            if constexpr (fsa_qt_wg_pingpong(WG)) named_bar_sync(1 + cw, 256);
         };
         auto pass = [&](bool last) {
             if constexpr (fsa_qt_wg_pingpong(WG))
-                if (!(last && cw == 1)) named_bar_arrive(1 + (cw ^ 1), CONSUMERS);
+                if (!(last && cw == NC - 1)) named_bar_arrive(1 + (cw + 1) % NC, 256);
         };
-        if (cw == 1) pass(false);
+        if (cw == NC - 1) pass(false);
         ring.wait(0);
         turn();
         scores(0);

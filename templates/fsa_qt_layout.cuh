@@ -66,7 +66,7 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
  * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
 #define FSA_QT_WG_ALIGN 1024
-#define FSA_QT_WG_DEFAULT 5 /* the fastest measured (bench/NOTES.md) */
+#define FSA_QT_WG_DEFAULT 6 /* the fastest measured (bench/NOTES.md, series qws) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
 FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg == 3 || (wg >= 7 && wg <= 9) ? 2 : wg >= 4 ? 3 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
@@ -94,7 +94,8 @@ FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg >= 5; }
  * consumers as variant 5; 7: two, each with stage i + 1's scores in flight
  * during stage i's P V and stage i + 1's softmax (as variant 3); 8: 7 with
  * stages of 128 keys (fsa_qt_wg_keys); 9: 8 in ping-pong; 10: 6 with 7's
- * overlap (three consumers at 160 registers). Registers
+ * overlap (three consumers at 160 registers); 11: 10 in ping-pong (the three
+ * consumers in turn). Registers
  * move from the producer to the consumers (setmaxnreg): the CTA's 65536 hold
  * fsa_qt_ws_producer_regs for each producer thread and
  * fsa_qt_ws_consumer_regs for each consumer thread (multiples of 8). */
@@ -104,9 +105,9 @@ FSA_LAYOUT_FN int fsa_qt_ws_consumer_regs(int wg) { return fsa_qt_wg_groups(wg) 
 /* Keys per stage: fsa_qt_fwd_keys, but 128 in variant 8 (variant 7 with stages of 128 keys: half the
  * stage waits, row reductions and rescales per key; up to Dk = Dv = 128, where three such stages fit). */
 FSA_LAYOUT_FN int fsa_qt_wg_keys(int wg, int dv) { return wg == 8 || wg == 9 ? 128 : fsa_qt_fwd_keys(dv); }
-/* Variant 9: variant 8 with the two consumers taking turns to issue their products (named barriers), so
- * that one's products run while the other's softmax does (FA3's ping-pong). */
-FSA_LAYOUT_FN int fsa_qt_wg_pingpong(int wg) { return wg == 9; }
+/* Variants 9 and 11: 8 and 10 with the consumers taking turns to issue their products (named barriers),
+ * so that one's products run while another's softmax does (FA3's ping-pong). */
+FSA_LAYOUT_FN int fsa_qt_wg_pingpong(int wg) { return wg == 9 || wg == 11; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * (fsa_qt_wg_groups(wg) + fsa_qt_wg_producer(wg)); }
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
