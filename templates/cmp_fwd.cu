@@ -13,7 +13,7 @@ typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
 constexpr int MT = WG ? 1 : fsa_cmp_fwd_mt(DK, DV);  // sets of 16 rows per warp
-constexpr int KS = WG ? fsa_qt_wg_keys(WG, DV) : fsa_qt_fwd_keys(DV);  // keys per stage
+constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
 constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
 typedef GroupRows<G> Rows;
 

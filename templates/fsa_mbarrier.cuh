@@ -137,9 +137,10 @@ struct ProducerRing {
     __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
     __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
 
-    // Items 0 .. n - 1, each (load(j, buf): this thread's copies) into its buffer once the consumers released the
-    // item STAGES before it; an item is signalled once the next one is
-    // issued (two in flight) or, the last, once it has landed.
+    // Items 0 .. n - 1, each (load(j, buf): this thread's copies) into its
+    // buffer once the consumers released the item STAGES before it; an item
+    // is signalled once the next one is issued (two in flight) or, the last,
+    // once it has landed.
     template <class Load, class Landed>
     __device__ __forceinline__ void produce(int n, Load load, Landed landed) const {
         for (int j = 0; j < n; j++) {

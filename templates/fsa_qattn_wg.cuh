@@ -16,6 +16,8 @@
 // whose products were waited for in the step before. Without OVERLAP each
 // product waits before the softmax that follows.
 //
+// Variant 6 (the default) is variant 5 warp-specialized: fsa_qattn_ws.cuh.
+//
 // Shared memory: fsa_qt_wg_smem_bytes(DK, DV, WG); head dims
 // fsa_qt_wg_dims_ok; tokens per tile fsa_qt_wg_tokens_per_tile(G, WG). A
 // warpgroup computes every stage of the stream (its products are issued by
@@ -39,7 +41,7 @@ __device__ __forceinline__ void attend_query_tile_wg_shared(unsigned char *smem,
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      KeyRows key_rows, Visible visible, WarpSees) {
     static_assert(fsa_qt_wg_dims_ok(DK, DV), "warpgroup forward: head dims are multiples of 64 up to 256");
-    constexpr int KS = fsa_qt_wg_keys(WG, DV), KK = KS / 16, THREADS = fsa_qt_wg_threads(WG), ROWS = fsa_qt_wg_rows(WG);
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, THREADS = fsa_qt_wg_threads(WG), ROWS = fsa_qt_wg_rows(WG);
     constexpr int STAGES = fsa_qt_wg_stages(WG);
     constexpr bool OVERLAP = fsa_qt_wg_overlap(WG);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);

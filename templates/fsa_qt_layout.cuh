@@ -52,15 +52,15 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 
-/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 4; 0 is
+/* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 6; 0 is
  * the mma.sync forward): fsa_qt_wg_groups(wg) warpgroups of 4 warps, each
  * over 64 rows of the tile (one set of 16 rows per warp, so warp w holds set
  * w), all sharing every K/V stage of a ring of fsa_qt_wg_stages(wg) (one
  * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
  * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
  * which costs registers that three warpgroups do not have; variant 5 is
- * variant 4 on an mbarrier ring; variants 6 and 7 add a producer
- * warpgroup (below). Q rows | the K
+ * variant 4 on an mbarrier ring; variant 6 (the default) is variant 5 with
+ * a producer warpgroup (below). Q rows | the K
  * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
  * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
@@ -68,14 +68,13 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
 #define FSA_QT_WG_ALIGN 1024
 #define FSA_QT_WG_DEFAULT 6 /* the fastest measured (bench/NOTES.md, series qws) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
-FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg == 3 || (wg >= 7 && wg <= 9) ? 2 : wg >= 4 ? 3 : 1; }
+FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
  * head dims do not suit; three warpgroups only up to Dv 128 (their
  * registers hold no more accumulators), else two. */
 FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
 {
-    if ((wanted == 8 || wanted == 9) && dk > 128) wanted = 7; /* three stages of 128 keys fit only up to Dk = Dv = 128 */
-    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;  /* (7 to 9: not tried above Dv 128) */
+    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
 }
 /* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
  * it was measured faster than the mma.sync forward (Dv 128, Dk 128 to 192:
@@ -84,30 +83,20 @@ FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
 {
     return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
 }
-FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3 || wg >= 7; }
+FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
 /* Variant 5: variant 4 with the K/V ring on mbarriers (fsa_mbarrier.cuh)
  * instead of a CTA barrier per stage, whose 48 bytes follow the V stages. */
 FSA_LAYOUT_FN int fsa_qt_wg_mbar(int wg) { return wg >= 5; }
-/* Variants 6 and 7 (warp-specialized, fsa_qattn_ws.cuh): the consumer
- * warpgroups only compute and one more, the producer (the CTA's last), alone
- * copies the query tile and the K/V stages into an mbarrier ring. 6: three
- * consumers as variant 5; 7: two, each with stage i + 1's scores in flight
- * during stage i's P V and stage i + 1's softmax (as variant 3); 8: 7 with
- * stages of 128 keys (fsa_qt_wg_keys); 9: 8 in ping-pong; 10: 6 with 7's
- * overlap (three consumers at 160 registers); 11: 10 in ping-pong (the three
- * consumers in turn). Registers
- * move from the producer to the consumers (setmaxnreg): the CTA's 65536 hold
- * fsa_qt_ws_producer_regs for each producer thread and
- * fsa_qt_ws_consumer_regs for each consumer thread (multiples of 8). */
-FSA_LAYOUT_FN int fsa_qt_wg_producer(int wg) { return wg >= 6; }
-FSA_LAYOUT_FN int fsa_qt_ws_producer_regs(int wg) { return fsa_qt_wg_groups(wg) == 2 ? 40 : 32; }
-FSA_LAYOUT_FN int fsa_qt_ws_consumer_regs(int wg) { return fsa_qt_wg_groups(wg) == 2 ? 232 : 160; }
-/* Keys per stage: fsa_qt_fwd_keys, but 128 in variant 8 (variant 7 with stages of 128 keys: half the
- * stage waits, row reductions and rescales per key; up to Dk = Dv = 128, where three such stages fit). */
-FSA_LAYOUT_FN int fsa_qt_wg_keys(int wg, int dv) { return wg == 8 || wg == 9 ? 128 : fsa_qt_fwd_keys(dv); }
-/* Variants 9 and 11: 8 and 10 with the consumers taking turns to issue their products (named barriers),
- * so that one's products run while another's softmax does (FA3's ping-pong). */
-FSA_LAYOUT_FN int fsa_qt_wg_pingpong(int wg) { return wg == 9 || wg == 11; }
+/* Variant 6 (warp-specialized, fsa_qattn_ws.cuh): variant 5's three
+ * warpgroups only compute, and a fourth, the producer (the CTA's last),
+ * alone copies the K/V stages into the same mbarrier ring. Registers move
+ * from the producer to the consumers (setmaxnreg): the 65536 the CTA of 512
+ * threads got at launch hold fsa_qt_ws_producer_regs for each producer
+ * thread and fsa_qt_ws_consumer_regs for each consumer thread (multiples of
+ * 8). Shared memory as variant 5's. */
+FSA_LAYOUT_FN int fsa_qt_wg_producer(int wg) { return wg == 6; }
+FSA_LAYOUT_FN int fsa_qt_ws_producer_regs(int wg) { return wg == 6 ? 32 : 0; }
+FSA_LAYOUT_FN int fsa_qt_ws_consumer_regs(int wg) { return wg == 6 ? 160 : 0; }
 FSA_LAYOUT_FN int fsa_qt_wg_stages(int wg) { return wg >= 3 ? 3 : 2; }
 FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * (fsa_qt_wg_groups(wg) + fsa_qt_wg_producer(wg)); }
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
@@ -115,11 +104,11 @@ FSA_LAYOUT_FN int fsa_qt_wg_tokens_per_tile(int g, int wg) { return fsa_qt_wg_ro
 FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk, int wg) { return fsa_sw128_bytes(fsa_qt_wg_rows(wg), dk); }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg)
 {
-    return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_wg_keys(wg, dv), dk);
+    return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
 }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_bars(int dk, int dv, int wg)
 {
-    return fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_wg_keys(wg, dv), dv);
+    return fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
 }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 {

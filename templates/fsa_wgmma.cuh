@@ -172,15 +172,14 @@ FSA_WG_RS_T(f16, 64, 8, FSA_WG_D32, FSA_WG_ACC32, "%37", "{%32, %33, %34, %35}, 
 // d = A B^T, whatever d held (no zeroing needed).
 // The descriptors of steps kd > 0 are those of step 0 moved by the step's
 // byte offset (wg_desc_add): one add each instead of the masks.
-// B may likewise be the N rows at b_tile of a tile of B_ROWS rows.
-template <class DT, int K, int N, int A_ROWS = 64, bool ACCUMULATE = true, int B_ROWS = N>
+template <class DT, int K, int N, int A_ROWS = 64, bool ACCUMULATE = true>
 __device__ __forceinline__ void wg_mma_abt(float (&d)[N / 8][4], u32 a_tile, u32 b_tile) {
-    const u64 a0 = wg_desc_k(a_tile, A_ROWS, 0), b0 = wg_desc_k(b_tile, B_ROWS, 0);
+    const u64 a0 = wg_desc_k(a_tile, A_ROWS, 0), b0 = wg_desc_k(b_tile, N, 0);
     wg_fence();
 #pragma unroll
     for (int kd = 0; kd < K / 16; kd++)
         wg_mma_ss(DT(), d, wg_desc_add(a0, (u32)((kd >> 2) * A_ROWS * 128 + (kd & 3) * 32)),
-                  wg_desc_add(b0, (u32)((kd >> 2) * B_ROWS * 128 + (kd & 3) * 32)), ACCUMULATE || kd > 0);
+                  wg_desc_add(b0, (u32)((kd >> 2) * N * 128 + (kd & 3) * 32)), ACCUMULATE || kd > 0);
 }
 
 // The same with A in registers (a[kd]: the mma.sync A fragments of the

@@ -9,9 +9,8 @@
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
 constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
-constexpr int KS = WG ? fsa_qt_wg_keys(WG, DV) : fsa_qt_fwd_keys(DV);  // keys per stage
 
 extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_swa_fwd(
     const fsa_swa_params p) {

@@ -123,36 +123,30 @@ static const struct {
     [FSA_K_GATE_BWD] = {FAM_GATE, "fsa_gate_bwd"},
 };
 
-/* A warpgroup variant: 0 off sm_90a; else the number (0 .. max, one or
- * two digits) the variable names, as pick grants it for the head dims, or
- * the default. */
-static int wgmma_variant(const fsa_context *ctx, const char *variable, int max, int (*pick)(int, int, int),
+/* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
+ * variable names, as pick grants it for the head dims, or the default. */
+static int wgmma_variant(const fsa_context *ctx, const char *variable, char max, int (*pick)(int, int, int),
                          int (*fallback)(int, int), int dk, int dv)
 {
     const char *env = getenv(variable);
     if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
-    if (env != NULL && env[0] >= '0' && env[0] <= '9') {
-        const int v = env[1] == '\0' ? env[0] - '0'
-                      : env[1] >= '0' && env[1] <= '9' && env[2] == '\0' ? 10 * (env[0] - '0') + env[1] - '0'
-                                                                         : -1;
-        if (v >= 0 && v <= max) return pick(v, dk, dv);
-    }
+    if (env != NULL && env[0] >= '0' && env[0] <= max && env[1] == '\0') return pick(env[0] - '0', dk, dv);
     return fallback(dk, dv);
 }
 
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA", 11, fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA", '6', fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
 }
 
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_BWD", 5, fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_BWD", '5', fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
 }
 
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", 2, fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '2', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
 }
 
 int fsa_kernel_cmp_sel_variant(int wgmma, int dk)

@@ -90,55 +90,32 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
     }
 }
 
-/* The warp-specialized forwards: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
- * threads, the same shared memory); variant 7 two consumers plus the producer (384 threads, a 128-row query
- * tile: two thirds of variant 6's Q rows, the same stages and barriers); variant 8 is 7 with stages of 128
- * keys (up to Dk 128: above, 7), 9 is 8 in ping-pong, 10 is 6 with the products overlapped; all take the
- * selection of 5. */
-static void test_the_warp_specialized_forward_variants_add_a_producer_warpgroup(void **state)
+/* The warp-specialized forward: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
+ * threads, the same tiles and shared memory) and takes variant 5's selection. */
+static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(void **state)
 {
     (void)state;
     static const fsa_kernel_id ids[] = {FSA_K_CMP_FWD, FSA_K_SWA_FWD};
     fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4};
-    fsa_kernel k5, k6, k7, k8;
+    fsa_kernel k5, k6;
     for (size_t i = 0; i < 2; i++) {
         c.wgmma = 5;
         fsa_kernel_describe(&k5, ids[i], &c);
         c.wgmma = 6;
         fsa_kernel_describe(&k6, ids[i], &c);
-        c.wgmma = 7;
-        fsa_kernel_describe(&k7, ids[i], &c);
         assert_int_equal(k6.threads, 512);
-        assert_int_equal(k7.threads, 384);
         assert_int_equal(k6.smem, k5.smem);
-        assert_int_equal(k7.smem, k5.smem - 64 * 128 * 2);
-        c.wgmma = 8;
-        fsa_kernel_describe(&k8, ids[i], &c);
-        assert_int_equal(k8.threads, 384);
-        assert_int_equal(k8.smem, 1024 + 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 48);
-        assert_true(k8.smem <= 232448); /* Hopper's shared memory per block */
-        c.wgmma = 9; /* 8 in ping-pong */
-        fsa_kernel_describe(&k7, ids[i], &c);
-        assert_int_equal(k7.threads, k8.threads);
-        assert_int_equal(k7.smem, k8.smem);
-        c.wgmma = 10; /* 6 with the overlap */
-        fsa_kernel_describe(&k7, ids[i], &c);
-        assert_int_equal(k7.threads, k6.threads);
-        assert_int_equal(k7.smem, k6.smem);
     }
-    assert_int_equal(fsa_qt_wg_pick(8, 192, 128), 7);
-    assert_int_equal(fsa_qt_wg_keys(8, 128), 128);
-    assert_int_equal(fsa_qt_wg_keys(7, 128), 64);
-    for (int wg = 6; wg <= 10; wg++) {
-        assert_true(fsa_qt_wg_producer(wg) && fsa_qt_wg_mbar(wg));
-        assert_int_equal(fsa_qt_wg_tokens_per_tile(4, wg), wg == 6 || wg == 10 ? 48 : 32);
-        /* the registers traded fit what one CTA of these threads holds at launch */
-        const int threads = fsa_qt_wg_threads(wg), launch = 65536 / threads / 8 * 8;
-        assert_true(128 * fsa_qt_ws_producer_regs(wg) + (threads - 128) * fsa_qt_ws_consumer_regs(wg) <=
-                    threads * launch);
-        assert_int_equal(fsa_cmp_sel_groups(wg, 128, 16, 4, 3), fsa_cmp_sel_groups(5, 128, 16, 4, 3));
-        assert_int_equal(fsa_qt_wg_pick(wg, 192, 256), 3); /* not above Dv 128 */
-    }
+    assert_true(fsa_qt_wg_producer(6) && fsa_qt_wg_mbar(6) && !fsa_qt_wg_producer(5));
+    assert_int_equal(fsa_qt_wg_tokens_per_tile(4, 6), fsa_qt_wg_tokens_per_tile(4, 5));
+    /* the registers traded fit what one CTA of these threads holds at launch */
+    const int threads = fsa_qt_wg_threads(6), launch = 65536 / threads / 8 * 8;
+    assert_true(128 * fsa_qt_ws_producer_regs(6) + (threads - 128) * fsa_qt_ws_consumer_regs(6) <= threads * launch);
+    for (int g = 1; g <= 16; g *= 4)
+        assert_int_equal(fsa_cmp_sel_groups(6, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT),
+                         fsa_cmp_sel_groups(5, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT));
+    assert_int_equal(fsa_qt_wg_pick(6, 192, 256), 3); /* three warpgroups only up to Dv 128 */
+    assert_int_equal(fsa_qt_wg_default(128, 128), 6);
 }
 
 static void test_the_selection_keeps_its_launch_shape(void **state)
@@ -326,7 +303,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
-        cmocka_unit_test(test_the_warp_specialized_forward_variants_add_a_producer_warpgroup),
+        cmocka_unit_test(test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
