@@ -116,6 +116,7 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
                          fsa_cmp_sel_groups(5, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT));
     assert_int_equal(fsa_qt_wg_pick(6, 192, 256), 3); /* three warpgroups only up to Dv 128 */
     assert_int_equal(fsa_qt_wg_default(128, 128), 6);
+    assert_int_equal(fsa_qt_wg_default(192, 128), 5); /* variant 6 measured slower at Dk 192 */
 }
 
 static void test_the_selection_keeps_its_launch_shape(void **state)
