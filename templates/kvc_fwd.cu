@@ -24,12 +24,14 @@
 #include "fsa_softmax.cuh"
 #include "fsa_wgmma.cuh"
 #include "kvc_merge.cuh"
+#include "kvc_stamps.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
               PAGE = {{PAGE_SIZE}};
-constexpr bool TMA = {{TMA}} != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
+constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
+constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -252,22 +254,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    KvcStamps<STAMPS> stamp;
+    stamp.begin(p);
     Stream::init(sh.stream);  // before tile_sequence's first barrier
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
-    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
+    const long long x = fsa_kvc_launch_tile(blockIdx.x, gridDim.x, (int)p.batch, TPT);
+    const DecodeGuess guess = decode_guess<K, TPT>(p, x, h);
     int tile;
-    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
+    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     // The CTAs of a split (sequence, KV head) take equal runs of its shares.
     const int ctas = nsplit > 1 ? (int)p.ctas : 1;
-    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
+    stamp.at(FSA_KVC_ST_C_TILE);
+    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) {
+        stamp.end(0);
+        return;
+    }
+    stamp.flag(2);
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
     // The tile's top-k rows and the cached length are read at once (neither
     // needs the other), unless the guess above already has them.
     const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    stamp.at(FSA_KVC_ST_C_SEL);
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
     // the pair's counter, or the first output row.
@@ -292,6 +303,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
+    stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
@@ -323,6 +335,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                                     (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
     }
     __syncthreads();
+    stamp.at(FSA_KVC_ST_C_PAGES);
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
     u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
@@ -337,6 +350,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     };
 #pragma unroll 1
     for (int share = cta * per_cta; share < loop.end; share++) {
+        const int sn = share - cta * per_cta;  // the CTA's n-th share (stamps)
+        stamp.share(sn, 0);
         Stream in = stream_of(share, b0);
         in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
@@ -354,7 +369,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         math.reset();
 
         for (int st = 0; st < in.n_stages; st++) {
+            stamp.acquire_begin();
             const int buf = in.acquire(st);
+            stamp.acquire_end();
+            if (st == 0) stamp.share(sn, 1);
             if (wg_tile) {
                 // Every warp clears all 64 V rows that are not keys (the same zeros), so
                 // its own fence covers what the warpgroup's product reads.
@@ -378,6 +396,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         }
         cp_async_wait<0>();
         __syncthreads();  // the K/V buffers become the merge area
+        stamp.share(sn, 2);
         // TMA: the CTA's next share starts in the other buffer now, its first
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
@@ -390,6 +409,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
+        stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
         // shared read between them would wait for the stores before it), and
         // only the live rows (the first ntok * G).
@@ -434,25 +454,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         }
         if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
+        stamp.share(sn, 4);
     }
-    if (nsplit == 1) return;
+    if (nsplit == 1) {
+        stamp.end(per_cta);
+        return;
+    }
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
     if (cluster) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
+        stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
         merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
+        stamp.end(per_cta);
         return;
     }
     // The last CTA of (b, h) to finish merges all shares, in share order.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
+    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
+        stamp.at(FSA_KVC_ST_C_MERGE);
+        stamp.flag(4);
         merge_shares<DT, DV, G>(p,
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
                                 merged, h, nsplit, tid, THREADS);
+    }
+    stamp.end(per_cta);
 }
