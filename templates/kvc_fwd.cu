@@ -32,6 +32,9 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
               PAGE = {{PAGE_SIZE}};
 constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
+// Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
+// bit 0: ask L2 for the prologue reads of the CTA that will take this CTA's slot (prefetch_successor).
+constexpr int EXPERIMENT = {{TMA}} >> 2;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -336,6 +339,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     }
     __syncthreads();
     stamp.at(FSA_KVC_ST_C_PAGES);
+    if constexpr ((EXPERIMENT & 1) != 0) prefetch_successor<TPT>(p);
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
     u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
