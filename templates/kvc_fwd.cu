@@ -33,7 +33,9 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
 constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
-// bit 0: ask L2 for the prologue reads of the CTA that will take this CTA's slot (prefetch_successor).
+// bit 0: ask L2 for the prologue reads of the CTA that will take this CTA's slot (prefetch_successor);
+// bit 1: the K/V boxes' L2 lines are the first evicted (read once: they replace each other, not what
+// other work left in L2).
 constexpr int EXPERIMENT = {{TMA}} >> 2;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
@@ -46,7 +48,7 @@ constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 // 16 rows of a K or V stage: padded rows, or 128-byte swizzled rows (one 128-byte row per panel).
 constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-typedef PagedStream<D, DV, BK, PAGE, TMA> Stream;
+typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 2) != 0> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");

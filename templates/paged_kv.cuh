@@ -410,11 +410,22 @@ __device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_para
 
 // The K and V boxes (64 columns x 64 rows of head h each, 128-byte swizzled)
 // of the rows from `row` of page `page`, copied into k_dst / v_dst, completing on bar.
-template <int D, int DV>
+// EVICT_FIRST: the boxes' lines are the first L2 evicts (l2_evict_first).
+template <int D, int DV, bool EVICT_FIRST = false>
 __device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, int row, int h, u32 k_dst, u32 v_dst,
                                             u32 bar) {
     constexpr u32 PANEL = KVC_STAGE * 128;  // one 64-column panel of a stage
     const int kt = p.k_token_dim == 1, vt = p.v_token_dim == 1;
+    if constexpr (EVICT_FIRST) {
+        const u64 policy = l2_evict_first();
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_4d_hint(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page, policy);
+#pragma unroll
+        for (int c = 0; c < DV / 64; c++)
+            tma_load_4d_hint(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? row : h, vt ? h : row, page, policy);
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < D / 64; c++) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page);
 #pragma unroll
@@ -429,7 +440,7 @@ __device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, i
 // A row that is not a key (past the sequence, or the stage has no page) gets
 // position INT_MAX and mask 0; its rows in the buffer hold whatever the page
 // holds there (paged_zero_missing clears the V rows a warp reads).
-template <int D, int DV, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE, bool EVICT_FIRST = false>
 __device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, u32 bar, int *keypos,
                                                 u32 *keymask, int page, const int *blocks, const u32 *masks, int u0,
                                                 int stage, int h, int seq_len) {
@@ -444,7 +455,7 @@ __device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_d
         return;
     }
     mbar_expect_tx(bar, (D + DV) / 64 * KVC_STAGE * 128);
-    paged_boxes<D, DV>(p, page, j % PAGE, h, k_dst, v_dst, bar);  // row 0: the first key of the stage
+    paged_boxes<D, DV, EVICT_FIRST>(p, page, j % PAGE, h, k_dst, v_dst, bar);  // row 0: the first key of the stage
 }
 
 __device__ __forceinline__ void st_shared_zero16(u32 addr) {
@@ -494,7 +505,7 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
 //       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
 //   }
-template <int D, int DV, int BK, int PAGE, bool TMA = false>
+template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
@@ -606,7 +617,7 @@ struct PagedStream {
         const int r = run0 + stage;
         if (r >= HALF && r % HALF == 0)
             paged_fetch_pages<BK, PAGE>(sh.pages, p, blocks, u_run, u_end, table, seq_len, r + HALF, HALF, KVC_STAGE);
-        paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
+        paged_tma_stage<D, DV, BK, PAGE, EVICT_FIRST>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
                                          sh.keypos[buf], sh.keymask[buf], sh.pages[r % KVC_RUN_PAGES], blocks, masks,
                                          u_lo, stage, h, seq_len);
     }
