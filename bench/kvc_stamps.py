@@ -10,6 +10,7 @@ a CTA with a tile (clock64 cycles, turned into ns by each CTA's own ratio of
 cycles to %globaltimer ns). Usage: kvc_stamps.py FILE [FILE...]
 """
 import collections
+import gzip
 import statistics
 import sys
 
@@ -101,7 +102,7 @@ def report(key, recs):
 def main():
     rows = collections.OrderedDict()
     for fn in sys.argv[1:]:
-        for line in open(fn):
+        for line in (gzip.open(fn, 'rt') if fn.endswith('.gz') else open(fn)):
             f = line.split()
             if not f or f[0] != "rec":
                 continue

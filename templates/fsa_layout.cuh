@@ -317,18 +317,6 @@ FSA_LAYOUT_FN int fsa_kvc_tile_entries(int g, int k) { return fsa_kvc_tile_token
  * batch without a host sync. */
 FSA_LAYOUT_FN long long fsa_kvc_first_tile(long long start, int b, int tile_tokens) { return start / tile_tokens + b; }
 FSA_LAYOUT_FN long long fsa_kvc_tile_grid(long long tq, int batch, int tile_tokens) { return tq / tile_tokens + batch; }
-/* The tile id of CTA x of that grid (launch order): first the ids of a decode
- * batch's tiles (sequence b at packed row b: id b + b / tile_tokens), then the
- * others, which such a batch leaves empty, so the CTAs with work take the
- * first wave's slots and the empty ones (they exit after the tile lookup) run
- * last. A bijection of [0, grid) for any batch, so every tile still gets one CTA. */
-FSA_LAYOUT_FN long long fsa_kvc_launch_tile(long long x, long long grid, int batch, int tile_tokens)
-{
-    const long long t1 = tile_tokens + 1, c0 = grid - grid / t1, c = c0 < batch ? c0 : batch; /* decode ids < grid */
-    if (x < c) return x + x / tile_tokens;
-    const long long k = x - c, inner = (c - 1) / tile_tokens; /* the ids between decode ids, then those past them */
-    return k < inner ? k * t1 + tile_tokens : c + inner + (k - inner);
-}
 /* The split rule (batch invariance): a sequence whose new tokens fit one tile
  * splits its selected blocks over `splits` CTAs per KV head; a longer one never
  * splits. It reads only the sequence's own query length and plan constants. */

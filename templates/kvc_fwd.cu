@@ -33,9 +33,7 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
 constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
-// bit 0: ask L2 for the prologue reads of the CTA that will take this CTA's slot (prefetch_successor);
-// bit 1: the K/V boxes' L2 lines are the first evicted (read once: they replace each other, not what
-// other work left in L2).
+// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
 constexpr int EXPERIMENT = {{TMA}} >> 2;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
@@ -48,7 +46,9 @@ constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 // 16 rows of a K or V stage: padded rows, or 128-byte swizzled rows (one 128-byte row per panel).
 constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 2) != 0> Stream;
+// The K/V boxes are read once: their L2 lines are the first evicted, so they replace each other
+// instead of what other work left in L2 (a dirty line costs a write-back).
+typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
@@ -264,10 +264,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     Stream::init(sh.stream);  // before tile_sequence's first barrier
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
-    const long long x = fsa_kvc_launch_tile(blockIdx.x, gridDim.x, (int)p.batch, TPT);
-    const DecodeGuess guess = decode_guess<K, TPT>(p, x, h);
+    const DecodeGuess guess = decode_guess<K, TPT>(p, blockIdx.x, h);
     int tile;
-    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, x, TPT);
+    const int b = tile_sequence(&tile, &sh.counter, cu_q, p.tq, (int)p.batch, blockIdx.x, TPT);
     const QuerySpan span = query_span(cu_q, p.tq, b);
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     // The CTAs of a split (sequence, KV head) take equal runs of its shares.
@@ -341,7 +340,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     }
     __syncthreads();
     stamp.at(FSA_KVC_ST_C_PAGES);
-    if constexpr ((EXPERIMENT & 1) != 0) prefetch_successor<TPT>(p);
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
     u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
@@ -445,16 +443,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
                 const long long t = e_t0 + r / G;
                 const int hq = h * G + r % G;
+                // Stores by space (st_global_*, st_shared_*): the next items' merge-area
+                // loads must not wait for them.
                 if (nsplit == 1) {
-                    *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-                } else {
-                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
-                    float *const po =
-                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
-                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
-                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) pl[r] = lse2;
+                    st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(v[i][0] * inv, v[i][1] * inv));
+                    if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
+                } else if (cluster) {  // the share's partial in this CTA's shared memory
+                    const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+                    st_shared_f32x2(po + 4 * (r * DV + d), v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
+                } else {  // in the workspace
+                    st_global_f32x2((float *)p.o_part + part * DV + r * DV + d, v[i][0] * inv, v[i][1] * inv);
+                    if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
                 }
             }
         }

@@ -117,10 +117,11 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
             const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
             const long long t = span.start + r[i] / G;
             const int hq = h * G + r[i] % G;
-            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
-                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
+            st_global_u32x2(view_row<u16>(p.o, t, hq) + d[i], DT::pack(acc[i].x * inv, acc[i].y * inv),
+                            DT::pack(acc[i].z * inv, acc[i].w * inv));
             if (d[i] == 0 && p.lse)
-                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
+                st_global_f32((float *)p.lse + (long long)hq * p.tq + t,
+                              l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF);
         }
     }
 }

@@ -48,7 +48,6 @@ typedef struct fsa_kvc_params {
      * Dv, then the token and head dims by increasing stride, pages), box 64 columns x 64 tokens x
      * one head, 128-byte swizzle; k_token_dim, v_token_dim: which of dims 1 and 2 is the token. */
     long long k_token_dim, v_token_dim;
-    long long wave;         /* CTAs of this kernel the device holds at once (the plan's resident count) */
     long long stamps;       /* debug kernels only (kvc_stamps.cuh): u64 [FSA_KVC_STAMP_CTAS][FSA_KVC_STAMP_WORDS] */
     fsa_kvc_tensor_map k_map, v_map;
 } fsa_kvc_params;

@@ -174,27 +174,6 @@ __device__ __forceinline__ DecodeGuess decode_guess(const fsa_kvc_params &p, lon
     return g;
 }
 
-// Decode batches, a CTA of more than a wave: the CTA launched a wave
-// (p.wave CTAs) after this one will likely take its slot; asking L2 for its
-// guessed token's top-k row, length, cached length and page-table row now,
-// while this CTA streams, turns that CTA's prologue reads into L2 hits.
-// Hints only: nothing is read.
-template <int TPT>
-__device__ __forceinline__ void prefetch_successor(const fsa_kvc_params &p) {
-    const long long grid = (long long)gridDim.x * gridDim.y, i = (long long)blockIdx.y * gridDim.x + blockIdx.x + p.wave;
-    if (p.tq != p.batch || p.wave <= 0 || i >= grid) return;
-    const long long x = fsa_kvc_launch_tile(i % gridDim.x, gridDim.x, (int)p.batch, TPT);
-    const long long b = x - (x + 1) / (TPT + 1);
-    if (b >= p.batch || fsa_kvc_first_tile(b, (int)b, TPT) != x) return;
-    const int h = (int)(i / gridDim.x / p.ctas);
-    if (threadIdx.x == 0) prefetch_l2(view_row<const int>(p.topk, b, h));
-    if (threadIdx.x == 1) prefetch_l2((const int *)p.seqused + b);
-    if (threadIdx.x == 2 && p.topk_len) prefetch_l2((const int *)p.topk_len + b);
-    const char *row = (const char *)((const int *)p.block_table + b * p.bt_stride), *end = row + 4 * p.max_pages;
-    const char *line = (const char *)(((unsigned long long)row & ~127ull) + 128ull * (threadIdx.x - 32));
-    if (threadIdx.x >= 32 && line < end) prefetch_l2(line < row ? row : line);
-}
-
 // Returns the cached length of sequence b; sel as select_load leaves it.
 template <int K, int TPT>
 __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel, const DecodeGuess &g,

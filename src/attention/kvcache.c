@@ -296,7 +296,6 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->o_part = (long long)(a->workspace + fsa_kvc_counter_bytes(plan));
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
     p->stamps = (long long)plan->stamps;
-    p->wave = plan->resident;
 }
 
 /* CTAs per (split sequence, KV head): a divisor C of the share count S.

@@ -168,33 +168,6 @@ static void test_a_record_is_read_by_later_plans_and_a_damaged_one_ignored(void 
     free(path);
 }
 
-/* The paged-cache kernel's launch order of tile ids (fsa_layout.cuh): every
- * id of the grid exactly once, for any batch and token count, and a decode
- * batch's tiles (one token per sequence) first, in sequence order. */
-static void test_the_launch_order_covers_every_tile_once_decode_tiles_first(void **state)
-{
-    (void)state;
-    const int tts[] = {1, 2, 3, 4, 8, 16, 64};
-    static unsigned char seen[1024];
-    for (size_t ti = 0; ti < sizeof tts / sizeof tts[0]; ti++)
-        for (int batch = 1; batch <= 70; batch++)
-            for (long long tq = 0; tq <= 300; tq += 7) {
-                const int tt = tts[ti];
-                const long long grid = fsa_kvc_tile_grid(tq, batch, tt);
-                assert_true(grid <= (long long)sizeof seen);
-                memset(seen, 0, sizeof seen);
-                for (long long x = 0; x < grid; x++) {
-                    const long long id = fsa_kvc_launch_tile(x, grid, batch, tt);
-                    assert_true(id >= 0 && id < grid);
-                    assert_int_equal(seen[id], 0);
-                    seen[id] = 1;
-                }
-                if (tq == batch)
-                    for (int b = 0; b < batch; b++)
-                        assert_int_equal(fsa_kvc_launch_tile(b, grid, batch, tt), fsa_kvc_first_tile(b, b, tt));
-            }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,7 +175,6 @@ int main(void)
         cmocka_unit_test(test_a_descriptor_forces_its_count),
         cmocka_unit_test(test_tuning_off_never_asks_to_measure),
         cmocka_unit_test(test_a_record_is_read_by_later_plans_and_a_damaged_one_ignored),
-        cmocka_unit_test(test_the_launch_order_covers_every_tile_once_decode_tiles_first),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
