@@ -12,6 +12,12 @@ in the first, untimed call.
     python bench/compare.py --quick              # a short smoke run
     python bench/compare.py --T 8192 --G 4 --json out.json --png out.png
     python bench/compare.py --dtype fp16,bf16 --G 1,4,16 --peak    # fp16 and bf16 rows, with peak memory
+    python bench/compare.py --G 8,16 --public DIR  # the public Triton top-k sparse attention in the same run
+
+--public DIR: the folder holding the public package's
+`native_sparse_attention/ops/triton/{topk_sparse_attention,utils}.py` (empty __init__.py files above them
+suffice); it is not part of this repository. Its forward reads max_seqlen with .item(), a host sync inside its
+timed call.
 """
 
 import argparse
@@ -211,6 +217,17 @@ def run_one(T, G, args):
 
         row["sdpa_fwd_bwd_ms"] = try_measure("sdpa fwd+bwd", sdpa_fwd_bwd, args, errors)
 
+    row["public_fwd_ms"] = row["public_fwd_bwd_ms"] = None
+    if args.public_attention is not None:
+        pub = args.public_attention
+        row["public_fwd_ms"] = try_measure("public fwd", lambda: pub(q, k, v, topk, BK, cu, scale), args, errors)
+
+        def public_fwd_bwd():
+            o = pub(qg, kg, vg, topk, BK, cu, scale)
+            torch.autograd.grad(o, (qg, kg, vg), do)
+
+        row["public_fwd_bwd_ms"] = try_measure("public fwd+bwd", public_fwd_bwd, args, errors)
+
     row["gather_fwd_ms"] = None
     row["fsa_vs_gather_rel_err"] = None
     if T <= args.gather_max_T:
@@ -240,17 +257,19 @@ def fmt(x, digits=3):
 
 def markdown(rows):
     head = ["T", "G", "dtype", "path", "fsa fwd", "fsa fwd+bwd", "fsa bwd*", "fwd TFLOP/s", "SDPA fwd",
-            "SDPA fwd+bwd", "gather fwd", "err vs gather", "fsa peak GB"]
+            "SDPA fwd+bwd", "public fwd", "public fwd+bwd", "gather fwd", "err vs gather", "fsa peak GB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         peak = r.get("fsa_peak_bytes")
         cells = [r["T"], r["G"], r.get("dtype", "bf16"), r.get("fsa_path") or "n/a", r["fsa_fwd_ms"],
                  r["fsa_fwd_bwd_ms"], r.get("fsa_bwd_ms"), r.get("fsa_fwd_tflops"), r["sdpa_fwd_ms"],
-                 r["sdpa_fwd_bwd_ms"], r["gather_fwd_ms"], r["fsa_vs_gather_rel_err"],
+                 r["sdpa_fwd_bwd_ms"], r.get("public_fwd_ms"), r.get("public_fwd_bwd_ms"), r["gather_fwd_ms"],
+                 r["fsa_vs_gather_rel_err"],
                  None if peak is None else f"{peak / 1e9:.3f}"]
         lines.append("| " + " | ".join(fmt(c) for c in cells) + " |")
     lines.append("")
-    lines.append("Milliseconds (median). fsa bwd* = fwd+bwd minus fwd. err: relative norm of fsa_jit's o "
+    lines.append("Milliseconds (median). fsa bwd* = fwd+bwd minus fwd. public: the public Triton top-k sparse "
+                 "attention (--public), same inputs. err: relative norm of fsa_jit's o "
                  "against the gather reference. fsa peak GB (--peak): device memory of one forward plus backward "
                  "beyond the inputs (bench/memory_peak.py), 1e9 bytes.")
     return "\n".join(lines)
@@ -313,6 +332,8 @@ def main():
     p.add_argument("--workspace-limit", default=None,
                    help="fsa_jit's workspace_limit (default: the library's default cap; 'unlimited': none)")
     p.add_argument("--no-sdpa", action="store_true", help="skip dense SDPA")
+    p.add_argument("--public", help="folder of the public Triton package: also time its top-k sparse attention")
+    p.add_argument("--commit", help="the commit to record (default: git rev-parse of this checkout)")
     p.add_argument("--min-ms", type=float, help="repeats cover at least this much (default 100; --quick 20)")
     p.add_argument("--warmup-ms", type=float, help="warm-up before timing (default 25; --quick 5)")
     p.add_argument("--json", help="write the rows and the setup here")
@@ -320,6 +341,12 @@ def main():
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("compare.py: needs a CUDA device")
+    args.public_attention = None
+    if args.public:
+        sys.path.insert(0, args.public)
+        from native_sparse_attention.ops.triton.topk_sparse_attention import topk_sparse_attention
+
+        args.public_attention = topk_sparse_attention
     warmup_ms, min_ms = (5.0, 20.0) if args.quick else (25.0, 100.0)
     args.warmup_ms = warmup_ms if args.warmup_ms is None else args.warmup_ms
     args.min_ms = min_ms if args.min_ms is None else args.min_ms
@@ -333,7 +360,7 @@ def main():
         if name not in DTYPES:
             sys.exit(f"compare.py: --dtype {name}: expected one of {', '.join(sorted(DTYPES))}")
 
-    setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
+    setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": args.commit or git_commit(),
              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
              "libfsa": fsa_jit.library_version(), "libfsa_path": fsa_jit.library_path(),
              "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),

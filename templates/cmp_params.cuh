@@ -101,17 +101,23 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * FSA_CMP_SEL_FOUR: with FSA_CMP_SEL_SPREAD at G >= 4 four warpgroups (256
  * rows, 512 threads, at most 128 registers, which main's lane lists exceed:
  * they spill 16-48 bytes) instead of three: 16 warps per SM instead of 12 to
- * hide the latency of a kernel that issues at about half the slots (G 1's
- * lane lists need 160). */
+ * hide the latency of a kernel that issues at about half the slots;
+ * FSA_CMP_SEL_FOUR_SMALL_G: four warpgroups at G 1 and 2 with top-k up to
+ * 16 too, where each lane keeps whole lists (about 160 registers with three
+ * warpgroups): at 128 they spill 88 / 96 bytes per thread (stores and loads,
+ * L1-resident), which costs less than the fourth warpgroup gains (bench/
+ * NOTES.md, "sel4"). Larger lists (top-k over 16) or G 3 spill far more. */
 #define FSA_CMP_SEL_SPREAD 1
 #define FSA_CMP_SEL_FOUR 2
-#define FSA_CMP_SEL_VARIANT_MAX 3
-#define FSA_CMP_SEL_VARIANT_DEFAULT 3 /* measured fastest (bench/NOTES.md, "thresh") */
+#define FSA_CMP_SEL_FOUR_SMALL_G 4
+#define FSA_CMP_SEL_VARIANT_MAX 7
+#define FSA_CMP_SEL_VARIANT_DEFAULT 7 /* measured fastest (bench/NOTES.md, "thresh" and "sel4") */
 FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
     const int spread = (variant & FSA_CMP_SEL_SPREAD) != 0;
-    const int four = (variant & FSA_CMP_SEL_FOUR) && spread && g >= 4;
+    const int four = ((variant & FSA_CMP_SEL_FOUR) && spread && g >= 4) ||
+                     ((variant & FSA_CMP_SEL_FOUR_SMALL_G) && g <= 2 && k <= 16);
     return four && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
 }
 #define FSA_CMP_SEL_WG_BARS 48

@@ -39,7 +39,7 @@ typedef fsa::dtype_{{DTYPE}} DT;
 using namespace fsa;
 
 constexpr int DK = HEAD_DIM, G = GROUP, BK = BLOCK_SIZE, K = TOP_K, L = KERNEL_SIZE, D = STRIDE;
-// Warpgroups (sm_90a products; four with FSA_CMP_SEL_FOUR at G >= 4), 0: mma.sync.
+// Warpgroups (sm_90a products; four with FSA_CMP_SEL_FOUR at G >= 4 or FSA_CMP_SEL_FOUR_SMALL_G at G <= 2), 0: mma.sync.
 constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K, G, SEL_VARIANT);
 constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
 constexpr int VARIANT = MBAR ? SEL_VARIANT : 0;  // (cmp_params.cuh: FSA_CMP_SEL_*)
