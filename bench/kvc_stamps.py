@@ -14,7 +14,8 @@ import gzip
 import statistics
 import sys
 
-FLAGS, SMID, T_ENTRY, T_END, C_ENTRY, C_TILE, C_SEL, C_UNION, C_PAGES, C_MERGE, C_END, SHARES, WAIT, STAGES = range(14)
+FLAGS, SMID, T_ENTRY, T_END, C_ENTRY, C_TILE, C_SEL, C_UNION, C_PAGES, C_MERGE, C_END, SHARES, WAIT, STAGES, C_QREADY = range(15)
+C_QISSUE = 36
 SHARE0, PER_SHARE, MAX_SHARES = 16, 5, 4
 MODES = {0: "-", 1: "shared", 2: "indep"}
 
@@ -66,7 +67,11 @@ def report(key, recs):
     ph = collections.OrderedDict()
     ph["tile lookup"] = [ns(r, r[C_TILE] - r[C_ENTRY]) for r in work]
     ph["top-k + len"] = [ns(r, r[C_SEL] - r[C_TILE]) for r in work]
-    ph["union"] = [ns(r, r[C_UNION] - r[C_SEL]) for r in work]
+    if any(r[C_QISSUE] for r in work):
+        ph["query copies issued"] = [ns(r, r[C_QISSUE] - r[C_SEL]) for r in work]
+        ph["union"] = [ns(r, r[C_UNION] - r[C_QISSUE]) for r in work]
+    else:
+        ph["union"] = [ns(r, r[C_UNION] - r[C_SEL]) for r in work]
     ph["pages"] = [ns(r, r[C_PAGES] - r[C_UNION]) for r in work]
     names = ["start->stage 0 landed", "stages (math+waits)", "warps' merge", "partial/output"]
     for n in range(MAX_SHARES):
@@ -78,6 +83,10 @@ def report(key, recs):
         if n == 0 or mean(prev) > 50:
             ph[f"s{n} gap before"] = prev
         for k, nm in enumerate(names):
+            if n == 0 and k == 0 and any(r[C_QREADY] for r in have):
+                ph["s0 start->query in registers"] = [ns(r, r[C_QREADY] - r[base]) for r in have]
+                ph["s0 query->stage 0 landed"] = [ns(r, r[base + 1] - r[C_QREADY]) for r in have]
+                continue
             ph[f"s{n} {nm}"] = [ns(r, r[base + k + 1] - r[base + k]) for r in have]
     last = lambda r: r[SHARE0 + (min(r[SHARES], MAX_SHARES) - 1) * PER_SHARE + 4]
     merging = [r for r in work if r[FLAGS] & 4]

@@ -305,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
     else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
+    stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
     stamp.at(FSA_KVC_ST_C_UNION);
@@ -367,6 +368,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 #pragma unroll
                 for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++)
                     ldmatrix_x4(qf[kd], TMA ? sw128_step<ROWS>(q_addr, kd) : q_addr + kd * 32);
+            stamp.at(FSA_KVC_ST_C_QREADY);
             // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 

@@ -73,8 +73,10 @@ enum {
     FSA_KVC_ST_SHARES,  /* shares this CTA computed */
     FSA_KVC_ST_WAIT,    /* clock64 cycles thread 0 spent in the stages' acquire (barrier, issue, wait) */
     FSA_KVC_ST_STAGES,  /* stages this CTA streamed */
-    FSA_KVC_ST_SHARE0 = 16 /* 5 clock64 stamps for each of the first 4 shares: start, first stage landed,
-                              last stage's math done, the warps' merge done, the partial written */
+    FSA_KVC_ST_C_QREADY, /* clock64: the query fragments in registers (the first share, after its barrier) */
+    FSA_KVC_ST_SHARE0 = 16, /* 5 clock64 stamps for each of the first 4 shares: start, first stage landed,
+                               last stage's math done, the warps' merge done, the partial written */
+    FSA_KVC_ST_C_QISSUE = 36 /* clock64: the query rows' copies issued (before the union) */
 };
 #define FSA_KVC_ST_PER_SHARE 5
 #define FSA_KVC_ST_MAX_SHARES 4

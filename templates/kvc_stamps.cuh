@@ -16,11 +16,18 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
+// Stamp words go out by st.global: a generic store would hold up the
+// shared-memory loads after it (the very delays being measured).
+__device__ __forceinline__ void st_global_u64(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 template <bool ON>
 struct KvcStamps {
     unsigned long long *rec = nullptr;
     long long wait = 0, t_acq = 0;
     int stages = 0;
+    unsigned long long flags = 1;
 
     __device__ __forceinline__ void begin(const fsa_kvc_params &p) {
         if constexpr (ON) {
@@ -29,23 +36,23 @@ struct KvcStamps {
             rec = (unsigned long long *)p.stamps + i * FSA_KVC_STAMP_WORDS;
             unsigned smid;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-            rec[FSA_KVC_ST_T_ENTRY] = global_ns();
-            rec[FSA_KVC_ST_C_ENTRY] = clock64();
-            rec[FSA_KVC_ST_SMID] = smid;
-            rec[FSA_KVC_ST_FLAGS] = 1;
+            st_global_u64(rec + FSA_KVC_ST_T_ENTRY, global_ns());
+            st_global_u64(rec + FSA_KVC_ST_C_ENTRY, clock64());
+            st_global_u64(rec + FSA_KVC_ST_SMID, smid);
         }
     }
     __device__ __forceinline__ void at(int word) {
         if constexpr (ON)
-            if (rec) rec[word] = clock64();
+            if (rec) st_global_u64(rec + word, clock64());
     }
     __device__ __forceinline__ void flag(unsigned long long f) {
         if constexpr (ON)
-            if (rec) rec[FSA_KVC_ST_FLAGS] |= f;
+            flags |= f;
     }
     __device__ __forceinline__ void share(int n, int what) {
         if constexpr (ON)
-            if (rec && n < FSA_KVC_ST_MAX_SHARES) rec[FSA_KVC_ST_SHARE0 + n * FSA_KVC_ST_PER_SHARE + what] = clock64();
+            if (rec && n < FSA_KVC_ST_MAX_SHARES)
+                st_global_u64(rec + FSA_KVC_ST_SHARE0 + n * FSA_KVC_ST_PER_SHARE + what, clock64());
     }
     // Around a stage's acquire (barrier, the next stage's issue, the wait).
     __device__ __forceinline__ void acquire_begin() {
@@ -59,11 +66,12 @@ struct KvcStamps {
     __device__ __forceinline__ void end(int shares) {
         if constexpr (ON)
             if (rec) {
-                rec[FSA_KVC_ST_SHARES] = shares;
-                rec[FSA_KVC_ST_WAIT] = wait;
-                rec[FSA_KVC_ST_STAGES] = stages;
-                rec[FSA_KVC_ST_C_END] = clock64();
-                rec[FSA_KVC_ST_T_END] = global_ns();
+                st_global_u64(rec + FSA_KVC_ST_SHARES, shares);
+                st_global_u64(rec + FSA_KVC_ST_WAIT, wait);
+                st_global_u64(rec + FSA_KVC_ST_STAGES, stages);
+                st_global_u64(rec + FSA_KVC_ST_C_END, clock64());
+                st_global_u64(rec + FSA_KVC_ST_T_END, global_ns());
+                st_global_u64(rec + FSA_KVC_ST_FLAGS, flags);
             }
     }
 };
