@@ -240,9 +240,67 @@ __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel
     return (int)sel.first[0];
 }
 
+// Several tokens, at most 64 candidates (e.g. 4 tokens of K 16 at G 4 to 16):
+// warp 0 alone, as select_union_one, after the barrier that publishes the
+// candidates and positions. A candidate counts when its block is in range for
+// its token; the union is its distinct values (a repeat inside a token's row
+// adds the bit its first occurrence adds), each block's mask the OR of the
+// tokens whose candidates hold it, and its place the number of distinct
+// values below it: the same union and masks as the general path, found by
+// shuffles instead of loops over shared memory and five barriers.
+template <int K, int TPT, int BK>
+__device__ __forceinline__ int select_union_small(TileSelection<TPT * K, TPT> &sel) {
+    constexpr int N = TPT * K;
+    static_assert(N <= 64, "two candidates per lane");
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int v[2], first[2];
+        u32 mask[2] = {0u, 0u};
+        bool dup[2] = {false, false};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int c = lane + 32 * i, t = c / K;
+            const int raw = c < N ? sel.cand[c] : -1, own = c < N && sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+            v[i] = raw >= 0 && raw <= own ? raw : -1;
+        }
+#pragma unroll 4
+        for (int j = 0; j < N; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
+            const u32 bit = 1u << (j / K);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                if (w >= 0 && w == v[i]) {
+                    dup[i] = dup[i] || j < lane + 32 * i;
+                    mask[i] |= bit;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) first[i] = dup[i] ? -1 : v[i];
+        int rank[2] = {0, 0};
+#pragma unroll 4
+        for (int j = 0; j < N; j++) {
+            const int w = __shfl_sync(0xffffffffu, j < 32 ? first[0] : first[1], j & 31);
+            rank[0] += w >= 0 && w < first[0];
+            rank[1] += w >= 0 && w < first[1];
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            if (first[i] >= 0) {
+                sel.blocks[rank[i]] = first[i];
+                sel.masks[rank[i]] = mask[i];
+            }
+        const int count =
+            __popc(__ballot_sync(0xffffffffu, first[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, first[1] >= 0));
+        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
+    }
+    __syncthreads();
+    return (int)sel.first[0];
+}
+
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
     if (ntok == 1) return select_union_one<K, TPT, BK>(sel);
+    if constexpr (TPT * K <= 64) return select_union_small<K, TPT, BK>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
