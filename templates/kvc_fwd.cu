@@ -73,11 +73,13 @@ struct ShareLoop {
 };
 
 // Static shared memory: the key stream, the tile's selection, each warp's
-// row max and sum for the merge, the share loop, the tile counter.
+// row max and sum for the merge and each row's merge factors, the share loop,
+// the tile counter.
 struct Shared {
     PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
+    float rowf[ROWS][WARPS + 2];  // share_row_factors
     ShareLoop loop;
     int counter;
 };
@@ -85,13 +87,6 @@ static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the stati
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
-
-// Row r of row tile rt, columns d and d + 1, merged over the N warps that split its keys.
-template <int N>
-__device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
-                                            float *mmax) {
-    return WarpMerge<N, DV, LDO>{om + rt * N * 16 * LDO, ml + rt * N}.get(r, d, v, mmax);
-}
 
 // The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
 // rows on the 16-row side: S = Q K^T, online softmax along each row, O += P V.
@@ -418,48 +413,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
         // shared read between them would wait for the stores before it), and
-        // only the live rows (the first ntok * G).
-        const int e_b = loop.b, e_items = loop.ntok * G * (DV / 2);
+        // only the live rows (the first ntok * G): each row's factors once, then
+        // the items (row, column pair) as loads and multiply-adds.
+        const int e_b = loop.b, e_live = loop.ntok * G, e_items = e_live * (DV / 2);
         const long long e_t0 = loop.t0;
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
-        // EI items (row, column pair) per thread at a time: all their shared-memory
-        // reads first, so their latencies overlap, then their stores.
-        constexpr int EI = 4;
-#pragma unroll 1
-        for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
-            float v[EI][2], mmax[EI], l[EI];
-#pragma unroll
-            for (int i = 0; i < EI; i++) {
-                const int c = min(c0 + i * THREADS, e_items - 1);  // past the items: a repeat, not stored
-                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2, tr = r >> 4;
-                l[i] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
-                       : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
-                                  : merged_row<1>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i]);
+        share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
+        __syncthreads();
+        // Stores by space (st_global_*, st_shared_*): a generic store would hold up the loads after it.
+        const auto out = [&](int r, int d, float x, float y, float lse2) {
+            const long long t = e_t0 + r / G;
+            const int hq = h * G + r % G;
+            if (nsplit == 1) {
+                st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(x, y));
+                if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
+            } else if (cluster) {  // the share's partial in this CTA's shared memory
+                const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+                st_shared_f32x2(po + 4 * (r * DV + d), x, y);
+                if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
+            } else {  // in the workspace
+                st_global_f32x2((float *)p.o_part + part * DV + r * DV + d, x, y);
+                if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
             }
-#pragma unroll
-            for (int i = 0; i < EI; i++) {
-                const int c = c0 + i * THREADS;
-                if (c >= e_items) break;
-                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-                const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-                const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
-                const long long t = e_t0 + r / G;
-                const int hq = h * G + r % G;
-                // Stores by space (st_global_*, st_shared_*): the next items' merge-area
-                // loads must not wait for them.
-                if (nsplit == 1) {
-                    st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(v[i][0] * inv, v[i][1] * inv));
-                    if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
-                } else if (cluster) {  // the share's partial in this CTA's shared memory
-                    const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
-                    st_shared_f32x2(po + 4 * (r * DV + d), v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
-                } else {  // in the workspace
-                    st_global_f32x2((float *)p.o_part + part * DV + r * DV + d, v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
-                }
-            }
-        }
+        };
+        if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
         stamp.share(sn, 4);

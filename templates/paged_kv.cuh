@@ -198,100 +198,67 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
 template <int K>
 __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 1 && K <= 32; }
 
-// Decode (one token): warp 0 alone, no barrier but the last. Each lane reads
-// its slots once; a slot is valid when its block is in range and no earlier
-// slot holds it (found by shuffles, not by re-reading the row), and a valid
-// block's place in the union is the number of valid blocks below it: the same
-// union and masks as the general path.
-template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
-    static_assert(K <= 64, "two slots per lane");
+// The union of the first N candidates (N / K tokens, N <= 64) by warp 0
+// alone: every lane reads every candidate from shared memory at once
+// (broadcast loads) and compares in registers, so no chain of shuffles or
+// of dependent shared-memory reads. A candidate counts when its block is in
+// range for its token (a repeat inside a token's row adds the bit its first
+// occurrence adds); lane l takes candidates l and l + 32: it keeps a value's
+// first occurrence, with the OR of the bits of the tokens holding it, at the
+// place given by the number of first occurrences below it. The same union and
+// masks as the general path. The candidates and positions must be visible to
+// warp 0 (its own writes, or a barrier); the barrier at the end publishes the
+// union.
+template <int N, int K, int BK, int TPT>
+__device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &sel) {
+    static_assert(N <= 64 && N % K == 0 && N / K <= TPT, "at most 64 candidates of whole tokens");
+    constexpr int NI = N > 32 ? 2 : 1;
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
-        const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        int raw[2], v[2], rank[2] = {0, 0};
-        bool dup[2] = {false, false};
-#pragma unroll
-        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
-            dup[0] = dup[0] || (j < lane && w == raw[0]);
-            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
-            rank[0] += w >= 0 && w < v[0];
-            rank[1] += w >= 0 && w < v[1];
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-            if (v[i] >= 0) {
-                sel.blocks[rank[i]] = v[i];
-                sel.masks[rank[i]] = 1u;
-            }
-        const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
-        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
-    }
-    __syncthreads();
-    return (int)sel.first[0];
-}
-
-// Several tokens, at most 64 candidates (e.g. 4 tokens of K 16 at G 4 to 16):
-// warp 0 alone, as select_union_one, after the barrier that publishes the
-// candidates and positions. A candidate counts when its block is in range for
-// its token; the union is its distinct values (a repeat inside a token's row
-// adds the bit its first occurrence adds), each block's mask the OR of the
-// tokens whose candidates hold it, and its place the number of distinct
-// values below it: the same union and masks as the general path, found by
-// shuffles instead of loops over shared memory and five barriers.
-template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union_small(TileSelection<TPT * K, TPT> &sel) {
-    constexpr int N = TPT * K;
-    static_assert(N <= 64, "two candidates per lane");
-    if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
-        int v[2], first[2];
-        u32 mask[2] = {0u, 0u};
-        bool dup[2] = {false, false};
+        int own[N / K], w[N];
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int c = lane + 32 * i, t = c / K;
-            const int raw = c < N ? sel.cand[c] : -1, own = c < N && sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
-            v[i] = raw >= 0 && raw <= own ? raw : -1;
-        }
-#pragma unroll 4
+        for (int t = 0; t < N / K; t++) own[t] = sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+#pragma unroll
         for (int j = 0; j < N; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
-            const u32 bit = 1u << (j / K);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                if (w >= 0 && w == v[i]) {
-                    dup[i] = dup[i] || j < lane + 32 * i;
-                    mask[i] |= bit;
-                }
+            const int raw = sel.cand[j];
+            w[j] = raw >= 0 && raw <= own[j / K] ? raw : -1;
         }
+        int first[NI];
+        u32 mask[NI];
 #pragma unroll
-        for (int i = 0; i < 2; i++) first[i] = dup[i] ? -1 : v[i];
-        int rank[2] = {0, 0};
-#pragma unroll 4
+        for (int i = 0; i < NI; i++) {
+            const int c = lane + 32 * i, t = min(c, N - 1) / K;
+            const int raw = c < N ? sel.cand[c] : -1, o = sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+            const int v = raw >= 0 && raw <= o ? raw : -1;
+            bool dup = false;
+            mask[i] = 0u;
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                const bool eq = v >= 0 && w[j] == v;
+                dup = dup || (eq && j < c);
+                mask[i] |= eq ? 1u << (j / K) : 0u;
+            }
+            first[i] = dup ? -1 : v;
+        }
+        const u32 f0 = __ballot_sync(0xffffffffu, first[0] >= 0);
+        const u32 f1 = NI > 1 ? __ballot_sync(0xffffffffu, first[NI - 1] >= 0) : 0u;
+        int rank[NI];
+#pragma unroll
+        for (int i = 0; i < NI; i++) rank[i] = 0;
+#pragma unroll
         for (int j = 0; j < N; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? first[0] : first[1], j & 31);
-            rank[0] += w >= 0 && w < first[0];
-            rank[1] += w >= 0 && w < first[1];
+            const bool is_first = (((j < 32 ? f0 : f1) >> (j & 31)) & 1u) != 0u;
+#pragma unroll
+            for (int i = 0; i < NI; i++) rank[i] += is_first && w[j] < first[i];
         }
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < NI; i++)
             if (first[i] >= 0) {
                 sel.blocks[rank[i]] = first[i];
                 sel.masks[rank[i]] = mask[i];
             }
-        const int count =
-            __popc(__ballot_sync(0xffffffffu, first[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, first[1] >= 0));
-        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
+        if (lane == 0) sel.first[0] = (u32)(__popc(f0) + __popc(f1));  // first is scratch here
     }
     __syncthreads();
     return (int)sel.first[0];
@@ -299,8 +266,9 @@ __device__ __forceinline__ int select_union_small(TileSelection<TPT * K, TPT> &s
 
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
-    if (ntok == 1) return select_union_one<K, TPT, BK>(sel);
-    if constexpr (TPT * K <= 64) return select_union_small<K, TPT, BK>(sel);
+    // One token (decode): its K candidates; a few tokens of at most 64 candidates: all of them.
+    if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
+    if constexpr (TPT * K <= 64) return select_union_warp<TPT * K, K, BK, TPT>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
