@@ -198,7 +198,7 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
 template <int K>
 __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 1 && K <= 32; }
 
-// The union of the first N candidates (N / K tokens, N <= 64) by warp 0
+// The union of the first N candidates (N / K tokens, N <= 32) by warp 0
 // alone: every lane reads every candidate from shared memory at once
 // (broadcast loads) and compares in registers, so no chain of shuffles or
 // of dependent shared-memory reads. A candidate counts when its block is in
@@ -211,7 +211,7 @@ __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 
 // union.
 template <int N, int K, int BK, int TPT>
 __device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &sel) {
-    static_assert(N <= 64 && N % K == 0 && N / K <= TPT, "at most 64 candidates of whole tokens");
+    static_assert(N <= 32 && N % K == 0 && N / K <= TPT, "at most 32 candidates of whole tokens (registers)");
     constexpr int NI = N > 32 ? 2 : 1;
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
@@ -266,9 +266,11 @@ __device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &se
 
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
-    // One token (decode): its K candidates; a few tokens of at most 64 candidates: all of them.
-    if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
-    if constexpr (TPT * K <= 64) return select_union_warp<TPT * K, K, BK, TPT>(sel);
+    // One token (decode) of K <= 32 slots, or a few tokens of at most 32 candidates: in one warp.
+    // (Holding 64 candidates in registers spills at G 4; those tiles take the general path.)
+    if constexpr (K <= 32)
+        if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
+    if constexpr (TPT * K <= 32) return select_union_warp<TPT * K, K, BK, TPT>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
