@@ -135,6 +135,11 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, bool valid)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Named barrier `id` (1 to 15; 0 is __syncthreads) of `threads` threads (a multiple of 32): waits
+// until that many have reached it.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 // Asks L2 for the 128-byte line holding `addr` (a hint: nothing waits for it;

@@ -108,4 +108,57 @@ struct MbarRing {
     }
 };
 
+// A ring of STAGES buffers that a producer group of threads alone fills
+// with cp.async (warp specialization: fsa_qattn_ws.cuh) and consumer threads
+// only read. `full` mbarriers count the producers (each arrives once its own
+// copies of the item have landed, after `landed()`), `empty` ones the
+// consumers (each arrives once it is done reading the buffer).
+//   ring.init(bars, producers, consumers);  // thread 0; then a CTA barrier
+//   producers: ring.produce(n, load, landed);
+//   consumers: for (i ...) { ring.wait(i); ... read buffer i % STAGES ...; ring.release(i); }
+template <int STAGES>
+struct ProducerRing {
+    u32 bars;  // STAGES `full` mbarriers, then STAGES `empty` ones
+
+    static constexpr int BYTES = 2 * STAGES * 8;
+    __device__ __forceinline__ void init(u32 at, int producers, int consumers) {
+        bars = at;
+        if (threadIdx.x == 0)
+#pragma unroll
+            for (int b = 0; b < STAGES; b++) {
+                mbar_init(at + 8 * b, (u32)producers);
+                mbar_init(at + 8 * (STAGES + b), (u32)consumers);
+            }
+    }
+    __device__ __forceinline__ u32 full(int i) const { return bars + 8 * (u32)((unsigned)i % STAGES); }
+    __device__ __forceinline__ u32 empty(int i) const { return bars + 8 * (u32)(STAGES + (unsigned)i % STAGES); }
+    static __device__ __forceinline__ u32 parity(int i) { return ((unsigned)i / STAGES) & 1u; }
+
+    __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
+    __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
+
+    // Items 0 .. n - 1, each (load(j, buf): this thread's copies) into its
+    // buffer once the consumers released the item STAGES before it; an item
+    // is signalled once the next one is issued (two in flight) or, the last,
+    // once it has landed.
+    template <class Load, class Landed>
+    __device__ __forceinline__ void produce(int n, Load load, Landed landed) const {
+        for (int j = 0; j < n; j++) {
+            if (j >= STAGES) mbar_wait(empty(j - STAGES), parity(j - STAGES));
+            load(j, (int)((unsigned)j % STAGES));
+            cp_async_commit();
+            if (j > 0) {
+                cp_async_wait<1>();
+                landed();
+                mbar_arrive(full(j - 1));
+            }
+        }
+        cp_async_wait<0>();
+        if (n > 0) {
+            landed();
+            mbar_arrive(full(n - 1));
+        }
+    }
+};
+
 }  // namespace fsa

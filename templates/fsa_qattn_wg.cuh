@@ -16,6 +16,8 @@
 // whose products were waited for in the step before. Without OVERLAP each
 // product waits before the softmax that follows.
 //
+// Variant 6 (the default) is variant 5 warp-specialized: fsa_qattn_ws.cuh.
+//
 // Shared memory: fsa_qt_wg_smem_bytes(DK, DV, WG); head dims
 // fsa_qt_wg_dims_ok; tokens per tile fsa_qt_wg_tokens_per_tile(G, WG). A
 // warpgroup computes every stage of the stream (its products are issued by
@@ -26,13 +28,15 @@
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
+#include "fsa_qattn_ws.cuh"
 #include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
 
 namespace fsa {
 
+// Variants 1 to 5: every warp both copies and computes.
 template <class DT, int DK, int DV, int G, int WG, class KeyRows, class Visible, class WarpSees>
-__device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const fsa_kernel_view &q,
+__device__ __forceinline__ void attend_query_tile_wg_shared(unsigned char *smem, const fsa_kernel_view &q,
                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      KeyRows key_rows, Visible visible, WarpSees) {
@@ -152,6 +156,19 @@ __device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const 
     cp_async_wait<0>();  // with no stage at all, the query rows' copies are still in flight
 
     store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+}
+
+template <class DT, int DK, int DV, int G, int WG, class KeyRows, class Visible, class WarpSees>
+__device__ __forceinline__ void attend_query_tile_wg(unsigned char *smem, const fsa_kernel_view &q,
+                                                     const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                     const QueryTile &tile, int h, float scale_log2, int n_stages,
+                                                     KeyRows key_rows, Visible visible, WarpSees warp_sees) {
+    if constexpr (fsa_qt_wg_producer(WG))  // variant 6: a producer warpgroup copies (fsa_qattn_ws.cuh)
+        attend_query_tile_ws<DT, DK, DV, G, WG>(smem, q, o, lse, total_tokens, tile, h, scale_log2, n_stages, key_rows,
+                                                visible);
+    else
+        attend_query_tile_wg_shared<DT, DK, DV, G, WG>(smem, q, o, lse, total_tokens, tile, h, scale_log2, n_stages,
+                                                       key_rows, visible, warp_sees);
 }
 
 }  // namespace fsa

@@ -79,19 +79,34 @@ struct GroupRows {
 // threads share the copies, which join the current cp.async group. SW128:
 // into a 128-byte swizzled tile (sw128_offset) instead, LD unused; tid >= 0:
 // the THREADS threads are a group in which the caller is number tid.
+template <int G>
+__device__ __forceinline__ RowSrc query_row_src(const fsa_kernel_view &q, const QueryTile &tile, int h, int row) {
+    typedef GroupRows<G> Rows;
+    const int w = row >> 4, r = row & 15;
+    const bool ok = Rows::live(w, r, tile.n_tok);
+    const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))
+                        : (const u16 *)q.ptr;
+    return RowSrc{src, ok};
+}
 template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS, bool SW128 = false>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h,
                                                       int tid = -1) {
-    typedef GroupRows<G> Rows;
-    auto row_src = [&](int row) {
-        const int w = row >> 4, r = row & 15;
-        const bool ok = Rows::live(w, r, tile.n_tok);
-        const u16 *src = ok ? view_row<const u16>(q, tile.tok0 + Rows::token(w, r), (long long)h * G + Rows::head(r))
-                            : (const u16 *)q.ptr;
-        return RowSrc{src, ok};
-    };
+    auto row_src = [&](int row) { return query_row_src<G>(q, tile, h, row); };
     if constexpr (SW128) load_tile_sw128_async<ROWS, D, THREADS>(dst, row_src, tid);
     else load_tile_async<ROWS, D, LD, THREADS>(dst, row_src, tid);
+}
+// Rows first .. first + PART - 1 of a swizzled tile of ROWS query rows (as
+// load_query_rows_async with SW128), copied by THREADS threads (tid: the
+// caller's number among them).
+template <int G, int D, int THREADS, int ROWS, int PART>
+__device__ __forceinline__ void load_query_part_sw128_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile,
+                                                            int h, int first, int tid) {
+    for_each_piece<PART, D, THREADS>(
+        [&](int r, int c) {
+            const RowSrc s = query_row_src<G>(q, tile, h, first + r);
+            cp_async16(dst + sw128_offset(first + r, c, ROWS), s.ptr + c, s.ok);
+        },
+        tid);
 }
 
 // The K rows (HALF 0) or the V rows (HALF 1) of keys first .. first + ROWS -

@@ -88,6 +88,20 @@ __device__ __forceinline__ void wg_wait() {
 // Makes this thread's completed shared-memory writes (stores, cp.async)
 // visible to the async proxy that wgmma reads through.
 __device__ __forceinline__ void wg_fence_async_smem() { FSA_WG_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Register reallocation between warpgroups (warp specialization): every
+// thread of the warpgroup executes the same one; the CTA's registers are a
+// pool that a dec gives back to and an inc waits on. N: a multiple of 8, 24
+// to 256.
+template <int N>
+__device__ __forceinline__ void wg_regs_dec() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes multiples of 8 from 24 to 256");
+    FSA_WG_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void wg_regs_inc() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg takes multiples of 8 from 24 to 256");
+    FSA_WG_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 // Pins accumulator registers at this point of the program: the compiler may
 // not move their reads or writes across it (nor across a wait before it).
 template <int NJ>

@@ -136,7 +136,7 @@ static int wgmma_variant(const fsa_context *ctx, const char *variable, char max,
 
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA", '5', fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA", '6', fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
 }
 
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)

@@ -72,7 +72,7 @@ typedef struct fsa_kernel_config {
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
  * products: 0 (mma.sync) unless the context compiles for sm_90a; then the
- * variant of fsa_qt_layout.cuh FSA_WGMMA names (0 to 5) as fsa_qt_wg_pick
+ * variant of fsa_qt_layout.cuh FSA_WGMMA names (0 to 6) as fsa_qt_wg_pick
  * grants it for the head dims, or without it fsa_qt_wg_default. */
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv);
 

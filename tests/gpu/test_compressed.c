@@ -491,6 +491,8 @@ int main(void)
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),
         cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
     };
-    /* Skips (exit 77) inside setup when there is no GPU. */
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. the forward's
+     * under compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

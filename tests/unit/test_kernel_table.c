@@ -90,6 +90,35 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
     }
 }
 
+/* The warp-specialized forward: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
+ * threads, the same tiles and shared memory) and takes variant 5's selection. */
+static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(void **state)
+{
+    (void)state;
+    static const fsa_kernel_id ids[] = {FSA_K_CMP_FWD, FSA_K_SWA_FWD};
+    fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4};
+    fsa_kernel k5, k6;
+    for (size_t i = 0; i < 2; i++) {
+        c.wgmma = 5;
+        fsa_kernel_describe(&k5, ids[i], &c);
+        c.wgmma = 6;
+        fsa_kernel_describe(&k6, ids[i], &c);
+        assert_int_equal(k6.threads, 512);
+        assert_int_equal(k6.smem, k5.smem);
+    }
+    assert_true(fsa_qt_wg_producer(6) && fsa_qt_wg_mbar(6) && !fsa_qt_wg_producer(5));
+    assert_int_equal(fsa_qt_wg_tokens_per_tile(4, 6), fsa_qt_wg_tokens_per_tile(4, 5));
+    /* the registers traded fit what one CTA of these threads holds at launch */
+    const int threads = fsa_qt_wg_threads(6), launch = 65536 / threads / 8 * 8;
+    assert_true(128 * fsa_qt_ws_producer_regs(6) + (threads - 128) * fsa_qt_ws_consumer_regs(6) <= threads * launch);
+    for (int g = 1; g <= 16; g *= 4)
+        assert_int_equal(fsa_cmp_sel_groups(6, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT),
+                         fsa_cmp_sel_groups(5, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT));
+    assert_int_equal(fsa_qt_wg_pick(6, 192, 256), 3); /* three warpgroups only up to Dv 128 */
+    assert_int_equal(fsa_qt_wg_default(128, 128), 6);
+    assert_int_equal(fsa_qt_wg_default(192, 128), 5); /* variant 6 measured slower at Dk 192 */
+}
+
 static void test_the_selection_keeps_its_launch_shape(void **state)
 {
     (void)state;
@@ -275,6 +304,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
+        cmocka_unit_test(test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),

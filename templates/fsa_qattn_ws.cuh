@@ -1,0 +1,114 @@
+// The warpgroup forward of a query tile, warp-specialized (variant 6 of
+// fsa_qt_layout.cuh, the default; sm_90a): attend_query_tile_wg's arguments
+// and result, the arithmetic of its variant 5 in the same order (so the same
+// bits), but the consumer warpgroups (fsa_qt_wg_groups, warp w over rows set
+// w) only compute (and copy their own query rows once) and a producer
+// warpgroup (the CTA's last) alone copies every K/V stage with cp.async into
+// a ProducerRing (fsa_mbarrier.cuh). What that moves: the consumers'
+// instruction stream loses the stage copies and their waits (about a seventh
+// of its instructions in variant 5), a stage is waited for on its mbarrier
+// only, and the registers of the producer, which needs few, go to the
+// consumers (setmaxnreg: fsa_qt_ws_producer_regs / fsa_qt_ws_consumer_regs).
+// The stage copies stay cp.async, not TMA: the key rows past a sequence's
+// `limit` must read as zeros (a box of the whole tensor would read the next
+// sequence's rows, and 0 * inf in P V is NaN).
+//
+// Tried and measured slower (bench/NOTES.md, series qws): two consumers
+// with the next stage's scores in flight during P V and the softmax, with
+// stages of 128 keys, with FA3's ping-pong between them; three consumers
+// with that overlap, and in ping-pong.
+#pragma once
+#include "fsa_mbarrier.cuh"
+#include "fsa_qattn.cuh"
+#include "fsa_stream.cuh"
+#include "fsa_wgmma.cuh"
+
+namespace fsa {
+
+template <class DT, int DK, int DV, int G, int WG, class Visible>
+__device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const fsa_kernel_view &q,
+                                                     const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                     const QueryTile &tile, int h, float scale_log2, int n_stages,
+                                                     const StridedKeys &keys, Visible visible) {
+    static_assert(fsa_qt_wg_producer(WG), "the warp-specialized variant");
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
+    static_assert(fsa_qt_wg_threads(WG) == CONSUMERS + 128, "one producer warpgroup after the consumers");
+    // The pool the warpgroups trade in is what the CTA got at launch: 65536 / threads a
+    // thread, rounded down to 8 (one CTA per SM, __launch_bounds__).
+    static_assert(128 * fsa_qt_ws_producer_regs(WG) + CONSUMERS * fsa_qt_ws_consumer_regs(WG) <=
+                      (CONSUMERS + 128) * (65536 / (CONSUMERS + 128) / 8 * 8),
+                  "the registers moved between warpgroups fit what the CTA holds");
+    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
+    // (The warp index through a shuffle: the compiler then knows it is the
+    // same on every lane, and the branch below is warp-uniform.)
+    const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
+
+    ProducerRing<STAGES> ring;
+    ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), 128, CONSUMERS);
+    __syncthreads();  // the mbarriers are initialized
+
+    if (warp >= CONSUMERS / 32) {
+        // The producer.
+        wg_regs_dec<fsa_qt_ws_producer_regs(WG)>();
+        const int tid = (int)threadIdx.x - CONSUMERS;
+        StridedStage<KS, DK, 128> k_stage;
+        StridedStage<KS, DV, 128> v_stage;
+        k_stage.init(tid);
+        v_stage.init(tid);
+        ring.produce(
+            n_stages,
+            [&](int j, int buf) {
+                k_stage.load(ks + buf * K_STAGE, keys.k, keys.k_stride, j * KS, keys.limit);
+                v_stage.load(vs + buf * V_STAGE, keys.v, keys.v_stride, j * KS, keys.limit);
+            },
+            [] { wg_fence_async_smem(); });
+        return;
+    }
+
+    wg_regs_inc<fsa_qt_ws_consumer_regs(WG)>();
+    // Each consumer copies its own 64 query rows (while the producer copies the first stages), and
+    // waits for them once: only its own warpgroup reads them (named barrier 1 + cw of 128 threads).
+    const int cw = warp >> 2;
+    const u32 q_rows = qs + (u32)cw * 64 * 128;  // this warpgroup's 64 rows of every Q panel
+    load_query_part_sw128_async<G, DK, 128, ROWS, 64>(qs, q, tile, h, 64 * cw, (int)threadIdx.x & 127);
+    cp_async_commit();
+    cp_async_wait<0>();
+    wg_fence_async_smem();
+    named_bar_sync(1 + cw, 128);
+
+    OnlineSoftmax sm;
+    sm.init();
+    float acc[DV / 8][4], s[KS / 8][4], alpha[2];
+    frag_zero<DV / 8>(acc);
+    u32 pa[KK][4];
+    for (int i = 0; i < n_stages; i++) {
+        const int buf = (int)((unsigned)i % STAGES);
+        ring.wait(i);
+        // (s = Q K^T without zeroing s first: the same scores as variant 5's 0 + Q K^T but for the
+        // sign of a zero, which no later step can tell.)
+        wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<KS / 8>(s);
+        // A stage whose first and last keys every row of the warp sees is seen whole (rows see
+        // intervals of keys): no mask, fewer instructions on the softmax's path.
+        const int j0 = i * KS, j1 = j0 + KS - 1;
+        if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
+            sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+        else
+            sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
+        rescale_rows<DV / 8>(acc, alpha);
+        wg_p_to_a<DT, KK>(pa, s);
+        wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<DV / 8>(acc);
+        ring.release(i);
+    }
+    store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+}
+
+}  // namespace fsa
