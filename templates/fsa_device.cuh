@@ -147,10 +147,10 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 __device__ __forceinline__ void prefetch_l2(const void *addr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(addr)); }
 
 // Stores by state space. A pointer from a kernel parameter (or one that may
-// point at either space) compiles to a generic store, and a generic store
-// can be shared memory to the hardware: the shared-memory loads after it wait
-// until it resolves (measured: ~1 us per loop iteration that stores, then
-// reads shared memory). These name the space.
+// point at either space) compiles to a generic store, which the hardware must
+// resolve before it knows the store is not to shared memory; these name the
+// space instead. (In the paged-cache epilogue and merge, where they replaced
+// generic stores, the measured difference was under 1%: bench/NOTES.md, dec.)
 __device__ __forceinline__ void st_global_f32(float *p, float a) {
     asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(a) : "memory");
 }

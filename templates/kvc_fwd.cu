@@ -420,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
         share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
         __syncthreads();
-        // Stores by space (st_global_*, st_shared_*): a generic store would hold up the loads after it.
+        // Stores by space (st_global_*, st_shared_*), not generic ones.
         const auto out = [&](int r, int d, float x, float y, float lse2) {
             const long long t = e_t0 + r / G;
             const int hq = h * G + r % G;

@@ -16,8 +16,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
     return t;
 }
 
-// Stamp words go out by st.global: a generic store would hold up the
-// shared-memory loads after it (the very delays being measured).
+// Stamp words go out by st.global (the buffer is global memory; a generic
+// store would first have to be resolved to a space).
 __device__ __forceinline__ void st_global_u64(unsigned long long *p, unsigned long long v) {
     asm volatile("st.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
