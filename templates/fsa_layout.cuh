@@ -441,14 +441,16 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
  * and an mbarrier of two words; the ring of pages with tensor-map copies, else
  * two words), the tile's selection (its
  * top-k entries, their first-occurrence bits, the union of blocks and each
- * block's token mask, the tokens' positions), each warp's row max and sum, the
- * share loop's six words, a counter. */
+ * block's token mask, the tokens' positions), each warp's row max and sum, each
+ * row's merge factors (one per warp, 1 / sum, log2-sum-exp), the share loop's
+ * six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma)
 {
     const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES +
                        (tma ? FSA_KVC_RUN_PAGES : 2);
     const int words = stream + 3 * fsa_kvc_tile_entries(g, k) +
-                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 + 6 + 1;
+                      (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 +
+                      fsa_kvc_rows(g) * (FSA_KVC_WARPS + 2) + 6 + 1;
     return (4 * words + 7) / 8 * 8;
 }
 

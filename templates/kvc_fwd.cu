@@ -24,12 +24,17 @@
 #include "fsa_softmax.cuh"
 #include "fsa_wgmma.cuh"
 #include "kvc_merge.cuh"
+#include "kvc_stamps.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
               PAGE = {{PAGE_SIZE}};
-constexpr bool TMA = {{TMA}} != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
+constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
+constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
+// Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
+// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
+constexpr int EXPERIMENT = {{TMA}} >> 2;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -41,7 +46,9 @@ constexpr bool KEYS_MAJOR = fsa_kvc_keys_major(G, D);
 // 16 rows of a K or V stage: padded rows, or 128-byte swizzled rows (one 128-byte row per panel).
 constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, DV);
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
-typedef PagedStream<D, DV, BK, PAGE, TMA> Stream;
+// The K/V boxes are read once: their L2 lines are the first evicted, so they replace each other
+// instead of what other work left in L2 (a dirty line costs a write-back).
+typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
@@ -66,11 +73,13 @@ struct ShareLoop {
 };
 
 // Static shared memory: the key stream, the tile's selection, each warp's
-// row max and sum for the merge, the share loop, the tile counter.
+// row max and sum for the merge and each row's merge factors, the share loop,
+// the tile counter.
 struct Shared {
     PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
+    float rowf[ROWS][WARPS + 2];  // share_row_factors
     ShareLoop loop;
     int counter;
 };
@@ -78,13 +87,6 @@ static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the stati
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
-
-// Row r of row tile rt, columns d and d + 1, merged over the N warps that split its keys.
-template <int N>
-__device__ __forceinline__ float merged_row(float *om, float (*ml)[16][2], int rt, int r, int d, float v[2],
-                                            float *mmax) {
-    return WarpMerge<N, DV, LDO>{om + rt * N * 16 * LDO, ml + rt * N}.get(r, d, v, mmax);
-}
 
 // The math of one warp over 16 keys at a time of its 16 rows (row tile rt),
 // rows on the 16-row side: S = Q K^T, online softmax along each row, O += P V.
@@ -252,6 +254,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int h = blockIdx.y / (int)p.ctas, cta = blockIdx.y % (int)p.ctas;
     const bool cluster = CLUSTER && p.cluster != 0;  // then cta is the CTA's rank in its cluster
     const int *cu_q = (const int *)p.cu_q;
+    KvcStamps<STAMPS> stamp;
+    stamp.begin(p);
     Stream::init(sh.stream);  // before tile_sequence's first barrier
     // Decode batches: the guessed tile's top-k row and cached length are read
     // while the tile lookup reads cu_seqlens_q.
@@ -262,12 +266,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     const int nsplit = fsa_kvc_seq_splits(span.len, TPT, (int)p.splits);
     // The CTAs of a split (sequence, KV head) take equal runs of its shares.
     const int ctas = nsplit > 1 ? (int)p.ctas : 1;
-    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) return;
+    stamp.at(FSA_KVC_ST_C_TILE);
+    if (tile < 0 || tile * TPT >= span.len || cta >= ctas) {
+        stamp.end(0);
+        return;
+    }
+    stamp.flag(2);
     const long long t0 = span.start + (long long)tile * TPT;
     const int ntok = min(TPT, span.len - tile * TPT);
     // The tile's top-k rows and the cached length are read at once (neither
     // needs the other), unless the guess above already has them.
     const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    stamp.at(FSA_KVC_ST_C_SEL);
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
     // the pair's counter, or the first output row.
@@ -290,8 +300,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
     else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
+    stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
+    stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
     // and the warps of a row tile split each stage's keys: warp (rt, kg) takes
@@ -323,6 +335,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                                     (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
     }
     __syncthreads();
+    stamp.at(FSA_KVC_ST_C_PAGES);
     const volatile ShareLoop &loop = sh.loop;
     u32 qf[Q_REGS ? D / 16 : 1][4];
     u32 phase = 0;  // the parities of the stage buffers' mbarriers (TMA), across shares
@@ -337,6 +350,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     };
 #pragma unroll 1
     for (int share = cta * per_cta; share < loop.end; share++) {
+        const int sn = share - cta * per_cta;  // the CTA's n-th share (stamps)
+        stamp.share(sn, 0);
         Stream in = stream_of(share, b0);
         in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
@@ -348,13 +363,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
 #pragma unroll
                 for (int kd = 0; kd < (Q_REGS ? D / 16 : 0); kd++)
                     ldmatrix_x4(qf[kd], TMA ? sw128_step<ROWS>(q_addr, kd) : q_addr + kd * 32);
+            stamp.at(FSA_KVC_ST_C_QREADY);
             // The last buffer's first stage overwrites the rows only after the barrier in in.acquire(0).
         }
 
         math.reset();
 
         for (int st = 0; st < in.n_stages; st++) {
+            stamp.acquire_begin();
             const int buf = in.acquire(st);
+            stamp.acquire_end();
+            if (st == 0) stamp.share(sn, 1);
             if (wg_tile) {
                 // Every warp clears all 64 V rows that are not keys (the same zeros), so
                 // its own fence covers what the warpgroup's product reads.
@@ -378,6 +397,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         }
         cp_async_wait<0>();
         __syncthreads();  // the K/V buffers become the merge area
+        stamp.share(sn, 2);
         // TMA: the CTA's next share starts in the other buffer now, its first
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
@@ -390,69 +410,66 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
+        stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
         // shared read between them would wait for the stores before it), and
-        // only the live rows (the first ntok * G).
-        const int e_b = loop.b, e_items = loop.ntok * G * (DV / 2);
+        // only the live rows (the first ntok * G): each row's factors once, then
+        // the items (row, column pair) as loads and multiply-adds.
+        const int e_b = loop.b, e_live = loop.ntok * G, e_items = e_live * (DV / 2);
         const long long e_t0 = loop.t0;
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
-        // EI items (row, column pair) per thread at a time: all their shared-memory
-        // reads first, so their latencies overlap, then their stores.
-        constexpr int EI = 4;
-#pragma unroll 1
-        for (int c0 = tid; c0 < e_items; c0 += EI * THREADS) {
-            float v[EI][2], mmax[EI], l[EI];
-#pragma unroll
-            for (int i = 0; i < EI; i++) {
-                const int c = min(c0 + i * THREADS, e_items - 1);  // past the items: a repeat, not stored
-                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2, tr = r >> 4;
-                l[i] = kge == 4   ? merged_row<4>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
-                       : kge == 2 ? merged_row<2>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i])
-                                  : merged_row<1>(om, sh.ml, tr, r & 15, d, v[i], &mmax[i]);
+        share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
+        __syncthreads();
+        // Stores by space (st_global_*, st_shared_*), not generic ones.
+        const auto out = [&](int r, int d, float x, float y, float lse2) {
+            const long long t = e_t0 + r / G;
+            const int hq = h * G + r % G;
+            if (nsplit == 1) {
+                st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(x, y));
+                if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
+            } else if (cluster) {  // the share's partial in this CTA's shared memory
+                const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
+                st_shared_f32x2(po + 4 * (r * DV + d), x, y);
+                if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
+            } else {  // in the workspace
+                st_global_f32x2((float *)p.o_part + part * DV + r * DV + d, x, y);
+                if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
             }
-#pragma unroll
-            for (int i = 0; i < EI; i++) {
-                const int c = c0 + i * THREADS;
-                if (c >= e_items) break;
-                const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
-                const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-                const float lse2 = l[i] > 0.f ? mmax[i] + fast_log2(l[i]) : -FSA_INF;
-                const long long t = e_t0 + r / G;
-                const int hq = h * G + r % G;
-                if (nsplit == 1) {
-                    *(u32 *)(view_row<u16>(p.o, t, hq) + d) = DT::pack(v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0 && p.lse) ((float *)p.lse)[(long long)hq * p.tq + t] = lse2 * LN2;
-                } else {
-                    // The share's partial: the workspace, or this CTA's shared memory in a cluster.
-                    float *const po =
-                        cluster ? (float *)(smem + fsa_kvc_cluster_part(D, DV, G)) : (float *)p.o_part + part * DV;
-                    float *const pl = cluster ? po + ROWS * DV : (float *)p.lse_part + part;
-                    *(float2 *)(po + r * DV + d) = make_float2(v[i][0] * inv, v[i][1] * inv);
-                    if (d == 0) pl[r] = lse2;
-                }
-            }
-        }
+        };
+        if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
+        stamp.share(sn, 4);
     }
-    if (nsplit == 1) return;
+    if (nsplit == 1) {
+        stamp.end(per_cta);
+        return;
+    }
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
     if (cluster) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
+        stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
         merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
                                 ctas * THREADS);
         cluster_sync();  // no CTA leaves while another reads its shared memory
+        stamp.end(per_cta);
         return;
     }
     // The last CTA of (b, h) to finish merges all shares, in share order.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas))
+    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
+        stamp.at(FSA_KVC_ST_C_MERGE);
+        stamp.flag(4);
         merge_shares<DT, DV, G>(p,
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
                                 merged, h, nsplit, tid, THREADS);
+    }
+    stamp.end(per_cta);
 }

@@ -33,6 +33,69 @@ __device__ __forceinline__ bool finish_share(int *flag, int *counter, int ctas) 
     return last;
 }
 
+// A share's epilogue, after the warps put their rows (WarpMerge::put) and a
+// barrier: share_row_factors gives each live row (thread r: row r < live) the
+// factor of each of its kge warps, 1 / the merged sum and the log2-sum-exp
+// (rowf[r][w], rowf[r][WARPS], rowf[r][WARPS + 1]; factors of absent warps
+// 0); then, after a barrier, share_items merges each item (row, column
+// pair) from the N = kge warps' rows in the merge area om and hands the
+// normalized pair and the row's lse to out(r, d, x, y, lse2). The arithmetic,
+// and its order, of WarpMerge::get, so the same bits, but per item only loads
+// and multiply-adds, EI items' loads at once.
+template <int WARPS>
+__device__ __forceinline__ void share_row_factors(float (*rowf)[WARPS + 2], float (*ml)[16][2], int kge, int live) {
+    const int r = threadIdx.x;
+    if (r >= live) return;
+    float(*m)[16][2] = ml + (r >> 4) * kge;
+    const int rr = r & 15;
+    float mmax = -FSA_INF;
+    for (int w = 0; w < kge; w++) mmax = fmaxf(mmax, m[w][rr][0]);
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) {
+        float f = 0.f;
+        if (w < kge && mmax != -FSA_INF) {
+            f = fast_exp2(m[w][rr][0] - mmax);
+            l += m[w][rr][1] * f;
+        }
+        rowf[r][w] = f;
+    }
+    rowf[r][WARPS] = l > 0.f ? 1.f / l : 0.f;
+    rowf[r][WARPS + 1] = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
+}
+
+template <int N, int DV, int LDO, int WARPS, int THREADS, class Out>
+__device__ __forceinline__ void share_items(const float *om, const float (*rowf)[WARPS + 2], int items, Out out) {
+    constexpr int EI = 4;
+#pragma unroll 1
+    for (int c0 = threadIdx.x; c0 < items; c0 += EI * THREADS) {
+        float2 acc[EI];
+        int rs[EI], ds[EI];
+#pragma unroll
+        for (int i = 0; i < EI; i++) {
+            const int c = min(c0 + i * THREADS, items - 1);  // past the items: a repeat, not stored
+            const int r = c / (DV / 2), d = (c - r * (DV / 2)) * 2;
+            const float *ob = om + ((r >> 4) * N * 16 + (r & 15)) * LDO + d;
+            float2 v = make_float2(0.f, 0.f);
+#pragma unroll
+            for (int w = 0; w < N; w++) {
+                const float2 x = *(const float2 *)(ob + w * 16 * LDO);
+                const float f = rowf[r][w];
+                v.x += x.x * f;
+                v.y += x.y * f;
+            }
+            // A row with no visible key (lse -inf) stays 0, as in get (0 x a stale Inf would not).
+            acc[i] = rowf[r][WARPS + 1] == -FSA_INF ? make_float2(0.f, 0.f) : v, rs[i] = r, ds[i] = d;
+        }
+#pragma unroll
+        for (int i = 0; i < EI; i++) {
+            if (c0 + i * THREADS >= items) break;
+            const float inv = rowf[rs[i]][WARPS];
+            out(rs[i], ds[i], acc[i].x * inv, acc[i].y * inv, rowf[rs[i]][WARPS + 1]);
+        }
+    }
+}
+
 // Where the merge reads share s's lse and partial of row r (columns c .. c + 3).
 // WorkspaceShares: from the workspace through L2 (other SMs wrote them during
 // this launch); lp, op: the first share's lse and partial rows of (b, h),
@@ -117,10 +180,11 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
             const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
             const long long t = span.start + r[i] / G;
             const int hq = h * G + r[i] % G;
-            *(uint2 *)(view_row<u16>(p.o, t, hq) + d[i]) =
-                make_uint2(DT::pack(acc[i].x * inv, acc[i].y * inv), DT::pack(acc[i].z * inv, acc[i].w * inv));
+            st_global_u32x2(view_row<u16>(p.o, t, hq) + d[i], DT::pack(acc[i].x * inv, acc[i].y * inv),
+                            DT::pack(acc[i].z * inv, acc[i].w * inv));
             if (d[i] == 0 && p.lse)
-                ((float *)p.lse)[(long long)hq * p.tq + t] = l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF;
+                st_global_f32((float *)p.lse + (long long)hq * p.tq + t,
+                              l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF);
         }
     }
 }

@@ -48,7 +48,37 @@ typedef struct fsa_kvc_params {
      * Dv, then the token and head dims by increasing stride, pages), box 64 columns x 64 tokens x
      * one head, 128-byte swizzle; k_token_dim, v_token_dim: which of dims 1 and 2 is the token. */
     long long k_token_dim, v_token_dim;
+    long long stamps;       /* debug kernels only (kvc_stamps.cuh): u64 [FSA_KVC_STAMP_CTAS][FSA_KVC_STAMP_WORDS] */
     fsa_kvc_tensor_map k_map, v_map;
 } fsa_kvc_params;
+
+/* Per-CTA phase stamps of a debug build of the kernel (FSA_KVC_STAMPS at plan
+ * creation: the device address of a zeroed buffer of FSA_KVC_STAMP_CTAS records;
+ * the normal kernels compile none of it). Record blockIdx.y * gridDim.x +
+ * blockIdx.x, words: */
+#define FSA_KVC_STAMP_CTAS 16384
+#define FSA_KVC_STAMP_WORDS 40
+enum {
+    FSA_KVC_ST_FLAGS = 0, /* 1: the CTA ran; 2: it had a tile; 4: it merged the shares */
+    FSA_KVC_ST_SMID,
+    FSA_KVC_ST_T_ENTRY, /* %globaltimer ns at entry and at exit */
+    FSA_KVC_ST_T_END,
+    FSA_KVC_ST_C_ENTRY, /* clock64 at: entry, */
+    FSA_KVC_ST_C_TILE,  /* the tile lookup done, */
+    FSA_KVC_ST_C_SEL,   /* the top-k row and cached length read, */
+    FSA_KVC_ST_C_UNION, /* the union formed, */
+    FSA_KVC_ST_C_PAGES, /* the run's pages read (the barrier after them), */
+    FSA_KVC_ST_C_MERGE, /* the shares counted (the merging CTA), */
+    FSA_KVC_ST_C_END,   /* exit */
+    FSA_KVC_ST_SHARES,  /* shares this CTA computed */
+    FSA_KVC_ST_WAIT,    /* clock64 cycles thread 0 spent in the stages' acquire (barrier, issue, wait) */
+    FSA_KVC_ST_STAGES,  /* stages this CTA streamed */
+    FSA_KVC_ST_C_QREADY, /* clock64: the query fragments in registers (the first share, after its barrier) */
+    FSA_KVC_ST_SHARE0 = 16, /* 5 clock64 stamps for each of the first 4 shares: start, first stage landed,
+                               last stage's math done, the warps' merge done, the partial written */
+    FSA_KVC_ST_C_QISSUE = 36 /* clock64: the query rows' copies issued (before the union) */
+};
+#define FSA_KVC_ST_PER_SHARE 5
+#define FSA_KVC_ST_MAX_SHARES 4
 
 #endif

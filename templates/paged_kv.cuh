@@ -198,43 +198,67 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
 template <int K>
 __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 1 && K <= 32; }
 
-// Decode (one token): warp 0 alone, no barrier but the last. Each lane reads
-// its slots once; a slot is valid when its block is in range and no earlier
-// slot holds it (found by shuffles, not by re-reading the row), and a valid
-// block's place in the union is the number of valid blocks below it: the same
-// union and masks as the general path.
-template <int K, int TPT, int BK>
-__device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel) {
-    static_assert(K <= 64, "two slots per lane");
+// The union of the first N candidates (N / K tokens, N <= 32) by warp 0
+// alone: every lane reads every candidate from shared memory at once
+// (broadcast loads) and compares in registers, so no chain of shuffles or
+// of dependent shared-memory reads. A candidate counts when its block is in
+// range for its token (a repeat inside a token's row adds the bit its first
+// occurrence adds); lane l takes candidates l and l + 32: it keeps a value's
+// first occurrence, with the OR of the bits of the tokens holding it, at the
+// place given by the number of first occurrences below it. The same union and
+// masks as the general path. The candidates and positions must be visible to
+// warp 0 (its own writes, or a barrier); the barrier at the end publishes the
+// union.
+template <int N, int K, int BK, int TPT>
+__device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &sel) {
+    static_assert(N <= 32 && N % K == 0 && N / K <= TPT, "at most 32 candidates of whole tokens (registers)");
+    constexpr int NI = N > 32 ? 2 : 1;
     if (threadIdx.x < 32) {
         __syncwarp();  // the warp's own candidate and position writes (select_union_in_warp)
-        const int lane = threadIdx.x, own = sel.pos[0] >= 0 ? sel.pos[0] / BK : -1;
-        int raw[2], v[2], rank[2] = {0, 0};
-        bool dup[2] = {false, false};
+        const int lane = threadIdx.x;
+        int own[N / K], w[N];
 #pragma unroll
-        for (int i = 0; i < 2; i++) raw[i] = lane + 32 * i < K ? sel.cand[lane + 32 * i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? raw[0] : raw[1], j & 31);
-            dup[0] = dup[0] || (j < lane && w == raw[0]);
-            dup[1] = dup[1] || (j < lane + 32 && w == raw[1]);
+        for (int t = 0; t < N / K; t++) own[t] = sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const int raw = sel.cand[j];
+            w[j] = raw >= 0 && raw <= own[j / K] ? raw : -1;
         }
+        int first[NI];
+        u32 mask[NI];
 #pragma unroll
-        for (int i = 0; i < 2; i++) v[i] = raw[i] >= 0 && raw[i] <= own && !dup[i] ? raw[i] : -1;
-#pragma unroll 4
-        for (int j = 0; j < K; j++) {
-            const int w = __shfl_sync(0xffffffffu, j < 32 ? v[0] : v[1], j & 31);
-            rank[0] += w >= 0 && w < v[0];
-            rank[1] += w >= 0 && w < v[1];
-        }
+        for (int i = 0; i < NI; i++) {
+            const int c = lane + 32 * i, t = min(c, N - 1) / K;
+            const int raw = c < N ? sel.cand[c] : -1, o = sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+            const int v = raw >= 0 && raw <= o ? raw : -1;
+            bool dup = false;
+            mask[i] = 0u;
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-            if (v[i] >= 0) {
-                sel.blocks[rank[i]] = v[i];
-                sel.masks[rank[i]] = 1u;
+            for (int j = 0; j < N; j++) {
+                const bool eq = v >= 0 && w[j] == v;
+                dup = dup || (eq && j < c);
+                mask[i] |= eq ? 1u << (j / K) : 0u;
             }
-        const int count = __popc(__ballot_sync(0xffffffffu, v[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, v[1] >= 0));
-        if (lane == 0) sel.first[0] = (u32)count;  // first is scratch here
+            first[i] = dup ? -1 : v;
+        }
+        const u32 f0 = __ballot_sync(0xffffffffu, first[0] >= 0);
+        const u32 f1 = NI > 1 ? __ballot_sync(0xffffffffu, first[NI - 1] >= 0) : 0u;
+        int rank[NI];
+#pragma unroll
+        for (int i = 0; i < NI; i++) rank[i] = 0;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const bool is_first = (((j < 32 ? f0 : f1) >> (j & 31)) & 1u) != 0u;
+#pragma unroll
+            for (int i = 0; i < NI; i++) rank[i] += is_first && w[j] < first[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+            if (first[i] >= 0) {
+                sel.blocks[rank[i]] = first[i];
+                sel.masks[rank[i]] = mask[i];
+            }
+        if (lane == 0) sel.first[0] = (u32)(__popc(f0) + __popc(f1));  // first is scratch here
     }
     __syncthreads();
     return (int)sel.first[0];
@@ -242,7 +266,11 @@ __device__ __forceinline__ int select_union_one(TileSelection<TPT * K, TPT> &sel
 
 template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
-    if (ntok == 1) return select_union_one<K, TPT, BK>(sel);
+    // One token (decode) of K <= 32 slots, or a few tokens of at most 32 candidates: in one warp.
+    // (Holding 64 candidates in registers spills at G 4; those tiles take the general path.)
+    if constexpr (K <= 32)
+        if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
+    if constexpr (TPT * K <= 32) return select_union_warp<TPT * K, K, BK, TPT>(sel);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
@@ -389,11 +417,22 @@ __device__ __forceinline__ void paged_fetch_pages(int *pages, const fsa_kvc_para
 
 // The K and V boxes (64 columns x 64 rows of head h each, 128-byte swizzled)
 // of the rows from `row` of page `page`, copied into k_dst / v_dst, completing on bar.
-template <int D, int DV>
+// EVICT_FIRST: the boxes' lines are the first L2 evicts (l2_evict_first).
+template <int D, int DV, bool EVICT_FIRST = false>
 __device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, int row, int h, u32 k_dst, u32 v_dst,
                                             u32 bar) {
     constexpr u32 PANEL = KVC_STAGE * 128;  // one 64-column panel of a stage
     const int kt = p.k_token_dim == 1, vt = p.v_token_dim == 1;
+    if constexpr (EVICT_FIRST) {
+        const u64 policy = l2_evict_first();
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_4d_hint(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page, policy);
+#pragma unroll
+        for (int c = 0; c < DV / 64; c++)
+            tma_load_4d_hint(v_dst + c * PANEL, &p.v_map, bar, c * 64, vt ? row : h, vt ? h : row, page, policy);
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < D / 64; c++) tma_load_4d(k_dst + c * PANEL, &p.k_map, bar, c * 64, kt ? row : h, kt ? h : row, page);
 #pragma unroll
@@ -408,7 +447,7 @@ __device__ __forceinline__ void paged_boxes(const fsa_kvc_params &p, int page, i
 // A row that is not a key (past the sequence, or the stage has no page) gets
 // position INT_MAX and mask 0; its rows in the buffer hold whatever the page
 // holds there (paged_zero_missing clears the V rows a warp reads).
-template <int D, int DV, int BK, int PAGE>
+template <int D, int DV, int BK, int PAGE, bool EVICT_FIRST = false>
 __device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_dst, u32 v_dst, u32 bar, int *keypos,
                                                 u32 *keymask, int page, const int *blocks, const u32 *masks, int u0,
                                                 int stage, int h, int seq_len) {
@@ -423,7 +462,7 @@ __device__ __forceinline__ void paged_tma_stage(const fsa_kvc_params &p, u32 k_d
         return;
     }
     mbar_expect_tx(bar, (D + DV) / 64 * KVC_STAGE * 128);
-    paged_boxes<D, DV>(p, page, j % PAGE, h, k_dst, v_dst, bar);  // row 0: the first key of the stage
+    paged_boxes<D, DV, EVICT_FIRST>(p, page, j % PAGE, h, k_dst, v_dst, bar);  // row 0: the first key of the stage
 }
 
 __device__ __forceinline__ void st_shared_zero16(u32 addr) {
@@ -473,7 +512,7 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
 //       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
 //   }
-template <int D, int DV, int BK, int PAGE, bool TMA = false>
+template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
     static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
@@ -585,7 +624,7 @@ struct PagedStream {
         const int r = run0 + stage;
         if (r >= HALF && r % HALF == 0)
             paged_fetch_pages<BK, PAGE>(sh.pages, p, blocks, u_run, u_end, table, seq_len, r + HALF, HALF, KVC_STAGE);
-        paged_tma_stage<D, DV, BK, PAGE>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
+        paged_tma_stage<D, DV, BK, PAGE, EVICT_FIRST>(p, ks + buf * K_STRIDE, vs + buf * V_STRIDE, smem_addr(&sh.bar[buf]),
                                          sh.keypos[buf], sh.keymask[buf], sh.pages[r % KVC_RUN_PAGES], blocks, masks,
                                          u_lo, stage, h, seq_len);
     }

@@ -25,6 +25,7 @@
 #include "fsa.h"
 
 #include "bench_cuda.h"
+#include "kvc_params.cuh" /* --stamps: the kernel's stamp record (a debug aid beside the public API) */
 #include "tool_args.h"
 
 #include <getopt.h>
@@ -51,6 +52,7 @@ typedef struct dec_opts {
     int prefill, dense;
     int hnd; /* pages as [num_pages, Hkv, page_size, D] (a head's keys of a page contiguous) */
     int dv;  /* value head dim (v cache and o) */
+    const char *stamps; /* --stamps FILE: per-CTA phase stamps of one call per row (kvc_stamps.cuh) */
 } dec_opts;
 
 typedef struct bench_env {
@@ -58,6 +60,8 @@ typedef struct bench_env {
     CUevent e0, e1;
     CUdeviceptr flush;
     size_t flush_bytes;
+    CUdeviceptr stamps; /* --stamps: the kernel's stamp records, and the file they go to */
+    FILE *stamps_file;
 } bench_env;
 
 static uint64_t rng_next(uint64_t *s)
@@ -262,6 +266,29 @@ static double time_call(const bench_env *env, const fsa_kvcache_plan *plan, cons
     return med;
 }
 
+/* --stamps: one call (L2 flushed) of the stamped kernel, its CTAs' records
+ * written as lines "rec L B G q_len mode word0 .. word39" (kvc_params.cuh). */
+static void write_stamps(const bench_env *env, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a,
+                         const dec_problem *p, int g, int mode)
+{
+    const size_t words = (size_t)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS;
+    unsigned long long *h = malloc(words * 8);
+    CU(cu.MemsetD8Async(env->stamps, 0, words * 8, env->stream));
+    CU(cu.MemsetD8Async(env->flush, 1, env->flush_bytes, env->stream));
+    FSA(fsa_kvcache_attention(plan, a, env->stream));
+    CU(cu.StreamSynchronize(env->stream));
+    CU(cu.MemcpyDtoH(h, env->stamps, words * 8));
+    for (size_t i = 0; i < FSA_KVC_STAMP_CTAS; i++) {
+        const unsigned long long *r = h + i * FSA_KVC_STAMP_WORDS;
+        if (r[FSA_KVC_ST_FLAGS] == 0) continue;
+        fprintf(env->stamps_file, "rec %d %d %d %d %d %zu", p->L, p->B, g, p->q_len, mode, i);
+        for (int w = 0; w < FSA_KVC_STAMP_WORDS; w++) fprintf(env->stamps_file, " %llu", r[w]);
+        fputc('\n', env->stamps_file);
+    }
+    fflush(env->stamps_file);
+    free(h);
+}
+
 /* Host microseconds per call: enqueue cost, without the GPU's time. */
 static double host_time(const bench_env *env, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
 {
@@ -311,6 +338,8 @@ static void decode_usage(FILE *f)
             "  --no-dense       skip the dense decode rows\n"
             "  --hnd            pages as [num_pages, Hkv, page_size, D] (default NHD: [num_pages, page_size, Hkv, D])\n"
             "  --value-dim N    head dim of v and o (default 128, the key head dim)\n"
+            "  --stamps FILE    debug: the kernel variant with per-CTA phase stamps (tensor-map kernels, sm_90a);\n"
+            "                   one more call per row writes its CTAs' records to FILE (timings include the stamps)\n"
             "  -h, --help       this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
             DEC_MAX_LIST);
@@ -326,12 +355,12 @@ static int decode_usage_error(const char *option)
 /* Options of --decode; returns -1 to go on, else the exit code. */
 static int parse_decode_args(dec_opts *o, int argc, char **argv)
 {
-    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM };
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM, OPT_STAMPS };
     static const struct option longs[] = {
         {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
         {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
         {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
-        {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
+        {"value-dim", required_argument, NULL, OPT_VALUE_DIM}, {"stamps", required_argument, NULL, OPT_STAMPS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -368,6 +397,7 @@ static int parse_decode_args(dec_opts *o, int argc, char **argv)
             if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim");
             o->dv = (int)v;
             break;
+        case OPT_STAMPS: o->stamps = optarg; break;
         case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
         default:
             fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
@@ -407,7 +437,8 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const bench_env *env)
                     const fsa_kvcache_args a = dec_args(&p, plan);
                     const double us = time_call(env, plan, &a, o->reps, 0);
                     const double us_g = time_call(env, plan, &a, o->reps, 1);
-                    const double host = mode == 0 ? host_time(env, plan, &a) : 0.0;
+                    const double host = mode == 0 && !env->stamps ? host_time(env, plan, &a) : 0.0;
+                    if (env->stamps) write_stamps(env, plan, &a, &p, g, mode);
                     /* Independent selections: every token's K blocks count. */
                     const double bytes = (double)p.B * hkv * 16 * 64 * (D + o->dv) * 2 * (mode == 2 ? q_len : 1);
                     printf("| %6d | %3d | %2d | %5d | %-9s | %9.1f | %8.1f | %12.2f | %7.2f | %8.2f |\n", p.L, p.B, g,
@@ -491,7 +522,20 @@ int fsa_bench_decode(int argc, char **argv)
     CU(cu.EventCreate(&env.e0, CU_EVENT_DEFAULT));
     CU(cu.EventCreate(&env.e1, CU_EVENT_DEFAULT));
     CU(cu.MemAlloc(&env.flush, env.flush_bytes));
+    env.stamps = 0;
+    env.stamps_file = NULL;
+    if (o.stamps) {
+        /* The plans made from here on take the stamped kernel (kvcache.c reads the address). */
+        CU(cu.MemAlloc(&env.stamps, (size_t)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS * 8));
+        char addr[32];
+        snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)env.stamps);
+        setenv("FSA_KVC_STAMPS", addr, 1);
+        env.stamps_file = fopen(o.stamps, "w");
+        if (env.stamps_file == NULL) return fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps), 1;
+    }
     run_grid(&o, ctx, &env);
+    if (env.stamps_file) fclose(env.stamps_file);
+    if (env.stamps) cu.MemFree(env.stamps);
     if (o.dense) run_dense(&o, ctx, &env);
     if (o.prefill) run_prefill(&o, ctx, &env);
     cu.MemFree(env.flush);

@@ -54,7 +54,7 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     const fsa_kvcache_desc *d = &plan->desc;
     const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                                  .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                                 .page_size = d->page_size, .kvc_tma = plan->tma};
+                                 .page_size = d->page_size, .kvc_tma = plan->tma | (plan->stamps ? 2 : 0) | plan->experiment << 2};
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
@@ -104,6 +104,12 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->tma = tma_wanted(ctx, desc);
     plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
+    /* Debug: the kernel variant that writes per-CTA phase stamps (kvc_stamps.cuh) into the
+     * device buffer whose address FSA_KVC_STAMPS holds (tensor-map kernels only). */
+    const char *stamps = getenv("FSA_KVC_STAMPS");
+    plan->stamps = stamps != NULL && plan->tma ? strtoull(stamps, NULL, 0) : 0;
+    /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
+    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 15 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
@@ -289,6 +295,7 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->counters = (long long)a->workspace;
     p->o_part = (long long)(a->workspace + fsa_kvc_counter_bytes(plan));
     p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
+    p->stamps = (long long)plan->stamps;
 }
 
 /* CTAs per (split sequence, KV head): a divisor C of the share count S.

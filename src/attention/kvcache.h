@@ -33,6 +33,9 @@ struct fsa_kvcache_plan {
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
     int tma;        /* the kernel copies page boxes by tensor maps (sm_90a; kvcache.c, tma_wanted) */
     int ctas;       /* CTAs per split (sequence, KV head) when > 0 (FSA_KVC_CTAS), else the wave rule */
+    int experiment; /* measurement: FSA_KVC_EXPERIMENT, bits of kvc_fwd.cu's EXPERIMENT (tensor-map kernels) */
+    unsigned long long stamps; /* debug: FSA_KVC_STAMPS, a zeroed device buffer for the stamped kernel
+                                  (kvc_params.cuh, tensor-map kernels only); 0: the normal kernel */
     float scale;
     fsa_kernel fwd;
     fsa_kvc_tuning tune;
