@@ -21,8 +21,9 @@
 // 0, work items: each CTA takes every gridDim.x-th item, builds the item's
 //   row table, loads its key block, and each warpgroup takes every
 //   FSA_FWD_WG_GROUPS-th tile of it.
-// Both write the same bits (each row's products and softmax do not depend
-// on the other rows of its tile).
+// Both compute each row alike: a run starts at an item's start, so the tiles
+// are the same, and a row's products and softmax do not depend on the other
+// rows of its tile.
 #include "sel_fwd_rows.cuh"
 #include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
