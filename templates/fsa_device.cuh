@@ -134,6 +134,22 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, bool valid)
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
 }
+// The same with an L2 cache policy (createpolicy_*) for the line it reads.
+__device__ __forceinline__ void cp_async16_hint(u32 dst, const void *src, u64 policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(policy));
+}
+// L2 policies: lines kept longer than normal ones (evict_last), or first to go (evict_first).
+__device__ __forceinline__ u64 createpolicy_evict_last() {
+    u64 p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+// A 16-byte store of streaming data (read once, later): evict-first in L2
+// (.cs), so that it does not push out lines that are read again soon.
+__device__ __forceinline__ void st_global_cs16(void *dst, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 // Named barrier `id` (1 to 15; 0 is __syncthreads) of `threads` threads (a multiple of 32): waits
 // until that many have reached it.

@@ -57,6 +57,20 @@ __device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const 
     }
 }
 
+// The same, each line read under the L2 policy `policy` (createpolicy_*).
+template <int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void load_rows_sw128_async_hint(u32 dst, const u16 *const *rows, int tid, u64 policy) {
+    static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
+    constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
+    const int c = (tid % PIECES) * 8, r0 = tid / PIECES;
+#pragma unroll 4
+    for (int k = 0; k < PASSES; k++) {
+        const int r = r0 + k * STEP;
+        if (ROWS % STEP != 0 && r >= ROWS) break;
+        cp_async16_hint(dst + sw128_offset(r, c, ROWS), rows[r] + c, policy);
+    }
+}
+
 // A warp's 16 x 8N fragments acc (N even) as DT into rows row0 .. row0 + 15
 // of a 128-byte swizzled tile of ROWS rows at shared address `tile`
 // (stmatrix: sm_90 only, where the swizzled tiles are used).

@@ -4,11 +4,26 @@
 // 128-byte swizzled tiles that every warpgroup reads through descriptors, so
 // a tile of 64 rows reads them from shared memory once where four mma.sync
 // warps read them four times. FSA_FWD_WG_GROUPS warpgroups share the block,
-// each taking every FSA_FWD_WG_GROUPS-th tile of the item into its own ring
-// of swizzled query tiles (a named barrier per warpgroup, no CTA barrier per
-// tile). Per tile and step of keys: S = Q K^T (wgmma from shared memory),
-// the softmax in registers, O += P V (P from registers); the output rows go
-// to the tile's query buffer (stmatrix), then to their partial rows.
+// each with its own ring of swizzled query tiles (a named barrier per
+// warpgroup, no CTA barrier per tile). Per tile and step of keys: S = Q K^T
+// (wgmma from shared memory), the softmax in registers, O += P V (P from
+// registers); the output rows go to the tile's query buffer (stmatrix), then
+// to their partial rows.
+//
+// Two schedules (FSA_FWD_WG, fsa_layout.cuh):
+// 1 (default), tile streams: the work items in round-robin chunks of
+//   FSA_FWD_WG_CHUNK_ITEMS; a chunk's items of one (KV head, block) segment
+//   form a run with one key block and contiguous list entries, which each
+//   warpgroup streams as 64-row tiles whose rows (a RowTable<64>) it builds
+//   a tile ahead: no row table and no prologue per item. The next tile's
+//   scores are issued between a tile's staging and its stores; query rows
+//   are gathered evict-last in L2, partial rows stored evict-first.
+// 0, work items: each CTA takes every gridDim.x-th item, builds the item's
+//   row table, loads its key block, and each warpgroup takes every
+//   FSA_FWD_WG_GROUPS-th tile of it.
+// Both compute each row alike: a run starts at an item's start, so the tiles
+// are the same, and a row's products and softmax do not depend on the other
+// rows of its tile.
 #include "sel_fwd_rows.cuh"
 #include "fsa_gather.cuh"
 #include "fsa_softmax.cuh"
@@ -25,10 +40,19 @@ constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: on
 constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
 constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
+constexpr bool STREAM = {{FWD_WG}} == 1;  // the schedule
+constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
+static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
 static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");
+
+// A run of the tile streams: its key block and list entries (it), where the next one starts.
+struct RunDesc {
+    WorkItem it;
+    int c_next, w_next;
+};
 
 // The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
@@ -45,6 +69,141 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const u32 my_q = qs + (u32)(grp * FSA_FWD_STAGES) * Q_TILE;   // this warpgroup's ring
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
+
+    if constexpr (STREAM) {
+        // Each warpgroup streams every GROUPS-th 64-row tile of a run's list
+        // entries through its query ring, each tile's rows (RowTable<ROWS>,
+        // three per warpgroup in the row table's space) built one tile ahead
+        // from a list entry loaded two tiles ahead.
+        RowTable<ROWS> *const slice = (RowTable<ROWS> *)&rt + grp * 3;
+        static_assert(GROUPS * 3 * sizeof(RowTable<ROWS>) <= sizeof(Rows), "tile rows fit in the row table's space");
+        // Work in chunks of CHUNK_ITEMS consecutive work items, chunk c to CTA
+        // c % gridDim.x: CTAs running at the same time work on neighbouring
+        // items (mostly one KV head, whose query rows then stay in L2), and
+        // the items' sizes average out over a CTA's chunks (a contiguous
+        // share per CTA measured slower: bench/NOTES.md, "mws"). A chunk's
+        // items of one segment form a run: one key block, the list entries
+        // contiguous.
+        const int n_chunks = (total_work + CHUNK_ITEMS - 1) / CHUNK_ITEMS;
+        // The run that starts at item w of chunk c, and where the next one starts.
+        auto describe = [&](int c, int w, RunDesc &d) {
+            const int w_end_chunk = min(total_work, (c + 1) * CHUNK_ITEMS);
+            d.it = work_item<BK, CHUNK>(p, w);
+            const int seg = ((const int *)p.work_seg)[w];
+            const int w_run_end = min(((const int *)p.work_offsets)[seg + 1], w_end_chunk);
+            const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
+            d.it.n_ent = min((int)(seg_list_end - d.it.ent), (w_run_end - w) * CHUNK);
+            d.c_next = w_run_end < w_end_chunk ? c : c + (int)gridDim.x;
+            d.w_next = w_run_end < w_end_chunk ? w_run_end : d.c_next * CHUNK_ITEMS;
+        };
+        int c = blockIdx.x, w = c * CHUNK_ITEMS;
+        int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
+        while (c < n_chunks) {
+            RunDesc d;
+            describe(c, w, d);
+            __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
+            const WorkItem &it = d.it;
+            const int n_run = it.n_ent;
+            c = d.c_next;
+            w = d.w_next;
+            const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
+            auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
+            load_tile_sw128_async<KT, D, THREADS>(ks, [&](int r) { return RowSrc{kg + key(r) * p.k.token_stride, r < it.nk}; });
+            load_tile_sw128_async<KT, DV, THREADS>(vs, [&](int r) { return RowSrc{vg + key(r) * p.v.token_stride, r < it.nk}; });
+            cp_async_commit();
+
+            const int ntiles = (n_run + TOK - 1) / TOK;
+            const int first = (grp + GROUPS - turn) % GROUPS;  // this group's first tile of the run
+            const int mine = ntiles > first ? (ntiles - first + GROUPS - 1) / GROUPS : 0;
+            turn = (turn + ntiles) % GROUPS;
+            auto first_entry = [&](int i) { return (first + i * GROUPS) * TOK; };  // of this group's tile i
+            // Query rows are read ~16 times each (once per slot naming them):
+            // kept in L2 longer than the partial rows, which go out once.
+            auto load = [&](int i) {
+                load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row,
+                                                         gtid, createpolicy_evict_last());
+            };
+            int v_next = 0;
+            if (mine > 0) build_tile_rows<G, ROWS>(slice[0], p, tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(0), gtid),
+                                                   n_run, first_entry(0), it.h, gtid);
+            if (mine > 1 && gtid < ROWS) v_next = tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(1), gtid);
+            group_sync(grp);  // tile 0's rows
+            if (mine > 0) load(0);
+            cp_async_commit();
+            cp_async_wait<1>();  // this thread's K and V copies
+            wg_fence_async_smem();
+            __syncthreads();  // everyone's
+
+            // Tile i + 1's rows and query copies, behind a group barrier that
+            // also frees the buffer of tile i - 1 (its stores are done).
+            auto next_tile = [&](int i) {
+                if (i + 1 < mine) {
+                    build_tile_rows<G, ROWS>(slice[(i + 1) % 3], p, v_next, n_run, first_entry(i + 1), it.h, gtid);
+                    if (i + 2 < mine && gtid < ROWS) v_next = tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(i + 2), gtid);
+                }
+                group_sync(grp);
+                if (i + 1 < mine) load(i + 1);
+                cp_async_commit();
+            };
+            auto scores = [&](float(&s)[KT / 8][4], int i) {  // S = Q K^T of tile i, issued
+                wg_mma_abt<DT, D, KT, ROWS, false>(s, my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, ks);
+                wg_commit();
+            };
+            // Tile i from its issued scores to its partial rows; with next
+            // (a constant after inlining, so that no product sits on a path
+            // ptxas sees as divergent), tile i + 1's scores go out between
+            // the staging of tile i's output rows and their stores.
+            auto finish = [&](float(&s)[KT / 8][4], int i, bool next) {
+                const RowTable<ROWS> &tr = slice[i % 3];
+                const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
+                const LaneTokens tok = lane_tokens(tr, wq * 16, lane);
+                wg_wait<0>();
+                wg_hold<KT / 8>(s);
+                OnlineSoftmax sm;
+                sm.init();
+                float alpha[2];
+                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0, alpha);
+                float o_acc[DV / 8][4];
+                frag_zero<DV / 8>(o_acc);
+                u32 pa[KT / 16][4];
+                wg_p_to_a<DT, KT / 16>(pa, s);
+                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs);
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<DV / 8>(o_acc);
+                float inv[2], lse2[2];
+                sm.finish(inv, lse2);
+                frag_scale_rows<DV / 8>(o_acc, inv);
+                group_sync(grp);  // every warp's products have read the query tile
+                frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+                if (next) {  // tile i + 1's rows have landed (this thread's copies, then everyone's)
+                    cp_async_wait<0>();
+                    wg_fence_async_smem();
+                    group_sync(grp);
+                    scores(s, i + 1);
+                }
+                const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
+                store_partial_rows<DV, true, true>(p, tr, wq * 16, lse2, lane,
+                                                 [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
+            };
+            float s[KT / 8][4];
+            if (mine > 0) {
+                next_tile(0);
+                cp_async_wait<1>();  // tile 0
+                wg_fence_async_smem();
+                group_sync(grp);
+                scores(s, 0);
+                int i = 0;
+                for (; i + 1 < mine; i++) {
+                    if (i > 0) next_tile(i);
+                    finish(s, i, true);
+                }
+                if (i > 0) next_tile(i);
+                finish(s, i, false);
+            }
+        }
+        return;
+    }
 
     for (int w = blockIdx.x; w < total_work; w += gridDim.x) {
         const WorkItem it = work_item<BK, CHUNK>(p, w);

@@ -38,6 +38,29 @@ __device__ __forceinline__ void build_row_table(RowTable<ITEM_ROWS> &rt, const f
     }
 }
 
+// One 64-row tile's rows (a RowTable<ROWS>) from this thread's list entry v
+// (row r = tid < ROWS: entry e0 + r / G of the run's n list entries at ent;
+// padding rows were given the run's first entry): what build_row_table
+// writes for an item, for one tile at a time.
+template <int G, int ROWS>
+__device__ __forceinline__ int tile_row_entry(const int *ent, int n, int e0, int tid) {
+    constexpr int TOK = ROWS / G;
+    const int tk = tid / G, e = e0 + tk;
+    return __ldg(ent + (tk < TOK && e < n ? e : 0));
+}
+template <int G, int ROWS>
+__device__ __forceinline__ void build_tile_rows(RowTable<ROWS> &rt, const fsa_sel_params &p, int v, int n, int e0,
+                                                int h, int tid) {
+    constexpr int TOK = ROWS / G;
+    if (tid >= ROWS) return;
+    const int tk = tid / G, g = tid - tk * G, e = e0 + tk;
+    const bool pad = tk >= TOK || e >= n;
+    const long long tl = fsa_entry_token(v), t = p.t0 + tl;
+    rt.q_row[tid] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
+    rt.part[tid] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
+    rt.token[tid] = pad ? -1 : (int)t;
+}
+
 // The key block of work item w: its KV head, its first key and how many keys
 // it has (fewer than BK at a sequence's end), the item's list entries.
 struct WorkItem {
@@ -45,23 +68,30 @@ struct WorkItem {
     const int *ent;
 };
 
-template <int BK, int CHUNK>
-__device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
-    const int *work = (const int *)p.work_offsets;
-    const int *offs = (const int *)p.offsets;
-    const long long seg = ((const int *)p.work_seg)[w];  // the (KV head, block) segment of work item w
+// The key block of (KV head, block) segment seg, whose list entries start
+// at ent (n of them from there on).
+template <int BK>
+__device__ __forceinline__ WorkItem segment_item(const fsa_sel_params &p, long long seg, const int *ent, int n) {
     WorkItem it;
     it.h = (int)(seg / p.nb_total);
     const long long gid = seg - (long long)it.h * p.nb_total;
-    const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
-    it.n_ent = min(offs[seg + 1] - e0, CHUNK);
-    it.ent = (const int *)p.list + e0;
+    it.n_ent = n;
+    it.ent = ent;
     // Key range of the block, from the sequence of any token in the list.
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens,
                                     p.t0 + fsa_entry_token(__ldg(it.ent)));
     it.kb0 = (int)(sb.start + (gid - first_block_id(sb.start, sb.seq, BK)) * BK);  // keys < T < 2^31
     it.nk = (int)min((long long)BK, sb.end - it.kb0);
     return it;
+}
+
+template <int BK, int CHUNK>
+__device__ __forceinline__ WorkItem work_item(const fsa_sel_params &p, int w) {
+    const int *work = (const int *)p.work_offsets;
+    const int *offs = (const int *)p.offsets;
+    const long long seg = ((const int *)p.work_seg)[w];  // the (KV head, block) segment of work item w
+    const int e0 = offs[seg] + (w - work[seg]) * CHUNK;
+    return segment_item<BK>(p, seg, (const int *)p.list + e0, min(offs[seg + 1] - e0, CHUNK));
 }
 
 // The tokens of this lane's two accumulator rows of a warp's 16 (item rows
@@ -93,8 +123,13 @@ __device__ __forceinline__ void causal_step(OnlineSoftmax &sm, float s[KT / 8][4
 // in shared memory) to their partial rows: lse2 of this lane's rows lo
 // (row0 + lane / 4) and hi (+ 8) into lse_part, then 16-byte pieces of whole
 // rows from staged(r, c) (the address of row r's piece at column c) into
-// o_part. Padding rows write nothing.
-template <int DV, int ITEM_ROWS, class Staged>
+// o_part. Padding rows write nothing. BATCH: the lane's pieces in groups of
+// four, their partial rows and staged data loaded before any store (four
+// shared-memory loads in flight instead of one chain per piece). STREAMING
+// (with BATCH; every DV of the warpgroup kernel takes that path): the pieces
+// stored evict-first in L2 (st.global.cs), so that they do not push out
+// query rows that later tiles read again.
+template <int DV, bool BATCH = false, bool STREAMING = false, int ITEM_ROWS, class Staged>
 __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, const RowTable<ITEM_ROWS> &rt, int row0,
                                                    const float lse2[2], int lane, Staged staged) {
     if ((lane & 3) == 0) {
@@ -105,6 +140,29 @@ __device__ __forceinline__ void store_partial_rows(const fsa_sel_params &p, cons
     }
     __syncwarp();
     u16 *o_part = (u16 *)p.o_part;
+    if constexpr (BATCH && (16 * (DV / 8)) % 128 == 0) {
+        constexpr int PIECES = DV / 8, GROUP = 4;
+#pragma unroll 1
+        for (int c0 = lane; c0 < 16 * PIECES; c0 += 32 * GROUP) {
+            long long part[GROUP];
+            uint4 v[GROUP];
+#pragma unroll
+            for (int k = 0; k < GROUP; k++) {
+                const int c = c0 + 32 * k, rr = c / PIECES;
+                part[k] = rt.part[row0 + rr];
+                v[k] = *(const uint4 *)staged(rr, (c - rr * PIECES) * 8);
+            }
+#pragma unroll
+            for (int k = 0; k < GROUP; k++) {
+                const int c = c0 + 32 * k, rr = c / PIECES;
+                if (part[k] < 0) continue;
+                u16 *dst = o_part + part[k] * DV + (c - rr * PIECES) * 8;
+                if (STREAMING) st_global_cs16(dst, v[k]);
+                else *(uint4 *)dst = v[k];
+            }
+        }
+        return;
+    }
     for (int c = lane; c < 16 * (DV / 8); c += 32) {
         const int rr = c / (DV / 8), cc = c - rr * (DV / 8);
         const long long part = rt.part[row0 + rr];

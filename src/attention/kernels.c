@@ -25,6 +25,7 @@ typedef enum tparam {
     TP_SEL_BWD_WG,
     TP_TMA,
     TP_SEL_VARIANT,
+    TP_FWD_WG,
     TP_N
 } tparam;
 
@@ -38,6 +39,7 @@ static const struct {
     [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
     [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
     [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
+    [TP_FWD_WG] = {"FWD_WG", "fv"},
 };
 
 #define MAX_FAMILY_PARAMS 9
@@ -69,7 +71,7 @@ static const struct {
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
-    [FAM_FWD_MAIN_WG] = {"sel_fwd_main_wg", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
+    [FAM_FWD_MAIN_WG] = {"sel_fwd_main_wg", 6, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_FWD_WG}},
     [FAM_FWD_REDUCE] = {"sel_fwd_reduce", 3, {TP_DTYPE, TP_VALUE_DIM, TP_GROUP}},
     [FAM_FWD_NSA] = {"sel_fwd_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_BWD_PREP] = {"sel_bwd_prep", 2, {TP_DTYPE, TP_VALUE_DIM}},
@@ -155,6 +157,13 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
     if (!fsa_cmp_sel_mbar(wgmma, dk)) return 0;
     if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_CMP_SEL_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
     return FSA_CMP_SEL_VARIANT_DEFAULT;
+}
+
+int fsa_kernel_fwd_wg_variant(void)
+{
+    const char *env = getenv("FSA_FWD_WG");
+    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_FWD_WG_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
+    return FSA_FWD_WG_VARIANT_DEFAULT;
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
@@ -251,6 +260,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_SEL_BWD_WG], sizeof b->values[0], "%d", c->sel_bwd_wg);
     snprintf(b->values[TP_TMA], sizeof b->values[0], "%d", c->kvc_tma);
     snprintf(b->values[TP_SEL_VARIANT], sizeof b->values[0], "%d", c->cmp_sel_variant);
+    snprintf(b->values[TP_FWD_WG], sizeof b->values[0], "%d", c->fwd_wg_variant);
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};

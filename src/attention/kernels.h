@@ -68,6 +68,7 @@ typedef struct fsa_kernel_config {
     int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
     int kvc_tma;                 /* paged-cache attention: 1 tensor-map copies of page boxes (sm_90a), 0 cp.async */
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
+    int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -94,6 +95,11 @@ int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv);
  * plan's wgmma); then what FSA_CMP_SEL says (0 to FSA_CMP_SEL_VARIANT_MAX),
  * or FSA_CMP_SEL_VARIANT_DEFAULT. */
 int fsa_kernel_cmp_sel_variant(int wgmma, int dk);
+
+/* The schedule of the warpgroup forward main kernel (sel_fwd_main_wg.cu,
+ * FSA_FWD_WG_* in fsa_layout.cuh): what FSA_FWD_WG says (0 to
+ * FSA_FWD_WG_VARIANT_MAX), else FSA_FWD_WG_VARIANT_DEFAULT. */
+int fsa_kernel_fwd_wg_variant(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -176,6 +176,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     /* The warpgroup main kernel where the target has warpgroup products (FSA_WGMMA=0 keeps mma.sync). */
     plan->fwd_wg = fsa_kernel_wgmma(ctx, desc->head_dim, (int)desc->value_dim) != 0 &&
                    fsa_fwd_wg_ok(desc->head_dim, (int)desc->value_dim, desc->block_size);
+    plan->config.fwd_wg_variant = plan->fwd_wg ? fsa_kernel_fwd_wg_variant() : 0;
     fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
     plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)main.smem <= max_smem;

@@ -255,6 +255,11 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     int sel_given = 0;
     for (size_t i = 0; i < n_extra; i++) sel_given |= strcmp(extra[i].name, "SEL_BWD_WG") == 0;
     if (strstr(t->text, "{{SEL_BWD_WG}}") && !sel_given) params[n++] = (fsa_param){"SEL_BWD_WG", "1", "v"};
+    /* The warpgroup forward main kernel: its default schedule unless given. */
+    char fv[2] = {(char)('0' + FSA_FWD_WG_VARIANT_DEFAULT), '\0'};
+    int fv_given = 0;
+    for (size_t i = 0; i < n_extra; i++) fv_given |= strcmp(extra[i].name, "FWD_WG") == 0;
+    if (strstr(t->text, "{{FWD_WG}}") && !fv_given) params[n++] = (fsa_param){"FWD_WG", fv, "fv"};
     /* The paged-cache attention on sm_90a: tensor-map copies wherever a stage is whole page boxes. */
     char tma[2] = "0";
     for (size_t i = 0; i < n_extra; i++)
@@ -377,6 +382,19 @@ static void test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a(v
     for (size_t i = 0; i < 2; i++) compile_variant(&shapes[i], dvs[i], &v2, 1, "sm_90a", used);
 }
 
+/* The warpgroup forward main kernel's other schedule (FSA_FWD_WG=0, fsa_layout.cuh; the default is among
+ * the variants above), at the standard and the smallest head dims. */
+static void test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"sel_fwd_main_wg", "bf16", "128", "4", "64", NULL, NULL, NULL},
+                                     {"sel_fwd_main_wg", "f16", "64", "3", "32", NULL, NULL, NULL}};
+    static const char *dvs[] = {"128", "64"};
+    int used[N_JUSTIFIED + 1] = {0};
+    const fsa_param fv = {"FWD_WG", "0", "fv"};
+    for (size_t i = 0; i < 2; i++) compile_variant(&shapes[i], dvs[i], &fv, 1, "sm_90a", used);
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -431,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
+        cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests (each compiles for minutes). */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
