@@ -44,8 +44,10 @@ __device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows,
     }
 }
 
-template <int ROWS, int COLS, int THREADS>
-__device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const *rows, int tid) {
+// Each 16-byte piece of the rows (destination, source) to `copy`, a pass of
+// the threads at a time.
+template <int ROWS, int COLS, int THREADS, class Copy>
+__device__ __forceinline__ void for_rows_sw128(u32 dst, const u16 *const *rows, int tid, Copy copy) {
     static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
     constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
     const int c = (tid % PIECES) * 8, r0 = tid / PIECES;
@@ -53,22 +55,22 @@ __device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const 
     for (int k = 0; k < PASSES; k++) {
         const int r = r0 + k * STEP;
         if (ROWS % STEP != 0 && r >= ROWS) break;
-        cp_async16(dst + sw128_offset(r, c, ROWS), rows[r] + c, true);
+        copy(dst + sw128_offset(r, c, ROWS), rows[r] + c);
     }
+}
+
+// ROWS rows (rows[r]: where row r starts) of COLS columns into a 128-byte
+// swizzled tile at dst, by cp.async.
+template <int ROWS, int COLS, int THREADS>
+__device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const *rows, int tid) {
+    for_rows_sw128<ROWS, COLS, THREADS>(dst, rows, tid, [](u32 d, const u16 *src) { cp_async16(d, src, true); });
 }
 
 // The same, each line read under the L2 policy `policy` (createpolicy_*).
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void load_rows_sw128_async_hint(u32 dst, const u16 *const *rows, int tid, u64 policy) {
-    static_assert(gather_rows_fits<COLS, THREADS>(), "whole rows of 16-byte pieces per pass of the threads");
-    constexpr int PIECES = COLS / 8, STEP = THREADS / PIECES, PASSES = (ROWS + STEP - 1) / STEP;
-    const int c = (tid % PIECES) * 8, r0 = tid / PIECES;
-#pragma unroll 4
-    for (int k = 0; k < PASSES; k++) {
-        const int r = r0 + k * STEP;
-        if (ROWS % STEP != 0 && r >= ROWS) break;
-        cp_async16_hint(dst + sw128_offset(r, c, ROWS), rows[r] + c, policy);
-    }
+    for_rows_sw128<ROWS, COLS, THREADS>(dst, rows, tid,
+                                        [=](u32 d, const u16 *src) { cp_async16_hint(d, src, policy); });
 }
 
 // A warp's 16 x 8N fragments acc (N even) as DT into rows row0 .. row0 + 15

@@ -104,4 +104,18 @@ __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa
     for (int m = 0; m < MT; m++) store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp * MT + m, sm[m], acc[m], lane);
 }
 
+// The online-softmax step over the KS keys of a stage from key j0 (alpha:
+// the accumulator's rescale). Rows see intervals of keys, so a stage whose
+// first and last keys every row of the warp sees is seen whole: no mask,
+// fewer instructions on the softmax's path.
+template <int KS, class Visible>
+__device__ __forceinline__ void softmax_stage(OnlineSoftmax &sm, float (&s)[KS / 8][4], float scale_log2, int lane, int j0,
+                                              Visible visible, float (&alpha)[2]) {
+    const int j1 = j0 + KS - 1;
+    if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
+        sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
+    else
+        sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
+}
+
 }  // namespace fsa

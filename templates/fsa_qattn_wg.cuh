@@ -70,15 +70,7 @@ __device__ __forceinline__ void attend_query_tile_wg_shared(unsigned char *smem,
         wg_mma_abt<DT, DK, KS, ROWS>(s, q_rows, k_tile);
         wg_commit();
     };
-    auto softmax = [&](int i) {
-        const int j0 = i * KS, j1 = j0 + KS - 1;
-        // A stage whose first and last keys every row of the warp sees is seen whole (rows see
-        // intervals of keys): no mask, fewer instructions on the softmax's path.
-        if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
-            sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
-        else
-            sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
-    };
+    auto softmax = [&](int i) { softmax_stage<KS>(sm, s, scale_log2, lane, i * KS, visible, alpha); };
 
     if constexpr (!OVERLAP) {
         // Variant 5 (MBAR): the same steps on an mbarrier ring: a warpgroup

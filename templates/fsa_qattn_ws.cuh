@@ -93,13 +93,7 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         wg_commit();
         wg_wait<0>();
         wg_hold<KS / 8>(s);
-        // A stage whose first and last keys every row of the warp sees is seen whole (rows see
-        // intervals of keys): no mask, fewer instructions on the softmax's path.
-        const int j0 = i * KS, j1 = j0 + KS - 1;
-        if (__all_sync(0xffffffffu, visible(j0, 0) && visible(j1, 0) && visible(j0, 1) && visible(j1, 1)))
-            sm.step<KS / 8>(s, scale_log2, lane, [](int, int) { return true; }, alpha);
-        else
-            sm.step<KS / 8>(s, scale_log2, lane, [&](int col, int half) { return visible(j0 + col, half); }, alpha);
+        softmax_stage<KS>(sm, s, scale_log2, lane, i * KS, visible, alpha);
         rescale_rows<DV / 8>(acc, alpha);
         wg_p_to_a<DT, KK>(pa, s);
         wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
