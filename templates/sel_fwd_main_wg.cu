@@ -57,6 +57,37 @@ struct RunDesc {
 // The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
 __device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
 
+// One step of a tile over the KT keys from key0: its issued scores s waited
+// for, the causal softmax step, the accumulator rescaled (not on the first
+// step), then O += P V from the V tile at vt, waited for.
+__device__ __forceinline__ void softmax_pv_step(OnlineSoftmax &sm, float (&o_acc)[DV / 8][4], float (&s)[KT / 8][4],
+                                                const LaneTokens &tok, int key0, u32 vt, float scale_log2, int lane,
+                                                bool first) {
+    wg_wait<0>();
+    wg_hold<KT / 8>(s);
+    float alpha[2];
+    causal_step<KT>(sm, s, scale_log2, lane, tok, key0, alpha);
+    if (!first) frag_scale_rows<DV / 8>(o_acc, alpha);
+    u32 pa[KT / 16][4];
+    wg_p_to_a<DT, KT / 16>(pa, s);
+    wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vt);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<DV / 8>(o_acc);
+}
+
+// A tile's last step done: its rows normalized (lse2: their log-sum-exps)
+// and the warp's 16 staged in the tile's query buffer qb, once every warp of
+// the group has read it.
+__device__ __forceinline__ void stage_tile_rows(OnlineSoftmax &sm, float (&o_acc)[DV / 8][4], float (&lse2)[2], u32 qb,
+                                                int grp, int wq, int lane) {
+    float inv[2];
+    sm.finish(inv, lse2);
+    frag_scale_rows<DV / 8>(o_acc, inv);
+    group_sync(grp);  // every warp's products have read the query tile
+    frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 base = (smem_addr(smem_raw) + (FSA_FWD_WG_ALIGN - 1)) & ~(u32)(FSA_FWD_WG_ALIGN - 1);
@@ -157,25 +188,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 const RowTable<ROWS> &tr = slice[i % 3];
                 const u32 qb = my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE;
                 const LaneTokens tok = lane_tokens(tr, wq * 16, lane);
-                wg_wait<0>();
-                wg_hold<KT / 8>(s);
                 OnlineSoftmax sm;
                 sm.init();
-                float alpha[2];
-                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0, alpha);
                 float o_acc[DV / 8][4];
                 frag_zero<DV / 8>(o_acc);
-                u32 pa[KT / 16][4];
-                wg_p_to_a<DT, KT / 16>(pa, s);
-                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs);
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DV / 8>(o_acc);
-                float inv[2], lse2[2];
-                sm.finish(inv, lse2);
-                frag_scale_rows<DV / 8>(o_acc, inv);
-                group_sync(grp);  // every warp's products have read the query tile
-                frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+                softmax_pv_step(sm, o_acc, s, tok, it.kb0, vs, scale_log2, lane, true);
+                float lse2[2];
+                stage_tile_rows(sm, o_acc, lse2, qb, grp, wq, lane);
                 if (next) {  // tile i + 1's rows have landed (this thread's copies, then everyone's)
                     cp_async_wait<0>();
                     wg_fence_async_smem();
@@ -262,27 +281,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                 frag_zero<KT / 8>(s);
                 wg_mma_abt<DT, D, KT, ROWS>(s, qb, ks + (u32)(kt / KT) * K_TILE);
                 wg_commit();
-                wg_wait<0>();
-                wg_hold<KT / 8>(s);
-                float alpha[2];
-                causal_step<KT>(sm, s, scale_log2, lane, tok, it.kb0 + kt, alpha);
-                if (kt > 0) frag_scale_rows<DV / 8>(o_acc, alpha);
-                u32 pa[KT / 16][4];
-                wg_p_to_a<DT, KT / 16>(pa, s);
-                wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vs + (u32)(kt / KT) * V_TILE);
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DV / 8>(o_acc);
+                softmax_pv_step(sm, o_acc, s, tok, it.kb0 + kt, vs + (u32)(kt / KT) * V_TILE, scale_log2, lane, kt == 0);
             }
 
             // Normalize, stage the warp's 16 rows in the tile's query buffer
             // (the products are done with it), then write 16-byte pieces of
             // whole rows.
-            float inv[2], lse2[2];
-            sm.finish(inv, lse2);
-            frag_scale_rows<DV / 8>(o_acc, inv);
-            group_sync(grp);  // every warp's products have read the query tile
-            frag_store_rows_sw128<DT, DV / 8, ROWS>(qb, wq * 16, o_acc, lane);
+            float lse2[2];
+            stage_tile_rows(sm, o_acc, lse2, qb, grp, wq, lane);
             const unsigned char *qb_ptr = smem_raw + (qb - smem_addr(smem_raw));
             store_partial_rows<DV>(p, rt, tile * ROWS + wq * 16, lse2, lane,
                                    [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
