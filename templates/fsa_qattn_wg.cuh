@@ -28,6 +28,7 @@
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
+#include "fsa_qattn_stage.cuh"
 #include "fsa_qattn_ws.cuh"
 #include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
@@ -99,15 +100,7 @@ __device__ __forceinline__ void attend_query_tile_wg_shared(unsigned char *smem,
                 buf = ring.acquire_then_refill(i, load, landed);
             }
             scores(ks + buf * K_STAGE);
-            wg_wait<0>();
-            wg_hold<KS / 8>(s);
-            softmax(i);
-            rescale_rows<DV / 8>(acc, alpha);
-            wg_p_to_a<DT, KK>(pa, s);
-            wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DV / 8>(acc);
+            stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
             if constexpr (MBAR) {
                 mring.release(i);
                 mring.advance(i, load, landed);

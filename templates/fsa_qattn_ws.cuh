@@ -20,6 +20,7 @@
 #pragma once
 #include "fsa_mbarrier.cuh"
 #include "fsa_qattn.cuh"
+#include "fsa_qattn_stage.cuh"
 #include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
 
@@ -91,15 +92,7 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
         // sign of a zero, which no later step can tell.)
         wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
         wg_commit();
-        wg_wait<0>();
-        wg_hold<KS / 8>(s);
-        softmax_stage<KS>(sm, s, scale_log2, lane, i * KS, visible, alpha);
-        rescale_rows<DV / 8>(acc, alpha);
-        wg_p_to_a<DT, KK>(pa, s);
-        wg_mma_pv<DT, KK, DV>(acc, pa, vs + buf * V_STAGE);
-        wg_commit();
-        wg_wait<0>();
-        wg_hold<DV / 8>(acc);
+        stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
         ring.release(i);
     }
     store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
