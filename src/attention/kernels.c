@@ -125,45 +125,50 @@ static const struct {
     [FSA_K_GATE_BWD] = {FAM_GATE, "fsa_gate_bwd"},
 };
 
-/* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
- * variable names, as pick grants it for the head dims, or the default. */
-static int wgmma_variant(const fsa_context *ctx, const char *variable, char max, int (*pick)(int, int, int),
-                         int (*fallback)(int, int), int dk, int dv)
+/* The one digit 0 .. max that environment variable `variable` holds, else -1
+ * (unset or anything else). */
+static int env_digit(const char *variable, int max)
 {
     const char *env = getenv(variable);
+    return env != NULL && env[0] >= '0' && env[0] <= '0' + max && env[1] == '\0' ? env[0] - '0' : -1;
+}
+
+/* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
+ * variable names, as pick grants it for the head dims, or the default. */
+static int wgmma_variant(const fsa_context *ctx, const char *variable, int max, int (*pick)(int, int, int),
+                         int (*fallback)(int, int), int dk, int dv)
+{
     if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
-    if (env != NULL && env[0] >= '0' && env[0] <= max && env[1] == '\0') return pick(env[0] - '0', dk, dv);
-    return fallback(dk, dv);
+    const int v = env_digit(variable, max);
+    return v >= 0 ? pick(v, dk, dv) : fallback(dk, dv);
 }
 
 int fsa_kernel_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA", '6', fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA", 6, fsa_qt_wg_pick, fsa_qt_wg_default, dk, dv);
 }
 
 int fsa_kernel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_BWD", '5', fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_BWD", 5, fsa_qt_wgb_pick, fsa_qt_wgb_default, dk, dv);
 }
 
 int fsa_kernel_sel_bwd_wgmma(const fsa_context *ctx, int dk, int dv)
 {
-    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", '2', fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
+    return wgmma_variant(ctx, "FSA_WGMMA_SEL_BWD", 2, fsa_bwd_wg_pick, fsa_bwd_wg_default, dk, dv);
 }
 
 int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
 {
-    const char *env = getenv("FSA_CMP_SEL");
     if (!fsa_cmp_sel_mbar(wgmma, dk)) return 0;
-    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_CMP_SEL_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
-    return FSA_CMP_SEL_VARIANT_DEFAULT;
+    const int v = env_digit("FSA_CMP_SEL", FSA_CMP_SEL_VARIANT_MAX);
+    return v >= 0 ? v : FSA_CMP_SEL_VARIANT_DEFAULT;
 }
 
 int fsa_kernel_fwd_wg_variant(void)
 {
-    const char *env = getenv("FSA_FWD_WG");
-    if (env != NULL && env[0] >= '0' && env[0] <= '0' + FSA_FWD_WG_VARIANT_MAX && env[1] == '\0') return env[0] - '0';
-    return FSA_FWD_WG_VARIANT_DEFAULT;
+    const int v = env_digit("FSA_FWD_WG", FSA_FWD_WG_VARIANT_MAX);
+    return v >= 0 ? v : FSA_FWD_WG_VARIANT_DEFAULT;
 }
 
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
