@@ -30,11 +30,11 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}}, K = {{TOP_K}},
               PAGE = {{PAGE_SIZE}};
-constexpr bool TMA = ({{TMA}} & 1) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
-constexpr bool STAMPS = ({{TMA}} & 2) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
+constexpr bool TMA = ({{TMA}} & FSA_KVC_KERNEL_TMA) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
+constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
-constexpr int EXPERIMENT = {{TMA}} >> 2;
+constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);

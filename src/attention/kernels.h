@@ -66,7 +66,7 @@ typedef struct fsa_kernel_config {
     int wgmma;                   /* query-tile forwards: 0 mma.sync, else warpgroup products (fsa_kernel_wgmma) */
     int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
     int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
-    int kvc_tma;                 /* paged-cache attention: 1 tensor-map copies of page boxes (sm_90a), 0 cp.async */
+    int kvc_tma;                 /* paged-cache attention: FSA_KVC_KERNEL_* bits (kvc_params.cuh; 0 cp.async) */
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
     int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
 } fsa_kernel_config;

@@ -54,7 +54,8 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     const fsa_kvcache_desc *d = &plan->desc;
     const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                                  .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                                 .page_size = d->page_size, .kvc_tma = plan->tma | (plan->stamps ? 2 : 0) | plan->experiment << 2};
+                                 .page_size = d->page_size, .kvc_tma = (plan->tma ? FSA_KVC_KERNEL_TMA : 0) | (plan->stamps ? FSA_KVC_KERNEL_STAMPS : 0) |
+                                            plan->experiment << FSA_KVC_KERNEL_EXPERIMENT_SHIFT};
     return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
