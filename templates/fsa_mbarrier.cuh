@@ -39,6 +39,22 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     } while (!done);
 }
 
+// The mbarriers of a ring of STAGES buffers: STAGES `full` ones (item i has
+// landed in buffer i % STAGES), then STAGES `empty` ones (every reader is done
+// with it); item i's phase is (i / STAGES) & 1. The rings below add who fills
+// the buffers.
+template <int STAGES>
+struct MbarPairs {
+    u32 bars;
+
+    static constexpr int BYTES = 2 * STAGES * 8;
+    __device__ __forceinline__ u32 full(int i) const { return bars + 8 * (u32)((unsigned)i % STAGES); }
+    __device__ __forceinline__ u32 empty(int i) const { return bars + 8 * (u32)(STAGES + (unsigned)i % STAGES); }
+    static __device__ __forceinline__ u32 parity(int i) { return ((unsigned)i / STAGES) & 1u; }
+    __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
+    __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
+};
+
 // A ring of STAGES buffers of items 0 .. n - 1 that every one of THREADS
 // threads fills with its own cp.async copies (load(j, buf) issues them).
 // `full` mbarriers say an item has landed (each thread arrives once its own
@@ -56,21 +72,19 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // may be waited for before advance(i) (it was signalled by advance(i - 1)):
 // a warp can run ahead of the slowest by about one item.
 template <int STAGES = 3>
-struct MbarRing {
+struct MbarRing : MbarPairs<STAGES> {
     static_assert(STAGES == 3, "three buffers (item i + 1 is signalled before item i is done)");
-    u32 bars;  // STAGES `full` mbarriers, then STAGES `empty` ones
+    using MbarPairs<STAGES>::full;
+    using MbarPairs<STAGES>::empty;
+    using MbarPairs<STAGES>::parity;
     int n;
 
-    static constexpr int BYTES = 2 * STAGES * 8;
     __device__ __forceinline__ void init(u32 at, int threads) {
-        bars = at;
+        this->bars = at;
         if (threadIdx.x == 0)
 #pragma unroll
             for (int b = 0; b < 2 * STAGES; b++) mbar_init(at + 8 * b, (u32)threads);
     }
-    __device__ __forceinline__ u32 full(int i) const { return bars + 8 * (u32)((unsigned)i % STAGES); }
-    __device__ __forceinline__ u32 empty(int i) const { return bars + 8 * (u32)(STAGES + (unsigned)i % STAGES); }
-    static __device__ __forceinline__ u32 parity(int i) { return ((unsigned)i / STAGES) & 1u; }
 
     // Items 0 .. STAGES - 1 issued (one cp.async group each), items 0 ..
     // STAGES - 2 signalled as they land.
@@ -89,8 +103,6 @@ struct MbarRing {
         landed();
         mbar_arrive(full(1));
     }
-    __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
-    __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
     // This thread's copies of item i + STAGES - 1 (the last group it
     // committed) are waited for and signalled; then, once every thread has
     // released item i, item i + STAGES goes into its buffer.
@@ -117,12 +129,13 @@ struct MbarRing {
 //   producers: ring.produce(n, load, landed);
 //   consumers: for (i ...) { ring.wait(i); ... read buffer i % STAGES ...; ring.release(i); }
 template <int STAGES>
-struct ProducerRing {
-    u32 bars;  // STAGES `full` mbarriers, then STAGES `empty` ones
+struct ProducerRing : MbarPairs<STAGES> {
+    using MbarPairs<STAGES>::full;
+    using MbarPairs<STAGES>::empty;
+    using MbarPairs<STAGES>::parity;
 
-    static constexpr int BYTES = 2 * STAGES * 8;
     __device__ __forceinline__ void init(u32 at, int producers, int consumers) {
-        bars = at;
+        this->bars = at;
         if (threadIdx.x == 0)
 #pragma unroll
             for (int b = 0; b < STAGES; b++) {
@@ -130,13 +143,6 @@ struct ProducerRing {
                 mbar_init(at + 8 * (STAGES + b), (u32)consumers);
             }
     }
-    __device__ __forceinline__ u32 full(int i) const { return bars + 8 * (u32)((unsigned)i % STAGES); }
-    __device__ __forceinline__ u32 empty(int i) const { return bars + 8 * (u32)(STAGES + (unsigned)i % STAGES); }
-    static __device__ __forceinline__ u32 parity(int i) { return ((unsigned)i / STAGES) & 1u; }
-
-    __device__ __forceinline__ void wait(int i) const { mbar_wait(full(i), parity(i)); }
-    __device__ __forceinline__ void release(int i) const { mbar_arrive(empty(i)); }
-
     // Items 0 .. n - 1, each (load(j, buf): this thread's copies) into its
     // buffer once the consumers released the item STAGES before it; an item
     // is signalled once the next one is issued (two in flight) or, the last,

@@ -55,7 +55,7 @@ struct RunDesc {
 };
 
 // The four warps of warpgroup g meet (barrier 1 + g; 0 is __syncthreads).
-__device__ __forceinline__ void group_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(g + 1) : "memory"); }
+__device__ __forceinline__ void group_sync(int g) { named_bar_sync(g + 1, 128); }
 
 // One step of a tile over the KT keys from key0: its issued scores s waited
 // for, the causal softmax step, the accumulator rescaled (not on the first
