@@ -21,6 +21,17 @@ struct RowTable {
     int token[ITEM_ROWS];
 };
 
+// Row i of a row table from list entry v: its query (padding: the entry's
+// token at the group's first head), partial row and token.
+template <int G, int ITEM_ROWS>
+__device__ __forceinline__ void set_table_row(RowTable<ITEM_ROWS> &rt, int i, const fsa_sel_params &p, int v, bool pad,
+                                              int g, int h) {
+    const long long tl = fsa_entry_token(v), t = p.t0 + tl;
+    rt.q_row[i] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
+    rt.part[i] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
+    rt.token[i] = pad ? -1 : (int)t;
+}
+
 // ent: this work item's n_ent list entries (global memory); THREADS threads of the CTA.
 template <int G, int ROWS, int THREADS, int ITEM_ROWS>
 __device__ __forceinline__ void build_row_table(RowTable<ITEM_ROWS> &rt, const fsa_sel_params &p, const int *ent,
@@ -30,11 +41,7 @@ __device__ __forceinline__ void build_row_table(RowTable<ITEM_ROWS> &rt, const f
         const int tile = i / ROWS, r = i - tile * ROWS;
         const int tk = r / G, g = r - tk * G, e = tile * TOK + tk;
         const bool pad = tk >= TOK || e >= n_ent;
-        const int v = __ldg(ent + (pad ? 0 : e));
-        const long long tl = fsa_entry_token(v), t = p.t0 + tl;
-        rt.q_row[i] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
-        rt.part[i] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
-        rt.token[i] = pad ? -1 : (int)t;
+        set_table_row<G>(rt, i, p, __ldg(ent + (pad ? 0 : e)), pad, g, h);
     }
 }
 
@@ -54,11 +61,7 @@ __device__ __forceinline__ void build_tile_rows(RowTable<ROWS> &rt, const fsa_se
     constexpr int TOK = ROWS / G;
     if (tid >= ROWS) return;
     const int tk = tid / G, g = tid - tk * G, e = e0 + tk;
-    const bool pad = tk >= TOK || e >= n;
-    const long long tl = fsa_entry_token(v), t = p.t0 + tl;
-    rt.q_row[tid] = view_row<const u16>(p.q, t, (long long)h * G + (pad ? 0 : g));
-    rt.part[tid] = pad ? -1 : pair_index(p, h, tl, fsa_entry_slot(v)) * G + g;
-    rt.token[tid] = pad ? -1 : (int)t;
+    set_table_row<G>(rt, tid, p, v, tk >= TOK || e >= n, g, h);
 }
 
 // The key block of work item w: its KV head, its first key and how many keys
