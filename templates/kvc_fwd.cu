@@ -33,8 +33,16 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
 constexpr bool TMA = ({{TMA}} & FSA_KVC_KERNEL_TMA) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
-// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
+// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
+// bit 1: the share epilogue's proxy fence right after the warps' put (the merge
+//        area's generic writes) instead of after the partial;
+// bit 2: decode tiles whose guess held read the pages of their top-k slots'
+//        blocks during the union (decode_slot_page) instead of after it;
+// bit 3: no proxy fence at the end of a share (measures its cost only: the
+//        PTX model asks for one before the next share's copies).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
+constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
+               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -277,6 +285,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     // The tile's top-k rows and the cached length are read at once (neither
     // needs the other), unless the guess above already has them.
     const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
+    // CTA-uniform: the guess held and a stage is one block (one page read per union block).
+    const bool slot_pages = TMA && SLOT_PAGES && BK == KVC_STAGE && K <= 32 && guess.b == b && t0 == b && ntok == 1;
+    const PagedSlot slot_page = slot_pages && tid < K ? decode_slot_page<K, BK, PAGE>(guess, p, seq_len) : PagedSlot{-1, 0};
     stamp.at(FSA_KVC_ST_C_SEL);
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
@@ -286,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
             prefetch_l2(view_row<u16>(p.o, t0, h * G));
         } else if (!cluster) {
             prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
-            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
+            if (ctas > 1) prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
         }
     }
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
@@ -302,7 +313,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
+    int slot_rank = -1;
+    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok, &slot_rank);
     stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
@@ -330,9 +342,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     // TMA: the pages of the run's first stages, all read at once (the stream then never waits on the table).
     if constexpr (TMA) {
         const int chunk = (n_union + nsplit - 1) / nsplit;
-        paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, min(n_union, cta * per_cta * chunk),
-                                    min(n_union, (cta + 1) * per_cta * chunk),
-                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
+        const int u_run = min(n_union, cta * per_cta * chunk), u_end = min(n_union, (cta + 1) * per_cta * chunk);
+        if (slot_pages) {  // stage r of the run is union block u_run + r (K <= 32 stages: no refill)
+            if (tid < K && slot_rank >= u_run && slot_rank < u_end)
+                sh.stream.pages[slot_rank - u_run] = paged_slot_checked(slot_page, p.num_pages).page;
+        } else {
+            paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, u_run, u_end,
+                                        (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0,
+                                        KVC_RUN_PAGES);
+        }
     }
     __syncthreads();
     stamp.at(FSA_KVC_ST_C_PAGES);
@@ -409,6 +427,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // warps sit together in the merge area.
         float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
+        if (TMA && FENCE_AFTER_PUT) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();
         stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
@@ -439,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
-        if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
+        if (TMA && !FENCE_AFTER_PUT && !NO_SHARE_FENCE) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
         stamp.share(sn, 4);
     }
@@ -461,9 +480,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         stamp.end(per_cta);
         return;
     }
-    // The last CTA of (b, h) to finish merges all shares, in share order.
+    // The last CTA of (b, h) to finish merges all shares, in share order. A
+    // CTA that computed every share itself (ctas 1) merges at once: its own
+    // partial stores are visible to it after the share loop's last CTA
+    // barrier, so no device-wide fence and no counter round trip.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
+    if (ctas == 1 || finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
         stamp.at(FSA_KVC_ST_C_MERGE);
         stamp.flag(4);
         merge_shares<DT, DV, G>(p,
