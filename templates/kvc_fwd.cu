@@ -439,6 +439,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
         share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
         __syncthreads();
+        if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_FACTORS);
         // Stores by space (st_global_*, st_shared_*), not generic ones.
         const auto out = [&](int r, int d, float x, float y, float lse2) {
             const long long t = e_t0 + r / G;
@@ -458,6 +459,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_ITEMS);
         if (TMA && !FENCE_AFTER_PUT && !NO_SHARE_FENCE) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
         stamp.share(sn, 4);

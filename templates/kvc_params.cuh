@@ -83,7 +83,9 @@ enum {
     FSA_KVC_ST_C_QREADY, /* clock64: the query fragments in registers (the first share, after its barrier) */
     FSA_KVC_ST_SHARE0 = 16, /* 5 clock64 stamps for each of the first 4 shares: start, first stage landed,
                                last stage's math done, the warps' merge done, the partial written */
-    FSA_KVC_ST_C_QISSUE = 36 /* clock64: the query rows' copies issued (before the union) */
+    FSA_KVC_ST_C_QISSUE = 36, /* clock64: the query rows' copies issued (before the union) */
+    FSA_KVC_ST_C_S0_FACTORS,  /* clock64, share 0's epilogue: the rows' factors (the barrier after them), */
+    FSA_KVC_ST_C_S0_ITEMS     /* and thread 0's items of the partial stored (before the fence and barrier) */
 };
 #define FSA_KVC_ST_PER_SHARE 5
 #define FSA_KVC_ST_MAX_SHARES 4
