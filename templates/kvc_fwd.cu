@@ -39,10 +39,12 @@ constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug va
 // bit 2: decode tiles whose guess held read the pages of their top-k slots'
 //        blocks during the union (decode_slot_page) instead of after it;
 // bit 3: no proxy fence at the end of a share (measures its cost only: the
-//        PTX model asks for one before the next share's copies).
+//        PTX model asks for one before the next share's copies);
+// bit 4: the query rows' copies only for the row tiles the math reads, and
+//        by warps 1.. while warp 0 builds a decode union.
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
-               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0;
+               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -308,8 +310,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     };
-    if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
-    else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
+    if constexpr (Q_SPLIT) {
+        // Only the rows the math reads (the row tiles of the live rows, rte below; padding rows
+        // inside them zero), and where warp 0 builds the union alone, by the other warps meanwhile.
+        const bool warp_union = select_union_in_warp<K>(ntok);
+        const int q_tiles = min(RT, ntok * G <= 16 ? 1 : ntok * G <= 32 ? 2 : 4);
+        const int q_pieces = 16 * q_tiles * (D / 8), first = warp_union ? tid - 32 : tid;
+        const int step = warp_union ? THREADS - 32 : THREADS;
+        if (first >= 0)
+#pragma unroll 2
+            for (int i = first; i < q_pieces; i += step) {
+                const int r = i / (D / 8), c = (i - r * (D / 8)) * 8;
+                const RowSrc src = q_row(r);
+                cp_async16(q_s + (TMA ? sw128_offset(r, c, ROWS) : (u32)(r * LD + c) * 2), src.ptr + c, src.ok);
+            }
+    } else if constexpr (TMA) {
+        load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
+    } else {
+        load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
+    }
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
