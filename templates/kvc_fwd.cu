@@ -32,6 +32,11 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
               PAGE = {{PAGE_SIZE}};
 constexpr bool TMA = ({{TMA}} & FSA_KVC_KERNEL_TMA) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
+// The deep ring (small batches, one CTA per SM: fsa_kvc_mode_stages): STAGES buffers. A
+// share's epilogue then always merges at the base (the host launches it where a CTA has one
+// share; with more, the next share's stages are issued after the epilogue, not during it).
+constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
+constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
 // bit 1: the share epilogue's proxy fence right after the warps' put (the merge
@@ -58,11 +63,11 @@ constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
 // The K/V boxes are read once: their L2 lines are the first evicted, so they replace each other
 // instead of what other work left in L2 (a dirty line costs a write-back).
-typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0> Stream;
+typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0, STAGES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
+static_assert(STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
-static_assert(!TMA || FSA_KVC_STAGES == 2, "a share merges against the first or the last buffer while the next fills the other");
+static_assert(!TMA || STAGES == 2 || DEEP, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Tiles of more than 32 live rows (rte 4: G > 8 with several tokens, e.g. 4
 // speculative tokens at G 16) on tensor-map stages take each stage's 64 keys
@@ -86,14 +91,14 @@ struct ShareLoop {
 // row max and sum for the merge and each row's merge factors, the share loop,
 // the tile counter.
 struct Shared {
-    PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
+    PagedStreamShared<TMA, STAGES> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
     float rowf[ROWS][WARPS + 2];  // share_row_factors
     ShareLoop loop;
     int counter;
 };
-static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the static shared memory the plan counts");
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, MODE), "the static shared memory the plan counts");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -248,7 +253,7 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 // With the query fragments in registers and values up to 128 wide, up to two
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
 // of two stages allows); four row tiles (G > 8) need more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
+extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <= 128 ? (RT < 4 && STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const __grid_constant__ fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ Shared sh;
@@ -256,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
     constexpr u32 K_STRIDE = Stream::K_STRIDE, V_STRIDE = Stream::V_STRIDE;  // between stage buffers
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA);
-    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STRIDE : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + (STAGES - 1) * K_STRIDE : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -393,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
             // The query group (cp.async stages issued after it may still be in flight).
-            cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
+            cp_async_wait<TMA ? 0 : STAGES - 1>();
             if (TMA) wg_fence_async_smem();       // a later page copy overwrites the rows
             __syncthreads();
             if (warp_live || wg_tile)
@@ -439,12 +444,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
         b0 = in.buffer(in.n_stages);
-        issued = TMA && !cluster && share + 1 < loop.end;
+        issued = TMA && !DEEP && !cluster && share + 1 < loop.end;
         if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !cluster, last != 0));
         math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         if (TMA && FENCE_AFTER_PUT) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();

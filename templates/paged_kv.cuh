@@ -401,12 +401,12 @@ __device__ __forceinline__ void paged_load_stage(const fsa_kvc_params &p, u32 k_
 // mask, and the mbarrier its tensor-map copies complete on; with tensor-map
 // copies, the pages of the CTA's next stages (paged_fetch_pages).
 constexpr int KVC_RUN_PAGES = FSA_KVC_RUN_PAGES;
-template <bool TMA>
+template <bool TMA, int STAGES = FSA_KVC_STAGES>
 struct PagedStreamShared {
-    KeyRow rows[FSA_KVC_STAGES][TMA ? 1 : KVC_STAGE];
-    int keypos[FSA_KVC_STAGES][KVC_STAGE];
-    u32 keymask[FSA_KVC_STAGES][KVC_STAGE];
-    u64 bar[FSA_KVC_STAGES];
+    KeyRow rows[STAGES][TMA ? 1 : KVC_STAGE];
+    int keypos[STAGES][KVC_STAGE];
+    u32 keymask[STAGES][KVC_STAGE];
+    u64 bar[STAGES];
     int pages[TMA ? KVC_RUN_PAGES : 2];
 };
 
@@ -512,7 +512,7 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 // its copies and held in registers meanwhile; the first FSA_KVC_STAGES
 // stages' reads together at the start, so a short share's stages are all
 // in flight one table latency after it starts),
-// FSA_KVC_STAGES stages in flight at ks and vs (shared byte addresses; K rows
+// STAGES_ stages in flight at ks and vs (shared byte addresses; K rows
 // D wide, V rows DV wide). TMA: the stages are tensor-map copies of page boxes
 // into 128-byte swizzled tiles (paged_tma_stage; the buffers' mbarriers
 // initialized, `phase` the parity bits of their completed phases, kept across
@@ -530,18 +530,18 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
 //       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
 //   }
-template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false>
+template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false, int STAGES_ = FSA_KVC_STAGES>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
-    static_assert(FSA_KVC_STAGES >= 2, "a stage in use while the next ones load");
+    static_assert(STAGES_ >= 2 && (STAGES_ == FSA_KVC_STAGES || TMA), "a stage in use while the next ones load");
     static_assert(!TMA || fsa_kvc_tma_fits(D, DV, BK, PAGE), "a stage is whole boxes of one page");
     static_assert(!TMA || (KVC_RUN_PAGES <= FSA_KVC_THREADS && KVC_STAGE + KVC_RUN_PAGES / 2 <= FSA_KVC_THREADS),
                   "a thread per page of the first read, the rows and the refills side by side");
-    static constexpr int STAGES = FSA_KVC_STAGES;
+    static constexpr int STAGES = STAGES_;
     static constexpr u32 K_STAGE_BYTES = fsa_kvc_stage_bytes(D, TMA), V_STAGE_BYTES = fsa_kvc_stage_bytes(DV, TMA);
     static constexpr u32 K_STRIDE = fsa_kvc_k_stride(D, DV, TMA), V_STRIDE = fsa_kvc_v_stride(D, DV, TMA);
 
-    PagedStreamShared<TMA> &sh;
+    PagedStreamShared<TMA, STAGES_> &sh;
     const fsa_kvc_params &p;
     u32 ks, vs;
     const int *blocks;
@@ -550,12 +550,12 @@ struct PagedStream {
     int u_lo, h, seq_len;
     int total_keys, n_stages;
     PagedSlot next;  // this thread's row of the next stage's lookups, in flight
-    AsyncRing<FSA_KVC_STAGES> ring;
+    AsyncRing<STAGES_> ring;
     u32 &phase;
     int u_run, u_end, run0;  // TMA: the run's blocks, and the run stage of this stream's stage 0
     int b0;                  // TMA: the buffer of stage 0
 
-    __device__ __forceinline__ PagedStream(PagedStreamShared<TMA> &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
+    __device__ __forceinline__ PagedStream(PagedStreamShared<TMA, STAGES_> &sh_, const fsa_kvc_params &p_, u32 ks_, u32 vs_,
                                            const int *blocks_, const u32 *masks_, int u_lo_, int u_hi, int b, int h_,
                                            int seq_len_, u32 &phase_, int u_run_, int u_end_, int b0_)
         : sh(sh_), p(p_), ks(ks_), vs(vs_), blocks(blocks_), masks(masks_), u_lo(u_lo_), h(h_), seq_len(seq_len_),
@@ -567,7 +567,7 @@ struct PagedStream {
     }
 
     // The buffers' mbarriers (TMA), by thread 0 before the kernel's first CTA barrier.
-    static __device__ __forceinline__ void init(PagedStreamShared<TMA> &sh) {
+    static __device__ __forceinline__ void init(PagedStreamShared<TMA, STAGES_> &sh) {
         if (!TMA || threadIdx.x != 0) return;
 #pragma unroll
         for (int s = 0; s < STAGES; s++) mbar_init(smem_addr(&sh.bar[s]), KVC_STAGE);
