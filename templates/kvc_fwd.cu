@@ -25,6 +25,7 @@
 #include "fsa_wgmma.cuh"
 #include "kvc_merge.cuh"
 #include "kvc_stamps.cuh"
+#include "kvc_union.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
