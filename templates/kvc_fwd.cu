@@ -47,10 +47,12 @@ constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // bit 3: no proxy fence at the end of a share (measures its cost only: the
 //        PTX model asks for one before the next share's copies);
 // bit 4: the query rows' copies only for the row tiles the math reads, and
-//        by warps 1.. while warp 0 builds a decode union.
+//        by warps 1.. while warp 0 builds a decode union;
+// bit 5: unions of 33 to 64 live candidates by two warps (select_union_pair).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
-               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0;
+               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0,
+               PAIR_UNION = (EXPERIMENT & 32) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -339,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
     int slot_rank = -1;
-    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok, &slot_rank);
+    const int n_union = select_union<K, TPT, BK, PAIR_UNION>(sh.sel, ntok, &slot_rank);
     stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
