@@ -48,11 +48,14 @@ constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 //        PTX model asks for one before the next share's copies);
 // bit 4: the query rows' copies only for the row tiles the math reads, and
 //        by warps 1.. while warp 0 builds a decode union;
-// bit 5: unions of 33 to 64 live candidates by two warps (select_union_pair).
+// bit 5: unions of 33 to 64 live candidates by two warps (select_union_pair);
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
                NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0,
                PAIR_UNION = (EXPERIMENT & 32) != 0;
+// bit 6: deep kernels' clusters push each share's partial into the shared memory of
+//        the CTA that merges it (PushedShares): one cluster barrier, local reads.
+constexpr bool PUSH = (EXPERIMENT & 64) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -82,6 +85,9 @@ constexpr bool WG_TILES = TMA && RT == 4 && DV <= 128;
 static_assert(!WG_TILES || (WARPS == 4 && KVC_STAGE == 64), "one warpgroup over a stage of 64 keys");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
+constexpr bool PUSHED = CLUSTER && DEEP && PUSH;
+// Pushed partials: slots per share for the owner of the most items.
+constexpr int PUSH_ITEMS = ROWS * (DV / 4);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -474,6 +480,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
             if (nsplit == 1) {
                 st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(x, y));
                 if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
+            } else if (PUSHED && cluster) {  // into the merging CTA's shared memory (item owner c % ctas)
+                const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
+                const int item = r * (DV / 4) + (d >> 2), slots = (PUSH_ITEMS + ctas - 1) / ctas;
+                cluster_st_f32x2(cluster_map(pb + 16 * (share * slots + item / ctas) + 4 * (d & 3), item % ctas), x, y);
+                if (d == 0)
+                    for (int o = 0; o < ctas; o++)
+                        cluster_st_f32(cluster_map(pb + fsa_kvc_push_lse_at(DV, G) + 4 * (share * ROWS + r), o), lse2);
             } else if (cluster) {  // the share's partial in this CTA's shared memory
                 const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
                 st_shared_f32x2(po + 4 * (r * DV + d), x, y);
@@ -497,6 +510,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     }
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
+    if (PUSHED && cluster) {
+        // Every share's partial of this CTA's items is here once the cluster's CTAs have all
+        // pushed theirs: one barrier, then local reads; nobody reads another CTA's memory after it.
+        cluster_sync();
+        stamp.at(FSA_KVC_ST_C_MERGE);
+        const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
+        merge_shares<DT, DV, G>(p,
+                                PushedShares<DV, ROWS>{pb, pb + fsa_kvc_push_lse_at(DV, G), ctas,
+                                                       (PUSH_ITEMS + ctas - 1) / ctas},
+                                merged, h, nsplit, tid * ctas + cta, ctas * THREADS);
+        stamp.end(per_cta);
+        return;
+    }
     if (cluster) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
