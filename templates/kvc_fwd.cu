@@ -56,6 +56,9 @@ constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT
 // bit 6: deep kernels' clusters push each share's partial into the shared memory of
 //        the CTA that merges it (PushedShares): one cluster barrier, local reads.
 constexpr bool PUSH = (EXPERIMENT & 64) != 0;
+// bit 7: a share of a tile whose warps each hold whole rows (kge 1: more than 32 live rows at
+//        G > 8) writes its partial straight from the fragments (RowMath::direct).
+constexpr bool DIRECT = (EXPERIMENT & 128) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -183,6 +186,35 @@ struct RowMath {
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
+    // The share's partial straight from the fragments when the warp holds its
+    // rows' whole share (kge 1): share_row_factors and share_items for one
+    // warp, expression for expression (its factor is exp2(0) = 1 where a key
+    // is visible), so the same bits, without the merge area, its barriers and
+    // its loads. out as share_items calls it; rows past `live` are padding.
+    template <class Out>
+    __device__ __forceinline__ void direct(int rt, int lane, int live, Out out) const {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float lw = sm.row_sum(i);  // every lane (shuffles)
+            const int r = rt * 16 + (lane >> 2) + 8 * i;
+            const float mmax = fmaxf(-FSA_INF, sm.m[i]);
+            float l = 0.f, f = 0.f;
+            if (mmax != -FSA_INF) {
+                f = fast_exp2(sm.m[i] - mmax);
+                l += lw * f;
+            }
+            const float inv = l > 0.f ? 1.f / l : 0.f, lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
+            if (r >= live) continue;
+#pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                float2 v = make_float2(0.f, 0.f);
+                v.x += o[j][2 * i] * f;
+                v.y += o[j][2 * i + 1] * f;
+                const float2 acc = lse2 == -FSA_INF ? make_float2(0.f, 0.f) : v;
+                out(r, 8 * j + 2 * (lane & 3), acc.x * inv, acc.y * inv, lse2);
+            }
+        }
+    }
 };
 
 // The same with the keys on the 16-row side (fsa_mma.cuh, "keys on the
@@ -254,6 +286,9 @@ struct KeyMath {
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         warp_merge_put_keys(wm, sm, o, kg, lane);
     }
+    // Never called: keys on the 16-row side split every stage over at least two warps.
+    template <class Out>
+    __device__ __forceinline__ void direct(int, int, int, Out) const {}
 };
 
 typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
@@ -457,9 +492,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
-        // warps sit together in the merge area.
+        // warps sit together in the merge area. (DIRECT, kge 1: each warp's
+        // rows are its own; nothing to merge.)
+        const bool direct = DIRECT && !KEYS_MAJOR && kge == 1;  // CTA-uniform
         float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !cluster, last != 0));
-        math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
+        if (!direct) math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         if (TMA && FENCE_AFTER_PUT) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();
         stamp.share(sn, 3);
@@ -470,8 +507,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         const int e_b = loop.b, e_live = loop.ntok * G, e_items = e_live * (DV / 2);
         const long long e_t0 = loop.t0;
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
-        share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
-        __syncthreads();
+        if (!direct) share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
+        if (!direct) __syncthreads();
         if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_FACTORS);
         // Stores by space (st_global_*, st_shared_*), not generic ones.
         const auto out = [&](int r, int d, float x, float y, float lse2) {
@@ -496,6 +533,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
                 if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
             }
         };
+        if (direct) {  // the next share's copies go into buffers every warp finished reading before the barriers
+            if (warp_live || wg_tile) math.direct(rt, lane, e_live, out);
+            stamp.share(sn, 4);
+            continue;
+        }
         if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);

@@ -135,7 +135,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     const char *stamps = getenv("FSA_KVC_STAMPS");
     plan->stamps = stamps != NULL && plan->tma ? strtoull(stamps, NULL, 0) : 0;
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
-    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 127 : 0;
+    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 255 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
