@@ -53,9 +53,6 @@ constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
                NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0,
                PAIR_UNION = (EXPERIMENT & 32) != 0;
-// bit 6: deep kernels' clusters push each share's partial into the shared memory of
-//        the CTA that merges it (PushedShares): one cluster barrier, local reads.
-constexpr bool PUSH = (EXPERIMENT & 64) != 0;
 // bit 7: a share of a tile whose warps each hold whole rows (kge 1: more than 32 live rows at
 //        G > 8) writes its partial straight from the fragments (RowMath::direct).
 constexpr bool DIRECT = (EXPERIMENT & 128) != 0;
@@ -88,9 +85,10 @@ constexpr bool WG_TILES = TMA && RT == 4 && DV <= 128;
 static_assert(!WG_TILES || (WARPS == 4 && KVC_STAGE == 64), "one warpgroup over a stage of 64 keys");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
-constexpr bool PUSHED = CLUSTER && DEEP && PUSH;
-// Pushed partials: slots per share for the owner of the most items.
-constexpr int PUSH_ITEMS = ROWS * (DV / 4);
+// The push merge (fsa_kvc_push_region): a cluster's CTAs push each share's partial into
+// the shared memory of the CTA that merges it (PushedShares): one cluster barrier, local
+// reads, and a CTA may compute several shares.
+constexpr bool PUSHED = CLUSTER && fsa_kvc_push_region(D, DV, G, MODE);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -340,13 +338,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     const bool slot_pages = TMA && SLOT_PAGES && BK == KVC_STAGE && K <= 32 && guess.b == b && t0 == b && ntok == 1;
     const PagedSlot slot_page = slot_pages && tid < K ? decode_slot_page<K, BK, PAGE>(guess, p, seq_len) : PagedSlot{-1, 0};
     stamp.at(FSA_KVC_ST_C_SEL);
+    // Where a split tile's partials go: pushed into the merging CTAs' shared memory (push
+    // kernels in a cluster, where the shares' live items fit the region), each CTA's own shared
+    // memory for the cluster to read (a cluster of a CTA per share), else the workspace.
+    // CTA-uniform, and the same in every CTA of a cluster (one tile, one KV head).
+    const int push_slots = (ntok * G * (DV / 4) + ctas - 1) / ctas;
+    const bool pushed = PUSHED && cluster && nsplit <= FSA_KVC_MAX_CLUSTER &&
+                        nsplit * push_slots * 16 <= fsa_kvc_push_lse_at(DV, G);
+    const bool pulled = cluster && !pushed && (!PUSHED || ctas == nsplit);  // (clusters without the push: a CTA per share)
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
     // the pair's counter, or the first output row.
     if (tid == 0) {
         if (nsplit == 1) {
             prefetch_l2(view_row<u16>(p.o, t0, h * G));
-        } else if (!cluster) {
+        } else if (!pushed && !pulled) {
             prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
             if (ctas > 1) prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
         }
@@ -488,14 +494,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
         b0 = in.buffer(in.n_stages);
-        issued = TMA && !DEEP && !cluster && share + 1 < loop.end;
+        issued = TMA && !DEEP && !pulled && share + 1 < loop.end;
         if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
         // warps sit together in the merge area. (DIRECT, kge 1: each warp's
         // rows are its own; nothing to merge.)
         const bool direct = DIRECT && !KEYS_MAJOR && kge == 1;  // CTA-uniform
-        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !cluster, last != 0));
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !pulled, last != 0));
         if (!direct) math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         if (TMA && FENCE_AFTER_PUT) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();
@@ -517,14 +523,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
             if (nsplit == 1) {
                 st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(x, y));
                 if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
-            } else if (PUSHED && cluster) {  // into the merging CTA's shared memory (item owner c % ctas)
+            } else if (pushed) {  // into the merging CTA's shared memory (item owner c % ctas)
                 const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
-                const int item = r * (DV / 4) + (d >> 2), slots = (PUSH_ITEMS + ctas - 1) / ctas;
-                cluster_st_f32x2(cluster_map(pb + 16 * (share * slots + item / ctas) + 4 * (d & 3), item % ctas), x, y);
+                const int item = r * (DV / 4) + (d >> 2);
+                cluster_st_f32x2(cluster_map(pb + 16 * (share * push_slots + item / ctas) + 4 * (d & 3), item % ctas), x, y);
                 if (d == 0)
                     for (int o = 0; o < ctas; o++)
                         cluster_st_f32(cluster_map(pb + fsa_kvc_push_lse_at(DV, G) + 4 * (share * ROWS + r), o), lse2);
-            } else if (cluster) {  // the share's partial in this CTA's shared memory
+            } else if (pulled) {  // the share's partial in this CTA's shared memory
                 const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
                 st_shared_f32x2(po + 4 * (r * DV + d), x, y);
                 if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
@@ -552,20 +558,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     }
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
-    if (PUSHED && cluster) {
+    if (pushed) {
         // Every share's partial of this CTA's items is here once the cluster's CTAs have all
         // pushed theirs: one barrier, then local reads; nobody reads another CTA's memory after it.
         cluster_sync();
         stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
         merge_shares<DT, DV, G>(p,
-                                PushedShares<DV, ROWS>{pb, pb + fsa_kvc_push_lse_at(DV, G), ctas,
-                                                       (PUSH_ITEMS + ctas - 1) / ctas},
+                                PushedShares<DV, ROWS>{pb, pb + fsa_kvc_push_lse_at(DV, G), ctas, push_slots},
                                 merged, h, nsplit, tid * ctas + cta, ctas * THREADS);
         stamp.end(per_cta);
         return;
     }
-    if (cluster) {
+    if (pulled) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         stamp.at(FSA_KVC_ST_C_MERGE);
