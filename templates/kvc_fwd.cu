@@ -40,19 +40,12 @@ constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
 constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
-// bit 1: the share epilogue's proxy fence right after the warps' put (the merge
-//        area's generic writes) instead of after the partial;
-// bit 2: decode tiles whose guess held read the pages of their top-k slots'
-//        blocks during the union (decode_slot_page) instead of after it;
-// bit 3: no proxy fence at the end of a share (measures its cost only: the
-//        PTX model asks for one before the next share's copies);
+// (bits 1-3: measured in round A of pdec and removed, bench/NOTES.md;)
 // bit 4: the query rows' copies only for the row tiles the math reads, and
 //        by warps 1.. while warp 0 builds a decode union;
 // bit 5: unions of 33 to 64 live candidates by two warps (select_union_pair);
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
-constexpr bool FENCE_AFTER_PUT = (EXPERIMENT & 2) != 0, SLOT_PAGES = (EXPERIMENT & 4) != 0,
-               NO_SHARE_FENCE = (EXPERIMENT & 8) != 0, Q_SPLIT = (EXPERIMENT & 16) != 0,
-               PAIR_UNION = (EXPERIMENT & 32) != 0;
+constexpr bool Q_SPLIT = (EXPERIMENT & 16) != 0, PAIR_UNION = (EXPERIMENT & 32) != 0;
 // bit 7: a share of a tile whose warps each hold whole rows (kge 1: more than 32 live rows at
 //        G > 8) writes its partial straight from the fragments (RowMath::direct).
 constexpr bool DIRECT = (EXPERIMENT & 128) != 0;
@@ -334,9 +327,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     // The tile's top-k rows and the cached length are read at once (neither
     // needs the other), unless the guess above already has them.
     const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
-    // CTA-uniform: the guess held and a stage is one block (one page read per union block).
-    const bool slot_pages = TMA && SLOT_PAGES && BK == KVC_STAGE && K <= 32 && guess.b == b && t0 == b && ntok == 1;
-    const PagedSlot slot_page = slot_pages && tid < K ? decode_slot_page<K, BK, PAGE>(guess, p, seq_len) : PagedSlot{-1, 0};
     stamp.at(FSA_KVC_ST_C_SEL);
     // Where a split tile's partials go: pushed into the merging CTAs' shared memory (push
     // kernels in a cluster, where the shares' live items fit the region), each CTA's own shared
@@ -387,8 +377,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    int slot_rank = -1;
-    const int n_union = select_union<K, TPT, BK, PAIR_UNION>(sh.sel, ntok, &slot_rank);
+    const int n_union = select_union<K, TPT, BK, PAIR_UNION>(sh.sel, ntok);
     stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
@@ -416,15 +405,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     // TMA: the pages of the run's first stages, all read at once (the stream then never waits on the table).
     if constexpr (TMA) {
         const int chunk = (n_union + nsplit - 1) / nsplit;
-        const int u_run = min(n_union, cta * per_cta * chunk), u_end = min(n_union, (cta + 1) * per_cta * chunk);
-        if (slot_pages) {  // stage r of the run is union block u_run + r (K <= 32 stages: no refill)
-            if (tid < K && slot_rank >= u_run && slot_rank < u_end)
-                sh.stream.pages[slot_rank - u_run] = paged_slot_checked(slot_page, p.num_pages).page;
-        } else {
-            paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, u_run, u_end,
-                                        (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0,
-                                        KVC_RUN_PAGES);
-        }
+        paged_fetch_pages<BK, PAGE>(sh.stream.pages, p, sh.sel.blocks, min(n_union, cta * per_cta * chunk),
+                                    min(n_union, (cta + 1) * per_cta * chunk),
+                                    (const int *)p.block_table + (long long)b * p.bt_stride, seq_len, 0, KVC_RUN_PAGES);
     }
     __syncthreads();
     stamp.at(FSA_KVC_ST_C_PAGES);
@@ -503,7 +486,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         const bool direct = DIRECT && !KEYS_MAJOR && kge == 1;  // CTA-uniform
         float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !pulled, last != 0));
         if (!direct) math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
-        if (TMA && FENCE_AFTER_PUT) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();
         stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
@@ -548,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_ITEMS);
-        if (TMA && !FENCE_AFTER_PUT && !NO_SHARE_FENCE) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
+        if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
         stamp.share(sn, 4);
     }

@@ -117,20 +117,6 @@ __device__ __forceinline__ int decode_guess_use(TileSelection<TPT * K, TPT> &sel
     return cached_len((const int *)p.seqused, b);
 }
 
-// Decode guess hit (decode_guess_use kept the guess) with one stage per
-// block: thread s < K issues the page-table read of its top-k slot's block
-// now, so that the read is in flight during the union instead of after it
-// (select_union's rank_of then says where that block landed in the union).
-// The same checks as paged_fetch_pages: -1 past the top-k length, for a
-// block outside [0, seq_len), past the table row (the caller checks the
-// number against the cache).
-template <int K, int BK, int PAGE>
-__device__ __forceinline__ PagedSlot decode_slot_page(const DecodeGuess &g, const fsa_kvc_params &p, int seq_len) {
-    const int s = threadIdx.x, n = min(max(g.len, 0), K);
-    if (s >= n || g.slot < 0 || g.slot > (seq_len - 1) / BK || g.slot * BK >= seq_len) return PagedSlot{-1, 0};
-    return paged_slot_fetch<PAGE>((const int *)p.block_table + (long long)g.b * p.bt_stride, p.max_pages, g.slot * BK);
-}
-
 // Whether select_union needs no CTA barrier before it: one token and K <= 32,
 // so the union warp (warp 0) wrote every candidate it reads and the position.
 template <int K>
@@ -148,7 +134,7 @@ __device__ __forceinline__ bool select_union_in_warp(int ntok) { return ntok == 
 // warp 0 (its own writes, or a barrier); the barrier at the end publishes the
 // union.
 template <int N, int K, int BK, int TPT>
-__device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &sel, int *rank_of = nullptr) {
+__device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &sel) {
     static_assert(N <= 32 && N % K == 0 && N / K <= TPT, "at most 32 candidates of whole tokens (registers)");
     constexpr int NI = N > 32 ? 2 : 1;
     if (threadIdx.x < 32) {
@@ -196,7 +182,6 @@ __device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &se
                 sel.blocks[rank[i]] = first[i];
                 sel.masks[rank[i]] = mask[i];
             }
-        if (rank_of) *rank_of = first[0] >= 0 ? rank[0] : -1;  // candidate `lane`'s place, -1: not a first occurrence
         if (lane == 0) sel.first[0] = (u32)(__popc(f0) + __popc(f1));  // first is scratch here
     }
     __syncthreads();
@@ -250,15 +235,12 @@ __device__ __forceinline__ int select_union_pair(TileSelection<TPT * K, TPT> &se
     return (int)sel.first[0];
 }
 
-// rank_of (one-token tiles of K <= 32 only, else untouched): thread c < 32
-// gets the union index of candidate c's block where c is its first
-// occurrence, else -1.
 template <int K, int TPT, int BK, bool PAIR = false>
-__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok, int *rank_of = nullptr) {
+__device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
     // One token (decode) of K <= 32 slots, or a few tokens of at most 32 candidates: in one warp.
     // (Holding 64 candidates in registers spills at G 4; those tiles take the general path.)
     if constexpr (K <= 32)
-        if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel, rank_of);
+        if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
     if constexpr (TPT * K <= 32) return select_union_warp<TPT * K, K, BK, TPT>(sel);
     // PAIR: up to 64 live candidates in two warps.
     if constexpr (PAIR && TPT * K > 32)
