@@ -45,17 +45,8 @@ __device__ __forceinline__ float4 cluster_ld_f32x4(u32 addr) {  // 16-byte align
                  : "memory");
     return v;
 }
-// Writes into another CTA's shared memory (an address from cluster_map).
-__device__ __forceinline__ void cluster_st_f32(u32 addr, float v) {
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
-}
-__device__ __forceinline__ void cluster_st_f32x2(u32 addr, float x, float y) {  // 8-byte aligned
-    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
-}
 #else
 __device__ __forceinline__ unsigned cluster_rank() { return 0; }
-__device__ __forceinline__ void cluster_st_f32(u32, float) { __trap(); }
-__device__ __forceinline__ void cluster_st_f32x2(u32, float, float) { __trap(); }
 __device__ __forceinline__ void cluster_sync() { __trap(); }
 __device__ __forceinline__ u32 cluster_map(u32, unsigned) {
     __trap();

@@ -185,16 +185,6 @@ __device__ __forceinline__ void st_shared_f32(u32 addr, float a) {
 __device__ __forceinline__ void st_shared_f32x2(u32 addr, float a, float b) {  // 8-byte aligned
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
-__device__ __forceinline__ float ld_shared_f32(u32 addr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-__device__ __forceinline__ float4 ld_shared_f32x4(u32 addr) {  // 16-byte aligned
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-    return v;
-}
 
 // ---------------------------------------------------------------- math
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -316,10 +316,6 @@ FSA_LAYOUT_FN int fsa_bwd_dkv_row(int dk, int dv) { return dk + dv; }
  * the same bits as the two-stage kernel. */
 #define FSA_KVC_DEEP_STAGES 4
 #define FSA_KVC_KERNEL_DEEP 4
-/* The push merge (bit 3 of the mode, FSA_KVC_KERNEL_PUSH): a cluster's CTAs
- * push their shares' partials into the shared memory of the CTA that merges
- * each item (fsa_kvc_push_bytes below). */
-#define FSA_KVC_KERNEL_PUSH 8
 FSA_LAYOUT_FN int fsa_kvc_mode_stages(int mode)
 {
     return (mode & 1) && (mode & FSA_KVC_KERNEL_DEEP) ? FSA_KVC_DEEP_STAGES : FSA_KVC_STAGES;
@@ -441,30 +437,9 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_end(int dk, int dv, int g)
  * stages) at least the cluster's share too (it only adds bytes at 64 rows,
  * whose kernels run 2 CTAs per SM either way) and 1024 bytes for the
  * alignment. */
-/* Push kernels (FSA_KVC_KERNEL_PUSH: deep ones, and those of four row tiles,
- * which run 2 CTAs per SM with room to spare) also hold, after the stages, the
- * region into which a cluster's CTAs push their shares' partials for the CTA
- * that merges each item (four columns of a row): per share and owner's item a
- * float4 (at most rows x dv / 4 items over the owners, plus one slot of
- * rounding each), then per share and row the lse. */
-FSA_LAYOUT_FN int fsa_kvc_push_region(int dk, int dv, int g, int mode)
-{
-    return (mode & 1) && (mode & FSA_KVC_KERNEL_PUSH) &&
-           (fsa_kvc_mode_stages(mode) != FSA_KVC_STAGES ||
-            (fsa_kvc_row_tiles(g) == 4 && fsa_kvc_q_in_registers(dk) && dv <= 128));
-}
-FSA_LAYOUT_FN int fsa_kvc_push_lse_at(int dv, int g) { return fsa_kvc_rows(g) * dv * 4 + FSA_KVC_MAX_CLUSTER * 16; }
-FSA_LAYOUT_FN int fsa_kvc_push_bytes(int dv, int g)
-{
-    return fsa_kvc_push_lse_at(dv, g) + FSA_KVC_MAX_CLUSTER * fsa_kvc_rows(g) * 4;
-}
-FSA_LAYOUT_FN int fsa_kvc_push_end(int dk, int dv, int g, int mode)
-{
-    return fsa_kvc_stages_end(dk, dv, g, mode) + (fsa_kvc_push_region(dk, dv, g, mode) ? fsa_kvc_push_bytes(dv, g) : 0);
-}
 FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
 {
-    const int stages = fsa_kvc_push_end(dk, dv, g, tma), cluster = fsa_kvc_cluster_end(dk, dv, g);
+    const int stages = fsa_kvc_stages_end(dk, dv, g, tma), cluster = fsa_kvc_cluster_end(dk, dv, g);
     return tma ? (stages > cluster ? stages : cluster) + 1024 : stages;
 }
 FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)

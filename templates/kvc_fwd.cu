@@ -39,16 +39,8 @@ constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug va
 constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
 constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
-// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
-// (bits 1-3: measured in round A of pdec and removed, bench/NOTES.md;)
-// bit 4: the query rows' copies only for the row tiles the math reads, and
-//        by warps 1.. while warp 0 builds a decode union;
-// bit 5: unions of 33 to 64 live candidates by two warps (select_union_pair);
+// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
-constexpr bool Q_SPLIT = (EXPERIMENT & 16) != 0, PAIR_UNION = (EXPERIMENT & 32) != 0;
-// bit 7: a share of a tile whose warps each hold whole rows (kge 1: more than 32 live rows at
-//        G > 8) writes its partial straight from the fragments (RowMath::direct).
-constexpr bool DIRECT = (EXPERIMENT & 128) != 0;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
 constexpr int ROWS = fsa_kvc_rows(G);
@@ -78,10 +70,6 @@ constexpr bool WG_TILES = TMA && RT == 4 && DV <= 128;
 static_assert(!WG_TILES || (WARPS == 4 && KVC_STAGE == 64), "one warpgroup over a stage of 64 keys");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
 constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
-// The push merge (fsa_kvc_push_region): a cluster's CTAs push each share's partial into
-// the shared memory of the CTA that merges it (PushedShares): one cluster barrier, local
-// reads, and a CTA may compute several shares.
-constexpr bool PUSHED = CLUSTER && fsa_kvc_push_region(D, DV, G, MODE);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -328,21 +316,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     // needs the other), unless the guess above already has them.
     const int seq_len = decode_guess_use<K, TPT>(sh.sel, guess, p, b, t0, ntok, h);
     stamp.at(FSA_KVC_ST_C_SEL);
-    // Where a split tile's partials go: pushed into the merging CTAs' shared memory (push
-    // kernels in a cluster, where the shares' live items fit the region), each CTA's own shared
-    // memory for the cluster to read (a cluster of a CTA per share), else the workspace.
-    // CTA-uniform, and the same in every CTA of a cluster (one tile, one KV head).
-    const int push_slots = (ntok * G * (DV / 4) + ctas - 1) / ctas;
-    const bool pushed = PUSHED && cluster && nsplit <= FSA_KVC_MAX_CLUSTER &&
-                        nsplit * push_slots * 16 <= fsa_kvc_push_lse_at(DV, G);
-    const bool pulled = cluster && !pushed && (!PUSHED || ctas == nsplit);  // (clusters without the push: a CTA per share)
     // What the epilogue writes, asked of L2 now (its address translation and
     // line are then ready when the stores come): the first share's partial and
     // the pair's counter, or the first output row.
     if (tid == 0) {
         if (nsplit == 1) {
             prefetch_l2(view_row<u16>(p.o, t0, h * G));
-        } else if (!pushed && !pulled) {
+        } else if (!cluster) {
             prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
             if (ctas > 1) prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
         }
@@ -355,9 +335,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     };
-    if constexpr (Q_SPLIT) {
-        // Only the rows the math reads (the row tiles of the live rows, rte below; padding rows
-        // inside them zero), and where warp 0 builds the union alone, by the other warps meanwhile.
+    // Only the rows the math reads (the row tiles of the live rows, rte below; padding rows
+    // inside them zero), and where warp 0 builds the union alone, by the other warps meanwhile.
+    {
         const bool warp_union = select_union_in_warp<K>(ntok);
         const int q_tiles = min(RT, ntok * G <= 16 ? 1 : ntok * G <= 32 ? 2 : 4);
         const int q_pieces = 16 * q_tiles * (D / 8), first = warp_union ? tid - 32 : tid;
@@ -366,18 +346,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
 #pragma unroll 2
             for (int i = first; i < q_pieces; i += step) {
                 const int r = i / (D / 8), c = (i - r * (D / 8)) * 8;
-                const RowSrc src = q_row(r);
+                const RowSrc src = q_row(r);  // the rows may fill a swizzled stage (TMA)
                 cp_async16(q_s + (TMA ? sw128_offset(r, c, ROWS) : (u32)(r * LD + c) * 2), src.ptr + c, src.ok);
             }
-    } else if constexpr (TMA) {
-        load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
-    } else {
-        load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
     }
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    const int n_union = select_union<K, TPT, BK, PAIR_UNION>(sh.sel, ntok);
+    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
     stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)
@@ -477,14 +453,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
         b0 = in.buffer(in.n_stages);
-        issued = TMA && !DEEP && !pulled && share + 1 < loop.end;
+        issued = TMA && !DEEP && !cluster && share + 1 < loop.end;
         if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
-        // warps sit together in the merge area. (DIRECT, kge 1: each warp's
-        // rows are its own; nothing to merge.)
-        const bool direct = DIRECT && !KEYS_MAJOR && kge == 1;  // CTA-uniform
-        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !pulled, last != 0));
+        // warps sit together in the merge area. (kge 1: each warp's rows are
+        // its own; nothing to merge, RowMath::direct.)
+        const bool direct = !KEYS_MAJOR && kge == 1;  // CTA-uniform
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !cluster, last != 0));
         if (!direct) math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         stamp.share(sn, 3);
@@ -505,14 +481,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
             if (nsplit == 1) {
                 st_global_u32(view_row<u16>(p.o, t, hq) + d, DT::pack(x, y));
                 if (d == 0 && p.lse) st_global_f32((float *)p.lse + (long long)hq * p.tq + t, lse2 * LN2);
-            } else if (pushed) {  // into the merging CTA's shared memory (item owner c % ctas)
-                const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
-                const int item = r * (DV / 4) + (d >> 2);
-                cluster_st_f32x2(cluster_map(pb + 16 * (share * push_slots + item / ctas) + 4 * (d & 3), item % ctas), x, y);
-                if (d == 0)
-                    for (int o = 0; o < ctas; o++)
-                        cluster_st_f32(cluster_map(pb + fsa_kvc_push_lse_at(DV, G) + 4 * (share * ROWS + r), o), lse2);
-            } else if (pulled) {  // the share's partial in this CTA's shared memory
+            } else if (cluster) {  // the share's partial in this CTA's shared memory
                 const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
                 st_shared_f32x2(po + 4 * (r * DV + d), x, y);
                 if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
@@ -540,19 +509,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     }
     const int bb = loop.b;
     const QuerySpan merged = query_span(cu_q, p.tq, bb);
-    if (pushed) {
-        // Every share's partial of this CTA's items is here once the cluster's CTAs have all
-        // pushed theirs: one barrier, then local reads; nobody reads another CTA's memory after it.
-        cluster_sync();
-        stamp.at(FSA_KVC_ST_C_MERGE);
-        const u32 pb = smem_addr(smem) + fsa_kvc_stages_end(D, DV, G, MODE);
-        merge_shares<DT, DV, G>(p,
-                                PushedShares<DV, ROWS>{pb, pb + fsa_kvc_push_lse_at(DV, G), ctas, push_slots},
-                                merged, h, nsplit, tid * ctas + cta, ctas * THREADS);
-        stamp.end(per_cta);
-        return;
-    }
-    if (pulled) {
+    if (cluster) {
         // Every CTA of the cluster merges a part of the rows from every CTA's shared memory.
         cluster_sync();  // the shares' partials are written
         stamp.at(FSA_KVC_ST_C_MERGE);

@@ -120,20 +120,6 @@ struct ClusterShares {
     }
 };
 
-// PushedShares (deep kernels' clusters): this CTA's own shared memory holds,
-// for the items it merges (item c = row x D / 4 + column / 4, c % ctas == its
-// rank), every share's float4 at slot c / ctas (slots per share: `slots`),
-// and every share's lse of every row, pushed there by the share's CTA.
-template <int D, int ROWS>
-struct PushedShares {
-    u32 op, lp;
-    int ctas, slots;
-    __device__ __forceinline__ float lse(int s, int r) const { return ld_shared_f32(lp + 4 * (s * ROWS + r)); }
-    __device__ __forceinline__ float4 o4(int s, int r, int c) const {
-        return ld_shared_f32x4(op + 16 * (s * slots + (r * (D / 4) + c / 4) / ctas));
-    }
-};
-
 // One pass of the merge: the threads take the items (four columns of a row)
 // first, first + stride, ... of the span's rows, ITEMS at a time, and read the
 // lse and partials of up to SHARES shares for all of them at once (one round

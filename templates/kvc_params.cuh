@@ -54,13 +54,12 @@ typedef struct fsa_kvc_params {
 
 /* The paged-cache kernel's TMA template value (kvc_fwd.cu; the host packs it in
  * kvcache.c): tensor-map copies, the debug variant with phase stamps, the deep
- * ring and the push merge (FSA_KVC_KERNEL_DEEP, bit 2, FSA_KVC_KERNEL_PUSH,
- * bit 3, fsa_layout.cuh: the layout functions read them), and from
- * FSA_KVC_KERNEL_EXPERIMENT_SHIFT up the measurement variant
+ * ring (FSA_KVC_KERNEL_DEEP, bit 2, fsa_layout.cuh: the layout functions read
+ * it), and from FSA_KVC_KERNEL_EXPERIMENT_SHIFT up the measurement variant
  * FSA_KVC_EXPERIMENT. */
 #define FSA_KVC_KERNEL_TMA 1
 #define FSA_KVC_KERNEL_STAMPS 2
-#define FSA_KVC_KERNEL_EXPERIMENT_SHIFT 4
+#define FSA_KVC_KERNEL_EXPERIMENT_SHIFT 3
 
 /* Per-CTA phase stamps of a debug build of the kernel (FSA_KVC_STAMPS at plan
  * creation: the device address of a zeroed buffer of FSA_KVC_STAMP_CTAS records;

@@ -188,63 +188,13 @@ __device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &se
     return (int)sel.first[0];
 }
 
-// The union of the first n_live candidates (33 to 64: a few tokens, or one
-// token of more than 32 slots) by warps 0 and 1, lane c of them candidate c:
-// every lane reads every candidate in a loop of broadcast loads (no register
-// array: 64 candidates held in registers spill at G 4) and keeps, as
-// select_union_warp does, a value's first occurrence with the OR of the bits
-// of the tokens holding it, at the number of first occurrences below it. The
-// same union and masks as the general path. The candidates and positions must
-// be visible (a CTA barrier before); the barrier at the end publishes the
-// union. Named barrier 1 joins the two warps.
-template <int K, int BK, int TPT>
-__device__ __forceinline__ int select_union_pair(TileSelection<TPT * K, TPT> &sel, int n_live) {
-    static_assert(TPT * K > 32, "two words of first-occurrence bits");
-    if (threadIdx.x < 64) {
-        const int c = threadIdx.x;
-        const auto block_of = [&](int j) {  // candidate j's block, -1 when out of range for its token
-            const int raw = sel.cand[j], pos = sel.pos[j / K];
-            return raw >= 0 && raw <= (pos >= 0 ? pos / BK : -1) ? raw : -1;
-        };
-        const int v = c < n_live ? block_of(c) : -1;
-        bool dup = false;
-        u32 mask = 0u;
-#pragma unroll 4
-        for (int j = 0; j < n_live; j++) {
-            const bool eq = v >= 0 && block_of(j) == v;
-            dup = dup || (eq && j < c);
-            mask |= eq ? 1u << (j / K) : 0u;
-        }
-        const int first = dup ? -1 : v;
-        const u32 f = __ballot_sync(0xffffffffu, first >= 0);
-        if ((c & 31) == 0) sel.first[c >> 5] = f;
-        named_bar_sync(1, 64);
-        const u32 f0 = sel.first[0], f1 = sel.first[1];
-        if (first >= 0) {
-            int rank = 0;
-#pragma unroll 4
-            for (int j = 0; j < n_live; j++)
-                rank += (((j < 32 ? f0 : f1) >> (j & 31)) & 1u) != 0u && block_of(j) < first;
-            sel.blocks[rank] = first;
-            sel.masks[rank] = mask;
-        }
-        named_bar_sync(1, 64);  // both words read before the count replaces them
-        if (c == 0) sel.first[0] = (u32)(__popc(f0) + __popc(f1));
-    }
-    __syncthreads();
-    return (int)sel.first[0];
-}
-
-template <int K, int TPT, int BK, bool PAIR = false>
+template <int K, int TPT, int BK>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
     // One token (decode) of K <= 32 slots, or a few tokens of at most 32 candidates: in one warp.
     // (Holding 64 candidates in registers spills at G 4; those tiles take the general path.)
     if constexpr (K <= 32)
         if (ntok == 1) return select_union_warp<K, K, BK, TPT>(sel);
     if constexpr (TPT * K <= 32) return select_union_warp<TPT * K, K, BK, TPT>(sel);
-    // PAIR: up to 64 live candidates in two warps.
-    if constexpr (PAIR && TPT * K > 32)
-        if (ntok * K <= 64) return select_union_pair<K, BK, TPT>(sel, ntok * K);
     constexpr int N = TPT * K, NW = (N + 31) / 32;
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;

@@ -53,8 +53,7 @@ cleanup:
 static int kernel_mode(const fsa_kvcache_plan *plan, int deep)
 {
     return (plan->tma ? FSA_KVC_KERNEL_TMA : 0) | (plan->stamps ? FSA_KVC_KERNEL_STAMPS : 0) |
-           (deep ? FSA_KVC_KERNEL_DEEP : 0) | (plan->push ? FSA_KVC_KERNEL_PUSH : 0) |
-           plan->experiment << FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
+           (deep ? FSA_KVC_KERNEL_DEEP : 0) | plan->experiment << FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 }
 
 /* Whether the plan also loads the deep-ring kernel, for launches whose CTAs
@@ -136,9 +135,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     const char *stamps = getenv("FSA_KVC_STAMPS");
     plan->stamps = stamps != NULL && plan->tma ? strtoull(stamps, NULL, 0) : 0;
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
-    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 255 : 0;
-    /* Measurement: FSA_KVC_PUSH=1 loads the kernels with the push merge (fsa_layout.cuh FSA_KVC_KERNEL_PUSH). */
-    plan->push = getenv("FSA_KVC_PUSH") != NULL && strcmp(getenv("FSA_KVC_PUSH"), "1") == 0 && plan->tma;
+    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 1 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, kernel_mode(plan, 0)) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, kernel_mode(plan, 0));
@@ -412,10 +409,7 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     const fsa_kernel *k = deep ? &plan->fwd_deep : &plan->fwd;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
      * memory (across waves, a cluster's CTAs would wait for each other's slots). */
-    /* With the push merge (a kernel with its region) a CTA may compute several shares. */
-    const int push = plan->push && fsa_kvc_push_region(plan->desc.head_dim, plan->desc.value_dim, plan->group,
-                                                        kernel_mode(plan, deep));
-    p.cluster = plan->cluster && splits > 1 && (ctas == splits || push) && splits <= FSA_KVC_MAX_CLUSTER &&
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
                 (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= (deep ? plan->resident_deep : plan->resident);
     if (p.cluster) return fsa_kernel_launch_clusters(k, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
     return fsa_kernel_launch(k, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
