@@ -53,12 +53,9 @@ static int quarter_splits(int top_k) { return (top_k + 3) / 4 < 16 ? (top_k + 3)
  * shares of two blocks instead (at most FSA_KVC_MAX_CLUSTER, a power of
  * two): each CTA then has all its loads in flight at once, which is what a
  * lone sequence waits for. */
-static int heuristic_splits(const fsa_kvcache_desc *d, int deep)
+static int heuristic_splits(const fsa_kvcache_desc *d)
 {
     const int quarter = quarter_splits(d->top_k);
-    /* The deep ring keeps a lone sequence's share of four blocks in flight at once, so the
-     * quarter split serves small batches too, and large ones pay half the share epilogues. */
-    if (deep) return quarter;
     const int64_t bytes = (int64_t)d->num_kv_heads * d->top_k * d->block_size * (d->head_dim + d->value_dim) * 2;
     int fine = 1;
     while (fine * 2 <= d->top_k / 2 && fine * 2 <= FSA_KVC_MAX_CLUSTER) fine *= 2;
@@ -95,7 +92,7 @@ void fsa_kvc_tuning_init(fsa_kvcache_plan *plan)
     const int k = plan->desc.top_k;
     memset(&t->c, 0, sizeof t->c);
     t->level = (fsa_tune_level)plan->ctx->tune;
-    t->heuristic = plan->desc.splits > 0 ? plan->desc.splits : heuristic_splits(&plan->desc, plan->deep);
+    t->heuristic = plan->desc.splits > 0 ? plan->desc.splits : heuristic_splits(&plan->desc);
     const fsa_variant h = {FSA_ALGORITHM_AUTO, 0, 0, t->heuristic};
     fsa_variant_name(t->heuristic_name, sizeof t->heuristic_name, &h);
     if (plan->desc.splits > 0) {

@@ -106,9 +106,7 @@ static void test_tuning_off_never_measures(void **state)
     fsa_plan_choice c = choice_of(plan);
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
     assert_int_equal(c.candidates, 4);
-    /* 1 MiB of K/V per token (Hkv 2): shares of two blocks, or of four where the plan has the deep-ring
-     * kernel (kvcache_tune.c heuristic_splits: a lone sequence's four stages then fly at once). */
-    assert_int_equal(c.splits, plan->deep ? 4 : 8);
+    assert_int_equal(c.splits, 8); /* 1 MiB of K/V per token (Hkv 2): shares of two blocks */
     assert_false(c.will_measure);
     run_case(plan);
     assert_int_equal(choice_of(plan).source, FSA_CHOICE_HEURISTIC);
