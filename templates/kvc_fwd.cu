@@ -4,7 +4,7 @@
 // KV head, so every head of a token and every token of the tile share one
 // load of each K/V block. It forms the sorted union of the blocks its tokens
 // selected, streams its share of them through the page table 64 keys per
-// stage (two stages in flight), masks per row (the row's token selected the
+// stage (two stages in flight; four in the deep kernel of small launches), masks per row (the row's token selected the
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. Small groups put the keys on the
@@ -13,7 +13,8 @@
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
-// finish combines them in share order (one launch); when those CTAs are a
+// finish combines them in share order (one launch; a CTA that computed every
+// share merges at once, without fence or counter); when those CTAs are a
 // cluster (p.cluster, one share each) the partials stay in shared memory and
 // the cluster merges them (kvc_merge.cuh). On sm_90a, where a stage is whole
 // page boxes (fsa_kvc_tma_fits), the stages arrive by tensor-map copies into
