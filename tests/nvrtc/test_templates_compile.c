@@ -239,9 +239,9 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
     /* The compressed selection on sm_90a: its default variant where its ring is on mbarriers. */
-    char sv[2] = "0";
+    char sv[4] = "0";
     if (strstr(t->text, "{{SEL_VARIANT}}") && strcmp(target, "sm_90a") == 0 && fsa_cmp_sel_mbar(atoi(wg), atoi(v->d)))
-        sv[0] = (char)('0' + FSA_CMP_SEL_VARIANT_DEFAULT);
+        snprintf(sv, sizeof sv, "%d", FSA_CMP_SEL_VARIANT_DEFAULT); /* (as kernels.c writes it: up to 15) */
     int sv_given = 0;
     for (size_t i = 0; i < n_extra; i++) sv_given |= strcmp(extra[i].name, "SEL_VARIANT") == 0;
     if (strstr(t->text, "{{SEL_VARIANT}}") && !sv_given) params[n++] = (fsa_param){"SEL_VARIANT", sv, "sv"};
