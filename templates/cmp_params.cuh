@@ -112,13 +112,16 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * (fsa_mbarrier.cuh) and the `groups` consumer warpgroups only compute;
  * registers move from the producer to the consumers (setmaxnreg): 160 with
  * three consumers (no spills at G 1 and 2), 112 with four
- * (fsa_cmp_sel_ws_consumer_regs). */
+ * (fsa_cmp_sel_ws_consumer_regs: the spread lists fit; G 1 and 2 spill 96-108
+ * bytes). Four consumers and the producer measured 2-8% faster than four
+ * warpgroups that copy (the most at G >= 4), three consumers slower
+ * (bench/NOTES.md, "csel"). */
 #define FSA_CMP_SEL_SPREAD 1
 #define FSA_CMP_SEL_FOUR 2
 #define FSA_CMP_SEL_FOUR_SMALL_G 4
 #define FSA_CMP_SEL_WS 8
 #define FSA_CMP_SEL_VARIANT_MAX 15
-#define FSA_CMP_SEL_VARIANT_DEFAULT 7 /* measured fastest (bench/NOTES.md, "thresh" and "sel4") */
+#define FSA_CMP_SEL_VARIANT_DEFAULT 15 /* measured fastest (bench/NOTES.md, "thresh", "sel4" and "csel") */
 FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;

@@ -21,6 +21,9 @@
 // lists merge across lanes. Every sum runs in a fixed order: the result does
 // not depend on scheduling, and equal scores stay equal, so ties go to the
 // lower block.
+// With FSA_CMP_SEL_WS (the default where the ring is on mbarriers) the
+// CTA's last warpgroup is a producer that alone copies the K stages into a
+// ProducerRing and gives its registers to the others, which only compute.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
 #include "cmp_sel_spread.cuh"
