@@ -113,8 +113,8 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * registers move from the producer to the consumers (setmaxnreg): 160 with
  * three consumers (no spills at G 1 and 2), 112 with four
  * (fsa_cmp_sel_ws_consumer_regs: the spread lists fit; G 1 and 2 spill 96-108
- * bytes). Four consumers and the producer measured 2-8% faster than four
- * warpgroups that copy (the most at G >= 4), three consumers slower
+ * bytes). Four consumers and the producer measured 1-8% faster than four
+ * warpgroups that copy (6-8% at G >= 4), three consumers slower
  * (bench/NOTES.md, "csel"). */
 #define FSA_CMP_SEL_SPREAD 1
 #define FSA_CMP_SEL_FOUR 2

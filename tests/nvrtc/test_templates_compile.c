@@ -354,13 +354,14 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
         }
 }
 
-/* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4; 7, the
- * default: also four at G 1 and 2, whose spill is justified above; 4 to 6 combine the same bits) compile
- * for sm_90a at the standard shape, G 1, 4 and 16, without other spills. */
+/* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4; 7: also
+ * four at G 1 and 2, whose spill is justified above; 9: a producer warpgroup and three consumers; 15, the
+ * default: the producer and four consumers, G 1's spill justified above; the other values combine the same
+ * bits) compile for sm_90a at the standard shape, G 1, 4 and 16, without other spills. */
 static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
-    static const char *gs[] = {"1", "4", "16"}, *svs[] = {"0", "1", "2", "3", "7"};
+    static const char *gs[] = {"1", "4", "16"}, *svs[] = {"0", "1", "2", "3", "7", "9", "15"};
     int used[N_JUSTIFIED + 1] = {0};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = 0; j < sizeof svs / sizeof svs[0]; j++) {
