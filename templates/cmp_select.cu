@@ -336,11 +336,9 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
         }
         // Stage j's K tile, once every thread's copies of it have landed.
         auto acquire = [&](int j) -> u32 {
-            if constexpr (WS) {
-                pring.wait(j);
-                return ks + (u32)((unsigned)j % 3) * K_STAGE;
-            } else if constexpr (MBAR) {
-                mring.wait(j);
+            if constexpr (MBAR) {
+                if constexpr (WS) pring.wait(j);
+                else mring.wait(j);
                 return ks + (u32)((unsigned)j % 3) * K_STAGE;
             } else {
                 return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
