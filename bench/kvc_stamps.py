@@ -1,22 +1,43 @@
 #!/usr/bin/env python3
 """Where a paged-cache call's time goes, from `fsa-bench --decode --stamps FILE`.
 
-Each line of FILE is one CTA of one call: "rec L B G q_len mode index" and the
-FSA_KVC_STAMP_WORDS words of templates/kvc_params.cuh (the word indices
-below follow its enum). Per row (L, B, G, q_len, selection) it prints the
-kernel's span (first CTA entry to last exit, %globaltimer), how the CTAs fill
+Each line of FILE is one call: "call L B G q_len mode N" and the first N
+words of the stamp buffer, records of FSA_KVC_STAMP_WORDS words each (the
+layout is read from templates/kvc_params.cuh). Per row (L, B, G, q_len,
+selection) it prints the kernel's span (first CTA entry to last exit, %globaltimer), how the CTAs fill
 it (starts, lengths, CTAs alive per SM), and the mean length of each phase of
 a CTA with a tile (clock64 cycles, turned into ns by each CTA's own ratio of
 cycles to %globaltimer ns). Usage: kvc_stamps.py FILE [FILE...]
 """
 import collections
 import gzip
+import re
 import statistics
 import sys
+from pathlib import Path
 
-FLAGS, SMID, T_ENTRY, T_END, C_ENTRY, C_TILE, C_SEL, C_UNION, C_PAGES, C_MERGE, C_END, SHARES, WAIT, STAGES, C_QREADY = range(15)
-C_QISSUE, C_S0_FACTORS, C_S0_ITEMS = 36, 37, 38
-SHARE0, PER_SHARE, MAX_SHARES = 16, 5, 4
+
+def stamp_layout(header):
+    """The record layout from templates/kvc_params.cuh: FSA_KVC_STAMP_* and
+    FSA_KVC_ST_* (enum entries count up from the last explicit value)."""
+    text = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
+    lay = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define FSA_KVC_(STAMP_\w+|ST_\w+)\s+(\d+)", text)}
+    body = re.search(r"enum\s*\{([^}]*FSA_KVC_ST_[^}]*)\}", text).group(1)
+    value = -1
+    for entry in filter(None, (e.strip() for e in body.split(","))):
+        name, _, given = (x.strip() for x in entry.partition("="))
+        value = int(given) if given else value + 1
+        lay[name[len("FSA_KVC_"):]] = value
+    return lay
+
+
+LAY = stamp_layout(Path(__file__).resolve().parents[1] / "templates" / "kvc_params.cuh")
+WORDS = LAY["STAMP_WORDS"]
+(FLAGS, SMID, T_ENTRY, T_END, C_ENTRY, C_TILE, C_SEL, C_UNION, C_PAGES, C_MERGE, C_END, SHARES, WAIT, STAGES,
+ C_QREADY, C_QISSUE, C_S0_FACTORS, C_S0_ITEMS, SHARE0) = (LAY["ST_" + n] for n in (
+    "FLAGS", "SMID", "T_ENTRY", "T_END", "C_ENTRY", "C_TILE", "C_SEL", "C_UNION", "C_PAGES", "C_MERGE", "C_END",
+    "SHARES", "WAIT", "STAGES", "C_QREADY", "C_QISSUE", "C_S0_FACTORS", "C_S0_ITEMS", "SHARE0"))
+PER_SHARE, MAX_SHARES = LAY["ST_PER_SHARE"], LAY["ST_MAX_SHARES"]
 MODES = {0: "-", 1: "shared", 2: "indep"}
 
 
@@ -117,10 +138,12 @@ def main():
     for fn in sys.argv[1:]:
         for line in (gzip.open(fn, 'rt') if fn.endswith('.gz') else open(fn)):
             f = line.split()
-            if not f or f[0] != "rec":
+            if not f or f[0] != "call":
                 continue
-            key = tuple(int(x) for x in f[1:6])
-            rows.setdefault(key, []).append([int(x) for x in f[7:]])
+            key, n = tuple(int(x) for x in f[1:6]), int(f[6])
+            words = [int(x) for x in f[7:7 + n]]
+            recs = [words[i:i + WORDS] for i in range(0, n, WORDS)]
+            rows.setdefault(key, []).extend(r + [0] * (WORDS - len(r)) for r in recs if r[FLAGS])
     for key, recs in rows.items():
         report(key, recs)
 

@@ -62,7 +62,7 @@ typedef struct fsa_kvc_params {
 #define FSA_KVC_KERNEL_EXPERIMENT_SHIFT 3
 
 /* Per-CTA phase stamps of a debug build of the kernel (FSA_KVC_STAMPS at plan
- * creation: the device address of a zeroed buffer of FSA_KVC_STAMP_CTAS records;
+ * creation: ADDRESS:BYTES of a zeroed device buffer of FSA_KVC_STAMP_CTAS records;
  * the normal kernels compile none of it). Record blockIdx.y * gridDim.x +
  * blockIdx.x, words: */
 #define FSA_KVC_STAMP_CTAS 16384

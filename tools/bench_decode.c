@@ -25,7 +25,6 @@
 #include "fsa.h"
 
 #include "bench_cuda.h"
-#include "kvc_params.cuh" /* --stamps: the kernel's stamp record (a debug aid beside the public API) */
 #include "tool_args.h"
 
 #include <getopt.h>
@@ -42,6 +41,10 @@
 #define FSA(call) BENCH_FSA("--decode", call)
 
 enum { HQ = 32, D = 128, PAGE = 64 };
+
+/* --stamps: the buffer handed to the stamped kernel; the library refuses a
+ * plan whose kernel would write more (FSA_KVC_STAMPS is ADDRESS:BYTES). */
+#define STAMP_BUFFER_BYTES ((size_t)8 << 20)
 
 #define DEC_MAX_LIST 16 /* values of -L, -B or -G; more is a usage error */
 
@@ -266,25 +269,25 @@ static double time_call(const bench_env *env, const fsa_kvcache_plan *plan, cons
     return med;
 }
 
-/* --stamps: one call (L2 flushed) of the stamped kernel, its CTAs' records
- * written as lines "rec L B G q_len mode word0 .. word39" (kvc_params.cuh). */
+/* --stamps: one call (L2 flushed) of the stamped kernel; its buffer is written
+ * as one line "call L B G q_len mode WORDS w0 w1 ..." up to the last nonzero
+ * word (bench/kvc_stamps.py splits it into records by the kernel's layout). */
 static void write_stamps(const bench_env *env, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a,
                          const dec_problem *p, int g, int mode)
 {
-    const size_t words = (size_t)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS;
-    unsigned long long *h = malloc(words * 8);
-    CU(cu.MemsetD8Async(env->stamps, 0, words * 8, env->stream));
+    const size_t words = STAMP_BUFFER_BYTES / 8;
+    unsigned long long *h = malloc(STAMP_BUFFER_BYTES);
+    if (h == NULL) return (void)fprintf(stderr, "fsa-bench --decode: out of host memory for the stamps\n");
+    CU(cu.MemsetD8Async(env->stamps, 0, STAMP_BUFFER_BYTES, env->stream));
     CU(cu.MemsetD8Async(env->flush, 1, env->flush_bytes, env->stream));
     FSA(fsa_kvcache_attention(plan, a, env->stream));
     CU(cu.StreamSynchronize(env->stream));
-    CU(cu.MemcpyDtoH(h, env->stamps, words * 8));
-    for (size_t i = 0; i < FSA_KVC_STAMP_CTAS; i++) {
-        const unsigned long long *r = h + i * FSA_KVC_STAMP_WORDS;
-        if (r[FSA_KVC_ST_FLAGS] == 0) continue;
-        fprintf(env->stamps_file, "rec %d %d %d %d %d %zu", p->L, p->B, g, p->q_len, mode, i);
-        for (int w = 0; w < FSA_KVC_STAMP_WORDS; w++) fprintf(env->stamps_file, " %llu", r[w]);
-        fputc('\n', env->stamps_file);
-    }
+    CU(cu.MemcpyDtoH(h, env->stamps, STAMP_BUFFER_BYTES));
+    size_t n = words;
+    while (n > 0 && h[n - 1] == 0) n--;
+    fprintf(env->stamps_file, "call %d %d %d %d %d %zu", p->L, p->B, g, p->q_len, mode, n);
+    for (size_t i = 0; i < n; i++) fprintf(env->stamps_file, " %llu", h[i]);
+    fputc('\n', env->stamps_file);
     fflush(env->stamps_file);
     free(h);
 }
@@ -525,10 +528,10 @@ int fsa_bench_decode(int argc, char **argv)
     env.stamps = 0;
     env.stamps_file = NULL;
     if (o.stamps) {
-        /* The plans made from here on take the stamped kernel (kvcache.c reads the address). */
-        CU(cu.MemAlloc(&env.stamps, (size_t)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS * 8));
-        char addr[32];
-        snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)env.stamps);
+        /* The plans made from here on take the stamped kernel (kvcache.c reads the buffer's address and size). */
+        CU(cu.MemAlloc(&env.stamps, STAMP_BUFFER_BYTES));
+        char addr[64];
+        snprintf(addr, sizeof addr, "0x%llx:%llu", (unsigned long long)env.stamps, (unsigned long long)STAMP_BUFFER_BYTES);
         setenv("FSA_KVC_STAMPS", addr, 1);
         env.stamps_file = fopen(o.stamps, "w");
         if (env.stamps_file == NULL) return fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps), 1;

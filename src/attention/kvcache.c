@@ -131,9 +131,18 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tma = tma_wanted(ctx, desc);
     plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
     /* Debug: the kernel variant that writes per-CTA phase stamps (kvc_stamps.cuh) into the
-     * device buffer whose address FSA_KVC_STAMPS holds (tensor-map kernels only). */
+     * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only). */
     const char *stamps = getenv("FSA_KVC_STAMPS");
-    plan->stamps = stamps != NULL && plan->tma ? strtoull(stamps, NULL, 0) : 0;
+    if (stamps != NULL && plan->tma) {
+        char *end = NULL;
+        plan->stamps = strtoull(stamps, &end, 0);
+        const unsigned long long bytes = *end == ':' ? strtoull(end + 1, NULL, 0) : 0;
+        const unsigned long long need = (unsigned long long)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS * 8;
+        if (plan->stamps == 0 || bytes < need)
+            FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE,
+                     "FSA_KVC_STAMPS=%s: want ADDRESS:BYTES of a zeroed device buffer of at least %llu bytes",
+                     stamps, need);
+    }
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
     plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 1 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */

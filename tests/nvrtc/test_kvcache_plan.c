@@ -4,6 +4,7 @@
  * with good arguments gets as far as needing a device. */
 #include "testing.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static fsa_context *g_ctx;
@@ -61,6 +62,20 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     }
     assert_int_equal(fsa_kvcache_plan_create(NULL, g_ctx, &d), FSA_STATUS_NULL_POINTER);
     fsa_kvcache_plan_destroy(NULL);
+}
+
+/* The stamped debug kernel writes FSA_KVC_STAMP_CTAS records: a plan refuses a
+ * buffer that is not named with its size, or is named too small. */
+static void test_a_stamp_buffer_too_small_for_the_records_is_refused(void **state)
+{
+    (void)state;
+    const char *bad[] = {"0x10000", "0x10000:4096", "0:99999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("FSA_KVC_STAMPS", bad[i], 1);
+        expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));
+        assert_non_null(strstr(fsa_last_error_info()->message, "FSA_KVC_STAMPS"));
+    }
+    unsetenv("FSA_KVC_STAMPS");
 }
 
 static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(void **state)
@@ -168,6 +183,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
+        cmocka_unit_test(test_a_stamp_buffer_too_small_for_the_records_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
     };
