@@ -166,6 +166,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
     const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
     plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
+    const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
+    plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) > 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 1;
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
                                        .value_dim = (int)desc->value_dim, .group = plan->group,
@@ -287,7 +289,7 @@ static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
     while (halvings < FSA_BWD_MAX_HALVINGS && work / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
-    return fsa_bwd_item_entries(plan->group, halvings);
+    return fsa_bwd_item_entries(plan->group, halvings) * (plan->bwd_item_rounds > 1 ? plan->bwd_item_rounds : 1);
 }
 
 static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
