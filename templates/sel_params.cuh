@@ -51,6 +51,12 @@ typedef struct fsa_sel_params {
      * work_seg_stride entries per chunk with the chunk's own segment numbers. 0: one chunk. */
     long long index_heads;
     long long work_seg_stride;
+    /* Backward token chunks of one inversion (0 or 1: none): the count and scatter see
+     * num_kv_heads * index_tchunks virtual heads of tc rows, virtual head v holding tokens
+     * (v % index_tchunks) * tc .. of KV head v / index_tchunks (rows past T have no pairs), so
+     * that every token chunk's lists come from one inversion; each chunk is then a head chunk of
+     * that index (index_heads 1). */
+    long long index_tchunks;
 } fsa_sel_params;
 
 #endif

@@ -243,6 +243,8 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
     out->chunk_heads = heads;
     out->index_heads = index_heads;
+    /* Token chunks with more index heads than the call's KV heads: virtual heads (index_heads_for). */
+    out->tchunks = tc < total_tokens && index_heads > heads ? index_heads / plan->desc.num_kv_heads : 1;
     const size_t chunks = (size_t)fsa_index_chunks(out);
     out->n_counts = add_sat(mul_sat((size_t)out->index_heads, (size_t)out->nb_total), 1);
     out->n_chunk = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
@@ -370,8 +372,18 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
-    if (heads >= hkv || tc < total_tokens) return heads;
     if (plan->index_per_chunk) return heads;
+    if (tc < total_tokens) {
+        /* The backward's token chunks of one head: one inversion for every (KV head, token chunk)
+         * when its lists fit beside one chunk's arrays and stay within int32 positions. */
+        if (op != FSA_OP_BWD || heads != 1) return heads;
+        const int64_t n = (total_tokens + tc - 1) / tc;
+        if (n > INT32_MAX / hkv || (int64_t)hkv * n * tc > (INT32_MAX - 1) / plan->desc.top_k) return heads;
+        const int v = hkv * (int)n;
+        return total(plan, total_tokens, batch, heads, v, tc, order) <= layout_budget(plan, op, total_tokens) ? v
+                                                                                                           : heads;
+    }
+    if (heads >= hkv) return heads;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
     for (int g = hkv; g > heads; g--)
         if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;

@@ -44,9 +44,13 @@ struct fsa_plan {
  * index once for every KV head (index_heads = Hkv): each chunk's launches
  * then read their part of it (fsa_params_index_chunk), with work items
  * numbered per chunk. Otherwise every chunk inverts its own (index_heads =
- * chunk_heads). */
+ * chunk_heads). The backward's token chunks (of one KV head each) do the same
+ * with virtual heads: one inversion for every (KV head, token chunk), each
+ * chunk's launches reading their part as a head chunk's (tchunks > 1). */
 typedef struct fsa_index_layout {
     int64_t nb_total;  /* block ids per KV head */
+    int tchunks;       /* backward token chunks of one head that one inversion covers (1: each its own);
+                          then index_heads counts (KV head, token chunk) pairs: sel_params.cuh */
     int index_heads;   /* KV heads one inversion covers */
     int chunk_heads;   /* KV heads of one chunk's launches; divides index_heads */
     size_t n_counts;   /* entries of counts and offsets: index_heads * nb_total + 1 */

@@ -78,8 +78,8 @@ static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream str
 /* One head chunk: per token chunk the index inversion and delta (unless the
  * call made them for a group of chunks at once), the main kernel, dq and the
  * sum of split blocks' dK/dV; then dk and dv. */
-static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, fsa_sel_params *p,
-                            CUstream stream)
+static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, int vhead0,
+                            fsa_sel_params *head, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
@@ -94,14 +94,18 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
     if (!l->dkv_direct) FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
+    fsa_sel_params chunk;
+    fsa_sel_params *p = &chunk;
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
+        *p = *head;
+        /* Token chunks of one inversion: this chunk's part is virtual head vhead0 + its number
+         * (the mask's rows are tc apart: moved before tc becomes the chunk's). */
+        if (vhead0 >= 0) fsa_params_index_chunk(p, &l->index, vhead0 + t0 / tc);
         p->t0 = t0;
         p->tc = cur;
-        if (invert) {
-            FSA_CHECK(run_index(plan, l, ws, p, stream));
-            FSA_CHECK(run_prep(plan, p, stream));
-        }
+        if (invert) FSA_CHECK(run_index(plan, l, ws, p, stream));
+        if (invert || vhead0 >= 0) FSA_CHECK(run_prep(plan, p, stream));
         const uint64_t q_rows = (uint64_t)(cur * hq);
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_segs) *
                                (uint64_t)p->key_slices;
@@ -126,7 +130,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
     }
     if (!l->dkv_direct)
         FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
-                             stream, p));
+                             stream, head));
 cleanup:
     return st;
 }
@@ -144,6 +148,23 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     const fsa_index_layout *ix = &c->layout.index;
     const int shared = fsa_index_chunks(ix) > 1;
     const uint64_t ws = c->a.workspace;
+    const int nsa = v->order == FSA_ALGORITHM_NSA;
+    if (ix->tchunks > 1) {
+        /* Token chunks of one KV head each: one inversion of every (KV head, token chunk) as
+         * virtual heads of tc rows, then each head's chunks on their parts of it. */
+        fsa_sel_params ip = all;
+        ip.num_kv_heads = (long long)plan->desc.num_kv_heads * ix->tchunks;
+        ip.index_tchunks = ix->tchunks;
+        ip.t0 = 0;
+        ip.tc = c->tc;
+        FSA_CHECK(run_index(plan, &c->layout, ws, &ip, stream));
+        for (int h = 0; h < plan->desc.num_kv_heads; h++) {
+            fsa_params_heads(&p, &all, plan->group, h, 1);
+            p.tc = c->tc;
+            FSA_CHECK(run_heads(c, plan, nsa, 0, h * ix->tchunks, &p, stream));
+        }
+        goto cleanup;
+    }
     for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
         fsa_sel_params gp;
         fsa_params_index_group(&gp, &all, plan->group, ix, g0);
@@ -157,7 +178,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         }
         for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
             fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
-            FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !shared, &p, stream));
+            FSA_CHECK(run_heads(c, plan, nsa, !shared, -1, &p, stream));
         }
     }
 cleanup:
