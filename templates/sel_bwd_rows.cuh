@@ -138,11 +138,26 @@ __device__ __forceinline__ void dkv_store_f32(float *row, const float acc[N][4],
     }
 }
 
+// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, plus what
+// the fp32 row `acc` holds, out in the dtype: the last token chunk's step,
+// the bits of adding into the accumulator and converting it afterwards.
+template <class DT, int N>
+__device__ __forceinline__ void dkv_store_acc_out(u16 *row, const float *acc, const float a[N][4], int half, int lane,
+                                                  float scale) {
+#pragma unroll
+    for (int dn = 0; dn < N; dn++) {
+        const float2 s = *(const float2 *)(acc + dn * 8 + 2 * (lane & 3));
+        *(u32 *)(row + dn * 8 + 2 * (lane & 3)) =
+            DT::pack(a[dn][2 * half] * scale + s.x, a[dn][2 * half + 1] * scale + s.y);
+    }
+}
+
 // dK and dV of this warp's 16 keys (rows key_lo and key_lo + 8 of the slice;
 // accumulators of DPK and DPV columns from column d0k / d0v): straight out
 // as dk and dv (a chunk of every token, p.dkv_acc == 0), into the accumulator
-// ([T, Hkv] rows of dK then dV), or a partial (BK rows of dK, then BK rows of
-// dV) when the list has several items.
+// ([T, Hkv] rows of dK then dV; the last token chunk: added to it and out as
+// dk and dv), or a partial (BK rows of dK, then BK rows of dV) when the list
+// has several items.
 template <class DT, int D, int DV, int BK, int KS, int DPK, int DPV>
 __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const BwdItem &it, long long kb0, int nk,
                                                int slice, int key_lo, int lane, float scale, int d0k, int d0v,
@@ -167,6 +182,13 @@ __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const Bw
         if (out) {
             dkv_store_out<DT, DPK / 8>(view_row<u16>(p.dk, kb0 + r, it.h) + d0k, dk, half, lane, scale);
             dkv_store_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, dv, half, lane, 1.f);
+            continue;
+        }
+        if (it.n_items == 1 && bwd_last_token_chunk(p)) {
+            dkv_store_acc_out<DT, DPK / 8>(view_row<u16>(p.dk, kb0 + r, it.h) + d0k, k_base + r * k_stride + d0k, dk,
+                                           half, lane, scale);
+            dkv_store_acc_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, v_base + r * v_stride + d0v, dv,
+                                           half, lane, 1.f);
             continue;
         }
         dkv_store_f32<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, it.n_items == 1);

@@ -88,7 +88,6 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_load(&k->sums, FSA_K_BWD_SUMS, ctx, c));
     if (plan->bwd_nsa_available) FSA_CHECK(fsa_kernel_load(&k->dq_nsa, FSA_K_BWD_DQ_NSA, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_sum, FSA_K_BWD_DKV_SUM, ctx, c));
-    FSA_CHECK(fsa_kernel_load(&k->dkv_store, FSA_K_BWD_DKV_STORE, ctx, c));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->bwd_grid, ctx, &k->main));
 cleanup:
     return st;

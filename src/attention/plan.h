@@ -14,7 +14,7 @@ typedef struct fsa_fwd_kernels {
 } fsa_fwd_kernels;
 
 typedef struct fsa_bwd_kernels {
-    fsa_kernel count, scatter, sort, prep, main, main_kv, sums, dq_nsa, dkv_sum, dkv_store;
+    fsa_kernel count, scatter, sort, prep, main, main_kv, sums, dq_nsa, dkv_sum;
 } fsa_bwd_kernels;
 
 struct fsa_plan {

@@ -128,9 +128,6 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
                                  stream, p));
         }
     }
-    if (!l->dkv_direct)
-        FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
-                             stream, head));
 cleanup:
     return st;
 }
