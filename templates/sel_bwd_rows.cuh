@@ -52,7 +52,7 @@ __device__ __forceinline__ float2 bwd_row_stats(const fsa_sel_params &p, int v, 
     const long long tl = fsa_entry_token(v), t = p.t0 + tl;
     const int qh = h * G + g;
     return make_float2(((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                       ((const float *)p.delta)[(long long)qh * p.tc + tl]);
+                       ((const float *)p.delta)[(long long)qh * bwd_delta_stride(p) + tl]);
 }
 // Both (ok false: padding).
 template <int G>

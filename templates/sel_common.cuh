@@ -58,6 +58,11 @@ __device__ __forceinline__ long long pair_index(const fsa_sel_params &p, int h, 
     return ((long long)h * p.tc + tl) * p.top_k + slot;
 }
 
+// Backward: floats between delta's query-head rows.
+__device__ __forceinline__ long long bwd_delta_stride(const fsa_sel_params &p) {
+    return p.delta_stride ? p.delta_stride : p.tc;
+}
+
 // Backward: the launch of a token chunk that ends the call's tokens. With the
 // fp32 dK/dV accumulator, its main kernel and sums add their last terms to the
 // accumulator's rows and write them out as dk and dv (the bits of adding, then

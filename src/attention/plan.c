@@ -166,7 +166,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
     plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
     const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
-    plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) > 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 1;
+    plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) >= 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 0;
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
                                        .value_dim = (int)desc->value_dim, .group = plan->group,
@@ -282,15 +282,17 @@ static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t 
  * longest lists then made the tail; bench/NOTES.md. Long lists take items of
  * up to a few times this: fsa_bwd_list_item_entries.) Counted over every KV head, so that a
  * chunk of fewer heads splits each list as a call of all heads does (the same
- * dK/dV sums, bit for bit). */
-static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
+ * dK/dV sums, bit for bit). `rounds` times that where there are still 2 waves of
+ * items (token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS). */
+static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc, int rounds)
 {
     const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
                          (plan->desc.block_size / plan->config.bwd_keys);
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
     while (halvings < FSA_BWD_MAX_HALVINGS && work / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
-    return fsa_bwd_item_entries(plan->group, halvings) * (plan->bwd_item_rounds > 1 ? plan->bwd_item_rounds : 1);
+    const int e = fsa_bwd_item_entries(plan->group, halvings);
+    return halvings == 0 && work / ((int64_t)e * rounds) >= 2 * grid ? e * rounds : e;
 }
 
 static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
@@ -301,7 +303,11 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    out->item_entries = bwd_entries_per_item(plan, tc);
+    /* Token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times (FSA_BWD_ITEM_ROUNDS, for measuring: that
+     * many times for every call). */
+    const int rounds = plan->bwd_item_rounds ? plan->bwd_item_rounds
+                                             : tc < total_tokens ? FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS : 1;
+    out->item_entries = bwd_entries_per_item(plan, tc, rounds);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;

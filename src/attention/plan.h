@@ -29,7 +29,7 @@ struct fsa_plan {
     int fwd_wg;           /* the FSA-order main kernel on warpgroup products (sel_fwd_main_wg.cu) */
     int bwd_wg;           /* the FSA-order backward main kernel on warpgroup products (sel_bwd_main_wg.cu) */
     int index_per_chunk;  /* FSA_INDEX_ONCE=0: each head chunk inverts its own index (0: chunks may share one) */
-    int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measurement only): backward item entries times this (default 1) */
+    int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measuring): every backward's item entries times this; 0: unset */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */

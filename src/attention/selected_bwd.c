@@ -1,12 +1,14 @@
 /* Backward launch sequence. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured.
  * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
- * per token chunk: index inversion with lists sorted by token (once for every
- * head when the head chunks take every token), delta, the
+ * per token chunk: index inversion with lists sorted by token and delta (once
+ * for every head when the head chunks take every token, once for every head
+ * and token chunk when the chunks are token chunks of one head), the
  * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
  * main kernel's per-pair rows, in one grid with the sums of split blocks' dK/dV
- * partials; NSA order: one token-major kernel, then those sums); then the head chunk's dk and dv once from
- * the fp32 accumulator (a chunk of every token writes them directly). */
+ * partials; NSA order: one token-major kernel, then those sums). Token chunks
+ * add dK/dV into an fp32 accumulator, whose rows the last token chunk's
+ * launches write out as dk and dv (a chunk of every token writes them directly). */
 #include "launch.h"
 #include "tuning.h"
 #include "base/status_internal.h"
@@ -76,8 +78,9 @@ static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream str
 }
 
 /* One head chunk: per token chunk the index inversion and delta (unless the
- * call made them for a group of chunks at once), the main kernel, dq and the
- * sum of split blocks' dK/dV; then dk and dv. */
+ * call made them for a group of chunks at once: vhead0 >= 0 for token chunks
+ * of one inversion, whose first is virtual head vhead0), the main kernel, dq
+ * and the sum of split blocks' dK/dV (the last token chunk's writes dk and dv). */
 static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, int vhead0,
                             fsa_sel_params *head, CUstream stream)
 {
@@ -100,12 +103,20 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
         *p = *head;
         /* Token chunks of one inversion: this chunk's part is virtual head vhead0 + its number
-         * (the mask's rows are tc apart: moved before tc becomes the chunk's). */
-        if (vhead0 >= 0) fsa_params_index_chunk(p, &l->index, vhead0 + t0 / tc);
+         * (the mask's rows are tc apart: moved before tc becomes the chunk's), its work counters,
+         * and delta [Hq, T] of every token from the chunk's first on. */
+        if (vhead0 >= 0) {
+            const long long vh = vhead0 + t0 / tc;
+            fsa_params_index_chunk(p, &l->index, vh);
+            p->work_next += vh * 2 * 4;
+            p->delta += (p->delta_stride * hq * (vhead0 / l->index.tchunks) + t0) * 4;
+        }
         p->t0 = t0;
         p->tc = cur;
-        if (invert) FSA_CHECK(run_index(plan, l, ws, p, stream));
-        if (invert || vhead0 >= 0) FSA_CHECK(run_prep(plan, p, stream));
+        if (invert) {
+            FSA_CHECK(run_index(plan, l, ws, p, stream));
+            FSA_CHECK(run_prep(plan, p, stream));
+        }
         const uint64_t q_rows = (uint64_t)(cur * hq);
         const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_segs) *
                                (uint64_t)p->key_slices;
@@ -155,6 +166,14 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         ip.t0 = 0;
         ip.tc = c->tc;
         FSA_CHECK(run_index(plan, &c->layout, ws, &ip, stream));
+        /* delta of every head and token at once ([Hq, T]); the chunks' work counters zeroed. */
+        all.t0 = 0;
+        all.tc = c->a.total_tokens;
+        FSA_CHECK(run_prep(plan, &all, stream));
+        FSA_CHECK_CU(plan->ctx->cu,
+                     plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix), stream),
+                     "launch memset");
+        all.delta_stride = c->a.total_tokens;
         for (int h = 0; h < plan->desc.num_kv_heads; h++) {
             fsa_params_heads(&p, &all, plan->group, h, 1);
             p.tc = c->tc;
