@@ -288,7 +288,8 @@ static void test_token_chunks_of_the_standard_problem_share_one_index(void **sta
     /* At T = 65536 and G 8 / 16 the default cap leaves room for one KV head's dq rows of 32768 /
      * 21846 tokens: 2 / 3 token chunks per head, all of them read from one inversion (8 / 6 virtual
      * heads), which costs a few MB beside the chunk's arrays; FSA_INDEX_ONCE=0 chunks alike. Token
-     * chunks take items of twice the entries (fewer dK/dV partials: the 3 chunks fit at G 16). */
+     * chunks take items of FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times the entries (fewer dK/dV partials:
+     * the 3 chunks fit at G 16). */
     const int64_t T = 65536, nb = T / 64 + 2;
     for (int g = 8; g <= 16; g *= 2) {
         fsa_plan p;
