@@ -106,12 +106,22 @@ FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wg
  * 16 too, where each lane keeps whole lists (about 160 registers with three
  * warpgroups): at 128 they spill 88 / 96 bytes per thread (stores and loads,
  * L1-resident), which costs less than the fourth warpgroup gains (bench/
- * NOTES.md, "sel4"). Larger lists (top-k over 16) or G 3 spill far more. */
+ * NOTES.md, "sel4"). Larger lists (top-k over 16) or G 3 spill far more;
+ * FSA_CMP_SEL_WS: warp-specialized, a producer warpgroup (the CTA's last,
+ * fsa_cmp_sel_producer) alone copies the K stages into a ProducerRing
+ * (fsa_mbarrier.cuh) and the `groups` consumer warpgroups only compute;
+ * registers move from the producer to the consumers (setmaxnreg): 160 with
+ * three consumers (no spills at G 1 and 2), 112 with four
+ * (fsa_cmp_sel_ws_consumer_regs: the spread lists fit; G 1 and 2 spill 96-108
+ * bytes). Four consumers and the producer measured 1-8% faster than four
+ * warpgroups that copy (6-8% at G >= 4), three consumers slower
+ * (bench/NOTES.md, "csel"). */
 #define FSA_CMP_SEL_SPREAD 1
 #define FSA_CMP_SEL_FOUR 2
 #define FSA_CMP_SEL_FOUR_SMALL_G 4
-#define FSA_CMP_SEL_VARIANT_MAX 7
-#define FSA_CMP_SEL_VARIANT_DEFAULT 7 /* measured fastest (bench/NOTES.md, "thresh" and "sel4") */
+#define FSA_CMP_SEL_WS 8
+#define FSA_CMP_SEL_VARIANT_MAX 15
+#define FSA_CMP_SEL_VARIANT_DEFAULT 15 /* measured fastest (bench/NOTES.md, "thresh", "sel4" and "csel") */
 FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int variant)
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
@@ -123,6 +133,23 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int varian
 #define FSA_CMP_SEL_WG_BARS 48
 FSA_LAYOUT_FN int fsa_cmp_sel_warps(int groups) { return groups ? 4 * groups : FSA_QT_WARPS; }
 FSA_LAYOUT_FN int fsa_cmp_sel_threads(int groups) { return 32 * fsa_cmp_sel_warps(groups); }
+/* FSA_CMP_SEL_WS: a producer warpgroup after the `groups` consumers (the
+ * warpgroup kernel only); the CTA's threads at launch. */
+FSA_LAYOUT_FN int fsa_cmp_sel_producer(int groups, int variant) { return groups && (variant & FSA_CMP_SEL_WS) ? 1 : 0; }
+FSA_LAYOUT_FN int fsa_cmp_sel_launch_threads(int groups, int variant)
+{
+    return fsa_cmp_sel_threads(groups) + 128 * fsa_cmp_sel_producer(groups, variant);
+}
+/* The registers of a producer thread and of a consumer thread: the pool the
+ * CTA got at launch (one CTA per SM: 65536 / threads a thread, rounded down
+ * to 8) less the producers' 32 each, over the consumers, rounded down to 8
+ * (setmaxnreg takes multiples of 8). */
+#define FSA_CMP_SEL_WS_PRODUCER_REGS 32
+FSA_LAYOUT_FN int fsa_cmp_sel_ws_consumer_regs(int groups)
+{
+    const int threads = 128 * (groups + 1), pool = threads * (65536 / threads / 8 * 8);
+    return (pool - 128 * FSA_CMP_SEL_WS_PRODUCER_REGS) / (128 * groups) / 8 * 8;
+}
 FSA_LAYOUT_FN int fsa_cmp_sel_q_in_registers(int k) { return k <= 32; }
 FSA_LAYOUT_FN int fsa_cmp_sel_mt(int g, int dk, int k, int groups)
 {

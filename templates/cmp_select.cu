@@ -21,6 +21,9 @@
 // lists merge across lanes. Every sum runs in a fixed order: the result does
 // not depend on scheduling, and equal scores stay equal, so ties go to the
 // lower block.
+// With FSA_CMP_SEL_WS (the default where the ring is on mbarriers) the
+// CTA's last warpgroup is a producer that alone copies the K stages into a
+// ProducerRing and gives its registers to the others, which only compute.
 #include "cmp_common.cuh"
 #include "cmp_sel_blocks.cuh"
 #include "cmp_sel_spread.cuh"
@@ -44,7 +47,10 @@ constexpr int WG = fsa_cmp_sel_groups({{WGMMA}}, DK, K, G, SEL_VARIANT);
 constexpr bool MBAR = WG && fsa_cmp_sel_mbar({{WGMMA}}, DK);  // the warpgroups' K ring on mbarriers
 constexpr int VARIANT = MBAR ? SEL_VARIANT : 0;  // (cmp_params.cuh: FSA_CMP_SEL_*)
 constexpr int WG_STAGES = fsa_cmp_sel_wg_stages(DK);
+// THREADS compute (WARPS warps over the tile's rows); with WS a producer warpgroup after them copies the K stages.
+constexpr bool WS = fsa_cmp_sel_producer(WG, VARIANT) != 0;
 constexpr int THREADS = fsa_cmp_sel_threads(WG), WARPS = fsa_cmp_sel_warps(WG);
+constexpr int LAUNCH_THREADS = fsa_cmp_sel_launch_threads(WG, VARIANT);
 constexpr int KS = FSA_CMP_SEL_KEYS, LDK = fsa_pitch(DK);
 constexpr int R = BK / D;                        // compressed-token starts per block
 constexpr int HALO = fsa_cmp_sel_halo(L, D);     // earlier keys that still overlap a block
@@ -63,7 +69,7 @@ static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, an
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL % CH == 0, "halo, top-k and blocks per stage in range");
 static_assert(S * TWW <= 32 && (S & (S - 1)) == 0, "a warp's tokens times their lanes fit the warp");
 
-extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select(const fsa_cmp_params p) {
+extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp_select(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     // wgmma: the query tile at a 1024-byte boundary, then the K stages; mma.sync: the K stages, then the query rows.
     const u32 base = WG ? (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1) : smem_addr(smem);
@@ -79,6 +85,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
     const CmpKeys keys = cmp_keys(p, tile.seq);
+    const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
+    const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
+    const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
+    const u32 bars = base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG);
+    // FSA_CMP_SEL_WS: the producer warpgroup (the CTA's last) copies every K
+    // stage into the ring (the first `tile_vis` keys, zeros after them, as
+    // RowStream below) and leaves; the consumers wait for a stage on its
+    // `full` mbarrier and release it on its `empty` one.
+    ProducerRing<3> pring;
+    if constexpr (WS) {
+        pring.init(bars, 128, THREADS);
+        __syncthreads();  // the mbarriers are initialized
+        if (warp >= WARPS) {
+            wg_regs_dec<FSA_CMP_SEL_WS_PRODUCER_REGS>();
+            const StridedKeys sk = cmp_strided_keys(p, keys, h, tile_vis);
+            StridedStage<KS, DK, 128> k_stage;
+            k_stage.init(tid - THREADS);
+            pring.produce(
+                n_stages, [&](int j, int buf) { k_stage.load(ks + buf * K_STAGE, sk.k, sk.k_stride, j * KS, sk.limit); },
+                [] { wg_fence_async_smem(); });
+            return;
+        }
+        wg_regs_inc<fsa_cmp_sel_ws_consumer_regs(WS ? WG : 3)>();  // (a constant in every instance)
+    }
 
     // This lane's rows (slot 2m + half: row lo / hi of set m): keys seen, and
     // lse in base 2 to normalize with.
@@ -100,9 +130,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     // Stages every live row sees whole need no mask (rows without a token
     // only feed sums nobody reads).
     const int warp_min_vis = (int)__reduce_min_sync(0xffffffffu, (unsigned)lane_min_vis);
-    const long long last_pos = tile.tok0 + tile.n_tok - 1 - tile.start;
-    const int tile_vis = cmp_visible(last_pos, L, D, keys.count);
-    const int n_stages = (int)((last_pos / BK + 1 + NB - 1) / NB);  // until every causal block is complete
     // This lane's token (token warp * TWW + my_t of the tile), its own block,
     // and its share of the token's blocks (those with c mod S = my_s).
     const int my_t = lane / S, my_s = lane % S;
@@ -125,11 +152,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
     Scorer scorer;
     scorer.init(lane);
 
-    load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
+    // (WS: each consumer warpgroup copies its own 64 query rows and waits for
+    // them alone, with named barrier 1 + its number, before its first products.)
+    if constexpr (WS) {
+        load_query_part_sw128_async<G, DK, 128, 64 * WG, 64>(qs, p.q, tile, h, 64 * (warp >> 2), tid & 127);
+        cp_async_commit();
+    } else {
+        load_query_rows_async<G, DK, LDK, THREADS, 16 * WARPS * MT, WG != 0>(qs, p.q, tile, h);
+    }
     // The sequence's compressed keys of head h; with warpgroups each thread's
     // pieces of a stage are worked out once (a few per thread: 384 threads).
     RowStream<KS, DK, THREADS, true> k_rows;
-    if constexpr (WG != 0) k_rows.init(view_row<const u16>(p.k, keys.start, h), p.k.token_stride, (const u16 *)p.k.ptr);
+    if constexpr (WG != 0 && !WS) k_rows.init(view_row<const u16>(p.k, keys.start, h), p.k.token_stride, (const u16 *)p.k.ptr);
     auto load = [&](int i, int buf) {
         if constexpr (WG != 0) k_rows.load(ks + buf * K_STAGE, i * KS, tile_vis);
         else load_cmp_rows_async<KS, DK, LDK>(ks + buf * K_STAGE, p.k, keys, h, i * KS, tile_vis);
@@ -289,8 +323,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         const auto landed = [] { wg_fence_async_smem(); };
         MbarRing<3> mring;
         AsyncRing<WG_STAGES> ring;
-        if constexpr (MBAR) {
-            mring.init(base + fsa_cmp_sel_smem_bars(DK, G, K, BK, D, WG), THREADS);
+        if constexpr (WS) {
+            cp_async_wait<0>();
+            wg_fence_async_smem();
+            named_bar_sync(1 + (warp >> 2), 128);  // this warpgroup's query rows have landed
+        } else if constexpr (MBAR) {
+            mring.init(bars, THREADS);
             __syncthreads();  // the mbarriers are initialized
             mring.start(n_stages, load, landed);
         } else {
@@ -299,7 +337,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
         // Stage j's K tile, once every thread's copies of it have landed.
         auto acquire = [&](int j) -> u32 {
             if constexpr (MBAR) {
-                mring.wait(j);
+                if constexpr (WS) pring.wait(j);
+                else mring.wait(j);
                 return ks + (u32)((unsigned)j % 3) * K_STAGE;
             } else {
                 return ks + (u32)ring.acquire_then_refill(j, load, landed) * K_STAGE;
@@ -317,7 +356,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
             }
             wg_wait<0>();
             wg_hold<KS / 8>(s[0]);
-            if constexpr (MBAR) mring.release(i);  // this warpgroup's products of stage i are done
+            if constexpr (WS) pring.release(i);  // this thread's products of stage i are done
+            else if constexpr (MBAR) mring.release(i);
             // (A stage no row of the warp sees takes the masked path: all zeros.
             // The probabilities in registers of their own: an instruction
             // other than a product that wrote the accumulators would make
@@ -333,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, WG ? 1 : 2) fsa_cmp_select
                 wg_commit();
             }
             update(i);
-            if constexpr (MBAR) mring.advance(i, load, landed);
+            if constexpr (MBAR && !WS) mring.advance(i, load, landed);
         }
     } else {
         AsyncRing<FSA_QT_STAGES> ring;

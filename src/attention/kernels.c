@@ -124,12 +124,15 @@ static const struct {
     [FSA_K_GATE_BWD] = {FAM_GATE, "fsa_gate_bwd"},
 };
 
-/* The one digit 0 .. max that environment variable `variable` holds, else -1
- * (unset or anything else). */
+/* The one hexadecimal digit 0 .. max (up to 15: a, b, .. or A, B, ..) that
+ * environment variable `variable` holds, else -1 (unset or anything else). */
 static int env_digit(const char *variable, int max)
 {
     const char *env = getenv(variable);
-    return env != NULL && env[0] >= '0' && env[0] <= '0' + max && env[1] == '\0' ? env[0] - '0' : -1;
+    if (env == NULL || env[0] == '\0' || env[1] != '\0') return -1;
+    const char x = env[0];
+    const int v = x >= '0' && x <= '9' ? x - '0' : x >= 'a' && x <= 'f' ? x - 'a' + 10 : x >= 'A' && x <= 'F' ? x - 'A' + 10 : -1;
+    return v <= max ? v : -1;
 }
 
 /* A warpgroup variant: 0 off sm_90a; else the one digit (0 .. max) the
@@ -232,7 +235,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     if (f == FAM_CMP_FWD || f == FAM_CMP_SELECT || f == FAM_SWA_FWD) threads = FSA_QT_THREADS;
     if ((f == FAM_CMP_FWD || f == FAM_SWA_FWD) && c->wgmma) threads = fsa_qt_wg_threads(c->wgmma);
     if (id == FSA_K_CMP_SELECT)
-        threads = fsa_cmp_sel_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant));
+        threads = fsa_cmp_sel_launch_threads(fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant),
+                                             c->cmp_sel_variant);
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;

@@ -95,6 +95,17 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                     assert_int_equal(groups != 0, wgmma && dk % 64 == 0 && k <= 32);
                     if (groups || !fsa_cmp_sel_q_in_registers(k)) assert_int_equal(fsa_cmp_sel_mt(g, dk, k, groups), 1);
                     assert_int_equal(fsa_cmp_sel_threads(groups), groups ? 128 * groups : FSA_QT_THREADS);
+                    /* FSA_CMP_SEL_WS: one producer warpgroup more, and the registers the warpgroups
+                     * trade fit the pool the CTA got at launch (65536 / threads, rounded down to 8). */
+                    const int producer = fsa_cmp_sel_producer(groups, v), launch = fsa_cmp_sel_launch_threads(groups, v);
+                    assert_int_equal(producer, groups && (v & FSA_CMP_SEL_WS));
+                    assert_int_equal(launch, fsa_cmp_sel_threads(groups) + 128 * producer);
+                    if (producer) {
+                        const int regs = fsa_cmp_sel_ws_consumer_regs(groups);
+                        assert_int_equal(regs % 8, 0);
+                        assert_true(regs >= 112 && regs <= 256);
+                        assert_true(128 * FSA_CMP_SEL_WS_PRODUCER_REGS + 128 * groups * regs <= launch * (65536 / launch / 8 * 8));
+                    }
                     assert_true(groups == 0 || groups == 3 ||
                                 (groups == 4 && wgmma == 5 && dk <= 128 &&
                                  (((v & FSA_CMP_SEL_FOUR) && (v & FSA_CMP_SEL_SPREAD) && g >= 4) ||
