@@ -122,10 +122,12 @@ __device__ __forceinline__ void dkv_store_out(u16 *row, const float acc[N][4], i
 }
 
 // Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, into fp32
-// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds.
-template <int N>
-__device__ __forceinline__ void dkv_store_f32(float *row, const float acc[N][4], int half, int lane, float scale,
-                                           bool add) {
+// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds. With
+// `out` (the last token chunk) the sum goes to `out` in the dtype instead:
+// the bits of adding into the accumulator and converting it afterwards.
+template <class DT, int N>
+__device__ __forceinline__ void dkv_store_f32(float *row, u16 *out, const float acc[N][4], int half, int lane,
+                                           float scale, bool add) {
 #pragma unroll
     for (int dn = 0; dn < N; dn++) {
         float2 *at = (float2 *)(row + dn * 8 + 2 * (lane & 3));
@@ -134,21 +136,8 @@ __device__ __forceinline__ void dkv_store_f32(float *row, const float acc[N][4],
             const float2 a = *at;
             v.x += a.x, v.y += a.y;
         }
-        *at = v;
-    }
-}
-
-// Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, plus what
-// the fp32 row `acc` holds, out in the dtype: the last token chunk's step,
-// the bits of adding into the accumulator and converting it afterwards.
-template <class DT, int N>
-__device__ __forceinline__ void dkv_store_acc_out(u16 *row, const float *acc, const float a[N][4], int half, int lane,
-                                                  float scale) {
-#pragma unroll
-    for (int dn = 0; dn < N; dn++) {
-        const float2 s = *(const float2 *)(acc + dn * 8 + 2 * (lane & 3));
-        *(u32 *)(row + dn * 8 + 2 * (lane & 3)) =
-            DT::pack(a[dn][2 * half] * scale + s.x, a[dn][2 * half + 1] * scale + s.y);
+        if (out) *(u32 *)(out + dn * 8 + 2 * (lane & 3)) = DT::pack(v.x, v.y);
+        else *at = v;
     }
 }
 
@@ -184,15 +173,11 @@ __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const Bw
             dkv_store_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, dv, half, lane, 1.f);
             continue;
         }
-        if (it.n_items == 1 && bwd_last_token_chunk(p)) {
-            dkv_store_acc_out<DT, DPK / 8>(view_row<u16>(p.dk, kb0 + r, it.h) + d0k, k_base + r * k_stride + d0k, dk,
-                                           half, lane, scale);
-            dkv_store_acc_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, v_base + r * v_stride + d0v, dv,
-                                           half, lane, 1.f);
-            continue;
-        }
-        dkv_store_f32<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, it.n_items == 1);
-        dkv_store_f32<DPV / 8>(v_base + r * v_stride + d0v, dv, half, lane, 1.f, it.n_items == 1);
+        const bool last = it.n_items == 1 && bwd_last_token_chunk(p);  // the accumulator's row goes out
+        dkv_store_f32<DT, DPK / 8>(k_base + r * k_stride + d0k, last ? view_row<u16>(p.dk, kb0 + r, it.h) + d0k : nullptr,
+                                   dk, half, lane, scale, it.n_items == 1);
+        dkv_store_f32<DT, DPV / 8>(v_base + r * v_stride + d0v, last ? view_row<u16>(p.dv, kb0 + r, it.h) + d0v : nullptr,
+                                   dv, half, lane, 1.f, it.n_items == 1);
     }
 }
 
