@@ -15,7 +15,7 @@ import statistics
 import sys
 
 FLAGS, SMID, T_ENTRY, T_END, C_ENTRY, C_TILE, C_SEL, C_UNION, C_PAGES, C_MERGE, C_END, SHARES, WAIT, STAGES, C_QREADY = range(15)
-C_QISSUE = 36
+C_QISSUE, C_S0_FACTORS, C_S0_ITEMS = 36, 37, 38
 SHARE0, PER_SHARE, MAX_SHARES = 16, 5, 4
 MODES = {0: "-", 1: "shared", 2: "indep"}
 
@@ -87,6 +87,10 @@ def report(key, recs):
                 ph["s0 start->query in registers"] = [ns(r, r[C_QREADY] - r[base]) for r in have]
                 ph["s0 query->stage 0 landed"] = [ns(r, r[base + 1] - r[C_QREADY]) for r in have]
                 continue
+            if n == 0 and k == 3 and any(r[C_S0_ITEMS] for r in have):
+                ph["s0 partial: row factors"] = [ns(r, r[C_S0_FACTORS] - r[base + 3]) for r in have]
+                ph["s0 partial: items (thread 0)"] = [ns(r, r[C_S0_ITEMS] - r[C_S0_FACTORS]) for r in have]
+                ph["s0 partial: fence + barrier"] = [ns(r, r[base + 4] - r[C_S0_ITEMS]) for r in have]
             ph[f"s{n} {nm}"] = [ns(r, r[base + k + 1] - r[base + k]) for r in have]
     last = lambda r: r[SHARE0 + (min(r[SHARES], MAX_SHARES) - 1) * PER_SHARE + 4]
     merging = [r for r in work if r[FLAGS] & 4]

@@ -313,6 +313,18 @@ FSA_LAYOUT_FN int fsa_bwd_dkv_row(int dk, int dv) { return dk + dv; }
 #define FSA_KVC_THREADS (32 * FSA_KVC_WARPS)
 #define FSA_KVC_STAGE_KEYS 64
 #define FSA_KVC_STAGES 2
+/* The deep variant (tensor-map copies only): FSA_KVC_DEEP_STAGES stage buffers,
+ * so a CTA of a small batch (one CTA per SM, its share of up to that many
+ * stages) has all its stages in flight at once instead of two. Its bit in the
+ * kernel's mode (the TMA template value, kvc_params.cuh, whose bit 0 is the
+ * tensor-map copies): FSA_KVC_KERNEL_DEEP. The same math in the same order:
+ * the same bits as the two-stage kernel. */
+#define FSA_KVC_DEEP_STAGES 4
+#define FSA_KVC_KERNEL_DEEP 4
+FSA_LAYOUT_FN int fsa_kvc_mode_stages(int mode)
+{
+    return (mode & 1) && (mode & FSA_KVC_KERNEL_DEEP) ? FSA_KVC_DEEP_STAGES : FSA_KVC_STAGES;
+}
 #define FSA_KVC_MAX_GROUP 64
 /* 16-row tiles per CTA for group size g: room for 4 query tokens of the
  * group (speculative decoding), at most 64 rows. */
@@ -401,7 +413,8 @@ FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int dv, int g, int tma)
 }
 FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
 {
-    return tma ? fsa_kvc_smem_k(dk, dv, g, 1) + FSA_KVC_STAGES * fsa_kvc_k_stride(dk, dv, 1) + fsa_kvc_margin(dk, dv, g, 1)
+    return tma ? fsa_kvc_smem_k(dk, dv, g, 1) + fsa_kvc_mode_stages(tma) * fsa_kvc_k_stride(dk, dv, 1) +
+                     fsa_kvc_margin(dk, dv, g, 1)
                : fsa_kvc_smem_v(dk, dv, g, 0) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, 0);
 }
 /* Where the merge area starts: after the query rows (cp.async), or with
@@ -451,7 +464,7 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
  * six words, a counter. */
 FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma)
 {
-    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * FSA_KVC_STAGES +
+    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * fsa_kvc_mode_stages(tma) +
                        (tma ? FSA_KVC_RUN_PAGES : 2);
     const int words = stream + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 +

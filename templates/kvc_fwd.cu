@@ -4,7 +4,7 @@
 // KV head, so every head of a token and every token of the tile share one
 // load of each K/V block. It forms the sorted union of the blocks its tokens
 // selected, streams its share of them through the page table 64 keys per
-// stage (two stages in flight), masks per row (the row's token selected the
+// stage (two stages in flight; four in the deep kernel of small launches), masks per row (the row's token selected the
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. Small groups put the keys on the
@@ -13,7 +13,8 @@
 // otherwise its shares (a fixed split of the blocks, the plan's) are computed by
 // p.ctas CTAs, each taking a run of them one after another and writing a
 // normalized partial per share, and the last CTA of the (sequence, KV head) to
-// finish combines them in share order (one launch); when those CTAs are a
+// finish combines them in share order (one launch; a CTA that computed every
+// share merges at once, without fence or counter); when those CTAs are a
 // cluster (p.cluster, one share each) the partials stay in shared memory and
 // the cluster merges them (kvc_merge.cuh). On sm_90a, where a stage is whole
 // page boxes (fsa_kvc_tma_fits), the stages arrive by tensor-map copies into
@@ -25,6 +26,7 @@
 #include "fsa_wgmma.cuh"
 #include "kvc_merge.cuh"
 #include "kvc_stamps.cuh"
+#include "kvc_union.cuh"
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
@@ -32,6 +34,11 @@ constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_
               PAGE = {{PAGE_SIZE}};
 constexpr bool TMA = ({{TMA}} & FSA_KVC_KERNEL_TMA) != 0;  // tensor-map copies (the host sets it only where fsa_kvc_tma_fits)
 constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug variant with phase stamps (kvc_stamps.cuh)
+// The deep ring (small batches, one CTA per SM: fsa_kvc_mode_stages): STAGES buffers. A
+// share's epilogue then always merges at the base (the host launches it where a CTA has one
+// share; with more, the next share's stages are issued after the epilogue, not during it).
+constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
+constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
@@ -48,11 +55,11 @@ constexpr u32 TILE16 = TMA ? 16 * 128 : fsa_tile_bytes(16, D), V_TILE16 = TMA ? 
 constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' merge area (floats)
 // The K/V boxes are read once: their L2 lines are the first evicted, so they replace each other
 // instead of what other work left in L2 (a dirty line costs a write-back).
-typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0> Stream;
+typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0, STAGES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(FSA_KVC_STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
+static_assert(STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
               "merge area fits in the K/V buffers");
-static_assert(!TMA || FSA_KVC_STAGES == 2, "a share merges against the first or the last buffer while the next fills the other");
+static_assert(!TMA || STAGES == 2 || DEEP, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Tiles of more than 32 live rows (rte 4: G > 8 with several tokens, e.g. 4
 // speculative tokens at G 16) on tensor-map stages take each stage's 64 keys
@@ -76,14 +83,14 @@ struct ShareLoop {
 // row max and sum for the merge and each row's merge factors, the share loop,
 // the tile counter.
 struct Shared {
-    PagedStreamShared<TMA> stream;  // first: its 8-byte row offsets need no padding
+    PagedStreamShared<TMA, STAGES> stream;  // first: its 8-byte row offsets need no padding
     TileSelection<NC, TPT> sel;
     float ml[WARPS][16][2];
     float rowf[ROWS][WARPS + 2];  // share_row_factors
     ShareLoop loop;
     int counter;
 };
-static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, TMA), "the static shared memory the plan counts");
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, MODE), "the static shared memory the plan counts");
 
 // The token of row r and whether the row holds one (rows past the tile are padding).
 __device__ __forceinline__ bool row_live(int r, int ntok) { return r < TPT * G && r / G < ntok; }
@@ -159,6 +166,35 @@ struct RowMath {
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         wm.put(sm, o, kg, lane);
     }
+    // The share's partial straight from the fragments when the warp holds its
+    // rows' whole share (kge 1): share_row_factors and share_items for one
+    // warp, expression for expression (its factor is exp2(0) = 1 where a key
+    // is visible), so the same bits, without the merge area, its barriers and
+    // its loads. out as share_items calls it; rows past `live` are padding.
+    template <class Out>
+    __device__ __forceinline__ void direct(int rt, int lane, int live, Out out) const {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float lw = sm.row_sum(i);  // every lane (shuffles)
+            const int r = rt * 16 + (lane >> 2) + 8 * i;
+            const float mmax = fmaxf(-FSA_INF, sm.m[i]);
+            float l = 0.f, f = 0.f;
+            if (mmax != -FSA_INF) {
+                f = fast_exp2(sm.m[i] - mmax);
+                l += lw * f;
+            }
+            const float inv = l > 0.f ? 1.f / l : 0.f, lse2 = l > 0.f ? mmax + fast_log2(l) : -FSA_INF;
+            if (r >= live) continue;
+#pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                float2 v = make_float2(0.f, 0.f);
+                v.x += o[j][2 * i] * f;
+                v.y += o[j][2 * i + 1] * f;
+                const float2 acc = lse2 == -FSA_INF ? make_float2(0.f, 0.f) : v;
+                out(r, 8 * j + 2 * (lane & 3), acc.x * inv, acc.y * inv, lse2);
+            }
+        }
+    }
 };
 
 // The same with the keys on the 16-row side (fsa_mma.cuh, "keys on the
@@ -230,6 +266,9 @@ struct KeyMath {
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {
         warp_merge_put_keys(wm, sm, o, kg, lane);
     }
+    // Never called: keys on the 16-row side split every stage over at least two warps.
+    template <class Out>
+    __device__ __forceinline__ void direct(int, int, int, Out) const {}
 };
 
 typedef Pick<KEYS_MAJOR, KeyMath, RowMath>::type Math;
@@ -238,7 +277,7 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 // With the query fragments in registers and values up to 128 wide, up to two
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
 // of two stages allows); four row tiles (G > 8) need more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT < 4 && FSA_KVC_STAGES == 2 ? 3 : 2) : 1)
+extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <= 128 ? (RT < 4 && STAGES == 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const __grid_constant__ fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ Shared sh;
@@ -246,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
     unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
     constexpr u32 K_STRIDE = Stream::K_STRIDE, V_STRIDE = Stream::V_STRIDE;  // between stage buffers
     const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA);
-    const u32 q_s = Q_REGS ? k_s + (FSA_KVC_STAGES - 1) * K_STRIDE : smem_addr(smem);
+    const u32 q_s = Q_REGS ? k_s + (STAGES - 1) * K_STRIDE : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hkv = (int)p.num_kv_heads;
@@ -286,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
             prefetch_l2(view_row<u16>(p.o, t0, h * G));
         } else if (!cluster) {
             prefetch_l2((const float *)p.o_part + (((long long)b * hkv + h) * nsplit + cta * (nsplit / ctas)) * ROWS * DV);
-            prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
+            if (ctas > 1) prefetch_l2((const int *)p.counters + (long long)b * hkv + h);
         }
     }
     const int pos0 = seq_len - span.len + tile * TPT;  // position of token 0 (negative when seqused_k < q_len)
@@ -297,8 +336,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const bool ok = row_live(r, ntok);
         return RowSrc{ok ? view_row<const u16>(p.q, t0 + r / G, h * G + r % G) : (const u16 *)p.q.ptr, ok};
     };
-    if constexpr (TMA) load_tile_sw128_async<ROWS, D, THREADS>(q_s, q_row);  // the rows may fill a swizzled stage
-    else load_tile_async<ROWS, D, LD, THREADS>(q_s, q_row);
+    // Only the rows the math reads (the row tiles of the live rows, rte below; padding rows
+    // inside them zero), and where warp 0 builds the union alone, by the other warps meanwhile.
+    {
+        const bool warp_union = select_union_in_warp<K>(ntok);
+        const int q_tiles = min(RT, ntok * G <= 16 ? 1 : ntok * G <= 32 ? 2 : 4);
+        const int q_pieces = 16 * q_tiles * (D / 8), first = warp_union ? tid - 32 : tid;
+        const int step = warp_union ? THREADS - 32 : THREADS;
+        if (first >= 0)
+#pragma unroll 2
+            for (int i = first; i < q_pieces; i += step) {
+                const int r = i / (D / 8), c = (i - r * (D / 8)) * 8;
+                const RowSrc src = q_row(r);  // the rows may fill a swizzled stage (TMA)
+                cp_async16(q_s + (TMA ? sw128_offset(r, c, ROWS) : (u32)(r * LD + c) * 2), src.ptr + c, src.ok);
+            }
+    }
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
@@ -356,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         in.start(issued);  // without Q_REGS the query rows join stage 0's group
         if (Q_REGS && share == cta * per_cta) {
             // The query group (cp.async stages issued after it may still be in flight).
-            cp_async_wait<TMA ? 0 : FSA_KVC_STAGES - 1>();
+            cp_async_wait<TMA ? 0 : STAGES - 1>();
             if (TMA) wg_fence_async_smem();       // a later page copy overwrites the rows
             __syncthreads();
             if (warp_live || wg_tile)
@@ -402,13 +454,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         // stage landing while this share merges next to its last stage's buffer.
         const int last = in.last_buffer();
         b0 = in.buffer(in.n_stages);
-        issued = TMA && !cluster && share + 1 < loop.end;
+        issued = TMA && !DEEP && !cluster && share + 1 < loop.end;
         if (issued) stream_of(share + 1, b0).issue_first();
 
         // The key groups of each row tile merge in group order; row tile rt's
-        // warps sit together in the merge area.
-        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !cluster, last != 0));
-        math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
+        // warps sit together in the merge area. (kge 1: each warp's rows are
+        // its own; nothing to merge, RowMath::direct.)
+        const bool direct = !KEYS_MAJOR && kge == 1;  // CTA-uniform
+        float *om = (float *)(smem + fsa_kvc_merge_at(D, DV, G, TMA && !DEEP && !cluster, last != 0));
+        if (!direct) math.put(WarpMerge<WARPS, DV, LDO>{om + rt * kge * 16 * LDO, sh.ml + rt * kge}, kg, lane);
         __syncthreads();
         stamp.share(sn, 3);
         // The share loop's values in registers for the stores below (a volatile
@@ -418,8 +472,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         const int e_b = loop.b, e_live = loop.ntok * G, e_items = e_live * (DV / 2);
         const long long e_t0 = loop.t0;
         const long long part = (((long long)e_b * hkv + h) * nsplit + share) * ROWS;
-        share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
-        __syncthreads();
+        if (!direct) share_row_factors<WARPS>(sh.rowf, sh.ml, kge, e_live);
+        if (!direct) __syncthreads();
+        if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_FACTORS);
         // Stores by space (st_global_*, st_shared_*), not generic ones.
         const auto out = [&](int r, int d, float x, float y, float lse2) {
             const long long t = e_t0 + r / G;
@@ -436,9 +491,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
                 if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
             }
         };
+        if (direct) {  // the next share's copies go into buffers every warp finished reading before the barriers
+            if (warp_live || wg_tile) math.direct(rt, lane, e_live, out);
+            stamp.share(sn, 4);
+            continue;
+        }
         if (kge == 4) share_items<4, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else if (kge == 2) share_items<2, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
         else share_items<1, DV, LDO, WARPS, THREADS>(om, sh.rowf, e_items, out);
+        if (sn == 0) stamp.at(FSA_KVC_ST_C_S0_ITEMS);
         if (TMA) wg_fence_async_smem();  // the next share's page copies overwrite the merge area
         __syncthreads();  // the merge area is read before the next share's copies land in it
         stamp.share(sn, 4);
@@ -461,9 +522,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, Q_REGS && DV <= 128 ? (RT 
         stamp.end(per_cta);
         return;
     }
-    // The last CTA of (b, h) to finish merges all shares, in share order.
+    // The last CTA of (b, h) to finish merges all shares, in share order. A
+    // CTA that computed every share itself (ctas 1) merges at once: its own
+    // partial stores are visible to it after the share loop's last CTA
+    // barrier, so no device-wide fence and no counter round trip.
     const long long first_part = ((long long)bb * hkv + h) * nsplit * ROWS;
-    if (finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
+    if (ctas == 1 || finish_share(&sh.counter, (int *)p.counters + (long long)bb * hkv + h, ctas)) {
         stamp.at(FSA_KVC_ST_C_MERGE);
         stamp.flag(4);
         merge_shares<DT, DV, G>(p,

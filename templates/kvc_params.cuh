@@ -53,11 +53,13 @@ typedef struct fsa_kvc_params {
 } fsa_kvc_params;
 
 /* The paged-cache kernel's TMA template value (kvc_fwd.cu; the host packs it in
- * kvcache.c): tensor-map copies, the debug variant with phase stamps, and from
- * FSA_KVC_KERNEL_EXPERIMENT_SHIFT up the measurement variant FSA_KVC_EXPERIMENT. */
+ * kvcache.c): tensor-map copies, the debug variant with phase stamps, the deep
+ * ring (FSA_KVC_KERNEL_DEEP, bit 2, fsa_layout.cuh: the layout functions read
+ * it), and from FSA_KVC_KERNEL_EXPERIMENT_SHIFT up the measurement variant
+ * FSA_KVC_EXPERIMENT. */
 #define FSA_KVC_KERNEL_TMA 1
 #define FSA_KVC_KERNEL_STAMPS 2
-#define FSA_KVC_KERNEL_EXPERIMENT_SHIFT 2
+#define FSA_KVC_KERNEL_EXPERIMENT_SHIFT 3
 
 /* Per-CTA phase stamps of a debug build of the kernel (FSA_KVC_STAMPS at plan
  * creation: the device address of a zeroed buffer of FSA_KVC_STAMP_CTAS records;
@@ -83,7 +85,9 @@ enum {
     FSA_KVC_ST_C_QREADY, /* clock64: the query fragments in registers (the first share, after its barrier) */
     FSA_KVC_ST_SHARE0 = 16, /* 5 clock64 stamps for each of the first 4 shares: start, first stage landed,
                                last stage's math done, the warps' merge done, the partial written */
-    FSA_KVC_ST_C_QISSUE = 36 /* clock64: the query rows' copies issued (before the union) */
+    FSA_KVC_ST_C_QISSUE = 36, /* clock64: the query rows' copies issued (before the union) */
+    FSA_KVC_ST_C_S0_FACTORS,  /* clock64, share 0's epilogue: the rows' factors (the barrier after them), */
+    FSA_KVC_ST_C_S0_ITEMS     /* and thread 0's items of the partial stored (before the fence and barrier) */
 };
 #define FSA_KVC_ST_PER_SHARE 5
 #define FSA_KVC_ST_MAX_SHARES 4

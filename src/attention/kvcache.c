@@ -49,14 +49,39 @@ cleanup:
     return st;
 }
 
+/* The kernel's mode bits (its TMA template value, kvc_params.cuh). */
+static int kernel_mode(const fsa_kvcache_plan *plan, int deep)
+{
+    return (plan->tma ? FSA_KVC_KERNEL_TMA : 0) | (plan->stamps ? FSA_KVC_KERNEL_STAMPS : 0) |
+           (deep ? FSA_KVC_KERNEL_DEEP : 0) | plan->experiment << FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
+}
+
+/* Whether the plan also loads the deep-ring kernel, for launches whose CTAs
+ * the device holds at once with one per SM: tensor-map copies, a share of more
+ * stages than the two-stage ring holds (else nothing changes), and its shared
+ * memory fits. FSA_KVC_DEEP=0 at plan creation turns it off (to compare). */
+static int deep_wanted(const fsa_kvcache_plan *plan, int max_smem)
+{
+    const char *env = getenv("FSA_KVC_DEEP");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    const fsa_kvcache_desc *d = &plan->desc;
+    const int mode = kernel_mode(plan, 1), stages_per_block = d->block_size / FSA_KVC_STAGE_KEYS;
+    return plan->tma && stages_per_block > 0 && d->top_k * stages_per_block > FSA_KVC_STAGES &&
+           fsa_kvc_smem_bytes(d->head_dim, d->value_dim, plan->group, mode) +
+                   fsa_kvc_static_smem_bytes(plan->group, d->top_k, mode) <=
+               max_smem;
+}
+
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
 {
     const fsa_kvcache_desc *d = &plan->desc;
-    const fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
-                                 .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                                 .page_size = d->page_size, .kvc_tma = (plan->tma ? FSA_KVC_KERNEL_TMA : 0) | (plan->stamps ? FSA_KVC_KERNEL_STAMPS : 0) |
-                                            plan->experiment << FSA_KVC_KERNEL_EXPERIMENT_SHIFT};
-    return fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
+    fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
+                           .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
+                           .page_size = d->page_size, .kvc_tma = kernel_mode(plan, 0)};
+    fsa_status st = fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
+    if (st != FSA_STATUS_OK || !plan->deep) return st;
+    c.kvc_tma = kernel_mode(plan, 1);
+    return fsa_kernel_load(&plan->fwd_deep, FSA_K_KVC_FWD, plan->ctx, &c);
 }
 
 /* Whether a split sequence whose shares each have a CTA may merge them
@@ -110,17 +135,19 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     const char *stamps = getenv("FSA_KVC_STAMPS");
     plan->stamps = stamps != NULL && plan->tma ? strtoull(stamps, NULL, 0) : 0;
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
-    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 15 : 0;
+    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 1 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
-    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, plan->tma) +
-                         fsa_kvc_static_smem_bytes(group, desc->top_k, plan->tma);
+    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, kernel_mode(plan, 0)) +
+                         fsa_kvc_static_smem_bytes(group, desc->top_k, kernel_mode(plan, 0));
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
+    plan->deep = deep_wanted(plan, max_smem);
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
+    if (plan->deep) FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident_deep, ctx, &plan->fwd_deep));
     plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
     fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
@@ -372,15 +399,20 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     }
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
+    const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
+    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
+    /* Small launches whose CTAs (one share each) fit at one per SM on half the SMs take the
+     * deep ring: every stage of a share in flight at once. The same bits either way. (Half:
+     * clusters of one CTA per SM need whole groups of SMs of one GPC; 32 clusters of 4 on an
+     * H200's 132 SMs ran in two waves.) */
+    const int deep = plan->deep && ctas == splits && tiles * hkv * (uint64_t)ctas <= (uint64_t)plan->resident_deep / 2;
+    const fsa_kernel *k = deep ? &plan->fwd_deep : &plan->fwd;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
      * memory (across waves, a cluster's CTAs would wait for each other's slots). */
     p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
-                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= plan->resident;
-    const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
-    const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    if (p.cluster)
-        return fsa_kernel_launch_clusters(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
-    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
+                (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= (deep ? plan->resident_deep : plan->resident);
+    if (p.cluster) return fsa_kernel_launch_clusters(k, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
+    return fsa_kernel_launch(k, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);
 }
 
 fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args, void *stream)

@@ -36,8 +36,11 @@ struct fsa_kvcache_plan {
     int experiment; /* measurement: FSA_KVC_EXPERIMENT, bits of kvc_fwd.cu's EXPERIMENT (tensor-map kernels) */
     unsigned long long stamps; /* debug: FSA_KVC_STAMPS, a zeroed device buffer for the stamped kernel
                                   (kvc_params.cuh, tensor-map kernels only); 0: the normal kernel */
+    int deep;          /* the deep-ring kernel is loaded (fsa_layout.cuh FSA_KVC_KERNEL_DEEP; kvcache.c deep_wanted) */
+    int resident_deep; /* CTAs of it the device holds at once */
     float scale;
     fsa_kernel fwd;
+    fsa_kernel fwd_deep; /* the same kernel with FSA_KVC_DEEP_STAGES stage buffers (when deep) */
     fsa_kvc_tuning tune;
     struct fsa_metadata_checker *checker; /* check mode only (kvcache_check.h) */
 };

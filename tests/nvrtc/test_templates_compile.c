@@ -13,6 +13,7 @@
 
 #include "../../templates/cmp_params.cuh"
 #include "../../templates/fsa_qt_layout.cuh"
+#include "../../templates/kvc_params.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,7 +268,9 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
         if (strcmp(extra[i].name, "PAGE_SIZE") == 0 && strcmp(target, "sm_90a") == 0 &&
             fsa_kvc_tma_fits(atoi(v->d), atoi(dv ? dv : v->d), atoi(v->bk), atoi(extra[i].value)))
             tma[0] = '1';
-    if (strstr(t->text, "{{TMA}}")) params[n++] = (fsa_param){"TMA", tma, "tma"};
+    int tma_given = 0;
+    for (size_t i = 0; i < n_extra; i++) tma_given |= strcmp(extra[i].name, "TMA") == 0;
+    if (strstr(t->text, "{{TMA}}") && !tma_given) params[n++] = (fsa_param){"TMA", tma, "tma"};
     char *src = NULL;
     if (fsa_render(&src, file, t->text, params, n) != FSA_STATUS_OK) fail_msg("render %s: %s", file, fsa_last_error());
     fsa_compile_options opts;
@@ -397,6 +400,24 @@ static void test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a(void **
     for (size_t i = 0; i < 2; i++) compile_variant(&shapes[i], dvs[i], &fv, 1, "sm_90a", used);
 }
 
+/* The paged-cache kernel's deep ring (tensor-map copies with FSA_KVC_DEEP_STAGES buffers, one CTA per SM;
+ * fsa_layout.cuh FSA_KVC_KERNEL_DEEP) at the benchmark's shape for each group size of four row tiles or
+ * fewer, and the widest value rows the plan gives it. */
+static void test_the_paged_deep_ring_compiles_for_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"kvc_fwd", "bf16", "128", "1", "64", NULL, "16", NULL},
+                                     {"kvc_fwd", "bf16", "128", "4", "64", NULL, "16", NULL},
+                                     {"kvc_fwd", "bf16", "128", "16", "64", NULL, "16", NULL},
+                                     {"kvc_fwd", "bf16", "128", "2", "64", NULL, "16", NULL}};
+    static const char *dvs[] = {NULL, NULL, NULL, "256"};
+    char mode[4];
+    snprintf(mode, sizeof mode, "%d", FSA_KVC_KERNEL_TMA | FSA_KVC_KERNEL_DEEP);
+    const fsa_param extra[2] = {{"PAGE_SIZE", "64", "p"}, {"TMA", mode, "tma"}};
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) compile_variant(&shapes[i], dvs[i], extra, 2, "sm_90a", used);
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -452,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),
+        cmocka_unit_test(test_the_paged_deep_ring_compiles_for_sm_90a),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests (each compiles for minutes). */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
