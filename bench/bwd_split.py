@@ -7,6 +7,8 @@ the standard problem, for several (T, G, workspace limit) cases in one process; 
 
 Each case: 'T:G:limit' (limit 'default' = the library's cap, 'unlimited', or bytes), optionally
 ':NAME=VALUE' after it: an environment variable the library reads set for that case only.
+BWD_SPLIT_TIMELINE=1: the backward's launches one by one as well (start, duration and the gap
+before each, us), to see each chunk's kernels and tails.
 """
 import os
 import sys
@@ -22,7 +24,7 @@ from fsa_jit.cli import _selection  # noqa: E402
 D, HQ, BK, K = 128, 32, 64, 16
 
 
-def split(label, fn, f):
+def split(label, fn, f, timeline=False):
     """Profiles fn() (device work only) and writes its per-kernel split under label."""
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -40,6 +42,11 @@ def split(label, fn, f):
     f.write(f"## {label}: {len(rows)} device ops, span {(end - t0) / 1000:.3f} ms\n")
     for n, (c, tot) in sorted(by.items(), key=lambda x: -x[1][1]):
         f.write(f"  {n:48s} n {c:4d} total {tot:9.1f} us mean {tot / c:8.1f}\n")
+    if timeline:
+        prev = t0
+        for s, du, name in rows:
+            f.write(f"    at {(s - t0):9.1f} dur {du:8.1f} gap {(s - prev):7.1f} {name[:40]}\n")
+            prev = s + du
     f.flush()
     return r
 
@@ -61,7 +68,8 @@ def case(T, G, limit, f, env=()):
     for _ in range(2):
         torch.autograd.grad(fwd(), (q, k, v), do)
     o = split(f"forward T {T} G {G} limit {label}", fwd, f)
-    split(f"T {T} G {G} limit {label}", lambda: torch.autograd.grad(o, (q, k, v), do), f)
+    split(f"T {T} G {G} limit {label}", lambda: torch.autograd.grad(o, (q, k, v), do), f,
+          os.environ.get("BWD_SPLIT_TIMELINE") == "1")
     del q, k, v, topk, do, o
     torch.cuda.empty_cache()
 

@@ -210,6 +210,11 @@ FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_rou
  * chunk of fewer heads splits a list as a call of all heads does. */
 #define FSA_BWD_MAX_ITEM_ROUNDS 4
 #define FSA_BWD_ITEMS_PER_LIST 4
+/* A call in token chunks cuts every list into pieces, so its items take this many times the entries:
+ * otherwise each piece splits into as many items as the whole list, each a dK/dV partial to write
+ * and sum (measured at T 65536, G 8 / 16 under the default cap: 3 faster than 2, 2 than 1;
+ * bench/NOTES.md, dqcap). Host-side only (the layout's item_entries). */
+#define FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS 3
 FSA_LAYOUT_FN int fsa_bwd_list_item_entries(long long c, int e)
 {
     const long long m = c / ((long long)FSA_BWD_ITEMS_PER_LIST * e);

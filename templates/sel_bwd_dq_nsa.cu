@@ -37,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
         const int gi = in.group_head(tid);
         const long long qh = in.h * G + gi;
         lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : FSA_INF;
-        delta[tid] = gi < G ? ((const float *)p.delta)[qh * p.tc + in.tl] : 0.f;
+        delta[tid] = gi < G ? ((const float *)p.delta)[qh * bwd_delta_stride(p) + in.tl] : 0.f;
     }
     in.start();
 

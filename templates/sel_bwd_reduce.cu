@@ -5,8 +5,8 @@
 //                         key-slice order;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         item order into the fp32 accumulator (once per token chunk), or straight
-//                         out as dk and dv when one chunk covers every token;
-//   fsa_sel_bwd_dkv_store the accumulator written out as dk and dv in the input dtype.
+//                         out as dk and dv when one chunk covers every token; the last token chunk
+//                         adds them to the accumulator and writes every row out as dk and dv.
 // Fixed summation orders make the result independent of scheduling. dq rows
 // are D wide; an accumulator row holds D floats of dK, then DV of dV.
 #include "sel_common.cuh"
@@ -75,8 +75,11 @@ __device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block
 // work items, contributes the sum of its items' partial rows. Without an
 // accumulator (the chunk covers every token: p.dkv_acc == 0) the sum goes
 // straight out as dk and dv, and keys of blocks no item touched get zeros;
-// 0 + x is x, so the bits are those of the accumulator's path. `block`: this
-// CTA's place among the CTAs of the sums.
+// 0 + x is x, so the bits are those of the accumulator's path. The last token
+// chunk of a call with the accumulator writes every row out the same way,
+// the accumulator's value plus this chunk's partials (a block of one item
+// there: the main kernel's). `block`: this CTA's place among the CTAs of the
+// sums.
 constexpr int SUM_ILP = 8;  // partial rows loaded before they are added (in item order)
 __device__ __forceinline__ void add4(float4 &s, const float4 &v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
 
@@ -92,7 +95,8 @@ __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long bloc
     const int *work = (const int *)p.work_offsets;
     const int n_items = work[seg + 1] - work[seg];
     const bool direct = p.dkv_acc == 0;
-    if (n_items == 1 || (n_items == 0 && !direct)) return;  // written or added by the main kernel directly
+    const bool last = bwd_last_token_chunk(p);  // the accumulator's rows go out as dk and dv
+    if (n_items == 1 || (n_items == 0 && !direct && !last)) return;  // written or added by the main kernel directly
     const int r = (int)(t - sb.start - j * BK);
     const int part0 = n_items > 1 ? ((const int *)p.part_offsets)[seg] : 0;
     const float *part = (const float *)p.dkv_part + (long long)part0 * BK * DKV;
@@ -129,7 +133,7 @@ __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long bloc
         for (int u = 0; u < 2; u++) {
             const int c = c0 + u * 32 + lane;
             if (c >= DKV / 4) continue;
-            if (!direct) {
+            if (!direct && !last) {
                 acc[c] = s[u];
                 continue;
             }
@@ -152,21 +156,4 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_sums(c
     const long long dkv_blocks = dkv_sum_blocks(p);
     if (blockIdx.x < dkv_blocks) dkv_sums(p, blockIdx.x);
     else dq_sums(p, blockIdx.x - dkv_blocks);
-}
-
-// One warp per (token, KV head): dk and dv from the accumulator.
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_store(const fsa_sel_params p) {
-    const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (row >= p.total_tokens * p.num_kv_heads) return;
-    const long long t = row / p.num_kv_heads;
-    const int h = (int)(row - t * p.num_kv_heads);
-    const float *acc = (const float *)p.dkv_acc + row * DKV;
-    for (int c = lane; c < DKV / 8; c += 32) {  // pieces of dK, then of dV
-        const float4 a = *(const float4 *)(acc + c * 8);
-        const float4 b = *(const float4 *)(acc + c * 8 + 4);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        u16 *dst = c < PIECES ? view_row<u16>(p.dk, t, h) + c * 8 : view_row<u16>(p.dv, t, h) + (c - PIECES) * 8;
-        *(uint4 *)dst = pack8<DT>(v);
-    }
 }

@@ -52,7 +52,7 @@ __device__ __forceinline__ float2 bwd_row_stats(const fsa_sel_params &p, int v, 
     const long long tl = fsa_entry_token(v), t = p.t0 + tl;
     const int qh = h * G + g;
     return make_float2(((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                       ((const float *)p.delta)[(long long)qh * p.tc + tl]);
+                       ((const float *)p.delta)[(long long)qh * bwd_delta_stride(p) + tl]);
 }
 // Both (ok false: padding).
 template <int G>
@@ -122,10 +122,12 @@ __device__ __forceinline__ void dkv_store_out(u16 *row, const float acc[N][4], i
 }
 
 // Row lo (half 0) or hi (half 1) of an accumulator, times `scale`, into fp32
-// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds.
-template <int N>
-__device__ __forceinline__ void dkv_store_f32(float *row, const float acc[N][4], int half, int lane, float scale,
-                                           bool add) {
+// `row` (its columns 0 .. 8N - 1); `add` adds to what the row holds. With
+// `out` (the last token chunk) the sum goes to `out` in the dtype instead:
+// the bits of adding into the accumulator and converting it afterwards.
+template <class DT, int N>
+__device__ __forceinline__ void dkv_store_f32(float *row, u16 *out, const float acc[N][4], int half, int lane,
+                                           float scale, bool add) {
 #pragma unroll
     for (int dn = 0; dn < N; dn++) {
         float2 *at = (float2 *)(row + dn * 8 + 2 * (lane & 3));
@@ -134,15 +136,17 @@ __device__ __forceinline__ void dkv_store_f32(float *row, const float acc[N][4],
             const float2 a = *at;
             v.x += a.x, v.y += a.y;
         }
-        *at = v;
+        if (out) *(u32 *)(out + dn * 8 + 2 * (lane & 3)) = DT::pack(v.x, v.y);
+        else *at = v;
     }
 }
 
 // dK and dV of this warp's 16 keys (rows key_lo and key_lo + 8 of the slice;
 // accumulators of DPK and DPV columns from column d0k / d0v): straight out
 // as dk and dv (a chunk of every token, p.dkv_acc == 0), into the accumulator
-// ([T, Hkv] rows of dK then dV), or a partial (BK rows of dK, then BK rows of
-// dV) when the list has several items.
+// ([T, Hkv] rows of dK then dV; the last token chunk: added to it and out as
+// dk and dv), or a partial (BK rows of dK, then BK rows of dV) when the list
+// has several items.
 template <class DT, int D, int DV, int BK, int KS, int DPK, int DPV>
 __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const BwdItem &it, long long kb0, int nk,
                                                int slice, int key_lo, int lane, float scale, int d0k, int d0v,
@@ -169,8 +173,11 @@ __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const Bw
             dkv_store_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, dv, half, lane, 1.f);
             continue;
         }
-        dkv_store_f32<DPK / 8>(k_base + r * k_stride + d0k, dk, half, lane, scale, it.n_items == 1);
-        dkv_store_f32<DPV / 8>(v_base + r * v_stride + d0v, dv, half, lane, 1.f, it.n_items == 1);
+        const bool last = it.n_items == 1 && bwd_last_token_chunk(p);  // the accumulator's row goes out
+        dkv_store_f32<DT, DPK / 8>(k_base + r * k_stride + d0k, last ? view_row<u16>(p.dk, kb0 + r, it.h) + d0k : nullptr,
+                                   dk, half, lane, scale, it.n_items == 1);
+        dkv_store_f32<DT, DPV / 8>(v_base + r * v_stride + d0v, last ? view_row<u16>(p.dv, kb0 + r, it.h) + d0v : nullptr,
+                                   dv, half, lane, 1.f, it.n_items == 1);
     }
 }
 

@@ -58,6 +58,19 @@ __device__ __forceinline__ long long pair_index(const fsa_sel_params &p, int h, 
     return ((long long)h * p.tc + tl) * p.top_k + slot;
 }
 
+// Backward: floats between delta's query-head rows.
+__device__ __forceinline__ long long bwd_delta_stride(const fsa_sel_params &p) {
+    return p.delta_stride ? p.delta_stride : p.tc;
+}
+
+// Backward: the launch of a token chunk that ends the call's tokens. With the
+// fp32 dK/dV accumulator, its main kernel and sums add their last terms to the
+// accumulator's rows and write them out as dk and dv (the bits of adding, then
+// converting: no pass of its own over the accumulator).
+__device__ __forceinline__ bool bwd_last_token_chunk(const fsa_sel_params &p) {
+    return p.dkv_acc != 0 && p.t0 + p.tc >= p.total_tokens;
+}
+
 // Exclusive scan over the block of one 64-bit value per thread; blockDim.x is
 // a multiple of 32 and at most 1024. `scratch` holds 32 values. Returns the
 // thread's exclusive prefix; *total gets the block total.

@@ -35,24 +35,48 @@ __device__ __forceinline__ int first_head(const fsa_sel_params &p) {
     return (int)((long long)blockIdx.x * blockDim.x / p.tc);
 }
 
+// The token of row tl of (virtual) head h and the KV head whose top-k row it
+// reads: with p.index_tchunks > 1, virtual head h is token chunk h %
+// index_tchunks of KV head h / index_tchunks. May be past T (the last
+// chunk's rows beyond the end: no pairs).
+__device__ __forceinline__ long long row_token(const fsa_sel_params &p, int h, long long tl, int &kv_head) {
+    if (p.index_tchunks <= 1) {
+        kv_head = h;
+        return p.t0 + tl;
+    }
+    kv_head = (int)(h / p.index_tchunks);
+    return p.t0 + (h - (long long)kv_head * p.index_tchunks) * p.tc + tl;
+}
+
 // The row's slots and the first segment of its sequence; returns the token's
 // own block. The scatter stops here: the count stored the mask (the slot rule
 // below is most of a row's instructions).
 __device__ __forceinline__ int load_slots(Row &row, const fsa_sel_params &p, long long r) {
     const int h = (int)(r / p.tc);
-    const long long t = p.t0 + (r - (long long)h * p.tc);
+    int kv;
+    const long long t = row_token(p, h, r - (long long)h * p.tc, kv);
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
-    const int *src = view_row<const int>(p.topk, t, h);
+    const int *src = view_row<const int>(p.topk, t, kv);
     row.seg0 = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
 #pragma unroll
     for (int s = 0; s < TOPK; s++) row.idx[s] = __ldg(src + s);
     return (int)((t - sb.start) / BK);
 }
 
-// load_slots, then the row's valid slots.
+// load_slots, then the row's valid slots (none past T).
 __device__ __forceinline__ void load_row(Row &row, const fsa_sel_params &p, long long r) {
-    const int own_block = load_slots(row, p, r);
     row.mask = 0;
+    if (p.index_tchunks > 1) {
+        const int h = (int)(r / p.tc);
+        int kv;
+        if (row_token(p, h, r - (long long)h * p.tc, kv) >= p.total_tokens) {
+            row.seg0 = 0;
+#pragma unroll
+            for (int s = 0; s < TOPK; s++) row.idx[s] = 0;  // no pairs; keys are still read
+            return;
+        }
+    }
+    const int own_block = load_slots(row, p, r);
 #pragma unroll
     for (int s = 0; s < TOPK; s++)
         if (slot_valid(row.idx, s, own_block)) row.mask |= 1ull << s;
@@ -65,7 +89,9 @@ __device__ __forceinline__ void cta_bins(long long *bin_seg, const fsa_sel_param
     if (threadIdx.x >= 2) return;
     const long long r0 = (long long)blockIdx.x * blockDim.x;
     const int h = h_first + (int)threadIdx.x;
-    const long long t = p.t0 + (threadIdx.x == 0 ? r0 - (long long)h_first * p.tc : 0);
+    int kv;
+    long long t = row_token(p, h, threadIdx.x == 0 ? r0 - (long long)h_first * p.tc : 0, kv);
+    if (t >= p.total_tokens) t = p.total_tokens - 1;  // a chunk's rows past T: no pairs, any bins
     const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
     bin_seg[threadIdx.x] = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK);
 }

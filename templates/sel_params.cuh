@@ -38,7 +38,7 @@ typedef struct fsa_sel_params {
     fsa_kernel_view dout, dq, dk, dv;
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
-    long long delta;        /* float [Hq, tc]: rowsum(dout * o) */
+    long long delta;        /* float [Hq, tc]: rowsum(dout * o); rows delta_stride apart when set */
     long long dq_part;      /* dtype [Hkv, tc, K, slices, G, D]: dq contribution of each pair and key slice */
     long long dkv_part;     /* float [parts, BK * (D + Dv)]: BK rows of dK, then BK of dV, of one work item */
     long long dkv_acc;      /* float [T, Hkv, D + Dv]: dK then dV over all token chunks */
@@ -51,6 +51,15 @@ typedef struct fsa_sel_params {
      * work_seg_stride entries per chunk with the chunk's own segment numbers. 0: one chunk. */
     long long index_heads;
     long long work_seg_stride;
+    /* Backward token chunks of one inversion (0 or 1: none): the count and scatter see
+     * num_kv_heads * index_tchunks virtual heads of tc rows, virtual head v holding tokens
+     * (v % index_tchunks) * tc .. of KV head v / index_tchunks (rows past T have no pairs), so
+     * that every token chunk's lists come from one inversion; each chunk is then a head chunk of
+     * that index (index_heads 1). */
+    long long index_tchunks;
+    /* Floats between delta's query-head rows (0: tc). Token chunks of one inversion read the
+     * delta of every token, computed once ([Hq, T]), from their first token on. */
+    long long delta_stride;
 } fsa_sel_params;
 
 #endif

@@ -111,7 +111,6 @@ static const struct {
     [FSA_K_BWD_SUMS] = {FAM_BWD_REDUCE, "fsa_sel_bwd_sums"},
     [FSA_K_BWD_DQ_NSA] = {FAM_BWD_DQ_NSA, "fsa_sel_bwd_dq_nsa"},
     [FSA_K_BWD_DKV_SUM] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_sum"},
-    [FSA_K_BWD_DKV_STORE] = {FAM_BWD_REDUCE, "fsa_sel_bwd_dkv_store"},
     [FSA_K_KVC_FWD] = {FAM_KVC, "fsa_kvc_fwd"},
     [FSA_K_CMP_FWD] = {FAM_CMP_FWD, "fsa_cmp_fwd"},
     [FSA_K_CMP_SELECT] = {FAM_CMP_SELECT, "fsa_cmp_select"},

@@ -32,7 +32,6 @@ typedef enum fsa_kernel_id {
     FSA_K_BWD_SUMS,      /* backward: dq from the per-pair rows, and the split blocks' dK/dV */
     FSA_K_BWD_DQ_NSA,    /* backward: NSA-order dq */
     FSA_K_BWD_DKV_SUM,   /* backward: partial dK/dV of split blocks */
-    FSA_K_BWD_DKV_STORE, /* backward: dk and dv from the fp32 accumulator */
     FSA_K_KVC_FWD,       /* paged KV cache: a tile of new tokens over its share of the selected blocks */
     FSA_K_CMP_FWD,       /* compressed attention: output and lse per query tile */
     FSA_K_CMP_SELECT,    /* compressed attention: top-k blocks from its scores */

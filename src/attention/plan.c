@@ -88,7 +88,6 @@ static fsa_status load_bwd_kernels(fsa_plan *plan)
     FSA_CHECK(fsa_kernel_load(&k->sums, FSA_K_BWD_SUMS, ctx, c));
     if (plan->bwd_nsa_available) FSA_CHECK(fsa_kernel_load(&k->dq_nsa, FSA_K_BWD_DQ_NSA, ctx, c));
     FSA_CHECK(fsa_kernel_load(&k->dkv_sum, FSA_K_BWD_DKV_SUM, ctx, c));
-    FSA_CHECK(fsa_kernel_load(&k->dkv_store, FSA_K_BWD_DKV_STORE, ctx, c));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->bwd_grid, ctx, &k->main));
 cleanup:
     return st;
@@ -166,6 +165,8 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
     const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
     plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
+    const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
+    plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) >= 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 0;
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
                                        .value_dim = (int)desc->value_dim, .group = plan->group,
@@ -241,6 +242,8 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     out->nb_total = total_tokens / plan->desc.block_size + batch + 1;
     out->chunk_heads = heads;
     out->index_heads = index_heads;
+    /* Token chunks with more index heads than the call's KV heads: virtual heads (index_heads_for). */
+    out->tchunks = tc < total_tokens && index_heads > heads ? index_heads / plan->desc.num_kv_heads : 1;
     const size_t chunks = (size_t)fsa_index_chunks(out);
     out->n_counts = add_sat(mul_sat((size_t)out->index_heads, (size_t)out->nb_total), 1);
     out->n_chunk = add_sat(mul_sat((size_t)heads, (size_t)out->nb_total), 1);
@@ -279,15 +282,17 @@ static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t 
  * longest lists then made the tail; bench/NOTES.md. Long lists take items of
  * up to a few times this: fsa_bwd_list_item_entries.) Counted over every KV head, so that a
  * chunk of fewer heads splits each list as a call of all heads does (the same
- * dK/dV sums, bit for bit). */
-static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc)
+ * dK/dV sums, bit for bit). `rounds` times that where there are still 2 waves of
+ * items (token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS). */
+static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc, int rounds)
 {
     const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
                          (plan->desc.block_size / plan->config.bwd_keys);
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
     while (halvings < FSA_BWD_MAX_HALVINGS && work / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
-    return fsa_bwd_item_entries(plan->group, halvings);
+    const int e = fsa_bwd_item_entries(plan->group, halvings);
+    return halvings == 0 && work / ((int64_t)e * rounds) >= 2 * grid ? e * rounds : e;
 }
 
 static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
@@ -298,7 +303,11 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    out->item_entries = bwd_entries_per_item(plan, tc);
+    /* Token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times (FSA_BWD_ITEM_ROUNDS, for measuring: that
+     * many times for every call). */
+    const int rounds = plan->bwd_item_rounds ? plan->bwd_item_rounds
+                                             : tc < total_tokens ? FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS : 1;
+    out->item_entries = bwd_entries_per_item(plan, tc, rounds);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;
@@ -368,8 +377,18 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
-    if (heads >= hkv || tc < total_tokens) return heads;
     if (plan->index_per_chunk) return heads;
+    if (tc < total_tokens) {
+        /* The backward's token chunks of one head: one inversion for every (KV head, token chunk)
+         * when its lists fit beside one chunk's arrays and stay within int32 positions. */
+        if (op != FSA_OP_BWD || heads != 1) return heads;
+        const int64_t n = (total_tokens + tc - 1) / tc;
+        if (n > INT32_MAX / hkv || (int64_t)hkv * n * tc > (INT32_MAX - 1) / plan->desc.top_k) return heads;
+        const int v = hkv * (int)n;
+        return total(plan, total_tokens, batch, heads, v, tc, order) <= layout_budget(plan, op, total_tokens) ? v
+                                                                                                           : heads;
+    }
+    if (heads >= hkv) return heads;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
     for (int g = hkv; g > heads; g--)
         if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;

@@ -14,7 +14,7 @@ typedef struct fsa_fwd_kernels {
 } fsa_fwd_kernels;
 
 typedef struct fsa_bwd_kernels {
-    fsa_kernel count, scatter, sort, prep, main, main_kv, sums, dq_nsa, dkv_sum, dkv_store;
+    fsa_kernel count, scatter, sort, prep, main, main_kv, sums, dq_nsa, dkv_sum;
 } fsa_bwd_kernels;
 
 struct fsa_plan {
@@ -29,6 +29,7 @@ struct fsa_plan {
     int fwd_wg;           /* the FSA-order main kernel on warpgroup products (sel_fwd_main_wg.cu) */
     int bwd_wg;           /* the FSA-order backward main kernel on warpgroup products (sel_bwd_main_wg.cu) */
     int index_per_chunk;  /* FSA_INDEX_ONCE=0: each head chunk inverts its own index (0: chunks may share one) */
+    int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measuring): every backward's item entries times this; 0: unset */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
@@ -43,9 +44,13 @@ struct fsa_plan {
  * index once for every KV head (index_heads = Hkv): each chunk's launches
  * then read their part of it (fsa_params_index_chunk), with work items
  * numbered per chunk. Otherwise every chunk inverts its own (index_heads =
- * chunk_heads). */
+ * chunk_heads). The backward's token chunks (of one KV head each) do the same
+ * with virtual heads: one inversion for every (KV head, token chunk), each
+ * chunk's launches reading their part as a head chunk's (tchunks > 1). */
 typedef struct fsa_index_layout {
     int64_t nb_total;  /* block ids per KV head */
+    int tchunks;       /* backward token chunks of one head that one inversion covers (1: each its own);
+                          then index_heads counts (KV head, token chunk) pairs: sel_params.cuh */
     int index_heads;   /* KV heads one inversion covers */
     int chunk_heads;   /* KV heads of one chunk's launches; divides index_heads */
     size_t n_counts;   /* entries of counts and offsets: index_heads * nb_total + 1 */

@@ -1,12 +1,14 @@
 /* Backward launch sequence. Everything goes on the caller's stream: no
  * allocation, no host synchronization, so the call can be graph-captured.
  * Per chunk of KV heads (all of them unless the workspace cap needs fewer),
- * per token chunk: index inversion with lists sorted by token (once for every
- * head when the head chunks take every token), delta, the
+ * per token chunk: index inversion with lists sorted by token and delta (once
+ * for every head when the head chunks take every token, once for every head
+ * and token chunk when the chunks are token chunks of one head), the
  * main kernel (twice for heads too wide for one pass), dq (FSA order: the sum of the
  * main kernel's per-pair rows, in one grid with the sums of split blocks' dK/dV
- * partials; NSA order: one token-major kernel, then those sums); then the head chunk's dk and dv once from
- * the fp32 accumulator (a chunk of every token writes them directly). */
+ * partials; NSA order: one token-major kernel, then those sums). Token chunks
+ * add dK/dV into an fp32 accumulator, whose rows the last token chunk's
+ * launches write out as dk and dv (a chunk of every token writes them directly). */
 #include "launch.h"
 #include "tuning.h"
 #include "base/status_internal.h"
@@ -76,10 +78,11 @@ static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream str
 }
 
 /* One head chunk: per token chunk the index inversion and delta (unless the
- * call made them for a group of chunks at once), the main kernel, dq and the
- * sum of split blocks' dK/dV; then dk and dv. */
-static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, fsa_sel_params *p,
-                            CUstream stream)
+ * call made them for a group of chunks at once: vhead0 >= 0 for token chunks
+ * of one inversion, whose first is virtual head vhead0), the main kernel, dq
+ * and the sum of split blocks' dK/dV (the last token chunk's writes dk and dv). */
+static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, int invert, int vhead0,
+                            fsa_sel_params *head, CUstream stream)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
@@ -94,8 +97,20 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
     if (!l->dkv_direct) FSA_CHECK_CU(cu, cu->MemsetD32Async(ws + l->dkv_acc, 0, acc_words, stream), "launch memset");
+    fsa_sel_params chunk;
+    fsa_sel_params *p = &chunk;
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t cur = T - t0 < tc ? T - t0 : tc;
+        *p = *head;
+        /* Token chunks of one inversion: this chunk's part is virtual head vhead0 + its number
+         * (the mask's rows are tc apart: moved before tc becomes the chunk's), its work counters,
+         * and delta [Hq, T] of every token from the chunk's first on. */
+        if (vhead0 >= 0) {
+            const long long vh = vhead0 + t0 / tc;
+            fsa_params_index_chunk(p, &l->index, vh);
+            p->work_next += vh * 2 * 4;
+            p->delta += (p->delta_stride * hq * (vhead0 / l->index.tchunks) + t0) * 4;
+        }
         p->t0 = t0;
         p->tc = cur;
         if (invert) {
@@ -124,9 +139,6 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
                                  stream, p));
         }
     }
-    if (!l->dkv_direct)
-        FSA_CHECK(fsa_launch(plan, &k->dkv_store, fsa_blocks_for((uint64_t)(T * hkv), fsa_warp_rows_per_block()), 1,
-                             stream, p));
 cleanup:
     return st;
 }
@@ -144,6 +156,31 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     const fsa_index_layout *ix = &c->layout.index;
     const int shared = fsa_index_chunks(ix) > 1;
     const uint64_t ws = c->a.workspace;
+    const int nsa = v->order == FSA_ALGORITHM_NSA;
+    if (ix->tchunks > 1) {
+        /* Token chunks of one KV head each: one inversion of every (KV head, token chunk) as
+         * virtual heads of tc rows, then each head's chunks on their parts of it. */
+        fsa_sel_params ip = all;
+        ip.num_kv_heads = (long long)plan->desc.num_kv_heads * ix->tchunks;
+        ip.index_tchunks = ix->tchunks;
+        ip.t0 = 0;
+        ip.tc = c->tc;
+        FSA_CHECK(run_index(plan, &c->layout, ws, &ip, stream));
+        /* delta of every head and token at once ([Hq, T]); the chunks' work counters zeroed. */
+        all.t0 = 0;
+        all.tc = c->a.total_tokens;
+        FSA_CHECK(run_prep(plan, &all, stream));
+        FSA_CHECK_CU(plan->ctx->cu,
+                     plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix), stream),
+                     "launch memset");
+        all.delta_stride = c->a.total_tokens;
+        for (int h = 0; h < plan->desc.num_kv_heads; h++) {
+            fsa_params_heads(&p, &all, plan->group, h, 1);
+            p.tc = c->tc;
+            FSA_CHECK(run_heads(c, plan, nsa, 0, h * ix->tchunks, &p, stream));
+        }
+        goto cleanup;
+    }
     for (int g0 = 0; g0 < plan->desc.num_kv_heads; g0 += ix->index_heads) {
         fsa_sel_params gp;
         fsa_params_index_group(&gp, &all, plan->group, ix, g0);
@@ -157,7 +194,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         }
         for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
             fsa_params_group_chunk(&p, &gp, plan->group, ix, h);
-            FSA_CHECK(run_heads(c, plan, v->order == FSA_ALGORITHM_NSA, !shared, &p, stream));
+            FSA_CHECK(run_heads(c, plan, nsa, !shared, -1, &p, stream));
         }
     }
 cleanup:

@@ -5,7 +5,8 @@
  * that workspace and writes every gradient. Under small caps the backward runs in chunks of KV heads, or of
  * one head and several token chunks; both match the float64 reference, and
  * against the uncapped call: o, lse and dq are the same bits, dk and dv too
- * under head chunks (token chunks split their fp32 sums). Outputs and
+ * under head chunks (token chunks split their fp32 sums), and token chunks
+ * of one index inversion the bits of token chunks that each invert their own. Outputs and
  * workspaces are poisoned before every run. FSA_TEST_QUICK=1 skips the
  * T = 65536 run. */
 #include "attention_problem.h"
@@ -238,9 +239,9 @@ static void chunk_case(const attn_case *base, uint64_t seed)
 {
     problem p;
     problem_make(&p, base, seed);
-    attn_case c[3] = {*base, *base, *base};
+    attn_case c[4] = {*base, *base, *base, *base};
     c[0].ws_limit = FSA_WORKSPACE_UNLIMITED;
-    fsa_plan *plans[3] = {NULL};
+    fsa_plan *plans[4] = {NULL};
     assert_int_equal(attn_create_plans(plans, g_ctx, c, 1, 1), 0);
     int heads = 0;
     int64_t tc = 0;
@@ -249,14 +250,28 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     assert_int_equal(tc, p.T);
     c[1].ws_limit = cap_for(plans[0], &p, base->hkv / 2, p.T);  /* two head chunks, every token */
     c[2].ws_limit = cap_for(plans[0], &p, 1, (p.T + 2) / 3); /* one head, three token chunks */
-    assert_int_equal(attn_create_plans(plans + 1, g_ctx, c + 1, 2, 1), 0);
+    /* The same token chunks, each inverting its own index (FSA_INDEX_ONCE=0), instead of one
+     * inversion of every (head, token chunk). */
+    plans[0]->index_per_chunk = 1;
+    c[3].ws_limit = cap_for(plans[0], &p, 1, (p.T + 2) / 3);
+    plans[0]->index_per_chunk = 0;
+    assert_int_equal(attn_create_plans(plans + 1, g_ctx, c + 1, 3, 1), 0);
+    plans[3]->index_per_chunk = 1;
     bwd_chunk_of(&heads, &tc, plans[1], &p);
     assert_int_equal(heads, base->hkv / 2);
     assert_int_equal(tc, p.T);
     bwd_chunk_of(&heads, &tc, plans[2], &p);
     assert_int_equal(heads, 1);
     assert_true(tc < p.T / 2);
-    for (int i = 1; i < 3; i++) {
+    fsa_bwd_layout shared;
+    fsa_bwd_layout_for(&shared, plans[2], p.T, p.B, 1, tc, fsa_workspace_order(plans[2], FSA_OP_BWD, p.T));
+    assert_int_equal(shared.index.tchunks, (p.T + tc - 1) / tc);
+    int heads3 = 0;
+    int64_t tc3 = 0;
+    bwd_chunk_of(&heads3, &tc3, plans[3], &p);
+    assert_int_equal(heads3, 1);
+    assert_int_equal(tc3, tc);
+    for (int i = 1; i < 4; i++) {
         assert_true(query(plans[i], p.T, p.B, 1) <= c[i].ws_limit);
         assert_true(query(plans[i], p.T, p.B, 0) <= c[i].ws_limit);
     }
@@ -274,11 +289,11 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     device_problem dp;
     device_make(&dp, &p, &c[0], plans[0]);
 
-    run_images r[3];
+    run_images r[4];
     const double tol = base->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const size_t q_bytes = (size_t)p.T * p.q_ts * 2, kv_bytes = (size_t)p.T * p.kv_ts * 2;
-    const char *names[3] = {"uncapped", "head chunks", "token chunks"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"uncapped", "head chunks", "token chunks", "token ch. idx"};
+    for (int i = 0; i < 4; i++) {
         run_plan(&r[i], plans[i], &dp, ddout, &p, base);
         const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
                      ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
@@ -286,7 +301,7 @@ static void chunk_case(const attn_case *base, uint64_t seed)
                       (unsigned long long)c[i].ws_limit, eq, ek, ev, tol);
         assert_true(eq < tol && ek < tol && ev < tol);
     }
-    for (int i = 1; i < 3; i++) {
+    for (int i = 1; i < 4; i++) {
         assert_memory_equal(r[i].o, r[0].o, dp.o_bytes);
         assert_memory_equal(r[i].lse, r[0].lse, (size_t)base->hq * p.T * 4);
         assert_memory_equal(r[i].dq, r[0].dq, q_bytes);
@@ -299,8 +314,11 @@ static void chunk_case(const attn_case *base, uint64_t seed)
         assert_true(fabs((double)r[2].dk_f[i] - r[0].dk_f[i]) <= 2e-2 * scale);
         assert_true(fabs((double)r[2].dv_f[i] - r[0].dv_f[i]) <= 2e-2 * scale);
     }
+    /* One inversion for every token chunk or one per chunk: the same lists, items and sums. */
+    assert_memory_equal(r[3].dk, r[2].dk, kv_bytes);
+    assert_memory_equal(r[3].dv, r[2].dv, (size_t)p.T * p.v_ts * 2);
 
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         run_images_free(&r[i]);
         fsa_plan_destroy(plans[i]);
     }

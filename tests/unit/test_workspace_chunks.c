@@ -137,6 +137,7 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
     fsa_bwd_layout all, half, one;
     fsa_bwd_layout_for(&all, &p, T, 1, 32, T, FSA_ALGORITHM_FSA);
     fsa_bwd_layout_for(&half, &p, T, 1, 16, T, FSA_ALGORITHM_FSA);
+    p.index_per_chunk = 1; /* token chunks with an index each: at G 1 one index of every (head, chunk) is the bulk */
     fsa_bwd_layout_for(&one, &p, T, 1, 1, T / 4, FSA_ALGORITHM_FSA);
     assert_true(half.total < all.total && one.total < half.total);
     /* A cap between 16 heads and all of them: 16 heads (31 .. 17 do not divide 32), every token. */
@@ -147,6 +148,7 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
     assert_true(bwd_bytes(&p, T) <= all.total - 1);
     /* A cap of one head's quarter of the tokens: one head, four token chunks. */
     standard_plan(&p, 1, FSA_DTYPE_BF16, one.total + 16 * 256);
+    p.index_per_chunk = 1;
     bwd_chunk(&heads, &tc, &p, T);
     assert_int_equal(heads, 1);
     assert_int_equal((T + tc - 1) / tc, 4);
@@ -254,9 +256,21 @@ static void test_head_chunks_of_every_token_share_one_index_of_every_head(void *
     assert_true(two.delta - two.list_sorted >= (size_t)(8 * T * 16 * 4));
     assert_true(two.dq_part - two.delta >= (size_t)(32 * T * 4));
     assert_int_equal(two.list, two.dq_part);
+    /* Token chunks of one head: one inversion of every (KV head, token chunk), as virtual heads. */
     fsa_bwd_layout_for(&tokens, &p, T, 1, 1, T / 2, FSA_ALGORITHM_FSA);
+    assert_int_equal(tokens.index.tchunks, 2);
+    assert_int_equal(tokens.index.index_heads, 16);
+    assert_int_equal(tokens.index.chunk_heads, 1);
+    assert_int_equal(fsa_index_chunks(&tokens.index), 16);
+    assert_int_equal(tokens.index.n_counts, (size_t)(16 * nb + 1));
+    assert_true(tokens.list_sorted - tokens.mask >= (size_t)(16 * (T / 2) * 8));
+    assert_true(tokens.delta - tokens.list_sorted >= (size_t)(16 * (T / 2) * 16 * 4));
+    p.index_per_chunk = 1; /* FSA_INDEX_ONCE=0: an index per chunk */
+    fsa_bwd_layout_for(&tokens, &p, T, 1, 1, T / 2, FSA_ALGORITHM_FSA);
+    assert_int_equal(tokens.index.tchunks, 1);
     assert_int_equal(tokens.index.index_heads, 1);
     assert_int_equal(fsa_index_chunks(&tokens.index), 1);
+    p.index_per_chunk = 0;
     /* The NSA order has no dq rows to share: its lists take their own bytes. */
     fsa_bwd_layout nsa;
     fsa_bwd_layout_for(&nsa, &p, T, 1, 2, T, FSA_ALGORITHM_NSA);
@@ -266,6 +280,45 @@ static void test_head_chunks_of_every_token_share_one_index_of_every_head(void *
     fsa_fsa_layout_for(&f, &p, T, 1, 2, T);
     assert_int_equal(f.index.index_heads, 8);
     assert_true(f.lse_part - f.list >= (size_t)(8 * T * 16 * 4));
+}
+
+static void test_token_chunks_of_the_standard_problem_share_one_index(void **state)
+{
+    (void)state;
+    /* At T = 65536 and G 8 / 16 the default cap leaves room for one KV head's dq rows of 32768 /
+     * 21846 tokens: 2 / 3 token chunks per head, all of them read from one inversion (8 / 6 virtual
+     * heads), which costs a few MB beside the chunk's arrays; FSA_INDEX_ONCE=0 chunks alike. Token
+     * chunks take items of FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times the entries (fewer dK/dV partials:
+     * the 3 chunks fit at G 16). */
+    const int64_t T = 65536, nb = T / 64 + 2;
+    for (int g = 8; g <= 16; g *= 2) {
+        fsa_plan p;
+        standard_plan(&p, g, FSA_DTYPE_BF16, 0);
+        int heads;
+        int64_t tc;
+        bwd_chunk(&heads, &tc, &p, T);
+        assert_int_equal(heads, 1);
+        const int n = (int)((T + tc - 1) / tc);
+        assert_int_equal(n, g == 8 ? 2 : 3);
+        fsa_bwd_layout l;
+        fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
+        assert_int_equal(l.item_entries, FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS * fsa_bwd_item_entries(g, 0));
+        assert_int_equal(l.index.tchunks, n);
+        assert_int_equal(l.index.index_heads, (32 / g) * n);
+        assert_int_equal(fsa_index_chunks(&l.index), (32 / g) * n);
+        assert_int_equal(l.index.n_counts, (size_t)((32 / g) * n * nb + 1));
+        assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+        assert_true(bwd_bytes(&p, T) == l.total);
+        p.index_per_chunk = 1;
+        int heads1;
+        int64_t tc1;
+        bwd_chunk(&heads1, &tc1, &p, T);
+        assert_int_equal(heads1, 1);
+        assert_int_equal(tc1, tc);
+        fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
+        assert_int_equal(l.index.tchunks, 1);
+        assert_int_equal(l.index.index_heads, 1);
+    }
 }
 
 static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
@@ -300,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
         cmocka_unit_test(test_head_chunks_of_every_token_share_one_index_of_every_head),
+        cmocka_unit_test(test_token_chunks_of_the_standard_problem_share_one_index),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
