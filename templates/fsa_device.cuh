@@ -134,14 +134,22 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, bool valid)
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
 }
-// The same with an L2 cache policy (createpolicy_*) for the line it reads.
+// The same with an L2 cache policy (l2_evict_last / l2_evict_first) for the line it reads.
 __device__ __forceinline__ void cp_async16_hint(u32 dst, const void *src, u64 policy) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(policy));
 }
-// L2 policies: lines kept longer than normal ones (evict_last), or first to go (evict_first).
-__device__ __forceinline__ u64 createpolicy_evict_last() {
+// L2 policies (sm_80+; for the *_hint copies): lines kept longer than normal ones
+// (evict_last), or the first to go (evict_first): data read once (a stream) then
+// replaces itself instead of the lines other work left in L2 (dirty ones would cost
+// a write-back each).
+__device__ __forceinline__ u64 l2_evict_last() {
     u64 p;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ u64 l2_evict_first() {
+    u64 p = 0;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0;\n" : "=l"(p));
     return p;
 }
 // A 16-byte store of streaming data (read once, later): evict-first in L2

@@ -66,7 +66,7 @@ __device__ __forceinline__ void load_rows_sw128_async(u32 dst, const u16 *const 
     for_rows_sw128<ROWS, COLS, THREADS>(dst, rows, tid, [](u32 d, const u16 *src) { cp_async16(d, src, true); });
 }
 
-// The same, each line read under the L2 policy `policy` (createpolicy_*).
+// The same, each line read under the L2 policy `policy` (l2_evict_last / l2_evict_first).
 template <int ROWS, int COLS, int THREADS>
 __device__ __forceinline__ void load_rows_sw128_async_hint(u32 dst, const u16 *const *rows, int tid, u64 policy) {
     for_rows_sw128<ROWS, COLS, THREADS>(dst, rows, tid,

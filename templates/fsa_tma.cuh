@@ -44,7 +44,7 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const void *map, u32 bar, i
         : "memory");
 }
 
-// The same with an L2 cache policy (l2_evict_first) for the box's lines.
+// The same with an L2 cache policy (fsa_device.cuh: l2_evict_first) for the box's lines.
 __device__ __forceinline__ void tma_load_4d_hint(u32 dst, const void *map, u32 bar, int c0, int c1, int c2, int c3,
                                                  u64 policy) {
     FSA_TMA_ASM(
@@ -52,15 +52,6 @@ __device__ __forceinline__ void tma_load_4d_hint(u32 dst, const void *map, u32 b
         "%4, %5}], [%6], %7;\n" ::"r"(dst),
         "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
         : "memory");
-}
-
-// An L2 policy that makes the lines it is given the first to be evicted:
-// data read once (a stream) then replaces itself instead of the lines other
-// work left in L2 (dirty ones would cost a write-back each).
-__device__ __forceinline__ u64 l2_evict_first() {
-    u64 policy = 0;
-    FSA_TMA_ASM("createpolicy.fractional.L2::evict_first.b64 %0;\n" : "=l"(policy));
-    return policy;
 }
 
 }  // namespace fsa

@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             // kept in L2 longer than the partial rows, which go out once.
             auto load = [&](int i) {
                 load_rows_sw128_async_hint<ROWS, D, 128>(my_q + (u32)(i % FSA_FWD_STAGES) * Q_TILE, slice[i % 3].q_row,
-                                                         gtid, createpolicy_evict_last());
+                                                         gtid, l2_evict_last());
             };
             int v_next = 0;
             if (mine > 0) build_tile_rows<G, ROWS>(slice[0], p, tile_row_entry<G, ROWS>(it.ent, n_run, first_entry(0), gtid),
