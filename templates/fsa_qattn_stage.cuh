@@ -19,11 +19,7 @@ __device__ __forceinline__ void stage_softmax_pv(OnlineSoftmax &sm, float (&s)[K
     wg_hold<KS / 8>(s);
     softmax_stage<KS>(sm, s, scale_log2, lane, j0, visible, alpha);
     rescale_rows<DV / 8>(acc, alpha);
-    wg_p_to_a<DT, KS / 16>(pa, s);
-    wg_mma_pv<DT, KS / 16, DV>(acc, pa, v_tile);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<DV / 8>(acc);
+    wg_pv_waited<DT, KS / 16, DV>(acc, pa, s, v_tile);
 }
 
 }  // namespace fsa

@@ -19,7 +19,7 @@
 //   ... softmax on s, rescale acc ...
 //   wg_p_to_a<DT, KS / 16>(a, s);                    // P to registers
 //   wg_mma_pv<DT, KS / 16, DV>(acc, a, v_tile);      // fence, O += P V
-//   wg_commit(); wg_wait<0>(); wg_hold(acc);
+//   wg_commit(); wg_wait<0>(); wg_hold(acc);         // (the last four: wg_pv_waited)
 //
 // Shared-memory data written by ordinary stores or cp.async must be fenced
 // into the async proxy (wg_fence_async_smem, by the writing threads after
@@ -218,6 +218,19 @@ __device__ __forceinline__ void wg_mma_pv(float (&d)[DV / 8][4], const u32 a[KK]
 #pragma unroll
         for (int c = 0; c < DV / 64; c++)
             wg_mma_rs_t(DT(), *reinterpret_cast<float(*)[8][4]>(&d[8 * c]), a[kk], wg_desc_mn(v_tile, V_ROWS, kk, c), 1);
+}
+
+// d += P V with the probabilities p (accumulator fragments, 64 x 16KK) turned
+// into A operands in a, then waited for: the P V half of a step whose products
+// each wait before what follows.
+template <class DT, int KK, int DV>
+__device__ __forceinline__ void wg_pv_waited(float (&d)[DV / 8][4], u32 (&a)[KK][4], const float (&p)[2 * KK][4],
+                                             u32 v_tile) {
+    wg_p_to_a<DT, KK>(a, p);
+    wg_mma_pv<DT, KK, DV>(d, a, v_tile);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<DV / 8>(d);
 }
 
 }  // namespace fsa

@@ -156,11 +156,7 @@ struct RowMath {
             }, alpha);
             if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<DV / 8>(o, alpha);
             u32 pa[KVC_STAGE / 16][4];
-            wg_p_to_a<DT, KVC_STAGE / 16>(pa, s);
-            wg_mma_pv<DT, KVC_STAGE / 16, DV>(o, pa, v_tile);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DV / 8>(o);
+            wg_pv_waited<DT, KVC_STAGE / 16, DV>(o, pa, s, v_tile);
         }
     }
     __device__ __forceinline__ void put(const WarpMerge<WARPS, DV, LDO> &wm, int kg, int lane) const {

@@ -69,11 +69,7 @@ __device__ __forceinline__ void softmax_pv_step(OnlineSoftmax &sm, float (&o_acc
     causal_step<KT>(sm, s, scale_log2, lane, tok, key0, alpha);
     if (!first) frag_scale_rows<DV / 8>(o_acc, alpha);
     u32 pa[KT / 16][4];
-    wg_p_to_a<DT, KT / 16>(pa, s);
-    wg_mma_pv<DT, KT / 16, DV>(o_acc, pa, vt);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold<DV / 8>(o_acc);
+    wg_pv_waited<DT, KT / 16, DV>(o_acc, pa, s, vt);
 }
 
 // A tile's last step done: its rows normalized (lse2: their log-sum-exps)
