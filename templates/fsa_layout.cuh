@@ -202,23 +202,26 @@ FSA_LAYOUT_FN int fsa_bwd_round_entries(int g) { return FSA_BWD_TILES / fsa_bwd_
  * is 32 tiles' tokens (or at least 8 tokens), so every choice is a whole
  * number of tiles' tokens and at least one entry. */
 FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_round_entries(g) >> halvings; }
-/* Entries per work item of one list of c entries, given the call's item_entries e: e, or
- * up to FSA_BWD_MAX_ITEM_ROUNDS times e while the list keeps at least
+/* Entries per work item of one list of c entries, given the launch's item_entries e: e, or
+ * up to max_rounds (at most FSA_BWD_MAX_ITEM_ROUNDS) times e while the list keeps at least
  * FSA_BWD_ITEMS_PER_LIST items. Long lists (the most selected blocks) then leave fewer
  * fp32 dK/dV partials to write and sum; short lists, which end the work order, keep
- * items of one round, so the kernel's tail stays short. Depends on c and e only: a
- * chunk of fewer heads splits a list as a call of all heads does. */
+ * items of one round, so the kernel's tail stays short. max_rounds is the launch's
+ * (fsa_bwd_layout.item_max_rounds): a launch of few items must not wait on one long item. */
 #define FSA_BWD_MAX_ITEM_ROUNDS 4
 #define FSA_BWD_ITEMS_PER_LIST 4
-/* A call in token chunks cuts every list into pieces, so its items take this many times the entries:
- * otherwise each piece splits into as many items as the whole list, each a dK/dV partial to write
- * and sum (measured at T 65536, G 8 / 16 under the default cap: 3 faster than 2, 2 than 1;
- * bench/NOTES.md, dqcap). Host-side only (the layout's item_entries). */
-#define FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS 3
-FSA_LAYOUT_FN int fsa_bwd_list_item_entries(long long c, int e)
+/* Every backward launch's items take this many times a round's entries where the launch still has
+ * 2 waves of items (fewer fp32 dK/dV partials to write and sum; measured at T 65536: bench/NOTES.md,
+ * dqcap and bitems). Host-side only (the layout's item_entries). */
+#define FSA_BWD_ITEM_ROUNDS_DEFAULT 3
+/* A launch's longest item takes at most 1 / FSA_BWD_ITEM_SHARE_PARTS of a CTA's share of the
+ * launch's entries (item_max_rounds), so the items of the longest lists do not make its tail. */
+#define FSA_BWD_ITEM_SHARE_PARTS 2
+FSA_LAYOUT_FN int fsa_bwd_list_item_entries(long long c, int e, int max_rounds)
 {
     const long long m = c / ((long long)FSA_BWD_ITEMS_PER_LIST * e);
-    return e * (int)(m < 1 ? 1 : m > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : m);
+    const int top = max_rounds < 1 ? 1 : max_rounds > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : max_rounds;
+    return e * (int)(m < 1 ? 1 : m > top ? top : m);
 }
 /* The backwards that accumulate dK and dV of a warp's 16 keys in registers
  * (this main kernel, the query-tile dK/dV blocks) do it in one pass while

@@ -94,7 +94,8 @@ __device__ __forceinline__ BwdItem bwd_item(const fsa_sel_params &p, int wi) {
     it.gid = it.seg - (long long)it.h * p.nb_total;
     it.item = wi - work[it.seg];
     it.n_items = work[it.seg + 1] - work[it.seg];
-    const int per_item = fsa_bwd_list_item_entries(offs[it.seg + 1] - offs[it.seg], (int)p.item_entries);
+    const int per_item = fsa_bwd_list_item_entries(offs[it.seg + 1] - offs[it.seg], (int)p.item_entries,
+                                                     (int)p.item_max_rounds);
     it.item0 = offs[it.seg] + it.item * per_item;
     it.item_n = min(offs[it.seg + 1] - it.item0, per_item);
     return it;

@@ -53,7 +53,7 @@ __device__ void scan_chunk(const fsa_sel_params &p, long long c0, long long segs
         for (int k = 0; k < SCAN_PER; k++) {
             const int c = (int)t_cnt[scan_pad(tid * SCAN_PER + k)];
             // The backward (parts) sizes each list's items by its length (fsa_bwd_list_item_entries).
-            const int per_item = cparts ? fsa_bwd_list_item_entries(c, chunk) : chunk;
+            const int per_item = cparts ? fsa_bwd_list_item_entries(c, chunk, (int)p.item_max_rounds) : chunk;
             const int items = (c + per_item - 1) / per_item;
             t_work[scan_pad(tid * SCAN_PER + k)] = (u32)items;  // read back below: fewer live registers
             v += (u64)(unsigned)c | ((u64)(unsigned)items << 32);

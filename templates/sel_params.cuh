@@ -60,6 +60,8 @@ typedef struct fsa_sel_params {
     /* Floats between delta's query-head rows (0: tc). Token chunks of one inversion read the
      * delta of every token, computed once ([Hq, T]), from their first token on. */
     long long delta_stride;
+    /* Backward: the most rounds of item_entries one list's items take (fsa_bwd_list_item_entries). */
+    long long item_max_rounds;
 } fsa_sel_params;
 
 #endif

@@ -30,6 +30,7 @@ struct fsa_plan {
     int bwd_wg;           /* the FSA-order backward main kernel on warpgroup products (sel_bwd_main_wg.cu) */
     int index_per_chunk;  /* FSA_INDEX_ONCE=0: each head chunk inverts its own index (0: chunks may share one) */
     int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measuring): every backward's item entries times this; 0: unset */
+    int bwd_list_rounds;  /* FSA_BWD_LIST_ROUNDS (measuring): item_max_rounds of every backward launch; 0: unset */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */
@@ -93,7 +94,8 @@ uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t to
 typedef struct fsa_bwd_layout {
     fsa_algorithm algorithm;
     int heads;        /* KV heads per launch sequence; divides Hkv */
-    int item_entries; /* list entries per main-kernel work item */
+    int item_entries; /* list entries per main-kernel work item (sized for one chunk's launch) */
+    int item_max_rounds; /* the most times item_entries one list's items take (fsa_bwd_list_item_entries) */
     int dkv_direct;   /* one token chunk, one pass: dk and dv written without dkv_acc (size 0) */
     fsa_index_layout index;
     size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,

@@ -62,24 +62,26 @@ static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t 
     out->total = at;
 }
 
-/* List entries per backward work item for a chunk of tc tokens: one round,
- * halved (up to FSA_BWD_MAX_HALVINGS times) while there are fewer than 2
- * waves of items, so short inputs still fill the device. (Items of several
- * rounds for every list would save dK/dV partials but measured slower: the
- * longest lists then made the tail; bench/NOTES.md. Long lists take items of
- * up to a few times this: fsa_bwd_list_item_entries.) Counted over every KV head, so that a
- * chunk of fewer heads splits each list as a call of all heads does (the same
- * dK/dV sums, bit for bit). `rounds` times that where there are still 2 waves of
- * items (token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS). */
-static int bwd_entries_per_item(const fsa_plan *plan, int64_t tc, int rounds)
+/* List entries per backward work item of a launch of `heads` KV heads x tc
+ * tokens (the items of one launch, not the call's: a head chunk or token chunk
+ * is a launch of its own): one round, halved (up to FSA_BWD_MAX_HALVINGS
+ * times) while there are fewer than 2 waves of items, so short inputs still
+ * fill the device; `rounds` times that where 2 waves remain. Long lists take
+ * items of up to *max_rounds times this (fsa_bwd_list_item_entries): at most
+ * 1 / FSA_BWD_ITEM_SHARE_PARTS of a CTA's share of the launch, so that a
+ * launch of few items (a one-head chunk) does not wait on its longest lists. */
+static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc, int rounds, int *max_rounds)
 {
-    const int64_t work = (int64_t)plan->desc.num_kv_heads * tc * plan->desc.top_k *
-                         (plan->desc.block_size / plan->config.bwd_keys);
+    const int64_t work = (int64_t)heads * tc * plan->desc.top_k * (plan->desc.block_size / plan->config.bwd_keys);
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
     while (halvings < FSA_BWD_MAX_HALVINGS && work / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
-    const int e = fsa_bwd_item_entries(plan->group, halvings);
-    return halvings == 0 && work / ((int64_t)e * rounds) >= 2 * grid ? e * rounds : e;
+    int e = fsa_bwd_item_entries(plan->group, halvings);
+    if (halvings == 0 && work / ((int64_t)e * rounds) >= 2 * grid) e *= rounds;
+    const int64_t m = work / grid / ((int64_t)FSA_BWD_ITEM_SHARE_PARTS * e);
+    *max_rounds = plan->bwd_list_rounds ? plan->bwd_list_rounds
+                                        : m < 1 ? 1 : m > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : (int)m;
+    return e;
 }
 
 static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
@@ -90,11 +92,9 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    /* Token chunks: FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times (FSA_BWD_ITEM_ROUNDS, for measuring: that
-     * many times for every call). */
-    const int rounds = plan->bwd_item_rounds ? plan->bwd_item_rounds
-                                             : tc < total_tokens ? FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS : 1;
-    out->item_entries = bwd_entries_per_item(plan, tc, rounds);
+    /* FSA_BWD_ITEM_ROUNDS_DEFAULT rounds (FSA_BWD_ITEM_ROUNDS, for measuring, replaces it). */
+    const int rounds = plan->bwd_item_rounds ? plan->bwd_item_rounds : FSA_BWD_ITEM_ROUNDS_DEFAULT;
+    out->item_entries = bwd_entries_per_item(plan, heads, tc, rounds, &out->item_max_rounds);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;

@@ -176,21 +176,43 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
     assert_int_equal(tc, T);
 }
 
-static void test_chunks_of_fewer_heads_split_lists_as_all_heads_do(void **state)
+static void test_work_items_are_sized_per_launch(void **state)
 {
     (void)state;
-    /* Work items per list (and so the fp32 dK/dV sums) are the same in a head
-     * chunk as in a call of every head: head chunks do not change a bit. */
+    /* Work items are sized from the items of the launch that runs them (a chunk of fewer heads
+     * has fewer): FSA_BWD_ITEM_ROUNDS_DEFAULT rounds where the launch keeps 2 waves of items,
+     * one round where it does not, halved rounds below that. */
     fsa_plan p;
     standard_plan(&p, 4, FSA_DTYPE_BF16, 0);
-    const int64_t tokens[] = {100, 1000, 8192};
-    for (int i = 0; i < 3; i++) {
-        fsa_bwd_layout all, one;
-        fsa_bwd_layout_for(&all, &p, tokens[i], 1, 8, tokens[i], FSA_ALGORITHM_FSA);
-        fsa_bwd_layout_for(&one, &p, tokens[i], 1, 1, tokens[i], FSA_ALGORITHM_FSA);
-        assert_int_equal(all.item_entries, one.item_entries);
-        assert_int_equal(one.heads, 1);
-    }
+    const int64_t grid = p.bwd_grid;
+    fsa_bwd_layout all, one;
+    /* T 8192, G 4: 8 heads' 1M entries keep 2 waves at 3 rounds (768), one head's 128K not even at one. */
+    fsa_bwd_layout_for(&all, &p, 8192, 1, 8, 8192, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&one, &p, 8192, 1, 1, 8192, FSA_ALGORITHM_FSA);
+    assert_int_equal(all.item_entries, FSA_BWD_ITEM_ROUNDS_DEFAULT * fsa_bwd_item_entries(4, 0));
+    assert_int_equal(one.item_entries, fsa_bwd_item_entries(4, 1));
+    assert_true((int64_t)8192 * 16 / one.item_entries >= 2 * grid);
+    assert_true((int64_t)8192 * 16 / fsa_bwd_item_entries(4, 0) < 2 * grid);
+    /* T 65536, G 1: every head takes 3 rounds (3072) and long lists up to 4 times that; a launch
+     * of one head one round (1024 items of 1024 entries: 512 of 2048 would not be 2 waves) and
+     * its long lists one round too (a CTA's share of the launch is 3971 entries: an item of 4096
+     * would be longer than that). */
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    const int64_t T = 65536;
+    fsa_bwd_layout_for(&all, &p, T, 1, 32, T, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&one, &p, T, 1, 1, T, FSA_ALGORITHM_FSA);
+    assert_int_equal(all.item_entries, 3 * 1024);
+    assert_int_equal(all.item_max_rounds, FSA_BWD_MAX_ITEM_ROUNDS);
+    assert_int_equal(one.item_entries, 1024);
+    assert_int_equal(one.item_max_rounds, 1);
+    assert_int_equal(fsa_bwd_list_item_entries(T, one.item_entries, one.item_max_rounds), 1024);
+    assert_int_equal(fsa_bwd_list_item_entries(T, all.item_entries, all.item_max_rounds), 4 * 3072);
+    /* FSA_BWD_ITEM_ROUNDS and FSA_BWD_LIST_ROUNDS (measuring) replace the rounds and the bound. */
+    p.bwd_item_rounds = 1;
+    p.bwd_list_rounds = 2;
+    fsa_bwd_layout_for(&all, &p, T, 1, 32, T, FSA_ALGORITHM_FSA);
+    assert_int_equal(all.item_entries, 1024);
+    assert_int_equal(all.item_max_rounds, 2);
 }
 
 static void test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator(void **state)
@@ -213,21 +235,23 @@ static void test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator(void **
     fsa_bwd_layout_for(&whole, &p, T, 1, 2, T, FSA_ALGORITHM_FSA);
     assert_false(whole.dkv_direct);
     /* The standard problem's backward at G = 1 under the default cap: one index of every KV head
-     * leaves room for chunks of one head (32 chunks, one inversion); two heads per chunk would fit
-     * only beside an index of four heads (16 chunks, 8 inversions), which measured slower. */
+     * leaves room for chunks of two heads (16 chunks, one inversion): their launches take items of
+     * 3 rounds, whose fewer dK/dV partials make the room (one round, the items of a one-head
+     * launch, would leave room for one head only). */
     standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
     int heads;
     int64_t tc;
     bwd_chunk(&heads, &tc, &p, T);
-    assert_int_equal(heads, 1);
+    assert_int_equal(heads, 2);
     assert_int_equal(tc, T);
     fsa_bwd_layout l;
     fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
     assert_int_equal(l.index.index_heads, 32);
+    assert_int_equal(l.item_entries, 3 * 1024);
     assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
-    fsa_bwd_layout_for(&l, &p, T, 1, 2, tc, FSA_ALGORITHM_FSA); /* two heads: the largest index beside them */
-    assert_int_equal(l.index.index_heads, 4);
-    assert_true(l.total <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+    p.bwd_item_rounds = 1;
+    bwd_chunk(&heads, &tc, &p, T);
+    assert_int_equal(heads, 1);
 }
 
 static void test_head_chunks_of_every_token_share_one_index_of_every_head(void **state)
@@ -288,7 +312,7 @@ static void test_token_chunks_of_the_standard_problem_share_one_index(void **sta
     /* At T = 65536 and G 8 / 16 the default cap leaves room for one KV head's dq rows of 32768 /
      * 21846 tokens: 2 / 3 token chunks per head, all of them read from one inversion (8 / 6 virtual
      * heads), which costs a few MB beside the chunk's arrays; FSA_INDEX_ONCE=0 chunks alike. Token
-     * chunks take items of FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS times the entries (fewer dK/dV partials:
+     * chunks take items of FSA_BWD_ITEM_ROUNDS_DEFAULT times the entries (fewer dK/dV partials:
      * the 3 chunks fit at G 16). */
     const int64_t T = 65536, nb = T / 64 + 2;
     for (int g = 8; g <= 16; g *= 2) {
@@ -302,7 +326,7 @@ static void test_token_chunks_of_the_standard_problem_share_one_index(void **sta
         assert_int_equal(n, g == 8 ? 2 : 3);
         fsa_bwd_layout l;
         fsa_bwd_layout_for(&l, &p, T, 1, heads, tc, FSA_ALGORITHM_FSA);
-        assert_int_equal(l.item_entries, FSA_BWD_TOKEN_CHUNK_ITEM_ROUNDS * fsa_bwd_item_entries(g, 0));
+        assert_int_equal(l.item_entries, FSA_BWD_ITEM_ROUNDS_DEFAULT * fsa_bwd_item_entries(g, 0));
         assert_int_equal(l.index.tchunks, n);
         assert_int_equal(l.index.index_heads, (32 / g) * n);
         assert_int_equal(fsa_index_chunks(&l.index), (32 / g) * n);
@@ -350,7 +374,7 @@ int main(void)
         cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
-        cmocka_unit_test(test_chunks_of_fewer_heads_split_lists_as_all_heads_do),
+        cmocka_unit_test(test_work_items_are_sized_per_launch),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
         cmocka_unit_test(test_head_chunks_of_every_token_share_one_index_of_every_head),
         cmocka_unit_test(test_token_chunks_of_the_standard_problem_share_one_index),
