@@ -63,22 +63,26 @@ static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t 
 }
 
 /* List entries per backward work item of a launch of `heads` KV heads x tc
- * tokens (the items of one launch, not the call's: a head chunk or token chunk
- * is a launch of its own): one round, halved (up to FSA_BWD_MAX_HALVINGS
- * times) while there are fewer than 2 waves of items, so short inputs still
- * fill the device; `rounds` times that where 2 waves remain. Long lists take
- * items of up to *max_rounds times this (fsa_bwd_list_item_entries): at most
- * 1 / FSA_BWD_ITEM_SHARE_PARTS of a CTA's share of the launch, so that a
- * launch of few items (a one-head chunk) does not wait on its longest lists. */
+ * tokens: one round, halved (up to FSA_BWD_MAX_HALVINGS times) while the
+ * call's items over every KV head make fewer than 2 waves, so short inputs
+ * still fill the device; `rounds` times a whole round where the launch's own
+ * items (a head chunk's or token chunk's, not the call's) still make 2 waves.
+ * So a chunk never takes smaller items than the call of every head would
+ * (nor more dK/dV partial slots), and takes larger ones only where its
+ * launch stays full. Long lists take items of up to *max_rounds times this
+ * (fsa_bwd_list_item_entries): at most 1 / FSA_BWD_ITEM_SHARE_PARTS of a
+ * CTA's share of the launch, so that a launch of few items (a one-head chunk)
+ * does not wait on its longest lists (block 0's, which every token selects). */
 static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc, int rounds, int *max_rounds)
 {
-    const int64_t work = (int64_t)heads * tc * plan->desc.top_k * (plan->desc.block_size / plan->config.bwd_keys);
+    const int64_t per_head = tc * plan->desc.top_k * (plan->desc.block_size / plan->config.bwd_keys);
+    const int64_t call = per_head * plan->desc.num_kv_heads, launch = per_head * heads;
     const int64_t grid = plan->bwd_grid > 0 ? plan->bwd_grid : 1;
     int halvings = 0;
-    while (halvings < FSA_BWD_MAX_HALVINGS && work / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
+    while (halvings < FSA_BWD_MAX_HALVINGS && call / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
     int e = fsa_bwd_item_entries(plan->group, halvings);
-    if (halvings == 0 && work / ((int64_t)e * rounds) >= 2 * grid) e *= rounds;
-    const int64_t m = work / grid / ((int64_t)FSA_BWD_ITEM_SHARE_PARTS * e);
+    if (halvings == 0 && launch / ((int64_t)e * rounds) >= 2 * grid) e *= rounds;
+    const int64_t m = launch / grid / ((int64_t)FSA_BWD_ITEM_SHARE_PARTS * e);
     *max_rounds = plan->bwd_list_rounds ? plan->bwd_list_rounds
                                         : m < 1 ? 1 : m > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : (int)m;
     return e;

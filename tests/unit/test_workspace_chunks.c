@@ -179,20 +179,25 @@ static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state
 static void test_work_items_are_sized_per_launch(void **state)
 {
     (void)state;
-    /* Work items are sized from the items of the launch that runs them (a chunk of fewer heads
-     * has fewer): FSA_BWD_ITEM_ROUNDS_DEFAULT rounds where the launch keeps 2 waves of items,
-     * one round where it does not, halved rounds below that. */
+    /* Work items take FSA_BWD_ITEM_ROUNDS_DEFAULT rounds where the launch that runs them (a chunk
+     * of fewer heads has fewer items) keeps 2 waves of items, one round where it does not; rounds are
+     * halved only where the call of every head would not make 2 waves: a chunk never takes smaller
+     * items (more dK/dV partial slots) than the call of every head. */
     fsa_plan p;
     standard_plan(&p, 4, FSA_DTYPE_BF16, 0);
     const int64_t grid = p.bwd_grid;
     fsa_bwd_layout all, one;
-    /* T 8192, G 4: 8 heads' 1M entries keep 2 waves at 3 rounds (768), one head's 128K not even at one. */
+    /* T 8192, G 4: 8 heads' 1M entries keep 2 waves at 3 rounds (768), one head's 128K not. */
     fsa_bwd_layout_for(&all, &p, 8192, 1, 8, 8192, FSA_ALGORITHM_FSA);
     fsa_bwd_layout_for(&one, &p, 8192, 1, 1, 8192, FSA_ALGORITHM_FSA);
     assert_int_equal(all.item_entries, FSA_BWD_ITEM_ROUNDS_DEFAULT * fsa_bwd_item_entries(4, 0));
-    assert_int_equal(one.item_entries, fsa_bwd_item_entries(4, 1));
-    assert_true((int64_t)8192 * 16 / one.item_entries >= 2 * grid);
-    assert_true((int64_t)8192 * 16 / fsa_bwd_item_entries(4, 0) < 2 * grid);
+    assert_int_equal(one.item_entries, fsa_bwd_item_entries(4, 0));
+    assert_true((int64_t)8192 * 16 / one.item_entries < 2 * grid);
+    /* T 1000: halved rounds, the call's and its chunks' alike. */
+    fsa_bwd_layout_for(&all, &p, 1000, 1, 8, 1000, FSA_ALGORITHM_FSA);
+    fsa_bwd_layout_for(&one, &p, 1000, 1, 1, 1000, FSA_ALGORITHM_FSA);
+    assert_true(all.item_entries < fsa_bwd_item_entries(4, 0));
+    assert_int_equal(all.item_entries, one.item_entries);
     /* T 65536, G 1: every head takes 3 rounds (3072) and long lists up to 4 times that; a launch
      * of one head one round (1024 items of 1024 entries: 512 of 2048 would not be 2 waves) and
      * its long lists one round too (a CTA's share of the launch is 3971 entries: an item of 4096
