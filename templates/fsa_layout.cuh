@@ -212,8 +212,11 @@ FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_rou
 #define FSA_BWD_ITEMS_PER_LIST 4
 /* Every backward launch's items take this many times a round's entries where the launch still has
  * 2 waves of items (fewer fp32 dK/dV partials to write and sum; measured at T 65536: bench/NOTES.md,
- * dqcap and bitems). Host-side only (the layout's item_entries). */
+ * dqcap and bitems), for groups up to FSA_BWD_ITEM_ROUNDS_MAX_GROUP and for token chunks; a launch of
+ * every token at a larger group keeps one round (measured slower with 3 at T 8192, G 8 and 16, no
+ * faster with 2 at T 65536, G 8: bench/NOTES.md, bitems). Host-side only (the layout's item_entries). */
 #define FSA_BWD_ITEM_ROUNDS_DEFAULT 3
+#define FSA_BWD_ITEM_ROUNDS_MAX_GROUP 4
 /* A launch's longest item takes at most 1 / FSA_BWD_ITEM_SHARE_PARTS of a CTA's share of the
  * launch's entries (item_max_rounds), so the items of the longest lists do not make its tail. */
 #define FSA_BWD_ITEM_SHARE_PARTS 2

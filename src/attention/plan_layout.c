@@ -96,8 +96,11 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t dim = (size_t)d->head_dim, bk = (size_t)d->block_size;
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
-    /* FSA_BWD_ITEM_ROUNDS_DEFAULT rounds (FSA_BWD_ITEM_ROUNDS, for measuring, replaces it). */
-    const int rounds = plan->bwd_item_rounds ? plan->bwd_item_rounds : FSA_BWD_ITEM_ROUNDS_DEFAULT;
+    /* FSA_BWD_ITEM_ROUNDS_DEFAULT rounds for token chunks and groups up to FSA_BWD_ITEM_ROUNDS_MAX_GROUP,
+     * else one (FSA_BWD_ITEM_ROUNDS, for measuring, replaces both). */
+    const int rounds = plan->bwd_item_rounds                                               ? plan->bwd_item_rounds
+                       : tc < total_tokens || plan->group <= FSA_BWD_ITEM_ROUNDS_MAX_GROUP ? FSA_BWD_ITEM_ROUNDS_DEFAULT
+                                                                                           : 1;
     out->item_entries = bwd_entries_per_item(plan, heads, tc, rounds, &out->item_max_rounds);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
