@@ -6,6 +6,7 @@
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -167,9 +168,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
     const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
     plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) >= 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 0;
-    const char *list_rounds = getenv("FSA_BWD_LIST_ROUNDS");
-    plan->bwd_list_rounds = list_rounds != NULL && atoi(list_rounds) >= 1 && atoi(list_rounds) <= FSA_BWD_MAX_ITEM_ROUNDS
-                                ? atoi(list_rounds) : 0;
+    plan->bwd_list_rounds = fsa_env_int("FSA_BWD_LIST_ROUNDS", 1, FSA_BWD_MAX_ITEM_ROUNDS, 0);
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
                                        .value_dim = (int)desc->value_dim, .group = plan->group,
