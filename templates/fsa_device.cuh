@@ -152,24 +152,6 @@ __device__ __forceinline__ u64 l2_evict_first() {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0;\n" : "=l"(p));
     return p;
 }
-// Programmatic dependent launch (sm_90+; FSA_PDL, docs/design.md): a kernel
-// launched with it may start while the kernel before it on the stream is
-// still finishing. grid_dep_wait() blocks until that kernel has completed
-// and its writes are visible: such a kernel calls it before touching any
-// memory the kernel before it writes or reads. It returns at once when the
-// kernel was launched without it. grid_dep_launch(): this CTA is done with
-// what delays the next kernel; the next kernel's CTAs may be placed once
-// every CTA has called it or exited (they then wait in grid_dep_wait).
-__device__ __forceinline__ void grid_dep_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dep_launch() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 // A 16-byte store of streaming data (read once, later): evict-first in L2
 // (.cs), so that it does not push out lines that are read again soon.
 __device__ __forceinline__ void st_global_cs16(void *dst, uint4 v) {

@@ -44,7 +44,6 @@ __device__ __forceinline__ void load_q_rows(u32 dst, const Rows &rt, int tile, i
 // Up to head dims of 128, two blocks of eight warps per SM (128 registers): the kernel
 // is bound by latency, so resident warps matter more than prefetch depth.
 extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 ? 2 : 1) fsa_sel_fwd_main(const fsa_sel_params p) {
-    grid_dep_wait();  // the index, and the previous chunk's reduction done with the partial rows (FSA_PDL)
     extern __shared__ __align__(16) unsigned char smem[];
     Rows &rt = *(Rows *)smem;
     u16 *Qs = (u16 *)(smem + fsa_fwd_smem_q(D, DV, BK));           // the query tiles in flight

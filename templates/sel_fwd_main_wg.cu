@@ -96,7 +96,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp >> 2, gtid = tid & 127, wq = warp & 3;  // warpgroup, thread and warp in it
     const u32 my_q = qs + (u32)(grp * FSA_FWD_STAGES) * Q_TILE;   // this warpgroup's ring
-    grid_dep_wait();  // the index, and the previous chunk's reduction done with the partial rows (FSA_PDL)
     const int total_work = ((const int *)p.work_offsets)[p.num_kv_heads * p.nb_total];
     const float scale_log2 = (float)p.scale_log2;
 
@@ -191,7 +190,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             if (take) {  // read before the next run's first barrier, written after it
                 w = next_chunk[0];
                 w_end = next_chunk[1];
-                if (w >= total_work) grid_dep_launch();  // this run is the CTA's last: the reduction may come
             }
 
             // Tile i + 1's rows and query copies, behind a group barrier that

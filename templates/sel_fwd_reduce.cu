@@ -21,7 +21,6 @@ __device__ __forceinline__ void accumulate(float acc[8], const uint4 &v, float w
 }
 
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce(const fsa_sel_params p) {
-    grid_dep_wait();  // the main kernel's partial rows (launched with FSA_PDL)
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;  // which row of the warp, lane in the row
     const long long row_id = ((long long)blockIdx.x * (FSA_ROW_THREADS / 32) + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;

@@ -172,7 +172,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
     const long long n = p.num_kv_heads * p.nb_total;
     if (threadIdx.x == 0) is_last = atomicAdd(counts + n, 1) == (int)gridDim.x - 1;
     __syncthreads();
-    grid_dep_launch();  // the scatter's CTAs may take their places during the last block's scan
     if (!is_last) return;
     __threadfence();
 
@@ -189,7 +188,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
 // every work item, so the main kernel needs no search. Order inside a list is
 // not fixed; nothing downstream depends on it.
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_sel_params p) {
-    grid_dep_wait();  // the count's offsets (launched with FSA_PDL)
     {
         // Each head chunk's work items name their segments as the chunk's launches see them.
         const long long n = p.num_kv_heads * p.nb_total;

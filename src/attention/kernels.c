@@ -334,28 +334,6 @@ fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ct
     return launch_status(k, cu, r, "cuLaunchKernelEx");
 }
 
-int fsa_kernel_can_pdl(const fsa_context *ctx)
-{
-    const char *e = getenv("FSA_PDL");
-    return fsa_kernel_can_cluster(ctx) && !(e != NULL && strcmp(e, "0") == 0);
-}
-
-fsa_status fsa_kernel_launch_pdl(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, CUstream stream,
-                                 void *params)
-{
-    const fsa_cu_api *cu = ctx->cu;
-    void *args[] = {params};
-    if (gx == 0) return FSA_STATUS_OK;
-    if (gx > 0x7fffffffu) gx = 0x7fffffffu;
-    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    const CUlaunchConfig cfg = {.gridDimX = (unsigned)gx, .gridDimY = 1, .gridDimZ = 1,
-                                .blockDimX = k->threads, .blockDimY = 1, .blockDimZ = 1,
-                                .sharedMemBytes = k->smem, .hStream = stream, .attrs = &attr, .numAttrs = 1};
-    const CUresult r = cu->LaunchKernelEx(&cfg, k->fn, args, NULL);
-    return launch_status(k, cu, r, "cuLaunchKernelEx");
-}
-
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
                              void *params)
 {

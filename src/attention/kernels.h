@@ -122,17 +122,6 @@ fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ct
  * later, cuLaunchKernelEx); 0 offline. */
 int fsa_kernel_can_cluster(const fsa_context *ctx);
 
-/* Whether ctx launches with programmatic dependent launch (sm_90 and later,
- * cuLaunchKernelEx; FSA_PDL=0: never). */
-int fsa_kernel_can_pdl(const fsa_context *ctx);
-
-/* fsa_kernel_launch on a (gx, 1, 1) grid, allowed to start while the kernel
- * before it on the stream finishes (programmatic stream serialization): the
- * kernel must call grid_dep_wait (fsa_device.cuh) before touching memory that
- * kernel uses. Only where fsa_kernel_can_pdl. */
-fsa_status fsa_kernel_launch_pdl(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, CUstream stream,
-                                 void *params);
-
 /* fsa_kernel_launch_3d on a (gx, gy, 1) grid. */
 fsa_status fsa_kernel_launch(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, CUstream stream,
                              void *params);

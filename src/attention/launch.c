@@ -162,13 +162,6 @@ fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, un
     return fsa_kernel_launch(k, plan->ctx, gx, gy, stream, p);
 }
 
-fsa_status fsa_launch_chained(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, CUstream stream,
-                              fsa_sel_params *p)
-{
-    if (plan->pdl) return fsa_kernel_launch_pdl(k, plan->ctx, gx, stream, p);
-    return fsa_kernel_launch(k, plan->ctx, gx, 1, stream, p);
-}
-
 fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const fsa_kernel *scatter,
                             const fsa_index_layout *l, uint64_t workspace, CUstream stream, fsa_sel_params *p)
 {
@@ -179,7 +172,7 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
     const size_t n_zero = l->n_counts + (size_t)FSA_FWD_COUNTERS * (size_t)fsa_index_chunks(l);
     FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, n_zero, stream), "launch memset");
     FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
-    FSA_CHECK(fsa_launch_chained(plan, scatter, row_blocks, stream, p));
+    FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:
     return st;
 }

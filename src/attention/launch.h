@@ -155,13 +155,6 @@ fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const vo
 fsa_status fsa_launch(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, unsigned gy, CUstream stream,
                       fsa_sel_params *p);
 
-/* fsa_launch on a (gx, 1) grid of a kernel that waits for the kernel before
- * it (grid_dep_wait, fsa_device.cuh): with programmatic dependent launch
- * where the plan has it (plan->pdl), so that its CTAs are placed while that
- * kernel's last CTAs finish instead of after a launch gap. */
-fsa_status fsa_launch_chained(const fsa_plan *plan, const fsa_kernel *k, uint64_t gx, CUstream stream,
-                              fsa_sel_params *p);
-
 /* Grid of a kernel with `per_block` rows per block over `rows` rows. */
 static inline uint64_t fsa_blocks_for(uint64_t rows, int per_block)
 {

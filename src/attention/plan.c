@@ -166,7 +166,6 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
     plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
     const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
-    plan->pdl = fsa_kernel_can_pdl(ctx);
     plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) >= 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 0;
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,

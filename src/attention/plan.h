@@ -30,8 +30,6 @@ struct fsa_plan {
     int bwd_wg;           /* the FSA-order backward main kernel on warpgroup products (sel_bwd_main_wg.cu) */
     int index_per_chunk;  /* FSA_INDEX_ONCE=0: each head chunk inverts its own index (0: chunks may share one) */
     int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measuring): every backward's item entries times this; 0: unset */
-    int pdl;              /* the forward's scatter, main kernel and reduction launched with programmatic
-                             dependent launch (fsa_kernel_can_pdl) */
     fsa_fwd_kernels fwd;
     int bwd_available;
     int bwd_nsa_available; /* the NSA-order dq kernel fits and the descriptor asks for it */

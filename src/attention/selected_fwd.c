@@ -91,10 +91,10 @@ static fsa_status run_fsa_heads(const fsa_plan *plan, const fwd_call *c, int inv
         /* Work items: at most pairs / chunk + one partial item per (head, block). */
         uint64_t items = (uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)p->item_entries + n_segs;
         uint64_t grid = items < (uint64_t)plan->main_grid ? items : (uint64_t)plan->main_grid;
-        FSA_CHECK(fsa_launch_chained(plan, &k->main, grid, stream, p));
+        FSA_CHECK(fsa_launch(plan, &k->main, grid, 1, stream, p));
         const uint64_t rows = (uint64_t)cur * (uint64_t)p->num_q_heads;
-        FSA_CHECK(fsa_launch_chained(plan, &k->reduce,
-                                     fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)), stream, p));
+        FSA_CHECK(fsa_launch(plan, &k->reduce, fsa_blocks_for(rows, fsa_rows_per_block((int)plan->desc.value_dim)),
+                             1, stream, p));
     }
 cleanup:
     return st;
