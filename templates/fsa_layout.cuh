@@ -125,12 +125,12 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * round-robin chunks of FSA_FWD_WG_CHUNK_ITEMS work items (measured 2-6%
  * faster than 0 on the standard problem, bench/NOTES.md "mws"; chunks of 8
  * lost at G 1 and 4), 0 every gridDim.x-th work item with its row table. */
-#define FSA_FWD_WG_VARIANT_MAX 3
-#define FSA_FWD_WG_VARIANT_DEFAULT 1
+#define FSA_FWD_WG_VARIANT_MAX 5
+#define FSA_FWD_WG_VARIANT_DEFAULT 3
 #define FSA_FWD_WG_CHUNK_ITEMS 4
-/* 2 and 3: the tile streams, every chunk after a CTA's first from a counter,
- * single items in the last fsa_fwd_wg_tail_waves x grid items (4 or 2). */
-FSA_LAYOUT_FN int fsa_fwd_wg_tail_waves(int variant) { return variant == 3 ? 2 : 4; }
+/* 2 to 5: the tile streams, every chunk after a CTA's first from a counter,
+ * single items in the last fsa_fwd_wg_tail_waves x grid items (4, 2, 1, 0). */
+FSA_LAYOUT_FN int fsa_fwd_wg_tail_waves(int variant) { return variant == 2 ? 4 : variant == 3 ? 2 : variant == 4 ? 1 : 0; }
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);
