@@ -11,8 +11,10 @@
 // to their partial rows.
 //
 // Two schedules (FSA_FWD_WG, fsa_layout.cuh):
-// 1 (default), tile streams: the work items in round-robin chunks of
-//   FSA_FWD_WG_CHUNK_ITEMS; a chunk's items of one (KV head, block) segment
+// 2 (default; 3: chunks twice as long), tile streams: the work items in
+//   chunks of FSA_FWD_WG_CHUNK_ITEMS, in order, a CTA's first by its index
+//   and the later ones from a work counter (1: round-robin chunks, chunk c
+//   to CTA c % gridDim.x); a chunk's items of one (KV head, block) segment
 //   form a run with one key block and contiguous list entries, which each
 //   warpgroup streams as 64-row tiles whose rows (a RowTable<64>) it builds
 //   a tile ahead: no row table and no prologue per item. The next tile's
@@ -42,8 +44,8 @@ constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 constexpr bool STREAM = {{FWD_WG}} >= 1;   // the schedule
 constexpr bool DYNAMIC = {{FWD_WG}} >= 2;  // chunks after the first from a counter
-constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
-constexpr int TAIL_WAVES = fsa_fwd_wg_tail_waves({{FWD_WG}});
+constexpr int CHUNK_ITEMS = fsa_fwd_wg_chunk_items({{FWD_WG}});
+constexpr int TAIL_ITEMS = FSA_FWD_WG_TAIL_WAVES * FSA_FWD_WG_CHUNK_ITEMS;  // per CTA of the grid
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
@@ -119,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         // taken by thread 0 when the CTA starts the last run of its chunk,
         // so the CTAs that finish early take more: the static shares differ
         // by a whole chunk (7 or 8 of them per CTA at T 8192) and by the
-        // chunks' sizes (bench/NOTES.md, "f8k"). In the last TAIL_WAVES x
+        // chunks' sizes (bench/NOTES.md, "f8k"). In the last TAIL_ITEMS x
         // gridDim.x items the chunks are single items, so the CTAs end
         // within about an item of each other. The counter still hands out
         // the items in order, so the CTAs at work hold neighbouring items.
@@ -150,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             const bool take = DYNAMIC && d.w_next >= w_end;
             int taken = 0, take_n = CHUNK_ITEMS;
             if (take && tid == 0) {
-                take_n = w_end + TAIL_WAVES * (int)gridDim.x * CHUNK_ITEMS < total_work ? CHUNK_ITEMS : 1;
+                take_n = w_end + TAIL_ITEMS * (int)gridDim.x < total_work ? CHUNK_ITEMS : 1;
                 taken = (int)gridDim.x * CHUNK_ITEMS + atomicAdd((int *)p.work_next, take_n);
             }
             c = d.c_next;
