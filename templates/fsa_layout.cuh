@@ -126,17 +126,12 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * by its index and every later one from a work counter, single items in the
  * last FSA_FWD_WG_TAIL_WAVES x grid x FSA_FWD_WG_CHUNK_ITEMS items (measured
  * 1-4% faster than 1 at T 8192, bench/NOTES.md "f8k"; tails of 4, 1 and 0
- * waves slower); 3 the same with chunks of twice as many items; 1 the
- * streams over round-robin chunks, chunk c to CTA c % grid (2-6% faster
+ * waves slower); 1 the streams over round-robin chunks, chunk c to CTA c % grid (2-6% faster
  * than 0, "mws"); 0 every gridDim.x-th work item with its row table. */
-#define FSA_FWD_WG_VARIANT_MAX 3
+#define FSA_FWD_WG_VARIANT_MAX 2
 #define FSA_FWD_WG_VARIANT_DEFAULT 2
 #define FSA_FWD_WG_CHUNK_ITEMS 4
 #define FSA_FWD_WG_TAIL_WAVES 2
-FSA_LAYOUT_FN int fsa_fwd_wg_chunk_items(int variant)
-{
-    return variant == 3 ? 2 * FSA_FWD_WG_CHUNK_ITEMS : FSA_FWD_WG_CHUNK_ITEMS;
-}
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);

@@ -11,7 +11,7 @@
 // to their partial rows.
 //
 // Two schedules (FSA_FWD_WG, fsa_layout.cuh):
-// 2 (default; 3: chunks twice as long), tile streams: the work items in
+// 2 (default), tile streams: the work items in
 //   chunks of FSA_FWD_WG_CHUNK_ITEMS, in order, a CTA's first by its index
 //   and the later ones from a work counter (1: round-robin chunks, chunk c
 //   to CTA c % gridDim.x); a chunk's items of one (KV head, block) segment
@@ -44,7 +44,7 @@ constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
 constexpr bool STREAM = {{FWD_WG}} >= 1;   // the schedule
 constexpr bool DYNAMIC = {{FWD_WG}} >= 2;  // chunks after the first from a counter
-constexpr int CHUNK_ITEMS = fsa_fwd_wg_chunk_items({{FWD_WG}});
+constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
 constexpr int TAIL_ITEMS = FSA_FWD_WG_TAIL_WAVES * FSA_FWD_WG_CHUNK_ITEMS;  // per CTA of the grid
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
