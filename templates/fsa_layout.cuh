@@ -121,13 +121,17 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 #define FSA_FWD_WG_GROUPS 2
 #define FSA_FWD_WG_ROWS 64
 #define FSA_FWD_WG_ALIGN 1024
-/* Its schedule (FSA_FWD_WG, sel_fwd_main_wg.cu): 1 the tile streams over
- * round-robin chunks of FSA_FWD_WG_CHUNK_ITEMS work items (measured 2-6%
- * faster than 0 on the standard problem, bench/NOTES.md "mws"; chunks of 8
- * lost at G 1 and 4), 0 every gridDim.x-th work item with its row table. */
-#define FSA_FWD_WG_VARIANT_MAX 1
-#define FSA_FWD_WG_VARIANT_DEFAULT 1
+/* Its schedule (FSA_FWD_WG, sel_fwd_main_wg.cu): 2 the tile streams over
+ * chunks of FSA_FWD_WG_CHUNK_ITEMS work items in order, a CTA's first chunk
+ * by its index and every later one from a work counter, single items in the
+ * last FSA_FWD_WG_TAIL_WAVES x grid x FSA_FWD_WG_CHUNK_ITEMS items (measured
+ * 1-4% faster than 1 at T 8192, bench/NOTES.md "f8k"; tails of 4, 1 and 0
+ * waves slower); 1 the streams over round-robin chunks, chunk c to CTA c % grid (2-6% faster
+ * than 0, "mws"); 0 every gridDim.x-th work item with its row table. */
+#define FSA_FWD_WG_VARIANT_MAX 2
+#define FSA_FWD_WG_VARIANT_DEFAULT 2
 #define FSA_FWD_WG_CHUNK_ITEMS 4
+#define FSA_FWD_WG_TAIL_WAVES 2
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
     return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);

@@ -11,8 +11,10 @@
 // to their partial rows.
 //
 // Two schedules (FSA_FWD_WG, fsa_layout.cuh):
-// 1 (default), tile streams: the work items in round-robin chunks of
-//   FSA_FWD_WG_CHUNK_ITEMS; a chunk's items of one (KV head, block) segment
+// 2 (default), tile streams: the work items in
+//   chunks of FSA_FWD_WG_CHUNK_ITEMS, in order, a CTA's first by its index
+//   and the later ones from a work counter (1: round-robin chunks, chunk c
+//   to CTA c % gridDim.x); a chunk's items of one (KV head, block) segment
 //   form a run with one key block and contiguous list entries, which each
 //   warpgroup streams as 64-row tiles whose rows (a RowTable<64>) it builds
 //   a tile ahead: no row table and no prologue per item. The next tile's
@@ -40,8 +42,10 @@ constexpr int KT = fsa_fwd_wg_keys(BK);             // keys per softmax step: on
 constexpr int K_TILE = fsa_sw128_bytes(KT, D), V_TILE = fsa_sw128_bytes(KT, DV);
 constexpr u32 Q_TILE = fsa_fwd_wg_q_tile_bytes(D, DV);
 static_assert(TOK >= 1, "GROUP must be at most 64");
-constexpr bool STREAM = {{FWD_WG}} == 1;  // the schedule
+constexpr bool STREAM = {{FWD_WG}} >= 1;   // the schedule
+constexpr bool DYNAMIC = {{FWD_WG}} >= 2;  // chunks after the first from a counter
 constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
+constexpr int TAIL_ITEMS = FSA_FWD_WG_TAIL_WAVES * FSA_FWD_WG_CHUNK_ITEMS;  // per CTA of the grid
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
 static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
 
@@ -111,28 +115,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
         // share per CTA measured slower: bench/NOTES.md, "mws"). A chunk's
         // items of one segment form a run: one key block, the list entries
         // contiguous.
-        const int n_chunks = (total_work + CHUNK_ITEMS - 1) / CHUNK_ITEMS;
-        // The run that starts at item w of chunk c, and where the next one starts.
-        auto describe = [&](int c, int w, RunDesc &d) {
-            const int w_end_chunk = min(total_work, (c + 1) * CHUNK_ITEMS);
+        //
+        // DYNAMIC: a CTA's first chunk is still blockIdx.x; every later one
+        // comes from a counter (p.work_next, zeroed with the index's counts),
+        // taken by thread 0 when the CTA starts the last run of its chunk,
+        // so the CTAs that finish early take more: the static shares differ
+        // by a whole chunk (7 or 8 of them per CTA at T 8192) and by the
+        // chunks' sizes (bench/NOTES.md, "f8k"). In the last TAIL_ITEMS x
+        // gridDim.x items the chunks are single items, so the CTAs end
+        // within about an item of each other. The counter still hands out
+        // the items in order, so the CTAs at work hold neighbouring items.
+        //
+        // The run that starts at item w of the chunk ending at w_end (for
+        // the static shares, chunk c), and where the next one starts.
+        auto describe = [&](int c, int w, int w_end_chunk, RunDesc &d) {
             d.it = work_item<BK, CHUNK>(p, w);
             const int seg = ((const int *)p.work_seg)[w];
             const int w_run_end = min(((const int *)p.work_offsets)[seg + 1], w_end_chunk);
             const int *seg_list_end = (const int *)p.list + ((const int *)p.offsets)[seg + 1];
             d.it.n_ent = min((int)(seg_list_end - d.it.ent), (w_run_end - w) * CHUNK);
             d.c_next = w_run_end < w_end_chunk ? c : c + (int)gridDim.x;
-            d.w_next = w_run_end < w_end_chunk ? w_run_end : d.c_next * CHUNK_ITEMS;
+            d.w_next = w_run_end < w_end_chunk || DYNAMIC ? w_run_end : d.c_next * CHUNK_ITEMS;
         };
-        int c = blockIdx.x, w = c * CHUNK_ITEMS;
+        __shared__ int next_chunk[2];  // DYNAMIC: the CTA's next chunk [first item, end)
+        int c = blockIdx.x, w = c * CHUNK_ITEMS, w_end = min(total_work, w + CHUNK_ITEMS);
         int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
-        while (c < n_chunks) {
+        while (w < total_work) {
             RunDesc d;
-            describe(c, w, d);
+            describe(c, w, w_end, d);
             __syncthreads();  // the previous run is done with the key block, the rings and the tile rows
             const WorkItem &it = d.it;
             const int n_run = it.n_ent;
+            // DYNAMIC, the chunk's last run: thread 0 takes the next chunk
+            // now and publishes it after the barrier below (the atomic's
+            // latency hides behind the key block's copies).
+            const bool take = DYNAMIC && d.w_next >= w_end;
+            int taken = 0, take_n = CHUNK_ITEMS;
+            if (take && tid == 0) {
+                take_n = w_end + TAIL_ITEMS * (int)gridDim.x < total_work ? CHUNK_ITEMS : 1;
+                taken = (int)gridDim.x * CHUNK_ITEMS + atomicAdd((int *)p.work_next, take_n);
+            }
             c = d.c_next;
             w = d.w_next;
+            if (!DYNAMIC) w_end = min(total_work, (c + 1) * CHUNK_ITEMS);
             const u16 *kg = view_row<const u16>(p.k, 0, it.h), *vg = view_row<const u16>(p.v, 0, it.h);
             auto key = [&](int r) { return (long long)it.kb0 + (r < it.nk ? r : 0); };
             load_tile_sw128_async<KT, D, THREADS>(ks, [&](int r) { return RowSrc{kg + key(r) * p.k.token_stride, r < it.nk}; });
@@ -157,9 +182,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             group_sync(grp);  // tile 0's rows
             if (mine > 0) load(0);
             cp_async_commit();
+            if (take && tid == 0) {
+                next_chunk[0] = taken;
+                next_chunk[1] = min(total_work, taken + take_n);
+            }
             cp_async_wait<1>();  // this thread's K and V copies
             wg_fence_async_smem();
-            __syncthreads();  // everyone's
+            __syncthreads();  // everyone's (and the next chunk)
+            if (take) {  // read before the next run's first barrier, written after it
+                w = next_chunk[0];
+                w_end = next_chunk[1];
+            }
 
             // Tile i + 1's rows and query copies, behind a group barrier that
             // also frees the buffer of tile i - 1 (its stores are done).

@@ -168,7 +168,9 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
-    FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, l->n_counts, stream), "launch memset");
+    /* The counts and, right after them, the forward's work counters. */
+    const size_t n_zero = l->n_counts + (size_t)FSA_FWD_COUNTERS * (size_t)fsa_index_chunks(l);
+    FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, n_zero, stream), "launch memset");
     FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
     FSA_CHECK(fsa_launch(plan, scatter, row_blocks, 1, stream, p));
 cleanup:

@@ -37,7 +37,10 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     const size_t pairs = mul3_sat((size_t)heads, (size_t)tc, (size_t)plan->desc.top_k);
     out->seg_stride = add_sat(out->n_chunk, pairs / (size_t)entries);
     size_t at = 0;
-    FSA_PLACE_(counts, mul_sat(out->n_counts, 4));
+    /* The counters right after the counts: one memset zeroes both. */
+    out->counts = at;
+    out->work_next = add_sat(at, mul_sat(out->n_counts, 4));
+    at = align_up(add_sat(out->work_next, mul3_sat(chunks, FSA_FWD_COUNTERS, 4)));
     FSA_PLACE_(offsets, mul_sat(out->n_counts, 4));
     FSA_PLACE_(work_offsets, mul3_sat(chunks, out->n_chunk, 4));
     return at;

@@ -114,6 +114,7 @@ static fsa_status run_fsa(const fsa_plan *plan, const fwd_call *c, CUstream stre
     all.list = (long long)(ws + l->list);
     all.lse_part = (long long)(ws + l->lse_part);
     all.o_part = (long long)(ws + l->o_part);
+    all.work_next = (long long)(ws + l->index.work_next); /* zeroed with the index's counts */
     /* Groups of index_heads KV heads: one index inversion each when the group holds several chunks
      * (else each chunk inverts its own), then the group's chunks. */
     const fsa_index_layout *ix = &l->index;

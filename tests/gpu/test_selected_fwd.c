@@ -47,6 +47,11 @@ static const attn_case cases[] = {
     /* Blocks past the index's 1024 shared-memory counters of a CTA (global counters), CTAs across two
      * heads and two sequences: */
     {"bf16_d64_g1_bk16_global", BF, 64,  2,  2,  16, 8, {300, 17000},              2, 0, 0, A_FSA,  0,      1, 0, 1},
+    /* More work items than 4 per CTA of the warpgroup main kernel's grid (264 on an H200; Dk = Dv = 128
+     * and blocks of 32 keys take that kernel on sm_90a): CTAs take chunks of four and then single items
+     * from the work counter of the dynamic schedule (zeroed by the index's memset; the workspace is
+     * poisoned); about 3400 items, most of them one short list each. */
+    {"bf16_d128_g1_bk32_many_items", BF, 128, 8, 8, 32, 2, {5000, 7000},         2, 0, 0, A_FSA,  0,      1, 0, 1},
     {"bf16_d64_g1_k1_t1",       BF, 64,  2,  2,  64, 1, {1},                       1, 0, 0, A_FSA,  0,      0, 0, 0},
     {"bf16_d128_g1_biglogit",   BF, 128, 1,  1,  64, 4, {256},                     1, 0, 0, A_FSA,  0,      0, 1, 1},
     {"bf16_d128_g1_biglogit_nsa", BF, 128, 1, 1, 64, 4, {256},                     1, 0, 0, A_NSA,  0,      0, 1, 0},
