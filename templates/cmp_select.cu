@@ -65,6 +65,20 @@ constexpr int NBL = (NB + S - 1) / S;            // a lane's blocks per stage, a
 constexpr int CH = NBL < 16 ? NBL : 16;          // of them scored and marked at once (NBL: a power of two)
 constexpr int K_STAGE = WG ? fsa_sw128_bytes(KS, DK) : fsa_tile_bytes(KS, DK);
 typedef GroupRows<G> Rows;
+// Where a lane's blocks need no bounds in the stages between the forced ones
+// (update_lists), and whether the token's top-k is spread over its lanes
+// (update_spread): both explained where they are used.
+constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0);
+constexpr bool SPREAD = (VARIANT & FSA_CMP_SEL_SPREAD) && S >= 8 && NB == K && K % S == 0 &&
+                        ((K / S) & (K / S - 1)) == 0 && FAST;
+// With the producer, where each lane keeps a whole list (G 1 and 2 at the
+// usual shape: 112 registers, which the lists and the next stage's scores in
+// flight exceed) and a stage completes up to 16 blocks, the scorer's constant
+// fragments come from a table in shared memory (after the mbarriers) instead
+// of registers.
+constexpr bool TABLE = WS && !SPREAD && NB <= 16;
+static_assert(!TABLE || BlockScores<G, R, HALO, NB, MT, KS, true>::SLOTS * 512 <= fsa_cmp_sel_table_bytes(BK, D, WG, VARIANT),
+              "the overlap table fits its region");
 static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, and BK / stride divides 64");
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL % CH == 0, "halo, top-k and blocks per stage in range");
 static_assert(S * TWW <= 32 && (S & (S - 1)) == 0, "a warp's tokens times their lanes fit the warp");
@@ -96,7 +110,8 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     ProducerRing<3> pring;
     if constexpr (WS) {
         pring.init(bars, 128, THREADS);
-        __syncthreads();  // the mbarriers are initialized
+        if (TABLE && warp == 0) BlockScores<G, R, HALO, NB, MT, KS, true>::write_table(bars + FSA_CMP_SEL_WG_BARS, lane);
+        __syncthreads();  // the mbarriers are initialized (and the table written)
         if (warp >= WARPS) {
             wg_regs_dec<FSA_CMP_SEL_WS_PRODUCER_REGS>();
             const StridedKeys sk = cmp_strided_keys(p, keys, h, tile_vis);
@@ -148,9 +163,9 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // (equal scores go to the lower blocks, which came first), so no lane
     // inserts it.
     float bound = -FSA_INF;
-    typedef BlockScores<G, R, HALO, NB, MT, KS> Scorer;
+    typedef BlockScores<G, R, HALO, NB, MT, KS, TABLE> Scorer;
     Scorer scorer;
-    scorer.init(lane);
+    scorer.init(lane, bars + FSA_CMP_SEL_WG_BARS);
 
     // (WS: each consumer warpgroup copies its own 64 query rows and waits for
     // them alone, with named barrier 1 + its number, before its first products.)
@@ -194,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // from loc0 on; at least S of them after stage i while (i + 1) NB <=
     // few_until (used up to S = 4: more lanes per token than the usual two
     // local blocks gain nothing from it).
-    constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0), FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
+    constexpr bool FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;  // (FAST: at the top)
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
     const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
@@ -278,9 +293,7 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // stage completes K of them (the usual shape at G >= 4: K 16, 16 blocks
     // per stage, a lane's E = K / S of them one per chunk), the token's list
     // is spread over its lanes (cmp_sel_spread.cuh) instead of the lanes'
-    // lists and bound above.
-    constexpr bool SPREAD = (VARIANT & FSA_CMP_SEL_SPREAD) && S >= 8 && NB == K && K % S == 0 &&
-                            ((K / S) & (K / S - 1)) == 0 && FAST;
+    // lists and bound above (SPREAD: at the top).
     typedef SpreadTopK<SPREAD ? K : 2, SPREAD ? S : 2> Spread;
     Spread spread;
     if constexpr (SPREAD) spread.init(lane);
