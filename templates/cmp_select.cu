@@ -267,11 +267,15 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
             while (todo) {
                 const int j = __ffs(todo) - 1;
                 todo &= todo - 1;
-                float v = score[0];
-#pragma unroll
-                for (int jj = 1; jj < CH; jj++)
-                    if (j == jj) v = score[jj];
-                if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
+                // The marked score again, as mark made it (a marked block is
+                // at or below the token's own, so its score or +inf if forced):
+                // one shared-memory load instead of picking score[j] by a
+                // variable j (a select per entry, in the candidate's chain), and
+                // the chunk's scores are dead during the insertions.
+                const int cb = first + (j0 + j) * S;
+                float v = my_scores[cb];
+                if (!fast && (cb < init_rel || cb > local_rel)) v = FSA_INF;
+                if (v > top.last()) top.insert(v, i * NB + cb);
             }
         }
         // The token's lists hold at least K entries at or above the least of
