@@ -9,7 +9,9 @@
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
+#include "base/util.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +131,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tile_tokens = fsa_kvc_tile_tokens(group);
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->tma = tma_wanted(ctx, desc);
-    plan->ctas = getenv("FSA_KVC_CTAS") != NULL ? atoi(getenv("FSA_KVC_CTAS")) : 0;
+    plan->ctas = fsa_env_int("FSA_KVC_CTAS", 0, INT_MAX, 0);
     /* Debug: the kernel variant that writes per-CTA phase stamps (kvc_stamps.cuh) into the
      * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only). */
     const char *stamps = getenv("FSA_KVC_STAMPS");
@@ -144,7 +146,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                      stamps, need);
     }
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
-    plan->experiment = getenv("FSA_KVC_EXPERIMENT") != NULL && plan->tma ? atoi(getenv("FSA_KVC_EXPERIMENT")) & 1 : 0;
+    plan->experiment = plan->tma ? fsa_env_int("FSA_KVC_EXPERIMENT", 0, INT_MAX, 0) & 1 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, kernel_mode(plan, 0)) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, kernel_mode(plan, 0));

@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,17 @@ int fsa_env_flag(const char *name, int fallback)
         if (strcasecmp(v, no[i]) == 0) return 0;
     }
     return fallback;
+}
+
+int fsa_env_int(const char *name, int lo, int hi, int fallback)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return fallback;
+    char *end = NULL;
+    errno = 0;
+    const long x = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < lo || x > hi) return fallback;
+    return (int)x;
 }
 
 void fsa_hex(char *out, const uint8_t *bytes, size_t n)
