@@ -210,6 +210,10 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // few_until (used up to S = 4: more lanes per token than the usual two
     // local blocks gain nothing from it).
     constexpr bool FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;  // (FAST: at the top)
+    // A token's candidates shared among its lanes for the insertions (below;
+    // its chunk's blocks fit a 32-bit mask), in the default kernel (with the
+    // producer): G 1 and 2 at the usual shape.
+    constexpr bool SHARE = WS && S > 1 && S * CH <= 32;
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
     const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
@@ -219,7 +223,8 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
         // the ones that beat the lane's K-th score are marked, then inserted
-        // in ascending order (each lane walks only its own marks), or, where
+        // in ascending order (each lane walks only its own marks, or with
+        // SHARE the token's lanes take turns over all of them), or, where
         // some lane of the warp has so many that a merge is cheaper (the
         // first stage, where the lists fill), sorted and merged.
         const int first = (my_s - i * NB) & (S - 1);
@@ -228,7 +233,10 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
         const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
         const int last = min(own, NB - 1);  // the last block a lane scores here
         const bool fast = FAST && i >= fast_lo && i < fast_hi;  // (the same on every lane)
-        // Chunk j0's scores, and which beat the lane's K-th (interior: no bounds to check).
+        // Chunk j0's scores, and which beat the lane's K-th (interior: no
+        // bounds to check): bit j for block first + (j0 + j) S, or with
+        // SHARE bit first + j S, the block's place among the token's blocks
+        // of the chunk.
         auto mark = [&](float (&score)[CH], int j0, bool interior) -> unsigned {
             unsigned todo = 0;
 #pragma unroll
@@ -238,9 +246,20 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                 if (interior) v = my_scores[cb];
                 else if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
                 score[j] = v;
-                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
+                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << (SHARE ? j * S : j);
             }
-            return todo;
+            return SHARE ? todo << first : todo;
+        };
+        // The marked score of the token's block cb again, as mark made it (a
+        // marked block is at or below the token's own, so its score, or +inf
+        // where forced): one shared-memory load, which any lane of the token
+        // may make, instead of picking score[j] by a variable j (a select
+        // per entry, in the candidate's chain); the chunk's scores are dead
+        // during the insertions.
+        auto insert_block = [&](int cb) {
+            float v = my_scores[cb];
+            if (!fast && (cb < init_rel || cb > local_rel)) v = FSA_INF;
+            if (v > top.last()) top.insert(v, i * NB + cb);
         };
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
@@ -255,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                     int yc[CH];
 #pragma unroll
                     for (int j = 0; j < CH; j++) {
-                        const bool on = (todo >> j) & 1u;
+                        const bool on = (todo >> (SHARE ? first + j * S : j)) & 1u;
                         yv[j] = on ? score[j] : -FSA_INF;
                         yc[j] = on ? i * NB + first + j * S : -1;
                     }
@@ -264,18 +283,32 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                     todo = 0;
                 }
             }
-            while (todo) {
-                const int j = __ffs(todo) - 1;
-                todo &= todo - 1;
-                // The marked score again, as mark made it (a marked block is
-                // at or below the token's own, so its score or +inf if forced):
-                // one shared-memory load instead of picking score[j] by a
-                // variable j (a select per entry, in the candidate's chain), and
-                // the chunk's scores are dead during the insertions.
-                const int cb = first + (j0 + j) * S;
-                float v = my_scores[cb];
-                if (!fast && (cb < init_rel || cb > local_rel)) v = FSA_INF;
-                if (v > top.last()) top.insert(v, i * NB + cb);
+            if constexpr (SHARE) {
+                // The token's candidates of the chunk, in ascending block
+                // order, shared among its lanes: in each round lane my_s takes
+                // the my_s-th (from 0) of the next S, so each lane still gets
+                // its blocks in ascending order, the lanes' lists stay disjoint
+                // (what the bound and the final merge need), and the warp runs
+                // about the token's candidates / S rounds instead of its
+                // busiest lane's own.
+                unsigned m = todo;
+#pragma unroll
+                for (int mask = 1; mask < S; mask <<= 1) m |= __shfl_xor_sync(ALL, m, mask);
+                while (m) {
+                    unsigned mine = m;
+#pragma unroll
+                    for (int k = 1; k < S; k++)
+                        if (k <= my_s) mine &= mine - 1;
+#pragma unroll
+                    for (int k = 0; k < S; k++) m &= m - 1;
+                    if (mine) insert_block(__ffs(mine) - 1 + j0 * S);
+                }
+            } else {
+                while (todo) {
+                    const int j = __ffs(todo) - 1;
+                    todo &= todo - 1;
+                    insert_block(first + (j0 + j) * S);
+                }
             }
         }
         // The token's lists hold at least K entries at or above the least of

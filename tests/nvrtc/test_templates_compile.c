@@ -168,7 +168,7 @@ static const justified_spill justified_spills[] = {
      "four warpgroups at G 1 and 2 (FSA_CMP_SEL_FOUR_SMALL_G) where a lane keeps a whole top-k list (up to 16 "
      "entries): at 128 registers without the producer (variant 7) 88 bytes at G 1; the default's four consumers "
      "(with FSA_CMP_SEL_WS: 112 registers, the producer keeping 32, the scorer's constant fragments read from "
-     "shared memory) 64 bytes at G 1, a few values reloaded per stage: 16 compute warps per SM instead "
+     "shared memory) 76 bytes at G 1, a few values reloaded per stage: 16 compute warps per SM instead "
      "of 12 measured faster than three consumers without spills (bench/NOTES.md, \"sel4\", \"csel\", \"cspill\")"},
     {NULL, NULL, NULL, 0, NULL},
 };
