@@ -210,10 +210,12 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // few_until (used up to S = 4: more lanes per token than the usual two
     // local blocks gain nothing from it).
     constexpr bool FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;  // (FAST: at the top)
-    // A token's candidates shared among its lanes for the insertions (below;
-    // its chunk's blocks fit a 32-bit mask), in the default kernel (with the
-    // producer): G 1 and 2 at the usual shape.
-    constexpr bool SHARE = WS && S > 1 && S * CH <= 32;
+    // A token's candidates shared among its lanes for the insertions (below),
+    // in the default kernel (with the producer) where two lanes share a token
+    // (G 1 at the usual shape). With four (G 2) the rounds' extra work and the
+    // re-read score's load in each candidate's chain measured slower than the
+    // lanes' own rounds (bench/NOTES.md, "cspill").
+    constexpr bool SHARE = WS && S == 2 && S * CH <= 32;
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
     const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
@@ -250,12 +252,12 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
             }
             return SHARE ? todo << first : todo;
         };
-        // The marked score of the token's block cb again, as mark made it (a
-        // marked block is at or below the token's own, so its score, or +inf
-        // where forced): one shared-memory load, which any lane of the token
-        // may make, instead of picking score[j] by a variable j (a select
-        // per entry, in the candidate's chain); the chunk's scores are dead
-        // during the insertions.
+        // SHARE: the marked score of the token's block cb again, as mark
+        // made it (a marked block is at or below the token's own, so its
+        // score, or +inf where forced): one shared-memory load, which any lane
+        // of the token may make (instead of picking score[j] by a variable j,
+        // a select per entry; the chunk's scores are then dead during the
+        // insertions).
         auto insert_block = [&](int cb) {
             float v = my_scores[cb];
             if (!fast && (cb < init_rel || cb > local_rel)) v = FSA_INF;
@@ -307,7 +309,11 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                 while (todo) {
                     const int j = __ffs(todo) - 1;
                     todo &= todo - 1;
-                    insert_block(first + (j0 + j) * S);
+                    float v = score[0];
+#pragma unroll
+                    for (int jj = 1; jj < CH; jj++)
+                        if (j == jj) v = score[jj];
+                    if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
                 }
             }
         }
