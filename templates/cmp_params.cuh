@@ -200,16 +200,29 @@ FSA_LAYOUT_FN int fsa_cmp_sel_smem_warps(int dk, int k, int groups)
     return fsa_cmp_sel_smem_q(dk, 0) +
            (fsa_cmp_sel_q_in_registers(k) ? 0 : fsa_tile_bytes(FSA_QT_ROWS, dk)); /* one set of rows then */
 }
+/* FSA_CMP_SEL_WS with up to 16 blocks per stage (the usual BK / d of 4
+ * gives 16): the block scorer's constant fragments (BlockScores' table,
+ * cmp_sel_blocks.cuh), after the mbarriers, which the consumers read instead
+ * of holding them where the lanes keep whole lists (cmp_select.cu, TABLE):
+ * 16-byte slots of 32 lanes, one per key step (at most 8: a halo of up to 64
+ * keys and a stage's 64) and one for the head map. */
+#define FSA_CMP_SEL_TABLE_SLOTS 9
+FSA_LAYOUT_FN int fsa_cmp_sel_table_bytes(int bk, int d, int groups, int variant)
+{
+    return fsa_cmp_sel_producer(groups, variant) && fsa_cmp_sel_blocks_per_stage(bk, d) <= 16
+               ? FSA_CMP_SEL_TABLE_SLOTS * 512
+               : 0;
+}
 /* Where the warpgroup ring's mbarriers start: after the warps' buffers. */
 FSA_LAYOUT_FN int fsa_cmp_sel_smem_bars(int dk, int g, int k, int bk, int d, int groups)
 {
     return fsa_cmp_sel_smem_warps(dk, k, groups) +
            fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
 }
-FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups)
+FSA_LAYOUT_FN int fsa_cmp_sel_smem_bytes(int dk, int g, int k, int bk, int d, int groups, int variant)
 {
     const int w = fsa_cmp_sel_smem_bars(dk, g, k, bk, d, groups);
-    if (groups) return FSA_QT_WG_ALIGN + w + FSA_CMP_SEL_WG_BARS;
+    if (groups) return FSA_QT_WG_ALIGN + w + FSA_CMP_SEL_WG_BARS + fsa_cmp_sel_table_bytes(bk, d, groups, variant);
     const int q = fsa_cmp_sel_smem_q(dk, 0) + fsa_tile_bytes(FSA_QT_ROWS * fsa_cmp_sel_mt(g, dk, k, 0), dk);
     return q > w ? q : w;
 }

@@ -36,14 +36,22 @@ __device__ __forceinline__ u32 opaque(u32 x) {
 // error 2^-12 each). A key step of the previous stage is kept for the halo.
 // Every sum runs in a fixed order (the same bits every run), and equal
 // probabilities give equal scores (ties stay ties).
-template <int G, int R, int HALO, int NB, int MT, int KS>
+// TABLE: the overlap and head-map fragments, constants that depend only on
+// the lane, are read from a table in shared memory (write_table, once per
+// CTA: slot n of lane l at table + (32 n + l) * 16) at each use instead of
+// held in registers (20 + 2 at the usual shape), which a kernel short of
+// registers (the lane lists at G 1 and 2 with four consumer warpgroups)
+// needs more: 5 + 1 loads of 16 / 8 bytes a stage instead of spills.
+template <int G, int R, int HALO, int NB, int MT, int KS, bool TABLE = false>
 struct BlockScores {
     static constexpr int NQ = KS / 16, HP = (HALO + 15) / 16, NS = HP + NQ;  // key steps: the previous stage's, then this one's
     static constexpr int MB = (NB + 15) / 16;                                // tiles of 16 blocks
     static constexpr int TW = 16 / G;                                        // tokens per set
+    static constexpr int SLOTS = MB * NS + (G > 1 ? 1 : 0);                  // TABLE: the overlap's, then the head map's
     static_assert(NB * R == KS && HALO <= KS && G >= 1 && G <= 16, "a stage of whole blocks, a halo of one stage at most");
-    u32 a[MB][NS][4];                // the overlap, fp16 0/1, as A fragments
-    u32 h[2];                        // the head map, fp16 0/1, as a B fragment (G > 1)
+    u32 a[TABLE ? 1 : MB][TABLE ? 1 : NS][4];  // the overlap, fp16 0/1, as A fragments (without TABLE)
+    u32 h[2];                        // the head map, fp16 0/1, as a B fragment (G > 1, without TABLE)
+    u32 tab;                         // TABLE: this lane's slot 0
     u32 prev[MT][HP > 0 ? HP : 1][2][2];  // the previous stage's last HP key steps (rows lo, hi) as B fragments
 
     // Key step q (0 .. NS - 1: keys 16 (q - HP) ..) reaches blocks of tile mb.
@@ -54,33 +62,58 @@ struct BlockScores {
     // leaves one token per lane of a quad, so a lane holds one token.
     static __device__ __forceinline__ constexpr int column(int t) { return TW <= 4 ? 2 * t : t; }
 
-    __device__ __forceinline__ void init(int lane) {
+    // Register r of the overlap's fragment (mb, q) on this lane.
+    static __device__ __forceinline__ u32 overlap(int lane, int mb, int q, int r) {
+        u32 v = 0;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int c = 16 * mb + (lane >> 2) + 8 * (r & 1);
+            const int key = 16 * (q - HP) + 2 * (lane & 3) + half + 8 * (r >> 1);
+            const bool on = c < NB && key >= c * R - HALO && key <= c * R + R - 1;
+            v |= (on ? 0x3c00u : 0u) << (16 * half);
+        }
+        return v;
+    }
+    // Register r of the head map's fragment on this lane.
+    static __device__ __forceinline__ u32 head_map(int lane, int r) {
+        u32 v = 0;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = 2 * (lane & 3) + half + 8 * r;
+            const bool on = row < TW * G && column(row / G) == (lane >> 2);
+            v |= (on ? 0x3c00u : 0u) << (16 * half);
+        }
+        return v;
+    }
+    // TABLE: this lane's slots of the table at `table` (SLOTS * 512 bytes, 16-byte aligned; one warp writes it).
+    static __device__ __forceinline__ void write_table(u32 table, int lane) {
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int q = 0; q < NS; q++)
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(table + (u32)((mb * NS + q) * 32 + lane) * 16),
+                             "r"(overlap(lane, mb, q, 0)), "r"(overlap(lane, mb, q, 1)), "r"(overlap(lane, mb, q, 2)),
+                             "r"(overlap(lane, mb, q, 3))
+                             : "memory");
+        if constexpr (G > 1)
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(table + (u32)(MB * NS * 32 + lane) * 16),
+                         "r"(head_map(lane, 0)), "r"(head_map(lane, 1))
+                         : "memory");
+    }
+
+    // table: TABLE's (written and visible to this thread by its first run), else unused.
+    __device__ __forceinline__ void init(int lane, u32 table = 0) {
+        if constexpr (TABLE) {
+            tab = table + (u32)lane * 16;
+        } else {
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    u32 v = 0;
+            for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        const int c = 16 * mb + (lane >> 2) + 8 * (r & 1);
-                        const int key = 16 * (q - HP) + 2 * (lane & 3) + half + 8 * (r >> 1);
-                        const bool on = c < NB && key >= c * R - HALO && key <= c * R + R - 1;
-                        v |= (on ? 0x3c00u : 0u) << (16 * half);
-                    }
-                    a[mb][q][r] = opaque(v);
-                }
+                for (int q = 0; q < NS; q++)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            u32 v = 0;
+                    for (int r = 0; r < 4; r++) a[mb][q][r] = opaque(overlap(lane, mb, q, r));
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = 2 * (lane & 3) + half + 8 * r;
-                const bool on = row < TW * G && column(row / G) == (lane >> 2);
-                v |= (on ? 0x3c00u : 0u) << (16 * half);
-            }
-            h[r] = opaque(v);
+            for (int r = 0; r < 2; r++) h[r] = opaque(head_map(lane, r));
         }
 #pragma unroll
         for (int m = 0; m < MT; m++)
@@ -119,7 +152,17 @@ struct BlockScores {
                 for (int q = 0; q < NS; q++) {
                     if (!touches(mb, q)) continue;
                     const u32 *bq = q < HP ? prev[m][q < HP ? q : 0][nh] : b[q >= HP ? q - HP : 0][nh];
-                    dtype_f16::mma(c[mb][nh], a[mb][q], bq[0], bq[1]);
+                    u32 af[4];
+                    if constexpr (TABLE) {
+                        // (volatile: read at each use, never hoisted out of the stage loop into registers)
+                        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                     : "=r"(af[0]), "=r"(af[1]), "=r"(af[2]), "=r"(af[3])
+                                     : "r"(tab + (u32)(mb * NS + q) * 512));
+                    } else {
+#pragma unroll
+                        for (int r = 0; r < 4; r++) af[r] = a[TABLE ? 0 : mb][TABLE ? 0 : q][r];
+                    }
+                    dtype_f16::mma(c[mb][nh], af, bq[0], bq[1]);
                 }
             }
 #pragma unroll
@@ -147,9 +190,12 @@ struct BlockScores {
                     const float *cr = c[mb][r >> 1] + 2 * (r & 1);
                     lo[r] = dtype_f16::pack(cr[0] - x0, cr[1] - x1);
                 }
+                u32 hm[2] = {h[0], h[1]};
+                if constexpr (TABLE)
+                    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(hm[0]), "=r"(hm[1]) : "r"(tab + (u32)(MB * NS) * 512));
                 float d[4] = {0.f, 0.f, 0.f, 0.f};
-                dtype_f16::mma(d, hi, h[0], h[1]);
-                dtype_f16::mma(d, lo, h[0], h[1]);
+                dtype_f16::mma(d, hi, hm[0], hm[1]);
+                dtype_f16::mma(d, lo, hm[0], hm[1]);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int blk = 16 * mb + (lane >> 2) + 8 * (e >> 1), n = 2 * (lane & 3) + (e & 1);

@@ -65,6 +65,20 @@ constexpr int NBL = (NB + S - 1) / S;            // a lane's blocks per stage, a
 constexpr int CH = NBL < 16 ? NBL : 16;          // of them scored and marked at once (NBL: a power of two)
 constexpr int K_STAGE = WG ? fsa_sw128_bytes(KS, DK) : fsa_tile_bytes(KS, DK);
 typedef GroupRows<G> Rows;
+// Where a lane's blocks need no bounds in the stages between the forced ones
+// (update_lists), and whether the token's top-k is spread over its lanes
+// (update_spread): both explained where they are used.
+constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0);
+constexpr bool SPREAD = (VARIANT & FSA_CMP_SEL_SPREAD) && S >= 8 && NB == K && K % S == 0 &&
+                        ((K / S) & (K / S - 1)) == 0 && FAST;
+// With the producer, where each lane keeps a whole list (G 1 and 2 at the
+// usual shape: 112 registers, which the lists and the next stage's scores in
+// flight exceed) and a stage completes up to 16 blocks, the scorer's constant
+// fragments come from a table in shared memory (after the mbarriers) instead
+// of registers.
+constexpr bool TABLE = WS && !SPREAD && NB <= 16;
+static_assert(!TABLE || BlockScores<G, R, HALO, NB, MT, KS, true>::SLOTS * 512 <= fsa_cmp_sel_table_bytes(BK, D, WG, VARIANT),
+              "the overlap table fits its region");
 static_assert(BK % D == 0 && KS % R == 0, "the stride divides the block size, and BK / stride divides 64");
 static_assert(HALO <= KS && K >= 1 && K <= 64 && NB <= 64 && NBL % CH == 0, "halo, top-k and blocks per stage in range");
 static_assert(S * TWW <= 32 && (S & (S - 1)) == 0, "a warp's tokens times their lanes fit the warp");
@@ -96,7 +110,8 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     ProducerRing<3> pring;
     if constexpr (WS) {
         pring.init(bars, 128, THREADS);
-        __syncthreads();  // the mbarriers are initialized
+        if (TABLE && warp == 0) BlockScores<G, R, HALO, NB, MT, KS, true>::write_table(bars + FSA_CMP_SEL_WG_BARS, lane);
+        __syncthreads();  // the mbarriers are initialized (and the table written)
         if (warp >= WARPS) {
             wg_regs_dec<FSA_CMP_SEL_WS_PRODUCER_REGS>();
             const StridedKeys sk = cmp_strided_keys(p, keys, h, tile_vis);
@@ -148,9 +163,9 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // (equal scores go to the lower blocks, which came first), so no lane
     // inserts it.
     float bound = -FSA_INF;
-    typedef BlockScores<G, R, HALO, NB, MT, KS> Scorer;
+    typedef BlockScores<G, R, HALO, NB, MT, KS, TABLE> Scorer;
     Scorer scorer;
-    scorer.init(lane);
+    scorer.init(lane, bars + FSA_CMP_SEL_WG_BARS);
 
     // (WS: each consumer warpgroup copies its own 64 query rows and waits for
     // them alone, with named barrier 1 + its number, before its first products.)
@@ -194,7 +209,13 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // from loc0 on; at least S of them after stage i while (i + 1) NB <=
     // few_until (used up to S = 4: more lanes per token than the usual two
     // local blocks gain nothing from it).
-    constexpr bool FAST = NB % S == 0 && (NBL >= 4 || WG != 0), FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;
+    constexpr bool FEW = S > 1 && S <= 4 && (K + S - 1) / S >= 2;  // (FAST: at the top)
+    // A token's candidates shared among its lanes for the insertions (below),
+    // in the default kernel (with the producer) where two lanes share a token
+    // (G 1 at the usual shape). With four (G 2) the rounds' extra work and the
+    // re-read score's load in each candidate's chain measured slower than the
+    // lanes' own rounds (bench/NOTES.md, "cspill").
+    constexpr bool SHARE = WS && S == 2 && S * CH <= 32;
     constexpr unsigned ALL = 0xffffffffu;
     const int fast_lo = __reduce_max_sync(ALL, (init_end + NB - 1) / NB);
     const int fast_hi = __reduce_min_sync(ALL, !my_live ? 0x7fffffff : local0 + 1 > 0 ? (local0 + 1) / NB : 0);
@@ -204,7 +225,8 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
         // This lane's blocks completed here (block c = i * NB + cb), in
         // chunks of CH: forced blocks +inf, blocks past the token's own -inf;
         // the ones that beat the lane's K-th score are marked, then inserted
-        // in ascending order (each lane walks only its own marks), or, where
+        // in ascending order (each lane walks only its own marks, or with
+        // SHARE the token's lanes take turns over all of them), or, where
         // some lane of the warp has so many that a merge is cheaper (the
         // first stage, where the lists fill), sorted and merged.
         const int first = (my_s - i * NB) & (S - 1);
@@ -213,7 +235,10 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
         const int own = my_block - i * NB, init_rel = init_end - i * NB, local_rel = local0 - i * NB;
         const int last = min(own, NB - 1);  // the last block a lane scores here
         const bool fast = FAST && i >= fast_lo && i < fast_hi;  // (the same on every lane)
-        // Chunk j0's scores, and which beat the lane's K-th (interior: no bounds to check).
+        // Chunk j0's scores, and which beat the lane's K-th (interior: no
+        // bounds to check): bit j for block first + (j0 + j) S, or with
+        // SHARE bit first + j S, the block's place among the token's blocks
+        // of the chunk.
         auto mark = [&](float (&score)[CH], int j0, bool interior) -> unsigned {
             unsigned todo = 0;
 #pragma unroll
@@ -223,9 +248,20 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                 if (interior) v = my_scores[cb];
                 else if (cb <= last) v = cb < init_rel || cb > local_rel ? FSA_INF : my_scores[cb];
                 score[j] = v;
-                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << j;
+                todo |= (v > fmaxf(top.last(), bound) ? 1u : 0u) << (SHARE ? j * S : j);
             }
-            return todo;
+            return SHARE ? todo << first : todo;
+        };
+        // SHARE: the marked score of the token's block cb again, as mark
+        // made it (a marked block is at or below the token's own, so its
+        // score, or +inf where forced): one shared-memory load, which any lane
+        // of the token may make (instead of picking score[j] by a variable j,
+        // a select per entry; the chunk's scores are then dead during the
+        // insertions).
+        auto insert_block = [&](int cb) {
+            float v = my_scores[cb];
+            if (!fast && (cb < init_rel || cb > local_rel)) v = FSA_INF;
+            if (v > top.last()) top.insert(v, i * NB + cb);
         };
 #pragma unroll
         for (int j0 = 0; j0 < NBL; j0 += CH) {
@@ -240,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                     int yc[CH];
 #pragma unroll
                     for (int j = 0; j < CH; j++) {
-                        const bool on = (todo >> j) & 1u;
+                        const bool on = (todo >> (SHARE ? first + j * S : j)) & 1u;
                         yv[j] = on ? score[j] : -FSA_INF;
                         yc[j] = on ? i * NB + first + j * S : -1;
                     }
@@ -249,14 +285,36 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
                     todo = 0;
                 }
             }
-            while (todo) {
-                const int j = __ffs(todo) - 1;
-                todo &= todo - 1;
-                float v = score[0];
+            if constexpr (SHARE) {
+                // The token's candidates of the chunk, in ascending block
+                // order, shared among its lanes: in each round lane my_s takes
+                // the my_s-th (from 0) of the next S, so each lane still gets
+                // its blocks in ascending order, the lanes' lists stay disjoint
+                // (what the bound and the final merge need), and the warp runs
+                // about the token's candidates / S rounds instead of its
+                // busiest lane's own.
+                unsigned m = todo;
 #pragma unroll
-                for (int jj = 1; jj < CH; jj++)
-                    if (j == jj) v = score[jj];
-                if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
+                for (int mask = 1; mask < S; mask <<= 1) m |= __shfl_xor_sync(ALL, m, mask);
+                while (m) {
+                    unsigned mine = m;
+#pragma unroll
+                    for (int k = 1; k < S; k++)
+                        if (k <= my_s) mine &= mine - 1;
+#pragma unroll
+                    for (int k = 0; k < S; k++) m &= m - 1;
+                    if (mine) insert_block(__ffs(mine) - 1 + j0 * S);
+                }
+            } else {
+                while (todo) {
+                    const int j = __ffs(todo) - 1;
+                    todo &= todo - 1;
+                    float v = score[0];
+#pragma unroll
+                    for (int jj = 1; jj < CH; jj++)
+                        if (j == jj) v = score[jj];
+                    if (v > top.last()) top.insert(v, i * NB + first + (j0 + j) * S);
+                }
             }
         }
         // The token's lists hold at least K entries at or above the least of
@@ -278,9 +336,7 @@ extern "C" __global__ void __launch_bounds__(LAUNCH_THREADS, WG ? 1 : 2) fsa_cmp
     // stage completes K of them (the usual shape at G >= 4: K 16, 16 blocks
     // per stage, a lane's E = K / S of them one per chunk), the token's list
     // is spread over its lanes (cmp_sel_spread.cuh) instead of the lanes'
-    // lists and bound above.
-    constexpr bool SPREAD = (VARIANT & FSA_CMP_SEL_SPREAD) && S >= 8 && NB == K && K % S == 0 &&
-                            ((K / S) & (K / S - 1)) == 0 && FAST;
+    // lists and bound above (SPREAD: at the top).
     typedef SpreadTopK<SPREAD ? K : 2, SPREAD ? S : 2> Spread;
     Spread spread;
     if constexpr (SPREAD) spread.init(lane);

@@ -215,7 +215,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
     case FSA_K_CMP_SELECT:
         smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride,
-                                      fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant));
+                                      fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant),
+                                      c->cmp_sel_variant);
         break;
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ:

@@ -164,11 +164,12 @@ static const justified_spill justified_spills[] = {
     {"sel_fwd_main", "fsa_sel_fwd_main", NULL, 96,
      "two CTAs of eight warps per SM cap registers at 128 up to head dims of 128: a few spilled bytes per thread "
      "cost less than the four warps per SM they buy (bench/NOTES.md)"},
-    {"cmp_select", "fsa_cmp_select", "sm_90a", 216,
-     "four consumer warpgroups at G 1 and 2 (FSA_CMP_SEL_FOUR_SMALL_G with FSA_CMP_SEL_WS) get 112 registers "
-     "(setmaxnreg, the producer keeping 32), where a lane's whole top-k list (up to 16 entries) spills a few "
-     "values: 16 compute warps per SM instead of 12 measured faster than three consumers without spills "
-     "(bench/NOTES.md, \"sel4\" and \"csel\")"},
+    {"cmp_select", "fsa_cmp_select", "sm_90a", 88,
+     "four warpgroups at G 1 and 2 (FSA_CMP_SEL_FOUR_SMALL_G) where a lane keeps a whole top-k list (up to 16 "
+     "entries): at 128 registers without the producer (variant 7) 88 bytes at G 1; the default's four consumers "
+     "(with FSA_CMP_SEL_WS: 112 registers, the producer keeping 32, the scorer's constant fragments read from "
+     "shared memory) 76 bytes at G 1, a few values reloaded per stage: 16 compute warps per SM instead "
+     "of 12 measured faster than three consumers without spills (bench/NOTES.md, \"sel4\", \"csel\", \"cspill\")"},
     {NULL, NULL, NULL, 0, NULL},
 };
 #define N_JUSTIFIED (sizeof justified_spills / sizeof justified_spills[0] - 1)
@@ -359,7 +360,7 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
 
 /* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4; 7: also
  * four at G 1 and 2, whose spill is justified above; 9: a producer warpgroup and three consumers; 15, the
- * default: the producer and four consumers, G 1's spill justified above; the other values combine the same
+ * default: the producer and four consumers, G 1's smaller spill justified above; the other values combine the same
  * bits) compile for sm_90a at the standard shape, G 1, 4 and 16, without other spills. */
 static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **state)
 {

@@ -131,8 +131,13 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                             assert_true(fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups) >= tokens * pitch * 4);
                             const int warps_end = fsa_cmp_sel_smem_warps(dk, k, groups) +
                                                   fsa_cmp_sel_warps(groups) * fsa_cmp_sel_warp_bytes(g, dk, k, bk, d, groups);
-                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups);
+                            const int bytes = fsa_cmp_sel_smem_bytes(dk, g, k, bk, d, groups, v);
                             assert_true(bytes >= warps_end + (groups ? FSA_QT_WG_ALIGN : 0));
+                            /* The scorer's table (with the producer) after the mbarriers, 16-byte aligned. */
+                            const int table = fsa_cmp_sel_table_bytes(bk, d, groups, v);
+                            assert_int_equal(table != 0, fsa_cmp_sel_producer(groups, v) && fsa_cmp_sel_blocks_per_stage(bk, d) <= 16);
+                            if (groups) assert_int_equal(bytes, FSA_QT_WG_ALIGN + warps_end + FSA_CMP_SEL_WG_BARS + table);
+                            assert_int_equal((warps_end + FSA_CMP_SEL_WG_BARS) % 16, 0);
                             assert_true(bytes >= q_end);
                             if (groups) assert_true(bytes <= 227 * 1024);
                         }
