@@ -6,6 +6,7 @@
 
 #include "base/status_internal.h"
 #include "base/struct_size.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -94,13 +95,8 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
  * never split); the layout's cap otherwise. */
 static int dkv_max_splits(void)
 {
-    const char *env = getenv("FSA_CMP_DKV_SPLITS");
-    if (env != NULL) {
-        char *end;
-        const long v = strtol(env, &end, 10);
-        if (*end == '\0' && v >= 1 && v <= FSA_CMP_DKV_MAX_SPLITS && (v & (v - 1)) == 0) return (int)v;
-    }
-    return FSA_CMP_DKV_MAX_SPLITS;
+    const int v = fsa_env_int("FSA_CMP_DKV_SPLITS", 1, FSA_CMP_DKV_MAX_SPLITS, 0);
+    return v > 0 && (v & (v - 1)) == 0 ? v : FSA_CMP_DKV_MAX_SPLITS;
 }
 
 fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ctx,

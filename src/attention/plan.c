@@ -164,10 +164,9 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->group = desc->num_q_heads / desc->num_kv_heads;
     plan->tune.level = (fsa_tune_level)ctx->tune;
     plan->scale = fsa_softmax_scale(desc->scale, desc->head_dim);
-    const char *index_once = getenv("FSA_INDEX_ONCE"); /* read once: the size query and the call agree */
-    plan->index_per_chunk = index_once != NULL && strcmp(index_once, "0") == 0;
-    const char *item_rounds = getenv("FSA_BWD_ITEM_ROUNDS");
-    plan->bwd_item_rounds = item_rounds != NULL && atoi(item_rounds) >= 1 && atoi(item_rounds) <= 8 ? atoi(item_rounds) : 0;
+    /* Read once, here: the size query and the call agree. */
+    plan->index_per_chunk = fsa_env_int("FSA_INDEX_ONCE", 0, 1, 1) == 0;
+    plan->bwd_item_rounds = fsa_env_int("FSA_BWD_ITEM_ROUNDS", 1, 8, 0);
     plan->bwd_list_rounds = fsa_env_int("FSA_BWD_LIST_ROUNDS", 1, FSA_BWD_MAX_ITEM_ROUNDS, 0);
 
     plan->config = (fsa_kernel_config){.dtype = desc->dtype, .head_dim = desc->head_dim,
