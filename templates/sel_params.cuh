@@ -6,6 +6,10 @@
 
 #include "fsa_layout.cuh"
 
+/* Work counters of one chunk (work_next): a main launch each, two for the backward's wide heads
+ * (d_part 0 and 1). The host places and zeroes FSA_WORK_COUNTERS ints per chunk. */
+#define FSA_WORK_COUNTERS 2
+
 typedef struct fsa_sel_params {
     /* Tensors [tokens, heads, dim] (q, k, dq, dk: the query/key head dim D;
      * v, o, dout, dv: the value head dim Dv); topk is int32 [KV heads,
@@ -44,8 +48,8 @@ typedef struct fsa_sel_params {
     long long dkv_acc;      /* float [T, Hkv, D + Dv]: dK then dV over all token chunks */
     long long d_part;       /* wide heads: which half of the dK and dV columns this launch accumulates */
     long long key_slices;   /* CTAs per backward work item: slices of the key block */
-    long long work_next;    /* int [2]: next work item, one counter per main launch of a chunk (the
-                               backward's two, the forward's dynamic schedule the first) */
+    long long work_next;    /* int [FSA_WORK_COUNTERS]: next work item, one counter per main launch of a
+                               chunk (the backward's two, the forward's dynamic schedule the first) */
     /* Index of several head chunks at once (the count and scatter of every KV head, then each chunk's
      * launches on its part): work_offsets (and part_offsets) restart at 0 for every chunk of
      * index_heads KV heads, as index_heads * nb_total + 1 entries per chunk, and work_seg holds

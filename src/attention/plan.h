@@ -57,13 +57,10 @@ typedef struct fsa_index_layout {
     size_t n_counts;   /* entries of counts and offsets: index_heads * nb_total + 1 */
     size_t n_chunk;    /* entries of a chunk's work_offsets (and part_offsets): chunk_heads * nb_total + 1 */
     size_t seg_stride; /* work_seg entries of a chunk: at most one partial work item per segment besides the full ones */
-    /* counts, then the forward main kernels' work counters (FSA_FWD_COUNTERS ints per chunk, zeroed
+    /* counts, then the forward main kernels' work counters (FSA_WORK_COUNTERS ints per chunk, zeroed
      * with the counts by fsa_launch_index: sel_params.cuh, work_next), offsets, work_offsets */
     size_t counts, work_next, offsets, work_offsets;
 } fsa_index_layout;
-
-/* Ints of the forward's work counters per chunk (the backward's keep their own array). */
-#define FSA_FWD_COUNTERS 2
 
 /* Chunks one inversion serves. */
 static inline int fsa_index_chunks(const fsa_index_layout *l) { return l->index_heads / l->chunk_heads; }

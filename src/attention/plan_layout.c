@@ -40,7 +40,7 @@ static size_t place_index(fsa_index_layout *out, const fsa_plan *plan, int64_t t
     /* The counters right after the counts: one memset zeroes both. */
     out->counts = at;
     out->work_next = add_sat(at, mul_sat(out->n_counts, 4));
-    at = align_up(add_sat(out->work_next, mul3_sat(chunks, FSA_FWD_COUNTERS, 4)));
+    at = align_up(add_sat(out->work_next, mul3_sat(chunks, FSA_WORK_COUNTERS, 4)));
     FSA_PLACE_(offsets, mul_sat(out->n_counts, 4));
     FSA_PLACE_(work_offsets, mul3_sat(chunks, out->n_chunk, 4));
     return at;
@@ -117,7 +117,7 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     FSA_PLACE_(work_seg, mul3_sat(chunks, ix->seg_stride, 4));
     /* A shared index's chunks: their main kernels' work counters, and delta of every head of the
      * group (prep runs once per inversion). */
-    FSA_PLACE_(work_next, mul_sat(chunks, 2 * 4));
+    FSA_PLACE_(work_next, mul3_sat(chunks, FSA_WORK_COUNTERS, 4));
     FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
     FSA_PLACE_(list_sorted, mul_sat(index_pairs, 4));
     FSA_PLACE_(delta, mul3_sat((size_t)ix->index_heads, g * 4, (size_t)tc));

@@ -109,7 +109,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
         if (vhead0 >= 0) {
             const long long vh = vhead0 + t0 / tc;
             fsa_params_index_chunk(p, &l->index, vh);
-            p->work_next += vh * 2 * 4;
+            p->work_next += vh * FSA_WORK_COUNTERS * 4;
             p->delta += (p->delta_stride * hq * (vhead0 / l->index.tchunks) + t0) * 4;
         }
         p->t0 = t0;
@@ -172,7 +172,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         all.tc = c->a.total_tokens;
         FSA_CHECK(run_prep(plan, &all, stream));
         FSA_CHECK_CU(plan->ctx->cu,
-                     plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix), stream),
+                     plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix), stream),
                      "launch memset");
         all.delta_stride = c->a.total_tokens;
         for (int h = 0; h < plan->desc.num_kv_heads; h++) {
@@ -188,7 +188,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         if (shared) {
             FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
             FSA_CHECK_CU(plan->ctx->cu,
-                         plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, 2 * (size_t)fsa_index_chunks(ix),
+                         plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix),
                                                        stream),
                          "launch memset");
             FSA_CHECK(run_prep(plan, &gp, stream));
