@@ -158,6 +158,9 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     const int shared = fsa_index_chunks(ix) > 1;
     const uint64_t ws = c->a.workspace;
     const int nsa = v->order == FSA_ALGORITHM_NSA;
+    const fsa_cu_api *cu = plan->ctx->cu;
+    const uint64_t counters = ws + c->layout.work_next; /* every chunk's, zeroed at once below */
+    const size_t n_counters = FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix);
     if (ix->tchunks > 1) {
         /* Token chunks of one KV head each: one inversion of every (KV head, token chunk) as
          * virtual heads of tc rows, then each head's chunks on their parts of it. */
@@ -171,9 +174,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         all.t0 = 0;
         all.tc = c->a.total_tokens;
         FSA_CHECK(run_prep(plan, &all, stream));
-        FSA_CHECK_CU(plan->ctx->cu,
-                     plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix), stream),
-                     "launch memset");
+        FSA_CHECK_CU(cu, cu->MemsetD32Async(counters, 0, n_counters, stream), "launch memset");
         all.delta_stride = c->a.total_tokens;
         for (int h = 0; h < plan->desc.num_kv_heads; h++) {
             fsa_params_heads(&p, &all, plan->group, h, 1);
@@ -187,10 +188,7 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         fsa_params_index_group(&gp, &all, plan->group, ix, g0);
         if (shared) {
             FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
-            FSA_CHECK_CU(plan->ctx->cu,
-                         plan->ctx->cu->MemsetD32Async(ws + c->layout.work_next, 0, FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix),
-                                                       stream),
-                         "launch memset");
+            FSA_CHECK_CU(cu, cu->MemsetD32Async(counters, 0, n_counters, stream), "launch memset");
             FSA_CHECK(run_prep(plan, &gp, stream));
         }
         for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {
