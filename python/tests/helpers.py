@@ -1,8 +1,9 @@
 """Test inputs shared by the test files (imported as a plain module: pytest
-puts this folder on sys.path)."""
+puts this folder on sys.path). torch is imported inside the functions that
+use it: conftest imports this module, and the tests that need no torch (the
+ABI, CLI and loader tests) must run where torch is not installed."""
 
 import pytest
-import torch
 
 
 def cu_seqlens_of(seqlens):
@@ -17,6 +18,8 @@ def random_selection(cu, Hkv, K, BK, gen, duplicates=False):
     order (so -1 in the middle, future blocks and blocks past the sequence's end
     all occur), a -1 tail when the row is short; with duplicates, some rows
     repeat a block (the reference counts it once; kernels need not accept it)."""
+    import torch
+
     T = cu[-1]
     topk = torch.full((Hkv, T, K), -1, dtype=torch.int32)
     for b in range(len(cu) - 1):
@@ -31,7 +34,7 @@ def random_selection(cu, Hkv, K, BK, gen, duplicates=False):
 
 
 def rel_err(a, b):
-    """||a - b|| / ||b|| in float64."""
+    """||a - b|| / ||b|| in float64 (a and b are torch tensors)."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
