@@ -64,8 +64,7 @@ static int kernel_mode(const fsa_kvcache_plan *plan, int deep)
  * memory fits. FSA_KVC_DEEP=0 at plan creation turns it off (to compare). */
 static int deep_wanted(const fsa_kvcache_plan *plan, int max_smem)
 {
-    const char *env = getenv("FSA_KVC_DEEP");
-    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    if (fsa_env_int("FSA_KVC_DEEP", 0, 1, 1) == 0) return 0;
     const fsa_kvcache_desc *d = &plan->desc;
     const int mode = kernel_mode(plan, 1), stages_per_block = d->block_size / FSA_KVC_STAGE_KEYS;
     return plan->tma && stages_per_block > 0 && d->top_k * stages_per_block > FSA_KVC_STAGES &&
@@ -92,8 +91,7 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
  * compare the two merges). */
 static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group, int tma)
 {
-    const char *env = getenv("FSA_KVC_CLUSTER");
-    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    if (fsa_env_int("FSA_KVC_CLUSTER", 0, 1, 1) == 0) return 0;
     return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group, tma);
 }
 
@@ -104,8 +102,7 @@ static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc 
  * FSA_KVC_TMA=0 turns it off (to compare the two). */
 static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
 {
-    const char *env = getenv("FSA_KVC_TMA");
-    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    if (fsa_env_int("FSA_KVC_TMA", 0, 1, 1) == 0) return 0;
     if (ctx->arch.major != 9 || ctx->arch.suffix != 'a') return 0;
     if (ctx->cu != NULL && ctx->cu->TensorMapEncodeTiled == NULL) return 0;
     return fsa_kvc_tma_fits(d->head_dim, d->value_dim, d->block_size, d->page_size);
