@@ -187,4 +187,24 @@ run(2 --arch sm_80 --kind compressed,bogus --cache-dir "${CACHE_DIR}")
 expect_match("--kind: 'bogus'" "unknown kind named")
 run(2 --arch sm_80 --kind window --window 0 --cache-dir "${CACHE_DIR}")
 
+# --- 11. the paged KV cache's plans (serving), one per page size: its attention kernel and, for servers
+# that run in check mode, its metadata check; a page size the library does not take is skipped; a second
+# run finds everything cached
+set(KV --arch sm_80 --kind kvcache --head-dim 64 --group 4 --top-k 8 --page-size 1,64,48 -j 2 --cache-dir "${WORK}/kv")
+run(0 ${KV})
+expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page1: " "page 1 plan made")
+expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page64: " "page 64 plan made")
+expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page48: skipped \\(unsupported: page_size 48" "page 48 skipped")
+expect_match("\n3 kernels compiled, 0 already cached, 0 failed, 1 skipped \\(3 shapes" "kvcache summary")
+run(0 --list --cache-dir "${WORK}/kv")
+foreach(name kvc_fwd_bf16_d64_dv64_g4_bk64_k8_p1_tma0 kvc_fwd_bf16_d64_dv64_g4_bk64_k8_p64_tma0 kvc_check)
+  expect_match("sm_80 +${name} +[0-9]+ " "list entry ${name}")
+endforeach()
+run(0 ${KV})
+expect_match("\n0 kernels compiled, 3 already cached, 0 failed, 1 skipped" "kvcache second run is all hits")
+run(2 --arch sm_80 --page-size 64 --cache-dir "${WORK}/kv")
+expect_match("--page-size applies only to --kind kvcache" "page size without the kvcache kind")
+run(2 --arch sm_80 --kind kvcache --page-size 0 --cache-dir "${WORK}/kv")
+expect_match("--page-size" "bad page size list named")
+
 message(STATUS "fsa-precompile: all ${STEP} steps passed")
