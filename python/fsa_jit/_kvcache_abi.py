@@ -49,3 +49,14 @@ class fsa_kvcache_args(_lib._Sized):
 
 
 STRUCTS = {"fsa_kvcache_desc": fsa_kvcache_desc, "fsa_kvcache_args": fsa_kvcache_args}
+
+_vp = ctypes.c_void_p
+
+# name -> (restype, argtypes); looked up on first use, so an older libfsa still loads.
+SIGNATURES = {
+    "fsa_kvcache_plan_create": (ctypes.c_int, [ctypes.POINTER(_vp), _vp, ctypes.POINTER(fsa_kvcache_desc)]),
+    "fsa_kvcache_plan_destroy": (None, [_vp]),
+    "fsa_kvcache_plan_workspace_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
+    "fsa_kvcache_attention": (ctypes.c_int, [_vp, ctypes.POINTER(fsa_kvcache_args), _vp]),
+    "fsa_kvcache_plan_choice_get": (ctypes.c_int, [ctypes.POINTER(_lib.fsa_plan_choice), _vp]),
+}

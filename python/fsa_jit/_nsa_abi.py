@@ -143,13 +143,13 @@ SIGNATURES = {
 }
 
 
-def function(lib, name):
-    """libfsa's `name` with its signature declared; RuntimeError when this build lacks it."""
+def function(lib, name, signatures=SIGNATURES):
+    """libfsa's `name` with its signature (from `signatures`) declared; RuntimeError when this build lacks it."""
     fn = getattr(lib, name, None)
     if fn is None:
         fn = getattr(lib.cdll, name, None)
         if fn is None:
             raise RuntimeError(f"{lib.path} has no {name}: rebuild libfsa from a version that has it")
-        fn.restype, fn.argtypes = SIGNATURES[name]
+        fn.restype, fn.argtypes = signatures[name]
         setattr(lib, name, fn)
     return fn

@@ -58,7 +58,7 @@ def _version_action(prog):
 
 
 def precompile_main(argv=None):
-    from .precompile import precompile
+    from .precompile import KINDS, PAGE_SIZES, precompile
 
     p = argparse.ArgumentParser(
         prog="fsa-precompile",
@@ -77,11 +77,13 @@ def precompile_main(argv=None):
     p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
     p.add_argument("--backward", action="store_true", help="also the backward kernels")
     p.add_argument("--kind", default="selected",
-                   help="plans to make: selected, compressed, window, comma-separated (default selected)")
+                   help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
     p.add_argument("--value-dim", type=int, default=0, help="Dv when it differs from the head dim (default 0: same)")
     p.add_argument("--kernel-size", type=int, default=32, help="compression kernel l (compressed; default 32)")
     p.add_argument("--stride", type=int, default=16, help="compression stride d (compressed; default 16)")
     p.add_argument("--window", type=int, default=512, help="window W (window; default 512)")
+    p.add_argument("--page-size", type=_int_list, default=None,
+                   help=f"tokens per cache page (kvcache; default {','.join(map(str, PAGE_SIZES))})")
     p.add_argument("-j", "--jobs", type=int, default=None, help="compile threads (default: CPUs)")
     p.add_argument("--cache-dir")
     p.add_argument("--version", **_version_action("fsa-precompile"))
@@ -89,13 +91,16 @@ def precompile_main(argv=None):
     if a.jobs is not None and a.jobs < 1:
         p.error("-j: must be at least 1")
     kinds = [k for k in a.kind.split(",") if k]
-    if not kinds or any(k not in ("selected", "compressed", "window") for k in kinds):
-        p.error(f"--kind: selected, compressed or window (comma-separated), got {a.kind!r}")
+    if not kinds or any(k not in KINDS for k in kinds):
+        p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {a.kind!r}")
+    if a.page_size is not None and "kvcache" not in kinds:
+        p.error("--page-size applies to --kind kvcache")
     try:
         s = precompile(arch=a.arch, detect=a.detect, device=a.device, dtypes=a.dtype, head_dims=a.head_dim,
                        groups=a.group, block_sizes=a.block_size, top_k=a.top_k, algorithm=a.algorithm,
                        backward=a.backward, cache_dir=a.cache_dir, jobs=a.jobs, verbose=True, kinds=kinds,
-                       value_dim=a.value_dim, kernel_size=a.kernel_size, stride=a.stride, window=a.window)
+                       value_dim=a.value_dim, kernel_size=a.kernel_size, stride=a.stride, window=a.window,
+                       page_sizes=a.page_size or PAGE_SIZES)
     except ValueError as e:
         p.error(str(e))
     except _lib.FsaError as e:

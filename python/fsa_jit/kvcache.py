@@ -33,19 +33,10 @@ from . import _lib
 _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
 
 
+from ._kvcache_abi import SIGNATURES as _SIGNATURES
 from ._kvcache_abi import fsa_kvcache_args, fsa_kvcache_desc
 
 _tensor = _lib.fsa_tensor
-
-
-_vp = ctypes.c_void_p
-_SIGNATURES = {
-    "fsa_kvcache_plan_create": (ctypes.c_int, [ctypes.POINTER(_vp), _vp, ctypes.POINTER(fsa_kvcache_desc)]),
-    "fsa_kvcache_plan_destroy": (None, [_vp]),
-    "fsa_kvcache_plan_workspace_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
-    "fsa_kvcache_attention": (ctypes.c_int, [_vp, ctypes.POINTER(fsa_kvcache_args), _vp]),
-    "fsa_kvcache_plan_choice_get": (ctypes.c_int, [ctypes.POINTER(_lib.fsa_plan_choice), _vp]),
-}
 
 _lock = threading.Lock()
 _functions = {}

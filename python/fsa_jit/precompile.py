@@ -11,6 +11,7 @@ import itertools
 import os
 import time
 
+from . import _kvcache_abi
 from . import _lib
 from . import _nsa_abi
 
@@ -51,14 +52,23 @@ def _stats(lib, ctx):
     return s
 
 
-KINDS = ("selected", "compressed", "window")
+KINDS = ("selected", "compressed", "window", "kvcache", "gate")
+PAGE_SIZES = (64,)  # the default of page_sizes
 
 
 def _desc_of(job):
-    """(create, destroy, descriptor, shape text) of one plan of the grid; create/destroy are None for the
-    selected kind (the core library functions)."""
-    (kind, dtype, d, dv, g, bk, k, algorithm, backward, kernel_size, stride, window) = job
+    """(family, descriptor, shape text) of one plan of the grid; family names its fsa_<family>_plan_create /
+    _destroy, None for the selected kind (the core library's fsa_plan_create)."""
+    (kind, dtype, d, dv, g, bk, k, page, algorithm, backward, kernel_size, stride, window) = job
     dims = f"d{d}" + (f"/dv{dv}" if dv else "")
+    if kind == "kvcache":
+        # Batch and token counts only size the plan's workspace, not its kernels.
+        desc = _kvcache_abi.fsa_kvcache_desc(dtype=dtype, head_dim=d, value_dim=dv, num_q_heads=g, num_kv_heads=1,
+                                             block_size=bk, top_k=k, page_size=page, max_batch=1,
+                                             max_query_tokens=1)
+        return "kvcache", desc, f"kvcache {dims} g{g} bk{bk} k{k} page{page}"
+    if kind == "gate":
+        return "gate", _nsa_abi.fsa_gate_desc(dtype=dtype, value_dim=dv), f"gate dv{dv}"
     if kind == "compressed":
         desc = _nsa_abi.fsa_compressed_attention_desc(
             dtype=dtype, head_dim=d, value_dim=dv, num_q_heads=g, num_kv_heads=1, kernel_size=kernel_size,
@@ -86,8 +96,9 @@ def _plan_one(lib, ctx, target_name, job):
         create, destroy, create_name = lib.fsa_plan_create, lib.fsa_plan_destroy, "fsa_plan_create"
     else:
         create_name = f"fsa_{family}_plan_create"
-        create = _nsa_abi.function(lib, create_name)
-        destroy = _nsa_abi.function(lib, f"fsa_{family}_plan_destroy")
+        signatures = _kvcache_abi.SIGNATURES if family == "kvcache" else _nsa_abi.SIGNATURES
+        create = _nsa_abi.function(lib, create_name, signatures)
+        destroy = _nsa_abi.function(lib, f"fsa_{family}_plan_destroy", signatures)
     plan = ctypes.c_void_p()
     t0 = time.monotonic()
     st = create(ctypes.byref(plan), ctx, ctypes.byref(desc))
@@ -104,14 +115,21 @@ def _plan_one(lib, ctx, target_name, job):
     return result
 
 
-def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, algorithm, backward, kernel_size,
-          stride, window):
-    """The jobs of every kind, without repeats (the window plan ignores block size and top-k)."""
+def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, page_sizes, algorithm, backward,
+          kernel_size, stride, window):
+    """The jobs of every kind, without repeats (only the kvcache plan has a page size, the window plan has no
+    block size or top-k, and the gate plan has only a dtype and a value dim)."""
     jobs = []
-    for kind, dtype, d, g, bk, k in itertools.product(kinds, dtype_codes, head_dims, groups, block_sizes, top_k):
+    for kind, dtype, d, g, bk, k, page in itertools.product(kinds, dtype_codes, head_dims, groups, block_sizes,
+                                                            top_k, page_sizes):
+        dv = value_dim
+        if kind != "kvcache":
+            page = 0
         if kind == "window":
             bk, k = 0, 0
-        job = (kind, dtype, d, value_dim, g, bk, k, algorithm, backward, kernel_size, stride, window)
+        elif kind == "gate":
+            d, dv, g, bk, k = 0, value_dim or d, 0, 0, 0
+        job = (kind, dtype, d, dv, g, bk, k, page, algorithm, backward, kernel_size, stride, window)
         if job not in jobs:
             jobs.append(job)
     return jobs
@@ -119,7 +137,8 @@ def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, 
 
 def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), groups=(1, 2, 4, 8, 16),
                block_sizes=(64,), top_k=16, algorithm="auto", cache_dir=None, device=0, backward=False,
-               verbose=False, jobs=None, kinds=("selected",), value_dim=0, kernel_size=32, stride=16, window=512):
+               verbose=False, jobs=None, kinds=("selected",), value_dim=0, kernel_size=32, stride=16, window=512,
+               page_sizes=PAGE_SIZES):
     """Compiles (or finds in the cache) the kernels of every shape of the grid.
 
     arch: offline targets, "sm_80,sm_90a" or a list (no GPU needed); or
@@ -130,8 +149,12 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     threads (default: the number of CPUs); verbose: one line per shape with
     an [n/N] count and the estimated time left. kinds: any of "selected",
     "compressed" (with its top-k selection; kernel_size, stride, block sizes
-    and top_k as given) and "window" (window); value_dim: Dv when it differs
-    from the head dim (0 = the same), for every kind.
+    and top_k as given), "window" (window), "kvcache" (the paged-KV-cache
+    decode plan: block sizes, top_k and page_sizes as given; no backward)
+    and "gate" (NSA's gated sum: one plan per dtype and value dim);
+    value_dim: Dv when it differs from the head dim (0 = the same), for
+    every kind. page_sizes: tokens per cache page, for "kvcache" only (any
+    other than the default (64,) without "kvcache" in kinds: ValueError).
 
     Returns a dict: compiled (NVRTC compilations), cached (kernels read from
     the disk cache), in_memory (already loaded in this process), compile_ms,
@@ -161,6 +184,9 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     kinds = list(dict.fromkeys(kinds))
     if not kinds or any(k not in KINDS for k in kinds):
         raise ValueError(f"kinds must be some of {', '.join(KINDS)}, got {kinds!r}")
+    page_sizes = _int_list("page_sizes", page_sizes)
+    if page_sizes != list(PAGE_SIZES) and "kvcache" not in kinds:
+        raise ValueError("page_sizes applies to the kvcache kind only (kinds has no 'kvcache')")
     for name, v in (("value_dim", value_dim), ("kernel_size", kernel_size), ("stride", stride), ("window", window)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "value_dim" else 1):
             raise ValueError(f"{name} must be a {'non-negative' if name == 'value_dim' else 'positive'} int, got {v!r}")
@@ -196,8 +222,8 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
             summary["targets"].append(name)
             summary["cache_dir"] = where
         before = [_stats(lib, ctx) for ctx in contexts]
-        jobs_of_grid = _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, algorithm,
-                             backward, kernel_size, stride, window)
+        jobs_of_grid = _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, page_sizes,
+                             algorithm, backward, kernel_size, stride, window)
         grid = [(ctx, name, job) for job in jobs_of_grid for ctx, name in zip(contexts, summary["targets"])]
         t0 = time.monotonic()
         # ctypes releases the GIL during each call, so NVRTC compiles run in parallel.

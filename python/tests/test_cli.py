@@ -37,6 +37,8 @@ def test_version_and_help_need_no_library(main, capsys, monkeypatch):
     ["--arch", "sm_80", "--detect"],
     ["--arch", "sm_80", "--kind", "dense"],
     ["--arch", "sm_80", "--kind", "compressed", "--stride", "0"],
+    ["--arch", "sm_80", "--kind", "kvcache", "--page-size", "0"],
+    ["--arch", "sm_80", "--kind", "kvcache", "--page-size", "64x"],
 ])
 def test_precompile_usage_errors_exit_2(args, capsys):
     rc, _, err = run(cli.precompile_main, args, capsys)
@@ -72,3 +74,21 @@ def test_precompile_offline_with_progress(lib, capsys, tmp_path):
     assert "[1/2" in out and "[2/2]" in out
     assert "sm_80 f16 d32 g1 bk16 k4" in out and "sm_80 f16 d32 g2 bk16 k4" in out
     assert " 0 failed, 0 skipped" in out
+
+
+def test_page_size_without_kvcache_kind_exits_2(capsys):
+    rc, _, err = run(cli.precompile_main, ["--arch", "sm_80", "--kind", "selected,gate", "--page-size", "16"], capsys)
+    assert rc == 2 and "--page-size applies to --kind kvcache" in err
+
+
+def test_precompile_offline_kvcache_and_gate(lib, capsys, tmp_path):
+    args = ["--arch", "sm_80", "--dtype", "f16", "--head-dim", "32", "--group", "2", "--block-size", "16",
+            "--top-k", "4", "--kind", "kvcache,gate", "--page-size", "1,48", "--cache-dir", str(tmp_path)]
+    rc, out, err = run(cli.precompile_main, args, capsys)
+    if rc != 0 and "NO_NVRTC" in err:
+        pytest.skip("NVRTC not available")
+    assert rc == 0, err
+    assert "[3/3]" in out
+    assert "sm_80 f16 kvcache d32 g2 bk16 k4 page1: ready" in out and "sm_80 f16 gate dv32: ready" in out
+    assert "sm_80 f16 kvcache d32 g2 bk16 k4 page48: skipped" in out
+    assert " 0 failed, 1 skipped" in out

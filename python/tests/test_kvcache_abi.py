@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from fsa_jit import _kvcache_abi, _nsa_abi
 from fsa_jit._kvcache_abi import STRUCTS
 from test_abi import HEADER_DIR, _c_value, _leaves, _py_value
 
@@ -43,3 +44,8 @@ def test_the_mirror_has_the_header_layout_and_defaults(c_view, name):
     for field, _, offset in _leaves(struct):
         assert offset == c_view[("offset", f"{name}.{field}")], f"{name}.{field}"
         assert float(_py_value(x, field)) == c_view[("init", f"{name}.{field}")], f"{name}.{field} default"
+
+
+def test_every_declared_function_is_in_the_library(lib):
+    for name in _kvcache_abi.SIGNATURES:
+        assert _nsa_abi.function(lib, name, _kvcache_abi.SIGNATURES) is not None

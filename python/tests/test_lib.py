@@ -168,8 +168,56 @@ def test_precompile_offline_compressed_and_window_plans(lib, tmp_path):
 def test_precompile_kind_arguments():
     with pytest.raises(ValueError, match="kinds"):
         fsa_jit.precompile(arch="sm_80", kinds="dense")
+    with pytest.raises(ValueError, match="kinds"):
+        fsa_jit.precompile(arch="sm_80", kinds="selected,kv-cache")
     with pytest.raises(ValueError, match="stride"):
         fsa_jit.precompile(arch="sm_80", kinds="compressed", stride=0)
+
+
+def test_precompile_offline_kvcache_and_gate_plans(lib, tmp_path):
+    grid = dict(arch="sm_90a", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16,), top_k=4,
+                cache_dir=str(tmp_path), kinds="kvcache,gate", page_sizes=(16, 48))
+    try:
+        first = fsa_jit.precompile(**grid)
+    except fsa_jit.FsaError as e:
+        pytest.skip(f"cannot compile here: {e}")
+    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
+        pytest.skip("NVRTC not available")
+    assert first["failed"] == 0, first["failures"]
+    # kvcache at page 16 and the gate are made; page 48 is not a page size the library takes.
+    assert first["plans"] == 2 and first["skipped"] == 1
+    (shape, message), = first["skipped_shapes"]
+    assert shape == "sm_90a bf16 kvcache d32 g2 bk16 k4 page48" and "page_size 48" in message
+    assert first["compiled"] > 0 and any(tmp_path.rglob("*.cubin"))  # no other test makes these kernels
+    again = fsa_jit.precompile(**grid)
+    assert again["compiled"] == 0 and again["cached"] + again["in_memory"] > 0
+    assert again["plans"] == 2 and again["skipped"] == 1
+
+
+def test_precompile_grid_of_each_kind():
+    from fsa_jit.precompile import _grid
+
+    dims = dict(dtype_codes=[_lib.FSA_DTYPE_BF16], head_dims=[32, 64], groups=[1, 2], block_sizes=[16, 32],
+                top_k=[4, 8], page_sizes=[16, 64], algorithm="auto", backward=False, kernel_size=32, stride=16,
+                window=64)
+
+    def count(kind, value_dim=0):
+        return len(_grid([kind], value_dim=value_dim, **dims))
+
+    n = {k: len(v) for k, v in dims.items() if isinstance(v, list)}
+    assert count("kvcache") == n["head_dims"] * n["groups"] * n["block_sizes"] * n["top_k"] * n["page_sizes"]
+    assert count("selected") == n["head_dims"] * n["groups"] * n["block_sizes"] * n["top_k"]
+    assert count("window") == n["head_dims"] * n["groups"]
+    assert count("gate") == n["head_dims"]
+    assert count("gate", value_dim=16) == 1  # one value dim whatever the head dims
+
+
+def test_precompile_page_size_arguments():
+    with pytest.raises(ValueError, match="page_sizes applies to the kvcache kind"):
+        fsa_jit.precompile(arch="sm_80", kinds="selected,gate", page_sizes=(16,))
+    for bad in ((0,), ("64",), (True,), ()):
+        with pytest.raises(ValueError, match="page_sizes"):
+            fsa_jit.precompile(arch="sm_80", kinds="kvcache", page_sizes=bad)
 
 
 def test_precompile_bad_target(lib, tmp_path):
