@@ -2,6 +2,7 @@
 bench/compare.py JSON (--workspace-limit unlimited for the uncapped run).
 
     python3 bench/cap_cost.py capped_65536.json,capped_8192.json uncapped_65536.json,uncapped_8192.json
+    python3 bench/cap_cost.py --labels head,base head.json base.json    # any two runs (bench/against.sh)
 
 Prints a Markdown table: forward and backward milliseconds (AUTO; compare.py: the backward is forward
 plus backward minus forward), the capped over the uncapped time minus one, and each run's forward and
@@ -51,9 +52,16 @@ def cost(a, b):
 
 
 def main():
-    capped, free = rows(sys.argv[1]), rows(sys.argv[2])
-    print("| T | G | fwd capped | fwd uncapped | cost | bwd capped | bwd uncapped | cost | "
-          "fwd ws / - capped | bwd ws / peak capped | fwd ws / - uncapped | bwd ws / peak uncapped |")
+    args = sys.argv[1:]
+    a, b = "capped", "uncapped"
+    if len(args) == 4 and args[0] == "--labels" and args[1].count(",") == 1:
+        a, b = args[1].split(",")
+        args = args[2:]
+    if len(args) != 2:
+        sys.exit("usage: cap_cost.py [--labels A,B] A.json[,A2.json...] B.json[,B2.json...]")
+    capped, free = rows(args[0]), rows(args[1])
+    print(f"| T | G | fwd {a} | fwd {b} | cost | bwd {a} | bwd {b} | cost | "
+          f"fwd ws / - {a} | bwd ws / peak {a} | fwd ws / - {b} | bwd ws / peak {b} |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(capped, key=lambda k: (-k[0], k[1], k[2])):
         u = free.get(key)
