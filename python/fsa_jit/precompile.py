@@ -211,6 +211,11 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
                 cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
                 jit=_lib.FSA_JIT_ON,
                 log=1,
+                # As the C tool: the check-mode kernels and the variants tuning can measure are
+                # compiled too, for processes that run with FSA_CHECK=1 or FSA_TUNE=on and FSA_JIT=off;
+                # nothing is checked or measured here.
+                check=1,
+                tune=_lib.FSA_TUNE_ON,
             )
             ctx = ctypes.c_void_p()
             lib.check(lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options)), "fsa_context_create")
