@@ -451,8 +451,9 @@ typedef struct fsa_selected_attention_desc {
                                    tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
     /** Dv, the head dim of v and o (and dout, dv): a multiple of 16, 16..256;
-     *  0 = head_dim. When either dim is over 128, a plan with backward needs
-     *  both to be multiples of 32. (NSA uses Dk 192 with Dv 128.)
+     *  0 = head_dim. When head_dim + value_dim is over 320, a plan with
+     *  backward needs both to be multiples of 32 (its main kernel then runs on
+     *  two halves of the columns). (NSA uses Dk 192 with Dv 128.)
      *  64 bits wide so that it starts past the end of the struct's first
      *  version on every ABI. */
     int64_t value_dim;
@@ -638,7 +639,8 @@ typedef struct fsa_fwd_args {
  * @param stream a CUstream of the plan's device, or NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
  *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
- *         for counts out of range or negative strides;
+ *         for counts out of range or negative strides, or in check mode
+ *         (fsa_context_options.check) for bad cu_seqlens or top-k rows;
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
  *         FSA_STATUS_UNSUPPORTED for a problem too large to index;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
@@ -773,10 +775,11 @@ typedef struct fsa_kvcache_desc {
     int top_k;                /**< slots per top-k row: 1..64; default 16 */
     int page_size;            /**< tokens per cache page: 1, 16, 32, 64 (default), 128, 256 */
     int max_batch;            /**< most sequences per call (required) */
-    int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required) */
+    int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required), up to INT32_MAX */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int splits;               /**< shares of a one-tile sequence, 1..64; 0 = chosen (fsa_kvcache_plan_choice_get):
-                                   a tuning record, else ceil(top_k / 4), at most 16 */
+                                   a tuning record, else the heuristic (ceil(top_k / 4), at most 16, or
+                                   more shares of two blocks for a small selection: docs/kvcache.md) */
     int value_dim;            /**< Dv of the value cache and o: multiple of 16, 16..256; 0 = head_dim */
 } fsa_kvcache_desc;
 
@@ -821,9 +824,11 @@ FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, 
 /**
  * The split count the plan's calls take, and why: forced by the descriptor
  * (splits > 0), the plan's tuning record (measured), or the heuristic
- * (ceil(top_k / 4), at most 16). algorithm is FSA_ALGORITHM_AUTO (one loop
- * order), bucket_tokens 0 (one record per plan), variant e.g. "kvc.s4"
- * (valid while the plan lives), splits the share count.
+ * (ceil(top_k / 4), at most 16; more shares of two blocks each, at most 8,
+ * where one token's selected K/V is small: docs/kvcache.md). algorithm is
+ * FSA_ALGORITHM_AUTO (one loop order), bucket_tokens 0 (one record per
+ * plan), variant e.g. "kvc.s4" (valid while the plan lives), splits the
+ * share count.
  * @param[out] out  struct_size set by the caller (FSA_PLAN_CHOICE_INIT)
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE.
  * Host-only and thread-safe; never measures.
@@ -939,8 +944,8 @@ typedef struct fsa_compressed_attention_desc {
     int head_dim;     /**< Dk of q and k: multiple of 16, 16..256; default 128 */
     int value_dim;    /**< Dv of v and o: multiple of 16, 16..256; 0 = head_dim */
     int num_q_heads;  /**< Hq (required) */
-    int num_kv_heads; /**< Hkv (required); group G = Hq / Hkv, 1..16 */
-    int kernel_size;  /**< l, 1..4096; default 32 */
+    int num_kv_heads; /**< Hkv (required), at most 65535; group G = Hq / Hkv, 1..16 */
+    int kernel_size;  /**< l, 1..4096; with top_k > 0 also (l - 1) / d <= 64; default 32 */
     int stride;       /**< d, 1..l; default 16 */
     float scale;      /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int top_k;        /**< selected blocks per (KV head, token), 1..64; 0 = no selection; default 16 */
@@ -991,7 +996,8 @@ FSA_API void fsa_compressed_plan_destroy(fsa_compressed_plan *plan);
  * @param      total_tokens T
  * @param      batch        sequences in the call
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
- *         for a token count or batch the forward would refuse.
+ *         for a token count or batch the forward would refuse;
+ *         FSA_STATUS_UNSUPPORTED when they need too many query tiles.
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const fsa_compressed_plan *plan,
@@ -1042,7 +1048,8 @@ typedef struct fsa_compressed_fwd_args {
  *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
  *         for counts out of range, negative strides or a topk without
  *         selection in the plan, or in check mode for bad offsets;
- *         FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
+ *         needs too many query tiles;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */
@@ -1129,7 +1136,7 @@ typedef struct fsa_window_attention_desc {
     int head_dim;     /**< Dk of q and k: multiple of 16, 16..256; default 128 */
     int value_dim;    /**< Dv of v and o: multiple of 16, 16..256; 0 = head_dim */
     int num_q_heads;  /**< Hq (required) */
-    int num_kv_heads; /**< Hkv (required); group G = Hq / Hkv, 1..16 */
+    int num_kv_heads; /**< Hkv (required), at most 65535; group G = Hq / Hkv, 1..16 */
     int window;       /**< W >= 1; default 512. Ignored when head_windows is given. */
     float scale;      /**< softmax scale; 0 = 1/sqrt(head_dim) */
     /* Appended after 0.2.0. */
@@ -1194,7 +1201,8 @@ typedef struct fsa_window_fwd_args {
  * no allocation, no host synchronization; can be captured in a CUDA graph.
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
- *         FSA_STATUS_MISALIGNED;
+ *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
+ *         needs too many tiles;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */
