@@ -73,12 +73,13 @@ _SUBMODULES = {"attention", "compressed", "window", "nsa", "kvcache", "reference
 def clear_plans():
     """Destroys every cached plan of the attention operators (contexts stay); later calls create them again.
     A captured CUDA graph that used one of them must not be replayed afterwards."""
-    from . import attention, compressed, nsa, window
+    from . import attention, compressed, kvcache, nsa, window
 
     attention.clear_plans()
     compressed.clear_plans()
     window.clear_plans()
     nsa.clear_plans()
+    kvcache.clear_plans()
 
 
 def __getattr__(name):

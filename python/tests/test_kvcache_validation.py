@@ -63,3 +63,12 @@ def test_the_caches_must_have_the_same_pages_and_heads():
 @pytest.mark.parametrize("Dv", [8, 24, 272])
 def test_a_value_head_dim_outside_16_to_256_in_steps_of_16_is_refused(Dv):
     expect(rf"v_cache's head dim {Dv}", **problem(Dv=Dv))
+
+
+def test_clear_plans_of_the_package_drops_the_paged_cache_plans_too(monkeypatch):
+    import fsa_jit
+
+    monkeypatch.setattr(_lib, "_library", None)  # nothing to destroy in a library: only the entries go
+    monkeypatch.setitem(kvcache._plans, ("a paged-cache plan key",), (0x1234, 0))
+    fsa_jit.clear_plans()
+    assert kvcache._plans == {}
