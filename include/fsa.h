@@ -209,8 +209,9 @@ typedef struct fsa_context_options {
     int device;             /**< CUDA device ordinal (default 0), or FSA_DEVICE_NONE */
     const char *target;     /**< "sm_80", "sm_90a", ...; NULL = from the device. Required
                                  with FSA_DEVICE_NONE. */
-    const char *cache_dir;  /**< NULL or "" = $FSA_CACHE_DIR, $XDG_CACHE_HOME/fsa,
-                                 ~/.cache/fsa (an empty FSA_CACHE_DIR counts as unset too) */
+    const char *cache_dir;  /**< NULL or "" = $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa (when
+                                 that is an absolute path), else $HOME/.cache/fsa (an empty
+                                 FSA_CACHE_DIR counts as unset too) */
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
     int log;                /**< 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */

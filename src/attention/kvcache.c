@@ -11,6 +11,7 @@
 #include "base/struct_size.h"
 #include "base/util.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -133,9 +134,14 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
      * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only). */
     const char *stamps = getenv("FSA_KVC_STAMPS");
     if (stamps != NULL && plan->tma) {
-        char *end = NULL;
-        plan->stamps = strtoull(stamps, &end, 0);
-        const unsigned long long bytes = *end == ':' ? strtoull(end + 1, NULL, 0) : 0;
+        /* Read whole, like the other switches: two unsigned numbers (decimal, 0x hex) and the colon. */
+        char *end = NULL, *bytes_end = NULL;
+        unsigned long long bytes = 0;
+        plan->stamps = isdigit((unsigned char)stamps[0]) ? strtoull(stamps, &end, 0) : 0;
+        if (plan->stamps != 0 && *end == ':' && isdigit((unsigned char)end[1])) {
+            bytes = strtoull(end + 1, &bytes_end, 0);
+            if (*bytes_end != '\0') bytes = 0;
+        }
         const unsigned long long need = (unsigned long long)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS * 8;
         if (plan->stamps == 0 || bytes < need)
             FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE,

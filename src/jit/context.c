@@ -71,7 +71,8 @@ static fsa_status parse_tune(int *out, fsa_tune_mode requested)
     return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "FSA_TUNE=%s: expected off, on or force", v);
 }
 
-/* $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else $HOME/.cache/fsa. */
+/* $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa (an absolute path only, as the XDG
+ * base directory rules ask), else $HOME/.cache/fsa. */
 static char *default_cache_dir(void)
 {
     const char *d = getenv("FSA_CACHE_DIR");

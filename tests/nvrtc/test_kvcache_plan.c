@@ -65,11 +65,13 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
 }
 
 /* The stamped debug kernel writes FSA_KVC_STAMP_CTAS records: a plan refuses a
- * buffer that is not named with its size, or is named too small. */
-static void test_a_stamp_buffer_too_small_for_the_records_is_refused(void **state)
+ * buffer that is not named with its size, is named too small, or is named with
+ * anything more (read whole, like the other switches). */
+static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
 {
     (void)state;
-    const char *bad[] = {"0x10000", "0x10000:4096", "0:99999999"};
+    const char *bad[] = {"0x10000",           "0x10000:4096",       "0:99999999",        "0x10000:99999999x",
+                         "0x10000:-99999999", "-0x10000:99999999", "0x10000 :99999999", "0x10000:"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("FSA_KVC_STAMPS", bad[i], 1);
         expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));
@@ -183,7 +185,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
-        cmocka_unit_test(test_a_stamp_buffer_too_small_for_the_records_is_refused),
+        cmocka_unit_test(test_a_stamp_buffer_too_small_or_misspelled_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
     };
