@@ -37,3 +37,13 @@ fsa_status fsa_struct_write(void *caller, const void *local, size_t size, size_t
     memcpy((char *)caller + sizeof n, (const char *)local + sizeof n, n - sizeof n);
     return FSA_STATUS_OK;
 }
+
+fsa_status fsa_struct_field_whole(size_t struct_size, size_t offset, size_t field_size, const char *stage,
+                                  const char *type_name, const char *field_name)
+{
+    if (struct_size > offset && struct_size < offset + field_size)
+        return fsa_error_set(FSA_STATUS_STRUCT_SIZE, stage,
+                             "%s.struct_size is %zu, inside %s (bytes %zu to %zu); no version of the struct ends there",
+                             type_name, struct_size, field_name, offset, offset + field_size - 1);
+    return FSA_STATUS_OK;
+}

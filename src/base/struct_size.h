@@ -48,6 +48,16 @@
 fsa_status fsa_struct_read(void *local, size_t size, const void *caller, size_t first_size, const char *stage,
                            const char *type_name);
 
+/* A pointer field added after the first version, whole or not at all: read
+ * after fsa_struct_read, FSA_STATUS_STRUCT_SIZE (with the error record) when
+ * the caller's struct_size ends inside it, whose bytes would otherwise make
+ * an address no caller passed (a size no published version has). */
+#define FSA_STRUCT_FIELD_WHOLE(local, type, field, stage)                                                   \
+    fsa_struct_field_whole((local)->struct_size, offsetof(type, field), sizeof(((type *)0)->field), stage, \
+                           #type, #field)
+fsa_status fsa_struct_field_whole(size_t struct_size, size_t offset, size_t field_size, const char *stage,
+                                  const char *type_name, const char *field_name);
+
 /* Writes `local` (the current version, `size` bytes) into the caller's output
  * struct: only the bytes its struct_size covers, and never struct_size itself.
  * Same sizes accepted as fsa_struct_read. */

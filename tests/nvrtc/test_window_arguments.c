@@ -152,6 +152,28 @@ static void test_a_descriptor_of_the_first_version_is_accepted_without_backward(
     fsa_window_plan_destroy(plan);
 }
 
+/* A struct_size that ends inside head_windows would leave only the pointer's
+ * low bytes, an address the caller never passed, and the plan read windows
+ * through it (found by tests/fuzz/fuzz_desc: a crash). Refused whole;
+ * sizes at either end of the field still read as versions. */
+static void test_a_struct_size_ending_inside_head_windows_is_refused(void **state)
+{
+    (void)state;
+    int32_t windows[HQ] = {8, 16, 32, 64};
+    const size_t at = offsetof(fsa_window_attention_desc, head_windows);
+    fsa_window_attention_desc d = small_desc();
+    d.head_windows = windows;
+    for (size_t n = at + 1; n < at + sizeof d.head_windows; n++) {
+        d.struct_size = n;
+        EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, create_with(d));
+        assert_non_null(strstr(fsa_last_error_info()->message, "head_windows"));
+    }
+    d.struct_size = at; /* head_windows and backward read as zero: one window for every head */
+    EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+    d.struct_size = at + sizeof d.head_windows;
+    EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+}
+
 /* Aligned device addresses that are never dereferenced: offline calls stop before the device. */
 #define AT(n) (0x7f0000000000ull + ((uint64_t)(n) << 20))
 static const fsa_tensor t_q = {AT(1), HQ * DK, DK}, t_k = {AT(2), HKV * DK, DK}, t_v = {AT(3), HKV * DV, DV},
@@ -291,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
         cmocka_unit_test(test_a_descriptor_of_the_first_version_is_accepted_without_backward),
+        cmocka_unit_test(test_a_struct_size_ending_inside_head_windows_is_refused),
         cmocka_unit_test(test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
     };

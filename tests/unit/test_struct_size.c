@@ -132,10 +132,38 @@ static void test_sizes_outside_the_known_versions_are_struct_size(void **state)
     }
 }
 
+/* A pointer field appended later, cut short by the caller's struct_size,
+ * would be read as an address made of its first bytes: refused, while sizes
+ * at either end of it are versions as before. */
+typedef struct v3 {
+    size_t struct_size;
+    int a;
+    const int *p; /* added in the second version */
+} v3;
+
+static void test_a_size_that_ends_inside_a_pointer_field_is_struct_size(void **state)
+{
+    (void)state;
+    const size_t at = offsetof(v3, p);
+    for (size_t n = at + 1; n < at + sizeof(void *); n++) {
+        const v3 caller = {n, 1, &caller.a};
+        assert_int_equal(FSA_STRUCT_FIELD_WHOLE(&caller, v3, p, "test"), FSA_STATUS_STRUCT_SIZE);
+        assert_int_equal(fsa_last_error_info()->status, FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error_info()->message, "v3.struct_size"));
+        assert_non_null(strstr(fsa_last_error_info()->message, "inside p"));
+    }
+    const size_t whole[] = {at, at + sizeof(void *), sizeof(v3)};
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+        const v3 caller = {whole[i], 1, NULL};
+        assert_int_equal(FSA_STRUCT_FIELD_WHOLE(&caller, v3, p, "test"), FSA_STATUS_OK);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_first_size_is_what_sizeof_gave_the_first_version),
+        cmocka_unit_test(test_a_size_that_ends_inside_a_pointer_field_is_struct_size),
         cmocka_unit_test(test_the_window_descriptor_grew_past_its_published_first_version),
         cmocka_unit_test(test_an_old_shorter_struct_is_read_with_the_new_fields_zero),
         cmocka_unit_test(test_a_current_struct_is_read_whole),
