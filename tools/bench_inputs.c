@@ -1,11 +1,13 @@
 /* Random inputs for fsa-bench: standard-normal values in bf16 or fp16, made
  * on the host by several threads, and the conversions between those formats
- * and float. Only fsa.h is used. */
+ * and float; and the host clock. Only fsa.h is used. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench_inputs.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t bench_splitmix(uint64_t *s)
@@ -75,6 +77,13 @@ static void *gen_normal(void *arg)
         if (i + 1 < j->end) j->dst[i + 1] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(b) : bench_to_f16(b);
     }
     return NULL;
+}
+
+double bench_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 int bench_threads(void)

@@ -1,4 +1,4 @@
-/* Random inputs for fsa-bench (bench_inputs.c). */
+/* Random inputs for fsa-bench, and its host clock (bench_inputs.c). */
 #ifndef FSA_BENCH_INPUTS_H
 #define FSA_BENCH_INPUTS_H
 
@@ -15,6 +15,9 @@ uint16_t bench_to_bf16(float x);
 float bench_from_bf16(uint16_t h);
 uint16_t bench_to_f16(float x);
 float bench_from_f16(uint16_t h);
+
+/* Milliseconds of the monotonic clock. */
+double bench_now_ms(void);
 
 /* Online CPUs, 1..64: the threads that make inputs. */
 int bench_threads(void);

@@ -1,0 +1,187 @@
+/* fsa-bench's selected-attention options (bench_options.h). */
+#include "bench_options.h"
+
+#include "tool_args.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: fsa-bench [-T LIST] [-G LIST] [OPTIONS]     time every T x G combination\n"
+            "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
+            "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
+            "       fsa-bench --decode [DECODE OPTIONS]        paged KV-cache decode (fsa-bench --decode --help)\n"
+            "       fsa-bench --compressed [OPTIONS]           compressed attention with the top-k selection\n"
+            "                                                  (fsa-bench --compressed --help)\n"
+            "       fsa-bench --window [OPTIONS]               sliding-window attention (fsa-bench --window --help)\n"
+            "\n"
+            "Problem:\n"
+            "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
+            "  -G LIST               query heads per KV head (default 1,2,4,8,16; at most %d values)\n"
+            "  -D N                  head dim (default 128)\n"
+            "  --value-dim N         head dim of v and o when it differs from -D (NSA: -D 192 --value-dim 128)\n"
+            "  --q-heads N           query heads (default 32)\n"
+            "  --block-size N        keys per selectable block (default 64)\n"
+            "  --top-k N             selected blocks per token (default 16)\n"
+            "  --dtype T             " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
+            "  --workspace-limit B   cap on each call's workspace, forward and backward; suffixes K, M,\n"
+            "                        G, T; 0 = the library's default cap (the default), 'unlimited' = none\n"
+            "Runs:\n"
+            "  --only fsa|nsa        time one path only (default both, and AUTO)\n"
+            "  --backward            also the backward of each dq order and AUTO forward + backward\n"
+            "  --min-ms MS           repeats cover at least this much (default 100)\n"
+            "  --warmup-ms MS        warm-up before timing (default 25)\n"
+            "  --cache-dir DIR       kernel cache (default $FSA_CACHE_DIR, ...)\n"
+            "  --json FILE           also write the rows as JSON (null where a value does not exist)\n"
+            "  --tune                measure each row's token bucket first (tuning on; records go to the\n"
+            "                        cache) so that AUTO takes the measured choice; JSON gives both\n"
+            "  --dry-run             print what would run and exit, without a GPU\n"
+            "  -h, --help            this text\n"
+            "  --version             the library version\n"
+            "\n"
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
+            "usable GPU.\n",
+            MAX_LIST, MAX_LIST);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("fsa-bench: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n", stderr);
+    print_usage(stderr);
+    return TOOL_EXIT_USAGE;
+}
+
+/* Comma-separated positive numbers, at most MAX_LIST of them. */
+static int parse_list(const char *text, int *out, int *n_out, const char *option)
+{
+    const int rc = tool_parse_list(out, n_out, MAX_LIST, text, 1, 1L << 30);
+    if (rc == -2) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: more than %d values", option, MAX_LIST);
+        return usage_error("%s", what);
+    }
+    return rc == 0 ? 0 : usage_error("%s: not a list of positive numbers", option);
+}
+
+static int parse_int(int *out, const char *text, long min, long max, const char *option)
+{
+    long v;
+    if (tool_parse_long(&v, text, min, max) != 0) return usage_error("%s: not a number in range", option);
+    *out = (int)v;
+    return 0;
+}
+
+enum {
+    OPT_STANDARD = 256,
+    OPT_JIT,
+    OPT_JIT_CHILD,
+    OPT_BACKWARD,
+    OPT_Q_HEADS,
+    OPT_BLOCK_SIZE,
+    OPT_TOP_K,
+    OPT_VALUE_DIM,
+    OPT_DTYPE,
+    OPT_MIN_MS,
+    OPT_WARMUP_MS,
+    OPT_WORKSPACE_LIMIT,
+    OPT_CACHE_DIR,
+    OPT_JSON,
+    OPT_ONLY,
+    OPT_DRY_RUN,
+    OPT_VERSION,
+    OPT_TUNE
+};
+
+static const struct option k_long_options[] = {
+    {"standard", no_argument, NULL, OPT_STANDARD},
+    {"jit", no_argument, NULL, OPT_JIT},
+    {"jit-child", required_argument, NULL, OPT_JIT_CHILD}, /* internal: the second process of --jit */
+    {"backward", no_argument, NULL, OPT_BACKWARD},
+    {"q-heads", required_argument, NULL, OPT_Q_HEADS},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"value-dim", required_argument, NULL, OPT_VALUE_DIM},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"min-ms", required_argument, NULL, OPT_MIN_MS},
+    {"warmup-ms", required_argument, NULL, OPT_WARMUP_MS},
+    {"workspace-limit", required_argument, NULL, OPT_WORKSPACE_LIMIT},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"only", required_argument, NULL, OPT_ONLY},
+    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"tune", no_argument, NULL, OPT_TUNE},
+    {NULL, 0, NULL, 0},
+};
+
+static int set_mode(options *o, bench_mode mode, int *mode_given)
+{
+    if (*mode_given && o->mode != mode) return usage_error("%s", "--standard and --jit exclude each other");
+    o->mode = mode;
+    *mode_given = 1;
+    return 0;
+}
+
+int bench_options_parse(options *o, const char **jit_child, int argc, char **argv)
+{
+    int mode_given = 0, grid_given = 0;
+    opterr = 0; /* our own messages and exit status */
+    for (;;) {
+        int c = getopt_long(argc, argv, ":hT:G:D:", k_long_options, NULL), rc = 0;
+        if (c == -1) break;
+        switch (c) {
+        case 'h': print_usage(stdout); return TOOL_EXIT_OK;
+        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        case '?': return usage_error("unknown option '%s'", argv[optind - 1]);
+        case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;
+        case 'G': rc = parse_list(optarg, o->groups, &o->n_groups, "-G"), grid_given = 1; break;
+        case 'D': rc = parse_int(&o->head_dim, optarg, 1, 1 << 16, "-D"); break;
+        case OPT_Q_HEADS: rc = parse_int(&o->q_heads, optarg, 1, 1 << 16, "--q-heads"); break;
+        case OPT_BLOCK_SIZE: rc = parse_int(&o->block_size, optarg, 1, 1 << 16, "--block-size"); break;
+        case OPT_TOP_K: rc = parse_int(&o->top_k, optarg, 1, 1 << 16, "--top-k"); break;
+        case OPT_VALUE_DIM: rc = parse_int(&o->value_dim, optarg, 1, 1 << 16, "--value-dim"); break;
+        case OPT_DTYPE:
+            if (tool_parse_dtype(&o->dtype, optarg) != 0)
+                return usage_error("--dtype: '%s' is not one of " TOOL_DTYPE_SPELLINGS, optarg);
+            break;
+        case OPT_MIN_MS:
+            if (tool_parse_double(&o->min_ms, optarg, 0.0, 1e7) != 0) return usage_error("--min-ms: '%s'", optarg);
+            break;
+        case OPT_WARMUP_MS:
+            if (tool_parse_double(&o->warmup_ms, optarg, 0.0, 1e7) != 0)
+                return usage_error("--warmup-ms: '%s'", optarg);
+            break;
+        case OPT_WORKSPACE_LIMIT:
+            if (strcmp(optarg, "unlimited") == 0) o->workspace_limit = FSA_WORKSPACE_UNLIMITED;
+            else if (tool_parse_bytes(&o->workspace_limit, optarg) != 0)
+                return usage_error("--workspace-limit: '%s' is not a byte count (e.g. 512M, 2G) or 'unlimited'",
+                                   optarg);
+            break;
+        case OPT_CACHE_DIR: o->cache_dir = optarg; break;
+        case OPT_JSON: o->json = optarg; break;
+        case OPT_ONLY:
+            if (strcmp(optarg, "fsa") == 0) o->only = FSA_ALGORITHM_FSA;
+            else if (strcmp(optarg, "nsa") == 0) o->only = FSA_ALGORITHM_NSA;
+            else return usage_error("--only: '%s' is not fsa or nsa", optarg);
+            break;
+        case OPT_BACKWARD: o->backward = 1; break;
+        case OPT_DRY_RUN: o->dry_run = 1; break;
+        case OPT_TUNE: o->tune = 1; break;
+        case OPT_STANDARD: rc = set_mode(o, MODE_STANDARD, &mode_given); break;
+        case OPT_JIT: rc = set_mode(o, MODE_JIT, &mode_given); break;
+        case OPT_JIT_CHILD: *jit_child = optarg; break;
+        default: return usage_error("%s", "internal option error");
+        }
+        if (rc != 0) return rc;
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
+    return -1;
+}

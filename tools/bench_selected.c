@@ -1,0 +1,485 @@
+/* fsa-bench's selected-attention rows (bench_selected.h).
+ *
+ * Protocol (docs/benchmarks.md): random standard-normal q, k, v; per KV head and
+ * token, block 0 and the own block c and c-1 always selected, the other slots
+ * distinct random blocks of 0..c, rows sorted, tail -1; CUDA events around
+ * each call; 25 ms warm-up; median of repeats covering at least 100 ms; the
+ * whole pipeline inside the timed region, plan creation outside; inputs
+ * rotated between several copies when they would fit in L2. Every row runs
+ * both paths and compares their outputs. */
+#include "bench_selected.h"
+
+#include "bench_inputs.h"
+#include "tool_args.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CU(call) BENCH_CU("", call)
+
+#define FSA(call) BENCH_FSA("", call)
+
+typedef struct sel_job {
+    int32_t *topk;
+    int T, K, BK, h0, h1;
+    uint64_t seed;
+} sel_job;
+
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+/* Per token: blocks 0, c, c-1 always; the rest distinct uniform picks of 0..c. */
+static void *gen_selection(void *arg)
+{
+    sel_job *j = arg;
+    int *row = malloc(sizeof(int) * (size_t)j->K);
+    for (int h = j->h0; h < j->h1; h++) {
+        uint64_t s = j->seed + (uint64_t)h * 7919u;
+        for (int t = 0; t < j->T; t++) {
+            int32_t *dst = j->topk + ((size_t)h * j->T + t) * j->K;
+            int c = t / j->BK, n = 0;
+            int avail = c + 1;
+            if (avail <= j->K) {
+                for (int b = 0; b <= c; b++) row[n++] = b;
+            } else {
+                row[n++] = 0;
+                row[n++] = c;
+                if (c - 1 > 0) row[n++] = c - 1;
+                while (n < j->K) {
+                    int b = (int)(bench_splitmix(&s) % (uint64_t)(c + 1)), dup = 0;
+                    for (int i = 0; i < n && !dup; i++) dup = row[i] == b;
+                    if (!dup) row[n++] = b;
+                }
+            }
+            qsort(row, (size_t)n, sizeof(int), cmp_int);
+            for (int i = 0; i < j->K; i++) dst[i] = i < n ? row[i] : -1;
+        }
+    }
+    free(row);
+    return NULL;
+}
+
+static void fill_selection(int32_t *topk, int hkv, int T, int K, int BK, uint64_t seed)
+{
+    int nt = bench_threads();
+    if (nt > hkv) nt = hkv;
+    pthread_t th[64];
+    sel_job jobs[64];
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = (sel_job){topk, T, K, BK, hkv * i / nt, hkv * (i + 1) / nt, seed};
+        pthread_create(&th[i], NULL, gen_selection, &jobs[i]);
+    }
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+}
+
+/* ------------------------------------------------------------ timing */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct input_set {
+    CUdeviceptr q, k, v, topk;
+} input_set;
+
+/* One timed call: the forward, the backward, or both, on input set `set`. */
+typedef void (*call_fn)(void *user, int set);
+
+/* Median event time of one call, rotating over the input sets. */
+static double time_call(call_fn call, void *user, int n_sets, const options *o, int *reps_out)
+{
+    CUevent e0, e1;
+    CU(cu.EventCreate(&e0, CU_EVENT_DEFAULT));
+    CU(cu.EventCreate(&e1, CU_EVENT_DEFAULT));
+    int rep = 0;
+    double start = bench_now_ms();
+    do { /* warm-up */
+        call(user, rep++ % n_sets);
+        CU(cu.StreamSynchronize(NULL));
+    } while (bench_now_ms() - start < o->warmup_ms);
+    enum { MAX_REPS = 4096 };
+    static double times[MAX_REPS];
+    int n = 0;
+    double total = 0;
+    while (n < MAX_REPS && (total < o->min_ms || n < 10)) {
+        const int set = rep++ % n_sets;
+        CU(cu.EventRecord(e0, NULL));
+        call(user, set);
+        CU(cu.EventRecord(e1, NULL));
+        CU(cu.EventSynchronize(e1));
+        float ms;
+        CU(cu.EventElapsedTime(&ms, e0, e1));
+        times[n++] = ms;
+        total += ms;
+        if (ms > 400.0 && n >= 3) break; /* very slow rows: three repeats are enough */
+    }
+    qsort(times, (size_t)n, sizeof(double), cmp_double);
+    CU(cu.EventDestroy(e0));
+    CU(cu.EventDestroy(e1));
+    *reps_out = n;
+    return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+fsa_tensor bench_rows(CUdeviceptr ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
+fsa_tensor bench_topk_rows(CUdeviceptr ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }
+
+typedef struct fwd_call {
+    const fsa_plan *plan;
+    fsa_fwd_args *args;
+    const input_set *sets;
+} fwd_call;
+
+static void call_forward(void *user, int set)
+{
+    fwd_call *c = user;
+    const input_set *s = &c->sets[set];
+    c->args->q.ptr = s->q, c->args->k.ptr = s->k, c->args->v.ptr = s->v, c->args->topk.ptr = s->topk;
+    FSA(fsa_selected_attention_fwd(c->plan, c->args, NULL));
+}
+
+typedef struct bwd_call {
+    const fsa_plan *plan;
+    fsa_fwd_args *fwd;
+    fsa_bwd_args *bwd;
+    const input_set *sets;
+    int with_forward;
+} bwd_call;
+
+static void call_backward(void *user, int set)
+{
+    bwd_call *c = user;
+    const input_set *s = &c->sets[set];
+    if (c->with_forward) {
+        c->fwd->q.ptr = s->q, c->fwd->k.ptr = s->k, c->fwd->v.ptr = s->v, c->fwd->topk.ptr = s->topk;
+        FSA(fsa_selected_attention_fwd(c->plan, c->fwd, NULL));
+    }
+    c->bwd->q.ptr = s->q, c->bwd->k.ptr = s->k, c->bwd->v.ptr = s->v, c->bwd->topk.ptr = s->topk;
+    FSA(fsa_selected_attention_bwd(c->plan, c->bwd, NULL));
+}
+
+static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype dt)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = dt == FSA_DTYPE_BF16 ? bench_from_bf16(a[i]) : bench_from_f16(a[i]);
+        double y = dt == FSA_DTYPE_BF16 ? bench_from_bf16(b[i]) : bench_from_f16(b[i]);
+        if (!isfinite(x) || !isfinite(y)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
+
+/* Backward of one path (or AUTO): its time, optionally forward + backward,
+ * and dq left in dq_out for the comparison of the two paths. */
+static void time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                               CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
+{
+    const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, Dv = row->Dv, K = o->top_k;
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.dtype = o->dtype;
+    d.head_dim = D;
+    d.value_dim = Dv;
+    d.num_q_heads = hq;
+    d.num_kv_heads = hkv;
+    d.block_size = o->block_size;
+    d.top_k = K;
+    d.workspace_limit = o->workspace_limit;
+    d.backward = 1;
+    d.algorithm = alg;
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
+        fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
+        return;
+    }
+    const size_t nkv = (size_t)T * hkv * D;
+    const size_t no = (size_t)T * hq * Dv, nv = (size_t)T * hkv * Dv;
+    size_t ws_f = 0, ws_b = 0;
+    FSA(fsa_plan_workspace_size(&ws_f, plan, T, 1));
+    FSA(fsa_plan_workspace_size_bwd(&ws_b, plan, T, 1));
+    CUdeviceptr o_buf, lse, dout, dk, dv, ws;
+    CU(cu.MemAlloc(&o_buf, no * 2));
+    CU(cu.MemAlloc(&lse, (size_t)hq * T * 4));
+    CU(cu.MemAlloc(&dout, no * 2));
+    CU(cu.MemAlloc(&dk, nkv * 2));
+    CU(cu.MemAlloc(&dv, nv * 2));
+    CU(cu.MemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
+    uint16_t *h = malloc(no * 2);
+    bench_fill_normal(h, no, 777u + (uint64_t)T, o->dtype);
+    CU(cu.MemcpyHtoD(dout, h, no * 2));
+    free(h);
+    fsa_fwd_args fa = FSA_FWD_ARGS_INIT;
+    fa.total_tokens = T, fa.batch = 1, fa.max_seqlen = T;
+    fa.q = bench_rows(0, hq, D), fa.o = bench_rows(0, hq, Dv), fa.k = bench_rows(0, hkv, D), fa.v = bench_rows(0, hkv, Dv);
+    fa.topk = bench_topk_rows(0, T, K);
+    fa.o.ptr = o_buf, fa.lse = lse;
+    fa.cu_seqlens = cu_dev, fa.workspace = ws, fa.workspace_bytes = ws_f > ws_b ? ws_f : ws_b;
+    fsa_bwd_args ba = FSA_BWD_ARGS_INIT;
+    ba.total_tokens = T, ba.batch = 1, ba.max_seqlen = T;
+    ba.q = bench_rows(0, hq, D), ba.o = bench_rows(o_buf, hq, Dv), ba.dout = bench_rows(dout, hq, Dv), ba.dq = bench_rows(dq_out, hq, D);
+    ba.k = bench_rows(0, hkv, D), ba.v = bench_rows(0, hkv, Dv), ba.dk = bench_rows(dk, hkv, D), ba.dv = bench_rows(dv, hkv, Dv);
+    ba.topk = bench_topk_rows(0, T, K), ba.lse = lse;
+    ba.cu_seqlens = cu_dev, ba.workspace = ws, ba.workspace_bytes = fa.workspace_bytes;
+    /* The forward's o and lse of set 0 feed every backward repeat. */
+    fa.q.ptr = sets[0].q, fa.k.ptr = sets[0].k, fa.v.ptr = sets[0].v, fa.topk.ptr = sets[0].topk;
+    FSA(fsa_selected_attention_fwd(plan, &fa, NULL));
+    CU(cu.StreamSynchronize(NULL));
+    int reps = 0;
+    bwd_call bc = {plan, &fa, &ba, sets, 0};
+    row->bwd_ms[alg] = time_call(call_backward, &bc, 1, o, &reps);
+    if (alg == FSA_ALGORITHM_AUTO) {
+        FSA(fsa_plan_algorithm_bwd(&row->bwd_chosen, NULL, plan, T));
+        row->bwd_ws = ws_b;
+        bc.with_forward = 1;
+        row->fwd_bwd_ms = time_call(call_backward, &bc, n_sets, o, &reps);
+    }
+    /* dq of set 0 for the comparison. */
+    bc.with_forward = 0;
+    call_backward(&bc, 0);
+    CU(cu.StreamSynchronize(NULL));
+    CU(cu.MemFree(o_buf));
+    CU(cu.MemFree(lse));
+    CU(cu.MemFree(dout));
+    CU(cu.MemFree(dk));
+    CU(cu.MemFree(dv));
+    CU(cu.MemFree(ws));
+    fsa_plan_destroy(plan);
+}
+
+/* Backward of each path (as --only allows) and of AUTO with forward + backward;
+ * the two paths' dq compared. */
+static void time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                          CUdeviceptr cu_dev)
+{
+    const size_t nq = (size_t)row->T * o->q_heads * row->D;
+    CUdeviceptr dq[3] = {0, 0, 0};
+    for (int a = FSA_ALGORITHM_FSA; a <= FSA_ALGORITHM_NSA; a++) {
+        if (o->only && o->only != a) continue;
+        CU(cu.MemAlloc(&dq[a], nq * 2));
+        time_backward_path(ctx, o, row, sets, n_sets, cu_dev, (fsa_algorithm)a, dq[a]);
+    }
+    CU(cu.MemAlloc(&dq[0], nq * 2));
+    time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
+    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA]) {
+        uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
+        if (x && y) {
+            CU(cu.MemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
+            CU(cu.MemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
+            row->bwd_rel_diff = rel_diff(x, y, nq, o->dtype);
+        }
+        free(x);
+        free(y);
+    }
+    for (int a = 0; a < 3; a++)
+        if (dq[a]) CU(cu.MemFree(dq[a]));
+}
+
+void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes)
+{
+    const int hq = o->q_heads, hkv = hq / G, K = o->top_k, BK = o->block_size;
+    memset(row, 0, sizeof *row);
+    row->T = T, row->G = G, row->D = D, row->hkv = hkv;
+    row->Dv = o->value_dim ? o->value_dim : D;
+    const int Dv = row->Dv;
+    for (int i = 0; i < 3; i++) row->ms[i] = -1;
+
+    fsa_plan *plans[3] = {NULL, NULL, NULL};
+    for (int a = 0; a < 3; a++) {
+        fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+        d.dtype = o->dtype;
+        d.head_dim = D;
+        d.value_dim = Dv;
+        d.num_q_heads = hq;
+        d.num_kv_heads = hkv;
+        d.block_size = BK;
+        d.top_k = K;
+        d.algorithm = (fsa_algorithm)a;
+        d.workspace_limit = o->workspace_limit;
+        fsa_status st = fsa_plan_create(&plans[a], ctx, &d);
+        if (st == FSA_STATUS_UNSUPPORTED && a != 0) {
+            plans[a] = NULL;
+            continue;
+        }
+        if (st != FSA_STATUS_OK) {
+            fprintf(stderr, "fsa-bench: plan T=%d G=%d D=%d: %s\n", T, G, D, fsa_last_error());
+            exit(1);
+        }
+    }
+    fsa_plan_choice before = FSA_PLAN_CHOICE_INIT;
+    FSA(fsa_plan_choice_get(&before, plans[0], FSA_OPERATION_FORWARD, T));
+    row->heuristic = before.algorithm;
+    if (o->tune) {
+        int measured = 0;
+        FSA(fsa_plan_tune(&measured, plans[0], FSA_OPERATION_FORWARD, T));
+    }
+    FSA(fsa_plan_algorithm(&row->chosen, &row->reason, plans[0], T));
+
+    const size_t nq = (size_t)T * hq * D, nkv = (size_t)T * hkv * D, nsel = (size_t)hkv * T * K;
+    const size_t no = (size_t)T * hq * Dv, nv = (size_t)T * hkv * Dv;
+    const size_t input_bytes = (nq + nkv + nv) * 2 + nsel * 4;
+    int n_sets = input_bytes < 4 * l2_bytes ? (int)((4 * l2_bytes + input_bytes - 1) / input_bytes) : 1;
+    if (n_sets > 4) n_sets = 4;
+
+    size_t nmax = nq > nkv ? nq : nkv;
+    if (nv > nmax) nmax = nv;
+    uint16_t *h = malloc(nmax * 2);
+    int32_t *sel = malloc(nsel * 4);
+    if (!h || !sel) {
+        fprintf(stderr, "fsa-bench: out of host memory\n");
+        exit(1);
+    }
+    input_set sets[4];
+    for (int s = 0; s < n_sets; s++) {
+        CU(cu.MemAlloc(&sets[s].q, nq * 2));
+        CU(cu.MemAlloc(&sets[s].k, nkv * 2));
+        CU(cu.MemAlloc(&sets[s].v, nv * 2));
+        CU(cu.MemAlloc(&sets[s].topk, nsel * 4));
+        uint64_t seed = 1000u * (uint64_t)s + (uint64_t)T * 31u + (uint64_t)G;
+        bench_fill_normal(h, nq, seed + 1, o->dtype);
+        CU(cu.MemcpyHtoD(sets[s].q, h, nq * 2));
+        bench_fill_normal(h, nkv, seed + 2, o->dtype);
+        CU(cu.MemcpyHtoD(sets[s].k, h, nkv * 2));
+        bench_fill_normal(h, nv, seed + 3, o->dtype);
+        CU(cu.MemcpyHtoD(sets[s].v, h, nv * 2));
+        fill_selection(sel, hkv, T, K, BK, seed + 4);
+        CU(cu.MemcpyHtoD(sets[s].topk, sel, nsel * 4));
+    }
+    int64_t entries = 0;
+    for (size_t i = 0; i < nsel; i++) entries += sel[i] >= 0;
+    /* 2 per multiply-add of Q K^T (D deep) and of P V (Dv wide): 4 D per key at D = Dv. */
+    row->flops = 2.0 * (double)entries * G * BK * (D + Dv) * ((double)n_sets > 0 ? 1.0 : 0.0);
+    /* Every set draws from the same distribution; the count of the last one stands for all. */
+
+    int32_t cu_host[2] = {0, T};
+    CUdeviceptr cu_dev, out[3] = {0, 0, 0};
+    CU(cu.MemAlloc(&cu_dev, 8));
+    CU(cu.MemcpyHtoD(cu_dev, cu_host, 8));
+    size_t ws_max = 0;
+    for (int a = 0; a < 3; a++) {
+        if (!plans[a]) continue;
+        FSA(fsa_plan_workspace_size(&row->ws[a], plans[a], T, 1));
+        if (row->ws[a] > ws_max) ws_max = row->ws[a];
+    }
+    CUdeviceptr ws = 0;
+    if (ws_max) CU(cu.MemAlloc(&ws, ws_max));
+
+    for (int a = 1; a < 3; a++) {
+        /* AUTO runs one of the forced paths: its time is that path's. */
+        if (!plans[a] || (o->only && o->only != a)) continue;
+        CU(cu.MemAlloc(&out[a], no * 2));
+        fsa_fwd_args args = FSA_FWD_ARGS_INIT;
+        args.total_tokens = T;
+        args.batch = 1;
+        args.max_seqlen = T;
+        args.q = bench_rows(0, hq, D), args.k = bench_rows(0, hkv, D), args.v = bench_rows(0, hkv, Dv), args.topk = bench_topk_rows(0, T, K);
+        args.o = bench_rows(out[a], hq, Dv);
+        args.cu_seqlens = cu_dev;
+        args.workspace = ws;
+        args.workspace_bytes = ws_max;
+        fwd_call fc = {plans[a], &args, sets};
+        row->ms[a] = time_call(call_forward, &fc, n_sets, o, &row->reps[a]);
+        /* Leave the output of the last set's inputs for the comparison. */
+        args.q.ptr = sets[0].q, args.k.ptr = sets[0].k, args.v.ptr = sets[0].v, args.topk.ptr = sets[0].topk;
+        FSA(fsa_selected_attention_fwd(plans[a], &args, NULL));
+        CU(cu.StreamSynchronize(NULL));
+    }
+    row->ms[0] = row->ms[row->chosen]; /* -1 when --only left the chosen path out */
+    row->reps[0] = row->reps[row->chosen];
+    row->rel_diff = NAN;
+    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
+        uint16_t *x = malloc(no * 2), *y = malloc(no * 2);
+        if (x && y) {
+            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], no * 2));
+            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], no * 2));
+            row->rel_diff = rel_diff(x, y, no, o->dtype);
+        }
+        free(x);
+        free(y);
+    }
+    row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
+    row->bwd_rel_diff = NAN;
+    row->bwd_chosen = FSA_ALGORITHM_AUTO;
+    if (o->backward) time_backward(ctx, o, row, sets, n_sets, cu_dev);
+    for (int a = 0; a < 3; a++) {
+        if (out[a]) CU(cu.MemFree(out[a]));
+        fsa_plan_destroy(plans[a]);
+    }
+    if (ws) CU(cu.MemFree(ws));
+    CU(cu.MemFree(cu_dev));
+    for (int s = 0; s < n_sets; s++) {
+        CU(cu.MemFree(sets[s].q));
+        CU(cu.MemFree(sets[s].k));
+        CU(cu.MemFree(sets[s].v));
+        CU(cu.MemFree(sets[s].topk));
+    }
+    free(h);
+    free(sel);
+}
+
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+void bench_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* ", "name": value" with the value in `fmt`, or null when it is not a
+ * finite number or `valid` is 0 (JSON has no NaN or infinity). */
+static void json_field(FILE *f, const char *name, const char *fmt, double value, int valid)
+{
+    fprintf(f, ", \"%s\": ", name);
+    if (valid && isfinite(value)) fprintf(f, fmt, value);
+    else fputs("null", f);
+}
+
+/* The workspace of one AUTO forward plus backward at its peak: the larger of
+ * the two calls' (the forward's is free again before the backward runs). */
+static size_t peak_workspace(const bench_row *r) { return r->ws[0] > r->bwd_ws ? r->ws[0] : r->bwd_ws; }
+
+void bench_selected_print_row(const bench_row *r, FILE *json, int first)
+{
+    double best = r->ms[0];
+    printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |", r->T, r->G, r->D,
+           alg_name(r->chosen), best, r->flops / (best * 1e-3) / 1e12, r->ms[1], r->ms[2], r->ws[0], r->rel_diff);
+    if (r->bwd_ms[0] >= 0)
+        printf(" %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %8.3f | %11zu | %.2e | %11zu |", alg_name(r->bwd_chosen),
+               r->bwd_ms[0], 2.5 * r->flops / (r->bwd_ms[0] * 1e-3) / 1e12, r->bwd_ms[1], r->bwd_ms[2], r->fwd_bwd_ms,
+               r->bwd_ws, r->bwd_rel_diff, peak_workspace(r));
+    printf("\n");
+    fflush(stdout);
+    if (json) {
+        /* Paths not run (time < 0) and comparisons not made (NaN) are null. */
+        fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"Dv\": %d, \"auto\": \"%s\", \"reason\": ",
+                first ? "" : ",\n", r->T, r->G, r->D, r->Dv, alg_name(r->chosen));
+        bench_json_string(json, r->reason);
+        fprintf(json, ", \"heuristic\": \"%s\"", alg_name(r->heuristic));
+        json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
+        json_field(json, "ms_fsa", "%.4f", r->ms[1], r->ms[1] >= 0);
+        json_field(json, "ms_nsa", "%.4f", r->ms[2], r->ms[2] >= 0);
+        fprintf(json, ", \"reps\": [%d, %d, %d]", r->reps[0], r->reps[1], r->reps[2]);
+        json_field(json, "tflops_auto", "%.2f", r->flops / (r->ms[0] * 1e-3) / 1e12, r->ms[0] > 0);
+        json_field(json, "gflop", "%.3f", r->flops / 1e9, 1);
+        fprintf(json, ", \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu", r->ws[0], r->ws[1]);
+        json_field(json, "rel_diff_fsa_vs_nsa", "%.3e", r->rel_diff, 1);
+        fprintf(json, ", \"bwd_auto\": \"%s\"", alg_name(r->bwd_chosen));
+        json_field(json, "ms_bwd", "%.4f", r->bwd_ms[0], r->bwd_ms[0] >= 0);
+        json_field(json, "ms_bwd_fsa", "%.4f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
+        json_field(json, "ms_bwd_nsa", "%.4f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
+        json_field(json, "ms_fwd_bwd", "%.4f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
+        fprintf(json, ", \"workspace_bytes_bwd\": %zu, \"workspace_bytes_peak\": %zu", r->bwd_ws, peak_workspace(r));
+        json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
+        fputc('}', json);
+    }
+}

@@ -1,0 +1,42 @@
+/* fsa-bench's selected-attention rows (bench_selected.c): one problem's
+ * forward (and backward) timed on each path, and the row printed as a table
+ * line and as JSON. */
+#ifndef FSA_BENCH_SELECTED_H
+#define FSA_BENCH_SELECTED_H
+
+#include "bench_cuda.h"
+#include "bench_options.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct bench_row {
+    int T, G, D, hkv;
+    int Dv; /* value head dim */
+    fsa_algorithm chosen;
+    fsa_algorithm heuristic; /* what AUTO takes without a tuning record */
+    const char *reason;
+    double ms[3];      /* by fsa_algorithm: AUTO (chosen), FSA, NSA; < 0 = not run */
+    size_t ws[3];
+    double flops;
+    double rel_diff;   /* FSA output vs NSA output */
+    int reps[3];
+    fsa_algorithm bwd_chosen;
+    double bwd_ms[3];  /* backward by fsa_algorithm as ms[]; < 0 = not run */
+    double fwd_bwd_ms; /* AUTO forward + backward */
+    size_t bwd_ws;     /* AUTO */
+    double bwd_rel_diff; /* dq of the FSA order vs the NSA order */
+} bench_row;
+
+/* Times T tokens at group G and head dim D (Hq, BK, K and the rest from *o). */
+void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes);
+/* The row as a table line, and as a JSON object into json (when not NULL). */
+void bench_selected_print_row(const bench_row *r, FILE *json, int first);
+
+/* A packed [T, heads, D] tensor, and top-k indices laid out [Hkv, T, K]. */
+fsa_tensor bench_rows(CUdeviceptr ptr, int heads, int D);
+fsa_tensor bench_topk_rows(CUdeviceptr ptr, int T, int K);
+/* s as a JSON string. */
+void bench_json_string(FILE *f, const char *s);
+
+#endif
