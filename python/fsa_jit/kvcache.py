@@ -137,6 +137,22 @@ def _require(cond, message):
         raise ValueError(message)
 
 
+def _require_cuda(q, k_cache, v_cache):
+    """The one check that needs CUDA tensors (the CPU tests replace it)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _require(t.is_cuda, f"{name} must be a CUDA tensor")
+
+
+def _stream(device):
+    """The current stream's handle on `device` (the CPU tests replace it)."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _device_index(device):
+    """The CUDA ordinal of `device` (the CPU tests replace it)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                       topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
                       max_query_tokens=None, splits=0, validate=False):
@@ -192,11 +208,10 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     if topk_length is not None:
         _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
 
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _require(t.is_cuda, f"{name} must be a CUDA tensor")
+    _require_cuda(q, k_cache, v_cache)
 
     lib = _lib.get()
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    device = _device_index(q.device)
     key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
            int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
            float(scale or 0.0), int(splits), bool(validate), int(dv))
@@ -219,7 +234,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         lse=lse.data_ptr() if lse is not None else 0,
         workspace=ws.data_ptr() if ws is not None else 0, workspace_bytes=ws_bytes,
     )
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = _stream(q.device)
     lib.check(_fn(lib, "fsa_kvcache_attention")(handle, ctypes.byref(args), stream), "fsa_kvcache_attention")
     return (o, lse) if return_lse else o
 

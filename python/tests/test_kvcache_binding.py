@@ -1,0 +1,109 @@
+"""What kvcache_attention hands libfsa, without a GPU: a fake library records the plan key and the
+argument structure of each call, CPU tensors stand in for CUDA ones (the device check, the stream and
+the device ordinal are the only parts replaced). The GPU tests (test_kvcache.py) check the results."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fsa_jit import _lib, kvcache  # noqa: E402
+
+
+class FakeLibrary:
+    def __init__(self):
+        self.plans = []
+        self.calls = []
+
+    def check(self, status, function=None):
+        if status:
+            raise _lib.FsaError(status, "FAKE", "fake failure", function)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    lib = FakeLibrary()
+
+    def plan(library, key):
+        lib.plans.append(key)
+        return 4242, 512  # handle, workspace bytes
+
+    def attention(handle, ref, stream):
+        a = ref._obj
+        view = lambda t: (t.ptr, t.token_stride, t.head_stride)  # noqa: E731
+        lib.calls.append({"handle": handle, "stream": stream, "num_query_tokens": a.num_query_tokens,
+                          "batch": a.batch, "cu_seqlens_q": a.cu_seqlens_q, "k_page_stride": a.k_page_stride,
+                          "v_page_stride": a.v_page_stride, "num_pages": a.num_pages, "block_table": a.block_table,
+                          "block_table_stride": a.block_table_stride, "max_pages_per_seq": a.max_pages_per_seq,
+                          "seqused_k": a.seqused_k, "topk_length": a.topk_length, "lse": a.lse,
+                          "workspace": a.workspace, "workspace_bytes": a.workspace_bytes,
+                          "q": view(a.q), "k_cache": view(a.k_cache), "v_cache": view(a.v_cache),
+                          "topk": view(a.topk), "o": view(a.o)})
+        return 0
+
+    monkeypatch.setattr(_lib, "get", lambda: lib)
+    monkeypatch.setattr(kvcache, "_plan", plan)
+    monkeypatch.setattr(kvcache, "_fn", lambda library, name: {"fsa_kvcache_attention": attention}[name])
+    monkeypatch.setattr(kvcache, "_require_cuda", lambda *tensors: None)
+    monkeypatch.setattr(kvcache, "_stream", lambda device: 77)
+    monkeypatch.setattr(kvcache, "_device_index", lambda device: 0)
+    return lib
+
+
+def problem(layout="thk", D=64, Dv=None, Hq=8, Hkv=2, page=16, pages=7, K=4, lengths=False, hnd=False):
+    """Two sequences (1 and 3 new tokens) over a paged cache, on the CPU."""
+    tq = 4
+    if hnd:  # [num_pages, Hkv, page_size, D] seen as [num_pages, page_size, Hkv, D]
+        k_cache = torch.randn(pages, Hkv, page, D).to(torch.bfloat16).permute(0, 2, 1, 3)
+        v_cache = torch.randn(pages, Hkv, page, Dv or D).to(torch.bfloat16).permute(0, 2, 1, 3)
+    else:
+        k_cache = torch.randn(pages, page, Hkv, D).to(torch.bfloat16)
+        v_cache = torch.randn(pages, page, Hkv, Dv or D).to(torch.bfloat16)
+    topk = {"thk": torch.zeros(tq, Hkv, K, dtype=torch.int32), "hkt": torch.zeros(Hkv, tq, K, dtype=torch.int32),
+            "shared": torch.zeros(tq, K, dtype=torch.int32)}[layout]
+    return dict(q=torch.randn(tq, Hq, D).to(torch.bfloat16), k_cache=k_cache, v_cache=v_cache,
+                cu_seqlens_q=torch.tensor([0, 1, tq], dtype=torch.int32),
+                seqused_k=torch.tensor([20, 40], dtype=torch.int32),
+                block_table=torch.zeros(2, 5, dtype=torch.int32)[:, :4],
+                topk_idx=topk, topk_layout="hkt" if layout == "hkt" else "thk", block_size=16,
+                topk_length=torch.full((tq,), 3, dtype=torch.int32) if lengths else None)
+
+
+@pytest.mark.parametrize("layout", ["thk", "hkt", "shared"])
+@pytest.mark.parametrize("hnd", [False, True])
+def test_the_call_hands_the_library_every_tensor_by_its_strides(fake, layout, hnd):
+    p = problem(layout, hnd=hnd)
+    o = kvcache.kvcache_attention(**p)
+    (c,) = fake.calls
+    q, k, v, topk = p["q"], p["k_cache"], p["v_cache"], p["topk_idx"]
+    assert o.shape == (4, 8, 64) and o.dtype == torch.bfloat16
+    assert c["handle"] == 4242 and c["stream"] == 77 and c["num_query_tokens"] == 4 and c["batch"] == 2
+    assert c["q"] == (q.data_ptr(), q.stride(0), q.stride(1))
+    assert c["k_cache"] == (k.data_ptr(), k.stride(1), k.stride(2)) and c["k_page_stride"] == k.stride(0)
+    assert c["v_cache"] == (v.data_ptr(), v.stride(1), v.stride(2)) and c["v_page_stride"] == v.stride(0)
+    assert c["num_pages"] == 7 and c["max_pages_per_seq"] == 4
+    assert c["block_table"] == p["block_table"].data_ptr() and c["block_table_stride"] == 5
+    assert c["cu_seqlens_q"] == p["cu_seqlens_q"].data_ptr() and c["seqused_k"] == p["seqused_k"].data_ptr()
+    token_stride, head_stride = {"thk": (topk.stride(0), topk.stride(1)), "hkt": (topk.stride(1), topk.stride(0)),
+                                 "shared": (topk.stride(0), 0)}[layout]
+    assert c["topk"] == (topk.data_ptr(), token_stride, head_stride)
+    assert c["o"] == (o.data_ptr(), o.stride(0), o.stride(1))
+    assert c["topk_length"] == 0 and c["lse"] == 0
+    assert c["workspace"] != 0 and c["workspace_bytes"] == 512
+
+
+def test_lengths_lse_and_a_value_head_dim_of_its_own_reach_the_library(fake):
+    p = problem(D=192, Dv=128, lengths=True)
+    o, lse = kvcache.kvcache_attention(**p, return_lse=True, scale=0.25, splits=3)
+    (c,) = fake.calls
+    assert o.shape == (4, 8, 128) and lse.shape == (8, 4) and lse.dtype == torch.float32
+    assert c["topk_length"] == p["topk_length"].data_ptr() and c["lse"] == lse.data_ptr()
+    assert c["o"] == (o.data_ptr(), o.stride(0), o.stride(1))
+    # The plan's key: device, dtype, D, Hq, Hkv, BK, K, page, max batch, max tokens, scale, splits, check, Dv.
+    assert fake.plans == [(0, torch.bfloat16, 192, 8, 2, 16, 4, 16, 2, 4, 0.25, 3, False, 128)]
+
+
+def test_the_plan_is_sized_for_the_given_bounds_or_the_call_rounded_up(fake):
+    kvcache.kvcache_attention(**problem())
+    kvcache.kvcache_attention(**problem(), max_batch=64, max_query_tokens=1000, validate=True)
+    assert [key[8:10] for key in fake.plans] == [(2, 4), (64, 1000)]
+    assert [key[12] for key in fake.plans] == [False, True]
