@@ -20,15 +20,20 @@ same block. No visible key: o = 0, lse = -inf. Forward only (no autograd).
 The call does no host synchronisation and allocates only through torch's
 caching allocator: after a first eager call (which creates the plan), it can
 be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` and
-``topk_length`` updated in place between replays.
+``topk_length`` updated in place between replays. Under ``torch.compile``, fake
+tensors or a dispatch mode the call is the operator
+``torch.ops.fsa_jit.kvcache_attention`` (with a fake implementation); a plain
+eager call skips the dispatcher.
 """
 
 import ctypes
 import threading
+from typing import Optional
 
 import torch
 
 from . import _lib
+from ._fast import _modes_active
 
 _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
 
@@ -210,14 +215,43 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
 
     _require_cuda(q, k_cache, v_cache)
 
+    args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, int(block_size),
+            topk_layout, float(scale or 0.0), bool(return_lse), int(max_batch or 0), int(max_query_tokens or 0),
+            int(splits), bool(validate))
+    # Plain eager calls skip the operator's dispatch (tens of microseconds of host time per call);
+    # torch.compile, fake tensors and tensor subclasses see the operator.
+    o, lse = _run(*args) if _OP is None or _plain_eager(*args[:8]) else _OP(*args)
+    return (o, lse) if return_lse else o
+
+
+def _plain_eager(*tensors):
+    if torch.compiler.is_compiling() or _modes_active():
+        return False
+    return all(t is None or type(t) is torch.Tensor for t in tensors)
+
+
+def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+         topk_layout, scale, return_lse, max_batch, max_query_tokens, splits, validate):
+    """The call of libfsa on checked arguments: (o, lse), lse empty unless return_lse."""
+    tq, hq, d = q.shape
+    num_pages, page, hkv, _ = k_cache.shape
+    dv = v_cache.shape[3]
+    batch = cu_seqlens_q.numel() - 1
+    k = topk_idx.shape[-1]
+    if topk_idx.dim() == 2:
+        head_stride, token_stride = 0, topk_idx.stride(0)
+    elif topk_layout == "thk":
+        head_stride, token_stride = topk_idx.stride(1), topk_idx.stride(0)
+    else:
+        head_stride, token_stride = topk_idx.stride(0), topk_idx.stride(1)
     lib = _lib.get()
     device = _device_index(q.device)
-    key = (device, q.dtype, d, hq, hkv, int(block_size), int(k), int(page),
-           int(max_batch or _pow2_at_least(max(batch, 1))), int(max_query_tokens or _pow2_at_least(max(tq, 1))),
-           float(scale or 0.0), int(splits), bool(validate), int(dv))
+    key = (device, q.dtype, d, hq, hkv, block_size, int(k), int(page),
+           max_batch or _pow2_at_least(max(batch, 1)), max_query_tokens or _pow2_at_least(max(tq, 1)),
+           scale, splits, validate, int(dv))
     handle, ws_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
-    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device) if return_lse else None
+    lse = torch.empty((hq, tq) if return_lse else (0,), dtype=torch.float32, device=q.device)
     # Zeroed: the workspace starts with counters the call leaves zero again.
     ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
     args = fsa_kvcache_args(
@@ -231,12 +265,35 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         topk=_tensor(topk_idx.data_ptr(), token_stride, head_stride),
         topk_length=topk_length.data_ptr() if topk_length is not None else 0,
         o=_tensor(o.data_ptr(), o.stride(0), o.stride(1)),
-        lse=lse.data_ptr() if lse is not None else 0,
+        lse=lse.data_ptr() if return_lse else 0,
         workspace=ws.data_ptr() if ws is not None else 0, workspace_bytes=ws_bytes,
     )
     stream = _stream(q.device)
     lib.check(_fn(lib, "fsa_kvcache_attention")(handle, ctypes.byref(args), stream), "fsa_kvcache_attention")
-    return (o, lse) if return_lse else o
+    return o, lse
+
+
+# The call as a torch.library operator (torch 2.4 and newer), so that torch.compile captures it in one
+# piece and fake tensors give its output shapes. Forward only: no autograd registration.
+_OP = None
+if hasattr(torch.library, "custom_op"):
+    @torch.library.custom_op("fsa_jit::kvcache_attention", mutates_args=())
+    def _op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+            seqused_k: torch.Tensor, block_table: torch.Tensor, topk_idx: torch.Tensor,
+            topk_length: Optional[torch.Tensor], block_size: int, topk_layout: str, scale: float,
+            return_lse: bool, max_batch: int, max_query_tokens: int, splits: int,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+                    topk_layout, scale, return_lse, max_batch, max_query_tokens, splits, validate)
+
+    @_op.register_fake
+    def _op_fake(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+                 topk_layout, scale, return_lse, max_batch, max_query_tokens, splits, validate):
+        tq, hq, _ = q.shape
+        return (q.new_empty((tq, hq, v_cache.shape[3])),
+                q.new_empty((hq, tq) if return_lse else (0,), dtype=torch.float32))
+
+    _OP = _op
 
 
 def kvcache_attention_reference(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,

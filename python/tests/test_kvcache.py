@@ -1,7 +1,7 @@
 """kvcache_attention on the GPU against its float64 PyTorch reference: page
 sizes, NHD and HND caches, shared and per-head selections, top-k lengths,
-speculative and prefill query lengths, and graph replay with the page table
-and selection changed in place."""
+speculative and prefill query lengths, graph replay with the page table
+and selection changed in place, and a torch.compile call."""
 
 import pytest
 
@@ -120,6 +120,18 @@ def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place():
     torch.cuda.synchronize()
     o_ref2, _ = kvcache_attention_reference(**p)
     assert ((o.double() - o_ref2).norm() / o_ref2.norm()).item() < 1e-2
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="the operator needs torch 2.4")
+def test_a_compiled_call_gives_the_bits_of_an_eager_one():
+    p = make_problem(SEQS, hq=8, hkv=2, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=7, with_length=True)
+    o_eager, lse_eager = kvcache_attention(**p, return_lse=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda **kw: kvcache_attention(**kw, return_lse=True), fullgraph=True)
+    o, lse = compiled(**p)
+    torch.cuda.synchronize()
+    assert torch.equal(o, o_eager) and torch.equal(lse, lse_eager)
+    check(p, o, lse)
 
 
 def test_the_plan_reports_its_split_count_and_why():

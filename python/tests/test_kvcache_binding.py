@@ -107,3 +107,82 @@ def test_the_plan_is_sized_for_the_given_bounds_or_the_call_rounded_up(fake):
     kvcache.kvcache_attention(**problem(), max_batch=64, max_query_tokens=1000, validate=True)
     assert [key[8:10] for key in fake.plans] == [(2, 4), (64, 1000)]
     assert [key[12] for key in fake.plans] == [False, True]
+
+
+def test_a_plain_eager_call_skips_the_operator(fake, monkeypatch):
+    def through_the_operator(*args):
+        raise AssertionError("a plain eager call went through the dispatcher")
+
+    monkeypatch.setattr(kvcache, "_OP", through_the_operator)
+    kvcache.kvcache_attention(**problem())
+    assert len(fake.calls) == 1
+
+
+# The operator, checked without a GPU: its registration, fake (meta) outputs and a fullgraph
+# torch.compile capture with fake CUDA tensors, none of which may reach libfsa.
+needs_custom_op = pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op: 2.4")
+
+
+@pytest.fixture
+def no_library(monkeypatch):
+    def reached(*args, **kwargs):
+        raise AssertionError("tracing reached libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    monkeypatch.setattr(kvcache, "_plan", reached)
+
+
+def fake_problem(mode, layout="thk", Dv=None):
+    with mode:
+        p = problem(layout, D=64, Dv=Dv, lengths=True)
+        return {name: (value.to("cuda") if isinstance(value, torch.Tensor) else value) for name, value in p.items()}
+
+
+@needs_custom_op
+def test_the_operator_is_registered_with_a_fake_implementation():
+    assert hasattr(torch.ops.fsa_jit, "kvcache_attention")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("fsa_jit::kvcache_attention", "Meta")
+
+
+@needs_custom_op
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_fake_tensors_give_the_output_shapes(no_library, return_lse):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    p = fake_problem(mode, layout="hkt", Dv=128)
+    with mode:
+        out = kvcache.kvcache_attention(**p, return_lse=return_lse)
+    o, lse = out if return_lse else (out, None)
+    assert o.shape == (4, 8, 128) and o.dtype == torch.bfloat16 and o.device.type == "cuda"
+    if return_lse:
+        assert lse.shape == (8, 4) and lse.dtype == torch.float32
+
+
+@needs_custom_op
+def test_fullgraph_compile_captures_one_operator_call(no_library):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(q, k_cache, v_cache, cu, seqused, table, topk, lengths):
+        return kvcache.kvcache_attention(q, k_cache, v_cache, cu, seqused, table, topk, 16, topk_length=lengths,
+                                         scale=0.5, return_lse=True, max_batch=8, splits=2)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=capture)
+    mode = FakeTensorMode()
+    p = fake_problem(mode)
+    with mode:
+        o, lse = compiled(p["q"], p["k_cache"], p["v_cache"], p["cu_seqlens_q"], p["seqused_k"], p["block_table"],
+                          p["topk_idx"], p["topk_length"])
+    assert o.shape == (4, 8, 64) and lse.shape == (8, 4)
+    assert len(graphs) == 1
+    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function" and "fsa_jit" in str(n.target)]
+    assert len(calls) == 1 and "kvcache_attention" in str(calls[0].target)
+    # block size, layout, scale, return_lse, max batch, max tokens, splits, validate
+    assert tuple(calls[0].args[8:]) == (16, "thk", 0.5, True, 8, 0, 2, False)
