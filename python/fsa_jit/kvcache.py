@@ -186,8 +186,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
              "q must be [Tq, Hq, D], k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_size, "
              f"Hkv, Dv] with the same pages and heads; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     tq, hq, d = q.shape
-    num_pages, page, hkv, dk = k_cache.shape
-    dv = v_cache.shape[3]
+    hkv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
     _require(dk == d, f"q and k_cache share the query/key head dim: q has {d}, k_cache {dk}")
     _require(hq % hkv == 0, f"Hq {hq} is not a multiple of Hkv {hkv}")
     _require(dv % 16 == 0 and 16 <= dv <= 256, f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
@@ -198,18 +197,14 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     batch = cu_seqlens_q.numel() - 1
     _require(seqused_k.numel() == batch and block_table.dim() == 2 and block_table.shape[0] == batch
              and block_table.stride(1) == 1, "seqused_k [B] and block_table [B, max_pages] (unit column stride)")
-    k = topk_idx.shape[-1]
     _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
     if topk_idx.dim() == 2:
         _require(topk_idx.shape[0] == tq, f"a shared selection is [Tq, K] = [{tq}, K]")
-        head_stride, token_stride = 0, topk_idx.stride(0)
     elif topk_layout == "thk":
         _require(tuple(topk_idx.shape[:2]) == (tq, hkv), f"topk_idx must be [Tq, Hkv, K] = [{tq}, {hkv}, K]")
-        head_stride, token_stride = topk_idx.stride(1), topk_idx.stride(0)
     else:
         _require(topk_layout == "hkt" and tuple(topk_idx.shape[:2]) == (hkv, tq),
                  f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
-        head_stride, token_stride = topk_idx.stride(0), topk_idx.stride(1)
     if topk_length is not None:
         _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
 
@@ -238,6 +233,7 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
     dv = v_cache.shape[3]
     batch = cu_seqlens_q.numel() - 1
     k = topk_idx.shape[-1]
+    # [Tq, K] (one selection for every KV head), [Tq, Hkv, K] ("thk") or [Hkv, Tq, K] ("hkt"), as checked.
     if topk_idx.dim() == 2:
         head_stride, token_stride = 0, topk_idx.stride(0)
     elif topk_layout == "thk":
