@@ -32,32 +32,23 @@ from typing import Optional
 
 import torch
 
-from . import _lib
+from . import _lib, _nsa_abi
 from ._fast import _modes_active
-
-_DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
-
-
 from ._kvcache_abi import SIGNATURES as _SIGNATURES
 from ._kvcache_abi import fsa_kvcache_args, fsa_kvcache_desc
+
+_DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F16}
 
 _tensor = _lib.fsa_tensor
 
 _lock = threading.Lock()
-_functions = {}
 _contexts = {}
 _plans = {}
 
 
 def _fn(lib, name):
-    fn = _functions.get(name)
-    if fn is None:
-        fn = getattr(lib.cdll, name, None)
-        if fn is None:
-            raise RuntimeError(f"{lib.path} has no {name}: rebuild libfsa from a version with the paged KV cache")
-        fn.restype, fn.argtypes = _SIGNATURES[name]
-        _functions[name] = fn
-    return fn
+    """libfsa's paged-cache function `name`, its signature declared once (on the library object)."""
+    return _nsa_abi.function(lib, name, _SIGNATURES)
 
 
 def _context(lib, device_index, validate=False):
