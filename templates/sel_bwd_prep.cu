@@ -1,6 +1,6 @@
 // Backward, first step: delta = rowsum(dout * o) for every (query head,
 // token) of the chunk, in fp32; rows of DV (the value head dim). A row takes
-// 8, 16 or 32 lanes, each holding 16-byte pieces. Block 0 also resets the main kernel's work counters.
+// 8, 16 or 32 lanes, each holding 16-byte pieces.
 #include "sel_common.cuh"
 
 using namespace fsa;
@@ -24,7 +24,6 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_prep(c
     const int lane = threadIdx.x & 31;
     const int sub = lane / LANES, l = lane - sub * LANES;
     const long long row = ((long long)blockIdx.x * (FSA_ROW_THREADS / 32) + (threadIdx.x >> 5)) * ROWS_PER_WARP + sub;
-    if (blockIdx.x == 0 && threadIdx.x < FSA_WORK_COUNTERS) ((int *)p.work_next)[threadIdx.x] = 0;
     const long long hq = p.num_q_heads;
     const bool live = row < p.tc * hq;
     const long long tl = live ? row / hq : 0;

@@ -7,7 +7,8 @@
 #include "fsa_layout.cuh"
 
 /* Work counters of one chunk (work_next): a main launch each, two for the backward's wide heads
- * (d_part 0 and 1). The host places and zeroes FSA_WORK_COUNTERS ints per chunk. */
+ * (d_part 0 and 1). The host places FSA_WORK_COUNTERS ints per chunk right after the index's counts
+ * and zeroes them with the counts before each inversion. */
 #define FSA_WORK_COUNTERS 2
 
 typedef struct fsa_sel_params {

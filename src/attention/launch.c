@@ -168,7 +168,7 @@ fsa_status fsa_launch_index(const fsa_plan *plan, const fsa_kernel *count, const
     fsa_status st = FSA_STATUS_OK;
     const fsa_cu_api *cu = plan->ctx->cu;
     const uint64_t row_blocks = fsa_blocks_for((uint64_t)(p->num_kv_heads * p->tc), FSA_INDEX_THREADS);
-    /* The counts and, right after them, the forward's work counters. */
+    /* The counts and, right after them, the main kernels' work counters. */
     const size_t n_zero = l->n_counts + (size_t)FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(l);
     FSA_CHECK_CU(cu, cu->MemsetD32Async(workspace + l->counts, 0, n_zero, stream), "launch memset");
     FSA_CHECK(fsa_launch(plan, count, row_blocks, 1, stream, p));
@@ -202,7 +202,7 @@ void fsa_params_group_chunk(fsa_sel_params *p, const fsa_sel_params *gp, int gro
     const long long chunk = fsa_index_chunks(l) > 1 ? h / l->chunk_heads : 0;
     fsa_params_heads(p, gp, group, h, l->chunk_heads);
     fsa_params_index_chunk(p, l, chunk);
-    /* The backward's per-group arrays: delta [Hq of the group, T], a chunk's work counters. */
+    /* The chunk's work counters, and the backward's delta [Hq of the group, T]. */
     if (p->delta != 0) p->delta += chunk * l->chunk_heads * group * gp->tc * 4;
     if (p->work_next != 0) p->work_next += chunk * FSA_WORK_COUNTERS * 4;
 }

@@ -57,8 +57,9 @@ typedef struct fsa_index_layout {
     size_t n_counts;   /* entries of counts and offsets: index_heads * nb_total + 1 */
     size_t n_chunk;    /* entries of a chunk's work_offsets (and part_offsets): chunk_heads * nb_total + 1 */
     size_t seg_stride; /* work_seg entries of a chunk: at most one partial work item per segment besides the full ones */
-    /* counts, then the forward main kernels' work counters (FSA_WORK_COUNTERS ints per chunk, zeroed
-     * with the counts by fsa_launch_index: sel_params.cuh, work_next), offsets, work_offsets */
+    /* counts, then the main kernels' work counters of either direction (FSA_WORK_COUNTERS ints per
+     * chunk, zeroed with the counts by fsa_launch_index: sel_params.cuh, work_next), offsets,
+     * work_offsets */
     size_t counts, work_next, offsets, work_offsets;
 } fsa_index_layout;
 
@@ -100,7 +101,7 @@ typedef struct fsa_bwd_layout {
     int item_max_rounds; /* the most times item_entries one list's items take (fsa_bwd_list_item_entries) */
     int dkv_direct;   /* one token chunk, one pass: dk and dv written without dkv_acc (size 0) */
     fsa_index_layout index;
-    size_t part_offsets, work_seg, work_next, mask, list, list_sorted, delta,
+    size_t part_offsets, work_seg, mask, list, list_sorted, delta,
         dq_part, dkv_part, dkv_acc;
     size_t total;
 } fsa_bwd_layout;

@@ -115,9 +115,8 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t index_pairs = mul3_sat((size_t)ix->index_heads, (size_t)tc, k);
     FSA_PLACE_(part_offsets, mul3_sat(chunks, n, 4));
     FSA_PLACE_(work_seg, mul3_sat(chunks, ix->seg_stride, 4));
-    /* A shared index's chunks: their main kernels' work counters, and delta of every head of the
-     * group (prep runs once per inversion). */
-    FSA_PLACE_(work_next, mul3_sat(chunks, FSA_WORK_COUNTERS, 4));
+    /* delta of every head of the group (prep runs once per inversion). The main kernels' work
+     * counters are the index's (place_index), zeroed with its counts. */
     FSA_PLACE_(mask, mul3_sat((size_t)ix->index_heads, (size_t)tc, 8));
     FSA_PLACE_(list_sorted, mul_sat(index_pairs, 4));
     FSA_PLACE_(delta, mul3_sat((size_t)ix->index_heads, g * 4, (size_t)tc));

@@ -48,7 +48,7 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     p->key_slices = plan->desc.block_size / plan->config.bwd_keys;
     p->part_offsets = (long long)(ws + l->part_offsets);
     p->work_seg = (long long)(ws + l->work_seg);
-    p->work_next = (long long)(ws + l->work_next);
+    p->work_next = (long long)(ws + l->index.work_next); /* zeroed with the index's counts */
     p->mask = (long long)(ws + l->mask);
     p->list = (long long)(ws + l->list);
     p->list_sorted = (long long)(ws + l->list_sorted);
@@ -70,7 +70,7 @@ cleanup:
     return st;
 }
 
-/* delta of the token chunk in p (and the first main kernel's work counters reset). */
+/* delta of the token chunk in p. */
 static fsa_status run_prep(const fsa_plan *plan, fsa_sel_params *p, CUstream stream)
 {
     const uint64_t q_rows = (uint64_t)(p->tc * p->num_q_heads);
@@ -153,14 +153,12 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
     params_from_args(&all, plan, &c->a);
     params_from_layout(&all, plan, c->a.workspace, &c->layout);
     /* Groups of index_heads KV heads: one index inversion and one prep each (when the group holds
-     * several chunks; the chunks' work counters zeroed at once), then the group's chunks. */
+     * several chunks), then the group's chunks. Each inversion also zeroes the work counters of
+     * every chunk it serves (fsa_launch_index: they follow the counts). */
     const fsa_index_layout *ix = &c->layout.index;
     const int shared = fsa_index_chunks(ix) > 1;
     const uint64_t ws = c->a.workspace;
     const int nsa = v->order == FSA_ALGORITHM_NSA;
-    const fsa_cu_api *cu = plan->ctx->cu;
-    const uint64_t counters = ws + c->layout.work_next; /* every chunk's, zeroed at once below */
-    const size_t n_counters = FSA_WORK_COUNTERS * (size_t)fsa_index_chunks(ix);
     if (ix->tchunks > 1) {
         /* Token chunks of one KV head each: one inversion of every (KV head, token chunk) as
          * virtual heads of tc rows, then each head's chunks on their parts of it. */
@@ -170,11 +168,10 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         ip.t0 = 0;
         ip.tc = c->tc;
         FSA_CHECK(run_index(plan, &c->layout, ws, &ip, stream));
-        /* delta of every head and token at once ([Hq, T]); the chunks' work counters zeroed. */
+        /* delta of every head and token at once ([Hq, T]). */
         all.t0 = 0;
         all.tc = c->a.total_tokens;
         FSA_CHECK(run_prep(plan, &all, stream));
-        FSA_CHECK_CU(cu, cu->MemsetD32Async(counters, 0, n_counters, stream), "launch memset");
         all.delta_stride = c->a.total_tokens;
         for (int h = 0; h < plan->desc.num_kv_heads; h++) {
             fsa_params_heads(&p, &all, plan->group, h, 1);
@@ -188,7 +185,6 @@ static fsa_status run_variant(const void *call, const fsa_plan *plan, const fsa_
         fsa_params_index_group(&gp, &all, plan->group, ix, g0);
         if (shared) {
             FSA_CHECK(run_index(plan, &c->layout, ws, &gp, stream));
-            FSA_CHECK_CU(cu, cu->MemsetD32Async(counters, 0, n_counters, stream), "launch memset");
             FSA_CHECK(run_prep(plan, &gp, stream));
         }
         for (int h = 0; h < ix->index_heads; h += ix->chunk_heads) {

@@ -263,7 +263,7 @@ static void test_head_chunks_of_every_token_share_one_index_of_every_head(void *
 {
     (void)state;
     /* Counts and list offsets cover the most KV heads the cap leaves room for (here every head), work
-     * items (and the backward's partial slots, work counters) restart per chunk of heads, the lists
+     * items (and the backward's partial slots) restart per chunk of heads, the lists
      * sorted and delta computed once per inversion; the unsorted lists, read by the sort only, share
      * the dq rows' bytes. Token chunks keep an index per chunk. */
     fsa_plan p;
@@ -279,8 +279,10 @@ static void test_head_chunks_of_every_token_share_one_index_of_every_head(void *
     assert_true(two.index.seg_stride >= two.index.n_chunk + (size_t)(2 * T * 16 / two.item_entries));
     assert_true(two.index.work_offsets + 4 * two.index.n_chunk * 4 <= two.part_offsets);
     assert_true(two.part_offsets + 4 * two.index.n_chunk * 4 <= two.work_seg);
-    assert_true(two.work_seg + 4 * two.index.seg_stride * 4 <= two.work_next);
-    assert_true(two.mask - two.work_next >= 4 * 2 * 4);
+    assert_true(two.work_seg + 4 * two.index.seg_stride * 4 <= two.mask);
+    /* Every chunk's work counters follow the counts, zeroed with them by each inversion. */
+    assert_int_equal(two.index.work_next, two.index.counts + 4 * two.index.n_counts);
+    assert_true(two.index.work_next + 4 * 2 * 4 <= two.index.offsets);
     assert_true(two.list_sorted - two.mask >= (size_t)(8 * T * 8));
     assert_true(two.delta - two.list_sorted >= (size_t)(8 * T * 16 * 4));
     assert_true(two.dq_part - two.delta >= (size_t)(32 * T * 4));
