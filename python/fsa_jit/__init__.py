@@ -10,10 +10,12 @@ layer with the caller's gates in fsa_jit.nsa (nsa_attention, NSAttention).
 libfsa is found through $FSA_LIBRARY, inside this package (a wheel carries
 it), on the system library path, or in a build folder of the source tree; it
 is loaded on first use. torch is imported on first use of the attention too,
-so precompile() works without it.
+so precompile() and the disk cache's maintenance (cache_entries, verify_cache,
+prune_cache) work without it.
 """
 
 from ._lib import FSA_DEVICE_NONE, FsaError, FsaLibraryNotFound
+from .cache import CacheEntry, cache_entries, prune_cache, verify_cache
 from .precompile import precompile
 
 try:
@@ -24,9 +26,11 @@ except ImportError:  # the source tree: read VERSION itself
     __version__ = _source_tree_version()
 
 __all__ = [
+    "CacheEntry",
     "FSA_DEVICE_NONE",
     "FsaError",
     "FsaLibraryNotFound",
+    "cache_entries",
     "cached_plans",
     "clear_plans",
     "compressed_attention",
@@ -36,9 +40,11 @@ __all__ = [
     "nsa_attention",
     "plan_choice",
     "precompile",
+    "prune_cache",
     "reference",
     "selected_attention",
     "set_tuning",
+    "verify_cache",
     "window_attention",
 ]
 

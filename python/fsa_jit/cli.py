@@ -1,7 +1,9 @@
 """Console commands of the Python package: fsa-precompile and fsa-bench.
 
 They take the C tools' option spellings (tools/fsa_precompile.c,
-tools/fsa_bench.c) for what they share, so a command line works with either.
+tools/fsa_bench.c) for what they share, so a command line works with either;
+fsa-precompile has every option of its C tool (the grid, --tune, --list,
+--verify, --prune), with the same usage checks, lines and exit statuses.
 Exit status: 0 success; 1 something failed; 2 usage error; 3 the target or
 device cannot be used (an --arch the library rejects, no GPU or driver).
 """
@@ -10,6 +12,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 from . import _lib
 
@@ -56,64 +59,201 @@ def _version_action(prog):
 
 # ------------------------------------------------------------------ precompile
 
+# Grid options and -j, with their defaults. Parsed with None as the default so that giving one can be told
+# from leaving it out: they apply only when compiling.
+_GRID_DEFAULTS = {"dtype": ["bf16"], "head_dim": [128], "group": [1, 2, 4, 8, 16], "block_size": [64],
+                  "top_k": 16, "algorithm": "auto", "kind": "selected", "value_dim": 0, "kernel_size": 32,
+                  "stride": 16, "window": 512, "page_size": None, "jobs": None}
 
-def precompile_main(argv=None):
-    from .precompile import KINDS, PAGE_SIZES, precompile
+
+def _name_list(text):
+    """'sm_80,sm_90a': comma-separated names, none empty, repeats dropped."""
+    names = text.split(",")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty item in '{text}'")
+    return list(dict.fromkeys(names))
+
+
+def _max_bytes(text):
+    """--max-bytes as the C tool takes it: digits with an optional K, M, G or T suffix (powers of 1024)
+    that fit in 64 bits; no sign, no spaces."""
+    try:
+        value = _lib.parse_bytes(text, "--max-bytes") if text.isascii() and text == text.strip() else None
+    except ValueError:
+        value = None
+    if value is None or value >= 1 << 64:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a byte count (e.g. 500M, 2G, 0)")
+    return value
+
+
+def _precompile_parser():
+    from .precompile import KINDS, PAGE_SIZES
 
     p = argparse.ArgumentParser(
         prog="fsa-precompile",
         description="Fills the fsa-jit kernel cache ahead of time for a grid of shapes (num_kv_heads 1, "
-                    "num_q_heads = group). Exit status: 0 success, 1 a compile failed, 2 usage error, "
-                    "3 the target or device cannot be used.")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--arch", help="offline targets, e.g. sm_80,sm_90a (no GPU needed)")
+                    "num_q_heads = group), or lists, verifies or prunes that cache. Exit status: 0 success, "
+                    "1 a compile failed, --verify found bad entries or the cache could not be used, 2 usage "
+                    "error, 3 the target or device cannot be used.")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--arch", type=_name_list,
+                       help="offline targets, e.g. sm_80,sm_90a (no GPU needed); with --list, --verify or "
+                            "--prune the first reaches the cache (default sm_80)")
     where.add_argument("--detect", action="store_true", help="the target of the GPU chosen by --device")
-    p.add_argument("--device", type=int, default=0, help="CUDA device ordinal for --detect (default 0)")
-    p.add_argument("--dtype", type=_dtype_list, default=["bf16"], help="bf16, f16 (or bfloat16, fp16, float16, half)")
-    p.add_argument("--head-dim", type=_int_list, default=[128])
-    p.add_argument("--group", type=_int_list, default=[1, 2, 4, 8, 16])
-    p.add_argument("--block-size", type=_int_list, default=[64])
-    p.add_argument("--top-k", type=int, default=16)
-    p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
-    p.add_argument("--backward", action="store_true", help="also the backward kernels")
-    p.add_argument("--kind", default="selected",
-                   help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
-    p.add_argument("--value-dim", type=int, default=0, help="Dv when it differs from the head dim (default 0: same)")
-    p.add_argument("--kernel-size", type=int, default=32, help="compression kernel l (compressed; default 32)")
-    p.add_argument("--stride", type=int, default=16, help="compression stride d (compressed; default 16)")
-    p.add_argument("--window", type=int, default=512, help="window W (window; default 512)")
-    p.add_argument("--page-size", type=_int_list, default=None,
-                   help=f"tokens per cache page (kvcache; default {','.join(map(str, PAGE_SIZES))})")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="compile threads (default: CPUs)")
-    p.add_argument("--cache-dir")
+    p.add_argument("--device", type=int, help="CUDA device ordinal for --detect (default 0)")
+    grid = p.add_argument_group("grid (compiling only)")
+    grid.add_argument("--dtype", type=_dtype_list, help="bf16 (default), f16 (or bfloat16, fp16, float16, half)")
+    grid.add_argument("--head-dim", type=_int_list, help="default 128")
+    grid.add_argument("--group", type=_int_list, help="query heads per KV head (default 1,2,4,8,16)")
+    grid.add_argument("--block-size", type=_int_list, help="default 64")
+    grid.add_argument("--top-k", type=int, help="default 16")
+    grid.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), help="default auto")
+    grid.add_argument("--backward", action="store_true", help="also the backward kernels")
+    grid.add_argument("--kind", help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
+    grid.add_argument("--value-dim", type=int, help="Dv when it differs from the head dim (default 0: same)")
+    grid.add_argument("--kernel-size", type=int, help="compression kernel l (compressed; default 32)")
+    grid.add_argument("--stride", type=int, help="compression stride d (compressed; default 16)")
+    grid.add_argument("--window", type=int, help="window W (window; default 512)")
+    grid.add_argument("--page-size", type=_int_list,
+                      help=f"tokens per cache page (kvcache; default {','.join(map(str, PAGE_SIZES))})")
+    grid.add_argument("--tune", action="store_true",
+                      help="with --detect: also measure each selected plan's variants at T = 1, 4, ..., 65536 "
+                           "and write tuning records into the cache")
+    grid.add_argument("-j", "--jobs", type=int, help="compile threads (default: CPUs)")
+    cache = p.add_argument_group("cache")
+    cache.add_argument("--cache-dir", help="default (also for an empty DIR) $FSA_CACHE_DIR, else "
+                                           "$XDG_CACHE_HOME/fsa, else ~/.cache/fsa")
+    mode = cache.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="print every entry (target, name, bytes, mtime) and "
+                                                          "the total")
+    mode.add_argument("--verify", action="store_true", help="re-check every entry and delete bad ones (with "
+                                                            "--detect, also load the device target's entries)")
+    mode.add_argument("--prune", action="store_true", help="delete least recently used entries until the cache "
+                                                           "holds at most --max-bytes")
+    cache.add_argument("--max-bytes", type=_max_bytes, help="for --prune: suffixes K, M, G, T (powers of 1024)")
     p.add_argument("--version", **_version_action("fsa-precompile"))
-    a = p.parse_args(argv)
+    return p
+
+
+def _check_precompile_options(p, a):
+    """The C tool's rules for options that make no sense together (p.error: exit 2); fills the grid's
+    defaults and a.mode (None when compiling, else list, verify or prune)."""
+    from .precompile import KINDS
+
+    a.mode = "list" if a.list else "verify" if a.verify else "prune" if a.prune else None
+    grid_given = a.backward or a.tune or any(getattr(a, name) is not None for name in _GRID_DEFAULTS)
+    if a.device is not None and not a.detect:
+        p.error("--device needs --detect")
+    if a.tune and not a.detect:
+        p.error("--tune needs --detect (it measures on that GPU)")
+    if a.prune and a.max_bytes is None:
+        p.error("--prune needs --max-bytes N")
+    if a.max_bytes is not None and not a.prune:
+        p.error("--max-bytes applies only to --prune")
+    if a.mode and grid_given:
+        p.error("grid options and -j apply only when compiling, not with --list, --verify or --prune")
+    for name, default in _GRID_DEFAULTS.items():
+        if getattr(a, name) is None:
+            setattr(a, name, default)
+    a.device = a.device or 0
     if a.jobs is not None and a.jobs < 1:
         p.error("-j: must be at least 1")
-    kinds = [k for k in a.kind.split(",") if k]
-    if not kinds or any(k not in KINDS for k in kinds):
-        p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {a.kind!r}")
-    if a.page_size is not None and "kvcache" not in kinds:
+    a.kind = [k for k in a.kind.split(",") if k]
+    if not a.kind or any(k not in KINDS for k in a.kind):
+        p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
+    if a.page_size is not None and "kvcache" not in a.kind:
         p.error("--page-size applies to --kind kvcache")
+    if a.mode is None and a.arch is None and not a.detect:
+        p.error("say what to compile for: --arch LIST (e.g. sm_80,sm_90a) or --detect")
+
+
+def precompile_main(argv=None):
+    p = _precompile_parser()
+    a = p.parse_args(argv)
+    _check_precompile_options(p, a)
     try:
-        s = precompile(arch=a.arch, detect=a.detect, device=a.device, dtypes=a.dtype, head_dims=a.head_dim,
-                       groups=a.group, block_sizes=a.block_size, top_k=a.top_k, algorithm=a.algorithm,
-                       backward=a.backward, cache_dir=a.cache_dir, jobs=a.jobs, verbose=True, kinds=kinds,
-                       value_dim=a.value_dim, kernel_size=a.kernel_size, stride=a.stride, window=a.window,
-                       page_sizes=a.page_size or PAGE_SIZES)
+        return _maintain(a) if a.mode else _compile(a)
     except ValueError as e:
         p.error(str(e))
-    except _lib.FsaError as e:
+    except _lib.FsaError as e:  # before RuntimeError, its base
         print(f"fsa-precompile: {e}", file=sys.stderr)
-        return EXIT_TARGET if e.status in _TARGET_STATUSES else EXIT_FAILED
+        unusable_target = e.function == "fsa_context_create" and e.status in _TARGET_STATUSES
+        return EXIT_TARGET if unusable_target else EXIT_FAILED
     except (_lib.FsaLibraryNotFound, RuntimeError) as e:
         print(f"fsa-precompile: {e}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _compile(a):
+    from .precompile import PAGE_SIZES, precompile
+
+    s = precompile(arch=a.arch, detect=a.detect, device=a.device, dtypes=a.dtype, head_dims=a.head_dim,
+                   groups=a.group, block_sizes=a.block_size, top_k=a.top_k, algorithm=a.algorithm,
+                   backward=a.backward, cache_dir=a.cache_dir, jobs=a.jobs, verbose=True, kinds=a.kind,
+                   value_dim=a.value_dim, kernel_size=a.kernel_size, stride=a.stride, window=a.window,
+                   page_sizes=a.page_size or PAGE_SIZES, tune=a.tune)
     for shape, message in s["failures"]:
         print(f"FAILED {shape}: {message}", file=sys.stderr)
     print(f"cache: {s['cache_dir']}\n{s['compiled']} kernels compiled, {s['cached']} already cached, "
           f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms)")
     return EXIT_FAILED if s["failed"] else 0
+
+
+def _human_bytes(n):
+    """'432.6 KiB': for people; the exact count is printed beside it."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    value, unit = float(n), 0
+    while value >= 1024 and unit + 1 < len(units):
+        value /= 1024
+        unit += 1
+    return f"{n} B" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def _iso_time(seconds):
+    """An mtime in UTC, ISO 8601."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return f"@{seconds}"
+
+
+def _entries(n):
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _maintain(a):
+    """--list, --verify, --prune: the C tool's lines and exit statuses."""
+    from .cache import cache_entries, prune_cache, verify_cache
+
+    where = dict(cache_dir=a.cache_dir, arch=a.arch[0] if a.arch else None, detect=a.detect, device=a.device)
+    if a.mode == "list":
+        r = cache_entries(**where)
+        print(f"cache: {r['cache_dir']}")
+        for e in r["entries"]:
+            print(f"{e.target:<8} {e.name:<44} {e.bytes:>10}  {_iso_time(e.mtime)}")
+        print(f"{_entries(len(r['entries']))}, {r['bytes']} bytes ({_human_bytes(r['bytes'])})")
+        return 0
+    if a.mode == "verify":
+        r = verify_cache(**where)
+        print(f"cache: {r['cache_dir']}")
+        for e in r["entries"]:
+            fate = "" if e.valid else " (deleted)" if e.deleted else " (NOT deleted)"
+            print(f"{'OK' if e.valid else 'BAD':<3} {e.target:<8} {e.name}{fate}")
+        print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted")
+        return EXIT_FAILED if r["bad"] else 0
+    try:
+        r = prune_cache(a.max_bytes, **where)
+    except _lib.FsaError as e:
+        if hasattr(e, "removed"):  # as the C tool: what was done, then (precompile_main) why it failed
+            _print_pruned(e.cache_dir, e.removed, e.bytes_left)
+        raise
+    _print_pruned(r["cache_dir"], r["removed"], r["bytes_left"])
+    return 0
+
+
+def _print_pruned(cache_dir, removed, bytes_left):
+    print(f"cache: {cache_dir}\nremoved {removed} file{'' if removed == 1 else 's'}; {bytes_left} bytes "
+          f"({_human_bytes(bytes_left)}) left", flush=True)
 
 
 # ----------------------------------------------------------------------- bench

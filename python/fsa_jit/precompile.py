@@ -5,10 +5,13 @@ cache ends up holding exactly what a later plan creation looks up. Needs no
 torch and, with `arch`, no GPU.
 """
 
+import collections
 import concurrent.futures
 import ctypes
 import itertools
 import os
+import sys
+import threading
 import time
 
 from . import _kvcache_abi
@@ -44,6 +47,40 @@ def _targets(arch):
         if a not in out:
             out.append(a)
     return out
+
+
+def _open_context(lib, target, device, cache_dir):
+    """A context of the tool's settings for an offline `target` (None: the GPU `device`), whose disk cache
+    is `cache_dir` (None or "": the default). The caller destroys it (fsa_context_destroy). FsaError when
+    libfsa refuses the target or device."""
+    options = _lib.fsa_context_options(
+        device=_lib.FSA_DEVICE_NONE if target is not None else device,
+        target=target.encode() if target is not None else None,
+        cache_dir=cache_dir.encode() if cache_dir is not None else None,
+        # The environment's FSA_CACHE_MODE and FSA_JIT are for applications; the tool compiles and writes
+        # (verifying also deletes bad entries).
+        cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
+        jit=_lib.FSA_JIT_ON,
+        log=1,  # an unusable cache directory must not pass silently
+        # As the C tool: the check-mode kernels and the variants tuning can measure are compiled too, for
+        # processes that run with FSA_CHECK=1 or FSA_TUNE=on and FSA_JIT=off; nothing is checked, and
+        # nothing is measured unless precompile(tune=True) asks (fsa_plan_tune needs tuning on).
+        check=1,
+        tune=_lib.FSA_TUNE_ON,
+    )
+    ctx = ctypes.c_void_p()
+    lib.check(lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options)), "fsa_context_create")
+    return ctx
+
+
+def _disk_cache_dir(lib, ctx):
+    """The context's cache directory; RuntimeError when it has none (precompiling or maintaining without
+    a disk cache would do nothing)."""
+    where = _lib._text(lib.fsa_context_cache_dir(ctx))
+    if not where:
+        raise RuntimeError(f"{_lib._text(lib.fsa_context_target(ctx))}: no usable cache directory (see the "
+                           "warning above); nothing would be kept")
+    return where
 
 
 def _stats(lib, ctx):
@@ -87,8 +124,32 @@ def _desc_of(job):
     return None, desc, f"{dims} g{g} bk{bk} k{k}"
 
 
-def _plan_one(lib, ctx, target_name, job):
-    """Creates and destroys one plan; (kind, shape, detail) with kind ok, skipped or failed.
+# What one point of the grid came to: kind is ok, skipped or failed; detail the time or the reason; with
+# tuning, tuned is (buckets measured, ms) or tune_error the message of the call that failed.
+_Outcome = collections.namedtuple("_Outcome", "kind shape detail tuned tune_error", defaults=(None, None))
+
+TUNE_TOKENS = tuple(4 ** i for i in range(9))  # 1, 4, ..., 65536: the buckets tune=True measures
+_gpu = threading.Lock()  # one plan measures at a time: timings of plans sharing the GPU would mislead
+
+
+def _tune_plan(lib, plan, backward):
+    """Measures a selected-attention plan at every token count of TUNE_TOKENS (forward, then backward when
+    the plan has it), as fsa-precompile --tune; (buckets measured, ms). FsaError from the first call that
+    fails. A bucket that already has a tuning record is not measured again."""
+    operations = (_lib.FSA_OPERATION_FORWARD, _lib.FSA_OPERATION_BACKWARD) if backward else (
+        _lib.FSA_OPERATION_FORWARD,)
+    measured, buckets = ctypes.c_int(), 0
+    with _gpu:
+        t0 = time.monotonic()
+        for tokens in TUNE_TOKENS:
+            for operation in operations:
+                lib.check(lib.fsa_plan_tune(ctypes.byref(measured), plan, operation, tokens), "fsa_plan_tune")
+                buckets += measured.value
+        return buckets, (time.monotonic() - t0) * 1e3
+
+
+def _plan_one(lib, ctx, target_name, job, tune=False):
+    """Creates and destroys one plan (a selected-attention plan measured in between when tune); an _Outcome.
     Runs on a worker thread: the error record it reads is that thread's."""
     family, desc, what = _desc_of(job)
     shape = f"{target_name} {_lib.DTYPE_NAMES[job[1]]} {what}"
@@ -103,16 +164,22 @@ def _plan_one(lib, ctx, target_name, job):
     t0 = time.monotonic()
     st = create(ctypes.byref(plan), ctx, ctypes.byref(desc))
     ms = (time.monotonic() - t0) * 1e3
-    if st == _lib.FSA_STATUS_OK:
-        result = ("ok", shape, f"ready in {ms:.1f} ms")
-    else:
-        err = lib.error(st, create_name)
-        if st == _lib.FSA_STATUS_UNSUPPORTED:
-            result = ("skipped", shape, err.info.get("message") or err.message)
-        else:
-            result = ("failed", shape, str(err))
-    destroy(plan)  # an offline plan cannot run; creating it was the point (NULL is fine)
-    return result
+    try:
+        if st != _lib.FSA_STATUS_OK:
+            err = lib.error(st, create_name)
+            if st == _lib.FSA_STATUS_UNSUPPORTED:
+                return _Outcome("skipped", shape, err.info.get("message") or err.message)
+            return _Outcome("failed", shape, str(err))
+        ready = f"ready in {ms:.1f} ms"
+        # Only selected attention has variants to measure.
+        if not (tune and family is None):
+            return _Outcome("ok", shape, ready)
+        try:
+            return _Outcome("ok", shape, ready, tuned=_tune_plan(lib, plan, backward=job[9]))
+        except _lib.FsaError as e:
+            return _Outcome("ok", shape, ready, tune_error=str(e))
+    finally:
+        destroy(plan)  # an offline plan cannot run; creating it was the point (NULL is fine)
 
 
 def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, page_sizes, algorithm, backward,
@@ -138,7 +205,7 @@ def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, 
 def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), groups=(1, 2, 4, 8, 16),
                block_sizes=(64,), top_k=16, algorithm="auto", cache_dir=None, device=0, backward=False,
                verbose=False, jobs=None, kinds=("selected",), value_dim=0, kernel_size=32, stride=16, window=512,
-               page_sizes=PAGE_SIZES):
+               page_sizes=PAGE_SIZES, tune=False):
     """Compiles (or finds in the cache) the kernels of every shape of the grid.
 
     arch: offline targets, "sm_80,sm_90a" or a list (no GPU needed); or
@@ -155,17 +222,25 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     value_dim: Dv when it differs from the head dim (0 = the same), for
     every kind. page_sizes: tokens per cache page, for "kvcache" only (any
     other than the default (64,) without "kvcache" in kinds: ValueError).
+    tune: with detect=True only (else ValueError), also measure each
+    selected-attention plan's variants at T = 1, 4, ..., 65536 tokens
+    (forward, and backward with backward=True), one plan at a time, and
+    write the winners into the cache as tuning records; verbose adds a
+    "tuned N buckets" line per plan. The other kinds are not measured.
 
     Returns a dict: compiled (NVRTC compilations), cached (kernels read from
     the disk cache), in_memory (already loaded in this process), compile_ms,
     plans (shapes ready), skipped (shapes the library does not support),
-    failed (shapes whose kernels could not be built), failures (list of
-    (shape, message)), skipped_shapes, targets, cache_dir.
+    failed (shapes whose kernels could not be built or, with tune, whose
+    measuring failed), failures (list of (shape, message)), skipped_shapes,
+    tuned (buckets measured), targets, cache_dir.
     """
     if arch is not None and detect:
         raise ValueError("arch and detect exclude each other")
     if arch is None and not detect:
         raise ValueError("say what to compile for: arch='sm_80,sm_90a' (no GPU needed) or detect=True")
+    if tune and not detect:
+        raise ValueError("tune needs detect=True (it measures on that GPU)")
     if algorithm not in _lib.ALGORITHMS:
         raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
     if isinstance(dtypes, str):
@@ -197,35 +272,16 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     targets = _targets(arch) if arch is not None else [None]
 
     lib = _lib.get()
+    if tune and lib.fsa_plan_tune is None:
+        raise RuntimeError(f"{lib.path} has no fsa_plan_tune: rebuild it from a version that tunes")
     summary = {"compiled": 0, "cached": 0, "in_memory": 0, "compile_ms": 0.0, "plans": 0, "skipped": 0,
-               "failed": 0, "failures": [], "skipped_shapes": [], "targets": [], "cache_dir": None}
+               "failed": 0, "failures": [], "skipped_shapes": [], "tuned": 0, "targets": [], "cache_dir": None}
     contexts = []
     try:
         for target in targets:
-            options = _lib.fsa_context_options(
-                device=_lib.FSA_DEVICE_NONE if target is not None else device,
-                target=target.encode() if target is not None else None,
-                cache_dir=cache_dir.encode() if cache_dir is not None else None,
-                # The environment's FSA_CACHE_MODE and FSA_JIT are for applications;
-                # precompiling means compiling and writing.
-                cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
-                jit=_lib.FSA_JIT_ON,
-                log=1,
-                # As the C tool: the check-mode kernels and the variants tuning can measure are
-                # compiled too, for processes that run with FSA_CHECK=1 or FSA_TUNE=on and FSA_JIT=off;
-                # nothing is checked or measured here.
-                check=1,
-                tune=_lib.FSA_TUNE_ON,
-            )
-            ctx = ctypes.c_void_p()
-            lib.check(lib.fsa_context_create(ctypes.byref(ctx), ctypes.byref(options)), "fsa_context_create")
-            contexts.append(ctx)
-            name = _lib._text(lib.fsa_context_target(ctx))
-            where = _lib._text(lib.fsa_context_cache_dir(ctx))
-            if not where:
-                raise RuntimeError(f"{name}: no usable cache directory (see the warning above); nothing would be kept")
-            summary["targets"].append(name)
-            summary["cache_dir"] = where
+            contexts.append(_open_context(lib, target, device, cache_dir))
+            summary["cache_dir"] = _disk_cache_dir(lib, contexts[-1])
+            summary["targets"].append(_lib._text(lib.fsa_context_target(contexts[-1])))
         before = [_stats(lib, ctx) for ctx in contexts]
         jobs_of_grid = _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, page_sizes,
                              algorithm, backward, kernel_size, stride, window)
@@ -233,21 +289,21 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         t0 = time.monotonic()
         # ctypes releases the GIL during each call, so NVRTC compiles run in parallel.
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid))) as pool:
-            futures = [pool.submit(_plan_one, lib, *job) for job in grid]
+            futures = [pool.submit(_plan_one, lib, *job, tune=tune) for job in grid]
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                kind, shape, detail = future.result()
-                if kind == "ok":
-                    summary["plans"] += 1
-                elif kind == "skipped":
+                r = future.result()
+                if r.kind == "skipped":
                     summary["skipped"] += 1
-                    summary["skipped_shapes"].append((shape, detail))
-                else:
+                    summary["skipped_shapes"].append((r.shape, r.detail))
+                elif r.kind == "failed" or r.tune_error is not None:
                     summary["failed"] += 1
-                    summary["failures"].append((shape, detail))
+                    summary["failures"].append((r.shape, r.detail if r.kind == "failed" else f"tuning: {r.tune_error}"))
+                else:
+                    summary["plans"] += 1
+                if r.tuned is not None:
+                    summary["tuned"] += r.tuned[0]
                 if verbose:
-                    print(f"[{done}/{len(grid)}{_eta(t0, done, len(grid))}] {shape}: "
-                          f"{'skipped: ' if kind == 'skipped' else 'FAILED: ' if kind == 'failed' else ''}{detail}",
-                          flush=True)
+                    _print_outcome(r, done, len(grid), t0)
         for ctx, b in zip(contexts, before):
             after = _stats(lib, ctx)
             summary["compiled"] += after.compiles - b.compiles
@@ -258,6 +314,16 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         for ctx in contexts:
             lib.fsa_context_destroy(ctx)
     return summary
+
+
+def _print_outcome(r, done, total, t0):
+    """The shape's line with its [n/N] count (and its tuning line), as the C tool prints them."""
+    status = {"skipped": "skipped: ", "failed": "FAILED: "}.get(r.kind, "")
+    print(f"[{done}/{total}{_eta(t0, done, total)}] {r.shape}: {status}{r.detail}", flush=True)
+    if r.tuned is not None:
+        print(f"  {r.shape}: tuned {r.tuned[0]} buckets in {r.tuned[1]:.1f} ms", flush=True)
+    if r.tune_error is not None:
+        print(f"  {r.shape}: tuning FAILED: {r.tune_error}", file=sys.stderr, flush=True)
 
 
 def _eta(t0, done, total):

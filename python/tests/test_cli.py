@@ -1,6 +1,13 @@
 """The console commands: option spellings shared with the C tools, exit
-status 2 for usage errors and 3 for a target the library rejects, and a
-small offline precompile (CPU only)."""
+status 2 for usage errors and 3 for a target the library rejects, a small
+offline precompile, and the cache's --list, --verify and --prune (CPU only)."""
+
+import importlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +99,154 @@ def test_precompile_offline_kvcache_and_gate(lib, capsys, tmp_path):
     assert "sm_80 f16 kvcache d32 g2 bk16 k4 page1: ready" in out and "sm_80 f16 gate dv32: ready" in out
     assert "sm_80 f16 kvcache d32 g2 bk16 k4 page48: skipped" in out
     assert " 0 failed, 1 skipped" in out
+
+
+# ------------------------------------------------------------- cache maintenance
+
+
+def entry_files(cache):
+    return sorted(cache.rglob("*.cubin"))
+
+
+def kernel_name(entry):
+    return entry.name.split(".")[0]  # <name>.<key digest>.cubin
+
+
+def flip_last_byte(path):
+    """Corrupts an entry past its header, where only the payload checksum can tell."""
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-bytes", "1G"], "--max-bytes applies only to --prune"),
+    (["--list", "--max-bytes", "1G"], "--max-bytes applies only to --prune"),
+    (["--prune"], "--prune needs --max-bytes N"),
+    (["--prune", "--max-bytes", "2GB"], "'2GB' is not a byte count"),
+    (["--prune", "--max-bytes", "16777216T"], "'16777216T' is not a byte count"),  # 2^64
+    (["--list", "--verify"], "not allowed with argument --list"),
+    (["--verify", "--prune", "--max-bytes", "1G"], "not allowed with argument --verify"),
+    (["--list", "--dtype", "f16"], "grid options and -j apply only when compiling"),
+    (["--verify", "-j", "2"], "grid options and -j apply only when compiling"),
+    (["--prune", "--max-bytes", "0", "--backward"], "grid options and -j apply only when compiling"),
+    (["--list", "--device", "1"], "--device needs --detect"),
+    (["--arch", "sm_80", "--device", "1"], "--device needs --detect"),
+    (["--arch", "sm_80", "--tune"], "--tune needs --detect (it measures on that GPU)"),
+    (["--list", "--arch", "sm_80,"], "--arch: empty item"),
+])
+def test_maintenance_and_tune_usage_errors_exit_2_before_loading_libfsa(args, message, capsys, monkeypatch):
+    def reached(*a, **k):
+        raise AssertionError("a usage error loaded libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    rc, out, err = run(cli.precompile_main, args, capsys)
+    assert rc == 2 and message in err and out == ""
+
+
+def test_list_of_an_empty_cache_needs_no_target_and_counts_nothing(lib, capsys, tmp_path):
+    rc, out, err = run(cli.precompile_main, ["--list", "--cache-dir", str(tmp_path)], capsys)
+    assert rc == 0, err
+    assert out.splitlines() == [f"cache: {tmp_path}", "0 entries, 0 bytes (0 B)"]
+
+
+def test_list_of_a_filled_cache_prints_each_entry_and_the_total(cache, capsys):
+    rc, out, err = run(cli.precompile_main, ["--list", "--cache-dir", str(cache)], capsys)
+    assert rc == 0, err
+    lines = out.splitlines()
+    files = entry_files(cache)
+    assert lines[0] == f"cache: {cache}" and len(lines) == len(files) + 2
+    printed = sorted(tuple(line.split()) for line in lines[1:-1])
+    expected = sorted((f.parent.name, kernel_name(f), str(f.stat().st_size),
+                       time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(f.stat().st_mtime)))) for f in files)
+    assert printed == expected
+    total = sum(f.stat().st_size for f in files)
+    assert lines[-1] == f"{len(files)} entries, {total} bytes ({total / 1024:.1f} KiB)"
+
+
+def test_verify_deletes_a_corrupted_entry_reports_it_and_exits_1(cache, capsys):
+    files = entry_files(cache)
+    bad = files[0]
+    flip_last_byte(bad)
+    rc, out, err = run(cli.precompile_main, ["--verify", "--cache-dir", str(cache)], capsys)
+    assert rc == 1, err
+    lines = out.splitlines()
+    assert lines[0] == f"cache: {cache}"
+    assert f"BAD sm_80    {kernel_name(bad)} (deleted)" in lines
+    assert sorted(lines[1:-1]) == sorted([f"BAD sm_80    {kernel_name(bad)} (deleted)"] +
+                                         [f"OK  sm_80    {kernel_name(f)}" for f in files[1:]])
+    assert lines[-1] == f"{len(files)} entries checked, 1 bad, 1 deleted"
+    assert not bad.exists() and entry_files(cache) == files[1:]
+    # What is left is sound.
+    rc, out, err = run(cli.precompile_main, ["--verify", "--cache-dir", str(cache)], capsys)
+    assert rc == 0, err
+    assert out.splitlines()[-1] == f"{len(files) - 1} entries checked, 0 bad, 0 deleted"
+
+
+def test_prune_to_a_byte_budget_removes_the_least_recently_used_entries(cache, capsys):
+    files = entry_files(cache)
+    assert len(files) >= 3
+    for age, f in enumerate(reversed(files)):  # files[0] used longest ago; a day between uses
+        os.utime(f, (time.time() - 86400 * (age + 1),) * 2)
+    kept = files[-2:]
+    budget = sum(f.stat().st_size for f in kept)
+    rc, out, err = run(cli.precompile_main, ["--prune", "--max-bytes", str(budget), "--cache-dir", str(cache)],
+                       capsys)
+    assert rc == 0, err
+    assert out.splitlines() == [f"cache: {cache}",
+                                f"removed {len(files) - 2} files; {budget} bytes ({budget / 1024:.1f} KiB) left"]
+    assert entry_files(cache) == kept
+    rc, out, err = run(cli.precompile_main, ["--prune", "--max-bytes", "0", "--cache-dir", str(cache)], capsys)
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "removed 2 files; 0 bytes (0 B) left" and entry_files(cache) == []
+
+
+def test_a_prune_that_cannot_delete_a_file_reports_what_it_did_and_exits_1(cache, capsys):
+    # A directory with an entry's name is not an entry, and prune deletes it only when empty.
+    (cache / "v1" / "sm_80" / f"blocker.{'0' * 32}.cubin").mkdir()
+    (cache / "v1" / "sm_80" / f"blocker.{'0' * 32}.cubin" / "file").touch()
+    files = entry_files(cache)
+    rc, out, err = run(cli.precompile_main, ["--prune", "--max-bytes", "0", "--cache-dir", str(cache)], capsys)
+    assert rc == 1
+    assert out.splitlines()[-1] == f"removed {len(files) - 1} files; 0 bytes (0 B) left"
+    assert "fsa_cache_prune" in err and "not empty" in err
+
+
+def test_maintenance_with_a_target_the_library_rejects_exits_3(lib, capsys, tmp_path):
+    rc, _, err = run(cli.precompile_main, ["--list", "--arch", "sm_10", "--cache-dir", str(tmp_path)], capsys)
+    assert rc == 3 and "sm_10" in err
+
+
+def test_detect_tune_and_backward_reach_precompile(capsys, monkeypatch):
+    seen = {}
+
+    def precompile(**kwargs):
+        seen.update(kwargs)
+        return {"failures": [], "cache_dir": "/c", "compiled": 0, "cached": 0, "failed": 0, "skipped": 0,
+                "compile_ms": 0.0}
+
+    # The module: fsa_jit.precompile is the function.
+    monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", precompile)
+    rc, _, err = run(cli.precompile_main, ["--detect", "--tune", "--backward"], capsys)
+    assert rc == 0, err
+    assert seen["detect"] and seen["tune"] and seen["backward"] and seen["arch"] is None and seen["device"] == 0
+
+
+def c_tool(lib):
+    """The C fsa-precompile of the build that libfsa comes from, or skip."""
+    tool = Path(lib.path).resolve().parent / "tools" / "fsa-precompile"
+    if not os.access(tool, os.X_OK):
+        pytest.skip(f"no C fsa-precompile beside {lib.path}")
+    return tool
+
+
+@pytest.mark.parametrize("args", [["--list"], ["--verify"], ["--prune", "--max-bytes", "200K"]])
+def test_maintenance_prints_the_lines_and_exit_status_of_the_c_tool(args, lib, cache, tmp_path, capsys):
+    tool = c_tool(lib)
+    twin = tmp_path / "twin"
+    shutil.copytree(cache, twin)
+    for where in (cache, twin):  # something for verify to find
+        flip_last_byte(entry_files(where)[0])
+    rc, out, _ = run(cli.precompile_main, args + ["--cache-dir", str(cache)], capsys)
+    c = subprocess.run([str(tool), *args, "--cache-dir", str(twin)], capture_output=True, text=True)
+    assert (rc, out) == (c.returncode, c.stdout.replace(str(twin), str(cache)))

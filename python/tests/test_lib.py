@@ -225,3 +225,98 @@ def test_precompile_page_size_arguments():
 def test_precompile_bad_target(lib, tmp_path):
     with pytest.raises(fsa_jit.FsaError):
         fsa_jit.precompile(arch="sm_10", cache_dir=str(tmp_path))
+
+
+def test_precompile_tunes_only_with_detect():
+    with pytest.raises(ValueError, match="tune needs detect=True"):
+        fsa_jit.precompile(arch="sm_80", tune=True)
+
+
+class FakeTuningLibrary:
+    """fsa_plan_tune recording its calls: buckets from 16 tokens on measure (smaller ones already have a
+    record); failing_call (an index into the calls) returns FSA_STATUS_NO_DEVICE."""
+
+    def __init__(self, failing_call=None):
+        self.calls, self.failing_call = [], failing_call
+
+    def fsa_plan_tune(self, measured, plan, operation, tokens):
+        self.calls.append((operation, tokens))
+        if len(self.calls) - 1 == self.failing_call:
+            return _lib.FSA_STATUS_NO_DEVICE
+        measured._obj.value = int(tokens >= 16)
+        return _lib.FSA_STATUS_OK
+
+    def check(self, status, function):
+        if status != _lib.FSA_STATUS_OK:
+            raise _lib.FsaError(status, "FSA_STATUS_NO_DEVICE", "no device", function)
+
+
+def test_tuning_measures_each_bucket_from_1_to_65536_tokens_forward_then_backward():
+    from fsa_jit.precompile import TUNE_TOKENS, _tune_plan
+
+    assert TUNE_TOKENS == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+    fake = FakeTuningLibrary()
+    buckets, ms = _tune_plan(fake, None, backward=False)
+    assert fake.calls == [(_lib.FSA_OPERATION_FORWARD, t) for t in TUNE_TOKENS] and buckets == 7 and ms >= 0
+    fake = FakeTuningLibrary()
+    buckets, _ = _tune_plan(fake, None, backward=True)
+    assert fake.calls == [(op, t) for t in TUNE_TOKENS for op in (_lib.FSA_OPERATION_FORWARD,
+                                                                   _lib.FSA_OPERATION_BACKWARD)]
+    assert buckets == 14
+
+
+def test_tuning_stops_at_the_first_call_that_fails():
+    from fsa_jit.precompile import _tune_plan
+
+    fake = FakeTuningLibrary(failing_call=3)
+    with pytest.raises(_lib.FsaError, match="fsa_plan_tune"):
+        _tune_plan(fake, None, backward=False)
+    assert len(fake.calls) == 4
+
+
+def one_job(kind):
+    """The grid point of the session's filled_cache (its kernels are on disk) for a kind."""
+    from fsa_jit.precompile import _grid
+
+    return _grid([kind], [_lib.FSA_DTYPE_F16], [32], 0, [1], [16], [4], [64], "auto", False, 32, 16, 64)[0]
+
+
+def test_tuning_an_offline_plan_reaches_libfsa_and_is_reported_as_a_failure(lib, cache, capsys):
+    import time
+
+    from fsa_jit.precompile import _open_context, _plan_one, _print_outcome
+
+    ctx = _open_context(lib, "sm_80", 0, str(cache))
+    try:
+        selected = _plan_one(lib, ctx, "sm_80", one_job("selected"), tune=True)
+        gate = _plan_one(lib, ctx, "sm_80", one_job("gate"), tune=True)
+    finally:
+        lib.fsa_context_destroy(ctx)
+    assert selected.kind == "ok" and selected.tuned is None and "NO_DEVICE" in selected.tune_error
+    assert gate.kind == "ok" and gate.tuned is None and gate.tune_error is None  # only selected plans are tuned
+    _print_outcome(selected, 1, 1, time.monotonic())
+    out, err = capsys.readouterr()
+    assert out.startswith("[1/1] sm_80 f16 d32 g1 bk16 k4: ready in ")
+    assert err.startswith("  sm_80 f16 d32 g1 bk16 k4: tuning FAILED: fsa_plan_tune: FSA_STATUS_NO_DEVICE")
+
+
+def test_a_plan_whose_tuning_fails_counts_as_failed_and_measured_buckets_add_up(lib, cache, monkeypatch):
+    import importlib
+
+    module = importlib.import_module("fsa_jit.precompile")  # fsa_jit.precompile is the function
+    offline = module._open_context
+    # No GPU here: the context of detect=True is an offline one, and the plans' outcomes are given.
+    monkeypatch.setattr(module, "_open_context", lambda lib, target, device, where: offline(lib, "sm_80", 0, where))
+    outcomes = {1: dict(tuned=(3, 1.0)), 2: dict(tuned=(4, 1.0)), 4: dict(tune_error="fsa_plan_tune: broken")}
+    seen_tune = []
+
+    def plan_one(lib, ctx, target_name, job, tune=False):
+        seen_tune.append(tune)
+        group = job[4]
+        return module._Outcome("ok", f"g{group}", "ready in 1.0 ms", **outcomes[group])
+
+    monkeypatch.setattr(module, "_plan_one", plan_one)
+    s = fsa_jit.precompile(detect=True, tune=True, groups=(1, 2, 4), cache_dir=str(cache))
+    assert seen_tune == [True] * 3
+    assert (s["plans"], s["failed"], s["tuned"]) == (2, 1, 7)
+    assert s["failures"] == [("g4", "tuning: fsa_plan_tune: broken")]

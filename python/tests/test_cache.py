@@ -1,0 +1,85 @@
+"""The disk cache's maintenance from Python: cache_entries, verify_cache and prune_cache (CPU only: an
+offline context reaches the cache)."""
+
+from pathlib import Path
+
+import pytest
+
+import fsa_jit
+from fsa_jit import _lib, cache as cache_module
+
+
+def entry_files(where):
+    return sorted(where.rglob("*.cubin"))
+
+
+def test_cache_entries_are_copies_that_outlive_the_call(cache):
+    listing = fsa_jit.cache_entries(cache_dir=str(cache))
+    files = entry_files(cache)
+    assert listing["cache_dir"] == str(cache)
+    assert sorted(e.path for e in listing["entries"]) == [str(f) for f in files]
+    for e in listing["entries"]:
+        assert e.target == "sm_80" and e.path.endswith(".cubin") and e.name == e.path.split("/")[-1].split(".")[0]
+        assert e.bytes == Path(e.path).stat().st_size and e.valid is None and e.deleted is None
+    assert listing["bytes"] == sum(f.stat().st_size for f in files)
+
+
+def test_verify_cache_marks_and_deletes_the_bad_entry(cache):
+    files = entry_files(cache)
+    data = bytearray(files[0].read_bytes())
+    data[-1] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    result = fsa_jit.verify_cache(cache_dir=str(cache))
+    assert result["bad"] == 1 and result["deleted"] == 1 and len(result["entries"]) == len(files)
+    by_path = {e.path: e for e in result["entries"]}
+    assert (by_path[str(files[0])].valid, by_path[str(files[0])].deleted) == (False, True)
+    assert all((by_path[str(f)].valid, by_path[str(f)].deleted) == (True, False) for f in files[1:])
+    assert entry_files(cache) == files[1:]
+
+
+def test_prune_cache_to_zero_empties_the_cache(cache):
+    n = len(entry_files(cache))
+    assert fsa_jit.prune_cache(0, cache_dir=str(cache)) == {"cache_dir": str(cache), "removed": n, "bytes_left": 0}
+    assert entry_files(cache) == []
+
+
+def test_a_prune_that_cannot_delete_a_file_deletes_the_rest_and_says_so_on_the_error(cache):
+    # A directory with an entry's name is not an entry, and prune deletes it only when empty.
+    blocker = cache / "v1" / "sm_80" / f"blocker.{'0' * 32}.cubin"
+    blocker.mkdir()
+    (blocker / "file").touch()
+    n = len(entry_files(cache)) - 1
+    with pytest.raises(fsa_jit.FsaError, match="not empty") as caught:
+        fsa_jit.prune_cache(0, cache_dir=str(cache))
+    e = caught.value
+    assert (e.status, e.cache_dir, e.removed, e.bytes_left) == (_lib.FSA_STATUS_CACHE_IO, str(cache), n, 0)
+    assert entry_files(cache) == [blocker]
+
+
+@pytest.mark.parametrize("max_bytes, error", [(None, TypeError), ("2GB", ValueError), (-1, ValueError),
+                                              (1 << 64, ValueError), ("16777216T", ValueError)])
+def test_prune_cache_refuses_what_is_not_a_byte_count_before_loading_libfsa(max_bytes, error, monkeypatch):
+    def reached(*a, **k):
+        raise AssertionError("loaded libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    with pytest.raises(error, match="max_bytes"):
+        fsa_jit.prune_cache(max_bytes)
+
+
+def test_an_error_while_copying_an_entry_stops_the_walk_and_reaches_the_caller(cache, monkeypatch):
+    copied = []
+
+    def failing_entry(*fields):
+        copied.append(fields)
+        raise KeyError("copy failed")
+
+    monkeypatch.setattr(cache_module, "CacheEntry", failing_entry)
+    with pytest.raises(KeyError, match="copy failed"):
+        fsa_jit.cache_entries(cache_dir=str(cache))
+    assert len(copied) == 1  # the callback returned non-zero: no further entries
+
+
+def test_arch_and_detect_exclude_each_other():
+    with pytest.raises(ValueError, match="exclude"):
+        fsa_jit.cache_entries(arch="sm_80", detect=True)
