@@ -1,0 +1,96 @@
+/* fsa-bench --decode: its options (bench_decode_options.h). */
+#define _GNU_SOURCE
+#include "bench_decode_options.h"
+
+#include "tool_args.h"
+
+#include <getopt.h>
+#include <stdio.h>
+
+static void decode_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: fsa-bench --decode [OPTIONS]   paged KV-cache decode, speculative and prefill timings\n"
+            "  -L LIST          cached lengths (default 8192,32768,131072; at most %d values)\n"
+            "  -B LIST          batch sizes (default 1,16,64,128,256)\n"
+            "  -G LIST          query heads per KV head (default 1,4,16)\n"
+            "  --reps N         timed graph replays per row (default 30)\n"
+            "  --max-gb GB      skip rows whose cache would exceed this (default 90)\n"
+            "  --splits N       split count of the plan (default 0: the plan's rule)\n"
+            "  --no-prefill     skip the chunked-prefill row\n"
+            "  --no-dense       skip the dense decode rows\n"
+            "  --hnd            pages as [num_pages, Hkv, page_size, D] (default NHD: [num_pages, page_size, Hkv, D])\n"
+            "  --value-dim N    head dim of v and o (default 128, the key head dim)\n"
+            "  --stamps FILE    debug: the kernel variant with per-CTA phase stamps (tensor-map kernels, sm_90a);\n"
+            "                   one more call per row writes its CTAs' records to FILE (timings include the stamps)\n"
+            "  -h, --help       this text\n"
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
+            DEC_MAX_LIST);
+}
+
+static int decode_usage_error(const char *option)
+{
+    fprintf(stderr, "fsa-bench --decode: bad value for %s\n", option);
+    decode_usage(stderr);
+    return TOOL_EXIT_USAGE;
+}
+
+int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
+{
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM, OPT_STAMPS };
+    static const struct option longs[] = {
+        {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
+        {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
+        {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
+        {"value-dim", required_argument, NULL, OPT_VALUE_DIM}, {"stamps", required_argument, NULL, OPT_STAMPS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    long v;
+    int c;
+    optind = 1;
+    opterr = 0; /* argv[0] is "--decode": the messages below name the tool instead */
+    while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'L':
+            if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L");
+            break;
+        case 'B':
+            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, 1 << 20) != 0) return decode_usage_error("-B");
+            break;
+        case 'G':
+            if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G");
+            break;
+        case OPT_REPS:
+            if (tool_parse_long(&v, optarg, 1, 1000000) != 0) return decode_usage_error("--reps");
+            o->reps = (int)v;
+            break;
+        case OPT_MAX_GB:
+            if (tool_parse_double(&o->max_gb, optarg, 0.001, 1e6) != 0) return decode_usage_error("--max-gb");
+            break;
+        case OPT_SPLITS:
+            if (tool_parse_long(&v, optarg, 0, 64) != 0) return decode_usage_error("--splits");
+            o->splits = (int)v;
+            break;
+        case OPT_NO_PREFILL: o->prefill = 0; break;
+        case OPT_NO_DENSE: o->dense = 0; break;
+        case OPT_HND: o->hnd = 1; break;
+        case OPT_VALUE_DIM:
+            if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim");
+            o->dv = (int)v;
+            break;
+        case OPT_STAMPS: o->stamps = optarg; break;
+        case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
+        default:
+            fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
+            decode_usage(stderr);
+            return TOOL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fsa-bench --decode: unexpected argument %s\n", argv[optind]);
+        decode_usage(stderr);
+        return TOOL_EXIT_USAGE;
+    }
+    return -1;
+}
