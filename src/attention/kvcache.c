@@ -62,11 +62,10 @@ static int kernel_mode(const fsa_kvcache_plan *plan, int deep)
 /* Whether the plan also loads the deep-ring kernel, for launches whose CTAs
  * the device holds at once with one per SM: tensor-map copies, a share of more
  * stages than the two-stage ring holds (else nothing changes), and its shared
- * memory fits. FSA_KVC_DEEP=0 at plan creation turns it off (to compare); =2 also
- * takes it for launches of one wave that do not fit half the SMs (fsa_kvc_launch). */
+ * memory fits. FSA_KVC_DEEP=0 at plan creation turns it off (to compare). */
 static int deep_wanted(const fsa_kvcache_plan *plan, int max_smem)
 {
-    if (fsa_env_int("FSA_KVC_DEEP", 0, 2, 1) == 0) return 0;
+    if (fsa_env_int("FSA_KVC_DEEP", 0, 1, 1) == 0) return 0;
     const fsa_kvcache_desc *d = &plan->desc;
     const int mode = kernel_mode(plan, 1), stages_per_block = d->block_size / FSA_KVC_STAGE_KEYS;
     return plan->tma && stages_per_block > 0 && d->top_k * stages_per_block > FSA_KVC_STAGES &&
@@ -160,7 +159,6 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     plan->deep = deep_wanted(plan, max_smem);
-    plan->deep_wide = plan->deep && fsa_env_int("FSA_KVC_DEEP", 0, 2, 1) == 2;
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     if (plan->deep) FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident_deep, ctx, &plan->fwd_deep));
@@ -420,16 +418,12 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     /* Small launches whose CTAs (one share each) fit at one per SM on half the SMs take the
      * deep ring: every stage of a share in flight at once. The same bits either way. (Half:
      * clusters of one CTA per SM need whole groups of SMs of one GPC; 32 clusters of 4 on an
-     * H200's 132 SMs ran in two waves. With deep_wide, grids of one wave past half take it too,
-     * merging through the workspace instead.) */
-    const uint64_t grid_ctas = tiles * hkv * (uint64_t)ctas;
-    const int deep_half = grid_ctas <= (uint64_t)plan->resident_deep / 2;
-    const int deep = plan->deep && ctas == splits &&
-                     (deep_half || (plan->deep_wide && grid_ctas <= (uint64_t)plan->resident_deep));
+     * H200's 132 SMs ran in two waves.) */
+    const int deep = plan->deep && ctas == splits && tiles * hkv * (uint64_t)ctas <= (uint64_t)plan->resident_deep / 2;
     const fsa_kernel *k = deep ? &plan->fwd_deep : &plan->fwd;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
      * memory (across waves, a cluster's CTAs would wait for each other's slots). */
-    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER && (!deep || deep_half) &&
+    p.cluster = plan->cluster && splits > 1 && ctas == splits && splits <= FSA_KVC_MAX_CLUSTER &&
                 (int64_t)a->batch * plan->desc.num_kv_heads * ctas <= (deep ? plan->resident_deep : plan->resident);
     if (p.cluster) return fsa_kernel_launch_clusters(k, plan->ctx, tiles, hkv * (unsigned)ctas, (unsigned)ctas, stream, &p);
     return fsa_kernel_launch(k, plan->ctx, tiles, hkv * (unsigned)ctas, stream, &p);

@@ -38,8 +38,6 @@ struct fsa_kvcache_plan {
                                   (kvc_params.cuh, tensor-map kernels only); 0: the normal kernel */
     int deep;          /* the deep-ring kernel is loaded (fsa_layout.cuh FSA_KVC_KERNEL_DEEP; kvcache.c deep_wanted) */
     int resident_deep; /* CTAs of it the device holds at once */
-    int deep_wide;     /* FSA_KVC_DEEP=2: the deep ring also for grids of one wave over half the SMs, without
-                          the cluster merge (kvcache.c fsa_kvc_launch) */
     float scale;
     fsa_kernel fwd;
     fsa_kernel fwd_deep; /* the same kernel with FSA_KVC_DEEP_STAGES stage buffers (when deep) */

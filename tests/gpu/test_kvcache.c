@@ -233,19 +233,6 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         }
 }
 
-/* FSA_KVC_DEEP=2 gives the deep ring also to a one-wave launch past half the
- * SMs (one G 1 decode token over 32 KV heads, 4 shares each: 128 CTAs on an
- * H200), merging through the workspace: the bits of the two-stage ring. */
-static void test_a_wide_launch_on_the_deep_ring_gives_the_bits_of_the_two_stage_ring(void **state)
-{
-    (void)state;
-    const kvc_case c = {"bf16_d128_g1_hkv32_decode", BF, 128, 32, 32, 64, 16, 64, {{1, 30000}}, 1, KVC_TOPK_HTK,
-                        0, 1, 1, 1};
-    const fsa_kvcache_desc d = kvc_desc_of(&c, MAX_BATCH, MAX_TOKENS);
-    setenv("FSA_KVC_DEEP", "2", 1); /* for the first plan; the helper sets 0 for the second, then unsets it */
-    assert_path_gives_the_same_bits(&d, &c, "FSA_KVC_DEEP", 900, "deep ring, one wide wave", "two-stage ring");
-}
-
 /* On sm_90a, where a stage is whole page boxes, the kernel copies the
  * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
  * copies each key row with cp.async. Same bits: decode and speculative tiles,
@@ -484,7 +471,6 @@ int main(void)
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
         cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
-        cmocka_unit_test(test_a_wide_launch_on_the_deep_ring_gives_the_bits_of_the_two_stage_ring),
         cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
