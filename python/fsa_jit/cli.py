@@ -1,7 +1,7 @@
 """Console commands of the Python package: fsa-precompile and fsa-bench.
 
-They take the C tools' option spellings (tools/fsa_precompile.c,
-tools/fsa_bench.c) for what they share, so a command line works with either;
+They take the C tools' option spellings (tools/precompile_options.c,
+tools/bench_options.c) for what they share, so a command line works with either;
 fsa-precompile has every option of its C tool (the grid, --tune, --list,
 --verify, --prune), with the same usage checks, lines and exit statuses.
 Exit status: 0 success; 1 something failed; 2 usage error; 3 the target or
