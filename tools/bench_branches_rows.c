@@ -17,12 +17,6 @@
 
 typedef void (*call_fn)(void *user);
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median event time in ms of `call` on the default stream, the L2 flushed before each. */
 static double time_call(const br_env *env, call_fn call, void *user, int reps)
 {
@@ -39,7 +33,7 @@ static double time_call(const br_env *env, call_fn call, void *user, int reps)
         CU(cu.EventElapsedTime(&t, env->e0, env->e1));
         ms[r] = t;
     }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
+    qsort(ms, (size_t)reps, sizeof *ms, bench_cmp_double);
     const double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
     free(ms);
     return median;

@@ -1,6 +1,6 @@
 /* Random inputs for fsa-bench: standard-normal values in bf16 or fp16, made
  * on the host by several threads, and the conversions between those formats
- * and float; and the host clock. Only fsa.h is used. */
+ * and float; the host clock; helpers of every mode. Only fsa.h is used. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench_inputs.h"
 
@@ -104,4 +104,10 @@ void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
         pthread_create(&th[i], NULL, gen_normal, &jobs[i]);
     }
     for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+}
+
+int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }

@@ -1,4 +1,5 @@
-/* Random inputs for fsa-bench, and its host clock (bench_inputs.c). */
+/* Random inputs for fsa-bench, its host clock, and the small helpers every
+ * mode shares (bench_inputs.c). */
 #ifndef FSA_BENCH_INPUTS_H
 #define FSA_BENCH_INPUTS_H
 
@@ -24,5 +25,8 @@ int bench_threads(void);
 
 /* n standard-normal values in dtype dt, a function of seed only. */
 void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt);
+
+/* qsort comparator of doubles, ascending: the medians of the timings. */
+int bench_cmp_double(const void *a, const void *b);
 
 #endif

@@ -76,12 +76,6 @@ static void fill_selection(int32_t *topk, int hkv, int T, int K, int BK, uint64_
 
 /* ------------------------------------------------------------ timing */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct input_set {
     CUdeviceptr q, k, v, topk;
 } input_set;
@@ -117,7 +111,7 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
         total += ms;
         if (ms > 400.0 && n >= 3) break; /* very slow rows: three repeats are enough */
     }
-    qsort(times, (size_t)n, sizeof(double), cmp_double);
+    qsort(times, (size_t)n, sizeof(double), bench_cmp_double);
     CU(cu.EventDestroy(e0));
     CU(cu.EventDestroy(e1));
     *reps_out = n;
