@@ -111,3 +111,6 @@ int bench_cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+fsa_tensor bench_rows(uint64_t ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
+fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }

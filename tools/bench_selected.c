@@ -118,9 +118,6 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
-fsa_tensor bench_rows(CUdeviceptr ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
-fsa_tensor bench_topk_rows(CUdeviceptr ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }
-
 typedef struct fwd_call {
     const fsa_plan *plan;
     fsa_fwd_args *args;
