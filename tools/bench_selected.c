@@ -165,6 +165,22 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype
     return sqrt(num / (den > 0 ? den : 1e-300));
 }
 
+/* rel_diff of n values on the device (the two paths' outputs or dq); NaN,
+ * the row's "not compared", when the host copies cannot be allocated. */
+static double device_rel_diff(CUdeviceptr a, CUdeviceptr b, size_t n, fsa_dtype dt)
+{
+    double diff = NAN;
+    uint16_t *x = malloc(n * 2), *y = malloc(n * 2);
+    if (x && y) {
+        CU(cu.MemcpyDtoH(x, a, n * 2));
+        CU(cu.MemcpyDtoH(y, b, n * 2));
+        diff = rel_diff(x, y, n, dt);
+    }
+    free(x);
+    free(y);
+    return diff;
+}
+
 static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
 
 /* Backward of one path (or AUTO): its time, optionally forward + backward,
@@ -257,16 +273,8 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     }
     CU(cu.MemAlloc(&dq[0], nq * 2));
     time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
-    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA]) {
-        uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
-        if (x && y) {
-            CU(cu.MemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
-            CU(cu.MemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
-            row->bwd_rel_diff = rel_diff(x, y, nq, o->dtype);
-        }
-        free(x);
-        free(y);
-    }
+    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA])
+        row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
     for (int a = 0; a < 3; a++)
         if (dq[a]) CU(cu.MemFree(dq[a]));
 }
@@ -383,16 +391,8 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     row->ms[0] = row->ms[row->chosen]; /* -1 when --only left the chosen path out */
     row->reps[0] = row->reps[row->chosen];
     row->rel_diff = NAN;
-    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
-        uint16_t *x = malloc(no * 2), *y = malloc(no * 2);
-        if (x && y) {
-            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], no * 2));
-            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], no * 2));
-            row->rel_diff = rel_diff(x, y, no, o->dtype);
-        }
-        free(x);
-        free(y);
-    }
+    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA])
+        row->rel_diff = device_rel_diff(out[FSA_ALGORITHM_FSA], out[FSA_ALGORITHM_NSA], no, o->dtype);
     row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
     row->bwd_rel_diff = NAN;
     row->bwd_chosen = FSA_ALGORITHM_AUTO;
