@@ -183,23 +183,31 @@ static double device_rel_diff(CUdeviceptr a, CUdeviceptr b, size_t n, fsa_dtype 
 
 static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
 
+/* The plan of a row's shape (T aside) on path alg; the forward's and the
+ * backward's plans differ only in .backward. */
+static fsa_selected_attention_desc row_desc(const options *o, const bench_row *row, fsa_algorithm alg)
+{
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.dtype = o->dtype;
+    d.head_dim = row->D;
+    d.value_dim = row->Dv;
+    d.num_q_heads = o->q_heads;
+    d.num_kv_heads = row->hkv;
+    d.block_size = o->block_size;
+    d.top_k = o->top_k;
+    d.algorithm = alg;
+    d.workspace_limit = o->workspace_limit;
+    return d;
+}
+
 /* Backward of one path (or AUTO): its time, optionally forward + backward,
  * and dq left in dq_out for the comparison of the two paths. */
 static void time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
                                CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
 {
     const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, Dv = row->Dv, K = o->top_k;
-    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
-    d.dtype = o->dtype;
-    d.head_dim = D;
-    d.value_dim = Dv;
-    d.num_q_heads = hq;
-    d.num_kv_heads = hkv;
-    d.block_size = o->block_size;
-    d.top_k = K;
-    d.workspace_limit = o->workspace_limit;
+    fsa_selected_attention_desc d = row_desc(o, row, alg);
     d.backward = 1;
-    d.algorithm = alg;
     fsa_plan *plan = NULL;
     if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
@@ -290,16 +298,7 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
 
     fsa_plan *plans[3] = {NULL, NULL, NULL};
     for (int a = 0; a < 3; a++) {
-        fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
-        d.dtype = o->dtype;
-        d.head_dim = D;
-        d.value_dim = Dv;
-        d.num_q_heads = hq;
-        d.num_kv_heads = hkv;
-        d.block_size = BK;
-        d.top_k = K;
-        d.algorithm = (fsa_algorithm)a;
-        d.workspace_limit = o->workspace_limit;
+        fsa_selected_attention_desc d = row_desc(o, row, (fsa_algorithm)a);
         fsa_status st = fsa_plan_create(&plans[a], ctx, &d);
         if (st == FSA_STATUS_UNSUPPORTED && a != 0) {
             plans[a] = NULL;
