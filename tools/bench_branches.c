@@ -61,14 +61,8 @@ int fsa_bench_branches(int argc, char **argv)
         fprintf(stderr, "fsa-bench %s: %s\n", bench_branches_mode, fsa_last_error());
         return tool_context_exit_code(st);
     }
-    CUdevice dev;
-    CUcontext pctx;
-    CU(cu.Init(0));
-    CU(cu.DeviceGet(&dev, 0));
-    CU(cu.DevicePrimaryCtxRetain(&pctx, dev));
-    CU(cu.CtxSetCurrent(pctx));
     char name[256];
-    CU(cu.DeviceGetName(name, sizeof name, dev));
+    const CUdevice dev = bench_cuda_open_device(bench_branches_mode, name, sizeof name);
     printf("# on %s (%s)\n", name, fsa_context_target(ctx));
     FILE *json = NULL;
     if (o.json && (json = fopen(o.json, "w")) == NULL) {

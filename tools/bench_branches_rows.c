@@ -17,12 +17,6 @@
 
 typedef void (*call_fn)(void *user);
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median event time in ms of `call` on the default stream, the L2 flushed before each. */
 static double time_call(const br_env *env, call_fn call, void *user, int reps)
 {
@@ -39,7 +33,7 @@ static double time_call(const br_env *env, call_fn call, void *user, int reps)
         CU(cu.EventElapsedTime(&t, env->e0, env->e1));
         ms[r] = t;
     }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
+    qsort(ms, (size_t)reps, sizeof *ms, bench_cmp_double);
     const double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
     free(ms);
     return median;
@@ -70,8 +64,6 @@ static CUdeviceptr upload_ints(const int32_t *v, size_t n)
     CU(cu.MemcpyHtoD(d, v, n * 4));
     return d;
 }
-
-static fsa_tensor rows(CUdeviceptr ptr, int heads, int dim) { return (fsa_tensor){ptr, (int64_t)heads * dim, dim}; }
 
 /* cu_seqlens of `batch` equal sequences (the last takes the rest), and when
  * l > 0 the compressed offsets; returns Tc. */
@@ -174,7 +166,7 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
 
     fsa_compressed_fwd_args fa = FSA_COMPRESSED_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.total_compressed = Tc, fa.batch = o->batch;
-    fa.q = rows(q, hq, dk), fa.k = rows(k, hkv, dk), fa.v = rows(v, hkv, dv), fa.o = rows(out, hq, dv);
+    fa.q = bench_rows(q, hq, dk), fa.k = bench_rows(k, hkv, dk), fa.v = bench_rows(v, hkv, dv), fa.o = bench_rows(out, hq, dv);
     fa.lse = lse, fa.cu_seqlens = dcu, fa.cu_seqlens_c = dcu_c;
     fa.topk = (fsa_tensor){o->top_k ? topk : 0, (int64_t)hkv * o->top_k, o->top_k};
     fa.workspace = ws, fa.workspace_bytes = ws_bytes;
@@ -182,8 +174,8 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     fa_plain.topk.ptr = 0;
     fsa_compressed_bwd_args ba = FSA_COMPRESSED_BWD_ARGS_INIT;
     ba.total_tokens = T, ba.total_compressed = Tc, ba.batch = o->batch;
-    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.dout = rows(dout, hq, dv);
-    ba.dq = rows(dq, hq, dk), ba.dk = rows(dk_buf, hkv, dk), ba.dv = rows(dv_buf, hkv, dv);
+    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.dout = bench_rows(dout, hq, dv);
+    ba.dq = bench_rows(dq, hq, dk), ba.dk = bench_rows(dk_buf, hkv, dk), ba.dv = bench_rows(dv_buf, hkv, dv);
     ba.lse = lse, ba.cu_seqlens = dcu, ba.cu_seqlens_c = dcu_c, ba.workspace = ws, ba.workspace_bytes = ws_bytes;
 
     cmp_call fwd = {plan, &fa, &ba, 1, 0}, fwd_plain = {plain ? plain : plan, &fa_plain, &ba, 1, 0};
@@ -277,12 +269,12 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     }
     fsa_window_fwd_args fa = FSA_WINDOW_FWD_ARGS_INIT;
     fa.total_tokens = T, fa.batch = o->batch;
-    fa.q = rows(q, hq, dk), fa.k = rows(k, hkv, dk), fa.v = rows(v, hkv, dv), fa.o = rows(out, hq, dv);
+    fa.q = bench_rows(q, hq, dk), fa.k = bench_rows(k, hkv, dk), fa.v = bench_rows(v, hkv, dv), fa.o = bench_rows(out, hq, dv);
     fa.cu_seqlens = dcu, fa.lse = lse;
     fsa_window_bwd_args ba = FSA_WINDOW_BWD_ARGS_INIT;
     ba.total_tokens = T, ba.batch = o->batch;
-    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.dout = rows(dout, hq, dv);
-    ba.dq = rows(dq, hq, dk), ba.dk = rows(dk_buf, hkv, dk), ba.dv = rows(dv_buf, hkv, dv);
+    ba.q = fa.q, ba.k = fa.k, ba.v = fa.v, ba.o = fa.o, ba.dout = bench_rows(dout, hq, dv);
+    ba.dq = bench_rows(dq, hq, dk), ba.dk = bench_rows(dk_buf, hkv, dk), ba.dv = bench_rows(dv_buf, hkv, dv);
     ba.lse = lse, ba.cu_seqlens = dcu, ba.workspace = ws, ba.workspace_bytes = ws_bytes;
     win_call fwd = {plan, &fa, &ba, 1, 0}, bwd = {plan, &fa, &ba, 0, 1}, both = {plan, &fa, &ba, 1, 1};
     const double ms = time_call(env, run_win, &fwd, o->reps);

@@ -33,3 +33,15 @@ void bench_fail(const char *mode, const char *call, const char *why, const char 
     fprintf(stderr, "fsa-bench%s%s: %s failed: %s (%s:%d)\n", *mode ? " " : "", mode, call, why, file, line);
     exit(1);
 }
+
+CUdevice bench_cuda_open_device(const char *mode, char *name, size_t cap)
+{
+    CUdevice dev;
+    CUcontext pctx;
+    BENCH_CU(mode, cu.Init(0));
+    BENCH_CU(mode, cu.DeviceGet(&dev, 0));
+    BENCH_CU(mode, cu.DevicePrimaryCtxRetain(&pctx, dev));
+    BENCH_CU(mode, cu.CtxSetCurrent(pctx));
+    BENCH_CU(mode, cu.DeviceGetName(name, cap, dev));
+    return dev;
+}

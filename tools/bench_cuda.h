@@ -62,6 +62,11 @@ int bench_cuda_load(char *why, size_t cap);
  * ("" or e.g. "--decode"), the call, the reason and the source file and line. */
 _Noreturn void bench_fail(const char *mode, const char *call, const char *why, const char *file, int line);
 
+/* Device 0, its primary context made current (the one the library's context
+ * runs on) and its name written to name[cap]; every mode opens it this way. A
+ * failed call ends fsa-bench as BENCH_CU does, naming mode. */
+CUdevice bench_cuda_open_device(const char *mode, char *name, size_t cap);
+
 /* A driver call that must succeed. */
 #define BENCH_CU(mode, call)                                                                        \
     do {                                                                                            \

@@ -152,14 +152,8 @@ int fsa_bench_decode(int argc, char **argv)
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     fsa_context *ctx = NULL;
     FSA(fsa_context_create(&ctx, &co));
-    CUdevice dev;
-    CUcontext pctx;
-    CU(cu.Init(0));
-    CU(cu.DeviceGet(&dev, 0));
-    CU(cu.DevicePrimaryCtxRetain(&pctx, dev));
-    CU(cu.CtxSetCurrent(pctx));
     char name[256];
-    CU(cu.DeviceGetName(name, sizeof name, dev));
+    bench_cuda_open_device("--decode", name, sizeof name); /* its primary context is held until exit */
     printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule), %s pages, Dv %d\n",
            fsa_version_string(), name, fsa_context_target(ctx), o.splits, o.hnd ? "HND" : "NHD", o.dv);
     dec_env env;

@@ -1,20 +1,14 @@
 /* fsa-bench --decode: the paged problem (bench_decode_problem.h). */
 #include "bench_decode_problem.h"
 
+#include "bench_inputs.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #define CU(call) BENCH_CU("--decode", call)
 
 #define FSA(call) BENCH_FSA("--decode", call)
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* The own block c, 0, c - 1, then distinct random blocks of 0..c. */
 static void select_row(int32_t *row, int k, int c, uint64_t *rng)
@@ -28,7 +22,7 @@ static void select_row(int32_t *row, int k, int c, uint64_t *rng)
         if (!dup) row[n++] = forced[f];
     }
     while (n < want) {
-        const int v = (int)(rng_next(rng) % (uint64_t)(c + 1));
+        const int v = (int)(bench_splitmix(rng) % (uint64_t)(c + 1));
         int dup = 0;
         for (int s = 0; s < n; s++) dup |= row[s] == v;
         if (!dup) row[n++] = v;
@@ -88,7 +82,7 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     int32_t *perm = malloc((size_t)pages * sizeof(int32_t));
     for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
     for (int64_t i = pages - 1; i > 1; i--) {
-        const int64_t j = 1 + (int64_t)(rng_next(&rng) % (uint64_t)i);
+        const int64_t j = 1 + (int64_t)(bench_splitmix(&rng) % (uint64_t)i);
         const int32_t x = perm[i];
         perm[i] = perm[j];
         perm[j] = x;

@@ -2,18 +2,14 @@
 #define _GNU_SOURCE
 #include "bench_decode_timing.h"
 
+#include "bench_inputs.h"
+
 #include <stdlib.h>
 #include <time.h>
 
 #define CU(call) BENCH_CU("--decode", call)
 
 #define FSA(call) BENCH_FSA("--decode", call)
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Median microseconds of one call, the L2 flushed before each; graph = 1:
  * the call captured once and replayed. */
@@ -41,7 +37,7 @@ double dec_time_call(const dec_env *env, const fsa_kvcache_plan *plan, const fsa
         CU(cu.EventElapsedTime(&ms, env->e0, env->e1));
         if (r >= 0) t[r] = ms * 1e3;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t, (size_t)reps, sizeof(double), bench_cmp_double);
     const double med = t[reps / 2];
     free(t);
     if (exec) CU(cu.GraphExecDestroy(exec));

@@ -1,6 +1,6 @@
 /* Random inputs for fsa-bench: standard-normal values in bf16 or fp16, made
  * on the host by several threads, and the conversions between those formats
- * and float; and the host clock. Only fsa.h is used. */
+ * and float; the host clock; helpers of every mode. Only fsa.h is used. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench_inputs.h"
 
@@ -105,3 +105,12 @@ void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
     }
     for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
 }
+
+int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+fsa_tensor bench_rows(uint64_t ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
+fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }

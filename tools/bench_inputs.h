@@ -1,4 +1,5 @@
-/* Random inputs for fsa-bench, and its host clock (bench_inputs.c). */
+/* Random inputs for fsa-bench, its host clock, and the small helpers every
+ * mode shares (bench_inputs.c). */
 #ifndef FSA_BENCH_INPUTS_H
 #define FSA_BENCH_INPUTS_H
 
@@ -24,5 +25,13 @@ int bench_threads(void);
 
 /* n standard-normal values in dtype dt, a function of seed only. */
 void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt);
+
+/* A packed [T, heads, D] tensor, and top-k indices laid out [Hkv, T, K], at
+ * device address ptr (a CUdeviceptr; fsa_tensor's own type keeps cuda.h out). */
+fsa_tensor bench_rows(uint64_t ptr, int heads, int D);
+fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K);
+
+/* qsort comparator of doubles, ascending: the medians of the timings. */
+int bench_cmp_double(const void *a, const void *b);
 
 #endif

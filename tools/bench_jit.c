@@ -4,7 +4,6 @@
 
 #include "bench_cuda.h"
 #include "bench_inputs.h"
-#include "bench_selected.h"
 
 #include <errno.h>
 #include <stdint.h>

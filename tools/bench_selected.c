@@ -76,12 +76,6 @@ static void fill_selection(int32_t *topk, int hkv, int T, int K, int BK, uint64_
 
 /* ------------------------------------------------------------ timing */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct input_set {
     CUdeviceptr q, k, v, topk;
 } input_set;
@@ -117,15 +111,12 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
         total += ms;
         if (ms > 400.0 && n >= 3) break; /* very slow rows: three repeats are enough */
     }
-    qsort(times, (size_t)n, sizeof(double), cmp_double);
+    qsort(times, (size_t)n, sizeof(double), bench_cmp_double);
     CU(cu.EventDestroy(e0));
     CU(cu.EventDestroy(e1));
     *reps_out = n;
     return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
-
-fsa_tensor bench_rows(CUdeviceptr ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
-fsa_tensor bench_topk_rows(CUdeviceptr ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }
 
 typedef struct fwd_call {
     const fsa_plan *plan;
@@ -174,7 +165,40 @@ static double rel_diff(const uint16_t *a, const uint16_t *b, size_t n, fsa_dtype
     return sqrt(num / (den > 0 ? den : 1e-300));
 }
 
+/* rel_diff of n values on the device (the two paths' outputs or dq); NaN,
+ * the row's "not compared", when the host copies cannot be allocated. */
+static double device_rel_diff(CUdeviceptr a, CUdeviceptr b, size_t n, fsa_dtype dt)
+{
+    double diff = NAN;
+    uint16_t *x = malloc(n * 2), *y = malloc(n * 2);
+    if (x && y) {
+        CU(cu.MemcpyDtoH(x, a, n * 2));
+        CU(cu.MemcpyDtoH(y, b, n * 2));
+        diff = rel_diff(x, y, n, dt);
+    }
+    free(x);
+    free(y);
+    return diff;
+}
+
 static const char *alg_name(fsa_algorithm a) { return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto"; }
+
+/* The plan of a row's shape (T aside) on path alg; the forward's and the
+ * backward's plans differ only in .backward. */
+static fsa_selected_attention_desc row_desc(const options *o, const bench_row *row, fsa_algorithm alg)
+{
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.dtype = o->dtype;
+    d.head_dim = row->D;
+    d.value_dim = row->Dv;
+    d.num_q_heads = o->q_heads;
+    d.num_kv_heads = row->hkv;
+    d.block_size = o->block_size;
+    d.top_k = o->top_k;
+    d.algorithm = alg;
+    d.workspace_limit = o->workspace_limit;
+    return d;
+}
 
 /* Backward of one path (or AUTO): its time, optionally forward + backward,
  * and dq left in dq_out for the comparison of the two paths. */
@@ -182,17 +206,8 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
                                CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
 {
     const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, Dv = row->Dv, K = o->top_k;
-    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
-    d.dtype = o->dtype;
-    d.head_dim = D;
-    d.value_dim = Dv;
-    d.num_q_heads = hq;
-    d.num_kv_heads = hkv;
-    d.block_size = o->block_size;
-    d.top_k = K;
-    d.workspace_limit = o->workspace_limit;
+    fsa_selected_attention_desc d = row_desc(o, row, alg);
     d.backward = 1;
-    d.algorithm = alg;
     fsa_plan *plan = NULL;
     if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
         fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
@@ -266,16 +281,8 @@ static void time_backward(fsa_context *ctx, const options *o, bench_row *row, co
     }
     CU(cu.MemAlloc(&dq[0], nq * 2));
     time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
-    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA]) {
-        uint16_t *x = malloc(nq * 2), *y = malloc(nq * 2);
-        if (x && y) {
-            CU(cu.MemcpyDtoH(x, dq[FSA_ALGORITHM_FSA], nq * 2));
-            CU(cu.MemcpyDtoH(y, dq[FSA_ALGORITHM_NSA], nq * 2));
-            row->bwd_rel_diff = rel_diff(x, y, nq, o->dtype);
-        }
-        free(x);
-        free(y);
-    }
+    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA])
+        row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
     for (int a = 0; a < 3; a++)
         if (dq[a]) CU(cu.MemFree(dq[a]));
 }
@@ -291,16 +298,7 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
 
     fsa_plan *plans[3] = {NULL, NULL, NULL};
     for (int a = 0; a < 3; a++) {
-        fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
-        d.dtype = o->dtype;
-        d.head_dim = D;
-        d.value_dim = Dv;
-        d.num_q_heads = hq;
-        d.num_kv_heads = hkv;
-        d.block_size = BK;
-        d.top_k = K;
-        d.algorithm = (fsa_algorithm)a;
-        d.workspace_limit = o->workspace_limit;
+        fsa_selected_attention_desc d = row_desc(o, row, (fsa_algorithm)a);
         fsa_status st = fsa_plan_create(&plans[a], ctx, &d);
         if (st == FSA_STATUS_UNSUPPORTED && a != 0) {
             plans[a] = NULL;
@@ -392,16 +390,8 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     row->ms[0] = row->ms[row->chosen]; /* -1 when --only left the chosen path out */
     row->reps[0] = row->reps[row->chosen];
     row->rel_diff = NAN;
-    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
-        uint16_t *x = malloc(no * 2), *y = malloc(no * 2);
-        if (x && y) {
-            CU(cu.MemcpyDtoH(x, out[FSA_ALGORITHM_FSA], no * 2));
-            CU(cu.MemcpyDtoH(y, out[FSA_ALGORITHM_NSA], no * 2));
-            row->rel_diff = rel_diff(x, y, no, o->dtype);
-        }
-        free(x);
-        free(y);
-    }
+    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA])
+        row->rel_diff = device_rel_diff(out[FSA_ALGORITHM_FSA], out[FSA_ALGORITHM_NSA], no, o->dtype);
     row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
     row->bwd_rel_diff = NAN;
     row->bwd_chosen = FSA_ALGORITHM_AUTO;

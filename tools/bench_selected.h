@@ -33,9 +33,6 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
 /* The row as a table line, and as a JSON object into json (when not NULL). */
 void bench_selected_print_row(const bench_row *r, FILE *json, int first);
 
-/* A packed [T, heads, D] tensor, and top-k indices laid out [Hkv, T, K]. */
-fsa_tensor bench_rows(CUdeviceptr ptr, int heads, int D);
-fsa_tensor bench_topk_rows(CUdeviceptr ptr, int T, int K);
 /* s as a JSON string. */
 void bench_json_string(FILE *f, const char *s);
 

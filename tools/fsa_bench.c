@@ -146,13 +146,8 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
         fprintf(stderr, "fsa-bench: %s\n", fsa_last_error());
         return tool_context_exit_code(st);
     }
-    CUcontext pctx;
     int l2 = 0;
-    CU(cu.Init(0));
-    CU(cu.DeviceGet(&d->dev, 0));
-    CU(cu.DevicePrimaryCtxRetain(&pctx, d->dev));
-    CU(cu.CtxSetCurrent(pctx));
-    CU(cu.DeviceGetName(d->name, sizeof d->name, d->dev));
+    d->dev = bench_cuda_open_device("", d->name, sizeof d->name);
     CU(cu.DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d->dev));
     d->l2_bytes = (size_t)l2;
     return 0;
