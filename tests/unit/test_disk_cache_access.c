@@ -1,0 +1,252 @@
+/* Who may use a disk cache, and how: a cache or target directory that other
+ * users can write, a cache directory another user owns and an entry another
+ * user owns are refused (root's cache serves other users unless others can
+ * write it); a read-only cache serves lookups but publishes, locks, prunes and
+ * deletes nothing, and a read-only open of a missing cache creates nothing. */
+#include "disk_cache_fixture.h"
+
+#include <ftw.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ security */
+
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+/* In a child running as uid 65534: opens the cache read-only and looks the
+ * key up. 0 on a hit, 1 on a miss, 2 when the cache is refused, 77 when the
+ * directory cannot be reached at all. */
+static int lookup_as_another_user(const char *root, const fsa_kernel_key *k)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        if (access(root, R_OK | X_OK) != 0) _exit(FSA_TEST_SKIP_CODE);
+        fsa_disk_cache *dc = NULL;
+        if (fsa_disk_cache_open(&dc, root, 1) != FSA_STATUS_OK) _exit(2);
+        fsa_disk_entry e;
+        uint64_t corrupt = 0;
+        fsa_status st = fsa_disk_cache_lookup(&e, dc, k, TARGET, 0, &corrupt);
+        fsa_disk_entry_free(&e);
+        fsa_disk_cache_close(dc);
+        _exit(st == FSA_STATUS_OK ? 0 : 1);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws);
+}
+
+static void test_a_cache_of_root_serves_other_users_unless_others_can_write_it(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
+    char root[] = "/tmp/fsa_root_cache.XXXXXX";
+    assert_non_null(mkdtemp(root));
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 0), FSA_STATUS_OK);
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(900, 27);
+    publish(dc, &k, p, 900);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(nftw(root, make_readable, 16, FTW_PHYS), 0);
+
+    int rc = lookup_as_another_user(root, &k);
+    if (rc == FSA_TEST_SKIP_CODE) {
+        fsa_test_rmtree(root);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    /* An entry others may write could hold anything: a miss. */
+    char *path = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 1), FSA_STATUS_OK);
+    path = fsa_disk_cache_entry_path(dc, &k, TARGET);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(chmod(path, 0666), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 1);
+    /* So could a directory: refused. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chmod(root, 0777), 0);
+    assert_int_equal(lookup_as_another_user(root, &k), 2);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+    fsa_test_rmtree(root);
+}
+
+static void test_a_cache_directory_writable_by_others_is_refused(void **state)
+{
+    fixture *f = *state;
+    fsa_disk_cache *dc = NULL;
+    char *v1 = join(f->root, "v1");
+    assert_int_equal(chmod(f->root, 0777), 0);
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_CACHE_IO);
+    assert_null(dc);
+    assert_true(error_mentions(f->root));
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 1), FSA_STATUS_CACHE_IO);
+    assert_int_equal(chmod(f->root, 0770), 0);
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_CACHE_IO);
+
+    /* Readable by others is fine; only writing matters. */
+    assert_int_equal(chmod(f->root, 0755), 0);
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_OK);
+    fsa_disk_cache_close(dc);
+    dc = NULL;
+
+    assert_int_equal(chmod(v1, 0777), 0);
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions(v1));
+    assert_int_equal(chmod(v1, 0700), 0);
+    free(v1);
+}
+
+static void test_a_target_directory_writable_by_others_is_refused(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 11);
+    publish(f->dc, &k, p, 100);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    assert_int_equal(chmod(dir, 0777), 0);
+
+    assert_int_equal(lookup_status(f->dc, &k, 0, NULL), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions(dir));
+    assert_int_equal(lookup_status(f->dc, &k, 1, NULL), FSA_STATUS_CACHE_IO);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 100, ""), FSA_STATUS_CACHE_IO);
+    assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
+    assert_int_equal(fsa_disk_cache_list(f->dc, NULL, NULL), FSA_STATUS_CACHE_IO);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_an_entry_owned_by_another_user_is_a_miss(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(600, 12);
+    publish(f->dc, &k, p, 600);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    /* Our own entries are accepted. */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_uid, geteuid());
+    expect_hit(f->dc, &k, 0, p, 600);
+
+    /* Handing a file to another user needs root; elsewhere this part is skipped. */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(path, 65534, 65534), 0);
+        uint64_t corrupt = 0;
+        assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+        assert_int_equal(corrupt, 1);
+        assert_false(exists(path));
+        publish(f->dc, &k, p, 600);
+        expect_hit(f->dc, &k, 0, p, 600);
+    }
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_cache_directory_owned_by_another_user_is_refused(void **state)
+{
+    fixture *f = *state;
+    if (geteuid() != 0) skip(); /* only root can give a directory away */
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(chown(f->root, 65534, 65534), 0);
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("owned by uid 65534"));
+    assert_int_equal(chown(f->root, 0, 0), 0);
+}
+
+/* ------------------------------------------------------------ read-only */
+
+static void reopen(fixture *f, int read_only)
+{
+    fsa_disk_cache_close(f->dc);
+    f->dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&f->dc, f->root, read_only), FSA_STATUS_OK);
+}
+
+static void test_a_read_only_cache_refuses_writes_but_serves_lookups(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k, k2;
+    make_key(&k, "128", "13.0", "-O3");
+    make_key(&k2, "64", "13.0", "-O3");
+    uint8_t *p = make_payload(2000, 13);
+    publish(f->dc, &k, p, 2000);
+    publish(f->dc, &k2, p, 2000);
+    reopen(f, 1);
+    assert_int_equal(fsa_disk_cache_read_only(f->dc), 1);
+
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 2000, ""), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("read-only"));
+    expect_hit(f->dc, &k, 0, p, 2000);
+    expect_hit(f->dc, &k, 1, p, 2000);
+    assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, NULL, NULL), FSA_STATUS_CACHE_IO);
+
+    /* A bad entry is still a counted miss, but it stays on disk. */
+    char *path = fsa_disk_cache_entry_path(f->dc, &k2, TARGET);
+    flip_byte(path, 70);
+    uint64_t corrupt = 0, bad = 0;
+    assert_int_equal(lookup_status(f->dc, &k2, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_true(exists(path));
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, NULL, NULL, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_true(exists(path));
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+    fsa_key_free(&k2);
+}
+
+static void test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing(void **state)
+{
+    fixture *f = *state;
+    fsa_disk_cache *dc = NULL;
+    char *missing = join(f->root, "not-there");
+    assert_int_equal(fsa_disk_cache_open(&dc, missing, 1), FSA_STATUS_CACHE_IO);
+    assert_false(exists(missing));
+    /* Read-write creates every missing level privately. */
+    char *deep = join(missing, "a/b");
+    assert_int_equal(fsa_disk_cache_open(&dc, deep, 0), FSA_STATUS_OK);
+    struct stat sb;
+    assert_int_equal(stat(missing, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    fsa_disk_cache_close(dc);
+    fsa_disk_cache_close(NULL);
+    free(deep);
+    free(missing);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_a_cache_of_root_serves_other_users_unless_others_can_write_it),
+        T(test_a_cache_directory_writable_by_others_is_refused),
+        T(test_a_target_directory_writable_by_others_is_refused),
+        T(test_an_entry_owned_by_another_user_is_a_miss),
+        T(test_a_cache_directory_owned_by_another_user_is_refused),
+        T(test_a_read_only_cache_refuses_writes_but_serves_lookups),
+        T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

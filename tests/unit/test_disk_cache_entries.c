@@ -1,0 +1,316 @@
+/* The disk cache's entries: a publish and a lookup give back the same
+ * bytes and entry names, from root/v1/<target>/<name>.<hex>.cubin in private
+ * directories; a key never published is a miss that is not counted; and every
+ * kind of damaged entry (truncated, with trailing bytes, empty, a flipped byte
+ * in the payload, in any header field, in the key text or in the entry names,
+ * the previous format version, another key's entry, a symlink) is a counted
+ * miss that is deleted and rebuilt once. */
+#include "disk_cache_fixture.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ round trip */
+
+static void test_publish_then_lookup_returns_the_same_bytes_and_entry_names(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(10000, 1);
+    publish(f->dc, &k, p, 10000);
+
+    fsa_disk_entry e;
+    uint64_t corrupt = 0;
+    assert_int_equal(fsa_disk_cache_lookup(&e, f->dc, &k, TARGET, 0, &corrupt), FSA_STATUS_OK);
+    assert_int_equal(corrupt, 0);
+    assert_int_equal(e.cubin_size, 10000);
+    assert_memory_equal(e.cubin, p, 10000);
+    assert_string_equal(e.entry_names, "fsa_kernel\nfsa_kernel_tail");
+    assert_string_equal(e.key_text, k.text);
+    fsa_disk_entry_free(&e);
+    fsa_disk_entry_free(NULL);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_the_entry_lives_at_root_v1_target_name_hex_cubin_in_private_directories(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "64", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 2);
+    publish(f->dc, &k, p, 100);
+
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/v1/%s/sel_fwd_main_bf16_d64.%s.cubin", f->root, TARGET, k.hex);
+    assert_string_equal(path, want);
+    /* Header, key text, entry names and payload, nothing more. */
+    assert_int_equal(file_size(path), FSA_CACHE_HEADER_SIZE + strlen(k.text) + strlen("fsa_kernel\nfsa_kernel_tail") + 100);
+    struct stat sb;
+    snprintf(want, sizeof want, "%s/v1/%s", f->root, TARGET);
+    assert_int_equal(stat(want, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    assert_string_equal(fsa_disk_cache_root(f->dc), f->root);
+    assert_int_equal(fsa_disk_cache_read_only(f->dc), 0);
+    assert_null(fsa_disk_cache_entry_path(f->dc, &k, "../sm_90a"));
+    assert_int_equal(lookup_status(f->dc, &k, 0, NULL), FSA_STATUS_OK);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_key_that_was_never_published_is_a_miss_that_is_not_counted(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "96", "13.0", "-O3");
+    uint64_t corrupt = 0;
+    /* No target directory yet, then an empty one. */
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(lookup_status(f->dc, &k, 1, &corrupt), FSA_STATUS_NOT_FOUND);
+    int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+    fsa_disk_cache_unlock(fd);
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(lookup_status(f->dc, &k, 1, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 0);
+    fsa_key_free(&k);
+}
+
+static void test_a_target_that_is_not_a_plain_name_is_rejected(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t b = 1;
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, "../x", &b, 1, ""), FSA_STATUS_INVALID_ARGUMENT);
+    fsa_disk_entry e;
+    assert_int_equal(fsa_disk_cache_lookup(&e, f->dc, &k, "a/b", 0, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_disk_cache_lock(f->dc, &k, ".."), -1);
+    fsa_disk_cache_unlock(-1);
+    fsa_key_free(&k);
+}
+
+/* ------------------------------------------------------------ damaged entries */
+
+typedef void (*damage_fn)(const char *path);
+
+static void truncate_by_one(const char *path) { assert_int_equal(truncate(path, file_size(path) - 1), 0); }
+static void truncate_into_header(const char *path) { assert_int_equal(truncate(path, 20), 0); }
+static void truncate_to_zero(const char *path) { assert_int_equal(truncate(path, 0), 0); }
+static void flip_last_payload_byte(const char *path) { flip_byte(path, file_size(path) - 1); }
+static void flip_magic(const char *path) { flip_byte(path, 3); }
+static void flip_version(const char *path) { flip_byte(path, 8); }
+static void flip_flags(const char *path) { flip_byte(path, 12); }
+static void flip_payload_length(const char *path) { flip_byte(path, 16); }
+static void flip_payload_checksum(const char *path) { flip_byte(path, 30); }
+static void flip_key_digest(const char *path) { flip_byte(path, 45); }
+static void flip_key_length(const char *path) { flip_byte(path, 57); }
+static void flip_names_length(const char *path) { flip_byte(path, 60); }
+static void flip_names_checksum(const char *path) { flip_byte(path, 70); }
+static void flip_key_text(const char *path) { flip_byte(path, FSA_CACHE_HEADER_SIZE + 5); }
+
+/* The entry names follow the key text; the payload is the last 3000 bytes. */
+static void flip_entry_names(const char *path) { flip_byte(path, file_size(path) - 3000 - 3); }
+
+static void append_a_byte(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_APPEND);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "x", 1), 1);
+    close(fd);
+}
+
+/* The damaged entry is a counted miss, it is gone afterwards, and the next
+ * publish and lookup work again (rebuilt once). */
+static void expect_damage_is_a_miss_then_rebuilt(fixture *f, damage_fn damage)
+{
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(3000, 3);
+    publish(f->dc, &k, p, 3000);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    damage(path);
+
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_true(error_mentions(path));
+    assert_false(exists(path));
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+
+    publish(f->dc, &k, p, 3000);
+    expect_hit(f->dc, &k, 0, p, 3000);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_truncated_entry_is_a_miss_and_is_deleted(void **state)
+{
+    expect_damage_is_a_miss_then_rebuilt(*state, truncate_by_one);
+    expect_damage_is_a_miss_then_rebuilt(*state, truncate_into_header);
+}
+
+static void test_an_entry_with_trailing_bytes_is_a_miss_and_is_deleted(void **state)
+{
+    expect_damage_is_a_miss_then_rebuilt(*state, append_a_byte);
+}
+
+static void test_a_zero_length_entry_is_a_miss_and_is_deleted(void **state)
+{
+    expect_damage_is_a_miss_then_rebuilt(*state, truncate_to_zero);
+}
+
+static void test_a_flipped_payload_byte_is_a_miss_and_is_deleted(void **state)
+{
+    expect_damage_is_a_miss_then_rebuilt(*state, flip_last_payload_byte);
+}
+
+static void test_a_flipped_header_byte_is_a_miss_and_is_deleted(void **state)
+{
+    static const damage_fn every_field[] = {flip_magic,          flip_version,    flip_flags,
+                                            flip_payload_length, flip_payload_checksum, flip_key_digest,
+                                            flip_key_length,     flip_names_length, flip_names_checksum,
+                                            flip_key_text};
+    for (size_t i = 0; i < sizeof every_field / sizeof every_field[0]; i++)
+        expect_damage_is_a_miss_then_rebuilt(*state, every_field[i]);
+}
+
+static void test_a_flipped_entry_names_byte_is_a_miss_and_is_deleted(void **state)
+{
+    /* The entry names say which kernels a module defines: covered by their own checksum. */
+    expect_damage_is_a_miss_then_rebuilt(*state, flip_entry_names);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* An intact entry of format version 1 (64-byte header, no entry-names
+ * checksum), as the library wrote them before version 2. */
+static void write_format_1_entry(const char *path, const fsa_kernel_key *k, const uint8_t *p, size_t n)
+{
+    const char *names = "fsa_kernel";
+    size_t kl = strlen(k->text), nl = strlen(names), total = 64 + kl + nl + n;
+    uint8_t *d = calloc(1, total);
+    assert_non_null(d);
+    memcpy(d, "FSACUBIN", 8);
+    put_le(d + 8, 1, 4);
+    put_le(d + 16, n, 8);
+    fsa_digest128(d + 24, p, n);
+    memcpy(d + 40, k->digest, 16);
+    put_le(d + 56, kl, 4);
+    put_le(d + 60, nl, 4);
+    memcpy(d + 64, k->text, kl);
+    memcpy(d + 64 + kl, names, nl);
+    memcpy(d + 64 + kl + nl, p, n);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, d, total), (ssize_t)total);
+    close(fd);
+    free(d);
+}
+
+static void test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(700, 21);
+    publish(f->dc, &k, p, 700); /* makes the directories */
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    write_format_1_entry(path, &k, p, 700);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(path));
+    publish(f->dc, &k, p, 700);
+    expect_hit(f->dc, &k, 0, p, 700);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_an_entry_holding_another_key_is_a_miss_and_is_deleted(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key a, b;
+    make_key(&a, "128", "13.0", "-O3");
+    make_key(&b, "128", "13.0", "-O2");
+    uint8_t *p = make_payload(500, 4);
+    publish(f->dc, &a, p, 500);
+    char *pa = fsa_disk_cache_entry_path(f->dc, &a, TARGET);
+    char *pb = fsa_disk_cache_entry_path(f->dc, &b, TARGET);
+    assert_int_equal(rename(pa, pb), 0);
+
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &b, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(pb));
+    assert_int_equal(lookup_status(f->dc, &a, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+
+    publish(f->dc, &b, p, 500);
+    expect_hit(f->dc, &b, 0, p, 500);
+    free(pa);
+    free(pb);
+    free(p);
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
+static void test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(700, 5);
+    publish(f->dc, &k, p, 700);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char *elsewhere = join(f->root, "elsewhere.cubin");
+    assert_int_equal(rename(path, elsewhere), 0);
+    assert_int_equal(symlink(elsewhere, path), 0);
+
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(path));
+    assert_true(exists(elsewhere)); /* only the link went */
+
+    publish(f->dc, &k, p, 700);
+    expect_hit(f->dc, &k, 0, p, 700);
+    free(elsewhere);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_publish_then_lookup_returns_the_same_bytes_and_entry_names),
+        T(test_the_entry_lives_at_root_v1_target_name_hex_cubin_in_private_directories),
+        T(test_a_key_that_was_never_published_is_a_miss_that_is_not_counted),
+        T(test_a_target_that_is_not_a_plain_name_is_rejected),
+        T(test_a_truncated_entry_is_a_miss_and_is_deleted),
+        T(test_an_entry_with_trailing_bytes_is_a_miss_and_is_deleted),
+        T(test_a_zero_length_entry_is_a_miss_and_is_deleted),
+        T(test_a_flipped_payload_byte_is_a_miss_and_is_deleted),
+        T(test_a_flipped_header_byte_is_a_miss_and_is_deleted),
+        T(test_a_flipped_entry_names_byte_is_a_miss_and_is_deleted),
+        T(test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced),
+        T(test_an_entry_holding_another_key_is_a_miss_and_is_deleted),
+        T(test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
