@@ -151,9 +151,13 @@ int fsa_bench_decode(int argc, char **argv)
     if (bench_cuda_load(why, sizeof why) != 0) return fprintf(stderr, "fsa-bench --decode: %s\n", why), TOOL_EXIT_TARGET;
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     fsa_context *ctx = NULL;
-    FSA(fsa_context_create(&ctx, &co));
+    const fsa_status st = fsa_context_create(&ctx, &co);
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, "fsa-bench --decode: %s\n", fsa_last_error());
+        return tool_context_exit_code(st);
+    }
     char name[256];
-    bench_cuda_open_device("--decode", name, sizeof name); /* its primary context is held until exit */
+    const CUdevice dev = bench_cuda_open_device("--decode", name, sizeof name);
     printf("# fsa-bench --decode %s on %s (%s), splits %d (0 = the plan's rule), %s pages, Dv %d\n",
            fsa_version_string(), name, fsa_context_target(ctx), o.splits, o.hnd ? "HND" : "NHD", o.dv);
     dec_env env;
@@ -171,7 +175,11 @@ int fsa_bench_decode(int argc, char **argv)
         snprintf(addr, sizeof addr, "0x%llx:%llu", (unsigned long long)env.stamps, (unsigned long long)STAMP_BUFFER_BYTES);
         setenv("FSA_KVC_STAMPS", addr, 1);
         env.stamps_file = fopen(o.stamps, "w");
-        if (env.stamps_file == NULL) return fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps), 1;
+        if (env.stamps_file == NULL) {
+            fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps);
+            fsa_context_destroy(ctx);
+            return TOOL_EXIT_FAILED;
+        }
     }
     run_grid(&o, ctx, &env);
     if (env.stamps_file) fclose(env.stamps_file);
@@ -182,6 +190,7 @@ int fsa_bench_decode(int argc, char **argv)
     cu.EventDestroy(env.e0);
     cu.EventDestroy(env.e1);
     cu.StreamDestroy(env.stream);
+    CU(cu.DevicePrimaryCtxRelease(dev));
     fsa_context_destroy(ctx);
-    return 0;
+    return TOOL_EXIT_OK;
 }
