@@ -43,6 +43,15 @@ static int chmod_one(const char *path, const struct stat *sb, int flag, struct F
     return 0;
 }
 
+static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    (void)flag;
+    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
+}
+
+int fsa_test_make_tree_readable(const char *path) { return nftw(path, make_readable, 16, FTW_PHYS); }
+
 void fsa_test_rmtree(const char *path)
 {
     if (path == NULL) return;

@@ -18,6 +18,9 @@
  * the string and removes the tree with fsa_test_rmtree. */
 char *fsa_test_mkdtemp(const char *prefix);
 void fsa_test_rmtree(const char *path);
+/* Every file (0644) and directory (0755) below and at path readable by all, writable by the
+ * owner only: what an image build leaves. 0, or -1 when a chmod failed. */
+int fsa_test_make_tree_readable(const char *path);
 /* Flips a few bits of the byte `from_end` bytes before the end of a file (a damaged cache entry). */
 void fsa_test_damage_file(const char *path, long from_end);
 

@@ -8,7 +8,6 @@
 
 #include "jit/compile.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,13 +81,8 @@ static void test_jit_off_with_an_empty_cache_is_jit_disabled_and_names_the_kerne
 static void test_jit_off_loads_a_kernel_that_is_on_disk(void **state)
 {
     const char *dir = *state;
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fill_or_fail(ctx, u);
-    fsa_context_destroy(ctx);
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const cached_fill c = cache_a_fresh_fill(dir);
+    const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
     const char *env[] = {"FSA_JIT=off", NULL};
     assert_int_equal(run_self(args, env), 0);
 }
@@ -151,13 +145,8 @@ static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(v
     const char *dir = *state;
     char *broken = crashing_nvrtc_env();
     if (broken == NULL) skip();
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fill_or_fail(ctx, u);
-    fsa_context_destroy(ctx);
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"disk-hit", dir, us, "0", "0", NULL};
+    const cached_fill c = cache_a_fresh_fill(dir);
+    const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
     const char *env[] = {"FSA_JIT=off", broken, NULL};
     assert_int_equal(run_self(args, env), 0);
     /* The stand-in does kill a process that loads it (under AddressSanitizer too: its handler would
@@ -210,29 +199,16 @@ static void test_jit_off_with_a_refused_cache_says_why_there_is_no_cache(void **
     assert_int_equal(chmod(dir, 0700), 0);
 }
 
-static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)ftw;
-    (void)flag;
-    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
-}
-
 static void test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off(void **state)
 {
     (void)state;
     if (geteuid() != 0) skip(); /* needs root to own the cache and to become another user */
     char dir[] = "/tmp/fsa_image_cache.XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fill_or_fail(ctx, u);
-    fsa_context_destroy(ctx);
+    const cached_fill c = cache_a_fresh_fill(dir);
     /* What an image build leaves: root's files, readable by all, writable by root only. */
-    assert_int_equal(nftw(dir, make_readable, 16, FTW_PHYS), 0);
-
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"disk-hit", dir, us, "0", "1", NULL};
+    assert_int_equal(fsa_test_make_tree_readable(dir), 0);
+    const char *args[] = {"disk-hit", dir, c.us, "0", "1", NULL};
     const char *env[] = {"FSA_TEST_AS_UID=65534", "FSA_CACHE_MODE=ro", "FSA_JIT=off", NULL};
     int rc = run_self(args, env);
     fsa_test_rmtree(dir);

@@ -30,14 +30,8 @@ static int read_full(int fd, void *buf, size_t n)
 static void test_a_fresh_process_gets_the_kernel_from_disk_without_compiling(void **state)
 {
     const char *dir = *state;
-    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    int u = fresh_unroll();
-    fill_or_fail(ctx, u);
-    fsa_context_destroy(ctx);
-
-    char us[16];
-    snprintf(us, sizeof us, "%d", u);
-    const char *args[] = {"disk-hit", dir, us, "1", "0", NULL};
+    const cached_fill c = cache_a_fresh_fill(dir);
+    const char *args[] = {"disk-hit", dir, c.us, "1", "0", NULL};
     assert_int_equal(run_self(args, NULL), 0);
     /* Reading changed nothing. */
     uint64_t bad = 99;

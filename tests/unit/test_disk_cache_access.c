@@ -5,7 +5,6 @@
  * deletes nothing, and a read-only open of a missing cache creates nothing. */
 #include "disk_cache_fixture.h"
 
-#include <ftw.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +13,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------ security */
-
-static int make_readable(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)ftw;
-    (void)flag;
-    return chmod(path, S_ISDIR(sb->st_mode) ? 0755 : 0644);
-}
 
 /* In a child running as uid 65534: opens the cache read-only and looks the
  * key up. 0 on a hit, 1 on a miss, 2 when the cache is refused, 77 when the
@@ -60,7 +52,7 @@ static void test_a_cache_of_root_serves_other_users_unless_others_can_write_it(v
     uint8_t *p = make_payload(900, 27);
     publish(dc, &k, p, 900);
     fsa_disk_cache_close(dc);
-    assert_int_equal(nftw(root, make_readable, 16, FTW_PHYS), 0);
+    assert_int_equal(fsa_test_make_tree_readable(root), 0);
 
     int rc = lookup_as_another_user(root, &k);
     if (rc == FSA_TEST_SKIP_CODE) {
