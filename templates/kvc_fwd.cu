@@ -38,7 +38,8 @@ constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug va
 constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
 constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
-// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it).
+// bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
+// bit 1: tiles whose tokens share one top-k row take the general union (select_union's ONE_ROW off).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
@@ -175,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
     if (Q_REGS) cp_async_commit();  // a group of its own: read into registers before stage 1 reuses the buffer
     stamp.at(FSA_KVC_ST_C_QISSUE);
     if (!select_union_in_warp<K>(ntok)) __syncthreads();  // pos and the candidates
-    const int n_union = select_union<K, TPT, BK>(sh.sel, ntok);
+    const int n_union = select_union<K, TPT, BK, (EXPERIMENT & 2) == 0>(sh.sel, ntok);
     stamp.at(FSA_KVC_ST_C_UNION);
 
     // Warp roles: the tile's live rows take rte row tiles (1, 2 or 4, at most RT)

@@ -2,7 +2,7 @@
 // attention): the tokens' top-k slots read into shared memory (with a guess
 // for decode batches that overlaps the reads with the tile lookup), then the
 // sorted union and each block's token mask, by one warp for up to 32
-// candidates, else by every thread. Every bound read from memory is clamped
+// candidates or for tokens that share one row, else by every thread. Every bound read from memory is clamped
 // or skipped here, as in paged_kv.cuh.
 #pragma once
 #include "paged_kv.cuh"
@@ -188,7 +188,58 @@ __device__ __forceinline__ int select_union_warp(TileSelection<TPT * K, TPT> &se
     return (int)sel.first[0];
 }
 
-template <int K, int TPT, int BK>
+// The union when every token of the tile holds the same candidates (one
+// selection for a sequence's new tokens, e.g. speculative tokens sharing it):
+// a block of the row is in the union when it is in range for the latest
+// token, and its mask holds the tokens whose own block is not before it. The
+// union and masks of the general path (which finds them candidate by
+// candidate over all N), from the K candidates of token 0 in warp 0: lane s
+// takes slot s, as select_union_warp does for one token. The barrier at the
+// end publishes the union.
+template <int K, int BK, int TPT>
+__device__ __forceinline__ int select_union_one_row(TileSelection<TPT * K, TPT> &sel) {
+    static_assert(K <= 32, "a lane per slot");
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int own[TPT], latest = -1;  // own block per token (-1: no token, or no position yet)
+#pragma unroll
+        for (int t = 0; t < TPT; t++) {
+            own[t] = sel.pos[t] >= 0 ? sel.pos[t] / BK : -1;
+            latest = max(latest, own[t]);
+        }
+        int w[K];
+#pragma unroll
+        for (int j = 0; j < K; j++) {
+            const int raw = sel.cand[j];
+            w[j] = raw >= 0 && raw <= latest ? raw : -1;
+        }
+        int v = -1;
+#pragma unroll
+        for (int j = 0; j < K; j++) v = j == lane ? w[j] : v;
+        bool dup = false;
+#pragma unroll
+        for (int j = 0; j < K; j++) dup = dup || (v >= 0 && j < lane && w[j] == v);
+        const int first = dup ? -1 : v;
+        const u32 f = __ballot_sync(0xffffffffu, first >= 0);
+        int rank = 0;
+        u32 mask = 0u;
+#pragma unroll
+        for (int j = 0; j < K; j++) rank += ((f >> j) & 1u) && w[j] < first;
+#pragma unroll
+        for (int t = 0; t < TPT; t++) mask |= first >= 0 && first <= own[t] ? 1u << t : 0u;
+        if (first >= 0) {
+            sel.blocks[rank] = first;
+            sel.masks[rank] = mask;
+        }
+        if (lane == 0) sel.first[0] = (u32)__popc(f);  // first is scratch here
+    }
+    __syncthreads();
+    return (int)sel.first[0];
+}
+
+// ONE_ROW: tiles whose tokens all hold the same candidates take
+// select_union_one_row (off only to measure the general path against it).
+template <int K, int TPT, int BK, bool ONE_ROW = true>
 __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, int ntok) {
     // One token (decode) of K <= 32 slots, or a few tokens of at most 32 candidates: in one warp.
     // (Holding 64 candidates in registers spills at G 4; those tiles take the general path.)
@@ -199,6 +250,12 @@ __device__ __forceinline__ int select_union(TileSelection<TPT * K, TPT> &sel, in
     int *cand = sel.cand, *blocks = sel.blocks;
     u32 *first = sel.first, *masks = sel.masks;
     const int tid = threadIdx.x, nthreads = blockDim.x;
+    // One compare per candidate and a barrier decide whether the tokens share one row.
+    if constexpr (ONE_ROW && K <= 32) {
+        bool same = true;
+        for (int c = K + tid; c < ntok * K; c += nthreads) same = same && cand[c] == cand[c % K];
+        if (__syncthreads_and(same)) return select_union_one_row<K, BK, TPT>(sel);
+    }
     // Validity inside each token's row: in range, not in the future, first occurrence.
     u32 keep = 0;  // bit n: this thread's n-th candidate stays
     for (int c = tid, n = 0; c < N; c += nthreads, n++) {

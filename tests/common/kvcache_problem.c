@@ -171,6 +171,36 @@ void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed)
     }
 }
 
+static int topk_heads(const kvc_problem *p) { return p->topk_hs == 0 ? 1 : p->hkv; }
+
+void kvc_share_rows(kvc_problem *p)
+{
+    for (int b = 0; b < p->B; b++) {
+        const int last = p->cu_q[b + 1] - 1;
+        for (int t = p->cu_q[b]; t < last; t++) {
+            for (int h = 0; h < topk_heads(p); h++)
+                memcpy(p->topk + h * p->topk_hs + t * p->topk_ts, p->topk + h * p->topk_hs + last * p->topk_ts,
+                       (size_t)p->k * sizeof(int32_t));
+            if (p->topk_len) p->topk_len[t] = p->topk_len[last];
+        }
+    }
+}
+
+void kvc_rotate_rows(kvc_problem *p)
+{
+    for (int b = 0; b < p->B; b++)
+        for (int t = p->cu_q[b] + 1; t < p->cu_q[b + 1]; t++) {
+            int n = p->topk_len ? p->topk_len[t] : p->k;
+            n = n < 0 ? 0 : n > p->k ? p->k : n;
+            for (int h = 0; h < topk_heads(p) && n > 1; h++) {
+                int32_t *row = p->topk + h * p->topk_hs + t * p->topk_ts;
+                const int32_t head = row[0];
+                memmove(row, row + 1, (size_t)(n - 1) * sizeof(int32_t));
+                row[n - 1] = head;
+            }
+        }
+}
+
 void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b)
 {
     *out = *p;

@@ -107,5 +107,12 @@ typedef void (*kvc_run_fn)(const fsa_kvcache_plan *plan, kvc_problem *p, const c
 void kvc_assert_batch_invariant(const fsa_kvcache_plan *plan, kvc_problem *p, const int *seqs, int n, kvc_run_fn run);
 /* New top-k rows (and lengths) for the current cached lengths. */
 void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed);
+/* Every token of a sequence takes the top-k rows (every head's) and the top-k
+ * length of the sequence's last token: one selection for its new tokens. */
+void kvc_share_rows(kvc_problem *p);
+/* Every token but the first of its sequence has the slots of its rows that
+ * count (the first min(top-k length, K)) rotated by one: the same blocks in
+ * another order. */
+void kvc_rotate_rows(kvc_problem *p);
 
 #endif

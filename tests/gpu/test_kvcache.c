@@ -7,7 +7,8 @@
  * all KV heads; NHD and HND pages; group sizes 1 to 64; fp16 and bf16; value
  * head dims other than the query/key head dim (dv column). Then
  * batch invariance, the cluster and tensor-map paths against the plain ones,
- * tiles of more than 32 rows (warpgroup products on tensor maps),
+ * tiles of more than 32 rows (warpgroup products on tensor maps), tokens
+ * sharing one top-k row against the general union,
  * graph replay after the metadata changed, bad metadata
  * that must stay in bounds, and the host checks. Outputs are poisoned before
  * every run. FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer), FSA_TEST_CASES
@@ -290,6 +291,35 @@ static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **sta
     }
 }
 
+/* Tokens that share one top-k row (one selection for a sequence's new tokens)
+ * take the union of that one row; the same rows with the slots of every token
+ * but the first rotated take the general union. Both match the reference and
+ * give the same bits (the union is sorted and the masks are per block, so
+ * the order of a row's slots does not matter). G 4 (the first case of 4-token
+ * tiles at page 64), G 16 (a row for all KV heads, HND pages), G 1 (16-token
+ * tiles, top-k lengths and junk), and G 16 with lengths and junk. */
+static void test_tokens_sharing_one_row_give_the_bits_of_the_general_union(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 9, 16, N_CASES - 1};
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const size_t ci = cis[k];
+        kvc_problem p;
+        kvc_problem_make(&p, &cases[ci], 900 + k);
+        kvc_share_rows(&p);
+        kvc_problem_reference(&p);
+        kvc_outputs one, general;
+        run_and_check(plan_of(ci), &p, cases[ci].name, &one);
+        kvc_rotate_rows(&p);
+        run_and_check(plan_of(ci), &p, "slots rotated", &general);
+        assert_memory_equal(one.o_bits, general.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(one.lse, general.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&one);
+        kvc_outputs_free(&general);
+        kvc_problem_free(&p);
+    }
+}
+
 /* Capture once; change the page table, cached lengths, top-k rows and
  * lengths in place; every replay follows the new metadata. */
 static void replay_with_updated_metadata(size_t ci)
@@ -472,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
         cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
         cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
+        cmocka_unit_test(test_tokens_sharing_one_row_give_the_bits_of_the_general_union),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
         cmocka_unit_test(test_bad_metadata_stays_in_bounds),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
