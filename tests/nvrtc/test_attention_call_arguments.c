@@ -1,0 +1,242 @@
+/* The selected-attention calls answer bad arguments with their documented
+ * status, on offline sm_90a plans (no GPU needed): every argument check of the
+ * forward and the backward (null, misaligned, negative or unaligned strides,
+ * counts, the workspace) runs before the missing device is noticed, so a call
+ * whose arguments pass them all ends with FSA_STATUS_NO_DEVICE; argument
+ * structs and descriptors of every size from the first version on are read
+ * as such, newer ones refused. The plans' kernels compile once, into a cache
+ * directory of this test. */
+#include "attention_arguments_fixture.h"
+
+#include "base/struct_size.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void test_forward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    const int64_t T = 100; /* past T = 64, where the heuristic takes the FSA order (with a workspace) */
+    fsa_fwd_args a = good_fwd(g_auto, T);
+    assert_true(a.workspace_bytes > 0);
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+    a.lse = 0; /* optional */
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+
+    a = good_fwd(g_auto, T);
+    a.q.ptr = 0x1002;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.v.ptr += 8;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.q.token_stride = 12;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    /* One KV head: its head stride is never used, whatever it is. */
+    a = good_fwd(g_auto, T);
+    a.k.head_stride = -3;
+    a.v.head_stride = 12;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+    a.q.head_stride = 12; /* two query heads: checked */
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    /* One token: token strides are never used. */
+    a = good_fwd(g_auto, 1);
+    a.q.token_stride = 5;
+    a.o.token_stride = -1;
+    a.topk.token_stride = -4;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.lse = 0x7f0000700002ull;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.topk.ptr += 2;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.workspace += 16; /* enough bytes, not 256-byte aligned */
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+
+    a = good_fwd(g_auto, T);
+    a.topk.ptr = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.cu_seqlens = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.k.ptr = 0;
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_auto, &a);
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_auto, NULL);
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, NULL, &a);
+
+    a = good_fwd(g_auto, T);
+    a.batch = 0;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.batch = (int)T + 1;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.max_seqlen = (int)T + 1;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.total_tokens = -1;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+
+    a = good_fwd(g_auto, T);
+    a.workspace_bytes -= 1;
+    EXPECT_FWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.workspace = 0;
+    EXPECT_FWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_auto, &a);
+
+    /* The NSA path takes no workspace: only the missing device is left. */
+    a = good_fwd(g_nsa, T);
+    assert_int_equal(a.workspace_bytes, 0);
+    a.workspace = 0;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_nsa, &a);
+    /* Nothing to do is done without a device. */
+    a = good_fwd(g_auto, T);
+    a.total_tokens = 0;
+    EXPECT_FWD(FSA_STATUS_OK, g_auto, &a);
+}
+
+static void test_negative_strides_are_invalid_arguments_and_unaligned_ones_misaligned(void **state)
+{
+    (void)state;
+    const int64_t T = 10;
+    fsa_fwd_args a = good_fwd(g_auto, T);
+    a.q.head_stride = -64;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.o.token_stride = -128;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.topk.token_stride = -4;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
+    a.q.head_stride = 60;
+    EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
+
+    fsa_bwd_args b = good_bwd(g_bwd, T);
+    b.dq.token_stride = -128;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    b = good_bwd(g_bwd, T);
+    b.dout.head_stride = -8;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    b = good_bwd(g_bwd, T);
+    b.dk.token_stride = 100;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_bwd, &b);
+}
+
+static void test_backward_argument_checks_come_before_the_device_check(void **state)
+{
+    (void)state;
+    const int64_t T = 10;
+    fsa_bwd_args a = good_bwd(g_bwd, T);
+    assert_true(a.workspace_bytes > 0);
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &a);
+
+    a.lse = 0; /* required by the backward */
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_bwd, &a);
+    const char *names[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        fsa_bwd_args b = good_bwd(g_bwd, T);
+        fsa_tensor *views[] = {&b.q, &b.k, &b.v, &b.o, &b.dout, &b.dq, &b.dk, &b.dv};
+        views[i]->ptr = 0;
+        EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_bwd, &b);
+        char want[32];
+        snprintf(want, sizeof want, "%s is NULL", names[i]);
+        assert_string_equal(fsa_last_error_info()->message, want);
+        views[i]->ptr = 0x7f0002000008ull;
+        EXPECT_BWD(FSA_STATUS_MISALIGNED, g_bwd, &b);
+    }
+    a = good_bwd(g_bwd, T);
+    a.batch = (int)T + 1;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &a);
+    a = good_bwd(g_bwd, T);
+    a.workspace_bytes -= 1;
+    EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_bwd, &a);
+    /* A plan made without backward = 1. */
+    a = good_bwd(g_bwd, T);
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_bwd, NULL);
+}
+
+/* A caller compiled against the first version: its struct ends at the first
+ * size; what lies after it in memory (poisoned here) is not its. */
+#define OLD_CALLER(type, first_size, buffer, value)           \
+    do {                                                      \
+        memset((buffer), 0xa5, sizeof(buffer));               \
+        memcpy((buffer), &(value), (first_size));             \
+        size_t size_ = (first_size);                          \
+        memcpy((buffer), &size_, sizeof size_);               \
+    } while (0)
+
+static void test_argument_structs_take_every_size_from_the_first_version_to_the_current_one(void **state)
+{
+    (void)state;
+    const int64_t T = 10;
+    _Alignas(16) unsigned char buf[sizeof(fsa_bwd_args) + 64];
+
+    fsa_fwd_args f = good_fwd(g_auto, T);
+    OLD_CALLER(fsa_fwd_args, FSA_FWD_ARGS_FIRST_SIZE, buf, f);
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, (const fsa_fwd_args *)(void *)buf);
+    f.struct_size = FSA_FWD_ARGS_FIRST_SIZE - 1;
+    EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_auto, &f);
+    f.struct_size = 0;
+    EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_auto, &f);
+    /* A struct from a newer header than the library's. */
+    memset(buf, 0, sizeof buf);
+    f = good_fwd(g_auto, T);
+    memcpy(buf, &f, sizeof f);
+    const size_t newer_fwd = sizeof f + 8;
+    memcpy(buf, &newer_fwd, sizeof newer_fwd);
+    EXPECT_FWD(FSA_STATUS_STRUCT_SIZE, g_auto, (const fsa_fwd_args *)(void *)buf);
+
+    fsa_bwd_args b = good_bwd(g_bwd, T);
+    OLD_CALLER(fsa_bwd_args, FSA_BWD_ARGS_FIRST_SIZE, buf, b);
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, (const fsa_bwd_args *)(void *)buf);
+    b.struct_size = FSA_BWD_ARGS_FIRST_SIZE - 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_bwd, &b);
+    memset(buf, 0, sizeof buf);
+    b = good_bwd(g_bwd, T);
+    memcpy(buf, &b, sizeof b);
+    const size_t newer_bwd = sizeof b + 8;
+    memcpy(buf, &newer_bwd, sizeof newer_bwd);
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_bwd, (const fsa_bwd_args *)(void *)buf);
+}
+
+static void test_an_older_shorter_descriptor_makes_the_same_plan(void **state)
+{
+    (void)state;
+    _Alignas(16) unsigned char buf[sizeof(fsa_selected_attention_desc) + 64];
+    const fsa_selected_attention_desc d = small_shape_desc(FSA_ALGORITHM_AUTO, 0, 0);
+    OLD_CALLER(fsa_selected_attention_desc, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE, buf, d);
+    fsa_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK,
+                  fsa_plan_create(&plan, g_ctx, (const fsa_selected_attention_desc *)(void *)buf));
+    size_t old_ws = 0, ws = 0;
+    assert_int_equal(fsa_plan_workspace_size(&old_ws, plan, 1000, 1), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_workspace_size(&ws, g_auto, 1000, 1), FSA_STATUS_OK);
+    assert_int_equal(old_ws, ws);
+    fsa_plan_destroy(plan);
+
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, &d, sizeof d);
+    const size_t newer = sizeof d + 8;
+    memcpy(buf, &newer, sizeof newer);
+    plan = (fsa_plan *)buf; /* must be overwritten */
+    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE,
+                  fsa_plan_create(&plan, g_ctx, (const fsa_selected_attention_desc *)(void *)buf));
+    assert_null(plan);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_negative_strides_are_invalid_arguments_and_unaligned_ones_misaligned),
+        cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_argument_structs_take_every_size_from_the_first_version_to_the_current_one),
+        cmocka_unit_test(test_an_older_shorter_descriptor_makes_the_same_plan),
+    };
+    return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
+}

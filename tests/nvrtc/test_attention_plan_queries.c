@@ -1,0 +1,175 @@
+/* The selected-attention plan queries, on offline sm_90a plans (no GPU
+ * needed): the workspace-size and path queries refuse what the calls refuse,
+ * and a token or head count too large to index is refused (or sized) instead
+ * of wrapping around, with or without a workspace limit. The plans' kernels
+ * compile once, into a cache directory of this test. */
+#include "attention_arguments_fixture.h"
+
+#include <stdint.h>
+
+/* What a workspace-size query answers for (T, batch), as the call would. */
+static fsa_status fwd_call_status(int64_t T, int batch)
+{
+    fsa_fwd_args a = good_fwd(g_auto, 1);
+    a.total_tokens = T;
+    a.batch = batch;
+    a.max_seqlen = 0;
+    a.workspace_bytes = SIZE_MAX; /* the workspace is not what is asked here */
+    fsa_status st = fsa_selected_attention_fwd(g_auto, &a, NULL);
+    return st == FSA_STATUS_NO_DEVICE ? FSA_STATUS_OK : st;
+}
+
+static fsa_status bwd_call_status(int64_t T, int batch)
+{
+    fsa_bwd_args a = good_bwd(g_bwd, 1);
+    a.total_tokens = T;
+    a.batch = batch;
+    a.max_seqlen = 0;
+    a.workspace_bytes = SIZE_MAX;
+    fsa_status st = fsa_selected_attention_bwd(g_bwd, &a, NULL);
+    return st == FSA_STATUS_NO_DEVICE ? FSA_STATUS_OK : st;
+}
+
+static void test_workspace_sizes_refuse_what_the_calls_refuse(void **state)
+{
+    (void)state;
+    const struct {
+        int64_t T;
+        int batch;
+        fsa_status want;
+    } cases[] = {
+        {0, 0, FSA_STATUS_OK},
+        {0, -3, FSA_STATUS_OK}, /* nothing to do: the batch is not looked at */
+        {1000, 1, FSA_STATUS_OK},
+        {1000, 1000, FSA_STATUS_OK},
+        {1000, 1001, FSA_STATUS_INVALID_ARGUMENT},
+        {5, 7, FSA_STATUS_INVALID_ARGUMENT},
+        {1000, 0, FSA_STATUS_INVALID_ARGUMENT},
+        {1000, -1, FSA_STATUS_INVALID_ARGUMENT},
+        {-1, 1, FSA_STATUS_INVALID_ARGUMENT},
+        {INT32_MAX, 1, FSA_STATUS_INVALID_ARGUMENT},
+        {(int64_t)1 << 40, 1, FSA_STATUS_INVALID_ARGUMENT},
+        {INT64_MAX, 1, FSA_STATUS_INVALID_ARGUMENT},
+        {INT64_MIN, 1, FSA_STATUS_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t T = cases[i].T;
+        const int batch = cases[i].batch;
+        size_t w = 12345;
+        fsa_status st = fsa_plan_workspace_size(&w, g_auto, T, batch);
+        if (st != cases[i].want || fwd_call_status(T, batch) != st)
+            fail_msg("T %lld, batch %d: workspace size %s, forward %s, expected %s", (long long)T, batch,
+                     fsa_status_name(st), fsa_status_name(fwd_call_status(T, batch)),
+                     fsa_status_name(cases[i].want));
+        if (st != FSA_STATUS_OK) assert_int_equal(w, 0);
+        st = fsa_plan_workspace_size_bwd(&w, g_bwd, T, batch);
+        if (st != cases[i].want || bwd_call_status(T, batch) != st)
+            fail_msg("T %lld, batch %d: backward workspace size %s, backward %s, expected %s", (long long)T, batch,
+                     fsa_status_name(st), fsa_status_name(bwd_call_status(T, batch)),
+                     fsa_status_name(cases[i].want));
+    }
+}
+
+static void test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow(void **state)
+{
+    (void)state;
+    /* The chunking arithmetic under a limit used to overflow int64 here. */
+    const int64_t huge[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2 + 1, (int64_t)INT32_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        size_t w = 0;
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_workspace_size(&w, g_limited, huge[i], 1));
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_workspace_size_bwd(&w, g_limited, huge[i], 1));
+    }
+    /* The largest token count still gets a size within the limit's reach. */
+    size_t w = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size(&w, g_limited, INT32_MAX - 1, 1));
+    assert_true(w > 0);
+}
+
+static fsa_plan *plan_with_kv_heads(int hkv, int backward, uint64_t workspace_limit)
+{
+    fsa_selected_attention_desc d = small_shape_desc(FSA_ALGORITHM_AUTO, workspace_limit, backward);
+    d.num_kv_heads = hkv;
+    d.num_q_heads = 2 * hkv; /* G = 2: the kernels of the small shape */
+    fsa_plan *plan = plan_of(&d);
+    if (plan == NULL) fail_msg("plan with %d KV heads: %s", hkv, fsa_last_error());
+    return plan;
+}
+
+static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(void **state)
+{
+    (void)state;
+    const int64_t T = INT32_MAX - 1;
+    const int hkv = (1 << 29) - 1; /* x 4 slots: one token's list entries still fit int32 */
+    fsa_plan *plan = plan_with_kv_heads(hkv, 1, FSA_WORKSPACE_UNLIMITED);
+    size_t w = 0;
+    /* Without a cap, the backward's fp32 dK/dV accumulator alone would be
+     * T x Hkv x 2 x D x 4 > 2^68 bytes. */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
+    assert_int_equal(w, 0);
+    /* The forward's per-(head, block) tables of T one-token sequences come to
+     * 2^64 bytes: refused, or at least never a wrapped-around small size. */
+    const double tables = 3.0 * 4.0 * (double)hkv * (double)(T / 64 + T + 1);
+    fsa_status st = fsa_plan_workspace_size(&w, plan, T, (int)T);
+    if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables))
+        fail_msg("T %lld in %lld sequences, %d KV heads: %s, %zu bytes", (long long)T, (long long)T, hkv,
+                 fsa_status_name(st), w);
+    fsa_plan_destroy(plan);
+    /* Under the default cap both run one KV head at a time: the backward needs
+     * at least that head's accumulator (T x 2 x D x 4 bytes), the forward that
+     * head's tables; sizes, never wrapped-around ones. */
+    plan = plan_with_kv_heads(hkv, 1, 0);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
+    assert_true((double)w >= (double)T * 2 * D * 4);
+    st = fsa_plan_workspace_size(&w, plan, T, (int)T);
+    if (st != FSA_STATUS_UNSUPPORTED && !(st == FSA_STATUS_OK && (double)w >= tables / hkv))
+        fail_msg("T %lld in %lld sequences, %d KV heads, default cap: %s, %zu bytes", (long long)T, (long long)T,
+                 hkv, fsa_status_name(st), w);
+    fsa_fwd_args a = good_fwd(g_auto, 1);
+    a.total_tokens = T;
+    a.batch = (int)T;
+    a.workspace_bytes = SIZE_MAX;
+    fsa_status call = fsa_selected_attention_fwd(plan, &a, NULL);
+    assert_int_equal(call == FSA_STATUS_NO_DEVICE ? FSA_STATUS_OK : call, st);
+    /* Smaller problems of the same plan are fine (100 tokens: the FSA order, with a workspace). */
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size(&w, plan, 100, 1));
+    assert_true(w > 0);
+    fsa_plan_destroy(plan);
+
+    /* 2^29 KV heads x 4 slots: one token's list entries no longer fit int32. */
+    plan = plan_with_kv_heads(1 << 29, 1, 0);
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size(&w, plan, 1, 1));
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, plan, 1, 1));
+    a = good_fwd(g_auto, 1);
+    a.workspace_bytes = SIZE_MAX;
+    EXPECT_FWD(FSA_STATUS_UNSUPPORTED, plan, &a);
+    fsa_plan_destroy(plan);
+}
+
+static void test_path_queries_refuse_token_counts_the_calls_refuse(void **state)
+{
+    (void)state;
+    fsa_algorithm a = FSA_ALGORITHM_AUTO;
+    const int64_t bad[] = {-5, -1, INT32_MAX, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_algorithm(&a, NULL, g_auto, bad[i]));
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_algorithm_bwd(&a, NULL, g_bwd, bad[i]));
+    }
+    const char *why = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_algorithm(&a, &why, g_auto, 0));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_algorithm(&a, &why, g_auto, INT32_MAX - 1));
+    assert_int_equal(a, FSA_ALGORITHM_FSA);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_algorithm_bwd(&a, &why, g_bwd, INT32_MAX - 1));
+    assert_non_null(why);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_workspace_sizes_refuse_what_the_calls_refuse),
+        cmocka_unit_test(test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow),
+        cmocka_unit_test(test_absurd_head_counts_are_unsupported_instead_of_wrapping_around),
+        cmocka_unit_test(test_path_queries_refuse_token_counts_the_calls_refuse),
+    };
+    return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
+}

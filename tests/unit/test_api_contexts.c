@@ -1,0 +1,281 @@
+/* The public API's answers to bad context arguments, on a machine without a
+ * GPU: fsa_context_create refuses a NULL out, a wrong struct size, an
+ * offline context without a target or for an unsupported or malformed one, a
+ * negative device other than none, bad FSA_CACHE_MODE and FSA_JIT values and
+ * unknown modes, each with its documented status and error record; a device
+ * context without a driver fails with no driver or no device. Options of the
+ * first version are read without what follows them, the init macros set the
+ * documented defaults, and destroying NULL is fine. */
+#include "api_validation_fixture.h"
+
+#include "base/struct_size.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_context_create_with_a_null_out_is_a_null_pointer(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, &o));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, NULL));
+}
+
+static void test_context_create_with_a_wrong_struct_size_is_struct_size(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {0, FSA_CONTEXT_OPTIONS_FIRST_SIZE - 1, sizeof(fsa_context_options) + 8, 4};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+        o.struct_size = sizes[i];
+        o.device = FSA_DEVICE_NONE;
+        o.target = "sm_80";
+        fsa_context *ctx = (fsa_context *)&o; /* must be overwritten */
+        EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_create(&ctx, &o));
+        assert_null(ctx);
+    }
+}
+
+static void test_context_options_of_the_first_version_are_read_without_what_follows_them(void **state)
+{
+    (void)state;
+    /* A caller compiled against the first header: what lies after its
+     * struct in memory (poisoned here) is not its own. */
+    _Alignas(16) unsigned char mem[sizeof(fsa_context_options) + 64];
+    memset(mem, 0xa5, sizeof mem);
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.struct_size = FSA_CONTEXT_OPTIONS_FIRST_SIZE;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_80";
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    memcpy(mem, &o, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, (const fsa_context_options *)(void *)mem), FSA_STATUS_OK);
+    assert_string_equal(fsa_context_target(ctx), "sm_80");
+    assert_string_equal(fsa_context_cache_dir(ctx), "");
+    fsa_context_destroy(ctx);
+}
+
+static void test_the_init_macros_set_struct_size_and_the_documented_defaults(void **state)
+{
+    (void)state;
+    const fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    assert_int_equal(o.struct_size, sizeof o);
+    assert_int_equal(o.device, 0);
+    assert_null(o.target);
+    assert_null(o.cache_dir);
+    assert_int_equal(o.cache_mode, FSA_CACHE_MODE_DEFAULT);
+    assert_int_equal(o.jit, FSA_JIT_DEFAULT);
+    assert_int_equal(o.log, 0);
+    const fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    assert_int_equal(d.struct_size, sizeof d);
+    assert_int_equal(d.dtype, FSA_DTYPE_BF16);
+    assert_int_equal(d.head_dim, 128);
+    assert_int_equal(d.block_size, 64);
+    assert_int_equal(d.top_k, 16);
+    assert_int_equal(d.num_q_heads + d.num_kv_heads + d.backward, 0);
+    assert_true(d.scale == 0.0f);
+    assert_int_equal(d.algorithm, FSA_ALGORITHM_AUTO);
+    assert_int_equal(d.workspace_limit, 0);
+    assert_int_equal(d.value_dim, 0); /* = head_dim */
+    /* Static storage works too (a constant initializer). */
+    static const fsa_fwd_args f = FSA_FWD_ARGS_INIT;
+    static const fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+    assert_int_equal(f.struct_size, sizeof f);
+    assert_int_equal(b.struct_size, sizeof b);
+    assert_int_equal(f.q.ptr + f.topk.ptr + (uint64_t)f.o.token_stride + f.workspace_bytes, 0);
+    assert_int_equal(b.dv.ptr + (uint64_t)b.dq.head_stride + b.lse, 0);
+}
+
+static void test_an_offline_context_without_a_target_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+}
+
+static void expect_offline_context_status(fsa_status want, const char *target)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = target;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    EXPECT_STATUS(want, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+    assert_non_null(strstr(fsa_last_error_info()->message, target));
+}
+
+static void test_an_offline_context_for_an_unsupported_target_is_unsupported_device(void **state)
+{
+    (void)state;
+    const char *unsupported[] = {"sm_75", "sm_70", "sm_88", "sm_80a"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        expect_offline_context_status(FSA_STATUS_UNSUPPORTED_DEVICE, unsupported[i]);
+}
+
+static void test_an_offline_context_for_a_malformed_target_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *malformed[] = {"sm_9x", "", "compute_90", "sm_80/../x"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+        expect_offline_context_status(FSA_STATUS_INVALID_ARGUMENT, malformed[i]);
+}
+
+static void test_an_offline_context_reports_its_target_and_no_cache_when_off(void **state)
+{
+    (void)state;
+    fsa_context *ctx = offline_context("sm_86");
+    assert_string_equal(fsa_context_target(ctx), "sm_86");
+    assert_string_equal(fsa_context_cache_dir(ctx), "");
+    fsa_context_destroy(ctx);
+    /* NULL contexts give empty strings rather than crashing. */
+    assert_string_equal(fsa_context_target(NULL), "");
+    assert_string_equal(fsa_context_cache_dir(NULL), "");
+}
+
+static void test_a_device_context_without_a_driver_fails_with_no_driver_or_no_device(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT; /* device 0 */
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    fsa_status st = fsa_context_create(&ctx, &o);
+    if (st == FSA_STATUS_OK) {
+        /* A machine with a GPU: nothing to check here. */
+        fsa_context_destroy(ctx);
+        skip();
+    }
+    assert_null(ctx);
+    if (st != FSA_STATUS_NO_DRIVER && st != FSA_STATUS_NO_DEVICE)
+        fail_msg("device 0 gave %s: %s", fsa_status_name(st), fsa_last_error());
+    assert_int_equal(fsa_last_error_info()->status, st);
+    const char *text = fsa_last_error();
+    assert_true(text[0] != '\0');
+    if (strstr(text, "libcuda") == NULL && strstr(text, "device") == NULL)
+        fail_msg("error does not mention libcuda or the device: %s", text);
+    /* Asking again gives the same answer (the loader result is kept). */
+    fsa_status again = fsa_context_create(&ctx, &o);
+    assert_int_equal(again, st);
+    assert_null(ctx);
+}
+
+static void test_a_negative_device_other_than_none_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = -2;
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+}
+
+static fsa_status create_offline_with_env(const char *name, const char *value, fsa_cache_mode mode)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_80";
+    o.cache_mode = mode;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    char *saved = getenv(name) ? strdup(getenv(name)) : NULL;
+    assert_int_equal(setenv(name, value, 1), 0);
+    fsa_status st = fsa_context_create(&ctx, &o);
+    if (saved) {
+        setenv(name, saved, 1);
+        free(saved);
+    } else {
+        unsetenv(name);
+    }
+    if (st != FSA_STATUS_OK) assert_null(ctx);
+    fsa_context_destroy(ctx);
+    return st;
+}
+
+static void test_a_bad_fsa_cache_mode_value_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *bad[] = {"readwrite", "1", "on", "r"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT,
+                      create_offline_with_env("FSA_CACHE_MODE", bad[i], FSA_CACHE_MODE_DEFAULT));
+        assert_non_null(strstr(fsa_last_error_info()->message, "FSA_CACHE_MODE"));
+    }
+    /* The accepted spellings work (off: nothing is touched on disk). */
+    assert_int_equal(create_offline_with_env("FSA_CACHE_MODE", "OFF", FSA_CACHE_MODE_DEFAULT), FSA_STATUS_OK);
+    /* An explicit option overrides the variable. */
+    assert_int_equal(create_offline_with_env("FSA_CACHE_MODE", "bogus", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
+}
+
+static void test_a_bad_fsa_jit_value_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *bad[] = {"maybe", "2", "enabled"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_offline_with_env("FSA_JIT", bad[i], FSA_CACHE_MODE_OFF));
+        assert_non_null(strstr(fsa_last_error_info()->message, "FSA_JIT"));
+    }
+    assert_int_equal(create_offline_with_env("FSA_JIT", "off", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
+    assert_int_equal(create_offline_with_env("FSA_JIT", "1", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
+}
+
+static void test_unknown_cache_and_jit_mode_options_are_invalid_arguments(void **state)
+{
+    (void)state;
+    fsa_context *ctx = NULL;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_80";
+    o.log = -1;
+    o.cache_mode = (fsa_cache_mode)7;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+    o.cache_mode = (fsa_cache_mode)-1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.jit = (fsa_jit_mode)3;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    assert_null(ctx);
+}
+
+static void test_destroying_null_is_fine(void **state)
+{
+    (void)state;
+    fsa_context_destroy(NULL);
+    fsa_plan_destroy(NULL);
+    /* And the library still answers afterwards. */
+    fsa_context *ctx = offline_context("sm_80");
+    fsa_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_context_create_with_a_null_out_is_a_null_pointer),
+        cmocka_unit_test(test_context_create_with_a_wrong_struct_size_is_struct_size),
+        cmocka_unit_test(test_context_options_of_the_first_version_are_read_without_what_follows_them),
+        cmocka_unit_test(test_the_init_macros_set_struct_size_and_the_documented_defaults),
+        cmocka_unit_test(test_an_offline_context_without_a_target_is_an_invalid_argument),
+        cmocka_unit_test(test_an_offline_context_for_an_unsupported_target_is_unsupported_device),
+        cmocka_unit_test(test_an_offline_context_for_a_malformed_target_is_an_invalid_argument),
+        cmocka_unit_test(test_an_offline_context_reports_its_target_and_no_cache_when_off),
+        cmocka_unit_test(test_a_device_context_without_a_driver_fails_with_no_driver_or_no_device),
+        cmocka_unit_test(test_a_negative_device_other_than_none_is_an_invalid_argument),
+        cmocka_unit_test(test_a_bad_fsa_cache_mode_value_is_an_invalid_argument),
+        cmocka_unit_test(test_a_bad_fsa_jit_value_is_an_invalid_argument),
+        cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
+        cmocka_unit_test(test_destroying_null_is_fine),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,299 @@
+/* The public API's answers to bad plan descriptors, on offline contexts (no
+ * GPU): fsa_plan_create refuses NULL arguments, a wrong struct size,
+ * unsupported head and value dims, head counts, groups, block sizes and top-k,
+ * a bad scale, algorithm or dtype, and backward or forced paths that do not
+ * fit the target, each with its documented status and error record and before
+ * anything is compiled; a paged-cache shape over the target's shared memory is
+ * unsupported; and the plan queries refuse NULL arguments. */
+#include "api_validation_fixture.h"
+
+#include "base/struct_size.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static fsa_selected_attention_desc good_desc(void)
+{
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.head_dim = 64;
+    d.num_q_heads = 4;
+    d.num_kv_heads = 1;
+    d.block_size = 64;
+    d.top_k = 4;
+    return d;
+}
+
+/* plan_create must fail with `want`, hand out NULL and compile nothing. */
+static void expect_plan_status(fsa_context *ctx, const fsa_selected_attention_desc *d, fsa_status want,
+                               const char *what)
+{
+    fsa_plan *plan = (fsa_plan *)ctx; /* must be overwritten */
+    fsa_status st = fsa_plan_create(&plan, ctx, d);
+    if (st != want)
+        fail_msg("%s: plan_create returned %s, expected %s (%s)", what, fsa_status_name(st), fsa_status_name(want),
+                 fsa_last_error());
+    assert_null(plan);
+    assert_int_equal(fsa_last_error_info()->status, want);
+    if (fsa_last_error_info()->message[0] == '\0') fail_msg("%s: empty message", what);
+    fsa_cache_stats s = FSA_CACHE_STATS_INIT;
+    assert_int_equal(fsa_context_cache_stats(&s, ctx), FSA_STATUS_OK);
+    assert_int_equal(s.compiles + s.memory_hits + s.disk_hits, 0);
+}
+
+static void test_plan_create_with_null_arguments_is_a_null_pointer(void **state)
+{
+    fsa_context *ctx = *state;
+    fsa_selected_attention_desc d = good_desc();
+    fsa_plan *plan = NULL;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, ctx, NULL));
+    assert_null(plan);
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, NULL, &d));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(NULL, ctx, &d));
+}
+
+static void test_plan_create_with_a_wrong_struct_size_is_struct_size(void **state)
+{
+    fsa_selected_attention_desc d = good_desc();
+    d.struct_size = FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE - 4;
+    expect_plan_status(*state, &d, FSA_STATUS_STRUCT_SIZE, "first size - 4");
+    d.struct_size = 0;
+    expect_plan_status(*state, &d, FSA_STATUS_STRUCT_SIZE, "struct_size 0");
+    /* A descriptor from a newer header than the library's. */
+    _Alignas(16) unsigned char mem[sizeof d + 16];
+    memset(mem, 0, sizeof mem);
+    d = good_desc();
+    memcpy(mem, &d, sizeof d);
+    const size_t newer = sizeof d + 16;
+    memcpy(mem, &newer, sizeof newer);
+    expect_plan_status(*state, (const fsa_selected_attention_desc *)(void *)mem, FSA_STATUS_STRUCT_SIZE,
+                       "newer struct");
+}
+
+static void test_an_unsupported_head_dim_is_unsupported(void **state)
+{
+    const int dims[] = {0, 100, 272, 8, -16, 264, 257};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.head_dim = dims[i];
+        char what[32];
+        snprintf(what, sizeof what, "head_dim %d", dims[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+        assert_non_null(strstr(fsa_last_error_info()->message, "head_dim"));
+    }
+}
+
+static void test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported(void **state)
+{
+    const int64_t dims[] = {8, 100, 272, -16, 264, 257, (int64_t)1 << 32};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.value_dim = dims[i];
+        char what[48];
+        snprintf(what, sizeof what, "value_dim %lld", (long long)dims[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+        assert_non_null(strstr(fsa_last_error_info()->message, "value_dim"));
+    }
+}
+
+static void test_a_backward_with_dims_over_320_together_needs_both_dims_to_be_multiples_of_32(void **state)
+{
+    /* Heads too wide for one pass run the backward's main kernel twice, each
+     * launch on half of the dK and half of the dV columns, in 16-column steps. */
+    const int dims[][2] = {{192, 144}, {144, 192}, {80, 256}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.head_dim = dims[i][0];
+        d.value_dim = dims[i][1];
+        d.backward = 1;
+        char what[48];
+        snprintf(what, sizeof what, "backward with Dk %d Dv %d", dims[i][0], dims[i][1]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+        assert_non_null(strstr(fsa_last_error_info()->message, "multiples of 32"));
+    }
+}
+
+/* The paged-cache kernel at Dk = Dv = 256 with a group of 16 keeps more query
+ * rows and stages than sm_80's shared memory holds: its plan says so instead
+ * of failing a launch. A descriptor of the first version (no value_dim) reads
+ * it as head_dim. */
+static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = offline_context("sm_80");
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = 32, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
+    d.head_dim = 256;
+    d.value_dim = 256;
+    fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    d.value_dim = 0;
+    _Alignas(16) unsigned char buf[sizeof d + 16];
+    memset(buf, 0xa5, sizeof buf); /* what lies past an older caller's struct is not its */
+    const size_t first = offsetof(fsa_kvcache_desc, value_dim);
+    memcpy(buf, &d, first);
+    memcpy(buf, &first, sizeof first);
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf));
+    assert_non_null(strstr(fsa_last_error(), "value_dim 256"));
+    d.head_dim = 64;
+    const int bad[] = {8, 24, 272, -16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d.value_dim = bad[i];
+        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+        assert_non_null(strstr(fsa_last_error(), "value_dim"));
+    }
+    fsa_context_destroy(ctx);
+}
+
+static void test_bad_head_counts_are_invalid_arguments(void **state)
+{
+    const int heads[][2] = {{6, 4}, {3, 2}, {0, 1}, {4, 0}, {0, 0}, {-4, 1}, {4, -1}, {1, 2}};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.num_q_heads = heads[i][0];
+        d.num_kv_heads = heads[i][1];
+        char what[48];
+        snprintf(what, sizeof what, "Hq %d, Hkv %d", heads[i][0], heads[i][1]);
+        expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, what);
+    }
+}
+
+static void test_a_group_larger_than_128_is_unsupported(void **state)
+{
+    fsa_selected_attention_desc d = good_desc();
+    d.num_q_heads = 129 * 2;
+    d.num_kv_heads = 2;
+    expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, "group 129");
+}
+
+static void test_an_unsupported_block_size_is_unsupported(void **state)
+{
+    const int sizes[] = {48, 8, 0, 512, -64, 96};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.block_size = sizes[i];
+        char what[32];
+        snprintf(what, sizeof what, "block_size %d", sizes[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+    }
+}
+
+static void test_an_unsupported_top_k_is_unsupported(void **state)
+{
+    const int ks[] = {0, 65, -1, 1000};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.top_k = ks[i];
+        char what[32];
+        snprintf(what, sizeof what, "top_k %d", ks[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+    }
+}
+
+static void test_a_nan_negative_or_infinite_scale_is_an_invalid_argument(void **state)
+{
+    const float scales[] = {NAN, -1.0f, -0.0001f, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.scale = scales[i];
+        char what[32];
+        snprintf(what, sizeof what, "scale %g", (double)scales[i]);
+        expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, what);
+    }
+}
+
+static void test_an_unknown_algorithm_is_an_invalid_argument(void **state)
+{
+    fsa_selected_attention_desc d = good_desc();
+    d.algorithm = (fsa_algorithm)3;
+    expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "algorithm 3");
+    d.algorithm = (fsa_algorithm)-1;
+    expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "algorithm -1");
+}
+
+static void test_an_unknown_dtype_is_an_invalid_argument(void **state)
+{
+    fsa_selected_attention_desc d = good_desc();
+    d.dtype = (fsa_dtype)7;
+    expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "dtype 7");
+    d.dtype = (fsa_dtype)-1;
+    expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "dtype -1");
+}
+
+static void test_a_backward_path_that_does_not_fit_the_target_is_unsupported(void **state)
+{
+    /* Parts with 100 KB of shared memory per SM allow 99 KB per block: head
+     * dim 176 fits the NSA-order forward (100096 bytes) but not the NSA-order
+     * dq kernel (105984 bytes). */
+    const char *small[] = {"sm_86", "sm_89", "sm_120", "sm_121a"};
+    fsa_selected_attention_desc d = good_desc();
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        fsa_context *ctx = offline_context(small[i]);
+        d = good_desc();
+        d.head_dim = 176;
+        d.num_q_heads = 16;
+        d.backward = 1;
+        d.algorithm = FSA_ALGORITHM_NSA;
+        expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, small[i]);
+        if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
+        fsa_context_destroy(ctx);
+    }
+    /* A value that is not a flag at all is an invalid argument. */
+    d = good_desc();
+    d.backward = 2;
+    expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "backward 2");
+}
+
+static void test_a_forced_fsa_path_that_does_not_fit_is_unsupported(void **state)
+{
+    /* G = 128 leaves no room in the FSA main kernel's 64-row tile. */
+    fsa_selected_attention_desc d = good_desc();
+    d.num_q_heads = 128;
+    d.num_kv_heads = 1;
+    d.algorithm = FSA_ALGORITHM_FSA;
+    expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, "FSA forced with G 128");
+}
+
+static void test_plan_queries_with_null_arguments_are_null_pointers(void **state)
+{
+    (void)state;
+    size_t bytes = 123;
+    fsa_algorithm a = FSA_ALGORITHM_AUTO;
+    const char *why = NULL;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(&bytes, NULL, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(NULL, NULL, 100, 1));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(&a, &why, NULL, 100));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(NULL, &why, NULL, 100));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm_bwd(&a, &why, NULL, 100));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size_bwd(&bytes, NULL, 100, 1));
+    fsa_fwd_args args = FSA_FWD_ARGS_INIT;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_selected_attention_fwd(NULL, &args, NULL));
+}
+
+int main(void)
+{
+#define OFF(fn) cmocka_unit_test_setup_teardown(fn, setup_offline, teardown_offline)
+    const struct CMUnitTest tests[] = {
+        OFF(test_plan_create_with_null_arguments_is_a_null_pointer),
+        OFF(test_plan_create_with_a_wrong_struct_size_is_struct_size),
+        OFF(test_an_unsupported_head_dim_is_unsupported),
+        OFF(test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported),
+        OFF(test_a_backward_with_dims_over_320_together_needs_both_dims_to_be_multiples_of_32),
+        cmocka_unit_test(test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported),
+        OFF(test_bad_head_counts_are_invalid_arguments),
+        OFF(test_a_group_larger_than_128_is_unsupported),
+        OFF(test_an_unsupported_block_size_is_unsupported),
+        OFF(test_an_unsupported_top_k_is_unsupported),
+        OFF(test_a_nan_negative_or_infinite_scale_is_an_invalid_argument),
+        OFF(test_an_unknown_algorithm_is_an_invalid_argument),
+        OFF(test_an_unknown_dtype_is_an_invalid_argument),
+        OFF(test_a_backward_path_that_does_not_fit_the_target_is_unsupported),
+        OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
+        cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),
+    };
+#undef OFF
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

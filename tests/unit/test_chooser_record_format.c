@@ -1,0 +1,77 @@
+/* The chooser's tuning records, without a GPU: token counts round up to
+ * power-of-two buckets, a record's key names every field of its bucket (the
+ * GPU model and SM count included), and a record's text parses only when it
+ * is whole and of the operation asked for. */
+#include "chooser_fixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_buckets_round_token_counts_up_to_a_power_of_two(void **state)
+{
+    (void)state;
+    assert_int_equal(fsa_tune_bucket(0), 0);
+    assert_int_equal(fsa_tune_bucket(1), 0);
+    assert_int_equal(fsa_tune_bucket(2), 1);
+    assert_int_equal(fsa_tune_bucket(3), 2);
+    assert_int_equal(fsa_tune_bucket(64), 6);
+    assert_int_equal(fsa_tune_bucket(65), 7);
+    assert_int_equal(fsa_tune_bucket(INT32_MAX - 1), 31);
+    assert_int_equal(fsa_tune_bucket_tokens(7), 128);
+}
+
+static void test_a_record_key_names_every_field_of_the_bucket(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key key;
+    assert_int_equal(fsa_tune_record_key(&key, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    const char *want[] = {"fsa-tuning-key 1\n", "library " FSA_VERSION_STRING "\n", "\ntemplates ", "\nop fwd\n",
+                          "\ntokens 128\n", "\ndtype bf16\n", "\nhead_dim 128\n", "\nvalue_dim 128\n", "\ngroup 4\n",
+                          "\nblock_size 64\n", "\ntop_k 16\n", "\ntarget sm_90a\n", "\ngpu NVIDIA Test GPU\n", "\nsms 132\n",
+                          "\ncandidates fsa nsa\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (strstr(key.text, want[i]) == NULL) fail_msg("%s lacks %s", key.text, want[i]);
+    assert_string_equal(key.name, "tune_fwd_bf16_d128_dv128_g4_bk64_k16_t128");
+    /* Another GPU model, another SM count, another bucket: another key. */
+    fsa_kernel_key other;
+    snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Other GPU");
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_not_equal(key.hex, other.hex);
+    fsa_key_free(&other);
+    f->ctx.sm_count = 78;
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_not_equal(key.hex, other.hex);
+    fsa_key_free(&other);
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(129)), FSA_STATUS_OK);
+    assert_string_equal(other.name, "tune_fwd_bf16_d128_dv128_g4_bk64_k16_t256");
+    fsa_key_free(&other);
+    fsa_key_free(&key);
+}
+
+static void test_record_texts_parse_only_when_whole_and_of_the_operation(void **state)
+{
+    fixture *f = *state;
+    fsa_candidates c;
+    fsa_candidates_of(&c, &f->plan, FSA_OP_FWD);
+    const double ms[2] = {1.0, 0.5};
+    char *t = fsa_tune_record_text(FSA_OP_FWD, &c, 1, ms);
+    assert_non_null(strstr(t, "winner nsa\n"));
+    assert_int_equal(fsa_tune_record_parse(t, strlen(t), FSA_OP_FWD, &c), 2);
+    assert_int_equal(fsa_tune_record_parse(t, strlen(t), FSA_OP_BWD, &c), 0);
+    assert_int_equal(fsa_tune_record_parse(t, strlen(t) - 3, FSA_OP_FWD, &c), 0); /* no "end" */
+    assert_int_equal(fsa_tune_record_parse(t + 1, strlen(t) - 1, FSA_OP_FWD, &c), 0);
+    free(t);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, chooser_setup, chooser_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_buckets_round_token_counts_up_to_a_power_of_two),
+        T(test_a_record_key_names_every_field_of_the_bucket),
+        T(test_record_texts_parse_only_when_whole_and_of_the_operation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

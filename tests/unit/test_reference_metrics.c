@@ -1,0 +1,56 @@
+/* Checks the error metrics of the CPU reference (relative and largest
+ * absolute error: infinite for NaN or inf, matching -inf is no error) and
+ * the count of selected entries behind the FLOP count. */
+#include "reference.h"
+#include "testing.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static void test_rel_error_is_infinite_for_nan_or_inf_and_zero_for_identical_arrays(void **state)
+{
+    (void)state;
+    const double b[3] = {1.0, -2.0, 0.5};
+    const float same[3] = {1.0f, -2.0f, 0.5f};
+    const float with_nan[3] = {1.0f, NAN, 0.5f};
+    const float with_inf[3] = {1.0f, -2.0f, INFINITY};
+    assert_true(fsa_rel_error(same, b, 3) == 0.0);
+    assert_true(isinf(fsa_rel_error(with_nan, b, 3)));
+    assert_true(isinf(fsa_rel_error(with_inf, b, 3)));
+    assert_true(isinf(fsa_max_abs_error(with_nan, b, 3)));
+    assert_true(fsa_max_abs_error(same, b, 3) == 0.0);
+
+    /* Matching -inf (empty rows' lse) is no error; a finite value there is. */
+    const double lse_ref[2] = {-INFINITY, 3.0};
+    const float lse_ok[2] = {-INFINITY, 3.0f};
+    const float lse_bad[2] = {0.0f, 3.0f};
+    assert_true(fsa_rel_error(lse_ok, lse_ref, 2) == 0.0);
+    assert_true(isinf(fsa_rel_error(lse_bad, lse_ref, 2)));
+
+    /* ||(1,2) - (1,0)|| / ||(1,0)|| = 2. */
+    const float a2[2] = {1.0f, 2.0f};
+    const double b2[2] = {1.0, 0.0};
+    assert_true(fabs(fsa_rel_error(a2, b2, 2) - 2.0) < 1e-15);
+    const double a2d[2] = {1.0, 2.0};
+    assert_true(fabs(fsa_rel_error_d(a2d, b2, 2) - 2.0) < 1e-15);
+    assert_true(fabs(fsa_max_abs_error(a2, b2, 2) - 2.0) < 1e-15);
+}
+
+static void test_selected_entries_count_non_negative_entries_for_the_flop_count(void **state)
+{
+    (void)state;
+    /* Head-major [2, 3, 2]. */
+    const int32_t topk[12] = {0, -1, 0, 1, 5, -1, -1, -1, 2, 0, 0, 3};
+    int64_t n = fsa_ref_selected_entries(topk, 6, 2, 3, 2, 2);
+    assert_int_equal(n, 8);
+    assert_true(fsa_ref_selected_flops(n, 4, 64, 128) == 4.0 * 8 * 4 * 64 * 128);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rel_error_is_infinite_for_nan_or_inf_and_zero_for_identical_arrays),
+        cmocka_unit_test(test_selected_entries_count_non_negative_entries_for_the_flop_count),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
