@@ -1,0 +1,155 @@
+/* The paged-KV-cache kernel's paths against each other on the GPU, each
+ * also against the float64 reference (the fixture's cases,
+ * kvcache_fixture.c): the cluster merge against the workspace merge,
+ * tensor-map copies against row copies, tiles of more than 32 rows
+ * (warpgroup products on tensor maps), and the union of tokens that share
+ * one top-k row against the general union. Outputs are poisoned before
+ * every run. */
+#include "kvcache_fixture.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* A plan of the case's descriptor made with the environment variable
+ * `off` set to 0 (a path turned off), and the two plans' outputs on one
+ * problem: both against the reference, and the same bits. */
+static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, const kvc_case *c, const char *off,
+                                            uint64_t seed, const char *with_name, const char *without_name)
+{
+    fsa_kvcache_plan *with = NULL, *without = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&with, kvc_ctx, d), FSA_STATUS_OK);
+    setenv(off, "0", 1);
+    const fsa_status st = fsa_kvcache_plan_create(&without, kvc_ctx, d);
+    unsetenv(off);
+    assert_int_equal(st, FSA_STATUS_OK);
+    kvc_problem p;
+    kvc_problem_make(&p, c, seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    kvc_run_and_check(with, &p, with_name, &a);
+    kvc_run_and_check(without, &p, without_name, &b);
+    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(with);
+    fsa_kvcache_plan_destroy(without);
+}
+
+/* Where a sequence's shares each get a CTA, they may merge through the
+ * shared memory of a cluster (sm_90) instead of the workspace: same bits,
+ * for 4 and 8 shares, rows on either side of the mma. FSA_KVC_CLUSTER=0
+ * makes a plan that never uses clusters. */
+static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 9}; /* bf16 G4 page 64; bf16 G16 shared selection, HND */
+    for (size_t k = 0; k < 2; k++)
+        for (int splits = 4; splits <= 8; splits *= 2) {
+            fsa_kvcache_desc d = kvc_desc_of(&kvc_cases[cis[k]], KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+            d.splits = splits;
+            assert_path_gives_the_same_bits(&d, &kvc_cases[cis[k]], "FSA_KVC_CLUSTER", 500 + (uint64_t)splits,
+                                            "cluster merge", "workspace merge");
+        }
+}
+
+/* On sm_90a, where a stage is whole page boxes, the kernel copies the
+ * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
+ * copies each key row with cp.async. Same bits: decode and speculative tiles,
+ * page 64 and 128, NHD and HND pages, rows on either side of the mma (the
+ * NaN behind every non-key row of a page box must not reach the output).
+ * Tiles of more than 32 rows are left out: on tensor maps they take
+ * warpgroup products, which round differently (the next test). */
+static void test_tensor_map_copies_give_the_bits_of_row_copies(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 4, 9, 15}; /* G4 page 64; G4 page 128; G16 shared HND; G2 q_len 1..8 */
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        kvc_case c = kvc_cases[cis[k]];
+        const int max_q = 32 / (c.hq / c.hkv) > 0 ? 32 / (c.hq / c.hkv) : 1; /* tokens in 32 rows */
+        for (int b = 0; b < c.nseq; b++)
+            if (c.seqs[b].q_len > max_q) c.seqs[b].q_len = max_q;
+        const fsa_kvcache_desc d = kvc_desc_of(&c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+        assert_path_gives_the_same_bits(&d, &c, "FSA_KVC_TMA", 700 + k, "tensor-map copies", "row copies");
+    }
+}
+
+/* Tiles of more than 32 rows (G > 8, several tokens: speculative decoding at
+ * G 16) take each tensor-map stage in one step of warpgroup products on
+ * sm_90a (elsewhere the mma.sync path): against the reference, the same bits
+ * twice in a row, and the row-copy path against the reference too (not bit
+ * for bit: the products round differently). Case 9: bf16, a selection shared
+ * by the tokens, HND pages, 3 to 8 tokens; the last case: f16, own
+ * selections, top-k lengths and junk, 3, 4 and 8 tokens; and bf16 G 64
+ * decode (every token a 64-row tile) on HND pages. */
+static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **state)
+{
+    (void)state;
+    const size_t cis[] = {9, kvc_n_cases - 1, kvc_n_cases - 2};
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const size_t ci = cis[k];
+        kvc_problem p;
+        kvc_problem_make(&p, &kvc_cases[ci], 800 + k);
+        kvc_problem_reference(&p);
+        kvc_outputs a, b;
+        kvc_run_and_check(kvc_plan_of(ci), &p, "wide tiles", &a);
+        kvc_run_and_check(kvc_plan_of(ci), &p, "wide tiles, again", &b);
+        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&a);
+        kvc_outputs_free(&b);
+        const fsa_kvcache_desc d = kvc_desc_of(&kvc_cases[ci], KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+        fsa_kvcache_plan *rows = NULL;
+        setenv("FSA_KVC_TMA", "0", 1);
+        const fsa_status st = fsa_kvcache_plan_create(&rows, kvc_ctx, &d);
+        unsetenv("FSA_KVC_TMA");
+        assert_int_equal(st, FSA_STATUS_OK);
+        kvc_run_and_check(rows, &p, "wide tiles, row copies", NULL);
+        fsa_kvcache_plan_destroy(rows);
+        kvc_problem_free(&p);
+    }
+}
+
+/* Tokens that share one top-k row (one selection for a sequence's new tokens)
+ * take the union of that one row; the same rows with the slots of every token
+ * but the first rotated take the general union. Both match the reference and
+ * give the same bits (the union is sorted and the masks are per block, so
+ * the order of a row's slots does not matter). G 4 (the first case of 4-token
+ * tiles at page 64), G 16 (a row for all KV heads, HND pages), G 1 (16-token
+ * tiles, top-k lengths and junk), and G 16 with lengths and junk. */
+static void test_tokens_sharing_one_row_give_the_bits_of_the_general_union(void **state)
+{
+    (void)state;
+    const size_t cis[] = {3, 9, 16, kvc_n_cases - 1};
+    for (size_t k = 0; k < sizeof cis / sizeof cis[0]; k++) {
+        const size_t ci = cis[k];
+        kvc_problem p;
+        kvc_problem_make(&p, &kvc_cases[ci], 900 + k);
+        kvc_share_rows(&p);
+        kvc_problem_reference(&p);
+        kvc_outputs one, general;
+        kvc_run_and_check(kvc_plan_of(ci), &p, kvc_cases[ci].name, &one);
+        kvc_rotate_rows(&p);
+        kvc_run_and_check(kvc_plan_of(ci), &p, "slots rotated", &general);
+        assert_memory_equal(one.o_bits, general.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+        assert_memory_equal(one.lse, general.lse, (size_t)p.Tq * p.hq * 4);
+        kvc_outputs_free(&one);
+        kvc_outputs_free(&general);
+        kvc_problem_free(&p);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
+        cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
+        cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
+        cmocka_unit_test(test_tokens_sharing_one_row_give_the_bits_of_the_general_union),
+    };
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
+     * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, kvc_fixture_setup, kvc_fixture_teardown);
+}
