@@ -65,7 +65,7 @@ TUNE_MODES = {None: FSA_TUNE_DEFAULT, "off": FSA_TUNE_OFF, "on": FSA_TUNE_ON, "f
 CHOICE_SOURCES = ("forced", "only_one", "heuristic", "measured")  # by fsa_choice_source value
 
 
-# fsa.h: a workspace_limit of 0 caps a call's workspace at what the outputs alive during the call leave
+# fsa/selected.h: a workspace_limit of 0 caps a call's workspace at what the outputs alive during the call leave
 # of FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN; FSA_WORKSPACE_UNLIMITED: no cap.
 FSA_WORKSPACE_DEFAULT_BUDGET = 89 << 25
 FSA_WORKSPACE_DEFAULT_MIN = 256 << 20

@@ -1,4 +1,4 @@
-"""ctypes mirror of the paged-KV-cache structs of include/fsa.h (no torch needed)."""
+"""ctypes mirror of the paged-KV-cache structs of include/fsa.h (include/fsa/kvcache.h; no torch needed)."""
 
 import ctypes
 

@@ -1,4 +1,5 @@
-"""ctypes mirror of the compressed-attention, window-attention and gate structs of include/fsa.h (no torch needed)."""
+"""ctypes mirror of the compressed-attention, window-attention and gate structs of include/fsa.h (its parts
+include/fsa/compressed.h, window.h and gate.h; no torch needed)."""
 
 import ctypes
 

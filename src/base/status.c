@@ -36,7 +36,7 @@ const char *fsa_status_string(fsa_status status)
 /* The VERSION file is the one source of the version; the build passes its
  * number here, so a header that disagrees with it does not compile. */
 #if defined(FSA_BUILD_VERSION_NUMBER) && FSA_BUILD_VERSION_NUMBER != FSA_VERSION
-#error "FSA_VERSION_MAJOR/MINOR/PATCH in include/fsa.h differ from the VERSION file"
+#error "FSA_VERSION_MAJOR/MINOR/PATCH in include/fsa/version.h differ from the VERSION file"
 #endif
 
 const char *fsa_version_string(void) { return FSA_VERSION_STRING; }

@@ -1,8 +1,10 @@
 /* The public header: compiles alone as C11 and as C++ (header_c11.c,
- * header_cxx.cpp) with the same INIT values, every status has a distinct
- * non-empty name and message. */
+ * header_cxx.cpp) with the same INIT values, and so does each of its parts
+ * (the translation units header_parts.cmake writes); every status has a
+ * distinct non-empty name and message. */
 #include "testing.h"
 
+#include "header_parts.h"
 #include "header_probe.h"
 
 #include <stdio.h>
@@ -59,6 +61,51 @@ static void test_the_header_compiles_alone_as_cxx_with_the_same_defaults(void **
 #endif
 }
 
+/* What each part's translation units saw: the addresses of the functions it
+ * declares, 0 at the end. */
+typedef void (*fsa_header_any_fn)(void);
+#ifdef FSA_TEST_CXX_HEADER
+#define FSA_HEADER_PART_DECLARE_(name)                                   \
+    extern const fsa_header_any_fn fsa_header_part_##name##_c11[];       \
+    extern const fsa_header_any_fn fsa_header_part_##name##_cxx[];
+#else
+#define FSA_HEADER_PART_DECLARE_(name) extern const fsa_header_any_fn fsa_header_part_##name##_c11[];
+#endif
+FSA_HEADER_PARTS(FSA_HEADER_PART_DECLARE_)
+extern const int fsa_header_umbrella_parts;
+
+static void test_each_part_compiles_alone_in_c11_and_cxx(void **state)
+{
+    (void)state;
+    int parts = 0, functions = 0;
+#ifdef FSA_TEST_CXX_HEADER
+    /* In C++ the same functions, through the part's extern "C": the same
+     * addresses as in C (a C++ name would not have linked). */
+#define FSA_HEADER_PART_CHECK_(name)                                                          \
+    do {                                                                                      \
+        const fsa_header_any_fn *c_ = fsa_header_part_##name##_c11;                           \
+        const fsa_header_any_fn *cxx_ = fsa_header_part_##name##_cxx;                         \
+        int i_ = 0;                                                                           \
+        for (; c_[i_] != 0; i_++) assert_true(cxx_[i_] == c_[i_]);                            \
+        assert_true(cxx_[i_] == 0);                                                           \
+        parts++;                                                                              \
+        functions += i_;                                                                      \
+    } while (0);
+#else
+#define FSA_HEADER_PART_CHECK_(name)                                                          \
+    do {                                                                                      \
+        int i_ = 0;                                                                           \
+        while (fsa_header_part_##name##_c11[i_] != 0) i_++;                                   \
+        parts++;                                                                              \
+        functions += i_;                                                                      \
+    } while (0);
+#endif
+    FSA_HEADER_PARTS(FSA_HEADER_PART_CHECK_)
+    /* umbrella_c11.c checked that fsa.h includes each of these parts. */
+    assert_int_equal(fsa_header_umbrella_parts, parts);
+    assert_true(functions > 0);
+}
+
 static void test_every_status_has_a_distinct_non_empty_name_and_message(void **state)
 {
     (void)state;
@@ -109,6 +156,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_header_compiles_alone_in_strict_c11),
         cmocka_unit_test(test_the_header_compiles_alone_as_cxx_with_the_same_defaults),
+        cmocka_unit_test(test_each_part_compiles_alone_in_c11_and_cxx),
         cmocka_unit_test(test_every_status_has_a_distinct_non_empty_name_and_message),
         cmocka_unit_test(test_unknown_status_values_still_have_strings),
         cmocka_unit_test(test_status_values_are_stable),

@@ -1,0 +1,83 @@
+/**
+ * @file fsa/cache.h
+ * Disk cache maintenance: list, verify, prune. Part of fsa.h.
+ */
+#ifndef FSA_PUBLIC_CACHE_H
+#define FSA_PUBLIC_CACHE_H
+
+#include "common.h"
+#include "status.h"
+#include "context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Disk cache maintenance (what tools/fsa-precompile uses)                  */
+/* ------------------------------------------------------------------------ */
+
+/** One disk cache entry, as a visit callback sees it. The strings belong to
+ *  the library and are valid only during the callback. */
+typedef struct fsa_cache_entry_info {
+    const char *path;   /**< full path */
+    const char *name;   /**< readable kernel name, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64 */
+    const char *target; /**< directory target, e.g. sm_90a */
+    uint64_t bytes;     /**< file size */
+    int64_t mtime;      /**< seconds since the epoch */
+    int valid;          /**< fsa_cache_verify only: 1 when header, key and checksum are good */
+    int deleted;        /**< fsa_cache_verify only: 1 when a bad entry was deleted (0 when it
+                             could not be: read-only cache or directory, a directory that is
+                             not empty) */
+} fsa_cache_entry_info;
+
+/** Called once per entry with the caller's `user` pointer; return non-zero to
+ *  stop early. It runs on the calling thread, during the call. */
+typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user);
+
+/**
+ * Visits every entry of every target under the context's cache directory.
+ * @param ctx   the context
+ * @param visit the callback (required)
+ * @param user  passed to visit unchanged
+ * @return FSA_STATUS_OK (also when visit stopped early);
+ *         FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO when the context has no
+ *         disk cache or a directory cannot be read.
+ * Reads the file system only; safe while other threads and processes use the
+ * cache.
+ */
+FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user);
+
+/**
+ * Re-reads and re-hashes every entry; on a context with a device, also loads
+ * the entries of the context's target into the driver. Bad entries are
+ * deleted where the cache allows it (entry.deleted says which).
+ * @param      ctx     the context
+ * @param      visit   called for every entry with `valid` set; may be NULL
+ * @param      user    passed to visit unchanged
+ * @param[out] bad_out the number of bad entries; may be NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
+ * Blocks (file I/O, module loads); safe while other processes use the cache.
+ */
+FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, void *user,
+                                    uint64_t *bad_out);
+
+/**
+ * Deletes stale temporary and lock files, then the least recently used
+ * entries until the entries total at most max_bytes.
+ * @param      ctx            the context
+ * @param      max_bytes      the size to shrink to (0 deletes every entry)
+ * @param[out] removed_out    files deleted; may be NULL
+ * @param[out] bytes_left_out bytes of entries left; may be NULL
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
+ * Safe while other processes use the cache: one that needs a deleted kernel
+ * compiles it again.
+ */
+FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_t *removed_out,
+                                   uint64_t *bytes_left_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FSA_PUBLIC_CACHE_H */
