@@ -24,7 +24,8 @@ static void decode_usage(FILE *f)
             "  --stamps FILE    debug: the kernel variant with per-CTA phase stamps (tensor-map kernels, sm_90a);\n"
             "                   one more call per row writes its CTAs' records to FILE (timings include the stamps)\n"
             "  -h, --help       this text\n"
-            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver.\n",
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
+            "usable GPU.\n",
             DEC_MAX_LIST);
 }
 

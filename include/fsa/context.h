@@ -89,8 +89,9 @@ typedef struct fsa_context_options {
 /**
  * Creates a context: opens the device (retaining its primary context) or,
  * with FSA_DEVICE_NONE, only records the target; resolves the cache
- * directory and modes from the options and the environment; loads NVRTC when
- * it is there (without it, only cached kernels can be used). A cache
+ * directory and modes from the options and the environment. NVRTC is not
+ * loaded here but the first time a kernel must be compiled (without it, only
+ * cached kernels can be used). A cache
  * directory that cannot be used is not an error: kernels then stay in memory
  * (one warning when logging is on).
  * @param[out] out      the new context, or NULL on failure. The caller owns it

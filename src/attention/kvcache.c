@@ -131,9 +131,10 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->tma = tma_wanted(ctx, desc);
     plan->ctas = fsa_env_int("FSA_KVC_CTAS", 0, INT_MAX, 0);
     /* Debug: the kernel variant that writes per-CTA phase stamps (kvc_stamps.cuh) into the
-     * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only). */
+     * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only).
+     * Empty counts as unset, as for the other switches. */
     const char *stamps = getenv("FSA_KVC_STAMPS");
-    if (stamps != NULL && plan->tma) {
+    if (stamps != NULL && *stamps != '\0' && plan->tma) {
         /* Read whole, like the other switches: two unsigned numbers (decimal, 0x hex) and the colon. */
         char *end = NULL, *bytes_end = NULL;
         unsigned long long bytes = 0;

@@ -77,6 +77,12 @@ static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
         expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));
         assert_non_null(strstr(fsa_last_error_info()->message, "FSA_KVC_STAMPS"));
     }
+    /* Empty counts as unset, as for the other switches: the plan takes the normal kernel. */
+    setenv("FSA_KVC_STAMPS", "", 1);
+    fsa_kvcache_desc d = good_desc(32, 8);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_kvcache_plan_destroy(plan);
     unsetenv("FSA_KVC_STAMPS");
 }
 
