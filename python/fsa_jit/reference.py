@@ -15,7 +15,7 @@ from .attention import _topk_layout
 
 def selected_attention_reference(q, k, v, topk_idx, cu_seqlens, block_size, scale=None,
                                  return_lse=False, topk_layout=None):
-    """Same arguments and conventions as fsa_jit.selected_attention (v may have
+    """The arguments (those that change the result) and conventions of fsa_jit.selected_attention (v may have
     its own head dim Dv; o is [T, Hq, Dv]).
 
     block_size may be any positive int here (tiny problems for gradcheck).
