@@ -7,23 +7,18 @@
 
 #include "testing.h"
 
-#include <string.h> /* strstr, in EXPECT_STATUS */
+#include <string.h> /* strstr, in EXPECT_REFUSED */
 
-/* Runs `call`, expects `want`, and checks that the thread's error record
- * agrees and says something. */
-#define EXPECT_STATUS(want, call)                                                                 \
+/* A refused call: EXPECT_STATUS (testing.h) of a failure status, and the
+ * error message names that status. */
+#define EXPECT_REFUSED(want, call)                                                                \
     do {                                                                                          \
-        fsa_status st_ = (call);                                                                  \
-        if (st_ != (want))                                                                        \
-            fail_msg("%s returned %s, expected %s (%s)", #call, fsa_status_name(st_),             \
-                     fsa_status_name(want), fsa_last_error());                                   \
-        const fsa_error_info *e_ = fsa_last_error_info();                                         \
-        assert_int_equal(e_->status, (want));                                                     \
-        assert_non_null(e_->message);                                                             \
-        if (e_->message[0] == '\0') fail_msg("%s: empty error message", #call);                  \
+        EXPECT_STATUS(want, call);                                                                \
         assert_non_null(strstr(fsa_last_error(), fsa_status_name(want)));                        \
     } while (0)
 
+/* Options of an offline context for target (NULL: none given) with the cache off and no log. */
+fsa_context_options offline_options(const char *target);
 /* An offline context for target that never touches the disk, or the test fails. */
 fsa_context *offline_context(const char *target);
 

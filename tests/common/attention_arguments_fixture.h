@@ -21,20 +21,7 @@
 extern fsa_context *g_ctx;
 extern fsa_plan *g_auto, *g_nsa, *g_bwd, *g_limited;
 
-/* Runs `call`, expects `want`, and checks the thread's error record agrees
- * and says something. */
-#define EXPECT_STATUS(want, call)                                                                          \
-    do {                                                                                                   \
-        fsa_status st_ = (call);                                                                           \
-        if (st_ != (want))                                                                                 \
-            fail_msg("line %d: %s returned %s, expected %s (%s)", __LINE__, #call, fsa_status_name(st_),  \
-                     fsa_status_name(want), fsa_last_error());                                            \
-        if ((want) != FSA_STATUS_OK) {                                                                     \
-            assert_int_equal(fsa_last_error_info()->status, (want));                                       \
-            assert_true(fsa_last_error_info()->message[0] != '\0');                                        \
-        }                                                                                                  \
-    } while (0)
-
+/* EXPECT_STATUS (testing.h) of a forward and a backward call. */
 #define EXPECT_FWD(want, plan, args) EXPECT_STATUS(want, fsa_selected_attention_fwd((plan), (args), NULL))
 #define EXPECT_BWD(want, plan, args) EXPECT_STATUS(want, fsa_selected_attention_bwd((plan), (args), NULL))
 

@@ -1,8 +1,9 @@
-/* The fixture and helpers that the chooser tests (tests/unit/test_chooser_*.c)
- * share, without a GPU: a plan without kernels on a context whose only real
- * part is a disk cache in a fresh directory (for tuning records), and a
- * stand-in driver whose events say the NSA order is twice as fast, so that a
- * measuring call has a known winner. */
+/* The fixture and helpers that the chooser tests (tests/unit/test_chooser_*.c,
+ * and test_kvcache_chooser.c for its context) share, without a GPU: a plan
+ * without kernels on a context whose only real part is a disk cache in a
+ * fresh directory (for tuning records), and a stand-in driver whose events
+ * say the NSA order is twice as fast, so that a measuring call has a known
+ * winner. */
 #ifndef FSA_CHOOSER_FIXTURE_H
 #define FSA_CHOOSER_FIXTURE_H
 

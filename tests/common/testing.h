@@ -14,6 +14,20 @@
 
 #define FSA_TEST_SKIP_CODE 77
 
+/* Runs `call` and expects `want`; a failed call must also leave the
+ * thread's error record with that status and a message. */
+#define EXPECT_STATUS(want, call)                                                                          \
+    do {                                                                                                   \
+        fsa_status st_ = (call);                                                                           \
+        if (st_ != (want))                                                                                 \
+            fail_msg("line %d: %s returned %s, expected %s (%s)", __LINE__, #call, fsa_status_name(st_),  \
+                     fsa_status_name(want), fsa_last_error());                                            \
+        if ((want) != FSA_STATUS_OK) {                                                                     \
+            assert_int_equal(fsa_last_error_info()->status, (want));                                       \
+            assert_true(fsa_last_error_info()->message[0] != '\0');                                        \
+        }                                                                                                  \
+    } while (0)
+
 /* A fresh empty directory under $FSA_TEST_TMPDIR (else /tmp); caller frees
  * the string and removes the tree with fsa_test_rmtree. */
 char *fsa_test_mkdtemp(const char *prefix);

@@ -21,18 +21,6 @@ static char *g_dir;
 static fsa_context *g_ctx, *g_ctx80;
 static fsa_compressed_plan *g_plan, *g_plan_no_select, *g_plan_bwd;
 
-#define EXPECT_STATUS(want, call)                                                                         \
-    do {                                                                                                  \
-        fsa_status st_ = (call);                                                                          \
-        if (st_ != (want))                                                                                \
-            fail_msg("line %d: %s returned %s, expected %s (%s)", __LINE__, #call, fsa_status_name(st_), \
-                     fsa_status_name(want), fsa_last_error());                                           \
-        if ((want) != FSA_STATUS_OK) {                                                                    \
-            assert_int_equal(fsa_last_error_info()->status, (want));                                      \
-            assert_true(fsa_last_error_info()->message[0] != '\0');                                       \
-        }                                                                                                 \
-    } while (0)
-
 static fsa_compressed_attention_desc small_desc(void)
 {
     fsa_compressed_attention_desc d = FSA_COMPRESSED_ATTENTION_DESC_INIT;

@@ -20,15 +20,6 @@ static fsa_context *g_ctx;
 static fsa_window_plan *g_plan;    /* with backward */
 static fsa_window_plan *g_fwd_only; /* without */
 
-#define EXPECT_STATUS(want, call)                                                                         \
-    do {                                                                                                  \
-        fsa_status st_ = (call);                                                                          \
-        if (st_ != (want))                                                                                \
-            fail_msg("line %d: %s returned %s, expected %s (%s)", __LINE__, #call, fsa_status_name(st_), \
-                     fsa_status_name(want), fsa_last_error());                                           \
-        if ((want) != FSA_STATUS_OK) assert_int_equal(fsa_last_error_info()->status, (want));           \
-    } while (0)
-
 static fsa_window_attention_desc small_desc(void)
 {
     fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;

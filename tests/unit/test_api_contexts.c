@@ -18,8 +18,8 @@ static void test_context_create_with_a_null_out_is_a_null_pointer(void **state)
 {
     (void)state;
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, &o));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, &o));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_context_create(NULL, NULL));
 }
 
 static void test_context_create_with_a_wrong_struct_size_is_struct_size(void **state)
@@ -32,7 +32,7 @@ static void test_context_create_with_a_wrong_struct_size_is_struct_size(void **s
         o.device = FSA_DEVICE_NONE;
         o.target = "sm_80";
         fsa_context *ctx = (fsa_context *)&o; /* must be overwritten */
-        EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_create(&ctx, &o));
+        EXPECT_REFUSED(FSA_STATUS_STRUCT_SIZE, fsa_context_create(&ctx, &o));
         assert_null(ctx);
     }
 }
@@ -44,12 +44,8 @@ static void test_context_options_of_the_first_version_are_read_without_what_foll
      * struct in memory (poisoned here) is not its own. */
     _Alignas(16) unsigned char mem[sizeof(fsa_context_options) + 64];
     memset(mem, 0xa5, sizeof mem);
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    fsa_context_options o = offline_options("sm_80");
     o.struct_size = FSA_CONTEXT_OPTIONS_FIRST_SIZE;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_80";
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.log = -1;
     memcpy(mem, &o, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
     fsa_context *ctx = NULL;
     assert_int_equal(fsa_context_create(&ctx, (const fsa_context_options *)(void *)mem), FSA_STATUS_OK);
@@ -92,24 +88,17 @@ static void test_the_init_macros_set_struct_size_and_the_documented_defaults(voi
 static void test_an_offline_context_without_a_target_is_an_invalid_argument(void **state)
 {
     (void)state;
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.log = -1;
+    const fsa_context_options o = offline_options(NULL);
     fsa_context *ctx = NULL;
-    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
     assert_null(ctx);
 }
 
 static void expect_offline_context_status(fsa_status want, const char *target)
 {
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = target;
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.log = -1;
+    const fsa_context_options o = offline_options(target);
     fsa_context *ctx = NULL;
-    EXPECT_STATUS(want, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(want, fsa_context_create(&ctx, &o));
     assert_null(ctx);
     assert_non_null(strstr(fsa_last_error_info()->message, target));
 }
@@ -177,17 +166,14 @@ static void test_a_negative_device_other_than_none_is_an_invalid_argument(void *
     o.cache_mode = FSA_CACHE_MODE_OFF;
     o.log = -1;
     fsa_context *ctx = NULL;
-    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
     assert_null(ctx);
 }
 
 static fsa_status create_offline_with_env(const char *name, const char *value, fsa_cache_mode mode)
 {
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_80";
+    fsa_context_options o = offline_options("sm_80");
     o.cache_mode = mode;
-    o.log = -1;
     fsa_context *ctx = NULL;
     char *saved = getenv(name) ? strdup(getenv(name)) : NULL;
     assert_int_equal(setenv(name, value, 1), 0);
@@ -208,7 +194,7 @@ static void test_a_bad_fsa_cache_mode_value_is_an_invalid_argument(void **state)
     (void)state;
     const char *bad[] = {"readwrite", "1", "on", "r"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT,
+        EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT,
                       create_offline_with_env("FSA_CACHE_MODE", bad[i], FSA_CACHE_MODE_DEFAULT));
         assert_non_null(strstr(fsa_last_error_info()->message, "FSA_CACHE_MODE"));
     }
@@ -223,7 +209,7 @@ static void test_a_bad_fsa_jit_value_is_an_invalid_argument(void **state)
     (void)state;
     const char *bad[] = {"maybe", "2", "enabled"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_offline_with_env("FSA_JIT", bad[i], FSA_CACHE_MODE_OFF));
+        EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, create_offline_with_env("FSA_JIT", bad[i], FSA_CACHE_MODE_OFF));
         assert_non_null(strstr(fsa_last_error_info()->message, "FSA_JIT"));
     }
     assert_int_equal(create_offline_with_env("FSA_JIT", "off", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
@@ -234,18 +220,15 @@ static void test_unknown_cache_and_jit_mode_options_are_invalid_arguments(void *
 {
     (void)state;
     fsa_context *ctx = NULL;
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_80";
-    o.log = -1;
+    fsa_context_options o = offline_options("sm_80");
     o.cache_mode = (fsa_cache_mode)7;
-    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
     assert_null(ctx);
     o.cache_mode = (fsa_cache_mode)-1;
-    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
     o.cache_mode = FSA_CACHE_MODE_OFF;
     o.jit = (fsa_jit_mode)3;
-    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
     assert_null(ctx);
 }
 

@@ -15,14 +15,14 @@ static void test_cache_stats_checks_its_arguments(void **state)
     fsa_context *ctx = *state;
     fsa_cache_stats s = FSA_CACHE_STATS_INIT;
     s.struct_size = FSA_CACHE_STATS_FIRST_SIZE - 8;
-    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
+    EXPECT_REFUSED(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
     s.struct_size = 0;
-    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
+    EXPECT_REFUSED(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
     s.struct_size = sizeof s + 8;
-    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
+    EXPECT_REFUSED(FSA_STATUS_STRUCT_SIZE, fsa_context_cache_stats(&s, ctx));
     s.struct_size = sizeof s;
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_cache_stats(NULL, ctx));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_context_cache_stats(&s, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_context_cache_stats(NULL, ctx));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_context_cache_stats(&s, NULL));
     /* A fresh context has counted nothing. */
     assert_int_equal(fsa_context_cache_stats(&s, ctx), FSA_STATUS_OK);
     assert_int_equal(s.compiles + s.memory_hits + s.disk_hits + s.corrupt_entries + s.write_failures, 0);
@@ -55,22 +55,22 @@ static void test_cache_maintenance_without_a_disk_cache_is_cache_io(void **state
     fsa_context *ctx = *state; /* cache off */
     int n = 0;
     uint64_t bad = 7, removed = 7, left = 7;
-    EXPECT_STATUS(FSA_STATUS_CACHE_IO, fsa_cache_list(ctx, count_visit, &n));
-    EXPECT_STATUS(FSA_STATUS_CACHE_IO, fsa_cache_verify(ctx, count_visit, &n, &bad));
-    EXPECT_STATUS(FSA_STATUS_CACHE_IO, fsa_cache_prune(ctx, 0, &removed, &left));
+    EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_list(ctx, count_visit, &n));
+    EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_verify(ctx, count_visit, &n, &bad));
+    EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_prune(ctx, 0, &removed, &left));
     assert_int_equal(n, 0);
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_cache_list(NULL, count_visit, &n));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_cache_verify(NULL, NULL, NULL, &bad));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_cache_prune(NULL, 0, NULL, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_list(NULL, count_visit, &n));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_verify(NULL, NULL, NULL, &bad));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_prune(NULL, 0, NULL, NULL));
 }
 
 static void test_fill_on_an_offline_context_is_no_device(void **state)
 {
     fsa_context *ctx = *state;
-    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_fill_u32(ctx, 0x10000, 1u, 64, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_fill_u32(ctx, 0x10000, 1u, 64, NULL));
     /* Even a zero-length fill: the context cannot run anything. */
-    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_fill_u32(ctx, 0x10000, 1u, 0, NULL));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_fill_u32(NULL, 0x10000, 1u, 64, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_fill_u32(ctx, 0x10000, 1u, 0, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_fill_u32(NULL, 0x10000, 1u, 64, NULL));
     /* Nothing was compiled for it. */
     fsa_cache_stats s = FSA_CACHE_STATS_INIT;
     assert_int_equal(fsa_context_cache_stats(&s, ctx), FSA_STATUS_OK);

@@ -47,10 +47,10 @@ static void test_plan_create_with_null_arguments_is_a_null_pointer(void **state)
     fsa_context *ctx = *state;
     fsa_selected_attention_desc d = good_desc();
     fsa_plan *plan = NULL;
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, ctx, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, ctx, NULL));
     assert_null(plan);
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, NULL, &d));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_create(NULL, ctx, &d));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, NULL, &d));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(NULL, ctx, &d));
 }
 
 static void test_plan_create_with_a_wrong_struct_size_is_struct_size(void **state)
@@ -127,7 +127,7 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
     d.head_dim = 256;
     d.value_dim = 256;
     fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
-    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
     assert_null(plan);
     assert_non_null(strstr(fsa_last_error(), "shared memory"));
     d.value_dim = 0;
@@ -136,13 +136,13 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
     const size_t first = offsetof(fsa_kvcache_desc, value_dim);
     memcpy(buf, &d, first);
     memcpy(buf, &first, sizeof first);
-    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf));
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, (const fsa_kvcache_desc *)(void *)buf));
     assert_non_null(strstr(fsa_last_error(), "value_dim 256"));
     d.head_dim = 64;
     const int bad[] = {8, 24, 272, -16};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         d.value_dim = bad[i];
-        EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+        EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
         assert_non_null(strstr(fsa_last_error(), "value_dim"));
     }
     fsa_context_destroy(ctx);
@@ -263,14 +263,14 @@ static void test_plan_queries_with_null_arguments_are_null_pointers(void **state
     size_t bytes = 123;
     fsa_algorithm a = FSA_ALGORITHM_AUTO;
     const char *why = NULL;
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(&bytes, NULL, 100, 1));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(NULL, NULL, 100, 1));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(&a, &why, NULL, 100));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(NULL, &why, NULL, 100));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm_bwd(&a, &why, NULL, 100));
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size_bwd(&bytes, NULL, 100, 1));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(&bytes, NULL, 100, 1));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size(NULL, NULL, 100, 1));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(&a, &why, NULL, 100));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm(NULL, &why, NULL, 100));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_algorithm_bwd(&a, &why, NULL, 100));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_workspace_size_bwd(&bytes, NULL, 100, 1));
     fsa_fwd_args args = FSA_FWD_ARGS_INIT;
-    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_selected_attention_fwd(NULL, &args, NULL));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_selected_attention_fwd(NULL, &args, NULL));
 }
 
 int main(void)

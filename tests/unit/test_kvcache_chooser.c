@@ -3,44 +3,13 @@
  * a count, the decision to measure by tuning level, and the plan's record on
  * disk: read by a later plan (with tuning off too), ignored with force,
  * ignored and counted when damaged, not applied to another max_batch bucket. */
-#include "testing.h"
+#include "chooser_fixture.h"
 
 #include "attention/kvcache.h"
-#include "attention/tuning.h"
-#include "jit/context.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct fixture {
-    char *root;
-    fsa_context ctx;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    if (f == NULL) return -1;
-    f->root = fsa_test_mkdtemp("fsa_kvc_tuning");
-    if (f->root == NULL || fsa_disk_cache_open(&f->ctx.disk, f->root, 0) != FSA_STATUS_OK) return -1;
-    f->ctx.target = "sm_90a";
-    snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Test GPU");
-    f->ctx.sm_count = 132;
-    f->ctx.tune = FSA_TUNE_LEVEL_ON;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    fsa_disk_cache_close(f->ctx.disk);
-    fsa_test_rmtree(f->root);
-    free(f->root);
-    free(f);
-    return 0;
-}
 
 /* A plan without kernels: G 4 (Hq 32, Hkv 8) unless hkv says otherwise, D = Dv = 128, BK 64, page 64. */
 static void make_plan_hkv(fsa_kvcache_plan *p, fsa_context *ctx, int hkv, int top_k, int splits, int max_batch)
@@ -59,7 +28,7 @@ static void make_plan_hkv(fsa_kvcache_plan *p, fsa_context *ctx, int hkv, int to
     fsa_kvc_tuning_init(p);
 }
 
-static void make_plan(fsa_kvcache_plan *p, fsa_context *ctx, int top_k, int splits, int max_batch)
+static void make_kvc_plan(fsa_kvcache_plan *p, fsa_context *ctx, int top_k, int splits, int max_batch)
 {
     make_plan_hkv(p, ctx, 8, top_k, splits, max_batch);
 }
@@ -75,7 +44,7 @@ static void test_candidates_are_powers_of_two_up_to_half_the_slots(void **state)
 {
     fixture *f = *state;
     fsa_kvcache_plan p;
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     assert_int_equal(p.tune.c.n, 4);
     for (int i = 0; i < 4; i++) assert_int_equal(p.tune.c.v[i].splits, 1 << i);
     assert_string_equal(p.tune.names[3], "kvc.s8");
@@ -87,13 +56,13 @@ static void test_candidates_are_powers_of_two_up_to_half_the_slots(void **state)
     assert_true(c.may_measure);
     make_plan_hkv(&p, &f->ctx, 32, 16, 0, 64);
     assert_int_equal(choice_of(&p).splits, 4); /* G 1: 16 MiB per token, ceil(16 / 4) */
-    make_plan(&p, &f->ctx, 64, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 64, 0, 64);
     assert_int_equal(p.tune.c.n, 5); /* 1 .. 16 */
     assert_int_equal(choice_of(&p).splits, 16); /* 16 MiB per token: ceil(64 / 4) */
-    make_plan(&p, &f->ctx, 6, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 6, 0, 64);
     assert_int_equal(p.tune.c.n, 2); /* 1, 2 */
     assert_int_equal(choice_of(&p).splits, 2);
-    make_plan(&p, &f->ctx, 1, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 1, 0, 64);
     assert_int_equal(p.tune.c.n, 1);
     c = choice_of(&p);
     assert_int_equal(c.source, FSA_CHOICE_ONLY_ONE);
@@ -105,7 +74,7 @@ static void test_a_descriptor_forces_its_count(void **state)
 {
     fixture *f = *state;
     fsa_kvcache_plan p;
-    make_plan(&p, &f->ctx, 16, 3, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 3, 64);
     assert_int_equal(p.tune.c.n, 1);
     assert_int_equal(p.max_splits, 3);
     const fsa_kvc_choice c = choice_of(&p);
@@ -119,7 +88,7 @@ static void test_tuning_off_never_asks_to_measure(void **state)
     fixture *f = *state;
     f->ctx.tune = FSA_TUNE_LEVEL_OFF;
     fsa_kvcache_plan p;
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     assert_false(choice_of(&p).may_measure);
     f->ctx.tune = FSA_TUNE_LEVEL_ON;
 }
@@ -141,26 +110,26 @@ static void test_a_record_is_read_by_later_plans_and_a_damaged_one_ignored(void 
 {
     fixture *f = *state;
     fsa_kvcache_plan p;
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     char *path = publish(f, &p, 3); /* kvc.s8 */
-    make_plan(&p, &f->ctx, 16, 0, 50); /* max_batch 50: the same bucket (64) */
+    make_kvc_plan(&p, &f->ctx, 16, 0, 50); /* max_batch 50: the same bucket (64) */
     fsa_kvc_choice c = choice_of(&p);
     assert_int_equal(c.source, FSA_CHOICE_MEASURED);
     assert_int_equal(c.splits, 8);
     assert_false(c.may_measure);
     f->ctx.tune = FSA_TUNE_LEVEL_OFF; /* records are still used */
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     assert_int_equal(choice_of(&p).source, FSA_CHOICE_MEASURED);
     f->ctx.tune = FSA_TUNE_LEVEL_FORCE; /* records on disk are ignored: measured again */
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     assert_true(choice_of(&p).may_measure);
     f->ctx.tune = FSA_TUNE_LEVEL_ON;
-    make_plan(&p, &f->ctx, 16, 0, 65); /* another bucket (128): no record */
+    make_kvc_plan(&p, &f->ctx, 16, 0, 65); /* another bucket (128): no record */
     assert_int_equal(choice_of(&p).source, FSA_CHOICE_HEURISTIC);
 
     fsa_test_damage_file(path, 3);
     const uint64_t corrupt = atomic_load(&f->ctx.counters.corrupt_entries);
-    make_plan(&p, &f->ctx, 16, 0, 64);
+    make_kvc_plan(&p, &f->ctx, 16, 0, 64);
     c = choice_of(&p);
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
     assert_true(c.may_measure);
@@ -176,5 +145,5 @@ int main(void)
         cmocka_unit_test(test_tuning_off_never_asks_to_measure),
         cmocka_unit_test(test_a_record_is_read_by_later_plans_and_a_damaged_one_ignored),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, chooser_setup, chooser_teardown);
 }
