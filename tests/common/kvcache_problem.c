@@ -219,7 +219,7 @@ void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b)
     out->q = xmalloc(nq * sizeof(float));
     memcpy(out->q, p->q + (size_t)t0 * p->hq * p->d, nq * sizeof(float));
     /* Same layout kind, n tokens. */
-    const int heads = p->topk_hs == 0 ? 1 : p->hkv;
+    const int heads = topk_heads(p);
     out->topk_ts = p->topk_ts;
     out->topk_hs = p->topk_hs == 0 ? 0 : p->topk_ts == p->k ? (int64_t)n * p->k : p->k;
     out->topk_elems = (size_t)heads * n * p->k + 1;
