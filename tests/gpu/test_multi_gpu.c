@@ -1,9 +1,11 @@
 /* More than one GPU: one process driving two devices (a context and a plan
- * per device, forwards in flight on both at once on their own streams), and
- * two processes (this binary run again, one per device) sharing one cold
- * cache directory. Every output is checked against the CPU float64
- * reference. Exits 77 (skipped) with fewer than two GPUs. */
+ * per device, calls in flight on both at once on their own streams: the
+ * selected forward, and a paged-cache batch as a server with a model split
+ * over its GPUs runs it), and two processes (this binary run again, one per
+ * device) sharing one cold cache directory. Every output is checked against
+ * the CPU float64 reference. Exits 77 (skipped) with fewer than two GPUs. */
 #include "attention_problem.h"
+#include "kvcache_fixture.h"
 
 #include "jit/context.h"
 #include "jit/cuda_driver.h"
@@ -19,6 +21,10 @@
 #define N_DEV 2
 
 static const attn_case g_case = {"bf16_d128_g4_bk64", BF, 128, 8, 2, 64, 8, {70, 300, 1, 129}, 4, 0, 0, A_AUTO, 0, 1, 0, 1};
+/* Decode, speculative tokens, an empty cache and a long one, in one batch; shared pages of 64 tokens. */
+static const kvc_case g_kvc_case = {"bf16_d128_g4_page64", BF, 128, 16, 4, 64, 16, 64,
+                                    {{1, 3000}, {4, 500}, {1, 0}, {8, 64}, {1, 30000}, {3, 65}},
+                                    6, KVC_TOPK_HTK, 0, 1, 1, 0};
 
 /* The device count, or exit 77 when there are fewer than two. */
 static void need_two_gpus(void)
@@ -54,7 +60,8 @@ static void check_against_reference(const outputs *out, const problem *p, const 
     assert_true(err < 1e-2);
 }
 
-/* One device's share: its context, plan, inputs and stream. */
+/* One device's share: its context, plan, inputs and stream; the selected
+ * forward's (plan) or the paged cache's (kplan). */
 typedef struct lane {
     int device;
     fsa_context *ctx;
@@ -62,25 +69,45 @@ typedef struct lane {
     problem p;
     device_problem dp;
     fsa_fwd_args a;
+    fsa_kvcache_plan *kplan;
+    kvc_problem kp;
+    kvc_device kd;
+    fsa_kvcache_args ka;
     CUstream stream;
     fsa_status st;
     CUresult sync;
 } lane;
 
-static void lane_make(lane *l, int device, const char *cache_dir)
+/* paged: the paged-cache batch instead of the selected forward. */
+static void lane_make(lane *l, int device, const char *cache_dir, int paged)
 {
     const fsa_cu_api *cu = NULL;
     assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     l->device = device;
     l->ctx = device_context(device, cache_dir);
-    fsa_selected_attention_desc d = attn_desc_of(&g_case, 0);
-    if (fsa_plan_create(&l->plan, l->ctx, &d) != FSA_STATUS_OK) fail_msg("plan on device %d: %s", device, fsa_last_error());
+    if (paged) {
+        const fsa_kvcache_desc d = kvc_desc_of(&g_kvc_case, g_kvc_case.nseq, 64);
+        if (fsa_kvcache_plan_create(&l->kplan, l->ctx, &d) != FSA_STATUS_OK)
+            fail_msg("paged-cache plan on device %d: %s", device, fsa_last_error());
+    } else {
+        fsa_selected_attention_desc d = attn_desc_of(&g_case, 0);
+        if (fsa_plan_create(&l->plan, l->ctx, &d) != FSA_STATUS_OK)
+            fail_msg("plan on device %d: %s", device, fsa_last_error());
+    }
     /* Memory and streams belong to the device whose context is current. */
     assert_int_equal(fsa_context_enter(l->ctx), FSA_STATUS_OK);
-    problem_make(&l->p, &g_case, 0xd0d0);
-    device_make(&l->dp, &l->p, &g_case, l->plan);
-    l->a = fwd_args_of(&l->dp, &l->p);
-    poison_fwd(&l->dp, &l->p, &g_case);
+    if (paged) {
+        kvc_problem_make(&l->kp, &g_kvc_case, 0xd1d1);
+        kvc_problem_reference(&l->kp);
+        kvc_device_make(&l->kd, &l->kp, l->kplan);
+        l->ka = kvc_args_of(&l->kd, &l->kp);
+        kvc_poison(&l->kd, &l->kp);
+    } else {
+        problem_make(&l->p, &g_case, 0xd0d0);
+        device_make(&l->dp, &l->p, &g_case, l->plan);
+        l->a = fwd_args_of(&l->dp, &l->p);
+        poison_fwd(&l->dp, &l->p, &g_case);
+    }
     assert_int_equal(cu->StreamCreate(&l->stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     fsa_context_leave(l->ctx);
 }
@@ -91,22 +118,27 @@ static void lane_free(lane *l)
     assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     assert_int_equal(fsa_context_enter(l->ctx), FSA_STATUS_OK);
     cu->StreamDestroy(l->stream);
-    device_free(&l->dp);
+    if (l->kplan) kvc_device_free(&l->kd);
+    else device_free(&l->dp);
     fsa_context_leave(l->ctx);
-    problem_free(&l->p);
+    if (l->kplan) kvc_problem_free(&l->kp);
+    else problem_free(&l->p);
+    fsa_kvcache_plan_destroy(l->kplan);
     fsa_plan_destroy(l->plan);
     fsa_context_destroy(l->ctx);
 }
 
-/* No cmocka assertions here: a thread of its own. Three forwards back to
- * back on the lane's stream, then one wait. */
+/* No cmocka assertions here: a thread of its own. Three calls back to back
+ * on the lane's stream, then one wait. */
 static void *lane_run(void *arg)
 {
     lane *l = arg;
     const fsa_cu_api *cu = NULL;
     l->sync = CUDA_ERROR_UNKNOWN;
     if (fsa_cu_load(&cu) != FSA_STATUS_OK) return NULL;
-    for (int i = 0; i < 3 && l->st == FSA_STATUS_OK; i++) l->st = fsa_selected_attention_fwd(l->plan, &l->a, l->stream);
+    for (int i = 0; i < 3 && l->st == FSA_STATUS_OK; i++)
+        l->st = l->kplan ? fsa_kvcache_attention(l->kplan, &l->ka, l->stream)
+                         : fsa_selected_attention_fwd(l->plan, &l->a, l->stream);
     if (fsa_context_enter(l->ctx) == FSA_STATUS_OK) {
         l->sync = cu->StreamSynchronize(l->stream);
         fsa_context_leave(l->ctx);
@@ -124,13 +156,24 @@ static void lane_download_and_check(lane *l, outputs *out)
     check_against_reference(out, &l->p, what);
 }
 
-static void test_one_process_runs_a_plan_on_each_device_at_once(void **state)
+static void lane_download_and_check_paged(lane *l, kvc_outputs *out)
 {
-    (void)state;
+    char what[32];
+    snprintf(what, sizeof what, "device %d", l->device);
+    assert_int_equal(fsa_context_enter(l->ctx), FSA_STATUS_OK);
+    kvc_download(out, &l->kd, &l->kp);
+    fsa_context_leave(l->ctx);
+    kvc_check_against_reference(out, &l->kp, what);
+}
+
+/* A lane per device made, run from a thread each at once, and its outputs
+ * checked; with the same target on both devices, the same bits. */
+static void run_on_each_device_at_once(int paged)
+{
     char *dir = fsa_test_mkdtemp("multi-gpu");
     lane lanes[N_DEV];
     memset(lanes, 0, sizeof lanes);
-    for (int i = 0; i < N_DEV; i++) lane_make(&lanes[i], i, dir);
+    for (int i = 0; i < N_DEV; i++) lane_make(&lanes[i], i, dir, paged);
     assert_ptr_not_equal(lanes[0].ctx->cu_context, lanes[1].ctx->cu_context);
 
     pthread_t t[N_DEV];
@@ -138,20 +181,42 @@ static void test_one_process_runs_a_plan_on_each_device_at_once(void **state)
     for (int i = 0; i < N_DEV; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
 
     outputs out[N_DEV];
+    kvc_outputs kout[N_DEV];
     for (int i = 0; i < N_DEV; i++) {
         if (lanes[i].st != FSA_STATUS_OK) fail_msg("device %d: %s", i, fsa_status_name(lanes[i].st));
         assert_int_equal(lanes[i].sync, CUDA_SUCCESS);
-        lane_download_and_check(&lanes[i], &out[i]);
+        if (paged) lane_download_and_check_paged(&lanes[i], &kout[i]);
+        else lane_download_and_check(&lanes[i], &out[i]);
     }
     /* The same kernel on two devices of one target gives the same bits. */
-    if (strcmp(fsa_context_target(lanes[0].ctx), fsa_context_target(lanes[1].ctx)) == 0)
-        assert_memory_equal(out[0].o_img, out[1].o_img, lanes[0].dp.o_bytes);
+    if (strcmp(fsa_context_target(lanes[0].ctx), fsa_context_target(lanes[1].ctx)) == 0) {
+        if (paged) {
+            const size_t lse_bytes = (size_t)lanes[0].kp.hq * lanes[0].kp.Tq * 4;
+            assert_memory_equal(kout[0].o_bits, kout[1].o_bits, lanes[0].kd.o_bytes);
+            assert_memory_equal(kout[0].lse, kout[1].lse, lse_bytes);
+        } else {
+            assert_memory_equal(out[0].o_img, out[1].o_img, lanes[0].dp.o_bytes);
+        }
+    }
     for (int i = 0; i < N_DEV; i++) {
-        outputs_free(&out[i]);
+        if (paged) kvc_outputs_free(&kout[i]);
+        else outputs_free(&out[i]);
         lane_free(&lanes[i]);
     }
     fsa_test_rmtree(dir);
     free(dir);
+}
+
+static void test_one_process_runs_a_plan_on_each_device_at_once(void **state)
+{
+    (void)state;
+    run_on_each_device_at_once(0);
+}
+
+static void test_one_process_runs_a_paged_cache_batch_on_each_device_at_once(void **state)
+{
+    (void)state;
+    run_on_each_device_at_once(1);
 }
 
 /* ------------------------------------------------------------ two processes */
@@ -162,7 +227,7 @@ static int child_main(int device, const char *dir, int result_fd)
 {
     lane l;
     memset(&l, 0, sizeof l);
-    lane_make(&l, device, dir);
+    lane_make(&l, device, dir, 0);
     lane_run(&l);
     if (l.st != FSA_STATUS_OK || l.sync != CUDA_SUCCESS) {
         fprintf(stderr, "device %d: %s\n", device, fsa_last_error());
@@ -255,6 +320,7 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--child") == 0) return child_main(atoi(argv[2]), argv[3], atoi(argv[4]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_process_runs_a_plan_on_each_device_at_once),
+        cmocka_unit_test(test_one_process_runs_a_paged_cache_batch_on_each_device_at_once),
         cmocka_unit_test(test_two_processes_share_one_cold_cache_directory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
