@@ -248,16 +248,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
             const int buf = in.acquire(st);
             stamp.acquire_end();
             if (st == 0) stamp.share(sn, 1);
+            // The V rows of non-keys the warps of key group kg read (TMA), zeroed by
+            // them together, the warps of row tiles past the tokens included.
+            in.zero_missing(buf, key0, 16 * rte, lane, rt, rte, 1 + kg);
             if (wg_tile) {
-                // Every warp clears all 64 V rows that are not keys (the same zeros), so
-                // its own fence covers what the warpgroup's product reads.
-                in.zero_missing(buf, 0, KVC_STAGE, lane);
                 math.stage_wg(qf, k_s + buf * K_STRIDE, v_s + buf * V_STRIDE, in.keypos(buf), in.keymask(buf),
                               scale_log2, lane);
                 continue;
             }
             if (!warp_live) continue;
-            in.zero_missing(buf, key0, 16 * rte, lane);  // TMA: the V rows of non-keys this warp reads
             // The warp's keys of the stage, 16 at a time (one online-softmax step
             // each: the scores of one chunk live in registers at once).
 #pragma unroll 1

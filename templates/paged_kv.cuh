@@ -234,22 +234,28 @@ __device__ __forceinline__ void st_shared_zero16(u32 addr) {
 }
 
 // The V rows [k0, k0 + n) of a landed tensor-map stage that are not keys
-// (position INT_MAX), zeroed by the warp that reads them (a masked key's
-// probability is 0, and 0 times a page's stale Inf or NaN is not), then
-// fenced for the next copy into the buffer. One warp; nothing when every row
-// is a key.
+// (position INT_MAX), zeroed before the `parts` consecutive warps that read
+// them go on (a masked key's probability is 0, and 0 times a page's stale Inf
+// or NaN is not), and fenced for the products' async proxy and the next copy
+// into the buffer. This lane's warp is number `part` of them: each zeroes a
+// share of the rows, then they meet at named barrier `bar` (1 to 15; none for
+// one warp), so every row has one writer and no warp reads a row another still
+// writes. Each warp decides from the same positions, so all of them or none
+// zero and meet; nothing when every row is a key.
 template <int DV>
-__device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypos, int k0, int n, int lane) {
+__device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypos, int k0, int n, int lane, int part,
+                                                   int parts, int bar) {
     bool miss = false;
     for (int r = lane; r < n; r += 32) miss = miss || keypos[k0 + r] == 0x7fffffff;
     if (!__any_sync(0xffffffffu, miss)) return;
     constexpr int PIECES = DV / 8;
-    for (int i = lane; i < n * PIECES; i += 32) {
+    for (int i = part * 32 + lane; i < n * PIECES; i += parts * 32) {
         const int r = k0 + i / PIECES, c = i % PIECES;
         if (keypos[r] == 0x7fffffff) st_shared_zero16(v_stage + (c >> 3) * (KVC_STAGE * 128) + r * 128 + (c & 7) * 16);
     }
     wg_fence_async_smem();
-    __syncwarp();
+    if (parts > 1) named_bar_sync(bar, 32 * parts);
+    else __syncwarp();
 }
 
 // The key stream of a paged-cache CTA: the union blocks [u_lo, u_hi) of KV
@@ -274,7 +280,8 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 //   for (int st = 0; st < in.n_stages; st++) {
 //       const int buf = in.acquire(st);  // stage st is in buffer buf
 //       ... in.keypos(buf)[c], in.keymask(buf)[c]: key row c's position and token mask ...
-//       ... TMA: in.zero_missing(buf, k0, n, lane) before a warp reads V rows k0 .. k0 + n - 1 ...
+//       ... TMA: in.zero_missing(buf, k0, n, lane, part, parts, bar) by the `parts` warps that read V
+//           rows k0 .. k0 + n - 1, before they read them ...
 //   }
 template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false, int STAGES_ = FSA_KVC_STAGES>
 struct PagedStream {
@@ -372,8 +379,8 @@ struct PagedStream {
     __device__ __forceinline__ int last_buffer() const { return buffer(n_stages + STAGES - 1); }
     __device__ __forceinline__ const int *keypos(int buf) const { return sh.keypos[buf]; }
     __device__ __forceinline__ const u32 *keymask(int buf) const { return sh.keymask[buf]; }
-    __device__ __forceinline__ void zero_missing(int buf, int k0, int n, int lane) const {
-        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STRIDE, sh.keypos[buf], k0, n, lane);
+    __device__ __forceinline__ void zero_missing(int buf, int k0, int n, int lane, int part, int parts, int bar) const {
+        if constexpr (TMA) paged_zero_missing<DV>(vs + buf * V_STRIDE, sh.keypos[buf], k0, n, lane, part, parts, bar);
     }
 
   private:

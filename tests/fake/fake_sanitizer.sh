@@ -10,6 +10,9 @@ case "${exe##*_}" in
   errors) echo "========= Invalid __global__ read of size 4 bytes"
           echo "========= ERROR SUMMARY: 1 error"; exit 99 ;;
   fails) echo "[  FAILED  ] a"; echo "========= ERROR SUMMARY: 0 errors"; exit 1 ;;
+  races) echo "========= Error: Race reported between Write access at k+0x10 in k.cu:3"
+         echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99 ;;
+  norace) echo "[       OK ] a"; echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"; exit 0 ;;
   skips) exit 77 ;;
   slow) echo "[       OK ] a"; exec sleep 60 ;;
   slowbad) echo "========= Invalid __global__ write of size 8 bytes"; exec sleep 60 ;;

@@ -52,7 +52,7 @@ for t in "${tests[@]}"; do
     "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" >"$log" 2>&1
   rc=$?
   took=$(($(date +%s) - start))
-  summary=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$log" | tail -1)
+  summary=$(grep -oE '(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\))' "$log" | tail -1)
   passed=$(grep -c '^\[       OK \]' "$log")
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     # A report's first line: "========= Invalid __global__ read ...", "========= Program hit ...".

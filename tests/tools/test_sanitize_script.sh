@@ -8,7 +8,7 @@ script=$here/../gpu/sanitize.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/build/tests"
-for name in clean errors fails skips slow slowbad; do
+for name in clean errors races norace fails skips slow slowbad; do
   printf '#!/bin/sh\nexit 0\n' >"$work/build/tests/test_$name"
   chmod +x "$work/build/tests/test_$name"
 done
@@ -31,6 +31,9 @@ expect() { # <exit status wanted> <line wanted (grep pattern)> <test names...>
 
 expect 0 '^test_clean: clean, ERROR SUMMARY: 0 errors, 2 tests passed' test_clean
 expect 1 '^test_errors: errors, ERROR SUMMARY: 1 error' test_errors
+# racecheck ends with its own summary line.
+expect 1 '^test_races: errors, RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)' test_races
+expect 0 '^test_norace: clean, RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings), 1 tests passed' test_norace
 expect 1 '^test_fails: failed with exit status 1' test_fails
 expect 0 '^test_skips: skipped' test_skips
 expect 0 '^test_slow: cut after 1 s, no error reported before (1 tests passed)' test_slow
