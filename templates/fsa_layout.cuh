@@ -221,6 +221,10 @@ FSA_LAYOUT_FN int fsa_bwd_item_entries(int g, int halvings) { return fsa_bwd_rou
  * faster with 2 at T 65536, G 8: bench/NOTES.md, bitems). Host-side only (the layout's item_entries). */
 #define FSA_BWD_ITEM_ROUNDS_DEFAULT 3
 #define FSA_BWD_ITEM_ROUNDS_MAX_GROUP 4
+/* Head chunks of every token (calls the workspace cap cuts into chunks of fewer KV heads) at those
+ * groups take this many where their launch keeps 2 waves: a chunk's launch ends in its own tail, and
+ * fewer, larger items shorten it (bench/NOTES.md, r4). */
+#define FSA_BWD_HEAD_CHUNK_ITEM_ROUNDS 4
 /* A launch's longest item takes at most 1 / FSA_BWD_ITEM_SHARE_PARTS of a CTA's share of the
  * launch's entries (item_max_rounds), so the items of the longest lists do not make its tail. */
 #define FSA_BWD_ITEM_SHARE_PARTS 2

@@ -68,15 +68,17 @@ static void fsa_layout_place(fsa_fsa_layout *out, const fsa_plan *plan, int64_t 
 /* List entries per backward work item of a launch of `heads` KV heads x tc
  * tokens: one round, halved (up to FSA_BWD_MAX_HALVINGS times) while the
  * call's items over every KV head make fewer than 2 waves, so short inputs
- * still fill the device; `rounds` times a whole round where the launch's own
- * items (a head chunk's or token chunk's, not the call's) still make 2 waves.
+ * still fill the device; `rounds` (else `fallback`) times a whole round where
+ * the launch's own items (a head chunk's or token chunk's, not the call's) still
+ * make 2 waves.
  * So a chunk never takes smaller items than the call of every head would
  * (nor more dK/dV partial slots), and takes larger ones only where its
  * launch stays full. Long lists take items of up to *max_rounds times this
  * (fsa_bwd_list_item_entries): at most 1 / FSA_BWD_ITEM_SHARE_PARTS of a
  * CTA's share of the launch, so that a launch of few items (a one-head chunk)
  * does not wait on its longest lists (block 0's, which every token selects). */
-static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc, int rounds, int *max_rounds)
+static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc, int rounds, int fallback,
+                                int *max_rounds)
 {
     const int64_t per_head = tc * plan->desc.top_k * (plan->desc.block_size / plan->config.bwd_keys);
     const int64_t call = per_head * plan->desc.num_kv_heads, launch = per_head * heads;
@@ -84,7 +86,10 @@ static int bwd_entries_per_item(const fsa_plan *plan, int heads, int64_t tc, int
     int halvings = 0;
     while (halvings < FSA_BWD_MAX_HALVINGS && call / fsa_bwd_item_entries(plan->group, halvings) < 2 * grid) halvings++;
     int e = fsa_bwd_item_entries(plan->group, halvings);
-    if (halvings == 0 && launch / ((int64_t)e * rounds) >= 2 * grid) e *= rounds;
+    if (halvings == 0 && launch / ((int64_t)e * rounds) >= 2 * grid)
+        e *= rounds;
+    else if (halvings == 0 && launch / ((int64_t)e * fallback) >= 2 * grid)
+        e *= fallback;
     const int64_t m = launch / grid / ((int64_t)FSA_BWD_ITEM_SHARE_PARTS * e);
     *max_rounds = plan->bwd_list_rounds ? plan->bwd_list_rounds
                                         : m < 1 ? 1 : m > FSA_BWD_MAX_ITEM_ROUNDS ? FSA_BWD_MAX_ITEM_ROUNDS : (int)m;
@@ -100,11 +105,14 @@ static void bwd_layout_place(fsa_bwd_layout *out, const fsa_plan *plan, int64_t 
     const size_t dkv = (size_t)fsa_bwd_dkv_row(d->head_dim, (int)d->value_dim); /* dK then dV floats per row */
     const size_t pairs = mul3_sat(hkv, (size_t)tc, k);
     /* FSA_BWD_ITEM_ROUNDS_DEFAULT rounds for token chunks and groups up to FSA_BWD_ITEM_ROUNDS_MAX_GROUP,
-     * else one (FSA_BWD_ITEM_ROUNDS, for measuring, replaces both). */
+     * else one; head chunks of those groups FSA_BWD_HEAD_CHUNK_ITEM_ROUNDS where their launch keeps 2
+     * waves with them (FSA_BWD_ITEM_ROUNDS, for measuring, replaces all of these). */
     const int rounds = plan->bwd_item_rounds                                               ? plan->bwd_item_rounds
                        : tc < total_tokens || plan->group <= FSA_BWD_ITEM_ROUNDS_MAX_GROUP ? FSA_BWD_ITEM_ROUNDS_DEFAULT
                                                                                            : 1;
-    out->item_entries = bwd_entries_per_item(plan, heads, tc, rounds, &out->item_max_rounds);
+    const int head_chunk = tc >= total_tokens && heads < d->num_kv_heads && plan->group <= FSA_BWD_ITEM_ROUNDS_MAX_GROUP;
+    const int first = !plan->bwd_item_rounds && head_chunk ? FSA_BWD_HEAD_CHUNK_ITEM_ROUNDS : rounds;
+    out->item_entries = bwd_entries_per_item(plan, heads, tc, first, rounds, &out->item_max_rounds);
     const size_t e = (size_t)out->item_entries;
     const size_t slices = (size_t)(d->block_size / plan->config.bwd_keys);
     out->algorithm = order;

@@ -212,6 +212,28 @@ static void test_work_items_are_sized_per_launch(void **state)
     assert_int_equal(one.item_max_rounds, 1);
     assert_int_equal(fsa_bwd_list_item_entries(T, one.item_entries, one.item_max_rounds), 1024);
     assert_int_equal(fsa_bwd_list_item_entries(T, all.item_entries, all.item_max_rounds), 4 * 3072);
+    /* Head chunks of every token at G <= 4 take FSA_BWD_HEAD_CHUNK_ITEM_ROUNDS where their launch
+     * keeps 2 waves with them, else the default rounds: under the default cap at T 65536, G 4's
+     * one-head chunks (1M entries: 1024 items of 4 rounds) and G 2's two-head chunks take 4 rounds,
+     * G 1's two-head chunks (2M entries: 512 items of 4 rounds, under 2 waves) 3; the calls of every
+     * head keep 3. */
+    for (int g = 1; g <= 4; g *= 2) {
+        fsa_plan c;
+        standard_plan(&c, g, FSA_DTYPE_BF16, 0);
+        int heads;
+        int64_t tc;
+        bwd_chunk(&heads, &tc, &c, T);
+        assert_int_equal(heads, g == 4 ? 1 : 2);
+        assert_int_equal(tc, T);
+        fsa_bwd_layout chunk, every;
+        fsa_bwd_layout_for(&chunk, &c, T, 1, heads, tc, FSA_ALGORITHM_FSA);
+        fsa_bwd_layout_for(&every, &c, T, 1, 32 / g, T, FSA_ALGORITHM_FSA);
+        const int rounds = g == 1 ? FSA_BWD_ITEM_ROUNDS_DEFAULT : FSA_BWD_HEAD_CHUNK_ITEM_ROUNDS;
+        assert_int_equal(chunk.item_entries, rounds * fsa_bwd_item_entries(g, 0));
+        assert_true((int64_t)heads * T * 16 / chunk.item_entries >= 2 * c.bwd_grid);
+        assert_int_equal(every.item_entries, FSA_BWD_ITEM_ROUNDS_DEFAULT * fsa_bwd_item_entries(g, 0));
+        assert_true(chunk.total <= fsa_call_workspace_cap(&c, FSA_OP_BWD, T));
+    }
     /* FSA_BWD_ITEM_ROUNDS and FSA_BWD_LIST_ROUNDS (measuring) replace the rounds and the bound. */
     p.bwd_item_rounds = 1;
     p.bwd_list_rounds = 2;
