@@ -240,13 +240,16 @@ __device__ __forceinline__ void st_shared_zero16(u32 addr) {
 // into the buffer. This lane's warp is number `part` of them: each zeroes a
 // share of the rows, then they meet at named barrier `bar` (1 to 15; none for
 // one warp), so every row has one writer and no warp reads a row another still
-// writes. Each warp decides from the same positions, so all of them or none
-// zero and meet; nothing when every row is a key.
+// writes. Every warp of the CTA decides from the whole stage's positions, so
+// all of them or none zero and meet: nothing when every row is a key, and
+// each group of warps passes its barrier as often as the others (with
+// unequal counts compute-sanitizer's racecheck reported accesses that CTA
+// barriers order as hazards: bench/NOTES.md, "pad").
 template <int DV>
 __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypos, int k0, int n, int lane, int part,
                                                    int parts, int bar) {
     bool miss = false;
-    for (int r = lane; r < n; r += 32) miss = miss || keypos[k0 + r] == 0x7fffffff;
+    for (int r = lane; r < KVC_STAGE; r += 32) miss = miss || keypos[r] == 0x7fffffff;
     if (!__any_sync(0xffffffffu, miss)) return;
     constexpr int PIECES = DV / 8;
     for (int i = part * 32 + lane; i < n * PIECES; i += parts * 32) {
