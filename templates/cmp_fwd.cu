@@ -4,7 +4,8 @@
 // tile's rows attend to the compressed tokens of their sequence that they
 // see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128;
 // with WGMMA (sm_90a) the warpgroup forward of fsa_qattn_wg.cuh, one set
-// per warp. No workspace.
+// per warp; where it fits (fsa_cmp_fwd_persistent) persistent, a CTA per SM
+// walking the tiles (attend_query_tiles_ws). No workspace.
 #include "cmp_common.cuh"
 #include "fsa_qattn_wg.cuh"
 
@@ -17,8 +18,53 @@ constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
 constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
 typedef GroupRows<G> Rows;
 
+// The persistent forward's jobs (fsa_cmp_fwd_persistent, fsa_qt_job_at).
+struct CmpFwdJobs {
+    const fsa_cmp_params &p;
+    struct Job {
+        QueryTile tile;
+        int h, n_stages, key_count;
+        StridedKeys keys;
+    };
+    struct RowsVisible {
+        int row[2];
+        __device__ __forceinline__ bool operator()(int j, int slot) const { return j < row[slot]; }
+    };
+    __device__ __forceinline__ long long count() const {
+        return fsa_cmp_fwd_grid_tiles(p.total_tokens, p.batch, G, DK, DV, WG) * p.num_kv_heads;
+    }
+    __device__ __forceinline__ bool describe(long long w, Job &job) const {
+        const fsa_qt_job at = fsa_qt_job_at(w, p.num_kv_heads);
+        job.h = (int)at.h;
+        job.tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, at.x);
+        if (!job.tile.ok) return false;
+        const CmpKeys keys = cmp_keys(p, job.tile.seq);
+        const int tile_vis =
+            cmp_visible(job.tile.tok0 + job.tile.n_tok - 1 - job.tile.start, p.kernel_size, p.stride, keys.count);
+        job.key_count = keys.count;
+        job.n_stages = (tile_vis + KS - 1) / KS;
+        job.keys = cmp_strided_keys(p, keys, job.h, tile_vis);
+        return true;
+    }
+    __device__ __forceinline__ RowsVisible visible(const Job &job, int warp, int lane) const {
+        RowsVisible v;
+#pragma unroll
+        for (int slot = 0; slot < 2; slot++) {
+            const int r = frag_row(lane, 2 * slot);
+            const long long pos = job.tile.tok0 + Rows::token(warp, r) - job.tile.start;
+            v.row[slot] = Rows::live(warp, r, job.tile.n_tok) ? cmp_visible(pos, p.kernel_size, p.stride, job.key_count) : 0;
+        }
+        return v;
+    }
+};
+
 extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT_THREADS, fsa_qt_wg_groups(WG) > 1 ? 1 : 2) fsa_cmp_fwd(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
+    if constexpr (fsa_cmp_fwd_persistent(DK, DV, WG)) {
+        attend_query_tiles_ws<DT, DK, DV, G, WG>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, (float)p.scale_log2,
+                                                 CmpFwdJobs{p});
+        return;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y;
     const QueryTile tile = query_tile<TT>((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, blockIdx.x);

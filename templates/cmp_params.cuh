@@ -22,6 +22,7 @@ typedef struct fsa_cmp_params {
     long long stride;         /* d */
     long long init_blocks;    /* selection: the first blocks always taken */
     long long local_blocks;   /* selection: the blocks ending at the query's own block always taken */
+    long long num_kv_heads;   /* Hkv (the persistent forward's jobs: fsa_cmp_fwd_persistent) */
     /* Backward. */
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
@@ -48,8 +49,13 @@ FSA_LAYOUT_FN int fsa_cmp_fwd_tile_tokens(int g, int dk, int dv, int wg)
 {
     return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile_mt(g, fsa_cmp_fwd_mt(dk, dv));
 }
+/* Persistent (variant 6 where it fits: fsa_qt_ws_persistent): a grid of at
+ * most one CTA per SM walks the (query tile, KV head) jobs in fsa_qt_job_at's
+ * order; otherwise a CTA per tile and head. */
+FSA_LAYOUT_FN int fsa_cmp_fwd_persistent(int dk, int dv, int wg) { return fsa_qt_ws_persistent(dk, dv, wg); }
 FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv, int wg)
 {
+    if (fsa_cmp_fwd_persistent(dk, dv, wg)) return fsa_qt_ws_persistent_smem_bytes(dk, dv, wg);
     return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_bytes_mt(dk, dv, fsa_cmp_fwd_mt(dk, dv));
 }
 FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv, int wg)

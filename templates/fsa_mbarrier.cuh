@@ -149,16 +149,25 @@ struct ProducerRing : MbarPairs<STAGES> {
     // once it has landed.
     template <class Load, class Landed>
     __device__ __forceinline__ void produce(int n, Load load, Landed landed) const {
-        for (int j = 0; j < n; j++) {
-            if (j >= STAGES) mbar_wait(empty(j - STAGES), parity(j - STAGES));
-            load(j, (int)((unsigned)j % STAGES));
-            cp_async_commit();
-            if (j > 0) {
-                cp_async_wait<1>();
-                landed();
-                mbar_arrive(full(j - 1));
-            }
+        for (int j = 0; j < n; j++) push(j, [&](int buf) { load(j, buf); }, landed);
+        finish(n, landed);
+    }
+    // The same one item at a time, for producers whose items come from
+    // several sources (a persistent CTA's tiles): item j (load(buf)), then,
+    // after the last, finish(n).
+    template <class Load, class Landed>
+    __device__ __forceinline__ void push(int j, Load load, Landed landed) const {
+        if (j >= STAGES) mbar_wait(empty(j - STAGES), parity(j - STAGES));
+        load((int)((unsigned)j % STAGES));
+        cp_async_commit();
+        if (j > 0) {
+            cp_async_wait<1>();
+            landed();
+            mbar_arrive(full(j - 1));
         }
+    }
+    template <class Landed>
+    __device__ __forceinline__ void finish(int n, Landed landed) const {
         cp_async_wait<0>();
         if (n > 0) {
             landed();

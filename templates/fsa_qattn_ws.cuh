@@ -98,4 +98,107 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
 }
 
+// The persistent form (fsa_qt_ws_persistent): the CTA walks jobs w =
+// blockIdx.x, + gridDim.x, ... < jobs.count(), each a query tile of one
+// KV head: jobs.describe(w, job) fills a Jobs::Job (tile, h, n_stages, keys)
+// or returns false for a spare tile, which every warp skips alike;
+// jobs.visible(job, warp, lane) gives the rows' visible(j, slot). Per tile
+// the arithmetic of attend_query_tile_ws, so the same bits. What a CTA per
+// tile paid at each tile's start and end goes under the neighbouring tiles:
+// the ring's items are numbered across tiles, so the producer fills the next
+// tile's first stages while the consumers finish the current one, and a
+// consumer copies its next tile's query rows into the other query buffer
+// (fsa_qt_ws_smem_q2) while it computes the current one.
+template <class DT, int DK, int DV, int G, int WG, class Jobs>
+__device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const fsa_kernel_view &q,
+                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                      float scale_log2, const Jobs &jobs) {
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
+    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
+    // Query buffer b (0 or 1) at qs + b * Q2.
+    constexpr u32 Q2 = fsa_qt_ws_smem_q2(DK, DV, WG);
+    const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
+    const long long count = jobs.count();
+    // The first job at or after w that has a tile (count: none).
+    auto next_job = [&](long long w, typename Jobs::Job &job) -> long long {
+        for (; w < count; w += gridDim.x)
+            if (jobs.describe(w, job)) return w;
+        return count;
+    };
+
+    ProducerRing<STAGES> ring;
+    ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), 128, CONSUMERS);
+    __syncthreads();  // the mbarriers are initialized
+
+    typename Jobs::Job job;
+    long long w = next_job(blockIdx.x, job);
+    int item = 0;  // the ring's items, counted across tiles
+    if (warp >= CONSUMERS / 32) {
+        wg_regs_dec<fsa_qt_ws_producer_regs(WG)>();
+        const int tid = (int)threadIdx.x - CONSUMERS;
+        StridedStage<KS, DK, 128> k_stage;
+        StridedStage<KS, DV, 128> v_stage;
+        k_stage.init(tid);
+        v_stage.init(tid);
+        const auto landed = [] { wg_fence_async_smem(); };
+        for (; w < count; w = next_job(w + gridDim.x, job))
+            for (int j = 0; j < job.n_stages; j++, item++)
+                ring.push(
+                    item,
+                    [&](int buf) {
+                        k_stage.load(ks + buf * K_STAGE, job.keys.k, job.keys.k_stride, j * KS, job.keys.limit);
+                        v_stage.load(vs + buf * V_STAGE, job.keys.v, job.keys.v_stride, j * KS, job.keys.limit);
+                    },
+                    landed);
+        ring.finish(item, landed);
+        return;
+    }
+
+    wg_regs_inc<fsa_qt_ws_consumer_regs(WG)>();
+    // Each consumer copies its own 64 query rows of every tile and waits for
+    // them alone (named barrier 1 + cw of 128 threads); the copies of tile
+    // n + 1 go out once every thread of the warpgroup is past tile n - 1,
+    // whose buffer they overwrite.
+    const int cw = warp >> 2, qt = (int)threadIdx.x & 127;
+    if (w < count) load_query_part_sw128_async<G, DK, 128, ROWS, 64>(qs, q, job.tile, job.h, 64 * cw, qt);
+    cp_async_commit();
+    for (u32 b = 0; w < count; b ^= 1) {
+        cp_async_wait<0>();
+        wg_fence_async_smem();
+        named_bar_sync(1 + cw, 128);
+        long long w_next;
+        {
+            typename Jobs::Job next;
+            w_next = next_job(w + gridDim.x, next);
+            if (w_next < count)
+                load_query_part_sw128_async<G, DK, 128, ROWS, 64>(qs + (b ^ 1) * Q2, q, next.tile, next.h, 64 * cw, qt);
+            cp_async_commit();
+        }
+
+        const u32 q_rows = qs + b * Q2 + (u32)cw * 64 * 128;  // this warpgroup's 64 rows of every Q panel
+        const auto visible = jobs.visible(job, warp, lane);
+        OnlineSoftmax sm;
+        sm.init();
+        float acc[DV / 8][4], s[KS / 8][4], alpha[2];
+        frag_zero<DV / 8>(acc);
+        u32 pa[KK][4];
+        for (int i = 0; i < job.n_stages; i++, item++) {
+            const int buf = (int)((unsigned)item % STAGES);
+            ring.wait(item);
+            wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
+            wg_commit();
+            stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
+            ring.release(item);
+        }
+        store_query_rows<DT, DV, G>(o, lse, total_tokens, job.tile, job.h, warp, sm, acc, lane);
+        // (Described again rather than kept through the stages: registers.)
+        w = w_next;
+        if (w < count) jobs.describe(w, job);
+    }
+    cp_async_wait<0>();  // (no copy outlives the CTA)
+}
+
 }  // namespace fsa

@@ -118,6 +118,39 @@ FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 {
     return FSA_QT_WG_ALIGN + fsa_qt_wg_smem_bars(dk, dv, wg) + (fsa_qt_wg_mbar(wg) ? 48 : 0);
 }
+/* Variant 6's persistent form (attend_query_tiles_ws, fsa_qattn_ws.cuh: a CTA
+ * walks many tiles and copies the next tile's query rows during the current
+ * one) adds a second query buffer after the mbarriers, at the next aligned
+ * boundary; it is taken where the whole fits FSA_QT_WS_PERSISTENT_SMEM_MAX
+ * (sm_90's dynamic shared memory per block). */
+#define FSA_QT_WS_PERSISTENT_SMEM_MAX 232448
+FSA_LAYOUT_FN int fsa_qt_ws_smem_q2(int dk, int dv, int wg)
+{
+    return (fsa_qt_wg_smem_bars(dk, dv, wg) + 48 + FSA_QT_WG_ALIGN - 1) / FSA_QT_WG_ALIGN * FSA_QT_WG_ALIGN;
+}
+FSA_LAYOUT_FN int fsa_qt_ws_persistent_smem_bytes(int dk, int dv, int wg)
+{
+    return FSA_QT_WG_ALIGN + fsa_qt_ws_smem_q2(dk, dv, wg) + fsa_qt_wg_smem_k(dk, wg);
+}
+FSA_LAYOUT_FN int fsa_qt_ws_persistent(int dk, int dv, int wg)
+{
+    return fsa_qt_wg_producer(wg) && fsa_qt_ws_persistent_smem_bytes(dk, dv, wg) <= FSA_QT_WS_PERSISTENT_SMEM_MAX;
+}
+/* A persistent kernel walks jobs w = 0 .. tiles * heads - 1 (CTA c taking c,
+ * c + grid, ...): job w is CTA x of the tile grid (fsa_qt_grid_tiles) and KV
+ * head h, tile-major (a tile of every head, then the next tile), so every
+ * head's longest tiles go first. (Head-major, the order of a CTA per tile and
+ * head, measured slower: bench/NOTES.md, "cpers".) */
+typedef struct fsa_qt_job {
+    long long x;
+    long long h;
+} fsa_qt_job;
+FSA_LAYOUT_FN fsa_qt_job fsa_qt_job_at(long long w, long long heads)
+{
+    fsa_qt_job j = {w / heads, 0};
+    j.h = w - j.x * heads;
+    return j;
+}
 /* The window forward's tokens per tile and grid (wg: its variant). */
 FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }
 FSA_LAYOUT_FN long long fsa_qt_fwd_grid_tiles(long long total_tokens, long long batch, int g, int wg)

@@ -246,6 +246,7 @@ void fsa_cmp_params_fill(fsa_cmp_params *p, const fsa_compressed_plan *plan, con
     p->stride = d->stride;
     p->init_blocks = d->init_blocks;
     p->local_blocks = d->local_blocks;
+    p->num_kv_heads = d->num_kv_heads;
 }
 
 static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUstream stream)
@@ -265,7 +266,14 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
                                               plan->config.cmp_sel_variant);
     const uint64_t sel_tiles = (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group,
                                                                 plan->desc.head_dim, plan->desc.top_k, sel_groups);
-    FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
+    if (fsa_cmp_fwd_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->config.wgmma)) {
+        /* A CTA per SM at most, walking the (tile, KV head) jobs. */
+        const uint64_t jobs = fwd_tiles * (uint64_t)plan->desc.num_kv_heads;
+        const uint64_t sms = plan->ctx->sm_count > 0 ? (uint64_t)plan->ctx->sm_count : 1;
+        FSA_CHECK(fsa_kernel_launch_3d(&plan->fwd, plan->ctx, jobs < sms ? jobs : sms, 1, 1, stream, &p));
+    } else {
+        FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
+    }
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, sel_tiles, 1, stream, &p));
 cleanup:

@@ -8,6 +8,7 @@
 #include "../../templates/cmp_params.cuh"
 
 #include <stdlib.h>
+#include <string.h>
 
 static void test_a_block_collects_exactly_the_compressed_tokens_overlapping_it(void **state)
 {
@@ -62,6 +63,34 @@ static void test_every_query_tile_gets_exactly_one_cta(void **state)
             free(owner);
         }
     }
+}
+
+/* The persistent forward: CTA c of a grid of n takes jobs c, c + n, ...; each (tile, KV head) is one job,
+ * whatever the grid, and the longest tiles of every head (x 0, the sequence's last tile) come first. */
+static void test_a_persistent_grid_takes_every_tile_of_every_head_once(void **state)
+{
+    (void)state;
+    static const long long tiles_list[] = {1, 7, 130, 1366}, heads_list[] = {1, 2, 8, 32};
+    static const long long grids[] = {1, 5, 132, 100000};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++) {
+            const long long tiles = tiles_list[a], heads = heads_list[b], jobs = tiles * heads;
+            unsigned char *seen = calloc((size_t)jobs, 1);
+            assert_non_null(seen);
+            for (size_t gi = 0; gi < 4; gi++) {
+                memset(seen, 0, (size_t)jobs);
+                const long long n = grids[gi] < jobs ? grids[gi] : jobs;
+                for (long long c = 0; c < n; c++)
+                    for (long long w = c; w < jobs; w += n) {
+                        const fsa_qt_job j = fsa_qt_job_at(w, heads);
+                        assert_true(j.x >= 0 && j.x < tiles && j.h >= 0 && j.h < heads);
+                        assert_int_equal(seen[j.x * heads + j.h]++, 0);
+                        if (w < heads) assert_int_equal(j.x, 0);
+                    }
+                for (long long i = 0; i < jobs; i++) assert_int_equal(seen[i], 1);
+            }
+            free(seen);
+        }
 }
 
 static void test_a_warp_holds_whole_token_groups(void **state)
@@ -149,6 +178,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_block_collects_exactly_the_compressed_tokens_overlapping_it),
         cmocka_unit_test(test_every_query_tile_gets_exactly_one_cta),
+        cmocka_unit_test(test_a_persistent_grid_takes_every_tile_of_every_head_once),
         cmocka_unit_test(test_a_warp_holds_whole_token_groups),
         cmocka_unit_test(test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens),
     };

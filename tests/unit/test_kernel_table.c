@@ -91,7 +91,8 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
 }
 
 /* The warp-specialized forward: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
- * threads, the same tiles and shared memory) and takes variant 5's selection. */
+ * threads, the same tiles and shared memory; the compressed forward, persistent, adds a second query tile
+ * after the mbarriers, aligned, within sm_90's shared memory) and takes variant 5's selection. */
 static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(void **state)
 {
     (void)state;
@@ -104,7 +105,15 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
         c.wgmma = 6;
         fsa_kernel_describe(&k6, ids[i], &c);
         assert_int_equal(k6.threads, 512);
-        assert_int_equal(k6.smem, k5.smem);
+        if (ids[i] == FSA_K_SWA_FWD) {
+            assert_int_equal(k6.smem, k5.smem);
+            continue;
+        }
+        assert_true(fsa_cmp_fwd_persistent(128, 128, 6) && !fsa_cmp_fwd_persistent(128, 128, 5));
+        const int q2 = fsa_qt_ws_smem_q2(128, 128, 6);
+        assert_true(q2 % FSA_QT_WG_ALIGN == 0 && q2 >= fsa_qt_wg_smem_bars(128, 128, 6) + 48);
+        assert_int_equal(k6.smem, k5.smem - fsa_qt_wg_smem_bars(128, 128, 6) - 48 + q2 + fsa_qt_wg_smem_k(128, 6));
+        assert_true(k6.smem <= FSA_QT_WS_PERSISTENT_SMEM_MAX);
     }
     assert_true(fsa_qt_wg_producer(6) && fsa_qt_wg_mbar(6) && !fsa_qt_wg_producer(5));
     assert_int_equal(fsa_qt_wg_tokens_per_tile(4, 6), fsa_qt_wg_tokens_per_tile(4, 5));
