@@ -114,10 +114,10 @@ __device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const
                                                       const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                       float scale_log2, const Jobs &jobs) {
     constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
-    constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
+    constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = FSA_QT_WS_PERSISTENT_STAGES;
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
-    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
+    const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_ws_smem_v(DK, DV, WG);
     // Query buffer b (0 or 1) at qs + b * Q2.
     constexpr u32 Q2 = fsa_qt_ws_smem_q2(DK, DV, WG);
     const int lane = threadIdx.x & 31, warp = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0);
@@ -130,7 +130,7 @@ __device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const
     };
 
     ProducerRing<STAGES> ring;
-    ring.init(qs + fsa_qt_wg_smem_bars(DK, DV, WG), 128, CONSUMERS);
+    ring.init(qs + fsa_qt_ws_smem_bars(DK, DV, WG), 128, CONSUMERS);
     __syncthreads();  // the mbarriers are initialized
 
     typename Jobs::Job job;

@@ -120,13 +120,24 @@ FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 }
 /* Variant 6's persistent form (attend_query_tiles_ws, fsa_qattn_ws.cuh: a CTA
  * walks many tiles and copies the next tile's query rows during the current
- * one) adds a second query buffer after the mbarriers, at the next aligned
- * boundary; it is taken where the whole fits FSA_QT_WS_PERSISTENT_SMEM_MAX
- * (sm_90's dynamic shared memory per block). */
+ * one): Q rows | FSA_QT_WS_PERSISTENT_STAGES K stages | as many V stages |
+ * the ring's mbarriers | a second query tile at the next aligned boundary;
+ * taken where the whole fits FSA_QT_WS_PERSISTENT_SMEM_MAX (sm_90's dynamic
+ * shared memory per block). */
 #define FSA_QT_WS_PERSISTENT_SMEM_MAX 232448
+#define FSA_QT_WS_PERSISTENT_STAGES 3
+FSA_LAYOUT_FN int fsa_qt_ws_smem_v(int dk, int dv, int wg)
+{
+    return fsa_qt_wg_smem_k(dk, wg) + FSA_QT_WS_PERSISTENT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_ws_smem_bars(int dk, int dv, int wg)
+{
+    return fsa_qt_ws_smem_v(dk, dv, wg) + FSA_QT_WS_PERSISTENT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
 FSA_LAYOUT_FN int fsa_qt_ws_smem_q2(int dk, int dv, int wg)
 {
-    return (fsa_qt_wg_smem_bars(dk, dv, wg) + 48 + FSA_QT_WG_ALIGN - 1) / FSA_QT_WG_ALIGN * FSA_QT_WG_ALIGN;
+    return (fsa_qt_ws_smem_bars(dk, dv, wg) + 16 * FSA_QT_WS_PERSISTENT_STAGES + FSA_QT_WG_ALIGN - 1) / FSA_QT_WG_ALIGN *
+           FSA_QT_WG_ALIGN;
 }
 FSA_LAYOUT_FN int fsa_qt_ws_persistent_smem_bytes(int dk, int dv, int wg)
 {

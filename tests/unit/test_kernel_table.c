@@ -110,10 +110,13 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
             continue;
         }
         assert_true(fsa_cmp_fwd_persistent(128, 128, 6) && !fsa_cmp_fwd_persistent(128, 128, 5));
-        const int q2 = fsa_qt_ws_smem_q2(128, 128, 6);
-        assert_true(q2 % FSA_QT_WG_ALIGN == 0 && q2 >= fsa_qt_wg_smem_bars(128, 128, 6) + 48);
-        assert_int_equal(k6.smem, k5.smem - fsa_qt_wg_smem_bars(128, 128, 6) - 48 + q2 + fsa_qt_wg_smem_k(128, 6));
-        assert_true(k6.smem <= FSA_QT_WS_PERSISTENT_SMEM_MAX);
+        const int q2 = fsa_qt_ws_smem_q2(128, 128, 6), stages = FSA_QT_WS_PERSISTENT_STAGES;
+        assert_true(stages >= fsa_qt_wg_stages(6));
+        assert_int_equal(fsa_qt_ws_smem_bars(128, 128, 6),
+                         fsa_qt_wg_smem_bars(128, 128, 6) + (stages - fsa_qt_wg_stages(6)) * 2 * 64 * 128 * 2);
+        assert_true(q2 % FSA_QT_WG_ALIGN == 0 && q2 >= fsa_qt_ws_smem_bars(128, 128, 6) + 16 * stages);
+        assert_int_equal(k6.smem, FSA_QT_WG_ALIGN + q2 + fsa_qt_wg_smem_k(128, 6));
+        assert_true(k6.smem <= FSA_QT_WS_PERSISTENT_SMEM_MAX && k6.smem > k5.smem);
     }
     assert_true(fsa_qt_wg_producer(6) && fsa_qt_wg_mbar(6) && !fsa_qt_wg_producer(5));
     assert_int_equal(fsa_qt_wg_tokens_per_tile(4, 6), fsa_qt_wg_tokens_per_tile(4, 5));
