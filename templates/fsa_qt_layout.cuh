@@ -123,9 +123,10 @@ FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
  * one): Q rows | FSA_QT_WS_PERSISTENT_STAGES K stages | as many V stages |
  * the ring's mbarriers | a second query tile at the next aligned boundary;
  * taken where the whole fits FSA_QT_WS_PERSISTENT_SMEM_MAX (sm_90's dynamic
- * shared memory per block). */
+ * shared memory per block): 226 KB at Dk = Dv = 128. Four stages measured
+ * 1-2% faster than three (bench/NOTES.md, "cpers"). */
 #define FSA_QT_WS_PERSISTENT_SMEM_MAX 232448
-#define FSA_QT_WS_PERSISTENT_STAGES 3
+#define FSA_QT_WS_PERSISTENT_STAGES 4
 FSA_LAYOUT_FN int fsa_qt_ws_smem_v(int dk, int dv, int wg)
 {
     return fsa_qt_wg_smem_k(dk, wg) + FSA_QT_WS_PERSISTENT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
