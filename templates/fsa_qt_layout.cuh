@@ -149,7 +149,7 @@ FSA_LAYOUT_FN int fsa_qt_ws_persistent(int dk, int dv, int wg)
     return fsa_qt_wg_producer(wg) && fsa_qt_ws_persistent_smem_bytes(dk, dv, wg) <= FSA_QT_WS_PERSISTENT_SMEM_MAX;
 }
 /* A persistent kernel walks jobs w = 0 .. tiles * heads - 1 (CTA c taking c,
- * c + grid, ...): job w is CTA x of the tile grid (fsa_qt_grid_tiles) and KV
+ * c + grid, ...): job w is CTA x of the kernel's grid of tiles (query_tile) and KV
  * head h, tile-major (a tile of every head, then the next tile), so every
  * head's longest tiles go first. (Head-major, the order of a CTA per tile and
  * head, measured slower: bench/NOTES.md, "cpers".) */
