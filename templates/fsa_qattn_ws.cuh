@@ -26,6 +26,25 @@
 
 namespace fsa {
 
+// The producer warpgroup's copies: each thread's pieces (StridedStage) of
+// K/V stage j of a strided key stream into ring buffer buf.
+template <int KS, int DK, int DV>
+struct WsStageCopies {
+    StridedStage<KS, DK, 128> k_stage;
+    StridedStage<KS, DV, 128> v_stage;
+    u32 ks, vs;
+    __device__ __forceinline__ void init(int tid, u32 k_tiles, u32 v_tiles) {
+        k_stage.init(tid);
+        v_stage.init(tid);
+        ks = k_tiles;
+        vs = v_tiles;
+    }
+    __device__ __forceinline__ void operator()(int buf, const StridedKeys &keys, int j) {
+        k_stage.load(ks + buf * fsa_sw128_bytes(KS, DK), keys.k, keys.k_stride, j * KS, keys.limit);
+        v_stage.load(vs + buf * fsa_sw128_bytes(KS, DV), keys.v, keys.v_stride, j * KS, keys.limit);
+    }
+};
+
 template <class DT, int DK, int DV, int G, int WG, class Visible>
 __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const fsa_kernel_view &q,
                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
@@ -54,18 +73,9 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     if (warp >= CONSUMERS / 32) {
         // The producer.
         wg_regs_dec<fsa_qt_ws_producer_regs(WG)>();
-        const int tid = (int)threadIdx.x - CONSUMERS;
-        StridedStage<KS, DK, 128> k_stage;
-        StridedStage<KS, DV, 128> v_stage;
-        k_stage.init(tid);
-        v_stage.init(tid);
-        ring.produce(
-            n_stages,
-            [&](int j, int buf) {
-                k_stage.load(ks + buf * K_STAGE, keys.k, keys.k_stride, j * KS, keys.limit);
-                v_stage.load(vs + buf * V_STAGE, keys.v, keys.v_stride, j * KS, keys.limit);
-            },
-            [] { wg_fence_async_smem(); });
+        WsStageCopies<KS, DK, DV> copies;
+        copies.init((int)threadIdx.x - CONSUMERS, ks, vs);
+        ring.produce(n_stages, [&](int j, int buf) { copies(buf, keys, j); }, [] { wg_fence_async_smem(); });
         return;
     }
 
@@ -138,21 +148,11 @@ __device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const
     int item = 0;  // the ring's items, counted across tiles
     if (warp >= CONSUMERS / 32) {
         wg_regs_dec<fsa_qt_ws_producer_regs(WG)>();
-        const int tid = (int)threadIdx.x - CONSUMERS;
-        StridedStage<KS, DK, 128> k_stage;
-        StridedStage<KS, DV, 128> v_stage;
-        k_stage.init(tid);
-        v_stage.init(tid);
+        WsStageCopies<KS, DK, DV> copies;
+        copies.init((int)threadIdx.x - CONSUMERS, ks, vs);
         const auto landed = [] { wg_fence_async_smem(); };
         for (; w < count; w = next_job(w + gridDim.x, job))
-            for (int j = 0; j < job.n_stages; j++, item++)
-                ring.push(
-                    item,
-                    [&](int buf) {
-                        k_stage.load(ks + buf * K_STAGE, job.keys.k, job.keys.k_stride, j * KS, job.keys.limit);
-                        v_stage.load(vs + buf * V_STAGE, job.keys.v, job.keys.v_stride, j * KS, job.keys.limit);
-                    },
-                    landed);
+            for (int j = 0; j < job.n_stages; j++, item++) ring.push(item, [&](int buf) { copies(buf, job.keys, j); }, landed);
         ring.finish(item, landed);
         return;
     }
