@@ -45,13 +45,42 @@ struct WsStageCopies {
     }
 };
 
+// A consumer warpgroup's whole tile: its stages, ring items item ..
+// item + n_stages - 1 (item ends past them; buffer item % STAGES), S = Q K^T
+// from its query rows q_rows, the online softmax and P V, then the tile's
+// output rows and lse. Both forms (a CTA per tile, persistent) run it.
+template <class DT, int DK, int DV, int G, int ROWS, int STAGES, class Visible>
+__device__ __forceinline__ void ws_consume_tile(const ProducerRing<STAGES> &ring, int &item, int n_stages, u32 q_rows,
+                                                u32 ks, u32 vs, float scale_log2, int lane, int warp, Visible visible,
+                                                const fsa_kernel_view &o, float *lse, long long total_tokens,
+                                                const QueryTile &tile, int h) {
+    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16;
+    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
+    OnlineSoftmax sm;
+    sm.init();
+    float acc[DV / 8][4], s[KS / 8][4], alpha[2];
+    frag_zero<DV / 8>(acc);
+    u32 pa[KK][4];
+    for (int i = 0; i < n_stages; i++, item++) {
+        const int buf = (int)((unsigned)item % STAGES);
+        ring.wait(item);
+        // (s = Q K^T without zeroing s first: the same scores as variant 5's 0 + Q K^T but for the
+        // sign of a zero, which no later step can tell.)
+        wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
+        wg_commit();
+        stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
+        ring.release(item);
+    }
+    store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+}
+
 template <class DT, int DK, int DV, int G, int WG, class Visible>
 __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const fsa_kernel_view &q,
                                                      const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                      const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                      const StridedKeys &keys, Visible visible) {
     static_assert(fsa_qt_wg_producer(WG), "the warp-specialized variant");
-    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int KS = fsa_qt_fwd_keys(DV), ROWS = fsa_qt_wg_rows(WG);
     constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = fsa_qt_wg_stages(WG);
     static_assert(fsa_qt_wg_threads(WG) == CONSUMERS + 128, "one producer warpgroup after the consumers");
     // The pool the warpgroups trade in is what the CTA got at launch: 65536 / threads a
@@ -59,7 +88,6 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     static_assert(128 * fsa_qt_ws_producer_regs(WG) + CONSUMERS * fsa_qt_ws_consumer_regs(WG) <=
                       (CONSUMERS + 128) * (65536 / (CONSUMERS + 128) / 8 * 8),
                   "the registers moved between warpgroups fit what the CTA holds");
-    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_wg_smem_v(DK, DV, WG);
     // (The warp index through a shuffle: the compiler then knows it is the
@@ -90,22 +118,9 @@ __device__ __forceinline__ void attend_query_tile_ws(unsigned char *smem, const 
     wg_fence_async_smem();
     named_bar_sync(1 + cw, 128);
 
-    OnlineSoftmax sm;
-    sm.init();
-    float acc[DV / 8][4], s[KS / 8][4], alpha[2];
-    frag_zero<DV / 8>(acc);
-    u32 pa[KK][4];
-    for (int i = 0; i < n_stages; i++) {
-        const int buf = (int)((unsigned)i % STAGES);
-        ring.wait(i);
-        // (s = Q K^T without zeroing s first: the same scores as variant 5's 0 + Q K^T but for the
-        // sign of a zero, which no later step can tell.)
-        wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
-        wg_commit();
-        stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
-        ring.release(i);
-    }
-    store_query_rows<DT, DV, G>(o, lse, total_tokens, tile, h, warp, sm, acc, lane);
+    int item = 0;
+    ws_consume_tile<DT, DK, DV, G, ROWS>(ring, item, n_stages, q_rows, ks, vs, scale_log2, lane, warp, visible, o, lse,
+                                         total_tokens, tile, h);
 }
 
 // The persistent form (fsa_qt_ws_persistent): the CTA walks jobs w =
@@ -123,9 +138,8 @@ template <class DT, int DK, int DV, int G, int WG, class Jobs>
 __device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const fsa_kernel_view &q,
                                                       const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                       float scale_log2, const Jobs &jobs) {
-    constexpr int KS = fsa_qt_fwd_keys(DV), KK = KS / 16, ROWS = fsa_qt_wg_rows(WG);
+    constexpr int KS = fsa_qt_fwd_keys(DV), ROWS = fsa_qt_wg_rows(WG);
     constexpr int CONSUMERS = 128 * fsa_qt_wg_groups(WG), STAGES = FSA_QT_WS_PERSISTENT_STAGES;
-    constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     const u32 qs = (smem_addr(smem) + (FSA_QT_WG_ALIGN - 1)) & ~(u32)(FSA_QT_WG_ALIGN - 1);
     const u32 ks = qs + fsa_qt_wg_smem_k(DK, WG), vs = qs + fsa_qt_ws_smem_v(DK, DV, WG);
     // Query buffer b (0 or 1) at qs + b * Q2.
@@ -179,21 +193,8 @@ __device__ __forceinline__ void attend_query_tiles_ws(unsigned char *smem, const
         }
 
         const u32 q_rows = qs + b * Q2 + (u32)cw * 64 * 128;  // this warpgroup's 64 rows of every Q panel
-        const auto visible = jobs.visible(job, warp, lane);
-        OnlineSoftmax sm;
-        sm.init();
-        float acc[DV / 8][4], s[KS / 8][4], alpha[2];
-        frag_zero<DV / 8>(acc);
-        u32 pa[KK][4];
-        for (int i = 0; i < job.n_stages; i++, item++) {
-            const int buf = (int)((unsigned)item % STAGES);
-            ring.wait(item);
-            wg_mma_abt<DT, DK, KS, ROWS, false>(s, q_rows, ks + buf * K_STAGE);
-            wg_commit();
-            stage_softmax_pv<DT, KS, DV>(sm, s, acc, pa, alpha, scale_log2, lane, i * KS, visible, vs + buf * V_STAGE);
-            ring.release(item);
-        }
-        store_query_rows<DT, DV, G>(o, lse, total_tokens, job.tile, job.h, warp, sm, acc, lane);
+        ws_consume_tile<DT, DK, DV, G, ROWS>(ring, item, job.n_stages, q_rows, ks, vs, scale_log2, lane, warp,
+                                             jobs.visible(job, warp, lane), o, lse, total_tokens, job.tile, job.h);
         // (Described again rather than kept through the stages: registers.)
         w = w_next;
         if (w < count) jobs.describe(w, job);
