@@ -106,13 +106,19 @@ FSA_LAYOUT_FN int fsa_qt_wg_threads(int wg) { return 128 * (fsa_qt_wg_groups(wg)
 FSA_LAYOUT_FN int fsa_qt_wg_rows(int wg) { return 64 * fsa_qt_wg_groups(wg); }
 FSA_LAYOUT_FN int fsa_qt_wg_tokens_per_tile(int g, int wg) { return fsa_qt_wg_rows(wg) / 16 * (16 / g); }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_k(int dk, int wg) { return fsa_sw128_bytes(fsa_qt_wg_rows(wg), dk); }
-FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg)
+/* Where the V stages and the mbarriers start with `stages` K/V stages. */
+FSA_LAYOUT_FN int fsa_qt_wg_smem_v_at(int dk, int dv, int wg, int stages)
 {
-    return fsa_qt_wg_smem_k(dk, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+    return fsa_qt_wg_smem_k(dk, wg) + stages * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
 }
+FSA_LAYOUT_FN int fsa_qt_wg_smem_bars_at(int dk, int dv, int wg, int stages)
+{
+    return fsa_qt_wg_smem_v_at(dk, dv, wg, stages) + stages * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_wg_smem_v(int dk, int dv, int wg) { return fsa_qt_wg_smem_v_at(dk, dv, wg, fsa_qt_wg_stages(wg)); }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_bars(int dk, int dv, int wg)
 {
-    return fsa_qt_wg_smem_v(dk, dv, wg) + fsa_qt_wg_stages(wg) * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+    return fsa_qt_wg_smem_bars_at(dk, dv, wg, fsa_qt_wg_stages(wg));
 }
 FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 {
@@ -129,11 +135,11 @@ FSA_LAYOUT_FN int fsa_qt_wg_smem_bytes(int dk, int dv, int wg)
 #define FSA_QT_WS_PERSISTENT_STAGES 4
 FSA_LAYOUT_FN int fsa_qt_ws_smem_v(int dk, int dv, int wg)
 {
-    return fsa_qt_wg_smem_k(dk, wg) + FSA_QT_WS_PERSISTENT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dk);
+    return fsa_qt_wg_smem_v_at(dk, dv, wg, FSA_QT_WS_PERSISTENT_STAGES);
 }
 FSA_LAYOUT_FN int fsa_qt_ws_smem_bars(int dk, int dv, int wg)
 {
-    return fsa_qt_ws_smem_v(dk, dv, wg) + FSA_QT_WS_PERSISTENT_STAGES * fsa_sw128_bytes(fsa_qt_fwd_keys(dv), dv);
+    return fsa_qt_wg_smem_bars_at(dk, dv, wg, FSA_QT_WS_PERSISTENT_STAGES);
 }
 FSA_LAYOUT_FN int fsa_qt_ws_smem_q2(int dk, int dv, int wg)
 {
