@@ -55,8 +55,7 @@ FSA_LAYOUT_FN int fsa_cmp_fwd_tile_tokens(int g, int dk, int dv, int wg)
 FSA_LAYOUT_FN int fsa_cmp_fwd_persistent(int dk, int dv, int wg) { return fsa_qt_ws_persistent(dk, dv, wg); }
 FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv, int wg)
 {
-    if (fsa_cmp_fwd_persistent(dk, dv, wg)) return fsa_qt_ws_persistent_smem_bytes(dk, dv, wg);
-    return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_bytes_mt(dk, dv, fsa_cmp_fwd_mt(dk, dv));
+    return fsa_qt_fwd_kernel_smem(dk, dv, wg, fsa_cmp_fwd_mt(dk, dv));
 }
 FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv, int wg)
 {

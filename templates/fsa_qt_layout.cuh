@@ -169,6 +169,14 @@ FSA_LAYOUT_FN fsa_qt_job fsa_qt_job_at(long long w, long long heads)
     j.h = w - j.x * heads;
     return j;
 }
+/* A query-tile forward's shared memory (the compressed and window forwards):
+ * the persistent form where it fits, else a CTA per tile of variant wg, or
+ * mma.sync with mt sets of 16 rows per warp. */
+FSA_LAYOUT_FN int fsa_qt_fwd_kernel_smem(int dk, int dv, int wg, int mt)
+{
+    if (fsa_qt_ws_persistent(dk, dv, wg)) return fsa_qt_ws_persistent_smem_bytes(dk, dv, wg);
+    return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_bytes_mt(dk, dv, mt);
+}
 /* The window forward's tokens per tile and grid (wg: its variant). */
 FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }
 FSA_LAYOUT_FN long long fsa_qt_fwd_grid_tiles(long long total_tokens, long long batch, int g, int wg)

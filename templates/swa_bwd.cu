@@ -21,7 +21,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     const QueryTile tile = query_tile<fsa_qt_bwd_dq_tile_tokens(G, WGB)>((const int *)p.cu_seqlens, (int)p.batch,
                                                                          p.total_tokens, blockIdx.x);
     if (!tile.ok) return;
-    const WindowStream<G, KS> ws(p, tile);
+    const WindowStream<G, KS> ws(p, tile, blockIdx.y);
 
     auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
     auto visible = [&](int j, int half) { return ws.visible(j, half); };

@@ -29,13 +29,13 @@ __device__ __forceinline__ long long swa_group_window(const fsa_swa_params &p, i
 // warp may skip.
 template <int G, int KS>
 struct WindowStream {
-    int h;                   // the KV head (blockIdx.y)
+    int h;                   // the KV head
     long long k0;            // the stream's first key, a position in the sequence
     int n_keys;
     long long pos[2], win[2];  // this lane's rows: position (-1: no row), window
     long long warp_lo, warp_hi, wmax;
 
-    __device__ __forceinline__ WindowStream(const fsa_swa_params &p, const QueryTile &tile) : h(blockIdx.y) {
+    __device__ __forceinline__ WindowStream(const fsa_swa_params &p, const QueryTile &tile, int kv_head) : h(kv_head) {
         typedef GroupRows<G> Rows;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         wmax = swa_group_window<G>(p, h);

@@ -26,6 +26,7 @@ typedef struct fsa_swa_params {
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dk, dv;   /* [T, Hkv, Dk], [T, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
+    long long num_kv_heads;   /* Hkv (the persistent forward's jobs: fsa_qt_ws_persistent) */
     int head_windows[FSA_SWA_MAX_HEAD_WINDOWS]; /* per query head, when window is 0 */
 } fsa_swa_params;
 

@@ -212,7 +212,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
-    case FSA_K_SWA_FWD: smem = c->wgmma ? fsa_qt_wg_smem_bytes(d, dv, c->wgmma) : fsa_qt_fwd_smem_bytes(d, dv); break;
+    case FSA_K_SWA_FWD: smem = fsa_qt_fwd_kernel_smem(d, dv, c->wgmma, 1); break;
     case FSA_K_CMP_SELECT:
         smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride,
                                       fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant),

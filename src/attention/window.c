@@ -141,7 +141,8 @@ void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_
     *p = (fsa_swa_params){.q = fsa_view_of(c.q), .o = fsa_view_of(c.o), .k = fsa_view_of(c.k),
                           .v = fsa_view_of(c.v), .lse = (long long)c.lse, .cu_seqlens = (long long)c.cu_seqlens,
                           .total_tokens = c.total_tokens, .batch = c.batch,
-                          .scale_log2 = (double)plan->scale * FSA_LOG2E, .window = plan->window};
+                          .scale_log2 = (double)plan->scale * FSA_LOG2E, .window = plan->window,
+                          .num_kv_heads = plan->desc.num_kv_heads};
     memcpy(p->head_windows, plan->head_windows, sizeof p->head_windows);
 }
 
@@ -151,7 +152,9 @@ static fsa_status fwd_check(const void *window_plan, const void *call, int *has_
     return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
 }
 
-/* One kernel over the query tiles of every sequence, inside the plan's context. */
+/* One kernel over the query tiles of every sequence, inside the plan's context:
+ * a CTA per (tile, KV head), or where the forward is persistent at most a CTA
+ * per SM walking those jobs. */
 static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream stream)
 {
     const fsa_window_plan *plan = window_plan;
@@ -161,6 +164,11 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     const uint64_t tiles = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma);
+    if (fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma)) {
+        const uint64_t jobs = tiles * (uint64_t)plan->desc.num_kv_heads;
+        const uint64_t sms = plan->ctx->sm_count > 0 ? (uint64_t)plan->ctx->sm_count : 1;
+        return fsa_kernel_launch_3d(&plan->fwd, plan->ctx, jobs < sms ? jobs : sms, 1, 1, stream, &p);
+    }
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
 }
 

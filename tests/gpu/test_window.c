@@ -41,6 +41,9 @@ static const win_case cases[] = {
     {"bf16_d256_g2_causal",         BF, 256, 256, 2,  1,  4096, 0, {700},              1, 0, 0},
     {"bf16_dk64_dv16_g12",          BF, 64,  16,  12, 1,  33,   0, {500, 17},          2, 0, 0},
     {"bf16_dk256_dv64_g2_one_pass", BF, 256, 64,  4,  2,  77,   0, {300, 5},           2, 1, 0},
+    /* More (tile, KV head) jobs than an H200 has SMs: the persistent forward's CTAs walk several tiles. */
+    {"bf16_d128_g4_w512_many_jobs", BF, 128, 128, 8,  2,  512,  0, {6000, 700, 1},     3, 0, 1},
+    {"bf16_d128_g2_w300_many_jobs", BF, 128, 128, 8,  4,  300,  0, {6000, 700, 5},     3, 1, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

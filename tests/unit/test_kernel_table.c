@@ -91,8 +91,8 @@ static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **stat
 }
 
 /* The warp-specialized forward: variant 6 is variant 5's three warpgroups plus a producer warpgroup (512
- * threads, the same tiles and shared memory; the compressed forward, persistent, adds a second query tile
- * after the mbarriers, aligned, within sm_90's shared memory) and takes variant 5's selection. */
+ * threads, the same tiles; the compressed and window forwards, persistent, add stages and a second query
+ * tile after the mbarriers, aligned, within sm_90's shared memory) and takes variant 5's selection. */
 static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(void **state)
 {
     (void)state;
@@ -105,11 +105,8 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
         c.wgmma = 6;
         fsa_kernel_describe(&k6, ids[i], &c);
         assert_int_equal(k6.threads, 512);
-        if (ids[i] == FSA_K_SWA_FWD) {
-            assert_int_equal(k6.smem, k5.smem);
-            continue;
-        }
-        assert_true(fsa_cmp_fwd_persistent(128, 128, 6) && !fsa_cmp_fwd_persistent(128, 128, 5));
+        assert_true(fsa_qt_ws_persistent(128, 128, 6) && !fsa_qt_ws_persistent(128, 128, 5));
+        assert_int_equal(fsa_cmp_fwd_persistent(128, 128, 6), fsa_qt_ws_persistent(128, 128, 6));
         const int q2 = fsa_qt_ws_smem_q2(128, 128, 6), stages = FSA_QT_WS_PERSISTENT_STAGES;
         assert_true(stages >= fsa_qt_wg_stages(6));
         assert_int_equal(fsa_qt_ws_smem_bars(128, 128, 6),
