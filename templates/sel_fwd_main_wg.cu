@@ -334,10 +334,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
                                    [&](int r, int c) { return qb_ptr + sw128_offset(wq * 16 + r, c, ROWS); });
         }
         // As in the tile streams: a group with fewer tiles than the item's
-        // first group passes its barrier as often anyway (2 per tile less 1),
-        // so that racecheck finds the next item's row table, which the CTA
-        // barrier orders, no hazard (bench/NOTES.md, "pad").
+        // first group passes its barrier as often anyway (3 per tile less 1:
+        // the ring's, the tile's wait, stage_tile_rows'), so that racecheck
+        // finds the next item's row table, which the CTA barrier orders, no
+        // hazard (bench/NOTES.md, "pad").
         const int most = (ntiles + GROUPS - 1) / GROUPS;
-        for (int k = mine > 0 ? 2 * mine - 1 : 0; k < (most > 0 ? 2 * most - 1 : 0); k++) group_sync(grp);
+        for (int k = mine > 0 ? 3 * mine - 1 : 0; k < (most > 0 ? 3 * most - 1 : 0); k++) group_sync(grp);
     }
 }
