@@ -269,8 +269,8 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     if (fsa_cmp_fwd_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->config.wgmma)) {
         /* A CTA per SM at most, walking the (tile, KV head) jobs. */
         const uint64_t jobs = fwd_tiles * (uint64_t)plan->desc.num_kv_heads;
-        const uint64_t sms = plan->ctx->sm_count > 0 ? (uint64_t)plan->ctx->sm_count : 1;
-        FSA_CHECK(fsa_kernel_launch_3d(&plan->fwd, plan->ctx, jobs < sms ? jobs : sms, 1, 1, stream, &p));
+        FSA_CHECK(fsa_kernel_launch_3d(&plan->fwd, plan->ctx, fsa_kernel_one_cta_per_sm(plan->ctx, jobs), 1, 1, stream,
+                                       &p));
     } else {
         FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
     }

@@ -312,6 +312,12 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     return launch_status(k, cu, r, "cuLaunchKernel");
 }
 
+uint64_t fsa_kernel_one_cta_per_sm(const fsa_context *ctx, uint64_t jobs)
+{
+    const uint64_t sms = ctx->sm_count > 0 ? (uint64_t)ctx->sm_count : 1;
+    return jobs < sms ? jobs : sms;
+}
+
 int fsa_kernel_can_cluster(const fsa_context *ctx)
 {
     return ctx->cu != NULL && ctx->cu->LaunchKernelEx != NULL && ctx->cc_major >= 9;

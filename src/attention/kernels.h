@@ -112,6 +112,11 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
 fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
                                 CUstream stream, void *params);
 
+/* The grid of a persistent query-tile forward (attend_query_tiles_ws, which
+ * takes a whole SM's shared memory): one CTA per SM of ctx's device, and no
+ * more CTAs than jobs. */
+uint64_t fsa_kernel_one_cta_per_sm(const fsa_context *ctx, uint64_t jobs);
+
 /* fsa_kernel_launch_3d on a (gx, gy, 1) grid whose CTAs form clusters of
  * (1, cluster_y, 1) (gy a multiple of cluster_y; the driver has cluster
  * launches: fsa_kernel_can_cluster). */

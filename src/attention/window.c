@@ -166,8 +166,7 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
     const uint64_t tiles = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma);
     if (fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma)) {
         const uint64_t jobs = tiles * (uint64_t)plan->desc.num_kv_heads;
-        const uint64_t sms = plan->ctx->sm_count > 0 ? (uint64_t)plan->ctx->sm_count : 1;
-        return fsa_kernel_launch_3d(&plan->fwd, plan->ctx, jobs < sms ? jobs : sms, 1, 1, stream, &p);
+        return fsa_kernel_launch_3d(&plan->fwd, plan->ctx, fsa_kernel_one_cta_per_sm(plan->ctx, jobs), 1, 1, stream, &p);
     }
     return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
 }

@@ -9,6 +9,7 @@
 #include "testing.h"
 
 #include "attention/kernels.h"
+#include "jit/context.h"
 #include "jit/target.h"
 
 #include <string.h>
@@ -308,6 +309,22 @@ static void test_equal_head_dims_keep_the_selected_kernels_shared_memory(void **
     assert_true(smem_of(FSA_K_KVC_FWD, &n) < smem_of(FSA_K_KVC_FWD, &c));
 }
 
+/* A persistent query-tile forward launches a CTA per SM, fewer where there are fewer jobs, and one where the
+ * device's SM count is unknown. */
+static void test_a_persistent_forward_launches_one_cta_per_sm_at_most(void **state)
+{
+    (void)state;
+    fsa_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.sm_count = 132;
+    assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 10900), 132);
+    assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 132), 132);
+    assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 62), 62);
+    assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 0), 0);
+    ctx.sm_count = 0;
+    assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 10900), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
+        cmocka_unit_test(test_a_persistent_forward_launches_one_cta_per_sm_at_most),
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
         cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
         cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
