@@ -266,14 +266,9 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
                                               plan->config.cmp_sel_variant);
     const uint64_t sel_tiles = (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group,
                                                                 plan->desc.head_dim, plan->desc.top_k, sel_groups);
-    if (fsa_cmp_fwd_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->config.wgmma)) {
-        /* A CTA per SM at most, walking the (tile, KV head) jobs. */
-        const uint64_t jobs = fwd_tiles * (uint64_t)plan->desc.num_kv_heads;
-        FSA_CHECK(fsa_kernel_launch_3d(&plan->fwd, plan->ctx, fsa_kernel_one_cta_per_sm(plan->ctx, jobs), 1, 1, stream,
-                                       &p));
-    } else {
-        FSA_CHECK(fsa_cmp_launch(plan, &plan->fwd, fwd_tiles, 1, stream, &p));
-    }
+    FSA_CHECK(fsa_kernel_launch_query_tiles(
+        &plan->fwd, plan->ctx, fsa_cmp_fwd_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->config.wgmma),
+        fwd_tiles, (unsigned)plan->desc.num_kv_heads, stream, &p));
     /* The selection reads the lse the forward wrote: same stream, in order. */
     if (a->topk.ptr != 0) FSA_CHECK(fsa_cmp_launch(plan, &plan->select, sel_tiles, 1, stream, &p));
 cleanup:

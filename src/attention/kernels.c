@@ -318,6 +318,14 @@ uint64_t fsa_kernel_one_cta_per_sm(const fsa_context *ctx, uint64_t jobs)
     return jobs < sms ? jobs : sms;
 }
 
+fsa_status fsa_kernel_launch_query_tiles(const fsa_kernel *k, const fsa_context *ctx, int persistent, uint64_t tiles,
+                                         unsigned heads, CUstream stream, void *params)
+{
+    if (persistent)
+        return fsa_kernel_launch_3d(k, ctx, fsa_kernel_one_cta_per_sm(ctx, tiles * heads), 1, 1, stream, params);
+    return fsa_kernel_launch_3d(k, ctx, tiles, heads, 1, stream, params);
+}
+
 int fsa_kernel_can_cluster(const fsa_context *ctx)
 {
     return ctx->cu != NULL && ctx->cu->LaunchKernelEx != NULL && ctx->cc_major >= 9;

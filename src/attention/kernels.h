@@ -117,6 +117,13 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
  * more CTAs than jobs. */
 uint64_t fsa_kernel_one_cta_per_sm(const fsa_context *ctx, uint64_t jobs);
 
+/* A query-tile forward (compressed, window) over `tiles` query tiles of
+ * `heads` KV heads: persistent (fsa_qt_ws_persistent), a 1-D grid of
+ * fsa_kernel_one_cta_per_sm CTAs walking the tiles x heads jobs; else a
+ * (tiles, heads) grid, a CTA per job. */
+fsa_status fsa_kernel_launch_query_tiles(const fsa_kernel *k, const fsa_context *ctx, int persistent, uint64_t tiles,
+                                         unsigned heads, CUstream stream, void *params);
+
 /* fsa_kernel_launch_3d on a (gx, gy, 1) grid whose CTAs form clusters of
  * (1, cluster_y, 1) (gy a multiple of cluster_y; the driver has cluster
  * launches: fsa_kernel_can_cluster). */

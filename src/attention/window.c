@@ -164,11 +164,9 @@ static fsa_status fwd_launch(const void *window_plan, const void *call, CUstream
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
     const uint64_t tiles = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma);
-    if (fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma)) {
-        const uint64_t jobs = tiles * (uint64_t)plan->desc.num_kv_heads;
-        return fsa_kernel_launch_3d(&plan->fwd, plan->ctx, fsa_kernel_one_cta_per_sm(plan->ctx, jobs), 1, 1, stream, &p);
-    }
-    return fsa_kernel_launch(&plan->fwd, plan->ctx, tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
+    return fsa_kernel_launch_query_tiles(&plan->fwd, plan->ctx,
+                                         fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma),
+                                         tiles, (unsigned)plan->desc.num_kv_heads, stream, &p);
 }
 
 fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const fsa_window_fwd_args *args, void *stream)
