@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);
 
     const int n_stages = (vis.tile + KS - 1) / KS;
-    auto key_rows = [&](int j) { return cmp_key_row(p, keys, h, j, vis.tile); };
+    const StridedKeys key_rows = cmp_strided_keys(p, keys, h, vis.tile);
     auto visible = [&](int j, int half) { return j < vis.row[half]; };
     if constexpr (WGB != 0)
         backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, h, n_stages, key_rows, visible);

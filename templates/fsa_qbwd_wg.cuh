@@ -17,6 +17,7 @@
 //                        while dS^T is formed.
 #pragma once
 #include "fsa_qbwd.cuh"
+#include "fsa_stream.cuh"
 #include "fsa_wgmma.cuh"
 
 namespace fsa {
@@ -76,7 +77,7 @@ __device__ __forceinline__ u32 wg_smem_base(unsigned char *smem, unsigned char *
 
 // dq of a query tile of 64 rows per warpgroup (fsa_qt_wgb_groups(WGB) of
 // them, fsa_qt_wgb_dq_tokens(G, WGB) tokens) against a stream of key stages, with the functors of
-// attend_query_tile_wg: key_rows(j) -> RowPair, visible(j, half) (an
+// attend_query_tile_wg: key_rows (StridedKeys, or a functor j -> RowPair), visible(j, half) (an
 // interval of keys per row). Also writes delta (p.delta) of the tile's rows.
 template <class DT, int DK, int DV, int G, int WGB, class P, class KeyRows, class Visible>
 __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P &p, const QueryTile &tile, int h,
@@ -95,8 +96,12 @@ __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P
 
     load_query_rows_async<G, DK, 0, THREADS, ROWS, true>(qs, p.q, tile, h);
     load_query_rows_async<G, DV, 0, THREADS, ROWS, true>(dos, p.dout, tile, h);
+    // (A strided key stream costs a few instructions a piece: KeyHalf.)
+    const KeyHalf<KS, DK, 0, THREADS> k_half;
+    const KeyHalf<KS, DV, 1, THREADS> v_half;
     auto load = [&](int i, int buf) {
-        load_key_stage_async<KS, DK, DV, true, THREADS>(ks + buf * K_STAGE, vs + buf * V_STAGE, key_rows, i * KS);
+        k_half(ks + buf * K_STAGE, key_rows, i * KS);
+        v_half(vs + buf * V_STAGE, key_rows, i * KS);
     };
     AsyncRing<STAGES> ring;
     ring.start(n_stages, load);

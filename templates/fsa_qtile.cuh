@@ -89,29 +89,36 @@ __device__ __forceinline__ RowSrc query_row_src(const fsa_kernel_view &q, const 
     return RowSrc{src, ok};
 }
 //
-// Where THREADS is a multiple of a row's pieces and the row step it leaves,
-// THREADS / (D / 8), is a power of two of at least 8 (D 128 over 128 or 256
-// threads, say), a thread's pieces share one column and their rows differ by
-// multiples of that step: at most two (token-in-set, head) patterns, the same
-// swizzle phase, and whole sets of 16 rows between them. Their addresses are
-// then worked out once per call and stepped, instead of piece by piece: the
-// walks that copy a query tile per stage (the key-tile backward) spent about
-// half their issued instructions on those addresses.
+// Where a band of a row's pieces (the whole row, or else one 64-column panel)
+// divides THREADS into a row step that is a power of two of at least 8 (D 128
+// over 128 or 256 threads, D 192 over 128), a thread's pieces of a band
+// share one column and their rows differ by multiples of that step: at most
+// two (token-in-set, head) patterns, the same swizzle phase, and whole sets
+// of 16 rows between them. Their addresses are then worked out once per
+// call and stepped, instead of piece by piece: the walks that copy a query
+// tile per stage (the key-tile backward) spent about half their issued
+// instructions on those addresses.
+__device__ constexpr bool query_rows_step_ok(int step) { return step >= 8 && (step & (step - 1)) == 0; }
+__device__ constexpr int query_rows_band(int pieces, int threads) {
+    return threads % pieces == 0 && query_rows_step_ok(threads / pieces) ? pieces
+           : pieces % 8 == 0 && threads % 8 == 0 && query_rows_step_ok(threads / 8) ? 8
+                                                                                      : 0;
+}
 template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS, bool SW128 = false>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h,
                                                       int tid = -1) {
-    constexpr int PIECES = D / 8, STEP = THREADS % PIECES == 0 ? THREADS / PIECES : 0;
-    constexpr bool STEPPED = STEP >= 8 && (STEP & (STEP - 1)) == 0 && ROWS % STEP == 0 && ROWS % 16 == 0;
+    constexpr int PIECES = D / 8, BAND = query_rows_band(PIECES, THREADS), STEP = BAND ? THREADS / BAND : 0;
+    constexpr bool STEPPED = BAND && ROWS % STEP == 0 && ROWS % 16 == 0;
     if constexpr (STEPPED) {
         typedef GroupRows<G> Rows;
         if (tid < 0) tid = threadIdx.x;
         if (tid >= THREADS) return;  // (THREADS threads take every piece)
-        const int r0 = tid / PIECES, c = (tid % PIECES) * 8;
+        const int r0 = tid / BAND, c0 = (tid % BAND) * 8;
         // The thread's rows r0 + STEP k: with STEP 8 row r0 of set k / 2 (k even) or row r0 + 8 of it
         // (k odd); with STEP >= 16 row r0 & 15 of set (r0 >> 4) + k STEP / 16.
         const int r16[2] = {STEP == 8 ? r0 : r0 & 15, STEP == 8 ? r0 + 8 : r0 & 15};
         const int set0 = STEP == 8 ? 0 : r0 >> 4;
-        const u16 *const base = view_row<const u16>(q, tile.tok0, (long long)h * G) + c;
+        const u16 *const base = view_row<const u16>(q, tile.tok0, (long long)h * G) + c0;
         const long long set_step = (long long)Rows::TW * q.token_stride;  // one set of 16 rows further
         const u16 *src[2];
         int tok[2];
@@ -122,13 +129,17 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
             used[e] = Rows::used(r16[e]);
             src[e] = base + Rows::token(set0, r16[e]) * q.token_stride + Rows::head(r16[e]) * q.head_stride;
         }
-        const u32 d0 = dst + (SW128 ? sw128_offset(r0, c, ROWS) : (u32)(r0 * LD + c) * 2);
 #pragma unroll
-        for (int k = 0; k < ROWS / STEP; k++) {
-            const int e = STEP == 8 ? k & 1 : 0, sets = STEP == 8 ? k >> 1 : k * (STEP / 16);
-            const bool ok = used[e] && tok[e] + sets * Rows::TW < tile.n_tok;
-            const u32 d = d0 + (u32)(k * STEP) * (SW128 ? 128u : (u32)LD * 2u);
-            cp_async16(d, ok ? src[e] + sets * set_step : (const u16 *)q.ptr, ok);
+        for (int b = 0; b < PIECES / BAND; b++) {
+            const int c = c0 + b * BAND * 8;
+            const u32 d0 = dst + (SW128 ? sw128_offset(r0, c, ROWS) : (u32)(r0 * LD + c) * 2);
+#pragma unroll
+            for (int k = 0; k < ROWS / STEP; k++) {
+                const int e = STEP == 8 ? k & 1 : 0, sets = STEP == 8 ? k >> 1 : k * (STEP / 16);
+                const bool ok = used[e] && tok[e] + sets * Rows::TW < tile.n_tok;
+                const u32 d = d0 + (u32)(k * STEP) * (SW128 ? 128u : (u32)LD * 2u);
+                cp_async16(d, ok ? src[e] + sets * set_step + b * BAND * 8 : (const u16 *)q.ptr, ok);
+            }
         }
     } else {
         auto row_src = [&](int row) { return query_row_src<G>(q, tile, h, row); };

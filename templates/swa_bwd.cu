@@ -23,7 +23,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     if (!tile.ok) return;
     const WindowStream<G, KS> ws(p, tile, blockIdx.y);
 
-    auto key_rows = [&](int j) { return ws.key_row(p, tile, j); };
+    const StridedKeys key_rows = ws.strided_keys(p, tile);
     auto visible = [&](int j, int half) { return ws.visible(j, half); };
     if constexpr (WGB != 0)
         backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, ws.h, ws.n_stages(), key_rows, visible);
