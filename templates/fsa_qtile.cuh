@@ -72,13 +72,8 @@ struct GroupRows {
     }
 };
 
-// The query rows of a tile into shared memory (pitch LD), zeros for rows
-// without a token: row w * 16 + r is token tok0 + token(w, r), query head
-// h * G + head(r) (w counts sets of 16 rows: a warp may own more than one).
-// ROWS rows (FSA_QT_ROWS unless the kernel's warps own more); THREADS
-// threads share the copies, which join the current cp.async group. SW128:
-// into a 128-byte swizzled tile (sw128_offset) instead, LD unused; tid >= 0:
-// the THREADS threads are a group in which the caller is number tid.
+// Row `row` of a query tile (set row >> 4, row row & 15 of GroupRows): its source, or the tensor's base
+// and ok = false where it holds no token.
 template <int G>
 __device__ __forceinline__ RowSrc query_row_src(const fsa_kernel_view &q, const QueryTile &tile, int h, int row) {
     typedef GroupRows<G> Rows;
@@ -88,6 +83,20 @@ __device__ __forceinline__ RowSrc query_row_src(const fsa_kernel_view &q, const 
                         : (const u16 *)q.ptr;
     return RowSrc{src, ok};
 }
+// Whether load_query_rows_async steps its addresses (below), and the band of a row's pieces it steps.
+__device__ constexpr bool query_rows_step_ok(int step) { return step >= 8 && (step & (step - 1)) == 0; }
+__device__ constexpr int query_rows_band(int pieces, int threads) {
+    return threads % pieces == 0 && query_rows_step_ok(threads / pieces) ? pieces
+           : pieces % 8 == 0 && threads % 8 == 0 && query_rows_step_ok(threads / 8) ? 8
+                                                                                      : 0;
+}
+// The query rows of a tile into shared memory (pitch LD), zeros for rows
+// without a token: row w * 16 + r is token tok0 + token(w, r), query head
+// h * G + head(r) (w counts sets of 16 rows: a warp may own more than one).
+// ROWS rows (FSA_QT_ROWS unless the kernel's warps own more); THREADS
+// threads share the copies, which join the current cp.async group. SW128:
+// into a 128-byte swizzled tile (sw128_offset) instead, LD unused; tid >= 0:
+// the THREADS threads are a group in which the caller is number tid.
 //
 // Where a band of a row's pieces (the whole row, or else one 64-column panel)
 // divides THREADS into a row step that is a power of two of at least 8 (D 128
@@ -98,12 +107,6 @@ __device__ __forceinline__ RowSrc query_row_src(const fsa_kernel_view &q, const 
 // call and stepped, instead of piece by piece: the walks that copy a query
 // tile per stage (the key-tile backward) spent about half their issued
 // instructions on those addresses.
-__device__ constexpr bool query_rows_step_ok(int step) { return step >= 8 && (step & (step - 1)) == 0; }
-__device__ constexpr int query_rows_band(int pieces, int threads) {
-    return threads % pieces == 0 && query_rows_step_ok(threads / pieces) ? pieces
-           : pieces % 8 == 0 && threads % 8 == 0 && query_rows_step_ok(threads / 8) ? 8
-                                                                                      : 0;
-}
 template <int G, int D, int LD, int THREADS, int ROWS = FSA_QT_ROWS, bool SW128 = false>
 __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_view &q, const QueryTile &tile, int h,
                                                       int tid = -1) {
