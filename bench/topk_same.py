@@ -3,8 +3,8 @@ D 128, kernel 32, stride 16, BK 64, K 16, init 1, local 2, one sequence): a chan
 schedule must not move a single entry. The inputs are seeded on the GPU, so two processes (one per
 library) see the same ones.
 
-    FSA_LIBRARY=build-a/libfsa.so python3 bench/topk_same.py save a.pt [-T 65536] [-G 1,4,16]
-    FSA_LIBRARY=build-b/libfsa.so python3 bench/topk_same.py save b.pt [-T 65536] [-G 1,4,16]
+    FSA_LIBRARY=build-a/libfsa.so python3 bench/topk_same.py save a.pt [-T 65536] [-G 1,4,16] [--hq 32 --dk 128]
+    FSA_LIBRARY=build-b/libfsa.so python3 bench/topk_same.py save b.pt [-T 65536] [-G 1,4,16] [--hq 32 --dk 128]
     python3 bench/topk_same.py compare a.pt b.pt
 """
 import argparse
@@ -16,12 +16,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 
-def save(path, T, groups):
+def save(path, T, groups, hq=32, d=128):
     import fsa_jit
     from fsa_jit.nsa import compressed_cu_seqlens
 
     out = {}
-    hq, d, l, s = 32, 128, 32, 16
+    l, s = 32, 16
     cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
     cu_c = compressed_cu_seqlens(cu, l, s)
     tc = int(cu_c[-1])
@@ -60,9 +60,11 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("-T", type=int, default=65536)
     ap.add_argument("-G", default="1,4,16")
+    ap.add_argument("--hq", type=int, default=32, help="query heads (the paper's setting: 64)")
+    ap.add_argument("--dk", type=int, default=128, help="head dim of queries and keys (the paper's setting: 192)")
     o = ap.parse_args()
     if o.mode == "save":
-        save(o.files[0], o.T, [int(x) for x in o.G.split(",")])
+        save(o.files[0], o.T, [int(x) for x in o.G.split(",")], o.hq, o.dk)
         return 0
     return compare(o.files[0], o.files[1])
 

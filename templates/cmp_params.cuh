@@ -92,11 +92,12 @@ FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long
  * query tile (1024-byte aligned), the K stages, the warps' buffers. */
 #define FSA_CMP_SEL_KEYS 64
 /* K stages in flight with warpgroups: three, two above Dk 192 (shared
- * memory). With the forwards' variant 5 (fsa_qt_wg_mbar) up to Dk 128, where
- * it was measured faster, the ring is on mbarriers (their 48 bytes follow
- * the warps' buffers) and the next stage's scores are issued early. */
+ * memory). With the forwards' variant 5 or 6 (fsa_qt_wg_mbar) up to Dk 192
+ * the ring is on mbarriers (their 48 bytes follow the warps' buffers) and
+ * the next stage's scores are issued early: the variants below were
+ * measured at Dk 128 (bench/NOTES.md, "csel"), then at Dk 192 ("wsel"). */
 FSA_LAYOUT_FN int fsa_cmp_sel_wg_stages(int dk) { return dk > 192 ? 2 : 3; }
-FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 128; }
+FSA_LAYOUT_FN int fsa_cmp_sel_mbar(int wgmma, int dk) { return fsa_qt_wg_mbar(wgmma) && dk <= 192; }
 /* Variants of the selection on the mbarrier ring (0 elsewhere; FSA_CMP_SEL,
  * kernels.c, picks one), bits:
  * FSA_CMP_SEL_SPREAD: where 8 or more lanes share a token's blocks (G >= 4
@@ -131,8 +132,11 @@ FSA_LAYOUT_FN int fsa_cmp_sel_groups(int wgmma, int dk, int k, int g, int varian
 {
     if (!(wgmma != 0 && dk % 64 == 0 && dk <= 256 && k <= 32)) return 0;
     const int spread = (variant & FSA_CMP_SEL_SPREAD) != 0;
+    /* (Not at G 1 above Dk 128: there the buffers of four warpgroups of 16
+     * tokens a warp, at blocks of few compressed tokens, do not fit beside
+     * their 256 query rows in shared memory.) */
     const int four = ((variant & FSA_CMP_SEL_FOUR) && spread && g >= 4) ||
-                     ((variant & FSA_CMP_SEL_FOUR_SMALL_G) && g <= 2 && k <= 16);
+                     ((variant & FSA_CMP_SEL_FOUR_SMALL_G) && g <= 2 && k <= 16 && (g == 2 || dk <= 128));
     return four && fsa_cmp_sel_mbar(wgmma, dk) ? 4 : 3;
 }
 #define FSA_CMP_SEL_WG_BARS 48

@@ -59,15 +59,14 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem
  * CTA per SM with two or three warpgroups: no other CTA hides a late stage);
  * variants 2 and 3 overlap the products with the softmax (fsa_qattn_wg.cuh),
  * which costs registers that three warpgroups do not have; variant 5 is
- * variant 4 on an mbarrier ring; variant 6 (the default at Dk 128) is
+ * variant 4 on an mbarrier ring; variant 6 (the default) is
  * variant 5 with a producer warpgroup (below). Q rows | the K
  * stages | the V stages, each a 128-byte swizzled tile of 64-column panels
  * (fsa_sw128_bytes), from a 1024-byte aligned base: the dynamic shared
  * memory carries FSA_QT_WG_ALIGN bytes of slack to find it. Head dims are
  * multiples of 64 (whole panels); other shapes keep the mma.sync forward. */
 #define FSA_QT_WG_ALIGN 1024
-#define FSA_QT_WG_DEFAULT 6 /* the fastest measured at Dk = Dv = 128 (bench/NOTES.md, series qws) */
-#define FSA_QT_WG_DEFAULT_WIDE 5 /* at Dk 192, Dv 128, where variant 6 measured 9-10% slower */
+#define FSA_QT_WG_DEFAULT 6 /* the fastest measured at Dk 128 and 192 (bench/NOTES.md, series qws and wsel) */
 FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv % 64 == 0 && dk <= 256 && dv <= 256; }
 FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
@@ -77,15 +76,12 @@ FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
 {
     return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
 }
-/* The variant a plan gets unasked: FSA_QT_WG_DEFAULT (Dk 128) or
- * FSA_QT_WG_DEFAULT_WIDE (above) on the head dims where the warpgroup
- * forward was measured faster than the mma.sync forward (Dv 128, Dk 128 to
- * 192: bench/RESULTS.md), the mma.sync forward elsewhere. */
+/* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
+ * the warpgroup forward was measured faster than the mma.sync forward (Dv
+ * 128, Dk 128 to 192: bench/RESULTS.md), the mma.sync forward elsewhere. */
 FSA_LAYOUT_FN int fsa_qt_wg_default(int dk, int dv)
 {
-    return dv == 128 && dk >= 128 && dk <= 192
-               ? fsa_qt_wg_pick(dk == 128 ? FSA_QT_WG_DEFAULT : FSA_QT_WG_DEFAULT_WIDE, dk, dv)
-               : 0;
+    return dv == 128 && dk >= 128 && dk <= 192 ? fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, dk, dv) : 0;
 }
 FSA_LAYOUT_FN int fsa_qt_wg_overlap(int wg) { return wg == 2 || wg == 3; }
 /* Variant 5: variant 4 with the K/V ring on mbarriers (fsa_mbarrier.cuh)

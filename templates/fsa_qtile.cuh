@@ -130,7 +130,7 @@ __device__ __forceinline__ void load_query_rows_async(u32 dst, const fsa_kernel_
         for (int e = 0; e < 2; e++) {
             tok[e] = Rows::token(set0, r16[e]);
             used[e] = Rows::used(r16[e]);
-            src[e] = base + Rows::token(set0, r16[e]) * q.token_stride + Rows::head(r16[e]) * q.head_stride;
+            src[e] = base + tok[e] * q.token_stride + Rows::head(r16[e]) * q.head_stride;
         }
 #pragma unroll
         for (int b = 0; b < PIECES / BAND; b++) {

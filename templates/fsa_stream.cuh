@@ -22,25 +22,29 @@ struct StridedKeys {
 };
 
 // Stages of ROWS rows x COLS 16-bit columns copied by THREADS threads, the
-// pieces of a row taken by consecutive threads: with THREADS a multiple of
-// the pieces per row, a thread's pieces share one column and lie STEP rows
-// apart, so a stage costs one row address per thread and, per piece, a
-// 64-bit add, a compare and the copy (with STEP a multiple of 8 the piece's
-// place in the swizzled tile is a constant step too). Other thread counts
-// work out each piece's row address.
+// pieces of a band (a whole row, or else one 64-column panel) taken by
+// consecutive threads: where the band divides THREADS, a thread's pieces
+// share one column of each band and lie STEP rows apart, so a stage costs one
+// row address per thread and, per row, a 64-bit add and a compare, and per
+// piece the copy (with STEP a multiple of 8 the piece's place in the swizzled
+// tile is a constant step too). Other thread counts work out each piece's
+// row address.
 template <int ROWS, int COLS, int THREADS>
 struct StridedStage {
     static constexpr int PER_ROW = COLS / 8;
-    static constexpr bool COLUMN = THREADS % PER_ROW == 0;  // a thread keeps one column
-    static constexpr int STEP = COLUMN ? THREADS / PER_ROW : 1, N = (ROWS + STEP - 1) / STEP;
+    static constexpr int BAND = THREADS % PER_ROW == 0                    ? PER_ROW
+                                : PER_ROW % 8 == 0 && THREADS % 8 == 0 ? 8  // Dk 192 over 128 threads
+                                                                         : 0;
+    static constexpr int BANDS = BAND ? PER_ROW / BAND : 0;
+    static constexpr int STEP = BAND ? THREADS / BAND : 1, N = (ROWS + STEP - 1) / STEP;
     static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
-    int tid, row0, col;  // this thread, its first row and its column (COLUMN)
-    u32 dst0;            // where its first piece sits in a tile (COLUMN)
+    int tid, row0, col;  // this thread, its first row and its column in the first band (BAND)
+    u32 dst0;            // where its first piece sits in a tile (BAND)
 
     __device__ __forceinline__ void init(int t) {
         tid = t;
-        row0 = t / PER_ROW;
-        col = (t - row0 * PER_ROW) * 8;
+        row0 = BAND ? t / BAND : 0;
+        col = BAND ? (t - row0 * BAND) * 8 : 0;
         dst0 = sw128_offset(row0, col, ROWS);
     }
     // Rows first .. first + ROWS - 1 of the tensor whose row j is at base + j
@@ -48,7 +52,7 @@ struct StridedStage {
     // from nowhere: base is the address they name). The copies join the
     // current cp.async group.
     __device__ __forceinline__ void load(u32 tile, const u16 *base, long long stride, int first, int limit) const {
-        if constexpr (!COLUMN) {
+        if constexpr (!BAND) {
             for_each_piece<ROWS, COLS, THREADS>(
                 [&](int r, int c) {
                     const bool ok = first + r < limit;
@@ -64,9 +68,14 @@ struct StridedStage {
         for (int k = 0; k < N; k++) {
             const int r = row0 + k * STEP;
             if (N * STEP > ROWS && k == N - 1 && r >= ROWS) break;
-            const u32 dst = STEP % 8 == 0 ? dst0 + (u32)(k * STEP * 128) : sw128_offset(r, col, ROWS);
             const bool ok = r < left;
-            cp_async16(tile + dst, ok ? p : base, ok);
+#pragma unroll
+            for (int b = 0; b < BANDS; b++) {
+                const int c = col + b * BAND * 8;
+                const u32 dst = STEP % 8 == 0 ? dst0 + (u32)(k * STEP * 128 + b * (BAND / 8) * ROWS * 128)
+                                              : sw128_offset(r, c, ROWS);
+                cp_async16(tile + dst, ok ? p + b * BAND * 8 : base, ok);
+            }
             p += step;
         }
     }

@@ -57,6 +57,12 @@ static const cmp_case cases[] = {
     {"bf16_std_g16_long",     BF, 128, 128, 16, 1,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 0, 0, 0, 1},
     {"bf16_std_g16_long_ties", BF, 128, 128, 16, 1, 32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
     {"bf16_std_g4_long_ties", BF, 128, 128, 8,  2,  32, 16, 64,  16, 1, 2, {4600, 1300},            2, 1, 0, 1, 1},
+    /* Dk 192 over 5 stages of blocks at G 1, 2 and 4: the warp-specialized selection's producer copies
+       rows of 24 pieces in 64-column bands, its consumers keep whole lists (G 1: three warpgroups, G 2:
+       four) or spread ones (G 4) */
+    {"bf16_dk192_dv128_g1_long_ties", BF, 192, 128, 2, 2, 32, 16, 64, 16, 1, 2, {4600, 1300},       2, 1, 0, 1, 1},
+    {"bf16_dk192_dv128_g2_long", BF, 192, 128, 4,  2,  32, 16, 64,  16, 1, 2, {4200},                 1, 0, 0, 0, 1},
+    {"bf16_dk192_dv128_g4_long_ties", BF, 192, 128, 8, 2, 32, 16, 64, 16, 1, 2, {4600, 1300},       2, 1, 0, 1, 1},
 
     /* 64 KV heads, 3 key tiles each: more dK/dV CTAs than SMs, so the warpgroup dK/dV walks are not split
        (the cases above, with few key tiles, split them and sum the parts) */

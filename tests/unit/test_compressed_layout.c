@@ -136,9 +136,9 @@ static void test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens
                         assert_true(128 * FSA_CMP_SEL_WS_PRODUCER_REGS + 128 * groups * regs <= launch * (65536 / launch / 8 * 8));
                     }
                     assert_true(groups == 0 || groups == 3 ||
-                                (groups == 4 && wgmma == 5 && dk <= 128 &&
+                                (groups == 4 && wgmma == 5 && dk <= 192 &&
                                  (((v & FSA_CMP_SEL_FOUR) && (v & FSA_CMP_SEL_SPREAD) && g >= 4) ||
-                                  ((v & FSA_CMP_SEL_FOUR_SMALL_G) && g <= 2 && k <= 16))));
+                                  ((v & FSA_CMP_SEL_FOUR_SMALL_G) && g <= 2 && k <= 16 && (g == 2 || dk <= 128)))));
                     const int tokens = fsa_cmp_sel_tokens_per_warp(g, dk, k, groups);
                     const int lanes = fsa_cmp_sel_lanes_per_token(g, dk, k, groups);
                     assert_true(tokens <= 32);

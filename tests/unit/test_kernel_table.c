@@ -126,7 +126,11 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
                          fsa_cmp_sel_groups(5, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT));
     assert_int_equal(fsa_qt_wg_pick(6, 192, 256), 3); /* three warpgroups only up to Dv 128 */
     assert_int_equal(fsa_qt_wg_default(128, 128), 6);
-    assert_int_equal(fsa_qt_wg_default(192, 128), 5); /* variant 6 measured slower at Dk 192 */
+    assert_int_equal(fsa_qt_wg_default(192, 128), 6);
+    assert_int_equal(fsa_qt_wg_default(192, 192), 0); /* not measured faster than the mma.sync forward */
+    /* the selection's warpgroup variants at Dk 192 as at 128 (four consumers but at G 1, whose buffers do not fit) */
+    for (int g = 1; g <= 16; g *= 2)
+        assert_int_equal(fsa_cmp_sel_groups(6, 192, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT), g == 1 ? 3 : 4);
 }
 
 static void test_the_selection_keeps_its_launch_shape(void **state)
