@@ -114,7 +114,9 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
  * fsa_fwd_wg_keys(bk) keys each (one per softmax step); each warpgroup takes
  * every FSA_FWD_WG_GROUPS-th 64-row tile of the item into its own ring of
  * swizzled query tiles, which also stage its output rows. Head dims are
- * multiples of 64 up to 128, blocks of 32 or 64 keys (one softmax step: a
+ * multiples of 64, Dk up to 192 (whose 150 KB of shared memory leave one CTA
+ * per SM, measured 14-17% faster than mma.sync all the same: bench/NOTES.md,
+ * "wsel2") and Dv up to 128, blocks of 32 or 64 keys (one softmax step: a
  * second one's rescaling does not fit the 128 registers of two CTAs per SM).
  * Layout, from a 1024-byte aligned base (FSA_QT_WG_ALIGN bytes of slack):
  * row table | K tiles | V tiles | [group][stage] query tiles. */
@@ -134,7 +136,7 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
 #define FSA_FWD_WG_TAIL_WAVES 2
 FSA_LAYOUT_FN int fsa_fwd_wg_ok(int dk, int dv, int bk)
 {
-    return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && (bk == 32 || bk == 64);
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 192 && dv <= 128 && (bk == 32 || bk == 64);
 }
 FSA_LAYOUT_FN int fsa_fwd_wg_threads(void) { return 128 * FSA_FWD_WG_GROUPS; }
 FSA_LAYOUT_FN int fsa_fwd_wg_keys(int bk) { return bk < 64 ? bk : 64; }

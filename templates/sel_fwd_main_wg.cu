@@ -47,7 +47,7 @@ constexpr bool DYNAMIC = {{FWD_WG}} >= 2;  // chunks after the first from a coun
 constexpr int CHUNK_ITEMS = FSA_FWD_WG_CHUNK_ITEMS;
 constexpr int TAIL_ITEMS = FSA_FWD_WG_TAIL_WAVES * FSA_FWD_WG_CHUNK_ITEMS;  // per CTA of the grid
 static_assert(!STREAM || KT == BK, "the tile streams take one softmax step per tile");
-static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 up to 128, blocks of 32 or 64 keys");
+static_assert(fsa_fwd_wg_ok(D, DV, BK), "head dims multiples of 64 (Dk up to 192, Dv up to 128), blocks of 32 or 64 keys");
 
 typedef RowTable<FSA_FWD_ITEM_ROWS> Rows;
 static_assert(sizeof(Rows) == fsa_fwd_smem_k(), "the row table opens the shared-memory layout");

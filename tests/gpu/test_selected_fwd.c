@@ -60,6 +60,10 @@ static const attn_case cases[] = {
     {"bf16_dk192_dv128_g4_nsa", BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_NSA,  0,      1, 0, 1, 128},
     {"f16_dk192_dv128_g16_fsa", HF, 192, 32, 2,  64, 6, {17, 200},                 2, 1, 1, A_FSA,  0,      1, 0, 0, 128},
     {"f16_dk192_dv128_g16_nsa", HF, 192, 32, 2,  64, 6, {17, 200},                 2, 1, 1, A_NSA,  0,      1, 0, 1, 128},
+    /* the warpgroup main kernel at Dk 192 (rows copied in 64-column bands) over many items: the first CTAs'
+       second grab a chunk of four, later ones single items; and the same in fp16 at G 1 */
+    {"bf16_dk192_dv128_g16_many_items", BF, 192, 32, 2, 64, 8, {3000, 2500},     2, 0, 0, A_FSA,  0,      1, 0, 1, 128},
+    {"f16_dk192_dv128_g1_many_items", HF, 192, 4,  4,  64, 4, {2000, 900},         2, 1, 0, A_FSA,  0,      1, 0, 1, 128},
     {"bf16_dk128_dv64_g1_fsa",  BF, 128, 4,  4,  32, 6, {1, 63, 64, 65, 200},      5, 1, 1, A_FSA,  0,      1, 0, 1, 64},
     {"bf16_dk128_dv64_g1_nsa",  BF, 128, 4,  4,  32, 6, {1, 63, 64, 65, 200},      5, 1, 1, A_NSA,  0,      1, 0, 0, 64},
     {"f16_dk128_dv64_g8_auto",  HF, 128, 8,  1,  64, 8, {5, 130, 250},             3, 0, 0, A_AUTO, 0,      1, 0, 0, 64},

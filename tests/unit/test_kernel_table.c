@@ -251,6 +251,9 @@ static void test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a(
                     if (sizes[k] > limit)
                         fail_msg("kernel %zu at Dk %d Dv %d G %d needs %u bytes; %s allows %u", k, dims[di][0],
                                  dims[di][1], groups[gi], sizes[k], targets[ti], limit);
+                /* The warpgroup main kernel (sm_90a) takes NSA's 192 / 128, not the wider dims. */
+                assert_int_equal(fsa_fwd_wg_ok(dims[di][0], dims[di][1], 64), di == 0);
+                if (ti == 1 && di == 0) assert_true(smem_of(FSA_K_FWD_MAIN_WG, &c) <= limit);
             }
     }
 }
