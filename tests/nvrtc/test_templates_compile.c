@@ -91,6 +91,7 @@ static const paged_variant paged_variants[] = {
 typedef struct cmp_variant {
     variant v;
     const char *dv, *l, *stride;
+    const char *wg; /* the plan's warpgroup variant on sm_90a where the kernel does not take dv (the selection) */
 } cmp_variant;
 
 static const cmp_variant cmp_variants[] = {
@@ -119,6 +120,9 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "1", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "128", .g = "4", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16"},
+    /* NSA's 192 / 128: the warp-specialized selection (its ring on mbarriers), spread lists at G 16, lane lists at G 2 */
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "16", .bk = "64", .k = "16"}, .l = "32", .stride = "16", .wg = "6"},
+    {.v = {.family = "cmp_select", .dtype = "bf16", .d = "192", .g = "2", .bk = "64", .k = "16"}, .l = "32", .stride = "16", .wg = "6"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "256", .g = "1", .bk = "256", .k = "64"}, .l = "64", .stride = "4"},
     {.v = {.family = "cmp_select", .dtype = "f16", .d = "64", .g = "5", .bk = "16", .k = "1"}, .l = "16", .stride = "16"},
     {.v = {.family = "cmp_select", .dtype = "bf16", .d = "32", .g = "2", .bk = "32", .k = "33"}, .l = "8", .stride = "32"},
@@ -130,6 +134,7 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "sel_fwd_main_wg", .dtype = "f16", .d = "128", .g = "16", .bk = "32"}, .dv = "128"},
     {.v = {.family = "sel_fwd_main_wg", .dtype = "bf16", .d = "64", .g = "1", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_fwd_main_wg", .dtype = "f16", .d = "64", .g = "3", .bk = "32"}, .dv = "64"},
+    {.v = {.family = "sel_fwd_main_wg", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_fwd_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_fwd_nsa", .dtype = "f16", .d = "64", .g = "8", .bk = "32"}, .dv = "128"},
     {.v = {.family = "sel_bwd_prep", .dtype = "bf16"}, .dv = "64"},
@@ -239,7 +244,11 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     if (strstr(t->text, "{{WGMMA}}") && strcmp(target, "sm_90a") == 0)
         wg[0] = (char)('0' + fsa_qt_wg_pick(FSA_QT_WG_DEFAULT, atoi(v->d), atoi(dv ? dv : v->d)));
     int wg_given = 0;
-    for (size_t i = 0; i < n_extra; i++) wg_given |= strcmp(extra[i].name, "WGMMA") == 0;
+    for (size_t i = 0; i < n_extra; i++)
+        if (strcmp(extra[i].name, "WGMMA") == 0) {
+            wg_given = 1;
+            wg[0] = extra[i].value[0];
+        }
     if (strstr(t->text, "{{WGMMA}}") && !wg_given) params[n++] = (fsa_param){"WGMMA", wg, "wg"};
     /* The compressed selection on sm_90a: its default variant where its ring is on mbarriers. */
     char sv[4] = "0";
@@ -314,10 +323,14 @@ static void compile_every_variant(const char *target)
     }
     for (size_t i = 0; i < N_CMP_VARIANTS; i++) {
         const cmp_variant *c = &cmp_variants[i];
-        fsa_param extra[2];
+        fsa_param extra[3];
         size_t n = 0;
         if (c->l) extra[n++] = (fsa_param){"KERNEL_SIZE", c->l, "l"};
         if (c->stride) extra[n++] = (fsa_param){"STRIDE", c->stride, "s"};
+        if (c->wg) {
+            if (strcmp(target, "sm_90a") != 0) continue; /* (elsewhere the plan's variant is 0: compiled above) */
+            extra[n++] = (fsa_param){"WGMMA", c->wg, "wg"};
+        }
         compile_variant(&c->v, c->dv, extra, n, target, used);
     }
     for (size_t i = 0; justified_spills[i].family != NULL; i++) {
