@@ -45,16 +45,11 @@ __device__ __forceinline__ void load_rows_async(u32 dst, const u16 *const *rows,
 }
 
 // Each 16-byte piece of the rows (destination, source) to `copy`, a pass of
-// the threads at a time. Where the threads do not split a whole row evenly
-// (Dk 192 over 128), they take it in 64-column bands (one swizzled panel
-// each), a thread keeping one column of every band.
-template <int COLS, int THREADS>
-__host__ __device__ constexpr int gather_band_sw128() {
-    return gather_rows_fits<COLS, THREADS>() ? COLS / 8 : COLS % 64 == 0 && THREADS % 8 == 0 ? 8 : 0;
-}
+// the threads at a time, in the bands of sw128_band (a whole row, or 64
+// columns where the threads do not split a row evenly: Dk 192 over 128).
 template <int ROWS, int COLS, int THREADS, class Copy>
 __device__ __forceinline__ void for_rows_sw128(u32 dst, const u16 *const *rows, int tid, Copy copy) {
-    constexpr int BAND = gather_band_sw128<COLS, THREADS>();
+    constexpr int BAND = sw128_band(COLS, THREADS);
     static_assert(BAND > 0, "whole rows, or whole 64-column bands, of 16-byte pieces per pass of the threads");
     constexpr int BANDS = COLS / 8 / BAND, STEP = THREADS / BAND, PASSES = (ROWS + STEP - 1) / STEP;
     const int c = (tid % BAND) * 8, r0 = tid / BAND;

@@ -69,6 +69,13 @@ __device__ __forceinline__ void load_tile_async(u32 dst, Row row, int tid = -1) 
 __device__ __forceinline__ u32 sw128_offset(int row, int col, int rows) {
     return (u32)((col >> 6) * rows * 128 + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + (col & 7) * 2);
 }
+// How THREADS threads that copy rows of COLS columns into such a tile split a
+// row: consecutive threads take the pieces of a band, a thread keeping one
+// column of every band. The whole row where its pieces divide the threads,
+// else one 64-column panel (Dk 192 over 128 threads), else 0 (no split).
+__host__ __device__ constexpr int sw128_band(int cols, int threads) {
+    return cols % 8 == 0 && threads % (cols / 8) == 0 ? cols / 8 : cols % 64 == 0 && threads % 8 == 0 ? 8 : 0;
+}
 
 // ROWS rows of COLS elements into the swizzled tile at dst; row(r) ->
 // RowSrc. Every thread of the CTA calls it; the copies join the current

@@ -22,19 +22,16 @@ struct StridedKeys {
 };
 
 // Stages of ROWS rows x COLS 16-bit columns copied by THREADS threads, the
-// pieces of a band (a whole row, or else one 64-column panel) taken by
-// consecutive threads: where the band divides THREADS, a thread's pieces
-// share one column of each band and lie STEP rows apart, so a stage costs one
-// row address per thread and, per row, a 64-bit add and a compare, and per
-// piece the copy (with STEP a multiple of 8 the piece's place in the swizzled
-// tile is a constant step too). Other thread counts work out each piece's
-// row address.
+// pieces of a band (sw128_band: a whole row, or else one 64-column panel)
+// taken by consecutive threads: a thread's pieces share one column of each
+// band and lie STEP rows apart, so a stage costs one row address per thread
+// and, per row, a 64-bit add and a compare, and per piece the copy (with STEP
+// a multiple of 8 the piece's place in the swizzled tile is a constant step
+// too). Thread counts that split no band work out each piece's row address.
 template <int ROWS, int COLS, int THREADS>
 struct StridedStage {
     static constexpr int PER_ROW = COLS / 8;
-    static constexpr int BAND = THREADS % PER_ROW == 0                    ? PER_ROW
-                                : PER_ROW % 8 == 0 && THREADS % 8 == 0 ? 8  // Dk 192 over 128 threads
-                                                                         : 0;
+    static constexpr int BAND = sw128_band(COLS, THREADS);
     static constexpr int BANDS = BAND ? PER_ROW / BAND : 0;
     static constexpr int STEP = BAND ? THREADS / BAND : 1, N = (ROWS + STEP - 1) / STEP;
     static_assert(COLS % 8 == 0, "rows are whole 16-byte pieces");
