@@ -1,5 +1,6 @@
 """Whether two builds of libfsa select the same blocks, bit for bit, at the benchmark's shape (bf16, Hq 32,
-D 128, kernel 32, stride 16, BK 64, K 16, init 1, local 2, one sequence): a change to the selection's
+D 128, kernel 32, stride 16, BK 64, K 16, init 1, local 2, one sequence; --hq / --dk for other head counts
+and dims, e.g. the NSA paper's --hq 64 --dk 192): a change to the selection's
 schedule must not move a single entry. The inputs are seeded on the GPU, so two processes (one per
 library) see the same ones.
 
