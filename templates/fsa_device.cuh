@@ -164,6 +164,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// The CTA barrier for threads that reach it from different code (warpgroups
+// with roles of their own): barrier.sync without .aligned. __syncthreads is
+// the aligned form, which requires every thread at the same instruction.
+__device__ __forceinline__ void cta_bar_sync_unaligned() { asm volatile("barrier.sync 0;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 // Asks L2 for the 128-byte line holding `addr` (a hint: nothing waits for it;

@@ -272,29 +272,40 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
 {
     return fsa_bwd_smem_entries(dk, dv, keys) + fsa_bwd_round_entries(g) * 4;
 }
-/* The warpgroup main kernel (sm_90a, sel_bwd_main_wg.cu): one warpgroup per
- * CTA, the block's 64 keys its rows (blocks of 64 keys, head dims multiples
- * of 64 up to 128, one pass); the item's query rows stream through in tiles
- * of FSA_BWD_WG_ROWS rows, FSA_BWD_WG_STAGES tiles in flight, each tile's
- * row table written two tiles ahead; two CTAs per SM. The work items are the
- * mma.sync kernel's. Layout, from a 1024-byte aligned base (FSA_BWD_WG_ALIGN
- * bytes of slack): K | V (swizzled, 64 keys) | the Q stages | the dO stages
- * | dS^T (keys x rows) | the row tables (16-byte entries) | each row's Q
- * address | its dO address. */
+/* The warpgroup main kernel (sm_90a, sel_bwd_main_wg.cu): the block's 64
+ * keys are the rows of a warpgroup (blocks of 64 keys, head dims multiples
+ * of 64, Dk up to 192 and Dv up to 128, one pass); the item's query rows
+ * stream through in tiles of FSA_BWD_WG_ROWS rows, FSA_BWD_WG_STAGES tiles in
+ * flight, each tile's row table written two tiles ahead. Up to Dk 128 one
+ * warpgroup holds dK and dV, two CTAs per SM. Above, dK alone takes 96
+ * registers a thread, so the work is split by output (fsa_bwd_wg_split): one
+ * warpgroup accumulates dK, the other dV and writes dq, both forming the
+ * tile's scores and their gradient; one CTA of two warpgroups per SM. The
+ * work items are the mma.sync kernel's. Layout, from a 1024-byte aligned
+ * base (FSA_BWD_WG_ALIGN bytes of slack): K | V (swizzled, 64 keys) | the Q
+ * stages | the dO stages | dS^T (keys x rows) | the row tables (16-byte
+ * entries) | each row's Q address | its dO address. */
 #define FSA_BWD_WG_ROWS 64
 #define FSA_BWD_WG_STAGES 2
 #define FSA_BWD_WG_KEYS 64
 #define FSA_BWD_WG_ALIGN 1024
 FSA_LAYOUT_FN int fsa_bwd_wg_ok(int dk, int dv, int bk)
 {
-    return dk % 64 == 0 && dv % 64 == 0 && dk <= 128 && dv <= 128 && bk == FSA_BWD_WG_KEYS;
+    return dk % 64 == 0 && dv % 64 == 0 && dk <= 192 && dv <= 128 && bk == FSA_BWD_WG_KEYS;
+}
+/* Whether dK and dV go to warpgroups of their own (dK over 128 columns). */
+FSA_LAYOUT_FN int fsa_bwd_wg_split(int dk, int dv)
+{
+    (void)dv;
+    return dk > 128;
 }
 /* The FSA_WGMMA_SEL_BWD variable's value v as granted for the head dims (0:
  * mma.sync; 1 and 2: the warpgroup kernel, whose row-table loads run one or
  * two tiles ahead), and the choice without it. */
 FSA_LAYOUT_FN int fsa_bwd_wg_pick(int v, int dk, int dv) { return fsa_bwd_wg_ok(dk, dv, FSA_BWD_WG_KEYS) ? v : 0; }
 FSA_LAYOUT_FN int fsa_bwd_wg_default(int dk, int dv) { return fsa_bwd_wg_pick(2, dk, dv); }
-FSA_LAYOUT_FN int fsa_bwd_wg_threads(void) { return 128; }
+FSA_LAYOUT_FN int fsa_bwd_wg_threads(int dk, int dv) { return fsa_bwd_wg_split(dk, dv) ? 256 : 128; }
+FSA_LAYOUT_FN int fsa_bwd_wg_ctas_per_sm(int dk, int dv) { return fsa_bwd_wg_split(dk, dv) ? 1 : 2; }
 FSA_LAYOUT_FN int fsa_bwd_wg_row_slots(void) { return FSA_BWD_WG_STAGES + 1; }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_v(int dk) { return fsa_sw128_bytes(FSA_BWD_WG_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_bwd_wg_smem_q(int dk, int dv) { return fsa_bwd_wg_smem_v(dk) + fsa_sw128_bytes(FSA_BWD_WG_KEYS, dv); }

@@ -147,8 +147,9 @@ __device__ __forceinline__ void dkv_store_f32(float *row, u16 *out, const float 
 // as dk and dv (a chunk of every token, p.dkv_acc == 0), into the accumulator
 // ([T, Hkv] rows of dK then dV; the last token chunk: added to it and out as
 // dk and dv), or a partial (BK rows of dK, then BK rows of dV) when the list
-// has several items.
-template <class DT, int D, int DV, int BK, int KS, int DPK, int DPV>
+// has several items. K_ROWS / V_ROWS false: that accumulator is another
+// warp's (only the other one is stored).
+template <class DT, int D, int DV, int BK, int KS, int DPK, int DPV, bool K_ROWS = true, bool V_ROWS = true>
 __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const BwdItem &it, long long kb0, int nk,
                                                int slice, int key_lo, int lane, float scale, int d0k, int d0v,
                                                const float dk[DPK / 8][4], const float dv[DPV / 8][4]) {
@@ -170,15 +171,19 @@ __device__ __forceinline__ void store_item_dkv(const fsa_sel_params &p, const Bw
         const int r = key_lo + half * 8;
         if (r >= nk) continue;
         if (out) {
-            dkv_store_out<DT, DPK / 8>(view_row<u16>(p.dk, kb0 + r, it.h) + d0k, dk, half, lane, scale);
-            dkv_store_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, dv, half, lane, 1.f);
+            if constexpr (K_ROWS) dkv_store_out<DT, DPK / 8>(view_row<u16>(p.dk, kb0 + r, it.h) + d0k, dk, half, lane, scale);
+            if constexpr (V_ROWS) dkv_store_out<DT, DPV / 8>(view_row<u16>(p.dv, kb0 + r, it.h) + d0v, dv, half, lane, 1.f);
             continue;
         }
         const bool last = it.n_items == 1 && bwd_last_token_chunk(p);  // the accumulator's row goes out
-        dkv_store_f32<DT, DPK / 8>(k_base + r * k_stride + d0k, last ? view_row<u16>(p.dk, kb0 + r, it.h) + d0k : nullptr,
-                                   dk, half, lane, scale, it.n_items == 1);
-        dkv_store_f32<DT, DPV / 8>(v_base + r * v_stride + d0v, last ? view_row<u16>(p.dv, kb0 + r, it.h) + d0v : nullptr,
-                                   dv, half, lane, 1.f, it.n_items == 1);
+        if constexpr (K_ROWS)
+            dkv_store_f32<DT, DPK / 8>(k_base + r * k_stride + d0k,
+                                       last ? view_row<u16>(p.dk, kb0 + r, it.h) + d0k : nullptr, dk, half, lane, scale,
+                                       it.n_items == 1);
+        if constexpr (V_ROWS)
+            dkv_store_f32<DT, DPV / 8>(v_base + r * v_stride + d0v,
+                                       last ? view_row<u16>(p.dv, kb0 + r, it.h) + d0v : nullptr, dv, half, lane, 1.f,
+                                       it.n_items == 1);
     }
 }
 

@@ -199,7 +199,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g);
         break;
     case FSA_K_BWD_MAIN_WG:
-        threads = fsa_bwd_wg_threads();
+        threads = fsa_bwd_wg_threads(d, dv);
         smem = fsa_bwd_wg_smem_bytes(d, dv);
         break;
     case FSA_K_BWD_DQ_NSA:

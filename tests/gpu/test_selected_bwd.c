@@ -53,6 +53,10 @@ static const attn_case cases[] = {
     {"bf16_dk192_dv128_g4_fsa",  BF, 192, 8,  2,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_FSA,  0,       1, 0, 1, 128},
     {"f16_dk192_dv128_g16_nsa",  HF, 192, 32, 2,  64, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 1, 128},
     {"bf16_dk192_dv128_g1_long", BF, 192, 2,  2,  64, 16, {1500},                1, 0, 0, A_AUTO, 0,       0, 0, 0, 128},
+    /* The warpgroup main kernel split by output (dK; dV and dq) above Dk 128: many tiles per item, strided, fp16;
+     * Dv 64; head chunks under a cap. */
+    {"f16_dk192_dv128_g16_fsa",  HF, 192, 16, 1,  64, 8,  {1, 200, 450},         3, 1, 1, A_FSA,  0,       1, 0, 1, 128},
+    {"bf16_dk192_dv64_g4_chunk", BF, 192, 8,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  3000000, 1, 0, 1, 64},
     {"bf16_dk128_dv64_g1_str",   BF, 128, 4,  4,  32, 6,  {1, 63, 64, 65, 200},  5, 1, 1, A_FSA,  0,       1, 0, 1, 64},
     {"f16_dk128_dv64_g8_nsa",    HF, 128, 8,  1,  64, 8,  {5, 130, 250},         3, 0, 0, A_NSA,  0,       1, 0, 0, 64},
     {"bf16_dk64_dv128_g2_chunk", BF, 64,  4,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  1500000, 1, 0, 1, 128},

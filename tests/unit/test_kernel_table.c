@@ -279,21 +279,32 @@ static void test_wide_heads_take_one_backward_pass_up_to_320_columns(void **stat
 }
 
 /* The selected backward's warpgroup main kernel: one warpgroup, and two CTAs
- * per SM at the largest head dims it takes (sm_90a: 228 KB per SM, 1 KB of
- * it per CTA for the driver); only blocks of 64 keys, head dims multiples of
- * 64 up to 128. */
+ * per SM at the largest head dims it takes that way (sm_90a: 228 KB per SM,
+ * 1 KB of it per CTA for the driver); above Dk 128 two warpgroups split the
+ * outputs, one CTA per SM. Only blocks of 64 keys, head dims multiples of 64,
+ * Dk up to 192, Dv up to 128. */
 static void test_the_warpgroup_selected_backward_fits_two_ctas_per_sm(void **state)
 {
     (void)state;
-    const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
-                                 .block_size = 64, .top_k = 16, .bwd_keys = 64};
+    fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
+                           .block_size = 64, .top_k = 16, .bwd_keys = 64};
     fsa_kernel k;
     fsa_kernel_describe(&k, FSA_K_BWD_MAIN_WG, &c);
     assert_string_equal(k.name, "fsa_sel_bwd_main_wg");
     assert_int_equal(k.threads, 128);
+    assert_int_equal(fsa_bwd_wg_ctas_per_sm(128, 128), 2);
     assert_true(2 * (k.smem + 1024 + 16) <= 228 * 1024);
+    /* NSA's Dk 192 / Dv 128: dK in one warpgroup, dV and dq in the other. */
+    c.head_dim = 192;
+    fsa_kernel_describe(&k, FSA_K_BWD_MAIN_WG, &c);
+    assert_int_equal(k.threads, 256);
+    assert_true(fsa_bwd_wg_split(192, 128) && !fsa_bwd_wg_split(128, 128));
+    assert_int_equal(fsa_bwd_wg_ctas_per_sm(192, 128), 1);
+    assert_true(k.smem + 1024 + 16 <= 228 * 1024);
     assert_true(fsa_bwd_wg_ok(128, 128, 64) && fsa_bwd_wg_ok(64, 128, 64) && fsa_bwd_wg_ok(64, 64, 64));
-    assert_false(fsa_bwd_wg_ok(192, 128, 64) || fsa_bwd_wg_ok(128, 128, 32) || fsa_bwd_wg_ok(96, 96, 64));
+    assert_true(fsa_bwd_wg_ok(192, 128, 64) && fsa_bwd_wg_ok(192, 64, 64));
+    assert_false(fsa_bwd_wg_ok(256, 128, 64) || fsa_bwd_wg_ok(192, 192, 64) || fsa_bwd_wg_ok(128, 128, 32) ||
+                 fsa_bwd_wg_ok(96, 96, 64));
     assert_int_equal(fsa_bwd_wg_pick(0, 128, 128), 0);
     assert_int_equal(fsa_bwd_wg_pick(1, 256, 128), 0);
 }
