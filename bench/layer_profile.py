@@ -7,7 +7,8 @@ with the span of the section, the device's busy time (union of the kernels' inte
 time (launch gaps, host work). Then each branch's backward alone (as bench/branch_bwd.py runs it) in
 the same process, so that the layer's backward kernels can be set against the branches' own.
 
-Event timings (median of --reps) of the same sections are printed beside the profiles.
+Event timings (median of --reps) of the same sections are printed beside the profiles; --timeline also
+lists the layer forward's and backward's device ops in order with the idle gaps before each.
 
     FSA_LIBRARY=build/libfsa.so python3 bench/layer_profile.py --T 65536,8192 --out prof.txt
 """
@@ -81,7 +82,17 @@ def profiled(fn):
                   for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def report(f, title, rows, event_ms=None):
+def timeline(f, rows):
+    """Each device op in order: its start after the first op's, its length and the idle gap before it."""
+    t0, cover = rows[0][0], rows[0][0]
+    f.write("| start us | gap us | us | op |\n|---:|---:|---:|---|\n")
+    for st, du, name in rows:
+        f.write(f"| {st - t0:.1f} | {max(0.0, st - cover):.1f} | {du:.1f} | {name[:60]} |\n")
+        cover = max(cover, st + du)
+    f.write("\n")
+
+
+def report(f, title, rows, event_ms=None, gaps=False):
     if not rows:
         f.write(f"## {title}: no device work recorded\n\n")
         return {}
@@ -111,6 +122,8 @@ def report(f, title, rows, event_ms=None):
     for n, (c, tot) in sorted(names.items(), key=lambda x: -x[1][1]):
         f.write(f"    {n:72s} n {c:4d} total {tot / 1e3:9.3f} ms mean {tot / c / 1e3:8.3f}\n")
     f.write("\n")
+    if gaps:
+        timeline(f, rows)
     f.flush()
     return {cat: tot / 1e3 for cat, (_, tot) in cats.items()}
 
@@ -141,12 +154,12 @@ def layer(T, a, f):
     ms = {"fwd": events_ms(fwd, a.reps), "fwd_bwd": events_ms(fwd_bwd, a.reps)}
     f.write(f"# T {T}: events, median of {a.reps}: forward {ms['fwd']:.3f} ms, forward + backward "
             f"{ms['fwd_bwd']:.3f} ms, difference {ms['fwd_bwd'] - ms['fwd']:.3f} ms\n\n")
-    report(f, f"T {T} layer forward (no grad)", profiled(fwd), ms["fwd"])
+    report(f, f"T {T} layer forward (no grad)", profiled(fwd), ms["fwd"], a.timeline)
     report(f, f"T {T} layer forward (grad enabled)", profiled(fwd_grad))
     o = fwd_grad()
     bwd_ms = events_ms(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True), a.reps)
     report(f, f"T {T} layer backward (autograd.grad of a retained forward)",
-           profiled(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True)), bwd_ms)
+           profiled(lambda: torch.autograd.grad(o, leaves, dout, retain_graph=True)), bwd_ms, a.timeline)
     report(f, f"T {T} layer forward + backward", profiled(fwd_bwd), ms["fwd_bwd"])
     del o
     if not a.branches:
@@ -180,6 +193,8 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--no-branches", dest="branches", action="store_false")
+    p.add_argument("--timeline", action="store_true",
+                   help="also list the layer forward's and backward's device ops in order, with the gaps between")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     a.dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
