@@ -144,6 +144,8 @@ static const cmp_variant cmp_variants[] = {
     {.v = {.family = "sel_bwd_main_wg", .dtype = "bf16", .d = "128", .g = "4", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_bwd_main_wg", .dtype = "f16", .d = "64", .g = "3", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_bwd_main_wg", .dtype = "bf16", .d = "128", .g = "128", .bk = "64"}, .dv = "64"},
+    /* NSA's 192 / 128: two warpgroups split by output (dK; dV and dq) */
+    {.v = {.family = "sel_bwd_main_wg", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_bwd_dq_nsa", .dtype = "bf16", .d = "192", .g = "16", .bk = "64"}, .dv = "128"},
     {.v = {.family = "sel_bwd_dq_nsa", .dtype = "f16", .d = "64", .g = "4", .bk = "32"}, .dv = "128"},
     {.v = {.family = "sel_bwd_reduce", .dtype = "bf16", .d = "192", .g = "4", .bk = "64"}, .dv = "128"},
@@ -389,16 +391,17 @@ static void test_every_compressed_selection_variant_compiles_for_sm_90a(void **s
 }
 
 /* The selected backward's warpgroup main kernel, variant 2 (variant 1 is among the variants
- * above), at the standard and the smallest head dims. */
+ * above), at the standard and the smallest head dims, and split by output at Dk 192 with Dv 64. */
 static void test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a(void **state)
 {
     (void)state;
     static const variant shapes[] = {{"sel_bwd_main_wg", "bf16", "128", "4", "64", NULL, NULL, NULL},
-                                     {"sel_bwd_main_wg", "f16", "64", "3", "64", NULL, NULL, NULL}};
-    static const char *dvs[] = {"128", "64"};
+                                     {"sel_bwd_main_wg", "f16", "64", "3", "64", NULL, NULL, NULL},
+                                     {"sel_bwd_main_wg", "f16", "192", "4", "64", NULL, NULL, NULL}};
+    static const char *dvs[] = {"128", "64", "64"};
     int used[N_JUSTIFIED + 1] = {0};
     const fsa_param v2 = {"SEL_BWD_WG", "2", "v"};
-    for (size_t i = 0; i < 2; i++) compile_variant(&shapes[i], dvs[i], &v2, 1, "sm_90a", used);
+    for (size_t i = 0; i < 3; i++) compile_variant(&shapes[i], dvs[i], &v2, 1, "sm_90a", used);
 }
 
 /* The warpgroup forward main kernel's other schedule (FSA_FWD_WG=0, fsa_layout.cuh; the default is among
