@@ -283,7 +283,7 @@ static void test_wide_heads_take_one_backward_pass_up_to_320_columns(void **stat
  * 1 KB of it per CTA for the driver); above Dk 128 two warpgroups split the
  * outputs, one CTA per SM. Only blocks of 64 keys, head dims multiples of 64,
  * Dk up to 192, Dv up to 128. */
-static void test_the_warpgroup_selected_backward_fits_two_ctas_per_sm(void **state)
+static void test_the_warpgroup_selected_backward_fits_the_ctas_per_sm_it_is_launched_with(void **state)
 {
     (void)state;
     fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
@@ -294,6 +294,7 @@ static void test_the_warpgroup_selected_backward_fits_two_ctas_per_sm(void **sta
     assert_int_equal(k.threads, 128);
     assert_int_equal(fsa_bwd_wg_ctas_per_sm(128, 128), 2);
     assert_true(2 * (k.smem + 1024 + 16) <= 228 * 1024);
+    assert_true(fsa_bwd_wg_ctas_per_sm(128, 128) * (k.smem + 1024 + 16) <= 228 * 1024);
     /* NSA's Dk 192 / Dv 128: dK in one warpgroup, dV and dq in the other. */
     c.head_dim = 192;
     fsa_kernel_describe(&k, FSA_K_BWD_MAIN_WG, &c);
@@ -301,6 +302,7 @@ static void test_the_warpgroup_selected_backward_fits_two_ctas_per_sm(void **sta
     assert_true(fsa_bwd_wg_split(192, 128) && !fsa_bwd_wg_split(128, 128));
     assert_int_equal(fsa_bwd_wg_ctas_per_sm(192, 128), 1);
     assert_true(k.smem + 1024 + 16 <= 228 * 1024);
+    assert_true(fsa_bwd_wg_ctas_per_sm(192, 128) * (k.smem + 1024 + 16) <= 228 * 1024);
     assert_true(fsa_bwd_wg_ok(128, 128, 64) && fsa_bwd_wg_ok(64, 128, 64) && fsa_bwd_wg_ok(64, 64, 64));
     assert_true(fsa_bwd_wg_ok(192, 128, 64) && fsa_bwd_wg_ok(192, 64, 64));
     assert_false(fsa_bwd_wg_ok(256, 128, 64) || fsa_bwd_wg_ok(192, 192, 64) || fsa_bwd_wg_ok(128, 128, 32) ||
@@ -356,7 +358,7 @@ int main(void)
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
         cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
         cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
-        cmocka_unit_test(test_the_warpgroup_selected_backward_fits_two_ctas_per_sm),
+        cmocka_unit_test(test_the_warpgroup_selected_backward_fits_the_ctas_per_sm_it_is_launched_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
