@@ -13,7 +13,11 @@ Protocol: CUDA events around each call, 25 ms warm-up, median over at least 100 
 
     python bench/nsa_layer.py                   # T 8192 and 65536
     python bench/nsa_layer.py --T 8192 --json out.json
+    python bench/nsa_layer.py --paths node,ops   # the layer's eager paths side by side
+
+Paths: node (the default: the layer's own autograd node), ops (the operators, one autograd node per branch).
 """
+
 
 import argparse
 import json
@@ -25,8 +29,15 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from fsa_jit import _lib  # noqa: E402
+from fsa_jit import _lib, _nsa_node  # noqa: E402
 from fsa_jit.nsa import compress_mean, nsa_attention  # noqa: E402
+
+_LAYER = _nsa_node.layer
+
+
+def use_path(path):
+    """Sets the layer's eager path (module attributes read per call)."""
+    _nsa_node.layer = (lambda *args: None) if path == "ops" else _LAYER
 
 
 def timed(fn, warmup_ms=25.0, min_ms=100.0, min_reps=3):
@@ -130,6 +141,7 @@ def main():
     p.add_argument("--no-dense", action="store_true")
     p.add_argument("--sel-workspace", help="the selected attention's workspace cap (e.g. 2G, unlimited); "
                    "default: the binding's")
+    p.add_argument("--paths", default="node", help="comma-separated layer paths: node, ops")
     p.add_argument("--json")
     a = p.parse_args()
     a.dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
@@ -138,18 +150,23 @@ def main():
           f"libfsa {_lib.get().version()}")
     print(f"# Hq {a.hq} Hkv {a.hkv} Dk {a.dk} Dv {a.dv} l {a.kernel} d {a.stride} BK {a.bk} K {a.topk} W {a.window}, "
           f"selected workspace {a.sel_workspace or 'default'}")
-    print("| T | ours fwd ms | ours fwd+bwd ms | ours bwd ms | ours peak GB | dense fwd ms | dense fwd+bwd ms | "
+    print("| T | path | ours fwd ms | ours fwd+bwd ms | ours bwd ms | ours peak GB | dense fwd ms | dense fwd+bwd ms | "
           "fwd speedup | bwd speedup |")
     for T in [int(x) for x in a.T.split(",")]:
-        f, fb, peak = bench_ours(T, a)
-        torch.cuda.empty_cache()
+        ours = []
+        for path in a.paths.split(","):
+            use_path(path)
+            ours.append((path,) + bench_ours(T, a))
+            torch.cuda.empty_cache()
+        use_path("node")
         df, dfb = (float("nan"), float("nan")) if a.no_dense else bench_dense(T, a)
         torch.cuda.empty_cache()
-        row = dict(T=T, fwd=f, fwd_bwd=fb, bwd=fb - f, peak_gb=peak / 1e9, dense_fwd=df, dense_fwd_bwd=dfb,
-                   dense_bwd=dfb - df, fwd_speedup=df / f, bwd_speedup=(dfb - df) / (fb - f))
-        rows.append(row)
-        print(f"| {T} | {f:.2f} | {fb:.2f} | {fb - f:.2f} | {peak / 1e9:.2f} | {df:.2f} | {dfb:.2f} | "
-              f"{row['fwd_speedup']:.1f}x | {row['bwd_speedup']:.1f}x |", flush=True)
+        for path, f, fb, peak in ours:
+            row = dict(T=T, path=path, fwd=f, fwd_bwd=fb, bwd=fb - f, peak_gb=peak / 1e9, dense_fwd=df,
+                       dense_fwd_bwd=dfb, dense_bwd=dfb - df, fwd_speedup=df / f, bwd_speedup=(dfb - df) / (fb - f))
+            rows.append(row)
+            print(f"| {T} | {path} | {f:.2f} | {fb:.2f} | {fb - f:.2f} | {peak / 1e9:.2f} | {df:.2f} | {dfb:.2f} | "
+                  f"{row['fwd_speedup']:.1f}x | {row['bwd_speedup']:.1f}x |", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows, args={
             k: (str(v) if k == "dtype" else v) for k, v in vars(a).items()}), indent=1))

@@ -262,6 +262,22 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seq
             return None  # the operator path raises it, after the checks that come first
     grads = q.requires_grad or k.requires_grad or v.requires_grad  # check_arguments' backward-only check
     needs_backward = grads and torch.is_grad_enabled()  # the operator runs without grad: decided here
+    found = lookup(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout, limit,
+                   validate, needs_backward)
+    if found is None:
+        return None
+    e, batch, max_seqlen = found
+    if needs_backward:
+        return _Function.apply(q, k, v, topk_idx, cu_seqlens, e, batch, max_seqlen)
+    return e.forward(q, k, v, topk_idx, cu_seqlens, batch, max_seqlen)
+
+
+def lookup(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout, limit, validate,
+           needs_backward):
+    """(entry, batch, max_seqlen) for a call of plain tensors and parameters (as selected_attention found
+    them; limit in bytes), or None when the call must go through the operator. needs_backward: whether
+    the entry's plan must have the backward kernels (the NSA layer decides it for its own node)."""
+    grads = q.requires_grad or k.requires_grad or v.requires_grad
     key = (q.shape, k.shape, v.shape, topk_idx.shape, q.stride(), k.stride(), v.stride(), topk_idx.stride(),
            q.dtype, k.dtype, v.dtype, topk_idx.dtype, cu_seqlens.dtype,
            q.device, k.device, v.device, topk_idx.device, cu_seqlens.device,
@@ -283,10 +299,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seq
         return None
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
         return None
-    batch = cs[0] - 1
-    if needs_backward:
-        return _Function.apply(q, k, v, topk_idx, cu_seqlens, e, batch, max_seqlen)
-    return e.forward(q, k, v, topk_idx, cu_seqlens, batch, max_seqlen)
+    return e, cs[0] - 1, max_seqlen
 
 
 def _make_entry(key, q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm,

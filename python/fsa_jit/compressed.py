@@ -229,17 +229,19 @@ def _readable(t):
 # --------------------------------------------------------------- operators
 
 
-@torch.library.custom_op("fsa_jit::compressed_attention_fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor,
-            kernel_size: int, stride: int, scale: float, top_k: int, block_size: int, init_blocks: int,
-            local_blocks: int, backward: bool, validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def run_fwd(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+            local_blocks, backward, validate, topk=None):
+    """The forward operator's body: (o, lse, topk) of checked arguments, on the current stream; topk: the
+    selection's output [T, Hkv, top_k] int32 (contiguous) or None to make one. Also called straight by the
+    NSA layer's own autograd node (nsa.py), which skips the dispatcher."""
     t_len, hq, dk = q.shape
     tc, hkv, dv = v.shape
     device = q.device
     with torch.cuda.device(device):
         o = torch.empty((t_len, hq, dv), dtype=q.dtype, device=device)
         lse = torch.empty((hq, t_len), dtype=torch.float32, device=device)
-        topk = torch.empty((t_len, hkv, top_k), dtype=torch.int32, device=device)
+        if topk is None:
+            topk = torch.empty((t_len, hkv, top_k), dtype=torch.int32, device=device)
         if t_len == 0:
             return o, lse, topk
         lib = _lib.get()
@@ -262,6 +264,14 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     return o, lse, topk
 
 
+@torch.library.custom_op("fsa_jit::compressed_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor,
+            kernel_size: int, stride: int, scale: float, top_k: int, block_size: int, init_blocks: int,
+            local_blocks: int, backward: bool, validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return run_fwd(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+                   local_blocks, backward, validate)
+
+
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
               local_blocks, backward, validate):
@@ -270,11 +280,9 @@ def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top
             q.new_empty((t_len, k.shape[1], top_k), dtype=torch.int32))
 
 
-@torch.library.custom_op("fsa_jit::compressed_attention_bwd", mutates_args=())
-def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor, kernel_size: int, stride: int,
-            scale: float, top_k: int, block_size: int, init_blocks: int, local_blocks: int,
-            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+            init_blocks, local_blocks, validate):
+    """The backward operator's body: (dq, dk, dv) on the current stream (see run_fwd)."""
     t_len, hq, dk = q.shape
     tc, hkv, dv = v.shape
     device = q.device
@@ -302,6 +310,15 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         st = abi.function(lib, "fsa_compressed_attention_bwd")(plan, ctypes.byref(args), _att._stream(device))
         lib.check(st, "fsa_compressed_attention_bwd")
     return dq, dk_, dv_
+
+
+@torch.library.custom_op("fsa_jit::compressed_attention_bwd", mutates_args=())
+def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor, kernel_size: int, stride: int,
+            scale: float, top_k: int, block_size: int, init_blocks: int, local_blocks: int,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+                   init_blocks, local_blocks, validate)
 
 
 @_bwd_op.register_fake

@@ -17,13 +17,12 @@ Example (a few lines that train; see docs/nsa.md)::
     o.float().square().mean().backward()
 """
 
-import ctypes
 import numbers
 
 import torch
 
-from . import _lib
-from . import _nsa_abi as abi
+from . import _gates
+from . import _nsa_node
 from . import attention as _att
 from . import compressed as _cmp
 from . import window as _win
@@ -85,10 +84,13 @@ def _gate(name, g, t_len, hq, device):
     if not g.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {g.dtype}")
     shape = tuple(g.shape) + (1,) if g.dim() <= 2 else tuple(g.shape)
-    try:
-        ok = len(shape) <= 3 and torch.broadcast_shapes(shape, (t_len, hq, 1)) == (t_len, hq, 1)
-    except RuntimeError:
-        ok = False
+    if shape == (t_len, hq, 1):  # the common case, without broadcast_shapes' trip through Python
+        ok = True
+    else:
+        try:
+            ok = len(shape) <= 3 and torch.broadcast_shapes(shape, (t_len, hq, 1)) == (t_len, hq, 1)
+        except RuntimeError:
+            ok = False
     if not ok:
         raise ValueError(f"{name} has shape {tuple(g.shape)}: it must broadcast to [T, Hq] = [{t_len}, {hq}] "
                          "(or [T, Hq, 1])")
@@ -99,52 +101,18 @@ def _gate(name, g, t_len, hq, device):
 
 
 # ------------------------------------------------------------------- gates
-# libfsa's gate kernels (fsa_gate_fwd / _bwd): o = g_cmp o_cmp + g_sel o_sel + g_win o_win in one pass
-# over the three outputs (fp32 sums, one rounding), and in the backward the three g_x dout and the gates'
-# gradients rowsum(dout o_x) in one more.
-
-
-def _gate_desc(key):
-    _, _, dtype, dv, _ = key
-    return abi.fsa_gate_desc(dtype=_att._DTYPES[dtype], value_dim=dv), None
-
-
-_gate_plans = _cmp.PlanCache("gate", _gate_desc)
+# The gate operators: libfsa's gate kernels (_gates.py) for compiled code and the layer's operator path.
 
 
 def clear_plans():
     """Destroys the cached gate plans (a captured graph that used one must not replay)."""
-    _gate_plans.clear()
-
-
-def _gate_args(outs, gates, t_len, hq):
-    a = abi.fsa_gate_args(total_tokens=t_len, num_heads=hq)
-    for x in range(3):
-        a.out[x] = _att._view(outs[x])
-        a.gate[x] = _lib.fsa_tensor(gates[x].data_ptr(), gates[x].stride(0), gates[x].stride(1))
-    return a
-
-
-def _gate_call(name, outs, gates, fill):
-    """One gate kernel over [T, Hq, Dv] rows; fill(args) sets the operation's own fields."""
-    t_len, hq, dv = outs[0].shape
-    device = outs[0].device
-    with torch.cuda.device(device):
-        lib = _lib.get()
-        plan = _gate_plans.get(lib, (device.index, False, outs[0].dtype, dv, True))
-        a = _gate_args(outs, gates, t_len, hq)
-        fill(a)
-        lib.check(abi.function(lib, name)(plan, ctypes.byref(a), _att._stream(device)), name)
+    _gates.clear_plans()
 
 
 @torch.library.custom_op("fsa_jit::nsa_gate_fwd", mutates_args=())
 def _gate_fwd_op(o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor, g_cmp: torch.Tensor,
                  g_sel: torch.Tensor, g_win: torch.Tensor) -> torch.Tensor:
-    o = torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device)
-    if o.numel():
-        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
-        _gate_call("fsa_gate_fwd", outs, (g_cmp, g_sel, g_win), lambda a: setattr(a, "o", _att._view(o)))
-    return o
+    return _gates.run_fwd(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win)
 
 
 @_gate_fwd_op.register_fake
@@ -156,21 +124,7 @@ def _gate_fwd_fake(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
 def _gate_bwd_op(dout: torch.Tensor, o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor,
                  g_cmp: torch.Tensor, g_sel: torch.Tensor,
                  g_win: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    t_len, hq, _ = o_cmp.shape
-    douts = [torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device) for _ in range(3)]
-    dgate = torch.empty((3, t_len, hq), dtype=torch.float32, device=o_cmp.device)
-    if dgate.numel() and o_cmp.shape[2]:
-        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
-        dout = _att._kernel_ready(dout)
-
-        def fill(a):
-            a.dout = _att._view(dout)
-            for x in range(3):
-                a.dout_branch[x] = _att._view(douts[x])
-            a.dgate = dgate.data_ptr()
-
-        _gate_call("fsa_gate_bwd", outs, (g_cmp, g_sel, g_win), fill)
-    return douts[0], douts[1], douts[2], dgate
+    return _gates.run_bwd(dout, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win)
 
 
 @_gate_bwd_op.register_fake
@@ -247,11 +201,18 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     _cmp.check_devices((("q", q), ("k", k), ("v", v), ("k_cmp", k_cmp), ("v_cmp", v_cmp), ("k_win", k_win),
                         ("v_win", v_win), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c)), q)
 
+    sel_limit = SELECTED_WORKSPACE if workspace_limit is None else workspace_limit
+    if not validate:  # plain eager calls: one autograd node, no dispatcher, the window on a second stream
+        out = _nsa_node.layer(q, k, v, k_cmp, v_cmp, gates, cu_seqlens, cu_seqlens_c,
+                              None if k_win is k else k_win, None if v_win is v else v_win, kernel_size, stride,
+                              block_size, top_k, window, init_blocks, local_blocks, scale, max_seqlen, sel_limit)
+        if out is not None:
+            return out if return_topk else out[0]
     o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
                                           top_k, block_size, init_blocks, local_blocks, validate=validate)
     o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,
                                     topk_layout="thk", validate=validate,
-                                    workspace_limit=SELECTED_WORKSPACE if workspace_limit is None else workspace_limit)
+                                    workspace_limit=sel_limit)
     o_win = window_attention(q, k_win, v_win, cu_seqlens, window, scale, validate=validate)
     o = torch.ops.fsa_jit.nsa_gate_fwd(o_cmp, o_sel, o_win, *gates)
     return (o, topk) if return_topk else o

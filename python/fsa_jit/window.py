@@ -90,10 +90,9 @@ def _key(q, k, v, window, head_windows, scale, backward, validate):
             tuple(head_windows), _att._scale32(scale), backward)
 
 
-@torch.library.custom_op("fsa_jit::window_attention_fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, window: int,
-            head_windows: list[int], scale: float, backward: bool,
-            validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def run_fwd(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate):
+    """The forward operator's body: (o, lse) of checked arguments, on the current stream. Also called
+    straight by the NSA layer's own autograd node (nsa.py), which skips the dispatcher."""
     t_len, hq, dk = q.shape
     dv = v.shape[2]
     device = q.device
@@ -114,16 +113,21 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
     return o, lse
 
 
+@torch.library.custom_op("fsa_jit::window_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, window: int,
+            head_windows: list[int], scale: float, backward: bool,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return run_fwd(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate)
+
+
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate):
     t_len, hq, _ = q.shape
     return q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32)
 
 
-@torch.library.custom_op("fsa_jit::window_attention_bwd", mutates_args=())
-def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, cu_seqlens: torch.Tensor, window: int, head_windows: list[int], scale: float,
-            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate):
+    """The backward operator's body: (dq, dk, dv) on the current stream (see run_fwd)."""
     t_len = q.shape[0]
     device = q.device
     with torch.cuda.device(device):
@@ -148,6 +152,13 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         st = abi.function(lib, "fsa_window_attention_bwd")(plan, ctypes.byref(args), _att._stream(device))
         lib.check(st, "fsa_window_attention_bwd")
     return dq, dk, dv
+
+
+@torch.library.custom_op("fsa_jit::window_attention_bwd", mutates_args=())
+def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, cu_seqlens: torch.Tensor, window: int, head_windows: list[int], scale: float,
+            validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate)
 
 
 @_bwd_op.register_fake

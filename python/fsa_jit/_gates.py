@@ -1,0 +1,75 @@
+"""libfsa's gate kernels (fsa_gate_fwd / _bwd) called from Python: o = g_cmp o_cmp + g_sel o_sel + g_win o_win
+in one pass over the three outputs (fp32 sums, one rounding), and in the backward the three g_x dout and the
+gates' gradients rowsum(dout o_x) in one more. The bodies of nsa.py's gate operators, also called straight
+by the NSA layer's own autograd node (_nsa_node.py)."""
+
+import ctypes
+
+import torch
+
+from . import _lib
+from . import _nsa_abi as abi
+from . import attention as _att
+from . import compressed as _cmp
+
+
+def _desc(key):
+    _, _, dtype, dv, _ = key
+    return abi.fsa_gate_desc(dtype=_att._DTYPES[dtype], value_dim=dv), None
+
+
+_plans = _cmp.PlanCache("gate", _desc)
+
+
+def clear_plans():
+    """Destroys the cached gate plans (a captured graph that used one must not replay)."""
+    _plans.clear()
+
+
+def _args(outs, gates, t_len, hq):
+    a = abi.fsa_gate_args(total_tokens=t_len, num_heads=hq)
+    for x in range(3):
+        a.out[x] = _att._view(outs[x])
+        a.gate[x] = _lib.fsa_tensor(gates[x].data_ptr(), gates[x].stride(0), gates[x].stride(1))
+    return a
+
+
+def _call(name, outs, gates, fill):
+    """One gate kernel over [T, Hq, Dv] rows on the current stream; fill(args) sets the operation's own
+    fields."""
+    t_len, hq, dv = outs[0].shape
+    device = outs[0].device
+    with torch.cuda.device(device):
+        lib = _lib.get()
+        plan = _plans.get(lib, (device.index, False, outs[0].dtype, dv, True))
+        a = _args(outs, gates, t_len, hq)
+        fill(a)
+        lib.check(abi.function(lib, name)(plan, ctypes.byref(a), _att._stream(device)), name)
+
+
+def run_fwd(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    """o [T, Hq, Dv] in the outputs' dtype; the gates float32 [T, Hq] views (any strides)."""
+    o = torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device)
+    if o.numel():
+        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
+        _call("fsa_gate_fwd", outs, (g_cmp, g_sel, g_win), lambda a: setattr(a, "o", _att._view(o)))
+    return o
+
+
+def run_bwd(dout, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    """(dout_cmp, dout_sel, dout_win [T, Hq, Dv], dgate float32 [3, T, Hq])."""
+    t_len, hq, _ = o_cmp.shape
+    douts = [torch.empty(o_cmp.shape, dtype=o_cmp.dtype, device=o_cmp.device) for _ in range(3)]
+    dgate = torch.empty((3, t_len, hq), dtype=torch.float32, device=o_cmp.device)
+    if dgate.numel() and o_cmp.shape[2]:
+        outs = [_att._kernel_ready(t) for t in (o_cmp, o_sel, o_win)]
+        dout = _att._kernel_ready(dout)
+
+        def fill(a):
+            a.dout = _att._view(dout)
+            for x in range(3):
+                a.dout_branch[x] = _att._view(douts[x])
+            a.dgate = dgate.data_ptr()
+
+        _call("fsa_gate_bwd", outs, (g_cmp, g_sel, g_win), fill)
+    return douts[0], douts[1], douts[2], dgate
