@@ -317,7 +317,8 @@ def _workspace(nbytes, device):
 
 
 def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
+    """The current stream's handle on `device` (a torch.device), without making a Stream object."""
+    return _fast._raw_stream(torch.cuda.current_device() if device.index is None else device.index)
 
 
 # ------------------------------------------------------------------ operators
