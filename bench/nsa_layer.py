@@ -32,12 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from fsa_jit import _lib, _nsa_node  # noqa: E402
 from fsa_jit.nsa import compress_mean, nsa_attention  # noqa: E402
 
-_LAYER = _nsa_node.layer
+_NODE = (_nsa_node.layer, _nsa_node.cached)
 
 
 def use_path(path):
     """Sets the layer's eager path (module attributes read per call)."""
-    _nsa_node.layer = (lambda *args: None) if path == "ops" else _LAYER
+    off = lambda *args: None  # noqa: E731
+    _nsa_node.layer, _nsa_node.cached = (off, off) if path == "ops" else _NODE
 
 
 def timed(fn, warmup_ms=25.0, min_ms=100.0, min_reps=3):

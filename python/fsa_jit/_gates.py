@@ -4,6 +4,7 @@ gates' gradients rowsum(dout o_x) in one more. The bodies of nsa.py's gate opera
 by the NSA layer's own autograd node (_nsa_node.py)."""
 
 import ctypes
+import numbers
 
 import torch
 
@@ -11,6 +12,46 @@ from . import _lib
 from . import _nsa_abi as abi
 from . import attention as _att
 from . import compressed as _cmp
+
+
+def check(name, g, t_len, hq, device):
+    """Checks a gate (a tensor broadcastable to [T, Hq] or [T, Hq, 1], or a number; TypeError, ValueError);
+    True when it is a tensor of exactly [T, Hq] or [T, Hq, 1] (one value per row: no broadcast)."""
+    if isinstance(g, numbers.Real) and not isinstance(g, bool):
+        return False
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor broadcastable to [T, Hq] or a number, got {type(g).__name__}")
+    if not g.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {g.dtype}")
+    shape = tuple(g.shape) + (1,) if g.dim() <= 2 else tuple(g.shape)
+    rows = shape == (t_len, hq, 1)
+    if rows:  # the common case, without broadcast_shapes' trip through Python
+        ok = True
+    else:
+        try:
+            ok = len(shape) <= 3 and torch.broadcast_shapes(shape, (t_len, hq, 1)) == (t_len, hq, 1)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(f"{name} has shape {tuple(g.shape)}: it must broadcast to [T, Hq] = [{t_len}, {hq}] "
+                         "(or [T, Hq, 1])")
+    if g.numel() > 1 and g.device != device:
+        raise ValueError(f"{name} is on {g.device} but q is on {device}")
+    return rows and g.device == device
+
+
+def view(g, t_len, hq, device):
+    """A checked gate as a float32 [T, Hq] view (a number or a broadcast gate repeats through zero strides)."""
+    return as_rows(g, device).expand(t_len, hq)
+
+
+def as_rows(g, device):
+    """A checked gate as float32 [T, Hq] (or a broadcastable shape for broadcast gates): a number becomes a
+    one-element tensor, a tensor is cast (a differentiable cast when it needs gradients)."""
+    if not isinstance(g, torch.Tensor):
+        return torch.full((1, 1), float(g), dtype=torch.float32, device=device)
+    rows = g[..., 0] if g.dim() == 3 else g
+    return rows.to(device=device, dtype=torch.float32)
 
 
 def _desc(key):

@@ -17,7 +17,6 @@ Example (a few lines that train; see docs/nsa.md)::
     o.float().square().mean().backward()
 """
 
-import numbers
 
 import torch
 
@@ -73,31 +72,6 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
         return x.new_zeros((0,) + tuple(x.shape[1:])), cu_c
     idx = torch.tensor(starts, device=x.device)[:, None] + torch.arange(kernel_size, device=x.device)
     return x[idx].float().mean(dim=1).to(x.dtype), cu_c
-
-
-def _gate(name, g, t_len, hq, device):
-    """The gate as a float32 [T, Hq] view (a number or a broadcast gate repeats through zero strides)."""
-    if isinstance(g, numbers.Real) and not isinstance(g, bool):
-        return torch.full((1, 1), float(g), dtype=torch.float32, device=device).expand(t_len, hq)
-    if not isinstance(g, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor broadcastable to [T, Hq] or a number, got {type(g).__name__}")
-    if not g.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {g.dtype}")
-    shape = tuple(g.shape) + (1,) if g.dim() <= 2 else tuple(g.shape)
-    if shape == (t_len, hq, 1):  # the common case, without broadcast_shapes' trip through Python
-        ok = True
-    else:
-        try:
-            ok = len(shape) <= 3 and torch.broadcast_shapes(shape, (t_len, hq, 1)) == (t_len, hq, 1)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        raise ValueError(f"{name} has shape {tuple(g.shape)}: it must broadcast to [T, Hq] = [{t_len}, {hq}] "
-                         "(or [T, Hq, 1])")
-    if g.numel() > 1 and g.device != device:
-        raise ValueError(f"{name} is on {g.device} but q is on {device}")
-    rows = g[..., 0] if g.dim() == 3 else g
-    return rows.to(device=device, dtype=torch.float32).expand(t_len, hq)
 
 
 # ------------------------------------------------------------------- gates
@@ -174,12 +148,22 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
     """
+    key = None
+    if not validate:  # a plain eager call of a layout seen before skips the checks below
+        key = _nsa_node.call_key(q, k, v, k_cmp, v_cmp, (g_cmp, g_sel, g_win), cu_seqlens, cu_seqlens_c, k_win, v_win,
+                                 kernel_size, stride, block_size, top_k, window, init_blocks, local_blocks, scale,
+                                 max_seqlen, workspace_limit)
+        out = _nsa_node.cached(key, q, k, v, k_cmp, v_cmp, (g_cmp, g_sel, g_win), cu_seqlens, cu_seqlens_c, k_win,
+                               v_win)
+        if out is not None:
+            return out if return_topk else out[0]
     for name, t in (("q", q), ("cu_seqlens", cu_seqlens)):
         _att._check_tensor(name, t)
     if q.dim() != 3:
         raise ValueError(f"q must be 3-D [T, Hq, Dk], got shape {tuple(q.shape)}")
     t_len, hq, _ = q.shape
-    gates = [_gate(n, g, t_len, hq, q.device) for n, g in (("g_cmp", g_cmp), ("g_sel", g_sel), ("g_win", g_win))]
+    raw_gates = (g_cmp, g_sel, g_win)
+    row_gates = [_gates.check(n, g, t_len, hq, q.device) for n, g in zip(("g_cmp", "g_sel", "g_win"), raw_gates)]
     _cmp.require_int("top_k", top_k, 1, _att.MAX_TOP_K)
     if block_size not in _att.BLOCK_SIZES:
         raise ValueError(f"block_size must be one of {_att.BLOCK_SIZES} (the selected attention's), got {block_size}")
@@ -202,12 +186,13 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
                         ("v_win", v_win), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c)), q)
 
     sel_limit = SELECTED_WORKSPACE if workspace_limit is None else workspace_limit
-    if not validate:  # plain eager calls: one autograd node, no dispatcher, the window on a second stream
-        out = _nsa_node.layer(q, k, v, k_cmp, v_cmp, gates, cu_seqlens, cu_seqlens_c,
+    if not validate:  # plain eager calls: the layer's own autograd node (_nsa_node.py)
+        out = _nsa_node.layer(key, q, k, v, k_cmp, v_cmp, raw_gates, row_gates, cu_seqlens, cu_seqlens_c,
                               None if k_win is k else k_win, None if v_win is v else v_win, kernel_size, stride,
                               block_size, top_k, window, init_blocks, local_blocks, scale, max_seqlen, sel_limit)
         if out is not None:
             return out if return_topk else out[0]
+    gates = [_gates.view(g, t_len, hq, q.device) for g in raw_gates]
     o_cmp, _, topk = compressed_attention(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale,
                                           top_k, block_size, init_blocks, local_blocks, validate=validate)
     o_sel = _att.selected_attention(q, k, v, topk, cu_seqlens, block_size, scale, max_seqlen=max_seqlen,

@@ -244,6 +244,7 @@ def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypa
     x, params, do = make(c, seed=8)
     node = layer_and_gradients(x, params, do)
     monkeypatch.setattr(_nsa_node, "layer", lambda *args: None)  # every call through the operators
+    monkeypatch.setattr(_nsa_node, "cached", lambda *args: None)
     ops = layer_and_gradients(x, params, do)
     names = ["o", "topk"] + ["d" + n for n in x]
     for name, a, b in zip(names, node, ops):
@@ -251,6 +252,51 @@ def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypa
             torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
         else:
             assert torch.equal(a, b), f"{name}: the layer's node and the operators differ"
+
+
+GATE_FORMS = {
+    "bf16 [T, Hq, 1]": lambda g: g.detach().to(torch.bfloat16).unsqueeze(2).requires_grad_(),
+    "fp16 [T, Hq]": lambda g: g.detach().half().requires_grad_(),
+    "fp32 [Hq], broadcast": lambda g: g.detach()[0].clone().requires_grad_(),
+    "a number": lambda g: 0.75,
+}
+
+
+@pytest.mark.parametrize("form", list(GATE_FORMS))
+def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form, monkeypatch):
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=True)
+    x, params, do = make(c, seed=11)
+    x["g_sel"] = GATE_FORMS[form](x["g_sel"])
+    if not isinstance(x["g_sel"], torch.Tensor):
+        del x["g_sel"]
+        params = dict(params, g_sel=0.75)
+    node = [layer_and_gradients(x, params, do) for _ in range(2)]  # the second call: the checked key's path
+    monkeypatch.setattr(_nsa_node, "layer", lambda *args: None)
+    monkeypatch.setattr(_nsa_node, "cached", lambda *args: None)
+    ops = layer_and_gradients(x, params, do)
+    names = ["o", "topk"] + ["d" + n for n in x]
+    for name, a, b, again in zip(names, node[0], ops, node[1]):
+        assert torch.equal(a, again), f"{name}: the checked key's call differs from the first"
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        if name == "dq":
+            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
+        else:
+            assert torch.equal(a, b), f"{name}: the layer's node and the operators differ"
+
+
+def test_a_checked_layout_still_rejects_bad_parameters(library):
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=False)
+    x, params, _ = make(c, seed=12)
+    with torch.no_grad():
+        nsa_attention(**x, **params)  # checked: the key's next calls skip the checks
+        with pytest.raises(TypeError, match="kernel_size"):
+            nsa_attention(**x, **dict(params, kernel_size=bool(params["kernel_size"])))
+        with pytest.raises(ValueError, match="top_k"):
+            nsa_attention(**x, **dict(params, top_k=0))
+        with pytest.raises(TypeError, match="g_win"):
+            nsa_attention(**dict(x, g_win=x["g_win"].int()), **params)
 
 
 @pytest.mark.parametrize("c", CASES[:2], ids=case_id)
@@ -351,6 +397,7 @@ def test_the_layer_compiles_into_one_graph_with_its_gradients(library, monkeypat
     names = list(x)
     with monkeypatch.context() as m:
         m.setattr(_nsa_node, "layer", lambda *args: None)  # eager through the operators, as compiled code runs
+        m.setattr(_nsa_node, "cached", lambda *args: None)
         o = nsa_attention(**x, **params)
         want = torch.autograd.grad(o, [x[n] for n in names], do)
     compiled = torch.compile(nsa_attention, backend="aot_eager", fullgraph=True)
