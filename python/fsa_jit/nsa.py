@@ -17,7 +17,6 @@ Example (a few lines that train; see docs/nsa.md)::
     o.float().square().mean().backward()
 """
 
-
 import torch
 
 from . import _gates
