@@ -95,6 +95,11 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
             const float2 v = *(const float2 *)(part + (w * 16 + r) * D + d);
             sum.x += v.x, sum.y += v.y;
         }
-        *(u32 *)(view_row<u16>(p.dq, t, in.h * G + gi) + d) = DT::pack(sum.x * scale, sum.y * scale);
+        sum.x *= scale, sum.y *= scale;
+        if (p.dq_add.ptr != 0) {  // the caller's dq_add row (may be dq itself: read before the write)
+            const u16 *add = view_row<const u16>(p.dq_add, t, in.h * G + gi) + d;
+            sum.x += DT::to_float(add[0]), sum.y += DT::to_float(add[1]);
+        }
+        *(u32 *)(view_row<u16>(p.dq, t, in.h * G + gi) + d) = DT::pack(sum.x, sum.y);
     }
 }

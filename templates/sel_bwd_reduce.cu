@@ -2,7 +2,7 @@
 //   fsa_sel_bwd_sums      both sums below in one grid, the dK/dV CTAs first (the FSA order: one
 //                         launch and one tail fewer per chunk; the dK/dV rows overlap the dq sums);
 //   dq sums               dq of each (token, query head): sum of its pairs' dq rows, in slot and
-//                         key-slice order;
+//                         key-slice order, then the caller's dq_add row when there is one;
 //   fsa_sel_bwd_dkv_sum   for blocks split over several work items, their partial dK/dV summed in
 //                         item order into the fp32 accumulator (once per token chunk), or straight
 //                         out as dk and dv when one chunk covers every token; the last token chunk
@@ -68,6 +68,7 @@ __device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block
             if (k < n) add8(acc, v[k]);
     }
     const long long t = p.t0 + tl;
+    if (p.dq_add.ptr != 0) add8(acc, *(const uint4 *)(view_row<const u16>(p.dq_add, t, qh) + l * 8));  // may be dq
     *(uint4 *)(view_row<u16>(p.dq, t, qh) + l * 8) = pack8<DT>(acc);
 }
 

@@ -41,6 +41,7 @@ typedef struct fsa_sel_params {
     long long o_part;       /* dtype [Hkv, tc, K, G, Dv]: normalized partial outputs */
     /* Backward. */
     fsa_kernel_view dout, dq, dk, dv;
+    fsa_kernel_view dq_add; /* [T, Hq, D] added to dq before its rounding; ptr 0: none */
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
     long long delta;        /* float [Hq, tc]: rowsum(dout * o); rows delta_stride apart when set */

@@ -170,9 +170,11 @@ class _Entry:
         self._call(False, self.fwd, _FWD_PTRS, batch, max_seqlen, ptrs)
         return o, lse
 
-    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen):
+    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen, dq_add=None):
         """(dq, dk, dv), or None when the plan has no backward kernels. q, k, v and topk_idx as the key
-        says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous."""
+        says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous. dq_add: a
+        [T, Hq, D] tensor libfsa adds to dq before its rounding (the NSA layer's other branches' dq), or
+        None."""
         from . import attention
 
         if not self.plan.backward:
@@ -183,11 +185,17 @@ class _Entry:
         dv = torch.empty(v.shape, dtype=v.dtype, device=self.device)
         ptrs = [t.data_ptr() for t in (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)]
         o_view, dout_view = attention._head_strides(o), attention._head_strides(dout)
+        if dq_add is not None:
+            dq_add = attention._kernel_ready(dq_add)
+            add_view = (dq_add.data_ptr(),) + attention._head_strides(dq_add)
+        else:
+            add_view = (0, 0, 0)
 
         def strides():  # under the entry's lock: the structure is shared by the key's calls
             b = self.bwd.struct
             b.o.token_stride, b.o.head_stride = o_view
             b.dout.token_stride, b.dout.head_stride = dout_view
+            b.dq_add.ptr, b.dq_add.token_stride, b.dq_add.head_stride = add_view
 
         self._call(True, self.bwd, _BWD_PTRS, batch, max_seqlen, ptrs, before=strides)
         return dq, dk, dv

@@ -13,7 +13,8 @@ call, ~0.45 ms before the compressed forward started; bench/NOTES.md "node"). He
   branches' kernels are queued; their gradients come back in their own dtype and shape.
 - The backward runs the window, compressed and selected branches in that order, each branch's output gradient
   dropped once read, so the peak memory is the operators' (the selected backward's workspace comes last); the
-  gradient of q is summed in that order too (window + compressed, then selected).
+  gradient of q is summed in that order too: window + compressed (one add), then the selected attention adds
+  that sum to its own dq before rounding it (fsa_bwd_args.dq_add), with no pass of its own.
 
 Taken only by plain eager calls (as _fast.py: exact torch.Tensor arguments, no torch.compile tracing, no
 dispatch or function mode) without validate and with tensors the selected attention reads in place;
@@ -189,7 +190,7 @@ class _Node(torch.autograd.Function):
         dq_c, dk_c, dv_c = _cmp.run_bwd(d_cmp, q, k_cmp, v_cmp, o_cmp, lse_cmp, cu, cu_c, s.kernel_size, s.stride,
                                         s.scale, s.top_k, s.block_size, s.init_blocks, s.local_blocks, False)
         del d_cmp
-        dq.add_(dq_c)
+        dq.add_(dq_c)  # the window's and compressed branch's dq; the selected attention adds its own
         del dq_c
         e = c.entry
         if e.gen != _fast._generation[0]:  # clear_plans() destroyed its plan since the forward
@@ -198,9 +199,8 @@ class _Node(torch.autograd.Function):
             if found is None:
                 raise RuntimeError("the selected attention's plan was destroyed and cannot be made again")
             e = found[0]
-        dq_s, dk, dv = e.backward(d_sel, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen)
+        dq, dk, dv = e.backward(d_sel, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen, dq_add=dq)
         del d_sel
-        dq.add_(dq_s)
         if k_win is None:
             dk.add_(dk_w)
             dk_w = None

@@ -284,6 +284,7 @@ void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, l
     skip_heads(&p->o, qh0, 2);
     skip_heads(&p->dout, qh0, 2);
     skip_heads(&p->dq, qh0, 2);
+    skip_heads(&p->dq_add, qh0, 2);
     skip_heads(&p->k, h0, 2);
     skip_heads(&p->v, h0, 2);
     skip_heads(&p->dk, h0, 2);

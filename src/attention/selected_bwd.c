@@ -18,6 +18,8 @@
 
 #define STAGE "backward"
 
+FSA_APPENDED_FIELD(fsa_bwd_args, dq_add, FSA_BWD_ARGS_FIRST_SIZE);
+
 /* One backward call: the arguments, then the token chunk and workspace
  * layout validation computed for the launch. */
 typedef struct bwd_call {
@@ -35,6 +37,7 @@ static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_
     fsa_params_inputs(p, plan, &in);
     p->dout = fsa_view_of(&a->dout);
     p->dq = fsa_view_of(&a->dq);
+    p->dq_add = fsa_view_of(&a->dq_add); /* ptr 0: none */
     p->dk = fsa_view_of(&a->dk);
     p->dv = fsa_view_of(&a->dv);
 }
@@ -211,6 +214,8 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
     FSA_CHECK(fsa_check_tensor(STAGE, "dout", &a->dout, T, hq));
     FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, dq_add, STAGE));
+    if (a->dq_add.ptr != 0) FSA_CHECK(fsa_check_tensor(STAGE, "dq_add", &a->dq_add, T, hq));
     FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
     fsa_choice ch;

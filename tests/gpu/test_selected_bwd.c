@@ -11,6 +11,7 @@
 #include "jit/context.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,24 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     assert_memory_equal(first.dk_img, second.dk_img, bd.kv_bytes);
     assert_memory_equal(first.dv_img, second.dv_img, bd.v_bytes);
 
+    /* dq_add: dq itself (in place, holding the first dq) is added before the rounding: the result is
+     * dq_ref + that dq; dk and dv as before, bit for bit. */
+    fsa_bwd_args acc = ba;
+    acc.dq_add = ba.dq;
+    assert_int_equal(fsa_selected_attention_bwd(plan, &acc, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    grads added;
+    download_grads(&added, &bd, &p, c);
+    double *dq_sum = malloc(nq * sizeof(double));
+    assert_non_null(dq_sum);
+    for (size_t i = 0; i < nq; i++) dq_sum[i] = dq_ref[i] + (double)first.dq[i];
+    const double e_add = attn_grad_error(added.dq, dq_sum, nq);
+    assert_true(e_add < (c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3));
+    assert_memory_equal(first.dk_img, added.dk_img, bd.kv_bytes);
+    assert_memory_equal(first.dv_img, added.dv_img, bd.v_bytes);
+    free(dq_sum);
+    grads_free(&added);
+
     grads_free(&first);
     grads_free(&second);
     bwd_free(&bd);
@@ -355,8 +374,16 @@ static void test_backward_bad_arguments_return_statuses(void **state)
     bad.dk.ptr += 4;
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
     bad = ba;
-    bad.struct_size -= 8;
+    bad.dq_add = (fsa_tensor){bd.dq + 4, ba.dq.token_stride, ba.dq.head_stride};
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
+    bad = ba;
+    bad.struct_size -= 8; /* ends inside dq_add */
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_STRUCT_SIZE);
+    bad = ba;
+    bad.struct_size = offsetof(fsa_bwd_args, dq_add); /* a caller of the first version: no dq_add */
+    bad.dq_add.ptr = 8;                               /* past its struct: never read */
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
     free(dout);
     bwd_free(&bd);
     device_free(&dp);
