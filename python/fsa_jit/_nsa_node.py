@@ -65,10 +65,16 @@ def call_key(q, k, v, k_cmp, v_cmp, gates, cu_seqlens, cu_seqlens_c, k_win, v_wi
             parts.append((type(g), g))
         else:
             return None
-    if isinstance(window, list):
-        window = tuple(window)
-    for x in (kernel_size, stride, block_size, top_k, window, init_blocks, local_blocks, scale, max_seqlen,
+    if isinstance(window, (list, tuple)):  # per-head windows: by value (a list may change between calls)
+        parts.append(tuple((type(w), w) for w in window))
+    elif type(window) is int:
+        parts.append(window)
+    else:
+        return None  # a tensor of windows: its values are read by the checks, not by a key
+    for x in (kernel_size, stride, block_size, top_k, init_blocks, local_blocks, scale, max_seqlen,
               workspace_limit):
+        if isinstance(x, _TENSOR):
+            return None
         parts.append((type(x), x))
     try:
         hash(tuple(parts))

@@ -13,7 +13,7 @@ if not hasattr(torch.library, "custom_op"):
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import fsa_jit  # noqa: E402
-from fsa_jit import _lib, attention, compressed, window  # noqa: E402
+from fsa_jit import _lib, _nsa_node, attention, compressed, window  # noqa: E402
 from fsa_jit.nsa import nsa_attention  # noqa: E402
 
 
@@ -152,6 +152,42 @@ def test_wide_head_dims_with_gradients_must_be_multiples_of_32():
     expect(nsa_attention, ValueError, r"when together over 320, both must be multiples of 32", **p)
     p["q"] = p["q"].detach()  # no gradients: a valid call up to the device check
     expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **p)
+
+
+# ------------------------------------------- the eager node's checked keys
+
+
+def key_of(**change):
+    """_nsa_node.call_key of nsa_problem(**change), with nsa_attention's defaults for what it leaves out."""
+    p = dict(dict(init_blocks=1, local_blocks=2, scale=None, max_seqlen=None, workspace_limit=None, k_win=None,
+                  v_win=None), **nsa_problem(**change))
+    return _nsa_node.call_key(p["q"], p["k"], p["v"], p["k_cmp"], p["v_cmp"], (p["g_cmp"], p["g_sel"], p["g_win"]),
+                              p["cu_seqlens"], p["cu_seqlens_c"], p["k_win"], p["v_win"], p["kernel_size"], p["stride"],
+                              p["block_size"], p["top_k"], p["window"], p["init_blocks"], p["local_blocks"], p["scale"],
+                              p["max_seqlen"], p["workspace_limit"])
+
+
+def test_calls_of_one_layout_share_a_key_and_every_checked_difference_makes_another():
+    same = key_of()
+    assert same is not None and key_of() == same  # new tensors, the same layouts and parameters
+    for change in (dict(init_blocks=True), dict(top_k=4.0), dict(g_win=0.25), dict(g_win=torch.rand(40, 4)),
+                   dict(q=torch.randn(40, 4, 32)), dict(q=torch.randn(40, 8, 32).bfloat16()[:, ::2]),
+                   dict(q=torch.randn(40, 4, 32).bfloat16().requires_grad_()), dict(window=[8, 8, 8, 9]),
+                   dict(workspace_limit="1G"), dict(k_win=torch.randn(40, 2, 32).bfloat16())):
+        assert key_of(**change) not in (None, same), change
+    with torch.no_grad():
+        assert key_of() not in (None, same)
+
+
+def test_per_head_windows_key_by_value_and_tensors_of_windows_take_no_key():
+    heads = [8, 8, 8, 8]
+    before = key_of(window=heads)
+    heads[3] = 9  # the same list, changed: another key
+    assert key_of(window=heads) != before and key_of(window=[8, 8, 8, 9]) == key_of(window=heads)
+    assert key_of(window=[8, 8, 8, True]) != key_of(window=[8, 8, 8, 1])
+    assert key_of(window=torch.tensor([8, 8, 8, 8])) is None
+    assert key_of(q=torch.nn.Parameter(torch.randn(40, 4, 32).bfloat16())) is None  # a subclass
+    assert key_of(top_k=torch.tensor(4)) is None
 
 
 # ----------------------------------------------------- operators, tracing
