@@ -58,6 +58,25 @@ static void test_the_window_descriptor_grew_past_its_published_first_version(voi
     assert_true(FSA_WINDOW_BWD_ARGS_FIRST_SIZE == sizeof(fsa_window_bwd_args));
 }
 
+/* fsa_bwd_args as published up to 0.2.0, before dq_add was appended. */
+typedef struct bwd_args_0_2 {
+    size_t struct_size;
+    int64_t total_tokens;
+    int batch, max_seqlen;
+    fsa_tensor q, k, v, o, dout, dq, dk, dv, topk;
+    uint64_t cu_seqlens, lse, workspace;
+    size_t workspace_bytes;
+} bwd_args_0_2;
+
+static void test_the_backward_arguments_grew_past_their_published_first_version(void **state)
+{
+    (void)state;
+    assert_int_equal(FSA_BWD_ARGS_FIRST_SIZE, sizeof(bwd_args_0_2));
+    assert_int_equal(offsetof(fsa_bwd_args, workspace_bytes), offsetof(bwd_args_0_2, workspace_bytes));
+    assert_true(offsetof(fsa_bwd_args, dq_add) >= sizeof(bwd_args_0_2));
+    assert_int_equal(sizeof(fsa_bwd_args), sizeof(bwd_args_0_2) + sizeof(fsa_tensor));
+}
+
 static void test_an_old_shorter_struct_is_read_with_the_new_fields_zero(void **state)
 {
     (void)state;
@@ -165,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_the_first_size_is_what_sizeof_gave_the_first_version),
         cmocka_unit_test(test_a_size_that_ends_inside_a_pointer_field_is_struct_size),
         cmocka_unit_test(test_the_window_descriptor_grew_past_its_published_first_version),
+        cmocka_unit_test(test_the_backward_arguments_grew_past_their_published_first_version),
         cmocka_unit_test(test_an_old_shorter_struct_is_read_with_the_new_fields_zero),
         cmocka_unit_test(test_a_current_struct_is_read_whole),
         cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),
