@@ -220,9 +220,11 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
     fsa_choice ch;
     fsa_choose(&ch, plan, FSA_OP_BWD, T);
+    /* A call with dq_add measures nothing: each variant timed would add it again, and it may be dq itself. */
+    const int may_measure = ch.may_measure && a->dq_add.ptr == 0;
     c->algorithm = ch.variant.order;
     c->tune = 0;
-    if (ch.may_measure && c->algorithm != FSA_ALGORITHM_FSA) {
+    if (may_measure && c->algorithm != FSA_ALGORITHM_FSA) {
         /* Measuring needs the FSA order's (larger) layout; without room for it, no measuring. */
         FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, FSA_ALGORITHM_FSA, STAGE));
         c->tune = fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total) == FSA_STATUS_OK;
@@ -231,7 +233,7 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     }
     FSA_CHECK(fsa_bwd_setup(&c->tc, &c->layout, plan, T, a->batch, c->algorithm, STAGE));
     FSA_CHECK(fsa_check_workspace(STAGE, a->workspace, a->workspace_bytes, c->layout.total));
-    c->tune = ch.may_measure && c->algorithm == FSA_ALGORITHM_FSA;
+    c->tune = may_measure && c->algorithm == FSA_ALGORITHM_FSA;
 cleanup:
     return st;
 }

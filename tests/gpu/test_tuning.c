@@ -2,7 +2,8 @@
  * measures both loop orders, writes a record into the cache directory and
  * still gives the reference's answer; a second context, and a second
  * process, take the record without measuring; a call on a stream being
- * captured never measures. Small shapes: well under 20 s. */
+ * captured never measures, nor a backward call with dq_add. Small shapes:
+ * well under 20 s. */
 #include "attention_problem.h"
 
 #include "base/util.h"
@@ -171,6 +172,83 @@ static void test_a_capturing_stream_never_measures(void **state)
     fsa_plan_destroy(plan);
 }
 
+/* A backward call with dq_add never measures (each variant timed would add it again; here it is dq itself):
+ * the bucket keeps no record, dq is the reference's plus what dq held, once; a call without dq_add then
+ * measures. */
+static void test_a_backward_with_dq_add_never_measures(void **state)
+{
+    (void)state;
+    const fsa_selected_attention_desc d = attn_desc_of(&k_case, 1);
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, g_ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    problem p;
+    problem_make(&p, &k_case, 0xadd);
+    device_problem dp;
+    device_make(&dp, &p, &k_case, plan);
+    fsa_fwd_args fa = fwd_args_of(&dp, &p);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    assert_int_equal(fsa_plan_choice_get(&c, plan, FSA_OPERATION_BACKWARD, p.T), FSA_STATUS_OK);
+    assert_int_equal(c.candidates, 2);
+    assert_true(c.will_measure);
+
+    const size_t nq = (size_t)p.T * k_case.hq * k_case.d, no = (size_t)p.T * k_case.hq * p.Dv;
+    const size_t nkv = (size_t)p.T * k_case.hkv * k_case.d, nv = (size_t)p.T * k_case.hkv * p.Dv;
+    fsa_rng rng = {0xadd0};
+    float *dout = malloc(no * sizeof(float)), *held = malloc(nq * sizeof(float)), *dq = malloc(nq * sizeof(float));
+    double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
+           *dv_ref = malloc(nv * sizeof(double));
+    assert_true(dout && held && dq && dq_ref && dk_ref && dv_ref);
+    for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(k_case.dtype, (float)fsa_rng_normal(&rng));
+    for (size_t i = 0; i < nq; i++) held[i] = attn_round_to(k_case.dtype, (float)fsa_rng_normal(&rng));
+    fsa_ref_problem rp = problem_ref(&p, &k_case);
+    fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
+
+    fsa_bwd_args a = FSA_BWD_ARGS_INIT;
+    a.total_tokens = p.T, a.batch = p.B;
+    a.q = fa.q, a.k = fa.k, a.v = fa.v, a.o = fa.o, a.topk = fa.topk, a.cu_seqlens = fa.cu_seqlens, a.lse = fa.lse;
+    a.dout = (fsa_tensor){upload_strided(dout, p.T, k_case.hq, p.Dv, p.o_ts, p.o_hs, k_case.dtype), p.o_ts, p.o_hs};
+    a.dq = (fsa_tensor){upload_strided(held, p.T, k_case.hq, k_case.d, p.q_ts, p.q_hs, k_case.dtype), p.q_ts, p.q_hs};
+    a.dk = (fsa_tensor){fsa_test_dalloc((size_t)p.T * p.kv_ts * 2), p.kv_ts, p.kv_hs};
+    a.dv = (fsa_tensor){fsa_test_dalloc((size_t)p.T * p.v_ts * 2), p.v_ts, p.v_hs};
+    assert_int_equal(fsa_plan_workspace_size_bwd(&a.workspace_bytes, plan, p.T, p.B), FSA_STATUS_OK);
+    a.workspace = fsa_test_dalloc(a.workspace_bytes);
+    a.dq_add = a.dq; /* in place */
+    const int records = count_records(g_cache_dir, fsa_context_target(g_ctx));
+    assert_int_equal(fsa_selected_attention_bwd(plan, &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    assert_int_equal(fsa_plan_choice_get(&c, plan, FSA_OPERATION_BACKWARD, p.T), FSA_STATUS_OK);
+    assert_true(c.will_measure); /* nothing measured */
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), records);
+    download_strided(dq, NULL, a.dq.ptr, p.T, k_case.hq, k_case.d, p.q_ts, p.q_hs, k_case.dtype);
+    for (size_t i = 0; i < nq; i++) dq_ref[i] += held[i];
+    const double err = attn_grad_error(dq, dq_ref, nq);
+    print_message("  dq + dq_add rel err %.3e, tuning left for a later call\n", err);
+    assert_true(err < 2e-2);
+
+    a.dq_add.ptr = 0; /* a plain call measures */
+    assert_int_equal(fsa_selected_attention_bwd(plan, &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    assert_int_equal(fsa_plan_choice_get(&c, plan, FSA_OPERATION_BACKWARD, p.T), FSA_STATUS_OK);
+    assert_false(c.will_measure);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), records + 1);
+
+    fsa_test_dfree(a.dout.ptr);
+    fsa_test_dfree(a.dq.ptr);
+    fsa_test_dfree(a.dk.ptr);
+    fsa_test_dfree(a.dv.ptr);
+    fsa_test_dfree(a.workspace);
+    free(dout);
+    free(held);
+    free(dq);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    device_free(&dp);
+    problem_free(&p);
+    fsa_plan_destroy(plan);
+}
+
 /* The second process: tuning on, a fresh context on the same cache. */
 static int reuse_main(const char *cache_dir)
 {
@@ -216,6 +294,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_second_context_uses_the_record_without_measuring),
         cmocka_unit_test(test_a_second_process_uses_the_record_without_measuring),
         cmocka_unit_test(test_a_capturing_stream_never_measures),
+        cmocka_unit_test(test_a_backward_with_dq_add_never_measures),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
     return cmocka_run_group_tests(tests, setup, teardown);
