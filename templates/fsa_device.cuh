@@ -214,10 +214,6 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
     return v;
 }
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-    return v;
-}
 // Reductions over the 4 lanes that share a row of an mma accumulator.
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -27,38 +27,56 @@ struct KeyRange {
     int lo, hi;
 };
 
-// delta of one (token, query head) row, the dot of its dO and O rows, one row
-// at a time across the warp's lanes.
-template <class DT, int DV, class P>
-__device__ __forceinline__ float row_delta(const P &p, long long t, long long qh, int lane) {
-    const u16 *dout = view_row<const u16>(p.dout, t, qh), *o = view_row<const u16>(p.o, t, qh);
-    float acc = 0.f;
-    for (int e = lane; e < DV; e += 32) acc += DT::to_float(dout[e]) * DT::to_float(o[e]);
-    return warp_sum(acc);
-}
-
 // delta of a warp's 16 rows (set `warp` of the tile), kept for the dK/dV
 // pass as well (p.delta) and in delta_w (the warp's 16 floats of shared
 // memory); then this lane's two rows: live, lse in base 2, delta.
+// Two lanes a row, each with every other 16-byte piece of its dO and O rows:
+// all of a lane's loads are issued before its sums (chunks of 8 pieces), so
+// the 16 rows cost one trip to memory instead of one each in series.
 template <class DT, int DV, int G, class P>
 __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, int h, float *delta_w, bool live[2],
                                              float row_lse2[2], float row_dlt[2]) {
     typedef GroupRows<G> Rows;
+    static_assert(DV % 16 == 0, "a row's pieces split evenly between two lanes");
+    constexpr int MINE = DV / 16, CHUNK = MINE < 8 ? MINE : 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = 0; r < 16; r++) {
-        if (!Rows::live(warp, r, tile.n_tok)) continue;  // warp-uniform
-        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
-        const float d = row_delta<DT, DV>(p, t, qh, lane);
-        if (lane == 0) delta_w[r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
-    }
-    __syncwarp();
+    float lse[2];
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = frag_row(lane, 2 * half);
         live[half] = Rows::live(warp, r, tile.n_tok);
         const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
-        row_lse2[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : 0.f;
-        row_dlt[half] = live[half] ? delta_w[r] : 0.f;
+        lse[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] : 0.f;
+    }
+    const int r = lane >> 1, side = lane & 1;
+    const bool row_live = Rows::live(warp, r, tile.n_tok);
+    const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+    float d = 0.f;
+    if (row_live) {
+        const uint4 *dout = (const uint4 *)view_row<const u16>(p.dout, t, qh) + side;
+        const uint4 *o = (const uint4 *)view_row<const u16>(p.o, t, qh) + side;
+#pragma unroll
+        for (int c = 0; c < MINE; c += CHUNK) {
+            uint4 a[CHUNK], b[CHUNK];
+#pragma unroll
+            for (int i = 0; i < CHUNK && c + i < MINE; i++) a[i] = dout[2 * (c + i)], b[i] = o[2 * (c + i)];
+#pragma unroll
+            for (int i = 0; i < CHUNK && c + i < MINE; i++) {
+                float x[8], y[8];
+                unpack8<DT>(x, a[i]);
+                unpack8<DT>(y, b[i]);
+#pragma unroll
+                for (int e = 0; e < 8; e++) d = fmaf(x[e], y[e], d);
+            }
+        }
+    }
+    d += __shfl_xor_sync(0xffffffffu, d, 1);
+    if (row_live && side == 0) delta_w[r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+    __syncwarp();
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        row_lse2[half] = live[half] ? lse[half] * LOG2E : 0.f;
+        row_dlt[half] = live[half] ? delta_w[frag_row(lane, 2 * half)] : 0.f;
     }
 }
 
