@@ -25,6 +25,7 @@ typedef struct fsa_cmp_params {
     long long num_kv_heads;   /* Hkv (the persistent forward's jobs: fsa_cmp_fwd_persistent) */
     /* Backward. */
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
+    fsa_kernel_view dq_add;   /* [T, Hq, Dk] added to dq before its rounding (may be dq); ptr 0: none */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
     long long dkv_splits;     /* CTAs a key tile's dK/dV walk is split into (1: dk, dv written directly) */

@@ -81,7 +81,9 @@ __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, 
 }
 
 // The 16 x DK dq accumulator of set `warp` of a query tile, times the
-// softmax scale, into p.dq (this lane's live rows).
+// softmax scale, plus the caller's p.dq_add row when there is one (it may be
+// dq itself: each element is read before the same thread writes it), into
+// p.dq (this lane's live rows).
 template <class DT, int DK, int G, class P>
 __device__ __forceinline__ void store_dq_rows(const P &p, const QueryTile &tile, int h, int warp, const bool live[2],
                                               const float dq[DK / 8][4]) {
@@ -92,7 +94,20 @@ __device__ __forceinline__ void store_dq_rows(const P &p, const QueryTile &tile,
     for (int half = 0; half < 2; half++) {
         const int r = frag_row(lane, 2 * half);
         if (!live[half]) continue;
-        u16 *row = view_row<u16>(p.dq, tile.tok0 + Rows::token(warp, r), (long long)h * G + Rows::head(r));
+        const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
+        u16 *row = view_row<u16>(p.dq, t, qh);
+        if (p.dq_add.ptr != 0) {  // the row's pieces loaded before any store (dq_add may alias dq)
+            const u16 *add = view_row<const u16>(p.dq_add, t, qh);
+            u32 a[DK / 8];
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++) a[j] = *(const u32 *)(add + frag_col(lane, j, 0));
+#pragma unroll
+            for (int j = 0; j < DK / 8; j++)
+                *(u32 *)(row + frag_col(lane, j, 0)) =
+                    DT::pack(fmaf(dq[j][2 * half], scale, DT::to_float((u16)(a[j] & 0xffffu))),
+                             fmaf(dq[j][2 * half + 1], scale, DT::to_float((u16)(a[j] >> 16))));
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < DK / 8; j++)
             *(u32 *)(row + frag_col(lane, j, 0)) = DT::pack(dq[j][2 * half] * scale, dq[j][2 * half + 1] * scale);

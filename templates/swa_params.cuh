@@ -24,6 +24,7 @@ typedef struct fsa_swa_params {
                                sequence; 0: head_windows[query head] */
     /* Backward. */
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
+    fsa_kernel_view dq_add;   /* [T, Hq, Dk] added to dq before its rounding (may be dq); ptr 0: none */
     fsa_kernel_view dk, dv;   /* [T, Hkv, Dk], [T, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
     long long num_kv_heads;   /* Hkv (the persistent forward's jobs: fsa_qt_ws_persistent) */

@@ -179,6 +179,11 @@ typedef struct fsa_compressed_bwd_args {
     uint64_t cu_seqlens_c;    /**< int32 [batch + 1], read */
     uint64_t workspace;       /**< 256-byte aligned, fsa_compressed_plan_workspace_size_bwd bytes */
     size_t workspace_bytes;
+    /** [T, Hq, Dk], read; optional (ptr 0: none). Added to dq in fp32 before
+     * dq's one rounding, so that a caller summing dq over several attention
+     * branches needs no pass of its own; may be dq itself (each element is
+     * read before it is written, by the same thread). Its rules are dq's. */
+    fsa_tensor dq_add;
 } fsa_compressed_bwd_args;
 
 #define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )

@@ -128,6 +128,11 @@ typedef struct fsa_window_bwd_args {
     uint64_t cu_seqlens;  /**< int32 [batch + 1], read */
     uint64_t workspace;   /**< 256-byte aligned, fsa_window_plan_workspace_size_bwd bytes */
     size_t workspace_bytes;
+    /** [T, Hq, Dk], read; optional (ptr 0: none). Added to dq in fp32 before
+     * dq's one rounding, so that a caller summing dq over several attention
+     * branches needs no pass of its own; may be dq itself (each element is
+     * read before it is written, by the same thread). Its rules are dq's. */
+    fsa_tensor dq_add;
 } fsa_window_bwd_args;
 
 #define FSA_WINDOW_BWD_ARGS_INIT FSA_INIT_(fsa_window_bwd_args, )

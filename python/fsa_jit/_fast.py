@@ -170,26 +170,22 @@ class _Entry:
         self._call(False, self.fwd, _FWD_PTRS, batch, max_seqlen, ptrs)
         return o, lse
 
-    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen, dq_add=None):
+    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen, dq_into=None):
         """(dq, dk, dv), or None when the plan has no backward kernels. q, k, v and topk_idx as the key
-        says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous. dq_add: a
-        [T, Hq, D] tensor libfsa adds to dq before its rounding (the NSA layer's other branches' dq), or
-        None."""
+        says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous. dq_into: None,
+        or a contiguous tensor of q's shape and dtype that the selected dq is added to in place before its
+        rounding (fsa_bwd_args.dq_add = dq; the NSA layer's other branches' dq) and that is returned as dq."""
         from . import attention
 
         if not self.plan.backward:
             return None
         self.lib.require_backward()
-        dq = torch.empty(q.shape, dtype=q.dtype, device=self.device)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=self.device) if dq_into is None else dq_into
         dk = torch.empty(k.shape, dtype=k.dtype, device=self.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=self.device)
         ptrs = [t.data_ptr() for t in (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)]
         o_view, dout_view = attention._head_strides(o), attention._head_strides(dout)
-        if dq_add is not None:
-            dq_add = attention._kernel_ready(dq_add)
-            add_view = (dq_add.data_ptr(),) + attention._head_strides(dq_add)
-        else:
-            add_view = (0, 0, 0)
+        add_view = (0, 0, 0) if dq_into is None else (dq.data_ptr(),) + self.views["dq"]
 
         def strides():  # under the entry's lock: the structure is shared by the key's calls
             b = self.bwd.struct

@@ -46,7 +46,7 @@ class fsa_compressed_fwd_args(_lib._Sized):
 class fsa_compressed_bwd_args(_lib._Sized):
     _fields_ = _compressed_args(("q", "k", "v", "o", "dout", "dq", "dk", "dv"), [
         ("lse", _U64), ("cu_seqlens", _U64), ("cu_seqlens_c", _U64),
-        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t)])
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t), ("dq_add", _tensor)])
 
 
 class fsa_window_attention_desc(_lib._Sized):
@@ -89,6 +89,7 @@ class fsa_window_bwd_args(_lib._Sized):
         ("lse", _U64),
         ("cu_seqlens", _U64),
         ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
+        ("dq_add", _tensor),
     ]
 
 

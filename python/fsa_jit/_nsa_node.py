@@ -13,8 +13,9 @@ call, ~0.45 ms before the compressed forward started; bench/NOTES.md "node"). He
   branches' kernels are queued; their gradients come back in their own dtype and shape.
 - The backward runs the window, compressed and selected branches in that order, each branch's output gradient
   dropped once read, so the peak memory is the operators' (the selected backward's workspace comes last); the
-  gradient of q is summed in that order too: window + compressed (one add), then the selected attention adds
-  that sum to its own dq before rounding it (fsa_bwd_args.dq_add), with no pass of its own.
+  gradient of q is summed in that order too, in one tensor and with no pass of its own: the window's dq, to
+  which the compressed branch and then the selected attention add theirs in place before rounding
+  (fsa_compressed_bwd_args.dq_add, fsa_bwd_args.dq_add).
 
 Taken only by plain eager calls (as _fast.py: exact torch.Tensor arguments, no torch.compile tracing, no
 dispatch or function mode) without validate and with tensors the selected attention reads in place;
@@ -193,11 +194,9 @@ class _Node(torch.autograd.Function):
         dq, dk_w, dv_w = _win.run_bwd(d_win, q, (k if k_win is None else k_win), (v if v_win is None else v_win),
                                       o_win, lse_win, cu, s.window, s.head_windows, s.scale, False)
         del d_win
-        dq_c, dk_c, dv_c = _cmp.run_bwd(d_cmp, q, k_cmp, v_cmp, o_cmp, lse_cmp, cu, cu_c, s.kernel_size, s.stride,
-                                        s.scale, s.top_k, s.block_size, s.init_blocks, s.local_blocks, False)
+        dq, dk_c, dv_c = _cmp.run_bwd(d_cmp, q, k_cmp, v_cmp, o_cmp, lse_cmp, cu, cu_c, s.kernel_size, s.stride,
+                                      s.scale, s.top_k, s.block_size, s.init_blocks, s.local_blocks, False, dq_into=dq)
         del d_cmp
-        dq.add_(dq_c)  # the window's and compressed branch's dq; the selected attention adds its own
-        del dq_c
         e = c.entry
         if e.gen != _fast._generation[0]:  # clear_plans() destroyed its plan since the forward
             found = _fast.lookup(q, k, v, topk, cu, s.block_size, s.sel_scale, s.max_seqlen, "auto", "thk", s.limit,
@@ -205,7 +204,7 @@ class _Node(torch.autograd.Function):
             if found is None:
                 raise RuntimeError("the selected attention's plan was destroyed and cannot be made again")
             e = found[0]
-        dq, dk, dv = e.backward(d_sel, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen, dq_add=dq)
+        dq, dk, dv = e.backward(d_sel, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen, dq_into=dq)
         del d_sel
         if k_win is None:
             dk.add_(dk_w)

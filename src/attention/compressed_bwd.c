@@ -8,6 +8,8 @@
 
 #define STAGE_BWD "compressed-backward"
 
+FSA_APPENDED_FIELD(fsa_compressed_bwd_args, dq_add, FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE);
+
 int fsa_cmp_dkv_split_count(const fsa_compressed_plan *plan, int64_t total_cmp, int batch)
 {
     if (!plan->config.bwd_wgmma || plan->ctx->sm_count < 1) return 1;
@@ -42,13 +44,14 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const int64_t T = a->total_tokens;
     if (!plan->desc.backward)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, dq_add, STAGE_BWD));
     FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (fsa_qt_grid_key_tiles(a->total_compressed, a->batch) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles",
                  (long long)a->total_compressed);
-    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, &a->dq_add, a->workspace, a->workspace_bytes};
     FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
                                      plan->desc.num_kv_heads));
     const size_t need = fsa_qt_bwd_workspace_bytes(plan->desc.num_q_heads, T) +

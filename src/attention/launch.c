@@ -241,7 +241,8 @@ fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int6
 {
     const fsa_tensor_check grads[] = {
         {"dout", g->dout, total_tokens, hq}, {"dq", g->dq, total_tokens, hq}, {"dk", g->dk, keys, hkv}, {"dv", g->dv, keys, hkv}};
-    const fsa_status st = fsa_check_tensors(stage, grads, 4);
+    fsa_status st = fsa_check_tensors(stage, grads, 4);
+    if (st == FSA_STATUS_OK && g->dq_add->ptr != 0) st = fsa_check_tensor(stage, "dq_add", g->dq_add, total_tokens, hq);
     if (st != FSA_STATUS_OK) return st;
     return fsa_check_workspace(stage, g->workspace, g->workspace_bytes, fsa_qt_bwd_workspace_bytes(hq, total_tokens));
 }

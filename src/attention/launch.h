@@ -71,15 +71,17 @@ fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int b
  * heads, and the workspace. */
 typedef struct fsa_qt_grads {
     const fsa_tensor *dout, *dq, *dk, *dv;
+    const fsa_tensor *dq_add; /* ptr 0: none */
     uint64_t workspace;
     size_t workspace_bytes;
 } fsa_qt_grads;
 /* The backward's fields of a query-tile parameter block (fsa_cmp_params,
- * fsa_swa_params) from its args struct: the gradients' views, delta in the
- * workspace. */
+ * fsa_swa_params) from its args struct: the gradients' views, dq_add (ptr 0:
+ * none), delta in the workspace. */
 #define FSA_QT_PARAMS_GRADS(p, a)                                                                           \
     ((p)->dout = fsa_view_of(&(a)->dout), (p)->dq = fsa_view_of(&(a)->dq), (p)->dk = fsa_view_of(&(a)->dk), \
-     (p)->dv = fsa_view_of(&(a)->dv), (p)->delta = (long long)(a)->workspace)
+     (p)->dv = fsa_view_of(&(a)->dv), (p)->dq_add = fsa_view_of(&(a)->dq_add),                              \
+     (p)->delta = (long long)(a)->workspace)
 fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int64_t total_tokens, int64_t keys,
                                   int hq, int hkv);
 

@@ -8,6 +8,8 @@
 
 #define STAGE_BWD "window-backward"
 
+FSA_APPENDED_FIELD(fsa_window_bwd_args, dq_add, FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
+
 fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan, int64_t total_tokens,
                                               int batch)
 {
@@ -24,9 +26,11 @@ static fsa_status bwd_check(const void *window_plan, const void *call, int *has_
     const fsa_window_call c = FSA_WINDOW_CALL(a);
     if (!plan->desc.backward)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
-    fsa_status st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
+    fsa_status st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, dq_add, STAGE_BWD);
+    if (st != FSA_STATUS_OK) return st;
+    st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
     if (st != FSA_STATUS_OK || !*has_work) return st;
-    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, a->workspace, a->workspace_bytes};
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, &a->dq_add, a->workspace, a->workspace_bytes};
     return fsa_qt_bwd_check_grads(STAGE_BWD, &g, a->total_tokens, a->total_tokens, plan->desc.num_q_heads,
                                   plan->desc.num_kv_heads);
 }

@@ -320,6 +320,37 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         print_message("  %-26s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
         for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
     }
+
+    /* dq_add = dq, in place, holding the dq just computed: dq becomes the
+     * reference's plus that dq (one rounding); dk and dv keep their bits. */
+    {
+        uint16_t *kv_before[2], *img = malloc(bytes[0]);
+        double *dq_sum = malloc((nq + 1) * sizeof(double));
+        assert_true(img && dq_sum);
+        for (size_t e = 0; e < nq; e++) dq_sum[e] = want[0][e] + (double)got[0][e];
+        for (int i = 0; i < 2; i++) {
+            kv_before[i] = malloc(bytes[i + 1]);
+            assert_non_null(kv_before[i]);
+            fsa_test_d2h(kv_before[i], d_out[i + 1], bytes[i + 1]);
+        }
+        fsa_compressed_bwd_args acc = a;
+        acc.dq_add = a.dq;
+        if (fsa_compressed_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        download_strided(got[0], img, d_out[0], p.T, c->hq, c->dk, p.q_ts, p.q_hs, c->dtype);
+        const double e_add = fsa_rel_error(got[0], dq_sum, nq);
+        assert_true(e_add < (c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3));
+        for (int i = 0; i < 2; i++) {
+            uint16_t *after = malloc(bytes[i + 1]);
+            assert_non_null(after);
+            fsa_test_d2h(after, d_out[i + 1], bytes[i + 1]);
+            assert_memory_equal(kv_before[i], after, bytes[i + 1]);
+            free(after);
+            free(kv_before[i]);
+        }
+        free(img);
+        free(dq_sum);
+    }
     for (int i = 0; i < 3; i++) {
         fsa_test_dfree(d_out[i]);
         free(got[i]);

@@ -295,8 +295,28 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     for (int i = 0; i < 3; i++) {
         assert_true(err[i] < tol);
         assert_memory_equal(img[0][i], img[1][i], g.bytes[i]); /* same inputs, same bits */
+    }
+
+    /* dq_add = dq, in place, holding the dq just computed: dq becomes the
+     * reference's plus that dq (one rounding); dk and dv keep their bits. */
+    double *dq_sum = malloc((n[0] + 1) * sizeof(double));
+    assert_non_null(dq_sum);
+    for (size_t e = 0; e < n[0]; e++) dq_sum[e] = want[0][e] + (double)got[0][e];
+    fsa_window_bwd_args acc = a;
+    acc.dq_add = a.dq;
+    if (fsa_window_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    uint16_t *added[3];
+    download_grads(&g, got, added, c->dtype);
+    const double e_add = grad_error(got[0], dq_sum, n[0], 2e-3 * norm(want[2], n[2]) * sqrt((double)n[0] / n[2]));
+    assert_true(e_add < tol);
+    assert_memory_equal(img[1][1], added[1], g.bytes[1]);
+    assert_memory_equal(img[1][2], added[2], g.bytes[2]);
+    free(dq_sum);
+    for (int i = 0; i < 3; i++) {
         free(img[0][i]);
         free(img[1][i]);
+        free(added[i]);
         free(got[i]);
         free(want[i]);
     }

@@ -6,6 +6,7 @@
 
 #include "base/struct_size.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,28 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     assert_int_equal(bytes, 0);
 }
 
+/* dq_add (appended after the first version): dq itself is accepted, a
+ * misaligned or negatively strided one refused, a struct_size ending inside
+ * it refused, and a first-version struct ignores whatever lies past it. */
+static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void **state)
+{
+    (void)state;
+    fsa_compressed_bwd_args a = good_bwd(100, 5);
+    a.dq_add = a.dq; /* in place */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
+    a.dq_add.ptr += 8;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    assert_non_null(strstr(fsa_last_error(), "dq_add"));
+    a = good_bwd(100, 5), a.dq_add = a.dq, a.dq_add.token_stride = -HQ * DK;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.struct_size = offsetof(fsa_compressed_bwd_args, dq_add) + 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.struct_size = FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE;
+    a.dq_add = (fsa_tensor){0x7f0000d00002ull, -1, 3}; /* garbage a first-version caller never wrote */
+    assert_true(offsetof(fsa_compressed_bwd_args, dq_add) >= FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE);
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

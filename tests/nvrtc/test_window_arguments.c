@@ -6,6 +6,7 @@
 
 #include "base/struct_size.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,31 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     EXPECT_BWD(FSA_STATUS_OK, &a);
 }
 
+/* dq_add (appended after the first version): dq itself is accepted, a
+ * misaligned or negatively strided one refused, a struct_size ending inside
+ * it refused, and a first-version struct ignores whatever lies past it. */
+static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void **state)
+{
+    (void)state;
+    size_t need = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&need, g_plan, 100, 1));
+    const uint64_t ws = AT(11);
+    fsa_window_bwd_args a = good_bwd_args(100, ws, need);
+    a.dq_add = a.dq; /* in place */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
+    a.dq_add.ptr += 8;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    assert_non_null(strstr(fsa_last_error(), "dq_add"));
+    a = good_bwd_args(100, ws, need), a.dq_add = a.dq, a.dq_add.head_stride = -DK;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    a = good_bwd_args(100, ws, need), a.struct_size = offsetof(fsa_window_bwd_args, dq_add) + 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
+    a = good_bwd_args(100, ws, need), a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE;
+    a.dq_add = (fsa_tensor){AT(12) + 2, -1, 3}; /* garbage a first-version caller never wrote */
+    assert_true(offsetof(fsa_window_bwd_args, dq_add) >= FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_a_struct_size_ending_inside_head_windows_is_refused),
         cmocka_unit_test(test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

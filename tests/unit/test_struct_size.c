@@ -55,7 +55,40 @@ static void test_the_window_descriptor_grew_past_its_published_first_version(voi
     assert_int_equal(FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, sizeof(window_desc_0_2));
     assert_true(offsetof(fsa_window_attention_desc, head_windows) >= sizeof(window_desc_0_2));
     assert_true(offsetof(fsa_window_attention_desc, backward) > offsetof(fsa_window_attention_desc, head_windows));
-    assert_true(FSA_WINDOW_BWD_ARGS_FIRST_SIZE == sizeof(fsa_window_bwd_args));
+}
+
+/* The window and compressed backward arguments as published up to 0.2.0,
+ * before dq_add was appended to each. */
+typedef struct window_bwd_args_0_2 {
+    size_t struct_size;
+    int64_t total_tokens;
+    int batch;
+    fsa_tensor q, k, v, o, dout, dq, dk, dv;
+    uint64_t lse, cu_seqlens, workspace;
+    size_t workspace_bytes;
+} window_bwd_args_0_2;
+
+typedef struct compressed_bwd_args_0_2 {
+    size_t struct_size;
+    int64_t total_tokens, total_compressed;
+    int batch;
+    fsa_tensor q, k, v, o, dout, dq, dk, dv;
+    uint64_t lse, cu_seqlens, cu_seqlens_c, workspace;
+    size_t workspace_bytes;
+} compressed_bwd_args_0_2;
+
+static void test_the_branch_backward_arguments_grew_past_their_published_first_versions(void **state)
+{
+    (void)state;
+    assert_int_equal(FSA_WINDOW_BWD_ARGS_FIRST_SIZE, sizeof(window_bwd_args_0_2));
+    assert_int_equal(offsetof(fsa_window_bwd_args, workspace_bytes), offsetof(window_bwd_args_0_2, workspace_bytes));
+    assert_true(offsetof(fsa_window_bwd_args, dq_add) >= sizeof(window_bwd_args_0_2));
+    assert_int_equal(sizeof(fsa_window_bwd_args), sizeof(window_bwd_args_0_2) + sizeof(fsa_tensor));
+    assert_int_equal(FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE, sizeof(compressed_bwd_args_0_2));
+    assert_int_equal(offsetof(fsa_compressed_bwd_args, workspace_bytes),
+                     offsetof(compressed_bwd_args_0_2, workspace_bytes));
+    assert_true(offsetof(fsa_compressed_bwd_args, dq_add) >= sizeof(compressed_bwd_args_0_2));
+    assert_int_equal(sizeof(fsa_compressed_bwd_args), sizeof(compressed_bwd_args_0_2) + sizeof(fsa_tensor));
 }
 
 /* fsa_bwd_args as published up to 0.2.0, before dq_add was appended. */
@@ -185,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_a_size_that_ends_inside_a_pointer_field_is_struct_size),
         cmocka_unit_test(test_the_window_descriptor_grew_past_its_published_first_version),
         cmocka_unit_test(test_the_backward_arguments_grew_past_their_published_first_version),
+        cmocka_unit_test(test_the_branch_backward_arguments_grew_past_their_published_first_versions),
         cmocka_unit_test(test_an_old_shorter_struct_is_read_with_the_new_fields_zero),
         cmocka_unit_test(test_a_current_struct_is_read_whole),
         cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),
