@@ -81,7 +81,13 @@ __device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block
 // the accumulator's value plus this chunk's partials (a block of one item
 // there: the main kernel's). `block`: this CTA's place among the CTAs of the
 // sums.
-constexpr int SUM_ILP = 8;  // partial rows loaded before they are added (in item order)
+// Partial rows loaded before they are added (in item order). 4, not more: the
+// sums kernel shares its registers with dq_sums, and at 8 (78 registers) only
+// three CTAs fit an SM, too few bytes in flight for HBM; at 4, and with the
+// kernels bounded to four CTAs per SM (64 registers), more (bench/NOTES.md
+// "ilp2").
+constexpr int SUM_ILP = 4;
+constexpr int SUM_CTAS_PER_SM = 4;
 __device__ __forceinline__ void add4(float4 &s, const float4 &v) { s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w; }
 
 __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long block) {
@@ -105,12 +111,12 @@ __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long bloc
 #pragma unroll
     for (int c0 = 0; c0 < DKV / 4; c0 += 64) {  // dK then dV: two columns of 4 floats per lane and step
         float4 s[2];
-        long long at[2];
+        int at[2];  // offsets within an item's partial rows (BK * DKV floats)
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             // Column c * 4 of the row: of dK (row r of the item's first BK rows), or of dV (row r of the next BK).
             const int c = c0 + u * 32 + lane;
-            at[u] = c * 4 < D ? (long long)r * D + c * 4 : (long long)BK * D + r * DV + (c * 4 - D);
+            at[u] = c * 4 < D ? r * D + c * 4 : BK * D + r * DV + (c * 4 - D);
             s[u] = direct || c >= DKV / 4 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[c];
         }
         int it = 0;
@@ -149,11 +155,11 @@ __device__ __forceinline__ long long dkv_sum_blocks(const fsa_sel_params &p) {
     return fsa_bwd_dkv_sum_blocks((p.t0 + p.tc) * p.num_kv_heads);
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS, SUM_CTAS_PER_SM) fsa_sel_bwd_dkv_sum(const fsa_sel_params p) {
     dkv_sums(p, blockIdx.x);
 }
 
-extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_sums(const fsa_sel_params p) {
+extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS, SUM_CTAS_PER_SM) fsa_sel_bwd_sums(const fsa_sel_params p) {
     const long long dkv_blocks = dkv_sum_blocks(p);
     if (blockIdx.x < dkv_blocks) dkv_sums(p, blockIdx.x);
     else dq_sums(p, blockIdx.x - dkv_blocks);

@@ -177,6 +177,10 @@ static const justified_spill justified_spills[] = {
      "(with FSA_CMP_SEL_WS: 112 registers, the producer keeping 32, the scorer's constant fragments read from "
      "shared memory) 76 bytes at G 1, a few values reloaded per stage: 16 compute warps per SM instead "
      "of 12 measured faster than three consumers without spills (bench/NOTES.md, \"sel4\", \"csel\", \"cspill\")"},
+    {"sel_bwd_reduce", "fsa_sel_bwd_sums", NULL, 32,
+     "four CTAs of eight warps per SM (__launch_bounds__(256, 4)) cap registers at 64, where the dq and dK/dV "
+     "sums of one kernel keep their loads in flight: a few spilled bytes per thread cost less than the fourth "
+     "CTA's bytes in flight for HBM are worth (bench/NOTES.md, \"ilp2\": -2.6% backward at 8K, paper shape)"},
     {NULL, NULL, NULL, 0, NULL},
 };
 #define N_JUSTIFIED (sizeof justified_spills / sizeof justified_spills[0] - 1)
