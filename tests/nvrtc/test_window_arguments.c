@@ -300,23 +300,27 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
 /* dq_add (appended after the first version): dq itself is accepted, a
  * misaligned or negatively strided one refused, a struct_size ending inside
  * it refused, and a first-version struct ignores whatever lies past it. */
+static fsa_window_bwd_args good_bwd_args_of_100_tokens(void)
+{
+    size_t need = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&need, g_plan, 100, 1));
+    return good_bwd_args(100, AT(11), need);
+}
+
 static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void **state)
 {
     (void)state;
-    size_t need = 0;
-    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&need, g_plan, 100, 1));
-    const uint64_t ws = AT(11);
-    fsa_window_bwd_args a = good_bwd_args(100, ws, need);
+    fsa_window_bwd_args a = good_bwd_args_of_100_tokens();
     a.dq_add = a.dq; /* in place */
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
     a.dq_add.ptr += 8;
     EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
     assert_non_null(strstr(fsa_last_error(), "dq_add"));
-    a = good_bwd_args(100, ws, need), a.dq_add = a.dq, a.dq_add.head_stride = -DK;
+    a = good_bwd_args_of_100_tokens(), a.dq_add = a.dq, a.dq_add.head_stride = -DK;
     EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
-    a = good_bwd_args(100, ws, need), a.struct_size = offsetof(fsa_window_bwd_args, dq_add) + 8;
+    a = good_bwd_args_of_100_tokens(), a.struct_size = offsetof(fsa_window_bwd_args, dq_add) + 8;
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
-    a = good_bwd_args(100, ws, need), a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE;
+    a = good_bwd_args_of_100_tokens(), a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE;
     a.dq_add = (fsa_tensor){AT(12) + 2, -1, 3}; /* garbage a first-version caller never wrote */
     assert_true(offsetof(fsa_window_bwd_args, dq_add) >= FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
