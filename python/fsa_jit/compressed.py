@@ -233,7 +233,7 @@ def run_fwd(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k
             local_blocks, backward, validate, topk=None):
     """The forward operator's body: (o, lse, topk) of checked arguments, on the current stream; topk: the
     selection's output [T, Hkv, top_k] int32 (contiguous) or None to make one. Also called straight by the
-    NSA layer's own autograd node (nsa.py), which skips the dispatcher."""
+    NSA layer's own autograd node (_nsa_node.py), which skips the dispatcher."""
     t_len, hq, dk = q.shape
     tc, hkv, dv = v.shape
     device = q.device

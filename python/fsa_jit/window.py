@@ -92,7 +92,7 @@ def _key(q, k, v, window, head_windows, scale, backward, validate):
 
 def run_fwd(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate):
     """The forward operator's body: (o, lse) of checked arguments, on the current stream. Also called
-    straight by the NSA layer's own autograd node (nsa.py), which skips the dispatcher."""
+    straight by the NSA layer's own autograd node (_nsa_node.py), which skips the dispatcher."""
     t_len, hq, dk = q.shape
     dv = v.shape[2]
     device = q.device
