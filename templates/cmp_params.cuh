@@ -26,8 +26,11 @@ typedef struct fsa_cmp_params {
     /* Backward. */
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dq_add;   /* [T, Hq, Dk] added to dq before its rounding (may be dq); ptr 0: none */
+    fsa_kernel_view gate;      /* float [T, Hq]: each row's gate (dout is that of gate * o); ptr 0: none */
+    fsa_kernel_view gate_grad; /* float [T, Hq], written: rowsum(dout * o); ptr 0: not wanted */
     fsa_kernel_view dk, dv;   /* [Tc, Hkv, Dk], [Tc, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
+    long long gated_lse;      /* float [Hq, T]: a gated backward's lse words (fsa_qbwd.cuh), by the dq kernel */
     long long dkv_splits;     /* CTAs a key tile's dK/dV walk is split into (1: dk, dv written directly) */
     long long dkv_partial;    /* float [splits][Tc][Hkv][Dk + Dv] when split (fsa_cmp_dkv_splits) */
 } fsa_cmp_params;

@@ -13,7 +13,13 @@
 // atomics, the same inputs give the same bits.
 //
 // P, the kernel's parameter block, names the views q, o, k, v, dout, dq, dk,
-// dv, the float [Hq, T] addresses lse and delta, total_tokens and scale_log2.
+// dv, the float [Hq, T] addresses lse and delta, total_tokens and scale_log2,
+// and the optional float [T, Hq] views gate and gate_grad: with a gate, dout
+// is the gradient of gate * o, and each row's gate g enters P (P' = g P: dV =
+// P'^T dO and dS = P' (dP - delta) are then exact with the ungated dO and
+// delta, for any sign). dq takes g at its store; the dq kernel also writes
+// each row's gated lse word (gated_lse_word) to p.gated_lse, which the dK/dV
+// pass reads instead of the forward's lse.
 // Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV);
 // threads: FSA_QT_THREADS, FSA_QT_DKV_THREADS.
 #pragma once
@@ -27,15 +33,53 @@ struct KeyRange {
     int lo, hi;
 };
 
+// A gated row's lse for the dK/dV pass: lse - ln |g|, so that P comes out
+// times |g| at no cost, with g's sign in bit 0 of the word (the value moves by
+// at most one unit in the last place). A zero gate gives +inf (P = 0) and a
+// row without keys keeps its lse, both without a sign.
+__device__ __forceinline__ float gated_lse_word(float lse, float g) {
+    const float l = lse - logf(fabsf(g));
+    const int negative = g < 0.f && isfinite(l);
+    return __int_as_float((__float_as_int(l) & ~1) | negative);
+}
+// A row table's lse word as a value: in a gated backward, bit 0 is the sign.
+__device__ __forceinline__ float row_lse_value(float word, bool gated) {
+    return gated ? __int_as_float(__float_as_int(word) & ~1) : word;
+}
+// Whether any row among this lane's columns of NJ 8-column steps (a row
+// table's lse words) has a negative gate, for the whole warp: the sign pass
+// below is skipped unless one has (NSA's gates never do).
+template <int NJ>
+__device__ __forceinline__ bool cols_have_negative_gates(const float *lse_words, int lane) {
+    int any = 0;
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+        any |= __float_as_int(lse_words[frag_col(lane, j, 0)]) | __float_as_int(lse_words[frag_col(lane, j, 1)]);
+    return __any_sync(0xffffffffu, any & 1);
+}
+// P^T (query rows as columns) times the sign of each row's gate.
+template <int NJ>
+__device__ __forceinline__ void frag_gate_signs(float pt[NJ][4], const float *lse_words, int lane) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int sign = __float_as_int(lse_words[frag_col(lane, j, e)]) << 31;
+            pt[j][e] = __int_as_float(__float_as_int(pt[j][e]) ^ sign);
+        }
+}
+
 // delta of a warp's 16 rows (set `warp` of the tile), kept for the dK/dV
-// pass as well (p.delta) and in delta_w (the warp's 16 floats of shared
-// memory); then this lane's two rows: live, lse in base 2, delta.
+// pass as well (p.delta), as the gate's gradient (p.gate_grad, when wanted)
+// and in delta_w (the warp's 16 floats of shared memory); then this lane's
+// two rows: live, lse in base 2, delta, gate (1 without p.gate; with one, the
+// rows' gated lse words go to p.gated_lse).
 // Two lanes a row, each with every other 16-byte piece of its dO and O rows:
 // all of a lane's loads are issued before its sums (chunks of 8 pieces), so
 // the 16 rows cost one trip to memory instead of one each in series.
 template <class DT, int DV, int G, class P>
 __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, int h, float *delta_w, bool live[2],
-                                             float row_lse2[2], float row_dlt[2]) {
+                                             float row_lse2[2], float row_dlt[2], float row_gate[2]) {
     typedef GroupRows<G> Rows;
     static_assert(DV % 16 == 0, "a row's pieces split evenly between two lanes");
     constexpr int MINE = DV / 16, CHUNK = MINE < 8 ? MINE : 8;
@@ -47,6 +91,9 @@ __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, 
         live[half] = Rows::live(warp, r, tile.n_tok);
         const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
         lse[half] = live[half] ? ((const float *)p.lse)[qh * p.total_tokens + t] : 0.f;
+        row_gate[half] = live[half] && p.gate.ptr != 0 ? *view_row<const float>(p.gate, t, qh) : 1.f;
+        if (live[half] && p.gate.ptr != 0 && (lane & 3) == 0)
+            ((float *)p.gated_lse)[qh * p.total_tokens + t] = gated_lse_word(lse[half], row_gate[half]);
     }
     const int r = lane >> 1, side = lane & 1;
     const bool row_live = Rows::live(warp, r, tile.n_tok);
@@ -71,7 +118,10 @@ __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, 
         }
     }
     d += __shfl_xor_sync(0xffffffffu, d, 1);
-    if (row_live && side == 0) delta_w[r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+    if (row_live && side == 0) {
+        delta_w[r] = d, ((float *)p.delta)[qh * p.total_tokens + t] = d;
+        if (p.gate_grad.ptr != 0) *view_row<float>(p.gate_grad, t, qh) = d;
+    }
     __syncwarp();
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -81,19 +131,20 @@ __device__ __forceinline__ void dq_row_stats(const P &p, const QueryTile &tile, 
 }
 
 // The 16 x DK dq accumulator of set `warp` of a query tile, times the
-// softmax scale, plus the caller's p.dq_add row when there is one (it may be
-// dq itself: each element is read before the same thread writes it), into
-// p.dq (this lane's live rows).
+// softmax scale and the row's gate, plus the caller's p.dq_add row when
+// there is one (it may be dq itself: each element is read before the same
+// thread writes it), into p.dq (this lane's live rows).
 template <class DT, int DK, int G, class P>
 __device__ __forceinline__ void store_dq_rows(const P &p, const QueryTile &tile, int h, int warp, const bool live[2],
-                                              const float dq[DK / 8][4]) {
+                                              const float gate[2], const float dq[DK / 8][4]) {
     typedef GroupRows<G> Rows;
     const int lane = threadIdx.x & 31;
-    const float scale = (float)(p.scale_log2 * FSA_LN2);
+    const float softmax_scale = (float)(p.scale_log2 * FSA_LN2);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = frag_row(lane, 2 * half);
         if (!live[half]) continue;
+        const float scale = softmax_scale * gate[half];
         const long long t = tile.tok0 + Rows::token(warp, r), qh = (long long)h * G + Rows::head(r);
         u16 *row = view_row<u16>(p.dq, t, qh);
         if (p.dq_add.ptr != 0) {  // the row's pieces loaded before any store (dq_add may alias dq)
@@ -137,8 +188,8 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     ring.start(n_stages, load);
 
     bool live[2];
-    float row_lse2[2], row_dlt[2];
-    dq_row_stats<DT, DV, G>(p, tile, h, delta_s + warp * 16, live, row_lse2, row_dlt);
+    float row_lse2[2], row_dlt[2], row_gate[2];
+    dq_row_stats<DT, DV, G>(p, tile, h, delta_s + warp * 16, live, row_lse2, row_dlt, row_gate);
 
     const u32 q_lane = qs + (u32)(warp * 16 * LDK * 2) + ldm_lane_a(lane, LDK);
     const u32 do_lane = dos + (u32)(warp * 16 * LDV * 2) + ldm_lane_a(lane, LDV);
@@ -165,7 +216,7 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
     }
     cp_async_wait<0>();
 
-    store_dq_rows<DT, DK, G>(p, tile, h, warp, live, dq);
+    store_dq_rows<DT, DK, G>(p, tile, h, warp, live, row_gate, dq);
 }
 
 // f(r, half, lane) for this lane's two rows r of the warp's 16 (accumulator
@@ -195,7 +246,7 @@ __device__ __forceinline__ void store_key_rows(const fsa_kernel_view &t, const Q
 
 // Per stage of a dK/dV pass and query row: the keys the row sees (as
 // indices of the sequence's keys), its lse (natural log, as the forward
-// wrote it), its delta.
+// wrote it; in a gated backward its gated lse word), its delta.
 struct RowTable {
     KeyRange *keys;
     float *lse, *dlt;
@@ -235,7 +286,8 @@ __device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const 
     const long long tok = qt.tok0 + Rows::token(w, r);
     const long long off = ((long long)h * G + Rows::head(r)) * p.total_tokens + tok;
     t.keys[at + tid] = live ? row_keys(tok - q_start, Rows::head(r)) : KeyRange{1, 0};
-    cp_async4(smem_addr(t.lse + at + tid), (const float *)p.lse + (live ? off : 0), live);
+    const float *lse = (const float *)(p.gate.ptr != 0 ? p.gated_lse : p.lse);
+    cp_async4(smem_addr(t.lse + at + tid), lse + (live ? off : 0), live);
     cp_async4(smem_addr(t.dlt + at + tid), (const float *)p.delta + (live ? off : 0), live);
 }
 
@@ -382,6 +434,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     const u32 qb_lane = qs + ldm_lane_b(lane, LDK), qa_lane = qs + ldm_lane_a(lane, LDK);
     const u32 dob_lane = dos + ldm_lane_b(lane, LDV), doa_lane = dos + ldm_lane_a(lane, LDV);
     const float scale_log2 = (float)p.scale_log2;
+    const bool gated = p.gate.ptr != 0;
     float dk[WANT_K ? DK / 8 : 1][4], dv[WANT_V ? DV / 8 : 1][4];
     frag_zero<WANT_K ? DK / 8 : 1>(dk);
     frag_zero<WANT_V ? DV / 8 : 1>(dv);
@@ -398,15 +451,19 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         for (int c = c0; c < c0 + RS; c += RSTEP) {
             const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c * LDK * 2;
             const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c * LDV * 2;
-            // P^T (keys x query rows) with the forward's lse; 0 where the key is not visible.
+            // P^T (keys x query rows) with the forward's lse (times the rows' gates in a gated backward); 0
+            // where the key is not visible.
             float pt[RSTEP / 8][4];
             frag_zero<RSTEP / 8>(pt);
             mma_abt<DT, DK, RSTEP / 8, LDK>(pt, k_lane, qb_lane + q_off);
             frag_map<RSTEP / 8>(pt, lane, [&](float x, int col, int half) {
                 const KeyRange r = rk[c + col];
                 const int kj = key[half];
-                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -lse[c + col] * LOG2E)) : 0.f;
+                const float l = row_lse_value(lse[c + col], gated);
+                return r.lo <= kj && kj <= r.hi ? fast_exp2(fmaf(x, scale_log2, -l * LOG2E)) : 0.f;
             });
+            if (gated && cols_have_negative_gates<RSTEP / 8>(lse + c, lane))
+                frag_gate_signs<RSTEP / 8>(pt, lse + c, lane);
             if constexpr (WANT_V) mma_pv<DT, RSTEP / 16, DV / 8, LDV>(dv, pt, doa_lane + do_off);
             if constexpr (WANT_K) {
                 // dS^T = P^T (dP^T - delta), dP^T = V dO^T.

@@ -51,17 +51,18 @@ __device__ __forceinline__ void frag_ds_rows(float dp[NJ][4], const float s[NJ][
 }
 
 // P^T in place of the raw scores S^T of a warp's 16 keys against query
-// columns whose lse (natural log) is lse[column]; 0 where sees(column,
+// columns whose lse (natural log) is lse[column] (row table words: gated
+// ones with their gate's magnitude, row_lse_value); 0 where sees(column,
 // half) is false.
 template <int NJ, class Sees>
-__device__ __forceinline__ void frag_probs_cols(float st[NJ][4], float scale_log2, const float *lse, int lane,
-                                                Sees sees) {
+__device__ __forceinline__ void frag_probs_cols(float st[NJ][4], float scale_log2, const float *lse, bool gated,
+                                                int lane, Sees sees) {
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int col = frag_col(lane, j, e);
-            const float pr = fast_exp2(fmaf(st[j][e], scale_log2, -lse[col] * LOG2E));
+            const float pr = fast_exp2(fmaf(st[j][e], scale_log2, -row_lse_value(lse[col], gated) * LOG2E));
             st[j][e] = sees(col, e >> 1) ? pr : 0.f;
         }
 }
@@ -107,8 +108,8 @@ __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P
     ring.start(n_stages, load);
 
     bool live[2];
-    float row_lse2[2], row_dlt[2];
-    dq_row_stats<DT, DV, G>(p, tile, h, delta_s + warp * 16, live, row_lse2, row_dlt);
+    float row_lse2[2], row_dlt[2], row_gate[2];
+    dq_row_stats<DT, DV, G>(p, tile, h, delta_s + warp * 16, live, row_lse2, row_dlt, row_gate);
     const float scale_log2 = (float)p.scale_log2;
     float dq[DK / 8][4];
     frag_zero<DK / 8>(dq);
@@ -139,7 +140,7 @@ __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P
     }
     cp_async_wait<0>();
 
-    store_dq_rows<DT, DK, G>(p, tile, h, warp, live, dq);
+    store_dq_rows<DT, DK, G>(p, tile, h, warp, live, row_gate, dq);
 }
 
 // A barrier of the 128 threads of warpgroup `wg` alone (ids 1 and up; 0 is __syncthreads).
@@ -211,6 +212,7 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
     const u32 cols = SPLIT ? 0u : (u32)wg * C * 128;  // this warpgroup's query rows of a stage buffer
     const int tcols = SPLIT ? 0 : wg * C;             // and of its table
     const float scale_log2 = (float)p.scale_log2;
+    const bool gated = p.gate.ptr != 0;
     float dk[DK / 8][4], dv[DV / 8][4];
     frag_zero<DK / 8>(dk);
     frag_zero<DV / 8>(dv);
@@ -242,13 +244,14 @@ __device__ __forceinline__ void backward_dkv_tile_wg(unsigned char *smem, const 
         wg_commit();
         wg_wait<1>();
         wg_hold<C / 8>(st);
-        // P^T with the forward's lse; 0 where the key is not visible.
+        // P^T with the forward's lse (times the rows' gates in a gated backward); 0 where the key is not visible.
         if (whole)
-            frag_probs_cols<C / 8>(st, scale_log2, lse, lane, [](int, int) { return true; });
+            frag_probs_cols<C / 8>(st, scale_log2, lse, gated, lane, [](int, int) { return true; });
         else
-            frag_probs_cols<C / 8>(st, scale_log2, lse, lane, [&](int col, int half) {
+            frag_probs_cols<C / 8>(st, scale_log2, lse, gated, lane, [&](int col, int half) {
                 return rk[col].lo <= key[half] && key[half] <= rk[col].hi;
             });
+        if (gated && cols_have_negative_gates<C / 8>(lse, lane)) frag_gate_signs<C / 8>(st, lse, lane);
         u32 pa[CK][4];
         wg_p_to_a<DT, CK>(pa, st);
         wg_mma_pv<DT, CK, DV, BR>(dv, pa, do_rows);  // dV += P^T dO

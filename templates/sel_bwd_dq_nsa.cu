@@ -2,7 +2,8 @@
 // to 16 of the group's query heads (the tile rows), and walks the token's
 // selected blocks 64 keys per stage; each of the 4 warps takes 16 keys of
 // every stage:
-//   S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+//   S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K;
+// in a gated backward (p.gate) each row's dQ times its gate at the store.
 // The warps' dQ are summed in warp order at the end, so the result does not
 // depend on scheduling. No partial buffers: dq is written once per row. Q,
 // K and dq are D wide, dO and V DV wide.
@@ -16,7 +17,7 @@ constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 typedef NsaStream<D, DV, G, BK> Stream;
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
-    __shared__ float lse2[16], delta[16];  // per row: lse in log2 units, rowsum(dout * o)
+    __shared__ float lse2[16], delta[16], gate[16];  // per row: lse in log2 units, rowsum(dout * o), gate
     __shared__ NsaShared sh;
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
@@ -38,6 +39,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
         const long long qh = in.h * G + gi;
         lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : FSA_INF;
         delta[tid] = gi < G ? ((const float *)p.delta)[qh * bwd_delta_stride(p) + in.tl] : 0.f;
+        gate[tid] = gi < G && p.gate.ptr != 0 ? *view_row<const float>(p.gate, t, qh) : 1.f;
     }
     in.start();
 
@@ -95,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
             const float2 v = *(const float2 *)(part + (w * 16 + r) * D + d);
             sum.x += v.x, sum.y += v.y;
         }
-        sum.x *= scale, sum.y *= scale;
+        sum.x *= scale * gate[r], sum.y *= scale * gate[r];
         if (p.dq_add.ptr != 0) {  // the caller's dq_add row (may be dq itself: read before the write)
             const u16 *add = view_row<const u16>(p.dq_add, t, in.h * G + gi) + d;
             sum.x += DT::to_float(add[0]), sum.y += DT::to_float(add[1]);

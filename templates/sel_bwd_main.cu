@@ -54,7 +54,7 @@ constexpr bool ROW_VEC = D + DV <= 256 && WARPS > 1;
 __device__ __forceinline__ RowInfo row_info(const Tables &tb, int i) {
     if (ROW_VEC) return tb.row[i];
     const volatile RowInfo &r = tb.row[i];
-    return RowInfo{r.token, 0, r.lse2, r.delta};
+    return RowInfo{r.token, r.pair & ROW_GATE_SIGN, r.lse2, r.delta};  // the gate's sign, for row_signed
 }
 
 __device__ __forceinline__ void build_tables(Tables &tb, const fsa_sel_params &p, const int *ent, int n_ent, int h) {
@@ -124,7 +124,7 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
                 if (tb.row[i].token < 0) continue;
                 int e, g;
                 tile_row(tile, r, e, g);
-                u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + pc * 8;
+                u16 *dst = dq_part + ((row_pair(tb.row[i].pair) * SLICES + slice) * G + g) * D + c0 + pc * 8;
                 *(uint4 *)dst = *(const uint4 *)(stage + rr * DQ_PITCH + pc * 8);
             }
             __syncwarp();  // the stage is free for the next unit
@@ -136,7 +136,7 @@ __device__ __forceinline__ void dq_tile(const fsa_sel_params &p, const Tables &t
             if (tb.row[i].token < 0) continue;
             int e, g;
             tile_row(tile, r, e, g);
-            u16 *dst = dq_part + (((long long)tb.row[i].pair * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
+            u16 *dst = dq_part + ((row_pair(tb.row[i].pair) * SLICES + slice) * G + g) * D + c0 + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 *(u32 *)(dst + j * 8) = DT::pack(acc[j][2 * half] * scale, acc[j][2 * half + 1] * scale);
@@ -226,8 +226,9 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                             const int i = tile * M + c + frag_col(lane, jn, e);
                             const long long key = kb0 + key_lo + (e >> 1) * 8;
                             const RowInfo ri = row_info(tb, i);
-                            const float pr =
-                                (ri.token >= 0 && key <= ri.token) ? fast_exp2(pt[jn][e] * scale_log2 - ri.lse2) : 0.f;
+                            const float pr = (ri.token >= 0 && key <= ri.token)
+                                                 ? row_signed(fast_exp2(pt[jn][e] * scale_log2 - ri.lse2), ri.pair)
+                                                 : 0.f;
                             pt[jn][e] = pr;
                             dpt[jn][e] = pr * (dpt[jn][e] - ri.delta);  // dS^T
                         }

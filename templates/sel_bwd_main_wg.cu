@@ -60,13 +60,14 @@ __device__ __forceinline__ void store_dq_rows(const fsa_sel_params &p, const Row
         if (ri.token < 0) continue;
         int e, g;
         bwd_tile_row<M, G>(tile, r, e, g);
-        *(uint4 *)(dq_part + ((long long)ri.pair * G + g) * D + pc * 8) = *(const uint4 *)(stage + sw128_offset(r, pc * 8, M));
+        *(uint4 *)(dq_part + (row_pair(ri.pair) * G + g) * D + pc * 8) = *(const uint4 *)(stage + sw128_offset(r, pc * 8, M));
     }
 }
 
 // P^T in place of the raw scores S^T of this warp's keys (key_lo, key_lo +
-// 8) against the tile's rows tr: the forward's probabilities, 0 for padding
-// rows and for keys after the row's token.
+// 8) against the tile's rows tr: the forward's probabilities (times the
+// rows' gates in a gated backward), 0 for padding rows and for keys after
+// the row's token.
 __device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr, int key_lo, float scale_log2,
                                            int lane) {
 #pragma unroll
@@ -75,7 +76,8 @@ __device__ __forceinline__ void tile_probs(float st[M / 8][4], const RowInfo *tr
         for (int e = 0; e < 4; e++) {
             const RowInfo ri = tr[frag_col(lane, j, e)];
             const int key = key_lo + (e >> 1) * 8;  // packed token indices, as RowInfo's
-            st[j][e] = key <= ri.token ? fast_exp2(st[j][e] * scale_log2 - ri.lse2) : 0.f;  // padding: token -1
+            st[j][e] = key <= ri.token ? row_signed(fast_exp2(st[j][e] * scale_log2 - ri.lse2), ri.pair)
+                                       : 0.f;  // padding: token -1
         }
 }
 
@@ -177,7 +179,7 @@ __device__ __forceinline__ void run_items(const fsa_sel_params &p, u32 base, uns
         // its lse and delta loads are issued, and tile t + 1's (issued at the end of
         // tile t - 1) go into its table: each global load has a whole tile to arrive.
         int ahead = -1;              // variant 2: the entry of this thread's row of tile t + 2
-        float2 pending = {0.f, 0.f};  // variant 2: lse and delta of its row of tile t + 1
+        RowStats pending = {0.f, 0.f, 1.f};  // variant 2: lse, delta and gate of its row of tile t + 1
         if (VARIANT == 2 && tid < M) {
             int g;
             const int e = entry_of(2, tid, g);
@@ -253,10 +255,8 @@ __device__ __forceinline__ void run_items(const fsa_sel_params &p, u32 base, uns
                 if constexpr (VARIANT == 1) {
                     put_row(at2, next, next_g);
                 } else {
-                    if (tile > 0) {  // tile 1's rows came whole before the first tile
-                        float2 *stats = (float2 *)&row[((tile + 1) % SLOTS) * M + tid].lse2;
-                        *stats = pending;
-                    }
+                    if (tile > 0)  // tile 1's rows came whole before the first tile
+                        set_row_stats(row[((tile + 1) % SLOTS) * M + tid], pending);
                     int g2;
                     entry_of(tile + 2, tid, g2);
                     put_row(at2, bwd_row_head<G>(p, ahead, it.h, g2), g2);

@@ -1,6 +1,7 @@
 // Backward, first step: delta = rowsum(dout * o) for every (query head,
-// token) of the chunk, in fp32; rows of DV (the value head dim). A row takes
-// 8, 16 or 32 lanes, each holding 16-byte pieces.
+// token) of the chunk, in fp32 (also the gate's gradient, p.gate_grad, when
+// wanted); rows of DV (the value head dim). A row takes 8, 16 or 32 lanes,
+// each holding 16-byte pieces.
 #include "sel_common.cuh"
 
 using namespace fsa;
@@ -37,5 +38,8 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_bwd_prep(c
     }
 #pragma unroll
     for (int o = LANES / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (live && l == 0) ((float *)p.delta)[(long long)qh * p.tc + tl] = s;
+    if (live && l == 0) {
+        ((float *)p.delta)[(long long)qh * p.tc + tl] = s;
+        if (p.gate_grad.ptr != 0) *view_row<float>(p.gate_grad, t, qh) = s;
+    }
 }

@@ -28,13 +28,33 @@ __device__ __forceinline__ bool bwd_tile_row(int tile, int r, int &e, int &g) {
 }
 
 // What a row's softmax step and stores need, in one 16-byte entry: the step
-// reads it with one shared-memory load per column instead of three.
+// reads it with one shared-memory load per column instead of three. In a
+// gated backward (p.gate: dout is the gradient of gate * o) the row's gate g
+// is in P (P' = g P), as log2 |g| taken from lse2 and g's sign in the top bit
+// of pair (row_pair, row_signed).
 struct __align__(16) RowInfo {
     int token;    // packed token, -1 for padding rows
-    int pair;     // (h, token, slot) pair index
-    float lse2;   // log2-sum-exp of the row (+inf for padding: P = 0)
+    int pair;     // (h, token, slot) pair index; bit 31: the gate's sign
+    float lse2;   // log2-sum-exp of the row, minus log2 |gate| (+inf for padding or a zero gate: P = 0)
     float delta;
 };
+constexpr int ROW_GATE_SIGN = (int)0x80000000u;
+__device__ __forceinline__ long long row_pair(int pair) { return pair & ~ROW_GATE_SIGN; }
+// exp2(x) (a probability of the row) with the sign of the row's gate.
+__device__ __forceinline__ float row_signed(float prob, int pair) {
+    return __int_as_float(__float_as_int(prob) ^ (pair & ROW_GATE_SIGN));
+}
+// What bwd_row_stats loads for a row: lse in base 2, delta, the gate (1
+// without p.gate).
+struct RowStats {
+    float lse2, delta, gate;
+};
+// A row's entry completed with its stats.
+__device__ __forceinline__ void set_row_stats(RowInfo &r, const RowStats &s) {
+    r.lse2 = s.gate == 1.f ? s.lse2 : s.lse2 - log2f(fabsf(s.gate));
+    r.delta = s.delta;
+    r.pair |= __float_as_int(s.gate) & ROW_GATE_SIGN;
+}
 
 // The row of list entry v (v < 0: padding) and head-in-group g of KV head h,
 // without its lse and delta (bwd_row_stats).
@@ -44,23 +64,22 @@ __device__ __forceinline__ RowInfo bwd_row_head(const fsa_sel_params &p, int v, 
     const long long tl = fsa_entry_token(v);
     return RowInfo{(int)(p.t0 + tl), (int)pair_index(p, h, tl, fsa_entry_slot(v)), FSA_INF, 0.f};
 }
-// Its lse (base 2; +inf for padding: P = 0) and delta. Issues the loads;
-// they are waited for where the values are used.
+// Its lse (base 2; +inf for padding: P = 0), delta and gate. Issues the
+// loads; they are waited for where the values are used (set_row_stats).
 template <int G>
-__device__ __forceinline__ float2 bwd_row_stats(const fsa_sel_params &p, int v, int h, int g) {
-    if (v < 0) return make_float2(FSA_INF, 0.f);
+__device__ __forceinline__ RowStats bwd_row_stats(const fsa_sel_params &p, int v, int h, int g) {
+    if (v < 0) return RowStats{FSA_INF, 0.f, 1.f};
     const long long tl = fsa_entry_token(v), t = p.t0 + tl;
     const int qh = h * G + g;
-    return make_float2(((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
-                       ((const float *)p.delta)[(long long)qh * bwd_delta_stride(p) + tl]);
+    return RowStats{((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+                    ((const float *)p.delta)[(long long)qh * bwd_delta_stride(p) + tl],
+                    p.gate.ptr != 0 ? *view_row<const float>(p.gate, t, qh) : 1.f};
 }
 // Both (ok false: padding).
 template <int G>
 __device__ __forceinline__ RowInfo bwd_row_info(const fsa_sel_params &p, int v, int h, int g, bool ok) {
     RowInfo r = bwd_row_head<G>(p, ok ? v : -1, h, g);
-    const float2 st = bwd_row_stats<G>(p, ok ? v : -1, h, g);
-    r.lse2 = st.x;
-    r.delta = st.y;
+    set_row_stats(r, bwd_row_stats<G>(p, ok ? v : -1, h, g));
     return r;
 }
 

@@ -42,6 +42,8 @@ typedef struct fsa_sel_params {
     /* Backward. */
     fsa_kernel_view dout, dq, dk, dv;
     fsa_kernel_view dq_add; /* [T, Hq, D] added to dq before its rounding; ptr 0: none */
+    fsa_kernel_view gate;      /* float [T, Hq]: each row's gate (dout is that of gate * o); ptr 0: none */
+    fsa_kernel_view gate_grad; /* float [T, Hq], written: rowsum(dout * o); ptr 0: not wanted */
     long long part_offsets; /* int [Hkv * nb_total + 1]: partial dK/dV slots, segments with several items */
     long long list_sorted;  /* int [pairs]: each (h, block) list in token order */
     long long delta;        /* float [Hq, tc]: rowsum(dout * o); rows delta_stride apart when set */

@@ -25,8 +25,11 @@ typedef struct fsa_swa_params {
     /* Backward. */
     fsa_kernel_view dout, dq; /* [T, Hq, Dv], [T, Hq, Dk] */
     fsa_kernel_view dq_add;   /* [T, Hq, Dk] added to dq before its rounding (may be dq); ptr 0: none */
+    fsa_kernel_view gate;      /* float [T, Hq]: each row's gate (dout is that of gate * o); ptr 0: none */
+    fsa_kernel_view gate_grad; /* float [T, Hq], written: rowsum(dout * o); ptr 0: not wanted */
     fsa_kernel_view dk, dv;   /* [T, Hkv, Dk], [T, Hkv, Dv] */
     long long delta;          /* float [Hq, T]: rowsum(dout * o), written by the dq kernel */
+    long long gated_lse;      /* float [Hq, T]: a gated backward's lse words (fsa_qbwd.cuh), by the dq kernel */
     long long num_kv_heads;   /* Hkv (the persistent forward's jobs: fsa_qt_ws_persistent) */
     int head_windows[FSA_SWA_MAX_HEAD_WINDOWS]; /* per query head, when window is 0 */
 } fsa_swa_params;

@@ -184,13 +184,26 @@ typedef struct fsa_compressed_bwd_args {
      * branches needs no pass of its own; may be dq itself (each element is
      * read before it is written, by the same thread). Its rules are dq's. */
     fsa_tensor dq_add;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned; a stride of 0
+     * repeats a value); optional (ptr 0: none). The gate that multiplies this
+     * attention's output in a gated sum such as NSA's: with it, dout is the
+     * gradient of that sum (of gate * o) and dq, dk and dv are the gradients
+     * through gate * o, computed without forming gate * dout (the gate enters
+     * the probabilities in fp32, so any sign or zero is exact). */
+    fsa_tensor gate;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned), written;
+     * optional (ptr 0: none): rowsum(dout * o) of every (token, query head),
+     * the gradient of the gate (fp32, a fixed order of sums). Written with or
+     * without gate. */
+    fsa_tensor gate_grad;
 } fsa_compressed_bwd_args;
 
 #define FSA_COMPRESSED_BWD_ARGS_INIT FSA_INIT_(fsa_compressed_bwd_args, )
 
 /**
- * Bytes of device workspace a backward call needs: 4 * Hq * T rounded up to
- * 256, plus, with the warpgroup backward (sm_90a), room for a split dK/dV
+ * Bytes of device workspace a backward call needs: twice 4 * Hq * T rounded
+ * up to 256 (delta = rowsum(dout * o) and a gated call's lse rows), plus,
+ * with the warpgroup backward (sm_90a), room for a split dK/dV
  * walk's fp32 sums (2 * SMs * 64 * (Dk + Dv) * 4 bytes; docs/semantics.md).
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1

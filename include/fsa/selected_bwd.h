@@ -45,6 +45,18 @@ typedef struct fsa_bwd_args {
      * call with dq_add never measures the dq orders (tuning: each variant
      * timed would add it again); it takes the plan's choice without. */
     fsa_tensor dq_add;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned; a stride of 0
+     * repeats a value); optional (ptr 0: none). The gate that multiplies this
+     * attention's output in a gated sum such as NSA's: with it, dout is the
+     * gradient of that sum (of gate * o) and dq, dk and dv are the gradients
+     * through gate * o, computed without forming gate * dout (the gate enters
+     * the probabilities in fp32, so any sign or zero is exact). */
+    fsa_tensor gate;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned), written;
+     * optional (ptr 0: none): rowsum(dout * o) of every (token, query head),
+     * the gradient of the gate (fp32, a fixed order of sums). Written with or
+     * without gate. */
+    fsa_tensor gate_grad;
 } fsa_bwd_args;
 
 #define FSA_BWD_ARGS_INIT FSA_INIT_(fsa_bwd_args, )

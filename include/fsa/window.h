@@ -133,13 +133,25 @@ typedef struct fsa_window_bwd_args {
      * branches needs no pass of its own; may be dq itself (each element is
      * read before it is written, by the same thread). Its rules are dq's. */
     fsa_tensor dq_add;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned; a stride of 0
+     * repeats a value); optional (ptr 0: none). The gate that multiplies this
+     * attention's output in a gated sum such as NSA's: with it, dout is the
+     * gradient of that sum (of gate * o) and dq, dk and dv are the gradients
+     * through gate * o, computed without forming gate * dout (the gate enters
+     * the probabilities in fp32, so any sign or zero is exact). */
+    fsa_tensor gate;
+    /** float32 [T, Hq] with strides in floats (4-byte aligned), written;
+     * optional (ptr 0: none): rowsum(dout * o) of every (token, query head),
+     * the gradient of the gate (fp32, a fixed order of sums). Written with or
+     * without gate. */
+    fsa_tensor gate_grad;
 } fsa_window_bwd_args;
 
 #define FSA_WINDOW_BWD_ARGS_INIT FSA_INIT_(fsa_window_bwd_args, )
 
 /** The device workspace of a window backward call, in *bytes_out: delta
- *  = rowsum(dout * o), 4 * Hq * T bytes rounded up to 256 (0 without
- *  tokens). `plan` must have been made with desc.backward = 1. Returns
+ *  = rowsum(dout * o) and a gated call's lse rows, twice 4 * Hq * T bytes
+ *  rounded up to 256 (0 without tokens). `plan` must have been made with desc.backward = 1. Returns
  *  FSA_STATUS_NULL_POINTER, or FSA_STATUS_INVALID_ARGUMENT for a plan
  *  without backward or a token count or batch the backward refuses.
  *  Host-only and thread-safe. */

@@ -170,11 +170,14 @@ class _Entry:
         self._call(False, self.fwd, _FWD_PTRS, batch, max_seqlen, ptrs)
         return o, lse
 
-    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen, dq_into=None):
+    def backward(self, dout, q, k, v, o, lse, topk_idx, cu_seqlens, batch, max_seqlen, dq_into=None, gate=None,
+                 gate_grad=None):
         """(dq, dk, dv), or None when the plan has no backward kernels. q, k, v and topk_idx as the key
         says, all aligned; o and dout of any strides libfsa reads in place; lse contiguous. dq_into: None,
         or a contiguous tensor of q's shape and dtype that the selected dq is added to in place before its
-        rounding (fsa_bwd_args.dq_add = dq; the NSA layer's other branches' dq) and that is returned as dq."""
+        rounding (fsa_bwd_args.dq_add = dq; the NSA layer's other branches' dq) and that is returned as dq.
+        gate, gate_grad: None, or float32 [T, Hq] tensors (fsa_bwd_args.gate, .gate_grad: dout is the
+        gradient of gate * o; gate_grad gets rowsum(dout * o))."""
         from . import attention
 
         if not self.plan.backward:
@@ -186,12 +189,14 @@ class _Entry:
         ptrs = [t.data_ptr() for t in (q, k, v, o, dout, dq, dk, dv, topk_idx, cu_seqlens, lse)]
         o_view, dout_view = attention._head_strides(o), attention._head_strides(dout)
         add_view = (0, 0, 0) if dq_into is None else (dq.data_ptr(),) + self.views["dq"]
+        gate_view, gate_grad_view = attention._float_view(gate), attention._float_view(gate_grad)
 
         def strides():  # under the entry's lock: the structure is shared by the key's calls
             b = self.bwd.struct
             b.o.token_stride, b.o.head_stride = o_view
             b.dout.token_stride, b.dout.head_stride = dout_view
             b.dq_add.ptr, b.dq_add.token_stride, b.dq_add.head_stride = add_view
+            b.gate, b.gate_grad = gate_view, gate_grad_view
 
         self._call(True, self.bwd, _BWD_PTRS, batch, max_seqlen, ptrs, before=strides)
         return dq, dk, dv

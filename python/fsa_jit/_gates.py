@@ -71,7 +71,7 @@ def _args(outs, gates, t_len, hq):
     a = abi.fsa_gate_args(total_tokens=t_len, num_heads=hq)
     for x in range(3):
         a.out[x] = _att._view(outs[x])
-        a.gate[x] = _lib.fsa_tensor(gates[x].data_ptr(), gates[x].stride(0), gates[x].stride(1))
+        a.gate[x] = _att._float_view(gates[x])
     return a
 
 

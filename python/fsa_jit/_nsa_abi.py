@@ -46,7 +46,8 @@ class fsa_compressed_fwd_args(_lib._Sized):
 class fsa_compressed_bwd_args(_lib._Sized):
     _fields_ = _compressed_args(("q", "k", "v", "o", "dout", "dq", "dk", "dv"), [
         ("lse", _U64), ("cu_seqlens", _U64), ("cu_seqlens_c", _U64),
-        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t), ("dq_add", _tensor)])
+        ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t), ("dq_add", _tensor), ("gate", _tensor),
+        ("gate_grad", _tensor)])
 
 
 class fsa_window_attention_desc(_lib._Sized):
@@ -90,6 +91,7 @@ class fsa_window_bwd_args(_lib._Sized):
         ("cu_seqlens", _U64),
         ("workspace", _U64), ("workspace_bytes", ctypes.c_size_t),
         ("dq_add", _tensor),
+        ("gate", _tensor), ("gate_grad", _tensor),
     ]
 
 

@@ -11,8 +11,9 @@ call, ~0.45 ms before the compressed forward started; bench/NOTES.md "node"). He
   through its fast-path entry (_fast.py).
 - Gates of one value per row ([T, Hq] or [T, Hq, 1] tensors) are cast to float32 inside the node, after the
   branches' kernels are queued; their gradients come back in their own dtype and shape.
-- The backward runs the window, compressed and selected branches in that order, each branch's output gradient
-  dropped once read, so the peak memory is the operators' (the selected backward's workspace comes last); the
+- The backward runs the window, compressed and selected branches in that order, each on the layer's dout
+  with its gate (the branches' `gate` and `gate_grad` arguments: the gate enters each branch's probabilities,
+  and the gate's gradient rowsum(dout * o_x) comes from the same pass), so no gated dout is ever formed; the
   gradient of q is summed in that order too, in one tensor and with no pass of its own: the window's dq, to
   which the compressed branch and then the selected attention add theirs in place before rounding
   (fsa_compressed_bwd_args.dq_add, fsa_bwd_args.dq_add).
@@ -28,6 +29,7 @@ from torch.autograd.function import once_differentiable
 from . import _fast
 from . import _gates
 from . import _lib
+from . import attention as _att
 from . import compressed as _cmp
 from . import window as _win
 
@@ -190,13 +192,14 @@ class _Node(torch.autograd.Function):
          o_cmp, lse_cmp) = ctx.saved_tensors
         c = ctx.c
         s = c.spec
-        d_cmp, d_sel, d_win, dgate = _gates.run_bwd(do, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win)
-        dq, dk_w, dv_w = _win.run_bwd(d_win, q, (k if k_win is None else k_win), (v if v_win is None else v_win),
-                                      o_win, lse_win, cu, s.window, s.head_windows, s.scale, False)
-        del d_win
-        dq, dk_c, dv_c = _cmp.run_bwd(d_cmp, q, k_cmp, v_cmp, o_cmp, lse_cmp, cu, cu_c, s.kernel_size, s.stride,
-                                      s.scale, s.top_k, s.block_size, s.init_blocks, s.local_blocks, False, dq_into=dq)
-        del d_cmp
+        do = _att._kernel_ready(do)
+        dgate = torch.empty((3,) + o_sel.shape[:2], dtype=torch.float32, device=do.device)
+        dq, dk_w, dv_w = _win.run_bwd(do, q, (k if k_win is None else k_win), (v if v_win is None else v_win),
+                                      o_win, lse_win, cu, s.window, s.head_windows, s.scale, False, gate=g_win,
+                                      gate_grad=dgate[2])
+        dq, dk_c, dv_c = _cmp.run_bwd(do, q, k_cmp, v_cmp, o_cmp, lse_cmp, cu, cu_c, s.kernel_size, s.stride,
+                                      s.scale, s.top_k, s.block_size, s.init_blocks, s.local_blocks, False, dq_into=dq,
+                                      gate=g_cmp, gate_grad=dgate[0])
         e = c.entry
         if e.gen != _fast._generation[0]:  # clear_plans() destroyed its plan since the forward
             found = _fast.lookup(q, k, v, topk, cu, s.block_size, s.sel_scale, s.max_seqlen, "auto", "thk", s.limit,
@@ -204,8 +207,8 @@ class _Node(torch.autograd.Function):
             if found is None:
                 raise RuntimeError("the selected attention's plan was destroyed and cannot be made again")
             e = found[0]
-        dq, dk, dv = e.backward(d_sel, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen, dq_into=dq)
-        del d_sel
+        dq, dk, dv = e.backward(do, q, k, v, o_sel, lse_sel, topk, cu, c.batch, c.max_seqlen, dq_into=dq, gate=g_sel,
+                                gate_grad=dgate[1])
         if k_win is None:
             dk.add_(dk_w)
             dk_w = None

@@ -144,7 +144,8 @@ class fsa_fwd_args(_Sized):
 
 
 class fsa_bwd_args(_Sized):
-    _fields_ = _call_args("q", "k", "v", "o", "dout", "dq", "dk", "dv") + [("dq_add", fsa_tensor)]
+    _fields_ = _call_args("q", "k", "v", "o", "dout", "dq", "dk", "dv") + [
+        ("dq_add", fsa_tensor), ("gate", fsa_tensor), ("gate_grad", fsa_tensor)]
 
 
 STRUCTS = {

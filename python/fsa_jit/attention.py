@@ -339,6 +339,13 @@ def _view(t):
     return _lib.fsa_tensor(t.data_ptr(), *_head_strides(t))
 
 
+def _float_view(t):
+    """A float32 [T, H] tensor (any strides; 0 repeats a value) as libfsa's view; None: none (ptr 0)."""
+    if t is None:
+        return _lib.fsa_tensor(0, 0, 0)
+    return _lib.fsa_tensor(t.data_ptr(), t.stride(0), t.stride(1))
+
+
 @torch.library.custom_op("fsa_jit::selected_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor,
             block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,

@@ -281,10 +281,11 @@ def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top
 
 
 def run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
-            init_blocks, local_blocks, validate, dq_into=None):
+            init_blocks, local_blocks, validate, dq_into=None, gate=None, gate_grad=None):
     """The backward operator's body: (dq, dk, dv) on the current stream (see run_fwd). dq_into: None, or a
     contiguous tensor of q's shape and dtype that the branch's dq is added to in place before its rounding
-    (fsa_compressed_bwd_args.dq_add) and that is returned as dq (the NSA layer's sum over branches)."""
+    (fsa_compressed_bwd_args.dq_add) and that is returned as dq (the NSA layer's sum over branches). gate,
+    gate_grad: None, or float32 [T, Hq] tensors, as window.run_bwd's."""
     t_len, hq, dk = q.shape
     tc, hkv, dv = v.shape
     device = q.device
@@ -293,6 +294,8 @@ def run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride
         dk_ = torch.empty(k.shape, dtype=k.dtype, device=device)
         dv_ = torch.empty(v.shape, dtype=v.dtype, device=device)
         if t_len == 0 or tc == 0:  # nothing is visible: every gradient is 0
+            if gate_grad is not None and t_len:  # rowsum(dout * o), as the kernels would write it
+                gate_grad.copy_((dout.float() * o.float()).sum(2))
             return (dq.zero_() if dq_into is None else dq), dk_.zero_(), dv_.zero_()
         lib = _lib.get()
         key = (device.index, validate, q.dtype, dk, dv, hq, hkv, kernel_size, stride, _att._scale32(scale), top_k,
@@ -308,7 +311,8 @@ def run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride
             q=_att._view(q), k=_att._view(k), v=_att._view(v), o=_att._view(o), dout=_att._view(dout),
             dq=_att._view(dq), dk=_att._view(dk_), dv=_att._view(dv_), lse=lse.data_ptr(),
             cu_seqlens=cu_seqlens.data_ptr(), cu_seqlens_c=cu_seqlens_c.data_ptr(),
-            workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel())
+            workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
+            gate=_att._float_view(gate), gate_grad=_att._float_view(gate_grad))
         if dq_into is not None:
             args.dq_add = args.dq  # dq itself: each element read before it is written
         st = abi.function(lib, "fsa_compressed_attention_bwd")(plan, ctypes.byref(args), _att._stream(device))

@@ -126,8 +126,11 @@ def _fwd_fake(q, k, v, cu_seqlens, window, head_windows, scale, backward, valida
     return q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32)
 
 
-def run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate):
-    """The backward operator's body: (dq, dk, dv) on the current stream (see run_fwd)."""
+def run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate, gate=None, gate_grad=None):
+    """The backward operator's body: (dq, dk, dv) on the current stream (see run_fwd). gate: None, or the
+    float32 [T, Hq] gate (any strides) that multiplies o in the caller's gated sum, dout being that sum's
+    gradient (fsa_window_bwd_args.gate); gate_grad: None, or a float32 [T, Hq] tensor written with
+    rowsum(dout * o), the gate's gradient."""
     t_len = q.shape[0]
     device = q.device
     with torch.cuda.device(device):
@@ -148,7 +151,8 @@ def run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, vali
         args = abi.fsa_window_bwd_args(
             total_tokens=t_len, batch=batch, q=_att._view(q), k=_att._view(k), v=_att._view(v), o=_att._view(o),
             dout=_att._view(dout), dq=_att._view(dq), dk=_att._view(dk), dv=_att._view(dv), lse=lse.data_ptr(),
-            cu_seqlens=cu_seqlens.data_ptr(), workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel())
+            cu_seqlens=cu_seqlens.data_ptr(), workspace=ws_ptr, workspace_bytes=0 if ws is None else ws.numel(),
+            gate=_att._float_view(gate), gate_grad=_att._float_view(gate_grad))
         st = abi.function(lib, "fsa_window_attention_bwd")(plan, ctypes.byref(args), _att._stream(device))
         lib.check(st, "fsa_window_attention_bwd")
     return dq, dk, dv

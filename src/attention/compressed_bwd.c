@@ -9,6 +9,7 @@
 #define STAGE_BWD "compressed-backward"
 
 FSA_APPENDED_FIELD(fsa_compressed_bwd_args, dq_add, FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_compressed_bwd_args, gate, FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE);
 
 int fsa_cmp_dkv_split_count(const fsa_compressed_plan *plan, int64_t total_cmp, int batch)
 {
@@ -17,7 +18,7 @@ int fsa_cmp_dkv_split_count(const fsa_compressed_plan *plan, int64_t total_cmp, 
     return fsa_cmp_dkv_splits(key_ctas, plan->ctx->sm_count, plan->dkv_max_splits);
 }
 
-/* The delta rows (fsa_qt_bwd_workspace_bytes), then room for a split dK/dV
+/* The delta rows and gated lse words (fsa_qt_bwd_workspace_bytes), then room for a split dK/dV
  * walk's partial sums: their bound for any number of compressed tokens when
  * the walk may split (fsa_cmp_dkv_partial_bound), else none. */
 fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,
@@ -45,13 +46,16 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     if (!plan->desc.backward)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, dq_add, STAGE_BWD));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate, STAGE_BWD));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate_grad, STAGE_BWD));
     FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (fsa_qt_grid_key_tiles(a->total_compressed, a->batch) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles",
                  (long long)a->total_compressed);
-    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, &a->dq_add, a->workspace, a->workspace_bytes};
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv,
+                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes};
     FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
                                      plan->desc.num_kv_heads));
     const size_t need = fsa_qt_bwd_workspace_bytes(plan->desc.num_q_heads, T) +
@@ -74,7 +78,7 @@ static fsa_status bwd_launch(const void *compressed_plan, const void *call, CUst
     FSA_CHECK(fsa_cmp_check_offsets(STAGE_BWD, plan, &c, stream)); /* check mode only */
     fsa_cmp_params p;
     fsa_cmp_params_fill(&p, plan, &c);
-    FSA_QT_PARAMS_GRADS(&p, a);
+    FSA_QT_PARAMS_GRADS(&p, a, d->num_q_heads);
     const int wgb = plan->config.bwd_wgmma;
     const uint64_t q_tiles = (uint64_t)fsa_qt_bwd_dq_grid_tiles(a->total_tokens, a->batch, plan->group, wgb);
     const uint64_t k_tiles = (uint64_t)fsa_qt_grid_key_tiles(a->total_compressed, a->batch);

@@ -59,6 +59,23 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
     return check_view(stage, name, t, tokens, heads, 4, 1);
 }
 
+fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,
+                                int64_t tokens, int64_t heads)
+{
+    if (gate->ptr != 0) {
+        const fsa_status st = fsa_check_float_view(stage, "gate", gate, tokens, heads);
+        if (st != FSA_STATUS_OK) return st;
+    }
+    if (gate_grad->ptr == 0) return FSA_STATUS_OK;
+    const fsa_status st = fsa_check_float_view(stage, "gate_grad", gate_grad, tokens, heads);
+    if (st != FSA_STATUS_OK) return st;
+    if ((tokens > 1 && gate_grad->token_stride == 0) || (heads > 1 && gate_grad->head_stride == 0))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
+                             "gate_grad is written: a stride of 0 (token %lld, head %lld) would give rows one address",
+                             (long long)gate_grad->token_stride, (long long)gate_grad->head_stride);
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -218,10 +235,15 @@ void fsa_params_index_chunk(fsa_sel_params *p, const fsa_index_layout *l, long l
     p->index_heads = 0;
 }
 
-size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens)
+size_t fsa_qt_bwd_rows_bytes(int num_q_heads, int64_t total_tokens)
 {
     const size_t bytes = (size_t)num_q_heads * (size_t)total_tokens * 4;
     return (bytes + 255) & ~(size_t)255;
+}
+
+size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens)
+{
+    return 2 * fsa_qt_bwd_rows_bytes(num_q_heads, total_tokens);
 }
 
 fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int backward, int num_q_heads,
@@ -243,6 +265,7 @@ fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int6
         {"dout", g->dout, total_tokens, hq}, {"dq", g->dq, total_tokens, hq}, {"dk", g->dk, keys, hkv}, {"dv", g->dv, keys, hkv}};
     fsa_status st = fsa_check_tensors(stage, grads, 4);
     if (st == FSA_STATUS_OK && g->dq_add->ptr != 0) st = fsa_check_tensor(stage, "dq_add", g->dq_add, total_tokens, hq);
+    if (st == FSA_STATUS_OK) st = fsa_check_gate_views(stage, g->gate, g->gate_grad, total_tokens, hq);
     if (st != FSA_STATUS_OK) return st;
     return fsa_check_workspace(stage, g->workspace, g->workspace_bytes, fsa_qt_bwd_workspace_bytes(hq, total_tokens));
 }
@@ -286,6 +309,8 @@ void fsa_params_heads(fsa_sel_params *p, const fsa_sel_params *all, int group, l
     skip_heads(&p->dout, qh0, 2);
     skip_heads(&p->dq, qh0, 2);
     skip_heads(&p->dq_add, qh0, 2);
+    skip_heads(&p->gate, qh0, 4);
+    skip_heads(&p->gate_grad, qh0, 4);
     skip_heads(&p->k, h0, 2);
     skip_heads(&p->v, h0, 2);
     skip_heads(&p->dk, h0, 2);

@@ -40,6 +40,11 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
 fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads);
 
+/* A backward's optional gate (as fsa_check_float_view) and gate_grad (the
+ * same, and written: no stride of 0 over more than one row); ptr 0: none. */
+fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,
+                                int64_t tokens, int64_t heads);
+
 /* Several tensors, each as fsa_check_tensor, in order. */
 typedef struct fsa_tensor_check {
     const char *name;
@@ -55,9 +60,11 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);
 
-/* The backward of query-tile attention (compressed, window) keeps delta
- * [Hq, T] floats in its workspace: these bytes, rounded up to the
- * workspace alignment. */
+/* The backward of query-tile attention (compressed, window) keeps two
+ * [Hq, T] float arrays in its workspace, delta then a gated backward's lse
+ * words, each of fsa_qt_bwd_rows_bytes (rounded up to the workspace
+ * alignment): fsa_qt_bwd_workspace_bytes in all. */
+size_t fsa_qt_bwd_rows_bytes(int num_q_heads, int64_t total_tokens);
 size_t fsa_qt_bwd_workspace_bytes(int num_q_heads, int64_t total_tokens);
 
 /* Its workspace query: bytes_out and plan not NULL (*bytes_out 0 on any
@@ -71,17 +78,21 @@ fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int b
  * heads, and the workspace. */
 typedef struct fsa_qt_grads {
     const fsa_tensor *dout, *dq, *dk, *dv;
-    const fsa_tensor *dq_add; /* ptr 0: none */
+    const fsa_tensor *dq_add;          /* ptr 0: none */
+    const fsa_tensor *gate, *gate_grad; /* float [T, Hq] views; ptr 0: none */
     uint64_t workspace;
     size_t workspace_bytes;
 } fsa_qt_grads;
 /* The backward's fields of a query-tile parameter block (fsa_cmp_params,
- * fsa_swa_params) from its args struct: the gradients' views, dq_add (ptr 0:
- * none), delta in the workspace. */
-#define FSA_QT_PARAMS_GRADS(p, a)                                                                           \
+ * fsa_swa_params) from its args struct: the gradients' views, dq_add, gate
+ * and gate_grad (ptr 0: none), delta and the gated lse words in the
+ * workspace (hq query heads). */
+#define FSA_QT_PARAMS_GRADS(p, a, hq)                                                                       \
     ((p)->dout = fsa_view_of(&(a)->dout), (p)->dq = fsa_view_of(&(a)->dq), (p)->dk = fsa_view_of(&(a)->dk), \
      (p)->dv = fsa_view_of(&(a)->dv), (p)->dq_add = fsa_view_of(&(a)->dq_add),                              \
-     (p)->delta = (long long)(a)->workspace)
+     (p)->gate = fsa_view_of(&(a)->gate), (p)->gate_grad = fsa_view_of(&(a)->gate_grad),                    \
+     (p)->delta = (long long)(a)->workspace,                                                                \
+     (p)->gated_lse = (long long)((a)->workspace + fsa_qt_bwd_rows_bytes((hq), (a)->total_tokens)))
 fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int64_t total_tokens, int64_t keys,
                                   int hq, int hkv);
 

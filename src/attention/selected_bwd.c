@@ -19,6 +19,7 @@
 #define STAGE "backward"
 
 FSA_APPENDED_FIELD(fsa_bwd_args, dq_add, FSA_BWD_ARGS_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_bwd_args, gate, FSA_BWD_ARGS_FIRST_SIZE);
 
 /* One backward call: the arguments, then the token chunk and workspace
  * layout validation computed for the launch. */
@@ -38,6 +39,8 @@ static void params_from_args(fsa_sel_params *p, const fsa_plan *plan, const fsa_
     p->dout = fsa_view_of(&a->dout);
     p->dq = fsa_view_of(&a->dq);
     p->dq_add = fsa_view_of(&a->dq_add); /* ptr 0: none */
+    p->gate = fsa_view_of(&a->gate);
+    p->gate_grad = fsa_view_of(&a->gate_grad);
     p->dk = fsa_view_of(&a->dk);
     p->dv = fsa_view_of(&a->dv);
 }
@@ -216,6 +219,9 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, dq_add, STAGE));
     if (a->dq_add.ptr != 0) FSA_CHECK(fsa_check_tensor(STAGE, "dq_add", &a->dq_add, T, hq));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate, STAGE));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate_grad, STAGE));
+    FSA_CHECK(fsa_check_gate_views(STAGE, &a->gate, &a->gate_grad, T, hq));
     FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
     fsa_choice ch;

@@ -9,6 +9,7 @@
 #define STAGE_BWD "window-backward"
 
 FSA_APPENDED_FIELD(fsa_window_bwd_args, dq_add, FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_window_bwd_args, gate, FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
 
 fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan, int64_t total_tokens,
                                               int batch)
@@ -27,10 +28,13 @@ static fsa_status bwd_check(const void *window_plan, const void *call, int *has_
     if (!plan->desc.backward)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     fsa_status st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, dq_add, STAGE_BWD);
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, gate, STAGE_BWD);
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, gate_grad, STAGE_BWD);
     if (st != FSA_STATUS_OK) return st;
     st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
     if (st != FSA_STATUS_OK || !*has_work) return st;
-    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv, &a->dq_add, a->workspace, a->workspace_bytes};
+    const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv,
+                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes};
     return fsa_qt_bwd_check_grads(STAGE_BWD, &g, a->total_tokens, a->total_tokens, plan->desc.num_q_heads,
                                   plan->desc.num_kv_heads);
 }
@@ -44,7 +48,7 @@ static fsa_status bwd_launch(const void *window_plan, const void *call, CUstream
     if (st != FSA_STATUS_OK) return st; /* check mode only */
     fsa_swa_params p;
     fsa_window_params_fill(&p, plan, (fsa_window_call)FSA_WINDOW_CALL(a));
-    FSA_QT_PARAMS_GRADS(&p, a);
+    FSA_QT_PARAMS_GRADS(&p, a, plan->desc.num_q_heads);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
     const int wgb = plan->bwd_wgmma;
     const uint64_t q_tiles = (uint64_t)fsa_qt_bwd_dq_grid_tiles(a->total_tokens, a->batch, plan->group, wgb);

@@ -7,6 +7,7 @@
  * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "cmp_problem.h"
+#include "gate_rows.h"
 
 #include "jit/cuda_driver.h"
 
@@ -249,6 +250,49 @@ static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
 
 /* The backward from the GPU forward's o and lse, against the reference
  * gradients; poisoned outputs and workspace; the same bits twice. */
+/* The gated backward (gate and gate_grad set, a's dout as it is): against
+ * the reference gradients for dout times the gates, and rowsum(dout * o) as
+ * the gate's gradient. d_out, bytes: the gradients' device images. */
+static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, const cmp_problem *p,
+                                 const device_cmp *dp, const fsa_compressed_bwd_args *a, const float *dout,
+                                 const uint64_t *d_out, const size_t *bytes)
+{
+    const size_t n_do = (size_t)p->T * c->hq * c->dv;
+    const size_t n[3] = {(size_t)p->T * c->hq * c->dk, (size_t)p->Tc * c->hkv * c->dk, (size_t)p->Tc * c->hkv * c->dv};
+    const int rows[3] = {p->T, p->Tc, p->Tc}, heads[3] = {c->hq, c->hkv, c->hkv}, dims[3] = {c->dk, c->dk, c->dv};
+    const int64_t ts[3] = {p->q_ts, p->k_ts, p->v_ts}, hs[3] = {p->q_hs, p->k_hs, p->v_hs};
+    gate_rows gr;
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
+    float *gated = malloc((n_do + 1) * sizeof(float)), *o = malloc((n_do + 1) * sizeof(float));
+    assert_true(gated && o);
+    gate_rows_scale(&gr, dout, c->dv, gated);
+    download_strided(o, NULL, dp->o, p->T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
+    fsa_compressed_bwd_args ga = *a;
+    ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
+    for (int i = 0; i < 3; i++) fsa_test_dfill(d_out[i], 0xff, bytes[i]);
+    gate_rows_poison(&gr);
+    if (fsa_compressed_attention_bwd(plan, &ga, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    double *want[3], err[3];
+    for (int i = 0; i < 3; i++) want[i] = malloc((n[i] + 1) * sizeof(double)), assert_non_null(want[i]);
+    fsa_ref_cmp_backward(&p->ref, gated, want[0], want[1], want[2]);
+    for (int i = 0; i < 3; i++) {
+        float *got = malloc((n[i] + 1) * sizeof(float));
+        assert_non_null(got);
+        download_strided(got, NULL, d_out[i], rows[i], heads[i], dims[i], ts[i], hs[i], c->dtype);
+        err[i] = fsa_rel_error(got, want[i], n[i]);
+        free(got);
+        free(want[i]);
+    }
+    const double err_gate = gate_rows_grad_error(&gr, dout, o, c->dv);
+    print_message("  %-26s gated    dq %.3e dk %.3e dv %.3e gate %.3e\n", c->name, err[0], err[1], err[2], err_gate);
+    for (int i = 0; i < 3; i++) assert_true(err[i] < (c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3));
+    assert_true(err_gate < 1e-5);
+    free(gated);
+    free(o);
+    gate_rows_free(&gr);
+}
+
 static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
 {
     cmp_problem p;
@@ -351,6 +395,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         free(img);
         free(dq_sum);
     }
+    check_gated_backward(c, plan, &p, &dp, &a, dout, d_out, bytes);
     for (int i = 0; i < 3; i++) {
         fsa_test_dfree(d_out[i]);
         free(got[i]);

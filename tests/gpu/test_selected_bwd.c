@@ -7,6 +7,7 @@
  * query/key head dim (dv column). Outputs are poisoned before every run.
  * FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
+#include "gate_rows.h"
 
 #include "jit/context.h"
 
@@ -194,6 +195,45 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dk_r
     }
 }
 
+/* The gated backward (gate and gate_grad set, ba's dout as it is): against
+ * the reference gradients for dout times the gates (gates of both signs and
+ * zeros), and rowsum(dout * o) as the gate's gradient. */
+static void check_gated_backward(const attn_case *c, fsa_plan *plan, const problem *p, const device_problem *dp,
+                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout)
+{
+    const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
+    const size_t no = (size_t)p->T * c->hq * p->Dv, nv = (size_t)p->T * c->hkv * p->Dv;
+    gate_rows gr;
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
+    float *gated = malloc(no * sizeof(float)), *o = malloc(no * sizeof(float));
+    double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
+           *dv_ref = malloc(nv * sizeof(double));
+    assert_true(gated && o && dq_ref && dk_ref && dv_ref);
+    gate_rows_scale(&gr, dout, p->Dv, gated);
+    const fsa_ref_problem rp = problem_ref(p, c);
+    fsa_ref_backward(&rp, gated, dq_ref, dk_ref, dv_ref);
+    download_strided(o, NULL, dp->o, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, c->dtype);
+    fsa_bwd_args ga = *ba;
+    ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
+    poison_bwd(bd);
+    gate_rows_poison(&gr);
+    if (fsa_selected_attention_bwd(plan, &ga, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    grads g;
+    download_grads(&g, bd, p, c);
+    check_grads(&g, dq_ref, dk_ref, dv_ref, p, c, plan);
+    const double err_gate = gate_rows_grad_error(&gr, dout, o, p->Dv);
+    print_message("  %-30s gated, gate gradient %.3e\n", c->name, err_gate);
+    assert_true(err_gate < 1e-5);
+    grads_free(&g);
+    free(gated);
+    free(o);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    gate_rows_free(&gr);
+}
+
 static void run_case(const attn_case *c, fsa_plan *plan)
 {
     problem p;
@@ -254,6 +294,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     assert_memory_equal(first.dv_img, added.dv_img, bd.v_bytes);
     free(dq_sum);
     grads_free(&added);
+    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout);
 
     grads_free(&first);
     grads_free(&second);
@@ -377,8 +418,17 @@ static void test_backward_bad_arguments_return_statuses(void **state)
     bad.dq_add = (fsa_tensor){bd.dq + 4, ba.dq.token_stride, ba.dq.head_stride};
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
     bad = ba;
-    bad.struct_size -= 8; /* ends inside dq_add */
+    bad.struct_size = offsetof(fsa_bwd_args, dq_add) + 8; /* ends inside dq_add */
     assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_STRUCT_SIZE);
+    bad = ba;
+    bad.struct_size -= 8; /* ends inside gate_grad */
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_STRUCT_SIZE);
+    bad = ba;
+    bad.gate = (fsa_tensor){bd.dq + 2, 1, 1}; /* a float view must be 4-byte aligned */
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_MISALIGNED);
+    bad = ba;
+    bad.gate_grad = (fsa_tensor){bd.dq, 0, 1}; /* written: every token's row at one address */
+    assert_int_equal(fsa_selected_attention_bwd(g_plans[0], &bad, NULL), FSA_STATUS_INVALID_ARGUMENT);
     bad = ba;
     bad.struct_size = offsetof(fsa_bwd_args, dq_add); /* a caller of the first version: no dq_add */
     bad.dq_add.ptr = 8;                               /* past its struct: never read */

@@ -6,6 +6,7 @@
  * forward, graph capture, malformed offsets. FSA_TEST_QUICK=1 runs a
  * subset. */
 #include "attention_problem.h"
+#include "gate_rows.h"
 #include "reference_window.h"
 
 #include "jit/cuda_driver.h"
@@ -256,8 +257,46 @@ static double grad_error(const float *got, const double *want, size_t n, double 
     return fsa_rel_error(got, want, n) * fmax(w, 1e-30) / fmax(w, floor);
 }
 
+/* The gated backward (gate and gate_grad set, a's dout as it is): against
+ * the reference gradients for dout times the gates, and rowsum(dout * o) as
+ * the gate's gradient; n: the three gradients' sizes, got / want: room. */
+static void check_gated_backward(const win_case *c, const fsa_window_plan *plan, const win_problem *p, grads *g,
+                                 const fsa_window_bwd_args *a, const float *dout, const size_t *n, float **got,
+                                 double **want, double tol)
+{
+    const size_t n_do = (size_t)p->T * c->hq * c->dv;
+    gate_rows gr;
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
+    float *gated = malloc((n_do + 1) * sizeof(float)), *o = malloc((n_do + 1) * sizeof(float));
+    assert_true(gated && o);
+    gate_rows_scale(&gr, dout, c->dv, gated);
+    fsa_ref_window_backward(&p->ref, gated, want[0], want[1], want[2]);
+    download_strided(o, NULL, p->do_, p->T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
+    fsa_window_bwd_args ga = *a;
+    ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
+    poison_grads(g);
+    gate_rows_poison(&gr);
+    if (fsa_window_attention_bwd(plan, &ga, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    uint16_t *img[3];
+    download_grads(g, got, img, c->dtype);
+    double err[3];
+    for (int i = 0; i < 3; i++)
+        err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    const double err_gate = gate_rows_grad_error(&gr, dout, o, c->dv);
+    print_message("  %-28s gated    dq %.3e dk %.3e dv %.3e gate %.3e\n", c->name, err[0], err[1], err[2], err_gate);
+    for (int i = 0; i < 3; i++) {
+        assert_true(err[i] < tol);
+        free(img[i]);
+    }
+    assert_true(err_gate < 1e-5);
+    free(gated);
+    free(o);
+    gate_rows_free(&gr);
+}
+
 /* The backward from the GPU forward's o and lse, against the reference
- * gradients; poisoned outputs and workspace; the same bits twice. */
+ * gradients; poisoned outputs and workspace; the same bits twice; gated. */
 static void run_backward(const win_case *c, const fsa_window_plan *plan)
 {
     win_problem p;
@@ -313,6 +352,7 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     assert_memory_equal(img[1][1], added[1], g.bytes[1]);
     assert_memory_equal(img[1][2], added[2], g.bytes[2]);
     free(dq_sum);
+    check_gated_backward(c, plan, &p, &g, &a, dout, n, got, want, tol);
     for (int i = 0; i < 3; i++) {
         free(img[0][i]);
         free(img[1][i]);

@@ -289,7 +289,7 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
 {
     (void)state;
     fsa_compressed_bwd_args a = good_bwd(100, 5);
-    assert_int_equal(a.workspace_bytes, 1792); /* delta: 4 heads x 100 tokens x 4 bytes, rounded up to 256 */
+    assert_int_equal(a.workspace_bytes, 2 * 1792); /* delta, then a gated call's lse: 4 x 100 x 4 bytes, rounded up */
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
     EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a); /* made without backward */
     EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, NULL);
@@ -338,6 +338,28 @@ static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void 
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
 }
 
+/* gate and gate_grad (appended): float32 [T, Hq] views; a gate may repeat
+ * a value through a stride of 0, the written gate_grad may not; misaligned,
+ * negatively strided or cut by struct_size: refused, naming the field. */
+static void test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows(void **state)
+{
+    (void)state;
+    fsa_compressed_bwd_args a = good_bwd(100, 5);
+    a.gate = (fsa_tensor){0x7f0000e00000ull, 0, 1}; /* one gate per head for every token */
+    a.gate_grad = (fsa_tensor){0x7f0000f00000ull, HQ, 1};
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
+    a.gate.ptr += 2;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, g_plan_bwd, &a);
+    assert_non_null(strstr(fsa_last_error(), "gate"));
+    a.gate.ptr -= 2, a.gate.token_stride = -HQ;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.gate_grad = (fsa_tensor){0x7f0000f00000ull, HQ, 0};
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    assert_non_null(strstr(fsa_last_error(), "gate_grad"));
+    a = good_bwd(100, 5), a.struct_size = offsetof(fsa_compressed_bwd_args, gate_grad) + 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
+        cmocka_unit_test(test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

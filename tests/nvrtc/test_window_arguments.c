@@ -242,12 +242,12 @@ static fsa_window_bwd_args good_bwd_args(int64_t T, uint64_t workspace, size_t w
 
 #define EXPECT_BWD(want, args) EXPECT_STATUS(want, fsa_window_attention_bwd(g_plan, (args), NULL))
 
-static void test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up(void **state)
+static void test_the_backward_workspace_is_two_rows_of_four_bytes_per_query_row_rounded_up(void **state)
 {
     (void)state;
     size_t bytes = 1;
     EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 100, 3));
-    assert_int_equal(bytes, (HQ * 100 * 4 + 255) / 256 * 256);
+    assert_int_equal(bytes, 2 * ((HQ * 100 * 4 + 255) / 256 * 256)); /* delta, then a gated call's lse */
     EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 0, 0));
     assert_int_equal(bytes, 0);
     EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_window_plan_workspace_size_bwd(NULL, g_plan, 100, 1));
@@ -326,6 +326,28 @@ static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void 
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
 }
 
+/* gate and gate_grad (appended): float32 [T, Hq] views; a gate may repeat
+ * a value through a stride of 0, the written gate_grad may not; misaligned,
+ * negatively strided or cut by struct_size: refused, naming the field. */
+static void test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows(void **state)
+{
+    (void)state;
+    fsa_window_bwd_args a = good_bwd_args_of_100_tokens();
+    a.gate = (fsa_tensor){AT(12), 0, 1}; /* one gate per head for every token */
+    a.gate_grad = (fsa_tensor){AT(13), HQ, 1};
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
+    a.gate.ptr += 2;
+    EXPECT_BWD(FSA_STATUS_MISALIGNED, &a);
+    assert_non_null(strstr(fsa_last_error(), "gate"));
+    a.gate.ptr -= 2, a.gate.head_stride = -1;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    a = good_bwd_args_of_100_tokens(), a.gate_grad = (fsa_tensor){AT(13), 0, 1};
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    assert_non_null(strstr(fsa_last_error(), "gate_grad"));
+    a = good_bwd_args_of_100_tokens(), a.struct_size = offsetof(fsa_window_bwd_args, gate_grad) + 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,9 +357,10 @@ int main(void)
         cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
         cmocka_unit_test(test_a_descriptor_of_the_first_version_is_accepted_without_backward),
         cmocka_unit_test(test_a_struct_size_ending_inside_head_windows_is_refused),
-        cmocka_unit_test(test_the_backward_workspace_is_four_bytes_per_query_row_rounded_up),
+        cmocka_unit_test(test_the_backward_workspace_is_two_rows_of_four_bytes_per_query_row_rounded_up),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
+        cmocka_unit_test(test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -58,7 +58,7 @@ static void test_the_window_descriptor_grew_past_its_published_first_version(voi
 }
 
 /* The window and compressed backward arguments as published up to 0.2.0,
- * before dq_add was appended to each. */
+ * before dq_add, gate and gate_grad were appended to each. */
 typedef struct window_bwd_args_0_2 {
     size_t struct_size;
     int64_t total_tokens;
@@ -83,15 +83,19 @@ static void test_the_branch_backward_arguments_grew_past_their_published_first_v
     assert_int_equal(FSA_WINDOW_BWD_ARGS_FIRST_SIZE, sizeof(window_bwd_args_0_2));
     assert_int_equal(offsetof(fsa_window_bwd_args, workspace_bytes), offsetof(window_bwd_args_0_2, workspace_bytes));
     assert_true(offsetof(fsa_window_bwd_args, dq_add) >= sizeof(window_bwd_args_0_2));
-    assert_int_equal(sizeof(fsa_window_bwd_args), sizeof(window_bwd_args_0_2) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_window_bwd_args, gate), offsetof(fsa_window_bwd_args, dq_add) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_window_bwd_args, gate_grad), offsetof(fsa_window_bwd_args, gate) + sizeof(fsa_tensor));
+    assert_int_equal(sizeof(fsa_window_bwd_args), sizeof(window_bwd_args_0_2) + 3 * sizeof(fsa_tensor));
     assert_int_equal(FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE, sizeof(compressed_bwd_args_0_2));
     assert_int_equal(offsetof(fsa_compressed_bwd_args, workspace_bytes),
                      offsetof(compressed_bwd_args_0_2, workspace_bytes));
     assert_true(offsetof(fsa_compressed_bwd_args, dq_add) >= sizeof(compressed_bwd_args_0_2));
-    assert_int_equal(sizeof(fsa_compressed_bwd_args), sizeof(compressed_bwd_args_0_2) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_compressed_bwd_args, gate), offsetof(fsa_compressed_bwd_args, dq_add) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_compressed_bwd_args, gate_grad), offsetof(fsa_compressed_bwd_args, gate) + sizeof(fsa_tensor));
+    assert_int_equal(sizeof(fsa_compressed_bwd_args), sizeof(compressed_bwd_args_0_2) + 3 * sizeof(fsa_tensor));
 }
 
-/* fsa_bwd_args as published up to 0.2.0, before dq_add was appended. */
+/* fsa_bwd_args as published up to 0.2.0, before dq_add, gate and gate_grad were appended. */
 typedef struct bwd_args_0_2 {
     size_t struct_size;
     int64_t total_tokens;
@@ -107,7 +111,9 @@ static void test_the_backward_arguments_grew_past_their_published_first_version(
     assert_int_equal(FSA_BWD_ARGS_FIRST_SIZE, sizeof(bwd_args_0_2));
     assert_int_equal(offsetof(fsa_bwd_args, workspace_bytes), offsetof(bwd_args_0_2, workspace_bytes));
     assert_true(offsetof(fsa_bwd_args, dq_add) >= sizeof(bwd_args_0_2));
-    assert_int_equal(sizeof(fsa_bwd_args), sizeof(bwd_args_0_2) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_bwd_args, gate), offsetof(fsa_bwd_args, dq_add) + sizeof(fsa_tensor));
+    assert_int_equal(offsetof(fsa_bwd_args, gate_grad), offsetof(fsa_bwd_args, gate) + sizeof(fsa_tensor));
+    assert_int_equal(sizeof(fsa_bwd_args), sizeof(bwd_args_0_2) + 3 * sizeof(fsa_tensor));
 }
 
 static void test_an_old_shorter_struct_is_read_with_the_new_fields_zero(void **state)
