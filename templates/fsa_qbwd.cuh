@@ -35,8 +35,9 @@ struct KeyRange {
 
 // A gated row's lse for the dK/dV pass: lse - ln |g|, so that P comes out
 // times |g| at no cost, with g's sign in bit 0 of the word (the value moves by
-// at most one unit in the last place). A zero gate gives +inf (P = 0) and a
-// row without keys keeps its lse, both without a sign.
+// at most one unit in the last place). A zero gate gives +inf (P = 0), and a
+// row without keys (lse -inf: never visible in the dK/dV pass) a word that is
+// not finite; neither carries a sign.
 __device__ __forceinline__ float gated_lse_word(float lse, float g) {
     const float l = lse - logf(fabsf(g));
     const int negative = g < 0.f && isfinite(l);
