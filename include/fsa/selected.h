@@ -211,7 +211,12 @@ FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_op
 /** A device tensor seen through two strides: the row of token t and head h
  *  starts at element `ptr + t * token_stride + h * head_stride` and is
  *  contiguous. Strides are in elements, not negative; the stride of a
- *  dimension of size 1 is ignored. */
+ *  dimension of size 1 is ignored. A view a call only reads may repeat rows
+ *  (a stride of 0). A view a call writes must give every row its own
+ *  elements, nested: the smaller stride at least a row, the larger at least
+ *  the span of all rows along the other dimension (any dense or padded
+ *  layout, token-major or head-major); otherwise the call returns
+ *  FSA_STATUS_INVALID_ARGUMENT before anything is enqueued. */
 typedef struct fsa_tensor {
     uint64_t ptr;         /**< device address (CUdeviceptr) */
     int64_t token_stride; /**< elements from one token to the next */

@@ -207,9 +207,11 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
     FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
+    FSA_CHECK(fsa_check_written(STAGE_FWD, "o", &a->o, T, plan->desc.num_q_heads, plan->desc.value_dim));
     if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
     if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");
+    if (a->topk.ptr != 0) FSA_CHECK(fsa_check_written(STAGE_FWD, "topk", &a->topk, T, hkv, plan->desc.top_k));
 cleanup:
     return st;
 }

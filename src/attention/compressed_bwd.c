@@ -55,7 +55,8 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_BWD, "%lld compressed tokens need too many key tiles",
                  (long long)a->total_compressed);
     const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv,
-                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes};
+                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes,
+                            plan->desc.head_dim, plan->desc.value_dim};
     FSA_CHECK(fsa_qt_bwd_check_grads(STAGE_BWD, &g, T, a->total_compressed, plan->desc.num_q_heads,
                                      plan->desc.num_kv_heads));
     const size_t need = fsa_qt_bwd_workspace_bytes(plan->desc.num_q_heads, T) +

@@ -47,7 +47,7 @@ void fsa_gate_plan_destroy(fsa_gate_plan *plan) { free(plan); }
 
 /* The rows, the branches' outputs and gates, and the forward's o or the
  * backward's dout and wanted gradients. */
-static fsa_status check(const char *stage, const fsa_gate_args *a, int backward, int *has_work)
+static fsa_status check(const char *stage, const fsa_gate_args *a, int dim, int backward, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
     static const char *const out_names[3] = {"out[0]", "out[1]", "out[2]"};
@@ -61,10 +61,13 @@ static fsa_status check(const char *stage, const fsa_gate_args *a, int backward,
     for (int x = 0; x < 3; x++) {
         FSA_CHECK(fsa_check_tensor(stage, out_names[x], &a->out[x], T, H));
         FSA_CHECK(fsa_check_float_view(stage, gate_names[x], &a->gate[x], T, H));
-        if (backward && a->dout_branch[x].ptr != 0)
+        if (backward && a->dout_branch[x].ptr != 0) {
             FSA_CHECK(fsa_check_tensor(stage, dout_names[x], &a->dout_branch[x], T, H));
+            FSA_CHECK(fsa_check_written(stage, dout_names[x], &a->dout_branch[x], T, H, dim));
+        }
     }
     if (!backward) FSA_CHECK(fsa_check_tensor(stage, "o", &a->o, T, H));
+    if (!backward) FSA_CHECK(fsa_check_written(stage, "o", &a->o, T, H, dim));
     if (backward) FSA_CHECK(fsa_check_tensor(stage, "dout", &a->dout, T, H));
     if (backward && a->dgate % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "dgate must be 4-byte aligned");
 cleanup:
@@ -73,14 +76,12 @@ cleanup:
 
 static fsa_status fwd_check(const void *plan, const void *call, int *has_work)
 {
-    (void)plan;
-    return check(STAGE_FWD, call, 0, has_work);
+    return check(STAGE_FWD, call, ((const fsa_gate_plan *)plan)->desc.value_dim, 0, has_work);
 }
 
 static fsa_status bwd_check(const void *plan, const void *call, int *has_work)
 {
-    (void)plan;
-    return check(STAGE_BWD, call, 1, has_work);
+    return check(STAGE_BWD, call, ((const fsa_gate_plan *)plan)->desc.value_dim, 1, has_work);
 }
 
 static fsa_status launch(const fsa_gate_plan *plan, const fsa_kernel *k, const fsa_gate_args *a, CUstream stream)

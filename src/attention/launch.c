@@ -68,12 +68,31 @@ fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const
     }
     if (gate_grad->ptr == 0) return FSA_STATUS_OK;
     const fsa_status st = fsa_check_float_view(stage, "gate_grad", gate_grad, tokens, heads);
-    if (st != FSA_STATUS_OK) return st;
-    if ((tokens > 1 && gate_grad->token_stride == 0) || (heads > 1 && gate_grad->head_stride == 0))
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
-                             "gate_grad is written: a stride of 0 (token %lld, head %lld) would give rows one address",
-                             (long long)gate_grad->token_stride, (long long)gate_grad->head_stride);
-    return FSA_STATUS_OK;
+    return st != FSA_STATUS_OK ? st : fsa_check_written(stage, "gate_grad", gate_grad, tokens, heads, 1);
+}
+
+fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                             int64_t heads, int64_t row_elems)
+{
+    /* The dimensions of more than one row, the one of smaller stride first. */
+    int64_t n[2] = {tokens, heads}, s[2] = {t->token_stride, t->head_stride};
+    if (n[0] < 2 || (n[1] >= 2 && s[1] < s[0])) {
+        const int64_t nt = n[0], st = s[0];
+        n[0] = n[1], s[0] = s[1], n[1] = nt, s[1] = st;
+    }
+    int ok = 1;
+    int64_t span = row_elems; /* elements from the first row's start to the last row's end along n[0] */
+    if (n[0] >= 2) {
+        ok = s[0] >= row_elems;
+        span = ok && s[0] <= (INT64_MAX - row_elems) / (n[0] - 1) ? s[0] * (n[0] - 1) + row_elems : INT64_MAX;
+    }
+    if (ok && n[1] >= 2) ok = span < INT64_MAX && s[1] >= span;
+    if (ok) return FSA_STATUS_OK;
+    return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
+                         "%s is written, but its rows of %lld elements overlap (token stride %lld, head stride %lld, "
+                         "%lld x %lld rows)",
+                         name, (long long)row_elems, (long long)t->token_stride, (long long)t->head_stride,
+                         (long long)tokens, (long long)heads);
 }
 
 fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
@@ -266,6 +285,9 @@ fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int6
     fsa_status st = fsa_check_tensors(stage, grads, 4);
     if (st == FSA_STATUS_OK && g->dq_add->ptr != 0) st = fsa_check_tensor(stage, "dq_add", g->dq_add, total_tokens, hq);
     if (st == FSA_STATUS_OK) st = fsa_check_gate_views(stage, g->gate, g->gate_grad, total_tokens, hq);
+    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dq", g->dq, total_tokens, hq, g->head_dim);
+    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dk", g->dk, keys, hkv, g->head_dim);
+    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dv", g->dv, keys, hkv, g->value_dim);
     if (st != FSA_STATUS_OK) return st;
     return fsa_check_workspace(stage, g->workspace, g->workspace_bytes, fsa_qt_bwd_workspace_bytes(hq, total_tokens));
 }

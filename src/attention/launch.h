@@ -40,8 +40,17 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
 fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads);
 
+/* A view the call writes, already checked as above: its tokens x heads rows
+ * of row_elems elements each are distinct memory (rows sharing bytes would
+ * race, leaving whichever write landed last), else INVALID_ARGUMENT. The
+ * rows must nest: the smaller stride spans a row, the larger all rows along
+ * the other dimension (every dense layout and any padding pass; two equal
+ * strides, a stride of 0 or rows interleaved into each other do not). */
+fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                             int64_t heads, int64_t row_elems);
+
 /* A backward's optional gate (as fsa_check_float_view) and gate_grad (the
- * same, and written: no stride of 0 over more than one row); ptr 0: none. */
+ * same, and written: fsa_check_written with rows of one float); ptr 0: none. */
 fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,
                                 int64_t tokens, int64_t heads);
 
@@ -82,6 +91,7 @@ typedef struct fsa_qt_grads {
     const fsa_tensor *gate, *gate_grad; /* float [T, Hq] views; ptr 0: none */
     uint64_t workspace;
     size_t workspace_bytes;
+    int head_dim, value_dim; /* Dk of dq and dk, Dv of dv: the rows fsa_check_written sees */
 } fsa_qt_grads;
 /* The backward's fields of a query-tile parameter block (fsa_cmp_params,
  * fsa_swa_params) from its args struct: the gradients' views, dq_add, gate

@@ -224,6 +224,9 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     FSA_CHECK(fsa_check_gate_views(STAGE, &a->gate, &a->gate_grad, T, hq));
     FSA_CHECK(fsa_check_tensor(STAGE, "dk", &a->dk, T, hkv));
     FSA_CHECK(fsa_check_tensor(STAGE, "dv", &a->dv, T, hkv));
+    FSA_CHECK(fsa_check_written(STAGE, "dq", &a->dq, T, hq, plan->desc.head_dim));
+    FSA_CHECK(fsa_check_written(STAGE, "dk", &a->dk, T, hkv, plan->desc.head_dim));
+    FSA_CHECK(fsa_check_written(STAGE, "dv", &a->dv, T, hkv, plan->desc.value_dim));
     fsa_choice ch;
     fsa_choose(&ch, plan, FSA_OP_BWD, T);
     /* A call with dq_add measures nothing: each variant timed would add it again, and it may be dq itself. */

@@ -149,7 +149,10 @@ void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_
 static fsa_status fwd_check(const void *window_plan, const void *call, int *has_work)
 {
     const fsa_window_fwd_args *a = call;
-    return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
+    const fsa_window_plan *plan = window_plan;
+    const fsa_status st = fsa_window_check_call(STAGE_FWD, plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
+    if (st != FSA_STATUS_OK || !*has_work) return st;
+    return fsa_check_written(STAGE_FWD, "o", &a->o, a->total_tokens, plan->desc.num_q_heads, plan->desc.value_dim);
 }
 
 /* One kernel over the query tiles of every sequence, inside the plan's context:

@@ -34,7 +34,8 @@ static fsa_status bwd_check(const void *window_plan, const void *call, int *has_
     st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
     if (st != FSA_STATUS_OK || !*has_work) return st;
     const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv,
-                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes};
+                            &a->dq_add, &a->gate, &a->gate_grad, a->workspace, a->workspace_bytes,
+                            plan->desc.head_dim, plan->desc.value_dim};
     return fsa_qt_bwd_check_grads(STAGE_BWD, &g, a->total_tokens, a->total_tokens, plan->desc.num_q_heads,
                                   plan->desc.num_kv_heads);
 }

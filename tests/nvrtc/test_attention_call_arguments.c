@@ -160,6 +160,42 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_bwd, NULL);
 }
 
+/* The views a call writes (o; dq, dk, dv and gate_grad) must not give two
+ * rows the same bytes: refused on the host, naming the view, whichever path
+ * the plan takes; views that only read may repeat rows. */
+static void test_written_views_whose_rows_overlap_are_refused(void **state)
+{
+    (void)state;
+    const int64_t T = 10;
+    fsa_fwd_args a = good_fwd(g_auto, T);
+    a.o.head_stride = 0; /* both query heads on one row */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    assert_non_null(strstr(fsa_last_error(), "o is written"));
+    a = good_fwd(g_nsa, T), a.o.token_stride = D; /* token t's second head is token t + 1's first */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_nsa, &a);
+    a = good_fwd(g_auto, T), a.q.head_stride = 0; /* read only */
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+    a = good_fwd(g_auto, 1), a.o.token_stride = 0; /* one token: its stride is never used */
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_auto, &a);
+
+    const char *names[] = {"dq", "dk", "dv"};
+    for (size_t i = 0; i < 3; i++) {
+        fsa_bwd_args b = good_bwd(g_bwd, T);
+        fsa_tensor *views[] = {&b.dq, &b.dk, &b.dv};
+        views[i]->token_stride = D / 2; /* each token's rows half over the next token's */
+        EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+        char want[32];
+        snprintf(want, sizeof want, "%s is written", names[i]);
+        assert_non_null(strstr(fsa_last_error(), want));
+    }
+    fsa_bwd_args b = good_bwd(g_bwd, T);
+    b.gate_grad = (fsa_tensor){0x7f0003000000ull, 1, 1}; /* token t's second head is token t + 1's first */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    assert_non_null(strstr(fsa_last_error(), "gate_grad is written"));
+    b = good_bwd(g_bwd, T), b.dout.token_stride = 0; /* read only */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
+}
+
 /* A caller compiled against the first version: its struct ends at the first
  * size; what lies after it in memory (poisoned here) is not its. */
 #define OLD_CALLER(type, first_size, buffer, value)           \
@@ -237,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_argument_structs_take_every_size_from_the_first_version_to_the_current_one),
         cmocka_unit_test(test_an_older_shorter_descriptor_makes_the_same_plan),
+        cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
 }

@@ -128,6 +128,7 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     fsa_fwd_args a = good_fwd(g_auto, 1);
     a.total_tokens = T;
     a.batch = (int)T;
+    a.o.token_stride = (int64_t)2 * hkv * D; /* o is written: rows of its own for the plan's query heads */
     a.workspace_bytes = SIZE_MAX;
     fsa_status call = fsa_selected_attention_fwd(plan, &a, NULL);
     assert_int_equal(call == FSA_STATUS_NO_DEVICE ? FSA_STATUS_OK : call, st);

@@ -360,6 +360,32 @@ static void test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
 }
 
+/* The views a call writes (o and topk; dq, dk, dv and gate_grad) must not
+ * give two rows the same bytes: refused on the host, naming the view. A
+ * selection shared by the KV heads (head stride 0) is what the selected
+ * attention may read, but the compressed forward cannot write it. */
+static void test_written_views_whose_rows_overlap_are_refused(void **state)
+{
+    (void)state;
+    fsa_compressed_fwd_args f = good_args(100, 5);
+    f.topk = (fsa_tensor){0x7f0000800000ull, HKV * K, K}; /* [T, Hkv, K] */
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &f);
+    f.topk.head_stride = 0;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &f);
+    assert_non_null(strstr(fsa_last_error(), "topk is written"));
+    f = good_args(100, 5), f.topk.token_stride = K / 2;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &f);
+    f = good_args(100, 5), f.o.token_stride = DV; /* [T, Hq, Dv] with token t's heads 1.. on token t + 1 */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &f);
+    assert_non_null(strstr(fsa_last_error(), "o is written"));
+    fsa_compressed_bwd_args b = good_bwd(100, 5);
+    b.dk.head_stride = 0;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &b);
+    assert_non_null(strstr(fsa_last_error(), "dk is written"));
+    b = good_bwd(100, 5), b.dout.token_stride = 0; /* read only */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
         cmocka_unit_test(test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
+        cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -160,6 +160,13 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a.topk.head_stride = -1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
+    a.o.head_stride = 64; /* o is written: each head's row half over the next one's */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "o is written"));
+    a = good;
+    a.q.head_stride = 0; /* q is only read: one row for every head is a layout like any other */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a = good;
     a.workspace_bytes = ws - 1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
     a = good;

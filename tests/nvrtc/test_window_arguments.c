@@ -348,6 +348,32 @@ static void test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
 }
 
+/* The views a call writes (o; dq, dk, dv and gate_grad) must not give two
+ * rows the same bytes: refused on the host, naming the view; views that only
+ * read (q, dout, a gate) may repeat rows. */
+static void test_written_views_whose_rows_overlap_are_refused(void **state)
+{
+    (void)state;
+    fsa_window_fwd_args f = good_args(100);
+    f.o.head_stride = DV / 2; /* each head's row half over the next one's */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, &f);
+    assert_non_null(strstr(fsa_last_error(), "o is written"));
+    f = good_args(100), f.q.token_stride = 0; /* one query row for every token: read only */
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, &f);
+    fsa_window_bwd_args b = good_bwd_args_of_100_tokens();
+    b.dv.token_stride = 0;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &b);
+    assert_non_null(strstr(fsa_last_error(), "dv is written"));
+    b = good_bwd_args_of_100_tokens(), b.dq.token_stride = DK; /* token t's heads 1.. are token t + 1's */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &b);
+    assert_non_null(strstr(fsa_last_error(), "dq is written"));
+    b = good_bwd_args_of_100_tokens(), b.gate_grad = (fsa_tensor){AT(13), 1, 1};
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &b);
+    assert_non_null(strstr(fsa_last_error(), "gate_grad is written"));
+    b = good_bwd_args_of_100_tokens(), b.gate_grad = (fsa_tensor){AT(13), 1, 100}; /* [Hq, T]: its own rows */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none),
         cmocka_unit_test(test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows),
+        cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,120 @@
+/* The gated sum's calls on an offline sm_90a plan (no GPU; its kernels
+ * compile with NVRTC): every argument is checked on the host, so a bad one
+ * comes back as a status naming it, and good ones get as far as needing a
+ * device. The kernels' results are checked in tests/gpu/test_gate.c. */
+#include "testing.h"
+
+#include <string.h>
+
+#define T 100
+#define H 4
+#define DV 64
+
+static fsa_context *g_ctx;
+static fsa_gate_plan *g_plan;
+
+/* Aligned device addresses that are never dereferenced. */
+#define AT(n) (0x7f0000000000ull + ((uint64_t)(n) << 20))
+
+static fsa_gate_args good_args(void)
+{
+    fsa_gate_args a = FSA_GATE_ARGS_INIT;
+    a.total_tokens = T;
+    a.num_heads = H;
+    for (int x = 0; x < 3; x++) {
+        a.out[x] = (fsa_tensor){AT(1 + x), H * DV, DV};
+        a.gate[x] = (fsa_tensor){AT(4 + x), H, 1};
+        a.dout_branch[x] = (fsa_tensor){AT(7 + x), H * DV, DV};
+    }
+    a.o = (fsa_tensor){AT(10), H * DV, DV};
+    a.dout = (fsa_tensor){AT(11), H * DV, DV};
+    a.dgate = AT(12);
+    return a;
+}
+
+static void test_good_arguments_need_a_device_and_no_tokens_need_nothing(void **state)
+{
+    (void)state;
+    fsa_gate_args a = good_args();
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_fwd(g_plan, &a, NULL));
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
+    for (int x = 0; x < 3; x++) a.gate[x] = (fsa_tensor){AT(4), 0, 0}; /* one number for every row */
+    a.dout_branch[1].ptr = 0, a.dgate = 0;                               /* not wanted */
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
+    a = good_args(), a.total_tokens = 0, a.o.ptr = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_gate_fwd(g_plan, &a, NULL));
+}
+
+static void test_bad_arguments_are_refused_naming_them(void **state)
+{
+    (void)state;
+    fsa_gate_args a = good_args();
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_gate_fwd(NULL, &a, NULL));
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_gate_fwd(g_plan, NULL, NULL));
+    a.num_heads = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_fwd(g_plan, &a, NULL));
+    a = good_args(), a.total_tokens = -1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_fwd(g_plan, &a, NULL));
+    a = good_args(), a.out[1].ptr += 2;
+    EXPECT_STATUS(FSA_STATUS_MISALIGNED, fsa_gate_fwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "out[1]"));
+    a = good_args(), a.gate[2].token_stride = -1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_bwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "gate[2]"));
+    a = good_args(), a.o.ptr = 0;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_gate_fwd(g_plan, &a, NULL));
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL)); /* the backward does not touch o */
+    a = good_args(), a.dgate += 2;
+    EXPECT_STATUS(FSA_STATUS_MISALIGNED, fsa_gate_bwd(g_plan, &a, NULL));
+    a = good_args(), a.struct_size = 8;
+    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_gate_fwd(g_plan, &a, NULL));
+}
+
+/* o (forward) and dout_branch (backward) are written: two rows on the same
+ * bytes are refused; the branches' outputs and dout are only read. */
+static void test_written_views_whose_rows_overlap_are_refused(void **state)
+{
+    (void)state;
+    fsa_gate_args a = good_args();
+    a.o.head_stride = DV / 2;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_fwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "o is written"));
+    a = good_args(), a.dout_branch[2].token_stride = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_bwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "dout_branch[2] is written"));
+    a = good_args(), a.out[0].token_stride = 0, a.dout.head_stride = 0;
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_fwd(g_plan, &a, NULL));
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_90a";
+    o.cache_mode = FSA_CACHE_MODE_OFF;
+    o.log = -1;
+    if (fsa_context_create(&g_ctx, &o) != FSA_STATUS_OK) return -1;
+    fsa_gate_desc d = FSA_GATE_DESC_INIT;
+    d.value_dim = DV;
+    return fsa_gate_plan_create(&g_plan, g_ctx, &d) == FSA_STATUS_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fsa_gate_plan_destroy(g_plan);
+    fsa_context_destroy(g_ctx);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_arguments_need_a_device_and_no_tokens_need_nothing),
+        cmocka_unit_test(test_bad_arguments_are_refused_naming_them),
+        cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
