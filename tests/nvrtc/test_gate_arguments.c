@@ -2,9 +2,7 @@
  * compile with NVRTC): every argument is checked on the host, so a bad one
  * comes back as a status naming it, and good ones get as far as needing a
  * device. The kernels' results are checked in tests/gpu/test_gate.c. */
-#include "testing.h"
-
-#include <string.h>
+#include "api_validation_fixture.h"
 
 #define T 100
 #define H 4
@@ -90,11 +88,7 @@ static void test_written_views_whose_rows_overlap_are_refused(void **state)
 static int setup(void **state)
 {
     (void)state;
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_90a";
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.log = -1;
+    const fsa_context_options o = offline_options("sm_90a");
     if (fsa_context_create(&g_ctx, &o) != FSA_STATUS_OK) return -1;
     fsa_gate_desc d = FSA_GATE_DESC_INIT;
     d.value_dim = DV;
