@@ -182,7 +182,8 @@ typedef struct fsa_compressed_bwd_args {
     /** [T, Hq, Dk], read; optional (ptr 0: none). Added to dq in fp32 before
      * dq's one rounding, so that a caller summing dq over several attention
      * branches needs no pass of its own; may be dq itself (each element is
-     * read before it is written, by the same thread). Its rules are dq's. */
+     * read before it is written, by the same thread), else memory apart from
+     * dq's (a partial overlap: FSA_STATUS_INVALID_ARGUMENT). Its rules are dq's. */
     fsa_tensor dq_add;
     /** float32 [T, Hq] with strides in floats (4-byte aligned; a stride of 0
      * repeats a value); optional (ptr 0: none). The gate that multiplies this

@@ -41,7 +41,8 @@ typedef struct fsa_bwd_args {
     /** [T, Hq, D], read; optional (ptr 0: none). Added to dq in fp32 before
      * dq's one rounding, so that a caller summing dq over several attention
      * branches needs no pass of its own; may be dq itself (each element is
-     * read before it is written, by the same thread). Its rules are dq's. A
+     * read before it is written, by the same thread), else memory apart from
+     * dq's (a partial overlap: FSA_STATUS_INVALID_ARGUMENT). Its rules are dq's. A
      * call with dq_add never measures the dq orders (tuning: each variant
      * timed would add it again); it takes the plan's choice without. */
     fsa_tensor dq_add;

@@ -71,6 +71,31 @@ fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const
     return st != FSA_STATUS_OK ? st : fsa_check_written(stage, "gate_grad", gate_grad, tokens, heads, 1);
 }
 
+/* The bytes a view's rows can touch: [ptr, *end). */
+static unsigned __int128 view_end(const fsa_tensor *t, int64_t tokens, int64_t heads, int64_t row_elems, int bytes)
+{
+    unsigned __int128 last = (unsigned __int128)row_elems;
+    if (tokens > 1) last += (unsigned __int128)(uint64_t)t->token_stride * (uint64_t)(tokens - 1);
+    if (heads > 1) last += (unsigned __int128)(uint64_t)t->head_stride * (uint64_t)(heads - 1);
+    return (unsigned __int128)t->ptr + last * (unsigned)bytes;
+}
+
+fsa_status fsa_check_dq_add(const char *stage, const fsa_tensor *dq_add, const fsa_tensor *dq, int64_t tokens,
+                            int64_t heads, int64_t row_elems)
+{
+    if (dq_add->ptr == 0) return FSA_STATUS_OK;
+    const int same = dq_add->ptr == dq->ptr && (tokens < 2 || dq_add->token_stride == dq->token_stride) &&
+                     (heads < 2 || dq_add->head_stride == dq->head_stride);
+    const int apart = view_end(dq_add, tokens, heads, row_elems, 2) <= dq->ptr ||
+                      view_end(dq, tokens, heads, row_elems, 2) <= dq_add->ptr;
+    if (same || apart) return FSA_STATUS_OK;
+    return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
+                         "dq_add overlaps dq without being dq itself (strides token %lld / %lld, head %lld / %lld): "
+                         "pass dq itself or memory of its own",
+                         (long long)dq_add->token_stride, (long long)dq->token_stride, (long long)dq_add->head_stride,
+                         (long long)dq->head_stride);
+}
+
 fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                              int64_t heads, int64_t row_elems)
 {
@@ -284,6 +309,7 @@ fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int6
         {"dout", g->dout, total_tokens, hq}, {"dq", g->dq, total_tokens, hq}, {"dk", g->dk, keys, hkv}, {"dv", g->dv, keys, hkv}};
     fsa_status st = fsa_check_tensors(stage, grads, 4);
     if (st == FSA_STATUS_OK && g->dq_add->ptr != 0) st = fsa_check_tensor(stage, "dq_add", g->dq_add, total_tokens, hq);
+    if (st == FSA_STATUS_OK) st = fsa_check_dq_add(stage, g->dq_add, g->dq, total_tokens, hq, g->head_dim);
     if (st == FSA_STATUS_OK) st = fsa_check_gate_views(stage, g->gate, g->gate_grad, total_tokens, hq);
     if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dq", g->dq, total_tokens, hq, g->head_dim);
     if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dk", g->dk, keys, hkv, g->head_dim);

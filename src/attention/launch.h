@@ -49,6 +49,14 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
 fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                              int64_t heads, int64_t row_elems);
 
+/* A backward's dq_add, already checked as a tensor: dq itself (the same
+ * address and strides: each element is read before it is written, by the
+ * same thread) or memory apart from dq's, else INVALID_ARGUMENT (a partial
+ * overlap would read elements other threads have already written). rows of
+ * row_elems 2-byte elements. */
+fsa_status fsa_check_dq_add(const char *stage, const fsa_tensor *dq_add, const fsa_tensor *dq, int64_t tokens,
+                            int64_t heads, int64_t row_elems);
+
 /* A backward's optional gate (as fsa_check_float_view) and gate_grad (the
  * same, and written: fsa_check_written with rows of one float); ptr 0: none. */
 fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,

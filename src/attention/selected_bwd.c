@@ -219,6 +219,7 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     FSA_CHECK(fsa_check_tensor(STAGE, "dq", &a->dq, T, hq));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, dq_add, STAGE));
     if (a->dq_add.ptr != 0) FSA_CHECK(fsa_check_tensor(STAGE, "dq_add", &a->dq_add, T, hq));
+    FSA_CHECK(fsa_check_dq_add(STAGE, &a->dq_add, &a->dq, T, hq, plan->desc.head_dim));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate, STAGE));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate_grad, STAGE));
     FSA_CHECK(fsa_check_gate_views(STAGE, &a->gate, &a->gate_grad, T, hq));

@@ -196,6 +196,25 @@ static void test_written_views_whose_rows_overlap_are_refused(void **state)
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
 }
 
+/* dq_add (appended): dq itself, or memory apart from dq; a view that
+ * overlaps dq without being it would read elements other threads have
+ * already written. */
+static void test_dq_add_is_dq_itself_or_memory_of_its_own(void **state)
+{
+    (void)state;
+    const int64_t T = 10;
+    fsa_bwd_args b = good_bwd(g_bwd, T);
+    b.dq_add = b.dq;
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
+    b.dq_add.ptr += 2 * D; /* one head on */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
+    b = good_bwd(g_bwd, T), b.dq_add = b.dq, b.dq_add.head_stride = 2 * D, b.dq_add.token_stride = 4 * D;
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b); /* the same start, other rows */
+    b = good_bwd(g_bwd, T), b.dq_add = b.dq, b.dq_add.ptr -= 2 * T * HQ * D; /* ends where dq starts */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
+}
+
 /* A caller compiled against the first version: its struct ends at the first
  * size; what lies after it in memory (poisoned here) is not its. */
 #define OLD_CALLER(type, first_size, buffer, value)           \
@@ -274,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_argument_structs_take_every_size_from_the_first_version_to_the_current_one),
         cmocka_unit_test(test_an_older_shorter_descriptor_makes_the_same_plan),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
+        cmocka_unit_test(test_dq_add_is_dq_itself_or_memory_of_its_own),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
 }

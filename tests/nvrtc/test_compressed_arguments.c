@@ -330,6 +330,13 @@ static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void 
     assert_non_null(strstr(fsa_last_error(), "dq_add"));
     a = good_bwd(100, 5), a.dq_add = a.dq, a.dq_add.token_stride = -HQ * DK;
     EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dq_add = a.dq, a.dq_add.ptr += 2 * DK; /* dq one head on: overlaps, not dq */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
+    a = good_bwd(100, 5), a.dq_add = a.dq, a.dq_add.token_stride = 2 * HQ * DK; /* same start, other rows */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_plan_bwd, &a);
+    a = good_bwd(100, 5), a.dq_add = a.dq, a.dq_add.ptr += 2 * 100 * HQ * DK; /* right after dq's last row */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &a);
     a = good_bwd(100, 5), a.struct_size = offsetof(fsa_compressed_bwd_args, dq_add) + 8;
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
     a = good_bwd(100, 5), a.struct_size = FSA_COMPRESSED_BWD_ARGS_FIRST_SIZE;

@@ -318,6 +318,11 @@ static void test_dq_add_takes_dq_rules_and_a_first_version_struct_has_none(void 
     assert_non_null(strstr(fsa_last_error(), "dq_add"));
     a = good_bwd_args_of_100_tokens(), a.dq_add = a.dq, a.dq_add.head_stride = -DK;
     EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    a = good_bwd_args_of_100_tokens(), a.dq_add = a.dq, a.dq_add.ptr += 2 * DK; /* dq one head on */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
+    a = good_bwd_args_of_100_tokens(), a.dq_add = a.dq, a.dq_add.ptr = AT(12); /* memory of its own */
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, &a);
     a = good_bwd_args_of_100_tokens(), a.struct_size = offsetof(fsa_window_bwd_args, dq_add) + 8;
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
     a = good_bwd_args_of_100_tokens(), a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE;
