@@ -216,7 +216,11 @@ FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_op
  *  elements, nested: the smaller stride at least a row, the larger at least
  *  the span of all rows along the other dimension (any dense or padded
  *  layout, token-major or head-major); otherwise the call returns
- *  FSA_STATUS_INVALID_ARGUMENT before anything is enqueued. */
+ *  FSA_STATUS_INVALID_ARGUMENT before anything is enqueued. A call's
+ *  written views must also not share elements with each other or with the
+ *  views it reads (dq_add = dq, the one exception, and a dq_add that
+ *  overlaps dq otherwise are checked; other pairs are not: views interleaved
+ *  in one buffer, such as dk and dv as halves of each row, are legitimate). */
 typedef struct fsa_tensor {
     uint64_t ptr;         /**< device address (CUdeviceptr) */
     int64_t token_stride; /**< elements from one token to the next */
