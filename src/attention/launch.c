@@ -71,7 +71,7 @@ fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const
     return st != FSA_STATUS_OK ? st : fsa_check_written(stage, "gate_grad", gate_grad, tokens, heads, 1);
 }
 
-/* The bytes a view's rows can touch: [ptr, *end). */
+/* The end of the bytes a view's rows can touch (they lie in [ptr, end)); 128-bit: no overflow. */
 static unsigned __int128 view_end(const fsa_tensor *t, int64_t tokens, int64_t heads, int64_t row_elems, int bytes)
 {
     unsigned __int128 last = (unsigned __int128)row_elems;
