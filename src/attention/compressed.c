@@ -170,7 +170,7 @@ cleanup:
     return st;
 }
 
-fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c)
+fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c, int backward)
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t T = c->total_tokens, Tc = c->total_compressed;
@@ -187,7 +187,8 @@ fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan
     if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
     const fsa_tensor_check views[] = {
-        {"q", c->q, T, hq}, {"k", c->k, Tc, hkv}, {"v", c->v, Tc, hkv}, {"o", c->o, T, hq}};
+        {"q", c->q, T, hq, 0}, {"k", c->k, Tc, hkv, 0}, {"v", c->v, Tc, hkv, 0},
+        {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
 cleanup:
     return st;
@@ -204,10 +205,9 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
     const int64_t T = a->total_tokens, hkv = plan->desc.num_kv_heads;
     if (a->topk.ptr != 0 && plan->desc.top_k == 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk is set but the plan selects nothing (top_k 0)");
-    FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c));
+    FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c, 0));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
-    FSA_CHECK(fsa_check_written(STAGE_FWD, "o", &a->o, T, plan->desc.num_q_heads, plan->desc.value_dim));
     if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
     if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");

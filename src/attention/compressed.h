@@ -41,8 +41,9 @@ typedef struct fsa_cmp_call {
 fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t total_tokens, int batch,
                         const char *stage);
 
-/* Counts (and, with tokens, the grid, offsets, lse, q, k, v and o). */
-fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c);
+/* Counts (and, with tokens, the grid, offsets, lse, q, k, v and o, which the
+ * forward writes). */
+fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan, const fsa_cmp_call *c, int backward);
 
 /* Check mode: the call's cu_seqlens and cu_seqlens_c on the device, waited
  * for, before its kernels (OK at once without check mode). */

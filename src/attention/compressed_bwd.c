@@ -48,7 +48,7 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, dq_add, STAGE_BWD));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate, STAGE_BWD));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate_grad, STAGE_BWD));
-    FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c));
+    FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c, 1));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (fsa_qt_grid_key_tiles(a->total_compressed, a->batch) > INT32_MAX)

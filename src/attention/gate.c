@@ -61,13 +61,10 @@ static fsa_status check(const char *stage, const fsa_gate_args *a, int dim, int 
     for (int x = 0; x < 3; x++) {
         FSA_CHECK(fsa_check_tensor(stage, out_names[x], &a->out[x], T, H));
         FSA_CHECK(fsa_check_float_view(stage, gate_names[x], &a->gate[x], T, H));
-        if (backward && a->dout_branch[x].ptr != 0) {
-            FSA_CHECK(fsa_check_tensor(stage, dout_names[x], &a->dout_branch[x], T, H));
-            FSA_CHECK(fsa_check_written(stage, dout_names[x], &a->dout_branch[x], T, H, dim));
-        }
+        if (backward && a->dout_branch[x].ptr != 0)
+            FSA_CHECK(fsa_check_output(stage, dout_names[x], &a->dout_branch[x], T, H, dim));
     }
-    if (!backward) FSA_CHECK(fsa_check_tensor(stage, "o", &a->o, T, H));
-    if (!backward) FSA_CHECK(fsa_check_written(stage, "o", &a->o, T, H, dim));
+    if (!backward) FSA_CHECK(fsa_check_output(stage, "o", &a->o, T, H, dim));
     if (backward) FSA_CHECK(fsa_check_tensor(stage, "dout", &a->dout, T, H));
     if (backward && a->dgate % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "dgate must be 4-byte aligned");
 cleanup:

@@ -287,8 +287,7 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
     if (a->num_query_tokens == 0 || a->batch == 0) goto cleanup;
     const int64_t hq = d->num_q_heads;
     FSA_CHECK(fsa_check_tensor(STAGE, "q", &a->q, a->num_query_tokens, hq));
-    FSA_CHECK(fsa_check_tensor(STAGE, "o", &a->o, a->num_query_tokens, hq));
-    FSA_CHECK(fsa_check_written(STAGE, "o", &a->o, a->num_query_tokens, hq, d->value_dim));
+    FSA_CHECK(fsa_check_output(STAGE, "o", &a->o, a->num_query_tokens, hq, d->value_dim));
     FSA_CHECK(check_cache("k_cache", &a->k_cache, a->k_page_stride, plan));
     FSA_CHECK(check_cache("v_cache", &a->v_cache, a->v_page_stride, plan));
     if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk.ptr == 0)

@@ -120,16 +120,25 @@ fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tens
                          (long long)tokens, (long long)heads);
 }
 
+fsa_status fsa_check_output(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads,
+                            int64_t row_elems)
+{
+    const fsa_status st = fsa_check_tensor(stage, name, t, tokens, heads);
+    return st != FSA_STATUS_OK ? st : fsa_check_written(stage, name, t, tokens, heads, row_elems);
+}
+
 fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        const fsa_status st = fsa_check_tensor(stage, list[i].name, list[i].t, list[i].tokens, list[i].heads);
+        const fsa_tensor_check *c = &list[i];
+        const fsa_status st = c->written_row ? fsa_check_output(stage, c->name, c->t, c->tokens, c->heads, c->written_row)
+                                             : fsa_check_tensor(stage, c->name, c->t, c->tokens, c->heads);
         if (st != FSA_STATUS_OK) return st;
     }
     return FSA_STATUS_OK;
 }
 
-fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required)
+fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int backward)
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t T = in->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
@@ -137,16 +146,15 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
     if (T == 0) goto cleanup;
     if (in->max_seqlen < 0 || in->max_seqlen > T)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "max_seqlen %d for %lld tokens", in->max_seqlen, (long long)T);
-    if (in->cu_seqlens == 0 || (lse_required && in->lse == 0))
+    if (in->cu_seqlens == 0 || (backward && in->lse == 0))
         FSA_FAIL(FSA_STATUS_NULL_POINTER, stage,
-                 lse_required ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
+                 backward ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
     if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
     FSA_CHECK(check_view(stage, "topk", in->topk, T, hkv, 4, 1));
-    FSA_CHECK(fsa_check_tensor(stage, "q", in->q, T, hq));
-    FSA_CHECK(fsa_check_tensor(stage, "k", in->k, T, hkv));
-    FSA_CHECK(fsa_check_tensor(stage, "v", in->v, T, hkv));
-    FSA_CHECK(fsa_check_tensor(stage, "o", in->o, T, hq));
+    const fsa_tensor_check views[] = {{"q", in->q, T, hq, 0}, {"k", in->k, T, hkv, 0}, {"v", in->v, T, hkv, 0},
+                                      {"o", in->o, T, hq, backward ? 0 : plan->desc.value_dim}};
+    FSA_CHECK(fsa_check_tensors(stage, views, 4));
 cleanup:
     return st;
 }
@@ -305,15 +313,14 @@ fsa_status fsa_qt_bwd_workspace_query(size_t *bytes_out, const void *plan, int b
 fsa_status fsa_qt_bwd_check_grads(const char *stage, const fsa_qt_grads *g, int64_t total_tokens, int64_t keys,
                                   int hq, int hkv)
 {
-    const fsa_tensor_check grads[] = {
-        {"dout", g->dout, total_tokens, hq}, {"dq", g->dq, total_tokens, hq}, {"dk", g->dk, keys, hkv}, {"dv", g->dv, keys, hkv}};
+    const fsa_tensor_check grads[] = {{"dout", g->dout, total_tokens, hq, 0},
+                                      {"dq", g->dq, total_tokens, hq, g->head_dim},
+                                      {"dk", g->dk, keys, hkv, g->head_dim},
+                                      {"dv", g->dv, keys, hkv, g->value_dim}};
     fsa_status st = fsa_check_tensors(stage, grads, 4);
     if (st == FSA_STATUS_OK && g->dq_add->ptr != 0) st = fsa_check_tensor(stage, "dq_add", g->dq_add, total_tokens, hq);
     if (st == FSA_STATUS_OK) st = fsa_check_dq_add(stage, g->dq_add, g->dq, total_tokens, hq, g->head_dim);
     if (st == FSA_STATUS_OK) st = fsa_check_gate_views(stage, g->gate, g->gate_grad, total_tokens, hq);
-    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dq", g->dq, total_tokens, hq, g->head_dim);
-    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dk", g->dk, keys, hkv, g->head_dim);
-    if (st == FSA_STATUS_OK) st = fsa_check_written(stage, "dv", g->dv, keys, hkv, g->value_dim);
     if (st != FSA_STATUS_OK) return st;
     return fsa_check_workspace(stage, g->workspace, g->workspace_bytes, fsa_qt_bwd_workspace_bytes(hq, total_tokens));
 }

@@ -49,6 +49,11 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
 fsa_status fsa_check_written(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                              int64_t heads, int64_t row_elems);
 
+/* A q/k/v-like tensor the call writes: fsa_check_tensor, then
+ * fsa_check_written with rows of row_elems elements. */
+fsa_status fsa_check_output(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads,
+                            int64_t row_elems);
+
 /* A backward's dq_add, already checked as a tensor: dq itself (the same
  * address and strides: each element is read before it is written, by the
  * same thread) or memory apart from dq's, else INVALID_ARGUMENT (a partial
@@ -62,17 +67,19 @@ fsa_status fsa_check_dq_add(const char *stage, const fsa_tensor *dq_add, const f
 fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,
                                 int64_t tokens, int64_t heads);
 
-/* Several tensors, each as fsa_check_tensor, in order. */
+/* Several tensors, each as fsa_check_tensor (or fsa_check_output when the
+ * call writes it), in order. */
 typedef struct fsa_tensor_check {
     const char *name;
     const fsa_tensor *t;
     int64_t tokens, heads;
+    int64_t written_row; /* 0: read; else written, rows of this many elements */
 } fsa_tensor_check;
 fsa_status fsa_check_tensors(const char *stage, const fsa_tensor_check *list, size_t n);
 
-/* Counts, max_seqlen, top-k, cu_seqlens and lse (required or not); with
- * tokens, also q, k, v and o. */
-fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int lse_required);
+/* Counts, max_seqlen, top-k, cu_seqlens and lse (required by the
+ * backward); with tokens, also q, k, v and o (written by the forward). */
+fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_call_inputs *in, int backward);
 
 /* The workspace holds `needed` bytes and is 256-byte aligned. */
 fsa_status fsa_check_workspace(const char *stage, uint64_t workspace, size_t bytes, size_t needed);

@@ -39,9 +39,6 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
 {
     fwd_call *c = call;
     const fsa_fwd_args *a = &c->a;
-    const fsa_status written =
-        fsa_check_written(STAGE, "o", &a->o, a->total_tokens, plan->desc.num_q_heads, plan->desc.value_dim);
-    if (written != FSA_STATUS_OK) return written;
     fsa_choice ch;
     fsa_choose(&ch, plan, FSA_OP_FWD, a->total_tokens);
     c->algorithm = ch.variant.order;

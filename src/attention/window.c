@@ -109,7 +109,7 @@ void fsa_window_plan_destroy(fsa_window_plan *plan)
 }
 
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
-                                 int lse_required, int *has_work)
+                                 int backward, int *has_work)
 {
     fsa_status st = FSA_STATUS_OK;
     const int64_t T = c->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
@@ -119,10 +119,11 @@ fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan,
     if (fsa_qt_grid_tiles(T, c->batch, plan->group) > INT32_MAX || fsa_qt_grid_key_tiles(T, c->batch) > INT32_MAX)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens need too many tiles", (long long)T);
     if (c->cu_seqlens == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens must not be NULL");
-    if (lse_required && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
+    if (backward && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
-    const fsa_tensor_check views[] = {{"q", c->q, T, hq}, {"k", c->k, T, hkv}, {"v", c->v, T, hkv}, {"o", c->o, T, hq}};
+    const fsa_tensor_check views[] = {{"q", c->q, T, hq, 0}, {"k", c->k, T, hkv, 0}, {"v", c->v, T, hkv, 0},
+                                      {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
 cleanup:
     return st;
@@ -149,10 +150,7 @@ void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_
 static fsa_status fwd_check(const void *window_plan, const void *call, int *has_work)
 {
     const fsa_window_fwd_args *a = call;
-    const fsa_window_plan *plan = window_plan;
-    const fsa_status st = fsa_window_check_call(STAGE_FWD, plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
-    if (st != FSA_STATUS_OK || !*has_work) return st;
-    return fsa_check_written(STAGE_FWD, "o", &a->o, a->total_tokens, plan->desc.num_q_heads, plan->desc.value_dim);
+    return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
 }
 
 /* One kernel over the query tiles of every sequence, inside the plan's context:

@@ -36,10 +36,11 @@ typedef struct fsa_window_call {
 
 #define FSA_WINDOW_CALL(a) {(a)->total_tokens, (a)->batch, &(a)->q, &(a)->k, &(a)->v, &(a)->o, (a)->cu_seqlens, (a)->lse}
 
-/* Counts, the grid, cu_seqlens and lse (aligned; required or not), and with
- * tokens q, k, v and o. *has_work = 0 without tokens. */
+/* Counts, the grid, cu_seqlens and lse (aligned; required by the backward),
+ * and with tokens q, k, v and o (written by the forward). *has_work = 0
+ * without tokens. */
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
-                                 int lse_required, int *has_work);
+                                 int backward, int *has_work);
 
 /* Check mode: the call's cu_seqlens on the device, waited for, before its
  * kernels (OK at once without check mode). */
