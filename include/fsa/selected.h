@@ -211,7 +211,10 @@ FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_op
 /** A device tensor seen through two strides: the row of token t and head h
  *  starts at element `ptr + t * token_stride + h * head_stride` and is
  *  contiguous. Strides are in elements, not negative; the stride of a
- *  dimension of size 1 is ignored. A view a call only reads may repeat rows
+ *  dimension of size 1 is ignored. Every row must start below 2^63 bytes of
+ *  address (the kernels add signed 64-bit offsets to ptr; a view reaching
+ *  further, which no allocation does, is FSA_STATUS_INVALID_ARGUMENT).
+ *  A view a call only reads may repeat rows
  *  (a stride of 0). A view a call writes must give every row its own
  *  elements, nested: the smaller stride at least a row, the larger at least
  *  the span of all rows along the other dimension (any dense or padded
@@ -258,8 +261,8 @@ typedef struct fsa_fwd_args {
 
 /**
  * Enqueues the forward on `stream` and returns: no allocation, no host
- * synchronization (except a tuning call: fsa_context_options.tune); can be
- * captured in a CUDA graph. Every argument is checked
+ * synchronization (except a tuning call, and check mode:
+ * fsa_context_options.tune and .check); can be captured in a CUDA graph. Every argument is checked
  * on the host before anything is enqueued (the device data, such as
  * cu_seqlens and the top-k indices, is not read on the host).
  * @param plan   the plan

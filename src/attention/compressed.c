@@ -208,10 +208,10 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
     FSA_CHECK(fsa_cmp_check_call(STAGE_FWD, plan, &c, 0));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
-    if (a->topk.ptr % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE_FWD, "topk must be 4-byte aligned");
-    if ((hkv > 1 && a->topk.head_stride < 0) || (T > 1 && a->topk.token_stride < 0))
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_FWD, "topk strides must not be negative");
-    if (a->topk.ptr != 0) FSA_CHECK(fsa_check_written(STAGE_FWD, "topk", &a->topk, T, hkv, plan->desc.top_k));
+    if (a->topk.ptr != 0) {
+        FSA_CHECK(fsa_check_index_view(STAGE_FWD, "topk", &a->topk, T, hkv));
+        FSA_CHECK(fsa_check_written(STAGE_FWD, "topk", &a->topk, T, hkv, plan->desc.top_k));
+    }
 cleanup:
     return st;
 }

@@ -28,11 +28,19 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch)
     return FSA_STATUS_OK;
 }
 
+int fsa_within_reach(uint64_t ptr, unsigned __int128 last_elem, unsigned elem_bytes)
+{
+    return (unsigned __int128)ptr + last_elem * elem_bytes < (unsigned __int128)1 << 63;
+}
+
 /* A tensor view: non-NULL and aligned, strides not negative and multiples of
- * `multiple` elements. The stride of a dimension of size 1 is never used
- * (frameworks leave any value there), so it is not checked. */
+ * `multiple` elements, every row starting below 2^63 bytes of address (the
+ * kernels form a row's address as ptr plus a signed 64-bit element offset,
+ * which a larger span would overflow or wrap past the address space). The
+ * stride of a dimension of size 1 is never used (frameworks leave any value
+ * there), so it is not checked. */
 static fsa_status check_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads,
-                             unsigned align_bytes, int64_t multiple)
+                             unsigned elem_bytes, unsigned align_bytes, int64_t multiple)
 {
     const int64_t ts = tokens > 1 ? t->token_stride : 0, hs = heads > 1 ? t->head_stride : 0;
     if (t->ptr == 0) return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "%s is NULL", name);
@@ -45,18 +53,33 @@ static fsa_status check_view(const char *stage, const char *name, const fsa_tens
         return fsa_error_set(FSA_STATUS_MISALIGNED, stage,
                              "%s strides (token %lld, head %lld) must be multiples of %lld elements", name,
                              (long long)ts, (long long)hs, (long long)multiple);
+    unsigned __int128 last_row = 0; /* element offset of the last row's start; 128-bit: no overflow */
+    if (tokens > 1) last_row += (unsigned __int128)(uint64_t)ts * (uint64_t)(tokens - 1);
+    if (heads > 1) last_row += (unsigned __int128)(uint64_t)hs * (uint64_t)(heads - 1);
+    if (!fsa_within_reach(t->ptr, last_row, elem_bytes))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
+                             "%s reaches past 2^63 bytes of address (pointer 0x%llx, token stride %lld x %lld tokens, "
+                             "head stride %lld x %lld heads): a stride or the pointer is wrong",
+                             name, (unsigned long long)t->ptr, (long long)ts, (long long)tokens, (long long)hs,
+                             (long long)heads);
     return FSA_STATUS_OK;
 }
 
 fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens, int64_t heads)
 {
-    return check_view(stage, name, t, tokens, heads, 16, 8);
+    return check_view(stage, name, t, tokens, heads, 2, 16, 8);
 }
 
 fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads)
 {
-    return check_view(stage, name, t, tokens, heads, 4, 1);
+    return check_view(stage, name, t, tokens, heads, 4, 4, 1);
+}
+
+fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                                int64_t heads)
+{
+    return check_view(stage, name, t, tokens, heads, 4, 4, 1);
 }
 
 fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const fsa_tensor *gate_grad,
@@ -151,7 +174,7 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
                  backward ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
     if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
-    FSA_CHECK(check_view(stage, "topk", in->topk, T, hkv, 4, 1));
+    FSA_CHECK(fsa_check_index_view(stage, "topk", in->topk, T, hkv));
     const fsa_tensor_check views[] = {{"q", in->q, T, hq, 0}, {"k", in->k, T, hkv, 0}, {"v", in->v, T, hkv, 0},
                                       {"o", in->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
@@ -210,6 +233,7 @@ fsa_status fsa_call_framed(const fsa_call_frame *f, void *call, const void *plan
 fsa_status fsa_call(const fsa_op *op, void *call, const fsa_plan *plan, const void *args, void *stream)
 {
     fsa_status st = fsa_call_read(call, op->args_size, plan, args, op->args_first_size, op->stage, op->args_type);
+    if (st == FSA_STATUS_OK && op->check_fields) st = op->check_fields(call);
     if (st != FSA_STATUS_OK) return st;
     if (op->backward && !plan->bwd_available)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, op->stage, "the plan was created without backward = 1");

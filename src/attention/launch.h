@@ -30,15 +30,27 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch);
 
 /* A q/k/v-like tensor of `tokens` x `heads` rows: non-NULL, 16-byte aligned,
  * strides not negative (INVALID_ARGUMENT) and multiples of 8 elements
- * (MISALIGNED). The stride of a dimension of size 1 is not checked: it is
- * never used. */
+ * (MISALIGNED), every row starting below 2^63 bytes of address
+ * (INVALID_ARGUMENT: the kernels add signed 64-bit offsets to the pointer).
+ * The stride of a dimension of size 1 is not checked: it is never used. */
 fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                             int64_t heads);
 
 /* A float32 [tokens, heads] view (strides in floats): non-NULL, 4-byte
- * aligned, strides not negative; a stride of 0 repeats a value. */
+ * aligned, strides not negative, rows below 2^63 bytes; a stride of 0
+ * repeats a value. */
 fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads);
+
+/* An int32 [tokens, heads] view of rows of indices (top-k rows; strides in
+ * ints): the same rules as fsa_check_float_view. */
+fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                                int64_t heads);
+
+/* Whether element offsets up to `last_elem` (of elem_bytes each) from `ptr`
+ * stay below 2^63 bytes of address; exact (128-bit). For views with a
+ * dimension of their own (the pages of a paged cache). */
+int fsa_within_reach(uint64_t ptr, unsigned __int128 last_elem, unsigned elem_bytes);
 
 /* A view the call writes, already checked as above: its tokens x heads rows
  * of row_elems elements each are distinct memory (rows sharing bytes would
@@ -172,6 +184,9 @@ typedef struct fsa_op {
     const char *args_type; /* e.g. "fsa_fwd_args" */
     size_t args_size, args_first_size;
     int backward;          /* needs a plan made with backward = 1, and lse */
+    /* The fields appended after the args' first version, whole or not at
+     * all (FSA_STRUCT_FIELD_WHOLE), whatever the token count; NULL: none. */
+    fsa_status (*check_fields)(const void *call);
     /* The inputs every operation shares, from the args read into `call`. */
     fsa_call_inputs (*inputs)(const void *call);
     /* With tokens, once the shared inputs are checked: the op's own checks,

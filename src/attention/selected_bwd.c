@@ -208,6 +208,15 @@ static fsa_call_inputs inputs(const void *call)
     return in;
 }
 
+static fsa_status check_fields(const void *call)
+{
+    const fsa_bwd_args *a = &((const bwd_call *)call)->a;
+    fsa_status st = FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, dq_add, STAGE);
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate, STAGE);
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate_grad, STAGE);
+    return st;
+}
+
 /* The gradient tensors, the chunk, layout and workspace check. */
 static fsa_status prepare(void *call, const fsa_plan *plan)
 {
@@ -217,11 +226,8 @@ static fsa_status prepare(void *call, const fsa_plan *plan)
     const int64_t T = a->total_tokens, hq = plan->desc.num_q_heads, hkv = plan->desc.num_kv_heads;
     FSA_CHECK(fsa_check_tensor(STAGE, "dout", &a->dout, T, hq));
     FSA_CHECK(fsa_check_output(STAGE, "dq", &a->dq, T, hq, plan->desc.head_dim));
-    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, dq_add, STAGE));
     if (a->dq_add.ptr != 0) FSA_CHECK(fsa_check_tensor(STAGE, "dq_add", &a->dq_add, T, hq));
     FSA_CHECK(fsa_check_dq_add(STAGE, &a->dq_add, &a->dq, T, hq, plan->desc.head_dim));
-    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate, STAGE));
-    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_bwd_args, gate_grad, STAGE));
     FSA_CHECK(fsa_check_gate_views(STAGE, &a->gate, &a->gate_grad, T, hq));
     FSA_CHECK(fsa_check_output(STAGE, "dk", &a->dk, T, hkv, plan->desc.head_dim));
     FSA_CHECK(fsa_check_output(STAGE, "dv", &a->dv, T, hkv, plan->desc.value_dim));
@@ -252,7 +258,7 @@ static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream
 }
 
 static const fsa_op bwd_op = {STAGE, "fsa_bwd_args", sizeof(fsa_bwd_args), FSA_BWD_ARGS_FIRST_SIZE, 1,
-                              inputs, prepare, launch};
+                              check_fields, inputs, prepare, launch};
 
 fsa_status fsa_selected_attention_bwd(const fsa_plan *plan, const fsa_bwd_args *args, void *stream)
 {

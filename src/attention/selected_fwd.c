@@ -24,7 +24,7 @@ static fsa_call_inputs inputs(const void *call);
 static fsa_status prepare(void *call, const fsa_plan *plan);
 static fsa_status launch(const void *call, const fsa_plan *plan, CUstream stream);
 static const fsa_op fwd_op = {STAGE, "fsa_fwd_args", sizeof(fsa_fwd_args), FSA_FWD_ARGS_FIRST_SIZE, 0,
-                              inputs, prepare, launch};
+                              NULL, inputs, prepare, launch};
 
 static fsa_call_inputs inputs(const void *call)
 {

@@ -257,6 +257,13 @@ static void test_argument_structs_take_every_size_from_the_first_version_to_the_
     const size_t newer_bwd = sizeof b + 8;
     memcpy(buf, &newer_bwd, sizeof newer_bwd);
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_bwd, (const fsa_bwd_args *)(void *)buf);
+    /* A size ending inside an appended view (no version ends there), with or without tokens. */
+    b = good_bwd(g_bwd, T), b.struct_size = offsetof(fsa_bwd_args, gate) + 12;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_bwd, &b);
+    b = good_bwd(g_bwd, 0), b.batch = 0, b.struct_size = offsetof(fsa_bwd_args, dq_add) + 8;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_bwd, &b);
+    b.struct_size = offsetof(fsa_bwd_args, gate);
+    EXPECT_BWD(FSA_STATUS_OK, g_bwd, &b);
 }
 
 static void test_an_older_shorter_descriptor_makes_the_same_plan(void **state)
