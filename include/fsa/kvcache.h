@@ -150,7 +150,9 @@ FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_pl
  * [num_pages, page_size, Hkv, Dv], each by its own strides: the row of token
  * slot s of page n and KV head h starts at element `ptr + n * page_stride +
  * s * token_stride + h * head_stride` (so [num_pages, Hkv, page_size, D]
- * works too); 16-byte aligned, strides multiples of 8.
+ * works too); 16-byte aligned, strides multiples of 8, a page stride above 0
+ * when there is more than one page (pages are memory of their own), every
+ * row below 2^63 bytes of address.
  * block_table: int32, entry (b, i) at `block_table + b * block_table_stride
  * + i`, i < max_pages_per_seq. cu_seqlens_q: int32 [batch + 1]; seqused_k:
  * int32 [batch]. topk: int32 logical block numbers, slot s of token t and KV
@@ -162,7 +164,7 @@ FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_pl
 typedef struct fsa_kvcache_args {
     size_t struct_size;
     int64_t num_query_tokens;   /**< Tq (host), 0..max_query_tokens */
-    int batch;                  /**< B (host), 0..max_batch */
+    int batch;                  /**< B (host), 0..max_batch; 0 only without query tokens */
     fsa_tensor q;               /**< [Tq, Hq, D], read */
     uint64_t cu_seqlens_q;      /**< int32 [batch + 1], read */
     fsa_tensor k_cache;         /**< token and head strides of the key pages, read */
@@ -195,11 +197,15 @@ typedef struct fsa_kvcache_args {
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
- *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan or negative
- *         strides, or in check mode for bad device metadata;
- *         FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
- *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
+ * @return FSA_STATUS_OK (also for an empty call: no query tokens);
+ *         FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan, query tokens
+ *         with batch 0, negative strides, a page stride of 0 over several
+ *         pages, views past 2^63 bytes, or in check mode for bad device
+ *         metadata; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
+ *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR,
+ *         also for a cache layout the driver cannot describe as a tensor map
+ *         (sm_90a page copies; refused before anything is enqueued).
  * Thread-safe for calls with different workspaces and outputs.
  */
 FSA_API fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache_args *args,

@@ -262,17 +262,30 @@ cleanup:
     return st;
 }
 
-/* A paged cache: a tensor view over the rows of a page, plus the page stride. */
-static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t page_stride, const fsa_kvcache_plan *plan)
+/* A paged cache: a tensor view over the rows of a page, plus the page
+ * stride. Pages that are one memory (a stride of 0) are refused: no target's
+ * copies can address them (a tensor map needs a stride per page). */
+static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t page_stride, int64_t num_pages,
+                              const fsa_kvcache_plan *plan)
 {
-    fsa_status st = fsa_check_tensor(STAGE, name, t, plan->desc.page_size, plan->desc.num_kv_heads);
-    if (st == FSA_STATUS_OK && page_stride < 0)
-        st = fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%s page stride %lld is negative", name,
-                           (long long)page_stride);
-    if (st == FSA_STATUS_OK && page_stride % 8 != 0)
-        st = fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a multiple of 8 elements", name,
-                           (long long)page_stride);
-    return st;
+    const int64_t page = plan->desc.page_size, heads = plan->desc.num_kv_heads;
+    fsa_status st = fsa_check_tensor(STAGE, name, t, page, heads);
+    if (st != FSA_STATUS_OK) return st;
+    if (page_stride < 0 || (page_stride == 0 && num_pages > 1))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%s page stride %lld over %lld pages: positive", name,
+                             (long long)page_stride, (long long)num_pages);
+    if (page_stride % 8 != 0)
+        return fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a multiple of 8 elements", name,
+                             (long long)page_stride);
+    unsigned __int128 last = 0; /* element offset of the last page's last row */
+    if (num_pages > 1) last += (unsigned __int128)(uint64_t)page_stride * (uint64_t)(num_pages - 1);
+    if (page > 1) last += (unsigned __int128)(uint64_t)t->token_stride * (uint64_t)(page - 1);
+    if (heads > 1) last += (unsigned __int128)(uint64_t)t->head_stride * (uint64_t)(heads - 1);
+    if (!fsa_within_reach(t->ptr, last, 2))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE,
+                             "%s: %lld pages of stride %lld reach past 2^63 bytes of address", name,
+                             (long long)num_pages, (long long)page_stride);
+    return FSA_STATUS_OK;
 }
 
 static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
@@ -284,12 +297,15 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
                  (long long)a->num_query_tokens, (long long)d->max_query_tokens);
     if (a->batch < 0 || a->batch > d->max_batch)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "batch %d: the plan allows 0..%d", a->batch, d->max_batch);
-    if (a->num_query_tokens == 0 || a->batch == 0) goto cleanup;
+    if (a->batch == 0 && a->num_query_tokens > 0) /* tokens of no sequence: o would stay unwritten */
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "batch 0 with %lld query tokens",
+                 (long long)a->num_query_tokens);
+    if (a->num_query_tokens == 0) goto cleanup;
     const int64_t hq = d->num_q_heads;
     FSA_CHECK(fsa_check_tensor(STAGE, "q", &a->q, a->num_query_tokens, hq));
     FSA_CHECK(fsa_check_output(STAGE, "o", &a->o, a->num_query_tokens, hq, d->value_dim));
-    FSA_CHECK(check_cache("k_cache", &a->k_cache, a->k_page_stride, plan));
-    FSA_CHECK(check_cache("v_cache", &a->v_cache, a->v_page_stride, plan));
+    FSA_CHECK(check_cache("k_cache", &a->k_cache, a->k_page_stride, a->num_pages, plan));
+    FSA_CHECK(check_cache("v_cache", &a->v_cache, a->v_page_stride, a->num_pages, plan));
     if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk.ptr == 0)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cu_seqlens_q, block_table, seqused_k and topk must not be NULL");
     if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk.ptr | a->topk_length | a->lse) % 4)
@@ -300,8 +316,7 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
                  "num_pages %lld, max_pages_per_seq %d, block_table_stride %lld: a table row holds max_pages_per_seq "
                  "entries of at least one page",
                  (long long)a->num_pages, a->max_pages_per_seq, (long long)a->block_table_stride);
-    if (a->topk.head_stride < 0 || a->topk.token_stride < 0)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "top-k strides must be non-negative");
+    FSA_CHECK(fsa_check_index_view(STAGE, "topk", &a->topk, a->num_query_tokens, d->num_kv_heads));
     FSA_CHECK(fsa_check_workspace(STAGE, fsa_kvc_workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
                                   fsa_kvc_workspace_bytes(plan)));
 cleanup:
@@ -377,8 +392,6 @@ static fsa_status encode_cache_map(fsa_kvc_tensor_map *map, long long *token_dim
     const fsa_cu_api *cu = plan->ctx->cu;
     const int64_t heads = plan->desc.num_kv_heads, page = plan->desc.page_size;
     const int64_t ts = t->token_stride * 2, hs = heads == 1 ? ts * page : t->head_stride * 2;
-    if (page_stride == 0 && num_pages > 1)
-        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE, "a page stride of 0 over %lld pages", (long long)num_pages);
     const int tokens_first = ts <= hs;
     const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)(tokens_first ? page : heads),
                                 (cuuint64_t)(tokens_first ? heads : page),
@@ -398,20 +411,26 @@ static fsa_status encode_cache_map(fsa_kvc_tensor_map *map, long long *token_dim
     return FSA_STATUS_OK;
 }
 
+fsa_status fsa_kvc_encode_maps(fsa_kvc_maps *maps, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a)
+{
+    memset(maps, 0, sizeof *maps);
+    if (!plan->tma) return FSA_STATUS_OK;
+    const fsa_status st = encode_cache_map(&maps->k, &maps->k_token_dim, plan, &a->k_cache, a->k_page_stride,
+                                           a->num_pages, plan->desc.head_dim);
+    if (st != FSA_STATUS_OK) return st;
+    return encode_cache_map(&maps->v, &maps->v_token_dim, plan, &a->v_cache, a->v_page_stride, a->num_pages,
+                            plan->desc.value_dim);
+}
+
 /* The attention kernel over every tile of the batch (the last CTA of a split
  * sequence merges it). */
-fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream)
+fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, const fsa_kvc_maps *maps,
+                          int splits, CUstream stream)
 {
     fsa_kvc_params p;
     params_of(&p, plan, a, splits);
-    if (plan->tma) {
-        fsa_status st = encode_cache_map(&p.k_map, &p.k_token_dim, plan, &a->k_cache, a->k_page_stride, a->num_pages,
-                                         plan->desc.head_dim);
-        if (st == FSA_STATUS_OK)
-            st = encode_cache_map(&p.v_map, &p.v_token_dim, plan, &a->v_cache, a->v_page_stride, a->num_pages,
-                                  plan->desc.value_dim);
-        if (st != FSA_STATUS_OK) return st;
-    }
+    p.k_map = maps->k, p.v_map = maps->v;
+    p.k_token_dim = maps->k_token_dim, p.v_token_dim = maps->v_token_dim;
     const int ctas = ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
@@ -438,7 +457,10 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
     if (st != FSA_STATUS_OK || a.num_query_tokens == 0 || a.batch == 0) return st;
     st = fsa_call_enter(plan->ctx, STAGE);
     if (st != FSA_STATUS_OK) return st;
-    st = fsa_kvcache_check(plan->checker, plan->ctx, &plan->desc, &a, (CUstream)stream); /* check mode only */
+    fsa_kvc_maps maps;
+    st = fsa_kvc_encode_maps(&maps, plan, &a);
+    if (st == FSA_STATUS_OK)
+        st = fsa_kvcache_check(plan->checker, plan->ctx, &plan->desc, &a, (CUstream)stream); /* check mode only */
     fsa_kvc_choice c;
     fsa_kvc_choose(&c, plan);
     if (st == FSA_STATUS_OK && c.may_measure) {
@@ -446,7 +468,7 @@ fsa_status fsa_kvcache_attention(const fsa_kvcache_plan *plan, const fsa_kvcache
         if (fsa_kvc_tune(&measured, plan, (CUstream)stream) != FSA_STATUS_OK) fsa_error_clear();
         fsa_kvc_choose(&c, plan);
     }
-    if (st == FSA_STATUS_OK) st = fsa_kvc_launch(plan, &a, c.splits, (CUstream)stream);
+    if (st == FSA_STATUS_OK) st = fsa_kvc_launch(plan, &a, &maps, c.splits, (CUstream)stream);
     fsa_context_leave(plan->ctx);
     return st;
 }

@@ -45,9 +45,20 @@ struct fsa_kvcache_plan {
     struct fsa_metadata_checker *checker; /* check mode only (kvcache_check.h) */
 };
 
+/* The caches' tensor maps of a call (tensor-map plans; otherwise nothing):
+ * host work only, made before the call enqueues anything, so that a cache
+ * layout the driver cannot map is refused first. Inside the plan's context. */
+typedef struct fsa_kvc_maps {
+    fsa_kvc_tensor_map k, v;
+    long long k_token_dim, v_token_dim;
+} fsa_kvc_maps;
+fsa_status fsa_kvc_encode_maps(fsa_kvc_maps *maps, const fsa_kvcache_plan *plan, const fsa_kvcache_args *a);
+
 /* Launches one call with `splits` shares per one-tile sequence (at most
- * max_splits), arguments already checked; inside the plan's context. */
-fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, int splits, CUstream stream);
+ * max_splits), arguments already checked and `maps` encoded from them;
+ * inside the plan's context. */
+fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, const fsa_kvc_maps *maps,
+                          int splits, CUstream stream);
 
 /* Bytes of workspace a call needs (sized for max_batch and max_splits), and
  * of the counters it starts with (zero between calls). */

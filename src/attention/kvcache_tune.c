@@ -234,13 +234,15 @@ static fsa_kvcache_args args_of(const scratch *s, const fsa_kvcache_plan *plan, 
 typedef struct split_runs {
     const fsa_kvcache_plan *plan;
     const fsa_kvcache_args *args; /* per batch size */
+    const fsa_kvc_maps *maps;     /* the scratch caches' maps (one layout for both sizes) */
     int batches;
 } split_runs;
 
 static fsa_status run_split(void *arg, int i, CUstream stream)
 {
     const split_runs *r = arg;
-    return fsa_kvc_launch(r->plan, &r->args[i % r->batches], r->plan->tune.c.v[i / r->batches].splits, stream);
+    return fsa_kvc_launch(r->plan, &r->args[i % r->batches], r->maps, r->plan->tune.c.v[i / r->batches].splits,
+                          stream);
 }
 
 /* Times every candidate on both batch sizes; score[i]: the geometric mean of
@@ -264,7 +266,9 @@ static fsa_status measure(int *winner, double *score, int *timed, const fsa_kvca
     FSA_CHECK_CU(cu, cu->MemsetD8Async(base, 0x3c, s.meta, stream), STAGE);
     if (s.ws_bytes) FSA_CHECK_CU(cu, cu->MemsetD8Async(base + s.ws, 0, fsa_kvc_counter_bytes(plan), stream), STAGE);
     const fsa_kvcache_args args[2] = {args_of(&s, plan, base, 1), args_of(&s, plan, base, s.batch)};
-    const split_runs runs = {plan, args, s.batch > 1 ? 2 : 1};
+    fsa_kvc_maps maps;
+    FSA_CHECK(fsa_kvc_encode_maps(&maps, plan, &args[1]));
+    const split_runs runs = {plan, args, &maps, s.batch > 1 ? 2 : 1};
     double ms[2 * FSA_MAX_VARIANTS];
     FSA_CHECK(fsa_tune_time(ms, timed, cu, c->n * runs.batches, run_split, (void *)&runs, stream));
     for (int i = 0; i < c->n; i++) {

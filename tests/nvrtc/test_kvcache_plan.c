@@ -116,14 +116,10 @@ static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(
     fsa_kvcache_plan_destroy(plan);
 }
 
-static void test_bad_arguments_come_back_as_statuses(void **state)
+/* Arguments for 4 query tokens of 2 sequences (plan of good_desc(8, 2)) that
+ * pass every check: fake aligned addresses, never dereferenced offline. */
+static fsa_kvcache_args good_args(const fsa_kvcache_plan *plan)
 {
-    (void)state;
-    fsa_kvcache_desc d = good_desc(8, 2);
-    fsa_kvcache_plan *plan = NULL;
-    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
-    size_t ws = 0;
-    assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
     fsa_kvcache_args good = FSA_KVCACHE_ARGS_INIT;
     good.num_query_tokens = 4;
     good.batch = 2;
@@ -136,7 +132,18 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     good.block_table_stride = 4;
     good.max_pages_per_seq = 4;
     good.workspace = 0x100000;
-    good.workspace_bytes = ws;
+    assert_int_equal(fsa_kvcache_plan_workspace_size(&good.workspace_bytes, plan), FSA_STATUS_OK);
+    return good;
+}
+
+static void test_bad_arguments_come_back_as_statuses(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    const fsa_kvcache_args good = good_args(plan);
+    const size_t ws = good.workspace_bytes;
     assert_int_equal(fsa_kvcache_attention(plan, &good, NULL), FSA_STATUS_NO_DEVICE);
     fsa_kvcache_args a = good;
     a.batch = 9;
@@ -170,9 +177,43 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a.workspace_bytes = ws - 1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
     a = good;
-    a.batch = 0; /* an empty batch does nothing, even offline */
+    a.batch = 0, a.num_query_tokens = 0; /* an empty batch does nothing, even offline */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_OK);
+    a = good;
+    a.num_query_tokens = 0; /* sequences with no new token: nothing either */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_OK);
+    a = good;
+    a.batch = 0; /* query tokens of no sequence: o would never be written */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "batch 0 with 4 query tokens"));
     assert_int_equal(fsa_kvcache_attention(NULL, &good, NULL), FSA_STATUS_NULL_POINTER);
+    fsa_kvcache_plan_destroy(plan);
+}
+
+static void test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_bytes(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    const fsa_kvcache_args good = good_args(plan);
+    fsa_kvcache_args a = good;
+    a.v_page_stride = 0; /* every page the same memory: no copy can address the pages apart */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "v_cache page stride 0 over 10 pages"));
+    a.num_pages = 1; /* one page: its stride is never used */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a = good;
+    a.num_pages = INT64_MAX / 2; /* pages past 2^63 bytes: offsets the kernels cannot form */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "k_cache"));
+    assert_non_null(strstr(fsa_last_error(), "reach past 2^63 bytes"));
+    a = good;
+    a.num_query_tokens = 1; /* a top-k dimension of one token: its stride is never used */
+    a.topk.token_stride = -16;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a.num_query_tokens = 2;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     fsa_kvcache_plan_destroy(plan);
 }
 
@@ -201,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_a_stamp_buffer_too_small_or_misspelled_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
+        cmocka_unit_test(test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
