@@ -212,7 +212,8 @@ typedef struct fsa_compressed_bwd_args {
  * @param      batch        sequences in the call
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
  *         for a plan without backward, or a token count or batch the
- *         backward would refuse.
+ *         backward would refuse; FSA_STATUS_UNSUPPORTED for counts whose
+ *         query tiles no grid holds (as the call).
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, const fsa_compressed_plan *plan,

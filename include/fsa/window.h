@@ -153,8 +153,10 @@ typedef struct fsa_window_bwd_args {
 /** The device workspace of a window backward call, in *bytes_out: delta
  *  = rowsum(dout * o) and a gated call's lse rows, twice 4 * Hq * T bytes
  *  rounded up to 256 (0 without tokens). `plan` must have been made with desc.backward = 1. Returns
- *  FSA_STATUS_NULL_POINTER, or FSA_STATUS_INVALID_ARGUMENT for a plan
- *  without backward or a token count or batch the backward refuses.
+ *  FSA_STATUS_NULL_POINTER, FSA_STATUS_INVALID_ARGUMENT for a plan
+ *  without backward or a token count or batch the backward refuses, or
+ *  FSA_STATUS_UNSUPPORTED for counts whose tiles no grid holds (as the
+ *  call).
  *  Host-only and thread-safe. */
 FSA_API fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan,
                                                       int64_t total_tokens, int batch);

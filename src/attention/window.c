@@ -108,6 +108,14 @@ void fsa_window_plan_destroy(fsa_window_plan *plan)
     free(plan);
 }
 
+fsa_status fsa_window_check_grid(const char *stage, const fsa_window_plan *plan, int64_t total_tokens, int batch)
+{
+    if (fsa_qt_grid_tiles(total_tokens, batch, plan->group) > INT32_MAX ||
+        fsa_qt_grid_key_tiles(total_tokens, batch) > INT32_MAX)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens need too many tiles", (long long)total_tokens);
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan, const fsa_window_call *c,
                                  int backward, int *has_work)
 {
@@ -116,8 +124,7 @@ fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan,
     FSA_CHECK(fsa_check_tokens(stage, T, c->batch));
     *has_work = T > 0;
     if (T == 0) goto cleanup;
-    if (fsa_qt_grid_tiles(T, c->batch, plan->group) > INT32_MAX || fsa_qt_grid_key_tiles(T, c->batch) > INT32_MAX)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens need too many tiles", (long long)T);
+    FSA_CHECK(fsa_window_check_grid(stage, plan, T, c->batch));
     if (c->cu_seqlens == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens must not be NULL");
     if (backward && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->lse % 4 != 0)

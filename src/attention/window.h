@@ -36,6 +36,11 @@ typedef struct fsa_window_call {
 
 #define FSA_WINDOW_CALL(a) {(a)->total_tokens, (a)->batch, &(a)->q, &(a)->k, &(a)->v, &(a)->o, (a)->cu_seqlens, (a)->lse}
 
+/* Token counts (already checked with fsa_check_tokens, tokens > 0) whose
+ * query and key tiles the kernels' grids can hold, else UNSUPPORTED: the
+ * calls and the backward's workspace query alike. */
+fsa_status fsa_window_check_grid(const char *stage, const fsa_window_plan *plan, int64_t total_tokens, int batch);
+
 /* Counts, the grid, cu_seqlens and lse (aligned; required by the backward),
  * and with tokens q, k, v and o (written by the forward). *has_work = 0
  * without tokens. */

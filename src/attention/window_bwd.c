@@ -14,8 +14,12 @@ FSA_APPENDED_FIELD(fsa_window_bwd_args, gate, FSA_WINDOW_BWD_ARGS_FIRST_SIZE);
 fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const fsa_window_plan *plan, int64_t total_tokens,
                                               int batch)
 {
-    return fsa_qt_bwd_workspace_query(bytes_out, plan, plan ? plan->desc.backward : 0,
-                                      plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
+    fsa_status st = fsa_qt_bwd_workspace_query(bytes_out, plan, plan ? plan->desc.backward : 0,
+                                               plan ? plan->desc.num_q_heads : 0, total_tokens, batch, STAGE_BWD);
+    if (st == FSA_STATUS_OK && total_tokens > 0 &&
+        (st = fsa_window_check_grid(STAGE_BWD, plan, total_tokens, batch)) != FSA_STATUS_OK)
+        *bytes_out = 0;
+    return st;
 }
 
 /* Every argument, on the host, before anything is enqueued (the device is

@@ -255,6 +255,13 @@ static void test_the_backward_workspace_is_two_rows_of_four_bytes_per_query_row_
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, 100, 0));
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, -1, 1));
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_window_plan_workspace_size_bwd(&bytes, g_fwd_only, 100, 1));
+    /* Counts whose tiles no grid holds: the query refuses what the call would. */
+    const int64_t many = INT32_MAX - 1;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, many, (int)many));
+    assert_int_equal(bytes, 0);
+    fsa_window_bwd_args a = good_bwd_args(many, AT(11), SIZE_MAX);
+    a.batch = (int)many;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_window_attention_bwd(g_plan, &a, NULL));
 }
 
 static void test_backward_argument_checks_come_before_the_device_check(void **state)
