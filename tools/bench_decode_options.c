@@ -12,8 +12,8 @@ static void decode_usage(FILE *f)
     fprintf(f,
             "Usage: fsa-bench --decode [OPTIONS]   paged KV-cache decode, speculative and prefill timings\n"
             "  -L LIST          cached lengths (default 8192,32768,131072; at most %d values)\n"
-            "  -B LIST          batch sizes (default 1,16,64,128,256)\n"
-            "  -G LIST          query heads per KV head (default 1,4,16)\n"
+            "  -B LIST          batch sizes (default 1,16,64,128,256; at most %d values)\n"
+            "  -G LIST          query heads per KV head (default 1,4,16; at most %d values)\n"
             "  --reps N         timed graph replays per row (default 30)\n"
             "  --max-gb GB      skip rows whose cache would exceed this (default 90)\n"
             "  --splits N       split count of the plan (default 0: the plan's rule)\n"
@@ -26,7 +26,7 @@ static void decode_usage(FILE *f)
             "  -h, --help       this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
             "usable GPU.\n",
-            DEC_MAX_LIST);
+            DEC_MAX_LIST, DEC_MAX_LIST, DEC_MAX_LIST);
 }
 
 static int decode_usage_error(const char *option)

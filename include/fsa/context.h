@@ -71,7 +71,8 @@ typedef struct fsa_context_options {
      *  and returns FSA_STATUS_INVALID_ARGUMENT, saying what is wrong where, instead of
      *  launching the attention. Without it the kernels clamp every bound they read and
      *  report nothing. A call on a stream being captured skips the check (it could not
-     *  wait for it). Calls of one plan are serialized while it is on. 64 bits wide so
+     *  wait for it). The checks of one plan's calls take turns (one result buffer per plan);
+     *  the calls' attention kernels do not wait for each other's. 64 bits wide so
      *  that it starts past the end of the struct's first version on every ABI. */
     int64_t check;
     /** Tuning of the plans of this context (fsa_tune_mode). With FSA_TUNE_ON or
@@ -102,8 +103,10 @@ typedef struct fsa_context_options {
  *         FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT for an unknown
  *         mode (option or environment), a negative device other than
  *         FSA_DEVICE_NONE, an offline context without a target or a target
- *         that cannot run on the device; FSA_STATUS_UNSUPPORTED_DEVICE for a
- *         device or target older than sm_80; FSA_STATUS_NO_DRIVER,
+ *         that cannot run on the device or a target name of another form than
+ *         sm_NN[a]; FSA_STATUS_UNSUPPORTED_DEVICE for a device or target the
+ *         library does not build for (older than sm_80, or one it does not
+ *         know); FSA_STATUS_NO_DRIVER,
  *         FSA_STATUS_NO_DEVICE or FSA_STATUS_DRIVER_ERROR when the device
  *         cannot be opened.
  * Thread-safe. Blocks while the driver initializes.
@@ -143,7 +146,9 @@ typedef struct fsa_cache_stats {
     uint64_t compiles;        /**< NVRTC compilations done by this context */
     double compile_ms;        /**< wall time spent in them */
     uint64_t corrupt_entries; /**< disk entries rejected (bad header, checksum, key, owner) */
-    uint64_t write_failures;  /**< entries that could not be published (kept in memory) */
+    uint64_t write_failures;  /**< entries whose publication failed (kept in memory); a read-write cache
+                                   directory that cannot be used at all counts 1 from creation on, and
+                                   nothing is published after it */
 } fsa_cache_stats;
 
 #define FSA_CACHE_STATS_INIT FSA_INIT_(fsa_cache_stats, )

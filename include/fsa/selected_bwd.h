@@ -97,8 +97,9 @@ FSA_API fsa_status fsa_plan_algorithm_bwd(fsa_algorithm *algorithm_out, const ch
                                           const fsa_plan *plan, int64_t total_tokens);
 
 /**
- * Enqueues the backward on `stream`: no allocation, no host synchronization;
- * can be captured in a CUDA graph. Accumulates in fp32. Deterministic: the
+ * Enqueues the backward on `stream`: no allocation, no host synchronization
+ * (except a tuning call, and check mode: fsa_context_options); can be
+ * captured in a CUDA graph. Accumulates in fp32. Deterministic: the
  * same inputs give the same bits.
  * @param plan   a plan created with desc.backward = 1
  * @param args   the tensors; read only during the call
