@@ -24,9 +24,12 @@ from ._functions import OPTIONAL_FUNCTIONS, REQUIRED_FUNCTIONS, Library, _text  
 from ._parse import (  # noqa: F401
     DTYPE_NAMES,
     DTYPE_SPELLINGS,
+    INT32_MAX,
     dtype_code,
     parse_bytes,
     parse_workspace_limit,
+    require_int,
+    require_scale,
     workspace_limit_field,
 )
 from ._structs import (  # noqa: F401

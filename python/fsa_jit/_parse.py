@@ -3,7 +3,14 @@ workspace cap. Pure Python on the constants of fsa.h, without libfsa or torch, s
 are raised before anything is loaded.
 """
 
+import math
+import numbers
+
 from ._constants import FSA_DTYPE_BF16, FSA_DTYPE_F16, FSA_WORKSPACE_UNLIMITED
+
+# The range of the descriptors' int fields: ctypes would keep the low 32 bits of a larger Python int
+# silently (2**32 + 128 becomes 128), so such a value is refused here and libfsa reports its own limits.
+INT32_MAX = 2**31 - 1
 
 # The one set of dtype spellings, shared with the C tools' --dtype.
 DTYPE_SPELLINGS = {
@@ -21,6 +28,39 @@ def dtype_code(d):
     if name not in DTYPE_SPELLINGS:
         raise ValueError(f"dtype {d!r}: expected one of {', '.join(DTYPE_SPELLINGS)} (or torch.bfloat16, torch.float16)")
     return DTYPE_SPELLINGS[name]
+
+
+def require_int(name, value, low, high=None):
+    """An int (bool excluded; TypeError) in low..high (ValueError); high None: up to INT32_MAX, what the
+    descriptors' int fields hold."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    if high is None and value > INT32_MAX:
+        raise ValueError(f"{name} {value} is past int32: at most {INT32_MAX}")
+
+
+# The positive numbers that stay positive and finite in float32 (rounding to nearest even): above half the
+# smallest subnormal and below FLT_MAX plus half an ulp. Plain comparisons, which torch.compile traces.
+_FLOAT32_ZERO_BELOW = 2.0**-150
+_FLOAT32_INF_FROM = 2.0**128 - 2.0**103
+
+
+def require_scale(scale):
+    """None, or a positive finite real number that stays positive and finite in float32, the plans' field
+    (where 0 means the default: a scale of 1e-46 would silently become 1/sqrt(head_dim))."""
+    if scale is None:
+        return
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
+    if not _FLOAT32_ZERO_BELOW < float(scale) < _FLOAT32_INF_FROM:  # float(): numpy scalars compare in float64
+        raise ValueError(f"scale {scale} is 0 or infinite in float32, as the plan holds it: it must be a positive "
+                         "finite float32")
+
 
 _BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 

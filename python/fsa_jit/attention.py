@@ -9,10 +9,14 @@ and CUDA graphs all go through the same two operators.
 The call path does no host synchronisation and allocates only through torch's
 caching allocator, so it can be captured in a CUDA graph (after a first eager
 call has created the plan: plan creation compiles or loads kernels).
+
+The operators are the binding's own plumbing for torch.compile and check
+nothing: selected_attention checks the arguments (at trace time under
+torch.compile) and passes them in the operators' encoding. Call the function;
+torch.ops.fsa_jit.* called straight with bad arguments reaches libfsa.
 """
 
 import ctypes
-import math
 import numbers
 import threading
 
@@ -70,6 +74,15 @@ def _topk_layout(topk_idx, hkv, t, layout):
         f"topk_idx must be [Hkv, T, K] = [{hkv}, {t}, K] or [T, Hkv, K] = [{t}, {hkv}, K], "
         f"got {tuple(topk_idx.shape)}"
     )
+
+
+def check_max_seqlen(max_seqlen, t_len):
+    """max_seqlen: None or a host int in 0..T (also checked by the NSA layer before its first branch)."""
+    if max_seqlen is not None:
+        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, numbers.Integral):
+            raise TypeError(f"max_seqlen must be a Python int or None (a tensor would need a host sync), got {type(max_seqlen).__name__}")
+        if not 0 <= max_seqlen <= t_len:
+            raise ValueError(f"max_seqlen must be in 0..T = 0..{t_len}, got {max_seqlen}")
 
 
 def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
@@ -142,16 +155,8 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
         raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"block_size must be one of {BLOCK_SIZES}, got {block_size}")
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-        if not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
-    if max_seqlen is not None:
-        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, numbers.Integral):
-            raise TypeError(f"max_seqlen must be a Python int or None (a tensor would need a host sync), got {type(max_seqlen).__name__}")
-        if not 0 <= max_seqlen <= t_len:
-            raise ValueError(f"max_seqlen must be in 0..T = 0..{t_len}, got {max_seqlen}")
+    _lib.require_scale(scale)
+    check_max_seqlen(max_seqlen, t_len)
     if not isinstance(algorithm, str) or algorithm.lower() not in _lib.ALGORITHMS:
         raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
 
@@ -474,10 +479,20 @@ def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, blo
     ("forced", "only_one", "heuristic" or "measured": from a tuning record), reason, bucket_tokens,
     candidates and will_measure (the next call of this size measures). Never measures.
     """
+    # The arguments as selected_attention takes them, ints within the descriptor's int32 fields.
+    if not isinstance(dtype, torch.dtype) or dtype not in _DTYPES:
+        raise TypeError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
+    if not isinstance(algorithm, str) or algorithm.lower() not in _lib.ALGORITHMS:
+        raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
+    _lib.require_int("total_tokens", total_tokens, 0, 2**63 - 1)
+    for name, value in (("head_dim", head_dim), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+                        ("block_size", block_size), ("top_k", top_k), ("value_dim", value_dim or 1)):
+        _lib.require_int(name, value, 1)
+    _lib.require_int("device", device, 0)
     lib = _lib.get()
     if lib.fsa_plan_choice_get is None:
         raise RuntimeError(f"{lib.path} has no fsa_plan_choice_get; rebuild libfsa from a newer version")
-    algo = {"auto": 0, "fsa": 1, "nsa": 2}[algorithm]
+    algo = _lib.ALGORITHMS[algorithm.lower()]
     plan = _get_plan(lib, device, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k, 0.0, algo, 0,
                      backward, value_dim=value_dim)
     c = _lib.fsa_plan_choice()

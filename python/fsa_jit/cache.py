@@ -11,7 +11,7 @@ import os
 from typing import NamedTuple, Optional
 
 from . import _lib
-from .precompile import _disk_cache_dir, _open_context
+from .precompile import _cache_dir_bytes, _device_ordinal, _disk_cache_dir, _open_context
 
 # Any target reaches the same directory, and every target's entries are visited.
 DEFAULT_TARGET = "sm_80"
@@ -33,6 +33,11 @@ def _with_cache(arch, detect, device, cache_dir, use):
     """use(lib, ctx, cache_dir) on a context of the cache; its result with "cache_dir" added."""
     if arch is not None and detect:
         raise ValueError("arch and detect exclude each other")
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch must be one target such as 'sm_80' (a string), got {arch!r}")
+    if detect:
+        _device_ordinal(device)
+    _cache_dir_bytes(cache_dir)  # a TypeError before anything is loaded
     lib = _lib.get()
     ctx = _open_context(lib, None if detect else arch or DEFAULT_TARGET, device, cache_dir)
     try:

@@ -330,10 +330,21 @@ def bench_main(argv=None):
     except ImportError:
         print("fsa-bench: needs torch (pip install 'fsa-jit[torch]')", file=sys.stderr)
         return EXIT_FAILED
+    from . import selected_attention
+    from .attention import BLOCK_SIZES, MAX_HEAD_DIM, MAX_TOP_K
+
+    # selected_attention's rules for the options, as usage errors (exit 2) rather than a ValueError later.
+    if a.q_heads < 1:
+        p.error(f"--q-heads: at least 1, got {a.q_heads}")
+    if a.D % 16 or not 16 <= a.D <= MAX_HEAD_DIM:
+        p.error(f"-D: a multiple of 16 from 16 to {MAX_HEAD_DIM}, got {a.D}")
+    if a.block_size not in BLOCK_SIZES:
+        p.error(f"--block-size: one of {', '.join(map(str, BLOCK_SIZES))}, got {a.block_size}")
+    if not 1 <= a.top_k <= MAX_TOP_K:
+        p.error(f"--top-k: 1..{MAX_TOP_K}, got {a.top_k}")
     if not torch.cuda.is_available():
         print("fsa-bench: no CUDA device", file=sys.stderr)
         return EXIT_TARGET
-    from . import selected_attention
 
     dtype = torch.bfloat16 if a.dtype[0] == "bf16" else torch.float16
     rows = []
@@ -361,6 +372,8 @@ def bench_main(argv=None):
             except _lib.FsaError as e:
                 print(f"fsa-bench: T={T} G={G}: {e}", file=sys.stderr)
                 return EXIT_FAILED
+            except (ValueError, TypeError) as e:  # an argument selected_attention refuses: a usage error
+                p.error(f"T={T} G={G}: {e}")
             selected = int((topk >= 0).sum())
             flops = 4.0 * selected * G * a.block_size * a.D
             row["tflops_fwd"] = flops / (fwd * 1e-3) / 1e12

@@ -12,11 +12,11 @@ Registered as fsa_jit::compressed_attention_fwd and
 fsa_jit::compressed_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a first
 eager call made the plan) use the same two operators. No host
-synchronisation, except with validate=True (libfsa's check mode).
+synchronisation, except with validate=True (libfsa's check mode). The
+operators check nothing (compressed_attention does): call the function.
 """
 
 import ctypes
-import numbers
 import threading
 
 import torch
@@ -30,16 +30,8 @@ MAX_KERNEL_SIZE = 4096
 MAX_SELECTION_STRIDES = 64  # BK / d, and (l - 1) / d: keys one selection tile of the kernel holds
 
 
-def _is_int(x):
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-def require_int(name, value, low, high=None):
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
+# An int in low..high (TypeError, ValueError); without high, at most INT32_MAX (the descriptors' int fields).
+require_int = _lib.require_int
 
 
 def check_dims(what, d):
@@ -87,11 +79,7 @@ def check_heads(hq, hkv):
 
 
 def check_scale(scale):
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-        if not scale > 0 or scale == float("inf"):
-            raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
+    _lib.require_scale(scale)
 
 
 def check_selection(kernel_size, stride, top_k, block_size, init_blocks, local_blocks):
@@ -111,18 +99,20 @@ def check_selection(kernel_size, stride, top_k, block_size, init_blocks, local_b
 
 
 def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale=None, top_k=0, block_size=64,
-                    init_blocks=1, local_blocks=2, require_cuda=True):
-    """Checks compressed_attention's arguments without touching a device or libfsa (TypeError, ValueError)."""
-    tensors = (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c))
+                    init_blocks=1, local_blocks=2, require_cuda=True, names=("k", "v")):
+    """Checks compressed_attention's arguments without touching a device or libfsa (TypeError, ValueError).
+    names: what the messages call k and v (the NSA layer passes its k_cmp and v_cmp)."""
+    kn, vn = names
+    tensors = (("q", q), (kn, k), (vn, v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c))
     check_common(tensors, q, ("cu_seqlens", "cu_seqlens_c"), require_cuda)
     t_len, hq, dk = q.shape
     if k.shape[:2] != v.shape[:2]:
-        raise ValueError(f"k and v must have the same [Tc, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(f"{kn} and {vn} must have the same [Tc, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
     if k.shape[2] != dk:
-        raise ValueError(f"q has head_dim {dk} but k has {k.shape[2]} (only v may differ: value_dim)")
+        raise ValueError(f"q has head_dim {dk} but {kn} has {k.shape[2]} (only {vn} may differ: value_dim)")
     check_heads(hq, k.shape[1])
     check_dims("head_dim", dk)
-    check_dims("value_dim", v.shape[2])
+    check_dims(f"{vn}'s value_dim", v.shape[2])
     if cu_seqlens_c.numel() != cu_seqlens.numel():
         raise ValueError(f"cu_seqlens_c must have one entry per entry of cu_seqlens ({cu_seqlens.numel()}), "
                          f"got {cu_seqlens_c.numel()}")

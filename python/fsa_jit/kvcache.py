@@ -23,7 +23,9 @@ be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` a
 ``topk_length`` updated in place between replays. Under ``torch.compile``, fake
 tensors or a dispatch mode the call is the operator
 ``torch.ops.fsa_jit.kvcache_attention`` (with a fake implementation); a plain
-eager call skips the dispatcher.
+eager call skips the dispatcher. The operator checks nothing (kvcache_attention
+does, then passes scale 0.0 for the default and 0 for the plan's sizes): call
+the function.
 """
 
 import ctypes
@@ -100,6 +102,17 @@ def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_siz
     "only_one", "heuristic" or "measured": the plan's tuning record), reason, candidates and will_measure
     (the next call measures: tuning on through FSA_TUNE, no record yet). Never measures.
     """
+    # As kvcache_attention takes them; the ints within the descriptor's int32 fields.
+    if not isinstance(dtype, torch.dtype) or dtype not in _DTYPES:
+        raise TypeError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
+    for name, value in (("head_dim", head_dim), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+                        ("block_size", block_size), ("top_k", top_k), ("page_size", page_size),
+                        ("max_batch", max_batch), ("max_query_tokens", max_query_tokens),
+                        ("value_dim", value_dim or 1)):
+        _lib.require_int(name, value, 1)
+    _lib.require_int("splits", splits, 0)
+    _lib.require_int("device", device, 0)
+    _lib.require_scale(scale)
     lib = _lib.get()
     key = (device, dtype, int(head_dim), int(num_q_heads), int(num_kv_heads), int(block_size), int(top_k),
            int(page_size), int(max_batch), int(max_query_tokens), float(scale or 0.0), int(splits), False,
@@ -133,6 +146,12 @@ def _require(cond, message):
         raise ValueError(message)
 
 
+def _plan_int(name, value, low):
+    """_lib.require_int, with a plain int in range taking the cheap test only (every serving call checks)."""
+    if type(value) is not int or not low <= value <= _lib.INT32_MAX:
+        _lib.require_int(name, value, low)
+
+
 def _require_cuda(q, k_cache, v_cache):
     """The one check that needs CUDA tensors (the CPU tests replace it)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -158,7 +177,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     k_cache: [num_pages, page_size, Hkv, D], v_cache: [num_pages, page_size, Hkv, Dv] by strides (a
         permuted view of [num_pages, Hkv, page_size, D] works); last dim contiguous. D (query/key) and
         Dv (value head dim, e.g. NSA's 192 and 128) are multiples of 16 up to 256 and may differ.
-    cu_seqlens_q: int32 [B+1]; seqused_k: int32 [B]; block_table: int32 [B, max_pages] (row stride free).
+    cu_seqlens_q: int32 [B+1] and seqused_k: int32 [B], both contiguous (read in place, never copied); B = 0
+        ([0]) is an empty call, without query tokens. block_table: int32 [B, max_pages] (row stride free).
     topk_idx: int32 logical block numbers, [Tq, Hkv, K] (topk_layout "thk"), [Hkv, Tq, K] ("hkt"), or
         [Tq, K] (one selection shared by every KV head); -1 = unused.
     topk_length: optional int32 [Tq]: slots at or past it are unused.
@@ -168,36 +188,69 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
-    # Shapes first, devices last: everything but the device can be checked on a CPU-only machine.
+    # Shapes first, devices last: everything but CUDA itself can be checked on a CPU-only machine. (The
+    # messages of the checks added later are built only on failure: this runs on every serving call.)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cu_seqlens_q", cu_seqlens_q),
+                    ("seqused_k", seqused_k), ("block_table", block_table), ("topk_idx", topk_idx),
+                    ("topk_length", topk_length)):
+        if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor")
         _require(t.dtype == q.dtype and q.dtype in _DTYPES, f"{name} must be bf16 or fp16 like q, got {t.dtype}")
-        _require(t.stride(-1) == 1, f"{name}'s last dimension must be contiguous")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     _require(q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3],
              "q must be [Tq, Hq, D], k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_size, "
              f"Hkv, Dv] with the same pages and heads; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _require(t.stride(-1) == 1, f"{name}'s last dimension must be contiguous")
     tq, hq, d = q.shape
     hkv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
     _require(dk == d, f"q and k_cache share the query/key head dim: q has {d}, k_cache {dk}")
+    if hq < 1 or hkv < 1:
+        raise ValueError(f"need at least one head: q has {hq}, k_cache and v_cache {hkv}")
     _require(hq % hkv == 0, f"Hq {hq} is not a multiple of Hkv {hkv}")
+    if d % 16 or not 16 <= d <= 256:
+        raise ValueError(f"q's head dim {d}: a multiple of 16 from 16 to 256")
     _require(dv % 16 == 0 and 16 <= dv <= 256, f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
                     ("topk_idx", topk_idx), ("topk_length", topk_length)):
         if t is not None:
             _require(t.dtype == torch.int32 and t.device == q.device, f"{name} must be int32 on {q.device}")
+    # Batch 0 is an empty call ([0]: no sequence, no query token); libfsa refuses query tokens without one.
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1:
+        raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")
     batch = cu_seqlens_q.numel() - 1
-    _require(seqused_k.numel() == batch and block_table.dim() == 2 and block_table.shape[0] == batch
-             and block_table.stride(1) == 1, "seqused_k [B] and block_table [B, max_pages] (unit column stride)")
+    if batch == 0 and tq:
+        raise ValueError(f"cu_seqlens_q describes no sequence (B = 0) but q has {tq} tokens")
+    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch and block_table.dim() == 2
+             and block_table.shape[0] == batch and block_table.stride(1) == 1,
+             "seqused_k [B] and block_table [B, max_pages] (unit column stride), B from cu_seqlens_q")
+    # Read in place by pointer (never copied: callers update them in place between CUDA graph replays).
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (it is read in place, not copied)")
+    if topk_idx.dim() not in (2, 3):
+        raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
     _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
+    if topk_layout not in ("thk", "hkt"):
+        raise ValueError(f"topk_layout must be 'thk' or 'hkt', got {topk_layout!r}")
     if topk_idx.dim() == 2:
         _require(topk_idx.shape[0] == tq, f"a shared selection is [Tq, K] = [{tq}, K]")
     elif topk_layout == "thk":
         _require(tuple(topk_idx.shape[:2]) == (tq, hkv), f"topk_idx must be [Tq, Hkv, K] = [{tq}, {hkv}, K]")
     else:
-        _require(topk_layout == "hkt" and tuple(topk_idx.shape[:2]) == (hkv, tq),
+        _require(tuple(topk_idx.shape[:2]) == (hkv, tq),
                  f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
     if topk_length is not None:
         _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
+    # The plan's int fields: ints within int32 (libfsa reports its own limits), scale as the other branches.
+    _plan_int("block_size", block_size, 1)
+    for name, value in (("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
+        if value is not None:
+            _plan_int(name, value, 0)
+    _plan_int("splits", splits, 0)
+    _lib.require_scale(scale)
 
     _require_cuda(q, k_cache, v_cache)
 

@@ -20,6 +20,7 @@ Example (a few lines that train; see docs/nsa.md)::
 import torch
 
 from . import _gates
+from . import _lib
 from . import _nsa_node
 from . import attention as _att
 from . import compressed as _cmp
@@ -59,8 +60,15 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
     """
     _cmp.require_int("kernel_size", kernel_size, 1, _cmp.MAX_KERNEL_SIZE)
     _cmp.require_int("stride", stride, 1, kernel_size)
+    for name, t in (("x", x), ("cu_seqlens", cu_seqlens)):
+        _att._check_tensor(name, t)
     if x.dim() != 3:
         raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must be an integer tensor (int32), got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape "
+                         f"{tuple(cu_seqlens.shape)}")
     cu = [int(v) for v in cu_seqlens.tolist()]
     if cu[0] != 0 or cu[-1] != x.shape[0] or any(a > b for a, b in zip(cu, cu[1:])):
         raise ValueError(f"cu_seqlens must rise from 0 to T={x.shape[0]}, got {cu}")
@@ -74,7 +82,8 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
 
 
 # ------------------------------------------------------------------- gates
-# The gate operators: libfsa's gate kernels (_gates.py) for compiled code and the layer's operator path.
+# The gate operators: libfsa's gate kernels (_gates.py) for compiled code and the layer's operator path. They
+# check nothing (nsa_attention does): plumbing, like the branches' operators.
 
 
 def clear_plans():
@@ -171,20 +180,29 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     # Every branch's arguments first, devices last, so that a bad call fails before any kernel runs (and
     # every other check can run on a CPU-only machine).
     _cmp.check_arguments(q, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
-                         init_blocks, local_blocks, require_cuda=False)
-    for keys, values in ((k, v), (k_win, v_win)):  # the selected branch takes the window's shapes
-        _win.check_arguments(q, keys, values, cu_seqlens, window, scale, require_cuda=False)
+                         init_blocks, local_blocks, require_cuda=False, names=("k_cmp", "v_cmp"))
+    win_names = ("k" if k_win is k else "k_win", "v" if v_win is v else "v_win")
+    for names, keys, values in ((("k", "v"), k, v), (win_names, k_win, v_win)):  # the selected branch: the window's
+        _win.check_arguments(q, keys, values, cu_seqlens, window, scale, require_cuda=False, names=names)
         if keys.shape[1] != k_cmp.shape[1]:
-            raise ValueError(f"the compressed keys have {k_cmp.shape[1]} KV heads but k has {keys.shape[1]}")
+            raise ValueError(f"k_cmp has {k_cmp.shape[1]} KV heads but {names[0]} has {keys.shape[1]}")
+    # The gate kernels sum the three branches' outputs row by row: one value head dim for all.
+    for name, values in (("v_cmp", v_cmp), (win_names[1], v_win)):
+        if values.shape[2] != v.shape[2]:
+            raise ValueError(f"{name} has value head dim {values.shape[2]} but v has {v.shape[2]}: the branches' "
+                             "outputs are summed, so v, v_cmp and v_win share Dv")
     dk, dv = q.shape[2], v.shape[2]
     grads = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
     if grads and dk + dv > _att.ONE_PASS_BWD_COLS and (dk % 32 or dv % 32):  # the selected attention's backward
         raise ValueError(f"the backward with head dims {dk} (q, k) and {dv} (v): when together over "
                          f"{_att.ONE_PASS_BWD_COLS}, both must be multiples of 32")
+    # The selected branch's own arguments too, before the compressed branch runs.
+    sel_limit = SELECTED_WORKSPACE if workspace_limit is None else workspace_limit
+    _lib.parse_workspace_limit(sel_limit)
+    _att.check_max_seqlen(max_seqlen, t_len)
     _cmp.check_devices((("q", q), ("k", k), ("v", v), ("k_cmp", k_cmp), ("v_cmp", v_cmp), ("k_win", k_win),
                         ("v_win", v_win), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c)), q)
 
-    sel_limit = SELECTED_WORKSPACE if workspace_limit is None else workspace_limit
     if not validate:  # plain eager calls: the layer's own autograd node (_nsa_node.py)
         out = _nsa_node.layer(key, q, k, v, k_cmp, v_cmp, raw_gates, row_gates, cu_seqlens, cu_seqlens_c,
                               None if k_win is k else k_win, None if v_win is v else v_win, kernel_size, stride,

@@ -9,6 +9,7 @@ import collections
 import concurrent.futures
 import ctypes
 import itertools
+import numbers
 import os
 import sys
 import threading
@@ -29,6 +30,8 @@ def _int_list(name, values):
     for x in values:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name}: {x!r} is not a positive int")
+        if x > _lib.INT32_MAX:  # the descriptors' int fields (libfsa reports its own limits below that)
+            raise ValueError(f"{name}: {x} is past int32 (at most {_lib.INT32_MAX})")
         if x not in out:
             out.append(x)
     if not out:
@@ -39,6 +42,8 @@ def _int_list(name, values):
 def _targets(arch):
     if isinstance(arch, str):
         arch = arch.split(",")
+    if not isinstance(arch, (list, tuple)) or not all(isinstance(a, str) for a in arch):
+        raise TypeError(f"arch must be a string such as 'sm_80,sm_90a' or a list of such names, got {arch!r}")
     out = []
     for a in arch:
         a = a.strip()
@@ -46,7 +51,26 @@ def _targets(arch):
             raise ValueError(f"arch: empty target in {arch!r}")
         if a not in out:
             out.append(a)
+    if not out:
+        raise ValueError("arch is empty: name at least one target, e.g. 'sm_80'")
     return out
+
+
+def _device_ordinal(device):
+    """device as fsa_context_options.device takes it: a CUDA device ordinal (an int, as --device N)."""
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral):
+        raise TypeError(f"device must be a CUDA device ordinal (an int such as 0), got {device!r}")
+    _lib.require_int("device", device, 0)
+    return int(device)
+
+
+def _cache_dir_bytes(cache_dir):
+    """cache_dir (None, a str, bytes or os.PathLike) as the C string libfsa takes."""
+    if cache_dir is None:
+        return None
+    if not isinstance(cache_dir, (str, bytes, os.PathLike)):
+        raise TypeError(f"cache_dir must be a path (str, bytes or os.PathLike) or None, got {type(cache_dir).__name__}")
+    return os.fsencode(cache_dir)
 
 
 def _open_context(lib, target, device, cache_dir):
@@ -56,7 +80,7 @@ def _open_context(lib, target, device, cache_dir):
     options = _lib.fsa_context_options(
         device=_lib.FSA_DEVICE_NONE if target is not None else device,
         target=target.encode() if target is not None else None,
-        cache_dir=cache_dir.encode() if cache_dir is not None else None,
+        cache_dir=_cache_dir_bytes(cache_dir),
         # The environment's FSA_CACHE_MODE and FSA_JIT are for applications; the tool compiles and writes
         # (verifying also deletes bad entries).
         cache_mode=_lib.FSA_CACHE_MODE_READ_WRITE,
@@ -250,6 +274,8 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         code = _dtype_code(d)
         if code not in dtype_codes:
             dtype_codes.append(code)
+    if not dtype_codes:
+        raise ValueError("dtypes is empty: name at least one, e.g. 'bf16'")
     head_dims = _int_list("head_dims", head_dims)
     groups = _int_list("groups", groups)
     block_sizes = _int_list("block_sizes", block_sizes)
@@ -265,11 +291,16 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     for name, v in (("value_dim", value_dim), ("kernel_size", kernel_size), ("stride", stride), ("window", window)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "value_dim" else 1):
             raise ValueError(f"{name} must be a {'non-negative' if name == 'value_dim' else 'positive'} int, got {v!r}")
+        if v > _lib.INT32_MAX:
+            raise ValueError(f"{name}: {v} is past int32 (at most {_lib.INT32_MAX})")
     if jobs is None:
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     targets = _targets(arch) if arch is not None else [None]
+    if detect:
+        device = _device_ordinal(device)
+    _cache_dir_bytes(cache_dir)  # a TypeError before anything is loaded
 
     lib = _lib.get()
     if tune and lib.fsa_plan_tune is None:

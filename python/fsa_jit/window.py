@@ -7,7 +7,8 @@ per query head. Registered as fsa_jit::window_attention_fwd and
 fsa_jit::window_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a
 first eager call made the plan) use the same two operators. No host
-synchronisation, except with validate=True (libfsa's check mode).
+synchronisation, except with validate=True (libfsa's check mode). The
+operators check nothing (window_attention does): call the function.
 """
 
 import ctypes
@@ -34,20 +35,23 @@ def head_windows_of(window, hq):
     return int(window), ()
 
 
-def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True):
-    """Checks window_attention's arguments without touching a device or libfsa (TypeError, ValueError)."""
-    tensors = (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens))
+def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True, names=("k", "v")):
+    """Checks window_attention's arguments without touching a device or libfsa (TypeError, ValueError).
+    names: what the messages call k and v (the NSA layer passes its k_win and v_win)."""
+    kn, vn = names
+    tensors = (("q", q), (kn, k), (vn, v), ("cu_seqlens", cu_seqlens))
     _cmp.check_common(tensors, q, ("cu_seqlens",), require_cuda)
     t_len, hq, dk = q.shape
     if k.shape[:2] != v.shape[:2]:
-        raise ValueError(f"k and v must have the same [T, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(f"{kn} and {vn} must have the same [T, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
     if k.shape[0] != t_len:
-        raise ValueError(f"q has T={t_len} tokens but k and v have {k.shape[0]}: all are packed over the same tokens")
+        raise ValueError(f"q has T={t_len} tokens but {kn} and {vn} have {k.shape[0]}: all are packed over the same "
+                         "tokens")
     if k.shape[2] != dk:
-        raise ValueError(f"q has head_dim {dk} but k has {k.shape[2]} (only v may differ: value_dim)")
+        raise ValueError(f"q has head_dim {dk} but {kn} has {k.shape[2]} (only {vn} may differ: value_dim)")
     _cmp.check_heads(hq, k.shape[1])
     _cmp.check_dims("head_dim", dk)
-    _cmp.check_dims("value_dim", v.shape[2])
+    _cmp.check_dims(f"{vn}'s value_dim", v.shape[2])
     batch = cu_seqlens.numel() - 1
     if t_len > 0 and batch > t_len:
         raise ValueError(f"cu_seqlens describes {batch} sequences for only {t_len} tokens")

@@ -83,3 +83,24 @@ def test_an_error_while_copying_an_entry_stops_the_walk_and_reaches_the_caller(c
 def test_arch_and_detect_exclude_each_other():
     with pytest.raises(ValueError, match="exclude"):
         fsa_jit.cache_entries(arch="sm_80", detect=True)
+
+
+def test_cache_entries_take_a_pathlib_cache_dir(lib, tmp_path):
+    assert fsa_jit.cache_entries(cache_dir=tmp_path) == {"cache_dir": str(tmp_path), "entries": [], "bytes": 0}
+
+
+@pytest.mark.parametrize("call,match", [
+    (dict(arch=["sm_80"]), r"arch must be one target such as 'sm_80' \(a string\), got \['sm_80'\]"),
+    (dict(detect=True, device="cuda:0"), r"device must be a CUDA device ordinal"),
+    (dict(cache_dir=3), r"cache_dir must be a path"),
+])
+def test_cache_functions_refuse_arguments_of_the_wrong_type_by_name(call, match, monkeypatch):
+    def reached(*a, **k):
+        raise AssertionError("a bad argument reached libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    for function in (fsa_jit.cache_entries, fsa_jit.verify_cache):
+        with pytest.raises(TypeError, match=match):
+            function(**call)
+    with pytest.raises(TypeError, match=match):
+        fsa_jit.prune_cache("1G", **call)

@@ -58,6 +58,18 @@ def test_bench_usage_errors_exit_2(capsys):
         assert rc == 2 and "usage:" in err, args
 
 
+@pytest.mark.parametrize("args,match", [
+    (["--block-size", "48"], "--block-size: one of 16, 32, 64, 128, 256, got 48"),
+    (["-D", "100"], "-D: a multiple of 16 from 16 to 256, got 100"),
+    (["--q-heads", "0"], "--q-heads: at least 1, got 0"),
+    (["--top-k", "65"], "--top-k: 1..64, got 65"),
+])
+def test_bench_options_selected_attention_refuses_are_usage_errors(args, match, capsys):
+    pytest.importorskip("torch")
+    rc, _, err = run(cli.bench_main, args, capsys)
+    assert rc == 2 and "usage:" in err and match in err
+
+
 def test_lists_and_dtypes_parse_like_the_c_tools():
     assert cli._int_list("64,128") == [64, 128]
     assert cli._int_list("1-4,8") == [1, 2, 3, 4, 8]

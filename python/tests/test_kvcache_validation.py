@@ -72,3 +72,102 @@ def test_clear_plans_of_the_package_drops_the_paged_cache_plans_too(monkeypatch)
     monkeypatch.setitem(kvcache._plans, ("a paged-cache plan key",), (0x1234, 0))
     fsa_jit.clear_plans()
     assert kvcache._plans == {}
+
+
+def expect_error(error, match, **call):
+    with pytest.raises(error, match=match):
+        kvcache.kvcache_attention(**call)
+
+
+@pytest.mark.parametrize("name,values", [("cu_seqlens_q", [0, 9, 1, 9, 3, 9]), ("seqused_k", [20, 0, 30, 0])])
+def test_the_lengths_read_in_place_must_be_contiguous(name, values):
+    # Passed by pointer, never copied (updated in place between graph replays): a strided view would be misread.
+    expect(rf"{name} must be contiguous", **problem() | {name: torch.tensor(values, dtype=torch.int32)[::2]})
+
+
+def test_the_block_table_needs_unit_column_stride_but_any_row_stride():
+    table = torch.zeros(2, 6, dtype=torch.int32)
+    expect(r"block_table \[B, max_pages\] \(unit column stride\)", **problem() | {"block_table": table[:, ::2]})
+    expect(r"q must be a CUDA tensor", **problem() | {"block_table": table[:, :3]})  # rows 6 apart: fine
+
+
+@pytest.mark.parametrize("cu", [torch.zeros(0, dtype=torch.int32), torch.tensor([[0, 1, 3]], dtype=torch.int32)])
+def test_cu_seqlens_q_must_be_1d_with_an_entry_per_sequence_and_one(cu):
+    expect(r"cu_seqlens_q must be 1-D \[B \+ 1\]", **problem() | {"cu_seqlens_q": cu})
+
+
+def test_no_sequence_takes_no_query_tokens_and_is_an_empty_call_without_them():
+    none = dict(cu_seqlens_q=torch.zeros(1, dtype=torch.int32), seqused_k=torch.zeros(0, dtype=torch.int32),
+                block_table=torch.zeros(0, 3, dtype=torch.int32))
+    expect(r"cu_seqlens_q describes no sequence \(B = 0\) but q has 3 tokens", **problem() | none)
+    empty = problem(tq=0) | none
+    expect(r"q must be a CUDA tensor", **empty)  # valid up to the device
+
+
+@pytest.mark.parametrize("name", ["cu_seqlens_q", "seqused_k", "block_table", "topk_idx", "q", "k_cache"])
+@pytest.mark.parametrize("value", [None, [0, 1, 3]])
+def test_an_argument_that_is_not_a_tensor_is_a_type_error_naming_it(name, value):
+    expect_error(TypeError, rf"{name} must be a torch.Tensor, got {type(value).__name__}", **problem() | {name: value})
+
+
+def test_a_cache_without_kv_heads_is_refused():
+    p = problem() | dict(k_cache=torch.randn(6, 16, 0, 64).bfloat16(), v_cache=torch.randn(6, 16, 0, 64).bfloat16(),
+                         topk_idx=torch.zeros(3, 0, 4, dtype=torch.int32))
+    expect(r"need at least one head: q has 4, k_cache and v_cache 0", **p)
+
+
+@pytest.mark.parametrize("block_size", [16.7, 16.0, "16", None, True])
+def test_block_size_must_be_an_int(block_size):
+    expect_error(TypeError, r"block_size must be an int", **problem() | {"block_size": block_size})
+
+
+@pytest.mark.parametrize("scale,error,match", [
+    (0, ValueError, r"scale must be a positive finite number"),  # not the default: None is
+    (-1.0, ValueError, r"scale must be a positive finite number"),
+    (float("nan"), ValueError, r"scale must be a positive finite number"),
+    (1e-46, ValueError, r"scale 1e-46 is 0 or infinite in float32"),
+    (torch.tensor(0.5), TypeError, r"scale must be a float or None"),
+])
+def test_scale_must_be_positive_and_finite_in_float32_when_given(scale, error, match):
+    expect_error(error, match, **problem() | {"scale": scale})
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 2, 4, 1)])
+def test_topk_idx_is_2d_or_3d(shape):
+    expect(r"topk_idx must be \[Tq, Hkv, K\], \[Hkv, Tq, K\] or \[Tq, K\]",
+           **problem() | {"topk_idx": torch.zeros(shape, dtype=torch.int32)})
+
+
+def test_topk_layout_is_thk_or_hkt():
+    expect(r"topk_layout must be 'thk' or 'hkt', got 'HKT'", **problem(), topk_layout="HKT")
+
+
+@pytest.mark.parametrize("name", ["k_cache", "v_cache"])
+def test_the_caches_must_be_on_qs_device(name):
+    p = problem()
+    p[name] = p[name].to("meta")
+    expect(rf"{name} is on meta but q is on cpu", **p)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(block_size=2**32 + 16), r"block_size 4294967312 is past int32"),
+    (dict(max_batch=2**32 + 1), r"max_batch 4294967297 is past int32"),
+    (dict(max_batch=-1), r"max_batch must be >= 0"),
+    (dict(splits=-3), r"splits must be >= 0"),
+])
+def test_the_plans_ints_must_fit_int32(change, match):
+    expect(match, **problem() | change)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(dtype="bf16"), TypeError, r"dtype must be torch.bfloat16 or torch.float16, got 'bf16'"),
+    (dict(dtype=torch.float32), TypeError, r"dtype must be torch.bfloat16 or torch.float16"),
+    (dict(block_size=16.5), TypeError, r"block_size must be an int"),
+    (dict(top_k=2**32 + 16), ValueError, r"top_k 4294967312 is past int32"),
+    (dict(scale=0.0), ValueError, r"scale must be a positive finite number"),
+])
+def test_kvcache_plan_choice_checks_its_arguments_before_the_library(change, error, match):
+    shape = dict(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64, max_batch=4,
+                 max_query_tokens=16)
+    with pytest.raises(error, match=match):
+        kvcache.kvcache_plan_choice(**shape | change)

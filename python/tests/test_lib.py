@@ -222,6 +222,42 @@ def test_precompile_page_size_arguments():
             fsa_jit.precompile(arch="sm_80", kinds="kvcache", page_sizes=bad)
 
 
+def test_precompile_refuses_an_empty_target_or_dtype_list_by_name():
+    with pytest.raises(ValueError, match="arch is empty"):
+        fsa_jit.precompile(arch=[])
+    with pytest.raises(ValueError, match="arch: empty target"):
+        fsa_jit.precompile(arch="sm_80,")
+    with pytest.raises(ValueError, match="dtypes is empty"):
+        fsa_jit.precompile(arch="sm_80", dtypes=[])
+
+
+@pytest.mark.parametrize("call,match", [
+    (dict(arch=80), r"arch must be a string such as 'sm_80,sm_90a' or a list"),
+    (dict(arch=["sm_80", 90]), r"arch must be a string"),
+    (dict(detect=True, device="cuda:0"), r"device must be a CUDA device ordinal \(an int such as 0\), got 'cuda:0'"),
+    (dict(arch="sm_80", cache_dir=123), r"cache_dir must be a path"),
+])
+def test_precompile_arguments_of_the_wrong_type_are_type_errors_naming_them(call, match):
+    with pytest.raises(TypeError, match=match):
+        fsa_jit.precompile(**call)
+
+
+@pytest.mark.parametrize("call,match", [
+    (dict(head_dims=(2**32 + 128,)), r"head_dims: 4294967424 is past int32"),
+    (dict(groups=(2**31,)), r"groups: 2147483648 is past int32"),
+    (dict(kinds="window", window=2**32 + 5), r"window: 4294967301 is past int32"),
+    (dict(value_dim=2**32 + 64), r"value_dim: 4294967360 is past int32"),
+])
+def test_precompile_ints_past_int32_are_refused_rather_than_truncated(call, match):
+    with pytest.raises(ValueError, match=match):
+        fsa_jit.precompile(arch="sm_80", **call)
+
+
+def test_precompile_takes_a_pathlib_cache_dir(lib, tmp_path):
+    summary = fsa_jit.precompile(arch="sm_80", kinds="gate", dtypes="f16", head_dims=(32,), cache_dir=tmp_path, jobs=1)
+    assert summary["cache_dir"] == str(tmp_path)
+
+
 def test_precompile_bad_target(lib, tmp_path):
     with pytest.raises(fsa_jit.FsaError):
         fsa_jit.precompile(arch="sm_10", cache_dir=str(tmp_path))

@@ -138,7 +138,7 @@ def test_a_valid_nsa_call_fails_only_on_the_device():
     (dict(block_size=48), ValueError, r"block_size must be one of"),
     (dict(top_k=0), ValueError, r"top_k must be 1..64"),
     (dict(window=0), ValueError, r"window must be 1"),
-    (dict(k_cmp=torch.randn(3, 2, 32).half()), TypeError, r"k must have q's dtype"),
+    (dict(k_cmp=torch.randn(3, 2, 32).half()), TypeError, r"k_cmp must have q's dtype"),
 ])
 def test_bad_nsa_arguments(change, error, match):
     expect(nsa_attention, error, match, **nsa_problem(**change))
@@ -253,3 +253,73 @@ def test_nsa_attention_compiles_into_one_graph():
     targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
     for op in ("compressed_attention_fwd", "selected_attention_fwd", "window_attention_fwd"):
         assert any(op in t for t in targets), (op, targets)
+
+
+# ------------------------------------------- the layer's own checks (review)
+
+
+@pytest.mark.parametrize("change,name", [
+    (dict(v_cmp=torch.randn(3, 2, 16).bfloat16()), "v_cmp"),
+    (dict(k_win=torch.randn(40, 2, 32).bfloat16(), v_win=torch.randn(40, 2, 16).bfloat16()), "v_win"),
+])
+def test_the_three_branches_must_share_the_value_head_dim(change, name):
+    expect(nsa_attention, ValueError, rf"{name} has value head dim 16 but v has 32: .*share Dv", **nsa_problem(**change))
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(k_cmp=torch.randn(3, 2, 16).bfloat16()), ValueError, r"q has head_dim 32 but k_cmp has 16"),
+    (dict(v_cmp=torch.randn(4, 2, 32).bfloat16()), ValueError, r"k_cmp and v_cmp must have the same \[Tc, Hkv\]"),
+    (dict(k_win=torch.randn(39, 2, 32).bfloat16()), ValueError, r"k_win and v must have the same \[T, Hkv\]"),
+    (dict(k_win=torch.randn(40, 2, 32).bfloat16(), v_win=torch.randn(40, 2, 32).half()), TypeError,
+     r"v_win must have q's dtype"),
+    (dict(k_win=torch.randn(40, 1, 32).bfloat16(), v_win=torch.randn(40, 1, 32).bfloat16()), ValueError,
+     r"k_cmp has 2 KV heads but k_win has 1"),
+])
+def test_messages_name_the_compressed_and_window_tensors_the_caller_passed(change, error, match):
+    expect(nsa_attention, error, match, **nsa_problem(**change))
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(workspace_limit="bogus"), ValueError, r"workspace_limit: 'bogus' is not a byte count"),
+    (dict(max_seqlen=-1), ValueError, r"max_seqlen must be in 0..T = 0..40"),
+    (dict(max_seqlen=41), ValueError, r"max_seqlen must be in 0..T = 0..40"),
+    (dict(max_seqlen=4.0), TypeError, r"max_seqlen must be a Python int"),
+])
+def test_the_selected_branchs_workspace_limit_and_max_seqlen_are_checked_before_any_branch_runs(change, error, match,
+                                                                                               monkeypatch):
+    import fsa_jit.nsa as nsa_module
+
+    ran = []
+    monkeypatch.setattr(nsa_module, "compressed_attention", lambda *a, **k: ran.append("compressed"))
+    expect(nsa_attention, error, match, **nsa_problem(**change))  # CPU tensors: before the device check, too
+    mode = FakeTensorMode()
+    with mode:
+        p = {n: x.to("cuda") if isinstance(x, torch.Tensor) else x for n, x in nsa_problem(**change).items()}
+        expect(nsa_attention, error, match, **p)
+    assert ran == []
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(init_blocks=2**32 + 1), ValueError, r"init_blocks 4294967297 is past int32"),
+    (dict(local_blocks=2**31), ValueError, r"local_blocks 2147483648 is past int32"),
+    (dict(scale=1e-46), ValueError, r"scale 1e-46 is 0 or infinite in float32"),
+    (dict(scale=1e39), ValueError, r"scale 1e\+39 is 0 or infinite in float32"),
+])
+def test_ints_past_int32_and_scales_that_float32_cannot_hold_are_refused(change, error, match):
+    expect(nsa_attention, error, match, **nsa_problem(**change))
+    expect(fsa_jit.compressed_attention, error, match, **{**cmp_problem(), "top_k": 4, "block_size": 16, **change})
+
+
+@pytest.mark.parametrize("cu,error,match", [
+    (torch.zeros(0, dtype=torch.int32), ValueError, r"cu_seqlens must be 1-D \[batch \+ 1\] with at least 2 entries"),
+    (torch.tensor([0], dtype=torch.int32), ValueError, r"at least 2 entries, got shape \(1,\)"),
+    (torch.tensor([[0, 40]], dtype=torch.int32), ValueError, r"cu_seqlens must be 1-D"),
+    (torch.tensor([0.0, 40.0]), TypeError, r"cu_seqlens must be an integer tensor"),
+    ([0, 40], TypeError, r"cu_seqlens must be a torch.Tensor, got list"),
+])
+def test_compress_mean_takes_a_1d_integer_tensor_of_offsets(cu, error, match):
+    from fsa_jit.nsa import compress_mean
+
+    expect(compress_mean, error, match, x=torch.randn(40, 2, 32), cu_seqlens=cu)
+    x_cmp, cu_c = compress_mean(torch.randn(40, 2, 32), torch.tensor([0, 40]), kernel_size=8, stride=4)
+    assert x_cmp.shape == (9, 2, 32) and cu_c.tolist() == [0, 9]  # int64 offsets are fine

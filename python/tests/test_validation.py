@@ -208,3 +208,50 @@ def test_set_tuning_takes_off_on_force_or_none_only():
     fsa_jit.set_tuning(None)
     with pytest.raises(ValueError):
         fsa_jit.set_tuning("sometimes")
+
+
+@pytest.mark.parametrize("scale", [1e-46, 1e39])
+def test_a_scale_that_is_zero_or_infinite_in_float32_is_refused(scale):
+    # The plan holds a float32, where 0 means the default: 1e-46 would silently become 1/sqrt(D).
+    expect(ValueError, r"is 0 or infinite in float32", **problem(), scale=scale)
+
+
+class _ChoiceLib:
+    """A libfsa whose plan_choice_get answers without a device."""
+
+    fsa_plan_choice_get = staticmethod(lambda choice, handle, operation, tokens: 0)
+
+    def check(self, status, function=None):
+        pass
+
+
+def test_plan_choice_takes_the_algorithm_in_any_case_as_selected_attention_does(monkeypatch):
+    seen = []
+
+    class Plan:
+        handle = 1
+
+    def get_plan(lib, device, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, *rest, **kw):
+        seen.append(algorithm)
+        return Plan()
+
+    monkeypatch.setattr(_lib, "get", lambda: _ChoiceLib())
+    monkeypatch.setattr(attention, "_get_plan", get_plan)
+    shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64)
+    for algorithm in ("FSA", "nsa", "Auto"):
+        fsa_jit.plan_choice(1024, **shape, algorithm=algorithm)
+    assert seen == [_lib.FSA_ALGORITHM_FSA, _lib.FSA_ALGORITHM_NSA, _lib.FSA_ALGORITHM_AUTO]
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(algorithm="dense"), ValueError, r"algorithm must be 'auto', 'fsa' or 'nsa', got 'dense'"),
+    (dict(algorithm=None), ValueError, r"algorithm must be"),
+    (dict(dtype=torch.float32), TypeError, r"dtype must be torch.bfloat16 or torch.float16, got torch.float32"),
+    (dict(dtype="bf16"), TypeError, r"dtype must be torch.bfloat16 or torch.float16, got 'bf16'"),
+    (dict(top_k=2**32 + 16), ValueError, r"top_k 4294967312 is past int32"),
+    (dict(head_dim=128.0), TypeError, r"head_dim must be an int"),
+])
+def test_plan_choice_refuses_what_selected_attention_refuses_before_the_library(change, error, match):
+    shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64) | change
+    with pytest.raises(error, match=match):
+        fsa_jit.plan_choice(1024, **shape)
