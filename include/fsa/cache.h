@@ -50,8 +50,12 @@ FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, vo
 
 /**
  * Re-reads and re-hashes every entry; on a context with a device, also loads
- * the entries of the context's target into the driver. Bad entries are
- * deleted where the cache allows it (entry.deleted says which).
+ * the entries of the context's target into the driver (only a load error
+ * that condemns the image, CUDA_ERROR_INVALID_IMAGE or
+ * CUDA_ERROR_NO_BINARY_FOR_GPU, makes one bad; entries built by an NVRTC
+ * newer than the driver are not loaded). Bad entries are deleted where the
+ * cache allows it (entry.deleted says which). Entries of another format
+ * version (another library version's) are skipped; access times are kept.
  * @param      ctx     the context
  * @param      visit   called for every entry with `valid` set; may be NULL
  * @param      user    passed to visit unchanged
@@ -64,11 +68,13 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
 
 /**
  * Deletes stale temporary and lock files, then the least recently used
- * entries until the entries total at most max_bytes.
+ * entries until the entries and the live writers' temporary files total at
+ * most max_bytes (an entry a writer replaced after the scan is kept).
  * @param      ctx            the context
  * @param      max_bytes      the size to shrink to (0 deletes every entry)
  * @param[out] removed_out    files deleted; may be NULL
- * @param[out] bytes_left_out bytes of entries left; may be NULL
+ * @param[out] bytes_left_out bytes left: entries plus live writers' temporary
+ *                            files; may be NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Safe while other processes use the cache: one that needs a deleted kernel
  * compiles it again.

@@ -95,7 +95,9 @@ def cache_entries(cache_dir=None, arch=None, detect=False, device=0):
 
 def verify_cache(cache_dir=None, arch=None, detect=False, device=0):
     """Re-reads and re-hashes every entry and deletes the bad ones where the cache allows it; with
-    detect=True also loads the entries of the GPU's target into the driver.
+    detect=True also loads the entries of the GPU's target into the driver (only a load error that
+    condemns the image makes an entry bad). Entries of another library version's format are skipped;
+    access times are kept (prune ranks by them).
 
     Arguments as cache_entries. Returns a dict: cache_dir, entries (list of CacheEntry with valid and
     deleted set), bad (entries found bad), deleted (bad entries deleted), bytes (total of the entries
@@ -116,12 +118,12 @@ def verify_cache(cache_dir=None, arch=None, detect=False, device=0):
 
 def prune_cache(max_bytes, cache_dir=None, arch=None, detect=False, device=0):
     """Deletes stale temporary and lock files, then the least recently used entries until the entries
-    total at most max_bytes. Safe while other processes use the cache (one that needs a deleted kernel
+    and the live writers' temporary files total at most max_bytes. Safe while other processes use the cache (one that needs a deleted kernel
     compiles it again).
 
     max_bytes: an int >= 0 or a string such as "500M" or "2G" (suffixes K, M, G, T: powers of 1024); 0
     deletes every entry. Other arguments as cache_entries. Returns a dict: cache_dir, removed (files
-    deleted), bytes_left (bytes of entries left). Errors as cache_entries, and ValueError or TypeError for
+    deleted), bytes_left (bytes left: entries and live writers' temporary files). Errors as cache_entries, and ValueError or TypeError for
     a max_bytes that is not a byte count. A file that cannot be deleted does not stop the others: the
     FsaError raised afterwards has cache_dir, removed and bytes_left attributes saying what was done.
     """

@@ -3,6 +3,7 @@
 #include "context.h"
 #include "base/status_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static fsa_status need_disk(const fsa_context *ctx, const char *what)
@@ -22,15 +23,50 @@ fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user
     return fsa_disk_cache_list(ctx->disk, visit, user);
 }
 
-/* Loads a valid entry of the context's own target into the driver. */
-static int load_check(const fsa_disk_entry *entry, const char *target, void *user)
+/* The NVRTC version on a key text's "nvrtc" line, as the driver numbers
+ * versions (13.0: 13000); 0 for "none" or no such line. */
+static int key_nvrtc_version(const char *text)
+{
+    const char *line = strstr(text, "\nnvrtc ");
+    int major = 0, minor = 0;
+    if (line == NULL || sscanf(line + 7, "%d.%d", &major, &minor) < 1) return 0;
+    return major * 1000 + minor * 10;
+}
+
+/* Loads a valid entry of the context's own target into the driver. Only an
+ * error that says the image itself is unusable condemns it: any other (out
+ * of memory, a context problem) says nothing about the file, which is kept
+ * unchecked. Entries this driver cannot judge are not loaded: those of
+ * another target, one whose key names another target (a copy in the wrong
+ * directory), and one an NVRTC newer than the driver built (a newer driver
+ * loads it). */
+static int load_check(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
 {
     const fsa_context *ctx = user;
-    if (ctx->cu == NULL || strcmp(target, ctx->target) != 0) return 0;
+    char line[64];
+    snprintf(line, sizeof line, "\ntarget %s\n", ctx->target);
+    if (ctx->cu == NULL || strcmp(target, ctx->target) != 0 || strstr(entry->key_text, line) == NULL)
+        return FSA_DISK_CHECK_UNCHECKED;
+    int built_by = key_nvrtc_version(entry->key_text);
+    if (ctx->cu->driver_version > 0 && built_by > ctx->cu->driver_version) {
+        fsa_log_warn(ctx->log, "cache verify: %s not loaded: built by NVRTC %d.%d, newer than the driver (%d.%d); kept",
+                     path, built_by / 1000, built_by % 1000 / 10, ctx->cu->driver_version / 1000,
+                     ctx->cu->driver_version % 1000 / 10);
+        return FSA_DISK_CHECK_UNCHECKED;
+    }
     CUlibrary lib = NULL;
-    if (ctx->cu->LibraryLoadData(&lib, entry->cubin, NULL, NULL, 0, NULL, NULL, 0) != CUDA_SUCCESS) return 1;
-    ctx->cu->LibraryUnload(lib);
-    return 0;
+    CUresult r = ctx->cu->LibraryLoadData(&lib, entry->cubin, NULL, NULL, 0, NULL, NULL, 0);
+    if (r == CUDA_SUCCESS) {
+        ctx->cu->LibraryUnload(lib);
+        return FSA_DISK_CHECK_GOOD;
+    }
+    /* The device runs the context's target, which the key names: no image for it means a bad file. */
+    if (r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU) return FSA_DISK_CHECK_BAD;
+    const char *why = NULL;
+    if (ctx->cu->GetErrorName(r, &why) != CUDA_SUCCESS || why == NULL) why = "unknown error";
+    fsa_log_warn(ctx->log, "cache verify: %s could not be loaded (%s, %d); kept, not checked on the GPU", path, why,
+                 (int)r);
+    return FSA_DISK_CHECK_UNCHECKED;
 }
 
 fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, void *user, uint64_t *bad_out)

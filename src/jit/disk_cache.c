@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -115,8 +116,9 @@ static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
 }
 
 /* Reads one entry file named with `file_hex`. OK: *out filled, *sb_out its
- * status. NOT_FOUND: absent, bad (counted and deleted) or, with any_nvrtc,
- * an intact entry of another key (left alone). */
+ * status. NOT_FOUND: absent, bad (counted and deleted), an entry of another
+ * format version (another library's: left alone, not counted) or, with
+ * any_nvrtc, an intact entry of another key (left alone). */
 static fsa_status load_entry(fsa_disk_entry *out, struct stat *sb_out, const lookup_req *r, const char *path,
                              const char *file_hex)
 {
@@ -124,7 +126,14 @@ static fsa_status load_entry(fsa_disk_entry *out, struct stat *sb_out, const loo
     fsa_dc_raw_file rf = {0};
     fsa_dc_entry_view v = {0};
     int bad = 0;
-    FSA_CHECK(fsa_dc_read_raw(&rf, path, &bad));
+    uint32_t version = 0;
+    /* Writable: the access time records hits only (note_use), not every read
+     * of a candidate. Read-only: the kernel's own atime update, if any, is
+     * the only record of use, and no extra open is spent. */
+    FSA_CHECK(fsa_dc_read_raw(&rf, path, &bad, r->dc->read_only ? 0 : FSA_DC_NOATIME));
+    if (!bad && fsa_dc_foreign_format(rf.data, rf.size, &version))
+        FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "cache entry %s has format version %u, not %u; left alone", path,
+                 (unsigned)version, (unsigned)FSA_CACHE_FORMAT_VERSION);
     if (!bad && (!fsa_dc_parse_entry(&v, rf.data, rf.size) || !fsa_dc_digest_is_hex(v.key_digest, file_hex))) bad = 1;
     if (!bad && !key_text_matches(&v, r)) {
         /* Exact: the file is under this key's digest yet holds another key. */
@@ -143,6 +152,19 @@ cleanup:
     return st;
 }
 
+/* Records a hit in the entry's access time, by which prune ranks: only when
+ * the last recorded use is over FSA_DC_USE_RECORD_S old (or dated ahead), so
+ * that hits stay reads; never in a read-only cache, which writes nothing.
+ * A failure changes nothing about the hit. */
+static void note_use(const fsa_disk_cache *dc, const char *path, const struct stat *sb)
+{
+    const struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    time_t now = time(NULL);
+    if (dc->read_only || (sb->st_atime >= now - FSA_DC_USE_RECORD_S && sb->st_atime <= now + FSA_DC_CLOCK_SKEW_S))
+        return;
+    (void)utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+}
+
 /* Newest file wins; on a tie, the exact key. */
 static int newer(const struct stat *a, int a_exact, const struct stat *b, int b_exact)
 {
@@ -154,7 +176,7 @@ static fsa_status lookup_any_nvrtc(fsa_disk_entry *out, const lookup_req *r, con
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_dc_names names = {0};
-    char *path = NULL;
+    char *path = NULL, *best_path = NULL;
     fsa_disk_entry best = {0}, cand = {0};
     struct stat best_sb = {0}, sb = {0};
     int have = 0, best_exact = 0;
@@ -180,10 +202,14 @@ static fsa_status lookup_any_nvrtc(fsa_disk_entry *out, const lookup_req *r, con
             best_exact = exact;
             have = 1;
             memset(&cand, 0, sizeof cand);
+            free(best_path);
+            best_path = path;
+            path = NULL;
         }
         fsa_disk_entry_free(&cand);
     }
     if (!have) FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "no cache entry for %s in %s", r->key->name, dir);
+    note_use(r->dc, best_path, &best_sb);
     *out = best;
     memset(&best, 0, sizeof best);
 cleanup:
@@ -191,6 +217,7 @@ cleanup:
     fsa_disk_entry_free(&cand);
     fsa_dc_names_free(&names);
     free(path);
+    free(best_path);
     return st;
 }
 
@@ -212,6 +239,7 @@ static fsa_status lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kern
     path = fsa_dc_key_file_path(dir, key, suffix);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK(load_entry(out, &sb, &r, path, key->hex));
+    note_use(dc, path, &sb);
 cleanup:
     free(dir);
     free(path);
@@ -339,10 +367,9 @@ static void remove_key_debris(const char *dir, const fsa_kernel_key *key)
         return;
     }
     for (size_t i = 0; i < names.n; i++) {
-        struct stat sb;
         if (strncmp(names.v[i], prefix, strlen(prefix)) != 0) continue;
         char *path = fsa_dc_path_join(dir, names.v[i]);
-        if (path != NULL && lstat(path, &sb) == 0 && fsa_dc_temp_is_debris(names.v[i], &sb, now)) (void)unlink(path);
+        if (path != NULL) (void)fsa_dc_remove_temp_debris(path, names.v[i], now);
         free(path);
     }
     fsa_dc_names_free(&names);
@@ -365,16 +392,20 @@ static fsa_status publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const c
     FSA_CHECK_ALLOC(final_path, STAGE);
     FSA_CHECK(fsa_dc_build_head(&head, &head_len, key, names, cubin, cubin_size));
     FSA_CHECK(open_temp(&fd, &tmp, dir, key));
+    /* Held until after the rename: it tells cleaners (fsa_dc_remove_temp_debris)
+     * that this file's writer is alive. A cleaner holds it only for a moment
+     * (and leaves an empty young file alone); without flock they go by age. */
+    (void)flock(fd, LOCK_EX);
     FSA_CHECK(write_all(fd, head, head_len, tmp));
     FSA_CHECK(write_all(fd, cubin, cubin_size, tmp));
     if (fsync(fd) != 0) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot sync %s: %s", tmp, strerror(errno));
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot close %s: %s", tmp, strerror(errno));
     if (rename(tmp, final_path) != 0)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot rename %s to %s: %s", tmp, final_path, strerror(errno));
     free(tmp);
     tmp = NULL; /* it is the entry now */
+    /* The bytes are synced: close has nothing left to report. */
+    close(fd);
+    fd = -1;
     FSA_CHECK(sync_dir(dir));
 cleanup:
     if (fd >= 0) close(fd);

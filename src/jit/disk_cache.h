@@ -42,9 +42,12 @@ typedef struct fsa_disk_entry {
 void fsa_disk_entry_free(fsa_disk_entry *e); /* frees the members; NULL is fine */
 
 /* FSA_STATUS_OK with *out filled on a hit; FSA_STATUS_NOT_FOUND on a miss.
- * A present but bad entry (short, bad magic or version, wrong key text,
+ * A present but bad entry (short, bad magic, bad flags, wrong key text,
  * checksum mismatch, owned by an untrusted user, not a regular file) is a miss:
- * *corrupt_out is incremented and the file deleted unless read-only.
+ * *corrupt_out is incremented and the file deleted unless read-only. An entry
+ * of another format version (another library version's) is a miss that is
+ * neither counted nor deleted. A hit records its use in the file's access
+ * time (at most once an hour, never read-only) for prune.
  * With any_nvrtc, an entry whose key text equals key->text except for the
  * "nvrtc" line also hits (for processes that have no NVRTC); among several
  * the newest file wins. Other failures: FSA_STATUS_CACHE_IO. */
@@ -80,20 +83,28 @@ void fsa_disk_cache_unlock(int fd); /* a negative fd is fine */
 /* Maintenance. Each visits every entry of every target directory. */
 fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user);
 
-/* Optional extra check of a valid entry (e.g. loading it on the GPU); returns
- * 0 when the entry is good. */
-typedef int (*fsa_disk_check_fn)(const fsa_disk_entry *entry, const char *target, void *user);
+/* Optional extra check of a valid entry at path (e.g. loading it on the
+ * GPU); returns one of these. Only BAD deletes the entry. */
+#define FSA_DISK_CHECK_GOOD 0
+#define FSA_DISK_CHECK_BAD 1       /* unusable for this library: deleted, counted */
+#define FSA_DISK_CHECK_UNCHECKED 2 /* could not be judged here: kept, valid */
+typedef int (*fsa_disk_check_fn)(const fsa_disk_entry *entry, const char *target, const char *path, void *user);
 
 /* Re-reads every entry: header, key digest (the file name's hex must be the
  * XXH3-128 of the stored key text), payload checksum, then `check` when given.
  * Bad entries are deleted (unless read-only) and counted in *bad_out. `visit`
- * sees every entry with info.valid set. */
+ * sees every entry with info.valid set, except those of another format
+ * version, which are skipped (not judged, counted or deleted). Access times
+ * are left as they were, so that prune still ranks by use. */
 fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, void *check_user,
                                  fsa_cache_visit_fn visit, void *user, uint64_t *bad_out);
 
-/* Deletes temporary files and unheld lock files older than an hour, then
- * entries in order of last use (the later of atime and mtime) until the
- * entries total <= max_bytes. *removed_out counts every deleted file. */
+/* Deletes the temporary files of writers that are gone and unheld lock files
+ * older than an hour, then entries in order of last use (the later of atime
+ * and mtime; a time over a minute ahead of the clock counts as the oldest)
+ * until the entries and the live writers' temporary files total <= max_bytes.
+ * An entry replaced since the scan is kept. *removed_out counts every deleted
+ * file; *bytes_left_out is that total afterwards. */
 fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
                                 uint64_t *bytes_left_out);
 

@@ -15,8 +15,12 @@
 #define FSA_DC_MAX_TEXT (64u * 1024u) /* key text and entry names are each shorter */
 #define FSA_DC_MAX_PAYLOAD ((uint64_t)1 << 30)
 #define FSA_DC_LOCK_DEBRIS_AGE_S 3600 /* unheld lock files this old are removed by prune */
-#define FSA_DC_TEMP_DEBRIS_AGE_S 600  /* a temporary file this old has no writer left */
-#define FSA_DC_TEMP_ORPHAN_AGE_S 60   /* ... nor one this old whose writer's pid is gone */
+#define FSA_DC_TEMP_DEBRIS_AGE_S 600  /* without flock: a temporary file this old has no writer left */
+#define FSA_DC_TEMP_ORPHAN_AGE_S 60   /* ... nor one this old whose writer's pid is gone (with flock:
+                                       * an unheld empty one) */
+#define FSA_DC_CLOCK_SKEW_S 60        /* a file time up to this far in the future counts as now */
+#define FSA_DC_USE_RECORD_S 3600      /* a hit records its use when the last recorded one is older */
+#define FSA_DC_MIN_FILE 12u           /* magic and format version: enough to tell another format's entry */
 
 struct fsa_disk_cache {
     char *root;
@@ -38,12 +42,19 @@ char *fsa_dc_key_file_path(const char *dir, const fsa_kernel_key *key, const cha
 int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_len, char hex[FSA_DC_HEX_LEN + 1]);
 /* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them. */
 int fsa_dc_is_temp_name(const char *fname);
-/* 1 when a temporary file is left over from a writer that is gone: a
- * regular file older than FSA_DC_TEMP_DEBRIS_AGE_S, or older than
- * FSA_DC_TEMP_ORPHAN_AGE_S when no process has the pid in its name. (A pid
- * of another pid namespace looks gone: deleting a live writer's file only
- * makes its rename fail, and it keeps its kernel in memory.) */
-int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now);
+/* Deletes the temporary file at path (named fname) when no writer can own
+ * it any more; 1 when it did. A writer holds an flock on its temporary file
+ * from just after creating it until after its rename, so a file nobody holds
+ * that has bytes in it, or is over FSA_DC_TEMP_ORPHAN_AGE_S old, or is dated
+ * over FSA_DC_CLOCK_SKEW_S ahead, is a killed writer's (in any pid namespace). Where flock
+ * gives no answer (another user's file, a file system without flock): older
+ * than FSA_DC_TEMP_DEBRIS_AGE_S, or than FSA_DC_TEMP_ORPHAN_AGE_S when no
+ * process has the pid in its name. (Deleting a live writer's file only makes
+ * its rename fail, and it keeps its kernel in memory.) */
+int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now);
+/* A file time for ranking by use: now for one slightly in the future, 0
+ * (the oldest) for one further ahead, which no clock of this host wrote. */
+int64_t fsa_dc_use_time_ns(struct timespec t, time_t now);
 char *fsa_dc_dup_n(const char *s, size_t n);
 
 /* ------------------------------------------------------------ directories (disk_files.c) */
@@ -56,8 +67,13 @@ int fsa_dc_trusted_owner(uid_t uid);
 fsa_status fsa_dc_check_dir(const char *path, fsa_status missing);
 fsa_status fsa_dc_make_dir(const char *path);
 fsa_status fsa_dc_make_dirs(const char *path);
-/* <root>/v1/<target>, checked like the root; NOT_FOUND when absent and not
- * created. */
+/* A target directory: checked like the root, and never a symbolic link
+ * (CACHE_IO). The library makes target directories itself; a link would lead
+ * lookups, and the deletes of verify and prune, into a directory whose
+ * parents the cache never checked. */
+fsa_status fsa_dc_check_target_dir(const char *path, fsa_status missing);
+/* <root>/v1/<target>, checked by fsa_dc_check_target_dir; NOT_FOUND when
+ * absent and not created. */
 fsa_status fsa_dc_target_dir(char **out, const fsa_disk_cache *dc, const char *target, int create);
 
 typedef struct fsa_dc_names {
@@ -80,8 +96,13 @@ typedef struct fsa_dc_raw_file {
 
 /* The bytes of one entry file. OK with *bad set: the file is there but cannot
  * be one of our entries (not regular, another owner, impossible size, a
- * symlink, unreadable). NOT_FOUND: no such file. */
-fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad);
+ * symlink, unreadable). NOT_FOUND: no such file. With keep_atime the read
+ * leaves the access time (prune's record of use) as it was: O_NOATIME where
+ * permitted, else, when keep_atime is FSA_DC_RESTORE_ATIME, the old time put
+ * back. */
+#define FSA_DC_NOATIME 1
+#define FSA_DC_RESTORE_ATIME 2
+fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad, int keep_atime);
 
 /* Counts a bad entry and deletes it, but only if the path still names the
  * file that was judged: a writer may have renamed a good entry over it. A
@@ -109,6 +130,11 @@ uint64_t fsa_dc_max_entry_size(void);
  * add up to the file size exactly, key digest of the stored key text,
  * entry-names checksum and payload checksum. Which key it is for is the caller's check. */
 int fsa_dc_parse_entry(fsa_dc_entry_view *v, const uint8_t *d, size_t size);
+
+/* 1 when the bytes begin with the entry magic and a format version other
+ * than this library's: another library's entry, which this one can neither
+ * use nor judge (*version_out says which). */
+int fsa_dc_foreign_format(const uint8_t *d, size_t size, uint32_t *version_out);
 
 /* Copies a parsed entry out of the file's bytes. */
 fsa_status fsa_dc_entry_from_view(fsa_disk_entry *out, const fsa_dc_entry_view *v);

@@ -52,6 +52,15 @@ int fsa_dc_digest_is_hex(const uint8_t digest[16], const char *hex)
 
 uint64_t fsa_dc_max_entry_size(void) { return HEADER_SIZE + 2 * (uint64_t)MAX_TEXT + MAX_PAYLOAD; }
 
+/* Another library version may share the cache root; its entries are not
+ * damage, so they are told apart before any other check. */
+int fsa_dc_foreign_format(const uint8_t *d, size_t size, uint32_t *version_out)
+{
+    if (size < FSA_DC_MIN_FILE || memcmp(d, k_magic, sizeof k_magic) != 0) return 0;
+    *version_out = get_u32(d + 8);
+    return *version_out != FSA_CACHE_FORMAT_VERSION;
+}
+
 /* 1 when the bytes are a whole, self-consistent entry: header, lengths that
  * add up to the file size exactly, key digest of the stored key text,
  * entry-names checksum and payload checksum. Which key it is for is the caller's check. */

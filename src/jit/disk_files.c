@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,12 +77,42 @@ static long temp_writer_pid(const char *fname)
     return *p == '.' ? pid : 0;
 }
 
-int fsa_dc_temp_is_debris(const char *fname, const struct stat *sb, time_t now)
+/* Whether the writer of a temporary file (without flock: its age and pid)
+ * is gone. held: 1 a writer holds its flock, 0 nobody does, -1 no answer. */
+static int temp_writer_gone(const char *fname, const struct stat *sb, int held, time_t now)
 {
-    if (!fsa_dc_is_temp_name(fname) || !S_ISREG(sb->st_mode)) return 0;
+    if (held == 1) return 0;
+    /* Dated ahead of this clock: its age says nothing, and nobody holds it. */
+    if (sb->st_mtime > now + FSA_DC_CLOCK_SKEW_S) return 1;
+    /* Empty and young: a writer may be between its create and its flock. */
+    if (held == 0) return sb->st_size > 0 || sb->st_mtime < now - FSA_DC_TEMP_ORPHAN_AGE_S;
     if (sb->st_mtime < now - FSA_DC_TEMP_DEBRIS_AGE_S) return 1;
     long pid = temp_writer_pid(fname);
     return sb->st_mtime < now - FSA_DC_TEMP_ORPHAN_AGE_S && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now)
+{
+    struct stat sb;
+    int gone = 0;
+    if (!fsa_dc_is_temp_name(fname)) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0) {
+        int held = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -1;
+        gone = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && temp_writer_gone(fname, &sb, held, now);
+    } else if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        gone = temp_writer_gone(fname, &sb, -1, now);
+    }
+    /* Unlinked while our lock is held: no writer can take it meanwhile. */
+    int removed = gone && unlink(path) == 0;
+    if (fd >= 0) close(fd);
+    return removed;
+}
+
+int64_t fsa_dc_use_time_ns(struct timespec t, time_t now)
+{
+    if (t.tv_sec > now + FSA_DC_CLOCK_SKEW_S) return 0;
+    return t.tv_sec >= now ? (int64_t)now * 1000000000 : fsa_dc_ts_ns(t);
 }
 
 /* ------------------------------------------------------------- directories */
@@ -143,8 +174,20 @@ cleanup:
     return st;
 }
 
-/* <root>/v1/<target>, checked like the root; NOT_FOUND when absent and not
- * created. */
+fsa_status fsa_dc_check_target_dir(const char *path, fsa_status missing)
+{
+    fsa_status st = FSA_STATUS_OK;
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE,
+                 "refusing cache directory %s: a symbolic link (the library makes target directories itself)", path);
+    FSA_CHECK(fsa_dc_check_dir(path, missing));
+cleanup:
+    return st;
+}
+
+/* <root>/v1/<target>, checked by fsa_dc_check_target_dir; NOT_FOUND when
+ * absent and not created. */
 fsa_status fsa_dc_target_dir(char **out, const fsa_disk_cache *dc, const char *target, int create)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -155,7 +198,7 @@ fsa_status fsa_dc_target_dir(char **out, const fsa_disk_cache *dc, const char *t
     dir = fsa_dc_path_join(dc->v1, target);
     FSA_CHECK_ALLOC(dir, STAGE);
     if (create) FSA_CHECK(fsa_dc_make_dir(dir));
-    FSA_CHECK(fsa_dc_check_dir(dir, FSA_STATUS_NOT_FOUND));
+    FSA_CHECK(fsa_dc_check_target_dir(dir, FSA_STATUS_NOT_FOUND));
     *out = dir;
     dir = NULL;
 cleanup:
@@ -221,11 +264,15 @@ cleanup:
 /* The bytes of one entry file. OK with *bad set: the file is there but cannot
  * be one of our entries (not regular, another owner, impossible size, a
  * symlink, unreadable). NOT_FOUND: no such file. */
-fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
+fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad, int keep_atime)
 {
     fsa_status st = FSA_STATUS_OK;
     /* O_NONBLOCK: a FIFO planted here must not hang the reader. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = keep_atime ? open(path, flags | O_NOATIME) : -1;
+    int noatime = fd >= 0;
+    /* EPERM: O_NOATIME is for the file's owner. */
+    if (fd < 0 && (!keep_atime || errno == EPERM)) fd = open(path, flags);
     *bad = 0;
     if (fd < 0) {
         int e = errno;
@@ -239,9 +286,10 @@ fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
     }
     if (fstat(fd, &rf->sb) != 0)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", path, strerror(errno));
-    /* Someone else's file, or one others may write, could hold anything. */
-    if (!S_ISREG(rf->sb.st_mode) || !fsa_dc_trusted_owner(rf->sb.st_uid) || (rf->sb.st_mode & 022) || rf->sb.st_size < (off_t)FSA_CACHE_HEADER_SIZE ||
-        (uint64_t)rf->sb.st_size > fsa_dc_max_entry_size()) {
+    /* Someone else's file, or one others may write, could hold anything.
+     * The least size is what tells another format version's entry. */
+    if (!S_ISREG(rf->sb.st_mode) || !fsa_dc_trusted_owner(rf->sb.st_uid) || (rf->sb.st_mode & 022) ||
+        rf->sb.st_size < (off_t)FSA_DC_MIN_FILE || (uint64_t)rf->sb.st_size > fsa_dc_max_entry_size()) {
         *bad = 1;
         goto cleanup;
     }
@@ -257,6 +305,12 @@ fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad)
             break;
         }
         got += (size_t)n;
+    }
+    struct stat after;
+    if (!noatime && keep_atime == FSA_DC_RESTORE_ATIME && fstat(fd, &after) == 0 &&
+        fsa_dc_ts_ns(after.st_atim) != fsa_dc_ts_ns(rf->sb.st_atim)) {
+        const struct timespec ts[2] = {rf->sb.st_atim, {0, UTIME_OMIT}};
+        (void)futimens(fd, ts); /* best effort: at worst prune thinks it recently used */
     }
 cleanup:
     if (fd >= 0) close(fd);

@@ -54,8 +54,12 @@ static fsa_status walk_cache(const fsa_disk_cache *dc, walk_fn fn, void *ctx)
         free(dir);
         dir = fsa_dc_path_join(dc->v1, targets.v[i]);
         FSA_CHECK_ALLOC(dir, STAGE);
-        if (!fsa_dc_safe_component(targets.v[i]) || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-        FSA_CHECK(fsa_dc_check_dir(dir, FSA_STATUS_CACHE_IO));
+        if (!fsa_dc_safe_component(targets.v[i]) || lstat(dir, &sb) != 0) continue;
+        /* A link to a directory is refused, as lookups and publishes refuse
+         * it; any other file is not a target directory. */
+        if (S_ISLNK(sb.st_mode) && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) continue;
+        if (!S_ISDIR(sb.st_mode)) continue;
+        FSA_CHECK(fsa_dc_check_target_dir(dir, FSA_STATUS_CACHE_IO));
         FSA_CHECK(walk_target(dir, targets.v[i], fn, ctx, &stop));
     }
 cleanup:
@@ -109,17 +113,19 @@ typedef struct verify_ctx {
     uint64_t bad;
 } verify_ctx;
 
-/* 1 when the entry file is intact and, with a check function, passes it. */
-static fsa_status judge_entry(int *good, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
-                              const char *target)
+/* The entry file's verdict: FSA_DISK_CHECK_BAD unless it is intact and, with
+ * a check function, passes it or cannot be checked. */
+static fsa_status judge_entry(int *verdict, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
+                              const char *target, const char *path)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_disk_entry e = {0};
     fsa_dc_entry_view v = {0};
-    *good = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex);
-    if (*good && c->check != NULL) {
+    int intact = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex);
+    *verdict = intact ? FSA_DISK_CHECK_GOOD : FSA_DISK_CHECK_BAD;
+    if (intact && c->check != NULL) {
         FSA_CHECK(fsa_dc_entry_from_view(&e, &v));
-        *good = c->check(&e, target, c->check_user) == 0;
+        *verdict = c->check(&e, target, path, c->check_user);
     }
 cleanup:
     fsa_disk_entry_free(&e);
@@ -133,19 +139,24 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     fsa_dc_raw_file rf = {0};
     char hex[HEX_LEN + 1], *path = NULL, *name = NULL;
     size_t name_len;
-    int bad = 0, good = 0;
+    int bad = 0, verdict = FSA_DISK_CHECK_BAD;
+    uint32_t version = 0;
     if (!fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) goto cleanup;
     path = fsa_dc_path_join(dir, fname);
     name = fsa_dc_dup_n(fname, name_len);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK_ALLOC(name, STAGE);
-    st = fsa_dc_read_raw(&rf, path, &bad);
+    /* Reading every entry must not make them all look just used to prune. */
+    st = fsa_dc_read_raw(&rf, path, &bad, c->dc->read_only ? FSA_DC_NOATIME : FSA_DC_RESTORE_ATIME);
     if (st == FSA_STATUS_NOT_FOUND) { /* removed meanwhile */
         st = FSA_STATUS_OK;
         goto cleanup;
     }
     FSA_CHECK(st);
-    if (!bad) FSA_CHECK(judge_entry(&good, c, &rf, hex, target));
+    /* Another library version's entry: not this one's to judge or delete. */
+    if (!bad && fsa_dc_foreign_format(rf.data, rf.size, &version)) goto cleanup;
+    if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, target, path));
+    int good = verdict != FSA_DISK_CHECK_BAD;
     int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
     fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime, good, deleted};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
@@ -171,7 +182,8 @@ cleanup:
 typedef struct prune_item {
     char *path;
     uint64_t bytes;
-    int64_t used_ns; /* max(atime, mtime) */
+    int64_t used_ns; /* max(atime, mtime), each as fsa_dc_use_time_ns ranks it */
+    struct stat sb;  /* as scanned: only that file is deleted */
 } prune_item;
 
 typedef struct prune_ctx {
@@ -197,7 +209,9 @@ static int remove_stale_lock(const char *path, time_t now)
     int removed = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime < now - LOCK_MAX_AGE_S &&
+    /* One dated ahead of this clock cannot be judged by age. */
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (sb.st_mtime < now - LOCK_MAX_AGE_S || sb.st_mtime > now + FSA_DC_CLOCK_SKEW_S) &&
         flock(fd, LOCK_EX | LOCK_NB) == 0)
         removed = unlink(path) == 0;
     close(fd);
@@ -214,8 +228,10 @@ static fsa_status prune_keep(prune_ctx *c, char *path, const struct stat *sb)
         c->items = v;
         c->cap = cap;
     }
-    int64_t a = fsa_dc_ts_ns(sb->st_atim), m = fsa_dc_ts_ns(sb->st_mtim);
-    c->items[c->n++] = (prune_item){path, (uint64_t)sb->st_size, a > m ? a : m};
+    /* A file dated ahead ranks as unused (the oldest) rather than as used
+     * forever; a hit since then records its use (disk_cache.c: note_use). */
+    int64_t a = fsa_dc_use_time_ns(sb->st_atim, c->now), m = fsa_dc_use_time_ns(sb->st_mtim, c->now);
+    c->items[c->n++] = (prune_item){path, (uint64_t)sb->st_size, a > m ? a : m, *sb};
     c->total += (uint64_t)sb->st_size;
 cleanup:
     return st;
@@ -243,8 +259,11 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
                                                                              : strerror(errno));
     } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
         c->removed += (uint64_t)remove_stale_lock(path, c->now);
-    } else if (fsa_dc_temp_is_debris(fname, &sb, c->now)) {
-        if (unlink(path) == 0) c->removed++;
+    } else if (fsa_dc_is_temp_name(fname) && S_ISREG(sb.st_mode)) {
+        /* A live writer's file takes disk space too: counted, so that the
+         * entries shrink to make room for it. */
+        if (fsa_dc_remove_temp_debris(path, fname, c->now)) c->removed++;
+        else c->total += (uint64_t)sb.st_size;
     }
 cleanup:
     free(path);
@@ -264,11 +283,23 @@ static void prune_entries(prune_ctx *c, uint64_t max_bytes)
 {
     if (c->n > 1) qsort(c->items, c->n, sizeof *c->items, cmp_prune_item);
     for (size_t i = 0; i < c->n && c->total > max_bytes; i++) {
-        if (unlink(c->items[i].path) != 0 && errno != ENOENT) {
-            prune_failed(c, c->items[i].path, strerror(errno));
+        const prune_item *it = &c->items[i];
+        struct stat now;
+        if (lstat(it->path, &now) != 0) { /* gone already */
+            c->total -= it->bytes;
             continue;
         }
-        c->total -= c->items[i].bytes;
+        /* A writer renamed a fresh entry over the one ranked: keep it. */
+        if (now.st_dev != it->sb.st_dev || now.st_ino != it->sb.st_ino || now.st_size != it->sb.st_size ||
+            fsa_dc_ts_ns(now.st_mtim) != fsa_dc_ts_ns(it->sb.st_mtim)) {
+            c->total = c->total - it->bytes + (S_ISREG(now.st_mode) ? (uint64_t)now.st_size : 0);
+            continue;
+        }
+        if (unlink(it->path) != 0 && errno != ENOENT) {
+            prune_failed(c, it->path, strerror(errno));
+            continue;
+        }
+        c->total -= it->bytes;
         c->removed++;
     }
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,6 +120,14 @@ void touch(const char *path)
     assert_true(fd >= 0);
     assert_int_equal(write(fd, "junk", 4), 4);
     close(fd);
+}
+
+int hold_file(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    return fd;
 }
 
 int error_mentions(const char *text)

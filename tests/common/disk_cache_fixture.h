@@ -42,6 +42,9 @@ void flip_byte(const char *path, off_t at);
 void set_times(const char *path, time_t atime, time_t mtime);
 char *join(const char *a, const char *b); /* "a/b"; the caller frees it */
 void touch(const char *path);             /* a small file of junk */
+/* Opens path and takes its flock, as a writer holds its temporary file
+ * until its rename; close the descriptor to let go. */
+int hold_file(const char *path);
 /* Whether the last error is the disk cache's and its message holds `text`. */
 int error_mentions(const char *text);
 /* An fsa_disk_cache_list callback: counts the entries into *(int *)user. */

@@ -2,7 +2,9 @@
  * requires, for CPU tests of the driver loader and of device contexts.
  * Devices: $FSA_FAKE_CUDA_DEVICES (default 1); compute capabilities
  * $FSA_FAKE_CUDA_CC, one per device separated by commas (default 90; the
- * last value repeats). Nothing runs: loading a module fails. */
+ * last value repeats). Nothing runs: loading a module fails with
+ * CUDA_ERROR_NOT_SUPPORTED, or with the CUresult $FSA_FAKE_CUDA_LOAD_RESULT
+ * (0: it succeeds, and the library is a dummy handle). */
 #include <cuda.h>
 
 #include <stdint.h>
@@ -100,6 +102,13 @@ static CUresult fake_pop(CUcontext *c)
 
 static CUresult fake_unsupported(void) { return CUDA_ERROR_NOT_SUPPORTED; }
 
+static CUresult fake_library_load(CUlibrary *lib)
+{
+    CUresult r = (CUresult)env_int("FSA_FAKE_CUDA_LOAD_RESULT", CUDA_ERROR_NOT_SUPPORTED);
+    *lib = r == CUDA_SUCCESS ? (CUlibrary)(uintptr_t)0x2000 : NULL;
+    return r;
+}
+
 static const struct {
     const char *name;
     void *fn;
@@ -114,7 +123,7 @@ static const struct {
     {"cuDevicePrimaryCtxRelease", (void *)fake_release},
     {"cuCtxPushCurrent", (void *)fake_push},
     {"cuCtxPopCurrent", (void *)fake_pop},
-    {"cuLibraryLoadData", (void *)fake_unsupported},
+    {"cuLibraryLoadData", (void *)fake_library_load},
     {"cuLibraryUnload", (void *)fake_unsupported},
     {"cuLibraryGetKernel", (void *)fake_unsupported},
     {"cuKernelGetFunction", (void *)fake_unsupported},

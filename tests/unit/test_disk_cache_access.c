@@ -1,10 +1,12 @@
 /* Who may use a disk cache, and how: a cache or target directory that other
  * users can write, a cache directory another user owns and an entry another
  * user owns are refused (root's cache serves other users unless others can
- * write it); a read-only cache serves lookups but publishes, locks, prunes and
+ * write it), and so is a target directory that is a symbolic link; a
+ * read-only cache serves lookups but publishes, locks, prunes and
  * deletes nothing, and a read-only open of a missing cache creates nothing. */
 #include "disk_cache_fixture.h"
 
+#include <dirent.h>
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,17 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------ security */
+
+/* How many names (not hidden) a directory holds. */
+static int names_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
 
 /* In a child running as uid 65534: opens the cache read-only and looks the
  * key up. 0 on a hit, 1 on a miss, 2 when the cache is refused, 77 when the
@@ -120,6 +133,45 @@ static void test_a_target_directory_writable_by_others_is_refused(void **state)
     assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 100, ""), FSA_STATUS_CACHE_IO);
     assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
     assert_int_equal(fsa_disk_cache_list(f->dc, NULL, NULL), FSA_STATUS_CACHE_IO);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_target_directory_that_is_a_symlink_is_refused_by_every_use(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 12);
+    publish(f->dc, &k, p, 100);
+    char dir[4096], elsewhere[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", f->root);
+    assert_int_equal(rename(dir, elsewhere), 0);
+    assert_int_equal(symlink(elsewhere, dir), 0); /* a private directory, yet not the cache's own */
+
+    assert_int_equal(lookup_status(f->dc, &k, 0, NULL), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("symbolic link"));
+    assert_true(error_mentions(dir));
+    assert_int_equal(lookup_status(f->dc, &k, 1, NULL), FSA_STATUS_CACHE_IO);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 100, ""), FSA_STATUS_CACHE_IO);
+    assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &(int){0}), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("symbolic link"));
+    uint64_t bad = 0, removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, NULL, NULL, &bad), FSA_STATUS_CACHE_IO);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions("symbolic link"));
+    assert_int_equal(removed, 0);
+    /* Nothing reached through the link was written or deleted. */
+    char entry[8192];
+    snprintf(entry, sizeof entry, "%s/%s.%s.cubin", elsewhere, k.name, k.hex);
+    assert_true(exists(entry));
+    assert_int_equal(names_in(elsewhere), 1);
+    /* A link to something else than a directory is no target: ignored. */
+    assert_int_equal(unlink(dir), 0);
+    assert_int_equal(symlink(entry, dir), 0);
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &(int){0}), FSA_STATUS_OK);
     free(p);
     fsa_key_free(&k);
 }
@@ -235,6 +287,7 @@ int main(void)
         T(test_a_cache_of_root_serves_other_users_unless_others_can_write_it),
         T(test_a_cache_directory_writable_by_others_is_refused),
         T(test_a_target_directory_writable_by_others_is_refused),
+        T(test_a_target_directory_that_is_a_symlink_is_refused_by_every_use),
         T(test_an_entry_owned_by_another_user_is_a_miss),
         T(test_a_cache_directory_owned_by_another_user_is_refused),
         T(test_a_read_only_cache_refuses_writes_but_serves_lookups),

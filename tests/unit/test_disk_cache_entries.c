@@ -2,9 +2,11 @@
  * bytes and entry names, from root/v1/<target>/<name>.<hex>.cubin in private
  * directories; a key never published is a miss that is not counted; and every
  * kind of damaged entry (truncated, with trailing bytes, empty, a flipped byte
- * in the payload, in any header field, in the key text or in the entry names,
- * the previous format version, another key's entry, a symlink) is a counted
- * miss that is deleted and rebuilt once. */
+ * in the payload, in any header field but the format version, in the key
+ * text or in the entry names, another key's entry, a symlink) is a counted
+ * miss that is deleted and rebuilt once; and an entry of another format
+ * version (another library version's, older or newer) is a miss that is
+ * neither counted nor deleted, and that a publish of the same key replaces. */
 #include "disk_cache_fixture.h"
 
 #include <fcntl.h>
@@ -105,7 +107,6 @@ static void truncate_into_header(const char *path) { assert_int_equal(truncate(p
 static void truncate_to_zero(const char *path) { assert_int_equal(truncate(path, 0), 0); }
 static void flip_last_payload_byte(const char *path) { flip_byte(path, file_size(path) - 1); }
 static void flip_magic(const char *path) { flip_byte(path, 3); }
-static void flip_version(const char *path) { flip_byte(path, 8); }
 static void flip_flags(const char *path) { flip_byte(path, 12); }
 static void flip_payload_length(const char *path) { flip_byte(path, 16); }
 static void flip_payload_checksum(const char *path) { flip_byte(path, 30); }
@@ -175,10 +176,10 @@ static void test_a_flipped_payload_byte_is_a_miss_and_is_deleted(void **state)
 
 static void test_a_flipped_header_byte_is_a_miss_and_is_deleted(void **state)
 {
-    static const damage_fn every_field[] = {flip_magic,          flip_version,    flip_flags,
-                                            flip_payload_length, flip_payload_checksum, flip_key_digest,
-                                            flip_key_length,     flip_names_length, flip_names_checksum,
-                                            flip_key_text};
+    /* The format version is not damage when it changes: see the next tests. */
+    static const damage_fn every_field[] = {flip_magic,      flip_flags,        flip_payload_length,
+                                            flip_payload_checksum, flip_key_digest, flip_key_length,
+                                            flip_names_length, flip_names_checksum, flip_key_text};
     for (size_t i = 0; i < sizeof every_field / sizeof every_field[0]; i++)
         expect_damage_is_a_miss_then_rebuilt(*state, every_field[i]);
 }
@@ -219,7 +220,26 @@ static void write_format_1_entry(const char *path, const fsa_kernel_key *k, cons
     free(d);
 }
 
-static void test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced(void **state)
+/* Both lookups miss it without counting it, it stays as it was, and the
+ * message says why; then a publish of the key replaces it (the same file
+ * name: the same key text, so in practice two builds of one library
+ * version). */
+static void expect_foreign_entry_left_alone_then_replaced(fixture *f, const fsa_kernel_key *k, const char *path,
+                                                          const uint8_t *p, size_t n)
+{
+    off_t size = file_size(path);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_true(error_mentions("format version"));
+    assert_int_equal(lookup_status(f->dc, k, 1, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 0);
+    assert_true(exists(path));
+    assert_int_equal(file_size(path), size);
+    publish(f->dc, k, p, n);
+    expect_hit(f->dc, k, 0, p, n);
+}
+
+static void test_an_entry_of_the_previous_format_version_is_an_uncounted_miss_and_is_left_alone(void **state)
 {
     fixture *f = *state;
     fsa_kernel_key k;
@@ -228,12 +248,27 @@ static void test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replac
     publish(f->dc, &k, p, 700); /* makes the directories */
     char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
     write_format_1_entry(path, &k, p, 700);
-    uint64_t corrupt = 0;
-    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
-    assert_int_equal(corrupt, 1);
-    assert_false(exists(path));
+    expect_foreign_entry_left_alone_then_replaced(f, &k, path, p, 700);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_an_entry_of_a_newer_format_version_is_an_uncounted_miss_and_is_left_alone(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(700, 25);
     publish(f->dc, &k, p, 700);
-    expect_hit(f->dc, &k, 0, p, 700);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    /* Version 3, with a header this library cannot read. */
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    const uint8_t v3[4] = {3, 0, 0, 0};
+    assert_int_equal(pwrite(fd, v3, 4, 8), 4);
+    close(fd);
+    expect_foreign_entry_left_alone_then_replaced(f, &k, path, p, 700);
     free(path);
     free(p);
     fsa_key_free(&k);
@@ -308,7 +343,8 @@ int main(void)
         T(test_a_flipped_payload_byte_is_a_miss_and_is_deleted),
         T(test_a_flipped_header_byte_is_a_miss_and_is_deleted),
         T(test_a_flipped_entry_names_byte_is_a_miss_and_is_deleted),
-        T(test_an_entry_of_the_previous_format_version_is_a_miss_and_is_replaced),
+        T(test_an_entry_of_the_previous_format_version_is_an_uncounted_miss_and_is_left_alone),
+        T(test_an_entry_of_a_newer_format_version_is_an_uncounted_miss_and_is_left_alone),
         T(test_an_entry_holding_another_key_is_a_miss_and_is_deleted),
         T(test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed),
     };

@@ -1,6 +1,8 @@
 /* What crashed writers and stray files leave in a disk cache, and how it
- * recovers: a writer's temporary file is not an entry (publish removes those
- * of its key whose writer is gone, prune the old ones), an empty directory at
+ * recovers: a writer's temporary file is not an entry, and is kept while its
+ * writer holds its flock; publish removes those of its key whose writer is
+ * gone (at once when they hold bytes; empty ones after a minute, or when
+ * dated ahead of the clock), prune those of every key; an empty directory at
  * an entry path is counted once, removed and replaced, and one with files in it
  * is reported, kept and passed over by lookup, publish, verify, list and
  * prune. */
@@ -13,19 +15,20 @@
 #include <time.h>
 #include <unistd.h>
 
-static void test_a_stale_temp_file_is_not_an_entry_and_prune_removes_it(void **state)
+static void test_a_temp_file_is_not_an_entry_and_is_kept_while_its_writer_holds_it(void **state)
 {
     fixture *f = *state;
     fsa_kernel_key k;
     make_key(&k, "128", "13.0", "-O3");
     uint8_t *p = make_payload(800, 6);
-    /* What a writer that crashed before its rename leaves behind. */
+    /* What a writer leaves behind until its rename. */
     int fd = fsa_disk_cache_lock(f->dc, &k, TARGET); /* creates the target directory */
     fsa_disk_cache_unlock(fd);
     char dir[4096], tmp[8192];
     snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
     snprintf(tmp, sizeof tmp, "%s/.%s.%s.tmp.4242.00000000deadbeef", dir, k.name, k.hex);
     touch(tmp);
+    int writer = hold_file(tmp);
 
     uint64_t corrupt = 0;
     assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
@@ -39,10 +42,11 @@ static void test_a_stale_temp_file_is_not_an_entry_and_prune_removes_it(void **s
     assert_int_equal(n, 1);
 
     uint64_t removed = 0, left = 0;
+    set_times(tmp, time(NULL) - 7200, time(NULL) - 7200); /* however old */
     assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
-    assert_int_equal(removed, 0); /* a young temp file may belong to a live writer */
+    assert_int_equal(removed, 0);
     assert_true(exists(tmp));
-    set_times(tmp, time(NULL) - 7200, time(NULL) - 7200);
+    close(writer); /* killed */
     assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
     assert_int_equal(removed, 1);
     assert_false(exists(tmp));
@@ -61,12 +65,15 @@ static pid_t dead_pid(void)
     return pid;
 }
 
-static char *temp_file(fixture *f, const fsa_kernel_key *k, long pid, const char *suffix, time_t age_s)
+/* A temporary file of k's writer `pid`, dated age_s ago (negative: ahead),
+ * with a few bytes in it or empty. */
+static char *temp_file(fixture *f, const fsa_kernel_key *k, long pid, const char *suffix, time_t age_s, int empty)
 {
     char leaf[512];
     snprintf(leaf, sizeof leaf, "v1/" TARGET "/.%s.%s.tmp.%ld.%s", k->name, k->hex, pid, suffix);
     char *path = join(f->root, leaf);
     touch(path);
+    if (empty) assert_int_equal(truncate(path, 0), 0);
     set_times(path, time(NULL) - age_s, time(NULL) - age_s);
     return path;
 }
@@ -80,29 +87,35 @@ static void test_publish_removes_its_keys_temp_files_whose_writer_is_gone(void *
     uint8_t *p = make_payload(300, 22);
     publish(f->dc, &other, p, 300); /* makes the directories */
     pid_t gone = dead_pid();
-    char *killed = temp_file(f, &k, gone, "01", 120);        /* writer gone a while ago */
-    char *just_now = temp_file(f, &k, gone, "02", 0);        /* too young to judge */
-    char *alive = temp_file(f, &k, getpid(), "03", 120);      /* writer still running */
-    char *ancient = temp_file(f, &k, getpid(), "04", 7200);   /* no write takes that long */
-    char *another = temp_file(f, &other, gone, "05", 120);    /* another key: left to prune */
+    /* Nobody holds these. */
+    char *killed = temp_file(f, &k, getpid(), "01", 0, 0);     /* bytes written: gone at once, pid or not */
+    char *just_made = temp_file(f, &k, gone, "02", 0, 1);      /* empty: its writer may not hold it yet */
+    char *empty_old = temp_file(f, &k, gone, "03", 120, 1);    /* empty for two minutes */
+    char *ahead = temp_file(f, &k, getpid(), "04", -3600, 1);  /* dated an hour ahead of the clock */
+    char *another = temp_file(f, &other, gone, "05", 0, 0);    /* another key: left to prune */
+    /* A live writer holds its file, whatever its age. */
+    char *alive = temp_file(f, &k, gone, "06", 7200, 0);
+    int writer = hold_file(alive);
 
     publish(f->dc, &k, p, 300);
     assert_false(exists(killed));
-    assert_true(exists(just_now));
-    assert_true(exists(alive));
-    assert_false(exists(ancient));
+    assert_true(exists(just_made));
+    assert_false(exists(empty_old));
+    assert_false(exists(ahead));
     assert_true(exists(another));
+    assert_true(exists(alive));
     expect_hit(f->dc, &k, 0, p, 300);
 
-    /* Prune applies the same rule to every key, without the hour's wait. */
+    /* Prune applies the same rule to every key. */
     uint64_t removed = 0, left = 0;
     assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
     assert_int_equal(removed, 1);
     assert_false(exists(another));
-    assert_true(exists(just_now));
+    assert_true(exists(just_made));
     assert_true(exists(alive));
-    char *paths[] = {killed, just_now, alive, ancient, another};
-    for (size_t i = 0; i < 5; i++) free(paths[i]);
+    close(writer);
+    char *paths[] = {killed, just_made, empty_old, ahead, another, alive};
+    for (size_t i = 0; i < 6; i++) free(paths[i]);
     free(p);
     fsa_key_free(&k);
     fsa_key_free(&other);
@@ -212,7 +225,7 @@ static void test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_a_stale_temp_file_is_not_an_entry_and_prune_removes_it),
+        T(test_a_temp_file_is_not_an_entry_and_is_kept_while_its_writer_holds_it),
         T(test_publish_removes_its_keys_temp_files_whose_writer_is_gone),
         T(test_an_empty_directory_at_an_entry_path_is_counted_once_removed_and_replaced),
         T(test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and_passed_over),

@@ -1,13 +1,24 @@
 /* The disk cache's maintenance walks: list visits every entry of every
- * target and nothing else, verify deletes and counts damaged entries and those
- * a check function rejects, and prune deletes the least recently used entries
- * and old debris (temporary files, stale locks). */
+ * target and nothing else; verify deletes and counts damaged entries and those
+ * a check function rejects, keeps those it cannot check, skips another
+ * format version's entries and leaves access times alone; on a device, only a
+ * load error that condemns the image deletes an entry; prune deletes the
+ * least recently used entries (a hit records its use, a time dated ahead
+ * counts as the oldest), never one a writer replaced since its scan, and old
+ * debris (temporary files, stale locks). */
 #include "disk_cache_fixture.h"
 
+#include "jit/context.h"
+
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ maintenance */
 
@@ -67,8 +78,9 @@ static void test_list_visits_every_entry_of_every_target_and_nothing_else(void *
     fsa_key_free(&k);
 }
 
-static int reject_sm80(const fsa_disk_entry *entry, const char *target, void *user)
+static int reject_sm80(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
 {
+    assert_non_null(strstr(path, target));
     assert_non_null(entry->cubin);
     assert_non_null(strstr(entry->key_text, "fsa-kernel-key"));
     (*(int *)user)++;
@@ -149,12 +161,14 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
     char *old_lock = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d32.0123456789abcdef0123456789abcdef.lock");
     touch(old_tmp);
     touch(new_tmp);
+    int writer = hold_file(new_tmp); /* a live writer's */
     touch(old_lock);
     set_times(old_tmp, now - 7200, now - 7200);
     set_times(old_lock, now - 7200, now - 7200);
 
     uint64_t removed = 0, left = 0;
-    uint64_t keep = (uint64_t)(sizes[2] + sizes[3]);
+    /* The live writer's bytes count against the limit too. */
+    uint64_t keep = (uint64_t)(sizes[2] + sizes[3] + file_size(new_tmp));
     assert_int_equal(fsa_disk_cache_prune(f->dc, keep, &removed, &left), FSA_STATUS_OK);
     assert_int_equal(removed, 4); /* two entries, the old temp file, the stale lock */
     assert_int_equal(left, keep);
@@ -170,22 +184,380 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
     assert_int_equal(removed, 0);
     assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
     assert_int_equal(removed, 2);
+    assert_int_equal(left, (uint64_t)file_size(new_tmp));
+    /* The writer dies: its file goes at once, whatever its age. */
+    close(writer);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
     assert_int_equal(left, 0);
+    assert_false(exists(new_tmp));
     for (int i = 0; i < 4; i++) free(paths[i]);
     free(old_tmp);
     free(new_tmp);
     free(old_lock);
 }
 
+static int cannot_check(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
+{
+    (void)entry;
+    (void)target;
+    (void)path;
+    (*(int *)user)++;
+    return FSA_DISK_CHECK_UNCHECKED;
+}
+
+static void test_verify_keeps_entries_that_the_check_function_cannot_check(void **state)
+{
+    fixture *f = *state;
+    publish_for(f->dc, TARGET, "64", 100);
+    int checked = 0;
+    uint64_t bad = 9;
+    seen s = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, cannot_check, &checked, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(checked, 1);
+    assert_int_equal(bad, 0);
+    assert_string_equal(s.names, TARGET "/sel_fwd_main_bf16_d64;");
+    int n = 0;
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 1);
+}
+
+static void test_verify_skips_an_entry_of_another_format_version_and_keeps_it(void **state)
+{
+    fixture *f = *state;
+    publish_for(f->dc, TARGET, "64", 100);
+    publish_for(f->dc, TARGET, "128", 100);
+    fsa_kernel_key k;
+    make_key(&k, "64", "13.0", "-O3");
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    flip_byte(path, 8); /* the format version: another library's entry */
+    off_t size = file_size(path);
+
+    seen s = {0};
+    uint64_t bad = 9;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 0);
+    assert_string_equal(s.names, TARGET "/sel_fwd_main_bf16_d128;");
+    assert_true(exists(path));
+    assert_int_equal(file_size(path), size);
+    /* It is still a file of the cache: list shows it, prune counts it. */
+    int n = 0;
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 2);
+    free(path);
+    fsa_key_free(&k);
+}
+
+static struct timespec atime_of(const char *path)
+{
+    struct stat sb;
+    assert_int_equal(lstat(path, &sb), 0);
+    return sb.st_atim;
+}
+
+static char *publish_dim(fixture *f, const char *dim, size_t n)
+{
+    fsa_kernel_key k;
+    make_key(&k, dim, "13.0", "-O3");
+    publish_for(f->dc, TARGET, dim, n);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    fsa_key_free(&k);
+    return path;
+}
+
+static void test_verify_leaves_the_entries_access_times_as_they_were(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500), *b = publish_dim(f, "128", 500);
+    time_t now = time(NULL);
+    /* Read before written: what relatime would update on a plain read. */
+    set_times(a, now - 5000, now - 4000);
+    set_times(b, now - 3000, now - 2000);
+    int checked = 0;
+    uint64_t bad = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, cannot_check, &checked, NULL, NULL, &bad), FSA_STATUS_OK);
+    assert_int_equal(checked, 2);
+    assert_int_equal(atime_of(a).tv_sec, now - 5000);
+    assert_int_equal(atime_of(b).tv_sec, now - 3000);
+
+    /* So a prune after it still evicts the least recently used. */
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)file_size(b), &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(a));
+    assert_true(exists(b));
+    free(a);
+    free(b);
+}
+
+static void expect_hit_of(fixture *f, const char *dim, int any_nvrtc)
+{
+    fsa_kernel_key k;
+    make_key(&k, dim, "13.0", "-O3");
+    uint8_t *p = make_payload(500, 15);
+    expect_hit(f->dc, &k, any_nvrtc, p, 500);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_hit_records_its_use_so_prune_evicts_the_entry_that_was_not_used(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500), *b = publish_dim(f, "128", 500), *c = publish_dim(f, "256", 500);
+    time_t now = time(NULL);
+    set_times(a, now - 6000, now - 6000);
+    set_times(b, now - 5000, now - 5000);
+    set_times(c, now - 4000, now - 4000);
+    expect_hit_of(f, "64", 0);  /* exact */
+    expect_hit_of(f, "128", 1); /* any NVRTC */
+    assert_true(atime_of(a).tv_sec >= now);
+    assert_true(atime_of(b).tv_sec >= now);
+
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)(file_size(a) + file_size(b)), &removed, &left),
+                     FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_true(exists(a));
+    assert_true(exists(b));
+    assert_false(exists(c));
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_a_hit_records_its_use_at_most_once_an_hour(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500);
+    time_t now = time(NULL);
+    set_times(a, now - 600, now - 6000);
+    expect_hit_of(f, "64", 0);
+    expect_hit_of(f, "64", 1);
+    assert_int_equal(atime_of(a).tv_sec, now - 600); /* recorded ten minutes ago: a hit only reads */
+    set_times(a, now - 4000, now - 6000);
+    expect_hit_of(f, "64", 0);
+    assert_true(atime_of(a).tv_sec >= now);
+    free(a);
+}
+
+static void test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_hit_uses_it(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500), *ahead = publish_dim(f, "128", 500), *c = publish_dim(f, "256", 500);
+    time_t now = time(NULL), next_year = now + 365 * 86400;
+    set_times(a, now - 4000, now - 4000);
+    set_times(ahead, next_year, next_year); /* written under a clock a year fast */
+    set_times(c, now - 100, now - 100);
+    uint64_t removed = 0, left = 0;
+    uint64_t two = (uint64_t)(file_size(a) + file_size(c));
+    assert_int_equal(fsa_disk_cache_prune(f->dc, two, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(ahead));
+    assert_true(exists(a));
+    assert_true(exists(c));
+
+    /* Used since: ranked by that use, not by its date. */
+    free(publish_dim(f, "128", 500));
+    set_times(ahead, next_year, next_year);
+    expect_hit_of(f, "128", 0);
+    assert_true(atime_of(ahead).tv_sec <= time(NULL));
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)(file_size(ahead) + file_size(c)), &removed, &left),
+                     FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(a));
+    assert_true(exists(ahead));
+    assert_true(exists(c));
+    free(a);
+    free(ahead);
+    free(c);
+}
+
+/* This binary's unlink, which the library's calls reach too: once armed,
+ * the unlink of race_first also lets a "writer" rename a fresh entry over
+ * race_next, an entry prune has scanned and ranked to delete next. That is a
+ * publish landing between prune's scan and its deletes. */
+static const char *race_first, *race_next, *race_fresh;
+
+int unlink(const char *path)
+{
+    if (race_first != NULL && strcmp(path, race_first) == 0) {
+        race_first = NULL;
+        if (rename(race_fresh, race_next) != 0) return -1;
+    }
+    return unlinkat(AT_FDCWD, path, 0);
+}
+
+static void test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500), *b = publish_dim(f, "128", 500), *c = publish_dim(f, "256", 500);
+    /* The writer's new file for b's key: the same bytes, another inode. */
+    char *fresh = join(f->root, "v1/" TARGET "/.fresh");
+    int in = open(b, O_RDONLY), out = open(fresh, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(in >= 0 && out >= 0);
+    char buf[4096];
+    for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) assert_int_equal(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+    struct stat fresh_sb;
+    assert_int_equal(lstat(fresh, &fresh_sb), 0);
+    /* Ranked a, b, c: prune must delete a and b to fit c. */
+    time_t now = time(NULL);
+    set_times(a, now - 6000, now - 6000);
+    set_times(b, now - 5000, now - 5000);
+    set_times(c, now - 100, now - 100);
+
+    race_first = a;
+    race_next = b;
+    race_fresh = fresh;
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)file_size(c), &removed, &left), FSA_STATUS_OK);
+    assert_null(race_first); /* the race happened */
+    /* The fresh entry stays; prune goes on to the next one instead. */
+    struct stat sb;
+    assert_int_equal(lstat(b, &sb), 0);
+    assert_int_equal(sb.st_ino, fresh_sb.st_ino);
+    assert_int_equal(removed, 2);
+    assert_false(exists(a));
+    assert_false(exists(c));
+    assert_int_equal(left, (uint64_t)sb.st_size);
+    expect_hit_of(f, "128", 0);
+    free(fresh);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* ------------------------------------------------------------ verify on a device */
+
+static void key_for(fsa_kernel_key *k, const char *target, const char *nvrtc)
+{
+    const fsa_param params[] = {{"DTYPE", "bf16", ""}, {"HEAD_DIM", "128", "d"}};
+    char arch[64];
+    snprintf(arch, sizeof arch, "--gpu-architecture=%s", target);
+    const char *opts[] = {"--std=c++17", arch};
+    fsa_key_inputs in = {"sel_fwd_main", params, 2, nvrtc, target, opts, 2};
+    assert_int_equal(fsa_key_build(k, &in), FSA_STATUS_OK);
+}
+
+/* --child verify ROOT: fsa_cache_verify through a context on the fake
+ * driver's device (sm_90a); the exit code is the bad count (100: failed). */
+static int child_verify(const char *root)
+{
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = 0;
+    o.cache_dir = root;
+    o.cache_mode = FSA_CACHE_MODE_READ_WRITE;
+    o.log = -1;
+    fsa_context *ctx = NULL;
+    uint64_t bad = 0;
+    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK || strcmp(fsa_context_target(ctx), "sm_90a") != 0 ||
+        fsa_cache_verify(ctx, NULL, NULL, &bad) != FSA_STATUS_OK) {
+        fprintf(stderr, "child: %s\n", fsa_last_error());
+        return 100;
+    }
+    fsa_context_destroy(ctx);
+    return (int)bad;
+}
+
+extern char **environ;
+
+/* This binary as "--child verify root", with the fake libcuda.so.1 first on
+ * LD_LIBRARY_PATH and its loads failing with `load_result`. */
+static int verify_on_fake_device(const char *root, int load_result)
+{
+    const char *bin = getenv("FSA_TEST_BINARY_DIR");
+    if (bin == NULL) fail_msg("FSA_TEST_BINARY_DIR is not set (run through ctest)");
+    char lib_path[4096], result[64];
+    snprintf(lib_path, sizeof lib_path, "LD_LIBRARY_PATH=%s/fake_cuda", bin);
+    snprintf(result, sizeof result, "FSA_FAKE_CUDA_LOAD_RESULT=%d", load_result);
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 3, sizeof *env);
+    assert_non_null(env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "LD_LIBRARY_PATH=", 16) != 0 &&
+            (strncmp(environ[i], "FSA_", 4) != 0 || strncmp(environ[i], "FSA_TEST_", 9) == 0))
+            env[k++] = environ[i];
+    env[k++] = lib_path;
+    env[k++] = result;
+    char *argv[] = {"test_disk_cache_maintenance", "--child", "verify", (char *)root, NULL};
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/proc/self/exe", argv, env);
+        _exit(127);
+    }
+    free(env);
+    assert_true(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
+    if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key own, newer, other, misplaced;
+    key_for(&own, "sm_90a", "12.4");       /* loaded by the fake's device (sm_90a, CUDA 12.4) */
+    key_for(&newer, "sm_90a", "12.8");     /* built by an NVRTC newer than the driver: not loaded */
+    key_for(&other, "sm_80", "12.4");      /* another target: not loaded */
+    key_for(&misplaced, "sm_80", "12.4");  /* sm_80's bytes in sm_90a's directory: not loaded */
+    uint8_t *p = make_payload(300, 26);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &newer, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &other, "sm_80", p, 300, "k"), FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &misplaced, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+    char *paths[4] = {fsa_disk_cache_entry_path(f->dc, &own, "sm_90a"),
+                      fsa_disk_cache_entry_path(f->dc, &newer, "sm_90a"),
+                      fsa_disk_cache_entry_path(f->dc, &other, "sm_80"),
+                      fsa_disk_cache_entry_path(f->dc, &misplaced, "sm_90a")};
+
+    /* Failures that say nothing about the file: not supported (the fake's
+     * default), out of memory, an invalid context; and a load that works. */
+    static const int says_nothing[] = {CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
+                                       CUDA_ERROR_INVALID_CONTEXT, CUDA_SUCCESS};
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+    for (size_t i = 0; i < sizeof says_nothing / sizeof says_nothing[0]; i++) {
+        assert_int_equal(verify_on_fake_device(f->root, says_nothing[i]), 0);
+        for (int j = 0; j < 4; j++) assert_true(exists(paths[j]));
+    }
+    /* Errors that condemn the image of the device's own target. */
+    static const int condemns[] = {CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_NO_BINARY_FOR_GPU};
+    for (size_t i = 0; i < sizeof condemns / sizeof condemns[0]; i++) {
+        assert_int_equal(verify_on_fake_device(f->root, condemns[i]), 1);
+        assert_false(exists(paths[0]));
+        for (int j = 1; j < 4; j++) assert_true(exists(paths[j]));
+        assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+    }
+    for (int j = 0; j < 4; j++) free(paths[j]);
+    free(p);
+    fsa_key_free(&own);
+    fsa_key_free(&newer);
+    fsa_key_free(&other);
+    fsa_key_free(&misplaced);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--child") == 0 && strcmp(argv[2], "verify") == 0) return child_verify(argv[3]);
     const struct CMUnitTest tests[] = {
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
+        T(test_verify_keeps_entries_that_the_check_function_cannot_check),
+        T(test_verify_skips_an_entry_of_another_format_version_and_keeps_it),
+        T(test_verify_leaves_the_entries_access_times_as_they_were),
+        T(test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad),
         T(test_prune_deletes_least_recently_used_entries_and_old_debris),
+        T(test_a_hit_records_its_use_so_prune_evicts_the_entry_that_was_not_used),
+        T(test_a_hit_records_its_use_at_most_once_an_hour),
+        T(test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_hit_uses_it),
+        T(test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
