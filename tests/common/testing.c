@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 char *fsa_test_mkdtemp(const char *prefix)
@@ -299,4 +301,42 @@ void fsa_test_damage_file(const char *path, long from_end)
     assert_int_equal(fseek(fp, -from_end, SEEK_END), 0);
     fputc(ch ^ 0x5a, fp);
     fclose(fp);
+}
+
+extern char **environ;
+
+static int starts_with(const char *s, const char *prefix) { return prefix && strncmp(s, prefix, strlen(prefix)) == 0; }
+
+int fsa_test_run_on_fake_driver(char *const argv[], const char *drop_prefix, const char *keep_prefix,
+                                const char *const extra[])
+{
+    const char *bin = getenv("FSA_TEST_BINARY_DIR");
+    if (bin == NULL) fail_msg("FSA_TEST_BINARY_DIR is not set (run through ctest)");
+    char lib_path[4096];
+    snprintf(lib_path, sizeof lib_path, "LD_LIBRARY_PATH=%s/fake_cuda", bin);
+    size_t n = 0, n_extra = 0;
+    while (environ[n]) n++;
+    while (extra && extra[n_extra]) n_extra++;
+    char **env = calloc(n + n_extra + 2, sizeof *env);
+    assert_non_null(env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!starts_with(environ[i], "LD_LIBRARY_PATH=") &&
+            (!starts_with(environ[i], drop_prefix) || starts_with(environ[i], keep_prefix)))
+            env[k++] = environ[i];
+    env[k++] = lib_path;
+    for (size_t i = 0; i < n_extra; i++) env[k++] = (char *)extra[i];
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve("/proc/self/exe", argv, env);
+        _exit(127);
+    }
+    free(env);
+    assert_true(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
+    if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
 }

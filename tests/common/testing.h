@@ -37,6 +37,14 @@ void fsa_test_rmtree(const char *path);
 int fsa_test_make_tree_readable(const char *path);
 /* Flips a few bits of the byte `from_end` bytes before the end of a file (a damaged cache entry). */
 void fsa_test_damage_file(const char *path, long from_end);
+/* Runs this test binary again with `argv` (argv[0] its name) on the build's
+ * fake libcuda.so.1 (first on LD_LIBRARY_PATH; run through ctest), in the
+ * caller's environment less LD_LIBRARY_PATH and the variables named
+ * `drop_prefix`* (except those named `keep_prefix`*, which may be NULL),
+ * plus the NULL-terminated "NAME=value" settings `extra`. Returns the
+ * child's exit status; a child killed by a signal fails the test. */
+int fsa_test_run_on_fake_driver(char *const argv[], const char *drop_prefix, const char *keep_prefix,
+                                const char *const extra[]);
 
 /* Deterministic generator (splitmix64). */
 typedef struct fsa_rng {

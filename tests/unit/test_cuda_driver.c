@@ -8,11 +8,9 @@
 #include "jit/context.h"
 #include "jit/cuda_driver.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define CHILD_CHECK(cond)                                                                 \
@@ -61,41 +59,13 @@ static int child_two_devices(void)
     return 0;
 }
 
-extern char **environ;
-
 /* Runs this binary as "--child <mode>" with the fake driver and the extra
  * environment settings (NULL = none). */
 static int run_child(const char *mode, const char *extra, const char *extra2)
 {
-    const char *bin = getenv("FSA_TEST_BINARY_DIR");
-    if (bin == NULL) fail_msg("FSA_TEST_BINARY_DIR is not set (run through ctest)");
-    char lib_path[4096];
-    snprintf(lib_path, sizeof lib_path, "LD_LIBRARY_PATH=%s/fake_cuda", bin);
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 4, sizeof *env);
-    assert_non_null(env);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "LD_LIBRARY_PATH=", 16) != 0 && strncmp(environ[i], "FSA_FAKE_", 9) != 0)
-            env[k++] = environ[i];
-    env[k++] = lib_path;
-    if (extra) env[k++] = (char *)extra;
-    if (extra2) env[k++] = (char *)extra2;
     char *argv[] = {"test_cuda_driver", "--child", (char *)mode, NULL};
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execve("/proc/self/exe", argv, env);
-        _exit(127);
-    }
-    free(env);
-    assert_true(pid > 0);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
-    if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    const char *settings[] = {extra, extra ? extra2 : NULL, NULL};
+    return fsa_test_run_on_fake_driver(argv, "FSA_FAKE_", NULL, settings);
 }
 
 static void test_a_driver_with_only_the_required_entry_points_loads_and_makes_contexts(void **state)

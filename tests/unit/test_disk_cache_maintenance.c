@@ -10,13 +10,11 @@
 
 #include "jit/context.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -460,42 +458,15 @@ static int child_verify(const char *root)
     return (int)bad;
 }
 
-extern char **environ;
-
 /* This binary as "--child verify root", with the fake libcuda.so.1 first on
  * LD_LIBRARY_PATH and its loads failing with `load_result`. */
 static int verify_on_fake_device(const char *root, int load_result)
 {
-    const char *bin = getenv("FSA_TEST_BINARY_DIR");
-    if (bin == NULL) fail_msg("FSA_TEST_BINARY_DIR is not set (run through ctest)");
-    char lib_path[4096], result[64];
-    snprintf(lib_path, sizeof lib_path, "LD_LIBRARY_PATH=%s/fake_cuda", bin);
+    char result[64];
     snprintf(result, sizeof result, "FSA_FAKE_CUDA_LOAD_RESULT=%d", load_result);
-    size_t n = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 3, sizeof *env);
-    assert_non_null(env);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "LD_LIBRARY_PATH=", 16) != 0 &&
-            (strncmp(environ[i], "FSA_", 4) != 0 || strncmp(environ[i], "FSA_TEST_", 9) == 0))
-            env[k++] = environ[i];
-    env[k++] = lib_path;
-    env[k++] = result;
     char *argv[] = {"test_disk_cache_maintenance", "--child", "verify", (char *)root, NULL};
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execve("/proc/self/exe", argv, env);
-        _exit(127);
-    }
-    free(env);
-    assert_true(pid > 0);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
-    if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    const char *settings[] = {result, NULL};
+    return fsa_test_run_on_fake_driver(argv, "FSA_", "FSA_TEST_", settings);
 }
 
 static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad(void **state)
