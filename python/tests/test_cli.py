@@ -259,6 +259,12 @@ def test_maintenance_prints_the_lines_and_exit_status_of_the_c_tool(args, lib, c
     shutil.copytree(cache, twin)
     for where in (cache, twin):  # something for verify to find
         flip_last_byte(entry_files(where)[0])
+    # The same times in both trees, one use order (reading a tree to copy it, or writing the flipped byte,
+    # moves access times by the file system's own rules, which prune would rank by).
+    start = time.time_ns() - 10**12
+    for i, entry in enumerate(entry_files(cache)):
+        for where in (cache, twin):
+            os.utime(where / entry.relative_to(cache), ns=(start + i * 10**9, start + i * 10**9))
     rc, out, _ = run(cli.precompile_main, args + ["--cache-dir", str(cache)], capsys)
     c = subprocess.run([str(tool), *args, "--cache-dir", str(twin)], capture_output=True, text=True)
     assert (rc, out) == (c.returncode, c.stdout.replace(str(twin), str(cache)))

@@ -112,7 +112,9 @@ int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now)
 int64_t fsa_dc_use_time_ns(struct timespec t, time_t now)
 {
     if (t.tv_sec > now + FSA_DC_CLOCK_SKEW_S) return 0;
-    return t.tv_sec >= now ? (int64_t)now * 1000000000 : fsa_dc_ts_ns(t);
+    /* Only times past this second are moved: the others keep their order
+     * (two prunes of one tree must rank it alike, whenever they run). */
+    return t.tv_sec > now ? (int64_t)now * 1000000000 : fsa_dc_ts_ns(t);
 }
 
 /* ------------------------------------------------------------- directories */
