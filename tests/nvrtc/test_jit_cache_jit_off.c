@@ -149,11 +149,13 @@ static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(v
     const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
     const char *env[] = {"FSA_JIT=off", broken, NULL};
     assert_int_equal(run_self(args, env), 0);
-    /* The stand-in does kill a process that loads it (under AddressSanitizer too: its handler would
-     * turn the bus error into an exit status). */
+    /* The stand-in does kill a process that loads it (under AddressSanitizer or ThreadSanitizer too:
+     * their handlers would turn the bus error into an exit status). */
     const char *compile[] = {"build", dir, "999", "0", "0", NULL};
     int status = 0;
-    pid_t pid = spawn_self(compile, (const char *const[]){broken, "ASAN_OPTIONS=handle_sigbus=0", NULL}, NULL);
+    pid_t pid = spawn_self(
+        compile, (const char *const[]){broken, "ASAN_OPTIONS=handle_sigbus=0", "TSAN_OPTIONS=handle_sigbus=0", NULL},
+        NULL);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFSIGNALED(status));
     free(broken);
