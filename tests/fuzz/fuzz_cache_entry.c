@@ -2,7 +2,7 @@
  * the file exactly when it is a whole, self-consistent entry for the key
  * (checked here with the format's own parser), hands out its payload
  * unchanged, and otherwise reports a miss and deletes the file (the cache is
- * writable). The input either is the file or, so that the checksums can be
+ * writable), except an entry of another format version, which it leaves. The input either is the file or, so that the checksums can be
  * right, describes an entry the harness assembles and then damages. */
 #include "fuzz_input.h"
 
@@ -112,10 +112,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     REQUIRE(path != NULL);
     write_file(path, file, n);
 
-    /* What the lookup must decide, from the format alone. */
+    /* What the lookup must decide, from the format alone. The magic with
+     * another format version is another library version's entry: a miss,
+     * neither counted nor deleted. */
     fsa_dc_entry_view v;
     const int valid = fsa_dc_parse_entry(&v, file, n) && fsa_dc_digest_is_hex(v.key_digest, g_key.hex) &&
                       v.key_len == strlen(g_key.text) && memcmp(v.key_text, g_key.text, v.key_len) == 0;
+    const int foreign = n >= 12 && memcmp(file, "FSACUBIN", 8) == 0 &&
+                        ((uint32_t)file[8] | (uint32_t)file[9] << 8 | (uint32_t)file[10] << 16 |
+                         (uint32_t)file[11] << 24) != FSA_CACHE_FORMAT_VERSION;
 
     fsa_disk_entry e;
     uint64_t corrupt = 0;
@@ -129,6 +134,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         REQUIRE(strcmp(e.key_text, g_key.text) == 0);
         REQUIRE(strlen(e.entry_names) == v.names_len && memcmp(e.entry_names, v.names, v.names_len) == 0);
         fsa_disk_entry_free(&e);
+    } else if (foreign) {
+        REQUIRE(st == FSA_STATUS_NOT_FOUND);
+        REQUIRE(corrupt == 0);
+        REQUIRE(access(path, F_OK) == 0); /* left for the library it belongs to */
     } else {
         REQUIRE(st == FSA_STATUS_NOT_FOUND);
         REQUIRE(corrupt == 1);
