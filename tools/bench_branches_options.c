@@ -60,7 +60,8 @@ static int usage_error(const br_opts *o, const char *what, const char *arg)
 
 enum {
     OPT_Q_HEADS = 256, OPT_VALUE_DIM, OPT_KERNEL_SIZE, OPT_STRIDE, OPT_BLOCK_SIZE, OPT_TOP_K, OPT_INIT_BLOCKS,
-    OPT_LOCAL_BLOCKS, OPT_BATCH, OPT_DTYPE, OPT_REPS, OPT_NO_BACKWARD, OPT_JSON, OPT_DRY_RUN
+    OPT_LOCAL_BLOCKS, OPT_BATCH, OPT_DTYPE, OPT_REPS, OPT_NO_BACKWARD, OPT_JSON, OPT_DRY_RUN,
+    OPT_HELP /* not 'h': a long option's value is never a letter (tool_bad_option) */
 };
 
 /* One numeric option into *dst; -1 when it is out of range. */
@@ -90,7 +91,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         {"no-backward", no_argument, NULL, OPT_NO_BACKWARD},
         {"json", required_argument, NULL, OPT_JSON},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-        {"help", no_argument, NULL, 'h'},
+        {"help", no_argument, NULL, OPT_HELP},
         {NULL, 0, NULL, 0},
     };
     const int compressed = o->kind == KIND_COMPRESSED;
@@ -101,17 +102,18 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         const int c = getopt_long(argc, argv, compressed ? ":hT:G:D:" : ":hT:G:D:W:", longs, &li);
         if (c == -1) break;
         /* The option's name (argv[optind - 1] is its value when it has one). */
-        char opt[64];
+        char opt[64], shown[3];
         if (li >= 0) snprintf(opt, sizeof opt, "--%s", longs[li].name);
         else if (c != '?' && c != ':') snprintf(opt, sizeof opt, "-%c", c);
-        else snprintf(opt, sizeof opt, "%s", argv[optind - 1]);
+        else snprintf(opt, sizeof opt, "%s", tool_bad_option(shown, optopt, argv, optind));
         int bad = 0;
         /* Options of the other mode are unknown here. */
         if (!compressed && (c == OPT_KERNEL_SIZE || c == OPT_STRIDE || c == OPT_BLOCK_SIZE || c == OPT_TOP_K ||
                             c == OPT_INIT_BLOCKS || c == OPT_LOCAL_BLOCKS))
             return usage_error(o, "option not taken by --window", opt);
         switch (c) {
-        case 'h': usage(stdout, o->kind); return TOOL_EXIT_OK;
+        case 'h':
+        case OPT_HELP: usage(stdout, o->kind); return TOOL_EXIT_OK;
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
         case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0; break;

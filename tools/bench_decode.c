@@ -68,14 +68,14 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
     printf("|      L |   B |  G | q_len | selection | stream us | graph us | TB/s (graph) | host us | pages GB |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
         const int g = o->gs[gi], hkv = HQ / g;
-        fsa_kvcache_plan *plan = make_plan(ctx, o, g, 64, 16, 256, 256 * 4);
+        fsa_kvcache_plan *plan = make_plan(ctx, o, g, 64, 16, MAX_B, MAX_B * 4);
         for (int li = 0; li < o->n_ls; li++)
             for (int bi = 0; bi < o->n_bs; bi++)
                 for (int mode = 0; mode < 3; mode++) { /* q_len 1; 4 shared; 4 independent */
                     const int q_len = mode == 0 ? 1 : 4;
                     dec_problem p;
                     if (!dec_make(&p, o, o->bs[bi], o->ls[li], hkv, q_len, mode == 1, 16, 64, plan, 1234 + (uint64_t)bi)) {
-                        printf("| %6d | %3d | %2d | %5d | %-9s | skipped: touched pages over %.0f GB |\n", o->ls[li],
+                        printf("| %6d | %3d | %2d | %5d | %-9s | skipped: memory over %.0f GB |\n", o->ls[li],
                                o->bs[bi], g, q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", o->max_gb);
                         continue;
                     }

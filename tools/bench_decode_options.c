@@ -12,10 +12,11 @@ static void decode_usage(FILE *f)
     fprintf(f,
             "Usage: fsa-bench --decode [OPTIONS]   paged KV-cache decode, speculative and prefill timings\n"
             "  -L LIST          cached lengths (default 8192,32768,131072; at most %d values)\n"
-            "  -B LIST          batch sizes (default 1,16,64,128,256; at most %d values)\n"
-            "  -G LIST          query heads per KV head (default 1,4,16; at most %d values)\n"
+            "  -B LIST          batch sizes, at most %d (default 1,16,64,128,256; at most %d values)\n"
+            "  -G LIST          query heads per KV head, each dividing %d (default 1,4,16; at most %d values)\n"
             "  --reps N         timed graph replays per row (default 30)\n"
-            "  --max-gb GB      skip rows whose cache would exceed this (default 90)\n"
+            "  --max-gb GB      skip rows whose memory (touched pages, page table, inputs; device or\n"
+            "                   host) would exceed this (default 90)\n"
             "  --splits N       split count of the plan (default 0: the plan's rule)\n"
             "  --no-prefill     skip the chunked-prefill row\n"
             "  --no-dense       skip the dense decode rows\n"
@@ -26,7 +27,7 @@ static void decode_usage(FILE *f)
             "  -h, --help       this text\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
             "usable GPU.\n",
-            DEC_MAX_LIST, DEC_MAX_LIST, DEC_MAX_LIST);
+            DEC_MAX_LIST, MAX_B, DEC_MAX_LIST, HQ, DEC_MAX_LIST);
 }
 
 static int decode_usage_error(const char *option)
@@ -38,17 +39,19 @@ static int decode_usage_error(const char *option)
 
 int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
 {
-    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM, OPT_STAMPS };
+    enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM, OPT_STAMPS,
+           OPT_HELP };
     static const struct option longs[] = {
         {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
         {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
         {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
         {"value-dim", required_argument, NULL, OPT_VALUE_DIM}, {"stamps", required_argument, NULL, OPT_STAMPS},
-        {"help", no_argument, NULL, 'h'},
+        {"help", no_argument, NULL, OPT_HELP}, /* not 'h': a long option's value is never a letter (tool_bad_option) */
         {NULL, 0, NULL, 0},
     };
     long v;
     int c;
+    char bad[3];
     optind = 1;
     opterr = 0; /* argv[0] is "--decode": the messages below name the tool instead */
     while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
@@ -57,10 +60,17 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
             if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L");
             break;
         case 'B':
-            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, 1 << 20) != 0) return decode_usage_error("-B");
+            /* The grid's plan takes at most MAX_B sequences. */
+            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, MAX_B) != 0) return decode_usage_error("-B");
             break;
         case 'G':
             if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G");
+            for (int i = 0; i < o->n_gs; i++) /* Hkv = HQ / G */
+                if (HQ % o->gs[i] != 0) {
+                    char what[64];
+                    snprintf(what, sizeof what, "-G (every group must divide the %d query heads)", HQ);
+                    return decode_usage_error(what);
+                }
             break;
         case OPT_REPS:
             if (tool_parse_long(&v, optarg, 1, 1000000) != 0) return decode_usage_error("--reps");
@@ -81,9 +91,11 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
             o->dv = (int)v;
             break;
         case OPT_STAMPS: o->stamps = optarg; break;
-        case 'h': decode_usage(stdout); return TOOL_EXIT_OK;
+        case 'h':
+        case OPT_HELP: decode_usage(stdout); return TOOL_EXIT_OK;
         default:
-            fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n", argv[optind - 1]);
+            fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n",
+                    tool_bad_option(bad, optopt, argv, optind));
             decode_usage(stderr);
             return TOOL_EXIT_USAGE;
         }

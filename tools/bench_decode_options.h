@@ -4,8 +4,9 @@
 #ifndef FSA_BENCH_DECODE_OPTIONS_H
 #define FSA_BENCH_DECODE_OPTIONS_H
 
-/* Query heads, key head dim and page size: the same in every row. */
-enum { HQ = 32, D = 128, PAGE = 64 };
+/* Query heads, key head dim and page size: the same in every row; the
+ * grid's plans take batches up to MAX_B (bench_decode.c). */
+enum { HQ = 32, D = 128, PAGE = 64, MAX_B = 256 };
 
 #define DEC_MAX_LIST 16 /* values of -L, -B or -G; more is a usage error */
 

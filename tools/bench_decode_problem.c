@@ -46,7 +46,9 @@ static CUdeviceptr upload(const void *src, size_t bytes)
     return d;
 }
 
-/* Returns 0 when the touched pages would pass max_gb (nothing allocated). */
+#define ALLOC(bytes) bench_alloc("--decode", (bytes))
+
+/* Returns 0 when the row would pass max_gb (nothing allocated). */
 int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
              const fsa_kvcache_plan *plan, uint64_t seed)
 {
@@ -55,9 +57,19 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     p->tq = (int64_t)B * q_len;
     const int nblk = (L + bk - 1) / bk, pages_per_block = bk / PAGE;
     p->max_pages = (L + PAGE - 1) / PAGE;
-    int32_t *topk = malloc((size_t)p->tq * hkv * k * sizeof(int32_t));
-    int32_t *table = malloc((size_t)B * p->max_pages * sizeof(int32_t));
-    char *touched = malloc((size_t)nblk);
+    /* Everything but the pages, whose count the selections give: checked
+     * before any allocation, since the page table alone (B x L / PAGE
+     * entries, on the host and the device) can pass --max-gb. */
+    size_t ws = 0;
+    FSA(fsa_kvcache_plan_workspace_size(&ws, plan));
+    const double max_bytes = o->max_gb * 1e9, sel = (double)p->tq * hkv * k * 4.0;
+    const double table_bytes = (double)B * p->max_pages * 4.0, seqs = (double)(2 * B + 1) * 4.0;
+    const double host = sel + table_bytes + nblk + seqs;
+    const double device = (double)p->tq * HQ * (D * 2.0 + o->dv * 2.0 + 4.0) + sel + table_bytes + seqs + (double)ws;
+    if (host > max_bytes || device > max_bytes) return 0;
+    int32_t *topk = ALLOC((size_t)p->tq * hkv * k * sizeof(int32_t));
+    int32_t *table = ALLOC((size_t)B * p->max_pages * sizeof(int32_t));
+    char *touched = ALLOC((size_t)nblk);
     uint64_t rng = seed;
     int64_t pages = 1; /* page 0: the stand-in for pages never read */
     for (int b = 0; b < B; b++) {
@@ -78,8 +90,17 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
             if (touched[c])
                 for (int j = c * pages_per_block; j < (c + 1) * pages_per_block && j < p->max_pages; j++) trow[j] = (int32_t)pages++;
     }
+    free(touched);
+    p->num_pages = pages;
+    const size_t page_bytes = (size_t)PAGE * hkv * D * 2, v_page_bytes = (size_t)PAGE * hkv * p->dv * 2;
+    p->bytes = (size_t)pages * (page_bytes + v_page_bytes);
+    if ((double)p->bytes + device > max_bytes) {
+        free(topk);
+        free(table);
+        return 0;
+    }
     /* Shuffle the physical pages (page 0 stays put). */
-    int32_t *perm = malloc((size_t)pages * sizeof(int32_t));
+    int32_t *perm = ALLOC((size_t)pages * sizeof(int32_t));
     for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
     for (int64_t i = pages - 1; i > 1; i--) {
         const int64_t j = 1 + (int64_t)(bench_splitmix(&rng) % (uint64_t)i);
@@ -89,15 +110,6 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     }
     for (size_t i = 0; i < (size_t)B * p->max_pages; i++) table[i] = perm[table[i]];
     free(perm);
-    free(touched);
-    p->num_pages = pages;
-    const size_t page_bytes = (size_t)PAGE * hkv * D * 2, v_page_bytes = (size_t)PAGE * hkv * p->dv * 2;
-    p->bytes = (size_t)pages * (page_bytes + v_page_bytes);
-    if ((double)p->bytes > o->max_gb * 1e9) {
-        free(topk);
-        free(table);
-        return 0;
-    }
     CU(cu.MemAlloc(&p->k_cache, (size_t)pages * page_bytes));
     CU(cu.MemAlloc(&p->v_cache, (size_t)pages * v_page_bytes));
     CU(cu.MemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
@@ -109,13 +121,11 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     CU(cu.MemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
     p->topk = upload(topk, (size_t)p->tq * hkv * k * sizeof(int32_t));
     p->table = upload(table, (size_t)B * p->max_pages * sizeof(int32_t));
-    int32_t *starts = malloc((size_t)(B + 1) * sizeof(int32_t)), *used = malloc((size_t)B * sizeof(int32_t));
+    int32_t *starts = ALLOC((size_t)(B + 1) * sizeof(int32_t)), *used = ALLOC((size_t)B * sizeof(int32_t));
     for (int b = 0; b <= B; b++) starts[b] = b * q_len;
     for (int b = 0; b < B; b++) used[b] = L;
     p->cu = upload(starts, (size_t)(B + 1) * 4);
     p->seqused = upload(used, (size_t)B * 4);
-    size_t ws = 0;
-    FSA(fsa_kvcache_plan_workspace_size(&ws, plan));
     if (ws) {
         CU(cu.MemAlloc(&p->ws, ws));
         CU(cu.MemsetD8(p->ws, 0, ws)); /* once: its counters stay zero between calls */

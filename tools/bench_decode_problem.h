@@ -25,8 +25,9 @@ typedef struct dec_problem {
 
 /* Fills *p for B sequences of L cached keys, q_len new tokens each, k
  * selected blocks of bk keys per token (shared: the tokens of a sequence
- * select the same blocks). Returns 0 when the touched pages would pass
- * o->max_gb (nothing allocated), else 1. */
+ * select the same blocks). Returns 0 when the row's memory, on the device
+ * (the touched pages, the page table, ...) or on the host, would pass
+ * o->max_gb (nothing allocated), else 1. Out of host memory: exit 1. */
 int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
              const fsa_kvcache_plan *plan, uint64_t seed);
 void dec_free(dec_problem *p);

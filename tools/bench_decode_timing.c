@@ -25,7 +25,7 @@ double dec_time_call(const dec_env *env, const fsa_kvcache_plan *plan, const fsa
         CU(cu.GraphInstantiate(&exec, g, 0));
         CU(cu.GraphDestroy(g));
     }
-    double *t = malloc((size_t)reps * sizeof(double));
+    double *t = bench_alloc("--decode", (size_t)reps * sizeof(double));
     for (int r = -3; r < reps; r++) {
         CU(cu.MemsetD8Async(env->flush, (unsigned char)r, env->flush_bytes, env->stream));
         CU(cu.EventRecord(env->e0, env->stream));

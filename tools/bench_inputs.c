@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,3 +116,13 @@ int bench_cmp_double(const void *a, const void *b)
 
 fsa_tensor bench_rows(uint64_t ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }
 fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K) { return (fsa_tensor){ptr, K, (int64_t)T * K}; }
+
+void *bench_alloc(const char *mode, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "fsa-bench%s%s: out of host memory (%zu bytes)\n", *mode ? " " : "", mode, bytes);
+        exit(1);
+    }
+    return p;
+}

@@ -31,6 +31,10 @@ void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt);
 fsa_tensor bench_rows(uint64_t ptr, int heads, int D);
 fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K);
 
+/* malloc that ends fsa-bench (exit status 1) with a message naming the mode
+ * ("" or e.g. "--decode") and the size when the memory is not there. */
+void *bench_alloc(const char *mode, size_t bytes);
+
 /* qsort comparator of doubles, ascending: the medians of the timings. */
 int bench_cmp_double(const void *a, const void *b);
 

@@ -4,6 +4,7 @@
 
 #include "bench_cuda.h"
 #include "bench_inputs.h"
+#include "tool_args.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -63,7 +64,7 @@ static const char empty_ptx[] =
     ".version 8.0\n.target sm_80\n.address_size 64\n"
     ".visible .entry bench_empty(.param .u64 p0, .param .u32 p1, .param .u64 p2)\n{\n ret;\n}\n";
 
-void bench_jit_run(const options *o, const char *self)
+int bench_jit_run(const options *o, const char *self)
 {
     char dir[] = "/tmp/fsa-bench-jit.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -92,8 +93,12 @@ void bench_jit_run(const options *o, const char *self)
         execl(self, self, "--jit-child", dir, (char *)NULL);
         _exit(127);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    /* Its lines are part of the results: a child that failed fails the run. */
+    int status = 0, rc = TOOL_EXIT_OK;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "fsa-bench: the --jit second process (disk-hit timings) failed\n");
+        rc = TOOL_EXIT_FAILED;
+    }
 
     /* Host time of one launch: the library's fill against a bare cuLaunchKernel. */
     CUmodule mod;
@@ -182,4 +187,5 @@ void bench_jit_run(const options *o, const char *self)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "fsa-bench: could not remove %s\n", dir);
+    return rc;
 }

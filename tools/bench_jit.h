@@ -7,8 +7,8 @@
 #include "bench_options.h"
 
 /* The measurements, in this process and in a second one started as
- * `self --jit-child DIR`. */
-void bench_jit_run(const options *o, const char *self);
+ * `self --jit-child DIR`; the exit code (1 when the second one failed). */
+int bench_jit_run(const options *o, const char *self);
 /* The second process: the plan comes from the disk cache, then from memory. */
 int bench_jit_child(const char *cache_dir);
 

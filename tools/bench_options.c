@@ -11,8 +11,10 @@ static void print_usage(FILE *f)
 {
     fprintf(f,
             "Usage: fsa-bench [-T LIST] [-G LIST] [OPTIONS]     time every T x G combination\n"
-            "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table\n"
-            "       fsa-bench --jit                            compile, cache-hit and launch overheads\n"
+            "       fsa-bench --standard [OPTIONS]             the benchmark protocol's problem table (its own\n"
+            "                                                  T, G and D; --q-heads a multiple of 16)\n"
+            "       fsa-bench --jit [--dry-run]                compile, cache-hit and launch overheads (a\n"
+            "                                                  fixed problem and a fresh cache: no other option)\n"
             "       fsa-bench --decode [DECODE OPTIONS]        paged KV-cache decode (fsa-bench --decode --help)\n"
             "       fsa-bench --compressed [OPTIONS]           compressed attention with the top-k selection\n"
             "                                                  (fsa-bench --compressed --help)\n"
@@ -20,7 +22,8 @@ static void print_usage(FILE *f)
             "\n"
             "Problem:\n"
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
-            "  -G LIST               query heads per KV head (default 1,2,4,8,16; at most %d values)\n"
+            "  -G LIST               query heads per KV head, each dividing --q-heads (default 1,2,4,8,16;\n"
+            "                        at most %d values)\n"
             "  -D N                  head dim (default 128)\n"
             "  --value-dim N         head dim of v and o when it differs from -D (NSA: -D 192 --value-dim 128)\n"
             "  --q-heads N           query heads (default 32)\n"
@@ -94,7 +97,8 @@ enum {
     OPT_ONLY,
     OPT_DRY_RUN,
     OPT_VERSION,
-    OPT_TUNE
+    OPT_TUNE,
+    OPT_HELP /* not 'h': a long option's value is never a letter (tool_bad_option) */
 };
 
 static const struct option k_long_options[] = {
@@ -114,7 +118,7 @@ static const struct option k_long_options[] = {
     {"json", required_argument, NULL, OPT_JSON},
     {"only", required_argument, NULL, OPT_ONLY},
     {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-    {"help", no_argument, NULL, 'h'},
+    {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {"tune", no_argument, NULL, OPT_TUNE},
     {NULL, 0, NULL, 0},
@@ -130,19 +134,28 @@ static int set_mode(options *o, bench_mode mode, int *mode_given)
 
 int bench_options_parse(options *o, const char **jit_child, int argc, char **argv)
 {
-    int mode_given = 0, grid_given = 0;
+    int mode_given = 0, grid_given = 0, d_given = 0;
+    char problem_option[32] = ""; /* the last problem or run option: --jit takes none */
+    char bad[3];
     opterr = 0; /* our own messages and exit status */
     for (;;) {
-        int c = getopt_long(argc, argv, ":hT:G:D:", k_long_options, NULL), rc = 0;
+        int li = -1;
+        int c = getopt_long(argc, argv, ":hT:G:D:", k_long_options, &li), rc = 0;
         if (c == -1) break;
+        if (c != 'h' && c != OPT_HELP && c != OPT_VERSION && c != ':' && c != '?' && c != OPT_STANDARD &&
+            c != OPT_JIT && c != OPT_JIT_CHILD && c != OPT_DRY_RUN) {
+            if (li >= 0) snprintf(problem_option, sizeof problem_option, "--%s", k_long_options[li].name);
+            else snprintf(problem_option, sizeof problem_option, "-%c", c);
+        }
         switch (c) {
-        case 'h': print_usage(stdout); return TOOL_EXIT_OK;
+        case 'h':
+        case OPT_HELP: print_usage(stdout); return TOOL_EXIT_OK;
         case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        case '?': return usage_error("unknown option '%s'", argv[optind - 1]);
+        case ':': return usage_error("option '%s' needs a value", tool_bad_option(bad, optopt, argv, optind));
+        case '?': return usage_error("unknown option '%s'", tool_bad_option(bad, optopt, argv, optind));
         case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;
         case 'G': rc = parse_list(optarg, o->groups, &o->n_groups, "-G"), grid_given = 1; break;
-        case 'D': rc = parse_int(&o->head_dim, optarg, 1, 1 << 16, "-D"); break;
+        case 'D': rc = parse_int(&o->head_dim, optarg, 1, 1 << 16, "-D"), d_given = 1; break;
         case OPT_Q_HEADS: rc = parse_int(&o->q_heads, optarg, 1, 1 << 16, "--q-heads"); break;
         case OPT_BLOCK_SIZE: rc = parse_int(&o->block_size, optarg, 1, 1 << 16, "--block-size"); break;
         case OPT_TOP_K: rc = parse_int(&o->top_k, optarg, 1, 1 << 16, "--top-k"); break;
@@ -183,5 +196,16 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
+    /* --standard's table has its own D values and groups up to 16 (bench_selected_row: Hkv = Hq / G). */
+    if (d_given && o->mode == MODE_STANDARD)
+        return usage_error("%s", "-D does not apply to --standard (it has its own D values)");
+    if (o->mode == MODE_STANDARD && o->q_heads % 16 != 0)
+        return usage_error("%s", "--standard needs --q-heads a multiple of 16 (its groups are 1, 2, 4, 8 and 16)");
+    /* A group that does not divide the heads would leave its rows out silently. */
+    for (int i = 0; o->mode == MODE_GRID && i < o->n_groups; i++)
+        if (o->q_heads % o->groups[i] != 0) return usage_error("%s", "-G: every group must divide --q-heads");
+    /* --jit times a fixed problem in a temporary cache (bench_jit.c): anything else would be ignored. */
+    if (o->mode == MODE_JIT && problem_option[0] != '\0')
+        return usage_error("option not taken by --jit: %s", problem_option);
     return -1;
 }

@@ -34,7 +34,7 @@ static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(c
 static void *gen_selection(void *arg)
 {
     sel_job *j = arg;
-    int *row = malloc(sizeof(int) * (size_t)j->K);
+    int *row = bench_alloc("", sizeof(int) * (size_t)j->K);
     for (int h = j->h0; h < j->h1; h++) {
         uint64_t s = j->seed + (uint64_t)h * 7919u;
         for (int t = 0; t < j->T; t++) {
@@ -225,7 +225,7 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     CU(cu.MemAlloc(&dk, nkv * 2));
     CU(cu.MemAlloc(&dv, nv * 2));
     CU(cu.MemAlloc(&ws, ws_f > ws_b ? ws_f : ws_b));
-    uint16_t *h = malloc(no * 2);
+    uint16_t *h = bench_alloc("", no * 2);
     bench_fill_normal(h, no, 777u + (uint64_t)T, o->dtype);
     CU(cu.MemcpyHtoD(dout, h, no * 2));
     free(h);

@@ -71,7 +71,7 @@ static int run_standard(fsa_context *ctx, const options *o, const device_info *d
     return TOOL_EXIT_OK;
 }
 
-/* Every -T x -G combination whose G divides --q-heads. */
+/* Every -T x -G combination (every G divides --q-heads: bench_options_parse). */
 static int run_grid(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
     bench_row row;
@@ -79,7 +79,6 @@ static int run_grid(fsa_context *ctx, const options *o, const device_info *d, FI
     print_table_head(o, json, d, ctx);
     for (int ti = 0; ti < o->n_tokens; ti++)
         for (int gi = 0; gi < o->n_groups; gi++) {
-            if (o->q_heads % o->groups[gi]) continue;
             bench_selected_row(ctx, o, o->tokens[ti], o->groups[gi], o->head_dim, &row, d->l2_bytes);
             bench_selected_print_row(&row, json, first);
             first = 0;
@@ -90,8 +89,7 @@ static int run_grid(fsa_context *ctx, const options *o, const device_info *d, FI
 static int run_jit_mode(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
     (void)ctx, (void)d, (void)json;
-    bench_jit_run(o, "/proc/self/exe");
-    return TOOL_EXIT_OK;
+    return bench_jit_run(o, "/proc/self/exe");
 }
 
 /* One entry per mode: the option that selects it and what it runs. A new

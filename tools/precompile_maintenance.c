@@ -106,7 +106,8 @@ static int cache_prune(fsa_context *ctx, uint64_t max_bytes)
 }
 
 /* Maintenance works on the directory, but a context is the only way to
- * reach it: use the first --arch target, the device, or any valid target. */
+ * reach it: use the --arch target (one: options_parse), the device, or any
+ * valid target. */
 int maintain(const tool_options *o)
 {
     const char *arch = o->detect ? NULL : o->arches.n ? o->arches.v[0] : "sm_80";

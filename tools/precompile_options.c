@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "precompile_options.h"
 
+#include "precompile_grid.h"
 #include "tool_args.h"
 
 #include <getopt.h>
@@ -39,6 +40,21 @@ static int parse_algorithm(fsa_algorithm *out, const char *text)
     return 0;
 }
 
+/* --page-size: only the sizes --help lists (those the library takes), so
+ * that a typo is a usage error rather than a skipped shape. */
+static int parse_page_sizes(int_list *out, const char *text)
+{
+    if (parse_int_list(out, text, "--page-size") != 0) return -1;
+    for (size_t i = 0; i < out->n; i++) {
+        const int p = out->v[i];
+        if (p != 1 && p != 16 && p != 32 && p != 64 && p != 128 && p != 256) {
+            usage_error("--page-size: %d is not 1, 16, 32, 64, 128 or 256", p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* --------------------------------------------------------------- options */
 
 void options_free(tool_options *o)
@@ -67,10 +83,12 @@ void options_print_usage(FILE *f)
             "\n"
             "Fills the fsa-jit kernel cache ahead of time: for every combination of the grid it\n"
             "creates a plan (num_kv_heads 1, num_q_heads = group), which compiles or finds every\n"
-            "kernel that shape needs. Shapes the library does not support are skipped.\n"
+            "kernel that shape needs. Shapes the library does not support are skipped (exit\n"
+            "status 1 when every shape is).\n"
             "\n"
             "Targets (one of them is required to compile):\n"
-            "  --arch LIST         offline targets, e.g. sm_80,sm_90a (no GPU needed)\n"
+            "  --arch LIST         offline targets, e.g. sm_80,sm_90a (no GPU needed); one target\n"
+            "                      with --list, --verify and --prune\n"
             "  --detect            the target of the GPU chosen by --device\n"
             "  --device N          CUDA device ordinal for --detect (default 0)\n"
             "Grid (LIST: 64,128 or 1-8 or 16-256:16, or several joined by commas):\n"
@@ -108,10 +126,11 @@ void options_print_usage(FILE *f)
             "  --version           the library version\n"
             "\n"
             "Each shape prints [n/N] and, once the pace is known, the time left.\n"
-            "Exit status: 0 success; 1 a compile failed, --verify found bad entries or the cache\n"
-            "could not be used; 2 usage error; 3 the target or device cannot be used (an --arch\n"
-            "the library does not know, no driver or no GPU for --detect).\n",
-            online_cpus());
+            "Exit status: 0 success; 1 a compile failed, every shape was skipped, --verify found bad\n"
+            "entries or the cache could not be used; 2 usage error (also a grid of more than %d\n"
+            "combinations); 3 the target or device cannot be used (an --arch the library does not\n"
+            "know, no driver or no GPU for --detect).\n",
+            online_cpus(), MAX_COMBINATIONS);
 }
 
 enum {
@@ -137,7 +156,11 @@ enum {
     OPT_KERNEL_SIZE,
     OPT_STRIDE,
     OPT_WINDOW,
-    OPT_PAGE_SIZE
+    OPT_PAGE_SIZE,
+    /* Not 'h' and 'j': a long option's value is never a letter, so that
+     * optopt tells a short option from a long one (tool_bad_option). */
+    OPT_HELP,
+    OPT_JOBS
 };
 
 static const struct option long_options[] = {
@@ -153,13 +176,13 @@ static const struct option long_options[] = {
     {"algorithm", required_argument, NULL, OPT_ALGORITHM},
     {"backward", no_argument, NULL, OPT_BACKWARD},
     {"tune", no_argument, NULL, OPT_TUNE},
-    {"jobs", required_argument, NULL, 'j'},
+    {"jobs", required_argument, NULL, OPT_JOBS},
     {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
     {"list", no_argument, NULL, OPT_LIST},
     {"verify", no_argument, NULL, OPT_VERIFY},
     {"prune", no_argument, NULL, OPT_PRUNE},
     {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
-    {"help", no_argument, NULL, 'h'},
+    {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {"kind", required_argument, NULL, OPT_KIND},
     {"kernel-size", required_argument, NULL, OPT_KERNEL_SIZE},
@@ -184,7 +207,8 @@ static int apply_option(tool_options *o, int c, const char *arg)
 {
     long n;
     switch (c) {
-    case 'h': o->help = 1; return 0;
+    case 'h':
+    case OPT_HELP: o->help = 1; return 0;
     case OPT_VERSION: o->version = 1; return 0;
     case OPT_ARCH: return parse_str_list(&o->arches, arg, "--arch");
     case OPT_DETECT: o->detect = 1; return 0;
@@ -197,7 +221,7 @@ static int apply_option(tool_options *o, int c, const char *arg)
     case OPT_HEAD_DIM: o->grid_given = 1; return parse_int_list(&o->head_dims, arg, "--head-dim");
     case OPT_GROUP: o->grid_given = 1; return parse_int_list(&o->groups, arg, "--group");
     case OPT_BLOCK_SIZE: o->grid_given = 1; return parse_int_list(&o->block_sizes, arg, "--block-size");
-    case OPT_PAGE_SIZE: o->grid_given = 1; return parse_int_list(&o->page_sizes, arg, "--page-size");
+    case OPT_PAGE_SIZE: o->grid_given = 1; return parse_page_sizes(&o->page_sizes, arg);
     case OPT_TOP_K:
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--top-k") != 0) return -1;
@@ -229,6 +253,7 @@ static int apply_option(tool_options *o, int c, const char *arg)
         o->tune = 1;
         return 0;
     case 'j':
+    case OPT_JOBS:
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_JOBS, "-j") != 0) return -1;
         o->jobs = (int)n;
@@ -267,6 +292,10 @@ static int check_options(const tool_options *o)
     }
     if (o->max_bytes_given && o->mode != MODE_PRUNE) {
         usage_error("--max-bytes applies only to --prune");
+        return -1;
+    }
+    if (o->mode != MODE_COMPILE && o->arches.n > 1) {
+        usage_error("--list, --verify and --prune take one --arch target (they work on the whole cache)");
         return -1;
     }
     if (o->mode != MODE_COMPILE && o->grid_given) {
@@ -317,11 +346,8 @@ int options_parse(tool_options *o, int argc, char **argv)
         int c = getopt_long(argc, argv, ":j:h", long_options, NULL);
         if (c == -1) break;
         if (c == '?' || c == ':') {
-            /* getopt sets optopt to the letter of a short option, and to
-             * 0 or our OPT_ value for a long one: name that from argv. */
-            const char *what = argv[optind - 1];
-            char short_opt[3] = {'-', (char)optopt, '\0'};
-            if (optopt > 0 && optopt < OPT_ARCH) what = short_opt;
+            char short_opt[3];
+            const char *what = tool_bad_option(short_opt, optopt, argv, optind);
             if (c == ':') usage_error("option '%s' needs a value", what);
             else if (strncmp(what, "--", 2) == 0 && strchr(what, '=') != NULL)
                 usage_error("unknown option, or one that takes no value: '%s'", what);
@@ -336,6 +362,9 @@ int options_parse(tool_options *o, int argc, char **argv)
         return TOOL_EXIT_USAGE;
     }
     if (check_options(o) != 0 || fill_defaults(o) != 0) return TOOL_EXIT_USAGE;
+    /* The grid's size is a usage error: say so before opening a context
+     * (--detect, one target, would otherwise fail first without a GPU). */
+    if (o->mode == MODE_COMPILE && grid_count(o, o->detect ? 1 : o->arches.n) == 0) return TOOL_EXIT_USAGE;
     return 0;
 }
 

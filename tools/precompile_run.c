@@ -302,7 +302,7 @@ int precompile(const tool_options *o)
     run_state rs = {.opts = o, .targets = targets, .n_targets = n_targets};
     int rc = open_targets(targets, &n_open, o);
     if (rc == 0) {
-        rs.n_jobs = grid_count(o, n_targets);
+        rs.n_jobs = grid_count(o, n_targets); /* not 0: options_parse counted it */
         if (rs.n_jobs == 0) rc = TOOL_EXIT_USAGE;
     }
     if (rc == 0 && pthread_mutex_init(&rs.print_lock, NULL) != 0) {
@@ -329,6 +329,11 @@ int precompile(const tool_options *o)
             fprintf(stderr, PROG ": %" PRIu64 " kernels could not be written to the cache (see the warning above)\n",
                     sum.write_failures);
         rc = failed || sum.write_failures ? TOOL_EXIT_FAILED : 0;
+        /* Nothing the library takes was asked for: that is no success. */
+        if (skipped == rs.n_jobs) {
+            fprintf(stderr, PROG ": every shape was skipped as unsupported: nothing precompiled\n");
+            rc = TOOL_EXIT_FAILED;
+        }
         pthread_mutex_destroy(&rs.print_lock);
     }
     close_targets(targets, n_open);

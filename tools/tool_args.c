@@ -31,8 +31,9 @@ int tool_parse_bytes(uint64_t *out, const char *text)
     uint64_t v = 0;
     if (!isdigit((unsigned char)*p)) return -1;
     for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
+        const uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1; /* exact: UINT64_MAX itself is taken */
+        v = v * 10 + d;
     }
     if (*p != '\0') {
         static const char units[] = "KMGT";
@@ -49,10 +50,11 @@ int tool_parse_bytes(uint64_t *out, const char *text)
 int tool_parse_long(long *out, const char *text, long min, long max)
 {
     char *end;
+    /* strtol would also take spaces and a sign before the digits. */
+    if (!isdigit((unsigned char)*text)) return -1;
     errno = 0;
     long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || errno != 0 || isspace((unsigned char)*text) || v < min || v > max)
-        return -1;
+    if (*end != '\0' || errno != 0 || v < min || v > max) return -1;
     *out = v;
     return 0;
 }
@@ -80,11 +82,23 @@ int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, l
 int tool_parse_double(double *out, const char *text, double min, double max)
 {
     char *end;
+    /* strtod would also take spaces, a sign, hex, inf and nan. */
+    const int digit_first = isdigit((unsigned char)text[0]) || (text[0] == '.' && isdigit((unsigned char)text[1]));
+    if (!digit_first || strpbrk(text, "xX") != NULL) return -1;
     errno = 0;
     double v = strtod(text, &end);
     if (end == text || *end != '\0' || errno != 0 || !isfinite(v) || v < min || v > max) return -1;
     *out = v;
     return 0;
+}
+
+const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind)
+{
+    if (optopt > 0 && optopt < 256) {
+        buf[0] = '-', buf[1] = (char)optopt, buf[2] = '\0';
+        return buf;
+    }
+    return argv[optind - 1];
 }
 
 int tool_context_exit_code(fsa_status status)

@@ -29,13 +29,22 @@ const char *tool_dtype_name(fsa_dtype dtype);
  * 1024, case-insensitive). 0 on success, -1 on bad syntax or overflow. */
 int tool_parse_bytes(uint64_t *out, const char *text);
 
-/* A whole decimal number in [min, max], nothing else in the text. */
+/* A whole decimal number in [min, max], nothing else in the text: digits
+ * only (no sign, space or base prefix). */
 int tool_parse_long(long *out, const char *text, long min, long max);
 /* Comma-separated whole numbers, each in [min, max], at most `cap` of them.
  * 0 on success; -1 on bad syntax or a value out of range; -2 past `cap`. */
 int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, long max);
-/* A finite decimal number in [min, max]. */
+/* A finite decimal number in [min, max]: digits with an optional fraction
+ * and exponent, or a fraction alone (".5"); no sign, space, hex or inf. */
 int tool_parse_double(double *out, const char *text, double min, double max);
+
+/* The option getopt_long just refused ('?' or ':'), for a message: "-z"
+ * for a short option, from optopt (argv[optind - 1] is not its word inside
+ * a cluster such as -zq), else the word itself. optopt is a letter only for
+ * short options when every long option's value is 256 or more (as here: no
+ * long option returns its short letter). buf holds at least 3 chars. */
+const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind);
 
 /* The exit code for a context that could not be created. */
 int tool_context_exit_code(fsa_status status);

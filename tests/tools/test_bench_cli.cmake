@@ -32,14 +32,37 @@ run(0 --version)
 expect("${OUT}" "^fsa-bench [0-9]+\\.[0-9]+\\.[0-9]+\n$" "version")
 
 # Usage errors: exit 2, message and usage on stderr, nothing on stdout.
+# Also: a group that does not divide --q-heads (its rows would be left out); --standard with heads its
+# groups 1..16 do not divide, or with -D (it has its own); --jit with options it would ignore; numbers
+# with a space, a sign or hex. All before any driver is loaded (exit 2, not 3).
 foreach(args "--bogus" "--dtype;fp8" "--dtype;float32" "--workspace-limit;2GB" "-T;8192,x" "-G;0"
-             "--only;both" "-D" "--min-ms;-1" "--standard;--jit" "--standard;-T;8192" "extra")
+             "--only;both" "-D" "--min-ms;-1" "--standard;--jit" "--standard;-T;8192" "extra"
+             "-G;3" "--q-heads;24;-G;16" "--standard;--q-heads;12" "--standard;-D;64" "--jit;--json;x.json"
+             "--jit;--dtype;f16" "--jit;-D;64" "--jit;--tune" "--jit;--cache-dir;x" "--jit;--backward"
+             "--min-ms; 5" "--min-ms;0x10" "--min-ms;inf" "-T;+8" "-D;+64" "--q-heads; 32")
   run(2 ${args})
   expect("${ERR}" "^fsa-bench: .*\nUsage: fsa-bench" "usage error for ${args}")
   if(NOT OUT STREQUAL "")
     message(FATAL_ERROR "usage error for ${args} wrote to stdout:\n${OUT}")
   endif()
 endforeach()
+
+run(2 --jit --json x.json)
+expect("${ERR}" "option not taken by --jit: --json" "--jit names the option it does not take")
+run(0 --jit --dry-run)
+run(0 --standard --q-heads 48 --dry-run)
+expect("${OUT}" "--standard, D 128, Hq 48," "--standard with a multiple of 16 heads")
+run(0 --min-ms .5 --warmup-ms 1e1 --dry-run)
+run(0 -T 8192 -G 3 --q-heads 48 --dry-run)
+expect("${OUT}" "# T 8192; G 3\n" "a group that divides --q-heads")
+
+# The refused option is named: a short one by its letter, even inside a cluster.
+foreach(args "-zq" "-T8;-zq")
+  run(2 ${args})
+  expect("${ERR}" "^fsa-bench: unknown option '-z'\n" "short option named for ${args}")
+endforeach()
+run(2 --help=1)
+expect("${ERR}" "^fsa-bench: unknown option '--help=1'\n" "long option named by its word")
 
 # Lists are never cut: 64 values are taken, 65 refused.
 set(values "")
@@ -78,15 +101,22 @@ message(STATUS "fsa-bench command line: all checks passed")
 run(0 --decode --help)
 expect("${OUT}" "^Usage: fsa-bench --decode" "decode help on stdout")
 expect("${OUT}" "Exit status: 0 success; 1 .*; 2 usage error; 3 no CUDA driver or no\nusable GPU" "decode exit codes: 3 also without a usable GPU")
+# Also: a group that does not divide the 32 query heads, a batch over the plan's 256, a number with a space.
 foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
              "--decode;--reps;0" "--decode;--splits;-1" "--decode;--value-dim;100" "--decode;--value-dim;512"
-             "--decode;extra")
+             "--decode;extra" "--decode;-G;3" "--decode;-B;300" "--decode;-B;1048576;-L;1073741824"
+             "--decode;--max-gb; 1" "--decode;--reps;+3")
   run(2 ${args})
   expect("${ERR}" "^fsa-bench --decode: .*\nUsage: fsa-bench --decode" "decode usage error for ${args}")
   if(NOT OUT STREQUAL "")
     message(FATAL_ERROR "decode usage error for ${args} wrote to stdout:\n${OUT}")
   endif()
 endforeach()
+
+run(2 --decode -zq)
+expect("${ERR}" "^fsa-bench --decode: [^\n]*: -z\n" "decode names the short option")
+run(2 --decode -G 3)
+expect("${ERR}" "-G \\(every group must divide the 32 query heads\\)" "decode says why -G is refused")
 
 # --compressed and --window: the same conventions; --dry-run prints the problem without a GPU.
 foreach(mode compressed window)
@@ -99,6 +129,10 @@ foreach(mode compressed window)
       message(FATAL_ERROR "${mode} usage error for ${args} wrote to stdout:\n${OUT}")
     endif()
   endforeach()
+endforeach()
+foreach(mode compressed window)
+  run(2 --${mode} -zq)
+  expect("${ERR}" "^fsa-bench --${mode}: unknown option: -z\n" "${mode} names the short option")
 endforeach()
 run(2 --window --top-k 4)
 expect("${ERR}" "option not taken by --window: --top-k" "compressed-only options are refused by --window")

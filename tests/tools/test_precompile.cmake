@@ -154,18 +154,38 @@ expect_match("Usage: fsa-precompile" "help text")
 expect_match("--tune" "help names --tune")
 run(0 --version)
 expect_match("^fsa-precompile [0-9]+\\.[0-9]+\\.[0-9]+\n$" "version")
+# The grid is counted while parsing: too large a grid is a usage error even for --detect without a GPU.
+run(2 --detect --head-dim 1-4096 --group 1-4096 --cache-dir "${CACHE_DIR}")
+expect_match("more than 100000 combinations" "grid too large")
+# The refused option is named: a short one by its letter (even in a cluster), a long one by its word.
+run(2 -zq)
+expect_match("unknown option '-z'" "short option named")
+run(2 --help=1)
+expect_match("'--help=1'" "long option with a value named")
+run(2 --jobs)
+expect_match("option '--jobs' needs a value" "long option without its value named")
+# Maintenance works on one target's context: a second --arch would be ignored.
+run(2 --list --arch sm_80,sm_90a --cache-dir "${CACHE_DIR}")
+expect_match("one --arch target" "one target for maintenance")
+# Numbers are digits only.
+run(2 --arch sm_80 --top-k +16 --cache-dir "${CACHE_DIR}")
+run(2 --arch sm_80 -j " 2" --cache-dir "${CACHE_DIR}")
 
 # --- 7b. a target the library rejects parses fine: exit 3, not a usage error
 run(3 --arch sm_10 --cache-dir "${CACHE_DIR}")
 expect_match("target sm_10" "rejected target named")
 
-# --- 8. a shape the library does not support is skipped, not failed
-run(0 --arch sm_80 --head-dim 100 --group 1 -j 1 --cache-dir "${CACHE_DIR}")
+# --- 8. a shape the library does not support is skipped, not failed; a run where every shape is skipped
+# compiles nothing and says so (exit 1)
+run(1 --arch sm_80 --head-dim 100 --group 1 -j 1 --cache-dir "${CACHE_DIR}")
 expect_match("\\[1/1\\] sm_80 bf16 d100 g1 bk64: skipped \\(unsupported: [^)]" "unsupported shape reported")
 expect_match("\n0 kernels compiled, 0 already cached, 0 failed, 1 skipped" "summary with a skipped shape")
+expect_match("every shape was skipped as unsupported" "all skipped said")
+run(0 --arch sm_80 --head-dim 64,100 --group 1 --block-size 64 -j 1 --cache-dir "${CACHE_DIR}")
+expect_match("0 failed, 1 skipped \\(2 shapes" "one shape of two skipped")
 
 # --- 9. every dtype spelling, and progress counts over several shapes
-run(0 --arch sm_80 --dtype half,BFloat16 --head-dim 100 --group 1,2 -j 1 --cache-dir "${CACHE_DIR}")
+run(1 --arch sm_80 --dtype half,BFloat16 --head-dim 100 --group 1,2 -j 1 --cache-dir "${CACHE_DIR}")
 expect_match("\\[1/4[],]" "first of four counted")
 expect_match("\\[4/4\\] " "last of four counted")
 expect_match("sm_80 f16 d100 g1 bk64: skipped" "half is f16")
@@ -188,20 +208,27 @@ expect_match("--kind: 'bogus'" "unknown kind named")
 run(2 --arch sm_80 --kind window --window 0 --cache-dir "${CACHE_DIR}")
 
 # --- 11. the paged KV cache's plans (serving), one per page size: its attention kernel and, for servers
-# that run in check mode, its metadata check; a page size the library does not take is skipped; a second
-# run finds everything cached
-set(KV --arch sm_80 --kind kvcache --head-dim 64 --group 4 --top-k 8 --page-size 1,64,48 -j 2 --cache-dir "${WORK}/kv")
+# that run in check mode, its metadata check; a second run finds everything cached; a page size outside
+# those --help lists is a usage error
+set(KV --arch sm_80 --kind kvcache --head-dim 64 --group 4 --top-k 8 --page-size 1,64 -j 2 --cache-dir "${WORK}/kv")
 run(0 ${KV})
 expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page1: " "page 1 plan made")
 expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page64: " "page 64 plan made")
-expect_match("sm_80 kvcache bf16 d64 dv64 g4 bk64 k8 page48: skipped \\(unsupported: page_size 48" "page 48 skipped")
-expect_match("\n3 kernels compiled, 0 already cached, 0 failed, 1 skipped \\(3 shapes" "kvcache summary")
+expect_match("\n3 kernels compiled, 0 already cached, 0 failed, 0 skipped \\(2 shapes" "kvcache summary")
 run(0 --list --cache-dir "${WORK}/kv")
 foreach(name kvc_fwd_bf16_d64_dv64_g4_bk64_k8_p1_tma0 kvc_fwd_bf16_d64_dv64_g4_bk64_k8_p64_tma0 kvc_check)
   expect_match("sm_80 +${name} +[0-9]+ " "list entry ${name}")
 endforeach()
 run(0 ${KV})
-expect_match("\n0 kernels compiled, 3 already cached, 0 failed, 1 skipped" "kvcache second run is all hits")
+expect_match("\n0 kernels compiled, 3 already cached, 0 failed, 0 skipped" "kvcache second run is all hits")
+foreach(size 48 7)
+  run(2 --arch sm_80 --kind kvcache --page-size 1,${size} --cache-dir "${WORK}/kv")
+  expect_match("--page-size: ${size} is not 1, 16, 32, 64, 128 or 256" "page size ${size} refused")
+endforeach()
+# The largest byte count (2^64 - 1) is a byte count; one more is not.
+run(0 --prune --max-bytes 18446744073709551615 --cache-dir "${WORK}/kv")
+expect_match("removed 0 files" "prune to the largest byte count keeps everything")
+run(2 --prune --max-bytes 18446744073709551616 --cache-dir "${WORK}/kv")
 run(2 --arch sm_80 --page-size 64 --cache-dir "${WORK}/kv")
 expect_match("--page-size applies only to --kind kvcache" "page size without the kvcache kind")
 run(2 --arch sm_80 --kind kvcache --page-size 0 --cache-dir "${WORK}/kv")
