@@ -97,8 +97,8 @@ def _precompile_parser():
                     "error, 3 the target or device cannot be used.")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--arch", type=_name_list,
-                       help="offline targets, e.g. sm_80,sm_90a (no GPU needed); with --list, --verify or "
-                            "--prune the first reaches the cache (default sm_80)")
+                       help="offline targets, e.g. sm_80,sm_90a (no GPU needed); --list, --verify and --prune "
+                            "take one (default sm_80)")
     where.add_argument("--detect", action="store_true", help="the target of the GPU chosen by --device")
     p.add_argument("--device", type=int, help="CUDA device ordinal for --detect (default 0)")
     grid = p.add_argument_group("grid (compiling only)")
@@ -163,8 +163,31 @@ def _check_precompile_options(p, a):
         p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
     if a.page_size is not None and "kvcache" not in a.kind:
         p.error("--page-size applies to --kind kvcache")
+    for size in a.page_size or ():
+        if size not in _PAGE_SIZE_SET:
+            p.error(f"--page-size: {size} is not 1, 16, 32, 64, 128 or 256")
     if a.mode is None and a.arch is None and not a.detect:
         p.error("say what to compile for: --arch LIST (e.g. sm_80,sm_90a) or --detect")
+    if a.mode and a.arch is not None and len(a.arch) > 1:
+        p.error("--list, --verify and --prune take one --arch")
+    if a.mode is None and _grid_count(a, 1 if a.detect else len(a.arch)) > MAX_COMBINATIONS:
+        p.error(f"the grid has more than {MAX_COMBINATIONS} combinations")
+
+
+_PAGE_SIZE_SET = (1, 16, 32, 64, 128, 256)  # the paged cache's page sizes (docs/kvcache.md)
+MAX_COMBINATIONS = 100000  # as the C tool: a typo such as --group 1-4096 is a usage error, not a day of compiles
+
+
+def _grid_count(a, n_targets):
+    """Shapes the grid asks for, each kind over the dimensions it takes (as tools/precompile_grid.c)."""
+    from .precompile import PAGE_SIZES
+
+    total = 0
+    for k in a.kind:
+        dims = (n_targets, 1 if k in ("window", "gate") else len(a.block_size), 1 if k == "gate" else len(a.group),
+                len(a.head_dim), len(a.dtype), len(a.page_size or PAGE_SIZES) if k == "kvcache" else 1)
+        total += math.prod(dims)
+    return total
 
 
 def precompile_main(argv=None):
@@ -196,6 +219,9 @@ def _compile(a):
         print(f"FAILED {shape}: {message}", file=sys.stderr)
     print(f"cache: {s['cache_dir']}\n{s['compiled']} kernels compiled, {s['cached']} already cached, "
           f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms)")
+    if s["skipped"] and not (s["compiled"] or s["cached"] or s["failed"]):  # nothing the library takes was asked for
+        print("fsa-precompile: every shape was skipped as unsupported: nothing precompiled", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_FAILED if s["failed"] else 0
 
 

@@ -102,15 +102,14 @@ def test_page_size_without_kvcache_kind_exits_2(capsys):
 
 def test_precompile_offline_kvcache_and_gate(lib, capsys, tmp_path):
     args = ["--arch", "sm_80", "--dtype", "f16", "--head-dim", "32", "--group", "2", "--block-size", "16",
-            "--top-k", "4", "--kind", "kvcache,gate", "--page-size", "1,48", "--cache-dir", str(tmp_path)]
+            "--top-k", "4", "--kind", "kvcache,gate", "--page-size", "1", "--cache-dir", str(tmp_path)]
     rc, out, err = run(cli.precompile_main, args, capsys)
     if rc != 0 and "NO_NVRTC" in err:
         pytest.skip("NVRTC not available")
     assert rc == 0, err
-    assert "[3/3]" in out
+    assert "[2/2]" in out
     assert "sm_80 f16 kvcache d32 g2 bk16 k4 page1: ready" in out and "sm_80 f16 gate dv32: ready" in out
-    assert "sm_80 f16 kvcache d32 g2 bk16 k4 page48: skipped" in out
-    assert " 0 failed, 1 skipped" in out
+    assert " 0 failed, 0 skipped" in out
 
 
 # ------------------------------------------------------------- cache maintenance
@@ -242,6 +241,26 @@ def test_detect_tune_and_backward_reach_precompile(capsys, monkeypatch):
     rc, _, err = run(cli.precompile_main, ["--detect", "--tune", "--backward"], capsys)
     assert rc == 0, err
     assert seen["detect"] and seen["tune"] and seen["backward"] and seen["arch"] is None and seen["device"] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "sm_80", "--kind", "kvcache", "--page-size", "1,48"], "--page-size: 48 is not 1, 16, 32, 64, 128 or 256"),
+    (["--list", "--arch", "sm_80,sm_90a"], "--list, --verify and --prune take one --arch"),
+    (["--arch", "sm_80", "--head-dim", "16-4096:16", "--group", "1-512"], "more than 100000 combinations"),
+])
+def test_precompile_refuses_what_the_c_tool_refuses_before_anything_opens(args, message, capsys):
+    rc, _, err = run(cli.precompile_main, args, capsys)
+    assert rc == 2 and message in err, err
+
+
+def test_a_grid_whose_every_shape_is_skipped_is_a_failure(capsys, monkeypatch):
+    def precompile(**kwargs):
+        return {"failures": [], "cache_dir": "/c", "compiled": 0, "cached": 0, "failed": 0, "skipped": 3,
+                "compile_ms": 0.0}
+
+    monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", precompile)
+    rc, out, err = run(cli.precompile_main, ["--arch", "sm_80", "--head-dim", "100"], capsys)
+    assert rc == 1 and "0 kernels compiled" in out and "every shape was skipped as unsupported" in err
 
 
 def c_tool(lib):
