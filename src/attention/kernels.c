@@ -292,6 +292,19 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
 }
 
+/* A grid's x size the driver takes (2^31 - 1 CTAs). Host checks keep every
+ * call's grids far below it (the tensors of a larger one would not fit any
+ * GPU), and not every kernel strides over its work, so a larger grid is an
+ * error, never a clamp that would leave work undone. */
+static fsa_status check_grid_x(const fsa_kernel *k, uint64_t gx)
+{
+    if (gx <= 0x7fffffffu) return FSA_STATUS_OK;
+    char stage[40];
+    snprintf(stage, sizeof stage, "launch %s", k->name);
+    return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "a grid of %llu CTAs in x, more than 2^31 - 1",
+                         (unsigned long long)gx);
+}
+
 /* A launch's status: OK, or the driver's error naming the kernel. */
 static fsa_status launch_status(const fsa_kernel *k, const fsa_cu_api *cu, CUresult r, const char *api)
 {
@@ -307,7 +320,8 @@ fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uin
     const fsa_cu_api *cu = ctx->cu;
     void *args[] = {params};
     if (gx == 0 || gy == 0 || gz == 0) return FSA_STATUS_OK;
-    if (gx > 0x7fffffffu) gx = 0x7fffffffu; /* kernels that can get this many stride over their work */
+    const fsa_status st = check_grid_x(k, gx);
+    if (st != FSA_STATUS_OK) return st;
     const CUresult r = cu->LaunchKernel(k->fn, (unsigned)gx, gy, gz, k->threads, 1, 1, k->smem, stream, args, NULL);
     return launch_status(k, cu, r, "cuLaunchKernel");
 }
@@ -337,7 +351,8 @@ fsa_status fsa_kernel_launch_clusters(const fsa_kernel *k, const fsa_context *ct
     const fsa_cu_api *cu = ctx->cu;
     void *args[] = {params};
     if (gx == 0 || gy == 0) return FSA_STATUS_OK;
-    if (gx > 0x7fffffffu) gx = 0x7fffffffu;
+    const fsa_status st = check_grid_x(k, gx);
+    if (st != FSA_STATUS_OK) return st;
     CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
     attr.value.clusterDim.x = 1;
     attr.value.clusterDim.y = cluster_y;

@@ -108,7 +108,8 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
 
 /* Launches kernel k (loaded for ctx) on a (gx, gy, gz) grid with its block
  * size and shared memory, `params` (its parameter block) as its one
- * argument; an empty grid launches nothing. Inside ctx, which has a device. */
+ * argument; an empty grid launches nothing, and a gx over 2^31 - 1 is
+ * FSA_STATUS_UNSUPPORTED (nothing launched). Inside ctx, which has a device. */
 fsa_status fsa_kernel_launch_3d(const fsa_kernel *k, const fsa_context *ctx, uint64_t gx, unsigned gy, unsigned gz,
                                 CUstream stream, void *params);
 
