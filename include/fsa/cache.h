@@ -25,7 +25,8 @@ typedef struct fsa_cache_entry_info {
     const char *target; /**< directory target, e.g. sm_90a */
     uint64_t bytes;     /**< file size */
     int64_t mtime;      /**< seconds since the epoch */
-    int valid;          /**< fsa_cache_verify only: 1 when header, key and checksum are good */
+    int valid;          /**< fsa_cache_verify: 1 when header, key and checksum are good;
+                             fsa_cache_list checks nothing and reports 1 */
     int deleted;        /**< fsa_cache_verify only: 1 when a bad entry was deleted (0 when it
                              could not be: read-only cache or directory, a directory that is
                              not empty) */
