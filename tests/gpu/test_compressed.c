@@ -379,6 +379,8 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         }
         fsa_compressed_bwd_args acc = a;
         acc.dq_add = a.dq;
+        for (int i = 1; i < 3; i++) fsa_test_dfill(d_out[i], 0xff, bytes[i]); /* the bits compared below: this call's */
+        fsa_test_dfill(ws, 0xff, ws_bytes);
         if (fsa_compressed_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
         fsa_test_sync();
         download_strided(got[0], img, d_out[0], p.T, c->hq, c->dk, p.q_ts, p.q_hs, c->dtype);

@@ -190,8 +190,10 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dk_r
             if (p->empty_row[(size_t)h * p->T + t])
                 for (int d = 0; d < c->d; d++) assert_int_equal(g->dq_img[t * p->q_ts + h * p->q_hs + d] & 0x7fff, 0);
         for (int h = 0; h < c->hkv; h++)
-            if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * p->Dv, p->Dv))
+            if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * p->Dv, p->Dv)) { /* no probability reaches it */
                 for (int d = 0; d < p->Dv; d++) assert_int_equal(g->dv_img[t * p->v_ts + h * p->v_hs + d] & 0x7fff, 0);
+                for (int d = 0; d < c->d; d++) assert_int_equal(g->dk_img[t * p->kv_ts + h * p->kv_hs + d] & 0x7fff, 0);
+            }
     }
 }
 
@@ -281,6 +283,9 @@ static void run_case(const attn_case *c, fsa_plan *plan)
      * dq_ref + that dq; dk and dv as before, bit for bit. */
     fsa_bwd_args acc = ba;
     acc.dq_add = ba.dq;
+    fsa_test_dfill(bd.dk, 0xff, bd.kv_bytes); /* so that the bit comparison below sees this call's dk and dv */
+    fsa_test_dfill(bd.dv, 0xff, bd.v_bytes);
+    fsa_test_dfill(bd.ws, 0xff, bd.ws_bytes);
     assert_int_equal(fsa_selected_attention_bwd(plan, &acc, NULL), FSA_STATUS_OK);
     fsa_test_sync();
     grads added;

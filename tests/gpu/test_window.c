@@ -343,6 +343,8 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     for (size_t e = 0; e < n[0]; e++) dq_sum[e] = want[0][e] + (double)got[0][e];
     fsa_window_bwd_args acc = a;
     acc.dq_add = a.dq;
+    for (int i = 1; i < 3; i++) fsa_test_dfill(g.d[i], 0xff, g.bytes[i]); /* the bits compared below: this call's */
+    fsa_test_dfill(g.ws, 0xff, g.ws_bytes);
     if (fsa_window_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
     fsa_test_sync();
     uint16_t *added[3];
