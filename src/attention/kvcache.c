@@ -277,10 +277,8 @@ static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t pag
     if (page_stride % 8 != 0)
         return fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a multiple of 8 elements", name,
                              (long long)page_stride);
-    unsigned __int128 last = 0; /* element offset of the last page's last row */
+    unsigned __int128 last = fsa_view_last_row(t, page, heads); /* then the last page's */
     if (num_pages > 1) last += (unsigned __int128)(uint64_t)page_stride * (uint64_t)(num_pages - 1);
-    if (page > 1) last += (unsigned __int128)(uint64_t)t->token_stride * (uint64_t)(page - 1);
-    if (heads > 1) last += (unsigned __int128)(uint64_t)t->head_stride * (uint64_t)(heads - 1);
     if (!fsa_within_reach(t->ptr, last, 2))
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE,
                              "%s: %lld pages of stride %lld reach past 2^63 bytes of address", name,

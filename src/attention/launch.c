@@ -28,6 +28,14 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch)
     return FSA_STATUS_OK;
 }
 
+unsigned __int128 fsa_view_last_row(const fsa_tensor *t, int64_t tokens, int64_t heads)
+{
+    unsigned __int128 last = 0;
+    if (tokens > 1) last += (unsigned __int128)(uint64_t)t->token_stride * (uint64_t)(tokens - 1);
+    if (heads > 1) last += (unsigned __int128)(uint64_t)t->head_stride * (uint64_t)(heads - 1);
+    return last;
+}
+
 int fsa_within_reach(uint64_t ptr, unsigned __int128 last_elem, unsigned elem_bytes)
 {
     return (unsigned __int128)ptr + last_elem * elem_bytes < (unsigned __int128)1 << 63;
@@ -53,10 +61,7 @@ static fsa_status check_view(const char *stage, const char *name, const fsa_tens
         return fsa_error_set(FSA_STATUS_MISALIGNED, stage,
                              "%s strides (token %lld, head %lld) must be multiples of %lld elements", name,
                              (long long)ts, (long long)hs, (long long)multiple);
-    unsigned __int128 last_row = 0; /* element offset of the last row's start; 128-bit: no overflow */
-    if (tokens > 1) last_row += (unsigned __int128)(uint64_t)ts * (uint64_t)(tokens - 1);
-    if (heads > 1) last_row += (unsigned __int128)(uint64_t)hs * (uint64_t)(heads - 1);
-    if (!fsa_within_reach(t->ptr, last_row, elem_bytes))
+    if (!fsa_within_reach(t->ptr, fsa_view_last_row(t, tokens, heads), elem_bytes))
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
                              "%s reaches past 2^63 bytes of address (pointer 0x%llx, token stride %lld x %lld tokens, "
                              "head stride %lld x %lld heads): a stride or the pointer is wrong",
@@ -97,10 +102,7 @@ fsa_status fsa_check_gate_views(const char *stage, const fsa_tensor *gate, const
 /* The end of the bytes a view's rows can touch (they lie in [ptr, end)); 128-bit: no overflow. */
 static unsigned __int128 view_end(const fsa_tensor *t, int64_t tokens, int64_t heads, int64_t row_elems, int bytes)
 {
-    unsigned __int128 last = (unsigned __int128)row_elems;
-    if (tokens > 1) last += (unsigned __int128)(uint64_t)t->token_stride * (uint64_t)(tokens - 1);
-    if (heads > 1) last += (unsigned __int128)(uint64_t)t->head_stride * (uint64_t)(heads - 1);
-    return (unsigned __int128)t->ptr + last * (unsigned)bytes;
+    return (unsigned __int128)t->ptr + (fsa_view_last_row(t, tokens, heads) + (unsigned __int128)row_elems) * (unsigned)bytes;
 }
 
 fsa_status fsa_check_dq_add(const char *stage, const fsa_tensor *dq_add, const fsa_tensor *dq, int64_t tokens,

@@ -47,6 +47,11 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
 fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads);
 
+/* The element offset of a view's last row start: strides (already checked
+ * not negative) times the counts less one, a dimension of one row adding
+ * nothing; 128-bit, so no product overflows. */
+unsigned __int128 fsa_view_last_row(const fsa_tensor *t, int64_t tokens, int64_t heads);
+
 /* Whether element offsets up to `last_elem` (of elem_bytes each) from `ptr`
  * stay below 2^63 bytes of address; exact (128-bit). For views with a
  * dimension of their own (the pages of a paged cache). */
