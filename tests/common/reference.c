@@ -341,6 +341,38 @@ double fsa_rel_error_d(const double *a, const double *b, size_t n)
     return rel_error_impl(NULL, a, b, n);
 }
 
+double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
+                         size_t *worst_row)
+{
+    double sum_sq = 0.0;
+    for (size_t e = 0; e < rows * row_len; e++)
+        if (isfinite(b[e])) sum_sq += b[e] * b[e];
+    const double rms_row = rows > 0 ? sqrt(sum_sq / (double)rows) : 0.0;
+    const double floor = fmax(floor_frac * rms_row, 1e-30);
+    double worst = 0.0;
+    if (worst_row != NULL) *worst_row = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *ar = a + r * row_len;
+        const double *br = b + r * row_len;
+        double num = 0.0, den = 0.0;
+        for (size_t e = 0; e < row_len; e++) {
+            double diff;
+            if (!element_diff((double)ar[e], br[e], &diff)) {
+                if (worst_row != NULL) *worst_row = r;
+                return INFINITY;
+            }
+            num += diff * diff;
+            if (isfinite(br[e])) den += br[e] * br[e];
+        }
+        const double err = sqrt(num) / fmax(sqrt(den), floor);
+        if (err > worst) {
+            worst = err;
+            if (worst_row != NULL) *worst_row = r;
+        }
+    }
+    return worst;
+}
+
 double fsa_max_abs_error(const float *a, const double *b, size_t n)
 {
     double worst = 0.0;

@@ -110,6 +110,14 @@ double fsa_ref_selected_flops(int64_t entries, int group, int block_size, int he
 double fsa_rel_error(const float *a, const double *b, size_t n);
 double fsa_rel_error_d(const double *a, const double *b, size_t n);
 
+/* The worst row of a [rows, row_len] pair: the largest ||a_r - b_r|| / max(||b_r||, floor) with floor =
+ * floor_frac x the root-mean-square row norm of b. One norm over the whole tensor lets a wrong row with a
+ * small output (a long context averages its values toward zero) pass; a row's own norm does not, and the
+ * floor keeps rows whose reference cancels to nearly zero measured at the tensor's scale. *worst_row (may
+ * be NULL) gets that row. Infinities as fsa_rel_error (+INFINITY for a non-finite mismatch). */
+double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
+                         size_t *worst_row);
+
 /* max |a - b| with the same infinity rules. */
 double fsa_max_abs_error(const float *a, const double *b, size_t n);
 

@@ -231,6 +231,25 @@ void fsa_test_assert_untouched(uint64_t dev, size_t bytes, uint8_t poison)
     free(img);
 }
 
+void fsa_test_assert_padding_untouched(const uint16_t *img, size_t n_elems, int T, int H, int D, int64_t ts,
+                                       int64_t hs, uint16_t poison, const char *what)
+{
+    unsigned char *logical = calloc(n_elems ? n_elems : 1, 1);
+    assert_non_null(logical);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < D; d++) {
+                const int64_t e = (int64_t)t * ts + (int64_t)h * hs + d;
+                if (e >= 0 && (size_t)e < n_elems) logical[e] = 1;
+            }
+    size_t written = n_elems;
+    for (size_t e = 0; e < n_elems && written == n_elems; e++)
+        if (!logical[e] && img[e] != poison) written = e;
+    free(logical);
+    if (written < n_elems)
+        fail_msg("%s: padding element %zu of %zu was written (0x%04x)", what, written, n_elems, img[written]);
+}
+
 void fsa_test_expect_error(const char *stage, const char *what)
 {
     if (strstr(fsa_last_error(), what) == NULL) fail_msg("\"%s\" does not mention \"%s\"", fsa_last_error(), what);

@@ -95,6 +95,12 @@ int fsa_test_cache_count(fsa_context *ctx, const char *name);
 unsigned char *fsa_test_image(uint64_t dev, size_t bytes);
 /* Fails unless every byte of the device buffer is `poison` (nothing wrote it). */
 void fsa_test_assert_untouched(uint64_t dev, size_t bytes, uint8_t poison);
+/* Fails unless every 16-bit element of a strided image of n_elems elements that is not one of the
+ * T x H x D logical elements (t, h, d) at t * ts + h * hs + d still holds `poison`: the padding of a
+ * strided output (columns past D in a head, gaps between heads or tokens) is never written. `what`
+ * names the tensor in the failure. */
+void fsa_test_assert_padding_untouched(const uint16_t *img, size_t n_elems, int T, int H, int D, int64_t ts,
+                                       int64_t hs, uint16_t poison, const char *what);
 /* Fails unless the last error comes from `stage` and its message holds `what`. */
 void fsa_test_expect_error(const char *stage, const char *what);
 

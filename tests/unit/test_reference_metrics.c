@@ -1,5 +1,5 @@
-/* Checks the error metrics of the CPU reference (relative and largest
- * absolute error: infinite for NaN or inf, matching -inf is no error) and
+/* Checks the error metrics of the CPU reference (relative, per-row relative and
+ * largest absolute error: infinite for NaN or inf, matching -inf is no error) and
  * the count of selected entries behind the FLOP count. */
 #include "reference.h"
 #include "testing.h"
@@ -36,6 +36,31 @@ static void test_rel_error_is_infinite_for_nan_or_inf_and_zero_for_identical_arr
     assert_true(fabs(fsa_max_abs_error(a2, b2, 2) - 2.0) < 1e-15);
 }
 
+static void test_row_error_finds_a_wrong_small_row_that_the_whole_tensor_norm_hides(void **state)
+{
+    (void)state;
+    /* Row 0 large and right, row 1 small (a long context's average) and 50% wrong. */
+    const double ref[4] = {10.0, 10.0, 0.1, 0.1};
+    const float got[4] = {10.0f, 10.0f, 0.15f, 0.15f};
+    assert_true(fsa_rel_error(got, ref, 4) < 1e-2);
+    size_t worst = 99;
+    const double err = fsa_row_rel_error(got, ref, 2, 2, 1e-3, &worst);
+    assert_true(fabs(err - 0.5) < 1e-6);
+    assert_int_equal(worst, 1);
+    /* A row that cancels to zero is measured against the floor: floor_frac x the rms row norm (10). */
+    const double ref_zero[4] = {10.0, 10.0, 0.0, 0.0};
+    const float got_zero[4] = {10.0f, 10.0f, 0.01f, 0.0f};
+    assert_true(fabs(fsa_row_rel_error(got_zero, ref_zero, 2, 2, 0.1, &worst) - 0.01) < 1e-6);
+    assert_int_equal(worst, 1);
+    /* Non-finite mismatches are infinite; matching -inf is no error. */
+    const float got_nan[4] = {10.0f, NAN, 0.1f, 0.1f};
+    assert_true(isinf(fsa_row_rel_error(got_nan, ref, 2, 2, 0.1, &worst)));
+    assert_int_equal(worst, 0);
+    const double ref_inf[2] = {-INFINITY, 1.0};
+    const float got_inf[2] = {-INFINITY, 1.0f};
+    assert_true(fsa_row_rel_error(got_inf, ref_inf, 1, 2, 0.1, NULL) == 0.0);
+}
+
 static void test_selected_entries_count_non_negative_entries_for_the_flop_count(void **state)
 {
     (void)state;
@@ -50,6 +75,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rel_error_is_infinite_for_nan_or_inf_and_zero_for_identical_arrays),
+        cmocka_unit_test(test_row_error_finds_a_wrong_small_row_that_the_whole_tensor_norm_hides),
         cmocka_unit_test(test_selected_entries_count_non_negative_entries_for_the_flop_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
