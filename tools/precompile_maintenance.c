@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 /* "12.3 MiB": for people; exact byte counts are printed beside it. */
@@ -28,7 +29,8 @@ static const char *human_bytes(char *buf, size_t cap, uint64_t bytes)
 }
 
 typedef struct entry_totals {
-    uint64_t entries, bytes, deleted;
+    uint64_t entries, bytes, deleted, loaded;
+    const char *device_target; /* verify on a device: its target, whose valid entries should load; else NULL */
 } entry_totals;
 
 /* mtime in UTC, ISO 8601. */
@@ -54,10 +56,14 @@ static int list_visit(const fsa_cache_entry_info *e, void *user)
 static int verify_visit(const fsa_cache_entry_info *e, void *user)
 {
     entry_totals *sum = user;
+    /* A valid entry of the device's own target that did not load was checked on disk only (the log says why). */
+    const int disk_only = e->valid && !e->loaded && sum->device_target != NULL &&
+                          strcmp(e->target, sum->device_target) == 0;
     printf("%-3s %-8s %s%s\n", e->valid ? "OK" : "BAD", e->target, e->name,
-           e->valid ? "" : e->deleted ? " (deleted)" : " (NOT deleted)");
+           !e->valid ? (e->deleted ? " (deleted)" : " (NOT deleted)") : disk_only ? " (not loaded)" : "");
     sum->entries++;
     sum->deleted += e->deleted != 0;
+    sum->loaded += e->loaded != 0;
     sum->bytes += e->bytes;
     return 0;
 }
@@ -76,17 +82,18 @@ static int cache_list(fsa_context *ctx)
     return 0;
 }
 
-static int cache_verify(fsa_context *ctx)
+static int cache_verify(fsa_context *ctx, int on_device)
 {
     entry_totals sum = {0};
+    sum.device_target = on_device ? fsa_context_target(ctx) : NULL;
     uint64_t bad = 0;
     fsa_status st = fsa_cache_verify(ctx, verify_visit, &sum, &bad);
     if (st != FSA_STATUS_OK) {
         fprintf(stderr, PROG ": verify: %s\n", fsa_last_error());
         return TOOL_EXIT_FAILED;
     }
-    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad, %" PRIu64 " deleted\n", sum.entries,
-           sum.entries == 1 ? "y" : "ies", bad, sum.deleted);
+    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad, %" PRIu64 " deleted, %" PRIu64 " loaded on the device\n",
+           sum.entries, sum.entries == 1 ? "y" : "ies", bad, sum.deleted, sum.loaded);
     return bad ? TOOL_EXIT_FAILED : 0;
 }
 
@@ -118,7 +125,7 @@ int maintain(const tool_options *o)
     if (rc == 0) {
         printf("cache: %s\n", fsa_context_cache_dir(ctx));
         if (o->mode == MODE_LIST) rc = cache_list(ctx);
-        else if (o->mode == MODE_VERIFY) rc = cache_verify(ctx);
+        else if (o->mode == MODE_VERIFY) rc = cache_verify(ctx, o->detect);
         else rc = cache_prune(ctx, o->max_bytes);
     }
     fsa_context_destroy(ctx);

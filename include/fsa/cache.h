@@ -30,6 +30,11 @@ typedef struct fsa_cache_entry_info {
     int deleted;        /**< fsa_cache_verify only: 1 when a bad entry was deleted (0 when it
                              could not be: read-only cache or directory, a directory that is
                              not empty) */
+    int loaded;         /**< fsa_cache_verify only: 1 when a valid entry was also
+                             loaded on the context's device, so its image runs there; 0 when it was
+                             checked on disk only: an offline context, another target's entry, one
+                             built by an NVRTC newer than the driver, or a load that failed for a
+                             reason that says nothing about the file (the log says which) */
 } fsa_cache_entry_info;
 
 /** Called once per entry with the caller's `user` pointer; return non-zero to
@@ -58,7 +63,7 @@ FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, vo
  * cache allows it (entry.deleted says which). Entries of another format
  * version (another library version's) are skipped; access times are kept.
  * @param      ctx     the context
- * @param      visit   called for every entry with `valid` set; may be NULL
+ * @param      visit   called for every entry with `valid` and `loaded` set; may be NULL
  * @param      user    passed to visit unchanged
  * @param[out] bad_out the number of bad entries; may be NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.

@@ -84,6 +84,7 @@ class fsa_cache_entry_info(ctypes.Structure):
         ("mtime", ctypes.c_int64),
         ("valid", ctypes.c_int),
         ("deleted", ctypes.c_int),
+        ("loaded", ctypes.c_int),
     ]
 
 

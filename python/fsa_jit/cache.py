@@ -27,6 +27,7 @@ class CacheEntry(NamedTuple):
     mtime: int  # seconds since the epoch
     valid: Optional[bool] = None  # verify_cache only: header, key and checksum are good
     deleted: Optional[bool] = None  # verify_cache only: a bad entry was deleted (False: the cache did not allow it)
+    loaded: Optional[bool] = None  # verify_cache only: a valid entry was also loaded on the GPU (False: disk only)
 
 
 def _with_cache(arch, detect, device, cache_dir, use):
@@ -62,7 +63,8 @@ class _Collector:
             e = info.contents
             self.entries.append(CacheEntry(
                 os.fsdecode(e.path), _lib._text(e.name), _lib._text(e.target), e.bytes, e.mtime,
-                bool(e.valid) if self.verified else None, bool(e.deleted) if self.verified else None))
+                bool(e.valid) if self.verified else None, bool(e.deleted) if self.verified else None,
+                bool(e.loaded) if self.verified else None))
             return 0
         except BaseException as exc:  # noqa: BLE001 (re-raised by raise_if_failed)
             self.error = exc
@@ -99,9 +101,10 @@ def verify_cache(cache_dir=None, arch=None, detect=False, device=0):
     condemns the image makes an entry bad). Entries of another library version's format are skipped;
     access times are kept (prune ranks by them).
 
-    Arguments as cache_entries. Returns a dict: cache_dir, entries (list of CacheEntry with valid and
-    deleted set), bad (entries found bad), deleted (bad entries deleted), bytes (total of the entries
-    checked). Errors as cache_entries.
+    Arguments as cache_entries. Returns a dict: cache_dir, entries (list of CacheEntry with valid,
+    deleted and loaded set), bad (entries found bad), deleted (bad entries deleted), loaded (valid entries
+    also loaded on the GPU: with detect=True those of its target that loaded), target (the context's
+    target: the GPU's with detect=True), bytes (total of the entries checked). Errors as cache_entries.
     """
 
     def use(lib, ctx, _where):
@@ -111,6 +114,7 @@ def verify_cache(cache_dir=None, arch=None, detect=False, device=0):
         c.raise_if_failed()
         lib.check(st, "fsa_cache_verify")
         return {"entries": c.entries, "bad": bad.value, "deleted": sum(bool(e.deleted) for e in c.entries),
+                "loaded": sum(bool(e.loaded) for e in c.entries), "target": _lib._text(lib.fsa_context_target(ctx)),
                 "bytes": sum(e.bytes for e in c.entries)}
 
     return _with_cache(arch, detect, device, cache_dir, use)

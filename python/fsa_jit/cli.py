@@ -263,9 +263,12 @@ def _maintain(a):
         r = verify_cache(**where)
         print(f"cache: {r['cache_dir']}")
         for e in r["entries"]:
-            fate = "" if e.valid else " (deleted)" if e.deleted else " (NOT deleted)"
+            # A valid entry of the GPU's own target that did not load was checked on disk only.
+            disk_only = e.valid and not e.loaded and a.detect and e.target == r["target"]
+            fate = (" (not loaded)" if disk_only else "") if e.valid else " (deleted)" if e.deleted else " (NOT deleted)"
             print(f"{'OK' if e.valid else 'BAD':<3} {e.target:<8} {e.name}{fate}")
-        print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted")
+        print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted, "
+              f"{r['loaded']} loaded on the device")
         return EXIT_FAILED if r["bad"] else 0
     try:
         r = prune_cache(a.max_bytes, **where)

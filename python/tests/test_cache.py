@@ -21,6 +21,7 @@ def test_cache_entries_are_copies_that_outlive_the_call(cache):
     for e in listing["entries"]:
         assert e.target == "sm_80" and e.path.endswith(".cubin") and e.name == e.path.split("/")[-1].split(".")[0]
         assert e.bytes == Path(e.path).stat().st_size and e.valid is None and e.deleted is None
+        assert e.loaded is None
     assert listing["bytes"] == sum(f.stat().st_size for f in files)
 
 
@@ -35,6 +36,9 @@ def test_verify_cache_marks_and_deletes_the_bad_entry(cache):
     assert (by_path[str(files[0])].valid, by_path[str(files[0])].deleted) == (False, True)
     assert all((by_path[str(f)].valid, by_path[str(f)].deleted) == (True, False) for f in files[1:])
     assert entry_files(cache) == files[1:]
+    # An offline context reads the disk only: nothing was loaded on a GPU.
+    assert result["loaded"] == 0 and all(e.loaded is False for e in result["entries"])
+    assert result["target"] == "sm_80"
 
 
 def test_prune_cache_to_zero_empties_the_cache(cache):

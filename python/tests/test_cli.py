@@ -186,12 +186,12 @@ def test_verify_deletes_a_corrupted_entry_reports_it_and_exits_1(cache, capsys):
     assert f"BAD sm_80    {kernel_name(bad)} (deleted)" in lines
     assert sorted(lines[1:-1]) == sorted([f"BAD sm_80    {kernel_name(bad)} (deleted)"] +
                                          [f"OK  sm_80    {kernel_name(f)}" for f in files[1:]])
-    assert lines[-1] == f"{len(files)} entries checked, 1 bad, 1 deleted"
+    assert lines[-1] == f"{len(files)} entries checked, 1 bad, 1 deleted, 0 loaded on the device"
     assert not bad.exists() and entry_files(cache) == files[1:]
     # What is left is sound.
     rc, out, err = run(cli.precompile_main, ["--verify", "--cache-dir", str(cache)], capsys)
     assert rc == 0, err
-    assert out.splitlines()[-1] == f"{len(files) - 1} entries checked, 0 bad, 0 deleted"
+    assert out.splitlines()[-1] == f"{len(files) - 1} entries checked, 0 bad, 0 deleted, 0 loaded on the device"
 
 
 def test_prune_to_a_byte_budget_removes_the_least_recently_used_entries(cache, capsys):

@@ -84,7 +84,8 @@ void fsa_disk_cache_unlock(int fd); /* a negative fd is fine */
 fsa_status fsa_disk_cache_list(fsa_disk_cache *dc, fsa_cache_visit_fn visit, void *user);
 
 /* Optional extra check of a valid entry at path (e.g. loading it on the
- * GPU); returns one of these. Only BAD deletes the entry. */
+ * GPU); returns one of these. Only BAD deletes the entry; only GOOD sets
+ * info.loaded. */
 #define FSA_DISK_CHECK_GOOD 0
 #define FSA_DISK_CHECK_BAD 1       /* unusable for this library: deleted, counted */
 #define FSA_DISK_CHECK_UNCHECKED 2 /* could not be judged here: kept, valid */

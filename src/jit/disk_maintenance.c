@@ -86,7 +86,7 @@ static fsa_status list_one(void *p, const char *dir, const char *target, const c
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK_ALLOC(name, STAGE);
     if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) goto cleanup; /* removed meanwhile, or not an entry */
-    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0};
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0, 0};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(path);
@@ -158,7 +158,10 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, target, path));
     int good = verdict != FSA_DISK_CHECK_BAD;
     int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
-    fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime, good, deleted};
+    /* GOOD from the check function: it judged the entry (loaded it); without one, only the disk was read. */
+    int checked = c->check != NULL && verdict == FSA_DISK_CHECK_GOOD;
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime,
+                                 good, deleted, checked};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(rf.data);

@@ -21,7 +21,7 @@
 /* ------------------------------------------------------------ maintenance */
 
 typedef struct seen {
-    int n, valid, stop_after;
+    int n, valid, loaded, stop_after;
     uint64_t bytes;
     char names[1024];
 } seen;
@@ -31,6 +31,7 @@ static int remember(const fsa_cache_entry_info *info, void *user)
     seen *s = user;
     s->n++;
     s->valid += info->valid;
+    s->loaded += info->loaded;
     s->bytes += info->bytes;
     assert_true(info->mtime > 0);
     assert_non_null(strstr(info->path, info->target));
@@ -204,6 +205,33 @@ static int cannot_check(const fsa_disk_entry *entry, const char *target, const c
     return FSA_DISK_CHECK_UNCHECKED;
 }
 
+static int passes_check(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
+{
+    (void)entry;
+    (void)target;
+    (void)path;
+    (void)user;
+    return FSA_DISK_CHECK_GOOD;
+}
+
+static void test_verify_marks_loaded_only_the_entries_its_check_function_passed(void **state)
+{
+    fixture *f = *state;
+    publish_for(f->dc, TARGET, "64", 100);
+    seen s = {0};
+    uint64_t bad = 9;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, passes_check, NULL, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(s.valid, 1);
+    assert_int_equal(s.loaded, 1);
+    /* Without a check function (an offline context) the disk is all that was read; list reads nothing. */
+    seen disk_only = {0}, listed = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &disk_only, &bad), FSA_STATUS_OK);
+    assert_int_equal(disk_only.valid, 1);
+    assert_int_equal(disk_only.loaded, 0);
+    assert_int_equal(fsa_disk_cache_list(f->dc, remember, &listed), FSA_STATUS_OK);
+    assert_int_equal(listed.loaded, 0);
+}
+
 static void test_verify_keeps_entries_that_the_check_function_cannot_check(void **state)
 {
     fixture *f = *state;
@@ -215,6 +243,7 @@ static void test_verify_keeps_entries_that_the_check_function_cannot_check(void 
     assert_int_equal(checked, 1);
     assert_int_equal(bad, 0);
     assert_string_equal(s.names, TARGET "/sel_fwd_main_bf16_d64;");
+    assert_int_equal(s.loaded, 0); /* valid on disk, but nothing ran it */
     int n = 0;
     assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
     assert_int_equal(n, 1);
@@ -520,6 +549,7 @@ int main(int argc, char **argv)
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
+        T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),
         T(test_verify_keeps_entries_that_the_check_function_cannot_check),
         T(test_verify_skips_an_entry_of_another_format_version_and_keeps_it),
         T(test_verify_leaves_the_entries_access_times_as_they_were),
