@@ -5,6 +5,10 @@ ABI, CLI and loader tests) must run where torch is not installed."""
 
 import pytest
 
+# What poisoned int32 outputs (the block selection) hold before libfsa writes them: no block number and
+# not -1 (tests/conftest.py: poisoned_outputs).
+POISON_INT32 = -0x21524111  # 0xDEADBEEF
+
 
 def cu_seqlens_of(seqlens):
     cu = [0]
@@ -37,6 +41,26 @@ def rel_err(a, b):
     """||a - b|| / ||b|| in float64 (a and b are torch tensors)."""
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def check_rows(o, want, tol, what="o"):
+    """Each (token, head) row of o [T, H, Dv] is close to want's: its error's norm, relative to the larger
+    of the row's norm and 0.1 x the rms row norm of want, below 3 x tol (tol: the whole tensor's relative
+    tolerance). A whole-tensor norm hides a few wrong rows; this finds them (NaN rows included)."""
+    a, b = o.detach().double(), want.detach().double()
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)}, the reference's {tuple(b.shape)}"
+    if b.numel() == 0:
+        return
+    row_norm = b.norm(dim=-1)
+    floor = 0.1 * row_norm.square().mean().sqrt()
+    rel = (a - b).norm(dim=-1) / row_norm.clamp_min(floor).clamp_min(1e-30)
+    bad = ~(rel < 3 * tol)  # NaN is bad
+    if bad.any():
+        token, head = (int(i) for i in bad.nonzero()[0])
+        worst = rel.nan_to_num(float("inf")).max().item()
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} (token, head) rows have a relative error "
+                             f"of {3 * tol:.3g} or more, first at token {token}, head {head} "
+                             f"({rel[token, head].item():.3g}); the worst {worst:.3g}")
 
 
 def load_library_or_skip(backward=False):

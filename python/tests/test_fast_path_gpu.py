@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 import fsa_jit  # noqa: E402
 from fsa_jit import _fast  # noqa: E402
 from test_gpu import CASES, TOLERANCE, case, make, reference, view_of  # noqa: E402
-from helpers import random_selection, rel_err  # noqa: E402
+from helpers import check_rows, random_selection, rel_err  # noqa: E402
 from helpers import load_library_or_skip  # noqa: E402
 
 bf16, f16 = torch.bfloat16, torch.float16
@@ -44,7 +44,7 @@ def library():
 
 
 @pytest.mark.parametrize("index", [0, 1, 4, 11], ids=["hkt", "thk-transposed", "misaligned", "dv128"])
-def test_the_fast_path_gives_the_operators_bits(library, monkeypatch, index):
+def test_the_fast_path_gives_the_operators_bits(library, monkeypatch, index, poisoned_outputs):
     c = CASES[index]
     inputs, do = make(c, seed=11)
     _fast.invalidate()
@@ -58,11 +58,13 @@ def test_the_fast_path_gives_the_operators_bits(library, monkeypatch, index):
         same_bits(run(inputs), operator[:2])
     want_o, _, want_g = reference(inputs, do)
     assert rel_err(second[0], want_o) < TOLERANCE[c["dtype"]][0]
+    check_rows(second[0], want_o, TOLERANCE[c["dtype"]][0])
     for g, w in zip(second[2:], want_g):
         assert rel_err(g, w) < TOLERANCE[c["dtype"]][1]
 
 
-def test_a_known_shape_with_other_strides_dtype_or_sequences_is_not_served_stale(library, monkeypatch):
+def test_a_known_shape_with_other_strides_dtype_or_sequences_is_not_served_stale(library, monkeypatch,
+                                                                                  poisoned_outputs):
     c = case(bf16, 64, 2, 2, 32, 4, [100, 60])
     inputs, do = make(c, seed=12)
     _fast.invalidate()
@@ -85,7 +87,7 @@ def test_a_known_shape_with_other_strides_dtype_or_sequences_is_not_served_stale
     same_bits(run(inputs, do), base)
 
 
-def test_the_backward_after_clear_plans_still_runs(library, monkeypatch):
+def test_the_backward_after_clear_plans_still_runs(library, monkeypatch, poisoned_outputs):
     c = CASES[2]
     inputs, do = make(c, seed=13)
     want = through_operator(monkeypatch, inputs, do)
@@ -96,7 +98,7 @@ def test_the_backward_after_clear_plans_still_runs(library, monkeypatch):
     same_bits((o, lse) + grads, want)
 
 
-def test_only_q_requiring_grad(library, monkeypatch):
+def test_only_q_requiring_grad(library, monkeypatch, poisoned_outputs):
     c = CASES[0]
     inputs, do = make(c, seed=14, requires_grad=False)
     inputs["q"].requires_grad_()

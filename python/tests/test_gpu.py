@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, attention  # noqa: E402
 from fsa_jit.reference import selected_attention_reference  # noqa: E402
-from helpers import cu_seqlens_of, random_selection, rel_err  # noqa: E402
+from helpers import check_rows, cu_seqlens_of, random_selection, rel_err  # noqa: E402
 
 # relative-norm tolerances: (o, gradients)
 TOLERANCE = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3)}
@@ -122,7 +122,7 @@ def check_lse(lse, want):
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_forward(library, c):
+def test_forward(library, c, poisoned_outputs):
     inputs, _ = make(c, requires_grad=library.has_backward)  # the plan the backward test will use
     o, lse = fsa_jit.selected_attention(**inputs, return_lse=True)
     assert o.shape == inputs["q"].shape[:2] + (c["Dv"],) and o.dtype == c["dtype"] and o.is_contiguous()
@@ -130,13 +130,14 @@ def test_forward(library, c):
     want_o, want_lse, _ = reference(inputs)
     err = rel_err(o, want_o)
     assert err < TOLERANCE[c["dtype"]][0], f"o: relative error {err:.3g}"
+    check_rows(o, want_o, TOLERANCE[c["dtype"]][0])
     check_lse(lse, want_lse)
     no_keys = torch.isneginf(want_lse).t()  # [T, Hq]
     assert torch.count_nonzero(o[no_keys]) == 0
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_backward(backward, c):
+def test_backward(backward, c, poisoned_outputs):
     inputs, do = make(c, seed=1)
     o = fsa_jit.selected_attention(**inputs)
     grads = torch.autograd.grad(o, (inputs["q"], inputs["k"], inputs["v"]), do)
@@ -152,12 +153,13 @@ def test_backward(backward, c):
         assert torch.equal(g, h)
 
 
-def test_nsa_and_fsa_agree(library):
+def test_nsa_and_fsa_agree(library, poisoned_outputs):
     c = CASES[9]
     inputs, _ = make(c, requires_grad=library.has_backward)
     o_fsa = fsa_jit.selected_attention(**{**inputs, "algorithm": "fsa"})
     o_nsa = fsa_jit.selected_attention(**{**inputs, "algorithm": "nsa"})
     assert rel_err(o_fsa, o_nsa.double()) < TOLERANCE[c["dtype"]][0]
+    check_rows(o_fsa, o_nsa, TOLERANCE[c["dtype"]][0])
 
 
 def test_in_place_views_are_not_copied():
@@ -171,7 +173,7 @@ def test_in_place_views_are_not_copied():
     assert copy is not m and copy.data_ptr() % 16 == 0 and torch.equal(copy, m)
 
 
-def test_tiny_and_empty(library):
+def test_tiny_and_empty(library, poisoned_outputs):
     # T = 1: the query sees only itself.
     c = case(bf16, 64, 1, 2, 64, 2, [1])
     inputs, _ = make(c, requires_grad=library.has_backward)
@@ -193,7 +195,7 @@ def test_mismatched_devices():
         fsa_jit.selected_attention(**inputs)
 
 
-def test_side_stream(backward):
+def test_side_stream(backward, poisoned_outputs):
     c = CASES[2]
     inputs, do = make(c, seed=2)
     xs = (inputs["q"], inputs["k"], inputs["v"])
@@ -216,7 +218,7 @@ def test_side_stream(backward):
 
 # The warm-up creates the leaves' AccumulateGrad nodes on the side stream; harmless here.
 @pytest.mark.filterwarnings("ignore:The AccumulateGrad node's stream")
-def test_cuda_graph(backward):
+def test_cuda_graph(backward, poisoned_outputs):
     c = CASES[0]
     inputs, do = make(c, seed=3)
     xs = (inputs["q"], inputs["k"], inputs["v"])
@@ -253,7 +255,7 @@ def test_cuda_graph(backward):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
-def test_second_device(library):
+def test_second_device(library, poisoned_outputs):
     c = CASES[1]
     inputs0, do0 = make(c, seed=5, requires_grad=library.has_backward)
     inputs1, do1 = make(c, seed=5, requires_grad=library.has_backward, device="cuda:1")
@@ -299,17 +301,44 @@ def test_torch_compile_fullgraph_matches_eager(backward, mode):
             assert torch.equal(a, b)
     want_o, _, want_g = reference(inputs, do)
     assert rel_err(o, want_o) < TOLERANCE[bf16][0]
+    check_rows(o, want_o, TOLERANCE[bf16][0])
     for a, w in zip(g, want_g):
         assert rel_err(a, w) < TOLERANCE[bf16][1]
 
 
-def test_workspace_limit_runs_in_chunks_with_the_same_result(library):
-    c = CASES[0]
-    inputs, _ = make(c, requires_grad=False)
-    o_free = fsa_jit.selected_attention(**inputs)
-    o_capped = fsa_jit.selected_attention(**inputs, workspace_limit=4096)
-    assert any(key[9] == 4096 for key in fsa_jit.cached_plans()), "the capped call has its own plan"
-    assert rel_err(o_capped, o_free) < TOLERANCE[c["dtype"]][0]
+def plan_of(c, workspace_limit):
+    """The cached plan of case c's shape with this workspace limit (the FSA order), forward or backward."""
+    found = [p for key, p in attention._plans.items()
+             if key[1:10] == (c["dtype"], c["D"], c["Hkv"] * c["G"], c["Hkv"], c["BK"], c["K"],
+                              attention._scale32(c["scale"] or 0.0), _lib.FSA_ALGORITHM_FSA, workspace_limit)]
+    assert found, f"no plan of workspace limit {workspace_limit} was made"
+    return found[0]
+
+
+def test_workspace_limit_runs_in_chunks_with_the_same_result(library, poisoned_outputs):
+    """A 4 KiB cap against no cap (docs/semantics.md, 'How the work is split'): o, lse and dq are the
+    same bits; dk and dv may differ in their dtype's last bit (token chunks regroup their fp32 sums)."""
+    c = dict(CASES[0], algorithm="fsa")  # the FSA order runs in workspace chunks (the NSA order needs none)
+    inputs, do = make(c, seed=16, requires_grad=library.has_backward)
+    xs = (inputs["q"], inputs["k"], inputs["v"])
+
+    def run(limit):
+        o, lse = fsa_jit.selected_attention(**inputs, return_lse=True, workspace_limit=limit)
+        return (o, lse) + (torch.autograd.grad(o, xs, do) if library.has_backward else ())
+
+    free = run("unlimited")
+    capped = run(4096)
+    T, batch = inputs["q"].shape[0], inputs["cu_seqlens"].numel() - 1
+    free_ws = plan_of(c, -1).workspace_bytes(library, T, batch)
+    capped_ws = plan_of(c, 4096).workspace_bytes(library, T, batch)
+    assert capped_ws < free_ws, f"the cap must shrink the forward's workspace: {capped_ws} B, uncapped {free_ws} B"
+    for name, a, b in zip(("o", "lse", "dq"), capped, free):
+        assert a.shape == b.shape and torch.equal(a, b), f"{name}: a capped call must give the uncapped call's bits"
+    if library.has_backward:
+        eps = torch.finfo(c["dtype"]).eps  # one step of the last bit, relative
+        for name, a, b in zip(("dk", "dv"), capped[3:], free[3:]):
+            err = rel_err(a, b)
+            assert err <= eps, f"{name}: capped against uncapped {err:.3g}, more than the last bit ({eps:.3g})"
 
 
 def test_validate_refuses_bad_metadata_that_a_plain_call_runs_through(library):
@@ -350,6 +379,7 @@ def test_plan_choice_reports_the_heuristic_then_the_measured_choice(tmp_path, mo
         o = fsa_jit.selected_attention(**inputs)  # measures both orders, then runs the winner
         want_o, _, _ = reference(inputs)
         assert rel_err(o, want_o) < TOLERANCE[bf16][0]
+        check_rows(o, want_o, TOLERANCE[bf16][0])
         fsa_jit.clear_plans()  # a new plan reads the record from the cache directory
         after = fsa_jit.plan_choice(40, **shape)
         assert after["source"] == "measured" and not after["will_measure"]

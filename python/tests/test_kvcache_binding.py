@@ -118,6 +118,16 @@ def test_a_plain_eager_call_skips_the_operator(fake, monkeypatch):
     assert len(fake.calls) == 1
 
 
+def test_the_gpu_tests_poison_reaches_the_outputs_the_library_is_handed(fake, poisoned_outputs):
+    """conftest's poisoned_outputs (the GPU tests' guard against rows a kernel skips): a library that writes
+    nothing leaves NaN in o and lse, not the caching allocator's leftovers."""
+    o, lse = kvcache.kvcache_attention(**problem(), return_lse=True)
+    (c,) = fake.calls
+    assert c["o"][0] == o.data_ptr() and c["lse"] == lse.data_ptr()
+    assert torch.isnan(o).all() and torch.isnan(lse).all()
+    assert poisoned_outputs == [(torch.bfloat16, (4, 8, 64)), (torch.float32, (8, 4))]
+
+
 # The operator, checked without a GPU: its registration, fake (meta) outputs and a fullgraph
 # torch.compile capture with fake CUDA tensors, none of which may reach libfsa.
 needs_custom_op = pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op: 2.4")

@@ -59,7 +59,7 @@ def outputs_and_grads_bytes(inputs):
 
 
 @pytest.mark.parametrize("G", [1, 4, 16])
-def test_a_default_call_at_64k_tokens_stays_within_3_gb(G):
+def test_a_default_call_at_64k_tokens_stays_within_3_gb(G, poisoned_outputs):
     # G = 1 is the tightest: its outputs and gradients take 2.16 GB, the backward's chunks of two KV heads 0.82 GB.
     inputs, do = standard_inputs(65536, G, torch.bfloat16)
     peak, o, grads = forward_backward(inputs, do)
@@ -71,7 +71,7 @@ def test_a_default_call_at_64k_tokens_stays_within_3_gb(G):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
-def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype):
+def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype, poisoned_outputs):
     # 16 KV heads of 4096 tokens: uncapped, the backward's workspace is about 230 MB; under 24 MiB it
     # runs one KV head at a time, in token chunks.
     inputs, do = standard_inputs(4096, 2, dtype, D=64, seed=1)
@@ -89,7 +89,7 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype):
 
 
 @pytest.mark.parametrize("cap", [20_000_000, 16_000_000], ids=["one_index_for_all_heads", "two_indexes"])
-def test_head_chunks_sharing_an_index_give_the_bits_of_an_uncapped_call(cap):
+def test_head_chunks_sharing_an_index_give_the_bits_of_an_uncapped_call(cap, poisoned_outputs):
     # G = 1, 32 KV heads of 2048 tokens, chunks of one head: under 20 MB one index inversion covers all
     # 32 heads, under 16 MB one per 16 heads. Head chunks change no bit, forward or backward.
     inputs, do = standard_inputs(2048, 1, torch.bfloat16, seed=2)

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, _nsa_node  # noqa: E402
 from fsa_jit.nsa import NSAttention, compress_mean, nsa_attention  # noqa: E402
-from helpers import cu_seqlens_of, rel_err  # noqa: E402
+from helpers import check_rows, cu_seqlens_of, rel_err  # noqa: E402
 from plain_nsa import nsa_layer  # noqa: E402
 
 TOLERANCE = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3)}  # relative norm: (o, gradients)
@@ -154,7 +154,7 @@ def check_selection(got, out, params):
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_compressed_attention_and_selection(c):
+def test_compressed_attention_and_selection(c, poisoned_outputs):
     x, params, do = make(c)
     o, lse, topk = fsa_jit.compressed_attention(
         x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], params["cu_seqlens_c"], c["l"], c["d"], top_k=c["K"],
@@ -163,6 +163,7 @@ def test_compressed_attention_and_selection(c):
     assert topk.shape == (x["q"].shape[0], c["Hkv"], c["K"]) and topk.dtype == torch.int32
     out, leaves = plain(x, params)
     assert rel_err(o, out["o_cmp"]) < TOLERANCE[c["dtype"]][0]
+    check_rows(o, out["o_cmp"], TOLERANCE[c["dtype"]][0])
     check_lse(lse, out["lse_cmp"])
     assert torch.count_nonzero(o[torch.isneginf(out["lse_cmp"]).t()]) == 0
     check_selection(topk, out, params)
@@ -180,13 +181,14 @@ def test_compressed_attention_and_selection(c):
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_window_attention(library, c):
+def test_window_attention(library, c, poisoned_outputs):
     x, params, do = make(c, seed=1)
     with torch.no_grad():
         o, lse = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"], return_lse=True,
                                           validate=True)
     out, leaves = plain(x, params)
     assert rel_err(o, out["o_win"]) < TOLERANCE[c["dtype"]][0]
+    check_rows(o, out["o_win"], TOLERANCE[c["dtype"]][0])
     check_lse(lse, out["lse_win"])
     if not has_window_backward(library):
         pytest.skip(f"{library.path} has no sliding-window backward")
@@ -206,7 +208,7 @@ def needs_the_whole_layer(library, c, backward):
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_the_layer_against_the_plain_layer(library, c):
+def test_the_layer_against_the_plain_layer(library, c, poisoned_outputs):
     needs_the_whole_layer(library, c, backward=False)
     x, params, do = make(c, seed=2)
     with torch.no_grad():
@@ -215,10 +217,11 @@ def test_the_layer_against_the_plain_layer(library, c):
     check_selection(topk, out, params)
     assert o.dtype == c["dtype"] and o.shape == (x["q"].shape[0], x["q"].shape[1], c["Dv"])
     assert rel_err(o, out["o"]) < TOLERANCE[c["dtype"]][0]
+    check_rows(o, out["o"], TOLERANCE[c["dtype"]][0])
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_the_layer_gradients(library, c):
+def test_the_layer_gradients(library, c, poisoned_outputs):
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=3)
     o, topk = nsa_attention(**x, **params, return_topk=True)
@@ -239,7 +242,7 @@ def layer_and_gradients(x, params, do):
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypatch):
+def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypatch, poisoned_outputs):
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=8)
     node = layer_and_gradients(x, params, do)
@@ -270,7 +273,7 @@ GATE_FORMS = {
 
 
 @pytest.mark.parametrize("form", list(GATE_FORMS))
-def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form, monkeypatch):
+def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form, monkeypatch, poisoned_outputs):
     c = CASES[0]
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=11)
@@ -304,7 +307,7 @@ def test_a_checked_layout_still_rejects_bad_parameters(library):
 
 
 @pytest.mark.parametrize("c", CASES[:2], ids=case_id)
-def test_the_layer_node_gives_the_same_bits_every_call(library, c):
+def test_the_layer_node_gives_the_same_bits_every_call(library, c, poisoned_outputs):
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=9)
     first = layer_and_gradients(x, params, do)
@@ -313,7 +316,7 @@ def test_the_layer_node_gives_the_same_bits_every_call(library, c):
             assert torch.equal(a, b), "the layer and its gradients must be deterministic"
 
 
-def test_the_layer_and_its_gradients_replay_in_a_cuda_graph(library):
+def test_the_layer_and_its_gradients_replay_in_a_cuda_graph(library, poisoned_outputs):
     c = CASES[3]
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=10)
@@ -338,7 +341,7 @@ def test_the_layer_and_its_gradients_replay_in_a_cuda_graph(library):
     assert not torch.equal(captured[0], eager_o)
 
 
-def test_the_module_compresses_k_and_v_by_mean_pooling(library):
+def test_the_module_compresses_k_and_v_by_mean_pooling(library, poisoned_outputs):
     c = CASES[0]
     needs_the_whole_layer(library, c, backward=False)
     x, params, _ = make(c, seed=4)
@@ -353,7 +356,7 @@ def test_the_module_compresses_k_and_v_by_mean_pooling(library):
     assert torch.equal(o, want)
 
 
-def test_validate_reports_bad_offsets_on_the_device():
+def test_validate_reports_bad_offsets_on_the_device(poisoned_outputs):
     x, params, _ = make(CASES[1])  # sequences of 257 and 31 tokens; kernel 16, stride 8: 31 and 2 compressed tokens
     with torch.no_grad():
         good = fsa_jit.compressed_attention(x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"],
@@ -379,7 +382,7 @@ def test_validate_reports_bad_offsets_on_the_device():
                            fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], 16))
 
 
-def test_no_compressed_token_gives_zero_and_minus_infinity():
+def test_no_compressed_token_gives_zero_and_minus_infinity(poisoned_outputs):
     # Sequences shorter than the kernel: nothing compressed, nothing visible.
     q = torch.randn(20, 2, 64, device="cuda", dtype=bf16, requires_grad=True)
     k = torch.empty(0, 1, 64, device="cuda", dtype=bf16, requires_grad=True)
@@ -413,7 +416,7 @@ def test_the_layer_compiles_into_one_graph_with_its_gradients(library, monkeypat
         torch.testing.assert_close(g, w, msg=lambda m: f"d{name} under torch.compile: {m}")
 
 
-def test_the_branches_replay_in_a_cuda_graph(library):
+def test_the_branches_replay_in_a_cuda_graph(library, poisoned_outputs):
     c = CASES[1]
     x, params, _ = make(c, seed=6)
     q, k, v, k_cmp, v_cmp = (x[n].detach() for n in ("q", "k", "v", "k_cmp", "v_cmp"))
