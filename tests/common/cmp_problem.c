@@ -40,7 +40,7 @@ void cmp_problem_make(cmp_problem *p, const cmp_case *c, uint64_t seed)
     p->G = c->hq / c->hkv;
     for (int b = 0; b < c->nseq; b++) {
         p->cu[b + 1] = p->cu[b] + c->lens[b];
-        p->cu_c[b + 1] = p->cu_c[b] + fsa_ref_cmp_count(c->lens[b], c->l, c->d);
+        p->cu_c[b + 1] = p->cu_c[b] + fsa_ref_cmp_count(c->lens[b], c->l, c->d) + c->hidden;
     }
     p->T = p->cu[p->B];
     p->Tc = p->cu_c[p->B];

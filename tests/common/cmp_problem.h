@@ -18,6 +18,7 @@ typedef struct cmp_case {
     int strided;    /* q/k/v/o with padded head and token strides */
     int zero_q;     /* q = 0: equal probabilities, so equal block scores tie exactly */
     int quick;      /* part of the FSA_TEST_QUICK subset */
+    int hidden;     /* compressed tokens each sequence gets past those its length makes: no query sees them */
 } cmp_case;
 
 fsa_compressed_attention_desc cmp_desc_of(const cmp_case *c);

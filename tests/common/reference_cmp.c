@@ -85,6 +85,15 @@ static void check_problem(const fsa_ref_cmp_problem *p)
     (void)p;
 }
 
+int fsa_ref_cmp_token_seen(const fsa_ref_cmp_problem *p, int jc)
+{
+    check_problem(p);
+    int b = 0;
+    while (b + 1 < p->batch && p->cu_seqlens_c[b + 1] <= jc) b++;
+    const int len = p->cu_seqlens[b + 1] - p->cu_seqlens[b], j = jc - p->cu_seqlens_c[b];
+    return len > 0 && visible_count(p, len - 1, j + 1) == j + 1; /* the sequence's last query sees the most */
+}
+
 void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse)
 {
     check_problem(p);

@@ -45,6 +45,11 @@ typedef struct fsa_ref_cmp_problem {
  * positions: one per stride whose window fits, max(0, (len - l) / d + 1). */
 int fsa_ref_cmp_count(int len, int kernel_size, int stride);
 
+/* Whether any query of its sequence sees packed compressed token jc: never when the sequence's
+ * cu_seqlens_c gives it more tokens than its length makes (fsa_ref_cmp_count), since the extra ones
+ * end past its last position. Their dk and dv are 0. */
+int fsa_ref_cmp_token_seen(const fsa_ref_cmp_problem *p, int jc);
+
 /* o [T, Hq, Dv]; lse [Hq, T] or NULL. */
 void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse);
 

@@ -125,8 +125,13 @@ static void test_valid_offsets_pass_and_give_the_bits_of_a_plain_plan(void **sta
     download_strided(o, o_img, c.o, c.p.T, g_case.hq, g_case.dv, (int64_t)g_case.hq * g_case.dv, g_case.dv,
                      g_case.dtype);
     const double err = fsa_rel_error(o, c.p.o_ref, n);
-    print_message("  o rel err against the reference %.3e\n", err);
+    /* Row by row too: one norm over the tensor lets a wrong row with a small output pass. */
+    size_t row;
+    const double row_err = fsa_row_rel_error(o, c.p.o_ref, (size_t)c.p.T * g_case.hq, g_case.dv, 0.1, &row);
+    print_message("  o rel err against the reference %.3e (tol 1e-2), worst row %.3e (t %zu qh %zu, tol 3e-2)\n", err,
+                  row_err, row / g_case.hq, row % g_case.hq);
     assert_true(err < 1e-2);
+    assert_true(row_err < 3e-2);
     free(o);
     free(o_img);
     call_free(&c);

@@ -2,9 +2,10 @@
  * float64 reference: dtypes, Dk != Dv, groups 1..16, windows of 1, shorter
  * and longer than the sequences, per-head windows, varlen batches with
  * sequences of one token, strided tensors; outputs (and the workspace)
- * poisoned before every run, the same bits twice, lse optional in the
- * forward, graph capture, malformed offsets. FSA_TEST_QUICK=1 runs a
- * subset. */
+ * poisoned before every run (their padding must keep the poison), errors
+ * bounded over each tensor and over each (token, head) row, the same bits
+ * twice, lse optional in the forward, graph capture, malformed offsets.
+ * FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "gate_rows.h"
 #include "reference_window.h"
@@ -154,17 +155,21 @@ static void run_forward(const win_case *c, const fsa_window_plan *plan)
         fsa_test_d2h(lse, p.dlse, p.lse_bytes);
         const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3;
         const double err = fsa_rel_error(o, p.o_ref, no);
+        /* Row by row too: one norm over the tensor lets a wrong row with a small output (a long window) pass. */
+        size_t row;
+        const double row_err = fsa_row_rel_error(o, p.o_ref, (size_t)T * c->hq, c->dv, 0.1, &row);
         double worst = 0.0;
         for (size_t e = 0; e < (size_t)T * c->hq; e++) {
             assert_true(isfinite(lse[e])); /* every query sees itself */
             worst = fmax(worst, fabs(lse[e] - p.lse_ref[e]) / (2e-3 + 1e-5 * fabs(p.lse_ref[e])));
         }
-        print_message("  %-28s T %5d  o rel err %.3e (tol %.0e), lse err/tol %.3f\n", c->name, T, err, tol, worst);
+        print_message("  %-28s T %5d  o rel err %.3e (tol %.0e), worst row %.3e (t %zu qh %zu, tol %.0e), "
+                      "lse err/tol %.3f\n", c->name, T, err, tol, row_err, row / c->hq, row % c->hq, 3 * tol, worst);
         assert_true(err < tol);
+        assert_true(row_err < 3 * tol);
         assert_true(worst < 1.0);
-        if (c->strided) /* the gaps of a strided output are never written */
-            for (int t = 0; t < T; t++)
-                for (int64_t e = (int64_t)c->hq * p.o_hs; e < p.o_ts; e++) assert_int_equal(img[0][t * p.o_ts + e], 0xffff);
+        if (c->strided) /* the padding of a strided output (past Dv, between heads and tokens) is never written */
+            fsa_test_assert_padding_untouched(img[0], (size_t)T * p.o_ts, T, c->hq, c->dv, p.o_ts, p.o_hs, 0xffff, "o");
     }
     assert_memory_equal(img[0], img[1], p.o_bytes);
     free(img[0]);
@@ -257,6 +262,53 @@ static double grad_error(const float *got, const double *want, size_t n, double 
     return fsa_rel_error(got, want, n) * fmax(w, 1e-30) / fmax(w, floor);
 }
 
+/* grad_error's floor for gradient i: frac of the value gradient's norm (dv_norm), scaled to i's size. */
+static double grad_floor(double frac, double dv_norm, const size_t *n, int i)
+{
+    return frac * dv_norm * sqrt((double)n[i] / (double)n[2]);
+}
+
+/* grad_error row by row: the worst (token, head) row of [rows, len] (fsa_row_rel_error, each row over the
+ * larger of its norm and a tenth of the rms row), with that floor raised to the tensor's `floor` shared
+ * over its rows, so that a gradient 0 in exact arithmetic is again measured against the value
+ * gradient's size. One norm over a tensor lets a wrong row with small values pass, its own does not. */
+static double row_grad_error(const float *got, const double *want, size_t rows, size_t len, double floor,
+                             size_t *worst)
+{
+    const double per_row = sqrt((double)(rows > 0 ? rows : 1));
+    const double own = 0.1 * norm(want, rows * len) / per_row; /* fsa_row_rel_error's floor */
+    return fsa_row_rel_error(got, want, rows, len, 0.1, worst) * fmax(own, 1e-30) / fmax(own, floor / per_row);
+}
+
+/* The worst rows of the first n_grads gradients, each under tol; frac and dv_norm as grad_floor's. */
+static void check_gradient_rows(const win_case *c, const char *what, const grads *g, float *const *got,
+                                double *const *want, const size_t *n, int n_grads, double frac, double dv_norm,
+                                double tol)
+{
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    double worst[3];
+    print_message("  %-28s %-8s worst row", c->name, what);
+    for (int i = 0; i < n_grads; i++) {
+        size_t r;
+        worst[i] = row_grad_error(got[i], want[i], (size_t)g->rows[i] * g->heads[i], g->dims[i],
+                                  grad_floor(frac, dv_norm, n, i), &r);
+        print_message(" %s %.3e (t %zu h %zu)", names[i], worst[i], r / g->heads[i], r % g->heads[i]);
+    }
+    print_message(" (tol %.0e)\n", tol);
+    for (int i = 0; i < n_grads; i++) assert_true(worst[i] < tol);
+}
+
+/* The padding of strided gradient images (past a head's dim, between heads and tokens) keeps the poison:
+ * the first n_grads of img. */
+static void check_gradient_padding(const win_case *c, const grads *g, uint16_t *const *img, int n_grads)
+{
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    if (!c->strided) return;
+    for (int i = 0; i < n_grads; i++)
+        fsa_test_assert_padding_untouched(img[i], (size_t)g->rows[i] * g->ts[i], g->rows[i], g->heads[i], g->dims[i],
+                                          g->ts[i], g->hs[i], 0xffff, names[i]);
+}
+
 /* The gated backward (gate and gate_grad set, a's dout as it is): against
  * the reference gradients for dout times the gates, and rowsum(dout * o) as
  * the gate's gradient; n: the three gradients' sizes, got / want: room. */
@@ -280,16 +332,16 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
     fsa_test_sync();
     uint16_t *img[3];
     download_grads(g, got, img, c->dtype);
+    const double dv_norm = norm(want[2], n[2]);
     double err[3];
-    for (int i = 0; i < 3; i++)
-        err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    for (int i = 0; i < 3; i++) err[i] = grad_error(got[i], want[i], n[i], grad_floor(1e-3, dv_norm, n, i));
     const double err_gate = gate_rows_grad_error(&gr, dout, o, c->dv);
     print_message("  %-28s gated    dq %.3e dk %.3e dv %.3e gate %.3e\n", c->name, err[0], err[1], err[2], err_gate);
-    for (int i = 0; i < 3; i++) {
-        assert_true(err[i] < tol);
-        free(img[i]);
-    }
+    for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
     assert_true(err_gate < 1e-5);
+    check_gradient_rows(c, "gated", g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
+    check_gradient_padding(c, g, img, 3);
+    for (int i = 0; i < 3; i++) free(img[i]);
     free(gated);
     free(o);
     gate_rows_free(&gr);
@@ -327,14 +379,16 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
         download_grads(&g, got, img[run], c->dtype);
     }
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+    const double dv_norm = norm(want[2], n[2]);
     double err[3];
-    for (int i = 0; i < 3; i++)
-        err[i] = grad_error(got[i], want[i], n[i], 1e-3 * norm(want[2], n[2]) * sqrt((double)n[i] / n[2]));
+    for (int i = 0; i < 3; i++) err[i] = grad_error(got[i], want[i], n[i], grad_floor(1e-3, dv_norm, n, i));
     print_message("  %-28s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
     for (int i = 0; i < 3; i++) {
         assert_true(err[i] < tol);
         assert_memory_equal(img[0][i], img[1][i], g.bytes[i]); /* same inputs, same bits */
     }
+    check_gradient_rows(c, "backward", &g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
+    check_gradient_padding(c, &g, img[0], 3);
 
     /* dq_add = dq, in place, holding the dq just computed: dq becomes the
      * reference's plus that dq (one rounding); dk and dv keep their bits. */
@@ -349,8 +403,11 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     fsa_test_sync();
     uint16_t *added[3];
     download_grads(&g, got, added, c->dtype);
-    const double e_add = grad_error(got[0], dq_sum, n[0], 2e-3 * norm(want[2], n[2]) * sqrt((double)n[0] / n[2]));
+    const double e_add = grad_error(got[0], dq_sum, n[0], grad_floor(2e-3, dv_norm, n, 0));
+    print_message("  %-28s dq_add   dq %.3e (tol %.0e)\n", c->name, e_add, tol);
     assert_true(e_add < tol);
+    check_gradient_rows(c, "dq_add", &g, got, &dq_sum, n, 1, 2e-3, dv_norm, 3 * tol);
+    check_gradient_padding(c, &g, added, 1);
     assert_memory_equal(img[1][1], added[1], g.bytes[1]);
     assert_memory_equal(img[1][2], added[2], g.bytes[2]);
     free(dq_sum);
