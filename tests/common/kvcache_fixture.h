@@ -18,8 +18,9 @@ extern fsa_context *kvc_ctx;
 
 /* The plan of case i, made on first use (a filtered run compiles only its own). */
 fsa_kvcache_plan *kvc_plan_of(size_t i);
-/* o and lse of out against p's reference (o relative error, lse per row; rows
- * that see nothing: o 0, lse -inf). */
+/* o and lse of out against p's reference (o relative error over the tensor
+ * and per (token, head) row, lse per row; rows that see nothing: o 0, lse
+ * -inf), and o's padding still poisoned. */
 void kvc_check_against_reference(const kvc_outputs *out, const kvc_problem *p, const char *name);
 /* One call on poisoned outputs, checked against the reference; the outputs kept in *keep when given. */
 void kvc_run_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const char *name, kvc_outputs *keep);

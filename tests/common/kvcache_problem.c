@@ -149,6 +149,9 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
         p->v_head_stride = p->dv;
         p->v_token_stride = (int64_t)c->hkv * p->dv;
     }
+    /* o: padded on the HND cases, so both o layouts run over the table. */
+    p->o_hs = c->cache_hnd ? p->dv + 8 : p->dv;
+    p->o_ts = c->cache_hnd ? (int64_t)c->hq * p->o_hs + 16 : (int64_t)c->hq * p->dv;
     p->page_stride = (int64_t)c->page * c->hkv * c->d + 8;
     p->v_page_stride = (int64_t)c->page * c->hkv * p->dv + 8;
     p->table_stride = p->max_pages + 3;
@@ -370,7 +373,9 @@ void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_pla
     dv->q = upload(bits, nq * 2);
     free(bits);
     dv->o_bytes = (size_t)p->Tq * p->hq * p->dv * 2;
-    dv->o = fsa_test_dalloc(dv->o_bytes + 4);
+    dv->o_img_bytes = (size_t)p->Tq * p->o_ts * 2;
+    dv->poison = 0xff;
+    dv->o = fsa_test_dalloc(dv->o_img_bytes + 4);
     dv->lse = fsa_test_dalloc((size_t)p->hq * p->Tq * 4 + 4);
     const int64_t stride = p->page_stride > p->v_page_stride ? p->page_stride : p->v_page_stride;
     dv->cache_bytes = (size_t)p->num_pages * stride * 2;
@@ -425,7 +430,7 @@ fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p)
     a.seqused_k = dv->seqused;
     a.topk = (fsa_tensor){dv->topk, p->topk_ts, p->topk_hs};
     a.topk_length = dv->topk_len;
-    a.o = (fsa_tensor){dv->o, (int64_t)p->hq * p->dv, p->dv};
+    a.o = (fsa_tensor){dv->o, p->o_ts, p->o_hs};
     a.lse = dv->lse;
     a.workspace = dv->ws;
     a.workspace_bytes = dv->ws_bytes;
@@ -434,26 +439,55 @@ fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p)
 
 void kvc_poison(const kvc_device *dv, const kvc_problem *p)
 {
-    fsa_test_dfill(dv->o, 0xff, dv->o_bytes);
-    fsa_test_dfill(dv->lse, 0xff, (size_t)p->hq * p->Tq * 4);
+    fsa_test_dfill(dv->o, dv->poison, dv->o_img_bytes);
+    fsa_test_dfill(dv->lse, dv->poison, (size_t)p->hq * p->Tq * 4);
 }
 
 void kvc_download(kvc_outputs *out, const kvc_device *dv, const kvc_problem *p)
 {
     const size_t nq = (size_t)p->Tq * p->hq * p->dv, nl = (size_t)p->hq * p->Tq; /* o elements, lse */
+    out->o_img_elems = dv->o_img_bytes / 2;
+    out->o_img = xmalloc(dv->o_img_bytes);
     out->o_bits = xmalloc(nq * 2);
     out->o = xmalloc(nq * sizeof(float));
     out->lse = xmalloc(nl * sizeof(float));
-    fsa_test_d2h(out->o_bits, dv->o, nq * 2);
+    out->poison = dv->poison;
+    fsa_test_d2h(out->o_img, dv->o, dv->o_img_bytes);
     fsa_test_d2h(out->lse, dv->lse, nl * 4);
+    for (int t = 0; t < p->Tq; t++)
+        for (int h = 0; h < p->hq; h++)
+            memcpy(out->o_bits + ((size_t)t * p->hq + h) * p->dv, out->o_img + t * p->o_ts + h * p->o_hs,
+                   (size_t)p->dv * 2);
     for (size_t i = 0; i < nq; i++) out->o[i] = attn_float_of(p->dtype, out->o_bits[i]);
 }
 
 void kvc_outputs_free(kvc_outputs *out)
 {
+    free(out->o_img);
     free(out->o_bits);
     free(out->o);
     free(out->lse);
+}
+
+void kvc_assert_o_padding_untouched(const kvc_outputs *out, const kvc_problem *p)
+{
+    fsa_test_assert_padding_untouched(out->o_img, out->o_img_elems, p->Tq, p->hq, p->dv, p->o_ts, p->o_hs,
+                                      (uint16_t)(out->poison * 0x101u), "o");
+}
+
+void kvc_assert_every_element_written(const kvc_outputs *out, const kvc_problem *p)
+{
+    const uint16_t o_poison = (uint16_t)(out->poison * 0x101u);
+    const uint32_t lse_poison = out->poison * 0x01010101u;
+    for (size_t i = 0; i < (size_t)p->Tq * p->hq * p->dv; i++)
+        if (out->o_bits[i] == o_poison)
+            fail_msg("o of token %zu, head %zu, column %zu never written", i / ((size_t)p->hq * p->dv),
+                     i / p->dv % p->hq, i % p->dv);
+    for (size_t i = 0; i < (size_t)p->hq * p->Tq; i++) {
+        uint32_t bits;
+        memcpy(&bits, &out->lse[i], 4);
+        if (bits == lse_poison) fail_msg("lse of head %zu, token %zu never written", i / p->Tq, i % p->Tq);
+    }
 }
 
 void kvc_assert_batch_invariant(const fsa_kvcache_plan *plan, kvc_problem *p, const int *seqs, int n, kvc_run_fn run)

@@ -25,7 +25,7 @@ typedef struct kvc_case {
     kvc_seq seqs[KVC_MAX_SEQS];
     int nseq;
     int topk_layout;
-    int cache_hnd;   /* pages as [num_pages, Hkv, page_size, D] */
+    int cache_hnd;   /* pages as [num_pages, Hkv, page_size, D], and o padded (kvc_problem.o_hs) */
     int with_length; /* a topk_length shorter than K on most rows */
     int junk;        /* -1 mid-row, future blocks, blocks past the cache, repeats, negatives */
     int quick;       /* part of the FSA_TEST_QUICK subset */
@@ -48,6 +48,8 @@ typedef struct kvc_problem {
     int max_pages, table_stride, num_pages;
     int64_t page_stride, token_stride, head_stride;       /* key cache layout, elements */
     int64_t v_page_stride, v_token_stride, v_head_stride; /* value cache layout */
+    int64_t o_ts, o_hs; /* o strides, elements: [Tq, Hq, Dv], or on cache_hnd cases 8 elements after each
+                         * head and 16 after each token (padding that must stay poisoned) */
     double scale;
     double *o_ref, *lse_ref; /* [Tq, Hq, Dv], [Hq, Tq] */
 } kvc_problem;
@@ -76,7 +78,9 @@ void kvc_reshuffle_pages(kvc_problem *p, uint64_t seed);
 
 typedef struct kvc_device {
     uint64_t q, k, v, o, lse, cu, seqused, table, topk, topk_len, ws;
-    size_t ws_bytes, o_bytes, cache_bytes;
+    size_t ws_bytes, o_bytes, cache_bytes; /* o_bytes: o's logical [Tq, Hq, Dv] elements */
+    size_t o_img_bytes;                    /* o's whole strided image, padding included */
+    uint8_t poison;                        /* the byte kvc_poison writes: 0xff (NaN) unless a test sets another */
 } kvc_device;
 
 void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_plan *plan);
@@ -84,17 +88,25 @@ void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_pla
 void kvc_device_update(const kvc_device *dv, const kvc_problem *p);
 void kvc_device_free(kvc_device *dv);
 fsa_kvcache_args kvc_args_of(const kvc_device *dv, const kvc_problem *p);
-/* o and lse filled with NaN. */
+/* o's whole image (padding included) and lse filled with dv->poison bytes. */
 void kvc_poison(const kvc_device *dv, const kvc_problem *p);
 
 typedef struct kvc_outputs {
-    uint16_t *o_bits; /* [Tq, Hq, Dv] */
+    uint16_t *o_bits; /* [Tq, Hq, Dv], gathered from o's strides */
     float *o;
     float *lse;       /* [Hq, Tq] */
+    uint16_t *o_img;  /* o as the device holds it, o_img_elems elements (p->o_ts, p->o_hs) */
+    size_t o_img_elems;
+    uint8_t poison;   /* the device's poison byte */
 } kvc_outputs;
 
 void kvc_download(kvc_outputs *out, const kvc_device *dv, const kvc_problem *p);
 void kvc_outputs_free(kvc_outputs *out);
+/* Fails unless every element of o's image outside the logical rows still holds the poison. */
+void kvc_assert_o_padding_untouched(const kvc_outputs *out, const kvc_problem *p);
+/* Fails unless every logical element of o and lse was written (none holds the poison any more); only
+ * meaningful for a poison no correct output can hold. */
+void kvc_assert_every_element_written(const kvc_outputs *out, const kvc_problem *p);
 
 /* Sequence b of p alone, with the same data (a batch of one). */
 void kvc_problem_single(kvc_problem *out, const kvc_problem *p, int b);

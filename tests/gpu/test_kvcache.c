@@ -6,11 +6,13 @@
  * in every cache element that backs no key; junk in the top-k rows; top-k
  * lengths; both top-k layouts and a selection shared by all KV heads; NHD
  * and HND pages; group sizes 1 to 64; fp16 and bf16; value head dims other
- * than the query/key head dim). Then batch invariance, graph replay after
- * the metadata changed, bad metadata that must stay in bounds, and the host
- * checks. The kernel paths against each other: test_kvcache_paths.c.
- * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset (for
- * compute-sanitizer), FSA_TEST_CASES the cases it names. */
+ * than the query/key head dim; o padded between heads and tokens on the HND
+ * cases). Then batch invariance, graph replay after the metadata changed,
+ * bad metadata that must stay in bounds, and the host checks. The kernel
+ * paths against each other: test_kvcache_paths.c. Outputs are poisoned
+ * before every run; o is checked over the tensor and per (token, head) row,
+ * lse per row, and o's padding must keep its poison. FSA_TEST_QUICK=1 runs a
+ * subset (for compute-sanitizer), FSA_TEST_CASES the cases it names. */
 #include "kvcache_fixture.h"
 
 #include "jit/context.h"
@@ -141,11 +143,20 @@ static void test_a_captured_call_replays_with_updated_metadata(void **state)
     replay_with_updated_metadata(3); /* bf16 G4, page 64: tensor-map copies on sm_90a */
 }
 
+/* The poison of the bad-metadata calls: finite and beyond any output (f16 61280, bf16 and float about 1e36),
+ * so an element never written is told apart from a NaN that kind 2 legitimately reads. */
+enum { UNWRITTEN = 0x7b };
+
 /* Page numbers past the cache or negative, a table too narrow for the cached
  * length, cached lengths shorter than the query, blocks past the cache and a
- * malformed cu_seqlens_q: the call runs, stays in bounds (compute-sanitizer
- * checks that) and writes finite values where it writes. */
-static void test_bad_metadata_stays_in_bounds(void **state)
+ * malformed cu_seqlens_q: the call runs and stays in bounds (compute-sanitizer
+ * checks that) and gives what docs/kvcache.md ("Bounds") says the metadata
+ * means: every element of o and lse written; a page number outside the cache
+ * hides its keys; a position below 0 sees nothing; blocks past the cache are
+ * ignored, so a row of nothing else has o = 0, lse = -inf. A malformed
+ * cu_seqlens_q is only clamped (whose tokens are whose is then undefined):
+ * finite values where it writes. */
+static void test_bad_metadata_stays_in_bounds_and_gives_what_the_bounds_say(void **state)
 {
     (void)state;
     for (int kind = 0; kind < 5; kind++) {
@@ -180,16 +191,52 @@ static void test_bad_metadata_stays_in_bounds(void **state)
         fsa_test_h2d(dv.seqused, p.seqused, sizeof p.seqused);
         fsa_test_h2d(dv.topk, p.topk, p.topk_elems * 4);
         fsa_test_h2d(dv.cu, p.cu_q, sizeof p.cu_q);
-        fsa_test_dfill(dv.o, 0, dv.o_bytes);
-        fsa_test_dfill(dv.lse, 0, (size_t)p.hq * p.Tq * 4);
+        dv.poison = UNWRITTEN;
+        kvc_poison(&dv, &p);
         assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_OK);
         fsa_test_sync();
         kvc_outputs out;
         kvc_download(&out, &dv, &p);
-        /* Kind 2 claims cached keys in the unused (NaN) rows of the pages: NaN out is the right answer there. */
-        if (kind != 2)
-            for (size_t i = 0; i < (size_t)p.Tq * p.hq * p.dv; i++) assert_false(isnan(out.o[i]));
-        print_message("  bad metadata kind %d: ran%s\n", kind, kind != 2 ? ", outputs finite" : "");
+        const size_t n_o = (size_t)p.Tq * p.hq * p.dv, n_lse = (size_t)p.hq * p.Tq;
+        print_message("  bad metadata kind %d:\n", kind);
+        /* Kind 2 claims cached keys in the unused (NaN) rows of the pages: NaN there is the right answer,
+         * but it is written. */
+        if (kind != 4) {
+            kvc_assert_every_element_written(&out, &p);
+            print_message("  every element of o and lse written\n");
+        }
+        if (kind == 0) {
+            /* Pages of one block each: the hidden page 0 of every sequence is its block 0, dropped from
+             * the reference's selection (the device keeps the rows it was given). */
+            assert_int_equal(p.bk, p.page);
+            for (size_t i = 0; i + 1 < p.topk_elems; i++)
+                if (p.topk[i] == 0) p.topk[i] = -1;
+        }
+        if (kind == 0 || kind == 1) { /* the reference of the metadata as the bounds read it */
+            kvc_problem_reference(&p);
+            size_t blind = 0;
+            for (size_t i = 0; i < n_lse; i++) blind += isinf(p.lse_ref[i]) != 0;
+            print_message("  %zu of %zu rows see nothing\n", blind, n_lse);
+            kvc_check_against_reference(&out, &p, kind ? "seqused_k short or negative" : "pages outside the cache");
+        }
+        if (kind == 3) { /* no row sees anything */
+            for (size_t i = 0; i < n_o; i++)
+                if (out.o[i] != 0.0f) fail_msg("o element %zu is %g, not 0", i, (double)out.o[i]);
+            for (size_t i = 0; i < n_lse; i++)
+                if (!(isinf(out.lse[i]) && out.lse[i] < 0)) fail_msg("lse %zu is %g, not -inf", i, (double)out.lse[i]);
+            print_message("  every one of %zu rows: o = 0, lse = -inf\n", n_lse);
+        }
+        if (kind == 4) {
+            const uint16_t o_poison = UNWRITTEN * 0x101;
+            size_t written = 0;
+            for (size_t i = 0; i < n_o; i++)
+                if (out.o_bits[i] != o_poison) {
+                    written++;
+                    assert_true(isfinite(out.o[i]));
+                }
+            for (size_t i = 0; i < n_lse; i++) assert_false(isnan(out.lse[i])); /* the poison is a finite float */
+            print_message("  %zu of %zu o elements written, all finite; no lse NaN\n", written, n_o);
+        }
         kvc_outputs_free(&out);
         kvc_device_free(&dv);
         kvc_problem_free(&p);
@@ -248,7 +295,7 @@ int main(void)
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
-        cmocka_unit_test(test_bad_metadata_stays_in_bounds),
+        cmocka_unit_test(test_bad_metadata_stays_in_bounds_and_gives_what_the_bounds_say),
         cmocka_unit_test(test_host_checkable_problems_return_a_status),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under

@@ -79,7 +79,7 @@ static void test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan(void *
     kvc_download(&plain, &c.dv, &c.p);
     if (attend(g_check, &c) != FSA_STATUS_OK) fail_msg("valid metadata refused: %s", fsa_last_error());
     kvc_download(&checked, &c.dv, &c.p);
-    assert_memory_equal(plain.o_bits, checked.o_bits, (size_t)c.p.Tq * c.p.hq * c.p.d * 2);
+    assert_memory_equal(plain.o_bits, checked.o_bits, (size_t)c.p.Tq * c.p.hq * c.p.dv * 2);
     assert_memory_equal(plain.lse, checked.lse, (size_t)c.p.hq * c.p.Tq * 4);
     for (size_t i = 0; i < (size_t)c.p.hq * c.p.Tq; i++) assert_false(isnan(checked.lse[i]));
     kvc_outputs_free(&plain);
