@@ -74,23 +74,40 @@ static void add_junk(problem *p, const attn_case *c, fsa_rng *rng)
     }
 }
 
+/* Forward reference rows in threads: o [T, Hq, Dv of rp]; lse [Hq, T] and empty [Hq, T] may be NULL. */
 typedef struct ref_job {
     const fsa_ref_problem *rp;
-    problem *p;
-    int hq, d, first, step;
+    double *o, *lse;
+    int *empty;
+    int first, step;
 } ref_job;
 
 static void *ref_worker(void *arg)
 {
     ref_job *j = arg;
-    for (int row = j->first; row < j->hq * j->p->T; row += j->step) {
-        int qh = row / j->p->T, t = row % j->p->T;
+    const int T = j->rp->total_tokens, hq = j->rp->num_q_heads, dv = fsa_ref_value_dim(j->rp);
+    for (int row = j->first; row < hq * T; row += j->step) {
+        int qh = row / T, t = row % T;
         double lse;
-        fsa_ref_forward_row(j->rp, qh, t, j->p->o_ref + ((size_t)t * j->hq + qh) * j->d, &lse);
-        j->p->lse_ref[(size_t)qh * j->p->T + t] = lse;
-        j->p->empty_row[(size_t)qh * j->p->T + t] = isinf(lse) && lse < 0;
+        fsa_ref_forward_row(j->rp, qh, t, j->o + ((size_t)t * hq + qh) * dv, &lse);
+        if (j->lse) j->lse[(size_t)qh * T + t] = lse;
+        if (j->empty) j->empty[(size_t)qh * T + t] = isinf(lse) && lse < 0;
     }
     return NULL;
+}
+
+static void forward_rows(const fsa_ref_problem *rp, double *o, double *lse, int *empty)
+{
+    enum { MAX_THREADS = 32 };
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+    pthread_t th[MAX_THREADS];
+    ref_job jobs[MAX_THREADS];
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = (ref_job){rp, o, lse, empty, i, nt};
+        assert_int_equal(pthread_create(&th[i], NULL, ref_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
 }
 
 fsa_ref_problem problem_ref(const problem *p, const attn_case *c)
@@ -103,16 +120,30 @@ fsa_ref_problem problem_ref(const problem *p, const attn_case *c)
 static void reference(problem *p, const attn_case *c)
 {
     fsa_ref_problem rp = problem_ref(p, c);
-    enum { MAX_THREADS = 32 };
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
-    pthread_t th[MAX_THREADS];
-    ref_job jobs[MAX_THREADS];
-    for (int i = 0; i < nt; i++) {
-        jobs[i] = (ref_job){&rp, p, c->hq, p->Dv, i, nt};
-        assert_int_equal(pthread_create(&th[i], NULL, ref_worker, &jobs[i]), 0);
+    forward_rows(&rp, p->o_ref, p->lse_ref, p->empty_row);
+}
+
+double *attn_attention_of_k(const problem *p, const attn_case *c)
+{
+    fsa_ref_problem rk = problem_ref(p, c);
+    rk.v = p->k; /* the forward with k as the values: sum_j P_j k_j */
+    rk.value_dim = c->d;
+    double *pk = malloc((size_t)p->T * c->hq * c->d * sizeof(double));
+    assert_non_null(pk);
+    forward_rows(&rk, pk, NULL, NULL);
+    return pk;
+}
+
+void attn_dq_given_o(const problem *p, const attn_case *c, const float *dout, const float *o_used, const double *pk,
+                     const double *dq_ref, double *dq_given)
+{
+    for (size_t r = 0; r < (size_t)p->T * c->hq; r++) {
+        double shift = 0.0; /* rowsum(dout * o_used) - rowsum(dout * o) */
+        for (int e = 0; e < p->Dv; e++)
+            shift += (double)dout[r * p->Dv + e] * ((double)o_used[r * p->Dv + e] - p->o_ref[r * p->Dv + e]);
+        for (int d = 0; d < c->d; d++)
+            dq_given[r * c->d + d] = dq_ref[r * c->d + d] - p->scale * shift * pk[r * c->d + d];
     }
-    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
 }
 
 void problem_make(problem *p, const attn_case *c, uint64_t seed)
@@ -286,6 +317,35 @@ void outputs_free(outputs *o)
     free(o->o_img);
     free(o->o);
     free(o->lse);
+}
+
+attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int len)
+{
+    size_t row = 0;
+    attn_row_err r;
+    r.err = fsa_row_rel_error(a, b, (size_t)T * H, (size_t)len, ATTN_ROW_FLOOR, &row);
+    r.t = (int)(row / (size_t)H);
+    r.h = (int)(row % (size_t)H);
+    return r;
+}
+
+double attn_lse_error(const float *lse, const double *ref, size_t n, size_t *worst)
+{
+    double err = 0.0;
+    if (worst) *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double r = ref[i], g = lse[i];
+        double e;
+        if (isinf(r) && r < 0)
+            e = isinf(g) && g < 0 ? 0.0 : INFINITY;
+        else
+            e = isfinite(g) ? fabs(g - r) / (2e-3 + 1e-5 * fabs(r)) : INFINITY;
+        if (e > err) {
+            err = e;
+            if (worst) *worst = i;
+        }
+    }
+    return err;
 }
 
 

@@ -94,4 +94,36 @@ double attn_grad_error(const float *a, const double *b, size_t n);
 void download_fwd(outputs *out, const device_problem *dp, const problem *p, const attn_case *c);
 void outputs_free(outputs *o);
 
+/* What a 0xff byte fill (poison_fwd, the backward's gradients, upload_strided's gaps) leaves in each 16-bit
+ * element of an image: the value its padding must still hold after a call. */
+#define ATTN_POISON16 0xffff
+
+/* Per-row checks next to the whole-tensor ones. One norm over a tensor lets a wrong row whose values are
+ * small (a long context averages them toward zero) pass; the worst row against its own norm does not. */
+#define ATTN_ROW_FLOOR 0.1 /* a row's norm floor: this fraction of the reference's rms row norm */
+#define ATTN_ROW_TOL 3.0   /* the per-row bound: this many times the whole-tensor tolerance */
+
+typedef struct attn_row_err {
+    double err; /* fsa_row_rel_error of the worst row */
+    int t, h;   /* that row's token and head */
+} attn_row_err;
+
+/* The worst row of a logical [T, H, len] output against its float64 reference. */
+attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int len);
+
+/* The dq of a backward given the o it reads. The reference's dq takes delta = rowsum(dout * o) from the exact o
+ * and moves by -scale x delta x sum_j P_j k_j per unit of delta; a call given the forward's rounded o computes
+ * with that o's delta (the documented contract: gradients given o), and where a query sees few keys dq is a
+ * small difference that this shift moves by far more than dq's own rounding. attn_attention_of_k: the rows
+ * sum_j P_j k_j [T, Hq, D] (the caller frees them); attn_dq_given_o: dq_ref (fsa_ref_backward with dout) moved
+ * to the delta of o_used [T, Hq, Dv], into dq_given [T, Hq, D]. */
+double *attn_attention_of_k(const problem *p, const attn_case *c);
+void attn_dq_given_o(const problem *p, const attn_case *c, const float *dout, const float *o_used, const double *pk,
+                     const double *dq_ref, double *dq_given);
+
+/* The worst lse row as |g - r| / (2e-3 + 1e-5 |r|) (a pass is < 1): +INFINITY when a row that sees nothing
+ * (reference -inf) is not -inf, or one that sees keys is not finite. lse and ref [H, T] (or any n rows);
+ * *worst (may be NULL) gets that row's index. */
+double attn_lse_error(const float *lse, const double *ref, size_t n, size_t *worst);
+
 #endif

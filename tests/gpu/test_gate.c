@@ -1,7 +1,8 @@
 /* NSA's gates on the GPU against a float64 CPU reference: o = sum of g_x o_x,
  * and its gradients g_x dout and rowsum(dout o_x); both dtypes, value dims
  * 16 to 256 (a row's lanes 2 to 32), gates per row, per token, per head and
- * single numbers (zero strides), strided outputs, gradients left out;
+ * single numbers (zero strides), strided outputs (their padding never
+ * written), gradients left out; outputs checked as a whole and row by row;
  * outputs poisoned before every run, the same bits twice, the argument
  * checks. */
 #include "attention_problem.h"
@@ -110,7 +111,7 @@ static void run_case(const gate_case *c)
     a.dgate = c->want_dgate ? d_dg : 0;
 
     float *got = malloc(3 * n * sizeof(float)), *dg = malloc(3 * rows * sizeof(float));
-    uint16_t *img[2] = {malloc(img_bytes), malloc(img_bytes)};
+    uint16_t *img[2] = {malloc(img_bytes), malloc(img_bytes)}, *db_img = malloc(img_bytes);
     for (int run = 0; run < 2; run++) {
         fsa_test_dfill(d_o, 0xff, img_bytes);
         fsa_test_dfill(d_dg, 0xff, 3 * rows * sizeof(float));
@@ -125,14 +126,25 @@ static void run_case(const gate_case *c)
         }
         const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 2e-3;
         double err = fsa_rel_error(got, o_ref, n);
-        print_message("  %-22s o %.3e", c->name, err);
+        attn_row_err row = attn_row_error(got, o_ref, T, H, D);
+        print_message("  %-22s (tol %.0e, a row's %.0e) o %.3e (worst row %.3e, t %d h %d)", c->name, tol,
+                      ATTN_ROW_TOL * tol, err, row.err, row.t, row.h);
         assert_true(err < tol);
+        assert_true(row.err < ATTN_ROW_TOL * tol);
+        /* The outputs were poisoned: the columns past D in each head still hold it. */
+        char what[64];
+        snprintf(what, sizeof what, "%s: o", c->name);
+        fsa_test_assert_padding_untouched(img[run], (size_t)T * ts, T, H, D, ts, hs, ATTN_POISON16, what);
         if (c->want_dbranch)
             for (int x = 0; x < 3; x++) {
-                download_strided(got + x * n, NULL, d_db[x], T, H, D, ts, hs, c->dtype);
+                download_strided(got + x * n, db_img, d_db[x], T, H, D, ts, hs, c->dtype);
+                snprintf(what, sizeof what, "%s: dout_branch[%d]", c->name, x);
+                fsa_test_assert_padding_untouched(db_img, (size_t)T * ts, T, H, D, ts, hs, ATTN_POISON16, what);
                 err = fsa_rel_error(got + x * n, db_ref + x * n, n);
-                print_message(" dout_%d %.3e", x, err);
+                row = attn_row_error(got + x * n, db_ref + x * n, T, H, D);
+                print_message(" dout_%d %.3e (worst row %.3e, t %d h %d)", x, err, row.err, row.t, row.h);
                 assert_true(err < tol);
+                assert_true(row.err < ATTN_ROW_TOL * tol);
             }
         else
             for (int x = 0; x < 3; x++) fsa_test_assert_untouched(d_db[x], img_bytes, 0xff);
@@ -156,7 +168,7 @@ static void run_case(const gate_case *c)
     fsa_test_dfree(d_o);
     fsa_test_dfree(d_dout);
     fsa_test_dfree(d_dg);
-    free(img[0]), free(img[1]), free(got), free(dg), free(dout), free(o_ref), free(db_ref), free(dg_ref);
+    free(img[0]), free(img[1]), free(db_img), free(got), free(dg), free(dout), free(o_ref), free(db_ref), free(dg_ref);
     fsa_gate_plan_destroy(plan);
 }
 

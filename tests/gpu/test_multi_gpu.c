@@ -52,12 +52,22 @@ static fsa_context *device_context(int device, const char *cache_dir)
     return ctx;
 }
 
+/* o as a whole and row by row, and every lse row (-inf where nothing is visible). */
 static void check_against_reference(const outputs *out, const problem *p, const char *what)
 {
-    const size_t n = (size_t)p->T * g_case.hq * g_case.d;
-    double err = fsa_rel_error(out->o, p->o_ref, n);
-    print_message("  %-12s o rel err %.3e\n", what, err);
-    assert_true(err < 1e-2);
+    const size_t n = (size_t)p->T * g_case.hq * p->Dv;
+    const double tol = 1e-2;
+    const double err = fsa_rel_error(out->o, p->o_ref, n);
+    const attn_row_err row = attn_row_error(out->o, p->o_ref, p->T, g_case.hq, p->Dv);
+    size_t lse_row = 0;
+    const double lse = attn_lse_error(out->lse, p->lse_ref, (size_t)g_case.hq * p->T, &lse_row);
+    print_message("  %-12s o rel err %.3e (tol %.0e), worst row %.3e (t %d h %d; tol %.0e), lse err/tol %.3f "
+                  "(h %zu t %zu)\n",
+                  what, err, tol, row.err, row.t, row.h, ATTN_ROW_TOL * tol, lse, lse_row / (size_t)p->T,
+                  lse_row % (size_t)p->T);
+    assert_true(err < tol);
+    assert_true(row.err < ATTN_ROW_TOL * tol);
+    assert_true(lse < 1.0);
 }
 
 /* One device's share: its context, plan, inputs and stream; the selected
@@ -196,6 +206,7 @@ static void run_on_each_device_at_once(int paged)
             assert_memory_equal(kout[0].lse, kout[1].lse, lse_bytes);
         } else {
             assert_memory_equal(out[0].o_img, out[1].o_img, lanes[0].dp.o_bytes);
+            assert_memory_equal(out[0].lse, out[1].lse, (size_t)g_case.hq * lanes[0].p.T * 4);
         }
     }
     for (int i = 0; i < N_DEV; i++) {

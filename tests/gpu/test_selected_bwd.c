@@ -4,7 +4,9 @@
  * layouts, strided tensors, varlen batches, junk in the top-k rows, long
  * lists (bitmap sort, split blocks), token chunks under a workspace limit;
  * bit-identical repeats; CUDA-graph replay; value head dims other than the
- * query/key head dim (dv column). Outputs are poisoned before every run.
+ * query/key head dim (dv column). Outputs are poisoned before every run;
+ * gradients are checked as a whole and row by row, and the padding of strided
+ * ones must still hold the poison.
  * FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "gate_rows.h"
@@ -149,6 +151,18 @@ static void download_grads(grads *g, const bwd_device *bd, const problem *p, con
     download_strided(g->dq, g->dq_img, bd->dq, p->T, c->hq, c->d, p->q_ts, p->q_hs, c->dtype);
     download_strided(g->dk, g->dk_img, bd->dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
     download_strided(g->dv, g->dv_img, bd->dv, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
+    /* Every call is made on poisoned gradients (dq_add's dq holds a poisoned call's result), so the
+     * padding of a strided gradient still holds the poison: the kernels never write it. */
+    char what[64];
+    snprintf(what, sizeof what, "%s: dq", c->name);
+    fsa_test_assert_padding_untouched(g->dq_img, bd->q_bytes / 2, p->T, c->hq, c->d, p->q_ts, p->q_hs, ATTN_POISON16,
+                                      what);
+    snprintf(what, sizeof what, "%s: dk", c->name);
+    fsa_test_assert_padding_untouched(g->dk_img, bd->kv_bytes / 2, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs,
+                                      ATTN_POISON16, what);
+    snprintf(what, sizeof what, "%s: dv", c->name);
+    fsa_test_assert_padding_untouched(g->dv_img, bd->v_bytes / 2, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, ATTN_POISON16,
+                                      what);
 }
 
 static void grads_free(grads *g)
@@ -168,40 +182,56 @@ static int row_is_zero(const double *row, int d)
     return 1;
 }
 
-static void check_grads(const grads *g, const double *dq_ref, const double *dk_ref, const double *dv_ref,
-                        const problem *p, const attn_case *c, const fsa_plan *plan)
+/* dq_given: dq_ref moved to the delta of the o that the call read (attn_dq_given_o), for the per-row bound. */
+static void check_grads(const grads *g, const double *dq_ref, const double *dq_given, const double *dk_ref,
+                        const double *dv_ref, const problem *p, const attn_case *c, const fsa_plan *plan)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const size_t nv = (size_t)p->T * c->hkv * p->Dv;
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = attn_grad_error(g->dq, dq_ref, nq), ek = attn_grad_error(g->dk, dk_ref, nkv),
                  ev = attn_grad_error(g->dv, dv_ref, nv);
+    const attn_row_err rq = attn_row_error(g->dq, dq_given, p->T, c->hq, c->d),
+                       rk = attn_row_error(g->dk, dk_ref, p->T, c->hkv, c->d),
+                       rv = attn_row_error(g->dv, dv_ref, p->T, c->hkv, p->Dv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
-    print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa",
-                  eq, ek, ev, tol);
+    print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o read) %.3e (t %d h %d) "
+                  "dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
+                  c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa", eq, ek, ev, tol, rq.err, rq.t, rq.h, rk.err, rk.t,
+                  rk.h, rv.err, rv.t, rv.h, ATTN_ROW_TOL * tol);
     if (c->alg != FSA_ALGORITHM_AUTO) assert_int_equal(alg, c->alg);
     assert_true(eq < tol);
     assert_true(ek < tol);
     assert_true(ev < tol);
-    /* Queries with no visible key and keys no query sees get exactly zero. */
+    assert_true(rq.err < ATTN_ROW_TOL * tol);
+    assert_true(rk.err < ATTN_ROW_TOL * tol);
+    assert_true(rv.err < ATTN_ROW_TOL * tol);
+    /* Queries with no visible key and keys no query sees get exactly zero (as the forward's o of such a
+     * query): not rounding noise of a sum over nothing. */
+    int empty_queries = 0, unseen_keys = 0;
     for (int t = 0; t < p->T; t++) {
         for (int h = 0; h < c->hq; h++)
-            if (p->empty_row[(size_t)h * p->T + t])
+            if (p->empty_row[(size_t)h * p->T + t]) {
+                empty_queries++;
                 for (int d = 0; d < c->d; d++) assert_int_equal(g->dq_img[t * p->q_ts + h * p->q_hs + d] & 0x7fff, 0);
+            }
         for (int h = 0; h < c->hkv; h++)
             if (row_is_zero(dv_ref + ((size_t)t * c->hkv + h) * p->Dv, p->Dv)) { /* no probability reaches it */
+                unseen_keys++;
                 for (int d = 0; d < p->Dv; d++) assert_int_equal(g->dv_img[t * p->v_ts + h * p->v_hs + d] & 0x7fff, 0);
                 for (int d = 0; d < c->d; d++) assert_int_equal(g->dk_img[t * p->kv_ts + h * p->kv_hs + d] & 0x7fff, 0);
             }
     }
+    print_message("  %-30s exact zeros: dq of %d query rows, dk and dv of %d key rows\n", c->name, empty_queries,
+                  unseen_keys);
 }
 
 /* The gated backward (gate and gate_grad set, ba's dout as it is): against
  * the reference gradients for dout times the gates (gates of both signs and
- * zeros), and rowsum(dout * o) as the gate's gradient. */
+ * zeros), and rowsum(dout * o) as the gate's gradient. pk: attn_attention_of_k. */
 static void check_gated_backward(const attn_case *c, fsa_plan *plan, const problem *p, const device_problem *dp,
-                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout)
+                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout, const double *pk)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const size_t no = (size_t)p->T * c->hq * p->Dv, nv = (size_t)p->T * c->hkv * p->Dv;
@@ -209,12 +239,13 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
     float *gated = malloc(no * sizeof(float)), *o = malloc(no * sizeof(float));
     double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
-           *dv_ref = malloc(nv * sizeof(double));
-    assert_true(gated && o && dq_ref && dk_ref && dv_ref);
+           *dv_ref = malloc(nv * sizeof(double)), *dq_given = malloc(nq * sizeof(double));
+    assert_true(gated && o && dq_ref && dk_ref && dv_ref && dq_given);
     gate_rows_scale(&gr, dout, p->Dv, gated);
     const fsa_ref_problem rp = problem_ref(p, c);
     fsa_ref_backward(&rp, gated, dq_ref, dk_ref, dv_ref);
     download_strided(o, NULL, dp->o, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, c->dtype);
+    attn_dq_given_o(p, c, gated, o, pk, dq_ref, dq_given);
     fsa_bwd_args ga = *ba;
     ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
     poison_bwd(bd);
@@ -223,7 +254,7 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     fsa_test_sync();
     grads g;
     download_grads(&g, bd, p, c);
-    check_grads(&g, dq_ref, dk_ref, dv_ref, p, c, plan);
+    check_grads(&g, dq_ref, dq_given, dk_ref, dv_ref, p, c, plan);
     const double err_gate = gate_rows_grad_error(&gr, dout, o, p->Dv);
     print_message("  %-30s gated, gate gradient %.3e\n", c->name, err_gate);
     assert_true(err_gate < 1e-5);
@@ -231,6 +262,7 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     free(gated);
     free(o);
     free(dq_ref);
+    free(dq_given);
     free(dk_ref);
     free(dv_ref);
     gate_rows_free(&gr);
@@ -257,6 +289,12 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     fsa_ref_problem rp = problem_ref(&p, c);
     fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
+    /* The backward reads the forward's o: dq as given that o, for the per-row bound. */
+    float *o = malloc(no * sizeof(float));
+    double *pk = attn_attention_of_k(&p, c), *dq_given = malloc(nq * sizeof(double));
+    assert_true(o && dq_given);
+    download_strided(o, NULL, dp.o, p.T, c->hq, p.Dv, p.o_ts, p.o_hs, c->dtype);
+    attn_dq_given_o(&p, c, dout, o, pk, dq_ref, dq_given);
 
     bwd_device bd;
     bwd_make(&bd, dout, &p, c, plan);
@@ -267,7 +305,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     fsa_test_sync();
     grads first;
     download_grads(&first, &bd, &p, c);
-    check_grads(&first, dq_ref, dk_ref, dv_ref, &p, c, plan);
+    check_grads(&first, dq_ref, dq_given, dk_ref, dv_ref, &p, c, plan);
 
     /* Same inputs, same bits. */
     poison_bwd(&bd);
@@ -290,22 +328,34 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     fsa_test_sync();
     grads added;
     download_grads(&added, &bd, &p, c);
-    double *dq_sum = malloc(nq * sizeof(double));
-    assert_non_null(dq_sum);
-    for (size_t i = 0; i < nq; i++) dq_sum[i] = dq_ref[i] + (double)first.dq[i];
+    double *dq_sum = malloc(nq * sizeof(double)), *dq_sum_given = malloc(nq * sizeof(double));
+    assert_true(dq_sum && dq_sum_given);
+    for (size_t i = 0; i < nq; i++) {
+        dq_sum[i] = dq_ref[i] + (double)first.dq[i];
+        dq_sum_given[i] = dq_given[i] + (double)first.dq[i];
+    }
+    const double tol_add = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double e_add = attn_grad_error(added.dq, dq_sum, nq);
-    assert_true(e_add < (c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3));
+    const attn_row_err r_add = attn_row_error(added.dq, dq_sum_given, p.T, c->hq, c->d);
+    print_message("  %-30s dq + dq_add %.3e (tol %.0e); worst row (given the o read) %.3e (t %d h %d) (tol %.0e)\n",
+                  c->name, e_add, tol_add, r_add.err, r_add.t, r_add.h, ATTN_ROW_TOL * tol_add);
+    assert_true(e_add < tol_add);
+    assert_true(r_add.err < ATTN_ROW_TOL * tol_add);
     assert_memory_equal(first.dk_img, added.dk_img, bd.kv_bytes);
     assert_memory_equal(first.dv_img, added.dv_img, bd.v_bytes);
     free(dq_sum);
+    free(dq_sum_given);
     grads_free(&added);
-    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout);
+    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout, pk);
 
     grads_free(&first);
     grads_free(&second);
     bwd_free(&bd);
     free(dout);
+    free(o);
+    free(pk);
     free(dq_ref);
+    free(dq_given);
     free(dk_ref);
     free(dv_ref);
     device_free(&dp);

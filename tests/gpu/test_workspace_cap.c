@@ -2,7 +2,8 @@
  * D 128, BK 64, top-k 16) under the default cap need no more workspace than
  * their outputs and gradients leave of FSA_WORKSPACE_DEFAULT_BUDGET, forward
  * and backward, and a forward plus backward at T = 65536 runs in exactly
- * that workspace and writes every gradient. Under small caps the backward runs in chunks of KV heads, or of
+ * that workspace, writes every gradient and matches the float64 reference on
+ * spot rows of the forward. Under small caps the backward runs in chunks of KV heads, or of
  * one head and several token chunks; both match the float64 reference, and
  * against the uncapped call: o, lse and dq are the same bits, dk and dv too
  * under head chunks whose launches take the same work items (other items and
@@ -69,10 +70,82 @@ static int all_finite(const uint16_t *img, size_t n)
     return 1;
 }
 
+/* n random bf16 values, the 256 odd multiples of 1/128 in (-2, 2): exact in bf16, four per draw (the
+ * problem at 65536 tokens has about 700 million inputs). */
+static void random_bf16(uint16_t *img, size_t n, fsa_rng *rng)
+{
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t r = fsa_rng_next(rng);
+        for (size_t j = i; j < i + 4 && j < n; j++, r >>= 16)
+            img[j] = fsa_f32_to_bf16((float)((int)(r & 0xff) * 2 - 255) / 128.0f);
+    }
+}
+
+static uint16_t *random_bf16_image(size_t n, fsa_rng *rng)
+{
+    uint16_t *img = malloc(n * 2);
+    assert_non_null(img);
+    random_bf16(img, n, rng);
+    return img;
+}
+
+static float *floats_of_bf16(const uint16_t *img, size_t n)
+{
+    float *f = malloc(n * sizeof(float));
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) f[i] = fsa_bf16_to_f32(img[i]);
+    return f;
+}
+
+/* The forward at 65536 tokens against the float64 reference on SPOT_ROWS (query head, token) rows, the
+ * first and the last token among them, spread over the tokens and the heads: o as a whole and row by row,
+ * and lse. The full reference at that size would take minutes; a row costs top-k x 64 keys. q_img, k, v:
+ * the inputs (contiguous [T, H, D]); topk [Hkv, T, K]; o_img and lse as the call wrote them. */
+#define SPOT_ROWS 200
+static void spot_check_forward(const uint16_t *q_img, const float *k, const float *v, const int32_t *topk,
+                               const uint16_t *o_img, const float *lse, int T, int hkv, int D, int K)
+{
+    const int32_t cu[2] = {0, T};
+    const fsa_ref_problem rp = {T, 1, cu, STD_HQ, hkv, D, 64, K, 1.0 / sqrt((double)D),
+                                NULL, k, v, topk, (int64_t)T * K, K};
+    const int G = STD_HQ / hkv;
+    float *got = malloc((size_t)SPOT_ROWS * D * sizeof(float)), *q_row = malloc((size_t)D * sizeof(float));
+    float *got_lse = malloc(SPOT_ROWS * sizeof(float));
+    double *want = malloc((size_t)SPOT_ROWS * D * sizeof(double)), *want_lse = malloc(SPOT_ROWS * sizeof(double));
+    int *rows_t = malloc(SPOT_ROWS * sizeof(int)), *rows_h = malloc(SPOT_ROWS * sizeof(int));
+    assert_true(got && q_row && got_lse && want && want_lse && rows_t && rows_h);
+    for (int i = 0; i < SPOT_ROWS; i++) {
+        const int t = (int)((int64_t)i * (T - 1) / (SPOT_ROWS - 1)), qh = (i * 13) % STD_HQ; /* 13: every head */
+        const size_t row = (size_t)t * STD_HQ + qh;
+        rows_t[i] = t, rows_h[i] = qh;
+        for (int d = 0; d < D; d++) {
+            q_row[d] = fsa_bf16_to_f32(q_img[row * D + d]);
+            got[(size_t)i * D + d] = fsa_bf16_to_f32(o_img[row * D + d]);
+        }
+        got_lse[i] = lse[(size_t)qh * T + t];
+        fsa_ref_attend_at(&rp, qh, t, q_row, topk + (size_t)(qh / G) * T * K + (size_t)t * K, want + (size_t)i * D,
+                          &want_lse[i]);
+    }
+    const double tol = 1e-2;
+    const double err = fsa_rel_error(got, want, (size_t)SPOT_ROWS * D);
+    size_t worst = 0, worst_lse = 0;
+    const double row_err = fsa_row_rel_error(got, want, SPOT_ROWS, (size_t)D, ATTN_ROW_FLOOR, &worst);
+    const double lse_err = attn_lse_error(got_lse, want_lse, SPOT_ROWS, &worst_lse);
+    print_message("  T %d, %d rows: o rel err %.3e (tol %.0e), worst row %.3e (t %d h %d; tol %.0e), lse err/tol "
+                  "%.3f (t %d h %d)\n",
+                  T, SPOT_ROWS, err, tol, row_err, rows_t[worst], rows_h[worst], ATTN_ROW_TOL * tol, lse_err,
+                  rows_t[worst_lse], rows_h[worst_lse]);
+    assert_true(err < tol);
+    assert_true(row_err < ATTN_ROW_TOL * tol);
+    assert_true(lse_err < 1.0);
+    free(got), free(q_row), free(got_lse), free(want), free(want_lse), free(rows_t), free(rows_h);
+}
+
 /* One forward plus backward of the standard problem at T = 65536, G = 4, in
  * workspaces of exactly the queried sizes: the calls accept them (so they
- * need no more than the cap) and write every output and gradient row
- * (poisoned with NaN first; inputs are a constant, so every value is finite). */
+ * need no more than the cap), write every output and gradient row (poisoned
+ * with NaN first; the random inputs are small, so every value is finite), and
+ * the forward's rows checked match the reference. */
 static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_cap(void **state)
 {
     (void)state;
@@ -93,6 +166,8 @@ static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_c
     assert_non_null(topk);
     fsa_rng rng = {65536};
     fsa_ref_make_selection(topk, (int64_t)T * K, K, T, 1, cu, hkv, 64, K, &rng);
+    uint16_t *q_img = random_bf16_image(nq, &rng), *k_img = random_bf16_image(nkv, &rng);
+    uint16_t *v_img = random_bf16_image(nkv, &rng), *dout_img = random_bf16_image(nq, &rng);
     uint64_t q = fsa_test_dalloc(nq * 2), k = fsa_test_dalloc(nkv * 2), v = fsa_test_dalloc(nkv * 2);
     uint64_t o = fsa_test_dalloc(nq * 2), dout = fsa_test_dalloc(nq * 2), dq = fsa_test_dalloc(nq * 2);
     uint64_t dk = fsa_test_dalloc(nkv * 2), dv = fsa_test_dalloc(nkv * 2), lse = fsa_test_dalloc((size_t)STD_HQ * T * 4);
@@ -100,11 +175,13 @@ static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_c
     uint64_t wf = ws_f ? fsa_test_dalloc(ws_f) : 0, wb = fsa_test_dalloc(ws_b);
     fsa_test_h2d(dtopk, topk, (size_t)hkv * T * K * 4);
     fsa_test_h2d(dcu, cu, 8);
-    fsa_test_dfill(q, 0x3c, nq * 2);
-    fsa_test_dfill(k, 0x3b, nkv * 2);
-    fsa_test_dfill(v, 0x3d, nkv * 2);
-    fsa_test_dfill(dout, 0x3e, nq * 2);
+    fsa_test_h2d(q, q_img, nq * 2);
+    fsa_test_h2d(k, k_img, nkv * 2);
+    fsa_test_h2d(v, v_img, nkv * 2);
+    fsa_test_h2d(dout, dout_img, nq * 2);
+    free(dout_img);
     fsa_test_dfill(o, 0xff, nq * 2);
+    fsa_test_dfill(lse, 0xff, (size_t)STD_HQ * T * 4);
     fsa_test_dfill(dq, 0xff, nq * 2);
     fsa_test_dfill(dk, 0xff, nkv * 2);
     fsa_test_dfill(dv, 0xff, nkv * 2);
@@ -129,15 +206,23 @@ static void test_a_default_forward_and_backward_at_65536_tokens_run_within_the_c
     fsa_test_sync();
 
     uint16_t *img = malloc(nq * 2);
-    assert_non_null(img);
-    const uint64_t outs[] = {o, dq, dk, dv};
-    const size_t counts[] = {nq, nq, nkv, nkv};
-    const char *names[] = {"o", "dq", "dk", "dv"};
-    for (int i = 0; i < 4; i++) {
-        fsa_test_d2h(img, outs[i], counts[i] * 2);
-        if (!all_finite(img, counts[i])) fail_msg("%s has rows the calls did not write", names[i]);
+    float *lse_got = malloc((size_t)STD_HQ * T * 4);
+    float *kf = floats_of_bf16(k_img, nkv), *vf = floats_of_bf16(v_img, nkv);
+    assert_true(img && lse_got);
+    fsa_test_d2h(img, o, nq * 2);
+    fsa_test_d2h(lse_got, lse, (size_t)STD_HQ * T * 4);
+    if (!all_finite(img, nq)) fail_msg("o has rows the forward did not write");
+    for (size_t i = 0; i < (size_t)STD_HQ * T; i++)
+        if (!isfinite(lse_got[i])) fail_msg("lse row %zu was not written (every token sees itself)", i);
+    spot_check_forward(q_img, kf, vf, topk, img, lse_got, T, hkv, D, K);
+    const uint64_t grads[] = {dq, dk, dv};
+    const size_t counts[] = {nq, nkv, nkv};
+    const char *names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++) {
+        fsa_test_d2h(img, grads[i], counts[i] * 2);
+        if (!all_finite(img, counts[i])) fail_msg("%s has rows the backward did not write", names[i]);
     }
-    free(img);
+    free(img), free(lse_got), free(kf), free(vf), free(q_img), free(k_img), free(v_img);
     free(topk);
     const uint64_t bufs[] = {q, k, v, o, dout, dq, dk, dv, lse, dtopk, dcu, wf, wb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fsa_test_dfree(bufs[i]);
@@ -211,6 +296,16 @@ static void run_plan(run_images *r, const fsa_plan *plan, const device_problem *
     download_strided(r->dk_f, r->dk, dk, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, c->dtype);
     download_strided(r->dv_f, r->dv, dv, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
     fsa_test_dfree(wf), fsa_test_dfree(wb), fsa_test_dfree(dq), fsa_test_dfree(dk), fsa_test_dfree(dv);
+    /* No chunk writes the padding of a strided output: it still holds the poison. */
+    char what[64];
+    snprintf(what, sizeof what, "%s: o", c->name);
+    fsa_test_assert_padding_untouched(r->o, dp->o_bytes / 2, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, ATTN_POISON16, what);
+    snprintf(what, sizeof what, "%s: dq", c->name);
+    fsa_test_assert_padding_untouched(r->dq, q_bytes / 2, p->T, c->hq, c->d, p->q_ts, p->q_hs, ATTN_POISON16, what);
+    snprintf(what, sizeof what, "%s: dk", c->name);
+    fsa_test_assert_padding_untouched(r->dk, kv_bytes / 2, p->T, c->hkv, c->d, p->kv_ts, p->kv_hs, ATTN_POISON16, what);
+    snprintf(what, sizeof what, "%s: dv", c->name);
+    fsa_test_assert_padding_untouched(r->dv, v_bytes / 2, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, ATTN_POISON16, what);
 }
 
 /* Strided layouts, junk rows, several sequences; an even Hkv, so that chunks of half the heads exist. */
@@ -290,17 +385,33 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     device_problem dp;
     device_make(&dp, &p, &c[0], plans[0]);
 
+    /* Every run's forward writes the same o (checked below), which its backward reads: dq as given that o,
+     * for the per-row bound. */
+    double *pk = attn_attention_of_k(&p, base), *dq_given = malloc(nq * sizeof(double));
+    float *o = malloc(nq * sizeof(float));
+    assert_true(dq_given && o);
+
     run_images r[4];
     const double tol = base->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const size_t q_bytes = (size_t)p.T * p.q_ts * 2, kv_bytes = (size_t)p.T * p.kv_ts * 2;
     const char *names[4] = {"uncapped", "head chunks", "token chunks", "token ch. idx"};
     for (int i = 0; i < 4; i++) {
         run_plan(&r[i], plans[i], &dp, ddout, &p, base);
+        if (i == 0) {
+            download_strided(o, NULL, dp.o, p.T, base->hq, p.Dv, p.o_ts, p.o_hs, base->dtype);
+            attn_dq_given_o(&p, base, dout, o, pk, dq_ref, dq_given);
+        }
         const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
                      ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
-        print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e)\n", base->name, names[i],
-                      (unsigned long long)c[i].ws_limit, eq, ek, ev, tol);
+        const attn_row_err rq = attn_row_error(r[i].dq_f, dq_given, p.T, base->hq, base->d),
+                           rk = attn_row_error(r[i].dk_f, dk_ref, p.T, base->hkv, base->d),
+                           rv = attn_row_error(r[i].dv_f, dv_ref, p.T, base->hkv, p.Dv);
+        print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o "
+                      "read) %.3e (t %d h %d) dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
+                      base->name, names[i], (unsigned long long)c[i].ws_limit, eq, ek, ev, tol, rq.err, rq.t, rq.h,
+                      rk.err, rk.t, rk.h, rv.err, rv.t, rv.h, ATTN_ROW_TOL * tol);
         assert_true(eq < tol && ek < tol && ev < tol);
+        assert_true(rq.err < ATTN_ROW_TOL * tol && rk.err < ATTN_ROW_TOL * tol && rv.err < ATTN_ROW_TOL * tol);
     }
     for (int i = 1; i < 4; i++) {
         assert_memory_equal(r[i].o, r[0].o, dp.o_bytes);
@@ -336,7 +447,7 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     }
     fsa_test_dfree(ddout);
     device_free(&dp);
-    free(dout), free(dq_ref), free(dk_ref), free(dv_ref);
+    free(dout), free(dq_ref), free(dk_ref), free(dv_ref), free(pk), free(dq_given), free(o);
     problem_free(&p);
 }
 
