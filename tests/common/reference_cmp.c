@@ -110,6 +110,12 @@ void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse)
 
 void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, double *dq, double *dk, double *dv)
 {
+    fsa_ref_cmp_backward_given_o(p, dout, NULL, dq, dk, dv);
+}
+
+void fsa_ref_cmp_backward_given_o(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
+                                  double *dk, double *dv)
+{
     check_problem(p);
     const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
     const int G = Hq / Hkv;
@@ -124,8 +130,9 @@ void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, doubl
             (void)attend(p, qh, t, prob, o_row, &n, &cs);
             const int h = qh / G;
             const float *q = p->q + ((size_t)t * Hq + qh) * Dk, *go = dout + ((size_t)t * Hq + qh) * Dv;
+            const float *o_given = o_used != NULL ? o_used + ((size_t)t * Hq + qh) * Dv : NULL;
             double delta = 0.0;
-            for (int e = 0; e < Dv; e++) delta += (double)go[e] * o_row[e];
+            for (int e = 0; e < Dv; e++) delta += (double)go[e] * (o_given != NULL ? (double)o_given[e] : o_row[e]);
             for (int j = 0; j < n; j++) {
                 const size_t kj = ((size_t)(cs + j) * Hkv + h) * Dk, vj = ((size_t)(cs + j) * Hkv + h) * Dv;
                 double dp = 0.0;

@@ -60,6 +60,12 @@ void fsa_ref_cmp_forward(const fsa_ref_cmp_problem *p, double *o, double *lse);
  * sees the token. */
 void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, double *dq, double *dk, double *dv);
 
+/* The same with delta = dout.o_used ([T, Hq, Dv]; NULL: the exact o): the gradients given the o a call
+ * reads, as the backward's contract states them. Where a query sees few tokens dq (and the keys' dk) is a
+ * small difference that the rounding of o moves by far more than the gradients' own rounding. */
+void fsa_ref_cmp_backward_given_o(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
+                                  double *dk, double *dv);
+
 /* scores [i / BK + 1] of (KV head h, token t); returns i / BK + 1. */
 int fsa_ref_cmp_block_scores(const fsa_ref_cmp_problem *p, int block_size, int h, int t, double *scores);
 

@@ -66,6 +66,12 @@ void fsa_ref_window_forward(const fsa_ref_window_problem *p, double *o, double *
 
 void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout, double *dq, double *dk, double *dv)
 {
+    fsa_ref_window_backward_given_o(p, dout, NULL, dq, dk, dv);
+}
+
+void fsa_ref_window_backward_given_o(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
+                                     double *dq, double *dk, double *dv)
+{
     const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
     double *x = scratch(p), *dp = scratch(p);
     memset(dq, 0, (size_t)T * Hq * Dk * sizeof *dq);
@@ -83,6 +89,11 @@ void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout,
                     dp[m] = 0.0;
                     for (int e = 0; e < Dv; e++) dp[m] += (double)go[e] * (double)v[e];
                     delta += x[m] * dp[m]; /* = dout.o */
+                }
+                if (o_used != NULL) {
+                    const float *o_row = o_used + ((size_t)t * Hq + qh) * Dv;
+                    delta = 0.0;
+                    for (int e = 0; e < Dv; e++) delta += (double)go[e] * (double)o_row[e];
                 }
                 for (int m = 0; m < n; m++) {
                     const size_t kr = (size_t)(first + m) * Hkv + h;

@@ -34,4 +34,10 @@ void fsa_ref_window_forward(const fsa_ref_window_problem *p, double *o, double *
  * sees the key. */
 void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout, double *dq, double *dk, double *dv);
 
+/* The same with delta = dout.o_used ([T, Hq, Dv]; NULL: the exact o): the gradients given the o a call
+ * reads, as the backward's contract states them (a window of a few keys makes dq a small difference that
+ * the rounding of o moves by far more than the gradients' own rounding). */
+void fsa_ref_window_backward_given_o(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
+                                     double *dq, double *dk, double *dv);
+
 #endif

@@ -365,7 +365,7 @@ static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, c
     float *got[3];
     uint16_t *img[3];
     for (int i = 0; i < 3; i++) want[i] = malloc((n[i] + 1) * sizeof(double)), assert_non_null(want[i]);
-    fsa_ref_cmp_backward(&p->ref, gated, want[0], want[1], want[2]);
+    fsa_ref_cmp_backward_given_o(&p->ref, gated, o, want[0], want[1], want[2]); /* the o the call reads */
     for (int i = 0; i < 3; i++) {
         got[i] = malloc((n[i] + 1) * sizeof(float));
         img[i] = malloc(bytes[i]);
@@ -417,7 +417,12 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         want[i] = malloc((n[i] + 1) * sizeof(double));
         assert_true(got[i] && want[i]);
     }
-    fsa_ref_cmp_backward(&p.ref, dout, want[0], want[1], want[2]);
+    /* The reference given the o the call reads (the forward's, rounded): the contract's gradients. */
+    float *o_read = malloc((n_do + 1) * sizeof *o_read);
+    assert_non_null(o_read);
+    download_strided(o_read, NULL, dp.o, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
+    fsa_ref_cmp_backward_given_o(&p.ref, dout, o_read, want[0], want[1], want[2]);
+    free(o_read);
 
     const uint64_t d_dout = upload_strided(dout, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
     const size_t bytes[3] = {(size_t)p.T * p.q_ts * 2 + 2, (size_t)p.Tc * p.k_ts * 2 + 2, (size_t)p.Tc * p.v_ts * 2 + 2};

@@ -322,8 +322,8 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
     float *gated = malloc((n_do + 1) * sizeof(float)), *o = malloc((n_do + 1) * sizeof(float));
     assert_true(gated && o);
     gate_rows_scale(&gr, dout, c->dv, gated);
-    fsa_ref_window_backward(&p->ref, gated, want[0], want[1], want[2]);
     download_strided(o, NULL, p->do_, p->T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
+    fsa_ref_window_backward_given_o(&p->ref, gated, o, want[0], want[1], want[2]); /* the o the call reads */
     fsa_window_bwd_args ga = *a;
     ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
     poison_grads(g);
@@ -367,7 +367,12 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
         want[i] = malloc((n[i] + 1) * sizeof(double));
         assert_true(got[i] && want[i]);
     }
-    fsa_ref_window_backward(&p.ref, dout, want[0], want[1], want[2]);
+    /* The reference given the o the call reads (the forward's, rounded): the contract's gradients. */
+    float *o_read = malloc((n_do + 1) * sizeof *o_read);
+    assert_non_null(o_read);
+    download_strided(o_read, NULL, p.do_, T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
+    fsa_ref_window_backward_given_o(&p.ref, dout, o_read, want[0], want[1], want[2]);
+    free(o_read);
 
     grads g;
     const fsa_window_bwd_args a = bwd_args_of(&g, &p, c, plan, dout);
