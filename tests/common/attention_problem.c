@@ -399,3 +399,18 @@ double attn_grad_error(const float *a, const double *b, size_t n)
     }
     return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
 }
+
+void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double tol, const char *what)
+{
+    const double err = fsa_rel_error(out->o, p->o_ref, (size_t)p->T * hq * p->Dv);
+    const attn_row_err row = attn_row_error(out->o, p->o_ref, p->T, hq, p->Dv);
+    size_t lse_row = 0;
+    const double lse = attn_lse_error(out->lse, p->lse_ref, (size_t)hq * p->T, &lse_row);
+    print_message("  %-28s o rel err %.3e (tol %.0e), worst row %.3e (t %d h %d; tol %.0e), lse err/tol %.3f "
+                  "(h %zu t %zu)\n",
+                  what, err, tol, row.err, row.t, row.h, ATTN_ROW_TOL * tol, lse, lse_row / (size_t)p->T,
+                  lse_row % (size_t)p->T);
+    assert_true(err < tol);
+    assert_true(row.err < ATTN_ROW_TOL * tol);
+    assert_true(lse < 1.0);
+}

@@ -126,4 +126,8 @@ void attn_dq_given_o(const problem *p, const attn_case *c, const float *dout, co
  * *worst (may be NULL) gets that row's index. */
 double attn_lse_error(const float *lse, const double *ref, size_t n, size_t *worst);
 
+/* A forward's o against p's reference as a whole (< tol) and row by row (< ATTN_ROW_TOL x tol), and every
+ * lse row (attn_lse_error < 1); prints the three next to `what`. */
+void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double tol, const char *what);
+
 #endif

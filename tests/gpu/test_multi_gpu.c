@@ -52,24 +52,6 @@ static fsa_context *device_context(int device, const char *cache_dir)
     return ctx;
 }
 
-/* o as a whole and row by row, and every lse row (-inf where nothing is visible). */
-static void check_against_reference(const outputs *out, const problem *p, const char *what)
-{
-    const size_t n = (size_t)p->T * g_case.hq * p->Dv;
-    const double tol = 1e-2;
-    const double err = fsa_rel_error(out->o, p->o_ref, n);
-    const attn_row_err row = attn_row_error(out->o, p->o_ref, p->T, g_case.hq, p->Dv);
-    size_t lse_row = 0;
-    const double lse = attn_lse_error(out->lse, p->lse_ref, (size_t)g_case.hq * p->T, &lse_row);
-    print_message("  %-12s o rel err %.3e (tol %.0e), worst row %.3e (t %d h %d; tol %.0e), lse err/tol %.3f "
-                  "(h %zu t %zu)\n",
-                  what, err, tol, row.err, row.t, row.h, ATTN_ROW_TOL * tol, lse, lse_row / (size_t)p->T,
-                  lse_row % (size_t)p->T);
-    assert_true(err < tol);
-    assert_true(row.err < ATTN_ROW_TOL * tol);
-    assert_true(lse < 1.0);
-}
-
 /* One device's share: its context, plan, inputs and stream; the selected
  * forward's (plan) or the paged cache's (kplan). */
 typedef struct lane {
@@ -163,7 +145,7 @@ static void lane_download_and_check(lane *l, outputs *out)
     assert_int_equal(fsa_context_enter(l->ctx), FSA_STATUS_OK);
     download_fwd(out, &l->dp, &l->p, &g_case);
     fsa_context_leave(l->ctx);
-    check_against_reference(out, &l->p, what);
+    attn_check_o_and_lse(out, &l->p, g_case.hq, 1e-2, what);
 }
 
 static void lane_download_and_check_paged(lane *l, kvc_outputs *out)

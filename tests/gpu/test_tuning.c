@@ -38,24 +38,6 @@ static fsa_plan_choice choice_of(const fsa_plan *plan, int64_t T)
     return c;
 }
 
-/* o against the float64 reference as a whole and row by row, and every lse
- * row (-inf where nothing is visible). */
-static void check_o_and_lse(const outputs *out, const problem *p, const attn_case *c, const char *what)
-{
-    const double tol = 1e-2;
-    const double err = fsa_rel_error(out->o, p->o_ref, (size_t)p->T * c->hq * p->Dv);
-    const attn_row_err row = attn_row_error(out->o, p->o_ref, p->T, c->hq, p->Dv);
-    size_t lse_row = 0;
-    const double lse = attn_lse_error(out->lse, p->lse_ref, (size_t)c->hq * p->T, &lse_row);
-    print_message("  %s: o rel err %.3e (tol %.0e), worst row %.3e (t %d h %d; tol %.0e), lse err/tol %.3f "
-                  "(h %zu t %zu)\n",
-                  what, err, tol, row.err, row.t, row.h, ATTN_ROW_TOL * tol, lse, lse_row / (size_t)p->T,
-                  lse_row % (size_t)p->T);
-    assert_true(err < tol);
-    assert_true(row.err < ATTN_ROW_TOL * tol);
-    assert_true(lse < 1.0);
-}
-
 /* One forward call of the case on `stream` (NULL: the legacy stream),
  * checked against the float64 reference. */
 static void run_and_check(const fsa_plan *plan, int T_expected)
@@ -73,7 +55,7 @@ static void run_and_check(const fsa_plan *plan, int T_expected)
     download_fwd(&out, &dp, &p, &k_case);
     char what[64];
     snprintf(what, sizeof what, "the %s order", choice_of(plan, p.T).variant);
-    check_o_and_lse(&out, &p, &k_case, what);
+    attn_check_o_and_lse(&out, &p, k_case.hq, 1e-2, what);
     outputs_free(&out);
     device_free(&dp);
     problem_free(&p);
@@ -180,7 +162,7 @@ static void test_a_capturing_stream_never_measures(void **state)
     assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
     outputs out;
     download_fwd(&out, &dp, &p, &big);
-    check_o_and_lse(&out, &p, &big, "graph replay");
+    attn_check_o_and_lse(&out, &p, big.hq, 1e-2, "graph replay");
     outputs_free(&out);
     cu->GraphExecDestroy(exec);
     cu->GraphDestroy(graph);
