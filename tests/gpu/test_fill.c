@@ -1,6 +1,6 @@
 /* The fill kernel through the whole JIT path on the GPU: render, compile,
  * publish to the disk cache, load from disk in a second process, launch, and
- * compare every word. */
+ * compare every word; verify on the device loads the entry. */
 #include "testing.h"
 
 #include <stdio.h>
@@ -67,6 +67,35 @@ static void test_a_second_process_loads_the_fill_kernel_from_disk(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+static int count_loaded(const fsa_cache_entry_info *e, void *user)
+{
+    int *valid_loaded = user;
+    valid_loaded[0] += e->valid;
+    valid_loaded[1] += e->loaded;
+    return 0;
+}
+
+static void test_verify_on_the_device_loads_the_fill_entry_and_an_offline_verify_does_not(void **state)
+{
+    (void)state;
+    int on_device[2] = {0, 0}, offline[2] = {0, 0};
+    uint64_t bad = 99;
+    assert_int_equal(fsa_cache_verify(g_ctx, count_loaded, on_device, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 0);
+    assert_int_equal(on_device[0], 1);
+    assert_int_equal(on_device[1], 1); /* its image ran through the driver's loader on this GPU */
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = g_cache_dir;
+    o.device = FSA_DEVICE_NONE;
+    o.target = fsa_context_target(g_ctx);
+    fsa_context *disk_only = NULL;
+    assert_int_equal(fsa_context_create(&disk_only, &o), FSA_STATUS_OK);
+    assert_int_equal(fsa_cache_verify(disk_only, count_loaded, offline, &bad), FSA_STATUS_OK);
+    assert_int_equal(offline[0], 1);
+    assert_int_equal(offline[1], 0);
+    fsa_context_destroy(disk_only);
+}
+
 static void test_bad_fill_arguments_return_statuses(void **state)
 {
     (void)state;
@@ -97,6 +126,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fill_compiles_publishes_and_writes_exactly_its_words),
         cmocka_unit_test(test_a_second_process_loads_the_fill_kernel_from_disk),
+        cmocka_unit_test(test_verify_on_the_device_loads_the_fill_entry_and_an_offline_verify_does_not),
         cmocka_unit_test(test_bad_fill_arguments_return_statuses),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
