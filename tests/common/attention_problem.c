@@ -319,14 +319,24 @@ void outputs_free(outputs *o)
     free(o->lse);
 }
 
-attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int len)
+static attn_row_err row_error(const float *a, const double *b, int T, int H, int len, double abs_floor)
 {
     size_t row = 0;
     attn_row_err r;
-    r.err = fsa_row_rel_error(a, b, (size_t)T * H, (size_t)len, ATTN_ROW_FLOOR, &row);
+    r.err = fsa_row_rel_error_floored(a, b, (size_t)T * H, (size_t)len, ATTN_ROW_FLOOR, abs_floor, &row);
     r.t = (int)(row / (size_t)H);
     r.h = (int)(row % (size_t)H);
     return r;
+}
+
+attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int len)
+{
+    return row_error(a, b, T, H, len, 0.0);
+}
+
+attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, int len)
+{
+    return row_error(a, b, T, H, len, 1e-3 * sqrt((double)len));
 }
 
 double attn_lse_error(const float *lse, const double *ref, size_t n, size_t *worst)

@@ -110,6 +110,9 @@ typedef struct attn_row_err {
 
 /* The worst row of a logical [T, H, len] output against its float64 reference. */
 attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int len);
+/* The same for a gradient, with attn_grad_error's floor per row (1e-3 per element): a problem where every
+ * query sees one key has dq and dk rows that are zero but for rounding. */
+attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, int len);
 
 /* The dq of a backward given the o it reads. The reference's dq takes delta = rowsum(dout * o) from the exact o
  * and moves by -scale x delta x sum_j P_j k_j per unit of delta; a call given the forward's rounded o computes

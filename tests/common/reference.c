@@ -344,11 +344,17 @@ double fsa_rel_error_d(const double *a, const double *b, size_t n)
 double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
                          size_t *worst_row)
 {
+    return fsa_row_rel_error_floored(a, b, rows, row_len, floor_frac, 0.0, worst_row);
+}
+
+double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
+                                 double abs_floor, size_t *worst_row)
+{
     double sum_sq = 0.0;
     for (size_t e = 0; e < rows * row_len; e++)
         if (isfinite(b[e])) sum_sq += b[e] * b[e];
     const double rms_row = rows > 0 ? sqrt(sum_sq / (double)rows) : 0.0;
-    const double floor = fmax(floor_frac * rms_row, 1e-30);
+    const double floor = fmax(fmax(floor_frac * rms_row, abs_floor), 1e-30);
     double worst = 0.0;
     if (worst_row != NULL) *worst_row = 0;
     for (size_t r = 0; r < rows; r++) {

@@ -117,6 +117,10 @@ double fsa_rel_error_d(const double *a, const double *b, size_t n);
  * be NULL) gets that row. Infinities as fsa_rel_error (+INFINITY for a non-finite mismatch). */
 double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
                          size_t *worst_row);
+/* The same with the floor at least abs_floor: a tensor whose every reference row is (nearly) zero, such as
+ * dq where each query sees one key, is measured at that absolute scale, not against its own rounding. */
+double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
+                                 double abs_floor, size_t *worst_row);
 
 /* max |a - b| with the same infinity rules. */
 double fsa_max_abs_error(const float *a, const double *b, size_t n);

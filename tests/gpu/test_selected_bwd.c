@@ -191,9 +191,9 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dq_g
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = attn_grad_error(g->dq, dq_ref, nq), ek = attn_grad_error(g->dk, dk_ref, nkv),
                  ev = attn_grad_error(g->dv, dv_ref, nv);
-    const attn_row_err rq = attn_row_error(g->dq, dq_given, p->T, c->hq, c->d),
-                       rk = attn_row_error(g->dk, dk_ref, p->T, c->hkv, c->d),
-                       rv = attn_row_error(g->dv, dv_ref, p->T, c->hkv, p->Dv);
+    const attn_row_err rq = attn_grad_row_error(g->dq, dq_given, p->T, c->hq, c->d),
+                       rk = attn_grad_row_error(g->dk, dk_ref, p->T, c->hkv, c->d),
+                       rv = attn_grad_row_error(g->dv, dv_ref, p->T, c->hkv, p->Dv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
     print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o read) %.3e (t %d h %d) "
@@ -336,7 +336,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     }
     const double tol_add = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double e_add = attn_grad_error(added.dq, dq_sum, nq);
-    const attn_row_err r_add = attn_row_error(added.dq, dq_sum_given, p.T, c->hq, c->d);
+    const attn_row_err r_add = attn_grad_row_error(added.dq, dq_sum_given, p.T, c->hq, c->d);
     print_message("  %-30s dq + dq_add %.3e (tol %.0e); worst row (given the o read) %.3e (t %d h %d) (tol %.0e)\n",
                   c->name, e_add, tol_add, r_add.err, r_add.t, r_add.h, ATTN_ROW_TOL * tol_add);
     assert_true(e_add < tol_add);

@@ -232,7 +232,7 @@ static void test_a_backward_with_dq_add_never_measures(void **state)
         dq_given[i] += held[i];
     }
     const double err = attn_grad_error(dq, dq_ref, nq);
-    const attn_row_err row = attn_row_error(dq, dq_given, p.T, k_case.hq, k_case.d);
+    const attn_row_err row = attn_grad_row_error(dq, dq_given, p.T, k_case.hq, k_case.d);
     free(o), free(pk), free(dq_given);
     print_message("  dq + dq_add rel err %.3e (tol 2e-02), worst row (given the o read) %.3e (t %d h %d; tol %.0e), "
                   "tuning left for a later call\n",

@@ -403,9 +403,9 @@ static void chunk_case(const attn_case *base, uint64_t seed)
         }
         const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
                      ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
-        const attn_row_err rq = attn_row_error(r[i].dq_f, dq_given, p.T, base->hq, base->d),
-                           rk = attn_row_error(r[i].dk_f, dk_ref, p.T, base->hkv, base->d),
-                           rv = attn_row_error(r[i].dv_f, dv_ref, p.T, base->hkv, p.Dv);
+        const attn_row_err rq = attn_grad_row_error(r[i].dq_f, dq_given, p.T, base->hq, base->d),
+                           rk = attn_grad_row_error(r[i].dk_f, dk_ref, p.T, base->hkv, base->d),
+                           rv = attn_grad_row_error(r[i].dv_f, dv_ref, p.T, base->hkv, p.Dv);
         print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o "
                       "read) %.3e (t %d h %d) dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
                       base->name, names[i], (unsigned long long)c[i].ws_limit, eq, ek, ev, tol, rq.err, rq.t, rq.h,
