@@ -56,6 +56,12 @@ static void test_row_error_finds_a_wrong_small_row_that_the_whole_tensor_norm_hi
     const float got_nan[4] = {10.0f, NAN, 0.1f, 0.1f};
     assert_true(isinf(fsa_row_rel_error(got_nan, ref, 2, 2, 0.1, &worst)));
     assert_int_equal(worst, 0);
+    /* A tensor whose every reference row is zero: its own rms gives no scale; abs_floor does. */
+    const double ref_all_zero[4] = {0.0, 0.0, 0.0, 0.0};
+    const float noise[4] = {1e-6f, 0.0f, 0.0f, 0.0f};
+    assert_true(fsa_row_rel_error(noise, ref_all_zero, 2, 2, 0.1, NULL) > 1e20);
+    assert_true(fabs(fsa_row_rel_error_floored(noise, ref_all_zero, 2, 2, 0.1, 1e-3, &worst) - 1e-3) < 1e-6);
+    assert_int_equal(worst, 0);
     const double ref_inf[2] = {-INFINITY, 1.0};
     const float got_inf[2] = {-INFINITY, 1.0f};
     assert_true(fsa_row_rel_error(got_inf, ref_inf, 1, 2, 0.1, NULL) == 0.0);
