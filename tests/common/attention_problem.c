@@ -123,27 +123,23 @@ static void reference(problem *p, const attn_case *c)
     forward_rows(&rp, p->o_ref, p->lse_ref, p->empty_row);
 }
 
-double *attn_attention_of_k(const problem *p, const attn_case *c)
+void attn_grads_given_o(attn_grads_given *out, const problem *p, const attn_case *c, const float *dout,
+                        const float *o_used)
 {
-    fsa_ref_problem rk = problem_ref(p, c);
-    rk.v = p->k; /* the forward with k as the values: sum_j P_j k_j */
-    rk.value_dim = c->d;
-    double *pk = malloc((size_t)p->T * c->hq * c->d * sizeof(double));
-    assert_non_null(pk);
-    forward_rows(&rk, pk, NULL, NULL);
-    return pk;
+    const fsa_ref_problem rp = problem_ref(p, c);
+    out->dq = malloc((size_t)p->T * c->hq * c->d * sizeof(double));
+    out->dk = malloc((size_t)p->T * c->hkv * c->d * sizeof(double));
+    double *dv = malloc((size_t)p->T * c->hkv * p->Dv * sizeof(double));
+    assert_true(out->dq && out->dk && dv);
+    fsa_ref_backward_given_o(&rp, dout, o_used, out->dq, out->dk, dv);
+    free(dv);
 }
 
-void attn_dq_given_o(const problem *p, const attn_case *c, const float *dout, const float *o_used, const double *pk,
-                     const double *dq_ref, double *dq_given)
+void attn_grads_given_free(attn_grads_given *g)
 {
-    for (size_t r = 0; r < (size_t)p->T * c->hq; r++) {
-        double shift = 0.0; /* rowsum(dout * o_used) - rowsum(dout * o) */
-        for (int e = 0; e < p->Dv; e++)
-            shift += (double)dout[r * p->Dv + e] * ((double)o_used[r * p->Dv + e] - p->o_ref[r * p->Dv + e]);
-        for (int d = 0; d < c->d; d++)
-            dq_given[r * c->d + d] = dq_ref[r * c->d + d] - p->scale * shift * pk[r * c->d + d];
-    }
+    free(g->dq);
+    free(g->dk);
+    g->dq = g->dk = NULL;
 }
 
 void problem_make(problem *p, const attn_case *c, uint64_t seed)

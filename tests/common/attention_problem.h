@@ -114,15 +114,18 @@ attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int l
  * query sees one key has dq and dk rows that are zero but for rounding. */
 attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, int len);
 
-/* The dq of a backward given the o it reads. The reference's dq takes delta = rowsum(dout * o) from the exact o
- * and moves by -scale x delta x sum_j P_j k_j per unit of delta; a call given the forward's rounded o computes
- * with that o's delta (the documented contract: gradients given o), and where a query sees few keys dq is a
- * small difference that this shift moves by far more than dq's own rounding. attn_attention_of_k: the rows
- * sum_j P_j k_j [T, Hq, D] (the caller frees them); attn_dq_given_o: dq_ref (fsa_ref_backward with dout) moved
- * to the delta of o_used [T, Hq, Dv], into dq_given [T, Hq, D]. */
-double *attn_attention_of_k(const problem *p, const attn_case *c);
-void attn_dq_given_o(const problem *p, const attn_case *c, const float *dout, const float *o_used, const double *pk,
-                     const double *dq_ref, double *dq_given);
+/* The gradients of a backward given the o it reads (the documented contract: gradients given dout, o and
+ * lse), for the per-row bounds. delta = rowsum(dout * o) enters dq and dk as -scale x P x delta; a call given
+ * the forward's rounded o computes with that o's delta, and where a query sees few keys, its dq and the dk of
+ * keys that only such queries see are small differences that this shift moves by far more than their own
+ * rounding. o_used [T, Hq, Dv]; writes out->dq [T, Hq, D] and out->dk [T, Hkv, D] (dv does not depend on
+ * delta: the plain reference's). */
+typedef struct {
+    double *dq, *dk;
+} attn_grads_given;
+void attn_grads_given_o(attn_grads_given *out, const problem *p, const attn_case *c, const float *dout,
+                        const float *o_used);
+void attn_grads_given_free(attn_grads_given *g);
 
 /* The worst lse row as |g - r| / (2e-3 + 1e-5 |r|) (a pass is < 1): +INFINITY when a row that sees nothing
  * (reference -inf) is not -inf, or one that sees keys is not finite. lse and ref [H, T] (or any n rows);

@@ -187,6 +187,12 @@ void fsa_ref_attend_at(const fsa_ref_problem *p, int qh, int pos, const float *q
 void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, double *dk,
                       double *dv)
 {
+    fsa_ref_backward_given_o(p, dout, NULL, dq, dk, dv);
+}
+
+void fsa_ref_backward_given_o(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq,
+                              double *dk, double *dv)
+{
     check_problem(p);
     int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim, Dv = fsa_ref_value_dim(p);
     int G = Hq / Hkv;
@@ -208,7 +214,7 @@ void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, d
                 const float *go = dout + ooff;
                 (void)attend_row(p, qh, q, keys, n, prob, o_row);
                 double delta = 0.0;
-                for (int d = 0; d < Dv; d++) delta += (double)go[d] * o_row[d];
+                for (int d = 0; d < Dv; d++) delta += (double)go[d] * (o_used ? (double)o_used[ooff + d] : o_row[d]);
                 for (int m = 0; m < n; m++) {
                     size_t koff = ((size_t)keys[m] * Hkv + h) * D, voff = ((size_t)keys[m] * Hkv + h) * Dv;
                     const float *kj = p->k + koff;

@@ -81,6 +81,11 @@ void fsa_ref_attend_at(const fsa_ref_problem *p, int qh, int pos, const float *q
 void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, double *dk,
                       double *dv);
 
+/* The same given the o a backward call reads, o_used [T,Hq,Dv] (NULL: the exact o): the gradients' delta
+ * rowsum(dout * o) taken from it, as the call's contract states (gradients given dout, o and lse). */
+void fsa_ref_backward_given_o(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq,
+                              double *dk, double *dv);
+
 /* 1 when slot s of row (h, t) is valid under the rule above, else 0. */
 int fsa_ref_slot_valid(const fsa_ref_problem *p, int h, int t, int s);
 

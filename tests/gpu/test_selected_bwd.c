@@ -182,8 +182,8 @@ static int row_is_zero(const double *row, int d)
     return 1;
 }
 
-/* dq_given: dq_ref moved to the delta of the o that the call read (attn_dq_given_o), for the per-row bound. */
-static void check_grads(const grads *g, const double *dq_ref, const double *dq_given, const double *dk_ref,
+/* given: dq and dk as given the o that the call read (attn_grads_given_o), for the per-row bounds. */
+static void check_grads(const grads *g, const double *dq_ref, const attn_grads_given *given, const double *dk_ref,
                         const double *dv_ref, const problem *p, const attn_case *c, const fsa_plan *plan)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
@@ -191,12 +191,12 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dq_g
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = attn_grad_error(g->dq, dq_ref, nq), ek = attn_grad_error(g->dk, dk_ref, nkv),
                  ev = attn_grad_error(g->dv, dv_ref, nv);
-    const attn_row_err rq = attn_grad_row_error(g->dq, dq_given, p->T, c->hq, c->d),
-                       rk = attn_grad_row_error(g->dk, dk_ref, p->T, c->hkv, c->d),
+    const attn_row_err rq = attn_grad_row_error(g->dq, given->dq, p->T, c->hq, c->d),
+                       rk = attn_grad_row_error(g->dk, given->dk, p->T, c->hkv, c->d),
                        rv = attn_grad_row_error(g->dv, dv_ref, p->T, c->hkv, p->Dv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
-    print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o read) %.3e (t %d h %d) "
+    print_message("  %-30s %s dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows (dq, dk given the o read) dq %.3e (t %d h %d) "
                   "dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
                   c->name, alg == FSA_ALGORITHM_NSA ? "nsa" : "fsa", eq, ek, ev, tol, rq.err, rq.t, rq.h, rk.err, rk.t,
                   rk.h, rv.err, rv.t, rv.h, ATTN_ROW_TOL * tol);
@@ -229,9 +229,9 @@ static void check_grads(const grads *g, const double *dq_ref, const double *dq_g
 
 /* The gated backward (gate and gate_grad set, ba's dout as it is): against
  * the reference gradients for dout times the gates (gates of both signs and
- * zeros), and rowsum(dout * o) as the gate's gradient. pk: attn_attention_of_k. */
+ * zeros), and rowsum(dout * o) as the gate's gradient. */
 static void check_gated_backward(const attn_case *c, fsa_plan *plan, const problem *p, const device_problem *dp,
-                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout, const double *pk)
+                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const size_t no = (size_t)p->T * c->hq * p->Dv, nv = (size_t)p->T * c->hkv * p->Dv;
@@ -239,13 +239,14 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
     float *gated = malloc(no * sizeof(float)), *o = malloc(no * sizeof(float));
     double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
-           *dv_ref = malloc(nv * sizeof(double)), *dq_given = malloc(nq * sizeof(double));
-    assert_true(gated && o && dq_ref && dk_ref && dv_ref && dq_given);
+           *dv_ref = malloc(nv * sizeof(double));
+    assert_true(gated && o && dq_ref && dk_ref && dv_ref);
     gate_rows_scale(&gr, dout, p->Dv, gated);
     const fsa_ref_problem rp = problem_ref(p, c);
     fsa_ref_backward(&rp, gated, dq_ref, dk_ref, dv_ref);
     download_strided(o, NULL, dp->o, p->T, c->hq, p->Dv, p->o_ts, p->o_hs, c->dtype);
-    attn_dq_given_o(p, c, gated, o, pk, dq_ref, dq_given);
+    attn_grads_given given;
+    attn_grads_given_o(&given, p, c, gated, o);
     fsa_bwd_args ga = *ba;
     ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
     poison_bwd(bd);
@@ -254,7 +255,7 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     fsa_test_sync();
     grads g;
     download_grads(&g, bd, p, c);
-    check_grads(&g, dq_ref, dq_given, dk_ref, dv_ref, p, c, plan);
+    check_grads(&g, dq_ref, &given, dk_ref, dv_ref, p, c, plan);
     const double err_gate = gate_rows_grad_error(&gr, dout, o, p->Dv);
     print_message("  %-30s gated, gate gradient %.3e\n", c->name, err_gate);
     assert_true(err_gate < 1e-5);
@@ -262,7 +263,7 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     free(gated);
     free(o);
     free(dq_ref);
-    free(dq_given);
+    attn_grads_given_free(&given);
     free(dk_ref);
     free(dv_ref);
     gate_rows_free(&gr);
@@ -289,12 +290,12 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     fsa_ref_problem rp = problem_ref(&p, c);
     fsa_ref_backward(&rp, dout, dq_ref, dk_ref, dv_ref);
-    /* The backward reads the forward's o: dq as given that o, for the per-row bound. */
+    /* The backward reads the forward's o: dq and dk as given that o, for the per-row bounds. */
     float *o = malloc(no * sizeof(float));
-    double *pk = attn_attention_of_k(&p, c), *dq_given = malloc(nq * sizeof(double));
-    assert_true(o && dq_given);
+    assert_non_null(o);
     download_strided(o, NULL, dp.o, p.T, c->hq, p.Dv, p.o_ts, p.o_hs, c->dtype);
-    attn_dq_given_o(&p, c, dout, o, pk, dq_ref, dq_given);
+    attn_grads_given given;
+    attn_grads_given_o(&given, &p, c, dout, o);
 
     bwd_device bd;
     bwd_make(&bd, dout, &p, c, plan);
@@ -305,7 +306,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     fsa_test_sync();
     grads first;
     download_grads(&first, &bd, &p, c);
-    check_grads(&first, dq_ref, dq_given, dk_ref, dv_ref, &p, c, plan);
+    check_grads(&first, dq_ref, &given, dk_ref, dv_ref, &p, c, plan);
 
     /* Same inputs, same bits. */
     poison_bwd(&bd);
@@ -332,7 +333,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     assert_true(dq_sum && dq_sum_given);
     for (size_t i = 0; i < nq; i++) {
         dq_sum[i] = dq_ref[i] + (double)first.dq[i];
-        dq_sum_given[i] = dq_given[i] + (double)first.dq[i];
+        dq_sum_given[i] = given.dq[i] + (double)first.dq[i];
     }
     const double tol_add = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double e_add = attn_grad_error(added.dq, dq_sum, nq);
@@ -346,16 +347,15 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     free(dq_sum);
     free(dq_sum_given);
     grads_free(&added);
-    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout, pk);
+    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout);
 
     grads_free(&first);
     grads_free(&second);
     bwd_free(&bd);
     free(dout);
     free(o);
-    free(pk);
+    attn_grads_given_free(&given);
     free(dq_ref);
-    free(dq_given);
     free(dk_ref);
     free(dv_ref);
     device_free(&dp);

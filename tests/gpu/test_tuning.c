@@ -223,17 +223,18 @@ static void test_a_backward_with_dq_add_never_measures(void **state)
     download_strided(dq, NULL, a.dq.ptr, p.T, k_case.hq, k_case.d, p.q_ts, p.q_hs, k_case.dtype);
     /* The per-row bound takes dq as given the forward's o, which the call read. */
     float *o = malloc(no * sizeof(float));
-    double *pk = attn_attention_of_k(&p, &k_case), *dq_given = malloc(nq * sizeof(double));
-    assert_true(o && dq_given);
+    assert_non_null(o);
     download_strided(o, NULL, dp.o, p.T, k_case.hq, p.Dv, p.o_ts, p.o_hs, k_case.dtype);
-    attn_dq_given_o(&p, &k_case, dout, o, pk, dq_ref, dq_given);
+    attn_grads_given given;
+    attn_grads_given_o(&given, &p, &k_case, dout, o);
     for (size_t i = 0; i < nq; i++) {
         dq_ref[i] += held[i];
-        dq_given[i] += held[i];
+        given.dq[i] += held[i];
     }
     const double err = attn_grad_error(dq, dq_ref, nq);
-    const attn_row_err row = attn_grad_row_error(dq, dq_given, p.T, k_case.hq, k_case.d);
-    free(o), free(pk), free(dq_given);
+    const attn_row_err row = attn_grad_row_error(dq, given.dq, p.T, k_case.hq, k_case.d);
+    free(o);
+    attn_grads_given_free(&given);
     print_message("  dq + dq_add rel err %.3e (tol 2e-02), worst row (given the o read) %.3e (t %d h %d; tol %.0e), "
                   "tuning left for a later call\n",
                   err, row.err, row.t, row.h, ATTN_ROW_TOL * 2e-2);

@@ -385,11 +385,11 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     device_problem dp;
     device_make(&dp, &p, &c[0], plans[0]);
 
-    /* Every run's forward writes the same o (checked below), which its backward reads: dq as given that o,
-     * for the per-row bound. */
-    double *pk = attn_attention_of_k(&p, base), *dq_given = malloc(nq * sizeof(double));
+    /* Every run's forward writes the same o (checked below), which its backward reads: dq and dk as given
+     * that o, for the per-row bounds. */
     float *o = malloc(nq * sizeof(float));
-    assert_true(dq_given && o);
+    assert_non_null(o);
+    attn_grads_given given = {NULL, NULL};
 
     run_images r[4];
     const double tol = base->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
@@ -399,15 +399,15 @@ static void chunk_case(const attn_case *base, uint64_t seed)
         run_plan(&r[i], plans[i], &dp, ddout, &p, base);
         if (i == 0) {
             download_strided(o, NULL, dp.o, p.T, base->hq, p.Dv, p.o_ts, p.o_hs, base->dtype);
-            attn_dq_given_o(&p, base, dout, o, pk, dq_ref, dq_given);
+            attn_grads_given_o(&given, &p, base, dout, o);
         }
         const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
                      ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
-        const attn_row_err rq = attn_grad_row_error(r[i].dq_f, dq_given, p.T, base->hq, base->d),
-                           rk = attn_grad_row_error(r[i].dk_f, dk_ref, p.T, base->hkv, base->d),
+        const attn_row_err rq = attn_grad_row_error(r[i].dq_f, given.dq, p.T, base->hq, base->d),
+                           rk = attn_grad_row_error(r[i].dk_f, given.dk, p.T, base->hkv, base->d),
                            rv = attn_grad_row_error(r[i].dv_f, dv_ref, p.T, base->hkv, p.Dv);
-        print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows dq (given the o "
-                      "read) %.3e (t %d h %d) dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
+        print_message("  %-24s %-12s cap %12llu: dq %.3e dk %.3e dv %.3e (tol %.0e); worst rows (dq, dk given the "
+                      "o read) dq %.3e (t %d h %d) dk %.3e (t %d h %d) dv %.3e (t %d h %d) (tol %.0e)\n",
                       base->name, names[i], (unsigned long long)c[i].ws_limit, eq, ek, ev, tol, rq.err, rq.t, rq.h,
                       rk.err, rk.t, rk.h, rv.err, rv.t, rv.h, ATTN_ROW_TOL * tol);
         assert_true(eq < tol && ek < tol && ev < tol);
@@ -447,7 +447,8 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     }
     fsa_test_dfree(ddout);
     device_free(&dp);
-    free(dout), free(dq_ref), free(dk_ref), free(dv_ref), free(pk), free(dq_given), free(o);
+    free(dout), free(dq_ref), free(dk_ref), free(dv_ref), free(o);
+    attn_grads_given_free(&given);
     problem_free(&p);
 }
 
