@@ -63,6 +63,36 @@ def check_rows(o, want, tol, what="o"):
                              f"({rel[token, head].item():.3g}); the worst {worst:.3g}")
 
 
+def assert_one_rounding_step(a, b, what, floor=1e-3):
+    """Every element of a is b or one of b's neighbours in their dtype (bf16 or fp16): two roundings of one
+    fp32 sum taken in different orders; NaN anywhere fails. Where a sum cancels to near zero its fp32 rounding
+    error exceeds its own dtype step, so elements whose magnitude is below floor x the rms of b may differ by
+    the step at that magnitude instead. Returns how many elements differ."""
+    import torch
+
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype} {tuple(a.shape)} against {b.dtype} {tuple(b.shape)}"
+    mantissa_bits = {torch.bfloat16: 7, torch.float16: 10}[b.dtype]
+
+    def ordered(t):  # sign and magnitude bits as one integer line: neighbours differ by 1, +0 and -0 meet
+        bits = t.detach().contiguous().view(torch.int16).int()
+        magnitude = bits & 0x7FFF
+        return torch.where(bits < 0, -magnitude, magnitude)
+
+    steps = (ordered(a) - ordered(b)).abs()
+    x, y = a.detach().float(), b.detach().float()
+    small = floor * y.square().mean().sqrt().item()
+    _, exponent = torch.frexp(torch.tensor(small))  # small = m 2^exponent, 0.5 <= m < 1
+    small_step = 2.0 ** (int(exponent) - 1 - mantissa_bits)
+    near_zero = torch.maximum(x.abs(), y.abs()) < small
+    ok = (steps <= 1) | (near_zero & ((x - y).abs() <= small_step))
+    bad = ~ok | x.isnan() | y.isnan()
+    if bad.any():
+        at = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} elements differ by more than one step of "
+                             f"{b.dtype}, first at {at}: {x[at].item():.6g} against {y[at].item():.6g}")
+    return int((steps > 0).sum())
+
+
 def load_library_or_skip(backward=False):
     """The loaded libfsa; the test skips when there is none, or (backward) when it has no backward entry points."""
     from fsa_jit import _lib

@@ -1,4 +1,5 @@
-"""The GPU tests' own checks, on the CPU: the per-row comparison (helpers.check_rows) and the poisoned
+"""The GPU tests' own checks, on the CPU: the per-row comparison (helpers.check_rows), the one-step comparison
+(helpers.assert_one_rounding_step) and the poisoned
 outputs (conftest.py: poisoned_outputs) must catch what they are there to catch."""
 
 import importlib
@@ -7,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import POISON_INT32, check_rows, rel_err  # noqa: E402
+from helpers import POISON_INT32, assert_one_rounding_step, check_rows, rel_err  # noqa: E402
 
 
 def rows(T=64, H=4, D=32, seed=0):
@@ -55,3 +56,48 @@ def test_the_poisoned_outputs_fixture_fills_what_the_bindings_modules_allocate(p
     compressed.torch.empty(64, dtype=torch.uint8)  # a workspace, not an output: neither filled nor listed
     assert torch.isnan(o).all() and bool((topk == POISON_INT32).all())
     assert poisoned_outputs == [(torch.bfloat16, (3, 2, 8)), (torch.int32, (3, 1, 4))]
+
+
+def neighbour(x, steps):
+    """x moved `steps` representable values away from zero, element by element (x has no zeros)."""
+    bits = x.view(torch.int16)
+    return (bits + steps).view(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_neighbours_in_the_dtype_pass_and_two_steps_fail(dtype):
+    want = rows(D=16).to(dtype)
+    want[want == 0] = 1
+    got = want.clone()
+    got[::3] = neighbour(want[::3], 1)
+    assert assert_one_rounding_step(got, want, "dk") == want[::3].numel()
+    assert assert_one_rounding_step(want, want, "dk") == 0
+    got[5, 1, 2] = neighbour(want[5, 1, 2], 2)
+    with pytest.raises(AssertionError, match=r"dk: 1 of 4096 elements differ by more than one step .* first at \(5, 1, 2\)"):
+        assert_one_rounding_step(got, want, "dk")
+
+
+def test_a_step_is_one_representable_value_and_near_zero_the_floors():
+    want = torch.tensor([1.0, 1.0, 0.0, 1e-6] + [1.0] * 96, dtype=torch.bfloat16)
+    got = want.clone()
+    got[0] = 1.0 - 2**-8  # the neighbour below 1
+    got[1] = 1.0 - 2**-7  # two values below 1, although within 1's own step above it
+    with pytest.raises(AssertionError, match="1 of 100 elements .* first at \\(1,\\)"):
+        assert_one_rounding_step(got, want, "dv")
+    got[1] = 1.0 + 2**-7
+    got[2] = 2**-10  # near zero the step is the floor's (1e-3 x the rms 0.99: 2^-17), not zero's
+    with pytest.raises(AssertionError, match="first at \\(2,\\)"):
+        assert_one_rounding_step(got, want, "dv")
+    got[2] = 2**-17
+    got[3] = -1e-6  # across zero, within the floor's step
+    assert assert_one_rounding_step(got, want, "dv") == 4
+
+
+def test_nan_fails_the_one_step_comparison():
+    want = rows(D=8).to(torch.float16)
+    got = want.clone()
+    got[0, 0, 0] = float("nan")
+    with pytest.raises(AssertionError, match="first at \\(0, 0, 0\\)"):
+        assert_one_rounding_step(got, want, "dk")
+    with pytest.raises(AssertionError, match="first at \\(0, 0, 0\\)"):
+        assert_one_rounding_step(got, got, "dk")  # the same NaN bits on both sides

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib  # noqa: E402
 from fsa_jit.cli import _selection  # noqa: E402  (the benchmark protocol's selection, on the GPU)
-from helpers import rel_err  # noqa: E402
+from helpers import assert_one_rounding_step  # noqa: E402
 from helpers import load_library_or_skip  # noqa: E402
 
 # The allocator rounds each block up to 512 bytes; a few small tensors besides.
@@ -85,7 +85,8 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype, poisoned_out
     assert torch.equal(o_capped, o_free)  # the forward's chunks do not change a bit
     assert torch.equal(g_capped[0], g_free[0])  # nor dq's
     for name, a, b in zip(("dk", "dv"), g_capped[1:], g_free[1:]):  # token chunks split dK/dV's fp32 sums
-        assert rel_err(a, b) < 1e-2, name
+        moved = assert_one_rounding_step(a, b, name)
+        print(f"{dtype} {name}: {moved} of {b.numel()} elements one step apart")
 
 
 @pytest.mark.parametrize("cap", [20_000_000, 16_000_000], ids=["one_index_for_all_heads", "two_indexes"])
