@@ -311,6 +311,46 @@ void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes)
 
 void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSynchronize"); }
 
+void fsa_test_capture_begin(fsa_test_graph *g)
+{
+    const fsa_cu_api *cu = test_cu();
+    if (!cu->StreamCreate || !cu->StreamDestroy || !cu->StreamBeginCapture || !cu->StreamEndCapture ||
+        !cu->GraphInstantiateWithFlags || !cu->GraphLaunch || !cu->GraphExecDestroy || !cu->GraphDestroy)
+        fail_msg("the driver lacks a graph entry point the tests use");
+    memset(g, 0, sizeof *g);
+    CUstream s = NULL;
+    cu_ok(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    g->stream = s;
+    cu_ok(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+}
+
+void fsa_test_capture_end(fsa_test_graph *g)
+{
+    const fsa_cu_api *cu = test_cu();
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    cu_ok(cu->StreamEndCapture((CUstream)g->stream, &graph), "cuStreamEndCapture");
+    g->graph = graph;
+    cu_ok(cu->GraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    g->exec = exec;
+}
+
+void fsa_test_graph_replay(const fsa_test_graph *g)
+{
+    const fsa_cu_api *cu = test_cu();
+    cu_ok(cu->GraphLaunch((CUgraphExec)g->exec, (CUstream)g->stream), "cuGraphLaunch");
+    cu_ok(cu->StreamSynchronize((CUstream)g->stream), "cuStreamSynchronize");
+}
+
+void fsa_test_graph_free(fsa_test_graph *g)
+{
+    const fsa_cu_api *cu = test_cu();
+    if (g->exec) cu->GraphExecDestroy((CUgraphExec)g->exec);
+    if (g->graph) cu->GraphDestroy((CUgraph)g->graph);
+    if (g->stream) cu->StreamDestroy((CUstream)g->stream);
+    memset(g, 0, sizeof *g);
+}
+
 void fsa_test_damage_file(const char *path, long from_end)
 {
     FILE *fp = fopen(path, "r+b");

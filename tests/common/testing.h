@@ -71,6 +71,22 @@ void fsa_test_d2h(void *dst, uint64_t src, size_t bytes);
 void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes);
 void fsa_test_sync(void);
 
+/* Capture and replay, for the graph tests: fsa_test_capture_begin makes a
+ * non-blocking stream (g->stream, for the library calls) and starts a global
+ * capture on it; fsa_test_capture_end ends the capture and instantiates the
+ * graph; fsa_test_graph_replay launches the instance and waits for it;
+ * fsa_test_graph_free releases what was made. Each driver call fails the test
+ * on an error. */
+typedef struct {
+    void *stream; /* CUstream */
+    void *graph;  /* CUgraph */
+    void *exec;   /* CUgraphExec */
+} fsa_test_graph;
+void fsa_test_capture_begin(fsa_test_graph *g);
+void fsa_test_capture_end(fsa_test_graph *g);
+void fsa_test_graph_replay(const fsa_test_graph *g);
+void fsa_test_graph_free(fsa_test_graph *g);
+
 /* Exits the process with 77 (CTest: skipped) unless a context can be made on
  * device 0. Returns that context otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);

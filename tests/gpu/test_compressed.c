@@ -10,7 +10,6 @@
 #include "cmp_problem.h"
 #include "gate_rows.h"
 
-#include "jit/cuda_driver.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -588,8 +587,6 @@ static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **sta
 {
     (void)state;
     const cmp_case *c = &cases[0];
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     cmp_problem p;
     cmp_problem_make(&p, c, 77);
     device_cmp dp;
@@ -601,18 +598,13 @@ static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **sta
     cmp_outputs direct;
     download(&direct, &dp, &p, c);
 
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, graph.stream), FSA_STATUS_OK);
+    fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 2; rep++) {
         poison(&dp);
-        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        fsa_test_graph_replay(&graph);
         cmp_outputs replay;
         download(&replay, &dp, &p, c);
         assert_memory_equal(direct.o_img, replay.o_img, dp.o_bytes);
@@ -620,9 +612,7 @@ static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **sta
         assert_memory_equal(direct.topk, replay.topk, dp.topk_bytes);
         outputs_free_cmp(&replay);
     }
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     outputs_free_cmp(&direct);
     device_free_cmp(&dp);
     cmp_problem_free(&p);

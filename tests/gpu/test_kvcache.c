@@ -96,22 +96,16 @@ static void test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch
  * lengths in place; every replay follows the new metadata. */
 static void replay_with_updated_metadata(size_t ci)
 {
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     kvc_problem p;
     kvc_problem_make(&p, &kvc_cases[ci], 31);
     kvc_problem_reference(&p);
     kvc_device dv;
     kvc_device_make(&dv, &p, kvc_plan_of(ci));
     fsa_kvcache_args a = kvc_args_of(&dv, &p);
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, graph.stream), FSA_STATUS_OK);
+    fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 3; rep++) {
         if (rep > 0) { /* shorter caches, new selections, pages moved */
             for (int b = 0; b < p.B; b++)
@@ -122,16 +116,13 @@ static void replay_with_updated_metadata(size_t ci)
             kvc_problem_reference(&p);
         }
         kvc_poison(&dv, &p);
-        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        fsa_test_graph_replay(&graph);
         kvc_outputs out;
         kvc_download(&out, &dv, &p);
         kvc_check_against_reference(&out, &p, rep ? "replay, new metadata" : "replay");
         kvc_outputs_free(&out);
     }
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
 }

@@ -122,8 +122,6 @@ static void test_tuning_off_never_measures(void **state)
 static void test_a_capturing_stream_never_measures(void **state)
 {
     (void)state;
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     fsa_context *ctx = context_with(FSA_TUNE_ON);
     fsa_kvcache_plan *plan = plan_of(ctx);
     assert_true(choice_of(plan).will_measure);
@@ -133,32 +131,25 @@ static void test_a_capturing_stream_never_measures(void **state)
     kvc_device dv;
     kvc_device_make(&dv, &p, plan);
     fsa_kvcache_args a = kvc_args_of(&dv, &p);
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_kvcache_attention(plan, &a, s), FSA_STATUS_OK);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_kvcache_attention(plan, &a, graph.stream), FSA_STATUS_OK);
     int measured = 1;
-    assert_int_equal(fsa_kvcache_plan_tune(&measured, plan, s), FSA_STATUS_OK);
+    assert_int_equal(fsa_kvcache_plan_tune(&measured, plan, graph.stream), FSA_STATUS_OK);
     assert_int_equal(measured, 0);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    fsa_test_capture_end(&graph);
     /* Nothing measured: no record, the heuristic still, and the graph runs right. */
     fsa_plan_choice c = choice_of(plan);
     assert_int_equal(c.source, FSA_CHOICE_HEURISTIC);
     assert_true(c.will_measure);
     assert_int_equal(count_records(ctx, NULL, 0), 0);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
     kvc_poison(&dv, &p);
-    assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+    fsa_test_graph_replay(&graph);
     kvc_outputs out;
     kvc_download(&out, &dv, &p);
     kvc_check_against_reference(&out, &p, "graph replay");
     kvc_outputs_free(&out);
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
     fsa_kvcache_plan_destroy(plan);

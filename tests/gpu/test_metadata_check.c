@@ -9,7 +9,6 @@
 #include "attention_problem.h"
 
 #include "jit/context.h"
-#include "jit/cuda_driver.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -193,21 +192,15 @@ static void test_the_backward_checks_too(void **state)
 static void test_a_call_on_a_stream_being_captured_skips_the_check(void **state)
 {
     (void)state;
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
-    assert_non_null(cu->StreamBeginCapture);
     call c;
     call_make(&c, g_check);
     set_topk(&c, 41, 1, 2, 4);
-    CUstream s;
-    CUgraph graph;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    fsa_status st = fsa_selected_attention_fwd(g_check, &c.a, s);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    fsa_status st = fsa_selected_attention_fwd(g_check, &c.a, graph.stream);
+    fsa_test_capture_end(&graph);
     assert_int_equal(st, FSA_STATUS_OK);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     call_free(&c);
 }
 

@@ -378,8 +378,6 @@ static void graph_replay_case(size_t ci)
 {
     const attn_case *c = &cases[ci];
     fsa_plan *plan = g_plans[ci];
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     problem p;
     problem_make(&p, c, 4242);
     device_problem dp;
@@ -400,18 +398,13 @@ static void graph_replay_case(size_t ci)
     grads direct;
     download_grads(&direct, &bd, &p, c);
 
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_selected_attention_bwd(plan, &ba, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_selected_attention_bwd(plan, &ba, graph.stream), FSA_STATUS_OK);
+    fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 2; rep++) {
         poison_bwd(&bd);
-        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        fsa_test_graph_replay(&graph);
         grads replay;
         download_grads(&replay, &bd, &p, c);
         assert_memory_equal(direct.dq_img, replay.dq_img, bd.q_bytes);
@@ -419,9 +412,7 @@ static void graph_replay_case(size_t ci)
         assert_memory_equal(direct.dv_img, replay.dv_img, bd.v_bytes);
         grads_free(&replay);
     }
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     grads_free(&direct);
     bwd_free(&bd);
     free(dout);

@@ -160,8 +160,6 @@ static void test_a_graph_captured_forward_replays_to_the_same_output(void **stat
 {
     (void)state;
     const attn_case *c = &cases[0]; /* FSA path: memset plus four kernels */
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     problem p;
     problem_make(&p, c, 77);
     device_problem dp;
@@ -175,27 +173,20 @@ static void test_a_graph_captured_forward_replays_to_the_same_output(void **stat
     download_fwd(&direct, &dp, &p, c);
     check_against_reference(&direct, &p, c);
 
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &a, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &a, graph.stream), FSA_STATUS_OK);
+    fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 3; rep++) {
         poison_fwd(&dp, &p, c);
-        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        fsa_test_graph_replay(&graph);
         outputs replay;
         download_fwd(&replay, &dp, &p, c);
         assert_memory_equal(direct.o_img, replay.o_img, dp.o_bytes);
         assert_memory_equal(direct.lse, replay.lse, (size_t)c->hq * p.T * 4);
         outputs_free(&replay);
     }
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     outputs_free(&direct);
     device_free(&dp);
     problem_free(&p);

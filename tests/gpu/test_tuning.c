@@ -134,8 +134,6 @@ static void test_a_second_process_uses_the_record_without_measuring(void **state
 static void test_a_capturing_stream_never_measures(void **state)
 {
     (void)state;
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     fsa_plan *plan = plan_of(g_ctx);
     const int64_t T = 200; /* bucket 256: no record yet */
     attn_case big = k_case;
@@ -146,27 +144,20 @@ static void test_a_capturing_stream_never_measures(void **state)
     device_make(&dp, &p, &big, plan);
     fsa_fwd_args a = fwd_args_of(&dp, &p);
     assert_true(choice_of(plan, T).will_measure);
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    assert_int_equal(cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-    assert_int_equal(fsa_selected_attention_fwd(plan, &a, s), FSA_STATUS_OK);
-    assert_int_equal(cu->StreamEndCapture(s, &graph), CUDA_SUCCESS);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &a, graph.stream), FSA_STATUS_OK);
+    fsa_test_capture_end(&graph);
     /* Nothing measured: still no record for the bucket, and the graph runs right. */
     assert_int_equal(choice_of(plan, T).source, FSA_CHOICE_HEURISTIC);
     assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), 1);
-    assert_int_equal(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
     poison_fwd(&dp, &p, &big);
-    assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-    assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+    fsa_test_graph_replay(&graph);
     outputs out;
     download_fwd(&out, &dp, &p, &big);
     attn_check_o_and_lse(&out, &p, big.hq, 1e-2, "graph replay");
     outputs_free(&out);
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     device_free(&dp);
     problem_free(&p);
     fsa_plan_destroy(plan);

@@ -10,7 +10,6 @@
 #include "gate_rows.h"
 #include "reference_window.h"
 
-#include "jit/cuda_driver.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -443,8 +442,6 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
     (void)state;
     const win_case *c = &cases[3];
     const fsa_window_plan *plan = g_plans[3];
-    const fsa_cu_api *cu = NULL;
-    assert_int_equal(fsa_cu_load(&cu), FSA_STATUS_OK);
     win_problem p;
     problem_of(&p, c, 77);
     const fsa_window_fwd_args fa = fwd_args_of_problem(&p, c);
@@ -459,30 +456,23 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
     fsa_test_sync();
     download_grads(&g, NULL, direct, c->dtype);
 
-    CUstream s;
-    CUgraph graph;
-    CUgraphExec exec;
-    const int captured = cu->StreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
-                         cu->StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS &&
-                         fsa_window_attention_fwd(plan, &fa, s) == FSA_STATUS_OK &&
-                         fsa_window_attention_bwd(plan, &ba, s) == FSA_STATUS_OK &&
-                         cu->StreamEndCapture(s, &graph) == CUDA_SUCCESS &&
-                         cu->GraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS;
-    if (!captured) fail_msg("capture: %s", fsa_last_error());
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    if (fsa_window_attention_fwd(plan, &fa, graph.stream) != FSA_STATUS_OK ||
+        fsa_window_attention_bwd(plan, &ba, graph.stream) != FSA_STATUS_OK)
+        fail_msg("capture: %s", fsa_last_error());
+    fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 2; rep++) {
         poison_grads(&g);
         fsa_test_dfill(p.do_, 0xff, p.o_bytes);
-        assert_int_equal(cu->GraphLaunch(exec, s), CUDA_SUCCESS);
-        assert_int_equal(cu->StreamSynchronize(s), CUDA_SUCCESS);
+        fsa_test_graph_replay(&graph);
         download_grads(&g, NULL, replay, c->dtype);
         for (int i = 0; i < 3; i++) {
             assert_memory_equal(direct[i], replay[i], g.bytes[i]);
             free(replay[i]);
         }
     }
-    cu->GraphExecDestroy(exec);
-    cu->GraphDestroy(graph);
-    cu->StreamDestroy(s);
+    fsa_test_graph_free(&graph);
     for (int i = 0; i < 3; i++) free(direct[i]);
     free(dout);
     grads_release(&g);
