@@ -23,6 +23,22 @@ static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char
     return FSA_STATUS_OK;
 }
 
+/* The index kernels (sel_index.cu) address a counter by a 32-bit key, its
+ * segment's distance from the segment of the CTA's first row: a CTA's
+ * FSA_INDEX_THREADS rows, tc tokens per (virtual) head, span up to
+ * threads / tc + 2 heads of nb_total segments each. Only tiny token chunks
+ * (a cap that leaves room for a few tokens) of millions of blocks come near. */
+static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const char *stage)
+{
+    const int64_t heads = (FSA_INDEX_THREADS + tc - 1) / tc + 2;
+    if (ix->nb_total > (INT32_MAX - 1) / heads)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
+                             "token chunks of %lld tokens over %lld blocks per KV head exceed the index's 32-bit keys "
+                             "(a larger workspace cap gives longer chunks)",
+                             (long long)tc, (long long)ix->nb_total);
+    return FSA_STATUS_OK;
+}
+
 fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
 {
     fsa_choice c;
@@ -39,7 +55,8 @@ fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *p
     int heads;
     fsa_fwd_chunk(&heads, tc_out, plan, total_tokens, batch);
     fsa_fsa_layout_for(out, plan, total_tokens, batch, heads, *tc_out);
-    return check_indexable(plan, out->total, stage);
+    st = check_indexable(plan, out->total, stage);
+    return st == FSA_STATUS_OK ? check_index_keys(&out->index, *tc_out, stage) : st;
 }
 
 fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
@@ -50,7 +67,8 @@ fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *p
     int heads;
     fsa_bwd_chunk(&heads, tc_out, plan, total_tokens, batch, order);
     fsa_bwd_layout_for(out, plan, total_tokens, batch, heads, *tc_out, order);
-    return check_indexable(plan, out->total, stage);
+    st = check_indexable(plan, out->total, stage);
+    return st == FSA_STATUS_OK ? check_index_keys(&out->index, *tc_out, stage) : st;
 }
 
 fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)

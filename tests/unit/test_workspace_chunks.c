@@ -395,6 +395,34 @@ static void test_a_cap_below_one_token_gives_the_smallest_chunk(void **state)
     assert_int_equal(fwd_bytes(&p, T), f.total);
 }
 
+/* A cap of a few tokens over millions of blocks: the index's 32-bit counter keys
+ * (a CTA's rows span FSA_INDEX_THREADS / tc + 2 heads of nb_total blocks) would
+ * wrap, so both workspace queries refuse the call with UNSUPPORTED; one sequence
+ * fewer of blocks than that bound, and a cap that gives long chunks, pass. */
+static void test_token_chunks_whose_index_keys_pass_int32_are_refused(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 4, FSA_DTYPE_BF16, 1); /* one-token chunks */
+    const int64_t heads = FSA_INDEX_THREADS + 2, bound = (INT32_MAX - 1) / heads;
+    /* One-token sequences: nb_total = T / 64 + batch + 1 blocks per KV head. */
+    int batch = (int)(bound * 64 / 65);
+    while ((int64_t)batch / 64 + batch + 1 <= bound) batch++;
+    size_t n = 1;
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("plan", "32-bit keys");
+    assert_int_equal(n, 0);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&n, &p, batch, batch), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("plan", "32-bit keys");
+    batch--; /* nb_total at the bound */
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&n, &p, batch, batch), FSA_STATUS_OK);
+    batch++;
+    p.desc.workspace_limit = FSA_WORKSPACE_UNLIMITED; /* one chunk of every token: keys span two heads */
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_workspace_size_bwd(&n, &p, batch, batch), FSA_STATUS_OK);
+}
+
 int main(void)
 {
     g_ctx.target = "sm_90a";
@@ -408,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_head_chunks_of_every_token_share_one_index_of_every_head),
         cmocka_unit_test(test_token_chunks_of_the_standard_problem_share_one_index),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
+        cmocka_unit_test(test_token_chunks_whose_index_keys_pass_int32_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
