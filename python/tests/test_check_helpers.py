@@ -85,10 +85,10 @@ def test_a_step_is_one_representable_value_and_near_zero_the_floors():
     with pytest.raises(AssertionError, match="1 of 100 elements .* first at \\(1,\\)"):
         assert_one_rounding_step(got, want, "dv")
     got[1] = 1.0 + 2**-7
-    got[2] = 2**-10  # near zero the step is the floor's (1e-3 x the rms 0.99: 2^-17), not zero's
+    got[2] = 2**-10  # near zero the step is the floor's (1e-2 x the rms 0.99: 2^-14), not zero's
     with pytest.raises(AssertionError, match="first at \\(2,\\)"):
         assert_one_rounding_step(got, want, "dv")
-    got[2] = 2**-17
+    got[2] = 2**-14
     got[3] = -1e-6  # across zero, within the floor's step
     assert assert_one_rounding_step(got, want, "dv") == 4
 
