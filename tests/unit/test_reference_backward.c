@@ -1,9 +1,12 @@
 /* Checks the CPU reference's backward against central finite differences of
  * its forward, with empty, future, past-the-end, repeated and out-of-range
- * top-k entries in the rows, for two block sizes. */
+ * top-k entries in the rows, for two block sizes; and the backward given the
+ * o a call read (fsa_ref_backward_given_o). */
 #include "reference_problem.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static size_t kv_size(const fsa_ref_problem *p)
 {
@@ -84,10 +87,63 @@ static void test_backward_matches_central_finite_differences(void **state)
     check_gradients_for_block_size(4);
 }
 
+/* Given the exact o the backward is the plain one (o as floats: to float
+ * rounding); given another o only delta = rowsum(dout * o) moves, so dv keeps
+ * its bits and a query that sees one key (P = 1: dq = 0 exactly, as dS = dout
+ * v - dout o = 0) gets dq = -scale (dout . (o_used - v)) k, and that key's dk
+ * moves by -scale (dout . (o_used - v)) q. */
+static void test_backward_given_the_o_read_moves_only_delta(void **state)
+{
+    (void)state;
+    const int lens[] = {5};
+    owned_problem op;
+    make_problem(&op, 1, lens, 2, 1, 8, 4, 2, 77);
+    generate_selection(&op, 3);
+    fsa_ref_problem *p = &op.p;
+    fsa_rng rng = {5};
+    const size_t n = o_size(p);
+    float *dout = normal_floats(&rng, n), *o_used = malloc(n * sizeof(float));
+    double *o = new_doubles(n), *dq = new_doubles(n), *dk = new_doubles(kv_size(p)), *dv = new_doubles(kv_size(p));
+    double *dq_g = new_doubles(n), *dk_g = new_doubles(kv_size(p)), *dv_g = new_doubles(kv_size(p));
+    assert_non_null(o_used);
+    fsa_ref_forward(p, o, NULL);
+    fsa_ref_backward(p, dout, dq, dk, dv);
+    for (size_t e = 0; e < n; e++) o_used[e] = (float)o[e];
+    fsa_ref_backward_given_o(p, dout, o_used, dq_g, dk_g, dv_g);
+    assert_true(fsa_rel_error_d(dq_g, dq, n) < 1e-6);
+    assert_true(fsa_rel_error_d(dk_g, dk, kv_size(p)) < 1e-6);
+    assert_memory_equal(dv_g, dv, kv_size(p) * sizeof(double));
+
+    /* Token 0 sees key 0 alone: o = v_0 exactly (so also as floats), dq = 0. Query head 1 (KV head 0)
+     * reads o + eps; key 0's dk moves from the dk given the other rows' o as floats. */
+    double *dk_base = new_doubles(kv_size(p));
+    memcpy(dk_base, dk_g, kv_size(p) * sizeof(double));
+    const int D = 8, qh = 1;
+    for (int d = 0; d < D; d++) assert_true(dq[(size_t)qh * D + d] == 0.0);
+    double shift = 0.0;
+    for (int d = 0; d < D; d++) {
+        o_used[(size_t)qh * D + d] += 0.25f * (float)(d + 1);
+        shift += (double)dout[(size_t)qh * D + d] * ((double)o_used[(size_t)qh * D + d] - o[(size_t)qh * D + d]);
+    }
+    fsa_ref_backward_given_o(p, dout, o_used, dq_g, dk_g, dv_g);
+    assert_memory_equal(dv_g, dv, kv_size(p) * sizeof(double));
+    for (int d = 0; d < D; d++) {
+        const double want_dq = -p->scale * shift * (double)op.k[d];
+        assert_true(fabs(dq_g[(size_t)qh * D + d] - want_dq) <= 1e-12 * (1.0 + fabs(want_dq)));
+        const double want_dk = dk_base[d] - p->scale * shift * (double)op.q[(size_t)qh * D + d];
+        assert_true(fabs(dk_g[d] - want_dk) <= 1e-12 * (1.0 + fabs(want_dk)));
+    }
+    /* Every other query row keeps its dq. */
+    for (size_t e = 2 * (size_t)D; e < n; e++) assert_true(fabs(dq_g[e] - dq[e]) <= 1e-6 * (1.0 + fabs(dq[e])));
+    free(dout), free(o_used), free(o), free(dq), free(dk), free(dv), free(dq_g), free(dk_g), free(dv_g), free(dk_base);
+    free_problem(&op);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_matches_central_finite_differences),
+        cmocka_unit_test(test_backward_given_the_o_read_moves_only_delta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
