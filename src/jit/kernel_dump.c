@@ -34,7 +34,7 @@ static char *resources_text(const fsa_nvrtc_api *nvrtc, const fsa_kernel_key *ke
 {
     fsa_strbuf b = {0};
     fsa_strbuf_appendf(&b, "kernel %s\ntarget %s\nkey %s\nnvrtc %s\noptions", key->name, target, key->hex,
-                       nvrtc->version);
+                       nvrtc->key_version);
     for (size_t i = 0; i < options->count; i++) fsa_strbuf_appendf(&b, " %s", options->opts[i]);
     fsa_strbuf_appendf(&b, " (and %s for this report)\n\n", FSA_PTXAS_VERBOSE);
     fsa_resource_usage_format(&b, usage);

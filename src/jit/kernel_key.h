@@ -16,7 +16,7 @@ typedef struct fsa_key_inputs {
     const char *family;          /* template family, e.g. "sel_fwd_main" */
     const fsa_param *params;
     size_t n_params;
-    const char *nvrtc_version;   /* "13.0"; NULL when NVRTC is not available */
+    const char *nvrtc_version;   /* "13.0 <build ID>" (fsa_nvrtc_api.key_version); NULL: no NVRTC */
     const char *target;          /* "sm_90a" */
     const char *const *options;  /* NVRTC options, in order */
     size_t n_options;

@@ -336,7 +336,7 @@ fsa_status fsa_module_get(fsa_module **out, const fsa_jit_env *env, const fsa_ke
     *out = NULL;
     const fsa_nvrtc_api *nvrtc = env_nvrtc(env);
     FSA_CHECK(fsa_compile_options_for(&opts, env->target));
-    fsa_key_inputs in = {req->family, req->params, req->n_params, nvrtc ? nvrtc->version : NULL, env->target,
+    fsa_key_inputs in = {req->family, req->params, req->n_params, nvrtc ? nvrtc->key_version : NULL, env->target,
                          opts.opts, opts.count};
     FSA_CHECK(fsa_key_build(&key, &in));
 

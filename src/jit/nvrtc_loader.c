@@ -1,6 +1,7 @@
 #include "nvrtc_loader.h"
 
 #include "base/status_internal.h"
+#include "base/util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -148,6 +149,16 @@ static void note_failure(const fsa_nvrtc_candidate *c, const char *why)
 
 static const char *env_get(const char *name) { return getenv(name); }
 
+/* key_version: the version and the build ID of the file that holds `symbol`. */
+static void name_the_build(fsa_nvrtc_api *api, const void *symbol)
+{
+    uint8_t id[FSA_BUILD_ID_MAX];
+    size_t n = fsa_elf_build_id_of_loaded(id, sizeof id, symbol);
+    char hex[2 * FSA_BUILD_ID_MAX + 1];
+    fsa_hex(hex, id, n);
+    snprintf(api->key_version, sizeof api->key_version, "%s%s%s", api->version, n ? " " : "", hex);
+}
+
 static void nvrtc_load_once(void)
 {
     static fsa_nvrtc_candidate candidates[FSA_NVRTC_MAX_CANDIDATES];
@@ -171,6 +182,7 @@ static void nvrtc_load_once(void)
         }
         memcpy(api->path, c->path, sizeof api->path); /* same size, NUL-terminated */
         snprintf(api->version, sizeof api->version, "%d.%d", api->major, api->minor);
+        name_the_build(api, dlsym(lib, "nvrtcVersion"));
         g_nvrtc.status = FSA_STATUS_OK;
         return;
     }

@@ -2,6 +2,7 @@
 #ifndef FSA_NVRTC_LOADER_H
 #define FSA_NVRTC_LOADER_H
 
+#include "elf_build_id.h"
 #include "fsa.h"
 
 #include <nvrtc.h>
@@ -9,6 +10,9 @@
 typedef struct fsa_nvrtc_api {
     int major, minor;
     char version[16]; /* "13.0" */
+    /* What kernel keys name: the version, then the file's build ID in hex
+     * when it has one ("13.0 65be0d..."): patch releases share a version. */
+    char key_version[16 + 1 + 2 * FSA_BUILD_ID_MAX + 1];
     char path[512];   /* the file that was loaded */
     const char *(*GetErrorString)(nvrtcResult);
     nvrtcResult (*Version)(int *, int *);

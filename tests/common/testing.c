@@ -1,6 +1,10 @@
 #include "testing.h"
 
 #include "jit/context.h"
+#include "jit/elf_build_id.h"
+
+#include <elf.h>
+#include <fcntl.h>
 
 #include <ftw.h>
 #include <math.h>
@@ -398,4 +402,28 @@ int fsa_test_run_on_fake_driver(char *const argv[], const char *drop_prefix, con
         if (errno != EINTR) fail_msg("waitpid: %s", strerror(errno));
     if (WIFSIGNALED(status)) fail_msg("child killed by signal %d", WTERMSIG(status));
     return WEXITSTATUS(status);
+}
+
+size_t fsa_test_build_id_of_file(uint8_t *out, size_t cap, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    Elf64_Ehdr eh;
+    assert_int_equal(pread(fd, &eh, sizeof eh, 0), (ssize_t)sizeof eh);
+    assert_memory_equal(eh.e_ident, ELFMAG, SELFMAG);
+    assert_int_equal(eh.e_ident[EI_CLASS], ELFCLASS64);
+    size_t found = 0;
+    for (size_t i = 0; i < eh.e_phnum && found == 0; i++) {
+        Elf64_Phdr ph;
+        off_t at = (off_t)(eh.e_phoff + i * (uint64_t)eh.e_phentsize);
+        assert_int_equal(pread(fd, &ph, sizeof ph, at), (ssize_t)sizeof ph);
+        if (ph.p_type != PT_NOTE) continue;
+        uint8_t *notes = malloc(ph.p_filesz);
+        assert_non_null(notes);
+        assert_int_equal(pread(fd, notes, ph.p_filesz, (off_t)ph.p_offset), (ssize_t)ph.p_filesz);
+        found = fsa_elf_build_id_in_notes(out, cap, notes, ph.p_filesz, ph.p_align);
+        free(notes);
+    }
+    close(fd);
+    return found;
 }

@@ -120,4 +120,8 @@ void fsa_test_assert_padding_untouched(const uint16_t *img, size_t n_elems, int 
 /* Fails unless the last error comes from `stage` and its message holds `what`. */
 void fsa_test_expect_error(const char *stage, const char *what);
 
+/* The GNU build ID of a 64-bit ELF file, read from the file's own notes (the
+ * check on what the library reads from memory); 0 when it has none. */
+size_t fsa_test_build_id_of_file(uint8_t *out, size_t cap, const char *path);
+
 #endif

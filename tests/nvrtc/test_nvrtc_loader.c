@@ -1,9 +1,11 @@
 /* Loading NVRTC through the search order, each case in a fresh child
  * process (the library loads NVRTC once per process): a pip package's copy
  * is preferred to the toolkit's, a file that is not NVRTC is passed over,
- * and an explicit FSA_NVRTC_PATH that does not load is an error naming it. */
+ * an explicit FSA_NVRTC_PATH that does not load is an error naming it, and
+ * kernel keys name the loaded file's version and build ID. */
 #include "testing.h"
 
+#include "base/util.h"
 #include "jit/nvrtc_loader.h"
 
 #include <dlfcn.h>
@@ -19,6 +21,7 @@ typedef struct outcome {
     char path[512];    /* the file loaded (api->path) */
     char real[512];    /* the file behind it, from dladdr */
     char message[512]; /* fsa_last_error() on failure */
+    char version[16], key_version[sizeof ((fsa_nvrtc_api *)0)->key_version];
 } outcome;
 
 /* Runs fsa_nvrtc_load in a child with `name`=`value` set (NULL: nothing). */
@@ -37,6 +40,8 @@ static outcome load_in_child(const char *name, const char *value)
         o.status = fsa_nvrtc_load(&api);
         if (o.status == FSA_STATUS_OK) {
             snprintf(o.path, sizeof o.path, "%s", api->path);
+            snprintf(o.version, sizeof o.version, "%s", api->version);
+            snprintf(o.key_version, sizeof o.key_version, "%s", api->key_version);
             Dl_info info;
             if (dladdr((void *)api->Version, &info) && info.dli_fname)
                 snprintf(o.real, sizeof o.real, "%s", info.dli_fname);
@@ -134,12 +139,26 @@ static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void 
     assert_non_null(strstr(o.message, "FSA_NVRTC_PATH"));
 }
 
+static void test_kernel_keys_name_the_version_and_the_files_build_id(void **state)
+{
+    (void)state;
+    skip_without_nvrtc();
+    uint8_t id[FSA_BUILD_ID_MAX];
+    size_t n = fsa_test_build_id_of_file(id, sizeof id, g_default.real);
+    char want[sizeof g_default.key_version], hex[2 * FSA_BUILD_ID_MAX + 1];
+    fsa_hex(hex, id, n);
+    snprintf(want, sizeof want, "%s%s%s", g_default.version, n ? " " : "", hex);
+    print_message("%s: key names NVRTC \"%s\"\n", g_default.real, g_default.key_version);
+    assert_string_equal(g_default.key_version, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_pip_package_copy_comes_before_the_toolkit),
         cmocka_unit_test(test_a_file_that_is_not_nvrtc_is_passed_over),
         cmocka_unit_test(test_an_explicit_path_that_does_not_load_is_an_error_naming_it),
+        cmocka_unit_test(test_kernel_keys_name_the_version_and_the_files_build_id),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -215,6 +215,10 @@ static void test_changing_any_one_field_changes_the_digest(void **state)
     expect_digest_differs(&c, "a NULL NVRTC version against 13.0");
 
     c = base_spec();
+    c.nvrtc = "13.0 65be0db342ad51a06876e71e210bccc5aa8322cf";
+    expect_digest_differs(&c, "an NVRTC build ID beside the same version");
+
+    c = base_spec();
     c.target = "sm_90";
     expect_digest_differs(&c, "the target");
 
@@ -387,6 +391,25 @@ static void test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_d
     fsa_key_free(&other_option);
 }
 
+/* Patch releases share major.minor: the build ID on the "nvrtc" line keeps
+ * their kernels apart, yet the line still reads as its version. */
+static void test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_version(void **state)
+{
+    (void)state;
+    key_spec s = base_spec(), t = base_spec();
+    s.nvrtc = "13.0 65be0db342ad51a06876e71e210bccc5aa8322cf";
+    t.nvrtc = "13.0 0123456789abcdef0123456789abcdef01234567";
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, &t);
+    assert_memory_not_equal(a.digest, b.digest, 16);
+    assert_true(fsa_key_text_equal_except_nvrtc(a.text, b.text));
+    assert_int_equal(fsa_key_text_nvrtc_major(a.text), 13);
+    assert_non_null(strstr(a.text, "\nnvrtc 13.0 65be0db342ad51a06876e71e210bccc5aa8322cf\n"));
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
 /* ------------------------------------------------------------ compile options */
 
 static void test_compile_options_name_the_target_first_and_reject_bad_targets(void **state)
@@ -436,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_parameter_names_are_rejected),
         cmocka_unit_test(test_missing_inputs_are_a_null_pointer),
         cmocka_unit_test(test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs),
+        cmocka_unit_test(test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_version),
         cmocka_unit_test(test_compile_options_name_the_target_first_and_reject_bad_targets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
