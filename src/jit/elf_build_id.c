@@ -39,12 +39,15 @@ typedef struct search {
     size_t cap, found;
 } search;
 
-static int holds(const struct dl_phdr_info *info, uintptr_t address)
+/* 1 when [address, address + size) lies inside one loaded segment (readable, if asked). */
+static int mapped(const struct dl_phdr_info *info, uintptr_t address, size_t size, int readable)
 {
     for (size_t i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && address >= start && address - start < ph->p_memsz) return 1;
+        if (ph->p_type == PT_LOAD && (!readable || (ph->p_flags & PF_R)) && address >= start && address - start < ph->p_memsz &&
+            size <= ph->p_memsz - (address - start))
+            return 1;
     }
     return 0;
 }
@@ -53,12 +56,13 @@ static int visit(struct dl_phdr_info *info, size_t info_size, void *data)
 {
     (void)info_size;
     search *s = data;
-    if (!holds(info, s->address)) return 0;
+    if (!mapped(info, s->address, 1, 0)) return 0;
     for (size_t i = 0; i < info->dlpi_phnum && s->found == 0; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_NOTE) continue;
-        s->found = fsa_elf_build_id_in_notes(s->out, s->cap, (const void *)(info->dlpi_addr + ph->p_vaddr),
-                                             ph->p_memsz, ph->p_align);
+        uintptr_t notes = info->dlpi_addr + ph->p_vaddr;
+        /* Notes outside the mapped segments (allowed, never seen) are not read. */
+        if (ph->p_type != PT_NOTE || !mapped(info, notes, ph->p_memsz, 1)) continue;
+        s->found = fsa_elf_build_id_in_notes(s->out, s->cap, (const void *)notes, ph->p_memsz, ph->p_align);
     }
     return 1; /* the object that holds the address: stop here either way */
 }
