@@ -36,9 +36,12 @@
  * - Synchronization: the launch functions (fsa_selected_attention_fwd,
  *   fsa_selected_attention_bwd, fsa_fill_u32 once its kernel is loaded) only
  *   enqueue work on the caller's stream: no host synchronization, no
- *   allocation, and they can be captured in a CUDA graph (with tuning on,
- *   fsa_context_options.tune, the first uncaptured call of a shape bucket
- *   without a tuning record also waits for its timings). Functions that
+ *   allocation, and they can be captured in a CUDA graph. Two exceptions,
+ *   both off by default: with tuning on (fsa_context_options.tune) the first
+ *   uncaptured call of a shape bucket without a tuning record waits for its
+ *   timings (a paged-cache plan's also allocates scratch batches), and in
+ *   check mode (fsa_context_options.check) an uncaptured call waits for the
+ *   metadata check's verdict. Functions that
  *   compile or load kernels (fsa_plan_create, the first fsa_fill_u32 of a
  *   context, fsa_cache_verify on a device) block the calling thread and must
  *   not run during a stream capture.

@@ -38,7 +38,8 @@ typedef enum fsa_jit_mode {
  *  them (see fsa_plan_choice). */
 typedef enum fsa_tune_mode {
     FSA_TUNE_DEFAULT = 0, /**< $FSA_TUNE (off, on, force), else off */
-    FSA_TUNE_OFF = 1,     /**< never measure; tuning records already in the cache are used */
+    FSA_TUNE_OFF = 1,     /**< never measure; the forward's tuning records already in the cache are used
+                               (a backward record needs the dq order an off plan does not load) */
     FSA_TUNE_ON = 2,      /**< the first call of a shape bucket without a record measures and records */
     FSA_TUNE_FORCE = 3    /**< as on, but records already on disk are ignored (each plan re-measures) */
 } fsa_tune_mode;
@@ -104,7 +105,7 @@ typedef struct fsa_context_options {
  *         mode (option or environment), a negative device other than
  *         FSA_DEVICE_NONE, an offline context without a target or a target
  *         that cannot run on the device or a target name of another form than
- *         sm_NN[a]; FSA_STATUS_UNSUPPORTED_DEVICE for a device or target the
+ *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device or target the
  *         library does not build for (older than sm_80, or one it does not
  *         know); FSA_STATUS_NO_DRIVER,
  *         FSA_STATUS_NO_DEVICE or FSA_STATUS_DRIVER_ERROR when the device

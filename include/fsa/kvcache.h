@@ -21,7 +21,8 @@ extern "C" {
 /* New query tokens (decode: 1 per sequence; speculative decoding: a few;
  * chunked prefill: thousands) attend to the selected blocks of their
  * sequence's cached keys, held in pages. One call per layer for a batch that
- * mixes these; no allocation, no host synchronization, capturable in a CUDA
+ * mixes these; no allocation, no host synchronization (but for check mode
+ * and a first call that tunes: fsa_kvcache_attention), capturable in a CUDA
  * graph, with the page table, cached lengths and top-k rows read on the
  * device at every call (update them in place between graph replays).
  *
@@ -190,7 +191,10 @@ typedef struct fsa_kvcache_args {
 
 /**
  * Enqueues the attention on `stream` and returns: no allocation, no host
- * synchronization; can be captured in a CUDA graph. Host-checkable problems
+ * synchronization; can be captured in a CUDA graph. Two exceptions: with
+ * tuning on (fsa_context_options.tune), the plan's first uncaptured call
+ * measures its split counts on scratch batches it allocates and waits for
+ * (fsa_kvcache_plan_choice_get); check mode waits for its verdict. Host-checkable problems
  * are refused before anything is enqueued. Bad device metadata is clamped or
  * skipped on the device; in check mode (fsa_context_options.check) a small
  * kernel validates it first and the call waits for the verdict (docs/kvcache.md).
