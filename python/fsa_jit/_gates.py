@@ -40,6 +40,35 @@ def check(name, g, t_len, hq, device):
     return rows and g.device == device
 
 
+def check_operands(outs, gates, dout=None):
+    """Checks the gate operators' tensors (TypeError, ValueError): the branches' outputs o_cmp, o_sel, o_win (and
+    dout) fp16 or bf16 [T, Hq, Dv] of one dtype and shape, the gates float32 [T, Hq] (any strides, as view()
+    makes them), all on one CUDA device. nsa_attention passes them so; a direct torch.ops.fsa_jit.nsa_gate_*
+    call gets these errors."""
+    rows = list(zip(("o_cmp", "o_sel", "o_win"), outs)) + ([("dout", dout)] if dout is not None else [])
+    named_gates = list(zip(("g_cmp", "g_sel", "g_win"), gates))
+    for name, t in rows + named_gates:
+        _att._check_tensor(name, t)
+    o = outs[0]
+    if o.dtype not in _att._DTYPES:
+        raise TypeError(f"o_cmp must be torch.float16 or torch.bfloat16, got {o.dtype}")
+    if o.dim() != 3:
+        raise ValueError(f"o_cmp must be 3-D [T, Hq, Dv], got shape {tuple(o.shape)}")
+    for name, t in rows[1:]:
+        if t.dtype != o.dtype:
+            raise TypeError(f"{name} must have o_cmp's dtype {o.dtype}, got {t.dtype}")
+        if t.shape != o.shape:
+            raise ValueError(f"{name} must have o_cmp's shape {tuple(o.shape)}, got {tuple(t.shape)}")
+    t_len, hq, _ = o.shape
+    for name, g in named_gates:
+        if g.dtype != torch.float32:  # read as float32 whatever it holds
+            raise TypeError(f"{name} must be torch.float32 (the operators take the gates as float32 [T, Hq]), got "
+                            f"{g.dtype}")
+        if tuple(g.shape) != (t_len, hq):
+            raise ValueError(f"{name} must be [T, Hq] = [{t_len}, {hq}], got shape {tuple(g.shape)}")
+    _cmp.check_devices(rows + named_gates, o, "o_cmp")
+
+
 def view(g, t_len, hq, device):
     """A checked gate as a float32 [T, Hq] view (a number or a broadcast gate repeats through zero strides)."""
     return as_rows(g, device).expand(t_len, hq)

@@ -10,10 +10,15 @@ The call path does no host synchronisation and allocates only through torch's
 caching allocator, so it can be captured in a CUDA graph (after a first eager
 call has created the plan: plan creation compiles or loads kernels).
 
-The operators are the binding's own plumbing for torch.compile and check
-nothing: selected_attention checks the arguments (at trace time under
-torch.compile) and passes them in the operators' encoding. Call the function;
-torch.ops.fsa_jit.* called straight with bad arguments reaches libfsa.
+selected_attention checks the arguments (at trace time under torch.compile)
+and passes them in the operators' encoding (scale 0.0 for the default, the
+algorithm as a number, ...). The operators, and their fake implementations,
+run the same checks on that encoding (check_operator), so that
+torch.ops.fsa_jit.* called straight with a bad argument raises
+selected_attention's error: tensor types, dtypes, ranks, shapes and how they
+relate, one CUDA device, the parameters' ranges. Metadata only, never the
+values: cu_seqlens' and topk_idx's entries are checked only by validate=True
+or FSA_CHECK=1, on the device.
 """
 
 import ctypes
@@ -86,9 +91,10 @@ def check_max_seqlen(max_seqlen, t_len):
 
 
 def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_seqlen=None,
-                    algorithm="auto", topk_layout=None, require_cuda=True):
+                    algorithm="auto", topk_layout=None, require_cuda=True, backward=False):
     """Checks the arguments of selected_attention without touching a device or libfsa.
 
+    backward: the plan will have the backward kernels (as it will when q, k or v requires grad).
     Returns (layout, algorithm code). Raises TypeError or ValueError.
     """
     for name, t in (("q", q), ("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
@@ -136,7 +142,7 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
         raise ValueError(
             f"v's head dim {dv} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}"
         )
-    grads = q.requires_grad or k.requires_grad or v.requires_grad
+    grads = backward or q.requires_grad or k.requires_grad or v.requires_grad
     if grads and d + dv > ONE_PASS_BWD_COLS and (d % 32 or dv % 32):
         raise ValueError(
             f"the backward with head dims {d} (q, k) and {dv} (v): when together over {ONE_PASS_BWD_COLS}, both "
@@ -163,12 +169,63 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
     # devices last, so that everything above can be checked on a CPU-only machine
     if require_cuda:
         for name, t in (("q", q), ("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
-            if t.device.type != "cuda":
+            if not t.is_cuda:  # not device.type: several times dearer, and every operator call checks
                 raise ValueError(f"{name} must be a CUDA tensor, got {_describe(t)}")
         for name, t in (("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
             if t.device != q.device:
                 raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     return layout, _lib.ALGORITHMS[algorithm.lower()]
+
+
+_ALGORITHM_NAMES = {code: name for name, code in _lib.ALGORITHMS.items()}
+
+
+def _example(x):
+    """An int argument of an operator as the checks take it. torch.compile passes an int that varied between
+    calls as a symbolic int: its example value is checked, without adding a guard (the operator checks each
+    call's own value when it runs)."""
+    if isinstance(x, torch.SymInt):
+        hint = getattr(x.node, "hint", None)
+        return int(x) if hint is None else hint  # int(): a guard, where torch keeps no example value
+    return x
+
+
+def check_operator(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+                   workspace_limit, backward):
+    """check_arguments on the operators' encoding: scale 0.0 = 1/sqrt(D), max_seqlen 0 = unknown, algorithm an
+    FSA_ALGORITHM_* code, topk_layout 'hkt' or 'thk', workspace_limit in bytes (0 = libfsa's default cap, -1 =
+    none). A direct torch.ops.fsa_jit.selected_attention_* call gets selected_attention's errors."""
+    block_size, max_seqlen, algorithm, workspace_limit = (
+        _example(x) for x in (block_size, max_seqlen, algorithm, workspace_limit))
+    name = _ALGORITHM_NAMES.get(algorithm)
+    if name is None:
+        raise ValueError(f"algorithm must be an FSA_ALGORITHM_* code: 0 (auto), 1 (fsa) or 2 (nsa), got {algorithm!r}")
+    if workspace_limit != -1:
+        _lib.parse_workspace_limit(workspace_limit)
+    check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale or None, max_seqlen, name, topk_layout,
+                    backward=backward)
+
+
+def check_backward_operands(q, v, o, lse, dout):
+    """The backward operators' own tensors, q and v checked: o and dout [T, Hq, Dv] in q's dtype, lse float32
+    [Hq, T], on q's device (any strides: the operators copy what libfsa cannot read in place)."""
+    named = (("o", o), ("lse", lse), ("dout", dout))
+    for name, t in named:
+        _check_tensor(name, t)
+    t_len, hq, _ = q.shape
+    rows = (t_len, hq, v.shape[2])
+    for name, t in (("o", o), ("dout", dout)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if tuple(t.shape) != rows:
+            raise ValueError(f"{name} must be [T, Hq, Dv] = {list(rows)}, got shape {tuple(t.shape)}")
+    if lse.dtype != torch.float32:
+        raise TypeError(f"lse must be torch.float32, got {lse.dtype}")
+    if tuple(lse.shape) != (hq, t_len):
+        raise ValueError(f"lse must be [Hq, T] = [{hq}, {t_len}], got shape {tuple(lse.shape)}")
+    for name, t in named:
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
 
 
 # ------------------------------------------------------------ tensor layout
@@ -333,6 +390,7 @@ def _stream(device):
 # (tracing sees only shapes). Non-tensor arguments: block_size, scale (0.0 =
 # 1/sqrt(D)), max_seqlen (0 = unknown), algorithm (FSA_ALGORITHM_*),
 # topk_layout ('hkt' or 'thk'), workspace_limit (bytes; 0 = libfsa's default cap, -1 = none).
+# Each operator and its fake implementation first check them all (check_operator).
 
 
 def _scale32(scale):
@@ -355,6 +413,8 @@ def _float_view(t):
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor,
             block_size: int, scale: float, max_seqlen: int, algorithm: int, topk_layout: str, workspace_limit: int,
             backward: bool, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    check_operator(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+                   workspace_limit, backward)
     t_len, hq, d = q.shape
     if t_len == 0:
         return (torch.empty((0, hq, v.shape[2]), dtype=q.dtype, device=q.device),
@@ -371,8 +431,17 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk_idx: torch.T
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
               workspace_limit, backward, validate=False):
+    check_operator(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+                   workspace_limit, backward)
     t_len, hq, _ = q.shape
     return q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32)
+
+
+def _check_bwd(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+               workspace_limit):
+    check_operator(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+                   workspace_limit, True)
+    check_backward_operands(q, v, o, lse, dout)
 
 
 @torch.library.custom_op("fsa_jit::selected_attention_bwd", mutates_args=())
@@ -380,6 +449,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             lse: torch.Tensor, topk_idx: torch.Tensor, cu_seqlens: torch.Tensor, block_size: int, scale: float,
             max_seqlen: int, algorithm: int, topk_layout: str,
             workspace_limit: int, validate: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_bwd(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+               workspace_limit)
     if q.shape[0] == 0:
         return tuple(torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
     _lib.get().require_backward()
@@ -397,6 +468,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
               workspace_limit, validate=False):
+    _check_bwd(dout, q, k, v, o, lse, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout,
+               workspace_limit)
     # Contiguous, as the real operator allocates them (empty_like would copy a view's strides).
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 

@@ -13,7 +13,9 @@ fsa_jit::compressed_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a first
 eager call made the plan) use the same two operators. No host
 synchronisation, except with validate=True (libfsa's check mode). The
-operators check nothing (compressed_attention does): call the function.
+operators and their fake implementations run compressed_attention's checks on
+their own encoding (scale 0.0 for the default), the backward also those of o,
+lse and dout: metadata only; the offsets' values are checked by validate=True.
 """
 
 import ctypes
@@ -60,13 +62,14 @@ def check_common(tensors, q, cu_names, require_cuda):
                 raise ValueError(f"{name} must be 1-D [batch + 1] with at least 2 entries, got shape {tuple(t.shape)}")
 
 
-def check_devices(tensors, q):
+def check_devices(tensors, q, q_name="q"):
     for name, t in tensors:
-        if t.device.type != "cuda":
+        if not t.is_cuda:
             raise ValueError(f"{name} must be a CUDA tensor, got {_att._describe(t)}")
     for name, t in tensors:
         if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
+            raise ValueError(f"{name} is on {t.device} but {q_name} is on {q.device}: all tensors must be on one "
+                             "device")
 
 
 def check_heads(hq, hkv):
@@ -125,6 +128,16 @@ def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scal
     check_selection(kernel_size, stride, top_k, block_size, init_blocks, local_blocks)
     if require_cuda:
         check_devices(tensors, q)
+
+
+def _check_op(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+              local_blocks):
+    """check_arguments on the operators' encoding (scale 0.0 = 1/sqrt(Dk)): a direct
+    torch.ops.fsa_jit.compressed_attention_* call gets compressed_attention's errors."""
+    kernel_size, stride, top_k, block_size, init_blocks, local_blocks = (
+        _att._example(x) for x in (kernel_size, stride, top_k, block_size, init_blocks, local_blocks))
+    check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale or None, top_k, block_size,
+                    init_blocks, local_blocks)
 
 
 # ------------------------------------------------------------------- plans
@@ -258,6 +271,8 @@ def run_fwd(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor,
             kernel_size: int, stride: int, scale: float, top_k: int, block_size: int, init_blocks: int,
             local_blocks: int, backward: bool, validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_op(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+              local_blocks)
     return run_fwd(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
                    local_blocks, backward, validate)
 
@@ -265,6 +280,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
               local_blocks, backward, validate):
+    _check_op(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+              local_blocks)
     t_len, hq, _ = q.shape
     return (q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32),
             q.new_empty((t_len, k.shape[1], top_k), dtype=torch.int32))
@@ -310,11 +327,20 @@ def run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride
     return dq, dk_, dv_
 
 
+def _check_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+               init_blocks, local_blocks):
+    _check_op(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
+              local_blocks)
+    _att.check_backward_operands(q, v, o, lse, dout)
+
+
 @torch.library.custom_op("fsa_jit::compressed_attention_bwd", mutates_args=())
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse: torch.Tensor, cu_seqlens: torch.Tensor, cu_seqlens_c: torch.Tensor, kernel_size: int, stride: int,
             scale: float, top_k: int, block_size: int, init_blocks: int, local_blocks: int,
             validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+               init_blocks, local_blocks)
     return run_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
                    init_blocks, local_blocks, validate)
 
@@ -322,6 +348,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
               init_blocks, local_blocks, validate):
+    _check_bwd(dout, q, k, v, o, lse, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size,
+               init_blocks, local_blocks)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

@@ -23,9 +23,11 @@ be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` a
 ``topk_length`` updated in place between replays. Under ``torch.compile``, fake
 tensors or a dispatch mode the call is the operator
 ``torch.ops.fsa_jit.kvcache_attention`` (with a fake implementation); a plain
-eager call skips the dispatcher. The operator checks nothing (kvcache_attention
-does, then passes scale 0.0 for the default and 0 for the plan's sizes): call
-the function.
+eager call skips the dispatcher. kvcache_attention checks its arguments
+(check_arguments), then passes scale 0.0 for the default and 0 for the plan's
+sizes; the operator and its fake implementation run the same checks on that
+encoding, so a direct call gets the same errors. Metadata only: the values of
+the lengths, page table and selections are checked by validate=True.
 """
 
 import ctypes
@@ -168,6 +170,86 @@ def _device_index(device):
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
+                    topk_length=None, topk_layout="thk", scale=None, max_batch=None, max_query_tokens=None,
+                    splits=0):
+    """Checks kvcache_attention's arguments (TypeError, ValueError): metadata only, never a value, so no host
+    synchronization. The operator runs them too, on its encoding (scale 0.0, max_batch and max_query_tokens 0
+    for the defaults)."""
+    # Shapes first, devices last: everything but CUDA itself can be checked on a CPU-only machine. Messages
+    # are built only on failure: this runs on every serving call.
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cu_seqlens_q", cu_seqlens_q),
+                    ("seqused_k", seqused_k), ("block_table", block_table), ("topk_idx", topk_idx),
+                    ("topk_length", topk_length)):
+        if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype or q.dtype not in _DTYPES:
+            raise ValueError(f"{name} must be bf16 or fp16 like q, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
+    if not (q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3]):
+        raise ValueError("q must be [Tq, Hq, D], k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, "
+                         f"page_size, Hkv, Dv] with the same pages and heads; got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dimension must be contiguous")
+    tq, hq, d = q.shape
+    hkv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
+    if dk != d:
+        raise ValueError(f"q and k_cache share the query/key head dim: q has {d}, k_cache {dk}")
+    if hq < 1 or hkv < 1:
+        raise ValueError(f"need at least one head: q has {hq}, k_cache and v_cache {hkv}")
+    if hq % hkv:
+        raise ValueError(f"Hq {hq} is not a multiple of Hkv {hkv}")
+    if d % 16 or not 16 <= d <= 256:
+        raise ValueError(f"q's head dim {d}: a multiple of 16 from 16 to 256")
+    if dv % 16 or not 16 <= dv <= 256:
+        raise ValueError(f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
+                    ("topk_idx", topk_idx), ("topk_length", topk_length)):
+        if t is not None and (t.dtype != torch.int32 or t.device != q.device):
+            raise ValueError(f"{name} must be int32 on {q.device}")
+    # Batch 0 is an empty call ([0]: no sequence, no query token); libfsa refuses query tokens without one.
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1:
+        raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")
+    batch = cu_seqlens_q.numel() - 1
+    if batch == 0 and tq:
+        raise ValueError(f"cu_seqlens_q describes no sequence (B = 0) but q has {tq} tokens")
+    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch and block_table.dim() == 2
+             and block_table.shape[0] == batch and block_table.stride(1) == 1,
+             "seqused_k [B] and block_table [B, max_pages] (unit column stride), B from cu_seqlens_q")
+    # Read in place by pointer (never copied: callers update them in place between CUDA graph replays).
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (it is read in place, not copied)")
+    if topk_idx.dim() not in (2, 3):
+        raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
+    _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
+    if topk_layout not in ("thk", "hkt"):
+        raise ValueError(f"topk_layout must be 'thk' or 'hkt', got {topk_layout!r}")
+    if topk_idx.dim() == 2:
+        if topk_idx.shape[0] != tq:
+            raise ValueError(f"a shared selection is [Tq, K] = [{tq}, K]")
+    elif topk_layout == "thk":
+        if tuple(topk_idx.shape[:2]) != (tq, hkv):
+            raise ValueError(f"topk_idx must be [Tq, Hkv, K] = [{tq}, {hkv}, K]")
+    elif tuple(topk_idx.shape[:2]) != (hkv, tq):
+        raise ValueError(f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
+    if topk_length is not None:
+        _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
+    # The plan's int fields: ints within int32 (libfsa reports its own limits), scale as the other branches.
+    _plan_int("block_size", block_size, 1)
+    for name, value in (("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
+        if value is not None:
+            _plan_int(name, value, 0)
+    _plan_int("splits", splits, 0)
+    _lib.require_scale(scale)
+
+    _require_cuda(q, k_cache, v_cache)
+
+
 def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                       topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
                       max_query_tokens=None, splits=0, validate=False):
@@ -188,72 +270,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
-    # Shapes first, devices last: everything but CUDA itself can be checked on a CPU-only machine. (The
-    # messages of the checks added later are built only on failure: this runs on every serving call.)
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cu_seqlens_q", cu_seqlens_q),
-                    ("seqused_k", seqused_k), ("block_table", block_table), ("topk_idx", topk_idx),
-                    ("topk_length", topk_length)):
-        if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _require(t.dtype == q.dtype and q.dtype in _DTYPES, f"{name} must be bf16 or fp16 like q, got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
-    _require(q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3],
-             "q must be [Tq, Hq, D], k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_size, "
-             f"Hkv, Dv] with the same pages and heads; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        _require(t.stride(-1) == 1, f"{name}'s last dimension must be contiguous")
-    tq, hq, d = q.shape
-    hkv, dk, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
-    _require(dk == d, f"q and k_cache share the query/key head dim: q has {d}, k_cache {dk}")
-    if hq < 1 or hkv < 1:
-        raise ValueError(f"need at least one head: q has {hq}, k_cache and v_cache {hkv}")
-    _require(hq % hkv == 0, f"Hq {hq} is not a multiple of Hkv {hkv}")
-    if d % 16 or not 16 <= d <= 256:
-        raise ValueError(f"q's head dim {d}: a multiple of 16 from 16 to 256")
-    _require(dv % 16 == 0 and 16 <= dv <= 256, f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
-                    ("topk_idx", topk_idx), ("topk_length", topk_length)):
-        if t is not None:
-            _require(t.dtype == torch.int32 and t.device == q.device, f"{name} must be int32 on {q.device}")
-    # Batch 0 is an empty call ([0]: no sequence, no query token); libfsa refuses query tokens without one.
-    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1:
-        raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")
-    batch = cu_seqlens_q.numel() - 1
-    if batch == 0 and tq:
-        raise ValueError(f"cu_seqlens_q describes no sequence (B = 0) but q has {tq} tokens")
-    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch and block_table.dim() == 2
-             and block_table.shape[0] == batch and block_table.stride(1) == 1,
-             "seqused_k [B] and block_table [B, max_pages] (unit column stride), B from cu_seqlens_q")
-    # Read in place by pointer (never copied: callers update them in place between CUDA graph replays).
-    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (it is read in place, not copied)")
-    if topk_idx.dim() not in (2, 3):
-        raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
-    _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
-    if topk_layout not in ("thk", "hkt"):
-        raise ValueError(f"topk_layout must be 'thk' or 'hkt', got {topk_layout!r}")
-    if topk_idx.dim() == 2:
-        _require(topk_idx.shape[0] == tq, f"a shared selection is [Tq, K] = [{tq}, K]")
-    elif topk_layout == "thk":
-        _require(tuple(topk_idx.shape[:2]) == (tq, hkv), f"topk_idx must be [Tq, Hkv, K] = [{tq}, {hkv}, K]")
-    else:
-        _require(tuple(topk_idx.shape[:2]) == (hkv, tq),
-                 f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
-    if topk_length is not None:
-        _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
-    # The plan's int fields: ints within int32 (libfsa reports its own limits), scale as the other branches.
-    _plan_int("block_size", block_size, 1)
-    for name, value in (("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
-        if value is not None:
-            _plan_int(name, value, 0)
-    _plan_int("splits", splits, 0)
-    _lib.require_scale(scale)
-
-    _require_cuda(q, k_cache, v_cache)
-
+    check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size, topk_length,
+                    topk_layout, scale, max_batch, max_query_tokens, splits)
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, int(block_size),
             topk_layout, float(scale or 0.0), bool(return_lse), int(max_batch or 0), int(max_query_tokens or 0),
             int(splits), bool(validate))
@@ -315,20 +333,35 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
 
 # The call as a torch.library operator (torch 2.4 and newer), so that torch.compile captures it in one
 # piece and fake tensors give its output shapes. Forward only: no autograd registration.
+# The operator and its fake implementation run kvcache_attention's checks (on the operator's encoding), so
+# that a direct call, or a trace of one, gets its errors.
 _OP = None
 if hasattr(torch.library, "custom_op"):
+    from .attention import _example
+
+    def _check_op(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+                  topk_layout, scale, max_batch, max_query_tokens, splits):
+        block_size, max_batch, max_query_tokens, splits = (
+            _example(x) for x in (block_size, max_batch, max_query_tokens, splits))
+        check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size, topk_length,
+                        topk_layout, scale or None, max_batch, max_query_tokens, splits)
+
     @torch.library.custom_op("fsa_jit::kvcache_attention", mutates_args=())
     def _op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
             seqused_k: torch.Tensor, block_table: torch.Tensor, topk_idx: torch.Tensor,
             topk_length: Optional[torch.Tensor], block_size: int, topk_layout: str, scale: float,
             return_lse: bool, max_batch: int, max_query_tokens: int, splits: int,
             validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_op(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+                  topk_layout, scale, max_batch, max_query_tokens, splits)
         return _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
                     topk_layout, scale, return_lse, max_batch, max_query_tokens, splits, validate)
 
     @_op.register_fake
     def _op_fake(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
                  topk_layout, scale, return_lse, max_batch, max_query_tokens, splits, validate):
+        _check_op(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,
+                  topk_layout, scale, max_batch, max_query_tokens, splits)
         tq, hq, _ = q.shape
         return (q.new_empty((tq, hq, v_cache.shape[3])),
                 q.new_empty((hq, tq) if return_lse else (0,), dtype=torch.float32))

@@ -82,8 +82,8 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
 
 
 # ------------------------------------------------------------------- gates
-# The gate operators: libfsa's gate kernels (_gates.py) for compiled code and the layer's operator path. They
-# check nothing (nsa_attention does): plumbing, like the branches' operators.
+# The gate operators: libfsa's gate kernels (_gates.py) for compiled code and the layer's operator path. They and
+# their fake implementations check their tensors (_gates.check_operands); nsa_attention passes them checked.
 
 
 def clear_plans():
@@ -94,11 +94,13 @@ def clear_plans():
 @torch.library.custom_op("fsa_jit::nsa_gate_fwd", mutates_args=())
 def _gate_fwd_op(o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor, g_cmp: torch.Tensor,
                  g_sel: torch.Tensor, g_win: torch.Tensor) -> torch.Tensor:
+    _gates.check_operands((o_cmp, o_sel, o_win), (g_cmp, g_sel, g_win))
     return _gates.run_fwd(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win)
 
 
 @_gate_fwd_op.register_fake
 def _gate_fwd_fake(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    _gates.check_operands((o_cmp, o_sel, o_win), (g_cmp, g_sel, g_win))
     return o_cmp.new_empty(o_cmp.shape)
 
 
@@ -106,11 +108,13 @@ def _gate_fwd_fake(o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
 def _gate_bwd_op(dout: torch.Tensor, o_cmp: torch.Tensor, o_sel: torch.Tensor, o_win: torch.Tensor,
                  g_cmp: torch.Tensor, g_sel: torch.Tensor,
                  g_win: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    _gates.check_operands((o_cmp, o_sel, o_win), (g_cmp, g_sel, g_win), dout)
     return _gates.run_bwd(dout, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win)
 
 
 @_gate_bwd_op.register_fake
 def _gate_bwd_fake(dout, o_cmp, o_sel, o_win, g_cmp, g_sel, g_win):
+    _gates.check_operands((o_cmp, o_sel, o_win), (g_cmp, g_sel, g_win), dout)
     t_len, hq, _ = o_cmp.shape
     return (o_cmp.new_empty(o_cmp.shape), o_cmp.new_empty(o_cmp.shape), o_cmp.new_empty(o_cmp.shape),
             o_cmp.new_empty((3, t_len, hq), dtype=torch.float32))

@@ -8,7 +8,10 @@ fsa_jit::window_attention_bwd with fake implementations and an autograd
 formula, so eager mode, autograd, torch.compile and CUDA graphs (after a
 first eager call made the plan) use the same two operators. No host
 synchronisation, except with validate=True (libfsa's check mode). The
-operators check nothing (window_attention does): call the function.
+operators and their fake implementations run window_attention's checks on
+their own encoding (window 0 with one window per head in head_windows, scale
+0.0 for the default), the backward also those of o, lse and dout: metadata
+only; cu_seqlens' values are checked by validate=True.
 """
 
 import ctypes
@@ -59,6 +62,22 @@ def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True, 
     _cmp.check_scale(scale)
     if require_cuda:
         _cmp.check_devices(tensors, q)
+
+
+def _check_op(q, k, v, cu_seqlens, window, head_windows, scale):
+    """check_arguments on the operators' encoding ((W, []) or (0, [W_0, .., W_Hq-1]); scale 0.0 =
+    1/sqrt(Dk)): a direct torch.ops.fsa_jit.window_attention_* call gets window_attention's errors."""
+    window = _att._example(window)
+    if len(head_windows):
+        if window != 0:
+            raise ValueError(f"window must be 0 when head_windows gives one window per query head, got {window}")
+        window = [_att._example(w) for w in head_windows]
+    check_arguments(q, k, v, cu_seqlens, window, scale or None)
+
+
+def _check_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale):
+    _check_op(q, k, v, cu_seqlens, window, head_windows, scale)
+    _att.check_backward_operands(q, v, o, lse, dout)
 
 
 def _desc(key):
@@ -121,11 +140,13 @@ def run_fwd(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, window: int,
             head_windows: list[int], scale: float, backward: bool,
             validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_op(q, k, v, cu_seqlens, window, head_windows, scale)
     return run_fwd(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate)
 
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, cu_seqlens, window, head_windows, scale, backward, validate):
+    _check_op(q, k, v, cu_seqlens, window, head_windows, scale)
     t_len, hq, _ = q.shape
     return q.new_empty((t_len, hq, v.shape[2])), q.new_empty((hq, t_len), dtype=torch.float32)
 
@@ -166,11 +187,13 @@ def run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, vali
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse: torch.Tensor, cu_seqlens: torch.Tensor, window: int, head_windows: list[int], scale: float,
             validate: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale)
     return run_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate)
 
 
 @_bwd_op.register_fake
 def _bwd_fake(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale, validate):
+    _check_bwd(dout, q, k, v, o, lse, cu_seqlens, window, head_windows, scale)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

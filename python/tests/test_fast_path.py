@@ -216,7 +216,7 @@ def test_the_operator_reuses_its_entry_and_writes_each_calls_pointers(fake):
     p2 = problem()
     o2, lse2 = torch.ops.fsa_jit.selected_attention_fwd(p2["q"], p2["k"], p2["v"], p2["topk_idx"], p2["cu_seqlens"],
                                                         *args[5:])
-    assert counts["plan"] == 1 and counts["check"] == 0  # the operator trusts its caller's checks
+    assert counts["plan"] == 1 and counts["check"] == 2  # the operator checks each call's metadata itself
     c1, c2 = lib.calls
     assert c1["o"][0] == o1.data_ptr() and c2["o"][0] == o2.data_ptr() and c2["lse"] == lse2.data_ptr()
     assert c2["q"][0] == p2["q"].data_ptr() and c2["max_seqlen"] == 24 and c2["batch"] == 2
@@ -230,7 +230,7 @@ def test_the_operator_reuses_its_entry_and_writes_each_calls_pointers(fake):
 def test_a_call_the_fast_path_leaves_goes_through_the_operator(fake):
     lib, counts = fake
     fsa_jit.selected_attention(**problem(), scale=1)  # an int scale: the operator (valid all the same)
-    assert counts == {"check": 1, "plan": 1} and len(lib.calls) == 1
+    assert counts == {"check": 2, "plan": 1} and len(lib.calls) == 1  # the function's checks, then the operator's
     assert not [key for key in _fast._entries if key[0] != "op"]
 
 
