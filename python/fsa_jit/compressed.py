@@ -41,9 +41,9 @@ def check_dims(what, d):
         raise ValueError(f"{what} {d} is not supported: it must be a multiple of 16 from 16 to {_att.MAX_HEAD_DIM}")
 
 
-def check_common(tensors, q, cu_names, require_cuda):
-    """Type, dtype and device checks shared by the NSA branches. tensors: (name, tensor) of q, k, v and the
-    int32 offsets named in cu_names."""
+def check_common(tensors, q, cu_names):
+    """Type, dtype and rank checks shared by the NSA branches (devices: check_devices). tensors: (name, tensor)
+    of q, k, v and the int32 offsets named in cu_names."""
     for name, t in tensors:
         _att._check_tensor(name, t)
     floats = [(n, t) for n, t in tensors if n not in cu_names]
@@ -107,7 +107,7 @@ def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scal
     names: what the messages call k and v (the NSA layer passes its k_cmp and v_cmp)."""
     kn, vn = names
     tensors = (("q", q), (kn, k), (vn, v), ("cu_seqlens", cu_seqlens), ("cu_seqlens_c", cu_seqlens_c))
-    check_common(tensors, q, ("cu_seqlens", "cu_seqlens_c"), require_cuda)
+    check_common(tensors, q, ("cu_seqlens", "cu_seqlens_c"))
     t_len, hq, dk = q.shape
     if k.shape[:2] != v.shape[:2]:
         raise ValueError(f"{kn} and {vn} must have the same [Tc, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")

@@ -43,7 +43,7 @@ def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True, 
     names: what the messages call k and v (the NSA layer passes its k_win and v_win)."""
     kn, vn = names
     tensors = (("q", q), (kn, k), (vn, v), ("cu_seqlens", cu_seqlens))
-    _cmp.check_common(tensors, q, ("cu_seqlens",), require_cuda)
+    _cmp.check_common(tensors, q, ("cu_seqlens",))
     t_len, hq, dk = q.shape
     if k.shape[:2] != v.shape[:2]:
         raise ValueError(f"{kn} and {vn} must have the same [T, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
