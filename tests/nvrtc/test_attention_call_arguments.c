@@ -291,6 +291,54 @@ static void test_an_older_shorter_descriptor_makes_the_same_plan(void **state)
     assert_null(plan);
 }
 
+/* Batch against tokens at one token too: one token in no sequence would
+ * leave o unwritten, in two sequences one of them would be empty. */
+static void test_one_token_in_no_sequence_or_in_two_is_refused(void **state)
+{
+    (void)state;
+    fsa_fwd_args a = good_fwd(g_auto, 1);
+    a.batch = 0;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a.batch = 2;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    size_t ws = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_workspace_size(&ws, g_auto, 1, 0));
+}
+
+/* The overlap rule at its edges: a dq_add one token on from a two-token dq
+ * overlaps it (its kernels would read rows being written); a one-token dq_add
+ * is dq itself whatever its token stride (frameworks leave any stride on a
+ * dimension of one). */
+static void test_dq_add_one_token_on_overlaps_and_one_tokens_stride_is_never_used(void **state)
+{
+    (void)state;
+    fsa_bwd_args b = good_bwd(g_bwd, 2);
+    b.dq_add = b.dq, b.dq_add.ptr += 2 * HQ * D; /* dq's second token */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
+    b = good_bwd(g_bwd, 1);
+    b.dq_add = b.dq, b.dq_add.token_stride = 1000 * D;
+    EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
+}
+
+/* With a value head dim twice the key's, o's rows are value_dim long: heads
+ * one key row apart overlap. */
+static void test_forward_o_rows_are_value_dim_long(void **state)
+{
+    (void)state;
+    fsa_selected_attention_desc d = small_shape_desc(FSA_ALGORITHM_AUTO, 0, 0);
+    d.value_dim = 2 * D;
+    fsa_plan *plan = plan_of(&d);
+    assert_non_null(plan);
+    fsa_fwd_args a = good_fwd(plan, 100);
+    a.v = (fsa_tensor){a.v.ptr, HKV * 2 * D, 2 * D};
+    a.o = (fsa_tensor){a.o.ptr, HQ * 2 * D, 2 * D};
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, plan, &a);
+    a.o.head_stride = D;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, plan, &a);
+    fsa_plan_destroy(plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +349,9 @@ int main(void)
         cmocka_unit_test(test_an_older_shorter_descriptor_makes_the_same_plan),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
         cmocka_unit_test(test_dq_add_is_dq_itself_or_memory_of_its_own),
+        cmocka_unit_test(test_one_token_in_no_sequence_or_in_two_is_refused),
+        cmocka_unit_test(test_dq_add_one_token_on_overlaps_and_one_tokens_stride_is_never_used),
+        cmocka_unit_test(test_forward_o_rows_are_value_dim_long),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
 }

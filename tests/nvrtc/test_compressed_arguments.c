@@ -130,6 +130,9 @@ static void test_descriptors_outside_the_supported_shapes_are_refused_with_the_f
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
     d = small_desc(), d.init_blocks = -1;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.local_blocks = -1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "local_blocks -1"));
     d = small_desc(), d.scale = -1.0f;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
     d = small_desc(), d.backward = 2;

@@ -163,6 +163,13 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a = good;
     a.max_pages_per_seq = 0;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    /* Page-table rows shorter than max_pages_per_seq would reach into the next sequence's row; a
+     * single row's stride is never used. */
+    a = good;
+    a.block_table_stride = a.max_pages_per_seq - 1;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a.batch = 1, a.num_query_tokens = 2;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
     a = good;
     a.topk.head_stride = -1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);

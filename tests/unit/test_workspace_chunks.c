@@ -423,11 +423,162 @@ static void test_token_chunks_whose_index_keys_pass_int32_are_refused(void **sta
     assert_int_equal(fsa_plan_workspace_size_bwd(&n, &p, batch, batch), FSA_STATUS_OK);
 }
 
+/* ------------------------------------------------ the layouts' regions */
+
+typedef struct region {
+    const char *name;
+    size_t at, bytes;
+} region;
+
+typedef struct regions {
+    region r[24];
+    int n;
+} regions;
+
+static void add_region(regions *rs, const char *name, size_t at, size_t bytes)
+{
+    assert_true(rs->n < 24);
+    rs->r[rs->n++] = (region){name, at, bytes};
+}
+
+/* No two regions share a byte, each starts 256-byte aligned (but the work
+ * counters, which follow the counts so that one memset zeroes both) and ends
+ * within the total. */
+static void expect_apart(regions *rs, size_t total, const char *what)
+{
+    for (int i = 0; i < rs->n; i++) {
+        const region *a = &rs->r[i];
+        if (strcmp(a->name, "work counters") != 0 && a->at % 256 != 0)
+            fail_msg("%s: %s at %zu is not 256-byte aligned", what, a->name, a->at);
+        if (a->bytes > total || a->at > total - a->bytes)
+            fail_msg("%s: %s [%zu, +%zu) ends past the total %zu", what, a->name, a->at, a->bytes, total);
+        for (int j = 0; j < i; j++) {
+            const region *b = &rs->r[j];
+            if (a->bytes && b->bytes && a->at < b->at + b->bytes && b->at < a->at + a->bytes)
+                fail_msg("%s: %s [%zu, +%zu) overlaps %s [%zu, +%zu)", what, a->name, a->at, a->bytes, b->name,
+                         b->at, b->bytes);
+        }
+    }
+}
+
+/* The index's arrays, sized from what the kernels keep in them: a count and
+ * an offset per (index head, block id) and one more, FSA_WORK_COUNTERS
+ * counters and a work offset per block id of each chunk, and a segment entry
+ * per full item of a chunk's pairs besides one per block id. */
+static void add_index_regions(regions *rs, const fsa_index_layout *ix, const fsa_plan *p, int64_t T, int batch,
+                              int heads, int64_t tc, int entries)
+{
+    const size_t nb = (size_t)(T / p->desc.block_size + batch + 1);
+    assert_int_equal(ix->nb_total, (int64_t)nb);
+    assert_int_equal(ix->chunk_heads, heads);
+    assert_int_equal(ix->index_heads % heads, 0);
+    const size_t chunks = (size_t)(ix->index_heads / heads), n_chunk = (size_t)heads * nb + 1;
+    const size_t n_counts = (size_t)ix->index_heads * nb + 1;
+    assert_int_equal(ix->n_counts, n_counts);
+    assert_int_equal(ix->n_chunk, n_chunk);
+    assert_true(ix->seg_stride >= n_chunk + (size_t)heads * (size_t)tc * (size_t)p->desc.top_k / (size_t)entries);
+    assert_int_equal(ix->work_next, ix->counts + n_counts * 4);
+    add_region(rs, "counts", ix->counts, n_counts * 4);
+    add_region(rs, "work counters", ix->work_next, chunks * FSA_WORK_COUNTERS * 4);
+    add_region(rs, "offsets", ix->offsets, n_counts * 4);
+    add_region(rs, "work offsets", ix->work_offsets, chunks * n_chunk * 4);
+}
+
+static void expect_forward_regions(const fsa_plan *p, int64_t T, int batch, int heads, int64_t tc, const char *what)
+{
+    fsa_fsa_layout f;
+    fsa_fsa_layout_for(&f, p, T, batch, heads, tc);
+    const fsa_index_layout *ix = &f.index;
+    const size_t k = (size_t)p->desc.top_k, g = (size_t)p->group, pairs = (size_t)heads * (size_t)tc * k;
+    regions rs = {.n = 0};
+    add_index_regions(&rs, ix, p, T, batch, heads, tc, fsa_plan_fwd_item_entries(p));
+    add_region(&rs, "work segments", f.work_seg, (size_t)fsa_index_chunks(ix) * ix->seg_stride * 4);
+    add_region(&rs, "mask", f.mask, (size_t)ix->index_heads * (size_t)tc * 8); /* a 64-bit word per row */
+    add_region(&rs, "list", f.list, (size_t)ix->index_heads * (size_t)tc * k * 4);
+    add_region(&rs, "partial lse", f.lse_part, pairs * g * 4);
+    add_region(&rs, "partial rows", f.o_part, pairs * g * p->desc.value_dim * 2);
+    expect_apart(&rs, f.total, what);
+}
+
+static void expect_backward_regions(const fsa_plan *p, int64_t T, int batch, int heads, int64_t tc,
+                                    fsa_algorithm order, const char *what)
+{
+    fsa_bwd_layout b;
+    fsa_bwd_layout_for(&b, p, T, batch, heads, tc, order);
+    const fsa_index_layout *ix = &b.index;
+    const size_t k = (size_t)p->desc.top_k, g = (size_t)p->group, pairs = (size_t)heads * (size_t)tc * k;
+    const size_t chunks = (size_t)fsa_index_chunks(ix), e = (size_t)b.item_entries;
+    const size_t index_pairs = (size_t)ix->index_heads * (size_t)tc * k;
+    const size_t dkv_row = (size_t)(p->desc.head_dim + p->desc.value_dim) * 4; /* dK then dV, float */
+    regions rs = {.n = 0};
+    add_index_regions(&rs, ix, p, T, batch, heads, tc, b.item_entries);
+    add_region(&rs, "part offsets", b.part_offsets, chunks * ix->n_chunk * 4);
+    add_region(&rs, "work segments", b.work_seg, chunks * ix->seg_stride * 4);
+    add_region(&rs, "mask", b.mask, (size_t)ix->index_heads * (size_t)tc * 8);
+    add_region(&rs, "sorted list", b.list_sorted, index_pairs * 4);
+    add_region(&rs, "delta", b.delta, (size_t)ix->index_heads * g * (size_t)tc * 4);
+    /* The FSA order's dq rows: a row per (pair, key slice, query head). */
+    const size_t slices = (size_t)(p->desc.block_size / p->config.bwd_keys);
+    const size_t dq_bytes = order == FSA_ALGORITHM_FSA ? pairs * slices * g * p->desc.head_dim * 2 : 0;
+    add_region(&rs, "dq rows", b.dq_part, dq_bytes);
+    /* The unsorted lists are read by the sort alone, before any dq row is written: they may take the
+     * dq rows' bytes, where those hold them. */
+    if (b.list == b.dq_part && dq_bytes >= index_pairs * 4) {
+        assert_true(dq_bytes > 0);
+    } else {
+        add_region(&rs, "list", b.list, index_pairs * 4);
+    }
+    /* A dK/dV partial slot of block_size rows per item of a split segment (more than e entries):
+     * ceil(c / e) <= c / e + 1 each, and at most min(segments, pairs / e) such segments. */
+    const size_t split = pairs / e + (ix->n_chunk < pairs / e ? ix->n_chunk : pairs / e);
+    add_region(&rs, "dK/dV partial slots", b.dkv_part, split * (size_t)p->desc.block_size * dkv_row);
+    add_region(&rs, "dK/dV accumulator", b.dkv_acc, b.dkv_direct ? 0 : (size_t)T * (size_t)heads * dkv_row);
+    if (b.dkv_direct) assert_true(tc >= T);
+    expect_apart(&rs, b.total, what);
+}
+
+static void test_every_region_of_every_layout_holds_its_contents_apart_from_the_others(void **state)
+{
+    (void)state;
+    const int groups[] = {1, 4, 16};
+    const int dims[][2] = {{16, 16}, {128, 128}, {192, 128}};
+    const int blocks[] = {16, 64};
+    for (size_t gi = 0; gi < 3; gi++)
+        for (size_t di = 0; di < 3; di++)
+            for (size_t bi = 0; bi < 2; bi++)
+                for (int once = 0; once < 2; once++) {
+                    fsa_plan p;
+                    standard_plan(&p, groups[gi], FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+                    p.desc.head_dim = p.config.head_dim = dims[di][0];
+                    p.desc.value_dim = p.config.value_dim = dims[di][1];
+                    p.desc.block_size = p.config.block_size = blocks[bi];
+                    p.config.bwd_keys = blocks[bi] < 64 ? blocks[bi] : 64;
+                    p.index_per_chunk = once == 0; /* FSA_INDEX_ONCE=0, and its default */
+                    const int hkv = p.desc.num_kv_heads;
+                    const struct { int64_t T; int batch, heads; int64_t tc; } calls[] = {
+                        {1000, 3, hkv, 1000}, {8192, 1, hkv, 8192}, {8192, 1, 1, 8192},
+                        {8192, 2, hkv > 1 ? hkv / 2 : 1, 8192}, {8192, 1, 1, 2048}, {4099, 5, 1, 977}};
+                    for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+                        char what[160];
+                        snprintf(what, sizeof what, "G %d, D %d / %d, BK %d, index %s, T %lld B %d in chunks of %d "
+                                 "heads x %lld tokens", groups[gi], dims[di][0], dims[di][1], blocks[bi],
+                                 once ? "once" : "per chunk", (long long)calls[c].T, calls[c].batch, calls[c].heads,
+                                 (long long)calls[c].tc);
+                        expect_forward_regions(&p, calls[c].T, calls[c].batch, calls[c].heads, calls[c].tc, what);
+                        expect_backward_regions(&p, calls[c].T, calls[c].batch, calls[c].heads, calls[c].tc,
+                                                FSA_ALGORITHM_FSA, what);
+                        expect_backward_regions(&p, calls[c].T, calls[c].batch, calls[c].heads, calls[c].tc,
+                                                FSA_ALGORITHM_NSA, what);
+                    }
+                }
+}
+
 int main(void)
 {
     g_ctx.target = "sm_90a";
     g_ctx.sm_count = 132;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_region_of_every_layout_holds_its_contents_apart_from_the_others),
         cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
