@@ -1,6 +1,7 @@
 /* A stand-in for libnvrtc for the fault matrix (tests/fault): "compiles"
  * in no time into the deterministic payload of fake_cubin.h, so that
- * hundreds of cache trials run in seconds on any machine. Version 12.8.
+ * hundreds of cache trials run in seconds on any machine. Version 12.8
+ * ($FSA_FAKE_NVRTC_MAJOR sets the major version).
  * $FSA_FAKE_NVRTC_BYTES sets the payload size (default 65536);
  * $FSA_FAKE_NVRTC_DELAY_MS makes each compile sleep that long (to widen
  * race windows). */
@@ -35,7 +36,7 @@ EXPORT const char *nvrtcGetErrorString(nvrtcResult r) { return r == NVRTC_SUCCES
 
 EXPORT nvrtcResult nvrtcVersion(int *major, int *minor)
 {
-    *major = 12;
+    *major = (int)env_size("FSA_FAKE_NVRTC_MAJOR", 12);
     *minor = 8;
     return NVRTC_SUCCESS;
 }

@@ -223,6 +223,20 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
 }
 
+/* k and v hold the compressed rows (total_compressed of them), not the
+ * query rows: with one compressed row their token strides are never used,
+ * so even a negative one passes; with two it is refused. */
+static void test_key_and_value_views_are_checked_over_the_compressed_rows(void **state)
+{
+    (void)state;
+    fsa_compressed_fwd_args a = good_args(100, 1);
+    a.k.token_stride = -HKV * DK;
+    a.v.token_stride = -HKV * DV;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    a.total_compressed = 2;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+}
+
 /* A plan of a check-mode context also brings the offsets check kernel (plain
  * plans never compile it); its calls still check every argument on the host
  * first, and then need the device. */
@@ -402,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named),
         cmocka_unit_test(test_a_plan_whose_kernels_need_more_shared_memory_than_the_target_has_is_unsupported),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_key_and_value_views_are_checked_over_the_compressed_rows),
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),

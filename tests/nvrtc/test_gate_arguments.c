@@ -85,6 +85,20 @@ static void test_written_views_whose_rows_overlap_are_refused(void **state)
     EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
 }
 
+static void test_a_plan_refuses_value_dims_that_are_not_multiples_of_16_from_16_to_256(void **state)
+{
+    (void)state;
+    const int bad[] = {8, 24, 272, -16};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fsa_gate_desc d = FSA_GATE_DESC_INIT;
+        d.value_dim = bad[i];
+        fsa_gate_plan *plan = (fsa_gate_plan *)&plan;
+        assert_int_equal(fsa_gate_plan_create(&plan, g_ctx, &d), FSA_STATUS_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(fsa_last_error(), "value_dim"));
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -109,6 +123,7 @@ int main(void)
         cmocka_unit_test(test_good_arguments_need_a_device_and_no_tokens_need_nothing),
         cmocka_unit_test(test_bad_arguments_are_refused_naming_them),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
+        cmocka_unit_test(test_a_plan_refuses_value_dims_that_are_not_multiples_of_16_from_16_to_256),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

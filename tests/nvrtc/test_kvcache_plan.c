@@ -224,6 +224,24 @@ static void test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_byt
     fsa_kvcache_plan_destroy(plan);
 }
 
+/* Two pages: the second starts one page stride past the first, so a stride
+ * of 2^62 elements puts it 2^63 bytes out, as far out of reach as any later page. */
+static void test_a_second_page_two_to_the_63_bytes_out_is_refused(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_kvcache_args a = good_args(plan);
+    a.num_pages = 2;
+    a.v_page_stride = (int64_t)1 << 62;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "v_cache: 2 pages of stride"));
+    a.num_pages = 1; /* one page: its stride is never used */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    fsa_kvcache_plan_destroy(plan);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -250,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
         cmocka_unit_test(test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_bytes),
+        cmocka_unit_test(test_a_second_page_two_to_the_63_bytes_out_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

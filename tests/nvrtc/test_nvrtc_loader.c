@@ -139,6 +139,24 @@ static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void 
     assert_non_null(strstr(o.message, "FSA_NVRTC_PATH"));
 }
 
+/* NVRTC 11 cannot compile the kernels: the loader refuses it by its
+ * version (the stand-in NVRTC, told which major to report). */
+static void test_an_nvrtc_older_than_12_is_refused_with_its_version_named(void **state)
+{
+    (void)state;
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/fake_nvrtc/libnvrtc_fake.so", getenv("FSA_TEST_BINARY_DIR"));
+    assert_int_equal(setenv("FSA_FAKE_NVRTC_MAJOR", "11", 1), 0);
+    outcome o = load_in_child("FSA_NVRTC_PATH", fake);
+    assert_int_equal(o.status, FSA_STATUS_NO_NVRTC);
+    assert_non_null(strstr(o.message, "is NVRTC 11.8; version 12 or newer is required"));
+    assert_int_equal(setenv("FSA_FAKE_NVRTC_MAJOR", "12", 1), 0);
+    o = load_in_child("FSA_NVRTC_PATH", fake);
+    unsetenv("FSA_FAKE_NVRTC_MAJOR");
+    assert_int_equal(o.status, FSA_STATUS_OK);
+    assert_string_equal(o.version, "12.8");
+}
+
 static void test_kernel_keys_name_the_version_and_the_files_build_id(void **state)
 {
     (void)state;
@@ -158,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_a_pip_package_copy_comes_before_the_toolkit),
         cmocka_unit_test(test_a_file_that_is_not_nvrtc_is_passed_over),
         cmocka_unit_test(test_an_explicit_path_that_does_not_load_is_an_error_naming_it),
+        cmocka_unit_test(test_an_nvrtc_older_than_12_is_refused_with_its_version_named),
         cmocka_unit_test(test_kernel_keys_name_the_version_and_the_files_build_id),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,6 +9,8 @@
  * neither counted nor deleted, and that a publish of the same key replaces. */
 #include "disk_cache_fixture.h"
 
+#include "base/util.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +330,86 @@ static void test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed(void **
     fsa_key_free(&k);
 }
 
+/* A version-2 entry written by hand, every checksum right, whatever its
+ * entry names (nl bytes, NULs allowed). */
+static void write_entry_with_names(const char *path, const fsa_kernel_key *k, const char *names, size_t nl,
+                                   const uint8_t *p, size_t n)
+{
+    size_t kl = strlen(k->text), total = FSA_CACHE_HEADER_SIZE + kl + nl + n;
+    uint8_t *d = calloc(1, total);
+    assert_non_null(d);
+    memcpy(d, "FSACUBIN", 8);
+    put_le(d + 8, FSA_CACHE_FORMAT_VERSION, 4);
+    put_le(d + 16, n, 8);
+    fsa_digest128(d + 24, p, n);
+    memcpy(d + 40, k->digest, 16);
+    put_le(d + 56, kl, 4);
+    put_le(d + 60, nl, 4);
+    fsa_digest128(d + 64, names, nl);
+    memcpy(d + FSA_CACHE_HEADER_SIZE, k->text, kl);
+    memcpy(d + FSA_CACHE_HEADER_SIZE + kl, names, nl);
+    memcpy(d + FSA_CACHE_HEADER_SIZE + kl + nl, p, n);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, d, total), (ssize_t)total);
+    close(fd);
+    free(d);
+}
+
+/* Entry names are handed out as a C string shorter than 64 KiB, and an
+ * entry holds a cubin: names with a NUL in them or of 64 KiB, or no payload,
+ * are no entry of ours, whatever the checksums say. */
+static void test_entries_with_names_of_a_nul_or_64_kib_or_no_payload_are_a_miss_and_deleted(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(500, 6);
+    publish(f->dc, &k, p, 500); /* the target directory */
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char *names = malloc(64 * 1024);
+    assert_non_null(names);
+    memset(names, 'k', 64 * 1024);
+    const size_t names_len[] = {64 * 1024, 3, 1}, payload_len[] = {500, 500, 0};
+    for (int i = 0; i < 3; i++) {
+        names[1] = i == 1 ? '\0' : 'k';
+        write_entry_with_names(path, &k, names, names_len[i], p, payload_len[i]);
+        uint64_t corrupt = 0;
+        assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+        assert_int_equal(corrupt, 1);
+        assert_false(exists(path));
+    }
+    write_entry_with_names(path, &k, names, 1, p, 500); /* the same writer, a good entry */
+    expect_hit(f->dc, &k, 0, p, 500);
+    free(names);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
+/* Key texts are shorter than 64 KiB, as lookups read them: publish refuses
+ * one of 64 KiB (an entry no lookup would take), and one byte less round-trips. */
+static void test_a_key_text_of_64_kib_is_refused_and_one_byte_less_round_trips(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 7);
+    free(k.text);
+    k.text = malloc(64 * 1024 + 1);
+    assert_non_null(k.text);
+    memset(k.text, 'a', 64 * 1024);
+    k.text[64 * 1024] = '\0';
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, TARGET, p, 100, "k"), FSA_STATUS_INVALID_ARGUMENT);
+    k.text[64 * 1024 - 1] = '\0';
+    fsa_digest128(k.digest, k.text, strlen(k.text));
+    fsa_hex(k.hex, k.digest, 16);
+    publish(f->dc, &k, p, 100);
+    expect_hit(f->dc, &k, 0, p, 100);
+    free(p);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -347,6 +429,8 @@ int main(void)
         T(test_an_entry_of_a_newer_format_version_is_an_uncounted_miss_and_is_left_alone),
         T(test_an_entry_holding_another_key_is_a_miss_and_is_deleted),
         T(test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed),
+        T(test_entries_with_names_of_a_nul_or_64_kib_or_no_payload_are_a_miss_and_deleted),
+        T(test_a_key_text_of_64_kib_is_refused_and_one_byte_less_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -242,6 +242,37 @@ static void test_a_lock_held_past_the_timeout_is_given_up(void **state)
     fsa_key_free(&k);
 }
 
+/* A timeout with anything after its number is no timeout: the default
+ * wait applies, not the number read ("0s" would mean no wait at all). */
+static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* holds the lock for 300 ms */
+        int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+        if (fd < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        usleep(300 * 1000);
+        fsa_disk_cache_unlock(fd);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", "0s", 1), 0);
+    int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+    unsetenv("FSA_CACHE_LOCK_TIMEOUT");
+    assert_true(fd >= 0); /* waited the 300 ms and got it */
+    fsa_disk_cache_unlock(fd);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    close(ready[0]);
+    close(ready[1]);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -251,6 +282,7 @@ int main(void)
         T(test_the_key_lock_makes_a_second_process_wait_for_the_first),
         T(test_a_lock_held_by_a_stopped_process_is_not_waited_for),
         T(test_a_lock_held_past_the_timeout_is_given_up),
+        T(test_a_lock_timeout_with_trailing_characters_is_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

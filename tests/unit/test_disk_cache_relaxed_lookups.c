@@ -5,6 +5,7 @@
  * loads. */
 #include "disk_cache_fixture.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,6 +86,55 @@ static void test_any_nvrtc_lookup_prefers_the_newest_intact_entry(void **state)
     fsa_key_free(&wanted);
 }
 
+/* Entries of one age: the one of the exact key wins, whichever of the two
+ * the directory listing gives first (each key takes its turn as the exact one). */
+static void test_any_nvrtc_lookup_prefers_the_exact_key_among_entries_of_one_age(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k[2];
+    make_key(&k[0], "128", "12.8", "-O3");
+    make_key(&k[1], "128", "12.9", "-O3");
+    uint8_t *p[2] = {make_payload(900, 11), make_payload(900, 12)};
+    time_t now = time(NULL);
+    for (int i = 0; i < 2; i++) {
+        publish(f->dc, &k[i], p[i], 900);
+        char *path = fsa_disk_cache_entry_path(f->dc, &k[i], TARGET);
+        set_times(path, now - 100, now - 100);
+        free(path);
+    }
+    for (int i = 0; i < 2; i++) expect_hit(f->dc, &k[i], 1, p[i], 900);
+    for (int i = 0; i < 2; i++) {
+        free(p[i]);
+        fsa_key_free(&k[i]);
+    }
+}
+
+/* A file named for one key that holds another key's intact entry is damage
+ * to any-NVRTC lookups too: counted and deleted, never handed out. */
+static void test_any_nvrtc_lookup_counts_and_deletes_an_entry_under_another_keys_name(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key built, named, wanted;
+    make_key(&built, "128", "12.8", "-O3");
+    make_key(&named, "128", "12.9", "-O3");
+    make_key(&wanted, "128", NULL, "-O3");
+    uint8_t *p = make_payload(900, 13);
+    publish(f->dc, &built, p, 900);
+    char *from = fsa_disk_cache_entry_path(f->dc, &built, TARGET);
+    char *to = fsa_disk_cache_entry_path(f->dc, &named, TARGET);
+    assert_int_equal(rename(from, to), 0);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &wanted, 1, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(to));
+    free(from);
+    free(to);
+    free(p);
+    fsa_key_free(&built);
+    fsa_key_free(&named);
+    fsa_key_free(&wanted);
+}
+
 /* ------------------------------------------------------------ compatible */
 
 static void test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads(void **state)
@@ -130,6 +180,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_any_nvrtc_lookup_finds_an_entry_built_by_another_nvrtc),
         T(test_any_nvrtc_lookup_prefers_the_newest_intact_entry),
+        T(test_any_nvrtc_lookup_prefers_the_exact_key_among_entries_of_one_age),
+        T(test_any_nvrtc_lookup_counts_and_deletes_an_entry_under_another_keys_name),
         T(test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

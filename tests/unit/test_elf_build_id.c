@@ -86,6 +86,24 @@ static void test_a_note_cut_short_by_the_block_gives_none(void **state)
     assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, bad.bytes, bad.size, 4), 0);
 }
 
+/* The owner is "GNU" with its NUL, four bytes: a name of another length
+ * that merely starts with those bytes is another owner. */
+static void test_a_build_id_note_of_an_owner_name_of_another_length_gives_none(void **state)
+{
+    (void)state;
+    const uint32_t name_sizes[] = {3, 8};
+    for (int i = 0; i < 2; i++) {
+        notes n = {.size = 0};
+        put_u32(&n, name_sizes[i]);
+        put_u32(&n, sizeof k_id);
+        put_u32(&n, NT_GNU_BUILD_ID);
+        put_padded(&n, "GNU\0\0\0\0\0", name_sizes[i], 4);
+        put_padded(&n, k_id, sizeof k_id, 4);
+        uint8_t out[FSA_BUILD_ID_MAX];
+        assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, n.bytes, n.size, 4), 0);
+    }
+}
+
 static void test_an_id_longer_than_the_room_given_is_not_cut(void **state)
 {
     (void)state;
@@ -131,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_notes_without_a_build_id_give_none),
         cmocka_unit_test(test_a_note_cut_short_by_the_block_gives_none),
         cmocka_unit_test(test_an_id_longer_than_the_room_given_is_not_cut),
+        cmocka_unit_test(test_a_build_id_note_of_an_owner_name_of_another_length_gives_none),
         cmocka_unit_test(test_a_loaded_objects_id_is_the_one_its_file_holds),
         cmocka_unit_test(test_an_address_no_object_holds_gives_none),
     };

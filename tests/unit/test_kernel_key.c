@@ -138,6 +138,17 @@ static void test_the_callers_parameter_order_does_not_change_the_key(void **stat
     fsa_key_free(&b);
 }
 
+static void test_the_parameters_appear_in_the_key_text_sorted_by_name(void **state)
+{
+    (void)state;
+    key_spec s = base_spec(); /* given DTYPE, HEAD_DIM, GROUP, BLOCK_SIZE */
+    fsa_kernel_key k;
+    build_ok(&k, &s);
+    const char *order[] = {"\nparam BLOCK_SIZE ", "\nparam DTYPE ", "\nparam GROUP ", "\nparam HEAD_DIM "};
+    for (int i = 1; i < 4; i++) assert_true(strstr(k.text, order[i - 1]) < strstr(k.text, order[i]));
+    fsa_key_free(&k);
+}
+
 static void test_the_readable_name_is_the_family_then_tagged_values(void **state)
 {
     (void)state;
@@ -451,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_the_same_inputs_give_the_same_text_digest_hex_and_name),
         cmocka_unit_test(test_the_key_text_has_every_field_including_the_templates_digest),
         cmocka_unit_test(test_the_callers_parameter_order_does_not_change_the_key),
+        cmocka_unit_test(test_the_parameters_appear_in_the_key_text_sorted_by_name),
         cmocka_unit_test(test_the_readable_name_is_the_family_then_tagged_values),
         cmocka_unit_test(test_changing_any_one_field_changes_the_digest),
         cmocka_unit_test(test_a_tag_changes_the_name_but_not_the_key),
