@@ -78,46 +78,32 @@ static void test_list_visits_every_entry_of_every_target_and_nothing_else(void *
 }
 
 /* Only "<name>.<32 lower-case hex digits>.cubin" is an entry: a file whose
- * digest has other letters is someone else's, neither listed, counted as
- * damaged, nor deleted. */
-static void test_a_file_whose_digest_is_not_lower_case_hex_is_left_alone(void **state)
+ * digest has other letters, with no name before the digest or no dot between
+ * them is someone else's, neither listed, counted as damaged, nor deleted. */
+static void test_files_not_named_like_entries_are_left_alone(void **state)
 {
     fixture *f = *state;
     publish_for(f->dc, TARGET, "64", 100);
-    char *letters = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d64.0123456789abcdefghijklmnopqrstuv.cubin");
-    char *upper = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d64.0123456789ABCDEF0123456789ABCDEF.cubin");
-    touch(letters);
-    touch(upper);
+    const char *names[] = {"sel_fwd_main_bf16_d64.0123456789abcdefghijklmnopqrstuv.cubin",
+                           "sel_fwd_main_bf16_d64.0123456789ABCDEF0123456789ABCDEF.cubin",
+                           ".0123456789abcdef0123456789abcdef.cubin",
+                           "sel_fwd_main_bf16_d64_0123456789abcdef0123456789abcdef.cubin"};
+    char *paths[4];
+    for (int i = 0; i < 4; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "v1/" TARGET "/%s", names[i]);
+        paths[i] = join(f->root, rel);
+        touch(paths[i]);
+    }
     seen s = {0};
     uint64_t bad = 0;
     assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
     assert_int_equal(bad, 0);
     assert_int_equal(s.n, 1);
-    assert_true(exists(letters));
-    assert_true(exists(upper));
-    free(letters);
-    free(upper);
-}
-
-/* Nor is a file with no name before its digest, or with no dot between the
- * name and the digest. */
-static void test_a_file_without_a_name_or_a_dot_before_its_digest_is_left_alone(void **state)
-{
-    fixture *f = *state;
-    publish_for(f->dc, TARGET, "64", 100);
-    char *nameless = join(f->root, "v1/" TARGET "/.0123456789abcdef0123456789abcdef.cubin");
-    char *no_dot = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d64_0123456789abcdef0123456789abcdef.cubin");
-    touch(nameless);
-    touch(no_dot);
-    seen s = {0};
-    uint64_t bad = 0;
-    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
-    assert_int_equal(bad, 0);
-    assert_int_equal(s.n, 1);
-    assert_true(exists(nameless));
-    assert_true(exists(no_dot));
-    free(nameless);
-    free(no_dot);
+    for (int i = 0; i < 4; i++) {
+        if (!exists(paths[i])) fail_msg("%s was deleted", names[i]);
+        free(paths[i]);
+    }
 }
 
 static int reject_sm80(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
@@ -590,8 +576,7 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[1], "--child") == 0 && strcmp(argv[2], "verify") == 0) return child_verify(argv[3]);
     const struct CMUnitTest tests[] = {
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
-        T(test_a_file_whose_digest_is_not_lower_case_hex_is_left_alone),
-        T(test_a_file_without_a_name_or_a_dot_before_its_digest_is_left_alone),
+        T(test_files_not_named_like_entries_are_left_alone),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),
