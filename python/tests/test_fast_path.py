@@ -268,3 +268,75 @@ def test_the_backward_writes_each_gradients_strides_when_values_are_narrower(fak
     assert bwd["workspace_bytes"] == 256 * 2 and bwd["workspace"] != 0  # the plan's size for a batch of 2
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
         assert bwd[name] == (g.data_ptr(), g.stride(0), g.stride(1))
+
+
+def look_up(p, **kw):
+    call = dict(scale=None, max_seqlen=None, algorithm="auto", topk_layout=None, limit=0, validate=False,
+                needs_backward=False) | kw
+    return _fast.lookup(p["q"], p["k"], p["v"], p["topk_idx"], p["cu_seqlens"], p["block_size"], **call)[0]
+
+
+@pytest.mark.parametrize("change,kw", [
+    (lambda p: p | {"topk_idx": torch.zeros(40, 2, 3, dtype=torch.int32).transpose(0, 1)}, {}),  # topk strides
+    (lambda p: p | {"topk_idx": torch.zeros(2, 40, 4, dtype=torch.int32)}, {}),  # top-k
+    (lambda p: p | {"v": torch.randn(40, 2, 64).bfloat16()}, {}),  # v's head dim
+    (lambda p: p | {"v": torch.randn(40, 2, 64).bfloat16()[..., :32]}, {}),  # v's strides
+    (lambda p: p | {"cu_seqlens": p["cu_seqlens"].to("meta")}, {}),  # cu_seqlens' device
+    (lambda p: p, {"scale": 0.5}),
+    (lambda p: p, {"algorithm": "fsa"}),
+    (lambda p: p, {"limit": 1 << 30}),
+    (lambda p: p, {"validate": True}),
+])
+def test_a_call_that_differs_in_anything_the_plan_views_or_checks_depend_on_gets_its_own_entry(fake, change, kw):
+    _, counts = fake
+    p = problem()
+    first = look_up(p)
+    second = look_up(change(problem()), **kw)
+    assert second is not first and counts["check"] == 2
+
+
+def test_the_layout_a_caller_names_when_hkv_equals_t_is_part_of_the_key(fake):
+    # [2, 2, K] reads as [Hkv, T, K] or [T, Hkv, K]: a shared entry would read the selection transposed.
+    lib, _ = fake
+    p = problem(T=2, Hq=2, Hkv=2, cu=(0, 2))
+    fast(p, topk_layout="hkt")
+    fast(p, topk_layout="thk")
+    assert [c["topk"][1:] for c in lib.calls] == [(3, 6), (6, 3)]  # (token stride, head stride)
+
+
+@pytest.mark.parametrize("field,other", [("layout", "thk"), ("scale", 0.5), ("backward", True), ("v", None)])
+def test_the_operators_entries_are_keyed_by_layout_scale_backward_and_value_shape(fake, field, other):
+    _, counts = fake
+    p = problem()
+    base = dict(q=p["q"], k=p["k"], v=p["v"], topk_idx=p["topk_idx"], block_size=16, scale=0.0, algo=0,
+                layout="hkt", limit=0, backward=False, validate=False)
+    first = _fast.op_entry(**base)
+    second = _fast.op_entry(**base | {field: torch.randn(40, 2, 64).bfloat16() if field == "v" else other})
+    assert second is not first and counts["plan"] == 2
+
+
+@pytest.mark.parametrize("name,narrow,wide", [
+    ("v", lambda: torch.randn(40, 2, 64).bfloat16()[..., :32], lambda: torch.randn(40, 2, 64).bfloat16()),
+    ("topk_idx", lambda: torch.zeros(2, 40, 4, dtype=torch.int32)[..., :3], lambda: torch.zeros(2, 40, 4, dtype=torch.int32)),
+])
+def test_shapes_of_the_same_strides_are_different_keys(fake, name, narrow, wide):
+    # A view of the first columns has the strides of the whole: a shared entry would keep the narrow call's
+    # value head dim or top-k and read the wider tensor with it (or the narrow one past its columns).
+    _, counts = fake
+    first = look_up(problem() | {name: narrow()})
+    second = look_up(problem() | {name: wide()})
+    assert second is not first and counts["check"] == 2
+    p = problem()
+    base = dict(q=p["q"], k=p["k"], v=p["v"], topk_idx=p["topk_idx"], block_size=16, scale=0.0, algo=0,
+                layout="hkt", limit=0, backward=False, validate=False)
+    op_first = _fast.op_entry(**base | {name: narrow()})
+    op_second = _fast.op_entry(**base | {name: wide()})
+    assert op_second is not op_first
+
+
+def test_values_off_16_bytes_leave_the_fast_path_for_the_operators_copy(fake):
+    fsa_jit.selected_attention(**problem())
+    p = problem()
+    flat = torch.zeros(40 * 2 * 32 + 4, dtype=torch.bfloat16)
+    p["v"] = flat[4:].view(40, 2, 32)  # 8 bytes off 16: checked per call, not per key
+    assert fast(p) is None

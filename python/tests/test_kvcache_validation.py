@@ -171,3 +171,25 @@ def test_kvcache_plan_choice_checks_its_arguments_before_the_library(change, err
                  max_query_tokens=16)
     with pytest.raises(error, match=match):
         kvcache.kvcache_plan_choice(**shape | change)
+
+
+def test_a_key_cache_narrower_than_q_is_refused():
+    # libfsa reads D columns of each cached key: a narrower k_cache would be read past its rows.
+    p = problem(D=64)
+    p["k_cache"] = torch.randn(6, 16, 2, 32).to(torch.bfloat16)
+    expect(r"q and k_cache share the query/key head dim: q has 64, k_cache 32", **p)
+
+
+@pytest.mark.parametrize("D", [8, 24, 272])
+def test_a_query_head_dim_outside_16_to_256_in_steps_of_16_is_refused(D):
+    expect(rf"q's head dim {D}: a multiple of 16 from 16 to 256", **problem(D=D))
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4), (3, 2, 4), (2, 2, 4)])
+def test_an_hkt_selection_must_be_hkv_by_tq(shape):
+    expect(r"topk_idx must be \[Hkv, Tq, K\] = \[2, 3, K\] with topk_layout 'hkt'",
+           **problem() | {"topk_idx": torch.zeros(shape, dtype=torch.int32)}, topk_layout="hkt")
+
+
+def test_a_shared_selection_needs_one_row_per_query_token():
+    expect(r"a shared selection is \[Tq, K\] = \[3, K\]", **problem() | {"topk_idx": torch.zeros(2, 4, dtype=torch.int32)})

@@ -323,3 +323,29 @@ def test_compress_mean_takes_a_1d_integer_tensor_of_offsets(cu, error, match):
     expect(compress_mean, error, match, x=torch.randn(40, 2, 32), cu_seqlens=cu)
     x_cmp, cu_c = compress_mean(torch.randn(40, 2, 32), torch.tensor([0, 40]), kernel_size=8, stride=4)
     assert x_cmp.shape == (9, 2, 32) and cu_c.tolist() == [0, 9]  # int64 offsets are fine
+
+
+def on_gpu(p, **elsewhere):
+    """nsa_problem's tensors as fake CUDA tensors on cuda:0, those named in elsewhere on that device."""
+    return {n: x.to(elsewhere.get(n, "cuda")) if isinstance(x, torch.Tensor) else x for n, x in p.items()}
+
+
+@pytest.mark.parametrize("name,gate", [("g_sel", lambda: torch.rand(40, 4)), ("g_cmp", lambda: torch.rand(4))])
+def test_a_gate_on_another_gpu_is_refused(name, gate):
+    with FakeTensorMode():
+        p = on_gpu(nsa_problem(**{name: gate()}), **{name: "cuda:1"})
+        expect(nsa_attention, ValueError, rf"{name} is on cuda:1 but q is on cuda:0", **p)
+
+
+@pytest.mark.parametrize("name", ["k_win", "v_win"])
+def test_window_keys_or_values_on_another_gpu_are_refused(name):
+    with FakeTensorMode():
+        change = dict(k_win=torch.randn(40, 2, 32).bfloat16(), v_win=torch.randn(40, 2, 32).bfloat16())
+        p = on_gpu(nsa_problem(**change), **{name: "cuda:1"})
+        expect(nsa_attention, ValueError, rf"{name} is on cuda:1 but q is on cuda:0", **p)
+
+
+def test_the_selected_branchs_keys_are_checked_when_the_window_has_its_own():
+    change = dict(k=torch.randn(39, 2, 32).bfloat16(), v=torch.randn(39, 2, 32).bfloat16(),
+                  k_win=torch.randn(40, 2, 32).bfloat16(), v_win=torch.randn(40, 2, 32).bfloat16())
+    expect(nsa_attention, ValueError, r"q has T=40 tokens but k and v have 39", **nsa_problem(**change))

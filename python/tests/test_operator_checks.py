@@ -130,6 +130,14 @@ def test_a_direct_forward_call_with_cu_seqlens_on_another_device_is_refused(fake
     refused("selected_attention_fwd", ValueError, match, **selected(cu_seqlens=offsets(0, 4, 10, device=device)))
 
 
+
+@pytest.mark.parametrize("name,shape", [("k", (10, 2, 32)), ("v", (10, 2, 32)), ("topk_idx", (10, 2, 3))])
+def test_a_direct_forward_call_with_k_v_or_topk_on_another_gpu_is_refused(fake, name, shape):
+    # libfsa would dereference another device's pointer in q's kernel.
+    make = ints if name == "topk_idx" else floats
+    refused("selected_attention_fwd", ValueError, rf"{name} is on cuda:1 but q is on cuda:0",
+            **selected(**{name: make(*shape, device="cuda:1")}))
+
 @pytest.mark.parametrize("change,match", [
     (lambda: dict(q=floats(10, 4, 32, dtype=torch.float32)), r"q must be torch.float16 or torch.bfloat16"),
     (lambda: dict(v=floats(10, 2, 32, dtype=torch.float16)), r"q, k and v must have the same dtype"),
@@ -440,3 +448,56 @@ def test_compiled_calls_whose_ints_vary_still_trace(fake):
     for block_size, max_seqlen, window in ((16, 4, 3), (32, 5, 4), (64, 6, 5)):
         assert compiled(*tensors, block_size, max_seqlen, window).shape == (10, 4, 32)
     assert len(graphs) >= 2
+
+
+@pytest.mark.parametrize("name", ["lse", "dout"])
+def test_a_direct_backward_call_with_lse_or_dout_on_another_gpu_is_refused(fake, name):
+    p = selected_bwd()
+    p[name] = torch.zeros(p[name].shape, dtype=p[name].dtype, device="cuda:1")
+    refused("selected_attention_bwd", ValueError, rf"{name} is on cuda:1 but q is on cuda:0", **p)
+
+
+# ------------------------------------------------- more shape, device and limit checks
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda: dict(cu_seqlens_c=offsets(0, 0, 1, 3)), r"cu_seqlens_c must have one entry per entry of cu_seqlens \(3\), got 4"),
+    (lambda: dict(v=floats(3, 1, 16)), r"k and v must have the same \[Tc, Hkv\]"),
+    (lambda: dict(cu_seqlens=offsets(0), cu_seqlens_c=offsets(0)), r"cu_seqlens must be 1-D \[batch \+ 1\] with at least 2"),
+])
+def test_a_direct_compressed_call_with_more_offsets_or_kv_heads_that_disagree_is_refused(fake, change, match):
+    refused("compressed_attention_fwd", ValueError, match, **compressed_args(**change()))
+
+
+def test_a_direct_window_call_with_more_windows_than_query_heads_is_refused(fake):
+    refused("window_attention_fwd", ValueError, r"per-head windows: one per query head \(4\), got 5",
+            **window_args(window=0, head_windows=[4, 4, 4, 4, 4]))
+
+
+def test_per_head_windows_for_more_than_256_query_heads_are_refused(fake):
+    # libfsa's plan holds at most FSA_WINDOW_MAX_HEAD_WINDOWS (256) windows.
+    refused("window_attention_fwd", ValueError, r"per-head windows take at most 256 query heads, got 257",
+            **window_args(Hq=257, Hkv=257, window=0, head_windows=[4] * 257))
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda: dict(k=floats(11, 2, 32), v=floats(11, 2, 16)), r"q has T=10 tokens but k and v have 11"),
+    (lambda: dict(v=floats(10, 1, 16)), r"k and v must have the same \[T, Hkv\]"),
+])
+def test_a_direct_window_call_with_longer_keys_or_kv_heads_that_disagree_is_refused(fake, change, match):
+    refused("window_attention_fwd", ValueError, match, **window_args(**change()))
+
+
+# ------------------------------------------------------------------- gate operators
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (lambda: dict(o_sel=floats(10, 4, 16)), ValueError, r"o_sel must have o_cmp's shape \(10, 4, 32\)"),
+    (lambda: dict(o_win=floats(10, 2, 32)), ValueError, r"o_win must have o_cmp's shape \(10, 4, 32\)"),
+    (lambda: dict(g_cmp=floats(10, 4, dtype=torch.float16)), TypeError, r"g_cmp must be torch.float32"),
+    (lambda: dict(g_sel=floats(4, 10, dtype=torch.float32)), ValueError, r"g_sel must be \[T, Hq\] = \[10, 4\]"),
+    (lambda: dict(g_win=floats(10, 4, dtype=torch.float32, device="cuda:1")), ValueError,
+     r"g_win is on cuda:1 but o_cmp is on cuda:0"),
+])
+def test_a_direct_gate_call_with_a_bad_output_or_gate_is_refused(fake, change, error, match):
+    refused("nsa_gate_fwd", error, match, **gate_args(**change()))

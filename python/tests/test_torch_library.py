@@ -143,3 +143,9 @@ def test_workspace_limit_none_is_the_library_default_and_unlimited_is_no_cap():
     assert _lib.workspace_limit_field(-1) == _lib.FSA_WORKSPACE_UNLIMITED == (1 << 64) - 1
     assert _lib.workspace_limit_field(0) == 0
     assert _lib.workspace_limit_field(4096) == 4096
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("nan")])
+def test_a_negative_infinite_or_nan_workspace_limit_is_refused_rather_than_taken_as_no_cap(bad):
+    with pytest.raises(TypeError, match=r"workspace_limit must be an int, a string such as '2G', or None"):
+        _lib.parse_workspace_limit(bad)

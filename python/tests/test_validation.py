@@ -255,3 +255,24 @@ def test_plan_choice_refuses_what_selected_attention_refuses_before_the_library(
     shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64) | change
     with pytest.raises(error, match=match):
         fsa_jit.plan_choice(1024, **shape)
+
+
+def test_keys_and_values_with_more_tokens_than_the_queries_are_refused():
+    # Not only fewer: a longer k/v pack is another packing of the batch, never a valid one.
+    p = problem()
+    p["k"] = torch.randn(11, 2, 32).to(torch.bfloat16)
+    p["v"] = torch.randn(11, 2, 32).to(torch.bfloat16)
+    expect(ValueError, r"q has T=10 tokens but k and v have 11", **p)
+
+
+def test_keys_with_a_narrower_head_dim_than_the_queries_are_refused():
+    # libfsa reads D columns of k for each key: a narrower k would be read past its rows.
+    p = problem(D=64)
+    p["k"] = torch.randn(10, 2, 32).to(torch.bfloat16)
+    p["v"] = torch.randn(10, 2, 32).to(torch.bfloat16)
+    expect(ValueError, r"q has head_dim 64 but k has 32", **p)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_max_seqlen_is_a_type_error_rather_than_a_length_of_one_or_zero(flag):
+    expect(TypeError, r"max_seqlen must be a Python int or None", **problem(), max_seqlen=flag)
