@@ -105,9 +105,9 @@ typedef struct fsa_context_options {
  *         mode (option or environment), a negative device other than
  *         FSA_DEVICE_NONE, an offline context without a target or a target
  *         that cannot run on the device or a target name of another form than
- *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device or target the
- *         library does not build for (older than sm_80, or one it does not
- *         know); FSA_STATUS_NO_DRIVER,
+ *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device
+ *         or target the library does not build for (older than sm_80, or one
+ *         it does not know); FSA_STATUS_NO_DRIVER,
  *         FSA_STATUS_NO_DEVICE or FSA_STATUS_DRIVER_ERROR when the device
  *         cannot be opened.
  * Thread-safe. Blocks while the driver initializes.

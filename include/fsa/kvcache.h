@@ -191,13 +191,13 @@ typedef struct fsa_kvcache_args {
 
 /**
  * Enqueues the attention on `stream` and returns: no allocation, no host
- * synchronization; can be captured in a CUDA graph. Two exceptions: with
- * tuning on (fsa_context_options.tune), the plan's first uncaptured call
- * measures its split counts on scratch batches it allocates and waits for
- * (fsa_kvcache_plan_choice_get); check mode waits for its verdict. Host-checkable problems
+ * synchronization; can be captured in a CUDA graph. Host-checkable problems
  * are refused before anything is enqueued. Bad device metadata is clamped or
  * skipped on the device; in check mode (fsa_context_options.check) a small
  * kernel validates it first and the call waits for the verdict (docs/kvcache.md).
+ * With tuning on (fsa_context_options.tune), the plan's first uncaptured call
+ * also measures its split counts on scratch batches it allocates, and waits
+ * for the timings (fsa_kvcache_plan_choice_get).
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL

@@ -45,9 +45,8 @@ static int mapped(const struct dl_phdr_info *info, uintptr_t address, size_t siz
     for (size_t i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t start = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && (!readable || (ph->p_flags & PF_R)) && address >= start && address - start < ph->p_memsz &&
-            size <= ph->p_memsz - (address - start))
-            return 1;
+        if (ph->p_type != PT_LOAD || (readable && !(ph->p_flags & PF_R))) continue;
+        if (address >= start && address - start < ph->p_memsz && size <= ph->p_memsz - (address - start)) return 1;
     }
     return 0;
 }
