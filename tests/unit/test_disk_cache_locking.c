@@ -275,12 +275,52 @@ static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
+/* A record whose pid is a stopped process but whose start time is not that
+ * process's (the pid was reused after the writer died) is no evidence: the
+ * waiter waits out its timeout rather than blaming an unrelated process. */
+static void test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    pid_t holder = lock_holder(f, &k, 1);
+    char dir[4096], path[8192] = "";
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        size_t n = strlen(de->d_name);
+        if (n > 5 && strcmp(de->d_name + n - 5, ".lock") == 0) snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    assert_true(path[0] != '\0');
+    char rec[256] = {0}, host[128];
+    long pid = 0;
+    unsigned long long start = 0;
+    FILE *fp = fopen(path, "r+");
+    assert_non_null(fp);
+    assert_non_null(fgets(rec, sizeof rec, fp));
+    assert_int_equal(sscanf(rec, "pid %ld start %llu host %127s", &pid, &start, host), 3);
+    assert_int_equal(pid, (long)holder);
+    assert_int_equal(ftruncate(fileno(fp), 0), 0);
+    rewind(fp);
+    fprintf(fp, "pid %ld start %llu host %s\n", pid, start + 1, host);
+    fclose(fp);
+    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", "1", 1), 0);
+    double took = ask_for_lock(f, &k, 20);
+    unsetenv("FSA_CACHE_LOCK_TIMEOUT");
+    end_holder(holder);
+    assert_true(took >= 0.9); /* waited out the timeout */
+    fsa_key_free(&k);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_concurrent_publishers_and_readers_always_see_the_whole_entry),
         T(test_the_key_lock_makes_a_second_process_wait_for_the_first),
         T(test_a_lock_held_by_a_stopped_process_is_not_waited_for),
+        T(test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed),
         T(test_a_lock_held_past_the_timeout_is_given_up),
         T(test_a_lock_timeout_with_trailing_characters_is_ignored),
     };

@@ -10,6 +10,8 @@
 #include <elf.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct notes {
     uint8_t bytes[256];
@@ -142,10 +144,46 @@ static void test_an_address_no_object_holds_gives_none(void **state)
     assert_int_equal(fsa_elf_build_id_of_loaded(out, sizeof out, &on_the_stack), 0);
 }
 
+static void test_an_eight_byte_padded_block_is_walked_at_eight_byte_steps(void **state)
+{
+    (void)state;
+    /* A 4-byte desc ends at an offset 4-aligned but not 8-aligned: at the
+     * usual 4-byte padding the next note would be read 4 bytes early. */
+    const uint8_t tag[4] = {1, 2, 3, 4};
+    notes n = {0};
+    add_note(&n, "GNU", NT_GNU_ABI_TAG, tag, sizeof tag, 8);
+    add_note(&n, "GNU", NT_GNU_BUILD_ID, k_id, sizeof k_id, 8);
+    uint8_t out[64] = {0};
+    assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, n.bytes, n.size, 8), sizeof k_id);
+    assert_memory_equal(out, k_id, sizeof k_id);
+}
+
+static void test_a_last_note_whose_padding_the_block_leaves_out_gives_none_without_reading_past(void **state)
+{
+    (void)state;
+    /* The block ends right at a page that cannot be read, and its last note's
+     * desc is not padded out: stepping over the padding must stop the walk. */
+    const uint8_t tag[5] = {1, 2, 3, 4, 5};
+    notes n = {0};
+    add_note(&n, "GNU", NT_GNU_ABI_TAG, tag, sizeof tag, 4);
+    size_t size = n.size - 3; /* 12 + 4 + 5 bytes */
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *mem = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(mem != MAP_FAILED);
+    assert_int_equal(mprotect(mem + page, (size_t)page, PROT_NONE), 0);
+    uint8_t *block = mem + page - size;
+    memcpy(block, n.bytes, size);
+    uint8_t out[64];
+    assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, block, size, 4), 0);
+    munmap(mem, 2 * (size_t)page);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_build_id_is_found_behind_other_notes_at_either_padding),
+        cmocka_unit_test(test_an_eight_byte_padded_block_is_walked_at_eight_byte_steps),
+        cmocka_unit_test(test_a_last_note_whose_padding_the_block_leaves_out_gives_none_without_reading_past),
         cmocka_unit_test(test_notes_without_a_build_id_give_none),
         cmocka_unit_test(test_a_note_cut_short_by_the_block_gives_none),
         cmocka_unit_test(test_an_id_longer_than_the_room_given_is_not_cut),
