@@ -164,6 +164,15 @@ static void nvrtc_load_once(void)
     static fsa_nvrtc_candidate candidates[FSA_NVRTC_MAX_CANDIDATES];
     size_t n = fsa_nvrtc_search_list(candidates, FSA_NVRTC_MAX_CANDIDATES, env_get, FSA_DEFAULT_NVRTC_DIR);
     fsa_nvrtc_api *api = &g_nvrtc.api;
+    const char *explicit_path = getenv("FSA_NVRTC_PATH");
+    if (n == 0 && explicit_path && *explicit_path) { /* the list leaves out what it cannot hold */
+        char why[160];
+        snprintf(why, sizeof why, "FSA_NVRTC_PATH is %zu bytes long; a path of at most %zu bytes is supported",
+                 strlen(explicit_path), sizeof candidates[0].path - 1);
+        message_append(why);
+        g_nvrtc.status = FSA_STATUS_NO_NVRTC;
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         const fsa_nvrtc_candidate *c = &candidates[i];
         void *lib = dlopen(c->path, RTLD_NOW | RTLD_LOCAL);

@@ -43,7 +43,8 @@ typedef struct fsa_nvrtc_candidate {
 #define FSA_NVRTC_MAX_CANDIDATES 64
 
 /* The search order, documented in README.md:
- *   1. $FSA_NVRTC_PATH: that file and nothing else.
+ *   1. $FSA_NVRTC_PATH: that file and nothing else (no candidate at all when
+ *      the path does not fit `path`: a shortened one could name another file).
  *   2. The NVRTC of a pip package (nvidia-cuda-nvrtc, which PyTorch brings):
  *      nvidia/cu13/lib and nvidia/cuda_nvrtc/lib under each directory of
  *      $FSA_PYTHON_SITE_DIRS (colon-separated; the Python binding sets it

@@ -1,8 +1,9 @@
 /* Loading NVRTC through the search order, each case in a fresh child
  * process (the library loads NVRTC once per process): a pip package's copy
  * is preferred to the toolkit's, a file that is not NVRTC is passed over,
- * an explicit FSA_NVRTC_PATH that does not load is an error naming it, and
- * kernel keys name the loaded file's version and build ID. */
+ * an explicit FSA_NVRTC_PATH that does not load (or is too long to hold) is
+ * an error naming it, and kernel keys name the loaded file's version and
+ * build ID. */
 #include "testing.h"
 
 #include "base/util.h"
@@ -139,6 +140,18 @@ static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void 
     assert_non_null(strstr(o.message, "FSA_NVRTC_PATH"));
 }
 
+static void test_an_explicit_path_too_long_to_hold_is_an_error_saying_so(void **state)
+{
+    (void)state;
+    char too_long[700];
+    memset(too_long, 'a', sizeof too_long - 1);
+    too_long[0] = '/';
+    too_long[sizeof too_long - 1] = '\0';
+    outcome o = load_in_child("FSA_NVRTC_PATH", too_long);
+    assert_int_equal(o.status, FSA_STATUS_NO_NVRTC);
+    assert_non_null(strstr(o.message, "FSA_NVRTC_PATH is 699 bytes long"));
+}
+
 /* NVRTC 11 cannot compile the kernels: the loader refuses it by its
  * version (the stand-in NVRTC, told which major to report). */
 static void test_an_nvrtc_older_than_12_is_refused_with_its_version_named(void **state)
@@ -176,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_a_pip_package_copy_comes_before_the_toolkit),
         cmocka_unit_test(test_a_file_that_is_not_nvrtc_is_passed_over),
         cmocka_unit_test(test_an_explicit_path_that_does_not_load_is_an_error_naming_it),
+        cmocka_unit_test(test_an_explicit_path_too_long_to_hold_is_an_error_saying_so),
         cmocka_unit_test(test_an_nvrtc_older_than_12_is_refused_with_its_version_named),
         cmocka_unit_test(test_kernel_keys_name_the_version_and_the_files_build_id),
     };

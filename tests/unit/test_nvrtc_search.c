@@ -85,6 +85,29 @@ static void test_an_explicit_path_is_the_only_candidate(void **state)
     free(site);
 }
 
+/* Cut to the candidate's capacity, the path would name another file: here
+ * a real one, the first 511 bytes of what was asked for. */
+static void test_an_explicit_path_too_long_to_hold_is_not_tried_shortened(void **state)
+{
+    (void)state;
+    size_t cap = sizeof g_list[0].path - 1;
+    char rel[600] = "";
+    size_t prefix = strlen(g_root) + 1;
+    while (prefix + strlen(rel) + 100 < cap) strcat(rel, "padding-directory-name-0123456789/");
+    size_t name_len = cap - prefix - strlen(rel);
+    size_t at = strlen(rel);
+    memset(rel + at, 'n', name_len);
+    rel[at + name_len] = '\0';
+    char *shortened = touch(rel);
+    assert_int_equal(strlen(shortened), cap);
+    char *asked = malloc(cap + 16);
+    sprintf(asked, "%s.so.13", shortened);
+    set_env(0, "FSA_NVRTC_PATH", asked);
+    assert_int_equal(fsa_nvrtc_search_list(g_list, FSA_NVRTC_MAX_CANDIDATES, fake_env, NULL), 0);
+    free(asked);
+    free(shortened);
+}
+
 static void test_the_documented_order(void **state)
 {
     (void)state;
@@ -184,6 +207,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_an_explicit_path_is_the_only_candidate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_explicit_path_too_long_to_hold_is_not_tried_shortened, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_the_documented_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newest_major_first_within_a_directory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_directories_and_files_are_left_out, setup, teardown),
