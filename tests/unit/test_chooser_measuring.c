@@ -2,7 +2,8 @@
  * only an uncaptured stream with tuning on and no record measures (never
  * with tuning off or while capturing); measuring takes the faster order and
  * records it, and a later plan reuses the record (force measures again);
- * while a bucket may be measured its workspace serves every candidate; and
+ * while a bucket may be measured its workspace serves every candidate (the
+ * chosen order's when the FSA order cannot run the shape); and
  * FSA_TUNE and the context option set the tuning level. */
 #include "chooser_fixture.h"
 
@@ -131,6 +132,25 @@ static void test_while_a_bucket_may_measure_the_workspace_serves_every_candidate
     f->ctx.cu = NULL;
 }
 
+/* Measuring wants the FSA layout, but when that order cannot run this shape
+ * (here: 2 KV heads x top-k 2^30 list entries per token exceed int32) the
+ * call runs the heuristic's order unmeasured, which needs no workspace. */
+static void test_a_measuring_bucket_whose_fsa_layout_cannot_exist_asks_for_the_chosen_orders(void **state)
+{
+    fixture *f = *state;
+    f->plan.desc.top_k = 1 << 30;
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_FWD, 40), FSA_ALGORITHM_FSA);
+    assert_int_equal(fsa_plan_choose(&f->plan, 40, NULL), FSA_ALGORITHM_NSA);
+    size_t bytes = 1;
+    assert_int_equal(fsa_plan_workspace_size(&bytes, &f->plan, 40, 1), FSA_STATUS_OK);
+    assert_int_equal(bytes, 0);
+    /* Where the heuristic itself takes the FSA order, the shape is refused. */
+    bytes = 1;
+    assert_int_equal(fsa_plan_workspace_size(&bytes, &f->plan, 1000, 1), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("plan", "exceed int32");
+    assert_int_equal(bytes, 0);
+}
+
 /* ------------------------------------------------------------ options */
 
 static void test_fsa_tune_and_the_context_option_set_the_level(void **state)
@@ -174,6 +194,7 @@ int main(void)
         T(test_a_capturing_stream_never_measures_and_gets_the_heuristic),
         T(test_measuring_takes_the_faster_order_records_it_and_a_new_plan_reuses_it),
         T(test_while_a_bucket_may_measure_the_workspace_serves_every_candidate),
+        T(test_a_measuring_bucket_whose_fsa_layout_cannot_exist_asks_for_the_chosen_orders),
         T(test_fsa_tune_and_the_context_option_set_the_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
