@@ -185,7 +185,7 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != q.dtype or q.dtype not in _DTYPES:
-            raise ValueError(f"{name} must be bf16 or fp16 like q, got {t.dtype}")
+            raise TypeError(f"{name} must be torch.bfloat16 or torch.float16 like q, got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     if not (q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3]):
@@ -209,8 +209,10 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
         raise ValueError(f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
                     ("topk_idx", topk_idx), ("topk_length", topk_length)):
-        if t is not None and (t.dtype != torch.int32 or t.device != q.device):
-            raise ValueError(f"{name} must be int32 on {q.device}")
+        if t is not None and t.dtype != torch.int32:
+            raise TypeError(f"{name} must be torch.int32, got {t.dtype}")
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     # Batch 0 is an empty call ([0]: no sequence, no query token); libfsa refuses query tokens without one.
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1:
         raise ValueError(f"cu_seqlens_q must be 1-D [B + 1], got shape {tuple(cu_seqlens_q.shape)}")

@@ -151,6 +151,25 @@ def test_the_caches_must_be_on_qs_device(name):
     expect(rf"{name} is on meta but q is on cpu", **p)
 
 
+@pytest.mark.parametrize("name,dtype", [("q", torch.float32), ("k_cache", torch.float16), ("v_cache", torch.float16)])
+def test_q_and_the_caches_are_bf16_or_fp16_alike(name, dtype):
+    p = problem()
+    p[name] = p[name].to(dtype)
+    with pytest.raises(TypeError, match=rf"{name} must be torch.bfloat16 or torch.float16 like q, got {dtype}"):
+        kvcache.kvcache_attention(**p)
+
+
+@pytest.mark.parametrize("name", ["cu_seqlens_q", "seqused_k", "block_table", "topk_idx", "topk_length"])
+def test_the_metadata_is_int32_on_qs_device(name):
+    p = problem() | {"topk_length": torch.full((3,), 4, dtype=torch.int32)}
+    ok = p[name]
+    p[name] = ok.to(torch.int64)
+    with pytest.raises(TypeError, match=rf"{name} must be torch.int32, got torch.int64"):
+        kvcache.kvcache_attention(**p)
+    p[name] = ok.to("meta")
+    expect(rf"{name} is on meta but q is on cpu", **p)
+
+
 @pytest.mark.parametrize("change,match", [
     (dict(block_size=2**32 + 16), r"block_size 4294967312 is past int32"),
     (dict(max_batch=2**32 + 1), r"max_batch 4294967297 is past int32"),

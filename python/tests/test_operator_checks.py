@@ -285,7 +285,7 @@ def test_a_direct_window_backward_call_with_dout_of_another_dtype_is_refused(fak
 
 
 def test_a_direct_kvcache_call_with_int64_topk_is_refused(fake):
-    refused("kvcache_attention", ValueError, r"topk_idx must be int32 on cuda:0",
+    refused("kvcache_attention", TypeError, r"topk_idx must be torch.int32, got torch.int64",
             **kvcache_args(topk_idx=ints(3, 2, 4, dtype=torch.int64)))
 
 
@@ -293,7 +293,7 @@ def test_a_direct_kvcache_call_with_int64_topk_is_refused(fake):
 def test_a_direct_kvcache_call_with_metadata_on_the_host_is_refused(fake, name):
     p = kvcache_args()
     p[name] = p[name].to("cpu")
-    refused("kvcache_attention", ValueError, rf"{name} must be int32 on cuda:0", **p)
+    refused("kvcache_attention", ValueError, rf"{name} is on cpu but q is on cuda:0", **p)
 
 
 @pytest.mark.parametrize("change,match", [
