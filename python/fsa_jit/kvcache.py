@@ -209,9 +209,11 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
         raise ValueError(f"v_cache's head dim {dv}: a multiple of 16 from 16 to 256")
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k), ("block_table", block_table),
                     ("topk_idx", topk_idx), ("topk_length", topk_length)):
-        if t is not None and t.dtype != torch.int32:
+        if t is None:
+            continue
+        if t.dtype != torch.int32:
             raise TypeError(f"{name} must be torch.int32, got {t.dtype}")
-        if t is not None and t.device != q.device:
+        if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     # Batch 0 is an empty call ([0]: no sequence, no query token); libfsa refuses query tokens without one.
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1:
