@@ -197,24 +197,26 @@ static void put_le(uint8_t *p, uint64_t v, int n)
     for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* An intact entry of format version 1 (64-byte header, no entry-names
- * checksum), as the library wrote them before version 2. */
-static void write_format_1_entry(const char *path, const fsa_kernel_key *k, const uint8_t *p, size_t n)
+/* An entry written by hand, every checksum right, whatever it holds: format
+ * version 1 (64-byte header, no entry-names checksum, as the library wrote
+ * them before version 2) or the current one; names are nl bytes, NULs allowed. */
+static void write_entry(const char *path, int version, const fsa_kernel_key *k, const char *names, size_t nl,
+                        const uint8_t *p, size_t n)
 {
-    const char *names = "fsa_kernel";
-    size_t kl = strlen(k->text), nl = strlen(names), total = 64 + kl + nl + n;
+    size_t header = version == 1 ? 64 : FSA_CACHE_HEADER_SIZE, kl = strlen(k->text), total = header + kl + nl + n;
     uint8_t *d = calloc(1, total);
     assert_non_null(d);
     memcpy(d, "FSACUBIN", 8);
-    put_le(d + 8, 1, 4);
+    put_le(d + 8, (uint64_t)version, 4);
     put_le(d + 16, n, 8);
     fsa_digest128(d + 24, p, n);
     memcpy(d + 40, k->digest, 16);
     put_le(d + 56, kl, 4);
     put_le(d + 60, nl, 4);
-    memcpy(d + 64, k->text, kl);
-    memcpy(d + 64 + kl, names, nl);
-    memcpy(d + 64 + kl + nl, p, n);
+    if (version != 1) fsa_digest128(d + 64, names, nl);
+    memcpy(d + header, k->text, kl);
+    memcpy(d + header + kl, names, nl);
+    memcpy(d + header + kl + nl, p, n);
     int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, d, total), (ssize_t)total);
@@ -249,7 +251,7 @@ static void test_an_entry_of_the_previous_format_version_is_an_uncounted_miss_an
     uint8_t *p = make_payload(700, 21);
     publish(f->dc, &k, p, 700); /* makes the directories */
     char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
-    write_format_1_entry(path, &k, p, 700);
+    write_entry(path, 1, &k, "fsa_kernel", strlen("fsa_kernel"), p, 700);
     expect_foreign_entry_left_alone_then_replaced(f, &k, path, p, 700);
     free(path);
     free(p);
@@ -330,32 +332,6 @@ static void test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed(void **
     fsa_key_free(&k);
 }
 
-/* A version-2 entry written by hand, every checksum right, whatever its
- * entry names (nl bytes, NULs allowed). */
-static void write_entry_with_names(const char *path, const fsa_kernel_key *k, const char *names, size_t nl,
-                                   const uint8_t *p, size_t n)
-{
-    size_t kl = strlen(k->text), total = FSA_CACHE_HEADER_SIZE + kl + nl + n;
-    uint8_t *d = calloc(1, total);
-    assert_non_null(d);
-    memcpy(d, "FSACUBIN", 8);
-    put_le(d + 8, FSA_CACHE_FORMAT_VERSION, 4);
-    put_le(d + 16, n, 8);
-    fsa_digest128(d + 24, p, n);
-    memcpy(d + 40, k->digest, 16);
-    put_le(d + 56, kl, 4);
-    put_le(d + 60, nl, 4);
-    fsa_digest128(d + 64, names, nl);
-    memcpy(d + FSA_CACHE_HEADER_SIZE, k->text, kl);
-    memcpy(d + FSA_CACHE_HEADER_SIZE + kl, names, nl);
-    memcpy(d + FSA_CACHE_HEADER_SIZE + kl + nl, p, n);
-    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, d, total), (ssize_t)total);
-    close(fd);
-    free(d);
-}
-
 /* Entry names are handed out as a C string shorter than 64 KiB, and an
  * entry holds a cubin: names with a NUL in them or of 64 KiB, or no payload,
  * are no entry of ours, whatever the checksums say. */
@@ -373,13 +349,13 @@ static void test_entries_with_names_of_a_nul_or_64_kib_or_no_payload_are_a_miss_
     const size_t names_len[] = {64 * 1024, 3, 1}, payload_len[] = {500, 500, 0};
     for (int i = 0; i < 3; i++) {
         names[1] = i == 1 ? '\0' : 'k';
-        write_entry_with_names(path, &k, names, names_len[i], p, payload_len[i]);
+        write_entry(path, FSA_CACHE_FORMAT_VERSION, &k, names, names_len[i], p, payload_len[i]);
         uint64_t corrupt = 0;
         assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
         assert_int_equal(corrupt, 1);
         assert_false(exists(path));
     }
-    write_entry_with_names(path, &k, names, 1, p, 500); /* the same writer, a good entry */
+    write_entry(path, FSA_CACHE_FORMAT_VERSION, &k, names, 1, p, 500); /* the same writer, a good entry */
     expect_hit(f->dc, &k, 0, p, 500);
     free(names);
     free(path);
