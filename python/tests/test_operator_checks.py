@@ -130,13 +130,13 @@ def test_a_direct_forward_call_with_cu_seqlens_on_another_device_is_refused(fake
     refused("selected_attention_fwd", ValueError, match, **selected(cu_seqlens=offsets(0, 4, 10, device=device)))
 
 
-
 @pytest.mark.parametrize("name,shape", [("k", (10, 2, 32)), ("v", (10, 2, 32)), ("topk_idx", (10, 2, 3))])
 def test_a_direct_forward_call_with_k_v_or_topk_on_another_gpu_is_refused(fake, name, shape):
     # libfsa would dereference another device's pointer in q's kernel.
     make = ints if name == "topk_idx" else floats
     refused("selected_attention_fwd", ValueError, rf"{name} is on cuda:1 but q is on cuda:0",
             **selected(**{name: make(*shape, device="cuda:1")}))
+
 
 @pytest.mark.parametrize("change,match", [
     (lambda: dict(q=floats(10, 4, 32, dtype=torch.float32)), r"q must be torch.float16 or torch.bfloat16"),

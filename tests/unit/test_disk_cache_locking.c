@@ -273,8 +273,6 @@ static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state
     fsa_key_free(&k);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
-
 /* A record whose pid is a stopped process but whose start time is not that
  * process's (the pid was reused after the writer died) is no evidence: the
  * waiter waits out its timeout rather than blaming an unrelated process. */
@@ -313,6 +311,8 @@ static void test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed(voi
     assert_true(took >= 0.9); /* waited out the timeout */
     fsa_key_free(&k);
 }
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
 {
