@@ -145,7 +145,9 @@ static void test_the_parameters_appear_in_the_key_text_sorted_by_name(void **sta
     fsa_kernel_key k;
     build_ok(&k, &s);
     const char *order[] = {"\nparam BLOCK_SIZE ", "\nparam DTYPE ", "\nparam GROUP ", "\nparam HEAD_DIM "};
-    for (int i = 1; i < 4; i++) assert_true(strstr(k.text, order[i - 1]) < strstr(k.text, order[i]));
+    const char *at[4];
+    for (int i = 0; i < 4; i++) assert_non_null(at[i] = strstr(k.text, order[i]));
+    for (int i = 1; i < 4; i++) assert_true(at[i - 1] < at[i]);
     fsa_key_free(&k);
 }
 
