@@ -31,8 +31,10 @@
  *   the calling thread had. Streams must belong to that primary context.
  * - Threads: a context and its plans may be used from several threads at
  *   once, except where a function says otherwise (the destroy functions).
- *   Context and plan creation read environment variables (FSA_*; README):
- *   do not change the environment (setenv, putenv) while they may run.
+ *   Context and plan creation, and a context's first compile (which may be
+ *   its first fsa_fill_u32), read environment variables (FSA_*, CUDA_HOME,
+ *   CUDA_PATH; README): do not change the environment (setenv, putenv)
+ *   while they may run.
  * - Synchronization: the launch functions (fsa_selected_attention_fwd,
  *   fsa_selected_attention_bwd, fsa_fill_u32 once its kernel is loaded) only
  *   enqueue work on the caller's stream: no host synchronization, no

@@ -107,7 +107,8 @@ typedef struct fsa_context_options {
  *         that cannot run on the device or a target name of another form than
  *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device
  *         or target the library does not build for (older than sm_80, or one
- *         it does not know); FSA_STATUS_NO_DRIVER,
+ *         of a major version it does not know: a device of an unlisted minor
+ *         revision runs the newest earlier one's kernels); FSA_STATUS_NO_DRIVER,
  *         FSA_STATUS_NO_DEVICE or FSA_STATUS_DRIVER_ERROR when the device
  *         cannot be opened.
  * Thread-safe. Blocks while the driver initializes.

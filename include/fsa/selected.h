@@ -157,7 +157,8 @@ typedef enum fsa_choice_source {
 
 typedef enum fsa_operation { FSA_OPERATION_FORWARD = 0, FSA_OPERATION_BACKWARD = 1 } fsa_operation;
 
-/** What a call of a given size takes, filled by fsa_plan_choice. */
+/** What a call of a given size takes, filled by fsa_plan_choice_get and
+ * fsa_kvcache_plan_choice_get. */
 typedef struct fsa_plan_choice {
     size_t struct_size;
     fsa_algorithm algorithm;   /**< loop order (backward: the order dq is computed in) */
