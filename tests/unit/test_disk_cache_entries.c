@@ -4,12 +4,14 @@
  * kind of damaged entry (truncated, with trailing bytes, empty, a flipped byte
  * in the payload, in any header field but the format version, in the key
  * text or in the entry names, another key's entry, a symlink) is a counted
- * miss that is deleted and rebuilt once; and an entry of another format
+ * miss that is deleted and rebuilt once (unless a writer renamed a good entry
+ * over it after it was judged: that one stays); and an entry of another format
  * version (another library version's, older or newer) is a miss that is
  * neither counted nor deleted, and that a publish of the same key replaces. */
 #include "disk_cache_fixture.h"
 
 #include "base/util.h"
+#include "jit/disk_cache_internal.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -332,6 +334,53 @@ static void test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed(void **
     fsa_key_free(&k);
 }
 
+/* A lookup judges a file, then deletes it: a writer may rename a good entry
+ * over the path between the two. The delete takes only the file judged. */
+static void test_a_damaged_entry_that_a_writer_replaced_after_it_was_judged_is_kept(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(900, 8);
+    publish(f->dc, &k, p, 900);
+    char *path = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char *fresh = join(f->root, "v1/" TARGET "/.fresh");
+    assert_int_equal(link(path, fresh), 0); /* the writer's good file, another name */
+    char *damaged = join(f->root, "v1/" TARGET "/.damaged");
+    int in = open(fresh, O_RDONLY), out = open(damaged, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(in >= 0 && out >= 0);
+    char buf[4096];
+    for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) assert_int_equal(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+    flip_last_payload_byte(damaged);
+    assert_int_equal(rename(damaged, path), 0);
+    struct stat judged, fresh_sb;
+    assert_int_equal(lstat(path, &judged), 0);
+    assert_int_equal(lstat(fresh, &fresh_sb), 0);
+
+    assert_int_equal(rename(fresh, path), 0); /* the publish that lands meanwhile */
+    uint64_t corrupt = 0;
+    const char *kept = fsa_dc_discard_bad(f->dc, path, &judged, &corrupt);
+    assert_non_null(kept);
+    assert_non_null(strstr(kept, "replaced"));
+    assert_int_equal(corrupt, 1);
+    struct stat now;
+    assert_int_equal(lstat(path, &now), 0);
+    assert_int_equal(now.st_ino, fresh_sb.st_ino);
+    expect_hit(f->dc, &k, 0, p, 900);
+
+    /* Not replaced: the judged file goes. */
+    assert_null(fsa_dc_discard_bad(f->dc, path, &now, &corrupt));
+    assert_int_equal(corrupt, 2);
+    assert_false(exists(path));
+    free(damaged);
+    free(fresh);
+    free(path);
+    free(p);
+    fsa_key_free(&k);
+}
+
 /* Entry names are handed out as a C string shorter than 64 KiB, and an
  * entry holds a cubin: names with a NUL in them or of 64 KiB, or no payload,
  * are no entry of ours, whatever the checksums say. */
@@ -405,6 +454,7 @@ int main(void)
         T(test_an_entry_of_a_newer_format_version_is_an_uncounted_miss_and_is_left_alone),
         T(test_an_entry_holding_another_key_is_a_miss_and_is_deleted),
         T(test_a_symlink_in_place_of_an_entry_is_a_miss_and_is_removed),
+        T(test_a_damaged_entry_that_a_writer_replaced_after_it_was_judged_is_kept),
         T(test_entries_with_names_of_a_nul_or_64_kib_or_no_payload_are_a_miss_and_deleted),
         T(test_a_key_text_of_64_kib_is_refused_and_one_byte_less_round_trips),
     };
