@@ -70,11 +70,11 @@ def test_neighbours_in_the_dtype_pass_and_two_steps_fail(dtype):
     want[want == 0] = 1
     got = want.clone()
     got[::3] = neighbour(want[::3], 1)
-    assert assert_one_rounding_step(got, want, "dk") == want[::3].numel()
-    assert assert_one_rounding_step(want, want, "dk") == 0
+    assert assert_one_rounding_step(got, want, "dk", terms=64) == want[::3].numel()
+    assert assert_one_rounding_step(want, want, "dk", terms=64) == 0
     got[5, 1, 2] = neighbour(want[5, 1, 2], 2)
     with pytest.raises(AssertionError, match=r"dk: 1 of 4096 elements differ by more than one step .* first at \(5, 1, 2\)"):
-        assert_one_rounding_step(got, want, "dk")
+        assert_one_rounding_step(got, want, "dk", terms=64)
 
 
 def test_a_step_is_one_representable_value_and_near_zero_the_floors():
@@ -83,14 +83,20 @@ def test_a_step_is_one_representable_value_and_near_zero_the_floors():
     got[0] = 1.0 - 2**-8  # the neighbour below 1
     got[1] = 1.0 - 2**-7  # two values below 1, although within 1's own step above it
     with pytest.raises(AssertionError, match="1 of 100 elements .* first at \\(1,\\)"):
-        assert_one_rounding_step(got, want, "dv")
+        assert_one_rounding_step(got, want, "dv", terms=4096)
     got[1] = 1.0 + 2**-7
-    got[2] = 2**-10  # near zero the step is the floor's (1e-2 x the rms 0.99: 2^-14), not zero's
+    # Near zero the step is the floor's, not zero's: the floor is 16 x sqrt(4096) x 2^(7 - 24) = 2^-7 of the
+    # rms 0.99, a magnitude whose step is 2^-15.
+    got[2] = 2**-10
     with pytest.raises(AssertionError, match="first at \\(2,\\)"):
-        assert_one_rounding_step(got, want, "dv")
-    got[2] = 2**-14
+        assert_one_rounding_step(got, want, "dv", terms=4096)
+    got[2] = 2**-15
     got[3] = -1e-6  # across zero, within the floor's step
-    assert assert_one_rounding_step(got, want, "dv") == 4
+    assert assert_one_rounding_step(got, want, "dv", terms=4096) == 4
+    got[2] = 2**-14  # two of the floor's steps
+    with pytest.raises(AssertionError, match="first at \\(2,\\)"):
+        assert_one_rounding_step(got, want, "dv", terms=4096)
+    assert assert_one_rounding_step(got, want, "dv", terms=4 * 4096) == 4  # more terms, a floor twice as high
 
 
 def test_nan_fails_the_one_step_comparison():
@@ -98,6 +104,6 @@ def test_nan_fails_the_one_step_comparison():
     got = want.clone()
     got[0, 0, 0] = float("nan")
     with pytest.raises(AssertionError, match="first at \\(0, 0, 0\\)"):
-        assert_one_rounding_step(got, want, "dk")
+        assert_one_rounding_step(got, want, "dk", terms=64)
     with pytest.raises(AssertionError, match="first at \\(0, 0, 0\\)"):
-        assert_one_rounding_step(got, got, "dk")  # the same NaN bits on both sides
+        assert_one_rounding_step(got, got, "dk", terms=64)  # the same NaN bits on both sides

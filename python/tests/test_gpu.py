@@ -336,7 +336,7 @@ def test_workspace_limit_runs_in_chunks_with_the_same_result(library, poisoned_o
         assert a.shape == b.shape and torch.equal(a, b), f"{name}: a capped call must give the uncapped call's bits"
     if library.has_backward:
         for name, a, b in zip(("dk", "dv"), capped[3:], free[3:]):
-            assert_one_rounding_step(a, b, f"{name}, capped against uncapped")
+            assert_one_rounding_step(a, b, f"{name}, capped against uncapped", terms=max(c["seqlens"]) * c["G"])
 
 
 def test_validate_refuses_bad_metadata_that_a_plain_call_runs_through(library):

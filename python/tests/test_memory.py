@@ -85,7 +85,7 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype, poisoned_out
     assert torch.equal(o_capped, o_free)  # the forward's chunks do not change a bit
     assert torch.equal(g_capped[0], g_free[0])  # nor dq's
     for name, a, b in zip(("dk", "dv"), g_capped[1:], g_free[1:]):  # token chunks split dK/dV's fp32 sums
-        moved = assert_one_rounding_step(a, b, name)
+        moved = assert_one_rounding_step(a, b, name, terms=4096 * 2)  # a key's sum: every token's 2 heads
         print(f"{dtype} {name}: {moved} of {b.numel()} elements one step apart")
 
 
