@@ -122,6 +122,16 @@ void touch(const char *path)
     close(fd);
 }
 
+void copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(in >= 0 && out >= 0);
+    char buf[4096];
+    for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) assert_int_equal(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+}
+
 int hold_file(const char *path)
 {
     int fd = open(path, O_RDONLY);

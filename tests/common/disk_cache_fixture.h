@@ -42,6 +42,8 @@ void flip_byte(const char *path, off_t at);
 void set_times(const char *path, time_t atime, time_t mtime);
 char *join(const char *a, const char *b); /* "a/b"; the caller frees it */
 void touch(const char *path);             /* a small file of junk */
+/* A new file at `to` (it must not exist) with the bytes of `from`: another inode. */
+void copy_file(const char *from, const char *to);
 /* Opens path and takes its flock, as a writer holds its temporary file
  * until its rename; close the descriptor to let go. */
 int hold_file(const char *path);

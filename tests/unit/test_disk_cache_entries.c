@@ -347,12 +347,7 @@ static void test_a_damaged_entry_that_a_writer_replaced_after_it_was_judged_is_k
     char *fresh = join(f->root, "v1/" TARGET "/.fresh");
     assert_int_equal(link(path, fresh), 0); /* the writer's good file, another name */
     char *damaged = join(f->root, "v1/" TARGET "/.damaged");
-    int in = open(fresh, O_RDONLY), out = open(damaged, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    assert_true(in >= 0 && out >= 0);
-    char buf[4096];
-    for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) assert_int_equal(write(out, buf, (size_t)n), n);
-    close(in);
-    close(out);
+    copy_file(fresh, damaged);
     flip_last_payload_byte(damaged);
     assert_int_equal(rename(damaged, path), 0);
     struct stat judged, fresh_sb;

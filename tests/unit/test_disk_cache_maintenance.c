@@ -449,12 +449,7 @@ static void test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan(void
     char *a = publish_dim(f, "64", 500), *b = publish_dim(f, "128", 500), *c = publish_dim(f, "256", 500);
     /* The writer's new file for b's key: the same bytes, another inode. */
     char *fresh = join(f->root, "v1/" TARGET "/.fresh");
-    int in = open(b, O_RDONLY), out = open(fresh, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    assert_true(in >= 0 && out >= 0);
-    char buf[4096];
-    for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) assert_int_equal(write(out, buf, (size_t)n), n);
-    close(in);
-    close(out);
+    copy_file(b, fresh);
     struct stat fresh_sb;
     assert_int_equal(lstat(fresh, &fresh_sb), 0);
     /* Ranked a, b, c: prune must delete a and b to fit c. */
