@@ -225,6 +225,49 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
     free(old_lock);
 }
 
+/* A key's lock file stays while someone holds it or used it within the hour;
+ * one dated ahead of the clock (past the allowed skew) cannot be judged by
+ * age and goes too once nobody holds it. */
+static void test_prune_removes_unheld_lock_files_that_are_old_or_dated_ahead(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "64", "13.0", "-O3");
+    fsa_disk_cache_unlock(fsa_disk_cache_lock(f->dc, &k, TARGET)); /* the target directory, a fresh lock */
+    fsa_key_free(&k);
+    char *old = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d32.00000000000000000000000000000001.lock");
+    char *ahead = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d32.00000000000000000000000000000002.lock");
+    char *fresh = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d32.00000000000000000000000000000003.lock");
+    char *held = join(f->root, "v1/" TARGET "/sel_fwd_main_bf16_d32.00000000000000000000000000000004.lock");
+    const time_t now = time(NULL);
+    touch(old);
+    touch(ahead);
+    touch(fresh);
+    touch(held);
+    set_times(old, now - 7200, now - 7200);
+    set_times(ahead, now + 365 * 86400, now + 365 * 86400);
+    set_times(fresh, now - 100, now - 100);
+    set_times(held, now - 7200, now - 7200);
+    int holder = hold_file(held);
+
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 2);
+    assert_false(exists(old));
+    assert_false(exists(ahead));
+    assert_true(exists(fresh));
+    assert_true(exists(held));
+    close(holder);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(held));
+    assert_true(exists(fresh));
+    free(old);
+    free(ahead);
+    free(fresh);
+    free(held);
+}
+
 static int cannot_check(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
 {
     (void)entry;
@@ -580,6 +623,7 @@ int main(int argc, char **argv)
         T(test_verify_leaves_the_entries_access_times_as_they_were),
         T(test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad),
         T(test_prune_deletes_least_recently_used_entries_and_old_debris),
+        T(test_prune_removes_unheld_lock_files_that_are_old_or_dated_ahead),
         T(test_a_hit_records_its_use_so_prune_evicts_the_entry_that_was_not_used),
         T(test_a_hit_records_its_use_at_most_once_an_hour),
         T(test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_hit_uses_it),
