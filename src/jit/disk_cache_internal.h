@@ -52,6 +52,9 @@ int fsa_dc_is_temp_name(const char *fname);
  * process has the pid in its name. (Deleting a live writer's file only makes
  * its rename fail, and it keeps its kernel in memory.) */
 int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now);
+/* The rule above for the file named fname with status sb: 1 when its writer
+ * is gone. held: 1 a writer holds its flock, 0 nobody does, -1 no answer. */
+int fsa_dc_temp_writer_gone(const char *fname, const struct stat *sb, int held, time_t now);
 /* A file time for ranking by use: now for one slightly in the future, 0
  * (the oldest) for one further ahead, which no clock of this host wrote. */
 int64_t fsa_dc_use_time_ns(struct timespec t, time_t now);

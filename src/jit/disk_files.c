@@ -77,9 +77,7 @@ static long temp_writer_pid(const char *fname)
     return *p == '.' ? pid : 0;
 }
 
-/* Whether the writer of a temporary file (without flock: its age and pid)
- * is gone. held: 1 a writer holds its flock, 0 nobody does, -1 no answer. */
-static int temp_writer_gone(const char *fname, const struct stat *sb, int held, time_t now)
+int fsa_dc_temp_writer_gone(const char *fname, const struct stat *sb, int held, time_t now)
 {
     if (held == 1) return 0;
     /* Dated ahead of this clock: its age says nothing, and nobody holds it. */
@@ -99,9 +97,9 @@ int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now)
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
         int held = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -1;
-        gone = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && temp_writer_gone(fname, &sb, held, now);
+        gone = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && fsa_dc_temp_writer_gone(fname, &sb, held, now);
     } else if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        gone = temp_writer_gone(fname, &sb, -1, now);
+        gone = fsa_dc_temp_writer_gone(fname, &sb, -1, now);
     }
     /* Unlinked while our lock is held: no writer can take it meanwhile. */
     int removed = gone && unlink(path) == 0;

@@ -8,6 +8,8 @@
  * prune. */
 #include "disk_cache_fixture.h"
 
+#include "jit/disk_cache_internal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -121,6 +123,43 @@ static void test_publish_removes_its_keys_temp_files_whose_writer_is_gone(void *
     fsa_key_free(&other);
 }
 
+/* Whether the writer of a temporary file named fname, with these bytes and
+ * this age (negative: dated ahead), is gone. */
+static int writer_gone(const char *fname, off_t size, time_t age_s, int held)
+{
+    const time_t now = time(NULL);
+    struct stat sb = {0};
+    sb.st_mode = S_IFREG | 0600;
+    sb.st_size = size;
+    sb.st_mtime = now - age_s;
+    return fsa_dc_temp_writer_gone(fname, &sb, held, now);
+}
+
+/* Where flock gives no answer (another user's file, a file system without
+ * flock) a temporary file is judged by its age and the pid in its name. */
+static void test_a_temp_file_flock_cannot_judge_goes_by_its_age_and_its_writers_pid(void **state)
+{
+    (void)state;
+    char dead[128], live[128];
+    snprintf(dead, sizeof dead, ".sel_fwd_main_bf16_d64.%032d.tmp.%ld.0123", 0, (long)dead_pid());
+    snprintf(live, sizeof live, ".sel_fwd_main_bf16_d64.%032d.tmp.%ld.0123", 0, (long)getpid());
+    assert_false(writer_gone(dead, 100, 30, -1));  /* its writer's pid is gone, but it is young */
+    assert_true(writer_gone(dead, 100, 120, -1));  /* ... and a minute old */
+    assert_true(writer_gone(dead, 0, 120, -1));    /* empty too: the pid says its writer is gone */
+    assert_false(writer_gone(live, 100, 120, -1)); /* its writer runs */
+    assert_true(writer_gone(live, 100, 700, -1));  /* ten minutes old: debris, whoever has the pid */
+    assert_true(writer_gone(live, 0, -3600, -1));  /* dated ahead of the clock */
+    /* A name without a pid that parses: only its age judges it. */
+    assert_false(writer_gone(".x.tmp.12ab.0123", 100, 120, -1));
+    assert_false(writer_gone(".x.tmp.", 100, 120, -1));
+    assert_true(writer_gone(".x.tmp.12ab.0123", 100, 700, -1));
+    /* A writer that holds its flock is never gone; with flock's answer "nobody", bytes or a minute suffice. */
+    assert_false(writer_gone(dead, 100, 7200, 1));
+    assert_true(writer_gone(live, 100, 0, 0));
+    assert_false(writer_gone(live, 0, 30, 0));
+    assert_true(writer_gone(live, 0, 120, 0));
+}
+
 static void test_an_empty_directory_at_an_entry_path_is_counted_once_removed_and_replaced(void **state)
 {
     fixture *f = *state;
@@ -227,6 +266,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_a_temp_file_is_not_an_entry_and_is_kept_while_its_writer_holds_it),
         T(test_publish_removes_its_keys_temp_files_whose_writer_is_gone),
+        T(test_a_temp_file_flock_cannot_judge_goes_by_its_age_and_its_writers_pid),
         T(test_an_empty_directory_at_an_entry_path_is_counted_once_removed_and_replaced),
         T(test_a_directory_with_files_at_an_entry_path_is_reported_as_kept_and_passed_over),
     };
