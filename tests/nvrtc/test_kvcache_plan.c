@@ -4,6 +4,7 @@
  * with good arguments gets as far as needing a device. */
 #include "testing.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,35 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
     d = good_desc(30, 8);
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(12, 8); /* a group of 1.5 heads, which integer division would call 1 */
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(65, 1); /* group 65 at head dims small enough for shared memory: the group bound says no */
+    d.head_dim = d.value_dim = 16;
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    assert_non_null(strstr(fsa_last_error_info()->message, "group 65"));
+    const int head_dims[] = {0, -16};
+    for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; i++) {
+        d = good_desc(32, 8);
+        d.head_dim = head_dims[i];
+        d.value_dim = 64;
+        expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+        assert_non_null(strstr(fsa_last_error_info()->message, "head_dim"));
+    }
+    const int page_sizes[] = {0, -16, 512};
+    for (size_t i = 0; i < sizeof page_sizes / sizeof page_sizes[0]; i++) {
+        d = good_desc(32, 8);
+        d.page_size = page_sizes[i];
+        expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    }
+    d = good_desc(32, 8);
+    d.max_query_tokens = (int64_t)INT32_MAX + 1;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    const float scales[] = {NAN, INFINITY, -1.0f};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        d = good_desc(32, 8);
+        d.scale = scales[i];
+        expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    }
     const int value_dims[] = {8, 24, 272, -16};
     for (size_t i = 0; i < sizeof value_dims / sizeof value_dims[0]; i++) {
         d = good_desc(32, 8);
@@ -183,6 +213,17 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a = good;
     a.workspace_bytes = ws - 1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    assert_true(ws > 0); /* this plan splits: its shares' partials need the workspace */
+    a = good;
+    a.workspace = 0;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
+    a = good;
+    a.workspace += 16;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
+    a = good;
+    a.batch = 1, a.num_query_tokens = 2;
+    a.block_table_stride = -1; /* never used with one row, but no stride is negative */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
     a.batch = 0, a.num_query_tokens = 0; /* an empty batch does nothing, even offline */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_OK);
@@ -210,6 +251,13 @@ static void test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_byt
     assert_non_null(strstr(fsa_last_error(), "v_cache page stride 0 over 10 pages"));
     a.num_pages = 1; /* one page: its stride is never used */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a.num_pages = 2; /* but two pages apart need one */
+    a.k_page_stride = 0, a.v_page_stride = good.v_page_stride;
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "k_cache page stride 0 over 2 pages"));
+    a = good;
+    a.k_page_stride += 4; /* pages 16-byte aligned take strides of 8 elements */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
     a.num_pages = INT64_MAX / 2; /* pages past 2^63 bytes: offsets the kernels cannot form */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
