@@ -61,6 +61,15 @@ static void test_rows_interleaved_into_each_other_are_refused(void **state)
     assert_int_equal(written(2, 6, 3, 2, 1), FSA_STATUS_OK); /* 0, 2, 4 and 6, 8, 10: nested */
 }
 
+static void test_rows_one_element_short_of_apart_are_refused_and_adjacent_ones_accepted(void **state)
+{
+    (void)state;
+    assert_int_equal(written(127, 1 << 20, 2, 2, 128), FSA_STATUS_INVALID_ARGUMENT); /* tokens' rows share one element */
+    assert_int_equal(written(128, 1 << 20, 2, 2, 128), FSA_STATUS_OK);
+    assert_int_equal(written(1023, 128, 1000, 8, 128), FSA_STATUS_INVALID_ARGUMENT); /* token t's last head, t + 1's first */
+    assert_int_equal(written(1024, 128, 1000, 8, 128), FSA_STATUS_OK);
+}
+
 static void test_strides_whose_span_overflows_are_refused_without_overflow(void **state)
 {
     (void)state;
@@ -76,6 +85,7 @@ int main(void)
         cmocka_unit_test(test_the_stride_of_a_dimension_of_one_row_is_never_used),
         cmocka_unit_test(test_rows_that_share_bytes_are_refused_with_their_layout_named),
         cmocka_unit_test(test_rows_interleaved_into_each_other_are_refused),
+        cmocka_unit_test(test_rows_one_element_short_of_apart_are_refused_and_adjacent_ones_accepted),
         cmocka_unit_test(test_strides_whose_span_overflows_are_refused_without_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
