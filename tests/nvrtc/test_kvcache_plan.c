@@ -210,10 +210,10 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a = good;
     a.q.head_stride = 0; /* q is only read: one row for every head is a layout like any other */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    assert_true(ws > 0); /* this plan splits: its shares' partials need the workspace */
     a = good;
     a.workspace_bytes = ws - 1;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
-    assert_true(ws > 0); /* this plan splits: its shares' partials need the workspace */
     a = good;
     a.workspace = 0;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
