@@ -307,9 +307,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
                 const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
                 st_shared_f32x2(po + 4 * (r * DV + d), x, y);
                 if (d == 0) st_shared_f32(po + 4 * (ROWS * DV + r), lse2);
-            } else {  // in the workspace
-                st_global_f32x2((float *)p.o_part + part * DV + r * DV + d, x, y);
-                if (d == 0) st_global_f32((float *)p.lse_part + part + r, lse2);
+            } else {
+                // In the workspace: scratch read back in this launch, stored evict-last so that L2
+                // keeps it (dirty) until the merge, which then drops its lines (drop_partials): it
+                // never costs a write-back to DRAM while the K/V stream needs the bandwidth.
+                const u64 keep = l2_evict_last();
+                st_global_f32x2_hint((float *)p.o_part + part * DV + r * DV + d, x, y, keep);
+                if (d == 0) st_global_f32_hint((float *)p.lse_part + part + r, lse2, keep);
             }
         };
         if (direct) {  // the next share's copies go into buffers every warp finished reading before the barriers
@@ -355,6 +359,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
                                 merged, h, nsplit, tid, THREADS);
+        __syncthreads();  // every thread's partial loads returned (the fold consumed them)
+        drop_partials<DV, ROWS>(p, first_part, nsplit, tid, THREADS);
     }
     stamp.end(per_cta);
 }

@@ -5,7 +5,8 @@
 // the workspace (every CTA counts itself done on a counter of its (sequence,
 // KV head) and the last one merges) or, when the shares' CTAs form a cluster
 // (sm_90), in each CTA's shared memory, merged by the whole cluster after a
-// cluster barrier: no counter, no fence, no partial through L2. Both read the
+// cluster barrier: no counter, no fence, no partial through L2 (workspace
+// partials stay in L2 until the merge drops their lines: drop_partials). Both read the
 // same partial values and fold them the same way, so the bits do not depend
 // on which path ran.
 #pragma once
@@ -108,6 +109,19 @@ struct WorkspaceShares {
         return __ldcg((const float4 *)(op + ((long long)s * ROWS + r) * D + c));
     }
 };
+
+// After the workspace merge: the L2 lines of (b, h)'s partial rows and lse
+// (from row first_part on, nsplit shares of ROWS rows) are dropped without a
+// write-back; nothing reads them again. Only lines wholly inside the pair's
+// rows go, so a neighbouring pair's partials are never touched. Measured:
+// bench/NOTES.md "keep" (-2 to -7% where the partials are large).
+template <int DV, int ROWS>
+__device__ __forceinline__ void drop_partials(const fsa_kvc_params &p, long long first_part, int nsplit, int first,
+                                              int stride) {
+    discard_l2_lines((const float *)p.o_part + first_part * DV, (unsigned long long)nsplit * ROWS * DV * 4, first,
+                     stride);
+    discard_l2_lines((const float *)p.lse_part + first_part, (unsigned long long)nsplit * ROWS * 4, first, stride);
+}
 
 // ClusterShares: CTA s of the cluster holds share s at the same shared byte
 // addresses in its own shared memory (lp: lse per row, op: rows of D floats).
