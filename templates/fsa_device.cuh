@@ -199,15 +199,10 @@ __device__ __forceinline__ void st_global_f32x2_hint(float *p, float a, float b,
     asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" ::"l"(p), "f"(a), "f"(b), "l"(policy)
                  : "memory");
 }
-// Scratch whose contents are dead: the L2 lines wholly inside [begin, begin + bytes)
-// are dropped without a write-back (their contents become undefined), the calling
-// threads taking lines first, first + stride, ...
-__device__ __forceinline__ void discard_l2_lines(const void *begin, unsigned long long bytes, int first, int stride) {
-    const unsigned long long b = (unsigned long long)begin, a = (b + 127) & ~127ull, e = (b + bytes) & ~127ull;
-    const int lines = e > a ? (int)((e - a) >> 7) : 0;  // line counts of one call's scratch fit an int
-#pragma unroll 1  // a plain counted loop: the widest paged-cache tiles have no register to spare
-    for (int i = first; i < lines; i += stride)
-        asm volatile("discard.global.L2 [%0], 128;" ::"l"((const char *)a + 128 * i) : "memory");
+// Scratch whose contents are dead: the 128-byte L2 line at `line` (aligned) is
+// dropped without a write-back (its contents become undefined).
+__device__ __forceinline__ void discard_l2_line(const void *line) {
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(line) : "memory");
 }
 __device__ __forceinline__ void st_shared_f32(u32 addr, float a) {
     asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(a) : "memory");

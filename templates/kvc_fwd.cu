@@ -360,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
                                                           (const float *)p.o_part + first_part * DV},
                                 merged, h, nsplit, tid, THREADS);
         __syncthreads();  // every thread's partial loads returned (the fold consumed them)
-        drop_partials<DV, ROWS>(p, first_part, nsplit, tid, THREADS);
+        drop_partials<DV, ROWS>(p, first_part, nsplit, merged.len * G, tid, THREADS);
     }
     stamp.end(per_cta);
 }

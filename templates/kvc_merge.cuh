@@ -110,17 +110,26 @@ struct WorkspaceShares {
     }
 };
 
-// After the workspace merge: the L2 lines of (b, h)'s partial rows and lse
-// (from row first_part on, nsplit shares of ROWS rows) are dropped without a
-// write-back; nothing reads them again. Only lines wholly inside the pair's
-// rows go, so a neighbouring pair's partials are never touched. Measured:
-// bench/NOTES.md "keep" (-2 to -7% where the partials are large).
+// After the workspace merge: the L2 lines of (b, h)'s partial rows (from row
+// first_part on, nsplit shares of ROWS rows, of which the first `live` were
+// written) are dropped without a write-back; nothing reads them again. Only
+// whole lines of a share's written rows go (a share starts on a line whenever
+// the workspace does; else its lines are kept), so a neighbouring pair's
+// partials are never touched and rows this call did not write cost no request.
+// (The lse rows, 1/Dv of the bytes, are left to L2.) One flat loop over the
+// lines: the widest tiles have no register to spare. Measured: bench/NOTES.md
+// "keep" (-2 to -7% where the partials are large).
 template <int DV, int ROWS>
-__device__ __forceinline__ void drop_partials(const fsa_kvc_params &p, long long first_part, int nsplit, int first,
-                                              int stride) {
-    discard_l2_lines((const float *)p.o_part + first_part * DV, (unsigned long long)nsplit * ROWS * DV * 4, first,
-                     stride);
-    discard_l2_lines((const float *)p.lse_part + first_part, (unsigned long long)nsplit * ROWS * 4, first, stride);
+__device__ __forceinline__ void drop_partials(const fsa_kvc_params &p, long long first_part, int nsplit, int live,
+                                              int first, int stride) {
+    const int lines = live * DV * 4 / 128;  // whole lines of one share's written rows
+    const char *o0 = (const char *)((const float *)p.o_part + first_part * DV);
+#pragma unroll 1
+    for (int i = first; i < nsplit * lines; i += stride) {
+        const int s = i / lines;
+        const char *line = o0 + (long long)s * ROWS * DV * 4 + 128 * (i - s * lines);
+        if (((unsigned long long)line & 127) == 0) discard_l2_line(line);
+    }
 }
 
 // ClusterShares: CTA s of the cluster holds share s at the same shared byte
