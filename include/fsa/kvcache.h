@@ -183,7 +183,8 @@ typedef struct fsa_kvcache_args {
     uint64_t lse;               /**< optional float [Hq, Tq] (natural log), written; 0 = not wanted */
     uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes, filled with
                                      zeros once before its first call: it starts with counters that every
-                                     call leaves zero (one workspace per stream at a time) */
+                                     call leaves zero; the rest is scratch, undefined after a call (one
+                                     workspace per stream at a time) */
     size_t workspace_bytes;
 } fsa_kvcache_args;
 
