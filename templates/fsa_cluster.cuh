@@ -25,14 +25,6 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// The same barrier without the release: no memory access before it is ordered
-// for the other CTAs. Enough where it only keeps a CTA's shared memory alive
-// until the others' reads of it have returned (their values consumed before
-// it), and the writes before it need no cluster-scope visibility (global
-// stores the grid's end publishes anyway).
-__device__ __forceinline__ void cluster_sync_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
 // The address of this CTA's shared byte address `addr` in the shared memory of
 // CTA `rank` of the cluster (the same variable there).
 __device__ __forceinline__ u32 cluster_map(u32 addr, unsigned rank) {
@@ -56,7 +48,6 @@ __device__ __forceinline__ float4 cluster_ld_f32x4(u32 addr) {  // 16-byte align
 #else
 __device__ __forceinline__ unsigned cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __trap(); }
-__device__ __forceinline__ void cluster_sync_relaxed() { __trap(); }
 __device__ __forceinline__ u32 cluster_map(u32, unsigned) {
     __trap();
     return 0;

@@ -40,7 +40,8 @@ constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
 // bit 1: tiles whose tokens share one top-k row take the general union (select_union's ONE_ROW off);
-// bit 2: the cluster merge's closing barrier without the release (the output stores not waited for).
+// bit 2: where each thread of a cluster merge has at most one item, its stores after the closing
+// barrier (which then waits for the shared-memory reads only, not for the output's stores).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
@@ -342,14 +343,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
-        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
-                                ctas * THREADS);
-        // No CTA leaves while another reads its shared memory. (Experiment 4: where each
-        // thread merged at most one item, every read it made feeds a store it issued before
-        // the barrier, so the reads have returned without a release, which would also wait
-        // for those stores.)
-        if ((EXPERIMENT & 4) != 0 && merged.len * G * (DV / 4) <= ctas * THREADS) cluster_sync_relaxed();
-        else cluster_sync();
+        const ClusterShares<DV> shares{po + ROWS * DV * 4, po};
+        if ((EXPERIMENT & 4) != 0 && merged.len * G * (DV / 4) <= ctas * THREADS) {
+            merge_shares_one_item<DT, DV, G>(p, shares, merged, h, nsplit, tid * ctas + cta, [] { cluster_sync(); });
+        } else {
+            merge_shares<DT, DV, G>(p, shares, merged, h, nsplit, tid * ctas + cta, ctas * THREADS);
+            cluster_sync();  // no CTA leaves while another reads its shared memory
+        }
         stamp.end(per_cta);
         return;
     }

@@ -143,24 +143,25 @@ struct ClusterShares {
     }
 };
 
-// One pass of the merge: the threads take the items (four columns of a row)
-// first, first + stride, ... of the span's rows, ITEMS at a time, and read the
-// lse and partials of up to SHARES shares for all of them at once (one round
-// trip), folding them into a running max, sum and output per item in share
-// order; the item of column 0 writes the row's lse. The fold takes the shares
-// in groups of MERGE_SHARES (one group up to that many shares) whatever ITEMS
-// and SHARES are, so the bits depend only on the share count.
+// The merge of ITEMS items (four columns of a row each): items c0, c0 +
+// stride, ... of the span's rows (past the last item: repeats, never stored).
+// fold reads the lse and partials of up to SHARES shares for all of them at
+// once (one round trip) and folds them into a running max, sum and output per
+// item in share order; store writes the normalized items, and the item of
+// column 0 the row's lse. The fold takes the shares in groups of MERGE_SHARES
+// (one group up to that many shares) whatever ITEMS and SHARES are, so the bits
+// depend only on the share count.
 constexpr int MERGE_SHARES = 16;
-template <class DT, int D, int G, int ITEMS, int SHARES, class Src>
-__device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
-                                           int first, int stride) {
+template <int D, int G, int ITEMS, int SHARES>
+struct MergeItems {
     static_assert(D % 4 == 0, "four columns at a time");
     static_assert(MERGE_SHARES % SHARES == 0, "a pass of SHARES shares serves one fold group");
-    const int items = span.len * G * (D / 4);
-    for (int c0 = first; c0 < items; c0 += ITEMS * stride) {
-        int r[ITEMS], d[ITEMS];
-        float mmax[ITEMS], l[ITEMS];
-        float4 acc[ITEMS];
+    int r[ITEMS], d[ITEMS];
+    float mmax[ITEMS], l[ITEMS];
+    float4 acc[ITEMS];
+
+    template <class Src>
+    __device__ __forceinline__ void fold(const Src &src, int items, int nsplit, int c0, int stride) {
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             const int c = min(c0 + i * stride, items - 1);  // past the items: a repeat, not stored
@@ -197,6 +198,11 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
                 mmax[i] = m_new;
             }
         }
+    }
+
+    template <class DT>
+    __device__ __forceinline__ void store(const fsa_kvc_params &p, QuerySpan span, int h, int items, int c0,
+                                          int stride) const {
 #pragma unroll
         for (int i = 0; i < ITEMS; i++) {
             if (c0 + i * stride >= items) break;
@@ -210,6 +216,43 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
                               l[i] > 0.f ? (mmax[i] + fast_log2(l[i])) * LN2 : -FSA_INF);
         }
     }
+};
+
+// One pass of the merge after another: the threads take the items first,
+// first + stride, ... ITEMS at a time, each fold followed by its stores.
+template <class DT, int D, int G, int ITEMS, int SHARES, class Src>
+__device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
+                                           int first, int stride) {
+    const int items = span.len * G * (D / 4);
+    for (int c0 = first; c0 < items; c0 += ITEMS * stride) {
+        MergeItems<D, G, ITEMS, SHARES> m;
+        m.fold(src, items, nsplit, c0, stride);
+        m.template store<DT>(p, span, h, items, c0, stride);
+    }
+}
+
+// A merge where every calling thread has at most one item (first < items or
+// none), with `between()` called by every thread after the folds and before
+// the stores: a cluster's closing barrier there waits for the reads of the
+// other CTAs' shared memory, not for the output's stores. The fold and the
+// stores are merge_pass's, so the same bits.
+template <class DT, int D, int G, int SHARES, class Src, class Between>
+__device__ __forceinline__ void merge_one_item(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h,
+                                               int nsplit, int first, Between &&between) {
+    const int items = span.len * G * (D / 4);
+    MergeItems<D, G, 1, SHARES> m;
+    if (first < items) m.fold(src, items, nsplit, first, 0);
+    between();
+    if (first < items) m.template store<DT>(p, span, h, items, first, 0);
+}
+
+// merge_one_item for any share count (the fold groups of merge_shares).
+template <class DT, int D, int G, class Src, class Between>
+__device__ __forceinline__ void merge_shares_one_item(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h,
+                                                      int nsplit, int first, Between &&between) {
+    if (nsplit <= 4) merge_one_item<DT, D, G, 4>(p, src, span, h, nsplit, first, between);
+    else if (nsplit <= 8) merge_one_item<DT, D, G, 8>(p, src, span, h, nsplit, first, between);
+    else merge_one_item<DT, D, G, MERGE_SHARES>(p, src, span, h, nsplit, first, between);
 }
 
 // Merges the shares of a one-tile sequence of KV head h into o and lse; the
