@@ -118,7 +118,7 @@ struct WorkspaceShares {
 // partials are never touched and rows this call did not write cost no request.
 // (The lse rows, 1/Dv of the bytes, are left to L2.) One flat loop over the
 // lines: the widest tiles have no register to spare. Measured: bench/NOTES.md
-// "keep" (-2 to -7% where the partials are large).
+// "keep" (-1.5 to -7% on split batches of 64-128 sequences, most with 4 tokens).
 template <int DV, int ROWS>
 __device__ __forceinline__ void drop_partials(const fsa_kvc_params &p, long long first_part, int nsplit, int live,
                                               int first, int stride) {
