@@ -343,13 +343,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
-        const ClusterShares<DV> shares{po + ROWS * DV * 4, po};
-        if ((EXPERIMENT & 4) != 0 && merged.len * G * (DV / 4) <= ctas * THREADS) {
-            merge_shares_one_item<DT, DV, G>(p, shares, merged, h, nsplit, tid * ctas + cta, [] { cluster_sync(); });
-        } else {
-            merge_shares<DT, DV, G>(p, shares, merged, h, nsplit, tid * ctas + cta, ctas * THREADS);
-            cluster_sync();  // no CTA leaves while another reads its shared memory
-        }
+        // Then no CTA leaves while another reads its shared memory (experiment 4: the barrier
+        // before the stores where each thread has one item).
+        merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
+                                ctas * THREADS, (EXPERIMENT & 4) != 0, [] { cluster_sync(); });
         stamp.end(per_cta);
         return;
     }
@@ -364,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         merge_shares<DT, DV, G>(p,
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
-                                merged, h, nsplit, tid, THREADS);
+                                merged, h, nsplit, tid, THREADS, false, [] {});
         __syncthreads();  // every thread's partial loads returned (the fold consumed them)
         drop_partials<DV, ROWS>(p, first_part, nsplit, merged.len * G, tid, THREADS);
     }

@@ -246,25 +246,25 @@ __device__ __forceinline__ void merge_one_item(const fsa_kvc_params &p, const Sr
     if (first < items) m.template store<DT>(p, span, h, items, first, 0);
 }
 
-// merge_one_item for any share count (the fold groups of merge_shares).
-template <class DT, int D, int G, class Src, class Between>
-__device__ __forceinline__ void merge_shares_one_item(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h,
-                                                      int nsplit, int first, Between &&between) {
-    if (nsplit <= 4) merge_one_item<DT, D, G, 4>(p, src, span, h, nsplit, first, between);
-    else if (nsplit <= 8) merge_one_item<DT, D, G, 8>(p, src, span, h, nsplit, first, between);
-    else merge_one_item<DT, D, G, MERGE_SHARES>(p, src, span, h, nsplit, first, between);
-}
-
 // Merges the shares of a one-tile sequence of KV head h into o and lse; the
 // calling threads take items first, first + stride, ... (the last CTA of the
 // workspace path: its thread index and block size; a cluster: the CTA's rank
 // times the block size plus its thread index, and the cluster's threads).
-template <class DT, int D, int G, class Src>
+// Every calling thread then calls then() once: after the merge, or, with
+// then_before_stores where every thread has at most one item, between the
+// folds and the stores (merge_one_item).
+template <class DT, int D, int G, class Src, class Then>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
-                                             int first, int stride) {
+                                             int first, int stride, bool then_before_stores, Then &&then) {
     // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest
     // masked. Where every thread has at most one item (a cluster), one item at a time.
     const bool one = span.len * G * (D / 4) <= stride;
+    if (one && then_before_stores) {
+        if (nsplit <= 4) merge_one_item<DT, D, G, 4>(p, src, span, h, nsplit, first, then);
+        else if (nsplit <= 8) merge_one_item<DT, D, G, 8>(p, src, span, h, nsplit, first, then);
+        else merge_one_item<DT, D, G, MERGE_SHARES>(p, src, span, h, nsplit, first, then);
+        return;
+    }
     if (nsplit <= 4) {
         if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, first, stride);
         else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);
@@ -274,6 +274,7 @@ __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src 
     } else {
         merge_pass<DT, D, G, 1, MERGE_SHARES>(p, src, span, h, nsplit, first, stride);
     }
+    then();
 }
 
 }  // namespace fsa
