@@ -155,7 +155,8 @@ FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_pl
  * when there is more than one page (pages are memory of their own), every
  * row below 2^63 bytes of address.
  * block_table: int32, entry (b, i) at `block_table + b * block_table_stride
- * + i`, i < max_pages_per_seq. cu_seqlens_q: int32 [batch + 1]; seqused_k:
+ * + i`, i < max_pages_per_seq, every entry below 2^63 bytes of address
+ * (a row stride reaching further is FSA_STATUS_INVALID_ARGUMENT). cu_seqlens_q: int32 [batch + 1]; seqused_k:
  * int32 [batch]. topk: int32 logical block numbers, slot s of token t and KV
  * head h at `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`
  * ([Hkv, Tq, K] or [Tq, Hkv, K]; head stride 0 shares one selection across

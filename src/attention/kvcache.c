@@ -314,6 +314,10 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
                  "num_pages %lld, max_pages_per_seq %d, block_table_stride %lld: a table row holds max_pages_per_seq "
                  "entries of at least one page",
                  (long long)a->num_pages, a->max_pages_per_seq, (long long)a->block_table_stride);
+    /* The table is an int32 view [batch, max_pages_per_seq] (rows by its stride) that the kernels index with
+     * signed 64-bit offsets: its entries, like a view's rows, must lie below 2^63 bytes of address. */
+    const fsa_tensor table = {a->block_table, a->block_table_stride, 1};
+    FSA_CHECK(fsa_check_index_view(STAGE, "block_table", &table, a->batch, a->max_pages_per_seq));
     FSA_CHECK(fsa_check_index_view(STAGE, "topk", &a->topk, a->num_query_tokens, d->num_kv_heads));
     FSA_CHECK(fsa_check_workspace(STAGE, fsa_kvc_workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
                                   fsa_kvc_workspace_bytes(plan)));

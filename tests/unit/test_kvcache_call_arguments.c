@@ -1,0 +1,122 @@
+/* The paged-cache call's answers to bad host arguments, without a GPU: a
+ * plan without kernels on an offline context (sm_90a, cache off) takes
+ * fsa_kvcache_attention's checks, and arguments that pass every one stop at
+ * the device (FSA_STATUS_NO_DEVICE). The block table is a strided int32 view
+ * [batch, max_pages_per_seq] the kernels index with signed 64-bit offsets, so
+ * like every tensor view its entries must lie below 2^63 bytes of address:
+ * a row stride that reaches past it is refused, with the table named, instead
+ * of wrapping to some other memory on the device. (The calls with compiled
+ * kernels: tests/nvrtc/test_kvcache_plan.c.) */
+#include "api_validation_fixture.h"
+
+#include "attention/kvcache.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define HQ 4 /* G 2, D = Dv = 64, BK 64, top-k 4, pages of 16 tokens */
+#define HKV 2
+#define D 64
+#define K 4
+#define PAGE 16
+#define AT(n) (0x7f0000000000ull + ((uint64_t)(n) << 24)) /* 16 MiB apart: no two arrays meet */
+
+/* A plan as fsa_kvcache_plan_create makes it, less its kernels. */
+static void make_plan(fsa_kvcache_plan *p, fsa_context *ctx)
+{
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    p->desc = (fsa_kvcache_desc)FSA_KVCACHE_DESC_INIT;
+    p->desc.head_dim = D;
+    p->desc.value_dim = D;
+    p->desc.num_q_heads = HQ;
+    p->desc.num_kv_heads = HKV;
+    p->desc.top_k = K;
+    p->desc.page_size = PAGE;
+    p->desc.max_batch = 4;
+    p->desc.max_query_tokens = 16;
+    p->group = HQ / HKV;
+    p->tile_tokens = fsa_kvc_tile_tokens(p->group);
+    fsa_kvc_tuning_init(p);
+}
+
+/* Four sequences of one new token each over 64 pages; rows of 16 table entries. */
+static fsa_kvcache_args good_args(const fsa_kvcache_plan *p)
+{
+    fsa_kvcache_args a = FSA_KVCACHE_ARGS_INIT;
+    a.num_query_tokens = 4;
+    a.batch = 4;
+    a.q = (fsa_tensor){AT(1), HQ * D, D};
+    a.o = (fsa_tensor){AT(2), HQ * D, D};
+    a.k_cache = (fsa_tensor){AT(3), HKV * D, D};
+    a.v_cache = (fsa_tensor){AT(4), HKV * D, D};
+    a.k_page_stride = a.v_page_stride = PAGE * HKV * D;
+    a.num_pages = 64;
+    a.block_table = AT(5);
+    a.block_table_stride = 16;
+    a.max_pages_per_seq = 16;
+    a.seqused_k = AT(6);
+    a.cu_seqlens_q = AT(7);
+    a.topk = (fsa_tensor){AT(8), HKV * K, K};
+    a.lse = AT(9);
+    a.workspace = AT(10);
+    a.workspace_bytes = fsa_kvc_workspace_bytes(p);
+    return a;
+}
+
+static void test_arguments_that_pass_every_check_stop_at_the_device(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    const fsa_kvcache_args a = good_args(&p);
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
+}
+
+static void test_a_block_table_whose_rows_reach_past_two_to_the_63_bytes_is_refused(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = good_args(&p);
+    /* Row 3 would start 3 x 2^61 entries (2^64.6 bytes) in: its address wraps. */
+    a.block_table_stride = INT64_C(1) << 61;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "block_table"));
+    /* A stride whose product with the rows overflows 64 bits. */
+    a.block_table_stride = INT64_MAX;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    /* A table at the top of the address space, its entries past 2^63 bytes. */
+    a = good_args(&p);
+    a.block_table = UINT64_MAX - 255;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "block_table"));
+}
+
+static void test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_accepted(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = good_args(&p);
+    /* Entry (3, 15) starts at 2^63 - 4: every entry lies below 2^63. */
+    a.block_table = (UINT64_C(1) << 63) - 4 - 4 * (3 * 16 + 15);
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
+    a.block_table += 4;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    /* One sequence: the row stride is never used, whatever it is. */
+    a = good_args(&p);
+    a.batch = 1;
+    a.num_query_tokens = 1;
+    a.block_table_stride = INT64_MAX;
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
+}
+
+int main(void)
+{
+#define OFF(fn) cmocka_unit_test_setup_teardown(fn, setup_offline, teardown_offline)
+    const struct CMUnitTest tests[] = {
+        OFF(test_arguments_that_pass_every_check_stop_at_the_device),
+        OFF(test_a_block_table_whose_rows_reach_past_two_to_the_63_bytes_is_refused),
+        OFF(test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_accepted),
+    };
+#undef OFF
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
