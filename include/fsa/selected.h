@@ -31,7 +31,8 @@ typedef enum fsa_dtype { FSA_DTYPE_BF16 = 0, FSA_DTYPE_F16 = 1 } fsa_dtype;
 typedef enum fsa_algorithm {
     FSA_ALGORITHM_AUTO = 0, /**< per call: a tuning record, else the built-in heuristic */
     FSA_ALGORITHM_FSA = 1,  /**< KV blocks outer, query tokens inner */
-    FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner */
+    FSA_ALGORITHM_NSA = 2   /**< query tokens outer, selected blocks inner; needs at most 65535 grid rows:
+                                 KV heads x ceil(G / 16), groups of query heads (beyond that AUTO takes FSA) */
 } fsa_algorithm;
 
 /** The default workspace cap (a descriptor's workspace_limit of 0) is set per

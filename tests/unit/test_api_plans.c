@@ -257,6 +257,43 @@ static void test_a_forced_fsa_path_that_does_not_fit_is_unsupported(void **state
     expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, "FSA forced with G 128");
 }
 
+/* A context that compiles nothing: a descriptor that passes every check stops
+ * where its first kernel would be compiled (FSA_STATUS_JIT_DISABLED). */
+static fsa_context *checks_only_context(void)
+{
+    fsa_context_options o = offline_options("sm_90a");
+    o.jit = FSA_JIT_OFF;
+    fsa_context *ctx = NULL;
+    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("offline context: %s", fsa_last_error());
+    return ctx;
+}
+
+/* The NSA-order kernels (forward, and the backward's dq) have one grid row per
+ * (KV head, group of query heads), and a grid has at most 65535 rows: a plan
+ * forcing that order over more is unsupported before anything is compiled,
+ * instead of every call failing at its launch. AUTO takes the FSA order there;
+ * 65535 rows still fit. */
+static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context();
+    fsa_plan *plan = NULL;
+    fsa_selected_attention_desc d = good_desc();
+    d.num_q_heads = d.num_kv_heads = 65536; /* G 1: one row per KV head */
+    d.algorithm = FSA_ALGORITHM_NSA;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "65535"));
+    d.backward = 1;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_plan_create(&plan, ctx, &d));
+    d.algorithm = FSA_ALGORITHM_AUTO;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
+    d.num_q_heads = d.num_kv_heads = 65535;
+    d.algorithm = FSA_ALGORITHM_NSA;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
+    fsa_context_destroy(ctx);
+}
+
 static void test_plan_queries_with_null_arguments_are_null_pointers(void **state)
 {
     (void)state;
@@ -292,6 +329,7 @@ int main(void)
         OFF(test_an_unknown_dtype_is_an_invalid_argument),
         OFF(test_a_backward_path_that_does_not_fit_the_target_is_unsupported),
         OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
+        cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
         cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),
     };
 #undef OFF
