@@ -61,7 +61,7 @@ typedef struct fsa_kvcache_desc {
     fsa_dtype dtype;          /**< of q, the caches and o; default bf16 */
     int head_dim;             /**< D (Dk) of q and the key cache: multiple of 16, 16..256; default 128 */
     int num_q_heads;          /**< Hq (required) */
-    int num_kv_heads;         /**< Hkv (required); group G = Hq / Hkv, 1..64 */
+    int num_kv_heads;         /**< Hkv (required), at most 65535; group G = Hq / Hkv, 1..64 */
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
     int top_k;                /**< slots per top-k row: 1..64; default 16 */
     int page_size;            /**< tokens per cache page: 1, 16, 32, 64 (default), 128, 256 */

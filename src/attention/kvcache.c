@@ -34,6 +34,8 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
                  d->num_kv_heads);
+    if (d->num_kv_heads > 65535) /* the kernel's grid has a row per KV head: at most 65535 */
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_kv_heads %d: at most 65535", d->num_kv_heads);
     if (d->num_q_heads / d->num_kv_heads > FSA_KVC_MAX_GROUP)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "group %d: at most %d query heads per KV head",
                  d->num_q_heads / d->num_kv_heads, FSA_KVC_MAX_GROUP);

@@ -294,6 +294,32 @@ static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **st
     fsa_context_destroy(ctx);
 }
 
+static fsa_kvcache_desc good_kvcache_desc(void)
+{
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.head_dim = 64;
+    d.num_q_heads = 4, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
+    return d;
+}
+
+/* The paged-cache kernel's grid has a row per KV head (times the CTAs of a
+ * split sequence), and a grid has at most 65535 rows: like the compressed and
+ * sliding-window plans, a paged-cache plan takes at most 65535 KV heads. */
+static void test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context();
+    fsa_kvcache_plan *plan = NULL;
+    fsa_kvcache_desc d = good_kvcache_desc();
+    d.num_q_heads = d.num_kv_heads = 65536;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "65535"));
+    d.num_q_heads = d.num_kv_heads = 65535;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    fsa_context_destroy(ctx);
+}
+
 static void test_plan_queries_with_null_arguments_are_null_pointers(void **state)
 {
     (void)state;
@@ -330,6 +356,7 @@ int main(void)
         OFF(test_a_backward_path_that_does_not_fit_the_target_is_unsupported),
         OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
         cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
+        cmocka_unit_test(test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument),
         cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),
     };
 #undef OFF
