@@ -111,6 +111,18 @@ static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
     return fsa_kvc_tma_fits(d->head_dim, d->value_dim, d->block_size, d->page_size);
 }
 
+/* Whether fsa_kvc_workspace_bytes fits size_t (exact, in 128 bits): the
+ * counters, the partial rows of Dv floats and their lse, each rounded up to
+ * 256 bytes. No shares, no workspace. */
+static int workspace_fits(const fsa_kvcache_plan *plan)
+{
+    if (plan->max_splits <= 1) return 1;
+    const fsa_kvcache_desc *d = &plan->desc;
+    const unsigned __int128 pairs = (unsigned __int128)(unsigned)d->max_batch * (unsigned)d->num_kv_heads;
+    const unsigned __int128 rows = pairs * (unsigned)plan->max_splits * (unsigned)fsa_kvc_rows(plan->group);
+    return pairs * 4 + rows * ((unsigned)d->value_dim * 4 + 4) + 2 * 255 <= SIZE_MAX;
+}
+
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
     fsa_kvcache_plan *plan = NULL;
@@ -162,11 +174,15 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     plan->deep = deep_wanted(plan, max_smem);
+    fsa_kvc_tuning_init(plan); /* the split candidates and their record: max_splits sizes the workspace */
+    if (!workspace_fits(plan))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "max_batch %d x %d KV heads x %d shares of %d rows: the workspace of partial rows overflows size_t",
+                 desc->max_batch, desc->num_kv_heads, plan->max_splits, fsa_kvc_rows(group));
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     if (plan->deep) FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident_deep, ctx, &plan->fwd_deep));
     plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
-    fsa_kvc_tuning_init(plan); /* the split candidates and their record */
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
     plan = NULL;

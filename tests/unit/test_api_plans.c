@@ -320,6 +320,29 @@ static void test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument(v
     fsa_context_destroy(ctx);
 }
 
+/* The workspace holds partial rows for every (sequence, KV head, share) of
+ * max_batch sequences: a shape whose bytes overflow size_t is unsupported,
+ * instead of a size that wrapped to a few bytes (which the kernels' writes
+ * would overrun). max_batch = INT32_MAX with a usual head count still fits. */
+static void test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context();
+    fsa_kvcache_plan *plan = NULL;
+    fsa_kvcache_desc d = good_kvcache_desc();
+    d.head_dim = d.value_dim = 256;
+    d.num_q_heads = d.num_kv_heads = 65535;
+    d.top_k = 64;
+    d.splits = 64;
+    d.max_batch = INT32_MAX; /* 2^31 x 65535 x 64 shares x 16 rows x 256 floats: about 2^67 bytes */
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "workspace"));
+    d.num_q_heads = 32, d.num_kv_heads = 8;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_kvcache_plan_create(&plan, ctx, &d));
+    fsa_context_destroy(ctx);
+}
+
 static void test_plan_queries_with_null_arguments_are_null_pointers(void **state)
 {
     (void)state;
@@ -357,6 +380,7 @@ int main(void)
         OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
         cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
         cmocka_unit_test(test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument),
+        cmocka_unit_test(test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported),
         cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),
     };
 #undef OFF
