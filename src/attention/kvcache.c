@@ -34,8 +34,9 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
                  d->num_kv_heads);
-    if (d->num_kv_heads > 65535) /* the kernel's grid has a row per KV head: at most 65535 */
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_kv_heads %d: at most 65535", d->num_kv_heads);
+    if (d->num_kv_heads > FSA_KVC_MAX_GRID_ROWS) /* the kernel's grid has a row per KV head */
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_kv_heads %d: at most %d", d->num_kv_heads,
+                 FSA_KVC_MAX_GRID_ROWS);
     if (d->num_q_heads / d->num_kv_heads > FSA_KVC_MAX_GROUP)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "group %d: at most %d query heads per KV head",
                  d->num_q_heads / d->num_kv_heads, FSA_KVC_MAX_GROUP);
@@ -385,15 +386,18 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
  * ties. Small batches get a CTA per share (one wave), large ones one
  * prologue for several shares. FSA_KVC_CTAS at plan creation (a divisor of
  * the share count) overrides the rule, to measure another count. */
-static int ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
+int fsa_kvc_ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
 {
-    if (plan->ctas > 0 && splits % plan->ctas == 0) return plan->ctas;
-    const int64_t pairs = (int64_t)batch * plan->desc.num_kv_heads, resident = plan->resident > 0 ? plan->resident : 1;
+    /* The grid has a row per (KV head, CTA of its pair): at most 65535 of them (one CTA per
+     * pair always fits: a plan has at most 65535 KV heads). */
+    const int64_t hkv = plan->desc.num_kv_heads;
+    if (plan->ctas > 0 && splits % plan->ctas == 0 && hkv * plan->ctas <= FSA_KVC_MAX_GRID_ROWS) return plan->ctas;
+    const int64_t pairs = (int64_t)batch * hkv, resident = plan->resident > 0 ? plan->resident : 1;
     const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
-    int best = splits;
+    int best = 1;
     int64_t best_cost = -1;
     for (int c = splits; c >= 1; c--) {
-        if (splits % c) continue;
+        if (splits % c || hkv * c > FSA_KVC_MAX_GRID_ROWS) continue;
         const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (share_blocks * (splits / c) + 2);
         if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
     }
@@ -451,7 +455,7 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     params_of(&p, plan, a, splits);
     p.k_map = maps->k, p.v_map = maps->v;
     p.k_token_dim = maps->k_token_dim, p.v_token_dim = maps->v_token_dim;
-    const int ctas = ctas_per_pair(plan, a->batch, splits);
+    const int ctas = fsa_kvc_ctas_per_pair(plan, a->batch, splits);
     p.ctas = ctas;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;

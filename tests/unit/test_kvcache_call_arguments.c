@@ -109,6 +109,29 @@ static void test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_a
     EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
 }
 
+/* A launch has a grid row per (KV head, CTA of its pair): where a CTA per
+ * share would pass 65535 rows, the pair's shares share fewer CTAs (one
+ * always fits), whatever FSA_KVC_CTAS asked for. */
+static void test_a_launchs_ctas_per_pair_keep_its_grid_within_65535_rows(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    p.resident = 132;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 4); /* 2 KV heads: a CTA per share */
+    p.desc.num_kv_heads = 65535;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 1);
+    p.desc.num_kv_heads = 16384; /* 16384 x 4 = 65536 rows: one too many; 2 CTAs fit */
+    assert_in_range(fsa_kvc_ctas_per_pair(&p, 1, 4), 1, 2);
+    p.desc.num_kv_heads = 16383; /* 65532 rows: a CTA per share is the rule's choice again */
+    p.resident = 1 << 20;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 4);
+    p.ctas = 4; /* the measurement override, past the rows: not taken */
+    p.desc.num_kv_heads = 65535;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 1);
+    p.desc.num_kv_heads = 2;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 4);
+}
+
 int main(void)
 {
 #define OFF(fn) cmocka_unit_test_setup_teardown(fn, setup_offline, teardown_offline)
@@ -116,6 +139,7 @@ int main(void)
         OFF(test_arguments_that_pass_every_check_stop_at_the_device),
         OFF(test_a_block_table_whose_rows_reach_past_two_to_the_63_bytes_is_refused),
         OFF(test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_accepted),
+        OFF(test_a_launchs_ctas_per_pair_keep_its_grid_within_65535_rows),
     };
 #undef OFF
     return cmocka_run_group_tests(tests, NULL, NULL);
