@@ -203,8 +203,10 @@ FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *pla
  * @param      operation    FSA_OPERATION_FORWARD or FSA_OPERATION_BACKWARD
  * @param      total_tokens T, 1 to INT32_MAX - 1
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
- *         (tuning off, bad operation or count); FSA_STATUS_NO_DEVICE for an
- *         offline plan; driver errors (also when device memory runs out).
+ *         (tuning off, bad operation or count); FSA_STATUS_UNSUPPORTED where
+ *         T tokens of the plan's heads (or their workspace) pass what one
+ *         allocation can size; FSA_STATUS_NO_DEVICE for an offline plan;
+ *         driver errors (also when device memory runs out).
  * Blocks (allocations, host synchronizations); not during a stream capture.
  */
 FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation operation,

@@ -15,20 +15,25 @@ typedef struct scratch {
     size_t q, k, v, o, dout, dq, dk, dv, topk, cu, lse, ws, total;
 } scratch;
 
-static size_t place(size_t *at, size_t bytes)
+/* Sizes in 128 bits: a plan of enough heads makes T tokens of them pass
+ * 2^64 bytes, which layout refuses instead of wrapping around. */
+typedef unsigned __int128 u128;
+
+static size_t place(u128 *at, u128 bytes)
 {
-    const size_t here = *at;
-    *at = (*at + bytes + 255) & ~(size_t)255;
-    return here;
+    const u128 here = *at;
+    *at = (*at + bytes + 255) & ~(u128)255;
+    return (size_t)here;
 }
 
-static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
+/* The buffers' offsets; 0 where their total does not fit size_t. */
+static int layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
 {
-    const size_t hq = (size_t)plan->desc.num_q_heads, hkv = (size_t)plan->desc.num_kv_heads;
+    const u128 hq = (u128)plan->desc.num_q_heads, hkv = (u128)plan->desc.num_kv_heads;
     /* Bytes of T rows of the query/key head dim, and of the value head dim. */
-    const size_t rows = (size_t)T * (size_t)plan->desc.head_dim * 2;
-    const size_t rows_v = (size_t)T * (size_t)plan->desc.value_dim * 2;
-    size_t at = 0;
+    const u128 rows = (u128)T * (u128)plan->desc.head_dim * 2;
+    const u128 rows_v = (u128)T * (u128)plan->desc.value_dim * 2;
+    u128 at = 0;
     s->q = place(&at, rows * hq);
     s->o = place(&at, rows_v * hq);
     s->dout = place(&at, rows_v * hq);
@@ -37,11 +42,12 @@ static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
     s->v = place(&at, rows_v * hkv);
     s->dk = place(&at, rows * hkv);
     s->dv = place(&at, rows_v * hkv);
-    s->topk = place(&at, (size_t)T * hkv * (size_t)plan->desc.top_k * 4);
+    s->topk = place(&at, (u128)T * hkv * (u128)plan->desc.top_k * 4);
     s->cu = place(&at, 8);
-    s->lse = place(&at, (size_t)T * hq * 4);
+    s->lse = place(&at, (u128)T * hq * 4);
     s->ws = place(&at, ws);
-    s->total = at;
+    s->total = (size_t)at;
+    return at <= SIZE_MAX;
 }
 
 /* Token t selects its own block and the K - 1 before it (-1 past the start),
@@ -49,7 +55,7 @@ static void layout(scratch *s, const fsa_plan *plan, int64_t T, size_t ws)
 static int32_t *make_topk(const fsa_plan *plan, int64_t T)
 {
     const int64_t K = plan->desc.top_k, hkv = plan->desc.num_kv_heads, bk = plan->desc.block_size;
-    int32_t *h = malloc((size_t)(T * hkv * K) * sizeof *h);
+    int32_t *h = malloc((size_t)T * (size_t)hkv * (size_t)K * sizeof *h); /* within layout's total */
     if (h == NULL) return NULL;
     for (int64_t t = 0; t < T; t++)
         for (int64_t s = 0; s < K; s++) {
@@ -116,6 +122,15 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
     FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, 1));
     if (total_tokens == 0) FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "no tokens to measure with");
+    size_t ws_fwd = 0, ws_bwd = 0;
+    FSA_CHECK(fsa_plan_workspace_size(&ws_fwd, plan, total_tokens, 1));
+    if (op == FSA_OP_BWD) FSA_CHECK(fsa_plan_workspace_size_bwd(&ws_bwd, plan, total_tokens, 1));
+    const size_t ws = ws_fwd > ws_bwd ? ws_fwd : ws_bwd;
+    scratch s;
+    if (!layout(&s, plan, total_tokens, ws))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "scratch inputs of %lld tokens of %d query and %d KV heads pass 2^64 bytes", (long long)total_tokens,
+                 plan->desc.num_q_heads, plan->desc.num_kv_heads);
     if (plan->tune.level == FSA_TUNE_LEVEL_OFF)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "tuning is off for this plan's context (FSA_TUNE, options.tune)");
     const fsa_cu_api *cu = plan->ctx->cu;
@@ -125,12 +140,6 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
     fsa_choose(&before, plan, op, total_tokens);
     if (!before.may_measure) goto cleanup; /* a record, one candidate, or another thread measuring */
 
-    size_t ws_fwd = 0, ws_bwd = 0;
-    FSA_CHECK(fsa_plan_workspace_size(&ws_fwd, plan, total_tokens, 1));
-    if (op == FSA_OP_BWD) FSA_CHECK(fsa_plan_workspace_size_bwd(&ws_bwd, plan, total_tokens, 1));
-    const size_t ws = ws_fwd > ws_bwd ? ws_fwd : ws_bwd;
-    scratch s;
-    layout(&s, plan, total_tokens, ws);
     topk = make_topk(plan, total_tokens);
     FSA_CHECK_ALLOC(topk, STAGE);
     FSA_CHECK(fsa_context_enter(plan->ctx));
@@ -138,8 +147,8 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
     FSA_CHECK_CU(cu, cu->MemAlloc(&base, s.total), STAGE);
     /* Small finite values in both dtypes (0x3c3c: about 0.011 in bf16, 1.06 in f16). */
     FSA_CHECK_CU(cu, cu->MemsetD8Async(base, 0x3c, s.topk, NULL), STAGE);
-    FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.topk, topk, (size_t)(total_tokens * plan->desc.num_kv_heads *
-                                                                    plan->desc.top_k) * 4), STAGE);
+    FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.topk, topk, (size_t)total_tokens * (size_t)plan->desc.num_kv_heads *
+                                                             (size_t)plan->desc.top_k * 4), STAGE);
     const int32_t cu_seqlens[2] = {0, (int32_t)total_tokens};
     FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.cu, cu_seqlens, sizeof cu_seqlens), STAGE);
     FSA_CHECK(run(plan, operation, total_tokens, base, &s, ws));

@@ -157,6 +157,26 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     fsa_plan_destroy(plan);
 }
 
+/* fsa_plan_tune sizes one allocation of scratch inputs for T tokens of every
+ * head: where that passes 2^64 bytes it is refused before anything else
+ * (offline, before the device is looked for), never a wrapped-around small
+ * allocation the kernels would run past. A plan's ordinary sizes go on to
+ * the next check (this context tunes nothing). */
+static void test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported(void **state)
+{
+    (void)state;
+    const int hkv = (1 << 27) - 1; /* x 4 slots: one token's list entries fit int32 */
+    fsa_plan *plan = plan_with_kv_heads(hkv, 0, FSA_WORKSPACE_UNLIMITED);
+    int measured = 7;
+    /* q alone: 2^30 tokens x 2^28 query heads x D x 2 bytes. */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_tune(&measured, plan, FSA_OPERATION_FORWARD, (int64_t)1 << 30));
+    if (!strstr(fsa_last_error(), "2^64 bytes")) fail_msg("%s", fsa_last_error());
+    assert_int_equal(measured, 0);
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_tune(&measured, plan, FSA_OPERATION_FORWARD, 16));
+    assert_non_null(strstr(fsa_last_error(), "tuning is off"));
+    fsa_plan_destroy(plan);
+}
+
 static void test_path_queries_refuse_token_counts_the_calls_refuse(void **state)
 {
     (void)state;
@@ -180,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_workspace_sizes_refuse_what_the_calls_refuse),
         cmocka_unit_test(test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow),
         cmocka_unit_test(test_absurd_head_counts_are_unsupported_instead_of_wrapping_around),
+        cmocka_unit_test(test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported),
         cmocka_unit_test(test_path_queries_refuse_token_counts_the_calls_refuse),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
