@@ -249,7 +249,8 @@ typedef struct fsa_fwd_args {
     size_t struct_size;
     int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
     int batch;            /**< number of sequences (host), 1..T */
-    int max_seqlen;       /**< longest sequence (host) or 0 when unknown; only checked against T */
+    int max_seqlen;       /**< longest sequence (host) or 0 when unknown; checked against T (check mode:
+                                 also against each sequence) */
     fsa_tensor q;         /**< [T, Hq, D], read */
     fsa_tensor k;         /**< [T, Hkv, D], read */
     fsa_tensor v;         /**< [T, Hkv, Dv], read */
