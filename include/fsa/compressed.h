@@ -138,8 +138,10 @@ typedef struct fsa_compressed_fwd_args {
 /**
  * Enqueues the compressed-attention forward (o and lse) and, when the plan
  * selects and topk.ptr is set, the block selection (which reads the lse just
- * written) on `stream`: no allocation, no host synchronization; can be
- * captured in a CUDA graph. Two kernels; no [T, Tc] matrix is stored.
+ * written) on `stream`: no allocation, no host synchronization (except in
+ * check mode, which first waits for the offsets' verdict: the arguments'
+ * comment); can be captured in a CUDA graph. Two kernels; no [T, Tc]
+ * matrix is stored.
  * @param plan   the plan
  * @param args   the tensors; read only during the call
  * @param stream a CUstream of the plan's device, or NULL
@@ -220,11 +222,12 @@ FSA_API fsa_status fsa_compressed_plan_workspace_size_bwd(size_t *bytes_out, con
                                                           int64_t total_tokens, int batch);
 
 /**
- * Enqueues the compressed-attention backward on `stream` (two kernels: dq,
- * then dk and dv): no allocation, no host synchronization; can be captured
- * in a CUDA graph. Accumulates in fp32. Deterministic: every output element
- * has one owner and its sums run in a fixed order, so the same inputs give
- * the same bits.
+ * Enqueues the compressed-attention backward on `stream` (dq, then dk and
+ * dv; on sm_90a a third kernel when the dK/dV walk is split, adding its
+ * parts' sums in a fixed order): no allocation, no host synchronization
+ * (except in check mode, as the forward); can be captured in a CUDA graph.
+ * Accumulates in fp32. Deterministic: every output element has one owner
+ * and its sums run in a fixed order, so the same inputs give the same bits.
  * @param plan   a plan created with desc.backward = 1
  * @param args   the tensors; read only during the call
  * @param stream a CUstream of the plan's device, or NULL

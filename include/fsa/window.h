@@ -96,7 +96,9 @@ typedef struct fsa_window_fwd_args {
 
 /**
  * Enqueues the sliding-window forward on `stream`: one kernel, no workspace,
- * no allocation, no host synchronization; can be captured in a CUDA graph.
+ * no allocation, no host synchronization (except in check mode, which first
+ * waits for the offsets' verdict: the arguments' comment); can be captured
+ * in a CUDA graph.
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
@@ -163,8 +165,8 @@ FSA_API fsa_status fsa_window_plan_workspace_size_bwd(size_t *bytes_out, const f
 
 /** Enqueues the sliding-window backward on `stream`: the dq kernel (which
  *  also writes delta to the workspace), then the dk/dv kernel. Launch rules
- *  as the forward's: no allocation, no host synchronization, capturable in
- *  a CUDA graph; `args` is read during the call only. fp32 accumulation.
+ *  as the forward's: no allocation, no host synchronization (but in check
+ *  mode), capturable in a CUDA graph; `args` is read during the call only. fp32 accumulation.
  *  Deterministic: one owner per output element, sums in a fixed order, so
  *  the same inputs give the same bits. `plan` must have been made with
  *  desc.backward = 1.
