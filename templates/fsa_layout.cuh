@@ -379,12 +379,12 @@ FSA_LAYOUT_FN int fsa_kvc_seq_splits(int q_len, int tile_tokens, int splits)
  * query rows land in the last K stage buffer and need no shared memory of
  * their own (3 CTAs per SM instead of 2 on sm_90 at D 128). */
 FSA_LAYOUT_FN int fsa_kvc_q_in_registers(int dk) { return dk <= 128; }
-/* Where a tile's rows go in the mma. Up to two 16-row tiles (g <= 8) with the
- * query fragments in registers put the keys on the 16-row side (S^T = K Q^T,
- * O^T = V^T P^T) and the rows on the 8-wide side: a warp with at most 8 live
- * rows (decode at g <= 8) computes one n8 tile, half the mma of a 16-row tile
- * and none of its padding rows past 8; larger groups keep the rows on the
- * 16-row side. */
+/* Where a tile's rows go in the mma. A tile of one 16-row tile (g <= 4) with
+ * the query fragments in registers puts the keys on the 16-row side (S^T = K
+ * Q^T, O^T = V^T P^T) and the rows on the 8-wide side: a warp with at most 8
+ * live rows (decode) computes one n8 tile, half the mma of a 16-row tile and
+ * none of its padding rows past 8; larger groups keep the rows on the 16-row
+ * side. */
 FSA_LAYOUT_FN int fsa_kvc_keys_major(int g, int dk) { return fsa_kvc_row_tiles(g) <= 1 && fsa_kvc_q_in_registers(dk); }
 /* Tensor-map copies (sm_90a, `tma` below): a stage is whole boxes of one page
  * (64 columns x 64 keys of one head each), so block and page sizes are
