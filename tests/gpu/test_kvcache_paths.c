@@ -54,6 +54,22 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         }
 }
 
+/* A lone decode token at G 1 over 32 KV heads in 4 shares is 128 CTAs: a
+ * plan that merges in clusters keeps them on the two-stage ring (clusters of
+ * one CTA per SM need whole groups of SMs), one without clusters takes the
+ * deep ring where 128 CTAs fit the SMs at one each (H100, H200) and merges
+ * through the workspace. Either way the reference's values and the same bits. */
+static void test_a_lone_decode_token_over_many_heads_gives_the_same_bits_with_and_without_clusters(void **state)
+{
+    (void)state;
+    /* name                dtype d   hq  hkv bk  k   page seqs         n  topk          hnd len junk quick */
+    const kvc_case c = {"bf16_d128_g1_h32_decode", FSA_DTYPE_BF16, 128, 32, 32, 64, 16, 64, {{1, 5000}}, 1,
+                        KVC_TOPK_THK, 0, 0, 1, 1};
+    fsa_kvcache_desc d = kvc_desc_of(&c, 1, 1);
+    d.splits = 4;
+    assert_path_gives_the_same_bits(&d, &c, "FSA_KVC_CLUSTER", 900, "cluster plan", "plan without clusters");
+}
+
 /* On sm_90a, where a stage is whole page boxes, the kernel copies the
  * stages by tensor maps into swizzled tiles; FSA_KVC_TMA=0 makes a plan that
  * copies each key row with cp.async. Same bits: decode and speculative tiles,
@@ -144,6 +160,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_cluster_merge_gives_the_bits_of_the_workspace_merge),
+        cmocka_unit_test(test_a_lone_decode_token_over_many_heads_gives_the_same_bits_with_and_without_clusters),
         cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
         cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
         cmocka_unit_test(test_tokens_sharing_one_row_give_the_bits_of_the_general_union),
