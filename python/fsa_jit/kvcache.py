@@ -20,7 +20,14 @@ same block. No visible key: o = 0, lse = -inf. Forward only (no autograd).
 The call does no host synchronisation and allocates only through torch's
 caching allocator: after a first eager call (which creates the plan), it can
 be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` and
-``topk_length`` updated in place between replays. Under ``torch.compile``, fake
+``topk_length`` updated in place between replays. Plans are cached per shape,
+scale, splits, validate and plan sizes; without max_batch and max_query_tokens
+the sizes are the call's batch and token count rounded up to a power of two,
+so a captured call whose sizes round otherwise than every earlier call's
+creates its plan inside the capture (compiling or loading kernels, blocking;
+with validate also a cuMemAlloc, which a capture in global mode, torch's
+default, refuses). Warm up every size to be captured, or pass max_batch and
+max_query_tokens. Under ``torch.compile``, fake
 tensors or a dispatch mode the call is the operator
 ``torch.ops.fsa_jit.kvcache_attention`` (with a fake implementation); a plain
 eager call skips the dispatcher. kvcache_attention checks its arguments
