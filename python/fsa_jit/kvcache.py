@@ -18,7 +18,12 @@ given), ``0 <= idx <= p // block_size``, and no earlier slot of the row holds th
 same block. No visible key: o = 0, lse = -inf. Forward only (no autograd).
 
 The call does no host synchronisation and allocates only through torch's
-caching allocator: after a first eager call (which creates the plan), it can
+caching allocator, except with validate=True (it waits for the check's
+verdict) and with tuning on (FSA_TUNE=on or force): then each plan's first
+call that is not being captured measures its split counts on scratch batches
+that libfsa allocates with cuMemAlloc, outside torch's allocator, and frees,
+waiting for the timings (host synchronizations; kvcache_plan_choice's
+will_measure). After a first eager call (which creates the plan), it can
 be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` and
 ``topk_length`` updated in place between replays. Plans are cached per shape,
 scale, splits, validate and plan sizes; without max_batch and max_query_tokens
