@@ -154,7 +154,9 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     or pass numbers, for a call that never synchronizes.
     The selection: top_k blocks of block_size positions (16, 32, 64, 128 or 256; a multiple of stride) per
     KV head and token, scored by the compressed attention, with the first init_blocks and the local_blocks
-    ending at the token's own block forced. window: the sliding window W. scale: None = 1/sqrt(Dk).
+    ending at the token's own block forced. window: the sliding window W, or Hq windows as
+    fsa_jit.window_attention takes them (a tensor of windows is read on the host at every call: a
+    synchronization when it is on the GPU). scale: None = 1/sqrt(Dk).
     validate: libfsa's check mode in every branch: the offsets (and the selection) are checked on the device
     first and bad metadata raises fsa_jit.FsaError; one synchronization per branch and call.
     workspace_limit: the selected attention's workspace cap (as fsa_jit.selected_attention takes it);

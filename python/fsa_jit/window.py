@@ -221,7 +221,9 @@ def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, 
     q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv]: fp16 or bf16 on one CUDA device, last dim contiguous;
     group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. cu_seqlens: int32 [B + 1].
     window: an int W, or a sequence of Hq ints (one window per query head; at most 256 heads): the query at
-    position i of its sequence, in query head qh, sees keys i - W_qh + 1 .. i. scale: None = 1/sqrt(Dk).
+    position i of its sequence, in query head qh, sees keys i - W_qh + 1 .. i. A 1-D tensor of Hq windows is
+    taken too, but its values are read on the host at every call (.tolist(): a host synchronization, which
+    no CUDA graph capture allows, when it is on the GPU); pass a list or tuple. scale: None = 1/sqrt(Dk).
     validate: libfsa's check mode: a kernel first checks cu_seqlens on the device (starts at 0, never
     falls, ends at T), in the forward and the backward, and bad offsets raise fsa_jit.FsaError naming what
     and where instead of leaving tokens unwritten. Each call then waits for the check (a host
