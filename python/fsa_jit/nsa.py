@@ -234,7 +234,7 @@ class NSAttention(torch.nn.Module):
 
     forward(q, k, v, g_cmp, g_sel, g_win, cu_seqlens) -> o [T, Hq, Dv]. Holds no parameters: the
     projections that make q, k, v and the gates belong to the model around it. Reads cu_seqlens on the host
-    once per call (compress_mean).
+    twice per call (compress_mean of k and of v: two host synchronizations), so no CUDA graph capture.
     """
 
     def __init__(self, kernel_size=32, stride=16, block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2,
