@@ -199,7 +199,10 @@ typedef struct fsa_kvcache_args {
  * kernel validates it first and the call waits for the verdict (docs/kvcache.md).
  * With tuning on (fsa_context_options.tune), the plan's first uncaptured call
  * also measures its split counts on scratch batches it allocates, and waits
- * for the timings (fsa_kvcache_plan_choice_get).
+ * for the timings (fsa_kvcache_plan_choice_get): cuMemAlloc and cuMemFree of
+ * the scratch, a synchronous copy of its metadata, and synchronizations of
+ * the legacy default stream (so also of the work other threads queued on the
+ * context's blocking streams) and of `stream`.
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL
