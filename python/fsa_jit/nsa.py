@@ -58,27 +58,39 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
     host (a synchronization when it is on the GPU): a helper for examples and tests; a model would use its
     own (learned) compression.
     """
+    (x_cmp,), cu_c = _compress_means((x,), cu_seqlens, kernel_size, stride)
+    return x_cmp, cu_c
+
+
+def _compress_means(xs, cu_seqlens, kernel_size, stride):
+    """compress_mean of each tensor of xs (the same T), reading cu_seqlens on the host once:
+    (tuple of x_cmp, cu_seqlens_c)."""
     _cmp.require_int("kernel_size", kernel_size, 1, _cmp.MAX_KERNEL_SIZE)
     _cmp.require_int("stride", stride, 1, kernel_size)
-    for name, t in (("x", x), ("cu_seqlens", cu_seqlens)):
+    for name, t in [("x", x) for x in xs] + [("cu_seqlens", cu_seqlens)]:
         _att._check_tensor(name, t)
-    if x.dim() != 3:
-        raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
+    for x in xs:
+        if x.dim() != 3:
+            raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
     if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
         raise TypeError(f"cu_seqlens must be an integer tensor (int32), got {cu_seqlens.dtype}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape "
                          f"{tuple(cu_seqlens.shape)}")
     cu = [int(v) for v in cu_seqlens.tolist()]
-    if cu[0] != 0 or cu[-1] != x.shape[0] or any(a > b for a, b in zip(cu, cu[1:])):
-        raise ValueError(f"cu_seqlens must rise from 0 to T={x.shape[0]}, got {cu}")
+    for x in xs:
+        if cu[0] != 0 or cu[-1] != x.shape[0] or any(a > b for a, b in zip(cu, cu[1:])):
+            raise ValueError(f"cu_seqlens must rise from 0 to T={x.shape[0]}, got {cu}")
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
     starts = [a + j * stride for a, n in zip(cu, counts) for j in range(n)]
     cu_c = torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)
     if not starts:
-        return x.new_zeros((0,) + tuple(x.shape[1:])), cu_c
-    idx = torch.tensor(starts, device=x.device)[:, None] + torch.arange(kernel_size, device=x.device)
-    return x[idx].float().mean(dim=1).to(x.dtype), cu_c
+        return tuple(x.new_zeros((0,) + tuple(x.shape[1:])) for x in xs), cu_c
+    out = []
+    for x in xs:
+        idx = torch.tensor(starts, device=x.device)[:, None] + torch.arange(kernel_size, device=x.device)
+        out.append(x[idx].float().mean(dim=1).to(x.dtype))
+    return tuple(out), cu_c
 
 
 # ------------------------------------------------------------------- gates
@@ -234,7 +246,7 @@ class NSAttention(torch.nn.Module):
 
     forward(q, k, v, g_cmp, g_sel, g_win, cu_seqlens) -> o [T, Hq, Dv]. Holds no parameters: the
     projections that make q, k, v and the gates belong to the model around it. Reads cu_seqlens on the host
-    twice per call (compress_mean of k and of v: two host synchronizations), so no CUDA graph capture.
+    once per call (the mean compression of k and v: a host synchronization), so no CUDA graph capture.
     """
 
     def __init__(self, kernel_size=32, stride=16, block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2,
@@ -250,8 +262,7 @@ class NSAttention(torch.nn.Module):
                 f"local_blocks={self.local_blocks}, scale={self.scale}")
 
     def forward(self, q, k, v, g_cmp, g_sel, g_win, cu_seqlens):
-        k_cmp, cu_c = compress_mean(k, cu_seqlens, self.kernel_size, self.stride)
-        v_cmp, _ = compress_mean(v, cu_seqlens, self.kernel_size, self.stride)
+        (k_cmp, v_cmp), cu_c = _compress_means((k, v), cu_seqlens, self.kernel_size, self.stride)
         return nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_c,
                              kernel_size=self.kernel_size, stride=self.stride, block_size=self.block_size,
                              top_k=self.top_k, window=self.window, init_blocks=self.init_blocks,

@@ -107,3 +107,30 @@ def test_compress_mean_rejects_offsets_that_do_not_cover_x():
         compress_mean(torch.zeros(5, 1, 2), torch.tensor([0, 4], dtype=torch.int32), 2, 1)
     with pytest.raises(ValueError, match="stride"):
         compress_mean(torch.zeros(5, 1, 2), torch.tensor([0, 5], dtype=torch.int32), 2, 3)
+
+
+class _CountedOffsets(torch.Tensor):
+    """cu_seqlens that count their host reads (tolist)."""
+
+    reads = 0
+
+    def tolist(self):
+        type(self).reads += 1
+        return super().tolist()
+
+
+def test_the_layer_module_compresses_k_and_v_with_one_host_read_of_the_offsets():
+    from fsa_jit.nsa import _compress_means
+
+    gen = torch.Generator().manual_seed(3)
+    k, v = torch.randn(70, 2, 16, generator=gen), torch.randn(70, 2, 8, generator=gen)
+    cu = torch.tensor([0, 33, 33, 70], dtype=torch.int32).as_subclass(_CountedOffsets)
+    _CountedOffsets.reads = 0
+    (k_cmp, v_cmp), cu_c = _compress_means((k, v), cu, 8, 4)
+    assert _CountedOffsets.reads == 1
+    plain = torch.tensor([0, 33, 33, 70], dtype=torch.int32)
+    for x, x_cmp in ((k, k_cmp), (v, v_cmp)):
+        want, want_cu = compress_mean(x, plain, 8, 4)
+        assert torch.equal(x_cmp, want) and torch.equal(cu_c, want_cu)
+    with pytest.raises(ValueError, match=r"cu_seqlens must rise from 0 to T=69"):
+        _compress_means((k, v[:69]), plain, 8, 4)
