@@ -139,6 +139,15 @@ EXPORT CUresult cuInit(unsigned flags)
     return CUDA_SUCCESS;
 }
 
+/* NVRTC looks this up in whatever libcuda.so.1 the process loaded and
+ * crashes where it is missing: a table it cannot have. */
+EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+    (void)id;
+    if (table) *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status)
 {
