@@ -28,6 +28,7 @@ extern "C" {
  * @param stream a CUstream of the context's device, or NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_NO_DEVICE for an
  *         offline context; FSA_STATUS_MISALIGNED for a NULL or unaligned dst;
+ *         FSA_STATUS_INVALID_ARGUMENT for words past 2^64 bytes of address;
  *         kernel loading and driver errors.
  * Thread-safe.
  */

@@ -17,6 +17,10 @@ fsa_status fsa_fill_u32(fsa_context *ctx, uint64_t dst, uint32_t value, uint64_t
     if (count == 0) return FSA_STATUS_OK;
     if (dst == 0 || (dst & 3u) != 0)
         return fsa_error_set(FSA_STATUS_MISALIGNED, "fill", "destination must be non-NULL and 4-byte aligned");
+    if (count - 1 > (UINT64_MAX - dst) / 4) /* the kernel's word addresses would wrap to low memory */
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "fill",
+                             "%llu words from 0x%llx pass 2^64 bytes of address", (unsigned long long)count,
+                             (unsigned long long)dst);
 
     pthread_mutex_lock(&ctx->fill_lock);
     if (ctx->fill_fn == NULL) st = fsa_context_get_function(&ctx->fill_fn, ctx, &fill_request, "fsa_fill_u32", 0);
