@@ -36,13 +36,24 @@ fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_
     dc = calloc(1, sizeof *dc);
     FSA_CHECK_ALLOC(dc, STAGE);
     dc->read_only = read_only != 0;
-    dc->root = strdup(root);
-    dc->v1 = fsa_dc_path_join(root, FSA_CACHE_LAYOUT);
+    if (root[0] == '/') {
+        dc->root = strdup(root);
+    } else {
+        /* Relative: fixed to the working directory of now, where the checks
+         * below are made; a later chdir must not move the cache under them. */
+        char *cwd = getcwd(NULL, 0);
+        if (cwd == NULL)
+            FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cache directory %s is relative and the working directory is "
+                     "unknown: %s", root, strerror(errno));
+        dc->root = fsa_dc_path_join(cwd, root);
+        free(cwd);
+    }
     FSA_CHECK_ALLOC(dc->root, STAGE);
+    dc->v1 = fsa_dc_path_join(dc->root, FSA_CACHE_LAYOUT);
     FSA_CHECK_ALLOC(dc->v1, STAGE);
     /* The root is checked before anything is created inside it. */
-    if (!dc->read_only) FSA_CHECK(fsa_dc_make_dirs(root));
-    FSA_CHECK(fsa_dc_check_dir(root, FSA_STATUS_CACHE_IO));
+    if (!dc->read_only) FSA_CHECK(fsa_dc_make_dirs(dc->root));
+    FSA_CHECK(fsa_dc_check_dir(dc->root, FSA_STATUS_CACHE_IO));
     if (!dc->read_only) FSA_CHECK(fsa_dc_make_dir(dc->v1));
     FSA_CHECK(fsa_dc_check_dir(dc->v1, FSA_STATUS_CACHE_IO));
     struct stat sb;

@@ -26,7 +26,8 @@ typedef struct fsa_disk_cache fsa_disk_cache;
  * users can write or that a user other than the effective user or root
  * owns; the caller then works in memory. Files and directories of root are
  * trusted (root can replace any file anyway), so that a cache baked into an
- * image by root serves every user. */
+ * image by root serves every user. A relative root is joined to the working
+ * directory of the call, which fsa_disk_cache_root then reports. */
 fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_only);
 void fsa_disk_cache_close(fsa_disk_cache *dc); /* NULL is fine */
 const char *fsa_disk_cache_root(const fsa_disk_cache *dc);

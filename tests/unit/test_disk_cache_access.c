@@ -3,7 +3,8 @@
  * user owns are refused (root's cache serves other users unless others can
  * write it), and so is a target directory that is a symbolic link; a
  * read-only cache serves lookups but publishes, locks, prunes and
- * deletes nothing, and a read-only open of a missing cache creates nothing. */
+ * deletes nothing, a read-only open of a missing cache creates nothing, and a
+ * relative cache directory stays the one opened after a chdir. */
 #include "disk_cache_fixture.h"
 
 #include <dirent.h>
@@ -279,6 +280,55 @@ static void test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing(v
     free(missing);
 }
 
+/* A relative cache directory names the directory it named when the cache was
+ * opened: the owner and mode checks were made there. A process that changes
+ * its working directory afterwards must neither lose its cache nor publish
+ * into a directory at the same relative path that nobody checked (here one
+ * that other users may write). */
+static void test_a_relative_cache_directory_stays_the_one_opened_after_a_chdir(void **state)
+{
+    fixture *f = *state;
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    char *first = join(f->root, "first"), *second = join(f->root, "second");
+    char *planted = join(second, "rel/v1");
+    assert_int_equal(mkdir(first, 0700), 0);
+    assert_int_equal(mkdir(second, 0700), 0);
+    assert_int_equal(chdir(first), 0);
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, "rel", 0), FSA_STATUS_OK);
+    char *want = join(first, "rel");
+    assert_string_equal(fsa_disk_cache_root(dc), want);
+    fsa_kernel_key k, k2;
+    make_key(&k, "128", "13.0", "-O3");
+    make_key(&k2, "64", "13.0", "-O3");
+    uint8_t *p = make_payload(500, 41);
+    publish(dc, &k, p, 500);
+    /* Elsewhere, rel/v1 exists and is writable by others. */
+    char *rel = join(second, "rel");
+    assert_int_equal(mkdir(rel, 0700), 0);
+    assert_int_equal(mkdir(planted, 0777), 0);
+    assert_int_equal(chmod(planted, 0777), 0);
+    assert_int_equal(chdir(second), 0);
+    expect_hit(dc, &k, 0, p, 500);
+    publish(dc, &k2, p, 500);
+    char *stray = join(planted, TARGET);
+    assert_false(exists(stray));
+    assert_int_equal(chdir(first), 0);
+    expect_hit(dc, &k2, 0, p, 500);
+    assert_int_equal(chdir(cwd), 0);
+    fsa_disk_cache_close(dc);
+    free(stray);
+    free(rel);
+    free(want);
+    free(p);
+    fsa_key_free(&k);
+    fsa_key_free(&k2);
+    free(planted);
+    free(first);
+    free(second);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -292,6 +342,7 @@ int main(void)
         T(test_a_cache_directory_owned_by_another_user_is_refused),
         T(test_a_read_only_cache_refuses_writes_but_serves_lookups),
         T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
+        T(test_a_relative_cache_directory_stays_the_one_opened_after_a_chdir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
