@@ -77,18 +77,14 @@ static char *default_cache_dir(void)
 {
     const char *d = getenv("FSA_CACHE_DIR");
     if (d && *d) return strdup(d);
-    char buf[4096];
+    /* Whole, however long: a shortened path would name another directory. */
+    fsa_strbuf b = {0};
     const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && xdg[0] == '/') {
-        snprintf(buf, sizeof buf, "%s/fsa", xdg);
-        return strdup(buf);
-    }
     const char *home = getenv("HOME");
-    if (home && *home) {
-        snprintf(buf, sizeof buf, "%s/.cache/fsa", home);
-        return strdup(buf);
-    }
-    return NULL;
+    if (xdg && xdg[0] == '/') fsa_strbuf_appendf(&b, "%s/fsa", xdg);
+    else if (home && *home) fsa_strbuf_appendf(&b, "%s/.cache/fsa", home);
+    else return NULL;
+    return fsa_strbuf_take(&b);
 }
 
 static fsa_status open_device(fsa_context *ctx, const char *requested_target)

@@ -10,9 +10,12 @@
 
 #include "base/struct_size.h"
 
+#include <dirent.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void test_context_create_with_a_null_out_is_a_null_pointer(void **state)
 {
@@ -232,6 +235,71 @@ static void test_unknown_cache_and_jit_mode_options_are_invalid_arguments(void *
     assert_null(ctx);
 }
 
+/* A directory below `base` whose path is `len` bytes long (levels of at most
+ * 200 bytes); the caller frees it. */
+static char *long_directory(const char *base, size_t len)
+{
+    char *p = malloc(len + 1);
+    assert_non_null(p);
+    size_t n = (size_t)snprintf(p, len + 1, "%s", base);
+    while (n < len) {
+        size_t level = len - n - 1 < 200 ? len - n - 1 : 200;
+        if (len - n - 1 - level > 0 && len - n - 1 - level < 2) level -= 2; /* no level of 0 bytes next */
+        p[n++] = '/';
+        memset(p + n, 'd', level);
+        n += level;
+        p[n] = '\0';
+        assert_int_equal(mkdir(p, 0700), 0);
+    }
+    assert_int_equal(strlen(p), len);
+    return p;
+}
+
+static int names_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* $HOME/.cache/fsa or $XDG_CACHE_HOME/fsa past the longest path is no cache
+ * (the context works in memory), never a shortened path: the path was cut to
+ * 4095 bytes, which created "<HOME>/.c" or "<XDG_CACHE_HOME>/fs", and the
+ * warning named that directory. */
+static void test_a_default_cache_directory_too_long_for_a_path_is_not_shortened(void **state)
+{
+    (void)state;
+    char *base = fsa_test_mkdtemp("fsa_long_home");
+    char *home = long_directory(base, 4092);
+    const char *names[] = {"FSA_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = getenv(names[i]) ? strdup(getenv(names[i])) : NULL;
+        unsetenv(names[i]);
+    }
+    for (int xdg = 0; xdg < 2; xdg++) {
+        assert_int_equal(setenv(xdg ? "XDG_CACHE_HOME" : "HOME", home, 1), 0);
+        fsa_context_options o = offline_options("sm_80");
+        o.cache_mode = FSA_CACHE_MODE_READ_WRITE;
+        fsa_context *ctx = NULL;
+        assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+        assert_string_equal(fsa_context_cache_dir(ctx), "");
+        assert_int_equal(names_in(home), 0);
+        fsa_context_destroy(ctx);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (saved[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+        free(saved[i]);
+    }
+    fsa_test_rmtree(base);
+    free(home);
+    free(base);
+}
+
 static void test_destroying_null_is_fine(void **state)
 {
     (void)state;
@@ -258,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_a_bad_fsa_cache_mode_value_is_an_invalid_argument),
         cmocka_unit_test(test_a_bad_fsa_jit_value_is_an_invalid_argument),
         cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
+        cmocka_unit_test(test_a_default_cache_directory_too_long_for_a_path_is_not_shortened),
         cmocka_unit_test(test_destroying_null_is_fine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
