@@ -20,11 +20,13 @@
 #define DEFAULT_TIMEOUT_S 120
 #define RECORD_MAX 256
 
-/* $FSA_CACHE_LOCK_TIMEOUT in seconds (0 = do not wait), else the default. */
+/* $FSA_CACHE_LOCK_TIMEOUT in decimal seconds (0 = do not wait), else the
+ * default. Only digits and a point: strtod would also read hexadecimal
+ * ("0x0": no wait), exponents, signs and leading blanks. */
 static double lock_timeout_s(void)
 {
     const char *v = getenv("FSA_CACHE_LOCK_TIMEOUT");
-    if (v == NULL || *v == '\0') return DEFAULT_TIMEOUT_S;
+    if (v == NULL || *v == '\0' || v[strspn(v, "0123456789.")] != '\0') return DEFAULT_TIMEOUT_S;
     char *end = NULL;
     double s = strtod(v, &end);
     if (end == v || *end != '\0' || !(s >= 0.0) || s > 86400.0) return DEFAULT_TIMEOUT_S;

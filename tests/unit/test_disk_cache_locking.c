@@ -244,9 +244,10 @@ static void test_a_lock_held_past_the_timeout_is_given_up(void **state)
 
 /* A timeout with anything after its number is no timeout: the default
  * wait applies, not the number read ("0s" would mean no wait at all). */
-static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state)
+/* With FSA_CACHE_LOCK_TIMEOUT=value, a lock another process holds for 300 ms
+ * is waited for (the default timeout) and had. */
+static void expect_the_default_timeout_with(fixture *f, const char *value)
 {
-    fixture *f = *state;
     fsa_kernel_key k;
     make_key(&k, "128", "13.0", "-O3");
     int ready[2];
@@ -262,15 +263,28 @@ static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state
     }
     char c;
     assert_int_equal(read(ready[0], &c, 1), 1);
-    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", "0s", 1), 0);
+    assert_int_equal(setenv("FSA_CACHE_LOCK_TIMEOUT", value, 1), 0);
     int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
     unsetenv("FSA_CACHE_LOCK_TIMEOUT");
-    assert_true(fd >= 0); /* waited the 300 ms and got it */
+    if (fd < 0) fail_msg("FSA_CACHE_LOCK_TIMEOUT=%s did not wait: %s", value, fsa_last_error());
     fsa_disk_cache_unlock(fd);
     assert_int_equal(waitpid(pid, NULL, 0), pid);
     close(ready[0]);
     close(ready[1]);
     fsa_key_free(&k);
+}
+
+static void test_a_lock_timeout_with_trailing_characters_is_ignored(void **state)
+{
+    expect_the_default_timeout_with(*state, "0s");
+}
+
+/* Seconds are decimal (README.md): a hexadecimal value, which strtod reads
+ * (0x0 as no wait at all), is "any other value", the default. */
+static void test_a_hexadecimal_lock_timeout_is_ignored(void **state)
+{
+    expect_the_default_timeout_with(*state, "0x0");
+    expect_the_default_timeout_with(*state, "0X0p0");
 }
 
 /* A record whose pid is a stopped process but whose start time is not that
@@ -323,6 +337,7 @@ int main(void)
         T(test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed),
         T(test_a_lock_held_past_the_timeout_is_given_up),
         T(test_a_lock_timeout_with_trailing_characters_is_ignored),
+        T(test_a_hexadecimal_lock_timeout_is_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
