@@ -260,8 +260,12 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
         if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
         else prune_failed(c, path, S_ISDIR(sb.st_mode) && errno == ENOTEMPTY ? "a directory that is not empty"
                                                                              : strerror(errno));
-    } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
+    } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex) && S_ISREG(sb.st_mode)) {
         c->removed += (uint64_t)remove_stale_lock(path, c->now);
+    } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
+        /* No lock can be had on a link, FIFO or directory (disk_lock.c): it
+         * goes, a directory only when empty; one that stays is no entry to report. */
+        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
     } else if (fsa_dc_is_temp_name(fname) && S_ISREG(sb.st_mode)) {
         /* A live writer's file takes disk space too: counted, so that the
          * entries shrink to make room for it. */

@@ -5,7 +5,8 @@
  * load error that condemns the image deletes an entry; prune deletes the
  * least recently used entries (a hit records its use, a time dated ahead
  * counts as the oldest), never one a writer replaced since its scan, and old
- * debris (temporary files, stale locks). */
+ * debris (temporary files, stale locks, a link, FIFO or empty directory at a
+ * lock path). */
 #include "disk_cache_fixture.h"
 
 #include "jit/context.h"
@@ -266,6 +267,39 @@ static void test_prune_removes_unheld_lock_files_that_are_old_or_dated_ahead(voi
     free(ahead);
     free(fresh);
     free(held);
+}
+
+/* Something other than a file at a key's lock path (a link, a FIFO, an empty
+ * directory) keeps every process from locking that key: each compiles it
+ * without the lock, for ever. Prune removes it, as it removes such things at
+ * an entry's path, and the key locks again. */
+static void test_prune_removes_a_link_fifo_or_empty_directory_at_a_lock_path(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "64", "13.0", "-O3");
+    fsa_disk_cache_unlock(fsa_disk_cache_lock(f->dc, &k, TARGET)); /* the target directory */
+    char *entry = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    assert_non_null(entry);
+    char *lock = strdup(entry);
+    assert_non_null(lock);
+    strcpy(lock + strlen(lock) - strlen(".cubin"), ".lock");
+    for (int kind = 0; kind < 3; kind++) {
+        assert_int_equal(unlink(lock), 0);
+        if (kind == 0) assert_int_equal(symlink("/nonexistent", lock), 0);
+        if (kind == 1) assert_int_equal(mkfifo(lock, 0600), 0);
+        if (kind == 2) assert_int_equal(mkdir(lock, 0700), 0);
+        assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
+        uint64_t removed = 0, left = 0;
+        assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
+        assert_int_equal(removed, 1);
+        int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+        assert_true(fd >= 0);
+        fsa_disk_cache_unlock(fd);
+    }
+    free(lock);
+    free(entry);
+    fsa_key_free(&k);
 }
 
 static int cannot_check(const fsa_disk_entry *entry, const char *target, const char *path, void *user)
@@ -624,6 +658,7 @@ int main(int argc, char **argv)
         T(test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad),
         T(test_prune_deletes_least_recently_used_entries_and_old_debris),
         T(test_prune_removes_unheld_lock_files_that_are_old_or_dated_ahead),
+        T(test_prune_removes_a_link_fifo_or_empty_directory_at_a_lock_path),
         T(test_a_hit_records_its_use_so_prune_evicts_the_entry_that_was_not_used),
         T(test_a_hit_records_its_use_at_most_once_an_hour),
         T(test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_hit_uses_it),
