@@ -104,7 +104,8 @@ fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, vo
 /* Deletes the temporary files of writers that are gone, unheld lock files
  * older than an hour and links, FIFOs and empty directories at lock paths,
  * then entries in order of last use (the later of atime and mtime; a time
- * over a minute ahead of the clock counts as the oldest) until the entries and the live writers' temporary files total <= max_bytes.
+ * over a minute ahead of the clock counts as the oldest) until the entries
+ * and the live writers' temporary files total <= max_bytes.
  * An entry replaced since the scan is kept. *removed_out counts every deleted
  * file; *bytes_left_out is that total afterwards. */
 fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
