@@ -11,7 +11,7 @@ import os
 from typing import NamedTuple, Optional
 
 from . import _lib
-from .precompile import _cache_dir_bytes, _device_ordinal, _disk_cache_dir, _open_context
+from .precompile import _cache_dir_bytes, _device_ordinal, _disk_cache_dir, _no_nul, _open_context
 
 # Any target reaches the same directory, and every target's entries are visited.
 DEFAULT_TARGET = "sm_80"
@@ -36,6 +36,8 @@ def _with_cache(arch, detect, device, cache_dir, use):
         raise ValueError("arch and detect exclude each other")
     if arch is not None and not isinstance(arch, str):
         raise TypeError(f"arch must be one target such as 'sm_80' (a string), got {arch!r}")
+    if arch is not None:
+        _no_nul("arch", arch)
     if detect:
         _device_ordinal(device)
     _cache_dir_bytes(cache_dir)  # a TypeError before anything is loaded

@@ -49,6 +49,7 @@ def _targets(arch):
         a = a.strip()
         if not a:
             raise ValueError(f"arch: empty target in {arch!r}")
+        _no_nul("arch", a)
         if a not in out:
             out.append(a)
     if not out:
@@ -64,13 +65,22 @@ def _device_ordinal(device):
     return int(device)
 
 
+def _no_nul(name, text):
+    """libfsa reads a C string up to its first NUL: "/a\\0/b" would be the directory /a, "sm_80\\0x" the target
+    sm_80. Refused, as Python's own path functions refuse them (ValueError)."""
+    if ("\0" if isinstance(text, str) else b"\0") in text:
+        raise ValueError(f"{name} {text!r} has a NUL character; libfsa would read it cut short there")
+
+
 def _cache_dir_bytes(cache_dir):
     """cache_dir (None, a str, bytes or os.PathLike) as the C string libfsa takes."""
     if cache_dir is None:
         return None
     if not isinstance(cache_dir, (str, bytes, os.PathLike)):
         raise TypeError(f"cache_dir must be a path (str, bytes or os.PathLike) or None, got {type(cache_dir).__name__}")
-    return os.fsencode(cache_dir)
+    path = os.fsencode(cache_dir)
+    _no_nul("cache_dir", path)
+    return path
 
 
 def _open_context(lib, target, device, cache_dir):

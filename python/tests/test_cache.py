@@ -108,3 +108,22 @@ def test_cache_functions_refuse_arguments_of_the_wrong_type_by_name(call, match,
             function(**call)
     with pytest.raises(TypeError, match=match):
         fsa_jit.prune_cache("1G", **call)
+
+
+@pytest.mark.parametrize("call", [dict(cache_dir="/tmp/fsa-cache\0/elsewhere"), dict(cache_dir=b"/tmp/fsa\0x"),
+                                  dict(arch="sm_80\0sm_90a")])
+def test_a_path_or_target_with_a_nul_character_is_refused_before_libfsa_reads_it_cut_short(call, monkeypatch):
+    # libfsa takes C strings: "/tmp/fsa-cache\0/elsewhere" would be the directory /tmp/fsa-cache (a prune
+    # deleting entries there), "sm_80\0sm_90a" the target sm_80.
+    def reached(*a, **k):
+        raise AssertionError("a path cut short at its NUL reached libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    name = next(iter(call))
+    for function in (fsa_jit.cache_entries, fsa_jit.verify_cache):
+        with pytest.raises(ValueError, match=rf"{name}.*NUL"):
+            function(**call)
+    with pytest.raises(ValueError, match=rf"{name}.*NUL"):
+        fsa_jit.prune_cache(0, **call)
+    with pytest.raises(ValueError, match=rf"{name}.*NUL"):
+        fsa_jit.precompile(**{"arch": "sm_80"} | call)
