@@ -80,7 +80,7 @@ def parse_bytes(value, name="bytes"):
         text = value.strip()
         digits = text.rstrip("kKmMgGtT")
         suffix = text[len(digits):].upper()
-        if digits.isdigit() and suffix in _BYTE_SUFFIXES:
+        if digits.isascii() and digits.isdigit() and suffix in _BYTE_SUFFIXES:  # 0-9 only, as the C tools
             return int(digits) * _BYTE_SUFFIXES[suffix]
         raise ValueError(f"{name}: {value!r} is not a byte count (e.g. 536870912, '512M', '2G')")
     raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")

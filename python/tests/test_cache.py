@@ -127,3 +127,17 @@ def test_a_path_or_target_with_a_nul_character_is_refused_before_libfsa_reads_it
         fsa_jit.prune_cache(0, **call)
     with pytest.raises(ValueError, match=rf"{name}.*NUL"):
         fsa_jit.precompile(**{"arch": "sm_80"} | call)
+
+
+@pytest.mark.parametrize("max_bytes", ["²G", "١٢", "３M"])
+def test_byte_counts_take_ascii_digits_only_and_name_the_argument(max_bytes, monkeypatch):
+    # str.isdigit() takes superscripts (int() then fails with a message naming nothing) and other scripts'
+    # digits (which int() reads: "١٢" was 12 bytes, a prune of almost everything); the C tools take 0-9.
+    def reached(*a, **k):
+        raise AssertionError("loaded libfsa")
+
+    monkeypatch.setattr(_lib, "get", reached)
+    with pytest.raises(ValueError, match="max_bytes"):
+        fsa_jit.prune_cache(max_bytes)
+    with pytest.raises(ValueError, match="workspace_limit"):
+        _lib.parse_workspace_limit(max_bytes)
