@@ -15,7 +15,8 @@ cached keys, new tokens included; its new token i sits at position
 ``p = seqused_k[b] - q_len_b + i`` and sees key j of a valid selected block with
 ``j <= p``. A slot is valid when it is below the token's ``topk_length`` (if
 given), ``0 <= idx <= p // block_size``, and no earlier slot of the row holds the
-same block. No visible key: o = 0, lse = -inf. Forward only (no autograd).
+same block. No visible key: o = 0, lse = -inf. Forward only: with q or a cache
+requiring grad, o's backward raises (torch's error for an operator without one).
 
 The call does no host synchronisation and allocates only through torch's
 caching allocator, except with validate=True (it waits for the check's
@@ -292,8 +293,11 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
             topk_layout, float(scale or 0.0), bool(return_lse), int(max_batch or 0), int(max_query_tokens or 0),
             int(splits), bool(validate))
     # Plain eager calls skip the operator's dispatch (tens of microseconds of host time per call);
-    # torch.compile, fake tensors and tensor subclasses see the operator.
-    o, lse = _run(*args) if _OP is None or _plain_eager(*args[:8]) else _OP(*args)
+    # torch.compile, fake tensors and tensor subclasses see the operator. So does a call whose q or cache
+    # requires grad (in grad mode): _run's output would be silently detached, while the operator's carries
+    # torch's node that refuses the backward (there is none).
+    grads = torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad)
+    o, lse = _run(*args) if _OP is None or (not grads and _plain_eager(*args[:8])) else _OP(*args)
     return (o, lse) if return_lse else o
 
 

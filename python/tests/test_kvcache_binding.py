@@ -118,6 +118,31 @@ def test_a_plain_eager_call_skips_the_operator(fake, monkeypatch):
     assert len(fake.calls) == 1
 
 
+@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache"])
+def test_an_input_that_requires_grad_gets_an_output_whose_backward_says_there_is_none(fake, name):
+    """Forward only: the plain eager call used to hand back an output detached from q (requires_grad False),
+    so a loss through it trained with no gradient for q and no error; the operator's output has a node whose
+    backward raises, as under torch.compile or fake tensors."""
+    p = problem()
+    p[name].requires_grad_()
+    o = kvcache.kvcache_attention(**p)
+    assert o.requires_grad and len(fake.calls) == 1
+    with pytest.raises(RuntimeError, match=r"kvcache_attention.*no autograd formula"):
+        o.float().sum().backward()
+
+
+def test_without_grad_mode_an_input_that_requires_grad_takes_the_plain_eager_call(fake, monkeypatch):
+    def through_the_operator(*args):
+        raise AssertionError("a call without grad mode went through the dispatcher")
+
+    monkeypatch.setattr(kvcache, "_OP", through_the_operator)
+    p = problem()
+    p["q"].requires_grad_()
+    with torch.no_grad():
+        assert not kvcache.kvcache_attention(**p).requires_grad
+    assert len(fake.calls) == 1
+
+
 def test_the_gpu_tests_poison_reaches_the_outputs_the_library_is_handed(fake, poisoned_outputs):
     """conftest's poisoned_outputs (the GPU tests' guard against rows a kernel skips): a library that writes
     nothing leaves NaN in o and lse, not the caching allocator's leftovers."""
