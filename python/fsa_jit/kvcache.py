@@ -237,6 +237,12 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     _require(seqused_k.dim() == 1 and seqused_k.numel() == batch and block_table.dim() == 2
              and block_table.shape[0] == batch and block_table.stride(1) == 1,
              "seqused_k [B] and block_table [B, max_pages] (unit column stride), B from cu_seqlens_q")
+    # fsa_kvcache_args.batch and .max_pages_per_seq are ints: ctypes would keep the low 32 bits silently.
+    if batch > _lib.INT32_MAX:
+        raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {_lib.INT32_MAX} (libfsa's int batch)")
+    if block_table.shape[1] > _lib.INT32_MAX:
+        raise ValueError(f"block_table has {block_table.shape[1]} pages per sequence: at most {_lib.INT32_MAX} "
+                         "(libfsa's int max_pages_per_seq)")
     # Read in place by pointer (never copied: callers update them in place between CUDA graph replays).
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
         if not t.is_contiguous():

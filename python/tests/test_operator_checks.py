@@ -329,6 +329,21 @@ def test_a_direct_kvcache_call_with_a_parameter_out_of_range_is_refused(fake, ch
     refused("kvcache_attention", ValueError, match, **kvcache_args(**change))
 
 
+@pytest.mark.parametrize("change,match", [
+    # fsa_kvcache_args.max_pages_per_seq is an int: ctypes kept the low 32 bits, 2^32 + 1 pages became 1
+    # (every later page of a sequence clamped to its first), with no error.
+    (lambda: dict(block_table=ints(2, 2**32 + 1)), r"block_table has 4294967297 pages per sequence: at most"),
+    # fsa_kvcache_args.batch is an int too (max_batch given: the plan would take the wrapped batch 1).
+    (lambda: dict(cu_seqlens_q=ints(2**32 + 2), seqused_k=ints(2**32 + 1), block_table=ints(2**32 + 1, 3),
+                  max_batch=4), r"cu_seqlens_q describes 4294967297 sequences: at most"),
+])
+def test_kvcache_sizes_that_libfsas_int_fields_cannot_hold_are_refused(fake, change, match):
+    refused("kvcache_attention", ValueError, match, **kvcache_args(**change()))
+    public = kvcache_args(**change()) | dict(scale=None, max_query_tokens=None)
+    with pytest.raises(ValueError, match=match):
+        kvcache.kvcache_attention(**public)
+
+
 def test_a_direct_kvcache_call_with_caches_on_another_device_is_refused(fake):
     refused("kvcache_attention", ValueError, r"k_cache is on cuda:1 but q is on cuda:0",
             **kvcache_args(k_cache=floats(6, 16, 2, 64, device="cuda:1")))
