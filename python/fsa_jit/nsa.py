@@ -41,10 +41,35 @@ def _offsets(counts):
     return out
 
 
+def _check_kernel(kernel_size, stride):
+    _cmp.require_int("kernel_size", kernel_size, 1, _cmp.MAX_KERNEL_SIZE)
+    _cmp.require_int("stride", stride, 1, kernel_size)
+
+
+def _host_offsets(cu_seqlens, totals=()):
+    """cu_seqlens (a 1-D integer tensor of at least 2 entries, starting at 0, never falling and, for each T of
+    totals, ending at T) read on the host as a list of ints (TypeError, ValueError)."""
+    _att._check_tensor("cu_seqlens", cu_seqlens)
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must be an integer tensor (int32), got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape "
+                         f"{tuple(cu_seqlens.shape)}")
+    cu = [int(v) for v in cu_seqlens.tolist()]
+    rises = cu[0] == 0 and all(a <= b for a, b in zip(cu, cu[1:]))
+    if not rises and not totals:
+        raise ValueError(f"cu_seqlens must start at 0 and never fall, got {cu}")
+    for t in totals:
+        if not rises or cu[-1] != t:
+            raise ValueError(f"cu_seqlens must rise from 0 to T={t}, got {cu}")
+    return cu
+
+
 def compressed_cu_seqlens(cu_seqlens, kernel_size, stride):
-    """cu_seqlens_c (int32, on cu_seqlens's device) of the compression with kernel_size and stride.
-    Reads cu_seqlens on the host (a synchronization when it is on the GPU)."""
-    cu = [int(x) for x in cu_seqlens.tolist()]
+    """cu_seqlens_c (int32, on cu_seqlens's device) of the compression with kernel_size and stride, checked as
+    compress_mean checks them. Reads cu_seqlens on the host (a synchronization when it is on the GPU)."""
+    _check_kernel(kernel_size, stride)
+    cu = _host_offsets(cu_seqlens)
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
     return torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)
 
@@ -65,22 +90,13 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
 def _compress_means(xs, cu_seqlens, kernel_size, stride):
     """compress_mean of each tensor of xs (the same T), reading cu_seqlens on the host once:
     (tuple of x_cmp, cu_seqlens_c)."""
-    _cmp.require_int("kernel_size", kernel_size, 1, _cmp.MAX_KERNEL_SIZE)
-    _cmp.require_int("stride", stride, 1, kernel_size)
-    for name, t in [("x", x) for x in xs] + [("cu_seqlens", cu_seqlens)]:
-        _att._check_tensor(name, t)
+    _check_kernel(kernel_size, stride)
+    for x in xs:
+        _att._check_tensor("x", x)
     for x in xs:
         if x.dim() != 3:
             raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
-    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
-        raise TypeError(f"cu_seqlens must be an integer tensor (int32), got {cu_seqlens.dtype}")
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError(f"cu_seqlens must be 1-D [batch + 1] with at least 2 entries, got shape "
-                         f"{tuple(cu_seqlens.shape)}")
-    cu = [int(v) for v in cu_seqlens.tolist()]
-    for x in xs:
-        if cu[0] != 0 or cu[-1] != x.shape[0] or any(a > b for a, b in zip(cu, cu[1:])):
-            raise ValueError(f"cu_seqlens must rise from 0 to T={x.shape[0]}, got {cu}")
+    cu = _host_offsets(cu_seqlens, [x.shape[0] for x in xs])
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
     starts = [a + j * stride for a, n in zip(cu, counts) for j in range(n)]
     cu_c = torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)

@@ -349,3 +349,22 @@ def test_the_selected_branchs_keys_are_checked_when_the_window_has_its_own():
     change = dict(k=torch.randn(39, 2, 32).bfloat16(), v=torch.randn(39, 2, 32).bfloat16(),
                   k_win=torch.randn(40, 2, 32).bfloat16(), v_win=torch.randn(40, 2, 32).bfloat16())
     expect(nsa_attention, ValueError, r"q has T=40 tokens but k and v have 39", **nsa_problem(**change))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (dict(stride=0), ValueError, r"stride must be 1..4, got 0"),  # was ZeroDivisionError
+    (dict(kernel_size=0, stride=1), ValueError, r"kernel_size must be 1..4096, got 0"),  # was [0, 5, 12]
+    (dict(stride=1.5), TypeError, r"stride must be an int, got float"),  # was a float count, truncated to int32
+    (dict(kernel_size=True, stride=1), TypeError, r"kernel_size must be an int, got bool"),
+    (dict(cu_seqlens=torch.tensor([0, 6, 4, 10], dtype=torch.int32)), ValueError,
+     r"cu_seqlens must start at 0 and never fall"),  # was a negative length's count of 0
+    (dict(cu_seqlens=torch.tensor([[0, 4, 10]], dtype=torch.int32)), ValueError, r"cu_seqlens must be 1-D"),
+    (dict(cu_seqlens=torch.tensor([0.0, 10.0])), TypeError, r"cu_seqlens must be an integer tensor"),
+    (dict(cu_seqlens=[0, 4, 10]), TypeError, r"cu_seqlens must be a torch.Tensor, got list"),
+])
+def test_compressed_cu_seqlens_checks_its_arguments_as_compress_mean_does(call, error, match):
+    from fsa_jit.nsa import compressed_cu_seqlens
+
+    expect(compressed_cu_seqlens, error, match, **dict(cu_seqlens=torch.tensor([0, 4, 10], dtype=torch.int32),
+                                                       kernel_size=4, stride=2) | call)
+    assert compressed_cu_seqlens(torch.tensor([0, 4, 10]), 4, 2).tolist() == [0, 1, 3]  # int64 offsets are fine
