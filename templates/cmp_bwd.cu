@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     const CmpKeys keys = cmp_keys(p, tile.seq);
     const CmpTileVis vis = cmp_tile_visible<G>(tile, p.kernel_size, p.stride, keys.count);
 
-    const int n_stages = (vis.tile + KS - 1) / KS;
+    const int n_stages = key_stages<KS>(vis.tile);
     const StridedKeys key_rows = cmp_strided_keys(p, keys, h, vis.tile);
     auto visible = [&](int j, int half) { return j < vis.row[half]; };
     if constexpr (WGB != 0)

@@ -42,7 +42,7 @@ struct CmpFwdJobs {
         const int tile_vis =
             cmp_visible(job.tile.tok0 + job.tile.n_tok - 1 - job.tile.start, p.kernel_size, p.stride, keys.count);
         job.key_count = keys.count;
-        job.n_stages = (tile_vis + KS - 1) / KS;
+        job.n_stages = key_stages<KS>(tile_vis);
         job.keys = cmp_strided_keys(p, keys, job.h, tile_vis);
         return true;
     }
@@ -88,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
 
     auto visible = [&](int j, int slot) { return j < row_vis[slot]; };
     auto warp_sees = [&](int stage) { return stage * KS < warp_vis; };
-    const int n_stages = (tile_vis + KS - 1) / KS;
+    const int n_stages = key_stages<KS>(tile_vis);
     // The warpgroup forward copies stages from the strided key stream; the
     // mma.sync one takes rows from the parameters (no registers for them).
     if constexpr (WG != 0)

@@ -11,6 +11,11 @@
 
 namespace fsa {
 
+// Stages of KS keys that hold n keys, in 64 bits: n + KS - 1 passes int32
+// within KS of INT32_MAX visible keys.
+template <int KS>
+__device__ __forceinline__ int key_stages(int n) { return (int)(((long long)n + KS - 1) / KS); }
+
 // Tile `tile` of sequence `seq`: tokens [tok0, tok0 + n_tok) inside [start, end).
 struct QueryTile {
     long long start, end;  // the sequence's packed tokens, clamped into [0, total]
@@ -31,7 +36,7 @@ template <int TT, bool LAST_FIRST = true>
 __device__ __forceinline__ QueryTile query_tile(const int *cu_seqlens, int batch, long long total, long long x) {
     int lo = 0, hi = batch - 1;
     while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
+        const int mid = lo + ((hi - lo + 1) >> 1);  // lo + hi + 1 passes int32 past 2^30 sequences
         const long long s = min(max((long long)__ldg(cu_seqlens + mid), 0ll), total);
         if (s / TT + mid <= x) lo = mid;
         else hi = mid - 1;

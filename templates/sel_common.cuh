@@ -12,7 +12,7 @@ namespace fsa {
 __device__ __forceinline__ int find_sequence(const int *cu_seqlens, int batch, long long t) {
     int lo = 0, hi = batch - 1;
     while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
+        const int mid = lo + ((hi - lo + 1) >> 1);  // lo + hi + 1 passes int32 past 2^30 sequences
         if (__ldg(cu_seqlens + mid) <= t) lo = mid;
         else hi = mid - 1;
     }

@@ -52,7 +52,7 @@ struct WindowStream {
         warp_hi = min(warp_lo + Rows::TW - 1, last);
     }
 
-    __device__ __forceinline__ int n_stages() const { return (n_keys + KS - 1) / KS; }
+    __device__ __forceinline__ int n_stages() const { return key_stages<KS>(n_keys); }
 
     // The stream's keys as strided rows (from position k0 on).
     __device__ __forceinline__ StridedKeys strided_keys(const fsa_swa_params &p, const QueryTile &tile) const {
