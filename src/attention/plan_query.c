@@ -39,6 +39,24 @@ static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const
     return FSA_STATUS_OK;
 }
 
+/* The backward's main kernel counts a launch's work (sel_bwd_main.cu: items
+ * of item_entries list entries plus one per segment, times the key slices of
+ * a block) in int32: a chunk of heads x tokens whose count passes it would
+ * wrap and skip work. The same bound as the launch's grid (selected_bwd.c). */
+static fsa_status check_bwd_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tc, const char *stage)
+{
+    const uint64_t entries = l->item_entries > 0 ? (uint64_t)l->item_entries : 1;
+    const uint64_t items = (uint64_t)l->heads * (uint64_t)tc * (uint64_t)plan->desc.top_k / entries +
+                           (uint64_t)l->index.n_chunk;
+    const uint64_t slices = plan->config.bwd_keys > 0 ? (uint64_t)(plan->desc.block_size / plan->config.bwd_keys) : 1;
+    if (items > (uint64_t)INT32_MAX / slices)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
+                             "a backward chunk of %d KV heads x %lld tokens is %llu work items x %llu key slices, "
+                             "past the main kernel's 32-bit count (a workspace cap gives shorter chunks)",
+                             l->heads, (long long)tc, (unsigned long long)items, (unsigned long long)slices);
+    return FSA_STATUS_OK;
+}
+
 fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
 {
     fsa_choice c;
@@ -68,7 +86,8 @@ fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *p
     fsa_bwd_chunk(&heads, tc_out, plan, total_tokens, batch, order);
     fsa_bwd_layout_for(out, plan, total_tokens, batch, heads, *tc_out, order);
     st = check_indexable(plan, out->total, stage);
-    return st == FSA_STATUS_OK ? check_index_keys(&out->index, *tc_out, stage) : st;
+    if (st == FSA_STATUS_OK) st = check_index_keys(&out->index, *tc_out, stage);
+    return st == FSA_STATUS_OK ? check_bwd_work(plan, out, *tc_out, stage) : st;
 }
 
 fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)

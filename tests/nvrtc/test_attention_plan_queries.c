@@ -157,6 +157,28 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     fsa_plan_destroy(plan);
 }
 
+/* The backward's main kernel counts a launch's work items times key slices
+ * in 32 bits: an uncapped chunk of every head and token past that count is
+ * refused by the workspace query (and the call), never run with a wrapped
+ * count that skips work; a cap cuts it into chunks that fit. */
+static void test_a_backward_chunk_past_the_main_kernels_32_bit_work_count_is_unsupported(void **state)
+{
+    (void)state;
+    const int64_t T = (int64_t)1 << 30;
+    fsa_plan *plan = plan_with_kv_heads(4096, 1, FSA_WORKSPACE_UNLIMITED);
+    size_t w = 1;
+    fsa_status st = fsa_plan_workspace_size_bwd(&w, plan, T, 1);
+    if (st != FSA_STATUS_UNSUPPORTED || !strstr(fsa_last_error(), "32-bit count"))
+        fail_msg("T %lld, 4096 KV heads, uncapped: %s, %s", (long long)T, fsa_status_name(st), fsa_last_error());
+    assert_int_equal(w, 0);
+    fsa_plan_destroy(plan);
+    /* One KV head of the same tokens fits. */
+    plan = plan_with_kv_heads(1, 1, FSA_WORKSPACE_UNLIMITED);
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size_bwd(&w, plan, T, 1));
+    assert_true(w > 0);
+    fsa_plan_destroy(plan);
+}
+
 /* fsa_plan_tune sizes one allocation of scratch inputs for T tokens of every
  * head: where that passes 2^64 bytes it is refused before anything else
  * (offline, before the device is looked for), never a wrapped-around small
@@ -200,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_workspace_sizes_refuse_what_the_calls_refuse),
         cmocka_unit_test(test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow),
         cmocka_unit_test(test_absurd_head_counts_are_unsupported_instead_of_wrapping_around),
+        cmocka_unit_test(test_a_backward_chunk_past_the_main_kernels_32_bit_work_count_is_unsupported),
         cmocka_unit_test(test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported),
         cmocka_unit_test(test_path_queries_refuse_token_counts_the_calls_refuse),
     };
