@@ -96,8 +96,11 @@ static int parse_positive(const char **p, long *out)
     return parse_number(p, out) == 0 && *out >= 1 ? 0 : -1;
 }
 
-/* One item of a list: N, N-M or N-M:S, appended to out. */
-static int parse_range(int_list *out, const char **p, const char *option)
+/* One item of a list: N, N-M or N-M:S, appended to out. *listed counts the
+ * values the list's items have named so far, repeats included: a cap on it
+ * (rather than on the distinct values kept) bounds the work of a list of many
+ * overlapping ranges, each value of which would be looked up among the kept. */
+static int parse_range(int_list *out, const char **p, const char *option, size_t *listed)
 {
     const char *item = *p;
     long lo, hi, step = 1;
@@ -117,7 +120,7 @@ static int parse_range(int_list *out, const char **p, const char *option)
         return -1;
     }
     for (long v = lo; v <= hi; v += step) {
-        if (out->n >= MAX_LIST_VALUES) {
+        if (++*listed > MAX_LIST_VALUES) {
             usage_error("%s: more than %d values", option, MAX_LIST_VALUES);
             return -1;
         }
@@ -135,13 +138,14 @@ bad:
 
 int parse_int_list(int_list *out, const char *text, const char *option)
 {
+    size_t listed = 0;
     out->n = 0;
     if (*text == '\0') {
         usage_error("%s: empty list", option);
         return -1;
     }
     for (const char *p = text;;) {
-        if (parse_range(out, &p, option) != 0) return -1;
+        if (parse_range(out, &p, option, &listed) != 0) return -1;
         if (*p == '\0') return 0;
         p++; /* the comma */
         if (*p == '\0') {

@@ -40,7 +40,8 @@ void usage_error(const char *fmt, ...)
     ;
 
 /* Each returns 0, or -1 after a usage_error naming `option`. */
-/* "64,128", "1-8", "16-256:16" and comma-separated mixes of them. Replaces
+/* "64,128", "1-8", "16-256:16" and comma-separated mixes of them, at most
+ * MAX_LIST_VALUES values with repeats counted. Replaces
  * what an earlier occurrence of the option gave. */
 int parse_int_list(int_list *out, const char *text, const char *option);
 /* Comma-separated names, none empty. */

@@ -1,0 +1,49 @@
+# fsa-precompile's command line, without NVRTC or a GPU: every case here is a usage error found while
+# parsing (exit 2, one line naming the option), so nothing is ever compiled.
+#
+#   cmake -DPRECOMPILE=<fsa-precompile> -DWORK=<scratch dir> -P test_precompile_cli.cmake
+
+cmake_minimum_required(VERSION 3.21)
+
+if(NOT PRECOMPILE OR NOT WORK)
+  message(FATAL_ERROR "usage: cmake -DPRECOMPILE=<tool> -DWORK=<dir> -P test_precompile_cli.cmake")
+endif()
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+unset(ENV{FSA_CACHE_DIR})
+set(ENV{FSA_CACHE_DIR} "${WORK}/cache")
+
+# SENTINEL ends any command line that parses in a usage error of its own, so that a case that regresses
+# fails instead of compiling.
+set(SENTINEL --max-bytes 1)
+
+# run(<expected exit code> <args...>): stderr in ERR; a run past 20 s fails the test (a hang, not an answer).
+function(run expected)
+  execute_process(COMMAND "${PRECOMPILE}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 20)
+  string(REPLACE ";" " " shown "${ARGN}")
+  string(LENGTH "${shown}" len)
+  if(len GREATER 200)
+    string(SUBSTRING "${shown}" 0 200 shown)
+    set(shown "${shown}...")
+  endif()
+  message(STATUS "fsa-precompile ${shown} -> ${rc}")
+  if(NOT "${rc}" STREQUAL "${expected}")
+    message(FATAL_ERROR "fsa-precompile ${shown}: exit code ${rc}, expected ${expected}\n${out}\n${err}")
+  endif()
+  set(ERR "${err}" PARENT_SCOPE)
+endfunction()
+
+function(expect regex what)
+  if(NOT ERR MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: no match for '${regex}' in:\n${ERR}")
+  endif()
+endfunction()
+
+# A list is at most 4096 values, repeats counted: a long list of overlapping ranges is refused at once
+# rather than deduplicated value by value (which took minutes).
+string(REPEAT "1-4095," 2000 ranges)
+run(2 --arch sm_80 --group "${ranges}1" --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --group: more than 4096 values\n" "overlapping ranges refused")
+run(2 --arch sm_80 --head-dim "1-4000,1-100" --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --head-dim: more than 4096 values\n" "repeats counted")
