@@ -11,9 +11,11 @@
 
 static const char *const k_kind_names[KIND_COUNT] = {"selected", "compressed", "window", "gate", "kvcache"};
 
+/* Replaces what an earlier --kind gave, as the list options do. */
 static int parse_kinds(int *kinds, const char *text)
 {
     const char *p = text;
+    for (int k = 0; k < KIND_COUNT; k++) kinds[k] = 0;
     for (;;) {
         const size_t len = strcspn(p, ",");
         int found = 0;

@@ -47,3 +47,8 @@ run(2 --arch sm_80 --group "${ranges}1" --cache-dir "${WORK}/cache" ${SENTINEL})
 expect("^fsa-precompile: --group: more than 4096 values\n" "overlapping ranges refused")
 run(2 --arch sm_80 --head-dim "1-4000,1-100" --cache-dir "${WORK}/cache" ${SENTINEL})
 expect("^fsa-precompile: --head-dim: more than 4096 values\n" "repeats counted")
+
+# A repeated --kind replaces the earlier one, as every other list option does (and the Python
+# fsa-precompile's): kvcache is no longer asked for here, so --page-size has nothing to apply to.
+run(2 --detect --kind kvcache --kind selected --page-size 64 --cache-dir "${WORK}/cache")
+expect("^fsa-precompile: --page-size applies only to --kind kvcache\n" "a later --kind replaces")
