@@ -135,7 +135,10 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
                 return usage_error(o, "--dtype is not one of " TOOL_DTYPE_SPELLINGS, optarg);
             break;
         case OPT_NO_BACKWARD: o->backward = 0; break;
-        case OPT_JSON: o->json = optarg; break;
+        case OPT_JSON:
+            if (*optarg == '\0') return usage_error(o, "--json: empty file name", NULL);
+            o->json = optarg;
+            break;
         case OPT_DRY_RUN: o->dry_run = 1; break;
         default: return usage_error(o, "internal option error", NULL);
         }

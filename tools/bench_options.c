@@ -178,7 +178,10 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
                                    optarg);
             break;
         case OPT_CACHE_DIR: o->cache_dir = optarg; break;
-        case OPT_JSON: o->json = optarg; break;
+        case OPT_JSON:
+            if (*optarg == '\0') return usage_error("%s", "--json: empty file name");
+            o->json = optarg;
+            break;
         case OPT_ONLY:
             if (strcmp(optarg, "fsa") == 0) o->only = FSA_ALGORITHM_FSA;
             else if (strcmp(optarg, "nsa") == 0) o->only = FSA_ALGORITHM_NSA;

@@ -47,6 +47,15 @@ foreach(args "--bogus" "--dtype;fp8" "--dtype;float32" "--workspace-limit;2GB" "
   endif()
 endforeach()
 
+# An empty --json path (a variable that was never set) is a usage error, not a file that cannot be opened
+# after the GPU is set up: "--json=" gives the empty word, which a CMake list cannot hold.
+run(2 --json= --dry-run)
+expect("${ERR}" "^fsa-bench: --json: empty file name\nUsage: fsa-bench" "empty --json refused")
+foreach(mode compressed window)
+  run(2 --${mode} --json= --dry-run)
+  expect("${ERR}" "^fsa-bench --${mode}: --json: empty file name\nUsage: fsa-bench --${mode}" "${mode}: empty --json refused")
+endforeach()
+
 run(2 --jit --json x.json)
 expect("${ERR}" "option not taken by --jit: --json" "--jit names the option it does not take")
 run(0 --jit --dry-run)
