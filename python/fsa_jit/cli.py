@@ -9,6 +9,7 @@ device cannot be used (an --arch the library rejects, no GPU or driver).
 """
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -21,22 +22,40 @@ _TARGET_STATUSES = (_lib.FSA_STATUS_INVALID_ARGUMENT, _lib.FSA_STATUS_UNSUPPORTE
                     _lib.FSA_STATUS_NO_DRIVER, _lib.FSA_STATUS_NO_DEVICE)
 
 
-def _int_list(text):
-    """'64,128', '1-8', '16-256:16' and comma-separated mixes, as the C tools take them."""
-    out = []
+# As tools/precompile_lists.h: a typo such as 1-1000000000 is a usage error, not a list of a billion numbers.
+MAX_LIST_VALUES, MAX_LIST_VALUE = 4096, 1000000
+
+
+def _digits(text):
+    """A whole number as the C tools spell it: ASCII digits only (int() also takes a sign, spaces, '_' and
+    other scripts' digits). ValueError otherwise."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{text!r} is not a number")
+    return int(text)
+
+
+def _int_list(text, max_value=MAX_LIST_VALUE):
+    """'64,128', '1-8', '16-256:16' and comma-separated mixes, as the C tools take them: numbers 1..max_value,
+    at most MAX_LIST_VALUES of them, repeats counted (and then dropped)."""
+    out, listed = {}, 0
     for item in text.split(","):
-        lo, _, rest = item.partition("-")
-        hi, _, step = rest.partition(":")
+        lo, dash, rest = item.partition("-")
+        hi, colon, step = rest.partition(":")
         try:
-            lo = int(lo)
-            hi = int(hi) if rest else lo
-            step = int(step) if step else 1
+            lo = _digits(lo)
+            hi = _digits(hi) if dash else lo
+            step = _digits(step) if colon else 1
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a number list (e.g. 64,128 or 1-8 or 16-256:16)")
-        if lo < 1 or hi < lo or step < 1:
-            raise argparse.ArgumentTypeError(f"'{item}' is not a range of positive numbers")
-        out += [v for v in range(lo, hi + 1, step) if v not in out]
-    return out
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number list (numbers 1..{max_value}, e.g. 64,128 "
+                                             "or 1-8 or 16-256:16)")
+        if lo < 1 or hi < lo or step < 1 or hi > max_value:
+            raise argparse.ArgumentTypeError(f"'{item}' is not a range of numbers 1..{max_value}")
+        values = range(lo, hi + 1, step)
+        listed += len(values)
+        if listed > MAX_LIST_VALUES:
+            raise argparse.ArgumentTypeError(f"more than {MAX_LIST_VALUES} values")
+        out.update(dict.fromkeys(values))
+    return list(out)
 
 
 def _dtype_list(text):
@@ -337,8 +356,10 @@ def bench_main(argv=None):
         description="Times fsa_jit.selected_attention on the GPU with CUDA events (median of repeats covering "
                     "--min-ms after --warmup-ms). Exit status: 0 success, 1 failure, 2 usage error, 3 no "
                     "usable GPU.")
-    p.add_argument("-T", type=_int_list, default=[8192], help="token counts, e.g. 8192,65536")
-    p.add_argument("-G", type=_int_list, default=[1, 2, 4, 8, 16], help="query heads per KV head")
+    # The C fsa-bench's limit (tools/bench_options.c): cu_seqlens are int32.
+    tokens = functools.partial(_int_list, max_value=1 << 30)
+    p.add_argument("-T", type=tokens, default=[8192], help="token counts, e.g. 8192,65536")
+    p.add_argument("-G", type=tokens, default=[1, 2, 4, 8, 16], help="query heads per KV head")
     p.add_argument("-D", type=int, default=128, help="head dim")
     p.add_argument("--q-heads", type=int, default=32)
     p.add_argument("--block-size", type=int, default=64)

@@ -2,6 +2,7 @@
 status 2 for usage errors and 3 for a target the library rejects, a small
 offline precompile, and the cache's --list, --verify and --prune (CPU only)."""
 
+import argparse
 import importlib
 import os
 import shutil
@@ -287,3 +288,23 @@ def test_maintenance_prints_the_lines_and_exit_status_of_the_c_tool(args, lib, c
     rc, out, _ = run(cli.precompile_main, args + ["--cache-dir", str(cache)], capsys)
     c = subprocess.run([str(tool), *args, "--cache-dir", str(twin)], capture_output=True, text=True)
     assert (rc, out) == (c.returncode, c.stdout.replace(str(twin), str(cache)))
+
+
+# ------------------------------------------------------- the C tools' number syntax and limits
+
+
+@pytest.mark.parametrize("text", ["+1", " 1", "1 ", "1_0", "\u0661", "\u00b2", "1-", "1-8:", "1:2", "1000001",
+                                  "1-1000001", "0x10", ""])
+def test_number_lists_take_the_c_tools_syntax_only(text):
+    # int() also took a sign, spaces, '_' and other scripts' digits ('1_0' was 10), and '1-' was 1.
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli._int_list(text)
+
+
+def test_a_number_list_is_at_most_4096_values_repeats_counted():
+    assert cli._int_list("1-4096") == list(range(1, 4097))
+    assert cli._int_list("4,1-4,2") == [4, 1, 2, 3]
+    # The first used to be taken, and a range of millions was deduplicated value by value (for hours).
+    for text in ("1-4097", "1-4000,1-100", ",".join(["1-4095"] * 50), "1-1000000"):
+        with pytest.raises(argparse.ArgumentTypeError, match="more than 4096 values"):
+            cli._int_list(text)
