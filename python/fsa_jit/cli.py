@@ -24,6 +24,7 @@ _TARGET_STATUSES = (_lib.FSA_STATUS_INVALID_ARGUMENT, _lib.FSA_STATUS_UNSUPPORTE
 
 # As tools/precompile_lists.h: a typo such as 1-1000000000 is a usage error, not a list of a billion numbers.
 MAX_LIST_VALUES, MAX_LIST_VALUE = 4096, 1000000
+MAX_JOBS = 1024  # fsa-precompile -j (tools/precompile_options.h)
 
 
 def _digits(text):
@@ -32,6 +33,19 @@ def _digits(text):
     if not (text.isascii() and text.isdigit()):
         raise ValueError(f"{text!r} is not a number")
     return int(text)
+
+
+def _number(minimum, maximum):
+    """type= for one whole number minimum..maximum, spelled as the C tools take it (_digits)."""
+    def number(text):
+        try:
+            value = _digits(text)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number from {minimum} to {maximum}")
+        return value
+    return number
 
 
 def _int_list(text, max_value=MAX_LIST_VALUE):
@@ -119,26 +133,26 @@ def _precompile_parser():
                        help="offline targets, e.g. sm_80,sm_90a (no GPU needed); --list, --verify and --prune "
                             "take one (default sm_80)")
     where.add_argument("--detect", action="store_true", help="the target of the GPU chosen by --device")
-    p.add_argument("--device", type=int, help="CUDA device ordinal for --detect (default 0)")
+    p.add_argument("--device", type=_number(0, 1023), help="CUDA device ordinal for --detect (default 0)")
     grid = p.add_argument_group("grid (compiling only)")
     grid.add_argument("--dtype", type=_dtype_list, help="bf16 (default), f16 (or bfloat16, fp16, float16, half)")
     grid.add_argument("--head-dim", type=_int_list, help="default 128")
     grid.add_argument("--group", type=_int_list, help="query heads per KV head (default 1,2,4,8,16)")
     grid.add_argument("--block-size", type=_int_list, help="default 64")
-    grid.add_argument("--top-k", type=int, help="default 16")
+    grid.add_argument("--top-k", type=_number(1, MAX_LIST_VALUE), help="default 16")
     grid.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), help="default auto")
     grid.add_argument("--backward", action="store_true", help="also the backward kernels")
     grid.add_argument("--kind", help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
-    grid.add_argument("--value-dim", type=int, help="Dv when it differs from the head dim (default 0: same)")
-    grid.add_argument("--kernel-size", type=int, help="compression kernel l (compressed; default 32)")
-    grid.add_argument("--stride", type=int, help="compression stride d (compressed; default 16)")
-    grid.add_argument("--window", type=int, help="window W (window; default 512)")
+    grid.add_argument("--value-dim", type=_number(0, MAX_LIST_VALUE), help="Dv when it differs from the head dim (default 0: same)")
+    grid.add_argument("--kernel-size", type=_number(1, MAX_LIST_VALUE), help="compression kernel l (compressed; default 32)")
+    grid.add_argument("--stride", type=_number(1, MAX_LIST_VALUE), help="compression stride d (compressed; default 16)")
+    grid.add_argument("--window", type=_number(1, MAX_LIST_VALUE), help="window W (window; default 512)")
     grid.add_argument("--page-size", type=_int_list,
                       help=f"tokens per cache page (kvcache; default {','.join(map(str, PAGE_SIZES))})")
     grid.add_argument("--tune", action="store_true",
                       help="with --detect: also measure each selected plan's variants at T = 1, 4, ..., 65536 "
                            "and write tuning records into the cache")
-    grid.add_argument("-j", "--jobs", type=int, help="compile threads (default: CPUs)")
+    grid.add_argument("-j", "--jobs", type=_number(1, MAX_JOBS), help="compile threads (default: CPUs)")
     cache = p.add_argument_group("cache")
     cache.add_argument("--cache-dir", help="default (also for an empty DIR) $FSA_CACHE_DIR, else "
                                            "$XDG_CACHE_HOME/fsa, else ~/.cache/fsa")
@@ -175,8 +189,6 @@ def _check_precompile_options(p, a):
         if getattr(a, name) is None:
             setattr(a, name, default)
     a.device = a.device or 0
-    if a.jobs is not None and a.jobs < 1:
-        p.error("-j: must be at least 1")
     a.kind = [k for k in a.kind.split(",") if k]
     if not a.kind or any(k not in KINDS for k in a.kind):
         p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
@@ -360,10 +372,10 @@ def bench_main(argv=None):
     tokens = functools.partial(_int_list, max_value=1 << 30)
     p.add_argument("-T", type=tokens, default=[8192], help="token counts, e.g. 8192,65536")
     p.add_argument("-G", type=tokens, default=[1, 2, 4, 8, 16], help="query heads per KV head")
-    p.add_argument("-D", type=int, default=128, help="head dim")
-    p.add_argument("--q-heads", type=int, default=32)
-    p.add_argument("--block-size", type=int, default=64)
-    p.add_argument("--top-k", type=int, default=16)
+    p.add_argument("-D", type=_number(0, 1 << 16), default=128, help="head dim")
+    p.add_argument("--q-heads", type=_number(0, 1 << 16), default=32)
+    p.add_argument("--block-size", type=_number(0, 1 << 16), default=64)
+    p.add_argument("--top-k", type=_number(0, 1 << 16), default=16)
     p.add_argument("--dtype", type=_dtype_list, default=["bf16"])
     p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
     p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T; 0 = libfsa's default cap, 'unlimited' = none")

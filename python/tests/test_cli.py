@@ -308,3 +308,40 @@ def test_a_number_list_is_at_most_4096_values_repeats_counted():
     for text in ("1-4097", "1-4000,1-100", ",".join(["1-4095"] * 50), "1-1000000"):
         with pytest.raises(argparse.ArgumentTypeError, match="more than 4096 values"):
             cli._int_list(text)
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+    """fsa_jit.precompile fails the test if a command line gets that far (a usage error must not compile)."""
+    def reached(**kwargs):
+        raise AssertionError(f"parsed and went on to compile: {kwargs}")
+
+    monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", reached)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--arch", "sm_80", "--group", "1_0"], "--group"),
+    (["--arch", "sm_80", "--top-k", "+5"], "--top-k"),
+    (["--arch", "sm_80", "--top-k", " 5"], "--top-k"),
+    (["--arch", "sm_80", "--window", "5_12"], "--window"),
+    (["--arch", "sm_80", "--value-dim", "\u0661\u0662\u0668"], "--value-dim"),
+    (["--arch", "sm_80", "--kernel-size", "1000001"], "--kernel-size"),
+    (["--arch", "sm_80", "-j", "1025"], "-j"),
+    (["--arch", "sm_80", "-j", "100000"], "-j"),
+    (["--detect", "--device", "+1"], "--device"),
+    (["--detect", "--device", "1024"], "--device"),
+])
+def test_precompile_numbers_are_digits_in_the_c_tools_range(args, option, capsys, no_compile):
+    rc, out, err = run(cli.precompile_main, args, capsys)
+    assert rc == 2 and f"argument {option}" in err and out == "", err
+
+
+@pytest.mark.parametrize("args, option", [
+    (["-D", "+64"], "-D"),
+    (["--q-heads", " 32"], "--q-heads"),
+    (["--top-k", "1_6"], "--top-k"),
+    (["--block-size", "\u0666\u0664"], "--block-size"),
+])
+def test_bench_numbers_are_digits(args, option, capsys):
+    rc, _, err = run(cli.bench_main, args, capsys)
+    assert rc == 2 and f"argument {option}" in err, err
