@@ -189,7 +189,7 @@ def _check_precompile_options(p, a):
         if getattr(a, name) is None:
             setattr(a, name, default)
     a.device = a.device or 0
-    a.kind = [k for k in a.kind.split(",") if k]
+    a.kind = a.kind.split(",")  # an empty item is refused below, as the C tool does
     if not a.kind or any(k not in KINDS for k in a.kind):
         p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
     if a.page_size is not None and "kvcache" not in a.kind:

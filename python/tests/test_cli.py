@@ -345,3 +345,10 @@ def test_precompile_numbers_are_digits_in_the_c_tools_range(args, option, capsys
 def test_bench_numbers_are_digits(args, option, capsys):
     rc, _, err = run(cli.bench_main, args, capsys)
     assert rc == 2 and f"argument {option}" in err, err
+
+
+@pytest.mark.parametrize("kind", ["selected,,window", ",selected", "selected,"])
+def test_precompile_kind_has_no_empty_items(kind, capsys, no_compile):
+    # Empty items were dropped; the C tool refuses them.
+    rc, _, err = run(cli.precompile_main, ["--arch", "sm_80", "--kind", kind], capsys)
+    assert rc == 2 and "--kind" in err, err
