@@ -12,6 +12,7 @@ import argparse
 import functools
 import json
 import math
+import re
 import sys
 import time
 
@@ -46,6 +47,19 @@ def _number(minimum, maximum):
             raise argparse.ArgumentTypeError(f"'{text}' is not a number from {minimum} to {maximum}")
         return value
     return number
+
+
+_MS = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _milliseconds(text):
+    """fsa-bench's --min-ms and --warmup-ms as the C tool takes them (tools/tool_args.c): a decimal number
+    0..1e7, digits first; no sign, space, hex, inf or nan (float() takes all of them, and a warm-up of inf ms
+    never ends)."""
+    value = float(text) if text.isascii() and _MS.fullmatch(text) else math.nan
+    if not 0 <= value <= 1e7:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a time in ms from 0 to 1e7")
+    return value
 
 
 def _int_list(text, max_value=MAX_LIST_VALUE):
@@ -380,8 +394,8 @@ def bench_main(argv=None):
     p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
     p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T; 0 = libfsa's default cap, 'unlimited' = none")
     p.add_argument("--backward", action="store_true", help="also time forward + backward")
-    p.add_argument("--min-ms", type=float, default=100.0)
-    p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--min-ms", type=_milliseconds, default=100.0)
+    p.add_argument("--warmup-ms", type=_milliseconds, default=25.0)
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--version", **_version_action("fsa-bench"))
     a = p.parse_args(argv)

@@ -352,3 +352,22 @@ def test_precompile_kind_has_no_empty_items(kind, capsys, no_compile):
     # Empty items were dropped; the C tool refuses them.
     rc, _, err = run(cli.precompile_main, ["--arch", "sm_80", "--kind", kind], capsys)
     assert rc == 2 and "--kind" in err, err
+
+
+@pytest.mark.parametrize("args, message", [
+    # A warm-up of inf (or 1e300) ms never ended; nan and negative times were taken too.
+    (["--warmup-ms", "inf"], "argument --warmup-ms"),
+    (["--warmup-ms", "1e300"], "argument --warmup-ms"),
+    (["--warmup-ms", "nan"], "argument --warmup-ms"),
+    (["--min-ms", "-1"], "argument --min-ms"),
+    (["--min-ms", " 5"], "argument --min-ms"),
+    (["--min-ms", "1e8"], "argument --min-ms"),
+])
+def test_bench_refuses_before_looking_for_a_gpu(args, message, capsys):
+    rc, _, err = run(cli.bench_main, args, capsys)
+    assert rc == 2 and message in err, err
+
+
+def test_bench_timing_options_take_the_c_tools_numbers(capsys):
+    p = cli._milliseconds
+    assert (p("0"), p(".5"), p("5."), p("1e1"), p("1e7")) == (0.0, 0.5, 5.0, 10.0, 1e7)
