@@ -362,6 +362,9 @@ def test_precompile_kind_has_no_empty_items(kind, capsys, no_compile):
     (["--min-ms", "-1"], "argument --min-ms"),
     (["--min-ms", " 5"], "argument --min-ms"),
     (["--min-ms", "1e8"], "argument --min-ms"),
+    # A group that does not divide --q-heads was left out silently.
+    (["-G", "3"], "-G: every group must divide --q-heads"),
+    (["--q-heads", "48", "-G", "1,32"], "-G: every group must divide --q-heads"),
 ])
 def test_bench_refuses_before_looking_for_a_gpu(args, message, capsys):
     rc, _, err = run(cli.bench_main, args, capsys)
