@@ -401,6 +401,8 @@ def bench_main(argv=None):
     a = p.parse_args(argv)
     if len(a.dtype) != 1:
         p.error("--dtype: one type per run")
+    if a.json == "":  # as the C fsa-bench; open("") would fail only after every row had run
+        p.error("--json: empty file name")
     # As the C fsa-bench: a group that does not divide the heads would leave its rows out silently.
     if a.q_heads >= 1 and any(a.q_heads % G for G in a.G):
         p.error("-G: every group must divide --q-heads")

@@ -365,6 +365,8 @@ def test_precompile_kind_has_no_empty_items(kind, capsys, no_compile):
     # A group that does not divide --q-heads was left out silently.
     (["-G", "3"], "-G: every group must divide --q-heads"),
     (["--q-heads", "48", "-G", "1,32"], "-G: every group must divide --q-heads"),
+    # An empty --json path failed (a traceback) only after every row had run.
+    (["--json", ""], "--json: empty file name"),
 ])
 def test_bench_refuses_before_looking_for_a_gpu(args, message, capsys):
     rc, _, err = run(cli.bench_main, args, capsys)
