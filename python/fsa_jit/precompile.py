@@ -375,3 +375,9 @@ def _eta(t0, done, total):
     if left < 1:
         return ""
     return f", about {int(left) // 60} min {int(left) % 60:02d} s left" if left >= 60 else f", about {left:.0f} s left"
+
+
+if __name__ == "__main__":  # python -m fsa_jit.precompile: the fsa-precompile command
+    from .cli import precompile_main
+
+    sys.exit(precompile_main())

@@ -376,3 +376,16 @@ def test_bench_refuses_before_looking_for_a_gpu(args, message, capsys):
 def test_bench_timing_options_take_the_c_tools_numbers(capsys):
     p = cli._milliseconds
     assert (p("0"), p(".5"), p("5."), p("1e1"), p("1e7")) == (0.0, 0.5, 5.0, 10.0, 1e7)
+
+
+def test_python_m_fsa_jit_precompile_is_the_command(tmp_path):
+    # It imported the module and exited 0 whatever its arguments: a bad command line passed silently.
+    import sys
+
+    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path))
+    bad = subprocess.run([sys.executable, "-m", "fsa_jit.precompile", "--arch", "sm_80", "--group", "0"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "argument --group" in bad.stderr, bad.stderr
+    helped = subprocess.run([sys.executable, "-m", "fsa_jit.precompile", "--help"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: fsa-precompile"), helped.stderr
