@@ -382,7 +382,10 @@ def test_python_m_fsa_jit_precompile_is_the_command(tmp_path):
     # It imported the module and exited 0 whatever its arguments: a bad command line passed silently.
     import sys
 
-    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path))
+    # The child imports the fsa_jit this test imported, wherever the test runs from.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path), PYTHONPATH=path)
     bad = subprocess.run([sys.executable, "-m", "fsa_jit.precompile", "--arch", "sm_80", "--group", "0"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "argument --group" in bad.stderr, bad.stderr
