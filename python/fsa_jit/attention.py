@@ -500,9 +500,10 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     q [T, Hq, D], k [T, Hkv, D] and v [T, Hkv, Dv]: fp16 or bf16 on one CUDA
     device; D (the query/key head dim) and Dv (the value head dim, e.g. NSA's
     192 and 128) are multiples of 16 up to 256, and may differ (with
-    gradients and D + Dv over 320, both multiples of 32). The last dim
-    contiguous, other strides are passed through (a copy is made only when
-    libfsa cannot read a tensor in place).
+    gradients and D + Dv over 320, both multiples of 32). Any strides:
+    read in place when the last dim is contiguous, the pointer 16-byte
+    aligned and the token and head strides multiples of 8 elements, else
+    copied.
     topk_idx: int32 [Hkv, T, K] or [T, Hkv, K] (topk_layout 'hkt' / 'thk'
     when Hkv == T makes the shape ambiguous); block indices inside each
     token's sequence, -1 = unused; blocks after the token's own are ignored.

@@ -377,7 +377,8 @@ def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stri
 
     q [T, Hq, Dk]; k [Tc, Hkv, Dk] and v [Tc, Hkv, Dv], the compressed keys and values the caller made with
     kernel size `kernel_size` (l) and stride `stride` (d) per sequence (fsa_jit.nsa.compress_mean is one such
-    compression): fp16 or bf16 on one CUDA device, last dim contiguous. cu_seqlens: int32 [B + 1], the query
+    compression): fp16 or bf16 on one CUDA device, any strides (a tensor libfsa cannot read in place, such as
+    one whose last dim is not contiguous, is copied). cu_seqlens: int32 [B + 1], the query
     tokens of each sequence; cu_seqlens_c: int32 [B + 1], its compressed tokens. Compressed token j of a
     sequence covers positions j*d .. j*d + l - 1 and is visible to position t when j*d + l - 1 <= t.
     Group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. scale: None = 1/sqrt(Dk).

@@ -218,8 +218,9 @@ _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, validate=False):
     """Sliding-window attention over a packed varlen batch.
 
-    q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv]: fp16 or bf16 on one CUDA device, last dim contiguous;
-    group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. cu_seqlens: int32 [B + 1].
+    q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv]: fp16 or bf16 on one CUDA device, any strides
+    (a tensor libfsa cannot read in place, such as one whose last dim is not contiguous, is copied); group
+    Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. cu_seqlens: int32 [B + 1].
     window: an int W, or a sequence of Hq ints (one window per query head; at most 256 heads): the query at
     position i of its sequence, in query head qh, sees keys i - W_qh + 1 .. i. A 1-D tensor of Hq windows is
     taken too, but its values are read on the host at every call (.tolist(): a host synchronization, which
