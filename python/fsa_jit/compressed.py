@@ -383,8 +383,9 @@ def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stri
     sequence covers positions j*d .. j*d + l - 1 and is visible to position t when j*d + l - 1 <= t.
     Group Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. scale: None = 1/sqrt(Dk).
 
-    top_k > 0 also selects, per KV head and query token, top_k blocks of `block_size` positions (a multiple of
-    stride, block_size / stride a power of two up to 64): block c scores the sum over the group's query heads
+    kernel_size 1..4096, stride 1..kernel_size. top_k (0..64) > 0 also selects, per KV head and query token,
+    top_k blocks of `block_size` positions (a multiple of stride, block_size / stride a power of two up to 64;
+    (kernel_size - 1) // stride at most 64): block c scores the sum over the group's query heads
     and over the compressed tokens overlapping positions c*BK .. c*BK + BK - 1 of their attention
     probabilities; the first `init_blocks` blocks and the `local_blocks` blocks ending at the token's own
     block are always taken, equal scores go to the lower block. The rows are ascending, -1 after the

@@ -180,7 +180,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     one element may be on another device (the CPU): it is then copied to q's device at every call, a copy
     PyTorch finishes with a host synchronization, so no CUDA graph capture; keep gate tensors on q's device,
     or pass numbers, for a call that never synchronizes.
-    The selection: top_k blocks of block_size positions (16, 32, 64, 128 or 256; a multiple of stride) per
+    The selection: top_k (1..64) blocks of block_size positions (16, 32, 64, 128 or 256; a multiple of stride,
+    block_size / stride at most 64; (kernel_size - 1) // stride at most 64 too) per
     KV head and token, scored by the compressed attention, with the first init_blocks and the local_blocks
     ending at the token's own block forced. window: the sliding window W, or Hq windows as
     fsa_jit.window_attention takes them (a tensor of windows is read on the host at every call: a
