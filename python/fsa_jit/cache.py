@@ -83,7 +83,7 @@ def cache_entries(cache_dir=None, arch=None, detect=False, device=0):
     cache_dir: None or "" for the default ($FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else ~/.cache/fsa).
     arch: the one offline target of the context that reaches the cache (default sm_80; it does not limit
     the listing), or detect=True for the GPU `device`. Returns a dict: cache_dir, entries (list of
-    CacheEntry, valid and deleted None), bytes (their total). FsaError when libfsa refuses the target or
+    CacheEntry, valid, deleted and loaded None), bytes (their total). FsaError when libfsa refuses the target or
     cannot read the cache; RuntimeError when there is no usable cache directory.
     """
 
