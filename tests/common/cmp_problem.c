@@ -47,6 +47,15 @@ void cmp_problem_make(cmp_problem *p, const cmp_case *c, uint64_t seed)
     p->q = random_rows(&rng, (size_t)p->T * c->hq * c->dk, c->dtype, c->zero_q);
     p->k = random_rows(&rng, (size_t)p->Tc * c->hkv * c->dk, c->dtype, 0);
     p->v = random_rows(&rng, (size_t)p->Tc * c->hkv * c->dv, c->dtype, 0);
+    if (c->big_logit) {
+        /* Compressed token 0 (KV head 0; seen by the first sequence's last token when it is at least l
+         * long) is q * 1e4 / (scale |q|^2) for that token's query head 0: a logit of about 1e4. */
+        const float *q = p->q + (size_t)(p->cu[1] - 1) * c->hq * c->dk;
+        double qq = 0;
+        for (int d = 0; d < c->dk; d++) qq += (double)q[d] * q[d];
+        for (int d = 0; d < c->dk; d++)
+            p->k[d] = attn_round_to(c->dtype, (float)(1e4 * sqrt((double)c->dk) * q[d] / qq));
+    }
     /* Padded strides when asked, to prove strides are honoured. */
     const int pad = c->strided ? 8 : 0;
     p->q_hs = c->dk + pad;

@@ -19,6 +19,7 @@ typedef struct cmp_case {
     int zero_q;     /* q = 0: equal probabilities, so equal block scores tie exactly */
     int quick;      /* part of the FSA_TEST_QUICK subset */
     int hidden;     /* compressed tokens each sequence gets past those its length makes: no query sees them */
+    int big_logit;  /* compressed token 0, KV head 0, scores about 1e4 for the first sequence's last token */
 } cmp_case;
 
 fsa_compressed_attention_desc cmp_desc_of(const cmp_case *c);

@@ -41,6 +41,12 @@ const kvc_case kvc_cases[] = {
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
     /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
     {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
+    /* Groups of 5, 6 and 7 (two row tiles of 6, 5 and 4 tokens); q_len 1000 with 1 and 64 cached, 1 with 65,
+       an empty sequence with nothing cached; a logit 1e4 above the rest (no junk, no lengths: the token's
+       row holds its own block).                                                                 dv big */
+    {"bf16_d128_g5_hnd",             BF, 128, 10, 2,  64,  8,  64,  {SEQS_EDGES},                         10, KVC_TOPK_HTK,   1, 0, 1, 0},
+    {"f16_d64_g6_prefill_edges",     HF, 64,  12, 2,  32,  8,  16,  {{1000, 1}, {1000, 64}, {1, 65}, {0, 0}, {3, 30000}}, 5, KVC_TOPK_THK, 0, 1, 1, 0},
+    {"bf16_d128_g7_big_logit",       BF, 128, 7,  1,  64,  4,  64,  {{1, 300}, {3, 100}},                 2, KVC_TOPK_THK,    0, 0, 0, 0, 0, 1},
     /* Tiles of 64 rows (warpgroup products on sm_90a tensor maps): decode at G 64, HND pages. */
     {"bf16_d128_g64_decode_hnd",     BF, 128, 64, 1,  64,  16, 64,  {{1, 3000}, {1, 0}, {2, 500}, {1, 64}, {1, 30000}}, 5, KVC_TOPK_THK, 1, 1, 1, 0},
     /* Tiles of 48 and 64 rows with their own selections (warpgroup products on sm_90a tensor maps). Keep it last. */

@@ -97,6 +97,23 @@ void kvc_reshuffle_pages(kvc_problem *p, uint64_t seed)
     free(perm);
 }
 
+/* The first sequence's last new token, query head 0, against its own key
+ * (KV head 0, in its own block, which its row always selects in a case
+ * without junk and lengths): the key is q * 1e4 / (scale |q|^2), a logit of
+ * about 1e4 far above every other. */
+static void big_logit_key(kvc_problem *p, const kvc_case *c)
+{
+    for (int b = 0; b < p->B; b++) {
+        if (c->seqs[b].q_len == 0) continue;
+        const float *q = p->q + (size_t)(p->cu_q[b + 1] - 1) * c->hq * c->d;
+        float *key = p->k_seq[b] + (size_t)(p->seqused[b] - 1) * c->hkv * c->d;
+        double qq = 0;
+        for (int d = 0; d < c->d; d++) qq += (double)q[d] * q[d];
+        for (int d = 0; d < c->d; d++) key[d] = attn_round_to(c->dtype, (float)(1e4 / p->scale * q[d] / qq));
+        return;
+    }
+}
+
 void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
 {
     memset(p, 0, sizeof *p);
@@ -128,6 +145,7 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     const size_t nq = (size_t)p->Tq * c->hq * c->d;
     p->q = xmalloc(nq * sizeof(float));
     for (size_t i = 0; i < nq; i++) p->q[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    if (c->big_logit) big_logit_key(p, c);
 
     const int heads = c->topk_layout == KVC_TOPK_SHARED ? 1 : c->hkv;
     p->topk_elems = (size_t)heads * p->Tq * c->k + 1;

@@ -30,6 +30,7 @@ typedef struct kvc_case {
     int junk;        /* -1 mid-row, future blocks, blocks past the cache, repeats, negatives */
     int quick;       /* part of the FSA_TEST_QUICK subset */
     int dv;          /* value head dim (value cache, o); 0 = d */
+    int big_logit;   /* the first sequence's last new token, query head 0: its own key scores about 1e4 */
 } kvc_case;
 
 typedef struct kvc_problem {

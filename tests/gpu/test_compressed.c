@@ -70,6 +70,10 @@ static const cmp_case cases[] = {
     {"bf16_hkv64_g1_dkv_walk_whole", BF, 64, 64, 64, 64, 32, 16, 64, 4, 1, 2, {600, 40, 33},        3, 0, 0, 0, 1},
     /* 1024 KV heads in one plan: many small key tiles per launch */
     {"bf16_hkv1024_dkv_unsplit", BF, 16, 16, 1024, 1024, 16, 16, 64, 4, 1, 2, {300},            1, 0, 0, 0, 1},
+    /* G 6 at Dk 96 with sequences of 2 and 3 tokens (shorter than l: no compressed token); a logit 1e4
+       above the rest, whose block scores leave the others at exact zeros (ties to the lower block)  hid big */
+    {"f16_dk96_g6_short",     HF, 96,  96,  12, 2,  32, 16, 64,  8,  1, 2, {2, 3, 700},              3, 0, 1, 0, 0},
+    {"bf16_std_g4_big_logit", BF, 128, 128, 8,  2,  32, 16, 64,  16, 1, 2, {1500, 200},             2, 0, 0, 0, 0, 0, 1},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 

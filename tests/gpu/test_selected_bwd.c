@@ -27,6 +27,11 @@ static const attn_case cases[] = {
     {"f16_d128_g3_bk64",         HF, 128, 6,  2,  64, 8,  {5, 130, 250},         3, 0, 0, A_AUTO, 0,       1, 0, 0},
     {"bf16_d96_g5_bk16",         BF, 96,  5,  1,  16, 12, {40, 150},             2, 0, 0, A_AUTO, 0,       1, 0, 1},
     {"f16_d192_g7_bk128",        HF, 192, 7,  1,  128, 3, {129, 300},            2, 1, 1, A_AUTO, 0,       1, 0, 0},
+    /* G 6 at D 96 with sequences of 1 to 3 tokens; one key about 1e4 above the rest (one sequence, no junk:
+       the big key is packed key 3) */
+    {"bf16_d96_g6_short",        BF, 96,  6,  1,  16, 4,  {1, 2, 3, 200},        4, 0, 1, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d128_g1_biglogit",    BF, 128, 1,  1,  64, 4,  {256},                 1, 0, 0, A_FSA,  0,       0, 1, 0},
+    {"bf16_d128_g1_biglogit_nsa", BF, 128, 1, 1,  64, 4,  {256},                 1, 0, 0, A_NSA,  0,       0, 1, 0},
     {"bf16_d256_g8_bk64",        BF, 256, 16, 2,  64, 4,  {64, 200},             2, 0, 0, A_AUTO, 0,       1, 0, 1},
     {"bf16_d32_g12_bk32",        BF, 32,  12, 1,  32, 5,  {33, 97, 100},         3, 1, 0, A_AUTO, 0,       1, 0, 0},
     {"f16_d64_g16_bk64",         HF, 64,  32, 2,  64, 6,  {1, 63, 64, 65, 250},  5, 0, 1, A_AUTO, 0,       1, 0, 0},

@@ -35,6 +35,9 @@ static const attn_case cases[] = {
     {"bf16_d96_g5_bk16_nsa",    BF, 96,  5,  1,  16, 12, {40, 150},                2, 0, 0, A_NSA,  0,      1, 0, 0},
     {"f16_d192_g7_bk128_fsa",   HF, 192, 7,  1,  128, 3, {129, 300},               2, 1, 1, A_FSA,  0,      1, 0, 0},
     {"f16_d192_g7_bk128_nsa",   HF, 192, 7,  1,  128, 3, {129, 300},               2, 1, 1, A_NSA,  0,      1, 0, 0},
+    /* G 6 at D 96 with sequences of 1 to 3 tokens */
+    {"bf16_d96_g6_short_fsa",   BF, 96,  6,  1,  16, 4,  {1, 2, 3, 200},           4, 0, 1, A_FSA,  0,      1, 0, 0},
+    {"bf16_d96_g6_short_nsa",   BF, 96,  6,  1,  16, 4,  {1, 2, 3, 200},           4, 0, 1, A_NSA,  0,      1, 0, 0},
     /* Junk, and more blocks than top-k (the random draws): each KV head reads rows of its own. */
     {"bf16_d256_g8_bk64_fsa",   BF, 256, 16, 2,  64, 4, {64, 450},                 2, 0, 0, A_FSA,  0,      1, 0, 0},
     {"bf16_d256_g8_bk64_nsa",   BF, 256, 16, 2,  64, 4, {64, 200},                 2, 0, 0, A_NSA,  0,      1, 0, 1},

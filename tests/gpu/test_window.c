@@ -26,6 +26,7 @@ typedef struct win_case {
     int nseq;
     int strided;
     int quick;
+    int big_logit; /* the first sequence's last token, query head 0: its own key scores about 1e4 */
 } win_case;
 
 static const win_case cases[] = {
@@ -45,6 +46,10 @@ static const win_case cases[] = {
     /* More (tile, KV head) jobs than an H200 has SMs: the persistent forward's CTAs walk several tiles. */
     {"bf16_d128_g4_w512_many_jobs", BF, 128, 128, 8,  2,  512,  0, {6000, 700, 1},     3, 0, 1},
     {"bf16_d128_g2_w300_many_jobs", BF, 128, 128, 8,  4,  300,  0, {6000, 700, 5},     3, 1, 0},
+    /* Groups of 6 and 5, Dk 96, sequences of 2 and 3 tokens; a logit 1e4 above the rest.       big */
+    {"f16_dk96_g6_w50",             HF, 96,  96,  12, 2,  50,   0, {2, 3, 400},        3, 1, 0},
+    {"bf16_d64_g5_per_head_short",  BF, 64,  64,  5,  1,  30,   1, {3, 2, 300},        3, 0, 0},
+    {"bf16_d128_g4_w512_big_logit", BF, 128, 128, 8,  2,  512,  0, {1300, 70},         2, 0, 0, 1},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -93,6 +98,17 @@ static void problem_of(win_problem *p, const win_case *c, uint64_t seed)
     p->q = random_rounded(&rng, (size_t)T * c->hq * c->dk, c->dtype);
     p->k = random_rounded(&rng, (size_t)T * c->hkv * c->dk, c->dtype);
     p->v = random_rounded(&rng, (size_t)T * c->hkv * c->dv, c->dtype);
+    if (c->big_logit) {
+        /* The key of the first sequence's last token (KV head 0, always in its window) is q * 1e4 / (scale
+         * |q|^2) for its query head 0: a logit of about 1e4, far above the rest. */
+        const int t = p->cu[1] - 1;
+        const float *q = p->q + (size_t)t * c->hq * c->dk;
+        float *key = p->k + (size_t)t * c->hkv * c->dk;
+        double qq = 0;
+        for (int d = 0; d < c->dk; d++) qq += (double)q[d] * q[d];
+        for (int d = 0; d < c->dk; d++)
+            key[d] = attn_round_to(c->dtype, (float)(1e4 * sqrt((double)c->dk) * q[d] / qq));
+    }
     p->o_ref = malloc((size_t)T * c->hq * c->dv * sizeof *p->o_ref);
     p->lse_ref = malloc((size_t)T * c->hq * sizeof *p->lse_ref);
     assert_true(p->o_ref && p->lse_ref);
