@@ -105,6 +105,23 @@ def test_a_value_cache_of_its_own_head_dim_matches_the_reference(dims, poisoned_
     check(p, o, lse)
 
 
+def test_strided_queries_and_top_k_rows_are_read_in_place(poisoned_outputs):
+    # q as a view of wider rows (token and head strides past its own size), the top-k rows of a wider
+    # tensor: the same values as their contiguous copies, and the same answer.
+    p = make_problem(SEQS, hq=12, hkv=2, d=64, page=16, bk=32, k=5, dtype=torch.bfloat16, seed=17)
+    tq = p["q"].shape[0]
+    wide_q = torch.zeros((tq, 12, 2 * 64), dtype=p["q"].dtype, device=p["q"].device)
+    wide_q[..., :64] = p["q"]
+    wide_topk = torch.full((tq, 2, 9), 0x7fff, dtype=torch.int32, device=p["q"].device)
+    wide_topk[..., :5] = p["topk_idx"]
+    strided = dict(p, q=wide_q[..., :64], topk_idx=wide_topk[..., :5])
+    assert strided["q"].stride() == (12 * 128, 128, 1) and strided["topk_idx"].stride() == (18, 9, 1)
+    o, lse = kvcache_attention(**strided, return_lse=True)
+    check(p, o, lse)
+    o2, lse2 = kvcache_attention(**p, return_lse=True)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
 def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place(poisoned_outputs):
     """o and lse of each replay against the reference of the inputs then in the buffers (the outputs are
     poisoned inside the graph too: each replay fills them before the kernels run)."""
