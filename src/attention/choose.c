@@ -57,8 +57,7 @@ static fsa_algorithm forward_rule(const fsa_plan *plan, int64_t total_tokens, co
 {
     const int group = plan->group;
     const int64_t nsa_up_to = group >= 16 ? 512 : group >= 8 ? 256 : 64;
-    /* The NSA kernel's grid has one y index per (KV head, head group): at most 65535. */
-    if ((int64_t)plan->desc.num_kv_heads * fsa_nsa_head_groups(group) > 65535) {
+    if (!fsa_nsa_grid_fits(plan)) {
         *why = "heuristic: FSA order (too many KV heads for the NSA grid)";
         return FSA_ALGORITHM_FSA;
     }

@@ -106,6 +106,10 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
 /* Describes kernel `id`, then compiles or loads it for the context. */
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);
 
+/* A grid's rows (y): the attention kernels give each KV head (times its
+ * CTAs) a row, so plans bound their heads by it. */
+#define FSA_GRID_MAX_ROWS 65535
+
 /* Launches kernel k (loaded for ctx) on a (gx, gy, gz) grid with its block
  * size and shared memory, `params` (its parameter block) as its one
  * argument; an empty grid launches nothing, and a gx over 2^31 - 1 is

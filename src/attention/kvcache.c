@@ -34,9 +34,9 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_q_heads % d->num_kv_heads)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%d query heads over %d KV heads", d->num_q_heads,
                  d->num_kv_heads);
-    if (d->num_kv_heads > FSA_KVC_MAX_GRID_ROWS) /* the kernel's grid has a row per KV head */
+    if (d->num_kv_heads > FSA_GRID_MAX_ROWS) /* the kernel's grid has a row per KV head */
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "num_kv_heads %d: at most %d", d->num_kv_heads,
-                 FSA_KVC_MAX_GRID_ROWS);
+                 FSA_GRID_MAX_ROWS);
     if (d->num_q_heads / d->num_kv_heads > FSA_KVC_MAX_GROUP)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "group %d: at most %d query heads per KV head",
                  d->num_q_heads / d->num_kv_heads, FSA_KVC_MAX_GROUP);
@@ -391,13 +391,13 @@ int fsa_kvc_ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits)
     /* The grid has a row per (KV head, CTA of its pair): at most 65535 of them (one CTA per
      * pair always fits: a plan has at most 65535 KV heads). */
     const int64_t hkv = plan->desc.num_kv_heads;
-    if (plan->ctas > 0 && splits % plan->ctas == 0 && hkv * plan->ctas <= FSA_KVC_MAX_GRID_ROWS) return plan->ctas;
+    if (plan->ctas > 0 && splits % plan->ctas == 0 && hkv * plan->ctas <= FSA_GRID_MAX_ROWS) return plan->ctas;
     const int64_t pairs = (int64_t)batch * hkv, resident = plan->resident > 0 ? plan->resident : 1;
     const int64_t share_blocks = (plan->desc.top_k + splits - 1) / splits;
     int best = 1;
     int64_t best_cost = -1;
     for (int c = splits; c >= 1; c--) {
-        if (splits % c || hkv * c > FSA_KVC_MAX_GRID_ROWS) continue;
+        if (splits % c || hkv * c > FSA_GRID_MAX_ROWS) continue;
         const int64_t waves = (pairs * c + resident - 1) / resident, cost = waves * (share_blocks * (splits / c) + 2);
         if (best_cost < 0 || cost < best_cost) best = c, best_cost = cost;
     }

@@ -60,11 +60,9 @@ fsa_status fsa_kvc_encode_maps(fsa_kvc_maps *maps, const fsa_kvcache_plan *plan,
 fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *a, const fsa_kvc_maps *maps,
                           int splits, CUstream stream);
 
-/* A launch grid's rows (y): (KV head, CTA of its pair). */
-#define FSA_KVC_MAX_GRID_ROWS 65535
 /* CTAs per (split sequence, KV head) of a call of batch sequences split in
  * splits shares: a divisor of splits, hkv times it at most
- * FSA_KVC_MAX_GRID_ROWS. */
+ * FSA_GRID_MAX_ROWS (the grid's rows are (KV head, CTA of its pair)). */
 int fsa_kvc_ctas_per_pair(const fsa_kvcache_plan *plan, int batch, int splits);
 
 /* Bytes of workspace a call needs (sized for max_batch and max_splits), and

@@ -52,11 +52,9 @@ cleanup:
     return st;
 }
 
-/* The NSA-order kernels (the forward, the backward's dq) have one grid row
- * per (KV head, group of query heads), and a grid has at most 65535 rows. */
-static int nsa_grid_fits(const fsa_plan *plan)
+int fsa_nsa_grid_fits(const fsa_plan *plan)
 {
-    return (int64_t)plan->desc.num_kv_heads * fsa_nsa_head_groups(plan->group) <= 65535;
+    return (int64_t)plan->desc.num_kv_heads * fsa_nsa_head_groups(plan->group) <= FSA_GRID_MAX_ROWS;
 }
 
 /* The forward kernels the descriptor asks for (the index kernels with
@@ -119,7 +117,7 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     fsa_kernel_describe(&dq_nsa, FSA_K_BWD_DQ_NSA, c);
     /* The heuristic never takes the NSA-order dq (choose.c): a forced NSA plan
      * loads it, and an AUTO plan only when tuning may measure it. */
-    plan->bwd_nsa_available = (int)dq_nsa.smem <= max_smem && nsa_grid_fits(plan) &&
+    plan->bwd_nsa_available = (int)dq_nsa.smem <= max_smem && fsa_nsa_grid_fits(plan) &&
                               (desc->algorithm == FSA_ALGORITHM_NSA ||
                                (desc->algorithm == FSA_ALGORITHM_AUTO && plan->tune.level != FSA_TUNE_LEVEL_OFF));
     if ((int)main.smem > max_smem)
@@ -189,16 +187,16 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
     plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)main.smem <= max_smem;
-    plan->nsa_available = (int)nsa.smem <= max_smem && nsa_grid_fits(plan);
+    plan->nsa_available = (int)nsa.smem <= max_smem && fsa_nsa_grid_fits(plan);
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
                  plan->group, FSA_FWD_MAX_GROUP, main.smem, ctx->target, max_smem);
-    if (desc->algorithm == FSA_ALGORITHM_NSA && !nsa_grid_fits(plan))
+    if (desc->algorithm == FSA_ALGORITHM_NSA && !fsa_nsa_grid_fits(plan))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the NSA path needs a grid row per KV head and group of query heads: %d KV heads at group %d "
-                 "exceed the grid's 65535 rows",
-                 desc->num_kv_heads, plan->group);
+                 "exceed the grid's %d rows",
+                 desc->num_kv_heads, plan->group, FSA_GRID_MAX_ROWS);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
                  nsa.smem, ctx->target, max_smem);

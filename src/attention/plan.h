@@ -69,6 +69,10 @@ static inline int fsa_index_chunks(const fsa_index_layout *l) { return l->index_
 /* List entries per work item of the plan's FSA-order forward main kernel. */
 int fsa_plan_fwd_item_entries(const fsa_plan *plan);
 
+/* Whether the NSA-order kernels' grid (the forward, the backward's dq: a row
+ * per KV head and group of FSA_NSA_ROWS query heads) fits FSA_GRID_MAX_ROWS. */
+int fsa_nsa_grid_fits(const fsa_plan *plan);
+
 /* Workspace of the FSA path for a chunk of `heads` KV heads x `tc` tokens. Offsets in bytes. */
 typedef struct fsa_fsa_layout {
     int heads; /* KV heads per launch sequence; divides Hkv */

@@ -27,7 +27,8 @@ static fsa_status validate_desc(const fsa_window_attention_desc *d)
     if (!is_dim(d->head_dim) || !is_dim(d->value_dim))
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
                              "head_dim %d and value_dim %d: multiples of 16 from 16 to 256", d->head_dim, d->value_dim);
-    if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > 65535 || d->num_q_heads % d->num_kv_heads != 0)
+    if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > FSA_GRID_MAX_ROWS ||
+        d->num_q_heads % d->num_kv_heads != 0)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
                              "num_q_heads %d and num_kv_heads %d: positive, Hq a multiple of Hkv, Hkv at most 65535",
                              d->num_q_heads, d->num_kv_heads);
