@@ -115,6 +115,12 @@ typedef struct fsa_bwd_layout {
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
                         int64_t tc, fsa_algorithm order);
 
+/* The backward main kernel's work in a launch over `tokens` tokens of the
+ * layout's head chunk (its grid bound and the count it takes in int32,
+ * sel_bwd_main.cu): items of item_entries list entries plus one per segment,
+ * times the key slices of a block. */
+uint64_t fsa_bwd_main_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tokens);
+
 /* The backward chunk under the plan's cap: every head and token when they
  * fit; else the most KV heads (a divisor of Hkv) whose every token fits;
  * else one head and the most tokens that fit. Heads first: a chunk of heads

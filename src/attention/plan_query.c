@@ -39,21 +39,24 @@ static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const
     return FSA_STATUS_OK;
 }
 
-/* The backward's main kernel counts a launch's work (sel_bwd_main.cu: items
- * of item_entries list entries plus one per segment, times the key slices of
- * a block) in int32: a chunk of heads x tokens whose count passes it would
- * wrap and skip work. The same bound as the launch's grid (selected_bwd.c). */
-static fsa_status check_bwd_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tc, const char *stage)
+uint64_t fsa_bwd_main_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tokens)
 {
     const uint64_t entries = l->item_entries > 0 ? (uint64_t)l->item_entries : 1;
-    const uint64_t items = (uint64_t)l->heads * (uint64_t)tc * (uint64_t)plan->desc.top_k / entries +
-                           (uint64_t)l->index.n_chunk;
     const uint64_t slices = plan->config.bwd_keys > 0 ? (uint64_t)(plan->desc.block_size / plan->config.bwd_keys) : 1;
-    if (items > (uint64_t)INT32_MAX / slices)
+    return ((uint64_t)l->heads * (uint64_t)tokens * (uint64_t)plan->desc.top_k / entries + (uint64_t)l->index.n_chunk) *
+           slices;
+}
+
+/* The main kernel counts a launch's work in int32: a chunk whose count
+ * passes it would wrap and skip work. */
+static fsa_status check_bwd_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tc, const char *stage)
+{
+    const uint64_t work = fsa_bwd_main_work(plan, l, tc);
+    if (work > (uint64_t)INT32_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
-                             "a backward chunk of %d KV heads x %lld tokens is %llu work items x %llu key slices, "
-                             "past the main kernel's 32-bit count (a workspace cap gives shorter chunks)",
-                             l->heads, (long long)tc, (unsigned long long)items, (unsigned long long)slices);
+                             "a backward chunk of %d KV heads x %lld tokens is %llu work items x key slices, past the "
+                             "main kernel's 32-bit count (a workspace cap gives shorter chunks)",
+                             l->heads, (long long)tc, (unsigned long long)work);
     return FSA_STATUS_OK;
 }
 

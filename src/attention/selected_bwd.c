@@ -99,7 +99,6 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
     const int64_t T = c->a.total_tokens, tc = c->tc;
     const int64_t hkv = l->heads, hq = hkv * plan->group;
     const int d = plan->desc.head_dim, dv = (int)plan->desc.value_dim;
-    const size_t n_segs = l->index.n_chunk;
     const fsa_kernel *main = nsa ? &k->main_kv : &k->main;
 
     const size_t acc_words = (size_t)(T * hkv * fsa_bwd_dkv_row(d, dv));
@@ -125,8 +124,7 @@ static fsa_status run_heads(const bwd_call *c, const fsa_plan *plan, int nsa, in
             FSA_CHECK(run_prep(plan, p, stream));
         }
         const uint64_t q_rows = (uint64_t)(cur * hq);
-        const uint64_t items = ((uint64_t)(hkv * cur * plan->desc.top_k) / (uint64_t)l->item_entries + n_segs) *
-                               (uint64_t)p->key_slices;
+        const uint64_t items = fsa_bwd_main_work(plan, l, cur);
         const uint64_t grid = items < (uint64_t)plan->bwd_grid ? items : (uint64_t)plan->bwd_grid;
         for (int part = 0; part < fsa_bwd_d_parts(d, dv); part++) {
             p->d_part = part;
