@@ -112,17 +112,42 @@ static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
     return fsa_kvc_tma_fits(d->head_dim, d->value_dim, d->block_size, d->page_size);
 }
 
-/* Whether fsa_kvc_workspace_bytes fits size_t (exact, in 128 bits): the
- * counters, the partial rows of Dv floats and their lse, each rounded up to
- * 256 bytes. No shares, no workspace. */
-static int workspace_fits(const fsa_kvcache_plan *plan)
+/* Workspace: a counter per (sequence, KV head) (CTAs done; zero between
+ * calls), then the partials of every split share: [max_batch, Hkv,
+ * max_splits, rows] rows of Dv floats, then their lse; room for the largest
+ * share count a variant takes. */
+typedef unsigned __int128 u128; /* exact sizes: plan creation refuses a workspace past size_t (workspace_fits) */
+
+static u128 part_rows(const fsa_kvcache_plan *plan)
 {
-    if (plan->max_splits <= 1) return 1;
-    const fsa_kvcache_desc *d = &plan->desc;
-    const unsigned __int128 pairs = (unsigned __int128)(unsigned)d->max_batch * (unsigned)d->num_kv_heads;
-    const unsigned __int128 rows = pairs * (unsigned)plan->max_splits * (unsigned)fsa_kvc_rows(plan->group);
-    return pairs * 4 + rows * ((unsigned)d->value_dim * 4 + 4) + 2 * 255 <= SIZE_MAX;
+    return plan->max_splits <= 1 ? 0
+                                 : (u128)(unsigned)plan->desc.max_batch * (unsigned)plan->desc.num_kv_heads *
+                                       (unsigned)plan->max_splits * (unsigned)fsa_kvc_rows(plan->group);
 }
+
+static u128 round256(u128 n) { return (n + 255) & ~(u128)255; }
+
+static u128 counter_bytes(const fsa_kvcache_plan *plan)
+{
+    const u128 pairs = (u128)(unsigned)plan->desc.max_batch * (unsigned)plan->desc.num_kv_heads;
+    return part_rows(plan) == 0 ? 0 : round256(pairs * 4);
+}
+
+static u128 lse_part_offset(const fsa_kvcache_plan *plan)
+{
+    return counter_bytes(plan) + round256(part_rows(plan) * (unsigned)plan->desc.value_dim * 4);
+}
+
+static u128 workspace_bytes(const fsa_kvcache_plan *plan)
+{
+    return part_rows(plan) == 0 ? 0 : lse_part_offset(plan) + part_rows(plan) * 4;
+}
+
+static int workspace_fits(const fsa_kvcache_plan *plan) { return workspace_bytes(plan) <= SIZE_MAX; }
+
+size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan) { return (size_t)counter_bytes(plan); }
+
+size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan) { return (size_t)workspace_bytes(plan); }
 
 fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, const fsa_kvcache_desc *caller_desc)
 {
@@ -197,34 +222,6 @@ void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan)
     if (plan == NULL) return;
     fsa_metadata_checker_destroy(plan->checker, plan->ctx);
     free(plan);
-}
-
-/* Workspace: a counter per (sequence, KV head) (CTAs done; zero between
- * calls), then the partials of every split share: [max_batch, Hkv,
- * max_splits, rows] rows of Dv floats, then their lse; room for the largest
- * share count a variant takes. */
-static size_t part_rows(const fsa_kvcache_plan *plan)
-{
-    return plan->max_splits <= 1 ? 0
-                                 : (size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads *
-                                       (size_t)plan->max_splits * (size_t)fsa_kvc_rows(plan->group);
-}
-
-static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-size_t fsa_kvc_counter_bytes(const fsa_kvcache_plan *plan)
-{
-    return part_rows(plan) == 0 ? 0 : round256((size_t)plan->desc.max_batch * (size_t)plan->desc.num_kv_heads * 4);
-}
-
-static size_t lse_part_offset(const fsa_kvcache_plan *plan)
-{
-    return fsa_kvc_counter_bytes(plan) + round256(part_rows(plan) * (size_t)plan->desc.value_dim * 4);
-}
-
-size_t fsa_kvc_workspace_bytes(const fsa_kvcache_plan *plan)
-{
-    return part_rows(plan) == 0 ? 0 : lse_part_offset(plan) + part_rows(plan) * 4;
 }
 
 fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan)
@@ -373,7 +370,7 @@ static void params_of(fsa_kvc_params *p, const fsa_kvcache_plan *plan, const fsa
     p->splits = splits;
     p->counters = (long long)a->workspace;
     p->o_part = (long long)(a->workspace + fsa_kvc_counter_bytes(plan));
-    p->lse_part = (long long)(a->workspace + lse_part_offset(plan));
+    p->lse_part = (long long)(a->workspace + (size_t)lse_part_offset(plan));
     p->stamps = (long long)plan->stamps;
 }
 
