@@ -62,6 +62,12 @@ def require_scale(scale):
                          "finite float32")
 
 
+def is_decimal(text):
+    """Whether text is a whole number as the C tools spell it: ASCII digits only (str.isdigit and int() also
+    take other scripts' digits; int() a sign, spaces and '_')."""
+    return text.isascii() and text.isdigit()
+
+
 _BYTE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -80,7 +86,7 @@ def parse_bytes(value, name="bytes"):
         text = value.strip()
         digits = text.rstrip("kKmMgGtT")
         suffix = text[len(digits):].upper()
-        if digits.isascii() and digits.isdigit() and suffix in _BYTE_SUFFIXES:  # 0-9 only, as the C tools
+        if is_decimal(digits) and suffix in _BYTE_SUFFIXES:
             return int(digits) * _BYTE_SUFFIXES[suffix]
         raise ValueError(f"{name}: {value!r} is not a byte count (e.g. 536870912, '512M', '2G')")
     raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {type(value).__name__}")

@@ -17,6 +17,7 @@ import sys
 import time
 
 from . import _lib
+from ._parse import is_decimal
 
 EXIT_FAILED, EXIT_USAGE, EXIT_TARGET = 1, 2, 3
 _TARGET_STATUSES = (_lib.FSA_STATUS_INVALID_ARGUMENT, _lib.FSA_STATUS_UNSUPPORTED_DEVICE,
@@ -29,9 +30,8 @@ MAX_JOBS = 1024  # fsa-precompile -j (tools/precompile_options.h)
 
 
 def _digits(text):
-    """A whole number as the C tools spell it: ASCII digits only (int() also takes a sign, spaces, '_' and
-    other scripts' digits). ValueError otherwise."""
-    if not (text.isascii() and text.isdigit()):
+    """A whole number as the C tools spell it (_parse.is_decimal); ValueError otherwise."""
+    if not is_decimal(text):
         raise ValueError(f"{text!r} is not a number")
     return int(text)
 
@@ -157,9 +157,12 @@ def _precompile_parser():
     grid.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), help="default auto")
     grid.add_argument("--backward", action="store_true", help="also the backward kernels")
     grid.add_argument("--kind", help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
-    grid.add_argument("--value-dim", type=_number(0, MAX_LIST_VALUE), help="Dv when it differs from the head dim (default 0: same)")
-    grid.add_argument("--kernel-size", type=_number(1, MAX_LIST_VALUE), help="compression kernel l (compressed; default 32)")
-    grid.add_argument("--stride", type=_number(1, MAX_LIST_VALUE), help="compression stride d (compressed; default 16)")
+    grid.add_argument("--value-dim", type=_number(0, MAX_LIST_VALUE),
+                      help="Dv when it differs from the head dim (default 0: same)")
+    grid.add_argument("--kernel-size", type=_number(1, MAX_LIST_VALUE),
+                      help="compression kernel l (compressed; default 32)")
+    grid.add_argument("--stride", type=_number(1, MAX_LIST_VALUE),
+                      help="compression stride d (compressed; default 16)")
     grid.add_argument("--window", type=_number(1, MAX_LIST_VALUE), help="window W (window; default 512)")
     grid.add_argument("--page-size", type=_int_list,
                       help=f"tokens per cache page (kvcache; default {','.join(map(str, PAGE_SIZES))})")
