@@ -93,7 +93,6 @@ def _compress_means(xs, cu_seqlens, kernel_size, stride):
     _check_kernel(kernel_size, stride)
     for x in xs:
         _att._check_tensor("x", x)
-    for x in xs:
         if x.dim() != 3:
             raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
     cu = _host_offsets(cu_seqlens, [x.shape[0] for x in xs])
