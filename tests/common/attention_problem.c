@@ -395,6 +395,11 @@ int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases
 /* Relative 2-norm error with a floor on the reference norm: a gradient that is
  * exactly zero in float64 (a query whose only key is itself has dS = 0) comes
  * out as rounding noise in fp32, which only an absolute bound can judge. */
+static double grad_norm_ratio(double num, double den, size_t n)
+{
+    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
+}
+
 double attn_grad_error(const float *a, const double *b, size_t n)
 {
     double num = 0, den = 0;
@@ -403,7 +408,17 @@ double attn_grad_error(const float *a, const double *b, size_t n)
         num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
         den += b[i] * b[i];
     }
-    return sqrt(num) / fmax(sqrt(den), 1e-3 * sqrt((double)n));
+    return grad_norm_ratio(num, den, n);
+}
+
+double attn_grad_gap(const double *given, const double *exact, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (given[i] - exact[i]) * (given[i] - exact[i]);
+        den += exact[i] * exact[i];
+    }
+    return grad_norm_ratio(num, den, n);
 }
 
 void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double tol, const char *what)

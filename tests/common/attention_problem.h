@@ -90,6 +90,10 @@ typedef struct outputs {
 /* Relative 2-norm error of a against the float64 reference b, with a floor
  * on the reference norm (exactly-zero gradients come out as fp32 noise). */
 double attn_grad_error(const float *a, const double *b, size_t n);
+/* attn_grad_error between the reference given the o a call read and the exact one: the error that o's rounding to
+ * its dtype forces on any backward reading o (delta = rowsum(dout * o)). Small, except where one logit dominates a
+ * row without taking all of it: there dq and dk come from a cancellation that o's rounding moves. */
+double attn_grad_gap(const double *given, const double *exact, size_t n);
 
 void download_fwd(outputs *out, const device_problem *dp, const problem *p, const attn_case *c);
 void outputs_free(outputs *o);

@@ -493,7 +493,8 @@ static void test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_
     free(publish_dim(f, "128", 500));
     set_times(ahead, next_year, next_year);
     expect_hit_of(f, "128", 0);
-    assert_true(atime_of(ahead).tv_sec <= time(NULL));
+    /* The file clock may run a tick ahead of time(): the use is now, not next year. */
+    assert_true(atime_of(ahead).tv_sec <= time(NULL) + 1);
     assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)(file_size(ahead) + file_size(c)), &removed, &left),
                      FSA_STATUS_OK);
     assert_int_equal(removed, 1);
