@@ -456,12 +456,11 @@ fsa_status fsa_kvc_launch(const fsa_kvcache_plan *plan, const fsa_kvcache_args *
     p.ctas = ctas;
     const uint64_t tiles = (uint64_t)fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
     const unsigned hkv = (unsigned)plan->desc.num_kv_heads;
-    /* Small launches whose CTAs (one share each) fit at one per SM take the deep ring: every
-     * stage of a share in flight at once. The same bits either way. A plan that may merge in
-     * clusters takes it on half the SMs only: clusters of one CTA per SM need whole groups of
-     * SMs of one GPC (32 clusters of 4 on an H200's 132 SMs ran in two waves). */
-    const uint64_t deep_room = (uint64_t)plan->resident_deep / (plan->cluster ? 2 : 1);
-    const int deep = plan->deep && ctas == splits && tiles * hkv * (uint64_t)ctas <= deep_room;
+    /* Small launches whose CTAs (one share each) fit at one per SM on half the SMs take the
+     * deep ring: every stage of a share in flight at once. The same bits either way. (Half:
+     * clusters of one CTA per SM need whole groups of SMs of one GPC; 32 clusters of 4 on an
+     * H200's 132 SMs ran in two waves. Without clusters, 128 CTAs on it measured slower too.) */
+    const int deep = plan->deep && ctas == splits && tiles * hkv * (uint64_t)ctas <= (uint64_t)plan->resident_deep / 2;
     const fsa_kernel *k = deep ? &plan->fwd_deep : &plan->fwd;
     /* A CTA per share, all in one wave: the pair's CTAs may be a cluster that merges in shared
      * memory (across waves, a cluster's CTAs would wait for each other's slots). */

@@ -54,11 +54,10 @@ static void test_the_cluster_merge_gives_the_bits_of_the_workspace_merge(void **
         }
 }
 
-/* A lone decode token at G 1 over 32 KV heads in 4 shares is 128 CTAs: a
- * plan that merges in clusters keeps them on the two-stage ring (clusters of
- * one CTA per SM need whole groups of SMs), one without clusters takes the
- * deep ring where 128 CTAs fit the SMs at one each (H100, H200) and merges
- * through the workspace. Either way the reference's values and the same bits. */
+/* A lone decode token at G 1 over 32 KV heads in 4 shares is 128 CTAs, past
+ * the deep ring's half of the SMs: the two-stage ring, merging in clusters or
+ * (without them) through the workspace. Either way the reference's values and
+ * the same bits. */
 static void test_a_lone_decode_token_over_many_heads_gives_the_same_bits_with_and_without_clusters(void **state)
 {
     (void)state;
