@@ -1,6 +1,7 @@
 /* Public cache maintenance: list, verify (with a load on the GPU when the
  * context has one), prune. */
 #include "context.h"
+#include "kernel_key.h"
 #include "base/status_internal.h"
 
 #include <stdio.h>
@@ -23,16 +24,6 @@ fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user
     return fsa_disk_cache_list(ctx->disk, visit, user);
 }
 
-/* The NVRTC version on a key text's "nvrtc" line, as the driver numbers
- * versions (13.0: 13000); 0 for "none" or no such line. */
-static int key_nvrtc_version(const char *text)
-{
-    const char *line = strstr(text, "\nnvrtc ");
-    int major = 0, minor = 0;
-    if (line == NULL || sscanf(line + 7, "%d.%d", &major, &minor) < 1) return 0;
-    return major * 1000 + minor * 10;
-}
-
 /* Loads a valid entry of the context's own target into the driver. Only an
  * error that says the image itself is unusable condemns it: any other (out
  * of memory, a context problem) says nothing about the file, which is kept
@@ -47,7 +38,7 @@ static int load_check(const fsa_disk_entry *entry, const char *target, const cha
     snprintf(line, sizeof line, "\ntarget %s\n", ctx->target);
     if (ctx->cu == NULL || strcmp(target, ctx->target) != 0 || strstr(entry->key_text, line) == NULL)
         return FSA_DISK_CHECK_UNCHECKED;
-    int built_by = key_nvrtc_version(entry->key_text);
+    int built_by = fsa_key_text_nvrtc_version(entry->key_text);
     if (ctx->cu->driver_version > 0 && built_by > ctx->cu->driver_version) {
         fsa_log_warn(ctx->log, "cache verify: %s not loaded: built by NVRTC %d.%d, newer than the driver (%d.%d); kept",
                      path, built_by / 1000, built_by % 1000 / 10, ctx->cu->driver_version / 1000,

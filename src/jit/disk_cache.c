@@ -121,7 +121,7 @@ static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
         return strlen(r->key->text) == v->key_len && memcmp(r->key->text, v->key_text, v->key_len) == 0;
     char *text = fsa_dc_dup_n(v->key_text, v->key_len);
     int same = text != NULL && fsa_key_text_equal_except_nvrtc(r->key->text, text) &&
-               (r->max_nvrtc_major == 0 || fsa_key_text_nvrtc_major(text) <= r->max_nvrtc_major);
+               (r->max_nvrtc_major == 0 || fsa_key_text_nvrtc_version(text) / 1000 <= r->max_nvrtc_major);
     free(text);
     return same;
 }

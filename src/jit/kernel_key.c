@@ -4,6 +4,7 @@
 #include "templates.h"
 #include "base/util.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_INLINE_ALL
@@ -119,12 +120,33 @@ static int next_line(const char **p, const char **start, size_t *len)
 
 static int is_nvrtc_line(const char *s, size_t n) { return n >= 6 && memcmp(s, "nvrtc ", 6) == 0; }
 
-int fsa_key_text_nvrtc_major(const char *text)
+/* The decimal number at *s (advanced past it), or -1 past `max` (a forged or
+ * damaged text: no overflow, whatever its length). */
+static int bounded_decimal(const char **s, const char *end, int max)
+{
+    int v = 0;
+    for (; *s < end && **s >= '0' && **s <= '9'; (*s)++) {
+        if (v > (max - (**s - '0')) / 10) return -1;
+        v = v * 10 + (**s - '0');
+    }
+    return v;
+}
+
+int fsa_key_text_nvrtc_version(const char *text)
 {
     const char *s;
     size_t n;
-    while (next_line(&text, &s, &n))
-        if (is_nvrtc_line(s, n)) return s[6] >= '0' && s[6] <= '9' ? atoi(s + 6) : 0;
+    while (next_line(&text, &s, &n)) {
+        if (!is_nvrtc_line(s, n)) continue;
+        const char *p = s + 6, *end = s + n;
+        if (p == end || *p < '0' || *p > '9') return 0; /* "none" */
+        int major = bounded_decimal(&p, end, FSA_KEY_NVRTC_MAJOR_MAX), minor = 0;
+        if (major >= 0 && p < end && *p == '.') {
+            p++;
+            minor = bounded_decimal(&p, end, 99);
+        }
+        return major < 0 || minor < 0 ? INT_MAX : major * 1000 + minor * 10;
+    }
     return 0;
 }
 

@@ -39,8 +39,11 @@ void fsa_digest128(uint8_t out[16], const void *data, size_t n);
  * process without NVRTC use kernels that some NVRTC version built. */
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b);
 
-/* The major version on the "nvrtc" line of a key text; 0 for "none" or no
- * such line. */
-int fsa_key_text_nvrtc_major(const char *text);
+/* The NVRTC version on the "nvrtc" line of a key text, numbered as the driver
+ * numbers versions (13.0: 13000; the major is the value / 1000); 0 for "none"
+ * or no such line; INT_MAX for a major past FSA_KEY_NVRTC_MAJOR_MAX or a minor
+ * past 99 (a forged or damaged text reads as newer than every driver). */
+#define FSA_KEY_NVRTC_MAJOR_MAX 99999
+int fsa_key_text_nvrtc_version(const char *text);
 
 #endif

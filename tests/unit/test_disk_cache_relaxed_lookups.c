@@ -173,6 +173,24 @@ static void test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_maj
     fsa_key_free(&none);
 }
 
+static void test_a_compatible_lookup_skips_an_entry_whose_nvrtc_major_wraps_to_the_drivers(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key forged, none;
+    make_key(&forged, "128", "4294967309.0", "-O3"); /* 2^32 + 13: as an int, 13 */
+    make_key(&none, "128", NULL, "-O3");
+    uint8_t *payload = make_payload(500, 27);
+    publish(f->dc, &forged, payload, 500);
+
+    fsa_disk_entry e;
+    uint64_t corrupt = 0;
+    assert_int_equal(fsa_disk_cache_lookup_compatible(&e, f->dc, &none, TARGET, 13, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 0);
+    free(payload);
+    fsa_key_free(&forged);
+    fsa_key_free(&none);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -183,6 +201,7 @@ int main(void)
         T(test_any_nvrtc_lookup_prefers_the_exact_key_among_entries_of_one_age),
         T(test_any_nvrtc_lookup_counts_and_deletes_an_entry_under_another_keys_name),
         T(test_a_compatible_lookup_takes_the_newest_entry_a_driver_of_that_major_version_loads),
+        T(test_a_compatible_lookup_skips_an_entry_whose_nvrtc_major_wraps_to_the_drivers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 /* The inputs of one key, with room to change any field. */
@@ -417,13 +418,28 @@ static void test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_vers
     build_ok(&b, &t);
     assert_memory_not_equal(a.digest, b.digest, 16);
     assert_true(fsa_key_text_equal_except_nvrtc(a.text, b.text));
-    assert_int_equal(fsa_key_text_nvrtc_major(a.text), 13);
+    assert_int_equal(fsa_key_text_nvrtc_version(a.text), 13000);
     assert_non_null(strstr(a.text, "\nnvrtc 13.0 65be0db342ad51a06876e71e210bccc5aa8322cf\n"));
     fsa_key_free(&a);
     fsa_key_free(&b);
 }
 
 /* ------------------------------------------------------------ compile options */
+
+static void test_an_nvrtc_line_past_any_version_reads_as_newer_than_every_driver(void **state)
+{
+    (void)state;
+    /* Key texts as a forged or damaged cache entry may hold them: no overflow, no wrap to a small version. */
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 12.4 abc\ntarget sm_90a\n"), 12040);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 13\n"), 13000);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc none\n"), 0);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\ntarget sm_90a\n"), 0);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 99999.99\n"), 99999990);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 4294967309.0\n"), INT_MAX); /* 2^32 + 13 */
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 100000.0\n"), INT_MAX);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 13.100\n"), INT_MAX);
+    assert_int_equal(fsa_key_text_nvrtc_version("kernel x\nnvrtc 13.99999999999999999999\n"), INT_MAX);
+}
 
 static void test_compile_options_name_the_target_first_and_reject_bad_targets(void **state)
 {
@@ -474,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_missing_inputs_are_a_null_pointer),
         cmocka_unit_test(test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs),
         cmocka_unit_test(test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_version),
+        cmocka_unit_test(test_an_nvrtc_line_past_any_version_reads_as_newer_than_every_driver),
         cmocka_unit_test(test_compile_options_name_the_target_first_and_reject_bad_targets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
