@@ -90,7 +90,10 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
             if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim");
             o->dv = (int)v;
             break;
-        case OPT_STAMPS: o->stamps = optarg; break;
+        case OPT_STAMPS:
+            if (optarg[0] == '\0') return decode_usage_error("--stamps (an empty file name)");
+            o->stamps = optarg;
+            break;
         case 'h':
         case OPT_HELP: decode_usage(stdout); return TOOL_EXIT_OK;
         default:

@@ -114,7 +114,7 @@ expect("${OUT}" "Exit status: 0 success; 1 .*; 2 usage error; 3 no CUDA driver o
 foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
              "--decode;--reps;0" "--decode;--splits;-1" "--decode;--value-dim;100" "--decode;--value-dim;512"
              "--decode;extra" "--decode;-G;3" "--decode;-B;300" "--decode;-B;1048576;-L;1073741824"
-             "--decode;--max-gb; 1" "--decode;--reps;+3")
+             "--decode;--max-gb; 1" "--decode;--reps;+3" "--decode;--stamps=")
   run(2 ${args})
   expect("${ERR}" "^fsa-bench --decode: .*\nUsage: fsa-bench --decode" "decode usage error for ${args}")
   if(NOT OUT STREQUAL "")
