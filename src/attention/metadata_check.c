@@ -145,13 +145,6 @@ fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, in
 }
 
 /* 1 when the stream is being captured: the check could not wait. */
-static int capturing(const fsa_cu_api *cu, CUstream stream)
-{
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return cu->StreamIsCapturing && cu->StreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-           status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 uint64_t fsa_metadata_checker_result(const fsa_metadata_checker *c) { return c ? (uint64_t)c->result : 0; }
 
 fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c, const fsa_context *ctx,
@@ -161,7 +154,9 @@ fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c
     memset(r, 0, sizeof *r);
     if (c == NULL || c->result == 0 || work == 0) return FSA_STATUS_OK;
     const fsa_cu_api *cu = ctx->cu;
-    if (capturing(cu, stream)) {
+    /* Where capture cannot be told the check runs: a capture would fail its synchronization with the
+     * driver's error, which the call returns. */
+    if (fsa_stream_capturing(cu, stream) == 1) {
         if (atomic_exchange(&c->warned_capture, 1) == 0)
             fsa_log_warn(ctx->log, "check mode: skipped while the stream is being captured");
         return FSA_STATUS_OK;

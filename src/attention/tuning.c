@@ -181,14 +181,6 @@ static void publish_record(const fsa_plan *plan, fsa_op_kind op, int bucket, con
     fsa_key_free(&key);
 }
 
-/* -1 when it cannot be told (no entry point, or the driver refuses). */
-int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream)
-{
-    CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (cu == NULL || cu->StreamIsCapturing == NULL || cu->StreamIsCapturing(stream, &s) != CUDA_SUCCESS) return -1;
-    return s != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 int fsa_tune_can_time(const fsa_cu_api *cu)
 {
     return cu != NULL && cu->EventCreate && cu->EventDestroy && cu->EventRecord && cu->EventSynchronize && cu->EventElapsedTime;

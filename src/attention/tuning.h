@@ -49,9 +49,6 @@ int fsa_tune_read(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, c
 void fsa_tune_publish(fsa_context *ctx, const fsa_kernel_key *key, fsa_op_kind op, const fsa_candidates *c,
                       int winner, const double *ms);
 
-/* Whether `stream` is being captured: 1, 0, or -1 when it cannot be told. */
-int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream);
-
 /* Whether the driver has what timing needs (events). */
 int fsa_tune_can_time(const fsa_cu_api *cu);
 

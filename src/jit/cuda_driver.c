@@ -141,3 +141,10 @@ fsa_status fsa_cu_error(const fsa_cu_api *cu, CUresult result, const char *stage
     return fsa_error_set(FSA_STATUS_DRIVER_ERROR, stage, "%s failed: %s (%d): %s", what,
                          name ? name : "CUDA_ERROR", (int)result, text ? text : "");
 }
+
+int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream)
+{
+    CUstreamCaptureStatus s = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (cu == NULL || cu->StreamIsCapturing == NULL || cu->StreamIsCapturing(stream, &s) != CUDA_SUCCESS) return -1;
+    return s != CU_STREAM_CAPTURE_STATUS_NONE;
+}

@@ -74,6 +74,10 @@ fsa_status fsa_cu_load(const fsa_cu_api **out);
  * FSA_STATUS_DRIVER_ERROR. */
 fsa_status fsa_cu_error(const fsa_cu_api *cu, CUresult result, const char *stage, const char *what);
 
+/* Whether `stream` is being captured: 1, 0, or -1 when it cannot be told (no
+ * entry point, or the driver refuses). */
+int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream);
+
 #define FSA_CHECK_CU(cu, call, stage)                                   \
     do {                                                                \
         CUresult cu_result_ = (call);                                   \
