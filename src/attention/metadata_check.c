@@ -144,7 +144,6 @@ fsa_status fsa_metadata_verdict(const char *stage, const fsa_check_result *r, in
     return st;
 }
 
-/* 1 when the stream is being captured: the check could not wait. */
 uint64_t fsa_metadata_checker_result(const fsa_metadata_checker *c) { return c ? (uint64_t)c->result : 0; }
 
 fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c, const fsa_context *ctx,
