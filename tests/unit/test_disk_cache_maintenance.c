@@ -603,19 +603,22 @@ static int verify_on_fake_device(const char *root, int load_result)
 static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_its_image_bad(void **state)
 {
     fixture *f = *state;
-    fsa_kernel_key own, newer, other, misplaced;
+    fsa_kernel_key own, newer, other, misplaced, forged;
     key_for(&own, "sm_90a", "12.4");       /* loaded by the fake's device (sm_90a, CUDA 12.4) */
     key_for(&newer, "sm_90a", "12.8");     /* built by an NVRTC newer than the driver: not loaded */
     key_for(&other, "sm_80", "12.4");      /* another target: not loaded */
     key_for(&misplaced, "sm_80", "12.4");  /* sm_80's bytes in sm_90a's directory: not loaded */
+    key_for(&forged, "sm_90a", "4294967308.0"); /* 2^32 + 12 (12 as an int): past any version, not loaded */
     uint8_t *p = make_payload(300, 26);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &newer, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &other, "sm_80", p, 300, "k"), FSA_STATUS_OK);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &misplaced, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
-    char *paths[4] = {fsa_disk_cache_entry_path(f->dc, &own, "sm_90a"),
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &forged, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+    char *paths[5] = {fsa_disk_cache_entry_path(f->dc, &own, "sm_90a"),
                       fsa_disk_cache_entry_path(f->dc, &newer, "sm_90a"),
                       fsa_disk_cache_entry_path(f->dc, &other, "sm_80"),
-                      fsa_disk_cache_entry_path(f->dc, &misplaced, "sm_90a")};
+                      fsa_disk_cache_entry_path(f->dc, &misplaced, "sm_90a"),
+                      fsa_disk_cache_entry_path(f->dc, &forged, "sm_90a")};
 
     /* Failures that say nothing about the file: not supported (the fake's
      * default), out of memory, an invalid context; and a load that works. */
@@ -624,22 +627,23 @@ static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_
     assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     for (size_t i = 0; i < sizeof says_nothing / sizeof says_nothing[0]; i++) {
         assert_int_equal(verify_on_fake_device(f->root, says_nothing[i]), 0);
-        for (int j = 0; j < 4; j++) assert_true(exists(paths[j]));
+        for (int j = 0; j < 5; j++) assert_true(exists(paths[j]));
     }
     /* Errors that condemn the image of the device's own target. */
     static const int condemns[] = {CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_NO_BINARY_FOR_GPU};
     for (size_t i = 0; i < sizeof condemns / sizeof condemns[0]; i++) {
         assert_int_equal(verify_on_fake_device(f->root, condemns[i]), 1);
         assert_false(exists(paths[0]));
-        for (int j = 1; j < 4; j++) assert_true(exists(paths[j]));
+        for (int j = 1; j < 5; j++) assert_true(exists(paths[j]));
         assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     }
-    for (int j = 0; j < 4; j++) free(paths[j]);
+    for (int j = 0; j < 5; j++) free(paths[j]);
     free(p);
     fsa_key_free(&own);
     fsa_key_free(&newer);
     fsa_key_free(&other);
     fsa_key_free(&misplaced);
+    fsa_key_free(&forged);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
