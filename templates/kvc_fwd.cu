@@ -39,9 +39,7 @@ constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
 constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
-// bit 1: tiles whose tokens share one top-k row take the general union (select_union's ONE_ROW off);
-// bit 2: where each thread of a cluster merge has at most one item, its stores after the closing
-// barrier (which then waits for the shared-memory reads only, not for the output's stores).
+// bit 1: tiles whose tokens share one top-k row take the general union (select_union's ONE_ROW off).
 constexpr int EXPERIMENT = {{TMA}} >> FSA_KVC_KERNEL_EXPERIMENT_SHIFT;
 constexpr int RT = fsa_kvc_row_tiles(G);    // 16-row tiles per CTA
 constexpr int TPT = fsa_kvc_tile_tokens(G); // query tokens per tile
@@ -343,10 +341,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         stamp.at(FSA_KVC_ST_C_MERGE);
         const u32 po = smem_addr(smem) + fsa_kvc_cluster_part(D, DV, G);
         // Item c goes to CTA c % ctas: the items spread over the cluster's SMs.
-        // Then no CTA leaves while another reads its shared memory (experiment 4: the barrier
-        // before the stores where each thread has one item).
+        // Then no CTA leaves while another reads its shared memory.
         merge_shares<DT, DV, G>(p, ClusterShares<DV>{po + ROWS * DV * 4, po}, merged, h, nsplit, tid * ctas + cta,
-                                ctas * THREADS, (EXPERIMENT & 4) != 0, [] { cluster_sync(); });
+                                ctas * THREADS, [] { cluster_sync(); });
         stamp.end(per_cta);
         return;
     }
@@ -361,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <=
         merge_shares<DT, DV, G>(p,
                                 WorkspaceShares<DV, ROWS>{(const float *)p.lse_part + first_part,
                                                           (const float *)p.o_part + first_part * DV},
-                                merged, h, nsplit, tid, THREADS, false, [] {});
+                                merged, h, nsplit, tid, THREADS, [] {});
         __syncthreads();  // every thread's partial loads returned (the fold consumed them)
         drop_partials<DV, ROWS>(p, first_part, nsplit, merged.len * G, tid, THREADS);
     }

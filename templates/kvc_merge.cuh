@@ -231,40 +231,17 @@ __device__ __forceinline__ void merge_pass(const fsa_kvc_params &p, const Src &s
     }
 }
 
-// A merge where every calling thread has at most one item (first < items or
-// none), with `between()` called by every thread after the folds and before
-// the stores: a cluster's closing barrier there waits for the reads of the
-// other CTAs' shared memory, not for the output's stores. The fold and the
-// stores are merge_pass's, so the same bits.
-template <class DT, int D, int G, int SHARES, class Src, class Between>
-__device__ __forceinline__ void merge_one_item(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h,
-                                               int nsplit, int first, Between &&between) {
-    const int items = span.len * G * (D / 4);
-    MergeItems<D, G, 1, SHARES> m;
-    if (first < items) m.fold(src, items, nsplit, first, 0);
-    between();
-    if (first < items) m.template store<DT>(p, span, h, items, first, 0);
-}
-
 // Merges the shares of a one-tile sequence of KV head h into o and lse; the
 // calling threads take items first, first + stride, ... (the last CTA of the
 // workspace path: its thread index and block size; a cluster: the CTA's rank
 // times the block size plus its thread index, and the cluster's threads).
-// Every calling thread then calls then() once: after the merge, or, with
-// then_before_stores where every thread has at most one item, between the
-// folds and the stores (merge_one_item).
+// Every calling thread then calls then() once, after the merge.
 template <class DT, int D, int G, class Src, class Then>
 __device__ __forceinline__ void merge_shares(const fsa_kvc_params &p, const Src &src, QuerySpan span, int h, int nsplit,
-                                             int first, int stride, bool then_before_stores, Then &&then) {
+                                             int first, int stride, Then &&then) {
     // A pass over 4, 8 or 16 shares is one fold group, like a group of MERGE_SHARES with the rest
     // masked. Where every thread has at most one item (a cluster), one item at a time.
     const bool one = span.len * G * (D / 4) <= stride;
-    if (one && then_before_stores) {
-        if (nsplit <= 4) merge_one_item<DT, D, G, 4>(p, src, span, h, nsplit, first, then);
-        else if (nsplit <= 8) merge_one_item<DT, D, G, 8>(p, src, span, h, nsplit, first, then);
-        else merge_one_item<DT, D, G, MERGE_SHARES>(p, src, span, h, nsplit, first, then);
-        return;
-    }
     if (nsplit <= 4) {
         if (one) merge_pass<DT, D, G, 1, 4>(p, src, span, h, nsplit, first, stride);
         else merge_pass<DT, D, G, 4, 4>(p, src, span, h, nsplit, first, stride);

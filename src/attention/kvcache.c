@@ -190,7 +190,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                      stamps, need);
     }
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
-    plan->experiment = plan->tma ? fsa_env_int("FSA_KVC_EXPERIMENT", 0, INT_MAX, 0) & 7 : 0;
+    plan->experiment = plan->tma ? fsa_env_int("FSA_KVC_EXPERIMENT", 0, INT_MAX, 0) & 3 : 0;
     /* Dynamic and static shared memory of the attention kernel, together. */
     const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, kernel_mode(plan, 0)) +
                          fsa_kvc_static_smem_bytes(group, desc->top_k, kernel_mode(plan, 0));
