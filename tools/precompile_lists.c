@@ -164,6 +164,10 @@ int parse_str_list(str_list *out, const char *text, const char *option)
             usage_error("%s: empty item in '%s'", option, text);
             return -1;
         }
+        if (isspace((unsigned char)p[0]) || isspace((unsigned char)p[len - 1])) {
+            usage_error("%s: blank around an item in '%s'", option, text);
+            return -1;
+        }
         if (str_list_add(out, p, len) != 0) {
             usage_error("out of memory");
             return -1;

@@ -88,7 +88,7 @@ def _int_list(text, max_value=MAX_LIST_VALUE):
 
 def _dtype_list(text):
     try:
-        return [_lib.DTYPE_NAMES[_lib.dtype_code(d)] for d in text.split(",")]
+        return [_lib.DTYPE_NAMES[_lib.dtype_code(d)] for d in _name_list(text)]
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
 
@@ -114,10 +114,13 @@ _GRID_DEFAULTS = {"dtype": ["bf16"], "head_dim": [128], "group": [1, 2, 4, 8, 16
 
 
 def _name_list(text):
-    """'sm_80,sm_90a': comma-separated names, none empty, repeats dropped."""
+    """'sm_80,sm_90a': comma-separated names, none empty, none with a blank around it (as the C tool takes
+    them), repeats dropped."""
     names = text.split(",")
     if not all(names):
         raise argparse.ArgumentTypeError(f"empty item in '{text}'")
+    if any(n != n.strip() for n in names):
+        raise argparse.ArgumentTypeError(f"blank around an item in '{text}'")
     return list(dict.fromkeys(names))
 
 

@@ -146,6 +146,8 @@ def flip_last_byte(path):
     (["--arch", "sm_80", "--device", "1"], "--device needs --detect"),
     (["--arch", "sm_80", "--tune"], "--tune needs --detect (it measures on that GPU)"),
     (["--list", "--arch", "sm_80,"], "--arch: empty item"),
+    (["--arch", " sm_80"], "--arch: blank around an item"),
+    (["--arch", "sm_80", "--dtype", "bf16, fp16"], "--dtype: blank around an item"),
 ])
 def test_maintenance_and_tune_usage_errors_exit_2_before_loading_libfsa(args, message, capsys, monkeypatch):
     def reached(*a, **k):

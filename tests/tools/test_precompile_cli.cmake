@@ -40,6 +40,12 @@ function(expect regex what)
   endif()
 endfunction()
 
+# Names in a list are taken as written: a blank around one is a usage error (as in the Python tool).
+run(2 --arch " sm_80" --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --arch: blank around an item in ' sm_80'\n" "blank before a target")
+run(2 --arch sm_80 --dtype "bf16, fp16" --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --dtype: blank around an item in 'bf16, fp16'\n" "blank before a dtype")
+
 # A list is at most 4096 values, repeats counted: a long list of overlapping ranges is refused at once
 # rather than deduplicated value by value (which took minutes).
 string(REPEAT "1-4095," 2000 ranges)
