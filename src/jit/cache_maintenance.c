@@ -40,14 +40,14 @@ static int load_check(const fsa_disk_entry *entry, const char *target, const cha
     if (ctx->cu == NULL || strcmp(target, ctx->target) != 0 || strstr(entry->key_text, line) == NULL)
         return FSA_DISK_CHECK_UNCHECKED;
     int built_by = fsa_key_text_nvrtc_version(entry->key_text);
-    if (ctx->cu->driver_version > 0 && built_by == INT_MAX) {
-        fsa_log_warn(ctx->log, "cache verify: %s not loaded: its NVRTC version is past any driver's; kept", path);
-        return FSA_DISK_CHECK_UNCHECKED;
-    }
     if (ctx->cu->driver_version > 0 && built_by > ctx->cu->driver_version) {
-        fsa_log_warn(ctx->log, "cache verify: %s not loaded: built by NVRTC %d.%d, newer than the driver (%d.%d); kept",
-                     path, built_by / 1000, built_by % 1000 / 10, ctx->cu->driver_version / 1000,
-                     ctx->cu->driver_version % 1000 / 10);
+        if (built_by == INT_MAX) /* a forged or damaged version: no number to print */
+            fsa_log_warn(ctx->log, "cache verify: %s not loaded: its NVRTC version is past any driver's; kept", path);
+        else
+            fsa_log_warn(ctx->log,
+                         "cache verify: %s not loaded: built by NVRTC %d.%d, newer than the driver (%d.%d); kept",
+                         path, built_by / 1000, built_by % 1000 / 10, ctx->cu->driver_version / 1000,
+                         ctx->cu->driver_version % 1000 / 10);
         return FSA_DISK_CHECK_UNCHECKED;
     }
     CUlibrary lib = NULL;

@@ -240,6 +240,13 @@ cleanup:
     return st;
 }
 
+/* Removes what stands at a key path that is no regular file: a link or FIFO,
+ * a directory only when empty. 1 when it went. */
+static int remove_non_file(const char *path, const struct stat *sb)
+{
+    return (S_ISDIR(sb->st_mode) ? rmdir(path) : unlink(path)) == 0;
+}
+
 static fsa_status prune_scan(void *p, const char *dir, const char *target, const char *fname, int *stop)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -251,21 +258,23 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
-    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex) && S_ISREG(sb.st_mode)) {
-        FSA_CHECK(prune_keep(c, path, &sb));
-        path = NULL; /* the list owns it */
-    } else if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
-        /* Not an entry, whatever the size limit: a link or FIFO goes, a
-         * directory only when empty (its contents are not ours to judge). */
-        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
-        else prune_failed(c, path, S_ISDIR(sb.st_mode) && errno == ENOTEMPTY ? "a directory that is not empty"
-                                                                             : strerror(errno));
-    } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex) && S_ISREG(sb.st_mode)) {
-        c->removed += (uint64_t)remove_stale_lock(path, c->now);
+    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
+        if (S_ISREG(sb.st_mode)) {
+            FSA_CHECK(prune_keep(c, path, &sb));
+            path = NULL; /* the list owns it */
+        } else if (remove_non_file(path, &sb)) {
+            /* Not an entry, whatever the size limit: a link or FIFO goes, a
+             * directory only when empty (its contents are not ours to judge). */
+            c->removed++;
+        } else {
+            prune_failed(c, path, S_ISDIR(sb.st_mode) && errno == ENOTEMPTY ? "a directory that is not empty"
+                                                                            : strerror(errno));
+        }
     } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
         /* No lock can be had on a link, FIFO or directory (disk_lock.c): it
-         * goes, a directory only when empty; one that stays is no entry to report. */
-        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : unlink(path)) == 0) c->removed++;
+         * goes too; one that stays is no entry to report. */
+        if (S_ISREG(sb.st_mode)) c->removed += (uint64_t)remove_stale_lock(path, c->now);
+        else c->removed += (uint64_t)remove_non_file(path, &sb);
     } else if (fsa_dc_is_temp_name(fname) && S_ISREG(sb.st_mode)) {
         /* A live writer's file takes disk space too: counted, so that the
          * entries shrink to make room for it. */
