@@ -44,7 +44,7 @@ void usage_error(const char *fmt, ...)
  * MAX_LIST_VALUES values with repeats counted. Replaces
  * what an earlier occurrence of the option gave. */
 int parse_int_list(int_list *out, const char *text, const char *option);
-/* Comma-separated names, none empty. */
+/* Comma-separated names, none empty, none with a blank around it. */
 int parse_str_list(str_list *out, const char *text, const char *option);
 /* A single number, min..max. */
 int parse_one(long *out, const char *text, long min, long max, const char *option);

@@ -26,8 +26,8 @@ static fsa_status validate_desc(const fsa_compressed_attention_desc *d)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "head_dim %d and value_dim %d: multiples of 16 from 16 to 256",
                  d->head_dim, d->value_dim);
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > FSA_GRID_MAX_ROWS)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
-                 "num_q_heads %d and num_kv_heads %d: 1 or more (Hkv at most 65535)", d->num_q_heads, d->num_kv_heads);
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d and num_kv_heads %d: 1 or more (Hkv at most %d)",
+                 d->num_q_heads, d->num_kv_heads, FSA_GRID_MAX_ROWS);
     if (d->num_q_heads % d->num_kv_heads != 0)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "num_q_heads %d is not a multiple of num_kv_heads %d",
                  d->num_q_heads, d->num_kv_heads);

@@ -115,6 +115,12 @@ typedef struct fsa_bwd_layout {
 void fsa_bwd_layout_for(fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch, int heads,
                         int64_t tc, fsa_algorithm order);
 
+/* Key slices of a block in the backward main kernel (bwd_keys keys each). */
+static inline int fsa_bwd_key_slices(const fsa_plan *plan)
+{
+    return plan->config.bwd_keys > 0 ? plan->desc.block_size / plan->config.bwd_keys : 1;
+}
+
 /* The backward main kernel's work in a launch over `tokens` tokens of the
  * layout's head chunk (its grid bound and the count it takes in int32,
  * sel_bwd_main.cu): items of item_entries list entries plus one per segment,

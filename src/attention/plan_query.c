@@ -42,9 +42,8 @@ static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const
 uint64_t fsa_bwd_main_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tokens)
 {
     const uint64_t entries = l->item_entries > 0 ? (uint64_t)l->item_entries : 1;
-    const uint64_t slices = plan->config.bwd_keys > 0 ? (uint64_t)(plan->desc.block_size / plan->config.bwd_keys) : 1;
     return ((uint64_t)l->heads * (uint64_t)tokens * (uint64_t)plan->desc.top_k / entries + (uint64_t)l->index.n_chunk) *
-           slices;
+           (uint64_t)fsa_bwd_key_slices(plan);
 }
 
 /* The main kernel counts a launch's work in int32: a chunk whose count

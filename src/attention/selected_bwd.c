@@ -51,7 +51,7 @@ static void params_from_layout(fsa_sel_params *p, const fsa_plan *plan, uint64_t
     fsa_params_index(p, &l->index, ws);
     p->item_entries = l->item_entries;
     p->item_max_rounds = l->item_max_rounds;
-    p->key_slices = plan->desc.block_size / plan->config.bwd_keys;
+    p->key_slices = fsa_bwd_key_slices(plan);
     p->part_offsets = (long long)(ws + l->part_offsets);
     p->work_seg = (long long)(ws + l->work_seg);
     p->work_next = (long long)(ws + l->index.work_next); /* zeroed with the index's counts */

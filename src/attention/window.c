@@ -30,8 +30,8 @@ static fsa_status validate_desc(const fsa_window_attention_desc *d)
     if (d->num_q_heads < 1 || d->num_kv_heads < 1 || d->num_kv_heads > FSA_GRID_MAX_ROWS ||
         d->num_q_heads % d->num_kv_heads != 0)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN,
-                             "num_q_heads %d and num_kv_heads %d: positive, Hq a multiple of Hkv, Hkv at most 65535",
-                             d->num_q_heads, d->num_kv_heads);
+                             "num_q_heads %d and num_kv_heads %d: positive, Hq a multiple of Hkv, Hkv at most %d",
+                             d->num_q_heads, d->num_kv_heads, FSA_GRID_MAX_ROWS);
     if (d->num_q_heads / d->num_kv_heads > FSA_QT_MAX_GROUP)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "group size %d: at most %d query heads per KV head",
                              d->num_q_heads / d->num_kv_heads, FSA_QT_MAX_GROUP);
