@@ -304,14 +304,19 @@ def set_tuning(mode):
     _fast.invalidate()  # its entries hold plans of the previous mode
 
 
-def _context(lib, device_index, validate=False):
-    key = (device_index, validate, _tune)
+_TUNE_NOW = object()  # _context's default: the mode set_tuning set
+
+
+def _context(lib, device_index, validate=False, tune=_TUNE_NOW):
+    """The context of (device, check mode, tuning mode: by default the one set_tuning set)."""
+    tune = _tune if tune is _TUNE_NOW else tune
+    key = (device_index, bool(validate), tune)
     ctx = _contexts.get(key)
     if ctx is None:
         handle = ctypes.c_void_p()
         # validate: libfsa's check mode (else $FSA_CHECK decides).
         options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0,
-                                           tune=_lib.TUNE_MODES[_tune])
+                                           tune=_lib.TUNE_MODES[tune])
         lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
         ctx = _contexts[key] = handle.value
     return ctx

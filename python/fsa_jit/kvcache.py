@@ -50,6 +50,7 @@ from typing import Optional
 import torch
 
 from . import _lib, _nsa_abi
+from . import attention as _att
 from ._fast import _modes_active
 from ._kvcache_abi import SIGNATURES as _SIGNATURES
 from ._kvcache_abi import fsa_kvcache_args, fsa_kvcache_desc
@@ -59,25 +60,12 @@ _DTYPES = {torch.bfloat16: _lib.FSA_DTYPE_BF16, torch.float16: _lib.FSA_DTYPE_F1
 _tensor = _lib.fsa_tensor
 
 _lock = threading.Lock()
-_contexts = {}
-_plans = {}
+_plans = {}  # (plan shape, tuning mode) -> (fsa_kvcache_plan *, workspace bytes); contexts: attention._context
 
 
 def _fn(lib, name):
     """libfsa's paged-cache function `name`, its signature declared once (on the library object)."""
     return _nsa_abi.function(lib, name, _SIGNATURES)
-
-
-def _context(lib, device_index, validate=False):
-    key = (device_index, bool(validate))
-    ctx = _contexts.get(key)
-    if ctx is None:
-        handle = ctypes.c_void_p()
-        # validate: libfsa's check mode (else $FSA_CHECK decides).
-        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0)
-        lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[key] = handle.value
-    return ctx
 
 
 def _pow2_at_least(n):
@@ -87,20 +75,24 @@ def _pow2_at_least(n):
     return p
 
 
-def _plan(lib, key):
+def _plan(lib, shape):
+    """(handle, workspace bytes) of the plan of `shape` under the tuning mode set now (set_tuning)."""
+    tune = _att._tune
+    key = shape + (tune,)
     plan = _plans.get(key)
     if plan is not None:
         return plan
     with _lock:
         plan = _plans.get(key)
         if plan is None:
-            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate, dv = key
+            device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate, dv = shape
             desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
                                     block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
                                     max_query_tokens=max_tokens, scale=scale, splits=splits,
                                     value_dim=0 if dv == d else dv)
             handle = ctypes.c_void_p()
-            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle), _context(lib, device, validate),
+            lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle),
+                                                          _att._context(lib, device, validate, tune),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
             size = ctypes.c_size_t(0)
             lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),

@@ -221,3 +221,38 @@ def test_fullgraph_compile_captures_one_operator_call(no_library):
     assert len(calls) == 1 and "kvcache_attention" in str(calls[0].target)
     # block size, layout, scale, return_lse, max batch, max tokens, splits, validate
     assert tuple(calls[0].args[8:]) == (16, "thk", 0.5, True, 8, 0, 2, False)
+
+
+def test_set_tuning_reaches_the_paged_cache_plans_made_after_it(monkeypatch):
+    from fsa_jit import attention
+
+    contexts = []
+
+    def context(lib, device, validate, tune):
+        contexts.append((device, validate, tune))
+        return 100 + len(contexts)
+
+    def create(handle, ctx, desc):
+        handle._obj.value = 5000 + ctx
+        return 0
+
+    def workspace_size(size, handle):
+        size._obj.value = 256
+        return 0
+
+    functions = {"fsa_kvcache_plan_create": create, "fsa_kvcache_plan_workspace_size": workspace_size}
+    monkeypatch.setattr(attention, "_tune", None)  # restored after the test
+    monkeypatch.setattr(attention, "_context", context)
+    monkeypatch.setattr(kvcache, "_plans", {})
+    monkeypatch.setattr(kvcache, "_fn", lambda library, name: functions[name])
+    shape = (0, torch.bfloat16, 128, 32, 8, 64, 16, 64, 4, 4, 0.0, 0, False, 128)
+    lib = FakeLibrary()
+
+    attention.set_tuning("on")
+    on = kvcache._plan(lib, shape)
+    assert kvcache._plan(lib, shape) == on  # cached for the mode
+    attention.set_tuning("off")
+    off = kvcache._plan(lib, shape)
+
+    assert contexts == [(0, False, "on"), (0, False, "off")]
+    assert on == (5101, 256) and off == (5102, 256)
