@@ -239,6 +239,8 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("seqused_k", seqused_k)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (it is read in place, not copied)")
+    if tq:  # as libfsa: an empty call reads nothing
+        _check_in_place_strides(q, k_cache, v_cache, block_table, batch)
     if topk_idx.dim() not in (2, 3):
         raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
     _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
@@ -265,6 +267,33 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     _require_cuda(q, k_cache, v_cache)
 
 
+def _check_in_place_strides(q, k_cache, v_cache, block_table, batch):
+    """What libfsa asks of the tensors it reads in place, as ValueError instead of its status: strides of q
+    and the caches in multiples of 8 elements (a dimension of one has none that matters), at least one page
+    with distinct pages, and a block table whose rows do not overlap."""
+    for name, t, dims in (("q", q, (0, 1)), ("k_cache", k_cache, (0, 1, 2)), ("v_cache", v_cache, (0, 1, 2))):
+        for i in dims:
+            if t.shape[i] > 1 and t.stride(i) % 8:
+                raise ValueError(f"{name}'s strides {tuple(t.stride())} must be multiples of 8 elements "
+                                 "(libfsa reads it in place)")
+    if k_cache.shape[0] < 1 or block_table.shape[1] < 1:
+        raise ValueError(f"the caches have {k_cache.shape[0]} pages and block_table {block_table.shape[1]} per "
+                         "sequence: at least one")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.shape[0] > 1 and t.stride(0) == 0:
+            raise ValueError(f"{name}'s pages are one memory (page stride 0): each page needs its own")
+    if batch > 1 and block_table.stride(0) < block_table.shape[1]:
+        raise ValueError(f"block_table's rows are {block_table.stride(0)} entries apart but hold "
+                         f"{block_table.shape[1]}: rows must not overlap")
+
+
+def _check_aligned(q, k_cache, v_cache):
+    """The pointers of q and the caches 16-byte aligned (real tensors only: a fake one has no address)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must be 16-byte aligned (libfsa reads it in place)")
+
+
 def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size,
                       topk_length=None, topk_layout="thk", scale=None, return_lse=False, max_batch=None,
                       max_query_tokens=None, splits=0, validate=False):
@@ -275,7 +304,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         permuted view of [num_pages, Hkv, page_size, D] works); last dim contiguous. D (query/key) and
         Dv (value head dim, e.g. NSA's 192 and 128) are multiples of 16 up to 256 and may differ.
     cu_seqlens_q: int32 [B+1] and seqused_k: int32 [B], both contiguous (read in place, never copied); B = 0
-        ([0]) is an empty call, without query tokens. block_table: int32 [B, max_pages] (row stride free).
+        ([0]) is an empty call, without query tokens. block_table: int32 [B, max_pages] (rows at least max_pages apart).
     topk_idx: int32 logical block numbers, [Tq, Hkv, K] (topk_layout "thk"), [Hkv, Tq, K] ("hkt"), or
         [Tq, K] (one selection shared by every KV head); -1 = unused.
     topk_length: optional int32 [Tq]: slots at or past it are unused.
@@ -320,6 +349,8 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
         head_stride, token_stride = topk_idx.stride(1), topk_idx.stride(0)
     else:
         head_stride, token_stride = topk_idx.stride(0), topk_idx.stride(1)
+    if tq:
+        _check_aligned(q, k_cache, v_cache)
     lib = _lib.get()
     device = _device_index(q.device)
     key = (device, q.dtype, d, hq, hkv, block_size, int(k), int(page),

@@ -87,10 +87,53 @@ def test_the_lengths_read_in_place_must_be_contiguous(name, values):
     expect(rf"{name} must be contiguous", **problem() | {name: torch.tensor(values, dtype=torch.int32)[::2]})
 
 
-def test_the_block_table_needs_unit_column_stride_but_any_row_stride():
+def test_the_block_table_needs_unit_column_stride_and_rows_that_do_not_overlap():
     table = torch.zeros(2, 6, dtype=torch.int32)
     expect(r"block_table \[B, max_pages\] \(unit column stride\)", **problem() | {"block_table": table[:, ::2]})
     expect(r"q must be a CUDA tensor", **problem() | {"block_table": table[:, :3]})  # rows 6 apart: fine
+    for overlapping in (torch.zeros(1, 3, dtype=torch.int32).expand(2, 3), table.as_strided((2, 3), (2, 1))):
+        expect(r"block_table's rows are \d entries apart but hold 3: rows must not overlap",
+               **problem() | {"block_table": overlapping})
+    one = problem(tq=1) | dict(cu_seqlens_q=torch.tensor([0, 1], dtype=torch.int32),
+                               seqused_k=torch.tensor([20], dtype=torch.int32))
+    expect(r"q must be a CUDA tensor", **one | {"block_table": torch.zeros(1, 3, dtype=torch.int32).expand(1, 3)})
+
+
+@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache"])
+def test_what_libfsa_reads_in_place_needs_strides_in_multiples_of_8_elements(name):
+    p = problem()
+    wide = torch.randn(*p[name].shape[:-1], p[name].shape[-1] + 4).to(torch.bfloat16)
+    expect(rf"{name}'s strides \(.*\) must be multiples of 8 elements", **p | {name: wide[..., :-4]})
+    # The same strides in a dimension of one element matter to no address: accepted.
+    if name == "q":
+        one = problem(tq=1) | dict(cu_seqlens_q=torch.tensor([0, 1], dtype=torch.int32),
+                                   seqused_k=torch.tensor([20], dtype=torch.int32),
+                                   block_table=torch.zeros(1, 3, dtype=torch.int32))
+        odd_token_stride = torch.randn(4 * 64).to(torch.bfloat16).as_strided((1, 4, 64), (3, 64, 1))
+        expect(r"q must be a CUDA tensor", **one | {"q": odd_token_stride})
+
+
+def test_the_pages_of_a_cache_must_be_distinct_memory():
+    p = problem()
+    for name in ("k_cache", "v_cache"):
+        one_page = p[name][:1].expand(*p[name].shape)
+        expect(rf"{name}'s pages are one memory \(page stride 0\)", **p | {name: one_page})
+
+
+def test_an_empty_call_reads_no_tensor_so_their_strides_do_not_matter():
+    none = dict(cu_seqlens_q=torch.zeros(1, dtype=torch.int32), seqused_k=torch.zeros(0, dtype=torch.int32),
+                block_table=torch.zeros(0, 3, dtype=torch.int32))
+    odd = torch.randn(6, 16, 2, 68).to(torch.bfloat16)[..., :64]
+    expect(r"q must be a CUDA tensor", **problem(tq=0) | none | {"k_cache": odd})
+
+
+def test_q_and_the_caches_must_be_16_byte_aligned():
+    flat = torch.zeros(3 * 4 * 64 + 8, dtype=torch.bfloat16)
+    q = flat[1:1 + 3 * 4 * 64].view(3, 4, 64)  # 2 bytes past an aligned address
+    p = problem()
+    with pytest.raises(ValueError, match=r"q must be 16-byte aligned"):
+        kvcache._check_aligned(q, p["k_cache"], p["v_cache"])
+    kvcache._check_aligned(p["q"], p["k_cache"], p["v_cache"])  # torch's own allocations are
 
 
 @pytest.mark.parametrize("cu", [torch.zeros(0, dtype=torch.int32), torch.tensor([[0, 1, 3]], dtype=torch.int32)])

@@ -112,6 +112,13 @@ static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
     return fsa_kvc_tma_fits(d->head_dim, d->value_dim, d->block_size, d->page_size);
 }
 
+/* A number of FSA_KVC_STAMPS: 0x hexadecimal, else decimal (a leading 0 is not octal). */
+static unsigned long long stamp_number(const char *s, char **end)
+{
+    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    return strtoull(s, end, hex ? 16 : 10);
+}
+
 /* Workspace: a counter per (sequence, KV head) (CTAs done; zero between
  * calls), then the partials of every split share: [max_batch, Hkv,
  * max_splits, rows] rows of Dv floats, then their lse; room for the largest
@@ -178,9 +185,9 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
         /* Read whole, like the other switches: two unsigned numbers (decimal, 0x hex) and the colon. */
         char *end = NULL, *bytes_end = NULL;
         unsigned long long bytes = 0;
-        plan->stamps = isdigit((unsigned char)stamps[0]) ? strtoull(stamps, &end, 0) : 0;
+        plan->stamps = isdigit((unsigned char)stamps[0]) ? stamp_number(stamps, &end) : 0;
         if (plan->stamps != 0 && *end == ':' && isdigit((unsigned char)end[1])) {
-            bytes = strtoull(end + 1, &bytes_end, 0);
+            bytes = stamp_number(end + 1, &bytes_end);
             if (*bytes_end != '\0') bytes = 0;
         }
         const unsigned long long need = (unsigned long long)FSA_KVC_STAMP_CTAS * FSA_KVC_STAMP_WORDS * 8;

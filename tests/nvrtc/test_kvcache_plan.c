@@ -96,7 +96,8 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
 
 /* The stamped debug kernel writes FSA_KVC_STAMP_CTAS records: a plan refuses a
  * buffer that is not named with its size, is named too small, or is named with
- * anything more (read whole, like the other switches). */
+ * anything more (read whole, like the other switches); numbers are decimal or 0x
+ * hexadecimal. */
 static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
 {
     (void)state;
@@ -107,10 +108,15 @@ static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
         expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));
         assert_non_null(strstr(fsa_last_error_info()->message, "FSA_KVC_STAMPS"));
     }
-    /* Empty counts as unset, as for the other switches: the plan takes the normal kernel. */
-    setenv("FSA_KVC_STAMPS", "", 1);
+    /* Decimal even with a leading zero: 05300000 bytes are 5.05 MiB, enough (read as octal: 1.3 MiB). */
+    setenv("FSA_KVC_STAMPS", "0x10000:05300000", 1);
     fsa_kvcache_desc d = good_desc(32, 8);
     fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_kvcache_plan_destroy(plan);
+    /* Empty counts as unset, as for the other switches: the plan takes the normal kernel. */
+    setenv("FSA_KVC_STAMPS", "", 1);
+    plan = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
     fsa_kvcache_plan_destroy(plan);
     unsetenv("FSA_KVC_STAMPS");
