@@ -317,7 +317,7 @@ def _make_entry(key, q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqle
     from . import attention
 
     layout, algo = attention.check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen,
-                                             algorithm, topk_layout)
+                                             algorithm, topk_layout, backward=needs_backward)
     if q.shape[0] == 0 or not _in_place(q, k, v, topk_idx):
         return None
     return _insert(key, _Entry(_lib.get(), q, k, v, topk_idx, layout, algo, block_size, scale, limit, validate,

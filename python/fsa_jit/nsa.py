@@ -67,7 +67,8 @@ def _host_offsets(cu_seqlens, totals=()):
 
 def compressed_cu_seqlens(cu_seqlens, kernel_size, stride):
     """cu_seqlens_c (int32, on cu_seqlens's device) of the compression with kernel_size and stride, checked as
-    compress_mean checks them. Reads cu_seqlens on the host (a synchronization when it is on the GPU)."""
+    compress_mean checks them. Reads cu_seqlens on the host and copies the result back (host synchronizations
+    when it is on the GPU)."""
     _check_kernel(kernel_size, stride)
     cu = _host_offsets(cu_seqlens)
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
@@ -80,8 +81,9 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
 
     x: [T, H, D] (any float dtype, any device); cu_seqlens: int32 [B + 1]. Returns (x_cmp [Tc, H, D] in x's
     dtype, averaged in float32; cu_seqlens_c int32 [B + 1]). Differentiable in x. Reads cu_seqlens on the
-    host (a synchronization when it is on the GPU): a helper for examples and tests; a model would use its
-    own (learned) compression.
+    host and copies the offsets and gather indices it builds to x's device (host synchronizations on a GPU,
+    so no CUDA graph capture): a helper for examples and tests; a model would use its own (learned)
+    compression.
     """
     (x_cmp,), cu_c = _compress_means((x,), cu_seqlens, kernel_size, stride)
     return x_cmp, cu_c
@@ -229,7 +231,9 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
             raise ValueError(f"{name} has value head dim {values.shape[2]} but v has {v.shape[2]}: the branches' "
                              "outputs are summed, so v, v_cmp and v_win share Dv")
     dk, dv = q.shape[2], v.shape[2]
-    grads = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))
+    # The layer's node runs the selected backward for any gradient, a gate's included (its rowsum(dout * o)).
+    grads = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                            for t in (q, k, v, k_cmp, v_cmp, k_win, v_win) + raw_gates)
     if grads and dk + dv > _att.ONE_PASS_BWD_COLS and (dk % 32 or dv % 32):  # the selected attention's backward
         raise ValueError(f"the backward with head dims {dk} (q, k) and {dv} (v): when together over "
                          f"{_att.ONE_PASS_BWD_COLS}, both must be multiples of 32")
@@ -262,7 +266,8 @@ class NSAttention(torch.nn.Module):
 
     forward(q, k, v, g_cmp, g_sel, g_win, cu_seqlens) -> o [T, Hq, Dv]. Holds no parameters: the
     projections that make q, k, v and the gates belong to the model around it. Reads cu_seqlens on the host
-    once per call (the mean compression of k and v: a host synchronization), so no CUDA graph capture.
+    once per call and copies what the mean compression of k and v builds there to the device (host
+    synchronizations), so no CUDA graph capture.
     """
 
     def __init__(self, kernel_size=32, stride=16, block_size=64, top_k=16, window=512, init_blocks=1, local_blocks=2,

@@ -152,6 +152,14 @@ def test_wide_head_dims_with_gradients_must_be_multiples_of_32():
     expect(nsa_attention, ValueError, r"when together over 320, both must be multiples of 32", **p)
     p["q"] = p["q"].detach()  # no gradients: a valid call up to the device check
     expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **p)
+    # A gradient of any input, a gate's or a compressed key's, runs the selected backward too.
+    for name in ("g_sel", "k_cmp", "v_win"):
+        q = dict(p)
+        if name == "v_win":
+            q["k_win"], q["v_win"] = p["k"].clone(), p["v"].clone().requires_grad_()
+        else:
+            q[name] = (torch.rand(40, 4) if name == "g_sel" else p[name].clone()).requires_grad_()
+        expect(nsa_attention, ValueError, r"when together over 320, both must be multiples of 32", **q)
 
 
 # ------------------------------------------- the eager node's checked keys
