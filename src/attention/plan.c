@@ -151,9 +151,9 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_plan *plan = NULL;
+    if (out != NULL) *out = NULL; /* NULL on every failure, the NULL arguments' included */
     if (out == NULL || ctx == NULL || desc == NULL)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "out, context and descriptor must not be NULL");
-    *out = NULL;
     /* The caller's descriptor may be an older, shorter version: newer fields read as zero. */
     fsa_selected_attention_desc d;
     FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE, STAGE,

@@ -46,10 +46,12 @@ static void test_plan_create_with_null_arguments_is_a_null_pointer(void **state)
 {
     fsa_context *ctx = *state;
     fsa_selected_attention_desc d = good_desc();
-    fsa_plan *plan = NULL;
+    fsa_plan *plan = (fsa_plan *)ctx; /* any failure leaves NULL in *out */
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, ctx, NULL));
     assert_null(plan);
+    plan = (fsa_plan *)ctx;
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(&plan, NULL, &d));
+    assert_null(plan);
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_plan_create(NULL, ctx, &d));
 }
 
