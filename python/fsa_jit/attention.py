@@ -39,6 +39,9 @@ MAX_HEAD_DIM = 256
 # The backward accumulates dK and dV in one pass while Dk + Dv is at most this; wider heads split their
 # columns in halves of whole 16-column steps (the library's FSA_BWD_ONE_PASS_COLS).
 ONE_PASS_BWD_COLS = 320
+# Query heads per KV head: at most MAX_GROUP (fsa_plan_create), the FSA path at most MAX_FSA_GROUP
+# (FSA_FWD_MAX_GROUP); the NSA path a grid row per KV head and NSA_ROWS heads of its group, GRID_ROWS rows.
+MAX_GROUP, MAX_FSA_GROUP, NSA_ROWS, GRID_ROWS = 128, 64, 16, 65535
 _LAYOUTS = ("hkt", "thk")
 
 # ------------------------------------------------------------------ validation
@@ -94,7 +97,7 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
                     algorithm="auto", topk_layout=None, require_cuda=True, backward=False):
     """Checks the arguments of selected_attention without touching a device or libfsa.
 
-    backward: the plan will have the backward kernels (as it will when q, k or v requires grad).
+    backward: the plan will have the backward kernels (as it will when q, k or v requires grad in grad mode).
     Returns (layout, algorithm code). Raises TypeError or ValueError.
     """
     for name, t in (("q", q), ("k", k), ("v", v), ("topk_idx", topk_idx), ("cu_seqlens", cu_seqlens)):
@@ -142,7 +145,10 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
         raise ValueError(
             f"v's head dim {dv} is not supported: it must be a multiple of 16 from 16 to {MAX_HEAD_DIM}"
         )
-    grads = backward or q.requires_grad or k.requires_grad or v.requires_grad
+    group = hq // hkv
+    if group > MAX_GROUP:
+        raise ValueError(f"group size {group} (Hq {hq} / Hkv {hkv}): at most {MAX_GROUP} query heads per KV head")
+    grads = backward or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     if grads and d + dv > ONE_PASS_BWD_COLS and (d % 32 or dv % 32):
         raise ValueError(
             f"the backward with head dims {d} (q, k) and {dv} (v): when together over {ONE_PASS_BWD_COLS}, both "
@@ -165,6 +171,12 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
     check_max_seqlen(max_seqlen, t_len)
     if not isinstance(algorithm, str) or algorithm.lower() not in _lib.ALGORITHMS:
         raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
+    if algorithm.lower() == "fsa" and group > MAX_FSA_GROUP:
+        raise ValueError(f"algorithm 'fsa' takes groups of at most {MAX_FSA_GROUP} query heads per KV head, got "
+                         f"{group}")
+    if algorithm.lower() == "nsa" and hkv * -(-group // NSA_ROWS) > GRID_ROWS:
+        raise ValueError(f"algorithm 'nsa' needs a grid row per KV head and {NSA_ROWS} heads of its group: {hkv} KV "
+                         f"heads at group {group} pass {GRID_ROWS} rows")
 
     # devices last, so that everything above can be checked on a CPU-only machine
     if require_cuda:

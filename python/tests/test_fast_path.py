@@ -168,14 +168,17 @@ def test_per_call_values_are_checked_on_every_call(fake):
     assert fast(p) is None
 
 
-def test_requires_grad_is_part_of_the_key(fake):
-    # The backward's head-dim rule only applies to inputs that require grad.
+def test_requires_grad_and_grad_mode_are_part_of_the_key(fake):
+    # The backward's head-dim rule applies to calls that will have a backward: inputs that require grad,
+    # in grad mode.
     p = problem(D=144)
     p["v"] = torch.randn(40, 2, 208).bfloat16()
     fsa_jit.selected_attention(**p)
-    with torch.no_grad():  # no backward wanted, but the inputs require grad: the rule holds
-        with pytest.raises(ValueError, match="multiples of 32"):
-            fsa_jit.selected_attention(**(p | {"q": p["q"].requires_grad_()}))
+    p["q"].requires_grad_()
+    with torch.no_grad():  # no backward: the forward takes these dims
+        fsa_jit.selected_attention(**p)
+    with pytest.raises(ValueError, match="multiples of 32"):
+        fsa_jit.selected_attention(**p)
 
 
 def test_clear_plans_and_set_tuning_drop_the_entries(fake, monkeypatch):

@@ -147,6 +147,28 @@ def test_a_differentiable_call_with_dims_over_320_together_needs_dims_that_are_m
     expect(ValueError, r"both must be multiples of 32", **p)
     p["v"] = p["v"].detach()  # without gradients the forward takes them
     expect(ValueError, r"CUDA tensor", **p)
+    p["v"].requires_grad_()
+    with torch.no_grad():  # nor does a call outside grad mode make one
+        expect(ValueError, r"CUDA tensor", **p)
+
+
+@pytest.mark.parametrize("hq,hkv,algorithm,match", [
+    (256, 1, "auto", r"group size 256 \(Hq 256 / Hkv 1\): at most 128 query heads per KV head"),
+    (128, 1, "fsa", r"algorithm 'fsa' takes groups of at most 64 query heads per KV head, got 128"),
+])
+def test_groups_past_the_librarys_limits_are_refused_before_it(hq, hkv, algorithm, match):
+    p = problem(Hq=hq, Hkv=hkv)
+    expect(ValueError, match, **p, algorithm=algorithm)
+    expect(ValueError, r"CUDA tensor", **problem(Hq=hq // 2, Hkv=hkv), algorithm=algorithm)  # the limit itself
+
+
+def test_the_nsa_path_needs_a_grid_row_per_kv_head_and_16_heads_of_its_group():
+    q = torch.empty(1, 65536 * 2, 16, dtype=torch.bfloat16)  # 65536 KV heads of G 2: one row each, too many
+    k = torch.empty(1, 65536, 16, dtype=torch.bfloat16)
+    call = dict(q=q, k=k, v=k, topk_idx=torch.zeros(65536, 1, 1, dtype=torch.int32),
+                cu_seqlens=torch.tensor([0, 1], dtype=torch.int32), block_size=16)
+    expect(ValueError, r"algorithm 'nsa' needs a grid row per KV head and 16 heads of its group: 65536 KV heads "
+                       r"at group 2 pass 65535 rows", **call, algorithm="nsa")
 
 
 @pytest.mark.parametrize("name", ["q", "k", "v"])
