@@ -47,6 +47,7 @@ static void usage(FILE *f, br_kind kind)
             "  --json FILE         also write the rows as JSON\n"
             "  --dry-run           print what would run and exit, without a GPU\n"
             "  -h, --help          this text\n"
+            "  --version           the library version\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
             "usable GPU.\n");
 }
@@ -61,7 +62,8 @@ static int usage_error(const br_opts *o, const char *what, const char *arg)
 enum {
     OPT_Q_HEADS = 256, OPT_VALUE_DIM, OPT_KERNEL_SIZE, OPT_STRIDE, OPT_BLOCK_SIZE, OPT_TOP_K, OPT_INIT_BLOCKS,
     OPT_LOCAL_BLOCKS, OPT_BATCH, OPT_DTYPE, OPT_REPS, OPT_NO_BACKWARD, OPT_JSON, OPT_DRY_RUN,
-    OPT_HELP /* not 'h': a long option's value is never a letter (tool_bad_option) */
+    OPT_HELP, /* not 'h': a long option's value is never a letter (tool_bad_option) */
+    OPT_VERSION
 };
 
 /* One numeric option into *dst; -1 when it is out of range. */
@@ -92,6 +94,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         {"json", required_argument, NULL, OPT_JSON},
         {"dry-run", no_argument, NULL, OPT_DRY_RUN},
         {"help", no_argument, NULL, OPT_HELP},
+        {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     const int compressed = o->kind == KIND_COMPRESSED;
@@ -114,6 +117,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         switch (c) {
         case 'h':
         case OPT_HELP: usage(stdout, o->kind); return TOOL_EXIT_OK;
+        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
         case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0; break;

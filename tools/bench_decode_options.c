@@ -25,6 +25,7 @@ static void decode_usage(FILE *f)
             "  --stamps FILE    debug: the kernel variant with per-CTA phase stamps (tensor-map kernels, sm_90a);\n"
             "                   one more call per row writes its CTAs' records to FILE (timings include the stamps)\n"
             "  -h, --help       this text\n"
+            "  --version        the library version\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
             "usable GPU.\n",
             DEC_MAX_LIST, MAX_B, DEC_MAX_LIST, HQ, DEC_MAX_LIST);
@@ -40,13 +41,14 @@ static int decode_usage_error(const char *option)
 int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
 {
     enum { OPT_REPS = 256, OPT_MAX_GB, OPT_SPLITS, OPT_NO_PREFILL, OPT_NO_DENSE, OPT_HND, OPT_VALUE_DIM, OPT_STAMPS,
-           OPT_HELP };
+           OPT_HELP, OPT_VERSION };
     static const struct option longs[] = {
         {"reps", required_argument, NULL, OPT_REPS},         {"max-gb", required_argument, NULL, OPT_MAX_GB},
         {"splits", required_argument, NULL, OPT_SPLITS},     {"no-prefill", no_argument, NULL, OPT_NO_PREFILL},
         {"no-dense", no_argument, NULL, OPT_NO_DENSE},       {"hnd", no_argument, NULL, OPT_HND},
         {"value-dim", required_argument, NULL, OPT_VALUE_DIM}, {"stamps", required_argument, NULL, OPT_STAMPS},
         {"help", no_argument, NULL, OPT_HELP}, /* not 'h': a long option's value is never a letter (tool_bad_option) */
+        {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
     long v;
@@ -96,6 +98,7 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
             break;
         case 'h':
         case OPT_HELP: decode_usage(stdout); return TOOL_EXIT_OK;
+        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
         default:
             fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n",
                     tool_bad_option(bad, optopt, argv, optind));

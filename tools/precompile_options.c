@@ -93,7 +93,8 @@ void options_print_usage(FILE *f)
             "                      with --list, --verify and --prune\n"
             "  --detect            the target of the GPU chosen by --device\n"
             "  --device N          CUDA device ordinal for --detect (default 0)\n"
-            "Grid (LIST: 64,128 or 1-8 or 16-256:16, or several joined by commas):\n"
+            "Grid (LIST: 64,128 or 1-8 or 16-256:16, or several joined by commas; at most %d values,\n"
+            "each at most %ld):\n"
             "  --dtype LIST        " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
             "  --head-dim LIST     default 128\n"
             "  --group LIST        query heads per KV head (default 1,2,4,8,16)\n"
@@ -118,7 +119,7 @@ void options_print_usage(FILE *f)
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
             "Cache:\n"
             "  --cache-dir DIR     default (also for an empty DIR) $FSA_CACHE_DIR, else\n"
-            "                      $XDG_CACHE_HOME/fsa, else ~/.cache/fsa\n"
+            "                      $XDG_CACHE_HOME/fsa (an absolute path), else ~/.cache/fsa\n"
             "  --list              print every entry (target, name, bytes, mtime) and the total\n"
             "  --verify            re-check every entry and delete bad ones (with --detect, also\n"
             "                      load the device target's entries on the GPU)\n"
@@ -132,7 +133,7 @@ void options_print_usage(FILE *f)
             "entries or the cache could not be used; 2 usage error (also a grid of more than %d\n"
             "combinations); 3 the target or device cannot be used (an --arch the library does not\n"
             "know, no driver or no GPU for --detect).\n",
-            online_cpus(), MAX_COMBINATIONS);
+            MAX_LIST_VALUES, MAX_LIST_VALUE, online_cpus(), MAX_COMBINATIONS);
 }
 
 enum {

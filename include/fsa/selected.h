@@ -66,7 +66,9 @@ typedef struct fsa_selected_attention_desc {
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     fsa_algorithm algorithm;  /**< default AUTO */
     uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
-                                   0 = the default (FSA_WORKSPACE_DEFAULT_BUDGET),
+                                   0 = the default per-call cap: what the call's outputs (o and lse; in the
+                                   backward dq, dk and dv too) leave of FSA_WORKSPACE_DEFAULT_BUDGET, at least
+                                   FSA_WORKSPACE_DEFAULT_MIN,
                                    FSA_WORKSPACE_UNLIMITED = no cap. Larger problems run in chunks of KV heads, then of
                                    tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */
@@ -114,7 +116,7 @@ FSA_API void fsa_plan_destroy(fsa_plan *plan);
 
 /**
  * Bytes of device workspace a forward call needs: at most the plan's cap
- * (desc.workspace_limit; 0 = the default, FSA_WORKSPACE_DEFAULT_BUDGET), the problem
+ * (desc.workspace_limit; 0 = the default per-call cap, workspace_limit above), the problem
  * running in chunks of KV heads (a divisor of Hkv), then of tokens, that fit,
  * unless even a chunk of one head and one token needs more (then that
  * chunk's size). FSA_WORKSPACE_UNLIMITED: the one-chunk size.

@@ -160,8 +160,8 @@ def _precompile_parser():
     grid.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), help="default auto")
     grid.add_argument("--backward", action="store_true", help="also the backward kernels")
     grid.add_argument("--kind", help=f"plans to make: {', '.join(KINDS)}, comma-separated (default selected)")
-    grid.add_argument("--value-dim", type=_number(0, MAX_LIST_VALUE),
-                      help="Dv when it differs from the head dim (default 0: same)")
+    grid.add_argument("--value-dim", type=_number(1, MAX_LIST_VALUE),
+                      help="Dv when it differs from the head dim (default: the same)")
     grid.add_argument("--kernel-size", type=_number(1, MAX_LIST_VALUE),
                       help="compression kernel l (compressed; default 32)")
     grid.add_argument("--stride", type=_number(1, MAX_LIST_VALUE),

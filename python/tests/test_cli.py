@@ -47,6 +47,7 @@ def test_version_and_help_need_no_library(main, capsys, monkeypatch):
     ["--arch", "sm_80", "--kind", "compressed", "--stride", "0"],
     ["--arch", "sm_80", "--kind", "kvcache", "--page-size", "0"],
     ["--arch", "sm_80", "--kind", "kvcache", "--page-size", "64x"],
+    ["--arch", "sm_80", "--value-dim", "0"],  # as the C tool: leave it out for the head dim
 ])
 def test_precompile_usage_errors_exit_2(args, capsys):
     rc, _, err = run(cli.precompile_main, args, capsys)

@@ -73,7 +73,7 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
 /* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
  * descriptor; -1 when no lock can be had (read-only or refused cache, flock
  * unsupported); FSA_DISK_LOCK_GAVE_UP when another process holds it and is
- * stopped or dead on this host, or held it for FSA_CACHE_LOCK_TIMEOUT
+ * stopped on this host, or held it for FSA_CACHE_LOCK_TIMEOUT
  * seconds (default 120). Callers go on without the lock in either case
  * (publishing is atomic, so a duplicate compile is harmless); the error
  * record says why. */

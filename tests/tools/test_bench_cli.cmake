@@ -30,6 +30,10 @@ expect("${OUT}" "^Usage: fsa-bench" "help on stdout")
 expect("${OUT}" "Exit status: 0 success; 1 .*; 2 usage error; 3 " "exit codes documented")
 run(0 --version)
 expect("${OUT}" "^fsa-bench [0-9]+\\.[0-9]+\\.[0-9]+\n$" "version")
+foreach(mode --decode --compressed --window)  # every mode's options take it too
+  run(0 ${mode} --version)
+  expect("${OUT}" "^fsa-bench [0-9]+\\.[0-9]+\\.[0-9]+\n$" "${mode} --version")
+endforeach()
 
 # Usage errors: exit 2, message and usage on stderr, nothing on stdout.
 # Also: a group that does not divide --q-heads (its rows would be left out); --standard with heads its
