@@ -94,8 +94,12 @@ fsa_variant fsa_heuristic(const fsa_plan *plan, fsa_op_kind op, int64_t total_to
          * selected K/V block per token and runs after the dK/dV kernel. */
         *reason = "heuristic: the FSA-order dq is at least as fast on every measured shape";
     }
-    for (int i = 0; i < c.n; i++)
-        if (c.v[i].order == v.order) return v;
+    /* A forward of one fitting order takes it as the only one, whichever the
+     * rule names. (A backward's candidates are the orders the plan loaded: with
+     * tuning off, only the rule's, so one candidate there is the heuristic's.) */
+    if (!(op == FSA_OP_FWD && c.n == 1))
+        for (int i = 0; i < c.n; i++)
+            if (c.v[i].order == v.order) return v;
     /* The rule's order does not fit this shape: the other one (plan creation
      * refuses a shape that fits neither). */
     if (c.n > 0) v = c.v[0];

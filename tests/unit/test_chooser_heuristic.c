@@ -52,6 +52,18 @@ static void test_a_forced_order_or_the_only_fitting_one_is_taken_as_such(void **
     assert_int_equal(c.variant.order, FSA_ALGORITHM_FSA);
     assert_int_equal(c.source, FSA_CHOICE_ONLY_ONE);
     assert_false(c.may_measure);
+    /* The same where the rule would name the fitting order itself. */
+    fsa_choose(&c, &p, FSA_OP_FWD, 65536);
+    assert_int_equal(c.variant.order, FSA_ALGORITHM_FSA);
+    assert_int_equal(c.source, FSA_CHOICE_ONLY_ONE);
+    make_plan(&p, &f->ctx, 1, FSA_ALGORITHM_AUTO, FSA_TUNE_LEVEL_ON);
+    p.fsa_available = 0; /* the FSA path does not fit (a group past 64) */
+    for (int64_t t = 1; t <= 65536; t *= 64) {
+        fsa_choose(&c, &p, FSA_OP_FWD, t);
+        assert_int_equal(c.variant.order, FSA_ALGORITHM_NSA);
+        assert_int_equal(c.source, FSA_CHOICE_ONLY_ONE);
+        assert_int_equal(c.candidates, 1);
+    }
 }
 
 #define T(name) cmocka_unit_test_setup_teardown(name, chooser_setup, chooser_teardown)
