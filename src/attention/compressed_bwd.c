@@ -43,11 +43,12 @@ static fsa_status bwd_check(const void *compressed_plan, const void *call, int *
     const fsa_compressed_bwd_args *a = call;
     const fsa_cmp_call c = FSA_CMP_CALL(a);
     const int64_t T = a->total_tokens;
-    if (!plan->desc.backward)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    /* The struct's size first, whatever else the call holds (fsa.h). */
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, dq_add, STAGE_BWD));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate, STAGE_BWD));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(a, fsa_compressed_bwd_args, gate_grad, STAGE_BWD));
+    if (!plan->desc.backward)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     FSA_CHECK(fsa_cmp_check_call(STAGE_BWD, plan, &c, 1));
     *has_work = T > 0;
     if (T == 0) goto cleanup;

@@ -29,12 +29,13 @@ static fsa_status bwd_check(const void *window_plan, const void *call, int *has_
     const fsa_window_plan *plan = window_plan;
     const fsa_window_bwd_args *a = call;
     const fsa_window_call c = FSA_WINDOW_CALL(a);
-    if (!plan->desc.backward)
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
+    /* The struct's size first, whatever else the call holds (fsa.h). */
     fsa_status st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, dq_add, STAGE_BWD);
     if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, gate, STAGE_BWD);
     if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(a, fsa_window_bwd_args, gate_grad, STAGE_BWD);
     if (st != FSA_STATUS_OK) return st;
+    if (!plan->desc.backward)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE_BWD, "the plan was created without backward");
     st = fsa_window_check_call(STAGE_BWD, plan, &c, 1, has_work);
     if (st != FSA_STATUS_OK || !*has_work) return st;
     const fsa_qt_grads g = {&a->dout, &a->dq, &a->dk, &a->dv,

@@ -19,9 +19,9 @@ static fsa_status need_disk(const fsa_context *ctx, const char *what)
 
 fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user)
 {
+    if (visit == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, "cache", "list: visit is NULL");
     fsa_status st = need_disk(ctx, "list");
     if (st != FSA_STATUS_OK) return st;
-    if (visit == NULL) return fsa_error_set(FSA_STATUS_NULL_POINTER, "cache", "list: visit is NULL");
     return fsa_disk_cache_list(ctx->disk, visit, user);
 }
 

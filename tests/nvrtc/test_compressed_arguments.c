@@ -312,6 +312,10 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     EXPECT_BWD(FSA_STATUS_NULL_POINTER, g_plan_bwd, NULL);
     a.struct_size = 12;
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+    /* A size ending inside an appended field is refused first, whatever else the call holds. */
+    a = good_bwd(100, 5), a.struct_size = offsetof(fsa_compressed_bwd_args, dq_add) + 4;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan_bwd, &a);
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, g_plan, &a);
     a = good_bwd(100, 5), a.workspace_bytes -= 1;
     EXPECT_BWD(FSA_STATUS_WORKSPACE_TOO_SMALL, g_plan_bwd, &a);
     a = good_bwd(100, 5), a.workspace += 16;

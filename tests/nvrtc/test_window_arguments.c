@@ -278,6 +278,10 @@ static void test_backward_argument_checks_come_before_the_device_check(void **st
     EXPECT_BWD(FSA_STATUS_NULL_POINTER, NULL);
     a.struct_size = FSA_WINDOW_BWD_ARGS_FIRST_SIZE - 8;
     EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
+    /* A size ending inside an appended field is refused first, whatever else the call holds. */
+    a = good_bwd_args(100, ws, need), a.struct_size = offsetof(fsa_window_bwd_args, dq_add) + 4;
+    EXPECT_BWD(FSA_STATUS_STRUCT_SIZE, &a);
+    EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_window_attention_bwd(g_fwd_only, &a, NULL));
     a = good_bwd_args(100, ws, need), a.lse = 0; /* the backward needs the forward's lse */
     EXPECT_BWD(FSA_STATUS_NULL_POINTER, &a);
     a = good_bwd_args(100, ws, need), a.lse += 2;

@@ -60,6 +60,7 @@ static void test_cache_maintenance_without_a_disk_cache_is_cache_io(void **state
     EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_prune(ctx, 0, &removed, &left));
     assert_int_equal(n, 0);
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_list(NULL, count_visit, &n));
+    EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_list(ctx, NULL, &n)); /* the callback before the cache */
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_verify(NULL, NULL, NULL, &bad));
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_prune(NULL, 0, NULL, NULL));
 }
