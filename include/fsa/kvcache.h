@@ -210,7 +210,8 @@ typedef struct fsa_kvcache_args {
  *         FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan, query tokens
  *         with batch 0, negative strides, a page stride of 0 over several
- *         pages, views past 2^63 bytes, or in check mode for bad device
+ *         pages, views past 2^63 bytes, more tiles (query tokens / tile
+ *         tokens + batch) than a grid's 2^31 - 1 CTAs, or in check mode for bad device
  *         metadata; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR,
  *         also for a cache layout the driver cannot describe as a tensor map

@@ -78,7 +78,9 @@ typedef struct fsa_error_info {
  * The last failure on the calling thread, as one readable text (status,
  * stage, kernel, key, target, message and log).
  * @return "" when nothing failed yet on this thread. Owned by the library,
- *         valid until the next call into the library on the same thread.
+ *         valid until the next call into the library on the same thread
+ *         (which may replace or clear it, even when it succeeds: read it
+ *         right after the call that failed).
  */
 FSA_API const char *fsa_last_error(void);
 
@@ -86,7 +88,8 @@ FSA_API const char *fsa_last_error(void);
  * The last failure on the calling thread, field by field.
  * @return never NULL; status is FSA_STATUS_OK when nothing failed yet. The
  *         struct and its strings belong to the library and stay valid until
- *         the next call into the library on the same thread.
+ *         the next call into the library on the same thread (which may
+ *         replace or clear them).
  */
 FSA_API const fsa_error_info *fsa_last_error_info(void);
 

@@ -341,6 +341,12 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
      * signed 64-bit offsets: its entries, like a view's rows, must lie below 2^63 bytes of address. */
     const fsa_tensor table = {a->block_table, a->block_table_stride, 1};
     FSA_CHECK(fsa_check_index_view(STAGE, "block_table", &table, a->batch, a->max_pages_per_seq));
+    /* The tile grid's x size, before anything is enqueued (check mode, tuning). */
+    const long long tiles = fsa_kvc_tile_grid(a->num_query_tokens, a->batch, plan->tile_tokens);
+    if (tiles > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE,
+                 "%lld query tokens of %d sequences make %lld tiles of %d tokens: more than 2^31 - 1 CTAs",
+                 (long long)a->num_query_tokens, a->batch, tiles, plan->tile_tokens);
     FSA_CHECK(fsa_check_index_view(STAGE, "topk", &a->topk, a->num_query_tokens, d->num_kv_heads));
     FSA_CHECK(fsa_check_workspace(STAGE, fsa_kvc_workspace_bytes(plan) ? a->workspace : 256, a->workspace_bytes,
                                   fsa_kvc_workspace_bytes(plan)));

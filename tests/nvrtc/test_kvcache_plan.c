@@ -172,6 +172,26 @@ static fsa_kvcache_args good_args(const fsa_kvcache_plan *plan)
     return good;
 }
 
+/* A call's tiles (its tokens by tile, plus a tile per sequence) are a grid's x
+ * size: past 2^31 - 1 the call is refused before anything is enqueued. */
+static void test_a_call_of_more_tiles_than_a_grid_holds_is_refused(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    d.max_batch = INT32_MAX;
+    d.max_query_tokens = INT32_MAX;
+    d.splits = 1; /* no workspace */
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_kvcache_args a = good_args(plan);
+    a.batch = INT32_MAX; /* + 4 tokens / 4 per tile: 2^31 tiles */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "2^31 - 1 CTAs"));
+    a.batch = INT32_MAX - 1; /* 2^31 - 1 tiles: past the host checks (no device here) */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    fsa_kvcache_plan_destroy(plan);
+}
+
 static void test_bad_arguments_come_back_as_statuses(void **state)
 {
     (void)state;
@@ -320,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
         cmocka_unit_test(test_a_stamp_buffer_too_small_or_misspelled_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
+        cmocka_unit_test(test_a_call_of_more_tiles_than_a_grid_holds_is_refused),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
         cmocka_unit_test(test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_bytes),
         cmocka_unit_test(test_a_second_page_two_to_the_63_bytes_out_is_refused),
