@@ -153,6 +153,15 @@ fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t t
     if (*out > INT32_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens in %d sequences need too many query tiles",
                              (long long)total_tokens, batch);
+    /* The selection walks a sequence's compressed keys in stages of FSA_CMP_SEL_KEYS, counted in int32:
+     * its last stage ends below (positions + BK) / stride + FSA_CMP_SEL_KEYS (cmp_select.cu). */
+    const int64_t d = plan->desc.stride, bk = plan->desc.block_size;
+    if (plan->desc.top_k > 0 && total_tokens > 0 && (total_tokens - 1 + bk) / d + FSA_CMP_SEL_KEYS > INT32_MAX)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
+                             "%lld tokens at stride %lld: the block selection counts compressed positions in int32 "
+                             "(at most %lld tokens)",
+                             (long long)total_tokens, (long long)d,
+                             (long long)((INT32_MAX - FSA_CMP_SEL_KEYS + 1) * d - bk));
     return FSA_STATUS_OK;
 }
 
@@ -180,12 +189,16 @@ fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan
     if (Tc < 0 || Tc > INT32_MAX - 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "total_compressed %lld out of range (0 to %d)", (long long)Tc,
                  INT32_MAX - 1);
+    if (T == 0 && Tc > 0) /* compressed tokens of no sequence: dk / dv rows no call would write */
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "total_compressed %lld without query tokens: they come from "
+                 "the sequences' own tokens", (long long)Tc);
     if (T == 0) goto cleanup;
     FSA_CHECK(fsa_cmp_grid(&tiles, plan, T, c->batch, stage));
     if (c->cu_seqlens == 0 || c->cu_seqlens_c == 0 || c->lse == 0)
         FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
+    FSA_CHECK(fsa_check_float_rows(stage, "lse", c->lse, T, hq));
     const fsa_tensor_check views[] = {
         {"q", c->q, T, hq, 0}, {"k", c->k, Tc, hkv, 0}, {"v", c->v, Tc, hkv, 0},
         {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};

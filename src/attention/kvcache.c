@@ -331,6 +331,7 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
         FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cu_seqlens_q, block_table, seqused_k and topk must not be NULL");
     if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk.ptr | a->topk_length | a->lse) % 4)
         FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE, "int32 and float arrays must be 4-byte aligned");
+    FSA_CHECK(fsa_check_float_rows(STAGE, "lse", a->lse, a->num_query_tokens, hq));
     if (a->num_pages < 1 || a->max_pages_per_seq < 1 || a->block_table_stride < 0 ||
         (a->batch > 1 && a->block_table_stride < a->max_pages_per_seq))
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE,

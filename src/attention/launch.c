@@ -22,7 +22,7 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch)
 {
     fsa_status st = fsa_check_token_count(stage, total_tokens);
     if (st != FSA_STATUS_OK) return st;
-    if (total_tokens > 0 && (batch < 1 || batch > total_tokens))
+    if (batch < 0 || (total_tokens > 0 && (batch < 1 || batch > total_tokens)))
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "batch %d for %lld tokens", batch,
                              (long long)total_tokens);
     return FSA_STATUS_OK;
@@ -79,6 +79,13 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
                                 int64_t heads)
 {
     return check_view(stage, name, t, tokens, heads, 4, 4, 1);
+}
+
+fsa_status fsa_check_float_rows(const char *stage, const char *name, uint64_t ptr, int64_t tokens, int64_t heads)
+{
+    if (ptr == 0) return FSA_STATUS_OK;
+    const fsa_tensor rows = {ptr, 1, tokens};
+    return fsa_check_float_view(stage, name, &rows, tokens, heads);
 }
 
 fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
@@ -176,6 +183,7 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
                  backward ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
     if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
+    FSA_CHECK(fsa_check_float_rows(stage, "lse", in->lse, T, hq));
     FSA_CHECK(fsa_check_index_view(stage, "topk", in->topk, T, hkv));
     const fsa_tensor_check views[] = {{"q", in->q, T, hq, 0}, {"k", in->k, T, hkv, 0}, {"v", in->v, T, hkv, 0},
                                       {"o", in->o, T, hq, backward ? 0 : plan->desc.value_dim}};

@@ -49,6 +49,9 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     a.lse = 0x7f0000700002ull;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
     a = good_fwd(g_auto, T);
+    a.lse = 0x7ffffffffffffff0ull; /* its [Hq, T] floats would pass 2^63 bytes */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_auto, &a);
+    a = good_fwd(g_auto, T);
     a.topk.ptr += 2;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, g_auto, &a);
     a = good_fwd(g_auto, T);

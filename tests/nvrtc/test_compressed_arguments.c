@@ -4,6 +4,7 @@
  * call whose arguments pass every check ends with FSA_STATUS_NO_DEVICE. */
 #include "testing.h"
 
+#include "attention/compressed.h" /* FSA_CMP_SEL_KEYS */
 #include "base/struct_size.h"
 
 #include <stddef.h>
@@ -197,6 +198,12 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
     a = good_args(100, 5), a.lse = 0;
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    a = good_args(100, 5), a.lse = 0x7ffffffffffffff0ull; /* its [Hq, T] floats would pass 2^63 bytes */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a = good_args(100, 5), a.total_tokens = 0, a.batch = 0; /* compressed tokens of no query token */
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    a.total_compressed = 0;
+    EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
     a = good_args(100, 5), a.cu_seqlens_c = 0;
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
     a = good_args(100, 5), a.cu_seqlens = 2;
@@ -268,6 +275,29 @@ static void test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses(vo
     EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_compressed_plan_workspace_size(&bytes, NULL, 1, 1));
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size(&bytes, g_plan, -5, 1));
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size(&bytes, g_plan, 10, 0));
+}
+
+/* The block selection counts a sequence's compressed positions in int32: at stride 1 a sequence of
+ * nearly 2^31 tokens would pass it, so such a call is refused; the same tokens without the selection
+ * are not. */
+static void test_the_selection_refuses_more_compressed_positions_than_int32_counts(void **state)
+{
+    (void)state;
+    fsa_compressed_attention_desc d = small_desc();
+    d.kernel_size = 1, d.stride = 1, d.block_size = 64;
+    fsa_compressed_plan *select = NULL, *plain = NULL;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_create(&select, g_ctx, &d));
+    d.top_k = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_create(&plain, g_ctx, &d));
+    size_t bytes = 1;
+    const int64_t T = INT32_MAX - 1, fits = INT32_MAX - FSA_CMP_SEL_KEYS + 1 - 64;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_workspace_size(&bytes, select, T, 1));
+    assert_non_null(strstr(fsa_last_error(), "int32"));
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_workspace_size(&bytes, select, fits + 1, 1));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size(&bytes, select, fits, 1));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size(&bytes, plain, T, 1));
+    fsa_compressed_plan_destroy(select);
+    fsa_compressed_plan_destroy(plain);
 }
 
 static void test_argument_structs_from_the_first_version_on_are_accepted(void **state)
@@ -420,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named),
         cmocka_unit_test(test_a_plan_whose_kernels_need_more_shared_memory_than_the_target_has_is_unsupported),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_the_selection_refuses_more_compressed_positions_than_int32_counts),
         cmocka_unit_test(test_key_and_value_views_are_checked_over_the_compressed_rows),
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),

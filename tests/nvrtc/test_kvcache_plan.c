@@ -214,6 +214,9 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a.topk_length = 0x20002;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
+    a.lse = 0x7ffffffffffffff0ull; /* its [Hq, Tq] floats would pass 2^63 bytes */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    a = good;
     a.k_cache.token_stride = 100;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a = good;
