@@ -39,11 +39,12 @@ fsa_status fsa_check_tensor(const char *stage, const char *name, const fsa_tenso
 /* A float32 [tokens, heads] view (strides in floats): non-NULL, 4-byte
  * aligned, strides not negative, rows below 2^63 bytes; a stride of 0
  * repeats a value. */
+fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
+                                int64_t heads);
+
 /* A float array [heads][tokens] given by address (lse, dgate): when not NULL,
  * every element below 2^63 bytes of address (alignment is the caller's). */
 fsa_status fsa_check_float_rows(const char *stage, const char *name, uint64_t ptr, int64_t tokens, int64_t heads);
-fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
-                                int64_t heads);
 
 /* An int32 [tokens, heads] view of rows of indices (top-k rows; strides in
  * ints): the same rules as fsa_check_float_view. */
