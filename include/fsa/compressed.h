@@ -119,7 +119,7 @@ typedef struct fsa_compressed_fwd_args {
     int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1; with the selection (top_k > 0) also
                                    (T - 1 + block_size) / stride + 64 <= INT32_MAX (FSA_STATUS_UNSUPPORTED past it) */
     int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1; 0 when T is 0 */
-    int batch;                /**< number of sequences (host), 1..T (any count >= 0 when T is 0) */
+    int batch;                /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;             /**< [T, Hq, Dk], read */
     fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
     fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
@@ -168,7 +168,7 @@ typedef struct fsa_compressed_bwd_args {
     size_t struct_size;
     int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1 */
     int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1; 0 when T is 0 */
-    int batch;                /**< number of sequences (host), 1..T (any count >= 0 when T is 0) */
+    int batch;                /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;             /**< [T, Hq, Dk], read */
     fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
     fsa_tensor v;             /**< [Tc, Hkv, Dv], read */

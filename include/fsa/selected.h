@@ -250,7 +250,7 @@ typedef struct fsa_tensor {
 typedef struct fsa_fwd_args {
     size_t struct_size;
     int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
-    int batch;            /**< number of sequences (host), 1..T (any count >= 0 when T is 0) */
+    int batch;            /**< number of sequences (host), 1..T (not read when T is 0) */
     int max_seqlen;       /**< longest sequence (host) or 0 when unknown; checked against T (check mode:
                                  also against each sequence) */
     fsa_tensor q;         /**< [T, Hq, D], read */

@@ -83,7 +83,7 @@ FSA_API void fsa_window_plan_destroy(fsa_window_plan *plan);
 typedef struct fsa_window_fwd_args {
     size_t struct_size;
     int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
-    int batch;            /**< number of sequences (host), 1..T (any count >= 0 when T is 0) */
+    int batch;            /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;         /**< [T, Hq, Dk], read */
     fsa_tensor k;         /**< [T, Hkv, Dk], read */
     fsa_tensor v;         /**< [T, Hkv, Dv], read */
@@ -117,7 +117,7 @@ FSA_API fsa_status fsa_window_attention_fwd(const fsa_window_plan *plan, const f
 typedef struct fsa_window_bwd_args {
     size_t struct_size;
     int64_t total_tokens; /**< T (host), 0 to INT32_MAX - 1 */
-    int batch;            /**< number of sequences (host), 1..T (any count >= 0 when T is 0) */
+    int batch;            /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;         /**< [T, Hq, Dk], read */
     fsa_tensor k;         /**< [T, Hkv, Dk], read */
     fsa_tensor v;         /**< [T, Hkv, Dv], read */

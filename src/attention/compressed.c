@@ -198,11 +198,11 @@ fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan
         FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
-    FSA_CHECK(fsa_check_float_rows(stage, "lse", c->lse, T, hq));
     const fsa_tensor_check views[] = {
         {"q", c->q, T, hq, 0}, {"k", c->k, Tc, hkv, 0}, {"v", c->v, Tc, hkv, 0},
         {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
+    FSA_CHECK(fsa_check_float_rows(stage, "lse", c->lse, T, hq));
 cleanup:
     return st;
 }

@@ -22,7 +22,7 @@ fsa_status fsa_check_tokens(const char *stage, int64_t total_tokens, int batch)
 {
     fsa_status st = fsa_check_token_count(stage, total_tokens);
     if (st != FSA_STATUS_OK) return st;
-    if (batch < 0 || (total_tokens > 0 && (batch < 1 || batch > total_tokens)))
+    if (total_tokens > 0 && (batch < 1 || batch > total_tokens))
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage, "batch %d for %lld tokens", batch,
                              (long long)total_tokens);
     return FSA_STATUS_OK;
@@ -183,11 +183,11 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
                  backward ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
     if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
-    FSA_CHECK(fsa_check_float_rows(stage, "lse", in->lse, T, hq));
     FSA_CHECK(fsa_check_index_view(stage, "topk", in->topk, T, hkv));
     const fsa_tensor_check views[] = {{"q", in->q, T, hq, 0}, {"k", in->k, T, hkv, 0}, {"v", in->v, T, hkv, 0},
                                       {"o", in->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
+    FSA_CHECK(fsa_check_float_rows(stage, "lse", in->lse, T, hq));
 cleanup:
     return st;
 }

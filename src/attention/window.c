@@ -130,10 +130,10 @@ fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan,
     if (backward && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
     if (c->cu_seqlens % 4 != 0 || c->lse % 4 != 0)
         FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
-    FSA_CHECK(fsa_check_float_rows(stage, "lse", c->lse, T, hq));
     const fsa_tensor_check views[] = {{"q", c->q, T, hq, 0}, {"k", c->k, T, hkv, 0}, {"v", c->v, T, hkv, 0},
                                       {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));
+    FSA_CHECK(fsa_check_float_rows(stage, "lse", c->lse, T, hq));
 cleanup:
     return st;
 }
