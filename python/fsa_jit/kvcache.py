@@ -271,18 +271,17 @@ def _check_in_place_strides(q, k_cache, v_cache, block_table, batch):
     """What libfsa asks of the tensors it reads in place, as ValueError instead of its status: strides of q
     and the caches in multiples of 8 elements (a dimension of one has none that matters), at least one page
     with distinct pages, and a block table whose rows do not overlap."""
-    for name, t, dims in (("q", q, (0, 1)), ("k_cache", k_cache, (0, 1, 2)), ("v_cache", v_cache, (0, 1, 2))):
-        for i in dims:
-            if t.shape[i] > 1 and t.stride(i) % 8:
-                raise ValueError(f"{name}'s strides {tuple(t.stride())} must be multiples of 8 elements "
-                                 "(libfsa reads it in place)")
-    if k_cache.shape[0] < 1 or block_table.shape[1] < 1:
-        raise ValueError(f"the caches have {k_cache.shape[0]} pages and block_table {block_table.shape[1]} per "
-                         "sequence: at least one")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.shape[0] > 1 and t.stride(0) == 0:
+    # Every serving call runs this: each tensor's strides and shape are read once.
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        st, sh = t.stride(), t.shape
+        if (sh[0] > 1 and st[0] % 8) or (sh[1] > 1 and st[1] % 8) or (t is not q and sh[2] > 1 and st[2] % 8):
+            raise ValueError(f"{name}'s strides {tuple(st)} must be multiples of 8 elements (libfsa reads it in place)")
+        if t is not q and sh[0] > 1 and st[0] == 0:
             raise ValueError(f"{name}'s pages are one memory (page stride 0): each page needs its own")
-    if batch > 1 and block_table.stride(0) < block_table.shape[1]:
+    pages, per_seq = k_cache.shape[0], block_table.shape[1]
+    if pages < 1 or per_seq < 1:
+        raise ValueError(f"the caches have {pages} pages and block_table {per_seq} per sequence: at least one")
+    if batch > 1 and block_table.stride(0) < per_seq:
         raise ValueError(f"block_table's rows are {block_table.stride(0)} entries apart but hold "
                          f"{block_table.shape[1]}: rows must not overlap")
 
