@@ -117,7 +117,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         switch (c) {
         case 'h':
         case OPT_HELP: usage(stdout, o->kind); return TOOL_EXIT_OK;
-        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
+        case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
         case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0; break;

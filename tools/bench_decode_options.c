@@ -98,7 +98,7 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
             break;
         case 'h':
         case OPT_HELP: decode_usage(stdout); return TOOL_EXIT_OK;
-        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
+        case OPT_VERSION: return tool_print_version("fsa-bench");
         default:
             fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n",
                     tool_bad_option(bad, optopt, argv, optind));

@@ -150,7 +150,7 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         switch (c) {
         case 'h':
         case OPT_HELP: print_usage(stdout); return TOOL_EXIT_OK;
-        case OPT_VERSION: printf("fsa-bench %s\n", fsa_version_string()); return TOOL_EXIT_OK;
+        case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error("option '%s' needs a value", tool_bad_option(bad, optopt, argv, optind));
         case '?': return usage_error("unknown option '%s'", tool_bad_option(bad, optopt, argv, optind));
         case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;

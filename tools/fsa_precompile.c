@@ -23,7 +23,7 @@ int main(int argc, char **argv)
     tool_options o;
     int rc = options_parse(&o, argc, argv);
     if (rc == 0 && o.help) options_print_usage(stdout);
-    else if (rc == 0 && o.version) printf(PROG " %s\n", fsa_version_string());
+    else if (rc == 0 && o.version) tool_print_version(PROG);
     else if (rc == 0) rc = o.mode == MODE_COMPILE ? precompile(&o) : maintain(&o);
     options_free(&o);
     /* A full disk or closed pipe on stdout is a failure, not a success. */

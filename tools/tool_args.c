@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -99,6 +100,12 @@ const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind
         return buf;
     }
     return argv[optind - 1];
+}
+
+int tool_print_version(const char *prog)
+{
+    printf("%s %s\n", prog, fsa_version_string());
+    return TOOL_EXIT_OK;
 }
 
 int tool_context_exit_code(fsa_status status)

@@ -49,4 +49,7 @@ const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind
 /* The exit code for a context that could not be created. */
 int tool_context_exit_code(fsa_status status);
 
+/* Prints "PROG VERSION" (the library's) on stdout for --version; TOOL_EXIT_OK. */
+int tool_print_version(const char *prog);
+
 #endif
