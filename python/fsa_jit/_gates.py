@@ -15,7 +15,8 @@ from . import compressed as _cmp
 
 
 def check(name, g, t_len, hq, device):
-    """Checks a gate (a tensor broadcastable to [T, Hq] or [T, Hq, 1], or a number; TypeError, ValueError);
+    """Checks a gate (a number, or a tensor: of one or two dims broadcastable to [T, Hq], of three to
+    [T, Hq, 1]; TypeError, ValueError);
     True when it is a tensor of exactly [T, Hq] or [T, Hq, 1] (one value per row: no broadcast)."""
     if isinstance(g, numbers.Real) and not isinstance(g, bool):
         return False
@@ -33,8 +34,8 @@ def check(name, g, t_len, hq, device):
         except RuntimeError:
             ok = False
     if not ok:
-        raise ValueError(f"{name} has shape {tuple(g.shape)}: it must broadcast to [T, Hq] = [{t_len}, {hq}] "
-                         "(or [T, Hq, 1])")
+        raise ValueError(f"{name} has shape {tuple(g.shape)}: a gate of one or two dims must broadcast to [T, Hq] = "
+                         f"[{t_len}, {hq}], one of three dims to [T, Hq, 1]")
     if g.numel() > 1 and g.device != device:
         raise ValueError(f"{name} is on {g.device} but q is on {device}")
     return rows and g.device == device
@@ -54,6 +55,7 @@ def check_operands(outs, gates, dout=None):
         raise TypeError(f"o_cmp must be torch.float16 or torch.bfloat16, got {o.dtype}")
     if o.dim() != 3:
         raise ValueError(f"o_cmp must be 3-D [T, Hq, Dv], got shape {tuple(o.shape)}")
+    _cmp.check_dims("o_cmp's value head dim", o.shape[2])  # libfsa's gate plans take these only
     for name, t in rows[1:]:
         if t.dtype != o.dtype:
             raise TypeError(f"{name} must have o_cmp's dtype {o.dtype}, got {t.dtype}")

@@ -177,7 +177,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     window branch unless k_win, v_win are given); k_cmp [Tc, Hkv, Dk], v_cmp [Tc, Hkv, Dv]: the caller's
     compression with kernel_size l and stride d per sequence (compress_mean makes one), cu_seqlens_c its
     offsets; cu_seqlens int32 [B + 1]. fp16 or bf16 on one CUDA device.
-    g_cmp, g_sel, g_win: the gates, tensors broadcastable to [T, Hq] (or [T, Hq, 1]) or numbers. A tensor of
+    g_cmp, g_sel, g_win: the gates, numbers or tensors: one of one or two dims broadcasts against [T, Hq] (per
+    head: [Hq]), one of three dims against [T, Hq, 1] (per head: [1, Hq, 1]). A tensor of
     one element may be on another device (the CPU): it is then copied to q's device at every call, a copy
     PyTorch finishes with a host synchronization, so no CUDA graph capture; keep gate tensors on q's device,
     or pass numbers, for a call that never synchronizes.

@@ -131,7 +131,7 @@ def test_a_valid_nsa_call_fails_only_on_the_device():
 
 
 @pytest.mark.parametrize("change,error,match", [
-    (dict(g_cmp=torch.rand(40, 5)), ValueError, r"g_cmp has shape \(40, 5\): it must broadcast to \[T, Hq\]"),
+    (dict(g_cmp=torch.rand(40, 5)), ValueError, r"g_cmp has shape \(40, 5\): a gate of one or two dims must broadcast to \[T, Hq\]"),
     (dict(g_sel=torch.rand(2, 40, 4, 1)), ValueError, r"g_sel has shape"),
     (dict(g_win=torch.ones(40, 4, dtype=torch.int32)), TypeError, r"g_win must be a floating-point tensor"),
     (dict(g_win="0.5"), TypeError, r"g_win must be a tensor"),

@@ -516,3 +516,10 @@ def test_a_direct_window_call_with_longer_keys_or_kv_heads_that_disagree_is_refu
 ])
 def test_a_direct_gate_call_with_a_bad_output_or_gate_is_refused(fake, change, error, match):
     refused("nsa_gate_fwd", error, match, **gate_args(**change()))
+
+
+@pytest.mark.parametrize("op", ["nsa_gate_fwd", "nsa_gate_bwd"])
+@pytest.mark.parametrize("dv", [0, 24, 272])
+def test_a_direct_gate_call_with_a_value_head_dim_libfsa_refuses_is_refused(fake, op, dv):
+    extra = dict(dout=floats(10, 4, dv)) if op == "nsa_gate_bwd" else {}
+    refused(op, ValueError, rf"o_cmp's value head dim {dv} is not supported", **extra, **gate_args(Dv=dv))

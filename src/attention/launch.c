@@ -84,8 +84,13 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
 fsa_status fsa_check_float_rows(const char *stage, const char *name, uint64_t ptr, int64_t tokens, int64_t heads)
 {
     if (ptr == 0) return FSA_STATUS_OK;
-    const fsa_tensor rows = {ptr, 1, tokens};
-    return fsa_check_float_view(stage, name, &rows, tokens, heads);
+    /* No caller strides to name: the message gives the array's shape. */
+    const unsigned __int128 last = tokens > 0 && heads > 0 ? (unsigned __int128)tokens * (uint64_t)heads - 1 : 0;
+    if (!fsa_within_reach(ptr, last, 4))
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, stage,
+                             "%s's %lld x %lld floats reach past 2^63 bytes of address from 0x%llx: the pointer is wrong",
+                             name, (long long)heads, (long long)tokens, (unsigned long long)ptr);
+    return FSA_STATUS_OK;
 }
 
 fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,

@@ -66,6 +66,8 @@ static void test_bad_arguments_are_refused_naming_them(void **state)
     EXPECT_STATUS(FSA_STATUS_MISALIGNED, fsa_gate_bwd(g_plan, &a, NULL));
     a = good_args(), a.dgate = 0x7ffffffffffffff0ull; /* its [3][T][H] floats would pass 2^63 bytes */
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_bwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "dgate's")); /* its shape, not strides it has none of */
+    assert_null(strstr(fsa_last_error(), "stride"));
     a = good_args(), a.struct_size = 8;
     EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_gate_fwd(g_plan, &a, NULL));
 }
