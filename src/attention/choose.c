@@ -123,7 +123,8 @@ void fsa_choose(fsa_choice *out, const fsa_plan *plan, fsa_op_kind op, int64_t t
         return;
     }
     out->variant = fsa_heuristic(plan, op, total_tokens, &out->source, &out->reason);
-    out->may_measure = plan->tune.level != FSA_TUNE_LEVEL_OFF && c.n > 1 && slot == 0;
+    out->record_pending = plan->tune.level != FSA_TUNE_LEVEL_OFF && c.n > 1 && slot <= 0;
+    out->may_measure = out->record_pending && slot == 0;
 }
 
 int fsa_tune_should_measure(fsa_tune_level level, int have_record, int candidates, int has_device, int capturing)

@@ -78,6 +78,8 @@ typedef struct fsa_choice {
     int bucket;
     int candidates;
     int may_measure; /* tuning on, several candidates, no record and nobody measuring */
+    int record_pending; /* tuning on, several candidates, no record yet (one may be measuring): a later call may
+                           take any candidate */
 } fsa_choice;
 
 void fsa_choose(fsa_choice *out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);

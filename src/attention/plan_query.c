@@ -63,7 +63,10 @@ fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t 
 {
     fsa_choice c;
     fsa_choose(&c, plan, op, total_tokens);
-    if (c.may_measure) return FSA_ALGORITHM_FSA; /* a measuring call runs every candidate */
+    /* A measuring call runs every candidate, and once a measurement (this
+     * call's or another thread's) lands, calls take its winner: a workspace
+     * sized now must hold the larger layout. */
+    if (c.record_pending) return FSA_ALGORITHM_FSA;
     return c.variant.order;
 }
 

@@ -132,6 +132,24 @@ static void test_while_a_bucket_may_measure_the_workspace_serves_every_candidate
     f->ctx.cu = NULL;
 }
 
+/* Another thread's call is measuring the bucket: this call takes the
+ * heuristic unmeasured, but a workspace sized now is reused after the record
+ * lands, when calls may take the FSA order. */
+static void test_while_another_call_measures_the_workspace_still_serves_every_candidate(void **state)
+{
+    fixture *f = *state;
+    atomic_store(&f->plan.tune.slot[FSA_OP_FWD][fsa_tune_bucket(40)], FSA_TUNE_SLOT_BUSY);
+    assert_int_equal(fsa_plan_choose(&f->plan, 40, NULL), FSA_ALGORITHM_NSA);
+    assert_int_equal(fsa_workspace_order(&f->plan, FSA_OP_FWD, 40), FSA_ALGORITHM_FSA);
+    size_t busy = 0, recorded = 0;
+    assert_int_equal(fsa_plan_workspace_size(&busy, &f->plan, 40, 1), FSA_STATUS_OK);
+    atomic_store(&f->plan.tune.slot[FSA_OP_FWD][fsa_tune_bucket(40)], 1); /* candidate 1: the FSA order */
+    assert_int_equal(fsa_plan_choose(&f->plan, 40, NULL), FSA_ALGORITHM_FSA);
+    assert_int_equal(fsa_plan_workspace_size(&recorded, &f->plan, 40, 1), FSA_STATUS_OK);
+    assert_true(recorded > 0);
+    assert_true(busy >= recorded);
+}
+
 /* Measuring wants the FSA layout, but when that order cannot run this shape
  * (here: 2 KV heads x top-k 2^30 list entries per token exceed int32) the
  * call runs the heuristic's order unmeasured, which needs no workspace. */
@@ -194,6 +212,7 @@ int main(void)
         T(test_a_capturing_stream_never_measures_and_gets_the_heuristic),
         T(test_measuring_takes_the_faster_order_records_it_and_a_new_plan_reuses_it),
         T(test_while_a_bucket_may_measure_the_workspace_serves_every_candidate),
+        T(test_while_another_call_measures_the_workspace_still_serves_every_candidate),
         T(test_a_measuring_bucket_whose_fsa_layout_cannot_exist_asks_for_the_chosen_orders),
         T(test_fsa_tune_and_the_context_option_set_the_level),
     };
