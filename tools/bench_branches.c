@@ -29,6 +29,7 @@
 #include "bench_branches_options.h"
 #include "bench_branches_rows.h"
 #include "bench_cuda.h"
+#include "bench_json.h"
 #include "tool_args.h"
 
 #include <stdio.h>
@@ -65,12 +66,16 @@ int fsa_bench_branches(int argc, char **argv)
     const CUdevice dev = bench_cuda_open_device(bench_branches_mode, name, sizeof name);
     printf("# on %s (%s)\n", name, fsa_context_target(ctx));
     FILE *json = NULL;
-    if (o.json && (json = fopen(o.json, "w")) == NULL) {
+    if (o.json && (json = bench_json_open(o.json)) == NULL) {
         fprintf(stderr, "fsa-bench %s: cannot write %s\n", bench_branches_mode, o.json);
         fsa_context_destroy(ctx);
         return TOOL_EXIT_FAILED;
     }
-    if (json) fprintf(json, "{\"gpu\": \"%s\", \"version\": \"%s\", \"rows\": [", name, fsa_version_string());
+    if (json) {
+        fputs("{\"gpu\": ", json);
+        bench_json_string(json, name);
+        fprintf(json, ", \"version\": \"%s\", \"rows\": [", fsa_version_string());
+    }
     br_env env;
     CU(cu.EventCreate(&env.e0, CU_EVENT_DEFAULT));
     CU(cu.EventCreate(&env.e1, CU_EVENT_DEFAULT));
@@ -91,10 +96,7 @@ int fsa_bench_branches(int argc, char **argv)
                     failed |= bench_win_row(ctx, &o, &env, o.tokens[ti], o.groups[gi], o.windows[wi], json,
                                             &first) != 0;
     }
-    if (json) {
-        fprintf(json, "\n]}\n");
-        if (fclose(json) != 0) failed = 1;
-    }
+    if (bench_json_close() != 0) failed = 1;
     cu.MemFree(env.flush);
     cu.EventDestroy(env.e0);
     cu.EventDestroy(env.e1);

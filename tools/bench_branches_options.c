@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "bench_branches_options.h"
 
+#include "bench_limits.h"
 #include "tool_args.h"
 
 #include <getopt.h>
@@ -16,14 +17,14 @@ static void usage(FILE *f, br_kind kind)
                 "Times compressed attention with the top-k block selection (forward with selection,\n"
                 "forward alone, backward, forward + backward) for every T x G.\n"
                 "  -T LIST             token counts (default 8192,65536; at most %d values)\n"
-                "  -G LIST             query heads per KV head (default 1,2,4,8,16)\n"
+                "  -G LIST             query heads per KV head, 1 to 16 (default 1,2,4,8,16)\n"
                 "  --q-heads N         query heads (default 32)\n"
-                "  -D N                Dk, head dim of queries and keys (default 128)\n"
-                "  --value-dim N       Dv (default: Dk)\n"
-                "  --kernel-size N     l, positions per compressed token (default 32)\n"
-                "  --stride N          d, positions between compressed tokens (default 16)\n"
-                "  --block-size N      BK of the selection (default 64)\n"
-                "  --top-k N           selected blocks per (KV head, token); 0 = no selection (default 16)\n"
+                "  -D N                Dk of queries and keys, " BENCH_HEAD_DIMS " (default 128)\n"
+                "  --value-dim N       Dv, the same (default: Dk)\n"
+                "  --kernel-size N     l, positions per compressed token, 1 to 4096 (default 32)\n"
+                "  --stride N          d, positions between compressed tokens, 1 to l (default 16)\n"
+                "  --block-size N      BK of the selection: d times a power of two up to 64 (default 64)\n"
+                "  --top-k N           selected blocks per (KV head, token), up to 64; 0 = no selection (default 16)\n"
                 "  --init-blocks N     blocks from the start always selected (default 1)\n"
                 "  --local-blocks N    blocks ending at the own block always selected (default 2)\n",
                 BR_MAX_LIST);
@@ -33,11 +34,11 @@ static void usage(FILE *f, br_kind kind)
                 "Times sliding-window attention (forward, backward, forward + backward) for every\n"
                 "T x G x W.\n"
                 "  -T LIST             token counts (default 8192,65536; at most %d values)\n"
-                "  -G LIST             query heads per KV head (default 1,2,4,8,16)\n"
+                "  -G LIST             query heads per KV head, 1 to 16 (default 1,2,4,8,16)\n"
                 "  -W LIST             windows (default 512)\n"
                 "  --q-heads N         query heads (default 32)\n"
-                "  -D N                Dk, head dim of queries and keys (default 128)\n"
-                "  --value-dim N       Dv (default: Dk)\n",
+                "  -D N                Dk of queries and keys, " BENCH_HEAD_DIMS " (default 128)\n"
+                "  --value-dim N       Dv, the same (default: Dk)\n",
                 BR_MAX_LIST);
     fprintf(f,
             "  --batch B           sequences T is split into, equally (default 1)\n"
@@ -57,6 +58,38 @@ static int usage_error(const br_opts *o, const char *what, const char *arg)
     fprintf(stderr, "fsa-bench %s: %s%s%s\n", bench_branches_mode, what, arg ? ": " : "", arg ? arg : "");
     usage(stderr, o->kind);
     return TOOL_EXIT_USAGE;
+}
+
+/* A number the library would refuse in every plan: named with what it takes. */
+static int not_taken(const br_opts *o, const char *option, int value, const char *takes)
+{
+    char what[192];
+    snprintf(what, sizeof what, "%s %d: the library takes %s", option, value, takes);
+    return usage_error(o, what, NULL);
+}
+
+/* Shapes every plan would refuse (fsa/compressed.h, fsa/window.h), before a
+ * device is opened; -1 when none. */
+static int check_library_limits(const br_opts *o)
+{
+    if (!bench_head_dim_ok(o->head_dim)) return not_taken(o, "-D", o->head_dim, BENCH_HEAD_DIMS);
+    if (o->value_dim && !bench_head_dim_ok(o->value_dim))
+        return not_taken(o, "--value-dim", o->value_dim, BENCH_HEAD_DIMS);
+    for (int i = 0; i < o->n_groups; i++)
+        if (o->groups[i] > BENCH_MAX_BRANCH_GROUP) return not_taken(o, "-G", o->groups[i], "groups 1 to 16");
+    if (o->kind != KIND_COMPRESSED) return -1;
+    if (o->kernel_size > BENCH_MAX_KERNEL_SIZE) return not_taken(o, "--kernel-size", o->kernel_size, "1 to 4096");
+    if (o->stride > o->kernel_size) return not_taken(o, "--stride", o->stride, "1 to --kernel-size");
+    if (o->top_k > BENCH_MAX_TOP_K) return not_taken(o, "--top-k", o->top_k, "0 (no selection) to 64");
+    if (o->top_k == 0) return -1;
+    const int r = o->block_size % o->stride == 0 ? o->block_size / o->stride : 0;
+    if (r < 1 || r > BENCH_MAX_SELECTION_STRIDES || (r & (r - 1)) != 0)
+        return not_taken(o, "--block-size", o->block_size,
+                         "--stride times a power of two up to 64 (with --top-k above 0)");
+    if ((o->kernel_size - 1) / o->stride > BENCH_MAX_SELECTION_STRIDES)
+        return not_taken(o, "--kernel-size", o->kernel_size,
+                         "(kernel size - 1) / stride at most 64 (with --top-k above 0)");
+    return -1;
 }
 
 enum {
@@ -153,7 +186,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         if (o->q_heads % o->groups[i] != 0) return usage_error(o, "-G: every group must divide --q-heads", NULL);
     for (int i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] < o->batch) return usage_error(o, "--batch: more sequences than tokens", NULL);
-    return -1;
+    return check_library_limits(o);
 }
 
 void bench_branches_print_plan(const br_opts *o)

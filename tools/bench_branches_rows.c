@@ -3,6 +3,7 @@
 #include "bench_branches_rows.h"
 
 #include "bench_inputs.h"
+#include "bench_json.h"
 #include "tool_args.h"
 
 #include <stdint.h>
@@ -21,8 +22,7 @@ typedef void (*call_fn)(void *user);
 static double time_call(const br_env *env, call_fn call, void *user, int reps)
 {
     for (int i = 0; i < WARMUP_CALLS; i++) call(user);
-    double *ms = malloc(sizeof *ms * (size_t)reps);
-    if (ms == NULL) exit(TOOL_EXIT_FAILED);
+    double *ms = bench_alloc(bench_branches_mode, sizeof *ms * (size_t)reps);
     for (int r = 0; r < reps; r++) {
         CU(cu.MemsetD8Async(env->flush, (unsigned char)r, FLUSH_BYTES, NULL));
         CU(cu.EventRecord(env->e0, NULL));
@@ -41,8 +41,7 @@ static double time_call(const br_env *env, call_fn call, void *user, int reps)
 
 static CUdeviceptr alloc_normal(size_t n, uint64_t seed, fsa_dtype dt)
 {
-    uint16_t *h = malloc(n * 2 + 2);
-    if (h == NULL) exit(TOOL_EXIT_FAILED);
+    uint16_t *h = bench_alloc(bench_branches_mode, n * 2 + 2);
     bench_fill_normal(h, n, seed, dt);
     CUdeviceptr d;
     CU(cu.MemAlloc(&d, n * 2 + 16));
@@ -144,8 +143,8 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         fsa_compressed_plan_destroy(plain);
         return -1;
     }
-    int32_t *cu_q = malloc(sizeof(int32_t) * (size_t)(o->batch + 1)), *cu_c = malloc(sizeof(int32_t) * (size_t)(o->batch + 1));
-    if (cu_q == NULL || cu_c == NULL) exit(TOOL_EXIT_FAILED);
+    int32_t *cu_q = bench_alloc(bench_branches_mode, sizeof(int32_t) * (size_t)(o->batch + 1));
+    int32_t *cu_c = bench_alloc(bench_branches_mode, sizeof(int32_t) * (size_t)(o->batch + 1));
     const int64_t Tc = make_offsets(cu_q, cu_c, T, o->batch, o->kernel_size, o->stride);
     const size_t nq = (size_t)T * hq;
     CUdeviceptr q = alloc_normal(nq * dk, 1, o->dtype), k = alloc_normal((size_t)Tc * hkv * dk, 2, o->dtype);
@@ -196,11 +195,15 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     else printf(" - | - |\n");
     fflush(stdout);
     if (json) {
-        fprintf(json, "%s\n  {\"mode\": \"compressed\", \"T\": %d, \"G\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tc\": %lld, "
-                      "\"fwd_ms\": %.4f, \"fwd_no_selection_ms\": %.4f, \"fwd_tflops\": %.3f, ",
-                *first_row ? "" : ",", T, G, hq, hkv, (long long)Tc, ms_fwd, ms_plain, flops / ms_plain / 1e9);
-        if (o->backward) fprintf(json, "\"bwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f}", ms_bwd, ms_both);
-        else fprintf(json, "\"bwd_ms\": null, \"fwd_bwd_ms\": null}");
+        /* Parts not run and numbers that are not finite are null. */
+        fprintf(json, "%s\n  {\"mode\": \"compressed\", \"T\": %d, \"G\": %d, \"Hq\": %d, \"Hkv\": %d, \"Tc\": %lld",
+                *first_row ? "" : ",", T, G, hq, hkv, (long long)Tc);
+        bench_json_field(json, "fwd_ms", "%.4f", ms_fwd, 1);
+        bench_json_field(json, "fwd_no_selection_ms", "%.4f", ms_plain, 1);
+        bench_json_field(json, "fwd_tflops", "%.3f", flops / ms_plain / 1e9, ms_plain > 0);
+        bench_json_field(json, "bwd_ms", "%.4f", ms_bwd, o->backward);
+        bench_json_field(json, "fwd_bwd_ms", "%.4f", ms_both, o->backward);
+        fputc('}', json);
         *first_row = 0;
     }
     CUdeviceptr all[] = {q, k, v, dout, out, lse, topk, dq, dk_buf, dv_buf, dcu, dcu_c, ws};
@@ -250,8 +253,8 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         fprintf(stderr, "fsa-bench --window: G %d W %d: %s\n", G, W, fsa_last_error());
         return -1;
     }
-    int32_t *cu_q = malloc(sizeof(int32_t) * (size_t)(o->batch + 1)), *cu_c = malloc(sizeof(int32_t) * (size_t)(o->batch + 1));
-    if (cu_q == NULL || cu_c == NULL) exit(TOOL_EXIT_FAILED);
+    int32_t *cu_q = bench_alloc(bench_branches_mode, sizeof(int32_t) * (size_t)(o->batch + 1));
+    int32_t *cu_c = bench_alloc(bench_branches_mode, sizeof(int32_t) * (size_t)(o->batch + 1));
     make_offsets(cu_q, cu_c, T, o->batch, 0, 1);
     const size_t nq = (size_t)T * hq, nkv = (size_t)T * hkv;
     CUdeviceptr q = alloc_normal(nq * dk, 1, o->dtype), k = alloc_normal(nkv * dk, 2, o->dtype);
@@ -290,11 +293,14 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     else printf(" - | - |\n");
     fflush(stdout);
     if (json) {
-        fprintf(json, "%s\n  {\"mode\": \"window\", \"T\": %d, \"G\": %d, \"Hq\": %d, \"Hkv\": %d, \"W\": %d, "
-                      "\"fwd_ms\": %.4f, \"fwd_tflops\": %.3f, ",
-                *first_row ? "" : ",", T, G, hq, hkv, W, ms, flops / ms / 1e9);
-        if (o->backward) fprintf(json, "\"bwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f}", ms_bwd, ms_both);
-        else fprintf(json, "\"bwd_ms\": null, \"fwd_bwd_ms\": null}");
+        /* Parts not run and numbers that are not finite are null. */
+        fprintf(json, "%s\n  {\"mode\": \"window\", \"T\": %d, \"G\": %d, \"Hq\": %d, \"Hkv\": %d, \"W\": %d",
+                *first_row ? "" : ",", T, G, hq, hkv, W);
+        bench_json_field(json, "fwd_ms", "%.4f", ms, 1);
+        bench_json_field(json, "fwd_tflops", "%.3f", flops / ms / 1e9, ms > 0);
+        bench_json_field(json, "bwd_ms", "%.4f", ms_bwd, o->backward);
+        bench_json_field(json, "fwd_bwd_ms", "%.4f", ms_both, o->backward);
+        fputc('}', json);
         *first_row = 0;
     }
     if (o->backward) {

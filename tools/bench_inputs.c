@@ -1,6 +1,7 @@
 /* Random inputs for fsa-bench: standard-normal values in bf16 or fp16, made
  * on the host by several threads, and the conversions between those formats
- * and float; the host clock; helpers of every mode. Only fsa.h is used. */
+ * and float; the rows of the top-k selection; the host clock; helpers of
+ * every mode. Only fsa.h is used (no driver: tests build this file). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench_inputs.h"
 
@@ -125,4 +126,30 @@ void *bench_alloc(const char *mode, size_t bytes)
         exit(1);
     }
     return p;
+}
+
+static int cmp_int32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void bench_selection_row(int32_t *row, int K, int c, uint64_t *s)
+{
+    int n = 0;
+    if (c + 1 <= K) {
+        for (int b = 0; b <= c; b++) row[n++] = b;
+    } else {
+        /* c >= K >= 1 here; at c = 1, c - 1 is block 0 again. K 1 or 2 holds
+         * fewer than the three. */
+        const int forced[3] = {0, c, c - 1}, n_forced = c - 1 > 0 ? 3 : 2;
+        for (; n < K && n < n_forced; n++) row[n] = forced[n];
+        while (n < K) {
+            int b = (int)(bench_splitmix(s) % (uint64_t)(c + 1)), dup = 0;
+            for (int i = 0; i < n && !dup; i++) dup = row[i] == b;
+            if (!dup) row[n++] = b;
+        }
+    }
+    qsort(row, (size_t)n, sizeof *row, cmp_int32);
+    for (int i = n; i < K; i++) row[i] = -1;
 }

@@ -1,5 +1,6 @@
-/* Random inputs for fsa-bench, its host clock, and the small helpers every
- * mode shares (bench_inputs.c). */
+/* Random inputs for fsa-bench (values and top-k selection rows), its host
+ * clock, and the small helpers every mode shares (bench_inputs.c; no driver,
+ * so tests build it). */
 #ifndef FSA_BENCH_INPUTS_H
 #define FSA_BENCH_INPUTS_H
 
@@ -25,6 +26,13 @@ int bench_threads(void);
 
 /* n standard-normal values in dtype dt, a function of seed only. */
 void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt);
+
+/* One token's row of the benchmark's top-k selection (docs/benchmarks.md),
+ * own block c (c >= 0, K >= 1): every block 0..c when they are at most K;
+ * else blocks 0, c and c - 1, in that priority and as many as K holds, and
+ * distinct uniform picks of 0..c for the other slots, drawn from the
+ * splitmix64 state *s. row[0..K) ends sorted ascending, -1 after the blocks. */
+void bench_selection_row(int32_t *row, int K, int c, uint64_t *s);
 
 /* A packed [T, heads, D] tensor, and top-k indices laid out [Hkv, T, K], at
  * device address ptr (a CUdeviceptr; fsa_tensor's own type keeps cuda.h out). */

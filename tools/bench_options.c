@@ -1,6 +1,7 @@
 /* fsa-bench's selected-attention options (bench_options.h). */
 #include "bench_options.h"
 
+#include "bench_limits.h"
 #include "tool_args.h"
 
 #include <getopt.h>
@@ -24,11 +25,11 @@ static void print_usage(FILE *f)
             "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
             "  -G LIST               query heads per KV head, each dividing --q-heads (default 1,2,4,8,16;\n"
             "                        at most %d values)\n"
-            "  -D N                  head dim (default 128)\n"
+            "  -D N                  head dim, " BENCH_HEAD_DIMS " (default 128)\n"
             "  --value-dim N         head dim of v and o when it differs from -D (NSA: -D 192 --value-dim 128)\n"
             "  --q-heads N           query heads (default 32)\n"
-            "  --block-size N        keys per selectable block (default 64)\n"
-            "  --top-k N             selected blocks per token (default 16)\n"
+            "  --block-size N        keys per selectable block: " BENCH_BLOCK_SIZES " (default 64)\n"
+            "  --top-k N             selected blocks per token, 1 to 64 (default 16)\n"
             "  --dtype T             " TOOL_DTYPE_SPELLINGS " (default bf16)\n"
             "  --workspace-limit B   cap on each call's workspace, forward and backward; suffixes K, M,\n"
             "                        G, T; 0 = the library's default cap (the default), 'unlimited' = none\n"
@@ -77,6 +78,20 @@ static int parse_int(int *out, const char *text, long min, long max, const char 
     if (tool_parse_long(&v, text, min, max) != 0) return usage_error("%s: not a number in range", option);
     *out = (int)v;
     return 0;
+}
+
+/* A number the library would refuse in every plan: named with what it takes. */
+static int not_taken(const char *option, int value, const char *takes)
+{
+    char what[128];
+    snprintf(what, sizeof what, "%s %d: the library takes %s", option, value, takes);
+    return usage_error("%s", what);
+}
+
+/* The modes main() dispatches on argv[1] only (their options are their own). */
+static int is_mode_word(const char *word)
+{
+    return strcmp(word, "--decode") == 0 || strcmp(word, "--compressed") == 0 || strcmp(word, "--window") == 0;
 }
 
 enum {
@@ -152,7 +167,12 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         case OPT_HELP: print_usage(stdout); return TOOL_EXIT_OK;
         case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error("option '%s' needs a value", tool_bad_option(bad, optopt, argv, optind));
-        case '?': return usage_error("unknown option '%s'", tool_bad_option(bad, optopt, argv, optind));
+        case '?': {
+            const char *word = tool_bad_option(bad, optopt, argv, optind);
+            if (is_mode_word(word))
+                return usage_error("%s: the mode word must come first (fsa-bench MODE [OPTIONS])", word);
+            return usage_error("unknown option '%s'", word);
+        }
         case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;
         case 'G': rc = parse_list(optarg, o->groups, &o->n_groups, "-G"), grid_given = 1; break;
         case 'D': rc = parse_int(&o->head_dim, optarg, 1, 1 << 16, "-D"), d_given = 1; break;
@@ -210,5 +230,11 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
     /* --jit times a fixed problem in a temporary cache (bench_jit.c): anything else would be ignored. */
     if (o->mode == MODE_JIT && problem_option[0] != '\0')
         return usage_error("option not taken by --jit: %s", problem_option);
+    /* Shapes every plan would refuse (fsa/selected.h), before a device is opened. */
+    if (!bench_head_dim_ok(o->head_dim)) return not_taken("-D", o->head_dim, BENCH_HEAD_DIMS);
+    if (o->value_dim && !bench_head_dim_ok(o->value_dim))
+        return not_taken("--value-dim", o->value_dim, BENCH_HEAD_DIMS);
+    if (!bench_block_size_ok(o->block_size)) return not_taken("--block-size", o->block_size, BENCH_BLOCK_SIZES);
+    if (o->top_k > BENCH_MAX_TOP_K) return not_taken("--top-k", o->top_k, "1 to 64");
     return -1;
 }

@@ -1,8 +1,9 @@
 /* fsa-bench's selected-attention rows (bench_selected.h).
  *
  * Protocol (docs/benchmarks.md): random standard-normal q, k, v; per KV head and
- * token, block 0 and the own block c and c-1 always selected, the other slots
- * distinct random blocks of 0..c, rows sorted, tail -1; CUDA events around
+ * token, block 0 and the own block c and c-1 always selected (as many as top-k
+ * holds), the other slots distinct random blocks of 0..c, rows sorted, tail -1
+ * (bench_selection_row); CUDA events around
  * each call; 25 ms warm-up; median of repeats covering at least 100 ms; the
  * whole pipeline inside the timed region, plan creation outside; inputs
  * rotated between several copies when they would fit in L2. Every row runs
@@ -10,6 +11,7 @@
 #include "bench_selected.h"
 
 #include "bench_inputs.h"
+#include "bench_json.h"
 #include "tool_args.h"
 
 #include <math.h>
@@ -28,36 +30,16 @@ typedef struct sel_job {
     uint64_t seed;
 } sel_job;
 
-static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
-
-/* Per token: blocks 0, c, c-1 always; the rest distinct uniform picks of 0..c. */
+/* Per KV head, each token's row (bench_selection_row); the state runs on
+ * through the head's tokens. */
 static void *gen_selection(void *arg)
 {
-    sel_job *j = arg;
-    int *row = bench_alloc("", sizeof(int) * (size_t)j->K);
+    const sel_job *j = arg;
     for (int h = j->h0; h < j->h1; h++) {
         uint64_t s = j->seed + (uint64_t)h * 7919u;
-        for (int t = 0; t < j->T; t++) {
-            int32_t *dst = j->topk + ((size_t)h * j->T + t) * j->K;
-            int c = t / j->BK, n = 0;
-            int avail = c + 1;
-            if (avail <= j->K) {
-                for (int b = 0; b <= c; b++) row[n++] = b;
-            } else {
-                row[n++] = 0;
-                row[n++] = c;
-                if (c - 1 > 0) row[n++] = c - 1;
-                while (n < j->K) {
-                    int b = (int)(bench_splitmix(&s) % (uint64_t)(c + 1)), dup = 0;
-                    for (int i = 0; i < n && !dup; i++) dup = row[i] == b;
-                    if (!dup) row[n++] = b;
-                }
-            }
-            qsort(row, (size_t)n, sizeof(int), cmp_int);
-            for (int i = 0; i < j->K; i++) dst[i] = i < n ? row[i] : -1;
-        }
+        for (int t = 0; t < j->T; t++)
+            bench_selection_row(j->topk + ((size_t)h * j->T + t) * j->K, j->K, t / j->BK, &s);
     }
-    free(row);
     return NULL;
 }
 
@@ -201,17 +183,22 @@ static fsa_selected_attention_desc row_desc(const options *o, const bench_row *r
 }
 
 /* Backward of one path (or AUTO): its time, optionally forward + backward,
- * and dq left in dq_out for the comparison of the two paths. */
-static void time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
-                               CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
+ * and dq left in dq_out for the comparison of the two paths. 0 when it ran;
+ * 1 when a forced path does not take the shape (left out, as in the
+ * forward); -1 when its plan failed (message on stderr). */
+static int time_backward_path(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                              CUdeviceptr cu_dev, fsa_algorithm alg, CUdeviceptr dq_out)
 {
     const int T = row->T, hq = o->q_heads, hkv = row->hkv, D = row->D, Dv = row->Dv, K = o->top_k;
     fsa_selected_attention_desc d = row_desc(o, row, alg);
     d.backward = 1;
     fsa_plan *plan = NULL;
-    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) {
-        fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d: %s\n", alg_name(alg), T, row->G, fsa_last_error());
-        return;
+    const fsa_status st = fsa_plan_create(&plan, ctx, &d);
+    if (st == FSA_STATUS_UNSUPPORTED && alg != FSA_ALGORITHM_AUTO) return 1;
+    if (st != FSA_STATUS_OK) {
+        fprintf(stderr, "fsa-bench: backward plan (%s) T=%d G=%d D=%d: %s\n", alg_name(alg), T, row->G, D,
+                fsa_last_error());
+        return -1;
     }
     const size_t nkv = (size_t)T * hkv * D;
     const size_t no = (size_t)T * hq * Dv, nv = (size_t)T * hkv * Dv;
@@ -265,33 +252,38 @@ static void time_backward_path(fsa_context *ctx, const options *o, bench_row *ro
     CU(cu.MemFree(dv));
     CU(cu.MemFree(ws));
     fsa_plan_destroy(plan);
+    return 0;
 }
 
 /* Backward of each path (as --only allows) and of AUTO with forward + backward;
- * the two paths' dq compared. */
-static void time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
-                          CUdeviceptr cu_dev)
+ * the two paths' dq compared when both ran. 0, or -1 when a backward failed. */
+static int time_backward(fsa_context *ctx, const options *o, bench_row *row, const input_set *sets, int n_sets,
+                         CUdeviceptr cu_dev)
 {
     const size_t nq = (size_t)row->T * o->q_heads * row->D;
     CUdeviceptr dq[3] = {0, 0, 0};
-    for (int a = FSA_ALGORITHM_FSA; a <= FSA_ALGORITHM_NSA; a++) {
-        if (o->only && o->only != a) continue;
+    int ran[3] = {0, 0, 0}, failed = 0;
+    static const fsa_algorithm order[] = {FSA_ALGORITHM_FSA, FSA_ALGORITHM_NSA, FSA_ALGORITHM_AUTO};
+    for (int i = 0; i < 3; i++) {
+        const fsa_algorithm a = order[i];
+        if (a != FSA_ALGORITHM_AUTO && o->only && o->only != (int)a) continue;
         CU(cu.MemAlloc(&dq[a], nq * 2));
-        time_backward_path(ctx, o, row, sets, n_sets, cu_dev, (fsa_algorithm)a, dq[a]);
+        const int rc = time_backward_path(ctx, o, row, sets, n_sets, cu_dev, a, dq[a]);
+        ran[a] = rc == 0;
+        failed |= rc < 0;
     }
-    CU(cu.MemAlloc(&dq[0], nq * 2));
-    time_backward_path(ctx, o, row, sets, n_sets, cu_dev, FSA_ALGORITHM_AUTO, dq[0]);
-    if (dq[FSA_ALGORITHM_FSA] && dq[FSA_ALGORITHM_NSA])
+    if (ran[FSA_ALGORITHM_FSA] && ran[FSA_ALGORITHM_NSA])
         row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
     for (int a = 0; a < 3; a++)
         if (dq[a]) CU(cu.MemFree(dq[a]));
+    return failed ? -1 : 0;
 }
 
 void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes)
 {
     const int hq = o->q_heads, hkv = hq / G, K = o->top_k, BK = o->block_size;
     memset(row, 0, sizeof *row);
-    row->T = T, row->G = G, row->D = D, row->hkv = hkv;
+    row->T = T, row->G = G, row->D = D, row->hkv = hkv, row->backward = o->backward;
     row->Dv = o->value_dim ? o->value_dim : D;
     const int Dv = row->Dv;
     for (int i = 0; i < 3; i++) row->ms[i] = -1;
@@ -395,7 +387,7 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
     row->bwd_rel_diff = NAN;
     row->bwd_chosen = FSA_ALGORITHM_AUTO;
-    if (o->backward) time_backward(ctx, o, row, sets, n_sets, cu_dev);
+    if (o->backward) row->failed = time_backward(ctx, o, row, sets, n_sets, cu_dev) != 0;
     for (int a = 0; a < 3; a++) {
         if (out[a]) CU(cu.MemFree(out[a]));
         fsa_plan_destroy(plans[a]);
@@ -413,63 +405,74 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
 }
 
 
-/* A JSON string: quotes, backslashes and control characters escaped. */
-void bench_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-/* ", "name": value" with the value in `fmt`, or null when it is not a
- * finite number or `valid` is 0 (JSON has no NaN or infinity). */
-static void json_field(FILE *f, const char *name, const char *fmt, double value, int valid)
-{
-    fprintf(f, ", \"%s\": ", name);
-    if (valid && isfinite(value)) fprintf(f, fmt, value);
-    else fputs("null", f);
-}
-
 /* The workspace of one AUTO forward plus backward at its peak: the larger of
- * the two calls' (the forward's is free again before the backward runs). */
-static size_t peak_workspace(const bench_row *r) { return r->ws[0] > r->bwd_ws ? r->ws[0] : r->bwd_ws; }
+ * the two calls' (the forward's is free again before the backward runs); the
+ * forward's alone when no backward ran. */
+static size_t peak_workspace(const bench_row *r)
+{
+    return r->bwd_ms[0] >= 0 && r->bwd_ws > r->ws[0] ? r->bwd_ws : r->ws[0];
+}
+
+/* The next table cell, " value |": the value in fmt (which takes the width)
+ * or "-" where it does not exist (a path not run, a comparison not made). */
+static void print_cell(int width, const char *fmt, double value, int valid)
+{
+    putchar(' ');
+    if (valid && isfinite(value)) printf(fmt, width, value);
+    else printf("%*s", width, "-");
+    fputs(" |", stdout);
+}
 
 void bench_selected_print_row(const bench_row *r, FILE *json, int first)
 {
-    double best = r->ms[0];
-    printf("| %6d | %2d | %3d | %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %11zu | %.2e |", r->T, r->G, r->D,
-           alg_name(r->chosen), best, r->flops / (best * 1e-3) / 1e12, r->ms[1], r->ms[2], r->ws[0], r->rel_diff);
-    if (r->bwd_ms[0] >= 0)
-        printf(" %-4s | %8.3f | %7.1f | %8.3f | %8.3f | %8.3f | %11zu | %.2e | %11zu |", alg_name(r->bwd_chosen),
-               r->bwd_ms[0], 2.5 * r->flops / (r->bwd_ms[0] * 1e-3) / 1e12, r->bwd_ms[1], r->bwd_ms[2], r->fwd_bwd_ms,
-               r->bwd_ws, r->bwd_rel_diff, peak_workspace(r));
+    const double best = r->ms[0], bwd = r->bwd_ms[0];
+    printf("| %6d | %2d | %3d | %-4s |", r->T, r->G, r->D, alg_name(r->chosen));
+    print_cell(8, "%*.3f", best, best >= 0);
+    print_cell(7, "%*.1f", r->flops / (best * 1e-3) / 1e12, best > 0);
+    print_cell(8, "%*.3f", r->ms[1], r->ms[1] >= 0);
+    print_cell(8, "%*.3f", r->ms[2], r->ms[2] >= 0);
+    printf(" %11zu |", r->ws[0]);
+    print_cell(10, "%*.2e", r->rel_diff, 1);
+    if (r->backward) {
+        printf(" %-4s |", bwd >= 0 ? alg_name(r->bwd_chosen) : "-");
+        print_cell(8, "%*.3f", bwd, bwd >= 0);
+        print_cell(7, "%*.1f", 2.5 * r->flops / (bwd * 1e-3) / 1e12, bwd > 0);
+        print_cell(8, "%*.3f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
+        print_cell(8, "%*.3f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
+        print_cell(8, "%*.3f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
+        if (bwd >= 0) printf(" %11zu |", r->bwd_ws);
+        else printf(" %11s |", "-");
+        print_cell(10, "%*.2e", r->bwd_rel_diff, 1);
+        printf(" %11zu |", peak_workspace(r));
+    }
     printf("\n");
     fflush(stdout);
     if (json) {
-        /* Paths not run (time < 0) and comparisons not made (NaN) are null. */
+        /* Paths not run (time < 0) and comparisons not made (NaN) are null;
+         * so are the AUTO backward's path and workspace when it did not run. */
         fprintf(json, "%s  {\"T\": %d, \"G\": %d, \"D\": %d, \"Dv\": %d, \"auto\": \"%s\", \"reason\": ",
                 first ? "" : ",\n", r->T, r->G, r->D, r->Dv, alg_name(r->chosen));
         bench_json_string(json, r->reason);
         fprintf(json, ", \"heuristic\": \"%s\"", alg_name(r->heuristic));
-        json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
-        json_field(json, "ms_fsa", "%.4f", r->ms[1], r->ms[1] >= 0);
-        json_field(json, "ms_nsa", "%.4f", r->ms[2], r->ms[2] >= 0);
+        bench_json_field(json, "ms_auto", "%.4f", r->ms[0], r->ms[0] >= 0);
+        bench_json_field(json, "ms_fsa", "%.4f", r->ms[1], r->ms[1] >= 0);
+        bench_json_field(json, "ms_nsa", "%.4f", r->ms[2], r->ms[2] >= 0);
         fprintf(json, ", \"reps\": [%d, %d, %d]", r->reps[0], r->reps[1], r->reps[2]);
-        json_field(json, "tflops_auto", "%.2f", r->flops / (r->ms[0] * 1e-3) / 1e12, r->ms[0] > 0);
-        json_field(json, "gflop", "%.3f", r->flops / 1e9, 1);
+        bench_json_field(json, "tflops_auto", "%.2f", r->flops / (r->ms[0] * 1e-3) / 1e12, r->ms[0] > 0);
+        bench_json_field(json, "gflop", "%.3f", r->flops / 1e9, 1);
         fprintf(json, ", \"workspace_bytes_auto\": %zu, \"workspace_bytes_fsa\": %zu", r->ws[0], r->ws[1]);
-        json_field(json, "rel_diff_fsa_vs_nsa", "%.3e", r->rel_diff, 1);
-        fprintf(json, ", \"bwd_auto\": \"%s\"", alg_name(r->bwd_chosen));
-        json_field(json, "ms_bwd", "%.4f", r->bwd_ms[0], r->bwd_ms[0] >= 0);
-        json_field(json, "ms_bwd_fsa", "%.4f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
-        json_field(json, "ms_bwd_nsa", "%.4f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
-        json_field(json, "ms_fwd_bwd", "%.4f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
-        fprintf(json, ", \"workspace_bytes_bwd\": %zu, \"workspace_bytes_peak\": %zu", r->bwd_ws, peak_workspace(r));
-        json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
+        bench_json_field(json, "rel_diff_fsa_vs_nsa", "%.3e", r->rel_diff, 1);
+        fputs(", \"bwd_auto\": ", json);
+        if (bwd >= 0) fprintf(json, "\"%s\"", alg_name(r->bwd_chosen));
+        else fputs("null", json);
+        bench_json_field(json, "ms_bwd", "%.4f", bwd, bwd >= 0);
+        bench_json_field(json, "ms_bwd_fsa", "%.4f", r->bwd_ms[1], r->bwd_ms[1] >= 0);
+        bench_json_field(json, "ms_bwd_nsa", "%.4f", r->bwd_ms[2], r->bwd_ms[2] >= 0);
+        bench_json_field(json, "ms_fwd_bwd", "%.4f", r->fwd_bwd_ms, r->fwd_bwd_ms >= 0);
+        if (bwd >= 0) fprintf(json, ", \"workspace_bytes_bwd\": %zu", r->bwd_ws);
+        else fputs(", \"workspace_bytes_bwd\": null", json);
+        fprintf(json, ", \"workspace_bytes_peak\": %zu", peak_workspace(r));
+        bench_json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
         fputc('}', json);
     }
 }

@@ -26,14 +26,15 @@ typedef struct bench_row {
     double fwd_bwd_ms; /* AUTO forward + backward */
     size_t bwd_ws;     /* AUTO */
     double bwd_rel_diff; /* dq of the FSA order vs the NSA order */
+    int backward;        /* --backward: the table has the backward's columns */
+    int failed;          /* a backward plan failed (message on stderr): the mode exits 1 */
 } bench_row;
 
-/* Times T tokens at group G and head dim D (Hq, BK, K and the rest from *o). */
+/* Times T tokens at group G and head dim D (Hq, BK, K and the rest from *o);
+ * a failed forward plan ends fsa-bench, a failed backward sets row->failed. */
 void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D, bench_row *row, size_t l2_bytes);
-/* The row as a table line, and as a JSON object into json (when not NULL). */
+/* The row as a table line ("-" for values that do not exist), and as a JSON
+ * object into json (when not NULL; null for them). */
 void bench_selected_print_row(const bench_row *r, FILE *json, int first);
-
-/* s as a JSON string. */
-void bench_json_string(FILE *f, const char *s);
 
 #endif

@@ -14,6 +14,7 @@
 #include "bench_cuda.h"
 #include "bench_decode.h"
 #include "bench_jit.h"
+#include "bench_json.h"
 #include "bench_options.h"
 #include "bench_selected.h"
 #include "tool_args.h"
@@ -52,38 +53,42 @@ static void print_table_head(const options *o, FILE *json, const device_info *d,
 }
 
 /* The problem table of the benchmark protocol: T 8192 and 65536 x G 1..16 at
- * D 128, plus T 16384 G 4 at D 64 and 256. */
+ * D 128, plus T 16384 G 4 at D 64 and 256. A failed row leaves the others
+ * to run and the mode exits 1. */
 static int run_standard(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
     static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = {64, 256};
     bench_row row;
-    int first = 1;
+    int first = 1, failed = 0;
     print_table_head(o, json, d, ctx);
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t gi = 0; gi < 5; gi++, first = 0) {
             bench_selected_row(ctx, o, Ts[ti], Gs[gi], 128, &row, d->l2_bytes);
             bench_selected_print_row(&row, json, first);
+            failed |= row.failed;
         }
     for (size_t di = 0; di < 2; di++) {
         bench_selected_row(ctx, o, 16384, 4, Ds[di], &row, d->l2_bytes);
         bench_selected_print_row(&row, json, 0);
+        failed |= row.failed;
     }
-    return TOOL_EXIT_OK;
+    return failed ? TOOL_EXIT_FAILED : TOOL_EXIT_OK;
 }
 
 /* Every -T x -G combination (every G divides --q-heads: bench_options_parse). */
 static int run_grid(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
     bench_row row;
-    int first = 1;
+    int first = 1, failed = 0;
     print_table_head(o, json, d, ctx);
     for (int ti = 0; ti < o->n_tokens; ti++)
         for (int gi = 0; gi < o->n_groups; gi++) {
             bench_selected_row(ctx, o, o->tokens[ti], o->groups[gi], o->head_dim, &row, d->l2_bytes);
             bench_selected_print_row(&row, json, first);
+            failed |= row.failed;
             first = 0;
         }
-    return TOOL_EXIT_OK;
+    return failed ? TOOL_EXIT_FAILED : TOOL_EXIT_OK;
 }
 
 static int run_jit_mode(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
@@ -179,7 +184,7 @@ int main(int argc, char **argv)
 
     FILE *json = NULL;
     if (o.json && k_modes[o.mode].writes_json) {
-        json = fopen(o.json, "w");
+        json = bench_json_open(o.json);
         if (!json) {
             fprintf(stderr, "fsa-bench: cannot write %s\n", o.json);
             fsa_context_destroy(ctx);
@@ -187,10 +192,7 @@ int main(int argc, char **argv)
         }
     }
     rc = k_modes[o.mode].run(ctx, &o, &dev, json);
-    if (json) {
-        fprintf(json, "\n]}\n");
-        if (fclose(json) != 0) rc = TOOL_EXIT_FAILED;
-    }
+    if (bench_json_close() != 0) rc = TOOL_EXIT_FAILED;
     CU(cu.DevicePrimaryCtxRelease(dev.dev));
     fsa_context_destroy(ctx);
     return rc;

@@ -60,6 +60,35 @@ foreach(mode compressed window)
   expect("${ERR}" "^fsa-bench --${mode}: --json: empty file name\nUsage: fsa-bench --${mode}" "${mode}: empty --json refused")
 endforeach()
 
+# Shapes every plan would refuse are usage errors when parsed, so --dry-run catches them; the message names
+# the option and what the library takes.
+run(2 -D 65536 --dry-run)
+expect("${ERR}" "^fsa-bench: -D 65536: the library takes a multiple of 16 from 16 to 256\n" "-D out of the library's range")
+run(2 --top-k 65 --dry-run)
+expect("${ERR}" "^fsa-bench: --top-k 65: the library takes 1 to 64\n" "--top-k out of the library's range")
+run(2 --block-size 48 --dry-run)
+expect("${ERR}" "^fsa-bench: --block-size 48: the library takes 16, 32," "--block-size not a block size")
+run(2 --value-dim 100 --dry-run)
+expect("${ERR}" "^fsa-bench: --value-dim 100: the library takes" "--value-dim not a multiple of 16")
+run(2 --window -D 1024 --dry-run)
+expect("${ERR}" "^fsa-bench --window: -D 1024: the library takes" "--window -D out of the library's range")
+run(2 --compressed -G 32 --dry-run)
+expect("${ERR}" "^fsa-bench --compressed: -G 32: the library takes groups 1 to 16\n" "--compressed group over 16")
+foreach(args "--kernel-size;5000" "--stride;40" "--top-k;65" "--block-size;48" "--kernel-size;2048")
+  run(2 --compressed ${args} --dry-run)
+  list(GET args 0 option)
+  expect("${ERR}" "^fsa-bench --compressed: ${option} [0-9]+: the library takes" "--compressed ${args} refused")
+endforeach()
+run(0 --compressed --top-k 0 --block-size 48 --dry-run)  # no selection: the block size is not used
+run(0 -D 192 --value-dim 128 --dry-run)
+
+# A mode word (--decode, --compressed, --window) after another option is named as such.
+run(2 --dry-run --window)
+expect("${ERR}" "^fsa-bench: --window: the mode word must come first" "mode word not first")
+if(NOT OUT STREQUAL "")
+  message(FATAL_ERROR "a mode word not first wrote to stdout:\n${OUT}")
+endif()
+
 run(2 --jit --json x.json)
 expect("${ERR}" "option not taken by --jit: --json" "--jit names the option it does not take")
 run(0 --jit --dry-run)
