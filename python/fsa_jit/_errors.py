@@ -18,3 +18,8 @@ class FsaError(RuntimeError):
         self.info = info or {}  # fsa_last_error_info() fields
         where = f"{function}: " if function else ""
         super().__init__(f"{where}{name} ({status}): {message}")
+
+    def __reduce__(self):
+        # args holds only the formatted text, which __init__ does not take: pickle and copy rebuild the
+        # error from its fields instead (extra attributes, such as prune's removed, ride in __dict__).
+        return type(self), (self.status, self.name, self.message, self.function, self.info), self.__dict__

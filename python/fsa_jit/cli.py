@@ -3,15 +3,21 @@
 They take the C tools' option spellings (tools/precompile_options.c,
 tools/bench_options.c) for what they share, so a command line works with either;
 fsa-precompile has every option of its C tool (the grid, --tune, --list,
---verify, --prune), with the same usage checks, lines and exit statuses.
-Exit status: 0 success; 1 something failed; 2 usage error; 3 the target or
-device cannot be used (an --arch the library rejects, no GPU or driver).
+--verify, --prune), with the same usage checks and exit statuses. --list,
+--verify and --prune print the C tool's lines; compiling prints its own
+progress and totals (with the C tool's words for corrupt entries replaced and
+kernels not written to the cache, and its message for those on stderr).
+Exit status: 0 success; 1 something failed (a shape, a kernel not written to
+the cache, the output); 2 usage error; 3 the target or device cannot be used
+(an --arch the library rejects, no GPU or driver).
 """
 
 import argparse
 import functools
+import io
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -93,11 +99,24 @@ def _dtype_list(text):
         raise argparse.ArgumentTypeError(str(e))
 
 
-def _bytes(text):
+def _c_bytes(text):
+    """A byte count as the C tools take one (tools/tool_args.c, tool_parse_bytes): digits with one optional
+    K, M, G or T (any case; powers of 1024) that fit in 64 bits; no sign, no spaces. None otherwise."""
     try:
-        return _lib.parse_workspace_limit(text, "--workspace-limit")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
+        value = _lib.parse_bytes(text, "bytes") if text.isascii() and text == text.strip() else None
+    except ValueError:
+        value = None
+    return value if value is not None and value < 1 << 64 else None
+
+
+def _workspace_limit(text):
+    """fsa-bench's --workspace-limit as the C tool takes it: a byte count (_c_bytes) or exactly 'unlimited'
+    (the operators' workspace_limit also takes ' 2G' and 'UNLIMITED'); as selected_attention takes it."""
+    value = "unlimited" if text == "unlimited" else _c_bytes(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a byte count (e.g. 512M, 2G) or 'unlimited'")
+    # No workspace comes near 2^63 bytes, so such a cap binds nothing: no cap, which torch's int64 can hold.
+    return "unlimited" if value != "unlimited" and value >= 1 << 63 else value
 
 
 def _version_action(prog):
@@ -125,13 +144,9 @@ def _name_list(text):
 
 
 def _max_bytes(text):
-    """--max-bytes as the C tool takes it: digits with an optional K, M, G or T suffix (powers of 1024)
-    that fit in 64 bits; no sign, no spaces."""
-    try:
-        value = _lib.parse_bytes(text, "--max-bytes") if text.isascii() and text == text.strip() else None
-    except ValueError:
-        value = None
-    if value is None or value >= 1 << 64:
+    """--max-bytes as the C tool takes it (_c_bytes)."""
+    value = _c_bytes(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"'{text}' is not a byte count (e.g. 500M, 2G, 0)")
     return value
 
@@ -209,7 +224,8 @@ def _check_precompile_options(p, a):
         if getattr(a, name) is None:
             setattr(a, name, default)
     a.device = a.device or 0
-    a.kind = a.kind.split(",")  # an empty item is refused below, as the C tool does
+    # An empty item is refused below, as the C tool does; a repeated one counts once (its kinds are flags).
+    a.kind = list(dict.fromkeys(a.kind.split(",")))
     if not a.kind or any(k not in KINDS for k in a.kind):
         p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
     if a.page_size is not None and "kvcache" not in a.kind:
@@ -241,7 +257,59 @@ def _grid_count(a, n_targets):
     return total
 
 
+class _Output:
+    """stdout for one command, as C's stdio keeps it: a write that fails (a full disk, a closed pipe) sets
+    `failed` and drops the rest instead of raising, and the command says so at its end (_finish_output)."""
+
+    def __init__(self, stream):
+        self.stream, self.failed = stream, False
+
+    def write(self, text):
+        if not self.failed:
+            try:
+                self.stream.write(text)
+            except OSError:
+                self.failed = True
+        return len(text)
+
+    def flush(self):
+        if not self.failed:
+            try:
+                self.stream.flush()
+            except OSError:
+                self.failed = True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _finish_output(out, rc):
+    """rc, or 1 (as the C tool) when stdout could not be written: said on stderr; the unwritten rest is
+    dropped, so that Python's own flush at exit does not fail again with a traceback."""
+    out.flush()
+    if not out.failed:
+        return rc
+    print("fsa-precompile: cannot write the output", file=sys.stderr)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, out.stream.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a file descriptor (a test's capture, say): nothing is flushed at exit
+    return rc or EXIT_FAILED
+
+
 def precompile_main(argv=None):
+    out = sys.stdout = _Output(sys.stdout)
+    try:
+        return _finish_output(out, _precompile_main(argv))
+    except SystemExit as e:  # argparse: --help and --version (on stdout), usage errors
+        raise SystemExit(_finish_output(out, e.code)) from None
+    finally:
+        sys.stdout = out.stream
+
+
+def _precompile_main(argv):
     p = _precompile_parser()
     a = p.parse_args(argv)
     _check_precompile_options(p, a)
@@ -268,12 +336,20 @@ def _compile(a):
                    page_sizes=a.page_size or PAGE_SIZES, tune=a.tune)
     for shape, message in s["failures"]:
         print(f"FAILED {shape}: {message}", file=sys.stderr)
+    # The C tool's words for a replaced entry and an unwritten kernel (on its per-target lines).
+    replaced = f", {s['corrupt']} corrupt entries replaced" if s["corrupt"] else ""
+    unwritten = f", {s['write_failures']} NOT written to the cache" if s["write_failures"] else ""
     print(f"cache: {s['cache_dir']}\n{s['compiled']} kernels compiled, {s['cached']} already cached, "
-          f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms)")
+          f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms){replaced}{unwritten}")
+    # A kernel kept in memory only is missing from the cache the run was for.
+    if s["write_failures"]:
+        print(f"fsa-precompile: {s['write_failures']} kernels could not be written to the cache (see the warning "
+              "above)", file=sys.stderr)
+    rc = EXIT_FAILED if s["failed"] or s["write_failures"] else 0
     if s["skipped"] and not (s["compiled"] or s["cached"] or s["failed"]):  # nothing the library takes was asked for
         print("fsa-precompile: every shape was skipped as unsupported: nothing precompiled", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_FAILED if s["failed"] else 0
+        rc = EXIT_FAILED
+    return rc
 
 
 def _human_bytes(n):
@@ -398,7 +474,7 @@ def bench_main(argv=None):
     p.add_argument("--top-k", type=_number(0, 1 << 16), default=16)
     p.add_argument("--dtype", type=_dtype_list, default=["bf16"])
     p.add_argument("--algorithm", choices=("auto", "fsa", "nsa"), default="auto")
-    p.add_argument("--workspace-limit", type=_bytes, default=0, help="bytes; suffixes K, M, G, T; 0 = libfsa's default cap, 'unlimited' = none")
+    p.add_argument("--workspace-limit", type=_workspace_limit, default=0, help="bytes; suffixes K, M, G, T; 0 = libfsa's default cap, 'unlimited' = none")
     p.add_argument("--backward", action="store_true", help="also time forward + backward")
     p.add_argument("--min-ms", type=_milliseconds, default=100.0)
     p.add_argument("--warmup-ms", type=_milliseconds, default=25.0)

@@ -7,6 +7,7 @@ import importlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def test_lists_and_dtypes_parse_like_the_c_tools():
     assert cli._int_list("1-4,8") == [1, 2, 3, 4, 8]
     assert cli._int_list("16-64:16") == [16, 32, 48, 64]
     assert cli._dtype_list("half,bfloat16,fp16") == ["f16", "bf16", "f16"]
-    assert cli._bytes("2G") == 2 << 30
+    assert cli._workspace_limit("2G") == 2 << 30
 
 
 def test_a_target_the_library_rejects_exits_3(lib, capsys, tmp_path):
@@ -232,13 +233,18 @@ def test_maintenance_with_a_target_the_library_rejects_exits_3(lib, capsys, tmp_
     assert rc == 3 and "sm_10" in err
 
 
+def summary_of(**counts):
+    """What precompile() returns, with the counts given and 0 for the rest."""
+    return {"failures": [], "cache_dir": "/c", "compiled": 0, "cached": 0, "failed": 0, "skipped": 0,
+            "compile_ms": 0.0, "corrupt": 0, "write_failures": 0, **counts}
+
+
 def test_detect_tune_and_backward_reach_precompile(capsys, monkeypatch):
     seen = {}
 
     def precompile(**kwargs):
         seen.update(kwargs)
-        return {"failures": [], "cache_dir": "/c", "compiled": 0, "cached": 0, "failed": 0, "skipped": 0,
-                "compile_ms": 0.0}
+        return summary_of()
 
     # The module: fsa_jit.precompile is the function.
     monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", precompile)
@@ -259,8 +265,7 @@ def test_precompile_refuses_what_the_c_tool_refuses_before_anything_opens(args, 
 
 def test_a_grid_whose_every_shape_is_skipped_is_a_failure(capsys, monkeypatch):
     def precompile(**kwargs):
-        return {"failures": [], "cache_dir": "/c", "compiled": 0, "cached": 0, "failed": 0, "skipped": 3,
-                "compile_ms": 0.0}
+        return summary_of(skipped=3)
 
     monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", precompile)
     rc, out, err = run(cli.precompile_main, ["--arch", "sm_80", "--head-dim", "100"], capsys)
@@ -381,17 +386,105 @@ def test_bench_timing_options_take_the_c_tools_numbers(capsys):
     assert (p("0"), p(".5"), p("5."), p("1e1"), p("1e7")) == (0.0, 0.5, 5.0, 10.0, 1e7)
 
 
-def test_python_m_fsa_jit_precompile_is_the_command(tmp_path):
-    # It imported the module and exited 0 whatever its arguments: a bad command line passed silently.
-    import sys
-
-    # The child imports the fsa_jit this test imported, wherever the test runs from.
+def python_m_precompile(args, cache_dir, **kwargs):
+    """`python -m fsa_jit.precompile ARGS` in a child that imports the fsa_jit this test imported, wherever
+    the test runs from."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path), PYTHONPATH=path)
-    bad = subprocess.run([sys.executable, "-m", "fsa_jit.precompile", "--arch", "sm_80", "--group", "0"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    env = dict(os.environ, FSA_CACHE_DIR=str(cache_dir), PYTHONPATH=path)
+    return subprocess.run([sys.executable, "-m", "fsa_jit.precompile", *args], text=True, env=env, timeout=300,
+                          **{"capture_output": True, **kwargs})
+
+
+def test_python_m_fsa_jit_precompile_is_the_command(tmp_path):
+    # It imported the module and exited 0 whatever its arguments: a bad command line passed silently.
+    bad = python_m_precompile(["--arch", "sm_80", "--group", "0"], tmp_path)
     assert bad.returncode == 2 and "argument --group" in bad.stderr, bad.stderr
-    helped = subprocess.run([sys.executable, "-m", "fsa_jit.precompile", "--help"], capture_output=True, text=True,
-                            env=env, timeout=120)
+    helped = python_m_precompile(["--help"], tmp_path)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: fsa-precompile"), helped.stderr
+    # runpy warned on every run that the package had imported the module before running it.
+    assert helped.stderr == ""
+
+
+# ------------------------------------------------------- what the C fsa-precompile reports and how it exits
+
+SMALL_GRID = ["--arch", "sm_80", "--dtype", "f16", "--head-dim", "32", "--group", "1", "--block-size", "16",
+              "--top-k", "4"]  # the shape of the filled_cache fixture
+
+
+def test_a_kernel_that_cannot_be_written_to_the_cache_fails_the_run_as_in_the_c_tool(filled_cache, capsys,
+                                                                                      tmp_path):
+    # The run exited 0 with the kernel kept in memory only: a deployment step shipped a cache without it.
+    entry = next((filled_cache / "v1" / "sm_80").glob("sel_fwd_main_*.cubin")).name
+    blocked = tmp_path / "blocked"
+    (blocked / "v1" / "sm_80" / entry / "x").mkdir(parents=True)  # publishing renames onto it: refused
+    rc, out, err = run(cli.precompile_main, SMALL_GRID + ["--cache-dir", str(blocked)], capsys)
+    assert rc == 1, err
+    assert out.splitlines()[-1].endswith(", 1 NOT written to the cache"), out
+    assert "fsa-precompile: 1 kernels could not be written to the cache (see the warning above)" in err
+
+
+def test_a_corrupt_entry_the_run_replaces_is_reported_as_in_the_c_tool(cache, tmp_path):
+    # A child process: this one has the kernels in memory and would not read the entry.
+    flip_last_byte(next((cache / "v1" / "sm_80").glob("sel_fwd_main_*.cubin")))
+    r = python_m_precompile(SMALL_GRID + ["--cache-dir", str(cache)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].endswith(", 1 corrupt entries replaced"), r.stdout
+
+
+def test_a_kind_named_twice_counts_once_toward_the_combination_limit(capsys, monkeypatch):
+    # 64000 shapes, as the C tool counts them (its kinds are flags); counted twice they passed 100000.
+    seen = {}
+
+    def precompile(**kwargs):
+        seen.update(kwargs)
+        return summary_of(compiled=1)
+
+    monkeypatch.setattr(importlib.import_module("fsa_jit.precompile"), "precompile", precompile)
+    args = ["--arch", "sm_80", "--kind", "selected,selected", "--group", "1-1000", "--head-dim", "16-1024:16"]
+    rc, _, err = run(cli.precompile_main, args, capsys)
+    assert rc == 0, err
+    assert seen["kinds"] == ["selected"]
+
+
+def test_output_that_cannot_be_written_is_reported_as_in_the_c_tool(lib, tmp_path):
+    # A full disk under --list printed an OSError traceback.
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        r = python_m_precompile(["--list", "--cache-dir", str(tmp_path)], tmp_path, stdout=full,
+                                stderr=subprocess.PIPE, capture_output=False)
+    assert (r.returncode, r.stderr) == (1, "fsa-precompile: cannot write the output\n")
+
+
+# fsa-bench --workspace-limit as the C tool takes it (tools/bench_options.c, tool_parse_bytes): digits with
+# one optional K, M, G or T (any case) up to 2^64 - 1, or exactly 'unlimited'. A cap of 2^63 bytes or more
+# binds nothing, so it is no cap, as the operators spell it.
+WORKSPACE_LIMITS = [
+    ("0", 0), ("00", 0), ("1k", 1 << 10), ("1K", 1 << 10), ("512m", 512 << 20), ("2G", 2 << 30),
+    ("3T", 3 << 40), ("9223372036854775807", 2**63 - 1), ("9223372036854775808", "unlimited"),
+    ("18446744073709551615", "unlimited"), ("16777215T", "unlimited"), ("unlimited", "unlimited"),
+    (" 2G", None), ("2G ", None), ("2 G", None), ("UNLIMITED", None), ("Unlimited", None), (" unlimited", None),
+    ("18446744073709551616", None), ("16777216T", None), ("2GB", None), ("2Gb", None), ("2KK", None), ("k", None),
+    ("", None), ("+1", None), ("-1", None), ("0x10", None), ("1e3", None), ("1_0", None), ("\u0661", None),
+    ("inf", None),
+]
+
+
+@pytest.mark.parametrize("text, limit", WORKSPACE_LIMITS)
+def test_bench_workspace_limit_parses_as_the_c_tool_does(text, limit, capsys):
+    if limit is None:
+        rc, _, err = run(cli.bench_main, ["--workspace-limit", text], capsys)
+        assert rc == 2 and "argument --workspace-limit" in err, err
+    else:
+        assert cli._workspace_limit(text) == limit
+        _lib.parse_workspace_limit(limit)  # what selected_attention takes
+
+
+@pytest.mark.parametrize("text, limit", WORKSPACE_LIMITS)
+def test_bench_workspace_limit_table_is_the_c_fsa_bench(text, limit, lib):
+    tool = c_tool(lib).parent / "fsa-bench"
+    if not os.access(tool, os.X_OK):
+        pytest.skip(f"no C fsa-bench beside {lib.path}")
+    c = subprocess.run([str(tool), "--dry-run", "--workspace-limit", text], capture_output=True, timeout=60)
+    assert c.returncode == (2 if limit is None else 0), c.stderr

@@ -4,6 +4,8 @@ import ctypes
 import importlib
 import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -356,3 +358,86 @@ def test_a_plan_whose_tuning_fails_counts_as_failed_and_measured_buckets_add_up(
     assert seen_tune == [True] * 3
     assert (s["plans"], s["failed"], s["tuned"]) == (2, 1, 7)
     assert s["failures"] == [("g4", "tuning: fsa_plan_tune: broken")]
+
+
+def test_an_fsa_error_survives_pickling_and_copying():
+    # Its __init__ takes more than the message args holds, so unpickling and copy.copy raised TypeError
+    # (an error passed back from a worker process or kept by a test framework was lost).
+    import copy
+    import pickle
+
+    err = fsa_jit.FsaError(13, "FSA_STATUS_UNSUPPORTED", "no such kernel", "fsa_plan_create", {"stage": "plan"})
+    err.removed = 2  # as a failed prune_cache sets it
+    for again in (pickle.loads(pickle.dumps(err)), copy.copy(err), copy.deepcopy(err)):
+        assert type(again) is fsa_jit.FsaError and str(again) == str(err) and again.removed == 2
+        assert (again.status, again.name, again.message, again.function, again.info) == (
+            13, "FSA_STATUS_UNSUPPORTED", "no such kernel", "fsa_plan_create", {"stage": "plan"})
+
+
+def test_precompile_dedupes_a_large_grid_in_linear_time():
+    # Each job was looked up in the list of those before it: 50,000 groups took about a minute.
+    from fsa_jit.precompile import _grid
+
+    t0 = time.monotonic()
+    jobs = _grid(["selected", "selected"], [_lib.FSA_DTYPE_BF16], [128], 0, list(range(1, 50001)), [64], [16],
+                 [64], "auto", False, 32, 16, 512)
+    assert len(jobs) == 50000 and time.monotonic() - t0 < 2
+
+
+def test_an_interrupt_stops_the_grid_and_frees_no_context_a_plan_still_uses(lib, tmp_path, monkeypatch):
+    # Ctrl-C used to wait for every queued shape to compile; a second one then destroyed the contexts
+    # under the plans still being made (a segfault: context.h forbids it).
+    pc = importlib.import_module("fsa_jit.precompile")
+    lock = threading.Lock()
+    running, ran, running_at_destroy = [0], [], []
+
+    def plan_one(lib_, ctx, target_name, job, tune=False):
+        with lock:
+            running[0] += 1
+        time.sleep(0.1)
+        with lock:
+            running[0] -= 1
+            ran.append(job)
+        return pc._Outcome("ok", target_name, "ready")
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    destroy = lib.fsa_context_destroy
+
+    def destroy_counting_plans(ctx):
+        with lock:
+            running_at_destroy.append(running[0])
+        destroy(ctx)
+
+    monkeypatch.setattr(pc, "_plan_one", plan_one)
+    monkeypatch.setattr(pc, "_print_outcome", interrupt)  # Ctrl-C after the first shape's line
+    monkeypatch.setattr(lib, "fsa_context_destroy", destroy_counting_plans)
+    with pytest.raises(KeyboardInterrupt):
+        fsa_jit.precompile(arch="sm_80", groups=range(1, 41), jobs=2, verbose=True, cache_dir=str(tmp_path))
+    assert len(ran) < 10, f"{len(ran)} of 40 shapes still ran after the interrupt"
+    assert running_at_destroy == [0]  # destroyed once, after the plan still running had finished
+
+
+def test_a_second_interrupt_while_plans_finish_leaves_the_contexts_undestroyed(lib, tmp_path, monkeypatch):
+    # Freeing a context under a running plan crashes; leaking it until the process exits does not.
+    pc = importlib.import_module("fsa_jit.precompile")
+    release, destroyed = threading.Event(), []
+
+    def plan_one(lib_, ctx, target_name, job, tune=False):
+        release.wait(10)
+        return pc._Outcome("ok", target_name, "ready")
+
+    def interrupted_wait(futures, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pc, "_plan_one", plan_one)
+    monkeypatch.setattr(pc.concurrent.futures, "as_completed", interrupted_wait)
+    monkeypatch.setattr(pc.concurrent.futures, "wait", interrupted_wait)
+    monkeypatch.setattr(lib, "fsa_context_destroy", destroyed.append)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fsa_jit.precompile(arch="sm_80", groups=range(1, 5), jobs=2, cache_dir=str(tmp_path))
+    finally:
+        release.set()
+    assert destroyed == []

@@ -3,6 +3,9 @@
 A shape is precompiled by creating (and destroying) a plan for it, so the
 cache ends up holding exactly what a later plan creation looks up. Needs no
 torch and, with `arch`, no GPU.
+
+A package so that `python -m fsa_jit.precompile` runs its __main__: as a
+plain module, which fsa_jit imports first, runpy warned that it ran it twice.
 """
 
 import collections
@@ -15,9 +18,10 @@ import sys
 import threading
 import time
 
-from . import _kvcache_abi
-from . import _lib
-from . import _nsa_abi
+from .. import _kvcache_abi
+from .. import _lib
+from .. import _nsa_abi
+
 
 def _dtype_code(d):
     return _lib.dtype_code(d)
@@ -220,7 +224,7 @@ def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, 
           kernel_size, stride, window):
     """The jobs of every kind, without repeats (only the kvcache plan has a page size, the window plan has no
     block size or top-k, and the gate plan has only a dtype and a value dim)."""
-    jobs = []
+    jobs, seen = [], set()  # the set: a lookup in the list made 50,000 groups take a minute
     for kind, dtype, d, g, bk, k, page in itertools.product(kinds, dtype_codes, head_dims, groups, block_sizes,
                                                             top_k, page_sizes):
         dv = value_dim
@@ -231,7 +235,8 @@ def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, 
         elif kind == "gate":
             d, dv, g, bk, k = 0, value_dim or d, 0, 0, 0
         job = (kind, dtype, d, dv, g, bk, k, page, algorithm, backward, kernel_size, stride, window)
-        if job not in jobs:
+        if job not in seen:
+            seen.add(job)
             jobs.append(job)
     return jobs
 
@@ -267,7 +272,12 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     plans (shapes ready), skipped (shapes the library does not support),
     failed (shapes whose kernels could not be built or, with tune, whose
     measuring failed), failures (list of (shape, message)), skipped_shapes,
-    tuned (buckets measured), targets, cache_dir.
+    tuned (buckets measured), corrupt (bad disk entries found and replaced),
+    write_failures (kernels that could not be written to the cache: kept in
+    memory only, libfsa's warning says why), targets, cache_dir.
+
+    Ctrl-C (KeyboardInterrupt) drops the shapes not yet started and, once
+    those being compiled have finished, propagates.
     """
     if arch is not None and detect:
         raise ValueError("arch and detect exclude each other")
@@ -316,8 +326,9 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     if tune and lib.fsa_plan_tune is None:
         raise RuntimeError(f"{lib.path} has no fsa_plan_tune: rebuild it from a version that tunes")
     summary = {"compiled": 0, "cached": 0, "in_memory": 0, "compile_ms": 0.0, "plans": 0, "skipped": 0,
-               "failed": 0, "failures": [], "skipped_shapes": [], "tuned": 0, "targets": [], "cache_dir": None}
-    contexts = []
+               "failed": 0, "failures": [], "skipped_shapes": [], "tuned": 0, "corrupt": 0, "write_failures": 0,
+               "targets": [], "cache_dir": None}
+    contexts, futures = [], []
     try:
         for target in targets:
             contexts.append(_open_context(lib, target, device, cache_dir))
@@ -329,8 +340,10 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         grid = [(ctx, name, job) for job in jobs_of_grid for ctx, name in zip(contexts, summary["targets"])]
         t0 = time.monotonic()
         # ctypes releases the GIL during each call, so NVRTC compiles run in parallel.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid))) as pool:
-            futures = [pool.submit(_plan_one, lib, *job, tune=tune) for job in grid]
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid)))
+        try:
+            for job in grid:
+                futures.append(pool.submit(_plan_one, lib, *job, tune=tune))
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 r = future.result()
                 if r.kind == "skipped":
@@ -345,13 +358,26 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
                     summary["tuned"] += r.tuned[0]
                 if verbose:
                     _print_outcome(r, done, len(grid), t0)
+        except BaseException:
+            # Ctrl-C (or an error) ends the run now: the queued shapes are dropped rather than compiled
+            # first, as leaving a `with` block would.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         for ctx, b in zip(contexts, before):
             after = _stats(lib, ctx)
             summary["compiled"] += after.compiles - b.compiles
             summary["cached"] += after.disk_hits - b.disk_hits
             summary["in_memory"] += after.memory_hits - b.memory_hits
             summary["compile_ms"] += after.compile_ms - b.compile_ms
+            summary["corrupt"] += after.corrupt_entries - b.corrupt_entries
+            summary["write_failures"] += after.write_failures - b.write_failures
     finally:
+        # context.h: a context must not be destroyed while another thread uses it. The plans still being
+        # made (at most `jobs`) finish first; a second Ctrl-C during that wait leaves the contexts to the
+        # process's exit rather than free them under a running plan (a crash). wait() would never count a
+        # shape the shutdown cancelled as done.
+        concurrent.futures.wait([f for f in futures if not f.cancelled()])
         for ctx in contexts:
             lib.fsa_context_destroy(ctx)
     return summary
@@ -376,8 +402,3 @@ def _eta(t0, done, total):
         return ""
     return f", about {int(left) // 60} min {int(left) % 60:02d} s left" if left >= 60 else f", about {left:.0f} s left"
 
-
-if __name__ == "__main__":  # python -m fsa_jit.precompile: the fsa-precompile command
-    from .cli import precompile_main
-
-    sys.exit(precompile_main())
