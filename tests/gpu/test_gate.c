@@ -112,6 +112,7 @@ static void run_case(const gate_case *c)
 
     float *got = malloc(3 * n * sizeof(float)), *dg = malloc(3 * rows * sizeof(float));
     uint16_t *img[2] = {malloc(img_bytes), malloc(img_bytes)}, *db_img = malloc(img_bytes);
+    unsigned char *first_db[3] = {NULL, NULL, NULL}, *first_dg = NULL; /* the first run's gradient buffers, whole */
     for (int run = 0; run < 2; run++) {
         fsa_test_dfill(d_o, 0xff, img_bytes);
         fsa_test_dfill(d_dg, 0xff, 3 * rows * sizeof(float));
@@ -121,9 +122,20 @@ static void run_case(const gate_case *c)
         fsa_test_sync();
         download_strided(got, img[run], d_o, T, H, D, ts, hs, c->dtype);
         if (run == 1) {
-            assert_memory_equal(img[0], img[1], (size_t)T * ts * 2); /* same inputs, same bits */
+            /* Same inputs, same bits: o, and dout_branch and dgate (where left out, the poison both times). */
+            assert_memory_equal(img[0], img[1], (size_t)T * ts * 2);
+            for (int x = 0; x < 3; x++) {
+                unsigned char *again = fsa_test_image(d_db[x], img_bytes);
+                assert_memory_equal(first_db[x], again, img_bytes);
+                free(again);
+            }
+            unsigned char *dg_again = fsa_test_image(d_dg, 3 * rows * sizeof(float));
+            assert_memory_equal(first_dg, dg_again, 3 * rows * sizeof(float));
+            free(dg_again);
             continue;
         }
+        for (int x = 0; x < 3; x++) first_db[x] = fsa_test_image(d_db[x], img_bytes);
+        first_dg = fsa_test_image(d_dg, 3 * rows * sizeof(float));
         const double tol = c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 2e-3;
         double err = fsa_rel_error(got, o_ref, n);
         attn_row_err row = attn_row_error(got, o_ref, T, H, D);
@@ -164,7 +176,9 @@ static void run_case(const gate_case *c)
         fsa_test_dfree(d_db[x]);
         free(out[x]);
         free(gate[x]);
+        free(first_db[x]);
     }
+    free(first_dg);
     fsa_test_dfree(d_o);
     fsa_test_dfree(d_dout);
     fsa_test_dfree(d_dg);

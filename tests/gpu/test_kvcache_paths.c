@@ -7,12 +7,36 @@
  * every run. */
 #include "kvcache_fixture.h"
 
+#include "attention/kvcache.h"
+#include "jit/context.h"
+
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Whether plans here must take both paths: on sm_90a with a driver that encodes tensor maps and launches
+ * clusters (every CUDA 12 one), every case here has stages of whole page boxes, so it copies by tensor
+ * maps, and with them a cluster's share always fits in shared memory (fsa_kvc_cluster_fits). Elsewhere
+ * a plan may take neither, and the bit comparisons only show that the switch changes nothing. */
+static int paths_expected(void)
+{
+    return kvc_ctx->arch.major == 9 && kvc_ctx->arch.suffix == 'a' && kvc_ctx->cu->TensorMapEncodeTiled != NULL &&
+           kvc_ctx->cu->LaunchKernelEx != NULL;
+}
+
+/* What the plan records for the path that the environment variable `off` switches. */
+static int path_taken(const fsa_kvcache_plan *plan, const char *off)
+{
+    if (strcmp(off, "FSA_KVC_TMA") == 0) return plan->tma;
+    assert_string_equal(off, "FSA_KVC_CLUSTER");
+    return plan->cluster;
+}
 
 /* A plan of the case's descriptor made with the environment variable
  * `off` set to 0 (a path turned off), and the two plans' outputs on one
- * problem: both against the reference, and the same bits. */
+ * problem: both against the reference, and the same bits. The plan without
+ * the path never takes it, and where the path applies the other one does:
+ * else the two would run the same kernel and the bits prove nothing. */
 static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, const kvc_case *c, const char *off,
                                             uint64_t seed, const char *with_name, const char *without_name)
 {
@@ -22,6 +46,11 @@ static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, const kvc
     const fsa_status st = fsa_kvcache_plan_create(&without, kvc_ctx, d);
     unsetenv(off);
     assert_int_equal(st, FSA_STATUS_OK);
+    assert_false(path_taken(without, off));
+    if (paths_expected())
+        assert_true(path_taken(with, off));
+    else
+        print_message("  %s: %s not required on %s: the same bits only\n", c->name, with_name, kvc_ctx->target);
     kvc_problem p;
     kvc_problem_make(&p, c, seed);
     kvc_problem_reference(&p);
@@ -120,6 +149,9 @@ static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **sta
         const fsa_status st = fsa_kvcache_plan_create(&rows, kvc_ctx, &d);
         unsetenv("FSA_KVC_TMA");
         assert_int_equal(st, FSA_STATUS_OK);
+        /* The wide tiles above took tensor maps where they apply; these rows did not. */
+        if (paths_expected()) assert_true(kvc_plan_of(ci)->tma);
+        assert_false(rows->tma);
         kvc_run_and_check(rows, &p, "wide tiles, row copies", NULL);
         fsa_kvcache_plan_destroy(rows);
         kvc_problem_free(&p);

@@ -451,8 +451,16 @@ static void test_the_backward_matches_the_reference_gradients_on_every_case(void
         if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
 }
 
+/* Every output of a forward and a backward poisoned (o's padding too, so that images of two runs compare). */
+static void poison_outputs(const win_problem *p, const grads *g)
+{
+    poison_grads(g);
+    fsa_test_dfill(p->do_, 0xff, p->o_bytes);
+    fsa_test_dfill(p->dlse, 0xff, p->lse_bytes);
+}
+
 /* Forward and backward captured in one CUDA graph replay to the bits of
- * direct calls. */
+ * direct calls: o, lse and the three gradients. */
 static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(void **state)
 {
     (void)state;
@@ -466,11 +474,12 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
     grads g;
     const fsa_window_bwd_args ba = bwd_args_of(&g, &p, c, plan, dout);
     uint16_t *direct[3], *replay[3];
-    poison_grads(&g);
+    poison_outputs(&p, &g);
     assert_int_equal(fsa_window_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
     assert_int_equal(fsa_window_attention_bwd(plan, &ba, NULL), FSA_STATUS_OK);
     fsa_test_sync();
     download_grads(&g, NULL, direct, c->dtype);
+    unsigned char *direct_o = fsa_test_image(p.do_, p.o_bytes), *direct_lse = fsa_test_image(p.dlse, p.lse_bytes);
 
     fsa_test_graph graph;
     fsa_test_capture_begin(&graph);
@@ -479,9 +488,13 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
         fail_msg("capture: %s", fsa_last_error());
     fsa_test_capture_end(&graph);
     for (int rep = 0; rep < 2; rep++) {
-        poison_grads(&g);
-        fsa_test_dfill(p.do_, 0xff, p.o_bytes);
+        poison_outputs(&p, &g);
         fsa_test_graph_replay(&graph);
+        unsigned char *o = fsa_test_image(p.do_, p.o_bytes), *lse = fsa_test_image(p.dlse, p.lse_bytes);
+        assert_memory_equal(direct_o, o, p.o_bytes);
+        assert_memory_equal(direct_lse, lse, p.lse_bytes);
+        free(o);
+        free(lse);
         download_grads(&g, NULL, replay, c->dtype);
         for (int i = 0; i < 3; i++) {
             assert_memory_equal(direct[i], replay[i], g.bytes[i]);
@@ -490,6 +503,8 @@ static void test_a_graph_captured_forward_and_backward_replay_to_the_same_bits(v
     }
     fsa_test_graph_free(&graph);
     for (int i = 0; i < 3; i++) free(direct[i]);
+    free(direct_o);
+    free(direct_lse);
     free(dout);
     grads_release(&g);
     problem_release(&p);

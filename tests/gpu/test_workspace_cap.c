@@ -4,7 +4,8 @@
  * and backward, and a forward plus backward at T = 65536 runs in exactly
  * that workspace, writes every gradient and matches the float64 reference on
  * spot rows of the forward. Under small caps the backward runs in chunks of KV heads, or of
- * one head and several token chunks; both match the float64 reference, and
+ * one head and several token chunks; both match the float64 reference (the
+ * uncapped forward's o and lse too), and
  * against the uncapped call: o, lse and dq are the same bits, dk and dv too
  * under head chunks whose launches take the same work items (other items and
  * token chunks split their fp32 sums otherwise), and token chunks
@@ -385,10 +386,9 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     device_problem dp;
     device_make(&dp, &p, &c[0], plans[0]);
 
-    /* Every run's forward writes the same o (checked below), which its backward reads: dq and dk as given
-     * that o, for the per-row bounds. */
-    float *o = malloc(nq * sizeof(float));
-    assert_non_null(o);
+    /* Every run's forward writes the same o and lse (checked below), which its backward reads: dq and dk
+     * as given that o, for the per-row bounds; the uncapped forward's against the reference. */
+    outputs fwd = {NULL, NULL, NULL};
     attn_grads_given given = {NULL, NULL};
 
     run_images r[4];
@@ -398,8 +398,9 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     for (int i = 0; i < 4; i++) {
         run_plan(&r[i], plans[i], &dp, ddout, &p, base);
         if (i == 0) {
-            download_strided(o, NULL, dp.o, p.T, base->hq, p.Dv, p.o_ts, p.o_hs, base->dtype);
-            attn_grads_given_o(&given, &p, base, dout, o);
+            download_fwd(&fwd, &dp, &p, base);
+            attn_check_o_and_lse(&fwd, &p, base->hq, base->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3, base->name);
+            attn_grads_given_o(&given, &p, base, dout, fwd.o);
         }
         const double eq = attn_grad_error(r[i].dq_f, dq_ref, nq), ek = attn_grad_error(r[i].dk_f, dk_ref, nkv),
                      ev = attn_grad_error(r[i].dv_f, dv_ref, nkv);
@@ -447,7 +448,8 @@ static void chunk_case(const attn_case *base, uint64_t seed)
     }
     fsa_test_dfree(ddout);
     device_free(&dp);
-    free(dout), free(dq_ref), free(dk_ref), free(dv_ref), free(o);
+    free(dout), free(dq_ref), free(dk_ref), free(dv_ref);
+    outputs_free(&fwd);
     attn_grads_given_free(&given);
     problem_free(&p);
 }
