@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from helpers import POISON_INT32, load_library_or_skip  # noqa: E402
+from helpers import POISON_INT32, load_library_or_skip, precompile_or_skip  # noqa: E402
 
 # The binding's modules that allocate the outputs they hand to libfsa (o, lse, topk, dq, dk, dv, the
 # gates' gradients) with torch.empty.
@@ -27,14 +27,10 @@ def lib():
 def filled_cache(tmp_path_factory):
     """A disk cache holding the kernels of one small sm_80 shape, compiled once per session (NVRTC, no GPU);
     the tests that change a cache take a copy (`cache`). Skips without libfsa or NVRTC."""
-    import fsa_jit
-
     load_library_or_skip()
     where = tmp_path_factory.mktemp("filled_cache")
-    summary = fsa_jit.precompile(arch="sm_80", dtypes="f16", head_dims=(32,), groups=(1,), block_sizes=(16,),
+    summary = precompile_or_skip(arch="sm_80", dtypes="f16", head_dims=(32,), groups=(1,), block_sizes=(16,),
                                  top_k=4, cache_dir=str(where))
-    if summary["failed"] and "NO_NVRTC" in str(summary["failures"]):
-        pytest.skip("NVRTC not available")
     assert summary["failed"] == 0, summary["failures"]
     # Kernels another test already loaded come from memory, and are written here all the same.
     assert len(list(where.rglob("*.cubin"))) >= 3

@@ -4,6 +4,7 @@ use it: conftest imports this module, and the tests that need no torch (the
 ABI, CLI and loader tests) must run where torch is not installed."""
 
 import math
+import os
 
 import pytest
 
@@ -99,14 +100,60 @@ def assert_one_rounding_step(a, b, what, terms):
     return int((steps > 0).sum())
 
 
+def gpu_required():
+    """Whether FSA_TEST_REQUIRE_GPU is set to anything but "" or "0" (as the C tests read it): the machine is
+    meant to run the GPU tests, so what would skip them (no CUDA device for torch, no libfsa, a libfsa without
+    an entry point they need) is a failure instead, not a suite of skips that passes."""
+    return os.environ.get("FSA_TEST_REQUIRE_GPU", "") not in ("", "0")
+
+
+def skip_or_fail(reason):
+    """pytest.skip(reason) (at module level too); with FSA_TEST_REQUIRE_GPU set (gpu_required), pytest.fail."""
+    if gpu_required():
+        pytest.fail(f"{reason}; FSA_TEST_REQUIRE_GPU={os.environ['FSA_TEST_REQUIRE_GPU']} says the GPU tests run "
+                    "here", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def cuda_torch_or_skip():
+    """torch, for a GPU test module: the module skips (fails under FSA_TEST_REQUIRE_GPU) when torch is not
+    installed or sees no CUDA device."""
+    try:
+        import torch
+    except ImportError as e:
+        skip_or_fail(f"torch not available: {e}")
+    if not torch.cuda.is_available():
+        skip_or_fail("no CUDA device")
+    return torch
+
+
 def load_library_or_skip(backward=False):
-    """The loaded libfsa; the test skips when there is none, or (backward) when it has no backward entry points."""
+    """The loaded libfsa; the test skips when there is none, or (backward) when it has no backward entry points
+    (fails instead under FSA_TEST_REQUIRE_GPU: skip_or_fail)."""
     from fsa_jit import _lib
 
     try:
         lib = _lib.get()
     except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+        skip_or_fail(f"libfsa not available: {str(e).splitlines()[0]}")
     if backward and not lib.has_backward:
-        pytest.skip(f"{lib.path} has no backward entry points")
+        skip_or_fail(f"{lib.path} has no backward entry points")
     return lib
+
+
+def precompile_or_skip(**grid):
+    """fsa_jit.precompile(**grid)'s summary; the test skips only where NVRTC is missing: precompile raises
+    FsaError with FSA_STATUS_NO_NVRTC, or every shape that failed failed for that. Any other FsaError is
+    raised (the test fails: a refused target, a damaged cache directory are no reason to skip)."""
+    import fsa_jit
+    from fsa_jit import _lib
+
+    try:
+        summary = fsa_jit.precompile(**grid)
+    except fsa_jit.FsaError as e:
+        if e.status != _lib.FSA_STATUS_NO_NVRTC:
+            raise
+        pytest.skip(f"NVRTC not available: {e}")
+    if summary["failed"] and all("NO_NVRTC" in str(message) for _, message in summary["failures"]):
+        pytest.skip(f"NVRTC not available: {summary['failures'][0][1]}")
+    return summary

@@ -4,9 +4,9 @@ compiles each plan's kernels (later runs find them in the disk cache)."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from helpers import cuda_torch_or_skip, load_library_or_skip, skip_or_fail
+
+torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE_GPU)
 
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, attention  # noqa: E402
@@ -20,16 +20,13 @@ LSE_ATOL = 2e-3
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    try:
-        return _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    return load_library_or_skip()
 
 
 @pytest.fixture
 def backward(library):
     if not library.has_backward:
-        pytest.skip(f"{library.path} has no backward entry points")
+        skip_or_fail(f"{library.path} has no backward entry points")
 
 
 def case(dtype, D, Hkv, G, BK, K, seqlens, layout="hkt", q_view="contiguous", algorithm="auto", scale=None,

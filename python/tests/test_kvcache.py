@@ -5,9 +5,9 @@ and selection changed in place, and a torch.compile call."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from helpers import cuda_torch_or_skip, load_library_or_skip
+
+torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE_GPU)
 
 from fsa_jit import _lib  # noqa: E402
 from fsa_jit.kvcache import kvcache_attention, kvcache_attention_reference  # noqa: E402
@@ -18,10 +18,7 @@ TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 4e-3}
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    try:
-        return _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    return load_library_or_skip()
 
 
 def make_problem(seqs, hq, hkv, d, page, bk, k, dtype, hnd=False, shared=False, with_length=False, seed=0, dv=None):

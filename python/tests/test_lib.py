@@ -11,6 +11,7 @@ import pytest
 
 import fsa_jit
 from fsa_jit import _lib
+from helpers import precompile_or_skip
 
 
 def test_explicit_path_that_does_not_load(monkeypatch, tmp_path):
@@ -134,12 +135,7 @@ def test_precompile_arguments():
 def test_precompile_offline(lib, tmp_path):
     grid = dict(arch="sm_80", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16, 48), top_k=4,
                 cache_dir=str(tmp_path))
-    try:
-        first = fsa_jit.precompile(**grid)
-    except fsa_jit.FsaError as e:
-        pytest.skip(f"cannot compile here: {e}")
-    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
-        pytest.skip("NVRTC not available")
+    first = precompile_or_skip(**grid)
     assert first["failed"] == 0, first["failures"]
     assert first["plans"] == 1 and first["skipped"] == 1  # block size 48 is not supported
     assert first["targets"] == ["sm_80"] and first["cache_dir"] == str(tmp_path)
@@ -154,12 +150,7 @@ def test_precompile_offline_compressed_and_window_plans(lib, tmp_path):
     grid = dict(arch="sm_80", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16,), top_k=4,
                 cache_dir=str(tmp_path), kinds="compressed,window", kernel_size=16, stride=16, window=64,
                 value_dim=16)
-    try:
-        first = fsa_jit.precompile(**grid)
-    except fsa_jit.FsaError as e:
-        pytest.skip(f"cannot compile here: {e}")
-    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
-        pytest.skip("NVRTC not available")
+    first = precompile_or_skip(**grid)
     assert first["failed"] == 0, first["failures"]
     assert first["plans"] == 2 and first["skipped"] == 0
     assert first["compiled"] + first["cached"] + first["in_memory"] > 0
@@ -179,12 +170,7 @@ def test_precompile_kind_arguments():
 def test_precompile_offline_kvcache_and_gate_plans(lib, tmp_path):
     grid = dict(arch="sm_90a", dtypes="bf16", head_dims=(32,), groups=(2,), block_sizes=(16,), top_k=4,
                 cache_dir=str(tmp_path), kinds="kvcache,gate", page_sizes=(16, 48))
-    try:
-        first = fsa_jit.precompile(**grid)
-    except fsa_jit.FsaError as e:
-        pytest.skip(f"cannot compile here: {e}")
-    if first["failed"] and "NO_NVRTC" in str(first["failures"]):
-        pytest.skip("NVRTC not available")
+    first = precompile_or_skip(**grid)
     assert first["failed"] == 0, first["failures"]
     # kvcache at page 16 and the gate are made; page 48 is not a page size the library takes.
     assert first["plans"] == 2 and first["skipped"] == 1

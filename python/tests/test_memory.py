@@ -6,9 +6,9 @@ ones."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from helpers import cuda_torch_or_skip
+
+torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE_GPU)
 
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib  # noqa: E402

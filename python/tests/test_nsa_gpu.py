@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from helpers import cuda_torch_or_skip, load_library_or_skip, skip_or_fail
+
+torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE_GPU)
 
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, _nsa_node  # noqa: E402
@@ -25,10 +25,7 @@ TIE = 1e-3  # block scores closer than this may come out in either order
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    try:
-        return _lib.get()
-    except _lib.FsaLibraryNotFound as e:
-        pytest.skip(f"libfsa not available: {str(e).splitlines()[0]}")
+    return load_library_or_skip()
 
 
 def has_window_backward(lib):
@@ -191,7 +188,7 @@ def test_window_attention(library, c, poisoned_outputs):
     check_rows(o, out["o_win"], TOLERANCE[c["dtype"]][0])
     check_lse(lse, out["lse_win"])
     if not has_window_backward(library):
-        pytest.skip(f"{library.path} has no sliding-window backward")
+        skip_or_fail(f"{library.path} has no sliding-window backward")
     o = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"])
     grads = torch.autograd.grad(o, (x["q"], x["k"], x["v"]), do)
     want = torch.autograd.grad(out["o_win"], (leaves["q"], leaves["k"], leaves["v"]), do.double())
@@ -202,9 +199,9 @@ def test_window_attention(library, c, poisoned_outputs):
 
 def needs_the_whole_layer(library, c, backward):
     if c["Dk"] != c["Dv"] and not selected_takes_value_dim():
-        pytest.skip("this libfsa's selected attention needs Dk == Dv")
+        skip_or_fail("this libfsa's selected attention needs Dk == Dv")
     if backward and not has_window_backward(library):
-        pytest.skip(f"{library.path} has no sliding-window backward")
+        skip_or_fail(f"{library.path} has no sliding-window backward")
 
 
 @pytest.mark.parametrize("c", CASES, ids=case_id)

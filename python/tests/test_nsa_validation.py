@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, _nsa_node, attention, compressed, window  # noqa: E402
 from fsa_jit.nsa import nsa_attention  # noqa: E402
+from helpers import skip_or_fail  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +88,7 @@ def test_the_selection_limits_strides_per_kernel():
 
 def test_compressed_offsets_on_another_device():
     if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device to mix devices")
+        skip_or_fail("needs a CUDA device to mix devices")
     p = cmp_problem(device="cuda")
     p["cu_seqlens_c"] = p["cu_seqlens_c"].cpu()
     expect(fsa_jit.compressed_attention, ValueError, r"cu_seqlens_c must be a CUDA tensor", **p)

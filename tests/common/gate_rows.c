@@ -42,6 +42,9 @@ void gate_rows_scale(const gate_rows *gr, const float *dout, int dv, float *gate
         for (int d = 0; d < dv; d++) gated[r * dv + d] = gr->g[r] * dout[r * dv + d];
 }
 
+/* INFINITY when a row's gradient or its rowsum is not finite: fmax drops a NaN operand, so a NaN row of o
+ * (left unwritten by the forward) or of dout would otherwise take its row out of the comparison, and an
+ * infinite pair would give inf - inf = NaN. */
 double gate_rows_grad_error(const gate_rows *gr, const float *dout, const float *o, int dv)
 {
     const size_t rows = (size_t)gr->T * gr->H;
@@ -49,10 +52,10 @@ double gate_rows_grad_error(const gate_rows *gr, const float *dout, const float 
     assert_non_null(got);
     fsa_test_d2h(got, gr->grad, rows * sizeof(float));
     double worst = 0.0, scale = 1e-30;
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t r = 0; r < rows && worst < INFINITY; r++) {
         double want = 0.0;
         for (int d = 0; d < dv; d++) want += (double)dout[r * dv + d] * o[r * dv + d];
-        worst = fmax(worst, isnan(got[r]) ? INFINITY : fabs(got[r] - want));
+        worst = isfinite(got[r]) && isfinite(want) ? fmax(worst, fabs(got[r] - want)) : INFINITY;
         scale = fmax(scale, fabs(want));
     }
     free(got);

@@ -150,16 +150,37 @@ float fsa_f16_to_f32(uint16_t x)
     return f;
 }
 
+int fsa_test_gpu_required(void)
+{
+    const char *v = getenv("FSA_TEST_REQUIRE_GPU");
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+void fsa_test_exit_without_gpu(const char *why, ...)
+{
+    char text[2048];
+    va_list ap;
+    va_start(ap, why);
+    vsnprintf(text, sizeof text, why, ap);
+    va_end(ap);
+    if (fsa_test_gpu_required()) {
+        fprintf(stderr, "FAILED: no usable GPU, and FSA_TEST_REQUIRE_GPU=%s says there is one: %s\n",
+                getenv("FSA_TEST_REQUIRE_GPU"), text);
+        exit(1);
+    }
+    fprintf(stderr, "skipping: no usable GPU (%s)\n", text);
+    exit(FSA_TEST_SKIP_CODE);
+}
+
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir)
 {
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
     o.cache_dir = cache_dir;
     fsa_context *ctx = NULL;
     fsa_status st = fsa_context_create(&ctx, &o);
-    if (st == FSA_STATUS_NO_DRIVER || st == FSA_STATUS_NO_DEVICE || st == FSA_STATUS_UNSUPPORTED_DEVICE) {
-        fprintf(stderr, "skipping: no usable GPU (%s)\n", fsa_last_error());
-        exit(FSA_TEST_SKIP_CODE);
-    }
+    if (st == FSA_STATUS_NO_DRIVER || st == FSA_STATUS_NO_DEVICE || st == FSA_STATUS_UNSUPPORTED_DEVICE)
+        fsa_test_exit_without_gpu("fsa_context_create returned %s; last error: %s", fsa_status_name(st),
+                                  fsa_last_error());
     if (st != FSA_STATUS_OK) {
         fprintf(stderr, "context creation failed: %s\n", fsa_last_error());
         exit(1);

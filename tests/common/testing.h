@@ -87,8 +87,18 @@ void fsa_test_capture_end(fsa_test_graph *g);
 void fsa_test_graph_replay(const fsa_test_graph *g);
 void fsa_test_graph_free(fsa_test_graph *g);
 
+/* Whether FSA_TEST_REQUIRE_GPU is set (to anything but "" or "0"): the
+ * machine is meant to have a usable GPU, so a GPU test that finds none must
+ * fail, not skip (a driver-loader or device-detection bug would otherwise
+ * turn the GPU suite into skips that pass). */
+int fsa_test_gpu_required(void);
+/* Leaves a GPU test that found no usable GPU (`why`, printf-style): exit 77
+ * (skipped), or exit 1 with the reason when fsa_test_gpu_required(). */
+__attribute__((noreturn, format(printf, 1, 2))) void fsa_test_exit_without_gpu(const char *why, ...);
+
 /* Exits the process with 77 (CTest: skipped) unless a context can be made on
- * device 0. Returns that context otherwise. */
+ * device 0 (exit 1 instead when fsa_test_gpu_required()). Returns that context
+ * otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
 /* A second context on the same device with check mode on (after
  * fsa_test_gpu_context_or_skip); exits on failure. */

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs GPU tests under compute-sanitizer, each on its quick subset
 # (FSA_TEST_QUICK=1), and prints one line per test: clean, errors, failed,
-# skipped (no GPU: exit 77) or cut (past the time limit, with no error
-# reported before it).
+# ran no test (exit 0 without one passed test: a filter that matched
+# nothing, every case skipped), skipped (no GPU: exit 77) or cut (past the
+# time limit, with no error reported before it).
 #
 #   tests/gpu/sanitize.sh BUILD_DIR [TEST ...]
 #
@@ -10,8 +11,11 @@
 # them. Environment: FSA_SANITIZE_TOOL (memcheck; racecheck, initcheck and
 # synccheck work too), FSA_SANITIZE_SECONDS (per test, 600), COMPUTE_SANITIZER
 # (the program; else compute-sanitizer on PATH or in /usr/local/cuda/bin).
-# Exit status: 0 when no test reported an error or failed, else 1. A cut test
-# counts as neither: its line says how far it got (the log keeps the rest).
+# Exit status: 0 when no test reported an error, failed or ran no test, and at
+# least one ran (clean, or cut after a passed test), else 1: every test
+# skipped is a failure, not a clean run (test_multi_gpu skipping on a one-GPU
+# machine among clean tests is fine). A cut test counts as neither: its line
+# says how far it got (the log keeps the rest).
 set -uo pipefail
 
 usage() { echo "usage: $0 BUILD_DIR [TEST ...]" >&2; exit 2; }
@@ -39,6 +43,7 @@ export FSA_TEST_QUICK=1 FSA_TEST_TMPDIR="$build/tests/tmp" FSA_TEST_BINARY_DIR="
 mkdir -p "$FSA_TEST_TMPDIR"
 
 bad=0
+ran=0
 for t in "${tests[@]}"; do
   exe="$build/tests/$t"
   log="$logs/$t.$tool.log"
@@ -61,6 +66,7 @@ for t in "${tests[@]}"; do
       bad=1
     else
       echo "$t: cut after ${seconds} s, no error reported before ($passed tests passed)"
+      [ "$passed" -gt 0 ] && ran=$((ran + 1))
     fi
   elif [ $rc -eq 77 ]; then
     echo "$t: skipped (no usable GPU)"
@@ -70,8 +76,17 @@ for t in "${tests[@]}"; do
   elif [ $rc -ne 0 ]; then
     echo "$t: failed with exit status $rc, ${summary:-no summary} (see $log)"
     bad=1
+  elif [ "$passed" -eq 0 ]; then
+    # cmocka exits 0 when its filter matched no test or every test called skip().
+    echo "$t: ran no test (exit 0 and no passed test), ${summary:-no summary} (see $log)"
+    bad=1
   else
     echo "$t: clean, ${summary:-no summary}, $passed tests passed in ${took} s"
+    ran=$((ran + 1))
   fi
 done
+if [ $bad -eq 0 ] && [ $ran -eq 0 ]; then
+  echo "no test ran: all ${#tests[@]} skipped or were cut before one passed (no usable GPU?)"
+  bad=1
+fi
 exit $bad

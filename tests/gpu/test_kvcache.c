@@ -37,6 +37,33 @@ static int case_selected(size_t i)
     return !(quick && atoi(quick)) || kvc_cases[i].quick;
 }
 
+/* Every name in FSA_TEST_CASES must be a case of the fixture: a mistyped list would select nothing, and
+ * the tests that run the cases would pass having checked none. Exits 1 otherwise. */
+static void check_the_case_list(void)
+{
+    const char *only = getenv("FSA_TEST_CASES");
+    if (only == NULL) return;
+    int named = 0;
+    for (const char *at = only;; at++) {
+        const size_t n = strcspn(at, ",");
+        if (n > 0) {
+            size_t i = 0;
+            while (i < kvc_n_cases && (strlen(kvc_cases[i].name) != n || strncmp(kvc_cases[i].name, at, n) != 0)) i++;
+            if (i == kvc_n_cases) {
+                fprintf(stderr, "FSA_TEST_CASES=%s: no case is named \"%.*s\"\n", only, (int)n, at);
+                exit(1);
+            }
+            named++;
+        }
+        at += n;
+        if (*at == '\0') break;
+    }
+    if (named == 0) {
+        fprintf(stderr, "FSA_TEST_CASES is set but names no case\n");
+        exit(1);
+    }
+}
+
 static void run_cases(int with_dv)
 {
     for (size_t i = 0; i < kvc_n_cases; i++) {
@@ -291,6 +318,7 @@ int main(void)
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
      * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    check_the_case_list();
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, kvc_fixture_setup, kvc_fixture_teardown);
 }

@@ -3,7 +3,8 @@
  * selected forward, and a paged-cache batch as a server with a model split
  * over its GPUs runs it), and two processes (this binary run again, one per
  * device) sharing one cold cache directory. Every output is checked against
- * the CPU float64 reference. Exits 77 (skipped) with fewer than two GPUs. */
+ * the CPU float64 reference. Exits 77 (skipped) with fewer than two GPUs
+ * (need_two_gpus: FSA_TEST_REQUIRE_GPU turns a missing driver into a failure). */
 #include "attention_problem.h"
 #include "kvcache_fixture.h"
 
@@ -26,13 +27,22 @@ static const kvc_case g_kvc_case = {"bf16_d128_g4_page64", BF, 128, 16, 4, 64, 1
                                     {{1, 3000}, {4, 500}, {1, 0}, {8, 64}, {1, 30000}, {3, 65}},
                                     6, KVC_TOPK_HTK, 0, 1, 1, 0};
 
-/* The device count, or exit 77 when there are fewer than two. */
+/* Exits 77 (skipped) with fewer than two GPUs. Without a driver or a device
+ * at all (the driver does not load, cuDeviceGetCount fails, or it counts
+ * none) that is exit 1 instead under FSA_TEST_REQUIRE_GPU
+ * (fsa_test_exit_without_gpu); one GPU is a skip either way. */
 static void need_two_gpus(void)
 {
     const fsa_cu_api *cu = NULL;
     int n = 0;
-    if (fsa_cu_load(&cu) != FSA_STATUS_OK || cu->DeviceGetCount(&n) != CUDA_SUCCESS || n < N_DEV) {
-        fprintf(stderr, "skipping: needs %d GPUs (%d usable: %s)\n", N_DEV, n, fsa_last_error());
+    const fsa_status st = fsa_cu_load(&cu);
+    if (st != FSA_STATUS_OK)
+        fsa_test_exit_without_gpu("fsa_cu_load returned %s; last error: %s", fsa_status_name(st), fsa_last_error());
+    const CUresult r = cu->DeviceGetCount(&n);
+    if (r != CUDA_SUCCESS) fsa_test_exit_without_gpu("cuDeviceGetCount failed with CUresult %d", (int)r);
+    if (n < 1) fsa_test_exit_without_gpu("the driver counts no device");
+    if (n < N_DEV) {
+        fprintf(stderr, "skipping: needs %d GPUs (%d present)\n", N_DEV, n);
         exit(FSA_TEST_SKIP_CODE);
     }
     if (!cu->StreamCreate || !cu->StreamDestroy || !cu->StreamSynchronize) {
