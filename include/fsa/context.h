@@ -59,7 +59,8 @@ typedef struct fsa_context_options {
                                  FSA_CACHE_DIR counts as unset too) */
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
-    int log;                /**< 1 = warnings to stderr; -1 = never; 0 = $FSA_LOG */
+    int log;                /**< 1 = warnings to stderr; -1 = never (but a dump that
+                                 *   $FSA_JIT_DUMP asked for reports its failures); 0 = $FSA_LOG */
     /** Check mode: 1 = on, -1 = off, 0 = $FSA_CHECK (on for 1, on, true, yes). Each call
      *  of a plan of this context first runs a small kernel that validates cu_seqlens
      *  (starts at 0, never falls, ends at total_tokens, no sequence over max_seqlen when
@@ -92,8 +93,9 @@ typedef struct fsa_context_options {
  * Creates a context: opens the device (retaining its primary context) or,
  * with FSA_DEVICE_NONE, only records the target; resolves the cache
  * directory and modes from the options and the environment. NVRTC is not
- * loaded here but the first time a kernel must be compiled (without it, only
- * cached kernels can be used). A cache
+ * loaded here but the first time a context with JIT on asks for a kernel
+ * (its version is part of every kernel key, cache hits included; without
+ * it, only a context with JIT off can use cached kernels). A cache
  * directory that cannot be used is not an error: kernels then stay in memory
  * (one warning when logging is on).
  * @param[out] out      the new context, or NULL on failure. The caller owns it

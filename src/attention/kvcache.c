@@ -12,6 +12,7 @@
 #include "base/util.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -116,7 +117,10 @@ static int tma_wanted(const fsa_context *ctx, const fsa_kvcache_desc *d)
 static unsigned long long stamp_number(const char *s, char **end)
 {
     const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-    return strtoull(s, end, hex ? 16 : 10);
+    errno = 0;
+    const unsigned long long v = strtoull(s, end, hex ? 16 : 10);
+    if (errno == ERANGE) *end = (char *)s; /* past 64 bits: not a number (the caller refuses it) */
+    return v;
 }
 
 /* Workspace: a counter per (sequence, KV head) (CTAs done; zero between

@@ -32,6 +32,19 @@ static fsa_status parse_cache_mode(fsa_cache_mode *out, fsa_cache_mode requested
     return FSA_STATUS_OK;
 }
 
+/* An on / off environment switch: unset or empty gives `fallback`; a value
+ * that is neither (FSA_CHECK=enable) is refused rather than read as off. */
+static fsa_status env_switch(int *out, const char *name, int fallback)
+{
+    const char *raw = getenv(name);
+    const int v = fsa_env_flag(name, -1);
+    if (v < 0 && raw && *raw)
+        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "%s=%s: expected on or off (1, true, yes / 0, "
+                             "false, no)", name, raw);
+    *out = v < 0 ? fallback : v;
+    return FSA_STATUS_OK;
+}
+
 static fsa_status parse_jit(int *out, fsa_jit_mode requested)
 {
     if (requested == FSA_JIT_ON || requested == FSA_JIT_OFF) {
@@ -41,13 +54,7 @@ static fsa_status parse_jit(int *out, fsa_jit_mode requested)
     if (requested != FSA_JIT_DEFAULT)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "unknown JIT mode %d",
                              (int)requested);
-    int v = fsa_env_flag("FSA_JIT", -1);
-    const char *raw = getenv("FSA_JIT");
-    if (v < 0 && raw && *raw)
-        return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, "context", "FSA_JIT=%s: expected on or off",
-                             raw);
-    *out = v != 0;
-    return FSA_STATUS_OK;
+    return env_switch(out, "FSA_JIT", 1);
 }
 
 /* off, on, force: 0, 1, 2 (the attention layer's fsa_tune_level). */
@@ -124,11 +131,16 @@ cleanup:
 
 static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *requested_dir)
 {
-    if (mode == FSA_CACHE_MODE_OFF) return;
+    /* The reasons go into every later "not cached" error too (cache_note). */
+    if (mode == FSA_CACHE_MODE_OFF) {
+        ctx->cache_note = strdup("the cache mode is off");
+        return;
+    }
     /* An empty directory means "not set", as for FSA_CACHE_DIR="". */
     ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
     if (ctx->cache_dir == NULL) {
         fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
+        ctx->cache_note = strdup("no cache directory: FSA_CACHE_DIR, XDG_CACHE_HOME and HOME are unset");
         return;
     }
     fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);
@@ -164,9 +176,11 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     pthread_mutex_init(&ctx->fill_lock, NULL);
     ctx->target = ctx->arch.name;
     ctx->device = o.device;
-    ctx->log = o.log > 0 ? 1 : o.log < 0 ? 0 : fsa_env_flag("FSA_LOG", 0);
+    ctx->log = o.log > 0 ? 1 : 0;
+    if (o.log == 0) FSA_CHECK(env_switch(&ctx->log, "FSA_LOG", 0));
     FSA_APPENDED_FIELD(fsa_context_options, check, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
-    ctx->check = o.check > 0 ? 1 : o.check < 0 ? 0 : fsa_env_flag("FSA_CHECK", 0) == 1;
+    ctx->check = o.check > 0 ? 1 : 0;
+    if (o.check == 0) FSA_CHECK(env_switch(&ctx->check, "FSA_CHECK", 0));
     FSA_APPENDED_FIELD(fsa_context_options, tune, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
     FSA_CHECK(parse_tune(&ctx->tune, o.tune));
 

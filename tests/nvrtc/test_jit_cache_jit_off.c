@@ -201,6 +201,16 @@ static void test_jit_off_with_a_refused_cache_says_why_there_is_no_cache(void **
     assert_int_equal(chmod(dir, 0700), 0);
 }
 
+static void test_jit_off_with_the_cache_mode_off_says_so(void **state)
+{
+    const char *dir = *state;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_OFF, FSA_JIT_OFF, -1);
+    fsa_module *m = NULL;
+    assert_int_equal(get_fill(&m, ctx, fresh_unroll()), FSA_STATUS_JIT_DISABLED);
+    assert_non_null(strstr(fsa_last_error(), "no disk cache (the cache mode is off)"));
+    fsa_context_destroy(ctx);
+}
+
 static void test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off(void **state)
 {
     (void)state;
@@ -230,6 +240,7 @@ int main(int argc, char **argv)
         T(test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it),
         T(test_with_jit_off_an_entry_that_another_nvrtc_built_is_used),
         T(test_jit_off_with_a_refused_cache_says_why_there_is_no_cache),
+        T(test_jit_off_with_the_cache_mode_off_says_so),
         T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
     };
 #undef T

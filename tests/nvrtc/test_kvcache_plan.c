@@ -102,7 +102,9 @@ static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
 {
     (void)state;
     const char *bad[] = {"0x10000",           "0x10000:4096",       "0:99999999",        "0x10000:99999999x",
-                         "0x10000:-99999999", "-0x10000:99999999", "0x10000 :99999999", "0x10000:"};
+                         "0x10000:-99999999", "-0x10000:99999999", "0x10000 :99999999", "0x10000:",
+                         /* past 64 bits: strtoull's ULLONG_MAX is not an address or a size */
+                         "99999999999999999999999:5300000", "0x10000:999999999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("FSA_KVC_STAMPS", bad[i], 1);
         expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));

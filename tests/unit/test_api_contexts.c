@@ -219,6 +219,40 @@ static void test_a_bad_fsa_jit_value_is_an_invalid_argument(void **state)
     assert_int_equal(create_offline_with_env("FSA_JIT", "1", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
 }
 
+/* An offline context whose log and check options leave them to FSA_LOG and FSA_CHECK, created with `name`
+ * set to `value`. */
+static fsa_status create_reading_switch(const char *name, const char *value)
+{
+    fsa_context_options o = offline_options("sm_80");
+    o.log = 0;
+    o.check = 0;
+    fsa_context *ctx = NULL;
+    assert_int_equal(setenv(name, value, 1), 0);
+    const fsa_status st = fsa_context_create(&ctx, &o);
+    unsetenv(name);
+    if (st != FSA_STATUS_OK) assert_null(ctx);
+    fsa_context_destroy(ctx);
+    return st;
+}
+
+/* FSA_CHECK=enable read as off would drop the validation its user asked for. */
+static void test_a_bad_fsa_check_or_fsa_log_value_is_an_invalid_argument(void **state)
+{
+    (void)state;
+    const char *names[] = {"FSA_CHECK", "FSA_LOG"}, *bad[] = {"enable", "2", "y"};
+    for (size_t n = 0; n < 2; n++) {
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, create_reading_switch(names[n], bad[i]));
+            assert_non_null(strstr(fsa_last_error_info()->message, names[n]));
+        }
+        assert_int_equal(create_reading_switch(names[n], "off"), FSA_STATUS_OK);
+        assert_int_equal(create_reading_switch(names[n], "YES"), FSA_STATUS_OK);
+        assert_int_equal(create_reading_switch(names[n], ""), FSA_STATUS_OK);
+    }
+    /* An explicit option overrides the variable, which is then not read. */
+    assert_int_equal(create_offline_with_env("FSA_LOG", "bogus", FSA_CACHE_MODE_OFF), FSA_STATUS_OK);
+}
+
 static void test_unknown_cache_and_jit_mode_options_are_invalid_arguments(void **state)
 {
     (void)state;
@@ -325,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_a_negative_device_other_than_none_is_an_invalid_argument),
         cmocka_unit_test(test_a_bad_fsa_cache_mode_value_is_an_invalid_argument),
         cmocka_unit_test(test_a_bad_fsa_jit_value_is_an_invalid_argument),
+        cmocka_unit_test(test_a_bad_fsa_check_or_fsa_log_value_is_an_invalid_argument),
         cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
         cmocka_unit_test(test_a_default_cache_directory_too_long_for_a_path_is_not_shortened),
         cmocka_unit_test(test_destroying_null_is_fine),
