@@ -101,11 +101,11 @@ def _compress_means(xs, cu_seqlens, kernel_size, stride):
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
     starts = [a + j * stride for a, n in zip(cu, counts) for j in range(n)]
     cu_c = torch.tensor(_offsets(counts), dtype=torch.int32, device=cu_seqlens.device)
-    if not starts:
-        return tuple(x.new_zeros((0,) + tuple(x.shape[1:])) for x in xs), cu_c
     out = []
     for x in xs:
-        idx = torch.tensor(starts, device=x.device)[:, None] + torch.arange(kernel_size, device=x.device)
+        # No window that fits still gathers (an empty index): the result stays differentiable in x.
+        idx = torch.tensor(starts, dtype=torch.long, device=x.device)[:, None] + torch.arange(kernel_size,
+                                                                                               device=x.device)
         out.append(x[idx].float().mean(dim=1).to(x.dtype))
     return tuple(out), cu_c
 

@@ -15,6 +15,7 @@ only; cu_seqlens' values are checked by validate=True.
 """
 
 import ctypes
+import numbers
 
 import torch
 
@@ -24,7 +25,8 @@ from . import attention as _att
 from . import compressed as _cmp
 
 def head_windows_of(window, hq):
-    """(window, head windows) from an int or a sequence of Hq ints: (W, ()) or (0, (W_0, .., W_Hq-1))."""
+    """(window, head windows) from an int, or a list, tuple or 1-D tensor of Hq ints: (W, ()) or
+    (0, (W_0, .., W_Hq-1))."""
     if isinstance(window, (list, tuple)) or (isinstance(window, torch.Tensor) and window.dim() == 1):
         values = window.tolist() if isinstance(window, torch.Tensor) else list(window)
         if len(values) != hq:
@@ -34,6 +36,8 @@ def head_windows_of(window, hq):
         for i, w in enumerate(values):
             _cmp.require_int(f"window[{i}]", w, 1, 2**31 - 1)
         return 0, tuple(int(w) for w in values)
+    if not isinstance(window, numbers.Integral):  # isinstance, not hasattr: it traces under torch.compile
+        raise TypeError(f"window must be an int, or a list, tuple or 1-D tensor of Hq ints, got {type(window).__name__}")
     _cmp.require_int("window", window, 1, 2**31 - 1)
     return int(window), ()
 
@@ -221,7 +225,7 @@ def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, 
     q [T, Hq, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv]: fp16 or bf16 on one CUDA device, any strides
     (a tensor libfsa cannot read in place, such as one whose last dim is not contiguous, is copied); group
     Hq / Hkv up to 16; Dk and Dv multiples of 16 up to 256. cu_seqlens: int32 [B + 1].
-    window: an int W, or a sequence of Hq ints (one window per query head; at most 256 heads): the query at
+    window: an int W, or a list, tuple or 1-D tensor of Hq ints (one window per query head; at most 256 heads): the query at
     position i of its sequence, in query head qh, sees keys i - W_qh + 1 .. i. A 1-D tensor of Hq windows is
     taken too, but its values are read on the host at every call (.tolist(): a host synchronization, which
     no CUDA graph capture allows, when it is on the GPU); pass a list or tuple. scale: None = 1/sqrt(Dk).

@@ -108,6 +108,7 @@ def test_a_valid_window_call_fails_only_on_the_device():
     (dict(window=True), TypeError, r"window must be an int"),
     (dict(window=[4, 4, 4]), ValueError, r"per-head windows: one per query head \(4\), got 3"),
     (dict(window=[4, 0, 4, 4]), ValueError, r"window\[1\] must be 1"),
+    (dict(window=range(1, 5)), TypeError, r"window must be an int, or a list, tuple or 1-D tensor of Hq ints, got range"),
     (dict(q=torch.randn(12, 4, 40).bfloat16(), k=torch.randn(12, 2, 40).bfloat16()), ValueError,
      r"head_dim 40 is not supported"),
     (dict(cu_seqlens=torch.tensor([[0, 12]], dtype=torch.int32)), ValueError, r"cu_seqlens must be 1-D"),
@@ -332,6 +333,17 @@ def test_compress_mean_takes_a_1d_integer_tensor_of_offsets(cu, error, match):
     expect(compress_mean, error, match, x=torch.randn(40, 2, 32), cu_seqlens=cu)
     x_cmp, cu_c = compress_mean(torch.randn(40, 2, 32), torch.tensor([0, 40]), kernel_size=8, stride=4)
     assert x_cmp.shape == (9, 2, 32) and cu_c.tolist() == [0, 9]  # int64 offsets are fine
+
+
+def test_compress_mean_with_no_window_that_fits_stays_differentiable_in_x():
+    from fsa_jit.nsa import compress_mean
+
+    x = torch.randn(10, 2, 16, requires_grad=True)
+    x_cmp, cu_c = compress_mean(x, torch.tensor([0, 5, 10]), kernel_size=8, stride=4)  # both sequences shorter than 8
+    assert x_cmp.shape == (0, 2, 16) and cu_c.tolist() == [0, 0, 0]
+    assert x_cmp.requires_grad
+    (grad,) = torch.autograd.grad(x_cmp.float().sum(), x)
+    assert torch.equal(grad, torch.zeros_like(x))
 
 
 def on_gpu(p, **elsewhere):

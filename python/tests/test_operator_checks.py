@@ -465,6 +465,22 @@ def test_compiled_calls_whose_ints_vary_still_trace(fake):
     assert len(graphs) >= 2
 
 
+def test_compiled_calls_whose_scale_varies_still_trace(fake):
+    # A float that changes between calls becomes a symbolic float: the scale check must trace through it
+    # (math.isfinite on it cannot go into a full graph).
+    def forward(q, k, v, topk_idx, cu_seqlens, scale):
+        o = fsa_jit.selected_attention(q, k, v, topk_idx, cu_seqlens, 16, max_seqlen=4, scale=scale)
+        return o + fsa_jit.window_attention(q, k, v, cu_seqlens, 3, scale=scale)
+
+    graphs = []
+    compiled = compile_capturing(forward, graphs)
+    p = selected()
+    tensors = [p[n] for n in ("q", "k", "v", "topk_idx", "cu_seqlens")]
+    for scale in (0.5, 0.25, 0.125):
+        assert compiled(*tensors, scale).shape == (10, 4, 32)
+    assert len(graphs) >= 2
+
+
 @pytest.mark.parametrize("name", ["lse", "dout"])
 def test_a_direct_backward_call_with_lse_or_dout_on_another_gpu_is_refused(fake, name):
     p = selected_bwd()
