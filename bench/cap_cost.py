@@ -31,7 +31,8 @@ def rows(paths):
                 print(f"# {path}: no complete row", file=sys.stderr)
                 continue
         for r in data["rows"]:
-            out[(r["T"], r["G"], r["D"])] = r
+            # dtype: compare.py's per row, fsa-bench's beside the rows; files from before either had one: bf16
+            out[(r["T"], r["G"], r["D"], r.get("dtype", data.get("dtype", "bf16")))] = r
     return out
 
 
@@ -60,17 +61,19 @@ def main():
     if len(args) != 2:
         sys.exit("usage: cap_cost.py [--labels A,B] A.json[,A2.json...] B.json[,B2.json...]")
     capped, free = rows(args[0]), rows(args[1])
-    print(f"| T | G | fwd {a} | fwd {b} | cost | bwd {a} | bwd {b} | cost | "
+    dtypes = len({k[3] for k in capped}) > 1  # a dtype column only where the rows have several
+    print(f"| T | G | {'dtype | ' if dtypes else ''}fwd {a} | fwd {b} | cost | bwd {a} | bwd {b} | cost | "
           f"fwd ws / - {a} | bwd ws / peak {a} | fwd ws / - {b} | bwd ws / peak {b} |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for key in sorted(capped, key=lambda k: (-k[0], k[1], k[2])):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if dtypes else ""))
+    for key in sorted(capped, key=lambda k: (-k[0], k[1], k[2], str(k[3]))):
         u = free.get(key)
         if u is None:
             continue
-        T, G, _ = key
+        T, G, _, dtype = key
         cf, cb, cm = times(capped[key])
         uf, ub, um = times(u)
-        print(f"| {T} | {G} | {fmt(cf)} | {fmt(uf)} | {cost(cf, uf)} | {fmt(cb)} | {fmt(ub)} | {cost(cb, ub)} | "
+        dt = f"{dtype} | " if dtypes else ""
+        print(f"| {T} | {G} | {dt}{fmt(cf)} | {fmt(uf)} | {cost(cf, uf)} | {fmt(cb)} | {fmt(ub)} | {cost(cb, ub)} | "
               f"{cm[0]} | {cm[1]} | {um[0]} | {um[1]} |")
 
 

@@ -133,12 +133,15 @@ def sdpa(q, k, v):
         return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
 
 
-def chosen_algorithm(q, k, topk):
+def chosen_algorithm(q, k, topk, algorithm, workspace_limit):
     """The path libfsa takes for this problem, asked of the plan the call cached."""
     lib = _lib.get()
+    code, limit = _lib.ALGORITHMS[algorithm.lower()], _lib.parse_workspace_limit(workspace_limit)
     for key, plan in attention._plans.items():
-        # key: device, dtype, head_dim, Hq, Hkv, block_size, top_k, ...
-        if key[0] == q.device.index and key[3:7] == (q.shape[1], k.shape[1], BK, topk.shape[2]):
+        # key: device, dtype, head_dim, Hq, Hkv, block_size, top_k, scale, algorithm, workspace_limit, ...
+        # (attention._get_plan); plans of another dtype, algorithm or cap may be cached too.
+        if (key[0] == q.device.index and key[1] == q.dtype and key[3:7] == (q.shape[1], k.shape[1], BK, topk.shape[2])
+                and key[8] == code and key[9] == limit):
             algo, reason = ctypes.c_int(), ctypes.c_char_p()
             st = lib.fsa_plan_algorithm(ctypes.byref(algo), ctypes.byref(reason), plan.handle, q.shape[0])
             lib.check(st, "fsa_plan_algorithm")
@@ -198,7 +201,8 @@ def run_one(T, G, args):
                 workspace_limit=args.workspace_limit)
 
     row["fsa_fwd_ms"] = try_measure("fsa_jit fwd", lambda: fsa_jit.selected_attention(q, k, v, **call), args, errors)
-    row["fsa_path"] = chosen_algorithm(q, k, topk) if row["fsa_fwd_ms"] is not None else None
+    row["fsa_path"] = (chosen_algorithm(q, k, topk, args.algorithm, args.workspace_limit)
+                       if row["fsa_fwd_ms"] is not None else None)
 
     qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
 

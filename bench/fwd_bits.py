@@ -1,6 +1,6 @@
 """Whether two settings of the selected forward give the same bits: o and lse of the standard problem
-(bf16, Hq 32, D 128, BK 64, K 16, one sequence of T tokens) under each case's environment, compared with
-torch.equal, plus the largest difference when they are not equal.
+(bf16, Hq 32, D 128, BK 64, K 16, one sequence of T tokens) under each case's environment, compared bit
+for bit (not torch.equal's values: +0 == -0, NaN != NaN), plus the largest difference when they are not equal.
 
     FSA_LIBRARY=build/libfsa.so python3 bench/fwd_bits.py 8192:4 8192:1:FSA_FWD_WG=10 ...
 
@@ -19,6 +19,16 @@ import fsa_jit  # noqa: E402
 from fsa_jit.cli import _selection  # noqa: E402
 
 D, HQ, BK, K = 128, 32, 64, 16
+
+
+def same_bits(a, b):
+    """Bit for bit (torch.equal compares values: +0 == -0, NaN != NaN); another shape or dtype is not the same."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.detach().view(bits), b.detach().view(bits))
+
+
 inputs, base = {}, {}
 for spec in sys.argv[1:]:
     T, G, *env = spec.split(":")
@@ -38,13 +48,13 @@ for spec in sys.argv[1:]:
     for e in env:
         del os.environ[e.split("=")[0]]
     fsa_jit.clear_plans()
-    same_run = torch.equal(o, o2) and torch.equal(lse, lse2)
+    same_run = same_bits(o, o2) and same_bits(lse, lse2)
     if (T, G) not in base:
         base[(T, G)] = (o, lse, spec)
         print(f"{spec}: baseline; run to run {'same bits' if same_run else 'DIFFERENT bits'}", flush=True)
         continue
     bo, blse, bspec = base[(T, G)]
-    eq = torch.equal(o, bo) and torch.equal(lse, blse)
+    eq = same_bits(o, bo) and same_bits(lse, blse)
     dmax = (o.float() - bo.float()).abs().max().item()
     print(f"{spec}: {'same bits as' if eq else 'DIFFERENT from'} {bspec} (max |do| {dmax:.3g}); run to run "
           f"{'same bits' if same_run else 'DIFFERENT bits'}", flush=True)

@@ -18,6 +18,9 @@ for v in sys.argv[1].split(";"):
     name, _, envs = v.partition("=")
     env = dict(e.split("=", 1) for e in envs.split("/") if "=" in e)
     variants.append((name, env))
+# Cleared before each variant: a variable one variant sets must not reach the next variant or shape.
+named = {"FSA_WGMMA"} | {key for _, env in variants for key in env}
+start_env = {key: os.environ[key] for key in named if key in os.environ}
 shapes = [tuple(int(y) for y in x.split(":")) for x in sys.argv[2].split(",")]
 dtype = torch.bfloat16 if sys.argv[3] == "bf16" else torch.float16
 out = open(sys.argv[4], "a")
@@ -31,7 +34,7 @@ for T, G in shapes:
         cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
         step = lambda: fsa_jit.selected_attention(q, k, v, topk, cu, BK, max_seqlen=T)
         for label, env in variants:
-            for key in ("FSA_WGMMA",):
+            for key in named:
                 os.environ.pop(key, None)
             os.environ.update(env)
             _att.clear_plans()
@@ -58,3 +61,6 @@ for T, G in shapes:
             print(line); out.write(line + "\n"); out.flush()
         del q, k, v, topk
         torch.cuda.empty_cache()
+for key in named:  # the environment the script started with
+    os.environ.pop(key, None)
+os.environ.update(start_env)

@@ -7,7 +7,8 @@ layout is read from templates/kvc_params.cuh). Per row (L, B, G, q_len,
 selection) it prints the kernel's span (first CTA entry to last exit, %globaltimer), how the CTAs fill
 it (starts, lengths, CTAs alive per SM), and the mean length of each phase of
 a CTA with a tile (clock64 cycles, turned into ns by each CTA's own ratio of
-cycles to %globaltimer ns). Usage: kvc_stamps.py FILE [FILE...]
+cycles to %globaltimer ns). Usage: kvc_stamps.py FILE [FILE...]; with several
+FILEs, each row of each file is its own (headed by the file's name).
 """
 import collections
 import gzip
@@ -50,12 +51,12 @@ def mean(xs):
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def report(key, recs):
+def report(key, recs, source=""):
     L, B, G, q_len, mode = key
     t0 = min(r[T_ENTRY] for r in recs)
     t1 = max(r[T_END] for r in recs)
     work = [r for r in recs if r[FLAGS] & 2]
-    print(f"\n### L {L} B {B} G {G} q_len {q_len} {MODES[mode]}: {len(recs)} CTAs ({len(work)} with a tile), "
+    print(f"\n### {source}L {L} B {B} G {G} q_len {q_len} {MODES[mode]}: {len(recs)} CTAs ({len(work)} with a tile), "
           f"span {(t1 - t0) / 1e3:.2f} us")
     if not work:
         return
@@ -143,9 +144,10 @@ def main():
             key, n = tuple(int(x) for x in f[1:6]), int(f[6])
             words = [int(x) for x in f[7:7 + n]]
             recs = [words[i:i + WORDS] for i in range(0, n, WORDS)]
-            rows.setdefault(key, []).extend(r + [0] * (WORDS - len(r)) for r in recs if r[FLAGS])
-    for key, recs in rows.items():
-        report(key, recs)
+            # keyed by file too: the same row in another file is another call (its own clock and span)
+            rows.setdefault((fn, key), []).extend(r + [0] * (WORDS - len(r)) for r in recs if r[FLAGS])
+    for (fn, key), recs in rows.items():
+        report(key, recs, f"{fn}: " if len(sys.argv) > 2 else "")
 
 
 if __name__ == "__main__":
