@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from bits import same_bits  # bench/bits.py, beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from fsa_jit.compressed import compressed_attention  # noqa: E402
 from fsa_jit.nsa import compress_mean  # noqa: E402
@@ -26,14 +28,6 @@ L, STRIDE, W = 32, 16, 512
 
 def digest(t):
     return hashlib.sha256(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
-
-
-def same_bits(a, b):
-    """Bit for bit (torch.equal compares values: +0 == -0, NaN != NaN); another shape or dtype is not the same."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.detach().view(bits), b.detach().view(bits))
 
 
 def case(name, hq, g, dk, dv, lens):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from bits import same_bits  # bench/bits.py, beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import fsa_jit  # noqa: E402
 from fsa_jit.cli import _selection  # noqa: E402
@@ -24,14 +26,6 @@ D, HQ, BK, K = 128, 32, 64, 16
 
 def digest(t):
     return hashlib.sha256(t.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
-
-
-def same_bits(a, b):
-    """Bit for bit (torch.equal compares values: +0 == -0, NaN != NaN); another shape or dtype is not the same."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.detach().view(bits), b.detach().view(bits))
 
 
 inputs = {}

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from bits import same_bits  # bench/bits.py, beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 
@@ -37,14 +39,6 @@ def cases(T):
 
 def digest(x):
     return hashlib.sha256(x.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
-
-
-def same_bits(a, b):
-    """Bit for bit (torch.equal compares values: +0 == -0, NaN != NaN); another shape or dtype is not the same."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.detach().view(bits), b.detach().view(bits))
 
 
 def save(path, T, only):
