@@ -173,14 +173,13 @@ static void test_a_negative_device_other_than_none_is_an_invalid_argument(void *
     assert_null(ctx);
 }
 
-static fsa_status create_offline_with_env(const char *name, const char *value, fsa_cache_mode mode)
+/* A context of options o created with the environment variable `name` set to `value` (restored after). */
+static fsa_status create_with_env(const fsa_context_options *o, const char *name, const char *value)
 {
-    fsa_context_options o = offline_options("sm_80");
-    o.cache_mode = mode;
     fsa_context *ctx = NULL;
     char *saved = getenv(name) ? strdup(getenv(name)) : NULL;
     assert_int_equal(setenv(name, value, 1), 0);
-    fsa_status st = fsa_context_create(&ctx, &o);
+    fsa_status st = fsa_context_create(&ctx, o);
     if (saved) {
         setenv(name, saved, 1);
         free(saved);
@@ -190,6 +189,13 @@ static fsa_status create_offline_with_env(const char *name, const char *value, f
     if (st != FSA_STATUS_OK) assert_null(ctx);
     fsa_context_destroy(ctx);
     return st;
+}
+
+static fsa_status create_offline_with_env(const char *name, const char *value, fsa_cache_mode mode)
+{
+    fsa_context_options o = offline_options("sm_80");
+    o.cache_mode = mode;
+    return create_with_env(&o, name, value);
 }
 
 static void test_a_bad_fsa_cache_mode_value_is_an_invalid_argument(void **state)
@@ -226,13 +232,7 @@ static fsa_status create_reading_switch(const char *name, const char *value)
     fsa_context_options o = offline_options("sm_80");
     o.log = 0;
     o.check = 0;
-    fsa_context *ctx = NULL;
-    assert_int_equal(setenv(name, value, 1), 0);
-    const fsa_status st = fsa_context_create(&ctx, &o);
-    unsetenv(name);
-    if (st != FSA_STATUS_OK) assert_null(ctx);
-    fsa_context_destroy(ctx);
-    return st;
+    return create_with_env(&o, name, value);
 }
 
 /* FSA_CHECK=enable read as off would drop the validation its user asked for. */
