@@ -336,7 +336,13 @@ fsa_status fsa_module_get(fsa_module **out, const fsa_jit_env *env, const fsa_ke
     *out = NULL;
     const fsa_nvrtc_api *nvrtc = env_nvrtc(env);
     FSA_CHECK(fsa_compile_options_for(&opts, env->target));
-    fsa_key_inputs in = {req->family, req->params, req->n_params, nvrtc ? nvrtc->key_version : NULL, env->target,
+    /* Without NVRTC the lookup takes the entry of any NVRTC that the driver
+     * can load: that limit belongs to the key of the process-wide table (an
+     * offline context, with no limit, must not hand a device context a cubin
+     * its driver refuses); the disk comparison ignores the nvrtc line. */
+    char none[32] = "none";
+    if (nvrtc == NULL && env->driver_major > 0) snprintf(none, sizeof none, "none cuda%d", env->driver_major);
+    fsa_key_inputs in = {req->family, req->params, req->n_params, nvrtc ? nvrtc->key_version : none, env->target,
                          opts.opts, opts.count};
     FSA_CHECK(fsa_key_build(&key, &in));
 

@@ -188,6 +188,39 @@ static void test_with_jit_off_an_entry_that_another_nvrtc_built_is_used(void **s
     assert_int_equal(run_self(args, env), 0);
 }
 
+/* An entry of an NVRTC newer than every driver: an offline context (no
+ * driver) loads it, and then a context whose driver is older must still be
+ * refused it, not given the copy the process already holds. */
+static void test_a_kernel_an_offline_context_loaded_is_not_handed_to_an_older_driver(void **state)
+{
+    const char *dir = *state;
+    cached_fill c = cache_a_fresh_fill(dir);
+    fill_req f;
+    fill_req_init(&f, c.u);
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
+    fsa_key_inputs in = {"fill", f.params, 1, "99.0", FILL_TARGET, opts.opts, opts.count};
+    fsa_kernel_key future;
+    assert_int_equal(fsa_key_build(&future, &in), FSA_STATUS_OK);
+    size_t size = 0;
+    const void *cubin = fsa_module_cubin(c.m, &size);
+    fsa_disk_cache *dc = open_disk(dir);
+    assert_int_equal(fsa_disk_cache_publish(dc, &future, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(unlink(c.path), 0);
+    fsa_key_free(&future);
+
+    fsa_context *offline = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_OFF, -1);
+    fsa_module *m = NULL;
+    assert_int_equal(get_fill(&m, offline, c.u), FSA_STATUS_OK);
+    fsa_jit_env older = offline->env;
+    older.driver_major = 12;
+    m = NULL;
+    assert_int_equal(fsa_module_get(&m, &older, &f.req), FSA_STATUS_JIT_DISABLED);
+    assert_null(m);
+    fsa_context_destroy(offline);
+}
+
 static void test_jit_off_with_a_refused_cache_says_why_there_is_no_cache(void **state)
 {
     const char *dir = *state;
@@ -239,6 +272,7 @@ int main(int argc, char **argv)
         T(test_without_nvrtc_cached_kernels_load_and_uncached_ones_fail_with_no_nvrtc),
         T(test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it),
         T(test_with_jit_off_an_entry_that_another_nvrtc_built_is_used),
+        T(test_a_kernel_an_offline_context_loaded_is_not_handed_to_an_older_driver),
         T(test_jit_off_with_a_refused_cache_says_why_there_is_no_cache),
         T(test_jit_off_with_the_cache_mode_off_says_so),
         T(test_a_cache_root_baked_into_an_image_serves_another_user_with_jit_off),
