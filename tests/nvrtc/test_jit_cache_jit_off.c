@@ -161,27 +161,32 @@ static void test_jit_off_never_loads_nvrtc_so_a_broken_libnvrtc_cannot_harm_it(v
     free(broken);
 }
 
+/* The cached fill c's entry replaced by the same kernel as NVRTC `version`
+ * would have keyed it. */
+static void rekey_as_built_by(const char *dir, const cached_fill *c, const char *version)
+{
+    fill_req f;
+    fill_req_init(&f, c->u);
+    fsa_compile_options opts;
+    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
+    fsa_key_inputs in = {"fill", f.params, 1, version, FILL_TARGET, opts.opts, opts.count};
+    fsa_kernel_key other;
+    assert_int_equal(fsa_key_build(&other, &in), FSA_STATUS_OK);
+    assert_string_not_equal(other.hex, fsa_module_key_hex(c->m));
+    size_t size = 0;
+    const void *cubin = fsa_module_cubin(c->m, &size);
+    fsa_disk_cache *dc = open_disk(dir);
+    assert_int_equal(fsa_disk_cache_publish(dc, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
+    fsa_disk_cache_close(dc);
+    assert_int_equal(unlink(c->path), 0);
+    fsa_key_free(&other);
+}
+
 static void test_with_jit_off_an_entry_that_another_nvrtc_built_is_used(void **state)
 {
     const char *dir = *state;
     cached_fill c = cache_a_fresh_fill(dir);
-
-    /* The same kernel as another NVRTC version would have keyed it. */
-    fill_req f;
-    fill_req_init(&f, c.u);
-    fsa_compile_options opts;
-    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
-    fsa_key_inputs in = {"fill", f.params, 1, "12.0", FILL_TARGET, opts.opts, opts.count};
-    fsa_kernel_key other;
-    assert_int_equal(fsa_key_build(&other, &in), FSA_STATUS_OK);
-    assert_string_not_equal(other.hex, fsa_module_key_hex(c.m));
-    size_t size = 0;
-    const void *cubin = fsa_module_cubin(c.m, &size);
-    fsa_disk_cache *dc = open_disk(dir);
-    assert_int_equal(fsa_disk_cache_publish(dc, &other, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
-    fsa_disk_cache_close(dc);
-    assert_int_equal(unlink(c.path), 0);
-    fsa_key_free(&other);
+    rekey_as_built_by(dir, &c, "12.0");
 
     const char *args[] = {"disk-hit", dir, c.us, "0", "0", NULL};
     const char *env[] = {"FSA_JIT=off", NULL};
@@ -195,20 +200,9 @@ static void test_a_kernel_an_offline_context_loaded_is_not_handed_to_an_older_dr
 {
     const char *dir = *state;
     cached_fill c = cache_a_fresh_fill(dir);
+    rekey_as_built_by(dir, &c, "99.0");
     fill_req f;
     fill_req_init(&f, c.u);
-    fsa_compile_options opts;
-    assert_int_equal(fsa_compile_options_for(&opts, FILL_TARGET), FSA_STATUS_OK);
-    fsa_key_inputs in = {"fill", f.params, 1, "99.0", FILL_TARGET, opts.opts, opts.count};
-    fsa_kernel_key future;
-    assert_int_equal(fsa_key_build(&future, &in), FSA_STATUS_OK);
-    size_t size = 0;
-    const void *cubin = fsa_module_cubin(c.m, &size);
-    fsa_disk_cache *dc = open_disk(dir);
-    assert_int_equal(fsa_disk_cache_publish(dc, &future, FILL_TARGET, cubin, size, "fsa_fill_u32"), FSA_STATUS_OK);
-    fsa_disk_cache_close(dc);
-    assert_int_equal(unlink(c.path), 0);
-    fsa_key_free(&future);
 
     fsa_context *offline = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_OFF, -1);
     fsa_module *m = NULL;
