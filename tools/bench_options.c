@@ -90,10 +90,11 @@ static int not_taken(const char *option, int value, const char *takes)
     return usage_error("%s", what);
 }
 
-/* The modes main() dispatches on argv[1] only (their options are their own). */
-static int is_mode_word(const char *word)
+bench_mode_word bench_mode_of(const char *word)
 {
-    return strcmp(word, "--decode") == 0 || strcmp(word, "--compressed") == 0 || strcmp(word, "--window") == 0;
+    if (strcmp(word, "--decode") == 0) return BENCH_MODE_DECODE;
+    if (strcmp(word, "--compressed") == 0 || strcmp(word, "--window") == 0) return BENCH_MODE_BRANCHES;
+    return BENCH_MODE_NONE;
 }
 
 enum {
@@ -171,7 +172,7 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         case ':': return usage_error("option '%s' needs a value", tool_bad_option(bad, optopt, argv, optind));
         case '?': {
             const char *word = tool_bad_option(bad, optopt, argv, optind);
-            if (is_mode_word(word))
+            if (bench_mode_of(word) != BENCH_MODE_NONE)
                 return usage_error("%s: the mode word must come first (fsa-bench MODE [OPTIONS])", word);
             return usage_error("unknown option '%s'", word);
         }

@@ -37,4 +37,9 @@ typedef struct options {
  * internal second process of --jit. */
 int bench_options_parse(options *o, const char **jit_child, int argc, char **argv);
 
+/* The modes with options of their own, named by their word as the first
+ * argument (main dispatches on it; after another option it is a usage error). */
+typedef enum { BENCH_MODE_NONE, BENCH_MODE_DECODE, BENCH_MODE_BRANCHES } bench_mode_word;
+bench_mode_word bench_mode_of(const char *word);
+
 #endif

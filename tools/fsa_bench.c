@@ -20,7 +20,6 @@
 #include "tool_args.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #define CU(call) BENCH_CU("", call)
 
@@ -158,9 +157,9 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
 
 int main(int argc, char **argv)
 {
-    if (argc >= 2 && strcmp(argv[1], "--decode") == 0) return fsa_bench_decode(argc - 1, argv + 1);
-    if (argc >= 2 && (strcmp(argv[1], "--compressed") == 0 || strcmp(argv[1], "--window") == 0))
-        return fsa_bench_branches(argc - 1, argv + 1);
+    const bench_mode_word mode = argc >= 2 ? bench_mode_of(argv[1]) : BENCH_MODE_NONE;
+    if (mode == BENCH_MODE_DECODE) return fsa_bench_decode(argc - 1, argv + 1);
+    if (mode == BENCH_MODE_BRANCHES) return fsa_bench_branches(argc - 1, argv + 1);
     options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
                  .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
                  .min_ms = 100.0, .warmup_ms = 25.0};
