@@ -43,18 +43,23 @@ export COMPUTE_SANITIZER=$work/sanitizer.sh FSA_FAKE_SANITIZER=$here/../fake/fak
 export FSA_SANITIZE_SECONDS=1 FSA_SANITIZE_LOGS=$work/logs
 failures=0
 
+judge() { # <what ran> <exit status wanted> <line wanted (grep pattern)> <exit status> <output>
+  local what=$1 want_rc=$2 want_line=$3 rc=$4 out=$5
+  if [ "$rc" -ne "$want_rc" ] || ! grep -q -- "$want_line" <<<"$out"; then
+    echo "FAIL: $what: wanted exit $want_rc and a line matching '$want_line', got exit $rc:"
+    echo "$out"
+    failures=$((failures + 1))
+  else
+    echo "ok: $what -> exit $rc: $(grep -- "$want_line" <<<"$out" | head -1)"
+  fi
+}
+
 expect() { # <exit status wanted> <line wanted (grep pattern)> <test names...>
   local want_rc=$1 want_line=$2 out rc
   shift 2
   out=$(bash "$script" "$work/build" "$@" 2>&1)
   rc=$?
-  if [ "$rc" -ne "$want_rc" ] || ! grep -q -- "$want_line" <<<"$out"; then
-    echo "FAIL: $*: wanted exit $want_rc and a line matching '$want_line', got exit $rc:"
-    echo "$out"
-    failures=$((failures + 1))
-  else
-    echo "ok: $* -> exit $rc: $(grep -- "$want_line" <<<"$out" | head -1)"
-  fi
+  judge "$*" "$want_rc" "$want_line" "$rc" "$out"
 }
 
 expect 0 '^test_clean: clean, ERROR SUMMARY: 0 errors, 2 tests passed' test_clean
@@ -95,13 +100,7 @@ gpu_expect() { # <exit status wanted> <stderr wanted (grep pattern)> <driver fol
   out=$(env "$@" FSA_TEST_TMPDIR="$work/tmp" LD_LIBRARY_PATH="$driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         "$bin/$test" 2>&1 >/dev/null)
   rc=$?
-  if [ "$rc" -ne "$want_rc" ] || ! grep -q -- "$want_line" <<<"$out"; then
-    echo "FAIL: $test with $* on $driver: wanted exit $want_rc and a line matching '$want_line', got exit $rc:"
-    echo "$out"
-    failures=$((failures + 1))
-  else
-    echo "ok: $test with $* on $(basename "$driver") -> exit $rc: $(grep -- "$want_line" <<<"$out" | head -1)"
-  fi
+  judge "$test with $* on $(basename "$driver")" "$want_rc" "$want_line" "$rc" "$out"
 }
 missing=""
 for f in test_fill test_multi_gpu test_kvcache fake_cuda/libcuda.so.1 fake_nvrtc/libnvrtc_fake.so; do
