@@ -236,12 +236,14 @@ void device_make(device_problem *dp, const problem *p, const attn_case *c, const
     dp->v = upload_strided(p->v, p->T, c->hkv, p->Dv, p->v_ts, p->v_hs, c->dtype);
     dp->o_bytes = (size_t)p->T * p->o_ts * 2;
     dp->o = fsa_test_dalloc(dp->o_bytes);
+    fsa_test_dfill(dp->o, 0xff, dp->o_bytes); /* outputs poisoned: a call that reads o before a forward wrote it sees NaN */
     size_t topk_bytes = (size_t)c->hkv * p->T * c->k * 4;
     dp->topk = fsa_test_dalloc(topk_bytes);
     fsa_test_h2d(dp->topk, p->topk, topk_bytes);
     dp->cu = fsa_test_dalloc((size_t)(p->B + 1) * 4);
     fsa_test_h2d(dp->cu, p->cu, (size_t)(p->B + 1) * 4);
     dp->lse = fsa_test_dalloc((size_t)c->hq * p->T * 4);
+    fsa_test_dfill(dp->lse, 0xff, (size_t)c->hq * p->T * 4);
     assert_int_equal(fsa_plan_workspace_size(&dp->ws_bytes, plan, p->T, p->B), FSA_STATUS_OK);
     if (c->ws_limit) assert_true(dp->ws_bytes <= c->ws_limit);
     if (dp->ws_bytes) dp->ws = fsa_test_dalloc(dp->ws_bytes);

@@ -207,6 +207,7 @@ static void test_bad_arguments_are_refused_before_any_launch(void **state)
     assert_int_equal(fsa_gate_plan_create(&plan, g_ctx, &desc), FSA_STATUS_OK);
 
     const uint64_t buf = fsa_test_dalloc(4096);
+    fsa_test_dfill(buf, 0, 4096); /* the calls that succeed read it */
     fsa_gate_args a = FSA_GATE_ARGS_INIT;
     a.total_tokens = 2;
     a.num_heads = 1;
