@@ -37,7 +37,9 @@ typedef enum fsa_algorithm {
 
 /** The default workspace cap (a descriptor's workspace_limit of 0) is set per
  *  call: what the outputs alive during the call leave of this budget, 2848
- *  MiB (2.986 GB), and never less than FSA_WORKSPACE_DEFAULT_MIN. A forward counts o and
+ *  MiB (2.986 GB), and never less than FSA_WORKSPACE_DEFAULT_MIN (a backward: that plus
+ *  one KV head's fp32 dK/dV accumulator over every token, T x (D + Dv) x 4 bytes, which
+ *  its token chunks carry, so long calls keep chunks of thousands of tokens). A forward counts o and
  *  lse (each token's Hq x Dv elements and Hq floats), a backward those and
  *  dq, dk and dv (Hq x D + Hkv x (D + Dv) elements more): the forward's
  *  workspace is released before the backward's gradients exist. So short
@@ -68,7 +70,7 @@ typedef struct fsa_selected_attention_desc {
     uint64_t workspace_limit; /**< cap on one call's workspace, forward and backward, in bytes:
                                    0 = the default per-call cap: what the call's outputs (o and lse; in the
                                    backward dq, dk and dv too) leave of FSA_WORKSPACE_DEFAULT_BUDGET, at least
-                                   FSA_WORKSPACE_DEFAULT_MIN,
+                                   FSA_WORKSPACE_DEFAULT_MIN (a backward: plus its T x (D + Dv) x 4 accumulator),
                                    FSA_WORKSPACE_UNLIMITED = no cap. Larger problems run in chunks of KV heads, then of
                                    tokens, that fit. */
     int backward;             /**< 1 = also prepare the backward kernels */

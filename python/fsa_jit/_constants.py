@@ -66,7 +66,8 @@ CHOICE_SOURCES = ("forced", "only_one", "heuristic", "measured")  # by fsa_choic
 
 
 # fsa/selected.h: a workspace_limit of 0 caps a call's workspace at what the outputs alive during the call leave
-# of FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN; FSA_WORKSPACE_UNLIMITED: no cap.
+# of FSA_WORKSPACE_DEFAULT_BUDGET, at least FSA_WORKSPACE_DEFAULT_MIN (a backward: plus one KV head's dK/dV
+# accumulator over every token); FSA_WORKSPACE_UNLIMITED: no cap.
 FSA_WORKSPACE_DEFAULT_BUDGET = 89 << 25
 FSA_WORKSPACE_DEFAULT_MIN = 256 << 20
 FSA_WORKSPACE_UNLIMITED = (1 << 64) - 1

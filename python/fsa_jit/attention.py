@@ -531,7 +531,8 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     workspace of each call, forward and backward alike, in bytes (an int, or
     a string such as '512M' or '2G'); None or 0 = libfsa's default cap
     (what the outputs alive during the call leave of 2848 MiB, at least
-    256 MiB: short calls run in one chunk); 'unlimited' or math.inf = no
+    256 MiB, for a backward plus one KV head's fp32 dK/dV accumulator over
+    every token: short calls run in one chunk); 'unlimited' or math.inf = no
     cap (fastest, but the workspace grows with T: gigabytes at 64K tokens).
     Larger problems run in chunks (of KV heads, then of tokens) that fit.
     validate: libfsa's check mode: a kernel first checks cu_seqlens and

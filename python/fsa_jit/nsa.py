@@ -163,8 +163,9 @@ _gate_fwd_op.register_autograd(_gate_backward, setup_context=_gate_setup)
 
 # The selected attention's workspace cap in the layer unless the caller gives one. libfsa's own default
 # leaves what the call's outputs leave of its budget; at NSA's shape (Hq 64, Dk 192 / Dv 128) and 64K tokens
-# those alone fill it, so the backward gets the 256 MiB floor and runs in 200 chunks of ~1300 tokens: 136
-# ms instead of 56 ms with 2 GiB (16 chunks; H200, bench/RESULTS.md), for 1.85 GB more peak memory.
+# those alone fill it, so the backward gets the floor (256 MiB plus one KV head's dK/dV accumulator) and runs
+# in 140 chunks of ~1870 tokens. With the 256 MiB floor alone (200 chunks of ~1300 tokens) it took 136 ms
+# instead of 56 ms with 2 GiB (16 chunks; H200, bench/RESULTS.md), for 1.85 GB more peak memory.
 SELECTED_WORKSPACE = "2G"
 
 

@@ -91,7 +91,8 @@ void fsa_fwd_chunk(int *heads_out, int64_t *tc_out, const fsa_plan *plan, int64_
  * descriptor's workspace_limit (UINT64_MAX: none), or for 0 the default:
  * what the outputs alive during the call leave of FSA_WORKSPACE_DEFAULT_BUDGET
  * (forward: o and lse; backward: those and dq, dk, dv), at least
- * FSA_WORKSPACE_DEFAULT_MIN. */
+ * FSA_WORKSPACE_DEFAULT_MIN (backward: plus one KV head's fp32 dK/dV
+ * accumulator over every token, which its token chunks carry). */
 uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);
 
 /* Backward workspace for a chunk of `heads` KV heads x `tc` tokens; dq

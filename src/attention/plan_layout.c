@@ -236,7 +236,14 @@ uint64_t fsa_call_workspace_cap(const fsa_plan *plan, fsa_op_kind op, int64_t to
     if (op == FSA_OP_BWD) per_token = add_sat(per_token, (hq * dk + hkv * (dk + dv)) * 2); /* dq, dk and dv */
     const size_t own = mul_sat((size_t)total_tokens, per_token);
     const uint64_t left = own < FSA_WORKSPACE_DEFAULT_BUDGET ? FSA_WORKSPACE_DEFAULT_BUDGET - own : 0;
-    return left > FSA_WORKSPACE_DEFAULT_MIN ? left : FSA_WORKSPACE_DEFAULT_MIN;
+    /* A backward's token chunks of one KV head carry that head's fp32 dK/dV
+     * accumulator over every token, which grows with T like the outputs: a
+     * floor without it would leave long calls (past ~250K tokens at D 128)
+     * chunks of a few tokens, millions of launches. */
+    uint64_t floor = FSA_WORKSPACE_DEFAULT_MIN;
+    if (op == FSA_OP_BWD)
+        floor = add_sat(floor, mul_sat((size_t)total_tokens, (size_t)fsa_bwd_dkv_row((int)dk, (int)dv) * 4));
+    return left > floor ? left : floor;
 }
 
 /* The bytes a layout may take under the call's cap: 16 x 256 bytes below it

@@ -72,7 +72,10 @@ static void test_a_zero_limit_is_the_default_cap_and_unlimited_is_none(void **st
     /* The forward's workspace is gone before the backward allocates dq, dk and dv. */
     assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 65536) ==
                 FSA_WORKSPACE_DEFAULT_BUDGET - 65536 * fwd_own_per_token());
-    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
+    /* Past the budget, the floor: for a backward with one KV head's fp32 dK/dV accumulator over every token. */
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 1 << 20) == FSA_WORKSPACE_DEFAULT_MIN);
+    assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 1 << 20) ==
+                FSA_WORKSPACE_DEFAULT_MIN + ((uint64_t)1 << 20) * (128 + 128) * 4);
     assert_true(fsa_call_workspace_cap(&p, FSA_OP_FWD, 1) < FSA_WORKSPACE_DEFAULT_BUDGET);
     standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
     assert_true(fsa_call_workspace_cap(&p, FSA_OP_BWD, 65536) == UINT64_MAX);
@@ -120,6 +123,33 @@ static void test_the_standard_problem_stays_within_the_default_cap(void **state)
                 /* Uncapped, the same calls at 64K tokens need gigabytes: the cap is what bounds them. */
                 if (T == 65536) assert_true(bwd_bytes(&free_plan, T) > 4 * cap);
             }
+}
+
+/* Past the budget a backward's token chunks of one KV head each carry that
+ * head's accumulator over every token (T x (D + Dv) floats); a floor that
+ * did not count it left a long call chunks of a few tokens (one token at
+ * T = 262144, G 1: millions of launches). Chunks stay thousands of tokens
+ * long at every length (at G 16, whose chunks hold more partial rows per
+ * token, over two thousand), within the cap. */
+static void test_long_backwards_keep_long_token_chunks_under_the_default_cap(void **state)
+{
+    (void)state;
+    const int groups[] = {1, 4, 16};
+    const int64_t tokens[] = {131072, 262144, 524288, 1 << 20};
+    for (int gi = 0; gi < 3; gi++)
+        for (int ti = 0; ti < 4; ti++) {
+            fsa_plan p;
+            standard_plan(&p, groups[gi], FSA_DTYPE_BF16, 0);
+            const int64_t T = tokens[ti];
+            int heads;
+            int64_t tc;
+            bwd_chunk(&heads, &tc, &p, T);
+            print_message("  G %2d T %7lld: cap %10llu, backward %10zu B, %2d heads x %6lld tokens\n", groups[gi],
+                          (long long)T, (unsigned long long)fsa_call_workspace_cap(&p, FSA_OP_BWD, T), bwd_bytes(&p, T),
+                          heads, (long long)tc);
+            assert_true(tc >= 2048);
+            assert_true(bwd_bytes(&p, T) <= fsa_call_workspace_cap(&p, FSA_OP_BWD, T));
+        }
 }
 
 static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
@@ -581,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_every_region_of_every_layout_holds_its_contents_apart_from_the_others),
         cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
+        cmocka_unit_test(test_long_backwards_keep_long_token_chunks_under_the_default_cap),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_work_items_are_sized_per_launch),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
