@@ -68,6 +68,9 @@ typedef struct fsa_bwd_args {
  * chunked as for fsa_plan_workspace_size. The smallest chunk, one KV head
  * and one token, holds that head's fp32 dK/dV over every token
  * (T * (D + Dv) * 4 bytes): a cap below it gets that chunk's size.
+ * With tuning on and no tuning record for the bucket yet, it covers every
+ * variant the call may measure and the one the record will name (each
+ * within the cap), so a workspace sized once keeps serving the calls.
  * @param[out] bytes_out    the size; 0 when there are no tokens
  * @param      plan         a plan created with desc.backward = 1
  * @param      total_tokens T

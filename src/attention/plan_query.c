@@ -109,7 +109,25 @@ fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, 
     fsa_bwd_layout l;
     FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, fsa_workspace_order(plan, FSA_OP_BWD, total_tokens),
                             STAGE));
-    *bytes_out = l.total;
+    size_t bytes = l.total;
+    fsa_choice ch;
+    fsa_choose(&ch, plan, FSA_OP_BWD, total_tokens);
+    if (ch.record_pending) {
+        /* Once the record lands, calls take its order with that order's own
+         * chunks: under a cap the NSA order's (no dq rows) are longer and
+         * its layout can be the larger. A workspace sized now holds either. */
+        fsa_candidates c;
+        fsa_candidates_of(&c, plan, FSA_OP_BWD);
+        for (int i = 0; i < c.n; i++) {
+            if (c.v[i].order == FSA_ALGORITHM_FSA) continue;
+            if (fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, c.v[i].order, STAGE) == FSA_STATUS_OK) {
+                if (l.total > bytes) bytes = l.total;
+            } else {
+                fsa_error_clear(); /* its calls fail whatever the workspace */
+            }
+        }
+    }
+    *bytes_out = bytes;
 cleanup:
     return st;
 }

@@ -152,6 +152,35 @@ static void test_long_backwards_keep_long_token_chunks_under_the_default_cap(voi
         }
 }
 
+/* A backward workspace sized while the bucket's tuning record is pending is
+ * reused once the record lands, whichever order it names: under a cap the
+ * NSA order's layout (no dq rows) takes longer chunks and can be the larger. */
+static void test_a_backward_workspace_sized_before_the_record_serves_the_order_it_names(void **state)
+{
+    (void)state;
+    const int groups[] = {4, 16};
+    const int64_t tokens[] = {65536, 131072};
+    for (int gi = 0; gi < 2; gi++)
+        for (int ti = 0; ti < 2; ti++) {
+            fsa_plan p;
+            standard_plan(&p, groups[gi], FSA_DTYPE_BF16, 0);
+            p.tune.level = FSA_TUNE_LEVEL_ON;
+            p.bwd_nsa_available = 1;
+            const int64_t T = tokens[ti];
+            fsa_candidates c;
+            fsa_candidates_of(&c, &p, FSA_OP_BWD);
+            assert_int_equal(c.n, 2);
+            const size_t pending = bwd_bytes(&p, T);
+            for (int i = 0; i < c.n; i++) {
+                atomic_store(&p.tune.slot[FSA_OP_BWD][fsa_tune_bucket(T)], i + 1);
+                const size_t recorded = bwd_bytes(&p, T);
+                print_message("  G %2d T %6lld: pending %10zu B, recorded %s %10zu B\n", groups[gi], (long long)T,
+                              pending, c.v[i].order == FSA_ALGORITHM_NSA ? "NSA" : "FSA", recorded);
+                assert_true(pending >= recorded);
+            }
+        }
+}
+
 static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
 {
     (void)state;
@@ -612,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_a_zero_limit_is_the_default_cap_and_unlimited_is_none),
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
         cmocka_unit_test(test_long_backwards_keep_long_token_chunks_under_the_default_cap),
+        cmocka_unit_test(test_a_backward_workspace_sized_before_the_record_serves_the_order_it_names),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_work_items_are_sized_per_launch),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
