@@ -106,6 +106,16 @@ FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
 
 /**
+ * Bytes at the start of the workspace that must be zero before a call: the
+ * counters (every call leaves them zero again); the rest is scratch. A
+ * caller that takes its workspace from a pool for each call (as the Python
+ * binding does) zeroes only these, not the whole workspace. At most the
+ * workspace size; 0 when that is 0.
+ * Host-only and thread-safe.
+ */
+FSA_API fsa_status fsa_kvcache_plan_workspace_counter_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
+
+/**
  * The tiling the plan uses: query tokens per tile (a sequence with at most
  * this many new tokens splits) and the number of shares it splits into.
  * Host-only and thread-safe.

@@ -57,6 +57,7 @@ SIGNATURES = {
     "fsa_kvcache_plan_create": (ctypes.c_int, [ctypes.POINTER(_vp), _vp, ctypes.POINTER(fsa_kvcache_desc)]),
     "fsa_kvcache_plan_destroy": (None, [_vp]),
     "fsa_kvcache_plan_workspace_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
+    "fsa_kvcache_plan_workspace_counter_size": (ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t), _vp]),
     "fsa_kvcache_attention": (ctypes.c_int, [_vp, ctypes.POINTER(fsa_kvcache_args), _vp]),
     "fsa_kvcache_plan_choice_get": (ctypes.c_int, [ctypes.POINTER(_lib.fsa_plan_choice), _vp]),
 }

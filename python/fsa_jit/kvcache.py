@@ -76,7 +76,7 @@ def _pow2_at_least(n):
 
 
 def _plan(lib, shape):
-    """(handle, workspace bytes) of the plan of `shape` under the tuning mode set now (set_tuning)."""
+    """(handle, workspace bytes, counter bytes) of the plan of `shape` under the tuning mode set now (set_tuning)."""
     tune = _att._tune
     key = shape + (tune,)
     plan = _plans.get(key)
@@ -94,10 +94,12 @@ def _plan(lib, shape):
             lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle),
                                                           _att._context(lib, device, validate, tune),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
-            size = ctypes.c_size_t(0)
+            size, counters = ctypes.c_size_t(0), ctypes.c_size_t(0)
             lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
                       "fsa_kvcache_plan_workspace_size")
-            plan = _plans[key] = (handle.value, size.value)
+            lib.check(_fn(lib, "fsa_kvcache_plan_workspace_counter_size")(ctypes.byref(counters), handle.value),
+                      "fsa_kvcache_plan_workspace_counter_size")
+            plan = _plans[key] = (handle.value, size.value, counters.value)
     return plan
 
 
@@ -124,7 +126,7 @@ def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_siz
     key = (device, dtype, int(head_dim), int(num_q_heads), int(num_kv_heads), int(block_size), int(top_k),
            int(page_size), int(max_batch), int(max_query_tokens), float(scale or 0.0), int(splits), False,
            int(value_dim or head_dim))
-    handle, _ = _plan(lib, key)
+    handle = _plan(lib, key)[0]
     c = _lib.fsa_plan_choice()
     lib.check(_fn(lib, "fsa_kvcache_plan_choice_get")(ctypes.byref(c), handle), "fsa_kvcache_plan_choice_get")
     return {
@@ -355,11 +357,15 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
     key = (device, q.dtype, d, hq, hkv, block_size, int(k), int(page),
            max_batch or _pow2_at_least(max(batch, 1)), max_query_tokens or _pow2_at_least(max(tq, 1)),
            scale, splits, validate, int(dv))
-    handle, ws_bytes = _plan(lib, key)
+    handle, ws_bytes, counter_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((hq, tq) if return_lse else (0,), dtype=torch.float32, device=q.device)
-    # Zeroed: the workspace starts with counters the call leaves zero again.
-    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes else None
+    # The workspace starts with counters that must be zero (the call leaves them zero again); the rest is
+    # scratch: only those few bytes are zeroed per call, not the partial rows sized for max_batch.
+    ws = None
+    if ws_bytes:
+        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
+        ws[:counter_bytes].zero_()
     args = fsa_kvcache_args(
         num_query_tokens=tq, batch=batch,
         q=_tensor(q.data_ptr(), q.stride(0), q.stride(1)),

@@ -2,6 +2,8 @@
 argument structure of each call, CPU tensors stand in for CUDA ones (the device check, the stream and
 the device ordinal are the only parts replaced). The GPU tests (test_kvcache.py) check the results."""
 
+import ctypes
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,6 +15,7 @@ class FakeLibrary:
     def __init__(self):
         self.plans = []
         self.calls = []
+        self.counters = []  # the workspace's first 256 bytes as each call found them
 
     def check(self, status, function=None):
         if status:
@@ -25,10 +28,11 @@ def fake(monkeypatch):
 
     def plan(library, key):
         lib.plans.append(key)
-        return 4242, 512  # handle, workspace bytes
+        return 4242, 512, 256  # handle, workspace bytes, counter bytes
 
     def attention(handle, ref, stream):
         a = ref._obj
+        lib.counters.append(ctypes.string_at(a.workspace, 256) if a.workspace else None)
         view = lambda t: (t.ptr, t.token_stride, t.head_stride)  # noqa: E731
         lib.calls.append({"handle": handle, "stream": stream, "num_query_tokens": a.num_query_tokens,
                           "batch": a.batch, "cu_seqlens_q": a.cu_seqlens_q, "k_page_stride": a.k_page_stride,
@@ -89,6 +93,21 @@ def test_the_call_hands_the_library_every_tensor_by_its_strides(fake, layout, hn
     assert c["o"] == (o.data_ptr(), o.stride(0), o.stride(1))
     assert c["topk_length"] == 0 and c["lse"] == 0
     assert c["workspace"] != 0 and c["workspace_bytes"] == 512
+
+
+def test_each_call_zeroes_the_workspace_counters_only(fake, monkeypatch):
+    # The workspace is sized for the plan's max_batch: zero-filling all of it per call cost more than the
+    # attention. Only the counters it starts with must be zero; the rest is the call's scratch.
+    filled = []
+    zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: filled.append(a) or zeros(*a, **k))
+    pool = torch.full((512,), 0xAB, dtype=torch.uint8)  # what the allocator hands back: a dirty block
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: pool if a == (512,) else torch.ones(*a, **k))
+    for _ in range(2):
+        kvcache.kvcache_attention(**problem())
+    assert fake.counters == [bytes(256)] * 2  # the counters zero when each call starts
+    assert pool[256:].eq(0xAB).all()  # the scratch untouched
+    assert not any(a == (512,) for a in filled)
 
 
 def test_lengths_lse_and_a_value_head_dim_of_its_own_reach_the_library(fake):
@@ -240,7 +259,12 @@ def test_set_tuning_reaches_the_paged_cache_plans_made_after_it(monkeypatch):
         size._obj.value = 256
         return 0
 
-    functions = {"fsa_kvcache_plan_create": create, "fsa_kvcache_plan_workspace_size": workspace_size}
+    def counter_size(size, handle):
+        size._obj.value = 32
+        return 0
+
+    functions = {"fsa_kvcache_plan_create": create, "fsa_kvcache_plan_workspace_size": workspace_size,
+                 "fsa_kvcache_plan_workspace_counter_size": counter_size}
     monkeypatch.setattr(attention, "_tune", None)  # restored after the test
     monkeypatch.setattr(attention, "_context", context)
     monkeypatch.setattr(kvcache, "_plans", {})
@@ -255,4 +279,4 @@ def test_set_tuning_reaches_the_paged_cache_plans_made_after_it(monkeypatch):
     off = kvcache._plan(lib, shape)
 
     assert contexts == [(0, False, "on"), (0, False, "off")]
-    assert on == (5101, 256) and off == (5102, 256)
+    assert on == (5101, 256, 32) and off == (5102, 256, 32)

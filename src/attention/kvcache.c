@@ -243,6 +243,14 @@ fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_
     return FSA_STATUS_OK;
 }
 
+fsa_status fsa_kvcache_plan_workspace_counter_size(size_t *bytes_out, const fsa_kvcache_plan *plan)
+{
+    if (bytes_out == NULL || plan == NULL)
+        return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "bytes_out and plan must not be NULL");
+    *bytes_out = fsa_kvc_counter_bytes(plan);
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan)
 {
     if (tile_tokens_out == NULL || splits_out == NULL || plan == NULL)

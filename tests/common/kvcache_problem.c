@@ -407,7 +407,12 @@ void kvc_device_make(kvc_device *dv, const kvc_problem *p, const fsa_kvcache_pla
     assert_int_equal(fsa_kvcache_plan_workspace_size(&dv->ws_bytes, plan), FSA_STATUS_OK);
     if (dv->ws_bytes) {
         dv->ws = fsa_test_dalloc(dv->ws_bytes);
-        fsa_test_dfill(dv->ws, 0, dv->ws_bytes); /* once: its counters stay zero between calls */
+        /* Only the counters zeroed, once (they stay zero between calls): the scratch after them poisoned. */
+        size_t counters = 0;
+        assert_int_equal(fsa_kvcache_plan_workspace_counter_size(&counters, plan), FSA_STATUS_OK);
+        assert_true(counters > 0 && counters < dv->ws_bytes);
+        fsa_test_dfill(dv->ws, 0xff, dv->ws_bytes);
+        fsa_test_dfill(dv->ws, 0, counters);
     }
     kvc_device_update(dv, p);
 }

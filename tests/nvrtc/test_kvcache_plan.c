@@ -142,6 +142,11 @@ static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(
         size_t ws = 0;
         assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
         assert_true(ws >= (size_t)8 * 2 * shares[i] * (size_t)(tile * groups[i]) * (128 + 1) * 4); /* batch x Hkv x splits x rows */
+        /* The counters the workspace starts with: one int per (sequence, KV head), on a 256-byte line. */
+        size_t counters = 0;
+        assert_int_equal(fsa_kvcache_plan_workspace_counter_size(&counters, plan), FSA_STATUS_OK);
+        assert_int_equal(counters, 256);
+        assert_true(counters < ws);
         fsa_kvcache_plan_destroy(plan);
     }
     fsa_kvcache_desc d = good_desc(8, 2);
@@ -151,6 +156,11 @@ static void test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split(
     size_t ws = 1;
     assert_int_equal(fsa_kvcache_plan_workspace_size(&ws, plan), FSA_STATUS_OK);
     assert_int_equal(ws, 0); /* nothing splits: no partials */
+    size_t counters = 1;
+    assert_int_equal(fsa_kvcache_plan_workspace_counter_size(&counters, plan), FSA_STATUS_OK);
+    assert_int_equal(counters, 0); /* nor counters */
+    assert_int_equal(fsa_kvcache_plan_workspace_counter_size(NULL, plan), FSA_STATUS_NULL_POINTER);
+    assert_int_equal(fsa_kvcache_plan_workspace_counter_size(&counters, NULL), FSA_STATUS_NULL_POINTER);
     fsa_kvcache_plan_destroy(plan);
 }
 
