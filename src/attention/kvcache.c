@@ -309,7 +309,7 @@ static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t pag
     if (page_stride < 0 || (page_stride == 0 && num_pages > 1))
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%s page stride %lld over %lld pages: positive", name,
                              (long long)page_stride, (long long)num_pages);
-    if (page_stride % 8 != 0)
+    if (page_stride % 8 != 0 && num_pages > 1) /* one page's stride is never used */
         return fsa_error_set(FSA_STATUS_MISALIGNED, STAGE, "%s page stride %lld: a multiple of 8 elements", name,
                              (long long)page_stride);
     unsigned __int128 last = fsa_view_last_row(t, page, heads); /* then the last page's */
@@ -444,7 +444,7 @@ static fsa_status encode_cache_map(fsa_kvc_tensor_map *map, long long *token_dim
                                 (cuuint64_t)(tokens_first ? heads : page),
                                 (cuuint64_t)(num_pages < INT32_MAX ? num_pages : INT32_MAX)};
     const cuuint64_t strides[3] = {(cuuint64_t)(tokens_first ? ts : hs), (cuuint64_t)(tokens_first ? hs : ts),
-                                   (cuuint64_t)(page_stride > 0 ? page_stride * 2 : ts * page)};
+                                   (cuuint64_t)(page_stride > 0 && num_pages > 1 ? page_stride * 2 : ts * page)};
     const cuuint32_t box[4] = {64, tokens_first ? FSA_KVC_STAGE_KEYS : 1, tokens_first ? 1 : FSA_KVC_STAGE_KEYS, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
     CUtensorMap m;

@@ -299,6 +299,8 @@ static void test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_byt
     a = good;
     a.k_page_stride += 4; /* pages 16-byte aligned take strides of 8 elements */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
+    a.num_pages = 1; /* unless there is one page: its stride is never used, as the binding takes it */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
     a = good;
     a.num_pages = INT64_MAX / 2; /* pages past 2^63 bytes: offsets the kernels cannot form */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
