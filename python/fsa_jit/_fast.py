@@ -25,7 +25,6 @@ import ctypes
 import threading
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _lib
 
@@ -213,6 +212,30 @@ def _in_place(q, k, v, topk_idx):
     return topk_idx.shape[2] == 1 or topk_idx.stride(2) == 1
 
 
+class _FirstOrderOnly(torch.autograd.Function):
+    """Gradients computed under create_graph=True, tied to the inputs they depend on: the kernels have no
+    second derivative, so differentiating them raises (as through the custom operators) instead of
+    treating them as constants, which is what they would be once the kernels wrote them."""
+
+    @staticmethod
+    def forward(ctx, name, n, *tensors):  # tensors: the n inputs, then the gradients
+        ctx.name = name
+        return tuple(g.clone() for g in tensors[n:])
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError(f"{ctx.name} has no second derivative: its gradients cannot be differentiated "
+                           "(a backward with create_graph=True through them)")
+
+
+def first_order_only(name, inputs, grads):
+    """`grads` (tensors or None), under grad mode (create_graph=True) tied to `inputs` by _FirstOrderOnly."""
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in inputs):
+        return grads
+    tied = iter(_FirstOrderOnly.apply(name, len(inputs), *inputs, *[g for g in grads if g is not None]))
+    return tuple(None if g is None else next(tied) for g in grads)
+
+
 class _Function(torch.autograd.Function):
     """The fast path's autograd node: cheaper than the custom operator's (no dispatcher round trip)."""
 
@@ -225,7 +248,6 @@ class _Function(torch.autograd.Function):
         return o, lse
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, topk_idx, cu_seqlens = ctx.saved_tensors
         e = ctx.entry
@@ -240,7 +262,9 @@ class _Function(torch.autograd.Function):
                                                            *_op_args(e, ctx.max_seqlen), e.op_call[5])
         dq, dk, dv = out
         need = ctx.needs_input_grad
-        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * 5
+        grads = first_order_only("fsa_jit.selected_attention", (q, k, v, do),
+                                 (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None))
+        return grads + (None,) * 5
 
 
 def _op_args(e, max_seqlen):

@@ -24,7 +24,6 @@ everything else goes through the operators (nsa.py), so torch.compile and fake t
 """
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _fast
 from . import _gates
@@ -186,7 +185,6 @@ class _Node(torch.autograd.Function):
         return o, topk
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, do, _dtopk):
         (q, k, v, k_cmp, v_cmp, k_win, v_win, g_cmp, g_sel, g_win, cu, cu_c, topk, o_win, lse_win, o_sel, lse_sel,
          o_cmp, lse_cmp) = ctx.saved_tensors
@@ -225,4 +223,6 @@ class _Node(torch.autograd.Function):
             dgates.append(g)
         need = ctx.needs_input_grad
         grads = (dq, dk, dv, dk_c, dv_c, dk_w, dv_w, *dgates)
-        return tuple(g if need[i] else None for i, g in enumerate(grads)) + (None,) * 3
+        grads = tuple(g if need[i] else None for i, g in enumerate(grads))
+        inputs = (q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, do) + tuple(t for t in (k_win, v_win) if t is not None)
+        return _fast.first_order_only("fsa_jit.nsa_attention", inputs, grads) + (None,) * 3

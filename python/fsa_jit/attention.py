@@ -54,6 +54,8 @@ def _describe(t):
 def _check_tensor(name, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:  # sparse or other layouts have no strided memory the kernels could read
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
 
 
 def _topk_layout(topk_idx, hkv, t, layout):
@@ -544,7 +546,8 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
 
     Returns o [T, Hq, Dv] (same dtype as q), and lse [Hq, T] fp32 (natural log;
     -inf for rows with no visible key) when return_lse. Differentiable with
-    respect to q, k and v; lse carries no gradient. Works in eager mode, under
+    respect to q, k and v, once (differentiating the gradients, taken with
+    create_graph=True, raises); lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
     # Plain eager calls of a known shape skip the operator's dispatch and the per-shape work (_fast.py).

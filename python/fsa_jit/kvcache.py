@@ -190,6 +190,8 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
                     ("topk_length", topk_length)):
         if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t is not None and t.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != q.dtype or q.dtype not in _DTYPES:
             raise TypeError(f"{name} must be torch.bfloat16 or torch.float16 like q, got {t.dtype}")

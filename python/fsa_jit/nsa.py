@@ -195,7 +195,8 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     None = SELECTED_WORKSPACE (2 GiB), 0 = libfsa's default cap.
 
     Returns o [T, Hq, Dv] in q's dtype, and the selection [T, Hkv, top_k] int32 when return_topk.
-    Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates.
+    Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates, once (differentiating the gradients,
+    taken with create_graph=True, raises).
     """
     key = None
     if not validate:  # a plain eager call of a layout seen before skips the checks below

@@ -343,3 +343,22 @@ def test_values_off_16_bytes_leave_the_fast_path_for_the_operators_copy(fake):
     flat = torch.zeros(40 * 2 * 32 + 4, dtype=torch.bfloat16)
     p["v"] = flat[4:].view(40, 2, 32)  # 8 bytes off 16: checked per call, not per key
     assert fast(p) is None
+
+
+@pytest.mark.parametrize("param", [False, True], ids=["fast_path", "operator"])
+def test_differentiating_the_gradients_raises_instead_of_treating_them_as_constants(fake, param):
+    # A gradient penalty: the kernels have no second derivative, so the penalty's backward must fail (the
+    # gradients taken with create_graph=True depend on q, k and v), never contribute zero in silence.
+    p = problem()
+    xs = [torch.nn.Parameter(p[n]) if param else p[n].requires_grad_() for n in ("q", "k", "v")]
+    p.update(q=xs[0], k=xs[1], v=xs[2])
+    o = fsa_jit.selected_attention(**p)
+    loss = o.float().sum()
+    dq, = torch.autograd.grad(loss, xs[0], create_graph=True)
+    assert dq.requires_grad
+    with pytest.raises(RuntimeError, match="selected_attention|autograd formula"):
+        (loss + dq.float().pow(2).sum()).backward()
+    # Without create_graph the gradients stay plain tensors.
+    o = fsa_jit.selected_attention(**p)
+    dq, = torch.autograd.grad(o.float().sum(), xs[0])
+    assert not dq.requires_grad and dq.grad_fn is None

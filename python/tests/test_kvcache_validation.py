@@ -43,6 +43,14 @@ def test_a_valid_cpu_call_fails_only_on_the_device():
     expect(r"q must be a CUDA tensor", **problem())
 
 
+@pytest.mark.parametrize("what", ["q", "k_cache", "block_table", "topk_idx"])
+def test_a_sparse_tensor_is_refused_as_not_dense(what):
+    p = problem()
+    p[what] = p[what].to_sparse()
+    with pytest.raises(TypeError, match=rf"{what} must be a dense \(strided\) tensor"):
+        kvcache.kvcache_attention(**p)
+
+
 @pytest.mark.parametrize("dims", [(192, 128), (128, 64), (64, 128), (128, 256)])
 def test_a_value_cache_of_its_own_head_dim_fails_only_on_the_device(dims):
     expect(r"q must be a CUDA tensor", **problem(D=dims[0], Dv=dims[1]))

@@ -303,6 +303,23 @@ def test_a_checked_layout_still_rejects_bad_parameters(library):
             nsa_attention(**dict(x, g_win=x["g_win"].int()), **params)
 
 
+def test_differentiating_the_layers_gradients_raises(library, monkeypatch):
+    # create_graph=True: the kernels have no second derivative, so a penalty on the gradients must fail
+    # through the node and through the operators alike, never add zero in silence.
+    c = CASES[0]
+    needs_the_whole_layer(library, c, backward=True)
+    x, params, do = make(c, seed=11)
+    for through_operators in (False, True):
+        if through_operators:
+            monkeypatch.setattr(_nsa_node, "layer", lambda *args: None)
+            monkeypatch.setattr(_nsa_node, "cached", lambda *args: None)
+        o = nsa_attention(**x, **params)
+        dq, = torch.autograd.grad(o, x["q"], do, create_graph=True)
+        assert dq.requires_grad
+        with pytest.raises(RuntimeError, match="nsa_attention|selected_attention|autograd formula|derivative"):
+            dq.float().pow(2).sum().backward()
+
+
 @pytest.mark.parametrize("c", CASES[:2], ids=case_id)
 def test_the_layer_node_gives_the_same_bits_every_call(library, c, poisoned_outputs):
     needs_the_whole_layer(library, c, backward=True)

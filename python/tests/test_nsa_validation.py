@@ -137,6 +137,8 @@ def test_a_valid_nsa_call_fails_only_on_the_device():
     (dict(g_sel=torch.rand(2, 40, 4, 1)), ValueError, r"g_sel has shape"),
     (dict(g_win=torch.ones(40, 4, dtype=torch.int32)), TypeError, r"g_win must be a floating-point tensor"),
     (dict(g_win="0.5"), TypeError, r"g_win must be a tensor"),
+    (dict(g_cmp=torch.rand(40, 4).to_sparse()), TypeError, r"g_cmp must be a dense \(strided\) tensor"),
+    (dict(k_cmp=torch.randn(3, 2, 32).bfloat16().to_sparse()), TypeError, r"k_cmp must be a dense \(strided\) tensor"),
     (dict(block_size=48), ValueError, r"block_size must be one of"),
     (dict(top_k=0), ValueError, r"top_k must be 1..64"),
     (dict(window=0), ValueError, r"window must be 1"),

@@ -69,6 +69,13 @@ def test_indices_must_be_int32(what):
     expect(TypeError, what + r" must be torch.int32", **p)
 
 
+@pytest.mark.parametrize("what", ["q", "k", "v", "topk_idx", "cu_seqlens"])
+def test_a_sparse_tensor_is_refused_as_not_dense(what):
+    p = problem()
+    p[what] = p[what].to_sparse()
+    expect(TypeError, rf"{what} must be a dense \(strided\) tensor, got layout torch.sparse_coo", **p)
+
+
 def test_not_a_tensor():
     p = problem()
     p["k"] = p["k"].tolist()
