@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -55,10 +56,15 @@ def _repo_root():
     return Path(__file__).resolve().parents[2]
 
 
+def c_source_dir():
+    """The C project beside the package: python/fsa-src in the repository (links to it), fsa-src in an sdist."""
+    return Path(__file__).resolve().parents[1] / "fsa-src"
+
+
 def source_tree_version():
     """The VERSION file of the source tree this package sits in ("0+unknown" outside one)."""
     try:
-        return (_repo_root() / "VERSION").read_text().split()[0]
+        return (c_source_dir() / "VERSION").read_text().split()[0]
     except (OSError, IndexError):
         return "0+unknown"
 
@@ -79,11 +85,18 @@ def soname(version=None):
     return f"libfsa.so.{parts[0]}.{parts[1]}" if parts[0] == "0" else f"libfsa.so.{parts[0]}"
 
 
+def _package_folders():
+    package = sys.modules.get(__package__)
+    return list(getattr(package, "__path__", None) or [str(Path(__file__).resolve().parent)])
+
+
 def candidate_paths():
     """Where libfsa is looked for, in order (without FSA_LIBRARY)."""
     paths = []
-    here = Path(__file__).resolve().parent
-    paths += sorted(str(p) for p in here.glob("libfsa.so*"))  # the wheel's own copy
+    # The wheel's own copy, in every folder of the package: an editable install puts the built library in
+    # site-packages/fsa_jit while this file stays in the source tree.
+    for folder in _package_folders():
+        paths += sorted(str(p) for p in Path(folder).glob("libfsa.so*"))
     found = ctypes.util.find_library("fsa")
     if found:
         paths.append(found)

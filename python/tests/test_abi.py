@@ -10,7 +10,7 @@ import pytest
 
 from fsa_jit import _lib
 
-HEADER_DIR = Path(__file__).resolve().parents[2] / "include"
+HEADER_DIR = Path(__file__).resolve().parents[1] / "fsa-src" / "include"  # the repository's, or an sdist's
 
 # struct -> its ..._INIT macro in fsa.h (None: the header has none)
 INIT_MACROS = {

@@ -42,10 +42,21 @@ def test_the_package_copy_comes_first_then_the_loader_path(monkeypatch, tmp_path
     package = tmp_path / "fsa_jit"
     package.mkdir()
     (package / "libfsa.so.0.1").write_bytes(b"")
-    monkeypatch.setattr(_lib, "__file__", str(package / "_lib.py"))
+    monkeypatch.setattr(fsa_jit, "__path__", [str(package)])
     paths = _lib.candidate_paths()
     assert paths[0] == str(package / "libfsa.so.0.1")
     assert paths.index(_lib.soname()) > 0
+
+
+def test_an_editable_installs_library_beside_the_source_package_is_found(monkeypatch, tmp_path):
+    # An editable install: the built library in site-packages/fsa_jit, the modules in the source tree.
+    site, source = tmp_path / "site" / "fsa_jit", tmp_path / "src" / "fsa_jit"
+    site.mkdir(parents=True)
+    source.mkdir(parents=True)
+    (site / "libfsa.so.0.1").write_bytes(b"")
+    monkeypatch.setattr(fsa_jit, "__path__", [str(site), str(source)])
+    monkeypatch.setattr(_lib, "__file__", str(source / "_lib.py"))
+    assert _lib.candidate_paths()[0] == str(site / "libfsa.so.0.1")
 
 
 def test_soname_follows_the_versioning_policy():
@@ -55,7 +66,7 @@ def test_soname_follows_the_versioning_policy():
 
 
 def test_package_version_is_the_version_file():
-    version_file = _lib._repo_root() / "VERSION"
+    version_file = _lib.c_source_dir() / "VERSION"
     if not version_file.is_file():
         pytest.skip("not running from the source tree")
     assert fsa_jit.__version__ == version_file.read_text().strip()
