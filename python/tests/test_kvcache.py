@@ -140,6 +140,36 @@ def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place(pois
     assert not torch.equal(o, first_o) and not torch.equal(lse, first_lse), "the replay must read the new inputs"
 
 
+def test_a_graph_replays_after_the_lengths_and_the_query_split_changed_in_place(poisoned_outputs):
+    """What changes at every decode step, changed in place between replays: cached lengths (seqused_k), how
+    the query tokens split over the sequences (cu_seqlens_q: one sequence loses its token, another gains
+    one), the top-k lengths, the pages (fewer: the rest of the cache and the table's last column are
+    left as garbage the new lengths never reach), the selection and q."""
+    kw = dict(hq=8, hkv=2, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, with_length=True)
+    p = make_problem([(1, 0), (1, 1), (2, 63), (8, 64), (5, 65), (0, 9), (3, 2000)], seed=12, **kw)
+    kvcache_attention(**p, return_lse=True)  # creates the plan outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = kvcache_attention(**p, return_lse=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(p, o, lse)
+    first_o = o.clone()
+    b = make_problem([(2, 0), (0, 1), (1, 63), (8, 60), (5, 66), (1, 9), (3, 1990)], seed=13, **kw)
+    for name in ("q", "cu_seqlens_q", "seqused_k", "topk_idx", "topk_length"):
+        assert p[name].shape == b[name].shape, name
+        p[name].copy_(b[name])
+    for name in ("k_cache", "v_cache"):
+        assert b[name].shape[0] < p[name].shape[0]
+        p[name][: b[name].shape[0]].copy_(b[name])
+    assert b["block_table"].shape[1] < p["block_table"].shape[1]
+    p["block_table"][:, : b["block_table"].shape[1]].copy_(b["block_table"])
+    graph.replay()
+    torch.cuda.synchronize()
+    check(p, o, lse)
+    assert not torch.equal(o, first_o), "the replay must read the new metadata"
+
+
 @pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="the operator needs torch 2.4")
 def test_a_compiled_call_gives_the_bits_of_an_eager_one():
     p = make_problem(SEQS, hq=8, hkv=2, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=7, with_length=True)
