@@ -146,8 +146,8 @@ def clear_plans():
         plans = list(_plans.values())
         _plans.clear()
         if lib is not None:
-            for handle, _ in plans:
-                _fn(lib, "fsa_kvcache_plan_destroy")(handle)
+            for plan in plans:  # (handle, workspace bytes, counter bytes)
+                _fn(lib, "fsa_kvcache_plan_destroy")(plan[0])
 
 
 def _require(cond, message):

@@ -79,9 +79,18 @@ def test_clear_plans_of_the_package_drops_the_paged_cache_plans_too(monkeypatch)
     import fsa_jit
 
     monkeypatch.setattr(_lib, "_library", None)  # nothing to destroy in a library: only the entries go
-    monkeypatch.setitem(kvcache._plans, ("a paged-cache plan key",), (0x1234, 0))
+    monkeypatch.setitem(kvcache._plans, ("a paged-cache plan key",), (0x1234, 0, 0))
     fsa_jit.clear_plans()
     assert kvcache._plans == {}
+
+
+def test_clear_plans_destroys_each_cached_paged_cache_plan(monkeypatch):
+    destroyed = []
+    monkeypatch.setattr(_lib, "_library", object())  # a loaded library: its plans are destroyed
+    monkeypatch.setattr(kvcache, "_fn", lambda lib, name: {"fsa_kvcache_plan_destroy": destroyed.append}[name])
+    monkeypatch.setattr(kvcache, "_plans", {("a",): (0x1234, 4096, 256), ("b",): (0x5678, 0, 0)})
+    kvcache.clear_plans()
+    assert sorted(destroyed) == [0x1234, 0x5678] and kvcache._plans == {}
 
 
 def expect_error(error, match, **call):
