@@ -59,15 +59,19 @@ static fsa_status check_bwd_work(const fsa_plan *plan, const fsa_bwd_layout *l, 
     return FSA_STATUS_OK;
 }
 
+/* A measuring call runs every candidate, and once a measurement (this
+ * call's or another thread's) lands, calls take its winner: a workspace
+ * sized now must hold the larger layout. */
+static fsa_algorithm order_of_choice(const fsa_choice *c)
+{
+    return c->record_pending ? FSA_ALGORITHM_FSA : c->variant.order;
+}
+
 fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens)
 {
     fsa_choice c;
     fsa_choose(&c, plan, op, total_tokens);
-    /* A measuring call runs every candidate, and once a measurement (this
-     * call's or another thread's) lands, calls take its winner: a workspace
-     * sized now must hold the larger layout. */
-    if (c.record_pending) return FSA_ALGORITHM_FSA;
-    return c.variant.order;
+    return order_of_choice(&c);
 }
 
 fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
@@ -107,11 +111,10 @@ fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, 
     if (total_tokens == 0) goto cleanup;
     int64_t tc;
     fsa_bwd_layout l;
-    FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, fsa_workspace_order(plan, FSA_OP_BWD, total_tokens),
-                            STAGE));
-    size_t bytes = l.total;
-    fsa_choice ch;
+    fsa_choice ch; /* one read of the bucket's slot: another thread's record may land at any time */
     fsa_choose(&ch, plan, FSA_OP_BWD, total_tokens);
+    FSA_CHECK(fsa_bwd_setup(&tc, &l, plan, total_tokens, batch, order_of_choice(&ch), STAGE));
+    size_t bytes = l.total;
     if (ch.record_pending) {
         /* Once the record lands, calls take its order with that order's own
          * chunks: under a cap the NSA order's (no dq rows) are longer and
