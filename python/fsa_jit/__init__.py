@@ -78,7 +78,8 @@ _SUBMODULES = {"attention", "compressed", "window", "nsa", "kvcache", "reference
 
 def clear_plans():
     """Destroys every cached plan of the attention operators (contexts stay); later calls create them again.
-    A captured CUDA graph that used one of them must not be replayed afterwards."""
+    A captured CUDA graph that used one of them must not be replayed afterwards, and no other thread may be
+    inside a call of the operators meanwhile (a plan is destroyed at once, not after the calls using it)."""
     from . import attention, compressed, kvcache, nsa, window
 
     attention.clear_plans()

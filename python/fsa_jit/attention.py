@@ -281,6 +281,7 @@ def _topk_ready(topk_idx, layout):
 
 _lock = threading.Lock()
 _contexts = {}  # (device index, validate, tune) -> fsa_context *
+_contexts_lock = threading.Lock()
 _tune = None  # set_tuning(): fsa_context_options.tune of contexts made from now on
 _plans = {}  # plan key -> _Plan
 
@@ -326,13 +327,18 @@ def _context(lib, device_index, validate=False, tune=_TUNE_NOW):
     tune = _tune if tune is _TUNE_NOW else tune
     key = (device_index, bool(validate), tune)
     ctx = _contexts.get(key)
-    if ctx is None:
-        handle = ctypes.c_void_p()
-        # validate: libfsa's check mode (else $FSA_CHECK decides).
-        options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0,
-                                           tune=_lib.TUNE_MODES[tune])
-        lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
-        ctx = _contexts[key] = handle.value
+    if ctx is not None:
+        return ctx
+    # Its own lock: the plan caches (selected, paged cache, branches) call this under locks of their own.
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            handle = ctypes.c_void_p()
+            # validate: libfsa's check mode (else $FSA_CHECK decides).
+            options = _lib.fsa_context_options(device=device_index, check=1 if validate else 0,
+                                               tune=_lib.TUNE_MODES[tune])
+            lib.check(lib.fsa_context_create(ctypes.byref(handle), ctypes.byref(options)), "fsa_context_create")
+            ctx = _contexts[key] = handle.value
     return ctx
 
 
@@ -353,7 +359,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
         plan = _plans.get(base + (backward,))
         if plan is not None:
             return plan
-        ctx = _context(lib, device_index, validate)
+        ctx = _context(lib, device_index, validate, base[11])  # the mode the plan is cached under
         desc = _lib.fsa_selected_attention_desc(
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,
             block_size=block_size, top_k=top_k, scale=scale, algorithm=algorithm,
@@ -369,7 +375,8 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
 def clear_plans():
     """Destroys every cached plan (contexts stay); later calls create them again.
 
-    A captured CUDA graph that used one of them must not be replayed afterwards.
+    A captured CUDA graph that used one of them must not be replayed afterwards, and no other thread may be
+    inside a call meanwhile (a plan is destroyed at once, not after the calls using it).
     """
     lib = _lib._library
     with _lock:
