@@ -43,10 +43,13 @@
  *   uncaptured call of a shape bucket without a tuning record waits for its
  *   timings (a paged-cache plan's also allocates scratch batches), and in
  *   check mode (fsa_context_options.check) an uncaptured call waits for the
- *   metadata check's verdict. Functions that
+ *   metadata check's verdict. Those waits (and the timings' scratch
+ *   allocations) run on the call's stream in relaxed capture mode, so another
+ *   thread may capture meanwhile, in global mode too. Functions that
  *   compile or load kernels (fsa_plan_create, the first fsa_fill_u32 of a
  *   context, fsa_cache_verify on a device) block the calling thread and must
- *   not run during a stream capture.
+ *   not run during a stream capture, in this thread or (global mode)
+ *   another; nor fsa_plan_tune, which uses the legacy stream.
  */
 #ifndef FSA_H
 #define FSA_H

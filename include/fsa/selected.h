@@ -211,7 +211,8 @@ FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *pla
  *         T tokens of the plan's heads (or their workspace) pass what one
  *         allocation can size; FSA_STATUS_NO_DEVICE for an offline plan;
  *         driver errors (also when device memory runs out).
- * Blocks (allocations, host synchronizations); not during a stream capture.
+ * Blocks (allocations, host synchronizations on the legacy stream); not
+ * during a stream capture, in this thread or another.
  */
 FSA_API fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation operation,
                                  int64_t total_tokens);

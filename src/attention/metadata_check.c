@@ -164,6 +164,7 @@ fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c
     const unsigned blocks = (unsigned)(want < MAX_BLOCKS ? want : MAX_BLOCKS);
     void *args[] = {params};
     pthread_mutex_lock(&c->lock);
+    const int mode = fsa_capture_relax(cu); /* the wait below: another thread may be capturing */
     /* flags = 0, first_seq = first_row = all ones (the kernel takes minima). */
     FSA_CHECK_CU(cu, cu->MemsetD32Async(c->result, 0, 2, stream), "check");
     FSA_CHECK_CU(cu, cu->MemsetD32Async(c->result + 8, 0xffffffffu, 4, stream), "check");
@@ -171,6 +172,7 @@ fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c
     FSA_CHECK_CU(cu, cu->MemcpyDtoHAsync(r, c->result, sizeof *r, stream), "check");
     FSA_CHECK_CU(cu, cu->StreamSynchronize(stream), "check");
 cleanup:
+    fsa_capture_restore(cu, mode);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

@@ -255,7 +255,9 @@ fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *pl
     if (!atomic_compare_exchange_strong(slot, &expected, FSA_TUNE_SLOT_BUSY)) return FSA_STATUS_OK;
     fsa_candidates_of(&c, plan, op);
     variant_runs runs = {plan, &c, call, run};
+    const int mode = fsa_capture_relax(cu); /* the timings' waits: another thread may be capturing */
     st = fsa_tune_time(ms, &timed, cu, c.n, run_variant, &runs, stream);
+    fsa_capture_restore(cu, mode);
     if (st != FSA_STATUS_OK || !timed) {
         atomic_store(slot, 0); /* a later call may try again */
         return st;

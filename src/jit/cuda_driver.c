@@ -65,7 +65,9 @@ static struct {
     X(EventSynchronize, "cuEventSynchronize", 2000)                          \
     X(EventElapsedTime, "cuEventElapsedTime", 2000)                          \
     X(LaunchKernelEx, "cuLaunchKernelEx", 11060)                             \
-    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 12000)
+    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 12000)                 \
+    X(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010) \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync", 3020)
 
 static void cu_load_once(void)
 {
@@ -140,6 +142,20 @@ fsa_status fsa_cu_error(const fsa_cu_api *cu, CUresult result, const char *stage
     if (cu && cu->GetErrorString) cu->GetErrorString(result, &text);
     return fsa_error_set(FSA_STATUS_DRIVER_ERROR, stage, "%s failed: %s (%d): %s", what,
                          name ? name : "CUDA_ERROR", (int)result, text ? text : "");
+}
+
+int fsa_capture_relax(const fsa_cu_api *cu)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (cu == NULL || cu->ThreadExchangeStreamCaptureMode == NULL || cu->ThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return -1;
+    return (int)mode;
+}
+
+void fsa_capture_restore(const fsa_cu_api *cu, int mode)
+{
+    CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
+    if (mode >= 0 && cu != NULL && cu->ThreadExchangeStreamCaptureMode != NULL) cu->ThreadExchangeStreamCaptureMode(&m);
 }
 
 int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream)

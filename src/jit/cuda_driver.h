@@ -63,6 +63,9 @@ typedef struct fsa_cu_api {
     PFN_cuLaunchKernelEx_v11060 LaunchKernelEx;
     /* Tensor maps of the paged-cache kernels' page-box copies (sm_90a); without it those plans use cp.async. */
     PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
+    /* A call's own host synchronizations in relaxed capture mode (fsa_capture_relax). */
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 ThreadExchangeStreamCaptureMode;
+    PFN_cuMemcpyHtoDAsync_v3020 MemcpyHtoDAsync;
 } fsa_cu_api;
 
 /* Loads the driver once per process. FSA_STATUS_NO_DRIVER when libcuda.so.1
@@ -77,6 +80,16 @@ fsa_status fsa_cu_error(const fsa_cu_api *cu, CUresult result, const char *stage
 /* Whether `stream` is being captured: 1, 0, or -1 when it cannot be told (no
  * entry point, or the driver refuses). */
 int fsa_stream_capturing(const fsa_cu_api *cu, CUstream stream);
+
+/* Puts the calling thread in relaxed stream-capture mode until
+ * fsa_capture_restore(cu, returned value). What a call does beside its
+ * stream's work (check mode's wait for its verdict, tuning's timings and
+ * scratch allocations) is then allowed, and harmless, while another thread
+ * captures a stream in global mode (PyTorch's default), which would
+ * otherwise make those calls fail and invalidate that capture. -1 when the
+ * driver lacks the entry point (nothing to restore). */
+int fsa_capture_relax(const fsa_cu_api *cu);
+void fsa_capture_restore(const fsa_cu_api *cu, int mode);
 
 #define FSA_CHECK_CU(cu, call, stage)                                   \
     do {                                                                \

@@ -5,12 +5,15 @@
  * forward and the backward; valid metadata gives the very bits of a plain
  * plan. Without it the same bad metadata runs to a finite result (the
  * kernels clamp every bound; compute-sanitizer checks the accesses when it
- * runs this test). A call on a stream being captured skips the check. */
+ * runs this test). A call on a stream being captured skips the check; a call
+ * while another thread captures in global mode (PyTorch's default) still
+ * checks, and leaves that capture valid. */
 #include "attention_problem.h"
 
 #include "jit/context.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +212,51 @@ static void test_a_call_on_a_stream_being_captured_skips_the_check(void **state)
     call_free(&c);
 }
 
+typedef struct other_thread {
+    call *c;
+    void *stream;
+    fsa_status st;
+    char message[512];
+} other_thread;
+
+static void *call_while_the_main_thread_captures(void *arg)
+{
+    other_thread *o = arg;
+    o->st = fsa_selected_attention_fwd(g_check, &o->c->a, o->stream); /* waits for its verdict */
+    snprintf(o->message, sizeof o->message, "%s", fsa_last_error());
+    return NULL;
+}
+
+/* The check's wait (a copy to the host and a stream synchronization) runs in
+ * relaxed capture mode: in the default mode, with another thread capturing
+ * in global mode, the driver refuses such calls and invalidates that capture. */
+static void test_a_check_while_another_thread_captures_still_checks_and_leaves_the_capture_valid(void **state)
+{
+    (void)state;
+    call bad, plain;
+    call_make(&bad, g_check);
+    call_make(&plain, g_plain);
+    set_topk(&bad, 41, 1, 2, 4); /* a block past token 41's own: refused in check mode */
+    fsa_test_graph own;
+    fsa_test_capture_begin(&own); /* created before the capture below begins */
+    fsa_test_capture_end(&own);
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_selected_attention_fwd(g_plain, &plain.a, graph.stream), FSA_STATUS_OK);
+    other_thread o = {&bad, own.stream, FSA_STATUS_OK, ""};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, call_while_the_main_thread_captures, &o), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
+    if (o.st != FSA_STATUS_INVALID_ARGUMENT || strstr(o.message, "check mode: bad metadata") == NULL)
+        fail_msg("the other thread's call: status %d, \"%s\"", (int)o.st, o.message);
+    fsa_test_graph_replay(&graph);
+    fsa_test_graph_free(&graph);
+    fsa_test_graph_free(&own);
+    call_free(&plain);
+    call_free(&bad);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -244,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode),
         cmocka_unit_test(test_the_backward_checks_too),
         cmocka_unit_test(test_a_call_on_a_stream_being_captured_skips_the_check),
+        cmocka_unit_test(test_a_check_while_another_thread_captures_still_checks_and_leaves_the_capture_valid),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
     return cmocka_run_group_tests(tests, setup, teardown);
