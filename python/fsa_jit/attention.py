@@ -342,6 +342,19 @@ def _context(lib, device_index, validate=False, tune=_TUNE_NOW):
     return ctx
 
 
+def refuse_plan_in_capture(device_index, what):
+    """Plan creation compiles or loads kernels, which must not run inside a CUDA graph capture (libfsa's
+    contract; the driver may refuse the load and invalidate the capture): a clear error instead."""
+    if not torch.cuda.is_available():
+        return
+    with torch.cuda.device(device_index):
+        capturing = torch.cuda.is_current_stream_capturing()
+    if capturing:
+        raise RuntimeError(f"{what}: this call needs a new plan (kernels compiled or loaded), which cannot be made "
+                           "during a CUDA graph capture; make one eager call of the same shape (and sizes) before "
+                           "capturing")
+
+
 def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit,
               backward, validate=False, value_dim=None):
     # A library without the backward gets forward-only plans; the backward
@@ -359,6 +372,7 @@ def _get_plan(lib, device_index, dtype, head_dim, hq, hkv, block_size, top_k, sc
         plan = _plans.get(base + (backward,))
         if plan is not None:
             return plan
+        refuse_plan_in_capture(device_index, "selected_attention")
         ctx = _context(lib, device_index, validate, base[11])  # the mode the plan is cached under
         desc = _lib.fsa_selected_attention_desc(
             dtype=_DTYPES[dtype], head_dim=head_dim, num_q_heads=hq, num_kv_heads=hkv,

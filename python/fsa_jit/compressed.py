@@ -153,6 +153,7 @@ class PlanCache:
     alive during the creation)."""
 
     def __init__(self, kind, make_desc):
+        self._kind = kind
         self._create, self._destroy = f"fsa_{kind}_plan_create", f"fsa_{kind}_plan_destroy"
         self._make_desc = make_desc
         self._lock = threading.Lock()
@@ -167,6 +168,7 @@ class PlanCache:
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
+                _att.refuse_plan_in_capture(key[0], f"the {self._kind} attention")
                 desc, _keep = self._make_desc(key)
                 handle = ctypes.c_void_p()
                 st = abi.function(lib, self._create)(ctypes.byref(handle), _att._context(lib, key[0], key[1]),

@@ -30,10 +30,9 @@ be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` a
 scale, splits, validate and plan sizes; without max_batch and max_query_tokens
 the sizes are the call's batch and token count rounded up to a power of two,
 so a captured call whose sizes round otherwise than every earlier call's
-creates its plan inside the capture (compiling or loading kernels, blocking;
-with validate also a cuMemAlloc, which a capture in global mode, torch's
-default, refuses). Warm up every size to be captured, or pass max_batch and
-max_query_tokens. Under ``torch.compile``, fake
+would need its plan made inside the capture (compiling or loading kernels),
+which raises RuntimeError instead. Warm up every size to be captured, or pass
+max_batch and max_query_tokens. Under ``torch.compile``, fake
 tensors or a dispatch mode the call is the operator
 ``torch.ops.fsa_jit.kvcache_attention`` (with a fake implementation); a plain
 eager call skips the dispatcher. kvcache_attention checks its arguments
@@ -86,6 +85,7 @@ def _plan(lib, shape):
         plan = _plans.get(key)
         if plan is None:
             device, dtype, d, hq, hkv, bk, k, page, max_batch, max_tokens, scale, splits, validate, dv = shape
+            _att.refuse_plan_in_capture(device, "kvcache_attention")
             desc = fsa_kvcache_desc(dtype=_DTYPES[dtype], head_dim=d, num_q_heads=hq, num_kv_heads=hkv,
                                     block_size=bk, top_k=k, page_size=page, max_batch=max_batch,
                                     max_query_tokens=max_tokens, scale=scale, splits=splits,

@@ -87,3 +87,37 @@ def test_threads_asking_for_one_context_at_once_share_it(clean):
         t.join()
     assert len(lib.contexts) == 1  # one context made, none lost
     assert {ctx for _, ctx in lib.plans} == {lib.contexts[0][0]}
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    """The device's current stream is being captured (as inside torch.cuda.graph)."""
+    import contextlib
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+
+
+def test_a_plan_is_never_made_inside_a_graph_capture(clean, capturing):
+    # Making one compiles or loads kernels, which libfsa forbids during a capture: a clear error, not a
+    # driver error that also invalidates the capture. A plan made before the capture serves it.
+    lib = FakeLibrary()
+    with pytest.raises(RuntimeError, match="during a CUDA graph capture; make one eager call"):
+        selected_plan(lib)
+    shape = (0, torch.bfloat16, 64, 8, 2, 64, 8, 64, 4, 16, 0.0, 0, False, 64)
+    with pytest.raises(RuntimeError, match="kvcache_attention: this call needs a new plan"):
+        kvcache._plan(lib, shape)
+    from fsa_jit import window
+
+    with pytest.raises(RuntimeError, match="the window attention: this call needs a new plan"):
+        window._plans.get(lib, (0, False, "a window plan key", False))
+    assert lib.contexts == [] and lib.plans == []
+
+
+def test_a_plan_made_before_the_capture_is_used_inside_it(clean, monkeypatch):
+    lib = FakeLibrary()
+    plan = selected_plan(lib)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert selected_plan(lib) is plan
