@@ -39,6 +39,10 @@ const kvc_case kvc_cases[] = {
     {"f16_dk128_dv64_g16_page16",    HF, 128, 16, 1,  64,  8,  16,  {{1, 200}, {4, 1000}, {300, 64}},     3, KVC_TOPK_THK,    0, 0, 1, 0, 64},
     {"bf16_dk64_dv128_g1_page1",     BF, 64,  2,  2,  32,  8,  1,   {{1, 63}, {4, 64}, {200, 500}},       3, KVC_TOPK_HTK,    1, 1, 1, 1, 128},
     {"bf16_dk128_dv256_g2_page32",   BF, 128, 4,  2,  64,  8,  32,  {{1, 100}, {4, 2000}, {100, 0}},      3, KVC_TOPK_THK,    0, 0, 1, 0, 256},
+    /* Dk != Dv through tensor maps on sm_90a (both multiples of 64, Dk <= 128, pages of 64 or more): a K map
+       and a V map of their own widths, NHD and HND pages. */
+    {"bf16_dk128_dv64_g4_page64",    BF, 128, 8,  2,  64,  16, 64,  {{1, 3000}, {4, 300}, {1, 0}, {200, 100}}, 4, KVC_TOPK_HTK, 0, 1, 1, 1, 64},
+    {"f16_dk64_dv128_g2_page128",    HF, 64,  4,  2,  64,  8,  128, {{1, 63}, {4, 64}, {3, 5000}, {100, 0}}, 4, KVC_TOPK_THK, 1, 0, 1, 0, 128},
     /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
     {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
     /* Groups of 5, 6 and 7 (two row tiles of 6, 5 and 4 tokens); q_len 1000 with 1 and 64 cached, 1 with 65,
