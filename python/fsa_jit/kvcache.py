@@ -367,7 +367,7 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
     ws = None
     if ws_bytes:
         ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
-        ws[:counter_bytes].zero_()
+        ws.narrow(0, 0, counter_bytes).zero_()
     args = fsa_kvcache_args(
         num_query_tokens=tq, batch=batch,
         q=_tensor(q.data_ptr(), q.stride(0), q.stride(1)),
