@@ -10,7 +10,7 @@ alignment), the output and workspace tensors from torch's caching allocator, eig
 into a structure built once, and the C call.
 
 Only plain eager calls take it: tensors of exactly torch.Tensor (no subclass, no fake tensor), no
-torch.compile tracing, no dispatch or function mode, no functorch transform, parameters of the plain
+torch.compile tracing, no dispatch or function mode (but a default-device one), no functorch transform, parameters of the plain
 types (int, float, str, bool, None). Everything else, and every call whose tensors libfsa cannot read
 in place, goes through the custom operator as before, so torch.compile, fake tensors and CUDA graphs of
 compiled code see the operator. A call of the fast path is itself graph-capturable: no host
@@ -80,8 +80,23 @@ class _Args:
 
 
 def _modes_active():
-    return (torch._C._len_torch_dispatch_stack() > 0 or torch._C._is_torch_function_mode_enabled()
-            or torch._C._are_functorch_transforms_active())
+    if torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active():
+        return True
+    return torch._C._is_torch_function_mode_enabled() and not _only_default_device_modes()
+
+
+def _only_default_device_modes():
+    """Whether every active function mode is a default-device one (torch.set_default_device, `with
+    torch.device(...)`): those only change where factory functions allocate, and the fast paths name the
+    device of everything they allocate, so they may stay on."""
+    try:
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._device import DeviceContext
+
+        modes = _get_current_function_mode_stack()
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: take the operators
+        return False
+    return len(modes) > 0 and all(type(m) is DeviceContext for m in modes)
 
 
 class _Entry:

@@ -19,7 +19,7 @@ call, ~0.45 ms before the compressed forward started; bench/NOTES.md "node"). He
   (fsa_compressed_bwd_args.dq_add, fsa_bwd_args.dq_add).
 
 Taken only by plain eager calls (as _fast.py: exact torch.Tensor arguments, no torch.compile tracing, no
-dispatch or function mode) without validate and with tensors the selected attention reads in place;
+dispatch or function mode but a default-device one) without validate and with tensors the selected attention reads in place;
 everything else goes through the operators (nsa.py), so torch.compile and fake tensors see them.
 """
 

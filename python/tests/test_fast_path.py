@@ -211,6 +211,25 @@ def test_fake_tensors_subclasses_and_odd_parameter_types_take_the_operator(fake)
         assert fast(problem()) is None
 
 
+def test_a_default_device_mode_keeps_the_fast_path_and_other_function_modes_leave_it(fake):
+    # torch.set_default_device and `with torch.device(...)` install a function mode that only changes where
+    # factory functions allocate: the fast path names every device, so it stays; any other mode leaves it.
+    p = problem()
+    assert fast(p) is not None
+    with torch.device("cpu"):
+        assert fast(p) is not None
+    from torch.overrides import TorchFunctionMode
+
+    class Watching(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.device("cpu"), Watching():
+        assert fast(p) is None
+    with Watching():
+        assert fast(p) is None
+
+
 def test_the_operator_reuses_its_entry_and_writes_each_calls_pointers(fake):
     lib, counts = fake
     p = problem()

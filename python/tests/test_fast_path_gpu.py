@@ -63,6 +63,16 @@ def test_the_fast_path_gives_the_operators_bits(library, monkeypatch, index, poi
         assert rel_err(g, w) < TOLERANCE[c["dtype"]][1]
 
 
+def test_under_a_default_device_the_fast_path_still_gives_the_operators_bits(library, monkeypatch, poisoned_outputs):
+    inputs, do = make(CASES[0], seed=12)
+    operator = through_operator(monkeypatch, inputs, do)
+    _fast.invalidate()
+    with torch.device("cuda"):  # as torch.set_default_device("cuda") does: a function mode
+        got = run(inputs, do)
+    assert _fast._entries, "the default-device mode keeps the fast path"
+    same_bits(got, operator)
+
+
 def test_a_known_shape_with_other_strides_dtype_or_sequences_is_not_served_stale(library, monkeypatch,
                                                                                   poisoned_outputs):
     c = case(bf16, 64, 2, 2, 32, 4, [100, 60])
