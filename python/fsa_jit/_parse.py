@@ -78,10 +78,10 @@ def parse_bytes(value, name="bytes"):
         return 0
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, a string such as '2G', or None; got {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, numbers.Integral):  # numpy integers too, as the other integer arguments
         if value < 0:
             raise ValueError(f"{name} must not be negative, got {value}")
-        return value
+        return int(value)
     if isinstance(value, str):
         text = value.strip()
         digits = text.rstrip("kKmMgGtT")

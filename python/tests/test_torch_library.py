@@ -115,6 +115,8 @@ def test_fullgraph_compile_captures_one_operator_call():
 def test_workspace_limit_spellings():
     assert _lib.parse_bytes(None) == 0
     assert _lib.parse_bytes(4096) == 4096
+    np = pytest.importorskip("numpy")
+    assert _lib.parse_bytes(np.int64(1 << 33)) == 1 << 33 and type(_lib.parse_bytes(np.int64(5))) is int
     assert _lib.parse_bytes("512M") == 512 << 20
     assert _lib.parse_bytes("2g") == 2 << 30
     for bad in ("2GB", "-1", "1.5G", ""):
