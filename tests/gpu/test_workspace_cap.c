@@ -58,6 +58,9 @@ static void test_default_workspaces_of_the_standard_problem_stay_within_the_cap(
             /* o, lse, dq, dk, dv and the backward's workspace within the budget */
             const uint64_t own = (uint64_t)tokens[j] * (2 * STD_HQ * 128 * 2 + STD_HQ * 4 + 2 * (STD_HQ / std_groups[i]) * 128 * 2);
             assert_true(own + bwd <= FSA_WORKSPACE_DEFAULT_BUDGET);
+            /* o, lse and the forward's workspace within the budget too (the forward's is gone before dq,
+             * dk and dv exist) */
+            assert_true((uint64_t)tokens[j] * (STD_HQ * 128 * 2 + STD_HQ * 4) + fwd <= FSA_WORKSPACE_DEFAULT_BUDGET);
             assert_true(bwd > 0);
         }
     }
