@@ -58,13 +58,15 @@ def outputs_and_grads_bytes(inputs):
     return 2 * q.nbytes + k.nbytes + v.nbytes + 4 * T * hq
 
 
-@pytest.mark.parametrize("G", [1, 4, 16])
-def test_a_default_call_at_64k_tokens_stays_within_3_gb(G, poisoned_outputs):
+@pytest.mark.parametrize("G,dtype", [(1, torch.bfloat16), (2, torch.bfloat16), (4, torch.bfloat16),
+                                     (8, torch.bfloat16), (16, torch.bfloat16), (1, torch.float16)],
+                         ids=["g1", "g2", "g4", "g8", "g16", "g1_f16"])
+def test_a_default_call_at_64k_tokens_stays_within_3_gb(G, dtype, poisoned_outputs):
     # G = 1 is the tightest: its outputs and gradients take 2.16 GB, the backward's chunks of two KV heads 0.82 GB.
-    inputs, do = standard_inputs(65536, G, torch.bfloat16)
+    inputs, do = standard_inputs(65536, G, dtype)
     peak, o, grads = forward_backward(inputs, do)
     own = outputs_and_grads_bytes(inputs)
-    print(f"T 65536 G {G}: {peak / 1e9:.3f} GB beyond the inputs ({own / 1e9:.3f} GB outputs and gradients)")
+    print(f"T 65536 G {G} {dtype}: {peak / 1e9:.3f} GB beyond the inputs ({own / 1e9:.3f} GB outputs and gradients)")
     assert peak <= _lib.FSA_WORKSPACE_DEFAULT_BUDGET + SLACK  # the default cap's budget
     assert peak <= 3e9
     assert torch.isfinite(o).all() and all(torch.isfinite(g).all() for g in grads)
