@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SEQS_EDGES {1, 0}, {1, 1}, {2, 63}, {8, 64}, {5, 65}, {0, 40}, {3, 30000}, {1, 30000}, {4, 1}, {7, 200}
+/* The last two: new tokens that cross a block boundary at every block size, so an earlier token's future
+   block is inside the cache (a later token's), where only the causal mask hides it. */
+#define SEQS_EDGES {1, 0}, {1, 1}, {2, 63}, {8, 64}, {5, 65}, {0, 40}, {3, 30000}, {1, 30000}, {4, 1}, {7, 200}, \
+                   {4, 62}, {6, 124}
 #define PAGE_CASE(page, quick)                                                                             \
-    {"bf16_d128_g4_bk64_page" #page, BF, 128, 8, 2, 64, 8, page, {SEQS_EDGES}, 10, KVC_TOPK_HTK, 0, 0, 1, quick}
+    {"bf16_d128_g4_bk64_page" #page, BF, 128, 8, 2, 64, 8, page, {SEQS_EDGES}, 12, KVC_TOPK_HTK, 0, 0, 1, quick}
 
 const kvc_case kvc_cases[] = {
     PAGE_CASE(1, 1),
@@ -22,10 +25,10 @@ const kvc_case kvc_cases[] = {
     /* name                          dtype d   hq  hkv bk   k   page seqs                                     n  topk              hnd len junk quick */
     {"bf16_d128_g1_prefill1000",     BF, 128, 2,  2,  64,  16, 64,  {{1000, 0}, {1000, 65}, {1000, 30000}}, 3, KVC_TOPK_THK,    0, 0, 1, 0},
     {"f16_d64_g16_prefill_shared",   HF, 64,  32, 2,  64,  16, 32,  {{1000, 63}, {6, 64}, {1, 0}},         3, KVC_TOPK_SHARED, 1, 1, 1, 0},
-    {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   0, 1, 1, 1},
-    {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         10, KVC_TOPK_SHARED, 1, 0, 1, 1},
+    {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         12, KVC_TOPK_THK,   0, 1, 1, 1},
+    {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         12, KVC_TOPK_SHARED, 1, 0, 1, 1},
     {"f16_d256_g64_bk128_page256",   HF, 256, 64, 1,  128, 4,  256, {{1, 0}, {4, 300}, {8, 65}, {2, 1}},  4, KVC_TOPK_HTK,    0, 1, 1, 0},
-    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         10, KVC_TOPK_THK,   1, 0, 1, 0},
+    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         12, KVC_TOPK_THK,   1, 0, 1, 0},
     {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
     {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
     {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
@@ -44,11 +47,11 @@ const kvc_case kvc_cases[] = {
     {"bf16_dk128_dv64_g4_page64",    BF, 128, 8,  2,  64,  16, 64,  {{1, 3000}, {4, 300}, {1, 0}, {200, 100}}, 4, KVC_TOPK_HTK, 0, 1, 1, 1, 64},
     {"f16_dk64_dv128_g2_page128",    HF, 64,  4,  2,  64,  8,  128, {{1, 63}, {4, 64}, {3, 5000}, {100, 0}}, 4, KVC_TOPK_THK, 1, 0, 1, 0, 128},
     /* Blocks of two stages (tensor-map copies on sm_90a: two page boxes per block). */
-    {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         10, KVC_TOPK_HTK,   0, 1, 1, 1},
+    {"bf16_d128_g4_bk128_page128",   BF, 128, 8,  2,  128, 8,  128, {SEQS_EDGES},                         12, KVC_TOPK_HTK,   0, 1, 1, 1},
     /* Groups of 5, 6 and 7 (two row tiles of 6, 5 and 4 tokens); q_len 1000 with 1 and 64 cached, 1 with 65,
        an empty sequence with nothing cached; a logit 1e4 above the rest (no junk, no lengths: the token's
        row holds its own block).                                                                 dv big */
-    {"bf16_d128_g5_hnd",             BF, 128, 10, 2,  64,  8,  64,  {SEQS_EDGES},                         10, KVC_TOPK_HTK,   1, 0, 1, 0},
+    {"bf16_d128_g5_hnd",             BF, 128, 10, 2,  64,  8,  64,  {SEQS_EDGES},                         12, KVC_TOPK_HTK,   1, 0, 1, 0},
     {"f16_d64_g6_prefill_edges",     HF, 64,  12, 2,  32,  8,  16,  {{1000, 1}, {1000, 64}, {1, 65}, {0, 0}, {3, 30000}}, 5, KVC_TOPK_THK, 0, 1, 1, 0},
     {"bf16_d128_g7_big_logit",       BF, 128, 7,  1,  64,  4,  64,  {{1, 300}, {3, 100}},                 2, KVC_TOPK_THK,    0, 0, 0, 0, 0, 1},
     /* Tiles of 64 rows (warpgroup products on sm_90a tensor maps): decode at G 64, HND pages. */

@@ -39,7 +39,10 @@ static void *xmalloc(size_t bytes)
 }
 
 /* Distinct blocks of 0..own in random order, the own block first; junk on request. */
-static void make_row(int32_t *row, const kvc_case *c, int pos, fsa_rng *rng)
+/* A token's top-k row: its own block, other past blocks, and with junk one bad slot. `last`: the last
+ * block of the token's sequence, so a junk row of a token before it also holds its next block, a future
+ * block inside the cache (a later new token's), which only the causal mask hides. */
+static void make_row(int32_t *row, const kvc_case *c, int pos, int last, fsa_rng *rng)
 {
     for (int s = 0; s < c->k; s++) row[s] = -1;
     if (pos < 0) return;
@@ -60,6 +63,12 @@ static void make_row(int32_t *row, const kvc_case *c, int pos, fsa_rng *rng)
         row[o] = x;
     }
     if (!c->junk) return;
+    if (own < last && c->k > 1) /* the next block, in a slot other than the own block's */
+        for (int s = 0; s < c->k; s++)
+            if (row[s] != own) {
+                row[s] = own + 1;
+                break;
+            }
     const int slot = fsa_rng_int(rng, 0, c->k - 1);
     switch (fsa_rng_int(rng, 0, 7)) {
     case 0: row[slot] = -1; break;
@@ -185,7 +194,8 @@ void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed)
     const int heads = c->topk_layout == KVC_TOPK_SHARED ? 1 : c->hkv;
     for (int h = 0; h < heads; h++)
         for (int t = 0; t < p->Tq; t++)
-            make_row(p->topk + h * p->topk_hs + t * p->topk_ts, c, kvc_position_of(p, t), &rng);
+            make_row(p->topk + h * p->topk_hs + t * p->topk_ts, c, kvc_position_of(p, t),
+                     (p->seqused[kvc_sequence_of(p, t)] - 1) / c->bk, &rng);
     if (p->topk_len) {
         for (int t = 0; t < p->Tq; t++) p->topk_len[t] = fsa_rng_int(&rng, 0, c->k);
         if (p->Tq > 0) p->topk_len[0] = c->k + 5; /* longer than K: all K slots */
