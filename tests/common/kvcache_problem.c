@@ -199,6 +199,7 @@ void kvc_reselect(kvc_problem *p, const kvc_case *c, uint64_t seed)
     if (p->topk_len) {
         for (int t = 0; t < p->Tq; t++) p->topk_len[t] = fsa_rng_int(&rng, 0, c->k);
         if (p->Tq > 0) p->topk_len[0] = c->k + 5; /* longer than K: all K slots */
+        if (p->Tq > 1) p->topk_len[1] = -3;        /* negative: no slot */
     }
 }
 
