@@ -151,7 +151,9 @@ typedef struct fsa_compressed_fwd_args {
  *         for counts out of range, negative strides or a topk without
  *         selection in the plan, or in check mode for bad offsets;
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
- *         needs too many query tiles;
+ *         needs too many query tiles, or (the persistent forward of sm_90a)
+ *         whose busiest CTA would walk past 2^31 key stages (e.g. one head,
+ *         80 million tokens compressed with stride 1);
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */

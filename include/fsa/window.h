@@ -102,7 +102,9 @@ typedef struct fsa_window_fwd_args {
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
- *         needs too many tiles;
+ *         needs too many tiles, or (the persistent forward of sm_90a) whose
+ *         busiest CTA would walk past 2^31 key stages (e.g. one head, a
+ *         window as long as 80 million tokens);
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */

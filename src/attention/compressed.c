@@ -225,6 +225,19 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
         FSA_CHECK(fsa_check_index_view(STAGE_FWD, "topk", &a->topk, T, hkv));
         FSA_CHECK(fsa_check_written(STAGE_FWD, "topk", &a->topk, T, hkv, plan->desc.top_k));
     }
+    if (fsa_cmp_fwd_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->config.wgmma)) {
+        /* A tile's key stream: at most the compressed tokens of the call, and of a sequence of T tokens. */
+        const int64_t by_stride = (T - 1) / plan->desc.stride + 1;
+        const uint64_t keys = (uint64_t)(a->total_compressed < by_stride ? a->total_compressed : by_stride);
+        const uint64_t ks = (uint64_t)fsa_qt_fwd_keys(plan->desc.value_dim);
+        const uint64_t jobs = (uint64_t)fsa_cmp_fwd_grid_tiles(T, a->batch, plan->group, plan->desc.head_dim,
+                                                               plan->desc.value_dim, plan->config.wgmma) *
+                              (uint64_t)hkv;
+        if (!fsa_kernel_persistent_items_fit(plan->ctx, jobs, (keys + ks - 1) / ks, FSA_QT_WS_PERSISTENT_STAGES))
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_FWD,
+                     "%lld tokens over %lld compressed tokens: a persistent CTA's key stages pass the 32-bit count "
+                     "of its ring", (long long)T, (long long)a->total_compressed);
+    }
 cleanup:
     return st;
 }

@@ -340,6 +340,14 @@ fsa_status fsa_kernel_launch_query_tiles(const fsa_kernel *k, const fsa_context 
     return fsa_kernel_launch_3d(k, ctx, tiles, heads, 1, stream, params);
 }
 
+int fsa_kernel_persistent_items_fit(const fsa_context *ctx, uint64_t jobs, uint64_t stages_per_job, int ring_stages)
+{
+    const uint64_t grid = fsa_kernel_one_cta_per_sm(ctx, jobs);
+    if (grid == 0) return 1;
+    const unsigned __int128 items = (unsigned __int128)(jobs / grid + (jobs % grid != 0)) * stages_per_job;
+    return items <= (unsigned __int128)(INT32_MAX - ring_stages);
+}
+
 int fsa_kernel_can_cluster(const fsa_context *ctx)
 {
     return ctx->cu != NULL && ctx->cu->LaunchKernelEx != NULL && ctx->cc_major >= 9;

@@ -129,6 +129,13 @@ uint64_t fsa_kernel_one_cta_per_sm(const fsa_context *ctx, uint64_t jobs);
 fsa_status fsa_kernel_launch_query_tiles(const fsa_kernel *k, const fsa_context *ctx, int persistent, uint64_t tiles,
                                          unsigned heads, CUstream stream, void *params);
 
+/* Whether a persistent query-tile forward of `jobs` jobs, each of at most
+ * `stages_per_job` key stages, keeps every CTA's ring items (counted in int
+ * across the CTA's jobs, fsa_qattn_ws.cuh; `ring_stages` buffers) below
+ * INT32_MAX: past it the producer's waits and arrivals would go wrong and
+ * the kernel hang. Jobs go to CTAs in turn (job w to CTA w % grid). */
+int fsa_kernel_persistent_items_fit(const fsa_context *ctx, uint64_t jobs, uint64_t stages_per_job, int ring_stages);
+
 /* fsa_kernel_launch_3d on a (gx, gy, 1) grid whose CTAs form clusters of
  * (1, cluster_y, 1) (gy a multiple of cluster_y; the driver has cluster
  * launches: fsa_kernel_can_cluster). */

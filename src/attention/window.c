@@ -158,8 +158,26 @@ void fsa_window_params_fill(fsa_swa_params *p, const fsa_window_plan *plan, fsa_
 
 static fsa_status fwd_check(const void *window_plan, const void *call, int *has_work)
 {
+    const fsa_window_plan *plan = window_plan;
     const fsa_window_fwd_args *a = call;
-    return fsa_window_check_call(STAGE_FWD, window_plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
+    const fsa_status st = fsa_window_check_call(STAGE_FWD, plan, &(fsa_window_call)FSA_WINDOW_CALL(a), 0, has_work);
+    if (st != FSA_STATUS_OK || !*has_work ||
+        !fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma))
+        return st;
+    /* A tile's key stream: its tokens and the widest window before them (at most the call's tokens). */
+    long long window = plan->window;
+    for (int qh = 0; plan->window == 0 && qh < plan->desc.num_q_heads; qh++)
+        if (plan->head_windows[qh] > window) window = plan->head_windows[qh];
+    if (window > a->total_tokens) window = a->total_tokens;
+    const uint64_t keys = (uint64_t)fsa_qt_fwd_tile_tokens(plan->group, plan->wgmma) + (uint64_t)window;
+    const uint64_t ks = (uint64_t)fsa_qt_fwd_keys(plan->desc.value_dim);
+    const uint64_t jobs = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma) *
+                          (uint64_t)plan->desc.num_kv_heads;
+    if (!fsa_kernel_persistent_items_fit(plan->ctx, jobs, (keys + ks - 1) / ks, FSA_QT_WS_PERSISTENT_STAGES))
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, STAGE_FWD,
+                             "%lld tokens with a window of %lld: a persistent CTA's key stages pass the 32-bit count "
+                             "of its ring", (long long)a->total_tokens, window);
+    return FSA_STATUS_OK;
 }
 
 /* One kernel over the query tiles of every sequence, inside the plan's context:

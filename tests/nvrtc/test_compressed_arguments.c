@@ -444,6 +444,31 @@ static void test_written_views_whose_rows_overlap_are_refused(void **state)
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_plan_bwd, &b);
 }
 
+/* The persistent forward (sm_90a) counts a CTA's ring items in int: a call whose busiest CTA would pass
+ * 2^31 key stages (83 million tokens compressed with stride 1, one head) is refused, not left to hang. */
+static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(void **state)
+{
+    (void)state;
+    fsa_compressed_attention_desc d = FSA_COMPRESSED_ATTENTION_DESC_INIT;
+    d.num_q_heads = 1, d.num_kv_heads = 1, d.head_dim = 128, d.value_dim = 128;
+    d.kernel_size = 1, d.stride = 1, d.block_size = 16, d.top_k = 0;
+    fsa_compressed_plan *plan = NULL;
+    assert_int_equal(fsa_compressed_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_compressed_fwd_args a = FSA_COMPRESSED_FWD_ARGS_INIT;
+    a.total_tokens = a.total_compressed = 83452992, a.batch = 1;
+    a.q = (fsa_tensor){(uint64_t)1 << 40, 128, 128};
+    a.k = (fsa_tensor){(uint64_t)2 << 40, 128, 128};
+    a.v = (fsa_tensor){(uint64_t)3 << 40, 128, 128};
+    a.o = (fsa_tensor){(uint64_t)4 << 40, 128, 128};
+    a.lse = (uint64_t)5 << 40;
+    a.cu_seqlens = (uint64_t)6 << 40, a.cu_seqlens_c = (uint64_t)7 << 40;
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("compressed-forward", "32-bit count of its ring");
+    a.total_tokens = a.total_compressed = 8192; /* a short call of the same plan passes every check */
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    fsa_compressed_plan_destroy(plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -459,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_the_gate_and_its_gradient_are_float_views_and_the_gradient_has_its_own_rows),
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
+        cmocka_unit_test(test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -210,6 +210,29 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, &a);
 }
 
+/* The persistent forward (sm_90a) counts a CTA's ring items in int: a call whose busiest CTA would pass
+ * 2^31 key stages (a window as long as 83 million tokens, one head) is refused, not left to hang. */
+static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(void **state)
+{
+    (void)state;
+    fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
+    d.num_q_heads = 1, d.num_kv_heads = 1, d.head_dim = 128, d.value_dim = 128, d.window = INT32_MAX;
+    fsa_window_plan *plan = NULL;
+    assert_int_equal(fsa_window_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_window_fwd_args a = FSA_WINDOW_FWD_ARGS_INIT;
+    a.total_tokens = 83452992, a.batch = 1;
+    a.q = (fsa_tensor){(uint64_t)1 << 40, 128, 128};
+    a.k = (fsa_tensor){(uint64_t)2 << 40, 128, 128};
+    a.v = (fsa_tensor){(uint64_t)3 << 40, 128, 128};
+    a.o = (fsa_tensor){(uint64_t)4 << 40, 128, 128};
+    a.cu_seqlens = (uint64_t)5 << 40;
+    assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("window-forward", "32-bit count of its ring");
+    a.total_tokens = 8192; /* a short call of the same plan passes every check */
+    assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    fsa_window_plan_destroy(plan);
+}
+
 /* A plan of a check-mode context also brings the offsets check kernel (plain
  * plans never compile it); its calls still check every argument on the host
  * first, and then need the device. */
@@ -399,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused),
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
         cmocka_unit_test(test_a_descriptor_of_the_first_version_is_accepted_without_backward),

@@ -345,6 +345,24 @@ static void test_a_persistent_forward_launches_one_cta_per_sm_at_most(void **sta
     assert_int_equal(fsa_kernel_one_cta_per_sm(&ctx, 10900), 1);
 }
 
+/* A persistent forward counts each CTA's ring items in int: jobs go to the CTAs in turn, so the busiest
+ * holds ceil(jobs / grid) of them; past INT32_MAX less the ring's buffers the launch is refused. */
+static void test_a_persistent_forwards_ring_items_per_cta_stay_within_int32(void **state)
+{
+    (void)state;
+    fsa_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.sm_count = 132;
+    const uint64_t limit = (uint64_t)INT32_MAX - 4;
+    assert_true(fsa_kernel_persistent_items_fit(&ctx, 132 * 1000, limit / 1000, 4));
+    assert_false(fsa_kernel_persistent_items_fit(&ctx, 132 * 1000, limit / 1000 + 1, 4));
+    assert_false(fsa_kernel_persistent_items_fit(&ctx, 132 * 1000 + 1, limit / 1000, 4)); /* one CTA has 1001 */
+    assert_true(fsa_kernel_persistent_items_fit(&ctx, 0, UINT64_MAX, 4));
+    assert_false(fsa_kernel_persistent_items_fit(&ctx, UINT64_MAX, UINT64_MAX, 4)); /* no wrap in the product */
+    ctx.sm_count = 0; /* unknown: one CTA takes every job */
+    assert_false(fsa_kernel_persistent_items_fit(&ctx, 132 * 1000, limit / 1000, 4));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_the_warpgroup_backward_keeps_its_launch_shapes),
         cmocka_unit_test(test_grids_cover_the_tiles_of_every_sequence),
         cmocka_unit_test(test_a_persistent_forward_launches_one_cta_per_sm_at_most),
+        cmocka_unit_test(test_a_persistent_forwards_ring_items_per_cta_stay_within_int32),
         cmocka_unit_test(test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a),
         cmocka_unit_test(test_wide_heads_take_one_backward_pass_up_to_320_columns),
         cmocka_unit_test(test_equal_head_dims_keep_the_selected_kernels_shared_memory),
