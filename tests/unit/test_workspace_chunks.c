@@ -181,6 +181,28 @@ static void test_a_backward_workspace_sized_before_the_record_serves_the_order_i
         }
 }
 
+/* The forward's main kernels count a launch's work items (at most its pairs) in int and step them by
+ * chunks of the persistent grid: a launch's pairs leave that room below INT32_MAX, however many tokens
+ * and whatever the cap (64 KV heads x top-k 1 x 2^25 - 1 tokens: pairs just below 2^31). */
+static void test_a_forward_chunks_pairs_leave_room_for_the_grids_steps_below_int32(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    p.desc.num_q_heads = p.desc.num_kv_heads = 64;
+    p.desc.top_k = 1;
+    p.config.top_k = 1;
+    const int64_t T = ((int64_t)1 << 25) - 1;
+    int heads;
+    int64_t tc;
+    fsa_fwd_chunk(&heads, &tc, &p, T, 1);
+    const int64_t steps = (int64_t)p.main_grid * FSA_FWD_WG_CHUNK_ITEMS * (FSA_FWD_WG_TAIL_WAVES + 2);
+    print_message("  %d heads x %lld tokens: %lld pairs, room %lld\n", heads, (long long)tc,
+                  (long long)heads * tc, (long long)INT32_MAX - (long long)heads * tc);
+    assert_true((int64_t)heads * tc * p.desc.top_k + steps <= INT32_MAX);
+    assert_true(tc < T); /* so the call runs in chunks */
+}
+
 static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
 {
     (void)state;
@@ -642,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_the_standard_problem_stays_within_the_default_cap),
         cmocka_unit_test(test_long_backwards_keep_long_token_chunks_under_the_default_cap),
         cmocka_unit_test(test_a_backward_workspace_sized_before_the_record_serves_the_order_it_names),
+        cmocka_unit_test(test_a_forward_chunks_pairs_leave_room_for_the_grids_steps_below_int32),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_work_items_are_sized_per_launch),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
