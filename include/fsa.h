@@ -45,7 +45,9 @@
  *   check mode (fsa_context_options.check) an uncaptured call waits for the
  *   metadata check's verdict. Those waits (and the timings' scratch
  *   allocations) run on the call's stream in relaxed capture mode, so another
- *   thread may capture meanwhile, in global mode too. Functions that
+ *   thread may capture meanwhile, in global mode too (unless the call's
+ *   stream is the legacy default stream and the captured one a blocking
+ *   stream: the legacy stream waits for it). Functions that
  *   compile or load kernels (fsa_plan_create, the first fsa_fill_u32 of a
  *   context, fsa_cache_verify on a device) block the calling thread and must
  *   not run during a stream capture, in this thread or (global mode)

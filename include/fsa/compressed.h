@@ -152,8 +152,9 @@ typedef struct fsa_compressed_fwd_args {
  *         selection in the plan, or in check mode for bad offsets;
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
  *         needs too many query tiles, or (the persistent forward of sm_90a)
- *         whose busiest CTA would walk past 2^31 key stages (e.g. one head,
- *         80 million tokens compressed with stride 1);
+ *         whose busiest CTA could walk past 2^31 key stages, counting every
+ *         tile at its longest key stream (one head, stride 1: refused from
+ *         ~59 million tokens on 132 SMs);
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */

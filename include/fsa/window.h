@@ -103,8 +103,9 @@ typedef struct fsa_window_fwd_args {
  *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
  *         needs too many tiles, or (the persistent forward of sm_90a) whose
- *         busiest CTA would walk past 2^31 key stages (e.g. one head, a
- *         window as long as 80 million tokens);
+ *         busiest CTA could walk past 2^31 key stages, counting every tile
+ *         at its longest key stream (one head with a window as long as the
+ *         sequence: refused from ~59 million tokens on 132 SMs);
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.
  */

@@ -94,11 +94,20 @@ def _plan(lib, shape):
             lib.check(_fn(lib, "fsa_kvcache_plan_create")(ctypes.byref(handle),
                                                           _att._context(lib, device, validate, tune),
                                                           ctypes.byref(desc)), "fsa_kvcache_plan_create")
-            size, counters = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
-                      "fsa_kvcache_plan_workspace_size")
-            lib.check(_fn(lib, "fsa_kvcache_plan_workspace_counter_size")(ctypes.byref(counters), handle.value),
-                      "fsa_kvcache_plan_workspace_counter_size")
+            try:
+                size, counters = ctypes.c_size_t(0), ctypes.c_size_t(0)
+                lib.check(_fn(lib, "fsa_kvcache_plan_workspace_size")(ctypes.byref(size), handle.value),
+                          "fsa_kvcache_plan_workspace_size")
+                try:
+                    counter_size = _fn(lib, "fsa_kvcache_plan_workspace_counter_size")
+                except RuntimeError:  # a libfsa before it: the whole workspace is zeroed per call
+                    counters.value = size.value
+                else:
+                    lib.check(counter_size(ctypes.byref(counters), handle.value),
+                              "fsa_kvcache_plan_workspace_counter_size")
+            except BaseException:
+                _fn(lib, "fsa_kvcache_plan_destroy")(handle.value)  # made but not kept: not leaked
+                raise
             plan = _plans[key] = (handle.value, size.value, counters.value)
     return plan
 

@@ -280,3 +280,47 @@ def test_set_tuning_reaches_the_paged_cache_plans_made_after_it(monkeypatch):
 
     assert contexts == [(0, False, "on"), (0, False, "off")]
     assert on == (5101, 256, 32) and off == (5102, 256, 32)
+
+
+def _plan_functions(monkeypatch, functions):
+    from fsa_jit import attention
+
+    monkeypatch.setattr(attention, "_context", lambda lib, device, validate, tune: 100)
+    monkeypatch.setattr(kvcache, "_plans", {})
+
+    def fn(library, name):
+        if name not in functions:
+            raise RuntimeError(f"fake has no {name}")
+        return functions[name]
+
+    monkeypatch.setattr(kvcache, "_fn", fn)
+    return (0, torch.bfloat16, 128, 32, 8, 64, 16, 64, 4, 4, 0.0, 0, False, 128)
+
+
+def test_a_libfsa_without_the_counter_size_gets_its_whole_workspace_zeroed(monkeypatch):
+    def create(handle, ctx, desc):
+        handle._obj.value = 5000
+        return 0
+
+    def workspace_size(size, handle):
+        size._obj.value = 4096
+        return 0
+
+    shape = _plan_functions(monkeypatch, {"fsa_kvcache_plan_create": create,
+                                          "fsa_kvcache_plan_workspace_size": workspace_size})
+    assert kvcache._plan(FakeLibrary(), shape) == (5000, 4096, 4096)
+
+
+def test_a_plan_whose_sizes_cannot_be_read_is_destroyed_not_leaked(monkeypatch):
+    destroyed = []
+
+    def create(handle, ctx, desc):
+        handle._obj.value = 5000
+        return 0
+
+    shape = _plan_functions(monkeypatch, {"fsa_kvcache_plan_create": create,
+                                          "fsa_kvcache_plan_workspace_size": lambda size, handle: 7,
+                                          "fsa_kvcache_plan_destroy": destroyed.append})
+    with pytest.raises(_lib.FsaError):
+        kvcache._plan(FakeLibrary(), shape)
+    assert destroyed == [5000] and kvcache._plans == {}
