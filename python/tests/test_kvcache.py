@@ -119,24 +119,32 @@ def test_strided_queries_and_top_k_rows_are_read_in_place(poisoned_outputs):
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
 
 
-def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place(poisoned_outputs):
-    """o and lse of each replay against the reference of the inputs then in the buffers (the outputs are
-    poisoned inside the graph too: each replay fills them before the kernels run)."""
-    p = make_problem(SEQS, hq=4, hkv=4, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=5)
+def replay_and_check(graph, p, o, lse):
+    graph.replay()
+    torch.cuda.synchronize()
+    check(p, o, lse)
+
+
+def captured(p):
+    """(graph, o, lse): one call of `p` captured (its plan made by an eager call first), replayed and checked."""
     kvcache_attention(**p, return_lse=True)  # creates the plan outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         o, lse = kvcache_attention(**p, return_lse=True)
-    graph.replay()
-    torch.cuda.synchronize()
-    check(p, o, lse)
+    replay_and_check(graph, p, o, lse)
+    return graph, o, lse
+
+
+def test_a_graph_replays_with_the_page_table_and_selection_updated_in_place(poisoned_outputs):
+    """o and lse of each replay against the reference of the inputs then in the buffers (the outputs are
+    poisoned inside the graph too: each replay fills them before the kernels run)."""
+    p = make_problem(SEQS, hq=4, hkv=4, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=5)
+    graph, o, lse = captured(p)
     first_o, first_lse = o.clone(), lse.clone()
     q2 = make_problem(SEQS, hq=4, hkv=4, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, seed=6)
     for name in ("block_table", "topk_idx", "k_cache", "v_cache", "q"):
         p[name].copy_(q2[name])
-    graph.replay()
-    torch.cuda.synchronize()
-    check(p, o, lse)
+    replay_and_check(graph, p, o, lse)
     assert not torch.equal(o, first_o) and not torch.equal(lse, first_lse), "the replay must read the new inputs"
 
 
@@ -147,13 +155,7 @@ def test_a_graph_replays_after_the_lengths_and_the_query_split_changed_in_place(
     left as garbage the new lengths never reach), the selection and q."""
     kw = dict(hq=8, hkv=2, d=64, page=16, bk=16, k=8, dtype=torch.bfloat16, with_length=True)
     p = make_problem([(1, 0), (1, 1), (2, 63), (8, 64), (5, 65), (0, 9), (3, 2000)], seed=12, **kw)
-    kvcache_attention(**p, return_lse=True)  # creates the plan outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        o, lse = kvcache_attention(**p, return_lse=True)
-    graph.replay()
-    torch.cuda.synchronize()
-    check(p, o, lse)
+    graph, o, lse = captured(p)
     first_o = o.clone()
     b = make_problem([(2, 0), (0, 1), (1, 63), (8, 60), (5, 66), (1, 9), (3, 1990)], seed=13, **kw)
     for name in ("q", "cu_seqlens_q", "seqused_k", "topk_idx", "topk_length"):
@@ -164,9 +166,7 @@ def test_a_graph_replays_after_the_lengths_and_the_query_split_changed_in_place(
         p[name][: b[name].shape[0]].copy_(b[name])
     assert b["block_table"].shape[1] < p["block_table"].shape[1]
     p["block_table"][:, : b["block_table"].shape[1]].copy_(b["block_table"])
-    graph.replay()
-    torch.cuda.synchronize()
-    check(p, o, lse)
+    replay_and_check(graph, p, o, lse)
     assert not torch.equal(o, first_o), "the replay must read the new metadata"
 
 
