@@ -72,7 +72,11 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     plan->group = d.num_q_heads / d.num_kv_heads;
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->window = d.head_windows != NULL ? 0 : d.window;
-    for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) plan->head_windows[qh] = d.head_windows[qh];
+    plan->widest_window = plan->window;
+    for (int qh = 0; d.head_windows != NULL && qh < d.num_q_heads; qh++) {
+        plan->head_windows[qh] = d.head_windows[qh];
+        if (d.head_windows[qh] > plan->widest_window) plan->widest_window = d.head_windows[qh];
+    }
     plan->wgmma = fsa_kernel_wgmma(ctx, d.head_dim, d.value_dim);
     plan->bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d.head_dim, d.value_dim);
     const fsa_kernel_config c = {.dtype = d.dtype,
@@ -165,10 +169,7 @@ static fsa_status fwd_check(const void *window_plan, const void *call, int *has_
         !fsa_qt_ws_persistent(plan->desc.head_dim, plan->desc.value_dim, plan->wgmma))
         return st;
     /* A tile's key stream: its tokens and the widest window before them (at most the call's tokens). */
-    long long window = plan->window;
-    for (int qh = 0; plan->window == 0 && qh < plan->desc.num_q_heads; qh++)
-        if (plan->head_windows[qh] > window) window = plan->head_windows[qh];
-    if (window > a->total_tokens) window = a->total_tokens;
+    const long long window = plan->widest_window < a->total_tokens ? plan->widest_window : a->total_tokens;
     const uint64_t keys = (uint64_t)fsa_qt_fwd_tile_tokens(plan->group, plan->wgmma) + (uint64_t)window;
     const uint64_t ks = (uint64_t)fsa_qt_fwd_keys(plan->desc.value_dim);
     const uint64_t jobs = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma) *

@@ -20,6 +20,7 @@ struct fsa_window_plan {
      * and head_windows[qh] (the plan's copy of the descriptor's array). */
     long long window;
     int head_windows[FSA_SWA_MAX_HEAD_WINDOWS];
+    long long widest_window; /* the longest of them: a tile's key stream is at most its tokens and this */
     fsa_kernel fwd, bwd_dq, bwd_dkv; /* fn NULL offline; the backward pair without backward */
     int wgmma;                       /* the forward's warpgroup variant (fsa_kernel_wgmma), 0: mma.sync */
     int bwd_wgmma;                   /* the backward's warpgroup variant (fsa_kernel_bwd_wgmma), 0: mma.sync */

@@ -231,6 +231,15 @@ static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(vo
     a.total_tokens = 8192; /* a short call of the same plan passes every check */
     assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
     fsa_window_plan_destroy(plan);
+    /* The same through per-head windows (2 query heads of one KV head: the widest of them counts). */
+    const int32_t windows[2] = {64, INT32_MAX};
+    d.num_q_heads = 2, d.window = 0, d.head_windows = windows;
+    assert_int_equal(fsa_window_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    a.total_tokens = 83452992;
+    a.q.token_stride = a.o.token_stride = 256;
+    assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("window-forward", "32-bit count of its ring");
+    fsa_window_plan_destroy(plan);
 }
 
 /* A plan of a check-mode context also brings the offsets check kernel (plain
