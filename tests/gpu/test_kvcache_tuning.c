@@ -5,7 +5,8 @@
  * reads the record; a damaged record is ignored and measured again; and
  * with a measured split count a sequence still gives the same bits alone
  * and inside a batch of 64; and the CTAs per sequence, which follow the
- * batch size, never change the bits. Every answer (o over the tensor and
+ * batch size, never change the bits; a call that measures while another
+ * thread captures leaves that capture valid. Every answer (o over the tensor and
  * per row, lse per row) is checked against the float64 reference. */
 #include "kvcache_fixture.h" /* kvc_check_against_reference only: these tests make their own contexts and plans */
 
@@ -15,6 +16,7 @@
 
 #include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +29,17 @@ enum { MAX_BATCH = KVC_MAX_SEQS, MAX_TOKENS = 512 };
 static char *g_cache_dir;
 static fsa_context *g_probe; /* keeps the device's context current for the tests' own driver calls */
 
-static fsa_context *context_with(fsa_tune_mode mode)
+static fsa_context *context_in(const char *cache_dir, fsa_tune_mode mode)
 {
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.cache_dir = g_cache_dir;
+    o.cache_dir = cache_dir;
     o.tune = mode;
     fsa_context *ctx = NULL;
     if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("context: %s", fsa_last_error());
     return ctx;
 }
+
+static fsa_context *context_with(fsa_tune_mode mode) { return context_in(g_cache_dir, mode); }
 
 static fsa_kvcache_plan *plan_of(fsa_context *ctx)
 {
@@ -52,11 +56,11 @@ static fsa_plan_choice choice_of(const fsa_kvcache_plan *plan)
     return c;
 }
 
-/* The record files (*.tune) of the cache; the path of the last one in `path`. */
+/* The record files (*.tune) of the context's cache; the path of the last one in `path`. */
 static int count_records(const fsa_context *ctx, char *path, size_t n)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/v1/%s", g_cache_dir, fsa_context_target(ctx));
+    snprintf(dir, sizeof dir, "%s/v1/%s", ctx->cache_dir, fsa_context_target(ctx));
     DIR *d = opendir(dir);
     int count = 0;
     if (d == NULL) return 0;
@@ -265,6 +269,81 @@ static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **stat
     fsa_context_destroy(ctx);
 }
 
+typedef struct measuring_thread {
+    const fsa_kvcache_plan *plan;
+    const fsa_kvcache_args *a;
+    void *stream;
+    fsa_status st;
+    char message[512];
+} measuring_thread;
+
+static void *call_while_the_main_thread_captures(void *arg)
+{
+    measuring_thread *m = arg;
+    m->st = fsa_kvcache_attention(m->plan, m->a, m->stream); /* measures: scratch allocations, event waits */
+    snprintf(m->message, sizeof m->message, "%s", fsa_last_error());
+    return NULL;
+}
+
+/* The tuner's scratch allocations and waits run in relaxed capture mode: in
+ * the default mode, with another thread capturing in global mode (PyTorch's
+ * default), the driver refuses them and invalidates that capture. A cache of
+ * its own, so that the call has no record to read. */
+static void test_a_call_that_measures_while_another_thread_captures_leaves_the_capture_valid(void **state)
+{
+    (void)state;
+    char *dir = fsa_test_mkdtemp("kvcache-tuning-capture");
+    fsa_context *ctx = context_in(dir, FSA_TUNE_ON);
+    fsa_kvcache_plan *plan = plan_of(ctx);
+    assert_true(choice_of(plan).will_measure);
+    kvc_problem p, q;
+    kvc_problem_make(&p, &k_case, 21);
+    kvc_problem_make(&q, &k_case, 22);
+    kvc_problem_reference(&p);
+    kvc_problem_reference(&q);
+    kvc_device dp, dq;
+    kvc_device_make(&dp, &p, plan);
+    kvc_device_make(&dq, &q, plan);
+    kvc_poison(&dp, &p);
+    const fsa_kvcache_args a = kvc_args_of(&dp, &p), b = kvc_args_of(&dq, &q);
+    fsa_test_graph own;
+    fsa_test_capture_begin(&own); /* a stream created before the capture below begins */
+    fsa_test_capture_end(&own);
+
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_kvcache_attention(plan, &b, graph.stream), FSA_STATUS_OK); /* captured: no measuring */
+    measuring_thread m = {plan, &a, own.stream, FSA_STATUS_OK, ""};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, call_while_the_main_thread_captures, &m), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
+    if (m.st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)m.st, m.message);
+    fsa_test_sync();
+    assert_int_equal(choice_of(plan).source, FSA_CHOICE_MEASURED);
+    assert_int_equal(count_records(ctx, NULL, 0), 1);
+    kvc_outputs out;
+    kvc_download(&out, &dp, &p);
+    kvc_check_against_reference(&out, &p, "the call that measured");
+    kvc_outputs_free(&out);
+
+    kvc_poison(&dq, &q);
+    fsa_test_graph_replay(&graph);
+    kvc_download(&out, &dq, &q);
+    kvc_check_against_reference(&out, &q, "the graph captured meanwhile");
+    kvc_outputs_free(&out);
+    fsa_test_graph_free(&graph);
+    fsa_test_graph_free(&own);
+    kvc_device_free(&dq);
+    kvc_device_free(&dp);
+    kvc_problem_free(&q);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+    fsa_test_rmtree(dir);
+    free(dir);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -292,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_a_damaged_record_is_ignored_and_measured_again),
         cmocka_unit_test(test_batch_invariance_holds_with_a_measured_split_count),
         cmocka_unit_test(test_the_cta_count_follows_the_batch_and_the_bits_do_not),
+        cmocka_unit_test(test_a_call_that_measures_while_another_thread_captures_leaves_the_capture_valid),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,8 @@
  * measures both loop orders, writes a record into the cache directory and
  * still gives the reference's answer; a second context, and a second
  * process, take the record without measuring; a call on a stream being
- * captured never measures, nor a backward call with dq_add. Small shapes:
+ * captured never measures, nor a backward call with dq_add; a call that
+ * measures while another thread captures leaves that capture valid. Small shapes:
  * well under 20 s. */
 #include "attention_problem.h"
 
@@ -10,6 +11,7 @@
 #include "jit/context.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,78 @@ static void test_a_capturing_stream_never_measures(void **state)
     fsa_plan_destroy(plan);
 }
 
+typedef struct measuring_thread {
+    const fsa_plan *plan;
+    const fsa_fwd_args *a;
+    void *stream;
+    fsa_status st;
+    char message[512];
+} measuring_thread;
+
+static void *forward_while_the_main_thread_captures(void *arg)
+{
+    measuring_thread *m = arg;
+    m->st = fsa_selected_attention_fwd(m->plan, m->a, m->stream); /* measures: its timings wait on events */
+    snprintf(m->message, sizeof m->message, "%s", fsa_last_error());
+    return NULL;
+}
+
+/* The timings' event waits run in relaxed capture mode: in the default mode,
+ * with another thread capturing in global mode (PyTorch's default), the driver
+ * refuses them and invalidates that capture. Every buffer is made before the
+ * capture begins (an allocation would be refused the same way). */
+static void test_a_call_that_measures_while_another_thread_captures_leaves_the_capture_valid(void **state)
+{
+    (void)state;
+    fsa_plan *plan = plan_of(g_ctx);
+    attn_case wide = k_case;
+    wide.lens[0] = 150, wide.lens[1] = 250; /* bucket 512: no record yet */
+    problem p, q;
+    problem_make(&p, &wide, 0x7417u);
+    problem_make(&q, &k_case, 0x7e57u); /* bucket 64: recorded, the captured call does not measure */
+    device_problem dp, dq;
+    device_make(&dp, &p, &wide, plan);
+    device_make(&dq, &q, &k_case, plan);
+    const fsa_fwd_args a = fwd_args_of(&dp, &p), b = fwd_args_of(&dq, &q);
+    assert_true(choice_of(plan, p.T).will_measure);
+    assert_false(choice_of(plan, q.T).will_measure);
+    const int records = count_records(g_cache_dir, fsa_context_target(g_ctx));
+    poison_fwd(&dp, &p, &wide);
+    fsa_test_graph own;
+    fsa_test_capture_begin(&own); /* a stream created before the capture below begins */
+    fsa_test_capture_end(&own);
+
+    fsa_test_graph graph;
+    fsa_test_capture_begin(&graph);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &b, graph.stream), FSA_STATUS_OK);
+    measuring_thread m = {plan, &a, own.stream, FSA_STATUS_OK, ""};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, forward_while_the_main_thread_captures, &m), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
+    if (m.st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)m.st, m.message);
+    fsa_test_sync();
+    assert_int_equal(choice_of(plan, p.T).source, FSA_CHOICE_MEASURED);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), records + 1);
+    outputs out;
+    download_fwd(&out, &dp, &p, &wide);
+    attn_check_o_and_lse(&out, &p, wide.hq, 1e-2, "the call that measured");
+    outputs_free(&out);
+
+    poison_fwd(&dq, &q, &k_case);
+    fsa_test_graph_replay(&graph);
+    download_fwd(&out, &dq, &q, &k_case);
+    attn_check_o_and_lse(&out, &q, k_case.hq, 1e-2, "the graph captured meanwhile");
+    outputs_free(&out);
+    fsa_test_graph_free(&graph);
+    fsa_test_graph_free(&own);
+    device_free(&dq);
+    device_free(&dp);
+    problem_free(&q);
+    problem_free(&p);
+    fsa_plan_destroy(plan);
+}
+
 /* A backward call with dq_add never measures (each variant timed would add it again; here it is dq itself):
  * the bucket keeps no record, dq is the reference's plus what dq held, once; a call without dq_add then
  * measures. */
@@ -310,6 +384,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_second_context_uses_the_record_without_measuring),
         cmocka_unit_test(test_a_second_process_uses_the_record_without_measuring),
         cmocka_unit_test(test_a_capturing_stream_never_measures),
+        cmocka_unit_test(test_a_call_that_measures_while_another_thread_captures_leaves_the_capture_valid),
         cmocka_unit_test(test_a_backward_with_dq_add_never_measures),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
