@@ -6,6 +6,7 @@
 #include "tool_args.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -67,6 +68,7 @@ void options_free(tool_options *o)
     int_list_free(&o->groups);
     int_list_free(&o->block_sizes);
     int_list_free(&o->page_sizes);
+    int_list_free(&o->kv_heads);
 }
 
 static int online_cpus(void)
@@ -116,6 +118,8 @@ void options_print_usage(FILE *f)
             "  --window N          window: the window (default 512)\n"
             "  --tune              with --detect: also measure each selected plan's variants at T = 1,\n"
             "                      4, ..., 65536 and write tuning records into the cache\n"
+            "  --kv-heads LIST     with --tune: the KV head counts to measure at, num_q_heads =\n"
+            "                      group x each (default 1); a record holds for its count only\n"
             "  -j, --jobs N        compile threads (default: online CPUs, %d here)\n"
             "Cache:\n"
             "  --cache-dir DIR     default (also for an empty DIR) $FSA_CACHE_DIR, else\n"
@@ -160,6 +164,7 @@ enum {
     OPT_STRIDE,
     OPT_WINDOW,
     OPT_PAGE_SIZE,
+    OPT_KV_HEADS,
     /* Not 'h' and 'j': a long option's value is never a letter, so that
      * optopt tells a short option from a long one (tool_bad_option). */
     OPT_HELP,
@@ -192,6 +197,7 @@ static const struct option long_options[] = {
     {"stride", required_argument, NULL, OPT_STRIDE},
     {"window", required_argument, NULL, OPT_WINDOW},
     {"page-size", required_argument, NULL, OPT_PAGE_SIZE},
+    {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
     {NULL, 0, NULL, 0},
 };
 
@@ -225,6 +231,7 @@ static int apply_option(tool_options *o, int c, const char *arg)
     case OPT_GROUP: o->grid_given = 1; return parse_int_list(&o->groups, arg, "--group");
     case OPT_BLOCK_SIZE: o->grid_given = 1; return parse_int_list(&o->block_sizes, arg, "--block-size");
     case OPT_PAGE_SIZE: o->grid_given = 1; return parse_page_sizes(&o->page_sizes, arg);
+    case OPT_KV_HEADS: o->grid_given = 1; return parse_int_list(&o->kv_heads, arg, "--kv-heads");
     case OPT_TOP_K:
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_LIST_VALUE, "--top-k") != 0) return -1;
@@ -242,9 +249,11 @@ static int apply_option(tool_options *o, int c, const char *arg)
     case OPT_WINDOW: {
         static const char *const names[] = {"--kernel-size", "--stride", "--window"};
         int *const fields[] = {&o->kernel_size, &o->stride, &o->window};
+        int *const given[] = {&o->kernel_size_given, &o->stride_given, &o->window_given};
         o->grid_given = 1;
         if (parse_one(&n, arg, 1, MAX_LIST_VALUE, names[c - OPT_KERNEL_SIZE]) != 0) return -1;
         *fields[c - OPT_KERNEL_SIZE] = (int)n;
+        *given[c - OPT_KERNEL_SIZE] = 1;
         return 0;
     }
     case OPT_BACKWARD:
@@ -277,6 +286,19 @@ static int apply_option(tool_options *o, int c, const char *arg)
 /* Combinations of options that make no sense together. */
 static int check_options(const tool_options *o)
 {
+    /* Options of a kind of plan not asked for would be dropped unused. */
+    if ((o->kernel_size_given || o->stride_given) && !o->kinds[KIND_COMPRESSED]) {
+        usage_error("--kernel-size and --stride apply only to --kind compressed");
+        return -1;
+    }
+    if (o->window_given && !o->kinds[KIND_WINDOW]) {
+        usage_error("--window applies only to --kind window");
+        return -1;
+    }
+    if (o->kv_heads.n > 0 && !o->tune) {
+        usage_error("--kv-heads applies only to --tune (the kernels do not depend on it)");
+        return -1;
+    }
     if (o->arches.n > 0 && o->detect) {
         usage_error("--arch and --detect exclude each other");
         return -1;
@@ -325,6 +347,7 @@ static int fill_defaults(tool_options *o)
     if (o->head_dims.n == 0) rc |= int_list_add(&o->head_dims, 128);
     if (o->block_sizes.n == 0) rc |= int_list_add(&o->block_sizes, 64);
     if (o->page_sizes.n == 0) rc |= int_list_add(&o->page_sizes, 64);
+    if (o->kv_heads.n == 0) rc |= int_list_add(&o->kv_heads, 1);
     int any_kind = 0;
     for (int k = 0; k < KIND_COUNT; k++) any_kind |= o->kinds[k];
     if (!any_kind) o->kinds[KIND_SELECTED] = 1;
@@ -365,6 +388,12 @@ int options_parse(tool_options *o, int argc, char **argv)
         return TOOL_EXIT_USAGE;
     }
     if (check_options(o) != 0 || fill_defaults(o) != 0) return TOOL_EXIT_USAGE;
+    for (size_t g = 0; g < o->groups.n; g++)
+        for (size_t h = 0; h < o->kv_heads.n; h++)
+            if ((long long)o->groups.v[g] * o->kv_heads.v[h] > INT_MAX) {
+                usage_error("--group %d x --kv-heads %d query heads pass INT_MAX", o->groups.v[g], o->kv_heads.v[h]);
+                return TOOL_EXIT_USAGE;
+            }
     /* The grid's size is a usage error: say so before opening a context
      * (--detect, one target, would otherwise fail first without a GPU). */
     if (o->mode == MODE_COMPILE && grid_count(o, o->detect ? 1 : o->arches.n) == 0) return TOOL_EXIT_USAGE;

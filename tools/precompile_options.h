@@ -27,6 +27,8 @@ typedef struct tool_options {
     int value_dim;         /* Dv of v and o, in every kind of plan; 0 = each head dim */
     int kinds[KIND_COUNT]; /* 1 = plans of that kind; none given = selected only */
     int kernel_size, stride, window;
+    int kernel_size_given, stride_given, window_given; /* each applies to one kind only */
+    int_list kv_heads; /* --tune: the KV head counts the selected plans are measured at (default 1) */
     fsa_algorithm algorithm;
     int backward;   /* also the backward kernels */
     int tune;       /* then measure each plan's variants on the GPU (tuning records) */

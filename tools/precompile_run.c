@@ -143,9 +143,10 @@ static void report_job(run_state *rs, const grid_job *j, fsa_status st, double w
     pthread_mutex_unlock(&rs->print_lock);
 }
 
-/* --tune: measures every bucket 4^i of the plan, one plan at a time (timings
- * of plans sharing the GPU would mislead). */
-static void tune_plan(run_state *rs, const grid_job *j, fsa_plan *plan)
+/* --tune: measures every bucket 4^i of the job's selected plan at each
+ * --kv-heads count (a record holds for its KV head count only), one plan at a
+ * time (timings of plans sharing the GPU would mislead). */
+static void tune_plan(run_state *rs, const grid_job *j, fsa_context *ctx)
 {
     static pthread_mutex_t gpu = PTHREAD_MUTEX_INITIALIZER;
     char label[128];
@@ -154,11 +155,20 @@ static void tune_plan(run_state *rs, const grid_job *j, fsa_plan *plan)
     job_label(label, sizeof label, rs, j);
     pthread_mutex_lock(&gpu);
     const double t0 = now_ms();
-    for (int64_t T = 1; T <= 65536 && st == FSA_STATUS_OK; T *= 4)
-        for (int op = 0; op <= j->desc.backward && st == FSA_STATUS_OK; op++) {
-            st = fsa_plan_tune(&measured, plan, (fsa_operation)op, T);
-            n += measured;
-        }
+    const int_list *heads = &rs->opts->kv_heads;
+    for (size_t h = 0; h < heads->n && st == FSA_STATUS_OK; h++) {
+        fsa_selected_attention_desc d = j->desc;
+        fsa_plan *plan = NULL;
+        d.num_kv_heads = heads->v[h];
+        d.num_q_heads = j->desc.num_q_heads * heads->v[h]; /* the group times the KV heads */
+        st = fsa_plan_create(&plan, ctx, &d);
+        for (int64_t T = 1; T <= 65536 && st == FSA_STATUS_OK; T *= 4)
+            for (int op = 0; op <= j->desc.backward && st == FSA_STATUS_OK; op++) {
+                st = fsa_plan_tune(&measured, plan, (fsa_operation)op, T);
+                n += measured;
+            }
+        fsa_plan_destroy(plan);
+    }
     const double ms = now_ms() - t0;
     pthread_mutex_unlock(&gpu);
     pthread_mutex_lock(&rs->print_lock);
@@ -185,7 +195,7 @@ static void run_job(run_state *rs, size_t index)
     report_job(rs, &j, st, wall_ms, solo ? &own : NULL);
     /* An offline plan cannot run; creating it was the whole point. Only
      * selected attention has variants to tune. */
-    if (st == FSA_STATUS_OK && rs->opts->tune && plans.selected != NULL) tune_plan(rs, &j, plans.selected);
+    if (st == FSA_STATUS_OK && rs->opts->tune && plans.selected != NULL) tune_plan(rs, &j, target->ctx);
     grid_plans_destroy(&plans);
 }
 

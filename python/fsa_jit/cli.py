@@ -129,7 +129,7 @@ def _version_action(prog):
 # from leaving it out: they apply only when compiling.
 _GRID_DEFAULTS = {"dtype": ["bf16"], "head_dim": [128], "group": [1, 2, 4, 8, 16], "block_size": [64],
                   "top_k": 16, "algorithm": "auto", "kind": "selected", "value_dim": 0, "kernel_size": 32,
-                  "stride": 16, "window": 512, "page_size": None, "jobs": None}
+                  "stride": 16, "window": 512, "page_size": None, "kv_heads": [1], "jobs": None}
 
 
 def _name_list(text):
@@ -187,6 +187,9 @@ def _precompile_parser():
     grid.add_argument("--tune", action="store_true",
                       help="with --detect: also measure each selected plan's variants at T = 1, 4, ..., 65536 "
                            "and write tuning records into the cache")
+    grid.add_argument("--kv-heads", type=_int_list,
+                      help="with --tune: the KV head counts to measure at, num_q_heads = group x each (default 1); "
+                           "a record holds for its count only")
     grid.add_argument("-j", "--jobs", type=_number(1, MAX_JOBS), help="compile threads (default: CPUs)")
     cache = p.add_argument_group("cache")
     cache.add_argument("--cache-dir", help="default (also for an empty DIR) $FSA_CACHE_DIR, else "
@@ -220,6 +223,13 @@ def _check_precompile_options(p, a):
         p.error("--max-bytes applies only to --prune")
     if a.mode and grid_given:
         p.error("grid options and -j apply only when compiling, not with --list, --verify or --prune")
+    kinds = (a.kind or _GRID_DEFAULTS["kind"]).split(",")
+    if (a.kernel_size is not None or a.stride is not None) and "compressed" not in kinds:
+        p.error("--kernel-size and --stride apply only to --kind compressed")
+    if a.window is not None and "window" not in kinds:
+        p.error("--window applies only to --kind window")
+    if a.kv_heads is not None and not a.tune:
+        p.error("--kv-heads applies only to --tune (the kernels do not depend on it)")
     for name, default in _GRID_DEFAULTS.items():
         if getattr(a, name) is None:
             setattr(a, name, default)
@@ -333,7 +343,7 @@ def _compile(a):
                    groups=a.group, block_sizes=a.block_size, top_k=a.top_k, algorithm=a.algorithm,
                    backward=a.backward, cache_dir=a.cache_dir, jobs=a.jobs, verbose=True, kinds=a.kind,
                    value_dim=a.value_dim, kernel_size=a.kernel_size, stride=a.stride, window=a.window,
-                   page_sizes=a.page_size or PAGE_SIZES, tune=a.tune)
+                   page_sizes=a.page_size or PAGE_SIZES, tune=a.tune, kv_heads=a.kv_heads)
     for shape, message in s["failures"]:
         print(f"FAILED {shape}: {message}", file=sys.stderr)
     # The C tool's words for a replaced entry and an unwritten kernel (on its per-target lines).

@@ -251,12 +251,20 @@ def test_detect_tune_and_backward_reach_precompile(capsys, monkeypatch):
     rc, _, err = run(cli.precompile_main, ["--detect", "--tune", "--backward"], capsys)
     assert rc == 0, err
     assert seen["detect"] and seen["tune"] and seen["backward"] and seen["arch"] is None and seen["device"] == 0
+    assert seen["kv_heads"] == [1]
+    rc, _, err = run(cli.precompile_main, ["--detect", "--tune", "--kv-heads", "2,8"], capsys)
+    assert rc == 0, err
+    assert seen["kv_heads"] == [2, 8]
 
 
 @pytest.mark.parametrize("args, message", [
     (["--arch", "sm_80", "--kind", "kvcache", "--page-size", "1,48"], "--page-size: 48 is not 1, 16, 32, 64, 128 or 256"),
     (["--list", "--arch", "sm_80,sm_90a"], "--list, --verify and --prune take one --arch"),
     (["--arch", "sm_80", "--head-dim", "16-4096:16", "--group", "1-512"], "more than 100000 combinations"),
+    (["--arch", "sm_80", "--window", "7"], "--window applies only to --kind window"),
+    (["--arch", "sm_80", "--kind", "window", "--stride", "3"], "--kernel-size and --stride apply only to --kind compressed"),
+    (["--arch", "sm_80", "--kernel-size", "64"], "--kernel-size and --stride apply only to --kind compressed"),
+    (["--arch", "sm_80", "--kv-heads", "8"], "--kv-heads applies only to --tune"),
 ])
 def test_precompile_refuses_what_the_c_tool_refuses_before_anything_opens(args, message, capsys):
     rc, _, err = run(cli.precompile_main, args, capsys)

@@ -176,6 +176,13 @@ def test_precompile_kind_arguments():
         fsa_jit.precompile(arch="sm_80", kinds="selected,kv-cache")
     with pytest.raises(ValueError, match="stride"):
         fsa_jit.precompile(arch="sm_80", kinds="compressed", stride=0)
+    # The KV head counts tuning measures at mean nothing without tuning.
+    with pytest.raises(ValueError, match="kv_heads applies only with tune"):
+        fsa_jit.precompile(arch="sm_80", kv_heads=(8,))
+    with pytest.raises(ValueError, match="kv_heads"):
+        fsa_jit.precompile(detect=True, tune=True, kv_heads=(0,))
+    with pytest.raises(ValueError, match="pass int32"):
+        fsa_jit.precompile(detect=True, tune=True, groups=(1 << 16,), kv_heads=(1 << 16,))
 
 
 def test_precompile_offline_kvcache_and_gate_plans(lib, tmp_path):
@@ -269,10 +276,20 @@ def test_precompile_tunes_only_with_detect():
 
 class FakeTuningLibrary:
     """fsa_plan_tune recording its calls: buckets from 16 tokens on measure (smaller ones already have a
-    record); failing_call (an index into the calls) returns FSA_STATUS_NO_DEVICE."""
+    record); failing_call (an index into the calls) returns FSA_STATUS_NO_DEVICE. fsa_plan_create records
+    each plan's (num_kv_heads, num_q_heads); fsa_plan_destroy counts."""
 
     def __init__(self, failing_call=None):
         self.calls, self.failing_call = [], failing_call
+        self.plans, self.destroyed = [], 0
+
+    def fsa_plan_create(self, plan, ctx, desc):
+        self.plans.append((desc._obj.num_kv_heads, desc._obj.num_q_heads))
+        plan._obj.value = len(self.plans)
+        return _lib.FSA_STATUS_OK
+
+    def fsa_plan_destroy(self, plan):
+        self.destroyed += 1
 
     def fsa_plan_tune(self, measured, plan, operation, tokens):
         self.calls.append((operation, tokens))
@@ -290,14 +307,28 @@ def test_tuning_measures_each_bucket_from_1_to_65536_tokens_forward_then_backwar
     from fsa_jit.precompile import TUNE_TOKENS, _tune_plan
 
     assert TUNE_TOKENS == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+    desc = _lib.fsa_selected_attention_desc(num_q_heads=4, num_kv_heads=1)
     fake = FakeTuningLibrary()
-    buckets, ms = _tune_plan(fake, None, backward=False)
+    buckets, ms = _tune_plan(fake, None, desc, [1], backward=False)
     assert fake.calls == [(_lib.FSA_OPERATION_FORWARD, t) for t in TUNE_TOKENS] and buckets == 7 and ms >= 0
+    assert fake.plans == [(1, 4)] and fake.destroyed == 1
     fake = FakeTuningLibrary()
-    buckets, _ = _tune_plan(fake, None, backward=True)
+    buckets, _ = _tune_plan(fake, None, desc, [1], backward=True)
     assert fake.calls == [(op, t) for t in TUNE_TOKENS for op in (_lib.FSA_OPERATION_FORWARD,
                                                                    _lib.FSA_OPERATION_BACKWARD)]
     assert buckets == 14
+
+
+def test_tuning_measures_a_plan_at_each_kv_head_count_with_the_group_kept():
+    # A record holds for its KV head count only: each count gets a plan of its own, group x count query heads.
+    from fsa_jit.precompile import TUNE_TOKENS, _tune_plan
+
+    desc = _lib.fsa_selected_attention_desc(num_q_heads=4, num_kv_heads=1)
+    fake = FakeTuningLibrary()
+    buckets, _ = _tune_plan(fake, None, desc, [2, 8], backward=False)
+    assert fake.plans == [(2, 8), (8, 32)] and fake.destroyed == 2
+    assert fake.calls == [(_lib.FSA_OPERATION_FORWARD, t) for t in TUNE_TOKENS] * 2 and buckets == 14
+    assert (desc.num_kv_heads, desc.num_q_heads) == (1, 4)  # the grid's descriptor is left as it was
 
 
 def test_tuning_stops_at_the_first_call_that_fails():
@@ -305,8 +336,9 @@ def test_tuning_stops_at_the_first_call_that_fails():
 
     fake = FakeTuningLibrary(failing_call=3)
     with pytest.raises(_lib.FsaError, match="fsa_plan_tune"):
-        _tune_plan(fake, None, backward=False)
-    assert len(fake.calls) == 4
+        _tune_plan(fake, None, _lib.fsa_selected_attention_desc(num_q_heads=1, num_kv_heads=1), [1, 2],
+                   backward=False)
+    assert len(fake.calls) == 4 and fake.plans == [(1, 1)] and fake.destroyed == 1
 
 
 def one_job(kind):
@@ -345,7 +377,7 @@ def test_a_plan_whose_tuning_fails_counts_as_failed_and_measured_buckets_add_up(
     outcomes = {1: dict(tuned=(3, 1.0)), 2: dict(tuned=(4, 1.0)), 4: dict(tune_error="fsa_plan_tune: broken")}
     seen_tune = []
 
-    def plan_one(lib, ctx, target_name, job, tune=False):
+    def plan_one(lib, ctx, target_name, job, tune=False, kv_heads=(1,)):
         seen_tune.append(tune)
         group = job[4]
         return module._Outcome("ok", f"g{group}", "ready in 1.0 ms", **outcomes[group])
@@ -388,7 +420,7 @@ def test_an_interrupt_stops_the_grid_and_frees_no_context_a_plan_still_uses(lib,
     lock = threading.Lock()
     running, ran, running_at_destroy = [0], [], []
 
-    def plan_one(lib_, ctx, target_name, job, tune=False):
+    def plan_one(lib_, ctx, target_name, job, tune=False, kv_heads=(1,)):
         with lock:
             running[0] += 1
         time.sleep(0.1)
@@ -421,7 +453,7 @@ def test_a_second_interrupt_while_plans_finish_leaves_the_contexts_undestroyed(l
     pc = importlib.import_module("fsa_jit.precompile")
     release, destroyed = threading.Event(), []
 
-    def plan_one(lib_, ctx, target_name, job, tune=False):
+    def plan_one(lib_, ctx, target_name, job, tune=False, kv_heads=(1,)):
         release.wait(10)
         return pc._Outcome("ok", target_name, "ready")
 

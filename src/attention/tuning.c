@@ -51,10 +51,15 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     char shape[256], name[128];
     fsa_candidates c;
     fsa_candidates_of(&c, plan, op);
-    snprintf(shape, sizeof shape, "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nblock_size %d\ntop_k %d\n",
-             tokens, dtype, d->head_dim, (int)d->value_dim, plan->group, d->block_size, d->top_k);
-    snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_bk%d_k%d_t%lld", dtype, d->head_dim, (int)d->value_dim, plan->group,
-             d->block_size, d->top_k, tokens);
+    /* Both orders' costs grow with tokens x KV heads, but not alike (the FSA order's fixed cost, the
+     * cap's chunks): a winner holds for its KV head count and cap only. */
+    snprintf(shape, sizeof shape,
+             "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\n"
+             "workspace_limit %llu\n",
+             tokens, dtype, d->head_dim, (int)d->value_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k,
+             (unsigned long long)d->workspace_limit);
+    snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_h%d_bk%d_k%d_t%lld", dtype, d->head_dim, (int)d->value_dim,
+             plan->group, d->num_kv_heads, d->block_size, d->top_k, tokens);
     return fsa_tune_key_build(out, plan->ctx, op, shape, name, &c);
 }
 

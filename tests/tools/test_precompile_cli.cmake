@@ -58,3 +58,17 @@ expect("^fsa-precompile: --head-dim: more than 4096 values\n" "repeats counted")
 # fsa-precompile's): kvcache is no longer asked for here, so --page-size has nothing to apply to.
 run(2 --detect --kind kvcache --kind selected --page-size 64 --cache-dir "${WORK}/cache")
 expect("^fsa-precompile: --page-size applies only to --kind kvcache\n" "a later --kind replaces")
+
+# Options of one kind of plan are refused without that kind (they would be dropped): the compression's
+# kernel size and stride, the window, and the KV head counts --tune measures at.
+run(2 --arch sm_80 --window 7 --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --window applies only to --kind window\n" "--window without the window kind")
+run(2 --arch sm_80 --kind window --stride 3 --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --kernel-size and --stride apply only to --kind compressed\n" "--stride without compressed")
+run(2 --arch sm_80 --kernel-size 64 --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --kernel-size and --stride apply only to --kind compressed\n" "--kernel-size alone")
+run(2 --arch sm_80 --kv-heads 8 --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --kv-heads applies only to --tune" "--kv-heads without --tune")
+# --group x --kv-heads query heads past INT_MAX: refused while parsing, before any GPU is looked for.
+run(2 --detect --tune --group 1000000 --kv-heads 4096 --cache-dir "${WORK}/cache")
+expect("^fsa-precompile: --group 1000000 x --kv-heads 4096 query heads pass INT_MAX\n" "query heads past INT_MAX")

@@ -170,23 +170,34 @@ TUNE_TOKENS = tuple(4 ** i for i in range(9))  # 1, 4, ..., 65536: the buckets t
 _gpu = threading.Lock()  # one plan measures at a time: timings of plans sharing the GPU would mislead
 
 
-def _tune_plan(lib, plan, backward):
-    """Measures a selected-attention plan at every token count of TUNE_TOKENS (forward, then backward when
-    the plan has it), as fsa-precompile --tune; (buckets measured, ms). FsaError from the first call that
-    fails. A bucket that already has a tuning record is not measured again."""
+def _tune_plan(lib, ctx, desc, kv_heads, backward):
+    """Measures the selected-attention plan of `desc` (one KV head) at each KV head count of kv_heads
+    (num_q_heads the group times it: a record holds for its count only), at every token count of
+    TUNE_TOKENS (forward, then backward when the plan has it), as fsa-precompile --tune; (buckets
+    measured, ms). FsaError from the first call that fails. A bucket that already has a tuning record is
+    not measured again."""
     operations = (_lib.FSA_OPERATION_FORWARD, _lib.FSA_OPERATION_BACKWARD) if backward else (
         _lib.FSA_OPERATION_FORWARD,)
     measured, buckets = ctypes.c_int(), 0
     with _gpu:
         t0 = time.monotonic()
-        for tokens in TUNE_TOKENS:
-            for operation in operations:
-                lib.check(lib.fsa_plan_tune(ctypes.byref(measured), plan, operation, tokens), "fsa_plan_tune")
-                buckets += measured.value
+        for heads in kv_heads:
+            d = type(desc).from_buffer_copy(desc)
+            d.num_kv_heads, d.num_q_heads = heads, desc.num_q_heads * heads
+            plan = ctypes.c_void_p()
+            lib.check(lib.fsa_plan_create(ctypes.byref(plan), ctx, ctypes.byref(d)), "fsa_plan_create")
+            try:
+                for tokens in TUNE_TOKENS:
+                    for operation in operations:
+                        lib.check(lib.fsa_plan_tune(ctypes.byref(measured), plan, operation, tokens),
+                                  "fsa_plan_tune")
+                        buckets += measured.value
+            finally:
+                lib.fsa_plan_destroy(plan)
         return buckets, (time.monotonic() - t0) * 1e3
 
 
-def _plan_one(lib, ctx, target_name, job, tune=False):
+def _plan_one(lib, ctx, target_name, job, tune=False, kv_heads=(1,)):
     """Creates and destroys one plan (a selected-attention plan measured in between when tune); an _Outcome.
     Runs on a worker thread: the error record it reads is that thread's."""
     family, desc, what = _desc_of(job)
@@ -213,7 +224,7 @@ def _plan_one(lib, ctx, target_name, job, tune=False):
         if not (tune and family is None):
             return _Outcome("ok", shape, ready)
         try:
-            return _Outcome("ok", shape, ready, tuned=_tune_plan(lib, plan, backward=job[9]))
+            return _Outcome("ok", shape, ready, tuned=_tune_plan(lib, ctx, desc, kv_heads, backward=job[9]))
         except _lib.FsaError as e:
             return _Outcome("ok", shape, ready, tune_error=str(e))
     finally:
@@ -244,7 +255,7 @@ def _grid(kinds, dtype_codes, head_dims, value_dim, groups, block_sizes, top_k, 
 def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), groups=(1, 2, 4, 8, 16),
                block_sizes=(64,), top_k=16, algorithm="auto", cache_dir=None, device=0, backward=False,
                verbose=False, jobs=None, kinds=("selected",), value_dim=0, kernel_size=32, stride=16, window=512,
-               page_sizes=PAGE_SIZES, tune=False):
+               page_sizes=PAGE_SIZES, tune=False, kv_heads=(1,)):
     """Compiles (or finds in the cache) the kernels of every shape of the grid.
 
     arch: offline targets, "sm_80,sm_90a" or a list (no GPU needed); or
@@ -266,6 +277,9 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
     (forward, and backward with backward=True), one plan at a time, and
     write the winners into the cache as tuning records; verbose adds a
     "tuned N buckets" line per plan. The other kinds are not measured.
+    kv_heads: with tune only (else ValueError), the KV head counts each
+    selected plan is measured at, num_q_heads = group x each (default
+    (1,)): a record holds for its KV head count only.
 
     Returns a dict: compiled (NVRTC compilations), cached (kernels read from
     the disk cache), in_memory (already loaded in this process), compile_ms,
@@ -285,6 +299,9 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         raise ValueError("say what to compile for: arch='sm_80,sm_90a' (no GPU needed) or detect=True")
     if tune and not detect:
         raise ValueError("tune needs detect=True (it measures on that GPU)")
+    kv_heads = _int_list("kv_heads", kv_heads)
+    if kv_heads != [1] and not tune:
+        raise ValueError("kv_heads applies only with tune=True (the kernels do not depend on it)")
     if algorithm not in _lib.ALGORITHMS:
         raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
     if isinstance(dtypes, str):
@@ -298,6 +315,8 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         raise ValueError("dtypes is empty: name at least one, e.g. 'bf16'")
     head_dims = _int_list("head_dims", head_dims)
     groups = _int_list("groups", groups)
+    if max(groups) * max(kv_heads) > _lib.INT32_MAX:
+        raise ValueError(f"groups x kv_heads: {max(groups)} x {max(kv_heads)} query heads pass int32")
     block_sizes = _int_list("block_sizes", block_sizes)
     top_k = _int_list("top_k", top_k)
     if isinstance(kinds, str):
@@ -343,7 +362,7 @@ def precompile(arch=None, detect=False, dtypes=("bf16",), head_dims=(128,), grou
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(grid)))
         try:
             for job in grid:
-                futures.append(pool.submit(_plan_one, lib, *job, tune=tune))
+                futures.append(pool.submit(_plan_one, lib, *job, tune=tune, kv_heads=kv_heads))
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 r = future.result()
                 if r.kind == "skipped":
