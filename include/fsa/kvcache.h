@@ -42,7 +42,10 @@ extern "C" {
  * number outside [0, num_pages), a page-table slot at or past
  * max_pages_per_seq, or a position < 0 (seqused_k < q_len) makes the keys or
  * tokens concerned invisible; malformed cu_seqlens_q is clamped to
- * [0, num_query_tokens]. Nothing out of bounds is read or written.
+ * [0, num_query_tokens]. Nothing out of bounds is read or written. Tokens
+ * that no sequence's range covers once clamped (at or past cu_seqlens_q[B],
+ * or skipped where offsets fall) belong to no tile: their o and lse rows are
+ * not written; tokens two sequences claim are written twice.
  *
  * Batch invariance: a sequence whose new tokens fit one tile (see
  * fsa_kvcache_plan_info) splits its selected blocks into `splits` contiguous
@@ -70,7 +73,7 @@ typedef struct fsa_kvcache_desc {
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int splits;               /**< shares of a one-tile sequence, 1..64; 0 = chosen (fsa_kvcache_plan_choice_get):
                                    a tuning record, else the heuristic (ceil(top_k / 4), at most 16, or
-                                   more shares of two blocks for a small selection: docs/kvcache.md) */
+                                   more shares of about two blocks for a small selection: docs/kvcache.md) */
     int value_dim;            /**< Dv of the value cache and o: multiple of 16, 16..256; 0 = head_dim */
 } fsa_kvcache_desc;
 
@@ -100,7 +103,11 @@ FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
  * max_batch and the largest split count the plan may choose; 0 when no
  * sequence can split). Zero it once when allocating it (cuMemsetD8,
  * torch.zeros): the last share of a split sequence to finish is found
- * through counters at its start, which every call leaves zero again.
+ * through counters at its start, which every call leaves zero again. The
+ * counters' extent is the plan's (fsa_kvcache_plan_workspace_counter_size):
+ * a workspace shared by plans of different counter sizes holds one plan's
+ * scratch where another's counters lie, so before a call of another plan
+ * zero that plan's counter bytes (or give each plan its own workspace).
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
@@ -125,7 +132,7 @@ FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, 
 /**
  * The split count the plan's calls take, and why: forced by the descriptor
  * (splits > 0), the plan's tuning record (measured), or the heuristic
- * (ceil(top_k / 4), at most 16; more shares of two blocks each, at most 8,
+ * (ceil(top_k / 4), at most 16; more shares of about two blocks each, at most 8,
  * where one token's selected K/V is small: docs/kvcache.md). algorithm is
  * FSA_ALGORITHM_AUTO (one loop order), bucket_tokens 0 (one record per
  * plan), variant e.g. "kvc.s4" (valid while the plan lives), splits the
@@ -166,7 +173,9 @@ FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_pl
  * row below 2^63 bytes of address.
  * block_table: int32, entry (b, i) at `block_table + b * block_table_stride
  * + i`, i < max_pages_per_seq, every entry below 2^63 bytes of address
- * (a row stride reaching further is FSA_STATUS_INVALID_ARGUMENT). cu_seqlens_q: int32 [batch + 1]; seqused_k:
+ * (a row stride reaching further is FSA_STATUS_INVALID_ARGUMENT); with
+ * batch > 1 the row stride is at least max_pages_per_seq (rows of their
+ * own: a shorter stride is FSA_STATUS_INVALID_ARGUMENT). cu_seqlens_q: int32 [batch + 1]; seqused_k:
  * int32 [batch]. topk: int32 logical block numbers, slot s of token t and KV
  * head h at `topk.ptr + t * topk.token_stride + h * topk.head_stride + s`
  * ([Hkv, Tq, K] or [Tq, Hkv, K]; head stride 0 shares one selection across
@@ -195,7 +204,8 @@ typedef struct fsa_kvcache_args {
     uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes, filled with
                                      zeros once before its first call: it starts with counters that every
                                      call leaves zero; the rest is scratch, undefined after a call (one
-                                     workspace per stream at a time) */
+                                     workspace per stream at a time; another plan's call first zeroes
+                                     its own counter bytes: fsa_kvcache_plan_workspace_size) */
     size_t workspace_bytes;
 } fsa_kvcache_args;
 
@@ -210,17 +220,19 @@ typedef struct fsa_kvcache_args {
  * With tuning on (fsa_context_options.tune), the plan's first uncaptured call
  * also measures its split counts on scratch batches it allocates, and waits
  * for the timings (fsa_kvcache_plan_choice_get): cuMemAlloc and cuMemFree of
- * the scratch, a synchronous copy of its metadata, and synchronizations of
- * the legacy default stream (so also of the work other threads queued on the
- * context's blocking streams) and of `stream`.
+ * the scratch, a copy of its metadata on `stream`, event waits and a
+ * synchronization of `stream`, in relaxed capture mode (another thread may
+ * be capturing meanwhile).
  * @param plan   the plan
  * @param args   read during the call only
  * @param stream a CUstream of the plan's device, or NULL
  * @return FSA_STATUS_OK (also for an empty call: no query tokens);
  *         FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan, query tokens
- *         with batch 0, negative strides, a page stride of 0 over several
- *         pages, views past 2^63 bytes, more tiles (query tokens / tile
+ *         with batch 0, num_pages or max_pages_per_seq below 1, negative
+ *         strides, a page stride of 0 over several pages, a table row stride
+ *         below max_pages_per_seq with batch > 1, o rows that share elements,
+ *         views past 2^63 bytes, more tiles (query tokens / tile
  *         tokens + batch) than a grid's 2^31 - 1 CTAs, or in check mode for bad device
  *         metadata; FSA_STATUS_MISALIGNED; FSA_STATUS_WORKSPACE_TOO_SMALL;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR,

@@ -139,7 +139,7 @@ void fsa_kvc_choose(fsa_kvc_choice *out, const fsa_kvcache_plan *plan)
         out->source = FSA_CHOICE_HEURISTIC;
         out->reason = out->splits == quarter_splits(plan->desc.top_k)
                           ? "heuristic: a quarter of the top-k slots per share"
-                          : "heuristic: two blocks per share (a small selection per token)";
+                          : "heuristic: shares of about two blocks (a small selection per token)";
     }
     out->may_measure = t->level != FSA_TUNE_LEVEL_OFF && t->c.n > 1 && slot == 0;
 }
