@@ -7,10 +7,12 @@
 
 #include <fsa.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* "12.3 MiB": for people; exact byte counts are printed beside it. */
@@ -119,6 +121,15 @@ int maintain(const tool_options *o)
 {
     const char *arch = o->detect ? NULL : o->arches.n ? o->arches.v[0] : "sm_80";
     fsa_context *ctx = NULL;
+    /* A context creates its cache directory: a mistyped --cache-dir would become an empty cache. */
+    struct stat sb;
+    if (o->cache_dir != NULL) {
+        const int found = stat(o->cache_dir, &sb) == 0;
+        if (!found || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, PROG ": --cache-dir %s: %s\n", o->cache_dir, found ? "not a directory" : strerror(errno));
+            return TOOL_EXIT_FAILED;
+        }
+    }
     fsa_status st = open_context(&ctx, o, arch);
     if (st != FSA_STATUS_OK) return context_error(st, arch, o->device);
     int rc = require_disk_cache(ctx);

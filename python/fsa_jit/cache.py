@@ -41,6 +41,10 @@ def _with_cache(arch, detect, device, cache_dir, use):
     if detect:
         _device_ordinal(device)
     _cache_dir_bytes(cache_dir)  # a TypeError before anything is loaded
+    # A context creates its cache directory: a mistyped cache_dir would become an empty cache.
+    if cache_dir and not os.path.isdir(cache_dir):
+        raise RuntimeError(f"cache_dir {os.fsdecode(cache_dir)}: "
+                           f"{'not a directory' if os.path.exists(cache_dir) else 'no such directory'}")
     lib = _lib.get()
     ctx = _open_context(lib, None if detect else arch or DEFAULT_TARGET, device, cache_dir)
     try:
@@ -84,7 +88,8 @@ def cache_entries(cache_dir=None, arch=None, detect=False, device=0):
     arch: the one offline target of the context that reaches the cache (default sm_80; it does not limit
     the listing), or detect=True for the GPU `device`. Returns a dict: cache_dir, entries (list of
     CacheEntry, valid, deleted and loaded None), bytes (their total). FsaError when libfsa refuses the target or
-    cannot read the cache; RuntimeError when there is no usable cache directory.
+    cannot read the cache; RuntimeError when there is no usable cache directory or cache_dir is given and is not
+    an existing directory.
     """
 
     def use(lib, ctx, _where):

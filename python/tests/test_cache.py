@@ -89,6 +89,19 @@ def test_arch_and_detect_exclude_each_other():
         fsa_jit.cache_entries(arch="sm_80", detect=True)
 
 
+@pytest.mark.parametrize("call", [fsa_jit.cache_entries, fsa_jit.verify_cache,
+                                  lambda **kw: fsa_jit.prune_cache(0, **kw)])
+def test_maintenance_of_a_missing_cache_dir_fails_and_creates_nothing(call, tmp_path):
+    # A context creates its cache directory: a mistyped cache_dir would become an empty cache.
+    missing = tmp_path / "no-such-cache"
+    with pytest.raises(RuntimeError, match="no such directory"):
+        call(cache_dir=missing)
+    assert not missing.exists()
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(RuntimeError, match="not a directory"):
+        call(cache_dir=tmp_path / "a-file")
+
+
 def test_cache_entries_take_a_pathlib_cache_dir(lib, tmp_path):
     assert fsa_jit.cache_entries(cache_dir=tmp_path) == {"cache_dir": str(tmp_path), "entries": [], "bytes": 0}
 

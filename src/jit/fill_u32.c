@@ -1,5 +1,6 @@
-/* fsa_fill_u32: the smallest kernel, through the whole JIT path. The
- * selected-attention ops use the same path for their workspaces. */
+/* fsa_fill_u32: the smallest kernel, through the whole JIT path (the one
+ * the attention plans' kernels take; their workspaces are zeroed with
+ * cuMemsetD32Async, not with this). */
 #include "context.h"
 #include "base/status_internal.h"
 

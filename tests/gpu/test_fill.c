@@ -103,6 +103,9 @@ static void test_bad_fill_arguments_return_statuses(void **state)
     assert_int_equal(fsa_fill_u32(g_ctx, 0, 0, 1, NULL), FSA_STATUS_MISALIGNED);
     assert_int_equal(fsa_fill_u32(g_ctx, 258, 0, 1, NULL), FSA_STATUS_MISALIGNED);
     assert_int_equal(fsa_fill_u32(g_ctx, 0, 0, 0, NULL), FSA_STATUS_OK); /* nothing to do */
+    /* Words past the top of the address space would wrap to low memory: refused before any launch. */
+    assert_int_equal(fsa_fill_u32(g_ctx, UINT64_MAX & ~UINT64_C(3), 0, 2, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fsa_fill_u32(g_ctx, 256, 0, (UINT64_C(1) << 62), NULL), FSA_STATUS_INVALID_ARGUMENT);
 }
 
 /* Runs in a fresh process: the kernel must come from the disk cache. */

@@ -76,6 +76,18 @@ expect_match("sm_90a bf16 d64 dv32 g1 bk64" "the shape names its value head dim"
 run(0 --list --cache-dir "${WORK}/dv")
 expect_match("sm_90a +sel_fwd_nsa_bf16_d64_dv32_g1_bk64 " "the kernel names its value head dim")
 
+# --- 2c. maintenance of a cache directory that is not there fails, and creates nothing (a mistyped
+# --cache-dir would otherwise become an empty cache that lists 0 entries, or prunes to nothing)
+run(1 --list --cache-dir "${WORK}/no-such-cache")
+expect_match("--cache-dir .*/no-such-cache: No such file or directory" "list of a missing cache")
+run(1 --prune --max-bytes 0 --cache-dir "${WORK}/no-such-cache")
+if(EXISTS "${WORK}/no-such-cache")
+  message(FATAL_ERROR "maintenance created the cache directory it was given")
+endif()
+file(WRITE "${WORK}/a-file" "x")
+run(1 --verify --cache-dir "${WORK}/a-file")
+expect_match("--cache-dir .*/a-file: not a directory" "verify of a file")
+
 # --- 3. list: every entry by its readable name, and the total
 run(0 --list --cache-dir "${CACHE_DIR}")
 foreach(target sm_80 sm_90a)
