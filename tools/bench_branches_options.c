@@ -143,6 +143,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         else if (c != '?' && c != ':') snprintf(opt, sizeof opt, "-%c", c);
         else snprintf(opt, sizeof opt, "%s", tool_bad_option(shown, optopt, argv, optind));
         int bad = 0;
+        const char *takes = "";
         /* Options of the other mode are unknown here. */
         if (!compressed && (c == OPT_KERNEL_SIZE || c == OPT_STRIDE || c == OPT_BLOCK_SIZE || c == OPT_TOP_K ||
                             c == OPT_INIT_BLOCKS || c == OPT_LOCAL_BLOCKS))
@@ -153,20 +154,20 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
-        case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0; break;
-        case 'G': bad = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64) != 0; break;
-        case 'W': bad = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30) != 0; break;
-        case 'D': bad = number(&o->head_dim, optarg, 1, 1024); break;
-        case OPT_Q_HEADS: bad = number(&o->q_heads, optarg, 1, 1024); break;
-        case OPT_VALUE_DIM: bad = number(&o->value_dim, optarg, 1, 1024); break;
-        case OPT_KERNEL_SIZE: bad = number(&o->kernel_size, optarg, 1, 1 << 20); break;
-        case OPT_STRIDE: bad = number(&o->stride, optarg, 1, 1 << 20); break;
-        case OPT_BLOCK_SIZE: bad = number(&o->block_size, optarg, 1, 1 << 20); break;
-        case OPT_TOP_K: bad = number(&o->top_k, optarg, 0, 1024); break;
-        case OPT_INIT_BLOCKS: bad = number(&o->init_blocks, optarg, 0, 1 << 20); break;
-        case OPT_LOCAL_BLOCKS: bad = number(&o->local_blocks, optarg, 0, 1 << 20); break;
-        case OPT_BATCH: bad = number(&o->batch, optarg, 1, 1 << 20); break;
-        case OPT_REPS: bad = number(&o->reps, optarg, 1, 100000); break;
+        case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0, takes = "a list of token counts from 1 to 2^24"; break;
+        case 'G': bad = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64) != 0, takes = "a list of groups from 1 to 64"; break;
+        case 'W': bad = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30) != 0, takes = "a list of windows from 1 to 2^30"; break;
+        case 'D': bad = number(&o->head_dim, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
+        case OPT_Q_HEADS: bad = number(&o->q_heads, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
+        case OPT_VALUE_DIM: bad = number(&o->value_dim, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
+        case OPT_KERNEL_SIZE: bad = number(&o->kernel_size, optarg, 1, 1 << 20), takes = "a number from 1 to 2^20"; break;
+        case OPT_STRIDE: bad = number(&o->stride, optarg, 1, 1 << 20), takes = "a number from 1 to 2^20"; break;
+        case OPT_BLOCK_SIZE: bad = number(&o->block_size, optarg, 1, 1 << 20), takes = "a number from 1 to 2^20"; break;
+        case OPT_TOP_K: bad = number(&o->top_k, optarg, 0, 1024), takes = "a number from 0 to 1024"; break;
+        case OPT_INIT_BLOCKS: bad = number(&o->init_blocks, optarg, 0, 1 << 20), takes = "a number from 0 to 2^20"; break;
+        case OPT_LOCAL_BLOCKS: bad = number(&o->local_blocks, optarg, 0, 1 << 20), takes = "a number from 0 to 2^20"; break;
+        case OPT_BATCH: bad = number(&o->batch, optarg, 1, 1 << 20), takes = "a number from 1 to 2^20"; break;
+        case OPT_REPS: bad = number(&o->reps, optarg, 1, 100000), takes = "a number from 1 to 100000"; break;
         case OPT_DTYPE:
             if (tool_parse_dtype(&o->dtype, optarg) != 0)
                 return usage_error(o, "--dtype is not one of " TOOL_DTYPE_SPELLINGS, optarg);
@@ -179,7 +180,11 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         case OPT_DRY_RUN: o->dry_run = 1; break;
         default: return usage_error(o, "internal option error", NULL);
         }
-        if (bad) return usage_error(o, "bad value", opt);
+        if (bad) {
+            char what[192];
+            snprintf(what, sizeof what, "%s: '%s' is not %s", opt, optarg, takes);
+            return usage_error(o, what, NULL);
+        }
     }
     if (optind < argc) return usage_error(o, "unexpected argument", argv[optind]);
     for (int i = 0; i < o->n_groups; i++)

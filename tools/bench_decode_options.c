@@ -31,9 +31,11 @@ static void decode_usage(FILE *f)
             DEC_MAX_LIST, MAX_B, DEC_MAX_LIST, HQ, DEC_MAX_LIST);
 }
 
-static int decode_usage_error(const char *option)
+/* `takes`: what the option accepts, or NULL where `option` says it all. */
+static int decode_usage_error(const char *option, const char *value, const char *takes)
 {
-    fprintf(stderr, "fsa-bench --decode: bad value for %s\n", option);
+    if (takes) fprintf(stderr, "fsa-bench --decode: %s: '%s' is not %s\n", option, value, takes);
+    else fprintf(stderr, "fsa-bench --decode: %s\n", option);
     decode_usage(stderr);
     return TOOL_EXIT_USAGE;
 }
@@ -53,47 +55,49 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
     };
     long v;
     int c;
-    char bad[3];
+    char bad[3], batch_takes[64], group_takes[64];
+    snprintf(batch_takes, sizeof batch_takes, "a list of batch sizes from 1 to %d", MAX_B);
+    snprintf(group_takes, sizeof group_takes, "a list of groups from 1 to %d", HQ);
     optind = 1;
     opterr = 0; /* argv[0] is "--decode": the messages below name the tool instead */
     while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
         switch (c) {
         case 'L':
-            if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L");
+            if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L", optarg, "a list of cache lengths from 1 to 2^30");
             break;
         case 'B':
             /* The grid's plan takes at most MAX_B sequences. */
-            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, MAX_B) != 0) return decode_usage_error("-B");
+            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, MAX_B) != 0) return decode_usage_error("-B", optarg, batch_takes);
             break;
         case 'G':
-            if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G");
+            if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G", optarg, group_takes);
             for (int i = 0; i < o->n_gs; i++) /* Hkv = HQ / G */
                 if (HQ % o->gs[i] != 0) {
                     char what[64];
                     snprintf(what, sizeof what, "-G (every group must divide the %d query heads)", HQ);
-                    return decode_usage_error(what);
+                    return decode_usage_error(what, NULL, NULL);
                 }
             break;
         case OPT_REPS:
-            if (tool_parse_long(&v, optarg, 1, 1000000) != 0) return decode_usage_error("--reps");
+            if (tool_parse_long(&v, optarg, 1, 1000000) != 0) return decode_usage_error("--reps", optarg, "a number from 1 to 1000000");
             o->reps = (int)v;
             break;
         case OPT_MAX_GB:
-            if (tool_parse_double(&o->max_gb, optarg, 0.001, 1e6) != 0) return decode_usage_error("--max-gb");
+            if (tool_parse_double(&o->max_gb, optarg, 0.001, 1e6) != 0) return decode_usage_error("--max-gb", optarg, "a number of GB from 0.001 to 1e6");
             break;
         case OPT_SPLITS:
-            if (tool_parse_long(&v, optarg, 0, 64) != 0) return decode_usage_error("--splits");
+            if (tool_parse_long(&v, optarg, 0, 64) != 0) return decode_usage_error("--splits", optarg, "a number from 0 to 64");
             o->splits = (int)v;
             break;
         case OPT_NO_PREFILL: o->prefill = 0; break;
         case OPT_NO_DENSE: o->dense = 0; break;
         case OPT_HND: o->hnd = 1; break;
         case OPT_VALUE_DIM:
-            if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim");
+            if (tool_parse_long(&v, optarg, 16, 256) != 0 || v % 16 != 0) return decode_usage_error("--value-dim", optarg, "a multiple of 16 from 16 to 256");
             o->dv = (int)v;
             break;
         case OPT_STAMPS:
-            if (optarg[0] == '\0') return decode_usage_error("--stamps (an empty file name)");
+            if (optarg[0] == '\0') return decode_usage_error("--stamps: an empty file name", NULL, NULL);
             o->stamps = optarg;
             break;
         case 'h':

@@ -71,13 +71,20 @@ static int parse_list(const char *text, int *out, int *n_out, const char *option
         snprintf(what, sizeof what, "%s: more than %d values", option, MAX_LIST);
         return usage_error("%s", what);
     }
-    return rc == 0 ? 0 : usage_error("%s: not a list of positive numbers", option);
+    if (rc == 0) return 0;
+    char what[160];
+    snprintf(what, sizeof what, "%s: '%.64s' is not a list of numbers from 1 to 2^30", option, text);
+    return usage_error("%s", what);
 }
 
 static int parse_int(int *out, const char *text, long min, long max, const char *option)
 {
     long v;
-    if (tool_parse_long(&v, text, min, max) != 0) return usage_error("%s: not a number in range", option);
+    if (tool_parse_long(&v, text, min, max) != 0) {
+        char what[160];
+        snprintf(what, sizeof what, "%s: '%.64s' is not a number from %ld to %ld", option, text, min, max);
+        return usage_error("%s", what);
+    }
     *out = (int)v;
     return 0;
 }
@@ -188,11 +195,12 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
                 return usage_error("--dtype: '%s' is not one of " TOOL_DTYPE_SPELLINGS, optarg);
             break;
         case OPT_MIN_MS:
-            if (tool_parse_double(&o->min_ms, optarg, 0.0, 1e7) != 0) return usage_error("--min-ms: '%s'", optarg);
+            if (tool_parse_double(&o->min_ms, optarg, 0.0, 1e7) != 0)
+                return usage_error("--min-ms: '%s' is not a number of milliseconds from 0 to 1e7", optarg);
             break;
         case OPT_WARMUP_MS:
             if (tool_parse_double(&o->warmup_ms, optarg, 0.0, 1e7) != 0)
-                return usage_error("--warmup-ms: '%s'", optarg);
+                return usage_error("--warmup-ms: '%s' is not a number of milliseconds from 0 to 1e7", optarg);
             break;
         case OPT_WORKSPACE_LIMIT:
             if (strcmp(optarg, "unlimited") == 0) o->workspace_limit = FSA_WORKSPACE_UNLIMITED;
