@@ -99,6 +99,14 @@ static char *publish(fixture *f, const fsa_kvcache_plan *p, int winner)
     assert_int_equal(fsa_kvc_record_key(&key, p), FSA_STATUS_OK);
     assert_non_null(strstr(key.text, "op kvc\n"));
     assert_non_null(strstr(key.text, "batch 64\n"));
+    assert_non_null(strstr(key.text, "\nswitches tma "));
+    /* Another copy path (FSA_KVC_TMA), the same shape: another record. */
+    fsa_kvcache_plan other = *p;
+    other.tma = !p->tma;
+    fsa_kernel_key other_key;
+    assert_int_equal(fsa_kvc_record_key(&other_key, &other), FSA_STATUS_OK);
+    assert_string_not_equal(key.hex, other_key.hex);
+    fsa_key_free(&other_key);
     fsa_tune_publish(&f->ctx, &key, FSA_OP_KVC, &p->tune.c, winner, NULL);
     char *path = fsa_disk_cache_record_path(f->ctx.disk, &key, f->ctx.target);
     fsa_key_free(&key);
