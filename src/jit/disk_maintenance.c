@@ -3,6 +3,7 @@
 #include "disk_cache_internal.h"
 
 #include "base/status_internal.h"
+#include "kernel_key.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,15 +114,18 @@ typedef struct verify_ctx {
     uint64_t bad;
 } verify_ctx;
 
-/* The entry file's verdict: FSA_DISK_CHECK_BAD unless it is intact and, with
- * a check function, passes it or cannot be checked. */
+/* The entry file's verdict: FSA_DISK_CHECK_BAD unless it is intact, of its
+ * directory's target (another target's key never matches a lookup there:
+ * the entry could never be used) and, with a check function, passes it or
+ * cannot be checked. */
 static fsa_status judge_entry(int *verdict, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
                               const char *target, const char *path)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_disk_entry e = {0};
     fsa_dc_entry_view v = {0};
-    int intact = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex);
+    int intact = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex) &&
+                 fsa_key_text_names_target(v.key_text, v.key_len, target);
     *verdict = intact ? FSA_DISK_CHECK_GOOD : FSA_DISK_CHECK_BAD;
     if (intact && c->check != NULL) {
         FSA_CHECK(fsa_dc_entry_from_view(&e, &v));

@@ -150,6 +150,19 @@ int fsa_key_text_nvrtc_version(const char *text)
     return 0;
 }
 
+int fsa_key_text_names_target(const char *text, size_t len, const char *target)
+{
+    static const char field[] = "target ";
+    const size_t f = sizeof field - 1, t = strlen(target);
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        const size_t n = (nl ? (size_t)(nl - text) : len) - at;
+        if (n == f + t && memcmp(text + at, field, f) == 0 && memcmp(text + at + f, target, t) == 0) return 1;
+        at += n + 1;
+    }
+    return 0;
+}
+
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b)
 {
     const char *sa, *sb;

@@ -46,4 +46,8 @@ int fsa_key_text_equal_except_nvrtc(const char *a, const char *b);
 #define FSA_KEY_NVRTC_MAJOR_MAX 99999
 int fsa_key_text_nvrtc_version(const char *text);
 
+/* 1 when the first `len` bytes of a key text hold the line "target <target>":
+ * an entry in another target's directory never matches a lookup there. */
+int fsa_key_text_names_target(const char *text, size_t len, const char *target);
+
 #endif

@@ -29,12 +29,17 @@ int disk_cache_teardown(void **state)
     return 0;
 }
 
-void make_key(fsa_kernel_key *k, const char *head_dim, const char *nvrtc, const char *opt)
+void make_key_for(fsa_kernel_key *k, const char *target, const char *head_dim, const char *nvrtc, const char *opt)
 {
     const fsa_param params[] = {{"DTYPE", "bf16", ""}, {"HEAD_DIM", head_dim, "d"}};
     const char *opts[] = {"--std=c++17", opt};
-    fsa_key_inputs in = {"sel_fwd_main", params, 2, nvrtc, TARGET, opts, 2};
+    fsa_key_inputs in = {"sel_fwd_main", params, 2, nvrtc, target, opts, 2};
     assert_int_equal(fsa_key_build(k, &in), FSA_STATUS_OK);
+}
+
+void make_key(fsa_kernel_key *k, const char *head_dim, const char *nvrtc, const char *opt)
+{
+    make_key_for(k, TARGET, head_dim, nvrtc, opt);
 }
 
 uint8_t *make_payload(size_t n, uint64_t seed)

@@ -28,6 +28,8 @@ int disk_cache_teardown(void **state);
 
 /* A key of sel_fwd_main (bf16) for TARGET; nvrtc may be NULL. */
 void make_key(fsa_kernel_key *k, const char *head_dim, const char *nvrtc, const char *opt);
+/* The same for another target. */
+void make_key_for(fsa_kernel_key *k, const char *target, const char *head_dim, const char *nvrtc, const char *opt);
 /* n seeded random bytes; the caller frees them. */
 uint8_t *make_payload(size_t n, uint64_t seed);
 void publish(fsa_disk_cache *dc, const fsa_kernel_key *k, const uint8_t *p, size_t n);

@@ -45,7 +45,7 @@ static int remember(const fsa_cache_entry_info *info, void *user)
 static void publish_for(fsa_disk_cache *dc, const char *target, const char *head_dim, size_t n)
 {
     fsa_kernel_key k;
-    make_key(&k, head_dim, "13.0", "-O3");
+    make_key_for(&k, target, head_dim, "13.0", "-O3");
     uint8_t *p = make_payload(n, 15);
     assert_int_equal(fsa_disk_cache_publish(dc, &k, target, p, n, "k"), FSA_STATUS_OK);
     free(p);
@@ -164,6 +164,37 @@ static void test_verify_deletes_entries_that_the_check_function_rejects(void **s
     seen after = {0};
     assert_int_equal(fsa_disk_cache_list(f->dc, remember, &after), FSA_STATUS_OK);
     assert_string_equal(after.names, "sm_90a/sel_fwd_main_bf16_d64;");
+}
+
+/* A whole entry copied into another target's directory: no lookup there can
+ * match its key (the key names its target), so verify calls it bad and
+ * deletes it, on disk alone (no check function); the original stays. */
+static void test_verify_deletes_an_entry_copied_into_another_targets_directory(void **state)
+{
+    fixture *f = *state;
+    publish_for(f->dc, "sm_80", "64", 100);
+    publish_for(f->dc, "sm_90a", "128", 100);
+    fsa_kernel_key k;
+    make_key_for(&k, "sm_80", "64", "13.0", "-O3");
+    char *original = fsa_disk_cache_entry_path(f->dc, &k, "sm_80");
+    char *copy = fsa_disk_cache_entry_path(f->dc, &k, "sm_90a");
+    FILE *in = fopen(original, "rb"), *out = fopen(copy, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+    uint64_t bad = 0;
+    seen s = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_int_equal(s.valid, 2);
+    assert_true(exists(original));
+    assert_false(exists(copy));
+    free(original);
+    free(copy);
+    fsa_key_free(&k);
 }
 
 static void test_prune_deletes_least_recently_used_entries_and_old_debris(void **state)
@@ -607,37 +638,44 @@ static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_
     key_for(&own, "sm_90a", "12.4");       /* loaded by the fake's device (sm_90a, CUDA 12.4) */
     key_for(&newer, "sm_90a", "12.8");     /* built by an NVRTC newer than the driver: not loaded */
     key_for(&other, "sm_80", "12.4");      /* another target: not loaded */
-    key_for(&misplaced, "sm_80", "12.4");  /* sm_80's bytes in sm_90a's directory: not loaded */
+    key_for(&misplaced, "sm_80", "12.4");  /* sm_80's bytes in sm_90a's directory: no lookup there matches */
     key_for(&forged, "sm_90a", "4294967308.0"); /* 2^32 + 12 (12 as an int): past any version, not loaded */
     uint8_t *p = make_payload(300, 26);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &newer, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &other, "sm_80", p, 300, "k"), FSA_STATUS_OK);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &misplaced, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     assert_int_equal(fsa_disk_cache_publish(f->dc, &forged, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
-    char *paths[5] = {fsa_disk_cache_entry_path(f->dc, &own, "sm_90a"),
+    char *paths[4] = {fsa_disk_cache_entry_path(f->dc, &own, "sm_90a"),
                       fsa_disk_cache_entry_path(f->dc, &newer, "sm_90a"),
                       fsa_disk_cache_entry_path(f->dc, &other, "sm_80"),
-                      fsa_disk_cache_entry_path(f->dc, &misplaced, "sm_90a"),
                       fsa_disk_cache_entry_path(f->dc, &forged, "sm_90a")};
+    char *misplaced_path = fsa_disk_cache_entry_path(f->dc, &misplaced, "sm_90a");
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
+
+    /* The misplaced entry could never be used: bad (and deleted) whatever the driver says of the rest. */
+    assert_true(exists(misplaced_path));
+    assert_int_equal(verify_on_fake_device(f->root, CUDA_SUCCESS), 1);
+    assert_false(exists(misplaced_path));
+    for (int j = 0; j < 4; j++) assert_true(exists(paths[j]));
 
     /* Failures that say nothing about the file: not supported (the fake's
      * default), out of memory, an invalid context; and a load that works. */
     static const int says_nothing[] = {CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
                                        CUDA_ERROR_INVALID_CONTEXT, CUDA_SUCCESS};
-    assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     for (size_t i = 0; i < sizeof says_nothing / sizeof says_nothing[0]; i++) {
         assert_int_equal(verify_on_fake_device(f->root, says_nothing[i]), 0);
-        for (int j = 0; j < 5; j++) assert_true(exists(paths[j]));
+        for (int j = 0; j < 4; j++) assert_true(exists(paths[j]));
     }
     /* Errors that condemn the image of the device's own target. */
     static const int condemns[] = {CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_NO_BINARY_FOR_GPU};
     for (size_t i = 0; i < sizeof condemns / sizeof condemns[0]; i++) {
         assert_int_equal(verify_on_fake_device(f->root, condemns[i]), 1);
         assert_false(exists(paths[0]));
-        for (int j = 1; j < 5; j++) assert_true(exists(paths[j]));
+        for (int j = 1; j < 4; j++) assert_true(exists(paths[j]));
         assert_int_equal(fsa_disk_cache_publish(f->dc, &own, "sm_90a", p, 300, "k"), FSA_STATUS_OK);
     }
-    for (int j = 0; j < 5; j++) free(paths[j]);
+    for (int j = 0; j < 4; j++) free(paths[j]);
+    free(misplaced_path);
     free(p);
     fsa_key_free(&own);
     fsa_key_free(&newer);
@@ -656,6 +694,7 @@ int main(int argc, char **argv)
         T(test_files_not_named_like_entries_are_left_alone),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
+        T(test_verify_deletes_an_entry_copied_into_another_targets_directory),
         T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),
         T(test_verify_keeps_entries_that_the_check_function_cannot_check),
         T(test_verify_skips_an_entry_of_another_format_version_and_keeps_it),
