@@ -142,7 +142,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         if (li >= 0) snprintf(opt, sizeof opt, "--%s", longs[li].name);
         else if (c != '?' && c != ':') snprintf(opt, sizeof opt, "-%c", c);
         else snprintf(opt, sizeof opt, "%s", tool_bad_option(shown, optopt, argv, optind));
-        int bad = 0;
+        int bad = 0, list_rc = 0;
         const char *takes = "";
         /* Options of the other mode are unknown here. */
         if (!compressed && (c == OPT_KERNEL_SIZE || c == OPT_STRIDE || c == OPT_BLOCK_SIZE || c == OPT_TOP_K ||
@@ -154,9 +154,9 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
-        case 'T': bad = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24) != 0, takes = "a list of token counts from 1 to 2^24"; break;
-        case 'G': bad = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64) != 0, takes = "a list of groups from 1 to 64"; break;
-        case 'W': bad = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30) != 0, takes = "a list of windows from 1 to 2^30"; break;
+        case 'T': bad = list_rc = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24), takes = "a list of token counts from 1 to 2^24"; break;
+        case 'G': bad = list_rc = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64), takes = "a list of groups from 1 to 64"; break;
+        case 'W': bad = list_rc = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30), takes = "a list of windows from 1 to 2^30"; break;
         case 'D': bad = number(&o->head_dim, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
         case OPT_Q_HEADS: bad = number(&o->q_heads, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
         case OPT_VALUE_DIM: bad = number(&o->value_dim, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
@@ -182,7 +182,8 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         }
         if (bad) {
             char what[192];
-            snprintf(what, sizeof what, "%s: '%s' is not %s", opt, optarg, takes);
+            if (list_rc == -2) snprintf(what, sizeof what, "%s: more than %d values", opt, BR_MAX_LIST);
+            else snprintf(what, sizeof what, "%s: '%s' is not %s", opt, optarg, takes);
             return usage_error(o, what, NULL);
         }
     }

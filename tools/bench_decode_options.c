@@ -32,6 +32,17 @@ static void decode_usage(FILE *f)
 }
 
 /* `takes`: what the option accepts, or NULL where `option` says it all. */
+static int decode_usage_error(const char *option, const char *value, const char *takes);
+
+/* A list option's refusal: too many values, or what the values should be. */
+static int list_error(int rc, const char *option, const char *value, const char *takes)
+{
+    char what[64];
+    if (rc != -2) return decode_usage_error(option, value, takes);
+    snprintf(what, sizeof what, "%s: more than %d values", option, DEC_MAX_LIST);
+    return decode_usage_error(what, NULL, NULL);
+}
+
 static int decode_usage_error(const char *option, const char *value, const char *takes)
 {
     if (takes) fprintf(stderr, "fsa-bench --decode: %s: '%s' is not %s\n", option, value, takes);
@@ -54,7 +65,7 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     long v;
-    int c;
+    int c, rc;
     char bad[3], batch_takes[64], group_takes[64];
     snprintf(batch_takes, sizeof batch_takes, "a list of batch sizes from 1 to %d", MAX_B);
     snprintf(group_takes, sizeof group_takes, "a list of groups from 1 to %d", HQ);
@@ -63,14 +74,17 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
     while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
         switch (c) {
         case 'L':
-            if (tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30) != 0) return decode_usage_error("-L", optarg, "a list of cache lengths from 1 to 2^30");
+            if ((rc = tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30)) != 0)
+                return list_error(rc, "-L", optarg, "a list of cache lengths from 1 to 2^30");
             break;
         case 'B':
             /* The grid's plan takes at most MAX_B sequences. */
-            if (tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, MAX_B) != 0) return decode_usage_error("-B", optarg, batch_takes);
+            if ((rc = tool_parse_list(o->bs, &o->n_bs, DEC_MAX_LIST, optarg, 1, MAX_B)) != 0)
+                return list_error(rc, "-B", optarg, batch_takes);
             break;
         case 'G':
-            if (tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ) != 0) return decode_usage_error("-G", optarg, group_takes);
+            if ((rc = tool_parse_list(o->gs, &o->n_gs, DEC_MAX_LIST, optarg, 1, HQ)) != 0)
+                return list_error(rc, "-G", optarg, group_takes);
             for (int i = 0; i < o->n_gs; i++) /* Hkv = HQ / G */
                 if (HQ % o->gs[i] != 0) {
                     char what[64];

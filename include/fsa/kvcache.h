@@ -204,8 +204,9 @@ typedef struct fsa_kvcache_args {
     uint64_t workspace;         /**< 256-byte aligned, fsa_kvcache_plan_workspace_size bytes, filled with
                                      zeros once before its first call: it starts with counters that every
                                      call leaves zero; the rest is scratch, undefined after a call (one
-                                     workspace per stream at a time; another plan's call first zeroes
-                                     its own counter bytes: fsa_kvcache_plan_workspace_size) */
+                                     workspace per stream at a time; before a call of another plan than
+                                     the last, the caller zeroes that plan's
+                                     fsa_kvcache_plan_workspace_counter_size bytes) */
     size_t workspace_bytes;
 } fsa_kvcache_args;
 

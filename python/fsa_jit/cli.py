@@ -213,6 +213,17 @@ def _check_precompile_options(p, a):
 
     a.mode = "list" if a.list else "verify" if a.verify else "prune" if a.prune else None
     grid_given = a.backward or a.tune or any(getattr(a, name) is not None for name in _GRID_DEFAULTS)
+    # As the C tool: --kind is judged while parsing, then the options of a kind not asked for, then the rest.
+    # An empty item is refused, a repeated one counts once (its kinds are flags).
+    kinds = list(dict.fromkeys((a.kind if a.kind is not None else _GRID_DEFAULTS["kind"]).split(",")))
+    if not kinds or any(k not in KINDS for k in kinds):
+        p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(kinds)!r}")
+    if (a.kernel_size is not None or a.stride is not None) and "compressed" not in kinds:
+        p.error("--kernel-size and --stride apply only to --kind compressed")
+    if a.window is not None and "window" not in kinds:
+        p.error("--window applies only to --kind window")
+    if a.kv_heads is not None and not a.tune:
+        p.error("--kv-heads applies only to --tune (the kernels do not depend on it)")
     if a.device is not None and not a.detect:
         p.error("--device needs --detect")
     if a.tune and not a.detect:
@@ -223,21 +234,11 @@ def _check_precompile_options(p, a):
         p.error("--max-bytes applies only to --prune")
     if a.mode and grid_given:
         p.error("grid options and -j apply only when compiling, not with --list, --verify or --prune")
-    kinds = (a.kind or _GRID_DEFAULTS["kind"]).split(",")
-    if (a.kernel_size is not None or a.stride is not None) and "compressed" not in kinds:
-        p.error("--kernel-size and --stride apply only to --kind compressed")
-    if a.window is not None and "window" not in kinds:
-        p.error("--window applies only to --kind window")
-    if a.kv_heads is not None and not a.tune:
-        p.error("--kv-heads applies only to --tune (the kernels do not depend on it)")
     for name, default in _GRID_DEFAULTS.items():
         if getattr(a, name) is None:
             setattr(a, name, default)
     a.device = a.device or 0
-    # An empty item is refused below, as the C tool does; a repeated one counts once (its kinds are flags).
-    a.kind = list(dict.fromkeys(a.kind.split(",")))
-    if not a.kind or any(k not in KINDS for k in a.kind):
-        p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(a.kind)!r}")
+    a.kind = kinds
     if a.page_size is not None and "kvcache" not in a.kind:
         p.error("--page-size applies to --kind kvcache")
     for size in a.page_size or ():

@@ -375,16 +375,17 @@ def test_a_plan_whose_tuning_fails_counts_as_failed_and_measured_buckets_add_up(
     # No GPU here: the context of detect=True is an offline one, and the plans' outcomes are given.
     monkeypatch.setattr(module, "_open_context", lambda lib, target, device, where: offline(lib, "sm_80", 0, where))
     outcomes = {1: dict(tuned=(3, 1.0)), 2: dict(tuned=(4, 1.0)), 4: dict(tune_error="fsa_plan_tune: broken")}
-    seen_tune = []
+    seen_tune, seen_heads = [], []
 
     def plan_one(lib, ctx, target_name, job, tune=False, kv_heads=(1,)):
         seen_tune.append(tune)
+        seen_heads.append(list(kv_heads))
         group = job[4]
         return module._Outcome("ok", f"g{group}", "ready in 1.0 ms", **outcomes[group])
 
     monkeypatch.setattr(module, "_plan_one", plan_one)
-    s = fsa_jit.precompile(detect=True, tune=True, groups=(1, 2, 4), cache_dir=str(cache))
-    assert seen_tune == [True] * 3
+    s = fsa_jit.precompile(detect=True, tune=True, groups=(1, 2, 4), cache_dir=str(cache), kv_heads=(2, 8))
+    assert seen_tune == [True] * 3 and seen_heads == [[2, 8]] * 3
     assert (s["plans"], s["failed"], s["tuned"]) == (2, 1, 7)
     assert s["failures"] == [("g4", "tuning: fsa_plan_tune: broken")]
 

@@ -51,16 +51,18 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     char shape[512], name[128];
     fsa_candidates c;
     fsa_candidates_of(&c, plan, op);
-    /* Both orders' costs grow with tokens x KV heads, but not alike (the FSA order's fixed cost, the
-     * cap's chunks): a winner holds for its KV head count and cap only. */
+    /* Both orders' costs grow with tokens x KV heads, but not alike (the FSA order's fixed cost): a
+     * winner holds for its KV head count only. The workspace cap is left out: it only chunks long calls,
+     * where the FSA order wins either way, and a layer's own cap (the Python NSA layer's 2 GiB) would
+     * otherwise never meet the records fsa-precompile --tune writes. */
     /* The kernel variants and layout switches the plan resolved at creation (FSA_WGMMA, FSA_FWD_WG,
      * FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE, FSA_BWD_*_ROUNDS): a winner measured under one set is not
      * another set's. */
     snprintf(shape, sizeof shape,
              "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\n"
-             "workspace_limit %llu\nswitches fwd_wg %d.%d bwd_wg %d index_per_chunk %d bwd_rounds %d.%d\n",
+             "switches fwd_wg %d.%d bwd_wg %d index_per_chunk %d bwd_rounds %d.%d\n",
              tokens, dtype, d->head_dim, (int)d->value_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k,
-             (unsigned long long)d->workspace_limit, plan->fwd_wg, plan->config.fwd_wg_variant, plan->bwd_wg,
+             plan->fwd_wg, plan->config.fwd_wg_variant, plan->bwd_wg,
              plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds);
     snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_h%d_bk%d_k%d_t%lld", dtype, d->head_dim, (int)d->value_dim,
              plan->group, d->num_kv_heads, d->block_size, d->top_k, tokens);

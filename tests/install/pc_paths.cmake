@@ -29,4 +29,6 @@ function(check name args expected)
 endfunction()
 
 check(absolute_libdir "-DCMAKE_INSTALL_LIBDIR=/srv/lib64" "-I/opt/fsa/include -L/srv/lib64 -lfsa")
-check(absolute_includedir "-DCMAKE_INSTALL_INCLUDEDIR=/srv/include" "-I/srv/include -L/opt/fsa/lib -lfsa")
+# The libdir given: GNUInstallDirs' default is lib64 on some distributions.
+check(absolute_includedir "-DCMAKE_INSTALL_INCLUDEDIR=/srv/include;-DCMAKE_INSTALL_LIBDIR=lib"
+      "-I/srv/include -L/opt/fsa/lib -lfsa")
