@@ -19,8 +19,8 @@
  *   with their ..._INIT macro, which sets it to the size the caller was
  *   compiled with. The library accepts any struct_size from the struct's first
  *   published size up to its current one, except one that ends inside a
- *   pointer or tensor-view field (no version ends there; refused whatever
- *   else the call holds, even with nothing to do): fields past the caller's
+ *   field added after the first version (no version ends there; refused
+ *   whatever else the call holds, even with nothing to do): fields past the caller's
  *   struct_size read as zero, and zero means the default for every field added
  *   later; an output struct gets only the fields its struct_size covers. Other
  *   sizes give FSA_STATUS_STRUCT_SIZE. Fields are only appended, each one at

@@ -169,6 +169,7 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                                        "fsa_kvcache_desc");
     if (st != FSA_STATUS_OK) goto cleanup;
     FSA_APPENDED_FIELD(fsa_kvcache_desc, value_dim, FSA_KVCACHE_DESC_FIRST_SIZE);
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_kvcache_desc, value_dim, STAGE));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;
@@ -277,6 +278,8 @@ fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_kvcache_p
     r.candidates = plan->tune.c.n;
     r.will_measure = c.may_measure;
     r.splits = c.splits;
+    const fsa_status whole = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, STAGE); /* then nothing written */
+    if (whole != FSA_STATUS_OK) return whole;
     return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
 }
 

@@ -159,6 +159,7 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     FSA_CHECK(fsa_struct_read(&d, sizeof d, desc, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE, STAGE,
                               "fsa_selected_attention_desc"));
     FSA_APPENDED_FIELD(fsa_selected_attention_desc, value_dim, FSA_SELECTED_ATTENTION_DESC_FIRST_SIZE);
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_selected_attention_desc, value_dim, STAGE));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     desc = &d;
     FSA_CHECK(validate_desc(desc));

@@ -203,6 +203,8 @@ fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_o
     r.bucket_tokens = fsa_tune_bucket_tokens(c.bucket);
     r.candidates = c.candidates;
     r.will_measure = c.may_measure;
+    const fsa_status whole = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, STAGE); /* then nothing written */
+    if (whole != FSA_STATUS_OK) return whole;
     return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
 }
 

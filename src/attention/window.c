@@ -60,6 +60,7 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     FSA_CHECK(fsa_plan_desc_read(&d, sizeof d, out, ctx, desc, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE, STAGE_PLAN,
                                  "fsa_window_attention_desc"));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_window_attention_desc, head_windows, STAGE_PLAN));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_window_attention_desc, backward, STAGE_PLAN));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     if (d.backward != 0 && d.backward != 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "backward %d must be 0 or 1", d.backward);

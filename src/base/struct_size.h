@@ -48,10 +48,13 @@
 fsa_status fsa_struct_read(void *local, size_t size, const void *caller, size_t first_size, const char *stage,
                            const char *type_name);
 
-/* A pointer field added after the first version, whole or not at all: read
- * after fsa_struct_read, FSA_STATUS_STRUCT_SIZE (with the error record) when
- * the caller's struct_size ends inside it, whose bytes would otherwise make
- * an address no caller passed (a size no published version has). */
+/* A field added after the first version, whole or not at all: checked after
+ * fsa_struct_read (or before fsa_struct_write), FSA_STATUS_STRUCT_SIZE (with
+ * the error record) when the caller's struct_size ends inside it, whose
+ * leading bytes would otherwise make a value no caller passed: an address, or
+ * a number (check mode on where -1 asked it off, a value dim of 0 = the head
+ * dim's) from a size no published version has. Every appended field is
+ * checked so. */
 #define FSA_STRUCT_FIELD_WHOLE(local, type, field, stage)                                                   \
     fsa_struct_field_whole((local)->struct_size, offsetof(type, field), sizeof(((type *)0)->field), stage, \
                            #type, #field)

@@ -169,6 +169,8 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     if (options) {
         st = fsa_struct_read(&o, sizeof o, options, FSA_CONTEXT_OPTIONS_FIRST_SIZE, "context",
                              "fsa_context_options");
+        if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(&o, fsa_context_options, check, "context");
+        if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(&o, fsa_context_options, tune, "context");
         if (st != FSA_STATUS_OK) return st;
     }
     ctx = calloc(1, sizeof *ctx);

@@ -294,6 +294,25 @@ static void test_an_older_shorter_descriptor_makes_the_same_plan(void **state)
     assert_null(plan);
 }
 
+/* The plan choice is written back: a size ending inside its appended splits
+ * is refused with nothing written; the first version's size gets its fields. */
+static void test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten(void **state)
+{
+    (void)state;
+    const size_t at = offsetof(fsa_plan_choice, splits);
+    for (size_t k = 1; k < sizeof(int); k++) {
+        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+        c.struct_size = at + k;
+        c.candidates = -7;
+        EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 1000));
+        assert_int_equal(c.candidates, -7);
+    }
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    c.struct_size = at;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 1000));
+    assert_true(c.candidates >= 1);
+}
+
 /* Batch against tokens at one token too: one token in no sequence would
  * leave o unwritten, in two sequences one of them would be empty. */
 static void test_one_token_in_no_sequence_or_in_two_is_refused(void **state)
@@ -350,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_argument_structs_take_every_size_from_the_first_version_to_the_current_one),
         cmocka_unit_test(test_an_older_shorter_descriptor_makes_the_same_plan),
+        cmocka_unit_test(test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
         cmocka_unit_test(test_dq_add_is_dq_itself_or_memory_of_its_own),
         cmocka_unit_test(test_one_token_in_no_sequence_or_in_two_is_refused),

@@ -2,7 +2,8 @@
  * caller's older, shorter version is read with the newer fields zero and
  * written without touching what lies past it; sizes below the first version
  * or above the current one are refused. Shown on a struct that grew from a
- * first version (v1) to a second (v2). */
+ * first version (v1) to a second (v2); then on the public structs, whose
+ * every appended field is read whole or refused. */
 #include "testing.h"
 
 #include "base/struct_size.h"
@@ -217,6 +218,55 @@ static void test_a_size_that_ends_inside_a_pointer_field_is_struct_size(void **s
     }
 }
 
+/* A size ending inside an appended number would read its leading bytes: check
+ * mode on where -1 asked it off, or a value dim of 256 read as 0 (the head
+ * dim's). Each public struct refuses such sizes before anything else. */
+static void test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_public_calls(void **state)
+{
+    (void)state;
+    for (size_t n = offsetof(fsa_context_options, check) + 1; n < sizeof(fsa_context_options); n++) {
+        if (n == offsetof(fsa_context_options, tune)) continue; /* a version's end: check whole, tune absent */
+        fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+        o.struct_size = n, o.device = FSA_DEVICE_NONE, o.target = "sm_90a", o.check = -1;
+        fsa_context *ctx = NULL;
+        if (n < offsetof(fsa_context_options, tune) + sizeof o.tune) {
+            assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_STRUCT_SIZE);
+            assert_null(ctx);
+        }
+    }
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE, o.target = "sm_90a", o.cache_dir = "", o.jit = FSA_JIT_OFF;
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.num_q_heads = 8, d.num_kv_heads = 2, d.value_dim = 256;
+    fsa_kvcache_desc kd = FSA_KVCACHE_DESC_INIT;
+    kd.num_q_heads = 8, kd.num_kv_heads = 2, kd.max_batch = 4, kd.max_query_tokens = 16, kd.value_dim = 256;
+    const size_t d_at = offsetof(fsa_selected_attention_desc, value_dim), kd_at = offsetof(fsa_kvcache_desc, value_dim);
+    for (size_t k = 1; k < sizeof d.value_dim; k++) {
+        fsa_plan *plan = NULL;
+        d.struct_size = d_at + k;
+        assert_int_equal(fsa_plan_create(&plan, ctx, &d), FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error(), "inside value_dim"));
+    }
+    for (size_t k = 1; k < sizeof kd.value_dim; k++) {
+        fsa_kvcache_plan *kplan = NULL;
+        kd.struct_size = kd_at + k;
+        assert_int_equal(fsa_kvcache_plan_create(&kplan, ctx, &kd), FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error(), "inside value_dim"));
+    }
+    fsa_window_attention_desc w = FSA_WINDOW_ATTENTION_DESC_INIT;
+    w.num_q_heads = 8, w.num_kv_heads = 2, w.backward = 1;
+    for (size_t k = 1; k < sizeof(int); k++) {
+        fsa_window_plan *plan = NULL;
+        w.struct_size = offsetof(fsa_window_attention_desc, backward) + k;
+        assert_int_equal(fsa_window_plan_create(&plan, ctx, &w), FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error(), "inside backward"));
+    }
+    fsa_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_a_current_struct_is_read_whole),
         cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),
         cmocka_unit_test(test_sizes_outside_the_known_versions_are_struct_size),
+        cmocka_unit_test(test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_public_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
