@@ -441,6 +441,13 @@ static fsa_status encode_cache_map(fsa_kvc_tensor_map *map, long long *token_dim
 {
     const fsa_cu_api *cu = plan->ctx->cu;
     const int64_t heads = plan->desc.num_kv_heads, page = plan->desc.page_size;
+    /* A tensor map's strides are below 2^40 bytes: a longer one is refused here, before the products
+     * below (a token stride times the page size) could pass int64. */
+    const int64_t max_elems = ((int64_t)1 << 40) / 2;
+    if (t->token_stride >= max_elems || (heads > 1 && t->head_stride >= max_elems) ||
+        (num_pages > 1 && page_stride >= max_elems))
+        return fsa_error_set(FSA_STATUS_DRIVER_ERROR, STAGE,
+                             "cache strides of 2^40 bytes or more cannot be described as a tensor map");
     const int64_t ts = t->token_stride * 2, hs = heads == 1 ? ts * page : t->head_stride * 2;
     const int tokens_first = ts <= hs;
     const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)(tokens_first ? page : heads),

@@ -15,6 +15,7 @@
  * subset (for compute-sanitizer), FSA_TEST_CASES the cases it names. */
 #include "kvcache_fixture.h"
 
+#include "attention/kvcache.h"
 #include "jit/context.h"
 
 #include <math.h>
@@ -297,6 +298,14 @@ static void test_host_checkable_problems_return_a_status(void **state)
     a = good;
     a.block_table_stride = a.max_pages_per_seq - 1;
     assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    if (kvc_plan_of(ci)->tma) {
+        /* A tensor map's strides stay below 2^40 bytes: refused before anything is enqueued (and before
+         * the token stride times the page size could pass int64). */
+        a = good;
+        a.k_cache.token_stride = INT64_C(1) << 39;
+        assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_DRIVER_ERROR);
+        assert_non_null(strstr(fsa_last_error(), "tensor map"));
+    }
     a = good;
     a.workspace_bytes = dv.ws_bytes - 1;
     assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_WORKSPACE_TOO_SMALL);
