@@ -212,7 +212,10 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
                  "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     plan->deep = deep_wanted(plan, max_smem);
-    fsa_kvc_tuning_init(plan); /* the split candidates and their record: max_splits sizes the workspace */
+    plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
+    /* After every switch its record's key names (fsa_kvc_record_key): the split candidates and their
+     * record; max_splits sizes the workspace. */
+    fsa_kvc_tuning_init(plan);
     if (!workspace_fits(plan))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "max_batch %d x %d KV heads x %d shares of %d rows: the workspace of partial rows overflows size_t",
@@ -220,7 +223,6 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     FSA_CHECK(load_kernels(plan));
     FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident, ctx, &plan->fwd));
     if (plan->deep) FSA_CHECK(fsa_kernel_persistent_grid(&plan->resident_deep, ctx, &plan->fwd_deep));
-    plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_KVCACHE));
     *out = plan;
     plan = NULL;

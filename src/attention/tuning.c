@@ -55,15 +55,22 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
      * winner holds for its KV head count only. The workspace cap is left out: it only chunks long calls,
      * where the FSA order wins either way, and a layer's own cap (the Python NSA layer's 2 GiB) would
      * otherwise never meet the records fsa-precompile --tune writes. */
-    /* The kernel variants and layout switches the plan resolved at creation (FSA_WGMMA, FSA_FWD_WG,
-     * FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE, FSA_BWD_*_ROUNDS): a winner measured under one set is not
-     * another set's. */
+    /* The kernel variants and layout switches of the operation that the plan resolved at creation
+     * (forward: FSA_WGMMA, FSA_FWD_WG, FSA_INDEX_ONCE; backward: FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE,
+     * FSA_BWD_*_ROUNDS): a winner measured under one set is not another set's. Only the operation's
+     * own, so that plans with and without backward = 1 share their forward records. */
+    char switches[96];
+    if (op == FSA_OP_FWD)
+        snprintf(switches, sizeof switches, "fwd_wg %d.%d index_per_chunk %d", plan->fwd_wg,
+                 plan->config.fwd_wg_variant, plan->index_per_chunk);
+    else
+        snprintf(switches, sizeof switches, "bwd_wg %d index_per_chunk %d bwd_rounds %d.%d", plan->bwd_wg,
+                 plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds);
     snprintf(shape, sizeof shape,
              "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\n"
-             "switches fwd_wg %d.%d bwd_wg %d index_per_chunk %d bwd_rounds %d.%d\n",
+             "switches %s\n",
              tokens, dtype, d->head_dim, (int)d->value_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k,
-             plan->fwd_wg, plan->config.fwd_wg_variant, plan->bwd_wg,
-             plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds);
+             switches);
     snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_h%d_bk%d_k%d_t%lld", dtype, d->head_dim, (int)d->value_dim,
              plan->group, d->num_kv_heads, d->block_size, d->top_k, tokens);
     return fsa_tune_key_build(out, plan->ctx, op, shape, name, &c);

@@ -3,7 +3,8 @@
  * still gives the reference's answer; a second context, and a second
  * process, take the record without measuring; a call on a stream being
  * captured never measures, nor a backward call with dq_add; a call that
- * measures while another thread captures leaves that capture valid. Small shapes:
+ * measures while another thread captures leaves that capture valid; a
+ * record holds for its KV head count only. Small shapes:
  * well under 20 s. */
 #include "attention_problem.h"
 
@@ -237,6 +238,43 @@ static void test_a_call_that_measures_while_another_thread_captures_leaves_the_c
     fsa_plan_destroy(plan);
 }
 
+/* fsa_plan_tune (what fsa-precompile --tune --kv-heads calls) at 4 KV heads: a
+ * plan of 4 KV heads then takes the record, also with tuning off; one of 2 KV
+ * heads (the same G, D, BK, K) does not (the orders' costs scale apart with
+ * the KV heads). */
+static void test_a_record_of_one_kv_head_count_is_read_by_plans_of_that_count_only(void **state)
+{
+    (void)state;
+    const int64_t T = 1000; /* bucket 1024: no record yet at either count */
+    attn_case four = k_case;
+    four.hkv = 4, four.hq = 4 * (k_case.hq / k_case.hkv);
+    const fsa_selected_attention_desc d4 = attn_desc_of(&four, 0), d2 = attn_desc_of(&k_case, 0);
+    fsa_plan *p4 = NULL;
+    if (fsa_plan_create(&p4, g_ctx, &d4) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    assert_true(choice_of(p4, T).will_measure);
+    const int records = count_records(g_cache_dir, fsa_context_target(g_ctx));
+    int measured = 0;
+    if (fsa_plan_tune(&measured, p4, FSA_OPERATION_FORWARD, T) != FSA_STATUS_OK) fail_msg("tune: %s", fsa_last_error());
+    assert_int_equal(measured, 1);
+    assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), records + 1);
+    fsa_plan_destroy(p4);
+
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.cache_dir = g_cache_dir;
+    o.tune = FSA_TUNE_OFF; /* records already on disk are still used */
+    fsa_context *off = NULL;
+    assert_int_equal(fsa_context_create(&off, &o), FSA_STATUS_OK);
+    p4 = NULL;
+    fsa_plan *p2 = NULL;
+    assert_int_equal(fsa_plan_create(&p4, off, &d4), FSA_STATUS_OK);
+    assert_int_equal(fsa_plan_create(&p2, off, &d2), FSA_STATUS_OK);
+    assert_int_equal(choice_of(p4, T).source, FSA_CHOICE_MEASURED);
+    assert_int_equal(choice_of(p2, T).source, FSA_CHOICE_HEURISTIC);
+    fsa_plan_destroy(p2);
+    fsa_plan_destroy(p4);
+    fsa_context_destroy(off);
+}
+
 /* A backward call with dq_add never measures (each variant timed would add it again; here it is dq itself):
  * the bucket keeps no record, dq is the reference's plus what dq held, once; a call without dq_add then
  * measures. */
@@ -385,6 +423,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_a_second_process_uses_the_record_without_measuring),
         cmocka_unit_test(test_a_capturing_stream_never_measures),
         cmocka_unit_test(test_a_call_that_measures_while_another_thread_captures_leaves_the_capture_valid),
+        cmocka_unit_test(test_a_record_of_one_kv_head_count_is_read_by_plans_of_that_count_only),
         cmocka_unit_test(test_a_backward_with_dq_add_never_measures),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */

@@ -29,7 +29,7 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     const char *want[] = {"fsa-tuning-key 1\n", "library " FSA_VERSION_STRING "\n", "\ntemplates ", "\nop fwd\n",
                           "\ntokens 128\n", "\ndtype bf16\n", "\nhead_dim 128\n", "\nvalue_dim 128\n", "\ngroup 4\n",
                           "\nkv_heads 2\n", "\nblock_size 64\n", "\ntop_k 16\n",
-                          "\nswitches fwd_wg 0.0 bwd_wg 0 index_per_chunk 0 bwd_rounds 0.0\n", "\ntarget sm_90a\n", "\ngpu NVIDIA Test GPU\n", "\nsms 132\n",
+                          "\nswitches fwd_wg 0.0 index_per_chunk 0\n", "\ntarget sm_90a\n", "\ngpu NVIDIA Test GPU\n", "\nsms 132\n",
                           "\ncandidates fsa nsa\n"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (strstr(key.text, want[i]) == NULL) fail_msg("%s lacks %s", key.text, want[i]);
@@ -51,10 +51,24 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     assert_string_equal(key.hex, other.hex);
     fsa_key_free(&other);
     f->plan.desc.workspace_limit = 0;
-    f->plan.bwd_wg = 2; /* another kernel variant (FSA_WGMMA_SEL_BWD) */
+    /* Another forward kernel variant (FSA_FWD_WG): another forward record. A backward one (FSA_WGMMA_SEL_BWD):
+     * the same forward record (plans with and without backward share it), another backward one. */
+    f->plan.config.fwd_wg_variant = 3;
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_string_not_equal(key.hex, other.hex);
     fsa_key_free(&other);
+    f->plan.config.fwd_wg_variant = 0;
+    fsa_kernel_key bwd;
+    assert_int_equal(fsa_tune_record_key(&bwd, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_non_null(strstr(bwd.text, "\nswitches bwd_wg 0 index_per_chunk 0 bwd_rounds 0.0\n"));
+    f->plan.bwd_wg = 2;
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_equal(key.hex, other.hex);
+    fsa_key_free(&other);
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_not_equal(bwd.hex, other.hex);
+    fsa_key_free(&other);
+    fsa_key_free(&bwd);
     f->plan.bwd_wg = 0;
     snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Other GPU");
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
