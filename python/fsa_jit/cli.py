@@ -232,6 +232,8 @@ def _check_precompile_options(p, a):
         p.error("--prune needs --max-bytes N")
     if a.max_bytes is not None and not a.prune:
         p.error("--max-bytes applies only to --prune")
+    if a.mode and a.arch is not None and len(a.arch) > 1:
+        p.error("--list, --verify and --prune take one --arch")
     if a.mode and grid_given:
         p.error("grid options and -j apply only when compiling, not with --list, --verify or --prune")
     for name, default in _GRID_DEFAULTS.items():
@@ -246,8 +248,6 @@ def _check_precompile_options(p, a):
             p.error(f"--page-size: {size} is not 1, 16, 32, 64, 128 or 256")
     if a.mode is None and a.arch is None and not a.detect:
         p.error("say what to compile for: --arch LIST (e.g. sm_80,sm_90a) or --detect")
-    if a.mode and a.arch is not None and len(a.arch) > 1:
-        p.error("--list, --verify and --prune take one --arch")
     if a.mode is None and _grid_count(a, 1 if a.detect else len(a.arch)) > MAX_COMBINATIONS:
         p.error(f"the grid has more than {MAX_COMBINATIONS} combinations")
 

@@ -64,7 +64,7 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
         snprintf(switches, sizeof switches, "fwd_wg %d.%d index_per_chunk %d", plan->fwd_wg,
                  plan->config.fwd_wg_variant, plan->index_per_chunk);
     else
-        snprintf(switches, sizeof switches, "bwd_wg %d index_per_chunk %d bwd_rounds %d.%d", plan->bwd_wg,
+        snprintf(switches, sizeof switches, "bwd_wg %d index_per_chunk %d bwd_rounds %d.%d", plan->config.sel_bwd_wg,
                  plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds);
     snprintf(shape, sizeof shape,
              "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\n"

@@ -186,6 +186,29 @@ static fsa_kvcache_args good_args(const fsa_kvcache_plan *plan)
 
 /* A call's tiles (its tokens by tile, plus a tile per sequence) are a grid's x
  * size: past 2^31 - 1 the call is refused before anything is enqueued. */
+/* The plan choice is written back: a size ending inside its appended splits
+ * is refused with nothing written; the first version's size gets its fields. */
+static void test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten(void **state)
+{
+    (void)state;
+    fsa_kvcache_desc d = good_desc(8, 2);
+    fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    const size_t at = offsetof(fsa_plan_choice, splits);
+    for (size_t k = 1; k < sizeof(int); k++) {
+        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+        c.struct_size = at + k;
+        c.candidates = -7;
+        assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_STRUCT_SIZE);
+        assert_int_equal(c.candidates, -7);
+    }
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    c.struct_size = at;
+    assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_OK);
+    assert_true(c.candidates >= 1);
+    fsa_kvcache_plan_destroy(plan);
+}
+
 static void test_a_call_of_more_tiles_than_a_grid_holds_is_refused(void **state)
 {
     (void)state;
@@ -358,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_a_stamp_buffer_too_small_or_misspelled_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_a_call_of_more_tiles_than_a_grid_holds_is_refused),
+        cmocka_unit_test(test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten),
         cmocka_unit_test(test_bad_arguments_come_back_as_statuses),
         cmocka_unit_test(test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_bytes),
         cmocka_unit_test(test_a_second_page_two_to_the_63_bytes_out_is_refused),

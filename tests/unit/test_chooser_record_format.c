@@ -61,15 +61,20 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     fsa_kernel_key bwd;
     assert_int_equal(fsa_tune_record_key(&bwd, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_non_null(strstr(bwd.text, "\nswitches bwd_wg 0 index_per_chunk 0 bwd_rounds 0.0\n"));
-    f->plan.bwd_wg = 2;
+    f->plan.bwd_wg = 1, f->plan.config.sel_bwd_wg = 1; /* as plan.c leaves FSA_WGMMA_SEL_BWD=1 (2 by default) */
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_string_equal(key.hex, other.hex);
     fsa_key_free(&other);
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_string_not_equal(bwd.hex, other.hex);
+    fsa_kernel_key v2;
+    f->plan.config.sel_bwd_wg = 2; /* the other warpgroup variant: another kernel, another record */
+    assert_int_equal(fsa_tune_record_key(&v2, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_not_equal(v2.hex, other.hex);
+    fsa_key_free(&v2);
     fsa_key_free(&other);
     fsa_key_free(&bwd);
-    f->plan.bwd_wg = 0;
+    f->plan.bwd_wg = 0, f->plan.config.sel_bwd_wg = 0;
     snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Other GPU");
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_string_not_equal(key.hex, other.hex);
