@@ -8,6 +8,7 @@
 
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,32 @@ void fsa_test_graph_free(fsa_test_graph *g)
     if (g->graph) cu->GraphDestroy((CUgraph)g->graph);
     if (g->stream) cu->StreamDestroy((CUstream)g->stream);
     memset(g, 0, sizeof *g);
+}
+
+typedef struct other_thread {
+    fsa_test_call_fn fn;
+    void *arg, *stream;
+    fsa_status st;
+    char message[512];
+} other_thread;
+
+static void *other_thread_main(void *arg)
+{
+    other_thread *o = arg;
+    o->st = o->fn(o->arg, o->stream);
+    snprintf(o->message, sizeof o->message, "%s", fsa_last_error());
+    return NULL;
+}
+
+fsa_status fsa_test_call_on_another_thread(fsa_test_call_fn fn, void *arg, void *stream, char *message,
+                                           size_t message_size)
+{
+    other_thread o = {fn, arg, stream, FSA_STATUS_OK, ""};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread_main, &o), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    snprintf(message, message_size, "%s", o.message);
+    return o.st;
 }
 
 void fsa_test_damage_file(const char *path, long from_end)

@@ -87,6 +87,14 @@ void fsa_test_capture_end(fsa_test_graph *g);
 void fsa_test_graph_replay(const fsa_test_graph *g);
 void fsa_test_graph_free(fsa_test_graph *g);
 
+/* fn(arg, stream) on a thread of its own, waited for: a server's second
+ * thread calling the library while this one captures (in global mode, as
+ * PyTorch does). Returns fn's status; `message` gets that thread's error
+ * record. `stream` must exist before the capture began. */
+typedef fsa_status (*fsa_test_call_fn)(void *arg, void *stream);
+fsa_status fsa_test_call_on_another_thread(fsa_test_call_fn fn, void *arg, void *stream, char *message,
+                                           size_t message_size);
+
 /* Whether FSA_TEST_REQUIRE_GPU is set (to anything but "" or "0"): the
  * machine is meant to have a usable GPU, so a GPU test that finds none must
  * fail, not skip (a driver-loader or device-detection bug would otherwise

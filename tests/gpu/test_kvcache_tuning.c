@@ -16,7 +16,6 @@
 
 #include <dirent.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,20 +268,15 @@ static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **stat
     fsa_context_destroy(ctx);
 }
 
-typedef struct measuring_thread {
+typedef struct paged_call {
     const fsa_kvcache_plan *plan;
     const fsa_kvcache_args *a;
-    void *stream;
-    fsa_status st;
-    char message[512];
-} measuring_thread;
+} paged_call;
 
-static void *call_while_the_main_thread_captures(void *arg)
+static fsa_status paged_attention(void *arg, void *stream)
 {
-    measuring_thread *m = arg;
-    m->st = fsa_kvcache_attention(m->plan, m->a, m->stream); /* measures: scratch allocations, event waits */
-    snprintf(m->message, sizeof m->message, "%s", fsa_last_error());
-    return NULL;
+    const paged_call *c = arg;
+    return fsa_kvcache_attention(c->plan, c->a, stream); /* measures: scratch allocations, event waits */
 }
 
 /* The tuner's scratch allocations and waits run in relaxed capture mode: in
@@ -313,12 +307,11 @@ static void test_a_call_that_measures_while_another_thread_captures_leaves_the_c
     fsa_test_graph graph;
     fsa_test_capture_begin(&graph);
     assert_int_equal(fsa_kvcache_attention(plan, &b, graph.stream), FSA_STATUS_OK); /* captured: no measuring */
-    measuring_thread m = {plan, &a, own.stream, FSA_STATUS_OK, ""};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, call_while_the_main_thread_captures, &m), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    paged_call c = {plan, &a};
+    char message[512];
+    const fsa_status st = fsa_test_call_on_another_thread(paged_attention, &c, own.stream, message, sizeof message);
     fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
-    if (m.st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)m.st, m.message);
+    if (st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)st, message);
     fsa_test_sync();
     assert_int_equal(choice_of(plan).source, FSA_CHOICE_MEASURED);
     assert_int_equal(count_records(ctx, NULL, 0), 1);

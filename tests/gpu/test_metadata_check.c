@@ -13,7 +13,6 @@
 #include "jit/context.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,19 +211,9 @@ static void test_a_call_on_a_stream_being_captured_skips_the_check(void **state)
     call_free(&c);
 }
 
-typedef struct other_thread {
-    call *c;
-    void *stream;
-    fsa_status st;
-    char message[512];
-} other_thread;
-
-static void *call_while_the_main_thread_captures(void *arg)
+static fsa_status checked_forward(void *c, void *stream)
 {
-    other_thread *o = arg;
-    o->st = fsa_selected_attention_fwd(g_check, &o->c->a, o->stream); /* waits for its verdict */
-    snprintf(o->message, sizeof o->message, "%s", fsa_last_error());
-    return NULL;
+    return fsa_selected_attention_fwd(g_check, &((call *)c)->a, stream); /* waits for its verdict */
 }
 
 /* The check's wait (a copy to the host and a stream synchronization) runs in
@@ -243,13 +232,11 @@ static void test_a_check_while_another_thread_captures_still_checks_and_leaves_t
     fsa_test_graph graph;
     fsa_test_capture_begin(&graph);
     assert_int_equal(fsa_selected_attention_fwd(g_plain, &plain.a, graph.stream), FSA_STATUS_OK);
-    other_thread o = {&bad, own.stream, FSA_STATUS_OK, ""};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, call_while_the_main_thread_captures, &o), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    char message[512];
+    const fsa_status st = fsa_test_call_on_another_thread(checked_forward, &bad, own.stream, message, sizeof message);
     fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
-    if (o.st != FSA_STATUS_INVALID_ARGUMENT || strstr(o.message, "check mode: bad metadata") == NULL)
-        fail_msg("the other thread's call: status %d, \"%s\"", (int)o.st, o.message);
+    if (st != FSA_STATUS_INVALID_ARGUMENT || strstr(message, "check mode: bad metadata") == NULL)
+        fail_msg("the other thread's call: status %d, \"%s\"", (int)st, message);
     fsa_test_graph_replay(&graph);
     fsa_test_graph_free(&graph);
     fsa_test_graph_free(&own);

@@ -12,7 +12,6 @@
 #include "jit/context.h"
 
 #include <dirent.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,20 +165,15 @@ static void test_a_capturing_stream_never_measures(void **state)
     fsa_plan_destroy(plan);
 }
 
-typedef struct measuring_thread {
+typedef struct forward_call {
     const fsa_plan *plan;
     const fsa_fwd_args *a;
-    void *stream;
-    fsa_status st;
-    char message[512];
-} measuring_thread;
+} forward_call;
 
-static void *forward_while_the_main_thread_captures(void *arg)
+static fsa_status forward(void *arg, void *stream)
 {
-    measuring_thread *m = arg;
-    m->st = fsa_selected_attention_fwd(m->plan, m->a, m->stream); /* measures: its timings wait on events */
-    snprintf(m->message, sizeof m->message, "%s", fsa_last_error());
-    return NULL;
+    const forward_call *f = arg;
+    return fsa_selected_attention_fwd(f->plan, f->a, stream); /* measures: its timings wait on events */
 }
 
 /* The timings' event waits run in relaxed capture mode: in the default mode,
@@ -210,12 +204,11 @@ static void test_a_call_that_measures_while_another_thread_captures_leaves_the_c
     fsa_test_graph graph;
     fsa_test_capture_begin(&graph);
     assert_int_equal(fsa_selected_attention_fwd(plan, &b, graph.stream), FSA_STATUS_OK);
-    measuring_thread m = {plan, &a, own.stream, FSA_STATUS_OK, ""};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, forward_while_the_main_thread_captures, &m), 0);
-    assert_int_equal(pthread_join(t, NULL), 0);
+    forward_call f = {plan, &a};
+    char message[512];
+    const fsa_status st = fsa_test_call_on_another_thread(forward, &f, own.stream, message, sizeof message);
     fsa_test_capture_end(&graph); /* fails the test if the capture was invalidated */
-    if (m.st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)m.st, m.message);
+    if (st != FSA_STATUS_OK) fail_msg("the measuring call: status %d, \"%s\"", (int)st, message);
     fsa_test_sync();
     assert_int_equal(choice_of(plan, p.T).source, FSA_CHOICE_MEASURED);
     assert_int_equal(count_records(g_cache_dir, fsa_context_target(g_ctx)), records + 1);
