@@ -76,8 +76,9 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
 
 /**
  * Deletes stale temporary and lock files, then the least recently used
- * entries until the entries and the live writers' temporary files total at
- * most max_bytes (an entry a writer replaced after the scan is kept).
+ * entries (kernels and tuning records alike) until the entries and the live
+ * writers' temporary files total at most max_bytes (an entry a writer
+ * replaced after the scan is kept).
  * @param      ctx            the context
  * @param      max_bytes      the size to shrink to (0 deletes every entry)
  * @param[out] removed_out    files deleted; may be NULL
@@ -85,7 +86,7 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  *                            files; may be NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Safe while other processes use the cache: one that needs a deleted kernel
- * compiles it again.
+ * compiles it again (a deleted record: measures again, or takes the heuristic).
  */
 FSA_API fsa_status fsa_cache_prune(fsa_context *ctx, uint64_t max_bytes, uint64_t *removed_out,
                                    uint64_t *bytes_left_out);

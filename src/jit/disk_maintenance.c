@@ -262,7 +262,9 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
-    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) {
+    /* Tuning records rank with the cubins: they take room too, and those of an older key format
+     * (never read again) would otherwise stay forever. */
+    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex) || fsa_dc_split_key_file(fname, ".tune", &name_len, hex)) {
         if (S_ISREG(sb.st_mode)) {
             FSA_CHECK(prune_keep(c, path, &sb));
             path = NULL; /* the list owns it */

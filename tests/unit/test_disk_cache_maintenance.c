@@ -260,6 +260,42 @@ static void test_prune_deletes_least_recently_used_entries_and_old_debris(void *
 /* A key's lock file stays while someone holds it or used it within the hour;
  * one dated ahead of the clock (past the allowed skew) cannot be judged by
  * age and goes too once nobody holds it. */
+/* Tuning records rank with the cubins by their last use: an old record goes
+ * before a newer cubin, and --max-bytes 0 leaves neither. */
+static void test_prune_ranks_tuning_records_with_the_entries(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key cubin, record;
+    make_key(&cubin, "64", "13.0", "-O3");
+    make_key(&record, "128", "13.0", "-O3"); /* any key text: the disk layer does not read it */
+    publish_for(f->dc, TARGET, "64", 1000);
+    assert_int_equal(fsa_disk_cache_publish_record(f->dc, &record, TARGET, "fsa-tuning-record 1\nop fwd\nwinner fsa\nend\n"),
+                     FSA_STATUS_OK);
+    char *cubin_path = fsa_disk_cache_entry_path(f->dc, &cubin, TARGET);
+    char *record_path = fsa_disk_cache_record_path(f->dc, &record, TARGET);
+    assert_true(exists(record_path));
+    const time_t now = time(NULL);
+    set_times(record_path, now - 5000, now - 5000); /* older than the cubin */
+    set_times(cubin_path, now - 100, now - 100);
+    uint64_t removed = 0, left = 0;
+    /* Room for the cubin alone: the older record goes. */
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)file_size(cubin_path), &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_false(exists(record_path));
+    assert_true(exists(cubin_path));
+    assert_int_equal(fsa_disk_cache_publish_record(f->dc, &record, TARGET, "fsa-tuning-record 1\nop fwd\nwinner fsa\nend\n"),
+                     FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 2);
+    assert_int_equal(left, 0);
+    assert_false(exists(record_path));
+    assert_false(exists(cubin_path));
+    free(cubin_path);
+    free(record_path);
+    fsa_key_free(&cubin);
+    fsa_key_free(&record);
+}
+
 static void test_prune_removes_unheld_lock_files_that_are_old_or_dated_ahead(void **state)
 {
     fixture *f = *state;
@@ -695,6 +731,7 @@ int main(int argc, char **argv)
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_deletes_an_entry_copied_into_another_targets_directory),
+        T(test_prune_ranks_tuning_records_with_the_entries),
         T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),
         T(test_verify_keeps_entries_that_the_check_function_cannot_check),
         T(test_verify_skips_an_entry_of_another_format_version_and_keeps_it),
