@@ -107,14 +107,15 @@ void fsa_key_free(fsa_kernel_key *key)
     memset(key, 0, sizeof *key);
 }
 
-/* Advances *p past one line; returns its start and length through out. */
-static int next_line(const char **p, const char **start, size_t *len)
+/* Advances *p past one line of the text ending at `end`; returns its start
+ * and length through out. */
+static int next_line(const char **p, const char *end, const char **start, size_t *len)
 {
-    if (**p == '\0') return 0;
+    if (*p >= end) return 0;
     *start = *p;
-    const char *nl = strchr(*p, '\n');
-    *len = nl ? (size_t)(nl - *p) : strlen(*p);
-    *p = nl ? nl + 1 : *p + *len;
+    const char *nl = memchr(*p, '\n', (size_t)(end - *p));
+    *len = (size_t)((nl ? nl : end) - *p);
+    *p = nl ? nl + 1 : end;
     return 1;
 }
 
@@ -136,7 +137,8 @@ int fsa_key_text_nvrtc_version(const char *text)
 {
     const char *s;
     size_t n;
-    while (next_line(&text, &s, &n)) {
+    const char *text_end = text + strlen(text);
+    while (next_line(&text, text_end, &s, &n)) {
         if (!is_nvrtc_line(s, n)) continue;
         const char *p = s + 6, *end = s + n;
         if (p == end || *p < '0' || *p > '9') return 0; /* "none" */
@@ -154,24 +156,22 @@ int fsa_key_text_names_target(const char *text, size_t len, const char *target)
 {
     static const char field[] = "target ";
     const size_t f = sizeof field - 1, t = strlen(target);
-    for (size_t at = 0; at < len;) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        const size_t n = (nl ? (size_t)(nl - text) : len) - at;
-        if (n == f + t && memcmp(text + at, field, f) == 0 && memcmp(text + at + f, target, t) == 0) return 1;
-        at += n + 1;
-    }
+    const char *end = text + len, *s;
+    size_t n;
+    while (next_line(&text, end, &s, &n))
+        if (n == f + t && memcmp(s, field, f) == 0 && memcmp(s + f, target, t) == 0) return 1;
     return 0;
 }
 
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b)
 {
-    const char *sa, *sb;
+    const char *sa, *sb, *end_a = a + strlen(a), *end_b = b + strlen(b);
     size_t na, nb;
     for (;;) {
-        int ha = next_line(&a, &sa, &na);
-        while (ha && is_nvrtc_line(sa, na)) ha = next_line(&a, &sa, &na);
-        int hb = next_line(&b, &sb, &nb);
-        while (hb && is_nvrtc_line(sb, nb)) hb = next_line(&b, &sb, &nb);
+        int ha = next_line(&a, end_a, &sa, &na);
+        while (ha && is_nvrtc_line(sa, na)) ha = next_line(&a, end_a, &sa, &na);
+        int hb = next_line(&b, end_b, &sb, &nb);
+        while (hb && is_nvrtc_line(sb, nb)) hb = next_line(&b, end_b, &sb, &nb);
         if (!ha || !hb) return ha == hb;
         if (na != nb || memcmp(sa, sb, na) != 0) return 0;
     }
