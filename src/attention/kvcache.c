@@ -280,9 +280,7 @@ fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_kvcache_p
     r.candidates = plan->tune.c.n;
     r.will_measure = c.may_measure;
     r.splits = c.splits;
-    const fsa_status whole = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, STAGE); /* then nothing written */
-    if (whole != FSA_STATUS_OK) return whole;
-    return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
+    return fsa_plan_choice_write(out, &r, STAGE);
 }
 
 fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_plan *plan, void *stream)

@@ -223,6 +223,13 @@ fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, con
     return fsa_struct_read(desc, desc_size, caller_desc, first_size, stage, desc_type);
 }
 
+fsa_status fsa_plan_choice_write(fsa_plan_choice *out, const fsa_plan_choice *choice, const char *stage)
+{
+    const fsa_status st = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, stage);
+    if (st != FSA_STATUS_OK) return st;
+    return fsa_struct_write(out, choice, sizeof *choice, FSA_PLAN_CHOICE_FIRST_SIZE, stage, "fsa_plan_choice");
+}
+
 fsa_status fsa_call_enter(const fsa_context *ctx, const char *stage)
 {
     if (ctx->cu == NULL)

@@ -169,6 +169,11 @@ float fsa_softmax_scale(float scale, int head_dim);
 fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, const void *ctx,
                               const void *caller_desc, size_t first_size, const char *stage, const char *desc_type);
 
+/* Writes a plan's choice into the caller's fsa_plan_choice (any version from
+ * the first up): nothing written when its struct_size ends inside an
+ * appended field. */
+fsa_status fsa_plan_choice_write(fsa_plan_choice *out, const fsa_plan_choice *choice, const char *stage);
+
 /* How an operation with its own argument checks is called (compressed and
  * window attention): its args struct, its checks, its launch sequence. Its
  * plan struct starts with its `fsa_context *`. */

@@ -3,7 +3,6 @@
 #include "launch.h"
 
 #include "base/status_internal.h"
-#include "base/struct_size.h"
 
 #include <stdint.h>
 
@@ -203,9 +202,7 @@ fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_o
     r.bucket_tokens = fsa_tune_bucket_tokens(c.bucket);
     r.candidates = c.candidates;
     r.will_measure = c.may_measure;
-    const fsa_status whole = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, STAGE); /* then nothing written */
-    if (whole != FSA_STATUS_OK) return whole;
-    return fsa_struct_write(out, &r, sizeof r, FSA_PLAN_CHOICE_FIRST_SIZE, STAGE, "fsa_plan_choice");
+    return fsa_plan_choice_write(out, &r, STAGE);
 }
 
 fsa_algorithm fsa_plan_choose(const fsa_plan *plan, int64_t total_tokens, const char **reason)

@@ -54,9 +54,9 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
     /* Both orders' costs grow with tokens x KV heads, but not alike (the FSA order's fixed cost): a
      * winner holds for its KV head count only. The workspace cap is left out: it only chunks long calls,
      * where the FSA order wins either way, and a layer's own cap (the Python NSA layer's 2 GiB) would
-     * otherwise never meet the records fsa-precompile --tune writes. */
-    /* The kernel variants and layout switches of the operation that the plan resolved at creation
-     * (forward: FSA_WGMMA, FSA_FWD_WG, FSA_INDEX_ONCE; backward: FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE,
+     * otherwise never meet the records fsa-precompile --tune writes. The switches are the kernel
+     * variants and layout switches of the operation that the plan resolved at creation (forward:
+     * FSA_WGMMA, FSA_FWD_WG, FSA_INDEX_ONCE; backward: FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE,
      * FSA_BWD_*_ROUNDS): a winner measured under one set is not another set's. Only the operation's
      * own, so that plans with and without backward = 1 share their forward records. */
     char switches[96];
