@@ -58,8 +58,9 @@ static int list_visit(const fsa_cache_entry_info *e, void *user)
 static int verify_visit(const fsa_cache_entry_info *e, void *user)
 {
     entry_totals *sum = user;
-    /* A valid entry of the device's own target that did not load was checked on disk only (the log says why). */
-    const int disk_only = e->valid && !e->loaded && sum->device_target != NULL &&
+    /* A valid kernel of the device's own target that did not load was checked on disk only (the log says why);
+     * a record is never loaded. */
+    const int disk_only = e->valid && !e->loaded && !e->record && sum->device_target != NULL &&
                           strcmp(e->target, sum->device_target) == 0;
     printf("%-3s %-8s %s%s\n", e->valid ? "OK" : "BAD", e->target, e->name,
            !e->valid ? (e->deleted ? " (deleted)" : " (NOT deleted)") : disk_only ? " (not loaded)" : "");

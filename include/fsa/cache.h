@@ -21,7 +21,8 @@ extern "C" {
  *  the library and are valid only during the callback. */
 typedef struct fsa_cache_entry_info {
     const char *path;   /**< full path */
-    const char *name;   /**< readable kernel name, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64 */
+    const char *name;   /**< readable name: a kernel's, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64, or a
+                             tuning record's, e.g. tune_fwd_bf16_d128_dv128_g4_h8_bk64_k16_t65536 */
     const char *target; /**< directory target, e.g. sm_90a */
     uint64_t bytes;     /**< file size */
     int64_t mtime;      /**< seconds since the epoch */
@@ -34,7 +35,11 @@ typedef struct fsa_cache_entry_info {
                              loaded on the context's device, so its image runs there; 0 when it was
                              checked on disk only: an offline context, another target's entry, one
                              built by an NVRTC newer than the driver, or a load that failed for a
-                             reason that says nothing about the file (the log says which) */
+                             reason that says nothing about the file (the log says which);
+                             always 0 for a tuning record */
+    int record;         /**< 1 for a tuning record (a measured choice, checked on disk only),
+                             0 for a kernel. Appended in 0.3.0: the library fills this struct,
+                             so callers built against older headers read what they know */
 } fsa_cache_entry_info;
 
 /** Called once per entry with the caller's `user` pointer; return non-zero to
@@ -42,7 +47,8 @@ typedef struct fsa_cache_entry_info {
 typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user);
 
 /**
- * Visits every entry of every target under the context's cache directory.
+ * Visits every entry (kernels and tuning records) of every target under the
+ * context's cache directory.
  * @param ctx   the context
  * @param visit the callback (required)
  * @param user  passed to visit unchanged
@@ -55,8 +61,9 @@ typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user)
 FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, void *user);
 
 /**
- * Re-reads and re-hashes every entry; on a context with a device, also loads
- * the entries of the context's target into the driver (only a load error
+ * Re-reads and re-hashes every entry (kernels and tuning records); on a
+ * context with a device, also loads the kernels of the context's target into
+ * the driver (only a load error
  * that condemns the image, CUDA_ERROR_INVALID_IMAGE or
  * CUDA_ERROR_NO_BINARY_FOR_GPU, makes one bad; entries built by an NVRTC
  * newer than the driver are not loaded). An entry whose key names another

@@ -85,6 +85,7 @@ class fsa_cache_entry_info(ctypes.Structure):
         ("valid", ctypes.c_int),
         ("deleted", ctypes.c_int),
         ("loaded", ctypes.c_int),
+        ("record", ctypes.c_int),
     ]
 
 

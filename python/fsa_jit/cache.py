@@ -21,13 +21,14 @@ class CacheEntry(NamedTuple):
     """One entry file of the disk cache, copied from libfsa's fsa_cache_entry_info."""
 
     path: str  # full path
-    name: str  # readable kernel name, e.g. sel_fwd_main_bf16_d128_dv128_g4_bk64
+    name: str  # readable name: a kernel's (sel_fwd_main_bf16_d128_dv128_g4_bk64) or a tuning record's (tune_fwd_...)
     target: str  # the directory's target, e.g. sm_90a
     bytes: int  # file size
     mtime: int  # seconds since the epoch
     valid: Optional[bool] = None  # verify_cache only: header, key and checksum are good
     deleted: Optional[bool] = None  # verify_cache only: a bad entry was deleted (False: the cache did not allow it)
     loaded: Optional[bool] = None  # verify_cache only: a valid entry was also loaded on the GPU (False: disk only)
+    record: bool = False  # a tuning record (checked on disk only, never loaded), not a kernel
 
 
 def _with_cache(arch, detect, device, cache_dir, use):
@@ -70,7 +71,7 @@ class _Collector:
             self.entries.append(CacheEntry(
                 os.fsdecode(e.path), _lib._text(e.name), _lib._text(e.target), e.bytes, e.mtime,
                 bool(e.valid) if self.verified else None, bool(e.deleted) if self.verified else None,
-                bool(e.loaded) if self.verified else None))
+                bool(e.loaded) if self.verified else None, bool(e.record)))
             return 0
         except BaseException as exc:  # noqa: BLE001 (re-raised by raise_if_failed)
             self.error = exc
@@ -82,7 +83,7 @@ class _Collector:
 
 
 def cache_entries(cache_dir=None, arch=None, detect=False, device=0):
-    """Every entry of every target in the disk cache, reading the file system only.
+    """Every entry (kernels and tuning records) of every target in the disk cache, reading the file system only.
 
     cache_dir: None or "" for the default ($FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa, else ~/.cache/fsa).
     arch: the one offline target of the context that reaches the cache (default sm_80; it does not limit
@@ -103,8 +104,8 @@ def cache_entries(cache_dir=None, arch=None, detect=False, device=0):
 
 
 def verify_cache(cache_dir=None, arch=None, detect=False, device=0):
-    """Re-reads and re-hashes every entry and deletes the bad ones where the cache allows it; with
-    detect=True also loads the entries of the GPU's target into the driver (only a load error that
+    """Re-reads and re-hashes every entry (kernels and tuning records) and deletes the bad ones where the
+    cache allows it; with detect=True also loads the kernels of the GPU's target into the driver (only a load error that
     condemns the image makes an entry bad). Entries of another library version's format are skipped;
     access times are kept (prune ranks by them).
 

@@ -41,6 +41,23 @@ def test_verify_cache_marks_and_deletes_the_bad_entry(cache):
     assert result["target"] == "sm_80"
 
 
+def test_tuning_records_are_listed_and_verified_on_disk_only(cache):
+    # A record is an entry file named .tune; an intact entry under that name stands in for one.
+    cubin = entry_files(cache)[0]
+    record = cubin.with_suffix(".tune")
+    record.write_bytes(cubin.read_bytes())
+    listing = {e.path: e for e in fsa_jit.cache_entries(cache_dir=str(cache))["entries"]}
+    assert listing[str(record)].record is True and listing[str(cubin)].record is False
+    result = fsa_jit.verify_cache(cache_dir=str(cache))
+    e = {e.path: e for e in result["entries"]}[str(record)]
+    assert (e.valid, e.deleted, e.loaded, e.record) == (True, False, False, True) and result["bad"] == 0
+    data = bytearray(record.read_bytes())
+    data[-1] ^= 0xFF
+    record.write_bytes(bytes(data))
+    result = fsa_jit.verify_cache(cache_dir=str(cache))
+    assert result["bad"] == 1 and not record.exists() and cubin.exists()
+
+
 def test_prune_cache_to_zero_empties_the_cache(cache):
     n = len(entry_files(cache))
     assert fsa_jit.prune_cache(0, cache_dir=str(cache)) == {"cache_dir": str(cache), "removed": n, "bytes_left": 0}

@@ -69,6 +69,15 @@ cleanup:
     return st;
 }
 
+/* An entry file: a kernel's cubin or a tuning record (record 1), each named
+ * "<name>.<hex>.<suffix>". */
+static int split_entry_file(const char *fname, size_t *name_len, char hex[HEX_LEN + 1], int *record)
+{
+    if (fsa_dc_split_key_file(fname, ".cubin", name_len, hex)) return *record = 0, 1;
+    if (fsa_dc_split_key_file(fname, ".tune", name_len, hex)) return *record = 1, 1;
+    return 0;
+}
+
 typedef struct list_ctx {
     fsa_cache_visit_fn visit;
     void *user;
@@ -81,13 +90,14 @@ static fsa_status list_one(void *p, const char *dir, const char *target, const c
     char hex[HEX_LEN + 1], *path = NULL, *name = NULL;
     size_t name_len;
     struct stat sb;
-    if (!fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) goto cleanup;
+    int record;
+    if (!split_entry_file(fname, &name_len, hex, &record)) goto cleanup;
     path = fsa_dc_path_join(dir, fname);
     name = fsa_dc_dup_n(fname, name_len);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK_ALLOC(name, STAGE);
     if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) goto cleanup; /* removed meanwhile, or not an entry */
-    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0, 0};
+    fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0, 0, record};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(path);
@@ -116,10 +126,10 @@ typedef struct verify_ctx {
 
 /* The entry file's verdict: FSA_DISK_CHECK_BAD unless it is intact, of its
  * directory's target (another target's key never matches a lookup there:
- * the entry could never be used) and, with a check function, passes it or
- * cannot be checked. */
+ * the entry could never be used) and, for a kernel with a check function,
+ * passes it or cannot be checked (a record is no image to load). */
 static fsa_status judge_entry(int *verdict, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
-                              const char *target, const char *path)
+                              const char *target, const char *path, int record)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_disk_entry e = {0};
@@ -127,7 +137,7 @@ static fsa_status judge_entry(int *verdict, const verify_ctx *c, const fsa_dc_ra
     int intact = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex) &&
                  fsa_key_text_names_target(v.key_text, v.key_len, target);
     *verdict = intact ? FSA_DISK_CHECK_GOOD : FSA_DISK_CHECK_BAD;
-    if (intact && c->check != NULL) {
+    if (intact && c->check != NULL && !record) {
         FSA_CHECK(fsa_dc_entry_from_view(&e, &v));
         *verdict = c->check(&e, target, path, c->check_user);
     }
@@ -143,9 +153,9 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     fsa_dc_raw_file rf = {0};
     char hex[HEX_LEN + 1], *path = NULL, *name = NULL;
     size_t name_len;
-    int bad = 0, verdict = FSA_DISK_CHECK_BAD;
+    int bad = 0, verdict = FSA_DISK_CHECK_BAD, record;
     uint32_t version = 0;
-    if (!fsa_dc_split_key_file(fname, ".cubin", &name_len, hex)) goto cleanup;
+    if (!split_entry_file(fname, &name_len, hex, &record)) goto cleanup;
     path = fsa_dc_path_join(dir, fname);
     name = fsa_dc_dup_n(fname, name_len);
     FSA_CHECK_ALLOC(path, STAGE);
@@ -159,13 +169,13 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     FSA_CHECK(st);
     /* Another library version's entry: not this one's to judge or delete. */
     if (!bad && fsa_dc_foreign_format(rf.data, rf.size, &version)) goto cleanup;
-    if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, target, path));
+    if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, target, path, record));
     int good = verdict != FSA_DISK_CHECK_BAD;
     int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
     /* GOOD from the check function: it judged the entry (loaded it); without one, only the disk was read. */
-    int checked = c->check != NULL && verdict == FSA_DISK_CHECK_GOOD;
+    int checked = c->check != NULL && !record && verdict == FSA_DISK_CHECK_GOOD;
     fsa_cache_entry_info info = {path, name, target, (uint64_t)rf.sb.st_size, (int64_t)rf.sb.st_mtime,
-                                 good, deleted, checked};
+                                 good, deleted, checked, record};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
     free(rf.data);
@@ -258,13 +268,14 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     char hex[HEX_LEN + 1], *path = fsa_dc_path_join(dir, fname);
     size_t name_len;
     struct stat sb;
+    int record;
     (void)target;
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
     /* Tuning records rank with the cubins: they take room too, and those of an older key format
      * (never read again) would otherwise stay forever. */
-    if (fsa_dc_split_key_file(fname, ".cubin", &name_len, hex) || fsa_dc_split_key_file(fname, ".tune", &name_len, hex)) {
+    if (split_entry_file(fname, &name_len, hex, &record)) {
         if (S_ISREG(sb.st_mode)) {
             FSA_CHECK(prune_keep(c, path, &sb));
             path = NULL; /* the list owns it */

@@ -22,7 +22,7 @@
 /* ------------------------------------------------------------ maintenance */
 
 typedef struct seen {
-    int n, valid, loaded, stop_after;
+    int n, valid, loaded, records, stop_after;
     uint64_t bytes;
     char names[1024];
 } seen;
@@ -33,6 +33,7 @@ static int remember(const fsa_cache_entry_info *info, void *user)
     s->n++;
     s->valid += info->valid;
     s->loaded += info->loaded;
+    s->records += info->record;
     s->bytes += info->bytes;
     assert_true(info->mtime > 0);
     assert_non_null(strstr(info->path, info->target));
@@ -422,6 +423,47 @@ static void test_verify_keeps_entries_that_the_check_function_cannot_check(void 
     assert_int_equal(n, 1);
 }
 
+/* Tuning records are entries too: list shows them, verify re-hashes them and
+ * deletes a damaged one, and never hands one to the check function (a record
+ * is no image to load), so a valid record is never reported loaded. */
+static void test_list_and_verify_visit_tuning_records_checked_on_disk_only(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key record;
+    make_key(&record, "128", "13.0", "-O3");
+    publish_for(f->dc, TARGET, "64", 100);
+    assert_int_equal(fsa_disk_cache_publish_record(f->dc, &record, TARGET, "fsa-tuning-record 1\nop fwd\nwinner fsa\nend\n"),
+                     FSA_STATUS_OK);
+    char *record_path = fsa_disk_cache_record_path(f->dc, &record, TARGET);
+
+    seen listed = {0};
+    assert_int_equal(fsa_disk_cache_list(f->dc, remember, &listed), FSA_STATUS_OK);
+    assert_int_equal(listed.n, 2);
+    assert_int_equal(listed.records, 1);
+    assert_non_null(strstr(listed.names, TARGET "/sel_fwd_main_bf16_d128;")); /* the record, by its key's name */
+
+    int checked = 0;
+    uint64_t bad = 9;
+    seen verified = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, cannot_check, &checked, remember, &verified, &bad), FSA_STATUS_OK);
+    assert_int_equal(checked, 1); /* the kernel only */
+    assert_int_equal(bad, 0);
+    assert_int_equal(verified.valid, 2);
+    assert_int_equal(verified.records, 1);
+    seen passed = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, passes_check, NULL, remember, &passed, &bad), FSA_STATUS_OK);
+    assert_int_equal(passed.loaded, 1); /* the kernel; the record was not handed over */
+
+    flip_byte(record_path, file_size(record_path) - 3);
+    seen damaged = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, passes_check, NULL, remember, &damaged, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_non_null(strstr(damaged.names, TARGET "/sel_fwd_main_bf16_d128!;"));
+    assert_false(exists(record_path));
+    free(record_path);
+    fsa_key_free(&record);
+}
+
 static void test_verify_skips_an_entry_of_another_format_version_and_keeps_it(void **state)
 {
     fixture *f = *state;
@@ -732,6 +774,7 @@ int main(int argc, char **argv)
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_deletes_an_entry_copied_into_another_targets_directory),
         T(test_prune_ranks_tuning_records_with_the_entries),
+        T(test_list_and_verify_visit_tuning_records_checked_on_disk_only),
         T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),
         T(test_verify_keeps_entries_that_the_check_function_cannot_check),
         T(test_verify_skips_an_entry_of_another_format_version_and_keeps_it),
