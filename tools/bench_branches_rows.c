@@ -33,8 +33,7 @@ static double time_call(const br_env *env, call_fn call, void *user, int reps)
         CU(cu.EventElapsedTime(&t, env->e0, env->e1));
         ms[r] = t;
     }
-    qsort(ms, (size_t)reps, sizeof *ms, bench_cmp_double);
-    const double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    const double median = bench_median(ms, reps);
     free(ms);
     return median;
 }

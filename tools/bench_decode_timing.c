@@ -37,8 +37,7 @@ double dec_time_call(const dec_env *env, const fsa_kvcache_plan *plan, const fsa
         CU(cu.EventElapsedTime(&ms, env->e0, env->e1));
         if (r >= 0) t[r] = ms * 1e3;
     }
-    qsort(t, (size_t)reps, sizeof(double), bench_cmp_double);
-    const double med = t[reps / 2];
+    const double med = bench_median(t, reps);
     free(t);
     if (exec) CU(cu.GraphExecDestroy(exec));
     return med;

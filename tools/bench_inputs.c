@@ -109,10 +109,16 @@ void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
     for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
 }
 
-int bench_cmp_double(const void *a, const void *b)
+static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+double bench_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 fsa_tensor bench_rows(uint64_t ptr, int heads, int D) { return (fsa_tensor){ptr, (int64_t)heads * D, D}; }

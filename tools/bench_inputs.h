@@ -43,7 +43,8 @@ fsa_tensor bench_topk_rows(uint64_t ptr, int T, int K);
  * ("" or e.g. "--decode") and the size when the memory is not there. */
 void *bench_alloc(const char *mode, size_t bytes);
 
-/* qsort comparator of doubles, ascending: the medians of the timings. */
-int bench_cmp_double(const void *a, const void *b);
+/* The median of n > 0 timings (sorted in place): the middle one, or the mean
+ * of the two middle ones for an even n. */
+double bench_median(double *t, int n);
 
 #endif

@@ -93,11 +93,11 @@ static double time_call(call_fn call, void *user, int n_sets, const options *o, 
         total += ms;
         if (ms > 400.0 && n >= 3) break; /* very slow rows: three repeats are enough */
     }
-    qsort(times, (size_t)n, sizeof(double), bench_cmp_double);
+    const double median = bench_median(times, n);
     CU(cu.EventDestroy(e0));
     CU(cu.EventDestroy(e1));
     *reps_out = n;
-    return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    return median;
 }
 
 typedef struct fwd_call {

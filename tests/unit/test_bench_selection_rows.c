@@ -2,7 +2,8 @@
  * tools/bench_inputs.c): K entries, sorted, distinct, within the token's
  * blocks 0..c, -1 after them, and the forced blocks 0, c and c - 1 in that
  * priority as far as K holds them. Each row is a heap buffer of exactly K
- * ints, so that a sanitizer build catches a write past it. */
+ * ints, so that a sanitizer build catches a write past it. Also the median
+ * every mode reports (bench_median). */
 #include "bench_inputs.h"
 #include "testing.h"
 
@@ -73,12 +74,24 @@ static void test_a_row_is_a_function_of_its_seed(void **state)
     free(b);
 }
 
+static void test_the_median_is_the_middle_timing_or_the_mean_of_the_two_middle_ones(void **state)
+{
+    (void)state;
+    double odd[] = {9.0, 1.0, 5.0};
+    assert_true(bench_median(odd, 3) == 5.0);
+    double even[] = {4.0, 30.0, 1.0, 2.0}; /* sorted 1 2 4 30: not 4, the upper middle */
+    assert_true(bench_median(even, 4) == 3.0);
+    double one[] = {7.0};
+    assert_true(bench_median(one, 1) == 7.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_row_holds_k_sorted_distinct_blocks_of_the_token_then_minus_one),
         cmocka_unit_test(test_the_forced_blocks_that_fit_are_in_every_row),
         cmocka_unit_test(test_a_row_is_a_function_of_its_seed),
+        cmocka_unit_test(test_the_median_is_the_middle_timing_or_the_mean_of_the_two_middle_ones),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
