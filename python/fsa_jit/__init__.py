@@ -42,6 +42,7 @@ __all__ = [
     "precompile",
     "prune_cache",
     "reference",
+    "register_operators",
     "selected_attention",
     "set_tuning",
     "verify_cache",
@@ -74,6 +75,13 @@ _LAZY = {"selected_attention": "attention", "cached_plans": "attention", "plan_c
          "set_tuning": "attention", "compressed_attention": "compressed", "window_attention": "window",
          "nsa_attention": "nsa"}
 _SUBMODULES = {"attention", "compressed", "window", "nsa", "kvcache", "reference"}
+
+
+def register_operators():
+    """Registers every torch.ops.fsa_jit operator (imports torch). The functions above register theirs on
+    first use; code that reaches the operators another way (a graph loaded with torch.export.load, a
+    direct torch.ops.fsa_jit call) calls this first."""
+    from . import attention, compressed, kvcache, nsa, window  # noqa: F401 (each registers its operators)
 
 
 def clear_plans():

@@ -347,6 +347,9 @@ def lookup(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorit
         return None
     if (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
         return None
+    # A view with the negative bit keeps the unnegated values in memory: the operator resolves it.
+    if q.is_neg() or k.is_neg() or v.is_neg() or topk_idx.is_neg() or cu_seqlens.is_neg():
+        return None
     return e, cs[0] - 1, max_seqlen
 
 

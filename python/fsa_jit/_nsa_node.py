@@ -45,23 +45,24 @@ def _describe(t):
 def call_key(q, k, v, k_cmp, v_cmp, gates, cu_seqlens, cu_seqlens_c, k_win, v_win, kernel_size, stride, block_size,
              top_k, window, init_blocks, local_blocks, scale, max_seqlen, workspace_limit):
     """What nsa_attention's checks depend on (tensors' layouts, the gates' kinds, the parameters and their
-    types, the grad mode), or None for a call the node does not take (not plain tensors, compile tracing)."""
+    types, the grad mode), or None for a call the node does not take (not plain tensors, compile tracing, a
+    view with the negative bit: its memory holds the values unnegated, which the operators resolve)."""
     if torch.compiler.is_compiling():
         return None
     parts = [torch.is_grad_enabled()]
     for t in (q, k, v, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c):
-        if type(t) is not _TENSOR:
+        if type(t) is not _TENSOR or t.is_neg():
             return None
         parts.append(_describe(t))
     for t, shared in ((k_win, k), (v_win, v)):
         if t is None or t is shared:
             parts.append(None)
-        elif type(t) is _TENSOR:
+        elif type(t) is _TENSOR and not t.is_neg():
             parts.append(_describe(t))
         else:
             return None
     for g in gates:
-        if type(g) is _TENSOR:
+        if type(g) is _TENSOR and not g.is_neg():
             parts.append(_describe(g))
         elif type(g) in (int, float):
             parts.append((type(g), g))

@@ -260,10 +260,11 @@ def _kernel_ready(t):
     """t itself when libfsa can read it in place, else a contiguous copy.
 
     libfsa needs the last dim contiguous, a 16-byte aligned pointer and token
-    and head strides that are multiples of 8 elements.
+    and head strides that are multiples of 8 elements, and the values in memory
+    (a view with the negative bit holds them unnegated; the copy resolves it).
     """
     ts, hs = _head_strides(t)
-    if t.stride(2) == 1 and t.data_ptr() % 16 == 0 and ts % 8 == 0 and hs % 8 == 0:
+    if t.stride(2) == 1 and t.data_ptr() % 16 == 0 and ts % 8 == 0 and hs % 8 == 0 and not t.is_neg():
         return t
     return t.clone(memory_format=torch.contiguous_format)
 

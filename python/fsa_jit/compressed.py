@@ -401,7 +401,7 @@ def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stri
 
     Returns (o [T, Hq, Dv] in q's dtype, lse [Hq, T] float32 natural log, -inf where no compressed token is
     visible, where o is 0), plus topk [T, Hkv, top_k] int32 when top_k > 0. Differentiable with respect to
-    q, k and v; lse and topk carry no gradient.
+    q, k and v, once (differentiating the gradients raises); lse and topk carry no gradient.
     """
     check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
                     local_blocks)

@@ -343,7 +343,8 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
 def _plain_eager(*tensors):
     if torch.compiler.is_compiling() or _modes_active():
         return False
-    return all(t is None or type(t) is torch.Tensor for t in tensors)
+    # A view with the negative bit holds its values unnegated in memory: the operator resolves it.
+    return all(t is None or (type(t) is torch.Tensor and not t.is_neg()) for t in tensors)
 
 
 def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, block_size,

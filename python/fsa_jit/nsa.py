@@ -198,6 +198,7 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates, once (differentiating the gradients,
     taken with create_graph=True, raises).
     """
+    window = _win.windows_read_once(window)
     key = None
     if not validate:  # a plain eager call of a layout seen before skips the checks below
         key = _nsa_node.call_key(q, k, v, k_cmp, v_cmp, (g_cmp, g_sel, g_win), cu_seqlens, cu_seqlens_c, k_win, v_win,

@@ -24,6 +24,14 @@ from . import _nsa_abi as abi
 from . import attention as _att
 from . import compressed as _cmp
 
+def windows_read_once(window):
+    """A 1-D tensor of windows as a tuple of its values (one host read, a synchronization when it is on the
+    GPU), so that the checks and the call read that tuple; anything else as it is."""
+    if isinstance(window, torch.Tensor) and window.dim() == 1:
+        return tuple(window.tolist())
+    return window
+
+
 def head_windows_of(window, hq):
     """(window, head windows) from an int, or a list, tuple or 1-D tensor of Hq ints: (W, ()) or
     (0, (W_0, .., W_Hq-1))."""
@@ -235,8 +243,10 @@ def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, 
     synchronization); under CUDA graph capture the check is skipped.
 
     Returns o [T, Hq, Dv] in q's dtype, and lse [Hq, T] float32 (natural log) when return_lse.
-    Differentiable with respect to q, k and v; lse carries no gradient.
+    Differentiable with respect to q, k and v, once (differentiating the gradients raises); lse carries no
+    gradient.
     """
+    window = windows_read_once(window)
     check_arguments(q, k, v, cu_seqlens, window, scale)
     window, head_windows = head_windows_of(window, q.shape[1])
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)

@@ -148,6 +148,20 @@ def test_what_libfsa_cannot_read_in_place_leaves_the_fast_path(fake):
     assert fast(p) is None
 
 
+def test_a_view_with_the_negative_bit_leaves_the_fast_path(fake):
+    # Its memory holds the values unnegated: libfsa would read them so. The operator resolves the bit first.
+    fsa_jit.selected_attention(**problem())
+    for name in ("q", "k", "v", "topk_idx", "cu_seqlens"):
+        p = problem()
+        p[name] = torch._neg_view(-p[name])  # the same values, through the negative bit
+        assert p[name].is_neg()
+        assert fast(p) is None, name
+    # And where the binding prepares a tensor for libfsa itself (the NSA node, the backward's dout): a copy.
+    q = torch._neg_view(torch.randn(8, 2, 16).bfloat16())
+    ready = attention._kernel_ready(q)
+    assert not ready.is_neg() and ready.data_ptr() != q.data_ptr() and torch.equal(ready, q)
+
+
 def test_per_call_values_are_checked_on_every_call(fake):
     _, counts = fake
     fsa_jit.selected_attention(**problem())

@@ -137,6 +137,17 @@ def test_a_plain_eager_call_skips_the_operator(fake, monkeypatch):
     assert len(fake.calls) == 1
 
 
+@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache", "block_table", "topk_idx"])
+def test_a_view_with_the_negative_bit_goes_through_the_operator(fake, monkeypatch, name):
+    # Its memory holds the values unnegated, which the plain call would hand to libfsa; the operator resolves it.
+    reached = []
+    monkeypatch.setattr(kvcache, "_OP", lambda *args: reached.append(args[:8]) or (None, None))
+    p = problem()
+    p[name] = torch._neg_view(-p[name])
+    kvcache.kvcache_attention(**p)
+    assert len(reached) == 1 and not fake.calls
+
+
 @pytest.mark.parametrize("name", ["q", "k_cache", "v_cache"])
 def test_an_input_that_requires_grad_gets_an_output_whose_backward_says_there_is_none(fake, name):
     """Forward only: the plain eager call used to hand back an output detached from q (requires_grad False),

@@ -128,6 +128,19 @@ def nsa_problem(**change):
     return p
 
 
+def test_a_tensor_of_windows_is_read_on_the_host_once_per_call(monkeypatch):
+    # Each read is a host synchronization when the windows are on the GPU: the checks read the one copy.
+    reads = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(self.dtype) or tolist(self))
+    windows = torch.tensor([8, 8, 8, 8])
+    expect(fsa_jit.window_attention, ValueError, r"q must be a CUDA tensor", **{**win_problem(), "window": windows})
+    assert len(reads) == 1
+    reads.clear()
+    expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **nsa_problem(window=windows))
+    assert len(reads) == 1
+
+
 def test_a_valid_nsa_call_fails_only_on_the_device():
     expect(nsa_attention, ValueError, r"q must be a CUDA tensor", **nsa_problem(g_sel=torch.rand(4)))
 
@@ -200,6 +213,13 @@ def test_per_head_windows_key_by_value_and_tensors_of_windows_take_no_key():
     assert key_of(window=torch.tensor([8, 8, 8, 8])) is None
     assert key_of(q=torch.nn.Parameter(torch.randn(40, 4, 32).bfloat16())) is None  # a subclass
     assert key_of(top_k=torch.tensor(4)) is None
+
+
+def test_a_view_with_the_negative_bit_takes_no_key():
+    # Its memory holds the values unnegated, which the node would hand to libfsa: the operators resolve it.
+    p = nsa_problem()
+    for name in ("q", "k_cmp", "cu_seqlens", "g_sel"):
+        assert key_of(**{name: torch._neg_view(-p[name])}) is None, name
 
 
 # ----------------------------------------------------- operators, tracing

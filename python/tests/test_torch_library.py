@@ -45,6 +45,27 @@ def test_both_operators_are_registered():
     assert torch._C._dispatch_has_kernel_for_dispatch_key("fsa_jit::selected_attention_fwd", "Autograd")
 
 
+def test_register_operators_registers_every_operator_in_a_fresh_process():
+    # import fsa_jit alone registers nothing (torch is imported on first use); a loaded graph needs them all.
+    import subprocess
+    import sys
+
+    code = ("import torch, fsa_jit\n"
+            "ops = ['selected_attention_fwd', 'selected_attention_bwd', 'compressed_attention_fwd', "
+            "'window_attention_fwd', 'nsa_gate_fwd', 'kvcache_attention']\n"
+            "before = [hasattr(torch.ops.fsa_jit, op) for op in ops]\n"
+            "fsa_jit.register_operators()\n"
+            "print(before, [hasattr(torch.ops.fsa_jit, op) for op in ops])\n")
+    import os
+    from pathlib import Path
+
+    here = str(Path(fsa_jit.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd="/", timeout=120).stdout
+    assert out.strip() == f"{[False] * 6} {[True] * 6}"
+
+
 def test_fake_forward_gives_the_output_shapes():
     mode = FakeTensorMode()
     q, k, v, topk, cu = fake_problem(mode, T=7, Hq=6, Hkv=3, D=48)
