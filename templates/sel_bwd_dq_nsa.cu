@@ -37,7 +37,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(con
     if (tid < 16) {
         const int gi = in.group_head(tid);
         const long long qh = in.h * G + gi;
-        lse2[tid] = gi < G ? ((const float *)p.lse)[qh * p.total_tokens + t] * LOG2E : FSA_INF;
+        lse2[tid] = gi < G ? bwd_lse2(((const float *)p.lse)[qh * p.total_tokens + t]) : FSA_INF;
         delta[tid] = gi < G ? ((const float *)p.delta)[qh * bwd_delta_stride(p) + in.tl] : 0.f;
         gate[tid] = gi < G && p.gate.ptr != 0 ? *view_row<const float>(p.gate, t, qh) : 1.f;
     }

@@ -128,9 +128,17 @@ __device__ __forceinline__ void run_items(const fsa_sel_params &p, u32 base, uns
     for (int w = blockIdx.x; w < total_work;) {
         const BwdItem it = bwd_item(p, w);
         const int *ent = (const int *)p.list_sorted + it.item0;
+        const int first = __ldg(ent);
         long long kb0;
         int nk;
-        bwd_item_keys<BK, KS>(p, it, __ldg(ent), 0, kb0, nk);
+        bwd_item_keys<BK, KS>(p, it, first, 0, kb0, nk);
+        // Padding rows read the item's first row, a pair of this block: whatever its q and dout hold
+        // reaches this block's dK and dV through that row anyway, and P = 0 makes the padding's
+        // products exact zeros otherwise. (A fixed row, such as token 0's, brought the NaN of a token
+        // that may select nothing into every block; a row of zeros in the workspace cost 1-2.5%.)
+        const long long pad_token = p.t0 + fsa_entry_token(first);
+        const u16 *pad_q = view_row<const u16>(p.q, pad_token, it.h * G),
+                  *pad_do = view_row<const u16>(p.dout, pad_token, it.h * G);
         float dk[DK ? D / 8 : 1][4], dv[DVQ ? DV / 8 : 1][4];  // the role's accumulators
         if constexpr (DK) frag_zero<D / 8>(dk);
         if constexpr (DVQ) frag_zero<DV / 8>(dv);
@@ -142,13 +150,13 @@ __device__ __forceinline__ void run_items(const fsa_sel_params &p, u32 base, uns
             return bwd_tile_row<M, G>(tile, r, e, g) && e < it.item_n ? e : -1;
         };
         auto table = [&](int tile) { return row + (tile % SLOTS) * M; };
-        // Entry i of the tables: the row and its Q and dO addresses (padding rows: the
-        // tensors' first rows, read and then masked).
+        // Entry i of the tables: the row and its Q and dO addresses (padding rows: the item's
+        // first row, read and then masked).
         auto put_row = [&](int i, const RowInfo &ri, int g) {
             row[i] = ri;
-            const long long tok = ri.token >= 0 ? ri.token : 0, qh = it.h * G + (ri.token >= 0 ? g : 0);
-            q_row[i] = view_row<const u16>(p.q, tok, qh);
-            do_row[i] = view_row<const u16>(p.dout, tok, qh);
+            const bool real = ri.token >= 0;
+            q_row[i] = real ? view_row<const u16>(p.q, ri.token, it.h * G + g) : pad_q;
+            do_row[i] = real ? view_row<const u16>(p.dout, ri.token, it.h * G + g) : pad_do;
         };
         cta_sync();  // the previous item is done with shared memory
         // K and V of the block (zero past the sequence: masked), with the first tile.

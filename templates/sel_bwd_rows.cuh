@@ -71,7 +71,7 @@ __device__ __forceinline__ RowStats bwd_row_stats(const fsa_sel_params &p, int v
     if (v < 0) return RowStats{FSA_INF, 0.f, 1.f};
     const long long tl = fsa_entry_token(v), t = p.t0 + tl;
     const int qh = h * G + g;
-    return RowStats{((const float *)p.lse)[(long long)qh * p.total_tokens + t] * LOG2E,
+    return RowStats{bwd_lse2(((const float *)p.lse)[(long long)qh * p.total_tokens + t]),
                     ((const float *)p.delta)[(long long)qh * bwd_delta_stride(p) + tl],
                     p.gate.ptr != 0 ? *view_row<const float>(p.gate, t, qh) : 1.f};
 }

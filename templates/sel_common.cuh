@@ -34,6 +34,11 @@ __device__ __forceinline__ SeqBounds seq_bounds(const int *cu_seqlens, int batch
     return s;
 }
 
+// A forward row's lse as the backward subtracts it (base 2): a row the forward
+// saw no key for (lse -inf; only malformed cu_seqlens give such a row pairs)
+// gets +inf, so that P = exp2(s - lse2) is 0 as for padding, not exp2(+inf).
+__device__ __forceinline__ float bwd_lse2(float lse) { return lse == -FSA_INF ? FSA_INF : lse * LOG2E; }
+
 // Block j of sequence b has the global id first_block_id(start_b, b) + j: ids
 // of different sequences never overlap and stay below T / BK + batch + 1.
 __device__ __forceinline__ long long first_block_id(long long seq_start, int seq, int block_size) {

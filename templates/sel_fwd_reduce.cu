@@ -42,6 +42,9 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
         if ((mask >> s) & 1) m = fmaxf(m, lse_part[(pair0 + s) * G + g]);
 #pragma unroll
     for (int o = LANES / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // Every partial of the row saw no key (only malformed cu_seqlens can mix a list's key ranges so): weights
+    // exp2(-inf - 0) = 0 and the row of a token with no slot (o 0, lse -inf), not exp2(-inf + inf) = NaN.
+    const float m_ref = m == -FSA_INF ? 0.f : m;
 
     float acc[8];
 #pragma unroll
@@ -62,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
             w[u] = 0.f;
             if (slots[u] < 0) continue;
             const long long row = (pair0 + slots[u]) * G + g;
-            w[u] = fast_exp2(lse_part[row] - m);
+            w[u] = fast_exp2(lse_part[row] - m_ref);
             if (has_piece) v[u] = *(const uint4 *)(o_part + row * DV + l * 8);
         }
 #pragma unroll
@@ -73,12 +76,12 @@ extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_sel_fwd_reduce
         }
     }
     if (!live) return;
-    const float inv = mask ? 1.f / wsum : 0.f;
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     if (has_piece) {
 #pragma unroll
         for (int i = 0; i < 8; i++) acc[i] *= inv;
         *(uint4 *)(view_row<u16>(p.o, t, qh) + l * 8) = pack8<DT>(acc);
     }
     if (l == 0 && p.lse)
-        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = mask ? (m + fast_log2(wsum)) * LN2 : -FSA_INF;
+        ((float *)p.lse)[(long long)qh * p.total_tokens + t] = wsum > 0.f ? (m + fast_log2(wsum)) * LN2 : -FSA_INF;
 }

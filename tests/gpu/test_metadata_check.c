@@ -131,6 +131,89 @@ static void test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode(vo
     call_free(&c);
 }
 
+/* Tokens before cu_seqlens[0] clamp their sequence to start at themselves, so tokens of one 32-key stretch
+ * share a block id with other key ranges; the FSA-order forward takes an item's keys from its first list
+ * entry. Token 41 (slot 0, so first in the list) and token 33 (slot 1) both name block 0: token 33's only
+ * partial then sees no key, and the reduction must give it the row of a token with no slot (o 0, lse -inf),
+ * not 0 / 0. The backward then meets a pair whose row has lse -inf: it must give that row P = 0, not
+ * exp2(+inf), so that dq stays finite (dk and dv: finite for the keys of the sequences; keys before
+ * cu_seqlens[0] that no item's key range covers are not written, docs/semantics.md). */
+static void test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a_finite_result(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    fsa_algorithm alg = FSA_ALGORITHM_AUTO;
+    assert_int_equal(fsa_plan_algorithm(&alg, NULL, g_plain, c.p.T), FSA_STATUS_OK);
+    assert_int_equal(alg, FSA_ALGORITHM_FSA); /* the order whose items take their keys from a list entry */
+    const int T = c.p.T;
+    const int32_t late[] = {100, 100, 120, T};
+    set_cu(&c, late);
+    const size_t n = (size_t)g_case.hkv * T * g_case.k;
+    int32_t *rows = malloc(n * sizeof *rows);
+    assert_non_null(rows);
+    for (size_t i = 0; i < n; i++) rows[i] = -1;
+    for (int h = 0; h < g_case.hkv; h++) {
+        rows[topk_index(&c, 41, h, 0)] = 0;
+        rows[topk_index(&c, 33, h, 1)] = 0;
+    }
+    fsa_test_h2d(c.dp.topk, rows, n * sizeof *rows);
+    expect_refused_only_in_check_mode(&c, "cu_seqlens[0] is not 0");
+    /* The case's premise: token 33's partial saw no key (its list began with token 41's keys). */
+    outputs out;
+    download_fwd(&out, &c.dp, &c.p, &g_case);
+    for (int qh = 0; qh < g_case.hq; qh++)
+        if (out.lse[(size_t)qh * T + 33] != -INFINITY) fail_msg("token 33, head %d: lse %g, not -inf", qh, (double)out.lse[(size_t)qh * T + 33]);
+    outputs_free(&out);
+    const problem *p = &c.p;
+    const size_t q_bytes = (size_t)T * p->q_ts * 2, k_bytes = (size_t)T * p->kv_ts * 2, v_bytes = (size_t)T * p->v_ts * 2;
+    uint64_t dout = fsa_test_dalloc(c.dp.o_bytes), dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(k_bytes),
+             dv = fsa_test_dalloc(v_bytes);
+    fsa_test_dfill(dout, 0x3c, c.dp.o_bytes); /* about 0.01 in bf16 */
+    size_t ws_bytes = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_bytes, g_plain, T, p->B), FSA_STATUS_OK);
+    uint64_t ws = fsa_test_dalloc(ws_bytes);
+    fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+    b.total_tokens = T;
+    b.batch = p->B;
+    b.q = c.a.q, b.k = c.a.k, b.v = c.a.v, b.o = c.a.o, b.topk = c.a.topk;
+    b.dout = c.a.o;
+    b.dout.ptr = dout;
+    b.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
+    b.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
+    b.dv = (fsa_tensor){dv, p->v_ts, p->v_hs};
+    b.cu_seqlens = c.dp.cu;
+    b.lse = c.dp.lse;
+    b.workspace = ws;
+    b.workspace_bytes = ws_bytes;
+    fsa_test_dfill(dq, 0xff, q_bytes);
+    fsa_test_dfill(dk, 0xff, k_bytes);
+    fsa_test_dfill(dv, 0xff, v_bytes);
+    assert_int_equal(fsa_selected_attention_bwd(g_plain, &b, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    const struct { const char *name; uint64_t dev; int heads, dim; int64_t ts, hs; int from; } grads[] = {
+        {"dq", dq, g_case.hq, g_case.d, p->q_ts, p->q_hs, 0},
+        {"dk", dk, g_case.hkv, g_case.d, p->kv_ts, p->kv_hs, late[0]},
+        {"dv", dv, g_case.hkv, p->Dv, p->v_ts, p->v_hs, late[0]}};
+    for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) {
+        const size_t count = (size_t)T * grads[i].heads * grads[i].dim;
+        float *host = malloc(count * sizeof *host);
+        assert_non_null(host);
+        download_strided(host, NULL, grads[i].dev, T, grads[i].heads, grads[i].dim, grads[i].ts, grads[i].hs,
+                         g_case.dtype);
+        for (size_t e = (size_t)grads[i].from * grads[i].heads * grads[i].dim; e < count; e++)
+            if (!isfinite(host[e])) fail_msg("%s element %zu is %g", grads[i].name, e, (double)host[e]);
+        free(host);
+    }
+    fsa_test_dfree(dout);
+    fsa_test_dfree(dq);
+    fsa_test_dfree(dk);
+    fsa_test_dfree(dv);
+    fsa_test_dfree(ws);
+    free(rows);
+    call_free(&c);
+}
+
 static void test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode(void **state)
 {
     (void)state;
@@ -276,6 +359,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan),
         cmocka_unit_test(test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode),
+        cmocka_unit_test(test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a_finite_result),
         cmocka_unit_test(test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode),
         cmocka_unit_test(test_the_backward_checks_too),
         cmocka_unit_test(test_a_call_on_a_stream_being_captured_skips_the_check),

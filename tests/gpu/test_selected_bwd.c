@@ -7,7 +7,8 @@
  * query/key head dim (dv column). The forward whose o and lse the backward
  * reads matches the reference first. Outputs are poisoned before every run;
  * gradients are checked as a whole and row by row, and the padding of strided
- * ones must still hold the poison.
+ * ones must still hold the poison. A token that selects nothing, NaN in its q and dout, changes no other
+ * result.
  * FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "gate_rows.h"
@@ -455,6 +456,84 @@ static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **
         }
 }
 
+/* One forward and backward of case c with token `quiet`'s top-k rows all -1; with `nan`, its q and dout
+ * rows NaN. The images of o, lse, dq, dk and dv come back. */
+typedef struct images {
+    outputs fwd;
+    grads g;
+} images;
+
+static void run_with_a_quiet_token(images *out, const attn_case *c, fsa_plan *plan, int quiet, int nan)
+{
+    problem p;
+    problem_make(&p, c, 0x91e7);
+    for (int h = 0; h < c->hkv; h++)
+        for (int s = 0; s < c->k; s++) p.topk[h * p.topk_hs + quiet * p.topk_ts + s] = -1;
+    const size_t no = (size_t)p.T * c->hq * p.Dv;
+    float *dout = malloc(no * sizeof(float));
+    assert_non_null(dout);
+    fsa_rng rng = {0x91e8};
+    for (size_t i = 0; i < no; i++) dout[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
+    if (nan) {
+        for (int i = 0; i < c->hq * c->d; i++) p.q[(size_t)quiet * c->hq * c->d + i] = NAN;
+        for (int i = 0; i < c->hq * p.Dv; i++) dout[(size_t)quiet * c->hq * p.Dv + i] = NAN;
+    }
+    device_problem dp;
+    device_make(&dp, &p, c, plan);
+    fsa_fwd_args fa = fwd_args_of(&dp, &p);
+    poison_fwd(&dp, &p, c);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    download_fwd(&out->fwd, &dp, &p, c);
+    bwd_device bd;
+    bwd_make(&bd, dout, &p, c, plan);
+    fsa_bwd_args ba = bwd_args_of(&bd, &dp, &p);
+    poison_bwd(&bd);
+    if (fsa_selected_attention_bwd(plan, &ba, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+    fsa_test_sync();
+    download_grads(&out->g, &bd, &p, c);
+    bwd_free(&bd);
+    free(dout);
+    device_free(&dp);
+    problem_free(&p);
+}
+
+/* A token that selects nothing reaches no other token's result: with NaN in its q and dout rows (what a padding
+ * token's unwritten memory may hold) o, lse, dq, dk and dv are bit for bit those with finite rows there, its own
+ * o and dq zero and its lse -inf. The backward's tiles are filled with padding rows: those must be zeros, not a
+ * real row masked afterwards, whose NaN would reach dK and dV through 0 x NaN in the products. Both dq orders. */
+static void test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold(void **state)
+{
+    (void)state;
+    const char *names[] = {"bf16_d128_g4_long_chains", "bf16_dk192_dv128_g4_fsa", "bf16_d128_g16_bk64_nsa"};
+    for (size_t n = 0; n < sizeof names / sizeof *names; n++)
+        for (size_t i = 0; i < N_CASES; i++) {
+            if (strcmp(cases[i].name, names[n]) != 0) continue;
+            const attn_case *c = &cases[i];
+            const int quiet = 0, Dv = attn_value_dim(c);
+            images finite, poisoned;
+            run_with_a_quiet_token(&finite, c, g_plans[i], quiet, 0);
+            run_with_a_quiet_token(&poisoned, c, g_plans[i], quiet, 1);
+            int T = 0;
+            for (int s = 0; s < c->nseq; s++) T += c->lens[s];
+            for (int h = 0; h < c->hq; h++) {
+                assert_true(poisoned.fwd.lse[(size_t)h * T + quiet] == -INFINITY);
+                for (int d = 0; d < Dv; d++) assert_true(poisoned.fwd.o[((size_t)quiet * c->hq + h) * Dv + d] == 0.f);
+                for (int d = 0; d < c->d; d++) assert_true(poisoned.g.dq[((size_t)quiet * c->hq + h) * c->d + d] == 0.f);
+            }
+            assert_memory_equal(finite.fwd.o_img, poisoned.fwd.o_img, (size_t)T * c->hq * Dv * 2);
+            assert_memory_equal(finite.fwd.lse, poisoned.fwd.lse, (size_t)T * c->hq * sizeof(float));
+            assert_memory_equal(finite.g.dq_img, poisoned.g.dq_img, (size_t)T * c->hq * c->d * 2);
+            assert_memory_equal(finite.g.dk_img, poisoned.g.dk_img, (size_t)T * c->hkv * c->d * 2);
+            assert_memory_equal(finite.g.dv_img, poisoned.g.dv_img, (size_t)T * c->hkv * Dv * 2);
+            print_message("  %-30s NaN rows of a token that selects nothing: every other result unchanged\n", c->name);
+            outputs_free(&finite.fwd);
+            outputs_free(&poisoned.fwd);
+            grads_free(&finite.g);
+            grads_free(&poisoned.g);
+        }
+}
+
 static void test_backward_bad_arguments_return_statuses(void **state)
 {
     (void)state;
@@ -528,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_backward_matches_the_reference_on_every_case),
         cmocka_unit_test(test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_a_graph_captured_backward_replays_to_the_same_gradients),
+        cmocka_unit_test(test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold),
         cmocka_unit_test(test_backward_bad_arguments_return_statuses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
