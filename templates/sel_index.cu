@@ -186,7 +186,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_count(const fsa_se
 
 // Writes each valid pair into its (KV head, block) list, and the segment of
 // every work item, so the main kernel needs no search. Order inside a list is
-// not fixed; nothing downstream depends on it.
+// not fixed; with valid metadata nothing downstream depends on it (with a
+// cu_seqlens that starts past 0, a forward item's keys follow its first entry).
 extern "C" __global__ void __launch_bounds__(THREADS) fsa_sel_scatter(const fsa_sel_params p) {
     {
         // Each head chunk's work items name their segments as the chunk's launches see them.
