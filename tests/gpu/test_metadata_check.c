@@ -88,6 +88,56 @@ static void restore_topk(call *c, int t, int h, int s)
     set_topk(c, t, h, s, c->p.topk[topk_index(c, t, h, s)]);
 }
 
+/* A backward of the call's forward (its o and lse) on `plan`'s workspace size: dout about 0.01, gradients
+ * poisoned with NaN. */
+typedef struct bwd_call {
+    uint64_t dout, dq, dk, dv, ws;
+    size_t q_bytes, k_bytes, v_bytes;
+    fsa_bwd_args b;
+} bwd_call;
+
+static void bwd_call_make(bwd_call *bc, const call *c, const fsa_plan *plan)
+{
+    const problem *p = &c->p;
+    bc->q_bytes = (size_t)p->T * p->q_ts * 2;
+    bc->k_bytes = (size_t)p->T * p->kv_ts * 2;
+    bc->v_bytes = (size_t)p->T * p->v_ts * 2;
+    bc->dout = fsa_test_dalloc(c->dp.o_bytes);
+    bc->dq = fsa_test_dalloc(bc->q_bytes);
+    bc->dk = fsa_test_dalloc(bc->k_bytes);
+    bc->dv = fsa_test_dalloc(bc->v_bytes);
+    fsa_test_dfill(bc->dout, 0x3c, c->dp.o_bytes); /* about 0.01 in bf16 */
+    fsa_test_dfill(bc->dq, 0xff, bc->q_bytes);
+    fsa_test_dfill(bc->dk, 0xff, bc->k_bytes);
+    fsa_test_dfill(bc->dv, 0xff, bc->v_bytes);
+    size_t ws_bytes = 0;
+    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_bytes, plan, p->T, p->B), FSA_STATUS_OK);
+    bc->ws = fsa_test_dalloc(ws_bytes);
+    fsa_bwd_args b = FSA_BWD_ARGS_INIT;
+    b.total_tokens = p->T;
+    b.batch = p->B;
+    b.q = c->a.q, b.k = c->a.k, b.v = c->a.v, b.o = c->a.o, b.topk = c->a.topk;
+    b.dout = c->a.o;
+    b.dout.ptr = bc->dout;
+    b.dq = (fsa_tensor){bc->dq, p->q_ts, p->q_hs};
+    b.dk = (fsa_tensor){bc->dk, p->kv_ts, p->kv_hs};
+    b.dv = (fsa_tensor){bc->dv, p->v_ts, p->v_hs};
+    b.cu_seqlens = c->dp.cu;
+    b.lse = c->dp.lse;
+    b.workspace = bc->ws;
+    b.workspace_bytes = ws_bytes;
+    bc->b = b;
+}
+
+static void bwd_call_free(bwd_call *bc)
+{
+    fsa_test_dfree(bc->dout);
+    fsa_test_dfree(bc->dq);
+    fsa_test_dfree(bc->dk);
+    fsa_test_dfree(bc->dv);
+    fsa_test_dfree(bc->ws);
+}
+
 static void test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan(void **state)
 {
     (void)state;
@@ -166,35 +216,14 @@ static void test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a
         if (out.lse[(size_t)qh * T + 33] != -INFINITY) fail_msg("token 33, head %d: lse %g, not -inf", qh, (double)out.lse[(size_t)qh * T + 33]);
     outputs_free(&out);
     const problem *p = &c.p;
-    const size_t q_bytes = (size_t)T * p->q_ts * 2, k_bytes = (size_t)T * p->kv_ts * 2, v_bytes = (size_t)T * p->v_ts * 2;
-    uint64_t dout = fsa_test_dalloc(c.dp.o_bytes), dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(k_bytes),
-             dv = fsa_test_dalloc(v_bytes);
-    fsa_test_dfill(dout, 0x3c, c.dp.o_bytes); /* about 0.01 in bf16 */
-    size_t ws_bytes = 0;
-    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_bytes, g_plain, T, p->B), FSA_STATUS_OK);
-    uint64_t ws = fsa_test_dalloc(ws_bytes);
-    fsa_bwd_args b = FSA_BWD_ARGS_INIT;
-    b.total_tokens = T;
-    b.batch = p->B;
-    b.q = c.a.q, b.k = c.a.k, b.v = c.a.v, b.o = c.a.o, b.topk = c.a.topk;
-    b.dout = c.a.o;
-    b.dout.ptr = dout;
-    b.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
-    b.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
-    b.dv = (fsa_tensor){dv, p->v_ts, p->v_hs};
-    b.cu_seqlens = c.dp.cu;
-    b.lse = c.dp.lse;
-    b.workspace = ws;
-    b.workspace_bytes = ws_bytes;
-    fsa_test_dfill(dq, 0xff, q_bytes);
-    fsa_test_dfill(dk, 0xff, k_bytes);
-    fsa_test_dfill(dv, 0xff, v_bytes);
-    assert_int_equal(fsa_selected_attention_bwd(g_plain, &b, NULL), FSA_STATUS_OK);
+    bwd_call bc;
+    bwd_call_make(&bc, &c, g_plain);
+    assert_int_equal(fsa_selected_attention_bwd(g_plain, &bc.b, NULL), FSA_STATUS_OK);
     fsa_test_sync();
     const struct { const char *name; uint64_t dev; int heads, dim; int64_t ts, hs; int from; } grads[] = {
-        {"dq", dq, g_case.hq, g_case.d, p->q_ts, p->q_hs, 0},
-        {"dk", dk, g_case.hkv, g_case.d, p->kv_ts, p->kv_hs, late[0]},
-        {"dv", dv, g_case.hkv, p->Dv, p->v_ts, p->v_hs, late[0]}};
+        {"dq", bc.dq, g_case.hq, g_case.d, p->q_ts, p->q_hs, 0},
+        {"dk", bc.dk, g_case.hkv, g_case.d, p->kv_ts, p->kv_hs, late[0]},
+        {"dv", bc.dv, g_case.hkv, p->Dv, p->v_ts, p->v_hs, late[0]}};
     for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) {
         const size_t count = (size_t)T * grads[i].heads * grads[i].dim;
         float *host = malloc(count * sizeof *host);
@@ -205,11 +234,7 @@ static void test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a
             if (!isfinite(host[e])) fail_msg("%s element %zu is %g", grads[i].name, e, (double)host[e]);
         free(host);
     }
-    fsa_test_dfree(dout);
-    fsa_test_dfree(dq);
-    fsa_test_dfree(dk);
-    fsa_test_dfree(dv);
-    fsa_test_dfree(ws);
+    bwd_call_free(&bc);
     free(rows);
     call_free(&c);
 }
@@ -242,27 +267,9 @@ static void test_the_backward_checks_too(void **state)
     call c;
     call_make(&c, g_check);
     assert_int_equal(forward(g_check, &c), FSA_STATUS_OK); /* o and lse for the backward */
-    const problem *p = &c.p;
-    const size_t q_bytes = (size_t)p->T * p->q_ts * 2, kv_bytes = (size_t)p->T * p->kv_ts * 2;
-    uint64_t dout = fsa_test_dalloc(c.dp.o_bytes), dq = fsa_test_dalloc(q_bytes), dk = fsa_test_dalloc(kv_bytes),
-             dv = fsa_test_dalloc(kv_bytes);
-    fsa_test_dfill(dout, 0x3c, c.dp.o_bytes); /* about 0.01 in bf16 */
-    size_t ws_bytes = 0;
-    assert_int_equal(fsa_plan_workspace_size_bwd(&ws_bytes, g_check, p->T, p->B), FSA_STATUS_OK);
-    uint64_t ws = fsa_test_dalloc(ws_bytes);
-    fsa_bwd_args b = FSA_BWD_ARGS_INIT;
-    b.total_tokens = p->T;
-    b.batch = p->B;
-    b.q = c.a.q, b.k = c.a.k, b.v = c.a.v, b.o = c.a.o, b.topk = c.a.topk;
-    b.dout = c.a.o;
-    b.dout.ptr = dout;
-    b.dq = (fsa_tensor){dq, p->q_ts, p->q_hs};
-    b.dk = (fsa_tensor){dk, p->kv_ts, p->kv_hs};
-    b.dv = (fsa_tensor){dv, p->kv_ts, p->kv_hs};
-    b.cu_seqlens = c.dp.cu;
-    b.lse = c.dp.lse;
-    b.workspace = ws;
-    b.workspace_bytes = ws_bytes;
+    bwd_call bc;
+    bwd_call_make(&bc, &c, g_check);
+    fsa_bwd_args b = bc.b;
     assert_int_equal(fsa_selected_attention_bwd(g_check, &b, NULL), FSA_STATUS_OK);
     fsa_test_sync();
     set_topk(&c, 41, 1, 2, 4);
@@ -271,11 +278,7 @@ static void test_the_backward_checks_too(void **state)
     assert_string_equal(fsa_last_error_info()->stage, "backward");
     assert_int_equal(fsa_selected_attention_bwd(g_plain, &b, NULL), FSA_STATUS_OK);
     fsa_test_sync();
-    fsa_test_dfree(dout);
-    fsa_test_dfree(dq);
-    fsa_test_dfree(dk);
-    fsa_test_dfree(dv);
-    fsa_test_dfree(ws);
+    bwd_call_free(&bc);
     call_free(&c);
 }
 

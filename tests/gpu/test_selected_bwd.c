@@ -284,16 +284,22 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     gate_rows_free(&gr);
 }
 
+/* The problem on the device and its forward run (o and lse poisoned first), for a backward. */
+static void forward_on_device(device_problem *dp, const problem *p, const attn_case *c, fsa_plan *plan)
+{
+    device_make(dp, p, c, plan);
+    fsa_fwd_args fa = fwd_args_of(dp, p);
+    poison_fwd(dp, p, c);
+    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+}
+
 static void run_case(const attn_case *c, fsa_plan *plan)
 {
     problem p;
     problem_make(&p, c, 0xb00c0000u + (uint64_t)(c - cases));
     device_problem dp;
-    device_make(&dp, &p, c, plan);
-    fsa_fwd_args fa = fwd_args_of(&dp, &p);
-    poison_fwd(&dp, &p, c);
-    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
-    fsa_test_sync();
+    forward_on_device(&dp, &p, c, plan);
     /* The backward below is judged against a reference given this o, and its whole-tensor bounds widen
      * with o's distance from the exact one: o and lse must match the reference first (groups 32 to 128
      * run the forward only here), at the forward test's bounds. */
@@ -479,11 +485,7 @@ static void run_with_a_quiet_token(images *out, const attn_case *c, fsa_plan *pl
         for (int i = 0; i < c->hq * p.Dv; i++) dout[(size_t)quiet * c->hq * p.Dv + i] = NAN;
     }
     device_problem dp;
-    device_make(&dp, &p, c, plan);
-    fsa_fwd_args fa = fwd_args_of(&dp, &p);
-    poison_fwd(&dp, &p, c);
-    assert_int_equal(fsa_selected_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
-    fsa_test_sync();
+    forward_on_device(&dp, &p, c, plan);
     download_fwd(&out->fwd, &dp, &p, c);
     bwd_device bd;
     bwd_make(&bd, dout, &p, c, plan);
