@@ -135,7 +135,7 @@ __device__ __forceinline__ void run_items(const fsa_sel_params &p, u32 base, uns
         // Padding rows read the item's first row, a pair of this block: whatever its q and dout hold
         // reaches this block's dK and dV through that row anyway, and P = 0 makes the padding's
         // products exact zeros otherwise. (A fixed row, such as token 0's, brought the NaN of a token
-        // that may select nothing into every block; a row of zeros in the workspace cost 1-2.5%.)
+        // that may select nothing into every block; rows of zeros in the workspace cost 1-9%.)
         const long long pad_token = p.t0 + fsa_entry_token(first);
         const u16 *pad_q = view_row<const u16>(p.q, pad_token, it.h * G),
                   *pad_do = view_row<const u16>(p.dout, pad_token, it.h * G);

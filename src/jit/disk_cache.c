@@ -90,7 +90,7 @@ char *fsa_disk_cache_entry_path(const fsa_disk_cache *dc, const fsa_kernel_key *
 {
     if (dc == NULL || key == NULL || key->name == NULL || !fsa_dc_safe_component(target)) return NULL;
     char *dir = fsa_dc_path_join(dc->v1, target);
-    char *path = dir ? fsa_dc_key_file_path(dir, key, ".cubin") : NULL;
+    char *path = dir ? fsa_dc_key_file_path(dir, key, FSA_DC_CUBIN_SUFFIX) : NULL;
     free(dir);
     return path;
 }
@@ -112,8 +112,6 @@ typedef struct lookup_req {
     uint64_t *corrupt_out;
 } lookup_req;
 
-#define CUBIN_SUFFIX ".cubin"
-#define RECORD_SUFFIX ".tune" /* tuning records: same format, another file kind */
 
 static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
 {
@@ -196,7 +194,7 @@ static fsa_status lookup_any_nvrtc(fsa_disk_entry *out, const lookup_req *r, con
     for (size_t i = 0; i < names.n; i++) {
         char hex[HEX_LEN + 1];
         size_t len;
-        if (!fsa_dc_split_key_file(names.v[i], ".cubin", &len, hex) || len != want ||
+        if (!fsa_dc_split_key_file(names.v[i], FSA_DC_CUBIN_SUFFIX, &len, hex) || len != want ||
             memcmp(names.v[i], r->key->name, len) != 0)
             continue;
         free(path);
@@ -260,19 +258,19 @@ cleanup:
 fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                  const char *target, int any_nvrtc, uint64_t *corrupt_out)
 {
-    return lookup(out, dc, key, target, any_nvrtc, 0, corrupt_out, CUBIN_SUFFIX);
+    return lookup(out, dc, key, target, any_nvrtc, 0, corrupt_out, FSA_DC_CUBIN_SUFFIX);
 }
 
 fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                             const char *target, int max_nvrtc_major, uint64_t *corrupt_out)
 {
-    return lookup(out, dc, key, target, 1, max_nvrtc_major, corrupt_out, CUBIN_SUFFIX);
+    return lookup(out, dc, key, target, 1, max_nvrtc_major, corrupt_out, FSA_DC_CUBIN_SUFFIX);
 }
 
 fsa_status fsa_disk_cache_lookup_record(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                         const char *target, uint64_t *corrupt_out)
 {
-    return lookup(out, dc, key, target, 0, 0, corrupt_out, RECORD_SUFFIX);
+    return lookup(out, dc, key, target, 0, 0, corrupt_out, FSA_DC_RECORD_SUFFIX);
 }
 
 /* ------------------------------------------------------------ publishing */
@@ -432,20 +430,20 @@ cleanup:
 fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
                                   const void *cubin, size_t cubin_size, const char *entry_names)
 {
-    return publish(dc, key, target, cubin, cubin_size, entry_names, CUBIN_SUFFIX);
+    return publish(dc, key, target, cubin, cubin_size, entry_names, FSA_DC_CUBIN_SUFFIX);
 }
 
 fsa_status fsa_disk_cache_publish_record(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,
                                          const char *record)
 {
-    return publish(dc, key, target, record, record ? strlen(record) : 0, "", RECORD_SUFFIX);
+    return publish(dc, key, target, record, record ? strlen(record) : 0, "", FSA_DC_RECORD_SUFFIX);
 }
 
 char *fsa_disk_cache_record_path(const fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target)
 {
     if (dc == NULL || key == NULL || key->name == NULL || !fsa_dc_safe_component(target)) return NULL;
     char *dir = fsa_dc_path_join(dc->v1, target);
-    char *path = dir ? fsa_dc_key_file_path(dir, key, RECORD_SUFFIX) : NULL;
+    char *path = dir ? fsa_dc_key_file_path(dir, key, FSA_DC_RECORD_SUFFIX) : NULL;
     free(dir);
     return path;
 }

@@ -12,6 +12,8 @@
 
 #define FSA_DC_STAGE "disk-cache"
 #define FSA_DC_HEX_LEN 32u
+#define FSA_DC_CUBIN_SUFFIX ".cubin" /* a kernel's entry file */
+#define FSA_DC_RECORD_SUFFIX ".tune" /* a tuning record's: the same format, another file kind */
 #define FSA_DC_MAX_TEXT (64u * 1024u) /* key text and entry names are each shorter */
 #define FSA_DC_MAX_PAYLOAD ((uint64_t)1 << 30)
 #define FSA_DC_LOCK_DEBRIS_AGE_S 3600 /* unheld lock files this old are removed by prune */

@@ -69,12 +69,12 @@ cleanup:
     return st;
 }
 
-/* An entry file: a kernel's cubin or a tuning record (record 1), each named
+/* An entry file: a kernel's cubin or a tuning record (*record 1), each named
  * "<name>.<hex>.<suffix>". */
 static int split_entry_file(const char *fname, size_t *name_len, char hex[HEX_LEN + 1], int *record)
 {
-    if (fsa_dc_split_key_file(fname, ".cubin", name_len, hex)) return *record = 0, 1;
-    if (fsa_dc_split_key_file(fname, ".tune", name_len, hex)) return *record = 1, 1;
+    if (fsa_dc_split_key_file(fname, FSA_DC_CUBIN_SUFFIX, name_len, hex)) return *record = 0, 1;
+    if (fsa_dc_split_key_file(fname, FSA_DC_RECORD_SUFFIX, name_len, hex)) return *record = 1, 1;
     return 0;
 }
 

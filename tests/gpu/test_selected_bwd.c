@@ -502,12 +502,14 @@ static void run_with_a_quiet_token(images *out, const attn_case *c, fsa_plan *pl
 
 /* A token that selects nothing reaches no other token's result: with NaN in its q and dout rows (what a padding
  * token's unwritten memory may hold) o, lse, dq, dk and dv are bit for bit those with finite rows there, its own
- * o and dq zero and its lse -inf. The backward's tiles are filled with padding rows: those must be zeros, not a
- * real row masked afterwards, whose NaN would reach dK and dV through 0 x NaN in the products. Both dq orders. */
+ * o and dq zero and its lse -inf. The backward's tiles are filled with padding rows, masked afterwards: they
+ * must not read a row from outside the item (token 0's did), whose NaN would reach dK and dV through 0 x NaN
+ * in the products. Both dq orders. */
 static void test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold(void **state)
 {
     (void)state;
     const char *names[] = {"bf16_d128_g4_long_chains", "bf16_dk192_dv128_g4_fsa", "bf16_d128_g16_bk64_nsa"};
+    size_t ran = 0;
     for (size_t n = 0; n < sizeof names / sizeof *names; n++)
         for (size_t i = 0; i < N_CASES; i++) {
             if (strcmp(cases[i].name, names[n]) != 0) continue;
@@ -533,7 +535,9 @@ static void test_a_token_that_selects_nothing_reaches_no_other_result_whatever_i
             outputs_free(&poisoned.fwd);
             grads_free(&finite.g);
             grads_free(&poisoned.g);
+            ran++;
         }
+    assert_int_equal(ran, sizeof names / sizeof *names); /* every named case exists */
 }
 
 static void test_backward_bad_arguments_return_statuses(void **state)
