@@ -53,6 +53,8 @@ typedef struct fsa_compressed_attention_desc {
     int init_blocks;  /**< blocks from the sequence start always selected; default 1 */
     int local_blocks; /**< blocks ending at the token's own block always selected; default 2 */
     int backward;     /**< 1 = also prepare the backward kernels */
+    int reserved;     /**< unused, never read: fills what was tail padding, so that a field appended later starts
+                           past every earlier version's size (docs/versioning.md) */
 } fsa_compressed_attention_desc;
 
 #define FSA_COMPRESSED_ATTENTION_DESC_INIT                                                              \

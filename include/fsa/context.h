@@ -85,6 +85,8 @@ typedef struct fsa_context_options {
      *  call on a stream being captured never measures. Every other call only reads
      *  the plan's records. Off by default so that no call synchronizes unless asked. */
     fsa_tune_mode tune;
+    int reserved; /**< unused, never read: fills what was tail padding, so that a field appended later starts
+                       past every earlier version's size (docs/versioning.md) */
 } fsa_context_options;
 
 #define FSA_CONTEXT_OPTIONS_INIT FSA_INIT_(fsa_context_options, )

@@ -75,6 +75,8 @@ typedef struct fsa_kvcache_desc {
                                    a tuning record, else the heuristic (ceil(top_k / 4), at most 16, or
                                    more shares of about two blocks for a small selection: docs/kvcache.md) */
     int value_dim;            /**< Dv of the value cache and o: multiple of 16, 16..256; 0 = head_dim */
+    int reserved;             /**< unused, never read: fills what was tail padding, so that a field appended
+                                   later starts past every earlier version's size (docs/versioning.md) */
 } fsa_kvcache_desc;
 
 #define FSA_KVCACHE_DESC_INIT                                                                          \

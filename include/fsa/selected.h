@@ -174,6 +174,8 @@ typedef struct fsa_plan_choice {
     int candidates;            /**< variants the chooser could take for this shape */
     int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet) */
     int splits;                /**< paged-cache plans: shares of a one-tile sequence; 0 for other plans */
+    int reserved;              /**< written 0: fills what was tail padding, so that a field appended later
+                                    starts past every earlier version's size (docs/versioning.md) */
 } fsa_plan_choice;
 
 #define FSA_PLAN_CHOICE_INIT FSA_INIT_(fsa_plan_choice, )

@@ -44,6 +44,8 @@ typedef struct fsa_window_attention_desc {
      *  At most FSA_WINDOW_MAX_HEAD_WINDOWS query heads. */
     const int32_t *head_windows;
     int backward;     /**< 1 = also prepare the backward kernels */
+    int reserved;     /**< unused, never read: fills what was tail padding, so that a field appended later starts
+                           past every earlier version's size (docs/versioning.md) */
 } fsa_window_attention_desc;
 
 /** The most query heads a plan with per-head windows may have (the windows

@@ -22,6 +22,7 @@ class fsa_kvcache_desc(_lib._Sized):
         ("scale", ctypes.c_float),
         ("splits", ctypes.c_int),
         ("value_dim", ctypes.c_int),  # Dv of the value cache and o; 0 = head_dim
+        ("reserved", ctypes.c_int),  # fills the tail padding (never read)
     ]
 
     _defaults_ = {"head_dim": 128, "block_size": 64, "top_k": 16, "page_size": 64}  # FSA_KVCACHE_DESC_INIT

@@ -25,6 +25,7 @@ class fsa_compressed_attention_desc(_lib._Sized):
         ("init_blocks", _int),
         ("local_blocks", _int),
         ("backward", _int),
+        ("reserved", _int),  # fills the tail padding (never read)
     ]
     # FSA_COMPRESSED_ATTENTION_DESC_INIT
     _defaults_ = {"head_dim": 128, "kernel_size": 32, "stride": 16, "top_k": 16, "block_size": 64,
@@ -62,6 +63,7 @@ class fsa_window_attention_desc(_lib._Sized):
         ("scale", ctypes.c_float),
         ("head_windows", ctypes.POINTER(ctypes.c_int32)),  # host array [num_q_heads] or NULL
         ("backward", _int),
+        ("reserved", _int),  # fills the tail padding (never read)
     ]
     _defaults_ = {"head_dim": 128, "window": 512}  # FSA_WINDOW_ATTENTION_DESC_INIT
 

@@ -46,6 +46,7 @@ class fsa_context_options(_Sized):
         ("log", ctypes.c_int),
         ("check", ctypes.c_int64),
         ("tune", ctypes.c_int),
+        ("reserved", ctypes.c_int),  # fills the tail padding (never read)
     ]
 
 
@@ -60,6 +61,7 @@ class fsa_plan_choice(_Sized):
         ("candidates", ctypes.c_int),
         ("will_measure", ctypes.c_int),
         ("splits", ctypes.c_int),
+        ("reserved", ctypes.c_int),  # fills the tail padding (written 0)
     ]
 
 

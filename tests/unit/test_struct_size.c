@@ -267,6 +267,34 @@ static void test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_pu
     fsa_context_destroy(ctx);
 }
 
+/* A public struct ends with its last field, no tail padding after it: a field appended in a later version
+ * then starts at or after this version's size, never in bytes that callers built against this header leave
+ * unset (their struct_size covers them). Where the fields would leave padding, an int `reserved` fills it.
+ * Appending a field: update its line here. */
+#define FSA_ENDS_WITH(type, last) \
+    assert_int_equal(offsetof(type, last) + sizeof(((type *)0)->last), sizeof(type))
+
+static void test_every_public_struct_ends_without_tail_padding(void **state)
+{
+    (void)state;
+    FSA_ENDS_WITH(fsa_context_options, reserved);
+    FSA_ENDS_WITH(fsa_cache_stats, write_failures);
+    FSA_ENDS_WITH(fsa_selected_attention_desc, value_dim);
+    FSA_ENDS_WITH(fsa_fwd_args, workspace_bytes);
+    FSA_ENDS_WITH(fsa_bwd_args, gate_grad);
+    FSA_ENDS_WITH(fsa_plan_choice, reserved);
+    FSA_ENDS_WITH(fsa_kvcache_desc, reserved);
+    FSA_ENDS_WITH(fsa_kvcache_args, workspace_bytes);
+    FSA_ENDS_WITH(fsa_compressed_attention_desc, reserved);
+    FSA_ENDS_WITH(fsa_compressed_fwd_args, workspace_bytes);
+    FSA_ENDS_WITH(fsa_compressed_bwd_args, gate_grad);
+    FSA_ENDS_WITH(fsa_window_attention_desc, reserved);
+    FSA_ENDS_WITH(fsa_window_fwd_args, lse);
+    FSA_ENDS_WITH(fsa_window_bwd_args, gate_grad);
+    FSA_ENDS_WITH(fsa_gate_desc, value_dim);
+    FSA_ENDS_WITH(fsa_gate_args, dgate);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_an_old_shorter_output_struct_gets_only_its_own_fields),
         cmocka_unit_test(test_sizes_outside_the_known_versions_are_struct_size),
         cmocka_unit_test(test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_public_calls),
+        cmocka_unit_test(test_every_public_struct_ends_without_tail_padding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
