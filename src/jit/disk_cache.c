@@ -112,7 +112,6 @@ typedef struct lookup_req {
     uint64_t *corrupt_out;
 } lookup_req;
 
-
 static int key_text_matches(const fsa_dc_entry_view *v, const lookup_req *r)
 {
     if (!r->any_nvrtc)

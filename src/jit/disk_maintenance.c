@@ -69,13 +69,14 @@ cleanup:
     return st;
 }
 
-/* An entry file: a kernel's cubin or a tuning record (*record 1), each named
- * "<name>.<hex>.<suffix>". */
+/* An entry file: a kernel's cubin or a tuning record (*record 1, where
+ * record is not NULL), each named "<name>.<hex>.<suffix>". */
 static int split_entry_file(const char *fname, size_t *name_len, char hex[HEX_LEN + 1], int *record)
 {
-    if (fsa_dc_split_key_file(fname, FSA_DC_CUBIN_SUFFIX, name_len, hex)) return *record = 0, 1;
-    if (fsa_dc_split_key_file(fname, FSA_DC_RECORD_SUFFIX, name_len, hex)) return *record = 1, 1;
-    return 0;
+    const int cubin = fsa_dc_split_key_file(fname, FSA_DC_CUBIN_SUFFIX, name_len, hex);
+    const int tune = !cubin && fsa_dc_split_key_file(fname, FSA_DC_RECORD_SUFFIX, name_len, hex);
+    if (record != NULL) *record = tune;
+    return cubin || tune;
 }
 
 typedef struct list_ctx {
@@ -268,14 +269,13 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     char hex[HEX_LEN + 1], *path = fsa_dc_path_join(dir, fname);
     size_t name_len;
     struct stat sb;
-    int record;
     (void)target;
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
     /* Tuning records rank with the cubins: they take room too, and those of an older key format
      * (never read again) would otherwise stay forever. */
-    if (split_entry_file(fname, &name_len, hex, &record)) {
+    if (split_entry_file(fname, &name_len, hex, NULL)) {
         if (S_ISREG(sb.st_mode)) {
             FSA_CHECK(prune_keep(c, path, &sb));
             path = NULL; /* the list owns it */
