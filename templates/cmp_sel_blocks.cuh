@@ -33,7 +33,7 @@ __device__ __forceinline__ u32 opaque(u32 x) {
 // operand (block x row) of C H with H the (row x token) head map, which sums
 // each token's heads. C enters the second product as fp16 plus its fp16
 // residual, so it loses nothing there; the probabilities are fp16 (relative
-// error 2^-12 each). A key step of the previous stage is kept for the halo.
+// error at most 2^-11 each). A key step of the previous stage is kept for the halo.
 // Every sum runs in a fixed order (the same bits every run), and equal
 // probabilities give equal scores (ties stay ties).
 // TABLE: the overlap and head-map fragments, constants that depend only on
