@@ -30,6 +30,7 @@ fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward)
     d.workspace_limit = c->ws_limit;
     d.backward = backward;
     d.value_dim = c->dv;
+    d.scale = c->scale;
     return d;
 }
 
@@ -165,7 +166,7 @@ void problem_make(problem *p, const attn_case *c, uint64_t seed)
     for (size_t i = 0; i < nq; i++) p->q[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     for (size_t i = 0; i < nkv; i++) p->k[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     for (size_t i = 0; i < nv; i++) p->v[i] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
-    p->scale = 1.0 / sqrt((double)c->d);
+    p->scale = c->scale > 0 ? (double)c->scale : 1.0 / sqrt((double)c->d);
     if (c->layout_tkh) {
         p->topk_ts = (int64_t)c->hkv * c->k;
         p->topk_hs = c->k;
@@ -208,10 +209,11 @@ void problem_free(problem *p)
     free(p->empty_row);
 }
 
-/* Logical [T, H, D] floats into a strided device image. */
+/* Logical [T, H, D] floats into a strided device image (token-major with padding, or head-major: the image
+ * reaches the last element either way). */
 uint64_t upload_strided(const float *src, int T, int H, int D, int64_t ts, int64_t hs, fsa_dtype dt)
 {
-    size_t n = (size_t)T * ts;
+    const size_t last = (size_t)(T - 1) * ts + (size_t)(H - 1) * hs + D, n = last > (size_t)T * ts ? last : (size_t)T * ts;
     uint16_t *img = malloc(n * 2 + 2);
     assert_non_null(img);
     memset(img, 0xff, n * 2 + 2); /* gaps hold NaN: a read of a gap poisons the output */

@@ -22,6 +22,7 @@ typedef struct attn_case {
     int big_logit;       /* one key scores about 1e4 above the rest */
     int quick;           /* part of the FSA_TEST_QUICK subset */
     int dv;              /* value head dim (v, o, dout, dv); 0 = d */
+    float scale;         /* the plan's softmax scale; 0: the default 1/sqrt(d) */
 } attn_case;
 
 #define BF FSA_DTYPE_BF16

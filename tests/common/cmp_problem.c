@@ -18,6 +18,7 @@ fsa_compressed_attention_desc cmp_desc_of(const cmp_case *c)
     d.stride = c->d;
     d.block_size = c->bk;
     d.top_k = c->k;
+    d.scale = c->scale;
     d.init_blocks = c->init;
     d.local_blocks = c->local;
     return d;
@@ -44,6 +45,7 @@ void cmp_problem_make(cmp_problem *p, const cmp_case *c, uint64_t seed)
     }
     p->T = p->cu[p->B];
     p->Tc = p->cu_c[p->B];
+    const double scale = c->scale > 0 ? (double)c->scale : 1.0 / sqrt((double)c->dk);
     p->q = random_rows(&rng, (size_t)p->T * c->hq * c->dk, c->dtype, c->zero_q);
     p->k = random_rows(&rng, (size_t)p->Tc * c->hkv * c->dk, c->dtype, 0);
     p->v = random_rows(&rng, (size_t)p->Tc * c->hkv * c->dv, c->dtype, 0);
@@ -54,7 +56,7 @@ void cmp_problem_make(cmp_problem *p, const cmp_case *c, uint64_t seed)
         double qq = 0;
         for (int d = 0; d < c->dk; d++) qq += (double)q[d] * q[d];
         for (int d = 0; d < c->dk; d++)
-            p->k[d] = attn_round_to(c->dtype, (float)(1e4 * sqrt((double)c->dk) * q[d] / qq));
+            p->k[d] = attn_round_to(c->dtype, (float)(1e4 / scale * q[d] / qq));
     }
     /* Padded strides when asked, to prove strides are honoured. */
     const int pad = c->strided ? 8 : 0;
@@ -85,7 +87,7 @@ void cmp_problem_make(cmp_problem *p, const cmp_case *c, uint64_t seed)
         .value_dim = c->dv,
         .kernel_size = c->l,
         .stride = c->d,
-        .scale = 1.0 / sqrt((double)c->dk),
+        .scale = scale,
         .q = p->q,
         .k = p->k,
         .v = p->v,

@@ -20,6 +20,7 @@ typedef struct cmp_case {
     int quick;      /* part of the FSA_TEST_QUICK subset */
     int hidden;     /* compressed tokens each sequence gets past those its length makes: no query sees them */
     int big_logit;  /* compressed token 0, KV head 0, scores about 1e4 for the first sequence's last token */
+    float scale;    /* the plan's softmax scale; 0: the default 1/sqrt(dk) */
 } cmp_case;
 
 fsa_compressed_attention_desc cmp_desc_of(const cmp_case *c);

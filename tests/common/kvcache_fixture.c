@@ -28,9 +28,9 @@ const kvc_case kvc_cases[] = {
     {"f16_d64_g1_bk16_len_thk",      HF, 64,  2,  2,  16,  16, 16,  {SEQS_EDGES},                         12, KVC_TOPK_THK,   0, 1, 1, 1},
     {"bf16_d128_g16_shared_hnd",     BF, 128, 32, 2,  64,  16, 64,  {SEQS_EDGES},                         12, KVC_TOPK_SHARED, 1, 0, 1, 1},
     {"f16_d256_g64_bk128_page256",   HF, 256, 64, 1,  128, 4,  256, {{1, 0}, {4, 300}, {8, 65}, {2, 1}},  4, KVC_TOPK_HTK,    0, 1, 1, 0},
-    {"bf16_d96_g3_bk32_page32",      BF, 96,  6,  2,  32,  6,  32,  {SEQS_EDGES},                         12, KVC_TOPK_THK,   1, 0, 1, 0},
+    {"bf16_d96_g3_bk32_page32_scale0.3", BF, 96, 6, 2, 32,  6,  32,  {SEQS_EDGES},                         12, KVC_TOPK_THK,   1, 0, 1, 0, 0, 0, 0.3f},
     {"bf16_d128_g8_bk256_page1",     BF, 128, 16, 2,  256, 4,  1,   {{1, 1000}, {8, 0}, {3, 257}},        3, KVC_TOPK_HTK,    0, 1, 0, 0},
-    {"f16_d32_g2_bk64_k64",          HF, 32,  4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0},
+    {"f16_d32_g2_bk64_k64_scale0.05", HF, 32, 4,  2,  64,  64, 16,  {{1, 5000}, {30, 4000}, {2, 70}},     3, KVC_TOPK_HTK,    0, 0, 1, 0, 0, 0, 0.05f},
     {"bf16_d128_g32_k1",             BF, 128, 32, 1,  64,  1,  64,  {{1, 63}, {3, 64}, {2, 0}},           3, KVC_TOPK_THK,    0, 0, 0, 0},
     /* Every query length 1..8 for the small groups (keys on the mma's 16-row side). */
     {"bf16_d128_g2_qlen1to8",        BF, 128, 4,  2,  64,  16, 64,  {{1, 3000}, {2, 500}, {3, 64}, {4, 1000}, {5, 65}, {6, 200}, {7, 4000}, {8, 129}}, 8, KVC_TOPK_HTK, 0, 0, 1, 1},

@@ -20,6 +20,7 @@ fsa_kvcache_desc kvc_desc_of(const kvc_case *c, int max_batch, int64_t max_query
     d.max_batch = max_batch;
     d.max_query_tokens = max_query_tokens;
     d.value_dim = c->dv;
+    d.scale = c->scale;
     return d;
 }
 
@@ -137,7 +138,7 @@ void kvc_problem_make(kvc_problem *p, const kvc_case *c, uint64_t seed)
     p->k = c->k;
     p->page = c->page;
     p->dtype = c->dtype;
-    p->scale = 1.0 / sqrt((double)c->d);
+    p->scale = c->scale > 0 ? (double)c->scale : 1.0 / sqrt((double)c->d);
     p->max_pages = 1;
     for (int b = 0; b < p->B; b++) {
         p->cu_q[b + 1] = p->cu_q[b] + c->seqs[b].q_len;

@@ -31,6 +31,7 @@ typedef struct kvc_case {
     int quick;       /* part of the FSA_TEST_QUICK subset */
     int dv;          /* value head dim (value cache, o); 0 = d */
     int big_logit;   /* the first sequence's last new token, query head 0: its own key scores about 1e4 */
+    float scale;     /* the plan's softmax scale; 0: the default 1/sqrt(d) */
 } kvc_case;
 
 typedef struct kvc_problem {

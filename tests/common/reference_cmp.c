@@ -223,8 +223,9 @@ void fsa_ref_cmp_select(const fsa_ref_cmp_problem *p, int block_size, int top_k,
     } while (0)
 
 int fsa_ref_selection_ok(const int32_t *row, const double *scores, int n, int top_k, int init_blocks,
-                         int local_blocks, double tol, char *why, size_t why_size)
+                         int local_blocks, double tol, double tol_rel, double *swap, char *why, size_t why_size)
 {
+    if (swap) *swap = 0.0;
     const int taken = n < top_k ? n : top_k;
     char *chosen = xcalloc((size_t)n, 1);
     int ok = 0;
@@ -256,7 +257,8 @@ int fsa_ref_selection_ok(const int32_t *row, const double *scores, int n, int to
         }
     }
     if (forced_taken + free_chosen != taken) WHY("%d forced and %d scored blocks, %d expected", forced_taken, free_chosen, taken);
-    if (free_chosen > 0 && worst_taken < best_left - tol)
+    if (swap && free_chosen > 0 && worst_taken < best_left) *swap = (best_left - worst_taken) / best_left;
+    if (free_chosen > 0 && worst_taken < best_left - (tol + tol_rel * fabs(best_left)))
         WHY("a block scoring %.9g was taken over one scoring %.9g", worst_taken, best_left);
     ok = 1;
 done:

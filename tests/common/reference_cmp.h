@@ -77,11 +77,13 @@ void fsa_ref_cmp_select(const fsa_ref_cmp_problem *p, int block_size, int top_k,
                         int32_t *topk, int64_t head_stride, int64_t token_stride);
 
 /* Whether `row` is a correct selection for these scores when scores closer
- * than tol may come out in either order: ascending blocks in 0 .. n - 1,
- * min(K, n) of them, -1 after; the forced blocks the rule takes; every other
- * block taken scores at least the best one left out minus tol. On failure
- * writes why into `why` (when not NULL). */
+ * than tol + tol_rel x the best score left out may come out in either order:
+ * ascending blocks in 0 .. n - 1, min(K, n) of them, -1 after; the forced
+ * blocks the rule takes; every other block taken scores at least the best one
+ * left out minus that tolerance. *swap (when not NULL): how far below the
+ * best block left out the worst block taken scores, over that best score (0
+ * when none is below). On failure writes why into `why` (when not NULL). */
 int fsa_ref_selection_ok(const int32_t *row, const double *scores, int n, int top_k, int init_blocks,
-                         int local_blocks, double tol, char *why, size_t why_size);
+                         int local_blocks, double tol, double tol_rel, double *swap, char *why, size_t why_size);
 
 #endif

@@ -26,7 +26,7 @@ static const attn_case cases[] = {
     /* name                      dtype d   hq  hkv bk   k   lens                    n  tkh str alg     ws       junk big quick */
     {"bf16_d128_g1_bk64",        BF, 128, 4,  4,  64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_AUTO, 0,       1, 0, 1},
     {"bf16_d64_g2_bk32_strided", BF, 64,  4,  2,  32, 6,  {1, 63, 64, 65, 200},  5, 1, 1, A_AUTO, 0,       1, 0, 0},
-    {"f16_d128_g3_bk64",         HF, 128, 6,  2,  64, 8,  {5, 130, 250},         3, 0, 0, A_AUTO, 0,       1, 0, 0},
+    {"f16_d128_g3_bk64_scale0.2", HF, 128, 6, 2,  64, 8,  {5, 130, 250},         3, 0, 0, A_AUTO, 0,       1, 0, 0, 0, 0.2f},
     {"bf16_d96_g5_bk16",         BF, 96,  5,  1,  16, 12, {40, 150},             2, 0, 0, A_AUTO, 0,       1, 0, 1},
     {"f16_d192_g7_bk128",        HF, 192, 7,  1,  128, 3, {129, 300},            2, 1, 1, A_AUTO, 0,       1, 0, 0},
     /* G 6 at D 96 with sequences of 1 to 3 tokens; one key about 1e4 above the rest (one sequence, no junk:
@@ -69,7 +69,7 @@ static const attn_case cases[] = {
     {"f16_dk192_dv128_g16_fsa",  HF, 192, 16, 1,  64, 8,  {1, 200, 450},         3, 1, 1, A_FSA,  0,       1, 0, 1, 128},
     {"bf16_dk192_dv64_g4_chunk", BF, 192, 8,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  3000000, 1, 0, 1, 64},
     {"bf16_dk128_dv64_g1_str",   BF, 128, 4,  4,  32, 6,  {1, 63, 64, 65, 200},  5, 1, 1, A_FSA,  0,       1, 0, 1, 64},
-    {"f16_dk128_dv64_g8_nsa",    HF, 128, 8,  1,  64, 8,  {5, 130, 250},         3, 0, 0, A_NSA,  0,       1, 0, 0, 64},
+    {"f16_dk128_dv64_g8_nsa_scale0.05", HF, 128, 8, 1, 64, 8, {5, 130, 250},      3, 0, 0, A_NSA,  0,       1, 0, 0, 64, 0.05f},
     {"bf16_dk64_dv128_g2_chunk", BF, 64,  4,  2,  64, 8,  {100, 400, 37},        3, 0, 0, A_FSA,  1500000, 1, 0, 1, 128},
     {"bf16_dk64_dv128_g32_nsa",  BF, 64,  32, 1,  16, 12, {40, 150},             2, 0, 0, A_NSA,  0,       1, 0, 0, 128},
     {"f16_dk64_dv128_g5_bk128",  HF, 64,  5,  1,  128, 3, {129, 300},            2, 1, 0, A_AUTO, 0,       1, 0, 0, 128},
@@ -275,6 +275,26 @@ static void check_gated_backward(const attn_case *c, fsa_plan *plan, const probl
     print_message("  %-30s gated, gate gradient %.3e\n", c->name, err_gate);
     assert_true(err_gate < 1e-5);
     grads_free(&g);
+
+    /* gate_grad without gate: the same gate gradient, and dq, dk, dv bit for bit the ungated call's. */
+    grads plain, alone;
+    for (int with_grad = 0; with_grad < 2; with_grad++) {
+        fsa_bwd_args aa = *ba;
+        if (with_grad) aa.gate_grad = gate_rows_grad_view(&gr);
+        poison_bwd(bd);
+        gate_rows_poison(&gr);
+        if (fsa_selected_attention_bwd(plan, &aa, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        download_grads(with_grad ? &alone : &plain, bd, p, c);
+    }
+    const double err_alone = gate_rows_grad_error(&gr, dout, o, p->Dv);
+    print_message("  %-30s gate gradient without a gate %.3e\n", c->name, err_alone);
+    assert_true(err_alone < 1e-5);
+    assert_memory_equal(plain.dq_img, alone.dq_img, bd->q_bytes);
+    assert_memory_equal(plain.dk_img, alone.dk_img, bd->kv_bytes);
+    assert_memory_equal(plain.dv_img, alone.dv_img, bd->v_bytes);
+    grads_free(&plain);
+    grads_free(&alone);
     free(gated);
     free(o);
     free(dq_ref);
@@ -342,35 +362,50 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     assert_memory_equal(first.dk_img, second.dk_img, bd.kv_bytes);
     assert_memory_equal(first.dv_img, second.dv_img, bd.v_bytes);
 
-    /* dq_add: dq itself (in place, holding the first dq) is added before the rounding: the result is
-     * dq_ref + that dq; dk and dv as before, bit for bit. */
-    fsa_bwd_args acc = ba;
-    acc.dq_add = ba.dq;
-    fsa_test_dfill(bd.dk, 0xff, bd.kv_bytes); /* so that the bit comparison below sees this call's dk and dv */
-    fsa_test_dfill(bd.dv, 0xff, bd.v_bytes);
-    fsa_test_dfill(bd.ws, 0xff, bd.ws_bytes);
-    assert_int_equal(fsa_selected_attention_bwd(plan, &acc, NULL), FSA_STATUS_OK);
-    fsa_test_sync();
-    grads added;
-    download_grads(&added, &bd, &p, c);
-    double *dq_sum = malloc(nq * sizeof(double)), *dq_sum_given = malloc(nq * sizeof(double));
-    assert_true(dq_sum && dq_sum_given);
-    for (size_t i = 0; i < nq; i++) {
-        dq_sum[i] = dq_ref[i] + (double)first.dq[i];
-        dq_sum_given[i] = given.dq[i] + (double)first.dq[i];
+    /* dq_add, added before the rounding: first dq itself (in place, holding the first dq), then a random
+     * addend in memory apart with strides of its own (head-major), whose values no dq of the call could
+     * stand in for: the result is dq_ref + the addend; dk and dv as before, bit for bit. */
+    float *addend = malloc(nq * sizeof(float));
+    assert_non_null(addend);
+    double dq_ms = 0.0; /* the addend at dq's size, so that an error in dq is not lost in a larger sum */
+    for (size_t i = 0; i < nq; i++) dq_ms += dq_ref[i] * dq_ref[i] / (double)nq;
+    for (size_t i = 0; i < nq; i++) addend[i] = attn_round_to(c->dtype, (float)(fsa_rng_normal(&rng) * sqrt(dq_ms)));
+    const uint64_t addend_dev = upload_strided(addend, p.T, c->hq, c->d, c->d, (int64_t)p.T * c->d, c->dtype);
+    for (int apart = 0; apart < 2; apart++) {
+        const float *add = apart ? addend : first.dq;
+        fsa_bwd_args acc = ba;
+        acc.dq_add = apart ? (fsa_tensor){addend_dev, c->d, (int64_t)p.T * c->d} : ba.dq;
+        if (apart) fsa_test_dfill(bd.dq, 0xff, bd.q_bytes); /* dq is written whole: nothing of it is read */
+        fsa_test_dfill(bd.dk, 0xff, bd.kv_bytes); /* so that the bit comparison below sees this call's dk and dv */
+        fsa_test_dfill(bd.dv, 0xff, bd.v_bytes);
+        fsa_test_dfill(bd.ws, 0xff, bd.ws_bytes);
+        assert_int_equal(fsa_selected_attention_bwd(plan, &acc, NULL), FSA_STATUS_OK);
+        fsa_test_sync();
+        grads added;
+        download_grads(&added, &bd, &p, c);
+        double *dq_sum = malloc(nq * sizeof(double)), *dq_sum_given = malloc(nq * sizeof(double));
+        assert_true(dq_sum && dq_sum_given);
+        for (size_t i = 0; i < nq; i++) {
+            dq_sum[i] = dq_ref[i] + (double)add[i];
+            dq_sum_given[i] = given.dq[i] + (double)add[i];
+        }
+        const double tol_add = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
+        const double e_add = attn_grad_error(added.dq, dq_sum, nq),
+                     tol_sum = bound_given_o(tol_add, dq_sum_given, dq_sum, nq);
+        const attn_row_err r_add = attn_grad_row_error(added.dq, dq_sum_given, p.T, c->hq, c->d);
+        print_message("  %-30s dq + dq_add (%s) %.3e (tol %.1e); worst row (given the o read) %.3e (t %d h %d) "
+                      "(tol %.0e)\n", c->name, apart ? "apart" : "in place", e_add, tol_sum, r_add.err, r_add.t,
+                      r_add.h, ATTN_ROW_TOL * tol_add);
+        assert_true(e_add < tol_sum);
+        assert_true(r_add.err < ATTN_ROW_TOL * tol_add);
+        assert_memory_equal(first.dk_img, added.dk_img, bd.kv_bytes);
+        assert_memory_equal(first.dv_img, added.dv_img, bd.v_bytes);
+        free(dq_sum);
+        free(dq_sum_given);
+        grads_free(&added);
     }
-    const double tol_add = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
-    const double e_add = attn_grad_error(added.dq, dq_sum, nq), tol_sum = bound_given_o(tol_add, dq_sum_given, dq_sum, nq);
-    const attn_row_err r_add = attn_grad_row_error(added.dq, dq_sum_given, p.T, c->hq, c->d);
-    print_message("  %-30s dq + dq_add %.3e (tol %.1e); worst row (given the o read) %.3e (t %d h %d) (tol %.0e)\n",
-                  c->name, e_add, tol_sum, r_add.err, r_add.t, r_add.h, ATTN_ROW_TOL * tol_add);
-    assert_true(e_add < tol_sum);
-    assert_true(r_add.err < ATTN_ROW_TOL * tol_add);
-    assert_memory_equal(first.dk_img, added.dk_img, bd.kv_bytes);
-    assert_memory_equal(first.dv_img, added.dv_img, bd.v_bytes);
-    free(dq_sum);
-    free(dq_sum_given);
-    grads_free(&added);
+    fsa_test_dfree(addend_dev);
+    free(addend);
     check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout);
 
     grads_free(&first);

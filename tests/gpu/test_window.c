@@ -27,6 +27,7 @@ typedef struct win_case {
     int strided;
     int quick;
     int big_logit; /* the first sequence's last token, query head 0: its own key scores about 1e4 */
+    float scale;   /* the plan's softmax scale; 0: the default 1/sqrt(dk) */
 } win_case;
 
 static const win_case cases[] = {
@@ -38,10 +39,10 @@ static const win_case cases[] = {
     {"f16_d64_g4_w_over_len",       HF, 64,  64,  8,  2,  4096, 0, {700, 1, 129},      3, 1, 0},
     {"f16_dk192_dv128_g4_per_head", HF, 192, 128, 8,  2,  200,  1, {500, 64, 1},       3, 0, 0},
     {"bf16_d128_g1_per_head",       BF, 128, 128, 3,  3,  33,   1, {257, 5},           2, 0, 0},
-    {"f16_d128_g8_w300",            HF, 128, 128, 16, 2,  300,  0, {600},              1, 0, 0},
+    {"f16_d128_g8_w300_scale0.2",   HF, 128, 128, 16, 2,  300,  0, {600},              1, 0, 0, 0, 0.2f},
     {"f16_dk32_dv96_g3_w65",        HF, 32,  96,  6,  2,  65,   0, {5, 400, 129, 64},  4, 1, 0},
     {"bf16_d256_g2_causal",         BF, 256, 256, 2,  1,  4096, 0, {700},              1, 0, 0},
-    {"bf16_dk64_dv16_g12",          BF, 64,  16,  12, 1,  33,   0, {500, 17},          2, 0, 0},
+    {"bf16_dk64_dv16_g12_scale0.05",BF, 64,  16,  12, 1,  33,   0, {500, 17},          2, 0, 0, 0, 0.05f},
     {"bf16_dk256_dv64_g2_one_pass", BF, 256, 64,  4,  2,  77,   0, {300, 5},           2, 1, 0},
     /* More (tile, KV head) jobs than an H200 has SMs: the persistent forward's CTAs walk several tiles. */
     {"bf16_d128_g4_w512_many_jobs", BF, 128, 128, 8,  2,  512,  0, {6000, 700, 1},     3, 0, 1},
@@ -95,6 +96,7 @@ static void problem_of(win_problem *p, const win_case *c, uint64_t seed)
     for (int b = 0; b < c->nseq; b++) p->cu[b + 1] = p->cu[b] + c->lens[b];
     const int T = p->T = p->cu[c->nseq];
     windows_of(c, p->windows);
+    const double scale = c->scale > 0 ? (double)c->scale : 1.0 / sqrt((double)c->dk);
     p->q = random_rounded(&rng, (size_t)T * c->hq * c->dk, c->dtype);
     p->k = random_rounded(&rng, (size_t)T * c->hkv * c->dk, c->dtype);
     p->v = random_rounded(&rng, (size_t)T * c->hkv * c->dv, c->dtype);
@@ -107,13 +109,13 @@ static void problem_of(win_problem *p, const win_case *c, uint64_t seed)
         double qq = 0;
         for (int d = 0; d < c->dk; d++) qq += (double)q[d] * q[d];
         for (int d = 0; d < c->dk; d++)
-            key[d] = attn_round_to(c->dtype, (float)(1e4 * sqrt((double)c->dk) * q[d] / qq));
+            key[d] = attn_round_to(c->dtype, (float)(1e4 / scale * q[d] / qq));
     }
     p->o_ref = malloc((size_t)T * c->hq * c->dv * sizeof *p->o_ref);
     p->lse_ref = malloc((size_t)T * c->hq * sizeof *p->lse_ref);
     assert_true(p->o_ref && p->lse_ref);
     p->ref = (fsa_ref_window_problem){T,    c->nseq, p->cu, c->hq, c->hkv, c->dk,     c->dv, c->window,
-                                      1.0 / sqrt((double)c->dk), p->q, p->k, p->v, p->windows};
+                                      scale, p->q, p->k, p->v, p->windows};
     fsa_ref_window_forward(&p->ref, p->o_ref, p->lse_ref);
 
     const int pad = c->strided ? 8 : 0;
@@ -284,15 +286,14 @@ static double grad_floor(double frac, double dv_norm, const size_t *n, int i)
 }
 
 /* grad_error row by row: the worst (token, head) row of [rows, len] (fsa_row_rel_error, each row over the
- * larger of its norm and a tenth of the rms row), with that floor raised to the tensor's `floor` shared
- * over its rows, so that a gradient 0 in exact arithmetic is again measured against the value
- * gradient's size. One norm over a tensor lets a wrong row with small values pass, its own does not. */
+ * larger of its norm and the row floor), with that floor at least the tensor's `floor` shared over its
+ * rows, so that a gradient 0 in exact arithmetic is again measured against the value gradient's size.
+ * One norm over a tensor lets a wrong row with small values pass, its own does not. */
 static double row_grad_error(const float *got, const double *want, size_t rows, size_t len, double floor,
                              size_t *worst)
 {
     const double per_row = sqrt((double)(rows > 0 ? rows : 1));
-    const double own = 0.1 * norm(want, rows * len) / per_row; /* fsa_row_rel_error's floor */
-    return fsa_row_rel_error(got, want, rows, len, 0.1, worst) * fmax(own, 1e-30) / fmax(own, floor / per_row);
+    return fsa_row_rel_error_floored(got, want, rows, len, 0.1, floor / per_row, worst);
 }
 
 /* The worst rows of the first n_grads gradients, each under tol; frac and dv_norm as grad_floor's. */
@@ -357,6 +358,26 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
     check_gradient_rows(c, "gated", g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
     check_gradient_padding(c, g, img, 3);
     for (int i = 0; i < 3; i++) free(img[i]);
+
+    /* gate_grad without gate: the same gate gradient, and dq, dk, dv bit for bit the ungated call's. */
+    uint16_t *plain[3], *alone[3];
+    for (int with_grad = 0; with_grad < 2; with_grad++) {
+        fsa_window_bwd_args aa = *a;
+        if (with_grad) aa.gate_grad = gate_rows_grad_view(&gr);
+        poison_grads(g);
+        gate_rows_poison(&gr);
+        if (fsa_window_attention_bwd(plan, &aa, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        download_grads(g, got, with_grad ? alone : plain, c->dtype);
+    }
+    const double err_alone = gate_rows_grad_error(&gr, dout, o, c->dv);
+    print_message("  %-28s gate gradient without a gate %.3e\n", c->name, err_alone);
+    assert_true(err_alone < 1e-5);
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(plain[i], alone[i], g->bytes[i]);
+        free(plain[i]);
+        free(alone[i]);
+    }
     free(gated);
     free(o);
     gate_rows_free(&gr);
@@ -411,26 +432,41 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     check_gradient_rows(c, "backward", &g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
     check_gradient_padding(c, &g, img[0], 3);
 
-    /* dq_add = dq, in place, holding the dq just computed: dq becomes the
-     * reference's plus that dq (one rounding); dk and dv keep their bits. */
+    /* dq_add, added before the rounding: first dq itself (in place, holding the dq just computed), then a
+     * random addend in memory apart with strides of its own (head-major), whose values no dq of the call could
+     * stand in for: dq becomes the reference's plus the addend (one rounding); dk and dv keep their bits. */
+    float *first_dq = malloc((n[0] + 1) * sizeof(float)), *addend = random_rounded(&rng, n[0], c->dtype);
+    assert_non_null(first_dq);
+    const double dq_rms = norm(want[0], n[0]) / sqrt((double)(n[0] > 0 ? n[0] : 1)); /* the addend at dq's size */
+    for (size_t e = 0; e < n[0]; e++) addend[e] = attn_round_to(c->dtype, (float)(addend[e] * dq_rms));
+    memcpy(first_dq, got[0], n[0] * sizeof(float));
+    const uint64_t addend_dev = upload_strided(addend, T, c->hq, c->dk, c->dk, (int64_t)T * c->dk, c->dtype);
     double *dq_sum = malloc((n[0] + 1) * sizeof(double));
     assert_non_null(dq_sum);
-    for (size_t e = 0; e < n[0]; e++) dq_sum[e] = want[0][e] + (double)got[0][e];
-    fsa_window_bwd_args acc = a;
-    acc.dq_add = a.dq;
-    for (int i = 1; i < 3; i++) fsa_test_dfill(g.d[i], 0xff, g.bytes[i]); /* the bits compared below: this call's */
-    fsa_test_dfill(g.ws, 0xff, g.ws_bytes);
-    if (fsa_window_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
-    fsa_test_sync();
-    uint16_t *added[3];
-    download_grads(&g, got, added, c->dtype);
-    const double e_add = grad_error(got[0], dq_sum, n[0], grad_floor(2e-3, dv_norm, n, 0));
-    print_message("  %-28s dq_add   dq %.3e (tol %.0e)\n", c->name, e_add, tol);
-    assert_true(e_add < tol);
-    check_gradient_rows(c, "dq_add", &g, got, &dq_sum, n, 1, 2e-3, dv_norm, 3 * tol);
-    check_gradient_padding(c, &g, added, 1);
-    assert_memory_equal(img[1][1], added[1], g.bytes[1]);
-    assert_memory_equal(img[1][2], added[2], g.bytes[2]);
+    uint16_t *added[3] = {0};
+    for (int apart = 0; apart < 2; apart++) {
+        const float *add = apart ? addend : first_dq;
+        for (size_t e = 0; e < n[0]; e++) dq_sum[e] = want[0][e] + (double)add[e];
+        fsa_window_bwd_args acc = a;
+        acc.dq_add = apart ? (fsa_tensor){addend_dev, c->dk, (int64_t)T * c->dk} : a.dq;
+        for (int i = apart ? 0 : 1; i < 3; i++) /* the bits compared below: this call's (dq apart: nothing read) */
+            fsa_test_dfill(g.d[i], 0xff, g.bytes[i]);
+        fsa_test_dfill(g.ws, 0xff, g.ws_bytes);
+        if (fsa_window_attention_bwd(plan, &acc, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+        fsa_test_sync();
+        for (int i = 0; i < 3; i++) free(added[i]);
+        download_grads(&g, got, added, c->dtype);
+        const double e_add = grad_error(got[0], dq_sum, n[0], grad_floor(2e-3, dv_norm, n, 0));
+        print_message("  %-28s dq_add   dq %.3e (tol %.0e) (%s)\n", c->name, e_add, tol, apart ? "apart" : "in place");
+        assert_true(e_add < tol);
+        check_gradient_rows(c, "dq_add", &g, got, &dq_sum, n, 1, 2e-3, dv_norm, 3 * tol);
+        check_gradient_padding(c, &g, added, 1);
+        assert_memory_equal(img[1][1], added[1], g.bytes[1]);
+        assert_memory_equal(img[1][2], added[2], g.bytes[2]);
+    }
+    fsa_test_dfree(addend_dev);
+    free(addend);
+    free(first_dq);
     free(dq_sum);
     check_gated_backward(c, plan, &p, &g, &a, dout, n, got, want, tol);
     for (int i = 0; i < 3; i++) {
@@ -546,6 +582,7 @@ static void *plan_of_case(void *arg)
     d.dtype = c->dtype, d.head_dim = c->dk, d.value_dim = c->dv, d.backward = 1;
     d.num_q_heads = c->hq, d.num_kv_heads = c->hkv;
     d.window = c->window, d.head_windows = c->per_head ? windows : NULL;
+    d.scale = c->scale;
     if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
         fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
     return NULL;

@@ -233,20 +233,29 @@ static void test_the_selection_check_accepts_near_ties_and_rejects_real_mistakes
     const double scores[6] = {0.1, 0.50, 0.5000001, 0.2, 0.3, 0.05};
     char why[160];
     /* K 3, init 1, local 1: forced 0 and 5, then block 2 (block 1 within tol). */
-    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 2, 5}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
-    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 1e-9, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 4, 5}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
+    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 2, 5}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 1e-9, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 4, 5}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
     assert_non_null(strstr(why, "taken over"));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){1, 2, 5}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){1, 2, 5}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
     assert_non_null(strstr(why, "forced block 0"));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 5, 2}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 2, 2}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 2, 6}, scores, 6, 3, 1, 1, 1e-4, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 5, 2}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 2, 2}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 2, 6}, scores, 6, 3, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    /* The relative part: block 1 (0.5) over block 2 (0.5000001) is a swap of 2e-7 of the score, within 1e-6
+     * of it, not within 1e-7; block 4 (0.3) over block 1 (0.5) is 40% below, past any such tolerance. */
+    double swap = -1.0;
+    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 0.0, 1e-6, &swap, why, sizeof why));
+    assert_true(swap > 1.9e-7 && swap < 2.1e-7);
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 1, 5}, scores, 6, 3, 1, 1, 0.0, 1e-7, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 4, 5}, scores, 6, 3, 1, 1, 0.0, 0.3, NULL, why, sizeof why));
+    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 2, 5}, scores, 6, 3, 1, 1, 0.0, 0.0, &swap, why, sizeof why));
+    assert_true(swap == 0.0);
     /* Padding: exactly min(K, n) blocks, then -1. */
-    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 1, -1, -1}, scores, 2, 4, 1, 1, 1e-4, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, -1, -1, -1}, scores, 2, 4, 0, 0, 1e-4, why, sizeof why));
-    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 1, -1, 7}, scores, 2, 4, 0, 0, 1e-4, why, sizeof why));
+    assert_true(fsa_ref_selection_ok((const int32_t[]){0, 1, -1, -1}, scores, 2, 4, 1, 1, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, -1, -1, -1}, scores, 2, 4, 0, 0, 1e-4, 0.0, NULL, why, sizeof why));
+    assert_false(fsa_ref_selection_ok((const int32_t[]){0, 1, -1, 7}, scores, 2, 4, 0, 0, 1e-4, 0.0, NULL, why, sizeof why));
 }
 
 /* fsa_ref_cmp_select writes through the strides of either layout. */
@@ -268,7 +277,7 @@ static void test_select_writes_both_top_k_layouts(void **state)
             const int32_t *a = hmaj + ((size_t)h * p.T + t) * c.k, *b = tmaj + ((size_t)t * c.hkv + h) * c.k;
             assert_memory_equal(a, b, (size_t)c.k * sizeof *a);
             const int nb = fsa_ref_cmp_block_scores(&p.ref, c.bk, h, t, scores);
-            if (!fsa_ref_selection_ok(a, scores, nb, c.k, c.init, c.local, 0.0, why, sizeof why))
+            if (!fsa_ref_selection_ok(a, scores, nb, c.k, c.init, c.local, 0.0, 0.0, NULL, why, sizeof why))
                 fail_msg("h %d t %d: %s", h, t, why);
         }
     free(hmaj);
