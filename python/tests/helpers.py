@@ -46,16 +46,23 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def check_rows(o, want, tol, what="o"):
+def check_rows(o, want, tol, what="o", floor=0.1):
     """Each (token, head) row of o [T, H, Dv] is close to want's: its error's norm, relative to the larger
-    of the row's norm and 0.1 x the rms row norm of want, below 3 x tol (tol: the whole tensor's relative
-    tolerance). A whole-tensor norm hides a few wrong rows; this finds them (NaN rows included)."""
+    of the row's norm and `floor` x the rms row norm of want, below 3 x tol (tol: the whole tensor's relative
+    tolerance). A whole-tensor norm hides a few wrong rows; this finds them (NaN rows included). A [T, H]
+    tensor (a gate's gradient) is taken as rows of one element, an [H] one as one token's. Gradients pass floor=1.0: a row whose exact
+    value cancels to about zero (dq of a query that sees one key) keeps the error of the kernel's rounded o
+    in rowsum(dout * o), which scales with the typical row, not with its own."""
     a, b = o.detach().double(), want.detach().double()
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)}, the reference's {tuple(b.shape)}"
+    if b.dim() == 1:  # a per-head gate's gradient [H]: one token
+        a, b = a[None], b[None]
+    if b.dim() == 2:
+        a, b = a.unsqueeze(-1), b.unsqueeze(-1)
     if b.numel() == 0:
         return
     row_norm = b.norm(dim=-1)
-    floor = 0.1 * row_norm.square().mean().sqrt()
+    floor = floor * row_norm.square().mean().sqrt()
     rel = (a - b).norm(dim=-1) / row_norm.clamp_min(floor).clamp_min(1e-30)
     bad = ~(rel < 3 * tol)  # NaN is bad
     if bad.any():
@@ -64,6 +71,15 @@ def check_rows(o, want, tol, what="o"):
         raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} (token, head) rows have a relative error "
                              f"of {3 * tol:.3g} or more, first at token {token}, head {head} "
                              f"({rel[token, head].item():.3g}); the worst {worst:.3g}")
+
+
+def check_grads(grads, want, tol, names):
+    """Gradients against the float64 reference's: the whole tensor's relative error below tol, and every row
+    (check_rows with floor=1.0) below 3 x tol, so one wrong row among thousands fails too."""
+    for name, g, w in zip(names, grads, want):
+        err = rel_err(g, w)
+        assert err < tol, f"{name}: relative error {err:.3g}"
+        check_rows(g, w, tol, what=name, floor=1.0)
 
 
 def assert_one_rounding_step(a, b, what, terms):

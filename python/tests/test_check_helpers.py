@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import POISON_INT32, assert_one_rounding_step, check_rows, rel_err  # noqa: E402
+from helpers import (POISON_INT32, assert_one_rounding_step, check_grads, check_rows, cu_seqlens_of,  # noqa: E402
+                     random_selection, rel_err)
 
 
 def rows(T=64, H=4, D=32, seed=0):
@@ -47,6 +48,56 @@ def test_rows_without_keys_must_be_zero_and_small_rows_are_judged_against_a_tent
     got[5, 0, 0] = 0.5  # 0.5 / (0.1 x about sqrt(32)) is far over 3 x 1e-2
     with pytest.raises(AssertionError, match="first at token 5, head 0"):
         check_rows(got, want, 1e-2)
+
+
+def test_gradient_rows_are_judged_against_the_rms_row_and_a_gate_gradient_is_rows_of_one():
+    want = rows()
+    want[6, 1] *= 1e-3  # dq of a query that sees one key: about 0, plus what the rounded o leaves in it
+    got = want.clone()
+    got[6, 1] += 0.02 * want.norm(dim=-1).square().mean().sqrt() / want.shape[-1] ** 0.5
+    with pytest.raises(AssertionError, match="first at token 6, head 1"):
+        check_rows(got, want, 1e-2)  # against a tenth of the rms row: too strict for gradients
+    check_rows(got, want, 1e-2, floor=1.0)
+    gate = want[..., 0]  # [T, H]: one value per row
+    wrong = gate.clone()
+    wrong[9, 3] = -wrong[9, 3] + 1.0
+    with pytest.raises(AssertionError, match="first at token 9, head 3"):
+        check_rows(wrong, gate, 1e-2, floor=1.0)
+
+
+def test_check_grads_finds_one_wrong_gradient_row_that_the_whole_tensor_norm_lets_pass():
+    # test_gpu.py's case bf16-d256-hkv1-g16-bk32-k5 (2 sequences, 214 tokens, 16 query heads), in float64 on
+    # the CPU: one dq row of 3424 zero stays under the whole tensor's bf16 gradient tolerance 2e-2, which is
+    # all test_backward checked; the per-row check names it, and the rows of a token that forgot a block.
+    from fsa_jit.reference import selected_attention_reference
+
+    gen = torch.Generator().manual_seed(1)
+    cu = cu_seqlens_of([64, 150])
+    T, Hkv, G, D, BK, K = cu[-1], 1, 16, 256, 32, 5
+    q = torch.randn(T, Hkv * G, D, generator=gen).to(torch.bfloat16).double().requires_grad_()
+    k = torch.randn(T, Hkv, D, generator=gen).to(torch.bfloat16).double().requires_grad_()
+    v = torch.randn(T, Hkv, D, generator=gen).to(torch.bfloat16).double().requires_grad_()
+    topk = random_selection(cu, Hkv, K, BK, gen)
+    do = torch.randn(T, Hkv * G, D, generator=gen).to(torch.bfloat16).double()
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+
+    def grads(sel):
+        o = selected_attention_reference(q, k, v, sel, cu_t, BK)
+        return torch.autograd.grad(o, (q, k, v), do)
+
+    want = grads(topk)
+    check_grads(want, want, 2e-2, ("dq", "dk", "dv"))
+    zero_row = want[0].clone()
+    zero_row[T // 2, G - 1] = 0
+    assert rel_err(zero_row, want[0]) < 2e-2
+    with pytest.raises(AssertionError, match=f"dq: 1 of {T * G} .* first at token {T // 2}, head {G - 1}"):
+        check_grads((zero_row,), want[:1], 2e-2, ("dq",))
+    fewer = topk.clone()
+    t = T - 1
+    fewer[0, t, int((fewer[0, t] >= 0).nonzero()[-1])] = -1  # the last token forgets one of its blocks
+    dropped = grads(fewer)
+    with pytest.raises(AssertionError, match=f"{G} of {T * G} .* first at token {t}, head 0"):
+        check_rows(dropped[0], want[0], 2e-2, what="dq", floor=1.0)  # the rows that token's heads
 
 
 def test_the_poisoned_outputs_fixture_fills_what_the_bindings_modules_allocate(poisoned_outputs):

@@ -109,7 +109,9 @@ def test_strided_queries_and_top_k_rows_are_read_in_place(poisoned_outputs):
     tq = p["q"].shape[0]
     wide_q = torch.zeros((tq, 12, 2 * 64), dtype=p["q"].dtype, device=p["q"].device)
     wide_q[..., :64] = p["q"]
-    wide_topk = torch.full((tq, 2, 9), 0x7fff, dtype=torch.int32, device=p["q"].device)
+    # The padding past each row's 5 slots holds block 0, valid for every token (0x7fff, a block no token
+    # reaches, was ignored by the semantics: a kernel reading 9 slots per row passed).
+    wide_topk = torch.zeros((tq, 2, 9), dtype=torch.int32, device=p["q"].device)
     wide_topk[..., :5] = p["topk_idx"]
     strided = dict(p, q=wide_q[..., :64], topk_idx=wide_topk[..., :5])
     assert strided["q"].stride() == (12 * 128, 128, 1) and strided["topk_idx"].stride() == (18, 9, 1)
@@ -117,6 +119,21 @@ def test_strided_queries_and_top_k_rows_are_read_in_place(poisoned_outputs):
     check(p, o, lse)
     o2, lse2 = kvcache_attention(**p, return_lse=True)
     assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+@pytest.mark.parametrize("splits", [0, 1, 4], ids=["rule", "one_share", "four_shares"])
+def test_a_scale_the_hkt_layout_and_forced_splits_match_the_reference(splits, poisoned_outputs):
+    """Every other test here runs the default scale, the "thk" (or shared) selection and the plan's split rule:
+    the binding's scale, the "hkt" strides (token stride = stride(1), head stride = stride(0)) and a forced split
+    count (one share: no merge; four: the merge of a decode token's partials) against the reference."""
+    p = make_problem(SEQS + [(4, 700)], hq=8, hkv=2, d=64, page=16, bk=32, k=8, dtype=torch.bfloat16, seed=31,
+                     with_length=True)
+    hkt = dict(p, topk_idx=p["topk_idx"].transpose(0, 1).contiguous(), topk_layout="hkt", scale=0.21)
+    o, lse = kvcache_attention(**hkt, return_lse=True, splits=splits)
+    check(hkt, o, lse)
+    # The scale is used: the default's result is far from it (0.21 against 1/8).
+    o_default = kvcache_attention(**dict(hkt, scale=None), splits=splits)
+    assert ((o_default.double() - o.double()).norm() / o.double().norm()).item() > 10 * TOLERANCE[torch.bfloat16]
 
 
 def replay_and_check(graph, p, o, lse):

@@ -13,7 +13,7 @@ torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib  # noqa: E402
 from fsa_jit.cli import _selection  # noqa: E402  (the benchmark protocol's selection, on the GPU)
-from helpers import assert_one_rounding_step  # noqa: E402
+from helpers import assert_one_rounding_step, check_rows  # noqa: E402
 from helpers import load_library_or_skip  # noqa: E402
 
 # The allocator rounds each block up to 512 bytes; a few small tensors besides.
@@ -51,6 +51,39 @@ def forward_backward(inputs, do, BK=64, **kw):
     return peak, o.detach(), (q.grad, k.grad, v.grad)
 
 
+def sampled_rows(inputs, do, o, dq, BK=64, count=48, seed=0):
+    """o and dq of `count` tokens (the first, the last, both sides of block boundaries, the rest random), all
+    query heads, against float64 computed from their own selected keys only (a gather per token, so the
+    64K-token problem needs no dense reference). The memory tests' only look at the values otherwise was
+    isfinite: chunked or not, a result of the right shape and no NaN passed."""
+    q, k, v, topk, _ = inputs
+    T, hq, D = q.shape
+    hkv = k.shape[1]
+    G, scale = hq // hkv, D ** -0.5
+    gen = torch.Generator().manual_seed(seed)
+    fixed = {0, T - 1, BK - 1, BK, T // 2, T // 2 - 1}
+    picks = sorted(fixed | set(torch.randint(0, T, (count - len(fixed),), generator=gen).tolist()))
+    got_o, want_o, got_dq, want_dq = [], [], [], []
+    for t in picks:
+        for h in range(hkv):
+            blocks = sorted({int(c) for c in topk[h, t].tolist() if 0 <= c <= t // BK})
+            js = torch.cat([torch.arange(c * BK, min(c * BK + BK, t + 1)) for c in blocks]).to(q.device)
+            qs = q[t, h * G:(h + 1) * G].detach().double()  # [G, D]
+            ks, vs = k[js, h].detach().double(), v[js, h].detach().double()
+            p = torch.softmax(scale * qs @ ks.T, dim=-1)  # [G, keys]
+            o_t = p @ vs
+            dp = do[t, h * G:(h + 1) * G].double() @ vs.T  # [G, keys]
+            delta = (do[t, h * G:(h + 1) * G].double() * o_t).sum(-1, keepdim=True)
+            want_o.append(o_t)
+            want_dq.append(scale * (p * (dp - delta)) @ ks)
+            got_o.append(o[t, h * G:(h + 1) * G])
+            got_dq.append(dq[t, h * G:(h + 1) * G])
+    tol = 1e-2 if q.dtype == torch.bfloat16 else 3e-3  # test_gpu.py's (o, gradients) tolerances
+    where = f"the sampled tokens {picks[:4]}... (rows below count in that list)"
+    check_rows(torch.stack(got_o), torch.stack(want_o), tol, what=f"o of {where}")
+    check_rows(torch.stack(got_dq), torch.stack(want_dq), 2 * tol, what=f"dq of {where}", floor=1.0)
+
+
 def outputs_and_grads_bytes(inputs):
     """o, lse, dq, dk and dv."""
     q, k, v, _, _ = inputs
@@ -70,6 +103,7 @@ def test_a_default_call_at_64k_tokens_stays_within_3_gb(G, dtype, poisoned_outpu
     assert peak <= _lib.FSA_WORKSPACE_DEFAULT_BUDGET + SLACK  # the default cap's budget
     assert peak <= 3e9
     assert torch.isfinite(o).all() and all(torch.isfinite(g).all() for g in grads)
+    sampled_rows(inputs, do, o, grads[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
@@ -80,6 +114,7 @@ def test_a_small_cap_bounds_the_memory_and_keeps_the_results(dtype, poisoned_out
     own = outputs_and_grads_bytes(inputs)
     cap = 24 << 20
     free_peak, o_free, g_free = forward_backward(inputs, do, workspace_limit="unlimited")
+    sampled_rows(inputs, do, o_free, g_free[0])  # capped and uncapped agree below; and both are right
     capped_peak, o_capped, g_capped = forward_backward(inputs, do, workspace_limit=cap)
     print(f"{dtype}: uncapped {free_peak / 1e6:.1f} MB, capped {capped_peak / 1e6:.1f} MB beyond the inputs")
     assert free_peak > own + 4 * cap, "uncapped, the problem needs far more than the cap"

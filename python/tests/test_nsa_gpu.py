@@ -15,7 +15,7 @@ torch = cuda_torch_or_skip()  # skips without CUDA (fails under FSA_TEST_REQUIRE
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, _nsa_node  # noqa: E402
 from fsa_jit.nsa import NSAttention, compress_mean, nsa_attention  # noqa: E402
-from helpers import check_rows, cu_seqlens_of, rel_err  # noqa: E402
+from helpers import check_grads, check_rows, cu_seqlens_of, rel_err  # noqa: E402
 from plain_nsa import nsa_layer  # noqa: E402
 
 TOLERANCE = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (3e-3, 6e-3)}  # relative norm: (o, gradients)
@@ -83,12 +83,15 @@ def make(c, seed=0):
 
 
 def plain(x, params, topk=None):
-    """The plain layer in float64 on the same (rounded) inputs, with float64 leaves for the gradients."""
+    """The plain layer in float64 on the same (rounded) inputs, with float64 leaves for the gradients. A gate
+    given as a number sits in params; k_win and v_win, when x has them, feed the window branch."""
     leaves = {n: t.detach().double().requires_grad_() for n, t in x.items()}
     p = dict(params)
-    out = nsa_layer(leaves["q"], leaves["k"], leaves["v"], leaves["k_cmp"], leaves["v_cmp"], leaves["g_cmp"],
-                    leaves["g_sel"], leaves["g_win"], p.pop("cu_seqlens"), p.pop("cu_seqlens_c"), p.pop("kernel_size"),
-                    p.pop("stride"), p.pop("block_size"), p.pop("top_k"), p.pop("window"), topk=topk, **p)
+    gates = [leaves[n] if n in leaves else p.pop(n) for n in ("g_cmp", "g_sel", "g_win")]
+    out = nsa_layer(leaves["q"], leaves["k"], leaves["v"], leaves["k_cmp"], leaves["v_cmp"], *gates,
+                    p.pop("cu_seqlens"), p.pop("cu_seqlens_c"), p.pop("kernel_size"), p.pop("stride"),
+                    p.pop("block_size"), p.pop("top_k"), p.pop("window"), topk=topk, k_win=leaves.get("k_win"),
+                    v_win=leaves.get("v_win"), **p)
     return out, leaves
 
 
@@ -167,9 +170,7 @@ def test_compressed_attention_and_selection(c, poisoned_outputs):
 
     grads = torch.autograd.grad(o, (x["q"], x["k_cmp"], x["v_cmp"]), do)
     want = torch.autograd.grad(out["o_cmp"], (leaves["q"], leaves["k_cmp"], leaves["v_cmp"]), do.double())
-    for name, g, w in zip(("dq", "dk_cmp", "dv_cmp"), grads, want):
-        err = rel_err(g, w)
-        assert err < TOLERANCE[c["dtype"]][1], f"{name}: relative error {err:.3g}"
+    check_grads(grads, want, TOLERANCE[c["dtype"]][1], ("dq", "dk_cmp", "dv_cmp"))
     again = torch.autograd.grad(fsa_jit.compressed_attention(
         x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], params["cu_seqlens_c"], c["l"], c["d"])[0],
         (x["q"], x["k_cmp"], x["v_cmp"]), do)
@@ -191,10 +192,9 @@ def test_window_attention(library, c, poisoned_outputs):
         skip_or_fail(f"{library.path} has no sliding-window backward")
     o = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"])
     grads = torch.autograd.grad(o, (x["q"], x["k"], x["v"]), do)
+    check_rows(o, out["o_win"], TOLERANCE[c["dtype"]][0])  # the call with gradients: its own plan
     want = torch.autograd.grad(out["o_win"], (leaves["q"], leaves["k"], leaves["v"]), do.double())
-    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
-        err = rel_err(g, w)
-        assert err < TOLERANCE[c["dtype"]][1], f"{name}: relative error {err:.3g}"
+    check_grads(grads, want, TOLERANCE[c["dtype"]][1], ("dq", "dk", "dv"))
 
 
 def needs_the_whole_layer(library, c, backward):
@@ -226,11 +226,13 @@ def test_the_layer_gradients(library, c, poisoned_outputs):
     grads = torch.autograd.grad(o, [x[n] for n in names], do)
     out, leaves = plain(x, params, topk=topk)
     check_selection(topk, out, params)
+    # The node's own o (test_the_layer_against_the_plain_layer checks the operators' path, validate=True).
+    assert rel_err(o, out["o"]) < TOLERANCE[c["dtype"]][0]
+    check_rows(o, out["o"], TOLERANCE[c["dtype"]][0])
     want = torch.autograd.grad(out["o"], [leaves[n] for n in names], do.double())
-    for name, g, w in zip(names, grads, want):
+    for name, g in zip(names, grads):
         assert g.shape == x[name].shape and g.dtype == x[name].dtype, name
-        err = rel_err(g, w)
-        assert err < TOLERANCE[c["dtype"]][1], f"d{name}: relative error {err:.3g}"
+    check_grads(grads, want, TOLERANCE[c["dtype"]][1], ["d" + n for n in names])
 
 
 def layer_and_gradients(x, params, do):
@@ -238,11 +240,30 @@ def layer_and_gradients(x, params, do):
     return (o, topk) + torch.autograd.grad(o, list(x.values()), do)
 
 
+@pytest.fixture
+def node_calls(monkeypatch):
+    """Counts the calls the layer's node served: {"layer": first calls of a key, "cached": later ones}. The
+    node-against-operators comparisons are empty when the node declines (returns None) and every call takes
+    the operators; the tests check it did not."""
+    taken = {"layer": 0, "cached": 0}
+    for name in taken:
+        real = getattr(_nsa_node, name)
+
+        def spy(*args, _real=real, _name=name):
+            out = _real(*args)
+            taken[_name] += out is not None
+            return out
+
+        monkeypatch.setattr(_nsa_node, name, spy)
+    return taken
+
+
 @pytest.mark.parametrize("c", CASES, ids=case_id)
-def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypatch, poisoned_outputs):
+def test_the_layer_node_computes_what_the_operators_compute(library, c, monkeypatch, poisoned_outputs, node_calls):
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=8)
     node = layer_and_gradients(x, params, do)
+    assert node_calls["layer"] + node_calls["cached"] == 1, "the eager call must take the layer's node"
     monkeypatch.setattr(_nsa_node, "layer", lambda *args: None)  # every call through the operators
     monkeypatch.setattr(_nsa_node, "cached", lambda *args: None)
     ops = layer_and_gradients(x, params, do)
@@ -261,6 +282,68 @@ def same_as_the_operators(name, a, b):
         assert torch.equal(a, b), f"{name}: the layer's node and the operators differ"
 
 
+@pytest.mark.parametrize("c", [CASES[0], CASES[3]], ids=case_id)
+@pytest.mark.parametrize("path", ["node", "operators"])
+def test_a_scale_and_window_keys_of_their_own_match_the_plain_layer(library, c, path, poisoned_outputs, node_calls):
+    """scale and k_win / v_win (nsa_attention's documented arguments) reach every branch, through the layer's
+    node (with gradients, k_win's and v_win's included) and through the operators (validate=True). Every other
+    GPU test of the layer and of the compressed and window branches runs the default 1/sqrt(Dk) and the window
+    on k and v, so a branch handed the default scale, or the window reading k, v, passed them all."""
+    needs_the_whole_layer(library, c, backward=path == "node")
+    x, params, do = make(c, seed=21)
+    gen = torch.Generator().manual_seed(22)
+    for name, like in (("k_win", x["k"]), ("v_win", x["v"])):
+        x[name] = torch.randn(like.shape, generator=gen).to(device="cuda", dtype=like.dtype).requires_grad_()
+    params = dict(params, scale=1.7 / math.sqrt(c["Dk"]))  # the default differs from it by 1.7x
+    tol = TOLERANCE[c["dtype"]]
+    if path == "operators":
+        with torch.no_grad():
+            o, topk = nsa_attention(**x, **params, return_topk=True, validate=True)
+        assert node_calls["layer"] + node_calls["cached"] == 0
+    else:
+        o, topk = nsa_attention(**x, **params, return_topk=True)
+        assert node_calls["layer"] + node_calls["cached"] == 1, "the eager call must take the layer's node"
+    out, leaves = plain(x, params, topk=topk)
+    check_selection(topk, out, params)  # the scale moves the compressed probabilities: the selection too
+    assert rel_err(o, out["o"]) < tol[0]
+    check_rows(o, out["o"], tol[0])
+    if path == "node":
+        names = list(x)
+        grads = torch.autograd.grad(o, [x[n] for n in names], do)
+        want = torch.autograd.grad(out["o"], [leaves[n] for n in names], do.double())
+        check_grads(grads, want, tol[1], ["d" + n for n in names])
+
+
+@pytest.mark.parametrize("c", CASES[:2], ids=case_id)
+def test_the_branches_take_a_scale_of_their_own(library, c, poisoned_outputs):
+    """compressed_attention (its selection too) and window_attention with a non-default scale, forward and
+    backward, against the plain layer's branches."""
+    x, params, do = make(c, seed=23)
+    params = dict(params, scale=0.6 / math.sqrt(c["Dk"]))
+    tol = TOLERANCE[c["dtype"]]
+    o_c, lse_c, topk = fsa_jit.compressed_attention(
+        x["q"], x["k_cmp"], x["v_cmp"], params["cu_seqlens"], params["cu_seqlens_c"], c["l"], c["d"],
+        scale=params["scale"], top_k=c["K"], block_size=c["BK"], init_blocks=c["init"], local_blocks=c["local"])
+    window_grads = has_window_backward(library)
+    with torch.set_grad_enabled(window_grads):
+        o_w, lse_w = fsa_jit.window_attention(x["q"], x["k"], x["v"], params["cu_seqlens"], c["W"],
+                                              scale=params["scale"], return_lse=True)
+    out, leaves = plain(x, params)
+    check_selection(topk, out, params)
+    for o, lse, name in ((o_c, lse_c, "cmp"), (o_w, lse_w, "win")):
+        assert rel_err(o, out["o_" + name]) < tol[0]
+        check_rows(o, out["o_" + name], tol[0], what="o_" + name)
+        check_lse(lse, out["lse_" + name])
+    grads = torch.autograd.grad(o_c, (x["q"], x["k_cmp"], x["v_cmp"]), do)
+    want = torch.autograd.grad(out["o_cmp"], (leaves["q"], leaves["k_cmp"], leaves["v_cmp"]), do.double(),
+                               retain_graph=True)
+    check_grads(grads, want, tol[1], ("dq", "dk_cmp", "dv_cmp"))
+    if window_grads:
+        grads = torch.autograd.grad(o_w, (x["q"], x["k"], x["v"]), do)
+        want = torch.autograd.grad(out["o_win"], (leaves["q"], leaves["k"], leaves["v"]), do.double())
+        check_grads(grads, want, tol[1], ("dq", "dk", "dv"))
+
+
 GATE_FORMS = {
     "bf16 [T, Hq, 1]": lambda g: g.detach().to(torch.bfloat16).unsqueeze(2).requires_grad_(),
     "fp16 [T, Hq]": lambda g: g.detach().half().requires_grad_(),
@@ -270,7 +353,8 @@ GATE_FORMS = {
 
 
 @pytest.mark.parametrize("form", list(GATE_FORMS))
-def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form, monkeypatch, poisoned_outputs):
+def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form, monkeypatch, poisoned_outputs,
+                                                                  node_calls):
     c = CASES[0]
     needs_the_whole_layer(library, c, backward=True)
     x, params, do = make(c, seed=11)
@@ -278,7 +362,19 @@ def test_the_layer_node_takes_every_gate_form_as_the_operators_do(library, form,
     if not isinstance(x["g_sel"], torch.Tensor):
         del x["g_sel"]
         params = dict(params, g_sel=0.75)
-    node = [layer_and_gradients(x, params, do) for _ in range(2)]  # the second call: the checked key's path
+    node = [layer_and_gradients(x, params, do)]
+    assert node_calls["layer"] + node_calls["cached"] == 1, "the eager call must take the layer's node"
+    cached_before = node_calls["cached"]
+    node.append(layer_and_gradients(x, params, do))
+    assert node_calls["cached"] == cached_before + 1, "the second call must take the checked key's path"
+    # Against the plain layer too: node and operators share _gates.view / as_rows (how a broadcast gate or a
+    # number becomes float32 [T, Hq]), so their agreement says nothing about that mapping.
+    out, leaves = plain(x, params, topk=node[0][1])
+    check_selection(node[0][1], out, params)
+    assert rel_err(node[0][0], out["o"]) < TOLERANCE[c["dtype"]][0]
+    check_rows(node[0][0], out["o"], TOLERANCE[c["dtype"]][0])
+    want = torch.autograd.grad(out["o"], [leaves[n] for n in x], do.double())
+    check_grads(node[0][2:], want, TOLERANCE[c["dtype"]][1], ["d" + n for n in x])
     monkeypatch.setattr(_nsa_node, "layer", lambda *args: None)
     monkeypatch.setattr(_nsa_node, "cached", lambda *args: None)
     ops = layer_and_gradients(x, params, do)
