@@ -2,6 +2,8 @@
  * The protocol is described in bench_branches.c. */
 #include "bench_branches_rows.h"
 
+#include "bench_check.h"
+
 #include "bench_inputs.h"
 #include "bench_json.h"
 #include "tool_args.h"
@@ -186,6 +188,14 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         ms_bwd = time_call(env, run_cmp, &bwd, o->reps);
         ms_both = time_call(env, run_cmp, &both, o->reps);
     }
+    /* What the last timed call wrote, finite (bench_check.h): else the row fails. */
+    CU(cu.StreamSynchronize(NULL));
+    int finite = bench_device_finite(out, nq * dv, o->dtype);
+    if (o->backward)
+        finite = finite && bench_device_finite(dq, nq * dk, o->dtype) &&
+                 bench_device_finite(dk_buf, (size_t)Tc * hkv * dk, o->dtype) &&
+                 bench_device_finite(dv_buf, (size_t)Tc * hkv * dv, o->dtype);
+    if (!finite) fprintf(stderr, "fsa-bench --compressed: T %d G %d: an output or gradient is not finite\n", T, G);
     const double flops = 2.0 * hq * (dk + dv) * visible_pairs(cu_q, o->batch, KIND_COMPRESSED, o->kernel_size,
                                                                o->stride, 0);
     printf("| %6d | %2d | %3d | %6lld | %9.3f | %9.3f | %8.2f |", T, G, hkv, (long long)Tc, ms_fwd, ms_plain,
@@ -211,7 +221,7 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     free(cu_c);
     fsa_compressed_plan_destroy(plan);
     fsa_compressed_plan_destroy(plain);
-    return 0;
+    return finite ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ window */
@@ -286,6 +296,14 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         ms_bwd = time_call(env, run_win, &bwd, o->reps);
         ms_both = time_call(env, run_win, &both, o->reps);
     }
+    /* What the last timed call wrote, finite (bench_check.h): else the row fails. */
+    CU(cu.StreamSynchronize(NULL));
+    int finite = bench_device_finite(out, (size_t)T * hq * dv, o->dtype);
+    if (o->backward)
+        finite = finite && bench_device_finite(dq, (size_t)T * hq * dk, o->dtype) &&
+                 bench_device_finite(dk_buf, (size_t)T * hkv * dk, o->dtype) &&
+                 bench_device_finite(dv_buf, (size_t)T * hkv * dv, o->dtype);
+    if (!finite) fprintf(stderr, "fsa-bench --window: T %d G %d W %d: an output or gradient is not finite\n", T, G, W);
     const double flops = 2.0 * hq * (dk + dv) * visible_pairs(cu_q, o->batch, KIND_WINDOW, 0, 1, W);
     printf("| %6d | %2d | %3d | %6d | %9.3f | %8.2f |", T, G, hkv, W, ms, flops / ms / 1e9);
     if (o->backward) printf(" %9.3f | %11.3f |\n", ms_bwd, ms_both);
@@ -311,5 +329,5 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     free(cu_q);
     free(cu_c);
     fsa_window_plan_destroy(plan);
-    return 0;
+    return finite ? 0 : -1;
 }

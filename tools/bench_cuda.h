@@ -30,6 +30,7 @@
     X(MemFree, cuMemFree)                                                                           \
     X(MemcpyHtoD, cuMemcpyHtoD)                                                                     \
     X(MemcpyDtoH, cuMemcpyDtoH)                                                                     \
+    X(MemcpyDtoD, cuMemcpyDtoD)                                                                     \
     X(MemsetD8, cuMemsetD8)                                                                         \
     X(ModuleLoadData, cuModuleLoadData)                                                             \
     X(ModuleGetFunction, cuModuleGetFunction)                                                       \

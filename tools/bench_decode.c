@@ -60,10 +60,12 @@ static fsa_kvcache_plan *make_plan(fsa_context *ctx, const dec_opts *o, int g, i
     return plan;
 }
 
-static void run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
+/* Returns 1 when a row's output was not finite (the row printed, the failure on stderr), else 0. */
+static int run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
 {
+    int failed = 0;
     printf("\n## Decode: bf16 Hq %d D %d Dv %d BK 64 K 16 page %d; us = median CUDA-event time (L2 flushed),"
-           " TB/s = B*Hkv*K*BK*(D+Dv)*2 / time\n",
+           " TB/s = the selected keys' bytes (B*Hkv*K*BK*(D+Dv)*2 when every block is whole) / time\n",
            HQ, D, o->dv, PAGE);
     printf("|      L |   B |  G | q_len | selection | stream us | graph us | TB/s (graph) | host us | pages GB |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
@@ -85,8 +87,13 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
                     const double us_g = dec_time_call(env, plan, &a, o->reps, 1);
                     const double host = mode == 0 && !env->stamps ? dec_host_time(env, plan, &a) : 0.0;
                     if (env->stamps) dec_write_stamps(env, plan, &a, &p, g, mode);
-                    /* Independent selections: every token's K blocks count. */
-                    const double bytes = (double)p.B * hkv * 16 * 64 * (D + o->dv) * 2 * (mode == 2 ? q_len : 1);
+                    if (!dec_output_finite(&p)) {
+                        fprintf(stderr, "fsa-bench --decode: L %d B %d G %d q_len %d: o or lse not finite\n", p.L,
+                                p.B, g, q_len);
+                        failed = 1;
+                    }
+                    /* The keys the selections hold (independent selections: every token's blocks count). */
+                    const double bytes = (double)p.keys_read * (D + o->dv) * 2;
                     printf("| %6d | %3d | %2d | %5d | %-9s | %9.1f | %8.1f | %12.2f | %7.2f | %8.2f |\n", p.L, p.B, g,
                            q_len, mode == 0 ? "-" : mode == 1 ? "shared" : "indep", us, us_g, bytes / us_g / 1e6,
                            host, (double)p.bytes / 1e9);
@@ -98,6 +105,7 @@ static void run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
             printf("# G %d: %d shares per one-tile sequence (%s; %s)\n", g, c.splits, c.variant, c.reason);
         fsa_kvcache_plan_destroy(plan);
     }
+    return failed;
 }
 
 /* Dense decode for scale: a 16K context with every block selected (BK 256, K 64). */
@@ -181,9 +189,12 @@ int fsa_bench_decode(int argc, char **argv)
             return TOOL_EXIT_FAILED;
         }
     }
-    run_grid(&o, ctx, &env);
+    const int failed = run_grid(&o, ctx, &env);
     if (env.stamps_file) fclose(env.stamps_file);
-    if (env.stamps) cu.MemFree(env.stamps);
+    if (env.stamps) {
+        unsetenv("FSA_KVC_STAMPS"); /* the dense and prefill plans below: no stamps into the buffer freed here */
+        cu.MemFree(env.stamps);
+    }
     if (o.dense) run_dense(&o, ctx, &env);
     if (o.prefill) run_prefill(&o, ctx, &env);
     cu.MemFree(env.flush);
@@ -192,5 +203,5 @@ int fsa_bench_decode(int argc, char **argv)
     cu.StreamDestroy(env.stream);
     CU(cu.DevicePrimaryCtxRelease(dev));
     fsa_context_destroy(ctx);
-    return TOOL_EXIT_OK;
+    return failed ? TOOL_EXIT_FAILED : TOOL_EXIT_OK;
 }

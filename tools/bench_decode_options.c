@@ -11,7 +11,7 @@ static void decode_usage(FILE *f)
 {
     fprintf(f,
             "Usage: fsa-bench --decode [OPTIONS]   paged KV-cache decode, speculative and prefill timings\n"
-            "  -L LIST          cached lengths (default 8192,32768,131072; at most %d values)\n"
+            "  -L LIST          cached lengths, 4 or more (default 8192,32768,131072; at most %d values)\n"
             "  -B LIST          batch sizes, at most %d (default 1,16,64,128,256; at most %d values)\n"
             "  -G LIST          query heads per KV head, each dividing %d (default 1,4,16; at most %d values)\n"
             "  --reps N         timed graph replays per row (default 30)\n"
@@ -74,8 +74,9 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
     while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
         switch (c) {
         case 'L':
-            if ((rc = tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 1, 1L << 30)) != 0)
-                return list_error(rc, "-L", optarg, "a list of cache lengths from 1 to 2^30");
+            /* at least the 4 new tokens of the speculative rows (their keys are part of the cache) */
+            if ((rc = tool_parse_list(o->ls, &o->n_ls, DEC_MAX_LIST, optarg, 4, 1L << 30)) != 0)
+                return list_error(rc, "-L", optarg, "a list of cache lengths from 4 to 2^30");
             break;
         case 'B':
             /* The grid's plan takes at most MAX_B sequences. */

@@ -3,6 +3,7 @@
 
 #include "bench_inputs.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,23 @@ static CUdeviceptr upload(const void *src, size_t bytes)
 
 #define ALLOC(bytes) bench_alloc("--decode", (bytes))
 
+/* n bf16 standard-normal values at dst: a pattern of up to 2^23 made on the host, copied over the rest on the
+ * device (random values rather than a constant; quick at any cache size). */
+static void fill_random(CUdeviceptr dst, size_t n, uint64_t seed)
+{
+    const size_t pattern = n < ((size_t)1 << 23) ? n : (size_t)1 << 23;
+    uint16_t *h = ALLOC(pattern * 2);
+    bench_fill_normal(h, pattern, seed, FSA_DTYPE_BF16);
+    CU(cu.MemcpyHtoD(dst, h, pattern * 2));
+    free(h);
+    for (size_t done = pattern; done < n;) {
+        const size_t c = n - done < done ? n - done : done;
+        CU(cu.MemcpyDtoD(dst + done * 2, dst, c * 2));
+        done += c;
+    }
+    CU(cu.StreamSynchronize(NULL)); /* before any call on the timing's non-blocking stream */
+}
+
 /* Returns 0 when the row would pass max_gb (nothing allocated). */
 int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
              const fsa_kvcache_plan *plan, uint64_t seed)
@@ -80,8 +98,13 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
                 int32_t *row = topk + (((int64_t)b * q_len + i) * hkv + h) * k;
                 if (shared && i > 0) memcpy(row, row - (int64_t)hkv * k, (size_t)k * sizeof(int32_t));
                 else select_row(row, k, pos / bk, &rng);
-                for (int s = 0; s < k; s++)
-                    if (row[s] >= 0) touched[row[s]] = 1;
+                for (int s = 0; s < k; s++) {
+                    if (row[s] < 0) continue;
+                    touched[row[s]] = 1;
+                    /* a block's keys up to the token's own (the own block may be partial) */
+                    const int keys = pos + 1 - row[s] * bk < bk ? pos + 1 - row[s] * bk : bk;
+                    if (!shared || i == 0) p->keys_read += keys;
+                }
             }
         }
         int32_t *trow = table + (size_t)b * p->max_pages;
@@ -112,11 +135,11 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     free(perm);
     CU(cu.MemAlloc(&p->k_cache, (size_t)pages * page_bytes));
     CU(cu.MemAlloc(&p->v_cache, (size_t)pages * v_page_bytes));
-    CU(cu.MemsetD16(p->k_cache, 0x3c00, (size_t)pages * page_bytes / 2));
-    CU(cu.MemsetD16(p->v_cache, 0x3c00, (size_t)pages * v_page_bytes / 2));
+    fill_random(p->k_cache, (size_t)pages * page_bytes / 2, seed + 1);
+    fill_random(p->v_cache, (size_t)pages * v_page_bytes / 2, seed + 2);
     const size_t nq = (size_t)p->tq * HQ * D;
     CU(cu.MemAlloc(&p->q, nq * 2));
-    CU(cu.MemsetD16(p->q, 0x3c00, nq));
+    fill_random(p->q, nq, seed + 3);
     CU(cu.MemAlloc(&p->o, (size_t)p->tq * HQ * p->dv * 2));
     CU(cu.MemAlloc(&p->lse, (size_t)p->tq * HQ * 4));
     p->topk = upload(topk, (size_t)p->tq * hkv * k * sizeof(int32_t));
@@ -135,6 +158,21 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
     free(topk);
     free(table);
     return 1;
+}
+
+int dec_output_finite(const dec_problem *p)
+{
+    const size_t n = (size_t)p->tq * HQ * p->dv;
+    uint16_t *o = ALLOC(n * 2);
+    float *lse = ALLOC((size_t)p->tq * HQ * sizeof(float));
+    CU(cu.MemcpyDtoH(o, p->o, n * 2));
+    CU(cu.MemcpyDtoH(lse, p->lse, (size_t)p->tq * HQ * sizeof(float)));
+    int finite = 1;
+    for (size_t i = 0; i < n && finite; i++) finite = isfinite(bench_from_bf16(o[i]));
+    for (size_t i = 0; i < (size_t)p->tq * HQ && finite; i++) finite = isfinite(lse[i]);
+    free(o);
+    free(lse);
+    return finite;
 }
 
 fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *plan)

@@ -61,23 +61,30 @@ float bench_from_f16(uint16_t h)
     return f;
 }
 
+/* Values come in chunks of a fixed size, each from a seed of its own (seed and the chunk's index), so that they
+ * are a function of the seed alone, whatever the threads; thread i makes chunks i, i + threads, ... */
+#define GEN_CHUNK ((size_t)1 << 20) /* even: a chunk's pairs of the Box-Muller transform stay within it */
+
 typedef struct gen_job {
     uint16_t *dst;
-    size_t begin, end;
+    size_t n, first_chunk, chunk_step;
     uint64_t seed;
     fsa_dtype dtype;
 } gen_job;
 
 static void *gen_normal(void *arg)
 {
-    gen_job *j = arg;
-    uint64_t s = j->seed;
-    for (size_t i = j->begin; i < j->end; i += 2) {
-        double u1 = ((bench_splitmix(&s) >> 11) + 1) * 0x1.0p-53, u2 = (bench_splitmix(&s) >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1));
-        float a = (float)(r * cos(6.283185307179586 * u2)), b = (float)(r * sin(6.283185307179586 * u2));
-        j->dst[i] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(a) : bench_to_f16(a);
-        if (i + 1 < j->end) j->dst[i + 1] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(b) : bench_to_f16(b);
+    const gen_job *j = arg;
+    for (size_t chunk = j->first_chunk; chunk * GEN_CHUNK < j->n; chunk += j->chunk_step) {
+        const size_t begin = chunk * GEN_CHUNK, end = j->n - begin < GEN_CHUNK ? j->n : begin + GEN_CHUNK;
+        uint64_t s = j->seed * 1000003u + chunk;
+        for (size_t i = begin; i < end; i += 2) {
+            double u1 = ((bench_splitmix(&s) >> 11) + 1) * 0x1.0p-53, u2 = (bench_splitmix(&s) >> 11) * 0x1.0p-53;
+            double r = sqrt(-2.0 * log(u1));
+            float a = (float)(r * cos(6.283185307179586 * u2)), b = (float)(r * sin(6.283185307179586 * u2));
+            j->dst[i] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(a) : bench_to_f16(a);
+            if (i + 1 < end) j->dst[i + 1] = j->dtype == FSA_DTYPE_BF16 ? bench_to_bf16(b) : bench_to_f16(b);
+        }
     }
     return NULL;
 }
@@ -97,16 +104,18 @@ int bench_threads(void)
 
 void bench_fill_normal(uint16_t *dst, size_t n, uint64_t seed, fsa_dtype dt)
 {
-    int nt = bench_threads();
+    const size_t chunks = (n + GEN_CHUNK - 1) / GEN_CHUNK;
+    const int nt = chunks < (size_t)bench_threads() ? (int)chunks : bench_threads();
     pthread_t th[64];
     gen_job jobs[64];
-    size_t per = (n / nt + 1) & ~(size_t)1;
+    int started[64];
     for (int i = 0; i < nt; i++) {
-        size_t b = (size_t)i * per, e = b + per < n ? b + per : n;
-        jobs[i] = (gen_job){dst, b < n ? b : n, e, seed * 1000003u + (uint64_t)i, dt};
-        pthread_create(&th[i], NULL, gen_normal, &jobs[i]);
+        jobs[i] = (gen_job){dst, n, (size_t)i, (size_t)nt, seed, dt};
+        started[i] = pthread_create(&th[i], NULL, gen_normal, &jobs[i]) == 0;
+        if (!started[i]) gen_normal(&jobs[i]); /* no thread: this one makes those chunks */
     }
-    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < nt; i++)
+        if (started[i]) pthread_join(th[i], NULL);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -10,6 +10,7 @@
  * both paths and compares their outputs. */
 #include "bench_selected.h"
 
+#include "bench_check.h"
 #include "bench_inputs.h"
 #include "bench_json.h"
 #include "tool_args.h"
@@ -241,10 +242,15 @@ static int time_backward_path(fsa_context *ctx, const options *o, bench_row *row
         bc.with_forward = 1;
         row->fwd_bwd_ms = time_call(call_backward, &bc, n_sets, o, &reps);
     }
-    /* dq of set 0 for the comparison. */
+    /* dq of set 0 for the comparison; what the path wrote, finite. */
     bc.with_forward = 0;
     call_backward(&bc, 0);
     CU(cu.StreamSynchronize(NULL));
+    const int finite = bench_device_finite(dq_out, (size_t)T * o->q_heads * row->D, o->dtype) &&
+                       bench_device_finite(dk, nkv, o->dtype) && bench_device_finite(dv, nv, o->dtype);
+    if (!finite)
+        fprintf(stderr, "fsa-bench: backward T=%d G=%d D=%d on the %s path: dq, dk or dv not finite\n", T, row->G,
+                row->D, alg_name(alg));
     CU(cu.MemFree(o_buf));
     CU(cu.MemFree(lse));
     CU(cu.MemFree(dout));
@@ -252,7 +258,7 @@ static int time_backward_path(fsa_context *ctx, const options *o, bench_row *row
     CU(cu.MemFree(dv));
     CU(cu.MemFree(ws));
     fsa_plan_destroy(plan);
-    return 0;
+    return finite ? 0 : -1;
 }
 
 /* Backward of each path (as --only allows) and of AUTO with forward + backward;
@@ -272,8 +278,14 @@ static int time_backward(fsa_context *ctx, const options *o, bench_row *row, con
         ran[a] = rc == 0;
         failed |= rc < 0;
     }
-    if (ran[FSA_ALGORITHM_FSA] && ran[FSA_ALGORITHM_NSA])
+    if (ran[FSA_ALGORITHM_FSA] && ran[FSA_ALGORITHM_NSA]) {
         row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
+        if (row->bwd_rel_diff > BENCH_PATHS_TOL) { /* NaN: not compared (no host memory) */
+            fprintf(stderr, "fsa-bench: backward T=%d G=%d D=%d: the two dq orders differ by %.3g (over %.0e)\n",
+                    row->T, row->G, row->D, row->bwd_rel_diff, BENCH_PATHS_TOL);
+            failed = 1;
+        }
+    }
     for (int a = 0; a < 3; a++)
         if (dq[a]) CU(cu.MemFree(dq[a]));
     return failed ? -1 : 0;
@@ -382,12 +394,32 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     row->ms[0] = row->ms[row->chosen]; /* -1 when --only left the chosen path out */
     row->reps[0] = row->reps[row->chosen];
     row->rel_diff = NAN;
-    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA])
+    if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
         row->rel_diff = device_rel_diff(out[FSA_ALGORITHM_FSA], out[FSA_ALGORITHM_NSA], no, o->dtype);
+        if (row->rel_diff > BENCH_PATHS_TOL) { /* NaN: not compared (no host memory) */
+            fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d: the two paths' outputs differ by %.3g (over %.0e)\n",
+                    T, G, D, row->rel_diff, BENCH_PATHS_TOL);
+            row->failed = 1;
+        }
+    }
+    /* Each timed path's output of set 0: sampled rows against float64. */
+    row->sampled_err = NAN;
+    for (int a = 1; a < 3; a++) {
+        if (!out[a]) continue;
+        const bench_sel_problem sp = {sets[0].q, sets[0].k, sets[0].v, sets[0].topk, out[a], T, hq, hkv, D, Dv, K, BK,
+                                      o->dtype};
+        const double e = bench_sampled_rows_error(&sp, BENCH_SAMPLED_ROWS, 99u + (uint64_t)T);
+        if (!(e <= row->sampled_err)) row->sampled_err = e; /* the worse of the paths (NaN: none yet) */
+        if (!(e <= BENCH_ROW_TOL)) {
+            fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d on the %s path: a sampled row's error %.3g against "
+                            "float64 (over %.0e)\n", T, G, D, alg_name((fsa_algorithm)a), e, BENCH_ROW_TOL);
+            row->failed = 1;
+        }
+    }
     row->bwd_ms[0] = row->bwd_ms[1] = row->bwd_ms[2] = row->fwd_bwd_ms = -1;
     row->bwd_rel_diff = NAN;
     row->bwd_chosen = FSA_ALGORITHM_AUTO;
-    if (o->backward) row->failed = time_backward(ctx, o, row, sets, n_sets, cu_dev) != 0;
+    if (o->backward) row->failed |= time_backward(ctx, o, row, sets, n_sets, cu_dev) != 0;
     for (int a = 0; a < 3; a++) {
         if (out[a]) CU(cu.MemFree(out[a]));
         fsa_plan_destroy(plans[a]);
@@ -419,7 +451,7 @@ static void print_cell(int width, const char *fmt, double value, int valid)
 {
     putchar(' ');
     if (valid && isfinite(value)) printf(fmt, width, value);
-    else printf("%*s", width, "-");
+    else printf("%*s", width, valid && isinf(value) ? "inf" : "-"); /* inf: a non-finite output (the row failed) */
     fputs(" |", stdout);
 }
 
@@ -473,6 +505,8 @@ void bench_selected_print_row(const bench_row *r, FILE *json, int first)
         else fputs(", \"workspace_bytes_bwd\": null", json);
         fprintf(json, ", \"workspace_bytes_peak\": %zu", peak_workspace(r));
         bench_json_field(json, "rel_diff_bwd_dq_fsa_vs_nsa", "%.3e", r->bwd_rel_diff, 1);
+        bench_json_field(json, "sampled_row_error", "%.3e", r->sampled_err, 1);
+        fprintf(json, ", \"failed\": %s", r->failed ? "true" : "false");
         fputc('}', json);
     }
 }

@@ -27,8 +27,16 @@ typedef struct bench_row {
     size_t bwd_ws;     /* AUTO */
     double bwd_rel_diff; /* dq of the FSA order vs the NSA order */
     int backward;        /* --backward: the table has the backward's columns */
-    int failed;          /* a backward plan failed (message on stderr): the mode exits 1 */
+    int failed;          /* a backward plan failed or a check did (message on stderr): the mode exits 1 */
+    double sampled_err;  /* the worst sampled forward row against float64 (bench_check.h), over the paths run */
 } bench_row;
+
+/* The checks of every row (a failed one fails the run): the two paths' outputs (and dq) within BENCH_PATHS_TOL
+ * of each other, relative over the tensor; BENCH_SAMPLED_ROWS rows of each path's forward within BENCH_ROW_TOL
+ * of float64; every output and gradient finite. */
+#define BENCH_PATHS_TOL 2e-2
+#define BENCH_SAMPLED_ROWS 32
+#define BENCH_ROW_TOL 2e-2
 
 /* Times T tokens at group G and head dim D (Hq, BK, K and the rest from *o);
  * a failed forward plan ends fsa-bench, a failed backward sets row->failed. */

@@ -3,12 +3,14 @@
  * blocks 0..c, -1 after them, and the forced blocks 0, c and c - 1 in that
  * priority as far as K holds them. Each row is a heap buffer of exactly K
  * ints, so that a sanitizer build catches a write past it. Also the median
- * every mode reports (bench_median). */
+ * every mode reports (bench_median) and the random inputs (bench_fill_normal). */
 #include "bench_inputs.h"
 #include "testing.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const int k_tops[] = {1, 2, 3, 16};
 enum { MAX_C = 40, SEEDS = 8 };
@@ -85,6 +87,43 @@ static void test_the_median_is_the_middle_timing_or_the_mean_of_the_two_middle_o
     assert_true(bench_median(one, 1) == 7.0);
 }
 
+/* Every value written, whatever n (odd, under the threads, past a multiple of the chunks the threads share):
+ * a buffer of 0xffff (NaN in both dtypes) keeps none; the same seed gives the same values, another seed others;
+ * the values are standard normal (mean and variance of 3M of them). */
+static void test_a_fill_writes_every_value_as_a_function_of_its_seed(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {1, 5, 100, ((size_t)3 << 20) + 3};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t n = sizes[k];
+        for (int dt = 0; dt < 2; dt++) {
+            const fsa_dtype dtype = dt ? FSA_DTYPE_F16 : FSA_DTYPE_BF16;
+            uint16_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+            assert_true(a && b);
+            memset(a, 0xff, n * sizeof *a);
+            memset(b, 0xff, n * sizeof *b);
+            bench_fill_normal(a, n, 42, dtype);
+            bench_fill_normal(b, n, 42, dtype);
+            double sum = 0.0, sq = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                if (a[i] == 0xffffu) fail_msg("n %zu: value %zu not written", n, i);
+                const double x = dt ? bench_from_f16(a[i]) : bench_from_bf16(a[i]);
+                sum += x;
+                sq += x * x;
+            }
+            assert_memory_equal(a, b, n * sizeof *a);
+            bench_fill_normal(b, n, 43, dtype);
+            if (n >= 100) assert_true(memcmp(a, b, n * sizeof *a) != 0);
+            if (n > 1000000) {
+                assert_true(fabs(sum / (double)n) < 5e-3);
+                assert_true(fabs(sq / (double)n - 1.0) < 1e-2);
+            }
+            free(a);
+            free(b);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -92,6 +131,7 @@ int main(void)
         cmocka_unit_test(test_the_forced_blocks_that_fit_are_in_every_row),
         cmocka_unit_test(test_a_row_is_a_function_of_its_seed),
         cmocka_unit_test(test_the_median_is_the_middle_timing_or_the_mean_of_the_two_middle_ones),
+        cmocka_unit_test(test_a_fill_writes_every_value_as_a_function_of_its_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

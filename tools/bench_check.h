@@ -1,0 +1,29 @@
+/* fsa-bench's checks of what it times (bench_check.c): outputs finite, and
+ * sampled rows of a selected-attention forward against float64 sums of the
+ * same inputs, so that a row's timing never stands for a wrong result. */
+#ifndef FSA_BENCH_CHECK_H
+#define FSA_BENCH_CHECK_H
+
+#include "bench_cuda.h"
+#include "fsa.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether the n 16-bit values of dtype dt at ptr are all finite (copied to the host). */
+int bench_device_finite(CUdeviceptr ptr, size_t n, fsa_dtype dt);
+
+/* A packed selected-attention problem on the device: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv], top-k
+ * [Hkv, T, K] of blocks of BK keys, one sequence, the softmax scale 1/sqrt(D); o [T, Hq, Dv]. */
+typedef struct bench_sel_problem {
+    CUdeviceptr q, k, v, topk, o;
+    int T, hq, hkv, D, Dv, K, BK;
+    fsa_dtype dtype;
+} bench_sel_problem;
+
+/* The worst of `rows` sampled (token, query head) rows of o, each row's error norm against the float64
+ * attention over its selected keys (the keys of its blocks up to the token) over the larger of that
+ * row's norm and 1e-3 x sqrt(Dv); NaN counts as infinite. The samples are a function of seed. */
+double bench_sampled_rows_error(const bench_sel_problem *p, int rows, uint64_t seed);
+
+#endif
