@@ -109,8 +109,10 @@ static int run_grid(const dec_opts *o, fsa_context *ctx, const dec_env *env)
 }
 
 /* Dense decode for scale: a 16K context with every block selected (BK 256, K 64). */
-static void run_dense(const dec_opts *o, fsa_context *ctx, const dec_env *env)
+/* Returns 1 when a row's output was not finite (reason on stderr), as run_grid. */
+static int run_dense(const dec_opts *o, fsa_context *ctx, const dec_env *env)
 {
+    int failed = 0;
     printf("\n## Dense decode for scale: L 16384, every block selected (BK 256, K 64 = 16384 keys), q_len 1\n");
     printf("|   B |  G | graph us | TB/s | estimate at L 32768 (x2) us |\n");
     const int bs[] = {1, 64};
@@ -124,15 +126,21 @@ static void run_dense(const dec_opts *o, fsa_context *ctx, const dec_env *env)
             const double us = dec_time_call(env, plan, &a, o->reps, 1);
             const double bytes = (double)p.B * p.hkv * 16384.0 * (D + o->dv) * 2;
             printf("| %3d | %2d | %8.1f | %4.2f | %27.0f |\n", p.B, gs[gi], us, bytes / us / 1e6, 2 * us);
+            if (!dec_output_finite(&p)) {
+                fprintf(stderr, "fsa-bench --decode: dense B %d G %d: o or lse not finite\n", p.B, gs[gi]);
+                failed = 1;
+            }
             dec_free(&p);
         }
         fsa_kvcache_plan_destroy(plan);
     }
+    return failed;
 }
 
 /* Chunked prefill: 4096 new tokens on a 60K cached prefix, one sequence. */
-static void run_prefill(const dec_opts *o, fsa_context *ctx, const dec_env *env)
+static int run_prefill(const dec_opts *o, fsa_context *ctx, const dec_env *env)
 {
+    int failed = 0;
     printf("\n## Chunked prefill: q_len 4096 on a 61440-token prefix (L 65536), B 1, K 16, BK 64\n");
     printf("|  G | us | ns per query token |\n");
     for (int gi = 0; gi < o->n_gs; gi++) {
@@ -143,10 +151,15 @@ static void run_prefill(const dec_opts *o, fsa_context *ctx, const dec_env *env)
             const fsa_kvcache_args a = dec_args(&p, plan);
             const double us = dec_time_call(env, plan, &a, o->reps, 0);
             printf("| %2d | %8.1f | %6.1f |\n", g, us, us * 1e3 / 4096);
+            if (!dec_output_finite(&p)) {
+                fprintf(stderr, "fsa-bench --decode: prefill G %d: o or lse not finite\n", g);
+                failed = 1;
+            }
             dec_free(&p);
         }
         fsa_kvcache_plan_destroy(plan);
     }
+    return failed;
 }
 
 int fsa_bench_decode(int argc, char **argv)
@@ -189,14 +202,14 @@ int fsa_bench_decode(int argc, char **argv)
             return TOOL_EXIT_FAILED;
         }
     }
-    const int failed = run_grid(&o, ctx, &env);
+    int failed = run_grid(&o, ctx, &env);
     if (env.stamps_file) fclose(env.stamps_file);
     if (env.stamps) {
         unsetenv("FSA_KVC_STAMPS"); /* the dense and prefill plans below: no stamps into the buffer freed here */
         cu.MemFree(env.stamps);
     }
-    if (o.dense) run_dense(&o, ctx, &env);
-    if (o.prefill) run_prefill(&o, ctx, &env);
+    if (o.dense) failed |= run_dense(&o, ctx, &env);
+    if (o.prefill) failed |= run_prefill(&o, ctx, &env);
     cu.MemFree(env.flush);
     cu.EventDestroy(env.e0);
     cu.EventDestroy(env.e1);
