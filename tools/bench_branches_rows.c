@@ -3,7 +3,6 @@
 #include "bench_branches_rows.h"
 
 #include "bench_check.h"
-
 #include "bench_inputs.h"
 #include "bench_json.h"
 #include "tool_args.h"

@@ -1,6 +1,7 @@
 /* fsa-bench --decode: the paged problem (bench_decode_problem.h). */
 #include "bench_decode_problem.h"
 
+#include "bench_check.h"
 #include "bench_inputs.h"
 
 #include <math.h>
@@ -162,15 +163,12 @@ int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len
 
 int dec_output_finite(const dec_problem *p)
 {
-    const size_t n = (size_t)p->tq * HQ * p->dv;
-    uint16_t *o = ALLOC(n * 2);
-    float *lse = ALLOC((size_t)p->tq * HQ * sizeof(float));
-    CU(cu.MemcpyDtoH(o, p->o, n * 2));
-    CU(cu.MemcpyDtoH(lse, p->lse, (size_t)p->tq * HQ * sizeof(float)));
+    if (!bench_device_finite(p->o, (size_t)p->tq * HQ * p->dv, FSA_DTYPE_BF16)) return 0;
+    const size_t rows = (size_t)p->tq * HQ;
+    float *lse = ALLOC(rows * sizeof(float));
+    CU(cu.MemcpyDtoH(lse, p->lse, rows * sizeof(float)));
     int finite = 1;
-    for (size_t i = 0; i < n && finite; i++) finite = isfinite(bench_from_bf16(o[i]));
-    for (size_t i = 0; i < (size_t)p->tq * HQ && finite; i++) finite = isfinite(lse[i]);
-    free(o);
+    for (size_t i = 0; i < rows && finite; i++) finite = isfinite(lse[i]);
     free(lse);
     return finite;
 }
