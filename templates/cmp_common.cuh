@@ -38,11 +38,8 @@ __device__ __forceinline__ int cmp_visible(long long pos, long long l, long long
 // rows' raw scores s into p (p may be s); 0 where a row does not see the key
 // (key `first` + column; this lane's row slot 2m + half sees the first
 // vis[slot]). `whole` (the same on every lane): every row that matters sees
-// every key here, so nothing is masked. Clamped at 1 (a probability is at
-// most 1 but for rounding, which the 16-bit operands round away): NaN and
-// Inf become 1, so that the scoring products, which multiply every row's p
-// by 0 for other blocks and other tokens of a set, never spread one token's
-// NaN (fminf takes the number over NaN).
+// every key here, so nothing is masked. Not clamped: NaN and Inf pass
+// through to Scorer::pack, which takes them as 1.
 template <int NJ, int MT>
 __device__ __forceinline__ void cmp_probs(float p[MT][NJ][4], const float s[MT][NJ][4], int first, const int vis[2 * MT],
                                           const float lse2[2 * MT], float scale_log2, int lane, bool whole) {
@@ -53,7 +50,7 @@ __device__ __forceinline__ void cmp_probs(float p[MT][NJ][4], const float s[MT][
             for (int jn = 0; jn < NJ; jn++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    p[m][jn][e] = fminf(fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[2 * m + (e >> 1)])), 1.f);
+                    p[m][jn][e] = fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[2 * m + (e >> 1)]));
         return;
     }
 #pragma unroll
@@ -64,7 +61,7 @@ __device__ __forceinline__ void cmp_probs(float p[MT][NJ][4], const float s[MT][
             for (int e = 0; e < 4; e++) {
                 const int slot = 2 * m + (e >> 1);
                 p[m][jn][e] = first + frag_col(lane, jn, e) < vis[slot]
-                                  ? fminf(fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot])), 1.f)
+                                  ? fast_exp2(fmaf(s[m][jn][e], scale_log2, -lse2[slot]))
                                   : 0.f;
             }
 }

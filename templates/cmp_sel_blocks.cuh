@@ -12,6 +12,16 @@ __device__ __forceinline__ void f16x2_to_f32(u32 x, float &lo, float &hi) {
     asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}" : "=f"(lo), "=f"(hi) : "r"(x));
 }
 
+// Both 16-bit halves of x at most 1; a NaN half becomes 1 (min takes the
+// number over NaN), so do +Inf and what rounded to +Inf. One instruction per
+// two probabilities (the same bits as clamping each fp32 before rounding: the
+// rounding is monotone and 1 is exact).
+__device__ __forceinline__ u32 f16x2_min_one(u32 x) {
+    u32 r;
+    asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(0x3C003C00u));
+    return r;
+}
+
 // x, which the compiler may not recompute from how it was made (constants
 // it would otherwise rebuild inside loops rather than keep in registers).
 __device__ __forceinline__ u32 opaque(u32 x) {
@@ -125,15 +135,19 @@ struct BlockScores {
 
     // A set's probabilities s (16 rows x KS keys; 0 where a row does not see
     // a key) as the fp16 B operands of the products (the accumulator
-    // registers are free after this: the next stage's scores may go there).
+    // registers are free after this: the next stage's scores may go there),
+    // each at most 1: a probability is at most 1 but for rounding, and NaN and
+    // Inf become 1, so that the products, which multiply every row's
+    // probabilities by 0 for other blocks and other tokens of a set, never
+    // spread one token's NaN to the others.
     typedef u32 Packed[NQ][2][2];
     static __device__ __forceinline__ void pack(Packed &b, const float s[KS / 8][4]) {
 #pragma unroll
         for (int q = 0; q < NQ; q++)
 #pragma unroll
             for (int nh = 0; nh < 2; nh++) {
-                b[q][nh][0] = dtype_f16::pack(s[2 * q][2 * nh], s[2 * q][2 * nh + 1]);
-                b[q][nh][1] = dtype_f16::pack(s[2 * q + 1][2 * nh], s[2 * q + 1][2 * nh + 1]);
+                b[q][nh][0] = f16x2_min_one(dtype_f16::pack(s[2 * q][2 * nh], s[2 * q][2 * nh + 1]));
+                b[q][nh][1] = f16x2_min_one(dtype_f16::pack(s[2 * q + 1][2 * nh], s[2 * q + 1][2 * nh + 1]));
             }
     }
 

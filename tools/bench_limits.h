@@ -24,4 +24,7 @@ static inline int bench_block_size_ok(int bk) { return bk >= 16 && bk <= 256 && 
 #define BENCH_MAX_KERNEL_SIZE 4096
 #define BENCH_MAX_SELECTION_STRIDES 64
 
+/* The selected mode's checks: a relative error this size is 5x what bf16's rounding gives (2^-8 per operand). */
+#define BENCH_DEFAULT_TOL 2e-2
+
 #endif

@@ -44,13 +44,16 @@ static void print_usage(FILE *f)
             "  --json FILE           also write the rows as JSON (null where a value does not exist)\n"
             "  --tune                measure each row's token bucket first (tuning on; records go to the\n"
             "                        cache) so that AUTO takes the measured choice; JSON gives both\n"
+            "  --tolerance E         the checks of every row: the two paths' outputs (and dq) within E of\n"
+            "                        each other, sampled forward rows within E of float64 (default %.0e);\n"
+            "                        a row over it fails the run\n"
             "  --dry-run             print what would run and exit, without a GPU\n"
             "  -h, --help            this text\n"
             "  --version             the library version\n"
             "\n"
             "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
             "usable GPU.\n",
-            MAX_LIST, MAX_LIST);
+            MAX_LIST, MAX_LIST, BENCH_DEFAULT_TOL);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -123,6 +126,7 @@ enum {
     OPT_DRY_RUN,
     OPT_VERSION,
     OPT_TUNE,
+    OPT_TOLERANCE,
     OPT_HELP /* not 'h': a long option's value is never a letter (tool_bad_option) */
 };
 
@@ -146,6 +150,7 @@ static const struct option k_long_options[] = {
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {"tune", no_argument, NULL, OPT_TUNE},
+    {"tolerance", required_argument, NULL, OPT_TOLERANCE},
     {NULL, 0, NULL, 0},
 };
 
@@ -201,6 +206,10 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         case OPT_WARMUP_MS:
             if (tool_parse_double(&o->warmup_ms, optarg, 0.0, 1e7) != 0)
                 return usage_error("--warmup-ms: '%s' is not a number of milliseconds from 0 to 1e7", optarg);
+            break;
+        case OPT_TOLERANCE:
+            if (tool_parse_double(&o->tolerance, optarg, 0.0, 1e3) != 0)
+                return usage_error("--tolerance: '%s' is not a relative error from 0 to 1e3", optarg);
             break;
         case OPT_WORKSPACE_LIMIT:
             if (strcmp(optarg, "unlimited") == 0) o->workspace_limit = FSA_WORKSPACE_UNLIMITED;

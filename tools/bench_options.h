@@ -30,6 +30,7 @@ typedef struct options {
     uint64_t workspace_limit;
     int only; /* 0 = both paths, else the one fsa_algorithm to time */
     int backward;
+    double tolerance; /* of the checks of every row (bench_selected.h), BENCH_DEFAULT_TOL unless given */
 } options;
 
 /* Fills *o, whose defaults the caller set; returns -1 to go on, else the

@@ -280,9 +280,9 @@ static int time_backward(fsa_context *ctx, const options *o, bench_row *row, con
     }
     if (ran[FSA_ALGORITHM_FSA] && ran[FSA_ALGORITHM_NSA]) {
         row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
-        if (row->bwd_rel_diff > BENCH_PATHS_TOL) { /* NaN: not compared (no host memory) */
+        if (row->bwd_rel_diff > o->tolerance) { /* NaN: not compared (no host memory) */
             fprintf(stderr, "fsa-bench: backward T=%d G=%d D=%d: the two dq orders differ by %.3g (over %.0e)\n",
-                    row->T, row->G, row->D, row->bwd_rel_diff, BENCH_PATHS_TOL);
+                    row->T, row->G, row->D, row->bwd_rel_diff, o->tolerance);
             failed = 1;
         }
     }
@@ -396,9 +396,9 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     row->rel_diff = NAN;
     if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
         row->rel_diff = device_rel_diff(out[FSA_ALGORITHM_FSA], out[FSA_ALGORITHM_NSA], no, o->dtype);
-        if (row->rel_diff > BENCH_PATHS_TOL) { /* NaN: not compared (no host memory) */
+        if (row->rel_diff > o->tolerance) { /* NaN: not compared (no host memory) */
             fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d: the two paths' outputs differ by %.3g (over %.0e)\n",
-                    T, G, D, row->rel_diff, BENCH_PATHS_TOL);
+                    T, G, D, row->rel_diff, o->tolerance);
             row->failed = 1;
         }
     }
@@ -416,9 +416,9 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
         }
         const double e = bench_sampled_rows_error(&sp, BENCH_SAMPLED_ROWS, 99u + (uint64_t)T);
         if (!(e <= row->sampled_err)) row->sampled_err = e; /* the worse of the paths (NaN: none yet) */
-        if (!(e <= BENCH_ROW_TOL)) {
+        if (!(e <= o->tolerance)) {
             fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d on the %s path: a sampled row's error %.3g against "
-                            "float64 (over %.0e)\n", T, G, D, alg_name((fsa_algorithm)a), e, BENCH_ROW_TOL);
+                            "float64 (over %.0e)\n", T, G, D, alg_name((fsa_algorithm)a), e, o->tolerance);
             row->failed = 1;
         }
     }

@@ -31,12 +31,10 @@ typedef struct bench_row {
     double sampled_err;  /* the worst sampled forward row against float64 (bench_check.h), over the paths run */
 } bench_row;
 
-/* The checks of every row (a failed one fails the run): the two paths' outputs (and dq) within BENCH_PATHS_TOL
- * of each other, relative over the tensor; BENCH_SAMPLED_ROWS rows of each path's forward within BENCH_ROW_TOL
- * of float64; every output and gradient finite. */
-#define BENCH_PATHS_TOL 2e-2
+/* The checks of every row (a failed one fails the run): the two paths' outputs (and dq) within the tolerance
+ * (options.tolerance, BENCH_DEFAULT_TOL unless --tolerance gives another) of each other, relative over the
+ * tensor; BENCH_SAMPLED_ROWS rows of each path's forward within it of float64; every output and gradient finite. */
 #define BENCH_SAMPLED_ROWS 32
-#define BENCH_ROW_TOL 2e-2
 
 /* Times T tokens at group G and head dim D (Hq, BK, K and the rest from *o);
  * a failed forward plan ends fsa-bench, a failed backward sets row->failed. */

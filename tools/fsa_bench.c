@@ -15,6 +15,7 @@
 #include "bench_decode.h"
 #include "bench_jit.h"
 #include "bench_json.h"
+#include "bench_limits.h"
 #include "bench_options.h"
 #include "bench_selected.h"
 #include "tool_args.h"
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
     if (mode == BENCH_MODE_BRANCHES) return fsa_bench_branches(argc - 1, argv + 1);
     options o = {.mode = MODE_GRID, .tokens = {8192}, .n_tokens = 1, .groups = {1, 2, 4, 8, 16}, .n_groups = 5,
                  .head_dim = 128, .q_heads = 32, .block_size = 64, .top_k = 16, .dtype = FSA_DTYPE_BF16,
-                 .min_ms = 100.0, .warmup_ms = 25.0};
+                 .min_ms = 100.0, .warmup_ms = 25.0, .tolerance = BENCH_DEFAULT_TOL};
     const char *jit_child = NULL;
     int rc = bench_options_parse(&o, &jit_child, argc, argv);
     if (rc >= 0) return rc;

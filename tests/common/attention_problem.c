@@ -132,7 +132,8 @@ void attn_grads_given_o(attn_grads_given *out, const problem *p, const attn_case
     out->dk = malloc((size_t)p->T * c->hkv * c->d * sizeof(double));
     double *dv = malloc((size_t)p->T * c->hkv * p->Dv * sizeof(double));
     assert_true(out->dq && out->dk && dv);
-    fsa_ref_backward_given_o(&rp, dout, o_used, out->dq, out->dk, dv);
+    fsa_ref_grad_terms_alloc(&out->terms, (size_t)p->T * c->hq, (size_t)p->T * c->hkv);
+    fsa_ref_backward_terms(&rp, dout, o_used, out->dq, out->dk, dv, &out->terms);
     free(dv);
 }
 
@@ -140,6 +141,7 @@ void attn_grads_given_free(attn_grads_given *g)
 {
     free(g->dq);
     free(g->dk);
+    fsa_ref_grad_terms_free(&g->terms);
     g->dq = g->dk = NULL;
 }
 
@@ -337,6 +339,17 @@ attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int l
 attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, int len)
 {
     return row_error(a, b, T, H, len, 1e-3 * sqrt((double)len));
+}
+
+attn_row_err attn_grad_row_error_terms(const float *a, const double *b, const double *terms, int T, int H, int len)
+{
+    size_t row = 0;
+    attn_row_err r;
+    r.err = fsa_row_rel_error_terms(a, b, terms, (size_t)T * H, (size_t)len, ATTN_ROW_FLOOR, 1e-3 * sqrt((double)len),
+                                    &row);
+    r.t = (int)(row / (size_t)H);
+    r.h = (int)(row % (size_t)H);
+    return r;
 }
 
 double attn_lse_error(const float *lse, const double *ref, size_t n, size_t *worst)

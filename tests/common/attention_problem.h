@@ -118,6 +118,9 @@ attn_row_err attn_row_error(const float *a, const double *b, int T, int H, int l
 /* The same for a gradient, with attn_grad_error's floor per row (1e-3 per element): a problem where every
  * query sees one key has dq and dk rows that are zero but for rounding. */
 attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, int len);
+/* A gradient's worst row against the larger of its own norm and its terms' (fsa_row_rel_error_terms: the
+ * floor from the median row, at least attn_grad_row_error's per-element floor). */
+attn_row_err attn_grad_row_error_terms(const float *a, const double *b, const double *terms, int T, int H, int len);
 
 /* The gradients of a backward given the o it reads (the documented contract: gradients given dout, o and
  * lse), for the per-row bounds. delta = rowsum(dout * o) enters dq and dk as -scale x P x delta; a call given
@@ -127,6 +130,7 @@ attn_row_err attn_grad_row_error(const float *a, const double *b, int T, int H, 
  * delta: the plain reference's). */
 typedef struct {
     double *dq, *dk;
+    fsa_ref_grad_terms terms; /* each gradient row's term norm (dq [T, Hq], dk and dv [T, Hkv]) */
 } attn_grads_given;
 void attn_grads_given_o(attn_grads_given *out, const problem *p, const attn_case *c, const float *dout,
                         const float *o_used);

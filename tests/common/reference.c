@@ -193,12 +193,19 @@ void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, d
 void fsa_ref_backward_given_o(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq,
                               double *dk, double *dv)
 {
+    fsa_ref_backward_terms(p, dout, o_used, dq, dk, dv, NULL);
+}
+
+void fsa_ref_backward_terms(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq, double *dk,
+                            double *dv, const fsa_ref_grad_terms *terms)
+{
     check_problem(p);
     int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, D = p->head_dim, Dv = fsa_ref_value_dim(p);
     int G = Hq / Hkv;
     memset(dq, 0, sizeof *dq * (size_t)T * Hq * D);
     memset(dk, 0, sizeof *dk * (size_t)T * Hkv * D);
     memset(dv, 0, sizeof *dv * (size_t)T * Hkv * Dv);
+    fsa_ref_grad_terms_zero(terms, (size_t)T * Hq, (size_t)T * Hkv);
     size_t cap = (size_t)p->top_k * p->block_size;
     int *keys = xcalloc(cap, sizeof *keys);
     double *prob = xcalloc(cap, sizeof *prob);
@@ -225,10 +232,13 @@ void fsa_ref_backward_given_o(const fsa_ref_problem *p, const float *dout, const
                         dk[koff + d] += p->scale * ds * (double)q[d];
                     }
                     for (int d = 0; d < Dv; d++) dv[voff + d] += prob[m] * (double)go[d];
+                    fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)keys[m] * Hkv + h, p->scale * ds,
+                                           prob[m], q, kj, go, D, Dv);
                 }
             }
         }
     }
+    fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)T * Hkv);
     free(o_row);
     free(prob);
     free(keys);
@@ -377,6 +387,52 @@ double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, s
             if (isfinite(br[e])) den += br[e] * br[e];
         }
         const double err = sqrt(num) / fmax(sqrt(den), floor);
+        if (err > worst) {
+            worst = err;
+            if (worst_row != NULL) *worst_row = r;
+        }
+    }
+    return worst;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+double fsa_row_rel_error_terms(const float *a, const double *b, const double *terms, size_t rows, size_t row_len,
+                               double floor_frac, double abs_floor, size_t *worst_row)
+{
+    /* The median of the nonzero reference rows' norms. */
+    double *norms = xcalloc(rows > 0 ? rows : 1, sizeof *norms);
+    size_t nonzero = 0;
+    for (size_t r = 0; r < rows; r++) {
+        double sq = 0.0;
+        for (size_t e = 0; e < row_len; e++)
+            if (isfinite(b[r * row_len + e])) sq += b[r * row_len + e] * b[r * row_len + e];
+        if (sq > 0.0) norms[nonzero++] = sqrt(sq);
+    }
+    qsort(norms, nonzero, sizeof *norms, cmp_double);
+    const double median = nonzero > 0 ? norms[nonzero / 2] : 0.0;
+    free(norms);
+    const double floor = fmax(fmax(floor_frac * median, abs_floor), 1e-30);
+    double worst = 0.0;
+    if (worst_row != NULL) *worst_row = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *ar = a + r * row_len;
+        const double *br = b + r * row_len;
+        double num = 0.0, den = 0.0;
+        for (size_t e = 0; e < row_len; e++) {
+            double diff;
+            if (!element_diff((double)ar[e], br[e], &diff)) {
+                if (worst_row != NULL) *worst_row = r;
+                return INFINITY;
+            }
+            num += diff * diff;
+            if (isfinite(br[e])) den += br[e] * br[e];
+        }
+        const double err = sqrt(num) / fmax(fmax(sqrt(den), terms[r]), floor);
         if (err > worst) {
             worst = err;
             if (worst_row != NULL) *worst_row = r;

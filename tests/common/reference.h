@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reference_terms.h"
 #include "testing.h"
 
 /* Problem and case tables are written positionally and leave their trailing
@@ -86,6 +87,10 @@ void fsa_ref_backward(const fsa_ref_problem *p, const float *dout, double *dq, d
 void fsa_ref_backward_given_o(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq,
                               double *dk, double *dv);
 
+/* fsa_ref_backward_given_o, and each row's term norm into *terms (reference_terms.h; NULL: not wanted). */
+void fsa_ref_backward_terms(const fsa_ref_problem *p, const float *dout, const float *o_used, double *dq, double *dk,
+                            double *dv, const fsa_ref_grad_terms *terms);
+
 /* 1 when slot s of row (h, t) is valid under the rule above, else 0. */
 int fsa_ref_slot_valid(const fsa_ref_problem *p, int h, int t, int s);
 
@@ -126,6 +131,13 @@ double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t ro
  * dq where each query sees one key, is measured at that absolute scale, not against its own rounding. */
 double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
                                  double abs_floor, size_t *worst_row);
+
+/* The worst row of a [rows, row_len] gradient against its reference b, each row measured against the
+ * largest of its own norm, its terms' norm terms[r] (fsa_ref_grad_terms) and a floor: floor_frac x the
+ * median nonzero row norm of b, at least abs_floor. The median, not the rms: a few dominant rows (a big
+ * logit's) would raise an rms floor above every other row; those rows get their scale from their terms. */
+double fsa_row_rel_error_terms(const float *a, const double *b, const double *terms, size_t rows, size_t row_len,
+                               double floor_frac, double abs_floor, size_t *worst_row);
 
 /* max |a - b| with the same infinity rules. */
 double fsa_max_abs_error(const float *a, const double *b, size_t n);

@@ -116,12 +116,19 @@ void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, doubl
 void fsa_ref_cmp_backward_given_o(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
                                   double *dk, double *dv)
 {
+    fsa_ref_cmp_backward_terms(p, dout, o_used, dq, dk, dv, NULL);
+}
+
+void fsa_ref_cmp_backward_terms(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
+                                double *dk, double *dv, const fsa_ref_grad_terms *terms)
+{
     check_problem(p);
     const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
     const int G = Hq / Hkv;
     memset(dq, 0, sizeof *dq * (size_t)T * Hq * Dk);
     memset(dk, 0, sizeof *dk * (size_t)p->total_cmp * Hkv * Dk);
     memset(dv, 0, sizeof *dv * (size_t)p->total_cmp * Hkv * Dv);
+    fsa_ref_grad_terms_zero(terms, (size_t)T * Hq, (size_t)p->total_cmp * Hkv);
     double *prob = xcalloc((size_t)p->total_cmp, sizeof *prob);
     double *o_row = xcalloc((size_t)Dv, sizeof *o_row);
     for (int t = 0; t < T; t++)
@@ -143,8 +150,11 @@ void fsa_ref_cmp_backward_given_o(const fsa_ref_cmp_problem *p, const float *dou
                     dk[kj + e] += p->scale * ds * q[e];
                 }
                 for (int e = 0; e < Dv; e++) dv[vj + e] += prob[j] * go[e];
+                fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)(cs + j) * Hkv + h, p->scale * ds, prob[j], q,
+                                       p->k + kj, go, Dk, Dv);
             }
         }
+    fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)p->total_cmp * Hkv);
     free(o_row);
     free(prob);
 }

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reference_terms.h"
+
 typedef struct fsa_ref_cmp_problem {
     int total_tokens, batch;      /* T, B */
     const int32_t *cu_seqlens;    /* host, [B + 1] */
@@ -65,6 +67,10 @@ void fsa_ref_cmp_backward(const fsa_ref_cmp_problem *p, const float *dout, doubl
  * small difference that the rounding of o moves by far more than the gradients' own rounding. */
 void fsa_ref_cmp_backward_given_o(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
                                   double *dk, double *dv);
+/* The same, and each gradient row's term norm into *terms (reference_terms.h; dk and dv rows [Tc, Hkv]; NULL:
+ * not wanted). */
+void fsa_ref_cmp_backward_terms(const fsa_ref_cmp_problem *p, const float *dout, const float *o_used, double *dq,
+                                double *dk, double *dv, const fsa_ref_grad_terms *terms);
 
 /* scores [i / BK + 1] of (KV head h, token t); returns i / BK + 1. */
 int fsa_ref_cmp_block_scores(const fsa_ref_cmp_problem *p, int block_size, int h, int t, double *scores);

@@ -72,11 +72,18 @@ void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout,
 void fsa_ref_window_backward_given_o(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
                                      double *dq, double *dk, double *dv)
 {
+    fsa_ref_window_backward_terms(p, dout, o_used, dq, dk, dv, NULL);
+}
+
+void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
+                                   double *dq, double *dk, double *dv, const fsa_ref_grad_terms *terms)
+{
     const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
     double *x = scratch(p), *dp = scratch(p);
     memset(dq, 0, (size_t)T * Hq * Dk * sizeof *dq);
     memset(dk, 0, (size_t)T * Hkv * Dk * sizeof *dk);
     memset(dv, 0, (size_t)T * Hkv * Dv * sizeof *dv);
+    fsa_ref_grad_terms_zero(terms, (size_t)T * Hq, (size_t)T * Hkv);
     for (int b = 0; b < p->batch; b++)
         for (int t = p->cu_seqlens[b]; t < p->cu_seqlens[b + 1]; t++)
             for (int qh = 0; qh < Hq; qh++) {
@@ -103,8 +110,10 @@ void fsa_ref_window_backward_given_o(const fsa_ref_window_problem *p, const floa
                         dk[kr * Dk + e] += ds * (double)q[e];
                     }
                     for (int e = 0; e < Dv; e++) dv[kr * Dv + e] += x[m] * (double)go[e];
+                    fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, kr, ds, x[m], q, p->k + kr * Dk, go, Dk, Dv);
                 }
             }
+    fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)T * Hkv);
     free(x);
     free(dp);
 }

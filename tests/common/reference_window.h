@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "reference_terms.h"
+
 typedef struct fsa_ref_window_problem {
     int total_tokens, batch;   /* T, B */
     const int32_t *cu_seqlens; /* host, [B + 1] */
@@ -39,5 +41,8 @@ void fsa_ref_window_backward(const fsa_ref_window_problem *p, const float *dout,
  * the rounding of o moves by far more than the gradients' own rounding). */
 void fsa_ref_window_backward_given_o(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
                                      double *dq, double *dk, double *dv);
+/* The same, and each gradient row's term norm into *terms (reference_terms.h; NULL: not wanted). */
+void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float *dout, const float *o_used,
+                                   double *dq, double *dk, double *dv, const fsa_ref_grad_terms *terms);
 
 #endif

@@ -291,16 +291,22 @@ static grad_shapes grad_shapes_of(const cmp_problem *p, const cmp_case *c)
 }
 
 /* The worst (token, head) row of the first n gradients against the reference, each under tol: one norm
- * over a tensor lets a wrong row with small values (a long context) pass, its own norm does not. */
+ * over a tensor lets a wrong row with small values (a long context) pass, its own norm does not. With the
+ * reference's term norms (reference_terms.h), each row over the largest of its norm, its terms' and 0.1 x
+ * the median row (a big logit's rows neither set the others' floor nor fail on their rounding); without
+ * (dq plus an addend), over its norm and 0.1 x the rms row. */
 static void check_gradient_rows(const cmp_case *c, const char *what, const grad_shapes *s, float *const *got,
-                                double *const *want, int n, double tol)
+                                double *const *want, const fsa_ref_grad_terms *terms, int n, double tol)
 {
     static const char *const names[3] = {"dq", "dk", "dv"};
     double worst[3];
     print_message("  %-26s %-8s worst row", c->name, what);
     for (int i = 0; i < n; i++) {
         size_t r;
-        worst[i] = fsa_row_rel_error(got[i], want[i], (size_t)s->rows[i] * s->heads[i], s->dims[i], 0.1, &r);
+        const size_t rows = (size_t)s->rows[i] * s->heads[i];
+        const double *term = terms == NULL ? NULL : i == 0 ? terms->dq : i == 1 ? terms->dk : terms->dv;
+        worst[i] = term ? fsa_row_rel_error_terms(got[i], want[i], term, rows, s->dims[i], 0.1, 0.0, &r)
+                        : fsa_row_rel_error(got[i], want[i], rows, s->dims[i], 0.1, &r);
         print_message(" %s %.3e (t %zu h %zu)", names[i], worst[i], r / s->heads[i], r % s->heads[i]);
     }
     print_message(" (tol %.0e)\n", tol);
@@ -377,7 +383,9 @@ static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, c
     float *got[3];
     uint16_t *img[3];
     for (int i = 0; i < 3; i++) want[i] = malloc((n[i] + 1) * sizeof(double)), assert_non_null(want[i]);
-    fsa_ref_cmp_backward_given_o(&p->ref, gated, o, want[0], want[1], want[2]); /* the o the call reads */
+    fsa_ref_grad_terms terms;
+    fsa_ref_grad_terms_alloc(&terms, (size_t)p->T * c->hq, (size_t)p->Tc * c->hkv);
+    fsa_ref_cmp_backward_terms(&p->ref, gated, o, want[0], want[1], want[2], &terms); /* the o the call reads */
     for (int i = 0; i < 3; i++) {
         got[i] = malloc((n[i] + 1) * sizeof(float));
         img[i] = malloc(bytes[i]);
@@ -390,7 +398,8 @@ static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, c
     print_message("  %-26s gated    dq %.3e dk %.3e dv %.3e gate %.3e\n", c->name, err[0], err[1], err[2], err_gate);
     for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
     assert_true(err_gate < 1e-5);
-    check_gradient_rows(c, "gated", &s, got, want, 3, 3 * tol);
+    check_gradient_rows(c, "gated", &s, got, want, &terms, 3, 3 * tol);
+    fsa_ref_grad_terms_free(&terms);
     check_unseen_gradients_are_zero(c, "gated", p, got);
     check_gradient_padding(c, &s, img, 3);
     for (int i = 0; i < 3; i++) {
@@ -458,7 +467,9 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
     float *o_read = malloc((n_do + 1) * sizeof *o_read);
     assert_non_null(o_read);
     download_strided(o_read, NULL, dp.o, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
-    fsa_ref_cmp_backward_given_o(&p.ref, dout, o_read, want[0], want[1], want[2]);
+    fsa_ref_grad_terms terms;
+    fsa_ref_grad_terms_alloc(&terms, (size_t)p.T * c->hq, (size_t)p.Tc * c->hkv);
+    fsa_ref_cmp_backward_terms(&p.ref, dout, o_read, want[0], want[1], want[2], &terms);
     free(o_read);
 
     const uint64_t d_dout = upload_strided(dout, p.T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
@@ -505,7 +516,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         for (int i = 0; i < 3; i++) err[i] = fsa_rel_error(got[i], want[i], n[i]);
         print_message("  %-26s backward dq %.3e dk %.3e dv %.3e (tol %.0e)\n", c->name, err[0], err[1], err[2], tol);
         for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
-        check_gradient_rows(c, "backward", &s, got, want, 3, 3 * tol);
+        check_gradient_rows(c, "backward", &s, got, want, &terms, 3, 3 * tol);
         check_unseen_gradients_are_zero(c, "backward", &p, got);
         check_gradient_padding(c, &s, first, 3); /* the second run's bits are the first's */
     }
@@ -543,7 +554,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
             const double e_add = fsa_rel_error(got[0], dq_sum, nq);
             print_message("  %-26s dq_add   dq %.3e (tol %.0e) (%s)\n", c->name, e_add, tol, apart ? "apart" : "in place");
             assert_true(e_add < tol);
-            check_gradient_rows(c, "dq_add", &s, got, &dq_sum, 1, 3 * tol);
+            check_gradient_rows(c, "dq_add", &s, got, &dq_sum, NULL, 1, 3 * tol);
             check_gradient_padding(c, &s, &img, 1);
             for (int i = 0; i < 2; i++) {
                 uint16_t *after = malloc(bytes[i + 1]);
@@ -569,6 +580,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
     fsa_test_dfree(ws);
     fsa_test_dfree(d_dout);
     free(dout);
+    fsa_ref_grad_terms_free(&terms);
     device_free_cmp(&dp);
     cmp_problem_free(&p);
 }
@@ -714,7 +726,21 @@ static void test_a_token_with_nan_in_its_q_leaves_the_other_tokens_results_as_th
         }
         rows++;
     }
-    print_message("  %-30s NaN q at token %d: %d other tokens' selections and outputs unchanged\n", c->name, bad, rows);
+    /* The NaN token's own row: any order of its scored blocks (its scores are NaN), but valid blocks, ascending,
+     * the forced ones kept, as many as the rule takes (an infinite tolerance checks all but the order). */
+    double *scores = malloc(((size_t)p.T / c->bk + 2) * sizeof *scores);
+    assert_non_null(scores);
+    char why[200];
+    for (int h = 0; h < c->hkv; h++) {
+        const int n = fsa_ref_cmp_block_scores(&p.ref, c->bk, h, bad, scores);
+        assert_true(n > c->k); /* blocks to choose among */
+        const int32_t *row = out[1].topk + (size_t)bad * p.topk_ts + (size_t)h * p.topk_hs;
+        if (!fsa_ref_selection_ok(row, scores, n, c->k, c->init, c->local, INFINITY, 0.0, NULL, why, sizeof why))
+            fail_msg("token %d (NaN q), KV head %d: %s", bad, h, why);
+    }
+    free(scores);
+    print_message("  %-30s NaN q at token %d: %d other tokens' selections and outputs unchanged, its own rows valid\n",
+                  c->name, bad, rows);
     outputs_free_cmp(&out[0]);
     outputs_free_cmp(&out[1]);
     cmp_problem_free(&p);

@@ -205,9 +205,9 @@ static void check_grads(const grads *g, const double *dq_ref, const attn_grads_g
     const double tol = c->dtype == FSA_DTYPE_BF16 ? 2e-2 : 6e-3;
     const double eq = attn_grad_error(g->dq, dq_ref, nq), ek = attn_grad_error(g->dk, dk_ref, nkv),
                  ev = attn_grad_error(g->dv, dv_ref, nv);
-    const attn_row_err rq = attn_grad_row_error(g->dq, given->dq, p->T, c->hq, c->d),
-                       rk = attn_grad_row_error(g->dk, given->dk, p->T, c->hkv, c->d),
-                       rv = attn_grad_row_error(g->dv, dv_ref, p->T, c->hkv, p->Dv);
+    const attn_row_err rq = attn_grad_row_error_terms(g->dq, given->dq, given->terms.dq, p->T, c->hq, c->d),
+                       rk = attn_grad_row_error_terms(g->dk, given->dk, given->terms.dk, p->T, c->hkv, c->d),
+                       rv = attn_grad_row_error_terms(g->dv, dv_ref, given->terms.dv, p->T, c->hkv, p->Dv);
     fsa_algorithm alg = FSA_ALGORITHM_AUTO;
     assert_int_equal(fsa_plan_algorithm_bwd(&alg, NULL, plan, p->T), FSA_STATUS_OK);
     const double tol_q = bound_given_o(tol, given->dq, dq_ref, nq), tol_k = bound_given_o(tol, given->dk, dk_ref, nkv);

@@ -285,28 +285,32 @@ static double grad_floor(double frac, double dv_norm, const size_t *n, int i)
     return frac * dv_norm * sqrt((double)n[i] / (double)n[2]);
 }
 
-/* grad_error row by row: the worst (token, head) row of [rows, len] (fsa_row_rel_error, each row over the
- * larger of its norm and the row floor), with that floor at least the tensor's `floor` shared over its
- * rows, so that a gradient 0 in exact arithmetic is again measured against the value gradient's size.
- * One norm over a tensor lets a wrong row with small values pass, its own does not. */
-static double row_grad_error(const float *got, const double *want, size_t rows, size_t len, double floor,
-                             size_t *worst)
+/* grad_error row by row: the worst (token, head) row of [rows, len], each row over the larger of its norm
+ * and a row floor, with that floor at least the tensor's `floor` shared over its rows, so that a gradient 0
+ * in exact arithmetic is again measured against the value gradient's size. One norm over a tensor lets a
+ * wrong row with small values pass, its own does not. With the reference's term norms (reference_terms.h),
+ * each row also over its terms' norm and the row floor 0.1 x the median row (a big logit's rows neither set
+ * the others' floor nor fail on their rounding); without (dq plus an addend), 0.1 x the rms row. */
+static double row_grad_error(const float *got, const double *want, const double *terms, size_t rows, size_t len,
+                             double floor, size_t *worst)
 {
     const double per_row = sqrt((double)(rows > 0 ? rows : 1));
-    return fsa_row_rel_error_floored(got, want, rows, len, 0.1, floor / per_row, worst);
+    return terms ? fsa_row_rel_error_terms(got, want, terms, rows, len, 0.1, floor / per_row, worst)
+                 : fsa_row_rel_error_floored(got, want, rows, len, 0.1, floor / per_row, worst);
 }
 
 /* The worst rows of the first n_grads gradients, each under tol; frac and dv_norm as grad_floor's. */
 static void check_gradient_rows(const win_case *c, const char *what, const grads *g, float *const *got,
-                                double *const *want, const size_t *n, int n_grads, double frac, double dv_norm,
-                                double tol)
+                                double *const *want, const fsa_ref_grad_terms *terms, const size_t *n, int n_grads,
+                                double frac, double dv_norm, double tol)
 {
     static const char *const names[3] = {"dq", "dk", "dv"};
     double worst[3];
     print_message("  %-28s %-8s worst row", c->name, what);
     for (int i = 0; i < n_grads; i++) {
         size_t r;
-        worst[i] = row_grad_error(got[i], want[i], (size_t)g->rows[i] * g->heads[i], g->dims[i],
+        const double *term = terms == NULL ? NULL : i == 0 ? terms->dq : i == 1 ? terms->dk : terms->dv;
+        worst[i] = row_grad_error(got[i], want[i], term, (size_t)g->rows[i] * g->heads[i], g->dims[i],
                                   grad_floor(frac, dv_norm, n, i), &r);
         print_message(" %s %.3e (t %zu h %zu)", names[i], worst[i], r / g->heads[i], r % g->heads[i]);
     }
@@ -339,7 +343,9 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
     assert_true(gated && o);
     gate_rows_scale(&gr, dout, c->dv, gated);
     download_strided(o, NULL, p->do_, p->T, c->hq, c->dv, p->o_ts, p->o_hs, c->dtype);
-    fsa_ref_window_backward_given_o(&p->ref, gated, o, want[0], want[1], want[2]); /* the o the call reads */
+    fsa_ref_grad_terms terms;
+    fsa_ref_grad_terms_alloc(&terms, (size_t)p->T * c->hq, (size_t)p->T * c->hkv);
+    fsa_ref_window_backward_terms(&p->ref, gated, o, want[0], want[1], want[2], &terms); /* the o the call reads */
     fsa_window_bwd_args ga = *a;
     ga.gate = gate_rows_view(&gr), ga.gate_grad = gate_rows_grad_view(&gr);
     poison_grads(g);
@@ -355,7 +361,8 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
     print_message("  %-28s gated    dq %.3e dk %.3e dv %.3e gate %.3e\n", c->name, err[0], err[1], err[2], err_gate);
     for (int i = 0; i < 3; i++) assert_true(err[i] < tol);
     assert_true(err_gate < 1e-5);
-    check_gradient_rows(c, "gated", g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
+    check_gradient_rows(c, "gated", g, got, want, &terms, n, 3, 1e-3, dv_norm, 3 * tol);
+    fsa_ref_grad_terms_free(&terms);
     check_gradient_padding(c, g, img, 3);
     for (int i = 0; i < 3; i++) free(img[i]);
 
@@ -408,7 +415,9 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     float *o_read = malloc((n_do + 1) * sizeof *o_read);
     assert_non_null(o_read);
     download_strided(o_read, NULL, p.do_, T, c->hq, c->dv, p.o_ts, p.o_hs, c->dtype);
-    fsa_ref_window_backward_given_o(&p.ref, dout, o_read, want[0], want[1], want[2]);
+    fsa_ref_grad_terms terms;
+    fsa_ref_grad_terms_alloc(&terms, (size_t)T * c->hq, (size_t)T * c->hkv);
+    fsa_ref_window_backward_terms(&p.ref, dout, o_read, want[0], want[1], want[2], &terms);
     free(o_read);
 
     grads g;
@@ -429,7 +438,8 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
         assert_true(err[i] < tol);
         assert_memory_equal(img[0][i], img[1][i], g.bytes[i]); /* same inputs, same bits */
     }
-    check_gradient_rows(c, "backward", &g, got, want, n, 3, 1e-3, dv_norm, 3 * tol);
+    check_gradient_rows(c, "backward", &g, got, want, &terms, n, 3, 1e-3, dv_norm, 3 * tol);
+    fsa_ref_grad_terms_free(&terms);
     check_gradient_padding(c, &g, img[0], 3);
 
     /* dq_add, added before the rounding: first dq itself (in place, holding the dq just computed), then a
@@ -459,7 +469,7 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
         const double e_add = grad_error(got[0], dq_sum, n[0], grad_floor(2e-3, dv_norm, n, 0));
         print_message("  %-28s dq_add   dq %.3e (tol %.0e) (%s)\n", c->name, e_add, tol, apart ? "apart" : "in place");
         assert_true(e_add < tol);
-        check_gradient_rows(c, "dq_add", &g, got, &dq_sum, n, 1, 2e-3, dv_norm, 3 * tol);
+        check_gradient_rows(c, "dq_add", &g, got, &dq_sum, NULL, n, 1, 2e-3, dv_norm, 3 * tol);
         check_gradient_padding(c, &g, added, 1);
         assert_memory_equal(img[1][1], added[1], g.bytes[1]);
         assert_memory_equal(img[1][2], added[2], g.bytes[2]);

@@ -43,7 +43,8 @@ foreach(args "--bogus" "--dtype;fp8" "--dtype;float32" "--workspace-limit;2GB" "
              "--only;both" "-D" "--min-ms;-1" "--standard;--jit" "--standard;-T;8192" "extra"
              "-G;3" "--q-heads;24;-G;16" "--standard;--q-heads;12" "--standard;-D;64" "--jit;--json;x.json"
              "--jit;--dtype;f16" "--jit;-D;64" "--jit;--tune" "--jit;--cache-dir;x" "--jit;--backward"
-             "--min-ms; 5" "--min-ms;0x10" "--min-ms;inf" "-T;+8" "-D;+64" "--q-heads; 32")
+             "--min-ms; 5" "--min-ms;0x10" "--min-ms;inf" "-T;+8" "-D;+64" "--q-heads; 32"
+             "--tolerance;x" "--tolerance;-1" "--tolerance;nan")
   run(2 ${args})
   expect("${ERR}" "^fsa-bench: .*\nUsage: fsa-bench" "usage error for ${args}")
   if(NOT OUT STREQUAL "")

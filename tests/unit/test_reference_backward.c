@@ -1,7 +1,8 @@
 /* Checks the CPU reference's backward against central finite differences of
  * its forward, with empty, future, past-the-end, repeated and out-of-range
- * top-k entries in the rows, for two block sizes; and the backward given the
- * o a call read (fsa_ref_backward_given_o). */
+ * top-k entries in the rows, for two block sizes; the backward given the
+ * o a call read (fsa_ref_backward_given_o); and each gradient row's term
+ * norm (fsa_ref_backward_terms), which the GPU tests' per-row bounds use. */
 #include "reference_problem.h"
 
 #include <math.h>
@@ -139,11 +140,72 @@ static void test_backward_given_the_o_read_moves_only_delta(void **state)
     free_problem(&op);
 }
 
+static double norm_f(const float *x, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+static double norm_d(const double *x, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    return sqrt(s);
+}
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(a) + fabs(b)) + 1e-300; }
+
+/* Token 0 sees key 0 alone (dS 0: no gradient through it); token 1 sees keys 0 and 1, whose dS are opposite
+ * (they sum to 0), so dq_1 = scale dS_0 (k_0 - k_1) while its terms' norm is scale |dS_0| sqrt(|k_0|^2 + |k_1|^2):
+ * with k_1 close to k_0 the row cancels and the terms do not. Each key's dk and dv have one term but key 0's dv,
+ * which token 0 adds with P = 1. */
+static void test_term_norms_are_the_norms_of_each_key_s_contribution_taken_apart(void **state)
+{
+    (void)state;
+    const int lens[] = {2}, D = 8;
+    owned_problem op;
+    make_problem(&op, 1, lens, 1, 1, D, 1, 2, 4242);
+    for (int d = 0; d < D; d++) op.k[D + d] = op.k[d] + 1e-3f * (float)(d % 3); /* k_1 close to k_0 */
+    set_row(&op, 0, 0, (const int32_t[]){0, -1}, 2);
+    set_row(&op, 0, 1, (const int32_t[]){0, 1}, 2);
+    fsa_ref_problem *p = &op.p;
+    fsa_rng rng = {8};
+    float *dout = normal_floats(&rng, o_size(p));
+    double *dq = new_doubles(o_size(p)), *dk = new_doubles(kv_size(p)), *dv = new_doubles(kv_size(p));
+    fsa_ref_grad_terms terms = {new_doubles(2), new_doubles(2), new_doubles(2)};
+    fsa_ref_backward_terms(p, dout, NULL, dq, dk, dv, &terms);
+
+    assert_true(norm_d(dq, D) == 0.0 && terms.dq[0] == 0.0);
+    float diff[8];
+    double sq = 0.0;
+    for (int d = 0; d < D; d++) diff[d] = op.k[d] - op.k[D + d], sq += (double)op.k[d] * op.k[d] + (double)op.k[D + d] * op.k[D + d];
+    assert_true(norm_d(dq + D, D) > 0.0);
+    assert_true(close_to(terms.dq[1] * norm_f(diff, D), norm_d(dq + D, D) * sqrt(sq)));
+    assert_true(terms.dq[1] > 100 * norm_d(dq + D, D)); /* the cancellation the terms measure past */
+    for (int j = 0; j < 2; j++) assert_true(close_to(terms.dk[j], norm_d(dk + j * D, D)));
+    assert_true(close_to(terms.dv[1], norm_d(dv + D, D)));
+    /* key 0's dv: dout_0 (P 1) plus P_10 dout_1, whose norm the terms take apart. */
+    const double p10 = norm_d(dv + D, D) > 0 ? 1.0 - norm_d(dv + D, D) / norm_f(dout + D, D) : 1.0;
+    assert_true(close_to(terms.dv[0], sqrt(pow(norm_f(dout, D), 2) + p10 * p10 * pow(norm_f(dout + D, D), 2))));
+
+    /* The NULL form writes the same gradients. */
+    double *dq2 = new_doubles(o_size(p)), *dk2 = new_doubles(kv_size(p)), *dv2 = new_doubles(kv_size(p));
+    fsa_ref_backward_given_o(p, dout, NULL, dq2, dk2, dv2);
+    assert_memory_equal(dq, dq2, o_size(p) * sizeof(double));
+    assert_memory_equal(dk, dk2, kv_size(p) * sizeof(double));
+    assert_memory_equal(dv, dv2, kv_size(p) * sizeof(double));
+    free(dout), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
+    free(terms.dq), free(terms.dk), free(terms.dv);
+    free_problem(&op);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_matches_central_finite_differences),
         cmocka_unit_test(test_backward_given_the_o_read_moves_only_delta),
+        cmocka_unit_test(test_term_norms_are_the_norms_of_each_key_s_contribution_taken_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

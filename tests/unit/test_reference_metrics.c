@@ -67,6 +67,41 @@ static void test_row_error_finds_a_wrong_small_row_that_the_whole_tensor_norm_hi
     assert_true(fsa_row_rel_error(got_inf, ref_inf, 1, 2, 0.1, NULL) == 0.0);
 }
 
+/* The gradients' row error (fsa_row_rel_error_terms): each row against the largest of its own norm, its terms'
+ * norm and a floor from the median row, so that one dominant row neither hides the others nor fails on its
+ * rounding where its terms cancel. */
+static void test_a_gradient_row_is_measured_against_its_terms_and_the_median_row(void **state)
+{
+    (void)state;
+    enum { ROWS = 10 };
+    double ref[2 * ROWS], terms[ROWS];
+    float got[2 * ROWS];
+    for (int r = 0; r < ROWS; r++) ref[2 * r] = 1.0, ref[2 * r + 1] = 0.0, terms[r] = 1.0;
+    ref[0] = 1000.0, terms[0] = 1000.0; /* one dominant row */
+    for (int e = 0; e < 2 * ROWS; e++) got[e] = (float)ref[e];
+    size_t worst = 99;
+    assert_true(fsa_row_rel_error_terms(got, ref, terms, ROWS, 2, 0.1, 0.0, &worst) == 0.0);
+    /* A row of norm 1 that is 50% off is caught beside the norm-1000 row (an rms floor, 0.1 x 316, passed it). */
+    got[10] = 1.5f;
+    assert_true(fabs(fsa_row_rel_error_terms(got, ref, terms, ROWS, 2, 0.1, 0.0, &worst) - 0.5) < 1e-6);
+    assert_int_equal(worst, 5);
+    assert_true(fsa_row_rel_error(got, ref, ROWS, 2, 0.1, NULL) < 0.05);
+    got[10] = 1.0f;
+    /* A row that cancels to 0.01 from terms of norm 100 is measured at its terms: off by 0.05 is 5e-4. */
+    ref[4] = 0.01, terms[2] = 100.0, got[4] = 0.06f;
+    assert_true(fabs(fsa_row_rel_error_terms(got, ref, terms, ROWS, 2, 0.1, 0.0, &worst) - 5e-4) < 1e-6);
+    assert_int_equal(worst, 2);
+    /* Without terms it is measured at the floor, 0.1 x the median row norm (1): off by 0.05 is 0.5. */
+    terms[2] = 0.0;
+    assert_true(fabs(fsa_row_rel_error_terms(got, ref, terms, ROWS, 2, 0.1, 0.0, &worst) - 0.5) < 1e-6);
+    /* abs_floor where every row is zero; non-finite mismatches are infinite. */
+    const double zero[4] = {0.0, 0.0, 0.0, 0.0}, no_terms[2] = {0.0, 0.0};
+    const float noise[4] = {1e-6f, 0.0f, 0.0f, 0.0f}, with_nan[4] = {0.0f, NAN, 0.0f, 0.0f};
+    assert_true(fabs(fsa_row_rel_error_terms(noise, zero, no_terms, 2, 2, 0.1, 1e-3, &worst) - 1e-3) < 1e-6);
+    assert_true(isinf(fsa_row_rel_error_terms(with_nan, zero, no_terms, 2, 2, 0.1, 1e-3, &worst)));
+    assert_int_equal(worst, 0);
+}
+
 static void test_selected_entries_count_non_negative_entries_for_the_flop_count(void **state)
 {
     (void)state;
@@ -82,6 +117,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rel_error_is_infinite_for_nan_or_inf_and_zero_for_identical_arrays),
         cmocka_unit_test(test_row_error_finds_a_wrong_small_row_that_the_whole_tensor_norm_hides),
+        cmocka_unit_test(test_a_gradient_row_is_measured_against_its_terms_and_the_median_row),
         cmocka_unit_test(test_selected_entries_count_non_negative_entries_for_the_flop_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,35 @@
+#!/bin/bash
+# fsa-bench's checks on a GPU: a small row passes them (exit 0, "failed": false in the JSON) and the same row
+# with --tolerance 0, which no 16-bit result meets, fails the run (exit 1, the row's reason on stderr,
+# "failed": true), so that a wrong result can never stand behind a timing. Exit 77 without a usable GPU
+# (fsa-bench's exit 3), unless FSA_TEST_REQUIRE_GPU says there is one.
+#
+#   test_bench_checks.sh <fsa-bench> <work dir>
+set -u
+bench=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAILED: $*"; exit 1; }
+
+args=(-T 1024 -G 4 --min-ms 1 --warmup-ms 1)
+"$bench" "${args[@]}" --json "$work/ok.json" > "$work/ok.out" 2> "$work/ok.err"
+rc=$?
+if [ $rc = 3 ]; then
+    [ -n "${FSA_TEST_REQUIRE_GPU:-}" ] && [ "${FSA_TEST_REQUIRE_GPU}" != 0 ] &&
+        fail "no usable GPU, and FSA_TEST_REQUIRE_GPU=$FSA_TEST_REQUIRE_GPU says there is one: $(cat "$work/ok.err")"
+    echo "no usable GPU: skipped"
+    exit 77
+fi
+[ $rc = 0 ] || fail "the default tolerance: exit $rc: $(cat "$work/ok.err")"
+grep -q '"failed": false' "$work/ok.json" || fail "the passing row's JSON lacks \"failed\": false: $(cat "$work/ok.json")"
+grep -q '"failed": true' "$work/ok.json" && fail "a passing row marked failed"
+echo "default tolerance: exit 0, \"failed\": false"
+
+"$bench" "${args[@]}" --tolerance 0 --json "$work/bad.json" > "$work/bad.out" 2> "$work/bad.err"
+rc=$?
+[ $rc = 1 ] || fail "--tolerance 0: exit $rc, expected 1: $(cat "$work/bad.err")"
+grep -q "fsa-bench: forward T=1024 G=4 D=128 on the fsa path: a sampled row's error .* against float64 (over 0e+00)" \
+    "$work/bad.err" || fail "--tolerance 0: no sampled-row failure on stderr: $(cat "$work/bad.err")"
+grep -q '"failed": true' "$work/bad.json" || fail "--tolerance 0: the JSON lacks \"failed\": true: $(cat "$work/bad.json")"
+echo "--tolerance 0: exit 1, the reasons on stderr, \"failed\": true:"
+sed 's/^/  /' "$work/bad.err"
