@@ -363,14 +363,10 @@ double fsa_row_rel_error(const float *a, const double *b, size_t rows, size_t ro
     return fsa_row_rel_error_floored(a, b, rows, row_len, floor_frac, 0.0, worst_row);
 }
 
-double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
-                                 double abs_floor, size_t *worst_row)
+/* The worst row's ||a_r - b_r|| / max(||b_r||, terms[r] (terms may be NULL), floor). */
+static double worst_row_error(const float *a, const double *b, const double *terms, size_t rows, size_t row_len,
+                              double floor, size_t *worst_row)
 {
-    double sum_sq = 0.0;
-    for (size_t e = 0; e < rows * row_len; e++)
-        if (isfinite(b[e])) sum_sq += b[e] * b[e];
-    const double rms_row = rows > 0 ? sqrt(sum_sq / (double)rows) : 0.0;
-    const double floor = fmax(fmax(floor_frac * rms_row, abs_floor), 1e-30);
     double worst = 0.0;
     if (worst_row != NULL) *worst_row = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -386,13 +382,35 @@ double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, s
             num += diff * diff;
             if (isfinite(br[e])) den += br[e] * br[e];
         }
-        const double err = sqrt(num) / fmax(sqrt(den), floor);
+        const double err = sqrt(num) / fmax(fmax(sqrt(den), terms != NULL ? terms[r] : 0.0), floor);
         if (err > worst) {
             worst = err;
             if (worst_row != NULL) *worst_row = r;
         }
     }
     return worst;
+}
+
+/* The norm of row r of b (finite elements). */
+static double row_norm(const double *b, size_t r, size_t row_len)
+{
+    double sq = 0.0;
+    for (size_t e = 0; e < row_len; e++)
+        if (isfinite(b[r * row_len + e])) sq += b[r * row_len + e] * b[r * row_len + e];
+    return sqrt(sq);
+}
+
+double fsa_row_rel_error_floored(const float *a, const double *b, size_t rows, size_t row_len, double floor_frac,
+                                 double abs_floor, size_t *worst_row)
+{
+    double sum_sq = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        const double n = row_norm(b, r, row_len);
+        sum_sq += n * n;
+    }
+    const double rms_row = rows > 0 ? sqrt(sum_sq / (double)rows) : 0.0;
+    const double floor = fmax(fmax(floor_frac * rms_row, abs_floor), 1e-30);
+    return worst_row_error(a, b, NULL, rows, row_len, floor, worst_row);
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -408,37 +426,14 @@ double fsa_row_rel_error_terms(const float *a, const double *b, const double *te
     double *norms = xcalloc(rows > 0 ? rows : 1, sizeof *norms);
     size_t nonzero = 0;
     for (size_t r = 0; r < rows; r++) {
-        double sq = 0.0;
-        for (size_t e = 0; e < row_len; e++)
-            if (isfinite(b[r * row_len + e])) sq += b[r * row_len + e] * b[r * row_len + e];
-        if (sq > 0.0) norms[nonzero++] = sqrt(sq);
+        const double n = row_norm(b, r, row_len);
+        if (n > 0.0) norms[nonzero++] = n;
     }
     qsort(norms, nonzero, sizeof *norms, cmp_double);
     const double median = nonzero > 0 ? norms[nonzero / 2] : 0.0;
     free(norms);
     const double floor = fmax(fmax(floor_frac * median, abs_floor), 1e-30);
-    double worst = 0.0;
-    if (worst_row != NULL) *worst_row = 0;
-    for (size_t r = 0; r < rows; r++) {
-        const float *ar = a + r * row_len;
-        const double *br = b + r * row_len;
-        double num = 0.0, den = 0.0;
-        for (size_t e = 0; e < row_len; e++) {
-            double diff;
-            if (!element_diff((double)ar[e], br[e], &diff)) {
-                if (worst_row != NULL) *worst_row = r;
-                return INFINITY;
-            }
-            num += diff * diff;
-            if (isfinite(br[e])) den += br[e] * br[e];
-        }
-        const double err = sqrt(num) / fmax(fmax(sqrt(den), terms[r]), floor);
-        if (err > worst) {
-            worst = err;
-            if (worst_row != NULL) *worst_row = r;
-        }
-    }
-    return worst;
+    return worst_row_error(a, b, terms, rows, row_len, floor, worst_row);
 }
 
 double fsa_max_abs_error(const float *a, const double *b, size_t n)
