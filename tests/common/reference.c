@@ -220,8 +220,12 @@ void fsa_ref_backward_terms(const fsa_ref_problem *p, const float *dout, const f
                 const float *q = p->q + qoff;
                 const float *go = dout + ooff;
                 (void)attend_row(p, qh, q, keys, n, prob, o_row);
-                double delta = 0.0;
-                for (int d = 0; d < Dv; d++) delta += (double)go[d] * (o_used ? (double)o_used[ooff + d] : o_row[d]);
+                double delta = 0.0, abs_delta = 0.0;
+                for (int d = 0; d < Dv; d++) {
+                    const double x = (double)go[d] * (o_used ? (double)o_used[ooff + d] : o_row[d]);
+                    delta += x;
+                    abs_delta += fabs(x);
+                }
                 for (int m = 0; m < n; m++) {
                     size_t koff = ((size_t)keys[m] * Hkv + h) * D, voff = ((size_t)keys[m] * Hkv + h) * Dv;
                     const float *kj = p->k + koff;
@@ -232,8 +236,9 @@ void fsa_ref_backward_terms(const fsa_ref_problem *p, const float *dout, const f
                         dk[koff + d] += p->scale * ds * (double)q[d];
                     }
                     for (int d = 0; d < Dv; d++) dv[voff + d] += prob[m] * (double)go[d];
-                    fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)keys[m] * Hkv + h, p->scale * ds,
-                                           prob[m], q, kj, go, D, Dv);
+                    if (terms)
+                        fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)keys[m] * Hkv + h, p->scale, ds,
+                                               prob[m], fsa_ref_abs_dot(go, vj, Dv) + abs_delta, q, kj, go, D, Dv);
                 }
             }
         }

@@ -138,8 +138,12 @@ void fsa_ref_cmp_backward_terms(const fsa_ref_cmp_problem *p, const float *dout,
             const int h = qh / G;
             const float *q = p->q + ((size_t)t * Hq + qh) * Dk, *go = dout + ((size_t)t * Hq + qh) * Dv;
             const float *o_given = o_used != NULL ? o_used + ((size_t)t * Hq + qh) * Dv : NULL;
-            double delta = 0.0;
-            for (int e = 0; e < Dv; e++) delta += (double)go[e] * (o_given != NULL ? (double)o_given[e] : o_row[e]);
+            double delta = 0.0, abs_delta = 0.0;
+            for (int e = 0; e < Dv; e++) {
+                const double x = (double)go[e] * (o_given != NULL ? (double)o_given[e] : o_row[e]);
+                delta += x;
+                abs_delta += fabs(x);
+            }
             for (int j = 0; j < n; j++) {
                 const size_t kj = ((size_t)(cs + j) * Hkv + h) * Dk, vj = ((size_t)(cs + j) * Hkv + h) * Dv;
                 double dp = 0.0;
@@ -150,8 +154,9 @@ void fsa_ref_cmp_backward_terms(const fsa_ref_cmp_problem *p, const float *dout,
                     dk[kj + e] += p->scale * ds * q[e];
                 }
                 for (int e = 0; e < Dv; e++) dv[vj + e] += prob[j] * go[e];
-                fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)(cs + j) * Hkv + h, p->scale * ds, prob[j], q,
-                                       p->k + kj, go, Dk, Dv);
+                if (terms)
+                    fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, (size_t)(cs + j) * Hkv + h, p->scale, ds, prob[j],
+                                           fsa_ref_abs_dot(go, p->v + vj, Dv) + abs_delta, q, p->k + kj, go, Dk, Dv);
             }
         }
     fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)p->total_cmp * Hkv);

@@ -38,13 +38,22 @@ void fsa_ref_grad_terms_zero(const fsa_ref_grad_terms *t, size_t q_rows, size_t 
     memset(t->dv, 0, kv_rows * sizeof *t->dv);
 }
 
-void fsa_ref_grad_terms_add(const fsa_ref_grad_terms *t, size_t q_row, size_t kv_row, double scaled_ds, double p,
-                            const float *q, const float *k, const float *dout, int dk_dim, int dv_dim)
+void fsa_ref_grad_terms_add(const fsa_ref_grad_terms *t, size_t q_row, size_t kv_row, double scale, double ds, double p,
+                            double abs_dots, const float *q, const float *k, const float *dout, int dk_dim, int dv_dim)
 {
     if (t == NULL) return;
-    t->dq[q_row] += scaled_ds * scaled_ds * sq_norm(k, dk_dim);
-    t->dk[kv_row] += scaled_ds * scaled_ds * sq_norm(q, dk_dim);
+    const double noise = (double)dv_dim * 0x1p-24 * p * abs_dots; /* of dS, from the fp32 dot products */
+    const double ds_sq = scale * scale * (ds * ds + noise * noise);
+    t->dq[q_row] += ds_sq * sq_norm(k, dk_dim);
+    t->dk[kv_row] += ds_sq * sq_norm(q, dk_dim);
     t->dv[kv_row] += p * p * sq_norm(dout, dv_dim);
+}
+
+double fsa_ref_abs_dot(const float *a, const float *b, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += fabs((double)a[i] * (double)b[i]);
+    return s;
 }
 
 void fsa_ref_grad_terms_finish(const fsa_ref_grad_terms *t, size_t q_rows, size_t kv_rows)

@@ -88,7 +88,7 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
         for (int t = p->cu_seqlens[b]; t < p->cu_seqlens[b + 1]; t++)
             for (int qh = 0; qh < Hq; qh++) {
                 const int h = qh / (Hq / Hkv);
-                double l, delta = 0.0;
+                double l, delta = 0.0, abs_delta = 0.0;
                 const int first = row_softmax(p, p->cu_seqlens[b], t, qh, x, &l), n = t - first + 1;
                 const float *go = dout + ((size_t)t * Hq + qh) * Dv, *q = p->q + ((size_t)t * Hq + qh) * Dk;
                 for (int m = 0; m < n; m++) {
@@ -96,21 +96,26 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
                     dp[m] = 0.0;
                     for (int e = 0; e < Dv; e++) dp[m] += (double)go[e] * (double)v[e];
                     delta += x[m] * dp[m]; /* = dout.o */
+                    if (terms) abs_delta += x[m] * fsa_ref_abs_dot(go, v, Dv); /* >= sum |dout o| */
                 }
                 if (o_used != NULL) {
                     const float *o_row = o_used + ((size_t)t * Hq + qh) * Dv;
                     delta = 0.0;
                     for (int e = 0; e < Dv; e++) delta += (double)go[e] * (double)o_row[e];
+                    abs_delta = fsa_ref_abs_dot(go, o_row, Dv);
                 }
                 for (int m = 0; m < n; m++) {
                     const size_t kr = (size_t)(first + m) * Hkv + h;
-                    const double ds = x[m] * (dp[m] - delta) * p->scale;
+                    const double ds = x[m] * (dp[m] - delta) * p->scale; /* scale x dS */
                     for (int e = 0; e < Dk; e++) {
                         dq[((size_t)t * Hq + qh) * Dk + e] += ds * (double)p->k[kr * Dk + e];
                         dk[kr * Dk + e] += ds * (double)q[e];
                     }
                     for (int e = 0; e < Dv; e++) dv[kr * Dv + e] += x[m] * (double)go[e];
-                    fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, kr, ds, x[m], q, p->k + kr * Dk, go, Dk, Dv);
+                    if (terms)
+                        fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, kr, p->scale, ds / p->scale, x[m],
+                                               fsa_ref_abs_dot(go, p->v + kr * Dv, Dv) + abs_delta, q, p->k + kr * Dk,
+                                               go, Dk, Dv);
                 }
             }
     fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)T * Hkv);

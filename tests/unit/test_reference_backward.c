@@ -156,10 +156,17 @@ static double norm_d(const double *x, int n)
 
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 * (fabs(a) + fabs(b)) + 1e-300; }
 
-/* Token 0 sees key 0 alone (dS 0: no gradient through it); token 1 sees keys 0 and 1, whose dS are opposite
- * (they sum to 0), so dq_1 = scale dS_0 (k_0 - k_1) while its terms' norm is scale |dS_0| sqrt(|k_0|^2 + |k_1|^2):
- * with k_1 close to k_0 the row cancels and the terms do not. Each key's dk and dv have one term but key 0's dv,
- * which token 0 adds with P = 1. */
+static double abs_dot_fd(const float *a, const double *b, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += fabs((double)a[i] * b[i]);
+    return s;
+}
+
+/* Token 0 sees key 0 alone (P 1, dS 0); token 1 sees keys 0 and 1, whose dS are opposite (they sum to 0), so
+ * dq_1 = scale dS_0 (k_0 - k_1) while its terms' norm is scale sqrt(dS_0^2 (|k_0|^2 + |k_1|^2)) plus the dot
+ * products' rounding terms: with k_1 close to k_0 the row cancels and the terms do not. Each dS's rounding
+ * term is Dv 2^-24 P (sum |dout v| + sum |dout o|), P recovered from dv_1 = P_11 dout_1. */
 static void test_term_norms_are_the_norms_of_each_key_s_contribution_taken_apart(void **state)
 {
     (void)state;
@@ -176,18 +183,27 @@ static void test_term_norms_are_the_norms_of_each_key_s_contribution_taken_apart
     fsa_ref_grad_terms terms = {new_doubles(2), new_doubles(2), new_doubles(2)};
     fsa_ref_backward_terms(p, dout, NULL, dq, dk, dv, &terms);
 
-    assert_true(norm_d(dq, D) == 0.0 && terms.dq[0] == 0.0);
+    const float *k0 = op.k, *k1 = op.k + D, *v0 = op.v, *v1 = op.v + D, *q0 = op.q, *q1 = op.q + D;
+    const float *go0 = dout, *go1 = dout + D;
+    const double p11 = norm_d(dv + D, D) / norm_f(go1, D), p10 = 1.0 - p11;
+    double o1[8], o0[8];
     float diff[8];
-    double sq = 0.0;
-    for (int d = 0; d < D; d++) diff[d] = op.k[d] - op.k[D + d], sq += (double)op.k[d] * op.k[d] + (double)op.k[D + d] * op.k[D + d];
-    assert_true(norm_d(dq + D, D) > 0.0);
-    assert_true(close_to(terms.dq[1] * norm_f(diff, D), norm_d(dq + D, D) * sqrt(sq)));
+    for (int d = 0; d < D; d++) o1[d] = p10 * v0[d] + p11 * v1[d], o0[d] = v0[d], diff[d] = k0[d] - k1[d];
+    const double u = D * 0x1p-24, s = p->scale;
+    const double n00 = u * (abs_dot_fd(go0, o0, D) * 2), /* token 0: P 1 on key 0, o_0 = v_0 */
+        n10 = u * p10 * (fsa_ref_abs_dot(go1, v0, D) + abs_dot_fd(go1, o1, D)),
+                 n11 = u * p11 * (fsa_ref_abs_dot(go1, v1, D) + abs_dot_fd(go1, o1, D));
+    const double ds = norm_d(dq + D, D) / (s * norm_f(diff, D)); /* |dS_10| = |dS_11| */
+    assert_true(norm_d(dq, D) == 0.0 && norm_d(dq + D, D) > 0.0);
+    assert_true(close_to(terms.dq[0], s * n00 * norm_f(k0, D)));
+    assert_true(close_to(terms.dq[1], s * sqrt((ds * ds + n10 * n10) * pow(norm_f(k0, D), 2) +
+                                               (ds * ds + n11 * n11) * pow(norm_f(k1, D), 2))));
     assert_true(terms.dq[1] > 100 * norm_d(dq + D, D)); /* the cancellation the terms measure past */
-    for (int j = 0; j < 2; j++) assert_true(close_to(terms.dk[j], norm_d(dk + j * D, D)));
+    assert_true(close_to(terms.dk[0], s * sqrt(n00 * n00 * pow(norm_f(q0, D), 2) +
+                                               (ds * ds + n10 * n10) * pow(norm_f(q1, D), 2))));
+    assert_true(close_to(terms.dk[1], s * sqrt(ds * ds + n11 * n11) * norm_f(q1, D)));
+    assert_true(close_to(terms.dv[0], sqrt(pow(norm_f(go0, D), 2) + p10 * p10 * pow(norm_f(go1, D), 2))));
     assert_true(close_to(terms.dv[1], norm_d(dv + D, D)));
-    /* key 0's dv: dout_0 (P 1) plus P_10 dout_1, whose norm the terms take apart. */
-    const double p10 = norm_d(dv + D, D) > 0 ? 1.0 - norm_d(dv + D, D) / norm_f(dout + D, D) : 1.0;
-    assert_true(close_to(terms.dv[0], sqrt(pow(norm_f(dout, D), 2) + p10 * p10 * pow(norm_f(dout + D, D), 2))));
 
     /* The NULL form writes the same gradients. */
     double *dq2 = new_doubles(o_size(p)), *dk2 = new_doubles(kv_size(p)), *dv2 = new_doubles(kv_size(p));
