@@ -105,7 +105,8 @@ void outputs_free(outputs *o);
 
 /* Per-row checks next to the whole-tensor ones. One norm over a tensor lets a wrong row whose values are
  * small (a long context averages them toward zero) pass; the worst row against its own norm does not. */
-#define ATTN_ROW_FLOOR 0.1 /* a row's norm floor: this fraction of the reference's rms row norm */
+#define ATTN_ROW_FLOOR 0.1 /* a row's norm floor: this fraction of the reference's rms row norm (the median
+                            * row's for gradients measured against their terms) */
 #define ATTN_ROW_TOL 3.0   /* the per-row bound: this many times the whole-tensor tolerance */
 
 typedef struct attn_row_err {
