@@ -195,6 +195,13 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
                  bench_device_finite(dk_buf, (size_t)Tc * hkv * dk, o->dtype) &&
                  bench_device_finite(dv_buf, (size_t)Tc * hkv * dv, o->dtype);
     if (!finite) fprintf(stderr, "fsa-bench --compressed: T %d G %d: an output or gradient is not finite\n", T, G);
+    /* The timed forward's selection (the backward leaves it): sampled tokens' rows keep the rules. */
+    char what[96];
+    snprintf(what, sizeof what, "fsa-bench --compressed: T %d G %d", T, G);
+    const int selection_ok = o->top_k == 0 ||
+                             bench_selection_rows_ok(topk, fa.topk.token_stride, fa.topk.head_stride, cu_q, o->batch,
+                                                     hkv, o->top_k, o->block_size, o->init_blocks, o->local_blocks,
+                                                     BENCH_SELECTION_SAMPLES, 77u + (uint64_t)T, what);
     const double flops = 2.0 * hq * (dk + dv) * visible_pairs(cu_q, o->batch, KIND_COMPRESSED, o->kernel_size,
                                                                o->stride, 0);
     printf("| %6d | %2d | %3d | %6lld | %9.3f | %9.3f | %8.2f |", T, G, hkv, (long long)Tc, ms_fwd, ms_plain,
@@ -220,7 +227,7 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
     free(cu_c);
     fsa_compressed_plan_destroy(plan);
     fsa_compressed_plan_destroy(plain);
-    return finite ? 0 : -1;
+    return finite && selection_ok ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ window */

@@ -2,8 +2,10 @@
 #include "bench_check.h"
 
 #include "bench_inputs.h"
+#include "bench_selection_check.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,4 +89,48 @@ double bench_sampled_rows_error(const bench_sel_problem *p, int rows, uint64_t s
     free(vb);
     free(acc);
     return worst;
+}
+
+/* Every KV head's row of token t (sequence b) against the rules; 0 and a line on stderr at the first that breaks one. */
+static int token_rows_ok(CUdeviceptr topk, int64_t ts, int64_t hs, const int32_t *seq, int b, int t, int hkv, int K,
+                         int BK, int init_blocks, int local_blocks, int32_t *row, const char *what)
+{
+    const int n_blocks = (t - seq[b]) / BK + 1;
+    char why[160];
+    for (int h = 0; h < hkv; h++) {
+        CU(cu.MemcpyDtoH(row, topk + (size_t)((int64_t)t * ts + (int64_t)h * hs) * 4, (size_t)K * 4));
+        if (!bench_selection_row_valid(row, K, n_blocks, init_blocks, local_blocks, why, sizeof why)) {
+            fprintf(stderr, "%s: top-k row of token %d, KV head %d: %s\n", what, t, h, why);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int sequence_of(const int32_t *seq, int batch, int t)
+{
+    int b = 0;
+    while (b + 1 < batch && t >= seq[b + 1]) b++;
+    return b;
+}
+
+int bench_selection_rows_ok(CUdeviceptr topk, int64_t token_stride, int64_t head_stride, const int32_t *seq, int batch,
+                            int hkv, int K, int BK, int init_blocks, int local_blocks, int samples, uint64_t seed,
+                            const char *what)
+{
+    int32_t *row = bench_alloc("", (size_t)K * sizeof *row);
+    int ok = 1;
+    for (int b = 0; b < batch && ok; b++)
+        if (seq[b + 1] > seq[b])
+            ok = token_rows_ok(topk, token_stride, head_stride, seq, b, seq[b + 1] - 1, hkv, K, BK, init_blocks,
+                               local_blocks, row, what);
+    const int T = seq[batch];
+    uint64_t s = seed;
+    for (int i = 0; i < samples && ok && T > 0; i++) {
+        const int t = (int)(bench_splitmix(&s) % (uint64_t)T);
+        ok = token_rows_ok(topk, token_stride, head_stride, seq, sequence_of(seq, batch, t), t, hkv, K, BK, init_blocks,
+                           local_blocks, row, what);
+    }
+    free(row);
+    return ok;
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # fsa-bench's checks on a GPU: a small row passes them (exit 0, "failed": false in the JSON) and the same row
 # with --tolerance 0, which no 16-bit result meets, fails the run (exit 1, the row's reason on stderr,
-# "failed": true), so that a wrong result can never stand behind a timing. Exit 77 without a usable GPU
+# "failed": true), so that a wrong result can never stand behind a timing; --compressed's rows (their
+# selections' rules among the checks) pass, over one sequence and over three. Exit 77 without a usable GPU
 # (fsa-bench's exit 3), unless FSA_TEST_REQUIRE_GPU says there is one.
 #
 #   test_bench_checks.sh <fsa-bench> <work dir>
@@ -33,3 +34,10 @@ grep -q "fsa-bench: forward T=1024 G=4 D=128 on the fsa path: a sampled row's er
 grep -q '"failed": true' "$work/bad.json" || fail "--tolerance 0: the JSON lacks \"failed\": true: $(cat "$work/bad.json")"
 echo "--tolerance 0: exit 1, the reasons on stderr, \"failed\": true:"
 sed 's/^/  /' "$work/bad.err"
+
+for batch in 1 3; do
+    "$bench" --compressed -T 6000 -G 1,4,16 --batch $batch --reps 2 --no-backward > "$work/cmp.out" 2> "$work/cmp.err"
+    rc=$?
+    [ $rc = 0 ] || fail "--compressed --batch $batch: exit $rc: $(cat "$work/cmp.err")"
+done
+echo "--compressed (one and three sequences): exit 0, every selection checked"
