@@ -281,7 +281,7 @@ static int time_backward(fsa_context *ctx, const options *o, bench_row *row, con
     if (ran[FSA_ALGORITHM_FSA] && ran[FSA_ALGORITHM_NSA]) {
         row->bwd_rel_diff = device_rel_diff(dq[FSA_ALGORITHM_FSA], dq[FSA_ALGORITHM_NSA], nq, o->dtype);
         if (row->bwd_rel_diff > o->tolerance) { /* NaN: not compared (no host memory) */
-            fprintf(stderr, "fsa-bench: backward T=%d G=%d D=%d: the two dq orders differ by %.3g (over %.0e)\n",
+            fprintf(stderr, "fsa-bench: backward T=%d G=%d D=%d: the two dq orders differ by %.3g (over %.3g)\n",
                     row->T, row->G, row->D, row->bwd_rel_diff, o->tolerance);
             failed = 1;
         }
@@ -397,7 +397,7 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
     if (out[FSA_ALGORITHM_FSA] && out[FSA_ALGORITHM_NSA]) {
         row->rel_diff = device_rel_diff(out[FSA_ALGORITHM_FSA], out[FSA_ALGORITHM_NSA], no, o->dtype);
         if (row->rel_diff > o->tolerance) { /* NaN: not compared (no host memory) */
-            fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d: the two paths' outputs differ by %.3g (over %.0e)\n",
+            fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d: the two paths' outputs differ by %.3g (over %.3g)\n",
                     T, G, D, row->rel_diff, o->tolerance);
             row->failed = 1;
         }
@@ -418,7 +418,7 @@ void bench_selected_row(fsa_context *ctx, const options *o, int T, int G, int D,
         if (!(e <= row->sampled_err)) row->sampled_err = e; /* the worse of the paths (NaN: none yet) */
         if (!(e <= o->tolerance)) {
             fprintf(stderr, "fsa-bench: forward T=%d G=%d D=%d on the %s path: a sampled row's error %.3g against "
-                            "float64 (over %.0e)\n", T, G, D, alg_name((fsa_algorithm)a), e, o->tolerance);
+                            "float64 (over %.3g)\n", T, G, D, alg_name((fsa_algorithm)a), e, o->tolerance);
             row->failed = 1;
         }
     }

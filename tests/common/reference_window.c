@@ -80,6 +80,8 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
 {
     const int T = p->total_tokens, Hq = p->num_q_heads, Hkv = p->num_kv_heads, Dk = p->head_dim, Dv = p->value_dim;
     double *x = scratch(p), *dp = scratch(p);
+    double *o_exact = calloc((size_t)Dv + 1, sizeof *o_exact); /* the row's o, for abs_delta without o_used */
+    if (o_exact == NULL) abort();
     memset(dq, 0, (size_t)T * Hq * Dk * sizeof *dq);
     memset(dk, 0, (size_t)T * Hkv * Dk * sizeof *dk);
     memset(dv, 0, (size_t)T * Hkv * Dv * sizeof *dv);
@@ -96,7 +98,12 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
                     dp[m] = 0.0;
                     for (int e = 0; e < Dv; e++) dp[m] += (double)go[e] * (double)v[e];
                     delta += x[m] * dp[m]; /* = dout.o */
-                    if (terms) abs_delta += x[m] * fsa_ref_abs_dot(go, v, Dv); /* >= sum |dout o| */
+                }
+                if (terms && o_used == NULL) {
+                    memset(o_exact, 0, (size_t)Dv * sizeof *o_exact);
+                    for (int m = 0; m < n; m++)
+                        for (int e = 0; e < Dv; e++) o_exact[e] += x[m] * (double)p->v[((size_t)(first + m) * Hkv + h) * Dv + e];
+                    for (int e = 0; e < Dv; e++) abs_delta += fabs((double)go[e] * o_exact[e]);
                 }
                 if (o_used != NULL) {
                     const float *o_row = o_used + ((size_t)t * Hq + qh) * Dv;
@@ -119,6 +126,7 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
                 }
             }
     fsa_ref_grad_terms_finish(terms, (size_t)T * Hq, (size_t)T * Hkv);
+    free(o_exact);
     free(x);
     free(dp);
 }

@@ -1,7 +1,8 @@
 /* Checks the sliding-window reference itself: a window of one is the token's
  * own value, a window as long as the sequence is causal attention, a row of
  * a middle window against a direct softmax, per-head windows row by row, and
- * the backward against finite differences of the forward. */
+ * the backward against finite differences of the forward, and its term norms
+ * the same whether o is given or taken from the reference. */
 #include "reference_window.h"
 #include "testing.h"
 
@@ -167,6 +168,42 @@ static void test_the_backward_is_the_gradient_of_the_forward(void **state)
     release(&w);
 }
 
+/* The gradient rows' term norms (reference_terms.h) with o given as the reference's own (as floats) and with
+ * o left to the reference: the same up to o's rounding to float; and the gradients the same as without terms. */
+static void test_the_term_norms_take_o_given_or_exact_alike(void **state)
+{
+    (void)state;
+    owned w;
+    const int32_t windows[4] = {3, 9, 1000, 1};
+    make_per_head(&w, windows, 6);
+    const int T = 33, hq = 4, hkv = 2, nq = T * hq * 16, nk = T * hkv * 16, nv = T * hkv * 8, no = T * hq * 8;
+    float *dout = malloc(no * sizeof *dout), *o_f = malloc(no * sizeof *o_f);
+    double *g[3] = {malloc(nq * sizeof(double)), malloc(nk * sizeof(double)), malloc(nv * sizeof(double))};
+    double *h[3] = {malloc(nq * sizeof(double)), malloc(nk * sizeof(double)), malloc(nv * sizeof(double))};
+    assert_true(dout && o_f && g[0] && g[1] && g[2] && h[0] && h[1] && h[2]);
+    fsa_rng rng = {56};
+    for (int e = 0; e < no; e++) dout[e] = (float)fsa_rng_normal(&rng), o_f[e] = (float)w.o[e];
+    fsa_ref_grad_terms exact, given;
+    fsa_ref_grad_terms_alloc(&exact, (size_t)T * hq, (size_t)T * hkv);
+    fsa_ref_grad_terms_alloc(&given, (size_t)T * hq, (size_t)T * hkv);
+    fsa_ref_window_backward_terms(&w.p, dout, NULL, g[0], g[1], g[2], &exact);
+    fsa_ref_window_backward_terms(&w.p, dout, o_f, h[0], h[1], h[2], &given);
+    for (int r = 0; r < T * hq; r++) assert_true(fabs(exact.dq[r] - given.dq[r]) <= 1e-5 * (exact.dq[r] + 1e-12));
+    for (int r = 0; r < T * hkv; r++) {
+        assert_true(fabs(exact.dk[r] - given.dk[r]) <= 1e-5 * (exact.dk[r] + 1e-12));
+        assert_true(exact.dv[r] == given.dv[r]); /* P and dout alone */
+        assert_true(exact.dv[r] > 0.0);
+    }
+    fsa_ref_window_backward(&w.p, dout, h[0], h[1], h[2]);
+    for (int i = 0; i < 3; i++) assert_memory_equal(g[i], h[i], (size_t)(i == 0 ? nq : i == 1 ? nk : nv) * sizeof(double));
+    fsa_ref_grad_terms_free(&exact);
+    fsa_ref_grad_terms_free(&given);
+    for (int i = 0; i < 3; i++) free(g[i]), free(h[i]);
+    free(dout);
+    free(o_f);
+    release(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -175,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_a_middle_window_starts_w_minus_one_keys_back_but_not_before_the_sequence),
         cmocka_unit_test(test_per_head_windows_give_each_head_the_rows_of_its_own_window),
         cmocka_unit_test(test_the_backward_is_the_gradient_of_the_forward),
+        cmocka_unit_test(test_the_term_norms_take_o_given_or_exact_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
