@@ -218,6 +218,7 @@ int bench_cmp_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         bench_json_field(json, "fwd_tflops", "%.3f", flops / ms_plain / 1e9, ms_plain > 0);
         bench_json_field(json, "bwd_ms", "%.4f", ms_bwd, o->backward);
         bench_json_field(json, "fwd_bwd_ms", "%.4f", ms_both, o->backward);
+        fprintf(json, ", \"failed\": %s", finite && selection_ok ? "false" : "true");
         fputc('}', json);
         *first_row = 0;
     }
@@ -323,6 +324,7 @@ int bench_win_row(fsa_context *ctx, const br_opts *o, const br_env *env, int T, 
         bench_json_field(json, "fwd_tflops", "%.3f", flops / ms / 1e9, ms > 0);
         bench_json_field(json, "bwd_ms", "%.4f", ms_bwd, o->backward);
         bench_json_field(json, "fwd_bwd_ms", "%.4f", ms_both, o->backward);
+        fprintf(json, ", \"failed\": %s", finite ? "false" : "true");
         fputc('}', json);
         *first_row = 0;
     }

@@ -36,8 +36,11 @@ echo "--tolerance 0: exit 1, the reasons on stderr, \"failed\": true:"
 sed 's/^/  /' "$work/bad.err"
 
 for batch in 1 3; do
-    "$bench" --compressed -T 6000 -G 1,4,16 --batch $batch --reps 2 --no-backward > "$work/cmp.out" 2> "$work/cmp.err"
+    "$bench" --compressed -T 6000 -G 1,4,16 --batch $batch --reps 2 --no-backward --json "$work/cmp.json" \
+        > "$work/cmp.out" 2> "$work/cmp.err"
     rc=$?
     [ $rc = 0 ] || fail "--compressed --batch $batch: exit $rc: $(cat "$work/cmp.err")"
+    [ "$(grep -o '"failed": false' "$work/cmp.json" | wc -l)" = 3 ] ||
+        fail "--compressed --batch $batch: three rows with \"failed\": false expected: $(cat "$work/cmp.json")"
 done
 echo "--compressed (one and three sequences): exit 0, every selection checked"
