@@ -32,7 +32,7 @@ double bench_sampled_rows_error(const bench_sel_problem *p, int rows, uint64_t s
  * sequence's last token and `samples` more tokens (a function of seed), against the rules of
  * bench_selection_row_valid (not against scores); seq [batch + 1] (the sequences' offsets) on the host. 1
  * when every row keeps them, else 0 with the first broken row on stderr after `what`. */
-int bench_selection_rows_ok(CUdeviceptr topk, int64_t token_stride, int64_t head_stride, const int32_t *cu, int batch,
+int bench_selection_rows_ok(CUdeviceptr topk, int64_t token_stride, int64_t head_stride, const int32_t *seq, int batch,
                             int hkv, int K, int BK, int init_blocks, int local_blocks, int samples, uint64_t seed,
                             const char *what);
 

@@ -21,8 +21,8 @@ typedef struct dec_problem {
     int max_pages;
     int hnd;
     size_t bytes;
-    int64_t keys_read; /* keys of the selected blocks, of each sequence's first token and head (of every token
-                        * with independent selections): what a call reads at least, for TB/s */
+    int64_t keys_read; /* keys of the selected blocks of every KV head, at each sequence's first token (at every
+                        * token with independent selections): what a call reads at least, for TB/s */
 } dec_problem;
 
 /* Fills *p for B sequences of L cached keys, q_len new tokens each, k
@@ -30,12 +30,11 @@ typedef struct dec_problem {
  * select the same blocks). Returns 0 when the row's memory, on the device
  * (the touched pages, the page table, ...) or on the host, would pass
  * o->max_gb (nothing allocated), else 1. Out of host memory: exit 1. */
+int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
+             const fsa_kvcache_plan *plan, uint64_t seed);
 /* Whether the last call's o and lse hold only finite values (every row sees its own keys, so none may be
  * empty or NaN on random inputs). */
 int dec_output_finite(const dec_problem *p);
-
-int dec_make(dec_problem *p, const dec_opts *o, int B, int L, int hkv, int q_len, int shared, int k, int bk,
-             const fsa_kvcache_plan *plan, uint64_t seed);
 void dec_free(dec_problem *p);
 fsa_kvcache_args dec_args(const dec_problem *p, const fsa_kvcache_plan *plan);
 

@@ -30,6 +30,11 @@ void fsa_ref_grad_terms_free(fsa_ref_grad_terms *t)
     t->dq = t->dk = t->dv = NULL;
 }
 
+const double *fsa_ref_grad_terms_of(const fsa_ref_grad_terms *t, int i)
+{
+    return t == NULL ? NULL : i == 0 ? t->dq : i == 1 ? t->dk : t->dv;
+}
+
 void fsa_ref_grad_terms_zero(const fsa_ref_grad_terms *t, size_t q_rows, size_t kv_rows)
 {
     if (t == NULL) return;

@@ -21,6 +21,9 @@ typedef struct fsa_ref_grad_terms {
 /* Room for q_rows dq entries and kv_rows dk and dv entries (a failed allocation fails the test); free. */
 void fsa_ref_grad_terms_alloc(fsa_ref_grad_terms *t, size_t q_rows, size_t kv_rows);
 void fsa_ref_grad_terms_free(fsa_ref_grad_terms *t);
+/* The term norms of gradient i (0 dq, 1 dk, 2 dv), the order the tests keep their gradients in; NULL for a
+ * NULL t. */
+const double *fsa_ref_grad_terms_of(const fsa_ref_grad_terms *t, int i);
 /* Zeroes q_rows dq entries and kv_rows dk and dv entries; t NULL: nothing. */
 void fsa_ref_grad_terms_zero(const fsa_ref_grad_terms *t, size_t q_rows, size_t kv_rows);
 /* Adds one (query row, key row) pair: scale, dS and P; abs_dots = sum |dout v| + sum |dout o| over the dv_dim

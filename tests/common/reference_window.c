@@ -113,14 +113,14 @@ void fsa_ref_window_backward_terms(const fsa_ref_window_problem *p, const float 
                 }
                 for (int m = 0; m < n; m++) {
                     const size_t kr = (size_t)(first + m) * Hkv + h;
-                    const double ds = x[m] * (dp[m] - delta) * p->scale; /* scale x dS */
+                    const double ds = x[m] * (dp[m] - delta);
                     for (int e = 0; e < Dk; e++) {
-                        dq[((size_t)t * Hq + qh) * Dk + e] += ds * (double)p->k[kr * Dk + e];
-                        dk[kr * Dk + e] += ds * (double)q[e];
+                        dq[((size_t)t * Hq + qh) * Dk + e] += p->scale * ds * (double)p->k[kr * Dk + e];
+                        dk[kr * Dk + e] += p->scale * ds * (double)q[e];
                     }
                     for (int e = 0; e < Dv; e++) dv[kr * Dv + e] += x[m] * (double)go[e];
                     if (terms)
-                        fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, kr, p->scale, ds / p->scale, x[m],
+                        fsa_ref_grad_terms_add(terms, (size_t)t * Hq + qh, kr, p->scale, ds, x[m],
                                                fsa_ref_abs_dot(go, p->v + kr * Dv, Dv) + abs_delta, q, p->k + kr * Dk,
                                                go, Dk, Dv);
                 }

@@ -304,7 +304,7 @@ static void check_gradient_rows(const cmp_case *c, const char *what, const grad_
     for (int i = 0; i < n; i++) {
         size_t r;
         const size_t rows = (size_t)s->rows[i] * s->heads[i];
-        const double *term = terms == NULL ? NULL : i == 0 ? terms->dq : i == 1 ? terms->dk : terms->dv;
+        const double *term = fsa_ref_grad_terms_of(terms, i);
         worst[i] = term ? fsa_row_rel_error_terms(got[i], want[i], term, rows, s->dims[i], 0.1, 0.0, &r)
                         : fsa_row_rel_error(got[i], want[i], rows, s->dims[i], 0.1, &r);
         print_message(" %s %.3e (t %zu h %zu)", names[i], worst[i], r / s->heads[i], r % s->heads[i]);

@@ -309,7 +309,7 @@ static void check_gradient_rows(const win_case *c, const char *what, const grads
     print_message("  %-28s %-8s worst row", c->name, what);
     for (int i = 0; i < n_grads; i++) {
         size_t r;
-        const double *term = terms == NULL ? NULL : i == 0 ? terms->dq : i == 1 ? terms->dk : terms->dv;
+        const double *term = fsa_ref_grad_terms_of(terms, i);
         worst[i] = row_grad_error(got[i], want[i], term, (size_t)g->rows[i] * g->heads[i], g->dims[i],
                                   grad_floor(frac, dv_norm, n, i), &r);
         print_message(" %s %.3e (t %zu h %zu)", names[i], worst[i], r / g->heads[i], r % g->heads[i]);
