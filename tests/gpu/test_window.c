@@ -5,7 +5,12 @@
  * poisoned before every run (their padding must keep the poison), errors
  * bounded over each tensor and over each (token, head) row, the same bits
  * twice, lse optional in the forward, graph capture, malformed offsets.
- * FSA_TEST_QUICK=1 runs a subset. */
+ * Beyond the fixed table, randomly drawn cases (a seeded draw over dtypes,
+ * head dims, groups, windows, per-head windows, lengths, strides, scales and
+ * a big logit) go through the same checks: FSA_TEST_RANDOM=N of them
+ * (default 4, 1 under FSA_TEST_QUICK; 0: none), drawn from FSA_TEST_SEED=S
+ * (default a fixed constant: a plain run is reproducible). Each is printed
+ * before it runs. FSA_TEST_QUICK=1 runs a subset. */
 #include "attention_problem.h"
 #include "gate_rows.h"
 #include "reference_window.h"
@@ -151,10 +156,11 @@ static fsa_window_fwd_args fwd_args_of_problem(const win_problem *p, const win_c
     return a;
 }
 
-static void run_forward(const win_case *c, const fsa_window_plan *plan)
+/* inputs: the number the case's inputs are drawn from (a fixed case's index in cases[], a random case's seed). */
+static void run_forward(const win_case *c, const fsa_window_plan *plan, uint64_t inputs)
 {
     win_problem p;
-    problem_of(&p, c, 0x51d0u + (uint64_t)(c - cases));
+    problem_of(&p, c, 0x51d0u + inputs);
     const int T = p.T;
     const size_t no = (size_t)T * c->hq * c->dv;
     fsa_window_fwd_args a = fwd_args_of_problem(&p, c);
@@ -200,7 +206,7 @@ static void test_the_forward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i])) run_forward(&cases[i], g_plans[i]);
+        if (runs(&cases[i])) run_forward(&cases[i], g_plans[i], i);
 }
 
 /* The backward's device buffers: dout, the three gradients, the workspace. */
@@ -331,14 +337,15 @@ static void check_gradient_padding(const win_case *c, const grads *g, uint16_t *
 
 /* The gated backward (gate and gate_grad set, a's dout as it is): against
  * the reference gradients for dout times the gates, and rowsum(dout * o) as
- * the gate's gradient; n: the three gradients' sizes, got / want: room. */
+ * the gate's gradient; n: the three gradients' sizes, got / want: room;
+ * inputs: run_forward's. */
 static void check_gated_backward(const win_case *c, const fsa_window_plan *plan, const win_problem *p, grads *g,
                                  const fsa_window_bwd_args *a, const float *dout, const size_t *n, float **got,
-                                 double **want, double tol)
+                                 double **want, double tol, uint64_t inputs)
 {
     const size_t n_do = (size_t)p->T * c->hq * c->dv;
     gate_rows gr;
-    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + inputs);
     float *gated = malloc((n_do + 1) * sizeof(float)), *o = malloc((n_do + 1) * sizeof(float));
     assert_true(gated && o);
     gate_rows_scale(&gr, dout, c->dv, gated);
@@ -391,11 +398,12 @@ static void check_gated_backward(const win_case *c, const fsa_window_plan *plan,
 }
 
 /* The backward from the GPU forward's o and lse, against the reference
- * gradients; poisoned outputs and workspace; the same bits twice; gated. */
-static void run_backward(const win_case *c, const fsa_window_plan *plan)
+ * gradients; poisoned outputs and workspace; the same bits twice; gated.
+ * inputs: run_forward's. */
+static void run_backward(const win_case *c, const fsa_window_plan *plan, uint64_t inputs)
 {
     win_problem p;
-    problem_of(&p, c, 0xbac0000u + (uint64_t)(c - cases));
+    problem_of(&p, c, 0xbac0000u + inputs);
     const int T = p.T;
     const fsa_window_fwd_args fa = fwd_args_of_problem(&p, c);
     fsa_test_dfill(p.do_, 0xff, p.o_bytes); /* o's padding (strided cases) is read back below, never written */
@@ -403,7 +411,7 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
 
     const size_t n_do = (size_t)T * c->hq * c->dv;
     const size_t n[3] = {(size_t)T * c->hq * c->dk, (size_t)T * c->hkv * c->dk, (size_t)T * c->hkv * c->dv};
-    fsa_rng rng = {0xd0u + (uint64_t)(c - cases)};
+    fsa_rng rng = {0xd0u + inputs};
     float *dout = random_rounded(&rng, n_do, c->dtype), *got[3];
     double *want[3];
     for (int i = 0; i < 3; i++) {
@@ -478,7 +486,7 @@ static void run_backward(const win_case *c, const fsa_window_plan *plan)
     free(addend);
     free(first_dq);
     free(dq_sum);
-    check_gated_backward(c, plan, &p, &g, &a, dout, n, got, want, tol);
+    check_gated_backward(c, plan, &p, &g, &a, dout, n, got, want, tol, inputs);
     for (int i = 0; i < 3; i++) {
         free(img[0][i]);
         free(img[1][i]);
@@ -495,7 +503,7 @@ static void test_the_backward_matches_the_reference_gradients_on_every_case(void
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
+        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i], i);
 }
 
 /* Every output of a forward and a backward poisoned (o's padding too, so that images of two runs compare). */
@@ -581,11 +589,9 @@ static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
     problem_release(&p);
 }
 
-/* The plan of case i (with backward), or NULL after saying why. */
-static void *plan_of_case(void *arg)
+/* The plan (with backward) of case c. */
+static fsa_status plan_create(const win_case *c, fsa_window_plan **out)
 {
-    const size_t i = (size_t)(uintptr_t)arg;
-    const win_case *c = &cases[i];
     int32_t windows[64];
     windows_of(c, windows);
     fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
@@ -593,15 +599,216 @@ static void *plan_of_case(void *arg)
     d.num_q_heads = c->hq, d.num_kv_heads = c->hkv;
     d.window = c->window, d.head_windows = c->per_head ? windows : NULL;
     d.scale = c->scale;
-    if (fsa_window_plan_create(&g_plans[i], g_ctx, &d) != FSA_STATUS_OK)
-        fprintf(stderr, "plan %s: %s\n", c->name, fsa_last_error());
+    return fsa_window_plan_create(out, g_ctx, &d);
+}
+
+/* The plan of case i (with backward), or NULL after saying why. */
+static void *plan_of_case(void *arg)
+{
+    const size_t i = (size_t)(uintptr_t)arg;
+    if (plan_create(&cases[i], &g_plans[i]) != FSA_STATUS_OK)
+        fprintf(stderr, "plan %s: %s\n", cases[i].name, fsa_last_error());
     return NULL;
+}
+
+/* Random cases: the fixed table tries the combinations someone thought of; a seeded draw over everything the
+ * window plan takes (docs/semantics.md "Sliding-window attention", include/fsa/window.h, validate_desc in
+ * src/attention/window.c) tries the others, through the same checks. What a drawn case may be:
+ * - dtype bf16 or fp16; Dk and Dv each a multiple of 16 from 16 to 256, independently (Dk != Dv, 96, 192;
+ *   Dk = Dv = 256 with backward needs sm_90's shared memory, as cases[]'s bf16_d256_g2_causal does);
+ * - G = Hq / Hkv from 1 to 16, odd ones too; Hq at most 64 (win_problem's windows[64]);
+ * - a window of at least 1, up to far longer than every sequence; per-head windows (windows_of's pattern);
+ * - 1 to 5 sequences (win_problem's cu[6]) of 1 to 900 tokens, one to three tokens and tile edges often,
+ *   at most RANDOM_MAX_TOKENS in all and RANDOM_MAX_WORK for the float64 reference;
+ * - strided or dense; a scale of 0 (1/sqrt(Dk)) or from a quarter of that to 2.5 times it;
+ * - big_logit only with the default scale: q * 1e4 / (scale |q|^2) with a small scale and Dk 16 would leave
+ *   fp16's range. */
+enum { RANDOM_MAX_TOKENS = 2000, RANDOM_THREADS = 16 };
+/* Multiply-adds of the reference forward (reference_work), about those of cases[0]: the reference forward
+ * and its two backwards (plain and gated) then take seconds. */
+#define RANDOM_MAX_WORK 1.2e9
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Keys seen by the queries of a sequence of n tokens under a window of w. */
+static double keys_seen(int n, int w)
+{
+    return w >= n ? 0.5 * n * (n + 1.0) : 0.5 * w * (w + 1.0) + (double)(n - w) * w;
+}
+
+/* The reference forward's multiply-adds: every (query head, query, key seen) costs Dk + Dv. */
+static double reference_work(const win_case *c)
+{
+    int32_t w[64];
+    windows_of(c, w);
+    double keys = 0.0;
+    for (int qh = 0; qh < c->hq; qh++)
+        for (int b = 0; b < c->nseq; b++) keys += keys_seen(c->lens[b], w[qh]);
+    return keys * (c->dk + c->dv);
+}
+
+static int total_tokens(const win_case *c)
+{
+    int T = 0;
+    for (int b = 0; b < c->nseq; b++) T += c->lens[b];
+    return T;
+}
+
+/* Half the time a dim models use (96 and 192 among them), else any multiple of 16 the plan takes. */
+static int random_head_dim(fsa_rng *rng)
+{
+    static const int common[] = {64, 96, 128, 192, 256};
+    return fsa_rng_int(rng, 0, 1) ? common[fsa_rng_int(rng, 0, 4)] : 16 * fsa_rng_int(rng, 1, 16);
+}
+
+static int random_length(fsa_rng *rng)
+{
+    switch (fsa_rng_int(rng, 0, 3)) {
+    case 0: return fsa_rng_int(rng, 1, 3);                                /* less than any tile */
+    case 1: return 64 * fsa_rng_int(rng, 1, 8) + fsa_rng_int(rng, -1, 1); /* at a tile's edge */
+    case 2: return fsa_rng_int(rng, 4, 100);
+    default: return fsa_rng_int(rng, 101, 900); /* a few hundred */
+    }
+}
+
+/* A window for sequences of at most `longest` tokens. */
+static int random_window(fsa_rng *rng, int longest)
+{
+    switch (fsa_rng_int(rng, 0, 5)) {
+    case 0: return 1; /* each query sees itself alone */
+    case 1: return fsa_rng_int(rng, 2, 16);
+    case 2: return fsa_rng_int(rng, 1, longest);
+    case 3: return 64 * fsa_rng_int(rng, 1, 8) + fsa_rng_int(rng, -1, 1); /* at a key tile's edge */
+    case 4: return imax(1, longest + fsa_rng_int(rng, -1, 1));           /* about the longest sequence */
+    default: return longest + fsa_rng_int(rng, 2, 5000);                  /* causal for every sequence */
+    }
+}
+
+/* A case drawn from rng over what the plan takes (above), its name (every field) written to name_buf. Draws
+ * over RANDOM_MAX_TOKENS or RANDOM_MAX_WORK are drawn again. */
+static void random_case(fsa_rng *rng, win_case *out, char *name_buf, size_t n)
+{
+    win_case c;
+    do {
+        memset(&c, 0, sizeof c);
+        c.dtype = fsa_rng_int(rng, 0, 1) ? BF : HF;
+        c.dk = random_head_dim(rng);
+        c.dv = fsa_rng_int(rng, 0, 2) == 0 ? c.dk : random_head_dim(rng);
+        const int g = fsa_rng_int(rng, 1, 16);
+        /* Mostly a few KV heads; sometimes as many as 64 query heads allow. */
+        c.hkv = fsa_rng_int(rng, 0, 7) == 0 ? 64 / g : fsa_rng_int(rng, 1, imin(4, 64 / g));
+        c.hq = g * c.hkv;
+        c.nseq = fsa_rng_int(rng, 1, 5);
+        int longest = 0;
+        for (int b = 0; b < c.nseq; b++) longest = imax(longest, c.lens[b] = random_length(rng));
+        c.window = random_window(rng, longest);
+        c.per_head = fsa_rng_int(rng, 0, 2) == 0;
+        c.strided = fsa_rng_int(rng, 0, 1);
+        if (fsa_rng_int(rng, 0, 3) == 0) { /* whole thousandths, so that the name gives it exactly */
+            const double unit = 1000.0 / sqrt((double)c.dk);
+            c.scale = (float)(fsa_rng_int(rng, (int)ceil(0.25 * unit), (int)floor(2.5 * unit)) / 1000.0);
+        }
+        c.big_logit = c.scale == 0.0f && fsa_rng_int(rng, 0, 4) == 0;
+    } while (total_tokens(&c) > RANDOM_MAX_TOKENS || reference_work(&c) > RANDOM_MAX_WORK);
+    char lens[64];
+    size_t at = 0;
+    for (int b = 0; b < c.nseq; b++) at += (size_t)snprintf(lens + at, sizeof lens - at, b ? "-%d" : "%d", c.lens[b]);
+    char scale[32] = ""; /* none: the default */
+    if (c.scale != 0.0f) snprintf(scale, sizeof scale, "_scale%.3f", (double)c.scale);
+    snprintf(name_buf, n, "%s_dk%d_dv%d_g%d_hkv%d_w%d%s%s%s%s_lens%s", c.dtype == BF ? "bf16" : "f16", c.dk, c.dv,
+             c.hq / c.hkv, c.hkv, c.window, c.per_head ? "_per_head" : "", c.strided ? "_strided" : "", scale,
+             c.big_logit ? "_big_logit" : "", lens);
+    c.name = name_buf;
+    *out = c;
+}
+
+/* A drawn case with its plan. seed: the case's (drawn from FSA_TEST_SEED), which also seeds its inputs. */
+typedef struct random_slot {
+    win_case c;
+    uint64_t seed;
+    fsa_window_plan *plan;
+    fsa_status status;
+    char name[192], line[512], error[512];
+} random_slot;
+
+static random_slot *g_random;
+static int g_n_random;
+static uint64_t g_random_seed;
+
+/* Draws case i of FSA_TEST_SEED (seed: the (i + 1)-th value of fsa_rng {FSA_TEST_SEED}) and says what it is. */
+static void random_slot_draw(random_slot *r, int i, uint64_t seed)
+{
+    r->seed = seed;
+    const int prefix = snprintf(r->name, sizeof r->name, "seed%#llx_i%d_", (unsigned long long)g_random_seed, i);
+    fsa_rng rng = {seed};
+    random_case(&rng, &r->c, r->name + prefix, sizeof r->name - (size_t)prefix);
+    r->c.name = r->name;
+    const win_case *c = &r->c;
+    char lens[64];
+    size_t at = 0;
+    for (int b = 0; b < c->nseq; b++) at += (size_t)snprintf(lens + at, sizeof lens - at, b ? ", %d" : "%d", c->lens[b]);
+    snprintf(r->line, sizeof r->line,
+             "random case %d of FSA_TEST_SEED=%#llx (FSA_TEST_RANDOM=%d runs it last; case seed %#llx): "
+             "dtype %s dk %d dv %d hq %d hkv %d G %d window %d per_head %d lens {%s} nseq %d T %d strided %d "
+             "scale %.3f (0: 1/sqrt(dk)) big_logit %d",
+             i, (unsigned long long)g_random_seed, i + 1, (unsigned long long)seed, c->dtype == BF ? "bf16" : "f16",
+             c->dk, c->dv, c->hq, c->hkv, c->hq / c->hkv, c->window, c->per_head, lens, c->nseq, total_tokens(c),
+             c->strided, (double)c->scale, c->big_logit);
+}
+
+static void *plan_of_random_case(void *arg)
+{
+    random_slot *r = arg;
+    r->status = plan_create(&r->c, &r->plan);
+    if (r->status != FSA_STATUS_OK) snprintf(r->error, sizeof r->error, "%s", fsa_last_error());
+    return NULL;
+}
+
+/* FSA_TEST_RANDOM cases drawn from FSA_TEST_SEED: every drawn case has a plan (the draw keeps to what the plan
+ * takes), and its forward and backward pass the fixed cases' checks. */
+static void test_random_cases_match_the_reference(void **state)
+{
+    (void)state;
+    if (g_n_random == 0) {
+        print_message("  no random cases (FSA_TEST_RANDOM=0)\n");
+        return;
+    }
+    g_random = calloc((size_t)g_n_random, sizeof *g_random);
+    assert_non_null(g_random);
+    fsa_rng seeds = {g_random_seed};
+    for (int i = 0; i < g_n_random; i++) {
+        random_slot_draw(&g_random[i], i, fsa_rng_next(&seeds));
+        print_message("  %s\n", g_random[i].line);
+    }
+    /* One thread per plan, RANDOM_THREADS at a time, so the kernels compile in parallel. */
+    for (int first = 0; first < g_n_random; first += RANDOM_THREADS) {
+        pthread_t th[RANDOM_THREADS];
+        const int end = imin(first + RANDOM_THREADS, g_n_random);
+        for (int i = first; i < end; i++)
+            assert_int_equal(pthread_create(&th[i - first], NULL, plan_of_random_case, &g_random[i]), 0);
+        for (int i = first; i < end; i++) pthread_join(th[i - first], NULL);
+    }
+    int refused = 0;
+    for (int i = 0; i < g_n_random; i++)
+        if (g_random[i].status != FSA_STATUS_OK)
+            print_error("%s: plan refused: %s\n", g_random[i].line, g_random[i].error), refused++;
+    if (refused) fail_msg("%d of %d random cases refused by the plan (above)", refused, g_n_random);
+    for (int i = 0; i < g_n_random; i++) {
+        const random_slot *r = &g_random[i];
+        print_message("  %s\n", r->line);
+        run_forward(&r->c, r->plan, r->seed);
+        run_backward(&r->c, r->plan, r->seed);
+    }
 }
 
 static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    const char *n_random = getenv("FSA_TEST_RANDOM"), *seed = getenv("FSA_TEST_SEED");
+    g_n_random = n_random && *n_random ? imax(0, atoi(n_random)) : g_quick ? 1 : 4;
+    g_random_seed = seed && *seed ? strtoull(seed, NULL, 0) : 0x5eed0f5a;
     g_cache_dir = fsa_test_mkdtemp("window-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     /* One thread per plan, so the kernels compile in parallel. */
@@ -618,6 +825,8 @@ static int teardown(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++) fsa_window_plan_destroy(g_plans[i]);
+    for (int i = 0; g_random && i < g_n_random; i++) fsa_window_plan_destroy(g_random[i].plan);
+    free(g_random);
     fsa_context_destroy(g_ctx);
     fsa_test_rmtree(g_cache_dir);
     free(g_cache_dir);
@@ -631,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_a_graph_captured_forward_and_backward_replay_to_the_same_bits),
         cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
+        cmocka_unit_test(test_random_cases_match_the_reference),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. the forward's
      * under compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
