@@ -5,7 +5,11 @@
  * with fewer blocks than K, exact ties, 1024 KV heads, determinism and graph
  * capture. Errors are bounded over each tensor and over each (token, head)
  * row; what sees nothing has exactly zero outputs and gradients.
- * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset. */
+ * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset.
+ * Besides the table, random cases drawn over every shape a plan takes go
+ * through the same checks: FSA_TEST_RANDOM=N of them (default 4, 1 under
+ * FSA_TEST_QUICK=1, 0 none), from FSA_TEST_SEED=S (default 0xc0de5eed);
+ * each prints its seed and every field before it runs. */
 #include "attention_problem.h"
 #include "cmp_problem.h"
 #include "gate_rows.h"
@@ -84,6 +88,120 @@ static int g_quick;
 
 static int runs(const cmp_case *c) { return !g_quick || c->quick; }
 
+/* Random cases, drawn over what a plan takes on sm_90 (validate_desc in src/attention/compressed.c;
+ * docs/semantics.md, "Compressed attention and block selection"): bf16 or f16; Dk and Dv multiples of 16 from
+ * 16 to 256, often different; G = Hq / Hkv from 1 to 16; stride d from 1 to kernel size l; with a selection,
+ * top-k 1 to 64, BK = d x a power of two up to 64, (l - 1) / d at most 64, init and local blocks from 0 (more
+ * than K too); without one (top-k 0) none of those apply. 1 to 4 sequences of 1 to 3 tokens, shorter than l
+ * (no compressed token), about l, or a few hundred to 1500 tokens, shortened until the float64 reference's
+ * work is at most RANDOM_WORK_MAX (bf16_g2_local4_long's; the table's longest cases do ten times as much).
+ * Either top-k layout, dense or strided tensors, sometimes q = 0 (exact ties) or a scale other than
+ * 1/sqrt(Dk). A GPU with less shared memory than sm_90 (sm_80: 164 KB) refuses some of the larger Dk and Dv
+ * shapes, as it refuses the table's bf16_d256_g1. */
+#define RANDOM_WORK_MAX 4e8
+#define RANDOM_NAME_MAX 256
+
+/* The float64 reference's multiply-adds for a case: Dk + Dv per visible (query head, compressed token) pair
+ * (forward; the backward's are a few times as many) and, with a selection, the block scores' walk over the
+ * visible tokens for every block of a row (fsa_ref_cmp_block_scores). */
+static double reference_work(const cmp_case *c)
+{
+    double pairs = 0.0, walk = 0.0;
+    for (int b = 0; b < c->nseq; b++)
+        for (int i = c->l - 1; i < c->lens[b]; i++) {
+            const int seen = (i - (c->l - 1)) / c->d + 1; /* j * d + l - 1 <= i */
+            pairs += seen;
+            walk += (double)seen * (i / c->bk + 1);
+        }
+    return (double)c->hq * (pairs * (c->dk + c->dv) + (c->k > 0 ? walk : 0.0));
+}
+
+static int random_pick(fsa_rng *rng, const int *v, int n) { return v[fsa_rng_int(rng, 0, n - 1)]; }
+
+static int random_head_dim(fsa_rng *rng)
+{
+    static const int usual[] = {64, 96, 128, 192};
+    return fsa_rng_uniform(rng) < 0.5 ? random_pick(rng, usual, 4) : 16 * fsa_rng_int(rng, 1, 16);
+}
+
+/* A sequence length: 1 to 3 tokens, shorter than l, about l (a few compressed tokens) or long. */
+static int random_length(fsa_rng *rng, int l, int d)
+{
+    const double u = fsa_rng_uniform(rng);
+    if (u < 0.15) return fsa_rng_int(rng, 1, 3);
+    if (u < 0.35 && l > 1) return fsa_rng_int(rng, 1, l - 1);
+    if (u < 0.55) return fsa_rng_int(rng, l, l + 3 * d);
+    return fsa_rng_int(rng, 200, 1500);
+}
+
+static void random_case(fsa_rng *rng, cmp_case *out, char *name_buf, size_t n)
+{
+    cmp_case c = {0};
+    c.dtype = fsa_rng_int(rng, 0, 1) ? BF : HF;
+    c.dk = random_head_dim(rng);
+    c.dv = fsa_rng_uniform(rng) < 0.3 ? c.dk : random_head_dim(rng);
+    const int G = fsa_rng_int(rng, 1, 16);
+    c.hkv = fsa_rng_uniform(rng) < 0.1 && G <= 2 ? fsa_rng_int(rng, 8, 32) /* many KV heads, small groups */
+                                                : fsa_rng_int(rng, 1, G <= 8 ? 4 : 2);
+    c.hq = G * c.hkv;
+    static const int usual_strides[] = {4, 8, 16, 32};
+    c.d = fsa_rng_uniform(rng) < 0.5 ? random_pick(rng, usual_strides, 4) : fsa_rng_int(rng, 1, 40);
+    c.l = c.d * fsa_rng_int(rng, 1, 4) + (c.d > 1 && fsa_rng_uniform(rng) < 0.3 ? fsa_rng_int(rng, 1, c.d - 1) : 0);
+    /* BK = d << p, p up to 6: mostly 8 to 256 positions (rows of a long sequence with more blocks than K to
+     * choose among), sometimes fewer. */
+    int p_max = 0, p_min = 0;
+    while (p_max < 6 && c.d << (p_max + 1) <= 256) p_max++;
+    while (p_min < p_max && c.d << p_min < 8) p_min++;
+    c.bk = c.d << fsa_rng_int(rng, fsa_rng_uniform(rng) < 0.2 ? 0 : p_min, p_max);
+    c.nseq = fsa_rng_int(rng, 1, 4);
+    for (int b = 0; b < c.nseq; b++) c.lens[b] = b == 0 && fsa_rng_uniform(rng) < 0.75 ? fsa_rng_int(rng, 200, 1500)
+                                                                                      : random_length(rng, c.l, c.d);
+    /* The longest sequence loses a quarter until the reference's work (with a selection) fits. */
+    c.k = 1;
+    int longest;
+    for (;;) {
+        longest = 0;
+        for (int b = 1; b < c.nseq; b++)
+            if (c.lens[b] > c.lens[longest]) longest = b;
+        if (reference_work(&c) <= RANDOM_WORK_MAX) break;
+        c.lens[longest] -= c.lens[longest] / 4 + 1;
+    }
+    /* Top-k mostly below the longest row's blocks (a choice to make), else anything from 1 to 64 (rows with
+     * fewer blocks than K) or none. */
+    const int blocks = (c.lens[longest] - 1) / c.bk + 1;
+    const double u = fsa_rng_uniform(rng);
+    static const int usual_k[] = {16, 32, 36, 64};
+    c.k = u < 0.15 ? 0
+        : u < 0.75 ? fsa_rng_int(rng, 1, blocks > 2 ? (blocks - 1 < 64 ? blocks - 1 : 64) : 1)
+        : u < 0.9  ? random_pick(rng, usual_k, 4)
+                   : fsa_rng_int(rng, 1, 64);
+    c.init = fsa_rng_int(rng, 0, 3);
+    c.local = fsa_rng_int(rng, 0, 4);
+    c.layout_tkh = fsa_rng_int(rng, 0, 1);
+    c.strided = fsa_rng_int(rng, 0, 1);
+    c.zero_q = c.k > 0 && fsa_rng_uniform(rng) < 0.125;
+    c.quick = 1;
+    if (fsa_rng_uniform(rng) < 0.25) {
+        /* 0.5 to 2 times 1/sqrt(Dk), three digits (the name gives it exactly). Not more: logits spread wider
+         * leave many probabilities under fp16's flush to zero, blocks the kernel ties at 0 that the reference
+         * still orders, and the selection check's 95% of exact rows would fail on what the docs allow. */
+        const double s = (0.5 + 1.5 * fsa_rng_uniform(rng)) / sqrt((double)c.dk);
+        char digits[32];
+        snprintf(digits, sizeof digits, "%.3g", s);
+        c.scale = strtof(digits, NULL);
+    }
+    char lens[64] = "";
+    for (int b = 0, used = 0; b < c.nseq; b++)
+        used += snprintf(lens + used, sizeof lens - (size_t)used, "%s%d", b ? "," : "", c.lens[b]);
+    char scale[32] = "default";
+    if (c.scale > 0) snprintf(scale, sizeof scale, "%.3g", (double)c.scale);
+    snprintf(name_buf, n, "%s_dk%d_dv%d_hq%d_hkv%d_l%d_d%d_bk%d_k%d_init%d_local%d_lens%s_%s_%s%s_scale%s",
+             c.dtype == BF ? "bf16" : "f16", c.dk, c.dv, c.hq, c.hkv, c.l, c.d, c.bk, c.k, c.init, c.local, lens,
+             c.layout_tkh ? "thk" : "htk", c.strided ? "strided" : "dense", c.zero_q ? "_ties" : "", scale);
+    c.name = name_buf;
+    *out = c;
+}
+
 typedef struct device_cmp {
     uint64_t q, k, v, o, lse, topk, cu, cu_c;
     size_t o_bytes, lse_bytes, topk_bytes;
@@ -99,7 +217,8 @@ static void device_make_cmp(device_cmp *dp, const cmp_problem *p, const cmp_case
     dp->o = fsa_test_dalloc(dp->o_bytes);
     dp->lse_bytes = (size_t)c->hq * p->T * 4;
     dp->lse = fsa_test_dalloc(dp->lse_bytes);
-    dp->topk_bytes = (size_t)c->hkv * p->T * c->k * 4;
+    /* Without a selection (top-k 0) one poisoned slot per row, which the forward must leave as it is. */
+    dp->topk_bytes = (size_t)c->hkv * p->T * (c->k > 0 ? c->k : 1) * 4;
     dp->topk = fsa_test_dalloc(dp->topk_bytes);
     dp->cu = fsa_test_dalloc((size_t)(p->B + 1) * 4);
     fsa_test_h2d(dp->cu, p->cu, (size_t)(p->B + 1) * 4);
@@ -113,7 +232,7 @@ static void device_free_cmp(device_cmp *dp)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fsa_test_dfree(all[i]);
 }
 
-static fsa_compressed_fwd_args args_of(const device_cmp *dp, const cmp_problem *p)
+static fsa_compressed_fwd_args args_of(const device_cmp *dp, const cmp_problem *p, const cmp_case *c)
 {
     fsa_compressed_fwd_args a = FSA_COMPRESSED_FWD_ARGS_INIT;
     a.total_tokens = p->T;
@@ -126,7 +245,7 @@ static fsa_compressed_fwd_args args_of(const device_cmp *dp, const cmp_problem *
     a.lse = dp->lse;
     a.cu_seqlens = dp->cu;
     a.cu_seqlens_c = dp->cu_c;
-    a.topk = (fsa_tensor){dp->topk, p->topk_ts, p->topk_hs};
+    if (c->k > 0) a.topk = (fsa_tensor){dp->topk, p->topk_ts, p->topk_hs};
     return a;
 }
 
@@ -238,13 +357,15 @@ static void check_selection(const cmp_outputs *out, const cmp_problem *p, const 
     assert_true(same_frac >= 0.95);
 }
 
-static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
+/* Forward and selection against the reference, and the same bits twice. inputs seeds the inputs (a fixed
+ * case's place in the table, a random case's seed). */
+static void run_case(const cmp_case *c, fsa_compressed_plan *plan, uint64_t inputs)
 {
     cmp_problem p;
-    cmp_problem_make(&p, c, 0xc0de0000u + (uint64_t)(c - cases));
+    cmp_problem_make(&p, c, 0xc0de0000u + inputs);
     device_cmp dp;
     device_make_cmp(&dp, &p, c);
-    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p, c);
 
     poison(&dp);
     if (fsa_compressed_attention_fwd(plan, &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
@@ -252,7 +373,11 @@ static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
     cmp_outputs first;
     download(&first, &dp, &p, c);
     check_attention(&first, &p, c);
-    check_selection(&first, &p, c);
+    if (c->k > 0) check_selection(&first, &p, c);
+    else {
+        print_message(", no selection: top-k poison untouched\n");
+        for (size_t e = 0; e < dp.topk_bytes / 4; e++) assert_int_equal(first.topk[e], 0x7f7f7f7f);
+    }
 
     /* Same inputs, same bits. */
     poison(&dp);
@@ -268,14 +393,6 @@ static void run_case(const cmp_case *c, fsa_compressed_plan *plan)
     outputs_free_cmp(&second);
     device_free_cmp(&dp);
     cmp_problem_free(&p);
-}
-
-/* A case's place in the table, which seeds its inputs; N_CASES for a variant made from one. */
-static uint64_t case_index(const cmp_case *c)
-{
-    size_t i = 0;
-    while (i < N_CASES && &cases[i] != c) i++;
-    return i;
 }
 
 /* The three gradients' shapes: rows (tokens), heads and head dims; device strides. */
@@ -362,13 +479,13 @@ static void check_gradient_padding(const cmp_case *c, const grad_shapes *s, uint
  * the gate's gradient. d_out, bytes: the gradients' device images. */
 static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, const cmp_problem *p,
                                  const device_cmp *dp, const fsa_compressed_bwd_args *a, const float *dout,
-                                 const uint64_t *d_out, const size_t *bytes)
+                                 const uint64_t *d_out, const size_t *bytes, uint64_t inputs)
 {
     const size_t n_do = (size_t)p->T * c->hq * c->dv;
     const size_t n[3] = {(size_t)p->T * c->hq * c->dk, (size_t)p->Tc * c->hkv * c->dk, (size_t)p->Tc * c->hkv * c->dv};
     const grad_shapes s = grad_shapes_of(p, c);
     gate_rows gr;
-    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + case_index(c));
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + inputs);
     float *gated = malloc((n_do + 1) * sizeof(float)), *o = malloc((n_do + 1) * sizeof(float));
     assert_true(gated && o);
     gate_rows_scale(&gr, dout, c->dv, gated);
@@ -439,14 +556,14 @@ static void check_gated_backward(const cmp_case *c, fsa_compressed_plan *plan, c
 
 /* The backward from the GPU forward's o and lse, against the reference
  * gradients; poisoned outputs and workspace; the same bits twice; dq_add;
- * gated. */
-static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
+ * gated. inputs seeds the inputs, as run_case's. */
+static void run_backward(const cmp_case *c, fsa_compressed_plan *plan, uint64_t inputs)
 {
     cmp_problem p;
-    cmp_problem_make(&p, c, 0xbac0000u + case_index(c));
+    cmp_problem_make(&p, c, 0xbac0000u + inputs);
     device_cmp dp;
     device_make_cmp(&dp, &p, c);
-    fsa_compressed_fwd_args fa = args_of(&dp, &p);
+    fsa_compressed_fwd_args fa = args_of(&dp, &p, c);
     fa.topk.ptr = 0;
     poison(&dp);
     assert_int_equal(fsa_compressed_attention_fwd(plan, &fa, NULL), FSA_STATUS_OK);
@@ -456,7 +573,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
     float *dout = malloc((n_do + 1) * sizeof *dout), *got[3];
     double *want[3];
     const size_t n[3] = {nq, nk, nv};
-    fsa_rng rng = {0xd0u + case_index(c)};
+    fsa_rng rng = {0xd0u + inputs};
     for (size_t e = 0; e < n_do; e++) dout[e] = attn_round_to(c->dtype, (float)fsa_rng_normal(&rng));
     for (int i = 0; i < 3; i++) {
         got[i] = malloc((n[i] + 1) * sizeof(float));
@@ -571,7 +688,7 @@ static void run_backward(const cmp_case *c, fsa_compressed_plan *plan)
         free(img);
         free(dq_sum);
     }
-    check_gated_backward(c, plan, &p, &dp, &a, dout, d_out, bytes);
+    check_gated_backward(c, plan, &p, &dp, &a, dout, d_out, bytes, inputs);
     for (int i = 0; i < 3; i++) {
         fsa_test_dfree(d_out[i]);
         free(got[i]);
@@ -589,7 +706,84 @@ static void test_the_backward_matches_the_reference_gradients_on_every_case(void
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i]);
+        if (runs(&cases[i])) run_backward(&cases[i], g_plans[i], i);
+}
+
+/* FSA_TEST_RANDOM and FSA_TEST_SEED: a value that is not a number fails the test (a typo must not quietly
+ * run the default). */
+static uint64_t env_number(const char *name, uint64_t fallback)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') return fallback;
+    char *end;
+    const unsigned long long v = strtoull(s, &end, 0);
+    if (*end != '\0' || *s == '-') fail_msg("%s=%s is not a number", name, s);
+    return v;
+}
+
+#define RANDOM_SEED_DEFAULT 0xc0de5eedull
+#define RANDOM_BATCH 8 /* plans compiled in parallel, then run */
+
+typedef struct random_job {
+    cmp_case c;
+    char name[RANDOM_NAME_MAX], line[RANDOM_NAME_MAX + 128];
+    uint64_t seed;
+    fsa_compressed_plan *plan;
+    char error[512];
+} random_job;
+
+static void *random_plan_worker(void *arg)
+{
+    random_job *job = arg;
+    fsa_compressed_attention_desc d = cmp_desc_of(&job->c);
+    d.backward = 1;
+    if (fsa_compressed_plan_create(&job->plan, g_ctx, &d) != FSA_STATUS_OK)
+        snprintf(job->error, sizeof job->error, "%s", fsa_last_error()); /* the error record is per thread */
+    return NULL;
+}
+
+/* Cases drawn over everything a plan takes (random_case), through the fixed cases' forward, selection and
+ * backward checks. Case i's seed is the (i + 1)-th splitmix64 output from FSA_TEST_SEED: it draws the case
+ * and seeds its inputs, so FSA_TEST_SEED=S FSA_TEST_RANDOM=i+1 runs it again (after the ones before it). */
+static void test_random_cases_match_the_reference(void **state)
+{
+    (void)state;
+    const uint64_t count = env_number("FSA_TEST_RANDOM", g_quick ? 1 : 4);
+    const uint64_t base = env_number("FSA_TEST_SEED", RANDOM_SEED_DEFAULT);
+    print_message("  %llu random cases, FSA_TEST_SEED=0x%llx\n", (unsigned long long)count, (unsigned long long)base);
+    fsa_rng seeds = {base};
+    random_job *jobs = calloc(RANDOM_BATCH, sizeof *jobs);
+    assert_non_null(jobs);
+    for (uint64_t first = 0; first < count; first += RANDOM_BATCH) {
+        const int n = count - first < RANDOM_BATCH ? (int)(count - first) : RANDOM_BATCH;
+        pthread_t th[RANDOM_BATCH];
+        for (int i = 0; i < n; i++) {
+            random_job *job = &jobs[i];
+            memset(job, 0, sizeof *job);
+            job->seed = fsa_rng_next(&seeds);
+            fsa_rng rng = {job->seed};
+            random_case(&rng, &job->c, job->name, sizeof job->name);
+            snprintf(job->line, sizeof job->line, "random case %llu (FSA_TEST_SEED=0x%llx, case seed 0x%016llx): %s",
+                     (unsigned long long)(first + (uint64_t)i), (unsigned long long)base,
+                     (unsigned long long)job->seed, job->name);
+            print_message("  %s\n", job->line);
+            assert_int_equal(pthread_create(&th[i], NULL, random_plan_worker, job), 0);
+        }
+        for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < n; i++)
+            if (jobs[i].plan == NULL) {
+                for (int j = 0; j < n; j++) fsa_compressed_plan_destroy(jobs[j].plan);
+                fail_msg("%s: the plan was refused: %s", jobs[i].line, jobs[i].error);
+            }
+        for (int i = 0; i < n; i++) {
+            print_message("  running random case %llu\n", (unsigned long long)(first + (uint64_t)i));
+            run_case(&jobs[i].c, jobs[i].plan, jobs[i].seed);
+            run_backward(&jobs[i].c, jobs[i].plan, jobs[i].seed);
+            fsa_compressed_plan_destroy(jobs[i].plan);
+            jobs[i].plan = NULL;
+        }
+    }
+    free(jobs);
 }
 
 /* A cu_seqlens_c that gives each sequence compressed tokens past those its length makes hides them from
@@ -608,14 +802,14 @@ static void test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gra
     for (int j = 0; j < p.Tc; j++) unseen += !fsa_ref_cmp_token_seen(&p.ref, j);
     cmp_problem_free(&p);
     assert_int_equal(unseen, c.hidden * c.nseq);
-    run_backward(&c, g_plans[0]);
+    run_backward(&c, g_plans[0], N_CASES); /* the inputs it always had: a copy's place was past the table */
 }
 
 static void test_compressed_attention_and_selection_match_the_reference_on_every_case(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_CASES; i++)
-        if (runs(&cases[i])) run_case(&cases[i], g_plans[i]);
+        if (runs(&cases[i])) run_case(&cases[i], g_plans[i], i);
 }
 
 /* Without a top-k output only the attention runs, and the plan without
@@ -632,7 +826,7 @@ static void test_the_forward_without_selection_writes_the_same_attention(void **
     cmp_problem_make(&p, c, 5);
     device_cmp dp;
     device_make_cmp(&dp, &p, c);
-    fsa_compressed_fwd_args a = args_of(&dp, &p);
+    fsa_compressed_fwd_args a = args_of(&dp, &p, c);
     a.topk.ptr = 0;
     poison(&dp);
     assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_OK);
@@ -656,7 +850,7 @@ static void test_a_graph_captured_forward_replays_to_the_same_outputs(void **sta
     cmp_problem_make(&p, c, 77);
     device_cmp dp;
     device_make_cmp(&dp, &p, c);
-    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p, c);
     poison(&dp);
     assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
     fsa_test_sync();
@@ -700,7 +894,7 @@ static void test_a_token_with_nan_in_its_q_leaves_the_other_tokens_results_as_th
             for (int i = 0; i < c->hq * c->dk; i++) p.q[(size_t)bad * c->hq * c->dk + i] = NAN;
         device_cmp dp;
         device_make_cmp(&dp, &p, c);
-        const fsa_compressed_fwd_args a = args_of(&dp, &p);
+        const fsa_compressed_fwd_args a = args_of(&dp, &p, c);
         poison(&dp);
         assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
         fsa_test_sync();
@@ -762,7 +956,7 @@ static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
     const int32_t bad_cu_c[5] = {0, p.Tc + 100, 3, 2, p.Tc + 7};
     fsa_test_h2d(dp.cu, bad_cu, sizeof bad_cu);
     fsa_test_h2d(dp.cu_c, bad_cu_c, sizeof bad_cu_c);
-    const fsa_compressed_fwd_args a = args_of(&dp, &p);
+    const fsa_compressed_fwd_args a = args_of(&dp, &p, c);
     poison(&dp);
     assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_OK);
     fsa_test_sync(); /* fails the test on a fault */
@@ -821,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gradients),
+        cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),
         cmocka_unit_test(test_a_token_with_nan_in_its_q_leaves_the_other_tokens_results_as_they_were),
         cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
