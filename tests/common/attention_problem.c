@@ -452,3 +452,255 @@ void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double t
     assert_true(row.err < ATTN_ROW_TOL * tol);
     assert_true(lse < 1.0);
 }
+
+/* ------------------------------------------------------------ random cases */
+
+attn_random_settings attn_random_settings_from_env(uint64_t default_seed)
+{
+    const char *quick = getenv("FSA_TEST_QUICK");
+    attn_random_settings s = {quick && atoi(quick) ? 1 : 4, default_seed};
+    const char *count = getenv("FSA_TEST_RANDOM"), *seed = getenv("FSA_TEST_SEED");
+    char *end = NULL;
+    if (count && *count) {
+        const long v = strtol(count, &end, 10);
+        if (*end != '\0' || v < 0 || v > 100000)
+            fail_msg("FSA_TEST_RANDOM=%s: expected a count from 0 to 100000", count);
+        s.count = (int)v;
+    }
+    if (seed && *seed) {
+        s.seed = strtoull(seed, &end, 0);
+        if (*end != '\0' || *seed == '-')
+            fail_msg("FSA_TEST_SEED=%s: expected an unsigned integer (decimal or 0x hex)", seed);
+    }
+    return s;
+}
+
+/* Keys all query rows visit in the float64 reference over a case's inputs, times the row width (Dk + Dv): its
+ * cost. The fixed cases' median is about 7e7 (forward) and 1.3e8 (backward), their largest 2.6e10 and 3.8e9; a
+ * drawn case stays under this (median about 9e7), so its reference takes about as long as a fixed case's. */
+#define RANDOM_REFERENCE_BUDGET 4e8
+
+static double reference_cost(const attn_case *c)
+{
+    const double span = (double)c->k * c->bk; /* the most keys a query can see */
+    double keys = 0;
+    for (int b = 0; b < c->nseq; b++)
+        for (int i = 0; i < c->lens[b]; i++) keys += i + 1 < span ? i + 1 : span;
+    return keys * c->hq * (c->d + attn_value_dim(c));
+}
+
+#define RANDOM_TOP_K_MAX 64 /* include/fsa/selected.h: top_k 1..64 (FSA_MAX_TOP_K) */
+
+static int random_head_dim(fsa_rng *rng)
+{
+    static const int usual[] = {32, 64, 96, 128, 192, 256};
+    return fsa_rng_int(rng, 0, 9) < 6 ? usual[fsa_rng_int(rng, 0, 5)] : 16 * fsa_rng_int(rng, 1, 16);
+}
+
+/* Short sequences (1 to 3 tokens), lengths at a block's edges and a few hundred tokens. */
+static int random_length(fsa_rng *rng, int bk, int at_least)
+{
+    const int kind = fsa_rng_int(rng, 0, 9);
+    int len = kind < 2   ? fsa_rng_int(rng, 1, 3)
+              : kind < 4 ? fsa_rng_int(rng, 1, 2) * bk + fsa_rng_int(rng, -1, 1)
+                         : fsa_rng_int(rng, 4, 400);
+    return len < at_least ? at_least : len;
+}
+
+/* Upper bounds on the workspace of the smallest chunk (one KV head, one token; plan_layout.c), which a cap below it
+ * cannot shrink (the queries then return more than the cap, and device_make and bwd_make assert they do not), and
+ * estimates of the whole call's (one chunk), which a cap below it cuts into chunks. Bytes. */
+static double index_bytes(const attn_case *c, int T)
+{
+    return 6.0 * 4 * ((double)T / c->bk + c->nseq + 2) * c->hkv + 64 * 1024; /* counts, offsets, segments; padding */
+}
+
+static double fwd_smallest_chunk(const attn_case *c, int T)
+{
+    const double g = attn_group_of(c), dv = attn_value_dim(c);
+    return c->k * g * (4 + 2 * dv) + 12.0 * c->k + index_bytes(c, T); /* partial rows and lse of one token */
+}
+
+static double fwd_one_chunk(const attn_case *c, int T)
+{
+    const double g = attn_group_of(c), dv = attn_value_dim(c), pairs = (double)c->hkv * T * c->k;
+    return pairs * (4 + 4 * g + 2 * g * dv) + 8.0 * c->hkv * T;
+}
+
+static double bwd_smallest_chunk(const attn_case *c, int T)
+{
+    const double g = attn_group_of(c), dk = c->d, dkv = c->d + attn_value_dim(c);
+    const double slices = c->bk > 128 ? c->bk / 128 : 1; /* the backward takes a block in slices of 128 keys */
+    /* A work item's entries: a round of 32 tiles' tokens (fsa_bwd_round_entries), halved at most 3 times; each
+     * item of a split list writes a block's fp32 dK/dV partial. */
+    const int least_item = (32 * (32 / attn_group_of(c))) >> 3;
+    const double split_items = 2.0 * ((c->k + least_item - 1) / least_item);
+    /* dq rows and lists of the token's pairs, delta, the partials and the fp32 dK/dV accumulator over every token */
+    return c->k * (8 + slices * g * dk * 2) + 4 * g + split_items * c->bk * dkv * 4 + (double)T * dkv * 4 +
+           index_bytes(c, T);
+}
+
+static double bwd_one_chunk(const attn_case *c, int T)
+{
+    const double g = attn_group_of(c), pairs = (double)c->hkv * T * c->k;
+    const double slices = c->bk > 128 ? c->bk / 128 : 1;
+    const double dq_rows = c->alg == FSA_ALGORITHM_NSA ? 0 : pairs * slices * g * c->d * 2; /* the FSA order's */
+    return dq_rows + pairs * 8 + 8.0 * c->hkv * T;
+}
+
+/* A cap between twice the smallest chunk's bound and half the whole call's estimate (log-uniform), or 0 where that
+ * range is empty. */
+static uint64_t random_workspace_limit(fsa_rng *rng, const attn_case *c, int backward)
+{
+    int T = 0;
+    for (int b = 0; b < c->nseq; b++) T += c->lens[b];
+    double lo = 2 * fwd_smallest_chunk(c, T), hi = c->alg == FSA_ALGORITHM_NSA ? 0 : fwd_one_chunk(c, T) / 2;
+    if (backward) {
+        lo += 2 * bwd_smallest_chunk(c, T); /* the test's forward runs under the same cap */
+        hi = fmax(hi, bwd_one_chunk(c, T) / 2);
+    }
+    if (!(hi > lo)) return 0;
+    const double cap = lo * pow(hi / lo, fsa_rng_uniform(rng));
+    return ((uint64_t)cap + 4095) / 4096 * 4096;
+}
+
+static const char *dtype_name(fsa_dtype dt) { return dt == FSA_DTYPE_BF16 ? "bf16" : "f16"; }
+static const char *algorithm_name(fsa_algorithm a)
+{
+    return a == FSA_ALGORITHM_FSA ? "fsa" : a == FSA_ALGORITHM_NSA ? "nsa" : "auto";
+}
+
+/* The rules a drawn case follows (a plan the library refuses is a test failure):
+ * - dtype bf16 or f16 (plan.c, validate_desc);
+ * - Dk and Dv multiples of 16 from 16 to 256 (docs/semantics.md, Inputs; validate_desc), Dv = Dk (dv 0) half the
+ *   time, 96 and 192 among the usual dims; with backward, both multiples of 32 where Dk + Dv is over 320
+ *   (semantics.md, Backward; plan.c, plan_backward);
+ * - group sizes 1 to 16 (odd ones included; plans take up to 128, the FSA forward up to FSA_FWD_MAX_GROUP 64), 1 to
+ *   4 KV heads; blocks of 16, 32, 64, 128 or 256 keys; top-k 1 to 64 (validate_desc; FSA_MAX_TOP_K);
+ * - a forced FSA order with blocks of 256 keys only up to Dk + Dv = 272: the mma.sync forward main kernel's shared
+ *   memory (fsa_fwd_smem_bytes) passes the 227 KB of an sm_90a block from 288 on (plan.c refuses "the FSA path does
+ *   not fit"); AUTO and NSA plans take any pair;
+ * - a workspace cap (a quarter of the cases where a cap can force chunks) at least twice a bound on the smallest
+ *   chunk's workspace (semantics.md: a cap below one KV head and one token is answered with that chunk's size);
+ * - big_logit with one sequence of at least 4 tokens, no junk and top-k 2 or more: the big key is packed key 3,
+ *   in block 0, which fsa_ref_make_selection gives the last token;
+ * - 1 to 6 sequences, their reference cost under RANDOM_REFERENCE_BUDGET (the longest halved until it is). */
+void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, int backward)
+{
+    attn_case c;
+    memset(&c, 0, sizeof c);
+    c.dtype = fsa_rng_int(rng, 0, 1) ? FSA_DTYPE_BF16 : FSA_DTYPE_F16;
+    c.d = random_head_dim(rng);
+    int dv = fsa_rng_int(rng, 0, 1) ? random_head_dim(rng) : c.d;
+    if (backward && c.d + dv > 320) {
+        if (c.d % 32) c.d += 16; /* 16 x an odd number under 256: the next multiple of 32 is at most 256 */
+        if (dv % 32) dv += 16;
+    }
+    c.dv = dv == c.d ? 0 : dv;
+    const int group = fsa_rng_int(rng, 1, 16);
+    c.hkv = fsa_rng_int(rng, 1, 4);
+    c.hq = group * c.hkv;
+    c.bk = 16 << fsa_rng_int(rng, 0, 4);
+    const int k_kind = fsa_rng_int(rng, 0, 9);
+    c.k = k_kind < 5   ? fsa_rng_int(rng, 1, 8)
+          : k_kind < 8 ? fsa_rng_int(rng, 9, 24)
+                       : fsa_rng_int(rng, 25, RANDOM_TOP_K_MAX);
+    c.big_logit = fsa_rng_int(rng, 0, 7) == 0;
+    if (c.big_logit) {
+        c.nseq = 1;
+        if (c.k < 2) c.k = 2;
+        c.lens[0] = random_length(rng, c.bk, 4);
+    } else {
+        c.nseq = fsa_rng_int(rng, 1, 6);
+        for (int b = 0; b < c.nseq; b++) c.lens[b] = random_length(rng, c.bk, 1);
+        c.junk = fsa_rng_int(rng, 0, 3) != 0;
+    }
+    const int shortest = c.big_logit ? 4 : 1;
+    while (reference_cost(&c) > RANDOM_REFERENCE_BUDGET) { /* ends: six sequences of 4 tokens cost under 1e6 */
+        int longest = 0;
+        for (int b = 1; b < c.nseq; b++)
+            if (c.lens[b] > c.lens[longest]) longest = b;
+        c.lens[longest] = c.lens[longest] / 2 > shortest ? c.lens[longest] / 2 : shortest;
+    }
+    c.layout_tkh = fsa_rng_int(rng, 0, 1);
+    c.strided = fsa_rng_int(rng, 0, 1);
+    static const fsa_algorithm algs[] = {FSA_ALGORITHM_AUTO, FSA_ALGORITHM_FSA, FSA_ALGORITHM_NSA};
+    c.alg = algs[fsa_rng_int(rng, 0, 2)];
+    if (c.alg == FSA_ALGORITHM_FSA && c.bk == 256 && c.d + attn_value_dim(&c) > 272)
+        c.alg = fsa_rng_int(rng, 0, 1) ? FSA_ALGORITHM_AUTO : FSA_ALGORITHM_NSA;
+    if (fsa_rng_int(rng, 0, 3) == 0) c.ws_limit = random_workspace_limit(rng, &c, backward);
+    if (fsa_rng_int(rng, 0, 3) == 0) {
+        /* 0.25 to 3 times the default 1 / sqrt(Dk), to three digits so that the name gives the same float */
+        static const double factors[] = {0.25, 0.5, 1.5, 2.0, 3.0};
+        char digits[32];
+        snprintf(digits, sizeof digits, "%.3g", factors[fsa_rng_int(rng, 0, 4)] / sqrt((double)c.d));
+        c.scale = strtof(digits, NULL);
+    }
+
+    char lens[64];
+    size_t at = 0;
+    for (int b = 0; b < c.nseq; b++)
+        at += (size_t)snprintf(lens + at, sizeof lens - at, "%s%d", b ? "." : "", c.lens[b]);
+    char ws[32] = "", scale[32] = "";
+    if (c.ws_limit) snprintf(ws, sizeof ws, "_ws%llu", (unsigned long long)c.ws_limit);
+    if (c.scale > 0) snprintf(scale, sizeof scale, "_scale%g", (double)c.scale);
+    const int len = snprintf(name_buf, n, "rand_%s_dk%d_dv%d_hq%d_hkv%d_bk%d_k%d_t%s_%s%s_%s%s%s%s%s",
+                             dtype_name(c.dtype), c.d, attn_value_dim(&c), c.hq, c.hkv, c.bk, c.k, lens,
+                             c.layout_tkh ? "tkh" : "htk", c.strided ? "_strided" : "", algorithm_name(c.alg), ws,
+                             c.junk ? "_junk" : "", c.big_logit ? "_biglogit" : "", scale);
+    assert_true(len > 0 && (size_t)len < n);
+    c.name = name_buf;
+    *out = c;
+}
+
+void attn_print_random_case(const attn_case *c, int index, uint64_t seed)
+{
+    char lens[64];
+    size_t at = 0;
+    for (int b = 0; b < c->nseq; b++)
+        at += (size_t)snprintf(lens + at, sizeof lens - at, "%s%d", b ? " " : "", c->lens[b]);
+    print_message("random case %d (seed %llu = 0x%llx): %s: dtype %s, Dk %d, Dv %d, Hq %d, Hkv %d (group %d), "
+                  "block %d, top-k %d, lengths [%s], top-k layout %s, strided %d, algorithm %s, workspace limit %llu, "
+                  "junk %d, big logit %d, scale %.9g%s\n",
+                  index, (unsigned long long)seed, (unsigned long long)seed, c->name, dtype_name(c->dtype), c->d,
+                  attn_value_dim(c), c->hq, c->hkv, attn_group_of(c), c->bk, c->k, lens,
+                  c->layout_tkh ? "[T, Hkv, K]" : "[Hkv, T, K]", c->strided, algorithm_name(c->alg),
+                  (unsigned long long)c->ws_limit, c->junk, c->big_logit, (double)c->scale,
+                  c->scale > 0 ? "" : " (default 1/sqrt(Dk))");
+}
+
+void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed,
+                           void (*run)(const attn_case *c, fsa_plan *plan, uint64_t seed))
+{
+    const attn_random_settings s = attn_random_settings_from_env(default_seed);
+    print_message("  %d random cases from seed %llu (FSA_TEST_RANDOM, FSA_TEST_SEED)\n", s.count,
+                  (unsigned long long)s.seed);
+    if (s.count == 0) return;
+    attn_case *cases = calloc((size_t)s.count, sizeof *cases);
+    char(*names)[ATTN_RANDOM_NAME_MAX] = calloc((size_t)s.count, sizeof *names);
+    fsa_plan **plans = calloc((size_t)s.count, sizeof *plans);
+    assert_true(cases && names && plans);
+    for (int i = 0; i < s.count; i++) {
+        fsa_rng rng = {s.seed + (uint64_t)i};
+        attn_random_case(&rng, &cases[i], names[i], sizeof names[i], backward);
+    }
+    if (attn_create_plans(plans, ctx, cases, (size_t)s.count, backward) != 0) {
+        for (int i = 0; i < s.count; i++) {
+            if (plans[i]) continue;
+            attn_print_random_case(&cases[i], i, s.seed + (uint64_t)i);
+            /* Again on this thread, for its error record (the worker printed it too). */
+            const fsa_selected_attention_desc d = attn_desc_of(&cases[i], backward);
+            if (fsa_plan_create(&plans[i], ctx, &d) != FSA_STATUS_OK)
+                fail_msg("the plan of random case %d (%s) failed: %s", i, cases[i].name, fsa_last_error());
+            fail_msg("the plan of random case %d (%s) failed on a worker thread (printed above)", i, cases[i].name);
+        }
+    }
+    for (int i = 0; i < s.count; i++) {
+        attn_print_random_case(&cases[i], i, s.seed + (uint64_t)i);
+        run(&cases[i], plans[i], s.seed + (uint64_t)i);
+    }
+    for (int i = 0; i < s.count; i++) fsa_plan_destroy(plans[i]);
+    free(plans);
+    free(names);
+    free(cases);
+}

@@ -39,6 +39,32 @@ int attn_value_dim(const attn_case *c);
 void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, int quick, int with_dv,
                     void (*run)(const attn_case *c, fsa_plan *plan));
 
+/* ------------------------------------------------------------ random cases */
+
+/* How many random cases a test draws, and from which seed: FSA_TEST_RANDOM=N cases per test (default 4, 1 under
+ * FSA_TEST_QUICK=1, 0 none) and FSA_TEST_SEED=S (decimal or 0x hex; default: the test's own). Case i draws from
+ * seed S + i, so FSA_TEST_SEED=S+i FSA_TEST_RANDOM=1 runs case i alone. */
+typedef struct attn_random_settings {
+    int count;
+    uint64_t seed;
+} attn_random_settings;
+attn_random_settings attn_random_settings_from_env(uint64_t default_seed);
+
+/* Room for a drawn case's name. */
+#define ATTN_RANDOM_NAME_MAX 192
+
+/* Draws a case over what the selected attention supports on targets with 227 KB of shared memory per block
+ * (sm_90a: the GPU tests' H100 and H200), for a plan with backward = `backward`: the rules are above its
+ * definition. The name (written into name_buf, n bytes) spells out every field. */
+void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, int backward);
+/* One line with the case's index, seed and every field. */
+void attn_print_random_case(const attn_case *c, int index, uint64_t seed);
+
+/* Draws the settings' cases, creates their plans on ctx (a plan the library refuses fails the test with the
+ * case's line and fsa_last_error()) and runs run(case, plan, its seed) on each, its line printed first. */
+void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed,
+                           void (*run)(const attn_case *c, fsa_plan *plan, uint64_t seed));
+
 /* Creates one plan per case (8 threads, so the kernels compile in parallel);
  * 0 on success, -1 (after printing why) if any fails. */
 int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases, size_t n, int backward);

@@ -9,7 +9,11 @@
  * gradients are checked as a whole and row by row, and the padding of strided
  * ones must still hold the poison. A token that selects nothing, NaN in its q and dout, changes no other
  * result.
- * FSA_TEST_QUICK=1 runs a subset. */
+ * Random cases drawn over the whole supported space (attn_random_case) run
+ * through the same checks: FSA_TEST_RANDOM=N of them (default 4), from
+ * FSA_TEST_SEED=S (default RANDOM_SEED, the forward test's is another); each
+ * prints its line (index, seed, every field) before it runs.
+ * FSA_TEST_QUICK=1 runs a subset (one random case). */
 #include "attention_problem.h"
 #include "gate_rows.h"
 
@@ -246,12 +250,12 @@ static void check_grads(const grads *g, const double *dq_ref, const attn_grads_g
  * the reference gradients for dout times the gates (gates of both signs and
  * zeros), and rowsum(dout * o) as the gate's gradient. */
 static void check_gated_backward(const attn_case *c, fsa_plan *plan, const problem *p, const device_problem *dp,
-                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout)
+                                 const bwd_device *bd, const fsa_bwd_args *ba, const float *dout, uint64_t inputs)
 {
     const size_t nq = (size_t)p->T * c->hq * c->d, nkv = (size_t)p->T * c->hkv * c->d;
     const size_t no = (size_t)p->T * c->hq * p->Dv, nv = (size_t)p->T * c->hkv * p->Dv;
     gate_rows gr;
-    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + (uint64_t)(c - cases));
+    gate_rows_make(&gr, p->T, c->hq, 0x6a7e000u + inputs);
     float *gated = malloc(no * sizeof(float)), *o = malloc(no * sizeof(float));
     double *dq_ref = malloc(nq * sizeof(double)), *dk_ref = malloc(nkv * sizeof(double)),
            *dv_ref = malloc(nv * sizeof(double));
@@ -314,10 +318,12 @@ static void forward_on_device(device_problem *dp, const problem *p, const attn_c
     fsa_test_sync();
 }
 
-static void run_case(const attn_case *c, fsa_plan *plan)
+/* `inputs` picks the case's random inputs (q, k, v, top-k, dout, gates): its index in cases[], or a random case's
+ * seed. */
+static void run_case_with_inputs(const attn_case *c, fsa_plan *plan, uint64_t inputs)
 {
     problem p;
-    problem_make(&p, c, 0xb00c0000u + (uint64_t)(c - cases));
+    problem_make(&p, c, 0xb00c0000u + inputs);
     device_problem dp;
     forward_on_device(&dp, &p, c, plan);
     /* The backward below is judged against a reference given this o, and its whole-tensor bounds widen
@@ -327,7 +333,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     download_fwd(&fwd, &dp, &p, c);
     attn_check_o_and_lse(&fwd, &p, c->hq, c->dtype == FSA_DTYPE_BF16 ? 1e-2 : 4e-3, c->name);
 
-    fsa_rng rng = {0xd0d0u + (uint64_t)(c - cases)};
+    fsa_rng rng = {0xd0d0u + inputs};
     const size_t nq = (size_t)p.T * c->hq * c->d, nkv = (size_t)p.T * c->hkv * c->d;
     const size_t no = (size_t)p.T * c->hq * p.Dv, nv = (size_t)p.T * c->hkv * p.Dv;
     float *dout = malloc(no * sizeof(float));
@@ -406,7 +412,7 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     }
     fsa_test_dfree(addend_dev);
     free(addend);
-    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout);
+    check_gated_backward(c, plan, &p, &dp, &bd, &ba, dout, inputs);
 
     grads_free(&first);
     grads_free(&second);
@@ -421,6 +427,11 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     problem_free(&p);
 }
 
+static void run_case(const attn_case *c, fsa_plan *plan) { run_case_with_inputs(c, plan, (uint64_t)(c - cases)); }
+
+/* The default FSA_TEST_SEED of the random cases. */
+#define RANDOM_SEED 0xb0d5eedu
+
 static void test_backward_matches_the_reference_on_every_case(void **state)
 {
     (void)state;
@@ -431,6 +442,12 @@ static void test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matc
 {
     (void)state;
     attn_run_cases(cases, g_plans, N_CASES, g_quick, 1, run_case);
+}
+
+static void test_random_cases_match_the_reference(void **state)
+{
+    (void)state;
+    attn_run_random_cases(g_ctx, 1, RANDOM_SEED, run_case_with_inputs);
 }
 
 static void graph_replay_case(size_t ci)
@@ -647,6 +664,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backward_matches_the_reference_on_every_case),
         cmocka_unit_test(test_backward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
+        cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_a_graph_captured_backward_replays_to_the_same_gradients),
         cmocka_unit_test(test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold),
         cmocka_unit_test(test_backward_bad_arguments_return_statuses),

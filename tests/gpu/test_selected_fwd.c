@@ -5,7 +5,11 @@
  * value head dims other than the query/key head dim (dv column).
  * Outputs (and the workspace) are poisoned before every run; o is checked as
  * a whole and row by row, and a strided o's padding must still hold the poison.
- * FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer). */
+ * Random cases drawn over the whole supported space (attn_random_case) run
+ * through the same checks: FSA_TEST_RANDOM=N of them (default 4), from
+ * FSA_TEST_SEED=S (default RANDOM_SEED, the backward test's is another); each
+ * prints its line (index, seed, every field) before it runs.
+ * FSA_TEST_QUICK=1 runs a subset (for compute-sanitizer; one random case). */
 #include "attention_problem.h"
 
 #include "jit/context.h"
@@ -100,10 +104,11 @@ static void check_against_reference(const outputs *out, const problem *p, const 
                                       ATTN_POISON16, what);
 }
 
-static void run_case(const attn_case *c, fsa_plan *plan)
+/* `inputs` picks the case's random inputs: its index in cases[], or a random case's seed. */
+static void run_case_with_inputs(const attn_case *c, fsa_plan *plan, uint64_t inputs)
 {
     problem p;
-    problem_make(&p, c, 0x5eed0000u + (uint64_t)(c - cases));
+    problem_make(&p, c, 0x5eed0000u + inputs);
     device_problem dp;
     device_make(&dp, &p, c, plan);
     fsa_fwd_args a = fwd_args_of(&dp, &p);
@@ -131,6 +136,11 @@ static void run_case(const attn_case *c, fsa_plan *plan)
     problem_free(&p);
 }
 
+static void run_case(const attn_case *c, fsa_plan *plan) { run_case_with_inputs(c, plan, (uint64_t)(c - cases)); }
+
+/* The default FSA_TEST_SEED of the random cases. */
+#define RANDOM_SEED 0xf0d5eedu
+
 /* ------------------------------------------------------------ tests */
 
 static void test_forward_matches_the_reference_on_every_case(void **state)
@@ -143,6 +153,12 @@ static void test_forward_with_a_value_head_dim_other_than_the_key_head_dim_match
 {
     (void)state;
     attn_run_cases(cases, g_plans, N_CASES, g_quick, 1, run_case);
+}
+
+static void test_random_cases_match_the_reference(void **state)
+{
+    (void)state;
+    attn_run_random_cases(g_ctx, 0, RANDOM_SEED, run_case_with_inputs);
 }
 
 static void test_auto_reports_its_choice_and_reason(void **state)
@@ -239,6 +255,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_matches_the_reference_on_every_case),
         cmocka_unit_test(test_forward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
+        cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_auto_reports_its_choice_and_reason),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_output),
         cmocka_unit_test(test_a_too_small_workspace_is_refused_before_any_launch),
