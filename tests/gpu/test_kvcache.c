@@ -12,12 +12,20 @@
  * paths against each other: test_kvcache_paths.c. Outputs are poisoned
  * before every run; o is checked over the tensor and per (token, head) row,
  * lse per row, and o's padding must keep its poison. FSA_TEST_QUICK=1 runs a
- * subset (for compute-sanitizer), FSA_TEST_CASES the cases it names. */
+ * subset (for compute-sanitizer), FSA_TEST_CASES the cases it names.
+ * Random cases besides the table: FSA_TEST_RANDOM=N batches drawn over the
+ * whole supported space (default 4, 1 under FSA_TEST_QUICK=1, none when
+ * FSA_TEST_CASES is set; 0 turns them off), case i from a seed derived from
+ * FSA_TEST_SEED=S (decimal or 0x hex; default a fixed constant) and i, each
+ * printed before it runs and checked as the table's cases are, then twice
+ * for the same bits and each sequence alone for the batch's bits. */
 #include "kvcache_fixture.h"
 
 #include "attention/kvcache.h"
 #include "jit/context.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +95,244 @@ static void test_a_value_head_dim_other_than_the_key_head_dim_matches_the_refere
 {
     (void)state;
     run_cases(1);
+}
+
+/* ---------------------------------------------------------------- random cases
+ * A server meets combinations the table never tried; a seeded draw over what
+ * the plan accepts (docs/kvcache.md "Interface", validate_desc in
+ * src/attention/kvcache.c) finds the wrong answers it hides. */
+
+/* The opt-in shared memory per CTA that a drawn shape's kernel must fit (fsa_kvcache_plan_create refuses
+ * the others): the device's, set from the context before drawing; until then the smallest target's
+ * (src/jit/target.c), which every target allows. The same seed draws the same cases on devices of one
+ * limit (H100 and H200 alike). */
+static int random_smem_limit = 101376;
+
+/* The float64 reference's multiply-adds a drawn batch may cost, as reference_work counts them: the
+ * table's cases reach 4e9 (f16_d64_g16_prefill_shared, most of whose rows see fewer keys than counted);
+ * at 5e8 a drawn reference takes no longer than the table's slowest (measured on the CPU), and the
+ * check runs each sequence alone again. */
+static const double RANDOM_REFERENCE_WORK = 5e8;
+
+/* A multiple of 16 from 16 to 256; half the time 64 or 128, the head dims of tensor-map copies. */
+static int random_head_dim(fsa_rng *rng)
+{
+    return fsa_rng_int(rng, 0, 1) ? 64 * fsa_rng_int(rng, 1, 2) : 16 * fsa_rng_int(rng, 1, 16);
+}
+
+/* Query heads per KV head: the powers of two where the tiles change, small groups (odd ones included),
+ * any up to 64. */
+static int random_group(fsa_rng *rng)
+{
+    switch (fsa_rng_int(rng, 0, 2)) {
+    case 0: return 1 << fsa_rng_int(rng, 0, 6);
+    case 1: return fsa_rng_int(rng, 1, 16);
+    default: return fsa_rng_int(rng, 1, 64);
+    }
+}
+
+/* Top-k: a power of two half the time (1 and 64, the bounds, included), else any from 1 to 64. */
+static int random_top_k(fsa_rng *rng)
+{
+    return fsa_rng_int(rng, 0, 1) ? 1 << fsa_rng_int(rng, 0, 6) : fsa_rng_int(rng, 1, 64);
+}
+
+/* Whether the kernel fits random_smem_limit as fsa_kvcache_plan_create counts it (dynamic plus static
+ * shared memory) on row copies and, where the shape allows them, on tensor-map copies: which one a plan
+ * takes is the target's choice. */
+static int random_shape_fits(int dk, int dv, int g, int k, int bk, int page)
+{
+    for (int tma = 0; tma <= fsa_kvc_tma_fits(dk, dv, bk, page); tma++)
+        if (fsa_kvc_smem_bytes(dk, dv, g, tma) + fsa_kvc_static_smem_bytes(g, k, tma) > random_smem_limit) return 0;
+    return 1;
+}
+
+/* New tokens: none (an empty sequence), decode, speculative (2-8) or a chunk of prefill. */
+static int random_q_len(fsa_rng *rng)
+{
+    const int r = fsa_rng_int(rng, 0, 7);
+    return r == 0 ? 0 : r <= 3 ? 1 : r <= 5 ? fsa_rng_int(rng, 2, 8) : fsa_rng_int(rng, 10, 400);
+}
+
+/* Cached keys before them: none, one, around 64, around a multiple of the block or page size (the new
+ * tokens start at either's edge), a few hundred, or a few thousand (more blocks than top-k selects). */
+static int random_cached(fsa_rng *rng, int bk, int page)
+{
+    switch (fsa_rng_int(rng, 0, 7)) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return fsa_rng_int(rng, 63, 65);
+    case 3:
+    case 4: {
+        const int unit = page == 1 || fsa_rng_int(rng, 0, 1) ? bk : page;
+        return unit * fsa_rng_int(rng, 1, 4) + fsa_rng_int(rng, -1, 1);
+    }
+    case 5:
+    case 6: return fsa_rng_int(rng, 100, 600);
+    default: return fsa_rng_int(rng, 1000, 5000);
+    }
+}
+
+/* Multiply-adds of the float64 reference of a case: each (token, query head) row over at most top_k x
+ * block_size keys of its sequence, D + Dv for each. */
+static double reference_work(const kvc_case *c)
+{
+    double work = 0;
+    for (int b = 0; b < c->nseq; b++) {
+        const double len = c->seqs[b].cached + c->seqs[b].q_len, selected = (double)c->k * c->bk;
+        work += (double)c->seqs[b].q_len * c->hq * (selected < len ? selected : len) * (c->d + (c->dv ? c->dv : c->d));
+    }
+    return work;
+}
+
+static const char *const topk_layout_names[] = {"htk", "thk", "shared"};
+
+/* A case drawn from what a plan accepts: dtype, head dims (Dv = D half the time), group, KV heads,
+ * block and page sizes, top-k and a shape that fits random_smem_limit; top-k layout (a shared one has
+ * head stride 0), NHD or HND pages, top-k lengths, junk rows (-1, future blocks, blocks past the cache,
+ * repeats, negatives), a softmax scale, and a logit of about 1e4 (in bf16, on a row that holds its own
+ * block: no junk or lengths); 1-8 sequences of random_q_len new tokens over random_cached keys (at
+ * least one token in all), redrawn until the reference costs at most RANDOM_REFERENCE_WORK. Every
+ * problem kvc_problem_make builds also shuffles its pages, fills the table entries past each sequence's
+ * pages with garbage and every cache element that backs no key with NaN. The name, in name_buf, spells
+ * every field (the sequences as q_len+cached). */
+static void random_case(fsa_rng *rng, kvc_case *out, char *name_buf, size_t n)
+{
+    static const int page_sizes[] = {1, 16, 32, 64, 128, 256};
+    kvc_case c;
+    memset(&c, 0, sizeof c);
+    c.big_logit = fsa_rng_int(rng, 0, 7) == 0;
+    c.dtype = c.big_logit || fsa_rng_int(rng, 0, 1) ? FSA_DTYPE_BF16 : FSA_DTYPE_F16;
+    /* A quarter of the shapes are those of tensor-map copies on sm_90a (fsa_kvc_tma_fits), which few
+     * draws over everything would be. */
+    const int tma_shape = fsa_rng_int(rng, 0, 3) == 0;
+    int g, dv;
+    do {
+        c.d = tma_shape ? 64 * fsa_rng_int(rng, 1, 2) : random_head_dim(rng);
+        dv = fsa_rng_int(rng, 0, 1) ? c.d : tma_shape ? 64 * fsa_rng_int(rng, 1, 4) : random_head_dim(rng);
+        g = random_group(rng);
+        c.bk = tma_shape ? 64 << fsa_rng_int(rng, 0, 2) : 16 << fsa_rng_int(rng, 0, 4);
+        c.page = tma_shape ? 64 << fsa_rng_int(rng, 0, 2) : page_sizes[fsa_rng_int(rng, 0, 5)];
+        c.k = random_top_k(rng);
+    } while (!random_shape_fits(c.d, dv, g, c.k, c.bk, c.page));
+    c.dv = dv == c.d ? 0 : dv;
+    c.hkv = fsa_rng_int(rng, 1, 128 / g < 4 ? 128 / g : 4);
+    c.hq = g * c.hkv;
+    c.topk_layout = fsa_rng_int(rng, KVC_TOPK_HTK, KVC_TOPK_SHARED);
+    c.cache_hnd = fsa_rng_int(rng, 0, 1);
+    c.with_length = !c.big_logit && fsa_rng_int(rng, 0, 1);
+    c.junk = !c.big_logit && fsa_rng_int(rng, 0, 3) != 0;
+    c.scale = c.big_logit || fsa_rng_int(rng, 0, 3) ? 0.0f : (float)(fsa_rng_int(rng, 1, 50) / 100.0);
+    for (int tries = 0;; tries++) {
+        if (tries == 20) { /* a batch this shape can afford: one decode token */
+            c.nseq = 1;
+            c.seqs[0] = (kvc_seq){1, random_cached(rng, c.bk, c.page)};
+            break;
+        }
+        c.nseq = fsa_rng_int(rng, 1, 8);
+        int tokens = 0;
+        for (int b = 0; b < c.nseq; b++) {
+            c.seqs[b].q_len = random_q_len(rng);
+            c.seqs[b].cached = random_cached(rng, c.bk, c.page);
+            tokens += c.seqs[b].q_len;
+        }
+        if (tokens == 0) c.seqs[fsa_rng_int(rng, 0, c.nseq - 1)].q_len = 1;
+        if (reference_work(&c) <= RANDOM_REFERENCE_WORK) break;
+    }
+    int len = snprintf(name_buf, n, "%s_dk%d_dv%d_g%d_hkv%d_bk%d_k%d_page%d_%s_%s_len%d_junk%d_big%d_scale%g_seqs",
+                       c.dtype == FSA_DTYPE_BF16 ? "bf16" : "f16", c.d, c.dv ? c.dv : c.d, g, c.hkv, c.bk, c.k,
+                       c.page, topk_layout_names[c.topk_layout], c.cache_hnd ? "hnd" : "nhd", c.with_length, c.junk,
+                       c.big_logit, (double)c.scale);
+    for (int b = 0; b < c.nseq && len >= 0 && (size_t)len < n; b++)
+        len += snprintf(name_buf + len, n - (size_t)len, "%c%d+%d", b ? ',' : '_', c.seqs[b].q_len, c.seqs[b].cached);
+    assert_true(len >= 0 && (size_t)len < n); /* the whole name, or the case could not be told */
+    c.name = name_buf;
+    *out = c;
+}
+
+/* A whole non-negative number from the environment, decimal or 0x hexadecimal, at most `max`;
+ * `fallback` when unset or empty. Anything else exits 1: a mistyped count or seed would quietly run
+ * other cases than asked for. */
+static uint64_t env_number(const char *name, uint64_t fallback, uint64_t max)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') return fallback;
+    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    const char *digits = s + (hex ? 2 : 0);
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
+    if (!isxdigit((unsigned char)digits[0]) || *end != '\0' || errno == ERANGE || v > max) {
+        fprintf(stderr, "%s=%s: want a whole number from 0 to %llu (decimal, or hexadecimal after 0x)\n", name, s,
+                (unsigned long long)max);
+        exit(1);
+    }
+    return v;
+}
+
+/* FSA_TEST_RANDOM: 4 random cases, 1 under FSA_TEST_QUICK=1, none when FSA_TEST_CASES picks cases. */
+static int random_case_count(void)
+{
+    const char *quick = getenv("FSA_TEST_QUICK");
+    const int fallback = getenv("FSA_TEST_CASES") != NULL ? 0 : quick && atoi(quick) ? 1 : 4;
+    return (int)env_number("FSA_TEST_RANDOM", (uint64_t)fallback, 1000000);
+}
+
+static uint64_t random_base_seed(void) { return env_number("FSA_TEST_SEED", 0x6b76636163686531ull, UINT64_MAX); }
+
+/* Case i's seed: the base and i hashed together, so cases of one base, and of nearby bases, draw from
+ * unrelated streams. */
+static uint64_t random_case_seed(uint64_t base, int i)
+{
+    fsa_rng index_rng = {(uint64_t)i};
+    fsa_rng rng = {base ^ fsa_rng_next(&index_rng)};
+    return fsa_rng_next(&rng);
+}
+
+/* One call on poisoned outputs checked against the reference, then again, which must give the same
+ * bits; as a kvc_run_fn, the batch-invariance check runs the batch and each sequence alone so. */
+static void run_twice_and_check(const fsa_kvcache_plan *plan, kvc_problem *p, const char *name, kvc_outputs *keep)
+{
+    kvc_outputs first, again;
+    kvc_run_and_check(plan, p, name, &first);
+    kvc_run_and_check(plan, p, "the same call again", &again);
+    assert_memory_equal(again.o_bits, first.o_bits, (size_t)p->Tq * p->hq * p->dv * 2);
+    assert_memory_equal(again.lse, first.lse, (size_t)p->hq * p->Tq * 4);
+    kvc_outputs_free(&again);
+    if (keep) *keep = first;
+    else kvc_outputs_free(&first);
+}
+
+static void test_random_batches_match_the_reference(void **state)
+{
+    (void)state;
+    const int n = random_case_count();
+    const uint64_t base = random_base_seed();
+    random_smem_limit = kvc_ctx->max_smem_per_block;
+    if (n == 0) print_message("  no random cases (FSA_TEST_RANDOM=0, or FSA_TEST_CASES without it)\n");
+    for (int i = 0; i < n; i++) {
+        const uint64_t seed = random_case_seed(base, i);
+        fsa_rng rng = {seed};
+        kvc_case c;
+        char name[256];
+        random_case(&rng, &c, name, sizeof name);
+        print_message("random case %d of %d (FSA_TEST_SEED=0x%llx, case seed 0x%016llx, %d bytes of shared memory): "
+                      "%s\n",
+                      i, n, (unsigned long long)base, (unsigned long long)seed, random_smem_limit, name);
+        const fsa_kvcache_desc d = kvc_desc_of(&c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+        fsa_kvcache_plan *plan = NULL;
+        if (fsa_kvcache_plan_create(&plan, kvc_ctx, &d) != FSA_STATUS_OK)
+            fail_msg("random case %d, %s: the plan was refused: %s", i, name, fsa_last_error());
+        kvc_problem p;
+        kvc_problem_make(&p, &c, fsa_rng_next(&rng));
+        kvc_problem_reference(&p);
+        int seqs[KVC_MAX_SEQS], n_seqs = 0;
+        for (int b = 0; b < c.nseq; b++)
+            if (c.seqs[b].q_len > 0) seqs[n_seqs++] = b;
+        kvc_assert_batch_invariant(plan, &p, seqs, n_seqs, run_twice_and_check);
+        kvc_problem_free(&p);
+        fsa_kvcache_plan_destroy(plan);
+    }
 }
 
 /* A batch of 64 mixing decode, speculative and prefill lengths; sequence b
@@ -330,10 +576,13 @@ int main(void)
         cmocka_unit_test(test_a_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_small_group_sequence_gives_the_same_bits_alone_and_in_a_batch_of_64),
         cmocka_unit_test(test_a_captured_call_replays_with_updated_metadata),
+        cmocka_unit_test(test_random_batches_match_the_reference),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
      * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
     check_the_case_list();
+    random_case_count(); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
+    random_base_seed();
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, kvc_fixture_setup, kvc_fixture_teardown);
 }
