@@ -455,26 +455,6 @@ void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double t
 
 /* ------------------------------------------------------------ random cases */
 
-attn_random_settings attn_random_settings_from_env(uint64_t default_seed)
-{
-    const char *quick = getenv("FSA_TEST_QUICK");
-    attn_random_settings s = {quick && atoi(quick) ? 1 : 4, default_seed};
-    const char *count = getenv("FSA_TEST_RANDOM"), *seed = getenv("FSA_TEST_SEED");
-    char *end = NULL;
-    if (count && *count) {
-        const long v = strtol(count, &end, 10);
-        if (*end != '\0' || v < 0 || v > 100000)
-            fail_msg("FSA_TEST_RANDOM=%s: expected a count from 0 to 100000", count);
-        s.count = (int)v;
-    }
-    if (seed && *seed) {
-        s.seed = strtoull(seed, &end, 0);
-        if (*end != '\0' || *seed == '-')
-            fail_msg("FSA_TEST_SEED=%s: expected an unsigned integer (decimal or 0x hex)", seed);
-    }
-    return s;
-}
-
 /* Keys all query rows visit in the float64 reference over a case's inputs, times the row width (Dk + Dv): its
  * cost. The fixed cases' median is about 7e7 (forward) and 1.3e8 (backward), their largest 2.6e10 and 3.8e9; a
  * drawn case stays under this (median about 9e7), so its reference takes about as long as a fixed case's. */
@@ -653,16 +633,19 @@ void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, in
     *out = c;
 }
 
-void attn_print_random_case(const attn_case *c, int index, uint64_t seed)
+void attn_print_random_case(const attn_case *c, int index, uint64_t base)
 {
+    const uint64_t seed = fsa_test_random_case_seed(base, index);
     char lens[64];
     size_t at = 0;
     for (int b = 0; b < c->nseq; b++)
         at += (size_t)snprintf(lens + at, sizeof lens - at, "%s%d", b ? " " : "", c->lens[b]);
-    print_message("random case %d (seed %llu = 0x%llx): %s: dtype %s, Dk %d, Dv %d, Hq %d, Hkv %d (group %d), "
+    print_message("random case %d (FSA_TEST_SEED=0x%llx; alone: FSA_TEST_SEED=0x%llx FSA_TEST_RANDOM=1; case seed "
+                  "0x%llx): %s: dtype %s, Dk %d, Dv %d, Hq %d, Hkv %d (group %d), "
                   "block %d, top-k %d, lengths [%s], top-k layout %s, strided %d, algorithm %s, workspace limit %llu, "
                   "junk %d, big logit %d, scale %.9g%s\n",
-                  index, (unsigned long long)seed, (unsigned long long)seed, c->name, dtype_name(c->dtype), c->d,
+                  index, (unsigned long long)base, (unsigned long long)fsa_test_random_rerun_seed(base, index),
+                  (unsigned long long)seed, c->name, dtype_name(c->dtype), c->d,
                   attn_value_dim(c), c->hq, c->hkv, attn_group_of(c), c->bk, c->k, lens,
                   c->layout_tkh ? "[T, Hkv, K]" : "[Hkv, T, K]", c->strided, algorithm_name(c->alg),
                   (unsigned long long)c->ws_limit, c->junk, c->big_logit, (double)c->scale,
@@ -672,8 +655,11 @@ void attn_print_random_case(const attn_case *c, int index, uint64_t seed)
 void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed,
                            void (*run)(const attn_case *c, fsa_plan *plan, uint64_t seed))
 {
-    const attn_random_settings s = attn_random_settings_from_env(default_seed);
-    print_message("  %d random cases from seed %llu (FSA_TEST_RANDOM, FSA_TEST_SEED)\n", s.count,
+    const struct {
+        int count;
+        uint64_t seed;
+    } s = {fsa_test_random_count(-1), fsa_test_random_seed(default_seed)};
+    print_message("  %d random cases from FSA_TEST_SEED=0x%llx (FSA_TEST_RANDOM)\n", s.count,
                   (unsigned long long)s.seed);
     if (s.count == 0) return;
     attn_case *cases = calloc((size_t)s.count, sizeof *cases);
@@ -681,13 +667,13 @@ void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed
     fsa_plan **plans = calloc((size_t)s.count, sizeof *plans);
     assert_true(cases && names && plans);
     for (int i = 0; i < s.count; i++) {
-        fsa_rng rng = {s.seed + (uint64_t)i};
+        fsa_rng rng = {fsa_test_random_case_seed(s.seed, i)};
         attn_random_case(&rng, &cases[i], names[i], sizeof names[i], backward);
     }
     if (attn_create_plans(plans, ctx, cases, (size_t)s.count, backward) != 0) {
         for (int i = 0; i < s.count; i++) {
             if (plans[i]) continue;
-            attn_print_random_case(&cases[i], i, s.seed + (uint64_t)i);
+            attn_print_random_case(&cases[i], i, s.seed);
             /* Again on this thread, for its error record (the worker printed it too). */
             const fsa_selected_attention_desc d = attn_desc_of(&cases[i], backward);
             if (fsa_plan_create(&plans[i], ctx, &d) != FSA_STATUS_OK)
@@ -696,8 +682,8 @@ void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed
         }
     }
     for (int i = 0; i < s.count; i++) {
-        attn_print_random_case(&cases[i], i, s.seed + (uint64_t)i);
-        run(&cases[i], plans[i], s.seed + (uint64_t)i);
+        attn_print_random_case(&cases[i], i, s.seed);
+        run(&cases[i], plans[i], fsa_test_random_case_seed(s.seed, i));
     }
     for (int i = 0; i < s.count; i++) fsa_plan_destroy(plans[i]);
     free(plans);

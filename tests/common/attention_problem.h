@@ -41,15 +41,6 @@ void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, in
 
 /* ------------------------------------------------------------ random cases */
 
-/* How many random cases a test draws, and from which seed: FSA_TEST_RANDOM=N cases per test (default 4, 1 under
- * FSA_TEST_QUICK=1, 0 none) and FSA_TEST_SEED=S (decimal or 0x hex; default: the test's own). Case i draws from
- * seed S + i, so FSA_TEST_SEED=S+i FSA_TEST_RANDOM=1 runs case i alone. */
-typedef struct attn_random_settings {
-    int count;
-    uint64_t seed;
-} attn_random_settings;
-attn_random_settings attn_random_settings_from_env(uint64_t default_seed);
-
 /* Room for a drawn case's name. */
 #define ATTN_RANDOM_NAME_MAX 192
 
@@ -57,10 +48,10 @@ attn_random_settings attn_random_settings_from_env(uint64_t default_seed);
  * (sm_90a: the GPU tests' H100 and H200), for a plan with backward = `backward`: the rules are above its
  * definition. The name (written into name_buf, n bytes) spells out every field. */
 void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, int backward);
-/* One line with the case's index, seed and every field. */
-void attn_print_random_case(const attn_case *c, int index, uint64_t seed);
+/* One line with case `index` of FSA_TEST_SEED `base`: the seeds that draw it and every field. */
+void attn_print_random_case(const attn_case *c, int index, uint64_t base);
 
-/* Draws the settings' cases, creates their plans on ctx (a plan the library refuses fails the test with the
+/* Draws FSA_TEST_RANDOM cases from FSA_TEST_SEED (default_seed when unset; testing.h), creates their plans on ctx (a plan the library refuses fails the test with the
  * case's line and fsa_last_error()) and runs run(case, plan, its seed) on each, its line printed first. */
 void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed,
                            void (*run)(const attn_case *c, fsa_plan *plan, uint64_t seed));

@@ -3,6 +3,7 @@
 #include "jit/context.h"
 #include "jit/elf_build_id.h"
 
+#include <ctype.h>
 #include <elf.h>
 #include <fcntl.h>
 
@@ -66,12 +67,50 @@ void fsa_test_rmtree(const char *path)
     (void)nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+#define RNG_STEP 0x9e3779b97f4a7c15ull /* splitmix64's increment of the state */
+
 uint64_t fsa_rng_next(fsa_rng *r)
 {
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (r->state += RNG_STEP);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* A whole number from an environment variable, at most max; unset or empty: fallback. */
+static uint64_t env_whole_number(const char *name, uint64_t fallback, uint64_t max)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') return fallback;
+    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X'); /* else decimal: "010" is ten, not eight */
+    const char *digits = s + (hex ? 2 : 0);
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
+    if (!isxdigit((unsigned char)digits[0]) || *end != '\0' || errno == ERANGE || v > max) {
+        fprintf(stderr, "%s=%s: want a whole number from 0 to %llu (decimal, or hexadecimal after 0x)\n", name, s,
+                (unsigned long long)max);
+        exit(1);
+    }
+    return v;
+}
+
+int fsa_test_random_count(int fallback)
+{
+    const char *quick = getenv("FSA_TEST_QUICK");
+    const int dflt = fallback >= 0 ? fallback : quick && atoi(quick) ? 1 : 4;
+    return (int)env_whole_number("FSA_TEST_RANDOM", (uint64_t)dflt, 100000);
+}
+
+uint64_t fsa_test_random_seed(uint64_t fallback) { return env_whole_number("FSA_TEST_SEED", fallback, UINT64_MAX); }
+
+/* fsa_rng steps its state by a constant: the base that draws case i first is i steps on. */
+uint64_t fsa_test_random_rerun_seed(uint64_t base, int i) { return base + (uint64_t)i * RNG_STEP; }
+
+uint64_t fsa_test_random_case_seed(uint64_t base, int i)
+{
+    fsa_rng r = {fsa_test_random_rerun_seed(base, i)};
+    return fsa_rng_next(&r);
 }
 
 double fsa_rng_uniform(fsa_rng *r) { return (double)(fsa_rng_next(r) >> 11) * 0x1.0p-53; }

@@ -55,6 +55,19 @@ double fsa_rng_uniform(fsa_rng *r); /* [0, 1) */
 double fsa_rng_normal(fsa_rng *r);
 int fsa_rng_int(fsa_rng *r, int lo, int hi); /* [lo, hi] */
 
+/* Random cases of the GPU tests, drawn besides their fixed tables.
+ * FSA_TEST_RANDOM=N cases (unset: `fallback`, or when that is negative 4, 1
+ * under FSA_TEST_QUICK=1) from FSA_TEST_SEED=S (decimal, or hexadecimal
+ * after 0x; unset: the test's `fallback`). A malformed value prints why and
+ * exits 1, GPU or not: a typo must not quietly run the defaults. Case i's
+ * seed is the (i + 1)-th output of fsa_rng {S}; FSA_TEST_SEED set to
+ * fsa_test_random_rerun_seed(S, i) with FSA_TEST_RANDOM=1 draws that case
+ * alone, in every test the same way. */
+int fsa_test_random_count(int fallback);
+uint64_t fsa_test_random_seed(uint64_t fallback);
+uint64_t fsa_test_random_case_seed(uint64_t base, int i);
+uint64_t fsa_test_random_rerun_seed(uint64_t base, int i);
+
 /* Round to nearest even; NaN stays NaN. */
 uint16_t fsa_f32_to_bf16(float x);
 float fsa_bf16_to_f32(uint16_t x);

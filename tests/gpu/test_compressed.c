@@ -709,18 +709,6 @@ static void test_the_backward_matches_the_reference_gradients_on_every_case(void
         if (runs(&cases[i])) run_backward(&cases[i], g_plans[i], i);
 }
 
-/* FSA_TEST_RANDOM and FSA_TEST_SEED: a value that is not a number fails the test (a typo must not quietly
- * run the default). */
-static uint64_t env_number(const char *name, uint64_t fallback)
-{
-    const char *s = getenv(name);
-    if (s == NULL || *s == '\0') return fallback;
-    char *end;
-    const unsigned long long v = strtoull(s, &end, 0);
-    if (*end != '\0' || *s == '-') fail_msg("%s=%s is not a number", name, s);
-    return v;
-}
-
 #define RANDOM_SEED_DEFAULT 0xc0de5eedull
 #define RANDOM_BATCH 8 /* plans compiled in parallel, then run */
 
@@ -743,15 +731,13 @@ static void *random_plan_worker(void *arg)
 }
 
 /* Cases drawn over everything a plan takes (random_case), through the fixed cases' forward, selection and
- * backward checks. Case i's seed is the (i + 1)-th splitmix64 output from FSA_TEST_SEED: it draws the case
- * and seeds its inputs, so FSA_TEST_SEED=S FSA_TEST_RANDOM=i+1 runs it again (after the ones before it). */
+ * backward checks. Case i's seed (fsa_test_random_case_seed) draws the case and seeds its inputs. */
 static void test_random_cases_match_the_reference(void **state)
 {
     (void)state;
-    const uint64_t count = env_number("FSA_TEST_RANDOM", g_quick ? 1 : 4);
-    const uint64_t base = env_number("FSA_TEST_SEED", RANDOM_SEED_DEFAULT);
+    const uint64_t count = (uint64_t)fsa_test_random_count(-1);
+    const uint64_t base = fsa_test_random_seed(RANDOM_SEED_DEFAULT);
     print_message("  %llu random cases, FSA_TEST_SEED=0x%llx\n", (unsigned long long)count, (unsigned long long)base);
-    fsa_rng seeds = {base};
     random_job *jobs = calloc(RANDOM_BATCH, sizeof *jobs);
     assert_non_null(jobs);
     for (uint64_t first = 0; first < count; first += RANDOM_BATCH) {
@@ -760,11 +746,14 @@ static void test_random_cases_match_the_reference(void **state)
         for (int i = 0; i < n; i++) {
             random_job *job = &jobs[i];
             memset(job, 0, sizeof *job);
-            job->seed = fsa_rng_next(&seeds);
+            const int index = (int)(first + (uint64_t)i);
+            job->seed = fsa_test_random_case_seed(base, index);
             fsa_rng rng = {job->seed};
             random_case(&rng, &job->c, job->name, sizeof job->name);
-            snprintf(job->line, sizeof job->line, "random case %llu (FSA_TEST_SEED=0x%llx, case seed 0x%016llx): %s",
-                     (unsigned long long)(first + (uint64_t)i), (unsigned long long)base,
+            snprintf(job->line, sizeof job->line,
+                     "random case %d (FSA_TEST_SEED=0x%llx; alone: FSA_TEST_SEED=0x%llx FSA_TEST_RANDOM=1; case seed "
+                     "0x%016llx): %s",
+                     index, (unsigned long long)base, (unsigned long long)fsa_test_random_rerun_seed(base, index),
                      (unsigned long long)job->seed, job->name);
             print_message("  %s\n", job->line);
             assert_int_equal(pthread_create(&th[i], NULL, random_plan_worker, job), 0);
@@ -1022,6 +1011,8 @@ int main(void)
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. the forward's
      * under compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
+    fsa_test_random_seed(RANDOM_SEED_DEFAULT);
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,8 +24,6 @@
 #include "attention/kvcache.h"
 #include "jit/context.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,44 +248,10 @@ static void random_case(fsa_rng *rng, kvc_case *out, char *name_buf, size_t n)
     *out = c;
 }
 
-/* A whole non-negative number from the environment, decimal or 0x hexadecimal, at most `max`;
- * `fallback` when unset or empty. Anything else exits 1: a mistyped count or seed would quietly run
- * other cases than asked for. */
-static uint64_t env_number(const char *name, uint64_t fallback, uint64_t max)
-{
-    const char *s = getenv(name);
-    if (s == NULL || *s == '\0') return fallback;
-    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-    const char *digits = s + (hex ? 2 : 0);
-    char *end = NULL;
-    errno = 0;
-    const unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
-    if (!isxdigit((unsigned char)digits[0]) || *end != '\0' || errno == ERANGE || v > max) {
-        fprintf(stderr, "%s=%s: want a whole number from 0 to %llu (decimal, or hexadecimal after 0x)\n", name, s,
-                (unsigned long long)max);
-        exit(1);
-    }
-    return v;
-}
-
 /* FSA_TEST_RANDOM: 4 random cases, 1 under FSA_TEST_QUICK=1, none when FSA_TEST_CASES picks cases. */
-static int random_case_count(void)
-{
-    const char *quick = getenv("FSA_TEST_QUICK");
-    const int fallback = getenv("FSA_TEST_CASES") != NULL ? 0 : quick && atoi(quick) ? 1 : 4;
-    return (int)env_number("FSA_TEST_RANDOM", (uint64_t)fallback, 1000000);
-}
+static int random_case_count(void) { return fsa_test_random_count(getenv("FSA_TEST_CASES") != NULL ? 0 : -1); }
 
-static uint64_t random_base_seed(void) { return env_number("FSA_TEST_SEED", 0x6b76636163686531ull, UINT64_MAX); }
-
-/* Case i's seed: the base and i hashed together, so cases of one base, and of nearby bases, draw from
- * unrelated streams. */
-static uint64_t random_case_seed(uint64_t base, int i)
-{
-    fsa_rng index_rng = {(uint64_t)i};
-    fsa_rng rng = {base ^ fsa_rng_next(&index_rng)};
-    return fsa_rng_next(&rng);
-}
+static uint64_t random_base_seed(void) { return fsa_test_random_seed(0x6b76636163686531ull); }
 
 /* One call on poisoned outputs checked against the reference, then again, which must give the same
  * bits; as a kvc_run_fn, the batch-invariance check runs the batch and each sequence alone so. */
@@ -311,14 +275,15 @@ static void test_random_batches_match_the_reference(void **state)
     random_smem_limit = kvc_ctx->max_smem_per_block;
     if (n == 0) print_message("  no random cases (FSA_TEST_RANDOM=0, or FSA_TEST_CASES without it)\n");
     for (int i = 0; i < n; i++) {
-        const uint64_t seed = random_case_seed(base, i);
+        const uint64_t seed = fsa_test_random_case_seed(base, i);
         fsa_rng rng = {seed};
         kvc_case c;
         char name[256];
         random_case(&rng, &c, name, sizeof name);
-        print_message("random case %d of %d (FSA_TEST_SEED=0x%llx, case seed 0x%016llx, %d bytes of shared memory): "
-                      "%s\n",
-                      i, n, (unsigned long long)base, (unsigned long long)seed, random_smem_limit, name);
+        print_message("random case %d of %d (FSA_TEST_SEED=0x%llx; alone: FSA_TEST_SEED=0x%llx FSA_TEST_RANDOM=1; "
+                      "case seed 0x%016llx, %d bytes of shared memory): %s\n",
+                      i, n, (unsigned long long)base, (unsigned long long)fsa_test_random_rerun_seed(base, i),
+                      (unsigned long long)seed, random_smem_limit, name);
         const fsa_kvcache_desc d = kvc_desc_of(&c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
         fsa_kvcache_plan *plan = NULL;
         if (fsa_kvcache_plan_create(&plan, kvc_ctx, &d) != FSA_STATUS_OK)

@@ -669,5 +669,7 @@ int main(void)
         cmocka_unit_test(test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold),
         cmocka_unit_test(test_backward_bad_arguments_return_statuses),
     };
+    fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
+    fsa_test_random_seed(RANDOM_SEED);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -261,5 +261,7 @@ int main(void)
         cmocka_unit_test(test_a_too_small_workspace_is_refused_before_any_launch),
     };
     /* Skips (exit 77) inside setup when there is no GPU. */
+    fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
+    fsa_test_random_seed(RANDOM_SEED);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

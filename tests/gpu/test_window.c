@@ -736,7 +736,7 @@ static random_slot *g_random;
 static int g_n_random;
 static uint64_t g_random_seed;
 
-/* Draws case i of FSA_TEST_SEED (seed: the (i + 1)-th value of fsa_rng {FSA_TEST_SEED}) and says what it is. */
+/* Draws case i of FSA_TEST_SEED (seed: fsa_test_random_case_seed) and says what it is. */
 static void random_slot_draw(random_slot *r, int i, uint64_t seed)
 {
     r->seed = seed;
@@ -749,10 +749,11 @@ static void random_slot_draw(random_slot *r, int i, uint64_t seed)
     size_t at = 0;
     for (int b = 0; b < c->nseq; b++) at += (size_t)snprintf(lens + at, sizeof lens - at, b ? ", %d" : "%d", c->lens[b]);
     snprintf(r->line, sizeof r->line,
-             "random case %d of FSA_TEST_SEED=%#llx (FSA_TEST_RANDOM=%d runs it last; case seed %#llx): "
+             "random case %d of FSA_TEST_SEED=%#llx (alone: FSA_TEST_SEED=%#llx FSA_TEST_RANDOM=1; case seed %#llx): "
              "dtype %s dk %d dv %d hq %d hkv %d G %d window %d per_head %d lens {%s} nseq %d T %d strided %d "
              "scale %.3f (0: 1/sqrt(dk)) big_logit %d",
-             i, (unsigned long long)g_random_seed, i + 1, (unsigned long long)seed, c->dtype == BF ? "bf16" : "f16",
+             i, (unsigned long long)g_random_seed, (unsigned long long)fsa_test_random_rerun_seed(g_random_seed, i),
+             (unsigned long long)seed, c->dtype == BF ? "bf16" : "f16",
              c->dk, c->dv, c->hq, c->hkv, c->hq / c->hkv, c->window, c->per_head, lens, c->nseq, total_tokens(c),
              c->strided, (double)c->scale, c->big_logit);
 }
@@ -776,9 +777,8 @@ static void test_random_cases_match_the_reference(void **state)
     }
     g_random = calloc((size_t)g_n_random, sizeof *g_random);
     assert_non_null(g_random);
-    fsa_rng seeds = {g_random_seed};
     for (int i = 0; i < g_n_random; i++) {
-        random_slot_draw(&g_random[i], i, fsa_rng_next(&seeds));
+        random_slot_draw(&g_random[i], i, fsa_test_random_case_seed(g_random_seed, i));
         print_message("  %s\n", g_random[i].line);
     }
     /* One thread per plan, RANDOM_THREADS at a time, so the kernels compile in parallel. */
@@ -806,9 +806,8 @@ static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
-    const char *n_random = getenv("FSA_TEST_RANDOM"), *seed = getenv("FSA_TEST_SEED");
-    g_n_random = n_random && *n_random ? imax(0, atoi(n_random)) : g_quick ? 1 : 4;
-    g_random_seed = seed && *seed ? strtoull(seed, NULL, 0) : 0x5eed0f5a;
+    g_n_random = fsa_test_random_count(-1); /* a malformed value exits here, GPU or not */
+    g_random_seed = fsa_test_random_seed(0x5eed0f5a);
     g_cache_dir = fsa_test_mkdtemp("window-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     /* One thread per plan, so the kernels compile in parallel. */
