@@ -91,8 +91,9 @@ static int runs(const cmp_case *c) { return !g_quick || c->quick; }
 /* Random cases, drawn over what a plan takes on sm_90 (validate_desc in src/attention/compressed.c;
  * docs/semantics.md, "Compressed attention and block selection"): bf16 or f16; Dk and Dv multiples of 16 from
  * 16 to 256, often different; G = Hq / Hkv from 1 to 16; stride d from 1 to kernel size l; with a selection,
- * top-k 1 to 64, BK = d x a power of two up to 64, (l - 1) / d at most 64, init and local blocks from 0 (more
- * than K too); without one (top-k 0) none of those apply. 1 to 4 sequences of 1 to 3 tokens, shorter than l
+ * top-k 1 to 64, BK = d x a power of two up to 64 with BK at most 256, l below 5 d (the library takes (l - 1) / d
+ * up to 64 with a selection: longer kernels are not drawn), init and local blocks from 0 (more than K too);
+ * without one (top-k 0) none of those apply. 1 to 4 sequences of 1 to 3 tokens, shorter than l
  * (no compressed token), about l, or a few hundred to 1500 tokens, shortened until the float64 reference's
  * work is at most RANDOM_WORK_MAX (bf16_g2_local4_long's; the table's longest cases do ten times as much).
  * Either top-k layout, dense or strided tensors, sometimes q = 0 (exact ties) or a scale other than
@@ -217,7 +218,8 @@ static void device_make_cmp(device_cmp *dp, const cmp_problem *p, const cmp_case
     dp->o = fsa_test_dalloc(dp->o_bytes);
     dp->lse_bytes = (size_t)c->hq * p->T * 4;
     dp->lse = fsa_test_dalloc(dp->lse_bytes);
-    /* Without a selection (top-k 0) one poisoned slot per row, which the forward must leave as it is. */
+    /* Without a selection (top-k 0) one slot per row, never passed to the library (it refuses a top-k
+     * pointer then): only so that the outputs' download has a buffer. */
     dp->topk_bytes = (size_t)c->hkv * p->T * (c->k > 0 ? c->k : 1) * 4;
     dp->topk = fsa_test_dalloc(dp->topk_bytes);
     dp->cu = fsa_test_dalloc((size_t)(p->B + 1) * 4);
@@ -374,10 +376,7 @@ static void run_case(const cmp_case *c, fsa_compressed_plan *plan, uint64_t inpu
     download(&first, &dp, &p, c);
     check_attention(&first, &p, c);
     if (c->k > 0) check_selection(&first, &p, c);
-    else {
-        print_message(", no selection: top-k poison untouched\n");
-        for (size_t e = 0; e < dp.topk_bytes / 4; e++) assert_int_equal(first.topk[e], 0x7f7f7f7f);
-    }
+    else print_message(", no selection\n");
 
     /* Same inputs, same bits. */
     poison(&dp);
