@@ -459,8 +459,14 @@ void attn_check_o_and_lse(const outputs *out, const problem *p, int hq, double t
 
 /* Keys all query rows visit in the float64 reference over a case's inputs, times the row width (Dk + Dv): its
  * cost. The fixed cases' median is about 7e7 (forward) and 1.3e8 (backward), their largest 2.6e10 and 3.8e9; a
- * drawn case stays under this (median about 9e7), so its reference takes about as long as a fixed case's. */
+ * common drawn case stays under RANDOM_REFERENCE_BUDGET (median about 9e7), so its reference takes about as long as a
+ * fixed case's. The long-sequence draws (three in twenty) get RANDOM_LONG_REFERENCE_BUDGET: a list past 2048 entries
+ * with rows of 33 blocks or more costs about 1e6 keys per query head and column at the least. Measured on two x86
+ * cores, such a case at the budget costs the forward test's CPU side about 1 s and the backward's (whose two
+ * fsa_ref_backward and two attn_grads_given_o run on one thread) 9 to 16 s, where the fixed backward cases take
+ * 0.85 s (median) to 29 s (bf16_d128_g4_long_chains, 3.8e9). */
 #define RANDOM_REFERENCE_BUDGET 4e8
+#define RANDOM_LONG_REFERENCE_BUDGET 1.6e9
 
 static double reference_cost(const attn_case *c)
 {
@@ -472,6 +478,29 @@ static double reference_cost(const attn_case *c)
 }
 
 #define RANDOM_TOP_K_MAX 64 /* include/fsa/selected.h: top_k 1..64 (FSA_MAX_TOP_K) */
+#define RANDOM_GROUP_MAX 128    /* plan.c, validate_desc: at most 128 query heads per KV head */
+#define RANDOM_FSA_GROUP_MAX 64 /* FSA_FWD_MAX_GROUP: the FSA forward's tiles hold a token's heads (plan.c) */
+/* Long draws: rows of more valid blocks than a few hundred tokens hold, and block 0's list (every token selects it)
+ * longer than SORT_SMALL (2048 entries, templates/sel_index.cu), in many work items. */
+#define RANDOM_LONG_TOKENS_MIN 2049
+#define RANDOM_LONG_TOKENS_MAX 8192
+#define RANDOM_LONG_TOP_K_MIN 33
+/* Very long draws: a chunk past FSA_SORT_RANK_TOKENS (65536, templates/fsa_layout.cuh), whose lists the backward's
+ * sort (fsa_sel_sort) takes in bitmap windows of 16384 tokens when past SORT_SMALL (block 0's) and in shared memory
+ * when not, where shorter chunks sort every list by rank; and blocks past the 1024 shared-memory counters (BINS) of
+ * the index's CTAs, counted in global memory. */
+#define RANDOM_VERY_LONG_TOKENS_MIN 65537
+#define RANDOM_VERY_LONG_TOKENS_MAX 69632
+
+/* What a draw reaches for: most draws are common ones, whose references are cheap; the others reach what those
+ * cannot. */
+typedef enum random_draw { DRAW_COMMON, DRAW_LARGE_GROUP, DRAW_LONG, DRAW_VERY_LONG } random_draw;
+
+static random_draw random_draw_kind(fsa_rng *rng)
+{
+    const int r = fsa_rng_int(rng, 0, 19);
+    return r < 3 ? DRAW_LARGE_GROUP : r < 5 ? DRAW_LONG : r < 6 ? DRAW_VERY_LONG : DRAW_COMMON;
+}
 
 static int random_head_dim(fsa_rng *rng)
 {
@@ -487,6 +516,50 @@ static int random_length(fsa_rng *rng, int bk, int at_least)
               : kind < 4 ? fsa_rng_int(rng, 1, 2) * bk + fsa_rng_int(rng, -1, 1)
                          : fsa_rng_int(rng, 4, 400);
     return len < at_least ? at_least : len;
+}
+
+/* A group past 16 up to the largest the algorithm takes, half the time at an edge of the kernels' tiles: 16 heads
+ * of an NSA CTA (17, 33, 49), a backward tile of 32 rows (32, 33), the FSA forward's last group (64) and AUTO's
+ * first without it (65), the largest (128). */
+static int random_large_group(fsa_rng *rng, fsa_algorithm alg)
+{
+    static const int edges[] = {17, 31, 32, 33, 48, 49, 63, 64, 65, 96, 127, 128}; /* ascending */
+    const int most = alg == FSA_ALGORITHM_FSA ? RANDOM_FSA_GROUP_MAX : RANDOM_GROUP_MAX;
+    if (fsa_rng_int(rng, 0, 1)) return fsa_rng_int(rng, 17, most);
+    int n_edges = 0;
+    while (n_edges < (int)(sizeof edges / sizeof edges[0]) && edges[n_edges] <= most) n_edges++;
+    return edges[fsa_rng_int(rng, 0, n_edges - 1)];
+}
+
+/* Brings a case's reference cost under its draw's budget. A long draw keeps what it is drawn for longest: its query
+ * heads go first (the group halved, then one KV head), then its long sequence (lens[long_at]) shrinks by quarters
+ * down to its draw's least length, then top-k down to RANDOM_LONG_TOP_K_MIN. At those floors the cost is at most
+ * 2049 x 2050 / 2 + 2 x 400 x 401 / 2 keys times 512 columns (1.2e9), so the long sequence keeps its length. Other
+ * draws (and, were the floors passed, long ones) halve the longest sequence down to `shortest` tokens: six
+ * sequences of 4 tokens cost under 1e7 at Hq 256. */
+static void fit_reference_budget(attn_case *c, random_draw draw, int long_at, int shortest)
+{
+    const int is_long = draw == DRAW_LONG || draw == DRAW_VERY_LONG;
+    const double budget = is_long ? RANDOM_LONG_REFERENCE_BUDGET : RANDOM_REFERENCE_BUDGET;
+    const int least = draw == DRAW_VERY_LONG ? RANDOM_VERY_LONG_TOKENS_MIN : RANDOM_LONG_TOKENS_MIN;
+    while (reference_cost(c) > budget) {
+        const int group = attn_group_of(c);
+        if (is_long && group > 1) {
+            c->hq = group / 2 * c->hkv;
+        } else if (is_long && c->hkv > 1) {
+            c->hkv = 1;
+            c->hq = 1;
+        } else if (is_long && c->lens[long_at] > least) {
+            c->lens[long_at] = c->lens[long_at] / 4 * 3 > least ? c->lens[long_at] / 4 * 3 : least;
+        } else if (is_long && c->k > RANDOM_LONG_TOP_K_MIN) {
+            c->k = c->k - 8 > RANDOM_LONG_TOP_K_MIN ? c->k - 8 : RANDOM_LONG_TOP_K_MIN;
+        } else {
+            int longest = 0;
+            for (int b = 1; b < c->nseq; b++)
+                if (c->lens[b] > c->lens[longest]) longest = b;
+            c->lens[longest] = c->lens[longest] / 2 > shortest ? c->lens[longest] / 2 : shortest;
+        }
+    }
 }
 
 /* Upper bounds on the workspace of the smallest chunk (one KV head, one token; plan_layout.c), which a cap below it
@@ -509,13 +582,17 @@ static double fwd_one_chunk(const attn_case *c, int T)
     return pairs * (4 + 4 * g + 2 * g * dv) + 8.0 * c->hkv * T;
 }
 
+/* fsa_bwd_round_entries: 32 tiles of 32 rows, the heads of a token's group in one tile up to groups of 32, in
+ * ceil(G / 32) tiles past that. */
+static int bwd_round_entries(int group) { return group <= 32 ? 32 * (32 / group) : 32 / ((group + 31) / 32); }
+
 static double bwd_smallest_chunk(const attn_case *c, int T)
 {
     const double g = attn_group_of(c), dk = c->d, dkv = c->d + attn_value_dim(c);
     const double slices = c->bk > 128 ? c->bk / 128 : 1; /* the backward takes a block in slices of 128 keys */
     /* A work item's entries: a round of 32 tiles' tokens (fsa_bwd_round_entries), halved at most 3 times; each
      * item of a split list writes a block's fp32 dK/dV partial. */
-    const int least_item = (32 * (32 / attn_group_of(c))) >> 3;
+    const int least_item = bwd_round_entries(attn_group_of(c)) >> 3;
     const double split_items = 2.0 * ((c->k + least_item - 1) / least_item);
     /* dq rows and lists of the token's pairs, delta, the partials and the fp32 dK/dV accumulator over every token */
     return c->k * (8 + slices * g * dk * 2) + 4 * g + split_items * c->bk * dkv * 4 + (double)T * dkv * 4 +
@@ -557,60 +634,83 @@ static const char *algorithm_name(fsa_algorithm a)
  * - Dk and Dv multiples of 16 from 16 to 256 (docs/semantics.md, Inputs; validate_desc), Dv = Dk (dv 0) half the
  *   time, 96 and 192 among the usual dims; with backward, both multiples of 32 where Dk + Dv is over 320
  *   (semantics.md, Backward; plan.c, plan_backward);
- * - group sizes 1 to 16 (odd ones included; plans take up to 128, the FSA forward up to FSA_FWD_MAX_GROUP 64), 1 to
- *   4 KV heads; blocks of 16, 32, 64, 128 or 256 keys; top-k 1 to 64 (validate_desc; FSA_MAX_TOP_K);
+ * - blocks of 16, 32, 64, 128 or 256 keys; top-k 1 to 64 (validate_desc; FSA_MAX_TOP_K);
  * - a forced FSA order with blocks of 256 keys only up to Dk + Dv = 272: the mma.sync forward main kernel's shared
  *   memory (fsa_fwd_smem_bytes) passes the 227 KB of an sm_90a block from 288 on (plan.c refuses "the FSA path does
  *   not fit"); AUTO and NSA plans take any pair;
+ * - group sizes 1 to 16 (odd ones included) with 1 to 4 KV heads, but in three draws of twenty 17 up to 128
+ *   (validate_desc), up to 64 with a forced FSA order (FSA_FWD_MAX_GROUP: plan.c refuses "the FSA path does not
+ *   fit"; AUTO plans past it run the NSA-order forward), with 1 or 2 KV heads: Hq up to 256. The backward takes
+ *   every group its forward does: its main kernel's shared memory shrinks as the group grows (fsa_bwd_smem_bytes);
  * - a workspace cap (a quarter of the cases where a cap can force chunks) at least twice a bound on the smallest
  *   chunk's workspace (semantics.md: a cap below one KV head and one token is answered with that chunk's size);
+ * - a scale (a quarter of the cases) of 0.25 to 3 times the default 1 / sqrt(Dk);
  * - big_logit with one sequence of at least 4 tokens, no junk and top-k 2 or more: the big key is packed key 3,
- *   in block 0, which fsa_ref_make_selection gives the last token;
- * - 1 to 6 sequences, their reference cost under RANDOM_REFERENCE_BUDGET (the longest halved until it is). */
+ *   in block 0, which fsa_ref_make_selection gives the last token; with f16 only at the default scale (as
+ *   test_window.c's draws): the key, q x 1e4 / (scale |q|^2), can pass fp16's 65504 at a quarter of it and Dk 16;
+ * - 1 to 6 sequences, of 1 to 3 tokens, at a block's edges or up to 400 tokens, their reference cost under
+ *   RANDOM_REFERENCE_BUDGET (fit_reference_budget);
+ * - in two draws of twenty, one sequence of 2049 to 8192 tokens (beside up to two of those) with blocks of 16 to
+ *   64 keys, top-k 33 to 64, 1 or 2 KV heads and groups 1 to 4: rows of up to 64 valid blocks and block 0's list
+ *   of every token of the sequence; in one of twenty, one of 65537 to 69632 tokens with blocks of 16 keys, top-k 2
+ *   or 3, Dk and Dv 16 to 64, one KV head and groups 1 or 2: the backward's sort by windows and the index's global
+ *   counters (RANDOM_VERY_LONG_TOKENS_MIN; no cap is drawn for the backward's, whose smallest chunk carries the fp32
+ *   dK/dV of every token). Both under RANDOM_LONG_REFERENCE_BUDGET: fit_reference_budget lowers their query heads
+ *   first, then the long sequence's length, then top-k. */
 void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, int backward)
 {
     attn_case c;
     memset(&c, 0, sizeof c);
+    const random_draw draw = random_draw_kind(rng);
+    const int is_long = draw == DRAW_LONG || draw == DRAW_VERY_LONG;
     c.dtype = fsa_rng_int(rng, 0, 1) ? FSA_DTYPE_BF16 : FSA_DTYPE_F16;
-    c.d = random_head_dim(rng);
-    int dv = fsa_rng_int(rng, 0, 1) ? random_head_dim(rng) : c.d;
+    int dv;
+    if (draw == DRAW_VERY_LONG) { /* narrow heads keep the reference of 65537 tokens cheap */
+        c.d = 16 * fsa_rng_int(rng, 1, 4);
+        dv = fsa_rng_int(rng, 0, 1) ? 16 * fsa_rng_int(rng, 1, 4) : c.d;
+    } else {
+        c.d = random_head_dim(rng);
+        dv = fsa_rng_int(rng, 0, 1) ? random_head_dim(rng) : c.d;
+    }
     if (backward && c.d + dv > 320) {
         if (c.d % 32) c.d += 16; /* 16 x an odd number under 256: the next multiple of 32 is at most 256 */
         if (dv % 32) dv += 16;
     }
     c.dv = dv == c.d ? 0 : dv;
-    const int group = fsa_rng_int(rng, 1, 16);
-    c.hkv = fsa_rng_int(rng, 1, 4);
-    c.hq = group * c.hkv;
-    c.bk = 16 << fsa_rng_int(rng, 0, 4);
-    const int k_kind = fsa_rng_int(rng, 0, 9);
-    c.k = k_kind < 5   ? fsa_rng_int(rng, 1, 8)
-          : k_kind < 8 ? fsa_rng_int(rng, 9, 24)
-                       : fsa_rng_int(rng, 25, RANDOM_TOP_K_MAX);
-    c.big_logit = fsa_rng_int(rng, 0, 7) == 0;
-    if (c.big_logit) {
-        c.nseq = 1;
-        if (c.k < 2) c.k = 2;
-        c.lens[0] = random_length(rng, c.bk, 4);
-    } else {
-        c.nseq = fsa_rng_int(rng, 1, 6);
-        for (int b = 0; b < c.nseq; b++) c.lens[b] = random_length(rng, c.bk, 1);
-        c.junk = fsa_rng_int(rng, 0, 3) != 0;
-    }
-    const int shortest = c.big_logit ? 4 : 1;
-    while (reference_cost(&c) > RANDOM_REFERENCE_BUDGET) { /* ends: six sequences of 4 tokens cost under 1e6 */
-        int longest = 0;
-        for (int b = 1; b < c.nseq; b++)
-            if (c.lens[b] > c.lens[longest]) longest = b;
-        c.lens[longest] = c.lens[longest] / 2 > shortest ? c.lens[longest] / 2 : shortest;
-    }
-    c.layout_tkh = fsa_rng_int(rng, 0, 1);
-    c.strided = fsa_rng_int(rng, 0, 1);
+    c.bk = draw == DRAW_VERY_LONG ? 16 : 16 << fsa_rng_int(rng, 0, draw == DRAW_LONG ? 2 : 4);
     static const fsa_algorithm algs[] = {FSA_ALGORITHM_AUTO, FSA_ALGORITHM_FSA, FSA_ALGORITHM_NSA};
     c.alg = algs[fsa_rng_int(rng, 0, 2)];
     if (c.alg == FSA_ALGORITHM_FSA && c.bk == 256 && c.d + attn_value_dim(&c) > 272)
         c.alg = fsa_rng_int(rng, 0, 1) ? FSA_ALGORITHM_AUTO : FSA_ALGORITHM_NSA;
-    if (fsa_rng_int(rng, 0, 3) == 0) c.ws_limit = random_workspace_limit(rng, &c, backward);
+    int group;
+    switch (draw) {
+    case DRAW_LARGE_GROUP:
+        group = random_large_group(rng, c.alg);
+        c.hkv = fsa_rng_int(rng, 1, 2);
+        break;
+    case DRAW_LONG:
+        group = fsa_rng_int(rng, 1, 4);
+        c.hkv = fsa_rng_int(rng, 1, 2);
+        break;
+    case DRAW_VERY_LONG:
+        group = fsa_rng_int(rng, 1, 2);
+        c.hkv = 1;
+        break;
+    default:
+        group = fsa_rng_int(rng, 1, 16);
+        c.hkv = fsa_rng_int(rng, 1, 4);
+    }
+    c.hq = group * c.hkv;
+    if (draw == DRAW_LONG) {
+        c.k = fsa_rng_int(rng, RANDOM_LONG_TOP_K_MIN, RANDOM_TOP_K_MAX);
+    } else if (draw == DRAW_VERY_LONG) {
+        c.k = fsa_rng_int(rng, 2, 3);
+    } else {
+        const int k_kind = fsa_rng_int(rng, 0, 9);
+        c.k = k_kind < 5   ? fsa_rng_int(rng, 1, 8)
+              : k_kind < 8 ? fsa_rng_int(rng, 9, 24)
+                           : fsa_rng_int(rng, 25, RANDOM_TOP_K_MAX);
+    }
     if (fsa_rng_int(rng, 0, 3) == 0) {
         /* 0.25 to 3 times the default 1 / sqrt(Dk), to three digits so that the name gives the same float */
         static const double factors[] = {0.25, 0.5, 1.5, 2.0, 3.0};
@@ -618,6 +718,26 @@ void attn_random_case(fsa_rng *rng, attn_case *out, char *name_buf, size_t n, in
         snprintf(digits, sizeof digits, "%.3g", factors[fsa_rng_int(rng, 0, 4)] / sqrt((double)c.d));
         c.scale = strtof(digits, NULL);
     }
+    c.big_logit = (c.dtype == FSA_DTYPE_BF16 || c.scale == 0.0f) && fsa_rng_int(rng, 0, 7) == 0;
+    int long_at = -1;
+    if (c.big_logit) {
+        c.nseq = 1;
+        if (c.k < 2) c.k = 2;
+    } else {
+        c.nseq = is_long ? fsa_rng_int(rng, 1, 3) : fsa_rng_int(rng, 1, 6);
+        c.junk = fsa_rng_int(rng, 0, 3) != 0;
+    }
+    for (int b = 0; b < c.nseq; b++) c.lens[b] = random_length(rng, c.bk, c.big_logit ? 4 : 1);
+    if (is_long) {
+        long_at = fsa_rng_int(rng, 0, c.nseq - 1);
+        c.lens[long_at] = draw == DRAW_LONG
+                              ? fsa_rng_int(rng, RANDOM_LONG_TOKENS_MIN, RANDOM_LONG_TOKENS_MAX)
+                              : fsa_rng_int(rng, RANDOM_VERY_LONG_TOKENS_MIN, RANDOM_VERY_LONG_TOKENS_MAX);
+    }
+    fit_reference_budget(&c, draw, long_at, c.big_logit ? 4 : 1);
+    c.layout_tkh = fsa_rng_int(rng, 0, 1);
+    c.strided = fsa_rng_int(rng, 0, 1);
+    if (fsa_rng_int(rng, 0, 3) == 0) c.ws_limit = random_workspace_limit(rng, &c, backward);
 
     char lens[64];
     size_t at = 0;
