@@ -9,7 +9,7 @@
  * gradients are checked as a whole and row by row, and the padding of strided
  * ones must still hold the poison. A token that selects nothing, NaN in its q and dout, changes no other
  * result.
- * Random cases drawn over the whole supported space (attn_random_case) run
+ * Random cases drawn over most of the supported space (attn_random_case) run
  * through the same checks: FSA_TEST_RANDOM=N of them (default 4), from
  * FSA_TEST_SEED=S (default RANDOM_SEED, the forward test's is another); each
  * prints its line (index, seed, every field) before it runs.

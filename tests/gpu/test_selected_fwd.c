@@ -5,7 +5,7 @@
  * value head dims other than the query/key head dim (dv column).
  * Outputs (and the workspace) are poisoned before every run; o is checked as
  * a whole and row by row, and a strided o's padding must still hold the poison.
- * Random cases drawn over the whole supported space (attn_random_case) run
+ * Random cases drawn over most of the supported space (attn_random_case) run
  * through the same checks: FSA_TEST_RANDOM=N of them (default 4), from
  * FSA_TEST_SEED=S (default RANDOM_SEED, the backward test's is another); each
  * prints its line (index, seed, every field) before it runs.
