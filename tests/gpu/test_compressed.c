@@ -90,16 +90,24 @@ static int runs(const cmp_case *c) { return !g_quick || c->quick; }
 
 /* Random cases, drawn over what a plan takes on sm_90 (validate_desc in src/attention/compressed.c;
  * docs/semantics.md, "Compressed attention and block selection"): bf16 or f16; Dk and Dv multiples of 16 from
- * 16 to 256, often different; G = Hq / Hkv from 1 to 16; stride d from 1 to kernel size l; with a selection,
- * top-k 1 to 64, BK = d x a power of two up to 64 with BK at most 256, l below 5 d (the library takes (l - 1) / d
- * up to 64 with a selection: longer kernels are not drawn), init and local blocks from 0 (more than K too);
- * without one (top-k 0) none of those apply. 1 to 4 sequences of 1 to 3 tokens, shorter than l
- * (no compressed token), about l, or a few hundred to 1500 tokens, shortened until the float64 reference's
- * work is at most RANDOM_WORK_MAX (bf16_g2_local4_long's; the table's longest cases do ten times as much).
- * Either top-k layout, dense or strided tensors, sometimes q = 0 (exact ties) or a scale other than
- * 1/sqrt(Dk). A GPU with less shared memory than sm_90 (sm_80: 164 KB) refuses some of the larger Dk and Dv
- * shapes, as it refuses the table's bf16_d256_g1. */
+ * 16 to 256, often different; G = Hq / Hkv from 1 to 16; stride d from 1 to 40; kernel size l from d to below
+ * 5 d, but in one draw in ten (RANDOM_LONG_KERNELS) long: (l - 1) / d from 5 to 64, the most the library takes
+ * with a selection (fsa_cmp_sel_halo), or in a third of those, without a selection, l from 65 d + 1 to 4096, the
+ * most it takes without one. With a selection, top-k 1 to 64, BK = d x a power of two up to 64 with BK at most
+ * 256, but in one draw in ten (RANDOM_LARGE_BLOCKS) past 256 (up to 64 x 40 = 2560) where the longest sequence
+ * still holds two blocks; init and local blocks from 0 (more than K too); without one (top-k 0) none of those
+ * apply. 1 to 4 sequences of 1 to 3 tokens, shorter than l (no compressed token), about l, or a few hundred to
+ * 1500 tokens (3000 with large blocks), past the first l - 1 (which see nothing) of a kernel longer than 200;
+ * shortened until the float64 reference's work is at most RANDOM_WORK_MAX (bf16_g2_local4_long's; the table's
+ * longest cases do ten times as much) and the elements of the (token, query head) rows, which a long kernel's
+ * first tokens have without seeing anything, at most RANDOM_ROW_ELEMENTS_MAX. Either top-k layout, dense or
+ * strided tensors, sometimes q = 0 (exact ties) or a scale other than 1/sqrt(Dk). A GPU with less
+ * shared memory than sm_90 (sm_80: 164 KB) refuses some of the larger Dk and Dv shapes, as it refuses the
+ * table's bf16_d256_g1. */
 #define RANDOM_WORK_MAX 4e8
+#define RANDOM_ROW_ELEMENTS_MAX 4e7 /* about bf16_dk192_dv128_g16_many_stages's, the table's most */
+#define RANDOM_LONG_KERNELS 0.1
+#define RANDOM_LARGE_BLOCKS 0.1
 #define RANDOM_NAME_MAX 256
 
 /* The float64 reference's multiply-adds for a case: Dk + Dv per visible (query head, compressed token) pair
@@ -117,6 +125,15 @@ static double reference_work(const cmp_case *c)
     return (double)c->hq * (pairs * (c->dk + c->dv) + (c->k > 0 ? walk : 0.0));
 }
 
+/* T x Hq x (Dk + Dv): the elements of q, o and dq (and of their gradients' checks), drawn, held in float and
+ * in double and compared row by row, whether or not a row sees a compressed token. */
+static double row_elements(const cmp_case *c)
+{
+    double tokens = 0.0;
+    for (int b = 0; b < c->nseq; b++) tokens += c->lens[b];
+    return tokens * c->hq * (c->dk + c->dv);
+}
+
 static int random_pick(fsa_rng *rng, const int *v, int n) { return v[fsa_rng_int(rng, 0, n - 1)]; }
 
 static int random_head_dim(fsa_rng *rng)
@@ -125,14 +142,36 @@ static int random_head_dim(fsa_rng *rng)
     return fsa_rng_uniform(rng) < 0.5 ? random_pick(rng, usual, 4) : 16 * fsa_rng_int(rng, 1, 16);
 }
 
+/* A long sequence: a few hundred to `most` tokens that see compressed tokens, after the l - 1 that see none of
+ * a kernel longer than the few hundred. */
+static int random_long_length(fsa_rng *rng, int l, int most)
+{
+    return (l > 200 ? l - 1 : 0) + fsa_rng_int(rng, 200, most);
+}
+
 /* A sequence length: 1 to 3 tokens, shorter than l, about l (a few compressed tokens) or long. */
-static int random_length(fsa_rng *rng, int l, int d)
+static int random_length(fsa_rng *rng, int l, int d, int most)
 {
     const double u = fsa_rng_uniform(rng);
     if (u < 0.15) return fsa_rng_int(rng, 1, 3);
     if (u < 0.35 && l > 1) return fsa_rng_int(rng, 1, l - 1);
     if (u < 0.55) return fsa_rng_int(rng, l, l + 3 * d);
-    return fsa_rng_int(rng, 200, 1500);
+    return random_long_length(rng, l, most);
+}
+
+/* The kernel size: below 5 d, or long, at most `most` (at least 6 d; at least 65 d + 1 when `may_select` is
+ * 0): (l - 1) / d from 5 to 64 where a selection may come, else l from 65 d + 1 to 4096, which no selection
+ * takes; a quarter of the time the bound, 64 or 4096. */
+static int random_kernel_size(fsa_rng *rng, int d, int long_kernel, int may_select, int most)
+{
+    if (!long_kernel)
+        return d * fsa_rng_int(rng, 1, 4) + (d > 1 && fsa_rng_uniform(rng) < 0.3 ? fsa_rng_int(rng, 1, d - 1) : 0);
+    if (may_select) { /* l from d x (l - 1) / d + 1 to d x (l - 1) / d + d */
+        const int halo_most = (most - d) / d < 64 ? (most - d) / d : 64;
+        return d * (fsa_rng_uniform(rng) < 0.25 ? halo_most : fsa_rng_int(rng, 5, halo_most)) + fsa_rng_int(rng, 1, d);
+    }
+    const int l_most = most < 4096 ? most : 4096;
+    return fsa_rng_uniform(rng) < 0.25 ? l_most : fsa_rng_int(rng, 65 * d + 1, l_most);
 }
 
 static void random_case(fsa_rng *rng, cmp_case *out, char *name_buf, size_t n)
@@ -147,32 +186,50 @@ static void random_case(fsa_rng *rng, cmp_case *out, char *name_buf, size_t n)
     c.hq = G * c.hkv;
     static const int usual_strides[] = {4, 8, 16, 32};
     c.d = fsa_rng_uniform(rng) < 0.5 ? random_pick(rng, usual_strides, 4) : fsa_rng_int(rng, 1, 40);
-    c.l = c.d * fsa_rng_int(rng, 1, 4) + (c.d > 1 && fsa_rng_uniform(rng) < 0.3 ? fsa_rng_int(rng, 1, c.d - 1) : 0);
+    /* A long kernel leaves room within RANDOM_ROW_ELEMENTS_MAX for a sequence of 200 tokens past it. */
+    const int l_most = (int)(RANDOM_ROW_ELEMENTS_MAX / (c.hq * (c.dk + c.dv))) - 200;
+    const int long_kernel = fsa_rng_uniform(rng) < RANDOM_LONG_KERNELS && l_most >= 6 * c.d;
+    const int may_select = !long_kernel || l_most <= 65 * c.d || fsa_rng_uniform(rng) < 2.0 / 3.0;
+    c.l = random_kernel_size(rng, c.d, long_kernel, may_select, l_most);
     /* BK = d << p, p up to 6: mostly 8 to 256 positions (rows of a long sequence with more blocks than K to
-     * choose among), sometimes fewer. */
+     * choose among), sometimes fewer; larger ones once the lengths are known. */
     int p_max = 0, p_min = 0;
     while (p_max < 6 && c.d << (p_max + 1) <= 256) p_max++;
     while (p_min < p_max && c.d << p_min < 8) p_min++;
     c.bk = c.d << fsa_rng_int(rng, fsa_rng_uniform(rng) < 0.2 ? 0 : p_min, p_max);
+    const int large_blocks = fsa_rng_uniform(rng) < RANDOM_LARGE_BLOCKS;
+    const int most = large_blocks ? 3000 : 1500; /* room for two blocks of 1024 and more */
     c.nseq = fsa_rng_int(rng, 1, 4);
-    for (int b = 0; b < c.nseq; b++) c.lens[b] = b == 0 && fsa_rng_uniform(rng) < 0.75 ? fsa_rng_int(rng, 200, 1500)
-                                                                                      : random_length(rng, c.l, c.d);
-    /* The longest sequence loses a quarter until the reference's work (with a selection) fits. */
-    c.k = 1;
+    for (int b = 0; b < c.nseq; b++)
+        c.lens[b] = b == 0 && fsa_rng_uniform(rng) < 0.75 ? random_long_length(rng, c.l, most)
+                                                          : random_length(rng, c.l, c.d, most);
+    /* The last sequences go while the rows do not fit (the first, mostly long, stays: past a long kernel it
+     * sees compressed tokens); then the longest loses a quarter until the reference's work (with a selection,
+     * if the case may have one) and the rows fit. */
+    while (c.nseq > 1 && row_elements(&c) > RANDOM_ROW_ELEMENTS_MAX) c.lens[--c.nseq] = 0;
+    c.k = may_select;
     int longest;
     for (;;) {
         longest = 0;
         for (int b = 1; b < c.nseq; b++)
             if (c.lens[b] > c.lens[longest]) longest = b;
-        if (reference_work(&c) <= RANDOM_WORK_MAX) break;
+        if (reference_work(&c) <= RANDOM_WORK_MAX && row_elements(&c) <= RANDOM_ROW_ELEMENTS_MAX) break;
         c.lens[longest] -= c.lens[longest] / 4 + 1;
     }
+    /* Large blocks: a BK past 256 that the longest sequence holds twice (blocks to choose between), if d and
+     * that length leave one. A larger BK only shortens the block scores' walk: the work still fits. */
+    if (large_blocks) {
+        int p_low = 0, p_high = 6;
+        while (p_low < 6 && c.d << p_low <= 256) p_low++;
+        while (p_high >= p_low && c.d << p_high >= c.lens[longest]) p_high--;
+        if (c.d << p_low > 256 && p_high >= p_low) c.bk = c.d << fsa_rng_int(rng, p_low, p_high);
+    }
     /* Top-k mostly below the longest row's blocks (a choice to make), else anything from 1 to 64 (rows with
-     * fewer blocks than K) or none. */
+     * fewer blocks than K) or none; always none past the kernel sizes a selection takes. */
     const int blocks = (c.lens[longest] - 1) / c.bk + 1;
     const double u = fsa_rng_uniform(rng);
     static const int usual_k[] = {16, 32, 36, 64};
-    c.k = u < 0.15 ? 0
+    c.k = !may_select || u < 0.15 ? 0
         : u < 0.75 ? fsa_rng_int(rng, 1, blocks > 2 ? (blocks - 1 < 64 ? blocks - 1 : 64) : 1)
         : u < 0.9  ? random_pick(rng, usual_k, 4)
                    : fsa_rng_int(rng, 1, 64);

@@ -183,6 +183,25 @@ static double reference_work(const kvc_case *c)
     return work;
 }
 
+/* The draws with a fixed share count (desc.splits) instead of the plan's own. */
+static const double RANDOM_FIXED_SPLITS = 0.15;
+
+/* Shares of a one-tile sequence's blocks (fsa_kvcache_desc.splits): 0, the plan's own count (a tuning record or
+ * the heuristic), in most draws; in RANDOM_FIXED_SPLITS of them a fixed count, half the time one the plan may
+ * choose itself (src/attention/kvcache_tune.c: a power of two up to half the top-k slots and 16, or the
+ * heuristic's ceil(K / 4)), else any it takes (1 to 64): more shares than blocks, counts without a cluster merge
+ * (past 8) and merges folded in several groups (past 16). The workspace follows: the test sizes it from the plan
+ * (fsa_kvcache_plan_workspace_size). */
+static int random_splits(fsa_rng *rng, int k)
+{
+    if (fsa_rng_uniform(rng) >= RANDOM_FIXED_SPLITS) return 0;
+    if (fsa_rng_int(rng, 0, 1)) return fsa_rng_int(rng, 1, 64);
+    int chosen[8], n = 0;
+    for (int s = 1; s <= 16 && (s == 1 || s <= k / 2); s *= 2) chosen[n++] = s;
+    chosen[n++] = (k + 3) / 4 < 16 ? (k + 3) / 4 : 16;
+    return chosen[fsa_rng_int(rng, 0, n - 1)];
+}
+
 static const char *const topk_layout_names[] = {"htk", "thk", "shared"};
 
 /* A case drawn from what a plan accepts: dtype, head dims (Dv = D half the time), group, KV heads,
@@ -190,11 +209,12 @@ static const char *const topk_layout_names[] = {"htk", "thk", "shared"};
  * head stride 0), NHD or HND pages, top-k lengths, junk rows (-1, future blocks, blocks past the cache,
  * repeats, negatives), a softmax scale, and a logit of about 1e4 (in bf16, on a row that holds its own
  * block: no junk or lengths); 1-8 sequences of random_q_len new tokens over random_cached keys (at
- * least one token in all), redrawn until the reference costs at most RANDOM_REFERENCE_WORK. Every
- * problem kvc_problem_make builds also shuffles its pages, fills the table entries past each sequence's
- * pages with garbage and every cache element that backs no key with NaN. The name, in name_buf, spells
- * every field (the sequences as q_len+cached). */
-static void random_case(fsa_rng *rng, kvc_case *out, char *name_buf, size_t n)
+ * least one token in all), redrawn until the reference costs at most RANDOM_REFERENCE_WORK; and the
+ * plan's share count, in *splits (random_splits: 0 for the plan's own). Every problem kvc_problem_make
+ * builds also shuffles its pages, fills the table entries past each sequence's pages with garbage and every
+ * cache element that backs no key with NaN. The name, in name_buf, spells every field (the sequences as
+ * q_len+cached, splits0 for the plan's own count). */
+static void random_case(fsa_rng *rng, kvc_case *out, int *splits, char *name_buf, size_t n)
 {
     static const int page_sizes[] = {1, 16, 32, 64, 128, 256};
     kvc_case c;
@@ -237,10 +257,12 @@ static void random_case(fsa_rng *rng, kvc_case *out, char *name_buf, size_t n)
         if (tokens == 0) c.seqs[fsa_rng_int(rng, 0, c.nseq - 1)].q_len = 1;
         if (reference_work(&c) <= RANDOM_REFERENCE_WORK) break;
     }
-    int len = snprintf(name_buf, n, "%s_dk%d_dv%d_g%d_hkv%d_bk%d_k%d_page%d_%s_%s_len%d_junk%d_big%d_scale%g_seqs",
+    *splits = random_splits(rng, c.k);
+    int len = snprintf(name_buf, n,
+                       "%s_dk%d_dv%d_g%d_hkv%d_bk%d_k%d_page%d_%s_%s_len%d_junk%d_big%d_scale%g_splits%d_seqs",
                        c.dtype == FSA_DTYPE_BF16 ? "bf16" : "f16", c.d, c.dv ? c.dv : c.d, g, c.hkv, c.bk, c.k,
                        c.page, topk_layout_names[c.topk_layout], c.cache_hnd ? "hnd" : "nhd", c.with_length, c.junk,
-                       c.big_logit, (double)c.scale);
+                       c.big_logit, (double)c.scale, *splits);
     for (int b = 0; b < c.nseq && len >= 0 && (size_t)len < n; b++)
         len += snprintf(name_buf + len, n - (size_t)len, "%c%d+%d", b ? ',' : '_', c.seqs[b].q_len, c.seqs[b].cached);
     assert_true(len >= 0 && (size_t)len < n); /* the whole name, or the case could not be told */
@@ -278,13 +300,15 @@ static void test_random_batches_match_the_reference(void **state)
         const uint64_t seed = fsa_test_random_case_seed(base, i);
         fsa_rng rng = {seed};
         kvc_case c;
+        int splits;
         char name[256];
-        random_case(&rng, &c, name, sizeof name);
+        random_case(&rng, &c, &splits, name, sizeof name);
         print_message("random case %d of %d (FSA_TEST_SEED=0x%llx; alone: FSA_TEST_SEED=0x%llx FSA_TEST_RANDOM=1; "
                       "case seed 0x%016llx, %d bytes of shared memory): %s\n",
                       i, n, (unsigned long long)base, (unsigned long long)fsa_test_random_rerun_seed(base, i),
                       (unsigned long long)seed, random_smem_limit, name);
-        const fsa_kvcache_desc d = kvc_desc_of(&c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+        fsa_kvcache_desc d = kvc_desc_of(&c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+        d.splits = splits;
         fsa_kvcache_plan *plan = NULL;
         if (fsa_kvcache_plan_create(&plan, kvc_ctx, &d) != FSA_STATUS_OK)
             fail_msg("random case %d, %s: the plan was refused: %s", i, name, fsa_last_error());
