@@ -1,5 +1,7 @@
 #include "attention_problem.h"
 
+#include "../../templates/fsa_layout.cuh" /* the kernels' limits and work-item sizes, as the plan reads them */
+
 #include <math.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -477,9 +479,9 @@ static double reference_cost(const attn_case *c)
     return keys * c->hq * (c->d + attn_value_dim(c));
 }
 
-#define RANDOM_TOP_K_MAX 64 /* include/fsa/selected.h: top_k 1..64 (FSA_MAX_TOP_K) */
+#define RANDOM_TOP_K_MAX FSA_MAX_TOP_K /* validate_desc: top_k 1..FSA_MAX_TOP_K */
 #define RANDOM_GROUP_MAX 128    /* plan.c, validate_desc: at most 128 query heads per KV head */
-#define RANDOM_FSA_GROUP_MAX 64 /* FSA_FWD_MAX_GROUP: the FSA forward's tiles hold a token's heads (plan.c) */
+#define RANDOM_FSA_GROUP_MAX FSA_FWD_MAX_GROUP /* the FSA forward's tiles hold a token's heads (plan.c) */
 /* Long draws: rows of more valid blocks than a few hundred tokens hold, and block 0's list (every token selects it)
  * longer than SORT_SMALL (2048 entries, templates/sel_index.cu), in many work items. */
 #define RANDOM_LONG_TOKENS_MIN 2049
@@ -489,7 +491,7 @@ static double reference_cost(const attn_case *c)
  * sort (fsa_sel_sort) takes in bitmap windows of 16384 tokens when past SORT_SMALL (block 0's) and in shared memory
  * when not, where shorter chunks sort every list by rank; and blocks past the 1024 shared-memory counters (BINS) of
  * the index's CTAs, counted in global memory. */
-#define RANDOM_VERY_LONG_TOKENS_MIN 65537
+#define RANDOM_VERY_LONG_TOKENS_MIN (FSA_SORT_RANK_TOKENS + 1)
 #define RANDOM_VERY_LONG_TOKENS_MAX 69632
 
 /* What a draw reaches for: most draws are common ones, whose references are cheap; the others reach what those
@@ -582,17 +584,13 @@ static double fwd_one_chunk(const attn_case *c, int T)
     return pairs * (4 + 4 * g + 2 * g * dv) + 8.0 * c->hkv * T;
 }
 
-/* fsa_bwd_round_entries: 32 tiles of 32 rows, the heads of a token's group in one tile up to groups of 32, in
- * ceil(G / 32) tiles past that. */
-static int bwd_round_entries(int group) { return group <= 32 ? 32 * (32 / group) : 32 / ((group + 31) / 32); }
-
 static double bwd_smallest_chunk(const attn_case *c, int T)
 {
     const double g = attn_group_of(c), dk = c->d, dkv = c->d + attn_value_dim(c);
     const double slices = c->bk > 128 ? c->bk / 128 : 1; /* the backward takes a block in slices of 128 keys */
-    /* A work item's entries: a round of 32 tiles' tokens (fsa_bwd_round_entries), halved at most 3 times; each
-     * item of a split list writes a block's fp32 dK/dV partial. */
-    const int least_item = bwd_round_entries(attn_group_of(c)) >> 3;
+    /* A work item's entries: a round of tiles' tokens, halved at most FSA_BWD_MAX_HALVINGS times; each item of a
+     * split list writes a block's fp32 dK/dV partial. */
+    const int least_item = fsa_bwd_item_entries(attn_group_of(c), FSA_BWD_MAX_HALVINGS);
     const double split_items = 2.0 * ((c->k + least_item - 1) / least_item);
     /* dq rows and lists of the token's pairs, delta, the partials and the fp32 dK/dV accumulator over every token */
     return c->k * (8 + slices * g * dk * 2) + 4 * g + split_items * c->bk * dkv * 4 + (double)T * dkv * 4 +

@@ -14,6 +14,8 @@
 #include "cmp_problem.h"
 #include "gate_rows.h"
 
+#include "../../templates/cmp_params.cuh" /* the plan's limits: groups, top-k, the selection's halo */
+
 
 #include <math.h>
 #include <pthread.h>
@@ -167,7 +169,7 @@ static int random_kernel_size(fsa_rng *rng, int d, int long_kernel, int may_sele
     if (!long_kernel)
         return d * fsa_rng_int(rng, 1, 4) + (d > 1 && fsa_rng_uniform(rng) < 0.3 ? fsa_rng_int(rng, 1, d - 1) : 0);
     if (may_select) { /* l from d x (l - 1) / d + 1 to d x (l - 1) / d + d */
-        const int halo_most = (most - d) / d < 64 ? (most - d) / d : 64;
+        const int halo_most = (most - d) / d < FSA_CMP_SEL_KEYS ? (most - d) / d : FSA_CMP_SEL_KEYS;
         return d * (fsa_rng_uniform(rng) < 0.25 ? halo_most : fsa_rng_int(rng, 5, halo_most)) + fsa_rng_int(rng, 1, d);
     }
     const int l_most = most < 4096 ? most : 4096;
@@ -180,7 +182,7 @@ static void random_case(fsa_rng *rng, cmp_case *out, char *name_buf, size_t n)
     c.dtype = fsa_rng_int(rng, 0, 1) ? BF : HF;
     c.dk = random_head_dim(rng);
     c.dv = fsa_rng_uniform(rng) < 0.3 ? c.dk : random_head_dim(rng);
-    const int G = fsa_rng_int(rng, 1, 16);
+    const int G = fsa_rng_int(rng, 1, FSA_QT_MAX_GROUP);
     c.hkv = fsa_rng_uniform(rng) < 0.1 && G <= 2 ? fsa_rng_int(rng, 8, 32) /* many KV heads, small groups */
                                                 : fsa_rng_int(rng, 1, G <= 8 ? 4 : 2);
     c.hq = G * c.hkv;
@@ -230,9 +232,9 @@ static void random_case(fsa_rng *rng, cmp_case *out, char *name_buf, size_t n)
     const double u = fsa_rng_uniform(rng);
     static const int usual_k[] = {16, 32, 36, 64};
     c.k = !may_select || u < 0.15 ? 0
-        : u < 0.75 ? fsa_rng_int(rng, 1, blocks > 2 ? (blocks - 1 < 64 ? blocks - 1 : 64) : 1)
+        : u < 0.75 ? fsa_rng_int(rng, 1, blocks > 2 ? (blocks - 1 < FSA_MAX_TOP_K ? blocks - 1 : FSA_MAX_TOP_K) : 1)
         : u < 0.9  ? random_pick(rng, usual_k, 4)
-                   : fsa_rng_int(rng, 1, 64);
+                   : fsa_rng_int(rng, 1, FSA_MAX_TOP_K);
     c.init = fsa_rng_int(rng, 0, 3);
     c.local = fsa_rng_int(rng, 0, 4);
     c.layout_tkh = fsa_rng_int(rng, 0, 1);

@@ -15,6 +15,8 @@
 #include "gate_rows.h"
 #include "reference_window.h"
 
+#include "../../templates/fsa_qt_layout.cuh" /* FSA_QT_MAX_GROUP: the plan's largest group */
+
 
 #include <math.h>
 #include <pthread.h>
@@ -695,7 +697,7 @@ static void random_case(fsa_rng *rng, win_case *out, char *name_buf, size_t n)
         c.dtype = fsa_rng_int(rng, 0, 1) ? BF : HF;
         c.dk = random_head_dim(rng);
         c.dv = fsa_rng_int(rng, 0, 2) == 0 ? c.dk : random_head_dim(rng);
-        const int g = fsa_rng_int(rng, 1, 16);
+        const int g = fsa_rng_int(rng, 1, FSA_QT_MAX_GROUP);
         /* Mostly a few KV heads; sometimes as many as 64 query heads allow. */
         c.hkv = fsa_rng_int(rng, 0, 7) == 0 ? 64 / g : fsa_rng_int(rng, 1, imin(4, 64 / g));
         c.hq = g * c.hkv;
