@@ -376,6 +376,11 @@ void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes)
 
 void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSynchronize"); }
 
+void fsa_test_stream_sync(void *stream)
+{
+    cu_ok(test_cu()->StreamSynchronize((CUstream)stream), "cuStreamSynchronize");
+}
+
 void fsa_test_capture_begin(fsa_test_graph *g)
 {
     const fsa_cu_api *cu = test_cu();

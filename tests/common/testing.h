@@ -83,6 +83,8 @@ void fsa_test_h2d(uint64_t dst, const void *src, size_t bytes);
 void fsa_test_d2h(void *dst, uint64_t src, size_t bytes);
 void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes);
 void fsa_test_sync(void);
+/* Waits for `stream` (a non-blocking stream: fsa_test_sync does not wait for it). */
+void fsa_test_stream_sync(void *stream);
 
 /* Capture and replay, for the graph tests: fsa_test_capture_begin makes a
  * non-blocking stream (g->stream, for the library calls) and starts a global
@@ -103,7 +105,9 @@ void fsa_test_graph_free(fsa_test_graph *g);
 /* fn(arg, stream) on a thread of its own, waited for: a server's second
  * thread calling the library while this one captures (in global mode, as
  * PyTorch does). Returns fn's status; `message` gets that thread's error
- * record. `stream` must exist before the capture began. */
+ * record. `stream` must exist before the capture began. The work fn queued
+ * on `stream` may still be running when this returns: fsa_test_stream_sync
+ * before reading its outputs. */
 typedef fsa_status (*fsa_test_call_fn)(void *arg, void *stream);
 fsa_status fsa_test_call_on_another_thread(fsa_test_call_fn fn, void *arg, void *stream, char *message,
                                            size_t message_size);
