@@ -376,6 +376,13 @@ void fsa_test_dfill(uint64_t dst, uint8_t byte, size_t bytes)
 
 void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSynchronize"); }
 
+int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message)
+{
+    const char *target = fsa_context_target(ctx);
+    return st == FSA_STATUS_UNSUPPORTED && message && strstr(message, "shared memory") && target &&
+           strncmp(target, "sm_90", 5) != 0;
+}
+
 void fsa_test_stream_sync(void *stream)
 {
     cu_ok(test_cu()->StreamSynchronize((CUstream)stream), "cuStreamSynchronize");

@@ -125,6 +125,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void fsa_test_exit_without_gpu(c
  * device 0 (exit 1 instead when fsa_test_gpu_required()). Returns that context
  * otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
+/* Whether a plan's refusal (st and the message of fsa_last_error) is a GPU
+ * below sm_90 lacking the shared memory of a shape that sm_90 holds: the
+ * documented FSA_STATUS_UNSUPPORTED naming shared memory. A fixed case so
+ * refused is reported and not run there; on sm_90 every refusal fails. */
+int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
 /* A second context on the same device with check mode on (after
  * fsa_test_gpu_context_or_skip); exits on failure. */
 fsa_context *fsa_test_check_context(const char *cache_dir);

@@ -3,8 +3,8 @@
  * unsupported head and value dims, head counts, groups, block sizes and top-k,
  * a bad scale, algorithm or dtype, and backward or forced paths that do not
  * fit the target, each with its documented status and error record and before
- * anything is compiled; a paged-cache shape over the target's shared memory is
- * unsupported; and the plan queries refuse NULL arguments. */
+ * anything is compiled; paged-cache, window and compressed shapes over the
+ * target's shared memory are unsupported; and the plan queries refuse NULL arguments. */
 #include "api_validation_fixture.h"
 
 #include "base/struct_size.h"
@@ -147,6 +147,31 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
         EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
         assert_non_null(strstr(fsa_last_error(), "value_dim"));
     }
+    fsa_context_destroy(ctx);
+}
+
+/* The window and compressed shapes at Dk = Dv = 256 with a backward that
+ * the GPU tests' tables hold (test_window's bf16_d256_g2_causal,
+ * test_compressed's bf16_d256_g1) need more shared memory than sm_80 has:
+ * their plans say so, naming shared memory, which is how those tests tell
+ * such a refusal from a failure (fsa_test_refused_for_shared_memory). */
+static void test_window_and_compressed_shapes_over_the_targets_shared_memory_are_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = offline_context("sm_80");
+    fsa_window_attention_desc w = FSA_WINDOW_ATTENTION_DESC_INIT;
+    w.head_dim = 256, w.value_dim = 256, w.num_q_heads = 2, w.num_kv_heads = 1, w.window = 4096, w.backward = 1;
+    fsa_window_plan *wp = (fsa_window_plan *)&wp;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_window_plan_create(&wp, ctx, &w));
+    assert_null(wp);
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    fsa_compressed_attention_desc c = FSA_COMPRESSED_ATTENTION_DESC_INIT;
+    c.head_dim = 256, c.value_dim = 256, c.num_q_heads = 2, c.num_kv_heads = 2, c.top_k = 4;
+    c.init_blocks = 2, c.local_blocks = 0, c.backward = 1;
+    fsa_compressed_plan *cp = (fsa_compressed_plan *)&cp;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_create(&cp, ctx, &c));
+    assert_null(cp);
+    assert_non_null(strstr(fsa_last_error(), "shared memory"));
     fsa_context_destroy(ctx);
 }
 
@@ -371,6 +396,7 @@ int main(void)
         OFF(test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported),
         OFF(test_a_backward_with_dims_over_320_together_needs_both_dims_to_be_multiples_of_32),
         cmocka_unit_test(test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported),
+        cmocka_unit_test(test_window_and_compressed_shapes_over_the_targets_shared_memory_are_unsupported),
         OFF(test_bad_head_counts_are_invalid_arguments),
         OFF(test_a_group_larger_than_128_is_unsupported),
         OFF(test_an_unsupported_block_size_is_unsupported),
