@@ -115,13 +115,12 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
     plan->dkv_max_splits = dkv_max_splits();
     describe_kernels(plan, ctx);
-    const int max_smem = ctx->max_smem_per_block;
-    if ((int)plan->fwd.smem > max_smem || (int)plan->select.smem > max_smem || (int)plan->bwd_dq.smem > max_smem ||
-        (int)plan->bwd_dkv.smem > max_smem)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN,
-                 "compressed attention needs %u bytes of shared memory (selection %u, backward %u and %u); target %s "
-                 "allows %d",
-                 plan->fwd.smem, plan->select.smem, plan->bwd_dq.smem, plan->bwd_dkv.smem, ctx->target, max_smem);
+    /* The kernels a plan does not need were not described: their shared memory is 0. */
+    const fsa_kernel *described[] = {&plan->fwd, &plan->select, &plan->bwd_dq, &plan->bwd_dkv, &plan->bwd_dkv_sum};
+    for (size_t i = 0; i < sizeof described / sizeof described[0]; i++)
+        if ((int)described[i]->smem > ctx->max_smem_per_block)
+            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "%s needs %u bytes of shared memory; target %s allows %d",
+                     described[i]->name, described[i]->smem, ctx->target, ctx->max_smem_per_block);
     FSA_CHECK(fsa_kernel_load(&plan->fwd, FSA_K_CMP_FWD, ctx, &plan->config));
     if (d.top_k > 0) FSA_CHECK(fsa_kernel_load(&plan->select, FSA_K_CMP_SELECT, ctx, &plan->config));
     if (d.backward) {

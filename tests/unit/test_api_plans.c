@@ -153,8 +153,10 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
 /* The window and compressed shapes at Dk = Dv = 256 with a backward that
  * the GPU tests' tables hold (test_window's bf16_d256_g2_causal,
  * test_compressed's bf16_d256_g1) need more shared memory than sm_80 has:
- * their plans say so, naming shared memory, which is how those tests tell
- * such a refusal from a failure (fsa_test_refused_for_shared_memory). */
+ * their plans say so, naming the kernel and shared memory, which is how
+ * those tests tell such a refusal from a failure
+ * (fsa_test_refused_for_shared_memory). The 99 KB targets refuse the
+ * default 128 / 128 shapes of docs/semantics.md's table. */
 static void test_window_and_compressed_shapes_over_the_targets_shared_memory_are_unsupported(void **state)
 {
     (void)state;
@@ -171,6 +173,17 @@ static void test_window_and_compressed_shapes_over_the_targets_shared_memory_are
     fsa_compressed_plan *cp = (fsa_compressed_plan *)&cp;
     EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_create(&cp, ctx, &c));
     assert_null(cp);
+    assert_non_null(strstr(fsa_last_error(), "fsa_cmp_bwd_dkv needs 204800 bytes of shared memory"));
+    fsa_context_destroy(ctx);
+    /* The 99 KB targets: the compressed forward at 128 / 128 (two query tiles), the window backward there. */
+    ctx = offline_context("sm_86");
+    c = (fsa_compressed_attention_desc)FSA_COMPRESSED_ATTENTION_DESC_INIT;
+    c.num_q_heads = 8, c.num_kv_heads = 2;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_create(&cp, ctx, &c));
+    assert_non_null(strstr(fsa_last_error(), "fsa_cmp_fwd needs"));
+    w = (fsa_window_attention_desc)FSA_WINDOW_ATTENTION_DESC_INIT;
+    w.num_q_heads = 8, w.num_kv_heads = 2, w.backward = 1;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_window_plan_create(&wp, ctx, &w));
     assert_non_null(strstr(fsa_last_error(), "shared memory"));
     fsa_context_destroy(ctx);
 }
