@@ -13,14 +13,24 @@ endfunction()
 
 function(fsa_find_cuda_headers var)
   set(extra ${ARGN})
-  if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.25)
+  # FSA_CUDA_HEADERS_NO_VALIDATOR: the pre-3.25 search on any CMake (its test runs both).
+  if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.25 AND NOT FSA_CUDA_HEADERS_NO_VALIDATOR)
     find_path(${var} NAMES nvrtc.h
       HINTS ENV CUDA_HOME ENV CUDA_PATH ${extra} /usr/local/cuda
       PATH_SUFFIXES include VALIDATOR fsa_cuda_headers_both)
   else()
-    find_path(${var} NAMES nvrtc.h
-      HINTS ENV CUDA_HOME ENV CUDA_PATH ${extra} /usr/local/cuda
-      PATH_SUFFIXES include)
+    # No VALIDATOR before 3.25: the hints are tried in order here, and find_path
+    # searches the usual prefixes only when none of them holds both headers.
+    foreach(hint "$ENV{CUDA_HOME}" "$ENV{CUDA_PATH}" ${extra} /usr/local/cuda)
+      foreach(dir "${hint}/include" "${hint}")
+        if(NOT ${var} AND NOT hint STREQUAL "" AND EXISTS "${dir}/cuda.h" AND EXISTS "${dir}/nvrtc.h")
+          set(${var} "${dir}" CACHE PATH "Include directory with cuda.h and nvrtc.h" FORCE)
+        endif()
+      endforeach()
+    endforeach()
+    if(NOT ${var})
+      find_path(${var} NAMES nvrtc.h PATH_SUFFIXES include)
+    endif()
   endif()
   set(dir "${${var}}")
   if(NOT dir OR NOT EXISTS "${dir}/cuda.h" OR NOT EXISTS "${dir}/nvrtc.h")
