@@ -49,8 +49,8 @@ static void usage(FILE *f, br_kind kind)
             "  --dry-run           print what would run and exit, without a GPU\n"
             "  -h, --help          this text\n"
             "  --version           the library version\n"
-            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
-            "usable GPU.\n");
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver, no\n"
+            "usable GPU, or a library setting in the environment (e.g. FSA_TUNE) the context refuses.\n");
 }
 
 static int usage_error(const br_opts *o, const char *what, const char *arg)

@@ -26,8 +26,8 @@ static void decode_usage(FILE *f)
             "                   one more call per row writes its CTAs' records to FILE (timings include the stamps)\n"
             "  -h, --help       this text\n"
             "  --version        the library version\n"
-            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
-            "usable GPU.\n",
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver, no\n"
+            "usable GPU, or a library setting in the environment (e.g. FSA_TUNE) the context refuses.\n",
             DEC_MAX_LIST, MAX_B, DEC_MAX_LIST, HQ, DEC_MAX_LIST);
 }
 

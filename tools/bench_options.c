@@ -51,8 +51,8 @@ static void print_usage(FILE *f)
             "  -h, --help            this text\n"
             "  --version             the library version\n"
             "\n"
-            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver or no\n"
-            "usable GPU.\n",
+            "Exit status: 0 success; 1 a benchmark failed; 2 usage error; 3 no CUDA driver, no\n"
+            "usable GPU, or a library setting in the environment (e.g. FSA_TUNE) the context refuses.\n",
             MAX_LIST, MAX_LIST, BENCH_DEFAULT_TOL);
 }
 

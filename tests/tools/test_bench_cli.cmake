@@ -143,7 +143,7 @@ message(STATUS "fsa-bench command line: all checks passed")
 # --decode: the same conventions (help on stdout, usage errors exit 2 with the usage on stderr).
 run(0 --decode --help)
 expect("${OUT}" "^Usage: fsa-bench --decode" "decode help on stdout")
-expect("${OUT}" "Exit status: 0 success; 1 .*; 2 usage error; 3 no CUDA driver or no\nusable GPU" "decode exit codes: 3 also without a usable GPU")
+expect("${OUT}" "Exit status: 0 success; 1 .*; 2 usage error; 3 no CUDA driver, no\nusable GPU, or a library setting" "decode exit codes: 3 also without a usable GPU or with a refused setting")
 # Also: a group that does not divide the 32 query heads, a batch over the plan's 256, a number with a space.
 foreach(args "--decode;--bogus" "--decode;-L;1,x" "--decode;-B;0" "--decode;-G;1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
              "--decode;--reps;0" "--decode;--splits;-1" "--decode;--value-dim;100" "--decode;--value-dim;512"
