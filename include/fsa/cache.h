@@ -85,7 +85,7 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  * Deletes stale temporary and lock files, then the least recently used
  * entries (kernels and tuning records alike) until the entries and the live
  * writers' temporary files total at most max_bytes (an entry a writer
- * replaced after the scan is kept).
+ * replaced after the scan, or while it is deleted, is kept).
  * @param      ctx            the context
  * @param      max_bytes      the size to shrink to (0 deletes every entry)
  * @param[out] removed_out    files deleted; may be NULL

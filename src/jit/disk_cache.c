@@ -9,12 +9,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -289,18 +287,6 @@ cleanup:
     return st;
 }
 
-
-static uint64_t temp_suffix(void)
-{
-    static atomic_uint_fast64_t counter;
-    uint64_t r = 0;
-    struct timespec ts;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
-    /* No entropy yet: O_EXCL still keeps names unique, this only spreads them. */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)fsa_dc_ts_ns(ts) ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull);
-}
-
 static fsa_status open_temp(int *fd_out, char **path_out, const char *dir, const fsa_kernel_key *key)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -308,7 +294,7 @@ static fsa_status open_temp(int *fd_out, char **path_out, const char *dir, const
     for (int attempt = 0; attempt < 16; attempt++) {
         fsa_strbuf b = {0};
         fsa_strbuf_appendf(&b, "%s/.%s.%s.tmp.%ld.%016llx", dir, key->name, key->hex, (long)getpid(),
-                           (unsigned long long)temp_suffix());
+                           (unsigned long long)fsa_dc_temp_suffix());
         path = fsa_strbuf_take(&b);
         FSA_CHECK_ALLOC(path, STAGE);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -71,10 +71,10 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
                                   const void *cubin, size_t cubin_size, const char *entry_names);
 
 /* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
- * descriptor; -1 when no lock can be had (read-only or refused cache, flock
- * unsupported); FSA_DISK_LOCK_GAVE_UP when another process holds it and is
- * stopped on this host, or held it for FSA_CACHE_LOCK_TIMEOUT
- * seconds (default 120). Callers go on without the lock in either case
+ * descriptor; -1 when no lock can be had (read-only or refused cache, a lock
+ * path that cannot be opened or is not a regular file); FSA_DISK_LOCK_GAVE_UP when another process
+ * holds it and is stopped on this host, held it for FSA_CACHE_LOCK_TIMEOUT
+ * seconds (default 120), or flock fails otherwise (a file system without it). Callers go on without the lock in either case
  * (publishing is atomic, so a duplicate compile is harmless); the error
  * record says why. */
 #define FSA_DISK_LOCK_GAVE_UP (-2)
@@ -116,7 +116,7 @@ fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t
  * is a tuning bucket and whose payload is the record's text. Lookup as for
  * an exact cubin lookup: a damaged or foreign file (another key's text under
  * this digest) is a miss, counted and deleted unless read-only. List,
- * verify and prune walk cubins only. */
+ * verify and prune walk them with the cubins. */
 fsa_status fsa_disk_cache_lookup_record(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                         const char *target, uint64_t *corrupt_out);
 fsa_status fsa_disk_cache_publish_record(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,

@@ -109,6 +109,18 @@ typedef struct fsa_dc_raw_file {
 #define FSA_DC_RESTORE_ATIME 2
 fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad, int keep_atime);
 
+/* A random suffix for the temporary names of this process (publish's, and the
+ * files fsa_dc_unlink_if_unchanged moves aside). */
+uint64_t fsa_dc_temp_suffix(void);
+/* Deletes the file at `path` only if it is the one `judged` describes (device
+ * and inode; with times_too also size and modification time). unlink by name
+ * cannot promise that the file checked is the file deleted (a writer may
+ * rename a good entry into place between the two), so the file is moved
+ * aside under a temporary name of this process and deleted there only if it
+ * is the judged one; another file moved aside is put back, never over a newer
+ * one. Returns 0 deleted (or gone already), 1 kept (it was replaced), -1 on an
+ * error (errno). */
+int fsa_dc_unlink_if_unchanged(const char *path, const struct stat *judged, int times_too);
 /* Counts a bad entry and deletes it, but only if the path still names the
  * file that was judged: a writer may have renamed a good entry over it. A
  * directory is removed only when empty. Returns NULL when the path is gone,

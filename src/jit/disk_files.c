@@ -9,11 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STAGE FSA_DC_STAGE
@@ -326,6 +329,58 @@ char *fsa_dc_dup_n(const char *s, size_t n)
     return p;
 }
 
+uint64_t fsa_dc_temp_suffix(void)
+{
+    static atomic_uint_fast64_t counter;
+    uint64_t r = 0;
+    struct timespec ts;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    /* No entropy yet: O_EXCL still keeps names unique, this only spreads them. */
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)fsa_dc_ts_ns(ts) ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/* Whether `now` is still the file `judged` describes. */
+static int same_file(const struct stat *now, const struct stat *judged, int times_too)
+{
+    return now->st_dev == judged->st_dev && now->st_ino == judged->st_ino &&
+           (!times_too ||
+            (now->st_size == judged->st_size && fsa_dc_ts_ns(now->st_mtim) == fsa_dc_ts_ns(judged->st_mtim)));
+}
+
+int fsa_dc_unlink_if_unchanged(const char *path, const struct stat *judged, int times_too)
+{
+    struct stat now;
+    if (lstat(path, &now) != 0) return errno == ENOENT ? 0 : -1;
+    if (!same_file(&now, judged, times_too)) return 1; /* replaced meanwhile */
+    const char *slash = strrchr(path, '/');
+    const int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    fsa_strbuf b = {0};
+    fsa_strbuf_appendf(&b, "%.*s.%s.tmp.%ld.%016llx", dir_len, path, path + dir_len, (long)getpid(),
+                       (unsigned long long)fsa_dc_temp_suffix());
+    char *aside = fsa_strbuf_take(&b);
+    if (aside == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int result;
+    if (rename(path, aside) != 0) {
+        result = errno == ENOENT ? 0 : -1;
+    } else if (lstat(aside, &now) != 0 || same_file(&now, judged, times_too)) {
+        result = unlink(aside) == 0 || errno == ENOENT ? 0 : -1;
+    } else {
+        /* A writer renamed another file into place between the check and the move: put it back, never over a
+         * newer one (link does not replace); where links are refused, rename does. */
+        if (link(aside, path) == 0 || errno == EEXIST)
+            (void)unlink(aside);
+        else
+            (void)rename(aside, path);
+        result = 1;
+    }
+    free(aside);
+    return result;
+}
+
 const char *fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const struct stat *judged,
                                uint64_t *counter)
 {
@@ -339,5 +394,6 @@ const char *fsa_dc_discard_bad(const fsa_disk_cache *dc, const char *path, const
         if (rmdir(path) == 0) return NULL;
         return errno == ENOTEMPTY || errno == EEXIST ? "it is a directory that is not empty" : strerror(errno);
     }
-    return unlink(path) == 0 || errno == ENOENT ? NULL : strerror(errno);
+    const int r = fsa_dc_unlink_if_unchanged(path, judged, 0);
+    return r == 0 ? NULL : r == 1 ? "it was replaced meanwhile" : strerror(errno);
 }

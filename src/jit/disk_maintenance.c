@@ -323,12 +323,12 @@ static void prune_entries(prune_ctx *c, uint64_t max_bytes)
             continue;
         }
         /* A writer renamed a fresh entry over the one ranked: keep it. */
-        if (now.st_dev != it->sb.st_dev || now.st_ino != it->sb.st_ino || now.st_size != it->sb.st_size ||
-            fsa_dc_ts_ns(now.st_mtim) != fsa_dc_ts_ns(it->sb.st_mtim)) {
+        const int r = fsa_dc_unlink_if_unchanged(it->path, &it->sb, 1);
+        if (r == 1) {
             c->total = c->total - it->bytes + (S_ISREG(now.st_mode) ? (uint64_t)now.st_size : 0);
             continue;
         }
-        if (unlink(it->path) != 0 && errno != ENOENT) {
+        if (r != 0) {
             prune_failed(c, it->path, strerror(errno));
             continue;
         }

@@ -615,19 +615,32 @@ static void test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_
     free(c);
 }
 
-/* This binary's unlink, which the library's calls reach too: once armed,
- * the unlink of race_first also lets a "writer" rename a fresh entry over
- * race_next, an entry prune has scanned and ranked to delete next. That is a
- * publish landing between prune's scan and its deletes. */
+/* This binary's unlink and rename, which the library's calls reach too:
+ * once armed, the delete of race_first (prune moves an entry aside, then
+ * deletes it there) also lets a "writer" rename a fresh entry over race_next,
+ * an entry prune has scanned and ranked to delete next. That is a publish
+ * landing between prune's scan and its deletes. */
 static const char *race_first, *race_next, *race_fresh;
+
+static int real_rename(const char *from, const char *to) { return renameat(AT_FDCWD, from, AT_FDCWD, to); }
+
+static int writer_lands_if_armed(const char *path)
+{
+    if (race_first == NULL || strcmp(path, race_first) != 0) return 0;
+    race_first = NULL;
+    return real_rename(race_fresh, race_next);
+}
 
 int unlink(const char *path)
 {
-    if (race_first != NULL && strcmp(path, race_first) == 0) {
-        race_first = NULL;
-        if (rename(race_fresh, race_next) != 0) return -1;
-    }
+    if (writer_lands_if_armed(path) != 0) return -1;
     return unlinkat(AT_FDCWD, path, 0);
+}
+
+int rename(const char *from, const char *to)
+{
+    if (writer_lands_if_armed(from) != 0) return -1;
+    return real_rename(from, to);
 }
 
 static void test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan(void **state)
