@@ -401,8 +401,9 @@ def _maintain(a):
         r = verify_cache(**where)
         print(f"cache: {r['cache_dir']}")
         for e in r["entries"]:
-            # A valid entry of the GPU's own target that did not load was checked on disk only.
-            disk_only = e.valid and not e.loaded and a.detect and e.target == r["target"]
+            # A valid kernel of the GPU's own target that did not load was checked on disk only (a record
+            # is never loaded).
+            disk_only = e.valid and not e.loaded and not e.record and a.detect and e.target == r["target"]
             fate = (" (not loaded)" if disk_only else "") if e.valid else " (deleted)" if e.deleted else " (NOT deleted)"
             print(f"{'OK' if e.valid else 'BAD':<3} {e.target:<8} {e.name}{fate}")
         print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted, "
