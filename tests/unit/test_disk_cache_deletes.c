@@ -104,6 +104,17 @@ static void arm(race *r)
     g_writer_file = r->writer_file;
 }
 
+/* After the race: the writer's file is the entry, it loads, and nothing was left aside. */
+static void expect_the_writers_entry_alone(fixture *f, const race *r)
+{
+    assert_null(g_armed_path); /* the writer's rename landed inside the delete */
+    struct stat now;
+    assert_int_equal(lstat(r->path, &now), 0);
+    assert_int_equal(now.st_ino, r->writer_sb.st_ino);
+    expect_hit(f->dc, &r->key, 0, r->payload, 900);
+    expect_only_the_entry_in(r->dir, r->path);
+}
+
 static void test_a_bad_entry_a_writer_replaces_between_the_check_and_the_delete_is_not_what_goes(void **state)
 {
     fixture *f = *state;
@@ -112,14 +123,9 @@ static void test_a_bad_entry_a_writer_replaces_between_the_check_and_the_delete_
     uint64_t corrupt = 0;
     arm(&r);
     const char *kept = fsa_dc_discard_bad(f->dc, r.path, &r.judged, &corrupt);
-    assert_null(g_armed_path); /* the writer's rename landed inside the delete */
     assert_non_null(kept);
     assert_non_null(strstr(kept, "replaced"));
-    struct stat now;
-    assert_int_equal(lstat(r.path, &now), 0);
-    assert_int_equal(now.st_ino, r.writer_sb.st_ino);
-    expect_hit(f->dc, &r.key, 0, r.payload, 900);
-    expect_only_the_entry_in(r.dir, r.path);
+    expect_the_writers_entry_alone(f, &r);
     race_free(&r);
 }
 
@@ -131,13 +137,8 @@ static void test_prune_keeps_an_entry_a_writer_renames_into_place_while_it_delet
     uint64_t removed = 0, left = 0;
     arm(&r);
     assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
-    assert_null(g_armed_path);
     assert_int_equal(removed, 0);
-    struct stat now;
-    assert_int_equal(lstat(r.path, &now), 0);
-    assert_int_equal(now.st_ino, r.writer_sb.st_ino);
-    expect_hit(f->dc, &r.key, 0, r.payload, 900);
-    expect_only_the_entry_in(r.dir, r.path);
+    expect_the_writers_entry_alone(f, &r);
     race_free(&r);
 }
 
