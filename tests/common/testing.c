@@ -379,13 +379,12 @@ void fsa_test_sync(void) { cu_ok(test_cu()->StreamSynchronize(NULL), "cuStreamSy
 
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message)
 {
-    const char *target = fsa_context_target(ctx);
-    fsa_target sm80;
-    /* Only a GPU with at least sm_80's shared memory: the 99 KB ones refuse the tables' usual shapes too
+    fsa_target sm80, sm90;
+    /* From sm_80's shared memory up to below sm_90's: the 99 KB GPUs refuse the tables' usual shapes too
      * (docs/semantics.md), which would leave these tests nothing to check there. */
-    return st == FSA_STATUS_UNSUPPORTED && message && strstr(message, "shared memory") && target &&
-           strncmp(target, "sm_90", 5) != 0 && fsa_target_parse(&sm80, "sm_80") == FSA_STATUS_OK &&
-           ctx->max_smem_per_block >= sm80.smem_per_block;
+    return st == FSA_STATUS_UNSUPPORTED && message && strstr(message, "shared memory") &&
+           fsa_target_parse(&sm80, "sm_80") == FSA_STATUS_OK && fsa_target_parse(&sm90, "sm_90a") == FSA_STATUS_OK &&
+           ctx->max_smem_per_block >= sm80.smem_per_block && ctx->max_smem_per_block < sm90.smem_per_block;
 }
 
 void fsa_test_stream_sync(void *stream)

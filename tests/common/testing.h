@@ -125,11 +125,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void fsa_test_exit_without_gpu(c
  * device 0 (exit 1 instead when fsa_test_gpu_required()). Returns that context
  * otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
-/* Whether a plan's refusal (st and the message of fsa_last_error) is a GPU
- * below sm_90, with at least sm_80's shared memory, lacking the shared memory
- * of a shape that sm_90 holds: the documented FSA_STATUS_UNSUPPORTED naming
- * shared memory. A fixed case so refused is reported and not run there; on
- * sm_90 and on the 99 KB GPUs every refusal fails. */
+/* Whether a plan's refusal (st and the message of fsa_last_error) is the
+ * documented FSA_STATUS_UNSUPPORTED naming shared memory, on a GPU with at
+ * least sm_80's shared memory per block and less than sm_90's: a shape that
+ * only sm_90 holds. A fixed case so refused is reported and not run there; on
+ * sm_90-class and on the 99 KB GPUs every refusal fails. */
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
 /* A second context on the same device with check mode on (after
  * fsa_test_gpu_context_or_skip); exits on failure. */
