@@ -72,11 +72,12 @@ fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key,
 
 /* Exclusive advisory lock on <name>.<hex>.lock for one key. Returns a file
  * descriptor; -1 when no lock can be had (read-only or refused cache, a lock
- * path that cannot be opened or is not a regular file); FSA_DISK_LOCK_GAVE_UP when another process
- * holds it and is stopped on this host, held it for FSA_CACHE_LOCK_TIMEOUT
- * seconds (default 120), or flock fails otherwise (a file system without it). Callers go on without the lock in either case
- * (publishing is atomic, so a duplicate compile is harmless); the error
- * record says why. */
+ * path that cannot be opened or is not a regular file);
+ * FSA_DISK_LOCK_GAVE_UP when another process holds it and is stopped on this
+ * host, held it for FSA_CACHE_LOCK_TIMEOUT seconds (default 120), or flock
+ * fails otherwise (a file system without it). Callers go on without the lock
+ * in either case (publishing is atomic, so a duplicate compile is harmless);
+ * the error record says why. */
 #define FSA_DISK_LOCK_GAVE_UP (-2)
 int fsa_disk_cache_lock(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target);
 void fsa_disk_cache_unlock(int fd); /* a negative fd is fine */
