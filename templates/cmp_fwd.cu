@@ -2,7 +2,9 @@
 // tokens of one sequence, the G heads of each token as neighbouring rows, so
 // every stage of compressed K/V is loaded once for the whole group; the
 // tile's rows attend to the compressed tokens of their sequence that they
-// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128;
+// see (fsa_qattn.cuh), two sets of 16 rows per warp up to Dk = Dv = 128
+// (one, and maybe stages of 32 keys, where the target's shared memory asks:
+// QT);
 // with WGMMA (sm_90a) the warpgroup forward of fsa_qattn_wg.cuh, one set
 // per warp; where it fits (fsa_cmp_fwd_persistent) persistent, a CTA per SM
 // walking the tiles (attend_query_tiles_ws). No workspace.
@@ -13,9 +15,12 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
-constexpr int MT = WG ? 1 : fsa_cmp_fwd_mt(DK, DV);  // sets of 16 rows per warp
-constexpr int KS = fsa_qt_fwd_keys(DV);       // keys per stage
-constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG);
+// The mma.sync layout (FSA_QT_FWD_*, fsa_cmp_fwd_layout): 0 the default; the warpgroup forward has its own.
+constexpr int QT = {{QT_FWD=0}};
+static_assert(WG == 0 || QT == 0, "the warpgroup forward takes the default layout");
+constexpr int MT = fsa_cmp_fwd_mt_at(DK, DV, WG, QT);  // sets of 16 rows per warp
+constexpr int KS = fsa_qt_fwd_keys_at(DV, QT);         // keys per stage
+constexpr int TT = fsa_cmp_fwd_tile_tokens(G, DK, DV, WG, QT);
 typedef GroupRows<G> Rows;
 
 // The persistent forward's jobs (fsa_cmp_fwd_persistent, fsa_qt_job_at).
@@ -31,7 +36,7 @@ struct CmpFwdJobs {
         __device__ __forceinline__ bool operator()(int j, int slot) const { return j < row[slot]; }
     };
     __device__ __forceinline__ long long count() const {
-        return fsa_cmp_fwd_grid_tiles(p.total_tokens, p.batch, G, DK, DV, WG) * p.num_kv_heads;
+        return fsa_cmp_fwd_grid_tiles(p.total_tokens, p.batch, G, DK, DV, WG, QT) * p.num_kv_heads;
     }
     __device__ __forceinline__ bool describe(long long w, Job &job) const {
         const fsa_qt_job at = fsa_qt_job_at(w, p.num_kv_heads);
@@ -96,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
                                             (float)p.scale_log2, n_stages, cmp_strided_keys(p, keys, h, tile_vis),
                                             visible, warp_sees);
     else
-        attend_query_tile<DT, DK, DV, G, MT>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
+        attend_query_tile<DT, DK, DV, G, MT, KS>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, h,
                                              (float)p.scale_log2, n_stages,
                                              [&](int j) { return cmp_key_row(p, keys, h, j, tile_vis); }, visible,
                                              warp_sees);

@@ -47,23 +47,34 @@ FSA_LAYOUT_FN long long fsa_cmp_tokens(long long len, long long l, long long d)
 /* ---------------------------------------------------------------- forward */
 /* Query tiles of two sets of 16 rows per warp (fsa_qt_layout.cuh) up to
  * Dk = Dv = 128, one above (more would spill); the warpgroup forward (wg:
- * wgmma on sm_90a) has its own tiles. Grid and shared memory follow. */
+ * wgmma on sm_90a) has its own tiles. `layout` (fsa_qt_fwd_layout_fit,
+ * fsa_cmp_fwd_layout) shrinks the mma.sync forward where the target's
+ * shared memory asks for it. Grid and shared memory follow. */
 FSA_LAYOUT_FN int fsa_cmp_fwd_mt(int dk, int dv) { return dk > 128 || dv > 128 ? 1 : 2; }
-FSA_LAYOUT_FN int fsa_cmp_fwd_tile_tokens(int g, int dk, int dv, int wg)
+FSA_LAYOUT_FN int fsa_cmp_fwd_layout(int dk, int dv, int wg, int max_smem, int forced)
 {
-    return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile_mt(g, fsa_cmp_fwd_mt(dk, dv));
+    return wg ? 0 : fsa_qt_fwd_layout_fit(dk, dv, fsa_cmp_fwd_mt(dk, dv), max_smem, forced);
+}
+FSA_LAYOUT_FN int fsa_cmp_fwd_mt_at(int dk, int dv, int wg, int layout)
+{
+    return wg ? 1 : fsa_qt_fwd_mt_at(fsa_cmp_fwd_mt(dk, dv), layout);
+}
+FSA_LAYOUT_FN int fsa_cmp_fwd_tile_tokens(int g, int dk, int dv, int wg, int layout)
+{
+    return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile_mt(g, fsa_cmp_fwd_mt_at(dk, dv, wg, layout));
 }
 /* Persistent (variant 6 where it fits: fsa_qt_ws_persistent): a grid of at
  * most one CTA per SM walks the (query tile, KV head) jobs in fsa_qt_job_at's
  * order; otherwise a CTA per tile and head. */
 FSA_LAYOUT_FN int fsa_cmp_fwd_persistent(int dk, int dv, int wg) { return fsa_qt_ws_persistent(dk, dv, wg); }
-FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv, int wg)
+FSA_LAYOUT_FN int fsa_cmp_fwd_smem_bytes(int dk, int dv, int wg, int layout)
 {
-    return fsa_qt_fwd_kernel_smem(dk, dv, wg, fsa_cmp_fwd_mt(dk, dv));
+    return fsa_qt_fwd_kernel_smem(dk, dv, wg, fsa_cmp_fwd_mt(dk, dv), layout);
 }
-FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv, int wg)
+FSA_LAYOUT_FN long long fsa_cmp_fwd_grid_tiles(long long total_tokens, long long batch, int g, int dk, int dv, int wg,
+                                               int layout)
 {
-    return total_tokens / fsa_cmp_fwd_tile_tokens(g, dk, dv, wg) + batch;
+    return total_tokens / fsa_cmp_fwd_tile_tokens(g, dk, dv, wg, layout) + batch;
 }
 
 /* ---------------------------------------------------------------- selection */

@@ -4,7 +4,7 @@
 // on tensor cores, and o and lse (natural log) go straight to global memory.
 // The caller says where key rows come from and which key each row sees:
 //
-//   attend_query_tile<DT, DK, DV, G, MT>(smem, q, o, lse, T, tile, h, scale_log2, n_stages,
+//   attend_query_tile<DT, DK, DV, G, MT, KS>(smem, q, o, lse, T, tile, h, scale_log2, n_stages,
 //       [&](int j) { return RowPair{k_row(j), v_row(j), j < n_keys}; },   // key j of the stream
 //       [&](int j, int slot) { ... },      // this lane's row `slot` sees key j
 //       [&](int stage) { ... });           // some row of this warp may see the stage's keys
@@ -12,7 +12,9 @@
 // A warp owns MT sets of 16 rows (1 or 2; the tile's tokens:
 // fsa_qt_tokens_per_tile_mt); this lane's rows are slot 2m (row lo of set m)
 // and 2m + 1 (row hi), set m being rows set 16 (warp * MT + m) of the tile.
-// Shared memory: fsa_qt_fwd_smem_bytes_mt(DK, DV, MT). No visible key: o = 0,
+// Keys come in stages of KS (fsa_qt_fwd_keys by default; fsa_qt_fwd_keys_at
+// under a layout of fewer). Shared memory: fsa_qt_fwd_smem_bytes_ks(DK, DV,
+// MT, KS). No visible key: o = 0,
 // lse = -inf; lse may be NULL (not wanted).
 #pragma once
 #include "fsa_qtile.cuh"
@@ -52,15 +54,17 @@ __device__ __forceinline__ void rescale_rows(float acc[N][4], const float alpha[
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) frag_scale_rows<N>(acc, alpha);
 }
 
-template <class DT, int DK, int DV, int G, int MT = 1, class KeyRows, class Visible, class WarpSees>
+template <class DT, int DK, int DV, int G, int MT = 1, int KS = fsa_qt_fwd_keys(DV), class KeyRows, class Visible,
+          class WarpSees>
 __device__ __forceinline__ void attend_query_tile(unsigned char *smem, const fsa_kernel_view &q,
                                                   const fsa_kernel_view &o, float *lse, long long total_tokens,
                                                   const QueryTile &tile, int h, float scale_log2, int n_stages,
                                                   KeyRows key_rows, Visible visible, WarpSees warp_sees) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
     static_assert(MT == 1 || (MT == 2 && DV <= 128), "two row sets per warp up to a value dim of 128");
-    constexpr int KS = fsa_qt_fwd_keys(DV), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k_mt(DK, MT), vs = qs + fsa_qt_fwd_smem_v_mt(DK, DV, MT);
+    static_assert(KS == 32 || KS == 64, "stages of 32 or 64 keys");
+    constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    const u32 qs = smem_addr(smem), ks = qs + fsa_qt_fwd_smem_k_mt(DK, MT), vs = qs + fsa_qt_fwd_smem_v_ks(DK, MT, KS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     load_query_rows_async<G, DK, LDK, FSA_QT_THREADS, FSA_QT_ROWS * MT>(qs, q, tile, h);

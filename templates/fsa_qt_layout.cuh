@@ -41,16 +41,66 @@ FSA_LAYOUT_FN long long fsa_qt_grid_tiles(long long total_tokens, long long batc
  * in registers; two row sets per warp take value dims up to 128). */
 #define FSA_QT_STAGES 2
 FSA_LAYOUT_FN int fsa_qt_fwd_keys(int dv) { return dv > 128 ? 32 : 64; }
+/* The mma.sync forward's layout on targets with less shared memory than
+ * sm_80's (sm_86, sm_89, sm_12x: 99 KB a block): bits over the defaults
+ * above, 0 keeping them. FSA_QT_FWD_ONE_SET: one set of 16 rows per warp
+ * where the kernel takes two; FSA_QT_FWD_KEYS_32: stages of 32 keys where
+ * fsa_qt_fwd_keys gives 64. A bit that changes nothing is never set
+ * (fsa_qt_fwd_layout_canon), so one kernel has one layout value: the plan
+ * renders it as the template parameter QT_FWD, part of the kernel's key
+ * only when nonzero. The warpgroup forward (wg nonzero) keeps 0. */
+#define FSA_QT_FWD_ONE_SET 1
+#define FSA_QT_FWD_KEYS_32 2
+FSA_LAYOUT_FN int fsa_qt_fwd_keys_at(int dv, int layout)
+{
+    return layout & FSA_QT_FWD_KEYS_32 ? 32 : fsa_qt_fwd_keys(dv);
+}
+/* The row sets per warp of a kernel that takes mt (1 or 2) by default. */
+FSA_LAYOUT_FN int fsa_qt_fwd_mt_at(int mt, int layout) { return layout & FSA_QT_FWD_ONE_SET ? 1 : mt; }
+FSA_LAYOUT_FN int fsa_qt_fwd_layout_canon(int dv, int mt, int layout)
+{
+    return (mt > 1 ? layout & FSA_QT_FWD_ONE_SET : 0) | (fsa_qt_fwd_keys(dv) > 32 ? layout & FSA_QT_FWD_KEYS_32 : 0);
+}
+/* Q rows (mt sets per warp) | the K stages | the V stages, stages of ks keys. */
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_k_mt(int dk, int mt) { return fsa_tile_bytes(FSA_QT_ROWS * mt, dk); }
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_v_ks(int dk, int mt, int ks)
+{
+    return fsa_qt_fwd_smem_k_mt(dk, mt) + FSA_QT_STAGES * fsa_tile_bytes(ks, dk);
+}
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_ks(int dk, int dv, int mt, int ks)
+{
+    return fsa_qt_fwd_smem_v_ks(dk, mt, ks) + FSA_QT_STAGES * fsa_tile_bytes(ks, dv);
+}
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_v_mt(int dk, int dv, int mt)
 {
-    return fsa_qt_fwd_smem_k_mt(dk, mt) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dk);
+    return fsa_qt_fwd_smem_v_ks(dk, mt, fsa_qt_fwd_keys(dv));
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
 {
-    return fsa_qt_fwd_smem_v_mt(dk, dv, mt) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_fwd_keys(dv), dv);
+    return fsa_qt_fwd_smem_bytes_ks(dk, dv, mt, fsa_qt_fwd_keys(dv));
 }
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
+/* The shared memory of a kernel of default mt under `layout`. */
+FSA_LAYOUT_FN int fsa_qt_fwd_smem_at(int dk, int dv, int mt, int layout)
+{
+    return fsa_qt_fwd_smem_bytes_ks(dk, dv, fsa_qt_fwd_mt_at(mt, layout), fsa_qt_fwd_keys_at(dv, layout));
+}
+/* The layout a plan takes for a mma.sync forward of default mt within
+ * max_smem bytes a block: the defaults where they fit (every sm_80 and
+ * sm_90a shape), else one row set per warp (half the query rows: the K/V
+ * traffic per row doubles, nothing else changes), else also stages of 32
+ * keys; 0 where none fits (the plan refuses it). `forced` (nonzero: bits a
+ * test's override asks for, FSA_QT_SMALL_FWD) is taken instead wherever it
+ * changes something. */
+FSA_LAYOUT_FN int fsa_qt_fwd_layout_fit(int dk, int dv, int mt, int max_smem, int forced)
+{
+    const int smallest = fsa_qt_fwd_layout_canon(dv, mt, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
+    if (forced) return fsa_qt_fwd_layout_canon(dv, mt, forced);
+    if (fsa_qt_fwd_smem_at(dk, dv, mt, 0) <= max_smem) return 0;
+    const int one_set = fsa_qt_fwd_layout_canon(dv, mt, FSA_QT_FWD_ONE_SET);
+    if (fsa_qt_fwd_smem_at(dk, dv, mt, one_set) <= max_smem) return one_set;
+    return fsa_qt_fwd_smem_at(dk, dv, mt, smallest) <= max_smem ? smallest : 0;
+}
 
 /* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 6; 0 is
  * the mma.sync forward): fsa_qt_wg_groups(wg) warpgroups of 4 warps, each
@@ -167,11 +217,16 @@ FSA_LAYOUT_FN fsa_qt_job fsa_qt_job_at(long long w, long long heads)
 }
 /* A query-tile forward's shared memory (the compressed and window forwards):
  * the persistent form where it fits, else a CTA per tile of variant wg, or
- * mma.sync with mt sets of 16 rows per warp. */
-FSA_LAYOUT_FN int fsa_qt_fwd_kernel_smem(int dk, int dv, int wg, int mt)
+ * mma.sync taking mt sets of 16 rows per warp by default, under `layout`. */
+FSA_LAYOUT_FN int fsa_qt_fwd_kernel_smem(int dk, int dv, int wg, int mt, int layout)
 {
     if (fsa_qt_ws_persistent(dk, dv, wg)) return fsa_qt_ws_persistent_smem_bytes(dk, dv, wg);
-    return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_bytes_mt(dk, dv, mt);
+    return wg ? fsa_qt_wg_smem_bytes(dk, dv, wg) : fsa_qt_fwd_smem_at(dk, dv, mt, layout);
+}
+/* The window forward's layout (one row set per warp by default). */
+FSA_LAYOUT_FN int fsa_swa_fwd_layout(int dk, int dv, int wg, int max_smem, int forced)
+{
+    return wg ? 0 : fsa_qt_fwd_layout_fit(dk, dv, 1, max_smem, forced);
 }
 /* The window forward's tokens per tile and grid (wg: its variant). */
 FSA_LAYOUT_FN int fsa_qt_fwd_tile_tokens(int g, int wg) { return wg ? fsa_qt_wg_tokens_per_tile(g, wg) : fsa_qt_tokens_per_tile(g); }

@@ -11,8 +11,12 @@
 
 using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
-constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, KS = fsa_qt_fwd_keys(DV);
+constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WG = {{WGMMA}};  // the warpgroup variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
+// The mma.sync layout (FSA_QT_FWD_*, fsa_swa_fwd_layout): 0 the default; the warpgroup forward has its own.
+constexpr int QT = {{QT_FWD=0}};
+static_assert(WG == 0 || QT == 0, "the warpgroup forward takes the default layout");
+constexpr int KS = fsa_qt_fwd_keys_at(DV, QT);  // keys per stage
 
 // The persistent forward's jobs (fsa_qt_ws_persistent, fsa_qt_job_at).
 struct SwaFwdJobs {
@@ -67,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(WG ? fsa_qt_wg_threads(WG) : FSA_QT
                                             (float)p.scale_log2, ws.n_stages(), ws.strided_keys(p, tile), visible,
                                             warp_sees);
     else
-        attend_query_tile<DT, DK, DV, G>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
+        attend_query_tile<DT, DK, DV, G, 1, KS>(smem, p.q, p.o, (float *)p.lse, p.total_tokens, tile, ws.h,
                                          (float)p.scale_log2, ws.n_stages(), [&](int j) { return ws.key_row(p, tile, j); },
                                          visible, warp_sees);
 }

@@ -82,6 +82,9 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
                                        .wgmma = fsa_kernel_wgmma(ctx, d->head_dim, d->value_dim),
                                        .bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d->head_dim, d->value_dim)};
     plan->config.cmp_sel_variant = fsa_kernel_cmp_sel_variant(plan->config.wgmma, d->head_dim);
+    /* The mma.sync forward's layout: the default unless the target's shared memory asks for less. */
+    plan->config.qt_fwd = fsa_cmp_fwd_layout(d->head_dim, d->value_dim, plan->config.wgmma, ctx->max_smem_per_block,
+                                             fsa_kernel_qt_fwd_forced());
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {
@@ -228,9 +231,10 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
         /* A tile's key stream: at most the compressed tokens of the call, and of a sequence of T tokens. */
         const int64_t by_stride = (T - 1) / plan->desc.stride + 1;
         const uint64_t keys = (uint64_t)(a->total_compressed < by_stride ? a->total_compressed : by_stride);
-        const uint64_t ks = (uint64_t)fsa_qt_fwd_keys(plan->desc.value_dim);
+        const uint64_t ks = (uint64_t)fsa_qt_fwd_keys_at(plan->desc.value_dim, plan->config.qt_fwd);
         const uint64_t jobs = (uint64_t)fsa_cmp_fwd_grid_tiles(T, a->batch, plan->group, plan->desc.head_dim,
-                                                               plan->desc.value_dim, plan->config.wgmma) *
+                                                               plan->desc.value_dim, plan->config.wgmma,
+                                                               plan->config.qt_fwd) *
                               (uint64_t)hkv;
         if (!fsa_kernel_persistent_items_fit(plan->ctx, jobs, (keys + ks - 1) / ks, FSA_QT_WS_PERSISTENT_STAGES))
             FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_FWD,
@@ -288,7 +292,7 @@ static fsa_status fwd_launch(const void *compressed_plan, const void *call, CUst
     p.topk = fsa_view_of(&a->topk);
     const uint64_t fwd_tiles = (uint64_t)fsa_cmp_fwd_grid_tiles(a->total_tokens, a->batch, plan->group,
                                                                 plan->desc.head_dim, plan->desc.value_dim,
-                                                                plan->config.wgmma);
+                                                                plan->config.wgmma, plan->config.qt_fwd);
     const int sel_groups = fsa_cmp_sel_groups(plan->config.wgmma, plan->desc.head_dim, plan->desc.top_k, plan->group,
                                               plan->config.cmp_sel_variant);
     const uint64_t sel_tiles = (uint64_t)fsa_cmp_sel_grid_tiles(a->total_tokens, a->batch, plan->group,

@@ -3,6 +3,7 @@
 #include "kernels.h"
 
 #include "base/status_internal.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ typedef enum tparam {
     TP_TMA,
     TP_SEL_VARIANT,
     TP_FWD_WG,
+    TP_QT_FWD,
     TP_N
 } tparam;
 
@@ -40,6 +42,7 @@ static const struct {
     [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
     [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
     [TP_FWD_WG] = {"FWD_WG", "fv"},
+    [TP_QT_FWD] = {"QT_FWD", "qf"},
 };
 
 #define MAX_FAMILY_PARAMS 9
@@ -68,6 +71,11 @@ static const struct {
     const char *template_name; /* templates/<name>.cu */
     int n_params;
     tparam params[MAX_FAMILY_PARAMS];
+    /* The query-tile forwards: QT_FWD (the mma.sync layout, fsa_qt_layout.cuh)
+     * follows the parameters where it is not 0, the template's {{QT_FWD=0}}
+     * default otherwise, so the kernels of the default layout keep their keys
+     * and names and a smaller layout never shares their cache entries. */
+    int qt_fwd;
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
@@ -82,12 +90,12 @@ static const struct {
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 8,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE, TP_TMA}},
-    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
+    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, 1},
     [FAM_CMP_SELECT] = {"cmp_select", 9,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA,
                          TP_SEL_VARIANT}},
     [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
-    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
+    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, 1},
     [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
     [FAM_GATE] = {"nsa_gate", 2, {TP_DTYPE, TP_VALUE_DIM}},
 };
@@ -167,6 +175,15 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk)
     return v >= 0 ? v : FSA_CMP_SEL_VARIANT_DEFAULT;
 }
 
+int fsa_kernel_qt_fwd_forced(void)
+{
+    switch (fsa_env_int("FSA_QT_SMALL_FWD", 0, 2, 0)) {
+    case 1: return FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32;
+    case 2: return FSA_QT_FWD_ONE_SET;
+    default: return 0;
+    }
+}
+
 int fsa_kernel_fwd_wg_variant(void)
 {
     const int v = env_digit("FSA_FWD_WG", FSA_FWD_WG_VARIANT_MAX);
@@ -211,8 +228,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         smem = fsa_kvc_smem_bytes(d, dv, g, c->kvc_tma);
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
-    case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma); break;
-    case FSA_K_SWA_FWD: smem = fsa_qt_fwd_kernel_smem(d, dv, c->wgmma, 1); break;
+    case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma, c->qt_fwd); break;
+    case FSA_K_SWA_FWD: smem = fsa_qt_fwd_kernel_smem(d, dv, c->wgmma, 1, c->qt_fwd); break;
     case FSA_K_CMP_SELECT:
         smem = fsa_cmp_sel_smem_bytes(d, g, c->top_k, bk, c->stride,
                                       fsa_cmp_sel_groups(c->wgmma, d, c->top_k, g, c->cmp_sel_variant),
@@ -248,7 +265,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
  * of the family (one module serves all of them). */
 typedef struct request_buf {
     char values[TP_N][16];
-    fsa_param params[MAX_FAMILY_PARAMS];
+    fsa_param params[MAX_FAMILY_PARAMS + 1];
     char entries[256];
 } request_buf;
 
@@ -270,17 +287,21 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_TMA], sizeof b->values[0], "%d", c->kvc_tma);
     snprintf(b->values[TP_SEL_VARIANT], sizeof b->values[0], "%d", c->cmp_sel_variant);
     snprintf(b->values[TP_FWD_WG], sizeof b->values[0], "%d", c->fwd_wg_variant);
+    snprintf(b->values[TP_QT_FWD], sizeof b->values[0], "%d", c->qt_fwd);
+    size_t n = 0;
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
-        b->params[i] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
+        b->params[n++] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
     }
+    if (families[f].qt_fwd && c->qt_fwd != 0)
+        b->params[n++] = (fsa_param){tparams[TP_QT_FWD].name, b->values[TP_QT_FWD], tparams[TP_QT_FWD].tag};
     size_t at = 0;
     b->entries[0] = '\0';
     for (int k = 0; k < FSA_K_N; k++) {
         if (kernels[k].family != f) continue;
         at += (size_t)snprintf(b->entries + at, sizeof b->entries - at, "%s%s", at ? "\n" : "", kernels[k].entry);
     }
-    const fsa_kernel_request r = {families[f].template_name, b->params, (size_t)families[f].n_params, b->entries};
+    const fsa_kernel_request r = {families[f].template_name, b->params, n, b->entries};
     return r;
 }
 

@@ -68,6 +68,7 @@ typedef struct fsa_kernel_config {
     int kvc_tma;                 /* paged-cache attention: FSA_KVC_KERNEL_* bits (kvc_params.cuh; 0 cp.async) */
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
     int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
+    int qt_fwd;                  /* query-tile mma.sync forwards: their layout (FSA_QT_FWD_*; 0 the default) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -99,6 +100,15 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk);
  * FSA_FWD_WG_* in fsa_layout.cuh): what FSA_FWD_WG says (0 to
  * FSA_FWD_WG_VARIANT_MAX), else FSA_FWD_WG_VARIANT_DEFAULT. */
 int fsa_kernel_fwd_wg_variant(void);
+
+/* The layout bits FSA_QT_SMALL_FWD forces on the query-tile mma.sync
+ * forwards whatever the target's shared memory (fsa_qt_fwd_layout_fit's
+ * `forced`): 1, one set of rows per warp and stages of 32 keys; 2, one set
+ * of rows per warp only (what the compressed forward takes at 128 / 128 on
+ * 99 KB targets); 0 (unset, anything else) none. A test's way to run on
+ * sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets get. Read at
+ * plan creation. */
+int fsa_kernel_qt_fwd_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

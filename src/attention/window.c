@@ -80,12 +80,16 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     }
     plan->wgmma = fsa_kernel_wgmma(ctx, d.head_dim, d.value_dim);
     plan->bwd_wgmma = fsa_kernel_bwd_wgmma(ctx, d.head_dim, d.value_dim);
+    /* The mma.sync forward's layout: the default unless the target's shared memory asks for less. */
+    plan->qt_fwd = fsa_swa_fwd_layout(d.head_dim, d.value_dim, plan->wgmma, ctx->max_smem_per_block,
+                                      fsa_kernel_qt_fwd_forced());
     const fsa_kernel_config c = {.dtype = d.dtype,
                                  .head_dim = d.head_dim,
                                  .value_dim = d.value_dim,
                                  .group = plan->group,
                                  .wgmma = plan->wgmma,
-                                 .bwd_wgmma = plan->bwd_wgmma};
+                                 .bwd_wgmma = plan->bwd_wgmma,
+                                 .qt_fwd = plan->qt_fwd};
     /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
     const struct {
         fsa_kernel *k;
@@ -172,7 +176,7 @@ static fsa_status fwd_check(const void *window_plan, const void *call, int *has_
     /* A tile's key stream: its tokens and the widest window before them (at most the call's tokens). */
     const long long window = plan->widest_window < a->total_tokens ? plan->widest_window : a->total_tokens;
     const uint64_t keys = (uint64_t)fsa_qt_fwd_tile_tokens(plan->group, plan->wgmma) + (uint64_t)window;
-    const uint64_t ks = (uint64_t)fsa_qt_fwd_keys(plan->desc.value_dim);
+    const uint64_t ks = (uint64_t)fsa_qt_fwd_keys_at(plan->desc.value_dim, plan->qt_fwd);
     const uint64_t jobs = (uint64_t)fsa_qt_fwd_grid_tiles(a->total_tokens, a->batch, plan->group, plan->wgmma) *
                           (uint64_t)plan->desc.num_kv_heads;
     if (!fsa_kernel_persistent_items_fit(plan->ctx, jobs, (keys + ks - 1) / ks, FSA_QT_WS_PERSISTENT_STAGES))

@@ -24,6 +24,7 @@ struct fsa_window_plan {
     fsa_kernel fwd, bwd_dq, bwd_dkv; /* fn NULL offline; the backward pair without backward */
     int wgmma;                       /* the forward's warpgroup variant (fsa_kernel_wgmma), 0: mma.sync */
     int bwd_wgmma;                   /* the backward's warpgroup variant (fsa_kernel_bwd_wgmma), 0: mma.sync */
+    int qt_fwd;                      /* the mma.sync forward's layout (fsa_swa_fwd_layout; 0: the default) */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 

@@ -41,7 +41,14 @@ fsa_status fsa_render(char **out, const char *what, const char *text, const fsa_
         const char *name = open + 2;
         const char *end = name;
         while (is_name_char(*end)) end++;
-        if (end == name || end[0] != '}' || end[1] != '}') {
+        /* {{NAME=DEFAULT}}: DEFAULT where no parameter names it (a layout
+         * parameter that keys only the kernels that leave its default). */
+        const char *dflt = NULL, *dflt_end = end;
+        if (end != name && end[0] == '=') {
+            dflt = dflt_end = end + 1;
+            while (is_name_char(*dflt_end)) dflt_end++;
+        }
+        if (end == name || (dflt != NULL && dflt_end == dflt) || dflt_end[0] != '}' || dflt_end[1] != '}') {
             size_t line = 1;
             for (const char *c = text; c < open; c++) line += *c == '\n';
             FSA_FAIL(FSA_STATUS_RENDER_FAILED, "render", "%s:%zu: malformed placeholder", what, line);
@@ -50,6 +57,11 @@ fsa_status fsa_render(char **out, const char *what, const char *text, const fsa_
         size_t k = 0;
         while (k < n_params && !(strlen(params[k].name) == len && memcmp(params[k].name, name, len) == 0))
             k++;
+        if (k == n_params && dflt != NULL) {
+            fsa_strbuf_append_n(&b, dflt, (size_t)(dflt_end - dflt));
+            p = dflt_end + 2;
+            continue;
+        }
         if (k == n_params) {
             size_t line = 1;
             for (const char *c = text; c < open; c++) line += *c == '\n';
@@ -58,7 +70,7 @@ fsa_status fsa_render(char **out, const char *what, const char *text, const fsa_
         }
         used[k] = 1;
         fsa_strbuf_append(&b, params[k].value);
-        p = end + 2;
+        p = dflt_end + 2;
     }
     for (size_t i = 0; i < n_params; i++)
         if (!used[i])

@@ -1,6 +1,9 @@
 /* Strict template rendering: {{NAME}} placeholders filled from a parameter
  * list. An unknown placeholder, an unused parameter or an unterminated
- * placeholder is an error, so a template and its caller cannot drift apart. */
+ * placeholder is an error, so a template and its caller cannot drift apart.
+ * {{NAME=DEFAULT}} ([A-Z0-9_]+ both) takes DEFAULT where no parameter is
+ * named NAME: a parameter whose default leaves the kernel's key and name as
+ * they were before it existed. */
 #ifndef FSA_RENDER_H
 #define FSA_RENDER_H
 

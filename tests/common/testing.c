@@ -387,6 +387,21 @@ int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, co
            ctx->max_smem_per_block >= sm80.smem_per_block && ctx->max_smem_per_block < sm90.smem_per_block;
 }
 
+char *fsa_test_env_swap(const char *name, const char *value)
+{
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (old && !saved) fail_msg("out of memory");
+    if ((value ? setenv(name, value, 1) : unsetenv(name)) != 0) fail_msg("setenv %s: %s", name, strerror(errno));
+    return saved;
+}
+
+void fsa_test_env_restore(const char *name, char *saved)
+{
+    if ((saved ? setenv(name, saved, 1) : unsetenv(name)) != 0) fail_msg("setenv %s: %s", name, strerror(errno));
+    free(saved);
+}
+
 void fsa_test_stream_sync(void *stream)
 {
     cu_ok(test_cu()->StreamSynchronize((CUstream)stream), "cuStreamSynchronize");

@@ -131,6 +131,13 @@ fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
  * only sm_90 holds. A fixed case so refused is reported and not run there; on
  * sm_90-class and on the 99 KB GPUs every refusal fails. */
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
+/* Sets environment variable `name` to `value` (NULL: unsets it) and returns
+ * what it held before (NULL: unset), for fsa_test_env_restore: a test's way
+ * to plan under a library variable (FSA_WGMMA, FSA_QT_SMALL_FWD) and leave
+ * the process as it found it. */
+char *fsa_test_env_swap(const char *name, const char *value);
+/* Puts back what fsa_test_env_swap returned (and frees it). */
+void fsa_test_env_restore(const char *name, char *saved);
 /* A second context on the same device with check mode on (after
  * fsa_test_gpu_context_or_skip); exits on failure. */
 fsa_context *fsa_test_check_context(const char *cache_dir);

@@ -1020,6 +1020,39 @@ static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
     cmp_problem_free(&p);
 }
 
+/* The mma.sync forward in the smaller layouts that 99 KB targets (sm_86, sm_89, sm_12x) take
+ * (fsa_qt_fwd_layout_fit): FSA_QT_SMALL_FWD forces them and FSA_WGMMA=0 keeps sm_90a on the mma.sync
+ * forward, both read at plan creation, so any GPU runs them: 1, one set of rows per warp and stages of 32
+ * keys; 2, the set alone (what those targets take at 128 / 128). A few fixed cases, through the same
+ * reference checks: the standard shape, many stages (the ring refilled), NSA's 192 / 128, odd dims,
+ * ties. Forward-only plans (the backward is not part of these layouts). */
+static void test_the_small_forward_layouts_match_the_reference(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_std_g4_varlen", "bf16_std_g4_many_stages", "bf16_dk192_dv128_g16",
+                                  "f16_dk64_dv32_g3", "bf16_g2_exact_ties"};
+    static const char *layouts[] = {"1", "2"};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            size_t i = 0;
+            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
+            assert_true(i < N_CASES);
+            if (!runs(&cases[i])) continue;
+            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
+            char *small = fsa_test_env_swap("FSA_QT_SMALL_FWD", layouts[l]);
+            fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
+            fsa_compressed_plan *plan = NULL;
+            const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
+            fsa_test_env_restore("FSA_QT_SMALL_FWD", small);
+            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            if (st != FSA_STATUS_OK)
+                fail_msg("%s, FSA_QT_SMALL_FWD=%s: %s", cases[i].name, layouts[l], fsa_last_error());
+            print_message("  FSA_QT_SMALL_FWD=%s FSA_WGMMA=0:\n", layouts[l]);
+            run_case(&cases[i], plan, i);
+            fsa_compressed_plan_destroy(plan);
+        }
+}
+
 /* Plans compile in parallel threads before the tests run. */
 static void *plan_worker(void *arg)
 {
@@ -1067,6 +1100,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compressed_attention_and_selection_match_the_reference_on_every_case),
         cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
+        cmocka_unit_test(test_the_small_forward_layouts_match_the_reference),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gradients),
         cmocka_unit_test(test_random_cases_match_the_reference),

@@ -594,17 +594,49 @@ static void test_malformed_offsets_cannot_make_the_kernels_fault(void **state)
     problem_release(&p);
 }
 
-/* The plan (with backward) of case c. */
-static fsa_status plan_create(const win_case *c, fsa_window_plan **out)
+/* The plan of case c, with its backward unless forward_only. */
+static fsa_status plan_create_as(const win_case *c, int forward_only, fsa_window_plan **out)
 {
     int32_t windows[64];
     windows_of(c, windows);
     fsa_window_attention_desc d = FSA_WINDOW_ATTENTION_DESC_INIT;
-    d.dtype = c->dtype, d.head_dim = c->dk, d.value_dim = c->dv, d.backward = 1;
+    d.dtype = c->dtype, d.head_dim = c->dk, d.value_dim = c->dv, d.backward = !forward_only;
     d.num_q_heads = c->hq, d.num_kv_heads = c->hkv;
     d.window = c->window, d.head_windows = c->per_head ? windows : NULL;
     d.scale = c->scale;
     return fsa_window_plan_create(out, g_ctx, &d);
+}
+
+/* The plan (with backward) of case c. */
+static fsa_status plan_create(const win_case *c, fsa_window_plan **out) { return plan_create_as(c, 0, out); }
+
+/* The mma.sync forward in the smaller layouts that 99 KB targets (sm_86, sm_89, sm_12x) take
+ * (fsa_qt_fwd_layout_fit): FSA_QT_SMALL_FWD=1 forces stages of 32 keys (the window forward has one set of
+ * rows per warp anyway) and FSA_WGMMA=0 keeps sm_90a on the mma.sync forward, both read at plan creation,
+ * so any GPU runs it. A few fixed cases through the forward's reference checks: the standard shape, NSA's
+ * 192 / 128 (which those targets take so), per-head windows, odd dims, many tiles. Forward-only plans
+ * (the backward is not part of these layouts). */
+static void test_the_small_forward_layout_matches_the_reference(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_d128_g4_w512", "bf16_dk192_dv128_g16_w100", "f16_dk192_dv128_g4_per_head",
+                                  "f16_dk32_dv96_g3_w65", "bf16_d128_g4_w512_many_jobs"};
+    for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+        size_t i = 0;
+        while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
+        assert_true(i < N_CASES);
+        if (!runs(&cases[i])) continue;
+        char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
+        char *small = fsa_test_env_swap("FSA_QT_SMALL_FWD", "1");
+        fsa_window_plan *plan = NULL;
+        const fsa_status st = plan_create_as(&cases[i], 1, &plan);
+        fsa_test_env_restore("FSA_QT_SMALL_FWD", small);
+        fsa_test_env_restore("FSA_WGMMA", wgmma);
+        if (st != FSA_STATUS_OK) fail_msg("%s, FSA_QT_SMALL_FWD=1: %s", cases[i].name, fsa_last_error());
+        print_message("  FSA_QT_SMALL_FWD=1 FSA_WGMMA=0:\n");
+        run_forward(&cases[i], plan, i);
+        fsa_window_plan_destroy(plan);
+    }
 }
 
 /* The plan of case i (with backward), or NULL after saying why. */
@@ -846,6 +878,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_forward_matches_the_reference_on_every_case),
+        cmocka_unit_test(test_the_small_forward_layout_matches_the_reference),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
         cmocka_unit_test(test_a_graph_captured_forward_and_backward_replay_to_the_same_bits),
         cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),

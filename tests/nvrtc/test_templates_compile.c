@@ -377,6 +377,35 @@ static void test_every_warpgroup_forward_variant_compiles_for_sm_90a(void **stat
         }
 }
 
+/* The query-tile mma.sync forwards in the smaller layouts of 99 KB targets (FSA_QT_FWD_*,
+ * fsa_qt_fwd_layout_fit) compile without spills: for sm_86 those its plans take (the compressed forward
+ * at 128 / 128 with one set of rows per warp, both at 192 / 128 with stages of 32 keys), and for sm_90a
+ * with WGMMA 0 those FSA_QT_SMALL_FWD forces there for the GPU tests (1: also 32 keys at 128 / 128;
+ * 2: the set alone). */
+static void test_the_small_forward_layouts_compile_for_sm_86_and_sm_90a(void **state)
+{
+    (void)state;
+    static const variant shapes[] = {{"cmp_fwd", "bf16", "128", "4", NULL, NULL, NULL, NULL},
+                                     {"cmp_fwd", "bf16", "192", "16", NULL, NULL, NULL, NULL},
+                                     {"swa_fwd", "f16", "128", "4", NULL, NULL, NULL, NULL},
+                                     {"swa_fwd", "bf16", "192", "16", NULL, NULL, NULL, NULL}};
+    static const char *dv = "128";
+    static const int forced[] = {0, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, FSA_QT_FWD_ONE_SET};
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
+            const int dk = atoi(shapes[i].d), cmp = strcmp(shapes[i].family, "cmp_fwd") == 0;
+            const int max = f == 0 ? 101376 : 232448;
+            const int layout = cmp ? fsa_cmp_fwd_layout(dk, 128, 0, max, forced[f])
+                                   : fsa_swa_fwd_layout(dk, 128, 0, max, forced[f]);
+            if (layout == 0) continue; /* the default layout: compiled above */
+            char qt[4];
+            snprintf(qt, sizeof qt, "%d", layout);
+            const fsa_param extra[] = {{"WGMMA", "0", "wg"}, {"QT_FWD", qt, "qf"}};
+            compile_variant(&shapes[i], dv, extra, 2, f == 0 ? "sm_86" : "sm_90a", used);
+        }
+}
+
 /* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4; 7: also
  * four at G 1 and 2, whose spill is justified above; 9: a producer warpgroup and three consumers; 15, the
  * default: the producer and four consumers, G 1's smaller spill justified above; the other values combine the same
@@ -491,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_80_without_unjustified_spills),
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
         cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
+        cmocka_unit_test(test_the_small_forward_layouts_compile_for_sm_86_and_sm_90a),
         cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),

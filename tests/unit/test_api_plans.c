@@ -155,8 +155,10 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
  * test_compressed's bf16_d256_g1) need more shared memory than sm_80 has:
  * their plans say so, naming the kernel and shared memory, which is how
  * those tests tell such a refusal from a failure
- * (fsa_test_refused_for_shared_memory). The 99 KB targets refuse the
- * default 128 / 128 shapes of docs/semantics.md's table. */
+ * (fsa_test_refused_for_shared_memory). The 99 KB targets take the
+ * forwards at 128 / 128 and 192 / 128 in a smaller layout (one row set per
+ * warp, then stages of 32 keys: fsa_qt_fwd_layout_fit) and still refuse
+ * the backwards at 128 / 128 (docs/semantics.md's table). */
 static void test_window_and_compressed_shapes_over_the_targets_shared_memory_are_unsupported(void **state)
 {
     (void)state;
@@ -175,12 +177,29 @@ static void test_window_and_compressed_shapes_over_the_targets_shared_memory_are
     assert_null(cp);
     assert_non_null(strstr(fsa_last_error(), "fsa_cmp_bwd_dkv needs 204800 bytes of shared memory"));
     fsa_context_destroy(ctx);
-    /* The 99 KB targets: the compressed forward at 128 / 128 (two query tiles), the window backward there. */
+    /* The 99 KB targets: the forwards at 128 / 128 (the compressed one with one set of rows per warp)
+     * and 192 / 128 (stages of 32 keys) are planned; the backwards at 128 / 128 are not. */
     ctx = offline_context("sm_86");
+    static const int dims[][2] = {{128, 128}, {192, 128}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        c = (fsa_compressed_attention_desc)FSA_COMPRESSED_ATTENTION_DESC_INIT;
+        c.num_q_heads = 8, c.num_kv_heads = 2, c.head_dim = dims[i][0], c.value_dim = dims[i][1];
+        cp = NULL;
+        if (fsa_compressed_plan_create(&cp, ctx, &c) != FSA_STATUS_OK)
+            fail_msg("compressed %d / %d on sm_86: %s", dims[i][0], dims[i][1], fsa_last_error());
+        fsa_compressed_plan_destroy(cp);
+        w = (fsa_window_attention_desc)FSA_WINDOW_ATTENTION_DESC_INIT;
+        w.num_q_heads = 8, w.num_kv_heads = 2, w.head_dim = dims[i][0], w.value_dim = dims[i][1];
+        wp = NULL;
+        if (fsa_window_plan_create(&wp, ctx, &w) != FSA_STATUS_OK)
+            fail_msg("window %d / %d on sm_86: %s", dims[i][0], dims[i][1], fsa_last_error());
+        fsa_window_plan_destroy(wp);
+    }
     c = (fsa_compressed_attention_desc)FSA_COMPRESSED_ATTENTION_DESC_INIT;
-    c.num_q_heads = 8, c.num_kv_heads = 2;
+    c.num_q_heads = 8, c.num_kv_heads = 2, c.backward = 1;
     EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_create(&cp, ctx, &c));
-    assert_non_null(strstr(fsa_last_error(), "fsa_cmp_fwd needs"));
+    assert_null(cp);
+    assert_non_null(strstr(fsa_last_error(), "fsa_cmp_bwd_dq needs"));
     w = (fsa_window_attention_desc)FSA_WINDOW_ATTENTION_DESC_INIT;
     w.num_q_heads = 8, w.num_kv_heads = 2, w.backward = 1;
     EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_window_plan_create(&wp, ctx, &w));

@@ -65,6 +65,57 @@ static void test_every_query_tile_gets_exactly_one_cta(void **state)
     }
 }
 
+/* The mma.sync forwards' layout (fsa_qt_fwd_layout_fit): the default wherever it fits, so no kernel of
+ * a target with 163 KB or more (sm_80, sm_90a) changes; on 99 KB targets the smallest change that fits,
+ * whose shared memory the kernel's own functions give; the override takes the smallest everywhere, and
+ * every layout value is canonical (no bit that changes nothing). */
+static void test_the_forward_layout_keeps_the_default_wherever_it_fits(void **state)
+{
+    (void)state;
+    static const int smems[] = {232448, 166912, 101376};
+    for (int dk = 16; dk <= 256; dk += 16)
+        for (int dv = 16; dv <= 256; dv += 16)
+            for (size_t i = 0; i < sizeof smems / sizeof smems[0]; i++) {
+                const int max = smems[i], mt = fsa_cmp_fwd_mt(dk, dv);
+                const int cmp = fsa_cmp_fwd_layout(dk, dv, 0, max, 0), swa = fsa_swa_fwd_layout(dk, dv, 0, max, 0);
+                const int cmp_default = fsa_cmp_fwd_smem_bytes(dk, dv, 0, 0) <= max;
+                const int swa_default = fsa_qt_fwd_kernel_smem(dk, dv, 0, 1, 0) <= max;
+                if ((cmp_default && cmp != 0) || (swa_default && swa != 0))
+                    fail_msg("%d / %d at %d bytes: layouts %d, %d where the default fits", dk, dv, max, cmp, swa);
+                if (max >= 166912 && (!cmp_default || !swa_default)) continue; /* refused as before */
+                if (cmp != fsa_qt_fwd_layout_canon(dv, mt, cmp) || swa != fsa_qt_fwd_layout_canon(dv, 1, swa))
+                    fail_msg("%d / %d: layouts %d, %d not canonical", dk, dv, cmp, swa);
+                if (cmp != 0 && fsa_cmp_fwd_smem_bytes(dk, dv, 0, cmp) > max)
+                    fail_msg("%d / %d: compressed layout %d does not fit %d bytes", dk, dv, cmp, max);
+                if (swa != 0 && fsa_qt_fwd_kernel_smem(dk, dv, 0, 1, swa) > max)
+                    fail_msg("%d / %d: window layout %d does not fit %d bytes", dk, dv, swa, max);
+                /* The tile and grid follow the rows per warp. */
+                assert_int_equal(fsa_cmp_fwd_tile_tokens(4, dk, dv, 0, cmp),
+                                 fsa_qt_tokens_per_tile_mt(4, fsa_cmp_fwd_mt_at(dk, dv, 0, cmp)));
+                /* The override: one set of rows and stages of 32 keys, or the set alone, whatever fits. */
+                const int both = FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32;
+                const int small = fsa_cmp_fwd_layout(dk, dv, 0, max, both);
+                assert_int_equal(fsa_cmp_fwd_mt_at(dk, dv, 0, small), 1);
+                assert_int_equal(fsa_qt_fwd_keys_at(dv, small), 32);
+                assert_int_equal(fsa_qt_fwd_keys_at(dv, fsa_swa_fwd_layout(dk, dv, 0, max, both)), 32);
+                const int rows = fsa_cmp_fwd_layout(dk, dv, 0, max, FSA_QT_FWD_ONE_SET);
+                assert_int_equal(fsa_cmp_fwd_mt_at(dk, dv, 0, rows), 1);
+                assert_int_equal(fsa_qt_fwd_keys_at(dv, rows), fsa_qt_fwd_keys(dv));
+                /* The warpgroup forward keeps its own layout. */
+                assert_int_equal(fsa_cmp_fwd_layout(dk, dv, 6, max, both), 0);
+                assert_int_equal(fsa_swa_fwd_layout(dk, dv, 6, max, both), 0);
+            }
+    /* The shapes this layout is for, on 99 KB targets: 128 / 128 compressed takes one set of rows
+     * (104448 bytes by default, 87040 so), 192 / 128 both forwards stages of 32 keys (111616, 68608). */
+    assert_int_equal(fsa_cmp_fwd_smem_bytes(128, 128, 0, 0), 104448);
+    assert_int_equal(fsa_cmp_fwd_layout(128, 128, 0, 101376, 0), FSA_QT_FWD_ONE_SET);
+    assert_int_equal(fsa_cmp_fwd_smem_bytes(128, 128, 0, FSA_QT_FWD_ONE_SET), 87040);
+    assert_int_equal(fsa_swa_fwd_layout(128, 128, 0, 101376, 0), 0);
+    assert_int_equal(fsa_cmp_fwd_layout(192, 128, 0, 101376, 0), FSA_QT_FWD_KEYS_32);
+    assert_int_equal(fsa_swa_fwd_layout(192, 128, 0, 101376, 0), FSA_QT_FWD_KEYS_32);
+    assert_int_equal(fsa_cmp_fwd_smem_bytes(192, 128, 0, FSA_QT_FWD_KEYS_32), 68608);
+}
+
 /* The persistent forward: CTA c of a grid of n takes jobs c, c + n, ...; each (tile, KV head) is one job,
  * whatever the grid, and the longest tiles of every head (x 0, the sequence's last tile) come first. */
 static void test_a_persistent_grid_takes_every_tile_of_every_head_once(void **state)
@@ -180,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_every_query_tile_gets_exactly_one_cta),
         cmocka_unit_test(test_a_persistent_grid_takes_every_tile_of_every_head_once),
         cmocka_unit_test(test_a_warp_holds_whole_token_groups),
+        cmocka_unit_test(test_the_forward_layout_keeps_the_default_wherever_it_fits),
         cmocka_unit_test(test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

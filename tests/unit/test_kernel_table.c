@@ -73,6 +73,29 @@ static void test_forward_and_backward_kernels_keep_their_launch_shapes(void **st
     }
 }
 
+/* The forwards' smaller layouts (FSA_QT_FWD_*: the 99 KB targets, FSA_QT_SMALL_FWD): one set of rows per
+ * warp halves the compressed forward's query rows, stages of 32 keys halve the K/V stages; the threads stay. */
+static void test_the_small_forward_layouts_keep_their_launch_shapes(void **state)
+{
+    (void)state;
+    static const struct {
+        int d, dv, layout;
+        unsigned cmp_smem, swa_smem;
+    } small[] = {
+        {128, 128, FSA_QT_FWD_ONE_SET, 87040, 87040},
+        {128, 128, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, 52224, 52224},
+        {192, 128, FSA_QT_FWD_KEYS_32, 68608, 68608},
+        {64, 32, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, 23552, 23552},
+    };
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = small[i].d, .value_dim = small[i].dv,
+                                     .group = 4, .qt_fwd = small[i].layout};
+        assert_kernel(FSA_K_CMP_FWD, &c, "fsa_cmp_fwd", small[i].cmp_smem);
+        /* (the window forward ignores the row-set bit: it has one set per warp anyway) */
+        assert_kernel(FSA_K_SWA_FWD, &c, "fsa_swa_fwd", small[i].swa_smem);
+    }
+}
+
 /* The warpgroup forwards: variant 5 is variant 4 (three warpgroups) with its ring's mbarriers after the V stages. */
 static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **state)
 {
@@ -367,6 +390,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
+        cmocka_unit_test(test_the_small_forward_layouts_keep_their_launch_shapes),
         cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
         cmocka_unit_test(test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),

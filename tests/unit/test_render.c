@@ -58,6 +58,14 @@ static void test_a_value_may_be_empty_or_contain_braces(void **state)
     expect_render("x{{A}}y{{B}}z", p, 2, "xy{{A}}z");
 }
 
+static void test_a_placeholder_default_fills_only_an_unnamed_parameter(void **state)
+{
+    (void)state;
+    const fsa_param p[] = {{"A", "7", NULL}};
+    expect_render("{{A=0}}+{{B=0}}*{{C=X_1}}", p, 1, "7+0*X_1");
+    expect_render("{{B=12}}", NULL, 0, "12");
+}
+
 static void test_text_without_placeholders_passes_through_unchanged(void **state)
 {
     (void)state;
@@ -105,6 +113,8 @@ static void test_malformed_placeholders_fail_naming_the_template_and_line(void *
         {"{{X}}\n{{}}", "bad.cu:2"},         /* empty name */
         {"{{X}}\n{{ X }}", "bad.cu:2"},      /* spaces */
         {"{{X}}\n{{X-Y}}", "bad.cu:2"},      /* a character outside [A-Z0-9_] */
+        {"{{X}}\n{{Y=}}", "bad.cu:2"},        /* an empty default */
+        {"{{X}}\n{{Y=a b}}", "bad.cu:2"},     /* a default outside [A-Z0-9_] */
         {"{{X}}\n\n\n{{", "bad.cu:4"},       /* nothing after the braces */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -237,6 +247,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placeholders_are_replaced_by_their_values),
         cmocka_unit_test(test_a_value_may_be_empty_or_contain_braces),
+        cmocka_unit_test(test_a_placeholder_default_fills_only_an_unnamed_parameter),
         cmocka_unit_test(test_text_without_placeholders_passes_through_unchanged),
         cmocka_unit_test(test_repeated_placeholders_are_all_filled),
         cmocka_unit_test(test_an_unknown_placeholder_fails_naming_the_template_and_line),
