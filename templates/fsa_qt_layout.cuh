@@ -90,16 +90,18 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_at(int dk, int dv, int mt, int layout)
  * sm_90a shape), else one row set per warp (half the query rows: the K/V
  * traffic per row doubles, nothing else changes), else also stages of 32
  * keys; 0 where none fits (the plan refuses it). `forced` (nonzero: bits a
- * test's override asks for, FSA_QT_SMALL_FWD) is taken instead wherever it
- * changes something. */
+ * test's override asks for, FSA_QT_SMALL_FWD) is added to what the target
+ * needs, never taken instead of it: a forced bit that changes nothing at
+ * this shape must not undo a bit the shared memory asks for. */
 FSA_LAYOUT_FN int fsa_qt_fwd_layout_fit(int dk, int dv, int mt, int max_smem, int forced)
 {
-    const int smallest = fsa_qt_fwd_layout_canon(dv, mt, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
-    if (forced) return fsa_qt_fwd_layout_canon(dv, mt, forced);
-    if (fsa_qt_fwd_smem_at(dk, dv, mt, 0) <= max_smem) return 0;
     const int one_set = fsa_qt_fwd_layout_canon(dv, mt, FSA_QT_FWD_ONE_SET);
-    if (fsa_qt_fwd_smem_at(dk, dv, mt, one_set) <= max_smem) return one_set;
-    return fsa_qt_fwd_smem_at(dk, dv, mt, smallest) <= max_smem ? smallest : 0;
+    const int smallest = fsa_qt_fwd_layout_canon(dv, mt, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
+    const int needed = fsa_qt_fwd_smem_at(dk, dv, mt, 0) <= max_smem         ? 0
+                       : fsa_qt_fwd_smem_at(dk, dv, mt, one_set) <= max_smem  ? one_set
+                       : fsa_qt_fwd_smem_at(dk, dv, mt, smallest) <= max_smem ? smallest
+                                                                             : 0;
+    return fsa_qt_fwd_layout_canon(dv, mt, needed | forced);
 }
 
 /* The warpgroup forward (Hopper wgmma, sm_90a), variant wg (1 to 6; 0 is

@@ -387,6 +387,27 @@ int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, co
            ctx->max_smem_per_block >= sm80.smem_per_block && ctx->max_smem_per_block < sm90.smem_per_block;
 }
 
+typedef struct kernel_lookup {
+    const char *prefix, *part;
+    int found;
+} kernel_lookup;
+
+static int find_kernel(const fsa_cache_entry_info *e, void *user)
+{
+    kernel_lookup *l = user;
+    l->found = !e->record && strncmp(e->name, l->prefix, strlen(l->prefix)) == 0 && strstr(e->name, l->part) != NULL;
+    return l->found;
+}
+
+int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *part)
+{
+    kernel_lookup l = {prefix, part, 0};
+    if (fsa_cache_list(ctx, find_kernel, &l) != FSA_STATUS_OK) fail_msg("fsa_cache_list: %s", fsa_last_error());
+    return l.found;
+}
+
+int fsa_test_max_smem(const fsa_context *ctx) { return ctx->max_smem_per_block; }
+
 char *fsa_test_env_swap(const char *name, const char *value)
 {
     const char *old = getenv(name);

@@ -131,6 +131,14 @@ fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
  * only sm_90 holds. A fixed case so refused is reported and not run there; on
  * sm_90-class and on the 99 KB GPUs every refusal fails. */
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
+
+/* Whether the context's disk cache holds a kernel whose readable name starts
+ * with `prefix` and contains `part` (e.g. "cmp_fwd_", "_qf3"): how a test sees
+ * which variant of a kernel a plan compiled. */
+int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *part);
+
+/* The shared memory per block of the context's target (bytes). */
+int fsa_test_max_smem(const fsa_context *ctx);
 /* Sets environment variable `name` to `value` (NULL: unsets it) and returns
  * what it held before (NULL: unset), for fsa_test_env_restore: a test's way
  * to plan under a library variable (FSA_WGMMA, FSA_QT_SMALL_FWD) and leave

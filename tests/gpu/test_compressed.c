@@ -1032,6 +1032,7 @@ static void test_the_small_forward_layouts_match_the_reference(void **state)
     static const char *names[] = {"bf16_std_g4_varlen", "bf16_std_g4_many_stages", "bf16_dk192_dv128_g16",
                                   "f16_dk64_dv32_g3", "bf16_g2_exact_ties"};
     static const char *layouts[] = {"1", "2"};
+    static const int forced[] = {FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, FSA_QT_FWD_ONE_SET};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
         for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
             size_t i = 0;
@@ -1047,7 +1048,17 @@ static void test_the_small_forward_layouts_match_the_reference(void **state)
             fsa_test_env_restore("FSA_WGMMA", wgmma);
             if (st != FSA_STATUS_OK)
                 fail_msg("%s, FSA_QT_SMALL_FWD=%s: %s", cases[i].name, layouts[l], fsa_last_error());
-            print_message("  FSA_QT_SMALL_FWD=%s FSA_WGMMA=0:\n", layouts[l]);
+            /* The plan compiled the layout's own kernel (named by its QT_FWD), not the default one; where the
+             * forced bits change nothing at this shape (2 at Dk 192: one set of rows already) it is the
+             * default, as it must be. */
+            const int layout = fsa_cmp_fwd_layout(cases[i].dk, cases[i].dv, 0, fsa_test_max_smem(g_ctx),
+                                                  forced[l]);
+            char part[16];
+            snprintf(part, sizeof part, "_qf%d", layout);
+            if (layout != 0 && !fsa_test_cache_has_kernel(g_ctx, "cmp_fwd_", part))
+                fail_msg("%s, FSA_QT_SMALL_FWD=%s: no cmp_fwd kernel of layout %d in the cache", cases[i].name,
+                         layouts[l], layout);
+            print_message("  FSA_QT_SMALL_FWD=%s FSA_WGMMA=0 (layout %d):\n", layouts[l], layout);
             run_case(&cases[i], plan, i);
             fsa_compressed_plan_destroy(plan);
         }

@@ -633,7 +633,14 @@ static void test_the_small_forward_layout_matches_the_reference(void **state)
         fsa_test_env_restore("FSA_QT_SMALL_FWD", small);
         fsa_test_env_restore("FSA_WGMMA", wgmma);
         if (st != FSA_STATUS_OK) fail_msg("%s, FSA_QT_SMALL_FWD=1: %s", cases[i].name, fsa_last_error());
-        print_message("  FSA_QT_SMALL_FWD=1 FSA_WGMMA=0:\n");
+        /* The plan compiled the layout's own kernel (named by its QT_FWD), not the default one. */
+        const int layout = fsa_swa_fwd_layout(cases[i].dk, cases[i].dv, 0, fsa_test_max_smem(g_ctx),
+                                              FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
+        char part[16];
+        snprintf(part, sizeof part, "_qf%d", layout);
+        if (layout == 0 || !fsa_test_cache_has_kernel(g_ctx, "swa_fwd_", part))
+            fail_msg("%s, FSA_QT_SMALL_FWD=1: no swa_fwd kernel of layout %d in the cache", cases[i].name, layout);
+        print_message("  FSA_QT_SMALL_FWD=1 FSA_WGMMA=0 (layout %d):\n", layout);
         run_forward(&cases[i], plan, i);
         fsa_window_plan_destroy(plan);
     }

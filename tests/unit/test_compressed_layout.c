@@ -67,8 +67,8 @@ static void test_every_query_tile_gets_exactly_one_cta(void **state)
 
 /* The mma.sync forwards' layout (fsa_qt_fwd_layout_fit): the default wherever it fits, so no kernel of
  * a target with 163 KB or more (sm_80, sm_90a) changes; on 99 KB targets the smallest change that fits,
- * whose shared memory the kernel's own functions give; the override takes the smallest everywhere, and
- * every layout value is canonical (no bit that changes nothing). */
+ * whose shared memory the kernel's own functions give; the override adds its bits to those (so it fits
+ * wherever the plan's layout does), and every layout value is canonical (no bit that changes nothing). */
 static void test_the_forward_layout_keeps_the_default_wherever_it_fits(void **state)
 {
     (void)state;
@@ -100,7 +100,19 @@ static void test_the_forward_layout_keeps_the_default_wherever_it_fits(void **st
                 assert_int_equal(fsa_qt_fwd_keys_at(dv, fsa_swa_fwd_layout(dk, dv, 0, max, both)), 32);
                 const int rows = fsa_cmp_fwd_layout(dk, dv, 0, max, FSA_QT_FWD_ONE_SET);
                 assert_int_equal(fsa_cmp_fwd_mt_at(dk, dv, 0, rows), 1);
-                assert_int_equal(fsa_qt_fwd_keys_at(dv, rows), fsa_qt_fwd_keys(dv));
+                assert_int_equal(fsa_qt_fwd_keys_at(dv, rows), fsa_qt_fwd_keys_at(dv, cmp));
+                /* ... added to what the target needs, so a forced layout fits wherever the plan's does. */
+                const int swa_small = fsa_swa_fwd_layout(dk, dv, 0, max, both);
+                const int swa_rows = fsa_swa_fwd_layout(dk, dv, 0, max, FSA_QT_FWD_ONE_SET);
+                if ((small & cmp) != cmp || (rows & cmp) != cmp || (swa_small & swa) != swa || (swa_rows & swa) != swa)
+                    fail_msg("%d / %d at %d bytes: an override dropped a needed bit", dk, dv, max);
+                const int cmp_fits = fsa_cmp_fwd_smem_bytes(dk, dv, 0, cmp) <= max;
+                const int swa_fits = fsa_qt_fwd_kernel_smem(dk, dv, 0, 1, swa) <= max;
+                if ((cmp_fits && (fsa_cmp_fwd_smem_bytes(dk, dv, 0, small) > max ||
+                                  fsa_cmp_fwd_smem_bytes(dk, dv, 0, rows) > max)) ||
+                    (swa_fits && (fsa_qt_fwd_kernel_smem(dk, dv, 0, 1, swa_small) > max ||
+                                  fsa_qt_fwd_kernel_smem(dk, dv, 0, 1, swa_rows) > max)))
+                    fail_msg("%d / %d at %d bytes: a forced layout does not fit where the plan's does", dk, dv, max);
                 /* The warpgroup forward keeps its own layout. */
                 assert_int_equal(fsa_cmp_fwd_layout(dk, dv, 6, max, both), 0);
                 assert_int_equal(fsa_swa_fwd_layout(dk, dv, 6, max, both), 0);
