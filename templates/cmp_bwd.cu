@@ -18,7 +18,10 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WGB = {{BWD_WGMMA}};  // the warpgroup backward's variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
-constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys(DK);
+// The mma.sync layout (FSA_QT_BWD_*, fsa_qt_bwd_layout): 0 the default; the warpgroup backward has its own.
+constexpr int QB = {{QT_BWD=0}};
+static_assert(WGB == 0 || QB == 0, "the warpgroup backward takes the default layout");
+constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys_at(DK, QB);
 
 extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1 : 2) fsa_cmp_bwd_dq(const fsa_cmp_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -35,7 +38,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     if constexpr (WGB != 0)
         backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, h, n_stages, key_rows, visible);
     else
-        backward_dq_tile<DT, DK, DV, G>(smem, p, tile, h, n_stages, key_rows, visible,
+        backward_dq_tile<DT, DK, DV, G, QB>(smem, p, tile, h, n_stages, key_rows, visible,
                                         [&](int stage) { return stage * KS < vis.warp; });
 }
 
@@ -59,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa
         backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys,
                                                  ws);
     else
-        backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
+        backward_dkv_parts<DT, DK, DV, G, QB>(smem, p, kt, h, q_start, q_end, first_pos, q_end - q_start - 1, row_keys);
 }
 
 extern "C" __global__ void __launch_bounds__(FSA_ROW_THREADS) fsa_cmp_bwd_dkv_sum(const fsa_cmp_params p) {

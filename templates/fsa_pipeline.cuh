@@ -125,7 +125,9 @@ __device__ __forceinline__ void load_tiles_async(u32 dst_a, u32 dst_b, Rows rows
 // while item i is in use, items up to i + STAGES - 1 are in flight.
 // load(item, buf) issues the copies of one item into buffer buf; every thread
 // of the CTA calls start and acquire. Copies issued just before start() join
-// item 0's group (data every item needs, such as a K/V block).
+// item 0's group (data every item needs, such as a K/V block); with one stage
+// (no copy ahead), a group of their own, which cp_async_wait<0> then covers
+// even where no item is acquired.
 //   AsyncRing<2> ring;
 //   ring.start(n, load);
 //   for (int i = 0; i < n; i++) {
@@ -145,6 +147,7 @@ struct AsyncRing {
             if (issued < n) load(issued, issued);
             cp_async_commit();
         }
+        if constexpr (STAGES == 1) cp_async_commit();
     }
 
     // Issues the next item into the buffer item i - 1 used (after a barrier:

@@ -20,8 +20,9 @@
 // delta, for any sign). dq takes g at its store; the dq kernel also writes
 // each row's gated lse word (gated_lse_word) to p.gated_lse, which the dK/dV
 // pass reads instead of the forward's lse.
-// Shared memory: fsa_qt_dq_smem_bytes(DK, DV), fsa_qt_dkv_smem_bytes(DK, DV);
-// threads: FSA_QT_THREADS, FSA_QT_DKV_THREADS.
+// Shared memory: fsa_qt_dq_smem_at(DK, DV, QB), fsa_qt_dkv_smem_at(DK, DV, QB)
+// (QB: the layout, FSA_QT_BWD_*, 0 the default); threads: FSA_QT_THREADS,
+// FSA_QT_DKV_THREADS.
 #pragma once
 #include "fsa_mma.cuh"
 #include "fsa_qtile.cuh"
@@ -168,15 +169,18 @@ __device__ __forceinline__ void store_dq_rows(const P &p, const QueryTile &tile,
 
 // dq of a query tile against a stream of key stages, with the functors of
 // attend_query_tile (fsa_qattn.cuh): key_rows(j) -> RowPair{k row, v row, ok},
-// visible(j, half), warp_sees(stage). Stages of fsa_qt_dq_keys(DK) keys.
-template <class DT, int DK, int DV, int G, class P, class KeyRows, class Visible, class WarpSees>
+// visible(j, half), warp_sees(stage). Stages of fsa_qt_dq_keys_at(DK, QB) keys,
+// fsa_qt_dq_stages_at(QB) of them in flight.
+template <class DT, int DK, int DV, int G, int QB = 0, class P, class KeyRows, class Visible, class WarpSees>
 __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p, const QueryTile &tile, int h,
                                                  int n_stages, KeyRows key_rows, Visible visible, WarpSees warp_sees) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
-    constexpr int KS = fsa_qt_dq_keys(DK), LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    constexpr int KS = fsa_qt_dq_keys_at(DK, QB), STAGES = fsa_qt_dq_stages_at(QB);
+    constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
+    static_assert(FSA_QT_DQ_STATIC_SMEM == sizeof(float) * FSA_QT_ROWS, "the layout counts the deltas");
     __shared__ float delta_s[FSA_QT_ROWS];  // the tile's rows
     const u32 qs = smem_addr(smem), dos = qs + fsa_qt_dq_smem_do(DK);
-    const u32 ks = qs + fsa_qt_dq_smem_k(DK, DV), vs = qs + fsa_qt_dq_smem_v(DK, DV);
+    const u32 ks = qs + fsa_qt_dq_smem_k(DK, DV), vs = qs + fsa_qt_dq_smem_v_at(DK, DV, QB);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     load_query_rows_async<G, DK, LDK, FSA_QT_THREADS>(qs, p.q, tile, h);
@@ -185,7 +189,7 @@ __device__ __forceinline__ void backward_dq_tile(unsigned char *smem, const P &p
         load_key_stage_async<KS, DK, DV>(ks + buf * fsa_tile_bytes(KS, DK), vs + buf * fsa_tile_bytes(KS, DV), key_rows,
                                          i * KS);
     };
-    AsyncRing<FSA_QT_STAGES> ring;
+    AsyncRing<STAGES> ring;
     ring.start(n_stages, load);
 
     bool live[2];
@@ -353,21 +357,36 @@ __device__ __forceinline__ void sum_key_partials(const WalkSplit &ws, const fsa_
 // hands its dK / dV through `sums` (fp32, pitch D + 8; shared memory that
 // nothing else uses any more) to half 0, which adds them in a fixed order
 // and stores the key rows (or, in a split walk, this part's partial rows).
-template <class DT, int DK, int DV, bool WANT_K, bool WANT_V, class P>
+// SERIAL: `sums` holds dK's or dV's, not both: dK's go over first, then dV's
+// (the same sums); a part that makes one of them puts it at `sums`.
+template <class DT, int DK, int DV, bool WANT_K, bool WANT_V, bool SERIAL = false, class P>
 __device__ __forceinline__ void finish_key_tile(float *sums, int half, int warp, float dk[WANT_K ? DK / 8 : 1][4],
                                                 float dv[WANT_V ? DV / 8 : 1][4], const P &p, const QueryTile &kt,
                                                 int h, const WalkSplit &ws = walk_whole()) {
     const int lane = threadIdx.x & 31;
-    float *sums_k = sums, *sums_v = sums_k + FSA_QT_DKV_KEYS * (DK + 8);
-    __syncthreads();
-    if (half == 1) {
-        if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
-        if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
+    if constexpr (SERIAL && WANT_K && WANT_V) {
+        __syncthreads();
+        if (half == 1) frag_store_f32<DK / 8, DK + 8>(sums + warp * 16 * (DK + 8), dk, lane);
+        __syncthreads();
+        if (half == 0) frag_add_f32<DK / 8, DK + 8>(dk, sums + warp * 16 * (DK + 8), lane);
+        __syncthreads();
+        if (half == 1) frag_store_f32<DV / 8, DV + 8>(sums + warp * 16 * (DV + 8), dv, lane);
+        __syncthreads();
+        if (half == 1) return;
+        frag_add_f32<DV / 8, DV + 8>(dv, sums + warp * 16 * (DV + 8), lane);
+    } else {
+        // (SERIAL with one of them, a part of a two-part walk: it too from the start of `sums`)
+        float *sums_k = sums, *sums_v = SERIAL ? sums : sums_k + FSA_QT_DKV_KEYS * (DK + 8);
+        __syncthreads();
+        if (half == 1) {
+            if constexpr (WANT_K) frag_store_f32<DK / 8, DK + 8>(sums_k + warp * 16 * (DK + 8), dk, lane);
+            if constexpr (WANT_V) frag_store_f32<DV / 8, DV + 8>(sums_v + warp * 16 * (DV + 8), dv, lane);
+        }
+        __syncthreads();
+        if (half == 1) return;
+        if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
+        if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
     }
-    __syncthreads();
-    if (half == 1) return;
-    if constexpr (WANT_K) frag_add_f32<DK / 8, DK + 8>(dk, sums_k + warp * 16 * (DK + 8), lane);
-    if constexpr (WANT_V) frag_add_f32<DV / 8, DV + 8>(dv, sums_v + warp * 16 * (DV + 8), lane);
 
     const float scale = (float)(p.scale_log2 * FSA_LN2);
     if constexpr (WANT_K && WANT_V) {
@@ -383,28 +402,31 @@ __device__ __forceinline__ void finish_key_tile(float *sums, int half, int warp,
 
 // dK and dV (or one of them: WANT_K, WANT_V) of the key tile kt: the key rows
 // kt.tok0 .. kt.tok0 + kt.n_tok - 1 of the [*, Hkv, *] k and v tensors, the
-// keys kt.tok0 - kt.start .. of their sequence. The query rows are the tiles
-// of fsa_qt_tokens_per_tile(G) tokens of the query range [q_start, q_end)
+// keys kt.tok0 - kt.start .. of their sequence, in layout QB (FSA_QT_BWD_*,
+// fsa_qt_layout.cuh). The query rows are the tiles of
+// fsa_qt_dkv_tile_tokens(G, QB) tokens of the query range [q_start, q_end)
 // from position first_pos of it to position last_pos (none when last_pos <
 // first_pos); row_keys(pos, head) -> KeyRange says which keys the query at
 // position pos, head `head` of the group, sees.
-template <class DT, int DK, int DV, int G, bool WANT_K, bool WANT_V, class P, class RowKeys>
+template <class DT, int DK, int DV, int G, bool WANT_K, bool WANT_V, int QB = 0, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                   long long q_start, long long q_end, long long first_pos,
                                                   long long last_pos, RowKeys row_keys) {
     static_assert(DK % 16 == 0 && DV % 16 == 0 && DK <= 256 && DV <= 256, "head dims are multiples of 16 up to 256");
-    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_tokens_per_tile(G), THREADS = FSA_QT_DKV_THREADS;
+    // R query rows a tile of the walk (each set of warps takes 32 of 64, or 16 of 32), STAGES tiles in flight.
+    constexpr int R = fsa_qt_dkv_rows_at(QB), STAGES = fsa_qt_dkv_stages_at(QB);
+    constexpr int KT = FSA_QT_DKV_KEYS, TT = fsa_qt_dkv_tile_tokens(G, QB), THREADS = FSA_QT_DKV_THREADS;
     constexpr int LDK = fsa_pitch(DK), LDV = fsa_pitch(DV);
-    constexpr int RS = FSA_QT_ROWS / FSA_QT_DKV_SETS;  // query rows of a set
+    constexpr int RS = R / FSA_QT_DKV_SETS;  // query rows of a set
     // Rows per product: a set's 32, or 16 at a time next to more than 128
     // accumulators per thread (fewer live scores, no spill; the same order of sums).
     constexpr int RSTEP = (WANT_K ? DK : 0) + (WANT_V ? DV : 0) > 256 ? 16 : RS;
     static_assert(KT == 16 * FSA_QT_WARPS, "a set's warps own 16 keys each");
     const u32 ks = smem_addr(smem), vs = ks + fsa_qt_dkv_smem_v(DK);
-    const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do(DK, DV);
-    KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows(DK, DV));  // [STAGES][64]
-    float *row_lse = (float *)(row_keys_s + FSA_QT_STAGES * FSA_QT_ROWS);
-    float *row_dlt = row_lse + FSA_QT_STAGES * FSA_QT_ROWS;
+    const u32 qs = ks + fsa_qt_dkv_smem_q(DK, DV), dos = ks + fsa_qt_dkv_smem_do_at(DK, DV, QB);
+    KeyRange *row_keys_s = (KeyRange *)(smem + fsa_qt_dkv_smem_rows_at(DK, DV, QB));  // [STAGES][R]
+    float *row_lse = (float *)(row_keys_s + STAGES * R);
+    float *row_dlt = row_lse + STAGES * R;
     const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) % FSA_QT_WARPS, set = (tid >> 5) / FSA_QT_WARPS;
     const int n_qt = last_pos >= first_pos ? (int)((last_pos - first_pos + TT) / TT) : 0;
 
@@ -419,11 +441,11 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     const RowTable table{row_keys_s, row_lse, row_dlt};
     auto load = [&](int it, int buf) {
         const QueryTile qt = walked_query_tile<TT>(kt, q_start, q_end, first_pos, it);
-        load_query_rows_async<G, DK, LDK, THREADS>(qs + buf * fsa_tile_bytes(FSA_QT_ROWS, DK), p.q, qt, h);
-        load_query_rows_async<G, DV, LDV, THREADS>(dos + buf * fsa_tile_bytes(FSA_QT_ROWS, DV), p.dout, qt, h);
-        fill_row_table<G, FSA_QT_ROWS>(table, buf * FSA_QT_ROWS, p, qt, h, q_start, row_keys);
+        load_query_rows_async<G, DK, LDK, THREADS, R>(qs + buf * fsa_tile_bytes(R, DK), p.q, qt, h);
+        load_query_rows_async<G, DV, LDV, THREADS, R>(dos + buf * fsa_tile_bytes(R, DV), p.dout, qt, h);
+        fill_row_table<G, R>(table, buf * R, p, qt, h, q_start, row_keys);
     };
-    AsyncRing<FSA_QT_STAGES> ring;
+    AsyncRing<STAGES> ring;
     ring.start(n_qt, load);
 
     // The keys of this lane's two rows and of the warp, as indices of the sequence.
@@ -442,16 +464,16 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
 
     for (int it = 0; it < n_qt; it++) {
         const int buf = ring.acquire(it, load);
-        const KeyRange *rk = row_keys_s + buf * FSA_QT_ROWS;
-        const float *lse = row_lse + buf * FSA_QT_ROWS, *dlt = row_dlt + buf * FSA_QT_ROWS;
+        const KeyRange *rk = row_keys_s + buf * R;
+        const float *lse = row_lse + buf * R, *dlt = row_dlt + buf * R;
         // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
         const int c0 = set * RS;
-        const KeyRange a = rk[c0 + lane];
+        const KeyRange a = RS == 32 || lane < RS ? rk[c0 + lane] : KeyRange{1, 0};
         if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
 #pragma unroll 1
         for (int c = c0; c < c0 + RS; c += RSTEP) {
-            const u32 q_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DK) + c * LDK * 2;
-            const u32 do_off = buf * fsa_tile_bytes(FSA_QT_ROWS, DV) + c * LDV * 2;
+            const u32 q_off = buf * fsa_tile_bytes(R, DK) + c * LDK * 2;
+            const u32 do_off = buf * fsa_tile_bytes(R, DV) + c * LDV * 2;
             // P^T (keys x query rows) with the forward's lse (times the rows' gates in a gated backward); 0
             // where the key is not visible.
             float pt[RSTEP / 8][4];
@@ -479,27 +501,30 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
     }
     cp_async_wait<0>();
 
-    // Set 1's sums to set 0 through the stage buffers (free once every warp is past the loop).
+    // Set 1's sums to set 0 through the stage buffers, or from K on (free once every warp is past the loop:
+    // fsa_qt_dkv_sums_at).
     static_assert(FSA_QT_DKV_SETS == 2, "one set hands its sums to the other");
-    static_assert(FSA_QT_DKV_KEYS * (DK + 8 + DV + 8) * 4 <= fsa_qt_dkv_smem_rows(DK, DV) - fsa_qt_dkv_smem_q(DK, DV),
-                  "the stage buffers hold a part's fp32 sums");
-    finish_key_tile<DT, DK, DV, WANT_K, WANT_V>((float *)(smem + fsa_qt_dkv_smem_q(DK, DV)), set, warp, dk, dv, p, kt,
-                                                h);
+    static_assert(fsa_qt_dkv_layout_ok(DK, DV, QB), "the shared memory holds a part's fp32 sums");
+    finish_key_tile<DT, DK, DV, WANT_K, WANT_V, fsa_qt_dkv_sums_serial(DK, DV, QB) != 0>(
+        (float *)(smem + fsa_qt_dkv_sums_at(DK, DV, QB)), set, warp, dk, dv, p, kt, h);
 }
 
 // A dK/dV kernel's body: one pass up to FSA_BWD_ONE_PASS_COLS columns of dK
 // and dV together; wider heads take one part of fsa_qt_dkv_parts(DK, DV) = 2
-// per blockIdx.z (z 0 makes dV and z 1 dK), each recomputing S and dP.
-template <class DT, int DK, int DV, int G, class P, class RowKeys>
+// per blockIdx.z (z 0 makes dV and z 1 dK), each recomputing S and dP. QB:
+// the layout (FSA_QT_BWD_*).
+template <class DT, int DK, int DV, int G, int QB = 0, class P, class RowKeys>
 __device__ __forceinline__ void backward_dkv_parts(unsigned char *smem, const P &p, const QueryTile &kt, int h,
                                                    long long q_start, long long q_end, long long first_pos,
                                                    long long last_pos, RowKeys row_keys) {
     if constexpr (fsa_qt_dkv_parts(DK, DV) == 1)
-        backward_dkv_tile<DT, DK, DV, G, true, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, true, QB>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
     else if (blockIdx.z == 0)
-        backward_dkv_tile<DT, DK, DV, G, false, true>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, false, true, QB>(smem, p, kt, h, q_start, q_end, first_pos, last_pos,
+                                                          row_keys);
     else
-        backward_dkv_tile<DT, DK, DV, G, true, false>(smem, p, kt, h, q_start, q_end, first_pos, last_pos, row_keys);
+        backward_dkv_tile<DT, DK, DV, G, true, false, QB>(smem, p, kt, h, q_start, q_end, first_pos, last_pos,
+                                                          row_keys);
 }
 
 }  // namespace fsa

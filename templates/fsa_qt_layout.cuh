@@ -242,6 +242,7 @@ FSA_LAYOUT_FN long long fsa_qt_fwd_grid_tiles(long long total_tokens, long long 
  * stages of 64 keys (32 for Dk over 128, which keeps dq, S and dP in
  * registers). */
 FSA_LAYOUT_FN int fsa_qt_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
+#define FSA_QT_DQ_STATIC_SMEM (FSA_QT_ROWS * 4) /* the tile's deltas (fp32), static */
 FSA_LAYOUT_FN int fsa_qt_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
 FSA_LAYOUT_FN int fsa_qt_dq_smem_k(int dk, int dv) { return fsa_qt_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
 FSA_LAYOUT_FN int fsa_qt_dq_smem_v(int dk, int dv)
@@ -255,8 +256,9 @@ FSA_LAYOUT_FN int fsa_qt_dq_smem_bytes(int dk, int dv)
 /* dK and dV: a CTA owns FSA_QT_DKV_KEYS keys of one sequence and walks the
  * query tiles that see them. Its warps form FSA_QT_DKV_SETS sets of 4, each
  * warp of a set owning 16 keys, set i taking rows 32 i .. 32 i + 31 of every
- * query tile; at the end set 1 hands its sums to set 0 through the stage
- * buffers (fp32, pitch d + 8), which adds them in a fixed order. Heads too
+ * query tile (16 i .. 16 i + 15 of tiles of 32 rows, below); at the end set 1
+ * hands its sums to set 0 through the stage buffers (fp32, pitch d + 8;
+ * fsa_qt_dkv_sums_at), which adds them in a fixed order. Heads too
  * wide for one pass (fsa_bwd_one_pass) split the columns into two parts
  * (blockIdx.z): one makes dV, the other dK, each recomputing S and dP.
  * K | V | the Q stages | the dO stages | per stage and row: the keys it
@@ -278,6 +280,117 @@ FSA_LAYOUT_FN int fsa_qt_dkv_smem_rows(int dk, int dv)
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_bytes(int dk, int dv)
 {
     return fsa_qt_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 4 * FSA_QT_ROWS * 4;
+}
+/* The mma.sync backward's layout on targets with less shared memory than
+ * sm_80's (the 99 KB targets; sm_80 itself at Dk + Dv >= 416): bits over
+ * the defaults above, 0 keeping them, one value for the pair of kernels.
+ *  FSA_QT_BWD_DKV_ONE_STAGE: the dK/dV walk copies a query tile, waits for
+ *      it and uses it (one stage buffer instead of two: no copy overlaps the
+ *      products, the same sums in the same order);
+ *  FSA_QT_BWD_DKV_ROWS_32: the walk's query tiles are 32 rows (two sets of
+ *      16: each set of warps takes 16 rows of a tile) instead of 64;
+ *  FSA_QT_BWD_DQ_KEYS_32: dq's stages of 32 keys where fsa_qt_dq_keys gives
+ *      64 (dq sums its keys in order either way: the stage size only moves
+ *      where the mma.sync products split the sum);
+ *  FSA_QT_BWD_DQ_ONE_STAGE: dq copies a stage, waits for it and uses it.
+ * A bit that changes nothing is never set (fsa_qt_bwd_layout_canon): the
+ * plan renders the value as the template parameter QT_BWD, part of the
+ * kernels' key only when nonzero. The warpgroup backward keeps 0. */
+#define FSA_QT_BWD_DKV_ONE_STAGE 1
+#define FSA_QT_BWD_DKV_ROWS_32 2
+#define FSA_QT_BWD_DQ_KEYS_32 4
+#define FSA_QT_BWD_DQ_ONE_STAGE 8
+#define FSA_QT_BWD_DKV_BITS (FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DKV_ROWS_32)
+#define FSA_QT_BWD_DQ_BITS (FSA_QT_BWD_DQ_KEYS_32 | FSA_QT_BWD_DQ_ONE_STAGE)
+FSA_LAYOUT_FN int fsa_qt_bwd_layout_canon(int dk, int layout)
+{
+    return (layout & (FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_ONE_STAGE)) |
+           (fsa_qt_dq_keys(dk) > 32 ? layout & FSA_QT_BWD_DQ_KEYS_32 : 0);
+}
+/* dq under `layout`: keys per stage, stages, and Q rows | dO rows | the K
+ * stages | the V stages. */
+FSA_LAYOUT_FN int fsa_qt_dq_keys_at(int dk, int layout)
+{
+    return layout & FSA_QT_BWD_DQ_KEYS_32 ? 32 : fsa_qt_dq_keys(dk);
+}
+FSA_LAYOUT_FN int fsa_qt_dq_stages_at(int layout) { return layout & FSA_QT_BWD_DQ_ONE_STAGE ? 1 : FSA_QT_STAGES; }
+FSA_LAYOUT_FN int fsa_qt_dq_smem_v_at(int dk, int dv, int layout)
+{
+    return fsa_qt_dq_smem_k(dk, dv) + fsa_qt_dq_stages_at(layout) * fsa_tile_bytes(fsa_qt_dq_keys_at(dk, layout), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_dq_smem_at(int dk, int dv, int layout)
+{
+    return fsa_qt_dq_smem_v_at(dk, dv, layout) +
+           fsa_qt_dq_stages_at(layout) * fsa_tile_bytes(fsa_qt_dq_keys_at(dk, layout), dv);
+}
+/* dK/dV under `layout`: query rows per tile of the walk, stages, and K | V |
+ * the Q stages | the dO stages | the row tables (as above). */
+FSA_LAYOUT_FN int fsa_qt_dkv_rows_at(int layout) { return layout & FSA_QT_BWD_DKV_ROWS_32 ? 32 : FSA_QT_ROWS; }
+FSA_LAYOUT_FN int fsa_qt_dkv_stages_at(int layout) { return layout & FSA_QT_BWD_DKV_ONE_STAGE ? 1 : FSA_QT_STAGES; }
+FSA_LAYOUT_FN int fsa_qt_dkv_tile_tokens(int g, int layout) { return fsa_qt_dkv_rows_at(layout) / 16 * (16 / g); }
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_do_at(int dk, int dv, int layout)
+{
+    return fsa_qt_dkv_smem_q(dk, dv) + fsa_qt_dkv_stages_at(layout) * fsa_tile_bytes(fsa_qt_dkv_rows_at(layout), dk);
+}
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_rows_at(int dk, int dv, int layout)
+{
+    return fsa_qt_dkv_smem_do_at(dk, dv, layout) +
+           fsa_qt_dkv_stages_at(layout) * fsa_tile_bytes(fsa_qt_dkv_rows_at(layout), dv);
+}
+FSA_LAYOUT_FN int fsa_qt_dkv_smem_at(int dk, int dv, int layout)
+{
+    return fsa_qt_dkv_smem_rows_at(dk, dv, layout) + fsa_qt_dkv_stages_at(layout) * 4 * fsa_qt_dkv_rows_at(layout) * 4;
+}
+/* At the end of a key tile set 1 hands its fp32 sums (pitch d + 8) to set 0
+ * through shared memory that nothing uses any more: the stage buffers where
+ * they hold dK's and dV's together (the default layout), else everything
+ * before the row tables (K and V too), and there dK's and then dV's
+ * (fsa_qt_dkv_sums_serial) where the two together do not fit. */
+FSA_LAYOUT_FN int fsa_qt_dkv_sums_bytes(int d) { return FSA_QT_DKV_KEYS * (d + 8) * 4; }
+FSA_LAYOUT_FN int fsa_qt_dkv_sums_at(int dk, int dv, int layout)
+{
+    const int both = fsa_qt_dkv_sums_bytes(dk) + fsa_qt_dkv_sums_bytes(dv);
+    return both <= fsa_qt_dkv_smem_rows_at(dk, dv, layout) - fsa_qt_dkv_smem_q(dk, dv) ? fsa_qt_dkv_smem_q(dk, dv) : 0;
+}
+FSA_LAYOUT_FN int fsa_qt_dkv_sums_serial(int dk, int dv, int layout)
+{
+    return fsa_qt_dkv_sums_bytes(dk) + fsa_qt_dkv_sums_bytes(dv) >
+           fsa_qt_dkv_smem_rows_at(dk, dv, layout) - fsa_qt_dkv_sums_at(dk, dv, layout);
+}
+/* Whether the layout's dK/dV kernel can hand its sums over at all. */
+FSA_LAYOUT_FN int fsa_qt_dkv_layout_ok(int dk, int dv, int layout)
+{
+    const int room = fsa_qt_dkv_smem_rows_at(dk, dv, layout) - fsa_qt_dkv_sums_at(dk, dv, layout);
+    return fsa_qt_dkv_sums_bytes(dk) <= room && fsa_qt_dkv_sums_bytes(dv) <= room;
+}
+/* The layout a plan takes for the mma.sync backward within max_smem bytes a
+ * block, each kernel on its own: the defaults where they fit (every sm_90a
+ * shape; sm_80 below Dk + Dv = 416), else for dK/dV one stage, then also
+ * tiles of 32 rows, and for dq stages of 32 keys, then also one stage; the
+ * smallest where none fits (the plan then refuses the kernel, naming it).
+ * `forced` (nonzero: bits a test's override asks for, FSA_QT_SMALL_BWD) is
+ * added to those, canonical, wherever the kernel can take it: never taken
+ * instead, so a forced layout fits wherever the plan's does. */
+FSA_LAYOUT_FN int fsa_qt_dkv_layout_fits(int dk, int dv, int layout, int max_smem)
+{
+    return fsa_qt_dkv_layout_ok(dk, dv, layout) && fsa_qt_dkv_smem_at(dk, dv, layout) <= max_smem;
+}
+FSA_LAYOUT_FN int fsa_qt_bwd_layout_fit(int dk, int dv, int max_smem, int forced)
+{
+    const int one = FSA_QT_BWD_DKV_ONE_STAGE, rows = FSA_QT_BWD_DKV_ROWS_32;
+    const int keys = FSA_QT_BWD_DQ_KEYS_32, dq_one = FSA_QT_BWD_DQ_ONE_STAGE;
+    const int dkv = fsa_qt_dkv_smem_at(dk, dv, 0) <= max_smem                                          ? 0
+                    : fsa_qt_dkv_layout_fits(dk, dv, one, max_smem) || !fsa_qt_dkv_layout_ok(dk, dv, one | rows) ? one
+                                                                                                          : one | rows;
+    /* (the dq kernel also holds the tile's deltas in static shared memory) */
+    const int dq_max = max_smem - FSA_QT_DQ_STATIC_SMEM;
+    const int dq = fsa_qt_dq_smem_at(dk, dv, 0) <= dq_max      ? 0
+                   : fsa_qt_dq_smem_at(dk, dv, keys) <= dq_max ? keys
+                                                               : keys | dq_one;
+    /* The override's bits join the needed ones (one stage alone always hands its sums over). */
+    const int forced_dkv = forced & FSA_QT_BWD_DKV_BITS;
+    const int dkv_all = fsa_qt_dkv_layout_ok(dk, dv, dkv | forced_dkv) ? dkv | forced_dkv : dkv | (forced_dkv & one);
+    return fsa_qt_bwd_layout_canon(dk, dkv_all | dq | (forced & FSA_QT_BWD_DQ_BITS));
 }
 /* CTAs along x for `keys` keys in B sequences (as fsa_qt_grid_tiles). */
 FSA_LAYOUT_FN long long fsa_qt_grid_key_tiles(long long keys, long long batch)
@@ -386,13 +499,18 @@ FSA_LAYOUT_FN int fsa_qt_wgb_dkv_smem_bytes(int dk, int dv)
  * the dq kernel's tokens per tile and grid. */
 FSA_LAYOUT_FN int fsa_qt_bwd_dq_threads(int wgb) { return wgb ? 128 * fsa_qt_wgb_groups(wgb) : FSA_QT_THREADS; }
 FSA_LAYOUT_FN int fsa_qt_bwd_dkv_threads(int wgb) { return wgb ? FSA_QT_WGB_THREADS : FSA_QT_DKV_THREADS; }
-FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb)
+FSA_LAYOUT_FN int fsa_qt_bwd_dq_smem(int dk, int dv, int wgb, int layout)
 {
-    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv, wgb) : fsa_qt_dq_smem_bytes(dk, dv);
+    return wgb ? fsa_qt_wgb_dq_smem_bytes(dk, dv, wgb) : fsa_qt_dq_smem_at(dk, dv, layout);
 }
-FSA_LAYOUT_FN int fsa_qt_bwd_dkv_smem(int dk, int dv, int wgb)
+FSA_LAYOUT_FN int fsa_qt_bwd_dkv_smem(int dk, int dv, int wgb, int layout)
 {
-    return wgb ? fsa_qt_wgb_dkv_smem_bytes(dk, dv) : fsa_qt_dkv_smem_bytes(dk, dv);
+    return wgb ? fsa_qt_wgb_dkv_smem_bytes(dk, dv) : fsa_qt_dkv_smem_at(dk, dv, layout);
+}
+/* A plan's backward layout (fsa_qt_bwd_layout_fit): 0 with the warpgroup backward. */
+FSA_LAYOUT_FN int fsa_qt_bwd_layout(int dk, int dv, int wgb, int max_smem, int forced)
+{
+    return wgb ? 0 : fsa_qt_bwd_layout_fit(dk, dv, max_smem, forced);
 }
 FSA_LAYOUT_FN int fsa_qt_bwd_dq_tile_tokens(int g, int wgb)
 {

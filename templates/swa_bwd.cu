@@ -14,7 +14,10 @@ using namespace fsa;
 typedef dtype_{{DTYPE}} DT;
 constexpr int DK = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}};
 constexpr int WGB = {{BWD_WGMMA}};  // the warpgroup backward's variant (sm_90a, fsa_qt_layout.cuh); 0: mma.sync
-constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys(DK);
+// The mma.sync layout (FSA_QT_BWD_*, fsa_qt_bwd_layout): 0 the default; the warpgroup backward has its own.
+constexpr int QB = {{QT_BWD=0}};
+static_assert(WGB == 0 || QB == 0, "the warpgroup backward takes the default layout");
+constexpr int KS = WGB ? fsa_qt_wgb_dq_keys(DK, WGB) : fsa_qt_dq_keys_at(DK, QB);
 
 extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1 : 2) fsa_swa_bwd_dq(const fsa_swa_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -28,7 +31,7 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dq_threads(WGB), WGB ? 1
     if constexpr (WGB != 0)
         backward_dq_tile_wg<DT, DK, DV, G, WGB>(smem, p, tile, ws.h, ws.n_stages(), key_rows, visible);
     else
-        backward_dq_tile<DT, DK, DV, G>(smem, p, tile, ws.h, ws.n_stages(), key_rows, visible,
+        backward_dq_tile<DT, DK, DV, G, QB>(smem, p, tile, ws.h, ws.n_stages(), key_rows, visible,
                                         [&](int stage) { return ws.warp_sees(stage); });
 }
 
@@ -49,5 +52,5 @@ extern "C" __global__ void __launch_bounds__(fsa_qt_bwd_dkv_threads(WGB), 1) fsa
     if constexpr (WGB != 0)
         backward_dkv_tile_wg<DT, DK, DV, G, WGB>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
     else
-        backward_dkv_parts<DT, DK, DV, G>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
+        backward_dkv_parts<DT, DK, DV, G, QB>(smem, p, kt, h, kt.start, kt.end, j0, q_last, row_keys);
 }

@@ -85,6 +85,10 @@ static void describe_kernels(fsa_compressed_plan *plan, const fsa_context *ctx)
     /* The mma.sync forward's layout: the default unless the target's shared memory asks for less. */
     plan->config.qt_fwd = fsa_cmp_fwd_layout(d->head_dim, d->value_dim, plan->config.wgmma, ctx->max_smem_per_block,
                                              fsa_kernel_qt_fwd_forced());
+    /* The mma.sync backward's layout, likewise. */
+    if (d->backward)
+        plan->config.qt_bwd = fsa_qt_bwd_layout(d->head_dim, d->value_dim, plan->config.bwd_wgmma,
+                                                ctx->max_smem_per_block, fsa_kernel_qt_bwd_forced());
     fsa_kernel_describe(&plan->fwd, FSA_K_CMP_FWD, &plan->config);
     if (d->top_k > 0) fsa_kernel_describe(&plan->select, FSA_K_CMP_SELECT, &plan->config);
     if (d->backward) {

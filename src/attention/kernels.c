@@ -28,6 +28,7 @@ typedef enum tparam {
     TP_SEL_VARIANT,
     TP_FWD_WG,
     TP_QT_FWD,
+    TP_QT_BWD,
     TP_N
 } tparam;
 
@@ -42,7 +43,7 @@ static const struct {
     [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
     [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
     [TP_FWD_WG] = {"FWD_WG", "fv"},
-    [TP_QT_FWD] = {"QT_FWD", "qf"},
+    [TP_QT_FWD] = {"QT_FWD", "qf"}, [TP_QT_BWD] = {"QT_BWD", "qb"},
 };
 
 #define MAX_FAMILY_PARAMS 9
@@ -71,11 +72,12 @@ static const struct {
     const char *template_name; /* templates/<name>.cu */
     int n_params;
     tparam params[MAX_FAMILY_PARAMS];
-    /* The query-tile forwards: QT_FWD (the mma.sync layout, fsa_qt_layout.cuh)
-     * follows the parameters where it is not 0, the template's {{QT_FWD=0}}
-     * default otherwise, so the kernels of the default layout keep their keys
-     * and names and a smaller layout never shares their cache entries. */
-    int qt_fwd;
+    /* The query-tile kernels' mma.sync layout (fsa_qt_layout.cuh): QT_FWD in
+     * the forwards, QT_BWD in the backwards (TP_DTYPE: none). It follows the
+     * parameters where it is not 0, the template's {{QT_FWD=0}} default
+     * otherwise, so the kernels of the default layout keep their keys and
+     * names and a smaller layout never shares their cache entries. */
+    tparam layout;
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
@@ -90,13 +92,13 @@ static const struct {
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 8,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE, TP_TMA}},
-    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, 1},
+    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, TP_QT_FWD},
     [FAM_CMP_SELECT] = {"cmp_select", 9,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA,
                          TP_SEL_VARIANT}},
-    [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
-    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, 1},
-    [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
+    [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}, TP_QT_BWD},
+    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, TP_QT_FWD},
+    [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}, TP_QT_BWD},
     [FAM_GATE] = {"nsa_gate", 2, {TP_DTYPE, TP_VALUE_DIM}},
 };
 
@@ -184,6 +186,15 @@ int fsa_kernel_qt_fwd_forced(void)
     }
 }
 
+int fsa_kernel_qt_bwd_forced(void)
+{
+    switch (fsa_env_int("FSA_QT_SMALL_BWD", 0, 2, 0)) {
+    case 1: return FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_BITS;
+    case 2: return FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32;
+    default: return 0;
+    }
+}
+
 int fsa_kernel_fwd_wg_variant(void)
 {
     const int v = env_digit("FSA_FWD_WG", FSA_FWD_WG_VARIANT_MAX);
@@ -238,12 +249,12 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_CMP_BWD_DQ:
     case FSA_K_SWA_BWD_DQ:
         threads = fsa_qt_bwd_dq_threads(c->bwd_wgmma);
-        smem = fsa_qt_bwd_dq_smem(d, dv, c->bwd_wgmma);
+        smem = fsa_qt_bwd_dq_smem(d, dv, c->bwd_wgmma, c->qt_bwd);
         break;
     case FSA_K_CMP_BWD_DKV:
     case FSA_K_SWA_BWD_DKV:
         threads = fsa_qt_bwd_dkv_threads(c->bwd_wgmma);
-        smem = fsa_qt_bwd_dkv_smem(d, dv, c->bwd_wgmma);
+        smem = fsa_qt_bwd_dkv_smem(d, dv, c->bwd_wgmma, c->qt_bwd);
         break;
     case FSA_K_GATE_FWD:
     case FSA_K_GATE_BWD: threads = FSA_GATE_THREADS; break;
@@ -288,13 +299,15 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_SEL_VARIANT], sizeof b->values[0], "%d", c->cmp_sel_variant);
     snprintf(b->values[TP_FWD_WG], sizeof b->values[0], "%d", c->fwd_wg_variant);
     snprintf(b->values[TP_QT_FWD], sizeof b->values[0], "%d", c->qt_fwd);
+    snprintf(b->values[TP_QT_BWD], sizeof b->values[0], "%d", c->qt_bwd);
     size_t n = 0;
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[n++] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
     }
-    if (families[f].qt_fwd && c->qt_fwd != 0)
-        b->params[n++] = (fsa_param){tparams[TP_QT_FWD].name, b->values[TP_QT_FWD], tparams[TP_QT_FWD].tag};
+    const tparam layout = families[f].layout;
+    if ((layout == TP_QT_FWD && c->qt_fwd != 0) || (layout == TP_QT_BWD && c->qt_bwd != 0))
+        b->params[n++] = (fsa_param){tparams[layout].name, b->values[layout], tparams[layout].tag};
     size_t at = 0;
     b->entries[0] = '\0';
     for (int k = 0; k < FSA_K_N; k++) {

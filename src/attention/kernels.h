@@ -69,6 +69,7 @@ typedef struct fsa_kernel_config {
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
     int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
     int qt_fwd;                  /* query-tile mma.sync forwards: their layout (FSA_QT_FWD_*; 0 the default) */
+    int qt_bwd;                  /* query-tile mma.sync backwards: their layout (FSA_QT_BWD_*; 0 the default) */
 } fsa_kernel_config;
 
 /* Whether the query-tile forwards of a (dk, dv) plan use Hopper warpgroup
@@ -109,6 +110,15 @@ int fsa_kernel_fwd_wg_variant(void);
  * sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets get. Read at
  * plan creation. */
 int fsa_kernel_qt_fwd_forced(void);
+
+/* The layout bits FSA_QT_SMALL_BWD forces on the query-tile mma.sync
+ * backwards whatever the target's shared memory (fsa_qt_bwd_layout_fit's
+ * `forced`): 1, the smallest (dK/dV: one stage of 32 query rows; dq: one
+ * stage of 32 keys); 2, dK/dV in one stage and dq in stages of 32 keys (what
+ * 128 / 128 takes on 99 KB targets); 0 (unset, anything else) none. A test's
+ * way to run on sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets
+ * get. Read at plan creation. */
+int fsa_kernel_qt_bwd_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -83,13 +83,18 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     /* The mma.sync forward's layout: the default unless the target's shared memory asks for less. */
     plan->qt_fwd = fsa_swa_fwd_layout(d.head_dim, d.value_dim, plan->wgmma, ctx->max_smem_per_block,
                                       fsa_kernel_qt_fwd_forced());
+    /* The mma.sync backward's layout, likewise. */
+    plan->qt_bwd = d.backward ? fsa_qt_bwd_layout(d.head_dim, d.value_dim, plan->bwd_wgmma, ctx->max_smem_per_block,
+                                                  fsa_kernel_qt_bwd_forced())
+                              : 0;
     const fsa_kernel_config c = {.dtype = d.dtype,
                                  .head_dim = d.head_dim,
                                  .value_dim = d.value_dim,
                                  .group = plan->group,
                                  .wgmma = plan->wgmma,
                                  .bwd_wgmma = plan->bwd_wgmma,
-                                 .qt_fwd = plan->qt_fwd};
+                                 .qt_fwd = plan->qt_fwd,
+                                 .qt_bwd = plan->qt_bwd};
     /* Every kernel described (and refused where the target lacks its shared memory) before any compiles. */
     const struct {
         fsa_kernel *k;

@@ -25,6 +25,7 @@ struct fsa_window_plan {
     int wgmma;                       /* the forward's warpgroup variant (fsa_kernel_wgmma), 0: mma.sync */
     int bwd_wgmma;                   /* the backward's warpgroup variant (fsa_kernel_bwd_wgmma), 0: mma.sync */
     int qt_fwd;                      /* the mma.sync forward's layout (fsa_swa_fwd_layout; 0: the default) */
+    int qt_bwd;                      /* the mma.sync backward's layout (fsa_qt_bwd_layout; 0: the default) */
     struct fsa_metadata_checker *checker; /* check mode only (metadata_check.h) */
 };
 

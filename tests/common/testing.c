@@ -395,7 +395,12 @@ typedef struct kernel_lookup {
 static int find_kernel(const fsa_cache_entry_info *e, void *user)
 {
     kernel_lookup *l = user;
-    l->found = !e->record && strncmp(e->name, l->prefix, strlen(l->prefix)) == 0 && strstr(e->name, l->part) != NULL;
+    if (e->record || strncmp(e->name, l->prefix, strlen(l->prefix)) != 0) return 0;
+    /* `part` as a whole field: "_qb1" must not match "_qb11" */
+    for (const char *at = strstr(e->name, l->part); at != NULL && !l->found; at = strstr(at + 1, l->part)) {
+        const char next = at[strlen(l->part)];
+        l->found = next == '\0' || next == '_';
+    }
     return l->found;
 }
 
@@ -404,6 +409,14 @@ int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *
     kernel_lookup l = {prefix, part, 0};
     if (fsa_cache_list(ctx, find_kernel, &l) != FSA_STATUS_OK) fail_msg("fsa_cache_list: %s", fsa_last_error());
     return l.found;
+}
+
+void fsa_test_expect_layout_kernel(fsa_context *ctx, const char *prefix, const char *tag, int layout)
+{
+    char part[32];
+    snprintf(part, sizeof part, "_%s%d", tag, layout);
+    if (layout != 0 && !fsa_test_cache_has_kernel(ctx, prefix, part))
+        fail_msg("no %s kernel of layout %d (%s) in the cache", prefix, layout, part);
 }
 
 int fsa_test_max_smem(const fsa_context *ctx) { return ctx->max_smem_per_block; }

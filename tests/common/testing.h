@@ -137,6 +137,11 @@ int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, co
  * which variant of a kernel a plan compiled. */
 int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *part);
 
+/* Fails the test unless, for a nonzero `layout`, the cache holds a kernel
+ * named `prefix`..._<tag><layout> (the layout parameter's field of its name):
+ * the plan just created compiled that layout's kernel, not the default one. */
+void fsa_test_expect_layout_kernel(fsa_context *ctx, const char *prefix, const char *tag, int layout);
+
 /* The shared memory per block of the context's target (bytes). */
 int fsa_test_max_smem(const fsa_context *ctx);
 /* Sets environment variable `name` to `value` (NULL: unsets it) and returns

@@ -107,8 +107,9 @@ static int runs_here(size_t i) { return runs(&cases[i]) && !g_refused[i]; }
  * longest cases do ten times as much) and the elements of the (token, query head) rows, which a long kernel's
  * first tokens have without seeing anything, at most RANDOM_ROW_ELEMENTS_MAX. Either top-k layout, dense or
  * strided tensors, sometimes q = 0 (exact ties) or a scale other than 1/sqrt(Dk). A GPU with less
- * shared memory than sm_90 (sm_80: 164 KB) refuses some of the larger Dk and Dv shapes, as it refuses the
- * table's bf16_d256_g1 (which such a GPU then reports and does not run: fsa_test_refused_for_shared_memory). */
+ * shared memory than sm_90 may refuse some of the larger Dk and Dv shapes (sm_80, 164 KB, takes every one
+ * since its dK/dV kernel may run in one stage; the 99 KB GPUs refuse 256 / 256 with backward), which such a
+ * GPU reports and does not run (fsa_test_refused_for_shared_memory). */
 #define RANDOM_WORK_MAX 4e8
 #define RANDOM_ROW_ELEMENTS_MAX 4e7 /* about bf16_dk192_dv128_g16_many_stages's, the table's most */
 #define RANDOM_LONG_KERNELS 0.1
@@ -1053,13 +1054,65 @@ static void test_the_small_forward_layouts_match_the_reference(void **state)
              * default, as it must be. */
             const int layout = fsa_cmp_fwd_layout(cases[i].dk, cases[i].dv, 0, fsa_test_max_smem(g_ctx),
                                                   forced[l]);
-            char part[16];
-            snprintf(part, sizeof part, "_qf%d", layout);
-            if (layout != 0 && !fsa_test_cache_has_kernel(g_ctx, "cmp_fwd_", part))
-                fail_msg("%s, FSA_QT_SMALL_FWD=%s: no cmp_fwd kernel of layout %d in the cache", cases[i].name,
-                         layouts[l], layout);
+            fsa_test_expect_layout_kernel(g_ctx, "cmp_fwd_", "qf", layout);
             print_message("  FSA_QT_SMALL_FWD=%s FSA_WGMMA=0 (layout %d):\n", layouts[l], layout);
             run_case(&cases[i], plan, i);
+            fsa_compressed_plan_destroy(plan);
+        }
+}
+
+/* The mma.sync backward in the smaller layouts that 99 KB targets (sm_86, sm_89, sm_12x) and sm_80's widest
+ * head dims take (fsa_qt_bwd_layout_fit): FSA_QT_SMALL_BWD forces them, FSA_WGMMA=0 and FSA_WGMMA_BWD=0 keep
+ * sm_90a on the mma.sync kernels, all read at plan creation, so any GPU runs them: 1, the smallest (dK/dV
+ * in one stage of 32 query rows, its sums handed over dK's then dV's; dq in one stage of 32 keys); 2, dK/dV
+ * in one stage and dq in stages of 32 keys (what 128 / 128 takes on 99 KB targets), each with the forward
+ * override of the same number (what those targets pair them with). A few fixed cases through the same
+ * reference checks as the default backward: the standard shape, long walks (many query tiles per key
+ * tile), NSA's 192 / 128, 256 / 256 (two parts), 256 / 64, odd dims, ties. */
+static void test_the_small_backward_layouts_match_the_reference(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_std_g4_varlen",   "bf16_std_g4_many_stages",
+                                  "bf16_dk192_dv128_g16", "bf16_dk192_dv128_g16_many_stages",
+                                  "bf16_d256_g1",         "bf16_dk256_dv64_g4_one_pass",
+                                  "f16_dk64_dv32_g3",     "bf16_g2_exact_ties"};
+    static const char *layouts[] = {"1", "2"};
+    static const int forced_fwd[] = {FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, FSA_QT_FWD_ONE_SET};
+    static const int forced_bwd[] = {FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_BITS,
+                                     FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            size_t i = 0;
+            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
+            assert_true(i < N_CASES);
+            if (!runs(&cases[i])) continue;
+            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
+            char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
+            char *small_fwd = fsa_test_env_swap("FSA_QT_SMALL_FWD", layouts[l]);
+            char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+            fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
+            d.backward = 1;
+            fsa_compressed_plan *plan = NULL;
+            const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
+            fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
+            fsa_test_env_restore("FSA_QT_SMALL_FWD", small_fwd);
+            fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
+            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            if (st != FSA_STATUS_OK && fsa_test_refused_for_shared_memory(g_ctx, st, fsa_last_error())) {
+                print_message("  %s: refused on this GPU's shared memory: %s\n", cases[i].name, fsa_last_error());
+                continue;
+            }
+            if (st != FSA_STATUS_OK)
+                fail_msg("%s, FSA_QT_SMALL_BWD=%s: %s", cases[i].name, layouts[l], fsa_last_error());
+            /* The plan compiled the layouts' own kernels (named by QT_FWD and QT_BWD). */
+            const int max = fsa_test_max_smem(g_ctx);
+            fsa_test_expect_layout_kernel(g_ctx, "cmp_fwd_", "qf",
+                                          fsa_cmp_fwd_layout(cases[i].dk, cases[i].dv, 0, max, forced_fwd[l]));
+            fsa_test_expect_layout_kernel(g_ctx, "cmp_bwd_", "qb",
+                                          fsa_qt_bwd_layout(cases[i].dk, cases[i].dv, 0, max, forced_bwd[l]));
+            print_message("  FSA_QT_SMALL_BWD=%s FSA_QT_SMALL_FWD=%s FSA_WGMMA=0 FSA_WGMMA_BWD=0:\n", layouts[l],
+                          layouts[l]);
+            run_backward(&cases[i], plan, i);
             fsa_compressed_plan_destroy(plan);
         }
 }
@@ -1113,6 +1166,7 @@ int main(void)
         cmocka_unit_test(test_the_forward_without_selection_writes_the_same_attention),
         cmocka_unit_test(test_the_small_forward_layouts_match_the_reference),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
+        cmocka_unit_test(test_the_small_backward_layouts_match_the_reference),
         cmocka_unit_test(test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gradients),
         cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_outputs),

@@ -636,14 +636,63 @@ static void test_the_small_forward_layout_matches_the_reference(void **state)
         /* The plan compiled the layout's own kernel (named by its QT_FWD), not the default one. */
         const int layout = fsa_swa_fwd_layout(cases[i].dk, cases[i].dv, 0, fsa_test_max_smem(g_ctx),
                                               FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
-        char part[16];
-        snprintf(part, sizeof part, "_qf%d", layout);
-        if (layout == 0 || !fsa_test_cache_has_kernel(g_ctx, "swa_fwd_", part))
-            fail_msg("%s, FSA_QT_SMALL_FWD=1: no swa_fwd kernel of layout %d in the cache", cases[i].name, layout);
+        assert_int_not_equal(layout, 0);
+        fsa_test_expect_layout_kernel(g_ctx, "swa_fwd_", "qf", layout);
         print_message("  FSA_QT_SMALL_FWD=1 FSA_WGMMA=0 (layout %d):\n", layout);
         run_forward(&cases[i], plan, i);
         fsa_window_plan_destroy(plan);
     }
+}
+
+/* The mma.sync backward in the smaller layouts that 99 KB targets (sm_86, sm_89, sm_12x) and sm_80's widest
+ * head dims take (fsa_qt_bwd_layout_fit): FSA_QT_SMALL_BWD forces them, FSA_WGMMA=0 and FSA_WGMMA_BWD=0 keep
+ * sm_90a on the mma.sync kernels, all read at plan creation, so any GPU runs them: 1, the smallest (dK/dV
+ * in one stage of 32 query rows, its sums handed over dK's then dV's; dq in one stage of 32 keys); 2, dK/dV
+ * in one stage and dq in stages of 32 keys (what 128 / 128 takes on 99 KB targets), with the forward's
+ * override 1 (stages of 32 keys). A few fixed cases through the backward's reference checks: the standard
+ * shape, many tiles, NSA's 192 / 128, per-head windows, 256 / 256 (two parts), 256 / 64, odd dims. */
+static void test_the_small_backward_layouts_match_the_reference(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_d128_g4_w512",   "bf16_dk192_dv128_g16_w100",   "f16_dk192_dv128_g4_per_head",
+                                  "bf16_d128_g4_w512_many_jobs",  "bf16_d256_g2_causal", "bf16_dk256_dv64_g2_one_pass",
+                                  "f16_dk32_dv96_g3_w65",         "f16_d64_g1_w1"};
+    static const char *layouts[] = {"1", "2"};
+    static const int forced_bwd[] = {FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_BITS,
+                                     FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            size_t i = 0;
+            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
+            assert_true(i < N_CASES);
+            if (!runs(&cases[i])) continue;
+            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
+            char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
+            char *small_fwd = fsa_test_env_swap("FSA_QT_SMALL_FWD", "1");
+            char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+            fsa_window_plan *plan = NULL;
+            const fsa_status st = plan_create_as(&cases[i], 0, &plan);
+            fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
+            fsa_test_env_restore("FSA_QT_SMALL_FWD", small_fwd);
+            fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
+            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            if (st != FSA_STATUS_OK && fsa_test_refused_for_shared_memory(g_ctx, st, fsa_last_error())) {
+                print_message("  %s: refused on this GPU's shared memory: %s\n", cases[i].name, fsa_last_error());
+                continue;
+            }
+            if (st != FSA_STATUS_OK)
+                fail_msg("%s, FSA_QT_SMALL_BWD=%s: %s", cases[i].name, layouts[l], fsa_last_error());
+            /* The plan compiled the layouts' own kernels (named by QT_FWD and QT_BWD). */
+            const int max = fsa_test_max_smem(g_ctx);
+            fsa_test_expect_layout_kernel(
+                g_ctx, "swa_fwd_", "qf",
+                fsa_swa_fwd_layout(cases[i].dk, cases[i].dv, 0, max, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32));
+            fsa_test_expect_layout_kernel(g_ctx, "swa_bwd_", "qb",
+                                          fsa_qt_bwd_layout(cases[i].dk, cases[i].dv, 0, max, forced_bwd[l]));
+            print_message("  FSA_QT_SMALL_BWD=%s FSA_QT_SMALL_FWD=1 FSA_WGMMA=0 FSA_WGMMA_BWD=0:\n", layouts[l]);
+            run_backward(&cases[i], plan, i);
+            fsa_window_plan_destroy(plan);
+        }
 }
 
 /* The plan of case i (with backward), or NULL after saying why. */
@@ -663,8 +712,9 @@ static void *plan_of_case(void *arg)
  * window plan takes (docs/semantics.md "Sliding-window attention", include/fsa/window.h, validate_desc in
  * src/attention/window.c) tries the others, through the same checks. What a drawn case may be:
  * - dtype bf16 or fp16; Dk and Dv each a multiple of 16 from 16 to 256, independently (Dk != Dv, 96, 192;
- *   Dk = Dv = 256 with backward needs sm_90's shared memory, as cases[]'s bf16_d256_g2_causal does,
- *   which a GPU below sm_90 reports and does not run: fsa_test_refused_for_shared_memory);
+ *   Dk = Dv = 256 with backward needs more than 99 KB of shared memory, as cases[]'s bf16_d256_g2_causal
+ *   does: sm_80 takes it in the smaller dK/dV layout, fsa_qt_bwd_layout_fit; a GPU that refuses it reports
+ *   it and does not run it: fsa_test_refused_for_shared_memory);
  * - G = Hq / Hkv from 1 to 16, odd ones too; Hq at most 64 (win_problem's windows[64]);
  * - a window of at least 1, up to far longer than every sequence; per-head windows (windows_of's pattern);
  * - 1 to 5 sequences (win_problem's cu[6]) of 1 to 900 tokens, one to three tokens and tile edges often,
@@ -887,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_the_forward_matches_the_reference_on_every_case),
         cmocka_unit_test(test_the_small_forward_layout_matches_the_reference),
         cmocka_unit_test(test_the_backward_matches_the_reference_gradients_on_every_case),
+        cmocka_unit_test(test_the_small_backward_layouts_match_the_reference),
         cmocka_unit_test(test_a_graph_captured_forward_and_backward_replay_to_the_same_bits),
         cmocka_unit_test(test_malformed_offsets_cannot_make_the_kernels_fault),
         cmocka_unit_test(test_random_cases_match_the_reference),

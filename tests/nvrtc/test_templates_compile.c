@@ -268,7 +268,9 @@ static void compile_variant(const variant *v, const char *dv, const fsa_param *e
     char bwg[2] = "0";
     if (strstr(t->text, "{{BWD_WGMMA}}") && strcmp(target, "sm_90a") == 0)
         bwg[0] = (char)('0' + fsa_qt_wgb_default(atoi(v->d), atoi(dv ? dv : v->d)));
-    if (strstr(t->text, "{{BWD_WGMMA}}")) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
+    int bwg_given = 0;
+    for (size_t i = 0; i < n_extra; i++) bwg_given |= strcmp(extra[i].name, "BWD_WGMMA") == 0;
+    if (strstr(t->text, "{{BWD_WGMMA}}") && !bwg_given) params[n++] = (fsa_param){"BWD_WGMMA", bwg, "bwg"};
     /* The selected backward's warpgroup main kernel: variant 1 unless given. */
     int sel_given = 0;
     for (size_t i = 0; i < n_extra; i++) sel_given |= strcmp(extra[i].name, "SEL_BWD_WG") == 0;
@@ -406,6 +408,54 @@ static void test_the_small_forward_layouts_compile_for_sm_86_and_sm_90a(void **s
         }
 }
 
+/* The query-tile mma.sync backwards in the smaller layouts (FSA_QT_BWD_*, fsa_qt_bwd_layout_fit) compile
+ * without spills: for sm_86 (99 KB) and sm_80 (163 KB) those their plans take (sm_86: 128 / 128 dK/dV in one
+ * stage and dq in stages of 32 keys, 192 / 128 dK/dV in one stage, 256 / 128 and 192 / 192 also tiles of
+ * 32 rows and dq in one stage, 256 / 256 too though its plans refuse it; sm_80: 160 / 256 and 256 / 256
+ * dK/dV in one stage), and for sm_90a with BWD_WGMMA 0 those FSA_QT_SMALL_BWD forces there for the GPU
+ * tests (1: the smallest; 2: one stage and 32 keys). */
+static void test_the_small_backward_layouts_compile_for_sm_86_sm_80_and_sm_90a(void **state)
+{
+    (void)state;
+    static const struct {
+        variant v;
+        const char *dv;
+    } shapes[] = {
+        {{"cmp_bwd", "bf16", "128", "4", NULL, NULL, NULL, NULL}, "128"},
+        {{"cmp_bwd", "bf16", "192", "16", NULL, NULL, NULL, NULL}, "128"},
+        {{"cmp_bwd", "f16", "256", "1", NULL, NULL, NULL, NULL}, "128"},
+        {{"cmp_bwd", "bf16", "192", "2", NULL, NULL, NULL, NULL}, "192"},
+        {{"cmp_bwd", "f16", "256", "1", NULL, NULL, NULL, NULL}, "256"},
+        {{"cmp_bwd", "bf16", "160", "4", NULL, NULL, NULL, NULL}, "256"},
+        {{"swa_bwd", "f16", "128", "4", NULL, NULL, NULL, NULL}, "128"},
+        {{"swa_bwd", "bf16", "192", "16", NULL, NULL, NULL, NULL}, "128"},
+        {{"swa_bwd", "bf16", "256", "3", NULL, NULL, NULL, NULL}, "128"},
+        {{"swa_bwd", "f16", "192", "1", NULL, NULL, NULL, NULL}, "192"},
+        {{"swa_bwd", "f16", "256", "1", NULL, NULL, NULL, NULL}, "256"},
+    };
+    static const struct {
+        const char *target;
+        int max_smem, forced;
+    } plans[] = {
+        {"sm_86", 101376, 0},
+        {"sm_80", 166912, 0},
+        {"sm_90a", 232448, FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_BITS},
+        {"sm_90a", 232448, FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32},
+    };
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t t = 0; t < sizeof plans / sizeof plans[0]; t++) {
+            const int dk = atoi(shapes[i].v.d), dv = atoi(shapes[i].dv);
+            const int layout = fsa_qt_bwd_layout(dk, dv, 0, plans[t].max_smem, plans[t].forced);
+            if (layout == 0) continue; /* the default layout: compiled above */
+            char qb[4];
+            snprintf(qb, sizeof qb, "%d", layout);
+            print_message("  QT_BWD=%s:\n", qb);
+            const fsa_param extra[] = {{"BWD_WGMMA", "0", "bwg"}, {"QT_BWD", qb, "qb"}};
+            compile_variant(&shapes[i].v, shapes[i].dv, extra, 2, plans[t].target, used);
+        }
+}
+
 /* The compressed selection's variants (FSA_CMP_SEL 0 to 3: its lists, four warpgroups at G >= 4; 7: also
  * four at G 1 and 2, whose spill is justified above; 9: a producer warpgroup and three consumers; 15, the
  * default: the producer and four consumers, G 1's smaller spill justified above; the other values combine the same
@@ -521,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_every_template_variant_compiles_for_sm_90a_without_unjustified_spills),
         cmocka_unit_test(test_every_warpgroup_forward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_the_small_forward_layouts_compile_for_sm_86_and_sm_90a),
+        cmocka_unit_test(test_the_small_backward_layouts_compile_for_sm_86_sm_80_and_sm_90a),
         cmocka_unit_test(test_every_compressed_selection_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),

@@ -128,6 +128,107 @@ static void test_the_forward_layout_keeps_the_default_wherever_it_fits(void **st
     assert_int_equal(fsa_cmp_fwd_smem_bytes(192, 128, 0, FSA_QT_FWD_KEYS_32), 68608);
 }
 
+/* The mma.sync backward's layout (fsa_qt_bwd_layout_fit): the default wherever it fits, so no kernel of
+ * sm_90a (nor of sm_80 below Dk + Dv = 416) changes; elsewhere, per kernel, the first of the smaller
+ * layouts that fits, canonical, whose sums the kernel can hand over; the override adds what it asks
+ * wherever the kernel can; the warpgroup backward keeps its own. What still does not fit: on 163 KB
+ * nothing up to 256 / 256, on 99 KB only 256 / 256 (Dk + Dv over 500; dq too, with its static deltas). */
+static void test_the_backward_layout_keeps_the_default_wherever_it_fits(void **state)
+{
+    (void)state;
+    static const int smems[] = {232448, 166912, 101376};
+    const int dkv_bits = FSA_QT_BWD_DKV_BITS, dq_bits = FSA_QT_BWD_DQ_BITS;
+    for (int dk = 16; dk <= 256; dk += 16)
+        for (int dv = 16; dv <= 256; dv += 16)
+            for (size_t i = 0; i < sizeof smems / sizeof smems[0]; i++) {
+                const int max = smems[i], l = fsa_qt_bwd_layout(dk, dv, 0, max, 0);
+                const int dkv = l & dkv_bits, dq = l & dq_bits;
+                const int dkv_fits = fsa_qt_dkv_smem_at(dk, dv, dkv) <= max;
+                const int dq_fits = fsa_qt_dq_smem_at(dk, dv, dq) + FSA_QT_DQ_STATIC_SMEM <= max;
+                if (fsa_qt_dkv_smem_at(dk, dv, 0) <= max && dkv != 0)
+                    fail_msg("%d / %d at %d bytes: dK/dV layout %d where the default fits", dk, dv, max, dkv);
+                if (fsa_qt_dq_smem_at(dk, dv, 0) + FSA_QT_DQ_STATIC_SMEM <= max && dq != 0)
+                    fail_msg("%d / %d at %d bytes: dq layout %d where the default fits", dk, dv, max, dq);
+                if (l != fsa_qt_bwd_layout_canon(dk, l)) fail_msg("%d / %d: layout %d not canonical", dk, dv, l);
+                assert_true(fsa_qt_dkv_layout_ok(dk, dv, dkv));
+                /* sm_90a's mma.sync backward (FSA_WGMMA=0, or dims the warpgroups do not take) never changes;
+                 * sm_80 fits everything, 99 KB all but the widest dK/dV. */
+                if (max == 232448) assert_int_equal(l, 0);
+                if (max == 166912 && (!dkv_fits || !dq_fits)) fail_msg("%d / %d refused on sm_80", dk, dv);
+                if (max == 166912 && dk + dv < 416) assert_int_equal(l, 0);
+                if (max == 101376 && !dq_fits != (dk + dv >= 512))
+                    fail_msg("%d / %d: dq %s on 99 KB", dk, dv, dq_fits ? "fits" : "refused");
+                if (max == 101376 && !dkv_fits != (dk + dv >= 512))
+                    fail_msg("%d / %d: dK/dV %s on 99 KB", dk, dv, dkv_fits ? "fits" : "refused");
+                /* The override: everything it asks, or the dK/dV one stage alone where tiles of 32 rows
+                 * could not hand their sums over. */
+                const int all = fsa_qt_bwd_layout(dk, dv, 0, max, dkv_bits | dq_bits);
+                assert_int_equal(fsa_qt_dkv_stages_at(all), 1);
+                assert_int_equal(fsa_qt_dq_stages_at(all), 1);
+                assert_int_equal(fsa_qt_dq_keys_at(dk, all), 32);
+                assert_int_equal(fsa_qt_dkv_rows_at(all),
+                                 fsa_qt_dkv_layout_ok(dk, dv, dkv_bits) ? 32 : FSA_QT_ROWS);
+                /* ... added to what the target needs: every needed bit stays, and the forced layouts fit
+                 * wherever the plan's do. */
+                const int two = fsa_qt_bwd_layout(dk, dv, 0, max, FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32);
+                if ((all & l) != l || (two & l) != l)
+                    fail_msg("%d / %d at %d bytes: an override dropped a needed bit of %d", dk, dv, max, l);
+                if ((dkv_fits && (fsa_qt_dkv_smem_at(dk, dv, all & dkv_bits) > max ||
+                                  fsa_qt_dkv_smem_at(dk, dv, two & dkv_bits) > max)) ||
+                    (dq_fits && (fsa_qt_dq_smem_at(dk, dv, all & dq_bits) + FSA_QT_DQ_STATIC_SMEM > max ||
+                                 fsa_qt_dq_smem_at(dk, dv, two & dq_bits) + FSA_QT_DQ_STATIC_SMEM > max)))
+                    fail_msg("%d / %d at %d bytes: a forced layout does not fit where the plan's does", dk, dv, max);
+                /* A walk's tile: 16 / G tokens a set of 16 rows. */
+                assert_int_equal(fsa_qt_dkv_tile_tokens(4, all) * 4, fsa_qt_dkv_rows_at(all));
+                assert_int_equal(fsa_qt_dkv_tile_tokens(3, 0), fsa_qt_tokens_per_tile(3));
+                /* The warpgroup backward keeps its own layout. */
+                assert_int_equal(fsa_qt_bwd_layout(dk, dv, 4, max, dkv_bits | dq_bits), 0);
+            }
+    /* Where set 1's sums go (fsa_qt_dkv_sums_at): inside what the kernel holds before its row tables, both
+     * together unless serial, and one at a time (each from the start: a part of a two-part walk has one)
+     * within it too; the tables follow every stage. */
+    for (int dk = 16; dk <= 256; dk += 16)
+        for (int dv = 16; dv <= 256; dv += 16)
+            for (int l = 0; l <= FSA_QT_BWD_DKV_BITS; l++) {
+                if (!fsa_qt_dkv_layout_ok(dk, dv, l)) continue;
+                const int at = fsa_qt_dkv_sums_at(dk, dv, l), end = fsa_qt_dkv_smem_rows_at(dk, dv, l);
+                const int k = fsa_qt_dkv_sums_bytes(dk), v = fsa_qt_dkv_sums_bytes(dv);
+                assert_true(at + (fsa_qt_dkv_sums_serial(dk, dv, l) ? (k > v ? k : v) : k + v) <= end);
+                assert_true(at == 0 || at == fsa_qt_dkv_smem_q(dk, dv));
+                assert_int_equal(fsa_qt_dkv_smem_at(dk, dv, l) - end,
+                                 fsa_qt_dkv_stages_at(l) * fsa_qt_dkv_rows_at(l) * (int)(sizeof(int) * 4));
+            }
+    /* The default layout is the one the kernels had: 384 (Dk + Dv + 16) + 2048 bytes for dK/dV, its sums
+     * in the stage buffers, at once. */
+    assert_int_equal(fsa_qt_dkv_smem_at(128, 128, 0), fsa_qt_dkv_smem_bytes(128, 128));
+    assert_int_equal(fsa_qt_dkv_smem_at(192, 128, 0), 384 * (192 + 128 + 16) + 2048);
+    assert_int_equal(fsa_qt_dq_smem_at(128, 128, 0), fsa_qt_dq_smem_bytes(128, 128));
+    assert_int_equal(fsa_qt_dkv_sums_at(128, 128, 0), fsa_qt_dkv_smem_q(128, 128));
+    assert_int_equal(fsa_qt_dkv_sums_serial(128, 128, 0), 0);
+    /* The shapes this is for. 99 KB: 128 / 128 dK/dV one stage, dq stages of 32 keys (106496 and 104448
+     * bytes by default; 70656 and 69632 so); 192 / 128 dK/dV one stage (131072; 87040); 256 / 128 and
+     * 192 / 192 also tiles of 32 rows, dq one stage (155648, 102400; 77312, 76800). 163 KB: 256 / 256
+     * dK/dV in one stage (204800; 136192). */
+    const int one = FSA_QT_BWD_DKV_ONE_STAGE, rows = FSA_QT_BWD_DKV_ROWS_32;
+    const int keys = FSA_QT_BWD_DQ_KEYS_32, dq_one = FSA_QT_BWD_DQ_ONE_STAGE;
+    assert_int_equal(fsa_qt_bwd_layout(128, 128, 0, 101376, 0), one | keys);
+    assert_int_equal(fsa_qt_dkv_smem_at(128, 128, one), 70656);
+    assert_int_equal(fsa_qt_dq_smem_at(128, 128, keys), 69632);
+    assert_int_equal(fsa_qt_bwd_layout(192, 128, 0, 101376, 0), one);
+    assert_int_equal(fsa_qt_dkv_smem_at(192, 128, one), 87040);
+    assert_int_equal(fsa_qt_bwd_layout(256, 128, 0, 101376, 0), one | rows | dq_one);
+    assert_int_equal(fsa_qt_bwd_layout(192, 192, 0, 101376, 0), one | rows | dq_one);
+    assert_int_equal(fsa_qt_dkv_smem_at(256, 128, one | rows), 77312);
+    assert_int_equal(fsa_qt_dq_smem_at(256, 128, dq_one), 76800);
+    assert_int_equal(fsa_qt_dkv_sums_at(256, 128, one | rows), 0);
+    assert_int_equal(fsa_qt_dkv_sums_serial(256, 128, one | rows), 1);
+    assert_int_equal(fsa_qt_dkv_sums_serial(128, 128, one), 0);
+    assert_int_equal(fsa_qt_bwd_layout(256, 256, 0, 166912, 0), one);
+    assert_int_equal(fsa_qt_dkv_smem_at(256, 256, one), 136192);
+    assert_int_equal(fsa_qt_bwd_layout(160, 256, 0, 166912, 0), one);
+    assert_int_equal(fsa_qt_bwd_layout(192, 128, 0, 166912, 0), 0);
+}
+
 /* The persistent forward: CTA c of a grid of n takes jobs c, c + n, ...; each (tile, KV head) is one job,
  * whatever the grid, and the longest tiles of every head (x 0, the sequence's last tile) come first. */
 static void test_a_persistent_grid_takes_every_tile_of_every_head_once(void **state)
@@ -244,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_a_persistent_grid_takes_every_tile_of_every_head_once),
         cmocka_unit_test(test_a_warp_holds_whole_token_groups),
         cmocka_unit_test(test_the_forward_layout_keeps_the_default_wherever_it_fits),
+        cmocka_unit_test(test_the_backward_layout_keeps_the_default_wherever_it_fits),
         cmocka_unit_test(test_the_selection_buffers_of_a_warp_are_aligned_and_hold_its_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

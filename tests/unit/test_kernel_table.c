@@ -96,6 +96,35 @@ static void test_the_small_forward_layouts_keep_their_launch_shapes(void **state
     }
 }
 
+/* The backwards' smaller layouts (FSA_QT_BWD_*: the 99 KB targets, sm_80's widest dims, FSA_QT_SMALL_BWD):
+ * the same kernels and threads, less shared memory. */
+static void test_the_small_backward_layouts_keep_their_launch_shapes(void **state)
+{
+    (void)state;
+    const int one = FSA_QT_BWD_DKV_ONE_STAGE, rows = FSA_QT_BWD_DKV_ROWS_32;
+    const int keys = FSA_QT_BWD_DQ_KEYS_32, dq_one = FSA_QT_BWD_DQ_ONE_STAGE;
+    const struct {
+        int d, dv, layout;
+        unsigned dq_smem, dkv_smem;
+    } small[] = {
+        {128, 128, 0, 104448, 106496},
+        {128, 128, one | keys, 69632, 70656},
+        {128, 128, one | rows | keys | dq_one, 52224, 52736},
+        {192, 128, one, 86016, 87040},
+        {256, 128, one | rows | dq_one, 76800, 77312},
+        {192, 192, one | rows | dq_one, 76800, 77312},
+        {256, 256, one, 135168, 136192},
+    };
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
+        const fsa_kernel_config c = {.dtype = FSA_DTYPE_BF16, .head_dim = small[i].d, .value_dim = small[i].dv,
+                                     .group = 4, .qt_bwd = small[i].layout};
+        assert_kernel(FSA_K_CMP_BWD_DQ, &c, "fsa_cmp_bwd_dq", small[i].dq_smem);
+        assert_kernel(FSA_K_CMP_BWD_DKV, &c, "fsa_cmp_bwd_dkv", small[i].dkv_smem);
+        assert_kernel(FSA_K_SWA_BWD_DQ, &c, "fsa_swa_bwd_dq", small[i].dq_smem);
+        assert_kernel(FSA_K_SWA_BWD_DKV, &c, "fsa_swa_bwd_dkv", small[i].dkv_smem);
+    }
+}
+
 /* The warpgroup forwards: variant 5 is variant 4 (three warpgroups) with its ring's mbarriers after the V stages. */
 static void test_the_mbarrier_forward_variant_adds_only_its_barriers(void **state)
 {
@@ -391,6 +420,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_backward_kernels_keep_their_launch_shapes),
         cmocka_unit_test(test_the_small_forward_layouts_keep_their_launch_shapes),
+        cmocka_unit_test(test_the_small_backward_layouts_keep_their_launch_shapes),
         cmocka_unit_test(test_the_mbarrier_forward_variant_adds_only_its_barriers),
         cmocka_unit_test(test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup),
         cmocka_unit_test(test_the_selection_keeps_its_launch_shape),
