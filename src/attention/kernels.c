@@ -72,12 +72,6 @@ static const struct {
     const char *template_name; /* templates/<name>.cu */
     int n_params;
     tparam params[MAX_FAMILY_PARAMS];
-    /* The query-tile kernels' mma.sync layout (fsa_qt_layout.cuh): QT_FWD in
-     * the forwards, QT_BWD in the backwards (TP_DTYPE: none). It follows the
-     * parameters where it is not 0, the template's {{QT_FWD=0}} default
-     * otherwise, so the kernels of the default layout keep their keys and
-     * names and a smaller layout never shares their cache entries. */
-    tparam layout;
 } families[FAM_N] = {
     [FAM_INDEX] = {"sel_index", 2, {TP_BLOCK_SIZE, TP_TOP_K}},
     [FAM_FWD_MAIN] = {"sel_fwd_main", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
@@ -92,14 +86,26 @@ static const struct {
     [FAM_BWD_DQ_NSA] = {"sel_bwd_dq_nsa", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE}},
     [FAM_KVC] = {"kvc_fwd", 8,
                  {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_PAGE_SIZE, TP_TMA}},
-    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, TP_QT_FWD},
+    [FAM_CMP_FWD] = {"cmp_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
     [FAM_CMP_SELECT] = {"cmp_select", 9,
                         {TP_DTYPE, TP_HEAD_DIM, TP_GROUP, TP_BLOCK_SIZE, TP_TOP_K, TP_KERNEL_SIZE, TP_STRIDE, TP_WGMMA,
                          TP_SEL_VARIANT}},
-    [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}, TP_QT_BWD},
-    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}, TP_QT_FWD},
-    [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}, TP_QT_BWD},
+    [FAM_CMP_BWD] = {"cmp_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
+    [FAM_SWA_FWD] = {"swa_fwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_WGMMA}},
+    [FAM_SWA_BWD] = {"swa_bwd", 5, {TP_DTYPE, TP_HEAD_DIM, TP_VALUE_DIM, TP_GROUP, TP_BWD_WGMMA}},
     [FAM_GATE] = {"nsa_gate", 2, {TP_DTYPE, TP_VALUE_DIM}},
+};
+
+/* The query-tile kernels' mma.sync layout (fsa_qt_layout.cuh): QT_FWD in
+ * the forwards, QT_BWD in the backwards; the other families have none (0).
+ * It follows the parameters where it is not 0, the template's {{QT_FWD=0}}
+ * default otherwise, so the kernels of the default layout keep their keys
+ * and names and a smaller layout never shares their cache entries. */
+static const tparam family_layout[FAM_N] = {
+    [FAM_CMP_FWD] = TP_QT_FWD,
+    [FAM_SWA_FWD] = TP_QT_FWD,
+    [FAM_CMP_BWD] = TP_QT_BWD,
+    [FAM_SWA_BWD] = TP_QT_BWD,
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -305,7 +311,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
         const tparam t = families[f].params[i];
         b->params[n++] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
     }
-    const tparam layout = families[f].layout;
+    const tparam layout = family_layout[f];
     if ((layout == TP_QT_FWD && c->qt_fwd != 0) || (layout == TP_QT_BWD && c->qt_bwd != 0))
         b->params[n++] = (fsa_param){tparams[layout].name, b->values[layout], tparams[layout].tag};
     size_t at = 0;
