@@ -210,7 +210,7 @@ int fsa_kernel_fwd_wg_variant(void)
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c)
 {
     const int d = c->head_dim, dv = c->value_dim, g = c->group, bk = c->block_size;
-    int threads = FSA_ROW_THREADS, smem = 0;
+    int threads = FSA_ROW_THREADS, smem = 0, smem_static = 0;
     switch (id) {
     case FSA_K_COUNT:
     case FSA_K_SCATTER:
@@ -256,6 +256,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SWA_BWD_DQ:
         threads = fsa_qt_bwd_dq_threads(c->bwd_wgmma);
         smem = fsa_qt_bwd_dq_smem(d, dv, c->bwd_wgmma, c->qt_bwd);
+        smem_static = c->bwd_wgmma ? 0 : FSA_QT_DQ_STATIC_SMEM; /* the tile's deltas */
         break;
     case FSA_K_CMP_BWD_DKV:
     case FSA_K_SWA_BWD_DKV:
@@ -275,6 +276,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
+    out->smem_static = (unsigned)smem_static;
     out->name = kernels[id].entry;
 }
 

@@ -52,6 +52,7 @@ typedef struct fsa_kernel {
     unsigned threads;  /* threads per block */
     unsigned smem;     /* dynamic shared memory per block, bytes */
     const char *name;  /* entry point; also names the launch in errors */
+    unsigned smem_static; /* static shared memory the layout header counts (the plans' checks add it) */
 } fsa_kernel;
 
 /* The template parameters of a plan's kernels. */
@@ -103,8 +104,8 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk);
 int fsa_kernel_fwd_wg_variant(void);
 
 /* The layout bits FSA_QT_SMALL_FWD forces on the query-tile mma.sync
- * forwards whatever the target's shared memory (fsa_qt_fwd_layout_fit's
- * `forced`): 1, one set of rows per warp and stages of 32 keys; 2, one set
+ * forwards, added to those the target's shared memory needs
+ * (fsa_qt_fwd_layout_fit's `forced`): 1, one set of rows per warp and stages of 32 keys; 2, one set
  * of rows per warp only (what the compressed forward takes at 128 / 128 on
  * 99 KB targets); 0 (unset, anything else) none. A test's way to run on
  * sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets get. Read at
@@ -112,8 +113,8 @@ int fsa_kernel_fwd_wg_variant(void);
 int fsa_kernel_qt_fwd_forced(void);
 
 /* The layout bits FSA_QT_SMALL_BWD forces on the query-tile mma.sync
- * backwards whatever the target's shared memory (fsa_qt_bwd_layout_fit's
- * `forced`): 1, the smallest (dK/dV: one stage of 32 query rows; dq: one
+ * backwards, added to those the target's shared memory needs
+ * (fsa_qt_bwd_layout_fit's `forced`): 1, the smallest (dK/dV: one stage of 32 query rows; dq: one
  * stage of 32 keys); 2, dK/dV in one stage and dq in stages of 32 keys (what
  * 128 / 128 takes on 99 KB targets); 0 (unset, anything else) none. A test's
  * way to run on sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets

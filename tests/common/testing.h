@@ -126,10 +126,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void fsa_test_exit_without_gpu(c
  * otherwise. */
 fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
 /* Whether a plan's refusal (st and the message of fsa_last_error) is the
- * documented FSA_STATUS_UNSUPPORTED naming shared memory, on a GPU with at
- * least sm_80's shared memory per block and less than sm_90's: a shape that
- * only sm_90 holds. A fixed case so refused is reported and not run there; on
- * sm_90-class and on the 99 KB GPUs every refusal fails. */
+ * documented FSA_STATUS_UNSUPPORTED naming shared memory, on a GPU with less
+ * shared memory per block than sm_90's: a shape that only sm_90 holds (on
+ * the 99 KB GPUs the backward at Dk + Dv over 500, docs/semantics.md). A
+ * fixed case so refused is reported and not run there; on sm_90-class GPUs
+ * every refusal fails. */
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
 
 /* Whether the context's disk cache holds a kernel whose readable name starts

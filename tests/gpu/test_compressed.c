@@ -854,6 +854,25 @@ static void test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gra
     cmp_problem_free(&p);
     assert_int_equal(unseen, c.hidden * c.nseq);
     run_backward(&c, g_plans[0], N_CASES); /* the inputs it always had: a copy's place was past the table */
+    /* The smaller backward layouts too: a key tile that no query tile sees writes its sums over the K/V
+     * its one-stage ring was still copying (the ring must have waited for them). */
+    static const char *layouts[] = {"1", "2"};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
+        char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
+        char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+        fsa_compressed_attention_desc d = cmp_desc_of(&c);
+        d.backward = 1;
+        fsa_compressed_plan *plan = NULL;
+        const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
+        fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
+        fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
+        fsa_test_env_restore("FSA_WGMMA", wgmma);
+        if (st != FSA_STATUS_OK) fail_msg("FSA_QT_SMALL_BWD=%s: %s", layouts[l], fsa_last_error());
+        print_message("  FSA_QT_SMALL_BWD=%s FSA_WGMMA=0 FSA_WGMMA_BWD=0:\n", layouts[l]);
+        run_backward(&c, plan, N_CASES);
+        fsa_compressed_plan_destroy(plan);
+    }
 }
 
 static void test_compressed_attention_and_selection_match_the_reference_on_every_case(void **state)

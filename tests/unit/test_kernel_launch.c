@@ -43,7 +43,7 @@ static int setup(void **state)
     f->cu.LaunchKernel = launch_kernel;
     f->cu.LaunchKernelEx = launch_kernel_ex;
     f->ctx.cu = &f->cu;
-    f->k = (fsa_kernel){NULL, 128, 0, "fsa_test_kernel"};
+    f->k = (fsa_kernel){.threads = 128, .name = "fsa_test_kernel"};
     g_launches = 0;
     *state = f;
     return 0;

@@ -123,6 +123,20 @@ static void test_the_small_backward_layouts_keep_their_launch_shapes(void **stat
         assert_kernel(FSA_K_SWA_BWD_DQ, &c, "fsa_swa_bwd_dq", small[i].dq_smem);
         assert_kernel(FSA_K_SWA_BWD_DKV, &c, "fsa_swa_bwd_dkv", small[i].dkv_smem);
     }
+    /* dq's static deltas count toward the plans' shared-memory checks (mma.sync only): 256 / 256 in dq's
+     * smallest layout is 101376 bytes dynamic, 99 KB exactly, so the 256 bytes more refuse it there. */
+    fsa_kernel k;
+    const fsa_kernel_config wide = {.dtype = FSA_DTYPE_BF16, .head_dim = 256, .value_dim = 256, .group = 4,
+                                    .qt_bwd = one | rows | keys | dq_one};
+    fsa_kernel_describe(&k, FSA_K_CMP_BWD_DQ, &wide);
+    assert_int_equal(k.smem, 101376);
+    assert_int_equal(k.smem_static, FSA_QT_DQ_STATIC_SMEM);
+    fsa_kernel_describe(&k, FSA_K_CMP_BWD_DKV, &wide);
+    assert_int_equal(k.smem_static, 0);
+    const fsa_kernel_config wg = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
+                                  .bwd_wgmma = 4};
+    fsa_kernel_describe(&k, FSA_K_SWA_BWD_DQ, &wg);
+    assert_int_equal(k.smem_static, 0);
 }
 
 /* The warpgroup forwards: variant 5 is variant 4 (three warpgroups) with its ring's mbarriers after the V stages. */
