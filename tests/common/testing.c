@@ -386,15 +386,30 @@ int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, co
            fsa_target_parse(&sm90, "sm_90a") == FSA_STATUS_OK && ctx->max_smem_per_block < sm90.smem_per_block;
 }
 
+static const char *const small_layout_vars[4] = {"FSA_WGMMA", "FSA_WGMMA_BWD", "FSA_QT_SMALL_FWD", "FSA_QT_SMALL_BWD"};
+
+void fsa_test_small_layouts_begin(fsa_test_small_layouts *s, const char *fwd, const char *bwd)
+{
+    const char *values[4] = {"0", "0", fwd, bwd};
+    for (int i = 0; i < 4; i++) /* NULL keeps the value (set to itself, put back alike) */
+        s->saved[i] = fsa_test_env_swap(small_layout_vars[i], values[i] ? values[i] : getenv(small_layout_vars[i]));
+}
+
+void fsa_test_small_layouts_end(fsa_test_small_layouts *s)
+{
+    for (int i = 3; i >= 0; i--) fsa_test_env_restore(small_layout_vars[i], s->saved[i]);
+}
+
 typedef struct kernel_lookup {
-    const char *prefix, *part;
+    const char *target, *prefix, *part;
     int found;
 } kernel_lookup;
 
 static int find_kernel(const fsa_cache_entry_info *e, void *user)
 {
     kernel_lookup *l = user;
-    if (e->record || strncmp(e->name, l->prefix, strlen(l->prefix)) != 0) return 0;
+    if (e->record || strcmp(e->target, l->target) != 0 || strncmp(e->name, l->prefix, strlen(l->prefix)) != 0)
+        return 0;
     /* `part` as a whole field: "_qb1" must not match "_qb11" */
     for (const char *at = strstr(e->name, l->part); at != NULL && !l->found; at = strstr(at + 1, l->part)) {
         const char next = at[strlen(l->part)];
@@ -405,7 +420,7 @@ static int find_kernel(const fsa_cache_entry_info *e, void *user)
 
 int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *part)
 {
-    kernel_lookup l = {prefix, part, 0};
+    kernel_lookup l = {ctx->target, prefix, part, 0};
     if (fsa_cache_list(ctx, find_kernel, &l) != FSA_STATUS_OK) fail_msg("fsa_cache_list: %s", fsa_last_error());
     return l.found;
 }

@@ -133,9 +133,20 @@ fsa_context *fsa_test_gpu_context_or_skip(const char *cache_dir);
  * every refusal fails. */
 int fsa_test_refused_for_shared_memory(const fsa_context *ctx, fsa_status st, const char *message);
 
-/* Whether the context's disk cache holds a kernel whose readable name starts
- * with `prefix` and contains `part` (e.g. "cmp_fwd_", "_qf3"): how a test sees
- * which variant of a kernel a plan compiled. */
+/* The environment under which a plan created meanwhile takes the mma.sync
+ * query-tile kernels (FSA_WGMMA=0, FSA_WGMMA_BWD=0) in their smaller layouts:
+ * FSA_QT_SMALL_FWD=fwd and FSA_QT_SMALL_BWD=bwd (NULL: as they were). The
+ * variables are read at plan creation; _end puts back what was there. */
+typedef struct fsa_test_small_layouts {
+    char *saved[4];
+} fsa_test_small_layouts;
+void fsa_test_small_layouts_begin(fsa_test_small_layouts *s, const char *fwd, const char *bwd);
+void fsa_test_small_layouts_end(fsa_test_small_layouts *s);
+
+/* Whether the context's disk cache holds a kernel of the context's target
+ * whose readable name starts with `prefix` and has `part` as whole fields
+ * (e.g. "cmp_fwd_", "_qf3"; "_qb1" is not "_qb15"): how a test sees which
+ * variant of a kernel a plan compiled. */
 int fsa_test_cache_has_kernel(fsa_context *ctx, const char *prefix, const char *part);
 
 /* Fails the test unless, for a nonzero `layout`, the cache holds a kernel

@@ -90,6 +90,15 @@ static int g_refused[N_CASES]; /* by this GPU's shared memory (fsa_test_refused_
 static int g_quick;
 
 static int runs(const cmp_case *c) { return !g_quick || c->quick; }
+
+/* The index of the fixed case of that name (a test's own list of cases names them). */
+static size_t case_named(const char *name)
+{
+    size_t i = 0;
+    while (i < N_CASES && strcmp(cases[i].name, name) != 0) i++;
+    assert_true(i < N_CASES);
+    return i;
+}
 /* Whether fixed case i runs on this GPU: in this run's set and not refused by its shared memory. */
 static int runs_here(size_t i) { return runs(&cases[i]) && !g_refused[i]; }
 
@@ -858,16 +867,13 @@ static void test_compressed_tokens_that_no_query_sees_get_zero_key_and_value_gra
      * its one-stage ring was still copying (the ring must have waited for them). */
     static const char *layouts[] = {"1", "2"};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
-        char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
-        char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
-        char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+        fsa_test_small_layouts env;
+        fsa_test_small_layouts_begin(&env, NULL, layouts[l]);
         fsa_compressed_attention_desc d = cmp_desc_of(&c);
         d.backward = 1;
         fsa_compressed_plan *plan = NULL;
         const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
-        fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
-        fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
-        fsa_test_env_restore("FSA_WGMMA", wgmma);
+        fsa_test_small_layouts_end(&env);
         if (st != FSA_STATUS_OK) fail_msg("FSA_QT_SMALL_BWD=%s: %s", layouts[l], fsa_last_error());
         print_message("  FSA_QT_SMALL_BWD=%s FSA_WGMMA=0 FSA_WGMMA_BWD=0:\n", layouts[l]);
         run_backward(&c, plan, N_CASES);
@@ -1055,17 +1061,14 @@ static void test_the_small_forward_layouts_match_the_reference(void **state)
     static const int forced[] = {FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32, FSA_QT_FWD_ONE_SET};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
         for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
-            size_t i = 0;
-            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
-            assert_true(i < N_CASES);
+            const size_t i = case_named(names[n]);
             if (!runs(&cases[i])) continue;
-            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
-            char *small = fsa_test_env_swap("FSA_QT_SMALL_FWD", layouts[l]);
+            fsa_test_small_layouts env;
+            fsa_test_small_layouts_begin(&env, layouts[l], NULL);
             fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
             fsa_compressed_plan *plan = NULL;
             const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
-            fsa_test_env_restore("FSA_QT_SMALL_FWD", small);
-            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            fsa_test_small_layouts_end(&env);
             if (st != FSA_STATUS_OK)
                 fail_msg("%s, FSA_QT_SMALL_FWD=%s: %s", cases[i].name, layouts[l], fsa_last_error());
             /* The plan compiled the layout's own kernel (named by its QT_FWD), not the default one; where the
@@ -1101,22 +1104,15 @@ static void test_the_small_backward_layouts_match_the_reference(void **state)
                                      FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
         for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
-            size_t i = 0;
-            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
-            assert_true(i < N_CASES);
+            const size_t i = case_named(names[n]);
             if (!runs(&cases[i])) continue;
-            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
-            char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
-            char *small_fwd = fsa_test_env_swap("FSA_QT_SMALL_FWD", layouts[l]);
-            char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+            fsa_test_small_layouts env;
+            fsa_test_small_layouts_begin(&env, layouts[l], layouts[l]);
             fsa_compressed_attention_desc d = cmp_desc_of(&cases[i]);
             d.backward = 1;
             fsa_compressed_plan *plan = NULL;
             const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
-            fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
-            fsa_test_env_restore("FSA_QT_SMALL_FWD", small_fwd);
-            fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
-            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            fsa_test_small_layouts_end(&env);
             if (st != FSA_STATUS_OK && fsa_test_refused_for_shared_memory(g_ctx, st, fsa_last_error())) {
                 print_message("  %s: refused on this GPU's shared memory: %s\n", cases[i].name, fsa_last_error());
                 continue;

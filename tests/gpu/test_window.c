@@ -68,6 +68,15 @@ static int g_refused[N_CASES]; /* by this GPU's shared memory (fsa_test_refused_
 static int g_quick;
 
 static int runs(const win_case *c) { return !g_quick || c->quick; }
+
+/* The index of the fixed case of that name (a test's own list of cases names them). */
+static size_t case_named(const char *name)
+{
+    size_t i = 0;
+    while (i < N_CASES && strcmp(cases[i].name, name) != 0) i++;
+    assert_true(i < N_CASES);
+    return i;
+}
 /* Whether fixed case i runs on this GPU: in this run's set and not refused by its shared memory. */
 static int runs_here(size_t i) { return runs(&cases[i]) && !g_refused[i]; }
 
@@ -622,16 +631,13 @@ static void test_the_small_forward_layout_matches_the_reference(void **state)
     static const char *names[] = {"bf16_d128_g4_w512", "bf16_dk192_dv128_g16_w100", "f16_dk192_dv128_g4_per_head",
                                   "f16_dk32_dv96_g3_w65", "bf16_d128_g4_w512_many_jobs"};
     for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
-        size_t i = 0;
-        while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
-        assert_true(i < N_CASES);
+        const size_t i = case_named(names[n]);
         if (!runs(&cases[i])) continue;
-        char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
-        char *small = fsa_test_env_swap("FSA_QT_SMALL_FWD", "1");
+        fsa_test_small_layouts env;
+        fsa_test_small_layouts_begin(&env, "1", NULL);
         fsa_window_plan *plan = NULL;
         const fsa_status st = plan_create_as(&cases[i], 1, &plan);
-        fsa_test_env_restore("FSA_QT_SMALL_FWD", small);
-        fsa_test_env_restore("FSA_WGMMA", wgmma);
+        fsa_test_small_layouts_end(&env);
         if (st != FSA_STATUS_OK) fail_msg("%s, FSA_QT_SMALL_FWD=1: %s", cases[i].name, fsa_last_error());
         /* The plan compiled the layout's own kernel (named by its QT_FWD), not the default one. */
         const int layout = fsa_swa_fwd_layout(cases[i].dk, cases[i].dv, 0, fsa_test_max_smem(g_ctx),
@@ -662,20 +668,13 @@ static void test_the_small_backward_layouts_match_the_reference(void **state)
                                      FSA_QT_BWD_DKV_ONE_STAGE | FSA_QT_BWD_DQ_KEYS_32};
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
         for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
-            size_t i = 0;
-            while (i < N_CASES && strcmp(cases[i].name, names[n]) != 0) i++;
-            assert_true(i < N_CASES);
+            const size_t i = case_named(names[n]);
             if (!runs(&cases[i])) continue;
-            char *wgmma = fsa_test_env_swap("FSA_WGMMA", "0");
-            char *wgmma_bwd = fsa_test_env_swap("FSA_WGMMA_BWD", "0");
-            char *small_fwd = fsa_test_env_swap("FSA_QT_SMALL_FWD", "1");
-            char *small_bwd = fsa_test_env_swap("FSA_QT_SMALL_BWD", layouts[l]);
+            fsa_test_small_layouts env;
+            fsa_test_small_layouts_begin(&env, "1", layouts[l]);
             fsa_window_plan *plan = NULL;
             const fsa_status st = plan_create_as(&cases[i], 0, &plan);
-            fsa_test_env_restore("FSA_QT_SMALL_BWD", small_bwd);
-            fsa_test_env_restore("FSA_QT_SMALL_FWD", small_fwd);
-            fsa_test_env_restore("FSA_WGMMA_BWD", wgmma_bwd);
-            fsa_test_env_restore("FSA_WGMMA", wgmma);
+            fsa_test_small_layouts_end(&env);
             if (st != FSA_STATUS_OK && fsa_test_refused_for_shared_memory(g_ctx, st, fsa_last_error())) {
                 print_message("  %s: refused on this GPU's shared memory: %s\n", cases[i].name, fsa_last_error());
                 continue;

@@ -49,6 +49,38 @@ static fsa_context *offline_checking(const char *target, int check)
 
 static fsa_context *offline(const char *target) { return offline_checking(target, 0); }
 
+/* The GPU tests' way to run the smaller layouts on sm_90a (fsa_test_small_layouts): a plan created under it
+ * compiles the layouts' own kernels (QT_FWD and QT_BWD in their names), which the cache lookup finds by the
+ * whole field (layout 15 is not layout 1), and the variables are as they were afterwards. */
+static void test_the_small_layout_environment_makes_a_plan_compile_the_small_kernels(void **state)
+{
+    (void)state;
+    char *before = fsa_test_env_swap("FSA_QT_SMALL_BWD", "x");
+    fsa_test_small_layouts env;
+    fsa_test_small_layouts_begin(&env, "1", "1");
+    assert_string_equal(getenv("FSA_WGMMA"), "0");
+    assert_string_equal(getenv("FSA_WGMMA_BWD"), "0");
+    assert_string_equal(getenv("FSA_QT_SMALL_FWD"), "1");
+    fsa_compressed_attention_desc d = small_desc();
+    d.backward = 1;
+    fsa_compressed_plan *plan = NULL;
+    const fsa_status st = fsa_compressed_plan_create(&plan, g_ctx, &d);
+    fsa_test_small_layouts_end(&env);
+    if (st != FSA_STATUS_OK) fail_msg("%s", fsa_last_error());
+    fsa_compressed_plan_destroy(plan);
+    assert_string_equal(getenv("FSA_QT_SMALL_BWD"), "x");
+    fsa_test_env_restore("FSA_QT_SMALL_BWD", before);
+    const int max = fsa_test_max_smem(g_ctx);
+    const int fwd = fsa_cmp_fwd_layout(DK, DV, 0, max, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
+    const int bwd = fsa_qt_bwd_layout(DK, DV, 0, max, FSA_QT_BWD_DKV_BITS | FSA_QT_BWD_DQ_BITS);
+    assert_int_equal(fwd, FSA_QT_FWD_ONE_SET | FSA_QT_FWD_KEYS_32);
+    assert_int_equal(bwd, 15);
+    fsa_test_expect_layout_kernel(g_ctx, "cmp_fwd_", "qf", fwd);
+    fsa_test_expect_layout_kernel(g_ctx, "cmp_bwd_", "qb", bwd);
+    assert_false(fsa_test_cache_has_kernel(g_ctx, "cmp_bwd_", "_qb1"));
+    assert_false(fsa_test_cache_has_kernel(g_ctx, "cmp_fwd_", "_qb15"));
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -495,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_argument_structs_from_the_first_version_on_are_accepted),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
         cmocka_unit_test(test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused),
+        cmocka_unit_test(test_the_small_layout_environment_makes_a_plan_compile_the_small_kernels),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
