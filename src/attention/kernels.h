@@ -117,8 +117,8 @@ int fsa_kernel_qt_fwd_forced(void);
  * (fsa_qt_bwd_layout_fit's `forced`): 1, the smallest (dK/dV: one stage of 32 query rows; dq: one
  * stage of 32 keys); 2, dK/dV in one stage and dq in stages of 32 keys (what
  * 128 / 128 takes on 99 KB targets); 0 (unset, anything else) none. A test's
- * way to run on sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets
- * get. Read at plan creation. */
+ * way to run on sm_90a (with FSA_WGMMA_BWD=0) the kernels that 99 KB
+ * targets get. Read at plan creation. */
 int fsa_kernel_qt_bwd_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
