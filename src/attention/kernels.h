@@ -103,22 +103,22 @@ int fsa_kernel_cmp_sel_variant(int wgmma, int dk);
  * FSA_FWD_WG_VARIANT_MAX), else FSA_FWD_WG_VARIANT_DEFAULT. */
 int fsa_kernel_fwd_wg_variant(void);
 
-/* The layout bits FSA_QT_SMALL_FWD forces on the query-tile mma.sync
- * forwards, added to those the target's shared memory needs
- * (fsa_qt_fwd_layout_fit's `forced`): 1, one set of rows per warp and stages of 32 keys; 2, one set
- * of rows per warp only (what the compressed forward takes at 128 / 128 on
- * 99 KB targets); 0 (unset, anything else) none. A test's way to run on
- * sm_90a (with FSA_WGMMA=0) the kernels that 99 KB targets get. Read at
- * plan creation. */
+/* The layout bits FSA_QT_SMALL_FWD asks of the query-tile mma.sync forwards,
+ * added to those the target's shared memory needs (fsa_qt_fwd_layout_fit's
+ * `forced`): 1, one set of rows per warp and stages of 32 keys; 2, one set of
+ * rows per warp only (what the compressed forward takes at 128 / 128 on 99 KB
+ * targets); 0 (unset, anything else) none. A test's way to run on sm_90a
+ * (with FSA_WGMMA=0) the kernels that 99 KB targets get. Read at plan
+ * creation. */
 int fsa_kernel_qt_fwd_forced(void);
 
-/* The layout bits FSA_QT_SMALL_BWD forces on the query-tile mma.sync
+/* The layout bits FSA_QT_SMALL_BWD asks of the query-tile mma.sync
  * backwards, added to those the target's shared memory needs
- * (fsa_qt_bwd_layout_fit's `forced`): 1, the smallest (dK/dV: one stage of 32 query rows; dq: one
- * stage of 32 keys); 2, dK/dV in one stage and dq in stages of 32 keys (what
- * 128 / 128 takes on 99 KB targets); 0 (unset, anything else) none. A test's
- * way to run on sm_90a (with FSA_WGMMA_BWD=0) the kernels that 99 KB
- * targets get. Read at plan creation. */
+ * (fsa_qt_bwd_layout_fit's `forced`): 1, the smallest (dK/dV: one stage of
+ * 32 query rows; dq: one stage of 32 keys); 2, dK/dV in one stage and dq in
+ * stages of 32 keys (what 128 / 128 takes on 99 KB targets); 0 (unset,
+ * anything else) none. A test's way to run on sm_90a (with FSA_WGMMA_BWD=0)
+ * the kernels that 99 KB targets get. Read at plan creation. */
 int fsa_kernel_qt_bwd_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
