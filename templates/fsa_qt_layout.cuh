@@ -71,15 +71,6 @@ FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_ks(int dk, int dv, int mt, int ks)
 {
     return fsa_qt_fwd_smem_v_ks(dk, mt, ks) + FSA_QT_STAGES * fsa_tile_bytes(ks, dv);
 }
-FSA_LAYOUT_FN int fsa_qt_fwd_smem_v_mt(int dk, int dv, int mt)
-{
-    return fsa_qt_fwd_smem_v_ks(dk, mt, fsa_qt_fwd_keys(dv));
-}
-FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes_mt(int dk, int dv, int mt)
-{
-    return fsa_qt_fwd_smem_bytes_ks(dk, dv, mt, fsa_qt_fwd_keys(dv));
-}
-FSA_LAYOUT_FN int fsa_qt_fwd_smem_bytes(int dk, int dv) { return fsa_qt_fwd_smem_bytes_mt(dk, dv, 1); }
 /* The shared memory of a kernel of default mt under `layout`. */
 FSA_LAYOUT_FN int fsa_qt_fwd_smem_at(int dk, int dv, int mt, int layout)
 {
@@ -245,14 +236,6 @@ FSA_LAYOUT_FN int fsa_qt_dq_keys(int dk) { return dk > 128 ? 32 : 64; }
 #define FSA_QT_DQ_STATIC_SMEM (FSA_QT_ROWS * 4) /* the tile's deltas (fp32), static */
 FSA_LAYOUT_FN int fsa_qt_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_QT_ROWS, dk); }
 FSA_LAYOUT_FN int fsa_qt_dq_smem_k(int dk, int dv) { return fsa_qt_dq_smem_do(dk) + fsa_tile_bytes(FSA_QT_ROWS, dv); }
-FSA_LAYOUT_FN int fsa_qt_dq_smem_v(int dk, int dv)
-{
-    return fsa_qt_dq_smem_k(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_dq_keys(dk), dk);
-}
-FSA_LAYOUT_FN int fsa_qt_dq_smem_bytes(int dk, int dv)
-{
-    return fsa_qt_dq_smem_v(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(fsa_qt_dq_keys(dk), dv);
-}
 /* dK and dV: a CTA owns FSA_QT_DKV_KEYS keys of one sequence and walks the
  * query tiles that see them. Its warps form FSA_QT_DKV_SETS sets of 4, each
  * warp of a set owning 16 keys, set i taking rows 32 i .. 32 i + 31 of every
@@ -269,18 +252,6 @@ FSA_LAYOUT_FN int fsa_qt_dq_smem_bytes(int dk, int dv)
 FSA_LAYOUT_FN int fsa_qt_dkv_parts(int dk, int dv) { return fsa_bwd_one_pass(dk, dv) ? 1 : 2; }
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_v(int dk) { return fsa_tile_bytes(FSA_QT_DKV_KEYS, dk); }
 FSA_LAYOUT_FN int fsa_qt_dkv_smem_q(int dk, int dv) { return fsa_qt_dkv_smem_v(dk) + fsa_tile_bytes(FSA_QT_DKV_KEYS, dv); }
-FSA_LAYOUT_FN int fsa_qt_dkv_smem_do(int dk, int dv)
-{
-    return fsa_qt_dkv_smem_q(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dk);
-}
-FSA_LAYOUT_FN int fsa_qt_dkv_smem_rows(int dk, int dv)
-{
-    return fsa_qt_dkv_smem_do(dk, dv) + FSA_QT_STAGES * fsa_tile_bytes(FSA_QT_ROWS, dv);
-}
-FSA_LAYOUT_FN int fsa_qt_dkv_smem_bytes(int dk, int dv)
-{
-    return fsa_qt_dkv_smem_rows(dk, dv) + FSA_QT_STAGES * 4 * FSA_QT_ROWS * 4;
-}
 /* The mma.sync backward's layout on targets with less shared memory than
  * sm_80's (the 99 KB targets; sm_80 itself at Dk + Dv >= 416): bits over
  * the defaults above, 0 keeping them, one value for the pair of kernels.

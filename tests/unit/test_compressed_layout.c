@@ -199,10 +199,11 @@ static void test_the_backward_layout_keeps_the_default_wherever_it_fits(void **s
                                  fsa_qt_dkv_stages_at(l) * fsa_qt_dkv_rows_at(l) * (int)(sizeof(int) * 4));
             }
     /* The default layout is the one the kernels had: 384 (Dk + Dv + 16) + 2048 bytes for dK/dV, its sums
-     * in the stage buffers, at once. */
-    assert_int_equal(fsa_qt_dkv_smem_at(128, 128, 0), fsa_qt_dkv_smem_bytes(128, 128));
+     * in the stage buffers, at once; dq Q and dO rows and two stages of 64 keys (32 above Dk 128). */
+    assert_int_equal(fsa_qt_dkv_smem_at(128, 128, 0), 106496);
     assert_int_equal(fsa_qt_dkv_smem_at(192, 128, 0), 384 * (192 + 128 + 16) + 2048);
-    assert_int_equal(fsa_qt_dq_smem_at(128, 128, 0), fsa_qt_dq_smem_bytes(128, 128));
+    assert_int_equal(fsa_qt_dq_smem_at(128, 128, 0), 104448);
+    assert_int_equal(fsa_qt_dq_smem_at(192, 128, 0), 86016);
     assert_int_equal(fsa_qt_dkv_sums_at(128, 128, 0), fsa_qt_dkv_smem_q(128, 128));
     assert_int_equal(fsa_qt_dkv_sums_serial(128, 128, 0), 0);
     /* The shapes this is for. 99 KB: 128 / 128 dK/dV one stage, dq stages of 32 keys (106496 and 104448
