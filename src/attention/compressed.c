@@ -125,10 +125,7 @@ fsa_status fsa_compressed_plan_create(fsa_compressed_plan **out, fsa_context *ct
     /* The kernels a plan does not need were not described: their shared memory is 0. */
     const fsa_kernel *described[] = {&plan->fwd, &plan->select, &plan->bwd_dq, &plan->bwd_dkv, &plan->bwd_dkv_sum};
     for (size_t i = 0; i < sizeof described / sizeof described[0]; i++)
-        if ((int)(described[i]->smem + described[i]->smem_static) > ctx->max_smem_per_block)
-            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "%s needs %u bytes of shared memory; target %s allows %d",
-                     described[i]->name, described[i]->smem + described[i]->smem_static, ctx->target,
-                     ctx->max_smem_per_block);
+        FSA_CHECK(fsa_kernel_check_smem(described[i], ctx, STAGE_PLAN));
     FSA_CHECK(fsa_kernel_load(&plan->fwd, FSA_K_CMP_FWD, ctx, &plan->config));
     if (d.top_k > 0) FSA_CHECK(fsa_kernel_load(&plan->select, FSA_K_CMP_SELECT, ctx, &plan->config));
     if (d.backward) {

@@ -334,6 +334,14 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
 }
 
+fsa_status fsa_kernel_check_smem(const fsa_kernel *k, const fsa_context *ctx, const char *stage)
+{
+    const unsigned need = k->smem + k->smem_static;
+    if ((int)need <= ctx->max_smem_per_block) return FSA_STATUS_OK;
+    return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%s needs %u bytes of shared memory; target %s allows %d",
+                         k->name, need, ctx->target, ctx->max_smem_per_block);
+}
+
 /* A grid's x size the driver takes (2^31 - 1 CTAs). Host checks keep every
  * call's grids far below it (the tensors of a larger one would not fit any
  * GPU), and not every kernel strides over its work, so a larger grid is an

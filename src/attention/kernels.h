@@ -127,6 +127,11 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
 /* Describes kernel `id`, then compiles or loads it for the context. */
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);
 
+/* FSA_STATUS_UNSUPPORTED (stage `stage`) naming a described kernel whose
+ * shared memory, dynamic plus static, exceeds what the context's target
+ * allows a block; FSA_STATUS_OK otherwise. */
+fsa_status fsa_kernel_check_smem(const fsa_kernel *k, const fsa_context *ctx, const char *stage);
+
 /* A grid's rows (y): the attention kernels give each KV head (times its
  * CTAs) a row, so plans bound their heads by it. */
 #define FSA_GRID_MAX_ROWS 65535

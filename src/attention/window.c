@@ -103,10 +103,7 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
     const int n = d.backward ? 3 : 1;
     for (int i = 0; i < n; i++) {
         fsa_kernel_describe(kernels[i].k, kernels[i].id, &c);
-        if ((int)(kernels[i].k->smem + kernels[i].k->smem_static) > ctx->max_smem_per_block)
-            FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE_PLAN, "%s needs %u bytes of shared memory; target %s allows %d",
-                     kernels[i].k->name, kernels[i].k->smem + kernels[i].k->smem_static, ctx->target,
-                     ctx->max_smem_per_block);
+        FSA_CHECK(fsa_kernel_check_smem(kernels[i].k, ctx, STAGE_PLAN));
     }
     for (int i = 0; i < n; i++) FSA_CHECK(fsa_kernel_load(kernels[i].k, kernels[i].id, ctx, &c));
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_OFFSETS));
