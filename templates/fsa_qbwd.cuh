@@ -33,6 +33,9 @@ namespace fsa {
 struct KeyRange {
     int lo, hi;
 };
+// The range of a row that sees no key (a padding row): hi = -1 lies below every key index, so the overlap
+// tests against a tile's keys [j0, j1] (lo <= j1 && hi >= j0) fail for the sequence's first tile too.
+__device__ __forceinline__ KeyRange no_keys() { return KeyRange{0, -1}; }
 
 // A gated row's lse for the dK/dV pass: lse - ln |g|, so that P comes out
 // times |g| at no cost, with g's sign in bit 0 of the word (the value moves by
@@ -290,7 +293,7 @@ __device__ __forceinline__ void fill_row_table(const RowTable &t, int at, const 
     const bool live = Rows::live(w, r, qt.n_tok);
     const long long tok = qt.tok0 + Rows::token(w, r);
     const long long off = ((long long)h * G + Rows::head(r)) * p.total_tokens + tok;
-    t.keys[at + tid] = live ? row_keys(tok - q_start, Rows::head(r)) : KeyRange{1, 0};
+    t.keys[at + tid] = live ? row_keys(tok - q_start, Rows::head(r)) : no_keys();
     const float *lse = (const float *)(p.gate.ptr != 0 ? p.gated_lse : p.lse);
     cp_async4(smem_addr(t.lse + at + tid), lse + (live ? off : 0), live);
     cp_async4(smem_addr(t.dlt + at + tid), (const float *)p.delta + (live ? off : 0), live);
@@ -468,7 +471,7 @@ __device__ __forceinline__ void backward_dkv_tile(unsigned char *smem, const P &
         const float *lse = row_lse + buf * R, *dlt = row_dlt + buf * R;
         // The set's rows of the tile: none sees a key of this warp, skip (warp-uniform).
         const int c0 = set * RS;
-        const KeyRange a = RS == 32 || lane < RS ? rk[c0 + lane] : KeyRange{1, 0};
+        const KeyRange a = RS == 32 || lane < RS ? rk[c0 + lane] : no_keys();
         if (!__any_sync(0xffffffffu, a.lo <= warp_hi && a.hi >= warp_lo)) continue;
 #pragma unroll 1
         for (int c = c0; c < c0 + RS; c += RSTEP) {
