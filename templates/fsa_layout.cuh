@@ -352,6 +352,27 @@ FSA_LAYOUT_FN int fsa_kvc_mode_stages(int mode)
 {
     return (mode & 1) && (mode & FSA_KVC_KERNEL_DEEP) ? FSA_KVC_DEEP_STAGES : FSA_KVC_STAGES;
 }
+/* The layout on targets whose shared memory per block does not hold the
+ * default one (the 99 KB targets sm_86, sm_89, sm_12x: 192 / 128 from G 8,
+ * and head dims of 256; sm_80: the widest heads above G 8, e.g. 256 / 256):
+ * bits over the default, 0 keeping it.
+ *  FSA_KVC_LAYOUT_ONE_STAGE: one K and one V stage buffer instead of
+ *      FSA_KVC_STAGES (cp.async only: the tensor-map kernels take Dk <= 128,
+ *      which fits everywhere). A stage's copies then start when every warp
+ *      is done with the previous stage and are waited for in full; only the
+ *      next stage's page-table reads overlap the math. It frees a K and a V
+ *      stage (43008 bytes at 192 / 128, 67584 at 256 / 256): fewer copies in
+ *      flight cost less than a refused shape. The products, the shares and
+ *      their merge are the same, in the same order: the same bits.
+ * The plan renders the value as the kernel's template parameter KVC_LAYOUT,
+ * part of its name (_kl1) and key only when nonzero, so the default kernels
+ * keep theirs. */
+#define FSA_KVC_LAYOUT_ONE_STAGE 1
+/* Stage buffers of a kernel of mode `mode` (its TMA template value) under `layout`. */
+FSA_LAYOUT_FN int fsa_kvc_stages(int mode, int layout)
+{
+    return layout & FSA_KVC_LAYOUT_ONE_STAGE ? 1 : fsa_kvc_mode_stages(mode);
+}
 #define FSA_KVC_MAX_GROUP 64
 /* 16-row tiles per CTA for group size g: room for 4 query tokens of the
  * group (speculative decoding), at most 64 rows. */
@@ -429,26 +450,27 @@ FSA_LAYOUT_FN int fsa_kvc_margin(int dk, int dv, int g, int tma)
 }
 /* Dynamic shared memory: [the query rows | a margin] | the K and V stages
  * [| a margin], from a base aligned up to 1024 bytes with tensor maps (1024
- * bytes more). */
+ * bytes more). `layout`: FSA_KVC_LAYOUT_* bits (cp.async only). */
 FSA_LAYOUT_FN int fsa_kvc_smem_k(int dk, int dv, int g, int tma)
 {
     return fsa_kvc_q_in_registers(dk) ? fsa_kvc_margin(dk, dv, g, tma) : fsa_tile_bytes(fsa_kvc_rows(g), dk);
 }
-FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int dv, int g, int tma)
+FSA_LAYOUT_FN int fsa_kvc_smem_v(int dk, int dv, int g, int tma, int layout)
 {
-    return fsa_kvc_smem_k(dk, dv, g, tma) + (tma ? 1 : FSA_KVC_STAGES) * fsa_kvc_stage_bytes(dk, tma);
+    return fsa_kvc_smem_k(dk, dv, g, tma) + (tma ? 1 : fsa_kvc_stages(0, layout)) * fsa_kvc_stage_bytes(dk, tma);
 }
-FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma)
+FSA_LAYOUT_FN int fsa_kvc_stages_end(int dk, int dv, int g, int tma, int layout)
 {
     return tma ? fsa_kvc_smem_k(dk, dv, g, 1) + fsa_kvc_mode_stages(tma) * fsa_kvc_k_stride(dk, dv, 1) +
                      fsa_kvc_margin(dk, dv, g, 1)
-               : fsa_kvc_smem_v(dk, dv, g, 0) + FSA_KVC_STAGES * fsa_kvc_stage_bytes(dv, 0);
+               : fsa_kvc_smem_v(dk, dv, g, 0, layout) + fsa_kvc_stages(0, layout) * fsa_kvc_stage_bytes(dv, 0);
 }
 /* Where the merge area starts: after the query rows (cp.async), or with
  * tensor maps at the base (against buffer 0) or against the last buffer. */
 FSA_LAYOUT_FN int fsa_kvc_merge_at(int dk, int dv, int g, int tma, int last_buffer)
 {
-    return tma && last_buffer ? fsa_kvc_stages_end(dk, dv, g, 1) - fsa_kvc_margin(dk, dv, g, 1) - fsa_kvc_k_stride(dk, dv, 1)
+    return tma && last_buffer ? fsa_kvc_stages_end(dk, dv, g, 1, 0) - fsa_kvc_margin(dk, dv, g, 1) -
+                                    fsa_kvc_k_stride(dk, dv, 1)
                               : fsa_kvc_smem_k(dk, dv, g, 0);
 }
 /* When a split sequence's CTAs form a cluster (at most FSA_KVC_MAX_CLUSTER,
@@ -468,15 +490,17 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_end(int dk, int dv, int g)
 /* Dynamic shared memory: the stages; with tensor-map copies (unpadded
  * stages) at least the cluster's share too (it only adds bytes at 64 rows,
  * whose kernels run 2 CTAs per SM either way) and 1024 bytes for the
- * alignment. */
-FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma)
+ * alignment; with one stage (FSA_KVC_LAYOUT_ONE_STAGE) at least the merge
+ * area (a V stage wider than the K stage: Dv > Dk; two stages always hold it). */
+FSA_LAYOUT_FN int fsa_kvc_smem_bytes(int dk, int dv, int g, int tma, int layout)
 {
-    const int stages = fsa_kvc_stages_end(dk, dv, g, tma), cluster = fsa_kvc_cluster_end(dk, dv, g);
-    return tma ? (stages > cluster ? stages : cluster) + 1024 : stages;
+    const int stages = fsa_kvc_stages_end(dk, dv, g, tma, layout), cluster = fsa_kvc_cluster_end(dk, dv, g);
+    const int merge = fsa_kvc_smem_k(dk, dv, g, 0) + fsa_kvc_merge_bytes(dk, dv, g);
+    return tma ? (stages > cluster ? stages : cluster) + 1024 : stages > merge ? stages : merge;
 }
-FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
+FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma, int layout)
 {
-    return fsa_kvc_cluster_end(dk, dv, g) <= fsa_kvc_smem_bytes(dk, dv, g, tma) - (tma ? 1024 : 0);
+    return fsa_kvc_cluster_end(dk, dv, g) <= fsa_kvc_smem_bytes(dk, dv, g, tma, layout) - (tma ? 1024 : 0);
 }
 /* Tensor-map copies: the pages of a CTA's next stages, read ahead in a ring (paged_kv.cuh). */
 #define FSA_KVC_RUN_PAGES 128
@@ -489,14 +513,37 @@ FSA_LAYOUT_FN int fsa_kvc_cluster_fits(int dk, int dv, int g, int tma)
  * block's token mask, the tokens' positions), each warp's row max and sum, each
  * row's merge factors (one per warp, 1 / sum, log2-sum-exp), the share loop's
  * six words, a counter. */
-FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma)
+FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma, int layout)
 {
-    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * fsa_kvc_mode_stages(tma) +
+    const int stream = (4 * (tma ? 1 : FSA_KVC_STAGE_KEYS) + 2 * FSA_KVC_STAGE_KEYS + 2) * fsa_kvc_stages(tma, layout) +
                        (tma ? FSA_KVC_RUN_PAGES : 2);
     const int words = stream + 3 * fsa_kvc_tile_entries(g, k) +
                       (fsa_kvc_tile_entries(g, k) + 31) / 32 + fsa_kvc_tile_tokens(g) + FSA_KVC_WARPS * 16 * 2 +
                       fsa_kvc_rows(g) * (FSA_KVC_WARPS + 2) + 6 + 1;
     return (4 * words + 7) / 8 * 8;
+}
+
+/* The kernel's shared memory, dynamic and static together (what a block may hold). */
+FSA_LAYOUT_FN int fsa_kvc_smem_all(int dk, int dv, int g, int k, int mode, int layout)
+{
+    return fsa_kvc_smem_bytes(dk, dv, g, mode, layout) + fsa_kvc_static_smem_bytes(g, k, mode, layout);
+}
+/* The layout a plan takes for a kernel of mode `mode` (top-k k) within
+ * max_smem bytes a block: the default where it fits (every shape on sm_90a;
+ * on the 99 KB targets head dims up to 128 / 128, and 192 / 128 up to G 4
+ * at top-k 16), else one stage (FSA_KVC_LAYOUT_ONE_STAGE: every shape left on
+ * sm_80; on the 99 KB targets every 192 / 128, 256 / 128 and 128 / 256
+ * shape, and 256 / 256 up to G 8); 0 where neither fits (the plan refuses
+ * the shape with the default's bytes, as before). `forced` (nonzero: bits a
+ * test's override asks for, FSA_KVC_SMALL) is added to what the target
+ * needs, never taken instead of it. Tensor-map kernels keep 0. */
+FSA_LAYOUT_FN int fsa_kvc_layout_fit(int dk, int dv, int g, int k, int mode, int max_smem, int forced)
+{
+    const int one = FSA_KVC_LAYOUT_ONE_STAGE;
+    const int needed = fsa_kvc_smem_all(dk, dv, g, k, mode, 0) <= max_smem     ? 0
+                       : fsa_kvc_smem_all(dk, dv, g, k, mode, one) <= max_smem ? one
+                                                                               : 0;
+    return mode & 1 ? 0 : needed | (forced & one);
 }
 
 #endif

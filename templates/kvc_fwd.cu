@@ -4,7 +4,9 @@
 // KV head, so every head of a token and every token of the tile share one
 // load of each K/V block. It forms the sorted union of the blocks its tokens
 // selected, streams its share of them through the page table 64 keys per
-// stage (two stages in flight; four in the deep kernel of small launches), masks per row (the row's token selected the
+// stage (two stages in flight; four in the deep kernel of small launches; one buffer, copied
+// after its previous stage's use, in the small layout of targets with less shared memory:
+// fsa_kvc_layout_fit), masks per row (the row's token selected the
 // block; key position <= the token's position) and keeps an online softmax.
 // Warps split the live rows into 16-row tiles and each stage's keys into
 // groups; the groups merge at the end. Small groups put the keys on the
@@ -35,8 +37,13 @@ constexpr bool STAMPS = ({{TMA}} & FSA_KVC_KERNEL_STAMPS) != 0;  // the debug va
 // The deep ring (small batches, one CTA per SM: fsa_kvc_mode_stages): STAGES buffers. A
 // share's epilogue then always merges at the base (the host launches it where a CTA has one
 // share; with more, the next share's stages are issued after the epilogue, not during it).
-constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_mode_stages(MODE);
-constexpr bool DEEP = STAGES != FSA_KVC_STAGES;
+// LAYOUT: FSA_KVC_LAYOUT_* bits (fsa_layout.cuh; 0 the default): one stage buffer on targets
+// whose shared memory holds no more (cp.async only). An enumerator, not a variable: the default
+// kernel's module keeps its globals, so its machine code stays what it was.
+enum : int { LAYOUT = {{KVC_LAYOUT=0}} };
+constexpr int MODE = {{TMA}}, STAGES = fsa_kvc_stages(MODE, LAYOUT);
+constexpr bool DEEP = fsa_kvc_mode_stages(MODE) != FSA_KVC_STAGES;
+static_assert(!TMA || LAYOUT == 0, "the small layout is the cp.async kernel's");
 // Variants under measurement (FSA_KVC_EXPERIMENT at plan creation; 0 = the default kernel):
 // bit 0: the K/V boxes copied without the L2 evict_first policy (as before it);
 // bit 1: tiles whose tokens share one top-k row take the general union (select_union's ONE_ROW off).
@@ -56,8 +63,9 @@ constexpr int LDO = fsa_kvc_merge_pitch(D, DV, G);  // row pitch of the warps' m
 // instead of what other work left in L2 (a dirty line costs a write-back).
 typedef PagedStream<D, DV, BK, PAGE, TMA, (EXPERIMENT & 1) == 0, STAGES> Stream;
 static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
-static_assert(STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4,
-              "merge area fits in the K/V buffers");
+static_assert(TMA ? STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4
+                  : fsa_kvc_smem_k(D, DV, G, 0) + WARPS * 16 * LDO * 4 <= fsa_kvc_smem_bytes(D, DV, G, 0, LAYOUT),
+              "merge area fits in the K/V buffers (cp.async: in the dynamic shared memory)");
 static_assert(!TMA || STAGES == 2 || DEEP, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Tiles of more than 32 live rows (rte 4: G > 8 with several tokens, e.g. 4
@@ -69,7 +77,7 @@ static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 constexpr bool WG_TILES = TMA && RT == 4 && DV <= 128;
 static_assert(!WG_TILES || (WARPS == 4 && KVC_STAGE == 64), "one warpgroup over a stage of 64 keys");
 // Shares merged through the cluster's shared memory (sm_90, where the share fits).
-constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA);
+constexpr bool CLUSTER = FSA_HAS_CLUSTERS && fsa_kvc_cluster_fits(D, DV, G, TMA, LAYOUT);
 
 // What the loop over a CTA's shares reads back each time instead of holding
 // in registers through the key stream: the tile's first token, its sequence,
@@ -89,7 +97,7 @@ struct Shared {
     ShareLoop loop;
     int counter;
 };
-static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, MODE), "the static shared memory the plan counts");
+static_assert(sizeof(Shared) == fsa_kvc_static_smem_bytes(G, K, MODE, LAYOUT), "the static shared memory the plan counts");
 
 typedef KvcRowMath<DT, D, DV, G, TMA, Q_REGS, WG_TILES, WARPS, LDO> RowMath;
 typedef KvcKeyMath<DT, D, DV, G, TMA, WARPS, LDO> KeyMath;
@@ -98,15 +106,15 @@ static_assert(!KEYS_MAJOR || (Q_REGS && RT <= 2), "key-major tiles read the quer
 
 // With the query fragments in registers and values up to 128 wide, up to two
 // row tiles fit in 170 registers (3 CTAs per SM, as many as the shared memory
-// of two stages allows); four row tiles (G > 8) need more: 2 per SM.
-extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <= 128 ? (RT < 4 && STAGES == 2 ? 3 : 2) : 1)
+// of two stages allows, or of one); four row tiles (G > 8) need more: 2 per SM.
+extern "C" __global__ void __launch_bounds__(THREADS, DEEP ? 1 : Q_REGS && DV <= 128 ? (RT < 4 && STAGES <= 2 ? 3 : 2) : 1)
     fsa_kvc_fwd(const __grid_constant__ fsa_kvc_params p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ Shared sh;
     // Swizzled tiles need a 1024-byte aligned base (the plan counts the 1024 bytes more).
     unsigned char *const smem = TMA ? smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u) : smem_raw;
     constexpr u32 K_STRIDE = Stream::K_STRIDE, V_STRIDE = Stream::V_STRIDE;  // between stage buffers
-    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA);
+    const u32 k_s = smem_addr(smem) + fsa_kvc_smem_k(D, DV, G, TMA), v_s = smem_addr(smem) + fsa_kvc_smem_v(D, DV, G, TMA, LAYOUT);
     const u32 q_s = Q_REGS ? k_s + (STAGES - 1) * K_STRIDE : smem_addr(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

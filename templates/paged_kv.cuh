@@ -289,7 +289,9 @@ __device__ __forceinline__ void paged_zero_missing(u32 v_stage, const int *keypo
 template <int D, int DV, int BK, int PAGE, bool TMA = false, bool EVICT_FIRST = false, int STAGES_ = FSA_KVC_STAGES>
 struct PagedStream {
     static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
-    static_assert(STAGES_ >= 2 && (STAGES_ == FSA_KVC_STAGES || TMA), "a stage in use while the next ones load");
+    // cp.async: also one stage (FSA_KVC_LAYOUT_ONE_STAGE), copied once every warp is done with the previous one.
+    static_assert(TMA ? STAGES_ >= 2 : STAGES_ == FSA_KVC_STAGES || STAGES_ == 1,
+                  "a stage in use while the next ones load");
     static_assert(!TMA || fsa_kvc_tma_fits(D, DV, BK, PAGE), "a stage is whole boxes of one page");
     static_assert(!TMA || (KVC_RUN_PAGES <= FSA_KVC_THREADS && KVC_STAGE + KVC_RUN_PAGES / 2 <= FSA_KVC_THREADS),
                   "a thread per page of the first read, the rows and the refills side by side");
@@ -342,7 +344,7 @@ struct PagedStream {
             for (ring.issued = first_issued ? 1 : 0; ring.issued < STAGES - 1; ring.issued++)
                 if (ring.issued < n_stages) tma_stage(ring.issued, buffer(ring.issued));
         } else {
-            PagedSlot first[STAGES - 1];
+            PagedSlot first[STAGES > 1 ? STAGES - 1 : 1];  // (one stage: its lookup waits in `next`)
 #pragma unroll
             for (int s = 0; s < STAGES - 1; s++) first[s] = s < n_stages ? fetch(s) : PagedSlot{-1, 0};
             if (STAGES - 1 < n_stages) next = fetch(STAGES - 1);

@@ -29,6 +29,7 @@ typedef enum tparam {
     TP_FWD_WG,
     TP_QT_FWD,
     TP_QT_BWD,
+    TP_KVC_LAYOUT,
     TP_N
 } tparam;
 
@@ -43,7 +44,7 @@ static const struct {
     [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
     [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
     [TP_FWD_WG] = {"FWD_WG", "fv"},
-    [TP_QT_FWD] = {"QT_FWD", "qf"}, [TP_QT_BWD] = {"QT_BWD", "qb"},
+    [TP_QT_FWD] = {"QT_FWD", "qf"}, [TP_QT_BWD] = {"QT_BWD", "qb"}, [TP_KVC_LAYOUT] = {"KVC_LAYOUT", "kl"},
 };
 
 #define MAX_FAMILY_PARAMS 9
@@ -96,16 +97,19 @@ static const struct {
     [FAM_GATE] = {"nsa_gate", 2, {TP_DTYPE, TP_VALUE_DIM}},
 };
 
-/* The query-tile kernels' mma.sync layout (fsa_qt_layout.cuh): QT_FWD in
- * the forwards, QT_BWD in the backwards; the other families have none (0).
- * It follows the parameters where it is not 0, the template's {{QT_FWD=0}}
- * default otherwise, so the kernels of the default layout keep their keys
- * and names and a smaller layout never shares their cache entries. */
+/* The kernels' shared-memory layout parameter: the query-tile kernels'
+ * mma.sync layout (fsa_qt_layout.cuh), QT_FWD in the forwards, QT_BWD in the
+ * backwards; the paged-cache kernel's KVC_LAYOUT (fsa_layout.cuh); the other
+ * families have none (0). It follows the parameters where it is not 0, the
+ * template's {{QT_FWD=0}} default otherwise, so the kernels of the default
+ * layout keep their keys and names and a smaller layout never shares their
+ * cache entries. */
 static const tparam family_layout[FAM_N] = {
     [FAM_CMP_FWD] = TP_QT_FWD,
     [FAM_SWA_FWD] = TP_QT_FWD,
     [FAM_CMP_BWD] = TP_QT_BWD,
     [FAM_SWA_BWD] = TP_QT_BWD,
+    [FAM_KVC] = TP_KVC_LAYOUT,
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -201,6 +205,11 @@ int fsa_kernel_qt_bwd_forced(void)
     }
 }
 
+int fsa_kernel_kvc_forced(void)
+{
+    return fsa_env_int("FSA_KVC_SMALL", 0, 1, 0) == 1 ? FSA_KVC_LAYOUT_ONE_STAGE : 0;
+}
+
 int fsa_kernel_fwd_wg_variant(void)
 {
     const int v = env_digit("FSA_FWD_WG", FSA_FWD_WG_VARIANT_MAX);
@@ -242,7 +251,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;
-        smem = fsa_kvc_smem_bytes(d, dv, g, c->kvc_tma);
+        smem = fsa_kvc_smem_bytes(d, dv, g, c->kvc_tma, c->kvc_layout);
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma, c->qt_fwd); break;
@@ -308,13 +317,15 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_FWD_WG], sizeof b->values[0], "%d", c->fwd_wg_variant);
     snprintf(b->values[TP_QT_FWD], sizeof b->values[0], "%d", c->qt_fwd);
     snprintf(b->values[TP_QT_BWD], sizeof b->values[0], "%d", c->qt_bwd);
+    snprintf(b->values[TP_KVC_LAYOUT], sizeof b->values[0], "%d", c->kvc_layout);
     size_t n = 0;
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
         b->params[n++] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
     }
     const tparam layout = family_layout[f];
-    if ((layout == TP_QT_FWD && c->qt_fwd != 0) || (layout == TP_QT_BWD && c->qt_bwd != 0))
+    if ((layout == TP_QT_FWD && c->qt_fwd != 0) || (layout == TP_QT_BWD && c->qt_bwd != 0) ||
+        (layout == TP_KVC_LAYOUT && c->kvc_layout != 0))
         b->params[n++] = (fsa_param){tparams[layout].name, b->values[layout], tparams[layout].tag};
     size_t at = 0;
     b->entries[0] = '\0';

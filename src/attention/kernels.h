@@ -67,6 +67,7 @@ typedef struct fsa_kernel_config {
     int bwd_wgmma;               /* query-tile backwards: 0 mma.sync, else warpgroup products (fsa_kernel_bwd_wgmma) */
     int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
     int kvc_tma;                 /* paged-cache attention: FSA_KVC_KERNEL_* bits (kvc_params.cuh; 0 cp.async) */
+    int kvc_layout;              /* paged-cache attention: its layout (FSA_KVC_LAYOUT_*, fsa_layout.cuh; 0 the default) */
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
     int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
     int qt_fwd;                  /* query-tile mma.sync forwards: their layout (FSA_QT_FWD_*; 0 the default) */
@@ -120,6 +121,15 @@ int fsa_kernel_qt_fwd_forced(void);
  * anything else) none. A test's way to run on sm_90a (with FSA_WGMMA_BWD=0)
  * the kernels that 99 KB targets get. Read at plan creation. */
 int fsa_kernel_qt_bwd_forced(void);
+
+/* The layout bits FSA_KVC_SMALL asks of the paged-cache kernel, added to
+ * those the target's shared memory needs (fsa_kvc_layout_fit's `forced`): 1,
+ * one stage buffer (FSA_KVC_LAYOUT_ONE_STAGE, what 192 / 128 at G 8 up and
+ * 256-wide heads take on 99 KB targets); 0 (unset, anything else) none. A
+ * test's way to run on sm_90a the kernels that 99 KB targets get: the plan
+ * then copies by cp.async (the layout is that kernel's). Read at plan
+ * creation. */
+int fsa_kernel_kvc_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -73,9 +73,7 @@ static int deep_wanted(const fsa_kvcache_plan *plan, int max_smem)
     const fsa_kvcache_desc *d = &plan->desc;
     const int mode = kernel_mode(plan, 1), stages_per_block = d->block_size / FSA_KVC_STAGE_KEYS;
     return plan->tma && stages_per_block > 0 && d->top_k * stages_per_block > FSA_KVC_STAGES &&
-           fsa_kvc_smem_bytes(d->head_dim, d->value_dim, plan->group, mode) +
-                   fsa_kvc_static_smem_bytes(plan->group, d->top_k, mode) <=
-               max_smem;
+           fsa_kvc_smem_all(d->head_dim, d->value_dim, plan->group, d->top_k, mode, plan->layout) <= max_smem;
 }
 
 static fsa_status load_kernels(fsa_kvcache_plan *plan)
@@ -83,7 +81,7 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
     const fsa_kvcache_desc *d = &plan->desc;
     fsa_kernel_config c = {.dtype = d->dtype, .head_dim = d->head_dim, .value_dim = d->value_dim,
                            .group = plan->group, .block_size = d->block_size, .top_k = d->top_k,
-                           .page_size = d->page_size, .kvc_tma = kernel_mode(plan, 0)};
+                           .page_size = d->page_size, .kvc_tma = kernel_mode(plan, 0), .kvc_layout = plan->layout};
     fsa_status st = fsa_kernel_load(&plan->fwd, FSA_K_KVC_FWD, plan->ctx, &c);
     if (st != FSA_STATUS_OK || !plan->deep) return st;
     c.kvc_tma = kernel_mode(plan, 1);
@@ -94,10 +92,10 @@ static fsa_status load_kernels(fsa_kvcache_plan *plan)
  * through the shared memory of a cluster of those CTAs (the same bits as the
  * workspace merge: kvc_merge.cuh). FSA_KVC_CLUSTER=0 turns it off (to
  * compare the two merges). */
-static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group, int tma)
+static int cluster_merge_allowed(const fsa_context *ctx, const fsa_kvcache_desc *d, int group, int tma, int layout)
 {
     if (fsa_env_int("FSA_KVC_CLUSTER", 0, 1, 1) == 0) return 0;
-    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group, tma);
+    return fsa_kernel_can_cluster(ctx) && fsa_kvc_cluster_fits(d->head_dim, d->value_dim, group, tma, layout);
 }
 
 /* Whether the kernel copies each stage as tensor-map boxes of one page
@@ -180,7 +178,10 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     plan->group = group;
     plan->tile_tokens = fsa_kvc_tile_tokens(group);
     plan->scale = fsa_softmax_scale(d.scale, d.head_dim);
-    plan->tma = tma_wanted(ctx, desc);
+    /* FSA_KVC_SMALL (tests): the smaller layout where the default fits too. It is the cp.async
+     * kernel's, so such a plan copies by cp.async (as with FSA_KVC_TMA=0). */
+    const int forced_layout = fsa_kernel_kvc_forced();
+    plan->tma = forced_layout ? 0 : tma_wanted(ctx, desc);
     plan->ctas = fsa_env_int("FSA_KVC_CTAS", 0, INT_MAX, 0);
     /* Debug: the kernel variant that writes per-CTA phase stamps (kvc_stamps.cuh) into the
      * zeroed device buffer FSA_KVC_STAMPS names as ADDRESS:BYTES (tensor-map kernels only).
@@ -203,16 +204,20 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     }
     /* Measurement: FSA_KVC_EXPERIMENT=N loads the tensor-map kernel with experiment bits N (kvc_fwd.cu). */
     plan->experiment = plan->tma ? fsa_env_int("FSA_KVC_EXPERIMENT", 0, INT_MAX, 0) & 3 : 0;
-    /* Dynamic and static shared memory of the attention kernel, together. */
-    const int smem_all = fsa_kvc_smem_bytes(desc->head_dim, desc->value_dim, group, kernel_mode(plan, 0)) +
-                         fsa_kvc_static_smem_bytes(group, desc->top_k, kernel_mode(plan, 0));
     const int max_smem = ctx->max_smem_per_block; /* the device's, else the target's */
+    /* The default layout where it fits, else one stage buffer (0 where neither does: refused below
+     * with the default's bytes). */
+    plan->layout = fsa_kvc_layout_fit(desc->head_dim, desc->value_dim, group, desc->top_k, kernel_mode(plan, 0),
+                                      max_smem, forced_layout);
+    /* Dynamic and static shared memory of the attention kernel, together. */
+    const int smem_all =
+        fsa_kvc_smem_all(desc->head_dim, desc->value_dim, group, desc->top_k, kernel_mode(plan, 0), plan->layout);
     if (smem_all > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "head_dim %d, value_dim %d with group %d and top_k %d needs %d bytes of shared memory; %s allows %d",
                  desc->head_dim, desc->value_dim, group, desc->top_k, smem_all, ctx->target, max_smem);
     plan->deep = deep_wanted(plan, max_smem);
-    plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma);
+    plan->cluster = cluster_merge_allowed(ctx, desc, group, plan->tma, plan->layout);
     /* After every switch its record's key names (fsa_kvc_record_key): the split candidates and their
      * record; max_splits sizes the workspace. */
     fsa_kvc_tuning_init(plan);

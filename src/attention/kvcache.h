@@ -32,6 +32,7 @@ struct fsa_kvcache_plan {
     int resident;   /* CTAs of the attention kernel the device holds at once (1 offline) */
     int cluster;    /* split sequences with a CTA per share may merge through a cluster */
     int tma;        /* the kernel copies page boxes by tensor maps (sm_90a; kvcache.c, tma_wanted) */
+    int layout;     /* the kernel's shared-memory layout (FSA_KVC_LAYOUT_*: fsa_kvc_layout_fit; 0 the default) */
     int ctas;       /* CTAs per split (sequence, KV head) when > 0 (FSA_KVC_CTAS), else the wave rule */
     int experiment; /* measurement: FSA_KVC_EXPERIMENT, bits of kvc_fwd.cu's EXPERIMENT (tensor-map kernels) */
     unsigned long long stamps; /* debug: FSA_KVC_STAMPS, a zeroed device buffer for the stamped kernel

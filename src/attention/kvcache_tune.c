@@ -78,12 +78,16 @@ fsa_status fsa_kvc_record_key(fsa_kernel_key *out, const fsa_kvcache_plan *plan)
     const int batch = pow2_at_least(d->max_batch);
     char shape[512], name[128];
     /* The copy path and launch switches the plan resolved at creation (FSA_KVC_TMA, _DEEP, _CLUSTER, _CTAS,
-     * _EXPERIMENT, _STAMPS): a winner measured under one set is not another set's. */
+     * _EXPERIMENT, _STAMPS) and a layout other than the default (fsa_kvc_layout_fit, FSA_KVC_SMALL; not
+     * written for the default, so its records keep their keys): a winner measured under one set is not
+     * another set's. */
+    char layout[32] = "";
+    if (plan->layout != 0) snprintf(layout, sizeof layout, "layout %d\n", plan->layout);
     snprintf(shape, sizeof shape,
              "dtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\npage_size %d\n"
-             "batch %d\nswitches tma %d deep %d cluster %d ctas %d experiment %d stamps %d\n",
+             "batch %d\nswitches tma %d deep %d cluster %d ctas %d experiment %d stamps %d\n%s",
              dtype, d->head_dim, d->value_dim, plan->group, d->num_kv_heads, d->block_size, d->top_k, d->page_size, batch,
-             plan->tma, plan->deep, plan->cluster, plan->ctas, plan->experiment, plan->stamps != 0);
+             plan->tma, plan->deep, plan->cluster, plan->ctas, plan->experiment, plan->stamps != 0, layout);
     snprintf(name, sizeof name, "%s_d%d_dv%d_g%d_h%d_bk%d_k%d_p%d_b%d", dtype, d->head_dim, d->value_dim, plan->group,
              d->num_kv_heads, d->block_size, d->top_k, d->page_size, batch);
     return fsa_tune_key_build(out, plan->ctx, FSA_OP_KVC, shape, name, &plan->tune.c);

@@ -136,12 +136,16 @@ static int random_top_k(fsa_rng *rng)
 }
 
 /* Whether the kernel fits random_smem_limit as fsa_kvcache_plan_create counts it (dynamic plus static
- * shared memory) on row copies and, where the shape allows them, on tensor-map copies: which one a plan
- * takes is the target's choice. */
+ * shared memory, in the layout the plan takes: fsa_kvc_layout_fit) on row copies and, where the shape
+ * allows them, on tensor-map copies: which one a plan takes is the target's choice. (Only on targets
+ * whose shared memory does not hold every default layout, the 99 KB ones, does the layout change what
+ * is drawn.) */
 static int random_shape_fits(int dk, int dv, int g, int k, int bk, int page)
 {
-    for (int tma = 0; tma <= fsa_kvc_tma_fits(dk, dv, bk, page); tma++)
-        if (fsa_kvc_smem_bytes(dk, dv, g, tma) + fsa_kvc_static_smem_bytes(g, k, tma) > random_smem_limit) return 0;
+    for (int tma = 0; tma <= fsa_kvc_tma_fits(dk, dv, bk, page); tma++) {
+        const int layout = fsa_kvc_layout_fit(dk, dv, g, k, tma, random_smem_limit, 0);
+        if (fsa_kvc_smem_all(dk, dv, g, k, tma, layout) > random_smem_limit) return 0;
+    }
     return 1;
 }
 

@@ -2,8 +2,9 @@
  * also against the float64 reference (the fixture's cases,
  * kvcache_fixture.c): the cluster merge against the workspace merge,
  * tensor-map copies against row copies, tiles of more than 32 rows
- * (warpgroup products on tensor maps), and the union of tokens that share
- * one top-k row against the general union. Outputs are poisoned before
+ * (warpgroup products on tensor maps), the union of tokens that share
+ * one top-k row against the general union, and the one-stage layout of
+ * 99 KB targets against the two-stage one. Outputs are poisoned before
  * every run. */
 #include "kvcache_fixture.h"
 
@@ -11,6 +12,7 @@
 #include "jit/context.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +189,86 @@ static void test_tokens_sharing_one_row_give_the_bits_of_the_general_union(void 
     }
 }
 
+/* The fixture's case called `name`. */
+static const kvc_case *case_named(const char *name)
+{
+    for (size_t i = 0; i < kvc_n_cases; i++)
+        if (strcmp(kvc_cases[i].name, name) == 0) return &kvc_cases[i];
+    fail_msg("no kvcache case %s", name);
+    return NULL;
+}
+
+/* A plan of d made with FSA_KVC_SMALL and FSA_KVC_TMA as given (NULL: unset), the environment put back. */
+static fsa_kvcache_plan *plan_under(const fsa_kvcache_desc *d, const char *small, const char *tma, const char *name)
+{
+    char *saved_small = fsa_test_env_swap("FSA_KVC_SMALL", small), *saved_tma = fsa_test_env_swap("FSA_KVC_TMA", tma);
+    fsa_kvcache_plan *plan = NULL;
+    const fsa_status st = fsa_kvcache_plan_create(&plan, kvc_ctx, d);
+    fsa_test_env_restore("FSA_KVC_TMA", saved_tma);
+    fsa_test_env_restore("FSA_KVC_SMALL", saved_small);
+    if (st != FSA_STATUS_OK) fail_msg("plan %s (FSA_KVC_SMALL=%s): %s", name, small ? small : "", fsa_last_error());
+    return plan;
+}
+
+/* The case under FSA_KVC_SMALL=1 (one stage buffer, row copies: what 99 KB targets take where the
+ * default does not fit) and under FSA_KVC_TMA=0 (row copies in the layout the GPU takes: two stages
+ * wherever they fit), both against the reference and the same bits (the same products, shares and
+ * merges in the same order; a split merges through the workspace or a cluster, the same bits too). The
+ * first plan compiled the layout's own kernel (_kl1 in its name), on row copies. */
+static void assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits, uint64_t seed)
+{
+    fsa_kvcache_desc d = kvc_desc_of(c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
+    d.splits = splits;
+    fsa_kvcache_plan *one = plan_under(&d, "1", NULL, c->name), *two = plan_under(&d, NULL, "0", c->name);
+    assert_int_equal(one->layout, FSA_KVC_LAYOUT_ONE_STAGE);
+    assert_false(one->tma);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "kvc_fwd_%s_d%d_dv%d_g%d_bk%d_k%d_p%d_tma0", c->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16",
+             c->d, c->dv ? c->dv : c->d, c->hq / c->hkv, c->bk, c->k, c->page);
+    if (!fsa_test_cache_has_kernel(kvc_ctx, prefix, "_kl1")) fail_msg("no %s..._kl1 kernel in the cache", prefix);
+    if (two->layout != 0)
+        print_message("  %s: one stage is what %s takes anyway: the same kernel twice\n", c->name, kvc_ctx->target);
+    kvc_problem p;
+    kvc_problem_make(&p, c, seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    char name[96];
+    snprintf(name, sizeof name, "one stage, splits %d", splits);
+    kvc_run_and_check(one, &p, name, &a);
+    snprintf(name, sizeof name, "two stages, splits %d", splits);
+    kvc_run_and_check(two, &p, name, &b);
+    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
+    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+    fsa_kvcache_plan_destroy(one);
+    fsa_kvcache_plan_destroy(two);
+}
+
+/* The one-stage layout (fsa_kvc_layout_fit) that the 99 KB targets (sm_86, sm_89, sm_12x) take where the
+ * default does not fit, forced with FSA_KVC_SMALL=1 so that any GPU runs it: against the reference and
+ * the bits of the two-stage layout. Pages of 1 (q_len 1 to 8 over 0 to 30000 cached keys, G 4), 16 (G 1;
+ * NSA's 192 / 128 at G 16 with 1, 4 and 300 tokens), 32 (256 / 128 at G 4; 128 / 256, whose merge area
+ * outgrows one stage), 64 (NSA's 192 / 128 at G 4 with a 600-token chunk; G 16 with a shared selection on
+ * HND pages) and 256; and split sequences (4 shares) at G 4 and at 192 / 128, G 16. */
+static void test_the_one_stage_layout_gives_the_bits_of_two_stages(void **state)
+{
+    (void)state;
+    /* name                          dtype            d    hq hkv bk  k   page seqs                              n  topk          hnd len junk quick dv */
+    static const kvc_case wide = {"bf16_dk256_dv128_g4_page32", FSA_DTYPE_BF16, 256, 8, 2, 64, 16, 32,
+                                  {{1, 2000}, {4, 300}, {40, 64}, {1, 0}}, 4, KVC_TOPK_HTK, 0, 1, 1, 1, 128};
+    static const char *const names[] = {"bf16_d128_g4_bk64_page1",       "f16_d64_g1_bk16_len_thk",
+                                        "f16_dk192_dv128_g16_page16",    "bf16_dk128_dv256_g2_page32",
+                                        "bf16_dk192_dv128_g4_page64",    "bf16_d128_g16_shared_hnd",
+                                        "bf16_d128_g4_bk64_page256"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        assert_one_stage_gives_the_bits_of_two(case_named(names[i]), 0, 1000 + i);
+    assert_one_stage_gives_the_bits_of_two(&wide, 0, 1100);
+    assert_one_stage_gives_the_bits_of_two(case_named("bf16_d128_g4_bk64_page64"), 4, 1200);
+    assert_one_stage_gives_the_bits_of_two(case_named("f16_dk192_dv128_g16_page16"), 4, 1201);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_tensor_map_copies_give_the_bits_of_row_copies),
         cmocka_unit_test(test_wide_tiles_match_the_reference_and_repeat_their_bits),
         cmocka_unit_test(test_tokens_sharing_one_row_give_the_bits_of_the_general_union),
+        cmocka_unit_test(test_the_one_stage_layout_gives_the_bits_of_two_stages),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
      * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */

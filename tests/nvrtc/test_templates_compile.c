@@ -518,6 +518,39 @@ static void test_the_paged_deep_ring_compiles_for_sm_90a(void **state)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) compile_variant(&shapes[i], dvs[i], extra, 2, "sm_90a", used);
 }
 
+/* The paged-cache kernel in its one-stage layout (FSA_KVC_LAYOUT_ONE_STAGE, fsa_kvc_layout_fit) compiles
+ * without spills: for sm_86 the shapes its plans take so (NSA's 192 / 128 at G 8, 16 and 64, pages of 1
+ * and 64; 256 / 128 at G 1 and 16; 256 / 256 at G 1 and 8; 128 / 256, whose merge area outgrows one
+ * stage), and for sm_90a those FSA_KVC_SMALL=1 gives the GPU tests there (cp.async copies, TMA 0: 128 / 128
+ * at G 1, 4 and 16, 192 / 128 at G 16, 256 / 128 at G 4). */
+static void test_the_small_paged_layout_compiles_for_sm_86_and_sm_90a(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *target, *d, *dv, *g, *page;
+    } shapes[] = {
+        {"sm_86", "192", "128", "8", "64"},   {"sm_86", "192", "128", "16", "1"},  {"sm_86", "192", "128", "64", "64"},
+        {"sm_86", "256", "128", "1", "16"},   {"sm_86", "256", "128", "16", "64"}, {"sm_86", "256", "256", "1", "32"},
+        {"sm_86", "256", "256", "8", "256"},  {"sm_86", "128", "256", "2", "32"},  {"sm_90a", "128", "128", "1", "64"},
+        {"sm_90a", "128", "128", "4", "64"},  {"sm_90a", "128", "128", "16", "64"}, {"sm_90a", "192", "128", "16", "64"},
+        {"sm_90a", "256", "128", "4", "64"},
+    };
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int sm86 = strcmp(shapes[i].target, "sm_86") == 0;
+        const int dk = atoi(shapes[i].d), dv = atoi(shapes[i].dv), g = atoi(shapes[i].g);
+        /* sm_86: what its shared memory needs; sm_90a: what the override adds there */
+        const int layout = fsa_kvc_layout_fit(dk, dv, g, 16, 0, sm86 ? 101376 : 232448, sm86 ? 0 : FSA_KVC_LAYOUT_ONE_STAGE);
+        assert_int_equal(layout, FSA_KVC_LAYOUT_ONE_STAGE);
+        char kl[4];
+        snprintf(kl, sizeof kl, "%d", layout);
+        const variant v = {.family = "kvc_fwd", .dtype = "bf16", .d = shapes[i].d, .g = shapes[i].g, .bk = "64", .k = "16"};
+        const fsa_param extra[] = {{"PAGE_SIZE", shapes[i].page, "p"}, {"TMA", "0", "tma"}, {"KVC_LAYOUT", kl, "kl"}};
+        print_message("  KVC_LAYOUT=%s:\n", kl);
+        compile_variant(&v, shapes[i].dv, extra, 3, shapes[i].target, used);
+    }
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -576,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_every_warpgroup_selected_backward_variant_compiles_for_sm_90a),
         cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),
         cmocka_unit_test(test_the_paged_deep_ring_compiles_for_sm_90a),
+        cmocka_unit_test(test_the_small_paged_layout_compiles_for_sm_86_and_sm_90a),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests (each compiles for minutes). */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));

@@ -117,13 +117,14 @@ static void test_a_backward_with_dims_over_320_together_needs_both_dims_to_be_mu
 }
 
 /* The paged-cache kernel at Dk = Dv = 256 with a group of 16 keeps more query
- * rows and stages than sm_80's shared memory holds: its plan says so instead
- * of failing a launch. A descriptor of the first version (no value_dim) reads
- * it as head_dim. */
+ * rows and stages than a 99 KB target's shared memory holds, even in its
+ * one-stage layout (105800 bytes): its plan says so, with the default
+ * layout's bytes as before, instead of failing a launch. A descriptor of the
+ * first version (no value_dim) reads it as head_dim. */
 static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported(void **state)
 {
     (void)state;
-    fsa_context *ctx = offline_context("sm_80");
+    fsa_context *ctx = offline_context("sm_86");
     fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
     d.num_q_heads = 32, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
     d.head_dim = 256;
@@ -131,7 +132,8 @@ static void test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupport
     fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
     EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
     assert_null(plan);
-    assert_non_null(strstr(fsa_last_error(), "shared memory"));
+    assert_non_null(strstr(fsa_last_error(), "head_dim 256, value_dim 256 with group 16 and top_k 16 needs 174928 "
+                                             "bytes of shared memory; sm_86 allows 101376"));
     d.value_dim = 0;
     _Alignas(16) unsigned char buf[sizeof d + 16];
     memset(buf, 0xa5, sizeof buf); /* what lies past an older caller's struct is not its */
@@ -329,14 +331,16 @@ static void test_a_forced_fsa_path_that_does_not_fit_is_unsupported(void **state
 
 /* A context that compiles nothing: a descriptor that passes every check stops
  * where its first kernel would be compiled (FSA_STATUS_JIT_DISABLED). */
-static fsa_context *checks_only_context(void)
+static fsa_context *checks_only_context_for(const char *target)
 {
-    fsa_context_options o = offline_options("sm_90a");
+    fsa_context_options o = offline_options(target);
     o.jit = FSA_JIT_OFF;
     fsa_context *ctx = NULL;
     if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("offline context: %s", fsa_last_error());
     return ctx;
 }
+
+static fsa_context *checks_only_context(void) { return checks_only_context_for("sm_90a"); }
 
 /* The NSA-order kernels (forward, and the backward's dq) have one grid row per
  * (KV head, group of query heads), and a grid has at most 65535 rows: a plan
@@ -362,6 +366,52 @@ static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **st
     d.algorithm = FSA_ALGORITHM_NSA;
     EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
     fsa_context_destroy(ctx);
+}
+
+/* A paged-cache plan of Dk / Dv and the group's heads per KV head on `target` (FSA_KVC_SMALL as `small`,
+ * NULL unset) gets past every check and stops at its kernel, which the message names: that name (and so
+ * the kernel's key) contains `part`, and not `not_part` (NULL: no such check). */
+static void expect_paged_kernel(const char *target, int dk, int dv, int g, const char *small, const char *part,
+                                const char *not_part)
+{
+    fsa_context *ctx = checks_only_context_for(target);
+    fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
+    d.num_q_heads = 2 * g, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
+    d.head_dim = dk, d.value_dim = dv;
+    fsa_kvcache_plan *plan = NULL;
+    char *saved = fsa_test_env_swap("FSA_KVC_SMALL", small);
+    const fsa_status st = fsa_kvcache_plan_create(&plan, ctx, &d);
+    fsa_test_env_restore("FSA_KVC_SMALL", saved);
+    if (st != FSA_STATUS_JIT_DISABLED)
+        fail_msg("%s %d / %d G %d: status %d, %s", target, dk, dv, g, (int)st, fsa_last_error());
+    assert_null(plan);
+    if (strstr(fsa_last_error(), part) == NULL || (not_part && strstr(fsa_last_error(), not_part) != NULL))
+        fail_msg("%s %d / %d G %d: want %s%s%s in: %s", target, dk, dv, g, part, not_part ? ", not " : "",
+                 not_part ? not_part : "", fsa_last_error());
+    fsa_context_destroy(ctx);
+}
+
+/* Where the paged-cache kernel's default layout does not fit the target's shared memory, the plan takes
+ * one stage buffer (fsa_kvc_layout_fit) and gets as far as loading that kernel, whose name and key carry
+ * the layout (_kl1): NSA's 192 / 128 at G 16 on sm_86 (refused before), 256 / 128 at G 1 on sm_89,
+ * 256 / 256 at G 4 on sm_120 and at G 16 on sm_80. A shape whose default fits keeps the default kernel's
+ * name (no _kl field): 192 / 128 at G 4 on sm_86, every shape on sm_90a. FSA_KVC_SMALL=1 adds the layout
+ * where the default fits, on cp.async copies: on sm_90a, where 128 / 128 at page 64 would take tensor
+ * maps (tma1), the plan loads the one-stage kernel of row copies (tma0_kl1). */
+static void test_a_paged_cache_plan_takes_one_stage_where_the_default_does_not_fit(void **state)
+{
+    (void)state;
+    expect_paged_kernel("sm_86", 192, 128, 16, NULL, "kvc_fwd_bf16_d192_dv128_g16_bk64_k16_p64_tma0_kl1 is not", NULL);
+    expect_paged_kernel("sm_89", 256, 128, 1, NULL, "kvc_fwd_bf16_d256_dv128_g1_bk64_k16_p64_tma0_kl1 is not", NULL);
+    expect_paged_kernel("sm_120", 256, 256, 4, NULL, "kvc_fwd_bf16_d256_dv256_g4_bk64_k16_p64_tma0_kl1 is not", NULL);
+    expect_paged_kernel("sm_80", 256, 256, 16, NULL, "kvc_fwd_bf16_d256_dv256_g16_bk64_k16_p64_tma0_kl1 is not", NULL);
+    expect_paged_kernel("sm_86", 192, 128, 4, NULL, "kvc_fwd_bf16_d192_dv128_g4_bk64_k16_p64_tma0 is not", "_kl");
+    expect_paged_kernel("sm_90a", 192, 128, 16, NULL, "kvc_fwd_bf16_d192_dv128_g16_bk64_k16_p64_tma0 is not", "_kl");
+    expect_paged_kernel("sm_90a", 128, 128, 4, NULL, "kvc_fwd_bf16_d128_dv128_g4_bk64_k16_p64_tma1 is not", "_kl");
+    expect_paged_kernel("sm_90a", 128, 128, 4, "1", "kvc_fwd_bf16_d128_dv128_g4_bk64_k16_p64_tma0_kl1 is not", NULL);
+    expect_paged_kernel("sm_86", 192, 128, 16, "1", "kvc_fwd_bf16_d192_dv128_g16_bk64_k16_p64_tma0_kl1 is not", NULL);
+    /* Any other value of the override leaves the target's choice. */
+    expect_paged_kernel("sm_90a", 128, 128, 4, "2", "kvc_fwd_bf16_d128_dv128_g4_bk64_k16_p64_tma1 is not", "_kl");
 }
 
 static fsa_kvcache_desc good_kvcache_desc(void)
@@ -439,6 +489,7 @@ int main(void)
         OFF(test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported),
         OFF(test_a_backward_with_dims_over_320_together_needs_both_dims_to_be_multiples_of_32),
         cmocka_unit_test(test_a_paged_cache_shape_over_the_targets_shared_memory_is_unsupported),
+        cmocka_unit_test(test_a_paged_cache_plan_takes_one_stage_where_the_default_does_not_fit),
         cmocka_unit_test(test_window_and_compressed_shapes_over_the_targets_shared_memory_are_unsupported),
         OFF(test_bad_head_counts_are_invalid_arguments),
         OFF(test_a_group_larger_than_128_is_unsupported),

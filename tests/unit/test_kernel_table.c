@@ -309,9 +309,10 @@ static void test_selected_kernels_at_dk_192_dv_128_and_256_fit_sm_80_and_sm_90a(
                 const unsigned sizes[] = {smem_of(FSA_K_FWD_MAIN, &c), smem_of(FSA_K_FWD_NSA, &c),
                                           smem_of(FSA_K_BWD_MAIN, &c), smem_of(FSA_K_BWD_DQ_NSA, &c),
                                           smem_of(FSA_K_KVC_FWD, &c) +
-                                              (unsigned)fsa_kvc_static_smem_bytes(groups[gi], c.top_k, c.kvc_tma)};
+                                              (unsigned)fsa_kvc_static_smem_bytes(groups[gi], c.top_k, c.kvc_tma, c.kvc_layout)};
                 /* The paged kernel keeps all query rows of a large group: at Dk = Dv = 256 with
-                 * G 16 it needs more than sm_80 has, and its plan refuses the shape. */
+                 * G 16 its default layout needs more than sm_80 has, and its plan takes one stage
+                 * buffer there (fsa_kvc_layout_fit; test_kvcache_layout.c). */
                 const size_t n = di > 0 && ti == 0 ? 4 : 5;
                 for (size_t k = 0; k < n; k++)
                     if (sizes[k] > limit)

@@ -107,6 +107,15 @@ static char *publish(fixture *f, const fsa_kvcache_plan *p, int winner)
     assert_int_equal(fsa_kvc_record_key(&other_key, &other), FSA_STATUS_OK);
     assert_string_not_equal(key.hex, other_key.hex);
     fsa_key_free(&other_key);
+    /* The default layout writes no layout line (its records keep the keys they had); one stage buffer
+     * (fsa_kvc_layout_fit, FSA_KVC_SMALL) is another record. */
+    assert_null(strstr(key.text, "layout"));
+    other = *p;
+    other.layout = FSA_KVC_LAYOUT_ONE_STAGE;
+    assert_int_equal(fsa_kvc_record_key(&other_key, &other), FSA_STATUS_OK);
+    assert_non_null(strstr(other_key.text, "\nlayout 1\n"));
+    assert_string_not_equal(key.hex, other_key.hex);
+    fsa_key_free(&other_key);
     fsa_tune_publish(&f->ctx, &key, FSA_OP_KVC, &p->tune.c, winner, NULL);
     char *path = fsa_disk_cache_record_path(f->ctx.disk, &key, f->ctx.target);
     fsa_key_free(&key);
