@@ -34,6 +34,29 @@ static int path_taken(const fsa_kvcache_plan *plan, const char *off)
     return plan->cluster;
 }
 
+/* Two runs' outputs, the same bits. */
+static void assert_same_bits(const kvc_outputs *a, const kvc_outputs *b, const kvc_problem *p)
+{
+    assert_memory_equal(a->o_bits, b->o_bits, (size_t)p->Tq * p->hq * p->dv * 2);
+    assert_memory_equal(a->lse, b->lse, (size_t)p->Tq * p->hq * 4);
+}
+
+/* Two plans of case c on one problem (seed): both against the reference, and the same bits. */
+static void assert_plans_give_the_same_bits(const kvc_case *c, uint64_t seed, fsa_kvcache_plan *first,
+                                            const char *first_name, fsa_kvcache_plan *second, const char *second_name)
+{
+    kvc_problem p;
+    kvc_problem_make(&p, c, seed);
+    kvc_problem_reference(&p);
+    kvc_outputs a, b;
+    kvc_run_and_check(first, &p, first_name, &a);
+    kvc_run_and_check(second, &p, second_name, &b);
+    assert_same_bits(&a, &b, &p);
+    kvc_outputs_free(&a);
+    kvc_outputs_free(&b);
+    kvc_problem_free(&p);
+}
+
 /* A plan of the case's descriptor made with the environment variable
  * `off` set to 0 (a path turned off), and the two plans' outputs on one
  * problem: both against the reference, and the same bits. The plan without
@@ -53,17 +76,7 @@ static void assert_path_gives_the_same_bits(const fsa_kvcache_desc *d, const kvc
         assert_true(path_taken(with, off));
     else
         print_message("  %s: %s not required on %s: the same bits only\n", c->name, with_name, kvc_ctx->target);
-    kvc_problem p;
-    kvc_problem_make(&p, c, seed);
-    kvc_problem_reference(&p);
-    kvc_outputs a, b;
-    kvc_run_and_check(with, &p, with_name, &a);
-    kvc_run_and_check(without, &p, without_name, &b);
-    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-    kvc_outputs_free(&a);
-    kvc_outputs_free(&b);
-    kvc_problem_free(&p);
+    assert_plans_give_the_same_bits(c, seed, with, with_name, without, without_name);
     fsa_kvcache_plan_destroy(with);
     fsa_kvcache_plan_destroy(without);
 }
@@ -141,8 +154,7 @@ static void test_wide_tiles_match_the_reference_and_repeat_their_bits(void **sta
         kvc_outputs a, b;
         kvc_run_and_check(kvc_plan_of(ci), &p, "wide tiles", &a);
         kvc_run_and_check(kvc_plan_of(ci), &p, "wide tiles, again", &b);
-        assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-        assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
+        assert_same_bits(&a, &b, &p);
         kvc_outputs_free(&a);
         kvc_outputs_free(&b);
         const fsa_kvcache_desc d = kvc_desc_of(&kvc_cases[ci], KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
@@ -181,8 +193,7 @@ static void test_tokens_sharing_one_row_give_the_bits_of_the_general_union(void 
         kvc_run_and_check(kvc_plan_of(ci), &p, kvc_cases[ci].name, &one);
         kvc_rotate_rows(&p);
         kvc_run_and_check(kvc_plan_of(ci), &p, "slots rotated", &general);
-        assert_memory_equal(one.o_bits, general.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-        assert_memory_equal(one.lse, general.lse, (size_t)p.Tq * p.hq * 4);
+        assert_same_bits(&one, &general, &p);
         kvc_outputs_free(&one);
         kvc_outputs_free(&general);
         kvc_problem_free(&p);
@@ -228,20 +239,10 @@ static void assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits
     if (!fsa_test_cache_has_kernel(kvc_ctx, prefix, "_kl1")) fail_msg("no %s..._kl1 kernel in the cache", prefix);
     if (two->layout != 0)
         print_message("  %s: one stage is what %s takes anyway: the same kernel twice\n", c->name, kvc_ctx->target);
-    kvc_problem p;
-    kvc_problem_make(&p, c, seed);
-    kvc_problem_reference(&p);
-    kvc_outputs a, b;
-    char name[96];
-    snprintf(name, sizeof name, "one stage, splits %d", splits);
-    kvc_run_and_check(one, &p, name, &a);
-    snprintf(name, sizeof name, "two stages, splits %d", splits);
-    kvc_run_and_check(two, &p, name, &b);
-    assert_memory_equal(a.o_bits, b.o_bits, (size_t)p.Tq * p.hq * p.dv * 2);
-    assert_memory_equal(a.lse, b.lse, (size_t)p.Tq * p.hq * 4);
-    kvc_outputs_free(&a);
-    kvc_outputs_free(&b);
-    kvc_problem_free(&p);
+    char one_name[48], two_name[48];
+    snprintf(one_name, sizeof one_name, "one stage, splits %d", splits);
+    snprintf(two_name, sizeof two_name, "two stages, splits %d", splits);
+    assert_plans_give_the_same_bits(c, seed, one, one_name, two, two_name);
     fsa_kvcache_plan_destroy(one);
     fsa_kvcache_plan_destroy(two);
 }
