@@ -353,8 +353,8 @@ FSA_LAYOUT_FN int fsa_kvc_mode_stages(int mode)
     return (mode & 1) && (mode & FSA_KVC_KERNEL_DEEP) ? FSA_KVC_DEEP_STAGES : FSA_KVC_STAGES;
 }
 /* The layout on targets whose shared memory per block does not hold the
- * default one (the 99 KB targets sm_86, sm_89, sm_12x: 192 / 128 from G 8,
- * and head dims of 256; sm_80: the widest heads above G 8, e.g. 256 / 256):
+ * default one (the 99 KB targets sm_86, sm_89, sm_12x: 192 / 128 from G 5
+ * (G 1 and 2 at large top-k), and head dims of 256; sm_80: the widest heads above G 8, e.g. 256 / 256):
  * bits over the default, 0 keeping it.
  *  FSA_KVC_LAYOUT_ONE_STAGE: one K and one V stage buffer instead of
  *      FSA_KVC_STAGES (cp.async only: the tensor-map kernels take Dk <= 128,
@@ -534,16 +534,16 @@ FSA_LAYOUT_FN int fsa_kvc_smem_all(int dk, int dv, int g, int k, int mode, int l
  * at top-k 16), else one stage (FSA_KVC_LAYOUT_ONE_STAGE: every shape left on
  * sm_80; on the 99 KB targets every 192 / 128, 256 / 128 and 128 / 256
  * shape, and 256 / 256 up to G 8); 0 where neither fits (the plan refuses
- * the shape with the default's bytes, as before). `forced` (nonzero: bits a
- * test's override asks for, FSA_KVC_SMALL) is added to what the target
- * needs, never taken instead of it. Tensor-map kernels keep 0. */
+ * the shape with the default's bytes, as before, also under an override).
+ * `forced` (nonzero: bits a test's override asks for, FSA_KVC_SMALL) is
+ * added to what the target needs, never taken instead of it. Tensor-map
+ * kernels keep 0. */
 FSA_LAYOUT_FN int fsa_kvc_layout_fit(int dk, int dv, int g, int k, int mode, int max_smem, int forced)
 {
     const int one = FSA_KVC_LAYOUT_ONE_STAGE;
-    const int needed = fsa_kvc_smem_all(dk, dv, g, k, mode, 0) <= max_smem     ? 0
-                       : fsa_kvc_smem_all(dk, dv, g, k, mode, one) <= max_smem ? one
-                                                                               : 0;
-    return mode & 1 ? 0 : needed | (forced & one);
+    if (mode & 1) return 0;
+    if (fsa_kvc_smem_all(dk, dv, g, k, mode, 0) <= max_smem) return forced & one;
+    return fsa_kvc_smem_all(dk, dv, g, k, mode, one) <= max_smem ? one : 0;
 }
 
 #endif

@@ -66,6 +66,9 @@ static_assert(G <= FSA_KVC_MAX_GROUP && TPT <= 32, "token masks are 32-bit");
 static_assert(TMA ? STAGES * (Stream::K_STAGE_BYTES + Stream::V_STAGE_BYTES) >= WARPS * 16 * LDO * 4
                   : fsa_kvc_smem_k(D, DV, G, 0) + WARPS * 16 * LDO * 4 <= fsa_kvc_smem_bytes(D, DV, G, 0, LAYOUT),
               "merge area fits in the K/V buffers (cp.async: in the dynamic shared memory)");
+// The default layout's buffers hold the merge area themselves (its dynamic shared memory is its stages').
+static_assert(TMA || LAYOUT != 0 || fsa_kvc_smem_k(D, DV, G, 0) + WARPS * 16 * LDO * 4 <= fsa_kvc_stages_end(D, DV, G, 0, 0),
+              "the two-stage layout's merge area fits in its K/V buffers");
 static_assert(!TMA || STAGES == 2 || DEEP, "a share merges against the first or the last buffer while the next fills the other");
 static_assert(ROWS <= KVC_STAGE, "the query rows fit in a K stage buffer");
 // Tiles of more than 32 live rows (rte 4: G > 8 with several tokens, e.g. 4

@@ -124,7 +124,7 @@ int fsa_kernel_qt_bwd_forced(void);
 
 /* The layout bits FSA_KVC_SMALL asks of the paged-cache kernel, added to
  * those the target's shared memory needs (fsa_kvc_layout_fit's `forced`): 1,
- * one stage buffer (FSA_KVC_LAYOUT_ONE_STAGE, what 192 / 128 at G 8 up and
+ * one stage buffer (FSA_KVC_LAYOUT_ONE_STAGE, what 192 / 128 from G 5 and
  * 256-wide heads take on 99 KB targets); 0 (unset, anything else) none. A
  * test's way to run on sm_90a the kernels that 99 KB targets get: the plan
  * then copies by cp.async (the layout is that kernel's). Read at plan

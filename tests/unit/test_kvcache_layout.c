@@ -115,6 +115,7 @@ static void test_the_override_adds_one_stage_to_what_the_target_needs(void **sta
     assert_int_equal(fsa_kvc_layout_fit(128, 128, 4, 16, FSA_KVC_KERNEL_TMA, SM_90, one), 0);
     assert_int_equal(fsa_kvc_layout_fit(128, 128, 4, 16, FSA_KVC_KERNEL_TMA | FSA_KVC_KERNEL_DEEP, SM_90, one), 0);
     assert_int_equal(fsa_kvc_layout_fit(256, 256, 16, 16, 0, SM_99KB, 0), 0);
+    assert_int_equal(fsa_kvc_layout_fit(256, 256, 16, 16, 0, SM_99KB, one), 0);
     /* The stage buffers of each kernel: one in the small layout, two by default, four in the deep ring. */
     assert_int_equal(fsa_kvc_stages(0, one), 1);
     assert_int_equal(fsa_kvc_stages(0, 0), FSA_KVC_STAGES);
