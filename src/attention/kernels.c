@@ -323,9 +323,8 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
         const tparam t = families[f].params[i];
         b->params[n++] = (fsa_param){tparams[t].name, b->values[t], tparams[t].tag};
     }
-    const tparam layout = family_layout[f];
-    if ((layout == TP_QT_FWD && c->qt_fwd != 0) || (layout == TP_QT_BWD && c->qt_bwd != 0) ||
-        (layout == TP_KVC_LAYOUT && c->kvc_layout != 0))
+    const tparam layout = family_layout[f]; /* TP_DTYPE (0): the family has none */
+    if (layout != TP_DTYPE && strcmp(b->values[layout], "0") != 0)
         b->params[n++] = (fsa_param){tparams[layout].name, b->values[layout], tparams[layout].tag};
     size_t at = 0;
     b->entries[0] = '\0';
