@@ -8,6 +8,7 @@
  * every run. */
 #include "kvcache_fixture.h"
 
+#include "attention/kernels.h"
 #include "attention/kvcache.h"
 #include "jit/context.h"
 
@@ -209,12 +210,18 @@ static const kvc_case *case_named(const char *name)
     return NULL;
 }
 
-/* A plan of d made with FSA_KVC_SMALL and FSA_KVC_TMA as given (NULL: unset), the environment put back. */
+/* FSA_KVC_CTAS for the plans below (NULL: unset): "1" runs every share of a split sequence on one CTA. */
+static const char *plan_ctas;
+
+/* A plan of d made with FSA_KVC_SMALL and FSA_KVC_TMA as given and FSA_KVC_CTAS as plan_ctas (NULL: unset),
+ * the environment put back. */
 static fsa_kvcache_plan *plan_under(const fsa_kvcache_desc *d, const char *small, const char *tma, const char *name)
 {
     char *saved_small = fsa_test_env_swap("FSA_KVC_SMALL", small), *saved_tma = fsa_test_env_swap("FSA_KVC_TMA", tma);
+    char *saved_ctas = fsa_test_env_swap("FSA_KVC_CTAS", plan_ctas);
     fsa_kvcache_plan *plan = NULL;
     const fsa_status st = fsa_kvcache_plan_create(&plan, kvc_ctx, d);
+    fsa_test_env_restore("FSA_KVC_CTAS", saved_ctas);
     fsa_test_env_restore("FSA_KVC_TMA", saved_tma);
     fsa_test_env_restore("FSA_KVC_SMALL", saved_small);
     if (st != FSA_STATUS_OK) fail_msg("plan %s (FSA_KVC_SMALL=%s): %s", name, small ? small : "", fsa_last_error());
@@ -226,7 +233,7 @@ static fsa_kvcache_plan *plan_under(const fsa_kvcache_desc *d, const char *small
  * wherever they fit), both against the reference and the same bits (the same products, shares and
  * merges in the same order; a split merges through the workspace or a cluster, the same bits too). The
  * first plan compiled the layout's own kernel (_kl1 in its name), on row copies. */
-static void assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits, uint64_t seed)
+static fsa_kvcache_plan *assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits, uint64_t seed)
 {
     fsa_kvcache_desc d = kvc_desc_of(c, KVC_FIXTURE_MAX_BATCH, KVC_FIXTURE_MAX_TOKENS);
     d.splits = splits;
@@ -243,8 +250,8 @@ static void assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits
     snprintf(one_name, sizeof one_name, "one stage, splits %d", splits);
     snprintf(two_name, sizeof two_name, "two stages, splits %d", splits);
     assert_plans_give_the_same_bits(c, seed, one, one_name, two, two_name);
-    fsa_kvcache_plan_destroy(one);
     fsa_kvcache_plan_destroy(two);
+    return one; /* the caller's, for its own checks */
 }
 
 /* The one-stage layout (fsa_kvc_layout_fit) that the 99 KB targets (sm_86, sm_89, sm_12x) take where the
@@ -252,7 +259,8 @@ static void assert_one_stage_gives_the_bits_of_two(const kvc_case *c, int splits
  * the bits of the two-stage layout. Pages of 1 (q_len 1 to 8 over 0 to 30000 cached keys, G 4), 16 (G 1;
  * NSA's 192 / 128 at G 16 with 1, 4 and 300 tokens), 32 (256 / 128 at G 4; 128 / 256, whose merge area
  * outgrows one stage), 64 (NSA's 192 / 128 at G 4 with a 600-token chunk; G 16 with a shared selection on
- * HND pages) and 256; and split sequences (4 shares) at G 4 and at 192 / 128, G 16. */
+ * HND pages) and 256; and split sequences (4 shares) at G 4, at 192 / 128, G 16, at 256 / 128, G 4 (merged in a cluster where the
+ * GPU launches clusters) and with every share on one CTA (FSA_KVC_CTAS=1). */
 static void test_the_one_stage_layout_gives_the_bits_of_two_stages(void **state)
 {
     (void)state;
@@ -264,10 +272,21 @@ static void test_the_one_stage_layout_gives_the_bits_of_two_stages(void **state)
                                         "bf16_dk192_dv128_g4_page64",    "bf16_d128_g16_shared_hnd",
                                         "bf16_d128_g4_bk64_page256"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        assert_one_stage_gives_the_bits_of_two(case_named(names[i]), 0, 1000 + i);
-    assert_one_stage_gives_the_bits_of_two(&wide, 0, 1100);
-    assert_one_stage_gives_the_bits_of_two(case_named("bf16_d128_g4_bk64_page64"), 4, 1200);
-    assert_one_stage_gives_the_bits_of_two(case_named("f16_dk192_dv128_g16_page16"), 4, 1201);
+        fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(case_named(names[i]), 0, 1000 + i));
+    fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(&wide, 0, 1100));
+    fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(case_named("bf16_d128_g4_bk64_page64"), 4, 1200));
+    fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(case_named("f16_dk192_dv128_g16_page16"), 4, 1201));
+    /* 256 / 128 at G 4 is a shape whose cluster share fits beside one stage (fsa_kvc_cluster_fits): split
+     * in 4 shares, a GPU that launches clusters merges them there. */
+    fsa_kvcache_plan *one = assert_one_stage_gives_the_bits_of_two(&wide, 4, 1300);
+    if (fsa_kernel_can_cluster(kvc_ctx)) assert_true(one->cluster);
+    fsa_kvcache_plan_destroy(one);
+    /* Every share of a split sequence on one CTA (FSA_KVC_CTAS=1): a CTA's second and later shares start
+     * their stream in the buffer the previous share's merge area used. */
+    plan_ctas = "1";
+    fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(case_named("bf16_d128_g4_bk64_page64"), 4, 1400));
+    fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(&wide, 4, 1401));
+    plan_ctas = NULL;
 }
 
 int main(void)
