@@ -114,6 +114,41 @@ uint64_t fsa_test_random_case_seed(uint64_t base, int i)
     return fsa_rng_next(&r);
 }
 
+int fsa_test_case_listed(const char *name)
+{
+    const char *only = getenv("FSA_TEST_CASES");
+    if (only == NULL) return -1;
+    const size_t n = strlen(name);
+    for (const char *at = strstr(only, name); at != NULL; at = strstr(at + 1, name))
+        if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
+    return 0;
+}
+
+void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n_cases)
+{
+    const char *only = getenv("FSA_TEST_CASES");
+    if (only == NULL) return;
+    int named = 0;
+    for (const char *at = only;; at++) {
+        const size_t n = strcspn(at, ",");
+        if (n > 0) {
+            size_t i = 0;
+            while (i < n_cases && (strlen(name_of(i)) != n || strncmp(name_of(i), at, n) != 0)) i++;
+            if (i == n_cases) {
+                fprintf(stderr, "FSA_TEST_CASES=%s: no case is named \"%.*s\"\n", only, (int)n, at);
+                exit(1);
+            }
+            named++;
+        }
+        at += n;
+        if (*at == '\0') break;
+    }
+    if (named == 0) {
+        fprintf(stderr, "FSA_TEST_CASES is set but names no case\n");
+        exit(1);
+    }
+}
+
 double fsa_rng_uniform(fsa_rng *r) { return (double)(fsa_rng_next(r) >> 11) * 0x1.0p-53; }
 
 double fsa_rng_normal(fsa_rng *r)

@@ -68,6 +68,14 @@ uint64_t fsa_test_random_seed(uint64_t fallback);
 uint64_t fsa_test_random_case_seed(uint64_t base, int i);
 uint64_t fsa_test_random_rerun_seed(uint64_t base, int i);
 
+/* FSA_TEST_CASES=name,name,... runs only the fixed cases named (e.g. one that the quick subset leaves
+ * out, under compute-sanitizer) and no random ones. fsa_test_case_listed: 1 when `name` is listed, 0
+ * when not, -1 when the variable is unset. fsa_test_check_case_list: every listed name must be one of
+ * the n cases name_of(0 .. n-1), else it prints why and exits 1 (a mistyped list would select nothing,
+ * and the tests would pass having checked none). */
+int fsa_test_case_listed(const char *name);
+void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n);
+
 /* Round to nearest even; NaN stays NaN. */
 uint16_t fsa_f32_to_bf16(float x);
 float fsa_bf16_to_f32(uint16_t x);

@@ -5,7 +5,7 @@
  * with fewer blocks than K, exact ties, 1024 KV heads, determinism and graph
  * capture. Errors are bounded over each tensor and over each (token, head)
  * row; what sees nothing has exactly zero outputs and gradients.
- * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset.
+ * Outputs are poisoned before every run. FSA_TEST_QUICK=1 runs a subset, FSA_TEST_CASES=name,... the fixed cases named.
  * Besides the table, random cases drawn over every shape a plan takes go
  * through the same checks: FSA_TEST_RANDOM=N of them (default 4, 1 under
  * FSA_TEST_QUICK=1, 0 none), from FSA_TEST_SEED=S (default 0xc0de5eed);
@@ -89,7 +89,14 @@ static fsa_compressed_plan *g_plans[N_CASES];
 static int g_refused[N_CASES]; /* by this GPU's shared memory (fsa_test_refused_for_shared_memory) */
 static int g_quick;
 
-static int runs(const cmp_case *c) { return !g_quick || c->quick; }
+/* FSA_TEST_CASES picks fixed cases by name (testing.h), else the quick subset or all. */
+static int runs(const cmp_case *c)
+{
+    const int listed = fsa_test_case_listed(c->name);
+    return listed >= 0 ? listed : !g_quick || c->quick;
+}
+
+static const char *case_name(size_t i) { return cases[i].name; }
 
 /* The index of the fixed case of that name (a test's own list of cases names them). */
 static size_t case_named(const char *name)
@@ -806,7 +813,7 @@ static void *random_plan_worker(void *arg)
 static void test_random_cases_match_the_reference(void **state)
 {
     (void)state;
-    const uint64_t count = (uint64_t)fsa_test_random_count(-1);
+    const uint64_t count = (uint64_t)fsa_test_random_count(getenv("FSA_TEST_CASES") != NULL ? 0 : -1);
     const uint64_t base = fsa_test_random_seed(RANDOM_SEED_DEFAULT);
     print_message("  %llu random cases, FSA_TEST_SEED=0x%llx\n", (unsigned long long)count, (unsigned long long)base);
     random_job *jobs = calloc(RANDOM_BATCH, sizeof *jobs);
@@ -1192,6 +1199,7 @@ int main(void)
      * under compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
     fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
     fsa_test_random_seed(RANDOM_SEED_DEFAULT);
+    fsa_test_check_case_list(case_name, N_CASES); /* a mistyped FSA_TEST_CASES exits here, GPU or not */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -29,47 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* FSA_TEST_CASES=name,name,... runs only the cases named (e.g. one that the
- * quick subset leaves out, under compute-sanitizer). */
+/* FSA_TEST_CASES picks cases by name (testing.h), else the quick subset or all. */
 static int case_selected(size_t i)
 {
-    const char *only = getenv("FSA_TEST_CASES");
-    if (only != NULL) {
-        const size_t n = strlen(kvc_cases[i].name);
-        for (const char *at = strstr(only, kvc_cases[i].name); at != NULL; at = strstr(at + 1, kvc_cases[i].name))
-            if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
-        return 0;
-    }
+    const int listed = fsa_test_case_listed(kvc_cases[i].name);
+    if (listed >= 0) return listed;
     const char *quick = getenv("FSA_TEST_QUICK");
     return !(quick && atoi(quick)) || kvc_cases[i].quick;
 }
 
-/* Every name in FSA_TEST_CASES must be a case of the fixture: a mistyped list would select nothing, and
- * the tests that run the cases would pass having checked none. Exits 1 otherwise. */
-static void check_the_case_list(void)
-{
-    const char *only = getenv("FSA_TEST_CASES");
-    if (only == NULL) return;
-    int named = 0;
-    for (const char *at = only;; at++) {
-        const size_t n = strcspn(at, ",");
-        if (n > 0) {
-            size_t i = 0;
-            while (i < kvc_n_cases && (strlen(kvc_cases[i].name) != n || strncmp(kvc_cases[i].name, at, n) != 0)) i++;
-            if (i == kvc_n_cases) {
-                fprintf(stderr, "FSA_TEST_CASES=%s: no case is named \"%.*s\"\n", only, (int)n, at);
-                exit(1);
-            }
-            named++;
-        }
-        at += n;
-        if (*at == '\0') break;
-    }
-    if (named == 0) {
-        fprintf(stderr, "FSA_TEST_CASES is set but names no case\n");
-        exit(1);
-    }
-}
+static const char *case_name(size_t i) { return kvc_cases[i].name; }
 
 static void run_cases(int with_dv)
 {
@@ -573,7 +542,7 @@ int main(void)
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. one test under
      * compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
-    check_the_case_list();
+    fsa_test_check_case_list(case_name, kvc_n_cases);
     random_case_count(); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
     random_base_seed();
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));

@@ -10,7 +10,8 @@
  * a big logit) go through the same checks: FSA_TEST_RANDOM=N of them
  * (default 4, 1 under FSA_TEST_QUICK; 0: none), drawn from FSA_TEST_SEED=S
  * (default a fixed constant: a plain run is reproducible). Each is printed
- * before it runs. FSA_TEST_QUICK=1 runs a subset. */
+ * before it runs. FSA_TEST_QUICK=1 runs a subset, FSA_TEST_CASES=name,... the fixed cases
+ * named. */
 #include "attention_problem.h"
 #include "gate_rows.h"
 #include "reference_window.h"
@@ -67,7 +68,14 @@ static fsa_window_plan *g_plans[N_CASES];
 static int g_refused[N_CASES]; /* by this GPU's shared memory (fsa_test_refused_for_shared_memory) */
 static int g_quick;
 
-static int runs(const win_case *c) { return !g_quick || c->quick; }
+/* FSA_TEST_CASES picks fixed cases by name (testing.h), else the quick subset or all. */
+static int runs(const win_case *c)
+{
+    const int listed = fsa_test_case_listed(c->name);
+    return listed >= 0 ? listed : !g_quick || c->quick;
+}
+
+static const char *case_name(size_t i) { return cases[i].name; }
 
 /* The index of the fixed case of that name (a test's own list of cases names them). */
 static size_t case_named(const char *name)
@@ -904,7 +912,8 @@ static int setup(void **state)
 {
     (void)state;
     g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
-    g_n_random = fsa_test_random_count(-1); /* a malformed value exits here, GPU or not */
+    /* a malformed value exits here, GPU or not; cases picked by name run no random ones */
+    g_n_random = fsa_test_random_count(getenv("FSA_TEST_CASES") != NULL ? 0 : -1);
     g_random_seed = fsa_test_random_seed(0x5eed0f5a);
     g_cache_dir = fsa_test_mkdtemp("window-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
@@ -943,6 +952,7 @@ int main(void)
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. the forward's
      * under compute-sanitizer. Skips (exit 77) inside setup when there is no GPU. */
+    fsa_test_check_case_list(case_name, N_CASES); /* a mistyped FSA_TEST_CASES exits here, GPU or not */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
