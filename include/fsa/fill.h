@@ -25,7 +25,7 @@ extern "C" {
  * @param dst    device address, 4-byte aligned
  * @param value  the word to write
  * @param count  number of words; 0 enqueues nothing and returns FSA_STATUS_OK
- *               before dst is checked
+ *               (on a context with a device) before dst is checked
  * @param stream a CUstream of the context's device, or NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_NO_DEVICE for an
  *         offline context; FSA_STATUS_MISALIGNED for a NULL or unaligned dst;

@@ -93,7 +93,9 @@ typedef struct fsa_kvcache_desc {
  * @param      desc read during the call only
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT or FSA_STATUS_UNSUPPORTED for a shape
- *         outside the ranges above; the JIT statuses of fsa_plan_create.
+ *         outside the ranges above; FSA_STATUS_UNSUPPORTED for one whose
+ *         kernel needs more shared memory than the target allows in either
+ *         layout (docs/kvcache.md); the JIT statuses of fsa_plan_create.
  */
 FSA_API fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx,
                                            const fsa_kvcache_desc *desc);
