@@ -15,6 +15,11 @@
 
 #define STAGE "plan"
 
+/* fsa_sel_layout_fit takes the descriptor's algorithm as its order. */
+_Static_assert(FSA_ALGORITHM_AUTO == FSA_SEL_ORDER_AUTO && FSA_ALGORITHM_FSA == FSA_SEL_ORDER_FSA &&
+                   FSA_ALGORITHM_NSA == FSA_SEL_ORDER_NSA,
+               "the layout's orders are the descriptor's");
+
 
 static fsa_status validate_desc(const fsa_selected_attention_desc *d)
 {
@@ -100,8 +105,9 @@ cleanup:
 }
 
 /* The backward main kernel takes the largest key slice of the block (at most
- * FSA_BWD_MAX_KEYS keys) whose shared memory fits; the other backward
- * kernels do not depend on it. Fails when even 16 keys do not fit. */
+ * FSA_BWD_MAX_KEYS keys) whose shared memory fits in its layout (one Q/dO
+ * stage where two do not fit even 16 keys: fsa_sel_layout_fit); the other
+ * backward kernels do not depend on it. Fails when even 16 keys do not fit. */
 static fsa_status plan_backward(fsa_plan *plan, int max_smem)
 {
     fsa_status st = FSA_STATUS_OK;
@@ -185,6 +191,13 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->fwd_wg = fsa_kernel_wgmma(ctx, desc->head_dim, (int)desc->value_dim) != 0 &&
                    fsa_fwd_wg_ok(desc->head_dim, (int)desc->value_dim, desc->block_size);
     plan->config.fwd_wg_variant = plan->fwd_wg ? fsa_kernel_fwd_wg_variant() : 0;
+    /* Each mma.sync kernel's default layout where it fits, else one stage where the shape was refused
+     * (the 99 KB targets' head dims of 192 and 256: fsa_sel_layout_fit); FSA_SEL_LAYOUT_ONE_STAGE=1
+     * (tests) adds one stage where the default fits. The warpgroup forward has its own layout: its place
+     * drops the FSA order's bit. Kernels fitting neither keep the default's bytes, refused below as before. */
+    plan->config.sel_layout = fsa_sel_layout_fit(desc->head_dim, (int)desc->value_dim, desc->block_size, plan->group,
+                                                 (int)desc->algorithm, max_smem, fsa_kernel_sel_forced()) &
+                              ~(plan->fwd_wg ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0);
     fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
     plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)main.smem <= max_smem;
@@ -202,7 +215,10 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
                  nsa.smem, ctx->target, max_smem);
     if (!plan->fsa_available && !plan->nsa_available)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s", ctx->target);
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "no forward path fits target %s: the FSA order needs %u bytes of shared memory, the NSA order %u "
+                 "(%s allows %d)",
+                 ctx->target, main.smem, nsa.smem, ctx->target, max_smem);
     if (desc->backward) FSA_CHECK(plan_backward(plan, max_smem));
 
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));

@@ -61,6 +61,13 @@ void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed
 int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases, size_t n, int backward);
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward);
 
+/* The plan of case c (with its backward when `backward`) on the selected mma.sync kernels (FSA_WGMMA=0 and
+ * FSA_WGMMA_SEL_BWD=0: no warpgroup kernel on sm_90a) with FSA_SEL_LAYOUT_ONE_STAGE as `one_stage` (NULL:
+ * unset), all read at plan creation and put back after it; the test fails if the plan does. `*layout`
+ * (NULL: not asked): the FSA_SEL_LAYOUT_* bits that plan takes on ctx's device (fsa_sel_layout_fit with
+ * the override's bits as `forced`). */
+fsa_plan *attn_mma_sync_plan(fsa_context *ctx, const attn_case *c, int backward, const char *one_stage, int *layout);
+
 typedef struct problem {
     int T, B, G;
     int Dv;                 /* value head dim */
