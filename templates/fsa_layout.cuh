@@ -214,6 +214,15 @@ FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int dk, int dv, int stages)
     return fsa_nsa_max_bytes(fsa_nsa_fwd_smem_v(dk, stages) + stages * fsa_nsa_stage_bytes(dv),
                              fsa_nsa_fwd_smem_k(dk) + fsa_nsa_merge_bytes(dv));
 }
+/* Static shared memory of the NSA-order kernels: NsaShared (sel_nsa.cuh:
+ * three top-k lists and the stages' key indices) and the kernel's row values
+ * (the forward's per-warp row max and sum; dq's lse, delta and gate rows).
+ * The driver refuses a kernel whose dynamic and static shared memory
+ * together pass the limit, so the plans count both; the kernels assert
+ * these sizes. */
+FSA_LAYOUT_FN int fsa_nsa_shared_bytes(int stages) { return (3 * FSA_MAX_TOP_K + stages * FSA_NSA_STAGE_KEYS) * 4; }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_static(int stages) { return fsa_nsa_shared_bytes(stages) + FSA_NSA_WARPS * 16 * 2 * 4; }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_static(int stages) { return fsa_nsa_shared_bytes(stages) + 3 * FSA_NSA_ROWS * 4; }
 /* Backward dq: Q rows | dO rows | the K stages | the V stages. */
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int dk, int dv)
@@ -240,6 +249,7 @@ FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv, int stages)
 #define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
 #define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
 #define FSA_BWD_MAX_HALVINGS 3
+#define FSA_BWD_SMEM_STATIC 4 /* static shared memory: the work counter */
 /* Q/dO tiles in flight under `layout`. */
 FSA_LAYOUT_FN int fsa_bwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE ? 1 : FSA_BWD_STAGES; }
 FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
@@ -345,19 +355,22 @@ FSA_LAYOUT_FN int fsa_sel_layout_need(int dflt_bytes, int small_bytes, int max_s
 }
 FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, int max_smem, int forced)
 {
-    const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES), nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES);
-    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES), dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES);
+    /* Each kernel's dynamic and static shared memory together, as the plan checks them. */
+    const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES);
+    const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_fwd_smem_static(FSA_NSA_STAGES);
+    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + FSA_BWD_SMEM_STATIC;
+    const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_dq_smem_static(FSA_NSA_STAGES);
     const int refused = fsa > max_smem && nsa > max_smem; /* no forward order fits by default */
     const int need =
         (order == FSA_SEL_ORDER_FSA || (order == FSA_SEL_ORDER_AUTO && refused)
              ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)
              : 0) |
         (order == FSA_SEL_ORDER_NSA || (order == FSA_SEL_ORDER_AUTO && refused)
-             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1), max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
+             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1) + fsa_nsa_fwd_smem_static(1), max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
              : 0) |
-        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1), max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
+        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1) + FSA_BWD_SMEM_STATIC, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
         (order == FSA_SEL_ORDER_NSA
-             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1), max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
+             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1) + fsa_nsa_dq_smem_static(1), max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
              : 0);
     const int fits = (fsa <= max_smem ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0) | (nsa <= max_smem ? FSA_SEL_LAYOUT_NSA_ONE_STAGE : 0) |
                      (bwd <= max_smem ? FSA_SEL_LAYOUT_BWD_ONE_STAGE : 0) | (dq <= max_smem ? FSA_SEL_LAYOUT_DQ_ONE_STAGE : 0);

@@ -27,6 +27,8 @@ static_assert(fsa_nsa_dq_smem_k(D, DV) + fsa_nsa_merge_bytes(D) <= fsa_nsa_dq_sm
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
     __shared__ float lse2[16], delta[16], gate[16];  // per row: lse in log2 units, rowsum(dout * o), gate
     __shared__ NsaShared sh;
+    static_assert(sizeof(sh) + sizeof(lse2) + sizeof(delta) + sizeof(gate) == fsa_nsa_dq_smem_static(STAGES),
+                  "the plan counts this static memory");
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

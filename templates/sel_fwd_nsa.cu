@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const 
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ NsaShared sh;
     __shared__ float ml[NSA_WARPS][16][2];  // per-warp row max and sum for the merge
+    static_assert(sizeof(NsaShared) + sizeof(ml) == fsa_nsa_fwd_smem_static(STAGES), "the plan counts this static memory");
     const u32 qs = smem_addr(smem), ks = qs + fsa_nsa_fwd_smem_k(D), vs = qs + fsa_nsa_fwd_smem_v(D, STAGES);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     Stream in(sh, p, ks, vs);

@@ -255,11 +255,13 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;
         smem = fsa_nsa_fwd_smem_bytes(d, dv, fsa_nsa_fwd_stages(c->sel_layout));
+        smem_static = fsa_nsa_fwd_smem_static(fsa_nsa_fwd_stages(c->sel_layout));
         break;
     case FSA_K_BWD_MAIN:
     case FSA_K_BWD_MAIN_KV:
         threads = fsa_bwd_threads(c->bwd_keys);
         smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g, fsa_bwd_stages(c->sel_layout));
+        smem_static = FSA_BWD_SMEM_STATIC;
         break;
     case FSA_K_BWD_MAIN_WG:
         threads = fsa_bwd_wg_threads(d, dv);
@@ -268,6 +270,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_BWD_DQ_NSA:
         threads = FSA_NSA_THREADS;
         smem = fsa_nsa_dq_smem_bytes(d, dv, fsa_nsa_dq_stages(c->sel_layout));
+        smem_static = fsa_nsa_dq_smem_static(fsa_nsa_dq_stages(c->sel_layout));
         break;
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;

@@ -19,6 +19,15 @@ void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, in
         if ((!quick || cases[i].quick) && (cases[i].dv != 0) == with_dv) run(&cases[i], plans[i]);
 }
 
+static const char *dtype_name(fsa_dtype dt);
+
+const char *attn_kernel_prefix(char *buf, size_t n, const char *family, const attn_case *c)
+{
+    snprintf(buf, n, "%s_%s_d%d_dv%d_g%d_bk%d", family, dtype_name(c->dtype), c->d, attn_value_dim(c), attn_group_of(c),
+             c->bk);
+    return buf;
+}
+
 fsa_plan *attn_mma_sync_plan(fsa_context *ctx, const attn_case *c, int backward, const char *one_stage, int *layout)
 {
     char *saved_wg = fsa_test_env_swap("FSA_WGMMA", "0");

@@ -621,21 +621,33 @@ static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_f
         for (size_t i = 0; i < N_CASES; i++) {
             if (strcmp(cases[i].name, names[n]) != 0) continue;
             const attn_case *c = &cases[i];
-            int layout = 0;
+            int layout = 0, dflt_layout = 0;
             fsa_plan *small = attn_mma_sync_plan(g_ctx, c, 1, "1", &layout);
-            fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 1, NULL, NULL);
+            fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 1, NULL, &dflt_layout);
             assert_true(layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
-            fsa_test_expect_layout_kernel(g_ctx, "sel_bwd_main_", "sl", layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
-            fsa_test_expect_layout_kernel(g_ctx, "sel_fwd_nsa_", "sl", layout & FSA_SEL_LAYOUT_NSA_ONE_STAGE);
+            char prefix[96];
+            fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_bwd_main", c), "sl",
+                                          layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
+            fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_fwd_nsa", c), "sl",
+                                          layout & FSA_SEL_LAYOUT_NSA_ONE_STAGE);
             if (c->alg == A_NSA) {
                 assert_true(layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE);
-                fsa_test_expect_layout_kernel(g_ctx, "sel_bwd_dq_nsa_", "sl", layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE);
+                fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_bwd_dq_nsa", c), "sl",
+                                              layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE);
             } else {
-                fsa_test_expect_layout_kernel(g_ctx, "sel_fwd_main_", "sl", layout & FSA_SEL_LAYOUT_FWD_ONE_STAGE);
+                fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_fwd_main", c), "sl",
+                                              layout & FSA_SEL_LAYOUT_FWD_ONE_STAGE);
             }
             print_message("  %s: FSA_SEL_LAYOUT_ONE_STAGE=1 FSA_WGMMA=0 FSA_WGMMA_SEL_BWD=0 (layout %d):\n", c->name,
                           layout);
             run_case_with_inputs(c, small, i);
+            ran++;
+            if ((layout & ~dflt_layout) == 0) { /* a GPU whose shared memory needs these layouts: nothing to compare */
+                print_message("  %-30s the default plan takes the same layouts on this GPU: no second kernel\n", c->name);
+                fsa_plan_destroy(dflt);
+                fsa_plan_destroy(small);
+                continue;
+            }
             images im[2];
             run_with_a_quiet_token(&im[0], c, dflt, -1, 0);
             run_with_a_quiet_token(&im[1], c, small, -1, 0);
@@ -654,7 +666,6 @@ static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_f
             }
             fsa_plan_destroy(dflt);
             fsa_plan_destroy(small);
-            ran++;
         }
     assert_int_equal(ran, sizeof names / sizeof names[0]); /* every named case exists */
 }

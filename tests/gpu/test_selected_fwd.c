@@ -191,15 +191,23 @@ static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_f
     for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
         const size_t i = case_named(names[n]);
         const attn_case *c = &cases[i];
-        int layout = 0;
+        int layout = 0, dflt_layout = 0;
         fsa_plan *small = attn_mma_sync_plan(g_ctx, c, 0, "1", &layout);
-        fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 0, NULL, NULL);
+        fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 0, NULL, &dflt_layout);
         const int fsa = c->alg == A_FSA;
         const int bit = layout & (fsa ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : FSA_SEL_LAYOUT_NSA_ONE_STAGE);
         assert_true(bit != 0);
-        fsa_test_expect_layout_kernel(g_ctx, fsa ? "sel_fwd_main_" : "sel_fwd_nsa_", "sl", bit);
+        char prefix[96];
+        fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, fsa ? "sel_fwd_main" : "sel_fwd_nsa", c),
+                                      "sl", bit);
         print_message("  %s: FSA_SEL_LAYOUT_ONE_STAGE=1 FSA_WGMMA=0 (layout %d):\n", c->name, layout);
         run_case_with_inputs(c, small, i);
+        if (dflt_layout & bit) { /* a GPU whose shared memory needs one stage here: one kernel, nothing to compare */
+            print_message("  %-30s the default plan takes one stage too on this GPU: no second kernel\n", c->name);
+            fsa_plan_destroy(dflt);
+            fsa_plan_destroy(small);
+            continue;
+        }
         /* The same inputs through both plans: the same bits. */
         problem p;
         problem_make(&p, c, 0x5eed0000u + i);

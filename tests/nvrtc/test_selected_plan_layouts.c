@@ -103,12 +103,28 @@ static void test_sm_90a_keeps_the_defaults_unless_the_override_asks(void **state
     fsa_context_destroy(ctx);
 }
 
+/* The override's one stage where the default fits keeps the default's key slices, so its backward gives
+ * the same bits: 192 / 192 at blocks of 128 on sm_80 slices 64 keys in the default (128 would need 180352
+ * bytes) and still 64 in one stage, though 128 would fit there (154752). */
+static void test_the_override_keeps_the_backward_key_slices(void **state)
+{
+    (void)state;
+    char *one = fsa_test_env_swap("FSA_SEL_LAYOUT_ONE_STAGE", "1");
+    fsa_context *ctx = plan_on("sm_80", 192, 192, 128, 4, FSA_ALGORITHM_FSA, 1);
+    fsa_test_env_restore("FSA_SEL_LAYOUT_ONE_STAGE", one);
+    expect_kernel(ctx, "sel_bwd_main_bf16_d192_dv192_g4_bk128_ks64", "_sl4");
+    if (fsa_test_cache_has_kernel(ctx, "sel_bwd_main_bf16_d192_dv192_g4_bk128_ks128", "_sl4"))
+        fail_msg("the override took 128-key slices");
+    fsa_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sm_86_compiles_one_stage_forwards_at_192),
         cmocka_unit_test(test_sm_86_compiles_one_stage_nsa_forward_and_backward_at_256),
         cmocka_unit_test(test_sm_90a_keeps_the_defaults_unless_the_override_asks),
+        cmocka_unit_test(test_the_override_keeps_the_backward_key_slices),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
