@@ -72,7 +72,7 @@ FSA_LAYOUT_FN long long fsa_bwd_dkv_sum_blocks(long long key_rows)
 /* ---------------------------------------------------------------- selected attention: layouts */
 /* The layout of the selected-attention mma.sync kernels where the target's
  * shared memory per block does not hold the default one (on the 99 KB
- * targets sm_86, sm_89, sm_12x: head dims of 192 and 256): bits over the
+ * targets sm_86, sm_89, sm_12x: head dims from 176): bits over the
  * default, one per kernel, 0 keeping it. Each bit takes the kernel's ring
  * of tiles or stages in flight down to one buffer: its copies then start
  * once every warp is done with the previous item and are waited for in
@@ -331,8 +331,9 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g, int stages
  * memory a block. A kernel whose default fits keeps it (every kernel of an
  * AUTO plan on sm_90a), and so does a forward order where the other one's
  * default fits: a plan that ran before keeps its kernels and its orders
- * (on the 99 KB targets the FSA order's default holds up to D 96 at blocks
- * of 64; wider heads ran the NSA order alone, and still do). One stage goes to
+ * (on the 99 KB targets the FSA order's default holds at blocks of 64 up to
+ * D 96 and at 144 and 160; 112 / 112, 128 / 128 and 192 / 128 ran the NSA
+ * order alone, and still do). One stage goes to
  *  - the forward orders where neither default forward fits (the shapes that
  *    were refused: "no forward path fits"), or the order a plan forces;
  *  - the backward main kernel where even its 16-key slice does not fit in
