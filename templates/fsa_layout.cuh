@@ -69,6 +69,32 @@ FSA_LAYOUT_FN long long fsa_bwd_dkv_sum_blocks(long long key_rows)
     return (key_rows + FSA_ROW_THREADS / 32 - 1) / (FSA_ROW_THREADS / 32);
 }
 
+/* ---------------------------------------------------------------- selected attention: layouts */
+/* The layout of the selected-attention mma.sync kernels where the target's
+ * shared memory per block does not hold the default one (on the 99 KB
+ * targets sm_86, sm_89, sm_12x: head dims from 176): bits over the
+ * default, one per kernel, 0 keeping it. Each bit takes the kernel's ring
+ * of tiles or stages in flight down to one buffer: its copies then start
+ * once every warp is done with the previous item and are waited for in
+ * full. The products, their order and the merges are the same: the same
+ * bits.
+ *  FSA_SEL_LAYOUT_FWD_ONE_STAGE: the FSA-order forward main kernel, one
+ *      query tile instead of FSA_FWD_STAGES.
+ *  FSA_SEL_LAYOUT_NSA_ONE_STAGE: the NSA-order forward, one K and one V
+ *      stage instead of FSA_NSA_STAGES.
+ *  FSA_SEL_LAYOUT_BWD_ONE_STAGE: the backward main kernel, one Q and one dO
+ *      tile instead of FSA_BWD_STAGES.
+ *  FSA_SEL_LAYOUT_DQ_ONE_STAGE: the NSA-order dq, one K and one V stage.
+ * A plan takes them from fsa_sel_layout_fit; each kernel's template gets
+ * its own bit (SEL_LAYOUT), in its name and key (_sl1, _sl2, _sl4, _sl8)
+ * only when set, so the default kernels keep theirs. The warpgroup kernels
+ * (sm_90a) keep their layout. */
+#define FSA_SEL_LAYOUT_FWD_ONE_STAGE 1
+#define FSA_SEL_LAYOUT_NSA_ONE_STAGE 2
+#define FSA_SEL_LAYOUT_BWD_ONE_STAGE 4
+#define FSA_SEL_LAYOUT_DQ_ONE_STAGE 8
+#define FSA_SEL_LAYOUT_ALL 15
+
 /* ---------------------------------------------------------------- FSA forward main */
 /* A work item: one (KV head, block) and up to FSA_FWD_ITEM_ROWS rows of its
  * list, in tiles of fsa_fwd_rows; a tile packs (token, head-in-group) rows.
@@ -80,6 +106,8 @@ FSA_LAYOUT_FN long long fsa_bwd_dkv_sum_blocks(long long key_rows)
 #define FSA_FWD_ITEM_ROWS 512
 #define FSA_FWD_MAX_GROUP 64
 #define FSA_FWD_STAGES 2 /* query tiles in flight */
+/* Query tiles in flight under `layout` (FSA_SEL_LAYOUT_*: only the kernel's own bit counts). */
+FSA_LAYOUT_FN int fsa_fwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_FWD_ONE_STAGE ? 1 : FSA_FWD_STAGES; }
 /* Query/key head dim dk and value head dim dv may differ: K and the query
  * tiles are dk wide, V and the outputs dv wide. The query tiles take the
  * pitch of the wider of the two, because each warp stages its 16 output rows
@@ -105,9 +133,10 @@ FSA_LAYOUT_FN int fsa_fwd_q_tile_bytes(int dk, int dv) { return fsa_fwd_rows(dk,
 FSA_LAYOUT_FN int fsa_fwd_smem_k(void) { return (8 + 8 + 4) * FSA_FWD_ITEM_ROWS; }
 FSA_LAYOUT_FN int fsa_fwd_smem_v(int dk, int bk) { return fsa_fwd_smem_k() + fsa_tile_bytes(bk, dk); }
 FSA_LAYOUT_FN int fsa_fwd_smem_q(int dk, int dv, int bk) { return fsa_fwd_smem_v(dk, bk) + fsa_tile_bytes(bk, dv); }
-FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk)
+/* `stages`: query tiles in flight (fsa_fwd_stages). */
+FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk, int stages)
 {
-    return fsa_fwd_smem_q(dk, dv, bk) + FSA_FWD_STAGES * fsa_fwd_q_tile_bytes(dk, dv);
+    return fsa_fwd_smem_q(dk, dv, bk) + stages * fsa_fwd_q_tile_bytes(dk, dv);
 }
 /* The warpgroup main kernel (sm_90a, sel_fwd_main_wg.cu): FSA_FWD_WG_GROUPS
  * warpgroups share K and V of the block, held as 128-byte swizzled tiles of
@@ -162,32 +191,52 @@ FSA_LAYOUT_FN int fsa_fwd_wg_smem_bytes(int dk, int dv, int bk)
 #define FSA_NSA_ROWS 16
 #define FSA_NSA_STAGE_KEYS (16 * FSA_NSA_WARPS)
 #define FSA_NSA_STAGES 2
+/* Stages in flight of the forward and of dq under `layout`. */
+FSA_LAYOUT_FN int fsa_nsa_fwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_NSA_ONE_STAGE ? 1 : FSA_NSA_STAGES; }
+FSA_LAYOUT_FN int fsa_nsa_dq_stages(int layout) { return layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE ? 1 : FSA_NSA_STAGES; }
 FSA_LAYOUT_FN int fsa_nsa_head_groups(int g) { return (g + FSA_NSA_ROWS - 1) / FSA_NSA_ROWS; } /* CTAs per (token, KV head) */
 /* A stage of K (dk wide) or V (dv wide) rows. */
 FSA_LAYOUT_FN int fsa_nsa_stage_bytes(int d) { return fsa_tile_bytes(FSA_NSA_STAGE_KEYS, d); }
-/* Forward: Q rows | the K stages | the V stages. */
+/* Once the keys are done, the warps merge their rows in the stage buffers:
+ * FSA_NSA_WARPS x 16 rows of w floats (the forward's dv, dq's dk). Two
+ * stages always hold them; one stage may not (w over the other dim + 16),
+ * and the dynamic shared memory then reaches to the merge area's end. */
+FSA_LAYOUT_FN int fsa_nsa_merge_bytes(int w) { return FSA_NSA_WARPS * 16 * w * 4; }
+FSA_LAYOUT_FN int fsa_nsa_max_bytes(int a, int b) { return a > b ? a : b; }
+/* Forward: Q rows | the K stages | the V stages; `stages`: fsa_nsa_fwd_stages. */
 FSA_LAYOUT_FN int fsa_nsa_fwd_smem_k(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int dk)
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_v(int dk, int stages)
 {
-    return fsa_nsa_fwd_smem_k(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
+    return fsa_nsa_fwd_smem_k(dk) + stages * fsa_nsa_stage_bytes(dk);
 }
-FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_bytes(int dk, int dv, int stages)
 {
-    return fsa_nsa_fwd_smem_v(dk) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dv);
+    return fsa_nsa_max_bytes(fsa_nsa_fwd_smem_v(dk, stages) + stages * fsa_nsa_stage_bytes(dv),
+                             fsa_nsa_fwd_smem_k(dk) + fsa_nsa_merge_bytes(dv));
 }
+/* Static shared memory of the NSA-order kernels: NsaShared (sel_nsa.cuh:
+ * three top-k lists and the stages' key indices) and the kernel's row values
+ * (the forward's per-warp row max and sum; dq's lse, delta and gate rows).
+ * The driver refuses a kernel whose dynamic and static shared memory
+ * together pass the limit, so the plans count both; the kernels assert
+ * these sizes. */
+FSA_LAYOUT_FN int fsa_nsa_shared_bytes(int stages) { return (3 * FSA_MAX_TOP_K + stages * FSA_NSA_STAGE_KEYS) * 4; }
+FSA_LAYOUT_FN int fsa_nsa_fwd_smem_static(int stages) { return fsa_nsa_shared_bytes(stages) + FSA_NSA_WARPS * 16 * 2 * 4; }
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_static(int stages) { return fsa_nsa_shared_bytes(stages) + 3 * FSA_NSA_ROWS * 4; }
 /* Backward dq: Q rows | dO rows | the K stages | the V stages. */
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_do(int dk) { return fsa_tile_bytes(FSA_NSA_ROWS, dk); }
 FSA_LAYOUT_FN int fsa_nsa_dq_smem_k(int dk, int dv)
 {
     return fsa_nsa_dq_smem_do(dk) + fsa_tile_bytes(FSA_NSA_ROWS, dv);
 }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int dk, int dv)
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_v(int dk, int dv, int stages)
 {
-    return fsa_nsa_dq_smem_k(dk, dv) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dk);
+    return fsa_nsa_dq_smem_k(dk, dv) + stages * fsa_nsa_stage_bytes(dk);
 }
-FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv)
+FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv, int stages)
 {
-    return fsa_nsa_dq_smem_v(dk, dv) + FSA_NSA_STAGES * fsa_nsa_stage_bytes(dv);
+    return fsa_nsa_max_bytes(fsa_nsa_dq_smem_v(dk, dv, stages) + stages * fsa_nsa_stage_bytes(dv),
+                             fsa_nsa_dq_smem_k(dk, dv) + fsa_nsa_merge_bytes(dk));
 }
 
 /* ---------------------------------------------------------------- FSA backward main */
@@ -200,6 +249,9 @@ FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv)
 #define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
 #define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
 #define FSA_BWD_MAX_HALVINGS 3
+#define FSA_BWD_SMEM_STATIC 4 /* static shared memory: the work counter */
+/* Q/dO tiles in flight under `layout`. */
+FSA_LAYOUT_FN int fsa_bwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE ? 1 : FSA_BWD_STAGES; }
 FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
 FSA_LAYOUT_FN int fsa_bwd_tokens_per_tile(int g) { return g <= FSA_BWD_ROWS ? FSA_BWD_ROWS / g : 1; }
 FSA_LAYOUT_FN int fsa_bwd_tiles_per_token(int g) { return g <= FSA_BWD_ROWS ? 1 : (g + FSA_BWD_ROWS - 1) / FSA_BWD_ROWS; }
@@ -249,29 +301,83 @@ FSA_LAYOUT_FN int fsa_bwd_d_parts(int dk, int dv) { return fsa_bwd_one_pass(dk, 
 FSA_LAYOUT_FN int fsa_bwd_ds_pitch(void) { return FSA_BWD_ROWS + 8; }
 /* Row tables (token, pair, lse, delta of every row of a round) | K | V of the
  * slice | the Q tiles in flight | the dO tiles | dS^T (keys x rows) | the
- * round's list entries. K and Q are dk wide, V and dO dv wide. */
+ * round's list entries. K and Q are dk wide, V and dO dv wide; `stages`:
+ * the Q/dO tiles in flight (fsa_bwd_stages). */
 FSA_LAYOUT_FN int fsa_bwd_smem_k(void) { return 4 * 4 * FSA_BWD_TILES * FSA_BWD_ROWS; }
 FSA_LAYOUT_FN int fsa_bwd_smem_v(int dk, int keys) { return fsa_bwd_smem_k() + fsa_tile_bytes(keys, dk); }
 FSA_LAYOUT_FN int fsa_bwd_smem_q(int dk, int dv, int keys)
 {
     return fsa_bwd_smem_v(dk, keys) + fsa_tile_bytes(keys, dv);
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_do(int dk, int dv, int keys)
+FSA_LAYOUT_FN int fsa_bwd_smem_do(int dk, int dv, int keys, int stages)
 {
-    return fsa_bwd_smem_q(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dk);
+    return fsa_bwd_smem_q(dk, dv, keys) + stages * fsa_tile_bytes(FSA_BWD_ROWS, dk);
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_ds(int dk, int dv, int keys)
+FSA_LAYOUT_FN int fsa_bwd_smem_ds(int dk, int dv, int keys, int stages)
 {
-    return fsa_bwd_smem_do(dk, dv, keys) + FSA_BWD_STAGES * fsa_tile_bytes(FSA_BWD_ROWS, dv);
+    return fsa_bwd_smem_do(dk, dv, keys, stages) + stages * fsa_tile_bytes(FSA_BWD_ROWS, dv);
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_entries(int dk, int dv, int keys)
+FSA_LAYOUT_FN int fsa_bwd_smem_entries(int dk, int dv, int keys, int stages)
 {
-    return fsa_bwd_smem_ds(dk, dv, keys) + keys * fsa_bwd_ds_pitch() * 2;
+    return fsa_bwd_smem_ds(dk, dv, keys, stages) + keys * fsa_bwd_ds_pitch() * 2;
 }
-FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g)
+FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g, int stages)
 {
-    return fsa_bwd_smem_entries(dk, dv, keys) + fsa_bwd_round_entries(g) * 4;
+    return fsa_bwd_smem_entries(dk, dv, keys, stages) + fsa_bwd_round_entries(g) * 4;
 }
+/* The layout a selected-attention plan takes (FSA_SEL_LAYOUT_* bits) for
+ * head dims dk / dv, blocks of bk keys, group g and forward order `order`
+ * (FSA_SEL_ORDER_*: fsa_algorithm's values) within max_smem bytes of shared
+ * memory a block. A kernel whose default fits keeps it (every kernel of an
+ * AUTO plan on sm_90a), and so does a forward order where the other one's
+ * default fits: a plan that ran before keeps its kernels and its orders
+ * (on the 99 KB targets the FSA order's default holds at blocks of 64 up to
+ * D 96 and at 144 and 160; 112 / 112, 128 / 128 and 192 / 128 ran the NSA
+ * order alone, and still do). One stage goes to
+ *  - the forward orders where neither default forward fits (the shapes that
+ *    were refused: "no forward path fits"), or the order a plan forces;
+ *  - the backward main kernel where even its 16-key slice does not fit in
+ *    the default (the plan then takes the largest slice one stage holds);
+ *  - the NSA-order dq of a plan that forces the NSA order (AUTO plans take
+ *    it only where it fits as it is: it is a tuning candidate, never the
+ *    heuristic's choice);
+ * and only where one stage fits (else 0: the plan refuses the path with the
+ * default's bytes, as before). `forced` (nonzero: the bits a test's override
+ * asks for, FSA_SEL_LAYOUT_ONE_STAGE) joins them where the default fits.
+ * Bits of kernels a plan does not run (the warpgroup forward's place on
+ * sm_90a) are the plan's to drop. */
+#define FSA_SEL_ORDER_AUTO 0
+#define FSA_SEL_ORDER_FSA 1
+#define FSA_SEL_ORDER_NSA 2
+/* `bit` where the target needs it: the default does not fit, one stage does. */
+FSA_LAYOUT_FN int fsa_sel_layout_need(int dflt_bytes, int small_bytes, int max_smem, int bit)
+{
+    return dflt_bytes > max_smem && small_bytes <= max_smem ? bit : 0;
+}
+FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, int max_smem, int forced)
+{
+    /* Each kernel's dynamic and static shared memory together, as the plan checks them. */
+    const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES);
+    const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_fwd_smem_static(FSA_NSA_STAGES);
+    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + FSA_BWD_SMEM_STATIC;
+    const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_dq_smem_static(FSA_NSA_STAGES);
+    const int refused = fsa > max_smem && nsa > max_smem; /* no forward order fits by default */
+    const int need =
+        (order == FSA_SEL_ORDER_FSA || (order == FSA_SEL_ORDER_AUTO && refused)
+             ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)
+             : 0) |
+        (order == FSA_SEL_ORDER_NSA || (order == FSA_SEL_ORDER_AUTO && refused)
+             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1) + fsa_nsa_fwd_smem_static(1), max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
+             : 0) |
+        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1) + FSA_BWD_SMEM_STATIC, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
+        (order == FSA_SEL_ORDER_NSA
+             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1) + fsa_nsa_dq_smem_static(1), max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
+             : 0);
+    const int fits = (fsa <= max_smem ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0) | (nsa <= max_smem ? FSA_SEL_LAYOUT_NSA_ONE_STAGE : 0) |
+                     (bwd <= max_smem ? FSA_SEL_LAYOUT_BWD_ONE_STAGE : 0) | (dq <= max_smem ? FSA_SEL_LAYOUT_DQ_ONE_STAGE : 0);
+    return need | (forced & fits);
+}
+
 /* The warpgroup main kernel (sm_90a, sel_bwd_main_wg.cu): the block's 64
  * keys are the rows of a warpgroup (blocks of 64 keys, head dims multiples
  * of 64, Dk up to 192 and Dv up to 128, one pass); the item's query rows

@@ -177,7 +177,9 @@ struct AsyncRing {
     // copies (landed() as above), the barrier, then issues item i + STAGES -
     // 1 into the buffer of item i - 1, which every warp finished before the
     // barrier. Items i + 1 .. i + STAGES - 1 are in flight while item i is
-    // used, one fewer while it is waited for. Not mixed with acquire.
+    // used, one fewer while it is waited for. Not mixed with acquire. One
+    // stage has no other buffer to refill: acquire's two barriers (item i's
+    // copies start once every thread is done with item i - 1).
     template <class Load, class Landed>
     __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed) {
         return acquire_then_refill(i, load, landed, [] { __syncthreads(); });
@@ -186,6 +188,18 @@ struct AsyncRing {
     // group's barrier (every thread of the group loads and waits).
     template <class Load, class Landed, class Sync>
     __device__ __forceinline__ int acquire_then_refill(int i, Load load, Landed landed, Sync sync) {
+        if constexpr (STAGES == 1) {
+            if (issued < n) {
+                sync();
+                load(issued, 0);
+            }
+            cp_async_commit();
+            issued++;
+            cp_async_wait<0>();
+            landed();
+            sync();
+            return 0;
+        }
         cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
         landed();
         sync();

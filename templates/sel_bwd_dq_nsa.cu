@@ -7,6 +7,11 @@
 // The warps' dQ are summed in warp order at the end, so the result does not
 // depend on scheduling. No partial buffers: dq is written once per row. Q,
 // K and dq are D wide, dO and V DV wide.
+// LAYOUT: FSA_SEL_LAYOUT_DQ_ONE_STAGE or 0 (fsa_sel_layout_fit): one K and one V stage
+// instead of FSA_NSA_STAGES on targets whose shared memory holds no more. An enumerator: the default
+// module keeps its globals.
+enum : int { LAYOUT = {{SEL_LAYOUT=0}} };
+#define FSA_NSA_KERNEL_STAGES fsa_nsa_dq_stages(LAYOUT)
 #include "sel_nsa.cuh"
 #include "fsa_mma.cuh"
 
@@ -15,14 +20,19 @@ typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 typedef NsaStream<D, DV, G, BK> Stream;
+enum : int { STAGES = FSA_NSA_KERNEL_STAGES };
+static_assert(fsa_nsa_dq_smem_k(D, DV) + fsa_nsa_merge_bytes(D) <= fsa_nsa_dq_smem_bytes(D, DV, STAGES),
+              "the merge area fits in the dynamic shared memory");
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_bwd_dq_nsa(const fsa_sel_params p) {
     __shared__ float lse2[16], delta[16], gate[16];  // per row: lse in log2 units, rowsum(dout * o), gate
     __shared__ NsaShared sh;
+    static_assert(sizeof(sh) + sizeof(lse2) + sizeof(delta) + sizeof(gate) == fsa_nsa_dq_smem_static(STAGES),
+                  "the plan counts this static memory");
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 qs = smem_addr(smem), dos = qs + fsa_nsa_dq_smem_do(D);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D, DV), qs + fsa_nsa_dq_smem_v(D, DV));
+    Stream in(sh, p, qs + fsa_nsa_dq_smem_k(D, DV), qs + fsa_nsa_dq_smem_v(D, DV, STAGES));
     const long long t = in.t;
 
     // Rows: heads hg*16 .. hg*16+15 of the group. Rows past G are zero with

@@ -37,6 +37,10 @@ constexpr int MSTEP = DPK + DPV > 256 ? 16 : M;
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDS = fsa_bwd_ds_pitch();            // pitch of dS^T
 constexpr u32 Q_TILE_BYTES = fsa_tile_bytes(M, D), DO_TILE_BYTES = fsa_tile_bytes(M, DV);
+// LAYOUT: FSA_SEL_LAYOUT_BWD_ONE_STAGE or 0 (fsa_sel_layout_fit): one Q and one dO tile in flight
+// instead of FSA_BWD_STAGES on targets whose shared memory holds no more. Enumerators: the default
+// module keeps its globals.
+enum : int { LAYOUT = {{SEL_LAYOUT=0}}, STAGES = fsa_bwd_stages(LAYOUT) };
 static_assert(KS >= 16 && KS <= 128 && BK % KS == 0, "slices of 16 to 128 keys");
 static_assert(DPK % 16 == 0 && DPV % 16 == 0, "each launch's dK and dV columns are multiples of 16");
 
@@ -148,11 +152,11 @@ template <bool DQ>
 __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     extern __shared__ __align__(16) unsigned char smem[];
     Tables &tb = *(Tables *)smem;
-    u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, DV, KS));         // [KS][LDS]
-    int *ent = (int *)(smem + fsa_bwd_smem_entries(D, DV, KS));    // the round's list entries
+    u16 *dST = (u16 *)(smem + fsa_bwd_smem_ds(D, DV, KS, STAGES));       // [KS][LDS]
+    int *ent = (int *)(smem + fsa_bwd_smem_entries(D, DV, KS, STAGES));  // the round's list entries
     const u32 ks_addr = smem_addr(smem) + fsa_bwd_smem_k(), vs_addr = smem_addr(smem) + fsa_bwd_smem_v(D, KS);
     const u32 qs_addr = smem_addr(smem) + fsa_bwd_smem_q(D, DV, KS);
-    const u32 dos_addr = smem_addr(smem) + fsa_bwd_smem_do(D, DV, KS);
+    const u32 dos_addr = smem_addr(smem) + fsa_bwd_smem_do(D, DV, KS, STAGES);
     const u32 dst_addr = smem_addr(dST);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -167,6 +171,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     // lengths vary widely); consecutive items are the slices of one item, which
     // read the same rows. Results do not depend on which CTA takes an item.
     __shared__ int next_work;
+    static_assert(sizeof(next_work) == FSA_BWD_SMEM_STATIC, "the plan counts this static memory");
     int *work_next = (int *)p.work_next + p.d_part;
     for (int w = blockIdx.x; w < total_work;) {
         const int wi = w / SLICES, slice = w - wi * SLICES;
@@ -199,7 +204,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
             }
             __syncthreads();  // tables complete
             const int ntiles = G <= M ? (n_ent + TOK - 1) / TOK : n_ent * TPT;
-            AsyncRing<FSA_BWD_STAGES> ring;
+            AsyncRing<STAGES> ring;
             auto load = [&](int tile, int buf) {
                 load_rows(p, qs_addr + buf * Q_TILE_BYTES, dos_addr + buf * DO_TILE_BYTES, tb, tile, h);
             };
@@ -244,7 +249,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
                 __syncthreads();  // dS^T complete; the tile's Q and dO buffers are free
                 u16 *stage = nullptr;
                 if (DQ_STAGED)
-                    stage = (u16 *)(smem + ((warp & 1) ? fsa_bwd_smem_do(D, DV, KS) + buf * DO_TILE_BYTES
+                    stage = (u16 *)(smem + ((warp & 1) ? fsa_bwd_smem_do(D, DV, KS, STAGES) + buf * DO_TILE_BYTES
                                                        : fsa_bwd_smem_q(D, DV, KS) + buf * Q_TILE_BYTES) +
                                     (warp >> 1) * DQ_STAGE_BYTES);
                 dq_tile(p, tb, dst_addr, ks_addr, stage, tile, slice, scale, lane, warp);

@@ -19,6 +19,10 @@ constexpr int KT = BK < 64 ? BK : 64;            // keys per softmax step
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 constexpr int LDQ = fsa_fwd_q_pitch(D, DV);      // query tiles, also the output staging
 constexpr u32 Q_TILE_BYTES = fsa_fwd_q_tile_bytes(D, DV);
+// LAYOUT: FSA_SEL_LAYOUT_FWD_ONE_STAGE or 0 (fsa_sel_layout_fit): one query tile in flight instead of
+// FSA_FWD_STAGES on targets whose shared memory holds no more. Enumerators, not variables: the default
+// kernel's module keeps its globals, so its machine code stays what it was.
+enum : int { LAYOUT = {{SEL_LAYOUT=0}}, STAGES = fsa_fwd_stages(LAYOUT) };
 static_assert(TOK >= 1, "GROUP must be at most 64");
 static_assert(D % 16 == 0 && DV % 16 == 0 && BK % 16 == 0, "head dims and block size are multiples of 16");
 
@@ -74,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, fsa_max_dim(D, DV) <= 128 
         });
         __syncthreads();  // the row table is complete
         const int ntiles = (n_ent + TOK - 1) / TOK;
-        WarpRing<FSA_FWD_STAGES> ring;
+        WarpRing<STAGES> ring;
         auto load = [&](int tile, int buf) { load_q_rows(qs_addr + buf * Q_TILE_BYTES, rt, tile, warp, lane); };
         ring.start(ntiles, load);  // this thread's K and V copies join tile 0's group
 

@@ -4,6 +4,11 @@
 // keys of every stage, and the warps' partial results merge at the end.
 // No workspace. Wins when the group is large enough to fill the rows. Q and
 // K are D wide, V and o DV wide.
+// LAYOUT: FSA_SEL_LAYOUT_NSA_ONE_STAGE or 0 (fsa_sel_layout_fit): one K and one V stage
+// instead of FSA_NSA_STAGES on targets whose shared memory holds no more. An enumerator: the default
+// module keeps its globals.
+enum : int { LAYOUT = {{SEL_LAYOUT=0}} };
+#define FSA_NSA_KERNEL_STAGES fsa_nsa_fwd_stages(LAYOUT)
 #include "sel_nsa.cuh"
 #include "fsa_softmax.cuh"
 
@@ -12,12 +17,16 @@ typedef dtype_{{DTYPE}} DT;
 constexpr int D = {{HEAD_DIM}}, DV = {{VALUE_DIM}}, G = {{GROUP}}, BK = {{BLOCK_SIZE}};
 constexpr int LD = fsa_pitch(D), LDV = fsa_pitch(DV);
 typedef NsaStream<D, DV, G, BK> Stream;
+enum : int { STAGES = FSA_NSA_KERNEL_STAGES };
+static_assert(fsa_nsa_fwd_smem_k(D) + fsa_nsa_merge_bytes(DV) <= fsa_nsa_fwd_smem_bytes(D, DV, STAGES),
+              "the merge area fits in the dynamic shared memory");
 
 extern "C" __global__ void __launch_bounds__(NSA_THREADS) fsa_sel_fwd_nsa(const fsa_sel_params p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ NsaShared sh;
     __shared__ float ml[NSA_WARPS][16][2];  // per-warp row max and sum for the merge
-    const u32 qs = smem_addr(smem), ks = qs + fsa_nsa_fwd_smem_k(D), vs = qs + fsa_nsa_fwd_smem_v(D);
+    static_assert(sizeof(NsaShared) + sizeof(ml) == fsa_nsa_fwd_smem_static(STAGES), "the plan counts this static memory");
+    const u32 qs = smem_addr(smem), ks = qs + fsa_nsa_fwd_smem_k(D), vs = qs + fsa_nsa_fwd_smem_v(D, STAGES);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     Stream in(sh, p, ks, vs);
     const long long t = in.t;

@@ -6,6 +6,14 @@
 #include "sel_common.cuh"
 #include "fsa_pipeline.cuh"
 
+// Stage buffers of the key stream: FSA_NSA_STAGES, or what the kernel defines
+// before including this header (its layout's: fsa_nsa_fwd_stages,
+// fsa_nsa_dq_stages). A macro, not a template parameter, so that the default
+// kernels' types, and with them their PTX, stay what they were.
+#ifndef FSA_NSA_KERNEL_STAGES
+#define FSA_NSA_KERNEL_STAGES FSA_NSA_STAGES
+#endif
+
 namespace fsa {
 
 constexpr int NSA_WARPS = FSA_NSA_WARPS;
@@ -61,15 +69,16 @@ __device__ __forceinline__ void nsa_load_stage(const fsa_sel_params &p, u32 ks, 
 // Shared memory of the key stream.
 struct NsaShared {
     int raw[FSA_MAX_TOP_K], valid[FSA_MAX_TOP_K];
-    int block_start[FSA_MAX_TOP_K];           // first key of each valid selected block
-    int keyidx[FSA_NSA_STAGES][NSA_STAGE];    // key index of each stage row (INT_MAX: padding)
+    int block_start[FSA_MAX_TOP_K];                  // first key of each valid selected block
+    int keyidx[FSA_NSA_KERNEL_STAGES][NSA_STAGE];    // key index of each stage row (INT_MAX: padding)
 };
 
 // The key stream of an NSA-order CTA (blockIdx.x: token of the chunk,
 // blockIdx.y: KV head and head group): the token's valid selected blocks
-// concatenated, in stages of NSA_STAGE keys double-buffered at ks and vs
-// (shared byte addresses, FSA_NSA_STAGES stages each; K rows D wide, V rows
-// DV wide). Use:
+// concatenated, in stages of NSA_STAGE keys in FSA_NSA_KERNEL_STAGES buffers
+// at ks and vs (shared byte addresses; FSA_NSA_STAGES by default, one in the
+// small layout, where a stage's copies start once every warp is done with the
+// previous one; K rows D wide, V rows DV wide). Use:
 //   NsaStream<D, DV, G, BK> ks_stream(sh, p, ks, vs);  // every thread; selects the blocks
 //   ... issue the query-row copies ...
 //   ks_stream.start();                             // they join stage 0's group
@@ -90,7 +99,7 @@ struct NsaStream {
     int h, hg;        // KV head, head group (tile row r is head hg * NSA_ROWS + r of the group)
     SeqBounds sb;
     int total_keys, n_stages;
-    AsyncRing<FSA_NSA_STAGES> ring;
+    AsyncRing<FSA_NSA_KERNEL_STAGES> ring;
 
     __device__ __forceinline__ NsaStream(NsaShared &sh_, const fsa_sel_params &p_, u32 ks_, u32 vs_)
         : sh(sh_), p(p_), ks(ks_), vs(vs_) {
@@ -121,11 +130,14 @@ struct NsaStream {
 
 // Row merge area of the NSA kernels once the key loop is done: the K and V
 // stage buffers (K rows D wide, V rows DV wide), as NSA_WARPS x 16 rows of W
-// floats.
+// floats. Two stages hold it; one may not (W over the other dim + 16), and
+// the kernel's dynamic shared memory then reaches past the stages
+// (fsa_nsa_merge_bytes; the kernels assert it).
 template <int D, int DV, int W>
 __device__ __forceinline__ float *nsa_merge_area(unsigned char *stage_buffers) {
-    static_assert(FSA_NSA_STAGES * (fsa_nsa_stage_bytes(D) + fsa_nsa_stage_bytes(DV)) >= NSA_WARPS * 16 * W * 4,
-                  "merge area fits");
+    static_assert(FSA_NSA_KERNEL_STAGES < FSA_NSA_STAGES ||
+                      FSA_NSA_KERNEL_STAGES * (fsa_nsa_stage_bytes(D) + fsa_nsa_stage_bytes(DV)) >= fsa_nsa_merge_bytes(W),
+                  "the default layout's merge area fits in its stage buffers");
     return (float *)stage_buffers;
 }
 

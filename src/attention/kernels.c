@@ -30,6 +30,7 @@ typedef enum tparam {
     TP_QT_FWD,
     TP_QT_BWD,
     TP_KVC_LAYOUT,
+    TP_SEL_LAYOUT,
     TP_N
 } tparam;
 
@@ -45,6 +46,7 @@ static const struct {
     [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
     [TP_FWD_WG] = {"FWD_WG", "fv"},
     [TP_QT_FWD] = {"QT_FWD", "qf"}, [TP_QT_BWD] = {"QT_BWD", "qb"}, [TP_KVC_LAYOUT] = {"KVC_LAYOUT", "kl"},
+    [TP_SEL_LAYOUT] = {"SEL_LAYOUT", "sl"},
 };
 
 #define MAX_FAMILY_PARAMS 9
@@ -99,9 +101,11 @@ static const struct {
 
 /* The kernels' shared-memory layout parameter: the query-tile kernels'
  * mma.sync layout (fsa_qt_layout.cuh), QT_FWD in the forwards, QT_BWD in the
- * backwards; the paged-cache kernel's KVC_LAYOUT (fsa_layout.cuh); the other
- * families have none (0). It follows the parameters where it is not 0, the
- * template's {{QT_FWD=0}} default otherwise, so the kernels of the default
+ * backwards; the paged-cache kernel's KVC_LAYOUT and the selected mma.sync
+ * kernels' SEL_LAYOUT (fsa_layout.cuh; each family its own bit of the plan's
+ * bits, family_sel_bit); the other families have none (0). It follows the
+ * parameters where it is not 0, the template's {{QT_FWD=0}} default
+ * otherwise, so the kernels of the default
  * layout keep their keys and names and a smaller layout never shares their
  * cache entries. */
 static const tparam family_layout[FAM_N] = {
@@ -110,6 +114,17 @@ static const tparam family_layout[FAM_N] = {
     [FAM_CMP_BWD] = TP_QT_BWD,
     [FAM_SWA_BWD] = TP_QT_BWD,
     [FAM_KVC] = TP_KVC_LAYOUT,
+    [FAM_FWD_MAIN] = TP_SEL_LAYOUT,
+    [FAM_FWD_NSA] = TP_SEL_LAYOUT,
+    [FAM_BWD_MAIN] = TP_SEL_LAYOUT,
+    [FAM_BWD_DQ_NSA] = TP_SEL_LAYOUT,
+};
+/* The bit of a plan's FSA_SEL_LAYOUT_* bits that is a selected family's SEL_LAYOUT. */
+static const int family_sel_bit[FAM_N] = {
+    [FAM_FWD_MAIN] = FSA_SEL_LAYOUT_FWD_ONE_STAGE,
+    [FAM_FWD_NSA] = FSA_SEL_LAYOUT_NSA_ONE_STAGE,
+    [FAM_BWD_MAIN] = FSA_SEL_LAYOUT_BWD_ONE_STAGE,
+    [FAM_BWD_DQ_NSA] = FSA_SEL_LAYOUT_DQ_ONE_STAGE,
 };
 
 /* Every kernel's family and entry point: the one place entry names are written. */
@@ -210,6 +225,11 @@ int fsa_kernel_kvc_forced(void)
     return fsa_env_int("FSA_KVC_SMALL", 0, 1, 0) == 1 ? FSA_KVC_LAYOUT_ONE_STAGE : 0;
 }
 
+int fsa_kernel_sel_forced(void)
+{
+    return fsa_env_int("FSA_SEL_LAYOUT_ONE_STAGE", 0, 1, 0) == 1 ? FSA_SEL_LAYOUT_ALL : 0;
+}
+
 int fsa_kernel_fwd_wg_variant(void)
 {
     const int v = env_digit("FSA_FWD_WG", FSA_FWD_WG_VARIANT_MAX);
@@ -226,7 +246,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SORT: threads = FSA_INDEX_THREADS; break;
     case FSA_K_FWD_MAIN:
         threads = fsa_fwd_threads(d, dv);
-        smem = fsa_fwd_smem_bytes(d, dv, bk);
+        smem = fsa_fwd_smem_bytes(d, dv, bk, fsa_fwd_stages(c->sel_layout));
         break;
     case FSA_K_FWD_MAIN_WG:
         threads = fsa_fwd_wg_threads();
@@ -234,12 +254,14 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;
-        smem = fsa_nsa_fwd_smem_bytes(d, dv);
+        smem = fsa_nsa_fwd_smem_bytes(d, dv, fsa_nsa_fwd_stages(c->sel_layout));
+        smem_static = fsa_nsa_fwd_smem_static(fsa_nsa_fwd_stages(c->sel_layout));
         break;
     case FSA_K_BWD_MAIN:
     case FSA_K_BWD_MAIN_KV:
         threads = fsa_bwd_threads(c->bwd_keys);
-        smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g);
+        smem = fsa_bwd_smem_bytes(d, dv, c->bwd_keys, g, fsa_bwd_stages(c->sel_layout));
+        smem_static = FSA_BWD_SMEM_STATIC;
         break;
     case FSA_K_BWD_MAIN_WG:
         threads = fsa_bwd_wg_threads(d, dv);
@@ -247,7 +269,8 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
         break;
     case FSA_K_BWD_DQ_NSA:
         threads = FSA_NSA_THREADS;
-        smem = fsa_nsa_dq_smem_bytes(d, dv);
+        smem = fsa_nsa_dq_smem_bytes(d, dv, fsa_nsa_dq_stages(c->sel_layout));
+        smem_static = fsa_nsa_dq_smem_static(fsa_nsa_dq_stages(c->sel_layout));
         break;
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;
@@ -318,6 +341,7 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     snprintf(b->values[TP_QT_FWD], sizeof b->values[0], "%d", c->qt_fwd);
     snprintf(b->values[TP_QT_BWD], sizeof b->values[0], "%d", c->qt_bwd);
     snprintf(b->values[TP_KVC_LAYOUT], sizeof b->values[0], "%d", c->kvc_layout);
+    snprintf(b->values[TP_SEL_LAYOUT], sizeof b->values[0], "%d", c->sel_layout & family_sel_bit[f]);
     size_t n = 0;
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];

@@ -68,6 +68,7 @@ typedef struct fsa_kernel_config {
     int sel_bwd_wg;              /* selected backward main kernel: 0 mma.sync, else its warpgroup variant */
     int kvc_tma;                 /* paged-cache attention: FSA_KVC_KERNEL_* bits (kvc_params.cuh; 0 cp.async) */
     int kvc_layout;              /* paged-cache attention: its layout (FSA_KVC_LAYOUT_*, fsa_layout.cuh; 0 the default) */
+    int sel_layout;              /* selected attention's mma.sync kernels: FSA_SEL_LAYOUT_* bits (0 the default) */
     int cmp_sel_variant;         /* compressed selection on the mbarrier ring: its variant (fsa_kernel_cmp_sel_variant) */
     int fwd_wg_variant;          /* the warpgroup forward main kernel's schedule (fsa_kernel_fwd_wg_variant) */
     int qt_fwd;                  /* query-tile mma.sync forwards: their layout (FSA_QT_FWD_*; 0 the default) */
@@ -130,6 +131,15 @@ int fsa_kernel_qt_bwd_forced(void);
  * then copies by cp.async (the layout is that kernel's). Read at plan
  * creation. */
 int fsa_kernel_kvc_forced(void);
+
+/* The layout bits FSA_SEL_LAYOUT_ONE_STAGE asks of the selected-attention
+ * mma.sync kernels, added to those the target's shared memory needs
+ * (fsa_sel_layout_fit's `forced`): 1, every one-stage layout
+ * (FSA_SEL_LAYOUT_ALL: what head dims of 192 and 256 take on 99 KB
+ * targets); 0 (unset, anything else) none. A test's way to run on sm_90a
+ * (with FSA_WGMMA=0 and FSA_WGMMA_SEL_BWD=0 where the warpgroup kernels
+ * would run) the kernels that 99 KB targets get. Read at plan creation. */
+int fsa_kernel_sel_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);

@@ -15,6 +15,14 @@
 
 #define STAGE "plan"
 
+/* A kernel's shared memory as the driver counts it: dynamic and static together. */
+static unsigned smem_of(const fsa_kernel *k) { return k->smem + k->smem_static; }
+
+/* fsa_sel_layout_fit takes the descriptor's algorithm as its order. */
+_Static_assert(FSA_ALGORITHM_AUTO == FSA_SEL_ORDER_AUTO && FSA_ALGORITHM_FSA == FSA_SEL_ORDER_FSA &&
+                   FSA_ALGORITHM_NSA == FSA_SEL_ORDER_NSA,
+               "the layout's orders are the descriptor's");
+
 
 static fsa_status validate_desc(const fsa_selected_attention_desc *d)
 {
@@ -100,33 +108,40 @@ cleanup:
 }
 
 /* The backward main kernel takes the largest key slice of the block (at most
- * FSA_BWD_MAX_KEYS keys) whose shared memory fits; the other backward
- * kernels do not depend on it. Fails when even 16 keys do not fit. */
+ * FSA_BWD_MAX_KEYS keys) whose shared memory fits in its layout (one Q/dO
+ * stage where two do not fit even 16 keys: fsa_sel_layout_fit); the other
+ * backward kernels do not depend on it. Fails when even 16 keys do not fit. */
 static fsa_status plan_backward(fsa_plan *plan, int max_smem)
 {
     fsa_status st = FSA_STATUS_OK;
     const fsa_selected_attention_desc *desc = &plan->desc;
     fsa_kernel_config *c = &plan->config;
     fsa_kernel main, dq_nsa;
+    /* Slices sized in the layout the target needs: where FSA_SEL_LAYOUT_ONE_STAGE (tests) adds one stage to a
+     * default that fits, the kernel keeps the default's slices, so the two give the same bits. */
+    const int layout = c->sel_layout;
+    c->sel_layout = (layout & ~FSA_SEL_LAYOUT_BWD_ONE_STAGE) | (plan->sel_layout_needed & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
     c->bwd_keys = desc->block_size < FSA_BWD_MAX_KEYS ? desc->block_size : FSA_BWD_MAX_KEYS;
     fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
-    while ((int)main.smem > max_smem && c->bwd_keys > 16) {
+    while ((int)smem_of(&main) > max_smem && c->bwd_keys > 16) {
         c->bwd_keys /= 2;
         fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
     }
+    c->sel_layout = layout;
+    fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
     fsa_kernel_describe(&dq_nsa, FSA_K_BWD_DQ_NSA, c);
     /* The heuristic never takes the NSA-order dq (choose.c): a forced NSA plan
      * loads it, and an AUTO plan only when tuning may measure it. */
-    plan->bwd_nsa_available = (int)dq_nsa.smem <= max_smem && fsa_nsa_grid_fits(plan) &&
+    plan->bwd_nsa_available = (int)smem_of(&dq_nsa) <= max_smem && fsa_nsa_grid_fits(plan) &&
                               (desc->algorithm == FSA_ALGORITHM_NSA ||
                                (desc->algorithm == FSA_ALGORITHM_AUTO && plan->tune.level != FSA_TUNE_LEVEL_OFF));
-    if ((int)main.smem > max_smem)
+    if ((int)smem_of(&main) > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the backward needs %u bytes of shared memory even with 16-key slices; target %s allows %d",
-                 main.smem, plan->ctx->target, max_smem);
-    if (desc->algorithm == FSA_ALGORITHM_NSA && (int)dq_nsa.smem > max_smem)
+                 smem_of(&main), plan->ctx->target, max_smem);
+    if (desc->algorithm == FSA_ALGORITHM_NSA && (int)smem_of(&dq_nsa) > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "the NSA-order backward needs %u bytes of shared memory; target %s allows %d", dq_nsa.smem,
+                 "the NSA-order backward needs %u bytes of shared memory; target %s allows %d", smem_of(&dq_nsa),
                  plan->ctx->target, max_smem);
     /* Each launch of the main kernel takes whole 16-column steps of dK and dV. */
     const int parts = fsa_bwd_d_parts(c->head_dim, c->value_dim);
@@ -140,7 +155,7 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     fsa_kernel_describe(&main_wg, FSA_K_BWD_MAIN_WG, c);
     const int wg = fsa_kernel_sel_bwd_wgmma(plan->ctx, c->head_dim, c->value_dim);
     plan->bwd_wg = wg && fsa_bwd_wg_ok(c->head_dim, c->value_dim, desc->block_size) &&
-                   c->bwd_keys == FSA_BWD_WG_KEYS && (int)main_wg.smem <= max_smem;
+                   c->bwd_keys == FSA_BWD_WG_KEYS && (int)smem_of(&main_wg) <= max_smem;
     c->sel_bwd_wg = plan->bwd_wg ? wg : 0;
     plan->bwd_available = 1;
 cleanup:
@@ -185,14 +200,23 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->fwd_wg = fsa_kernel_wgmma(ctx, desc->head_dim, (int)desc->value_dim) != 0 &&
                    fsa_fwd_wg_ok(desc->head_dim, (int)desc->value_dim, desc->block_size);
     plan->config.fwd_wg_variant = plan->fwd_wg ? fsa_kernel_fwd_wg_variant() : 0;
+    /* Each mma.sync kernel's default layout where it fits, else one stage where the shape was refused
+     * (the 99 KB targets' head dims from 176: fsa_sel_layout_fit); FSA_SEL_LAYOUT_ONE_STAGE=1
+     * (tests) adds one stage where the default fits. The warpgroup forward has its own layout: its place
+     * drops the FSA order's bit. Kernels fitting neither keep the default's bytes, refused below as before. */
+    plan->sel_layout_needed = fsa_sel_layout_fit(desc->head_dim, (int)desc->value_dim, desc->block_size, plan->group,
+                                                 (int)desc->algorithm, max_smem, 0);
+    plan->config.sel_layout = fsa_sel_layout_fit(desc->head_dim, (int)desc->value_dim, desc->block_size, plan->group,
+                                                 (int)desc->algorithm, max_smem, fsa_kernel_sel_forced()) &
+                              ~(plan->fwd_wg ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0);
     fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
-    plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)main.smem <= max_smem;
-    plan->nsa_available = (int)nsa.smem <= max_smem && fsa_nsa_grid_fits(plan);
+    plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)smem_of(&main) <= max_smem;
+    plan->nsa_available = (int)smem_of(&nsa) <= max_smem && fsa_nsa_grid_fits(plan);
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
-                 plan->group, FSA_FWD_MAX_GROUP, main.smem, ctx->target, max_smem);
+                 plan->group, FSA_FWD_MAX_GROUP, smem_of(&main), ctx->target, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !fsa_nsa_grid_fits(plan))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the NSA path needs a grid row per KV head and group of query heads: %d KV heads at group %d "
@@ -200,9 +224,21 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
                  desc->num_kv_heads, plan->group, FSA_GRID_MAX_ROWS);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
-                 nsa.smem, ctx->target, max_smem);
-    if (!plan->fsa_available && !plan->nsa_available)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s", ctx->target);
+                 smem_of(&nsa), ctx->target, max_smem);
+    if (!plan->fsa_available && !plan->nsa_available) {
+        char why_fsa[96], why_nsa[128];
+        if (fsa_plan_fwd_item_entries(plan) < 1)
+            snprintf(why_fsa, sizeof why_fsa, "takes groups up to %d (group %d)", FSA_FWD_MAX_GROUP, plan->group);
+        else
+            snprintf(why_fsa, sizeof why_fsa, "needs %u bytes of shared memory", smem_of(&main));
+        if (!fsa_nsa_grid_fits(plan))
+            snprintf(why_nsa, sizeof why_nsa, "needs a grid row per KV head and head group (%d KV heads at group %d)",
+                     desc->num_kv_heads, plan->group);
+        else
+            snprintf(why_nsa, sizeof why_nsa, "needs %u bytes of shared memory", smem_of(&nsa));
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s (%d bytes of shared memory a block): "
+                 "the FSA order %s, the NSA order %s", ctx->target, max_smem, why_fsa, why_nsa);
+    }
     if (desc->backward) FSA_CHECK(plan_backward(plan, max_smem));
 
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));

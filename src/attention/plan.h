@@ -27,6 +27,7 @@ struct fsa_plan {
     int nsa_available;
     int main_grid;        /* persistent grid of the main kernel */
     int fwd_wg;           /* the FSA-order main kernel on warpgroup products (sel_fwd_main_wg.cu) */
+    int sel_layout_needed; /* the FSA_SEL_LAYOUT_* bits the target needs (config.sel_layout adds an override's) */
     int bwd_wg;           /* the FSA-order backward main kernel on warpgroup products (sel_bwd_main_wg.cu) */
     int index_per_chunk;  /* FSA_INDEX_ONCE=0: each head chunk inverts its own index (0: chunks may share one) */
     int bwd_item_rounds;  /* FSA_BWD_ITEM_ROUNDS (measuring): every backward's item entries times this; 0: unset */

@@ -59,13 +59,21 @@ fsa_status fsa_tune_record_key(fsa_kernel_key *out, const fsa_plan *plan, fsa_op
      * FSA_WGMMA, FSA_FWD_WG, FSA_INDEX_ONCE; backward: FSA_WGMMA_SEL_BWD, FSA_INDEX_ONCE,
      * FSA_BWD_*_ROUNDS): a winner measured under one set is not another set's. Only the operation's
      * own, so that plans with and without backward = 1 share their forward records. */
-    char switches[96];
+    char switches[128];
+    /* A one-stage layout (fsa_sel_layout_fit, FSA_SEL_LAYOUT_ONE_STAGE) of the operation's kernels: its
+     * bits, only where set, so that default plans keep their keys. */
+    const int op_bits = op == FSA_OP_FWD ? FSA_SEL_LAYOUT_FWD_ONE_STAGE | FSA_SEL_LAYOUT_NSA_ONE_STAGE
+                                         : FSA_SEL_LAYOUT_BWD_ONE_STAGE | FSA_SEL_LAYOUT_DQ_ONE_STAGE;
+    const int layout = plan->config.sel_layout & op_bits;
+    char layout_part[24] = "";
+    if (layout != 0) snprintf(layout_part, sizeof layout_part, " layout %d", layout);
     if (op == FSA_OP_FWD)
-        snprintf(switches, sizeof switches, "fwd_wg %d.%d index_per_chunk %d", plan->fwd_wg,
-                 plan->config.fwd_wg_variant, plan->index_per_chunk);
+        snprintf(switches, sizeof switches, "fwd_wg %d.%d index_per_chunk %d%s", plan->fwd_wg,
+                 plan->config.fwd_wg_variant, plan->index_per_chunk, layout_part);
     else
-        snprintf(switches, sizeof switches, "bwd_wg %d index_per_chunk %d bwd_rounds %d.%d", plan->config.sel_bwd_wg,
-                 plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds);
+        snprintf(switches, sizeof switches, "bwd_wg %d index_per_chunk %d bwd_rounds %d.%d%s",
+                 plan->config.sel_bwd_wg, plan->index_per_chunk, plan->bwd_item_rounds, plan->bwd_list_rounds,
+                 layout_part);
     snprintf(shape, sizeof shape,
              "tokens %lld\ndtype %s\nhead_dim %d\nvalue_dim %d\ngroup %d\nkv_heads %d\nblock_size %d\ntop_k %d\n"
              "switches %s\n",

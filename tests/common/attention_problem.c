@@ -19,6 +19,35 @@ void attn_run_cases(const attn_case *cases, fsa_plan *const *plans, size_t n, in
         if ((!quick || cases[i].quick) && (cases[i].dv != 0) == with_dv) run(&cases[i], plans[i]);
 }
 
+static const char *dtype_name(fsa_dtype dt);
+
+const char *attn_kernel_prefix(char *buf, size_t n, const char *family, const attn_case *c)
+{
+    snprintf(buf, n, "%s_%s_d%d_dv%d_g%d_bk%d", family, dtype_name(c->dtype), c->d, attn_value_dim(c), attn_group_of(c),
+             c->bk);
+    return buf;
+}
+
+fsa_plan *attn_mma_sync_plan(fsa_context *ctx, const attn_case *c, int backward, const char *one_stage, int *layout)
+{
+    char *saved_wg = fsa_test_env_swap("FSA_WGMMA", "0");
+    char *saved_bwd = fsa_test_env_swap("FSA_WGMMA_SEL_BWD", "0");
+    char *saved_one = fsa_test_env_swap("FSA_SEL_LAYOUT_ONE_STAGE", one_stage);
+    const fsa_selected_attention_desc d = attn_desc_of(c, backward);
+    fsa_plan *plan = NULL;
+    const fsa_status st = fsa_plan_create(&plan, ctx, &d);
+    fsa_test_env_restore("FSA_SEL_LAYOUT_ONE_STAGE", saved_one);
+    fsa_test_env_restore("FSA_WGMMA_SEL_BWD", saved_bwd);
+    fsa_test_env_restore("FSA_WGMMA", saved_wg);
+    if (st != FSA_STATUS_OK)
+        fail_msg("%s, FSA_SEL_LAYOUT_ONE_STAGE=%s: %s", c->name, one_stage ? one_stage : "(unset)", fsa_last_error());
+    if (layout)
+        *layout = fsa_sel_layout_fit(c->d, attn_value_dim(c), c->bk, attn_group_of(c), (int)c->alg,
+                                     fsa_test_max_smem(ctx),
+                                     one_stage && strcmp(one_stage, "1") == 0 ? FSA_SEL_LAYOUT_ALL : 0);
+    return plan;
+}
+
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward)
 {
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;

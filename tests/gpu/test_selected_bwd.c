@@ -18,6 +18,7 @@
 #include "gate_rows.h"
 
 #include "jit/context.h"
+#include "../../templates/fsa_layout.cuh" /* FSA_SEL_LAYOUT_*: the layouts the plans take */
 
 #include <math.h>
 #include <stddef.h>
@@ -80,6 +81,12 @@ static const attn_case cases[] = {
     /* One pass up to Dk + Dv = 320 (dims that are not multiples of 32 included); 256 / 256 above takes two. */
     {"bf16_dk256_dv64_g4_fsa",   BF, 256, 8,  2,  64, 6,  {1, 65, 200},          3, 0, 0, A_FSA,  0,       1, 0, 0, 64},
     {"f16_dk144_dv176_g2_nsa",   HF, 144, 4,  2,  64, 6,  {17, 200},             2, 1, 1, A_NSA,  0,       1, 0, 0, 176},
+    /* The shapes 99 KB targets run in one-stage layouts (fsa_sel_layout_fit): 192 / 192 and 256 / 256 at
+     * blocks of 64 (the NSA order's dq too), 256 / 256 at blocks of 32 (the FSA order's one query tile). */
+    {"bf16_d192_g4_bk64_one_stage", BF, 192, 8, 2, 64, 8,  {1, 63, 64, 65, 300},  5, 0, 0, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d192_g4_bk64_nsa_one_stage", BF, 192, 8, 2, 64, 8, {17, 200},         2, 1, 1, A_NSA,  0,       1, 0, 0},
+    {"bf16_d256_g4_bk32_one_stage", BF, 256, 8, 2, 32, 6,  {17, 200},             2, 1, 1, A_AUTO, 0,       1, 0, 0},
+    {"bf16_d256_g8_bk64_nsa_one_stage", BF, 256, 16, 2, 64, 4, {64, 200},        2, 0, 0, A_NSA,  0,       1, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -514,8 +521,8 @@ static void test_a_graph_captured_backward_replays_to_the_same_gradients(void **
         }
 }
 
-/* One forward and backward of case c with token `quiet`'s top-k rows all -1; with `nan`, its q and dout
- * rows NaN. The images of o, lse, dq, dk and dv come back. */
+/* One forward and backward of case c with token `quiet`'s top-k rows all -1 (none: quiet -1); with `nan`, its
+ * q and dout rows NaN. The images of o, lse, dq, dk and dv come back. */
 typedef struct images {
     outputs fwd;
     grads g;
@@ -525,7 +532,7 @@ static void run_with_a_quiet_token(images *out, const attn_case *c, fsa_plan *pl
 {
     problem p;
     problem_make(&p, c, 0x91e7);
-    for (int h = 0; h < c->hkv; h++)
+    for (int h = 0; h < c->hkv && quiet >= 0; h++)
         for (int s = 0; s < c->k; s++) p.topk[h * p.topk_hs + quiet * p.topk_ts + s] = -1;
     const size_t no = (size_t)p.T * c->hq * p.Dv;
     float *dout = malloc(no * sizeof(float));
@@ -590,6 +597,77 @@ static void test_a_token_that_selects_nothing_reaches_no_other_result_whatever_i
             ran++;
         }
     assert_int_equal(ran, sizeof names / sizeof *names); /* every named case exists */
+}
+
+/* The one-stage layouts (fsa_sel_layout_fit: what the 99 KB targets sm_86, sm_89, sm_12x take at head dims
+ * of 192 and 256) on the GPU present: FSA_SEL_LAYOUT_ONE_STAGE=1 forces them where the default fits, with
+ * FSA_WGMMA=0 and FSA_WGMMA_SEL_BWD=0 (the mma.sync kernels on sm_90a), read at plan creation. Each case's
+ * plan compiled the layouts' own kernels (_sl4 the backward main kernel's, _sl8 the NSA-order dq's, _sl1 and
+ * _sl2 the forwards'), matches the float64 reference through every check of the default cases, and gives
+ * the bits of the same plan without the override (forward and backward): the layouts change only how many
+ * tiles or stages are in flight. The standard shape, 192 / 192 and 256 / 256, both dq orders. */
+static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_for_bit(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_d128_g1_bk64",
+                                  "bf16_d128_g16_bk64_nsa",
+                                  "bf16_d192_g4_bk64_one_stage",
+                                  "bf16_d192_g4_bk64_nsa_one_stage",
+                                  "bf16_d256_g8_bk64",
+                                  "bf16_d256_g4_bk32_one_stage",
+                                  "bf16_d256_g8_bk64_nsa_one_stage"};
+    size_t ran = 0;
+    for (size_t n = 0; n < sizeof names / sizeof names[0]; n++)
+        for (size_t i = 0; i < N_CASES; i++) {
+            if (strcmp(cases[i].name, names[n]) != 0) continue;
+            const attn_case *c = &cases[i];
+            int layout = 0, dflt_layout = 0;
+            fsa_plan *small = attn_mma_sync_plan(g_ctx, c, 1, "1", &layout);
+            fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 1, NULL, &dflt_layout);
+            assert_true(layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
+            char prefix[96];
+            fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_bwd_main", c), "sl",
+                                          layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
+            fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_fwd_nsa", c), "sl",
+                                          layout & FSA_SEL_LAYOUT_NSA_ONE_STAGE);
+            if (c->alg == A_NSA) {
+                assert_true(layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE);
+                fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_bwd_dq_nsa", c), "sl",
+                                              layout & FSA_SEL_LAYOUT_DQ_ONE_STAGE);
+            } else {
+                fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_fwd_main", c), "sl",
+                                              layout & FSA_SEL_LAYOUT_FWD_ONE_STAGE);
+            }
+            print_message("  %s: FSA_SEL_LAYOUT_ONE_STAGE=1 FSA_WGMMA=0 FSA_WGMMA_SEL_BWD=0 (layout %d):\n", c->name,
+                          layout);
+            run_case_with_inputs(c, small, i);
+            ran++;
+            if ((layout & ~dflt_layout) == 0) { /* a GPU whose shared memory needs these layouts: nothing to compare */
+                print_message("  %-30s the default plan takes the same layouts on this GPU: no second kernel\n", c->name);
+                fsa_plan_destroy(dflt);
+                fsa_plan_destroy(small);
+                continue;
+            }
+            images im[2];
+            run_with_a_quiet_token(&im[0], c, dflt, -1, 0);
+            run_with_a_quiet_token(&im[1], c, small, -1, 0);
+            const int Dv = attn_value_dim(c);
+            int T = 0;
+            for (int s = 0; s < c->nseq; s++) T += c->lens[s];
+            assert_memory_equal(im[0].fwd.o_img, im[1].fwd.o_img, (size_t)T * c->hq * Dv * 2);
+            assert_memory_equal(im[0].fwd.lse, im[1].fwd.lse, (size_t)T * c->hq * sizeof(float));
+            assert_memory_equal(im[0].g.dq_img, im[1].g.dq_img, (size_t)T * c->hq * c->d * 2);
+            assert_memory_equal(im[0].g.dk_img, im[1].g.dk_img, (size_t)T * c->hkv * c->d * 2);
+            assert_memory_equal(im[0].g.dv_img, im[1].g.dv_img, (size_t)T * c->hkv * Dv * 2);
+            print_message("  %-30s one stage: the default's bits (o, lse, dq, dk, dv)\n", c->name);
+            for (int k = 0; k < 2; k++) {
+                outputs_free(&im[k].fwd);
+                grads_free(&im[k].g);
+            }
+            fsa_plan_destroy(dflt);
+            fsa_plan_destroy(small);
+        }
+    assert_int_equal(ran, sizeof names / sizeof names[0]); /* every named case exists */
 }
 
 static void test_backward_bad_arguments_return_statuses(void **state)
@@ -667,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_a_graph_captured_backward_replays_to_the_same_gradients),
         cmocka_unit_test(test_a_token_that_selects_nothing_reaches_no_other_result_whatever_its_rows_hold),
+        cmocka_unit_test(test_the_one_stage_layouts_match_the_reference_and_the_default_bit_for_bit),
         cmocka_unit_test(test_backward_bad_arguments_return_statuses),
     };
     fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */

@@ -13,6 +13,7 @@
 #include "attention_problem.h"
 
 #include "jit/context.h"
+#include "../../templates/fsa_layout.cuh" /* FSA_SEL_LAYOUT_*: the layouts the plans take */
 
 #include <math.h>
 #include <stdio.h>
@@ -80,6 +81,12 @@ static const attn_case cases[] = {
     {"bf16_dk64_dv128_g2_nsa",  BF, 64,  4,  2,  64, 8, {100, 400, 37},            3, 0, 0, A_NSA,  0,      1, 0, 0, 128},
     {"f16_dk64_dv128_g12_fsa",  HF, 64,  12, 1,  16, 12, {40, 150},                2, 0, 0, A_FSA,  0,      1, 0, 0, 128},
     {"bf16_dk256_dv256_g8_fsa", BF, 256, 16, 2,  64, 4, {64, 200},                 2, 0, 0, A_FSA,  0,      1, 0, 0, 256},
+    /* The shapes 99 KB targets run in one-stage layouts (fsa_sel_layout_fit): 192 / 192 at blocks of 64 in
+     * both orders, 256 / 256 in the FSA order at blocks of 32 and the NSA order at 128 (strided, fp16). */
+    {"bf16_d192_g4_bk64_fsa",   BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_FSA,  0,      1, 0, 0},
+    {"bf16_d192_g4_bk64_nsa",   BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_NSA,  0,      1, 0, 0},
+    {"bf16_d256_g4_bk32_fsa",   BF, 256, 8,  2,  32, 8, {1, 63, 64, 65, 300},      5, 1, 0, A_FSA,  0,      1, 0, 0},
+    {"f16_d256_g16_bk128_nsa",  HF, 256, 32, 2,  128, 3, {129, 300},               2, 1, 1, A_NSA,  0,      1, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -159,6 +166,72 @@ static void test_random_cases_match_the_reference(void **state)
 {
     (void)state;
     attn_run_random_cases(g_ctx, 0, RANDOM_SEED, run_case_with_inputs);
+}
+
+static size_t case_named(const char *name)
+{
+    for (size_t i = 0; i < N_CASES; i++)
+        if (strcmp(cases[i].name, name) == 0) return i;
+    fail_msg("no case %s", name);
+    return 0;
+}
+
+/* The one-stage layouts (fsa_sel_layout_fit: what the 99 KB targets sm_86, sm_89, sm_12x take at head dims
+ * of 192 and 256) on the GPU present: FSA_SEL_LAYOUT_ONE_STAGE=1 forces them where the default fits, with
+ * FSA_WGMMA=0 (the mma.sync kernels on sm_90a), read at plan creation. Each case's plan compiled the
+ * layout's own kernel (_sl1 the FSA order's, _sl2 the NSA order's), matches the float64 reference like
+ * every case, and gives the bits of the same plan without the override: the layout changes only how many
+ * tiles or stages are in flight. The standard shape, 192 / 192 and 256 / 256 in both orders. */
+static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_for_bit(void **state)
+{
+    (void)state;
+    static const char *names[] = {"bf16_d128_g1_bk64_fsa", "bf16_d128_g1_bk64_nsa", "bf16_d192_g4_bk64_fsa",
+                                  "bf16_d192_g4_bk64_nsa", "bf16_d256_g4_bk32_fsa", "f16_d256_g16_bk128_nsa",
+                                  "bf16_d256_g8_bk64_nsa", "f16_d192_g7_bk128_nsa"};
+    for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+        const size_t i = case_named(names[n]);
+        const attn_case *c = &cases[i];
+        int layout = 0, dflt_layout = 0;
+        fsa_plan *small = attn_mma_sync_plan(g_ctx, c, 0, "1", &layout);
+        fsa_plan *dflt = attn_mma_sync_plan(g_ctx, c, 0, NULL, &dflt_layout);
+        const int fsa = c->alg == A_FSA;
+        const int bit = layout & (fsa ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : FSA_SEL_LAYOUT_NSA_ONE_STAGE);
+        assert_true(bit != 0);
+        char prefix[96];
+        fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, fsa ? "sel_fwd_main" : "sel_fwd_nsa", c),
+                                      "sl", bit);
+        print_message("  %s: FSA_SEL_LAYOUT_ONE_STAGE=1 FSA_WGMMA=0 (layout %d):\n", c->name, layout);
+        run_case_with_inputs(c, small, i);
+        if (dflt_layout & bit) { /* a GPU whose shared memory needs one stage here: one kernel, nothing to compare */
+            print_message("  %-30s the default plan takes one stage too on this GPU: no second kernel\n", c->name);
+            fsa_plan_destroy(dflt);
+            fsa_plan_destroy(small);
+            continue;
+        }
+        /* The same inputs through both plans: the same bits. */
+        problem p;
+        problem_make(&p, c, 0x5eed0000u + i);
+        device_problem dp;
+        device_make(&dp, &p, c, dflt);
+        const fsa_fwd_args a = fwd_args_of(&dp, &p);
+        outputs out[2];
+        fsa_plan *plans[2] = {dflt, small};
+        for (int k = 0; k < 2; k++) {
+            poison_fwd(&dp, &p, c);
+            if (fsa_selected_attention_fwd(plans[k], &a, NULL) != FSA_STATUS_OK) fail_msg("%s: %s", c->name, fsa_last_error());
+            fsa_test_sync();
+            download_fwd(&out[k], &dp, &p, c);
+        }
+        assert_memory_equal(out[0].o_img, out[1].o_img, dp.o_bytes);
+        assert_memory_equal(out[0].lse, out[1].lse, (size_t)c->hq * p.T * 4);
+        print_message("  %-30s one stage: the default's bits\n", c->name);
+        outputs_free(&out[0]);
+        outputs_free(&out[1]);
+        device_free(&dp);
+        problem_free(&p);
+        fsa_plan_destroy(dflt);
+        fsa_plan_destroy(small);
+    }
 }
 
 static void test_auto_reports_its_choice_and_reason(void **state)
@@ -256,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_forward_matches_the_reference_on_every_case),
         cmocka_unit_test(test_forward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_random_cases_match_the_reference),
+        cmocka_unit_test(test_the_one_stage_layouts_match_the_reference_and_the_default_bit_for_bit),
         cmocka_unit_test(test_auto_reports_its_choice_and_reason),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_output),
         cmocka_unit_test(test_a_too_small_workspace_is_refused_before_any_launch),

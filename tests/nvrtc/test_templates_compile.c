@@ -551,6 +551,41 @@ static void test_the_small_paged_layout_compiles_for_sm_86_and_sm_90a(void **sta
     }
 }
 
+/* The selected-attention mma.sync kernels in their one-stage layouts (FSA_SEL_LAYOUT_*, fsa_sel_layout_fit)
+ * compile without unjustified spills: for sm_86 the kernels its plans of head dims 192 and 256 take (the
+ * FSA-order forward at 192 / 192 blocks of 64 and 256 / 256 blocks of 32, the NSA order, the backward main
+ * kernel at 32 keys and the forced NSA order's dq at 256 / 256, and 16 / 256's NSA forward, whose merge
+ * area outgrows one stage), and for sm_90a those FSA_SEL_LAYOUT_ONE_STAGE=1 gives the GPU tests there
+ * (128 / 128 and 192 / 192, and the backward at 64 keys). */
+static void test_the_small_selected_layouts_compile_for_sm_86_and_sm_90a(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *target, *family, *d, *dv, *g, *bk, *keys;
+        int layout;
+    } shapes[] = {
+        {"sm_86", "sel_fwd_main", "192", "192", "4", "64", NULL, FSA_SEL_LAYOUT_FWD_ONE_STAGE},
+        {"sm_86", "sel_fwd_main", "256", "256", "16", "32", NULL, FSA_SEL_LAYOUT_FWD_ONE_STAGE},
+        {"sm_86", "sel_fwd_nsa", "256", "256", "16", "64", NULL, FSA_SEL_LAYOUT_NSA_ONE_STAGE},
+        {"sm_86", "sel_fwd_nsa", "16", "256", "2", "64", NULL, FSA_SEL_LAYOUT_NSA_ONE_STAGE},
+        {"sm_86", "sel_bwd_main", "256", "256", "16", "64", "32", FSA_SEL_LAYOUT_BWD_ONE_STAGE},
+        {"sm_86", "sel_bwd_dq_nsa", "256", "256", "16", "64", NULL, FSA_SEL_LAYOUT_DQ_ONE_STAGE},
+        {"sm_90a", "sel_fwd_main", "128", "128", "4", "64", NULL, FSA_SEL_LAYOUT_FWD_ONE_STAGE},
+        {"sm_90a", "sel_fwd_nsa", "192", "192", "4", "64", NULL, FSA_SEL_LAYOUT_NSA_ONE_STAGE},
+        {"sm_90a", "sel_bwd_main", "128", "128", "4", "64", "64", FSA_SEL_LAYOUT_BWD_ONE_STAGE},
+    };
+    int used[N_JUSTIFIED + 1] = {0};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        char sl[4];
+        snprintf(sl, sizeof sl, "%d", shapes[i].layout);
+        const variant v = {.family = shapes[i].family, .dtype = "bf16", .d = shapes[i].d, .g = shapes[i].g,
+                           .bk = shapes[i].bk, .keys = shapes[i].keys};
+        const fsa_param extra = {"SEL_LAYOUT", sl, "sl"};
+        print_message("  SEL_LAYOUT=%s:\n", sl);
+        compile_variant(&v, shapes[i].dv, &extra, 1, shapes[i].target, used);
+    }
+}
+
 static void test_every_kernel_template_has_a_compile_variant(void **state)
 {
     (void)state;
@@ -610,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_the_warpgroup_forward_item_schedule_compiles_for_sm_90a),
         cmocka_unit_test(test_the_paged_deep_ring_compiles_for_sm_90a),
         cmocka_unit_test(test_the_small_paged_layout_compiles_for_sm_86_and_sm_90a),
+        cmocka_unit_test(test_the_small_selected_layouts_compile_for_sm_86_and_sm_90a),
     };
     /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests (each compiles for minutes). */
     if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));

@@ -295,26 +295,9 @@ static void test_an_unknown_dtype_is_an_invalid_argument(void **state)
     expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "dtype -1");
 }
 
-static void test_a_backward_path_that_does_not_fit_the_target_is_unsupported(void **state)
+static void test_a_backward_flag_other_than_0_or_1_is_an_invalid_argument(void **state)
 {
-    /* Parts with 100 KB of shared memory per SM allow 99 KB per block: head
-     * dim 176 fits the NSA-order forward (100096 bytes) but not the NSA-order
-     * dq kernel (105984 bytes). */
-    const char *small[] = {"sm_86", "sm_89", "sm_120", "sm_121a"};
     fsa_selected_attention_desc d = good_desc();
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
-        fsa_context *ctx = offline_context(small[i]);
-        d = good_desc();
-        d.head_dim = 176;
-        d.num_q_heads = 16;
-        d.backward = 1;
-        d.algorithm = FSA_ALGORITHM_NSA;
-        expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, small[i]);
-        if (strstr(fsa_last_error(), "NSA-order backward") == NULL) fail_msg("message: %s", fsa_last_error());
-        fsa_context_destroy(ctx);
-    }
-    /* A value that is not a flag at all is an invalid argument. */
-    d = good_desc();
     d.backward = 2;
     expect_plan_status(*state, &d, FSA_STATUS_INVALID_ARGUMENT, "backward 2");
 }
@@ -327,6 +310,16 @@ static void test_a_forced_fsa_path_that_does_not_fit_is_unsupported(void **state
     d.num_kv_heads = 1;
     d.algorithm = FSA_ALGORITHM_FSA;
     expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, "FSA forced with G 128");
+    /* Dk = Dv = 256 at blocks of 64 on a 99 KB target: even one query tile beside the block (111616
+     * bytes) is over the limit; the refusal names the default layout's bytes (fsa_sel_layout_fit). */
+    fsa_context *ctx = offline_context("sm_86");
+    d = good_desc();
+    d.head_dim = 256;
+    d.num_q_heads = 16;
+    d.algorithm = FSA_ALGORITHM_FSA;
+    expect_plan_status(ctx, &d, FSA_STATUS_UNSUPPORTED, "FSA forced at 256 / 256 on sm_86");
+    assert_non_null(strstr(fsa_last_error(), "145408 bytes of shared memory (target sm_86 allows 101376)"));
+    fsa_context_destroy(ctx);
 }
 
 /* A context that compiles nothing: a descriptor that passes every check stops
@@ -366,6 +359,50 @@ static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **st
     d.algorithm = FSA_ALGORITHM_NSA;
     EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
     fsa_context_destroy(ctx);
+}
+
+/* A selected-attention plan of Dk / Dv, blocks of bk keys, group g, `algorithm` and `backward` on
+ * `target` passes every check and stops at its first kernel (the cache of a checks-only context): what
+ * it needs fits the target. */
+static void expect_selected_plan_fits(const char *target, int dk, int dv, int bk, int g, fsa_algorithm algorithm,
+                                      int backward)
+{
+    fsa_context *ctx = checks_only_context_for(target);
+    fsa_selected_attention_desc d = good_desc();
+    d.head_dim = dk, d.value_dim = dv, d.block_size = bk, d.num_q_heads = 2 * g, d.num_kv_heads = 2;
+    d.algorithm = algorithm, d.backward = backward;
+    fsa_plan *plan = NULL;
+    const fsa_status st = fsa_plan_create(&plan, ctx, &d);
+    if (st != FSA_STATUS_JIT_DISABLED)
+        fail_msg("%s %d / %d bk %d G %d algorithm %d backward %d: status %s, %s", target, dk, dv, bk, g, (int)algorithm,
+                 backward, fsa_status_name(st), fsa_last_error());
+    assert_null(plan);
+    fsa_context_destroy(ctx);
+}
+
+/* The 99 KB targets refused every selected-attention plan of Dk = Dv = 192 at blocks of 64 and 128 and of
+ * Dk = Dv = 256 at blocks of 32 and more ("no forward path fits"), and the backward of 256 / 256 (16
+ * keys: 102400 bytes). Their mma.sync kernels now take one stage where the default does not fit
+ * (fsa_sel_layout_fit): every order, forward and backward, plans on sm_86, sm_89 and sm_120; so do a
+ * forced FSA order where one query tile fits (192 / 192 at blocks of 64, 256 / 256 at 32) and a forced
+ * NSA order's backward (its dq in one stage). What the kernels are and that they compile:
+ * tests/nvrtc/test_selected_plan_layouts.c. */
+static void test_selected_plans_of_head_dims_192_and_256_fit_99_kb_targets(void **state)
+{
+    (void)state;
+    static const char *targets[] = {"sm_86", "sm_89", "sm_120"};
+    static const int shapes[][4] = {{192, 192, 64, 1},  {192, 192, 64, 16}, {192, 192, 128, 4}, {256, 256, 32, 16},
+                                    {256, 256, 64, 1},  {256, 256, 64, 16}, {256, 256, 128, 64}, {256, 256, 16, 4},
+                                    {256, 128, 64, 8},  {128, 256, 128, 2}, {192, 256, 64, 16}};
+    for (size_t t = 0; t < sizeof targets / sizeof targets[0]; t++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int backward = 0; backward <= 1; backward++) {
+                const int dk = shapes[i][0], dv = shapes[i][1], bk = shapes[i][2], g = shapes[i][3];
+                expect_selected_plan_fits(targets[t], dk, dv, bk, g, FSA_ALGORITHM_AUTO, backward);
+                expect_selected_plan_fits(targets[t], dk, dv, bk, g, FSA_ALGORITHM_NSA, backward);
+            }
+    expect_selected_plan_fits("sm_86", 192, 192, 64, 16, FSA_ALGORITHM_FSA, 1);
+    expect_selected_plan_fits("sm_86", 256, 256, 32, 16, FSA_ALGORITHM_FSA, 1);
 }
 
 /* A paged-cache plan of Dk / Dv and the group's heads per KV head on `target` (FSA_KVC_SMALL as `small`,
@@ -498,9 +535,10 @@ int main(void)
         OFF(test_a_nan_negative_or_infinite_scale_is_an_invalid_argument),
         OFF(test_an_unknown_algorithm_is_an_invalid_argument),
         OFF(test_an_unknown_dtype_is_an_invalid_argument),
-        OFF(test_a_backward_path_that_does_not_fit_the_target_is_unsupported),
+        OFF(test_a_backward_flag_other_than_0_or_1_is_an_invalid_argument),
         OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
         cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
+        cmocka_unit_test(test_selected_plans_of_head_dims_192_and_256_fit_99_kb_targets),
         cmocka_unit_test(test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument),
         cmocka_unit_test(test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported),
         cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),

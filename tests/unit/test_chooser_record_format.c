@@ -75,6 +75,21 @@ static void test_a_record_key_names_every_field_of_the_bucket(void **state)
     fsa_key_free(&other);
     fsa_key_free(&bwd);
     f->plan.bwd_wg = 0, f->plan.config.sel_bwd_wg = 0;
+    /* A one-stage layout (fsa_sel_layout_fit, FSA_SEL_LAYOUT_ONE_STAGE): its operation's bits join that
+     * operation's switches (another record), the other operation's leave its key alone; 0 writes nothing. */
+    f->plan.config.sel_layout = FSA_SEL_LAYOUT_NSA_ONE_STAGE;
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_non_null(strstr(other.text, "\nswitches fwd_wg 0.0 index_per_chunk 0 layout 2\n"));
+    assert_string_not_equal(key.hex, other.hex);
+    fsa_key_free(&other);
+    f->plan.config.sel_layout = FSA_SEL_LAYOUT_BWD_ONE_STAGE | FSA_SEL_LAYOUT_DQ_ONE_STAGE;
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_string_equal(key.hex, other.hex);
+    fsa_key_free(&other);
+    assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_BWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
+    assert_non_null(strstr(other.text, "\nswitches bwd_wg 0 index_per_chunk 0 bwd_rounds 0.0 layout 12\n"));
+    fsa_key_free(&other);
+    f->plan.config.sel_layout = 0;
     snprintf(f->ctx.gpu_name, sizeof f->ctx.gpu_name, "NVIDIA Other GPU");
     assert_int_equal(fsa_tune_record_key(&other, &f->plan, FSA_OP_FWD, fsa_tune_bucket(100)), FSA_STATUS_OK);
     assert_string_not_equal(key.hex, other.hex);
