@@ -210,18 +210,12 @@ static const kvc_case *case_named(const char *name)
     return NULL;
 }
 
-/* FSA_KVC_CTAS for the plans below (NULL: unset): "1" runs every share of a split sequence on one CTA. */
-static const char *plan_ctas;
-
-/* A plan of d made with FSA_KVC_SMALL and FSA_KVC_TMA as given and FSA_KVC_CTAS as plan_ctas (NULL: unset),
- * the environment put back. */
+/* A plan of d made with FSA_KVC_SMALL and FSA_KVC_TMA as given (NULL: unset), the environment put back. */
 static fsa_kvcache_plan *plan_under(const fsa_kvcache_desc *d, const char *small, const char *tma, const char *name)
 {
     char *saved_small = fsa_test_env_swap("FSA_KVC_SMALL", small), *saved_tma = fsa_test_env_swap("FSA_KVC_TMA", tma);
-    char *saved_ctas = fsa_test_env_swap("FSA_KVC_CTAS", plan_ctas);
     fsa_kvcache_plan *plan = NULL;
     const fsa_status st = fsa_kvcache_plan_create(&plan, kvc_ctx, d);
-    fsa_test_env_restore("FSA_KVC_CTAS", saved_ctas);
     fsa_test_env_restore("FSA_KVC_TMA", saved_tma);
     fsa_test_env_restore("FSA_KVC_SMALL", saved_small);
     if (st != FSA_STATUS_OK) fail_msg("plan %s (FSA_KVC_SMALL=%s): %s", name, small ? small : "", fsa_last_error());
@@ -283,10 +277,10 @@ static void test_the_one_stage_layout_gives_the_bits_of_two_stages(void **state)
     fsa_kvcache_plan_destroy(one);
     /* Every share of a split sequence on one CTA (FSA_KVC_CTAS=1): a CTA's second and later shares start
      * their stream in the buffer the previous share's merge area used. */
-    plan_ctas = "1";
+    char *saved_ctas = fsa_test_env_swap("FSA_KVC_CTAS", "1");
     fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(case_named("bf16_d128_g4_bk64_page64"), 4, 1400));
     fsa_kvcache_plan_destroy(assert_one_stage_gives_the_bits_of_two(&wide, 4, 1401));
-    plan_ctas = NULL;
+    fsa_test_env_restore("FSA_KVC_CTAS", saved_ctas);
 }
 
 int main(void)
