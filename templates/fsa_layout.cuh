@@ -329,13 +329,14 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g, int stages
  * head dims dk / dv, blocks of bk keys, group g and forward order `order`
  * (FSA_SEL_ORDER_*: fsa_algorithm's values) within max_smem bytes of shared
  * memory a block. A kernel whose default fits keeps it (every kernel of an
- * AUTO plan on sm_90a), and so does a forward order where the other one's
- * default fits: a plan that ran before keeps its kernels and its orders
- * (on the 99 KB targets the FSA order's default holds at blocks of 64 up to
- * D 96 and at 144 and 160; 112 / 112, 128 / 128 and 192 / 128 ran the NSA
- * order alone, and still do). One stage goes to
- *  - the forward orders where neither default forward fits (the shapes that
- *    were refused: "no forward path fits"), or the order a plan forces;
+ * AUTO plan on sm_90a). One stage goes to
+ *  - the FSA-order forward of every plan but a forced NSA one, where its
+ *    default does not fit (on the 99 KB targets at blocks of 64: 112 / 112,
+ *    128 / 128, 176 and up; those shapes ran the NSA order alone before, which
+ *    reads every selected block once per token and KV head where the FSA
+ *    order reads it once per block: bench/NOTES.md "sel1");
+ *  - the NSA-order forward where neither default forward fits (the shapes that
+ *    were refused: "no forward path fits"), or where a plan forces it;
  *  - the backward main kernel where even its 16-key slice does not fit in
  *    the default (the plan then takes the largest slice one stage holds);
  *  - the NSA-order dq of a plan that forces the NSA order (AUTO plans take
@@ -363,7 +364,7 @@ FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, i
     const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_dq_smem_static(FSA_NSA_STAGES);
     const int refused = fsa > max_smem && nsa > max_smem; /* no forward order fits by default */
     const int need =
-        (order == FSA_SEL_ORDER_FSA || (order == FSA_SEL_ORDER_AUTO && refused)
+        (order != FSA_SEL_ORDER_NSA
              ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)
              : 0) |
         (order == FSA_SEL_ORDER_NSA || (order == FSA_SEL_ORDER_AUTO && refused)

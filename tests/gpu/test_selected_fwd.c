@@ -87,6 +87,9 @@ static const attn_case cases[] = {
     {"bf16_d192_g4_bk64_nsa",   BF, 192, 8,  2,  64, 8, {1, 63, 64, 65, 300},      5, 0, 0, A_NSA,  0,      1, 0, 0},
     {"bf16_d256_g4_bk32_fsa",   BF, 256, 8,  2,  32, 8, {1, 63, 64, 65, 300},      5, 1, 0, A_FSA,  0,      1, 0, 0},
     {"f16_d256_g16_bk128_nsa",  HF, 256, 32, 2,  128, 3, {129, 300},               2, 1, 1, A_NSA,  0,      1, 0, 0},
+    /* AUTO where the FSA order's default does not fit sm_90a's shared memory (245760 bytes) and one query
+     * tile does (222208): the FSA order in one stage from 65 tokens */
+    {"bf16_d176_g4_bk256_auto", BF, 176, 8,  2,  256, 3, {70, 700},                2, 0, 0, A_AUTO, 0,      1, 0, 0},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -234,6 +237,31 @@ static void test_the_one_stage_layouts_match_the_reference_and_the_default_bit_f
     }
 }
 
+/* An AUTO plan takes the FSA order's one query tile where its default does not fit and one tile does
+ * (fsa_sel_layout_fit; on sm_90a 176 / 176 at blocks of 256, on the 99 KB targets 128 / 128 at blocks of
+ * 64): the heuristic runs the FSA order past short inputs, on the layout's own kernel. The case matches the
+ * float64 reference with the others. */
+static void test_auto_takes_the_fsa_orders_one_query_tile_where_only_it_fits(void **state)
+{
+    (void)state;
+    const size_t i = case_named("bf16_d176_g4_bk256_auto");
+    const attn_case *c = &cases[i];
+    const int layout = fsa_sel_layout_fit(c->d, attn_value_dim(c), c->bk, attn_group_of(c), FSA_SEL_ORDER_AUTO,
+                                          fsa_test_max_smem(g_ctx), 0);
+    if (!(layout & FSA_SEL_LAYOUT_FWD_ONE_STAGE)) {
+        print_message("  %s: the FSA order's default fits this GPU (or one tile does not): nothing to check\n", c->name);
+        return;
+    }
+    fsa_algorithm a;
+    const char *why = NULL;
+    assert_int_equal(fsa_plan_algorithm(&a, &why, g_plans[i], 1000), FSA_STATUS_OK);
+    assert_int_equal(a, A_FSA);
+    char prefix[96];
+    fsa_test_expect_layout_kernel(g_ctx, attn_kernel_prefix(prefix, sizeof prefix, "sel_fwd_main", c), "sl",
+                                  FSA_SEL_LAYOUT_FWD_ONE_STAGE);
+    print_message("  %s: AUTO runs the FSA order in one stage (%s)\n", c->name, why);
+}
+
 static void test_auto_reports_its_choice_and_reason(void **state)
 {
     (void)state;
@@ -330,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_forward_with_a_value_head_dim_other_than_the_key_head_dim_matches_the_reference),
         cmocka_unit_test(test_random_cases_match_the_reference),
         cmocka_unit_test(test_the_one_stage_layouts_match_the_reference_and_the_default_bit_for_bit),
+        cmocka_unit_test(test_auto_takes_the_fsa_orders_one_query_tile_where_only_it_fits),
         cmocka_unit_test(test_auto_reports_its_choice_and_reason),
         cmocka_unit_test(test_a_graph_captured_forward_replays_to_the_same_output),
         cmocka_unit_test(test_a_too_small_workspace_is_refused_before_any_launch),

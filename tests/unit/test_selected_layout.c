@@ -50,10 +50,11 @@ static sel_bytes bytes_of(int dk, int dv, int bk, int g)
 }
 
 /* Every head dim pair, block size and group, each order, on the three limits: a kernel whose default
- * fits keeps it (its bit clear); a forward that fit by default in either order keeps both orders' defaults
- * in an AUTO plan; a bit set means the default does not fit and one stage does; one stage is never larger
- * than the default; and an AUTO plan on sm_90a takes no bit (a forced FSA order there may, at blocks of
- * 256, where the plan refused it before). */
+ * fits keeps it (its bit clear); a bit set means the default does not fit and one stage does; one stage
+ * is never larger than the default; the FSA-order forward takes one stage wherever that alone fits,
+ * unless the plan forces the NSA order; the NSA-order forward keeps its default in an AUTO plan where
+ * either order's default fits; and an AUTO plan on sm_90a takes no bit but the FSA order's at blocks of
+ * 256, where its default does not fit. */
 static void test_every_kernel_keeps_its_default_wherever_the_default_fits(void **state)
 {
     (void)state;
@@ -73,9 +74,11 @@ static void test_every_kernel_keeps_its_default_wherever_the_default_fits(void *
                                              dk, dv, bk, g, order, max, layout, k, b.dflt[k], b.small[k]);
                             }
                             if (order == AUTO && (b.dflt[0] <= max || b.dflt[1] <= max))
-                                assert_int_equal(layout & (FWD | NSA), 0);
+                                assert_int_equal(layout & NSA, 0);
+                            if (order != ORDER_NSA && b.dflt[0] > max && b.small[0] <= max)
+                                assert_int_equal(layout & FWD, FWD);
                             if (order != ORDER_NSA) assert_int_equal(layout & DQ, 0);
-                            if (max == SM_90 && order == AUTO) assert_int_equal(layout, 0);
+                            if (max == SM_90 && order == AUTO) assert_int_equal(layout & ~(bk == 256 ? FWD : 0), 0);
                         }
 }
 
@@ -153,6 +156,15 @@ static void test_head_dims_of_192_and_256_take_one_stage_on_99_kb_targets(void *
     assert_int_equal(fsa_sel_layout_fit(256, 256, 64, 16, ORDER_NSA, SM_99KB, 0), NSA | BWD | DQ);
     /* A forced FSA plan takes one query tile where it fits, nothing of the NSA order. */
     assert_int_equal(fsa_sel_layout_fit(256, 256, 32, 16, ORDER_FSA, SM_99KB, 0), FWD | BWD);
+    /* 128 / 128 at blocks of 64: the FSA order's default needs 114688 bytes, one query tile 79872; the NSA
+     * order's default fits. An AUTO plan takes the FSA order's one stage beside the NSA order's default. */
+    assert_int_equal(fsa_fwd_smem_bytes(128, 128, 64, FSA_FWD_STAGES), 114688);
+    assert_int_equal(fsa_fwd_smem_bytes(128, 128, 64, 1), 79872);
+    assert_true(nsa_total(128, 128, FSA_NSA_STAGES) <= SM_99KB);
+    for (int g = 1; g <= 16; g *= 4) assert_int_equal(fsa_sel_layout_fit(128, 128, 64, g, AUTO, SM_99KB, 0), FWD);
+    assert_int_equal(fsa_sel_layout_fit(112, 112, 64, 4, AUTO, SM_99KB, 0), FWD);
+    assert_int_equal(fsa_sel_layout_fit(192, 128, 64, 4, AUTO, SM_99KB, 0), FWD);
+    assert_int_equal(fsa_sel_layout_fit(128, 128, 64, 4, ORDER_NSA, SM_99KB, 0), 0);
     /* sm_80 holds both orders' defaults at 256 / 256 (the FSA order up to blocks of 64): nothing changes. */
     assert_int_equal(fsa_sel_layout_fit(256, 256, 64, 16, AUTO, SM_80, 0), 0);
 }
