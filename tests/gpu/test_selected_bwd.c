@@ -750,5 +750,8 @@ int main(void)
     };
     fsa_test_random_count(-1); /* a malformed FSA_TEST_RANDOM or FSA_TEST_SEED exits here, GPU or not */
     fsa_test_random_seed(RANDOM_SEED);
+    /* FSA_TEST_FILTER=pattern (* and ? wildcards) runs only the matching tests, e.g. the one-stage
+     * layouts' on a GPU whose call time is short. */
+    if (getenv("FSA_TEST_FILTER")) cmocka_set_test_filter(getenv("FSA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
