@@ -331,10 +331,11 @@ FSA_LAYOUT_FN int fsa_bwd_smem_bytes(int dk, int dv, int keys, int g, int stages
  * memory a block. A kernel whose default fits keeps it (every kernel of an
  * AUTO plan on sm_90a). One stage goes to
  *  - the FSA-order forward of every plan but a forced NSA one, where its
- *    default does not fit (on the 99 KB targets at blocks of 64: 112 / 112,
- *    128 / 128, 176 and up; those shapes ran the NSA order alone before, which
- *    reads every selected block once per token and KV head where the FSA
- *    order reads it once per block: bench/NOTES.md "sel1");
+ *    default does not fit and one tile does (on the 99 KB targets at blocks
+ *    of 64: 112 / 112, 128 / 128, 192 / 128 and equal head dims of 176 to
+ *    224; the first three ran the NSA order alone before, which reads every
+ *    selected block once per token and KV head where the FSA order reads it
+ *    once per block: bench/NOTES.md "sel1");
  *  - the NSA-order forward where neither default forward fits (the shapes that
  *    were refused: "no forward path fits"), or where a plan forces it;
  *  - the backward main kernel where even its 16-key slice does not fit in

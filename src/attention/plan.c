@@ -202,8 +202,9 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
     plan->config.fwd_wg_variant = plan->fwd_wg ? fsa_kernel_fwd_wg_variant() : 0;
     /* Each mma.sync kernel's default layout where it fits, else one stage: the FSA-order forward's wherever
      * one tile fits, the NSA order's where neither default forward fits (fsa_sel_layout_fit);
-     * FSA_SEL_LAYOUT_ONE_STAGE=1 (tests) adds one stage where the default fits. The warpgroup forward has its own layout: its place
-     * drops the FSA order's bit. Kernels fitting neither keep the default's bytes, refused below as before. */
+     * FSA_SEL_LAYOUT_ONE_STAGE=1 (tests) adds one stage where the default fits. The warpgroup forward has
+     * its own layout: its place drops the FSA order's bit. Kernels fitting neither keep the default's bytes,
+     * refused below as before. */
     plan->sel_layout_needed = fsa_sel_layout_fit(desc->head_dim, (int)desc->value_dim, desc->block_size, plan->group,
                                                  (int)desc->algorithm, max_smem, 0);
     plan->config.sel_layout = fsa_sel_layout_fit(desc->head_dim, (int)desc->value_dim, desc->block_size, plan->group,

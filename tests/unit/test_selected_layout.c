@@ -1,12 +1,13 @@
 /* The selected-attention mma.sync kernels' shared-memory layouts
  * (templates/fsa_layout.cuh, fsa_sel_layout_fit), checked on the host: each
- * kernel keeps its default wherever it fits, so no kernel or order of a plan
- * that ran before changes (the 99 KB targets sm_86, sm_89, sm_12x = 101376
- * bytes a block; sm_80 = 166912; sm_90a = 232448, which holds every
- * default); one stage goes where a shape was refused (head dims of 192 and
- * 256 on the 99 KB targets), with the bytes its parts add up to; the test
- * override adds its bits where the default fits; and the kernel table
- * describes each kernel of a layout with that layout's bytes. */
+ * kernel keeps its default wherever it fits (the 99 KB targets sm_86, sm_89,
+ * sm_12x = 101376 bytes a block; sm_80 = 166912; sm_90a = 232448, which
+ * holds every default up to blocks of 128); one stage goes where a default
+ * does not fit (head dims of 192 and 256 on the 99 KB targets, which were
+ * refused, and the FSA order's forward at 128 / 128 there, which ran the NSA
+ * order alone), with the bytes its parts add up to; the test override adds
+ * its bits where the default fits; and the kernel table describes each
+ * kernel of a layout with that layout's bytes. */
 #include "testing.h"
 
 #include "attention/kernels.h"
