@@ -249,7 +249,9 @@ FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv, int stages)
 #define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
 #define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
 #define FSA_BWD_MAX_HALVINGS 3
-#define FSA_BWD_SMEM_STATIC 4 /* static shared memory: the work counter */
+/* Static shared memory: the work counter's 4 bytes, as the driver counts them (ptxas rounds a kernel's
+ * static shared memory up to 16 bytes). */
+#define FSA_BWD_SMEM_STATIC 16
 /* Q/dO tiles in flight under `layout`. */
 FSA_LAYOUT_FN int fsa_bwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE ? 1 : FSA_BWD_STAGES; }
 FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
@@ -363,7 +365,8 @@ FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, i
     const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_fwd_smem_static(FSA_NSA_STAGES);
     const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + FSA_BWD_SMEM_STATIC;
     const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_dq_smem_static(FSA_NSA_STAGES);
-    const int refused = fsa > max_smem && nsa > max_smem; /* no forward order fits by default */
+    /* No forward order fits by default (the FSA order takes groups up to FSA_FWD_MAX_GROUP whatever its bytes). */
+    const int refused = (fsa > max_smem || g > FSA_FWD_MAX_GROUP) && nsa > max_smem;
     const int need =
         (order != FSA_SEL_ORDER_NSA
              ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)

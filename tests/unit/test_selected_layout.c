@@ -63,7 +63,7 @@ static void test_every_kernel_keeps_its_default_wherever_the_default_fits(void *
         for (int dk = 16; dk <= 256; dk += 16)
             for (int dv = 16; dv <= 256; dv += 16)
                 for (int bk = 16; bk <= 256; bk *= 2)
-                    for (int g = 1; g <= FSA_FWD_MAX_GROUP; g += g < 8 ? 1 : 7)
+                    for (int g = 1; g <= 128; g += g < 8 ? 1 : 7)
                         for (int order = AUTO; order <= ORDER_NSA; order++) {
                             const int max = smems[i], layout = fsa_sel_layout_fit(dk, dv, bk, g, order, max, 0);
                             const sel_bytes b = bytes_of(dk, dv, bk, g);
@@ -74,7 +74,7 @@ static void test_every_kernel_keeps_its_default_wherever_the_default_fits(void *
                                              "by default, %d in one stage",
                                              dk, dv, bk, g, order, max, layout, k, b.dflt[k], b.small[k]);
                             }
-                            if (order == AUTO && (b.dflt[0] <= max || b.dflt[1] <= max))
+                            if (order == AUTO && ((g <= FSA_FWD_MAX_GROUP && b.dflt[0] <= max) || b.dflt[1] <= max))
                                 assert_int_equal(layout & NSA, 0);
                             if (order != ORDER_NSA && b.dflt[0] > max && b.small[0] <= max)
                                 assert_int_equal(layout & FWD, FWD);
@@ -83,7 +83,7 @@ static void test_every_kernel_keeps_its_default_wherever_the_default_fits(void *
                         }
 }
 
-/* On the 99 KB targets every head dim pair up to 256 / 256, block size 16 to 128 and group 1 to 64 now has
+/* On the 99 KB targets every head dim pair up to 256 / 256, block size 16 to 128 and group 1 to 128 now has
  * a forward and a backward: a forward order that fits (the default or one stage) and a backward main
  * kernel that fits at 16 keys; a forced NSA plan's dq fits too. The FSA order alone does not fit
  * everywhere (256 / 256 from blocks of 64: one query tile of 64 x 264 is too many bytes beside the block). */
@@ -93,12 +93,12 @@ static void test_every_shape_has_a_forward_and_a_backward_on_99_kb_targets(void 
     for (int dk = 16; dk <= 256; dk += 16)
         for (int dv = 16; dv <= 256; dv += 16)
             for (int bk = 16; bk <= 128; bk *= 2)
-                for (int g = 1; g <= FSA_FWD_MAX_GROUP; g++) {
+                for (int g = 1; g <= 128; g++) {
                     const int auto_layout = fsa_sel_layout_fit(dk, dv, bk, g, AUTO, SM_99KB, 0);
                     const int nsa_layout = fsa_sel_layout_fit(dk, dv, bk, g, ORDER_NSA, SM_99KB, 0);
                     const int fsa_fwd = fsa_fwd_smem_bytes(dk, dv, bk, fsa_fwd_stages(auto_layout));
                     const int nsa_fwd = nsa_total(dk, dv, fsa_nsa_fwd_stages(auto_layout));
-                    if (fsa_fwd > SM_99KB && nsa_fwd > SM_99KB)
+                    if ((g > FSA_FWD_MAX_GROUP || fsa_fwd > SM_99KB) && nsa_fwd > SM_99KB)
                         fail_msg("%d / %d bk %d G %d: no forward (%d, %d bytes)", dk, dv, bk, g, fsa_fwd, nsa_fwd);
                     assert_true(bwd_total(dk, dv, 16, g, fsa_bwd_stages(auto_layout)) <= SM_99KB);
                     assert_true(nsa_total(dk, dv, fsa_nsa_fwd_stages(nsa_layout)) <= SM_99KB);
@@ -166,6 +166,13 @@ static void test_head_dims_of_192_and_256_take_one_stage_on_99_kb_targets(void *
     assert_int_equal(fsa_sel_layout_fit(112, 112, 64, 4, AUTO, SM_99KB, 0), FWD);
     assert_int_equal(fsa_sel_layout_fit(192, 128, 64, 4, AUTO, SM_99KB, 0), FWD);
     assert_int_equal(fsa_sel_layout_fit(128, 128, 64, 4, ORDER_NSA, SM_99KB, 0), 0);
+    /* Groups past FSA_FWD_MAX_GROUP have the NSA order alone whatever the FSA order's bytes: 192 / 192 at
+     * blocks of 32 and G 128 (the FSA order's default 87040 bytes would fit, the NSA order's 110592 does not)
+     * takes the NSA order's one stage in an AUTO plan as in a forced one. */
+    assert_true(fsa_fwd_smem_bytes(192, 192, 32, FSA_FWD_STAGES) <= SM_99KB);
+    assert_true(nsa_total(192, 192, FSA_NSA_STAGES) > SM_99KB);
+    assert_int_equal(fsa_sel_layout_fit(192, 192, 32, 128, AUTO, SM_99KB, 0) & NSA, NSA);
+    assert_int_equal(fsa_sel_layout_fit(192, 192, 32, 128, ORDER_NSA, SM_99KB, 0) & NSA, NSA);
     /* sm_80 holds both orders' defaults at 256 / 256 (the FSA order up to blocks of 64): nothing changes. */
     assert_int_equal(fsa_sel_layout_fit(256, 256, 64, 16, AUTO, SM_80, 0), 0);
 }
