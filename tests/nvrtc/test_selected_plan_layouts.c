@@ -1,7 +1,7 @@
 /* Selected-attention plans on offline contexts (no GPU) compile the kernels
  * of their layouts (fsa_sel_layout_fit): on sm_86 (101376 bytes a block)
- * head dims of 192 and 256 take the one-stage kernels where the default does
- * not fit, named and keyed by the layout's bit (_sl1 the FSA-order forward,
+ * head dims of 192 and 256, and the FSA order at 128 / 128, take the
+ * one-stage kernels where the default does not fit, named and keyed by the layout's bit (_sl1 the FSA-order forward,
  * _sl2 the NSA order, _sl4 the backward main kernel, _sl8 the NSA-order dq);
  * a kernel whose default fits keeps its name (no _sl field), and sm_90a
  * keeps every default unless FSA_SEL_LAYOUT_ONE_STAGE=1 asks. The plans
@@ -84,6 +84,36 @@ static void test_sm_86_compiles_one_stage_nsa_forward_and_backward_at_256(void *
     fsa_context_destroy(ctx);
 }
 
+/* 128 / 128 at blocks of 64 on sm_86: the FSA order's default needs 114688 bytes, its one query tile 79872;
+ * an AUTO plan compiles that beside the NSA order's default and runs the FSA order past short inputs. */
+static void test_sm_86_auto_runs_the_fsa_orders_one_query_tile_at_128(void **state)
+{
+    (void)state;
+    fsa_context *ctx = context_or_fail(g_dir, "sm_86", FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
+    d.head_dim = 128, d.block_size = 64, d.num_q_heads = 4, d.num_kv_heads = 1, d.top_k = 4;
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("sm_86 128 / 128: %s", fsa_last_error());
+    fsa_algorithm a;
+    const char *why = NULL;
+    assert_int_equal(fsa_plan_algorithm(&a, &why, plan, 65536), FSA_STATUS_OK);
+    assert_int_equal(a, FSA_ALGORITHM_FSA);
+    fsa_plan_destroy(plan);
+    expect_kernel(ctx, "sel_fwd_main_bf16_d128_dv128_g4_bk64", "_sl1");
+    expect_no_layout(ctx, "sel_fwd_nsa_bf16_d128_dv128_g4_bk64");
+    fsa_context_destroy(ctx);
+}
+
+/* Past G 64 only the NSA order runs, whatever the FSA order's bytes: 192 / 192 at blocks of 32 and G 128 on
+ * sm_86 (the NSA order's default 110592 bytes, one stage 59136) plans with AUTO in one stage. */
+static void test_sm_86_auto_past_group_64_takes_the_nsa_orders_one_stage(void **state)
+{
+    (void)state;
+    fsa_context *ctx = plan_on("sm_86", 192, 192, 32, 128, FSA_ALGORITHM_AUTO, 0);
+    expect_kernel(ctx, "sel_fwd_nsa_bf16_d192_dv192_g128_bk32", "_sl2");
+    fsa_context_destroy(ctx);
+}
+
 /* sm_90a holds every default: a 192 / 192 plan compiles no layout; FSA_SEL_LAYOUT_ONE_STAGE=1 (with
  * FSA_WGMMA=0: the mma.sync forward) gives it the one-stage kernels the GPU tests run there. */
 static void test_sm_90a_keeps_the_defaults_unless_the_override_asks(void **state)
@@ -123,6 +153,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sm_86_compiles_one_stage_forwards_at_192),
         cmocka_unit_test(test_sm_86_compiles_one_stage_nsa_forward_and_backward_at_256),
+        cmocka_unit_test(test_sm_86_auto_runs_the_fsa_orders_one_query_tile_at_128),
+        cmocka_unit_test(test_sm_86_auto_past_group_64_takes_the_nsa_orders_one_stage),
         cmocka_unit_test(test_sm_90a_keeps_the_defaults_unless_the_override_asks),
         cmocka_unit_test(test_the_override_keeps_the_backward_key_slices),
     };
