@@ -28,18 +28,25 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* A plan of Dk / Dv, blocks of bk keys, group g and `algorithm` (with its backward when `backward`) on an
- * offline `target` context, compiled into the shared cache; the context stays open for lookups. */
-static fsa_context *plan_on(const char *target, int dk, int dv, int bk, int g, fsa_algorithm algorithm, int backward)
+/* A plan of Dk / Dv, blocks of bk keys, group g and `algorithm` (with its backward when `backward`) on
+ * `ctx`, its kernels compiled into the shared cache. */
+static fsa_plan *plan_in(fsa_context *ctx, int dk, int dv, int bk, int g, fsa_algorithm algorithm, int backward)
 {
-    fsa_context *ctx = context_or_fail(g_dir, target, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
     d.head_dim = dk, d.value_dim = dv, d.block_size = bk, d.num_q_heads = g, d.num_kv_heads = 1, d.top_k = 4;
     d.algorithm = algorithm, d.backward = backward;
     fsa_plan *plan = NULL;
     if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK)
-        fail_msg("%s %d / %d bk %d G %d: %s", target, dk, dv, bk, g, fsa_last_error());
-    fsa_plan_destroy(plan);
+        fail_msg("%s %d / %d bk %d G %d: %s", fsa_context_target(ctx), dk, dv, bk, g, fsa_last_error());
+    return plan;
+}
+
+/* The same plan on an offline `target` context, destroyed once compiled; the context stays open for
+ * lookups. */
+static fsa_context *plan_on(const char *target, int dk, int dv, int bk, int g, fsa_algorithm algorithm, int backward)
+{
+    fsa_context *ctx = context_or_fail(g_dir, target, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fsa_plan_destroy(plan_in(ctx, dk, dv, bk, g, algorithm, backward));
     return ctx;
 }
 
@@ -90,10 +97,7 @@ static void test_sm_86_auto_runs_the_fsa_orders_one_query_tile_at_128(void **sta
 {
     (void)state;
     fsa_context *ctx = context_or_fail(g_dir, "sm_86", FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
-    fsa_selected_attention_desc d = FSA_SELECTED_ATTENTION_DESC_INIT;
-    d.head_dim = 128, d.block_size = 64, d.num_q_heads = 4, d.num_kv_heads = 1, d.top_k = 4;
-    fsa_plan *plan = NULL;
-    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("sm_86 128 / 128: %s", fsa_last_error());
+    fsa_plan *plan = plan_in(ctx, 128, 128, 64, 4, FSA_ALGORITHM_AUTO, 0);
     fsa_algorithm a;
     const char *why = NULL;
     assert_int_equal(fsa_plan_algorithm(&a, &why, plan, 65536), FSA_STATUS_OK);
