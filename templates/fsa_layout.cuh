@@ -13,6 +13,10 @@
 #define FSA_LAYOUT_FN static inline
 #endif
 
+/* The static shared memory of a kernel as the driver counts it beside the
+ * dynamic: ptxas rounds each kernel's up to 16 bytes. */
+FSA_LAYOUT_FN int fsa_static_smem_counted(int bytes) { return (bytes + 15) / 16 * 16; }
+
 /* ---------------------------------------------------------------- tensors */
 /* A [tokens, heads, dim] tensor with unit stride over dim; strides in elements. */
 typedef struct fsa_kernel_view {
@@ -151,6 +155,7 @@ FSA_LAYOUT_FN int fsa_fwd_smem_bytes(int dk, int dv, int bk, int stages)
  * row table | K tiles | V tiles | [group][stage] query tiles. */
 #define FSA_FWD_WG_GROUPS 2
 #define FSA_FWD_WG_ROWS 64
+#define FSA_FWD_WG_SMEM_STATIC 8 /* static shared memory: the CTA's next chunk of items */
 #define FSA_FWD_WG_ALIGN 1024
 /* Its schedule (FSA_FWD_WG, sel_fwd_main_wg.cu): 2 the tile streams over
  * chunks of FSA_FWD_WG_CHUNK_ITEMS work items in order, a CTA's first chunk
@@ -637,7 +642,7 @@ FSA_LAYOUT_FN int fsa_kvc_static_smem_bytes(int g, int k, int tma, int layout)
 /* The kernel's shared memory, dynamic and static together (what a block may hold). */
 FSA_LAYOUT_FN int fsa_kvc_smem_all(int dk, int dv, int g, int k, int mode, int layout)
 {
-    return fsa_kvc_smem_bytes(dk, dv, g, mode, layout) + fsa_kvc_static_smem_bytes(g, k, mode, layout);
+    return fsa_kvc_smem_bytes(dk, dv, g, mode, layout) + fsa_static_smem_counted(fsa_kvc_static_smem_bytes(g, k, mode, layout));
 }
 /* The layout a plan takes for a kernel of mode `mode` (top-k k) within
  * max_smem bytes a block: the default where it fits (every shape on sm_90a;

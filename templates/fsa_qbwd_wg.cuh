@@ -89,6 +89,7 @@ __device__ __forceinline__ void backward_dq_tile_wg(unsigned char *smem, const P
     constexpr int ROWS = fsa_qt_wgb_dq_rows(WGB), STAGES = fsa_qt_wgb_dq_stages(DK, DV, WGB);
     constexpr int K_STAGE = fsa_sw128_bytes(KS, DK), V_STAGE = fsa_sw128_bytes(KS, DV);
     __shared__ float delta_s[ROWS];
+    static_assert(sizeof(delta_s) == fsa_qt_wgb_dq_static_smem(WGB), "the layout counts the deltas");
     unsigned char *gen;
     const u32 qs = wg_smem_base(smem, &gen), dos = qs + fsa_qt_wgb_dq_smem_do(DK, WGB);
     const u32 ks = qs + fsa_qt_wgb_dq_smem_k(DK, DV, WGB), vs = qs + fsa_qt_wgb_dq_smem_v(DK, DV, WGB);

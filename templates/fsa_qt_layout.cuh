@@ -410,6 +410,8 @@ FSA_LAYOUT_FN int fsa_qt_wgb_pick(int wanted, int dk, int dv)
 FSA_LAYOUT_FN int fsa_qt_wgb_default(int dk, int dv) { return fsa_qt_wgb_pick(dk <= 192 ? 4 : 2, dk, dv); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_keys(int dk, int wgb) { return fsa_qt_wgb_groups(wgb) == 3 && dk > 128 ? 32 : 64; }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_rows(int wgb) { return 64 * fsa_qt_wgb_groups(wgb); }
+/* The warpgroup dq kernel's static shared memory: its tile's deltas (fp32). */
+FSA_LAYOUT_FN int fsa_qt_wgb_dq_static_smem(int wgb) { return fsa_qt_wgb_dq_rows(wgb) * 4; }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_tokens(int g, int wgb) { return fsa_qt_wgb_dq_rows(wgb) / 16 * (16 / g); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_do(int dk, int wgb) { return fsa_sw128_bytes(fsa_qt_wgb_dq_rows(wgb), dk); }
 FSA_LAYOUT_FN int fsa_qt_wgb_dq_smem_k(int dk, int dv, int wgb)

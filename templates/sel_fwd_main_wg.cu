@@ -138,6 +138,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) fsa_sel_fwd_main_wg(con
             d.w_next = w_run_end < w_end_chunk || DYNAMIC ? w_run_end : d.c_next * CHUNK_ITEMS;
         };
         __shared__ int next_chunk[2];  // DYNAMIC: the CTA's next chunk [first item, end)
+        static_assert(sizeof(next_chunk) == FSA_FWD_WG_SMEM_STATIC, "the plan counts this static memory");
         int c = blockIdx.x, w = c * CHUNK_ITEMS, w_end = min(total_work, w + CHUNK_ITEMS);
         int turn = 0;  // the warpgroup that takes a run's first tile: the runs' tiles alternate over the groups
         while (w < total_work) {

@@ -251,6 +251,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_FWD_MAIN_WG:
         threads = fsa_fwd_wg_threads();
         smem = fsa_fwd_wg_smem_bytes(d, dv, bk);
+        smem_static = FSA_FWD_WG_SMEM_STATIC;
         break;
     case FSA_K_FWD_NSA:
         threads = FSA_NSA_THREADS;
@@ -266,6 +267,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_BWD_MAIN_WG:
         threads = fsa_bwd_wg_threads(d, dv);
         smem = fsa_bwd_wg_smem_bytes(d, dv);
+        smem_static = FSA_BWD_SMEM_STATIC; /* the same work counter */
         break;
     case FSA_K_BWD_DQ_NSA:
         threads = FSA_NSA_THREADS;
@@ -275,6 +277,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_KVC_FWD:
         threads = FSA_KVC_THREADS;
         smem = fsa_kvc_smem_bytes(d, dv, g, c->kvc_tma, c->kvc_layout);
+        smem_static = fsa_kvc_static_smem_bytes(g, c->top_k, c->kvc_tma, c->kvc_layout);
         break;
     /* Query-tile kernels (fsa_qt_layout.cuh): FSA_QT_THREADS (dK/dV: FSA_QT_DKV_THREADS), set below. */
     case FSA_K_CMP_FWD: smem = fsa_cmp_fwd_smem_bytes(d, dv, c->wgmma, c->qt_fwd); break;
@@ -288,7 +291,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     case FSA_K_SWA_BWD_DQ:
         threads = fsa_qt_bwd_dq_threads(c->bwd_wgmma);
         smem = fsa_qt_bwd_dq_smem(d, dv, c->bwd_wgmma, c->qt_bwd);
-        smem_static = c->bwd_wgmma ? 0 : FSA_QT_DQ_STATIC_SMEM; /* the tile's deltas */
+        smem_static = c->bwd_wgmma ? fsa_qt_wgb_dq_static_smem(c->bwd_wgmma) : FSA_QT_DQ_STATIC_SMEM; /* the tile's deltas */
         break;
     case FSA_K_CMP_BWD_DKV:
     case FSA_K_SWA_BWD_DKV:
@@ -308,7 +311,7 @@ void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_con
     out->fn = NULL;
     out->threads = (unsigned)threads;
     out->smem = (unsigned)smem;
-    out->smem_static = (unsigned)smem_static;
+    out->smem_static = (unsigned)fsa_static_smem_counted(smem_static);
     out->name = kernels[id].entry;
 }
 
@@ -358,6 +361,13 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     }
     const fsa_kernel_request r = {families[f].template_name, b->params, n, b->entries};
     return r;
+}
+
+int fsa_kernel_id_of_entry(const char *entry)
+{
+    for (int id = 0; id < FSA_K_N; id++)
+        if (kernels[id].entry && strcmp(kernels[id].entry, entry) == 0) return id;
+    return -1;
 }
 
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c)

@@ -52,7 +52,8 @@ typedef struct fsa_kernel {
     unsigned threads;  /* threads per block */
     unsigned smem;     /* dynamic shared memory per block, bytes */
     const char *name;  /* entry point; also names the launch in errors */
-    unsigned smem_static; /* static shared memory the layout header counts (the plans' checks add it) */
+    unsigned smem_static; /* static shared memory the layout header counts, rounded up to 16 bytes as the driver
+                           * counts it (fsa_static_smem_counted); the plans' checks add it */
 } fsa_kernel;
 
 /* The template parameters of a plan's kernels. */
@@ -143,6 +144,10 @@ int fsa_kernel_sel_forced(void);
 
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);
+
+/* The kernel whose entry point is `entry` (fsa_kernel.name), else -1: what
+ * a compiler's per-entry report (ptxas) is checked against. */
+int fsa_kernel_id_of_entry(const char *entry);
 
 /* Describes kernel `id`, then compiles or loads it for the context. */
 fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, const fsa_kernel_config *c);

@@ -123,7 +123,7 @@ static void test_the_small_backward_layouts_keep_their_launch_shapes(void **stat
         assert_kernel(FSA_K_SWA_BWD_DQ, &c, "fsa_swa_bwd_dq", small[i].dq_smem);
         assert_kernel(FSA_K_SWA_BWD_DKV, &c, "fsa_swa_bwd_dkv", small[i].dkv_smem);
     }
-    /* dq's static deltas count toward the plans' shared-memory checks (mma.sync only): 256 / 256 in dq's
+    /* dq's static deltas count toward the plans' shared-memory checks (both kernels): 256 / 256 in dq's
      * smallest layout is 101376 bytes dynamic, 99 KB exactly, so the 256 bytes more refuse it there. */
     fsa_kernel k;
     const fsa_kernel_config wide = {.dtype = FSA_DTYPE_BF16, .head_dim = 256, .value_dim = 256, .group = 4,
@@ -136,7 +136,8 @@ static void test_the_small_backward_layouts_keep_their_launch_shapes(void **stat
     const fsa_kernel_config wg = {.dtype = FSA_DTYPE_BF16, .head_dim = 128, .value_dim = 128, .group = 4,
                                   .bwd_wgmma = 4};
     fsa_kernel_describe(&k, FSA_K_SWA_BWD_DQ, &wg);
-    assert_int_equal(k.smem_static, 0);
+    assert_int_equal(k.smem_static, fsa_qt_wgb_dq_static_smem(4)); /* its deltas too: 192 rows, 768 bytes */
+    assert_int_equal(k.smem_static, 768);
 }
 
 /* The warpgroup forwards: variant 5 is variant 4 (three warpgroups) with its ring's mbarriers after the V stages. */
