@@ -254,9 +254,7 @@ FSA_LAYOUT_FN int fsa_nsa_dq_smem_bytes(int dk, int dv, int stages)
 #define FSA_BWD_STAGES 2     /* Q/dO tiles in flight */
 #define FSA_BWD_MAX_KEYS 128 /* larger blocks run in slices */
 #define FSA_BWD_MAX_HALVINGS 3
-/* Static shared memory: the work counter's 4 bytes, as the driver counts them (ptxas rounds a kernel's
- * static shared memory up to 16 bytes). */
-#define FSA_BWD_SMEM_STATIC 16
+#define FSA_BWD_SMEM_STATIC 4 /* static shared memory: the work counter (fsa_static_smem_counted: 16) */
 /* Q/dO tiles in flight under `layout`. */
 FSA_LAYOUT_FN int fsa_bwd_stages(int layout) { return layout & FSA_SEL_LAYOUT_BWD_ONE_STAGE ? 1 : FSA_BWD_STAGES; }
 FSA_LAYOUT_FN int fsa_bwd_threads(int keys) { return keys / 16 * 32; }
@@ -367,9 +365,10 @@ FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, i
 {
     /* Each kernel's dynamic and static shared memory together, as the plan checks them. */
     const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES);
-    const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_fwd_smem_static(FSA_NSA_STAGES);
-    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + FSA_BWD_SMEM_STATIC;
-    const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_nsa_dq_smem_static(FSA_NSA_STAGES);
+    const int bwd_static = fsa_static_smem_counted(FSA_BWD_SMEM_STATIC);
+    const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(FSA_NSA_STAGES));
+    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + bwd_static;
+    const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(FSA_NSA_STAGES));
     /* No forward order fits by default (the FSA order takes groups up to FSA_FWD_MAX_GROUP whatever its bytes). */
     const int refused = (fsa > max_smem || g > FSA_FWD_MAX_GROUP) && nsa > max_smem;
     const int need =
@@ -377,11 +376,13 @@ FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, i
              ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)
              : 0) |
         (order == FSA_SEL_ORDER_NSA || (order == FSA_SEL_ORDER_AUTO && refused)
-             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1) + fsa_nsa_fwd_smem_static(1), max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
+             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(1)),
+                                   max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
              : 0) |
-        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1) + FSA_BWD_SMEM_STATIC, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
+        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1) + bwd_static, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
         (order == FSA_SEL_ORDER_NSA
-             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1) + fsa_nsa_dq_smem_static(1), max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
+             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(1)),
+                                   max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
              : 0);
     const int fits = (fsa <= max_smem ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0) | (nsa <= max_smem ? FSA_SEL_LAYOUT_NSA_ONE_STAGE : 0) |
                      (bwd <= max_smem ? FSA_SEL_LAYOUT_BWD_ONE_STAGE : 0) | (dq <= max_smem ? FSA_SEL_LAYOUT_DQ_ONE_STAGE : 0);

@@ -171,7 +171,7 @@ __device__ __forceinline__ void bwd_main(const fsa_sel_params &p) {
     // lengths vary widely); consecutive items are the slices of one item, which
     // read the same rows. Results do not depend on which CTA takes an item.
     __shared__ int next_work;
-    static_assert(sizeof(next_work) <= FSA_BWD_SMEM_STATIC, "the plan counts this static memory");
+    static_assert(sizeof(next_work) == FSA_BWD_SMEM_STATIC, "the plan counts this static memory");
     int *work_next = (int *)p.work_next + p.d_part;
     for (int w = blockIdx.x; w < total_work;) {
         const int wi = w / SLICES, slice = w - wi * SLICES;

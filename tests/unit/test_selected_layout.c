@@ -28,13 +28,19 @@ enum {
 };
 
 /* Each kernel's dynamic and static shared memory together, as the plan checks them (the backward main
- * kernel's at `keys` keys). */
-static int nsa_total(int dk, int dv, int stages) { return fsa_nsa_fwd_smem_bytes(dk, dv, stages) + fsa_nsa_fwd_smem_static(stages); }
+ * kernel's at `keys` keys; static bytes rounded up to 16 as the driver counts them). */
+static int nsa_total(int dk, int dv, int stages)
+{
+    return fsa_nsa_fwd_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(stages));
+}
 static int bwd_total(int dk, int dv, int keys, int g, int stages)
 {
-    return fsa_bwd_smem_bytes(dk, dv, keys, g, stages) + FSA_BWD_SMEM_STATIC;
+    return fsa_bwd_smem_bytes(dk, dv, keys, g, stages) + fsa_static_smem_counted(FSA_BWD_SMEM_STATIC);
 }
-static int dq_total(int dk, int dv, int stages) { return fsa_nsa_dq_smem_bytes(dk, dv, stages) + fsa_nsa_dq_smem_static(stages); }
+static int dq_total(int dk, int dv, int stages)
+{
+    return fsa_nsa_dq_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(stages));
+}
 
 /* Each kernel's default and one-stage bytes (the backward main kernel's at its 16-key slice). */
 typedef struct sel_bytes {
