@@ -361,29 +361,35 @@ FSA_LAYOUT_FN int fsa_sel_layout_need(int dflt_bytes, int small_bytes, int max_s
 {
     return dflt_bytes > max_smem && small_bytes <= max_smem ? bit : 0;
 }
+/* Each mma.sync kernel's dynamic and static shared memory together, as the plans check them, in `stages`
+ * stages (the FSA-order forward has no static part; the backward's main kernel at its 16-key slice). */
+FSA_LAYOUT_FN int fsa_sel_nsa_total(int dk, int dv, int stages)
+{
+    return fsa_nsa_fwd_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(stages));
+}
+FSA_LAYOUT_FN int fsa_sel_bwd16_total(int dk, int dv, int g, int stages)
+{
+    return fsa_bwd_smem_bytes(dk, dv, 16, g, stages) + fsa_static_smem_counted(FSA_BWD_SMEM_STATIC);
+}
+FSA_LAYOUT_FN int fsa_sel_dq_total(int dk, int dv, int stages)
+{
+    return fsa_nsa_dq_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(stages));
+}
 FSA_LAYOUT_FN int fsa_sel_layout_fit(int dk, int dv, int bk, int g, int order, int max_smem, int forced)
 {
-    /* Each kernel's dynamic and static shared memory together, as the plan checks them. */
-    const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES);
-    const int bwd_static = fsa_static_smem_counted(FSA_BWD_SMEM_STATIC);
-    const int nsa = fsa_nsa_fwd_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(FSA_NSA_STAGES));
-    const int bwd = fsa_bwd_smem_bytes(dk, dv, 16, g, FSA_BWD_STAGES) + bwd_static;
-    const int dq = fsa_nsa_dq_smem_bytes(dk, dv, FSA_NSA_STAGES) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(FSA_NSA_STAGES));
+    const int fsa = fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES), fsa1 = fsa_fwd_smem_bytes(dk, dv, bk, 1);
+    const int nsa = fsa_sel_nsa_total(dk, dv, FSA_NSA_STAGES), nsa1 = fsa_sel_nsa_total(dk, dv, 1);
+    const int bwd = fsa_sel_bwd16_total(dk, dv, g, FSA_BWD_STAGES), bwd1 = fsa_sel_bwd16_total(dk, dv, g, 1);
+    const int dq = fsa_sel_dq_total(dk, dv, FSA_NSA_STAGES), dq1 = fsa_sel_dq_total(dk, dv, 1);
     /* No forward order fits by default (the FSA order takes groups up to FSA_FWD_MAX_GROUP whatever its bytes). */
     const int refused = (fsa > max_smem || g > FSA_FWD_MAX_GROUP) && nsa > max_smem;
-    const int need =
-        (order != FSA_SEL_ORDER_NSA
-             ? fsa_sel_layout_need(fsa, fsa_fwd_smem_bytes(dk, dv, bk, 1), max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)
-             : 0) |
-        (order == FSA_SEL_ORDER_NSA || (order == FSA_SEL_ORDER_AUTO && refused)
-             ? fsa_sel_layout_need(nsa, fsa_nsa_fwd_smem_bytes(dk, dv, 1) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(1)),
-                                   max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
-             : 0) |
-        fsa_sel_layout_need(bwd, fsa_bwd_smem_bytes(dk, dv, 16, g, 1) + bwd_static, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
-        (order == FSA_SEL_ORDER_NSA
-             ? fsa_sel_layout_need(dq, fsa_nsa_dq_smem_bytes(dk, dv, 1) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(1)),
-                                   max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE)
-             : 0);
+    const int nsa_order = order == FSA_SEL_ORDER_NSA;
+    const int need = (nsa_order ? 0 : fsa_sel_layout_need(fsa, fsa1, max_smem, FSA_SEL_LAYOUT_FWD_ONE_STAGE)) |
+                     (nsa_order || (order == FSA_SEL_ORDER_AUTO && refused)
+                          ? fsa_sel_layout_need(nsa, nsa1, max_smem, FSA_SEL_LAYOUT_NSA_ONE_STAGE)
+                          : 0) |
+                     fsa_sel_layout_need(bwd, bwd1, max_smem, FSA_SEL_LAYOUT_BWD_ONE_STAGE) |
+                     (nsa_order ? fsa_sel_layout_need(dq, dq1, max_smem, FSA_SEL_LAYOUT_DQ_ONE_STAGE) : 0);
     const int fits = (fsa <= max_smem ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0) | (nsa <= max_smem ? FSA_SEL_LAYOUT_NSA_ONE_STAGE : 0) |
                      (bwd <= max_smem ? FSA_SEL_LAYOUT_BWD_ONE_STAGE : 0) | (dq <= max_smem ? FSA_SEL_LAYOUT_DQ_ONE_STAGE : 0);
     return need | (forced & fits);
