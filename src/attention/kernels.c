@@ -380,7 +380,7 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
 
 fsa_status fsa_kernel_check_smem(const fsa_kernel *k, const fsa_context *ctx, const char *stage)
 {
-    const unsigned need = k->smem + k->smem_static;
+    const unsigned need = fsa_kernel_smem_total(k);
     if ((int)need <= ctx->max_smem_per_block) return FSA_STATUS_OK;
     return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%s needs %u bytes of shared memory; target %s allows %d",
                          k->name, need, ctx->target, ctx->max_smem_per_block);

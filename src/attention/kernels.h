@@ -56,6 +56,9 @@ typedef struct fsa_kernel {
                            * counts it (fsa_static_smem_counted); the plans' checks add it */
 } fsa_kernel;
 
+/* A kernel's shared memory as the driver counts it against the limit: dynamic and static together. */
+static inline unsigned fsa_kernel_smem_total(const fsa_kernel *k) { return k->smem + k->smem_static; }
+
 /* The template parameters of a plan's kernels. */
 typedef struct fsa_kernel_config {
     fsa_dtype dtype;

@@ -15,9 +15,6 @@
 
 #define STAGE "plan"
 
-/* A kernel's shared memory as the driver counts it: dynamic and static together. */
-static unsigned smem_of(const fsa_kernel *k) { return k->smem + k->smem_static; }
-
 /* fsa_sel_layout_fit takes the descriptor's algorithm as its order. */
 _Static_assert(FSA_ALGORITHM_AUTO == FSA_SEL_ORDER_AUTO && FSA_ALGORITHM_FSA == FSA_SEL_ORDER_FSA &&
                    FSA_ALGORITHM_NSA == FSA_SEL_ORDER_NSA,
@@ -123,7 +120,7 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     c->sel_layout = (layout & ~FSA_SEL_LAYOUT_BWD_ONE_STAGE) | (plan->sel_layout_needed & FSA_SEL_LAYOUT_BWD_ONE_STAGE);
     c->bwd_keys = desc->block_size < FSA_BWD_MAX_KEYS ? desc->block_size : FSA_BWD_MAX_KEYS;
     fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
-    while ((int)smem_of(&main) > max_smem && c->bwd_keys > 16) {
+    while ((int)fsa_kernel_smem_total(&main) > max_smem && c->bwd_keys > 16) {
         c->bwd_keys /= 2;
         fsa_kernel_describe(&main, FSA_K_BWD_MAIN, c);
     }
@@ -132,17 +129,17 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     fsa_kernel_describe(&dq_nsa, FSA_K_BWD_DQ_NSA, c);
     /* The heuristic never takes the NSA-order dq (choose.c): a forced NSA plan
      * loads it, and an AUTO plan only when tuning may measure it. */
-    plan->bwd_nsa_available = (int)smem_of(&dq_nsa) <= max_smem && fsa_nsa_grid_fits(plan) &&
+    plan->bwd_nsa_available = (int)fsa_kernel_smem_total(&dq_nsa) <= max_smem && fsa_nsa_grid_fits(plan) &&
                               (desc->algorithm == FSA_ALGORITHM_NSA ||
                                (desc->algorithm == FSA_ALGORITHM_AUTO && plan->tune.level != FSA_TUNE_LEVEL_OFF));
-    if ((int)smem_of(&main) > max_smem)
+    if ((int)fsa_kernel_smem_total(&main) > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the backward needs %u bytes of shared memory even with 16-key slices; target %s allows %d",
-                 smem_of(&main), plan->ctx->target, max_smem);
-    if (desc->algorithm == FSA_ALGORITHM_NSA && (int)smem_of(&dq_nsa) > max_smem)
+                 fsa_kernel_smem_total(&main), plan->ctx->target, max_smem);
+    if (desc->algorithm == FSA_ALGORITHM_NSA && (int)fsa_kernel_smem_total(&dq_nsa) > max_smem)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
-                 "the NSA-order backward needs %u bytes of shared memory; target %s allows %d", smem_of(&dq_nsa),
-                 plan->ctx->target, max_smem);
+                 "the NSA-order backward needs %u bytes of shared memory; target %s allows %d",
+                 fsa_kernel_smem_total(&dq_nsa), plan->ctx->target, max_smem);
     /* Each launch of the main kernel takes whole 16-column steps of dK and dV. */
     const int parts = fsa_bwd_d_parts(c->head_dim, c->value_dim);
     if (c->head_dim / parts % 16 != 0 || c->value_dim / parts % 16 != 0)
@@ -155,7 +152,7 @@ static fsa_status plan_backward(fsa_plan *plan, int max_smem)
     fsa_kernel_describe(&main_wg, FSA_K_BWD_MAIN_WG, c);
     const int wg = fsa_kernel_sel_bwd_wgmma(plan->ctx, c->head_dim, c->value_dim);
     plan->bwd_wg = wg && fsa_bwd_wg_ok(c->head_dim, c->value_dim, desc->block_size) &&
-                   c->bwd_keys == FSA_BWD_WG_KEYS && (int)smem_of(&main_wg) <= max_smem;
+                   c->bwd_keys == FSA_BWD_WG_KEYS && (int)fsa_kernel_smem_total(&main_wg) <= max_smem;
     c->sel_bwd_wg = plan->bwd_wg ? wg : 0;
     plan->bwd_available = 1;
 cleanup:
@@ -212,12 +209,12 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
                               ~(plan->fwd_wg ? FSA_SEL_LAYOUT_FWD_ONE_STAGE : 0);
     fsa_kernel_describe(&main, plan->fwd_wg ? FSA_K_FWD_MAIN_WG : FSA_K_FWD_MAIN, &plan->config);
     fsa_kernel_describe(&nsa, FSA_K_FWD_NSA, &plan->config);
-    plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)smem_of(&main) <= max_smem;
-    plan->nsa_available = (int)smem_of(&nsa) <= max_smem && fsa_nsa_grid_fits(plan);
+    plan->fsa_available = fsa_plan_fwd_item_entries(plan) >= 1 && (int)fsa_kernel_smem_total(&main) <= max_smem;
+    plan->nsa_available = (int)fsa_kernel_smem_total(&nsa) <= max_smem && fsa_nsa_grid_fits(plan);
     if (desc->algorithm == FSA_ALGORITHM_FSA && !plan->fsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the FSA path does not fit: group %d (at most %d), %u bytes of shared memory (target %s allows %d)",
-                 plan->group, FSA_FWD_MAX_GROUP, smem_of(&main), ctx->target, max_smem);
+                 plan->group, FSA_FWD_MAX_GROUP, fsa_kernel_smem_total(&main), ctx->target, max_smem);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !fsa_nsa_grid_fits(plan))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "the NSA path needs a grid row per KV head and group of query heads: %d KV heads at group %d "
@@ -225,18 +222,18 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
                  desc->num_kv_heads, plan->group, FSA_GRID_MAX_ROWS);
     if (desc->algorithm == FSA_ALGORITHM_NSA && !plan->nsa_available)
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "the NSA path needs %u bytes of shared memory; target %s allows %d",
-                 smem_of(&nsa), ctx->target, max_smem);
+                 fsa_kernel_smem_total(&nsa), ctx->target, max_smem);
     if (!plan->fsa_available && !plan->nsa_available) {
         char why_fsa[96], why_nsa[128];
         if (fsa_plan_fwd_item_entries(plan) < 1)
             snprintf(why_fsa, sizeof why_fsa, "takes groups up to %d (group %d)", FSA_FWD_MAX_GROUP, plan->group);
         else
-            snprintf(why_fsa, sizeof why_fsa, "needs %u bytes of shared memory", smem_of(&main));
+            snprintf(why_fsa, sizeof why_fsa, "needs %u bytes of shared memory", fsa_kernel_smem_total(&main));
         if (!fsa_nsa_grid_fits(plan))
             snprintf(why_nsa, sizeof why_nsa, "needs a grid row per KV head and head group (%d KV heads at group %d)",
                      desc->num_kv_heads, plan->group);
         else
-            snprintf(why_nsa, sizeof why_nsa, "needs %u bytes of shared memory", smem_of(&nsa));
+            snprintf(why_nsa, sizeof why_nsa, "needs %u bytes of shared memory", fsa_kernel_smem_total(&nsa));
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s (%d bytes of shared memory a block): "
                  "the FSA order %s, the NSA order %s", ctx->target, max_smem, why_fsa, why_nsa);
     }

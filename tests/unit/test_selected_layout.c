@@ -27,21 +27,6 @@ enum {
     ORDER_NSA = FSA_SEL_ORDER_NSA,
 };
 
-/* Each kernel's dynamic and static shared memory together, as the plan checks them (the backward main
- * kernel's at `keys` keys; static bytes rounded up to 16 as the driver counts them). */
-static int nsa_total(int dk, int dv, int stages)
-{
-    return fsa_nsa_fwd_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_fwd_smem_static(stages));
-}
-static int bwd_total(int dk, int dv, int keys, int g, int stages)
-{
-    return fsa_bwd_smem_bytes(dk, dv, keys, g, stages) + fsa_static_smem_counted(FSA_BWD_SMEM_STATIC);
-}
-static int dq_total(int dk, int dv, int stages)
-{
-    return fsa_nsa_dq_smem_bytes(dk, dv, stages) + fsa_static_smem_counted(fsa_nsa_dq_smem_static(stages));
-}
-
 /* Each kernel's default and one-stage bytes (the backward main kernel's at its 16-key slice). */
 typedef struct sel_bytes {
     int dflt[4], small[4];
@@ -50,9 +35,9 @@ static const int bits[4] = {FWD, NSA, BWD, DQ};
 
 static sel_bytes bytes_of(int dk, int dv, int bk, int g)
 {
-    sel_bytes b = {{fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES), nsa_total(dk, dv, FSA_NSA_STAGES),
-                    bwd_total(dk, dv, 16, g, FSA_BWD_STAGES), dq_total(dk, dv, FSA_NSA_STAGES)},
-                   {fsa_fwd_smem_bytes(dk, dv, bk, 1), nsa_total(dk, dv, 1), bwd_total(dk, dv, 16, g, 1), dq_total(dk, dv, 1)}};
+    sel_bytes b = {{fsa_fwd_smem_bytes(dk, dv, bk, FSA_FWD_STAGES), fsa_sel_nsa_total(dk, dv, FSA_NSA_STAGES),
+                    fsa_sel_bwd16_total(dk, dv, g, FSA_BWD_STAGES), fsa_sel_dq_total(dk, dv, FSA_NSA_STAGES)},
+                   {fsa_fwd_smem_bytes(dk, dv, bk, 1), fsa_sel_nsa_total(dk, dv, 1), fsa_sel_bwd16_total(dk, dv, g, 1), fsa_sel_dq_total(dk, dv, 1)}};
     return b;
 }
 
@@ -103,12 +88,12 @@ static void test_every_shape_has_a_forward_and_a_backward_on_99_kb_targets(void 
                     const int auto_layout = fsa_sel_layout_fit(dk, dv, bk, g, AUTO, SM_99KB, 0);
                     const int nsa_layout = fsa_sel_layout_fit(dk, dv, bk, g, ORDER_NSA, SM_99KB, 0);
                     const int fsa_fwd = fsa_fwd_smem_bytes(dk, dv, bk, fsa_fwd_stages(auto_layout));
-                    const int nsa_fwd = nsa_total(dk, dv, fsa_nsa_fwd_stages(auto_layout));
+                    const int nsa_fwd = fsa_sel_nsa_total(dk, dv, fsa_nsa_fwd_stages(auto_layout));
                     if ((g > FSA_FWD_MAX_GROUP || fsa_fwd > SM_99KB) && nsa_fwd > SM_99KB)
                         fail_msg("%d / %d bk %d G %d: no forward (%d, %d bytes)", dk, dv, bk, g, fsa_fwd, nsa_fwd);
-                    assert_true(bwd_total(dk, dv, 16, g, fsa_bwd_stages(auto_layout)) <= SM_99KB);
-                    assert_true(nsa_total(dk, dv, fsa_nsa_fwd_stages(nsa_layout)) <= SM_99KB);
-                    assert_true(dq_total(dk, dv, fsa_nsa_dq_stages(nsa_layout)) <= SM_99KB);
+                    assert_true(fsa_sel_bwd16_total(dk, dv, g, fsa_bwd_stages(auto_layout)) <= SM_99KB);
+                    assert_true(fsa_sel_nsa_total(dk, dv, fsa_nsa_fwd_stages(nsa_layout)) <= SM_99KB);
+                    assert_true(fsa_sel_dq_total(dk, dv, fsa_nsa_dq_stages(nsa_layout)) <= SM_99KB);
                 }
 }
 
@@ -134,6 +119,9 @@ static void test_head_dims_of_192_and_256_take_one_stage_on_99_kb_targets(void *
      * ones, over the limit: the driver would refuse it, so both orders take one stage. */
     assert_int_equal(fsa_nsa_fwd_smem_bytes(176, 176, FSA_NSA_STAGES), 100096);
     assert_int_equal(fsa_nsa_fwd_smem_static(FSA_NSA_STAGES), 1792);
+    assert_int_equal(fsa_sel_nsa_total(176, 176, FSA_NSA_STAGES), 100096 + 1792);
+    /* The backward's 4-byte work counter counts as the 16 bytes ptxas gives a kernel's static memory. */
+    assert_int_equal(fsa_sel_bwd16_total(256, 256, 16, FSA_BWD_STAGES), 102400 + 16);
     assert_int_equal(fsa_sel_layout_fit(176, 176, 64, 16, AUTO, SM_99KB, 0), FWD | NSA);
     assert_int_equal(fsa_sel_layout_fit(192, 192, 16, 4, AUTO, SM_99KB, 0), 0);
     assert_int_equal(fsa_sel_layout_fit(192, 192, 32, 4, AUTO, SM_99KB, 0), 0);
@@ -167,7 +155,7 @@ static void test_head_dims_of_192_and_256_take_one_stage_on_99_kb_targets(void *
      * order's default fits. An AUTO plan takes the FSA order's one stage beside the NSA order's default. */
     assert_int_equal(fsa_fwd_smem_bytes(128, 128, 64, FSA_FWD_STAGES), 114688);
     assert_int_equal(fsa_fwd_smem_bytes(128, 128, 64, 1), 79872);
-    assert_true(nsa_total(128, 128, FSA_NSA_STAGES) <= SM_99KB);
+    assert_true(fsa_sel_nsa_total(128, 128, FSA_NSA_STAGES) <= SM_99KB);
     for (int g = 1; g <= 16; g *= 4) assert_int_equal(fsa_sel_layout_fit(128, 128, 64, g, AUTO, SM_99KB, 0), FWD);
     assert_int_equal(fsa_sel_layout_fit(112, 112, 64, 4, AUTO, SM_99KB, 0), FWD);
     assert_int_equal(fsa_sel_layout_fit(192, 128, 64, 4, AUTO, SM_99KB, 0), FWD);
@@ -176,7 +164,7 @@ static void test_head_dims_of_192_and_256_take_one_stage_on_99_kb_targets(void *
      * blocks of 32 and G 128 (the FSA order's default 87040 bytes would fit, the NSA order's 110592 does not)
      * takes the NSA order's one stage in an AUTO plan as in a forced one. */
     assert_true(fsa_fwd_smem_bytes(192, 192, 32, FSA_FWD_STAGES) <= SM_99KB);
-    assert_true(nsa_total(192, 192, FSA_NSA_STAGES) > SM_99KB);
+    assert_true(fsa_sel_nsa_total(192, 192, FSA_NSA_STAGES) > SM_99KB);
     assert_int_equal(fsa_sel_layout_fit(192, 192, 32, 128, AUTO, SM_99KB, 0) & NSA, NSA);
     assert_int_equal(fsa_sel_layout_fit(192, 192, 32, 128, ORDER_NSA, SM_99KB, 0) & NSA, NSA);
     /* sm_80 holds both orders' defaults at 256 / 256 (the FSA order up to blocks of 64): nothing changes. */
