@@ -5,6 +5,7 @@
 #include "base/status_internal.h"
 #include "base/util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,20 +35,35 @@ typedef enum tparam {
     TP_N
 } tparam;
 
+#define FIELD(f) offsetof(fsa_kernel_config, f)
 static const struct {
     const char *name; /* {{NAME}} in the template */
     const char *tag;  /* prefix in the readable kernel name */
+    size_t field;     /* the configuration's int it renders (DTYPE: none, rendered apart) */
 } tparams[TP_N] = {
-    [TP_DTYPE] = {"DTYPE", ""},           [TP_HEAD_DIM] = {"HEAD_DIM", "d"}, [TP_GROUP] = {"GROUP", "g"},
-    [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk"}, [TP_TOP_K] = {"TOP_K", "k"},       [TP_KEYS] = {"KEYS", "ks"},
-    [TP_PAGE_SIZE] = {"PAGE_SIZE", "p"}, [TP_VALUE_DIM] = {"VALUE_DIM", "dv"}, [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l"},
-    [TP_STRIDE] = {"STRIDE", "s"}, [TP_WGMMA] = {"WGMMA", "wg"}, [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg"},
-    [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v"},
-    [TP_TMA] = {"TMA", "tma"}, [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv"},
-    [TP_FWD_WG] = {"FWD_WG", "fv"},
-    [TP_QT_FWD] = {"QT_FWD", "qf"}, [TP_QT_BWD] = {"QT_BWD", "qb"}, [TP_KVC_LAYOUT] = {"KVC_LAYOUT", "kl"},
-    [TP_SEL_LAYOUT] = {"SEL_LAYOUT", "sl"},
+    [TP_DTYPE] = {"DTYPE", "", 0},
+    [TP_HEAD_DIM] = {"HEAD_DIM", "d", FIELD(head_dim)},
+    [TP_VALUE_DIM] = {"VALUE_DIM", "dv", FIELD(value_dim)},
+    [TP_GROUP] = {"GROUP", "g", FIELD(group)},
+    [TP_BLOCK_SIZE] = {"BLOCK_SIZE", "bk", FIELD(block_size)},
+    [TP_TOP_K] = {"TOP_K", "k", FIELD(top_k)},
+    [TP_KEYS] = {"KEYS", "ks", FIELD(bwd_keys)},
+    [TP_PAGE_SIZE] = {"PAGE_SIZE", "p", FIELD(page_size)},
+    [TP_KERNEL_SIZE] = {"KERNEL_SIZE", "l", FIELD(kernel_size)},
+    [TP_STRIDE] = {"STRIDE", "s", FIELD(stride)},
+    [TP_WGMMA] = {"WGMMA", "wg", FIELD(wgmma)},
+    [TP_BWD_WGMMA] = {"BWD_WGMMA", "bwg", FIELD(bwd_wgmma)},
+    [TP_SEL_BWD_WG] = {"SEL_BWD_WG", "v", FIELD(sel_bwd_wg)},
+    [TP_TMA] = {"TMA", "tma", FIELD(kvc_tma)},
+    [TP_SEL_VARIANT] = {"SEL_VARIANT", "sv", FIELD(cmp_sel_variant)},
+    [TP_FWD_WG] = {"FWD_WG", "fv", FIELD(fwd_wg_variant)},
+    [TP_QT_FWD] = {"QT_FWD", "qf", FIELD(qt_fwd)},
+    [TP_QT_BWD] = {"QT_BWD", "qb", FIELD(qt_bwd)},
+    [TP_KVC_LAYOUT] = {"KVC_LAYOUT", "kl", FIELD(kvc_layout)},
+    [TP_SEL_LAYOUT] = {"SEL_LAYOUT", "sl", FIELD(sel_layout)},
 };
+#undef FIELD
+static int *config_int(fsa_kernel_config *c, tparam t) { return (int *)((char *)c + tparams[t].field); }
 
 #define MAX_FAMILY_PARAMS 9
 typedef enum family_id {
@@ -326,25 +342,10 @@ typedef struct request_buf {
 static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_kernel_config *c)
 {
     snprintf(b->values[TP_DTYPE], sizeof b->values[0], "%s", c->dtype == FSA_DTYPE_BF16 ? "bf16" : "f16");
-    snprintf(b->values[TP_HEAD_DIM], sizeof b->values[0], "%d", c->head_dim);
-    snprintf(b->values[TP_GROUP], sizeof b->values[0], "%d", c->group);
-    snprintf(b->values[TP_BLOCK_SIZE], sizeof b->values[0], "%d", c->block_size);
-    snprintf(b->values[TP_TOP_K], sizeof b->values[0], "%d", c->top_k);
-    snprintf(b->values[TP_KEYS], sizeof b->values[0], "%d", c->bwd_keys);
-    snprintf(b->values[TP_PAGE_SIZE], sizeof b->values[0], "%d", c->page_size);
-    snprintf(b->values[TP_VALUE_DIM], sizeof b->values[0], "%d", c->value_dim);
-    snprintf(b->values[TP_KERNEL_SIZE], sizeof b->values[0], "%d", c->kernel_size);
-    snprintf(b->values[TP_STRIDE], sizeof b->values[0], "%d", c->stride);
-    snprintf(b->values[TP_WGMMA], sizeof b->values[0], "%d", c->wgmma);
-    snprintf(b->values[TP_BWD_WGMMA], sizeof b->values[0], "%d", c->bwd_wgmma);
-    snprintf(b->values[TP_SEL_BWD_WG], sizeof b->values[0], "%d", c->sel_bwd_wg);
-    snprintf(b->values[TP_TMA], sizeof b->values[0], "%d", c->kvc_tma);
-    snprintf(b->values[TP_SEL_VARIANT], sizeof b->values[0], "%d", c->cmp_sel_variant);
-    snprintf(b->values[TP_FWD_WG], sizeof b->values[0], "%d", c->fwd_wg_variant);
-    snprintf(b->values[TP_QT_FWD], sizeof b->values[0], "%d", c->qt_fwd);
-    snprintf(b->values[TP_QT_BWD], sizeof b->values[0], "%d", c->qt_bwd);
-    snprintf(b->values[TP_KVC_LAYOUT], sizeof b->values[0], "%d", c->kvc_layout);
-    snprintf(b->values[TP_SEL_LAYOUT], sizeof b->values[0], "%d", c->sel_layout & family_sel_bit[f]);
+    fsa_kernel_config shown = *c;
+    shown.sel_layout &= family_sel_bit[f]; /* a family renders its own layout bit */
+    for (int t = TP_DTYPE + 1; t < TP_N; t++)
+        snprintf(b->values[t], sizeof b->values[0], "%d", *config_int(&shown, (tparam)t));
     size_t n = 0;
     for (int i = 0; i < families[f].n_params; i++) {
         const tparam t = families[f].params[i];
@@ -361,6 +362,23 @@ static fsa_kernel_request request_for(request_buf *b, family_id f, const fsa_ker
     }
     const fsa_kernel_request r = {families[f].template_name, b->params, n, b->entries};
     return r;
+}
+
+fsa_kernel_config fsa_kernel_config_of_params(const fsa_param *params, size_t n)
+{
+    fsa_kernel_config c;
+    memset(&c, 0, sizeof c);
+    c.dtype = FSA_DTYPE_BF16;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(params[i].name, tparams[TP_DTYPE].name) == 0) {
+            c.dtype = strcmp(params[i].value, "bf16") == 0 ? FSA_DTYPE_BF16 : FSA_DTYPE_F16;
+            continue;
+        }
+        for (int t = TP_DTYPE + 1; t < TP_N; t++)
+            if (strcmp(params[i].name, tparams[t].name) == 0) *config_int(&c, (tparam)t) = atoi(params[i].value);
+    }
+    if (c.value_dim == 0) c.value_dim = c.head_dim;
+    return c;
 }
 
 int fsa_kernel_id_of_entry(const char *entry)

@@ -148,6 +148,11 @@ int fsa_kernel_sel_forced(void);
 /* Name and launch shape of kernel `id` under the configuration; fn NULL. */
 void fsa_kernel_describe(fsa_kernel *out, fsa_kernel_id id, const fsa_kernel_config *c);
 
+/* The configuration that template parameters `params` render (the inverse of
+ * what a request writes; fields they do not name 0, value_dim head_dim's when
+ * unnamed): how a test that renders templates by hand describes its kernels. */
+fsa_kernel_config fsa_kernel_config_of_params(const fsa_param *params, size_t n);
+
 /* The kernel whose entry point is `entry` (fsa_kernel.name), else -1: what
  * a compiler's per-entry report (ptxas) is checked against. */
 int fsa_kernel_id_of_entry(const char *entry);

@@ -61,15 +61,16 @@ void attn_run_random_cases(fsa_context *ctx, int backward, uint64_t default_seed
 int attn_create_plans(fsa_plan **plans, fsa_context *ctx, const attn_case *cases, size_t n, int backward);
 fsa_selected_attention_desc attn_desc_of(const attn_case *c, int backward);
 
+/* The start of the names of case c's kernels of `family` (e.g. "sel_bwd_main"):
+ * "<family>_<dtype>_d<D>_dv<Dv>_g<G>_bk<BK>", for fsa_test_expect_layout_kernel, so that a check of one case's
+ * kernel never finds another shape's. Returns buf. */
+const char *attn_kernel_prefix(char *buf, size_t n, const char *family, const attn_case *c);
+
 /* The plan of case c (with its backward when `backward`) on the selected mma.sync kernels (FSA_WGMMA=0 and
  * FSA_WGMMA_SEL_BWD=0: no warpgroup kernel on sm_90a) with FSA_SEL_LAYOUT_ONE_STAGE as `one_stage` (NULL:
  * unset), all read at plan creation and put back after it; the test fails if the plan does. `*layout`
  * (NULL: not asked): the FSA_SEL_LAYOUT_* bits that plan takes on ctx's device (fsa_sel_layout_fit with
  * the override's bits as `forced`). */
-/* The start of the names of case c's kernels of `family` (e.g. "sel_bwd_main"):
- * "<family>_<dtype>_d<D>_dv<Dv>_g<G>_bk<BK>", for fsa_test_expect_layout_kernel, so that a check of one case's
- * kernel never finds another shape's. Returns buf. */
-const char *attn_kernel_prefix(char *buf, size_t n, const char *family, const attn_case *c);
 fsa_plan *attn_mma_sync_plan(fsa_context *ctx, const attn_case *c, int backward, const char *one_stage, int *layout);
 
 typedef struct problem {

@@ -16,7 +16,6 @@
 #include "../../templates/fsa_qt_layout.cuh"
 #include "../../templates/kvc_params.cuh"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,44 +235,13 @@ static void check_spills(const variant *v, const fsa_resource_usage *u, const ch
     }
 }
 
-/* The kernel configuration a template's parameters describe (the fields the kernel table reads). */
-static fsa_kernel_config config_of(const fsa_param *params, size_t n)
-{
-    fsa_kernel_config c;
-    memset(&c, 0, sizeof c);
-    c.dtype = FSA_DTYPE_BF16;
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-        {"HEAD_DIM", offsetof(fsa_kernel_config, head_dim)},     {"VALUE_DIM", offsetof(fsa_kernel_config, value_dim)},
-        {"GROUP", offsetof(fsa_kernel_config, group)},           {"BLOCK_SIZE", offsetof(fsa_kernel_config, block_size)},
-        {"TOP_K", offsetof(fsa_kernel_config, top_k)},           {"KEYS", offsetof(fsa_kernel_config, bwd_keys)},
-        {"PAGE_SIZE", offsetof(fsa_kernel_config, page_size)},  {"KERNEL_SIZE", offsetof(fsa_kernel_config, kernel_size)},
-        {"STRIDE", offsetof(fsa_kernel_config, stride)},         {"WGMMA", offsetof(fsa_kernel_config, wgmma)},
-        {"BWD_WGMMA", offsetof(fsa_kernel_config, bwd_wgmma)},   {"SEL_BWD_WG", offsetof(fsa_kernel_config, sel_bwd_wg)},
-        {"TMA", offsetof(fsa_kernel_config, kvc_tma)},           {"KVC_LAYOUT", offsetof(fsa_kernel_config, kvc_layout)},
-        {"SEL_LAYOUT", offsetof(fsa_kernel_config, sel_layout)}, {"SEL_VARIANT", offsetof(fsa_kernel_config, cmp_sel_variant)},
-        {"FWD_WG", offsetof(fsa_kernel_config, fwd_wg_variant)}, {"QT_FWD", offsetof(fsa_kernel_config, qt_fwd)},
-        {"QT_BWD", offsetof(fsa_kernel_config, qt_bwd)},
-    };
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(params[i].name, "DTYPE") == 0 && strcmp(params[i].value, "f16") == 0) c.dtype = FSA_DTYPE_F16;
-        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
-            if (strcmp(params[i].name, fields[f].name) == 0)
-                *(int *)((char *)&c + fields[f].offset) = (int)strtol(params[i].value, NULL, 0);
-    }
-    if (c.value_dim == 0) c.value_dim = c.head_dim;
-    return c;
-}
-
 /* Every entry point the kernel table knows that takes dynamic shared memory declares no more static shared
  * memory than the table counts beside it (ptxas's report: the driver refuses dynamic plus static past the
  * limit, so the plans' fit checks add the table's count). */
 static void check_static_shared_memory(const fsa_resource_usage *u, const fsa_param *params, size_t n, const char *file,
                                        const char *target)
 {
-    const fsa_kernel_config c = config_of(params, n);
+    const fsa_kernel_config c = fsa_kernel_config_of_params(params, n);
     for (size_t i = 0; i < u->count; i++) {
         const fsa_function_usage *f = &u->functions[i];
         const int id = f->entry ? fsa_kernel_id_of_entry(f->name) : -1;
