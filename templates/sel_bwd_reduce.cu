@@ -79,8 +79,10 @@ __device__ __forceinline__ void dq_sums(const fsa_sel_params &p, long long block
 // 0 + x is x, so the bits are those of the accumulator's path. The last token
 // chunk of a call with the accumulator writes every row out the same way,
 // the accumulator's value plus this chunk's partials (a block of one item
-// there: the main kernel's). `block`: this CTA's place among the CTAs of the
-// sums.
+// there: the main kernel's). A key outside the sequence the search finds for
+// it (before cu_seqlens[0], past cu_seqlens[batch]: malformed offsets) gets
+// zeros whatever an item wrote or added there, so that every dk and dv row
+// is written. `block`: this CTA's place among the CTAs of the sums.
 // Partial rows loaded before they are added (in item order). 4, not more: the
 // sums kernel shares its registers with dq_sums, and at 8 (78 registers) only
 // three CTAs fit an SM, too few bytes in flight for HBM; at 4, and with the
@@ -96,11 +98,13 @@ __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long bloc
     if (row >= p.total_tokens * p.num_kv_heads) return;
     const long long t = row / p.num_kv_heads;
     const int h = (int)(row - t * p.num_kv_heads);
-    const SeqBounds sb = seq_bounds((const int *)p.cu_seqlens, (int)p.batch, p.total_tokens, t);
+    const int *cu = (const int *)p.cu_seqlens;
+    const SeqBounds sb = seq_bounds(cu, (int)p.batch, p.total_tokens, t);
+    const bool keyed = __ldg(cu + sb.seq) <= t && t < __ldg(cu + sb.seq + 1);
     const long long j = (t - sb.start) / BK;
     const long long seg = (long long)h * p.nb_total + first_block_id(sb.start, sb.seq, BK) + j;
     const int *work = (const int *)p.work_offsets;
-    const int n_items = work[seg + 1] - work[seg];
+    const int n_items = keyed ? work[seg + 1] - work[seg] : 0;
     const bool direct = p.dkv_acc == 0;
     const bool last = bwd_last_token_chunk(p);  // the accumulator's rows go out as dk and dv
     if (n_items == 1 || (n_items == 0 && !direct && !last)) return;  // written or added by the main kernel directly
@@ -117,7 +121,7 @@ __device__ __forceinline__ void dkv_sums(const fsa_sel_params &p, long long bloc
             // Column c * 4 of the row: of dK (row r of the item's first BK rows), or of dV (row r of the next BK).
             const int c = c0 + u * 32 + lane;
             at[u] = c * 4 < D ? r * D + c * 4 : BK * D + r * DV + (c * 4 - D);
-            s[u] = direct || c >= DKV / 4 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[c];
+            s[u] = direct || !keyed || c >= DKV / 4 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[c];
         }
         int it = 0;
         for (; it + SUM_ILP <= n_items; it += SUM_ILP) {

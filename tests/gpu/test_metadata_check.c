@@ -3,13 +3,14 @@
  * sequence over max_seqlen, top-k entries outside the token's sequence or
  * repeated) is FSA_STATUS_INVALID_ARGUMENT saying what and where, for the
  * forward and the backward; valid metadata gives the very bits of a plain
- * plan. Without it the same bad metadata runs to a finite result (the
- * kernels clamp every bound; compute-sanitizer checks the accesses when it
- * runs this test). A call on a stream being captured skips the check; a call
+ * plan. Without it the same bad metadata runs to a finite result in every
+ * output row, zero dk and dv for keys of no sequence (the kernels clamp
+ * every bound; compute-sanitizer checks the accesses when it runs this test). A call on a stream being captured skips the check; a call
  * while another thread captures in global mode (PyTorch's default) still
  * checks, and leaves that capture valid. */
 #include "attention_problem.h"
 
+#include "attention/plan.h"
 #include "jit/context.h"
 
 #include <math.h>
@@ -181,13 +182,45 @@ static void test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode(vo
     call_free(&c);
 }
 
+/* The backward of call c (metadata already set, o and lse from its forward) on `plan`: every gradient element
+ * written (they were poisoned with NaN) and finite, and the dk and dv rows of keys outside [keys_from,
+ * keys_to), the keys of no sequence, exactly 0 (docs/semantics.md). */
+static void expect_finite_gradients_and_zero_outside(call *c, const fsa_plan *plan, int keys_from, int keys_to)
+{
+    const problem *p = &c->p;
+    bwd_call bc;
+    bwd_call_make(&bc, c, plan);
+    assert_int_equal(fsa_selected_attention_bwd(plan, &bc.b, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    const struct { const char *name; uint64_t dev; int heads, dim; int64_t ts, hs; int keys; } grads[] = {
+        {"dq", bc.dq, g_case.hq, g_case.d, p->q_ts, p->q_hs, 0},
+        {"dk", bc.dk, g_case.hkv, g_case.d, p->kv_ts, p->kv_hs, 1},
+        {"dv", bc.dv, g_case.hkv, p->Dv, p->v_ts, p->v_hs, 1}};
+    for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) {
+        const size_t row = (size_t)grads[i].heads * grads[i].dim, count = (size_t)p->T * row;
+        float *host = malloc(count * sizeof *host);
+        assert_non_null(host);
+        download_strided(host, NULL, grads[i].dev, p->T, grads[i].heads, grads[i].dim, grads[i].ts, grads[i].hs,
+                         g_case.dtype);
+        for (size_t e = 0; e < count; e++) {
+            const int t = (int)(e / row);
+            if (!isfinite(host[e])) fail_msg("%s element %zu (token %d) is %g", grads[i].name, e, t, (double)host[e]);
+            if (grads[i].keys && (t < keys_from || t >= keys_to) && host[e] != 0.f)
+                fail_msg("%s of key %d, outside every sequence: element %zu is %g, not 0", grads[i].name, t, e,
+                         (double)host[e]);
+        }
+        free(host);
+    }
+    bwd_call_free(&bc);
+}
+
 /* Tokens before cu_seqlens[0] clamp their sequence to start at themselves, so tokens of one 32-key stretch
  * share a block id with other key ranges; the FSA-order forward takes an item's keys from its first list
  * entry. Token 41 (slot 0, so first in the list) and token 33 (slot 1) both name block 0: token 33's only
  * partial then sees no key, and the reduction must give it the row of a token with no slot (o 0, lse -inf),
  * not 0 / 0. The backward then meets a pair whose row has lse -inf: it must give that row P = 0, not
- * exp2(+inf), so that dq stays finite (dk and dv: finite for the keys of the sequences; keys before
- * cu_seqlens[0] that no item's key range covers are not written, docs/semantics.md). */
+ * exp2(+inf), so that dq stays finite; and the keys before cu_seqlens[0], some inside an item's key range and
+ * some in none, all get dk = dv = 0. */
 static void test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a_finite_result(void **state)
 {
     (void)state;
@@ -215,27 +248,48 @@ static void test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a
     for (int qh = 0; qh < g_case.hq; qh++)
         if (out.lse[(size_t)qh * T + 33] != -INFINITY) fail_msg("token 33, head %d: lse %g, not -inf", qh, (double)out.lse[(size_t)qh * T + 33]);
     outputs_free(&out);
-    const problem *p = &c.p;
-    bwd_call bc;
-    bwd_call_make(&bc, &c, g_plain);
-    assert_int_equal(fsa_selected_attention_bwd(g_plain, &bc.b, NULL), FSA_STATUS_OK);
-    fsa_test_sync();
-    const struct { const char *name; uint64_t dev; int heads, dim; int64_t ts, hs; int from; } grads[] = {
-        {"dq", bc.dq, g_case.hq, g_case.d, p->q_ts, p->q_hs, 0},
-        {"dk", bc.dk, g_case.hkv, g_case.d, p->kv_ts, p->kv_hs, late[0]},
-        {"dv", bc.dv, g_case.hkv, p->Dv, p->v_ts, p->v_hs, late[0]}};
-    for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) {
-        const size_t count = (size_t)T * grads[i].heads * grads[i].dim;
-        float *host = malloc(count * sizeof *host);
-        assert_non_null(host);
-        download_strided(host, NULL, grads[i].dev, T, grads[i].heads, grads[i].dim, grads[i].ts, grads[i].hs,
-                         g_case.dtype);
-        for (size_t e = (size_t)grads[i].from * grads[i].heads * grads[i].dim; e < count; e++)
-            if (!isfinite(host[e])) fail_msg("%s element %zu is %g", grads[i].name, e, (double)host[e]);
-        free(host);
-    }
-    bwd_call_free(&bc);
+    expect_finite_gradients_and_zero_outside(&c, g_plain, late[0], T);
     free(rows);
+    call_free(&c);
+}
+
+/* Offsets ending short of T (padding at the end of a packed batch breaks the contract): the tokens past
+ * cu_seqlens[batch] are clamped into the last sequence, so their outputs are meaningless but finite, and
+ * the keys there, no sequence's, get dk = dv = 0 on each of the backward's three ways to its dK/dV rows:
+ * the FSA order in one chunk (the sums write them), the NSA order (its own dK/dV sum), and token chunks
+ * under a cap (the fp32 accumulator's rows written out by the last chunk). */
+static void test_keys_past_the_last_sequence_get_zero_dk_and_dv(void **state)
+{
+    (void)state;
+    call c;
+    call_make(&c, g_check);
+    const int T = c.p.T;
+    const int32_t short_end[] = {0, 1, 41, T - 21};
+    set_cu(&c, short_end);
+    expect_refused_only_in_check_mode(&c, "does not end at total_tokens");
+    expect_finite_gradients_and_zero_outside(&c, g_plain, 0, short_end[3]);
+
+    fsa_selected_attention_desc d = attn_desc_of(&g_case, 1);
+    d.algorithm = FSA_ALGORITHM_NSA;
+    fsa_plan *nsa = NULL;
+    assert_int_equal(fsa_plan_create(&nsa, g_plain_ctx, &d), FSA_STATUS_OK);
+    expect_finite_gradients_and_zero_outside(&c, nsa, 0, short_end[3]);
+    fsa_plan_destroy(nsa);
+
+    /* A cap that fits one KV head's layout for half the tokens: the call runs token chunks. */
+    fsa_bwd_layout half;
+    const fsa_algorithm order = fsa_workspace_order(g_plain, FSA_OP_BWD, T);
+    fsa_bwd_layout_for(&half, g_plain, T, c.p.B, 1, T / 2, order);
+    d = attn_desc_of(&g_case, 1);
+    d.workspace_limit = (uint64_t)half.total + 16 * 256;
+    fsa_plan *capped = NULL;
+    assert_int_equal(fsa_plan_create(&capped, g_plain_ctx, &d), FSA_STATUS_OK);
+    int heads = 0;
+    int64_t tc = 0;
+    fsa_bwd_chunk(&heads, &tc, capped, T, c.p.B, fsa_workspace_order(capped, FSA_OP_BWD, T));
+    if (tc >= T) fail_msg("the capped plan's backward runs one chunk of %lld tokens (T %d)", (long long)tc, T);
+    expect_finite_gradients_and_zero_outside(&c, capped, 0, short_end[3]);
+    fsa_plan_destroy(capped);
     call_free(&c);
 }
 
@@ -363,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_valid_metadata_passes_and_gives_the_bits_of_a_plain_plan),
         cmocka_unit_test(test_cu_seqlens_that_breaks_the_contract_is_refused_in_check_mode),
         cmocka_unit_test(test_a_late_cu_seqlens_start_whose_partials_see_no_key_still_gives_a_finite_result),
+        cmocka_unit_test(test_keys_past_the_last_sequence_get_zero_dk_and_dv),
         cmocka_unit_test(test_top_k_entries_outside_the_sequence_or_repeated_are_refused_in_check_mode),
         cmocka_unit_test(test_the_backward_checks_too),
         cmocka_unit_test(test_a_call_on_a_stream_being_captured_skips_the_check),
