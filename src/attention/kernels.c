@@ -393,7 +393,7 @@ fsa_status fsa_kernel_load(fsa_kernel *out, fsa_kernel_id id, fsa_context *ctx, 
     request_buf b;
     fsa_kernel_describe(out, id, c);
     const fsa_kernel_request r = request_for(&b, kernels[id].family, c);
-    return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem);
+    return fsa_context_get_function(&out->fn, ctx, &r, out->name, (int)out->smem, (int)out->smem_static);
 }
 
 fsa_status fsa_kernel_check_smem(const fsa_kernel *k, const fsa_context *ctx, const char *stage)

@@ -48,7 +48,7 @@ fsa_status fsa_metadata_checker_create(fsa_metadata_checker **out, fsa_context *
     pthread_mutex_init(&c->lock, NULL);
     const fsa_kernel_request *req = &check_kernels[kind];
     c->fn_name = req->entry_names; /* one entry: the kernel */
-    FSA_CHECK(fsa_context_get_function(&c->fn, ctx, req, req->entry_names, 0));
+    FSA_CHECK(fsa_context_get_function(&c->fn, ctx, req, req->entry_names, 0, -1));
     if (ctx->cu != NULL) {
         FSA_CHECK(need_entry_points(ctx->cu));
         FSA_CHECK(fsa_context_enter(ctx));

@@ -275,8 +275,32 @@ void fsa_context_leave(const fsa_context *ctx)
     ctx->cu->CtxPopCurrent(&popped);
 }
 
+/* The plans fit dynamic shared memory to the target's limit with each
+ * kernel's static bytes as the kernel table counts them; a kernel holding
+ * more than counted would pass a plan's check and fail at load on a shape
+ * planned near the limit. So every load compares, and says which count is
+ * short rather than leaving the driver's invalid-value error. */
+fsa_status fsa_context_check_function_smem(const fsa_context *ctx, CUfunction fn, const char *entry, int dynamic,
+                                           int counted)
+{
+    fsa_status st = FSA_STATUS_OK;
+    int used = 0;
+    FSA_CHECK_CU(ctx->cu, ctx->cu->FuncGetAttribute(&used, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "load");
+    if (counted >= 0 && used > counted)
+        FSA_FAIL(FSA_STATUS_INTERNAL, "load",
+                 "%s uses %d bytes of static shared memory; its plan counted %d (the kernel table is short)",
+                 entry, used, counted);
+    if (dynamic > ctx->max_smem_per_block - used)
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, "load",
+                 "%s needs %d bytes of dynamic and %d of static shared memory; the device allows %d", entry,
+                 dynamic, used, ctx->max_smem_per_block);
+cleanup:
+    return st;
+}
+
 fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
-                                    const fsa_kernel_request *req, const char *entry, int smem_bytes)
+                                    const fsa_kernel_request *req, const char *entry, int smem_bytes,
+                                    int static_counted)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_module *m = NULL;
@@ -292,6 +316,7 @@ fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
     FSA_CHECK(fsa_context_enter(ctx));
     entered = 1;
     FSA_CHECK_CU(ctx->cu, ctx->cu->KernelGetFunction(fn_out, kernel), "load");
+    if (smem_bytes > 0) FSA_CHECK(fsa_context_check_function_smem(ctx, *fn_out, entry, smem_bytes, static_counted));
     if (smem_bytes > 0)
         FSA_CHECK_CU(ctx->cu,
                      ctx->cu->FuncSetAttribute(*fn_out, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

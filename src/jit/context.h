@@ -44,9 +44,20 @@ void fsa_context_leave(const fsa_context *ctx);
 
 /* Compiles or loads one kernel and, with a device, returns its function
  * handle for this context with `smem_bytes` of dynamic shared memory allowed
- * (0 = default). Offline: *fn_out is NULL. */
+ * (0 = default). With dynamic shared memory, `static_counted` is the static
+ * shared memory the caller's plan counted for the kernel (-1: none counted):
+ * a kernel holding more is FSA_STATUS_INTERNAL, and dynamic plus static
+ * bytes over the device's limit FSA_STATUS_UNSUPPORTED, both before the
+ * driver is asked. Offline: *fn_out is NULL. */
 fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
                                     const fsa_kernel_request *req, const char *entry,
-                                    int smem_bytes);
+                                    int smem_bytes, int static_counted);
+
+/* The load's shared-memory check of function fn (inside ctx, which has a
+ * device), as fsa_context_get_function describes it: the driver's count of
+ * its static bytes against `counted` (-1: not checked), then `dynamic` plus
+ * those bytes against the device's limit. */
+fsa_status fsa_context_check_function_smem(const fsa_context *ctx, CUfunction fn, const char *entry, int dynamic,
+                                           int counted);
 
 #endif

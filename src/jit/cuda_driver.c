@@ -37,6 +37,7 @@ static struct {
     X(LibraryGetKernel, "cuLibraryGetKernel", 12000)                         \
     X(KernelGetFunction, "cuKernelGetFunction", 12000)                       \
     X(FuncSetAttribute, "cuFuncSetAttribute", 9000)                          \
+    X(FuncGetAttribute, "cuFuncGetAttribute", 2020)                          \
     X(LaunchKernel, "cuLaunchKernel", 4000)                                  \
     X(MemsetD32Async, "cuMemsetD32Async", 3020)                              \
     X(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050)

@@ -29,6 +29,7 @@ typedef struct fsa_cu_api {
     PFN_cuLibraryGetKernel_v12000 LibraryGetKernel;
     PFN_cuKernelGetFunction_v12000 KernelGetFunction;
     PFN_cuFuncSetAttribute_v9000 FuncSetAttribute;
+    PFN_cuFuncGetAttribute_v2020 FuncGetAttribute;
     PFN_cuLaunchKernel_v4000 LaunchKernel;
     PFN_cuMemsetD32Async_v3020 MemsetD32Async;
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 OccupancyMaxActiveBlocksPerMultiprocessor;

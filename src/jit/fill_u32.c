@@ -24,7 +24,7 @@ fsa_status fsa_fill_u32(fsa_context *ctx, uint64_t dst, uint32_t value, uint64_t
                              (unsigned long long)dst);
 
     pthread_mutex_lock(&ctx->fill_lock);
-    if (ctx->fill_fn == NULL) st = fsa_context_get_function(&ctx->fill_fn, ctx, &fill_request, "fsa_fill_u32", 0);
+    if (ctx->fill_fn == NULL) st = fsa_context_get_function(&ctx->fill_fn, ctx, &fill_request, "fsa_fill_u32", 0, -1);
     CUfunction fn = ctx->fill_fn;
     pthread_mutex_unlock(&ctx->fill_lock);
     FSA_CHECK(st);

@@ -128,6 +128,7 @@ static const struct {
     {"cuLibraryGetKernel", (void *)fake_unsupported},
     {"cuKernelGetFunction", (void *)fake_unsupported},
     {"cuFuncSetAttribute", (void *)fake_unsupported},
+    {"cuFuncGetAttribute", (void *)fake_unsupported},
     {"cuLaunchKernel", (void *)fake_unsupported},
     {"cuMemsetD32Async", (void *)fake_unsupported},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void *)fake_unsupported},
