@@ -36,10 +36,11 @@ typedef struct fsa_cache_entry_info {
                              checked on disk only: an offline context, another target's entry, one
                              built by an NVRTC newer than the driver, or a load that failed for a
                              reason that says nothing about the file (the log says which);
-                             always 0 for a tuning record */
+                             always 0 for a tuning record. Appended after 0.2.0 (unreleased) */
     int record;         /**< 1 for a tuning record (a measured choice, checked on disk only),
-                             0 for a kernel. Appended in 0.3.0: the library fills this struct,
-                             so callers built against older headers read what they know */
+                             0 for a kernel. Appended after 0.2.0 (unreleased; fsa_version() says so
+                             from the release that ships it): the library fills this struct, so
+                             callers built against older headers read what they know */
 } fsa_cache_entry_info;
 
 /** Called once per entry with the caller's `user` pointer; return non-zero to

@@ -80,8 +80,9 @@ typedef struct fsa_context_options {
     /** Tuning of the plans of this context (fsa_tune_mode). With FSA_TUNE_ON or
      *  FSA_TUNE_FORCE, the first call of a plan in a shape bucket that has no tuning
      *  record times every variant on the caller's stream, with the caller's inputs,
-     *  outputs and workspace, waiting for the timings (host synchronizations, at most
-     *  about 300 ms per bucket), then records the fastest in the cache directory; a
+     *  outputs and workspace, waiting for the timings (host synchronizations: one
+     *  untimed and one timed run of every variant, then more timed rounds while
+     *  under about 300 ms per bucket), then records the fastest in the cache directory; a
      *  call on a stream being captured never measures. Every other call only reads
      *  the plan's records. Off by default so that no call synchronizes unless asked. */
     fsa_tune_mode tune;

@@ -151,7 +151,8 @@ FSA_API fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_k
  * Measures the plan's split counts now, as its first call with tuning on
  * would: each candidate on scratch decode batches (one sequence, and about
  * four (sequence, KV head) pairs per SM, up to max_batch) the library
- * allocates and frees, on `stream`, within about 300 ms; the winner (the
+ * allocates and frees, on `stream`: one untimed and one timed run of each,
+ * then more timed rounds while under about 300 ms; the winner (the
  * smallest geometric mean of the two times) becomes the plan's tuning record
  * in the cache directory. A plan that has a record, or one candidate, or a
  * stream being captured, is left alone (measured_out 0).

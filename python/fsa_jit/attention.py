@@ -308,8 +308,9 @@ def set_tuning(mode):
     """Tuning of the plans made from now on: "off", "on", "force", or None ($FSA_TUNE decides; off when unset).
 
     With "on", the first call of a shape bucket (tokens rounded up to a power of two) without a tuning
-    record times every variant on the call's stream, waiting for the timings (host synchronizations,
-    at most about 300 ms per bucket; never while a CUDA graph is being captured), and records the
+    record times every variant on the call's stream, waiting for the timings (host synchronizations:
+    one untimed and one timed run of every variant, then up to 5 timed rounds in all while under about
+    300 ms; never while a CUDA graph is being captured), and records the
     fastest in the kernel cache directory for every later call and process. "off" never measures but
     uses records already there; "force" ignores records on disk and measures again.
     """
