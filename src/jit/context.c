@@ -316,12 +316,13 @@ fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
     FSA_CHECK(fsa_context_enter(ctx));
     entered = 1;
     FSA_CHECK_CU(ctx->cu, ctx->cu->KernelGetFunction(fn_out, kernel), "load");
-    if (smem_bytes > 0) FSA_CHECK(fsa_context_check_function_smem(ctx, *fn_out, entry, smem_bytes, static_counted));
-    if (smem_bytes > 0)
+    if (smem_bytes > 0) {
+        FSA_CHECK(fsa_context_check_function_smem(ctx, *fn_out, entry, smem_bytes, static_counted));
         FSA_CHECK_CU(ctx->cu,
                      ctx->cu->FuncSetAttribute(*fn_out, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                smem_bytes),
                      "load");
+    }
 cleanup:
     if (entered) fsa_context_leave(ctx);
     if (st != FSA_STATUS_OK) {
