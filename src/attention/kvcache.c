@@ -168,6 +168,8 @@ fsa_status fsa_kvcache_plan_create(fsa_kvcache_plan **out, fsa_context *ctx, con
     if (st != FSA_STATUS_OK) goto cleanup;
     FSA_APPENDED_FIELD(fsa_kvcache_desc, value_dim, FSA_KVCACHE_DESC_FIRST_SIZE);
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_kvcache_desc, value_dim, STAGE));
+    FSA_APPENDED_FIELD(fsa_kvcache_desc, reserved, FSA_KVCACHE_DESC_FIRST_SIZE);
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_kvcache_desc, reserved, STAGE));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     FSA_CHECK(validate_desc(&d));
     const fsa_kvcache_desc *desc = &d;

@@ -223,9 +223,20 @@ fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, con
     return fsa_struct_read(desc, desc_size, caller_desc, first_size, stage, desc_type);
 }
 
+FSA_APPENDED_FIELD(fsa_plan_choice, splits, FSA_PLAN_CHOICE_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_plan_choice, reserved, FSA_PLAN_CHOICE_FIRST_SIZE);
+
+fsa_status fsa_plan_choice_check(const fsa_plan_choice *out, const char *stage)
+{
+    fsa_status st = fsa_struct_size_check(out, sizeof *out, FSA_PLAN_CHOICE_FIRST_SIZE, stage, "fsa_plan_choice");
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, stage);
+    if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, reserved, stage);
+    return st;
+}
+
 fsa_status fsa_plan_choice_write(fsa_plan_choice *out, const fsa_plan_choice *choice, const char *stage)
 {
-    const fsa_status st = FSA_STRUCT_FIELD_WHOLE(out, fsa_plan_choice, splits, stage);
+    const fsa_status st = fsa_plan_choice_check(out, stage);
     if (st != FSA_STATUS_OK) return st;
     return fsa_struct_write(out, choice, sizeof *choice, FSA_PLAN_CHOICE_FIRST_SIZE, stage, "fsa_plan_choice");
 }

@@ -169,9 +169,13 @@ float fsa_softmax_scale(float scale, int head_dim);
 fsa_status fsa_plan_desc_read(void *desc, size_t desc_size, const void *out, const void *ctx,
                               const void *caller_desc, size_t first_size, const char *stage, const char *desc_type);
 
+/* Whether the caller's fsa_plan_choice can be written: its struct_size one of
+ * a version's (first up), not ending inside an appended field; else
+ * FSA_STATUS_STRUCT_SIZE. A query checks it before anything else. */
+fsa_status fsa_plan_choice_check(const fsa_plan_choice *out, const char *stage);
+
 /* Writes a plan's choice into the caller's fsa_plan_choice (any version from
- * the first up): nothing written when its struct_size ends inside an
- * appended field. */
+ * the first up): nothing written when fsa_plan_choice_check refuses it. */
 fsa_status fsa_plan_choice_write(fsa_plan_choice *out, const fsa_plan_choice *choice, const char *stage);
 
 /* How an operation with its own argument checks is called (compressed and

@@ -186,11 +186,13 @@ fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_o
 {
     if (out == NULL || plan == NULL)
         return fsa_error_set(FSA_STATUS_NULL_POINTER, STAGE, "out and plan must not be NULL");
+    fsa_status st = fsa_plan_choice_check(out, STAGE);
+    if (st != FSA_STATUS_OK) return st;
     if (operation != FSA_OPERATION_FORWARD && operation != FSA_OPERATION_BACKWARD)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "unknown operation %d", (int)operation);
     if (operation == FSA_OPERATION_BACKWARD && !plan->bwd_available)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
-    fsa_status st = fsa_check_token_count(STAGE, total_tokens);
+    st = fsa_check_token_count(STAGE, total_tokens);
     if (st != FSA_STATUS_OK) return st;
     fsa_choice c;
     fsa_choose(&c, plan, operation == FSA_OPERATION_FORWARD ? FSA_OP_FWD : FSA_OP_BWD, total_tokens);

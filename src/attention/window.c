@@ -16,6 +16,7 @@
 
 FSA_APPENDED_FIELD(fsa_window_attention_desc, head_windows, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE);
 FSA_APPENDED_FIELD(fsa_window_attention_desc, backward, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE);
+FSA_APPENDED_FIELD(fsa_window_attention_desc, reserved, FSA_WINDOW_ATTENTION_DESC_FIRST_SIZE);
 
 static int is_dim(int d) { return d >= 16 && d <= 256 && d % 16 == 0; }
 
@@ -61,6 +62,7 @@ fsa_status fsa_window_plan_create(fsa_window_plan **out, fsa_context *ctx, const
                                  "fsa_window_attention_desc"));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_window_attention_desc, head_windows, STAGE_PLAN));
     FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_window_attention_desc, backward, STAGE_PLAN));
+    FSA_CHECK(FSA_STRUCT_FIELD_WHOLE(&d, fsa_window_attention_desc, reserved, STAGE_PLAN));
     if (d.value_dim == 0) d.value_dim = d.head_dim;
     if (d.backward != 0 && d.backward != 1)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE_PLAN, "backward %d must be 0 or 1", d.backward);

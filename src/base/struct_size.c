@@ -17,6 +17,13 @@ static fsa_status caller_size(size_t *out, const void *caller, size_t size, size
     return FSA_STATUS_OK;
 }
 
+fsa_status fsa_struct_size_check(const void *caller, size_t size, size_t first_size, const char *stage,
+                                 const char *type_name)
+{
+    size_t n = 0;
+    return caller_size(&n, caller, size, first_size, stage, type_name);
+}
+
 fsa_status fsa_struct_read(void *local, size_t size, const void *caller, size_t first_size, const char *stage,
                            const char *type_name)
 {

@@ -41,6 +41,12 @@
     _Static_assert(offsetof(type, field) >= (first_size), \
                    #type "." #field " must start at or after the end of the struct's first version")
 
+/* FSA_STATUS_STRUCT_SIZE (with the error record) unless the caller's
+ * struct_size is in first_size..size: what fsa_struct_read and
+ * fsa_struct_write check, for a call that checks before its other work. */
+fsa_status fsa_struct_size_check(const void *caller, size_t size, size_t first_size, const char *stage,
+                                 const char *type_name);
+
 /* Reads the caller's struct into `local`, the current version of `size`
  * bytes: the bytes its struct_size covers, zeros after them. Returns
  * FSA_STATUS_STRUCT_SIZE (with the error record) unless

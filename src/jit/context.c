@@ -171,6 +171,7 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
                              "fsa_context_options");
         if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(&o, fsa_context_options, check, "context");
         if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(&o, fsa_context_options, tune, "context");
+        if (st == FSA_STATUS_OK) st = FSA_STRUCT_FIELD_WHOLE(&o, fsa_context_options, reserved, "context");
         if (st != FSA_STATUS_OK) return st;
     }
     ctx = calloc(1, sizeof *ctx);
@@ -184,6 +185,7 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx->check = o.check > 0 ? 1 : 0;
     if (o.check == 0) FSA_CHECK(env_switch(&ctx->check, "FSA_CHECK", 0));
     FSA_APPENDED_FIELD(fsa_context_options, tune, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    FSA_APPENDED_FIELD(fsa_context_options, reserved, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
     FSA_CHECK(parse_tune(&ctx->tune, o.tune));
 
     fsa_cache_mode mode = FSA_CACHE_MODE_READ_WRITE;

@@ -294,21 +294,25 @@ static void test_an_older_shorter_descriptor_makes_the_same_plan(void **state)
     assert_null(plan);
 }
 
-/* The plan choice is written back: a size ending inside its appended splits
- * is refused with nothing written; the first version's size gets its fields. */
+/* The plan choice is written back: a size ending inside one of its appended fields (splits, reserved) is
+ * refused with nothing written, before the other arguments are looked at (an unknown operation, a negative
+ * token count); the first version's size gets its fields. */
 static void test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten(void **state)
 {
     (void)state;
-    const size_t at = offsetof(fsa_plan_choice, splits);
-    for (size_t k = 1; k < sizeof(int); k++) {
-        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-        c.struct_size = at + k;
-        c.candidates = -7;
-        EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 1000));
-        assert_int_equal(c.candidates, -7);
-    }
+    const size_t appended[] = {offsetof(fsa_plan_choice, splits), offsetof(fsa_plan_choice, reserved)};
+    for (size_t f = 0; f < sizeof appended / sizeof *appended; f++)
+        for (size_t k = 1; k < sizeof(int); k++) {
+            fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+            c.struct_size = appended[f] + k;
+            c.candidates = -7;
+            EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 1000));
+            assert_int_equal(c.candidates, -7);
+            EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_plan_choice_get(&c, g_auto, (fsa_operation)7, 1000));
+            EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, -1));
+        }
     fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-    c.struct_size = at;
+    c.struct_size = offsetof(fsa_plan_choice, splits);
     EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 1000));
     assert_true(c.candidates >= 1);
 }

@@ -184,31 +184,33 @@ static fsa_kvcache_args good_args(const fsa_kvcache_plan *plan)
     return good;
 }
 
-/* A call's tiles (its tokens by tile, plus a tile per sequence) are a grid's x
- * size: past 2^31 - 1 the call is refused before anything is enqueued. */
-/* The plan choice is written back: a size ending inside its appended splits
- * is refused with nothing written; the first version's size gets its fields. */
+/* The plan choice is written back: a size ending inside one of its appended
+ * fields (splits, reserved) is refused with nothing written; the first
+ * version's size gets its fields. */
 static void test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritten(void **state)
 {
     (void)state;
     fsa_kvcache_desc d = good_desc(8, 2);
     fsa_kvcache_plan *plan = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
-    const size_t at = offsetof(fsa_plan_choice, splits);
-    for (size_t k = 1; k < sizeof(int); k++) {
-        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-        c.struct_size = at + k;
-        c.candidates = -7;
-        assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_STRUCT_SIZE);
-        assert_int_equal(c.candidates, -7);
-    }
+    const size_t appended[] = {offsetof(fsa_plan_choice, splits), offsetof(fsa_plan_choice, reserved)};
+    for (size_t f = 0; f < sizeof appended / sizeof *appended; f++)
+        for (size_t k = 1; k < sizeof(int); k++) {
+            fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+            c.struct_size = appended[f] + k;
+            c.candidates = -7;
+            assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_STRUCT_SIZE);
+            assert_int_equal(c.candidates, -7);
+        }
     fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-    c.struct_size = at;
+    c.struct_size = offsetof(fsa_plan_choice, splits);
     assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_OK);
     assert_true(c.candidates >= 1);
     fsa_kvcache_plan_destroy(plan);
 }
 
+/* A call's tiles (its tokens by tile, plus a tile per sequence) are a grid's x
+ * size: past 2^31 - 1 the call is refused before anything is enqueued. */
 static void test_a_call_of_more_tiles_than_a_grid_holds_is_refused(void **state)
 {
     (void)state;

@@ -225,14 +225,13 @@ static void test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_pu
 {
     (void)state;
     for (size_t n = offsetof(fsa_context_options, check) + 1; n < sizeof(fsa_context_options); n++) {
-        if (n == offsetof(fsa_context_options, tune)) continue; /* a version's end: check whole, tune absent */
+        /* a version's end: check whole, tune absent; tune whole, reserved absent */
+        if (n == offsetof(fsa_context_options, tune) || n == offsetof(fsa_context_options, reserved)) continue;
         fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
         o.struct_size = n, o.device = FSA_DEVICE_NONE, o.target = "sm_90a", o.check = -1;
         fsa_context *ctx = NULL;
-        if (n < offsetof(fsa_context_options, tune) + sizeof o.tune) {
-            assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_STRUCT_SIZE);
-            assert_null(ctx);
-        }
+        assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_STRUCT_SIZE);
+        assert_null(ctx);
     }
     fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
     o.device = FSA_DEVICE_NONE, o.target = "sm_90a", o.cache_dir = "", o.jit = FSA_JIT_OFF;
@@ -263,6 +262,17 @@ static void test_a_size_that_ends_inside_an_appended_number_is_refused_by_the_pu
         w.struct_size = offsetof(fsa_window_attention_desc, backward) + k;
         assert_int_equal(fsa_window_plan_create(&plan, ctx, &w), FSA_STATUS_STRUCT_SIZE);
         assert_non_null(strstr(fsa_last_error(), "inside backward"));
+    }
+    /* The int that fills what was tail padding is appended too: a size inside it is no version's. */
+    for (size_t k = 1; k < sizeof(int); k++) {
+        fsa_window_plan *plan = NULL;
+        w.struct_size = offsetof(fsa_window_attention_desc, reserved) + k;
+        assert_int_equal(fsa_window_plan_create(&plan, ctx, &w), FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error(), "inside reserved"));
+        fsa_kvcache_plan *kplan = NULL;
+        kd.struct_size = offsetof(fsa_kvcache_desc, reserved) + k;
+        assert_int_equal(fsa_kvcache_plan_create(&kplan, ctx, &kd), FSA_STATUS_STRUCT_SIZE);
+        assert_non_null(strstr(fsa_last_error(), "inside reserved"));
     }
     fsa_context_destroy(ctx);
 }
