@@ -118,7 +118,7 @@ FSA_API fsa_status fsa_compressed_plan_workspace_size(size_t *bytes_out, const f
  * counts first, and the call waits for the verdict (docs/semantics.md). */
 typedef struct fsa_compressed_fwd_args {
     size_t struct_size;
-    int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1; with the selection (top_k > 0) also
+    int64_t total_tokens;     /**< T (host), 0 to INT32_MAX - 1; with the selection (topk set) also
                                    (T - 1 + block_size) / stride + 64 <= INT32_MAX (FSA_STATUS_UNSUPPORTED past it) */
     int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1; 0 when T is 0 */
     int batch;                /**< number of sequences (host), 1..T (not read when T is 0) */

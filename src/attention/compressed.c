@@ -157,10 +157,17 @@ fsa_status fsa_cmp_grid(int64_t *out, const fsa_compressed_plan *plan, int64_t t
     if (*out > INT32_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%lld tokens in %d sequences need too many query tiles",
                              (long long)total_tokens, batch);
-    /* The selection walks a sequence's compressed keys in stages of FSA_CMP_SEL_KEYS, counted in int32:
-     * its last stage ends below (positions + BK) / stride + FSA_CMP_SEL_KEYS (cmp_select.cu). */
+    return FSA_STATUS_OK;
+}
+
+/* The selection (a forward with topk set) walks a sequence's compressed keys
+ * in stages of FSA_CMP_SEL_KEYS, counted in int32: its last stage ends below
+ * (positions + BK) / stride + FSA_CMP_SEL_KEYS (cmp_select.cu). Calls that
+ * do not select have no such bound. */
+static fsa_status check_selection_positions(const fsa_compressed_plan *plan, int64_t total_tokens, const char *stage)
+{
     const int64_t d = plan->desc.stride, bk = plan->desc.block_size;
-    if (plan->desc.top_k > 0 && total_tokens > 0 && (total_tokens - 1 + bk) / d + FSA_CMP_SEL_KEYS > INT32_MAX)
+    if (total_tokens > 0 && (total_tokens - 1 + bk) / d + FSA_CMP_SEL_KEYS > INT32_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
                              "%lld tokens at stride %lld: the block selection counts compressed positions in int32 "
                              "(at most %lld tokens)",
@@ -226,6 +233,7 @@ static fsa_status fwd_check(const void *compressed_plan, const void *call, int *
     *has_work = T > 0;
     if (T == 0) goto cleanup;
     if (a->topk.ptr != 0) {
+        FSA_CHECK(check_selection_positions(plan, T, STAGE_FWD));
         FSA_CHECK(fsa_check_index_view(STAGE_FWD, "topk", &a->topk, T, hkv));
         FSA_CHECK(fsa_check_written(STAGE_FWD, "topk", &a->topk, T, hkv, plan->desc.top_k));
     }
