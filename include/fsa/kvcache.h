@@ -236,7 +236,7 @@ typedef struct fsa_kvcache_args {
  *         FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT for counts beyond the plan, query tokens
  *         with batch 0, num_pages or max_pages_per_seq below 1, negative
- *         strides, a page stride of 0 over several pages, a table row stride
+ *         strides, a page stride of 0 or below over several pages, a table row stride
  *         below max_pages_per_seq with batch > 1, o rows that share elements,
  *         views past 2^63 bytes, more tiles (query tokens / tile
  *         tokens + batch) than a grid's 2^31 - 1 CTAs, or in check mode for bad device

@@ -308,15 +308,17 @@ cleanup:
 }
 
 /* A paged cache: a tensor view over the rows of a page, plus the page
- * stride. Pages that are one memory (a stride of 0) are refused: no target's
- * copies can address them (a tensor map needs a stride per page). */
+ * stride. Pages that are one memory (a stride of 0) or run backwards are
+ * refused: no target's copies can address them (a tensor map needs a
+ * positive stride per page). One page's stride is never used, whatever it
+ * is, as a size-1 dimension's stride anywhere else. */
 static fsa_status check_cache(const char *name, const fsa_tensor *t, int64_t page_stride, int64_t num_pages,
                               const fsa_kvcache_plan *plan)
 {
     const int64_t page = plan->desc.page_size, heads = plan->desc.num_kv_heads;
     fsa_status st = fsa_check_tensor(STAGE, name, t, page, heads);
     if (st != FSA_STATUS_OK) return st;
-    if (page_stride < 0 || (page_stride == 0 && num_pages > 1))
+    if (page_stride <= 0 && num_pages > 1)
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE, "%s page stride %lld over %lld pages: positive", name,
                              (long long)page_stride, (long long)num_pages);
     if (page_stride % 8 != 0 && num_pages > 1) /* one page's stride is never used */

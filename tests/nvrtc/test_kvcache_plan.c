@@ -326,6 +326,11 @@ static void test_cache_pages_must_be_memory_of_their_own_below_two_to_the_63_byt
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
     a.num_pages = 1; /* unless there is one page: its stride is never used, as the binding takes it */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a.k_page_stride = -8; /* negative, too */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a.num_pages = 2; /* pages running backwards are refused */
+    assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(fsa_last_error(), "k_cache page stride -8 over 2 pages"));
     a = good;
     a.num_pages = INT64_MAX / 2; /* pages past 2^63 bytes: offsets the kernels cannot form */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
