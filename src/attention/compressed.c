@@ -205,10 +205,9 @@ fsa_status fsa_cmp_check_call(const char *stage, const fsa_compressed_plan *plan
                  "the sequences' own tokens", (long long)Tc);
     if (T == 0) goto cleanup;
     FSA_CHECK(fsa_cmp_grid(&tiles, plan, T, c->batch, stage));
-    if (c->cu_seqlens == 0 || c->cu_seqlens_c == 0 || c->lse == 0)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens, cu_seqlens_c and lse must not be NULL");
-    if (c->cu_seqlens % 4 != 0 || c->cu_seqlens_c % 4 != 0 || c->lse % 4 != 0)
-        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens, cu_seqlens_c and lse must be 4-byte aligned");
+    const fsa_array_check arrays[] = {
+        {"cu_seqlens", c->cu_seqlens, 1}, {"cu_seqlens_c", c->cu_seqlens_c, 1}, {"lse", c->lse, 1}};
+    FSA_CHECK(fsa_check_arrays(stage, arrays, 3));
     const fsa_tensor_check views[] = {
         {"q", c->q, T, hq, 0}, {"k", c->k, Tc, hkv, 0}, {"v", c->v, Tc, hkv, 0},
         {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};

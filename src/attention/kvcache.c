@@ -351,10 +351,10 @@ static fsa_status validate_args(const fsa_kvcache_plan *plan, const fsa_kvcache_
     FSA_CHECK(fsa_check_output(STAGE, "o", &a->o, a->num_query_tokens, hq, d->value_dim));
     FSA_CHECK(check_cache("k_cache", &a->k_cache, a->k_page_stride, a->num_pages, plan));
     FSA_CHECK(check_cache("v_cache", &a->v_cache, a->v_page_stride, a->num_pages, plan));
-    if (a->cu_seqlens_q == 0 || a->block_table == 0 || a->seqused_k == 0 || a->topk.ptr == 0)
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cu_seqlens_q, block_table, seqused_k and topk must not be NULL");
-    if ((a->cu_seqlens_q | a->block_table | a->seqused_k | a->topk.ptr | a->topk_length | a->lse) % 4)
-        FSA_FAIL(FSA_STATUS_MISALIGNED, STAGE, "int32 and float arrays must be 4-byte aligned");
+    const fsa_array_check arrays[] = {{"cu_seqlens_q", a->cu_seqlens_q, 1}, {"block_table", a->block_table, 1},
+                                      {"seqused_k", a->seqused_k, 1},       {"topk", a->topk.ptr, 1},
+                                      {"topk_length", a->topk_length, 0},   {"lse", a->lse, 0}};
+    FSA_CHECK(fsa_check_arrays(STAGE, arrays, 6));
     FSA_CHECK(fsa_check_float_rows(STAGE, "lse", a->lse, a->num_query_tokens, hq));
     if (a->num_pages < 1 || a->max_pages_per_seq < 1 || a->block_table_stride < 0 ||
         (a->batch > 1 && a->block_table_stride < a->max_pages_per_seq))

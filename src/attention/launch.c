@@ -93,6 +93,18 @@ fsa_status fsa_check_float_rows(const char *stage, const char *name, uint64_t pt
     return FSA_STATUS_OK;
 }
 
+fsa_status fsa_check_arrays(const char *stage, const fsa_array_check *arrays, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (arrays[i].required && arrays[i].ptr == 0)
+            return fsa_error_set(FSA_STATUS_NULL_POINTER, stage, "%s must not be NULL", arrays[i].name);
+    for (int i = 0; i < n; i++)
+        if (arrays[i].ptr % 4 != 0)
+            return fsa_error_set(FSA_STATUS_MISALIGNED, stage, "%s (0x%llx) must be 4-byte aligned", arrays[i].name,
+                                 (unsigned long long)arrays[i].ptr);
+    return FSA_STATUS_OK;
+}
+
 fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,
                                 int64_t heads)
 {
@@ -183,11 +195,8 @@ fsa_status fsa_check_inputs(const char *stage, const fsa_plan *plan, const fsa_c
     if (T == 0) goto cleanup;
     if (in->max_seqlen < 0 || in->max_seqlen > T)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, stage, "max_seqlen %d for %lld tokens", in->max_seqlen, (long long)T);
-    if (in->cu_seqlens == 0 || (backward && in->lse == 0))
-        FSA_FAIL(FSA_STATUS_NULL_POINTER, stage,
-                 backward ? "cu_seqlens and lse must not be NULL" : "cu_seqlens must not be NULL");
-    if (!aligned(in->cu_seqlens, 4) || !aligned(in->lse, 4))
-        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
+    const fsa_array_check arrays[] = {{"cu_seqlens", in->cu_seqlens, 1}, {"lse", in->lse, backward}};
+    FSA_CHECK(fsa_check_arrays(stage, arrays, 2));
     FSA_CHECK(fsa_check_index_view(stage, "topk", in->topk, T, hkv));
     const fsa_tensor_check views[] = {{"q", in->q, T, hq, 0}, {"k", in->k, T, hkv, 0}, {"v", in->v, T, hkv, 0},
                                       {"o", in->o, T, hq, backward ? 0 : plan->desc.value_dim}};

@@ -46,6 +46,17 @@ fsa_status fsa_check_float_view(const char *stage, const char *name, const fsa_t
  * every element below 2^63 bytes of address (alignment is the caller's). */
 fsa_status fsa_check_float_rows(const char *stage, const char *name, uint64_t ptr, int64_t tokens, int64_t heads);
 
+/* A call's int32 and float arrays (offsets, tables, lse rows): `required`
+ * ones not NULL (FSA_STATUS_NULL_POINTER naming the first that is), then
+ * every one given 4-byte aligned (FSA_STATUS_MISALIGNED naming the first
+ * that is not). */
+typedef struct fsa_array_check {
+    const char *name;
+    uint64_t ptr;
+    int required;
+} fsa_array_check;
+fsa_status fsa_check_arrays(const char *stage, const fsa_array_check *arrays, int n);
+
 /* An int32 [tokens, heads] view of rows of indices (top-k rows; strides in
  * ints): the same rules as fsa_check_float_view. */
 fsa_status fsa_check_index_view(const char *stage, const char *name, const fsa_tensor *t, int64_t tokens,

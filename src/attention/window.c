@@ -140,10 +140,8 @@ fsa_status fsa_window_check_call(const char *stage, const fsa_window_plan *plan,
     *has_work = T > 0;
     if (T == 0) goto cleanup;
     FSA_CHECK(fsa_window_check_grid(stage, plan, T, c->batch));
-    if (c->cu_seqlens == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "cu_seqlens must not be NULL");
-    if (backward && c->lse == 0) FSA_FAIL(FSA_STATUS_NULL_POINTER, stage, "lse must not be NULL");
-    if (c->cu_seqlens % 4 != 0 || c->lse % 4 != 0)
-        FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "cu_seqlens and lse must be 4-byte aligned");
+    const fsa_array_check arrays[] = {{"cu_seqlens", c->cu_seqlens, 1}, {"lse", c->lse, backward}};
+    FSA_CHECK(fsa_check_arrays(stage, arrays, 2));
     const fsa_tensor_check views[] = {{"q", c->q, T, hq, 0}, {"k", c->k, T, hkv, 0}, {"v", c->v, T, hkv, 0},
                                       {"o", c->o, T, hq, backward ? 0 : plan->desc.value_dim}};
     FSA_CHECK(fsa_check_tensors(stage, views, 4));

@@ -238,8 +238,9 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
     a = good_args(100, 5), a.batch = 101;
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
-    a = good_args(100, 5), a.lse = 0;
+    a = good_args(100, 5), a.lse = 0; /* the message names the one argument */
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    fsa_test_expect_error("compressed-forward", "lse must not be NULL");
     a = good_args(100, 5), a.lse = 0x7ffffffffffffff0ull; /* its [Hq, T] floats would pass 2^63 bytes */
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
     a = good_args(100, 5), a.total_tokens = 0, a.batch = 0; /* compressed tokens of no query token */
@@ -250,6 +251,7 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
     a = good_args(100, 5), a.cu_seqlens = 2;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
+    fsa_test_expect_error("compressed-forward", "cu_seqlens (0x2) must be 4-byte aligned");
     a = good_args(100, 5), a.topk.ptr += 2;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
     a = good_args(100, 5), a.topk.token_stride = -K;

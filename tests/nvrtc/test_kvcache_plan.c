@@ -245,11 +245,13 @@ static void test_bad_arguments_come_back_as_statuses(void **state)
     a.num_query_tokens = 65;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     a = good;
-    a.seqused_k = 0;
+    a.seqused_k = 0; /* the message names the one argument */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NULL_POINTER);
+    assert_non_null(strstr(fsa_last_error(), "seqused_k must not be NULL"));
     a = good;
     a.topk_length = 0x20002;
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_MISALIGNED);
+    assert_non_null(strstr(fsa_last_error(), "topk_length (0x20002) must be 4-byte aligned"));
     a = good;
     a.lse = 0x7ffffffffffffff0ull; /* its [Hq, Tq] floats would pass 2^63 bytes */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
