@@ -123,8 +123,8 @@ typedef struct fsa_compressed_fwd_args {
     int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1; 0 when T is 0 */
     int batch;                /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;             /**< [T, Hq, Dk], read */
-    fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
-    fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
+    fsa_tensor k;             /**< [Tc, Hkv, Dk], read; not NULL even when Tc is 0 (with T > 0) */
+    fsa_tensor v;             /**< [Tc, Hkv, Dv], read; not NULL even when Tc is 0 */
     fsa_tensor o;             /**< [T, Hq, Dv], written; 0 for a query that sees no compressed token */
     uint64_t lse;             /**< float [Hq, T], natural log, written (-inf: nothing visible); required */
     uint64_t cu_seqlens;      /**< int32 [batch + 1], read */
@@ -175,13 +175,13 @@ typedef struct fsa_compressed_bwd_args {
     int64_t total_compressed; /**< Tc (host), 0 to INT32_MAX - 1; 0 when T is 0 */
     int batch;                /**< number of sequences (host), 1..T (not read when T is 0) */
     fsa_tensor q;             /**< [T, Hq, Dk], read */
-    fsa_tensor k;             /**< [Tc, Hkv, Dk], read */
-    fsa_tensor v;             /**< [Tc, Hkv, Dv], read */
+    fsa_tensor k;             /**< [Tc, Hkv, Dk], read; not NULL even when Tc is 0 (with T > 0) */
+    fsa_tensor v;             /**< [Tc, Hkv, Dv], read; not NULL even when Tc is 0 */
     fsa_tensor o;             /**< [T, Hq, Dv], the forward's output, read */
     fsa_tensor dout;          /**< [T, Hq, Dv], gradient of o, read */
     fsa_tensor dq;            /**< [T, Hq, Dk], written */
-    fsa_tensor dk;            /**< [Tc, Hkv, Dk], written (0 for a token no query sees) */
-    fsa_tensor dv;            /**< [Tc, Hkv, Dv], written */
+    fsa_tensor dk;            /**< [Tc, Hkv, Dk], written (0 for a token no query sees); not NULL even when Tc is 0 */
+    fsa_tensor dv;            /**< [Tc, Hkv, Dv], written; not NULL even when Tc is 0 */
     uint64_t lse;             /**< float [Hq, T], natural log, as the forward wrote it; read */
     uint64_t cu_seqlens;      /**< int32 [batch + 1], read */
     uint64_t cu_seqlens_c;    /**< int32 [batch + 1], read */

@@ -249,6 +249,9 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
     a = good_args(100, 5), a.cu_seqlens_c = 0;
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    a = good_args(100, 0), a.k.ptr = 0; /* no compressed token: k is still a pointer the call needs (compressed.h) */
+    EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
+    fsa_test_expect_error("compressed-forward", "k is NULL");
     a = good_args(100, 5), a.cu_seqlens = 2;
     EXPECT_FWD(FSA_STATUS_MISALIGNED, g_plan, &a);
     fsa_test_expect_error("compressed-forward", "cu_seqlens (0x2) must be 4-byte aligned");
