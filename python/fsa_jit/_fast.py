@@ -295,6 +295,8 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seq
     T = torch.Tensor
     if not (type(q) is T and type(k) is T and type(v) is T and type(topk_idx) is T and type(cu_seqlens) is T):
         return None  # a subclass (fake tensors, DTensor, Parameter ...) or not a tensor
+    if q.is_nested or k.is_nested or v.is_nested or topk_idx.is_nested or cu_seqlens.is_nested:
+        return None  # no sizes to key on: the operator path refuses it by name
     if not (type(block_size) is int and (scale is None or type(scale) is float) and type(algorithm) is str
             and (max_seqlen is None or type(max_seqlen) is int) and type(validate) is bool
             and (topk_layout is None or type(topk_layout) is str)):

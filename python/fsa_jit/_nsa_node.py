@@ -51,18 +51,18 @@ def call_key(q, k, v, k_cmp, v_cmp, gates, cu_seqlens, cu_seqlens_c, k_win, v_wi
         return None
     parts = [torch.is_grad_enabled()]
     for t in (q, k, v, k_cmp, v_cmp, cu_seqlens, cu_seqlens_c):
-        if type(t) is not _TENSOR or t.is_neg():
+        if type(t) is not _TENSOR or t.is_neg() or t.is_nested:
             return None
         parts.append(_describe(t))
     for t, shared in ((k_win, k), (v_win, v)):
         if t is None or t is shared:
             parts.append(None)
-        elif type(t) is _TENSOR and not t.is_neg():
+        elif type(t) is _TENSOR and not t.is_neg() and not t.is_nested:
             parts.append(_describe(t))
         else:
             return None
     for g in gates:
-        if type(g) is _TENSOR and not g.is_neg():
+        if type(g) is _TENSOR and not g.is_neg() and not g.is_nested:
             parts.append(_describe(g))
         elif type(g) in (int, float):
             parts.append((type(g), g))

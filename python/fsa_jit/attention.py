@@ -54,8 +54,17 @@ def _describe(t):
 def _check_tensor(name, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.layout != torch.strided:  # sparse or other layouts have no strided memory the kernels could read
-        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+    # Sparse, jagged or nested tensors have no strided memory the kernels could read (a nested tensor of the
+    # older kind reports the strided layout, so it is asked by name).
+    if t.layout != torch.strided or t.is_nested:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got "
+                        f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
+
+
+def _check_flag(name, value):
+    """A switch is a bool: a string such as "no" would otherwise turn it on."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _topk_layout(topk_idx, hkv, t, layout):
@@ -305,7 +314,8 @@ class _Plan:
 
 
 def set_tuning(mode):
-    """Tuning of the plans made from now on: "off", "on", "force", or None ($FSA_TUNE decides; off when unset).
+    """Tuning of the plans made from now on: "off", "on", "force" (any case), or None ($FSA_TUNE decides; off
+    when unset).
 
     With "on", the first call of a shape bucket (tokens rounded up to a power of two) without a tuning
     record times every variant on the call's stream, waiting for the timings (host synchronizations:
@@ -315,8 +325,12 @@ def set_tuning(mode):
     uses records already there; "force" ignores records on disk and measures again.
     """
     global _tune
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"tuning mode must be a str or None, got {type(mode).__name__}")
+    if mode is not None:
+        mode = mode.lower()  # as FSA_TUNE
     if mode not in _lib.TUNE_MODES:
-        raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' or None")
+        raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' (any case) or None")
     _tune = mode
     _fast.invalidate()  # its entries hold plans of the previous mode
 
@@ -578,6 +592,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
                                    topk_layout, workspace_limit, validate)
     if out is not None:
         return out if return_lse else out[0]
+    _check_flag("validate", validate)
     layout, algo = check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm, topk_layout)
     limit = _lib.parse_workspace_limit(workspace_limit)
     # Grad mode is off inside the operator: decide here whether the plan needs backward kernels.

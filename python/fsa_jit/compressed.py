@@ -403,6 +403,7 @@ def compressed_attention(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size=32, stri
     visible, where o is 0), plus topk [T, Hkv, top_k] int32 when top_k > 0. Differentiable with respect to
     q, k and v, once (differentiating the gradients raises); lse and topk carry no gradient.
     """
+    _att._check_flag("validate", validate)
     check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scale, top_k, block_size, init_blocks,
                     local_blocks)
     if not top_k:  # the selection's parameters do not matter: one plan for every spelling

@@ -199,11 +199,15 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
                     ("topk_length", topk_length)):
         if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t is not None and t.layout != torch.strided:
-            raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+        if t is not None and (t.layout != torch.strided or t.is_nested):
+            raise TypeError(f"{name} must be a dense (strided) tensor, got "
+                            f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype != q.dtype or q.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be torch.bfloat16 or torch.float16 like q, got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}: all tensors must be on one device")
     if not (q.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4 and v_cache.shape[:3] == k_cache.shape[:3]):
@@ -239,9 +243,13 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     batch = cu_seqlens_q.numel() - 1
     if batch == 0 and tq:
         raise ValueError(f"cu_seqlens_q describes no sequence (B = 0) but q has {tq} tokens")
-    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch and block_table.dim() == 2
-             and block_table.shape[0] == batch and block_table.stride(1) == 1,
-             "seqused_k [B] and block_table [B, max_pages] (unit column stride), B from cu_seqlens_q")
+    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch,
+             f"seqused_k must be [B] = [{batch}] (B from cu_seqlens_q), got shape {tuple(seqused_k.shape)}")
+    _require(block_table.dim() == 2 and block_table.shape[0] == batch,
+             f"block_table must be [B, max_pages] with B = {batch} (from cu_seqlens_q), got shape "
+             f"{tuple(block_table.shape)}")
+    _require(block_table.shape[1] <= 1 or block_table.stride(1) == 1,
+             f"block_table's pages must be contiguous in a row (column stride 1), got stride {block_table.stride(1)}")
     # fsa_kvcache_args.batch and .max_pages_per_seq are ints: ctypes would keep the low 32 bits silently.
     if batch > _lib.INT32_MAX:
         raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {_lib.INT32_MAX} (libfsa's int batch)")
@@ -256,7 +264,7 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
         _check_in_place_strides(q, k_cache, v_cache, block_table, batch)
     if topk_idx.dim() not in (2, 3):
         raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
-    _require(topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
+    _require(topk_idx.shape[-1] <= 1 or topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
     if topk_layout not in ("thk", "hkt"):
         raise ValueError(f"topk_layout must be 'thk' or 'hkt', got {topk_layout!r}")
     if topk_idx.dim() == 2:
@@ -268,7 +276,8 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     elif tuple(topk_idx.shape[:2]) != (hkv, tq):
         raise ValueError(f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
     if topk_length is not None:
-        _require(topk_length.numel() == tq and topk_length.is_contiguous(), "topk_length must be [Tq] contiguous")
+        _require(topk_length.dim() == 1 and topk_length.numel() == tq and topk_length.is_contiguous(),
+                 f"topk_length must be [Tq] = [{tq}] contiguous, got shape {tuple(topk_length.shape)}")
     # The plan's int fields: ints within int32 (libfsa reports its own limits), scale as the other branches.
     _plan_int("block_size", block_size, 1)
     for name, value in (("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
@@ -326,6 +335,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
+    _att._check_flag("validate", validate)
     check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size, topk_length,
                     topk_layout, scale, max_batch, max_query_tokens, splits)
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, int(block_size),

@@ -95,6 +95,8 @@ def _compress_means(xs, cu_seqlens, kernel_size, stride):
     _check_kernel(kernel_size, stride)
     for x in xs:
         _att._check_tensor("x", x)
+        if not x.is_floating_point():  # the mean of integers would be truncated back into them
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         if x.dim() != 3:
             raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
     cu = _host_offsets(cu_seqlens, [x.shape[0] for x in xs])
@@ -198,6 +200,7 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     Differentiable in q, k, v, k_cmp, v_cmp, k_win, v_win and the gates, once (differentiating the gradients,
     taken with create_graph=True, raises).
     """
+    _att._check_flag("validate", validate)
     window = _win.windows_read_once(window)
     key = None
     if not validate:  # a plain eager call of a layout seen before skips the checks below

@@ -106,7 +106,10 @@ def test_the_lengths_read_in_place_must_be_contiguous(name, values):
 
 def test_the_block_table_needs_unit_column_stride_and_rows_that_do_not_overlap():
     table = torch.zeros(2, 6, dtype=torch.int32)
-    expect(r"block_table \[B, max_pages\] \(unit column stride\)", **problem() | {"block_table": table[:, ::2]})
+    expect(r"block_table's pages must be contiguous in a row \(column stride 1\), got stride 2",
+           **problem() | {"block_table": table[:, ::2]})
+    # One page per row: its column stride is never used.
+    expect(r"q must be a CUDA tensor", **problem() | {"block_table": table[:, 1::2][:, :1]})
     expect(r"q must be a CUDA tensor", **problem() | {"block_table": table[:, :3]})  # rows 6 apart: fine
     for overlapping in (torch.zeros(1, 3, dtype=torch.int32).expand(2, 3), table.as_strided((2, 3), (2, 1))):
         expect(r"block_table's rows are \d entries apart but hold 3: rows must not overlap",
@@ -211,12 +214,45 @@ def test_the_caches_must_be_on_qs_device(name):
     expect(rf"{name} is on meta but q is on cpu", **p)
 
 
-@pytest.mark.parametrize("name,dtype", [("q", torch.float32), ("k_cache", torch.float16), ("v_cache", torch.float16)])
-def test_q_and_the_caches_are_bf16_or_fp16_alike(name, dtype):
+@pytest.mark.parametrize("name,dtype,match", [
+    ("q", torch.float32, r"q must be torch.bfloat16 or torch.float16, got torch.float32"),
+    ("k_cache", torch.float16, r"k_cache must have q's dtype torch.bfloat16, got torch.float16"),
+    ("v_cache", torch.float16, r"v_cache must have q's dtype torch.bfloat16, got torch.float16"),
+])
+def test_q_and_the_caches_are_bf16_or_fp16_alike(name, dtype, match):
     p = problem()
     p[name] = p[name].to(dtype)
-    with pytest.raises(TypeError, match=rf"{name} must be torch.bfloat16 or torch.float16 like q, got {dtype}"):
+    with pytest.raises(TypeError, match=match):
         kvcache.kvcache_attention(**p)
+
+
+@pytest.mark.parametrize("name,length", [("seqused_k", 3), ("block_table", 3)])
+def test_seqused_k_and_the_block_tables_rows_are_one_per_sequence_named_alone(name, length):
+    p = problem()
+    p[name] = torch.zeros((length,) if name == "seqused_k" else (length, 3), dtype=torch.int32)
+    expect(rf"{name} must be \[B.*\].*2.*got shape \({length}", **p)
+
+
+def test_a_selection_of_one_slot_per_row_may_have_any_slot_stride():
+    p = problem(k=1)
+    expect(r"q must be a CUDA tensor", **p | {"topk_idx": torch.zeros(3, 2, 2, dtype=torch.int32)[..., 1::2]})
+
+
+def test_topk_length_is_one_dimensional():
+    expect(r"topk_length must be \[Tq\] = \[3\] contiguous, got shape \(1, 3\)",
+           **problem() | {"topk_length": torch.full((1, 3), 4, dtype=torch.int32)})
+
+
+def test_a_nested_tensor_is_refused_by_name():
+    p = problem()
+    p["q"] = torch.nested.nested_tensor([p["q"][:1], p["q"][1:]])
+    with pytest.raises(TypeError, match=r"q must be a dense \(strided\) tensor, got a nested tensor"):
+        kvcache.kvcache_attention(**p)
+
+
+def test_validate_is_a_bool():
+    with pytest.raises(TypeError, match=r"validate must be a bool, got str"):
+        kvcache.kvcache_attention(**problem(), validate="no")
 
 
 @pytest.mark.parametrize("name", ["cu_seqlens_q", "seqused_k", "block_table", "topk_idx", "topk_length"])

@@ -411,3 +411,26 @@ def test_compressed_cu_seqlens_checks_its_arguments_as_compress_mean_does(call, 
     expect(compressed_cu_seqlens, error, match, **dict(cu_seqlens=torch.tensor([0, 4, 10], dtype=torch.int32),
                                                        kernel_size=4, stride=2) | call)
     assert compressed_cu_seqlens(torch.tensor([0, 4, 10]), 4, 2).tolist() == [0, 1, 3]  # int64 offsets are fine
+
+
+def test_compress_mean_refuses_integer_x_whose_means_would_be_truncated():
+    from fsa_jit.nsa import compress_mean
+
+    expect(compress_mean, TypeError, r"x must be a floating-point tensor, got torch.int32",
+           x=torch.randint(0, 3, (40, 2, 4), dtype=torch.int32), cu_seqlens=torch.tensor([0, 40]))
+
+
+def test_a_nested_tensor_is_refused_by_name_in_every_branch_and_the_layer():
+    nested = torch.nested.nested_tensor([torch.randn(10, 4, 32).bfloat16(), torch.randn(30, 4, 32).bfloat16()])
+    match = r"q must be a dense \(strided\) tensor, got a nested tensor"
+    expect(fsa_jit.compressed_attention, TypeError, match, **{**cmp_problem(), "q": nested})
+    expect(fsa_jit.window_attention, TypeError, match, **{**win_problem(), "q": nested})
+    expect(nsa_attention, TypeError, match, **nsa_problem(q=nested))
+
+
+@pytest.mark.parametrize("value", ["no", 0])
+def test_validate_is_a_bool_in_every_branch_and_the_layer(value):
+    match = rf"validate must be a bool, got {type(value).__name__}"
+    expect(fsa_jit.compressed_attention, TypeError, match, **cmp_problem(), validate=value)
+    expect(fsa_jit.window_attention, TypeError, match, **win_problem(), validate=value)
+    expect(nsa_attention, TypeError, match, **nsa_problem(validate=value))

@@ -297,11 +297,14 @@ def test_a_direct_kvcache_call_with_metadata_on_the_host_is_refused(fake, name):
 
 
 @pytest.mark.parametrize("change,match", [
-    (lambda: dict(block_table=ints(3, 3)), r"seqused_k \[B\] and block_table \[B, max_pages\]"),
-    (lambda: dict(seqused_k=offsets(20, 30, 40)), r"seqused_k \[B\] and block_table \[B, max_pages\]"),
+    (lambda: dict(block_table=ints(3, 3)), r"block_table must be \[B, max_pages\] with B = 2 \(from cu_seqlens_q\), "
+                                           r"got shape \(3, 3\)"),
+    (lambda: dict(seqused_k=offsets(20, 30, 40)), r"seqused_k must be \[B\] = \[2\] \(B from cu_seqlens_q\), got "
+                                                  r"shape \(3,\)"),
     (lambda: dict(v_cache=floats(5, 16, 2, 64)), r"with the same pages and heads"),
     (lambda: dict(topk_idx=ints(2, 2, 4)), r"topk_idx must be \[Tq, Hkv, K\] = \[3, 2, K\]"),
-    (lambda: dict(topk_length=ints(2)), r"topk_length must be \[Tq\] contiguous"),
+    (lambda: dict(topk_length=ints(2)), r"topk_length must be \[Tq\] = \[3\] contiguous, got shape \(2,\)"),
+    (lambda: dict(topk_length=ints(1, 3)), r"topk_length must be \[Tq\] = \[3\] contiguous, got shape \(1, 3\)"),
     (lambda: dict(cu_seqlens_q=ints(0)), r"cu_seqlens_q must be 1-D \[B \+ 1\]"),
 ])
 def test_a_direct_kvcache_call_whose_shapes_disagree_is_refused(fake, change, match):
@@ -312,7 +315,7 @@ def test_a_direct_kvcache_call_whose_shapes_disagree_is_refused(fake, change, ma
     (lambda: dict(seqused_k=offsets(20, 0, 30, 0)[::2]), r"seqused_k must be contiguous"),
     (lambda: dict(topk_idx=ints(3, 2, 8)[..., ::2]), r"topk_idx's last dimension must be contiguous"),
     (lambda: dict(k_cache=floats(6, 16, 2, 128)[..., ::2]), r"k_cache's last dimension must be contiguous"),
-    (lambda: dict(block_table=ints(2, 6)[:, ::2]), r"block_table \[B, max_pages\] \(unit column stride\)"),
+    (lambda: dict(block_table=ints(2, 6)[:, ::2]), r"block_table's pages must be contiguous in a row"),
 ])
 def test_a_direct_kvcache_call_with_strides_libfsa_cannot_read_in_place_is_refused(fake, change, match):
     refused("kvcache_attention", ValueError, match, **kvcache_args(**change()))

@@ -305,3 +305,26 @@ def test_keys_with_a_narrower_head_dim_than_the_queries_are_refused():
 @pytest.mark.parametrize("flag", [True, False])
 def test_a_bool_max_seqlen_is_a_type_error_rather_than_a_length_of_one_or_zero(flag):
     expect(TypeError, r"max_seqlen must be a Python int or None", **problem(), max_seqlen=flag)
+
+
+def test_a_nested_tensor_is_refused_by_name_not_by_a_torch_internal_error():
+    p = problem()
+    p["q"] = torch.nested.nested_tensor([p["q"][:4], p["q"][4:]])
+    expect(TypeError, r"q must be a dense \(strided\) tensor, got a nested tensor", **p)
+
+
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_validate_is_a_bool_not_any_truthy_value(value):
+    expect(TypeError, rf"validate must be a bool, got {type(value).__name__}", **problem(), validate=value)
+
+
+def test_set_tuning_takes_any_case_as_fsa_tune_does_and_names_a_wrong_type():
+    try:
+        fsa_jit.set_tuning("ON")
+        assert attention._tune == "on"
+        with pytest.raises(TypeError, match=r"tuning mode must be a str or None, got list"):
+            fsa_jit.set_tuning([])
+        with pytest.raises(ValueError, match=r"tuning mode 'sometimes'"):
+            fsa_jit.set_tuning("Sometimes")
+    finally:
+        fsa_jit.set_tuning(None)
