@@ -155,7 +155,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         case ':': return usage_error(o, "option needs a value", opt);
         case '?': return usage_error(o, "unknown option", opt);
         case 'T': bad = list_rc = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24), takes = "a list of token counts from 1 to 2^24"; break;
-        case 'G': bad = list_rc = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64), takes = "a list of groups from 1 to 64"; break;
+        case 'G': bad = list_rc = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64), takes = "a list of groups from 1 to 16"; break;
         case 'W': bad = list_rc = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30), takes = "a list of windows from 1 to 2^30"; break;
         case 'D': bad = number(&o->head_dim, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;
         case OPT_Q_HEADS: bad = number(&o->q_heads, optarg, 1, 1024), takes = "a number from 1 to 1024"; break;

@@ -203,7 +203,10 @@ int fsa_bench_decode(int argc, char **argv)
         }
     }
     int failed = run_grid(&o, ctx, &env);
-    if (env.stamps_file) fclose(env.stamps_file);
+    if (env.stamps_file && fclose(env.stamps_file) != 0) {
+        fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps);
+        failed = 1;
+    }
     if (env.stamps) {
         unsetenv("FSA_KVC_STAMPS"); /* the dense and prefill plans below: no stamps into the buffer freed here */
         cu.MemFree(env.stamps);

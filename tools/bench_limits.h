@@ -13,6 +13,9 @@ static inline int bench_head_dim_ok(int d) { return d >= 16 && d <= 256 && d % 1
 #define BENCH_BLOCK_SIZES "16, 32, 64, 128 or 256"
 static inline int bench_block_size_ok(int bk) { return bk >= 16 && bk <= 256 && (bk & (bk - 1)) == 0; }
 
+/* Selected attention with its backward: Dk + Dv over 320 only with both multiples of 32. */
+static inline int bench_backward_dims_ok(int dk, int dv) { return dk + dv <= 320 || (dk % 32 == 0 && dv % 32 == 0); }
+
 /* Selected blocks per token: selected attention 1..64, compressed 0..64 (0 = no selection). */
 #define BENCH_MAX_TOP_K 64
 

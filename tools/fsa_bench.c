@@ -57,7 +57,7 @@ static void print_table_head(const options *o, FILE *json, const device_info *d,
  * to run and the mode exits 1. */
 static int run_standard(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
-    static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = {64, 256};
+    static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = {64, 256}; /* bench_options_parse */
     bench_row row;
     int first = 1, failed = 0;
     print_table_head(o, json, d, ctx);
@@ -149,6 +149,13 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
         fprintf(stderr, "fsa-bench: %s\n", fsa_last_error());
         return tool_context_exit_code(st);
     }
+    /* A --cache-dir the library cannot use (a file, no permission) would keep every kernel in memory only. */
+    if (o->cache_dir && o->cache_dir[0] && fsa_context_cache_dir(*ctx)[0] == '\0') {
+        fprintf(stderr, "fsa-bench: --cache-dir %s: not a usable cache directory\n", o->cache_dir);
+        fsa_context_destroy(*ctx);
+        *ctx = NULL;
+        return TOOL_EXIT_FAILED;
+    }
     int l2 = 0;
     d->dev = bench_cuda_open_device("", d->name, sizeof d->name);
     CU(cu.DeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d->dev));
@@ -156,7 +163,7 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int bench_main(int argc, char **argv)
 {
     const bench_mode_word mode = argc >= 2 ? bench_mode_of(argv[1]) : BENCH_MODE_NONE;
     if (mode == BENCH_MODE_DECODE) return fsa_bench_decode(argc - 1, argv + 1);
@@ -198,3 +205,13 @@ int main(int argc, char **argv)
     return rc;
 }
 
+int main(int argc, char **argv)
+{
+    int rc = bench_main(argc, argv);
+    /* A full disk or closed pipe on stdout is a failure, not a success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "fsa-bench: cannot write the output\n");
+        if (rc == 0) rc = TOOL_EXIT_FAILED;
+    }
+    return rc;
+}

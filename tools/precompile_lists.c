@@ -131,8 +131,8 @@ static int parse_range(int_list *out, const char **p, const char *option, size_t
     }
     return 0;
 bad:
-    usage_error("%s: '%s' is not a number list (numbers 1..%ld, e.g. 64,128 or 1-8 or 16-256:16)",
-                option, item, MAX_LIST_VALUE);
+    usage_error("%s: '%.*s' is not a number list item (numbers 1..%ld, e.g. 64,128 or 1-8 or 16-256:16)",
+                option, (int)strcspn(item, ","), item, MAX_LIST_VALUE);
     return -1;
 }
 

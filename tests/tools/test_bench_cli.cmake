@@ -199,3 +199,25 @@ run(2 --decode --reps 0)
 expect("${ERR}" "^fsa-bench --decode: --reps: '0' is not a number from 1 to 1000000\n" "--decode --reps range")
 run(2 --compressed --stride 0 --dry-run)
 expect("${ERR}" "^fsa-bench --compressed: --stride: '0' is not a number from 1 to 2\\^20\n" "--stride range")
+
+# Shapes the library refuses are usage errors at parse time, --dry-run included: with --backward, Dk + Dv over
+# 320 needs both multiples of 32 (every D a row runs: -D, or --standard's 128, 64 and 256).
+run(2 -D 208 --value-dim 144 --backward --dry-run)
+expect("${ERR}" "^fsa-bench: --backward at Dk 208 and Dv 144: over 320 together, both must be multiples of 32\n"
+       "refused backward dims")
+run(2 --standard --value-dim 80 --backward --dry-run)
+expect("${ERR}" "^fsa-bench: --backward at Dk 256 and Dv 80:" "--standard's D 256 row with Dv 80")
+run(0 -D 208 --value-dim 144 --dry-run)  # the forward alone takes them
+run(0 --standard --value-dim 64 --backward --dry-run)
+run(2 --window -G 0 --dry-run)
+expect("${ERR}" "^fsa-bench --window: -G: '0' is not a list of groups from 1 to 16\n" "branch groups 1 to 16")
+
+# Output that cannot be written (a full disk) fails the run, in every mode.
+if(EXISTS /dev/full)
+  foreach(args "--dry-run" "--help" "--compressed;--dry-run" "--decode;--help")
+    execute_process(COMMAND "${BENCH}" ${args} RESULT_VARIABLE rc OUTPUT_FILE /dev/full ERROR_VARIABLE err)
+    if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot write the output")
+      message(FATAL_ERROR "fsa-bench ${args} > /dev/full: exit ${rc}, expected 1 with a message\n${err}")
+    endif()
+  endforeach()
+endif()

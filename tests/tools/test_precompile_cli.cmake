@@ -53,6 +53,9 @@ run(2 --arch sm_80 --group "${ranges}1" --cache-dir "${WORK}/cache" ${SENTINEL})
 expect("^fsa-precompile: --group: more than 4096 values\n" "overlapping ranges refused")
 run(2 --arch sm_80 --head-dim "1-4000,1-100" --cache-dir "${WORK}/cache" ${SENTINEL})
 expect("^fsa-precompile: --head-dim: more than 4096 values\n" "repeats counted")
+# A bad item is quoted alone, not with the rest of the list after it.
+run(2 --arch sm_80 --group "4,x,8" --cache-dir "${WORK}/cache" ${SENTINEL})
+expect("^fsa-precompile: --group: 'x' is not a number list item" "the bad item named alone")
 
 # A repeated --kind replaces the earlier one, as every other list option does (and the Python
 # fsa-precompile's): kvcache is no longer asked for here, so --page-size has nothing to apply to.
