@@ -238,6 +238,8 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         if (rc != 0) return rc;
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    /* The --jit run's second process (bench_jit.c) is started as "fsa-bench --jit-child DIR", nothing else. */
+    if (*jit_child && argc != 3) return usage_error("%s", "--jit-child is --jit's own process: no other option");
     if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
     /* --standard's table has its own D values and groups up to 16 (bench_selected_row: Hkv = Hq / G). */
     if (d_given && o->mode == MODE_STANDARD)

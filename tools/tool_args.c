@@ -71,8 +71,12 @@ int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, l
         memcpy(item, p, len);
         item[len] = '\0';
         if (tool_parse_long(&v, item, min, max) != 0) return -1;
-        if (n == cap) return -2;
-        out[n++] = (int)v;
+        int seen = 0; /* a repeated value would time its rows again */
+        for (int i = 0; i < n && !seen; i++) seen = out[i] == (int)v;
+        if (!seen) {
+            if (n == cap) return -2;
+            out[n++] = (int)v;
+        }
         if (p[len] == '\0') break;
         p += len + 1;
     }

@@ -32,8 +32,9 @@ int tool_parse_bytes(uint64_t *out, const char *text);
 /* A whole decimal number in [min, max], nothing else in the text: digits
  * only (no sign, space or base prefix). */
 int tool_parse_long(long *out, const char *text, long min, long max);
-/* Comma-separated whole numbers, each in [min, max], at most `cap` of them.
- * 0 on success; -1 on bad syntax or a value out of range; -2 past `cap`. */
+/* Comma-separated whole numbers, each in [min, max], at most `cap` distinct
+ * ones kept in the order given (a repeat is dropped). 0 on success; -1 on
+ * bad syntax or a value out of range; -2 past `cap`. */
 int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, long max);
 /* A finite decimal number in [min, max]: digits with an optional fraction
  * and exponent, or a fraction alone (".5"); no sign, space, hex or inf. */
