@@ -203,7 +203,7 @@ int fsa_bench_decode(int argc, char **argv)
         }
     }
     int failed = run_grid(&o, ctx, &env);
-    if (env.stamps_file && fclose(env.stamps_file) != 0) {
+    if (env.stamps_file && (ferror(env.stamps_file) | fclose(env.stamps_file)) != 0) {
         fprintf(stderr, "fsa-bench --decode: cannot write %s\n", o.stamps);
         failed = 1;
     }

@@ -22,9 +22,9 @@ static void print_usage(FILE *f)
             "       fsa-bench --window [OPTIONS]               sliding-window attention (fsa-bench --window --help)\n"
             "\n"
             "Problem:\n"
-            "  -T LIST               token counts, comma-separated (default 8192; at most %d values)\n"
+            "  -T LIST               token counts, comma-separated (default 8192; at most %d distinct values)\n"
             "  -G LIST               query heads per KV head, each dividing --q-heads (default 1,2,4,8,16;\n"
-            "                        at most %d values)\n"
+            "                        at most %d distinct values)\n"
             "  -D N                  head dim, " BENCH_HEAD_DIMS " (default 128)\n"
             "  --value-dim N         head dim of v and o when it differs from -D (NSA: -D 192 --value-dim 128)\n"
             "  --q-heads N           query heads (default 32)\n"
@@ -239,7 +239,8 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     /* The --jit run's second process (bench_jit.c) is started as "fsa-bench --jit-child DIR", nothing else. */
-    if (*jit_child && argc != 3) return usage_error("%s", "--jit-child is --jit's own process: no other option");
+    if (*jit_child && argc != (strncmp(argv[1], "--jit-child=", 12) == 0 ? 2 : 3))
+        return usage_error("%s", "--jit-child is --jit's own process: no other option");
     if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
     /* --standard's table has its own D values and groups up to 16 (bench_selected_row: Hkv = Hq / G). */
     if (d_given && o->mode == MODE_STANDARD)

@@ -21,6 +21,8 @@
 #include "tool_args.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
 
 #define CU(call) BENCH_CU("", call)
 
@@ -157,7 +159,9 @@ static int open_device(fsa_context **ctx, device_info *d, const options *o)
         return tool_context_exit_code(st);
     }
     /* A --cache-dir the library cannot use (a file, no permission) would keep every kernel in memory only. */
-    if (o->cache_dir && o->cache_dir[0] && fsa_context_cache_dir(*ctx)[0] == '\0') {
+    const char *mode = getenv("FSA_CACHE_MODE"); /* off: no disk cache asked for, whatever the directory */
+    if (o->cache_dir && o->cache_dir[0] && fsa_context_cache_dir(*ctx)[0] == '\0' &&
+        !(mode && strcasecmp(mode, "off") == 0)) {
         fprintf(stderr, "fsa-bench: --cache-dir %s: not a usable cache directory\n", o->cache_dir);
         fsa_context_destroy(*ctx);
         *ctx = NULL;

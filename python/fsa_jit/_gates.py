@@ -22,9 +22,7 @@ def check(name, g, t_len, hq, device):
         return False
     if not isinstance(g, torch.Tensor):
         raise TypeError(f"{name} must be a tensor broadcastable to [T, Hq] or a number, got {type(g).__name__}")
-    if g.layout != torch.strided or g.is_nested:
-        raise TypeError(f"{name} must be a dense (strided) tensor, got "
-                        f"{'a nested tensor' if g.is_nested else f'layout {g.layout}'}")
+    _att._check_dense(name, g)
     if not g.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {g.dtype}")
     shape = tuple(g.shape) + (1,) if g.dim() <= 2 else tuple(g.shape)

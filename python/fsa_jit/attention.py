@@ -54,8 +54,12 @@ def _describe(t):
 def _check_tensor(name, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    # Sparse, jagged or nested tensors have no strided memory the kernels could read (a nested tensor of the
-    # older kind reports the strided layout, so it is asked by name).
+    _check_dense(name, t)
+
+
+def _check_dense(name, t):
+    """Sparse, jagged or nested tensors have no strided memory the kernels could read (a nested tensor of
+    the older kind reports the strided layout, so it is asked by name)."""
     if t.layout != torch.strided or t.is_nested:
         raise TypeError(f"{name} must be a dense (strided) tensor, got "
                         f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
@@ -327,10 +331,11 @@ def set_tuning(mode):
     global _tune
     if mode is not None and not isinstance(mode, str):
         raise TypeError(f"tuning mode must be a str or None, got {type(mode).__name__}")
+    given = mode
     if mode is not None:
         mode = mode.lower()  # as FSA_TUNE
     if mode not in _lib.TUNE_MODES:
-        raise ValueError(f"tuning mode {mode!r}: expected 'off', 'on', 'force' (any case) or None")
+        raise ValueError(f"tuning mode {given!r}: expected 'off', 'on', 'force' (any case) or None")
     _tune = mode
     _fast.invalidate()  # its entries hold plans of the previous mode
 

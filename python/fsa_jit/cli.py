@@ -80,8 +80,8 @@ def _int_list(text, max_value=MAX_LIST_VALUE):
             hi = _digits(hi) if dash else lo
             step = _digits(step) if colon else 1
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a number list (numbers 1..{max_value}, e.g. 64,128 "
-                                             "or 1-8 or 16-256:16)")
+            raise argparse.ArgumentTypeError(f"'{item}' is not a number list item (numbers 1..{max_value}, e.g. "
+                                             "64,128 or 1-8 or 16-256:16)")
         if lo < 1 or hi < lo or step < 1 or hi > max_value:
             raise argparse.ArgumentTypeError(f"'{item}' is not a range of numbers 1..{max_value}")
         values = range(lo, hi + 1, step)

@@ -199,9 +199,8 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
                     ("topk_length", topk_length)):
         if not isinstance(t, torch.Tensor) and not (t is None and name == "topk_length"):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t is not None and (t.layout != torch.strided or t.is_nested):
-            raise TypeError(f"{name} must be a dense (strided) tensor, got "
-                            f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
+        if t is not None:
+            _att._check_dense(name, t)
     if q.dtype not in _DTYPES:
         raise TypeError(f"q must be torch.bfloat16 or torch.float16, got {q.dtype}")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):

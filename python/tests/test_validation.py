@@ -324,7 +324,7 @@ def test_set_tuning_takes_any_case_as_fsa_tune_does_and_names_a_wrong_type():
         assert attention._tune == "on"
         with pytest.raises(TypeError, match=r"tuning mode must be a str or None, got list"):
             fsa_jit.set_tuning([])
-        with pytest.raises(ValueError, match=r"tuning mode 'sometimes'"):
+        with pytest.raises(ValueError, match=r"tuning mode 'Sometimes'"):
             fsa_jit.set_tuning("Sometimes")
     finally:
         fsa_jit.set_tuning(None)

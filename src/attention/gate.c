@@ -66,7 +66,10 @@ static fsa_status check(const char *stage, const fsa_gate_args *a, int dim, int 
     }
     if (!backward) FSA_CHECK(fsa_check_output(stage, "o", &a->o, T, H, dim));
     if (backward) FSA_CHECK(fsa_check_tensor(stage, "dout", &a->dout, T, H));
-    if (backward && a->dgate % 4 != 0) FSA_FAIL(FSA_STATUS_MISALIGNED, stage, "dgate must be 4-byte aligned");
+    if (backward) {
+        const fsa_array_check dgate = {"dgate", a->dgate, 0};
+        FSA_CHECK(fsa_check_arrays(stage, &dgate, 1));
+    }
     if (backward) FSA_CHECK(fsa_check_float_rows(stage, "dgate", a->dgate, T, 3 * H)); /* [3][T][H]: rows of T x H */
 cleanup:
     return st;

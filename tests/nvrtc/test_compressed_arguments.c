@@ -324,6 +324,8 @@ static void test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses(vo
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_compressed_plan_workspace_size(&bytes, g_plan, 10, 0));
 }
 
+static fsa_compressed_bwd_args good_bwd(int64_t T, int64_t Tc);
+
 /* The block selection counts a sequence's compressed positions in int32: at stride 1 a sequence of
  * nearly 2^31 tokens would pass it, so a forward with topk set over such a sequence is refused. The
  * bound is the selection's alone: the same plan's forward without topk, its backward and its workspace
@@ -345,6 +347,9 @@ static void test_the_selection_refuses_more_compressed_positions_than_int32_coun
         assert_null(strstr(fsa_last_error(), "block selection"));
     a = good_args(fits + 1, fits + 1), a.topk = (fsa_tensor){0, 0, 0};
     if (fsa_compressed_attention_fwd(select, &a, NULL) != FSA_STATUS_NO_DEVICE)
+        assert_null(strstr(fsa_last_error(), "block selection"));
+    fsa_compressed_bwd_args b = good_bwd(fits + 1, fits + 1); /* refused later (its workspace), not for this */
+    if (fsa_compressed_attention_bwd(select, &b, NULL) != FSA_STATUS_NO_DEVICE)
         assert_null(strstr(fsa_last_error(), "block selection"));
     size_t bytes = 1;
     EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size(&bytes, select, INT32_MAX - 1, 1));

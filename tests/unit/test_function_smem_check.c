@@ -1,9 +1,9 @@
 /* The shared-memory check of every kernel load (src/jit/context.c,
- * fsa_context_check_function_smem) on a stand-in driver table: the driver's
+ * fsa_context_check_function_smem, which fsa_context_get_function runs
+ * before it sets the dynamic size) on a stand-in driver table: the driver's
  * count of a kernel's static bytes against the count its plan used, then
  * dynamic plus static bytes against the device's limit, each refused with a
- * message naming the kernel before the driver is asked for the dynamic
- * bytes. */
+ * message naming the kernel. */
 #include "testing.h"
 
 #include "jit/context.h"
