@@ -357,6 +357,23 @@ void fsa_test_expect_error(const char *stage, const char *what)
     assert_string_equal(fsa_last_error_info()->stage, stage);
 }
 
+void fsa_test_plan_choice_sizes(fsa_status (*get)(fsa_plan_choice *out, const void *query), const void *query)
+{
+    const size_t appended[] = {offsetof(fsa_plan_choice, splits), offsetof(fsa_plan_choice, reserved)};
+    for (size_t f = 0; f < sizeof appended / sizeof *appended; f++)
+        for (size_t k = 1; k < sizeof(int); k++) {
+            fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+            c.struct_size = appended[f] + k;
+            c.candidates = -7;
+            assert_int_equal(get(&c, query), FSA_STATUS_STRUCT_SIZE);
+            assert_int_equal(c.candidates, -7);
+        }
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    c.struct_size = offsetof(fsa_plan_choice, splits);
+    assert_int_equal(get(&c, query), FSA_STATUS_OK);
+    assert_true(c.candidates >= 1);
+}
+
 static const fsa_cu_api *test_cu(void)
 {
     const fsa_cu_api *cu = NULL;

@@ -201,6 +201,12 @@ void fsa_test_assert_padding_untouched(const uint16_t *img, size_t n_elems, int 
 /* Fails unless the last error comes from `stage` and its message holds `what`. */
 void fsa_test_expect_error(const char *stage, const char *what);
 
+/* A plan-choice query (`get` over `query`, a test's own arguments) given each
+ * struct_size that ends inside an appended field of fsa_plan_choice (splits,
+ * reserved): FSA_STATUS_STRUCT_SIZE with nothing written. Then the first
+ * version's size: FSA_STATUS_OK with its fields written. */
+void fsa_test_plan_choice_sizes(fsa_status (*get)(fsa_plan_choice *out, const void *query), const void *query);
+
 /* The GNU build ID of a 64-bit ELF file, read from the file's own notes (the
  * check on what the library reads from memory); 0 when it has none. */
 size_t fsa_test_build_id_of_file(uint8_t *out, size_t cap, const char *path);

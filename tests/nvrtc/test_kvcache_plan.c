@@ -184,6 +184,11 @@ static fsa_kvcache_args good_args(const fsa_kvcache_plan *plan)
     return good;
 }
 
+static fsa_status kvcache_choice_of(fsa_plan_choice *out, const void *plan)
+{
+    return fsa_kvcache_plan_choice_get(out, plan);
+}
+
 /* The plan choice is written back: a size ending inside one of its appended
  * fields (splits, reserved) is refused with nothing written; the first
  * version's size gets its fields. */
@@ -193,19 +198,7 @@ static void test_a_plan_choice_ending_inside_splits_is_refused_and_left_unwritte
     fsa_kvcache_desc d = good_desc(8, 2);
     fsa_kvcache_plan *plan = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
-    const size_t appended[] = {offsetof(fsa_plan_choice, splits), offsetof(fsa_plan_choice, reserved)};
-    for (size_t f = 0; f < sizeof appended / sizeof *appended; f++)
-        for (size_t k = 1; k < sizeof(int); k++) {
-            fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-            c.struct_size = appended[f] + k;
-            c.candidates = -7;
-            assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_STRUCT_SIZE);
-            assert_int_equal(c.candidates, -7);
-        }
-    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
-    c.struct_size = offsetof(fsa_plan_choice, splits);
-    assert_int_equal(fsa_kvcache_plan_choice_get(&c, plan), FSA_STATUS_OK);
-    assert_true(c.candidates >= 1);
+    fsa_test_plan_choice_sizes(kvcache_choice_of, plan);
     fsa_kvcache_plan_destroy(plan);
 }
 
