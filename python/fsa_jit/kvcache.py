@@ -242,13 +242,14 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     batch = cu_seqlens_q.numel() - 1
     if batch == 0 and tq:
         raise ValueError(f"cu_seqlens_q describes no sequence (B = 0) but q has {tq} tokens")
-    _require(seqused_k.dim() == 1 and seqused_k.numel() == batch,
-             f"seqused_k must be [B] = [{batch}] (B from cu_seqlens_q), got shape {tuple(seqused_k.shape)}")
-    _require(block_table.dim() == 2 and block_table.shape[0] == batch,
-             f"block_table must be [B, max_pages] with B = {batch} (from cu_seqlens_q), got shape "
-             f"{tuple(block_table.shape)}")
-    _require(block_table.shape[1] <= 1 or block_table.stride(1) == 1,
-             f"block_table's pages must be contiguous in a row (column stride 1), got stride {block_table.stride(1)}")
+    if not (seqused_k.dim() == 1 and seqused_k.numel() == batch):
+        raise ValueError(f"seqused_k must be [B] = [{batch}] (B from cu_seqlens_q), got shape {tuple(seqused_k.shape)}")
+    if not (block_table.dim() == 2 and block_table.shape[0] == batch):
+        raise ValueError(f"block_table must be [B, max_pages] with B = {batch} (from cu_seqlens_q), got shape "
+                         f"{tuple(block_table.shape)}")
+    if not (block_table.shape[1] <= 1 or block_table.stride(1) == 1):
+        raise ValueError("block_table's pages must be contiguous in a row (column stride 1), got stride "
+                         f"{block_table.stride(1)}")
     # fsa_kvcache_args.batch and .max_pages_per_seq are ints: ctypes would keep the low 32 bits silently.
     if batch > _lib.INT32_MAX:
         raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {_lib.INT32_MAX} (libfsa's int batch)")
@@ -275,8 +276,8 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     elif tuple(topk_idx.shape[:2]) != (hkv, tq):
         raise ValueError(f"topk_idx must be [Hkv, Tq, K] = [{hkv}, {tq}, K] with topk_layout 'hkt'")
     if topk_length is not None:
-        _require(topk_length.dim() == 1 and topk_length.numel() == tq and topk_length.is_contiguous(),
-                 f"topk_length must be [Tq] = [{tq}] contiguous, got shape {tuple(topk_length.shape)}")
+        if not (topk_length.dim() == 1 and topk_length.numel() == tq and topk_length.is_contiguous()):
+            raise ValueError(f"topk_length must be [Tq] = [{tq}] contiguous, got shape {tuple(topk_length.shape)}")
     # The plan's int fields: ints within int32 (libfsa reports its own limits), scale as the other branches.
     _plan_int("block_size", block_size, 1)
     for name, value in (("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
