@@ -260,9 +260,9 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
     if (!bench_block_size_ok(o->block_size)) return not_taken("--block-size", o->block_size, BENCH_BLOCK_SIZES);
     if (o->top_k > BENCH_MAX_TOP_K) return not_taken("--top-k", o->top_k, "1 to 64");
     /* Every Dk a row runs (--standard's own, else -D) with the value head dim (Dk when not given). */
-    const int standard_dims[] = {128, 64, 256};
+    const int standard_dims[] = BENCH_STANDARD_DIMS;
     const int *dims = o->mode == MODE_STANDARD ? standard_dims : &o->head_dim;
-    for (int i = 0; o->backward && i < (o->mode == MODE_STANDARD ? 3 : 1); i++) {
+    for (int i = 0; o->backward && i < (o->mode == MODE_STANDARD ? BENCH_STANDARD_N_DIMS : 1); i++) {
         const int dv = o->value_dim ? o->value_dim : dims[i];
         if (!bench_backward_dims_ok(dims[i], dv)) {
             char what[128];

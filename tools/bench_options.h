@@ -11,6 +11,10 @@
 
 typedef enum bench_mode { MODE_GRID, MODE_STANDARD, MODE_JIT } bench_mode;
 
+/* --standard's head dims: its T x G table at the first, one T 16384 G 4 row at each of the others. */
+#define BENCH_STANDARD_DIMS {128, 64, 256}
+#define BENCH_STANDARD_N_DIMS 3
+
 typedef struct options {
     bench_mode mode;
     int dry_run; /* print what would run, touch no GPU */

@@ -59,17 +59,17 @@ static void print_table_head(const options *o, FILE *json, const device_info *d,
  * to run and the mode exits 1. */
 static int run_standard(fsa_context *ctx, const options *o, const device_info *d, FILE *json)
 {
-    static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = {64, 256}; /* bench_options_parse */
+    static const int Ts[] = {8192, 65536}, Gs[] = {1, 2, 4, 8, 16}, Ds[] = BENCH_STANDARD_DIMS;
     bench_row row;
     int first = 1, failed = 0;
     print_table_head(o, json, d, ctx);
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t gi = 0; gi < 5; gi++, first = 0) {
-            bench_selected_row(ctx, o, Ts[ti], Gs[gi], 128, &row, d->l2_bytes);
+            bench_selected_row(ctx, o, Ts[ti], Gs[gi], Ds[0], &row, d->l2_bytes);
             bench_selected_print_row(&row, json, first);
             failed |= row.failed;
         }
-    for (size_t di = 0; di < 2; di++) {
+    for (size_t di = 1; di < BENCH_STANDARD_N_DIMS; di++) {
         bench_selected_row(ctx, o, 16384, 4, Ds[di], &row, d->l2_bytes);
         bench_selected_print_row(&row, json, 0);
         failed |= row.failed;
