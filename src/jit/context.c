@@ -311,9 +311,6 @@ fsa_status fsa_context_get_function(CUfunction *fn_out, fsa_context *ctx,
     *fn_out = NULL;
     FSA_CHECK(fsa_module_get(&m, &ctx->env, req));
     if (ctx->cu == NULL) goto cleanup;
-    if (smem_bytes > ctx->max_smem_per_block)
-        FSA_FAIL(FSA_STATUS_UNSUPPORTED, "load", "%s needs %d bytes of shared memory; the device allows %d",
-                 entry, smem_bytes, ctx->max_smem_per_block);
     FSA_CHECK(fsa_module_kernel(&kernel, m, ctx->cu, entry));
     FSA_CHECK(fsa_context_enter(ctx));
     entered = 1;
