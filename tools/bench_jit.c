@@ -64,12 +64,27 @@ static const char empty_ptx[] =
     ".version 8.0\n.target sm_80\n.address_size 64\n"
     ".visible .entry bench_empty(.param .u64 p0, .param .u32 p1, .param .u64 p2)\n{\n ret;\n}\n";
 
+/* The run's private cache directory. The error macros exit on the first failure, so it is removed by an
+ * exit handler, not at the end of the run alone. The child execs at once (or _exit()s), so the handler never
+ * runs in it. */
+static char jit_dir[] = "/tmp/fsa-bench-jit.XXXXXX";
+
+static void remove_jit_dir(void)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", jit_dir);
+    if (system(cmd) != 0) fprintf(stderr, "fsa-bench: could not remove %s\n", jit_dir);
+}
+
 int bench_jit_run(const options *o, const char *self)
 {
-    char dir[] = "/tmp/fsa-bench-jit.XXXXXX";
+    char *dir = jit_dir;
     if (!mkdtemp(dir)) {
         fprintf(stderr, "fsa-bench: mkdtemp: %s\n", strerror(errno));
         exit(1);
+    }
+    if (atexit(remove_jit_dir) != 0) {
+        fprintf(stderr, "fsa-bench: atexit failed; %s is not removed\n", dir);
     }
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     co.cache_dir = dir;
@@ -184,8 +199,5 @@ int bench_jit_run(const options *o, const char *self)
     CU(cu.MemFree(buf));
     CU(cu.ModuleUnload(mod));
     fsa_context_destroy(ctx);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "fsa-bench: could not remove %s\n", dir);
-    return rc;
+    return rc; /* remove_jit_dir runs at exit */
 }
