@@ -153,7 +153,7 @@ int bench_branches_options_parse(br_opts *o, int argc, char **argv)
         case OPT_HELP: usage(stdout, o->kind); return TOOL_EXIT_OK;
         case OPT_VERSION: return tool_print_version("fsa-bench");
         case ':': return usage_error(o, "option needs a value", opt);
-        case '?': return usage_error(o, "unknown option", opt);
+        case '?': return usage_error(o, tool_refused_option_reason(longs, opt), opt);
         case 'T': bad = list_rc = tool_parse_list(o->tokens, &o->n_tokens, BR_MAX_LIST, optarg, 1, 1L << 24), takes = "a list of token counts from 1 to 2^24"; break;
         case 'G': bad = list_rc = tool_parse_list(o->groups, &o->n_groups, BR_MAX_LIST, optarg, 1, 64), takes = "a list of groups from 1 to 16"; break;
         case 'W': bad = list_rc = tool_parse_list(o->windows, &o->n_windows, BR_MAX_LIST, optarg, 1, 1L << 30), takes = "a list of windows from 1 to 2^30"; break;

@@ -71,7 +71,7 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
     snprintf(group_takes, sizeof group_takes, "a list of groups from 1 to %d", HQ);
     optind = 1;
     opterr = 0; /* argv[0] is "--decode": the messages below name the tool instead */
-    while ((c = getopt_long(argc, argv, "L:B:G:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":L:B:G:h", longs, NULL)) != -1) {
         switch (c) {
         case 'L':
             /* at least the 4 new tokens of the speculative rows (their keys are part of the cache) */
@@ -118,11 +118,13 @@ int bench_decode_options_parse(dec_opts *o, int argc, char **argv)
         case 'h':
         case OPT_HELP: decode_usage(stdout); return TOOL_EXIT_OK;
         case OPT_VERSION: return tool_print_version("fsa-bench");
-        default:
-            fprintf(stderr, "fsa-bench --decode: unknown option or missing value: %s\n",
-                    tool_bad_option(bad, optopt, argv, optind));
+        default: {
+            const char *word = tool_bad_option(bad, optopt, argv, optind);
+            fprintf(stderr, "fsa-bench --decode: %s: %s\n",
+                    c == ':' ? "option needs a value" : tool_refused_option_reason(longs, word), word);
             decode_usage(stderr);
             return TOOL_EXIT_USAGE;
+        }
         }
     }
     if (optind < argc) {

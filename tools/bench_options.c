@@ -186,7 +186,9 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
             const char *word = tool_bad_option(bad, optopt, argv, optind);
             if (bench_mode_of(word) != BENCH_MODE_NONE)
                 return usage_error("%s: the mode word must come first (fsa-bench MODE [OPTIONS])", word);
-            return usage_error("unknown option '%s'", word);
+            char message[64];
+            snprintf(message, sizeof message, "%s '%%s'", tool_refused_option_reason(k_long_options, word));
+            return usage_error(message, word);
         }
         case 'T': rc = parse_list(optarg, o->tokens, &o->n_tokens, "-T"), grid_given = 1; break;
         case 'G': rc = parse_list(optarg, o->groups, &o->n_groups, "-G"), grid_given = 1; break;

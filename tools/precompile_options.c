@@ -375,9 +375,7 @@ int options_parse(tool_options *o, int argc, char **argv)
             char short_opt[3];
             const char *what = tool_bad_option(short_opt, optopt, argv, optind);
             if (c == ':') usage_error("option '%s' needs a value", what);
-            else if (strncmp(what, "--", 2) == 0 && strchr(what, '=') != NULL)
-                usage_error("unknown option, or one that takes no value: '%s'", what);
-            else usage_error("unknown option '%s'", what);
+            else usage_error("%s '%s'", tool_refused_option_reason(long_options, what), what);
             return TOOL_EXIT_USAGE;
         }
         if (apply_option(o, c, optarg) != 0) return TOOL_EXIT_USAGE;

@@ -2,6 +2,7 @@
 #include "tool_args.h"
 
 #include <ctype.h>
+#include <getopt.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -97,13 +98,28 @@ int tool_parse_double(double *out, const char *text, double min, double max)
     return 0;
 }
 
-const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind)
+const char *tool_bad_option(char *buf, int refused_opt, char *const *argv, int next_index)
 {
-    if (optopt > 0 && optopt < 256) {
-        buf[0] = '-', buf[1] = (char)optopt, buf[2] = '\0';
+    if (refused_opt > 0 && refused_opt < 256) {
+        buf[0] = '-', buf[1] = (char)refused_opt, buf[2] = '\0';
         return buf;
     }
-    return argv[optind - 1];
+    return argv[next_index - 1];
+}
+
+const char *tool_refused_option_reason(const struct option *longs, const char *word)
+{
+    if (strncmp(word, "--", 2) != 0 || word[2] == '\0') return "unknown option";
+    const char *name = word + 2;
+    const size_t n = strcspn(name, "=");
+    int prefix_of = 0;
+    for (const struct option *o = longs; o->name != NULL; o++) {
+        if (strncmp(o->name, name, n) != 0) continue;
+        if (o->name[n] == '\0') /* exact: refused only for a value it does not take */
+            return name[n] == '=' && o->has_arg == no_argument ? "no value taken by option" : "unknown option";
+        prefix_of++;
+    }
+    return prefix_of > 1 ? "ambiguous option" : "unknown option";
 }
 
 int tool_print_version(const char *prog)

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+struct option; /* getopt.h */
+
 /* Exit codes of fsa-precompile and fsa-bench. */
 enum {
     TOOL_EXIT_OK = 0,
@@ -40,12 +42,18 @@ int tool_parse_list(int *out, int *n_out, int cap, const char *text, long min, l
  * and exponent, or a fraction alone (".5"); no sign, space, hex or inf. */
 int tool_parse_double(double *out, const char *text, double min, double max);
 
-/* The option getopt_long just refused ('?' or ':'), for a message: "-z"
- * for a short option, from optopt (argv[optind - 1] is not its word inside
- * a cluster such as -zq), else the word itself. optopt is a letter only for
- * short options when every long option's value is 256 or more (as here: no
- * long option returns its short letter). buf holds at least 3 chars. */
-const char *tool_bad_option(char *buf, int optopt, char *const *argv, int optind);
+/* The option getopt_long just refused ('?' or ':'), for a message, given
+ * getopt's optopt and optind: "-z" for a short option, from optopt
+ * (argv[optind - 1] is not its word inside a cluster such as -zq), else the
+ * word itself. optopt is a letter only for short options when every long
+ * option's value is 256 or more (as here: no long option returns its short
+ * letter). buf holds at least 3 chars. */
+const char *tool_bad_option(char *buf, int refused_opt, char *const *argv, int next_index);
+
+/* Why getopt_long refused the word `word` with '?', for a message, given the tool's long options:
+ * "ambiguous option" where the word abbreviates several of them (getopt takes a unique prefix),
+ * "no value taken by option" for an exact name given "=value" that takes none, else "unknown option". */
+const char *tool_refused_option_reason(const struct option *longs, const char *word);
 
 /* The exit code for a context that could not be created. */
 int tool_context_exit_code(fsa_status status);
