@@ -919,6 +919,18 @@ static void test_the_forward_without_selection_writes_the_same_attention(void **
     check_attention(&out, &p, c);
     print_message("\n");
     for (size_t e = 0; e < dp.topk_bytes / 4; e++) assert_int_equal(out.topk[e], 0x7f7f7f7f);
+    /* The selecting plan on the same inputs: the same o and lse, bit for bit. */
+    assert_non_null(g_plans[0]);
+    poison(&dp);
+    fsa_compressed_fwd_args sa = args_of(&dp, &p, c);
+    assert_int_equal(fsa_compressed_attention_fwd(g_plans[0], &sa, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    cmp_outputs selecting;
+    download(&selecting, &dp, &p, c);
+    assert_memory_equal(selecting.o_img, out.o_img, dp.o_bytes);
+    assert_memory_equal(selecting.lse, out.lse, dp.lse_bytes);
+    print_message("  %s: the selecting plan's o and lse are the same bits\n", c->name);
+    outputs_free_cmp(&selecting);
     outputs_free_cmp(&out);
     device_free_cmp(&dp);
     cmp_problem_free(&p);

@@ -221,6 +221,8 @@ static void test_bad_arguments_are_refused_before_any_launch(void **state)
     assert_int_equal(fsa_gate_fwd(plan, &a, NULL), FSA_STATUS_OK);
     assert_int_equal(fsa_gate_bwd(plan, &a, NULL), FSA_STATUS_OK);
     fsa_test_sync();
+    /* What the calls write (o, dout_branch, dgate: bytes 1024-4095) poisoned: a refused call leaves it. */
+    fsa_test_dfill(buf + 1024, 0xff, 3072);
     assert_int_equal(fsa_gate_fwd(NULL, &a, NULL), FSA_STATUS_NULL_POINTER);
     fsa_gate_args b = a;
     b.num_heads = 0;
@@ -237,7 +239,11 @@ static void test_bad_arguments_are_refused_before_any_launch(void **state)
     b = a;
     b.o.ptr = 0;
     assert_int_equal(fsa_gate_fwd(plan, &b, NULL), FSA_STATUS_NULL_POINTER);
+    fsa_test_sync();
+    fsa_test_assert_untouched(buf + 1024, 3072, 0xff);
     assert_int_equal(fsa_gate_bwd(plan, &b, NULL), FSA_STATUS_OK); /* the backward does not read o */
+    fsa_test_sync();
+    fsa_test_dfill(buf + 1024, 0xff, 3072);
     b = a;
     b.dgate = buf + 3074;
     assert_int_equal(fsa_gate_bwd(plan, &b, NULL), FSA_STATUS_MISALIGNED);
@@ -249,6 +255,7 @@ static void test_bad_arguments_are_refused_before_any_launch(void **state)
     b.o.ptr = 0;
     assert_int_equal(fsa_gate_fwd(plan, &b, NULL), FSA_STATUS_OK); /* nothing to do */
     fsa_test_sync();
+    fsa_test_assert_untouched(buf + 1024, 3072, 0xff);
     fsa_test_dfree(buf);
     fsa_gate_plan_destroy(plan);
 }

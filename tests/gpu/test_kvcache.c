@@ -485,6 +485,7 @@ static void test_host_checkable_problems_return_a_status(void **state)
     kvc_device dv;
     kvc_device_make(&dv, &p, kvc_plan_of(ci));
     const fsa_kvcache_args good = kvc_args_of(&dv, &p);
+    kvc_poison(&dv, &p); /* nothing below may write o or lse */
     fsa_kvcache_args a = good;
     a.batch = KVC_FIXTURE_MAX_BATCH + 1;
     assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
@@ -523,6 +524,9 @@ static void test_host_checkable_problems_return_a_status(void **state)
     a = good;
     a.num_query_tokens = 0; /* nothing to do */
     assert_int_equal(fsa_kvcache_attention(kvc_plan_of(ci), &a, NULL), FSA_STATUS_OK);
+    fsa_test_sync();
+    fsa_test_assert_untouched(dv.o, dv.o_img_bytes, dv.poison);
+    fsa_test_assert_untouched(dv.lse, (size_t)p.hq * p.Tq * 4, dv.poison);
     kvc_device_free(&dv);
     kvc_problem_free(&p);
 }

@@ -256,8 +256,11 @@ static void test_the_cta_count_follows_the_batch_and_the_bits_do_not(void **stat
     assert_int_equal(choice_of(plan).splits, 4);
     /* 64 x 32 pairs fill the device twice over with one CTA per pair, which then computes all four
      * shares (kvcache.c: ctas_per_pair). */
-    print_message("  %d CTAs resident at once\n", plan->resident);
+    print_message("  %d CTAs resident at once; CTAs per pair: %d at batch 64, %d at batch 1\n", plan->resident,
+                  fsa_kvc_ctas_per_pair(plan, 64, 4), fsa_kvc_ctas_per_pair(plan, 1, 4));
     assert_true(64 * 32 >= 2 * plan->resident);
+    /* Two launch shapes, or the bits below compare one path with itself. */
+    assert_true(fsa_kvc_ctas_per_pair(plan, 64, 4) < fsa_kvc_ctas_per_pair(plan, 1, 4));
     kvc_problem p;
     kvc_problem_make(&p, &c, 123);
     kvc_problem_reference(&p);

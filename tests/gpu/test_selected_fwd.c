@@ -327,6 +327,10 @@ static void test_a_too_small_workspace_is_refused_before_any_launch(void **state
     a.workspace_bytes = dp.ws_bytes;
     a.q.ptr += 2;
     assert_int_equal(fsa_selected_attention_fwd(g_plans[0], &a, NULL), FSA_STATUS_MISALIGNED);
+    /* Nothing ran: o and lse still hold device_make's poison. */
+    fsa_test_sync();
+    fsa_test_assert_untouched(dp.o, dp.o_bytes, 0xff);
+    fsa_test_assert_untouched(dp.lse, (size_t)c->hq * p.T * 4, 0xff);
     device_free(&dp);
     problem_free(&p);
 }
