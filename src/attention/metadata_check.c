@@ -53,7 +53,11 @@ fsa_status fsa_metadata_checker_create(fsa_metadata_checker **out, fsa_context *
         FSA_CHECK(need_entry_points(ctx->cu));
         FSA_CHECK(fsa_context_enter(ctx));
         entered = 1;
-        FSA_CHECK_CU(ctx->cu, ctx->cu->MemAlloc(&c->result, sizeof(fsa_check_result)), "check");
+        /* Relaxed: another thread's global-mode capture would otherwise be invalidated by the allocation. */
+        const int mode = fsa_capture_relax(ctx->cu);
+        const CUresult rc = ctx->cu->MemAlloc(&c->result, sizeof(fsa_check_result));
+        fsa_capture_restore(ctx->cu, mode);
+        FSA_CHECK_CU(ctx->cu, rc, "check");
     }
     *out = c;
     c = NULL;
@@ -165,13 +169,18 @@ fsa_status fsa_metadata_checker_run(fsa_check_result *r, fsa_metadata_checker *c
     void *args[] = {params};
     pthread_mutex_lock(&c->lock);
     const int mode = fsa_capture_relax(cu); /* the wait below: another thread may be capturing */
+    int enqueued = 1; /* from the first enqueue until the wait returns */
     /* flags = 0, first_seq = first_row = all ones (the kernel takes minima). */
     FSA_CHECK_CU(cu, cu->MemsetD32Async(c->result, 0, 2, stream), "check");
     FSA_CHECK_CU(cu, cu->MemsetD32Async(c->result + 8, 0xffffffffu, 4, stream), "check");
     FSA_CHECK_CU(cu, cu->LaunchKernel(c->fn, blocks, 1, 1, THREADS, 1, 1, 0, stream, args, NULL), c->fn_name);
     FSA_CHECK_CU(cu, cu->MemcpyDtoHAsync(r, c->result, sizeof *r, stream), "check");
     FSA_CHECK_CU(cu, cu->StreamSynchronize(stream), "check");
+    enqueued = 0;
 cleanup:
+    /* A failed enqueue may leave this call's work on the result buffer queued: drained before another
+     * call (another stream) takes the buffer, whatever the wait returns. */
+    if (enqueued) (void)cu->StreamSynchronize(stream);
     fsa_capture_restore(cu, mode);
     pthread_mutex_unlock(&c->lock);
     return st;

@@ -1,6 +1,7 @@
 /* fsa_plan_tune: one call of an operation on scratch inputs, so that a
  * bucket gets its tuning record ahead of time (fsa-precompile --tune). */
 #include "launch.h"
+#include "tuning.h"
 
 #include "base/status_internal.h"
 
@@ -151,11 +152,12 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
                                                              (size_t)plan->desc.top_k * 4), STAGE);
     const int32_t cu_seqlens[2] = {0, (int32_t)total_tokens};
     FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.cu, cu_seqlens, sizeof cu_seqlens), STAGE);
+    /* This thread's own measurement: another thread may take the bucket between the check above and the
+     * call (this call then runs the heuristic) or finish one meanwhile. */
+    const unsigned long measured_before = fsa_tune_measured_in_this_thread();
     FSA_CHECK(run(plan, operation, total_tokens, base, &s, ws));
     FSA_CHECK_CU(cu, cu->StreamSynchronize(NULL), STAGE);
-    fsa_choice after;
-    fsa_choose(&after, plan, op, total_tokens);
-    if (measured_out) *measured_out = after.source == FSA_CHOICE_MEASURED;
+    if (measured_out) *measured_out = (int)(fsa_tune_measured_in_this_thread() != measured_before);
 cleanup:
     if (base) plan->ctx->cu->MemFree(base); /* base is set only inside the context */
     if (entered) fsa_context_leave(plan->ctx);

@@ -259,6 +259,13 @@ static fsa_status run_variant(void *arg, int i, CUstream stream)
     return r->run(r->call, r->plan, &r->c->v[i], stream);
 }
 
+static _Thread_local unsigned long measured_here;
+
+unsigned long fsa_tune_measured_in_this_thread(void)
+{
+    return measured_here;
+}
+
 fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *plan, fsa_op_kind op,
                          int64_t total_tokens, const void *call, fsa_variant_run_fn run, CUstream stream)
 {
@@ -294,6 +301,7 @@ fsa_status fsa_tune_pick(fsa_variant *out, int *measured_out, const fsa_plan *pl
     *out = c.v[winner];
     atomic_store(slot, winner + 1);
     publish_record(plan, op, choice.bucket, &c, winner, ms);
+    measured_here++;
     if (measured_out) *measured_out = 1;
     return FSA_STATUS_OK;
 }

@@ -72,6 +72,10 @@ void fsa_tune_load_records(fsa_plan *plan);
 typedef fsa_status (*fsa_variant_run_fn)(const void *call, const fsa_plan *plan, const fsa_variant *v,
                                          CUstream stream);
 
+/* How many measurements fsa_tune_pick has recorded in the calling thread: fsa_plan_tune tells its own
+ * measurement from another thread's by the count before and after its calls. */
+unsigned long fsa_tune_measured_in_this_thread(void);
+
 /* The variant a call runs. When fsa_tune_should_measure says so (a device,
  * tuning on, no record for the bucket, the stream not being captured), times
  * every candidate with `run` on the stream (the call's own inputs, outputs

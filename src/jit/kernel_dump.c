@@ -10,22 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define STAGE "dump"
 
+/* Written under a name of this process's, then renamed: processes that dump the same kernel into one
+ * directory (ranks sharing an environment) each leave a whole file, never a mix of two. */
 static fsa_status write_file(const char *dir, const char *name, const char *target, const char *ext,
                              const char *text)
 {
-    char path[4096];
+    char path[4096], tmp[4200];
     int n = snprintf(path, sizeof path, "%s/%s.%s.%s", dir, name, target, ext);
     if (n < 0 || (size_t)n >= sizeof path)
         return fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "path too long under %s", dir);
-    FILE *f = fopen(path, "w");
-    if (f == NULL) return fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "cannot write %s: %s", path, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) return fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "cannot write %s: %s", tmp, strerror(errno));
     size_t len = strlen(text);
     int ok = fwrite(text, 1, len, f) == len;
     ok &= fclose(f) == 0;
-    return ok ? FSA_STATUS_OK : fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "cannot write %s", path);
+    if (ok && rename(tmp, path) == 0) return FSA_STATUS_OK;
+    const int err = errno;
+    remove(tmp);
+    return fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "cannot write %s: %s", path, ok ? strerror(err) : "short write");
 }
 
 /* The header, the table and the raw log of the resources file. */
