@@ -68,10 +68,12 @@ def _fn(lib, name):
 
 
 def _pow2_at_least(n):
+    """The plan size a call of n takes by default: the next power of two, at most INT32_MAX (what the
+    plan's int fields hold; n itself is at most that)."""
     p = 1
     while p < n:
         p *= 2
-    return p
+    return min(p, _lib.INT32_MAX)
 
 
 def _plan(lib, shape):

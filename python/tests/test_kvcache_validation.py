@@ -303,3 +303,10 @@ def test_an_hkt_selection_must_be_hkv_by_tq(shape):
 
 def test_a_shared_selection_needs_one_row_per_query_token():
     expect(r"a shared selection is \[Tq, K\] = \[3, K\]", **problem() | {"topk_idx": torch.zeros(2, 4, dtype=torch.int32)})
+
+
+@pytest.mark.parametrize("n, size", [(1, 1), (3, 4), (2**30, 2**30), (2**30 + 1, 2**31 - 1), (2**31 - 1, 2**31 - 1)])
+def test_the_default_plan_sizes_are_powers_of_two_that_stay_within_int32(n, size):
+    # A call of up to INT32_MAX sequences or query tokens: its default plan holds it in the plan's int fields
+    # (2^31 would wrap to -2^31 in max_batch and pass max_query_tokens' bound).
+    assert kvcache._pow2_at_least(n) == size

@@ -454,6 +454,9 @@ fsa_status fsa_kernel_launch_query_tiles(const fsa_kernel *k, const fsa_context 
 
 int fsa_kernel_persistent_items_fit(const fsa_context *ctx, uint64_t jobs, uint64_t stages_per_job, int ring_stages)
 {
+    /* Offline (no SM count): no grid to size, and the call cannot launch; a device's own check decides
+     * (a grid of one would refuse calls every device takes). */
+    if (ctx->sm_count < 1) return 1;
     const uint64_t grid = fsa_kernel_one_cta_per_sm(ctx, jobs);
     if (grid == 0) return 1;
     const unsigned __int128 items = (unsigned __int128)(jobs / grid + (jobs % grid != 0)) * stages_per_job;

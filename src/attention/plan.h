@@ -147,6 +147,11 @@ fsa_status fsa_fsa_setup(int64_t *tc_out, fsa_fsa_layout *out, const fsa_plan *p
 fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *plan, int64_t total_tokens, int batch,
                          fsa_algorithm order, const char *stage);
 
+/* The list entries one token chunk's forward pairs may reach: the int32 range less the steps the
+ * forward's main kernels take past their last work item (sel_fwd_main*.cu count items in int). A token
+ * of more (KV heads x top-k) cannot be indexed. */
+int64_t fsa_fwd_pair_room(const fsa_plan *plan);
+
 /* The order whose workspace a call needs: the chosen one, or the FSA order
  * (the larger workspace, serving every candidate) while the call may measure. */
 fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);

@@ -259,13 +259,18 @@ static uint64_t layout_budget(const fsa_plan *plan, fsa_op_kind op, int64_t tota
  * (fsa_entry_pack) and the packed token bits; and room above the forward's
  * work items (at most its pairs), which its main kernels count in int and
  * step by chunks of the persistent grid (sel_fwd_main*.cu). */
+int64_t fsa_fwd_pair_room(const fsa_plan *plan)
+{
+    const int64_t steps = (int64_t)(plan->main_grid > 0 ? plan->main_grid : 1) * FSA_FWD_WG_CHUNK_ITEMS *
+                          (FSA_FWD_WG_TAIL_WAVES + 2);
+    return INT32_MAX - 1 - steps;
+}
+
 static int64_t max_chunk_tokens(const fsa_plan *plan, int64_t total_tokens)
 {
     const fsa_selected_attention_desc *d = &plan->desc;
-    const int64_t steps = (int64_t)(plan->main_grid > 0 ? plan->main_grid : 1) * FSA_FWD_WG_CHUNK_ITEMS *
-                          (FSA_FWD_WG_TAIL_WAVES + 2);
     int64_t tc = total_tokens;
-    int64_t pair_cap = (INT32_MAX - 1 - steps) / ((int64_t)d->num_kv_heads * d->top_k);
+    int64_t pair_cap = fsa_fwd_pair_room(plan) / ((int64_t)d->num_kv_heads * d->top_k);
     if (tc > pair_cap) tc = pair_cap;
     if (tc > FSA_MAX_CHUNK_TOKENS) tc = FSA_MAX_CHUNK_TOKENS;
     return tc > 0 ? tc : 1;

@@ -13,9 +13,12 @@
 static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char *stage)
 {
     const int64_t per_token = (int64_t)plan->desc.num_kv_heads * plan->desc.top_k;
-    if (per_token > INT32_MAX - 1)
-        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "%d KV heads x top-k %d list entries per token exceed int32",
-                             plan->desc.num_kv_heads, plan->desc.top_k);
+    if (per_token > fsa_fwd_pair_room(plan))
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
+                             "%d KV heads x top-k %d list entries per token exceed int32 (less %lld steps of the "
+                             "forward's work counter)",
+                             plan->desc.num_kv_heads, plan->desc.top_k,
+                             (long long)(INT32_MAX - 1 - fsa_fwd_pair_room(plan)));
     if (total == SIZE_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "the workspace of %d KV heads overflows size_t",
                              plan->desc.num_kv_heads);

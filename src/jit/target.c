@@ -81,7 +81,8 @@ fsa_status fsa_target_parse(fsa_target *out, const char *name)
     const char *p = prefixed ? name + 3 : name;
     int value = 0, digits = 0;
     if (prefixed && *p != '0')
-        for (; *p >= '0' && *p <= '9'; p++, digits++) value = value * 10 + (*p - '0');
+        for (; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 4) value = value * 10 + (*p - '0'); /* past 3 digits refused below: no overflow */
     char suffix = (*p == 'a' || *p == 'f') ? *p++ : '\0';
     if (digits < 2 || digits > 3 || *p != '\0')
         return fsa_error_set(FSA_STATUS_INVALID_ARGUMENT, STAGE,

@@ -105,7 +105,8 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
 {
     (void)state;
     const int64_t T = INT32_MAX - 1;
-    const int hkv = (1 << 29) - 1; /* x 4 slots: one token's list entries still fit int32 */
+    const int hkv = (1 << 29) - 64; /* x 4 slots: one token's list entries still fit int32, with the forward's
+                                        work counter's room (fsa_fwd_pair_room) */
     fsa_plan *plan = plan_with_kv_heads(hkv, 1, FSA_WORKSPACE_UNLIMITED);
     size_t w = 0;
     /* Without a cap, the backward's fp32 dK/dV accumulator alone would be

@@ -6,6 +6,7 @@
 
 #include "attention/compressed.h" /* FSA_CMP_SEL_KEYS */
 #include "base/struct_size.h"
+#include "jit/context.h" /* sm_count: a device's grid, offline */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -519,11 +520,16 @@ static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(vo
     a.o = (fsa_tensor){(uint64_t)4 << 40, 128, 128};
     a.lse = (uint64_t)5 << 40;
     a.cu_seqlens = (uint64_t)6 << 40, a.cu_seqlens_c = (uint64_t)7 << 40;
+    /* Offline there is no grid to size (the call cannot launch): the device's check decides. */
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    /* With an H100's 132 SMs, the busiest CTA passes 2^31 stages. */
+    g_ctx->sm_count = 132;
     assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
     fsa_test_expect_error("compressed-forward", "32-bit count of its ring");
     a.total_tokens = a.total_compressed = 8192; /* a short call of the same plan passes every check */
     assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
     fsa_compressed_plan_destroy(plan);
+    g_ctx->sm_count = 0; /* offline again */
 }
 
 int main(void)

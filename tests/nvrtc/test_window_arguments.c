@@ -5,6 +5,7 @@
 #include "testing.h"
 
 #include "base/struct_size.h"
+#include "jit/context.h" /* sm_count: a device's grid, offline */
 
 #include <stddef.h>
 #include <stdio.h>
@@ -226,6 +227,10 @@ static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(vo
     a.v = (fsa_tensor){(uint64_t)3 << 40, 128, 128};
     a.o = (fsa_tensor){(uint64_t)4 << 40, 128, 128};
     a.cu_seqlens = (uint64_t)5 << 40;
+    /* Offline there is no grid to size (the call cannot launch): the device's check decides. */
+    assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    /* With an H100's 132 SMs, the busiest CTA passes 2^31 stages. */
+    g_ctx->sm_count = 132;
     assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
     fsa_test_expect_error("window-forward", "32-bit count of its ring");
     a.total_tokens = 8192; /* a short call of the same plan passes every check */
@@ -240,6 +245,7 @@ static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(vo
     assert_int_equal(fsa_window_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
     fsa_test_expect_error("window-forward", "32-bit count of its ring");
     fsa_window_plan_destroy(plan);
+    g_ctx->sm_count = 0; /* offline again */
 }
 
 /* A plan of a check-mode context also brings the offsets check kernel (plain

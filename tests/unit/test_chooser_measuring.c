@@ -169,6 +169,20 @@ static void test_a_measuring_bucket_whose_fsa_layout_cannot_exist_asks_for_the_c
     assert_int_equal(bytes, 0);
 }
 
+/* A token's list entries must leave the forward's work counter its steps past the last item: within int32
+ * but past that room is refused, not left to wrap the counter. */
+static void test_list_entries_that_leave_the_work_counter_no_room_are_refused(void **state)
+{
+    fixture *f = *state;
+    f->plan.desc.num_kv_heads = 1;
+    f->plan.desc.top_k = (int)(fsa_fwd_pair_room(&f->plan) + 1);
+    assert_true(f->plan.desc.top_k <= INT32_MAX - 1); /* what the int32 bound alone let through */
+    size_t bytes = 1;
+    assert_int_equal(fsa_plan_workspace_size(&bytes, &f->plan, 1000, 1), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("plan", "exceed int32");
+    assert_int_equal(bytes, 0);
+}
+
 /* ------------------------------------------------------------ options */
 
 static void test_fsa_tune_and_the_context_option_set_the_level(void **state)
@@ -214,6 +228,7 @@ int main(void)
         T(test_while_a_bucket_may_measure_the_workspace_serves_every_candidate),
         T(test_while_another_call_measures_the_workspace_still_serves_every_candidate),
         T(test_a_measuring_bucket_whose_fsa_layout_cannot_exist_asks_for_the_chosen_orders),
+        T(test_list_entries_that_leave_the_work_counter_no_room_are_refused),
         T(test_fsa_tune_and_the_context_option_set_the_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

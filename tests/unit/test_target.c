@@ -65,7 +65,8 @@ static void test_a_name_not_of_the_form_sm_major_minor_suffix_is_an_invalid_argu
 {
     (void)state;
     const char *bad[] = {"", "sm_", "sm_8", "sm_9x", "sm_1000", "sm_080", "compute_80", "SM_80", "sm_80 ",
-                         " sm_80", "sm_90b", "sm_90aa", "sm_90A", "80", "sm-80", "sm_+80"};
+                         " sm_80", "sm_90b", "sm_90aa", "sm_90A", "80", "sm-80", "sm_+80",
+                         "sm_99999999999", "sm_99999999999999999999a"}; /* digits past int: refused, no overflow */
     for (size_t i = 0; i < N_OF(bad); i++) {
         fsa_target t;
         t.major = 99;
