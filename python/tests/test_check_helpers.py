@@ -92,6 +92,18 @@ def test_check_grads_finds_one_wrong_gradient_row_that_the_whole_tensor_norm_let
     assert rel_err(zero_row, want[0]) < 2e-2
     with pytest.raises(AssertionError, match=f"dq: 1 of {T * G} .* first at token {T // 2}, head {G - 1}"):
         check_grads((zero_row,), want[:1], 2e-2, ("dq",))
+    # A small key row dropped whole: under the floor's reach (its norm a few percent of the rms row), caught as a
+    # row of zeros where the reference's is not.
+    dk_norm = want[1].norm(dim=-1)
+    rms = dk_norm.square().mean().sqrt()
+    small = ((dk_norm > 1e-3 * rms) & (dk_norm < 3 * 2e-2 * rms)).nonzero()
+    assert len(small) > 0, "the case has key rows small against the rms"
+    token, head = (int(i) for i in small[0])
+    dropped_key = want[1].clone()
+    dropped_key[token, head] = 0
+    check_rows(dropped_key, want[1], 2e-2, what="dk", floor=1.0)  # what the floor alone lets through
+    with pytest.raises(AssertionError, match=f"dk: 1 rows are all zeros .* first at token {token}, head {head}"):
+        check_grads((want[0], dropped_key), want[:2], 2e-2, ("dq", "dk"))
     fewer = topk.clone()
     t = T - 1
     fewer[0, t, int((fewer[0, t] >= 0).nonzero()[-1])] = -1  # the last token forgets one of its blocks
