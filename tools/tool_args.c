@@ -2,8 +2,8 @@
 #include "tool_args.h"
 
 #include <ctype.h>
-#include <getopt.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
