@@ -8,7 +8,11 @@
  *
  * Conventions:
  * - Every function that can fail returns fsa_status (0 = FSA_STATUS_OK); on
- *   failure fsa_last_error() gives the detail for the calling thread.
+ *   failure fsa_last_error() gives the detail for the calling thread. Beside
+ *   the statuses each function lists, any function that allocates host
+ *   memory may return FSA_STATUS_OUT_OF_MEMORY, and plan creation on a
+ *   device FSA_STATUS_NO_DRIVER (a driver without an entry point it needs)
+ *   or FSA_STATUS_INTERNAL (a loaded kernel unlike the library's table).
  * - Outputs come first. What a function hands out through `**out` belongs to
  *   the caller, who releases it with the matching destroy function; destroy
  *   functions accept NULL. A `const char *` a function returns belongs to the

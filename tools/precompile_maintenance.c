@@ -105,8 +105,11 @@ static int cache_prune(fsa_context *ctx, uint64_t max_bytes)
     uint64_t removed = 0, left = 0;
     char human[32];
     fsa_status st = fsa_cache_prune(ctx, max_bytes, &removed, &left);
-    printf("removed %" PRIu64 " file%s; %" PRIu64 " bytes (%s) left\n", removed, removed == 1 ? "" : "s", left,
-           human_bytes(human, sizeof human, left));
+    if (left == UINT64_MAX) /* the scan stopped: what is left is unknown */
+        printf("removed %" PRIu64 " file%s; the cache was not fully read\n", removed, removed == 1 ? "" : "s");
+    else
+        printf("removed %" PRIu64 " file%s; %" PRIu64 " bytes (%s) left\n", removed, removed == 1 ? "" : "s", left,
+               human_bytes(human, sizeof human, left));
     if (st != FSA_STATUS_OK) {
         fflush(stdout);
         fprintf(stderr, PROG ": prune: %s\n", fsa_last_error());

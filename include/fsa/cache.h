@@ -91,7 +91,8 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  * @param      max_bytes      the size to shrink to (0 deletes every entry)
  * @param[out] removed_out    files deleted; may be NULL
  * @param[out] bytes_left_out bytes left: entries plus live writers' temporary
- *                            files; may be NULL
+ *                            files; UINT64_MAX when a directory could not be
+ *                            read (the size is unknown); may be NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Safe while other processes use the cache: one that needs a deleted kernel
  * compiles it again (a deleted record: measures again, or takes the heuristic).

@@ -97,8 +97,10 @@ typedef struct fsa_context_options {
  * with FSA_DEVICE_NONE, only records the target; resolves the cache
  * directory and modes from the options and the environment. NVRTC is not
  * loaded here but the first time a context with JIT on asks for a kernel
- * (its version is part of every kernel key, cache hits included; without
- * it, only a context with JIT off can use cached kernels). A cache
+ * (its version is part of every kernel key). Without NVRTC every context
+ * still uses the kernels already in the cache (built by any NVRTC whose
+ * output the driver loads); a kernel missing from it is then
+ * FSA_STATUS_NO_NVRTC. A cache
  * directory that cannot be used is not an error: kernels then stay in memory
  * (one warning when logging is on).
  * @param[out] out      the new context, or NULL on failure. The caller owns it
@@ -107,7 +109,8 @@ typedef struct fsa_context_options {
  *                      strings are copied).
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER when out is NULL;
  *         FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT for an unknown
- *         mode (option or environment), a negative device other than
+ *         mode or switch value (option or environment: FSA_CACHE_MODE,
+ *         FSA_JIT, FSA_TUNE, FSA_CHECK, FSA_LOG), a negative device other than
  *         FSA_DEVICE_NONE, an offline context without a target or a target
  *         that cannot run on the device or a target name of another form than
  *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device

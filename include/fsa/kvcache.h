@@ -112,6 +112,7 @@ FSA_API void fsa_kvcache_plan_destroy(fsa_kvcache_plan *plan);
  * a workspace shared by plans of different counter sizes holds one plan's
  * scratch where another's counters lie, so before a call of another plan
  * zero that plan's counter bytes (or give each plan its own workspace).
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL output or plan.
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
@@ -122,6 +123,7 @@ FSA_API fsa_status fsa_kvcache_plan_workspace_size(size_t *bytes_out, const fsa_
  * caller that takes its workspace from a pool for each call (as the Python
  * binding does) zeroes only these, not the whole workspace. At most the
  * workspace size; 0 when that is 0.
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL output or plan.
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_workspace_counter_size(size_t *bytes_out, const fsa_kvcache_plan *plan);
@@ -129,6 +131,7 @@ FSA_API fsa_status fsa_kvcache_plan_workspace_counter_size(size_t *bytes_out, co
 /**
  * The tiling the plan uses: query tokens per tile (a sequence with at most
  * this many new tokens splits) and the number of shares it splits into.
+ * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL output or plan.
  * Host-only and thread-safe.
  */
 FSA_API fsa_status fsa_kvcache_plan_info(int *tile_tokens_out, int *splits_out, const fsa_kvcache_plan *plan);
@@ -155,12 +158,16 @@ FSA_API fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_k
  * then more timed rounds while under about 300 ms; the winner (the
  * smallest geometric mean of the two times) becomes the plan's tuning record
  * in the cache directory. A plan that has a record, or one candidate, or a
- * stream being captured, is left alone (measured_out 0).
+ * stream being captured, is left alone (measured_out 0); so is one whose
+ * measurement failed before (the heuristic for the plan's life: a serving
+ * call does not retry it), and a driver without the memory or event
+ * functions the measurement needs.
  * @param[out] measured_out 1 when it measured; may be NULL
  * @param      plan         a plan of a context with a device and tuning on
  * @param      stream       a CUstream of the plan's device, or NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_INVALID_ARGUMENT
- *         (tuning off); FSA_STATUS_NO_DEVICE; driver errors.
+ *         (tuning off); FSA_STATUS_NO_DEVICE; FSA_STATUS_OUT_OF_MEMORY;
+ *         driver errors.
  * Blocks (allocation, host synchronization).
  */
 FSA_API fsa_status fsa_kvcache_plan_tune(int *measured_out, const fsa_kvcache_plan *plan, void *stream);

@@ -172,7 +172,8 @@ typedef struct fsa_plan_choice {
     const char *variant;       /**< the variant's name, e.g. "nsa"; static */
     int64_t bucket_tokens;     /**< the tuning bucket: the token count rounded up to a power of two */
     int candidates;            /**< variants the chooser could take for this shape */
-    int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet) */
+    int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet;
+                                    a call also needs a device, and a backward one no dq_add) */
     int splits;                /**< paged-cache plans: shares of a one-tile sequence; 0 for other plans */
     int reserved;              /**< written 0: fills what was tail padding, so that a field appended later
                                     starts past every earlier version's size (docs/versioning.md) */
@@ -201,8 +202,10 @@ FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *pla
  * scratch inputs the library allocates (one sequence, each token selecting
  * its own and the preceding blocks) and frees before returning. For
  * pre-tuning a cache (fsa-precompile --tune); a bucket that already has a
- * record is left alone.
- * @param[out] measured_out 1 when it measured; may be NULL
+ * record is left alone. A backward runs the forward first, which measures
+ * and records the forward's bucket too when it has no record.
+ * @param[out] measured_out 1 when this call measured (the forward's bucket
+ *                          counts, for a backward); may be NULL
  * @param      plan         a plan of a context with a device and tuning on
  *                          (FSA_TUNE_ON or FSA_TUNE_FORCE), created with
  *                          backward = 1 for FSA_OPERATION_BACKWARD
@@ -212,7 +215,9 @@ FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *pla
  *         (tuning off, bad operation or count); FSA_STATUS_UNSUPPORTED where
  *         T tokens of the plan's heads (or their workspace) pass what one
  *         allocation can size; FSA_STATUS_NO_DEVICE for an offline plan;
- *         driver errors (also when device memory runs out).
+ *         FSA_STATUS_NO_DRIVER for a driver without the memory functions
+ *         scratch inputs need; FSA_STATUS_OUT_OF_MEMORY (the host's top-k
+ *         rows); driver errors (also when device memory runs out).
  * Blocks (allocations, host synchronizations on the legacy stream); not
  * during a stream capture, in this thread or another.
  */

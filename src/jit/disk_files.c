@@ -66,8 +66,21 @@ int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_le
     return 1;
 }
 
-/* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them. */
-int fsa_dc_is_temp_name(const char *fname) { return fname[0] == '.' && strstr(fname, ".tmp.") != NULL; }
+/* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them (and a file moved aside to be deleted,
+ * ".<entry file>.tmp.<pid>.<random>"): digits and hex after the last ".tmp.", so that another dot-file
+ * someone keeps there (".notes.tmp.txt") is never taken for one. */
+int fsa_dc_is_temp_name(const char *fname)
+{
+    if (fname[0] != '.') return 0;
+    const char *p = NULL;
+    for (const char *q = fname; (q = strstr(q, ".tmp.")) != NULL; q++) p = q + 5;
+    if (p == NULL) return 0;
+    const size_t digits = strspn(p, "0123456789");
+    if (digits == 0 || p[digits] != '.') return 0;
+    const char *hex = p + digits + 1;
+    const size_t n = strspn(hex, "0123456789abcdef");
+    return n > 0 && hex[n] == '\0';
+}
 
 /* The pid in a temporary file's name, or 0. */
 static long temp_writer_pid(const char *fname)
@@ -280,8 +293,9 @@ fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad, int 
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT) FSA_FAIL(FSA_STATUS_NOT_FOUND, STAGE, "no cache entry %s", path);
-        /* A symlink, or a file of ours we may not read: unusable either way. */
-        if ((e == ELOOP || e == EACCES) && lstat(path, &rf->sb) == 0) {
+        /* A symlink, or a file of ours we may not read: unusable either way. So is anything there that is
+         * not a regular file, whatever open said (a socket: ENXIO; a device node). */
+        if (lstat(path, &rf->sb) == 0 && (e == ELOOP || e == EACCES || !S_ISREG(rf->sb.st_mode))) {
             *bad = 1;
             goto cleanup;
         }

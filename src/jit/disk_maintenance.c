@@ -97,7 +97,11 @@ static fsa_status list_one(void *p, const char *dir, const char *target, const c
     name = fsa_dc_dup_n(fname, name_len);
     FSA_CHECK_ALLOC(path, STAGE);
     FSA_CHECK_ALLOC(name, STAGE);
-    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) goto cleanup; /* removed meanwhile, or not an entry */
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) goto cleanup; /* removed meanwhile */
+        FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) goto cleanup; /* not an entry */
     fsa_cache_entry_info info = {path, name, target, (uint64_t)sb.st_size, (int64_t)sb.st_mtime, 1, 0, 0, record};
     if (c->visit != NULL && c->visit(&info, c->user) != 0) *stop = 1;
 cleanup:
@@ -272,7 +276,10 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     (void)target;
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
-    if (lstat(path, &sb) != 0) goto cleanup; /* removed meanwhile */
+    if (lstat(path, &sb) != 0) {
+        if (errno != ENOENT) prune_failed(c, path, strerror(errno)); /* ENOENT: removed meanwhile */
+        goto cleanup;
+    }
     /* Tuning records rank with the cubins: they take room too, and those of an older key format
      * (never read again) would otherwise stay forever. */
     if (split_entry_file(fname, &name_len, hex, NULL)) {
@@ -345,7 +352,11 @@ fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t
     c.now = time(NULL);
     if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache prune: NULL cache");
     if (dc->read_only) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cache %s is read-only: cannot prune", dc->root);
-    FSA_CHECK(walk_cache(dc, prune_scan, &c));
+    st = walk_cache(dc, prune_scan, &c);
+    if (st != FSA_STATUS_OK) {
+        c.total = UINT64_MAX; /* a part of the cache was never counted */
+        goto cleanup;
+    }
     prune_entries(&c, max_bytes);
     if (c.kept > 0)
         FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "%llu file%s kept; the first: %s", (unsigned long long)c.kept,

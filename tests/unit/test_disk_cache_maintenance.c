@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,20 +91,29 @@ static void test_files_not_named_like_entries_are_left_alone(void **state)
     const char *names[] = {"sel_fwd_main_bf16_d64.0123456789abcdefghijklmnopqrstuv.cubin",
                            "sel_fwd_main_bf16_d64.0123456789ABCDEF0123456789ABCDEF.cubin",
                            ".0123456789abcdef0123456789abcdef.cubin",
-                           "sel_fwd_main_bf16_d64_0123456789abcdef0123456789abcdef.cubin"};
-    char *paths[4];
-    for (int i = 0; i < 4; i++) {
+                           "sel_fwd_main_bf16_d64_0123456789abcdef0123456789abcdef.cubin",
+                           ".notes.tmp.txt", /* a dot-file with ".tmp." in it, but no writer's pid and suffix */
+                           ".notes.tmp.12.draft"};
+    char *paths[6];
+    for (int i = 0; i < 6; i++) {
         char rel[128];
         snprintf(rel, sizeof rel, "v1/" TARGET "/%s", names[i]);
         paths[i] = join(f->root, rel);
-        touch(paths[i]);
+        FILE *fp = fopen(paths[i], "w"); /* bytes in it: an unheld temporary file with bytes is debris */
+        assert_non_null(fp);
+        fputs("notes", fp);
+        assert_int_equal(fclose(fp), 0);
     }
     seen s = {0};
     uint64_t bad = 0;
     assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
     assert_int_equal(bad, 0);
     assert_int_equal(s.n, 1);
-    for (int i = 0; i < 4; i++) {
+    /* Nor does prune take them for debris. */
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 0);
+    for (int i = 0; i < 6; i++) {
         if (!exists(paths[i])) fail_msg("%s was deleted", names[i]);
         free(paths[i]);
     }
@@ -148,6 +159,37 @@ static void test_verify_deletes_and_counts_damaged_entries(void **state)
     free(p128);
     fsa_key_free(&k64);
     fsa_key_free(&k128);
+}
+
+/* A socket where an entry would be (open gives ENXIO, not ELOOP or EACCES) is a bad entry like a FIFO: verify
+ * deletes it and goes on to the entries after it, instead of stopping with an I/O error. */
+static void test_verify_deletes_a_socket_at_an_entry_path_and_goes_on(void **state)
+{
+    fixture *f = *state;
+    publish_for(f->dc, TARGET, "64", 400);
+    static const char sock_name[] = "sock.0123456789abcdef0123456789abcdef.cubin";
+    char *dir = join(f->root, "v1/" TARGET), *sock_path = join(dir, sock_name);
+    /* Bound by a name relative to its directory: a socket's path must fit 108 bytes, the cache root need not. */
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strcpy(addr.sun_path, sock_name);
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    const int bound = bind(fd, (const struct sockaddr *)&addr, sizeof addr);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(bound, 0);
+    seen s = {0};
+    uint64_t bad = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.valid, 1);
+    assert_false(exists(sock_path));
+    close(fd);
+    free(sock_path);
+    free(dir);
 }
 
 static void test_verify_deletes_entries_that_the_check_function_rejects(void **state)
@@ -784,6 +826,7 @@ int main(int argc, char **argv)
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_files_not_named_like_entries_are_left_alone),
         T(test_verify_deletes_and_counts_damaged_entries),
+        T(test_verify_deletes_a_socket_at_an_entry_path_and_goes_on),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_deletes_an_entry_copied_into_another_targets_directory),
         T(test_prune_ranks_tuning_records_with_the_entries),
