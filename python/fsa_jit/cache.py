@@ -137,7 +137,8 @@ def prune_cache(max_bytes, cache_dir=None, arch=None, detect=False, device=0):
     deletes every entry. Other arguments as cache_entries. Returns a dict: cache_dir, removed (files
     deleted), bytes_left (bytes left: entries and live writers' temporary files). Errors as cache_entries, and ValueError or TypeError for
     a max_bytes that is not a byte count. A file that cannot be deleted does not stop the others: the
-    FsaError raised afterwards has cache_dir, removed and bytes_left attributes saying what was done.
+    FsaError raised afterwards has cache_dir, removed and bytes_left attributes saying what was done
+    (bytes_left None when a directory could not be read, so the size left is unknown).
     """
     if max_bytes is None:  # parse_bytes reads None as 0, which here would delete every entry
         raise TypeError("max_bytes must be an int or a string such as '2G', got None")
@@ -150,7 +151,9 @@ def prune_cache(max_bytes, cache_dir=None, arch=None, detect=False, device=0):
         st = lib.fsa_cache_prune(ctx, limit, ctypes.byref(removed), ctypes.byref(left))
         if st != _lib.FSA_STATUS_OK:
             e = lib.error(st, "fsa_cache_prune")
-            e.cache_dir, e.removed, e.bytes_left = where, removed.value, left.value
+            # UINT64_MAX: a directory could not be read, so what is left is unknown.
+            e.cache_dir, e.removed = where, removed.value
+            e.bytes_left = None if left.value == (1 << 64) - 1 else left.value
             raise e
         return {"removed": removed.value, "bytes_left": left.value}
 

@@ -420,8 +420,11 @@ def _maintain(a):
 
 
 def _print_pruned(cache_dir, removed, bytes_left):
-    print(f"cache: {cache_dir}\nremoved {removed} file{'' if removed == 1 else 's'}; {bytes_left} bytes "
-          f"({_human_bytes(bytes_left)}) left", flush=True)
+    files = f"removed {removed} file{'' if removed == 1 else 's'}"
+    if bytes_left is None:  # the scan stopped: what is left is unknown
+        print(f"cache: {cache_dir}\n{files}; the cache was not fully read", flush=True)
+    else:
+        print(f"cache: {cache_dir}\n{files}; {bytes_left} bytes ({_human_bytes(bytes_left)}) left", flush=True)
 
 
 # ----------------------------------------------------------------------- bench
