@@ -52,7 +52,8 @@ int fsa_dc_is_temp_name(const char *fname);
  * gives no answer (another user's file, a file system without flock): older
  * than FSA_DC_TEMP_DEBRIS_AGE_S, or than FSA_DC_TEMP_ORPHAN_AGE_S when no
  * process has the pid in its name. (Deleting a live writer's file only makes
- * its rename fail, and it keeps its kernel in memory.) */
+ * its rename fail, and it keeps its kernel in memory.) -1 when it should go
+ * but the unlink failed (errno says why). */
 int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now);
 /* The rule above for the file named fname with status sb: 1 when its writer
  * is gone. held: 1 a writer holds its flock, 0 nobody does, -1 no answer. */

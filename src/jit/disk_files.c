@@ -118,8 +118,10 @@ int fsa_dc_remove_temp_debris(const char *path, const char *fname, time_t now)
         gone = fsa_dc_temp_writer_gone(fname, &sb, -1, now);
     }
     /* Unlinked while our lock is held: no writer can take it meanwhile. */
-    int removed = gone && unlink(path) == 0;
+    int removed = !gone ? 0 : unlink(path) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    const int e = errno;
     if (fd >= 0) close(fd);
+    errno = e;
     return removed;
 }
 

@@ -224,7 +224,8 @@ static void prune_failed(prune_ctx *c, const char *path, const char *why)
 
 /* A lock file nobody holds and nobody touched for an hour. Taking the lock
  * first keeps a current holder's file; a process that opened it just before
- * the unlink can at worst compile a kernel twice. */
+ * the unlink can at worst compile a kernel twice. 1 removed, 0 not stale (or
+ * gone), -1 stale but the unlink failed (errno says why). */
 static int remove_stale_lock(const char *path, time_t now)
 {
     struct stat sb;
@@ -235,8 +236,10 @@ static int remove_stale_lock(const char *path, time_t now)
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
         (sb.st_mtime < now - LOCK_MAX_AGE_S || sb.st_mtime > now + FSA_DC_CLOCK_SKEW_S) &&
         flock(fd, LOCK_EX | LOCK_NB) == 0)
-        removed = unlink(path) == 0;
+        removed = unlink(path) == 0 ? 1 : errno == ENOENT ? 0 : -1;
+    const int e = errno;
     close(fd);
+    errno = e;
     return removed;
 }
 
@@ -297,13 +300,16 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
         /* No lock can be had on a link, FIFO or directory (disk_lock.c): it
          * goes too; one that stays is no entry to report. */
-        if (S_ISREG(sb.st_mode)) c->removed += (uint64_t)remove_stale_lock(path, c->now);
-        else c->removed += (uint64_t)remove_non_file(path, &sb);
+        const int r = S_ISREG(sb.st_mode) ? remove_stale_lock(path, c->now) : remove_non_file(path, &sb) ? 1 : -1;
+        if (r > 0) c->removed++;
+        else if (r < 0 && errno != ENOENT) prune_failed(c, path, strerror(errno));
     } else if (fsa_dc_is_temp_name(fname) && S_ISREG(sb.st_mode)) {
         /* A live writer's file takes disk space too: counted, so that the
-         * entries shrink to make room for it. */
-        if (fsa_dc_remove_temp_debris(path, fname, c->now)) c->removed++;
+         * entries shrink to make room for it; so does a dead writer's that cannot be deleted. */
+        const int r = fsa_dc_remove_temp_debris(path, fname, c->now);
+        if (r > 0) c->removed++;
         else c->total += (uint64_t)sb.st_size;
+        if (r < 0) prune_failed(c, path, strerror(errno));
     }
 cleanup:
     free(path);

@@ -407,6 +407,20 @@ static void test_prune_removes_a_link_fifo_or_empty_directory_at_a_lock_path(voi
         assert_true(fd >= 0);
         fsa_disk_cache_unlock(fd);
     }
+    /* A directory with files in it is not ours to empty: kept, and reported (it was passed over in silence,
+     * the prune returning OK while the key could never lock). */
+    assert_int_equal(unlink(lock), 0);
+    assert_int_equal(mkdir(lock, 0700), 0);
+    char *inside = join(lock, "someone_elses_file");
+    touch(inside);
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, UINT64_MAX, &removed, &left), FSA_STATUS_CACHE_IO);
+    fsa_test_expect_error("disk-cache", "1 file kept");
+    assert_int_equal(removed, 0);
+    assert_true(exists(inside));
+    assert_int_equal(unlink(inside), 0);
+    assert_int_equal(rmdir(lock), 0);
+    free(inside);
     free(lock);
     free(entry);
     fsa_key_free(&k);
