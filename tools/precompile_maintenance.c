@@ -95,8 +95,10 @@ static int cache_verify(fsa_context *ctx, int on_device)
         fprintf(stderr, PROG ": verify: %s\n", fsa_last_error());
         return TOOL_EXIT_FAILED;
     }
-    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad, %" PRIu64 " deleted, %" PRIu64 " loaded on the device\n",
-           sum.entries, sum.entries == 1 ? "y" : "ies", bad, sum.deleted, sum.loaded);
+    printf("%" PRIu64 " entr%s checked, %" PRIu64 " bad, %" PRIu64 " deleted", sum.entries,
+           sum.entries == 1 ? "y" : "ies", bad, sum.deleted);
+    if (on_device) printf(", %" PRIu64 " loaded on the device", sum.loaded); /* --detect only: offline, none can */
+    printf("\n");
     return bad ? TOOL_EXIT_FAILED : 0;
 }
 

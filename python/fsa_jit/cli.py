@@ -5,7 +5,7 @@ tools/bench_options.c) for what they share, so a command line works with either;
 fsa-precompile has every option of its C tool (the grid, --tune, --list,
 --verify, --prune), with the same usage checks and exit statuses. --list,
 --verify and --prune print the C tool's lines; compiling prints its own
-progress and totals (with the C tool's words for corrupt entries replaced and
+progress and totals (with the C tool's words for corrupt entries found and
 kernels not written to the cache, and its message for those on stderr).
 Exit status: 0 success; 1 something failed (a shape, a kernel not written to
 the cache, the output); 2 usage error; 3 the target or device cannot be used
@@ -347,8 +347,8 @@ def _compile(a):
                    page_sizes=a.page_size or PAGE_SIZES, tune=a.tune, kv_heads=a.kv_heads)
     for shape, message in s["failures"]:
         print(f"FAILED {shape}: {message}", file=sys.stderr)
-    # The C tool's words for a replaced entry and an unwritten kernel (on its per-target lines).
-    replaced = f", {s['corrupt']} corrupt entries replaced" if s["corrupt"] else ""
+    # The C tool's words for a corrupt entry found and an unwritten kernel (on its per-target lines).
+    replaced = f", {s['corrupt']} corrupt entries found" if s["corrupt"] else ""
     unwritten = f", {s['write_failures']} NOT written to the cache" if s["write_failures"] else ""
     print(f"cache: {s['cache_dir']}\n{s['compiled']} kernels compiled, {s['cached']} already cached, "
           f"{s['failed']} failed, {s['skipped']} skipped (NVRTC {s['compile_ms']:.1f} ms){replaced}{unwritten}")
@@ -406,8 +406,8 @@ def _maintain(a):
             disk_only = e.valid and not e.loaded and not e.record and a.detect and e.target == r["target"]
             fate = (" (not loaded)" if disk_only else "") if e.valid else " (deleted)" if e.deleted else " (NOT deleted)"
             print(f"{'OK' if e.valid else 'BAD':<3} {e.target:<8} {e.name}{fate}")
-        print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted, "
-              f"{r['loaded']} loaded on the device")
+        loaded = f", {r['loaded']} loaded on the device" if a.detect else ""  # offline, none can load
+        print(f"{_entries(len(r['entries']))} checked, {r['bad']} bad, {r['deleted']} deleted{loaded}")
         return EXIT_FAILED if r["bad"] else 0
     try:
         r = prune_cache(a.max_bytes, **where)
