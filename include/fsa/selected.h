@@ -172,8 +172,8 @@ typedef struct fsa_plan_choice {
     const char *variant;       /**< the variant's name, e.g. "nsa"; static */
     int64_t bucket_tokens;     /**< the tuning bucket: the token count rounded up to a power of two */
     int candidates;            /**< variants the chooser could take for this shape */
-    int will_measure;          /**< 1 when the next call of this size may measure (tuning on, no record yet;
-                                    a call also needs a device, and a backward one no dq_add) */
+    int will_measure;          /**< 1 when the next call of this size may measure (tuning on, a device, no
+                                    record yet; a backward call with dq_add never measures) */
     int splits;                /**< paged-cache plans: shares of a one-tile sequence; 0 for other plans */
     int reserved;              /**< written 0: fills what was tail padding, so that a field appended later
                                     starts past every earlier version's size (docs/versioning.md) */

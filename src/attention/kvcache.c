@@ -285,7 +285,7 @@ fsa_status fsa_kvcache_plan_choice_get(fsa_plan_choice *out, const fsa_kvcache_p
     r.variant = c.variant;
     r.bucket_tokens = 0;
     r.candidates = plan->tune.c.n;
-    r.will_measure = c.may_measure;
+    r.will_measure = c.may_measure && plan->ctx->cu != NULL; /* calls measure on a device only */
     r.splits = c.splits;
     return fsa_plan_choice_write(out, &r, STAGE);
 }

@@ -206,7 +206,7 @@ fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *plan, fsa_o
     r.variant = fsa_order_name(c.variant.order); /* the only variant parameter so far */
     r.bucket_tokens = fsa_tune_bucket_tokens(c.bucket);
     r.candidates = c.candidates;
-    r.will_measure = c.may_measure;
+    r.will_measure = c.may_measure && plan->ctx->cu != NULL; /* calls measure on a device only */
     return fsa_plan_choice_write(out, &r, STAGE);
 }
 

@@ -371,6 +371,36 @@ static void test_forward_o_rows_are_value_dim_long(void **state)
     fsa_plan_destroy(plan);
 }
 
+/* With tuning on and no record, a call may measure only on a device: an offline plan's choice says it will not
+ * (its calls return FSA_STATUS_NO_DEVICE; fsa_plan_tune too). */
+static void test_an_offline_plan_with_tuning_on_will_not_measure(void **state)
+{
+    (void)state;
+    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
+    o.device = FSA_DEVICE_NONE;
+    o.target = "sm_90a";
+    o.cache_dir = fsa_context_cache_dir(g_ctx); /* the fixture's: its kernels are there */
+    o.log = -1;
+    o.tune = FSA_TUNE_ON;
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+    fsa_selected_attention_desc d = small_shape_desc(FSA_ALGORITHM_AUTO, 0, 1);
+    fsa_plan *plan = NULL;
+    if (fsa_plan_create(&plan, ctx, &d) != FSA_STATUS_OK) fail_msg("plan: %s", fsa_last_error());
+    for (int op = 0; op < 2; op++) {
+        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+        const fsa_operation operation = op ? FSA_OPERATION_BACKWARD : FSA_OPERATION_FORWARD;
+        assert_int_equal(fsa_plan_choice_get(&c, plan, operation, 4096), FSA_STATUS_OK);
+        assert_true(c.candidates > 1); /* a choice that a device would measure */
+        assert_int_equal(c.will_measure, 0);
+        int measured = 1;
+        assert_int_equal(fsa_plan_tune(&measured, plan, operation, 4096), FSA_STATUS_NO_DEVICE);
+        assert_int_equal(measured, 0);
+    }
+    fsa_plan_destroy(plan);
+    fsa_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_one_token_in_no_sequence_or_in_two_is_refused),
         cmocka_unit_test(test_dq_add_one_token_on_overlaps_and_one_tokens_stride_is_never_used),
         cmocka_unit_test(test_forward_o_rows_are_value_dim_long),
+        cmocka_unit_test(test_an_offline_plan_with_tuning_on_will_not_measure),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);
 }
