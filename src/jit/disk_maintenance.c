@@ -280,7 +280,12 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
     (void)stop;
     FSA_CHECK_ALLOC(path, STAGE);
     if (lstat(path, &sb) != 0) {
-        if (errno != ENOENT) prune_failed(c, path, strerror(errno)); /* ENOENT: removed meanwhile */
+        /* ENOENT: removed meanwhile. Another error is reported for the cache's own names only (an entry, a
+         * lock or a temporary file): other files in the directory are not the cache's to judge. */
+        const int e = errno;
+        const int ours = split_entry_file(fname, &name_len, hex, NULL) ||
+                         fsa_dc_split_key_file(fname, ".lock", &name_len, hex) || fsa_dc_is_temp_name(fname);
+        if (e != ENOENT && ours) prune_failed(c, path, strerror(e));
         goto cleanup;
     }
     /* Tuning records rank with the cubins: they take room too, and those of an older key format
