@@ -246,7 +246,7 @@ static void report_target(const target_state *t, totals *sum)
                 end.write_failures - t->start.write_failures, end.compile_ms - t->start.compile_ms};
     printf("%s: %" PRIu64 " compiled (NVRTC %.1f ms), %" PRIu64 " already cached, %" PRIu64 " in memory",
            fsa_context_target(t->ctx), d.compiles, d.compile_ms, d.disk_hits, d.memory_hits);
-    /* Found, not replaced: a rewrite that failed is the count after it. */
+    /* Found: a damaged kernel is rewritten unless counted as NOT written; a damaged record is deleted. */
     if (d.corrupt) printf(", %" PRIu64 " corrupt entries found", d.corrupt);
     if (d.write_failures) printf(", %" PRIu64 " NOT written to the cache", d.write_failures);
     printf("\n");

@@ -113,13 +113,19 @@ const char *tool_refused_option_reason(const struct option *longs, const char *w
     const char *name = word + 2;
     const size_t n = strcspn(name, "=");
     int prefix_of = 0;
+    const struct option *only = NULL;
     for (const struct option *o = longs; o->name != NULL; o++) {
         if (strncmp(o->name, name, n) != 0) continue;
-        if (o->name[n] == '\0') /* exact: refused only for a value it does not take */
-            return name[n] == '=' && o->has_arg == no_argument ? "no value taken by option" : "unknown option";
-        prefix_of++;
+        if (o->name[n] == '\0') { /* exact: refused only for a value it does not take */
+            only = o, prefix_of = 1;
+            break;
+        }
+        only = o, prefix_of++;
     }
-    return prefix_of > 1 ? "ambiguous option" : "unknown option";
+    if (prefix_of > 1) return "ambiguous option";
+    /* The one option the word names (in full or by a unique prefix), given a value it does not take. */
+    if (prefix_of == 1 && name[n] == '=' && only->has_arg == no_argument) return "no value taken by option";
+    return "unknown option";
 }
 
 int tool_print_version(const char *prog)

@@ -52,7 +52,8 @@ const char *tool_bad_option(char *buf, int refused_opt, char *const *argv, int n
 
 /* Why getopt_long refused the word `word` with '?', for a message, given the tool's long options:
  * "ambiguous option" where the word abbreviates several of them (getopt takes a unique prefix),
- * "no value taken by option" for an exact name given "=value" that takes none, else "unknown option". */
+ * "no value taken by option" for an option (its name or a unique prefix) given "=value" that takes none,
+ * else "unknown option". */
 const char *tool_refused_option_reason(const struct option *longs, const char *word);
 
 /* The exit code for a context that could not be created. */

@@ -55,7 +55,8 @@ typedef int (*fsa_cache_visit_fn)(const fsa_cache_entry_info *entry, void *user)
  * @param user  passed to visit unchanged
  * @return FSA_STATUS_OK (also when visit stopped early);
  *         FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO when the context has no
- *         disk cache or a directory cannot be read.
+ *         disk cache, a directory cannot be read or an entry cannot be
+ *         stat'ed.
  * Reads the file system only; safe while other threads and processes use the
  * cache.
  */
@@ -91,8 +92,10 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  * @param      max_bytes      the size to shrink to (0 deletes every entry)
  * @param[out] removed_out    files deleted; may be NULL
  * @param[out] bytes_left_out bytes left: entries plus live writers' temporary
- *                            files; UINT64_MAX when a directory could not be
- *                            read (the size is unknown); may be NULL
+ *                            files; UINT64_MAX when the scan stopped early
+ *                            (a directory could not be read: the size is
+ *                            unknown); files that cannot be stat'ed are not
+ *                            counted (they are reported as kept); may be NULL
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Safe while other processes use the cache: one that needs a deleted kernel
  * compiles it again (a deleted record: measures again, or takes the heuristic).

@@ -100,7 +100,7 @@ typedef struct fsa_context_options {
  * (its version is part of every kernel key). Without NVRTC every context
  * still uses the kernels already in the cache (built by any NVRTC whose
  * output the driver loads); a kernel missing from it is then
- * FSA_STATUS_NO_NVRTC. A cache
+ * FSA_STATUS_NO_NVRTC (FSA_STATUS_JIT_DISABLED with JIT off). A cache
  * directory that cannot be used is not an error: kernels then stay in memory
  * (one warning when logging is on).
  * @param[out] out      the new context, or NULL on failure. The caller owns it

@@ -202,8 +202,9 @@ FSA_API fsa_status fsa_plan_choice_get(fsa_plan_choice *out, const fsa_plan *pla
  * scratch inputs the library allocates (one sequence, each token selecting
  * its own and the preceding blocks) and frees before returning. For
  * pre-tuning a cache (fsa-precompile --tune); a bucket that already has a
- * record is left alone. A backward runs the forward first, which measures
- * and records the forward's bucket too when it has no record.
+ * record is left alone. A backward that measures runs the forward first,
+ * which measures and records the forward's bucket too when that has no
+ * record.
  * @param[out] measured_out 1 when this call measured (the forward's bucket
  *                          counts, for a backward); may be NULL
  * @param      plan         a plan of a context with a device and tuning on
