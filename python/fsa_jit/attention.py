@@ -592,6 +592,8 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
     create_graph=True, raises); lse carries no gradient. Works in eager mode, under
     torch.compile (fullgraph=True included) and in CUDA graphs.
     """
+    if return_lse is not True and return_lse is not False:  # a bool: "no" would turn it on
+        _check_flag("return_lse", return_lse)
     # Plain eager calls of a known shape skip the operator's dispatch and the per-shape work (_fast.py).
     out = _fast.selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale, max_seqlen, algorithm,
                                    topk_layout, workspace_limit, validate)

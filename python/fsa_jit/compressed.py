@@ -77,6 +77,8 @@ def check_heads(hq, hkv):
         raise ValueError(f"need at least one head: q has {hq}, the keys have {hkv}")
     if hq % hkv != 0:
         raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of KV heads ({hkv})")
+    if hkv > 65535:  # the kernels' grid rows are KV heads
+        raise ValueError(f"at most 65535 KV heads, got {hkv}")
     if hq // hkv > MAX_GROUP:
         raise ValueError(f"group size {hq // hkv} (Hq {hq} / Hkv {hkv}) is not supported: at most {MAX_GROUP}")
 

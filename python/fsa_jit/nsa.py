@@ -80,8 +80,8 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
     j*d .. j*d + l - 1 (l = kernel_size, d = stride), for every j whose window fits in the sequence.
 
     x: [T, H, D] (any float dtype, any device); cu_seqlens: int32 [B + 1]. Returns (x_cmp [Tc, H, D] in x's
-    dtype, averaged in float32; cu_seqlens_c int32 [B + 1]). Differentiable in x. Reads cu_seqlens on the
-    host and copies the offsets and gather indices it builds to x's device (host synchronizations on a GPU,
+    dtype, averaged in float32; cu_seqlens_c int32 [B + 1] on cu_seqlens' device). Differentiable in x. Reads
+    cu_seqlens on the host and copies the gather indices it builds to x's device (host synchronizations on a GPU,
     so no CUDA graph capture): a helper for examples and tests; a model would use its own (learned)
     compression.
     """
@@ -201,6 +201,7 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     taken with create_graph=True, raises).
     """
     _att._check_flag("validate", validate)
+    _att._check_flag("return_topk", return_topk)
     window = _win.windows_read_once(window)
     key = None
     if not validate:  # a plain eager call of a layout seen before skips the checks below
@@ -219,8 +220,9 @@ def nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_seq
     raw_gates = (g_cmp, g_sel, g_win)
     row_gates = [_gates.check(n, g, t_len, hq, q.device) for n, g in zip(("g_cmp", "g_sel", "g_win"), raw_gates)]
     _cmp.require_int("top_k", top_k, 1, _att.MAX_TOP_K)
+    _cmp.require_int("block_size", block_size, 1)  # the type first: True or "64" are no block size
     if block_size not in _att.BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of {_att.BLOCK_SIZES} (the selected attention's), got {block_size}")
+        raise ValueError(f"block_size must be one of {_att.BLOCK_SIZES} (the selected attention's), got {block_size!r}")
     k_win = k if k_win is None else k_win
     v_win = v if v_win is None else v_win
     # Every branch's arguments first, devices last, so that a bad call fails before any kernel runs (and

@@ -248,6 +248,7 @@ def window_attention(q, k, v, cu_seqlens, window, scale=None, return_lse=False, 
     """
     window = windows_read_once(window)
     _att._check_flag("validate", validate)
+    _att._check_flag("return_lse", return_lse)
     check_arguments(q, k, v, cu_seqlens, window, scale)
     window, head_windows = head_windows_of(window, q.shape[1])
     needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)

@@ -434,3 +434,34 @@ def test_validate_is_a_bool_in_every_branch_and_the_layer(value):
     expect(fsa_jit.compressed_attention, TypeError, match, **cmp_problem(), validate=value)
     expect(fsa_jit.window_attention, TypeError, match, **win_problem(), validate=value)
     expect(nsa_attention, TypeError, match, **nsa_problem(validate=value))
+
+
+@pytest.mark.parametrize("value", ["False", 1])
+def test_the_return_switches_are_bools_as_validate_is(value):
+    # A string such as "False" turned return_topk / return_lse on (a tuple back instead of o).
+    match_topk = rf"return_topk must be a bool, got {type(value).__name__}"
+    match_lse = rf"return_lse must be a bool, got {type(value).__name__}"
+    expect(nsa_attention, TypeError, match_topk, **nsa_problem(return_topk=value))
+    expect(fsa_jit.window_attention, TypeError, match_lse, **win_problem(), return_lse=value)
+    t = 8
+    expect(fsa_jit.selected_attention, TypeError, match_lse, q=torch.randn(t, 2, 16).bfloat16(),
+           k=torch.randn(t, 1, 16).bfloat16(), v=torch.randn(t, 1, 16).bfloat16(),
+           topk_idx=torch.zeros(1, t, 1, dtype=torch.int32), cu_seqlens=torch.tensor([0, t], dtype=torch.int32),
+           block_size=16, return_lse=value)
+
+
+@pytest.mark.parametrize("block_size", [True, "64", 64.0])
+def test_the_layers_block_size_must_be_an_int_before_it_is_one_of_the_sizes(block_size):
+    expect(nsa_attention, TypeError, r"block_size must be an int", **nsa_problem(block_size=block_size))
+
+
+def test_more_kv_heads_than_the_kernels_grid_rows_are_refused_before_the_device():
+    # 65536 KV heads of one dim-16 row: the plans would refuse them on a GPU; the binding says so first.
+    t, hkv = 1, 65536
+    q = torch.randn(t, hkv, 16).bfloat16()
+    kv = torch.randn(t, hkv, 16).bfloat16()
+    cu = torch.tensor([0, t], dtype=torch.int32)
+    expect(fsa_jit.window_attention, ValueError, r"at most 65535 KV heads, got 65536", q=q, k=kv, v=kv,
+           cu_seqlens=cu, window=4)
+    expect(fsa_jit.compressed_attention, ValueError, r"at most 65535 KV heads, got 65536", q=q, k=kv[:0], v=kv[:0],
+           cu_seqlens=cu, cu_seqlens_c=torch.tensor([0, 0], dtype=torch.int32), kernel_size=8, stride=4)
