@@ -304,7 +304,8 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
         }
     } else if (fsa_dc_split_key_file(fname, ".lock", &name_len, hex)) {
         /* No lock can be had on a link, FIFO or directory (disk_lock.c): it
-         * goes too; one that stays is no entry to report. */
+         * goes too. A stale lock or such a thing that cannot go (a directory
+         * with files in it) is reported; a held or fresh lock stays quietly. */
         const int r = S_ISREG(sb.st_mode) ? remove_stale_lock(path, c->now) : remove_non_file(path, &sb) ? 1 : -1;
         if (r > 0) c->removed++;
         else if (r < 0 && errno != ENOENT) prune_failed(c, path, strerror(errno));
