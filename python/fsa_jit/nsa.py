@@ -89,16 +89,19 @@ def compress_mean(x, cu_seqlens, kernel_size=32, stride=16):
     return x_cmp, cu_c
 
 
-def _compress_means(xs, cu_seqlens, kernel_size, stride):
+def _compress_means(xs, cu_seqlens, kernel_size, stride, names=None):
     """compress_mean of each tensor of xs (the same T), reading cu_seqlens on the host once:
-    (tuple of x_cmp, cu_seqlens_c)."""
+    (tuple of x_cmp, cu_seqlens_c). names: the caller's names of xs, for messages ("x" each by default)."""
+    names = ("x",) * len(xs) if names is None else names
     _check_kernel(kernel_size, stride)
-    for x in xs:
-        _att._check_tensor("x", x)
+    for name, x in zip(names, xs):
+        _att._check_tensor(name, x)
         if not x.is_floating_point():  # the mean of integers would be truncated back into them
-            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+            raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
         if x.dim() != 3:
-            raise ValueError(f"x must be [T, heads, dim], got shape {tuple(x.shape)}")
+            raise ValueError(f"{name} must be [T, heads, dim], got shape {tuple(x.shape)}")
+    if len(xs) > 1 and len({x.shape[0] for x in xs}) > 1:
+        raise ValueError(", ".join(f"{n} has {x.shape[0]} tokens" for n, x in zip(names, xs)) + ": they must agree")
     cu = _host_offsets(cu_seqlens, [x.shape[0] for x in xs])
     counts = compressed_counts([b - a for a, b in zip(cu, cu[1:])], kernel_size, stride)
     starts = [a + j * stride for a, n in zip(cu, counts) for j in range(n)]
@@ -292,7 +295,7 @@ class NSAttention(torch.nn.Module):
                 f"local_blocks={self.local_blocks}, scale={self.scale}")
 
     def forward(self, q, k, v, g_cmp, g_sel, g_win, cu_seqlens):
-        (k_cmp, v_cmp), cu_c = _compress_means((k, v), cu_seqlens, self.kernel_size, self.stride)
+        (k_cmp, v_cmp), cu_c = _compress_means((k, v), cu_seqlens, self.kernel_size, self.stride, ("k", "v"))
         return nsa_attention(q, k, v, k_cmp, v_cmp, g_cmp, g_sel, g_win, cu_seqlens, cu_c,
                              kernel_size=self.kernel_size, stride=self.stride, block_size=self.block_size,
                              top_k=self.top_k, window=self.window, init_blocks=self.init_blocks,

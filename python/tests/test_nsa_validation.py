@@ -465,3 +465,16 @@ def test_more_kv_heads_than_the_kernels_grid_rows_are_refused_before_the_device(
            cu_seqlens=cu, window=4)
     expect(fsa_jit.compressed_attention, ValueError, r"at most 65535 KV heads, got 65536", q=q, k=kv[:0], v=kv[:0],
            cu_seqlens=cu, cu_seqlens_c=torch.tensor([0, 0], dtype=torch.int32), kernel_size=8, stride=4)
+
+
+def test_the_module_names_k_or_v_when_their_compression_refuses_them():
+    # NSAttention compresses k and v itself: its messages name them, not compress_mean's "x".
+    from fsa_jit.nsa import NSAttention
+    t = 40
+    q, k, v = torch.randn(t, 4, 32).bfloat16(), torch.randn(t, 2, 32).bfloat16(), torch.randn(t, 2, 32).bfloat16()
+    cu = torch.tensor([0, t], dtype=torch.int32)
+    layer = NSAttention(kernel_size=8, stride=4, block_size=16, top_k=4, window=8)
+    expect(layer, TypeError, r"v must be a floating-point tensor", q=q, k=k, v=v.int(), g_cmp=.5, g_sel=.5, g_win=.5,
+           cu_seqlens=cu)
+    expect(layer, ValueError, r"k has 40 tokens, v has 39 tokens: they must agree", q=q, k=k, v=v[:39], g_cmp=.5,
+           g_sel=.5, g_win=.5, cu_seqlens=cu)

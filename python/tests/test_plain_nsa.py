@@ -132,5 +132,7 @@ def test_the_layer_module_compresses_k_and_v_with_one_host_read_of_the_offsets()
     for x, x_cmp in ((k, k_cmp), (v, v_cmp)):
         want, want_cu = compress_mean(x, plain, 8, 4)
         assert torch.equal(x_cmp, want) and torch.equal(cu_c, want_cu)
+    with pytest.raises(ValueError, match=r"k has 70 tokens, v has 69 tokens: they must agree"):
+        _compress_means((k, v[:69]), plain, 8, 4, ("k", "v"))
     with pytest.raises(ValueError, match=r"cu_seqlens must rise from 0 to T=69"):
-        _compress_means((k, v[:69]), plain, 8, 4)
+        _compress_means((v[:69],), plain, 8, 4)
