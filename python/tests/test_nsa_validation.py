@@ -478,3 +478,16 @@ def test_the_module_names_k_or_v_when_their_compression_refuses_them():
            cu_seqlens=cu)
     expect(layer, ValueError, r"k has 40 tokens, v has 39 tokens: they must agree", q=q, k=k, v=v[:39], g_cmp=.5,
            g_sel=.5, g_win=.5, cu_seqlens=cu)
+
+
+def test_windows_and_offsets_read_on_the_host_must_be_dense_tensors_with_values():
+    # Read with tolist(): a sparse or meta tensor reached torch's own errors ("Cannot copy out of meta tensor").
+    per_head = torch.tensor([64, 64, 64, 64])
+    expect(fsa_jit.window_attention, TypeError, r"window must be a dense \(strided\) tensor",
+           **{**win_problem(), "window": per_head.to_sparse()})
+    expect(fsa_jit.window_attention, ValueError, r"window must hold values .* meta tensor",
+           **{**win_problem(), "window": per_head.to("meta")})
+    expect(nsa_attention, ValueError, r"window must hold values .* meta tensor", **nsa_problem(window=per_head.to("meta")))
+    from fsa_jit.nsa import compress_mean
+    expect(compress_mean, ValueError, r"cu_seqlens must hold values .* meta tensor", x=torch.randn(40, 2, 4),
+           cu_seqlens=torch.tensor([0, 40], dtype=torch.int32).to("meta"))
