@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 
 static int strbuf_reserve(fsa_strbuf *b, size_t extra)
@@ -108,4 +110,15 @@ void fsa_hex(char *out, const uint8_t *bytes, size_t n)
         out[2 * i + 1] = digits[bytes[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+uint64_t fsa_temp_suffix(void)
+{
+    static atomic_uint_fast64_t counter;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+           (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull);
 }

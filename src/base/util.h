@@ -26,6 +26,11 @@ void fsa_strbuf_free(fsa_strbuf *b);
 
 double fsa_now_ms(void); /* monotonic */
 
+/* A random 64-bit value that spreads temporary file names (created with
+ * O_EXCL, which alone keeps them unique): getrandom, or without entropy yet
+ * the clock and a process-wide counter. */
+uint64_t fsa_temp_suffix(void);
+
 /* "1", "on", "true", "yes" -> 1; "0", "off", "false", "no" -> 0; else `fallback`. */
 int fsa_env_flag(const char *name, int fallback);
 

@@ -294,7 +294,7 @@ static fsa_status open_temp(int *fd_out, char **path_out, const char *dir, const
     for (int attempt = 0; attempt < 16; attempt++) {
         fsa_strbuf b = {0};
         fsa_strbuf_appendf(&b, "%s/.%s.%s.tmp.%ld.%016llx", dir, key->name, key->hex, (long)getpid(),
-                           (unsigned long long)fsa_dc_temp_suffix());
+                           (unsigned long long)fsa_temp_suffix());
         path = fsa_strbuf_take(&b);
         FSA_CHECK_ALLOC(path, STAGE);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -110,9 +110,6 @@ typedef struct fsa_dc_raw_file {
 #define FSA_DC_RESTORE_ATIME 2
 fsa_status fsa_dc_read_raw(fsa_dc_raw_file *rf, const char *path, int *bad, int keep_atime);
 
-/* A random suffix for the temporary names of this process (publish's, and the
- * files fsa_dc_unlink_if_unchanged moves aside). */
-uint64_t fsa_dc_temp_suffix(void);
 /* Deletes the file at `path` only if it is the one `judged` describes (device
  * and inode; with times_too also size and modification time). unlink by name
  * cannot promise that the file checked is the file deleted (a writer may

@@ -9,12 +9,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -345,16 +343,6 @@ char *fsa_dc_dup_n(const char *s, size_t n)
     return p;
 }
 
-uint64_t fsa_dc_temp_suffix(void)
-{
-    static atomic_uint_fast64_t counter;
-    uint64_t r = 0;
-    struct timespec ts;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
-    /* No entropy yet: O_EXCL still keeps names unique, this only spreads them. */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)fsa_dc_ts_ns(ts) ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull);
-}
 
 /* Whether `now` is still the file `judged` describes. */
 static int same_file(const struct stat *now, const struct stat *judged, int times_too)
@@ -373,7 +361,7 @@ int fsa_dc_unlink_if_unchanged(const char *path, const struct stat *judged, int 
     const int dir_len = slash ? (int)(slash - path) + 1 : 0;
     fsa_strbuf b = {0};
     fsa_strbuf_appendf(&b, "%.*s.%s.tmp.%ld.%016llx", dir_len, path, path + dir_len, (long)getpid(),
-                       (unsigned long long)fsa_dc_temp_suffix());
+                       (unsigned long long)fsa_temp_suffix());
     char *aside = fsa_strbuf_take(&b);
     if (aside == NULL) {
         errno = ENOMEM;

@@ -7,26 +7,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define STAGE "dump"
-
-/* Spreads temporary names; O_EXCL keeps them unique whatever it returns. */
-static uint64_t random_suffix(void)
-{
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
-}
 
 /* Written under a new name of its own (pid and a random suffix, created exclusively), then renamed:
  * processes that dump the same kernel into one directory (ranks sharing an environment, in any pid
@@ -38,7 +25,7 @@ static fsa_status write_file(const char *dir, const char *name, const char *targ
     int n = snprintf(path, sizeof path, "%s/%s.%s.%s", dir, name, target, ext);
     if (n < 0 || (size_t)n >= sizeof path)
         return fsa_error_set(FSA_STATUS_CACHE_IO, STAGE, "path too long under %s", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%016llx", path, (long)getpid(), (unsigned long long)random_suffix());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%016llx", path, (long)getpid(), (unsigned long long)fsa_temp_suffix());
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (f == NULL) {
