@@ -65,6 +65,13 @@ def _check_dense(name, t):
                         f"{'a nested tensor' if t.is_nested else f'layout {t.layout}'}")
 
 
+def _check_host_readable(name, t):
+    """A tensor whose values are read on the host: dense, with storage (a meta tensor has none)."""
+    _check_dense(name, t)
+    if t.is_meta:
+        raise ValueError(f"{name} must hold values (it is read on the host), got a meta tensor")
+
+
 def _check_flag(name, value):
     """A switch is a bool: a string such as "no" would otherwise turn it on."""
     if not isinstance(value, bool):

@@ -50,8 +50,7 @@ def _host_offsets(cu_seqlens, totals=()):
     """cu_seqlens (a 1-D integer tensor of at least 2 entries, starting at 0, never falling and, for each T of
     totals, ending at T) read on the host as a list of ints (TypeError, ValueError)."""
     _att._check_tensor("cu_seqlens", cu_seqlens)
-    if cu_seqlens.is_meta:
-        raise ValueError("cu_seqlens must hold values (it is read on the host), got a meta tensor")
+    _att._check_host_readable("cu_seqlens", cu_seqlens)
     if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
         raise TypeError(f"cu_seqlens must be an integer tensor (int32), got {cu_seqlens.dtype}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:

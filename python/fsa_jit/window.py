@@ -28,17 +28,10 @@ def windows_read_once(window):
     """A 1-D tensor of windows as a tuple of its values (one host read, a synchronization when it is on the
     GPU), so that the checks and the call read that tuple; anything else as it is."""
     if isinstance(window, torch.Tensor):
-        _readable_on_the_host("window", window)
+        _att._check_host_readable("window", window)
         if window.dim() == 1:
             return tuple(window.tolist())
     return window
-
-
-def _readable_on_the_host(name, t):
-    """A tensor whose values are read on the host: dense, with storage (a meta tensor has none)."""
-    _att._check_dense(name, t)
-    if t.is_meta:
-        raise ValueError(f"{name} must hold values (it is read on the host), got a meta tensor")
 
 
 def head_windows_of(window, hq):
