@@ -114,14 +114,44 @@ uint64_t fsa_test_random_case_seed(uint64_t base, int i)
     return fsa_rng_next(&r);
 }
 
+/* Whether `name` is one of the comma-separated names of `list`. */
+static int name_in_list(const char *list, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *at = strstr(list, name); at != NULL; at = strstr(at + 1, name))
+        if ((at == list || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
+    return 0;
+}
+
 int fsa_test_case_listed(const char *name)
 {
     const char *only = getenv("FSA_TEST_CASES");
     if (only == NULL) return -1;
-    const size_t n = strlen(name);
-    for (const char *at = strstr(only, name); at != NULL; at = strstr(at + 1, name))
-        if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == '\0')) return 1;
-    return 0;
+    return name_in_list(only, name);
+}
+
+int fsa_test_layout_listed(const char *layout)
+{
+    const char *only = getenv("FSA_TEST_LAYOUTS");
+    if (only == NULL) return 1;
+    int named = 0;
+    for (const char *at = only;; at++) {
+        const size_t n = strcspn(at, ",");
+        if (n > 0) {
+            if (n != 1 || (at[0] != '1' && at[0] != '2')) {
+                fprintf(stderr, "FSA_TEST_LAYOUTS=%s: \"%.*s\" is not a layout (1 or 2)\n", only, (int)n, at);
+                exit(1);
+            }
+            named++;
+        }
+        at += n;
+        if (*at == '\0') break;
+    }
+    if (named == 0) {
+        fprintf(stderr, "FSA_TEST_LAYOUTS is set but names no layout\n");
+        exit(1);
+    }
+    return name_in_list(only, layout);
 }
 
 void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n_cases)

@@ -75,6 +75,10 @@ uint64_t fsa_test_random_rerun_seed(uint64_t base, int i);
  * and the tests would pass having checked none). */
 int fsa_test_case_listed(const char *name);
 void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n);
+/* FSA_TEST_LAYOUTS=1,2 runs only the smaller layouts listed (FSA_QT_SMALL_FWD / FSA_QT_SMALL_BWD values) in
+ * the tests that loop over them; unset, every one. A tool as slow as racecheck can then take one layout per
+ * process. A name other than 1 or 2, or a list naming none, prints why and exits 1 (it would check nothing). */
+int fsa_test_layout_listed(const char *layout);
 
 /* Round to nearest even; NaN stays NaN. */
 uint16_t fsa_f32_to_bf16(float x);
