@@ -60,8 +60,10 @@ typedef struct fsa_context_options {
     fsa_cache_mode cache_mode;
     fsa_jit_mode jit;
     int log;                /**< 1 = warnings to stderr; -1 = never (but a dump that
-                                 *   $FSA_JIT_DUMP asked for reports its failures); 0 = $FSA_LOG */
-    /** Check mode: 1 = on, -1 = off, 0 = $FSA_CHECK (on for 1, on, true, yes). Each call
+                                 *   $FSA_JIT_DUMP asked for reports its failures); 0 = $FSA_LOG;
+                                 *   any other value is refused */
+    /** Check mode: 1 = on, -1 = off, 0 = $FSA_CHECK (on for 1, on, true, yes); any other
+     *  value is refused. Each call
      *  of a plan of this context first runs a small kernel that validates cu_seqlens
      *  (starts at 0, never falls, ends at total_tokens, no sequence over max_seqlen when
      *  given) and the top-k rows (each entry -1 or a block of the token's own sequence,
@@ -110,7 +112,8 @@ typedef struct fsa_context_options {
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER when out is NULL;
  *         FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT for an unknown
  *         mode or switch value (option or environment: FSA_CACHE_MODE,
- *         FSA_JIT, FSA_TUNE, FSA_CHECK, FSA_LOG), a negative device other than
+ *         FSA_JIT, FSA_TUNE, FSA_CHECK, FSA_LOG; log and check other than
+ *         1, -1 and 0), a negative device other than
  *         FSA_DEVICE_NONE, an offline context without a target or a target
  *         that cannot run on the device or a target name of another form than
  *         sm_<major><minor>[a|f]; FSA_STATUS_UNSUPPORTED_DEVICE for a device

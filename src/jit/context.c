@@ -179,9 +179,17 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     pthread_mutex_init(&ctx->fill_lock, NULL);
     ctx->target = ctx->arch.name;
     ctx->device = o.device;
+    /* Only 1, -1 and 0 mean something: any other value is a caller's mistake,
+     * as the same value through FSA_LOG or FSA_CHECK is. */
+    if (o.log < -1 || o.log > 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context", "unknown log value %d (1 = on, -1 = off, 0 = $FSA_LOG)",
+                 o.log);
     ctx->log = o.log > 0 ? 1 : 0;
     if (o.log == 0) FSA_CHECK(env_switch(&ctx->log, "FSA_LOG", 0));
     FSA_APPENDED_FIELD(fsa_context_options, check, FSA_CONTEXT_OPTIONS_FIRST_SIZE);
+    if (o.check < -1 || o.check > 1)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, "context",
+                 "unknown check value %lld (1 = on, -1 = off, 0 = $FSA_CHECK)", (long long)o.check);
     ctx->check = o.check > 0 ? 1 : 0;
     if (o.check == 0) FSA_CHECK(env_switch(&ctx->check, "FSA_CHECK", 0));
     FSA_APPENDED_FIELD(fsa_context_options, tune, FSA_CONTEXT_OPTIONS_FIRST_SIZE);

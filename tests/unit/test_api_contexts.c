@@ -269,6 +269,38 @@ static void test_unknown_cache_and_jit_mode_options_are_invalid_arguments(void *
     assert_null(ctx);
 }
 
+/* log and check take 1, -1 and 0 alone: 5 read as on and -7 as off would give a caller's mistake a meaning,
+ * while the same values through FSA_LOG and FSA_CHECK are refused. */
+static void test_log_and_check_options_other_than_one_minus_one_and_zero_are_invalid_arguments(void **state)
+{
+    (void)state;
+    const int64_t bad[] = {2, 5, -2, -7, INT32_MAX, INT32_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fsa_context *ctx = NULL;
+        fsa_context_options o = offline_options("sm_80");
+        o.cache_mode = FSA_CACHE_MODE_OFF;
+        o.log = (int)bad[i];
+        EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+        assert_null(ctx);
+        assert_non_null(strstr(fsa_last_error(), "log value"));
+        o.log = -1;
+        o.check = bad[i];
+        EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_context_create(&ctx, &o));
+        assert_null(ctx);
+        assert_non_null(strstr(fsa_last_error(), "check value"));
+    }
+    const int good[] = {-1, 0, 1};
+    for (size_t i = 0; i < 3; i++) {
+        fsa_context *ctx = NULL;
+        fsa_context_options o = offline_options("sm_80");
+        o.cache_mode = FSA_CACHE_MODE_OFF;
+        o.log = good[i];
+        o.check = good[i];
+        assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+        fsa_context_destroy(ctx);
+    }
+}
+
 /* A directory below `base` whose path is `len` bytes long (levels of at most
  * 200 bytes); the caller frees it. */
 static char *long_directory(const char *base, size_t len)
@@ -361,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_a_bad_fsa_jit_value_is_an_invalid_argument),
         cmocka_unit_test(test_a_bad_fsa_check_or_fsa_log_value_is_an_invalid_argument),
         cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
+        cmocka_unit_test(test_log_and_check_options_other_than_one_minus_one_and_zero_are_invalid_arguments),
         cmocka_unit_test(test_a_default_cache_directory_too_long_for_a_path_is_not_shortened),
         cmocka_unit_test(test_destroying_null_is_fine),
     };
