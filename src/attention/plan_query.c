@@ -38,6 +38,13 @@ static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const
                              "token chunks of %lld tokens over %lld blocks per KV head exceed the index's 32-bit keys "
                              "(a larger workspace cap gives longer chunks)",
                              (long long)tc, (long long)ix->nb_total);
+    /* The scatter names each work item's segment, its place among the
+     * chunk's chunk_heads x nb_total, in an int (work_seg). */
+    if (ix->nb_total > (INT32_MAX - 1) / ix->chunk_heads)
+        return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
+                             "a chunk of %d KV heads x %lld blocks per KV head exceeds the index's 32-bit segment "
+                             "numbers (a smaller workspace cap gives chunks of fewer KV heads)",
+                             ix->chunk_heads, (long long)ix->nb_total);
     return FSA_STATUS_OK;
 }
 
@@ -97,8 +104,9 @@ fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *p
     fsa_bwd_chunk(&heads, tc_out, plan, total_tokens, batch, order);
     fsa_bwd_layout_for(out, plan, total_tokens, batch, heads, *tc_out, order);
     st = check_indexable(plan, out->total, stage);
-    if (st == FSA_STATUS_OK) st = check_index_keys(&out->index, *tc_out, stage);
-    return st == FSA_STATUS_OK ? check_bwd_work(plan, out, *tc_out, stage) : st;
+    /* (The work count holds the chunk's segments: past int32 it is the first to say so.) */
+    if (st == FSA_STATUS_OK) st = check_bwd_work(plan, out, *tc_out, stage);
+    return st == FSA_STATUS_OK ? check_index_keys(&out->index, *tc_out, stage) : st;
 }
 
 fsa_status fsa_plan_workspace_size_bwd(size_t *bytes_out, const fsa_plan *plan, int64_t total_tokens, int batch)

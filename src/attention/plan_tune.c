@@ -123,11 +123,16 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "the plan was created without backward = 1");
     FSA_CHECK(fsa_check_tokens(STAGE, total_tokens, 1));
     if (total_tokens == 0) FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "no tokens to measure with");
+    scratch s;
+    /* Inputs past 2^64 bytes without the workspace are refused before it is sized. */
+    if (!layout(&s, plan, total_tokens, 0))
+        FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
+                 "scratch inputs of %lld tokens of %d query and %d KV heads pass 2^64 bytes", (long long)total_tokens,
+                 plan->desc.num_q_heads, plan->desc.num_kv_heads);
     size_t ws_fwd = 0, ws_bwd = 0;
     FSA_CHECK(fsa_plan_workspace_size(&ws_fwd, plan, total_tokens, 1));
     if (op == FSA_OP_BWD) FSA_CHECK(fsa_plan_workspace_size_bwd(&ws_bwd, plan, total_tokens, 1));
     const size_t ws = ws_fwd > ws_bwd ? ws_fwd : ws_bwd;
-    scratch s;
     if (!layout(&s, plan, total_tokens, ws))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE,
                  "scratch inputs of %lld tokens of %d query and %d KV heads pass 2^64 bytes", (long long)total_tokens,

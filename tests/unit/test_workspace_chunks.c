@@ -504,6 +504,47 @@ static void test_token_chunks_whose_index_keys_pass_int32_are_refused(void **sta
     assert_int_equal(fsa_plan_workspace_size_bwd(&n, &p, batch, batch), FSA_STATUS_OK);
 }
 
+/* The scatter names a work item's segment, its place among its chunk's KV heads x blocks, in an int: one-token
+ * sequences by the hundred million make 4 heads of them pass 2^31 (the last head's segments wrapped negative,
+ * and the main kernel read and wrote before its arrays). Refused; a cap that gives chunks of two heads runs. */
+static void test_a_chunk_whose_segments_pass_int32_is_refused(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    p.desc.num_q_heads = p.desc.num_kv_heads = 4;
+    p.desc.block_size = 256;
+    p.desc.top_k = 1;
+    p.desc.backward = 0;
+    p.bwd_available = 0;
+    p.config.head_dim = p.config.value_dim = 16;
+    p.desc.value_dim = 16;
+    p.config.block_size = 256;
+    p.config.top_k = 1;
+    /* nb_total = T / 256 + batch + 1 blocks per KV head, just past (2^31 - 1) / 4 with batch = T. */
+    int batch = 534000000;
+    while ((int64_t)batch / 256 + batch + 1 <= (INT32_MAX - 1) / 4) batch++;
+    size_t n = 1;
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_UNSUPPORTED);
+    fsa_test_expect_error("plan", "32-bit segment numbers");
+    assert_int_equal(n, 0);
+    /* Two KV heads hold them: the 2-head plan's whole workspace as the cap gives the 4-head plan smaller chunks. */
+    p.desc.num_q_heads = p.desc.num_kv_heads = 2;
+    size_t two = 0;
+    assert_int_equal(fsa_plan_workspace_size(&two, &p, batch, batch), FSA_STATUS_OK);
+    p.desc.num_q_heads = p.desc.num_kv_heads = 4;
+    p.desc.workspace_limit = two;
+    int heads;
+    int64_t tc;
+    fsa_fwd_chunk(&heads, &tc, &p, batch, batch);
+    assert_true(heads <= 2);
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+    assert_true(n <= two);
+    batch--; /* 4 x nb_total at the bound: one chunk of every head */
+    p.desc.workspace_limit = FSA_WORKSPACE_UNLIMITED;
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+}
+
 /* ------------------------------------------------ the layouts' regions */
 
 typedef struct region {
@@ -672,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_token_chunks_of_the_standard_problem_share_one_index),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
         cmocka_unit_test(test_token_chunks_whose_index_keys_pass_int32_are_refused),
+        cmocka_unit_test(test_a_chunk_whose_segments_pass_int32_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
