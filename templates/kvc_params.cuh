@@ -8,6 +8,11 @@
 
 #include "fsa_layout.cuh"
 
+/* The most sequences a plan takes: a CTA's threads walk the batch with an int
+ * counter that steps by the block's size (up to 1024; tile_sequence in
+ * paged_kv.cuh), which must not pass INT32_MAX on its way out. */
+#define FSA_KVC_MAX_BATCH (2147483647 - 1024)
+
 /* A paged cache [num_pages, page_size, Hkv, D or Dv] by strides: the rows of a page
  * as a tensor view (token = row in the page), and the page stride. */
 typedef struct fsa_kvc_cache_view {

@@ -68,7 +68,7 @@ typedef struct fsa_kvcache_desc {
     int block_size;           /**< keys per selectable block: 16, 32, 64 (default), 128, 256 */
     int top_k;                /**< slots per top-k row: 1..64; default 16 */
     int page_size;            /**< tokens per cache page: 1, 16, 32, 64 (default), 128, 256 */
-    int max_batch;            /**< most sequences per call (required) */
+    int max_batch;            /**< most sequences per call (required; 1 to INT_MAX - 1024) */
     int64_t max_query_tokens; /**< most new tokens per call, all sequences together (required), up to INT32_MAX */
     float scale;              /**< softmax scale; 0 = 1/sqrt(head_dim) */
     int splits;               /**< shares of a one-tile sequence, 1..64; 0 = chosen (fsa_kvcache_plan_choice_get):

@@ -68,13 +68,18 @@ def _fn(lib, name):
     return _nsa_abi.function(lib, name, _SIGNATURES)
 
 
-def _pow2_at_least(n):
-    """The plan size a call of n takes by default: the next power of two, at most INT32_MAX (what the
-    plan's int fields hold; n itself is at most that)."""
+# The most sequences a paged-cache plan takes (libfsa's FSA_KVC_MAX_BATCH: its kernels walk a batch with an
+# int counter stepping by up to 1024 threads).
+MAX_BATCH = _lib.INT32_MAX - 1024
+
+
+def _pow2_at_least(n, cap=_lib.INT32_MAX):
+    """The plan size a call of n takes by default: the next power of two, at most cap (INT32_MAX, what the
+    plan's int fields hold, or MAX_BATCH for max_batch; n itself is at most that)."""
     p = 1
     while p < n:
         p *= 2
-    return min(p, _lib.INT32_MAX)
+    return min(p, cap)
 
 
 def _plan(lib, shape):
@@ -254,8 +259,9 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
         raise ValueError("block_table's pages must be contiguous in a row (column stride 1), got stride "
                          f"{block_table.stride(1)}")
     # fsa_kvcache_args.batch and .max_pages_per_seq are ints: ctypes would keep the low 32 bits silently.
-    if batch > _lib.INT32_MAX:
-        raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {_lib.INT32_MAX} (libfsa's int batch)")
+    if batch > MAX_BATCH:
+        raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {MAX_BATCH} (libfsa's paged-cache "
+                         "plans)")
     if block_table.shape[1] > _lib.INT32_MAX:
         raise ValueError(f"block_table has {block_table.shape[1]} pages per sequence: at most {_lib.INT32_MAX} "
                          "(libfsa's int max_pages_per_seq)")
@@ -380,7 +386,7 @@ def _run(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, to
     lib = _lib.get()
     device = _device_index(q.device)
     key = (device, q.dtype, d, hq, hkv, block_size, int(k), int(page),
-           max_batch or _pow2_at_least(max(batch, 1)), max_query_tokens or _pow2_at_least(max(tq, 1)),
+           max_batch or _pow2_at_least(max(batch, 1), MAX_BATCH), max_query_tokens or _pow2_at_least(max(tq, 1)),
            scale, splits, validate, int(dv))
     handle, ws_bytes, counter_bytes = _plan(lib, key)
     o = torch.empty((tq, hq, dv), dtype=q.dtype, device=q.device)

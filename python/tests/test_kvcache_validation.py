@@ -310,3 +310,10 @@ def test_the_default_plan_sizes_are_powers_of_two_that_stay_within_int32(n, size
     # A call of up to INT32_MAX sequences or query tokens: its default plan holds it in the plan's int fields
     # (2^31 would wrap to -2^31 in max_batch and pass max_query_tokens' bound).
     assert kvcache._pow2_at_least(n) == size
+
+
+@pytest.mark.parametrize("n, size", [(2**30, 2**30), (2**30 + 1, 2**31 - 1025), (2**31 - 1025, 2**31 - 1025)])
+def test_the_default_max_batch_stays_within_the_plans_bound(n, size):
+    # libfsa takes at most INT32_MAX - 1024 sequences (its kernels step through a batch by up to 1024 threads).
+    assert kvcache.MAX_BATCH == 2**31 - 1025
+    assert kvcache._pow2_at_least(n, kvcache.MAX_BATCH) == size

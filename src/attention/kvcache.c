@@ -46,9 +46,10 @@ static fsa_status validate_desc(const fsa_kvcache_desc *d)
     if (d->page_size != 1 && !is_pow2_in(d->page_size, 16, 256))
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "page_size %d: 1, 16, 32, 64, 128 or 256", d->page_size);
     if (d->top_k < 1 || d->top_k > 64) FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "top_k %d: 1..64", d->top_k);
-    if (d->max_batch < 1 || d->max_query_tokens < 1 || d->max_query_tokens > INT32_MAX)
-        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "max_batch %d: 1..INT_MAX; max_query_tokens %lld: 1..INT32_MAX",
-                 d->max_batch, (long long)d->max_query_tokens);
+    if (d->max_batch < 1 || d->max_batch > FSA_KVC_MAX_BATCH || d->max_query_tokens < 1 ||
+        d->max_query_tokens > INT32_MAX)
+        FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "max_batch %d: 1..%d; max_query_tokens %lld: 1..INT32_MAX",
+                 d->max_batch, FSA_KVC_MAX_BATCH, (long long)d->max_query_tokens);
     if (!isfinite(d->scale) || d->scale < 0.0f)
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))");
     if (d->splits < 0 || d->splits > 64) FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "splits %d: 0..64", d->splits);

@@ -49,6 +49,10 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     d = good_desc(32, 8);
     d.max_batch = 0;
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    /* The kernels step through a batch by up to 1024 threads with an int counter: more would wrap it. */
+    d.max_batch = INT32_MAX - 1023;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    assert_non_null(strstr(fsa_last_error(), "max_batch 2147482624: 1..2147482623"));
     d = good_desc(32, 8);
     d.splits = 65;
     expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
@@ -208,16 +212,17 @@ static void test_a_call_of_more_tiles_than_a_grid_holds_is_refused(void **state)
 {
     (void)state;
     fsa_kvcache_desc d = good_desc(8, 2);
-    d.max_batch = INT32_MAX;
+    d.max_batch = INT32_MAX - 1024; /* the most a plan takes (FSA_KVC_MAX_BATCH) */
     d.max_query_tokens = INT32_MAX;
     d.splits = 1; /* no workspace */
     fsa_kvcache_plan *plan = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
     fsa_kvcache_args a = good_args(plan);
-    a.batch = INT32_MAX; /* + 4 tokens / 4 per tile: 2^31 tiles */
+    a.batch = INT32_MAX - 1024;
+    a.num_query_tokens = 4100; /* / 4 per tile + the batch: 2^31 tiles */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(fsa_last_error(), "2^31 - 1 CTAs"));
-    a.batch = INT32_MAX - 1; /* 2^31 - 1 tiles: past the host checks (no device here) */
+    a.num_query_tokens = 4096; /* 2^31 - 1 tiles: past the host checks (no device here) */
     assert_int_equal(fsa_kvcache_attention(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
     fsa_kvcache_plan_destroy(plan);
 }

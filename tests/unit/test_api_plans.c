@@ -480,7 +480,7 @@ static void test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument(v
 /* The workspace holds partial rows for every (sequence, KV head, share) of
  * max_batch sequences: a shape whose bytes overflow size_t is unsupported,
  * instead of a size that wrapped to a few bytes (which the kernels' writes
- * would overrun). max_batch = INT32_MAX with a usual head count still fits. */
+ * would overrun). The largest max_batch with a usual head count still fits. */
 static void test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported(void **state)
 {
     (void)state;
@@ -491,7 +491,7 @@ static void test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsuppor
     d.num_q_heads = d.num_kv_heads = 65535;
     d.top_k = 64;
     d.splits = 64;
-    d.max_batch = INT32_MAX; /* 2^31 x 65535 x 64 shares x 16 rows x 256 floats: about 2^67 bytes */
+    d.max_batch = INT32_MAX - 1024; /* the most a plan takes; x 65535 x 64 shares x 16 rows x 256 floats: ~2^67 bytes */
     EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_kvcache_plan_create(&plan, ctx, &d));
     assert_null(plan);
     assert_non_null(strstr(fsa_last_error(), "workspace"));
