@@ -114,10 +114,11 @@ FSA_LAYOUT_FN int fsa_qt_wg_dims_ok(int dk, int dv) { return dk % 64 == 0 && dv 
 FSA_LAYOUT_FN int fsa_qt_wg_groups(int wg) { return wg >= 4 ? 3 : wg == 3 ? 2 : 1; }
 /* The variant a (dk, dv) plan gets when `wanted` is asked for: 0 where the
  * head dims do not suit; three warpgroups only up to Dv 128 (their
- * registers hold no more accumulators), else two. */
+ * registers hold no more accumulators) and Dk 192 (three warpgroups' query
+ * rows at Dk 256 leave no room for the key stages in 227 KB), else two. */
 FSA_LAYOUT_FN int fsa_qt_wg_pick(int wanted, int dk, int dv)
 {
-    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && dv > 128 ? 3 : wanted;
+    return !fsa_qt_wg_dims_ok(dk, dv) ? 0 : wanted >= 4 && (dv > 128 || dk > 192) ? 3 : wanted;
 }
 /* The variant a plan gets unasked: FSA_QT_WG_DEFAULT on the head dims where
  * the warpgroup forward was measured faster than the mma.sync forward (Dv

@@ -192,6 +192,19 @@ static void test_the_warp_specialized_forward_variant_adds_a_producer_warpgroup(
         assert_int_equal(fsa_cmp_sel_groups(6, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT),
                          fsa_cmp_sel_groups(5, 128, 16, g, FSA_CMP_SEL_VARIANT_DEFAULT));
     assert_int_equal(fsa_qt_wg_pick(6, 192, 256), 3); /* three warpgroups only up to Dv 128 */
+    assert_int_equal(fsa_qt_wg_pick(6, 256, 128), 3); /* and Dk 192: at 256 their shared memory does not fit */
+    assert_int_equal(fsa_qt_wg_pick(4, 256, 64), 3);
+    assert_int_equal(fsa_qt_wg_pick(5, 192, 128), 5);
+    /* Whatever FSA_WGMMA asks for, the variant a plan gets fits sm_90's shared memory at every head-dim pair
+     * it takes (at Dk 256 three warpgroups' query rows did not: plans were refused). */
+    for (int wanted = 1; wanted <= 6; wanted++)
+        for (int dk = 64; dk <= 256; dk += 64)
+            for (int dv = 64; dv <= 256; dv += 64) {
+                const int wg = fsa_qt_wg_pick(wanted, dk, dv);
+                if (fsa_qt_fwd_kernel_smem(dk, dv, wg, 1, 0) > FSA_QT_WS_PERSISTENT_SMEM_MAX)
+                    fail_msg("FSA_WGMMA=%d at %d / %d: variant %d needs %d bytes", wanted, dk, dv, wg,
+                             fsa_qt_fwd_kernel_smem(dk, dv, wg, 1, 0));
+            }
     assert_int_equal(fsa_qt_wg_default(128, 128), 6);
     assert_int_equal(fsa_qt_wg_default(192, 128), 6);
     assert_int_equal(fsa_qt_wg_default(192, 192), 0); /* not measured faster than the mma.sync forward */
