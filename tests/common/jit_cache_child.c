@@ -107,6 +107,10 @@ static int child_no_nvrtc(const char *mode, char **argv)
     char name[32];
     snprintf(name, sizeof name, "fill_u%d", uncached);
     CHILD_CHECK(strstr(fsa_last_error(), name) != NULL, "error does not name %s", name);
+    /* and says what the loader tried (the parent sets FSA_NVRTC_PATH to a missing file) */
+    const char *path = getenv("FSA_NVRTC_PATH");
+    CHILD_CHECK(path != NULL && strstr(fsa_last_error(), path) != NULL, "error does not name FSA_NVRTC_PATH: %s",
+                fsa_last_error());
     s = stats_of(ctx);
     CHILD_CHECK(s.compiles == 0 && s.disk_hits == 1, CHILD_STATS(s));
     fsa_context_destroy(ctx);
