@@ -4,10 +4,12 @@
 #include "base/struct_size.h"
 #include "base/util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static fsa_status parse_cache_mode(fsa_cache_mode *out, fsa_cache_mode requested)
 {
@@ -140,7 +142,8 @@ static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *r
     ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
     if (ctx->cache_dir == NULL) {
         fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
-        ctx->cache_note = strdup("no cache directory: FSA_CACHE_DIR, XDG_CACHE_HOME and HOME are unset");
+        ctx->cache_note = strdup("no cache directory: FSA_CACHE_DIR and HOME are unset or empty and XDG_CACHE_HOME "
+                                 "is not an absolute path");
         return;
     }
     fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);
@@ -217,8 +220,20 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     open_disk_cache(ctx, mode, o.cache_dir);
     const char *dump_dir = getenv("FSA_JIT_DUMP");
     if (dump_dir && *dump_dir) {
-        ctx->dump_dir = strdup(dump_dir);
-        FSA_CHECK_ALLOC(ctx->dump_dir, "context");
+        /* Relative: fixed to the working directory of now, as the cache
+         * directory is; a later chdir must not move the dumps. */
+        char *cwd = dump_dir[0] == '/' ? NULL : getcwd(NULL, 0);
+        if (dump_dir[0] != '/' && cwd == NULL) {
+            fsa_log_warn(ctx->log, "FSA_JIT_DUMP=%s is relative and the working directory is unknown (%s): no dumps",
+                         dump_dir, strerror(errno));
+        } else {
+            fsa_strbuf b = {0};
+            if (cwd) fsa_strbuf_appendf(&b, "%s/%s", cwd, dump_dir);
+            else fsa_strbuf_appendf(&b, "%s", dump_dir);
+            ctx->dump_dir = fsa_strbuf_take(&b);
+            free(cwd);
+            FSA_CHECK_ALLOC(ctx->dump_dir, "context");
+        }
     }
     ctx->env.target = ctx->target;
     ctx->env.disk = ctx->disk;

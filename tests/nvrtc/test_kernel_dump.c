@@ -175,6 +175,34 @@ static void test_the_variable_is_read_once_when_the_context_is_created(void **st
     free(tmp);
 }
 
+/* A relative FSA_JIT_DUMP is taken from the working directory when the context is created: a later chdir
+ * moved the dumps (the path was resolved at each dump). */
+static void test_a_relative_dump_directory_is_fixed_when_the_context_is_created(void **state)
+{
+    (void)state;
+    char *here = getcwd(NULL, 0), *first = fsa_test_mkdtemp("dumprel"), *second = fsa_test_mkdtemp("dumpcd");
+    assert_non_null(here);
+    assert_int_equal(chdir(first), 0);
+    fsa_context *ctx = context_dumping_to("dumps");
+    assert_int_equal(chdir(second), 0);
+    fsa_module *m = get_fill(ctx, 11); /* an unroll no other test builds: compiled (and dumped) here */
+    assert_int_equal(chdir(here), 0);
+    char dir[1024], moved[1024];
+    snprintf(dir, sizeof dir, "%s/dumps", first);
+    snprintf(moved, sizeof moved, "%s/dumps", second);
+    char *source = dumped(dir, fsa_module_name(m), "cu");
+    assert_non_null(source);
+    struct stat sb;
+    assert_int_equal(stat(moved, &sb), -1);
+    free(source);
+    fsa_context_destroy(ctx);
+    fsa_test_rmtree(first);
+    fsa_test_rmtree(second);
+    free(first);
+    free(second);
+    free(here);
+}
+
 static void test_a_dump_directory_that_cannot_be_made_costs_a_warning_not_the_kernel(void **state)
 {
     (void)state;
@@ -225,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_each_built_kernel_leaves_its_source_ptx_and_resources_in_the_dump_directory),
         cmocka_unit_test(test_the_kept_cubin_is_the_one_a_plain_compile_gives),
         cmocka_unit_test(test_the_variable_is_read_once_when_the_context_is_created),
+        cmocka_unit_test(test_a_relative_dump_directory_is_fixed_when_the_context_is_created),
         cmocka_unit_test(test_a_dump_directory_that_cannot_be_made_costs_a_warning_not_the_kernel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
