@@ -138,10 +138,16 @@ def assert_one_rounding_step(a, b, what, terms):
 
 
 def gpu_required():
-    """Whether FSA_TEST_REQUIRE_GPU is set to anything but "" or "0" (as the C tests read it): the machine is
-    meant to run the GPU tests, so what would skip them (no CUDA device for torch, no libfsa, a libfsa without
-    an entry point they need) is a failure instead, not a suite of skips that passes."""
-    return os.environ.get("FSA_TEST_REQUIRE_GPU", "") not in ("", "0")
+    """Whether FSA_TEST_REQUIRE_GPU is on (1, on, true, yes; unset, empty, 0, off, false, no are off; anything
+    else is an error, as the C tests read it): the machine is meant to run the GPU tests, so what would skip
+    them (no CUDA device for torch, no libfsa, a libfsa without an entry point they need) is a failure
+    instead, not a suite of skips that passes."""
+    value = os.environ.get("FSA_TEST_REQUIRE_GPU", "")
+    if value.lower() in ("1", "on", "true", "yes"):
+        return True
+    if value.lower() in ("", "0", "off", "false", "no"):
+        return False
+    raise pytest.UsageError(f"FSA_TEST_REQUIRE_GPU={value}: expected 1, on, true, yes or 0, off, false, no")
 
 
 def skip_or_fail(reason):

@@ -41,6 +41,20 @@ def test_only_a_value_other_than_empty_and_0_requires_a_gpu(require):
     assert helpers.gpu_required() == (require == "1")
 
 
+@pytest.mark.parametrize("value, required", [("true", True), ("ON", True), ("yes", True), ("false", False),
+                                             ("off", False), ("No", False)])
+def test_the_switch_words_read_as_the_c_tests_read_them(value, required, monkeypatch):
+    # "false" read as on made a machine without a GPU fail the suite it meant to skip.
+    monkeypatch.setenv("FSA_TEST_REQUIRE_GPU", value)
+    assert helpers.gpu_required() == required
+
+
+def test_a_malformed_value_is_an_error_not_a_guess(monkeypatch):
+    monkeypatch.setenv("FSA_TEST_REQUIRE_GPU", "maybe")
+    with pytest.raises(pytest.UsageError, match="FSA_TEST_REQUIRE_GPU=maybe"):
+        helpers.gpu_required()
+
+
 def test_no_libfsa_skips_or_fails(require, monkeypatch):
     def not_found():
         raise _lib.FsaLibraryNotFound("libfsa.so: cannot open shared object file")

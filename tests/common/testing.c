@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -96,10 +97,24 @@ static uint64_t env_whole_number(const char *name, uint64_t fallback, uint64_t m
     return v;
 }
 
+int fsa_test_env_switch(const char *name)
+{
+    static const char *const on[] = {"1", "on", "true", "yes"}, *const off[] = {"0", "off", "false", "no"};
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return 0;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, on[i]) == 0) return 1;
+        if (strcasecmp(v, off[i]) == 0) return 0;
+    }
+    fprintf(stderr, "%s=%s: expected 1, on, true, yes or 0, off, false, no\n", name, v);
+    exit(1);
+}
+
+int fsa_test_quick(void) { return fsa_test_env_switch("FSA_TEST_QUICK"); }
+
 int fsa_test_random_count(int fallback)
 {
-    const char *quick = getenv("FSA_TEST_QUICK");
-    const int dflt = fallback >= 0 ? fallback : quick && atoi(quick) ? 1 : 4;
+    const int dflt = fallback >= 0 ? fallback : fsa_test_quick() ? 1 : 4;
     return (int)env_whole_number("FSA_TEST_RANDOM", (uint64_t)dflt, 100000);
 }
 
@@ -256,11 +271,7 @@ float fsa_f16_to_f32(uint16_t x)
     return f;
 }
 
-int fsa_test_gpu_required(void)
-{
-    const char *v = getenv("FSA_TEST_REQUIRE_GPU");
-    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
-}
+int fsa_test_gpu_required(void) { return fsa_test_env_switch("FSA_TEST_REQUIRE_GPU"); }
 
 void fsa_test_exit_without_gpu(const char *why, ...)
 {

@@ -124,7 +124,13 @@ typedef fsa_status (*fsa_test_call_fn)(void *arg, void *stream);
 fsa_status fsa_test_call_on_another_thread(fsa_test_call_fn fn, void *arg, void *stream, char *message,
                                            size_t message_size);
 
-/* Whether FSA_TEST_REQUIRE_GPU is set (to anything but "" or "0"): the
+/* The on/off test variable `name`: 1, on, true, yes (any case) are 1; unset,
+ * empty, 0, off, false, no are 0; anything else prints why and exits 1 (as
+ * the library's own switches refuse it: "false" must not read as on). */
+int fsa_test_env_switch(const char *name);
+/* FSA_TEST_QUICK (fsa_test_env_switch): the GPU tests' quick subset. */
+int fsa_test_quick(void);
+/* Whether FSA_TEST_REQUIRE_GPU is on (fsa_test_env_switch): the
  * machine is meant to have a usable GPU, so a GPU test that finds none must
  * fail, not skip (a driver-loader or device-detection bug would otherwise
  * turn the GPU suite into skips that pass). */

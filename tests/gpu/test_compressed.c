@@ -1173,7 +1173,7 @@ static void *plan_worker(void *arg)
 static int setup(void **state)
 {
     (void)state;
-    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_quick = fsa_test_quick();
     g_cache_dir = fsa_test_mkdtemp("cmp-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     pthread_t th[8];

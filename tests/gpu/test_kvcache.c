@@ -34,8 +34,7 @@ static int case_selected(size_t i)
 {
     const int listed = fsa_test_case_listed(kvc_cases[i].name);
     if (listed >= 0) return listed;
-    const char *quick = getenv("FSA_TEST_QUICK");
-    return !(quick && atoi(quick)) || kvc_cases[i].quick;
+    return !fsa_test_quick() || kvc_cases[i].quick;
 }
 
 static const char *case_name(size_t i) { return kvc_cases[i].name; }

@@ -339,7 +339,7 @@ static void test_a_too_small_workspace_is_refused_before_any_launch(void **state
 static int setup(void **state)
 {
     (void)state;
-    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_quick = fsa_test_quick();
     g_cache_dir = fsa_test_mkdtemp("fwd-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     return attn_create_plans(g_plans, g_ctx, cases, N_CASES, 0);

@@ -916,7 +916,7 @@ static void test_random_cases_match_the_reference(void **state)
 static int setup(void **state)
 {
     (void)state;
-    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_quick = fsa_test_quick();
     /* a malformed value exits here, GPU or not; cases picked by name run no random ones */
     g_n_random = fsa_test_random_count(getenv("FSA_TEST_CASES") != NULL ? 0 : -1);
     g_random_seed = fsa_test_random_seed(0x5eed0f5a);

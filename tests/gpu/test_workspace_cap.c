@@ -482,7 +482,7 @@ static void test_capped_backwards_match_the_reference_and_the_uncapped_call(void
 static int setup(void **state)
 {
     (void)state;
-    g_quick = getenv("FSA_TEST_QUICK") && atoi(getenv("FSA_TEST_QUICK"));
+    g_quick = fsa_test_quick();
     g_cache_dir = fsa_test_mkdtemp("cap-cache");
     g_ctx = fsa_test_gpu_context_or_skip(g_cache_dir);
     return 0;

@@ -117,6 +117,10 @@ else
   gpu_expect 77 '^skipping: no usable GPU .*FSA_STATUS_NO_DRIVER' "$none" test_fill FSA_TEST_REQUIRE_GPU=
   gpu_expect 77 '^skipping: no usable GPU .*FSA_STATUS_NO_DRIVER' "$none" test_fill FSA_TEST_REQUIRE_GPU=0
   gpu_expect 1 "$required.*FSA_STATUS_NO_DRIVER" "$none" test_fill FSA_TEST_REQUIRE_GPU=1
+  # the library's switch words: "false" is off (it read as on), "maybe" an error
+  gpu_expect 77 '^skipping: no usable GPU .*FSA_STATUS_NO_DRIVER' "$none" test_fill FSA_TEST_REQUIRE_GPU=false
+  gpu_expect 1 'FSA_TEST_REQUIRE_GPU=yes says there is one.*FSA_STATUS_NO_DRIVER' "$none" test_fill FSA_TEST_REQUIRE_GPU=yes
+  gpu_expect 1 '^FSA_TEST_REQUIRE_GPU=maybe: expected 1, on' "$none" test_fill FSA_TEST_REQUIRE_GPU=maybe
   gpu_expect 1 "$required.*FSA_STATUS_NO_DEVICE" "$fake" test_fill FSA_TEST_REQUIRE_GPU=1 FSA_FAKE_CUDA_DEVICES=0
   gpu_expect 77 '^skipping: no usable GPU .*FSA_STATUS_UNSUPPORTED_DEVICE' "$fake" test_fill FSA_FAKE_CUDA_CC=75
   gpu_expect 1 "$required.*FSA_STATUS_UNSUPPORTED_DEVICE" "$fake" test_fill FSA_TEST_REQUIRE_GPU=1 FSA_FAKE_CUDA_CC=75
