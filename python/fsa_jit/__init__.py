@@ -58,7 +58,7 @@ def library_path():
 
 
 def library_version():
-    """libfsa's version string, e.g. '0.1.0'."""
+    """libfsa's version string (major.minor.patch, the VERSION file's)."""
     from . import _lib
 
     return _lib.get().version()
