@@ -146,11 +146,12 @@ fsa_status fsa_plan_tune(int *measured_out, const fsa_plan *plan, fsa_operation 
     fsa_choose(&before, plan, op, total_tokens);
     if (!before.may_measure) goto cleanup; /* a record, one candidate, or another thread measuring */
 
-    topk = make_topk(plan, total_tokens);
-    FSA_CHECK_ALLOC(topk, STAGE);
     FSA_CHECK(fsa_context_enter(plan->ctx));
     entered = 1;
+    /* The device's scratch first: a size it refuses costs no host rows. */
     FSA_CHECK_CU(cu, cu->MemAlloc(&base, s.total), STAGE);
+    topk = make_topk(plan, total_tokens);
+    FSA_CHECK_ALLOC(topk, STAGE);
     /* Small finite values in both dtypes (0x3c3c: about 0.011 in bf16, 1.06 in f16). */
     FSA_CHECK_CU(cu, cu->MemsetD8Async(base, 0x3c, s.topk, NULL), STAGE);
     FSA_CHECK_CU(cu, cu->MemcpyHtoD(base + s.topk, topk, (size_t)total_tokens * (size_t)plan->desc.num_kv_heads *
