@@ -141,9 +141,15 @@ static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *r
     /* An empty directory means "not set", as for FSA_CACHE_DIR="". */
     ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
     if (ctx->cache_dir == NULL) {
-        fsa_log_warn(ctx->log, "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
-        ctx->cache_note = strdup("no cache directory: FSA_CACHE_DIR and HOME are unset or empty and XDG_CACHE_HOME "
-                                 "is not an absolute path");
+        /* Either nothing names a directory or its path could not be allocated. */
+        const char *env_dir = getenv("FSA_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        const int named = (requested_dir && *requested_dir) || (env_dir && *env_dir) || (xdg && xdg[0] == '/') ||
+                          (home && *home);
+        fsa_log_warn(ctx->log, named ? "no memory for the cache directory's path; kernels stay in memory"
+                                     : "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
+        ctx->cache_note = strdup(named ? "no cache directory: out of memory for its path"
+                                       : "no cache directory: FSA_CACHE_DIR and HOME are unset or empty and "
+                                         "XDG_CACHE_HOME is not an absolute path");
         return;
     }
     fsa_status st = fsa_disk_cache_open(&ctx->disk, ctx->cache_dir, mode == FSA_CACHE_MODE_READ_ONLY);

@@ -366,6 +366,39 @@ static void test_a_default_cache_directory_too_long_for_a_path_is_not_shortened(
     free(base);
 }
 
+/* A context without a cache directory says why in every "not cached" error: XDG_CACHE_HOME set but relative
+ * (or HOME set but empty) was reported as unset. */
+static void test_the_no_cache_directory_note_says_what_was_seen(void **state)
+{
+    (void)state;
+    const char *names[] = {"FSA_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = getenv(names[i]) ? strdup(getenv(names[i])) : NULL;
+        unsetenv(names[i]);
+    }
+    assert_int_equal(setenv("XDG_CACHE_HOME", "relative/cache", 1), 0);
+    assert_int_equal(setenv("HOME", "", 1), 0);
+    fsa_context_options o = offline_options("sm_80");
+    o.cache_mode = FSA_CACHE_MODE_READ_WRITE;
+    o.jit = FSA_JIT_OFF;
+    fsa_context *ctx = NULL;
+    assert_int_equal(fsa_context_create(&ctx, &o), FSA_STATUS_OK);
+    assert_string_equal(fsa_context_cache_dir(ctx), "");
+    fsa_gate_plan *plan = NULL;
+    fsa_gate_desc d = FSA_GATE_DESC_INIT;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_gate_plan_create(&plan, ctx, &d));
+    if (!strstr(fsa_last_error(), "XDG_CACHE_HOME is not an absolute path") ||
+        !strstr(fsa_last_error(), "HOME are unset or empty"))
+        fail_msg("%s", fsa_last_error());
+    fsa_context_destroy(ctx);
+    for (int i = 0; i < 3; i++) {
+        if (saved[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+        free(saved[i]);
+    }
+}
+
 static void test_destroying_null_is_fine(void **state)
 {
     (void)state;
@@ -395,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_unknown_cache_and_jit_mode_options_are_invalid_arguments),
         cmocka_unit_test(test_log_and_check_options_other_than_one_minus_one_and_zero_are_invalid_arguments),
         cmocka_unit_test(test_a_default_cache_directory_too_long_for_a_path_is_not_shortened),
+        cmocka_unit_test(test_the_no_cache_directory_note_says_what_was_seen),
         cmocka_unit_test(test_destroying_null_is_fine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
