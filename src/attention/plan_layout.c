@@ -177,6 +177,23 @@ static size_t bwd_group_total(const fsa_plan *plan, int64_t total_tokens, int ba
  * fits the call's cap, so that their chunks share one inversion (and the
  * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own
  * (to time the two against each other). */
+/* The divisors of n (1 .. INT_MAX) in descending order; returns how many
+ * (at most FSA_MAX_DIVISORS: 1600 is the most any int has). The chunk
+ * searches walk these instead of every head count: a plan of 2^28 KV heads
+ * took seconds a query. */
+#define FSA_MAX_DIVISORS 1600
+static int divisors_desc(int *out, int n)
+{
+    int low = 0, high = 0, small[FSA_MAX_DIVISORS / 2]; /* (those up to sqrt(n): half of them at most) */
+    for (int64_t d = 1; d * d <= n; d++)
+        if (n % d == 0) {
+            small[low++] = (int)d;
+            if (d * d != n) out[high++] = (int)(n / d); /* the large partners, descending */
+        }
+    for (int i = low - 1; i >= 0; i--) out[high++] = small[i];
+    return high;
+}
+
 static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
@@ -194,8 +211,12 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
     }
     if (heads >= hkv) return heads;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
-    for (int g = hkv; g > heads; g--)
-        if (hkv % g == 0 && g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
+    int divisors[FSA_MAX_DIVISORS];
+    const int n = divisors_desc(divisors, hkv);
+    for (int i = 0; i < n && divisors[i] > heads; i++) {
+        const int g = divisors[i];
+        if (g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
+    }
     return heads;
 }
 
@@ -312,14 +333,18 @@ static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_
     const uint64_t budget = layout_budget(plan, op, total_tokens);
     const int one = layout_total(plan, op, total_tokens, batch, hkv, all, group_total, order) <= budget;
     const int shared = !one && index_heads_for(plan, op, total_tokens, batch, 1, all, group_total, order) > 1;
-    for (int heads = hkv - 1; shared && all >= total_tokens && heads >= 1; heads--)
-        if (hkv % heads == 0 && group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
+    int divisors[FSA_MAX_DIVISORS];
+    const int n = divisors_desc(divisors, hkv);
+    for (int i = 1; shared && all >= total_tokens && i < n; i++) { /* (divisors[0] is hkv) */
+        const int heads = divisors[i];
+        if (group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
             *heads_out = heads;
             *tc_out = all;
             return;
         }
-    for (int heads = hkv; heads >= 1; heads--) {
-        if (hkv % heads != 0) continue;
+    }
+    for (int i = 0; i < n; i++) {
+        const int heads = divisors[i];
         if (layout_total(plan, op, total_tokens, batch, heads, all, group_total, order) <= budget || heads == 1) {
             *heads_out = heads;
             *tc_out = heads > 1 ? all : chunk_tokens(plan, op, total_tokens, batch, 1, group_total, order, budget);

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static fsa_context g_ctx;
 
@@ -545,6 +546,40 @@ static void test_a_chunk_whose_segments_pass_int32_is_refused(void **state)
     assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
 }
 
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The chunk searches walk the divisors of Hkv, not every head count: at 2^28 - 1 KV heads (top-k 1, so a
+ * token's list entries fit int32) a workspace query took about 9 s (a bisection of scans over 2^28 counts).
+ * Now a few milliseconds; 2 s leaves sanitizer builds a wide margin. The answer is a chunk of whole heads. */
+static void test_the_chunk_search_walks_the_divisors_of_hkv(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 1, FSA_DTYPE_BF16, 0);
+    p.desc.num_q_heads = p.desc.num_kv_heads = (1 << 28) - 1; /* 3 x 5 x 29 x 43 x 113 x 127 */
+    p.desc.top_k = 1;
+    p.config.top_k = 1;
+    p.desc.backward = 0;
+    p.bwd_available = 0;
+    const double t0 = seconds_now();
+    size_t n = 0;
+    assert_int_equal(fsa_plan_workspace_size(&n, &p, 2, 1), FSA_STATUS_OK);
+    int heads;
+    int64_t tc;
+    fsa_fwd_chunk(&heads, &tc, &p, 2, 1);
+    const double took = seconds_now() - t0;
+    print_message("  %d KV heads: chunks of %d heads x %lld tokens, %zu bytes, %.3f s\n", p.desc.num_kv_heads, heads,
+                  (long long)tc, n, took);
+    assert_true(n > 0);
+    assert_int_equal(p.desc.num_kv_heads % heads, 0);
+    assert_true(took < 2.0);
+}
+
 /* ------------------------------------------------ the layouts' regions */
 
 typedef struct region {
@@ -714,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
         cmocka_unit_test(test_token_chunks_whose_index_keys_pass_int32_are_refused),
         cmocka_unit_test(test_a_chunk_whose_segments_pass_int32_is_refused),
+        cmocka_unit_test(test_the_chunk_search_walks_the_divisors_of_hkv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
