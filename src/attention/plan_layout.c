@@ -194,6 +194,23 @@ static int divisors_desc(int *out, int n)
     return high;
 }
 
+/* The divisors of n, descending, worked out once per thread and head count
+ * (a query runs the searches dozens of times over the same Hkv). */
+typedef struct divisor_list {
+    int n, count;
+    int d[FSA_MAX_DIVISORS];
+} divisor_list;
+
+static const divisor_list *divisors_of(int n)
+{
+    static _Thread_local divisor_list memo;
+    if (memo.n != n) {
+        memo.count = divisors_desc(memo.d, n);
+        memo.n = n;
+    }
+    return &memo;
+}
+
 static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
@@ -211,10 +228,9 @@ static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_t
     }
     if (heads >= hkv) return heads;
     const uint64_t budget = layout_budget(plan, op, total_tokens);
-    int divisors[FSA_MAX_DIVISORS];
-    const int n = divisors_desc(divisors, hkv);
-    for (int i = 0; i < n && divisors[i] > heads; i++) {
-        const int g = divisors[i];
+    const divisor_list *dl = divisors_of(hkv);
+    for (int i = 0; i < dl->count && dl->d[i] > heads; i++) {
+        const int g = dl->d[i];
         if (g % heads == 0 && total(plan, total_tokens, batch, heads, g, tc, order) <= budget) return g;
     }
     return heads;
@@ -325,26 +341,36 @@ static int64_t chunk_tokens(const fsa_plan *plan, fsa_op_kind op, int64_t total_
  * inversion costs about the same fixed time whatever its heads, so one
  * inversion for 32 one-head chunks measured faster than one per two of 16
  * two-head chunks (bench/NOTES.md). */
+/* Whether a chunk of `heads` KV heads can number its (KV head, block)
+ * segments in an int, as the index's scatter does (work_seg). */
+static int segments_indexable(const fsa_plan *plan, int64_t total_tokens, int batch, int heads)
+{
+    const int64_t nb_total = total_tokens / plan->desc.block_size + batch + 1; /* as place_index */
+    return nb_total <= (INT32_MAX - 1) / heads;
+}
+
 static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
                      int batch, group_total_fn group_total, fsa_algorithm order)
 {
     const int hkv = plan->desc.num_kv_heads;
     const int64_t all = max_chunk_tokens(plan, total_tokens);
     const uint64_t budget = layout_budget(plan, op, total_tokens);
-    const int one = layout_total(plan, op, total_tokens, batch, hkv, all, group_total, order) <= budget;
+    const int one = segments_indexable(plan, total_tokens, batch, hkv) &&
+                    layout_total(plan, op, total_tokens, batch, hkv, all, group_total, order) <= budget;
     const int shared = !one && index_heads_for(plan, op, total_tokens, batch, 1, all, group_total, order) > 1;
-    int divisors[FSA_MAX_DIVISORS];
-    const int n = divisors_desc(divisors, hkv);
-    for (int i = 1; shared && all >= total_tokens && i < n; i++) { /* (divisors[0] is hkv) */
-        const int heads = divisors[i];
-        if (group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
+    const divisor_list *dl = divisors_of(hkv);
+    for (int i = 1; shared && all >= total_tokens && i < dl->count; i++) { /* (d[0] is hkv) */
+        const int heads = dl->d[i];
+        if (segments_indexable(plan, total_tokens, batch, heads) &&
+            group_total(plan, total_tokens, batch, heads, hkv, all, order) <= budget) {
             *heads_out = heads;
             *tc_out = all;
             return;
         }
     }
-    for (int i = 0; i < n; i++) {
-        const int heads = divisors[i];
+    for (int i = 0; i < dl->count; i++) {
+        const int heads = dl->d[i];
+        if (heads > 1 && !segments_indexable(plan, total_tokens, batch, heads)) continue;
         if (layout_total(plan, op, total_tokens, batch, heads, all, group_total, order) <= budget || heads == 1) {
             *heads_out = heads;
             *tc_out = heads > 1 ? all : chunk_tokens(plan, op, total_tokens, batch, 1, group_total, order, budget);

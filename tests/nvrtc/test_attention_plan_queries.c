@@ -5,6 +5,8 @@
  * compile once, into a cache directory of this test. */
 #include "attention_arguments_fixture.h"
 
+#include "attention/plan.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -159,19 +161,32 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
 }
 
 /* The backward's main kernel counts a launch's work items times key slices
- * in 32 bits: an uncapped chunk of every head and token past that count is
- * refused by the workspace query (and the call), never run with a wrapped
- * count that skips work; a cap cuts it into chunks that fit. */
-static void test_a_backward_chunk_past_the_main_kernels_32_bit_work_count_is_unsupported(void **state)
+ * in 32 bits: an uncapped call of every head and token past that count runs
+ * in chunks of fewer KV heads whose segments and work an int numbers (the
+ * chunk search keeps each head chunk's segments within an int), or is
+ * refused by the workspace query (and the call); never run with a wrapped
+ * count that skips work. */
+static void test_a_backward_past_the_main_kernels_32_bit_work_count_runs_in_smaller_chunks_or_is_refused(void **state)
 {
     (void)state;
     const int64_t T = (int64_t)1 << 30;
     fsa_plan *plan = plan_with_kv_heads(4096, 1, FSA_WORKSPACE_UNLIMITED);
     size_t w = 1;
     fsa_status st = fsa_plan_workspace_size_bwd(&w, plan, T, 1);
-    if (st != FSA_STATUS_UNSUPPORTED || !strstr(fsa_last_error(), "32-bit count"))
+    if (st == FSA_STATUS_OK) {
+        int64_t tc;
+        fsa_bwd_layout l;
+        assert_int_equal(fsa_bwd_setup(&tc, &l, plan, T, 1, FSA_ALGORITHM_FSA, "test"), FSA_STATUS_OK);
+        print_message("  T %lld, 4096 KV heads, uncapped: chunks of %d heads x %lld tokens, %llu work items\n",
+                      (long long)T, l.heads, (long long)tc, (unsigned long long)fsa_bwd_main_work(plan, &l, tc));
+        assert_true(l.heads < 4096);
+        assert_true(fsa_bwd_main_work(plan, &l, tc) <= (uint64_t)INT32_MAX);
+        assert_true(w >= l.total);
+    } else if (st != FSA_STATUS_UNSUPPORTED || !strstr(fsa_last_error(), "32-bit count")) {
         fail_msg("T %lld, 4096 KV heads, uncapped: %s, %s", (long long)T, fsa_status_name(st), fsa_last_error());
-    assert_int_equal(w, 0);
+    } else {
+        assert_int_equal(w, 0);
+    }
     fsa_plan_destroy(plan);
     /* One KV head of the same tokens fits. */
     plan = plan_with_kv_heads(1, 1, FSA_WORKSPACE_UNLIMITED);
@@ -223,7 +238,7 @@ int main(void)
         cmocka_unit_test(test_workspace_sizes_refuse_what_the_calls_refuse),
         cmocka_unit_test(test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow),
         cmocka_unit_test(test_absurd_head_counts_are_unsupported_instead_of_wrapping_around),
-        cmocka_unit_test(test_a_backward_chunk_past_the_main_kernels_32_bit_work_count_is_unsupported),
+        cmocka_unit_test(test_a_backward_past_the_main_kernels_32_bit_work_count_runs_in_smaller_chunks_or_is_refused),
         cmocka_unit_test(test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported),
         cmocka_unit_test(test_path_queries_refuse_token_counts_the_calls_refuse),
     };

@@ -506,9 +506,10 @@ static void test_token_chunks_whose_index_keys_pass_int32_are_refused(void **sta
 }
 
 /* The scatter names a work item's segment, its place among its chunk's KV heads x blocks, in an int: one-token
- * sequences by the hundred million make 4 heads of them pass 2^31 (the last head's segments wrapped negative,
- * and the main kernel read and wrote before its arrays). Refused; a cap that gives chunks of two heads runs. */
-static void test_a_chunk_whose_segments_pass_int32_is_refused(void **state)
+ * sequences by the hundred million made a chunk of 4 heads pass 2^31 (the last head's segments wrapped
+ * negative, and the main kernel read and wrote before its arrays). The chunk search takes the most heads whose
+ * segments an int numbers, whatever the cap; the workspace query then succeeds. */
+static void test_chunks_take_no_more_heads_than_an_int_numbers_the_segments_of(void **state)
 {
     (void)state;
     fsa_plan p;
@@ -525,25 +526,26 @@ static void test_a_chunk_whose_segments_pass_int32_is_refused(void **state)
     /* nb_total = T / 256 + batch + 1 blocks per KV head, just past (2^31 - 1) / 4 with batch = T. */
     int batch = 534000000;
     while ((int64_t)batch / 256 + batch + 1 <= (INT32_MAX - 1) / 4) batch++;
-    size_t n = 1;
-    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_UNSUPPORTED);
-    fsa_test_expect_error("plan", "32-bit segment numbers");
-    assert_int_equal(n, 0);
-    /* Two KV heads hold them: the 2-head plan's whole workspace as the cap gives the 4-head plan smaller chunks. */
-    p.desc.num_q_heads = p.desc.num_kv_heads = 2;
-    size_t two = 0;
-    assert_int_equal(fsa_plan_workspace_size(&two, &p, batch, batch), FSA_STATUS_OK);
-    p.desc.num_q_heads = p.desc.num_kv_heads = 4;
-    p.desc.workspace_limit = two;
+    const int64_t nb_total = (int64_t)batch / 256 + batch + 1;
+    const uint64_t caps[] = {FSA_WORKSPACE_UNLIMITED, (uint64_t)64 << 30, 0};
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        p.desc.workspace_limit = caps[c];
+        int heads;
+        int64_t tc;
+        fsa_fwd_chunk(&heads, &tc, &p, batch, batch);
+        print_message("  cap %llu: chunks of %d heads x %lld tokens\n", (unsigned long long)caps[c], heads,
+                      (long long)tc);
+        assert_true(heads * nb_total <= INT32_MAX - 1);
+        size_t n = 0;
+        if (caps[c] != 0) assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+    }
+    /* 3 heads of them fit: one chunk of every head. */
+    p.desc.num_q_heads = p.desc.num_kv_heads = 3;
+    p.desc.workspace_limit = FSA_WORKSPACE_UNLIMITED;
     int heads;
     int64_t tc;
     fsa_fwd_chunk(&heads, &tc, &p, batch, batch);
-    assert_true(heads <= 2);
-    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
-    assert_true(n <= two);
-    batch--; /* 4 x nb_total at the bound: one chunk of every head */
-    p.desc.workspace_limit = FSA_WORKSPACE_UNLIMITED;
-    assert_int_equal(fsa_plan_workspace_size(&n, &p, batch, batch), FSA_STATUS_OK);
+    assert_int_equal(heads, 3);
 }
 
 static double seconds_now(void)
@@ -748,7 +750,7 @@ int main(void)
         cmocka_unit_test(test_token_chunks_of_the_standard_problem_share_one_index),
         cmocka_unit_test(test_a_cap_below_one_token_gives_the_smallest_chunk),
         cmocka_unit_test(test_token_chunks_whose_index_keys_pass_int32_are_refused),
-        cmocka_unit_test(test_a_chunk_whose_segments_pass_int32_is_refused),
+        cmocka_unit_test(test_chunks_take_no_more_heads_than_an_int_numbers_the_segments_of),
         cmocka_unit_test(test_the_chunk_search_walks_the_divisors_of_hkv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
