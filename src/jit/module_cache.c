@@ -194,11 +194,14 @@ static fsa_status not_cached(const fsa_jit_env *env, const char *name)
      * kept from the one load attempt per process). */
     const fsa_nvrtc_api *nvrtc = NULL;
     char *tried = NULL;
-    if (env->jit && fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) tried = strdup(fsa_last_error_info()->message);
+    if (env->jit && fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) tried = strdup(fsa_nvrtc_load_failure());
     char *what = fsa_strbuf_take(&b);
     fsa_status st = env->jit ? FSA_STATUS_NO_NVRTC : FSA_STATUS_JIT_DISABLED;
     st = fsa_error_set(st, "module-cache", "%s and %s%s%s", what ? what : name,
                        env->jit ? "NVRTC is not available" : "FSA_JIT is off", tried ? ": " : "", tried ? tried : "");
+    /* The message has a fixed size (a long cache path leaves little of it):
+     * the whole record goes into the error's log as well. */
+    if (tried) fsa_error_set_log(tried);
     free(what);
     free(tried);
     return st;

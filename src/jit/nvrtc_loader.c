@@ -207,6 +207,12 @@ static void nvrtc_load_once(void)
     g_nvrtc.status = FSA_STATUS_NO_NVRTC;
 }
 
+const char *fsa_nvrtc_load_failure(void)
+{
+    (void)pthread_once(&g_nvrtc.once, nvrtc_load_once); /* (the record is final after it) */
+    return g_nvrtc.status != FSA_STATUS_OK ? g_nvrtc.message : "";
+}
+
 fsa_status fsa_nvrtc_load(const fsa_nvrtc_api **out)
 {
     (void)pthread_once(&g_nvrtc.once, nvrtc_load_once);

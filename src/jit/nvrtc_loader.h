@@ -32,6 +32,10 @@ typedef struct fsa_nvrtc_api {
  * fsa_nvrtc_search_list that loads and is version 12 or newer.
  * FSA_STATUS_NO_NVRTC when none does; the message lists what was tried. */
 fsa_status fsa_nvrtc_load(const fsa_nvrtc_api **out);
+/* The loader's whole record of what it tried and why each failed, when
+ * fsa_nvrtc_load fails (the error record's message holds only its start);
+ * "" when NVRTC loads. Loads it first if nothing has yet. */
+const char *fsa_nvrtc_load_failure(void);
 
 /* One place to look for NVRTC: a file path, or a bare name for the dynamic
  * loader's own search. `source` says which rule produced it. */
