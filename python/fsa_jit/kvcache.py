@@ -29,7 +29,7 @@ be captured in a CUDA graph, with ``block_table``, ``seqused_k``, ``topk_idx`` a
 ``topk_length`` updated in place between replays. Plans are cached per shape,
 scale, splits, validate and plan sizes; without max_batch and max_query_tokens
 the sizes are the call's batch and token count rounded up to a power of two
-(at most INT32_MAX),
+(at most INT32_MAX; max_batch at most MAX_BATCH, INT32_MAX - 1024),
 so a captured call whose sizes round otherwise than every earlier call's
 would need its plan made inside the capture (compiling or loading kernels),
 which raises RuntimeError instead. Warm up every size to be captured, or pass
@@ -339,7 +339,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
         [Tq, K] (one selection shared by every KV head); -1 = unused.
     topk_length: optional int32 [Tq]: slots at or past it are unused.
     scale: softmax scale (None = 1/sqrt(D)). max_batch / max_query_tokens: the plan's sizes (default: the
-        call's, rounded up to a power of two, at most INT32_MAX). splits: shares of a one-tile sequence (0 = the plan's rule).
+        call's, rounded up to a power of two, at most INT32_MAX; max_batch at most MAX_BATCH). splits: shares of a one-tile sequence (0 = the plan's rule).
     validate: check the device metadata first (libfsa's check mode; waits for the GPU): bad metadata
         raises FsaError naming the problem instead of giving a clamped result.
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).

@@ -230,7 +230,8 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
          * directory is; a later chdir must not move the dumps. */
         char *cwd = dump_dir[0] == '/' ? NULL : getcwd(NULL, 0);
         if (dump_dir[0] != '/' && cwd == NULL) {
-            fsa_log_warn(ctx->log, "FSA_JIT_DUMP=%s is relative and the working directory is unknown (%s): no dumps",
+            /* (Reported whatever the log setting: a dump asked for reports its failures.) */
+            fsa_log_warn(1, "FSA_JIT_DUMP=%s is relative and the working directory is unknown (%s): no dumps",
                          dump_dir, strerror(errno));
         } else {
             fsa_strbuf b = {0};
