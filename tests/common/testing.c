@@ -145,42 +145,20 @@ int fsa_test_case_listed(const char *name)
     return name_in_list(only, name);
 }
 
-int fsa_test_layout_listed(const char *layout)
+/* Every comma-separated name of $var must be one `known` accepts, else this
+ * prints why and exits 1, as does a list naming none: a list that selects
+ * nothing would let the tests pass having checked nothing. Unset: nothing. */
+static void check_name_list(const char *var, const char *what, int (*known)(const char *at, size_t n, const void *u),
+                            const void *u)
 {
-    const char *only = getenv("FSA_TEST_LAYOUTS");
-    if (only == NULL) return 1;
-    int named = 0;
-    for (const char *at = only;; at++) {
-        const size_t n = strcspn(at, ",");
-        if (n > 0) {
-            if (n != 1 || (at[0] != '1' && at[0] != '2')) {
-                fprintf(stderr, "FSA_TEST_LAYOUTS=%s: \"%.*s\" is not a layout (1 or 2)\n", only, (int)n, at);
-                exit(1);
-            }
-            named++;
-        }
-        at += n;
-        if (*at == '\0') break;
-    }
-    if (named == 0) {
-        fprintf(stderr, "FSA_TEST_LAYOUTS is set but names no layout\n");
-        exit(1);
-    }
-    return name_in_list(only, layout);
-}
-
-void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n_cases)
-{
-    const char *only = getenv("FSA_TEST_CASES");
+    const char *only = getenv(var);
     if (only == NULL) return;
     int named = 0;
     for (const char *at = only;; at++) {
         const size_t n = strcspn(at, ",");
         if (n > 0) {
-            size_t i = 0;
-            while (i < n_cases && (strlen(name_of(i)) != n || strncmp(name_of(i), at, n) != 0)) i++;
-            if (i == n_cases) {
-                fprintf(stderr, "FSA_TEST_CASES=%s: no case is named \"%.*s\"\n", only, (int)n, at);
+            if (!known(at, n, u)) {
+                fprintf(stderr, "%s=%s: no %s is named \"%.*s\"\n", var, only, what, (int)n, at);
                 exit(1);
             }
             named++;
@@ -189,9 +167,41 @@ void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n_cases)
         if (*at == '\0') break;
     }
     if (named == 0) {
-        fprintf(stderr, "FSA_TEST_CASES is set but names no case\n");
+        fprintf(stderr, "%s is set but names no %s\n", var, what);
         exit(1);
     }
+}
+
+static int is_layout(const char *at, size_t n, const void *u)
+{
+    (void)u;
+    return n == 1 && (at[0] == '1' || at[0] == '2');
+}
+
+int fsa_test_layout_listed(const char *layout)
+{
+    check_name_list("FSA_TEST_LAYOUTS", "layout (1 or 2)", is_layout, NULL);
+    const char *only = getenv("FSA_TEST_LAYOUTS");
+    return only == NULL || name_in_list(only, layout);
+}
+
+typedef struct case_names {
+    const char *(*name_of)(size_t i);
+    size_t n;
+} case_names;
+
+static int is_case(const char *at, size_t n, const void *u)
+{
+    const case_names *c = u;
+    for (size_t i = 0; i < c->n; i++)
+        if (strlen(c->name_of(i)) == n && strncmp(c->name_of(i), at, n) == 0) return 1;
+    return 0;
+}
+
+void fsa_test_check_case_list(const char *(*name_of)(size_t i), size_t n_cases)
+{
+    const case_names c = {name_of, n_cases};
+    check_name_list("FSA_TEST_CASES", "case", is_case, &c);
 }
 
 double fsa_rng_uniform(fsa_rng *r) { return (double)(fsa_rng_next(r) >> 11) * 0x1.0p-53; }

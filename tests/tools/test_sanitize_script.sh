@@ -103,7 +103,7 @@ gpu_expect() { # <exit status wanted> <stderr wanted (grep pattern)> <driver fol
   judge "$test with $* on $(basename "$driver")" "$want_rc" "$want_line" "$rc" "$out"
 }
 missing=""
-for f in test_fill test_multi_gpu test_kvcache fake_cuda/libcuda.so.1 fake_nvrtc/libnvrtc_fake.so; do
+for f in test_fill test_multi_gpu test_kvcache test_window fake_cuda/libcuda.so.1 fake_nvrtc/libnvrtc_fake.so; do
   [ -e "$bin/$f" ] || missing="$missing $f"
 done
 if [ -n "$missing" ]; then
@@ -136,5 +136,8 @@ else
   gpu_expect 1 'no case is named "no_such_case"' "$none" test_kvcache \
     FSA_TEST_CASES=bf16_d128_g1_prefill1000,no_such_case
   gpu_expect 1 'FSA_TEST_CASES is set but names no case' "$none" test_kvcache FSA_TEST_CASES=
+  # So does a layout list that names no layout (1 or 2).
+  gpu_expect 1 'FSA_TEST_LAYOUTS=1,3: no layout (1 or 2) is named "3"' "$none" test_window FSA_TEST_LAYOUTS=1,3
+  gpu_expect 1 'FSA_TEST_LAYOUTS is set but names no layout' "$none" test_window FSA_TEST_LAYOUTS=,
 fi
 exit $((failures > 0))
