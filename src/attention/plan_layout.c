@@ -171,12 +171,6 @@ static size_t bwd_group_total(const fsa_plan *plan, int64_t total_tokens, int ba
     return l.total;
 }
 
-/* The KV heads one index inversion covers for chunks of `heads` heads x `tc`
- * tokens: the chunk's own for token chunks (or one chunk of every head);
- * else the most heads (a multiple of `heads` that divides Hkv) whose layout
- * fits the call's cap, so that their chunks share one inversion (and the
- * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own
- * (to time the two against each other). */
 /* The divisors of n (1 .. INT_MAX) in descending order; returns how many
  * (at most FSA_MAX_DIVISORS: 1600 is the most any int has). The chunk
  * searches walk these instead of every head count: a plan of 2^28 KV heads
@@ -211,6 +205,12 @@ static const divisor_list *divisors_of(int n)
     return &memo;
 }
 
+/* The KV heads one index inversion covers for chunks of `heads` heads x `tc`
+ * tokens: the chunk's own for token chunks (or one chunk of every head);
+ * else the most heads (a multiple of `heads` that divides Hkv) whose layout
+ * fits the call's cap, so that their chunks share one inversion (and the
+ * backward's prep) instead of one each. FSA_INDEX_ONCE=0: the chunk's own
+ * (to time the two against each other). */
 static int index_heads_for(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens, int batch, int heads,
                            int64_t tc, group_total_fn total, fsa_algorithm order)
 {
@@ -336,11 +336,6 @@ static int64_t chunk_tokens(const fsa_plan *plan, fsa_op_kind op, int64_t total_
     return tc;
 }
 
-/* Heads first (fsa_bwd_chunk in plan.h says why), and among chunks of every
- * token first those that leave room for one index of every head: an index
- * inversion costs about the same fixed time whatever its heads, so one
- * inversion for 32 one-head chunks measured faster than one per two of 16
- * two-head chunks (bench/NOTES.md). */
 /* Whether a chunk of `heads` KV heads can number its (KV head, block)
  * segments in an int, as the index's scatter does (work_seg). */
 static int segments_indexable(const fsa_plan *plan, int64_t total_tokens, int batch, int heads)
@@ -349,6 +344,11 @@ static int segments_indexable(const fsa_plan *plan, int64_t total_tokens, int ba
     return nb_total <= (INT32_MAX - 1) / heads;
 }
 
+/* Heads first (fsa_bwd_chunk in plan.h says why), and among chunks of every
+ * token first those that leave room for one index of every head: an index
+ * inversion costs about the same fixed time whatever its heads, so one
+ * inversion for 32 one-head chunks measured faster than one per two of 16
+ * two-head chunks (bench/NOTES.md). */
 static void chunk_of(int *heads_out, int64_t *tc_out, const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens,
                      int batch, group_total_fn group_total, fsa_algorithm order)
 {

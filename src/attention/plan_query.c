@@ -39,12 +39,12 @@ static fsa_status check_index_keys(const fsa_index_layout *ix, int64_t tc, const
                              "(a larger workspace cap gives longer chunks)",
                              (long long)tc, (long long)ix->nb_total);
     /* The scatter names each work item's segment, its place among the
-     * chunk's chunk_heads x nb_total, in an int (work_seg). */
+     * chunk's chunk_heads x nb_total, in an int (work_seg); the chunk search
+     * takes no more heads than that allows, down to one. */
     if (ix->nb_total > (INT32_MAX - 1) / ix->chunk_heads)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
                              "a chunk of %d KV heads x %lld blocks per KV head exceeds the index's 32-bit segment "
-                             "numbers (a smaller workspace cap gives chunks of fewer KV heads)",
-                             ix->chunk_heads, (long long)ix->nb_total);
+                             "numbers", ix->chunk_heads, (long long)ix->nb_total);
     return FSA_STATUS_OK;
 }
 
