@@ -76,7 +76,8 @@ FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, vo
  * @param      ctx     the context
  * @param      visit   called for every entry with `valid` and `loaded` set; may be NULL
  * @param      user    passed to visit unchanged
- * @param[out] bad_out the number of bad entries; may be NULL
+ * @param[out] bad_out the number of bad entries; may be NULL; untouched when
+ *                     the context has no disk cache
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Blocks (file I/O, module loads); safe while other processes use the cache.
  */
@@ -96,6 +97,7 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  *                            (a directory could not be read: the size is
  *                            unknown); files that cannot be stat'ed are not
  *                            counted (they are reported as kept); may be NULL
+ *                            (both untouched when the context has no disk cache)
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.
  * Safe while other processes use the cache: one that needs a deleted kernel
  * compiles it again (a deleted record: measures again, or takes the heuristic).

@@ -308,6 +308,8 @@ if [ -x "$tool" ]; then
         out=$(FSA_NVRTC_PATH=$crash timeout -k 2 30 "$tool" $op --cache-dir "$dir" 2>&1)
         judge $? 0 "fsa-precompile $op with a libnvrtc that kills its loader" "$out"
     done
+else
+    skipped=$((skipped + 2)) # (tools not built: their two trials did not run)
 fi
 
 if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
@@ -332,6 +334,6 @@ fi
 # ------------------------------------------------------------ summary
 echo
 for s in damaged kill concurrent hostile; do printf '  %-10s %4d trials\n' "$s" "${section_runs[$s]:-0}"; done
-[ "$skipped" -eq 0 ] || echo "  ($skipped group(s) of trials skipped: they need root)"
+[ "$skipped" -eq 0 ] || echo "  ($skipped group(s) of trials skipped: they need root, or fsa-precompile built)"
 echo "fault matrix: $runs trials, $corrupt corrupt loads, $hangs hangs, $crashes crashes, $unexpected unexpected results"
 [ $((corrupt + hangs + crashes + unexpected)) -eq 0 ]

@@ -101,8 +101,9 @@ static void test_each_part_compiles_alone_in_c11_and_cxx(void **state)
     } while (0);
 #endif
     FSA_HEADER_PARTS(FSA_HEADER_PART_CHECK_)
-    /* umbrella_c11.c checked that fsa.h includes each of these parts. */
-    assert_int_equal(fsa_header_umbrella_parts, parts);
+    /* umbrella_c11.c checked, at its compile, that fsa.h includes each of these parts (the list is
+     * include/fsa/'s files: a count compared with its own length would check nothing). */
+    assert_true(parts > 0);
     assert_true(functions > 0);
 }
 

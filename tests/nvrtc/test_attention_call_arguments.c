@@ -214,6 +214,9 @@ static void test_dq_add_is_dq_itself_or_memory_of_its_own(void **state)
     assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
     b = good_bwd(g_bwd, T), b.dq_add = b.dq, b.dq_add.head_stride = 2 * D, b.dq_add.token_stride = 4 * D;
     EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b); /* the same start, other rows */
+    b = good_bwd(g_bwd, T), b.dq_add = b.dq, b.dq_add.head_stride = 2 * D; /* dq's token stride: other rows too */
+    EXPECT_BWD(FSA_STATUS_INVALID_ARGUMENT, g_bwd, &b);
+    assert_non_null(strstr(fsa_last_error(), "dq_add overlaps dq"));
     b = good_bwd(g_bwd, T), b.dq_add = b.dq, b.dq_add.ptr -= 2 * T * HQ * D; /* ends where dq starts */
     EXPECT_BWD(FSA_STATUS_NO_DEVICE, g_bwd, &b);
 }

@@ -16,8 +16,13 @@ args=(-T 1024 -G 4 --min-ms 1 --warmup-ms 1)
 "$bench" "${args[@]}" --json "$work/ok.json" > "$work/ok.out" 2> "$work/ok.err"
 rc=$?
 if [ $rc = 3 ]; then
-    [ -n "${FSA_TEST_REQUIRE_GPU:-}" ] && [ "${FSA_TEST_REQUIRE_GPU}" != 0 ] &&
-        fail "no usable GPU, and FSA_TEST_REQUIRE_GPU=$FSA_TEST_REQUIRE_GPU says there is one: $(cat "$work/ok.err")"
+    # The library's switch words, as the C and Python tests read them.
+    case "$(printf '%s' "${FSA_TEST_REQUIRE_GPU:-}" | tr 'A-Z' 'a-z')" in
+        1 | on | true | yes)
+            fail "no usable GPU, and FSA_TEST_REQUIRE_GPU=$FSA_TEST_REQUIRE_GPU says there is one: $(cat "$work/ok.err")" ;;
+        "" | 0 | off | false | no) ;;
+        *) fail "FSA_TEST_REQUIRE_GPU=$FSA_TEST_REQUIRE_GPU: expected 1, on, true, yes or 0, off, false, no" ;;
+    esac
     echo "no usable GPU: skipped"
     exit 77
 fi

@@ -59,6 +59,10 @@ static void test_cache_maintenance_without_a_disk_cache_is_cache_io(void **state
     EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_verify(ctx, count_visit, &n, &bad));
     EXPECT_REFUSED(FSA_STATUS_CACHE_IO, fsa_cache_prune(ctx, 0, &removed, &left));
     assert_int_equal(n, 0);
+    /* The refusals leave the outputs as they were (include/fsa/cache.h). */
+    assert_int_equal(bad, 7);
+    assert_int_equal(removed, 7);
+    assert_int_equal(left, 7);
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_list(NULL, count_visit, &n));
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_list(ctx, NULL, &n)); /* the callback before the cache */
     EXPECT_REFUSED(FSA_STATUS_NULL_POINTER, fsa_cache_verify(NULL, NULL, NULL, &bad));

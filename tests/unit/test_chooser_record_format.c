@@ -119,6 +119,28 @@ static void test_record_texts_parse_only_when_whole_and_of_the_operation(void **
     free(t);
 }
 
+/* "Whole" means no NUL inside either: a record whose newline after the winner is a NUL is not read as
+ * naming it (a record cut or damaged on disk would otherwise choose for later calls). */
+static void test_a_record_with_a_nul_inside_does_not_parse(void **state)
+{
+    (void)state;
+    fsa_candidates c;
+    memset(&c, 0, sizeof c);
+    c.n = 2;
+    c.v[0].order = FSA_ALGORITHM_FSA;
+    c.v[1].order = FSA_ALGORITHM_NSA;
+    const double ms[2] = {1.0, 0.5};
+    char *t = fsa_tune_record_text(FSA_OP_FWD, &c, 1, ms);
+    assert_non_null(t);
+    const size_t len = strlen(t);
+    assert_int_equal(fsa_tune_record_parse(t, len, FSA_OP_FWD, &c), 2);
+    char *w = strstr(t, "winner nsa\n");
+    assert_non_null(w);
+    w[strlen("winner nsa\n") - 1] = '\0';
+    assert_int_equal(fsa_tune_record_parse(t, len, FSA_OP_FWD, &c), 0);
+    free(t);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, chooser_setup, chooser_teardown)
 
 int main(void)
@@ -127,6 +149,7 @@ int main(void)
         T(test_buckets_round_token_counts_up_to_a_power_of_two),
         T(test_a_record_key_names_every_field_of_the_bucket),
         T(test_record_texts_parse_only_when_whole_and_of_the_operation),
+        T(test_a_record_with_a_nul_inside_does_not_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -201,22 +201,23 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 
 /* An entry written by hand, every checksum right, whatever it holds: format
  * version 1 (64-byte header, no entry-names checksum, as the library wrote
- * them before version 2) or the current one; names are nl bytes, NULs allowed. */
-static void write_entry(const char *path, int version, const fsa_kernel_key *k, const char *names, size_t nl,
-                        const uint8_t *p, size_t n)
+ * them before version 2) or the current one; the key text is kl bytes and
+ * names nl bytes, NULs allowed in both. */
+static void write_entry_text(const char *path, int version, const char *text, size_t kl, const uint8_t digest[16],
+                             const char *names, size_t nl, const uint8_t *p, size_t n)
 {
-    size_t header = version == 1 ? 64 : FSA_CACHE_HEADER_SIZE, kl = strlen(k->text), total = header + kl + nl + n;
+    size_t header = version == 1 ? 64 : FSA_CACHE_HEADER_SIZE, total = header + kl + nl + n;
     uint8_t *d = calloc(1, total);
     assert_non_null(d);
     memcpy(d, "FSACUBIN", 8);
     put_le(d + 8, (uint64_t)version, 4);
     put_le(d + 16, n, 8);
     fsa_digest128(d + 24, p, n);
-    memcpy(d + 40, k->digest, 16);
+    memcpy(d + 40, digest, 16);
     put_le(d + 56, kl, 4);
     put_le(d + 60, nl, 4);
     if (version != 1) fsa_digest128(d + 64, names, nl);
-    memcpy(d + header, k->text, kl);
+    memcpy(d + header, text, kl);
     memcpy(d + header + kl, names, nl);
     memcpy(d + header + kl + nl, p, n);
     int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
@@ -224,6 +225,12 @@ static void write_entry(const char *path, int version, const fsa_kernel_key *k, 
     assert_int_equal(write(fd, d, total), (ssize_t)total);
     close(fd);
     free(d);
+}
+
+static void write_entry(const char *path, int version, const fsa_kernel_key *k, const char *names, size_t nl,
+                        const uint8_t *p, size_t n)
+{
+    write_entry_text(path, version, k->text, strlen(k->text), k->digest, names, nl, p, n);
 }
 
 /* Both lookups miss it without counting it, it stays as it was, and the
@@ -430,12 +437,82 @@ static void test_a_key_text_of_64_kib_is_refused_and_one_byte_less_round_trips(v
     fsa_key_free(&k);
 }
 
+/* An entry of key text `kt` (kl bytes, NULs allowed) written by hand at its file name in dir,
+ * <name>.<hex of kt>.cubin, every checksum right; the caller frees the path. */
+static char *write_forged(const char *dir, const char *name, const char *kt, size_t kl, const uint8_t *p, size_t n)
+{
+    uint8_t digest[16];
+    fsa_digest128(digest, kt, kl);
+    char hex[33], *path = malloc(strlen(dir) + strlen(name) + 64);
+    assert_non_null(path);
+    fsa_hex(hex, digest, 16);
+    sprintf(path, "%s/%s.%s.cubin", dir, name, hex);
+    write_entry_text(path, FSA_CACHE_FORMAT_VERSION, kt, kl, digest, "fsa_kernel", strlen("fsa_kernel"), p, n);
+    return path;
+}
+
+/* A key text holds no NUL (cache/README.md): an entry whose text is a key's own, a NUL and more (every
+ * checksum right) was handed out by a relaxed lookup, which cut the text at the NUL before comparing. */
+static void test_an_entry_whose_key_text_holds_a_nul_is_no_entry(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(500, 2);
+    publish(f->dc, &k, p, 500); /* (makes the directory) */
+    char *real = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    assert_int_equal(unlink(real), 0);
+    const size_t tl = strlen(k.text), kl = tl + 5;
+    char *kt = malloc(kl);
+    assert_non_null(kt);
+    memcpy(kt, k.text, tl);
+    memcpy(kt + tl, "\0junk", 5);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    uint8_t *forged = make_payload(500, 99);
+    char *path = write_forged(dir, k.name, kt, kl, forged, 500);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 1, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    assert_false(exists(path));
+    free(kt), free(path), free(real), free(p), free(forged);
+    fsa_key_free(&k);
+}
+
+/* Key texts are 1 to 65535 bytes (cache/README.md): one of 64 KiB written by hand is no entry when read, as
+ * publishing refuses it. */
+static void test_an_entry_with_a_key_text_of_64_kib_is_no_entry(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 3);
+    publish(f->dc, &k, p, 100);
+    free(k.text);
+    k.text = malloc(64 * 1024 + 1);
+    assert_non_null(k.text);
+    memset(k.text, 'a', 64 * 1024);
+    k.text[64 * 1024] = '\0';
+    fsa_digest128(k.digest, k.text, strlen(k.text));
+    fsa_hex(k.hex, k.digest, 16);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    char *path = write_forged(dir, k.name, k.text, 64 * 1024, p, 100);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_NOT_FOUND);
+    assert_int_equal(corrupt, 1);
+    free(path), free(p);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_publish_then_lookup_returns_the_same_bytes_and_entry_names),
+        T(test_an_entry_whose_key_text_holds_a_nul_is_no_entry),
+        T(test_an_entry_with_a_key_text_of_64_kib_is_no_entry),
         T(test_the_entry_lives_at_root_v1_target_name_hex_cubin_in_private_directories),
         T(test_a_key_that_was_never_published_is_a_miss_that_is_not_counted),
         T(test_a_target_that_is_not_a_plain_name_is_rejected),

@@ -326,6 +326,71 @@ static void test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed(voi
     fsa_key_free(&k);
 }
 
+/* A lock record naming a process of another host is no evidence (cache/README.md): a stopped process of
+ * this host with that pid is not blamed, and the waiter waits out FSA_CACHE_LOCK_TIMEOUT (it gave up after
+ * 0.2 s when the host went unread). */
+static void test_a_record_of_another_host_is_not_blamed(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    if (holder == 0) {
+        int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+        if (fd < 0 || write(ready[1], "x", 1) != 1) _exit(2);
+        raise(SIGSTOP);
+        sleep(60);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    int ws;
+    assert_int_equal(waitpid(holder, &ws, WUNTRACED), holder);
+    /* The holder's record, rewritten to name another host. */
+    char dir[4096], path[8192] = "";
+    snprintf(dir, sizeof dir, "%s/v1/%s", f->root, TARGET);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        size_t n = strlen(de->d_name);
+        if (n > 5 && strcmp(de->d_name + n - 5, ".lock") == 0) snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    FILE *fp = fopen(path, "r+");
+    assert_non_null(fp);
+    char rec[256];
+    long pid;
+    unsigned long long start;
+    assert_non_null(fgets(rec, sizeof rec, fp));
+    assert_int_equal(sscanf(rec, "pid %ld start %llu", &pid, &start), 2);
+    assert_int_equal(ftruncate(fileno(fp), 0), 0);
+    rewind(fp);
+    fprintf(fp, "pid %ld start %llu host another-host.example\n", pid, start);
+    fclose(fp);
+    setenv("FSA_CACHE_LOCK_TIMEOUT", "1", 1);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t asker = fork();
+    if (asker == 0) {
+        alarm(20);
+        int fd = fsa_disk_cache_lock(f->dc, &k, TARGET);
+        _exit(fd >= 0 ? 1 : 0);
+    }
+    assert_int_equal(waitpid(asker, &ws, 0), asker);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    unsetenv("FSA_CACHE_LOCK_TIMEOUT");
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("  asked for the lock for %.2f s\n", took);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0); /* it did not take the held lock */
+    assert_true(took >= 0.9);
+    close(ready[0]), close(ready[1]);
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -335,6 +400,7 @@ int main(void)
         T(test_the_key_lock_makes_a_second_process_wait_for_the_first),
         T(test_a_lock_held_by_a_stopped_process_is_not_waited_for),
         T(test_a_stopped_process_that_reused_the_holders_pid_is_not_blamed),
+        T(test_a_record_of_another_host_is_not_blamed),
         T(test_a_lock_held_past_the_timeout_is_given_up),
         T(test_a_lock_timeout_with_trailing_characters_is_ignored),
         T(test_a_hexadecimal_lock_timeout_is_ignored),

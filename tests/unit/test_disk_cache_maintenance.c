@@ -831,6 +831,55 @@ static void test_verify_on_a_device_deletes_an_entry_only_when_the_driver_calls_
     fsa_key_free(&forged);
 }
 
+/* An entry is judged against the target of the directory it sits in (cache/README.md): an sm_90a entry
+ * copied into sm_90/ is bad there (its key's target line names sm_90a, which starts with sm_90: a prefix
+ * match passed it). */
+static void test_an_entry_copied_into_a_target_its_own_starts_with_is_bad(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k, k90;
+    make_key_for(&k, "sm_90a", "64", "13.0", "-O3");
+    make_key_for(&k90, "sm_90", "64", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 1);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k, "sm_90a", p, 100, "fsa_kernel"), FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_publish(f->dc, &k90, "sm_90", p, 100, "fsa_kernel"), FSA_STATUS_OK);
+    char *original = fsa_disk_cache_entry_path(f->dc, &k, "sm_90a"), *copy = fsa_disk_cache_entry_path(f->dc, &k, "sm_90");
+    copy_file(original, copy);
+    uint64_t bad = 0;
+    int visited = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, count_entries, &visited, &bad), FSA_STATUS_OK);
+    assert_int_equal(visited, 3);
+    assert_int_equal(bad, 1);
+    assert_false(exists(copy));
+    assert_true(exists(original));
+    free(original), free(copy), free(p);
+    fsa_key_free(&k), fsa_key_free(&k90);
+}
+
+/* Prune ranks entries by the later of access and modification time (cache/README.md): an entry read long
+ * ago but written lately is the newer, and stays. */
+static void test_prune_ranks_by_the_later_of_access_and_modification_time(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key a, b;
+    make_key(&a, "64", "13.0", "-O3");
+    make_key(&b, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(1000, 4);
+    publish(f->dc, &a, p, 1000);
+    publish(f->dc, &b, p, 1000);
+    char *pa = fsa_disk_cache_entry_path(f->dc, &a, TARGET), *pb = fsa_disk_cache_entry_path(f->dc, &b, TARGET);
+    const time_t now = time(NULL);
+    set_times(pa, now - 3000, now - 100);  /* last used (written) at now - 100 */
+    set_times(pb, now - 2000, now - 2000); /* last used at now - 2000: the older */
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, (uint64_t)file_size(pa), &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_true(exists(pa));
+    assert_false(exists(pb));
+    free(pa), free(pb), free(p);
+    fsa_key_free(&a), fsa_key_free(&b);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(int argc, char **argv)
@@ -840,6 +889,8 @@ int main(int argc, char **argv)
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
         T(test_files_not_named_like_entries_are_left_alone),
         T(test_verify_deletes_and_counts_damaged_entries),
+        T(test_an_entry_copied_into_a_target_its_own_starts_with_is_bad),
+        T(test_prune_ranks_by_the_later_of_access_and_modification_time),
         T(test_verify_deletes_a_socket_at_an_entry_path_and_goes_on),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_deletes_an_entry_copied_into_another_targets_directory),

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* A fake environment: the variables the search reads. */
 static const char *g_env[8][2];
@@ -140,6 +141,17 @@ static void test_the_documented_order(void **state)
     assert_string_equal(g_list[n_files].path, "libnvrtc.so.13");
     assert_string_equal(g_list[n_files + 1].path, "libnvrtc.so.12");
     assert_string_equal(g_list[n_files + 2].path, "libnvrtc.so");
+    /* Then /usr/local/cuda's files, each one this machine has (a loop over none proves nothing: count them). */
+    size_t local = 0;
+    const char *dirs[] = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}, *names[] = {"libnvrtc.so.13", "libnvrtc.so.12",
+                                                                                      "libnvrtc.so"};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t v = 0; v < 3; v++) {
+            char file[256];
+            snprintf(file, sizeof file, "%s/%s", dirs[d], names[v]);
+            local += access(file, F_OK) == 0;
+        }
+    assert_int_equal(n, n_files + 3 + local);
     for (size_t i = n_files + 3; i < n; i++) assert_string_equal(g_list[i].source, "/usr/local/cuda");
     free(site1), free(site2), free(home), free(path), free(build);
 }

@@ -548,6 +548,33 @@ static void test_chunks_take_no_more_heads_than_an_int_numbers_the_segments_of(v
     assert_int_equal(heads, 3);
 }
 
+/* The index one inversion covers for chunks of `heads` heads is a multiple of them that divides Hkv: at 6 KV
+ * heads and chunks of 2, never 3 (a layout of 3 index heads over 2-head chunks would misplace the third
+ * chunk's segments). Every cap from 1 MiB to the unlimited layout's size, in 4096 steps. */
+static void test_shared_index_heads_are_multiples_of_the_chunks_heads_that_divide_hkv(void **state)
+{
+    (void)state;
+    const int64_t T = 8192;
+    fsa_plan p;
+    standard_plan(&p, 2, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    p.desc.num_q_heads = 12;
+    p.desc.num_kv_heads = 6;
+    fsa_fsa_layout all;
+    fsa_fsa_layout_for(&all, &p, T, 1, 2, T);
+    assert_int_equal(all.index.index_heads, 6);
+    int seen[7] = {0};
+    for (uint64_t cap = 1 << 20; cap <= all.total + 65536; cap += (all.total / 4096) | 1) {
+        p.desc.workspace_limit = cap;
+        fsa_fsa_layout l;
+        fsa_fsa_layout_for(&l, &p, T, 1, 2, T);
+        if (l.index.index_heads % 2 != 0 || 6 % l.index.index_heads != 0)
+            fail_msg("cap %llu: chunks of 2 heads share an index of %d heads", (unsigned long long)cap,
+                     l.index.index_heads);
+        seen[l.index.index_heads]++;
+    }
+    assert_true(seen[2] > 0 && seen[6] > 0); /* both answers occur over the caps */
+}
+
 static double seconds_now(void)
 {
     struct timespec t;
@@ -752,6 +779,7 @@ int main(void)
         cmocka_unit_test(test_token_chunks_whose_index_keys_pass_int32_are_refused),
         cmocka_unit_test(test_chunks_take_no_more_heads_than_an_int_numbers_the_segments_of),
         cmocka_unit_test(test_the_chunk_search_walks_the_divisors_of_hkv),
+        cmocka_unit_test(test_shared_index_heads_are_multiples_of_the_chunks_heads_that_divide_hkv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
