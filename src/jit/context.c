@@ -82,9 +82,12 @@ static fsa_status parse_tune(int *out, fsa_tune_mode requested)
 
 /* $FSA_CACHE_DIR, else $XDG_CACHE_HOME/fsa (an absolute path only, as the XDG
  * base directory rules ask), else $HOME/.cache/fsa. */
-static char *default_cache_dir(void)
+/* NULL when no variable names a directory (*named 0) or its path could not
+ * be allocated (*named 1). */
+static char *default_cache_dir(int *named)
 {
     const char *d = getenv("FSA_CACHE_DIR");
+    *named = 1;
     if (d && *d) return strdup(d);
     /* Whole, however long: a shortened path would name another directory. */
     fsa_strbuf b = {0};
@@ -92,8 +95,8 @@ static char *default_cache_dir(void)
     const char *home = getenv("HOME");
     if (xdg && xdg[0] == '/') fsa_strbuf_appendf(&b, "%s/fsa", xdg);
     else if (home && *home) fsa_strbuf_appendf(&b, "%s/.cache/fsa", home);
-    else return NULL;
-    return fsa_strbuf_take(&b);
+    else *named = 0;
+    return *named ? fsa_strbuf_take(&b) : NULL;
 }
 
 static fsa_status open_device(fsa_context *ctx, const char *requested_target)
@@ -139,12 +142,9 @@ static void open_disk_cache(fsa_context *ctx, fsa_cache_mode mode, const char *r
         return;
     }
     /* An empty directory means "not set", as for FSA_CACHE_DIR="". */
-    ctx->cache_dir = requested_dir && *requested_dir ? strdup(requested_dir) : default_cache_dir();
+    int named = requested_dir && *requested_dir;
+    ctx->cache_dir = named ? strdup(requested_dir) : default_cache_dir(&named);
     if (ctx->cache_dir == NULL) {
-        /* Either nothing names a directory or its path could not be allocated. */
-        const char *env_dir = getenv("FSA_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        const int named = (requested_dir && *requested_dir) || (env_dir && *env_dir) || (xdg && xdg[0] == '/') ||
-                          (home && *home);
         fsa_log_warn(ctx->log, named ? "no memory for the cache directory's path; kernels stay in memory"
                                      : "no cache directory (set FSA_CACHE_DIR or HOME); kernels stay in memory");
         ctx->cache_note = strdup(named ? "no cache directory: out of memory for its path"

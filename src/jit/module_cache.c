@@ -192,9 +192,8 @@ static fsa_status not_cached(const fsa_jit_env *env, const char *name)
     if (env->disk == NULL && env->cache_note && *env->cache_note) fsa_strbuf_appendf(&b, " (%s)", env->cache_note);
     /* Without NVRTC, what the loader tried and why each failed (its record,
      * kept from the one load attempt per process). */
-    const fsa_nvrtc_api *nvrtc = NULL;
-    char *tried = NULL;
-    if (env->jit && fsa_nvrtc_load(&nvrtc) != FSA_STATUS_OK) tried = strdup(fsa_nvrtc_load_failure());
+    const char *failure = env->jit ? fsa_nvrtc_load_failure() : "";
+    char *tried = *failure ? strdup(failure) : NULL;
     char *what = fsa_strbuf_take(&b);
     fsa_status st = env->jit ? FSA_STATUS_NO_NVRTC : FSA_STATUS_JIT_DISABLED;
     st = fsa_error_set(st, "module-cache", "%s and %s%s%s", what ? what : name,
