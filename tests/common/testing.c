@@ -1,5 +1,6 @@
 #include "testing.h"
 
+#include "base/util.h"
 #include "jit/context.h"
 #include "jit/elf_build_id.h"
 #include "jit/target.h"
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -99,13 +99,10 @@ static uint64_t env_whole_number(const char *name, uint64_t fallback, uint64_t m
 
 int fsa_test_env_switch(const char *name)
 {
-    static const char *const on[] = {"1", "on", "true", "yes"}, *const off[] = {"0", "off", "false", "no"};
     const char *v = getenv(name);
     if (v == NULL || *v == '\0') return 0;
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(v, on[i]) == 0) return 1;
-        if (strcasecmp(v, off[i]) == 0) return 0;
-    }
+    const int on = fsa_env_flag(name, -1); /* the library's words */
+    if (on >= 0) return on;
     fprintf(stderr, "%s=%s: expected 1, on, true, yes or 0, off, false, no\n", name, v);
     exit(1);
 }
