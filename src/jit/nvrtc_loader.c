@@ -198,8 +198,12 @@ static void nvrtc_load_once(void)
     char tried[sizeof g_nvrtc.message];
     memcpy(tried, g_nvrtc.message, sizeof tried);
     g_nvrtc.message[0] = '\0';
-    message_append("no usable NVRTC 12 or newer (searched FSA_NVRTC_PATH, Python packages, CUDA_HOME, "
-                   "CUDA_PATH, the build-time toolkit, the loader path, /usr/local/cuda)");
+    if (explicit_path && *explicit_path) /* then the search list holds that file alone */
+        message_append("no usable NVRTC 12 or newer at FSA_NVRTC_PATH (while it is set, no other location is "
+                       "searched)");
+    else
+        message_append("no usable NVRTC 12 or newer (searched Python packages, CUDA_HOME, CUDA_PATH, the "
+                       "build-time toolkit, the loader path, /usr/local/cuda)");
     if (tried[0]) {
         message_append("; tried ");
         message_append(tried);

@@ -138,6 +138,9 @@ static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void 
     assert_int_equal(o.status, FSA_STATUS_NO_NVRTC);
     assert_non_null(strstr(o.message, missing));
     assert_non_null(strstr(o.message, "FSA_NVRTC_PATH"));
+    /* and it says the variable stopped the search, not that the other locations were looked at */
+    assert_non_null(strstr(o.message, "no other location is searched"));
+    assert_null(strstr(o.message, "CUDA_HOME"));
 }
 
 static void test_an_explicit_path_too_long_to_hold_is_an_error_saying_so(void **state)
