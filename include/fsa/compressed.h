@@ -148,7 +148,9 @@ typedef struct fsa_compressed_fwd_args {
  * @param plan   the plan
  * @param args   the tensors; read only during the call
  * @param stream a CUstream of the plan's device, or NULL
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
+ * @return FSA_STATUS_OK, also for an empty call (total_tokens and
+ *         total_compressed 0: nothing is enqueued, no tensor is required and no
+ *         device either, an offline plan included); FSA_STATUS_NULL_POINTER for a NULL plan, args or
  *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
  *         for counts out of range, negative strides or a topk without
  *         selection in the plan, or in check mode for bad offsets;

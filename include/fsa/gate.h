@@ -73,7 +73,9 @@ typedef struct fsa_gate_args {
  * Enqueues o = g_0 o_0 + g_1 o_1 + g_2 o_2 on `stream` (fp32 sums, one
  * rounding per element): one kernel, no workspace, no allocation, no host
  * synchronization; can be captured in a CUDA graph. Reads out, gate; writes o.
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ * @return FSA_STATUS_OK, also for an empty call (total_tokens 0: nothing is
+ *         enqueued, no tensor is required and no device either, an
+ *         offline plan included); FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT; FSA_STATUS_MISALIGNED;
  *         FSA_STATUS_NO_DEVICE for an offline plan; FSA_STATUS_DRIVER_ERROR.
  * Thread-safe for calls with different outputs.

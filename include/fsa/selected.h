@@ -286,7 +286,9 @@ typedef struct fsa_fwd_args {
  * @param plan   the plan
  * @param args   the tensors; read only during the call
  * @param stream a CUstream of the plan's device, or NULL
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER for a NULL plan, args or
+ * @return FSA_STATUS_OK, also for an empty call (total_tokens 0: nothing is
+ *         enqueued, no tensor is required and no device either, an
+ *         offline plan included); FSA_STATUS_NULL_POINTER for a NULL plan, args or
  *         required tensor; FSA_STATUS_STRUCT_SIZE; FSA_STATUS_INVALID_ARGUMENT
  *         for counts out of range or negative strides, or in check mode
  *         (fsa_context_options.check) for bad cu_seqlens or top-k rows;

@@ -101,7 +101,9 @@ typedef struct fsa_window_fwd_args {
  * no allocation, no host synchronization (except in check mode, which first
  * waits for the offsets' verdict: the arguments' comment); can be captured
  * in a CUDA graph.
- * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
+ * @return FSA_STATUS_OK, also for an empty call (total_tokens 0: nothing is
+ *         enqueued, no tensor is required and no device either, an
+ *         offline plan included); FSA_STATUS_NULL_POINTER; FSA_STATUS_STRUCT_SIZE;
  *         FSA_STATUS_INVALID_ARGUMENT (in check mode also for bad cu_seqlens);
  *         FSA_STATUS_MISALIGNED; FSA_STATUS_UNSUPPORTED for a problem that
  *         needs too many tiles, or (the persistent forward of sm_90a) whose

@@ -99,6 +99,9 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     a = good_fwd(g_auto, T);
     a.total_tokens = 0;
     EXPECT_FWD(FSA_STATUS_OK, g_auto, &a);
+    /* and needs no tensor (selected.h) */
+    a.q.ptr = a.k.ptr = a.v.ptr = a.o.ptr = a.topk.ptr = 0, a.lse = a.cu_seqlens = a.workspace = 0;
+    EXPECT_FWD(FSA_STATUS_OK, g_auto, &a);
 }
 
 static void test_negative_strides_are_invalid_arguments_and_unaligned_ones_misaligned(void **state)

@@ -248,6 +248,8 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
     a.total_compressed = 0;
     EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
+    a.q.ptr = a.k.ptr = a.v.ptr = a.o.ptr = 0, a.cu_seqlens = a.cu_seqlens_c = a.lse = 0; /* nor any tensor */
+    EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
     a = good_args(100, 5), a.cu_seqlens_c = 0;
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, g_plan, &a);
     a = good_args(100, 0), a.k.ptr = 0; /* no compressed token: k is still a pointer the call needs (compressed.h) */

@@ -199,6 +199,8 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, &a);
     a = good_args(100), a.total_tokens = 0, a.batch = 3; /* no tokens: the count of sequences is not read */
     EXPECT_FWD(FSA_STATUS_OK, &a);
+    a.q.ptr = a.k.ptr = a.v.ptr = a.o.ptr = 0, a.cu_seqlens = a.lse = 0; /* nor any tensor (window.h) */
+    EXPECT_FWD(FSA_STATUS_OK, &a);
     a = good_args(100), a.cu_seqlens = 0;
     EXPECT_FWD(FSA_STATUS_NULL_POINTER, &a);
     a = good_args(100), a.batch = 0;
