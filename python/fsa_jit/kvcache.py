@@ -262,6 +262,11 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     if batch > MAX_BATCH:
         raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {MAX_BATCH} (libfsa's paged-cache "
                          "plans)")
+    # So are the plan's page size and head counts (2**32 + 16 would become 16), and its top-k (below).
+    for name, value in (("k_cache's page size", k_cache.shape[1]), ("q's head count", hq),
+                        ("k_cache's head count", hkv)):
+        if value > _lib.INT32_MAX:
+            raise ValueError(f"{name} {value} is past int32: at most {_lib.INT32_MAX} (libfsa's plan)")
     if block_table.shape[1] > _lib.INT32_MAX:
         raise ValueError(f"block_table has {block_table.shape[1]} pages per sequence: at most {_lib.INT32_MAX} "
                          "(libfsa's int max_pages_per_seq)")
@@ -274,6 +279,9 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     if topk_idx.dim() not in (2, 3):
         raise ValueError(f"topk_idx must be [Tq, Hkv, K], [Hkv, Tq, K] or [Tq, K], got shape {tuple(topk_idx.shape)}")
     _require(topk_idx.shape[-1] <= 1 or topk_idx.stride(-1) == 1, "topk_idx's last dimension must be contiguous")
+    if topk_idx.shape[-1] > _lib.INT32_MAX:
+        raise ValueError(f"topk_idx's slot count {topk_idx.shape[-1]} is past int32: at most {_lib.INT32_MAX} "
+                         "(libfsa's plan)")
     if topk_layout not in ("thk", "hkt"):
         raise ValueError(f"topk_layout must be 'thk' or 'hkt', got {topk_layout!r}")
     if topk_idx.dim() == 2:
@@ -345,6 +353,7 @@ def kvcache_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table,
     Returns o [Tq, Hq, Dv] (q's dtype) and, with return_lse, lse [Hq, Tq] float32 (natural log).
     """
     _att._check_flag("validate", validate)
+    _att._check_flag("return_lse", return_lse)
     check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, block_size, topk_length,
                     topk_layout, scale, max_batch, max_query_tokens, splits)
     args = (q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, topk_idx, topk_length, int(block_size),

@@ -317,3 +317,20 @@ def test_the_default_max_batch_stays_within_the_plans_bound(n, size):
     # libfsa takes at most INT32_MAX - 1024 sequences (its kernels step through a batch by up to 1024 threads).
     assert kvcache.MAX_BATCH == 2**31 - 1025
     assert kvcache._pow2_at_least(n, kvcache.MAX_BATCH) == size
+
+
+def test_the_page_size_top_k_and_head_counts_must_fit_int32():
+    # On the meta device: shapes without memory. ctypes would keep the low 32 bits of each (a plan for
+    # another page size or top-k than the tensors have: a wrong answer, no error).
+    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    k = p["k_cache"].as_strided((6, 2**32 + 16, 2, 64), (16 * 2 * 64, 0, 64, 1))
+    expect(r"k_cache's page size 4294967312 is past int32", **p | {"k_cache": k, "v_cache": k})
+    expect(r"topk_idx's slot count 4294967300 is past int32",
+           **p | {"topk_idx": torch.empty(3, 2, 2**32 + 4, dtype=torch.int32, device="meta")})
+    expect(r"q's head count 4294967296 is past int32",
+           **p | {"q": torch.empty(3, 2**32, 64, dtype=torch.bfloat16, device="meta")})
+
+
+def test_return_lse_is_a_bool():
+    with pytest.raises(TypeError, match=r"return_lse must be a bool, got str"):
+        kvcache.kvcache_attention(**problem(), return_lse="no")
