@@ -90,6 +90,14 @@ def _package_folders():
     return list(getattr(package, "__path__", None) or [str(Path(__file__).resolve().parent)])
 
 
+def _mtime(path):
+    """The modification time of what path names, or None where nothing is there (a dangling link)."""
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return None
+
+
 def candidate_paths():
     """Where libfsa is looked for, in order (without FSA_LIBRARY)."""
     paths = []
@@ -104,9 +112,10 @@ def candidate_paths():
     root = _repo_root()
     if (root / "include" / "fsa.h").is_file():
         builds = glob.glob(str(root / "build*" / "libfsa.so*")) + glob.glob(str(root / "build*" / "*" / "libfsa.so*"))
-        # Newest build first: a stale build folder should not win.
-        builds.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-        paths += builds
+        # Newest build first: a stale build folder should not win. A link whose file is gone (a build
+        # folder half rebuilt) is no candidate, and never stops the search.
+        dated = [(_mtime(p), p) for p in builds]
+        paths += [p for _, p in sorted((d for d in dated if d[0] is not None), reverse=True)]
     unique = []
     for p in paths:
         if p not in unique:

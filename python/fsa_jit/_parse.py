@@ -57,7 +57,11 @@ def require_scale(scale):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     if not 0 < scale < math.inf:  # comparisons, not math.isfinite: a compiled call's SymFloat traces through them
         raise ValueError(f"scale must be a positive finite number (None = 1/sqrt(head_dim)), got {scale}")
-    if not _FLOAT32_ZERO_BELOW < float(scale) < _FLOAT32_INF_FROM:  # float(): numpy scalars compare in float64
+    try:
+        as_float = float(scale)  # numpy scalars compare in float64
+    except OverflowError:  # an int past float64 (10**400)
+        as_float = math.inf
+    if not _FLOAT32_ZERO_BELOW < as_float < _FLOAT32_INF_FROM:
         raise ValueError(f"scale {scale} is 0 or infinite in float32, as the plan holds it: it must be a positive "
                          "finite float32")
 

@@ -471,3 +471,18 @@ def test_a_second_interrupt_while_plans_finish_leaves_the_contexts_undestroyed(l
     finally:
         release.set()
     assert destroyed == []
+
+
+def test_a_build_folders_link_to_a_missing_file_is_passed_over_not_an_error(monkeypatch, tmp_path):
+    # A source tree with two build folders, one of them half rebuilt: its link names a file that is gone.
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "fsa.h").write_text("")
+    (tmp_path / "python" / "fsa_jit").mkdir(parents=True)
+    (tmp_path / "build-good").mkdir()
+    (tmp_path / "build-good" / "libfsa.so").write_bytes(b"")
+    (tmp_path / "build-old").mkdir()
+    (tmp_path / "build-old" / "libfsa.so").symlink_to("libfsa.so.0.1.0")
+    monkeypatch.setattr(_lib, "__file__", str(tmp_path / "python" / "fsa_jit" / "_lib.py"))
+    paths = _lib.candidate_paths()
+    assert str(tmp_path / "build-good" / "libfsa.so") in paths
+    assert str(tmp_path / "build-old" / "libfsa.so") not in paths

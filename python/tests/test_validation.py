@@ -239,7 +239,7 @@ def test_set_tuning_takes_off_on_force_or_none_only():
         fsa_jit.set_tuning("sometimes")
 
 
-@pytest.mark.parametrize("scale", [1e-46, 1e39])
+@pytest.mark.parametrize("scale", [1e-46, 1e39, 2**1000, pytest.param(10**400, id="10**400")])
 def test_a_scale_that_is_zero_or_infinite_in_float32_is_refused(scale):
     # The plan holds a float32, where 0 means the default: 1e-46 would silently become 1/sqrt(D).
     expect(ValueError, r"is 0 or infinite in float32", **problem(), scale=scale)
