@@ -106,6 +106,12 @@ def _topk_layout(topk_idx, hkv, t, layout):
     )
 
 
+def check_token_count(name, count):
+    """A token count libfsa's calls take: at most INT32_MAX - 1 (ValueError before any output is allocated)."""
+    if count > _lib.INT32_MAX - 1:
+        raise ValueError(f"{name} has {count} tokens: at most {_lib.INT32_MAX - 1} (libfsa's calls)")
+
+
 def check_max_seqlen(max_seqlen, t_len):
     """max_seqlen: None or a host int in 0..T (also checked by the NSA layer before its first branch)."""
     if max_seqlen is not None:
@@ -153,6 +159,7 @@ def check_arguments(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, max_s
         )
     if k.shape[0] != t_len:
         raise ValueError(f"q has T={t_len} tokens but k and v have {k.shape[0]}: all are packed over the same tokens")
+    check_token_count("q", t_len)
     hkv = k.shape[1]
     if k.shape[2] != d:
         raise ValueError(f"q has head_dim {d} but k has {k.shape[2]}: q and k share the query/key head dim")

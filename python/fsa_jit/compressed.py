@@ -113,6 +113,8 @@ def check_arguments(q, k, v, cu_seqlens, cu_seqlens_c, kernel_size, stride, scal
     t_len, hq, dk = q.shape
     if k.shape[:2] != v.shape[:2]:
         raise ValueError(f"{kn} and {vn} must have the same [Tc, Hkv], got {tuple(k.shape)} and {tuple(v.shape)}")
+    _att.check_token_count("q", t_len)
+    _att.check_token_count(kn, k.shape[0])
     if k.shape[2] != dk:
         raise ValueError(f"q has head_dim {dk} but {kn} has {k.shape[2]} (only {vn} may differ: value_dim)")
     check_heads(hq, k.shape[1])

@@ -35,9 +35,12 @@ def compressed_counts(seqlens, kernel_size, stride):
 
 
 def _offsets(counts):
+    """cu_seqlens_c of the counts; the compressed tokens stay within what libfsa takes (ValueError, not the
+    RuntimeError of an int32 tensor that cannot hold them)."""
     out = [0]
     for c in counts:
         out.append(out[-1] + c)
+    _att.check_token_count("the compression", out[-1])
     return out
 
 

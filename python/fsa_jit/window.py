@@ -64,6 +64,7 @@ def check_arguments(q, k, v, cu_seqlens, window, scale=None, require_cuda=True, 
     if k.shape[0] != t_len:
         raise ValueError(f"q has T={t_len} tokens but {kn} and {vn} have {k.shape[0]}: all are packed over the same "
                          "tokens")
+    _att.check_token_count("q", t_len)
     if k.shape[2] != dk:
         raise ValueError(f"q has head_dim {dk} but {kn} has {k.shape[2]} (only {vn} may differ: value_dim)")
     _cmp.check_heads(hq, k.shape[1])

@@ -334,3 +334,12 @@ def test_the_page_size_top_k_and_head_counts_must_fit_int32():
 def test_return_lse_is_a_bool():
     with pytest.raises(TypeError, match=r"return_lse must be a bool, got str"):
         kvcache.kvcache_attention(**problem(), return_lse="no")
+
+
+def test_more_query_tokens_than_a_plan_holds_are_refused():
+    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    T = 2**31
+    p |= dict(q=torch.empty(T, 4, 64, dtype=torch.bfloat16, device="meta"),
+              cu_seqlens_q=torch.empty(3, dtype=torch.int32, device="meta"),
+              topk_idx=torch.empty(T, 2, 4, dtype=torch.int32, device="meta"))
+    expect(r"q's token count 2147483648 is past int32", **p)

@@ -404,6 +404,8 @@ def test_the_selected_branchs_keys_are_checked_when_the_window_has_its_own():
     (dict(cu_seqlens=torch.tensor([[0, 4, 10]], dtype=torch.int32)), ValueError, r"cu_seqlens must be 1-D"),
     (dict(cu_seqlens=torch.tensor([0.0, 10.0])), TypeError, r"cu_seqlens must be an integer tensor"),
     (dict(cu_seqlens=[0, 4, 10]), TypeError, r"cu_seqlens must be a torch.Tensor, got list"),
+    (dict(cu_seqlens=torch.tensor([0, 2**33]), kernel_size=1, stride=1), ValueError,
+     r"the compression has 8589934592 tokens: at most 2147483646"),  # was int32's RuntimeError
 ])
 def test_compressed_cu_seqlens_checks_its_arguments_as_compress_mean_does(call, error, match):
     from fsa_jit.nsa import compressed_cu_seqlens
@@ -491,3 +493,19 @@ def test_windows_and_offsets_read_on_the_host_must_be_dense_tensors_with_values(
     from fsa_jit.nsa import compress_mean
     expect(compress_mean, ValueError, r"cu_seqlens must hold values .* meta tensor", x=torch.randn(40, 2, 4),
            cu_seqlens=torch.tensor([0, 40], dtype=torch.int32).to("meta"))
+
+
+def test_more_tokens_or_compressed_tokens_than_libfsa_takes_are_refused():
+    # On the meta device (shapes without memory): libfsa takes at most INT32_MAX - 1 of either.
+    big = 2**31 - 1
+    p = cmp_problem(device="meta")
+    expect(fsa_jit.compressed_attention, ValueError, r"k has 2147483647 tokens: at most 2147483646",
+           **p | dict(k=torch.empty(big, 2, 32, dtype=torch.bfloat16, device="meta"),
+                      v=torch.empty(big, 2, 16, dtype=torch.bfloat16, device="meta")))
+    expect(fsa_jit.compressed_attention, ValueError, r"q has 2147483647 tokens: at most 2147483646",
+           **p | dict(q=torch.empty(big, 4, 32, dtype=torch.bfloat16, device="meta")))
+    w = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in win_problem().items()}
+    expect(fsa_jit.window_attention, ValueError, r"q has 2147483647 tokens: at most 2147483646",
+           **w | dict(q=torch.empty(big, 4, 32, dtype=torch.bfloat16, device="meta"),
+                      k=torch.empty(big, 2, 32, dtype=torch.bfloat16, device="meta"),
+                      v=torch.empty(big, 2, 16, dtype=torch.bfloat16, device="meta")))

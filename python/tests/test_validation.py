@@ -328,3 +328,14 @@ def test_set_tuning_takes_any_case_as_fsa_tune_does_and_names_a_wrong_type():
             fsa_jit.set_tuning("Sometimes")
     finally:
         fsa_jit.set_tuning(None)
+
+
+def test_more_tokens_than_libfsa_takes_are_refused_before_any_output_is_made():
+    # On the meta device (shapes without memory): libfsa takes at most INT32_MAX - 1 tokens.
+    T = 2**31 - 1
+    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    p |= dict(q=torch.empty(T, 4, 32, dtype=torch.bfloat16, device="meta"),
+              k=torch.empty(T, 2, 32, dtype=torch.bfloat16, device="meta"),
+              v=torch.empty(T, 2, 32, dtype=torch.bfloat16, device="meta"),
+              topk_idx=torch.empty(2, T, 3, dtype=torch.int32, device="meta"))
+    expect(ValueError, r"q has 2147483647 tokens: at most 2147483646", **p)
