@@ -218,9 +218,11 @@ static int bench_main(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    const int closed = tool_open_standard_streams();
+    if (closed < 0) return TOOL_EXIT_FAILED;
     int rc = bench_main(argc, argv);
-    /* A full disk or closed pipe on stdout is a failure, not a success. */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
+    /* A full disk, a closed pipe or no stdout at all is a failure, not a success. */
+    if (fflush(stdout) != 0 || ferror(stdout) || (closed & 2)) {
         fprintf(stderr, "fsa-bench: cannot write the output\n");
         if (rc == 0) rc = TOOL_EXIT_FAILED;
     }

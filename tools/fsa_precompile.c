@@ -20,14 +20,16 @@
 
 int main(int argc, char **argv)
 {
+    const int closed = tool_open_standard_streams();
+    if (closed < 0) return TOOL_EXIT_FAILED;
     tool_options o;
     int rc = options_parse(&o, argc, argv);
     if (rc == 0 && o.help) options_print_usage(stdout);
     else if (rc == 0 && o.version) tool_print_version(PROG);
     else if (rc == 0) rc = o.mode == MODE_COMPILE ? precompile(&o) : maintain(&o);
     options_free(&o);
-    /* A full disk or closed pipe on stdout is a failure, not a success. */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
+    /* A full disk, a closed pipe or no stdout at all is a failure, not a success. */
+    if (fflush(stdout) != 0 || ferror(stdout) || (closed & 2)) {
         fprintf(stderr, PROG ": cannot write the output\n");
         if (rc == 0) rc = TOOL_EXIT_FAILED;
     }

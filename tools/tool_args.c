@@ -3,12 +3,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int tool_parse_dtype(fsa_dtype *out, const char *text)
 {
@@ -143,4 +145,19 @@ int tool_context_exit_code(fsa_status status)
     case FSA_STATUS_NO_DEVICE: return TOOL_EXIT_TARGET;
     default: return TOOL_EXIT_FAILED;
     }
+}
+
+int tool_open_standard_streams(void)
+{
+    int closed = 0;
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY); /* the lowest free number: fd */
+        if (got != fd) {
+            if (got >= 0) close(got);
+            return -1;
+        }
+        closed |= 1 << fd;
+    }
+    return closed;
 }

@@ -19,6 +19,14 @@ enum {
                              rejects, no driver, no GPU */
 };
 
+/* Standard streams the tool was started without (fd 0, 1 or 2 closed): each
+ * is opened onto /dev/null, so that no file the tool opens later takes its
+ * number and receives its output. Returns a mask (1 << fd) of those that were
+ * closed (a closed stdout then fails the run as a full one does), or -1
+ * where /dev/null cannot be opened (the tool must stop before opening any
+ * file). */
+int tool_open_standard_streams(void);
+
 /* bf16, bfloat16 -> FSA_DTYPE_BF16; fp16, f16, float16, half -> FSA_DTYPE_F16
  * (case-insensitive). 0 on success, -1 for anything else. */
 int tool_parse_dtype(fsa_dtype *out, const char *text);

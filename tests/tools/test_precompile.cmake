@@ -248,4 +248,29 @@ expect_match("--page-size applies only to --kind kvcache" "page size without the
 run(2 --arch sm_80 --kind kvcache --page-size 0 --cache-dir "${WORK}/kv")
 expect_match("--page-size" "bad page size list named")
 
+# --- 12. started without stdout (`>&-`): the progress goes nowhere, not into a file the tool opens (its
+# first one would take the free descriptor 1: a lock file whose owner record is then progress text); the
+# kernels are compiled all the same, and the run fails as one with a full stdout does
+math(EXPR STEP "${STEP} + 1")
+execute_process(COMMAND sh -c "exec >&-; exec \"$0\" \"$@\"" "${PRECOMPILE}" --arch sm_80 ${GRID} --group 1
+                        --cache-dir "${WORK}/closed" RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot write the output")
+  message(FATAL_ERROR "step ${STEP}: without stdout: exit code ${rc}, expected 1 saying so\n${err}")
+endif()
+file(GLOB_RECURSE closed_files "${WORK}/closed/*")
+set(cubins 0)
+foreach(f ${closed_files})
+  file(READ "${f}" text LIMIT 4096)
+  if(text MATCHES "ready in|kernels compiled")
+    message(FATAL_ERROR "step ${STEP}: the progress went into ${f}:\n${text}")
+  endif()
+  if(f MATCHES "\\.cubin$")
+    math(EXPR cubins "${cubins} + 1")
+  endif()
+endforeach()
+if(cubins EQUAL 0)
+  message(FATAL_ERROR "step ${STEP}: without stdout nothing was compiled into ${WORK}/closed")
+endif()
+run(0 --verify --cache-dir "${WORK}/closed")
+
 message(STATUS "fsa-precompile: all ${STEP} steps passed")

@@ -1,0 +1,93 @@
+/* The command-line tools started without a standard stream (tools/tool_args.c): the stream is opened
+ * onto /dev/null and reported, so that the next file the tool opens does not take its number and receive
+ * the tool's output. Each case runs in a child whose streams it may close. */
+#include "testing.h"
+#include "tool_args.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct {
+    int mask;    /* what tool_open_standard_streams returned */
+    int next_fd; /* the number of the first file opened after it */
+    int on_null; /* bit fd: fd is /dev/null afterwards */
+} streams_outcome;
+
+static int is_dev_null(int fd)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat("/dev/null", &b) == 0 && S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
+}
+
+/* Closes the descriptors of `closed` (a mask of 0, 1, 2) in a child, calls the function, opens a file. */
+static streams_outcome run_with_closed(int closed)
+{
+    int pipe_fds[2];
+    assert_int_equal(pipe(pipe_fds), 0);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The pipe's ends are above 2 unless a stream is closed: keep the write end out of the way. */
+        const int out = fcntl(pipe_fds[1], F_DUPFD, 10);
+        for (int fd = 0; fd <= 2; fd++)
+            if (closed & (1 << fd)) close(fd);
+        streams_outcome o = {0};
+        o.mask = tool_open_standard_streams();
+        char path[] = "/tmp/fsa-tool-streams-XXXXXX";
+        o.next_fd = mkstemp(path);
+        if (o.next_fd >= 0) unlink(path);
+        for (int fd = 0; fd <= 2; fd++) o.on_null |= is_dev_null(fd) << fd;
+        _exit(write(out, &o, sizeof o) == (ssize_t)sizeof o ? 0 : 1);
+    }
+    close(pipe_fds[1]);
+    streams_outcome o;
+    assert_int_equal(read(pipe_fds[0], &o, sizeof o), (ssize_t)sizeof o);
+    close(pipe_fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return o;
+}
+
+static void test_open_streams_are_left_alone(void **state)
+{
+    (void)state;
+    const streams_outcome o = run_with_closed(0);
+    assert_int_equal(o.mask, 0);
+    assert_true(o.next_fd > 2);
+}
+
+static void test_a_closed_stdout_goes_to_dev_null_and_is_reported(void **state)
+{
+    (void)state;
+    const streams_outcome o = run_with_closed(2);
+    assert_int_equal(o.mask, 2);
+    assert_true(o.next_fd > 2); /* the file did not take stdout's number */
+    assert_true(o.on_null & 2);
+}
+
+static void test_every_closed_stream_is_reported_and_none_is_reused(void **state)
+{
+    (void)state;
+    const streams_outcome o = run_with_closed(7);
+    assert_int_equal(o.mask, 7);
+    assert_true(o.next_fd > 2);
+    assert_int_equal(o.on_null, 7);
+    const streams_outcome e = run_with_closed(4);
+    assert_int_equal(e.mask, 4);
+    assert_true(e.next_fd > 2 && (e.on_null & 4));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_streams_are_left_alone),
+        cmocka_unit_test(test_a_closed_stdout_goes_to_dev_null_and_is_reported),
+        cmocka_unit_test(test_every_closed_stream_is_reported_and_none_is_reused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
