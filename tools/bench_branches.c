@@ -96,7 +96,10 @@ int fsa_bench_branches(int argc, char **argv)
                     failed |= bench_win_row(ctx, &o, &env, o.tokens[ti], o.groups[gi], o.windows[wi], json,
                                             &first) != 0;
     }
-    if (bench_json_close() != 0) failed = 1;
+    if (bench_json_close() != 0) {
+        fprintf(stderr, "fsa-bench %s: cannot write %s\n", bench_branches_mode, o.json);
+        failed = 1;
+    }
     cu.MemFree(env.flush);
     cu.EventDestroy(env.e0);
     cu.EventDestroy(env.e1);

@@ -164,7 +164,7 @@ static int set_mode(options *o, bench_mode mode, int *mode_given)
 
 int bench_options_parse(options *o, const char **jit_child, int argc, char **argv)
 {
-    int mode_given = 0, grid_given = 0, d_given = 0;
+    int mode_given = 0, grid_given = 0, d_given = 0, options_given = 0;
     char problem_option[32] = ""; /* the last problem or run option: --jit takes none */
     char bad[3];
     opterr = 0; /* our own messages and exit status */
@@ -172,6 +172,7 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
         int li = -1;
         int c = getopt_long(argc, argv, ":hT:G:D:", k_long_options, &li), rc = 0;
         if (c == -1) break;
+        options_given++;
         if (c != 'h' && c != OPT_HELP && c != OPT_VERSION && c != ':' && c != '?' && c != OPT_STANDARD &&
             c != OPT_JIT && c != OPT_JIT_CHILD && c != OPT_DRY_RUN) {
             if (li >= 0) snprintf(problem_option, sizeof problem_option, "--%s", k_long_options[li].name);
@@ -241,7 +242,7 @@ int bench_options_parse(options *o, const char **jit_child, int argc, char **arg
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     /* The --jit run's second process (bench_jit.c) is started as "fsa-bench --jit-child DIR", nothing else. */
-    if (*jit_child && argc != (strncmp(argv[1], "--jit-child=", 12) == 0 ? 2 : 3))
+    if (*jit_child && options_given != 1)
         return usage_error("%s", "--jit-child is --jit's own process: no other option");
     if (grid_given && o->mode != MODE_GRID) return usage_error("%s", "-T and -G do not apply to --standard or --jit");
     /* --standard's table has its own D values and groups up to 16 (bench_selected_row: Hkv = Hq / G). */

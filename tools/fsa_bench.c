@@ -210,7 +210,10 @@ static int bench_main(int argc, char **argv)
         }
     }
     rc = k_modes[o.mode].run(ctx, &o, &dev, json);
-    if (bench_json_close() != 0) rc = TOOL_EXIT_FAILED;
+    if (bench_json_close() != 0) {
+        fprintf(stderr, "fsa-bench: cannot write %s\n", o.json);
+        rc = TOOL_EXIT_FAILED;
+    }
     CU(cu.DevicePrimaryCtxRelease(dev.dev));
     fsa_context_destroy(ctx);
     return rc;

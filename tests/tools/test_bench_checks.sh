@@ -49,3 +49,13 @@ for batch in 1 3; do
         fail "--compressed --batch $batch: three rows with \"failed\": false expected: $(cat "$work/cmp.json")"
 done
 echo "--compressed (one and three sequences): exit 0, every selection checked"
+
+# A JSON file that cannot be written (a full disk) fails the run, saying so.
+for mode in "" --window; do
+    extra=(); [ -n "$mode" ] && extra=(--window -T 1024 -G 4 --reps 2) || extra=("${args[@]}")
+    "$bench" "${extra[@]}" --json /dev/full > "$work/full.out" 2> "$work/full.err"
+    rc=$?
+    [ $rc = 1 ] || fail "${mode:-grid} --json /dev/full: exit $rc, expected 1: $(cat "$work/full.err")"
+    grep -q "cannot write /dev/full" "$work/full.err" || fail "${mode:-grid} --json /dev/full: silent: $(cat "$work/full.err")"
+done
+echo "--json /dev/full: exit 1, \"cannot write /dev/full\""

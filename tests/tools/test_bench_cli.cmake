@@ -244,5 +244,9 @@ expect("${OUT}" "--jit: compiles D 64, 128, 256 at G 4; times Hq 32, Hkv 8, D 12
 run(0 --standard --dry-run)
 expect("${OUT}" "--standard, D 128 \\(and 64, 256 at T 16384\\)" "--standard's head dims")
 # The --jit run's second process takes nothing else (it would open a cache anywhere).
-run(2 --jit-child /tmp/x --dry-run)
-expect("${ERR}" "--jit-child is --jit's own process: no other option" "--jit-child alone")
+# whatever the order of the other options
+foreach(args "--jit-child;/tmp/x;--dry-run" "--dry-run;--jit-child=/tmp/x" "-T5;--jit-child;/tmp/x"
+             "--jit-child;/tmp/x;--jit-child;/tmp/y")
+  run(2 ${args})
+  expect("${ERR}" "--jit-child is --jit's own process: no other option" "--jit-child alone (${args})")
+endforeach()
