@@ -272,8 +272,9 @@ class _Output:
     """stdout for one command, as C's stdio keeps it: a write that fails (a full disk, a closed pipe) sets
     `failed` and drops the rest instead of raising, and the command says so at its end (_finish_output)."""
 
-    def __init__(self, stream):
-        self.stream, self.failed = stream, False
+    def __init__(self, stream, prog):
+        # None: the process was started without a stdout (`>&-`): nothing can be written.
+        self.stream, self.prog, self.failed = stream, prog, stream is None
 
     def write(self, text):
         if not self.failed:
@@ -300,7 +301,8 @@ def _finish_output(out, rc):
     out.flush()
     if not out.failed:
         return rc
-    print("fsa-precompile: cannot write the output", file=sys.stderr)
+    if sys.stderr is not None:
+        print(f"{out.prog}: cannot write the output", file=sys.stderr)
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, out.stream.fileno())
@@ -310,14 +312,19 @@ def _finish_output(out, rc):
     return rc or EXIT_FAILED
 
 
-def precompile_main(argv=None):
-    out = sys.stdout = _Output(sys.stdout)
+def _with_output(prog, main, argv):
+    """main(argv) with stdout as an _Output: its exit status, 1 where stdout could not be written."""
+    out = sys.stdout = _Output(sys.stdout, prog)
     try:
-        return _finish_output(out, _precompile_main(argv))
+        return _finish_output(out, main(argv))
     except SystemExit as e:  # argparse: --help and --version (on stdout), usage errors
         raise SystemExit(_finish_output(out, e.code)) from None
     finally:
         sys.stdout = out.stream
+
+
+def precompile_main(argv=None):
+    return _with_output("fsa-precompile", _precompile_main, argv)
 
 
 def _precompile_main(argv):
@@ -474,6 +481,10 @@ def _median_ms(fn, min_ms, warmup_ms, torch):
 
 
 def bench_main(argv=None):
+    return _with_output("fsa-bench", _bench_main, argv)
+
+
+def _bench_main(argv):
     p = argparse.ArgumentParser(
         prog="fsa-bench",
         description="Times fsa_jit.selected_attention on the GPU with CUDA events (median of repeats covering "

@@ -465,6 +465,30 @@ def test_output_that_cannot_be_written_is_reported_as_in_the_c_tool(lib, tmp_pat
     assert (r.returncode, r.stderr) == (1, "fsa-precompile: cannot write the output\n")
 
 
+def test_no_stdout_at_all_is_reported_and_a_usage_error_keeps_its_status(tmp_path):
+    # Started with stdout closed (`>&-`), sys.stdout is None: every command died of an AttributeError
+    # traceback (exit 1, a usage error's 2 lost).
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path), PYTHONPATH=here)
+    for args, status in ((["--version"], 1), (["--bogus"], 2), (["--list", "--cache-dir", str(tmp_path)], 1)):
+        r = subprocess.run(["sh", "-c", 'exec >&-; exec "$0" -m fsa_jit.precompile "$@"', sys.executable, *args],
+                           capture_output=False, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+        assert r.returncode == status, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "fsa-precompile: cannot write the output" in r.stderr, r.stderr
+
+
+def test_fsa_bench_reports_output_it_cannot_write_as_the_c_tool(monkeypatch, capsys):
+    # Python's fsa-bench exited 0 after --help into a full disk.
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        with pytest.raises(SystemExit) as e:
+            cli.bench_main(["--help"])
+    assert e.value.code == 1
+    assert capsys.readouterr().err == "fsa-bench: cannot write the output\n"
+
+
 # fsa-bench --workspace-limit as the C tool takes it (tools/bench_options.c, tool_parse_bytes): digits with
 # one optional K, M, G or T (any case) up to 2^64 - 1, or exactly 'unlimited'. A cap of 2^63 bytes or more
 # binds nothing, so it is no cap, as the operators spell it.
