@@ -7,6 +7,7 @@
 #include "tool_args.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,10 @@ int bench_jit_run(const options *o, const char *self)
     if (atexit(remove_jit_dir) != 0) {
         fprintf(stderr, "fsa-bench: atexit failed; %s is not removed\n", dir);
     }
+    /* A reader that goes away (`| head -1`) would kill the run by SIGPIPE before the exit handler: the
+     * writes fail instead, and the run ends as one with a full stdout does, its directory removed. (An
+     * interrupt still leaves it: --help says so.) */
+    signal(SIGPIPE, SIG_IGN);
     fsa_context_options co = FSA_CONTEXT_OPTIONS_INIT;
     co.cache_dir = dir;
     fsa_context *ctx = NULL;
