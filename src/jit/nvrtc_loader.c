@@ -177,8 +177,8 @@ static void nvrtc_load_once(void)
         const fsa_nvrtc_candidate *c = &candidates[i];
         void *lib = dlopen(c->path, RTLD_NOW | RTLD_LOCAL);
         if (lib == NULL) {
-            /* A bare name the loader does not know is the normal case, not news. */
-            if (strchr(c->path, '/') != NULL) note_failure(c, dlerror());
+            /* A bare name the loader does not know is the normal case, not news, unless the user named it. */
+            if (strchr(c->path, '/') != NULL || strcmp(c->source, "FSA_NVRTC_PATH") == 0) note_failure(c, dlerror());
             continue;
         }
         char why_buf[160];

@@ -143,6 +143,15 @@ static void test_an_explicit_path_that_does_not_load_is_an_error_naming_it(void 
     assert_null(strstr(o.message, "CUDA_HOME"));
 }
 
+static void test_an_explicit_bare_name_that_does_not_load_is_named_with_the_reason(void **state)
+{
+    (void)state;
+    /* The loader's own search passes over bare names it does not know; the user's own is news. */
+    outcome o = load_in_child("FSA_NVRTC_PATH", "libfsa-test-absent-nvrtc.so");
+    assert_int_equal(o.status, FSA_STATUS_NO_NVRTC);
+    assert_non_null(strstr(o.message, "tried libfsa-test-absent-nvrtc.so (FSA_NVRTC_PATH): "));
+}
+
 static void test_an_explicit_path_too_long_to_hold_is_an_error_saying_so(void **state)
 {
     (void)state;
@@ -192,6 +201,7 @@ int main(void)
         cmocka_unit_test(test_a_pip_package_copy_comes_before_the_toolkit),
         cmocka_unit_test(test_a_file_that_is_not_nvrtc_is_passed_over),
         cmocka_unit_test(test_an_explicit_path_that_does_not_load_is_an_error_naming_it),
+        cmocka_unit_test(test_an_explicit_bare_name_that_does_not_load_is_named_with_the_reason),
         cmocka_unit_test(test_an_explicit_path_too_long_to_hold_is_an_error_saying_so),
         cmocka_unit_test(test_an_nvrtc_older_than_12_is_refused_with_its_version_named),
         cmocka_unit_test(test_kernel_keys_name_the_version_and_the_files_build_id),
