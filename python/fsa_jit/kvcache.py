@@ -262,9 +262,9 @@ def check_arguments(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, t
     if batch > MAX_BATCH:
         raise ValueError(f"cu_seqlens_q describes {batch} sequences: at most {MAX_BATCH} (libfsa's paged-cache "
                          "plans)")
-    # So are the plan's page size and head counts (2**32 + 16 would become 16), and its top-k (below).
-    for name, value in (("k_cache's page size", k_cache.shape[1]), ("q's head count", hq),
-                        ("k_cache's head count", hkv), ("q's token count", tq)):
+    # So are the plan's page size and head counts (2**32 + 16 would become 16; Hkv divides Hq, so Hq's check
+    # covers it), its query tokens, and its top-k (below).
+    for name, value in (("k_cache's page size", k_cache.shape[1]), ("q's head count", hq), ("q's token count", tq)):
         if value > _lib.INT32_MAX:
             raise ValueError(f"{name} {value} is past int32: at most {_lib.INT32_MAX} (libfsa's plan)")
     if block_table.shape[1] > _lib.INT32_MAX:

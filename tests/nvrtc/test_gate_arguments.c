@@ -41,6 +41,8 @@ static void test_good_arguments_need_a_device_and_no_tokens_need_nothing(void **
     EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
     a = good_args(), a.total_tokens = 0, a.o.ptr = 0;
     EXPECT_STATUS(FSA_STATUS_OK, fsa_gate_fwd(g_plan, &a, NULL));
+    for (int x = 0; x < 3; x++) a.out[x].ptr = a.gate[x].ptr = 0; /* no tensor at all (gate.h) */
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_gate_fwd(g_plan, &a, NULL));
 }
 
 static void test_bad_arguments_are_refused_naming_them(void **state)

@@ -59,3 +59,13 @@ for mode in "" --window; do
     grep -q "cannot write /dev/full" "$work/full.err" || fail "${mode:-grid} --json /dev/full: silent: $(cat "$work/full.err")"
 done
 echo "--json /dev/full: exit 1, \"cannot write /dev/full\""
+
+# Started without stdout (`>&-`): the JSON file, opened before the table is printed, took the free descriptor 1
+# and received the table (exit 0). Now the table goes nowhere, the JSON holds the rows alone, the run fails.
+"$bench" "${args[@]}" --json "$work/closed.json" >&- 2> "$work/closed.err"
+rc=$?
+[ $rc = 1 ] || fail "without stdout: exit $rc, expected 1: $(cat "$work/closed.err")"
+grep -q "cannot write the output" "$work/closed.err" || fail "without stdout: not said: $(cat "$work/closed.err")"
+grep -q '^|' "$work/closed.json" && fail "without stdout: the table went into the JSON file: $(cat "$work/closed.json")"
+grep -q '"failed": false' "$work/closed.json" || fail "without stdout: the JSON lacks its row: $(cat "$work/closed.json")"
+echo "without stdout: exit 1, the JSON file holds the rows alone"

@@ -5,6 +5,7 @@
 #include "tool_args.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,9 +38,12 @@ static streams_outcome run_with_closed(int closed)
             if (closed & (1 << fd)) close(fd);
         streams_outcome o = {0};
         o.mask = tool_open_standard_streams();
-        char path[] = "/tmp/fsa-tool-streams-XXXXXX";
-        o.next_fd = mkstemp(path);
-        if (o.next_fd >= 0) unlink(path);
+        char *dir = fsa_test_mkdtemp("tool-streams");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/file", dir ? dir : "/nonexistent");
+        o.next_fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (dir) fsa_test_rmtree(dir);
+        free(dir);
         for (int fd = 0; fd <= 2; fd++) o.on_null |= is_dev_null(fd) << fd;
         _exit(write(out, &o, sizeof o) == (ssize_t)sizeof o ? 0 : 1);
     }
