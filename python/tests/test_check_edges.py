@@ -230,14 +230,6 @@ def test_a_strided_topk_length_is_refused_as_it_is_read_in_place():
                **kvc_problem(), topk_length=torch.full((6,), 4, dtype=torch.int32)[::2])
 
 
-def test_q_eight_bytes_off_16_is_refused():
-    flat = torch.zeros(3 * 4 * 64 + 8, dtype=torch.bfloat16)
-    q = flat[4:4 + 3 * 4 * 64].view(3, 4, 64)  # 8 bytes past an aligned address
-    p = kvc_problem()
-    with pytest.raises(ValueError, match=r"q must be 16-byte aligned"):
-        kvcache._check_aligned(q, p["k_cache"], p["v_cache"])
-
-
 def test_a_slot_count_or_pages_per_sequence_of_exactly_2_to_the_31_is_refused():
     p = on_meta(kvc_problem())
     kvc_expect(r"slot count 2147483648 is past int32",

@@ -147,9 +147,10 @@ def test_an_empty_call_reads_no_tensor_so_their_strides_do_not_matter():
     expect(r"q must be a CUDA tensor", **problem(tq=0) | none | {"k_cache": odd})
 
 
-def test_q_and_the_caches_must_be_16_byte_aligned():
+@pytest.mark.parametrize("offset", [1, 4])  # 2 and 8 bytes past an aligned address
+def test_q_and_the_caches_must_be_16_byte_aligned(offset):
     flat = torch.zeros(3 * 4 * 64 + 8, dtype=torch.bfloat16)
-    q = flat[1:1 + 3 * 4 * 64].view(3, 4, 64)  # 2 bytes past an aligned address
+    q = flat[offset:offset + 3 * 4 * 64].view(3, 4, 64)
     p = problem()
     with pytest.raises(ValueError, match=r"q must be 16-byte aligned"):
         kvcache._check_aligned(q, p["k_cache"], p["v_cache"])

@@ -693,3 +693,22 @@ size_t fsa_test_build_id_of_file(uint8_t *out, size_t cap, const char *path)
     close(fd);
     return found;
 }
+
+void fsa_test_in_child(void *out, size_t size, void (*body)(void *out, const void *arg), const void *arg)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        const int w = fcntl(fds[1], F_DUPFD, 10);
+        body(out, arg);
+        _exit(w >= 0 && write(w, out, size) == (ssize_t)size ? 0 : 1);
+    }
+    close(fds[1]);
+    assert_int_equal(read(fds[0], out, size), (ssize_t)size);
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}

@@ -37,6 +37,11 @@ void fsa_test_rmtree(const char *path);
 int fsa_test_make_tree_readable(const char *path);
 /* Flips a few bits of the byte `from_end` bytes before the end of a file (a damaged cache entry). */
 void fsa_test_damage_file(const char *path, long from_end);
+/* Runs body(out, arg) in a forked child (for what a process does once, or with its streams or environment
+ * changed) and copies the `size` bytes it leaves at `out` back into the caller's `out`; a child that fails
+ * to hand them over, or exits otherwise than 0, fails the test. The pipe's write end sits above descriptor 9,
+ * out of the way of a body that closes its standard streams. */
+void fsa_test_in_child(void *out, size_t size, void (*body)(void *out, const void *arg), const void *arg);
 /* Runs this test binary again with `argv` (argv[0] its name) on the build's
  * fake libcuda.so.1 (first on LD_LIBRARY_PATH; run through ctest), in the
  * caller's environment less LD_LIBRARY_PATH and the variables named

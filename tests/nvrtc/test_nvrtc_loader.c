@@ -25,40 +25,35 @@ typedef struct outcome {
     char version[16], key_version[sizeof ((fsa_nvrtc_api *)0)->key_version];
 } outcome;
 
-/* Runs fsa_nvrtc_load in a child with `name`=`value` set (NULL: nothing). */
+/* In the child: fsa_nvrtc_load with `name`=`value` set (arg: the pair; name NULL: nothing). */
+static void load(void *out, const void *arg)
+{
+    outcome *o = out;
+    memset(o, 0, sizeof *o);
+    const char *const *setting = arg;
+    const char *name = setting[0], *value = setting[1];
+    unsetenv("FSA_NVRTC_PATH");
+    unsetenv("FSA_PYTHON_SITE_DIRS");
+    if (name) setenv(name, value, 1);
+    const fsa_nvrtc_api *api = NULL;
+    o->status = fsa_nvrtc_load(&api);
+    if (o->status == FSA_STATUS_OK) {
+        snprintf(o->path, sizeof o->path, "%s", api->path);
+        snprintf(o->version, sizeof o->version, "%s", api->version);
+        snprintf(o->key_version, sizeof o->key_version, "%s", api->key_version);
+        Dl_info info;
+        if (dladdr((void *)api->Version, &info) && info.dli_fname)
+            snprintf(o->real, sizeof o->real, "%s", info.dli_fname);
+    } else {
+        snprintf(o->message, sizeof o->message, "%s", fsa_last_error());
+    }
+}
+
 static outcome load_in_child(const char *name, const char *value)
 {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        outcome o = {0};
-        unsetenv("FSA_NVRTC_PATH");
-        unsetenv("FSA_PYTHON_SITE_DIRS");
-        if (name) setenv(name, value, 1);
-        const fsa_nvrtc_api *api = NULL;
-        o.status = fsa_nvrtc_load(&api);
-        if (o.status == FSA_STATUS_OK) {
-            snprintf(o.path, sizeof o.path, "%s", api->path);
-            snprintf(o.version, sizeof o.version, "%s", api->version);
-            snprintf(o.key_version, sizeof o.key_version, "%s", api->key_version);
-            Dl_info info;
-            if (dladdr((void *)api->Version, &info) && info.dli_fname)
-                snprintf(o.real, sizeof o.real, "%s", info.dli_fname);
-        } else {
-            snprintf(o.message, sizeof o.message, "%s", fsa_last_error());
-        }
-        ssize_t w = write(fds[1], &o, sizeof o);
-        _exit(w == (ssize_t)sizeof o ? 0 : 1);
-    }
-    close(fds[1]);
     outcome o;
-    assert_int_equal(read(fds[0], &o, sizeof o), (ssize_t)sizeof o);
-    close(fds[0]);
-    int wstatus = 0;
-    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
-    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    const char *setting[2] = {name, value};
+    fsa_test_in_child(&o, sizeof o, load, setting);
     return o;
 }
 

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
@@ -24,36 +23,28 @@ static int is_dev_null(int fd)
     return fstat(fd, &a) == 0 && stat("/dev/null", &b) == 0 && S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
 }
 
-/* Closes the descriptors of `closed` (a mask of 0, 1, 2) in a child, calls the function, opens a file. */
+/* In the child: closes the descriptors of the mask *arg (0, 1, 2), calls the function, opens a file. */
+static void close_then_open(void *out, const void *arg)
+{
+    const int closed = *(const int *)arg;
+    for (int fd = 0; fd <= 2; fd++)
+        if (closed & (1 << fd)) close(fd);
+    streams_outcome *o = out;
+    memset(o, 0, sizeof *o);
+    o->mask = tool_open_standard_streams();
+    char *dir = fsa_test_mkdtemp("tool-streams");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/file", dir ? dir : "/nonexistent");
+    o->next_fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (dir) fsa_test_rmtree(dir);
+    free(dir);
+    for (int fd = 0; fd <= 2; fd++) o->on_null |= is_dev_null(fd) << fd;
+}
+
 static streams_outcome run_with_closed(int closed)
 {
-    int pipe_fds[2];
-    assert_int_equal(pipe(pipe_fds), 0);
-    const pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* The pipe's ends are above 2 unless a stream is closed: keep the write end out of the way. */
-        const int out = fcntl(pipe_fds[1], F_DUPFD, 10);
-        for (int fd = 0; fd <= 2; fd++)
-            if (closed & (1 << fd)) close(fd);
-        streams_outcome o = {0};
-        o.mask = tool_open_standard_streams();
-        char *dir = fsa_test_mkdtemp("tool-streams");
-        char path[4096];
-        snprintf(path, sizeof path, "%s/file", dir ? dir : "/nonexistent");
-        o.next_fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
-        if (dir) fsa_test_rmtree(dir);
-        free(dir);
-        for (int fd = 0; fd <= 2; fd++) o.on_null |= is_dev_null(fd) << fd;
-        _exit(write(out, &o, sizeof o) == (ssize_t)sizeof o ? 0 : 1);
-    }
-    close(pipe_fds[1]);
     streams_outcome o;
-    assert_int_equal(read(pipe_fds[0], &o, sizeof o), (ssize_t)sizeof o);
-    close(pipe_fds[0]);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    fsa_test_in_child(&o, sizeof o, close_then_open, &closed);
     return o;
 }
 
