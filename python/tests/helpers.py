@@ -40,6 +40,13 @@ def random_selection(cu, Hkv, K, BK, gen, duplicates=False):
     return topk
 
 
+def on_meta(problem):
+    """A problem's tensors on the meta device (shapes without memory), its other arguments as they are."""
+    import torch
+
+    return {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem.items()}
+
+
 def rel_err(a, b):
     """||a - b|| / ||b|| in float64 (a and b are torch tensors)."""
     a, b = a.double(), b.double()

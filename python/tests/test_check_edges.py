@@ -17,33 +17,10 @@ from fsa_jit import cache as cache_module  # noqa: E402
 from fsa_jit.nsa import compress_mean, compressed_counts, compressed_cu_seqlens  # noqa: E402
 from test_fast_path import fake, problem as fast_problem  # noqa: E402,F401  (the fixture and its problem)
 from test_nsa_validation import cmp_problem, key_of, nsa_problem  # noqa: E402
-
-
-def sel_problem(T=10, Hq=4, Hkv=2, D=32, K=3, BK=16):
-    return dict(q=torch.randn(T, Hq, D).bfloat16(), k=torch.randn(T, Hkv, D).bfloat16(),
-                v=torch.randn(T, Hkv, D).bfloat16(), topk_idx=torch.zeros(Hkv, T, K, dtype=torch.int32),
-                cu_seqlens=torch.tensor([0, 4, T], dtype=torch.int32), block_size=BK)
-
-
-def kvc_problem(tq=3, Hq=4, Hkv=2, D=64, page=16, pages=6, k=4):
-    return dict(q=torch.randn(tq, Hq, D).bfloat16(), k_cache=torch.randn(pages, page, Hkv, D).bfloat16(),
-                v_cache=torch.randn(pages, page, Hkv, D).bfloat16(),
-                cu_seqlens_q=torch.tensor([0, 1, tq], dtype=torch.int32),
-                seqused_k=torch.tensor([20, 30], dtype=torch.int32), block_table=torch.zeros(2, 3, dtype=torch.int32),
-                topk_idx=torch.zeros(tq, Hkv, k, dtype=torch.int32), block_size=16)
-
-
-def on_meta(p):
-    return {n: t.to("meta") if isinstance(t, torch.Tensor) else t for n, t in p.items()}
-
-
-def run(main, args, capsys):
-    try:
-        rc = main(args)
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+from test_validation import problem as sel_problem  # noqa: E402
+from test_kvcache_validation import expect as kvc_expect, problem as kvc_problem  # noqa: E402
+from test_cli import run  # noqa: E402
+from helpers import on_meta  # noqa: E402
 
 
 # ------------------------------------------------------------ selected_attention (attention.py, _parse.py)
@@ -206,11 +183,6 @@ def test_bool_offsets_are_a_type_error():
 
 
 # ------------------------------------------------------------ kvcache_attention
-
-
-def kvc_expect(match, **call):
-    with pytest.raises(ValueError, match=match):
-        kvcache.kvcache_attention(**call)
 
 
 def test_one_sequence_past_max_batch_is_refused():

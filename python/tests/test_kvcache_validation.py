@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fsa_jit import _lib, kvcache  # noqa: E402
+from helpers import on_meta  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -323,7 +324,7 @@ def test_the_default_max_batch_stays_within_the_plans_bound(n, size):
 def test_the_page_size_top_k_and_head_counts_must_fit_int32():
     # On the meta device: shapes without memory. ctypes would keep the low 32 bits of each (a plan for
     # another page size or top-k than the tensors have: a wrong answer, no error).
-    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    p = on_meta(problem())
     k = p["k_cache"].as_strided((6, 2**32 + 16, 2, 64), (16 * 2 * 64, 0, 64, 1))
     expect(r"k_cache's page size 4294967312 is past int32", **p | {"k_cache": k, "v_cache": k})
     expect(r"topk_idx's slot count 4294967300 is past int32",
@@ -338,7 +339,7 @@ def test_return_lse_is_a_bool():
 
 
 def test_more_query_tokens_than_a_plan_holds_are_refused():
-    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    p = on_meta(problem())
     T = 2**31
     p |= dict(q=torch.empty(T, 4, 64, dtype=torch.bfloat16, device="meta"),
               cu_seqlens_q=torch.empty(3, dtype=torch.int32, device="meta"),

@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 import fsa_jit  # noqa: E402
 from fsa_jit import _lib, _nsa_node, attention, compressed, window  # noqa: E402
 from fsa_jit.nsa import nsa_attention  # noqa: E402
-from helpers import skip_or_fail  # noqa: E402
+from helpers import on_meta, skip_or_fail  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -504,7 +504,7 @@ def test_more_tokens_or_compressed_tokens_than_libfsa_takes_are_refused():
                       v=torch.empty(big, 2, 16, dtype=torch.bfloat16, device="meta")))
     expect(fsa_jit.compressed_attention, ValueError, r"q has 2147483647 tokens: at most 2147483646",
            **p | dict(q=torch.empty(big, 4, 32, dtype=torch.bfloat16, device="meta")))
-    w = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in win_problem().items()}
+    w = on_meta(win_problem())
     expect(fsa_jit.window_attention, ValueError, r"q has 2147483647 tokens: at most 2147483646",
            **w | dict(q=torch.empty(big, 4, 32, dtype=torch.bfloat16, device="meta"),
                       k=torch.empty(big, 2, 32, dtype=torch.bfloat16, device="meta"),

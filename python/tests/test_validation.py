@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fsa_jit  # noqa: E402
+from helpers import on_meta  # noqa: E402
 from fsa_jit import _lib, attention  # noqa: E402
 
 
@@ -333,7 +334,7 @@ def test_set_tuning_takes_any_case_as_fsa_tune_does_and_names_a_wrong_type():
 def test_more_tokens_than_libfsa_takes_are_refused_before_any_output_is_made():
     # On the meta device (shapes without memory): libfsa takes at most INT32_MAX - 1 tokens.
     T = 2**31 - 1
-    p = {name: t.to("meta") if isinstance(t, torch.Tensor) else t for name, t in problem().items()}
+    p = on_meta(problem())
     p |= dict(q=torch.empty(T, 4, 32, dtype=torch.bfloat16, device="meta"),
               k=torch.empty(T, 2, 32, dtype=torch.bfloat16, device="meta"),
               v=torch.empty(T, 2, 32, dtype=torch.bfloat16, device="meta"),
