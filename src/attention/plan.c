@@ -237,10 +237,15 @@ fsa_status fsa_plan_create(fsa_plan **out, fsa_context *ctx, const fsa_selected_
         FSA_FAIL(FSA_STATUS_UNSUPPORTED, STAGE, "no forward path fits target %s (%d bytes of shared memory a block): "
                  "the FSA order %s, the NSA order %s", ctx->target, max_smem, why_fsa, why_nsa);
     }
+    /* Every FSA-order call and every backward would refuse such a shape (and the NSA order's grid rows take
+     * far fewer KV heads): say so before compiling. The forward's persistent grid, known once its kernel
+     * loads, takes a few steps more from the room: checked again then. */
+    FSA_CHECK(fsa_check_token_entries(plan, STAGE));
     if (desc->backward) FSA_CHECK(plan_backward(plan, max_smem));
 
     if (plan->bwd_available) FSA_CHECK(load_bwd_kernels(plan));
     FSA_CHECK(load_fwd_kernels(plan, desc->algorithm != FSA_ALGORITHM_NSA, desc->algorithm != FSA_ALGORITHM_FSA));
+    FSA_CHECK(fsa_check_token_entries(plan, STAGE));
     FSA_CHECK(fsa_metadata_checker_create(&plan->checker, ctx, FSA_CHECK_SELECTED));
     fsa_tune_load_records(plan);
     *out = plan;

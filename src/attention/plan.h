@@ -152,6 +152,10 @@ fsa_status fsa_bwd_setup(int64_t *tc_out, fsa_bwd_layout *out, const fsa_plan *p
  * of more (KV heads x top-k) cannot be indexed. */
 int64_t fsa_fwd_pair_room(const fsa_plan *plan);
 
+/* FSA_STATUS_UNSUPPORTED (error record under `stage`) when one token's list entries (KV heads x top-k)
+ * pass fsa_fwd_pair_room: every FSA-order call and every backward indexes them. */
+fsa_status fsa_check_token_entries(const fsa_plan *plan, const char *stage);
+
 /* The order whose workspace a call needs: the chosen one, or the FSA order
  * (the larger workspace, serving every candidate) while the call may measure. */
 fsa_algorithm fsa_workspace_order(const fsa_plan *plan, fsa_op_kind op, int64_t total_tokens);

@@ -8,9 +8,7 @@
 
 #define STAGE "plan"
 
-/* What the layouts cannot describe: one token's list entries past the int32
- * range, or a workspace past size_t. */
-static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char *stage)
+fsa_status fsa_check_token_entries(const fsa_plan *plan, const char *stage)
 {
     const int64_t per_token = (int64_t)plan->desc.num_kv_heads * plan->desc.top_k;
     if (per_token > fsa_fwd_pair_room(plan))
@@ -19,6 +17,15 @@ static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char
                              "forward's work counter)",
                              plan->desc.num_kv_heads, plan->desc.top_k,
                              (long long)(INT32_MAX - 1 - fsa_fwd_pair_room(plan)));
+    return FSA_STATUS_OK;
+}
+
+/* What the layouts cannot describe: one token's list entries past the int32
+ * range, or a workspace past size_t. */
+static fsa_status check_indexable(const fsa_plan *plan, size_t total, const char *stage)
+{
+    const fsa_status st = fsa_check_token_entries(plan, stage);
+    if (st != FSA_STATUS_OK) return st;
     if (total == SIZE_MAX)
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage, "the workspace of %d KV heads overflows size_t",
                              plan->desc.num_kv_heads);

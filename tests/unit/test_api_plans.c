@@ -1,8 +1,8 @@
 /* The public API's answers to bad plan descriptors, on offline contexts (no
  * GPU): fsa_plan_create refuses NULL arguments, a wrong struct size,
  * unsupported head and value dims, head counts, groups, block sizes and top-k,
- * a bad scale, algorithm or dtype, and backward or forced paths that do not
- * fit the target, each with its documented status and error record and before
+ * a bad scale, algorithm or dtype, backward or forced paths that do not
+ * fit the target and a token's list entries past int32, each with its documented status and error record and before
  * anything is compiled; paged-cache, window and compressed shapes over the
  * target's shared memory are unsupported; and the plan queries refuse NULL arguments. */
 #include "api_validation_fixture.h"
@@ -361,6 +361,27 @@ static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **st
     fsa_context_destroy(ctx);
 }
 
+/* Every call numbers a token's (KV head, slot) list entries in int32, less a few steps of the forward's
+ * work counter: a plan whose KV heads x top-k pass that could run no call, and is unsupported before
+ * anything is compiled (2^25 KV heads x top-k 64 = 2^31); one KV head fewer passes the check. */
+static void test_a_plan_whose_token_list_entries_pass_int32_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context();
+    fsa_plan *plan = (fsa_plan *)ctx;
+    fsa_selected_attention_desc d = good_desc();
+    d.num_q_heads = d.num_kv_heads = 1 << 25;
+    d.top_k = 64;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "exceed int32"));
+    d.backward = 1;
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_plan_create(&plan, ctx, &d));
+    d.num_q_heads = d.num_kv_heads = (1 << 25) - 1;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
+    fsa_context_destroy(ctx);
+}
+
 /* A selected-attention plan of Dk / Dv, blocks of bk keys, group g, `algorithm` and `backward` on
  * `target` passes every check and stops at its first kernel (the cache of a checks-only context): what
  * it needs fits the target. */
@@ -538,6 +559,7 @@ int main(void)
         OFF(test_a_backward_flag_other_than_0_or_1_is_an_invalid_argument),
         OFF(test_a_forced_fsa_path_that_does_not_fit_is_unsupported),
         cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
+        cmocka_unit_test(test_a_plan_whose_token_list_entries_pass_int32_is_unsupported),
         cmocka_unit_test(test_selected_plans_of_head_dims_192_and_256_fit_99_kb_targets),
         cmocka_unit_test(test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument),
         cmocka_unit_test(test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported),
