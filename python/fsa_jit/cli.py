@@ -216,7 +216,7 @@ def _check_precompile_options(p, a):
     # As the C tool: --kind is judged while parsing, then the options of a kind not asked for, then the rest.
     # An empty item is refused, a repeated one counts once (its kinds are flags).
     kinds = list(dict.fromkeys((a.kind if a.kind is not None else _GRID_DEFAULTS["kind"]).split(",")))
-    if not kinds or any(k not in KINDS for k in kinds):
+    if any(k not in KINDS for k in kinds):
         p.error(f"--kind: some of {', '.join(KINDS)} (comma-separated), got {','.join(kinds)!r}")
     if (a.kernel_size is not None or a.stride is not None) and "compressed" not in kinds:
         p.error("--kernel-size and --stride apply only to --kind compressed")

@@ -34,10 +34,9 @@ def no_library(monkeypatch):
 
 
 def expect(error, match, **call):
-    before = list(attention._plans)
+    # (no_library fails any call that reaches libfsa or the plan cache)
     with pytest.raises(error, match=match):
         fsa_jit.selected_attention(**call)
-    assert list(attention._plans) == before
 
 
 def test_cpu_tensors_are_rejected():
