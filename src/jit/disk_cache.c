@@ -52,10 +52,14 @@ fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_
     /* The root is checked before anything is created inside it. */
     if (!dc->read_only) FSA_CHECK(fsa_dc_make_dirs(dc->root));
     FSA_CHECK(fsa_dc_check_dir(dc->root, FSA_STATUS_CACHE_IO));
-    if (!dc->read_only) FSA_CHECK(fsa_dc_make_dir(dc->v1));
-    FSA_CHECK(fsa_dc_check_dir(dc->v1, FSA_STATUS_CACHE_IO));
+    /* v1 is made by the first write (fsa_dc_target_dir), not here: listing,
+     * verifying or pruning a cache that holds nothing creates nothing, and
+     * works where the root cannot be written. Read-only, it must exist. */
     struct stat sb;
-    if (stat(dc->v1, &sb) == 0) {
+    if (dc->read_only || stat(dc->v1, &sb) == 0 || errno != ENOENT)
+        FSA_CHECK(fsa_dc_check_dir(dc->v1, FSA_STATUS_CACHE_IO));
+    /* The root names the cache, whether v1 exists yet or not. */
+    if (stat(dc->root, &sb) == 0) {
         dc->id[0] = (uint64_t)sb.st_dev;
         dc->id[1] = (uint64_t)sb.st_ino;
     }

@@ -21,10 +21,12 @@
 
 typedef struct fsa_disk_cache fsa_disk_cache;
 
-/* Opens (and, unless read_only, creates with mode 0700) <root>/v1. Refuses,
- * with FSA_STATUS_CACHE_IO and a message, a root or v1 directory that other
- * users can write or that a user other than the effective user or root
- * owns; the caller then works in memory. Files and directories of root are
+/* Opens <root> (unless read_only, creating it and its missing parents with
+ * mode 0700). <root>/v1 is created (mode 0700) by the first publish or lock,
+ * so that list, verify and prune of an empty cache create nothing; read-only,
+ * it must exist. Refuses, with FSA_STATUS_CACHE_IO and a message, a root or
+ * v1 directory that other users can write or that a user other than the
+ * effective user or root owns; the caller then works in memory. Files and directories of root are
  * trusted (root can replace any file anyway), so that a cache baked into an
  * image by root serves every user. A relative root is joined to the working
  * directory of the call, which fsa_disk_cache_root then reports. */
@@ -61,7 +63,7 @@ fsa_status fsa_disk_cache_lookup(fsa_disk_entry *out, fsa_disk_cache *dc, const 
 fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache *dc, const fsa_kernel_key *key,
                                             const char *target, int max_nvrtc_major, uint64_t *corrupt_out);
 
-/* Identifies the cache directory (device and inode of <root>/v1), so that
+/* Identifies the cache directory (device and inode of <root>), so that
  * two handles on one directory can be told to be the same. */
 void fsa_disk_cache_identity(const fsa_disk_cache *dc, uint64_t id[2]);
 

@@ -28,7 +28,7 @@ struct fsa_disk_cache {
     char *root;
     char *v1; /* <root>/v1 */
     int read_only;
-    uint64_t id[2]; /* device and inode of v1 */
+    uint64_t id[2]; /* device and inode of root */
 };
 
 /* ------------------------------------------------------------ names (disk_files.c) */

@@ -213,7 +213,13 @@ fsa_status fsa_dc_target_dir(char **out, const fsa_disk_cache *dc, const char *t
         FSA_FAIL(FSA_STATUS_INVALID_ARGUMENT, STAGE, "target \"%s\" is not a plain name", target ? target : "");
     dir = fsa_dc_path_join(dc->v1, target);
     FSA_CHECK_ALLOC(dir, STAGE);
-    if (create) FSA_CHECK(fsa_dc_make_dir(dir));
+    if (create) {
+        /* The first write makes v1 (the open leaves it to it: fsa_disk_cache_open) and checks it as the open
+         * checks one that is there. */
+        FSA_CHECK(fsa_dc_make_dir(dc->v1));
+        FSA_CHECK(fsa_dc_check_dir(dc->v1, FSA_STATUS_CACHE_IO));
+        FSA_CHECK(fsa_dc_make_dir(dir));
+    }
     FSA_CHECK(fsa_dc_check_target_dir(dir, FSA_STATUS_NOT_FOUND));
     *out = dir;
     dir = NULL;

@@ -87,6 +87,18 @@ endif()
 file(WRITE "${WORK}/a-file" "x")
 run(1 --verify --cache-dir "${WORK}/a-file")
 expect_match("--cache-dir .*/a-file: not a directory" "verify of a file")
+# ... while an existing directory that holds nothing is an empty cache, which list, verify and prune
+# leave as empty as they found it (no v1/ made for nothing)
+file(MAKE_DIRECTORY "${WORK}/empty-cache")
+run(0 --list --cache-dir "${WORK}/empty-cache")
+expect_match("\n0 entries, 0 bytes" "list of an empty cache")
+run(0 --verify --cache-dir "${WORK}/empty-cache")
+expect_match("\n0 entries checked, 0 bad, 0 deleted" "verify of an empty cache")
+run(0 --prune --max-bytes 0 --cache-dir "${WORK}/empty-cache")
+file(GLOB made "${WORK}/empty-cache/*")
+if(made)
+  message(FATAL_ERROR "maintenance of an empty cache created ${made}")
+endif()
 
 # --- 3. list: every entry by its readable name, and the total
 run(0 --list --cache-dir "${CACHE_DIR}")

@@ -3,7 +3,8 @@
  * user owns are refused (root's cache serves other users unless others can
  * write it), and so is a target directory that is a symbolic link; a
  * read-only cache serves lookups but publishes, locks, prunes and
- * deletes nothing, a read-only open of a missing cache creates nothing, and a
+ * deletes nothing, a read-only open of a missing cache creates nothing, an
+ * empty cache its user cannot write is still listed, verified and pruned, and a
  * relative cache directory stays the one opened after a chdir. */
 #include "disk_cache_fixture.h"
 
@@ -110,10 +111,26 @@ static void test_a_cache_directory_writable_by_others_is_refused(void **state)
     fsa_disk_cache_close(dc);
     dc = NULL;
 
+    /* v1 is made by the first write: one others may write is refused by the open, and by the first
+     * write when it appears after the open. */
+    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_OK);
+    assert_false(exists(v1));
+    assert_int_equal(mkdir(v1, 0700), 0);
     assert_int_equal(chmod(v1, 0777), 0);
-    assert_int_equal(fsa_disk_cache_open(&dc, f->root, 0), FSA_STATUS_CACHE_IO);
+    fsa_disk_cache *dc2 = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc2, f->root, 0), FSA_STATUS_CACHE_IO);
     assert_true(error_mentions(v1));
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 10);
+    assert_int_equal(fsa_disk_cache_publish(dc, &k, TARGET, p, 100, ""), FSA_STATUS_CACHE_IO);
+    assert_true(error_mentions(v1));
+    assert_int_equal(fsa_disk_cache_lock(dc, &k, TARGET), -1);
+    assert_int_equal(names_in(v1), 0);
     assert_int_equal(chmod(v1, 0700), 0);
+    fsa_disk_cache_close(dc);
+    free(p);
+    fsa_key_free(&k);
     free(v1);
 }
 
@@ -261,6 +278,46 @@ static void test_a_read_only_cache_refuses_writes_but_serves_lookups(void **stat
     fsa_key_free(&k2);
 }
 
+/* In a child running as uid 65534: opens the cache read-write (as fsa-precompile does) and lists,
+ * verifies and prunes it. 0 when each finds nothing and succeeds, 2 when the open fails, 3 when a
+ * walk does. */
+static int maintain_as_another_user(const char *root)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(4);
+        fsa_disk_cache *dc = NULL;
+        if (fsa_disk_cache_open(&dc, root, 0) != FSA_STATUS_OK) _exit(2);
+        int n = 0;
+        uint64_t bad = 1, removed = 1, left = 1;
+        int ok = fsa_disk_cache_list(dc, count_entries, &n) == FSA_STATUS_OK && n == 0 &&
+                 fsa_disk_cache_verify(dc, NULL, NULL, NULL, NULL, &bad) == FSA_STATUS_OK && bad == 0 &&
+                 fsa_disk_cache_prune(dc, 0, &removed, &left) == FSA_STATUS_OK && removed == 0 && left == 0;
+        fsa_disk_cache_close(dc);
+        _exit(ok ? 0 : 3);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    return WEXITSTATUS(ws);
+}
+
+static void test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pruned(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) skip(); /* needs root to become another user */
+    char root[] = "/tmp/fsa_unwritable_cache.XXXXXX";
+    assert_non_null(mkdtemp(root));
+    assert_int_equal(chown(root, 65534, 65534), 0);
+    assert_int_equal(chmod(root, 0500), 0);
+    const int rc = maintain_as_another_user(root);
+    assert_int_equal(chmod(root, 0700), 0);
+    assert_int_equal(names_in(root), 0);
+    fsa_test_rmtree(root);
+    assert_int_equal(rc, 0);
+}
+
 static void test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing(void **state)
 {
     fixture *f = *state;
@@ -342,6 +399,7 @@ int main(void)
         T(test_a_cache_directory_owned_by_another_user_is_refused),
         T(test_a_read_only_cache_refuses_writes_but_serves_lookups),
         T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
+        T(test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pruned),
         T(test_a_relative_cache_directory_stays_the_one_opened_after_a_chdir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* The disk cache's maintenance walks: list visits every entry of every
- * target and nothing else; verify deletes and counts damaged entries and those
+ * target and nothing else (and, like verify and prune, creates nothing in a
+ * cache that holds nothing); verify deletes and counts damaged entries and those
  * a check function rejects, keeps those it cannot check, skips another
  * format version's entries and leaves access times alone; on a device, only a
  * load error that condemns the image deletes an entry; prune deletes the
@@ -53,6 +54,30 @@ static void publish_for(fsa_disk_cache *dc, const char *target, const char *head
     assert_int_equal(fsa_disk_cache_publish(dc, &k, target, p, n, "k"), FSA_STATUS_OK);
     free(p);
     fsa_key_free(&k);
+}
+
+static void test_list_verify_and_prune_of_a_cache_that_holds_nothing_create_nothing(void **state)
+{
+    fixture *f = *state;
+    char *v1 = join(f->root, "v1");
+    int n = 0;
+    uint64_t bad = 1, removed = 1, left = 1;
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, NULL, NULL, &bad), FSA_STATUS_OK);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(removed, 0);
+    assert_int_equal(left, 0);
+    assert_false(exists(v1));
+    /* The first publish makes it, private. */
+    publish_for(f->dc, TARGET, "64", 100);
+    struct stat sb;
+    assert_int_equal(stat(v1, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    assert_int_equal(fsa_disk_cache_list(f->dc, count_entries, &n), FSA_STATUS_OK);
+    assert_int_equal(n, 1);
+    free(v1);
 }
 
 static void test_list_visits_every_entry_of_every_target_and_nothing_else(void **state)
@@ -887,6 +912,7 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[1], "--child") == 0 && strcmp(argv[2], "verify") == 0) return child_verify(argv[3]);
     const struct CMUnitTest tests[] = {
         T(test_list_visits_every_entry_of_every_target_and_nothing_else),
+        T(test_list_verify_and_prune_of_a_cache_that_holds_nothing_create_nothing),
         T(test_files_not_named_like_entries_are_left_alone),
         T(test_verify_deletes_and_counts_damaged_entries),
         T(test_an_entry_copied_into_a_target_its_own_starts_with_is_bad),
