@@ -69,7 +69,9 @@ FSA_API fsa_status fsa_cache_list(fsa_context *ctx, fsa_cache_visit_fn visit, vo
  * that condemns the image, CUDA_ERROR_INVALID_IMAGE or
  * CUDA_ERROR_NO_BINARY_FOR_GPU, makes one bad; entries built by an NVRTC
  * newer than the driver are not loaded). An entry whose key names another
- * target than its directory's is bad too (no lookup there can match it).
+ * target than its directory's is bad too (no lookup there can match it), as
+ * is a kernel stored under a readable name its key does not give (renamed:
+ * no lookup reads it).
  * Bad entries are deleted where the
  * cache allows it (entry.deleted says which). Entries of another format
  * version (another library version's) are skipped; access times are kept.

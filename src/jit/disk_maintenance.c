@@ -131,16 +131,21 @@ typedef struct verify_ctx {
 
 /* The entry file's verdict: FSA_DISK_CHECK_BAD unless it is intact, of its
  * directory's target (another target's key never matches a lookup there:
- * the entry could never be used) and, for a kernel with a check function,
- * passes it or cannot be checked (a record is no image to load). */
+ * the entry could never be used), for a kernel one whose key gives the file's
+ * readable name (a lookup builds the file name from the key: an entry renamed,
+ * or a record's text under a kernel's name, is never read) and, for a kernel
+ * with a check function, passes it or cannot be checked (a record is no image
+ * to load). A record's key text is the tuner's: its digest alone ties it to
+ * the file name. */
 static fsa_status judge_entry(int *verdict, const verify_ctx *c, const fsa_dc_raw_file *rf, const char *hex,
-                              const char *target, const char *path, int record)
+                              const char *name, size_t name_len, const char *target, const char *path, int record)
 {
     fsa_status st = FSA_STATUS_OK;
     fsa_disk_entry e = {0};
     fsa_dc_entry_view v = {0};
     int intact = fsa_dc_parse_entry(&v, rf->data, rf->size) && fsa_dc_digest_is_hex(v.key_digest, hex) &&
-                 fsa_key_text_names_target(v.key_text, v.key_len, target);
+                 fsa_key_text_names_target(v.key_text, v.key_len, target) &&
+                 (record || fsa_key_text_fits_name(v.key_text, v.key_len, name, name_len));
     *verdict = intact ? FSA_DISK_CHECK_GOOD : FSA_DISK_CHECK_BAD;
     if (intact && c->check != NULL && !record) {
         FSA_CHECK(fsa_dc_entry_from_view(&e, &v));
@@ -174,7 +179,7 @@ static fsa_status verify_one(void *p, const char *dir, const char *target, const
     FSA_CHECK(st);
     /* Another library version's entry: not this one's to judge or delete. */
     if (!bad && fsa_dc_foreign_format(rf.data, rf.size, &version)) goto cleanup;
-    if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, target, path, record));
+    if (!bad) FSA_CHECK(judge_entry(&verdict, c, &rf, hex, fname, name_len, target, path, record));
     int good = verdict != FSA_DISK_CHECK_BAD;
     int deleted = !good && fsa_dc_discard_bad(c->dc, path, &rf.sb, &c->bad) == NULL;
     /* GOOD from the check function: it judged the entry (loaded it); without one, only the disk was read. */

@@ -163,6 +163,21 @@ int fsa_key_text_names_target(const char *text, size_t len, const char *target)
     return 0;
 }
 
+int fsa_key_text_fits_name(const char *text, size_t len, const char *name, size_t name_len)
+{
+    static const char schema[] = "fsa-kernel-key ", field[] = "family ";
+    const size_t sl = sizeof schema - 1, f = sizeof field - 1;
+    const char *end = text + len, *s;
+    size_t n;
+    if (!next_line(&text, end, &s, &n) || n <= sl || memcmp(s, schema, sl) != 0) return 0;
+    while (next_line(&text, end, &s, &n)) {
+        if (n <= f || memcmp(s, field, f) != 0) continue;
+        const size_t fl = n - f; /* the family */
+        return name_len >= fl && memcmp(name, s + f, fl) == 0 && (name_len == fl || name[fl] == '_');
+    }
+    return 0;
+}
+
 int fsa_key_text_equal_except_nvrtc(const char *a, const char *b)
 {
     const char *sa, *sb, *end_a = a + strlen(a), *end_b = b + strlen(b);

@@ -46,6 +46,13 @@ int fsa_key_text_equal_except_nvrtc(const char *a, const char *b);
 #define FSA_KEY_NVRTC_MAJOR_MAX 99999
 int fsa_key_text_nvrtc_version(const char *text);
 
+/* 1 when the first `len` bytes of a key text are a kernel key's (first line
+ * "fsa-kernel-key N") whose "family" line begins the `name_len` bytes of
+ * `name`: the family alone or followed by '_', as fsa_key_build names its
+ * keys. A lookup builds the file name from the key, so an entry stored under a
+ * name its key does not give is never read. */
+int fsa_key_text_fits_name(const char *text, size_t len, const char *name, size_t name_len);
+
 /* 1 when the first `len` bytes of a key text hold the line "target <target>":
  * an entry in another target's directory never matches a lookup there. */
 int fsa_key_text_names_target(const char *text, size_t len, const char *target);

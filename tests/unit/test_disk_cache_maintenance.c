@@ -1,6 +1,7 @@
 /* The disk cache's maintenance walks: list visits every entry of every
  * target and nothing else (and, like verify and prune, creates nothing in a
- * cache that holds nothing); verify deletes and counts damaged entries and those
+ * cache that holds nothing); verify deletes and counts damaged entries, those no
+ * lookup reaches (another target's directory, a name the key does not give) and those
  * a check function rejects, keeps those it cannot check, skips another
  * format version's entries and leaves access times alone; on a device, only a
  * load error that condemns the image deletes an entry; prune deletes the
@@ -262,6 +263,35 @@ static void test_verify_deletes_an_entry_copied_into_another_targets_directory(v
     assert_false(exists(copy));
     free(original);
     free(copy);
+    fsa_key_free(&k);
+}
+
+/* A whole entry under a readable name its key does not give (renamed, or another file kind's text under a
+ * kernel's name) keeps its digest, yet a lookup builds the file name from the key and never reads it: verify
+ * calls it bad and deletes it; the original stays. */
+static void test_verify_deletes_an_entry_stored_under_a_name_its_key_does_not_give(void **state)
+{
+    fixture *f = *state;
+    fsa_kernel_key k;
+    make_key(&k, "64", "13.0", "-O3");
+    publish_for(f->dc, TARGET, "64", 100);
+    char *original = fsa_disk_cache_entry_path(f->dc, &k, TARGET);
+    char *dir = join(f->root, "v1/" TARGET);
+    char renamed[4096];
+    snprintf(renamed, sizeof renamed, "%s/sel_bwd_main_bf16_d64.%s.cubin", dir, k.hex);
+    copy_file(original, renamed);
+    uint64_t corrupt = 0;
+    assert_int_equal(lookup_status(f->dc, &k, 0, &corrupt), FSA_STATUS_OK); /* the original */
+    uint64_t bad = 0;
+    seen s = {0};
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, remember, &s, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    assert_int_equal(s.valid, 1);
+    assert_non_null(strstr(s.names, TARGET "/sel_bwd_main_bf16_d64!;"));
+    assert_false(exists(renamed));
+    assert_true(exists(original));
+    free(dir);
+    free(original);
     fsa_key_free(&k);
 }
 
@@ -920,6 +950,7 @@ int main(int argc, char **argv)
         T(test_verify_deletes_a_socket_at_an_entry_path_and_goes_on),
         T(test_verify_deletes_entries_that_the_check_function_rejects),
         T(test_verify_deletes_an_entry_copied_into_another_targets_directory),
+        T(test_verify_deletes_an_entry_stored_under_a_name_its_key_does_not_give),
         T(test_prune_ranks_tuning_records_with_the_entries),
         T(test_list_and_verify_visit_tuning_records_checked_on_disk_only),
         T(test_verify_marks_loaded_only_the_entries_its_check_function_passed),

@@ -179,6 +179,33 @@ static void test_the_readable_name_is_the_family_then_tagged_values(void **state
     fsa_key_free(&k);
 }
 
+/* The readable name a key gives begins with its family: what verify checks of
+ * an entry's file name (a lookup never reads one under another name). */
+static void test_a_key_text_fits_the_names_its_family_begins_and_no_other(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    fsa_kernel_key k;
+    build_ok(&k, &s);
+    const size_t len = strlen(k.text);
+#define FITS(name) fsa_key_text_fits_name(k.text, len, name, strlen(name))
+    assert_true(FITS(k.name));
+    assert_true(FITS("sel_fwd_main"));
+    assert_false(FITS("sel_fwd_mainx_bf16"));
+    assert_false(FITS("sel_fwd"));
+    assert_false(FITS("sel_bwd_main_bf16_d128_g4_bk64"));
+    assert_false(FITS(""));
+    /* Only a kernel key: a text of another kind (a tuning record's) fits no kernel's name. */
+    const char *tuning = "fsa-tuning-key 1\nfamily sel_fwd_main\ntarget sm_90a\n";
+    assert_false(fsa_key_text_fits_name(tuning, strlen(tuning), k.name, strlen(k.name)));
+    /* Only the first len bytes are read. */
+    const char *family = strstr(k.text, "\nfamily ");
+    assert_non_null(family);
+    assert_false(fsa_key_text_fits_name(k.text, (size_t)(family - k.text) + 1, k.name, strlen(k.name)));
+#undef FITS
+    fsa_key_free(&k);
+}
+
 /* ------------------------------------------------------------ sensitivity */
 
 static void expect_digest_differs(const key_spec *changed, const char *what)
@@ -482,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_the_callers_parameter_order_does_not_change_the_key),
         cmocka_unit_test(test_the_parameters_appear_in_the_key_text_sorted_by_name),
         cmocka_unit_test(test_the_readable_name_is_the_family_then_tagged_values),
+        cmocka_unit_test(test_a_key_text_fits_the_names_its_family_begins_and_no_other),
         cmocka_unit_test(test_changing_any_one_field_changes_the_digest),
         cmocka_unit_test(test_a_tag_changes_the_name_but_not_the_key),
         cmocka_unit_test(test_unsafe_values_are_rejected),
