@@ -213,10 +213,17 @@ typedef struct prune_item {
     struct stat sb;  /* as scanned: only that file is deleted */
 } prune_item;
 
+typedef struct prune_file_id {
+    dev_t dev;
+    ino_t ino;
+} prune_file_id;
+
 typedef struct prune_ctx {
     time_t now;
     prune_item *items;
     size_t n, cap;
+    prune_file_id *temps; /* the temporary files counted in total: a writer may rename one over an entry */
+    size_t n_temps, cap_temps;
     uint64_t total, removed;
     uint64_t kept;      /* entries that could not be deleted */
     char first_kept[512]; /* why, for the error message */
@@ -265,6 +272,31 @@ static fsa_status prune_keep(prune_ctx *c, char *path, const struct stat *sb)
     c->total += (uint64_t)sb->st_size;
 cleanup:
     return st;
+}
+
+/* Counts a temporary file that stays (a live writer's, or one that cannot be deleted). */
+static fsa_status prune_count_temp(prune_ctx *c, const struct stat *sb)
+{
+    fsa_status st = FSA_STATUS_OK;
+    if (c->n_temps == c->cap_temps) {
+        size_t cap = c->cap_temps ? 2 * c->cap_temps : 16;
+        prune_file_id *v = realloc(c->temps, cap * sizeof *v);
+        FSA_CHECK_ALLOC(v, STAGE);
+        c->temps = v;
+        c->cap_temps = cap;
+    }
+    c->temps[c->n_temps++] = (prune_file_id){sb->st_dev, sb->st_ino};
+    c->total += (uint64_t)sb->st_size;
+cleanup:
+    return st;
+}
+
+/* Whether the file is a temporary file the scan counted. */
+static int prune_counted_temp(const prune_ctx *c, const struct stat *sb)
+{
+    for (size_t i = 0; i < c->n_temps; i++)
+        if (c->temps[i].dev == sb->st_dev && c->temps[i].ino == sb->st_ino) return 1;
+    return 0;
 }
 
 /* Removes what stands at a key path that is no regular file: a link or FIFO,
@@ -318,9 +350,10 @@ static fsa_status prune_scan(void *p, const char *dir, const char *target, const
         /* A live writer's file takes disk space too: counted, so that the
          * entries shrink to make room for it; so does a dead writer's that cannot be deleted. */
         const int r = fsa_dc_remove_temp_debris(path, fname, c->now);
+        const int e = errno;
         if (r > 0) c->removed++;
-        else c->total += (uint64_t)sb.st_size;
-        if (r < 0) prune_failed(c, path, strerror(errno));
+        else FSA_CHECK(prune_count_temp(c, &sb));
+        if (r < 0) prune_failed(c, path, strerror(e));
     }
 cleanup:
     free(path);
@@ -346,10 +379,13 @@ static void prune_entries(prune_ctx *c, uint64_t max_bytes)
             c->total -= it->bytes;
             continue;
         }
-        /* A writer renamed a fresh entry over the one ranked: keep it. */
+        /* A writer renamed a fresh entry over the one ranked: keep it. Its bytes count instead of the
+         * ranked one's, once: the scan counted them already if it was a live writer's temporary file then. */
         const int r = fsa_dc_unlink_if_unchanged(it->path, &it->sb, 1);
         if (r == 1) {
-            c->total = c->total - it->bytes + (S_ISREG(now.st_mode) ? (uint64_t)now.st_size : 0);
+            c->total -= it->bytes;
+            if (lstat(it->path, &now) == 0 && S_ISREG(now.st_mode) && !prune_counted_temp(c, &now))
+                c->total += (uint64_t)now.st_size;
             continue;
         }
         if (r != 0) {
@@ -383,5 +419,6 @@ cleanup:
     if (bytes_left_out != NULL) *bytes_left_out = c.total;
     for (size_t i = 0; i < c.n; i++) free(c.items[i].path);
     free(c.items);
+    free(c.temps);
     return st;
 }

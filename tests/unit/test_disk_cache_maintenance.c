@@ -790,6 +790,48 @@ static void test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan(void
     free(c);
 }
 
+/* A live writer's temporary file counts toward the size (cache/README.md); when the writer renames it over an
+ * entry prune has ranked, the file is the entry now and counts once: prune stops as soon as the cache fits, and
+ * reports the bytes that are there. */
+static void test_prune_counts_a_writers_file_once_when_it_lands_on_a_ranked_entry(void **state)
+{
+    fixture *f = *state;
+    char *a = publish_dim(f, "64", 500), *b = publish_dim(f, "128", 500), *c = publish_dim(f, "256", 500);
+    /* b's writer: its temporary file, named as publish names it and held as publish holds it until the rename. */
+    fsa_kernel_key kb;
+    make_key(&kb, "128", "13.0", "-O3");
+    char temp[4096];
+    snprintf(temp, sizeof temp, "%s/v1/%s/.%s.%s.tmp.%ld.0123456789abcdef", f->root, TARGET, kb.name, kb.hex,
+             (long)getpid());
+    copy_file(b, temp);
+    const int held = hold_file(temp);
+    time_t now = time(NULL);
+    set_times(a, now - 6000, now - 6000);
+    set_times(b, now - 5000, now - 5000);
+    set_times(c, now - 100, now - 100);
+    const uint64_t fits = (uint64_t)(file_size(b) + file_size(c));
+
+    race_first = a;
+    race_next = b;
+    race_fresh = temp;
+    uint64_t removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, fits, &removed, &left), FSA_STATUS_OK);
+    assert_null(race_first); /* the writer's rename landed */
+    close(held);
+    /* a went; the writer's b and c fit. */
+    assert_int_equal(removed, 1);
+    assert_false(exists(a));
+    assert_false(exists(temp));
+    assert_true(exists(c));
+    assert_int_equal(left, fits);
+    expect_hit_of(f, "128", 0);
+    expect_hit_of(f, "256", 0);
+    free(a);
+    free(b);
+    free(c);
+    fsa_key_free(&kb);
+}
+
 /* ------------------------------------------------------------ verify on a device */
 
 static void key_for(fsa_kernel_key *k, const char *target, const char *nvrtc)
@@ -965,6 +1007,7 @@ int main(int argc, char **argv)
         T(test_a_hit_records_its_use_at_most_once_an_hour),
         T(test_prune_ranks_an_entry_dated_in_the_future_as_the_oldest_until_a_hit_uses_it),
         T(test_prune_keeps_an_entry_that_a_writer_replaced_after_the_scan),
+        T(test_prune_counts_a_writers_file_once_when_it_lands_on_a_ranked_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
