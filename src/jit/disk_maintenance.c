@@ -55,7 +55,12 @@ static fsa_status walk_cache(const fsa_disk_cache *dc, walk_fn fn, void *ctx)
         free(dir);
         dir = fsa_dc_path_join(dc->v1, targets.v[i]);
         FSA_CHECK_ALLOC(dir, STAGE);
-        if (!fsa_dc_safe_component(targets.v[i]) || lstat(dir, &sb) != 0) continue;
+        if (!fsa_dc_safe_component(targets.v[i])) continue;
+        if (lstat(dir, &sb) != 0) {
+            /* Removed meanwhile; any other error (v1 that cannot be searched) hides what is there. */
+            if (errno == ENOENT) continue;
+            FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cannot stat %s: %s", dir, strerror(errno));
+        }
         /* A link to a directory is refused, as lookups and publishes refuse
          * it; any other file is not a target directory. */
         if (S_ISLNK(sb.st_mode) && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) continue;

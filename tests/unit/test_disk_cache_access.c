@@ -4,8 +4,9 @@
  * write it), and so is a target directory that is a symbolic link; a
  * read-only cache serves lookups but publishes, locks, prunes and
  * deletes nothing, a read-only open of a missing cache creates nothing, an
- * empty cache its user cannot write is still listed, verified and pruned, and a
- * relative cache directory stays the one opened after a chdir. */
+ * empty cache its user cannot write is still listed, verified and pruned, a
+ * version directory that cannot be searched fails them (it hides the entries),
+ * and a relative cache directory stays the one opened after a chdir. */
 #include "disk_cache_fixture.h"
 
 #include <dirent.h>
@@ -318,6 +319,68 @@ static void test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pru
     assert_int_equal(rc, 0);
 }
 
+typedef struct walk_statuses {
+    fsa_status open, list, verify, prune;
+    int listed;
+    uint64_t left;
+} walk_statuses;
+
+/* In a child (as uid 65534, the cache's owner, when run as root, whom permissions do not stop): lists,
+ * verifies and prunes the cache at arg with v1 made unsearchable (mode 0600). */
+static void walk_unsearchable_v1(void *out, const void *arg)
+{
+    const char *root = arg;
+    walk_statuses *w = out;
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(4);
+    fsa_disk_cache *dc = NULL;
+    w->open = fsa_disk_cache_open(&dc, root, 0);
+    if (w->open != FSA_STATUS_OK) return;
+    char *v1 = join(root, "v1");
+    if (chmod(v1, 0600) != 0) _exit(5);
+    uint64_t bad = 0, removed = 0;
+    w->list = fsa_disk_cache_list(dc, count_entries, &w->listed);
+    w->verify = fsa_disk_cache_verify(dc, NULL, NULL, NULL, NULL, &bad);
+    w->prune = fsa_disk_cache_prune(dc, 0, &removed, &w->left);
+    if (chmod(v1, 0700) != 0) _exit(5);
+    free(v1);
+    fsa_disk_cache_close(dc);
+}
+
+/* A v1 directory whose targets cannot be reached (no search permission) hides the entries: list, verify
+ * and prune fail with the reason instead of finding nothing (0 entries, a clean verify, 0 bytes left). */
+static void test_a_version_directory_that_cannot_be_searched_fails_list_verify_and_prune(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/fsa_unsearchable_cache.XXXXXX";
+    assert_non_null(mkdtemp(root));
+    fsa_disk_cache *dc = NULL;
+    assert_int_equal(fsa_disk_cache_open(&dc, root, 0), FSA_STATUS_OK);
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(100, 14);
+    publish(dc, &k, p, 100);
+    char *entry = fsa_disk_cache_entry_path(dc, &k, TARGET), *v1 = join(root, "v1"), *dir = join(v1, TARGET);
+    fsa_disk_cache_close(dc);
+    if (geteuid() == 0) { /* the child's, as uid 65534 */
+        const char *const mine[] = {root, v1, dir, entry};
+        for (size_t i = 0; i < sizeof mine / sizeof *mine; i++) assert_int_equal(chown(mine[i], 65534, 65534), 0);
+    }
+    walk_statuses w = {0};
+    fsa_test_in_child(&w, sizeof w, walk_unsearchable_v1, root);
+    fsa_test_rmtree(root);
+    assert_int_equal(w.open, FSA_STATUS_OK);
+    assert_int_equal(w.list, FSA_STATUS_CACHE_IO);
+    assert_int_equal(w.listed, 0);
+    assert_int_equal(w.verify, FSA_STATUS_CACHE_IO);
+    assert_int_equal(w.prune, FSA_STATUS_CACHE_IO);
+    assert_true(w.left == UINT64_MAX); /* unknown, not 0 */
+    free(entry);
+    free(dir);
+    free(v1);
+    free(p);
+    fsa_key_free(&k);
+}
+
 static void test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing(void **state)
 {
     fixture *f = *state;
@@ -400,6 +463,7 @@ int main(void)
         T(test_a_read_only_cache_refuses_writes_but_serves_lookups),
         T(test_a_read_only_open_of_a_missing_cache_fails_and_creates_nothing),
         T(test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pruned),
+        T(test_a_version_directory_that_cannot_be_searched_fails_list_verify_and_prune),
         T(test_a_relative_cache_directory_stays_the_one_opened_after_a_chdir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
