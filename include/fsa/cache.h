@@ -97,7 +97,7 @@ FSA_API fsa_status fsa_cache_verify(fsa_context *ctx, fsa_cache_visit_fn visit, 
  * @param[out] bytes_left_out bytes left: entries plus live writers' temporary
  *                            files; UINT64_MAX when the scan stopped early
  *                            (a directory could not be read: the size is
- *                            unknown); files that cannot be stat'ed are not
+ *                            unknown) or never ran (a read-only cache); files that cannot be stat'ed are not
  *                            counted (they are reported as kept); may be NULL
  *                            (both untouched when the context has no disk cache)
  * @return FSA_STATUS_OK; FSA_STATUS_NULL_POINTER; FSA_STATUS_CACHE_IO.

@@ -110,7 +110,8 @@ fsa_status fsa_disk_cache_verify(fsa_disk_cache *dc, fsa_disk_check_fn check, vo
  * over a minute ahead of the clock counts as the oldest) until the entries
  * and the live writers' temporary files total <= max_bytes.
  * An entry replaced since the scan is kept. *removed_out counts every deleted
- * file; *bytes_left_out is that total afterwards. */
+ * file; *bytes_left_out is that total afterwards, UINT64_MAX when it is unknown
+ * (a directory could not be read, or the prune was refused: read-only). */
 fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t *removed_out,
                                 uint64_t *bytes_left_out);
 

@@ -408,8 +408,10 @@ fsa_status fsa_disk_cache_prune(fsa_disk_cache *dc, uint64_t max_bytes, uint64_t
     fsa_status st = FSA_STATUS_OK;
     prune_ctx c = {0};
     c.now = time(NULL);
+    c.total = UINT64_MAX; /* unknown until the scan is whole */
     if (dc == NULL) FSA_FAIL(FSA_STATUS_NULL_POINTER, STAGE, "cache prune: NULL cache");
     if (dc->read_only) FSA_FAIL(FSA_STATUS_CACHE_IO, STAGE, "cache %s is read-only: cannot prune", dc->root);
+    c.total = 0;
     st = walk_cache(dc, prune_scan, &c);
     if (st != FSA_STATUS_OK) {
         c.total = UINT64_MAX; /* a part of the cache was never counted */

@@ -262,6 +262,11 @@ static void test_a_read_only_cache_refuses_writes_but_serves_lookups(void **stat
     expect_hit(f->dc, &k, 1, p, 2000);
     assert_int_equal(fsa_disk_cache_lock(f->dc, &k, TARGET), -1);
     assert_int_equal(fsa_disk_cache_prune(f->dc, 0, NULL, NULL), FSA_STATUS_CACHE_IO);
+    /* A refused prune read nothing: the bytes left are unknown, not 0. */
+    uint64_t removed = 7, left = 7;
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_CACHE_IO);
+    assert_int_equal(removed, 0);
+    assert_true(left == UINT64_MAX);
 
     /* A bad entry is still a counted miss, but it stays on disk. */
     char *path = fsa_disk_cache_entry_path(f->dc, &k2, TARGET);
