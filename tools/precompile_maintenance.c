@@ -77,6 +77,7 @@ static int cache_list(fsa_context *ctx)
     char human[32];
     fsa_status st = fsa_cache_list(ctx, list_visit, &sum);
     if (st != FSA_STATUS_OK) {
+        fflush(stdout); /* the lines so far, then why the walk stopped */
         fprintf(stderr, PROG ": list: %s\n", fsa_last_error());
         return TOOL_EXIT_FAILED;
     }
@@ -92,6 +93,7 @@ static int cache_verify(fsa_context *ctx, int on_device)
     uint64_t bad = 0;
     fsa_status st = fsa_cache_verify(ctx, verify_visit, &sum, &bad);
     if (st != FSA_STATUS_OK) {
+        fflush(stdout);
         fprintf(stderr, PROG ": verify: %s\n", fsa_last_error());
         return TOOL_EXIT_FAILED;
     }

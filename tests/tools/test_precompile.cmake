@@ -141,6 +141,15 @@ run(1 --verify --cache-dir "${CACHE_DIR}")
 expect_match("BAD +sm_90a +sel_blocked \\(NOT deleted\\)" "kept directory reported as not deleted")
 expect_match("entries checked, 1 bad, 0 deleted" "verify summary with a kept directory")
 
+# --- 5c. a target directory that is a symbolic link fails list and verify with the reason, after what they
+# printed of the targets before it (sorted: sm_99 comes last)
+file(CREATE_LINK "${CACHE_DIR}/v1/sm_80" "${CACHE_DIR}/v1/sm_99" SYMBOLIC)
+run(1 --list --cache-dir "${CACHE_DIR}")
+expect_match("\nsm_90a +[^\n]*\nfsa-precompile: list: [^\n]*symbolic link" "list's error after its lines")
+run(1 --verify --cache-dir "${CACHE_DIR}")
+expect_match("\nOK +sm_90a +[^\n]*\nfsa-precompile: verify: [^\n]*symbolic link" "verify's error after its lines")
+file(REMOVE "${CACHE_DIR}/v1/sm_99")
+
 # --- 6. prune to nothing: it goes on past the directory, then reports it
 run(1 --prune --max-bytes 0 --cache-dir "${CACHE_DIR}")
 expect_match("bytes \\(0 B\\) left" "prune summary")
