@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@ int fsa_dc_split_key_file(const char *fname, const char *suffix, size_t *name_le
 }
 
 /* ".<name>.<hex>.tmp.<pid>.<random>", as publish names them (and a file moved aside to be deleted,
- * ".<entry file>.tmp.<pid>.<random>"): digits and hex after the last ".tmp.", so that another dot-file
+ * ".<entry file, cut when long>.tmp.<pid>.<random>"): digits and hex after the last ".tmp.", so that another dot-file
  * someone keeps there (".notes.tmp.txt") is never taken for one. */
 int fsa_dc_is_temp_name(const char *fname)
 {
@@ -365,8 +366,12 @@ int fsa_dc_unlink_if_unchanged(const char *path, const struct stat *judged, int 
     if (!same_file(&now, judged, times_too)) return 1; /* replaced meanwhile */
     const char *slash = strrchr(path, '/');
     const int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    /* ".<entry file>.tmp.<pid>.<random>", the entry file's part cut to leave room for the rest (the dot,
+     * ".tmp.", a pid of up to 20 digits, the dot and 16 hex digits) within one file name: an entry whose name
+     * is long must not be the one file that cannot be deleted (ENAMETOOLONG). */
+    const int room = NAME_MAX - 1 - 5 - 20 - 1 - 16;
     fsa_strbuf b = {0};
-    fsa_strbuf_appendf(&b, "%.*s.%s.tmp.%ld.%016llx", dir_len, path, path + dir_len, (long)getpid(),
+    fsa_strbuf_appendf(&b, "%.*s.%.*s.tmp.%ld.%016llx", dir_len, path, room, path + dir_len, (long)getpid(),
                        (unsigned long long)fsa_temp_suffix());
     char *aside = fsa_strbuf_take(&b);
     if (aside == NULL) {

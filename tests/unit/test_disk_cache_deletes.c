@@ -1,6 +1,7 @@
 /* The cache's deletes (a bad entry found by a lookup, an entry prune ranked
  * last) take only the file they judged, also when a writer renames a good
- * entry into place between the check and the delete. This test program
+ * entry into place between the check and the delete, and take one whose
+ * name is as long as a file name can be. This test program
  * stands in for rename and unlink (the library is linked in statically) to
  * land that writer's rename at exactly that moment: just before the first
  * rename or unlink of the entry path after the test arms it. */
@@ -11,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,35 @@ static void test_deletes_without_a_writer_leave_nothing_behind(void **state)
     race_free(&r);
 }
 
+/* An entry file whose name takes a whole file name (NAME_MAX bytes: no room for the suffix of the name it is
+ * moved aside under) is deleted all the same, by verify (it is junk) and by prune, and nothing is left. */
+static void test_an_entry_whose_name_takes_a_whole_file_name_is_deleted_by_verify_and_prune(void **state)
+{
+    fixture *f = *state;
+    race r;
+    race_make(&r, f); /* for its directory; its entry goes first */
+    assert_int_equal(real_unlink(r.path), 0);
+    assert_int_equal(real_unlink(r.writer_file), 0);
+    char name[NAME_MAX + 1], *path;
+    const size_t stem = NAME_MAX - (1 + 32 + strlen(".cubin"));
+    memset(name, 'k', stem);
+    snprintf(name + stem, sizeof name - stem, ".%s.cubin", r.key.hex);
+    assert_int_equal(strlen(name), NAME_MAX);
+    path = join(r.dir, name);
+    touch(path);
+    uint64_t bad = 0, removed = 0, left = 0;
+    assert_int_equal(fsa_disk_cache_verify(f->dc, NULL, NULL, NULL, NULL, &bad), FSA_STATUS_OK);
+    assert_int_equal(bad, 1);
+    expect_only_the_entry_in(r.dir, NULL);
+    touch(path);
+    assert_int_equal(fsa_disk_cache_prune(f->dc, 0, &removed, &left), FSA_STATUS_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(left, 0);
+    expect_only_the_entry_in(r.dir, NULL);
+    free(path);
+    race_free(&r);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
@@ -167,6 +198,7 @@ int main(void)
         T(test_a_bad_entry_a_writer_replaces_between_the_check_and_the_delete_is_not_what_goes),
         T(test_prune_keeps_an_entry_a_writer_renames_into_place_while_it_deletes),
         T(test_deletes_without_a_writer_leave_nothing_behind),
+        T(test_an_entry_whose_name_takes_a_whole_file_name_is_deleted_by_verify_and_prune),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
