@@ -284,29 +284,38 @@ static void test_a_read_only_cache_refuses_writes_but_serves_lookups(void **stat
     fsa_key_free(&k2);
 }
 
-/* In a child running as uid 65534: opens the cache read-write (as fsa-precompile does) and lists,
- * verifies and prunes it. 0 when each finds nothing and succeeds, 2 when the open fails, 3 when a
- * walk does. */
-static int maintain_as_another_user(const char *root)
+/* What listing, verifying and pruning a cache gave. */
+typedef struct walk_statuses {
+    fsa_status open, list, verify, prune;
+    int listed;
+    uint64_t bad, removed, left;
+} walk_statuses;
+
+/* For a child's body: becomes uid 65534 (when root: only root can), or exits 4. */
+static void become_another_user(void)
 {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(4);
-        fsa_disk_cache *dc = NULL;
-        if (fsa_disk_cache_open(&dc, root, 0) != FSA_STATUS_OK) _exit(2);
-        int n = 0;
-        uint64_t bad = 1, removed = 1, left = 1;
-        int ok = fsa_disk_cache_list(dc, count_entries, &n) == FSA_STATUS_OK && n == 0 &&
-                 fsa_disk_cache_verify(dc, NULL, NULL, NULL, NULL, &bad) == FSA_STATUS_OK && bad == 0 &&
-                 fsa_disk_cache_prune(dc, 0, &removed, &left) == FSA_STATUS_OK && removed == 0 && left == 0;
-        fsa_disk_cache_close(dc);
-        _exit(ok ? 0 : 3);
-    }
-    int ws = 0;
-    assert_int_equal(waitpid(pid, &ws, 0), pid);
-    assert_true(WIFEXITED(ws));
-    return WEXITSTATUS(ws);
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(4);
+}
+
+/* Lists, verifies and prunes (to 0 bytes) the open cache dc. */
+static void walk_all(walk_statuses *w, fsa_disk_cache *dc)
+{
+    w->listed = 0;
+    w->list = fsa_disk_cache_list(dc, count_entries, &w->listed);
+    w->verify = fsa_disk_cache_verify(dc, NULL, NULL, NULL, NULL, &w->bad);
+    w->prune = fsa_disk_cache_prune(dc, 0, &w->removed, &w->left);
+}
+
+/* In a child as uid 65534: opens the cache at arg read-write (as fsa-precompile does) and walks it. */
+static void maintain_as_another_user(void *out, const void *arg)
+{
+    walk_statuses *w = out;
+    become_another_user();
+    fsa_disk_cache *dc = NULL;
+    w->open = fsa_disk_cache_open(&dc, arg, 0);
+    if (w->open != FSA_STATUS_OK) return;
+    walk_all(w, dc);
+    fsa_disk_cache_close(dc);
 }
 
 static void test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pruned(void **state)
@@ -317,35 +326,34 @@ static void test_an_empty_cache_its_user_cannot_write_is_listed_verified_and_pru
     assert_non_null(mkdtemp(root));
     assert_int_equal(chown(root, 65534, 65534), 0);
     assert_int_equal(chmod(root, 0500), 0);
-    const int rc = maintain_as_another_user(root);
+    walk_statuses w = {.bad = 1, .removed = 1, .left = 1}; /* each must be overwritten */
+    fsa_test_in_child(&w, sizeof w, maintain_as_another_user, root);
     assert_int_equal(chmod(root, 0700), 0);
     assert_int_equal(names_in(root), 0);
     fsa_test_rmtree(root);
-    assert_int_equal(rc, 0);
+    assert_int_equal(w.open, FSA_STATUS_OK);
+    assert_int_equal(w.list, FSA_STATUS_OK);
+    assert_int_equal(w.listed, 0);
+    assert_int_equal(w.verify, FSA_STATUS_OK);
+    assert_int_equal(w.bad, 0);
+    assert_int_equal(w.prune, FSA_STATUS_OK);
+    assert_int_equal(w.removed, 0);
+    assert_int_equal(w.left, 0);
 }
 
-typedef struct walk_statuses {
-    fsa_status open, list, verify, prune;
-    int listed;
-    uint64_t left;
-} walk_statuses;
-
-/* In a child (as uid 65534, the cache's owner, when run as root, whom permissions do not stop): lists,
- * verifies and prunes the cache at arg with v1 made unsearchable (mode 0600). */
+/* In a child (as uid 65534, the cache's owner, when run as root, whom permissions do not stop): walks the
+ * cache at arg with v1 made unsearchable (mode 0600). */
 static void walk_unsearchable_v1(void *out, const void *arg)
 {
     const char *root = arg;
     walk_statuses *w = out;
-    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(4);
+    become_another_user();
     fsa_disk_cache *dc = NULL;
     w->open = fsa_disk_cache_open(&dc, root, 0);
     if (w->open != FSA_STATUS_OK) return;
     char *v1 = join(root, "v1");
     if (chmod(v1, 0600) != 0) _exit(5);
-    uint64_t bad = 0, removed = 0;
-    w->list = fsa_disk_cache_list(dc, count_entries, &w->listed);
-    w->verify = fsa_disk_cache_verify(dc, NULL, NULL, NULL, NULL, &bad);
-    w->prune = fsa_disk_cache_prune(dc, 0, &removed, &w->left);
+    walk_all(w, dc);
     if (chmod(v1, 0700) != 0) _exit(5);
     free(v1);
     fsa_disk_cache_close(dc);
