@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -69,6 +70,16 @@ void fsa_strbuf_free(fsa_strbuf *b)
     b->data = NULL;
     b->len = b->cap = 0;
     b->failed = 0;
+}
+
+void *fsa_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap) return v;
+    const size_t want = *cap ? 2 * *cap : first;
+    if (want > SIZE_MAX / elem) return NULL;
+    void *grown = realloc(v, want * elem);
+    if (grown != NULL) *cap = want;
+    return grown;
 }
 
 double fsa_now_ms(void)

@@ -24,6 +24,11 @@ void fsa_strbuf_appendf(fsa_strbuf *b, const char *fmt, ...)
 char *fsa_strbuf_take(fsa_strbuf *b);
 void fsa_strbuf_free(fsa_strbuf *b);
 
+/* Room for element n of a growable array of `elem`-byte elements at v with *cap of them: v itself while
+ * n < *cap, else v reallocated to twice *cap (`first` when 0), *cap updated. NULL when out of memory (v and
+ * *cap left as they were). */
+void *fsa_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t first);
+
 double fsa_now_ms(void); /* monotonic */
 
 /* A random 64-bit value that spreads temporary file names (created with

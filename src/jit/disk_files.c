@@ -244,13 +244,9 @@ static int cmp_str(const void *a, const void *b)
 static fsa_status names_push(fsa_dc_names *l, const char *s)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 32;
-        char **v = realloc(l->v, cap * sizeof *v);
-        FSA_CHECK_ALLOC(v, STAGE);
-        l->v = v;
-        l->cap = cap;
-    }
+    char **v = fsa_array_room(l->v, &l->cap, l->n, sizeof *v, 32);
+    FSA_CHECK_ALLOC(v, STAGE);
+    l->v = v;
     l->v[l->n] = strdup(s);
     FSA_CHECK_ALLOC(l->v[l->n], STAGE);
     l->n++;

@@ -3,6 +3,7 @@
 #include "disk_cache_internal.h"
 
 #include "base/status_internal.h"
+#include "base/util.h"
 #include "kernel_key.h"
 
 #include <errno.h>
@@ -263,13 +264,9 @@ static int remove_stale_lock(const char *path, time_t now)
 static fsa_status prune_keep(prune_ctx *c, char *path, const struct stat *sb)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        prune_item *v = realloc(c->items, cap * sizeof *v);
-        FSA_CHECK_ALLOC(v, STAGE);
-        c->items = v;
-        c->cap = cap;
-    }
+    prune_item *v = fsa_array_room(c->items, &c->cap, c->n, sizeof *v, 64);
+    FSA_CHECK_ALLOC(v, STAGE);
+    c->items = v;
     /* A file dated ahead ranks as unused (the oldest) rather than as used
      * forever; a hit since then records its use (disk_cache.c: note_use). */
     int64_t a = fsa_dc_use_time_ns(sb->st_atim, c->now), m = fsa_dc_use_time_ns(sb->st_mtim, c->now);
@@ -283,13 +280,9 @@ cleanup:
 static fsa_status prune_count_temp(prune_ctx *c, const struct stat *sb)
 {
     fsa_status st = FSA_STATUS_OK;
-    if (c->n_temps == c->cap_temps) {
-        size_t cap = c->cap_temps ? 2 * c->cap_temps : 16;
-        prune_file_id *v = realloc(c->temps, cap * sizeof *v);
-        FSA_CHECK_ALLOC(v, STAGE);
-        c->temps = v;
-        c->cap_temps = cap;
-    }
+    prune_file_id *v = fsa_array_room(c->temps, &c->cap_temps, c->n_temps, sizeof *v, 16);
+    FSA_CHECK_ALLOC(v, STAGE);
+    c->temps = v;
     c->temps[c->n_temps++] = (prune_file_id){sb->st_dev, sb->st_ino};
     c->total += (uint64_t)sb->st_size;
 cleanup:
