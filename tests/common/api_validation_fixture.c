@@ -20,6 +20,15 @@ fsa_context *offline_context(const char *target)
     return ctx;
 }
 
+fsa_context *checks_only_context(const char *target)
+{
+    fsa_context_options o = offline_options(target);
+    o.jit = FSA_JIT_OFF;
+    fsa_context *ctx = NULL;
+    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("checks-only context: %s", fsa_last_error());
+    return ctx;
+}
+
 int setup_offline(void **state)
 {
     const fsa_context_options o = offline_options("sm_90a");

@@ -1,7 +1,8 @@
 /* The selected-attention plan queries, on offline sm_90a plans (no GPU
  * needed): the workspace-size and path queries refuse what the calls refuse,
  * and a token or head count too large to index is refused (or sized) instead
- * of wrapping around, with or without a workspace limit. The plans' kernels
+ * of wrapping around, with or without a workspace limit; a plan without
+ * backward answers none of the backward's queries. The plans' kernels
  * compile once, into a cache directory of this test. */
 #include "attention_arguments_fixture.h"
 
@@ -161,6 +162,28 @@ static void test_absurd_head_counts_are_unsupported_instead_of_wrapping_around(v
     assert_non_null(strstr(fsa_last_error(), "exceed int32"));
 }
 
+/* One token's list entries (KV heads x top-k) may fill the room the
+ * forward's work counter leaves exactly: a workspace size, not a refusal
+ * (one KV head more is refused above). Offline that room is a one-CTA
+ * grid's, the same for every plan. */
+static void test_one_tokens_list_entries_may_fill_the_forwards_room_exactly(void **state)
+{
+    (void)state;
+    const int64_t room = fsa_fwd_pair_room(g_auto);
+    int k = 2;
+    while (room % k != 0) k++;
+    fsa_selected_attention_desc d = small_shape_desc(FSA_ALGORITHM_FSA, FSA_WORKSPACE_UNLIMITED, 0);
+    d.top_k = k;
+    d.num_kv_heads = (int)(room / k);
+    d.num_q_heads = 2 * d.num_kv_heads;
+    fsa_plan *plan = plan_of(&d);
+    if (plan == NULL) fail_msg("plan with %d KV heads x top-k %d: %s", d.num_kv_heads, k, fsa_last_error());
+    size_t w = 0;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_workspace_size(&w, plan, 1, 1));
+    assert_true(w > 0);
+    fsa_plan_destroy(plan);
+}
+
 /* The backward's main kernel counts a launch's work items times key slices
  * in 32 bits: an uncapped call of every head and token past that count runs
  * in chunks of fewer KV heads whose segments and work an int numbers (the
@@ -216,6 +239,36 @@ static void test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported(
     fsa_plan_destroy(plan);
 }
 
+/* One token per sequence over every token the calls take: a backward chunk's
+ * work counts a segment per (KV head, block) of each sequence, past the main
+ * kernel's 32-bit count, and that is the refusal (before the index's keys
+ * would refuse the same segments), not a wrapped count. */
+static void test_a_backward_of_more_segments_than_its_32_bit_work_count_is_refused_for_that_count(void **state)
+{
+    (void)state;
+    size_t w = 1;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_plan_workspace_size_bwd(&w, g_bwd, INT32_MAX - 1, INT32_MAX - 1));
+    assert_non_null(strstr(fsa_last_error(), "past the main kernel's 32-bit count"));
+    assert_int_equal(w, 0);
+}
+
+/* The backward's queries of a plan made without backward = 1 are invalid
+ * arguments, as its backward calls are (selected_bwd.h). */
+static void test_backward_queries_of_a_forward_only_plan_are_invalid_arguments(void **state)
+{
+    (void)state;
+    size_t w = 1;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_workspace_size_bwd(&w, g_auto, 100, 1));
+    assert_int_equal(w, 0);
+    assert_non_null(strstr(fsa_last_error(), "without backward = 1"));
+    fsa_algorithm a = FSA_ALGORITHM_AUTO;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_algorithm_bwd(&a, NULL, g_auto, 100));
+    fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_BACKWARD, 100));
+    assert_non_null(strstr(fsa_last_error(), "without backward = 1"));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, 100));
+}
+
 static void test_path_queries_refuse_token_counts_the_calls_refuse(void **state)
 {
     (void)state;
@@ -224,6 +277,9 @@ static void test_path_queries_refuse_token_counts_the_calls_refuse(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_algorithm(&a, NULL, g_auto, bad[i]));
         EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_algorithm_bwd(&a, NULL, g_bwd, bad[i]));
+        fsa_plan_choice c = FSA_PLAN_CHOICE_INIT;
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_choice_get(&c, g_auto, FSA_OPERATION_FORWARD, bad[i]));
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_plan_choice_get(&c, g_bwd, FSA_OPERATION_BACKWARD, bad[i]));
     }
     const char *why = NULL;
     EXPECT_STATUS(FSA_STATUS_OK, fsa_plan_algorithm(&a, &why, g_auto, 0));
@@ -239,8 +295,11 @@ int main(void)
         cmocka_unit_test(test_workspace_sizes_refuse_what_the_calls_refuse),
         cmocka_unit_test(test_a_huge_token_count_under_a_workspace_limit_is_refused_without_overflow),
         cmocka_unit_test(test_absurd_head_counts_are_unsupported_instead_of_wrapping_around),
+        cmocka_unit_test(test_one_tokens_list_entries_may_fill_the_forwards_room_exactly),
         cmocka_unit_test(test_a_backward_past_the_main_kernels_32_bit_work_count_runs_in_smaller_chunks_or_is_refused),
         cmocka_unit_test(test_tuning_scratch_inputs_past_two_to_the_64_bytes_are_unsupported),
+        cmocka_unit_test(test_a_backward_of_more_segments_than_its_32_bit_work_count_is_refused_for_that_count),
+        cmocka_unit_test(test_backward_queries_of_a_forward_only_plan_are_invalid_arguments),
         cmocka_unit_test(test_path_queries_refuse_token_counts_the_calls_refuse),
     };
     return cmocka_run_group_tests(tests, attention_arguments_setup, attention_arguments_teardown);

@@ -2,8 +2,10 @@
  * GPU): fsa_plan_create refuses NULL arguments, a wrong struct size,
  * unsupported head and value dims, head counts, groups, block sizes and top-k,
  * a bad scale, algorithm or dtype, backward or forced paths that do not
- * fit the target and a token's list entries past int32, each with its documented status and error record and before
- * anything is compiled; paged-cache, window and compressed shapes over the
+ * fit the target, a shape no forward order fits and a token's list entries
+ * past int32, each with its documented status and error record and before
+ * anything is compiled, while the ends of each range pass every check;
+ * paged-cache, window and compressed shapes over the
  * target's shared memory are unsupported; and the plan queries refuse NULL arguments. */
 #include "api_validation_fixture.h"
 
@@ -73,22 +75,27 @@ static void test_plan_create_with_a_wrong_struct_size_is_struct_size(void **stat
                        "newer struct");
 }
 
+/* With value_dim 0 the value dim is the head dim, and its own check would
+ * refuse it too: with a value dim of its own as well, the refusal names the
+ * head dim. */
 static void test_an_unsupported_head_dim_is_unsupported(void **state)
 {
-    const int dims[] = {0, 100, 272, 8, -16, 264, 257};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        fsa_selected_attention_desc d = good_desc();
-        d.head_dim = dims[i];
-        char what[32];
-        snprintf(what, sizeof what, "head_dim %d", dims[i]);
-        expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
-        assert_non_null(strstr(fsa_last_error_info()->message, "head_dim"));
-    }
+    const int dims[] = {0, 100, 272, 8, -16, 264, 257, 24};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        for (int value_dim = 0; value_dim <= 64; value_dim += 64) {
+            fsa_selected_attention_desc d = good_desc();
+            d.head_dim = dims[i];
+            d.value_dim = value_dim;
+            char what[32];
+            snprintf(what, sizeof what, "head_dim %d", dims[i]);
+            expect_plan_status(*state, &d, FSA_STATUS_UNSUPPORTED, what);
+            assert_non_null(strstr(fsa_last_error_info()->message, what));
+        }
 }
 
 static void test_a_value_dim_that_is_not_0_or_a_multiple_of_16_up_to_256_is_unsupported(void **state)
 {
-    const int64_t dims[] = {8, 100, 272, -16, 264, 257, (int64_t)1 << 32};
+    const int64_t dims[] = {8, 100, 272, -16, 264, 257, (int64_t)1 << 32, 24};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         fsa_selected_attention_desc d = good_desc();
         d.value_dim = dims[i];
@@ -322,19 +329,6 @@ static void test_a_forced_fsa_path_that_does_not_fit_is_unsupported(void **state
     fsa_context_destroy(ctx);
 }
 
-/* A context that compiles nothing: a descriptor that passes every check stops
- * where its first kernel would be compiled (FSA_STATUS_JIT_DISABLED). */
-static fsa_context *checks_only_context_for(const char *target)
-{
-    fsa_context_options o = offline_options(target);
-    o.jit = FSA_JIT_OFF;
-    fsa_context *ctx = NULL;
-    if (fsa_context_create(&ctx, &o) != FSA_STATUS_OK) fail_msg("offline context: %s", fsa_last_error());
-    return ctx;
-}
-
-static fsa_context *checks_only_context(void) { return checks_only_context_for("sm_90a"); }
-
 /* The NSA-order kernels (forward, and the backward's dq) have one grid row per
  * (KV head, group of query heads), and a grid has at most 65535 rows: a plan
  * forcing that order over more is unsupported before anything is compiled,
@@ -343,7 +337,7 @@ static fsa_context *checks_only_context(void) { return checks_only_context_for("
 static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **state)
 {
     (void)state;
-    fsa_context *ctx = checks_only_context();
+    fsa_context *ctx = checks_only_context("sm_90a");
     fsa_plan *plan = NULL;
     fsa_selected_attention_desc d = good_desc();
     d.num_q_heads = d.num_kv_heads = 65536; /* G 1: one row per KV head */
@@ -367,7 +361,7 @@ static void test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported(void **st
 static void test_a_plan_whose_token_list_entries_pass_int32_is_unsupported(void **state)
 {
     (void)state;
-    fsa_context *ctx = checks_only_context();
+    fsa_context *ctx = checks_only_context("sm_90a");
     fsa_plan *plan = (fsa_plan *)ctx;
     fsa_selected_attention_desc d = good_desc();
     d.num_q_heads = d.num_kv_heads = 1 << 25;
@@ -388,7 +382,7 @@ static void test_a_plan_whose_token_list_entries_pass_int32_is_unsupported(void 
 static void expect_selected_plan_fits(const char *target, int dk, int dv, int bk, int g, fsa_algorithm algorithm,
                                       int backward)
 {
-    fsa_context *ctx = checks_only_context_for(target);
+    fsa_context *ctx = checks_only_context(target);
     fsa_selected_attention_desc d = good_desc();
     d.head_dim = dk, d.value_dim = dv, d.block_size = bk, d.num_q_heads = 2 * g, d.num_kv_heads = 2;
     d.algorithm = algorithm, d.backward = backward;
@@ -426,13 +420,71 @@ static void test_selected_plans_of_head_dims_192_and_256_fit_99_kb_targets(void 
     expect_selected_plan_fits("sm_86", 256, 256, 32, 16, FSA_ALGORITHM_FSA, 1);
 }
 
+/* The ends of each range are plans: head and value dims of 16 and 256,
+ * blocks of 16 and 256 keys, top-k 1 and 64. */
+static void test_the_ends_of_each_descriptor_range_pass_every_check(void **state)
+{
+    (void)state;
+    expect_selected_plan_fits("sm_90a", 16, 16, 64, 2, FSA_ALGORITHM_AUTO, 0);
+    expect_selected_plan_fits("sm_90a", 16, 256, 64, 2, FSA_ALGORITHM_AUTO, 0);
+    expect_selected_plan_fits("sm_90a", 256, 16, 64, 2, FSA_ALGORITHM_AUTO, 0);
+    expect_selected_plan_fits("sm_90a", 64, 64, 16, 2, FSA_ALGORITHM_AUTO, 0);
+    expect_selected_plan_fits("sm_90a", 64, 64, 256, 2, FSA_ALGORITHM_AUTO, 0);
+    fsa_context *ctx = checks_only_context("sm_90a");
+    const int ks[] = {1, 64};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        fsa_selected_attention_desc d = good_desc();
+        d.top_k = ks[i];
+        fsa_plan *plan = NULL;
+        EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
+        assert_null(plan);
+    }
+    fsa_context_destroy(ctx);
+}
+
+/* A kernel that needs exactly the shared memory a block may take fits: the
+ * FSA order's forward of Dk 48 / Dv 192 at blocks of 256 needs sm_80's
+ * 166912 bytes, of 160 / 96 at blocks of 128 sm_86's 101376, and so does
+ * the NSA order's forward of 160 / 192. */
+static void test_a_forward_that_needs_exactly_the_targets_shared_memory_fits(void **state)
+{
+    (void)state;
+    expect_selected_plan_fits("sm_80", 48, 192, 256, 2, FSA_ALGORITHM_FSA, 0);
+    expect_selected_plan_fits("sm_86", 160, 96, 128, 2, FSA_ALGORITHM_FSA, 0);
+    expect_selected_plan_fits("sm_86", 160, 192, 64, 2, FSA_ALGORITHM_NSA, 0);
+}
+
+/* The FSA order takes groups up to 64 and the NSA order a grid row per KV
+ * head and group of 16 query heads: a group of 128 over 8192 KV heads (65536
+ * rows) fits neither, and an AUTO plan of it is unsupported, naming both
+ * reasons, instead of a plan without a forward kernel. 8191 KV heads fit the
+ * NSA order. */
+static void test_a_plan_that_no_forward_order_fits_is_unsupported(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context("sm_90a");
+    fsa_selected_attention_desc d = good_desc();
+    d.num_kv_heads = 8192;
+    d.num_q_heads = 128 * 8192;
+    fsa_plan *plan = (fsa_plan *)ctx; /* must be overwritten */
+    EXPECT_REFUSED(FSA_STATUS_UNSUPPORTED, fsa_plan_create(&plan, ctx, &d));
+    assert_null(plan);
+    assert_non_null(strstr(fsa_last_error(), "no forward path fits"));
+    assert_non_null(strstr(fsa_last_error(), "takes groups up to 64 (group 128)"));
+    assert_non_null(strstr(fsa_last_error(), "8192 KV heads at group 128"));
+    d.num_kv_heads = 8191;
+    d.num_q_heads = 128 * 8191;
+    EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_plan_create(&plan, ctx, &d));
+    fsa_context_destroy(ctx);
+}
+
 /* A paged-cache plan of Dk / Dv and the group's heads per KV head on `target` (FSA_KVC_SMALL as `small`,
  * NULL unset) gets past every check and stops at its kernel, which the message names: that name (and so
  * the kernel's key) contains `part`, and not `not_part` (NULL: no such check). */
 static void expect_paged_kernel(const char *target, int dk, int dv, int g, const char *small, const char *part,
                                 const char *not_part)
 {
-    fsa_context *ctx = checks_only_context_for(target);
+    fsa_context *ctx = checks_only_context(target);
     fsa_kvcache_desc d = FSA_KVCACHE_DESC_INIT;
     d.num_q_heads = 2 * g, d.num_kv_heads = 2, d.max_batch = 8, d.max_query_tokens = 64;
     d.head_dim = dk, d.value_dim = dv;
@@ -486,7 +538,7 @@ static fsa_kvcache_desc good_kvcache_desc(void)
 static void test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument(void **state)
 {
     (void)state;
-    fsa_context *ctx = checks_only_context();
+    fsa_context *ctx = checks_only_context("sm_90a");
     fsa_kvcache_plan *plan = NULL;
     fsa_kvcache_desc d = good_kvcache_desc();
     d.num_q_heads = d.num_kv_heads = 65536;
@@ -505,7 +557,7 @@ static void test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument(v
 static void test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported(void **state)
 {
     (void)state;
-    fsa_context *ctx = checks_only_context();
+    fsa_context *ctx = checks_only_context("sm_90a");
     fsa_kvcache_plan *plan = NULL;
     fsa_kvcache_desc d = good_kvcache_desc();
     d.head_dim = d.value_dim = 256;
@@ -561,6 +613,9 @@ int main(void)
         cmocka_unit_test(test_a_forced_nsa_path_over_65535_grid_rows_is_unsupported),
         cmocka_unit_test(test_a_plan_whose_token_list_entries_pass_int32_is_unsupported),
         cmocka_unit_test(test_selected_plans_of_head_dims_192_and_256_fit_99_kb_targets),
+        cmocka_unit_test(test_the_ends_of_each_descriptor_range_pass_every_check),
+        cmocka_unit_test(test_a_plan_that_no_forward_order_fits_is_unsupported),
+        cmocka_unit_test(test_a_forward_that_needs_exactly_the_targets_shared_memory_fits),
         cmocka_unit_test(test_a_paged_cache_plan_over_65535_kv_heads_is_an_invalid_argument),
         cmocka_unit_test(test_a_paged_cache_plan_whose_workspace_overflows_size_t_is_unsupported),
         cmocka_unit_test(test_plan_queries_with_null_arguments_are_null_pointers),
