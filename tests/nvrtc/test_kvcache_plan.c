@@ -2,7 +2,7 @@
  * descriptors and bad call arguments come back as statuses with an error
  * record, the tiling and split rule are what the API documents, and a call
  * with good arguments gets as far as needing a device. */
-#include "testing.h"
+#include "api_validation_fixture.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,14 +25,7 @@ static fsa_kvcache_desc good_desc(int hq, int hkv)
  * (a refusal after the kernels' lookup would be FSA_STATUS_JIT_DISABLED). */
 static void expect_desc_status(fsa_status want, fsa_kvcache_desc d)
 {
-    fsa_context_options o = FSA_CONTEXT_OPTIONS_INIT;
-    o.device = FSA_DEVICE_NONE;
-    o.target = "sm_90a";
-    o.cache_mode = FSA_CACHE_MODE_OFF;
-    o.jit = FSA_JIT_OFF;
-    o.log = -1;
-    fsa_context *builds_nothing = NULL;
-    assert_int_equal(fsa_context_create(&builds_nothing, &o), FSA_STATUS_OK);
+    fsa_context *builds_nothing = checks_only_context("sm_90a");
     fsa_context *contexts[2] = {g_ctx, builds_nothing};
     for (int c = 0; c < 2; c++) {
         fsa_kvcache_plan *plan = (fsa_kvcache_plan *)&plan;
@@ -79,7 +72,22 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     d.head_dim = d.value_dim = 16;
     expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
     assert_non_null(strstr(fsa_last_error_info()->message, "group 65"));
-    const int head_dims[] = {0, -16};
+    d = good_desc(32, 8);
+    d.dtype = (fsa_dtype)7;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    assert_non_null(strstr(fsa_last_error_info()->message, "dtype 7"));
+    d = good_desc(0, 8); /* no query head: a group of 0 */
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(32, 8);
+    d.top_k = 0;
+    expect_desc_status(FSA_STATUS_UNSUPPORTED, d);
+    d = good_desc(32, 8);
+    d.max_query_tokens = 0;
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    d = good_desc(32, 8);
+    d.splits = -1; /* 0 is the plan's choice; fewer is nothing */
+    expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, d);
+    const int head_dims[] = {0, -16, 24};
     for (size_t i = 0; i < sizeof head_dims / sizeof head_dims[0]; i++) {
         d = good_desc(32, 8);
         d.head_dim = head_dims[i];
@@ -113,6 +121,47 @@ static void test_bad_descriptors_are_refused_before_compiling(void **state)
     fsa_kvcache_plan_destroy(NULL);
 }
 
+/* The ends of each range pass every check and stop where the kernel would
+ * be compiled: blocks and pages of 16 and 256 (pages of 1 too), top-k 1 and
+ * 64, one query token, 64 splits, and shared memory up to the target's. */
+static void test_the_ends_of_each_descriptor_range_pass_every_check(void **state)
+{
+    (void)state;
+    const struct {
+        int block_size, page_size, top_k, splits;
+        int64_t max_query_tokens;
+    } ends[] = {{16, 64, 16, 0, 64}, {256, 64, 16, 0, 64}, {64, 1, 16, 0, 64}, {64, 16, 16, 0, 64},
+                {64, 256, 16, 0, 64}, {64, 64, 1, 0, 64},  {64, 64, 64, 0, 1}, {64, 64, 16, 64, 64}};
+    fsa_context *ctx = checks_only_context("sm_90a");
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        fsa_kvcache_desc d = good_desc(32, 8);
+        d.block_size = ends[i].block_size, d.page_size = ends[i].page_size, d.top_k = ends[i].top_k;
+        d.splits = ends[i].splits, d.max_query_tokens = ends[i].max_query_tokens;
+        fsa_kvcache_plan *plan = NULL;
+        const fsa_status st = fsa_kvcache_plan_create(&plan, ctx, &d);
+        if (st != FSA_STATUS_JIT_DISABLED)
+            fail_msg("blocks %d, pages %d, top-k %d, splits %d, %lld tokens: %s, %s", d.block_size, d.page_size,
+                     d.top_k, d.splits, (long long)d.max_query_tokens, fsa_status_name(st), fsa_last_error());
+        assert_null(plan);
+    }
+    fsa_context_destroy(ctx);
+    /* A kernel that needs exactly the shared memory a block may take fits: D 256 / Dv 224 at G 9 and top-k 11
+     * needs sm_80's 166912 bytes, 96 / 256 at G 2 and top-k 32 sm_86's 101376. */
+    const struct {
+        const char *target;
+        int dk, dv, g, k;
+    } exact[] = {{"sm_80", 256, 224, 9, 11}, {"sm_86", 96, 256, 2, 32}};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        ctx = checks_only_context(exact[i].target);
+        fsa_kvcache_desc d = good_desc(2 * exact[i].g, 2);
+        d.head_dim = exact[i].dk, d.value_dim = exact[i].dv, d.top_k = exact[i].k;
+        fsa_kvcache_plan *plan = NULL;
+        EXPECT_STATUS(FSA_STATUS_JIT_DISABLED, fsa_kvcache_plan_create(&plan, ctx, &d));
+        assert_null(plan);
+        fsa_context_destroy(ctx);
+    }
+}
+
 /* The stamped debug kernel writes FSA_KVC_STAMP_CTAS records: a plan refuses a
  * buffer that is not named with its size, is named too small, or is named with
  * anything more (read whole, like the other switches); numbers are decimal or 0x
@@ -123,7 +172,9 @@ static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
     const char *bad[] = {"0x10000",           "0x10000:4096",       "0:99999999",        "0x10000:99999999x",
                          "0x10000:-99999999", "-0x10000:99999999", "0x10000 :99999999", "0x10000:",
                          /* past 64 bits: strtoull's ULLONG_MAX is not an address or a size */
-                         "99999999999999999999999:5300000", "0x10000:999999999999999999999999"};
+                         "99999999999999999999999:5300000", "0x10000:999999999999999999999999",
+                         /* one byte short of FSA_KVC_STAMP_CTAS x FSA_KVC_STAMP_WORDS x 8 */
+                         "0x10000:5242879"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("FSA_KVC_STAMPS", bad[i], 1);
         expect_desc_status(FSA_STATUS_INVALID_ARGUMENT, good_desc(32, 8));
@@ -133,6 +184,11 @@ static void test_a_stamp_buffer_too_small_or_misspelled_is_refused(void **state)
     setenv("FSA_KVC_STAMPS", "0x10000:05300000", 1);
     fsa_kvcache_desc d = good_desc(32, 8);
     fsa_kvcache_plan *plan = NULL;
+    assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
+    fsa_kvcache_plan_destroy(plan);
+    /* Exactly the records' bytes are enough. */
+    setenv("FSA_KVC_STAMPS", "0x10000:5242880", 1);
+    plan = NULL;
     assert_int_equal(fsa_kvcache_plan_create(&plan, g_ctx, &d), FSA_STATUS_OK);
     fsa_kvcache_plan_destroy(plan);
     /* Empty counts as unset, as for the other switches: the plan takes the normal kernel. */
@@ -400,6 +456,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors_are_refused_before_compiling),
+        cmocka_unit_test(test_the_ends_of_each_descriptor_range_pass_every_check),
         cmocka_unit_test(test_a_stamp_buffer_too_small_or_misspelled_is_refused),
         cmocka_unit_test(test_tiles_hold_four_tokens_of_a_group_and_one_tile_sequences_split),
         cmocka_unit_test(test_a_call_of_more_tiles_than_a_grid_holds_is_refused),

@@ -5,8 +5,10 @@
  * [batch, max_pages_per_seq] the kernels index with signed 64-bit offsets, so
  * like every tensor view its entries must lie below 2^63 bytes of address:
  * a row stride that reaches past it is refused, with the table named, instead
- * of wrapping to some other memory on the device. (The calls with compiled
- * kernels: tests/nvrtc/test_kvcache_plan.c.) */
+ * of wrapping to some other memory on the device. Counts past the plan's,
+ * an lse past 2^63 bytes and a misaligned page stride are refused too, a
+ * call without query tokens needs nothing, and tuning needs it on. (The calls
+ * with compiled kernels: tests/nvrtc/test_kvcache_plan.c.) */
 #include "api_validation_fixture.h"
 
 #include "attention/kvcache.h"
@@ -109,6 +111,78 @@ static void test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_a
     EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
 }
 
+/* Counts below zero or past the plan's are invalid arguments, as are query
+ * tokens of no sequence and a cache of no page; the plan's own limits are
+ * calls. */
+static void test_counts_outside_the_plan_are_invalid_arguments_and_its_limits_are_calls(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = good_args(&p);
+    a.num_query_tokens = -1;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "num_query_tokens -1"));
+    a = good_args(&p), a.batch = -1;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "batch -1"));
+    a = good_args(&p), a.batch = 0, a.num_query_tokens = 1;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    a = good_args(&p), a.num_pages = 0;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "num_pages 0"));
+    a = good_args(&p), a.num_query_tokens = p.desc.max_query_tokens, a.batch = p.desc.max_batch;
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
+}
+
+/* A call without query tokens does nothing: it needs no tensor (nor a device). */
+static void test_a_call_without_query_tokens_needs_no_tensor(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = FSA_KVCACHE_ARGS_INIT;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_kvcache_attention(&p, &a, NULL));
+    a.batch = 4; /* sequences with no new token */
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_kvcache_attention(&p, &a, NULL));
+}
+
+/* Two pages already use the page stride: a multiple of 8 elements, as every stride. */
+static void test_two_pages_take_a_page_stride_in_multiples_of_8_elements(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = good_args(&p);
+    a.num_pages = 2;
+    a.v_page_stride += 4;
+    EXPECT_REFUSED(FSA_STATUS_MISALIGNED, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "v_cache page stride"));
+}
+
+/* lse holds Hq x Tq floats: the last one just below 2^63 bytes is fine, one
+ * float further is refused. */
+static void test_lses_last_float_must_lie_below_two_to_the_63_bytes(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    fsa_kvcache_args a = good_args(&p);
+    a.lse = (UINT64_C(1) << 63) - 4 * HQ * (uint64_t)a.num_query_tokens;
+    EXPECT_REFUSED(FSA_STATUS_NO_DEVICE, fsa_kvcache_attention(&p, &a, NULL));
+    a.lse += 4;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_attention(&p, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "lse"));
+}
+
+/* Measuring needs tuning on in the plan's context: with it off, the plan's
+ * tuning call is an invalid argument, device or not. */
+static void test_tuning_a_plan_of_a_context_without_tuning_is_an_invalid_argument(void **state)
+{
+    fsa_kvcache_plan p;
+    make_plan(&p, *state);
+    int measured = 7;
+    EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_kvcache_plan_tune(&measured, &p, NULL));
+    assert_non_null(strstr(fsa_last_error(), "tuning is off"));
+    assert_int_equal(measured, 0);
+}
+
 /* A launch has a grid row per (KV head, CTA of its pair): where a CTA per
  * share would pass 65535 rows, the pair's shares share fewer CTAs (one
  * always fits), whatever FSA_KVC_CTAS asked for. */
@@ -130,6 +204,15 @@ static void test_a_launchs_ctas_per_pair_keep_its_grid_within_65535_rows(void **
     assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 1);
     p.desc.num_kv_heads = 2;
     assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 4), 4);
+    /* Exactly 65535 rows fit: 21845 KV heads x 3 CTAs, the rule's choice for 3 shares in one wave; with one
+     * CTA resident (a wave per CTA) the rule takes one CTA a pair, and the override's 3 still fit. */
+    p.ctas = 0;
+    p.desc.num_kv_heads = 21845;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 3), 3);
+    p.resident = 1;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 3), 1);
+    p.ctas = 3;
+    assert_int_equal(fsa_kvc_ctas_per_pair(&p, 1, 3), 3);
 }
 
 int main(void)
@@ -140,6 +223,11 @@ int main(void)
         OFF(test_a_block_table_whose_rows_reach_past_two_to_the_63_bytes_is_refused),
         OFF(test_the_block_tables_last_entry_just_below_two_to_the_63_bytes_is_accepted),
         OFF(test_a_launchs_ctas_per_pair_keep_its_grid_within_65535_rows),
+        OFF(test_counts_outside_the_plan_are_invalid_arguments_and_its_limits_are_calls),
+        OFF(test_a_call_without_query_tokens_needs_no_tensor),
+        OFF(test_two_pages_take_a_page_stride_in_multiples_of_8_elements),
+        OFF(test_lses_last_float_must_lie_below_two_to_the_63_bytes),
+        OFF(test_tuning_a_plan_of_a_context_without_tuning_is_an_invalid_argument),
     };
 #undef OFF
     return cmocka_run_group_tests(tests, NULL, NULL);
