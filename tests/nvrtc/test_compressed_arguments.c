@@ -2,12 +2,13 @@
  * with their documented status, on offline plans (no GPU needed): plans
  * compile their kernels with NVRTC into this test's cache directory, and a
  * call whose arguments pass every check ends with FSA_STATUS_NO_DEVICE. */
-#include "testing.h"
+#include "api_validation_fixture.h"
 
 #include "attention/compressed.h" /* FSA_CMP_SEL_KEYS */
 #include "base/struct_size.h"
 #include "jit/context.h" /* sm_count: a device's grid, offline */
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -171,9 +172,55 @@ static void test_descriptors_outside_the_supported_shapes_are_refused_with_the_f
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
     d = small_desc(), d.backward = 2;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.head_dim = 24;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.num_q_heads = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.num_q_heads = d.num_kv_heads = 65536; /* a grid row per KV head: 65535 at most */
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.kernel_size = 4097, d.top_k = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.stride = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.stride = 0, d.top_k = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    const float scales[] = {NAN, INFINITY};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        d = small_desc(), d.scale = scales[i];
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    }
+    d = small_desc(), d.top_k = -1;
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    d = small_desc(), d.kernel_size = 66, d.stride = 1; /* 65 strides before a token: one past the selection's 64 */
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "at most 64 strides per token"));
     /* Without selection the block size is not looked at. */
     d = small_desc(), d.top_k = 0, d.block_size = 48;
     EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
+}
+
+/* The ends of each range pass every check and stop where the first kernel
+ * would be compiled: head and value dims of 16, 65535 KV heads, a group of
+ * 16, kernels of 4096 tokens (without selection) and of 64 strides before a
+ * token (with it). */
+static void test_the_ends_of_each_descriptor_range_pass_every_check(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context("sm_90a");
+    fsa_compressed_attention_desc ends[5];
+    for (int i = 0; i < 5; i++) ends[i] = small_desc();
+    ends[0].head_dim = ends[0].value_dim = 16;
+    ends[1].num_q_heads = ends[1].num_kv_heads = 65535;
+    ends[2].num_q_heads = 32, ends[2].num_kv_heads = 2;
+    ends[3].kernel_size = 4096, ends[3].top_k = 0;
+    ends[4].kernel_size = 65, ends[4].stride = 1;
+    for (int i = 0; i < 5; i++) {
+        fsa_compressed_plan *plan = NULL;
+        const fsa_status st = fsa_compressed_plan_create(&plan, ctx, &ends[i]);
+        if (st != FSA_STATUS_JIT_DISABLED) fail_msg("end %d: %s, %s", i, fsa_status_name(st), fsa_last_error());
+        assert_null(plan);
+    }
+    fsa_context_destroy(ctx);
 }
 
 /* The dK/dV kernel at Dk = Dv = 256 needs 204800 bytes by default, more
@@ -278,6 +325,47 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     /* Nothing to do: no device needed. */
     a = good_args(0, 0), a.batch = 0;
     EXPECT_FWD(FSA_STATUS_OK, g_plan, &a);
+}
+
+/* Counts at their ends: total_compressed up to INT32_MAX - 1; the query
+ * tiles a call's tokens and sequences make (a tile's tokens of each
+ * sequence, plus one per sequence) up to a grid's 2^31 - 1, as the
+ * workspace query answers. */
+static void test_counts_at_their_ends(void **state)
+{
+    (void)state;
+    fsa_compressed_fwd_args a = good_args(100, INT32_MAX - 1);
+    a.topk.ptr = 0;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    a.total_compressed = INT32_MAX;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    const int64_t T = INT32_MAX - 1;
+    const int batch = (int)(INT32_MAX - fsa_qt_grid_tiles(T, 0, HQ / HKV)); /* exactly 2^31 - 1 tiles */
+    size_t bytes = 1;
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_compressed_plan_workspace_size(&bytes, g_plan, T, batch));
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_workspace_size(&bytes, g_plan, T, batch + 1));
+    assert_non_null(strstr(fsa_last_error(), "too many query tiles"));
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_compressed_plan_workspace_size(&bytes, g_plan, T, (int)T));
+}
+
+/* lse ([Hq, T] floats) and topk (read through its strides) end just below
+ * 2^63 bytes: accepted; a float or an entry further: refused, naming them. */
+static void test_lse_and_topks_last_entries_must_lie_below_two_to_the_63_bytes(void **state)
+{
+    (void)state;
+    const uint64_t top = UINT64_C(1) << 63;
+    fsa_compressed_fwd_args a = good_args(100, 5);
+    a.lse = top - 4 * HQ * 100;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    a.lse += 4;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    assert_non_null(strstr(fsa_last_error(), "lse"));
+    a = good_args(100, 5); /* [Hkv, T, K]: the last row starts (T - 1) x K + (Hkv - 1) x T x K entries in */
+    a.topk.ptr = top - 4 * ((uint64_t)99 * K + (uint64_t)(HKV - 1) * 100 * K) - 4;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, g_plan, &a);
+    a.topk.ptr += 4;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, g_plan, &a);
+    assert_non_null(strstr(fsa_last_error(), "topk reaches past 2^63 bytes"));
 }
 
 /* k and v hold the compressed rows (total_compressed of them), not the
@@ -530,6 +618,13 @@ static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(vo
     fsa_test_expect_error("compressed-forward", "32-bit count of its ring");
     a.total_tokens = a.total_compressed = 8192; /* a short call of the same plan passes every check */
     assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    /* A tile's key stream is at most the compressed positions of one sequence of the call's tokens (T at
+     * stride 1), whatever total_compressed says: the longest call that fits is 59011968 tokens, one more
+     * token is one stage more per job. */
+    a.total_tokens = 59011968, a.total_compressed = a.total_tokens + 1;
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_NO_DEVICE);
+    a.total_tokens += 1, a.total_compressed += 1;
+    assert_int_equal(fsa_compressed_attention_fwd(plan, &a, NULL), FSA_STATUS_UNSUPPORTED);
     fsa_compressed_plan_destroy(plan);
     g_ctx->sm_count = 0; /* offline again */
 }
@@ -538,10 +633,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused_with_the_field_named),
+        cmocka_unit_test(test_the_ends_of_each_descriptor_range_pass_every_check),
         cmocka_unit_test(test_a_plan_whose_kernels_need_more_shared_memory_than_the_target_has_is_unsupported),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
         cmocka_unit_test(test_the_selection_refuses_more_compressed_positions_than_int32_counts),
         cmocka_unit_test(test_key_and_value_views_are_checked_over_the_compressed_rows),
+        cmocka_unit_test(test_counts_at_their_ends),
+        cmocka_unit_test(test_lse_and_topks_last_entries_must_lie_below_two_to_the_63_bytes),
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_the_workspace_size_is_zero_and_refuses_what_the_call_refuses),
         cmocka_unit_test(test_backward_argument_checks_come_before_the_device_check),

@@ -74,6 +74,33 @@ static void test_bad_arguments_are_refused_naming_them(void **state)
     EXPECT_STATUS(FSA_STATUS_STRUCT_SIZE, fsa_gate_fwd(g_plan, &a, NULL));
 }
 
+/* dout_branch belongs to the backward: the forward does not look at it,
+ * whatever it holds; the backward reads dout, which it needs. */
+static void test_the_forward_ignores_the_backwards_views_and_the_backward_needs_dout(void **state)
+{
+    (void)state;
+    fsa_gate_args a = good_args();
+    a.dout_branch[0].ptr += 2, a.dout_branch[1].token_stride = -1;
+    a.dout.ptr = 0;
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_fwd(g_plan, &a, NULL));
+    a = good_args(), a.dout.ptr = 0;
+    EXPECT_STATUS(FSA_STATUS_NULL_POINTER, fsa_gate_bwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "dout is NULL"));
+}
+
+/* dgate holds three planes of T x H floats: its last one must lie below
+ * 2^63 bytes too. */
+static void test_dgates_third_plane_must_lie_below_two_to_the_63_bytes(void **state)
+{
+    (void)state;
+    fsa_gate_args a = good_args();
+    a.dgate = (UINT64_C(1) << 63) - 4 * 3 * T * H; /* the last float at 2^63 - 4 */
+    EXPECT_STATUS(FSA_STATUS_NO_DEVICE, fsa_gate_bwd(g_plan, &a, NULL));
+    a.dgate += 4 * T * H; /* the first two planes still fit, the third does not */
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_bwd(g_plan, &a, NULL));
+    assert_non_null(strstr(fsa_last_error(), "dgate's"));
+}
+
 /* o (forward) and dout_branch (backward) are written: two rows on the same
  * bytes are refused; the branches' outputs and dout are only read. */
 static void test_written_views_whose_rows_overlap_are_refused(void **state)
@@ -105,6 +132,38 @@ static void test_a_plan_refuses_value_dims_that_are_not_multiples_of_16_from_16_
     }
 }
 
+static void test_a_plan_refuses_a_dtype_that_is_neither_bf16_nor_f16(void **state)
+{
+    (void)state;
+    const int bad[] = {7, -1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fsa_gate_desc d = FSA_GATE_DESC_INIT;
+        d.value_dim = DV;
+        d.dtype = (fsa_dtype)bad[i];
+        fsa_gate_plan *plan = (fsa_gate_plan *)&plan;
+        EXPECT_REFUSED(FSA_STATUS_INVALID_ARGUMENT, fsa_gate_plan_create(&plan, g_ctx, &d));
+        assert_null(plan);
+        assert_non_null(strstr(fsa_last_error(), "dtype"));
+    }
+}
+
+/* Value dims of 16 and 256 are plans (on a context that compiles nothing,
+ * they stop where their first kernel would be compiled). */
+static void test_a_plan_takes_value_dims_of_16_and_256(void **state)
+{
+    (void)state;
+    fsa_context *ctx = checks_only_context("sm_90a");
+    const int ends[] = {16, 256};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        fsa_gate_desc d = FSA_GATE_DESC_INIT;
+        d.value_dim = ends[i];
+        fsa_gate_plan *plan = NULL;
+        EXPECT_REFUSED(FSA_STATUS_JIT_DISABLED, fsa_gate_plan_create(&plan, ctx, &d));
+        assert_null(plan);
+    }
+    fsa_context_destroy(ctx);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -130,6 +189,10 @@ int main(void)
         cmocka_unit_test(test_bad_arguments_are_refused_naming_them),
         cmocka_unit_test(test_written_views_whose_rows_overlap_are_refused),
         cmocka_unit_test(test_a_plan_refuses_value_dims_that_are_not_multiples_of_16_from_16_to_256),
+        cmocka_unit_test(test_the_forward_ignores_the_backwards_views_and_the_backward_needs_dout),
+        cmocka_unit_test(test_dgates_third_plane_must_lie_below_two_to_the_63_bytes),
+        cmocka_unit_test(test_a_plan_refuses_a_dtype_that_is_neither_bf16_nor_f16),
+        cmocka_unit_test(test_a_plan_takes_value_dims_of_16_and_256),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,11 +2,13 @@
  * answer bad descriptors and arguments with their documented status, on an
  * offline sm_90a plan (no GPU needed); a call whose arguments pass every
  * check ends with FSA_STATUS_NO_DEVICE. */
-#include "testing.h"
+#include "api_validation_fixture.h"
 
+#include "attention/window.h" /* fsa_qt_grid_tiles */
 #include "base/struct_size.h"
 #include "jit/context.h" /* sm_count: a device's grid, offline */
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +110,43 @@ static void test_descriptors_outside_the_supported_shapes_are_refused(void **sta
     EXPECT_STATUS(FSA_STATUS_OK, create_with(d));
     d = small_desc(), d.backward = 2;
     EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.dtype = (fsa_dtype)7;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    assert_non_null(strstr(fsa_last_error(), "dtype 7"));
+    d = small_desc(), d.num_q_heads = 0;
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    d = small_desc(), d.num_q_heads = d.num_kv_heads = 65536; /* a grid row per KV head: 65535 at most */
+    EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    const float scales[] = {NAN, INFINITY};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        d = small_desc(), d.scale = scales[i];
+        EXPECT_STATUS(FSA_STATUS_INVALID_ARGUMENT, create_with(d));
+    }
+}
+
+/* The ends of each range pass every check and stop where the first kernel
+ * would be compiled: head and value dims of 16, 65535 KV heads, a group of
+ * 16, and per-head windows for FSA_WINDOW_MAX_HEAD_WINDOWS query heads. */
+static void test_the_ends_of_each_descriptor_range_pass_every_check(void **state)
+{
+    (void)state;
+    int32_t windows[FSA_WINDOW_MAX_HEAD_WINDOWS];
+    for (int i = 0; i < FSA_WINDOW_MAX_HEAD_WINDOWS; i++) windows[i] = 1 + i;
+    fsa_window_attention_desc ends[4];
+    for (int i = 0; i < 4; i++) ends[i] = small_desc();
+    ends[0].head_dim = ends[0].value_dim = 16;
+    ends[1].num_q_heads = ends[1].num_kv_heads = 65535;
+    ends[2].num_q_heads = 32, ends[2].num_kv_heads = 2;
+    ends[3].num_q_heads = FSA_WINDOW_MAX_HEAD_WINDOWS, ends[3].num_kv_heads = FSA_WINDOW_MAX_HEAD_WINDOWS / 16;
+    ends[3].head_windows = windows;
+    fsa_context *ctx = checks_only_context("sm_90a");
+    for (int i = 0; i < 4; i++) {
+        fsa_window_plan *plan = NULL;
+        const fsa_status st = fsa_window_plan_create(&plan, ctx, &ends[i]);
+        if (st != FSA_STATUS_JIT_DISABLED) fail_msg("end %d: %s, %s", i, fsa_status_name(st), fsa_last_error());
+        assert_null(plan);
+    }
+    fsa_context_destroy(ctx);
 }
 
 static void test_per_head_windows_must_each_be_positive_and_fit_the_table(void **state)
@@ -213,6 +252,19 @@ static void test_forward_argument_checks_come_before_the_device_check(void **sta
     EXPECT_FWD(FSA_STATUS_OK, &a);
 }
 
+/* lse holds Hq x T floats: the last one just below 2^63 bytes is fine, one
+ * float further is refused. */
+static void test_lses_last_float_must_lie_below_two_to_the_63_bytes(void **state)
+{
+    (void)state;
+    fsa_window_fwd_args a = good_args(100);
+    a.lse = (UINT64_C(1) << 63) - 4 * HQ * 100;
+    EXPECT_FWD(FSA_STATUS_NO_DEVICE, &a);
+    a.lse += 4;
+    EXPECT_FWD(FSA_STATUS_INVALID_ARGUMENT, &a);
+    assert_non_null(strstr(fsa_last_error(), "lse"));
+}
+
 /* The persistent forward (sm_90a) counts a CTA's ring items in int: a call whose busiest CTA would pass
  * 2^31 key stages (a window as long as 83 million tokens, one head) is refused, not left to hang. */
 static void test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused(void **state)
@@ -306,6 +358,10 @@ static void test_the_backward_workspace_is_two_rows_of_four_bytes_per_query_row_
     fsa_window_bwd_args a = good_bwd_args(many, AT(11), SIZE_MAX);
     a.batch = (int)many;
     EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_window_attention_bwd(g_plan, &a, NULL));
+    /* Exactly 2^31 - 1 query tiles still fit a grid. */
+    const int exact = (int)(INT32_MAX - fsa_qt_grid_tiles(many, 0, HQ / HKV));
+    EXPECT_STATUS(FSA_STATUS_OK, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, many, exact));
+    EXPECT_STATUS(FSA_STATUS_UNSUPPORTED, fsa_window_plan_workspace_size_bwd(&bytes, g_plan, many, exact + 1));
 }
 
 static void test_backward_argument_checks_come_before_the_device_check(void **state)
@@ -438,7 +494,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptors_outside_the_supported_shapes_are_refused),
+        cmocka_unit_test(test_the_ends_of_each_descriptor_range_pass_every_check),
         cmocka_unit_test(test_forward_argument_checks_come_before_the_device_check),
+        cmocka_unit_test(test_lses_last_float_must_lie_below_two_to_the_63_bytes),
         cmocka_unit_test(test_a_forward_whose_persistent_ctas_pass_int32_stages_is_refused),
         cmocka_unit_test(test_a_check_mode_plan_brings_the_offsets_check_and_its_calls_still_need_a_device),
         cmocka_unit_test(test_per_head_windows_must_each_be_positive_and_fit_the_table),
