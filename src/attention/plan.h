@@ -129,6 +129,10 @@ static inline int fsa_bwd_key_slices(const fsa_plan *plan)
  * times the key slices of a block. */
 uint64_t fsa_bwd_main_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tokens);
 
+/* Whether a launch of `work` items fits the main kernel's int32 counts: the items, and each CTA's next item,
+ * taken as the launch's grid (at most the persistent grid) plus a counter, up to grid + work - 1. */
+int fsa_bwd_work_fits(const fsa_plan *plan, uint64_t work);
+
 /* The backward chunk under the plan's cap: every head and token when they
  * fit; else the most KV heads (a divisor of Hkv) whose every token fits;
  * else one head and the most tokens that fit. Heads first: a chunk of heads

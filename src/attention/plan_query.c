@@ -62,12 +62,19 @@ uint64_t fsa_bwd_main_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_
            (uint64_t)fsa_bwd_key_slices(plan);
 }
 
-/* The main kernel counts a launch's work in int32: a chunk whose count
- * passes it would wrap and skip work. */
+int fsa_bwd_work_fits(const fsa_plan *plan, uint64_t work)
+{
+    const uint64_t bwd_grid = plan->bwd_grid > 0 ? (uint64_t)plan->bwd_grid : 1;
+    const uint64_t grid = work < bwd_grid ? work : bwd_grid; /* as selected_bwd.c launches it */
+    return work <= (uint64_t)INT32_MAX && (work == 0 || work - 1 + grid <= (uint64_t)INT32_MAX);
+}
+
+/* The main kernel counts a launch's work in int32: a chunk whose count (or
+ * whose CTAs' last fetch) passes it would wrap and skip work. */
 static fsa_status check_bwd_work(const fsa_plan *plan, const fsa_bwd_layout *l, int64_t tc, const char *stage)
 {
     const uint64_t work = fsa_bwd_main_work(plan, l, tc);
-    if (work > (uint64_t)INT32_MAX)
+    if (!fsa_bwd_work_fits(plan, work))
         return fsa_error_set(FSA_STATUS_UNSUPPORTED, stage,
                              "a backward chunk of %d KV heads x %lld tokens is %llu work items x key slices, past the "
                              "main kernel's 32-bit count (a workspace cap gives shorter chunks)",

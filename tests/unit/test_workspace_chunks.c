@@ -204,6 +204,27 @@ static void test_a_forward_chunks_pairs_leave_room_for_the_grids_steps_below_int
     assert_true(tc < T); /* so the call runs in chunks */
 }
 
+/* The backward's main kernel counts a launch's items in int, and each CTA takes its next item as the launch's
+ * grid (the persistent grid, or fewer CTAs for fewer items) plus a counter, up to grid + items - 1: a launch
+ * fits only when that stays within int32 too. */
+static void test_a_backward_launch_fits_when_its_items_and_grid_stay_within_int32(void **state)
+{
+    (void)state;
+    fsa_plan p;
+    standard_plan(&p, 1, FSA_DTYPE_BF16, FSA_WORKSPACE_UNLIMITED);
+    const uint64_t grid = (uint64_t)p.bwd_grid, max = (uint64_t)INT32_MAX;
+    assert_true(fsa_bwd_work_fits(&p, max - grid + 1));  /* the last fetch: exactly INT32_MAX */
+    assert_false(fsa_bwd_work_fits(&p, max - grid + 2)); /* one past */
+    assert_false(fsa_bwd_work_fits(&p, max));
+    assert_false(fsa_bwd_work_fits(&p, max + 1));
+    /* Fewer items than the persistent grid launch one CTA each. */
+    p.bwd_grid = INT32_MAX;
+    assert_true(fsa_bwd_work_fits(&p, max / 2 + 1)); /* 2^30 + 2^30 - 1 */
+    assert_false(fsa_bwd_work_fits(&p, max / 2 + 2));
+    assert_true(fsa_bwd_work_fits(&p, 1));
+    assert_true(fsa_bwd_work_fits(&p, 0));
+}
+
 static void test_chunks_take_kv_heads_that_divide_hkv_before_tokens(void **state)
 {
     (void)state;
@@ -770,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_long_backwards_keep_long_token_chunks_under_the_default_cap),
         cmocka_unit_test(test_a_backward_workspace_sized_before_the_record_serves_the_order_it_names),
         cmocka_unit_test(test_a_forward_chunks_pairs_leave_room_for_the_grids_steps_below_int32),
+        cmocka_unit_test(test_a_backward_launch_fits_when_its_items_and_grid_stay_within_int32),
         cmocka_unit_test(test_chunks_take_kv_heads_that_divide_hkv_before_tokens),
         cmocka_unit_test(test_work_items_are_sized_per_launch),
         cmocka_unit_test(test_a_chunk_of_every_token_in_one_pass_needs_no_accumulator),
