@@ -2,7 +2,9 @@
  * once and publishes one entry under v1/<target>; later requests, from this
  * context or another, are memory hits, and a kernel compiled for one cache is
  * published to the next cache that asks for it; sixteen threads asking for one
- * new kernel at once compile it once. */
+ * new kernel at once compile it once, and threads asking for several new
+ * kernels at once compile each once, NVRTC running in several of them at once
+ * (what a ThreadSanitizer build, -DFSA_SANITIZE=thread, checks for races). */
 #include "jit_cache_child.h"
 
 #include <pthread.h>
@@ -114,6 +116,21 @@ static void test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_
 /* Single flight                                                            */
 /* ======================================================================== */
 
+/* Thread i asks ctx for fill with unroll[i % kinds]; all start at once. */
+static void race(race_thread *t, int n, fsa_context *ctx, const int *unroll, int kinds)
+{
+    pthread_barrier_t barrier;
+    pthread_t tid[16];
+    assert_true(n <= 16);
+    pthread_barrier_init(&barrier, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) t[i] = (race_thread){ctx, unroll[i % kinds], &barrier, FSA_STATUS_INTERNAL, NULL};
+    for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&tid[i], NULL, race_thread_main, &t[i]), 0);
+    for (int i = 0; i < n; i++) assert_int_equal(pthread_join(tid[i], NULL), 0);
+    pthread_barrier_destroy(&barrier);
+    for (int i = 0; i < n; i++)
+        if (t[i].st != FSA_STATUS_OK) fail_msg("thread %d: %s", i, fsa_status_name(t[i].st));
+}
+
 static void test_sixteen_threads_asking_for_one_new_kernel_compile_it_once(void **state)
 {
     enum { N = 16 };
@@ -121,19 +138,10 @@ static void test_sixteen_threads_asking_for_one_new_kernel_compile_it_once(void 
     fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     int u = fresh_unroll();
     size_t modules_before = fsa_module_count();
-    pthread_barrier_t barrier;
-    pthread_barrier_init(&barrier, NULL, N);
     race_thread t[N];
-    pthread_t tid[N];
-    for (int i = 0; i < N; i++) t[i] = (race_thread){ctx, u, &barrier, FSA_STATUS_INTERNAL, NULL};
-    for (int i = 0; i < N; i++) assert_int_equal(pthread_create(&tid[i], NULL, race_thread_main, &t[i]), 0);
-    for (int i = 0; i < N; i++) assert_int_equal(pthread_join(tid[i], NULL), 0);
-    pthread_barrier_destroy(&barrier);
+    race(t, N, ctx, &u, 1);
 
-    for (int i = 0; i < N; i++) {
-        if (t[i].st != FSA_STATUS_OK) fail_msg("thread %d: %s", i, fsa_status_name(t[i].st));
-        assert_ptr_equal(t[i].m, t[0].m);
-    }
+    for (int i = 0; i < N; i++) assert_ptr_equal(t[i].m, t[0].m);
     fsa_cache_stats s = stats_of(ctx);
     assert_int_equal(s.compiles, 1);
     assert_int_equal(s.memory_hits, N - 1);
@@ -149,6 +157,39 @@ static void test_sixteen_threads_asking_for_one_new_kernel_compile_it_once(void 
     fsa_context_destroy(ctx);
 }
 
+static void test_eight_threads_asking_for_four_new_kernels_at_once_compile_each_once(void **state)
+{
+    enum { KINDS = 4, N = 2 * KINDS };
+    const char *dir = *state;
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u[KINDS];
+    for (int k = 0; k < KINDS; k++) u[k] = fresh_unroll();
+    size_t modules_before = fsa_module_count();
+    race_thread t[N];
+    race(t, N, ctx, u, KINDS);
+
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "fill_u%d", u[i % KINDS]);
+        assert_string_equal(fsa_module_name(t[i].m), name);
+        assert_ptr_equal(t[i].m, t[i % KINDS].m);
+    }
+    fsa_cache_stats s = stats_of(ctx);
+    assert_int_equal(s.compiles, KINDS);
+    assert_int_equal(s.memory_hits, N - KINDS);
+    assert_int_equal(s.disk_hits, 0);
+    assert_int_equal(s.corrupt_entries, 0);
+    assert_int_equal(s.write_failures, 0);
+    assert_int_equal(fsa_module_count(), modules_before + KINDS);
+
+    uint64_t bad = 99;
+    entry_list v = inspect_cache(dir, 1, &bad);
+    assert_int_equal(bad, 0);
+    assert_int_equal(v.n, KINDS);
+
+    fsa_context_destroy(ctx);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup_dir, teardown_dir)
@@ -157,6 +198,7 @@ int main(void)
         T(test_a_second_request_in_the_same_process_is_a_memory_hit),
         T(test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks),
         T(test_sixteen_threads_asking_for_one_new_kernel_compile_it_once),
+        T(test_eight_threads_asking_for_four_new_kernels_at_once_compile_each_once),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
