@@ -276,19 +276,28 @@ cleanup:
     return st;
 }
 
+/* Under m->load_lock. */
+static int known_locked(const fsa_module *m, const uint64_t id[2])
+{
+    for (int i = 0; i < m->n_known; i++)
+        if (memcmp(m->known[i], id, 2 * sizeof id[0]) == 0) return 1;
+    return 0;
+}
+
 static int known_in(fsa_module *m, const uint64_t id[2])
 {
-    int known = 0;
     pthread_mutex_lock(&m->load_lock);
-    for (int i = 0; i < m->n_known && !known; i++) known = memcmp(m->known[i], id, 2 * sizeof id[0]) == 0;
+    const int known = known_locked(m, id);
     pthread_mutex_unlock(&m->load_lock);
     return known;
 }
 
+/* Several threads may find one cache unknown at once and all add it: it
+ * takes one slot, else the slots fill with one cache and no other is kept. */
 static void add_known(fsa_module *m, const uint64_t id[2])
 {
     pthread_mutex_lock(&m->load_lock);
-    if (m->n_known < MAX_KNOWN_CACHES) memcpy(m->known[m->n_known++], id, 2 * sizeof id[0]);
+    if (!known_locked(m, id) && m->n_known < MAX_KNOWN_CACHES) memcpy(m->known[m->n_known++], id, 2 * sizeof id[0]);
     pthread_mutex_unlock(&m->load_lock);
 }
 

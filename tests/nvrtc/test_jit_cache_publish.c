@@ -4,7 +4,9 @@
  * published to the next cache that asks for it; sixteen threads asking for one
  * new kernel at once compile it once, and threads asking for several new
  * kernels at once compile each once, NVRTC running in several of them at once
- * (what a ThreadSanitizer build, -DFSA_SANITIZE=thread, checks for races). */
+ * (what a ThreadSanitizer build, -DFSA_SANITIZE=thread, checks for races);
+ * threads of one new cache asking for a kernel at once leave the module room
+ * to remember the next cache. */
 #include "jit_cache_child.h"
 
 #include <pthread.h>
@@ -190,6 +192,57 @@ static void test_eight_threads_asking_for_four_new_kernels_at_once_compile_each_
     fsa_context_destroy(ctx);
 }
 
+static void test_threads_of_one_new_cache_asking_at_once_leave_room_to_remember_the_next_cache(void **state)
+{
+    /* A module remembers the caches that hold it (8 of them), so that asking
+     * again costs no look at the disk. Sixteen contexts on one new cache that
+     * ask at once all find it unknown; it must still take one place only. */
+    enum { N = 16 };
+    const char *dir = *state;
+    char *second = fsa_test_mkdtemp("fsa_jit_second"), *third = fsa_test_mkdtemp("fsa_jit_third");
+    assert_non_null(second);
+    assert_non_null(third);
+    fsa_context *a = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    int u = fresh_unroll();
+    fsa_module *m = fill_or_fail(a, u);
+    fsa_context *b[N];
+    race_thread t[N];
+    pthread_barrier_t barrier;
+    pthread_t tid[N];
+    pthread_barrier_init(&barrier, NULL, N);
+    for (int i = 0; i < N; i++) {
+        b[i] = context_or_fail(second, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+        t[i] = (race_thread){b[i], u, &barrier, FSA_STATUS_INTERNAL, NULL};
+    }
+    for (int i = 0; i < N; i++) assert_int_equal(pthread_create(&tid[i], NULL, race_thread_main, &t[i]), 0);
+    for (int i = 0; i < N; i++) assert_int_equal(pthread_join(tid[i], NULL), 0);
+    pthread_barrier_destroy(&barrier);
+    for (int i = 0; i < N; i++) {
+        if (t[i].st != FSA_STATUS_OK) fail_msg("thread %d: %s", i, fsa_status_name(t[i].st));
+        assert_ptr_equal(t[i].m, m);
+    }
+    assert_int_equal(inspect_cache(second, 0, NULL).n, 1);
+
+    /* The next cache is published to and remembered: asking again after
+     * its entry is gone costs no further look at the disk. */
+    fsa_context *c = context_or_fail(third, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    assert_ptr_equal(fill_or_fail(c, u), m);
+    char name[32], path[1024];
+    snprintf(name, sizeof name, "fill_u%d", u);
+    the_one_entry(path, sizeof path, third, FILL_TARGET, name, fsa_module_key_hex(m));
+    assert_int_equal(unlink(path), 0);
+    fill_or_fail(c, u);
+    assert_int_equal(inspect_cache(third, 0, NULL).n, 0);
+
+    fsa_context_destroy(c);
+    for (int i = 0; i < N; i++) fsa_context_destroy(b[i]);
+    fsa_context_destroy(a);
+    fsa_test_rmtree(third);
+    fsa_test_rmtree(second);
+    free(third);
+    free(second);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup_dir, teardown_dir)
@@ -199,6 +252,7 @@ int main(void)
         T(test_a_kernel_compiled_for_one_cache_is_published_to_the_next_cache_that_asks),
         T(test_sixteen_threads_asking_for_one_new_kernel_compile_it_once),
         T(test_eight_threads_asking_for_four_new_kernels_at_once_compile_each_once),
+        T(test_threads_of_one_new_cache_asking_at_once_leave_room_to_remember_the_next_cache),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
