@@ -32,11 +32,16 @@ struct fsa_module {
      * What a publish to another context's cache writes. */
     fsa_kernel_key origin;
     module_state state;
-    pthread_mutex_t load_lock; /* guards lib (loading happens once) and known */
+    pthread_mutex_t load_lock; /* guards lib (loading happens once), known and unwritten */
     CUlibrary lib;
     /* Disk caches known to hold the module (device and inode of their v1). */
     uint64_t known[MAX_KNOWN_CACHES][2];
     int n_known;
+    /* Cache handles (a context's own, fsa_disk_cache_handle) the module could not be published to,
+     * the latest few: counted once there as a write failure (a later plan that finds the module in
+     * memory tries again, but it is the same entry). */
+    uint64_t unwritten[MAX_KNOWN_CACHES];
+    unsigned n_unwritten; /* ever noted; the slot of the next is n_unwritten % MAX_KNOWN_CACHES */
     struct fsa_module *next;
 };
 
@@ -148,16 +153,30 @@ cleanup:
     return st;
 }
 
+/* 1 the first time the module's publication through this cache handle
+ * failed (then noted), 0 when it had failed through it before. */
+static int first_failure_in(fsa_module *m, const fsa_disk_cache *disk)
+{
+    const uint64_t handle = fsa_disk_cache_handle(disk);
+    int first = 1;
+    pthread_mutex_lock(&m->load_lock);
+    const unsigned n = m->n_unwritten < MAX_KNOWN_CACHES ? m->n_unwritten : MAX_KNOWN_CACHES;
+    for (unsigned i = 0; i < n && first; i++) first = m->unwritten[i] != handle;
+    if (first) m->unwritten[m->n_unwritten++ % MAX_KNOWN_CACHES] = handle;
+    pthread_mutex_unlock(&m->load_lock);
+    return first;
+}
+
 /* Writes the module to the context's cache under its origin key; 1 when
  * it is there now. */
-static int publish(const fsa_module *m, const fsa_jit_env *env)
+static int publish(fsa_module *m, const fsa_jit_env *env)
 {
     if (env->disk == NULL || fsa_disk_cache_read_only(env->disk)) return 0;
     fsa_status st = fsa_disk_cache_publish(env->disk, &m->origin, env->target, m->cubin, m->cubin_size,
                                            m->entry_names);
     if (st == FSA_STATUS_OK) return 1;
-    /* The kernel stays usable from memory; say so once per context. */
-    atomic_fetch_add(&env->counters->write_failures, 1);
+    /* The kernel stays usable from memory; say so once per context, and count the entry once. */
+    if (first_failure_in(m, env->disk)) atomic_fetch_add(&env->counters->write_failures, 1);
     if (atomic_exchange(&env->counters->warned, 1) == 0)
         fsa_log_warn(env->log, "kernel cache not writable, keeping kernels in memory: %s",
                      fsa_last_error());

@@ -295,4 +295,18 @@ if(cubins EQUAL 0)
 endif()
 run(0 --verify --cache-dir "${WORK}/closed")
 
+# --- 13. a cache that refuses every write (its target directory is writable by others): each kernel compiled
+# is counted once as not written, however many shapes use it (a shape that finds it in memory tries again)
+file(MAKE_DIRECTORY "${WORK}/refused/v1/sm_80")
+file(CHMOD "${WORK}/refused/v1/sm_80" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ
+     GROUP_WRITE GROUP_EXECUTE WORLD_READ WORLD_WRITE WORLD_EXECUTE)
+run(1 --arch sm_80 ${GRID} -j 1 --cache-dir "${WORK}/refused")
+if(NOT OUT MATCHES "\n([0-9]+) kernels compiled, 0 already cached, 0 failed")
+  message(FATAL_ERROR "step ${STEP}: no summary in:\n${OUT}")
+endif()
+set(compiled ${CMAKE_MATCH_1})
+expect_match("sm_80: ${compiled} compiled [^\n]*, [1-9][0-9]* in memory, ${compiled} NOT written to the cache\n"
+             "every kernel counted once as not written")
+expect_match("fsa-precompile: ${compiled} kernels could not be written to the cache" "the message counts kernels")
+
 message(STATUS "fsa-precompile: all ${STEP} steps passed")
