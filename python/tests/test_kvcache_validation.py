@@ -345,3 +345,96 @@ def test_more_query_tokens_than_a_plan_holds_are_refused():
               cu_seqlens_q=torch.empty(3, dtype=torch.int32, device="meta"),
               topk_idx=torch.empty(T, 2, 4, dtype=torch.int32, device="meta"))
     expect(r"q's token count 2147483648 is past int32", **p)
+
+
+# The edges a mutation audit of the checks found open: each test fails if the check it names is dropped,
+# narrowed or moved by one.
+
+
+@pytest.mark.parametrize("Hq,Hkv", [(6, 4), (4, 3)])
+def test_query_heads_must_be_a_multiple_of_the_kv_heads_even_when_more(Hq, Hkv):
+    p = problem(Hq=Hq, Hkv=Hkv)
+    expect(rf"Hq {Hq} is not a multiple of Hkv {Hkv}", **p)
+
+
+def test_a_query_head_dim_of_zero_is_refused_though_it_is_a_multiple_of_16():
+    p = problem() | dict(q=torch.randn(3, 4, 0).bfloat16(), k_cache=torch.randn(6, 16, 2, 0).bfloat16())
+    expect(r"q's head dim 0: a multiple of 16 from 16 to 256", **p)
+
+
+def test_a_value_head_dim_of_zero_is_refused_though_it_is_a_multiple_of_16():
+    expect(r"v_cache's head dim 0: a multiple of 16 from 16 to 256",
+           **problem() | dict(v_cache=torch.randn(6, 16, 2, 0).bfloat16()))
+
+
+@pytest.mark.parametrize("shape", [(6, 16, 2, 64, 1), (6, 16, 2)])
+def test_a_value_cache_of_another_rank_is_refused_though_its_pages_and_heads_match(shape):
+    expect(r"v_cache \[num_pages, page_size, Hkv, Dv\] with the same pages and heads",
+           **problem() | {"v_cache": torch.randn(shape).bfloat16()})
+
+
+def test_caches_without_pages_are_refused():
+    p = problem(pages=1)
+    for name in ("k_cache", "v_cache"):
+        p[name] = p[name][:0]
+    expect(r"the caches have 0 pages and block_table 3 per sequence: at least one", **p)
+
+
+def test_a_block_table_of_two_pages_per_row_needs_unit_column_stride():
+    table = torch.zeros(2, 4, dtype=torch.int32)[:, ::2]
+    expect(r"block_table's pages must be contiguous in a row \(column stride 1\), got stride 2",
+           **problem() | {"block_table": table})
+
+
+@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache"])
+def test_a_token_or_page_stride_off_a_multiple_of_8_is_refused_alone(name):
+    # Only the first dimension's stride is off (4 elements past a multiple of 8): the others are fine.
+    p = problem()
+    t = p[name]
+    st = list(t.stride())
+    st[0] += 4
+    odd = torch.randn(t.shape[0] * st[0]).to(t.dtype).as_strided(t.shape, st)
+    expect(rf"{name}'s strides \(.*\) must be multiples of 8 elements", **p | {name: odd})
+
+
+def test_one_query_token_without_a_sequence_is_refused():
+    none = dict(cu_seqlens_q=torch.zeros(1, dtype=torch.int32), seqused_k=torch.zeros(0, dtype=torch.int32),
+                block_table=torch.zeros(0, 3, dtype=torch.int32))
+    expect(r"cu_seqlens_q describes no sequence \(B = 0\) but q has 1 tokens", **problem(tq=1) | none)
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 4), (3, 4, 4), (2, 3, 4)])
+def test_a_thk_selection_must_be_tq_by_hkv(shape):
+    expect(r"topk_idx must be \[Tq, Hkv, K\] = \[3, 2, K\]",
+           **problem() | {"topk_idx": torch.zeros(shape, dtype=torch.int32)})
+
+
+def test_topk_layout_none_is_refused_not_read_as_either_layout():
+    # selected_attention reads None as "from the shape"; here it is neither word.
+    expect(r"topk_layout must be 'thk' or 'hkt', got None", **problem(), topk_layout=None)
+
+
+def test_a_page_size_head_count_and_token_count_of_exactly_int32_max_pass_the_int32_checks():
+    p = on_meta(problem(Hkv=1))
+    n = _lib.INT32_MAX
+    k = p["k_cache"].as_strided((6, n, 1, 64), (16 * 64, 0, 64, 1))
+    expect(r"q must be a CUDA tensor", **p | {"k_cache": k, "v_cache": k})
+    expect(r"q must be a CUDA tensor", **p | {"q": torch.empty(3, n, 64, dtype=torch.bfloat16, device="meta")})
+    tokens = dict(q=torch.empty(n, 4, 64, dtype=torch.bfloat16, device="meta"),
+                  topk_idx=torch.empty(n, 1, 4, dtype=torch.int32, device="meta"))
+    expect(r"q must be a CUDA tensor", **p | tokens)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(head_dim=0), ValueError, r"head_dim must be >= 1, got 0"),
+    (dict(num_kv_heads=0), ValueError, r"num_kv_heads must be >= 1, got 0"),
+    (dict(max_query_tokens=0), ValueError, r"max_query_tokens must be >= 1, got 0"),
+    (dict(splits=-1), ValueError, r"splits must be >= 0, got -1"),
+    (dict(device=-1), ValueError, r"device must be >= 0, got -1"),
+    (dict(device=True), TypeError, r"device must be an int, got bool"),
+])
+def test_kvcache_plan_choice_refuses_sizes_below_their_floor_before_the_library(change, error, match):
+    shape = dict(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64, max_batch=4,
+                 max_query_tokens=16)
+    with pytest.raises(error, match=match):
+        kvcache.kvcache_plan_choice(**shape | change)
