@@ -339,3 +339,54 @@ def test_more_tokens_than_libfsa_takes_are_refused_before_any_output_is_made():
               v=torch.empty(T, 2, 32, dtype=torch.bfloat16, device="meta"),
               topk_idx=torch.empty(2, T, 3, dtype=torch.int32, device="meta"))
     expect(ValueError, r"q has 2147483647 tokens: at most 2147483646", **p)
+
+
+# The edges a mutation audit of the checks found open: each test fails if the check it names is dropped,
+# narrowed or moved by one.
+
+
+def test_a_selection_of_four_dimensions_is_refused():
+    p = problem()
+    p["topk_idx"] = p["topk_idx"].unsqueeze(-1)
+    expect(ValueError, r"topk_idx must be 3-D, \[Hkv, T, K\] or \[T, Hkv, K\], got shape \(2, 10, 3, 1\)", **p)
+
+
+def test_check_arguments_takes_a_differentiable_value_alone_for_a_backward_call():
+    # Only v requires grad: the backward's head dims are checked all the same (192 + 144, 144 not a multiple
+    # of 32), by check_arguments itself, not only by the operator that selected_attention calls next.
+    p = problem(D=192)
+    p["v"] = torch.randn(10, 2, 144).to(torch.bfloat16).requires_grad_()
+    assert not p["q"].requires_grad and not p["k"].requires_grad
+    with pytest.raises(ValueError, match=r"the backward with head dims 192 \(q, k\) and 144 \(v\)"):
+        attention.check_arguments(**p, require_cuda=False)
+
+
+@pytest.mark.parametrize("algorithm", [None, 1, b"fsa"])
+def test_an_algorithm_that_is_not_a_string_is_a_value_error_naming_it(algorithm):
+    expect(ValueError, rf"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}", **problem(), algorithm=algorithm)
+
+
+def test_the_fsa_group_limit_holds_for_the_algorithm_in_any_case():
+    expect(ValueError, r"algorithm 'fsa' takes groups of at most 64 query heads per KV head, got 128",
+           **problem(Hq=128, Hkv=1), algorithm="FSA")
+
+
+def test_the_nsa_grid_limit_holds_for_the_algorithm_in_any_case():
+    q = torch.empty(1, 65536 * 2, 16, dtype=torch.bfloat16)
+    k = torch.empty(1, 65536, 16, dtype=torch.bfloat16)
+    call = dict(q=q, k=k, v=k, topk_idx=torch.zeros(65536, 1, 1, dtype=torch.int32),
+                cu_seqlens=torch.tensor([0, 1], dtype=torch.int32), block_size=16)
+    expect(ValueError, r"algorithm 'nsa' needs a grid row per KV head", **call, algorithm="Nsa")
+
+
+@pytest.mark.parametrize("layout", ["", "HKT", " thk"])
+def test_a_topk_layout_other_than_the_two_words_is_refused_not_read_as_thk(layout):
+    expect(ValueError, r"topk_layout must be 'hkt' \(\[Hkv, T, K\]\), 'thk' \(\[T, Hkv, K\]\) or None",
+           **problem(layout="thk"), topk_layout=layout)
+
+
+@pytest.mark.parametrize("name", ["head_dim", "num_q_heads", "num_kv_heads", "block_size", "top_k"])
+def test_plan_choice_refuses_a_size_of_zero_before_the_library(name):
+    shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64) | {name: 0}
+    with pytest.raises(ValueError, match=rf"{name} must be >= 1, got 0"):
+        fsa_jit.plan_choice(1024, **shape)
