@@ -509,3 +509,35 @@ def test_more_tokens_or_compressed_tokens_than_libfsa_takes_are_refused():
            **w | dict(q=torch.empty(big, 4, 32, dtype=torch.bfloat16, device="meta"),
                       k=torch.empty(big, 2, 32, dtype=torch.bfloat16, device="meta"),
                       v=torch.empty(big, 2, 16, dtype=torch.bfloat16, device="meta")))
+
+
+# The edges a mutation audit of the checks found open: each test fails if the check it names is dropped,
+# narrowed or moved by one.
+
+
+def test_a_compressed_call_refuses_a_negative_count_of_local_blocks():
+    expect(fsa_jit.compressed_attention, ValueError, r"local_blocks must be >= 0, got -1", **cmp_problem(), top_k=4,
+           block_size=16, local_blocks=-1)
+
+
+def test_a_compressed_group_of_exactly_16_query_heads_per_kv_head_fails_only_on_the_device():
+    expect(fsa_jit.compressed_attention, ValueError, r"q must be a CUDA tensor", **cmp_problem(Hq=32, Hkv=2))
+
+
+def test_a_window_call_refuses_keys_narrower_than_the_queries():
+    # libfsa would read q's 32 columns from rows of 16.
+    expect(fsa_jit.window_attention, ValueError, r"q has head_dim 32 but k has 16",
+           **win_problem() | dict(k=torch.randn(12, 2, 16).bfloat16()))
+
+
+def test_a_window_call_refuses_one_sequence_more_than_its_tokens():
+    cu = torch.tensor([0, 1, 2, 2], dtype=torch.int32)  # 3 sequences over 2 tokens
+    expect(fsa_jit.window_attention, ValueError, r"cu_seqlens describes 3 sequences for only 2 tokens",
+           **win_problem(T=2) | dict(cu_seqlens=cu))
+
+
+def test_compress_mean_refuses_offsets_that_fall_though_they_end_at_t():
+    from fsa_jit.nsa import compress_mean
+
+    with pytest.raises(ValueError, match=r"cu_seqlens must rise from 0 to T=10, got \[0, 6, 4, 10\]"):
+        compress_mean(torch.randn(10, 2, 16), torch.tensor([0, 6, 4, 10], dtype=torch.int32), 4, 2)
