@@ -640,8 +640,10 @@ def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, blo
         raise ValueError(f"algorithm must be 'auto', 'fsa' or 'nsa', got {algorithm!r}")
     _lib.require_int("total_tokens", total_tokens, 0, 2**63 - 1)
     for name, value in (("head_dim", head_dim), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-                        ("block_size", block_size), ("top_k", top_k), ("value_dim", value_dim or 1)):
+                        ("block_size", block_size), ("top_k", top_k)):
         _lib.require_int(name, value, 1)
+    if value_dim is not None:  # an int; 0 is head_dim, as in the descriptor
+        _lib.require_int("value_dim", value_dim, 0)
     _lib.require_int("device", device, 0)
     lib = _lib.get()
     if lib.fsa_plan_choice_get is None:

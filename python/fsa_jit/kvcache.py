@@ -133,9 +133,10 @@ def kvcache_plan_choice(*, dtype, head_dim, num_q_heads, num_kv_heads, block_siz
         raise TypeError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype!r}")
     for name, value in (("head_dim", head_dim), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
                         ("block_size", block_size), ("top_k", top_k), ("page_size", page_size),
-                        ("max_batch", max_batch), ("max_query_tokens", max_query_tokens),
-                        ("value_dim", value_dim or 1)):
+                        ("max_batch", max_batch), ("max_query_tokens", max_query_tokens)):
         _lib.require_int(name, value, 1)
+    if value_dim is not None:  # an int; 0 is head_dim, as in the descriptor
+        _lib.require_int("value_dim", value_dim, 0)
     _lib.require_int("splits", splits, 0)
     _lib.require_int("device", device, 0)
     _lib.require_scale(scale)

@@ -438,3 +438,12 @@ def test_kvcache_plan_choice_refuses_sizes_below_their_floor_before_the_library(
                  max_query_tokens=16)
     with pytest.raises(error, match=match):
         kvcache.kvcache_plan_choice(**shape | change)
+
+
+@pytest.mark.parametrize("value_dim", [False, 0.0, "", []])
+def test_kvcache_plan_choice_refuses_a_value_dim_that_is_not_an_int_though_it_is_falsy(value_dim):
+    # It was checked as `value_dim or 1`, and keyed as `value_dim or head_dim`: a falsy value was head_dim.
+    shape = dict(dtype=torch.bfloat16, head_dim=64, num_q_heads=8, num_kv_heads=2, block_size=64, max_batch=4,
+                 max_query_tokens=16)
+    with pytest.raises(TypeError, match=rf"value_dim must be an int, got {type(value_dim).__name__}"):
+        kvcache.kvcache_plan_choice(**shape, value_dim=value_dim)

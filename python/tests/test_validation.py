@@ -390,3 +390,11 @@ def test_plan_choice_refuses_a_size_of_zero_before_the_library(name):
     shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64) | {name: 0}
     with pytest.raises(ValueError, match=rf"{name} must be >= 1, got 0"):
         fsa_jit.plan_choice(1024, **shape)
+
+
+@pytest.mark.parametrize("value_dim", [False, 0.0, "", []])
+def test_plan_choice_refuses_a_value_dim_that_is_not_an_int_though_it_is_falsy(value_dim):
+    # It was checked as `value_dim or 1`: any falsy value passed, and went on as value_dim.
+    shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64)
+    with pytest.raises(TypeError, match=rf"value_dim must be an int, got {type(value_dim).__name__}"):
+        fsa_jit.plan_choice(1024, **shape, value_dim=value_dim)
