@@ -37,8 +37,9 @@
  *   once, except where a function says otherwise (the destroy functions).
  *   Context and plan creation, and a context's first compile (which may be
  *   its first fsa_fill_u32), read environment variables (FSA_*, CUDA_HOME,
- *   CUDA_PATH; README): do not change the environment (setenv, putenv)
- *   while they may run.
+ *   CUDA_PATH; XDG_CACHE_HOME and HOME for the default cache directory;
+ *   README): do not change the environment (setenv, putenv) while they may
+ *   run.
  * - Synchronization: the launch functions (fsa_selected_attention_fwd,
  *   fsa_selected_attention_bwd, fsa_fill_u32 once its kernel is loaded) only
  *   enqueue work on the caller's stream: no host synchronization, no
