@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -106,6 +107,8 @@ int fsa_env_int(const char *name, int lo, int hi, int fallback)
 {
     const char *v = getenv(name);
     if (v == NULL || *v == '\0') return fallback;
+    /* Digits, after a minus at most: strtol would also skip leading blanks and take a plus. */
+    if (!isdigit((unsigned char)v[v[0] == '-'])) return fallback;
     char *end = NULL;
     errno = 0;
     const long x = strtol(v, &end, 10);

@@ -45,6 +45,11 @@ static void test_malformed_or_out_of_range_integers_give_the_fallback(void **sta
     assert_int_equal(with_value("4x", 0, 10), -7);
     assert_int_equal(with_value("x4", 0, 10), -7);
     assert_int_equal(with_value("4 ", 0, 10), -7);
+    /* strtol alone would skip the blank and read the sign: " 4" and "+4" would be 4. */
+    assert_int_equal(with_value(" 4", 0, 10), -7);
+    assert_int_equal(with_value("+4", 0, 10), -7);
+    assert_int_equal(with_value("-+4", -5, 5), -7);
+    assert_int_equal(with_value("- 4", -5, 5), -7);
     assert_int_equal(with_value("99999999999999999999", 0, INT_MAX), -7);
 }
 
