@@ -107,8 +107,9 @@ int fsa_env_int(const char *name, int lo, int hi, int fallback)
 {
     const char *v = getenv(name);
     if (v == NULL || *v == '\0') return fallback;
-    /* Digits, after a minus at most: strtol would also skip leading blanks and take a plus. */
-    if (!isdigit((unsigned char)v[v[0] == '-'])) return fallback;
+    /* Digits, after a minus only where the range has negatives: strtol would also skip leading blanks, take a
+     * plus, and read "-0" as 0 (for the switches, all from 0 up, a sign reads as unset). */
+    if (!isdigit((unsigned char)v[v[0] == '-' && lo < 0])) return fallback;
     char *end = NULL;
     errno = 0;
     const long x = strtol(v, &end, 10);

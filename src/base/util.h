@@ -39,8 +39,9 @@ uint64_t fsa_temp_suffix(void);
 /* "1", "on", "true", "yes" -> 1; "0", "off", "false", "no" -> 0; else `fallback`. */
 int fsa_env_flag(const char *name, int fallback);
 
-/* The decimal integer in [lo, hi] that variable `name` holds, whole (digits
- * after an optional minus: no blanks, plus sign or trailing characters), else
+/* The decimal integer in [lo, hi] that variable `name` holds, whole (digits,
+ * after a minus only when lo < 0: no blanks, plus sign, "-0" for a range from 0,
+ * or trailing characters), else
  * `fallback`: unset, empty, malformed and out-of-range values all read as
  * absent. */
 int fsa_env_int(const char *name, int lo, int hi, int fallback);

@@ -34,6 +34,7 @@ static void test_a_whole_decimal_integer_in_range_is_read(void **state)
     assert_int_equal(with_value("0", 0, 10), 0);
     assert_int_equal(with_value("10", 0, 10), 10);
     assert_int_equal(with_value("-3", -5, 5), -3);
+    assert_int_equal(with_value("-0", -5, 5), 0);
     assert_int_equal(with_value("2147483647", 0, INT_MAX), INT_MAX);
 }
 
@@ -50,6 +51,9 @@ static void test_malformed_or_out_of_range_integers_give_the_fallback(void **sta
     assert_int_equal(with_value("+4", 0, 10), -7);
     assert_int_equal(with_value("-+4", -5, 5), -7);
     assert_int_equal(with_value("- 4", -5, 5), -7);
+    /* A sign where the range has no negatives: strtol would read "-0" as 0 (FSA_KVC_TMA=-0 turned tensor maps off). */
+    assert_int_equal(with_value("-0", 0, 10), -7);
+    assert_int_equal(with_value("-00", 0, 10), -7);
     assert_int_equal(with_value("99999999999999999999", 0, INT_MAX), -7);
 }
 
