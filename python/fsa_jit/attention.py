@@ -627,7 +627,7 @@ def selected_attention(q, k, v, topk_idx, cu_seqlens, block_size, scale=None, ma
 def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k=16, device=0,
                 algorithm="auto", backward=False, value_dim=None):
     """What a call of `total_tokens` tokens takes on the plan of this shape (made if needed; dtype:
-    torch.bfloat16 or torch.float16; value_dim: v's head dim, None = head_dim), and why.
+    torch.bfloat16 or torch.float16; value_dim: v's head dim, None or 0 = head_dim), and why.
 
     Returns a dict: algorithm ("fsa" or "nsa": the loop order; backward: the dq order), variant, source
     ("forced", "only_one", "heuristic" or "measured": from a tuning record), reason, bucket_tokens,
@@ -649,8 +649,9 @@ def plan_choice(total_tokens, *, dtype, head_dim, num_q_heads, num_kv_heads, blo
     if lib.fsa_plan_choice_get is None:
         raise RuntimeError(f"{lib.path} has no fsa_plan_choice_get; rebuild libfsa from a newer version")
     algo = _lib.ALGORITHMS[algorithm.lower()]
+    # 0 as None: the plan a call of v's head dim uses (a plan cached under 0 would be another one).
     plan = _get_plan(lib, device, dtype, head_dim, num_q_heads, num_kv_heads, block_size, top_k, 0.0, algo, 0,
-                     backward, value_dim=value_dim)
+                     backward, value_dim=value_dim or None)
     c = _lib.fsa_plan_choice()
     op = _lib.FSA_OPERATION_BACKWARD if backward else _lib.FSA_OPERATION_FORWARD
     st = lib.fsa_plan_choice_get(ctypes.byref(c), plan.handle, op, total_tokens)

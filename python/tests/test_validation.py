@@ -398,3 +398,23 @@ def test_plan_choice_refuses_a_value_dim_that_is_not_an_int_though_it_is_falsy(v
     shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64)
     with pytest.raises(TypeError, match=rf"value_dim must be an int, got {type(value_dim).__name__}"):
         fsa_jit.plan_choice(1024, **shape, value_dim=value_dim)
+
+
+def test_plan_choice_of_value_dim_0_or_head_dim_answers_from_the_plan_a_call_uses(monkeypatch):
+    # 0 means head_dim; cached under 0 it was a second plan, whose tuning state is not the calls' plan's.
+    keys = []
+
+    def get_plan(lib, device, dtype, head_dim, hq, hkv, block_size, top_k, scale, algorithm, workspace_limit,
+                 backward, validate=False, value_dim=None):
+        keys.append(head_dim if value_dim is None else value_dim)  # as _get_plan keys it
+
+        class Plan:
+            handle = 1
+        return Plan()
+
+    monkeypatch.setattr(_lib, "get", lambda: _ChoiceLib())
+    monkeypatch.setattr(attention, "_get_plan", get_plan)
+    shape = dict(dtype=torch.bfloat16, head_dim=128, num_q_heads=4, num_kv_heads=1, block_size=64)
+    for value_dim in (None, 0, 128):
+        fsa_jit.plan_choice(1024, **shape, value_dim=value_dim)
+    assert keys == [128, 128, 128]
