@@ -186,6 +186,7 @@ fsa_status fsa_context_create(fsa_context **out, const fsa_context_options *opti
     ctx = calloc(1, sizeof *ctx);
     FSA_CHECK_ALLOC(ctx, "context");
     pthread_mutex_init(&ctx->fill_lock, NULL);
+    fsa_jit_counters_init(&ctx->counters);
     ctx->target = ctx->arch.name;
     ctx->device = o.device;
     /* Only 1, -1 and 0 mean something: any other value is a caller's mistake,
@@ -266,6 +267,7 @@ void fsa_context_destroy(fsa_context *ctx)
     free(ctx->cache_note);
     free(ctx->dump_dir);
     pthread_mutex_destroy(&ctx->fill_lock);
+    fsa_jit_counters_free(&ctx->counters);
     free(ctx);
 }
 

@@ -8,7 +8,6 @@
 #include "base/util.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +33,6 @@ fsa_status fsa_disk_cache_open(fsa_disk_cache **out, const char *root, int read_
     FSA_CHECK_ARG(*root != '\0', STAGE, "cache directory is an empty string");
     dc = calloc(1, sizeof *dc);
     FSA_CHECK_ALLOC(dc, STAGE);
-    static atomic_uint_fast64_t opened;
-    dc->handle = atomic_fetch_add(&opened, 1) + 1;
     dc->read_only = read_only != 0;
     if (root[0] == '/') {
         dc->root = strdup(root);
@@ -88,8 +85,6 @@ void fsa_disk_cache_identity(const fsa_disk_cache *dc, uint64_t id[2])
     id[0] = dc ? dc->id[0] : 0;
     id[1] = dc ? dc->id[1] : 0;
 }
-
-uint64_t fsa_disk_cache_handle(const fsa_disk_cache *dc) { return dc ? dc->handle : 0; }
 
 int fsa_disk_cache_read_only(const fsa_disk_cache *dc) { return dc ? dc->read_only : 1; }
 

@@ -67,10 +67,6 @@ fsa_status fsa_disk_cache_lookup_compatible(fsa_disk_entry *out, fsa_disk_cache 
  * two handles on one directory can be told to be the same. */
 void fsa_disk_cache_identity(const fsa_disk_cache *dc, uint64_t id[2]);
 
-/* This handle's number, unique among the handles the process has opened
- * (two handles on one directory differ; a number is never reused). */
-uint64_t fsa_disk_cache_handle(const fsa_disk_cache *dc);
-
 /* Writes the entry atomically. FSA_STATUS_CACHE_IO when the cache is
  * read-only or any write fails (nothing partial is ever visible). */
 fsa_status fsa_disk_cache_publish(fsa_disk_cache *dc, const fsa_kernel_key *key, const char *target,

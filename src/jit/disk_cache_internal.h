@@ -29,7 +29,6 @@ struct fsa_disk_cache {
     char *v1; /* <root>/v1 */
     int read_only;
     uint64_t id[2]; /* device and inode of root */
-    uint64_t handle; /* this open's number in the process, never reused (fsa_disk_cache_handle) */
 };
 
 /* ------------------------------------------------------------ names (disk_files.c) */

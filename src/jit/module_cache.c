@@ -32,16 +32,11 @@ struct fsa_module {
      * What a publish to another context's cache writes. */
     fsa_kernel_key origin;
     module_state state;
-    pthread_mutex_t load_lock; /* guards lib (loading happens once), known and unwritten */
+    pthread_mutex_t load_lock; /* guards lib (loading happens once) and known */
     CUlibrary lib;
     /* Disk caches known to hold the module (device and inode of their v1). */
     uint64_t known[MAX_KNOWN_CACHES][2];
     int n_known;
-    /* Cache handles (a context's own, fsa_disk_cache_handle) the module could not be published to,
-     * the latest few: counted once there as a write failure (a later plan that finds the module in
-     * memory tries again, but it is the same entry). */
-    uint64_t unwritten[MAX_KNOWN_CACHES];
-    unsigned n_unwritten; /* ever noted; the slot of the next is n_unwritten % MAX_KNOWN_CACHES */
     struct fsa_module *next;
 };
 
@@ -153,30 +148,50 @@ cleanup:
     return st;
 }
 
-/* 1 the first time the module's publication through this cache handle
- * failed (then noted), 0 when it had failed through it before. */
-static int first_failure_in(fsa_module *m, const fsa_disk_cache *disk)
+void fsa_jit_counters_init(fsa_jit_counters *c)
 {
-    const uint64_t handle = fsa_disk_cache_handle(disk);
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->unwritten_lock, NULL);
+}
+
+void fsa_jit_counters_free(fsa_jit_counters *c)
+{
+    pthread_mutex_destroy(&c->unwritten_lock);
+    free(c->unwritten);
+    c->unwritten = NULL;
+}
+
+/* 1 the first time the module's publication to the context's cache failed
+ * (then noted in its counters), 0 when it had failed there before. The
+ * context keeps the note, not the module: however many contexts fail on a
+ * module, each counts it once. Out of memory for the note: 1 (a count too
+ * many rather than a failure untold). */
+static int first_failure_in(const fsa_module *m, fsa_jit_counters *c)
+{
     int first = 1;
-    pthread_mutex_lock(&m->load_lock);
-    const unsigned n = m->n_unwritten < MAX_KNOWN_CACHES ? m->n_unwritten : MAX_KNOWN_CACHES;
-    for (unsigned i = 0; i < n && first; i++) first = m->unwritten[i] != handle;
-    if (first) m->unwritten[m->n_unwritten++ % MAX_KNOWN_CACHES] = handle;
-    pthread_mutex_unlock(&m->load_lock);
+    pthread_mutex_lock(&c->unwritten_lock);
+    for (size_t i = 0; i < c->n_unwritten && first; i++) first = c->unwritten[i] != m;
+    const fsa_module **room = first ? fsa_array_room((void *)c->unwritten, &c->cap_unwritten, c->n_unwritten,
+                                                     sizeof *c->unwritten, 16)
+                                    : NULL;
+    if (room) {
+        c->unwritten = room;
+        c->unwritten[c->n_unwritten++] = m;
+    }
+    pthread_mutex_unlock(&c->unwritten_lock);
     return first;
 }
 
 /* Writes the module to the context's cache under its origin key; 1 when
  * it is there now. */
-static int publish(fsa_module *m, const fsa_jit_env *env)
+static int publish(const fsa_module *m, const fsa_jit_env *env)
 {
     if (env->disk == NULL || fsa_disk_cache_read_only(env->disk)) return 0;
     fsa_status st = fsa_disk_cache_publish(env->disk, &m->origin, env->target, m->cubin, m->cubin_size,
                                            m->entry_names);
     if (st == FSA_STATUS_OK) return 1;
     /* The kernel stays usable from memory; say so once per context, and count the entry once. */
-    if (first_failure_in(m, env->disk)) atomic_fetch_add(&env->counters->write_failures, 1);
+    if (first_failure_in(m, env->counters)) atomic_fetch_add(&env->counters->write_failures, 1);
     if (atomic_exchange(&env->counters->warned, 1) == 0)
         fsa_log_warn(env->log, "kernel cache not writable, keeping kernels in memory: %s",
                      fsa_last_error());

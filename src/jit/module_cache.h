@@ -13,6 +13,7 @@
 #include "nvrtc_loader.h"
 #include "render.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -25,7 +26,16 @@ typedef struct fsa_jit_counters {
     atomic_uint_fast64_t write_failures;
     atomic_int warned;       /* one warning per context about an unusable cache */
     atomic_int nvrtc_warned; /* one about NVRTC that cannot be loaded */
+    /* The modules whose publication to the context's cache failed, each counted once in write_failures
+     * (a later request that finds one in memory tries again: the same entry). */
+    pthread_mutex_t unwritten_lock;
+    const struct fsa_module **unwritten;
+    size_t n_unwritten, cap_unwritten;
 } fsa_jit_counters;
+
+/* Zeroes the counters and makes the lock; _free releases what they hold. */
+void fsa_jit_counters_init(fsa_jit_counters *c);
+void fsa_jit_counters_free(fsa_jit_counters *c);
 
 /* What a build may use. Owned by the context. NVRTC is not part of it: it
  * is loaded when a context with JIT on first asks for a kernel, and never

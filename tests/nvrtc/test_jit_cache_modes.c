@@ -261,6 +261,34 @@ static void test_a_refused_target_directory_keeps_kernels_in_memory_and_warns_on
     free(v1);
 }
 
+static void test_a_kernel_a_refused_cache_cannot_take_counts_once_per_context_among_many(void **state)
+{
+    /* A module can note only a few contexts it failed in: other contexts, live or destroyed, on refused
+     * caches must not make this one count the same kernel again. */
+    const char *dir = *state;
+    char *v1 = path_in(dir, "v1");
+    char *tdir = path_in(v1, FILL_TARGET);
+    assert_int_equal(mkdir(v1, 0700), 0);
+    assert_int_equal(mkdir(tdir, 0700), 0);
+    assert_int_equal(chmod(tdir, 0777), 0);
+    const int u = fresh_unroll();
+    fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+    fill_or_fail(ctx, u);
+    fill_or_fail(ctx, u);
+    assert_int_equal(stats_of(ctx).write_failures, 1);
+    for (int i = 0; i < 12; i++) {
+        fsa_context *other = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
+        fill_or_fail(other, u);
+        assert_int_equal(stats_of(other).write_failures, 1);
+        fsa_context_destroy(other);
+    }
+    fill_or_fail(ctx, u);
+    assert_int_equal(stats_of(ctx).write_failures, 1);
+    fsa_context_destroy(ctx);
+    free(tdir);
+    free(v1);
+}
+
 static void test_a_cache_directory_writable_by_others_is_refused_and_left_untouched(void **state)
 {
     const char *dir = *state;
@@ -314,6 +342,7 @@ int main(int argc, char **argv)
         T(test_a_cache_directory_without_write_permission_keeps_kernels_in_memory_and_warns_once),
         T(test_a_target_directory_without_write_permission_keeps_kernels_in_memory_and_warns_once),
         T(test_a_refused_target_directory_keeps_kernels_in_memory_and_warns_once),
+        T(test_a_kernel_a_refused_cache_cannot_take_counts_once_per_context_among_many),
         T(test_a_cache_directory_writable_by_others_is_refused_and_left_untouched),
         T(test_a_cache_directory_owned_by_another_user_is_refused_and_left_untouched),
     };
