@@ -241,36 +241,37 @@ static void test_a_target_directory_without_write_permission_keeps_kernels_in_me
     free(v1);
 }
 
-static void test_a_refused_target_directory_keeps_kernels_in_memory_and_warns_once(void **state)
+/* v1/<target> below dir, writable by others: the cache opens, and every
+ * lookup and publish in that directory is refused. */
+static void make_target_directory_writable_by_others(const char *dir)
 {
-    /* The root is fine, but v1/<target> is writable by others: the cache
-     * opens, and every lookup and publish in that directory is refused. */
-    const char *dir = *state;
     char *v1 = path_in(dir, "v1");
     char *tdir = path_in(v1, FILL_TARGET);
     assert_int_equal(mkdir(v1, 0700), 0);
     assert_int_equal(mkdir(tdir, 0700), 0);
     assert_int_equal(chmod(tdir, 0777), 0);
+    free(tdir);
+    free(v1);
+}
+
+static void test_a_refused_target_directory_keeps_kernels_in_memory_and_warns_once(void **state)
+{
+    const char *dir = *state; /* the root is fine */
+    make_target_directory_writable_by_others(dir);
     fsa_context *ctx = NULL;
     char *text = two_kernels_logged(&ctx, dir);
     assert_int_equal(count_below(dir), 2); /* nothing was written into it */
     expect_one_warning(text, NULL);
     free(text);
     fsa_context_destroy(ctx);
-    free(tdir);
-    free(v1);
 }
 
 static void test_a_kernel_a_refused_cache_cannot_take_counts_once_per_context_among_many(void **state)
 {
-    /* A module can note only a few contexts it failed in: other contexts, live or destroyed, on refused
-     * caches must not make this one count the same kernel again. */
+    /* Other contexts, live or destroyed, failing on the same kernel in refused
+     * caches must not make this one count it again. */
     const char *dir = *state;
-    char *v1 = path_in(dir, "v1");
-    char *tdir = path_in(v1, FILL_TARGET);
-    assert_int_equal(mkdir(v1, 0700), 0);
-    assert_int_equal(mkdir(tdir, 0700), 0);
-    assert_int_equal(chmod(tdir, 0777), 0);
+    make_target_directory_writable_by_others(dir);
     const int u = fresh_unroll();
     fsa_context *ctx = context_or_fail(dir, FILL_TARGET, FSA_CACHE_MODE_READ_WRITE, FSA_JIT_ON, -1);
     fill_or_fail(ctx, u);
@@ -285,8 +286,6 @@ static void test_a_kernel_a_refused_cache_cannot_take_counts_once_per_context_am
     fill_or_fail(ctx, u);
     assert_int_equal(stats_of(ctx).write_failures, 1);
     fsa_context_destroy(ctx);
-    free(tdir);
-    free(v1);
 }
 
 static void test_a_cache_directory_writable_by_others_is_refused_and_left_untouched(void **state)
