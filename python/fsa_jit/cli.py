@@ -519,7 +519,6 @@ def _bench_main(argv):
     except ImportError:
         print("fsa-bench: needs torch (pip install 'fsa-jit[torch]')", file=sys.stderr)
         return EXIT_FAILED
-    from . import selected_attention
     from .attention import BLOCK_SIZES, MAX_HEAD_DIM, MAX_TOP_K
 
     # selected_attention's rules for the options, as usage errors (exit 2) rather than a ValueError later.
@@ -536,6 +535,27 @@ def _bench_main(argv):
         return EXIT_TARGET
 
     dtype = torch.bfloat16 if a.dtype[0] == "bf16" else torch.float16
+    # As the C fsa-bench, the file is opened before the first row: a path that cannot be written fails the
+    # run now, not after every row has run.
+    try:
+        json_file = open(a.json, "w") if a.json else None
+    except OSError as e:
+        print(f"fsa-bench: cannot write {a.json}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        return _bench_rows(p, a, torch, dtype, json_file)
+    finally:
+        if json_file is not None:
+            try:
+                json_file.close()  # after an early return or a failed write; a no-op after the rows
+            except OSError:
+                pass  # the write failed: _bench_rows said so
+
+
+def _bench_rows(p, a, torch, dtype, json_file):
+    """fsa-bench's rows, printed and, with --json, written to json_file (open, closed by the caller)."""
+    from . import selected_attention
+
     rows = []
     print(f"# fsa-bench (Python) {_lib.package_version()} on {torch.cuda.get_device_name()}, {a.dtype[0]}")
     print("|      T |  G |   D |   fwd ms | TFLOP/s |" + ("  f+b ms |" if a.backward else ""))
@@ -567,12 +587,16 @@ def _bench_main(argv):
             rows.append(row)
             line = f"| {T:6d} | {G:2d} | {a.D:3d} | {fwd:8.3f} | {row['tflops_fwd']:7.1f} |"
             print(line + (f" {row['ms_fwd_bwd']:8.3f} |" if a.backward else ""), flush=True)
-    if a.json:
+    if json_file is not None:
         for row in rows:  # JSON has no NaN or infinity: null instead
             for key, value in row.items():
                 if isinstance(value, float) and not math.isfinite(value):
                     row[key] = None
-        with open(a.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "dtype": a.dtype[0], "rows": rows}, f, indent=1,
-                      allow_nan=False)
+        try:
+            json.dump({"gpu": torch.cuda.get_device_name(), "dtype": a.dtype[0], "rows": rows}, json_file,
+                      indent=1, allow_nan=False)
+            json_file.close()  # flushes: a write that failed fails here
+        except OSError as e:  # a full disk: as the C fsa-bench, a failure
+            print(f"fsa-bench: cannot write {a.json}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_FAILED
     return 0

@@ -4,6 +4,7 @@ offline precompile, and the cache's --list, --verify and --prune (CPU only)."""
 
 import argparse
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -487,6 +488,50 @@ def test_fsa_bench_reports_output_it_cannot_write_as_the_c_tool(monkeypatch, cap
             cli.bench_main(["--help"])
     assert e.value.code == 1
     assert capsys.readouterr().err == "fsa-bench: cannot write the output\n"
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """fsa-bench's rows on the CPU: torch.cuda says there is a GPU, the rows' tensors are made on the CPU and
+    every timing is 1 ms. Yields the list of the timings taken."""
+    torch = pytest.importorskip("torch")
+    timed = []
+    real_generator, real_randn, real_tensor = torch.Generator, torch.randn, torch.tensor
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch, "Generator", lambda device=None: real_generator())
+    monkeypatch.setattr(torch, "randn", lambda *a, device=None, **k: real_randn(*a, **k))
+    monkeypatch.setattr(torch, "tensor", lambda *a, device=None, **k: real_tensor(*a, **k))
+    monkeypatch.setattr(cli, "_selection", lambda *a: real_tensor([[[0]]], dtype=torch.int32))
+    monkeypatch.setattr(cli, "_median_ms", lambda *a: timed.append(1) or 1.0)
+    return timed
+
+
+def test_a_json_file_fsa_bench_cannot_create_fails_the_run_before_any_row_as_in_the_c_tool(fake_gpu, capsys,
+                                                                                         tmp_path):
+    # It was opened after every row had run: a FileNotFoundError traceback, the whole run's timings lost.
+    path = tmp_path / "no such directory" / "rows.json"
+    rc, out, err = run(cli.bench_main, ["-T", "64", "-G", "1,2", "--json", str(path)], capsys)
+    assert (rc, err) == (1, f"fsa-bench: cannot write {path}: No such file or directory\n")
+    assert fake_gpu == [] and out == ""
+
+
+def test_a_json_file_fsa_bench_cannot_write_fails_the_run_with_a_message(fake_gpu, capsys):
+    # A full disk raised an OSError traceback after the rows.
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    rc, out, err = run(cli.bench_main, ["-T", "64", "-G", "1,2", "--json", "/dev/full"], capsys)
+    assert (rc, err) == (1, "fsa-bench: cannot write /dev/full: No space left on device\n")
+    assert len(fake_gpu) == 2 and "|     64 |  2 |" in out
+
+
+def test_fsa_bench_writes_its_rows_to_the_json_file(fake_gpu, capsys, tmp_path):
+    path = tmp_path / "rows.json"
+    rc, _, err = run(cli.bench_main, ["-T", "64", "-G", "1,2", "--json", str(path)], capsys)
+    assert rc == 0, err
+    doc = json.loads(path.read_text())
+    assert doc["gpu"] == "fake GPU" and [(r["T"], r["G"], r["ms_fwd"]) for r in doc["rows"]] == [(64, 1, 1.0),
+                                                                                                (64, 2, 1.0)]
 
 
 # fsa-bench --workspace-limit as the C tool takes it (tools/bench_options.c, tool_parse_bytes): digits with
