@@ -269,11 +269,12 @@ def _grid_count(a, n_targets):
 
 
 class _Output:
-    """stdout for one command, as C's stdio keeps it: a write that fails (a full disk, a closed pipe) sets
-    `failed` and drops the rest instead of raising, and the command says so at its end (_finish_output)."""
+    """stdout or stderr for one command, as C's stdio keeps them: a write that fails (a full disk, a closed pipe)
+    sets `failed` and drops the rest instead of raising; for stdout the command says so at its end
+    (_finish_output)."""
 
     def __init__(self, stream, prog):
-        # None: the process was started without a stdout (`>&-`): nothing can be written.
+        # None: the process was started without this stream (`>&-`): nothing can be written.
         self.stream, self.prog, self.failed = stream, prog, stream is None
 
     def write(self, text):
@@ -295,32 +296,43 @@ class _Output:
         return getattr(self.stream, name)
 
 
-def _finish_output(out, rc):
-    """rc, or 1 (as the C tool) when stdout could not be written: said on stderr; the unwritten rest is
-    dropped, so that Python's own flush at exit does not fail again with a traceback."""
-    out.flush()
-    if not out.failed:
-        return rc
-    if sys.stderr is not None:
-        print(f"{out.prog}: cannot write the output", file=sys.stderr)
+def _drop_unwritten(out):
+    """Points the failed stream's file descriptor at /dev/null: what it holds unwritten is dropped, so that
+    Python's own flush at exit does not fail again (a traceback on stdout, exit status 120 on stderr)."""
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, out.stream.fileno())
         os.close(null)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass  # not a file descriptor (a test's capture, say): nothing is flushed at exit
-    return rc or EXIT_FAILED
+
+
+def _finish_output(out, err, rc):
+    """rc, or 1 (as the C tool) when stdout could not be written: said on stderr. A message that stderr could
+    not take changes nothing, as in the C tool (whose fprintf to stderr is not checked)."""
+    out.flush()
+    if out.failed:
+        print(f"{out.prog}: cannot write the output", file=err)
+        rc = rc or EXIT_FAILED
+        _drop_unwritten(out)
+    err.flush()
+    if err.failed:
+        _drop_unwritten(err)
+    return rc
 
 
 def _with_output(prog, main, argv):
-    """main(argv) with stdout as an _Output: its exit status, 1 where stdout could not be written."""
+    """main(argv) with stdout and stderr as _Outputs: its exit status, 1 where stdout could not be written.
+    A stderr that is closed or full neither changes the status nor sends the messages to stdout (print's
+    file=None, argparse's usage without a stderr, write there)."""
     out = sys.stdout = _Output(sys.stdout, prog)
+    err = sys.stderr = _Output(sys.stderr, prog)
     try:
-        return _finish_output(out, main(argv))
+        return _finish_output(out, err, main(argv))
     except SystemExit as e:  # argparse: --help and --version (on stdout), usage errors
-        raise SystemExit(_finish_output(out, e.code)) from None
+        raise SystemExit(_finish_output(out, err, e.code)) from None
     finally:
-        sys.stdout = out.stream
+        sys.stdout, sys.stderr = out.stream, err.stream
 
 
 def precompile_main(argv=None):

@@ -478,6 +478,25 @@ def test_no_stdout_at_all_is_reported_and_a_usage_error_keeps_its_status(tmp_pat
         assert "Traceback" not in r.stderr and "fsa-precompile: cannot write the output" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("args, status", [
+    (["--bogus"], 2),
+    (["--arch", "sm_10"], 3),  # a target the library rejects
+    (["--list", "--cache-dir", "/no/such/directory"], 1),
+])
+@pytest.mark.parametrize("stderr", ["2>&-", "2>/dev/full"])
+def test_a_stderr_that_cannot_be_written_keeps_the_exit_status_and_stdout_clean(args, status, stderr, lib, tmp_path):
+    # Started with stderr closed, print(file=sys.stderr) wrote the messages to stdout (and argparse the usage);
+    # with stderr on a full disk the OSError of the message turned exit status 3 into 1. The C tool's fprintf
+    # to stderr changes neither.
+    if stderr.endswith("/dev/full") and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+    env = dict(os.environ, FSA_CACHE_DIR=str(tmp_path), PYTHONPATH=here)
+    r = subprocess.run(["sh", "-c", f'exec {stderr}; exec "$0" -m fsa_jit.precompile "$@"', sys.executable, *args],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert (r.returncode, r.stdout) == (status, ""), (args, r.stdout)
+
+
 def test_fsa_bench_reports_output_it_cannot_write_as_the_c_tool(monkeypatch, capsys):
     # Python's fsa-bench exited 0 after --help into a full disk.
     if not os.path.exists("/dev/full"):
