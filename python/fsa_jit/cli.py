@@ -280,7 +280,13 @@ class _Output:
     def write(self, text):
         if not self.failed:
             try:
-                self.stream.write(text)
+                try:
+                    self.stream.write(text)
+                except UnicodeEncodeError:
+                    # A path the stream's encoding cannot spell (PYTHONIOENCODING=ascii, a Latin-1 locale):
+                    # escaped, as Python's own stderr writes it, rather than an error after the work is done.
+                    encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                    self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
             except OSError:
                 self.failed = True
         return len(text)

@@ -497,6 +497,18 @@ def test_a_stderr_that_cannot_be_written_keeps_the_exit_status_and_stdout_clean(
     assert (r.returncode, r.stdout) == (status, ""), (args, r.stdout)
 
 
+def test_a_cache_path_stdout_cannot_encode_is_printed_escaped_not_a_usage_error(lib, tmp_path, monkeypatch):
+    # With stdout in ASCII (PYTHONIOENCODING, a Latin-1 locale for other names), printing "cache: <path>" raised
+    # a UnicodeEncodeError, a ValueError that the command took for a usage error: exit 2 and its usage after
+    # the listing (or a whole compile) had been done.
+    cache = tmp_path / "caf\u00e9"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
+    r = python_m_precompile(["--list", "--cache-dir", str(cache)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"cache: {tmp_path}/caf\\xe9", "0 entries, 0 bytes (0 B)"], r.stdout
+
+
 def test_fsa_bench_reports_output_it_cannot_write_as_the_c_tool(monkeypatch, capsys):
     # Python's fsa-bench exited 0 after --help into a full disk.
     if not os.path.exists("/dev/full"):
