@@ -87,6 +87,14 @@ def test_a_target_the_library_rejects_exits_3(lib, capsys, tmp_path):
     assert rc == 3 and "sm_10" in err
 
 
+@pytest.mark.parametrize("mode", [[], ["--list"]])
+def test_a_target_name_that_is_not_utf8_is_one_the_library_rejects_exit_3(mode, lib, capsys, tmp_path):
+    # A command-line argument that is not UTF-8 reaches Python with surrogates ('sm_8\\xff' as 'sm_8\\udcff'):
+    # its encode() failed, and the UnicodeEncodeError was a usage error (exit 2, a codec message).
+    rc, _, err = run(cli.precompile_main, mode + ["--arch", "sm_8\udcff", "--cache-dir", str(tmp_path)], capsys)
+    assert rc == 3 and "is not a target name" in err, err
+
+
 def test_precompile_offline_with_progress(lib, capsys, tmp_path):
     args = ["--arch", "sm_80", "--dtype", "half", "--head-dim", "32", "--group", "1,2", "--block-size", "16",
             "--top-k", "4", "-j", "2", "--cache-dir", str(tmp_path)]

@@ -93,7 +93,9 @@ def _open_context(lib, target, device, cache_dir):
     libfsa refuses the target or device."""
     options = _lib.fsa_context_options(
         device=_lib.FSA_DEVICE_NONE if target is not None else device,
-        target=target.encode() if target is not None else None,
+        # As the command line gave it: an argument that is not UTF-8 comes with surrogates, which encode()
+        # refused (a UnicodeEncodeError, fsa-precompile's usage error) where libfsa names the bad target.
+        target=os.fsencode(target) if target is not None else None,
         cache_dir=_cache_dir_bytes(cache_dir),
         # The environment's FSA_CACHE_MODE and FSA_JIT are for applications; the tool compiles and writes
         # (verifying also deletes bad entries).
