@@ -82,7 +82,7 @@ def _int_list(text, max_value=MAX_LIST_VALUE):
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{item}' is not a number list item (numbers 1..{max_value}, e.g. "
                                              "64,128 or 1-8 or 16-256:16)")
-        if lo < 1 or hi < lo or step < 1 or hi > max_value:
+        if lo < 1 or hi < lo or not 1 <= step <= max_value or hi > max_value:  # the step too, as the C tools
             raise argparse.ArgumentTypeError(f"'{item}' is not a range of numbers 1..{max_value}")
         values = range(lo, hi + 1, step)
         listed += len(values)
