@@ -120,6 +120,12 @@ static void test_the_key_text_has_every_field_including_the_templates_digest(voi
     /* One field per line, and the text ends with a newline. */
     assert_int_equal(k.text[strlen(k.text) - 1], '\n');
     fsa_key_free(&k);
+
+    /* Without NVRTC the line says so, as cache/README.md writes it. */
+    s.nvrtc = NULL;
+    build_ok(&k, &s);
+    assert_non_null(strstr(k.text, "\nnvrtc none\ntarget sm_90a\n"));
+    fsa_key_free(&k);
 }
 
 static void test_the_callers_parameter_order_does_not_change_the_key(void **state)
@@ -329,6 +335,26 @@ static void test_unsafe_values_are_rejected(void **state)
     expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
 }
 
+static void test_only_letters_digits_underscore_dot_and_hyphen_are_safe(void **state)
+{
+    (void)state;
+    /* Each end of each allowed range, and the characters just outside them. */
+    key_spec c = base_spec();
+    c.family = "azAZ09_.-";
+    c.params[1].value = "0.5-x_Z9";
+    fsa_kernel_key k;
+    build_ok(&k, &c);
+    assert_string_equal(k.name, "azAZ09_.-_bf16_d0.5-x_Z9_g4_bk64");
+    fsa_key_free(&k);
+
+    const char *outside[] = {"x/", "x:", "x@", "x[", "x`", "x{", "x,", "x+", "x\x7f", "x\xc3\xa9"};
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+        c = base_spec();
+        c.params[1].value = outside[i];
+        expect_rejected(&c, FSA_STATUS_INVALID_ARGUMENT);
+    }
+}
+
 static void test_an_unsafe_tag_is_rejected_since_it_becomes_part_of_a_file_name(void **state)
 {
     (void)state;
@@ -432,6 +458,52 @@ static void test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_d
     fsa_key_free(&other_option);
 }
 
+static void test_text_equal_except_nvrtc_does_not_take_a_line_for_a_longer_one_it_begins(void **state)
+{
+    (void)state;
+    key_spec s = base_spec(), t = base_spec();
+    t.params[3].value = "640"; /* BLOCK_SIZE 64 against 640 */
+    fsa_kernel_key a, b;
+    build_ok(&a, &s);
+    build_ok(&b, &t);
+    assert_false(fsa_key_text_equal_except_nvrtc(a.text, b.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(b.text, a.text));
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+
+    /* The same for the target: sm_90 begins sm_90a. */
+    s.target = "sm_90";
+    t = base_spec();
+    build_ok(&a, &s);
+    build_ok(&b, &t);
+    assert_false(fsa_key_text_equal_except_nvrtc(a.text, b.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(b.text, a.text));
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
+/* What verify checks of an entry in a target's directory. */
+static void test_a_key_text_names_its_own_target_and_no_other(void **state)
+{
+    (void)state;
+    key_spec s = base_spec();
+    s.options[3] = "sm_80a"; /* a line that ends in another target's name */
+    fsa_kernel_key k;
+    build_ok(&k, &s);
+    const size_t len = strlen(k.text);
+    assert_true(fsa_key_text_names_target(k.text, len, "sm_90a"));
+    /* Another target of the same length, a shorter and a longer one. */
+    assert_false(fsa_key_text_names_target(k.text, len, "sm_80a"));
+    assert_false(fsa_key_text_names_target(k.text, len, "sm_90"));
+    assert_false(fsa_key_text_names_target(k.text, len, "sm_90af"));
+    assert_false(fsa_key_text_names_target(k.text, len, ""));
+    /* Only the first len bytes are read. */
+    const char *target = strstr(k.text, "\ntarget ");
+    assert_non_null(target);
+    assert_false(fsa_key_text_names_target(k.text, (size_t)(target - k.text) + 1, "sm_90a"));
+    fsa_key_free(&k);
+}
+
 /* Patch releases share major.minor: the build ID on the "nvrtc" line keeps
  * their kernels apart, yet the line still reads as its version. */
 static void test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_version(void **state)
@@ -513,10 +585,13 @@ int main(void)
         cmocka_unit_test(test_changing_any_one_field_changes_the_digest),
         cmocka_unit_test(test_a_tag_changes_the_name_but_not_the_key),
         cmocka_unit_test(test_unsafe_values_are_rejected),
+        cmocka_unit_test(test_only_letters_digits_underscore_dot_and_hyphen_are_safe),
         cmocka_unit_test(test_an_unsafe_tag_is_rejected_since_it_becomes_part_of_a_file_name),
         cmocka_unit_test(test_duplicate_parameter_names_are_rejected),
         cmocka_unit_test(test_missing_inputs_are_a_null_pointer),
         cmocka_unit_test(test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_differs),
+        cmocka_unit_test(test_text_equal_except_nvrtc_does_not_take_a_line_for_a_longer_one_it_begins),
+        cmocka_unit_test(test_a_key_text_names_its_own_target_and_no_other),
         cmocka_unit_test(test_two_builds_of_one_nvrtc_version_key_apart_but_read_as_that_version),
         cmocka_unit_test(test_an_nvrtc_line_past_any_version_reads_as_newer_than_every_driver),
         cmocka_unit_test(test_compile_options_name_the_target_first_and_reject_bad_targets),
