@@ -4,6 +4,8 @@
  * one), and the templates' digest is a stable 32-digit hex string. */
 #include "testing.h"
 
+#include "base/util.h"
+#include "jit/kernel_key.h"
 #include "jit/render.h"
 #include "jit/templates.h"
 
@@ -79,6 +81,24 @@ static void test_repeated_placeholders_are_all_filled(void **state)
     (void)state;
     const fsa_param p[] = {{"N", "7", NULL}, {"M", "2", NULL}};
     expect_render("{{N}}+{{N}}*{{M}}\n{{N}}", p, 2, "7+7*2\n7");
+}
+
+static void test_a_placeholder_takes_only_the_parameter_of_exactly_its_name(void **state)
+{
+    (void)state;
+    /* A name that begins a longer one is another name, in either order. */
+    const fsa_param p[] = {{"HEAD_DIM", "128", "d"}, {"HEAD", "8", "h"}};
+    expect_render("{{HEAD}}/{{HEAD_DIM}}", p, 2, "8/128");
+    const fsa_param q[] = {{"HEAD", "8", "h"}, {"HEAD_DIM", "128", "d"}};
+    expect_render("{{HEAD_DIM}}/{{HEAD}}", q, 2, "128/8");
+}
+
+static void test_a_name_may_be_long_and_use_every_name_character(void **state)
+{
+    (void)state;
+    const fsa_param p[] = {{"ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789", "v", NULL}};
+    expect_render("<{{ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789}}>", p, 1, "<v>");
+    expect_render("<{{Z9=A0}}>", NULL, 0, "<A0>");
 }
 
 static void test_an_unknown_placeholder_fails_naming_the_template_and_line(void **state)
@@ -212,6 +232,33 @@ static void test_the_template_table_is_sorted_and_unique(void **state)
         assert_ptr_equal(fsa_template_find(fsa_templates[i].name), &fsa_templates[i]);
 }
 
+static void test_the_templates_digest_covers_every_templates_name_and_whole_text(void **state)
+{
+    (void)state;
+    /* XXH3-128 of each template's name with its NUL, then its text, in table
+     * order: renaming, editing or adding any template changes every key. */
+    size_t total = 0;
+    for (size_t i = 0; i < fsa_template_count; i++) {
+        assert_int_equal(fsa_templates[i].length, strlen(fsa_templates[i].text));
+        total += strlen(fsa_templates[i].name) + 1 + fsa_templates[i].length;
+    }
+    char *all = malloc(total ? total : 1);
+    assert_non_null(all);
+    size_t at = 0;
+    for (size_t i = 0; i < fsa_template_count; i++) {
+        size_t n = strlen(fsa_templates[i].name) + 1;
+        memcpy(all + at, fsa_templates[i].name, n);
+        memcpy(all + at + n, fsa_templates[i].text, fsa_templates[i].length);
+        at += n + fsa_templates[i].length;
+    }
+    uint8_t digest[16];
+    fsa_digest128(digest, all, total);
+    free(all);
+    char hex[33];
+    fsa_hex(hex, digest, 16);
+    assert_string_equal(fsa_templates_digest(), hex);
+}
+
 static void *digest_thread(void *arg)
 {
     (void)arg;
@@ -250,6 +297,8 @@ int main(void)
         cmocka_unit_test(test_a_placeholder_default_fills_only_an_unnamed_parameter),
         cmocka_unit_test(test_text_without_placeholders_passes_through_unchanged),
         cmocka_unit_test(test_repeated_placeholders_are_all_filled),
+        cmocka_unit_test(test_a_placeholder_takes_only_the_parameter_of_exactly_its_name),
+        cmocka_unit_test(test_a_name_may_be_long_and_use_every_name_character),
         cmocka_unit_test(test_an_unknown_placeholder_fails_naming_the_template_and_line),
         cmocka_unit_test(test_an_unused_parameter_fails_naming_the_template_and_parameter),
         cmocka_unit_test(test_malformed_placeholders_fail_naming_the_template_and_line),
@@ -259,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_template_find_returns_the_embedded_header_and_kernels),
         cmocka_unit_test(test_template_find_returns_null_for_an_unknown_name),
         cmocka_unit_test(test_the_template_table_is_sorted_and_unique),
+        cmocka_unit_test(test_the_templates_digest_covers_every_templates_name_and_whole_text),
         cmocka_unit_test(test_templates_digest_is_32_hex_digits_and_stable_across_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
