@@ -56,11 +56,46 @@ static void test_lines_that_include_nothing_of_ours_are_kept_as_they_are(void **
     free(out);
 }
 
+static void test_other_pragmas_and_non_header_templates_are_kept_as_they_are(void **state)
+{
+    (void)state;
+    /* Only "#pragma once" goes; "#include" of a template that is not a .cuh header stays. */
+    const char *src = "#pragma unroll\n#pragma omp parallel\n#include \"fill.cu\"\nend\n";
+    char *out = NULL;
+    assert_int_equal(fsa_compile_source(&out, src, "k.cu"), FSA_STATUS_OK);
+    assert_string_equal(out, src);
+    free(out);
+}
+
+static void test_tabs_separate_the_parts_of_an_include_line_as_spaces_do(void **state)
+{
+    (void)state;
+    const char *src = "\t#\tinclude\t\"sel_params.cuh\"\nend\n";
+    char *out = NULL;
+    assert_int_equal(fsa_compile_source(&out, src, "k.cu"), FSA_STATUS_OK);
+    assert_true(strncmp(out, "#line 1 \"/fsa-jit/templates/sel_params.cuh\"\n", 44) == 0);
+    assert_non_null(strstr(out, "#line 2 \"/fsa-jit/templates/k.cu\"\nend\n"));
+    free(out);
+}
+
+static void test_a_header_compiled_as_the_main_file_is_not_written_into_itself(void **state)
+{
+    (void)state;
+    const char *src = "#include \"sel_params.cuh\"\nint x;\n";
+    char *out = NULL;
+    assert_int_equal(fsa_compile_source(&out, src, "sel_params.cuh"), FSA_STATUS_OK);
+    assert_string_equal(out, "\nint x;\n");
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_included_header_is_written_in_once_between_line_directives),
         cmocka_unit_test(test_lines_that_include_nothing_of_ours_are_kept_as_they_are),
+        cmocka_unit_test(test_other_pragmas_and_non_header_templates_are_kept_as_they_are),
+        cmocka_unit_test(test_tabs_separate_the_parts_of_an_include_line_as_spaces_do),
+        cmocka_unit_test(test_a_header_compiled_as_the_main_file_is_not_written_into_itself),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
