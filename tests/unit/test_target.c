@@ -92,6 +92,9 @@ static void test_a_well_formed_name_the_table_does_not_list_is_an_unsupported_de
         /* The message names the target and what is known instead. */
         assert_non_null(strstr(fsa_last_error(), unknown[i]));
         assert_non_null(strstr(fsa_last_error(), "sm_90a"));
+        /* The list, from its first target to its last. */
+        assert_non_null(strstr(fsa_last_error(), "(known: sm_80, sm_86, "));
+        assert_non_null(strstr(fsa_last_error(), ", sm_121a, sm_121f)"));
     }
 }
 
@@ -117,6 +120,10 @@ static void test_every_known_target_parses_back_to_itself(void **state)
         }
     }
     assert_true(saw_80 && saw_90a);
+    /* Each suffix is its own target: the last of all is sm_121f. */
+    fsa_target last;
+    fsa_target_known(&last, n - 1);
+    assert_string_equal(last.name, "sm_121f");
 }
 
 static void test_a_target_runs_on_its_own_major_version_with_an_equal_or_newer_minor(void **state)
