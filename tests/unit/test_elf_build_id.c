@@ -115,6 +115,51 @@ static void test_an_id_longer_than_the_room_given_is_not_cut(void **state)
     assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, n.bytes, n.size, 4), 0);
 }
 
+static void test_an_id_exactly_as_long_as_the_room_given_is_read_whole(void **state)
+{
+    (void)state;
+    notes n = {.size = 0};
+    add_note(&n, "GNU", NT_GNU_BUILD_ID, k_id, sizeof k_id, 4);
+    uint8_t out[sizeof k_id + 1];
+    out[sizeof k_id] = 0x5a;
+    assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof k_id, n.bytes, n.size, 4), sizeof k_id);
+    assert_memory_equal(out, k_id, sizeof k_id);
+    assert_int_equal(out[sizeof k_id], 0x5a);
+    /* One byte less room: none, and nothing written past it. */
+    memset(out, 0x5a, sizeof out);
+    assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof k_id - 1, n.bytes, n.size, 4), 0);
+    assert_int_equal(out[sizeof k_id - 1], 0x5a);
+}
+
+static void test_a_segment_alignment_of_0_or_1_pads_notes_to_4_bytes(void **state)
+{
+    (void)state;
+    /* p_align 0 and 1 both mean "no alignment"; notes are still 4-byte padded. */
+    notes n = {.size = 0};
+    add_note(&n, "Go", 4, k_id, 5, 4); /* name and description both need padding */
+    add_note(&n, "GNU", NT_GNU_BUILD_ID, k_id, sizeof k_id, 4);
+    const size_t aligns[] = {0, 1};
+    for (size_t a = 0; a < 2; a++) {
+        uint8_t out[FSA_BUILD_ID_MAX];
+        assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, n.bytes, n.size, aligns[a]), sizeof k_id);
+        assert_memory_equal(out, k_id, sizeof k_id);
+    }
+}
+
+static void test_a_build_id_note_of_another_four_byte_owner_gives_none(void **state)
+{
+    (void)state;
+    /* "GNUX": the owner's length is GNU's with its NUL, its bytes are not. */
+    notes n = {.size = 0};
+    put_u32(&n, 4);
+    put_u32(&n, sizeof k_id);
+    put_u32(&n, NT_GNU_BUILD_ID);
+    put_padded(&n, "GNUX", 4, 4);
+    put_padded(&n, k_id, sizeof k_id, 4);
+    uint8_t out[FSA_BUILD_ID_MAX];
+    assert_int_equal(fsa_elf_build_id_in_notes(out, sizeof out, n.bytes, n.size, 4), 0);
+}
+
 static void expect_loaded_matches_file(const void *address)
 {
     Dl_info info;
@@ -187,6 +232,9 @@ int main(void)
         cmocka_unit_test(test_notes_without_a_build_id_give_none),
         cmocka_unit_test(test_a_note_cut_short_by_the_block_gives_none),
         cmocka_unit_test(test_an_id_longer_than_the_room_given_is_not_cut),
+        cmocka_unit_test(test_an_id_exactly_as_long_as_the_room_given_is_read_whole),
+        cmocka_unit_test(test_a_segment_alignment_of_0_or_1_pads_notes_to_4_bytes),
+        cmocka_unit_test(test_a_build_id_note_of_another_four_byte_owner_gives_none),
         cmocka_unit_test(test_a_build_id_note_of_an_owner_name_of_another_length_gives_none),
         cmocka_unit_test(test_a_loaded_objects_id_is_the_one_its_file_holds),
         cmocka_unit_test(test_an_address_no_object_holds_gives_none),
