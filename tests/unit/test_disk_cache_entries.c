@@ -505,6 +505,81 @@ static void test_an_entry_with_a_key_text_of_64_kib_is_no_entry(void **state)
     fsa_key_free(&k);
 }
 
+/* ------------------------------------------------------------ the format on its own */
+
+/* The bytes of a whole entry for key k, entry names "k_main" and an n-byte payload; caller frees. */
+static uint8_t *entry_bytes(const fsa_kernel_key *k, const uint8_t *payload, size_t n, size_t *size)
+{
+    uint8_t *head = NULL;
+    size_t head_len = 0;
+    assert_int_equal(fsa_dc_build_head(&head, &head_len, k, "k_main", payload, n), FSA_STATUS_OK);
+    uint8_t *d = realloc(head, head_len + n);
+    assert_non_null(d);
+    memcpy(d + head_len, payload, n);
+    *size = head_len + n;
+    return d;
+}
+
+static void test_a_change_to_any_one_byte_of_an_entry_makes_it_no_entry(void **state)
+{
+    (void)state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    uint8_t *p = make_payload(64, 3);
+    size_t size = 0;
+    uint8_t *d = entry_bytes(&k, p, 64, &size);
+    fsa_dc_entry_view v;
+    assert_true(fsa_dc_parse_entry(&v, d, size));
+    assert_int_equal(v.key_len, strlen(k.text));
+    assert_int_equal(v.payload_len, 64);
+    /* Every bit position of every byte: header, key text, entry names and payload. */
+    for (size_t i = 0; i < size; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            d[i] ^= (uint8_t)(1u << bit);
+            if (fsa_dc_parse_entry(&v, d, size)) fail_msg("entry with bit %d of byte %zu flipped parsed", bit, i);
+            d[i] ^= (uint8_t)(1u << bit);
+        }
+    assert_true(fsa_dc_parse_entry(&v, d, size));
+    free(d);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_an_entry_with_an_empty_key_text_is_no_entry_even_with_its_checksums_right(void **state)
+{
+    (void)state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    k.text[0] = '\0';
+    fsa_digest128(k.digest, k.text, 0);
+    uint8_t *p = make_payload(64, 3);
+    size_t size = 0;
+    uint8_t *d = entry_bytes(&k, p, 64, &size);
+    fsa_dc_entry_view v;
+    assert_false(fsa_dc_parse_entry(&v, d, size));
+    free(d);
+    free(p);
+    fsa_key_free(&k);
+}
+
+static void test_a_digest_is_its_file_names_hex_only_when_all_32_digits_agree(void **state)
+{
+    (void)state;
+    fsa_kernel_key k;
+    make_key(&k, "128", "13.0", "-O3");
+    assert_true(fsa_dc_digest_is_hex(k.digest, k.hex));
+    char hex[33];
+    for (size_t i = 0; i < 32; i++) {
+        memcpy(hex, k.hex, sizeof hex);
+        hex[i] = hex[i] == '0' ? '1' : '0';
+        assert_false(fsa_dc_digest_is_hex(k.digest, hex));
+    }
+    memcpy(hex, k.hex, sizeof hex);
+    hex[31] = '\0';
+    assert_false(fsa_dc_digest_is_hex(k.digest, hex));
+    fsa_key_free(&k);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, disk_cache_setup, disk_cache_teardown)
 
 int main(void)
@@ -529,6 +604,9 @@ int main(void)
         T(test_a_damaged_entry_that_a_writer_replaced_after_it_was_judged_is_kept),
         T(test_entries_with_names_of_a_nul_or_64_kib_or_no_payload_are_a_miss_and_deleted),
         T(test_a_key_text_of_64_kib_is_refused_and_one_byte_less_round_trips),
+        cmocka_unit_test(test_a_change_to_any_one_byte_of_an_entry_makes_it_no_entry),
+        cmocka_unit_test(test_an_entry_with_an_empty_key_text_is_no_entry_even_with_its_checksums_right),
+        cmocka_unit_test(test_a_digest_is_its_file_names_hex_only_when_all_32_digits_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
