@@ -458,28 +458,27 @@ static void test_text_equal_except_nvrtc_is_true_only_when_just_the_nvrtc_line_d
     fsa_key_free(&other_option);
 }
 
+/* Neither key's text is the other's but for the nvrtc line, either way round. */
+static void expect_unequal_except_nvrtc(const key_spec *s, const key_spec *t)
+{
+    fsa_kernel_key a, b;
+    build_ok(&a, s);
+    build_ok(&b, t);
+    assert_false(fsa_key_text_equal_except_nvrtc(a.text, b.text));
+    assert_false(fsa_key_text_equal_except_nvrtc(b.text, a.text));
+    fsa_key_free(&a);
+    fsa_key_free(&b);
+}
+
 static void test_text_equal_except_nvrtc_does_not_take_a_line_for_a_longer_one_it_begins(void **state)
 {
     (void)state;
-    key_spec s = base_spec(), t = base_spec();
-    t.params[3].value = "640"; /* BLOCK_SIZE 64 against 640 */
-    fsa_kernel_key a, b;
-    build_ok(&a, &s);
-    build_ok(&b, &t);
-    assert_false(fsa_key_text_equal_except_nvrtc(a.text, b.text));
-    assert_false(fsa_key_text_equal_except_nvrtc(b.text, a.text));
-    fsa_key_free(&a);
-    fsa_key_free(&b);
-
-    /* The same for the target: sm_90 begins sm_90a. */
-    s.target = "sm_90";
-    t = base_spec();
-    build_ok(&a, &s);
-    build_ok(&b, &t);
-    assert_false(fsa_key_text_equal_except_nvrtc(a.text, b.text));
-    assert_false(fsa_key_text_equal_except_nvrtc(b.text, a.text));
-    fsa_key_free(&a);
-    fsa_key_free(&b);
+    const key_spec base = base_spec();
+    key_spec longer_value = base_spec(), shorter_target = base_spec();
+    longer_value.params[3].value = "640"; /* BLOCK_SIZE 64 against 640 */
+    expect_unequal_except_nvrtc(&base, &longer_value);
+    shorter_target.target = "sm_90"; /* sm_90 begins sm_90a */
+    expect_unequal_except_nvrtc(&shorter_target, &base);
 }
 
 /* What verify checks of an entry in a target's directory. */
