@@ -40,10 +40,9 @@ uint64_t fsa_temp_suffix(void);
 int fsa_env_flag(const char *name, int fallback);
 
 /* The decimal integer in [lo, hi] that variable `name` holds, whole (digits,
- * after a minus only when lo < 0: no blanks, plus sign, "-0" for a range from 0,
- * or trailing characters), else
- * `fallback`: unset, empty, malformed and out-of-range values all read as
- * absent. */
+ * after a minus only when lo < 0: no blanks, plus sign, "-0" for a range from
+ * 0, or trailing characters), else `fallback`: unset, empty, malformed and
+ * out-of-range values all read as absent. */
 int fsa_env_int(const char *name, int lo, int hi, int fallback);
 
 /* Lower-case hex of `n` bytes into `out` (2n + 1 chars). */
